@@ -1,0 +1,33 @@
+/**
+ * Test entry point: fetches the real tools the tests compare against, then runs every `*.test.ts`
+ * under src/ and bench/ with node:test. Extra arguments go to `node --test` (e.g. one file to run).
+ * Ends with a plain "N passed, N failed" line read from the TAP record of the run.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { ensureAllTools } from '../src/testing/tools.ts';
+
+ensureAllTools(['kubectl', 'promtool']);
+mkdirSync('.tools', { recursive: true });
+const tapFile = '.tools/last-test-run.tap';
+const extra = process.argv.slice(2);
+const files = extra.some((a) => !a.startsWith('-')) ? [] : ['src/**/*.test.ts', 'bench/**/*.test.ts'];
+const result = spawnSync(
+  process.execPath,
+  [
+    '--test',
+    '--test-concurrency=2',
+    '--test-timeout=120000',
+    '--test-reporter=spec',
+    '--test-reporter-destination=stdout',
+    '--test-reporter=tap',
+    `--test-reporter-destination=${tapFile}`,
+    ...extra,
+    ...files,
+  ],
+  { stdio: 'inherit' },
+);
+const tap = readFileSync(tapFile, 'utf8');
+const count = (name: string) => Number(new RegExp(`^# ${name} (\\d+)$`, 'm').exec(tap)?.[1] ?? 0);
+process.stdout.write(`\n${count('pass')} passed, ${count('fail') + count('cancelled')} failed\n`);
+process.exitCode = result.status ?? 1;

@@ -1,0 +1,7 @@
+/** The list of commands; each lives in its own module and exports a factory. */
+import type { Command } from 'commander';
+
+/** Every subcommand of the program, in no particular order (help sorts them). */
+export function commandsOf(): Command[] {
+  return [];
+}

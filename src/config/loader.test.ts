@@ -1,0 +1,146 @@
+import assert from 'node:assert/strict';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { ConfigError } from '../errors.ts';
+import { loadConfigFile, parseConfig, parseConfigText } from './loader.ts';
+
+/** The config kops generates for its minimal-1.33 AWS integration test, byte for byte. */
+const kopsAwsConfig =
+  '{"clusterName":"minimal.example.com","cloud":"aws","configBase":"memfs://tests/minimal.example.com","secretStore":"memfs://tests/minimal.example.com/secrets","server":{"Listen":":3988","provider":{"aws":{"nodesRoles":["nodes.minimal.example.com"],"Region":"us-test-1"}},"serverKeyPath":"/etc/kubernetes/kops-controller/pki/kops-controller.key","serverCertificatePath":"/etc/kubernetes/kops-controller/pki/kops-controller.crt","caBasePath":"/etc/kubernetes/kops-controller/pki","signingCAs":["kubernetes-ca"],"certNames":["kubelet","kubelet-server","kube-proxy"]}}';
+
+function configErrorMatching(pattern: RegExp) {
+  return (err: unknown) => err instanceof ConfigError && pattern.test(err.message);
+}
+
+describe('config loader', () => {
+  test('accepts the JSON kops generates for AWS, capitalised keys included', () => {
+    const config = parseConfigText(kopsAwsConfig);
+    assert.equal(config.clusterName, 'minimal.example.com');
+    assert.equal(config.server?.Listen, ':3988');
+    assert.equal(config.server?.provider.aws?.Region, 'us-test-1');
+    assert.deepEqual(config.server?.provider.aws?.nodesRoles, ['nodes.minimal.example.com']);
+    assert.deepEqual(config.server?.certNames, ['kubelet', 'kubelet-server', 'kube-proxy']);
+  });
+
+  test('accepts the GCE provider block with MaxTimeSkew', () => {
+    const config = parseConfig({
+      clusterName: 'minimal-gce.example.com',
+      cloud: 'gce',
+      server: {
+        Listen: ':3988',
+        provider: {
+          gce: {
+            projectID: 'testproject',
+            region: 'us-test1',
+            clusterName: 'minimal-gce.example.com',
+            MaxTimeSkew: 300,
+          },
+        },
+      },
+    });
+    assert.equal(config.server?.provider.gce?.MaxTimeSkew, 300);
+  });
+
+  test('fills in leader-election and metrics defaults', () => {
+    const config = parseConfig({ clusterName: 'c.example.com', cloud: 'metal' });
+    assert.deepEqual(config.leaderElection, {
+      enabled: true,
+      namespace: 'kube-system',
+      name: 'kops-controller-leader',
+      leaseDuration: 15_000,
+      renewDeadline: 10_000,
+      retryPeriod: 2_000,
+    });
+    assert.equal(config.metrics.listen, ':3987');
+  });
+
+  test('parses Go durations in YAML', () => {
+    const config = parseConfigText(
+      'clusterName: c\ncloud: aws\nleaderElection:\n  leaseDuration: 1m\n  renewDeadline: 40s\n  retryPeriod: 500ms\n',
+    );
+    assert.equal(config.leaderElection.leaseDuration, 60_000);
+    assert.equal(config.leaderElection.retryPeriod, 500);
+  });
+
+  test('names the path of a wrongly typed field', () => {
+    assert.throws(
+      () =>
+        parseConfig({ clusterName: 'c', cloud: 'aws', server: { provider: { aws: { nodesRoles: [7] } } } }),
+      configErrorMatching(/server\.provider\.aws\.nodesRoles\[0\]: expected string, received number/),
+    );
+  });
+
+  test('rejects unknown fields by path, so a typo never passes silently', () => {
+    assert.throws(
+      () => parseConfig({ clusterName: 'c', cloud: 'aws', server: { listen: ':1' } }),
+      configErrorMatching(/server\.listen: unknown field/),
+    );
+  });
+
+  test('rejects an unknown cloud and lists the valid ones', () => {
+    assert.throws(
+      () => parseConfig({ clusterName: 'c', cloud: 'vsphere' }),
+      configErrorMatching(/cloud: .*"aws"/),
+    );
+  });
+
+  test('requires clusterName', () => {
+    assert.throws(() => parseConfig({ cloud: 'aws' }), configErrorMatching(/clusterName: expected string/));
+  });
+
+  test('rejects a bad listen address and a bad duration', () => {
+    assert.throws(
+      () => parseConfig({ clusterName: 'c', cloud: 'aws', server: { Listen: 'everywhere' } }),
+      configErrorMatching(/server\.Listen: expected a listen address/),
+    );
+    assert.throws(
+      () => parseConfig({ clusterName: 'c', cloud: 'aws', leaderElection: { leaseDuration: 'soon' } }),
+      configErrorMatching(/leaderElection\.leaseDuration: invalid duration "soon"/),
+    );
+  });
+
+  test('rejects leader-election timings that would let two leaders overlap', () => {
+    assert.throws(
+      () =>
+        parseConfig({
+          clusterName: 'c',
+          cloud: 'aws',
+          leaderElection: { leaseDuration: '5s', renewDeadline: '10s' },
+        }),
+      configErrorMatching(/leaderElection\.renewDeadline: must be shorter than leaseDuration/),
+    );
+  });
+
+  test('reports YAML syntax errors with a line and column', () => {
+    assert.throws(
+      () => parseConfigText('clusterName: c\ncloud: [aws\n'),
+      configErrorMatching(/line \d+, column \d+/),
+    );
+  });
+
+  test('rejects a duplicate key and a document that is not a mapping', () => {
+    assert.throws(() => parseConfigText('clusterName: a\nclusterName: b\ncloud: aws\n'), ConfigError);
+    assert.throws(() => parseConfigText('- a\n- b\n'), configErrorMatching(/expected a mapping/));
+    assert.throws(
+      () => parseConfigText(''),
+      configErrorMatching(/expected a mapping of settings, got nothing/),
+    );
+  });
+
+  test('a missing file says which file and how to point at another', async () => {
+    await assert.rejects(
+      loadConfigFile('/nonexistent/config.yaml'),
+      configErrorMatching(/\/nonexistent\/config\.yaml: no such file; pass --conf/),
+    );
+  });
+
+  test('loads a file from disk', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'kc-config-'));
+    const path = join(dir, 'config.yaml');
+    await writeFile(path, kopsAwsConfig);
+    const config = await loadConfigFile(path);
+    assert.equal(config.cloud, 'aws');
+  });
+});

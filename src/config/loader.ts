@@ -1,0 +1,70 @@
+/** Loads and validates the configuration file (YAML or JSON; kops writes JSON into a ConfigMap). */
+import { readFile } from 'node:fs/promises';
+import { parseDocument } from 'yaml';
+import type { z } from 'zod';
+import { ConfigError } from '../errors.ts';
+import { type Config, configSchema } from './schema.ts';
+
+/** Default config path, the one the kops DaemonSet mounts. */
+export const defaultConfigPath = '/etc/kubernetes/kops-controller/config/config.yaml';
+
+/** Renders a zod issue path the way a user writes it: `server.provider.aws.nodesRoles[0]`. */
+export function formatIssuePath(path: ReadonlyArray<PropertyKey>): string {
+  let out = '';
+  for (const part of path) {
+    if (typeof part === 'number') out += `[${part}]`;
+    else out += out ? `.${String(part)}` : String(part);
+  }
+  return out || '(top level)';
+}
+
+function describeIssue(issue: z.core.$ZodIssue): string {
+  if (issue.code === 'unrecognized_keys') {
+    const base = issue.path.length ? `${formatIssuePath(issue.path)}.` : '';
+    return issue.keys.map((k) => `${base}${k}: unknown field`).join('; ');
+  }
+  return `${formatIssuePath(issue.path)}: ${issue.message.replace(/^Invalid input: /, '')}`;
+}
+
+/** Validates an already-parsed configuration object. */
+export function parseConfig(raw: unknown, source = 'config'): Config {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new ConfigError(
+      `${source}: expected a mapping of settings, got ${raw === null ? 'nothing' : typeof raw}`,
+    );
+  }
+  const result = configSchema.safeParse(raw);
+  if (!result.success) {
+    throw new ConfigError(`${source}: ${result.error.issues.map(describeIssue).join('; ')}`, {
+      details: {
+        issues: result.error.issues.map((i) => ({ path: formatIssuePath(i.path), message: i.message })),
+      },
+    });
+  }
+  return result.data;
+}
+
+/** Parses YAML or JSON text into a configuration; syntax errors name the line and column. */
+export function parseConfigText(text: string, source = 'config'): Config {
+  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+  const [first] = doc.errors;
+  if (first) {
+    const pos = first.linePos?.[0];
+    const where = pos ? `line ${pos.line}, column ${pos.col}` : 'unknown position';
+    throw new ConfigError(`${source}: ${where}: ${first.message.split(' at line')[0]?.split('\n')[0]}`);
+  }
+  return parseConfig(doc.toJS(), source);
+}
+
+/** Reads and validates a configuration file. */
+export async function loadConfigFile(path: string): Promise<Config> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const reason = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code;
+    throw new ConfigError(`cannot read config file ${path}: ${reason}; pass --conf FILE`, { cause: err });
+  }
+  return parseConfigText(text, path);
+}

@@ -1,0 +1,126 @@
+/**
+ * The kops-controller configuration. The keys kops itself generates (`cmd/kops-controller/pkg/config`)
+ * are accepted exactly as kops writes them, including the capitalised `Listen`, `Region` and
+ * `MaxTimeSkew`; sections this implementation adds (`metrics`, `leaderElection`) use the same
+ * camelCase style. Unknown keys are errors so that a typo never silently disables a setting.
+ */
+import { z } from 'zod';
+import { parseDuration } from './duration.ts';
+
+/** A duration given as a Go duration string or a number of seconds; parsed to milliseconds. */
+const duration = z.union([z.string(), z.number()]).transform((value, ctx) => {
+  try {
+    return parseDuration(value);
+  } catch (err) {
+    ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    return z.NEVER;
+  }
+});
+
+/** A listen address: ":port", "host:port" or "[v6]:port". */
+export const listenAddress = z
+  .string()
+  .regex(
+    /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):\d{1,5}$/,
+    'expected a listen address such as ":3988" or "127.0.0.1:3988"',
+  );
+
+const awsVerifier = z.strictObject({
+  nodesRoles: z.array(z.string().min(1)).default([]),
+  Region: z.string().optional(),
+  useIPBasedNodeNames: z.boolean().optional(),
+});
+
+const gceVerifier = z.strictObject({
+  projectID: z.string().min(1),
+  region: z.string().optional(),
+  clusterName: z.string().optional(),
+  MaxTimeSkew: z.number().int().nonnegative().optional(),
+});
+
+/** Providers kops knows but this implementation does not verify; accepted so kops configs load. */
+const emptyProvider = z.strictObject({});
+
+const serverProviders = z.strictObject({
+  aws: awsVerifier.optional(),
+  gce: gceVerifier.optional(),
+  hetzner: emptyProvider.optional(),
+  openstack: emptyProvider.optional(),
+  do: emptyProvider.optional(),
+  scaleway: emptyProvider.optional(),
+  linode: emptyProvider.optional(),
+  azure: z.strictObject({ clusterName: z.string().optional() }).optional(),
+});
+
+const serverOptions = z.strictObject({
+  Listen: listenAddress.default(':3988'),
+  provider: serverProviders.default({}),
+  pki: z.strictObject({ MaxTimeSkew: z.number().int().nonnegative().optional() }).optional(),
+  serverKeyPath: z.string().optional(),
+  serverCertificatePath: z.string().optional(),
+  caBasePath: z.string().optional(),
+  signingCAs: z.array(z.string().min(1)).optional(),
+  certNames: z.array(z.string().min(1)).optional(),
+});
+
+const leaderElection = z.strictObject({
+  enabled: z.boolean().default(true),
+  namespace: z.string().min(1).default('kube-system'),
+  name: z.string().min(1).default('kops-controller-leader'),
+  leaseDuration: duration.default(15_000),
+  renewDeadline: duration.default(10_000),
+  retryPeriod: duration.default(2_000),
+});
+
+const metrics = z.strictObject({
+  /** Where `/metrics`, `/healthz` and `/readyz` are served. */
+  listen: listenAddress.default(':3987'),
+});
+
+export const supportedClouds = [
+  'aws',
+  'gce',
+  'metal',
+  'openstack',
+  'digitalocean',
+  'hetzner',
+  'azure',
+  'scaleway',
+  'linode',
+] as const;
+
+export const configSchema = z
+  .strictObject({
+    clusterName: z.string().min(1),
+    cloud: z.enum(supportedClouds),
+    configBase: z.string().min(1).optional(),
+    secretStore: z.string().min(1).optional(),
+    server: serverOptions.optional(),
+    cacheNodeidentityInfo: z.boolean().optional(),
+    enableCloudIPAM: z.boolean().optional(),
+    capi: z.strictObject({ enabled: z.boolean().optional() }).optional(),
+    leaderElection: leaderElection.default(leaderElection.parse({})),
+    metrics: metrics.default(metrics.parse({})),
+  })
+  .superRefine((config, ctx) => {
+    const le = config.leaderElection;
+    if (le.renewDeadline >= le.leaseDuration) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['leaderElection', 'renewDeadline'],
+        message: 'must be shorter than leaseDuration, or two leaders could overlap',
+      });
+    }
+    if (le.retryPeriod >= le.renewDeadline) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['leaderElection', 'retryPeriod'],
+        message: 'must be shorter than renewDeadline, or the leader cannot renew in time',
+      });
+    }
+  });
+
+/** The validated configuration, with defaults filled in and durations in milliseconds. */
+export type Config = z.output<typeof configSchema>;
+/** The configuration as written in a file. */
+export type ConfigInput = z.input<typeof configSchema>;

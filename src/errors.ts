@@ -1,0 +1,184 @@
+/**
+ * The project's typed errors. Code throws a {@link KopsError} of the kind that says what went wrong;
+ * each edge maps the kind once: the HTTP servers to a status code and JSON reason, the CLI to one
+ * readable line and an exit code, the controllers to "requeue with backoff" or "give up".
+ */
+
+/** What kind of failure an error is; decides the HTTP status, the exit code and whether to retry. */
+export type ErrorKind =
+  | 'invalid' // the input is wrong; retrying the same input fails again
+  | 'config' // the configuration (file, flags, environment) is wrong
+  | 'unauthenticated' // the caller could not be identified
+  | 'forbidden' // the caller is known but not allowed
+  | 'not-found'
+  | 'conflict' // the object changed or already exists
+  | 'gone' // a resource version or handle has expired
+  | 'too-large'
+  | 'rate-limited'
+  | 'unavailable' // a dependency (apiserver, cloud, state store) failed; retry later
+  | 'timeout'
+  | 'internal'; // a bug
+
+/** Options every error takes: the underlying cause and machine-readable details. */
+export interface KopsErrorOptions {
+  cause?: unknown;
+  /** Extra structured facts, safe to show to the caller (never secrets). */
+  details?: Record<string, unknown>;
+}
+
+/** Base of every error the project throws on purpose. */
+export class KopsError extends Error {
+  readonly kind: ErrorKind;
+  readonly details: Record<string, unknown> | undefined;
+
+  constructor(kind: ErrorKind, message: string, options: KopsErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.kind = kind;
+    this.details = options.details;
+  }
+}
+
+export class InvalidInputError extends KopsError {
+  constructor(message: string, options?: KopsErrorOptions) {
+    super('invalid', message, options);
+  }
+}
+
+export class ConfigError extends KopsError {
+  constructor(message: string, options?: KopsErrorOptions) {
+    super('config', message, options);
+  }
+}
+
+export class UnauthenticatedError extends KopsError {
+  constructor(message: string, options?: KopsErrorOptions) {
+    super('unauthenticated', message, options);
+  }
+}
+
+export class ForbiddenError extends KopsError {
+  constructor(message: string, options?: KopsErrorOptions) {
+    super('forbidden', message, options);
+  }
+}
+
+export class NotFoundError extends KopsError {
+  constructor(message: string, options?: KopsErrorOptions) {
+    super('not-found', message, options);
+  }
+}
+
+export class ConflictError extends KopsError {
+  constructor(message: string, options?: KopsErrorOptions) {
+    super('conflict', message, options);
+  }
+}
+
+export class GoneError extends KopsError {
+  constructor(message: string, options?: KopsErrorOptions) {
+    super('gone', message, options);
+  }
+}
+
+export class TooLargeError extends KopsError {
+  constructor(message: string, options?: KopsErrorOptions) {
+    super('too-large', message, options);
+  }
+}
+
+export class RateLimitedError extends KopsError {
+  constructor(message: string, options?: KopsErrorOptions) {
+    super('rate-limited', message, options);
+  }
+}
+
+export class UnavailableError extends KopsError {
+  constructor(message: string, options?: KopsErrorOptions) {
+    super('unavailable', message, options);
+  }
+}
+
+export class TimeoutError extends KopsError {
+  constructor(message: string, options?: KopsErrorOptions) {
+    super('timeout', message, options);
+  }
+}
+
+export class InternalError extends KopsError {
+  constructor(message: string, options?: KopsErrorOptions) {
+    super('internal', message, options);
+  }
+}
+
+const httpStatusByKind: Record<ErrorKind, number> = {
+  invalid: 400,
+  config: 500,
+  unauthenticated: 401,
+  forbidden: 403,
+  'not-found': 404,
+  conflict: 409,
+  gone: 410,
+  'too-large': 413,
+  'rate-limited': 429,
+  unavailable: 503,
+  timeout: 504,
+  internal: 500,
+};
+
+/** Exit codes follow sysexits(3) where one fits, so scripts can tell input errors from outages. */
+const exitCodeByKind: Record<ErrorKind, number> = {
+  invalid: 65, // EX_DATAERR
+  config: 78, // EX_CONFIG
+  unauthenticated: 77, // EX_NOPERM
+  forbidden: 77,
+  'not-found': 66, // EX_NOINPUT
+  conflict: 75, // EX_TEMPFAIL
+  gone: 75,
+  'too-large': 65,
+  'rate-limited': 75,
+  unavailable: 69, // EX_UNAVAILABLE
+  timeout: 75,
+  internal: 70, // EX_SOFTWARE
+};
+
+/** Converts anything thrown into a KopsError; unknown errors become `internal`. */
+export function asKopsError(err: unknown): KopsError {
+  if (err instanceof KopsError) return err;
+  if (err instanceof Error) return new InternalError(err.message, { cause: err });
+  return new InternalError(String(err));
+}
+
+/** The HTTP status for an error at a server edge. */
+export function httpStatusOf(err: unknown): number {
+  return httpStatusByKind[asKopsError(err).kind];
+}
+
+/** The process exit code for an error at the CLI edge. */
+export function exitCodeOf(err: unknown): number {
+  return exitCodeByKind[asKopsError(err).kind];
+}
+
+/** Whether an operation that failed with this error may succeed if tried again later. */
+export function isRetryable(err: unknown): boolean {
+  const kind = asKopsError(err).kind;
+  return (
+    kind === 'conflict' ||
+    kind === 'rate-limited' ||
+    kind === 'unavailable' ||
+    kind === 'timeout' ||
+    kind === 'gone'
+  );
+}
+
+/** A one-line description of an error, its causes joined, for logs and the CLI. */
+export function describeError(err: unknown): string {
+  const parts: string[] = [];
+  let current: unknown = err;
+  for (let depth = 0; current !== undefined && depth < 5; depth++) {
+    const message = current instanceof Error ? current.message : String(current);
+    if (message && !parts.some((p) => p.includes(message))) parts.push(message);
+    current = current instanceof Error ? current.cause : undefined;
+  }
+  return parts.join(': ').replace(/\s*\n\s*/g, ' ');
+}

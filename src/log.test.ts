@@ -1,0 +1,43 @@
+import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
+import { test } from 'node:test';
+import { createLogger, levelForVerbosity } from './log.ts';
+
+function capture(): { stream: Writable; lines: () => Record<string, unknown>[] } {
+  const chunks: string[] = [];
+  const stream = new Writable({
+    write(chunk, _enc, done) {
+      chunks.push(String(chunk));
+      done();
+    },
+  });
+  return {
+    stream,
+    lines: () =>
+      chunks
+        .join('')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Record<string, unknown>),
+  };
+}
+
+test('log records are JSON with a level name and never carry secrets', () => {
+  const out = capture();
+  const log = createLogger({ level: 'info', destination: out.stream });
+  log.info({ token: 'abcdef.0123456789abcdef', req: { headers: { authorization: 'Bearer x' } } }, 'hello');
+  const [record] = out.lines();
+  assert.ok(record);
+  assert.equal(record.level, 'info');
+  assert.equal(record.msg, 'hello');
+  assert.equal(record.token, '[redacted]');
+  assert.deepEqual(record.req, { headers: { authorization: '[redacted]' } });
+  assert.doesNotMatch(JSON.stringify(record), /0123456789abcdef|Bearer/);
+});
+
+test('klog verbosity maps onto pino levels', () => {
+  assert.equal(levelForVerbosity(0), 'warn');
+  assert.equal(levelForVerbosity(2), 'info');
+  assert.equal(levelForVerbosity(4), 'debug');
+  assert.equal(levelForVerbosity(9), 'trace');
+});
