@@ -1,0 +1,69 @@
+/**
+ * What the controller needs from a cloud, as interfaces each provider (aws/, gce/, metal/) implements.
+ * The rule behind all of them: identity comes from the cloud's own records, never from what a node or
+ * a request claims about itself.
+ */
+
+/** Lifecycle state of an instance, normalised across clouds. */
+export type InstanceState = 'pending' | 'running' | 'stopping' | 'stopped' | 'terminated' | 'unknown';
+
+/** An address of an instance, as the cloud reports it (usable as a certificate SAN). */
+export interface InstanceAddress {
+  type: 'InternalIP' | 'ExternalIP' | 'InternalDNS' | 'ExternalDNS' | 'Hostname';
+  address: string;
+}
+
+/** The verified facts about one node's instance. */
+export interface NodeIdentity {
+  /** The providerID the identity was resolved from, e.g. `aws:///us-east-1a/i-0123`. */
+  providerID: string;
+  /** The cloud's id of the instance (`i-0123…`, a GCE instance name, a metal host name). */
+  instanceId: string;
+  /** The kops instance group the cloud says the instance belongs to. */
+  instanceGroup: string;
+  state: InstanceState;
+  addresses: InstanceAddress[];
+  /** Zone or location of the instance, when the cloud has one. */
+  zone?: string;
+  /** Labels the cloud itself implies (e.g. `node-role.kubernetes.io/spot-worker` for spot instances). */
+  cloudLabels?: Record<string, string>;
+}
+
+/** Why one providerID could not be identified; a typed error from src/errors.ts. */
+export type IdentifyResult = { ok: true; identity: NodeIdentity } | { ok: false; error: Error };
+
+/**
+ * Resolves nodes to their instance groups through the cloud API. Implementations batch: one call to
+ * `identify` with many providerIDs makes as few cloud calls as the API allows, and concurrent calls
+ * arriving within a short window are coalesced.
+ */
+export interface NodeIdentifier {
+  identify(providerIDs: readonly string[]): Promise<Map<string, IdentifyResult>>;
+}
+
+/** A cloud-side group of instances backing one instance group (an ASG, a MIG, a metal pool). */
+export interface CloudGroup {
+  /** The kops instance group name. */
+  instanceGroup: string;
+  /** The cloud's name for the group (ASG name, MIG name). */
+  cloudName: string;
+  minSize: number;
+  maxSize: number;
+  targetSize: number;
+  members: CloudGroupMember[];
+}
+
+/** One instance of a cloud group. */
+export interface CloudGroupMember {
+  instanceId: string;
+  /** The providerID a Node of this instance carries. */
+  providerID: string;
+  state: InstanceState;
+  /** False when the cloud marks the member unhealthy or it is being replaced. */
+  healthy: boolean;
+}
+
+/** Lists the cloud groups of a cluster (for `validate` and the metrics). */
+export interface CloudGroups {
+  list(clusterName: string): Promise<CloudGroup[]>;
+}
