@@ -1,0 +1,27 @@
+/**
+ * The state store as the controller sees it: a small virtual file system addressed by URL
+ * (`file://`, `s3://`, `gs://`, `memfs://`), the layout kops writes into it, and change detection by
+ * ETag / generation so that edits reach nodes in seconds.
+ */
+
+/** One object read from the store, with the version tag used for change detection. */
+export interface StoredObject {
+  data: Buffer;
+  /** ETag (S3), generation (GCS), mtime+size (file) or a counter (memfs): changes when the object does. */
+  version: string;
+}
+
+/** A virtual file system rooted at a URL such as `s3://bucket/prefix` or `file:///srv/state`. */
+export interface Vfs {
+  /** The URL this VFS is rooted at. */
+  readonly url: string;
+  /** Reads an object; throws NotFoundError when it does not exist. */
+  read(path: string): Promise<StoredObject>;
+  /** Returns only the object's version, or undefined if absent — cheap enough to poll. */
+  stat(path: string): Promise<string | undefined>;
+  /** Writes an object atomically (readers see the old or the new content, never a mix). */
+  write(path: string, data: Buffer | string, options?: { mode?: number }): Promise<void>;
+  /** Lists object paths (relative to the root) under a prefix. */
+  list(prefix: string): Promise<string[]>;
+  delete(path: string): Promise<void>;
+}
