@@ -1,0 +1,35 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { test } from 'node:test';
+import { ConfigError, InternalError } from '../errors.ts';
+import { buildProgram, errorLine } from './main.ts';
+
+const cli = (args: string[]) =>
+  spawnSync(process.execPath, ['src/cli/main.ts', ...args], { encoding: 'utf8', cwd: new URL('../..', import.meta.url) });
+
+test('--version prints the package version and exits 0', () => {
+  const run = cli(['--version']);
+  assert.equal(run.status, 0);
+  assert.match(run.stdout, /^\d+\.\d+\.\d+\n$/);
+});
+
+test('an unknown option is a usage error: exit 2 with one readable line', () => {
+  const run = cli(['--no-such-option']);
+  assert.equal(run.status, 2);
+  assert.match(run.stderr, /unknown option '--no-such-option'/);
+});
+
+test('every command has help', () => {
+  const program = buildProgram();
+  const walk = (command: typeof program): void => {
+    assert.ok(command.description(), `${command.name()} has a description`);
+    for (const sub of command.commands) walk(sub);
+  };
+  walk(program);
+});
+
+test('typed errors become one line; unexpected ones are labelled as bugs', () => {
+  assert.equal(errorLine(new ConfigError('bad\nthing')), 'bad thing');
+  assert.match(errorLine(new InternalError('boom')), /^internal error: boom \(this is a bug/);
+  assert.match(errorLine(new TypeError('x is undefined')), /^internal error: x is undefined/);
+});
