@@ -1,0 +1,203 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { Registry } from 'prom-client';
+import { FakeClock, settle } from '../testing/fake-clock.ts';
+import { WorkQueue } from './workqueue.ts';
+
+/** A handler whose runs the test completes by hand, recording what ran and what overlapped. */
+function controlledHandler() {
+  const started: string[] = [];
+  const running = new Map<string, () => void>();
+  let maxConcurrent = 0;
+  let sameKeyOverlap = false;
+  const failNext = new Set<string>();
+  const handler = (key: string, signal: AbortSignal) =>
+    new Promise<void>((resolve, reject) => {
+      if (running.has(key)) sameKeyOverlap = true;
+      started.push(key);
+      const finish = () => {
+        running.delete(key);
+        if (failNext.delete(key)) reject(new Error(`${key} failed`));
+        else resolve();
+      };
+      running.set(key, finish);
+      signal.addEventListener('abort', finish, { once: true });
+      maxConcurrent = Math.max(maxConcurrent, running.size);
+    });
+  return {
+    handler,
+    started,
+    running,
+    failNext,
+    finish: async (key: string) => {
+      running.get(key)?.();
+      await settle();
+    },
+    stats: () => ({ maxConcurrent, sameKeyOverlap }),
+  };
+}
+
+async function metricValue(registry: Registry, name: string, queue: string): Promise<number | undefined> {
+  const metric = registry.getSingleMetric(name);
+  const data = await metric?.get();
+  return data?.values.find((v) => v.labels['name'] === queue && !('le' in v.labels))?.value;
+}
+
+describe('work queue', () => {
+  test('a key queued while queued is processed once', async () => {
+    const queue = new WorkQueue({ name: 'dedupe', clock: new FakeClock() });
+    for (const key of ['a', 'b', 'a', 'a', 'b']) queue.add(key);
+    assert.equal(queue.length, 2);
+    const h = controlledHandler();
+    queue.start(h.handler);
+    await settle();
+    await h.finish('a');
+    await h.finish('b');
+    assert.deepEqual(h.started, ['a', 'b']);
+    assert.equal(queue.length, 0);
+  });
+
+  test('a key re-added while processing runs again afterwards, never concurrently', async () => {
+    const queue = new WorkQueue({ name: 'readd', concurrency: 4, clock: new FakeClock() });
+    const h = controlledHandler();
+    queue.start(h.handler);
+    queue.add('a');
+    await settle();
+    queue.add('a');
+    queue.add('a');
+    await settle();
+    assert.deepEqual(h.started, ['a'], 'not started a second time while the first run is going');
+    await h.finish('a');
+    assert.deepEqual(h.started, ['a', 'a']);
+    await h.finish('a');
+    assert.deepEqual(h.started, ['a', 'a']);
+    assert.equal(h.stats().sameKeyOverlap, false);
+  });
+
+  test('never more than `concurrency` keys at once', async () => {
+    const queue = new WorkQueue({ name: 'limit', concurrency: 3, clock: new FakeClock() });
+    const h = controlledHandler();
+    queue.start(h.handler);
+    for (let i = 0; i < 10; i++) queue.add(`k${i}`);
+    await settle();
+    assert.equal(queue.inProgress, 3);
+    assert.equal(queue.length, 7);
+    for (let i = 0; i < 10; i++) await h.finish(`k${i}`);
+    assert.equal(h.started.length, 10);
+    assert.equal(h.stats().maxConcurrent, 3);
+    assert.equal(queue.inProgress, 0);
+  });
+
+  test('failures back off exponentially up to the cap; forget resets', async () => {
+    const clock = new FakeClock();
+    const queue = new WorkQueue({ name: 'backoff', baseDelayMs: 10, maxDelayMs: 100, clock });
+    assert.deepEqual(
+      [0, 1, 2, 3, 4, 5].map((n) => queue.backoffFor(n)),
+      [10, 20, 40, 80, 100, 100],
+    );
+    const h = controlledHandler();
+    queue.start(h.handler);
+    queue.add('x');
+    const retryTimes: number[] = [];
+    const start = clock.now();
+    for (let attempt = 0; attempt < 4; attempt++) {
+      await settle();
+      retryTimes.push(clock.now() - start);
+      h.failNext.add('x');
+      await h.finish('x');
+      assert.equal(queue.numRequeues('x'), attempt + 1);
+      // Not retried a moment before its backoff ends, retried exactly when it does.
+      await clock.advance(queue.backoffFor(attempt) - 1);
+      assert.equal(h.started.length, attempt + 1);
+      await clock.advance(1);
+      assert.equal(h.started.length, attempt + 2);
+    }
+    assert.deepEqual(retryTimes, [0, 10, 30, 70]);
+    await h.finish('x');
+    assert.equal(queue.numRequeues('x'), 0, 'success forgets the failures');
+    queue.addRateLimited('y');
+    queue.forget('y');
+    assert.equal(queue.numRequeues('y'), 0);
+  });
+
+  test('addAfter keeps the earliest of several delays', async () => {
+    const clock = new FakeClock();
+    const queue = new WorkQueue({ name: 'after', clock });
+    const h = controlledHandler();
+    queue.start(h.handler);
+    queue.addAfter('k', 100);
+    queue.addAfter('k', 50);
+    queue.addAfter('k', 70);
+    await clock.advance(49);
+    assert.equal(h.started.length, 0);
+    await clock.advance(1);
+    assert.deepEqual(h.started, ['k']);
+    await h.finish('k');
+    await clock.advance(100);
+    assert.deepEqual(h.started, ['k'], 'the later delays were dropped');
+  });
+
+  test('shutdown with drain processes what is queued, then ignores adds', async () => {
+    const clock = new FakeClock();
+    const queue = new WorkQueue({ name: 'drain', clock });
+    const h = controlledHandler();
+    queue.start(h.handler);
+    queue.add('a');
+    queue.add('b');
+    queue.addAfter('later', 10);
+    await settle();
+    let done = false;
+    const shutdown = queue.shutdown({ drain: true }).then(() => (done = true));
+    queue.add('c');
+    await h.finish('a');
+    assert.equal(done, false);
+    await h.finish('b');
+    await shutdown;
+    await clock.advance(20);
+    assert.deepEqual(h.started, ['a', 'b']);
+  });
+
+  test('shutdown without drain aborts running work and drops the queue', async () => {
+    const queue = new WorkQueue({ name: 'abort', clock: new FakeClock() });
+    const h = controlledHandler();
+    queue.start(h.handler);
+    queue.add('a');
+    queue.add('b');
+    await settle();
+    await queue.shutdown({ drain: false });
+    assert.deepEqual(h.started, ['a']);
+    assert.equal(queue.length, 0);
+    assert.equal(queue.inProgress, 0);
+  });
+
+  test('reports depth, adds, retries, durations and the longest-running key', async () => {
+    const clock = new FakeClock();
+    const registry = new Registry();
+    const queue = new WorkQueue({ name: 'metered', clock, registry, baseDelayMs: 1000 });
+    const other = new WorkQueue({ name: 'other', clock, registry });
+    other.add('z');
+    for (const key of ['a', 'b', 'a']) queue.add(key);
+    assert.equal(await metricValue(registry, 'workqueue_depth', 'metered'), 2);
+    assert.equal(await metricValue(registry, 'workqueue_adds_total', 'metered'), 3);
+    assert.equal(await metricValue(registry, 'workqueue_depth', 'other'), 1);
+
+    const h = controlledHandler();
+    queue.start(h.handler);
+    await settle();
+    await clock.advance(2500);
+    assert.equal(await metricValue(registry, 'workqueue_longest_running_processor_seconds', 'metered'), 2.5);
+    h.failNext.add('a');
+    await h.finish('a');
+    assert.equal(await metricValue(registry, 'workqueue_retries_total', 'metered'), 1);
+    assert.equal(await metricValue(registry, 'workqueue_depth', 'metered'), 0);
+    await h.finish('b');
+    assert.equal(await metricValue(registry, 'workqueue_longest_running_processor_seconds', 'metered'), 0);
+    const work = await registry.getSingleMetric('workqueue_work_duration_seconds')?.get();
+    const count = work?.values.find(
+      (v) => v.metricName?.endsWith('_count') && v.labels['name'] === 'metered',
+    );
+    assert.equal(count?.value, 2);
+    const sum = work?.values.find((v) => v.metricName?.endsWith('_sum') && v.labels['name'] === 'metered');
+    assert.equal(sum?.value, 2.5, 'a took 2.5 s, b no time');
+  });
+});

@@ -1,0 +1,288 @@
+/**
+ * A rate-limited work queue with client-go's semantics, for controllers that reconcile by key:
+ * - a key queued while already queued is stored once;
+ * - a key added while it is being processed is processed again once the current run ends, and never
+ *   by two workers at the same time;
+ * - a failed key is retried after a per-key exponential backoff until it succeeds (`forget` resets it);
+ * - at most `concurrency` keys are processed at once.
+ */
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { describeError } from '../errors.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import { type Clock, systemClock } from './clock.ts';
+import { sharedMetric } from './metrics.ts';
+
+/** Processes one key; throwing requeues the key with backoff. The signal aborts on `shutdown({drain:false})`. */
+export type WorkHandler = (key: string, signal: AbortSignal) => Promise<void>;
+
+/** Options of a {@link WorkQueue}. */
+export interface WorkQueueOptions {
+  /** Names the queue in metrics and logs. */
+  name: string;
+  /** How many keys are processed at once; defaults to 1. */
+  concurrency?: number;
+  /** The first retry delay of a failing key, in ms; defaults to 5 ms. */
+  baseDelayMs?: number;
+  /** The largest retry delay, in ms; defaults to 1000 s. */
+  maxDelayMs?: number;
+  /** Where the `workqueue_*` metrics are registered; none when absent. */
+  registry?: Registry;
+  clock?: Clock;
+  logger?: Logger;
+}
+
+/** How {@link WorkQueue.shutdown} ends: process what is queued first, or abort work in progress. */
+export interface ShutdownOptions {
+  drain: boolean;
+}
+
+interface QueueMetrics {
+  depth: Gauge;
+  adds: Counter;
+  retries: Counter;
+  queueDuration: Histogram;
+  workDuration: Histogram;
+  longestRunning: Gauge;
+  unfinishedWork: Gauge;
+}
+
+const durationBuckets = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300];
+
+function queueMetrics(registry: Registry): QueueMetrics {
+  const registers = [registry];
+  const labelNames = ['name'] as const;
+  const gauge = (name: string, help: string) =>
+    sharedMetric(registry, name, () => new Gauge({ name, help, labelNames, registers }));
+  const counter = (name: string, help: string) =>
+    sharedMetric(registry, name, () => new Counter({ name, help, labelNames, registers }));
+  const histogram = (name: string, help: string) =>
+    sharedMetric(
+      registry,
+      name,
+      () => new Histogram({ name, help, labelNames, registers, buckets: durationBuckets }),
+    );
+  return {
+    depth: gauge('workqueue_depth', 'Keys waiting in the work queue.'),
+    adds: counter('workqueue_adds_total', 'Keys added to the work queue.'),
+    retries: counter('workqueue_retries_total', 'Keys requeued with backoff after a failure.'),
+    queueDuration: histogram('workqueue_queue_duration_seconds', 'Time a key waits before processing.'),
+    workDuration: histogram('workqueue_work_duration_seconds', 'Time processing one key takes.'),
+    longestRunning: gauge(
+      'workqueue_longest_running_processor_seconds',
+      'How long the longest-running key has been processing.',
+    ),
+    unfinishedWork: gauge(
+      'workqueue_unfinished_work_seconds',
+      'Total time the keys in progress have been processing; growth without completions means a stuck worker.',
+    ),
+  };
+}
+
+/** The rate-limited work queue. Call {@link WorkQueue.start} once with the handler. */
+export class WorkQueue {
+  readonly name: string;
+  readonly #concurrency: number;
+  readonly #baseDelayMs: number;
+  readonly #maxDelayMs: number;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #metrics: QueueMetrics | undefined;
+  /** Keys in processing order; never holds a key twice or a key being processed. */
+  readonly #queue: string[] = [];
+  #head = 0;
+  /** Keys that need processing: the queued ones plus those re-added while processing. */
+  readonly #dirty = new Map<string, number>();
+  /** Keys in progress, with when they started. */
+  readonly #processing = new Map<string, number>();
+  readonly #failures = new Map<string, number>();
+  readonly #delayed = new Map<string, { at: number; cancel: () => void }>();
+  readonly #abort = new AbortController();
+  #handler: WorkHandler | undefined;
+  #shuttingDown = false;
+  #draining = false;
+  #idle: (() => void) | undefined;
+
+  constructor(options: WorkQueueOptions) {
+    this.name = options.name;
+    this.#concurrency = Math.max(1, options.concurrency ?? 1);
+    this.#baseDelayMs = options.baseDelayMs ?? 5;
+    this.#maxDelayMs = options.maxDelayMs ?? 1_000_000;
+    this.#clock = options.clock ?? systemClock;
+    this.#logger = (options.logger ?? silentLogger).child({ queue: options.name });
+    this.#metrics = options.registry ? queueMetrics(options.registry) : undefined;
+    if (this.#metrics) this.#registerCollect(this.#metrics);
+  }
+
+  /** Queues `key` unless it is already waiting; ignored after shutdown. */
+  add(key: string): void {
+    if (this.#shuttingDown) return;
+    this.#metrics?.adds.inc({ name: this.name });
+    if (this.#dirty.has(key)) return;
+    this.#dirty.set(key, this.#clock.now());
+    if (this.#processing.has(key)) return;
+    this.#queue.push(key);
+    this.#updateDepth();
+    this.#pump();
+  }
+
+  /** Queues `key` after `delayMs`; of several pending delays for one key, the earliest wins. */
+  addAfter(key: string, delayMs: number): void {
+    if (this.#shuttingDown) return;
+    if (delayMs <= 0) {
+      this.add(key);
+      return;
+    }
+    const at = this.#clock.now() + delayMs;
+    const pending = this.#delayed.get(key);
+    if (pending && pending.at <= at) return;
+    pending?.cancel();
+    const cancel = this.#clock.setTimer(() => {
+      this.#delayed.delete(key);
+      this.add(key);
+    }, delayMs);
+    this.#delayed.set(key, { at, cancel });
+  }
+
+  /** Queues `key` after its backoff (base × 2^failures, capped) and counts one more failure. */
+  addRateLimited(key: string): void {
+    const failures = this.#failures.get(key) ?? 0;
+    this.#failures.set(key, failures + 1);
+    this.#metrics?.retries.inc({ name: this.name });
+    this.addAfter(key, this.backoffFor(failures));
+  }
+
+  /** The delay before the retry that follows `failures` earlier failures. */
+  backoffFor(failures: number): number {
+    return Math.min(this.#maxDelayMs, this.#baseDelayMs * 2 ** failures);
+  }
+
+  /** Clears the failure count of `key`, so its next failure backs off from the base delay again. */
+  forget(key: string): void {
+    this.#failures.delete(key);
+  }
+
+  /** How many times `key` has failed since it was last forgotten. */
+  numRequeues(key: string): number {
+    return this.#failures.get(key) ?? 0;
+  }
+
+  /** How many keys are waiting (not counting those in progress or delayed). */
+  get length(): number {
+    return this.#queue.length - this.#head;
+  }
+
+  /** How many keys are being processed right now. */
+  get inProgress(): number {
+    return this.#processing.size;
+  }
+
+  /** Starts the workers. Success forgets the key's failures; a thrown error requeues it with backoff. */
+  start(handler: WorkHandler): void {
+    if (this.#handler) throw new Error(`work queue ${this.name} already started`);
+    this.#handler = handler;
+    this.#pump();
+  }
+
+  /**
+   * Stops the queue. New adds are ignored and delayed retries dropped. With `drain`, the keys already
+   * queued are still processed; without, they are dropped and the handlers' signal aborts. Resolves when
+   * no handler is running.
+   */
+  shutdown(options: ShutdownOptions = { drain: true }): Promise<void> {
+    this.#shuttingDown = true;
+    this.#draining = options.drain && this.#handler !== undefined;
+    for (const { cancel } of this.#delayed.values()) cancel();
+    this.#delayed.clear();
+    if (!this.#draining) {
+      this.#queue.length = 0;
+      this.#head = 0;
+      this.#dirty.clear();
+      this.#abort.abort(new Error(`work queue ${this.name} shut down`));
+    }
+    this.#updateDepth();
+    return this.#isIdle() ? Promise.resolve() : new Promise((resolve) => (this.#idle = resolve));
+  }
+
+  #isIdle(): boolean {
+    return this.#processing.size === 0 && (!this.#draining || this.length === 0);
+  }
+
+  #pump(): void {
+    const handler = this.#handler;
+    if (!handler) return;
+    while (this.#processing.size < this.#concurrency && this.length > 0) {
+      const key = this.#queue[this.#head++] as string;
+      if (this.#head > 1024 && this.#head * 2 > this.#queue.length) {
+        this.#queue.splice(0, this.#head);
+        this.#head = 0;
+      }
+      const queuedAt = this.#dirty.get(key) ?? this.#clock.now();
+      this.#dirty.delete(key);
+      const startedAt = this.#clock.now();
+      this.#processing.set(key, startedAt);
+      this.#metrics?.queueDuration.observe({ name: this.name }, (startedAt - queuedAt) / 1000);
+      void this.#process(handler, key, startedAt);
+    }
+    this.#updateDepth();
+    if (this.#shuttingDown && this.#isIdle() && this.#idle) {
+      this.#idle();
+      this.#idle = undefined;
+    }
+  }
+
+  async #process(handler: WorkHandler, key: string, startedAt: number): Promise<void> {
+    let failed = false;
+    try {
+      await handler(key, this.#abort.signal);
+    } catch (err) {
+      failed = true;
+      this.#logger.warn(
+        { key, failures: this.numRequeues(key) + 1, err: describeError(err) },
+        'processing failed; retrying with backoff',
+      );
+    }
+    this.#metrics?.workDuration.observe({ name: this.name }, (this.#clock.now() - startedAt) / 1000);
+    this.#processing.delete(key);
+    if (failed) this.addRateLimited(key);
+    else this.forget(key);
+    if (this.#dirty.has(key)) this.#queue.push(key);
+    this.#pump();
+  }
+
+  #updateDepth(): void {
+    this.#metrics?.depth.set({ name: this.name }, this.length);
+  }
+
+  /** The in-progress gauges are computed at scrape time from the start times of running keys. */
+  #registerCollect(metrics: QueueMetrics): void {
+    const collectors = collectorsOf(metrics);
+    collectors.set(this.name, () => {
+      const now = this.#clock.now();
+      let longest = 0;
+      let total = 0;
+      for (const started of this.#processing.values()) {
+        longest = Math.max(longest, now - started);
+        total += now - started;
+      }
+      metrics.longestRunning.set({ name: this.name }, longest / 1000);
+      metrics.unfinishedWork.set({ name: this.name }, total / 1000);
+    });
+  }
+}
+
+/** Per metric family, one collect callback per queue name (prom-client allows one collect per gauge). */
+const collectorsByMetrics = new WeakMap<Gauge, Map<string, () => void>>();
+
+function collectorsOf(metrics: QueueMetrics): Map<string, () => void> {
+  let collectors = collectorsByMetrics.get(metrics.longestRunning);
+  if (!collectors) {
+    const created = new Map<string, () => void>();
+    collectors = created;
+    collectorsByMetrics.set(metrics.longestRunning, created);
+    const gauge = metrics.longestRunning as Gauge & { collect?: () => void };
+    gauge.collect = () => {
+      for (const collect of created.values()) collect();
+    };
+  }
+  return collectors;
+}
