@@ -1,0 +1,83 @@
+/**
+ * Turns failures of @kubernetes/client-node calls into the project's typed errors, with the
+ * apiserver's own `Status.message` (client-node 2.0.1 hands the body over as a raw JSON string).
+ */
+import { ApiException } from '@kubernetes/client-node';
+import {
+  ConflictError,
+  ForbiddenError,
+  GoneError,
+  InvalidInputError,
+  KopsError,
+  NotFoundError,
+  RateLimitedError,
+  TimeoutError,
+  UnauthenticatedError,
+  UnavailableError,
+} from '../errors.ts';
+
+/** The `message` of a Kubernetes `Status` body, whether it arrives as a JSON string or an object. */
+export function statusMessageOf(body: unknown): string | undefined {
+  let status = body;
+  if (typeof body === 'string') {
+    try {
+      status = JSON.parse(body);
+    } catch {
+      return body.trim() || undefined;
+    }
+  }
+  if (status && typeof status === 'object' && 'message' in status && typeof status.message === 'string') {
+    return status.message;
+  }
+  return undefined;
+}
+
+/** The HTTP status of a failed client-node call: `ApiException.code` or a watch error's `statusCode`. */
+export function httpStatusOfApiError(err: unknown): number | undefined {
+  if (err instanceof ApiException) return err.code;
+  const code = (err as { statusCode?: unknown } | null)?.statusCode;
+  return typeof code === 'number' ? code : undefined;
+}
+
+/**
+ * Maps a client-node error to a typed error: 404 → NotFound, 409 → Conflict, 410 → Gone,
+ * 401 → Unauthenticated, 403 → Forbidden, 400/422 → InvalidInput, 429 → RateLimited,
+ * 5xx and network failures → Unavailable. `action` says what was being done ("read lease kube-system/x").
+ */
+export function fromApiException(err: unknown, action = 'Kubernetes API call'): KopsError {
+  if (err instanceof KopsError) return err;
+  const code = httpStatusOfApiError(err);
+  const options = { cause: err, details: code === undefined ? undefined : { httpStatus: code } };
+  if (code === undefined) {
+    const name = (err as { name?: unknown } | null)?.name;
+    if (name === 'TimeoutError') return new TimeoutError(`${action} timed out`, options);
+    const reason = err instanceof Error ? err.message : String(err);
+    return new UnavailableError(
+      `${action} failed: cannot reach the API server (${reason}); check the server address and network`,
+      options,
+    );
+  }
+  const body = err instanceof ApiException ? err.body : undefined;
+  const detail =
+    statusMessageOf(body) ?? (err instanceof Error && !(err instanceof ApiException) ? err.message : '');
+  const message = `${action}: HTTP ${code}${detail ? `: ${detail}` : ''}`;
+  switch (code) {
+    case 400:
+    case 422:
+      return new InvalidInputError(message, options);
+    case 401:
+      return new UnauthenticatedError(`${message}; check the kubeconfig credentials`, options);
+    case 403:
+      return new ForbiddenError(`${message}; grant the permission in RBAC`, options);
+    case 404:
+      return new NotFoundError(message, options);
+    case 409:
+      return new ConflictError(message, options);
+    case 410:
+      return new GoneError(message, options);
+    case 429:
+      return new RateLimitedError(message, options);
+    default:
+      return new UnavailableError(message, options);
+  }
+}
