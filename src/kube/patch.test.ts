@@ -1,0 +1,117 @@
+import assert from 'node:assert/strict';
+import { createServer, type IncomingMessage } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { describe, test } from 'node:test';
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { NotFoundError } from '../errors.ts';
+import {
+  escapeJsonPointer,
+  mapPatch,
+  metadataPatch,
+  optimisticJsonPatch,
+  patchNode,
+  patchNodeLabels,
+} from './patch.ts';
+
+interface Seen {
+  method: string;
+  url: string;
+  contentType: string | undefined;
+  body: unknown;
+}
+
+/** A one-route HTTP server that records each request and answers with `reply`. */
+async function recordingServer(reply: (req: IncomingMessage) => { status: number; body: unknown }) {
+  const seen: Seen[] = [];
+  const server = createServer(async (req, res) => {
+    let text = '';
+    for await (const chunk of req) text += chunk;
+    seen.push({
+      method: req.method ?? '',
+      url: req.url ?? '',
+      contentType: req.headers['content-type'],
+      body: JSON.parse(text),
+    });
+    const { status, body } = reply(req);
+    res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const kc = new KubeConfig();
+  kc.loadFromClusterAndUser(
+    { name: 'c', server: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, skipTLSVerify: true },
+    { name: 'u' },
+  );
+  return { seen, core: kc.makeApiClient(CoreV1Api), close: () => new Promise((r) => server.close(r)) };
+}
+
+describe('patch bodies', () => {
+  test('labels to set and to remove become one merge fragment, removals as null', () => {
+    assert.deepEqual(mapPatch({ set: { a: '1' }, remove: ['gone'] }), { gone: null, a: '1' });
+    assert.deepEqual(metadataPatch({ labels: { set: { k: 'v' }, remove: ['gone'] } }), {
+      metadata: { labels: { gone: null, k: 'v' } },
+    });
+    assert.deepEqual(metadataPatch({ annotations: { remove: ['x'] } }), {
+      metadata: { annotations: { x: null } },
+    });
+  });
+
+  test('JSON pointers escape label keys; optimistic patches test the resourceVersion first', () => {
+    assert.equal(escapeJsonPointer('kops.k8s.io/instancegroup'), 'kops.k8s.io~1instancegroup');
+    assert.equal(escapeJsonPointer('a~b/c'), 'a~0b~1c');
+    assert.deepEqual(optimisticJsonPatch('42', [{ op: 'remove', path: '/metadata/labels/x' }]), [
+      { op: 'test', path: '/metadata/resourceVersion', value: '42' },
+      { op: 'remove', path: '/metadata/labels/x' },
+    ]);
+  });
+});
+
+describe('patch requests', () => {
+  test('patchNodeLabels sends a strategic-merge patch', async () => {
+    const server = await recordingServer(() => ({
+      status: 200,
+      body: { kind: 'Node', metadata: { name: 'n1' } },
+    }));
+    try {
+      const node = await patchNodeLabels(server.core, 'n1', {
+        set: { 'kops.k8s.io/instancegroup': 'nodes' },
+        remove: ['old'],
+      });
+      assert.equal(node.metadata?.name, 'n1');
+      assert.deepEqual(server.seen, [
+        {
+          method: 'PATCH',
+          url: '/api/v1/nodes/n1?fieldManager=kops-controller',
+          contentType: 'application/strategic-merge-patch+json',
+          body: { metadata: { labels: { old: null, 'kops.k8s.io/instancegroup': 'nodes' } } },
+        },
+      ]);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test('merge and JSON patches carry their own content types; failures are typed', async () => {
+    let status = 200;
+    const server = await recordingServer(() =>
+      status === 200
+        ? { status, body: { kind: 'Node', metadata: { name: 'n1' } } }
+        : { status, body: { kind: 'Status', code: status, message: 'nodes "n2" not found' } },
+    );
+    try {
+      await patchNode(server.core, 'n1', { spec: { podCIDR: '10.0.0.0/24' } }, 'merge');
+      await patchNode(server.core, 'n1', optimisticJsonPatch('7', []), 'json');
+      assert.deepEqual(
+        server.seen.map((s) => s.contentType),
+        ['application/merge-patch+json', 'application/json-patch+json'],
+      );
+      status = 404;
+      await assert.rejects(
+        patchNodeLabels(server.core, 'n2', { set: { a: 'b' } }),
+        (err: unknown) =>
+          err instanceof NotFoundError && /patch node n2: HTTP 404: nodes "n2" not found/.test(err.message),
+      );
+    } finally {
+      await server.close();
+    }
+  });
+});
