@@ -7,7 +7,7 @@
 /** One object read from the store, with the version tag used for change detection. */
 export interface StoredObject {
   data: Buffer;
-  /** ETag (S3), generation (GCS), mtime+size (file) or a counter (memfs): changes when the object does. */
+  /** ETag (S3), generation (GCS), inode+mtime+size (file) or a counter (memfs): changes when the object does. */
   version: string;
 }
 
@@ -21,7 +21,8 @@ export interface Vfs {
   stat(path: string): Promise<string | undefined>;
   /** Writes an object atomically (readers see the old or the new content, never a mix). */
   write(path: string, data: Buffer | string, options?: { mode?: number }): Promise<void>;
-  /** Lists object paths (relative to the root) under a prefix. */
+  /** Lists object paths (relative to the root) under a prefix, sorted. */
   list(prefix: string): Promise<string[]>;
+  /** Deletes an object; deleting an absent object is not an error. */
   delete(path: string): Promise<void>;
 }

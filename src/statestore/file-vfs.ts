@@ -1,0 +1,116 @@
+/**
+ * `file:///dir` (or a plain directory path): a state store on a local or mounted file system. Writes go
+ * to a temporary file that is renamed into place, so a reader never sees half an object.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Dirent } from 'node:fs';
+import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { dirname, join, relative as relativePath, sep } from 'node:path';
+import { NotFoundError, UnavailableError } from '../errors.ts';
+import { checkListPrefix, checkObjectPath } from './paths.ts';
+import type { StoredObject, Vfs } from './types.ts';
+
+const tempPrefix = '.kops-controller-tmp-';
+
+function versionOf(info: { ino: bigint; mtimeNs: bigint; size: bigint }): string {
+  // The inode changes on every atomic replace; mtime and size catch in-place edits.
+  return `${info.ino}-${info.mtimeNs}-${info.size}`;
+}
+
+function isMissing(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException).code;
+  return code === 'ENOENT' || code === 'ENOTDIR';
+}
+
+/** A VFS over a directory tree. */
+export class FileVfs implements Vfs {
+  readonly url: string;
+  readonly #dir: string;
+
+  constructor(dir: string) {
+    this.#dir = dir.length > 1 ? dir.replace(/\/+$/, '') : dir;
+    this.url = `file://${this.#dir}`;
+  }
+
+  #file(path: string): string {
+    return join(this.#dir, checkObjectPath(path));
+  }
+
+  #failure(action: string, path: string, err: unknown): Error {
+    if (isMissing(err)) return new NotFoundError(`${this.url}/${path} does not exist`, { cause: err });
+    return new UnavailableError(`cannot ${action} ${this.url}/${path}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+
+  async read(path: string): Promise<StoredObject> {
+    const file = this.#file(path);
+    try {
+      // Stat before and after reading: if the file was replaced meanwhile, the version would not
+      // describe the data, so read again.
+      for (;;) {
+        const before = await stat(file, { bigint: true });
+        const data = await readFile(file);
+        const after = await stat(file, { bigint: true });
+        if (versionOf(before) === versionOf(after)) return { data, version: versionOf(after) };
+      }
+    } catch (err) {
+      throw this.#failure('read', path, err);
+    }
+  }
+
+  async stat(path: string): Promise<string | undefined> {
+    const file = this.#file(path);
+    try {
+      const info = await stat(file, { bigint: true });
+      return info.isFile() ? versionOf(info) : undefined;
+    } catch (err) {
+      if (isMissing(err)) return undefined;
+      throw this.#failure('stat', path, err);
+    }
+  }
+
+  async write(path: string, data: Buffer | string, options: { mode?: number } = {}): Promise<void> {
+    const file = this.#file(path);
+    const temp = join(dirname(file), `${tempPrefix}${randomBytes(6).toString('hex')}`);
+    try {
+      await mkdir(dirname(file), { recursive: true });
+      await writeFile(temp, data, { mode: options.mode ?? 0o644, flush: true });
+      await rename(temp, file);
+    } catch (err) {
+      await rm(temp, { force: true });
+      throw new UnavailableError(`cannot write ${this.url}/${path}: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
+  }
+
+  async list(prefix: string): Promise<string[]> {
+    checkListPrefix(prefix);
+    // Only the directories that can hold matches are walked.
+    const base = prefix.includes('/') ? prefix.slice(0, prefix.lastIndexOf('/')) : '';
+    const start = join(this.#dir, base);
+    let entries: Dirent[];
+    try {
+      entries = await readdir(start, { recursive: true, withFileTypes: true });
+    } catch (err) {
+      if (isMissing(err)) return [];
+      throw this.#failure('list', prefix, err);
+    }
+    const found: string[] = [];
+    for (const entry of entries) {
+      if (!entry.isFile() || entry.name.startsWith(tempPrefix)) continue;
+      const relative = relativePath(this.#dir, join(entry.parentPath, entry.name)).split(sep).join('/');
+      if (relative.startsWith(prefix)) found.push(relative);
+    }
+    return found.sort();
+  }
+
+  async delete(path: string): Promise<void> {
+    try {
+      await rm(this.#file(path), { force: true });
+    } catch (err) {
+      throw this.#failure('delete', path, err);
+    }
+  }
+}

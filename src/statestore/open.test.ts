@@ -1,0 +1,139 @@
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { OAuth2Client } from 'google-auth-library';
+import { ConfigError, InvalidInputError, NotFoundError } from '../errors.ts';
+import { startGcsSim } from '../sim/gcs/server.ts';
+import { startS3Sim } from '../sim/s3/server.ts';
+import { FileVfs } from './file-vfs.ts';
+import { GcsVfs } from './gcs-vfs.ts';
+import { MemfsVfs } from './memfs-vfs.ts';
+import { openVfs } from './open.ts';
+import { S3Vfs } from './s3-vfs.ts';
+import type { Vfs } from './types.ts';
+
+/** A GCS auth client holding a fixed, unexpired token: the real library, no network. */
+function staticGoogleAuth(token: string): OAuth2Client {
+  const client = new OAuth2Client();
+  client.setCredentials({ access_token: token, expiry_date: Date.now() + 3_600_000 });
+  return client;
+}
+
+const s3 = await startS3Sim({ buckets: ['state'] });
+const gcs = await startGcsSim({ buckets: ['state'], token: 'sim-token' });
+let tempDir = '';
+
+const backends: { name: string; open: () => Vfs }[] = [
+  { name: 'file', open: () => openVfs(`file://${tempDir}/store`) },
+  { name: 'memfs', open: () => openVfs('memfs://contract/clusters/c1') },
+  {
+    name: 's3',
+    open: () =>
+      openVfs('s3://state/clusters/c1', {
+        s3: { endpoint: s3.endpoint, region: 'us-test-1', credentials: s3.credentials },
+      }),
+  },
+  {
+    name: 'gs',
+    open: () =>
+      openVfs('gs://state/clusters/c1', {
+        gcs: { endpoint: gcs.endpoint, auth: staticGoogleAuth('sim-token') },
+      }),
+  },
+];
+
+before(async () => {
+  tempDir = await mkdtemp(join(tmpdir(), 'kc-vfs-'));
+});
+after(async () => {
+  await Promise.all([s3.close(), gcs.close(), rm(tempDir, { recursive: true, force: true })]);
+});
+
+for (const backend of backends) {
+  describe(`${backend.name} backend`, () => {
+    test('writes, reads back and versions an object', async () => {
+      const vfs = backend.open();
+      await vfs.write('config', 'kind: Cluster\n');
+      const first = await vfs.read('config');
+      assert.equal(first.data.toString(), 'kind: Cluster\n');
+      assert.ok(first.version);
+      assert.equal(await vfs.stat('config'), first.version);
+
+      await vfs.write('config', 'kind: Cluster\nspec: {}\n');
+      const second = await vfs.read('config');
+      assert.equal(second.data.toString(), 'kind: Cluster\nspec: {}\n');
+      assert.notEqual(second.version, first.version, 'an edit changes the version');
+      assert.equal(await vfs.stat('config'), second.version);
+    });
+
+    test('a missing object is NotFound on read and undefined on stat', async () => {
+      const vfs = backend.open();
+      await assert.rejects(vfs.read('instancegroup/missing'), NotFoundError);
+      assert.equal(await vfs.stat('instancegroup/missing'), undefined);
+    });
+
+    test('lists objects under a prefix, relative to the root and sorted', async () => {
+      const vfs = backend.open();
+      await vfs.write('instancegroup/nodes-b', 'b');
+      await vfs.write('instancegroup/nodes-a', 'a');
+      await vfs.write('pki/private/ca/keyset.yaml', 'k', { mode: 0o600 });
+      assert.deepEqual(await vfs.list('instancegroup/'), ['instancegroup/nodes-a', 'instancegroup/nodes-b']);
+      assert.deepEqual(await vfs.list('pki/'), ['pki/private/ca/keyset.yaml']);
+      assert.deepEqual(await vfs.list('nothing-here/'), []);
+      assert.ok((await vfs.list('')).includes('config'));
+    });
+
+    test('deletes objects, and deleting twice is fine', async () => {
+      const vfs = backend.open();
+      await vfs.write('instancegroup/doomed', 'x');
+      await vfs.delete('instancegroup/doomed');
+      await vfs.delete('instancegroup/doomed');
+      assert.equal(await vfs.stat('instancegroup/doomed'), undefined);
+    });
+
+    test('paths that would leave the root are refused', async () => {
+      const vfs = backend.open();
+      for (const bad of ['../config', '/etc/passwd', 'a//b', 'instancegroup/./x', '']) {
+        await assert.rejects(vfs.read(bad), InvalidInputError, bad);
+      }
+      await assert.rejects(vfs.write('../escape', 'x'), InvalidInputError);
+      await assert.rejects(vfs.list('../'), InvalidInputError);
+    });
+
+    test('binary data round-trips byte for byte', async () => {
+      const vfs = backend.open();
+      const bytes = Buffer.from([0, 255, 1, 254, 10, 13]);
+      await vfs.write('secrets/blob', bytes);
+      assert.deepEqual((await vfs.read('secrets/blob')).data, bytes);
+    });
+  });
+}
+
+describe('openVfs', () => {
+  test('picks the backend by scheme and keeps the root URL', () => {
+    assert.ok(openVfs('memfs://tests/minimal.example.com') instanceof MemfsVfs);
+    assert.ok(openVfs('file:///srv/state') instanceof FileVfs);
+    assert.ok(openVfs('./relative/dir') instanceof FileVfs);
+    assert.ok(openVfs('/srv/state') instanceof FileVfs);
+    assert.ok(openVfs('s3://bucket/prefix', { s3: { region: 'us-east-1' } }) instanceof S3Vfs);
+    assert.ok(openVfs('gs://bucket/prefix', { gcs: { auth: staticGoogleAuth('x') } }) instanceof GcsVfs);
+    assert.equal(openVfs('s3://bucket/a/b/', { s3: { region: 'us-east-1' } }).url, 's3://bucket/a/b');
+    assert.equal(openVfs('/srv/state/').url, 'file:///srv/state');
+  });
+
+  test('unknown schemes and malformed URLs are configuration errors that say what to use', () => {
+    assert.throws(
+      () => openVfs('azureblob://container/x'),
+      /scheme must be one of file:\/\/, s3:\/\/, gs:\/\/, memfs:\/\//,
+    );
+    assert.throws(() => openVfs('s3://'), ConfigError);
+    assert.throws(() => openVfs('s3://Bad_Bucket!/x'), /is not a bucket name/);
+    assert.throws(() => openVfs('gs:///nobucket'), ConfigError);
+    assert.throws(() => openVfs('memfs:///x'), /memfs:\/\/NAME\/PATH/);
+    assert.throws(() => openVfs('file://host/dir'), /three slashes/);
+    assert.throws(() => openVfs('s3://bucket/x?versionId=1'), /query strings/);
+    assert.throws(() => openVfs(''), /empty/);
+  });
+});

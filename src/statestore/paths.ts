@@ -1,0 +1,39 @@
+/** Object paths inside a state store: validated once here so no backend can be walked out of its root. */
+import { InvalidInputError } from '../errors.ts';
+
+/**
+ * Checks a path relative to a VFS root (`instancegroup/nodes`): no leading slash, no empty, `.` or
+ * `..` segments, no NUL. Returns it unchanged.
+ */
+export function checkObjectPath(path: string): string {
+  if (path === '' || path.startsWith('/') || path.includes('\0')) {
+    throw new InvalidInputError(
+      `invalid state-store path "${path}": use a non-empty path relative to the store root`,
+    );
+  }
+  for (const segment of path.split('/')) {
+    if (segment === '' || segment === '.' || segment === '..') {
+      throw new InvalidInputError(
+        `invalid state-store path "${path}": empty, "." and ".." segments are not allowed`,
+      );
+    }
+  }
+  return path;
+}
+
+/** Checks a list prefix: empty (everything) or a relative path, optionally ending in `/`. */
+export function checkListPrefix(prefix: string): string {
+  if (prefix === '') return prefix;
+  checkObjectPath(prefix.endsWith('/') ? prefix.slice(0, -1) : prefix);
+  return prefix;
+}
+
+/** Joins a root key prefix (no leading or trailing slash, possibly empty) and a relative path. */
+export function joinKey(root: string, path: string): string {
+  return root === '' ? path : `${root}/${path}`;
+}
+
+/** Strips slashes from both ends of a URL path, giving the key prefix of a bucket-based store. */
+export function trimSlashes(path: string): string {
+  return path.replace(/^\/+|\/+$/g, '');
+}
