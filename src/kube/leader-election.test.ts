@@ -1,0 +1,243 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { ApiException, type V1Lease } from '@kubernetes/client-node';
+import { Registry } from 'prom-client';
+import { FakeClock, settle } from '../testing/fake-clock.ts';
+import { LeaderElector, type LeaseClient, leaderRecordOf, parseMicroTime } from './leader-election.ts';
+
+const status = (code: number, message: string) =>
+  new ApiException(code, message, JSON.stringify({ kind: 'Status', code, message }), {});
+
+/**
+ * A faithful in-memory Lease API: resourceVersions, 404 on a missing lease, 409 on a create race or a
+ * stale replace, and answers that went through JSON, so MicroTimes come back as strings as they do
+ * from client-node.
+ */
+class FakeLeaseApi {
+  lease: V1Lease | undefined;
+  version = 0;
+  conflicts = 0;
+  writes: V1Lease[] = [];
+
+  clientFor(network: { down?: boolean; hang?: boolean } = {}): LeaseClient {
+    const call = async <T>(fn: () => T): Promise<T> => {
+      await settle();
+      if (network.hang) return new Promise(() => {});
+      if (network.down) throw new TypeError('fetch failed');
+      return fn();
+    };
+    const roundTrip = (lease: V1Lease) => JSON.parse(JSON.stringify(lease)) as V1Lease;
+    return {
+      readNamespacedLease: () =>
+        call(() => {
+          if (!this.lease) throw status(404, 'leases "l" not found');
+          return roundTrip(this.lease);
+        }),
+      createNamespacedLease: ({ body }) =>
+        call(() => {
+          if (this.lease) {
+            this.conflicts++;
+            throw status(409, 'leases "l" already exists');
+          }
+          return this.#store(body);
+        }),
+      replaceNamespacedLease: ({ body }) =>
+        call(() => {
+          if (body.metadata?.resourceVersion !== this.lease?.metadata?.resourceVersion) {
+            this.conflicts++;
+            throw status(409, 'the object has been modified');
+          }
+          return this.#store(body);
+        }),
+    } as LeaseClient;
+  }
+
+  #store(body: V1Lease): V1Lease {
+    const stored = JSON.parse(JSON.stringify(body)) as V1Lease;
+    stored.metadata = { ...stored.metadata, resourceVersion: String(++this.version) };
+    this.lease = stored;
+    this.writes.push(stored);
+    return JSON.parse(JSON.stringify(stored)) as V1Lease;
+  }
+}
+
+const timings = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 };
+
+function candidate(
+  api: FakeLeaseApi,
+  clock: FakeClock,
+  identity: string,
+  network: { down?: boolean; hang?: boolean } = {},
+  registry?: Registry,
+) {
+  const events: string[] = [];
+  const abort = new AbortController();
+  const elector = new LeaderElector({
+    client: api.clientFor(network),
+    namespace: 'kube-system',
+    name: 'kops-controller-leader',
+    identity,
+    ...timings,
+    clock,
+    registry,
+    random: () => 0.5,
+    onStartedLeading: (signal) => {
+      events.push('started');
+      signal.addEventListener('abort', () => events.push('signal-aborted'));
+    },
+    onStoppedLeading: () => {
+      events.push('stopped');
+    },
+    onNewLeader: (leader) => events.push(`leader:${leader}`),
+  });
+  const done = elector.run(abort.signal);
+  return { elector, events, network, stop: () => abort.abort(), done };
+}
+
+/** Advances the clock in small steps, failing if two candidates ever lead at once. */
+async function advanceChecking(clock: FakeClock, ms: number, ...electors: LeaderElector[]): Promise<void> {
+  for (let t = 0; t < ms; t += 50) {
+    await clock.advance(50);
+    const leaders = electors.filter((e) => e.isLeader).map((e) => e.identity);
+    assert.ok(leaders.length <= 1, `two leaders at once: ${leaders.join(', ')}`);
+  }
+}
+
+describe('leader election', () => {
+  test('of two candidates exactly one leads; the create race ends in a 409, not two leaders', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const a = candidate(api, clock, 'a');
+    const b = candidate(api, clock, 'b');
+    await advanceChecking(clock, 30_000, a.elector, b.elector);
+    const leaders = [a, b].filter((c) => c.elector.isLeader);
+    assert.equal(leaders.length, 1);
+    assert.ok(api.conflicts >= 1, 'the loser of the race got a conflict');
+    const leader = leaders[0]!;
+    const other = leader === a ? b : a;
+    assert.deepEqual(leader.events, [`leader:${leader.elector.identity}`, 'started']);
+    assert.deepEqual(other.events, [`leader:${leader.elector.identity}`]);
+    assert.equal(other.elector.leader, leader.elector.identity);
+    assert.ok(api.writes.length >= 15, 'the leader renews every retryPeriod');
+    a.stop();
+    b.stop();
+    await clock.advance(1000);
+    await Promise.all([a.done, b.done]);
+  });
+
+  test('writes MicroTimes with 6 fractional digits and reads them back from strings', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock(Date.parse('2026-11-22T01:02:03.456Z'));
+    const a = candidate(api, clock, 'a');
+    await clock.advance(10);
+    const spec = api.lease?.spec as unknown as Record<string, unknown>;
+    assert.equal(spec['renewTime'], '2026-11-22T01:02:03.456000Z');
+    assert.equal(spec['acquireTime'], '2026-11-22T01:02:03.456000Z');
+    assert.equal(spec['leaseDurationSeconds'], 15);
+    assert.equal(spec['leaseTransitions'], 0);
+    assert.equal(parseMicroTime('2026-11-22T01:02:03.456789Z'), Date.parse('2026-11-22T01:02:03.456Z'));
+    assert.equal(parseMicroTime(new Date(5)), 5);
+    assert.equal(parseMicroTime('not a time'), undefined);
+    assert.equal(leaderRecordOf(api.lease!).renewTime, clock.now() - 10);
+    a.stop();
+    await a.done;
+  });
+
+  test('a partitioned leader steps down by renewDeadline; the other takes over after the lease expires', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const a = candidate(api, clock, 'a');
+    await clock.advance(10);
+    assert.equal(a.elector.isLeader, true);
+    const b = candidate(api, clock, 'b');
+    await advanceChecking(clock, 5_000, a.elector, b.elector);
+    assert.equal(b.elector.leader, 'a');
+
+    a.network.down = true;
+    const cutAt = clock.now();
+    let aStepDown: number | undefined;
+    let bTakeOver: number | undefined;
+    for (let t = 0; t < 30_000; t += 50) {
+      await advanceChecking(clock, 50, a.elector, b.elector);
+      if (aStepDown === undefined && !a.elector.isLeader) aStepDown = clock.now() - cutAt;
+      if (bTakeOver === undefined && b.elector.isLeader) bTakeOver = clock.now() - cutAt;
+    }
+    assert.ok(
+      aStepDown !== undefined && aStepDown <= timings.renewDeadlineMs,
+      `stepped down after ${aStepDown} ms`,
+    );
+    assert.deepEqual(a.events.slice(-2), ['signal-aborted', 'stopped']);
+    // b first sees the last renewal up to one (jittered) retry period after it, then waits a lease duration.
+    assert.ok(bTakeOver !== undefined, 'b took over');
+    assert.ok(
+      bTakeOver >= timings.leaseDurationMs - timings.retryPeriodMs,
+      `took over after ${bTakeOver} ms`,
+    );
+    assert.ok(
+      bTakeOver <= timings.leaseDurationMs + 2 * 2.2 * timings.retryPeriodMs,
+      `took over after ${bTakeOver} ms`,
+    );
+    assert.equal(leaderRecordOf(api.lease!).leaseTransitions, 1);
+
+    // The old leader's network comes back: it campaigns again and sees b leading.
+    a.network.down = false;
+    await advanceChecking(clock, 10_000, a.elector, b.elector);
+    assert.equal(b.elector.isLeader, true);
+    assert.equal(a.elector.leader, 'b');
+    a.stop();
+    b.stop();
+    await clock.advance(5_000);
+    await Promise.all([a.done, b.done]);
+  });
+
+  test('a renewal that hangs does not keep a leader past renewDeadline', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const a = candidate(api, clock, 'a');
+    await clock.advance(10);
+    const leadingSince = clock.now() - 10;
+    a.network.hang = true;
+    await clock.advance(timings.renewDeadlineMs - 20);
+    assert.equal(a.elector.isLeader, true);
+    await clock.advance(20);
+    assert.equal(
+      a.elector.isLeader,
+      false,
+      `still leading ${clock.now() - leadingSince} ms after the last renewal`,
+    );
+    assert.ok(a.events.includes('stopped'));
+    a.stop();
+    await clock.advance(timings.renewDeadlineMs);
+  });
+
+  test('shutdown releases the lease so the other candidate takes over at its next retry', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const registry = new Registry();
+    const a = candidate(api, clock, 'a', {}, registry);
+    await clock.advance(10);
+    const b = candidate(api, clock, 'b');
+    await advanceChecking(clock, 3_000, a.elector, b.elector);
+    assert.match(
+      await registry.metrics(),
+      /leader_election_master_status\{name="kops-controller-leader"\} 1/,
+    );
+
+    a.stop();
+    await a.done;
+    assert.deepEqual(a.events.slice(-2), ['signal-aborted', 'stopped']);
+    assert.equal(api.lease?.spec?.holderIdentity, '');
+    assert.match(
+      await registry.metrics(),
+      /leader_election_master_status\{name="kops-controller-leader"\} 0/,
+    );
+    const releasedAt = clock.now();
+    while (!b.elector.isLeader) await advanceChecking(clock, 50, a.elector, b.elector);
+    assert.ok(clock.now() - releasedAt <= 2.2 * timings.retryPeriodMs, 'no wait for the lease to expire');
+    assert.equal(leaderRecordOf(api.lease!).leaseTransitions, 1);
+    assert.ok(b.events.includes('leader:b'));
+    b.stop();
+    await clock.advance(100);
+    await b.done;
+  });
+});

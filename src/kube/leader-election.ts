@@ -1,0 +1,375 @@
+/**
+ * Leader election on a coordination.k8s.io/v1 Lease with client-go's semantics, so this controller can
+ * share a lease with Go controllers and behave as operators expect:
+ * - a candidate takes the lease when it is absent, released (no holder), already its own, or expired;
+ *   expiry is measured from when this candidate last *saw the lease change* on its own clock, never
+ *   from the holder's timestamps, so clock skew between machines cannot cause two leaders;
+ * - the leader renews every retryPeriod; when no renewal has succeeded for renewDeadline it steps
+ *   down at once (renewDeadline < leaseDuration gives the others' clocks a safety margin);
+ * - every write is a replace carrying the resourceVersion read, so a 409 means "lost the race; retry";
+ * - on shutdown the leader clears the holder, so the next candidate takes over without waiting.
+ */
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { type CoordinationV1Api, type V1Lease, V1MicroTime } from '@kubernetes/client-node';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import { describeError } from '../errors.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import { httpStatusOfApiError } from './api-errors.ts';
+import { type Clock, sleep, systemClock } from './clock.ts';
+import { sharedMetric } from './metrics.ts';
+
+/** The Lease calls leader election needs; a CoordinationV1Api has them. */
+export type LeaseClient = Pick<
+  CoordinationV1Api,
+  'readNamespacedLease' | 'createNamespacedLease' | 'replaceNamespacedLease'
+>;
+
+/** What a leader election does, and what it calls when leadership changes. */
+export interface LeaderElectionOptions {
+  client: LeaseClient;
+  namespace: string;
+  name: string;
+  /** This candidate's name in `holderIdentity`; defaults to {@link defaultIdentity}. */
+  identity?: string;
+  /** How long a lease is valid after its last renewal, in ms (client-go default 15 s). */
+  leaseDurationMs: number;
+  /** How long the leader keeps trying to renew before it steps down, in ms (default 10 s). */
+  renewDeadlineMs: number;
+  /** How often candidates try to acquire and the leader renews, in ms (default 2 s). */
+  retryPeriodMs: number;
+  /** Called on becoming leader; `signal` aborts when leadership ends. Work started here must stop then. */
+  onStartedLeading: (signal: AbortSignal) => void;
+  /** Called after leadership ends (lost or shutting down), before the lease is released. */
+  onStoppedLeading?: () => void | Promise<void>;
+  /** Called whenever the observed holder changes, including to this candidate. */
+  onNewLeader?: (identity: string) => void;
+  clock?: Clock;
+  logger?: Logger;
+  registry?: Registry;
+  /** Random numbers in [0, 1) for retry jitter. */
+  random?: () => number;
+}
+
+/** The lease holder's facts, as read from a Lease. */
+export interface LeaderRecord {
+  holderIdentity: string;
+  leaseDurationMs: number | undefined;
+  acquireTime: number | undefined;
+  renewTime: number | undefined;
+  leaseTransitions: number;
+}
+
+/** client-go's JitterFactor: retries wait retryPeriod plus up to 1.2 × retryPeriod at random. */
+const jitterFactor = 1.2;
+
+/** `<hostname>_<random>`: unique even when two replicas share a hostname. */
+export function defaultIdentity(): string {
+  return `${hostname()}_${randomBytes(4).toString('hex')}`;
+}
+
+/**
+ * Reads a MicroTime. client-node 2.0.1 types these fields as V1MicroTime but hands over the raw
+ * string ("2026-11-22T01:02:03.456789Z") at runtime; both forms are accepted.
+ */
+export function parseMicroTime(value: unknown): number | undefined {
+  if (value instanceof Date) return Number.isNaN(value.getTime()) ? undefined : value.getTime();
+  if (typeof value !== 'string') return undefined;
+  const ms = Date.parse(value);
+  return Number.isNaN(ms) ? undefined : ms;
+}
+
+/** The holder facts of a Lease. */
+export function leaderRecordOf(lease: V1Lease): LeaderRecord {
+  const spec = lease.spec ?? {};
+  return {
+    holderIdentity: spec.holderIdentity ?? '',
+    leaseDurationMs: spec.leaseDurationSeconds ? spec.leaseDurationSeconds * 1000 : undefined,
+    acquireTime: parseMicroTime(spec.acquireTime),
+    renewTime: parseMicroTime(spec.renewTime),
+    leaseTransitions: spec.leaseTransitions ?? 0,
+  };
+}
+
+interface ElectionMetrics {
+  leading: Gauge;
+  changes: Counter;
+  renewFailures: Counter;
+}
+
+function electionMetrics(registry: Registry): ElectionMetrics {
+  const registers = [registry];
+  const labelNames = ['name'] as const;
+  return {
+    leading: sharedMetric(
+      registry,
+      'leader_election_master_status',
+      () =>
+        new Gauge({
+          name: 'leader_election_master_status',
+          help: '1 while this process holds the lease, else 0.',
+          labelNames,
+          registers,
+        }),
+    ),
+    changes: sharedMetric(
+      registry,
+      'leader_election_leadership_changes_total',
+      () =>
+        new Counter({
+          name: 'leader_election_leadership_changes_total',
+          help: 'Times this process became or stopped being the leader.',
+          labelNames: ['name', 'change'],
+          registers,
+        }),
+    ),
+    renewFailures: sharedMetric(
+      registry,
+      'leader_election_renew_failures_total',
+      () =>
+        new Counter({
+          name: 'leader_election_renew_failures_total',
+          help: 'Lease renewals that failed (the leader steps down when they fail for renewDeadline).',
+          labelNames,
+          registers,
+        }),
+    ),
+  };
+}
+
+/** One candidate in a leader election. Start it with {@link LeaderElector.run}. */
+export class LeaderElector {
+  readonly identity: string;
+  readonly #options: LeaderElectionOptions;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #metrics: ElectionMetrics | undefined;
+  readonly #random: () => number;
+  /** The last Lease read or written, and when this candidate first saw that version of it. */
+  #observed: V1Lease | undefined;
+  #observedAt = 0;
+  #leader = '';
+  #attempted = false;
+  #leadingUntil = 0;
+  #leading = false;
+
+  constructor(options: LeaderElectionOptions) {
+    this.#options = options;
+    this.identity = options.identity ?? defaultIdentity();
+    this.#clock = options.clock ?? systemClock;
+    this.#logger = (options.logger ?? silentLogger).child({
+      lease: `${options.namespace}/${options.name}`,
+      identity: this.identity,
+    });
+    this.#metrics = options.registry ? electionMetrics(options.registry) : undefined;
+    this.#random = options.random ?? Math.random;
+    this.#metrics?.leading.set({ name: options.name }, 0);
+  }
+
+  /** Whether this candidate leads now: it has renewed within renewDeadline and has not stepped down. */
+  get isLeader(): boolean {
+    return this.#leading && this.#clock.now() < this.#leadingUntil;
+  }
+
+  /** The holder last observed on the lease ('' when none). */
+  get leader(): string {
+    return this.#leader;
+  }
+
+  /** Whether at least one attempt has completed, so `isLeader` and `leader` reflect the lease. */
+  get stateKnown(): boolean {
+    return this.#attempted;
+  }
+
+  /**
+   * Campaigns until `signal` aborts: acquires the lease, leads while renewals succeed, campaigns again
+   * after losing it. On abort, a leader stops leading and releases the lease before this resolves.
+   */
+  async run(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      if (!(await this.#acquire(signal))) break;
+      await this.#lead(signal);
+    }
+  }
+
+  async #acquire(signal: AbortSignal): Promise<boolean> {
+    const { retryPeriodMs } = this.#options;
+    this.#logger.info('trying to acquire the leader lease');
+    while (!signal.aborted) {
+      const startedAt = this.#clock.now();
+      if (await this.#bounded(this.#tryAcquireOrRenew(startedAt), this.#options.renewDeadlineMs)) {
+        this.#leadingUntil = startedAt + this.#options.renewDeadlineMs;
+        return true;
+      }
+      await sleep(this.#clock, retryPeriodMs + this.#random() * jitterFactor * retryPeriodMs, signal);
+    }
+    return false;
+  }
+
+  async #lead(signal: AbortSignal): Promise<void> {
+    const { name, retryPeriodMs, renewDeadlineMs } = this.#options;
+    const leadership = new AbortController();
+    const stop = (reason: string) => {
+      if (!leadership.signal.aborted) leadership.abort(new Error(reason));
+    };
+    let cancelWatchdog = () => {};
+    // Steps down the moment renewDeadline passes without a renewal, even while a renewal hangs.
+    const armWatchdog = () => {
+      cancelWatchdog();
+      cancelWatchdog = this.#clock.setTimer(
+        () => stop(`no successful renewal for ${renewDeadlineMs} ms`),
+        this.#leadingUntil - this.#clock.now(),
+      );
+    };
+    const onShutdown = () => stop('shutting down');
+    signal.addEventListener('abort', onShutdown, { once: true });
+    this.#leading = true;
+    armWatchdog();
+    this.#metrics?.leading.set({ name }, 1);
+    this.#metrics?.changes.inc({ name, change: 'started' });
+    this.#logger.info('became leader');
+    try {
+      this.#options.onStartedLeading(leadership.signal);
+    } catch (err) {
+      this.#logger.error({ err: describeError(err) }, 'onStartedLeading failed');
+    }
+
+    while (!leadership.signal.aborted) {
+      await sleep(this.#clock, retryPeriodMs, leadership.signal);
+      if (leadership.signal.aborted) break;
+      const startedAt = this.#clock.now();
+      const remaining = this.#leadingUntil - startedAt;
+      if (await this.#bounded(this.#tryAcquireOrRenew(startedAt), remaining)) {
+        this.#leadingUntil = startedAt + renewDeadlineMs;
+        armWatchdog();
+      } else {
+        this.#metrics?.renewFailures.inc({ name });
+        if (this.#leader && this.#leader !== this.identity) stop(`lease taken over by ${this.#leader}`);
+      }
+    }
+
+    cancelWatchdog();
+    signal.removeEventListener('abort', onShutdown);
+    this.#leading = false;
+    this.#metrics?.leading.set({ name }, 0);
+    this.#metrics?.changes.inc({ name, change: 'stopped' });
+    this.#logger.warn({ reason: describeError(leadership.signal.reason) }, 'stopped leading');
+    try {
+      await this.#options.onStoppedLeading?.();
+    } catch (err) {
+      this.#logger.error({ err: describeError(err) }, 'onStoppedLeading failed');
+    }
+    if (signal.aborted) await this.#release();
+  }
+
+  /** Races `attempt` against a timeout on the clock; a late answer counts as failure. */
+  async #bounded(attempt: Promise<boolean>, timeoutMs: number): Promise<boolean> {
+    if (timeoutMs <= 0) return false;
+    let cancel = () => {};
+    const timeout = new Promise<boolean>((resolve) => {
+      cancel = this.#clock.setTimer(() => resolve(false), timeoutMs);
+    });
+    try {
+      return await Promise.race([attempt, timeout]);
+    } finally {
+      cancel();
+      this.#attempted = true;
+    }
+  }
+
+  /** One acquire-or-renew round; true when this candidate holds the lease as of `now`. */
+  async #tryAcquireOrRenew(now: number): Promise<boolean> {
+    const { client, namespace, name } = this.#options;
+    let current: V1Lease;
+    try {
+      current = await client.readNamespacedLease({ name, namespace });
+    } catch (err) {
+      if (httpStatusOfApiError(err) !== 404) return this.#failed('read', err);
+      return this.#write('create', () =>
+        client.createNamespacedLease({ namespace, body: this.#desiredLease(undefined, now) }),
+      );
+    }
+    this.#observe(current, now);
+    const record = leaderRecordOf(current);
+    if (record.holderIdentity && record.holderIdentity !== this.identity) {
+      const validFor = record.leaseDurationMs ?? this.#options.leaseDurationMs;
+      if (this.#observedAt + validFor > now) return false;
+      this.#logger.info({ previous: record.holderIdentity }, 'lease expired; taking over');
+    }
+    return this.#write('update', () =>
+      client.replaceNamespacedLease({ name, namespace, body: this.#desiredLease(current, now) }),
+    );
+  }
+
+  async #write(action: string, write: () => Promise<V1Lease>): Promise<boolean> {
+    try {
+      const written = await write();
+      this.#observe(written, this.#clock.now());
+      return true;
+    } catch (err) {
+      return this.#failed(action, err);
+    }
+  }
+
+  #failed(action: string, err: unknown): false {
+    const conflict = httpStatusOfApiError(err) === 409;
+    // A conflict is the normal outcome of a race with another candidate; it is not worth a warning.
+    this.#logger[conflict ? 'debug' : 'warn']({ err: describeError(err) }, `lease ${action} failed`);
+    return false;
+  }
+
+  #observe(lease: V1Lease, now: number): void {
+    if (lease.metadata?.resourceVersion !== this.#observed?.metadata?.resourceVersion || !this.#observed) {
+      this.#observedAt = now;
+    }
+    this.#observed = lease;
+    const holder = lease.spec?.holderIdentity ?? '';
+    if (holder !== this.#leader) {
+      this.#leader = holder;
+      if (holder) this.#options.onNewLeader?.(holder);
+    }
+  }
+
+  #desiredLease(current: V1Lease | undefined, now: number): V1Lease {
+    const { namespace, name, leaseDurationMs } = this.#options;
+    const record = current ? leaderRecordOf(current) : undefined;
+    const keep = record?.holderIdentity === this.identity;
+    return {
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: { ...current?.metadata, name, namespace },
+      spec: {
+        holderIdentity: this.identity,
+        leaseDurationSeconds: Math.max(1, Math.ceil(leaseDurationMs / 1000)),
+        acquireTime: new V1MicroTime(keep && record?.acquireTime !== undefined ? record.acquireTime : now),
+        renewTime: new V1MicroTime(now),
+        leaseTransitions: record ? record.leaseTransitions + (keep ? 0 : 1) : 0,
+      },
+    };
+  }
+
+  /** Clears the holder (as client-go's ReleaseOnCancel does) so another candidate need not wait. */
+  async #release(): Promise<void> {
+    const { client, namespace, name, renewDeadlineMs } = this.#options;
+    const lease = this.#observed;
+    if (!lease || lease.spec?.holderIdentity !== this.identity) return;
+    const now = this.#clock.now();
+    const released: V1Lease = {
+      ...lease,
+      spec: {
+        ...lease.spec,
+        holderIdentity: '',
+        leaseDurationSeconds: 1,
+        acquireTime: new V1MicroTime(now),
+        renewTime: new V1MicroTime(now),
+      },
+    };
+    const ok = await this.#bounded(
+      this.#write('release', () => client.replaceNamespacedLease({ name, namespace, body: released })),
+      renewDeadlineMs,
+    );
+    this.#logger.info(
+      ok ? 'released the leader lease' : 'could not release the leader lease; it will expire',
+    );
+  }
+}
