@@ -1,0 +1,164 @@
+/**
+ * The simulated EC2 `DescribeInstances`, answering in EC2's own XML: instance ids and filters,
+ * `MaxResults`/`NextToken` paging, and `InvalidInstanceID.NotFound` / `.Malformed` as EC2 raises them.
+ */
+import { randomUUID } from 'node:crypto';
+import {
+  AwsSimError,
+  filterParams,
+  intParam,
+  listParam,
+  pageToken,
+  type QueryFilter,
+  tagFilterMatches,
+  wildcardMatch,
+} from './query.ts';
+import { type AwsWorld, ec2StateCodes, isInstanceId, type SimInstance } from './world.ts';
+import { document, el, list, wrap } from './xml.ts';
+
+/** The XML namespace of the EC2 API version the SDK speaks. */
+export const ec2Namespace = 'http://ec2.amazonaws.com/doc/2016-11-15/';
+
+/** EC2 rejects more ids than this in one request. */
+export const maxInstanceIdsPerCall = 1000;
+
+function filterMatches(filter: QueryFilter, instance: SimInstance): boolean {
+  const byTag = tagFilterMatches(filter, instance.tags);
+  if (byTag !== undefined) return byTag;
+  const field = ((): string | undefined => {
+    switch (filter.name) {
+      case 'instance-id':
+        return instance.id;
+      case 'instance-state-name':
+        return instance.state;
+      case 'instance-state-code':
+        return String(ec2StateCodes[instance.state]);
+      case 'availability-zone':
+        return instance.zone;
+      case 'private-ip-address':
+        return instance.privateIp;
+      case 'private-dns-name':
+        return instance.privateDnsName;
+      case 'instance-lifecycle':
+        return instance.lifecycle;
+      case 'instance-type':
+        return instance.instanceType;
+      default:
+        throw new AwsSimError('InvalidParameterValue', `The filter '${filter.name}' is invalid`);
+    }
+  })();
+  return field !== undefined && filter.values.some((v) => wildcardMatch(v, field));
+}
+
+function notFound(missing: readonly string[]): AwsSimError {
+  const quoted = missing.join(', ');
+  return new AwsSimError(
+    'InvalidInstanceID.NotFound',
+    missing.length === 1
+      ? `The instance ID '${quoted}' does not exist`
+      : `The instance IDs '${quoted}' do not exist`,
+  );
+}
+
+function renderInstance(world: AwsWorld, i: SimInstance): string {
+  const tags = Object.entries(i.tags);
+  const networkInterface = wrap(
+    'item',
+    el('networkInterfaceId', `eni-${i.id.slice(2)}`) +
+      el('privateIpAddress', i.privateIp) +
+      el('privateDnsName', i.privateDnsName) +
+      list(
+        'privateIpAddressesSet',
+        'item',
+        [i.privateIp],
+        (ip) => el('privateIpAddress', ip) + el('primary', true),
+      ) +
+      list('ipv6AddressesSet', 'item', i.ipv6 === undefined ? [] : [i.ipv6], (ip) => el('ipv6Address', ip)) +
+      (i.publicIp === undefined
+        ? ''
+        : wrap('association', el('publicIp', i.publicIp) + el('ipOwnerId', 'amazon'))) +
+      wrap('attachment', el('deviceIndex', 0) + el('status', 'attached')),
+  );
+  return (
+    el('instanceId', i.id) +
+    el('imageId', 'ami-0123456789abcdef0') +
+    wrap('instanceState', el('code', ec2StateCodes[i.state]) + el('name', i.state)) +
+    el('privateDnsName', i.privateDnsName) +
+    (i.publicDnsName === undefined ? '<dnsName/>' : el('dnsName', i.publicDnsName)) +
+    el('amiLaunchIndex', 0) +
+    el('instanceType', i.instanceType) +
+    el('launchTime', i.launchTime.toISOString()) +
+    wrap('placement', el('availabilityZone', i.zone) + el('groupName', '') + el('tenancy', 'default')) +
+    wrap('monitoring', el('state', 'disabled')) +
+    el('privateIpAddress', i.privateIp) +
+    el('ipAddress', i.publicIp) +
+    el('architecture', 'x86_64') +
+    el('rootDeviceType', 'ebs') +
+    el('instanceLifecycle', i.lifecycle) +
+    list('tagSet', 'item', tags, ([k, v]) => el('key', k) + el('value', v)) +
+    wrap('networkInterfaceSet', networkInterface) +
+    el('ownerId', world.account)
+  );
+}
+
+/** Handles `DescribeInstances`; returns the response document. */
+export function describeInstances(world: AwsWorld, params: ReadonlyMap<string, string>): string {
+  const ids = listParam(params, 'InstanceId');
+  const filters = filterParams(params, 'ec2');
+  if (ids.length > 0 && params.has('MaxResults')) {
+    throw new AwsSimError(
+      'InvalidParameterCombination',
+      'The parameter instancesSet cannot be used with the parameter maxResults',
+    );
+  }
+  if (ids.length > maxInstanceIdsPerCall) {
+    throw new AwsSimError(
+      'InvalidParameterValue',
+      `No more than ${maxInstanceIdsPerCall} instance IDs may be given in one request`,
+    );
+  }
+  const malformed = ids.find((id) => !isInstanceId(id));
+  if (malformed !== undefined)
+    throw new AwsSimError('InvalidInstanceID.Malformed', `Invalid id: "${malformed}"`);
+  let candidates: SimInstance[];
+  if (ids.length > 0) {
+    const unique = [...new Set(ids)];
+    const missing = unique.filter((id) => world.instance(id) === undefined);
+    if (missing.length > 0) throw notFound(missing);
+    candidates = unique.map((id) => world.instance(id) as SimInstance);
+  } else {
+    candidates = world.instances();
+  }
+  const matching = candidates.filter((i) => filters.every((f) => filterMatches(f, i)));
+  const maxResults = intParam(params, 'MaxResults', { min: 5, max: 1000, default: Number.MAX_SAFE_INTEGER });
+  const offset = pageToken.decode(params.get('NextToken'));
+  const page = matching.slice(offset, offset + maxResults);
+  const next = offset + page.length < matching.length ? pageToken.encode(offset + page.length) : undefined;
+  const reservations = list(
+    'reservationSet',
+    'item',
+    page,
+    (i) =>
+      el('reservationId', `r-${i.id.slice(2)}`) +
+      el('ownerId', world.account) +
+      '<groupSet/>' +
+      list('instancesSet', 'item', [i], (x) => renderInstance(world, x)),
+  );
+  return document(
+    'DescribeInstancesResponse',
+    ec2Namespace,
+    el('requestId', randomUUID()) + reservations + el('nextToken', next),
+  );
+}
+
+/** An EC2 error document (EC2 does not use the awsQuery `ErrorResponse` shape). */
+export function ec2ErrorDocument(code: string, message: string): string {
+  return (
+    '<?xml version="1.0" encoding="UTF-8"?>\n' +
+    wrap(
+      'Response',
+      wrap('Errors', wrap('Error', el('Code', code) + el('Message', message))) +
+        el('RequestID', randomUUID()),
+    )
+  );
+}
