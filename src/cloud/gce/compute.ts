@@ -1,0 +1,293 @@
+/**
+ * A small client for the parts of the Compute Engine v1 REST API that node identity and cloud groups
+ * need, authenticated by google-auth-library. Plain REST over `AuthClient.request` rather than
+ * `@google-cloud/compute`: that package is a 108 MB gRPC/protobuf stack for a handful of GET calls,
+ * while the REST JSON is stable, documented, and lets the endpoint be pointed at the simulator.
+ */
+import { type AuthClient, GoogleAuth, gaxios } from 'google-auth-library';
+import {
+  ForbiddenError,
+  InvalidInputError,
+  type KopsError,
+  NotFoundError,
+  RateLimitedError,
+  UnauthenticatedError,
+  UnavailableError,
+} from '../../errors.ts';
+import { type Logger, silentLogger } from '../../log.ts';
+
+/** The public compute v1 endpoint. */
+export const defaultComputeEndpoint = 'https://compute.googleapis.com/compute/v1';
+
+/** The read-only OAuth scope the controller needs. */
+export const computeReadOnlyScope = 'https://www.googleapis.com/auth/compute.readonly';
+
+/** A `key: value` metadata item list, as instances and templates carry it. */
+export interface GceMetadata {
+  items?: Array<{ key: string; value?: string }>;
+}
+
+/** The fields of a compute#instance the controller reads. */
+export interface GceInstance {
+  id: string;
+  name: string;
+  /** URL of the instance's zone. */
+  zone: string;
+  status: string;
+  selfLink?: string;
+  creationTimestamp?: string;
+  metadata?: GceMetadata;
+  labels?: Record<string, string>;
+  tags?: { items?: string[] };
+  networkInterfaces?: Array<{ networkIP?: string; accessConfigs?: Array<{ natIP?: string }> }>;
+}
+
+/** The fields of a compute#instanceGroupManager the controller reads. */
+export interface GceInstanceGroupManager {
+  id: string;
+  name: string;
+  /** URL of the MIG's zone (zonal MIGs) or absent. */
+  zone?: string;
+  /** URL of the MIG's region (regional MIGs). */
+  region?: string;
+  selfLink: string;
+  instanceTemplate?: string;
+  targetSize: number;
+}
+
+/** One member of a MIG as `listManagedInstances` reports it. */
+export interface GceManagedInstance {
+  /** URL of the instance. */
+  instance: string;
+  /** The instance's numeric id; absent while it is being created. */
+  id?: string;
+  instanceStatus?: string;
+  currentAction: string;
+  version?: { instanceTemplate?: string; name?: string };
+}
+
+/** The fields of a compute#instanceTemplate the controller reads. */
+export interface GceInstanceTemplate {
+  id: string;
+  name: string;
+  selfLink?: string;
+  properties?: { metadata?: GceMetadata };
+}
+
+/** The Shielded VM (vTPM) endorsement keys of an instance. */
+export interface GceShieldedInstanceIdentity {
+  signingKey?: { ekPub?: string; ekCert?: string };
+  encryptionKey?: { ekPub?: string; ekCert?: string };
+}
+
+/** Options of {@link ComputeClient}. */
+export interface ComputeClientOptions {
+  /** Our project; every call is made in it. */
+  project: string;
+  /** The authenticated client (see {@link defaultAuthClient}). */
+  auth: Pick<AuthClient, 'request'>;
+  /** Base URL of the API; the simulator's `endpoint` in tests. */
+  endpoint?: string;
+  /** Retries of throttled (429) and failed (5xx, network) reads. */
+  retries?: number;
+  /** First retry delay; later ones back off exponentially. */
+  retryDelayMs?: number;
+  logger?: Logger;
+}
+
+/** The value of a metadata key, or undefined. */
+export function metadataValue(metadata: GceMetadata | undefined, key: string): string | undefined {
+  let value: string | undefined;
+  for (const item of metadata?.items ?? []) {
+    if (item.key === key) value = item.value;
+  }
+  return value;
+}
+
+/** The last path component of a resource URL (`…/zones/us-central1-a` → `us-central1-a`). */
+export function lastComponent(url: string): string {
+  return url.slice(url.lastIndexOf('/') + 1);
+}
+
+/** Builds the production auth client: Application Default Credentials (the metadata server on GCE). */
+export async function defaultAuthClient(): Promise<AuthClient> {
+  return new GoogleAuth({ scopes: [computeReadOnlyScope] }).getClient();
+}
+
+/** A read-only compute v1 client for one project; errors are the project's typed errors. */
+export class ComputeClient {
+  readonly project: string;
+  readonly #auth: Pick<AuthClient, 'request'>;
+  readonly #base: string;
+  readonly #retries: number;
+  readonly #retryDelayMs: number;
+  readonly #logger: Logger;
+
+  constructor(options: ComputeClientOptions) {
+    this.project = options.project;
+    this.#auth = options.auth;
+    this.#base = `${(options.endpoint ?? defaultComputeEndpoint).replace(/\/$/, '')}/projects/${encodeURIComponent(options.project)}`;
+    this.#retries = options.retries ?? 3;
+    this.#retryDelayMs = options.retryDelayMs ?? 200;
+    this.#logger = options.logger ?? silentLogger;
+  }
+
+  async #call<T>(
+    operation: string,
+    method: 'GET' | 'POST',
+    path: string,
+    params: Record<string, string> = {},
+  ) {
+    try {
+      const response = await this.#auth.request<T>({
+        url: `${this.#base}/${path}`,
+        method,
+        params,
+        responseType: 'json',
+        retryConfig: {
+          retry: this.#retries,
+          retryDelay: this.#retryDelayMs,
+          // Every call here is a read, POST listManagedInstances included, so retrying is safe.
+          httpMethodsToRetry: ['GET', 'POST'],
+          statusCodesToRetry: [
+            [429, 429],
+            [500, 599],
+          ],
+          onRetryAttempt: (err) =>
+            this.#logger.debug({ operation, status: err.response?.status }, 'retrying compute API call'),
+        },
+      });
+      return response.data;
+    } catch (err) {
+      throw computeError(operation, path, err);
+    }
+  }
+
+  async #pages<T>(
+    operation: string,
+    method: 'GET' | 'POST',
+    path: string,
+    params: Record<string, string>,
+    collect: (page: Record<string, unknown>) => T[],
+  ): Promise<T[]> {
+    const out: T[] = [];
+    let pageToken: string | undefined;
+    do {
+      const page = await this.#call<Record<string, unknown>>(operation, method, path, {
+        ...params,
+        maxResults: '500',
+        ...(pageToken ? { pageToken } : {}),
+      });
+      out.push(...collect(page));
+      pageToken = typeof page['nextPageToken'] === 'string' ? page['nextPageToken'] : undefined;
+    } while (pageToken);
+    return out;
+  }
+
+  /** instances.get */
+  getInstance(zone: string, name: string): Promise<GceInstance> {
+    return this.#call('instances.get', 'GET', `zones/${seg(zone)}/instances/${seg(name)}`);
+  }
+
+  /** instances.list over every page, optionally filtered. */
+  listInstances(zone: string, filter?: string): Promise<GceInstance[]> {
+    return this.#pages(
+      'instances.list',
+      'GET',
+      `zones/${seg(zone)}/instances`,
+      filterParam(filter),
+      (p) => (p['items'] as GceInstance[] | undefined) ?? [],
+    );
+  }
+
+  /** instances.aggregatedList over every page and zone, optionally filtered. */
+  aggregatedListInstances(filter?: string): Promise<GceInstance[]> {
+    return this.#pages('instances.aggregatedList', 'GET', 'aggregated/instances', filterParam(filter), (p) =>
+      scoped<GceInstance>(p, 'instances'),
+    );
+  }
+
+  /** instances.getShieldedInstanceIdentity: the vTPM endorsement keys. */
+  getShieldedInstanceIdentity(zone: string, name: string): Promise<GceShieldedInstanceIdentity> {
+    return this.#call(
+      'instances.getShieldedInstanceIdentity',
+      'GET',
+      `zones/${seg(zone)}/instances/${seg(name)}/getShieldedInstanceIdentity`,
+    );
+  }
+
+  /** instanceGroupManagers.get (zonal). */
+  getInstanceGroupManager(zone: string, name: string): Promise<GceInstanceGroupManager> {
+    return this.#call(
+      'instanceGroupManagers.get',
+      'GET',
+      `zones/${seg(zone)}/instanceGroupManagers/${seg(name)}`,
+    );
+  }
+
+  /** instanceGroupManagers.aggregatedList over every page and zone, optionally filtered. */
+  aggregatedListInstanceGroupManagers(filter?: string): Promise<GceInstanceGroupManager[]> {
+    return this.#pages(
+      'instanceGroupManagers.aggregatedList',
+      'GET',
+      'aggregated/instanceGroupManagers',
+      filterParam(filter),
+      (p) => scoped<GceInstanceGroupManager>(p, 'instanceGroupManagers'),
+    );
+  }
+
+  /** instanceGroupManagers.listManagedInstances over every page. */
+  listManagedInstances(zone: string, name: string): Promise<GceManagedInstance[]> {
+    return this.#pages(
+      'instanceGroupManagers.listManagedInstances',
+      'POST',
+      `zones/${seg(zone)}/instanceGroupManagers/${seg(name)}/listManagedInstances`,
+      {},
+      (p) => (p['managedInstances'] as GceManagedInstance[] | undefined) ?? [],
+    );
+  }
+
+  /** instanceTemplates.get (global templates, the kind kops creates). */
+  getInstanceTemplate(name: string): Promise<GceInstanceTemplate> {
+    return this.#call('instanceTemplates.get', 'GET', `global/instanceTemplates/${seg(name)}`);
+  }
+}
+
+const seg = encodeURIComponent;
+
+function filterParam(filter: string | undefined): Record<string, string> {
+  return filter ? { filter } : {};
+}
+
+/** Flattens an aggregatedList page: `{ items: { "zones/x": { <field>: [...] } } }`. */
+function scoped<T>(page: Record<string, unknown>, field: string): T[] {
+  const items = (page['items'] ?? {}) as Record<string, Record<string, T[] | undefined>>;
+  return Object.values(items).flatMap((scope) => scope[field] ?? []);
+}
+
+/** Maps a failed API call to a typed error naming the call and, for 403, the permission to grant. */
+function computeError(operation: string, path: string, err: unknown): KopsError {
+  const status = err instanceof gaxios.GaxiosError ? err.response?.status : undefined;
+  const data =
+    err instanceof gaxios.GaxiosError ? (err.response?.data as { error?: { message?: string } }) : undefined;
+  const reason = data?.error?.message ?? (err instanceof Error ? err.message : String(err));
+  const message = `compute ${operation} ${path}: ${reason}`;
+  const options = { cause: err, details: { operation, status } };
+  switch (status) {
+    case 400:
+      return new InvalidInputError(message, options);
+    case 401:
+      return new UnauthenticatedError(`${message}; check the controller's Google credentials`, options);
+    case 403:
+      return new ForbiddenError(
+        `${message}; grant the controller's service account compute.${operation}`,
+        options,
+      );
+    case 404:
+      return new NotFoundError(message, options);
+    case 429:
+      return new RateLimitedError(`${message}; the compute API quota is exhausted, retry later`, options);
+    default:
+      return new UnavailableError(message, options);
+  }
+}

@@ -1,0 +1,308 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, test } from 'node:test';
+import { ForbiddenError, InvalidInputError, NotFoundError, UnavailableError } from '../../errors.ts';
+import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
+import type { IdentifyResult } from '../types.ts';
+import { GceNodeIdentifier } from './node-identifier.ts';
+import { simulatorCompute } from './testing.ts';
+
+const cluster = 'prod.example.com';
+const zone = 'us-central1-a';
+let sim: GceSimulator;
+
+before(async () => {
+  sim = await startGceSimulator({ project: 'kops-prod' });
+});
+after(() => sim.close());
+beforeEach(() => sim.clearCalls());
+
+/** A fresh identifier, so caches never leak between tests. */
+function identifier(options: Partial<ConstructorParameters<typeof GceNodeIdentifier>[0]> = {}) {
+  return new GceNodeIdentifier({
+    compute: simulatorCompute(sim),
+    clusterName: cluster,
+    coalesceWindowMs: 1,
+    ...options,
+  });
+}
+
+const pid = (name: string, z = zone, project = 'kops-prod') => `gce://${project}/${z}/${name}`;
+
+function identityOf(result: IdentifyResult | undefined) {
+  assert.ok(result, 'a result for every providerID');
+  if (!result.ok) assert.fail(`expected an identity, got ${result.error.message}`);
+  return result.identity;
+}
+
+function errorOf(result: IdentifyResult | undefined): Error {
+  assert.ok(result, 'a result for every providerID');
+  assert.equal(result.ok, false, 'expected no identity');
+  return (result as { error: Error }).error;
+}
+
+function computeCalls(): number {
+  return sim.calls.filter((c) => c.operation !== 'token').length;
+}
+
+test('a MIG member is identified with the group its template names, its addresses and state', async () => {
+  const [node] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-basic',
+    count: 1,
+    clusterName: cluster,
+  });
+  sim.world.updateInstance(zone, node!.name, { natIP: '34.1.2.3' });
+  const results = await identifier().identify([pid(node!.name)]);
+  assert.deepEqual(identityOf(results.get(pid(node!.name))), {
+    providerID: pid(node!.name),
+    instanceId: node!.name,
+    instanceGroup: 'nodes-basic',
+    state: 'running',
+    addresses: [
+      { type: 'InternalIP', address: node!.networkIP },
+      { type: 'ExternalIP', address: '34.1.2.3' },
+      { type: 'Hostname', address: node!.name },
+    ],
+    zone,
+  });
+});
+
+test('spoof: an instance not in the MIG its created-by claims gets no identity', async () => {
+  sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'control-plane-x',
+    mig: 'a-cp-x',
+    count: 1,
+    clusterName: cluster,
+  });
+  sim.world.seedInstance({
+    zone,
+    name: 'rogue-1',
+    metadata: { 'created-by': sim.world.createdBy(zone, 'a-cp-x') },
+  });
+  const error = errorOf((await identifier().identify([pid('rogue-1')])).get(pid('rogue-1')));
+  assert.ok(error instanceof ForbiddenError);
+  assert.match(error.message, /is not managed by MIG a-cp-x/);
+});
+
+test('spoof: a MIG whose template names no group identifies nobody', async () => {
+  sim.world.seedTemplate({ name: 'bare-tpl', metadata: { 'cluster-name': cluster } });
+  sim.world.seedInstance({
+    zone,
+    name: 'bare-1',
+    metadata: { 'created-by': sim.world.createdBy(zone, 'bare-mig') },
+  });
+  sim.world.seedMig({ zone, name: 'bare-mig', instanceTemplate: 'bare-tpl', members: ['bare-1'] });
+  const error = errorOf((await identifier().identify([pid('bare-1')])).get(pid('bare-1')));
+  assert.ok(error instanceof ForbiddenError);
+  assert.match(error.message, /bare-tpl has no kops-k8s-io-instance-group-name/);
+});
+
+test('spoof: live metadata edited to claim another group still yields the template group', async () => {
+  sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'master-edit',
+    mig: 'a-master-edit',
+    count: 1,
+    clusterName: cluster,
+  });
+  const [node] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-edit',
+    count: 1,
+    clusterName: cluster,
+  });
+  sim.world.updateInstance(zone, node!.name, {
+    metadata: {
+      ...node!.metadata,
+      'kops-k8s-io-instance-group-name': 'master-edit',
+      'cluster-name': cluster,
+    },
+  });
+  assert.equal(
+    identityOf((await identifier().identify([pid(node!.name)])).get(pid(node!.name))).instanceGroup,
+    'nodes-edit',
+  );
+
+  // Pointing created-by at the control-plane MIG does not help either: the MIG does not list it.
+  sim.world.updateInstance(zone, node!.name, {
+    metadata: { 'created-by': sim.world.createdBy(zone, 'a-master-edit') },
+  });
+  const error = errorOf((await identifier().identify([pid(node!.name)])).get(pid(node!.name)));
+  assert.match(error.message, /not managed by MIG a-master-edit/);
+});
+
+test('spoof: a stopped or terminated instance gets no identity', async () => {
+  const [a, b] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-stop',
+    count: 2,
+    clusterName: cluster,
+  });
+  sim.world.updateInstance(zone, a!.name, { status: 'STOPPED' });
+  sim.world.updateInstance(zone, b!.name, { status: 'TERMINATED' });
+  const results = await identifier().identify([pid(a!.name), pid(b!.name)]);
+  assert.match(errorOf(results.get(pid(a!.name))).message, /is STOPPED, not RUNNING/);
+  assert.match(errorOf(results.get(pid(b!.name))).message, /is TERMINATED, not RUNNING/);
+});
+
+test('spoof: a providerID of another project is refused without calling the cloud', async () => {
+  sim.world.seedInstanceGroup({
+    project: 'other-proj',
+    zone,
+    instanceGroup: 'nodes',
+    count: 1,
+    clusterName: cluster,
+    namePrefix: 'theirs',
+  });
+  const id = pid('theirs-0000', zone, 'other-proj');
+  const error = errorOf((await identifier().identify([id])).get(id));
+  assert.ok(error instanceof ForbiddenError);
+  assert.match(error.message, /names project "other-proj", not this cluster's project "kops-prod"/);
+  assert.equal(computeCalls(), 0);
+});
+
+test('spoof: a template of another cluster does not identify our nodes', async () => {
+  const [node] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes',
+    mig: 'a-nodes-dev',
+    template: 'dev-tpl',
+    count: 1,
+    clusterName: 'dev.example.com',
+  });
+  const error = errorOf((await identifier().identify([pid(node!.name)])).get(pid(node!.name)));
+  assert.match(error.message, /belongs to cluster "dev\.example\.com", not "prod\.example\.com"/);
+});
+
+test('spoof: created-by naming a MIG of another zone, a missing MIG or no MIG is refused', async () => {
+  sim.world.seedInstance({
+    zone,
+    name: 'cross-zone',
+    metadata: { 'created-by': sim.world.createdBy('us-central1-b', 'b-nodes') },
+  });
+  sim.world.seedInstance({
+    zone,
+    name: 'ghost-mig',
+    metadata: { 'created-by': sim.world.createdBy(zone, 'no-such-mig') },
+  });
+  sim.world.seedInstance({ zone, name: 'hand-made' });
+  const results = await identifier().identify([pid('cross-zone'), pid('ghost-mig'), pid('hand-made')]);
+  assert.match(errorOf(results.get(pid('cross-zone'))).message, /claims MIG b-nodes of zone us-central1-b/);
+  assert.match(errorOf(results.get(pid('ghost-mig'))).message, /no-such-mig, which does not exist/);
+  assert.match(errorOf(results.get(pid('hand-made'))).message, /has no created-by metadata/);
+});
+
+test('malformed and unknown providerIDs give input and not-found errors', async () => {
+  const results = await identifier().identify(['aws:///us-east-1a/i-1', pid('does-not-exist')]);
+  assert.ok(errorOf(results.get('aws:///us-east-1a/i-1')) instanceof InvalidInputError);
+  assert.ok(errorOf(results.get(pid('does-not-exist'))) instanceof NotFoundError);
+});
+
+test('batching: N nodes of one zone cost O(1) calls, and a second pass only re-reads the instances', async () => {
+  const z = 'europe-west4-c';
+  const nodes = sim.world.seedInstanceGroup({
+    zone: z,
+    instanceGroup: 'nodes-big',
+    count: 1_200,
+    clusterName: cluster,
+  });
+  sim.clearCalls();
+  const id = identifier();
+  const ids = nodes.map((n) => pid(n.name, z));
+  const first = await id.identify(ids);
+  assert.equal([...first.values()].filter((r) => r.ok).length, 1_200);
+  // 1,200 instances and members at 500 a page: 3 pages each.
+  assert.equal(sim.count('instances.list'), 3);
+  assert.equal(sim.count('instances.get'), 0);
+  assert.equal(sim.count('instanceGroupManagers.get'), 1);
+  assert.equal(sim.count('instanceGroupManagers.listManagedInstances'), 3);
+  assert.equal(sim.count('instanceTemplates.get'), 1);
+
+  sim.clearCalls();
+  const second = await id.identify(ids);
+  assert.equal([...second.values()].filter((r) => r.ok).length, 1_200);
+  assert.equal(computeCalls(), 3, 'verified instance ids are cached; only the instances are read again');
+});
+
+test('batching: a few nodes use one filtered list, nodes of several zones one aggregated list', async () => {
+  const a = sim.world.seedInstanceGroup({
+    zone: 'asia-east1-a',
+    instanceGroup: 'nodes-few',
+    template: 'nodes-few-tpl',
+    count: 3,
+    clusterName: cluster,
+  });
+  const b = sim.world.seedInstanceGroup({
+    zone: 'asia-east1-b',
+    instanceGroup: 'nodes-few',
+    template: 'nodes-few-tpl',
+    count: 3,
+    clusterName: cluster,
+  });
+  sim.clearCalls();
+  const results = await identifier().identify(a.map((n) => pid(n.name, 'asia-east1-a')));
+  assert.equal([...results.values()].filter((r) => r.ok).length, 3);
+  assert.equal(sim.count('instances.list'), 1);
+  assert.match(
+    sim.calls.find((c) => c.operation === 'instances.list')?.query['filter'] ?? '',
+    /^\(name = ".+"\) OR/,
+  );
+
+  sim.clearCalls();
+  const both = await identifier().identify([
+    ...a.map((n) => pid(n.name, 'asia-east1-a')),
+    ...b.map((n) => pid(n.name, 'asia-east1-b')),
+  ]);
+  assert.equal([...both.values()].filter((r) => r.ok).length, 6);
+  assert.equal(sim.count('instances.aggregatedList'), 1);
+  assert.equal(sim.count('instances.list') + sim.count('instances.get'), 0);
+  assert.equal(sim.count('instanceTemplates.get'), 1, 'both zones share the template; read once');
+});
+
+test('batching: concurrent single-node calls are coalesced into one batch', async () => {
+  const nodes = sim.world.seedInstanceGroup({
+    zone: 'us-west1-a',
+    instanceGroup: 'nodes-co',
+    count: 40,
+    clusterName: cluster,
+  });
+  sim.clearCalls();
+  const id = identifier({ coalesceWindowMs: 5 });
+  const results = await Promise.all(nodes.map((n) => id.identify([pid(n.name, 'us-west1-a')])));
+  assert.ok(results.every((r) => r.size === 1 && [...r.values()][0]?.ok));
+  assert.equal(sim.count('instances.list'), 1);
+  assert.equal(sim.count('instanceGroupManagers.listManagedInstances'), 1);
+});
+
+test('a recreated instance with the same name is verified again, not served from the cache', async () => {
+  const [node] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-re',
+    count: 1,
+    clusterName: cluster,
+  });
+  const id = identifier();
+  identityOf((await id.identify([pid(node!.name)])).get(pid(node!.name)));
+  // Deleted, then a hand-made instance takes the name and copies created-by: the MIG does not list it.
+  sim.world.deleteInstance(zone, node!.name);
+  sim.world.seedInstance({ zone, name: node!.name, metadata: node!.metadata });
+  const error = errorOf((await id.identify([pid(node!.name)])).get(pid(node!.name)));
+  assert.match(error.message, /not managed by MIG/);
+});
+
+test('a compute outage is a retryable error per node and nothing is cached', async () => {
+  const [node] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-out',
+    count: 1,
+    clusterName: cluster,
+  });
+  const id = identifier();
+  await id.identify([]); // nothing asked, nothing called
+  sim.failNext(10, 503);
+  const error = errorOf((await id.identify([pid(node!.name)])).get(pid(node!.name)));
+  assert.ok(error instanceof UnavailableError, error.message);
+  sim.failNext(0, 503);
+  identityOf((await id.identify([pid(node!.name)])).get(pid(node!.name)));
+});

@@ -1,0 +1,379 @@
+/**
+ * GCE node identity. The instance group of a node is never read from the instance itself — its live
+ * metadata can be edited by anyone with access to the instance. Instead the chain kops follows is
+ * walked through the compute API, in batches:
+ *   providerID (our project) → instance (must be RUNNING) → `created-by` names a zonal MIG →
+ *   the MIG lists the instance's id among its members → that member's instance template (immutable)
+ *   → template metadata `kops-k8s-io-instance-group-name` (and `cluster-name` = our cluster).
+ * A batch costs one instance read per zone, one MIG get + member listing per MIG and one read per
+ * template never seen before; verified instance ids are cached (bounded), so steady-state reconciles
+ * cost only the instance reads.
+ */
+import { ForbiddenError, NotFoundError } from '../../errors.ts';
+import { type Logger, silentLogger } from '../../log.ts';
+import { coalesce } from '../coalesce.ts';
+import { mapConcurrent } from '../concurrency.ts';
+import { LruCache } from '../lru.ts';
+import type { IdentifyResult, InstanceAddress, InstanceState, NodeIdentifier } from '../types.ts';
+import {
+  type ComputeClient,
+  type GceInstance,
+  type GceManagedInstance,
+  lastComponent,
+  metadataValue,
+} from './compute.ts';
+import {
+  type GceInstanceRef,
+  type MigRef,
+  parseCreatedBy,
+  parseGceProviderID,
+  parseTemplateUrl,
+  parseZonalUrl,
+} from './resource-names.ts';
+
+/** Template metadata naming the kops instance group (written by kops, immutable with the template). */
+export const instanceGroupMetadataKey = 'kops-k8s-io-instance-group-name';
+/** Template metadata naming the kops cluster. */
+export const clusterNameMetadataKey = 'cluster-name';
+
+/** Options of {@link GceNodeIdentifier}. */
+export interface GceNodeIdentifierOptions {
+  compute: ComputeClient;
+  /** Our kops cluster; templates of other clusters do not identify our nodes. */
+  clusterName: string;
+  logger?: Logger;
+  /** Zones asked about this many instances or fewer are read with instances.get (default 2). */
+  getThreshold?: number;
+  /** Up to this many names are fetched with a name filter; more list the zone(s) whole (default 50). */
+  filterMaxNames?: number;
+  /** Verified instance ids remembered (default 20,000). */
+  cacheSize?: number;
+  /** How long a verified instance id is trusted without re-checking its MIG (default 1 hour). */
+  cacheTtlMs?: number;
+  /** Calls to `identify` within this window share one batch (default 10 ms). */
+  coalesceWindowMs?: number;
+  /** Parallel compute calls at most (default 16). */
+  concurrency?: number;
+}
+
+interface VerifiedGroup {
+  instanceGroup: string;
+  createdBy: string;
+}
+
+type TemplateVerdict = { ok: true; instanceGroup: string } | { ok: false; error: Error };
+
+const stateByStatus: Record<string, InstanceState> = {
+  PROVISIONING: 'pending',
+  STAGING: 'pending',
+  RUNNING: 'running',
+  REPAIRING: 'running',
+  STOPPING: 'stopping',
+  SUSPENDING: 'stopping',
+  STOPPED: 'stopped',
+  SUSPENDED: 'stopped',
+  TERMINATED: 'stopped',
+};
+
+/** Resolves `gce://` providerIDs to kops instance groups through the compute API. */
+export class GceNodeIdentifier implements NodeIdentifier {
+  readonly #compute: ComputeClient;
+  readonly #clusterName: string;
+  readonly #logger: Logger;
+  readonly #getThreshold: number;
+  readonly #filterMaxNames: number;
+  readonly #concurrency: number;
+  readonly #verified: LruCache<string, VerifiedGroup>;
+  /** Templates are immutable, so a verdict (group or "names no group") never goes stale. */
+  readonly #templates = new LruCache<string, TemplateVerdict>({ maxEntries: 2_000 });
+  readonly #coalesced: (providerIDs: string[]) => Promise<Map<string, IdentifyResult>>;
+
+  constructor(options: GceNodeIdentifierOptions) {
+    this.#compute = options.compute;
+    this.#clusterName = options.clusterName;
+    this.#logger = options.logger ?? silentLogger;
+    this.#getThreshold = options.getThreshold ?? 2;
+    this.#filterMaxNames = options.filterMaxNames ?? 50;
+    this.#concurrency = options.concurrency ?? 16;
+    this.#verified = new LruCache({
+      maxEntries: options.cacheSize ?? 20_000,
+      ttlMs: options.cacheTtlMs ?? 3_600_000,
+    });
+    this.#coalesced = coalesce((ids) => this.#identifyBatch(ids), options.coalesceWindowMs ?? 10);
+  }
+
+  /** Identifies nodes by providerID; one result per distinct providerID asked. */
+  identify(providerIDs: readonly string[]): Promise<Map<string, IdentifyResult>> {
+    return this.#coalesced([...providerIDs]);
+  }
+
+  async #identifyBatch(providerIDs: string[]): Promise<Map<string, IdentifyResult>> {
+    const results = new Map<string, IdentifyResult>();
+    const fail = (id: string, error: Error) => results.set(id, { ok: false, error });
+    const refs = new Map<string, GceInstanceRef>();
+    for (const id of providerIDs) {
+      try {
+        const ref = parseGceProviderID(id);
+        if (ref.project !== this.#compute.project) {
+          fail(
+            id,
+            new ForbiddenError(
+              `providerID "${id}" names project "${ref.project}", not this cluster's project "${this.#compute.project}"`,
+            ),
+          );
+        } else {
+          refs.set(id, ref);
+        }
+      } catch (err) {
+        fail(id, err as Error);
+      }
+    }
+
+    const instances = await this.#fetchInstances([...refs.values()]);
+    const pending: Array<{ id: string; ref: GceInstanceRef; instance: GceInstance; mig: MigRef }> = [];
+    for (const [id, ref] of refs) {
+      const found = instances.get(`${ref.zone}/${ref.name}`);
+      if (!found || found instanceof Error) {
+        fail(
+          id,
+          found ??
+            new NotFoundError(`instance ${ref.name} not found in project ${ref.project} zone ${ref.zone}`),
+        );
+        continue;
+      }
+      if (found.status !== 'RUNNING') {
+        fail(
+          id,
+          new ForbiddenError(
+            `instance ${ref.name} is ${found.status}, not RUNNING; a stopped instance gets no identity`,
+          ),
+        );
+        continue;
+      }
+      const createdBy = metadataValue(found.metadata, 'created-by') ?? '';
+      const cached = this.#verified.get(found.id);
+      if (cached && cached.createdBy === createdBy) {
+        results.set(id, { ok: true, identity: this.#identity(id, ref, found, cached.instanceGroup) });
+        continue;
+      }
+      const mig = parseCreatedBy(createdBy);
+      if (!mig) {
+        fail(
+          id,
+          new ForbiddenError(
+            createdBy
+              ? `instance ${ref.name}: created-by "${createdBy}" is not a zonal managed instance group; kops nodes are created by zonal MIGs`
+              : `instance ${ref.name} has no created-by metadata: it was not created by a managed instance group`,
+          ),
+        );
+        continue;
+      }
+      if (mig.zone !== ref.zone) {
+        fail(
+          id,
+          new ForbiddenError(
+            `instance ${ref.name} in zone ${ref.zone} claims MIG ${mig.name} of zone ${mig.zone}`,
+          ),
+        );
+        continue;
+      }
+      pending.push({ id, ref, instance: found, mig });
+    }
+
+    const migKeys = [...new Set(pending.map((p) => `${p.mig.zone}/${p.mig.name}`))];
+    const members = new Map<string, Map<string, GceManagedInstance> | Error>();
+    await mapConcurrent(migKeys, this.#concurrency, async (key) => {
+      const [zone, name] = key.split('/') as [string, string];
+      members.set(key, await this.#migMembers(zone, name).catch((err: Error) => err));
+    });
+
+    const templateOf = new Map<string, string>();
+    for (const p of pending) {
+      const listed = members.get(`${p.mig.zone}/${p.mig.name}`);
+      if (listed instanceof Error) {
+        fail(p.id, listed);
+        continue;
+      }
+      const member = listed?.get(p.instance.id);
+      if (!member || parseZonalUrl(member.instance)?.name !== p.ref.name) {
+        fail(
+          p.id,
+          new ForbiddenError(
+            `instance ${p.ref.name} (id ${p.instance.id}) is not managed by MIG ${p.mig.name}, which its created-by metadata claims`,
+          ),
+        );
+        continue;
+      }
+      const template = member.version?.instanceTemplate;
+      const templateRef = template ? parseTemplateUrl(template) : undefined;
+      if (!templateRef || templateRef.project !== this.#compute.project) {
+        fail(
+          p.id,
+          new ForbiddenError(
+            `MIG ${p.mig.name} runs instance ${p.ref.name} from template "${template ?? ''}", not a global template of project ${this.#compute.project}`,
+          ),
+        );
+        continue;
+      }
+      templateOf.set(p.id, templateRef.name);
+    }
+
+    const verdicts = await this.#templateVerdicts([...new Set(templateOf.values())]);
+    for (const p of pending) {
+      const templateName = templateOf.get(p.id);
+      if (templateName === undefined) continue;
+      const verdict = verdicts.get(templateName) as TemplateVerdict;
+      if (!verdict.ok) {
+        fail(p.id, verdict.error);
+        continue;
+      }
+      this.#verified.set(p.instance.id, {
+        instanceGroup: verdict.instanceGroup,
+        createdBy: metadataValue(p.instance.metadata, 'created-by') ?? '',
+      });
+      results.set(p.id, {
+        ok: true,
+        identity: this.#identity(p.id, p.ref, p.instance, verdict.instanceGroup),
+      });
+    }
+    this.#logger.debug({ nodes: providerIDs.length, migs: migKeys.length }, 'identified GCE nodes');
+    return results;
+  }
+
+  /**
+   * Reads the asked instances with as few calls as the API allows: instances.get for zones asked
+   * about only a few, otherwise one (paginated) list — per zone, or aggregated over zones — filtered
+   * by name when the names fit in a filter.
+   */
+  async #fetchInstances(refs: GceInstanceRef[]): Promise<Map<string, GceInstance | Error>> {
+    const out = new Map<string, GceInstance | Error>();
+    const byZone = new Map<string, Set<string>>();
+    for (const ref of refs) byZone.set(ref.zone, (byZone.get(ref.zone) ?? new Set()).add(ref.name));
+
+    const singles: GceInstanceRef[] = [];
+    const listed = new Map<string, Set<string>>();
+    for (const [zone, names] of byZone) {
+      if (names.size <= this.#getThreshold) {
+        for (const name of names) singles.push({ project: this.#compute.project, zone, name });
+      } else {
+        listed.set(zone, names);
+      }
+    }
+
+    await mapConcurrent(singles, this.#concurrency, async (ref) => {
+      out.set(
+        `${ref.zone}/${ref.name}`,
+        await this.#compute.getInstance(ref.zone, ref.name).catch((err: Error) => err),
+      );
+    });
+
+    if (listed.size > 0) {
+      const names = [...listed.values()].flatMap((set) => [...set]);
+      // Names were validated as RFC 1035 labels by the providerID parser, so they need no escaping.
+      const filter =
+        names.length <= this.#filterMaxNames ? names.map((n) => `(name = "${n}")`).join(' OR ') : undefined;
+      const [onlyZone] = listed.keys();
+      try {
+        const found =
+          listed.size === 1 && onlyZone
+            ? await this.#compute.listInstances(onlyZone, filter)
+            : await this.#compute.aggregatedListInstances(filter);
+        for (const instance of found) {
+          const zone = lastComponent(instance.zone);
+          if (listed.get(zone)?.has(instance.name)) out.set(`${zone}/${instance.name}`, instance);
+        }
+      } catch (err) {
+        for (const [zone, set] of listed) for (const name of set) out.set(`${zone}/${name}`, err as Error);
+      }
+    }
+    return out;
+  }
+
+  /** A MIG's members by instance id, after checking the MIG is the one in our project and zone. */
+  async #migMembers(zone: string, name: string): Promise<Map<string, GceManagedInstance>> {
+    let mig: Awaited<ReturnType<ComputeClient['getInstanceGroupManager']>>;
+    try {
+      mig = await this.#compute.getInstanceGroupManager(zone, name);
+    } catch (err) {
+      if (err instanceof NotFoundError) {
+        throw new ForbiddenError(
+          `created-by names MIG ${name}, which does not exist in project ${this.#compute.project} zone ${zone}`,
+          { cause: err },
+        );
+      }
+      throw err;
+    }
+    const self = parseZonalUrl(mig.selfLink);
+    if (!self || self.project !== this.#compute.project || self.zone !== zone || self.name !== name) {
+      throw new ForbiddenError(
+        `MIG ${name} reports self link ${mig.selfLink}, not project ${this.#compute.project} zone ${zone}`,
+      );
+    }
+    const members = new Map<string, GceManagedInstance>();
+    for (const member of await this.#compute.listManagedInstances(zone, name)) {
+      if (member.id) members.set(member.id, member);
+    }
+    return members;
+  }
+
+  /** The group each template names; fetched once per template ever (templates are immutable). */
+  async #templateVerdicts(names: string[]): Promise<Map<string, TemplateVerdict>> {
+    const out = new Map<string, TemplateVerdict>();
+    const missing = names.filter((name) => {
+      const cached = this.#templates.get(name);
+      if (cached) out.set(name, cached);
+      return !cached;
+    });
+    await mapConcurrent(missing, this.#concurrency, async (name) => {
+      try {
+        const template = await this.#compute.getInstanceTemplate(name);
+        const metadata = template.properties?.metadata;
+        const group = metadataValue(metadata, instanceGroupMetadataKey);
+        const cluster = metadataValue(metadata, clusterNameMetadataKey);
+        let verdict: TemplateVerdict;
+        if (!group) {
+          verdict = {
+            ok: false,
+            error: new ForbiddenError(
+              `instance template ${name} has no ${instanceGroupMetadataKey} metadata, so it names no kops instance group`,
+            ),
+          };
+        } else if (cluster !== this.#clusterName) {
+          verdict = {
+            ok: false,
+            error: new ForbiddenError(
+              `instance template ${name} belongs to cluster "${cluster ?? ''}", not "${this.#clusterName}"`,
+            ),
+          };
+        } else {
+          verdict = { ok: true, instanceGroup: group };
+        }
+        this.#templates.set(name, verdict);
+        out.set(name, verdict);
+      } catch (err) {
+        // Not cached: an outage must not be remembered as a verdict.
+        out.set(name, { ok: false, error: err as Error });
+      }
+    });
+    return out;
+  }
+
+  #identity(providerID: string, ref: GceInstanceRef, instance: GceInstance, instanceGroup: string) {
+    const addresses: InstanceAddress[] = [];
+    for (const nic of instance.networkInterfaces ?? []) {
+      if (nic.networkIP) addresses.push({ type: 'InternalIP', address: nic.networkIP });
+      for (const access of nic.accessConfigs ?? []) {
+        if (access.natIP) addresses.push({ type: 'ExternalIP', address: access.natIP });
+      }
+    }
+    addresses.push({ type: 'Hostname', address: instance.name });
+    return {
+      providerID,
+      instanceId: instance.name,
+      instanceGroup,
+      state: stateByStatus[instance.status] ?? 'unknown',
+      addresses,
+      zone: ref.zone,
+    };
+  }
+}
