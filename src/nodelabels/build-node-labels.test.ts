@@ -1,0 +1,197 @@
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { describe, test } from 'node:test';
+import { fixturePath } from '../statestore/fixtures.ts';
+import {
+  type Cluster,
+  type InstanceGroup,
+  parseCluster,
+  parseInstanceGroup,
+} from '../statestore/kops-types.ts';
+import { buildNodeLabels } from './build-node-labels.ts';
+
+const kopsCluster = parseCluster(`apiVersion: kops.k8s.io/v1alpha2
+kind: Cluster
+metadata:
+  name: c.example.com
+spec:
+  kubernetesVersion: v1.32.0
+  masterKubelet:
+    nodeLabels:
+      controlPlane1: controlPlane1
+      controlPlane2: controlPlane2
+  kubelet:
+    nodeLabels:
+      node1: node1
+      node2: node2
+`);
+
+function group(name: string, role: string, extra = ''): InstanceGroup {
+  return parseInstanceGroup(`apiVersion: kops.k8s.io/v1alpha2
+kind: InstanceGroup
+metadata:
+  name: ${name}
+spec:
+  role: ${role}
+  kubelet:
+    nodeLabels:
+      node1: override1
+      node3: override3
+${extra}`);
+}
+
+const cases: { name: string; cluster: Cluster; ig: InstanceGroup; expected: Record<string, string> }[] = [
+  {
+    // kops builder_test.go "RoleControlPlane": control-plane kubelet labels, not the node ones.
+    name: 'Master: controlPlaneKubelet merged with the IG kubelet, plus the mandatory control-plane set',
+    cluster: kopsCluster,
+    ig: group('cp', 'Master'),
+    expected: {
+      'node-role.kubernetes.io/control-plane': '',
+      'node.kubernetes.io/exclude-from-external-load-balancers': '',
+      'kops.k8s.io/kops-controller-pki': '',
+      'kops.k8s.io/instancegroup': 'cp',
+      controlPlane1: 'controlPlane1',
+      controlPlane2: 'controlPlane2',
+      node1: 'override1',
+      node3: 'override3',
+    },
+  },
+  {
+    name: 'ControlPlane (the v1alpha3 spelling) is the same role',
+    cluster: kopsCluster,
+    ig: group('cp', 'ControlPlane'),
+    expected: {
+      'node-role.kubernetes.io/control-plane': '',
+      'node.kubernetes.io/exclude-from-external-load-balancers': '',
+      'kops.k8s.io/kops-controller-pki': '',
+      'kops.k8s.io/instancegroup': 'cp',
+      controlPlane1: 'controlPlane1',
+      controlPlane2: 'controlPlane2',
+      node1: 'override1',
+      node3: 'override3',
+    },
+  },
+  {
+    // kops builder_test.go "RoleNode".
+    name: 'Node: cluster kubelet merged key by key with the IG kubelet, plus the node role',
+    cluster: kopsCluster,
+    ig: group('nodes', 'Node'),
+    expected: {
+      'node-role.kubernetes.io/node': '',
+      'kops.k8s.io/instancegroup': 'nodes',
+      node1: 'override1',
+      node2: 'node2',
+      node3: 'override3',
+    },
+  },
+  {
+    name: 'APIServer: node kubelet labels, the api-server role and the kops-controller PKI label',
+    cluster: kopsCluster,
+    ig: group('apiserver', 'APIServer'),
+    expected: {
+      'node-role.kubernetes.io/api-server': '',
+      'kops.k8s.io/kops-controller-pki': '',
+      'kops.k8s.io/instancegroup': 'apiserver',
+      node1: 'override1',
+      node2: 'node2',
+      node3: 'override3',
+    },
+  },
+  {
+    name: 'Bastion: no role labels, only kubelet labels and the instance group',
+    cluster: kopsCluster,
+    ig: group('bastions', 'Bastion'),
+    expected: {
+      'kops.k8s.io/instancegroup': 'bastions',
+      node1: 'override1',
+      node2: 'node2',
+      node3: 'override3',
+    },
+  },
+  {
+    name: 'spec.nodeLabels comes last and overrides kubelet labels, role labels and the instance group',
+    cluster: kopsCluster,
+    ig: group(
+      'nodes',
+      'Node',
+      '  nodeLabels:\n    node1: from-spec\n    node-role.kubernetes.io/node: custom\n    kops.k8s.io/instancegroup: nodes-us-test-1a\n',
+    ),
+    expected: {
+      'node-role.kubernetes.io/node': 'custom',
+      'kops.k8s.io/instancegroup': 'nodes-us-test-1a',
+      node1: 'from-spec',
+      node2: 'node2',
+      node3: 'override3',
+    },
+  },
+  {
+    name: 'a control-plane IG cannot drop a mandatory label through kubelet nodeLabels',
+    cluster: kopsCluster,
+    ig: parseInstanceGroup(
+      'apiVersion: kops.k8s.io/v1alpha2\nkind: InstanceGroup\nmetadata:\n  name: cp\nspec:\n  role: Master\n' +
+        '  kubelet:\n    nodeLabels:\n      node-role.kubernetes.io/control-plane: "no"\n',
+    ),
+    expected: {
+      'node-role.kubernetes.io/control-plane': '',
+      'node.kubernetes.io/exclude-from-external-load-balancers': '',
+      'kops.k8s.io/kops-controller-pki': '',
+      'kops.k8s.io/instancegroup': 'cp',
+      controlPlane1: 'controlPlane1',
+      controlPlane2: 'controlPlane2',
+    },
+  },
+  {
+    name: 'no kubelet settings anywhere: just the role and the instance group',
+    cluster: parseCluster(
+      'apiVersion: kops.k8s.io/v1alpha2\nkind: Cluster\nmetadata:\n  name: c\nspec: {}\n',
+    ),
+    ig: parseInstanceGroup(
+      'apiVersion: kops.k8s.io/v1alpha2\nkind: InstanceGroup\nmetadata:\n  name: n\nspec:\n  role: Node\n',
+    ),
+    expected: { 'node-role.kubernetes.io/node': '', 'kops.k8s.io/instancegroup': 'n' },
+  },
+];
+
+describe('buildNodeLabels', () => {
+  for (const c of cases) {
+    test(c.name, () => {
+      assert.deepEqual(buildNodeLabels(c.cluster, c.ig), c.expected);
+    });
+  }
+
+  test('does not modify its inputs', () => {
+    const ig = group('nodes', 'Node', '  nodeLabels:\n    a: b\n');
+    const before = structuredClone({ cluster: kopsCluster, ig });
+    buildNodeLabels(kopsCluster, ig);
+    assert.deepEqual({ cluster: kopsCluster, ig }, before);
+  });
+
+  test('the sample AWS cluster: every IG gets its labels', async () => {
+    const read = (p: string) => readFile(fixturePath('aws', p), 'utf8');
+    const cluster = parseCluster(await read('cluster.yaml'));
+    const hm = parseInstanceGroup(await read('instancegroup/high-memory-us-test-1b.yaml'));
+    assert.deepEqual(buildNodeLabels(cluster, hm), {
+      'example.com/fleet': 'memory',
+      'example.com/storage': 'ebs',
+      'example.com/workload': 'analytics',
+      'kops.k8s.io/instancegroup': 'high-memory-us-test-1b',
+      'node-role.kubernetes.io/node': '',
+    });
+    const cp = parseInstanceGroup(await read('instancegroup/control-plane-us-test-1a.yaml'));
+    assert.equal(buildNodeLabels(cluster, cp)['example.com/fleet'], 'control-plane');
+  });
+
+  test('the sample GCE cluster: arbitrary nodeLabels apply on GCE too (unlike kops)', async () => {
+    const read = (p: string) => readFile(fixturePath('gce', p), 'utf8');
+    const labels = buildNodeLabels(
+      parseCluster(await read('cluster.yaml')),
+      parseInstanceGroup(await read('instancegroup/nodes-us-test1-a.yaml')),
+    );
+    assert.equal(
+      labels['example.com/long-label-value-that-gce-cloud-labels-cannot-carry'],
+      'this.value_is-fine-for-kubernetes',
+    );
+    assert.equal(labels['cloud.google.com/metadata-proxy-ready'], 'true');
+  });
+});

@@ -1,0 +1,279 @@
+/**
+ * Reads a cluster's kops objects from its configBase — `cluster-completed.spec` (falling back to
+ * `config`) and `instancegroup/<name>` — caches them, and polls their versions so that an edited
+ * instance group reaches the controller within one poll interval (kops' own cache held them for an
+ * hour). A changed object that is missing or fails to parse never replaces the last good one: the
+ * cache keeps serving it and the failure is reported, so nodes are never labelled from a broken file.
+ */
+import { EventEmitter } from 'node:events';
+import { describeError, InvalidInputError, NotFoundError } from '../errors.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import { type Cluster, type InstanceGroup, parseCluster, parseInstanceGroup } from './kops-types.ts';
+import { checkObjectPath } from './paths.ts';
+import type { Vfs } from './types.ts';
+
+/** Where kops keeps each object under the configBase. */
+export const clusterPaths = {
+  completed: 'cluster-completed.spec',
+  config: 'config',
+  instanceGroup: (name: string) => `instancegroup/${name}`,
+} as const;
+
+/** Default interval between version polls. */
+export const defaultPollIntervalMs = 10_000;
+
+/** A failure to refresh one object; the previous good object stays in use. */
+export interface StoreReadError {
+  path: string;
+  error: Error;
+}
+
+/** Events a ClusterStore emits. */
+export interface ClusterStoreEvents {
+  /** The cluster object changed (new content parsed successfully). */
+  cluster: [Cluster];
+  /** An instance group changed (new content parsed successfully). */
+  instanceGroup: [InstanceGroup];
+  /** A changed object could not be read or parsed; the last good one is kept. */
+  readError: [StoreReadError];
+}
+
+/** Options of a ClusterStore. */
+export interface ClusterStoreOptions {
+  /** How often `start()` polls object versions (default 10 s). */
+  pollIntervalMs?: number;
+  logger?: Logger;
+}
+
+interface Entry<T> {
+  path: string;
+  version: string;
+  value: T;
+  /** The last refresh failure, cleared by the next success. */
+  error?: Error;
+}
+
+/**
+ * The cluster and instance groups of one configBase. Objects are loaded on first use; `refresh()`
+ * (called every poll interval after `start()`) re-reads those whose version changed.
+ */
+export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
+  readonly vfs: Vfs;
+  readonly #pollIntervalMs: number;
+  readonly #logger: Logger;
+  #cluster: Entry<Cluster> | undefined;
+  readonly #instanceGroups = new Map<string, Entry<InstanceGroup>>();
+  readonly #loading = new Map<string, Promise<unknown>>();
+  #timer: NodeJS.Timeout | undefined;
+  #refreshing: Promise<void> | undefined;
+
+  /** `vfs` is rooted at the cluster's configBase. */
+  constructor(vfs: Vfs, options: ClusterStoreOptions = {}) {
+    super();
+    this.vfs = vfs;
+    this.#pollIntervalMs = options.pollIntervalMs ?? defaultPollIntervalMs;
+    this.#logger = (options.logger ?? silentLogger).child({ component: 'cluster-store', store: vfs.url });
+  }
+
+  /** The cluster: cached, loaded on first call. Throws if it was never readable. */
+  async cluster(): Promise<Cluster> {
+    if (this.#cluster) return this.#cluster.value;
+    const entry = await this.#once('cluster', () => this.#loadCluster());
+    return entry.value;
+  }
+
+  /** One instance group: cached, loaded on first call. Throws NotFoundError if it does not exist. */
+  async instanceGroup(name: string): Promise<InstanceGroup> {
+    if (name.includes('/')) {
+      throw new InvalidInputError(`invalid instance group name "${name}": names cannot contain "/"`);
+    }
+    const cached = this.#instanceGroups.get(name);
+    if (cached) return cached.value;
+    const entry = await this.#once(`ig/${name}`, () => this.#loadInstanceGroup(name));
+    return entry.value;
+  }
+
+  /** Every instance group in the store (listed now; objects come from the cache when unchanged). */
+  async instanceGroups(): Promise<InstanceGroup[]> {
+    const paths = await this.vfs.list('instancegroup/');
+    const names = paths
+      .map((p) => p.slice('instancegroup/'.length))
+      .filter((n) => n !== '' && !n.includes('/'));
+    return Promise.all(names.map((name) => this.instanceGroup(name)));
+  }
+
+  /** The last refresh failure of a cached object (`cluster` or an instance group name), if any. */
+  lastError(object: 'cluster' | { instanceGroup: string }): Error | undefined {
+    return object === 'cluster'
+      ? this.#cluster?.error
+      : this.#instanceGroups.get(object.instanceGroup)?.error;
+  }
+
+  /** Starts polling versions every interval; idempotent. The timer does not keep the process alive. */
+  start(): void {
+    if (this.#timer) return;
+    this.#timer = setInterval(() => void this.refresh(), this.#pollIntervalMs);
+    this.#timer.unref();
+  }
+
+  /** Stops polling. */
+  stop(): void {
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
+
+  /**
+   * Checks the version of every cached object and re-reads the changed ones, emitting `cluster` /
+   * `instanceGroup` for good new content and `readError` otherwise. Overlapping calls share one pass.
+   */
+  refresh(): Promise<void> {
+    this.#refreshing ??= this.#refreshAll().finally(() => {
+      this.#refreshing = undefined;
+    });
+    return this.#refreshing;
+  }
+
+  async #refreshAll(): Promise<void> {
+    const work: Promise<void>[] = [];
+    if (this.#cluster) work.push(this.#refreshCluster(this.#cluster));
+    for (const entry of this.#instanceGroups.values()) work.push(this.#refreshInstanceGroup(entry));
+    await Promise.all(work);
+  }
+
+  #once<T>(key: string, load: () => Promise<T>): Promise<T> {
+    const pending = this.#loading.get(key) as Promise<T> | undefined;
+    if (pending) return pending;
+    const promise = load().finally(() => this.#loading.delete(key));
+    this.#loading.set(key, promise);
+    return promise;
+  }
+
+  async #readCluster(): Promise<{ path: string; version: string; value: Cluster }> {
+    for (const path of [clusterPaths.completed, clusterPaths.config]) {
+      try {
+        const { data, version } = await this.vfs.read(path);
+        return { path, version, value: parseCluster(data.toString('utf8'), `${this.vfs.url}/${path}`) };
+      } catch (err) {
+        if (!(err instanceof NotFoundError) || path === clusterPaths.config) throw err;
+      }
+    }
+    throw new NotFoundError(`no cluster in ${this.vfs.url}`);
+  }
+
+  async #loadCluster(): Promise<Entry<Cluster>> {
+    const read = await this.#readCluster().catch((err: unknown) => {
+      if (err instanceof NotFoundError) {
+        throw new NotFoundError(
+          `no cluster at ${this.vfs.url}: neither ${clusterPaths.completed} nor ${clusterPaths.config} exists; ` +
+            'check configBase (it must be <state store>/<cluster name>)',
+          { cause: err },
+        );
+      }
+      throw err;
+    });
+    this.#cluster = read;
+    return read;
+  }
+
+  async #loadInstanceGroup(name: string): Promise<Entry<InstanceGroup>> {
+    const path = clusterPaths.instanceGroup(name);
+    checkObjectPath(path);
+    const { data, version } = await this.vfs.read(path).catch((err: unknown) => {
+      if (err instanceof NotFoundError) {
+        throw new NotFoundError(
+          `instance group "${name}" does not exist: ${this.vfs.url}/${path} is missing`,
+          {
+            cause: err,
+          },
+        );
+      }
+      throw err;
+    });
+    const value = parseInstanceGroup(data.toString('utf8'), `${this.vfs.url}/${path}`);
+    if (value.metadata.name !== name) {
+      this.#logger.warn({ path, name: value.metadata.name }, 'instance group file names another group');
+    }
+    const entry = { path, version, value };
+    this.#instanceGroups.set(name, entry);
+    return entry;
+  }
+
+  #fail(entry: Entry<unknown>, error: Error): void {
+    const first = entry.error === undefined || entry.error.message !== error.message;
+    entry.error = error;
+    // Log a failure once, not on every poll while it persists.
+    if (first) {
+      this.#logger.warn({ path: entry.path, err: describeError(error) }, 'keeping the last good object');
+    }
+    this.emit('readError', { path: entry.path, error });
+  }
+
+  async #refreshCluster(entry: Entry<Cluster>): Promise<void> {
+    try {
+      // The completed spec wins when present; `config` is watched only when it is all there is.
+      const completed = await this.vfs.stat(clusterPaths.completed);
+      const path = completed !== undefined ? clusterPaths.completed : clusterPaths.config;
+      const version = completed ?? (await this.vfs.stat(clusterPaths.config));
+      if (version === undefined) {
+        throw new NotFoundError(`${this.vfs.url}: the cluster spec has been deleted`);
+      }
+      if (path === entry.path && version === entry.version) {
+        entry.error = undefined;
+        return;
+      }
+      const read = await this.#readCluster();
+      this.#cluster = read;
+      this.#logger.info({ path: read.path, version: read.version }, 'cluster changed');
+      this.emit('cluster', read.value);
+    } catch (err) {
+      this.#fail(entry, err as Error);
+    }
+  }
+
+  async #refreshInstanceGroup(entry: Entry<InstanceGroup>): Promise<void> {
+    try {
+      const version = await this.vfs.stat(entry.path);
+      if (version === undefined) throw new NotFoundError(`${this.vfs.url}/${entry.path} has been deleted`);
+      if (version === entry.version) {
+        entry.error = undefined;
+        return;
+      }
+      const { data, version: readVersion } = await this.vfs.read(entry.path);
+      const value = parseInstanceGroup(data.toString('utf8'), `${this.vfs.url}/${entry.path}`);
+      const fresh = { path: entry.path, version: readVersion, value };
+      this.#instanceGroups.set(entry.path.slice('instancegroup/'.length), fresh);
+      this.#logger.info({ path: entry.path, version: readVersion }, 'instance group changed');
+      this.emit('instanceGroup', value);
+    } catch (err) {
+      this.#fail(entry, err as Error);
+    }
+  }
+}
+
+/** The kops YAML texts of one cluster, for seeding a state store. */
+export interface ClusterSeed {
+  /** The Cluster object (written as both `config` and `cluster-completed.spec`). */
+  cluster: string;
+  /** InstanceGroup objects; each is stored under its `metadata.name`. */
+  instanceGroups: string[];
+}
+
+/**
+ * Writes a cluster into a state store the way kops lays it out: `<configBase>/config`,
+ * `<configBase>/cluster-completed.spec` and `<configBase>/instancegroup/<name>`. Every object is
+ * validated first, so a seeded store is always readable. `configBase` is relative to the VFS root
+ * (usually the cluster name).
+ */
+export async function seedClusterStore(vfs: Vfs, configBase: string, seed: ClusterSeed): Promise<void> {
+  checkObjectPath(configBase);
+  parseCluster(seed.cluster, 'seed cluster');
+  const groups = seed.instanceGroups.map((text, i) => ({
+    name: parseInstanceGroup(text, `seed instance group ${i + 1}`).metadata.name,
+    text,
+  }));
+  await vfs.write(`${configBase}/${clusterPaths.config}`, seed.cluster);
+  await vfs.write(`${configBase}/${clusterPaths.completed}`, seed.cluster);
+  await Promise.all(
+    groups.map((g) => vfs.write(`${configBase}/${clusterPaths.instanceGroup(g.name)}`, g.text)),
+  );
+}
