@@ -1,0 +1,330 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import type { KubernetesListObject, V1Pod } from '@kubernetes/client-node';
+import { Registry } from 'prom-client';
+import { FakeClock, settle } from '../testing/fake-clock.ts';
+import { Informer, type ListOptions, objectKey, type WatchEventType, type WatchFn } from './informer.ts';
+
+interface Watcher {
+  onEvent: (type: WatchEventType, object: unknown) => void;
+  onDone: (err?: unknown) => void;
+  closed?: boolean;
+}
+
+/**
+ * An in-memory resource with the apiserver's list/watch contract: resourceVersions, paged lists,
+ * watches that replay history after a resourceVersion, 410 Gone once history is compacted, and
+ * hooks to fail lists, refuse watches and drop streams.
+ */
+class FakeResource {
+  objects = new Map<string, V1Pod>();
+  history: { rv: number; type: WatchEventType; object: V1Pod }[] = [];
+  rv = 100;
+  compactedRv = 0;
+  watchers = new Set<Watcher>();
+  listCalls: ListOptions[] = [];
+  watchParams: Record<string, unknown>[] = [];
+  failLists = 0;
+  failWatchConnects = 0;
+
+  put(name: string, phase: string, labels: Record<string, string> = {}): void {
+    const existed = this.objects.has(`default/${name}`);
+    const pod: V1Pod = {
+      metadata: { namespace: 'default', name, resourceVersion: String(++this.rv), labels },
+      spec: { nodeName: 'node-1', containers: [{ name: 'c', image: 'big-image-name:latest' }] },
+      status: { phase },
+    };
+    this.objects.set(`default/${name}`, pod);
+    this.#emit(existed ? 'MODIFIED' : 'ADDED', pod);
+  }
+
+  remove(name: string): void {
+    const pod = this.objects.get(`default/${name}`)!;
+    this.objects.delete(`default/${name}`);
+    this.#emit('DELETED', { ...pod, metadata: { ...pod.metadata, resourceVersion: String(++this.rv) } });
+  }
+
+  #emit(type: WatchEventType, object: V1Pod): void {
+    this.history.push({ rv: this.rv, type, object });
+    for (const w of this.watchers) w.onEvent(type, structuredClone(object));
+  }
+
+  bookmark(): void {
+    for (const w of this.watchers) w.onEvent('BOOKMARK', { metadata: { resourceVersion: String(this.rv) } });
+  }
+
+  /** Ends every open stream, as an apiserver restart or a proxy timeout does. */
+  dropWatches(): void {
+    for (const w of [...this.watchers]) this.close(w);
+  }
+
+  /** Forgets the history so far, as etcd compaction does: older resourceVersions get 410 Gone. */
+  compact(): void {
+    this.compactedRv = this.rv;
+  }
+
+  /** Stops delivering to the open streams without closing them, so the informer misses what follows. */
+  detach(): Watcher[] {
+    const detached = [...this.watchers];
+    this.watchers.clear();
+    return detached;
+  }
+
+  close(w: Watcher, err?: unknown): void {
+    this.watchers.delete(w);
+    if (!w.closed) {
+      w.closed = true;
+      w.onDone(err);
+    }
+  }
+
+  list = async (options: ListOptions): Promise<KubernetesListObject<V1Pod>> => {
+    this.listCalls.push(options);
+    await settle();
+    if (this.failLists > 0) {
+      this.failLists--;
+      throw new TypeError('fetch failed');
+    }
+    const all = [...this.objects.values()];
+    const start = Number(options._continue ?? 0);
+    const end = options.limit ? start + options.limit : all.length;
+    return {
+      metadata: { resourceVersion: String(this.rv), _continue: end < all.length ? String(end) : undefined },
+      items: structuredClone(all.slice(start, end)),
+    };
+  };
+
+  watch: WatchFn = async (_path, params, onEvent, onDone) => {
+    this.watchParams.push(params);
+    await settle();
+    if (this.failWatchConnects > 0) {
+      this.failWatchConnects--;
+      onDone(Object.assign(new Error('Internal Server Error'), { statusCode: 500 }));
+      return { abort() {} };
+    }
+    const from = Number(params['resourceVersion']);
+    if (from < this.compactedRv) {
+      onDone(Object.assign(new Error('Gone'), { statusCode: 410 }));
+      return { abort() {} };
+    }
+    const watcher: Watcher = { onEvent, onDone };
+    this.watchers.add(watcher);
+    for (const h of this.history) if (h.rv > from) onEvent(h.type, structuredClone(h.object));
+    return {
+      abort: () => queueMicrotask(() => this.close(watcher, new DOMException('aborted', 'AbortError'))),
+    };
+  };
+}
+
+/** Lets the event loop turn until `condition` holds (bounded, so a bug fails instead of hanging). */
+async function until(condition: () => boolean): Promise<void> {
+  for (let i = 0; i < 100 && !condition(); i++) await settle();
+  assert.ok(condition(), 'condition never became true');
+}
+
+/** The slim record the tests cache instead of whole pods. */
+interface PodRecord {
+  key: string;
+  phase: string | undefined;
+  nodeName: string | undefined;
+}
+const slim = (pod: V1Pod): PodRecord => ({
+  key: objectKey(pod),
+  phase: pod.status?.phase,
+  nodeName: pod.spec?.nodeName,
+});
+
+function startInformer(resource: FakeResource, clock: FakeClock, registry?: Registry, pageSize?: number) {
+  const events: string[] = [];
+  const informer = new Informer<V1Pod, PodRecord>({
+    name: 'pods',
+    path: '/api/v1/pods',
+    list: resource.list,
+    watch: resource.watch,
+    transform: slim,
+    labelSelector: 'app=web',
+    pageSize,
+    clock,
+    registry,
+    random: () => 0,
+  });
+  informer.addHandlers({
+    add: (r) => events.push(`add ${r.key} ${r.phase}`),
+    update: (o, n) => events.push(`update ${n.key} ${o.phase}->${n.phase}`),
+    delete: (r) => events.push(`delete ${r.key}`),
+  });
+  informer.start();
+  return { informer, events };
+}
+
+describe('informer', () => {
+  test('syncs from a paged list, caches slim records, then follows the watch', async () => {
+    const resource = new FakeResource();
+    for (const name of ['a', 'b', 'c', 'd', 'e']) resource.put(name, 'Pending');
+    const clock = new FakeClock();
+    const { informer, events } = startInformer(resource, clock, undefined, 2);
+    assert.equal(informer.hasSynced(), false);
+    assert.equal(await informer.waitForSync(), true);
+    assert.equal(informer.hasSynced(), true);
+    assert.deepEqual(
+      resource.listCalls.map((c) => c._continue),
+      [undefined, '2', '4'],
+    );
+    assert.ok(resource.listCalls.every((c) => c.labelSelector === 'app=web' && c.limit === 2));
+    assert.equal(informer.size, 5);
+    assert.deepEqual(informer.get('default/a'), { key: 'default/a', phase: 'Pending', nodeName: 'node-1' });
+    assert.deepEqual(events.slice(0, 2), ['add default/a Pending', 'add default/b Pending']);
+
+    await until(() => resource.watchers.size === 1);
+    assert.equal(resource.watchParams[0]?.['allowWatchBookmarks'], true);
+    assert.equal(resource.watchParams[0]?.['resourceVersion'], '105');
+    assert.equal(resource.watchParams[0]?.['labelSelector'], 'app=web');
+    events.length = 0;
+    resource.put('f', 'Pending');
+    resource.put('a', 'Running');
+    resource.remove('b');
+    assert.deepEqual(events, [
+      'add default/f Pending',
+      'update default/a Pending->Running',
+      'delete default/b',
+    ]);
+    assert.deepEqual(informer.keys().sort(), [
+      'default/a',
+      'default/c',
+      'default/d',
+      'default/e',
+      'default/f',
+    ]);
+    await informer.stop();
+  });
+
+  test('a dropped watch resumes from the last resourceVersion without re-listing; bookmarks advance it', async () => {
+    const resource = new FakeResource();
+    resource.put('a', 'Pending');
+    const clock = new FakeClock();
+    const registry = new Registry();
+    const { informer, events } = startInformer(resource, clock, registry);
+    await informer.waitForSync();
+    await until(() => resource.watchers.size === 1);
+    resource.put('a', 'Running');
+    resource.put('noise', 'Pending');
+    resource.bookmark();
+    assert.equal(informer.resourceVersion, '103');
+    resource.dropWatches();
+    resource.put('b', 'Pending'); // happens while no watch is open
+    await until(() => resource.watchers.size === 1);
+    assert.equal(resource.listCalls.length, 1, 'no re-list');
+    assert.equal(resource.watchParams[1]?.['resourceVersion'], '103');
+    assert.ok(events.includes('add default/b Pending'), 'the event missed while disconnected is replayed');
+    assert.match(
+      await registry.metrics(),
+      /informer_watch_restarts_total\{resource="pods",reason="closed"\} 1/,
+    );
+    assert.match(await registry.metrics(), /informer_events_total\{resource="pods",type="bookmark"\} 1/);
+    await informer.stop();
+  });
+
+  test('failed lists are retried with growing backoff until they succeed', async () => {
+    const resource = new FakeResource();
+    resource.put('a', 'Pending');
+    resource.failLists = 3;
+    const clock = new FakeClock();
+    const registry = new Registry();
+    const { informer } = startInformer(resource, clock, registry);
+    const listTimes: number[] = [];
+    const t0 = clock.now();
+    for (let t = 0; t <= 8000; t += 100) {
+      while (listTimes.length < resource.listCalls.length) listTimes.push(clock.now() - t0);
+      await clock.advance(100);
+    }
+    assert.deepEqual(listTimes, [0, 1000, 3000, 7000], '1 s, 2 s, 4 s apart');
+    assert.equal(informer.hasSynced(), true);
+    assert.equal(informer.size, 1);
+    const metrics = await registry.metrics();
+    assert.match(metrics, /informer_lists_total\{resource="pods",result="error"\} 3/);
+    assert.match(metrics, /informer_lists_total\{resource="pods",result="success"\} 1/);
+    assert.match(metrics, /informer_synced\{resource="pods"\} 1/);
+    assert.match(metrics, /informer_cached_objects\{resource="pods"\} 1/);
+    await informer.stop();
+  });
+
+  test('a refused watch is retried with backoff; success resets it', async () => {
+    const resource = new FakeResource();
+    const clock = new FakeClock();
+    const registry = new Registry();
+    const { informer, events } = startInformer(resource, clock, registry);
+    await informer.waitForSync();
+    await until(() => resource.watchers.size === 1);
+    await clock.advance(5000); // a long-lived stream is healthy: its end is retried at once
+    resource.failWatchConnects = 2;
+    resource.dropWatches();
+    await until(() => resource.watchParams.length === 2);
+    await clock.advance(999);
+    assert.equal(resource.watchParams.length, 2, 'second connect failed; waiting 1 s');
+    await clock.advance(1);
+    await until(() => resource.watchParams.length === 3);
+    await clock.advance(1999);
+    assert.equal(resource.watchParams.length, 3, 'third connect failed; waiting 2 s');
+    await clock.advance(1);
+    await until(() => resource.watchers.size === 1);
+    assert.equal(resource.watchParams.length, 4);
+    resource.put('late', 'Pending');
+    assert.deepEqual(events, ['add default/late Pending']);
+    assert.match(
+      await registry.metrics(),
+      /informer_watch_restarts_total\{resource="pods",reason="error"\} 2/,
+    );
+    await informer.stop();
+  });
+
+  for (const inStream of [true, false]) {
+    test(`410 Gone ${inStream ? 'in the stream' : 'on reconnect'} re-lists and reports the difference`, async () => {
+      const resource = new FakeResource();
+      for (const name of ['keep', 'change', 'vanish']) resource.put(name, 'Pending');
+      const clock = new FakeClock();
+      const { informer, events } = startInformer(resource, clock);
+      await informer.waitForSync();
+      await until(() => resource.watchers.size === 1);
+      await clock.advance(5000);
+      events.length = 0;
+      const [stream] = resource.detach();
+      resource.put('change', 'Running');
+      resource.remove('vanish');
+      resource.put('new', 'Pending');
+      resource.compact();
+      if (inStream)
+        stream!.onEvent('ERROR', { kind: 'Status', code: 410, message: 'too old resource version' });
+      else resource.close(stream!);
+      await until(() => resource.watchers.size === 1);
+      assert.equal(resource.listCalls.length, 2, 're-listed');
+      assert.equal(
+        resource.watchParams.length,
+        inStream ? 2 : 3,
+        inStream ? 'watch, watch' : 'watch, 410, watch',
+      );
+      assert.deepEqual(events, [
+        'delete default/vanish',
+        'update default/change Pending->Running',
+        'add default/new Pending',
+      ]);
+      assert.deepEqual(informer.keys().sort(), ['default/change', 'default/keep', 'default/new']);
+      resource.put('after', 'Pending');
+      assert.equal(events.at(-1), 'add default/after Pending', 'watching again');
+      await informer.stop();
+    });
+  }
+
+  test('stop ends the loop; waitForSync reports false when never synced', async () => {
+    const resource = new FakeResource();
+    resource.failLists = 100;
+    const clock = new FakeClock();
+    const { informer } = startInformer(resource, clock);
+    const waiting = informer.waitForSync();
+    await clock.advance(5000);
+    await informer.stop();
+    assert.equal(await waiting, false);
+    const calls = resource.listCalls.length;
+    await clock.advance(60_000);
+    assert.equal(resource.listCalls.length, calls, 'no retries after stop');
+  });
+});

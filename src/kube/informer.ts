@@ -1,0 +1,404 @@
+/**
+ * A list+watch cache for one resource, built directly on client-node's `Watch` rather than its
+ * `ListWatch`, because ListWatch stops for good on the first failed list or non-410 error (and its
+ * `start()` even resolves when the list failed), never asks for bookmarks, and keeps whole objects.
+ * This informer:
+ * - retries every failure (list, watch connect, stream error, network) with capped, jittered backoff;
+ * - re-lists on 410 Gone (on connect or in-stream) and turns the difference into add/update/delete;
+ * - requests bookmarks, so its resourceVersion stays fresh and a reconnect rarely needs a re-list;
+ * - lists in pages and transforms each object into a slim record before caching, so large clusters
+ *   fit in little memory (the raw page is dropped as soon as it is transformed);
+ * - reports lists, watch restarts, events and cache size as metrics.
+ */
+import {
+  type KubeConfig,
+  type KubernetesListObject,
+  type KubernetesObject,
+  Watch,
+} from '@kubernetes/client-node';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import { describeError } from '../errors.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import { httpStatusOfApiError } from './api-errors.ts';
+import { Backoff } from './backoff.ts';
+import { type Clock, sleep, systemClock } from './clock.ts';
+import { sharedMetric } from './metrics.ts';
+
+/** The list parameters the informer sends; a client-node `list*` request object accepts them. */
+export interface ListOptions {
+  labelSelector?: string;
+  fieldSelector?: string;
+  limit?: number;
+  _continue?: string;
+}
+
+/** Lists one page of a resource, e.g. `(o) => core.listNode(o)`. */
+export type ListFn<T extends KubernetesObject> = (options: ListOptions) => Promise<KubernetesListObject<T>>;
+
+/** The event types of a watch stream. */
+export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
+
+/**
+ * Opens a watch on `path`: `onEvent` gets each event, `onDone` is called once when the stream ends
+ * (no error for a normal close). Resolves with a handle that closes the stream.
+ */
+export type WatchFn = (
+  path: string,
+  params: Record<string, string | number | boolean | undefined>,
+  onEvent: (type: WatchEventType, object: unknown) => void,
+  onDone: (err?: unknown) => void,
+) => Promise<{ abort(): void }>;
+
+/** The {@link WatchFn} of a kubeconfig, over client-node's `Watch`. */
+export function kubeWatch(kubeConfig: KubeConfig): WatchFn {
+  const watch = new Watch(kubeConfig);
+  return (path, params, onEvent, onDone) =>
+    watch.watch(path, params, (type, object) => onEvent(type as WatchEventType, object), onDone);
+}
+
+/** The cache key of an object: `namespace/name`, or `name` for cluster-scoped objects. */
+export function objectKey(object: KubernetesObject): string {
+  const { namespace, name } = object.metadata ?? {};
+  return namespace ? `${namespace}/${name ?? ''}` : (name ?? '');
+}
+
+/** Callbacks for cache changes; they receive the transformed records. */
+export interface InformerHandlers<R> {
+  add?: (record: R) => void;
+  update?: (oldRecord: R, newRecord: R) => void;
+  delete?: (record: R) => void;
+}
+
+/** Options of an {@link Informer}. */
+export interface InformerOptions<T extends KubernetesObject, R> {
+  /** The resource, for metrics and logs ("nodes", "pods"). */
+  name: string;
+  /** The watch path matching `list`, e.g. `/api/v1/nodes`. */
+  path: string;
+  list: ListFn<T>;
+  watch: WatchFn;
+  /** Turns an object into the record to cache; defaults to keeping the object. */
+  transform?: (object: T) => R;
+  labelSelector?: string;
+  fieldSelector?: string;
+  /** Objects per list page; defaults to 500. */
+  pageSize?: number;
+  /** Retry delays after failures, in ms; default 1 s doubling to 30 s. */
+  backoff?: { initialMs: number; maxMs: number };
+  clock?: Clock;
+  logger?: Logger;
+  registry?: Registry;
+  random?: () => number;
+}
+
+interface Entry<R> {
+  resourceVersion: string;
+  record: R;
+}
+
+interface InformerMetrics {
+  lists: Counter;
+  restarts: Counter;
+  events: Counter;
+  cached: Gauge;
+  synced: Gauge;
+}
+
+function informerMetrics(registry: Registry): InformerMetrics {
+  const registers = [registry];
+  const counter = (name: string, help: string, labelNames: string[]) =>
+    sharedMetric(registry, name, () => new Counter({ name, help, labelNames, registers }));
+  const gauge = (name: string, help: string) =>
+    sharedMetric(registry, name, () => new Gauge({ name, help, labelNames: ['resource'], registers }));
+  return {
+    lists: counter('informer_lists_total', 'Full lists of a resource, by result.', ['resource', 'result']),
+    restarts: counter('informer_watch_restarts_total', 'Watch streams re-opened, by reason.', [
+      'resource',
+      'reason',
+    ]),
+    events: counter('informer_events_total', 'Watch events received, by type.', ['resource', 'type']),
+    cached: gauge('informer_cached_objects', 'Objects in the informer cache.'),
+    synced: gauge('informer_synced', '1 once the informer has completed its first list.'),
+  };
+}
+
+/** Why a watch stream ended. */
+type WatchEnd = 'closed' | 'timeout' | 'gone';
+
+/** A watch that delivered events, or stayed open this long, was healthy: reconnect without backoff. */
+const healthyWatchMs = 1000;
+
+/** A cache of one resource kept current by list+watch. Call {@link Informer.start}, then read or subscribe. */
+export class Informer<T extends KubernetesObject, R = T> {
+  readonly name: string;
+  readonly #options: InformerOptions<T, R>;
+  readonly #transform: (object: T) => R;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #metrics: InformerMetrics | undefined;
+  readonly #backoff: Backoff;
+  readonly #handlers = new Set<InformerHandlers<R>>();
+  #cache = new Map<string, Entry<R>>();
+  #resourceVersion: string | undefined;
+  #synced = false;
+  #syncWaiters: ((synced: boolean) => void)[] = [];
+  readonly #stop = new AbortController();
+  #currentWatch: { abort(): void } | undefined;
+  #loop: Promise<void> | undefined;
+
+  constructor(options: InformerOptions<T, R>) {
+    this.name = options.name;
+    this.#options = options;
+    this.#transform = options.transform ?? ((object) => object as unknown as R);
+    this.#clock = options.clock ?? systemClock;
+    this.#logger = (options.logger ?? silentLogger).child({ informer: options.name });
+    this.#metrics = options.registry ? informerMetrics(options.registry) : undefined;
+    this.#backoff = new Backoff({
+      ...(options.backoff ?? { initialMs: 1000, maxMs: 30_000 }),
+      random: options.random ?? Math.random,
+    });
+    this.#metrics?.synced.set({ resource: this.name }, 0);
+  }
+
+  /** Subscribes to changes; returns the unsubscribe function. Records already cached are not replayed. */
+  addHandlers(handlers: InformerHandlers<R>): () => void {
+    this.#handlers.add(handlers);
+    return () => this.#handlers.delete(handlers);
+  }
+
+  /** Starts listing and watching in the background; failures are retried until {@link Informer.stop}. */
+  start(): void {
+    this.#loop ??= this.#run();
+  }
+
+  /** Whether the first list has completed (stays true across later re-lists, as in client-go). */
+  hasSynced(): boolean {
+    return this.#synced;
+  }
+
+  /** Resolves true once synced, or false if the informer or `signal` stops first. */
+  waitForSync(signal?: AbortSignal): Promise<boolean> {
+    if (this.#synced) return Promise.resolve(true);
+    if (this.#stop.signal.aborted || signal?.aborted) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const onAbort = () => resolve(false);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.#syncWaiters.push((synced) => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve(synced);
+      });
+    });
+  }
+
+  /** The cached record with `key` (`namespace/name` or `name`). */
+  get(key: string): R | undefined {
+    return this.#cache.get(key)?.record;
+  }
+
+  /** Every cached record. */
+  list(): R[] {
+    return Array.from(this.#cache.values(), (entry) => entry.record);
+  }
+
+  /** Every cached key. */
+  keys(): string[] {
+    return [...this.#cache.keys()];
+  }
+
+  /** How many records are cached. */
+  get size(): number {
+    return this.#cache.size;
+  }
+
+  /** The resourceVersion the next watch resumes from, if any. */
+  get resourceVersion(): string | undefined {
+    return this.#resourceVersion;
+  }
+
+  /** Stops watching and retrying; resolves when the background loop has ended. The cache stays readable. */
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    this.#currentWatch?.abort();
+    this.#resolveSync(false);
+    await this.#loop;
+  }
+
+  async #run(): Promise<void> {
+    const stop = this.#stop.signal;
+    while (!stop.aborted) {
+      try {
+        if (this.#resourceVersion === undefined) await this.#relist();
+        if (stop.aborted) break;
+        const startedAt = this.#clock.now();
+        const { end, events } = await this.#watchOnce();
+        this.#metrics?.restarts.inc({ resource: this.name, reason: end });
+        if (end === 'gone') {
+          this.#logger.info('resourceVersion expired (410 Gone); re-listing');
+          this.#resourceVersion = undefined;
+          continue;
+        }
+        if (events > 0 || end === 'timeout' || this.#clock.now() - startedAt >= healthyWatchMs) {
+          this.#backoff.reset();
+          continue;
+        }
+        await sleep(this.#clock, this.#backoff.next(), stop);
+      } catch (err) {
+        if (stop.aborted) break;
+        const gone = httpStatusOfApiError(err) === 410;
+        if (gone) this.#resourceVersion = undefined;
+        this.#metrics?.restarts.inc({ resource: this.name, reason: gone ? 'gone' : 'error' });
+        const delay = this.#backoff.next();
+        this.#logger.warn(
+          { err: describeError(err), retryInMs: Math.round(delay), failures: this.#backoff.failures },
+          'list/watch failed; retrying',
+        );
+        await sleep(this.#clock, delay, stop);
+      }
+    }
+  }
+
+  async #relist(): Promise<void> {
+    const { list, labelSelector, fieldSelector, pageSize = 500 } = this.#options;
+    const fresh = new Map<string, Entry<R>>();
+    let resourceVersion: string | undefined;
+    let cont: string | undefined;
+    try {
+      do {
+        const page = await list({ labelSelector, fieldSelector, limit: pageSize, _continue: cont });
+        for (const object of page.items) {
+          const entry = this.#entryOf(object);
+          if (entry) fresh.set(objectKey(object), entry);
+        }
+        cont = page.metadata?._continue || undefined;
+        resourceVersion = page.metadata?.resourceVersion;
+      } while (cont && !this.#stop.signal.aborted);
+    } catch (err) {
+      this.#metrics?.lists.inc({ resource: this.name, result: 'error' });
+      throw err;
+    }
+    if (this.#stop.signal.aborted) return;
+    this.#metrics?.lists.inc({ resource: this.name, result: 'success' });
+    const old = this.#cache;
+    this.#cache = fresh;
+    this.#resourceVersion = resourceVersion ?? '';
+    for (const [key, entry] of old) if (!fresh.has(key)) this.#notify('delete', entry.record);
+    for (const [key, entry] of fresh) {
+      const before = old.get(key);
+      if (!before) this.#notify('add', entry.record);
+      else if (before.resourceVersion !== entry.resourceVersion)
+        this.#notify('update', entry.record, before.record);
+    }
+    this.#metrics?.cached.set({ resource: this.name }, fresh.size);
+    this.#logger.debug({ objects: fresh.size, resourceVersion }, 'listed');
+    if (!this.#synced) {
+      this.#synced = true;
+      this.#metrics?.synced.set({ resource: this.name }, 1);
+      this.#resolveSync(true);
+    }
+  }
+
+  /** Runs one watch stream to its end; throws on failures other than 410 and the inactivity timeout. */
+  #watchOnce(): Promise<{ end: WatchEnd; events: number }> {
+    const { path, watch, labelSelector, fieldSelector } = this.#options;
+    let events = 0;
+    return new Promise((resolve, reject) => {
+      let failure: unknown;
+      let gone = false;
+      const onEvent = (type: WatchEventType, object: unknown) => {
+        if (failure !== undefined || gone) return;
+        if (type === 'ERROR') {
+          const status = object as { code?: number; message?: string } | undefined;
+          if (status?.code === 410) gone = true;
+          else
+            failure = Object.assign(new Error(`watch error: ${status?.message ?? 'unknown'}`), {
+              statusCode: status?.code,
+            });
+          this.#currentWatch?.abort();
+          return;
+        }
+        events++;
+        this.#apply(type, object as T);
+      };
+      let ended = false;
+      const onDone = (err?: unknown) => {
+        ended = true;
+        this.#currentWatch = undefined;
+        if (gone || httpStatusOfApiError(err) === 410) resolve({ end: 'gone', events });
+        else if (failure !== undefined) reject(failure);
+        else if (!err || this.#stop.signal.aborted) resolve({ end: 'closed', events });
+        else if ((err as { name?: string }).name === 'TimeoutError') resolve({ end: 'timeout', events });
+        else reject(err);
+      };
+      const params = {
+        allowWatchBookmarks: true,
+        resourceVersion: this.#resourceVersion,
+        // As client-go: a random 5-10 minute server-side timeout spreads reconnects of many watchers.
+        timeoutSeconds: Math.floor(300 + (this.#options.random ?? Math.random)() * 300),
+        labelSelector,
+        fieldSelector,
+      };
+      watch(path, params, onEvent, onDone).then(
+        (handle) => {
+          if (ended) return;
+          this.#currentWatch = handle;
+          if (this.#stop.signal.aborted) handle.abort();
+        },
+        (err) => onDone(err ?? new Error('watch failed')),
+      );
+    });
+  }
+
+  #apply(type: WatchEventType, object: T): void {
+    const resourceVersion = object.metadata?.resourceVersion;
+    this.#metrics?.events.inc({ resource: this.name, type: type.toLowerCase() });
+    if (type === 'BOOKMARK') {
+      if (resourceVersion) this.#resourceVersion = resourceVersion;
+      return;
+    }
+    const key = objectKey(object);
+    const before = this.#cache.get(key);
+    if (type === 'DELETED') {
+      this.#cache.delete(key);
+      if (before) this.#notify('delete', before.record);
+    } else {
+      const entry = this.#entryOf(object);
+      if (entry) {
+        this.#cache.set(key, entry);
+        if (before) this.#notify('update', entry.record, before.record);
+        else this.#notify('add', entry.record);
+      }
+    }
+    if (resourceVersion) this.#resourceVersion = resourceVersion;
+    this.#metrics?.cached.set({ resource: this.name }, this.#cache.size);
+  }
+
+  #entryOf(object: T): Entry<R> | undefined {
+    try {
+      return { resourceVersion: object.metadata?.resourceVersion ?? '', record: this.#transform(object) };
+    } catch (err) {
+      this.#logger.warn(
+        { key: objectKey(object), err: describeError(err) },
+        'cannot transform object; skipped',
+      );
+      return undefined;
+    }
+  }
+
+  #notify(kind: 'add' | 'update' | 'delete', record: R, oldRecord?: R): void {
+    for (const handlers of this.#handlers) {
+      try {
+        if (kind === 'add') handlers.add?.(record);
+        else if (kind === 'update') handlers.update?.(oldRecord as R, record);
+        else handlers.delete?.(record);
+      } catch (err) {
+        this.#logger.error({ err: describeError(err), event: kind }, 'informer handler failed');
+      }
+    }
+  }
+
+  #resolveSync(synced: boolean): void {
+    const waiters = this.#syncWaiters;
+    this.#syncWaiters = [];
+    for (const resolve of waiters) resolve(synced);
+  }
+}
