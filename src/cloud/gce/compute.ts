@@ -52,6 +52,7 @@ export interface GceInstanceGroupManager {
   region?: string;
   selfLink: string;
   instanceTemplate?: string;
+  versions?: Array<{ instanceTemplate?: string; name?: string }>;
   targetSize: number;
 }
 

@@ -30,11 +30,7 @@ import {
   parseTemplateUrl,
   parseZonalUrl,
 } from './resource-names.ts';
-
-/** Template metadata naming the kops instance group (written by kops, immutable with the template). */
-export const instanceGroupMetadataKey = 'kops-k8s-io-instance-group-name';
-/** Template metadata naming the kops cluster. */
-export const clusterNameMetadataKey = 'cluster-name';
+import { instanceGroupMetadataKey, TemplateGroups } from './template-groups.ts';
 
 /** Options of {@link GceNodeIdentifier}. */
 export interface GceNodeIdentifierOptions {
@@ -84,8 +80,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
   readonly #filterMaxNames: number;
   readonly #concurrency: number;
   readonly #verified: LruCache<string, VerifiedGroup>;
-  /** Templates are immutable, so a verdict (group or "names no group") never goes stale. */
-  readonly #templates = new LruCache<string, TemplateVerdict>({ maxEntries: 2_000 });
+  readonly #templates: TemplateGroups;
   readonly #coalesced: (providerIDs: string[]) => Promise<Map<string, IdentifyResult>>;
 
   constructor(options: GceNodeIdentifierOptions) {
@@ -98,6 +93,10 @@ export class GceNodeIdentifier implements NodeIdentifier {
     this.#verified = new LruCache({
       maxEntries: options.cacheSize ?? 20_000,
       ttlMs: options.cacheTtlMs ?? 3_600_000,
+    });
+    this.#templates = new TemplateGroups(this.#compute, {
+      concurrency: this.#concurrency,
+      logger: this.#logger,
     });
     this.#coalesced = coalesce((ids) => this.#identifyBatch(ids), options.coalesceWindowMs ?? 10);
   }
@@ -316,45 +315,22 @@ export class GceNodeIdentifier implements NodeIdentifier {
     return members;
   }
 
-  /** The group each template names; fetched once per template ever (templates are immutable). */
+  /** The group each template names, or why it identifies no node of our cluster. */
   async #templateVerdicts(names: string[]): Promise<Map<string, TemplateVerdict>> {
     const out = new Map<string, TemplateVerdict>();
-    const missing = names.filter((name) => {
-      const cached = this.#templates.get(name);
-      if (cached) out.set(name, cached);
-      return !cached;
-    });
-    await mapConcurrent(missing, this.#concurrency, async (name) => {
-      try {
-        const template = await this.#compute.getInstanceTemplate(name);
-        const metadata = template.properties?.metadata;
-        const group = metadataValue(metadata, instanceGroupMetadataKey);
-        const cluster = metadataValue(metadata, clusterNameMetadataKey);
-        let verdict: TemplateVerdict;
-        if (!group) {
-          verdict = {
-            ok: false,
-            error: new ForbiddenError(
-              `instance template ${name} has no ${instanceGroupMetadataKey} metadata, so it names no kops instance group`,
-            ),
-          };
-        } else if (cluster !== this.#clusterName) {
-          verdict = {
-            ok: false,
-            error: new ForbiddenError(
-              `instance template ${name} belongs to cluster "${cluster ?? ''}", not "${this.#clusterName}"`,
-            ),
-          };
-        } else {
-          verdict = { ok: true, instanceGroup: group };
-        }
-        this.#templates.set(name, verdict);
-        out.set(name, verdict);
-      } catch (err) {
-        // Not cached: an outage must not be remembered as a verdict.
-        out.set(name, { ok: false, error: err as Error });
+    for (const [name, facts] of await this.#templates.facts(names)) {
+      if (facts instanceof Error) {
+        out.set(name, { ok: false, error: facts });
+      } else if (!facts.instanceGroup) {
+        const reason = `instance template ${name} has no ${instanceGroupMetadataKey} metadata, so it names no kops instance group`;
+        out.set(name, { ok: false, error: new ForbiddenError(reason) });
+      } else if (facts.clusterName !== this.#clusterName) {
+        const reason = `instance template ${name} belongs to cluster "${facts.clusterName ?? ''}", not "${this.#clusterName}"`;
+        out.set(name, { ok: false, error: new ForbiddenError(reason) });
+      } else {
+        out.set(name, { ok: true, instanceGroup: facts.instanceGroup });
       }
-    });
+    }
     return out;
   }
 
