@@ -1,0 +1,366 @@
+/**
+ * `kops-controller pki ...`: static clustering. An admin makes the CA and every node's credentials
+ * out of band and copies them to the nodes; keys are made where the command runs (`issue`) or on
+ * the node itself (`sign`, from a CSR), and never leave the machine that made them otherwise.
+ */
+import { createPublicKey } from 'node:crypto';
+import { readFile, stat } from 'node:fs/promises';
+import { Command, Option } from 'commander';
+import { parseDuration } from '../config/duration.ts';
+import { InvalidInputError, NotFoundError } from '../errors.ts';
+import { bundlePem, type CertificateAuthority, createCa, defaultCaName } from '../pki/ca.ts';
+import { maxCsrBytes, parseCsr, RequestRejectedError } from '../pki/csr.ts';
+import {
+  loadCa,
+  locationOf,
+  nodeFilePath,
+  privateFileMode,
+  publicFileMode,
+  readText,
+  saveNewCa,
+} from '../pki/folder.ts';
+import { renderSummaries, summarise } from '../pki/inspect.ts';
+import { generateKey, keyAlgorithms, privateKeyPem } from '../pki/keys.ts';
+import { renderClientKubeconfig } from '../pki/kubeconfig.ts';
+import { pinOfSpki } from '../pki/pin.ts';
+import {
+  type CertificateRequest,
+  type IssuedCertificate,
+  issueCertificate,
+  type ProfileName,
+  profileNamed,
+  profileNames,
+  validateDnsName,
+} from '../pki/profiles.ts';
+import { openVfs } from '../statestore/open.ts';
+import type { Vfs } from '../statestore/types.ts';
+import { commandLogger } from './common.ts';
+import { formatOutput, outputOption } from './output.ts';
+
+interface FolderOptions {
+  dir: string;
+  caName: string;
+  output: string;
+}
+
+interface IdentityOptions {
+  name: string;
+  ip: string[];
+  dns: string[];
+  lifetime?: string;
+}
+
+const collect = (value: string, previous: string[]) => [...previous, value];
+
+function withFolder(command: Command, required = true): Command {
+  const dir = new Option('--dir <dir>', 'the PKI folder: a directory, file://, s3://, gs:// or memfs:// URL');
+  return command
+    .addOption(required ? dir.makeOptionMandatory() : dir)
+    .addOption(new Option('--ca-name <name>', 'the CA (kops keyset) name').default(defaultCaName))
+    .addOption(outputOption());
+}
+
+function withIdentity(command: Command): Command {
+  return command
+    .requiredOption('--name <node>', 'node name (for kops-controller: its DNS name)')
+    .option(
+      '--ip <ip>',
+      'IP address the certificate is valid for (repeatable; serving profiles)',
+      collect,
+      [],
+    )
+    .option(
+      '--dns <name>',
+      'DNS name the certificate is valid for (repeatable; serving profiles)',
+      collect,
+      [],
+    )
+    .option(
+      '--lifetime <duration>',
+      'validity, e.g. 24h or 8760h (clamped to 10m..10920h); default per profile',
+    );
+}
+
+/** Prints command data: `human` for -o table, the data itself for json / yaml. */
+function print(format: string, data: unknown, human: string): void {
+  process.stdout.write(format === 'table' ? human : formatOutput(format, data));
+}
+
+function profileArgument(value: string): ProfileName {
+  profileNamed(value);
+  return value as ProfileName;
+}
+
+function lifetimeOf(options: IdentityOptions): number | undefined {
+  return options.lifetime === undefined ? undefined : parseDuration(options.lifetime);
+}
+
+function describeIssued(issued: IssuedCertificate): string {
+  const names = [...issued.altNames.dnsNames, ...issued.altNames.ipAddresses];
+  const subject = [
+    ...issued.subject.organizations.map((o) => `O=${o}`),
+    `CN=${issued.subject.commonName}`,
+  ].join(', ');
+  return (
+    `issued ${issued.profile} certificate "${subject}"${names.length ? ` for ${names.join(', ')}` : ''}, ` +
+    `valid until ${issued.notAfter.toISOString()}\n`
+  );
+}
+
+async function issueInto(
+  vfs: Vfs,
+  ca: CertificateAuthority,
+  profile: ProfileName,
+  request: CertificateRequest,
+  options: IdentityOptions,
+): Promise<{ issued: IssuedCertificate; path: string }> {
+  const issued = issueCertificate(
+    ca,
+    profile,
+    request,
+    { name: options.name, dnsNames: options.dns, ipAddresses: options.ip },
+    { lifetimeMs: lifetimeOf(options) },
+  );
+  const path = nodeFilePath(options.name, `${profile}.crt`);
+  await vfs.write(path, issued.pem, { mode: publicFileMode });
+  return { issued, path };
+}
+
+function initCommand(): Command {
+  return withFolder(new Command('init'))
+    .description('create a new cluster CA in the PKI folder and print its pin')
+    .addOption(
+      new Option('--key-algorithm <algorithm>', 'CA key type').choices(keyAlgorithms).default('ecdsa-p256'),
+    )
+    .option('--common-name <cn>', 'CA subject common name (default: the CA name)')
+    .option('--lifetime <duration>', 'CA validity', '87600h')
+    .addOption(
+      new Option(
+        '--layout <layout>',
+        'pem: <name>.crt/.key (kops-controller caBasePath); keyset: kops keyset.yaml',
+      )
+        .choices(['pem', 'keyset'])
+        .default('pem'),
+    )
+    .action(
+      async (
+        options: FolderOptions & {
+          keyAlgorithm: (typeof keyAlgorithms)[number];
+          commonName?: string;
+          lifetime: string;
+          layout: 'pem' | 'keyset';
+        },
+        command: Command,
+      ) => {
+        const vfs = openVfs(options.dir);
+        const ca = createCa({
+          name: validateDnsName(options.caName, 'CA name'),
+          algorithm: options.keyAlgorithm,
+          lifetimeMs: parseDuration(options.lifetime),
+          ...(options.commonName ? { commonName: options.commonName } : {}),
+        });
+        const saved = await saveNewCa(vfs, ca, options.layout);
+        const pin = pinOfSpki(ca.signer.certificate.parsed.spki);
+        commandLogger(command).info(
+          { ca: ca.name, keypairId: ca.signer.certificate.keypairId, pin },
+          'created CA',
+        );
+        print(
+          options.output,
+          { caCertificate: saved.certificate, caKey: saved.key, pin },
+          `created CA "${ca.name}" (keypair ${ca.signer.certificate.keypairId})\n` +
+            `certificate: ${saved.certificate}\nkey:         ${saved.key}\npin:         ${pin}\n`,
+        );
+      },
+    );
+}
+
+function issueCommand(): Command {
+  return withIdentity(withFolder(new Command('issue')))
+    .description(
+      'make a key pair here and issue a certificate for it (for nodes that cannot make their own key)',
+    )
+    .argument('<profile>', `certificate profile: ${profileNames.join(', ')}`, profileArgument)
+    .addOption(
+      new Option('--key-algorithm <algorithm>', 'key type of the new key')
+        .choices(keyAlgorithms)
+        .default('ecdsa-p256'),
+    )
+    .action(
+      async (
+        profile: ProfileName,
+        options: FolderOptions & IdentityOptions & { keyAlgorithm: (typeof keyAlgorithms)[number] },
+        command: Command,
+      ) => {
+        const vfs = openVfs(options.dir);
+        const ca = await loadCa(vfs, options.caName);
+        const key = generateKey(options.keyAlgorithm);
+        const { issued, path } = await issueInto(
+          vfs,
+          ca,
+          profile,
+          { kind: 'public-key', publicKey: createPublicKey(key) },
+          options,
+        );
+        const keyPath = nodeFilePath(options.name, `${profile}.key`);
+        await vfs.write(keyPath, privateKeyPem(key), { mode: privateFileMode });
+        commandLogger(command).info(
+          { profile, node: options.name, serial: issued.serialHex },
+          'issued certificate',
+        );
+        const locations = { certificate: locationOf(vfs, path), key: locationOf(vfs, keyPath) };
+        print(
+          options.output,
+          locations,
+          describeIssued(issued) + `certificate: ${locations.certificate}\nkey:         ${locations.key}\n`,
+        );
+      },
+    );
+}
+
+async function readCsrFile(path: string): Promise<Buffer> {
+  let size: number;
+  try {
+    size = (await stat(path)).size;
+  } catch (err) {
+    throw new NotFoundError(`cannot read CSR file ${path}: ${(err as NodeJS.ErrnoException).code}`, {
+      cause: err,
+    });
+  }
+  if (size > maxCsrBytes) {
+    throw new RequestRejectedError(
+      'too-large',
+      `${path}: ${size} bytes exceeds the ${maxCsrBytes}-byte limit for a CSR`,
+    );
+  }
+  return readFile(path);
+}
+
+function signCommand(): Command {
+  return withIdentity(withFolder(new Command('sign')))
+    .description("issue a certificate for a CSR made on the node (the node's key never leaves it)")
+    .argument('<profile>', `certificate profile: ${profileNames.join(', ')}`, profileArgument)
+    .requiredOption('--csr <file>', 'PKCS#10 request (PEM), e.g. from openssl req')
+    .action(
+      async (
+        profile: ProfileName,
+        options: FolderOptions & IdentityOptions & { csr: string },
+        command: Command,
+      ) => {
+        const csr = parseCsr(await readCsrFile(options.csr));
+        const vfs = openVfs(options.dir);
+        const ca = await loadCa(vfs, options.caName);
+        const { issued, path } = await issueInto(vfs, ca, profile, csr, options);
+        commandLogger(command).info(
+          { profile, node: options.name, serial: issued.serialHex },
+          'signed request',
+        );
+        const certificate = locationOf(vfs, path);
+        print(options.output, { certificate }, describeIssued(issued) + `certificate: ${certificate}\n`);
+      },
+    );
+}
+
+function kubeconfigCommand(): Command {
+  return withFolder(new Command('kubeconfig'))
+    .description("write a kubelet kubeconfig embedding the CA bundle and the node's kubelet client pair")
+    .requiredOption('--server <url>', 'API server URL (https)')
+    .requiredOption('--name <node>', 'node name')
+    .option('--cluster-name <name>', 'cluster entry name in the kubeconfig', 'kubernetes')
+    .action(
+      async (
+        options: FolderOptions & { server: string; name: string; clusterName: string },
+        command: Command,
+      ) => {
+        const vfs = openVfs(options.dir);
+        const ca = await loadCa(vfs, options.caName);
+        validateDnsName(options.name, 'node name');
+        const certificatePath = nodeFilePath(options.name, 'kubelet.crt');
+        const keyPath = nodeFilePath(options.name, 'kubelet.key');
+        let certificatePem = await readText(vfs, certificatePath);
+        let keyPem = await readText(vfs, keyPath);
+        if (certificatePem === undefined || keyPem === undefined) {
+          // No pair yet: make one, exactly as `pki issue kubelet` would.
+          const key = generateKey();
+          const issued = await issueInto(
+            vfs,
+            ca,
+            'kubelet',
+            { kind: 'public-key', publicKey: createPublicKey(key) },
+            { name: options.name, ip: [], dns: [] },
+          );
+          keyPem = privateKeyPem(key);
+          await vfs.write(keyPath, keyPem, { mode: privateFileMode });
+          certificatePem = issued.issued.pem;
+          commandLogger(command).info(
+            { node: options.name, serial: issued.issued.serialHex },
+            'issued kubelet certificate',
+          );
+        }
+        const kubeconfig = renderClientKubeconfig({
+          server: options.server,
+          caBundlePem: bundlePem(ca),
+          certificatePem,
+          keyPem,
+          user: `system:node:${options.name}`,
+          clusterName: options.clusterName,
+        });
+        const path = nodeFilePath(options.name, 'kubelet.kubeconfig');
+        await vfs.write(path, kubeconfig, { mode: privateFileMode });
+        const location = locationOf(vfs, path);
+        print(options.output, { kubeconfig: location }, `kubeconfig: ${location}\n`);
+      },
+    );
+}
+
+function pinCommand(): Command {
+  return withFolder(new Command('pin'))
+    .description('print the CA pin (sha256 of its public key, kubeadm format); all pins while rotating')
+    .action(async (options: FolderOptions) => {
+      const ca = await loadCa(openVfs(options.dir), options.caName);
+      const pins = ca.certificates.map((c) => pinOfSpki(c.parsed.spki));
+      print(options.output, { pin: pins[0], pins }, `${pins.join('\n')}\n`);
+    });
+}
+
+function inspectCommand(): Command {
+  return withFolder(new Command('inspect'), false)
+    .description(
+      'summarise a certificate (or bundle) or a certificate request; with --dir, whether the CA signed it',
+    )
+    .argument('<file>', 'PEM file')
+    .action(async (file: string, options: Partial<FolderOptions> & { caName: string; output: string }) => {
+      let text: string;
+      try {
+        text = await readFile(file, 'utf8');
+      } catch (err) {
+        throw new NotFoundError(`cannot read ${file}: ${(err as NodeJS.ErrnoException).code}`, {
+          cause: err,
+        });
+      }
+      if (text.length > 1024 * 1024)
+        throw new InvalidInputError(`${file} is larger than 1 MiB; not a certificate`);
+      const ca = options.dir ? await loadCa(openVfs(options.dir), options.caName) : undefined;
+      const summaries = summarise(text, ca);
+      print(options.output, summaries.length === 1 ? summaries[0] : summaries, renderSummaries(summaries));
+    });
+}
+
+/** `kops-controller pki`: the CA and static clustering. */
+export function pkiCommand(): Command {
+  const pki = new Command('pki').description(
+    'cluster CA and static clustering: create the CA, issue and sign node certificates, kubeconfigs, pins',
+  );
+  for (const sub of [
+    initCommand(),
+    issueCommand(),
+    signCommand(),
+    kubeconfigCommand(),
+    pinCommand(),
+    inspectCommand(),
+  ]) {
+    // Added commands do not inherit the program's settings: errors must reach main(), not exit.
+    pki.addCommand(sub.exitOverride().showHelpAfterError('(run with --help for usage)'));
+  }
+  return pki;
+}

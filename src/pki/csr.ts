@@ -1,0 +1,227 @@
+/**
+ * PKCS#10 certificate signing requests (RFC 2986): parsed from untrusted input with a size limit,
+ * their signature checked (proof that the requester holds the private key), and their key and
+ * requested extensions checked against this CA's policy. Each rejection names its reason.
+ */
+import { type KeyObject, verify } from 'node:crypto';
+import { KopsError } from '../errors.ts';
+import {
+  bytesOf,
+  childrenOf,
+  contentOf,
+  type DerNode,
+  expectTag,
+  readBitStringBytes,
+  readOid,
+  readRoot,
+  Tag,
+} from './der.ts';
+import {
+  acceptedSignatureAlgorithms,
+  describeKey,
+  type KeyDescription,
+  keyPolicyViolation,
+  publicKeyFromSpki,
+} from './keys.ts';
+import { decodePemBlocks } from './pem.ts';
+import { type ParsedExtensions, type ParsedName, parseExtensions, parseName } from './x509.ts';
+
+/** Why a certificate request was refused. */
+export type RejectionReason =
+  | 'too-large' // the input exceeds the size limit
+  | 'malformed' // not a PEM / DER certificate request
+  | 'signature' // the signature does not verify, or uses an algorithm not accepted
+  | 'key' // the key type or size is not accepted
+  | 'subject' // the subject is not what the profile and identity allow
+  | 'san' // a subjectAltName is not allowed or not among the verified facts
+  | 'extension'; // a requested extension is not allowed (CA:true, usages, unknown critical)
+
+/** A certificate request was refused; `reason` says which check failed. */
+export class RequestRejectedError extends KopsError {
+  readonly reason: RejectionReason;
+
+  constructor(reason: RejectionReason, message: string, options: { cause?: unknown } = {}) {
+    super(reason === 'too-large' ? 'too-large' : 'invalid', message, { ...options, details: { reason } });
+    this.reason = reason;
+  }
+}
+
+/** Largest accepted request, PEM or DER; an RSA-8192 request with many names is well below it. */
+export const maxCsrBytes = 32 * 1024;
+
+/** A request that passed parsing, signature and key checks. */
+export interface ParsedCsr {
+  kind: 'csr';
+  der: Buffer;
+  subject: ParsedName;
+  spki: Buffer;
+  publicKey: KeyObject;
+  key: KeyDescription;
+  signatureAlgorithm: string;
+  /** Extensions from the extensionRequest attribute (empty when none was asked for). */
+  extensions: ParsedExtensions;
+}
+
+const extensionRequestOid = '1.2.840.113549.1.9.14';
+
+function toDer(input: string | Buffer): Buffer {
+  const text = typeof input === 'string' ? input : undefined;
+  if (text === undefined && (input as Buffer)[0] === Tag.sequence) return input as Buffer;
+  const blocks = decodePemBlocks(text ?? (input as Buffer).toString('latin1'), 'certificate request');
+  if (blocks.length === 0)
+    throw new RequestRejectedError('malformed', 'no PEM block found; expected a CERTIFICATE REQUEST');
+  if (blocks.length > 1)
+    throw new RequestRejectedError(
+      'malformed',
+      `expected one CERTIFICATE REQUEST, found ${blocks.length} PEM blocks`,
+    );
+  const [block] = blocks as [{ type: string; der: Buffer }];
+  if (block.type !== 'CERTIFICATE REQUEST' && block.type !== 'NEW CERTIFICATE REQUEST') {
+    throw new RequestRejectedError(
+      'malformed',
+      `PEM block is a ${block.type}, expected a CERTIFICATE REQUEST`,
+    );
+  }
+  return block.der;
+}
+
+function requestedExtensions(attributes: DerNode | undefined): ParsedExtensions {
+  const none: ParsedExtensions = { other: [], critical: [] };
+  if (!attributes) return none;
+  for (const attribute of childrenOf(attributes)) {
+    const [type, values] = childrenOf(expectTag(attribute, Tag.sequence, 'attribute'));
+    if (readOid(expectTag(type, Tag.oid, 'attribute type')) !== extensionRequestOid) continue;
+    const [extensions, extra] = childrenOf(expectTag(values, Tag.set, 'attribute values'));
+    if (!extensions || extra)
+      throw new RequestRejectedError('malformed', 'extensionRequest must hold exactly one value');
+    return parseExtensions(extensions);
+  }
+  return none;
+}
+
+function parseStructure(der: Buffer) {
+  const [info, algorithm, signature, extra] = childrenOf(
+    expectTag(readRoot(der), Tag.sequence, 'certification request'),
+  );
+  if (extra) throw new RequestRejectedError('malformed', 'certification request has extra fields');
+  const [version, subject, spki, attributes] = childrenOf(
+    expectTag(info, Tag.sequence, 'certificationRequestInfo'),
+  );
+  const versionBytes = contentOf(expectTag(version, Tag.integer, 'version'));
+  if (versionBytes.length !== 1 || versionBytes[0] !== 0) {
+    throw new RequestRejectedError(
+      'malformed',
+      'unsupported certification request version; expected version 1 (0)',
+    );
+  }
+  const [algorithmOid] = childrenOf(expectTag(algorithm, Tag.sequence, 'signature algorithm'));
+  return {
+    info: bytesOf(info as DerNode),
+    subject: parseName(expectTag(subject, Tag.sequence, 'subject')),
+    spki: Buffer.from(bytesOf(expectTag(spki, Tag.sequence, 'subjectPublicKeyInfo'))),
+    extensions: requestedExtensions(attributes && expectTag(attributes, 0xa0, 'attributes')),
+    algorithm: readOid(expectTag(algorithmOid, Tag.oid, 'signature algorithm')),
+    signature: readBitStringBytes(expectTag(signature, Tag.bitString, 'signature')),
+  };
+}
+
+/** Extensions a request may carry; anything else marked critical is refused. */
+const understoodExtensions = new Set(['2.5.29.14', '2.5.29.15', '2.5.29.17', '2.5.29.19', '2.5.29.37']);
+
+function checkRequestedExtensions(extensions: ParsedExtensions): void {
+  if (extensions.basicConstraints?.ca) {
+    throw new RequestRejectedError(
+      'extension',
+      'the request asks for a CA certificate (basicConstraints CA:TRUE); only leaf certificates are issued',
+    );
+  }
+  const caUsages = extensions.keyUsage?.filter((u) => u === 'keyCertSign' || u === 'cRLSign') ?? [];
+  if (caUsages.length) {
+    throw new RequestRejectedError(
+      'extension',
+      `the request asks for CA key usages (${caUsages.join(', ')})`,
+    );
+  }
+  const unknownCritical = extensions.critical.filter((id) => !understoodExtensions.has(id));
+  if (unknownCritical.length) {
+    throw new RequestRejectedError(
+      'extension',
+      `the request marks unsupported extensions critical: ${unknownCritical.join(', ')}`,
+    );
+  }
+}
+
+/**
+ * Parses and checks a PKCS#10 request given as PEM (text or bytes) or DER: size, structure,
+ * key policy, signature (proof of possession) and requested extensions. Profile-specific checks
+ * (subject, names, usages) happen when a profile issues the certificate.
+ */
+export function parseCsr(input: string | Buffer): ParsedCsr {
+  const size = typeof input === 'string' ? Buffer.byteLength(input) : input.length;
+  if (size > maxCsrBytes) {
+    throw new RequestRejectedError(
+      'too-large',
+      `certificate request of ${size} bytes exceeds the ${maxCsrBytes}-byte limit`,
+    );
+  }
+  const der = toDer(input);
+  let structure: ReturnType<typeof parseStructure>;
+  try {
+    structure = parseStructure(der);
+  } catch (err) {
+    if (err instanceof RequestRejectedError) throw err;
+    throw new RequestRejectedError(
+      'malformed',
+      `not a valid certificate request: ${(err as Error).message}`,
+      { cause: err },
+    );
+  }
+  let publicKey: KeyObject;
+  try {
+    publicKey = publicKeyFromSpki(structure.spki);
+  } catch (err) {
+    throw new RequestRejectedError(
+      'key',
+      `the request's public key is unreadable or of an unsupported type`,
+      { cause: err },
+    );
+  }
+  const violation = keyPolicyViolation(publicKey);
+  if (violation) throw new RequestRejectedError('key', violation);
+  const algorithm = acceptedSignatureAlgorithms[structure.algorithm];
+  if (!algorithm) {
+    throw new RequestRejectedError(
+      'signature',
+      `signature algorithm ${structure.algorithm} is not accepted; sign with SHA-256 or stronger`,
+    );
+  }
+  if (algorithm.keyType !== publicKey.asymmetricKeyType) {
+    throw new RequestRejectedError(
+      'signature',
+      `signature algorithm ${algorithm.name} does not match the ${describeKey(publicKey).text} key`,
+    );
+  }
+  let valid = false;
+  try {
+    valid = verify(algorithm.hash, structure.info, publicKey, structure.signature);
+  } catch {
+    valid = false;
+  }
+  if (!valid) {
+    throw new RequestRejectedError(
+      'signature',
+      'the request signature does not verify: it was altered or not made with the private key of its public key',
+    );
+  }
+  checkRequestedExtensions(structure.extensions);
+  return {
+    kind: 'csr',
+    der,
+    subject: structure.subject,
+    spki: structure.spki,
+    publicKey,
+    key: describeKey(publicKey),
+    signatureAlgorithm: algorithm.name,
+    extensions: structure.extensions,
+  };
+}

@@ -1,0 +1,389 @@
+/**
+ * Issuance profiles: one small declarative entry per kind of certificate, and the signer that
+ * issues them. The signer re-validates every request against its profile and the verified identity
+ * even after approval (as the Kubernetes csrsigning controller does): the request contributes its
+ * public key and may narrow the names, but the subject, names and usages come from the profile and
+ * the verified facts, never from what the request claims.
+ */
+import { type KeyObject, randomBytes } from 'node:crypto';
+import { InvalidInputError } from '../errors.ts';
+import type { CertificateAuthority } from './ca.ts';
+import { type ParsedCsr, RequestRejectedError } from './csr.ts';
+import { unsignedInteger } from './der.ts';
+import { canonicalIp } from './ip.ts';
+import { keyPolicyViolation, spkiOf } from './keys.ts';
+import { encodePem } from './pem.ts';
+import {
+  type AltNames,
+  basicConstraintsExtension,
+  encodeName,
+  extKeyUsageExtension,
+  type KeyUsage,
+  keyIdentifierOf,
+  keyUsageExtension,
+  type Subject,
+  signCertificate,
+  subjectAltNameExtension,
+  subjectKeyIdentifierExtension,
+} from './x509.ts';
+
+const minuteMs = 60_000;
+const hourMs = 60 * minuteMs;
+const dayMs = 24 * hourMs;
+
+/** One kind of certificate the CA issues. */
+export interface Profile {
+  description: string;
+  usage: 'client' | 'server';
+  /** Subjects a request may carry, for a node name; the first is used for a bare public key. */
+  subjects: (name: string) => Subject[];
+  /** `none`: no subjectAltName; `verified`: only names from the verified identity. */
+  altNames: 'none' | 'verified';
+  /** Whether the identity's name is itself one of the verified DNS names (a service's own name). */
+  nameIsDnsName: boolean;
+  defaultLifetimeMs: number;
+}
+
+/** The profiles, by name (kops' certNames where kops has the same certificate). */
+export const profiles = {
+  kubelet: {
+    description: 'kubelet client certificate (system:node:<name> in system:nodes)',
+    usage: 'client',
+    subjects: (name) => [{ commonName: `system:node:${name}`, organizations: ['system:nodes'] }],
+    altNames: 'none',
+    nameIsDnsName: false,
+    defaultLifetimeMs: dayMs,
+  },
+  'kubelet-server': {
+    description: 'kubelet serving certificate (names from verified facts only)',
+    usage: 'server',
+    subjects: (name) => [
+      { commonName: `system:node:${name}`, organizations: ['system:nodes'] },
+      { commonName: name, organizations: [] },
+    ],
+    altNames: 'verified',
+    nameIsDnsName: false,
+    defaultLifetimeMs: dayMs,
+  },
+  'kube-proxy': {
+    description: 'kube-proxy client certificate (system:kube-proxy)',
+    usage: 'client',
+    subjects: () => [{ commonName: 'system:kube-proxy', organizations: [] }],
+    altNames: 'none',
+    nameIsDnsName: false,
+    defaultLifetimeMs: dayMs,
+  },
+  'kops-controller': {
+    description: "the controller's own serving certificate (names given by the admin)",
+    usage: 'server',
+    subjects: (name) => [{ commonName: name, organizations: [] }],
+    altNames: 'verified',
+    nameIsDnsName: true,
+    defaultLifetimeMs: 30 * dayMs,
+  },
+} satisfies Record<string, Profile>;
+
+export type ProfileName = keyof typeof profiles;
+
+/** The profile names, for help texts and validation. */
+export const profileNames = Object.keys(profiles) as ProfileName[];
+
+/** Looks a profile up by name; an unknown name is an input error listing the known ones. */
+export function profileNamed(name: string): Profile {
+  if (!Object.hasOwn(profiles, name)) {
+    throw new InvalidInputError(
+      `unknown certificate profile "${name}": use one of ${profileNames.join(', ')}`,
+    );
+  }
+  return profiles[name as ProfileName];
+}
+
+/** Who the certificate is for, as established by something trusted (cloud API, admin, approval). */
+export interface VerifiedIdentity {
+  /** Node name (or, for kops-controller, the service's DNS name). */
+  name: string;
+  dnsNames?: readonly string[];
+  ipAddresses?: readonly string[];
+}
+
+/** What is certified: a CSR, or a bare public key (kops' bootstrap protocol sends those). */
+export type CertificateRequest = ParsedCsr | { kind: 'public-key'; publicKey: KeyObject };
+
+/** Lifetime limits a deployment may configure: at least ten minutes, at most kops' 455 days. */
+export interface LifetimeBounds {
+  minMs: number;
+  maxMs: number;
+}
+
+export const absoluteLifetimeBounds: LifetimeBounds = { minMs: 10 * minuteMs, maxMs: 455 * dayMs };
+
+/** Checks configured bounds against the absolute ones. */
+export function validateLifetimeBounds(bounds: LifetimeBounds): LifetimeBounds {
+  const { minMs, maxMs } = absoluteLifetimeBounds;
+  if (!(bounds.minMs >= minMs && bounds.maxMs <= maxMs && bounds.minMs <= bounds.maxMs)) {
+    throw new InvalidInputError(
+      `certificate lifetime bounds must satisfy 10m <= min <= max <= ${maxMs / hourMs}h (got min ${bounds.minMs}ms, max ${bounds.maxMs}ms)`,
+    );
+  }
+  return bounds;
+}
+
+/** Options of one issuance. */
+export interface IssueOptions {
+  /** Requested lifetime; clamped to `bounds`. Defaults to the profile's. */
+  lifetimeMs?: number;
+  bounds?: LifetimeBounds;
+  now?: Date;
+}
+
+/** A certificate just issued. */
+export interface IssuedCertificate {
+  profile: ProfileName;
+  pem: string;
+  der: Buffer;
+  serialHex: string;
+  subject: Subject;
+  altNames: AltNames;
+  notBefore: Date;
+  notAfter: Date;
+}
+
+/** What a profile will put in the certificate for a request, once the request is validated. */
+export interface CertificatePlan {
+  subject: Subject;
+  altNames: AltNames;
+}
+
+const dns1123Subdomain = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+/** Checks a node or DNS name: a lower-case RFC 1123 subdomain, as Kubernetes requires of node names. */
+export function validateDnsName(name: string, what = 'name'): string {
+  if (!dns1123Subdomain.test(name)) {
+    throw new InvalidInputError(
+      `${what} "${name}" is not a valid DNS name: use lower-case letters, digits, "-" and ".", at most 253 characters`,
+    );
+  }
+  return name;
+}
+
+function verifiedAltNames(profile: Profile, identity: VerifiedIdentity): AltNames {
+  if (profile.altNames === 'none') return { dnsNames: [], ipAddresses: [] };
+  const dnsNames = [...(profile.nameIsDnsName ? [identity.name] : []), ...(identity.dnsNames ?? [])].map(
+    (d) => validateDnsName(d.toLowerCase(), 'DNS name'),
+  );
+  const ipAddresses = (identity.ipAddresses ?? []).map(canonicalIp);
+  return { dnsNames: [...new Set(dnsNames)], ipAddresses: [...new Set(ipAddresses)] };
+}
+
+function sameSubject(a: Subject, b: Subject): boolean {
+  return (
+    a.commonName === b.commonName &&
+    a.organizations.length === b.organizations.length &&
+    a.organizations.every((o, i) => o === b.organizations[i])
+  );
+}
+
+const allowedKeyUsages: readonly KeyUsage[] = ['digitalSignature', 'keyEncipherment'];
+
+function planForCsr(
+  profileName: ProfileName,
+  profile: Profile,
+  csr: ParsedCsr,
+  allowed: Subject[],
+  verified: AltNames,
+): CertificatePlan {
+  const requested: Subject = {
+    commonName: csr.subject.commonName ?? '',
+    organizations: csr.subject.organizations,
+  };
+  const extra = csr.subject.attributes.filter((a) => a.type !== 'CN' && a.type !== 'O');
+  const subject = allowed.find((s) => sameSubject(s, requested));
+  if (!subject || extra.length) {
+    const wanted = allowed.map((s) =>
+      [...s.organizations.map((o) => `O=${o}`), `CN=${s.commonName}`].join(', '),
+    );
+    throw new RequestRejectedError(
+      'subject',
+      `${profileName}: the request's subject "${csr.subject.text}" is not allowed; expected ${wanted.map((w) => `"${w}"`).join(' or ')}`,
+    );
+  }
+  const san = csr.extensions.subjectAltName;
+  if (san && (san.emails.length || san.uris.length || san.other)) {
+    throw new RequestRejectedError(
+      'san',
+      `${profileName}: email, URI and other subjectAltName types are not allowed`,
+    );
+  }
+  const dnsNames = (san?.dnsNames ?? []).map((d) => d.toLowerCase());
+  const ipAddresses = (san?.ipAddresses ?? []).map(canonicalIp);
+  if (profile.altNames === 'none' && (dnsNames.length || ipAddresses.length)) {
+    throw new RequestRejectedError(
+      'san',
+      `${profileName}: certificates carry no subjectAltName, but the request asks for ${[...dnsNames, ...ipAddresses].join(', ')}`,
+    );
+  }
+  const unverified = [
+    ...dnsNames.filter((d) => !verified.dnsNames.includes(d)),
+    ...ipAddresses.filter((ip) => !verified.ipAddresses.includes(ip)),
+  ];
+  if (unverified.length) {
+    throw new RequestRejectedError(
+      'san',
+      `${profileName}: the request asks for names that are not verified for it: ${unverified.join(', ')}`,
+    );
+  }
+  const wantedUsage = profile.usage === 'client' ? 'clientAuth' : 'serverAuth';
+  const badExtendedUsages = (csr.extensions.extKeyUsage ?? []).filter((u) => u !== wantedUsage);
+  if (badExtendedUsages.length) {
+    throw new RequestRejectedError(
+      'extension',
+      `${profileName}: extended key usages ${badExtendedUsages.join(', ')} are not allowed; only ${wantedUsage}`,
+    );
+  }
+  const badUsages = (csr.extensions.keyUsage ?? []).filter((u) => !allowedKeyUsages.includes(u));
+  if (badUsages.length) {
+    throw new RequestRejectedError(
+      'extension',
+      `${profileName}: key usages ${badUsages.join(', ')} are not allowed`,
+    );
+  }
+  // A request naming no names gets all verified ones; one naming some gets exactly those.
+  const narrowed = dnsNames.length || ipAddresses.length;
+  return {
+    subject,
+    altNames: narrowed
+      ? { dnsNames: [...new Set(dnsNames)], ipAddresses: [...new Set(ipAddresses)] }
+      : verified,
+  };
+}
+
+/**
+ * Validates a request against a profile and the verified identity and returns what the certificate
+ * will contain; throws RequestRejectedError (with a reason) when the request does not fit.
+ */
+export function planCertificate(
+  profileName: ProfileName,
+  request: CertificateRequest,
+  identity: VerifiedIdentity,
+): CertificatePlan {
+  const profile = profileNamed(profileName);
+  validateDnsName(identity.name, 'node name');
+  const allowed = profile.subjects(identity.name);
+  const verified = verifiedAltNames(profile, identity);
+  const plan =
+    request.kind === 'csr'
+      ? planForCsr(profileName, profile, request, allowed, verified)
+      : { subject: allowed[0] as Subject, altNames: verified };
+  if (
+    profile.altNames === 'verified' &&
+    !plan.altNames.dnsNames.length &&
+    !plan.altNames.ipAddresses.length
+  ) {
+    throw new RequestRejectedError(
+      'san',
+      `${profileName}: a serving certificate needs at least one verified DNS name or IP address`,
+    );
+  }
+  return plan;
+}
+
+/** FNV-1a, 32 bits: a stable per-node number for spreading expirations. */
+function fnv1a(text: string): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) hash = Math.imul(hash ^ text.charCodeAt(i), 0x01000193) >>> 0;
+  return hash;
+}
+
+/** How far back certificates start, so that nodes whose clocks lag still accept them (as Kubernetes). */
+export const backdateMs = 5 * minuteMs;
+
+/**
+ * The validity window: backdated five minutes; the lifetime clamped to the bounds, then shortened
+ * by a stable per-node 0–10 % (never below the minimum) so that nodes made together do not all
+ * renew together; never beyond the CA certificate.
+ */
+export function validityFor(
+  name: string,
+  lifetimeMs: number,
+  bounds: LifetimeBounds,
+  now: Date,
+  ca: CertificateAuthority,
+): { notBefore: Date; notAfter: Date } {
+  const clamped = Math.min(Math.max(lifetimeMs, bounds.minMs), bounds.maxMs);
+  const spread = Math.floor((fnv1a(name) / 2 ** 32) * 0.1 * (clamped - bounds.minMs));
+  const caCertificate = ca.signer.certificate.parsed;
+  const seconds = (ms: number) => Math.floor(ms / 1000) * 1000; // certificates carry whole seconds
+  return {
+    notBefore: new Date(seconds(Math.max(now.getTime() - backdateMs, caCertificate.notBefore.getTime()))),
+    notAfter: new Date(seconds(Math.min(now.getTime() + clamped - spread, caCertificate.notAfter.getTime()))),
+  };
+}
+
+function randomSerial(): Buffer {
+  for (;;) {
+    const bytes = randomBytes(16);
+    if (bytes.some((b) => b !== 0)) return unsignedInteger(bytes);
+  }
+}
+
+/**
+ * Issues a certificate of `profileName` for `request` and the verified `identity`, signed by the
+ * CA's active signer. Throws RequestRejectedError when the request does not fit the profile.
+ */
+export function issueCertificate(
+  ca: CertificateAuthority,
+  profileName: ProfileName,
+  request: CertificateRequest,
+  identity: VerifiedIdentity,
+  options: IssueOptions = {},
+): IssuedCertificate {
+  const profile = profileNamed(profileName);
+  const plan = planCertificate(profileName, request, identity);
+  const spki = request.kind === 'csr' ? request.spki : spkiOf(request.publicKey);
+  if (request.kind === 'public-key') {
+    const violation = keyPolicyViolation(request.publicKey);
+    if (violation) throw new RequestRejectedError('key', violation);
+  }
+  const bounds = options.bounds ? validateLifetimeBounds(options.bounds) : absoluteLifetimeBounds;
+  const { notBefore, notAfter } = validityFor(
+    identity.name,
+    options.lifetimeMs ?? profile.defaultLifetimeMs,
+    bounds,
+    options.now ?? new Date(),
+    ca,
+  );
+  const rsa = request.publicKey.asymmetricKeyType === 'rsa';
+  const hasNames = plan.altNames.dnsNames.length > 0 || plan.altNames.ipAddresses.length > 0;
+  const serial = randomSerial();
+  const der = signCertificate(
+    {
+      serial,
+      issuer: ca.signer.certificate.parsed.subjectDer,
+      subject: encodeName(plan.subject),
+      notBefore,
+      notAfter,
+      spki,
+      extensions: [
+        // keyEncipherment only means something for RSA key transport.
+        keyUsageExtension(rsa ? ['digitalSignature', 'keyEncipherment'] : ['digitalSignature']),
+        extKeyUsageExtension([profile.usage === 'client' ? 'clientAuth' : 'serverAuth']),
+        basicConstraintsExtension(false),
+        subjectKeyIdentifierExtension(keyIdentifierOf(spki)),
+        ca.signer.authorityKeyIdentifier,
+        ...(hasNames ? [subjectAltNameExtension(plan.altNames)] : []),
+      ],
+    },
+    ca.signer.scheme,
+    ca.signer.key,
+  );
+  return {
+    profile: profileName,
+    pem: encodePem('CERTIFICATE', der),
+    der,
+    serialHex: serial.subarray(2).toString('hex'),
+    subject: plan.subject,
+    altNames: plan.altNames,
+    notBefore,
+    notAfter,
+  };
+}
