@@ -1,0 +1,117 @@
+/**
+ * The operations endpoint: `/healthz` (the process serves requests), `/readyz` (every readiness check
+ * passes) and `/metrics` (Prometheus exposition of a registry). Check output follows kube-apiserver's
+ * style, one `[+]name ok` / `[-]name failed: reason` line per check, so operators read it the same way.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Registry } from 'prom-client';
+import { ConfigError, describeError } from '../errors.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import { parseListenAddress, urlOf } from './listen-address.ts';
+
+/** One named readiness condition; `check` returns undefined when ready, else the reason it is not. */
+export interface ReadinessCheck {
+  name: string;
+  check: () => string | undefined;
+}
+
+/** Options of {@link startOpsServer}. */
+export interface OpsServerOptions {
+  /** Listen address, e.g. ":3987" or "127.0.0.1:0". */
+  listen: string;
+  registry: Registry;
+  /** Read at every `/readyz` request, so checks can be added after start. */
+  readinessChecks: () => readonly ReadinessCheck[];
+  /** Whether the process is healthy; `/healthz` fails with the returned reason otherwise. */
+  liveness?: () => string | undefined;
+  logger?: Logger;
+}
+
+/** A running operations server. */
+export interface OpsServer {
+  /** Base URL of the bound address, e.g. `http://127.0.0.1:3987`. */
+  url: string;
+  address: AddressInfo;
+  close(): Promise<void>;
+}
+
+function send(res: ServerResponse, status: number, contentType: string, body: string): void {
+  res.writeHead(status, { 'content-type': contentType, 'cache-control': 'no-store' }).end(body);
+}
+
+function readiness(checks: readonly ReadinessCheck[]): { ok: boolean; body: string } {
+  let ok = true;
+  const lines = checks.map(({ name, check }) => {
+    let reason: string | undefined;
+    try {
+      reason = check();
+    } catch (err) {
+      reason = describeError(err);
+    }
+    if (reason !== undefined) ok = false;
+    return reason === undefined ? `[+]${name} ok` : `[-]${name} failed: ${reason}`;
+  });
+  lines.push(ok ? 'readyz check passed' : 'readyz check failed');
+  return { ok, body: lines.join('\n') + '\n' };
+}
+
+/** Starts the operations server; resolves once it listens. */
+export async function startOpsServer(options: OpsServerOptions): Promise<OpsServer> {
+  const logger = options.logger ?? silentLogger;
+  const handle = async (req: IncomingMessage, res: ServerResponse) => {
+    const path = new URL(req.url ?? '/', 'http://localhost').pathname;
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.setHeader('allow', 'GET, HEAD');
+      return send(res, 405, 'text/plain; charset=utf-8', 'method not allowed\n');
+    }
+    switch (path) {
+      case '/healthz':
+      case '/livez': {
+        const reason = options.liveness?.();
+        return reason === undefined
+          ? send(res, 200, 'text/plain; charset=utf-8', 'ok\n')
+          : send(res, 500, 'text/plain; charset=utf-8', `unhealthy: ${reason}\n`);
+      }
+      case '/readyz': {
+        const { ok, body } = readiness(options.readinessChecks());
+        return send(res, ok ? 200 : 503, 'text/plain; charset=utf-8', body);
+      }
+      case '/metrics':
+        return send(res, 200, options.registry.contentType, await options.registry.metrics());
+      default:
+        return send(res, 404, 'text/plain; charset=utf-8', 'not found: try /healthz, /readyz or /metrics\n');
+    }
+  };
+  const server: Server = createServer((req, res) => {
+    handle(req, res).catch((err) => {
+      logger.error({ err: describeError(err), url: req.url }, 'operations endpoint failed');
+      if (!res.headersSent) send(res, 500, 'text/plain; charset=utf-8', 'internal error\n');
+    });
+  });
+  const { host, port } = parseListenAddress(options.listen);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (err: NodeJS.ErrnoException) =>
+      reject(
+        new ConfigError(
+          `cannot listen on ${options.listen} (${err.code ?? err.message}); choose another address in metrics.listen`,
+          { cause: err },
+        ),
+      ),
+    );
+    server.listen(port, host, () => {
+      server.removeAllListeners('error');
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  return {
+    url: urlOf(address),
+    address,
+    close: () =>
+      new Promise((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
