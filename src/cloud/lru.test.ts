@@ -1,34 +1,36 @@
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { describe, it } from 'node:test';
 import { LruCache } from './lru.ts';
 
-test('the least recently used entry is evicted when the cache is full', () => {
-  const cache = new LruCache<string, number>({ maxEntries: 2 });
-  cache.set('a', 1);
-  cache.set('b', 2);
-  assert.equal(cache.get('a'), 1); // a is now the most recent
-  cache.set('c', 3);
-  assert.equal(cache.get('b'), undefined);
-  assert.equal(cache.get('a'), 1);
-  assert.equal(cache.get('c'), 3);
-  assert.equal(cache.size, 2);
-});
+describe('LruCache', () => {
+  it('evicts the least recently used entry beyond its capacity', () => {
+    const cache = new LruCache<string, number>({ maxEntries: 2 });
+    cache.set('a', 1);
+    cache.set('b', 2);
+    assert.equal(cache.get('a'), 1); // a is now the most recent
+    cache.set('c', 3);
+    assert.equal(cache.get('b'), undefined);
+    assert.equal(cache.get('a'), 1);
+    assert.equal(cache.get('c'), 3);
+    assert.equal(cache.size, 2);
+  });
 
-test('entries expire after the time to live', () => {
-  let now = 1_000;
-  const cache = new LruCache<string, string>({ maxEntries: 10, ttlMs: 100, now: () => now });
-  cache.set('k', 'v');
-  now += 99;
-  assert.equal(cache.get('k'), 'v');
-  now += 1;
-  assert.equal(cache.get('k'), undefined);
-  assert.equal(cache.size, 0);
-});
+  it('expires entries after their time to live', () => {
+    let now = 0;
+    const cache = new LruCache<string, number>({ maxEntries: 10, ttlMs: 1000, now: () => now });
+    cache.set('a', 1);
+    now = 999;
+    assert.equal(cache.get('a'), 1);
+    now = 1000;
+    assert.equal(cache.get('a'), undefined);
+    assert.equal(cache.size, 0);
+  });
 
-test('delete forgets a key and a bad size is refused', () => {
-  const cache = new LruCache<string, number>({ maxEntries: 1 });
-  cache.set('a', 1);
-  cache.delete('a');
-  assert.equal(cache.get('a'), undefined);
-  assert.throws(() => new LruCache({ maxEntries: 0 }), RangeError);
+  it('deletes on request and rejects a nonsensical capacity', () => {
+    const cache = new LruCache<string, number>({ maxEntries: 1 });
+    cache.set('a', 1);
+    assert.equal(cache.delete('a'), true);
+    assert.equal(cache.get('a'), undefined);
+    assert.throws(() => new LruCache({ maxEntries: 0 }), RangeError);
+  });
 });

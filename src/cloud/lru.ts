@@ -1,46 +1,38 @@
 /**
- * A bounded least-recently-used cache with an optional time to live, for cloud facts that rarely or
- * never change (an instance's group, a template's group): memory stays bounded at 5,000+ nodes and
- * stale entries age out instead of living forever.
+ * A bounded least-recently-used map with an optional time to live: the identity caches use it so
+ * memory stays bounded however many nodes come and go.
  */
 
-/** Options of an {@link LruCache}. */
+/** Capacity, entry lifetime and clock of a cache. */
 export interface LruOptions {
-  /** Entries kept at most; the least recently used is dropped first. */
   maxEntries: number;
-  /** Milliseconds after which an entry is treated as absent; unset means no expiry. */
+  /** Entries older than this are treated as absent; default: no expiry. */
   ttlMs?: number;
-  /** The clock, for tests. */
   now?: () => number;
 }
 
-/** A Map-backed LRU cache: Map keeps insertion order, so re-inserting on read marks recency. */
+/** A bounded LRU map. */
 export class LruCache<K, V> {
   readonly #entries = new Map<K, { value: V; storedAt: number }>();
   readonly #maxEntries: number;
-  readonly #ttlMs: number | undefined;
+  readonly #ttlMs: number;
   readonly #now: () => number;
 
   constructor(options: LruOptions) {
     if (!Number.isInteger(options.maxEntries) || options.maxEntries < 1) {
-      throw new RangeError(`maxEntries must be a positive integer, got ${options.maxEntries}`);
+      throw new RangeError(`LruCache: maxEntries must be a positive integer, got ${options.maxEntries}`);
     }
     this.#maxEntries = options.maxEntries;
-    this.#ttlMs = options.ttlMs;
+    this.#ttlMs = options.ttlMs ?? Number.POSITIVE_INFINITY;
     this.#now = options.now ?? Date.now;
   }
 
-  /** The number of entries held (expired ones included until they are next touched). */
-  get size(): number {
-    return this.#entries.size;
-  }
-
-  /** Returns the value for a key and marks it recently used; undefined if absent or expired. */
+  /** The value for a key, marking it most recently used; undefined when absent or expired. */
   get(key: K): V | undefined {
     const entry = this.#entries.get(key);
-    if (!entry) return undefined;
+    if (entry === undefined) return undefined;
     this.#entries.delete(key);
-    if (this.#ttlMs !== undefined && this.#now() - entry.storedAt >= this.#ttlMs) return undefined;
+    if (this.#now() - entry.storedAt >= this.#ttlMs) return undefined;
     this.#entries.set(key, entry);
     return entry.value;
   }
@@ -55,8 +47,13 @@ export class LruCache<K, V> {
     }
   }
 
-  /** Forgets one key. */
-  delete(key: K): void {
-    this.#entries.delete(key);
+  /** Removes a key. */
+  delete(key: K): boolean {
+    return this.#entries.delete(key);
+  }
+
+  /** Number of entries held (expired ones included until touched). */
+  get size(): number {
+    return this.#entries.size;
   }
 }

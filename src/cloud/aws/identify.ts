@@ -1,0 +1,211 @@
+/**
+ * Node identity on AWS: a node's providerID names an instance; EC2's record of that instance (not
+ * anything the node says) decides its instance group. Lookups are batched — every identify() call
+ * arriving within a short window shares DescribeInstances calls of up to 1,000 ids, a few at a time —
+ * and verified identities are cached per instance id, since an instance's group never changes.
+ */
+import { DescribeInstancesCommand, type EC2Client, type Instance } from '@aws-sdk/client-ec2';
+import { ForbiddenError, InvalidInputError, NotFoundError } from '../../errors.ts';
+import { type Logger, silentLogger } from '../../log.ts';
+import { Batcher, type Outcome } from '../batcher.ts';
+import { LruCache } from '../lru.ts';
+import type { IdentifyResult, NodeIdentifier } from '../types.ts';
+import { awsCallError, awsErrorCode } from './errors.ts';
+import { type InstanceIdentity, identityFromInstance } from './instance.ts';
+import { type AwsProviderID, parseAwsProviderID } from './providerid.ts';
+
+/** How the identifier batches and caches. */
+export interface AwsNodeIdentifierOptions {
+  ec2: EC2Client;
+  clusterName: string;
+  /** How long identify() calls are collected into one batch (default 20 ms). */
+  batchWindowMs?: number;
+  /** Ids per DescribeInstances call (default and maximum 1,000). */
+  maxBatchSize?: number;
+  /** DescribeInstances calls in flight at once (default 4). */
+  maxConcurrentCalls?: number;
+  /** Identities kept (default 10,000). */
+  cacheSize?: number;
+  /** How long a cached identity is trusted before EC2 is asked again (default 1 hour, as kops). */
+  cacheTtlMs?: number;
+  now?: () => number;
+  logger?: Logger;
+}
+
+/** The most ids one DescribeInstances call takes. */
+export const maxDescribeInstancesIds = 1000;
+
+const notFoundCodes = new Set(['InvalidInstanceID.NotFound', 'InvalidInstanceID.Malformed']);
+
+/** Identifies nodes from their AWS providerIDs. */
+export class AwsNodeIdentifier implements NodeIdentifier {
+  readonly #ec2: EC2Client;
+  readonly #clusterName: string;
+  readonly #cache: LruCache<string, InstanceIdentity>;
+  readonly #batcher: Batcher<string, InstanceIdentity>;
+  readonly #logger: Logger;
+
+  constructor(options: AwsNodeIdentifierOptions) {
+    this.#ec2 = options.ec2;
+    this.#clusterName = options.clusterName;
+    this.#logger = options.logger ?? silentLogger;
+    this.#cache = new LruCache({
+      maxEntries: options.cacheSize ?? 10_000,
+      ttlMs: options.cacheTtlMs ?? 60 * 60 * 1000,
+      ...(options.now === undefined ? {} : { now: options.now }),
+    });
+    this.#batcher = new Batcher({
+      windowMs: options.batchWindowMs ?? 20,
+      maxBatchSize: Math.min(options.maxBatchSize ?? maxDescribeInstancesIds, maxDescribeInstancesIds),
+      maxConcurrent: options.maxConcurrentCalls ?? 4,
+      fetch: (ids) => this.#fetch(ids),
+    });
+  }
+
+  /** Resolves providerIDs to verified identities; each failure is a typed error for that providerID. */
+  async identify(providerIDs: readonly string[]): Promise<Map<string, IdentifyResult>> {
+    const results = new Map<string, IdentifyResult>();
+    const wanted = new Map<string, AwsProviderID>();
+    for (const providerID of new Set(providerIDs)) {
+      let parsed: AwsProviderID;
+      try {
+        parsed = parseAwsProviderID(providerID);
+      } catch (err) {
+        results.set(providerID, { ok: false, error: err as Error });
+        continue;
+      }
+      const cached = this.#cache.get(parsed.instanceId);
+      if (cached) results.set(providerID, this.#result(providerID, parsed, cached));
+      else wanted.set(providerID, parsed);
+    }
+    if (wanted.size > 0) {
+      const outcomes = await this.#batcher.loadMany([...wanted.values()].map((p) => p.instanceId));
+      for (const [providerID, parsed] of wanted) {
+        const outcome = outcomes.get(parsed.instanceId) as Outcome<InstanceIdentity>;
+        results.set(providerID, outcome.ok ? this.#result(providerID, parsed, outcome.value) : outcome);
+      }
+    }
+    return results;
+  }
+
+  /** Drops an instance's cached identity (its Node was deleted, or it is known to be gone). */
+  forget(instanceId: string): void {
+    this.#cache.delete(instanceId);
+  }
+
+  /** Ties an instance identity to the providerID asked for; the zone in it must be the real one. */
+  #result(providerID: string, parsed: AwsProviderID, identity: InstanceIdentity): IdentifyResult {
+    if (parsed.zone !== identity.zone) {
+      return {
+        ok: false,
+        error: new ForbiddenError(
+          `providerID ${providerID} names zone ${parsed.zone}, but instance ${parsed.instanceId} is in ${identity.zone}; ` +
+            'the providerID does not describe this instance',
+          { details: { instanceId: parsed.instanceId, reason: 'zone-mismatch' } },
+        ),
+      };
+    }
+    return { ok: true, identity: { ...identity, providerID } };
+  }
+
+  async #fetch(ids: string[]): Promise<Map<string, Outcome<InstanceIdentity>>> {
+    const started = performance.now();
+    const found = await this.#describe(ids);
+    const outcomes = new Map<string, Outcome<InstanceIdentity>>();
+    for (const [id, entry] of found) {
+      if (!entry.ok) {
+        this.#cache.delete(id);
+        outcomes.set(id, entry);
+        continue;
+      }
+      try {
+        const identity = identityFromInstance(entry.value, this.#clusterName);
+        this.#cache.set(id, identity);
+        outcomes.set(id, { ok: true, value: identity });
+      } catch (err) {
+        this.#cache.delete(id);
+        outcomes.set(id, { ok: false, error: err as Error });
+      }
+    }
+    this.#logger.debug(
+      { ids: ids.length, ms: Math.round(performance.now() - started) },
+      'described EC2 instances',
+    );
+    return outcomes;
+  }
+
+  /**
+   * DescribeInstances for a batch. EC2 fails a whole call when one id does not exist; the ids its
+   * error names are set aside and the rest asked again, and when the error names none the batch is
+   * halved until the bad ids are isolated — one bad id never fails the others.
+   */
+  async #describe(ids: readonly string[]): Promise<Map<string, Outcome<Instance>>> {
+    const outcomes = new Map<string, Outcome<Instance>>();
+    try {
+      const instances = await this.#describeInstances(ids);
+      for (const id of ids) {
+        const instance = instances.get(id);
+        outcomes.set(id, instance ? { ok: true, value: instance } : { ok: false, error: missing(id) });
+      }
+      return outcomes;
+    } catch (err) {
+      const code = awsErrorCode(err);
+      if (code === undefined || !notFoundCodes.has(code)) {
+        const error = awsCallError(err, 'ec2:DescribeInstances', 'ec2:DescribeInstances');
+        this.#logger.warn({ ids: ids.length, err: error.message }, 'DescribeInstances failed');
+        for (const id of ids) outcomes.set(id, { ok: false, error });
+        return outcomes;
+      }
+      const named = new Set((err as Error).message.match(/i-[0-9a-zA-Z]+/g) ?? []);
+      const bad = ids.filter((id) => named.has(id));
+      if (bad.length === 0 && ids.length === 1) bad.push(ids[0] as string);
+      for (const id of bad) {
+        outcomes.set(id, {
+          ok: false,
+          error:
+            code === 'InvalidInstanceID.Malformed'
+              ? new InvalidInputError(`EC2 says instance id ${id} is malformed`)
+              : missing(id),
+        });
+      }
+      const rest = ids.filter((id) => !outcomes.has(id));
+      if (rest.length === 0) return outcomes;
+      const halves =
+        bad.length > 0
+          ? [rest]
+          : [rest.slice(0, Math.ceil(rest.length / 2)), rest.slice(Math.ceil(rest.length / 2))];
+      for (const half of halves) for (const [id, o] of await this.#describe(half)) outcomes.set(id, o);
+      return outcomes;
+    }
+  }
+
+  /** One DescribeInstances call (following NextToken, should EC2 page), instances by id. */
+  async #describeInstances(ids: readonly string[]): Promise<Map<string, Instance>> {
+    const byId = new Map<string, Instance>();
+    let nextToken: string | undefined;
+    do {
+      const page = await this.#ec2.send(
+        new DescribeInstancesCommand({
+          InstanceIds: [...ids],
+          ...(nextToken ? { NextToken: nextToken } : {}),
+        }),
+      );
+      for (const reservation of page.Reservations ?? []) {
+        for (const instance of reservation.Instances ?? []) {
+          if (instance.InstanceId) byId.set(instance.InstanceId, instance);
+        }
+      }
+      nextToken = page.NextToken;
+    } while (nextToken);
+    return byId;
+  }
+}
+
+function missing(instanceId: string): NotFoundError {
+  return new NotFoundError(
+    `EC2 has no instance ${instanceId}; the node's providerID names an instance that does not exist`,
+    {
+      details: { instanceId },
+    },
+  );
+}

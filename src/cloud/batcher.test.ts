@@ -1,0 +1,76 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { NotFoundError } from '../errors.ts';
+import { Batcher, type Outcome } from './batcher.ts';
+
+function recordingBatcher(
+  options: { maxBatchSize?: number; maxConcurrent?: number; windowMs?: number } = {},
+) {
+  const calls: number[][] = [];
+  let running = 0;
+  let maxRunning = 0;
+  const batcher = new Batcher<number, string>({
+    windowMs: options.windowMs ?? 5,
+    maxBatchSize: options.maxBatchSize ?? 1000,
+    maxConcurrent: options.maxConcurrent ?? 4,
+    fetch: async (keys) => {
+      calls.push(keys);
+      running++;
+      maxRunning = Math.max(maxRunning, running);
+      await new Promise((r) => setImmediate(r));
+      running--;
+      if (keys.includes(-1)) throw new Error('whole batch failed');
+      return new Map<number, Outcome<string>>(
+        keys.map((k) => [
+          k,
+          k % 7 === 0 ? { ok: false, error: new NotFoundError(`${k}`) } : { ok: true, value: `v${k}` },
+        ]),
+      );
+    },
+  });
+  return { batcher, calls, maxRunning: () => maxRunning };
+}
+
+describe('Batcher', () => {
+  it('coalesces separate loads within the window into one call', async () => {
+    const { batcher, calls } = recordingBatcher();
+    const values = await Promise.all([batcher.load(1), batcher.load(2), batcher.load(3)]);
+    assert.deepEqual(values, ['v1', 'v2', 'v3']);
+    assert.deepEqual(calls, [[1, 2, 3]]);
+  });
+
+  it('asks for a key once while it is pending or in flight', async () => {
+    const { batcher, calls } = recordingBatcher();
+    const first = batcher.load(5);
+    const again = batcher.load(5);
+    assert.equal(first, again);
+    await first;
+    assert.deepEqual(calls, [[5]]);
+  });
+
+  it('splits into batches of at most maxBatchSize and limits concurrency', async () => {
+    const { batcher, calls, maxRunning } = recordingBatcher({ maxBatchSize: 10, maxConcurrent: 2 });
+    const keys = Array.from({ length: 95 }, (_, i) => i + 1);
+    const outcomes = await batcher.loadMany(keys);
+    assert.equal(calls.length, 10);
+    assert.ok(calls.every((c) => c.length <= 10));
+    assert.deepEqual(
+      calls.flat().sort((a, b) => a - b),
+      keys,
+    );
+    assert.ok(maxRunning() <= 2);
+    assert.equal(outcomes.size, 95);
+    assert.deepEqual(outcomes.get(1), { ok: true, value: 'v1' });
+    const seven = outcomes.get(7);
+    assert.ok(seven && !seven.ok && seven.error instanceof NotFoundError);
+  });
+
+  it('fails every key of a batch whose call fails, and only that batch', async () => {
+    const { batcher } = recordingBatcher({ maxBatchSize: 2 });
+    const outcomes = await batcher.loadMany([-1, 1, 2, 3]);
+    assert.equal(outcomes.get(-1)?.ok, false);
+    assert.equal(outcomes.get(1)?.ok, false);
+    assert.deepEqual(outcomes.get(2), { ok: true, value: 'v2' });
+    assert.deepEqual(outcomes.get(3), { ok: true, value: 'v3' });
+  });
+});
