@@ -71,7 +71,9 @@ export class S3Vfs implements Vfs {
     const code = e.name ?? e.Code ?? '';
     const status = e.$metadata?.httpStatusCode;
     const where = `${this.url}/${path}`;
-    const reason = `${code || 'error'}: ${(err as Error).message}`;
+    // HEAD responses have no body, so their errors carry only the HTTP status.
+    const reason =
+      code === '' || code === 'Unknown' ? `HTTP ${status ?? 'error'}` : `${code}: ${(err as Error).message}`;
     if (code === 'NoSuchKey' || code === 'NotFound' || (status === 404 && code !== 'NoSuchBucket')) {
       return new NotFoundError(`${where} does not exist`, { cause: err });
     }
@@ -79,13 +81,6 @@ export class S3Vfs implements Vfs {
       return new NotFoundError(`cannot ${action} ${where}: bucket ${this.#bucket} does not exist`, {
         cause: err,
       });
-    }
-    if (status === 403 || code === 'AccessDenied') {
-      return new ForbiddenError(
-        `cannot ${action} ${where}: access denied (${reason}); grant the controller's role s3:GetObject and ` +
-          's3:ListBucket on the state store (see docs/state-store.md)',
-        { cause: err },
-      );
     }
     if (
       code === 'CredentialsProviderError' ||
@@ -95,6 +90,13 @@ export class S3Vfs implements Vfs {
       return new UnauthenticatedError(`cannot ${action} ${where}: no valid AWS credentials (${reason})`, {
         cause: err,
       });
+    }
+    if (status === 403 || code === 'AccessDenied') {
+      return new ForbiddenError(
+        `cannot ${action} ${where}: access denied (${reason}); grant the controller's role s3:GetObject and ` +
+          's3:ListBucket on the state store (see docs/state-store.md)',
+        { cause: err },
+      );
     }
     return new UnavailableError(`cannot ${action} ${where}: ${reason}`, { cause: err });
   }

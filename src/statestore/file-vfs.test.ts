@@ -1,0 +1,39 @@
+import assert from 'node:assert/strict';
+import { mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { FileVfs } from './file-vfs.ts';
+
+const dir = await mkdtemp(join(tmpdir(), 'kc-file-vfs-'));
+after(() => rm(dir, { recursive: true, force: true }));
+
+test('writes files with the requested mode, creating directories', async () => {
+  const vfs = new FileVfs(dir);
+  await vfs.write('pki/private/ca/keyset.yaml', 'secret', { mode: 0o600 });
+  await vfs.write('config', 'public');
+  assert.equal((await stat(join(dir, 'pki/private/ca/keyset.yaml'))).mode & 0o777, 0o600);
+  assert.equal((await stat(join(dir, 'config'))).mode & 0o777, 0o644);
+});
+
+test('writes leave no temporary files behind and replace atomically', async () => {
+  const vfs = new FileVfs(join(dir, 'atomic'));
+  await Promise.all(Array.from({ length: 20 }, (_, i) => vfs.write('obj', `version-${i}`)));
+  assert.deepEqual(await readdir(join(dir, 'atomic')), ['obj']);
+  assert.match((await vfs.read('obj')).data.toString(), /^version-\d+$/);
+});
+
+test('an in-place edit by another program changes the version', async () => {
+  const vfs = new FileVfs(join(dir, 'edit'));
+  await vfs.write('ig', 'a');
+  const before = await vfs.stat('ig');
+  await writeFile(join(dir, 'edit', 'ig'), 'bb');
+  assert.notEqual(await vfs.stat('ig'), before);
+});
+
+test('a directory is not an object, and listing a missing directory is empty', async () => {
+  const vfs = new FileVfs(dir);
+  assert.equal(await vfs.stat('pki'), undefined);
+  assert.deepEqual(await vfs.list('no-such-dir/'), []);
+  assert.deepEqual(await vfs.list('pki/'), ['pki/private/ca/keyset.yaml']);
+});

@@ -1,0 +1,31 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { InvalidInputError } from '../errors.ts';
+import { checkListPrefix, checkObjectPath, joinKey, trimSlashes } from './paths.ts';
+
+test('accepts relative object paths', () => {
+  assert.equal(checkObjectPath('instancegroup/nodes'), 'instancegroup/nodes');
+  assert.equal(checkObjectPath('cluster-completed.spec'), 'cluster-completed.spec');
+  assert.equal(checkObjectPath('..hidden/x..'), '..hidden/x..');
+});
+
+test('refuses paths that are empty, absolute, or walk out of the root', () => {
+  for (const bad of ['', '/abs', '..', 'a/../../b', './a', 'a//b', 'a/', 'nul\0byte']) {
+    assert.throws(() => checkObjectPath(bad), InvalidInputError, JSON.stringify(bad));
+  }
+});
+
+test('list prefixes may be empty or end with a slash', () => {
+  assert.equal(checkListPrefix(''), '');
+  assert.equal(checkListPrefix('instancegroup/'), 'instancegroup/');
+  assert.equal(checkListPrefix('instancegroup/no'), 'instancegroup/no');
+  assert.throws(() => checkListPrefix('../'), InvalidInputError);
+  assert.throws(() => checkListPrefix('/'), InvalidInputError);
+});
+
+test('joins keys under a root and trims URL paths', () => {
+  assert.equal(joinKey('', 'config'), 'config');
+  assert.equal(joinKey('c1', 'config'), 'c1/config');
+  assert.equal(trimSlashes('/a/b/'), 'a/b');
+  assert.equal(trimSlashes('/'), '');
+});
