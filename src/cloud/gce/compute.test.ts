@@ -1,0 +1,77 @@
+import assert from 'node:assert/strict';
+import { createPublicKey } from 'node:crypto';
+import { after, before, test } from 'node:test';
+import { OAuth2Client } from 'google-auth-library';
+import {
+  ForbiddenError,
+  InvalidInputError,
+  NotFoundError,
+  RateLimitedError,
+  UnauthenticatedError,
+} from '../../errors.ts';
+import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
+import { ComputeClient, lastComponent, metadataValue } from './compute.ts';
+import { simulatorCompute } from './testing.ts';
+
+let sim: GceSimulator;
+before(async () => {
+  sim = await startGceSimulator({ project: 'p-compute' });
+  sim.world.seedInstanceGroup({ zone: 'us-east4-a', instanceGroup: 'nodes', count: 700, clusterName: 'c' });
+  sim.world.seedInstanceGroup({ zone: 'us-east4-b', instanceGroup: 'nodes', count: 400, clusterName: 'c' });
+});
+after(() => sim.close());
+
+test('aggregated and zonal lists follow every page', async () => {
+  const compute = simulatorCompute(sim);
+  sim.clearCalls();
+  assert.equal((await compute.aggregatedListInstances()).length, 1_100);
+  assert.equal(sim.count('instances.aggregatedList'), 3);
+  assert.equal((await compute.listInstances('us-east4-a')).length, 700);
+  assert.equal((await compute.listManagedInstances('us-east4-b', 'a-nodes-us-east4-b')).length, 400);
+  assert.equal((await compute.aggregatedListInstanceGroupManagers()).length, 2);
+});
+
+test('a preset access token works as well as a refresh token', async () => {
+  const auth = new OAuth2Client();
+  auth.setCredentials({ access_token: sim.accessToken, expiry_date: Date.now() + 3_600_000 });
+  const compute = new ComputeClient({ project: 'p-compute', auth, endpoint: sim.endpoint });
+  const template = await compute.getInstanceTemplate('nodes-us-east4-a-tpl');
+  assert.equal(metadataValue(template.properties?.metadata, 'kops-k8s-io-instance-group-name'), 'nodes');
+});
+
+test('the shielded instance identity carries the vTPM signing key', async () => {
+  const name = sim.world.instances('p-compute', 'us-east4-a')[0]?.name as string;
+  const identity = await simulatorCompute(sim).getShieldedInstanceIdentity('us-east4-a', name);
+  const expected = createPublicKey(sim.world.shieldedKeys('p-compute', 'us-east4-a', name).signing);
+  assert.ok(createPublicKey(identity.signingKey?.ekPub ?? '').equals(expected));
+});
+
+test('API errors become typed errors that name the call', async () => {
+  const compute = simulatorCompute(sim);
+  await assert.rejects(compute.getInstance('us-east4-a', 'missing'), (err: Error) => {
+    assert.ok(err instanceof NotFoundError);
+    assert.match(err.message, /compute instances\.get zones\/us-east4-a\/instances\/missing: The resource/);
+    return true;
+  });
+  await assert.rejects(compute.listInstances('us-east4-a', 'name ='), InvalidInputError);
+  sim.failNext(1, 403);
+  await assert.rejects(compute.getInstanceTemplate('x'), (err: Error) => {
+    assert.ok(err instanceof ForbiddenError);
+    assert.match(err.message, /grant the controller's service account compute\.instanceTemplates\.get/);
+    return true;
+  });
+  sim.failNext(2, 429);
+  await assert.rejects(compute.getInstanceTemplate('x'), RateLimitedError);
+  const unauthenticated = new OAuth2Client();
+  unauthenticated.setCredentials({ access_token: 'ya29.stale', expiry_date: Date.now() + 3_600_000 });
+  const stale = new ComputeClient({ project: 'p-compute', auth: unauthenticated, endpoint: sim.endpoint });
+  await assert.rejects(stale.getInstance('us-east4-a', 'x'), UnauthenticatedError);
+});
+
+test('lastComponent takes the name off a resource URL', () => {
+  assert.equal(
+    lastComponent('https://www.googleapis.com/compute/v1/projects/p/zones/us-east4-a'),
+    'us-east4-a',
+  );
+  assert.equal(lastComponent('plain'), 'plain');
+});
