@@ -40,7 +40,10 @@ export interface LeaderElectionOptions {
   retryPeriodMs: number;
   /** Called on becoming leader; `signal` aborts when leadership ends. Work started here must stop then. */
   onStartedLeading: (signal: AbortSignal) => void;
-  /** Called after leadership ends (lost or shutting down), before the lease is released. */
+  /**
+   * Called after leadership ends (lost or shutting down), before the lease is released on shutdown;
+   * throwing means the leader's work did not stop, and the lease is then left to expire instead.
+   */
   onStoppedLeading?: () => void | Promise<void>;
   /** Called whenever the observed holder changes, including to this candidate. */
   onNewLeader?: (identity: string) => void;
@@ -254,12 +257,15 @@ export class LeaderElector {
     this.#metrics?.leading.set({ name }, 0);
     this.#metrics?.changes.inc({ name, change: 'stopped' });
     this.#logger.warn({ reason: describeError(leadership.signal.reason) }, 'stopped leading');
+    let stoppedCleanly = true;
     try {
       await this.#options.onStoppedLeading?.();
     } catch (err) {
-      this.#logger.error({ err: describeError(err) }, 'onStoppedLeading failed');
+      // The leader's work may still be running: keep the lease until it expires rather than hand it over.
+      stoppedCleanly = false;
+      this.#logger.error({ err: describeError(err) }, 'onStoppedLeading failed; not releasing the lease');
     }
-    if (signal.aborted) await this.#release();
+    if (signal.aborted && stoppedCleanly) await this.#release();
   }
 
   /** Races `attempt` against a timeout on the clock; a late answer counts as failure. */

@@ -1,0 +1,203 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { Registry } from 'prom-client';
+import { parseConfig } from '../config/loader.ts';
+import { InternalError } from '../errors.ts';
+import { FakeClock, settle } from '../testing/fake-clock.ts';
+import { FakeLeaseApi } from '../testing/fake-lease-api.ts';
+import { ControllerRuntime, informerSynced, type LeaderComponent } from './controller-runtime.ts';
+
+const config = (leaderElection: Record<string, unknown> = {}) =>
+  parseConfig({
+    clusterName: 'c.example.com',
+    cloud: 'metal',
+    metrics: { listen: '127.0.0.1:0' },
+    leaderElection,
+  });
+
+/** A component that records its runs; `stubborn` ignores the abort signal. */
+function testComponent(name: string, behaviour: { failTimes?: number; stubborn?: boolean } = {}) {
+  const log: string[] = [];
+  let failures = behaviour.failTimes ?? 0;
+  let running = false;
+  const component: LeaderComponent = {
+    name,
+    start: (signal) =>
+      new Promise((resolve, reject) => {
+        running = true;
+        log.push('start');
+        if (failures > 0) {
+          failures--;
+          running = false;
+          log.push('fail');
+          reject(new Error('cloud API unreachable'));
+          return;
+        }
+        if (behaviour.stubborn) return;
+        signal.addEventListener('abort', () => {
+          running = false;
+          log.push('stop');
+          resolve();
+        });
+      }),
+  };
+  return { component, log, isRunning: () => running };
+}
+
+async function get(url: string): Promise<{ status: number; text: string }> {
+  const res = await fetch(url);
+  return { status: res.status, text: await res.text() };
+}
+
+describe('controller runtime', () => {
+  test('components run only on the leader; shutdown stops them and hands the lease over', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const replicas = ['a', 'b'].map((identity) => {
+      const registry = new Registry();
+      const probe = testComponent('probe');
+      const runtime = new ControllerRuntime({
+        config: config(),
+        leaseClient: api.clientFor(),
+        components: [probe.component],
+        registry,
+        identity,
+        clock,
+        random: () => 0.5,
+      });
+      return { identity, runtime, probe, registry };
+    });
+    const [a, b] = replicas as [(typeof replicas)[0], (typeof replicas)[0]];
+    const serverA = await a.runtime.start();
+    await clock.advance(10);
+    const serverB = await b.runtime.start();
+    for (let i = 0; i < 40; i++) {
+      await clock.advance(250);
+      assert.ok(!(a.probe.isRunning() && b.probe.isRunning()), 'the component never runs on both replicas');
+    }
+    assert.equal(a.runtime.isLeader, true);
+    assert.equal(b.runtime.isLeader, false);
+    assert.deepEqual(a.probe.log, ['start']);
+    assert.deepEqual(b.probe.log, []);
+
+    for (const server of [serverA, serverB]) {
+      assert.deepEqual(await get(`${server.url}/healthz`), { status: 200, text: 'ok\n' });
+      const ready = await get(`${server.url}/readyz`);
+      assert.equal(ready.status, 200, ready.text);
+    }
+    const metricsA = (await get(`${serverA.url}/metrics`)).text;
+    assert.match(metricsA, /^leader_election_master_status\{name="kops-controller-leader"\} 1$/m);
+    assert.match(metricsA, /^controller_component_running\{component="probe"\} 1$/m);
+    assert.match(
+      (await get(`${serverB.url}/metrics`)).text,
+      /^controller_component_running\{component="probe"\} 0$/m,
+    );
+
+    await a.runtime.stop();
+    await a.runtime.done;
+    assert.deepEqual(a.probe.log, ['start', 'stop']);
+    assert.equal(api.lease?.spec?.holderIdentity, '', 'released on shutdown');
+    await assert.rejects(fetch(`${serverA.url}/healthz`), 'the server is closed');
+    for (let i = 0; i < 20 && !b.probe.isRunning(); i++) await clock.advance(250);
+    assert.deepEqual(b.probe.log, ['start'], 'the other replica took over without waiting for expiry');
+    await b.runtime.stop();
+    assert.deepEqual(b.probe.log, ['start', 'stop']);
+  });
+
+  test('a failing component is restarted with backoff while leading', async () => {
+    const clock = new FakeClock();
+    const flaky = testComponent('flaky', { failTimes: 2 });
+    const registry = new Registry();
+    const runtime = new ControllerRuntime({
+      config: config(),
+      leaseClient: new FakeLeaseApi().clientFor(),
+      components: [flaky.component],
+      registry,
+      clock,
+      random: () => 0,
+    });
+    await runtime.start();
+    await clock.advance(10);
+    assert.deepEqual(flaky.log, ['start', 'fail']);
+    await clock.advance(1000);
+    assert.deepEqual(flaky.log, ['start', 'fail', 'start', 'fail']);
+    await clock.advance(1999);
+    assert.equal(flaky.log.length, 4, 'the second restart waits 2 s');
+    await clock.advance(1);
+    assert.deepEqual(flaky.log.slice(4), ['start']);
+    assert.equal(flaky.isRunning(), true);
+    await runtime.stop();
+    assert.equal(flaky.isRunning(), false);
+  });
+
+  test('a component that ignores shutdown is fatal and the lease is not released', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const stubborn = testComponent('stubborn', { stubborn: true });
+    const runtime = new ControllerRuntime({
+      config: config(),
+      leaseClient: api.clientFor(),
+      components: [stubborn.component],
+      registry: new Registry(),
+      identity: 'a',
+      clock,
+      componentStopTimeoutMs: 5_000,
+    });
+    const server = await runtime.start();
+    await clock.advance(10);
+    assert.equal(runtime.isLeader, true);
+    const stopping = runtime.stop();
+    await clock.advance(5_000);
+    await stopping;
+    await assert.rejects(
+      runtime.done,
+      (err: unknown) => err instanceof InternalError && /did not stop within 5000 ms/.test(err.message),
+    );
+    assert.equal(api.lease?.spec?.holderIdentity, 'a', 'left to expire, not handed over');
+    await assert.rejects(fetch(`${server.url}/healthz`));
+  });
+
+  test('without leader election the components run at once; readiness includes added checks', async () => {
+    const probe = testComponent('probe');
+    let synced = false;
+    const runtime = new ControllerRuntime({
+      config: config({ enabled: false }),
+      leaseClient: new FakeLeaseApi().clientFor({ down: true }),
+      components: [probe.component],
+      registry: new Registry(),
+      clock: new FakeClock(),
+    });
+    runtime.addReadinessCheck(informerSynced({ name: 'nodes', hasSynced: () => synced }));
+    const server = await runtime.start();
+    await settle();
+    assert.deepEqual(probe.log, ['start']);
+    assert.equal(runtime.isLeader, true);
+    assert.equal(runtime.identity, undefined);
+    assert.deepEqual(await get(`${server.url}/readyz`), {
+      status: 503,
+      text: '[+]leader-election ok\n[-]informer-nodes failed: not synced yet\nreadyz check failed\n',
+    });
+    synced = true;
+    assert.equal((await get(`${server.url}/readyz`)).status, 200);
+    await runtime.stop();
+    await runtime.done;
+    assert.deepEqual(probe.log, ['start', 'stop']);
+  });
+
+  test('not ready until the lease has been read', async () => {
+    const clock = new FakeClock();
+    const runtime = new ControllerRuntime({
+      config: config(),
+      leaseClient: new FakeLeaseApi().clientFor({ hang: true }),
+      registry: new Registry(),
+      clock,
+    });
+    const server = await runtime.start();
+    const ready = await get(`${server.url}/readyz`);
+    assert.equal(ready.status, 503);
+    assert.match(ready.text, /^\[-\]leader-election failed: the leader lease has not been read yet$/m);
+    const stopping = runtime.stop();
+    await clock.advance(10_000);
+    await stopping;
+  });
+});
