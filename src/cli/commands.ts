@@ -1,8 +1,9 @@
 /** The list of commands; each lives in its own module and exports a factory. */
 import type { Command } from 'commander';
 import { pkiCommand } from './pki.ts';
+import { runCommand } from './run.ts';
 
 /** Every subcommand of the program, in no particular order (help sorts them). */
 export function commandsOf(): Command[] {
-  return [pkiCommand()];
+  return [pkiCommand(), runCommand()];
 }

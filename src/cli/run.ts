@@ -1,0 +1,77 @@
+/**
+ * `kops-controller run --conf FILE`: the controller process. Loads the config and the kubeconfig,
+ * serves /healthz, /readyz and /metrics, campaigns for the leader lease and runs the leader-only
+ * components while it holds it. SIGTERM or SIGINT shuts down cleanly: the components stop, the lease
+ * is released so a standby takes over at once, and the process exits 0.
+ */
+
+import { CoordinationV1Api } from '@kubernetes/client-node';
+import { Command, Option } from 'commander';
+import { collectDefaultMetrics, type Registry, register } from 'prom-client';
+import { loadConfigFile } from '../config/loader.ts';
+import { loadKubeConfig } from '../kube/client.ts';
+import { ControllerRuntime, type LeaderComponent } from '../runtime/controller-runtime.ts';
+import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
+
+interface RunOptions extends KubeOptions {
+  conf: string;
+}
+
+/** Where kops mounts the controller's config file. */
+export const defaultConfigPath = '/etc/kubernetes/kops-controller/config.yaml';
+
+/** Adds the process metrics (CPU, memory, event-loop lag, ...) to `registry` once. */
+function collectProcessMetrics(registry: Registry): void {
+  if (!registry.getSingleMetric('process_cpu_user_seconds_total'))
+    collectDefaultMetrics({ register: registry });
+}
+
+/** The `run` command. */
+export function runCommand(): Command {
+  return withKubeOptions(
+    new Command('run')
+      .description(
+        'run the controller: health and metrics endpoints, leader election, leader-only controllers',
+      )
+      .addOption(new Option('--conf <file>', 'controller configuration file').default(defaultConfigPath)),
+  ).action(async (options: RunOptions, command: Command) => {
+    const logger = commandLogger(command);
+    const config = await loadConfigFile(options.conf);
+    const { kubeConfig, source } = loadKubeConfig({
+      kubeconfig: options.kubeconfig,
+      context: options.context,
+    });
+    logger.info(
+      {
+        cluster: config.clusterName,
+        cloud: config.cloud,
+        kubeconfig: source,
+        server: kubeConfig.getCurrentCluster()?.server,
+      },
+      'starting kops-controller',
+    );
+    collectProcessMetrics(register);
+    // The node and CSR controllers join this list as they are built; the runtime supervises them.
+    const components: LeaderComponent[] = [];
+    const runtime = new ControllerRuntime({
+      config,
+      leaseClient: kubeConfig.makeApiClient(CoordinationV1Api),
+      components,
+      registry: register,
+      logger,
+    });
+    await runtime.start();
+    const shutdown = (signal: NodeJS.Signals) => {
+      logger.info({ signal }, 'shutting down');
+      void runtime.stop();
+    };
+    process.once('SIGTERM', shutdown);
+    process.once('SIGINT', shutdown);
+    try {
+      await runtime.done;
+    } finally {
+      process.off('SIGTERM', shutdown);
+      process.off('SIGINT', shutdown);
+    }
+  });
+}
