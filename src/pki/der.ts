@@ -115,10 +115,12 @@ export function oid(dotted: string): Buffer {
   const cached = oidCache.get(dotted);
   if (cached) return cached;
   const arcs = dotted.split('.').map(Number);
-  const bytes: number[] = [(arcs[0] as number) * 40 + (arcs[1] as number)];
-  for (const arc of arcs.slice(2)) {
-    const chunk: number[] = [arc & 0x7f];
-    for (let rest = Math.floor(arc / 128); rest > 0; rest = Math.floor(rest / 128)) {
+  // The first two arcs share one subidentifier; every subidentifier is base 128, high bit = "more".
+  const subidentifiers = [(arcs[0] as number) * 40 + (arcs[1] as number), ...arcs.slice(2)];
+  const bytes: number[] = [];
+  for (const value of subidentifiers) {
+    const chunk: number[] = [value & 0x7f];
+    for (let rest = Math.floor(value / 128); rest > 0; rest = Math.floor(rest / 128)) {
       chunk.unshift(0x80 | (rest & 0x7f));
     }
     bytes.push(...chunk);
@@ -228,21 +230,20 @@ export function expectTag(node: DerNode | undefined, tag: number, what: string):
 export function readOid(node: DerNode): string {
   const bytes = contentOf(expectTag(node, Tag.oid, 'object identifier'));
   if (bytes.length === 0) throw malformed('empty object identifier');
-  const first = bytes[0] as number;
-  const arcs: number[] = [
-    Math.min(2, Math.floor(first / 40)),
-    first - Math.min(2, Math.floor(first / 40)) * 40,
-  ];
+  const subidentifiers: number[] = [];
   let value = 0;
-  for (const byte of bytes.subarray(1)) {
+  for (const byte of bytes) {
     value = value * 128 + (byte & 0x7f);
     if (value > Number.MAX_SAFE_INTEGER) throw malformed('object identifier arc too large');
     if ((byte & 0x80) === 0) {
-      arcs.push(value);
+      subidentifiers.push(value);
       value = 0;
     }
   }
   if (((bytes[bytes.length - 1] as number) & 0x80) !== 0) throw malformed('truncated object identifier');
+  const [first = 0, ...rest] = subidentifiers;
+  const top = Math.min(2, Math.floor(first / 40));
+  const arcs = [top, first - top * 40, ...rest];
   return arcs.join('.');
 }
 

@@ -1,0 +1,68 @@
+import assert from 'node:assert/strict';
+import { createPublicKey, generateKeyPairSync } from 'node:crypto';
+import { test } from 'node:test';
+import { InvalidInputError } from '../errors.ts';
+import { openssl } from '../testing/openssl.ts';
+import {
+  describeKey,
+  generateKey,
+  keyPolicyViolation,
+  parsePrivateKeyPem,
+  privateKeyPem,
+  signatureSchemeFor,
+} from './keys.ts';
+
+test('private keys are written in the forms kops and openssl write: PKCS#1 for RSA, SEC 1 for ECDSA', () => {
+  const rsa = privateKeyPem(generateKey('rsa-2048'));
+  const ec = privateKeyPem(generateKey('ecdsa-p256'));
+  assert.match(rsa, /^-----BEGIN RSA PRIVATE KEY-----\n/);
+  assert.match(ec, /^-----BEGIN EC PRIVATE KEY-----\n/);
+  assert.match(openssl(['pkey', '-noout', '-text'], ec), /ASN1 OID: prime256v1/);
+  assert.equal(describeKey(parsePrivateKeyPem(rsa)).text, 'RSA 2048');
+});
+
+test('encrypted and garbled private keys are refused with the reason', () => {
+  assert.throws(
+    () => parsePrivateKeyPem('-----BEGIN ENCRYPTED PRIVATE KEY-----\n...'),
+    /encrypted private keys are not supported/,
+  );
+  assert.throws(
+    () => parsePrivateKeyPem('nonsense', 'ca.key'),
+    (err: unknown) => err instanceof InvalidInputError && /^ca\.key: not a PEM private key/.test(err.message),
+  );
+});
+
+test('the key policy: RSA 2048+ with e=65537, the NIST curves, Ed25519', () => {
+  const publicOf = (key: ReturnType<typeof generateKey>) => createPublicKey(key);
+  assert.equal(keyPolicyViolation(publicOf(generateKey('ecdsa-p256'))), undefined);
+  assert.equal(keyPolicyViolation(publicOf(generateKey('rsa-2048'))), undefined);
+  assert.equal(keyPolicyViolation(generateKeyPairSync('ed25519').publicKey), undefined);
+  assert.equal(keyPolicyViolation(generateKeyPairSync('ec', { namedCurve: 'P-521' }).publicKey), undefined);
+  assert.match(
+    keyPolicyViolation(generateKeyPairSync('rsa', { modulusLength: 1024 }).publicKey) ?? '',
+    /1024 bits is too weak/,
+  );
+  assert.match(
+    keyPolicyViolation(generateKeyPairSync('rsa', { modulusLength: 2048, publicExponent: 3 }).publicKey) ??
+      '',
+    /exponent 3/,
+  );
+  assert.match(
+    keyPolicyViolation(generateKeyPairSync('ec', { namedCurve: 'secp256k1' }).publicKey) ?? '',
+    /secp256k1 is not accepted/,
+  );
+  assert.match(
+    keyPolicyViolation(generateKeyPairSync('x25519').publicKey) ?? '',
+    /x25519 keys are not accepted/,
+  );
+});
+
+test('CA keys sign with a hash sized to the key', () => {
+  assert.equal(signatureSchemeFor(generateKey('ecdsa-p256')).name, 'ecdsa-with-SHA256');
+  assert.equal(signatureSchemeFor(generateKey('ecdsa-p384')).name, 'ecdsa-with-SHA384');
+  assert.equal(signatureSchemeFor(generateKey('rsa-3072')).name, 'sha256WithRSAEncryption');
+  assert.throws(
+    () => signatureSchemeFor(generateKeyPairSync('ed25519').privateKey),
+    /cannot sign certificates/,
+  );
+});

@@ -1,0 +1,297 @@
+import assert from 'node:assert/strict';
+import { createPublicKey, generateKeyPairSync } from 'node:crypto';
+import { describe, test } from 'node:test';
+import { InvalidInputError } from '../errors.ts';
+import { openssl, opensslText, opensslVerify, scratchFile } from '../testing/openssl.ts';
+import { bundlePem, createCa } from './ca.ts';
+import { parseCsr, RequestRejectedError } from './csr.ts';
+import { generateKey } from './keys.ts';
+import {
+  absoluteLifetimeBounds,
+  backdateMs,
+  issueCertificate,
+  planCertificate,
+  profileNamed,
+  validateLifetimeBounds,
+} from './profiles.ts';
+import { parseCertificate } from './x509.ts';
+
+const now = new Date();
+const ecCa = createCa({ now });
+const rsaCa = createCa({ algorithm: 'rsa-2048', now });
+const ecKey = { kind: 'public-key' as const, publicKey: createPublicKey(generateKey()) };
+const rsaKey = { kind: 'public-key' as const, publicKey: createPublicKey(generateKey('rsa-2048')) };
+const minute = 60_000;
+const hour = 60 * minute;
+
+/** A CSR made by the real openssl, with its subject and extra `req` arguments. */
+function opensslCsr(
+  subject: string,
+  extra: string[] = [],
+  keyArgs = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256'],
+): string {
+  const keyOut = scratchFile('node.key', '');
+  return openssl(['req', '-new', ...keyArgs, '-nodes', '-keyout', keyOut, '-subj', subject, ...extra]);
+}
+
+function rejection(fn: () => unknown, reason: string, message: RegExp): void {
+  assert.throws(fn, (err: unknown) => {
+    assert.ok(err instanceof RequestRejectedError, `expected RequestRejectedError, got ${String(err)}`);
+    assert.equal(err.reason, reason);
+    assert.match(err.message, message);
+    return true;
+  });
+}
+
+describe('every profile issues certificates that openssl verifies, with the right fields', () => {
+  for (const [caName, ca] of [
+    ['ECDSA P-256 CA', ecCa],
+    ['RSA-2048 CA', rsaCa],
+  ] as const) {
+    test(`kubelet client certificate from an ${caName}`, () => {
+      const issued = issueCertificate(ca, 'kubelet', ecKey, { name: 'node-a' }, { now });
+      assert.match(opensslVerify(bundlePem(ca), issued.pem, 'sslclient'), /: OK$/);
+      const text = opensslText(issued.pem);
+      assert.match(text, /Subject: O = system:nodes, CN = system:node:node-a\n/);
+      assert.match(text, /X509v3 Key Usage: critical\n\s+Digital Signature\n/);
+      assert.match(text, /X509v3 Extended Key Usage: \n\s+TLS Web Client Authentication\n/);
+      assert.match(text, /X509v3 Basic Constraints: critical\n\s+CA:FALSE\n/);
+      assert.match(text, /X509v3 Subject Key Identifier/);
+      assert.match(text, /X509v3 Authority Key Identifier/);
+      assert.doesNotMatch(text, /Subject Alternative Name/);
+      assert.match(
+        text,
+        ca === rsaCa
+          ? /Signature Algorithm: sha256WithRSAEncryption/
+          : /Signature Algorithm: ecdsa-with-SHA256/,
+      );
+    });
+  }
+
+  test('kubelet-server certificate carries exactly the verified names and serverAuth', () => {
+    const issued = issueCertificate(
+      ecCa,
+      'kubelet-server',
+      rsaKey,
+      { name: 'node-a', dnsNames: ['node-a.ec2.internal'], ipAddresses: ['10.0.0.7', '2001:db8::7'] },
+      { now },
+    );
+    assert.match(opensslVerify(bundlePem(ecCa), issued.pem, 'sslserver'), /: OK$/);
+    const text = opensslText(issued.pem);
+    assert.match(text, /Subject: O = system:nodes, CN = system:node:node-a\n/);
+    // RSA subject keys also get keyEncipherment (RSA key transport).
+    assert.match(text, /X509v3 Key Usage: critical\n\s+Digital Signature, Key Encipherment\n/);
+    assert.match(text, /X509v3 Extended Key Usage: \n\s+TLS Web Server Authentication\n/);
+    assert.match(
+      text,
+      /DNS:node-a\.ec2\.internal, IP Address:10\.0\.0\.7, IP Address:2001:DB8:0:0:0:0:0:7\n/,
+    );
+  });
+
+  test('kube-proxy certificate is system:kube-proxy with no organisation', () => {
+    const issued = issueCertificate(ecCa, 'kube-proxy', ecKey, { name: 'node-a' }, { now });
+    assert.match(opensslVerify(bundlePem(ecCa), issued.pem, 'sslclient'), /: OK$/);
+    assert.match(opensslText(issued.pem), /Subject: CN = system:kube-proxy\n/);
+  });
+
+  test("kops-controller's serving certificate names itself and the admin's names", () => {
+    const issued = issueCertificate(
+      ecCa,
+      'kops-controller',
+      ecKey,
+      { name: 'kops-controller.internal.example.com', ipAddresses: ['127.0.0.1'] },
+      { now },
+    );
+    assert.match(opensslVerify(bundlePem(ecCa), issued.pem, 'sslserver'), /: OK$/);
+    const text = opensslText(issued.pem);
+    assert.match(text, /Subject: CN = kops-controller\.internal\.example\.com\n/);
+    assert.match(text, /DNS:kops-controller\.internal\.example\.com, IP Address:127\.0\.0\.1\n/);
+    assert.equal(issued.notAfter.getTime() - now.getTime() <= 30 * 24 * hour, true);
+  });
+});
+
+describe('validity', () => {
+  test('starts five minutes back and lasts the profile default (24 h), less a per-node spread', () => {
+    const issued = issueCertificate(ecCa, 'kubelet', ecKey, { name: 'node-a' }, { now });
+    const parsed = parseCertificate(issued.der);
+    assert.ok(parsed.notBefore.getTime() <= now.getTime() - backdateMs + 1000);
+    const lifetime = parsed.notAfter.getTime() - now.getTime();
+    assert.ok(lifetime <= 24 * hour && lifetime >= 0.9 * 24 * hour, `lifetime ${lifetime}`);
+    const text = opensslText(issued.pem);
+    assert.match(text, /Not Before: .* GMT\n\s+Not After : .* GMT/);
+  });
+
+  test('the spread is stable per node and differs between nodes', () => {
+    const expiry = (name: string) =>
+      issueCertificate(ecCa, 'kubelet', ecKey, { name }, { now }).notAfter.getTime();
+    assert.equal(expiry('node-a'), expiry('node-a'));
+    const spreads = new Set(['node-a', 'node-b', 'node-c', 'node-d'].map(expiry));
+    assert.ok(spreads.size > 1);
+  });
+
+  test('a lifetime below ten minutes is raised to ten minutes, above the bound lowered to it', () => {
+    const short = issueCertificate(ecCa, 'kubelet', ecKey, { name: 'node-a' }, { now, lifetimeMs: 1000 });
+    assert.equal(short.notAfter.getTime() - Math.floor(now.getTime() / 1000) * 1000, 10 * minute);
+    const long = issueCertificate(
+      ecCa,
+      'kubelet',
+      ecKey,
+      { name: 'node-a' },
+      {
+        now,
+        lifetimeMs: 1000 * 24 * hour,
+        bounds: { minMs: 10 * minute, maxMs: 48 * hour },
+      },
+    );
+    assert.ok(long.notAfter.getTime() - now.getTime() <= 48 * hour);
+    assert.ok(long.notAfter.getTime() - now.getTime() >= 0.9 * 48 * hour);
+  });
+
+  test('a certificate never outlives its CA', () => {
+    const shortCa = createCa({ now, lifetimeMs: 2 * hour });
+    const issued = issueCertificate(
+      shortCa,
+      'kubelet',
+      ecKey,
+      { name: 'node-a' },
+      { now, lifetimeMs: 400 * 24 * hour },
+    );
+    assert.equal(issued.notAfter.getTime(), shortCa.signer.certificate.parsed.notAfter.getTime());
+  });
+
+  test('configured bounds must stay within 10 minutes and 455 days', () => {
+    assert.deepEqual(validateLifetimeBounds(absoluteLifetimeBounds), absoluteLifetimeBounds);
+    assert.throws(() => validateLifetimeBounds({ minMs: minute, maxMs: hour }), InvalidInputError);
+    assert.throws(() => validateLifetimeBounds({ minMs: hour, maxMs: 456 * 24 * hour }), InvalidInputError);
+    assert.throws(() => validateLifetimeBounds({ minMs: 2 * hour, maxMs: hour }), InvalidInputError);
+  });
+});
+
+test('serials are random, positive and 128 bits', () => {
+  const serials = Array.from({ length: 50 }, () =>
+    issueCertificate(ecCa, 'kubelet', ecKey, { name: 'node-a' }, { now }),
+  );
+  assert.equal(new Set(serials.map((s) => s.serialHex)).size, 50);
+  for (const issued of serials) {
+    const serial = parseCertificate(issued.der).serialHex;
+    assert.ok(serial.length <= 34, serial); // 16 bytes, plus a zero byte when the top bit is set
+    assert.ok(Number.parseInt(serial.slice(0, 2), 16) < 0x80, 'positive');
+  }
+});
+
+describe('requests are re-validated against the profile and the verified identity', () => {
+  test('a kubelet CSR from openssl is accepted and its key certified', () => {
+    const csr = parseCsr(opensslCsr('/O=system:nodes/CN=system:node:node-a'));
+    const issued = issueCertificate(ecCa, 'kubelet', csr, { name: 'node-a' }, { now });
+    assert.match(opensslVerify(bundlePem(ecCa), issued.pem), /: OK$/);
+    assert.deepEqual(parseCertificate(issued.der).spki, csr.spki);
+  });
+
+  test('a CSR for another node is rejected', () => {
+    const csr = parseCsr(opensslCsr('/O=system:nodes/CN=system:node:node-b'));
+    rejection(() => planCertificate('kubelet', csr, { name: 'node-a' }), 'subject', /CN=system:node:node-a/);
+  });
+
+  test('a kubelet CSR must carry exactly O=system:nodes', () => {
+    const masters = parseCsr(opensslCsr('/O=system:masters/CN=system:node:node-a'));
+    rejection(() => planCertificate('kubelet', masters, { name: 'node-a' }), 'subject', /not allowed/);
+    const extraOrg = parseCsr(opensslCsr('/O=system:nodes/O=system:masters/CN=system:node:node-a'));
+    rejection(() => planCertificate('kubelet', extraOrg, { name: 'node-a' }), 'subject', /not allowed/);
+    const extraAttribute = parseCsr(opensslCsr('/C=US/O=system:nodes/CN=system:node:node-a'));
+    rejection(() => planCertificate('kubelet', extraAttribute, { name: 'node-a' }), 'subject', /not allowed/);
+  });
+
+  test('a client CSR asking for any subjectAltName is rejected', () => {
+    const csr = parseCsr(
+      opensslCsr('/O=system:nodes/CN=system:node:node-a', ['-addext', 'subjectAltName=DNS:node-a']),
+    );
+    rejection(() => planCertificate('kubelet', csr, { name: 'node-a' }), 'san', /no subjectAltName/);
+  });
+
+  test('a serving CSR asking for names beyond the verified facts is rejected', () => {
+    const csr = parseCsr(
+      opensslCsr('/O=system:nodes/CN=system:node:node-a', [
+        '-addext',
+        'subjectAltName=DNS:node-a.internal,IP:10.0.0.9,DNS:evil.example.com',
+      ]),
+    );
+    rejection(
+      () =>
+        planCertificate('kubelet-server', csr, {
+          name: 'node-a',
+          dnsNames: ['node-a.internal'],
+          ipAddresses: ['10.0.0.9'],
+        }),
+      'san',
+      /not verified for it: evil\.example\.com/,
+    );
+  });
+
+  test('a serving CSR asking for a subset of the verified names gets exactly that subset', () => {
+    const csr = parseCsr(opensslCsr('/CN=node-a', ['-addext', 'subjectAltName=IP:10.0.0.9']));
+    const issued = issueCertificate(
+      ecCa,
+      'kubelet-server',
+      csr,
+      { name: 'node-a', dnsNames: ['node-a.internal'], ipAddresses: ['10.0.0.9'] },
+      { now },
+    );
+    assert.deepEqual(issued.altNames, { dnsNames: [], ipAddresses: ['10.0.0.9'] });
+    assert.match(
+      opensslText(issued.pem),
+      /Subject: CN = node-a\n[\s\S]*X509v3 Subject Alternative Name: \n\s+IP Address:10\.0\.0\.9\n/,
+    );
+  });
+
+  test('email and URI names are never allowed', () => {
+    const csr = parseCsr(opensslCsr('/CN=node-a', ['-addext', 'subjectAltName=URI:spiffe://x/y']));
+    rejection(
+      () => planCertificate('kubelet-server', csr, { name: 'node-a', ipAddresses: ['10.0.0.9'] }),
+      'san',
+      /URI/,
+    );
+  });
+
+  test('a serving certificate needs at least one verified name', () => {
+    rejection(() => planCertificate('kubelet-server', ecKey, { name: 'node-a' }), 'san', /at least one/);
+  });
+
+  test('usages outside the profile are rejected', () => {
+    const serverAuth = parseCsr(
+      opensslCsr('/O=system:nodes/CN=system:node:node-a', ['-addext', 'extendedKeyUsage=serverAuth']),
+    );
+    rejection(
+      () => planCertificate('kubelet', serverAuth, { name: 'node-a' }),
+      'extension',
+      /serverAuth are not allowed/,
+    );
+    const agreement = parseCsr(
+      opensslCsr('/O=system:nodes/CN=system:node:node-a', ['-addext', 'keyUsage=keyAgreement']),
+    );
+    rejection(() => planCertificate('kubelet', agreement, { name: 'node-a' }), 'extension', /keyAgreement/);
+  });
+
+  test('the identity name must be a valid node name', () => {
+    assert.throws(() => planCertificate('kubelet', ecKey, { name: '../etc' }), /not a valid DNS name/);
+    assert.throws(() => planCertificate('kubelet', ecKey, { name: 'Node_A' }), /not a valid DNS name/);
+  });
+
+  test('a bare public key that fails the key policy is rejected', () => {
+    const weak = {
+      kind: 'public-key' as const,
+      publicKey: generateKeyPairSync('rsa', { modulusLength: 1024 }).publicKey,
+    };
+    rejection(
+      () => issueCertificate(ecCa, 'kubelet', weak, { name: 'node-a' }),
+      'key',
+      /1024 bits is too weak/,
+    );
+  });
+
+  test('unknown profiles are input errors naming the known ones', () => {
+    assert.throws(
+      () => profileNamed('admin'),
+      /unknown certificate profile "admin": use one of kubelet, kubelet-server/,
+    );
+  });
+});
