@@ -8,7 +8,7 @@ import {
   parseCluster,
   parseInstanceGroup,
 } from '../statestore/kops-types.ts';
-import { buildNodeLabels } from './build-node-labels.ts';
+import { buildNodeLabels, explainNodeLabels } from './build-node-labels.ts';
 
 const kopsCluster = parseCluster(`apiVersion: kops.k8s.io/v1alpha2
 kind: Cluster
@@ -193,5 +193,18 @@ describe('buildNodeLabels', () => {
       'this.value_is-fine-for-kubernetes',
     );
     assert.equal(labels['cloud.google.com/metadata-proxy-ready'], 'true');
+  });
+});
+
+describe('explainNodeLabels', () => {
+  test('names the layer that decided each label, sorted by key', () => {
+    const ig = group('nodes', 'Node', '  nodeLabels:\n    node1: from-spec\n');
+    assert.deepEqual(explainNodeLabels(kopsCluster, ig), [
+      { key: 'kops.k8s.io/instancegroup', value: 'nodes', source: 'instance group name' },
+      { key: 'node-role.kubernetes.io/node', value: '', source: 'role' },
+      { key: 'node1', value: 'from-spec', source: 'instance group nodeLabels' },
+      { key: 'node2', value: 'node2', source: 'cluster kubelet' },
+      { key: 'node3', value: 'override3', source: 'instance group kubelet' },
+    ]);
   });
 });
