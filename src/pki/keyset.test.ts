@@ -40,7 +40,7 @@ test('the legacy kops/v1alpha2 group and JSON encoding are read too', () => {
 });
 
 test('keysets that cannot sign are refused with the reason', () => {
-  const noPrimaryKey = keysetYaml.replace(/ {4}privateMaterial: .*\n/, '');
+  const noPrimaryKey = keysetYaml.replace(/^ *privateMaterial: .*\n/m, '');
   assert.throws(
     () => caFromKeyset(noPrimaryKey),
     /primary keypair "7371183425613924012183764000" must be present/,
