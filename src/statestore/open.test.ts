@@ -10,7 +10,7 @@ import { startS3Sim } from '../sim/s3/server.ts';
 import { FileVfs } from './file-vfs.ts';
 import { GcsVfs } from './gcs-vfs.ts';
 import { MemfsVfs } from './memfs-vfs.ts';
-import { openVfs } from './open.ts';
+import { openVfs, vfsOptionsFromEnv } from './open.ts';
 import { S3Vfs } from './s3-vfs.ts';
 import type { Vfs } from './types.ts';
 
@@ -135,5 +135,39 @@ describe('openVfs', () => {
     assert.throws(() => openVfs('file://host/dir'), /three slashes/);
     assert.throws(() => openVfs('s3://bucket/x?versionId=1'), /query strings/);
     assert.throws(() => openVfs(''), /empty/);
+  });
+});
+
+describe('environment defaults', () => {
+  test('kops S3_* variables point the S3 backend at an S3-compatible store', async () => {
+    const env = {
+      S3_ENDPOINT: s3.endpoint,
+      S3_REGION: 'us-test-1',
+      S3_ACCESS_KEY_ID: s3.credentials.accessKeyId,
+      S3_SECRET_ACCESS_KEY: s3.credentials.secretAccessKey,
+    };
+    assert.deepEqual(vfsOptionsFromEnv(env).s3, {
+      endpoint: s3.endpoint,
+      region: 'us-test-1',
+      credentials: { accessKeyId: env.S3_ACCESS_KEY_ID, secretAccessKey: env.S3_SECRET_ACCESS_KEY },
+    });
+    const vfs = openVfs('s3://state/from-env', { env });
+    await vfs.write('config', 'via env');
+    assert.equal(s3.getObject('state', 'from-env/config')?.toString(), 'via env');
+  });
+
+  test('STORAGE_EMULATOR_HOST points the GCS backend at an emulator; explicit options still win', async () => {
+    assert.equal(
+      vfsOptionsFromEnv({ STORAGE_EMULATOR_HOST: 'localhost:4443' }).gcs.endpoint,
+      'http://localhost:4443',
+    );
+    const env = { STORAGE_EMULATOR_HOST: 'http://127.0.0.1:9' };
+    const vfs = openVfs('gs://state/from-env', {
+      env,
+      gcs: { endpoint: gcs.endpoint, auth: staticGoogleAuth('sim-token') },
+    });
+    await vfs.write('config', 'explicit');
+    assert.equal(gcs.getObject('state', 'from-env/config')?.toString(), 'explicit');
+    assert.deepEqual(vfsOptionsFromEnv({}), { s3: {}, gcs: {} });
   });
 });

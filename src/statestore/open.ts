@@ -12,6 +12,26 @@ import type { Vfs } from './types.ts';
 export interface VfsOptions {
   s3?: S3VfsOptions;
   gcs?: GcsVfsOptions;
+  /** Environment read for defaults (see `vfsOptionsFromEnv`); default `process.env`. */
+  env?: NodeJS.ProcessEnv;
+}
+
+/**
+ * Defaults from the environment variables kops itself honours for S3-compatible stores
+ * (`S3_ENDPOINT`, `S3_REGION`, `S3_ACCESS_KEY_ID`, `S3_SECRET_ACCESS_KEY`) and the standard GCS
+ * emulator variable `STORAGE_EMULATOR_HOST`.
+ */
+export function vfsOptionsFromEnv(env: NodeJS.ProcessEnv): { s3: S3VfsOptions; gcs: GcsVfsOptions } {
+  const s3: S3VfsOptions = {};
+  if (env['S3_ENDPOINT']) s3.endpoint = env['S3_ENDPOINT'];
+  if (env['S3_REGION']) s3.region = env['S3_REGION'];
+  if (env['S3_ACCESS_KEY_ID'] && env['S3_SECRET_ACCESS_KEY']) {
+    s3.credentials = { accessKeyId: env['S3_ACCESS_KEY_ID'], secretAccessKey: env['S3_SECRET_ACCESS_KEY'] };
+  }
+  const gcs: GcsVfsOptions = {};
+  const emulator = env['STORAGE_EMULATOR_HOST'];
+  if (emulator) gcs.endpoint = /^https?:\/\//.test(emulator) ? emulator : `http://${emulator}`;
+  return { s3, gcs };
 }
 
 /** The URL schemes `openVfs` understands. */
@@ -39,7 +59,8 @@ function requireBucket(url: URL, raw: string): void {
 
 /**
  * Opens the state store at `url`: `s3://bucket/prefix`, `gs://bucket/prefix`, `file:///dir`, a plain
- * directory path, or `memfs://name/prefix` (in-process, for tests and `dev`).
+ * directory path, or `memfs://name/prefix` (in-process, for tests and `dev`). Explicit options win over
+ * the environment defaults of `vfsOptionsFromEnv`.
  */
 export function openVfs(url: string, options: VfsOptions = {}): Vfs {
   if (url.trim() === '') throw new ConfigError('the state store URL is empty: set configBase (or --state)');
@@ -60,12 +81,13 @@ export function openVfs(url: string, options: VfsOptions = {}): Vfs {
         throw new ConfigError(`invalid state store URL "${url}": use memfs://NAME/PATH`);
       }
       return new MemfsVfs(parsed);
-    case 's3:':
+    case 's3:': {
       requireBucket(parsed, url);
-      return new S3Vfs(parsed, options.s3);
+      return new S3Vfs(parsed, { ...vfsOptionsFromEnv(options.env ?? process.env).s3, ...options.s3 });
+    }
     case 'gs:':
       requireBucket(parsed, url);
-      return new GcsVfs(parsed, options.gcs);
+      return new GcsVfs(parsed, { ...vfsOptionsFromEnv(options.env ?? process.env).gcs, ...options.gcs });
     default:
       throw new ConfigError(
         `unsupported state store URL "${url}": the scheme must be one of ${supportedSchemes
