@@ -1,0 +1,116 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ConfigError } from '../../errors.ts';
+import { openVfs } from '../../statestore/open.ts';
+import { InventoryStore, parseInventory } from './inventory.ts';
+
+const fingerprint = `SHA256:${'A'.repeat(43)}`;
+const sample = `
+apiVersion: kops-controller.k8s.io/v1alpha1
+kind: MetalInventory
+hosts:
+  - name: cp-1
+    instanceGroup: control-plane-dc1
+    addresses: [10.0.0.10, "2001:db8::10", cp-1.dc1.example.com]
+    mac: "52:54:00:AA:BB:01"
+    sshHostKeyFingerprint: ${fingerprint}
+  - name: node-1
+    instanceGroup: nodes
+    addresses: [10.0.1.11]
+    providerID: metal://rack4-u12
+`;
+
+test('a valid inventory parses and looks hosts up by providerID, name and address', () => {
+  const inventory = parseInventory(sample, 'memfs://x/metal/inventory.yaml');
+  assert.equal(inventory.hosts.length, 2);
+  assert.equal(inventory.lookup('metal://cp-1')?.instanceGroup, 'control-plane-dc1');
+  assert.equal(inventory.lookup('cp-1')?.mac, '52:54:00:aa:bb:01');
+  assert.equal(inventory.lookup('metal://rack4-u12')?.name, 'node-1');
+  assert.equal(inventory.lookup('metal://node-1'), undefined, 'an explicit providerID replaces the default');
+  assert.equal(inventory.findByAddress('2001:db8::10')?.name, 'cp-1');
+  assert.equal(inventory.findByAddress('10.9.9.9'), undefined);
+  assert.equal(inventory.lookup('cp-1')?.sshHostKeyFingerprint, fingerprint);
+});
+
+test('invalid inventories give precise errors naming the field', () => {
+  const cases: Array<[string, RegExp]> = [
+    [
+      'hosts: [{ name: a, instanceGroup: nodes, addresses: [10.0.0.300] }]',
+      /hosts\[0\]\.addresses\[0\]: must be an IPv4 or IPv6/,
+    ],
+    [
+      'hosts: [{ name: A_B, instanceGroup: nodes, addresses: [10.0.0.1] }]',
+      /hosts\[0\]\.name: must be a lower-case DNS name/,
+    ],
+    [
+      'hosts: [{ name: a, instanceGroup: nodes, addresses: [] }]',
+      /hosts\[0\]\.addresses: list at least one address/,
+    ],
+    [
+      'hosts: [{ name: a, instanceGroup: nodes, addresses: [10.0.0.1], role: x }]',
+      /hosts\[0\]\.role: unknown field/,
+    ],
+    ['hosts: [{ name: a, addresses: [10.0.0.1] }]', /hosts\[0\]\.instanceGroup/],
+    [
+      'hosts: [{ name: a, instanceGroup: n, addresses: [10.0.0.1], mac: "52:54" }]',
+      /hosts\[0\]\.mac: must be a MAC/,
+    ],
+    [
+      'hosts: [{ name: a, instanceGroup: n, addresses: [10.0.0.1], sshHostKeyFingerprint: MD5:x }]',
+      /sshHostKeyFingerprint: must be an OpenSSH SHA256/,
+    ],
+    [
+      'hosts: [{ name: a, instanceGroup: n, addresses: [10.0.0.1], providerID: aws:///x }]',
+      /providerID: must be metal:\/\/<id>/,
+    ],
+    [
+      'hosts: [{ name: a, instanceGroup: n, addresses: [10.0.0.1] }, { name: b, instanceGroup: n, addresses: [10.0.0.1] }]',
+      /hosts\[1\]\.addresses\[0\]: address 10\.0\.0\.1 is also claimed by host a/,
+    ],
+    [
+      'hosts: [{ name: a, instanceGroup: n, addresses: [10.0.0.1] }, { name: a, instanceGroup: n, addresses: [10.0.0.2] }]',
+      /hosts\[1\]\.name: duplicate name a/,
+    ],
+    ['kind: Inventory\nhosts: []', /kind: /],
+    ['hosts: [', /line \d+, column \d+/],
+    ['- a\n- b', /expected a mapping with a "hosts" list/],
+    ['', /expected a mapping/],
+  ];
+  for (const [text, message] of cases) {
+    assert.throws(
+      () => parseInventory(text, 'memfs://x/metal/inventory.yaml'),
+      (err: Error) =>
+        err instanceof ConfigError && message.test(err.message) && err.message.startsWith('memfs://x/'),
+      text,
+    );
+  }
+});
+
+test('the store re-reads the inventory when its version changes and fails closed when it breaks', async () => {
+  const vfs = openVfs('memfs://metal-inventory-store/cluster');
+  let clock = 0;
+  const store = new InventoryStore({ vfs, pollIntervalMs: 1_000, now: () => clock });
+  await assert.rejects(
+    store.current(),
+    /no metal inventory at memfs:\/\/metal-inventory-store\/cluster\/metal\/inventory\.yaml/,
+  );
+
+  await vfs.write('metal/inventory.yaml', sample);
+  await assert.rejects(store.current(), ConfigError, 'not re-checked before the poll interval');
+  clock += 1_000;
+  assert.equal((await store.current()).hosts.length, 2);
+
+  await vfs.write('metal/inventory.yaml', 'hosts: [{ name: cp-1 }]');
+  clock += 1_000;
+  await assert.rejects(store.current(), /hosts\[0\]\.instanceGroup/);
+
+  await vfs.write(
+    'metal/inventory.yaml',
+    'hosts: [{ name: solo, instanceGroup: nodes, addresses: [10.1.1.1] }]',
+  );
+  clock += 1_000;
+  assert.deepEqual(
+    (await store.current()).hosts.map((h) => h.name),
+    ['solo'],
+  );
+});
