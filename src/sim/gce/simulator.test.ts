@@ -6,7 +6,7 @@ import { type GceSimulator, startGceSimulator } from './simulator.ts';
 let sim: GceSimulator;
 before(async () => {
   sim = await startGceSimulator({ project: 'sim-p', defaultPageSize: 2 });
-  sim.world.seedInstanceGroup({
+  sim.seedInstanceGroup({
     zone: 'us-east1-b',
     instanceGroup: 'nodes',
     count: 5,

@@ -42,8 +42,14 @@ export interface GceSimulator {
   refreshToken: string;
   /** An access token the compute endpoints accept, for clients given a preset token. */
   accessToken: string;
-  /** The seeded world: instances, templates, MIGs. */
+  /** The seeded world: instances, templates, MIGs, and reads of them. */
   world: GceWorld;
+  /** Seeding shortcuts, bound to {@link world}. */
+  seedProject: GceWorld['seedProject'];
+  seedInstance: GceWorld['seedInstance'];
+  seedTemplate: GceWorld['seedTemplate'];
+  seedMig: GceWorld['seedMig'];
+  seedInstanceGroup: GceWorld['seedInstanceGroup'];
   /** The identity-token issuer (rotate its key with `issuer.rotate()`). */
   issuer: IdentityIssuer;
   /** Mints an identity token for an instance, as its metadata server would. */
@@ -390,6 +396,11 @@ export async function startGceSimulator(options: GceSimulatorOptions = {}): Prom
     refreshToken,
     accessToken,
     world,
+    seedProject: world.seedProject.bind(world),
+    seedInstance: world.seedInstance.bind(world),
+    seedTemplate: world.seedTemplate.bind(world),
+    seedMig: world.seedMig.bind(world),
+    seedInstanceGroup: world.seedInstanceGroup.bind(world),
     issuer,
     identityToken,
     calls,
