@@ -7,7 +7,7 @@ import {
 import { DescribeInstancesCommand, EC2Client, paginateDescribeInstances } from '@aws-sdk/client-ec2';
 import { GetCallerIdentityCommand, STSClient } from '@aws-sdk/client-sts';
 import { type AwsClients, createAwsClients } from '../../cloud/aws/clients.ts';
-import { signSigV4 } from '../../cloud/aws/sigv4.ts';
+import { canonicalRequest, computeSignature, formatAmzDate, signSigV4 } from '../../cloud/aws/sigv4.ts';
 import { clusterInstances, simInstanceId } from './scenario.ts';
 import { type AwsSimulator, startAwsSimulator } from './server.ts';
 
@@ -256,6 +256,34 @@ describe('AWS simulator', () => {
       const unsigned = await fetch(`${sim.endpoint}/`, { method: 'POST', headers, body });
       assert.equal(unsigned.status, 403);
       assert.match(await unsigned.text(), /<Code>MissingAuthenticationToken<\/Code>/);
+    });
+
+    it('accepts a presigned GetCallerIdentity URL until it expires (kops v2 tokens)', async () => {
+      const host = new URL(sim.endpoint).host;
+      const signedAt = new Date();
+      const amzDate = formatAmzDate(signedAt);
+      const scope = {
+        accessKeyId: sim.credentials.accessKeyId,
+        date: amzDate.slice(0, 8),
+        region: sim.region,
+        service: 'sts',
+      };
+      const query =
+        `Action=GetCallerIdentity&Version=2011-06-15&X-Amz-Algorithm=AWS4-HMAC-SHA256` +
+        `&X-Amz-Credential=${encodeURIComponent(`${scope.accessKeyId}/${scope.date}/${scope.region}/sts/aws4_request`)}` +
+        `&X-Amz-Date=${amzDate}&X-Amz-Expires=60&X-Amz-SignedHeaders=host%3Bx-kops-request-sha`;
+      const headers = { host, 'x-kops-request-sha': 'Ym9keQ' };
+      const canonical = canonicalRequest(
+        { method: 'GET', url: `/?${query}`, headers, body: '' },
+        ['host', 'x-kops-request-sha'],
+        true,
+      );
+      const url = `/?${query}&X-Amz-Signature=${computeSignature(canonical, amzDate, scope, sim.credentials.secretAccessKey)}`;
+      const ok = await fetch(`${sim.endpoint}${url}`, { headers: { 'x-kops-request-sha': 'Ym9keQ' } });
+      assert.equal(ok.status, 200);
+      assert.match(await ok.text(), /<Account>123456789012<\/Account>/);
+      const tampered = await fetch(`${sim.endpoint}${url}`, { headers: { 'x-kops-request-sha': 'b3RoZXI' } });
+      assert.equal(tampered.status, 403);
     });
 
     it('rejects a request signed for another region', async () => {
