@@ -3,6 +3,7 @@ import { mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import { NotFoundError } from '../errors.ts';
 import { FileVfs } from './file-vfs.ts';
 
 const dir = await mkdtemp(join(tmpdir(), 'kc-file-vfs-'));
@@ -34,6 +35,7 @@ test('an in-place edit by another program changes the version', async () => {
 test('a directory is not an object, and listing a missing directory is empty', async () => {
   const vfs = new FileVfs(dir);
   assert.equal(await vfs.stat('pki'), undefined);
+  await assert.rejects(vfs.read('pki'), NotFoundError);
   assert.deepEqual(await vfs.list('no-such-dir/'), []);
   assert.deepEqual(await vfs.list('pki/'), ['pki/private/ca/keyset.yaml']);
 });

@@ -46,15 +46,13 @@ export class FileVfs implements Vfs {
   async read(path: string): Promise<StoredObject> {
     const file = this.#file(path);
     try {
-      // Stat before and after reading: if the file was replaced meanwhile, the version would not
-      // describe the data, so read again.
-      for (;;) {
-        const before = await stat(file, { bigint: true });
-        const data = await readFile(file);
-        const after = await stat(file, { bigint: true });
-        if (versionOf(before) === versionOf(after)) return { data, version: versionOf(after) };
-      }
+      // The version is taken before reading: if the file is replaced in between, the data is newer
+      // than the version says, so the next poll sees a new version and reads it again.
+      const info = await stat(file, { bigint: true });
+      if (!info.isFile()) throw new NotFoundError(`${this.url}/${path} is not a file`);
+      return { data: await readFile(file), version: versionOf(info) };
     } catch (err) {
+      if (err instanceof NotFoundError) throw err;
       throw this.#failure('read', path, err);
     }
   }
