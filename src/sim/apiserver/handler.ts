@@ -1,0 +1,636 @@
+/**
+ * The HTTP edge of the simulated API server: authenticates, routes, applies faults, authorizes and
+ * runs one verb, answering every failure with the Status a real kube-apiserver would send.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { TLSSocket } from 'node:tls';
+import { parse as parseYaml } from 'yaml';
+import { KopsError } from '../../errors.ts';
+import type { Logger } from '../../log.ts';
+import type { Authenticator, Authorizer } from './auth.ts';
+import {
+  apiGroupList,
+  apiGroupOf,
+  apiResourceList,
+  coreApiVersions,
+  openApiJson,
+  openApiProtobuf,
+  versionInfo,
+} from './discovery.ts';
+import type { FaultInjector, FaultPlan } from './faults.ts';
+import { listPage, matchesFilter, objectFilterOf } from './lists.ts';
+import { isRecord, type KubeObject, type SimUser } from './objects.ts';
+import { applyJsonPatch, applyMergePatch, applyStrategicMergePatch, patchContentTypes } from './patch.ts';
+import { apiVersionOf, type ResourceType } from './resources.ts';
+import { type InfoRoute, type ResourceRoute, routeOf } from './routes.ts';
+import { dropUnknownFields, shapeOfKind } from './schema.ts';
+import {
+  badRequest,
+  methodNotAllowed,
+  notFound,
+  type Status,
+  statusOf,
+  success,
+  tooLarge,
+  unknownPath,
+  unsupportedMediaType,
+} from './status.ts';
+import type { SimStore, StoredEntry } from './store.ts';
+import type { WriteTarget } from './strategies.ts';
+import { tableJson, wantsTable } from './tables.ts';
+import { serveWatch } from './watch.ts';
+
+/** The request body limit of the real apiserver (3 MiB). */
+export const maxBodyBytes = 3 * 1024 * 1024;
+
+/** What the handler works with. */
+export interface HandlerContext {
+  store: SimStore;
+  faults: FaultInjector;
+  authenticator: Authenticator;
+  authorizer: Authorizer;
+  logger: Logger;
+  bookmarkIntervalMs: number;
+  /** `host:port`, for `/api`'s serverAddressByClientCIDRs. */
+  serverAddress: () => string;
+}
+
+interface Call {
+  req: IncomingMessage;
+  res: ServerResponse;
+  url: URL;
+  user: SimUser;
+  ctx: HandlerContext;
+  route: ResourceRoute;
+  verb: string;
+}
+
+const publicPaths = new Set(['/healthz', '/livez', '/readyz', '/version']);
+
+function sendJson(
+  res: ServerResponse,
+  code: number,
+  body: string | object,
+  headers: Record<string, string> = {},
+): void {
+  const text = typeof body === 'string' ? body : JSON.stringify(body);
+  res.writeHead(code, {
+    'Content-Type': 'application/json',
+    'Content-Length': Buffer.byteLength(text),
+    ...headers,
+  });
+  res.end(text);
+}
+
+/** Writes an error as a Status; anything that is not a typed error is a 500 and is logged as a bug. */
+export function sendError(res: ServerResponse, err: unknown, logger: Logger): void {
+  let status: Status;
+  if (err instanceof KopsError) {
+    status = statusOf(err);
+  } else {
+    logger.error({ err }, 'simulated apiserver: unexpected error');
+    status = {
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Failure',
+      message: `Internal error occurred: ${(err as Error)?.message ?? String(err)}`,
+      reason: 'InternalError',
+      code: 500,
+    };
+  }
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const headers: Record<string, string> = {};
+  const retryAfter = status.details?.retryAfterSeconds;
+  if (retryAfter !== undefined && (status.code === 429 || status.code === 503 || status.code === 504))
+    headers['Retry-After'] = String(retryAfter);
+  if (status.code === 413) headers['Connection'] = 'close';
+  sendJson(res, status.code ?? 500, status, headers);
+}
+
+async function readBody(req: IncomingMessage): Promise<Buffer> {
+  const declared = Number(req.headers['content-length'] ?? 0);
+  if (declared > maxBodyBytes) throw tooLarge(maxBodyBytes);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > maxBodyBytes) throw tooLarge(maxBodyBytes);
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
+
+function mediaTypeOf(req: IncomingMessage): string {
+  return (req.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
+}
+
+function parseJson(body: Buffer, what: string): unknown {
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw badRequest(`${what}: ${(err as Error).message}`);
+  }
+}
+
+/** Decodes a create/update body: JSON or YAML, defaults apiVersion/kind, handles unknown fields. */
+function decodeObject(call: Call, body: Buffer): { obj: KubeObject; warnings: string[] } {
+  const media = mediaTypeOf(call.req);
+  let raw: unknown;
+  if (media === 'application/json' || media === '') {
+    raw = parseJson(body, "couldn't get version/kind; json parse error");
+  } else if (media === 'application/yaml') {
+    try {
+      raw = parseYaml(body.toString('utf8'));
+    } catch (err) {
+      throw badRequest(`error converting YAML to JSON: ${(err as Error).message}`);
+    }
+  } else {
+    throw unsupportedMediaType(media, ['application/json', 'application/yaml']);
+  }
+  if (!isRecord(raw))
+    throw badRequest(
+      `the object provided is unrecognized (must be of type ${call.route.type.kind}): expected a JSON object`,
+    );
+  const type = call.route.type;
+  const expectedVersion = apiVersionOf(type);
+  if (raw['apiVersion'] !== undefined && raw['apiVersion'] !== '' && raw['apiVersion'] !== expectedVersion) {
+    throw badRequest(
+      `the API version in the data (${String(raw['apiVersion'])}) does not match the expected API version (${expectedVersion})`,
+    );
+  }
+  if (raw['kind'] !== undefined && raw['kind'] !== '' && raw['kind'] !== type.kind) {
+    throw badRequest(
+      `the kind in the data (${String(raw['kind'])}) does not match the expected kind (${type.kind})`,
+    );
+  }
+  raw['apiVersion'] = expectedVersion;
+  raw['kind'] = type.kind;
+  if (raw['metadata'] === undefined || raw['metadata'] === null) raw['metadata'] = {};
+  if (!isRecord(raw['metadata'])) throw badRequest('metadata: expected an object');
+  return { obj: raw as KubeObject, warnings: checkUnknownFields(call, raw) };
+}
+
+function checkUnknownFields(call: Call, obj: unknown): string[] {
+  const mode = call.url.searchParams.get('fieldValidation') ?? 'Warn';
+  if (!['Strict', 'Warn', 'Ignore'].includes(mode)) {
+    throw badRequest(
+      `fieldValidation: Unsupported value: "${mode}": supported values: "Ignore", "Strict", "Warn"`,
+    );
+  }
+  const unknown = dropUnknownFields(obj, shapeOfKind(call.route.type.kind));
+  if (unknown.length === 0 || mode === 'Ignore') return [];
+  const texts = unknown.map((f) => `unknown field "${f}"`);
+  if (mode === 'Strict') throw badRequest(`strict decoding error: ${texts.join(', ')}`);
+  return texts;
+}
+
+function warningHeaders(warnings: string[]): Record<string, string> {
+  if (warnings.length === 0) return {};
+  return { Warning: warnings.map((w) => `299 - ${JSON.stringify(w)}`).join(', ') };
+}
+
+function dryRunOf(url: URL): boolean {
+  const values = url.searchParams.getAll('dryRun');
+  for (const v of values)
+    if (v !== 'All') throw badRequest(`dryRun: Unsupported value: "${v}": supported values: "All"`);
+  return values.length > 0;
+}
+
+function renderOf(call: Call): (entry: StoredEntry) => string {
+  if (!wantsTable(call.req.headers.accept)) return (entry) => entry.json;
+  return (entry) => tableJson(call.route.type, [entry], Number(entry.object.metadata.resourceVersion));
+}
+
+function verbOf(method: string, route: ResourceRoute, url: URL): string {
+  const watch = route.watchPath || ['true', '1'].includes(url.searchParams.get('watch') ?? '');
+  switch (method) {
+    case 'GET':
+    case 'HEAD':
+      if (watch) return 'watch';
+      return route.name ? 'get' : 'list';
+    case 'POST':
+      return route.name ? '' : 'create';
+    case 'PUT':
+      return route.name ? 'update' : '';
+    case 'PATCH':
+      return route.name ? 'patch' : '';
+    case 'DELETE':
+      return route.name ? 'delete' : 'deletecollection';
+    default:
+      return '';
+  }
+}
+
+function checkScope(route: ResourceRoute, verb: string): void {
+  const type = route.type;
+  if (type.reviewOnly) {
+    if (verb !== 'create') throw methodNotAllowed();
+    return;
+  }
+  if (route.subresource && !['get', 'update', 'patch'].includes(verb)) throw methodNotAllowed();
+  // A namespaced object is addressed inside its namespace; only list and watch may span all of them.
+  if (type.namespaced && route.namespace === undefined && verb !== 'list' && verb !== 'watch')
+    throw unknownPath();
+}
+
+async function applyFaults(plan: FaultPlan): Promise<void> {
+  if (plan.latencyMs > 0) await new Promise((resolve) => setTimeout(resolve, plan.latencyMs));
+  if (plan.error) throw plan.error;
+}
+
+function authorize(call: Call, object?: KubeObject): void {
+  const { route, verb, user } = call;
+  call.ctx.authorizer.authorize(
+    {
+      user,
+      verb,
+      group: route.type.group,
+      resource: route.type.plural,
+      ...(route.subresource ? { subresource: route.subresource } : {}),
+      ...(route.namespace ? { namespace: route.namespace } : {}),
+      ...(route.name ? { name: route.name } : {}),
+      ...(object ? { object } : {}),
+    },
+    route.type,
+  );
+}
+
+function listJson(
+  type: ResourceType,
+  items: readonly StoredEntry[],
+  resourceVersion: number,
+  extra: Record<string, unknown> = {},
+): string[] {
+  const metadata = JSON.stringify({ resourceVersion: String(resourceVersion), ...extra });
+  const head = `{"kind":"${type.kind}List","apiVersion":"${apiVersionOf(type)}","metadata":${metadata},"items":[`;
+  const parts = [head];
+  // Items are joined in slices so that a 100,000-object list never builds one giant array of strings twice.
+  for (let i = 0; i < items.length; i += 1000) {
+    parts.push(
+      (i > 0 ? ',' : '') +
+        items
+          .slice(i, i + 1000)
+          .map((e) => e.json)
+          .join(','),
+    );
+  }
+  parts.push(']}');
+  return parts;
+}
+
+function serveList(call: Call, plan: FaultPlan): void {
+  const { url, route, ctx, res } = call;
+  const q = url.searchParams;
+  const filter = objectFilterOf(route.type, q.get('labelSelector'), q.get('fieldSelector'));
+  const page = listPage(ctx.store, route.type, route.namespace, filter, {
+    resourceVersion: q.get('resourceVersion'),
+    resourceVersionMatch: q.get('resourceVersionMatch'),
+    limit: q.get('limit'),
+    continueToken: q.get('continue'),
+    forceExpired: plan.expire,
+  });
+  if (wantsTable(call.req.headers.accept)) {
+    sendJson(res, 200, tableJson(route.type, page.items, page.resourceVersion, page.continueToken));
+    return;
+  }
+  const extra: Record<string, unknown> = {};
+  if (page.continueToken) extra['continue'] = page.continueToken;
+  if (page.remainingItemCount !== undefined) extra['remainingItemCount'] = page.remainingItemCount;
+  res.writeHead(200, { 'Content-Type': 'application/json' });
+  for (const part of listJson(route.type, page.items, page.resourceVersion, extra)) res.write(part);
+  res.end();
+}
+
+function serveWatchCall(call: Call, plan: FaultPlan): void {
+  const { url, route, ctx } = call;
+  const q = url.searchParams;
+  const filter = objectFilterOf(route.type, q.get('labelSelector'), q.get('fieldSelector'));
+  const timeout = q.get('timeoutSeconds');
+  if (timeout !== null && !/^\d+$/.test(timeout))
+    throw badRequest(`invalid timeoutSeconds ${JSON.stringify(timeout)}: must be a non-negative integer`);
+  const rv = q.get('resourceVersion') ?? '';
+  if (rv !== '' && !/^\d+$/.test(rv))
+    throw badRequest(`invalid resource version: ${JSON.stringify(rv)}: must be a non-negative integer`);
+  serveWatch(
+    {
+      store: ctx.store,
+      faults: ctx.faults,
+      type: route.type,
+      namespace: route.namespace,
+      filter,
+      params: {
+        resourceVersion: rv,
+        allowWatchBookmarks: q.get('allowWatchBookmarks') === 'true',
+        sendInitialEvents: q.get('sendInitialEvents') === 'true',
+        ...(timeout !== null && Number(timeout) > 0 ? { timeoutSeconds: Number(timeout) } : {}),
+        forceExpired: plan.expire,
+      },
+      bookmarkIntervalMs: ctx.bookmarkIntervalMs,
+      render: renderOf(call),
+    },
+    call.res,
+  );
+}
+
+function checkIdentity(call: Call, obj: KubeObject): void {
+  const { route } = call;
+  if (route.name !== undefined && obj.metadata.name !== route.name) {
+    throw badRequest(
+      `the name of the object (${obj.metadata.name ?? ''}) does not match the name on the URL (${route.name})`,
+    );
+  }
+  if (route.type.namespaced) {
+    if (obj.metadata.namespace && obj.metadata.namespace !== route.namespace) {
+      throw badRequest(
+        'the namespace of the provided object does not match the namespace sent on the request',
+      );
+    }
+    obj.metadata.namespace = route.namespace as string;
+  }
+}
+
+async function serveCreate(call: Call): Promise<void> {
+  const { route, ctx, res, url } = call;
+  const { obj, warnings } = decodeObject(call, await readBody(call.req));
+  if (route.type.reviewOnly) {
+    sendJson(res, 201, review(call, obj), warningHeaders(warnings));
+    return;
+  }
+  checkIdentity(call, obj);
+  const entry = ctx.store.createEntry(route.type, obj, {
+    target: 'main',
+    requester: call.user,
+    dryRun: dryRunOf(url),
+  });
+  sendJson(res, 201, entry.json, warningHeaders(warnings));
+}
+
+async function serveUpdate(call: Call): Promise<void> {
+  const { route, ctx, res, url } = call;
+  const { obj, warnings } = decodeObject(call, await readBody(call.req));
+  checkIdentity(call, obj);
+  const entry = ctx.store.updateEntry(route.type, obj, {
+    target: (route.subresource ?? 'main') as WriteTarget,
+    dryRun: dryRunOf(url),
+  });
+  sendJson(res, 200, entry.json, warningHeaders(warnings));
+}
+
+const patchTypes = [patchContentTypes.json, patchContentTypes.merge, patchContentTypes.strategic];
+
+async function servePatch(call: Call): Promise<void> {
+  const { route, ctx, res, url } = call;
+  const media = mediaTypeOf(call.req);
+  if (!patchTypes.includes(media as (typeof patchTypes)[number]))
+    throw unsupportedMediaType(media, [...patchTypes]);
+  const patch = parseJson(await readBody(call.req), 'error decoding patch');
+  const current = ctx.store.entry(route.type, route.namespace, route.name as string);
+  if (!current) throw notFound(route.type, route.name as string);
+  const original = JSON.parse(current.json) as unknown;
+  let patched: unknown;
+  if (media === patchContentTypes.json) patched = applyJsonPatch(original, patch);
+  else if (media === patchContentTypes.merge) patched = applyMergePatch(original, patch);
+  else patched = applyStrategicMergePatch(original, patch, route.type.kind);
+  if (!isRecord(patched) || !isRecord(patched['metadata']))
+    throw badRequest('the patched object is not a valid object: it must be a JSON object with metadata');
+  const warnings = checkUnknownFields(call, patched);
+  const obj = patched as KubeObject;
+  checkIdentity(call, obj);
+  const entry = ctx.store.updateEntry(route.type, obj, {
+    target: (route.subresource ?? 'main') as WriteTarget,
+    dryRun: dryRunOf(url),
+  });
+  sendJson(res, 200, entry.json, warningHeaders(warnings));
+}
+
+async function deleteOptionsOf(call: Call): Promise<{ uid?: string; resourceVersion?: string }> {
+  const body = await readBody(call.req);
+  if (body.length === 0) return {};
+  const options = parseJson(body, "couldn't get version/kind; json parse error");
+  if (!isRecord(options)) throw badRequest('DeleteOptions: expected a JSON object');
+  const pre = isRecord(options['preconditions']) ? options['preconditions'] : {};
+  return {
+    ...(typeof pre['uid'] === 'string' ? { uid: pre['uid'] } : {}),
+    ...(typeof pre['resourceVersion'] === 'string' ? { resourceVersion: pre['resourceVersion'] } : {}),
+  };
+}
+
+async function serveDelete(call: Call): Promise<void> {
+  const { route, ctx, res, url } = call;
+  const preconditions = await deleteOptionsOf(call);
+  const entry = ctx.store.deleteEntry(route.type, route.namespace, route.name as string, preconditions, {
+    dryRun: dryRunOf(url),
+  });
+  // Pods and objects held by finalizers come back as objects; everything else as a success Status.
+  if (route.type.plural === 'pods' || entry.object.metadata.deletionTimestamp) {
+    sendJson(res, 200, entry.json);
+  } else {
+    sendJson(res, 200, success(route.type, route.name as string, entry.object.metadata.uid ?? ''));
+  }
+}
+
+async function serveDeleteCollection(call: Call): Promise<void> {
+  const { route, ctx, res, url } = call;
+  await deleteOptionsOf(call);
+  const dryRun = dryRunOf(url);
+  const filter = objectFilterOf(
+    route.type,
+    url.searchParams.get('labelSelector'),
+    url.searchParams.get('fieldSelector'),
+  );
+  const deleted: StoredEntry[] = [];
+  for (const entry of ctx.store.snapshot(route.type, route.namespace)) {
+    if (!matchesFilter(filter, entry.object)) continue;
+    const { name, namespace } = entry.object.metadata;
+    deleted.push(ctx.store.deleteEntry(route.type, namespace, name as string, {}, { dryRun }));
+  }
+  sendJson(res, 200, listJson(route.type, deleted, ctx.store.resourceVersion).join(''));
+}
+
+function serveGet(call: Call, entry: StoredEntry | undefined): void {
+  if (!entry) throw notFound(call.route.type, call.route.name as string);
+  if (wantsTable(call.req.headers.accept)) {
+    sendJson(call.res, 200, tableJson(call.route.type, [entry], call.ctx.store.resourceVersion));
+  } else {
+    sendJson(call.res, 200, entry.json);
+  }
+}
+
+/** TokenReview and SubjectAccessReview, answered from the server's own authentication and RBAC. */
+function review(call: Call, obj: KubeObject): Record<string, unknown> {
+  const spec = isRecord(obj['spec']) ? obj['spec'] : {};
+  const base = {
+    kind: obj.kind,
+    apiVersion: obj.apiVersion,
+    metadata: { ...obj.metadata, creationTimestamp: null },
+    spec,
+  };
+  if (call.route.type.plural === 'tokenreviews') {
+    const token = typeof spec['token'] === 'string' ? spec['token'] : '';
+    const user = call.ctx.authenticator.userOfToken(token);
+    if (!user) return { ...base, status: { user: {}, error: 'invalid bearer token' } };
+    const groups = user.groups.includes('system:authenticated')
+      ? user.groups
+      : [...user.groups, 'system:authenticated'];
+    return {
+      ...base,
+      status: {
+        authenticated: true,
+        user: { username: user.name, ...(user.uid ? { uid: user.uid } : {}), groups },
+        audiences: spec['audiences'] ?? [],
+      },
+    };
+  }
+  const attributes = isRecord(spec['resourceAttributes']) ? spec['resourceAttributes'] : undefined;
+  const subject: SimUser = {
+    name: typeof spec['user'] === 'string' ? spec['user'] : '',
+    groups: Array.isArray(spec['groups']) ? spec['groups'].map(String) : [],
+  };
+  if (!attributes) {
+    const allowed = subject.groups.includes('system:masters');
+    return { ...base, status: { allowed, ...(allowed ? { reason: 'member of system:masters' } : {}) } };
+  }
+  const str = (key: string) => (typeof attributes[key] === 'string' ? (attributes[key] as string) : '');
+  const decision = call.ctx.authorizer.decide({
+    user: subject,
+    verb: str('verb'),
+    group: str('group'),
+    resource: str('resource'),
+    ...(str('subresource') ? { subresource: str('subresource') } : {}),
+    ...(str('namespace') ? { namespace: str('namespace') } : {}),
+    ...(str('name') ? { name: str('name') } : {}),
+  });
+  return {
+    ...base,
+    status: { allowed: decision.allowed, ...(decision.reason ? { reason: decision.reason } : {}) },
+  };
+}
+
+async function serveResource(call: Call): Promise<void> {
+  const { route, verb, ctx } = call;
+  if (!verb) throw methodNotAllowed();
+  checkScope(route, verb);
+  const plan = ctx.faults.plan(route.type.plural, verb);
+  await applyFaults(plan);
+  const entry =
+    verb === 'get' ? ctx.store.entry(route.type, route.namespace, route.name as string) : undefined;
+  authorize(call, entry?.object);
+  switch (verb) {
+    case 'get':
+      return serveGet(call, entry);
+    case 'list':
+      return serveList(call, plan);
+    case 'watch':
+      return serveWatchCall(call, plan);
+    case 'create':
+      return serveCreate(call);
+    case 'update':
+      return serveUpdate(call);
+    case 'patch':
+      return servePatch(call);
+    case 'delete':
+      return serveDelete(call);
+    default:
+      return serveDeleteCollection(call);
+  }
+}
+
+/** The document a discovery or OpenAPI path serves. */
+function infoDocument(
+  req: IncomingMessage,
+  route: InfoRoute,
+  ctx: HandlerContext,
+): object | Buffer | undefined {
+  switch (route.path) {
+    case '/api':
+      return coreApiVersions(ctx.serverAddress());
+    case '/apis':
+      return apiGroupList();
+    case '/apis/group':
+      return apiGroupOf(route.group as string);
+    case '/resources':
+      return apiResourceList(route.group as string, route.version as string);
+    case '/openapi/v2':
+      return (req.headers.accept ?? '').includes('protobuf') ? openApiProtobuf() : openApiJson();
+    default:
+      return undefined;
+  }
+}
+
+function serveInfo(req: IncomingMessage, res: ServerResponse, route: InfoRoute, ctx: HandlerContext): void {
+  if (req.method !== 'GET' && req.method !== 'HEAD') throw methodNotAllowed();
+  const doc = infoDocument(req, route, ctx);
+  if (doc === undefined) throw unknownPath();
+  if (Buffer.isBuffer(doc)) {
+    // Go's mime parser rejects the '@' in the protobuf media type, so the apiserver labels it octet-stream.
+    res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': doc.length });
+    res.end(doc);
+  } else {
+    sendJson(res, 200, doc);
+  }
+}
+
+function servePublic(res: ServerResponse, path: string): void {
+  if (path === '/version') {
+    sendJson(res, 200, versionInfo());
+    return;
+  }
+  res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8', 'X-Content-Type-Options': 'nosniff' });
+  res.end('ok');
+}
+
+/** Creates the request listener of the simulated API server. */
+export function createRequestHandler(
+  ctx: HandlerContext,
+): (req: IncomingMessage, res: ServerResponse) => void {
+  return (req, res) => {
+    const started = Date.now();
+    let user = '';
+    res.once('finish', () => {
+      ctx.logger.debug(
+        {
+          method: req.method,
+          path: req.url?.split('?')[0],
+          code: res.statusCode,
+          user,
+          ms: Date.now() - started,
+        },
+        'apiserver request',
+      );
+    });
+    const handle = async () => {
+      let url: URL;
+      try {
+        url = new URL(req.url ?? '/', 'https://apiserver.invalid');
+      } catch {
+        throw badRequest('the request URL is malformed');
+      }
+      const path = url.pathname.replace(/\/+$/, '') || '/';
+      if (publicPaths.has(path) || /^\/(healthz|livez|readyz)\//.test(path)) {
+        servePublic(res, path);
+        return;
+      }
+      const caller = ctx.authenticator.authenticate(req.headers.authorization, req.socket as TLSSocket);
+      user = caller.name;
+      const route = routeOf(url.pathname);
+      if (route.kind === 'info') {
+        serveInfo(req, res, route, ctx);
+        return;
+      }
+      await serveResource({
+        req,
+        res,
+        url,
+        user: caller,
+        ctx,
+        route,
+        verb: verbOf(req.method ?? '', route, url),
+      });
+    };
+    handle().catch((err: unknown) => sendError(res, err, ctx.logger));
+  };
+}

@@ -1,0 +1,445 @@
+/**
+ * The simulator's storage: every object of every type, one global resourceVersion, a bounded
+ * history of changes for watches and consistent paging, and synchronous change notification.
+ * Each stored object keeps its JSON text, so lists of 100,000 objects serialize by concatenation.
+ */
+import { randomUUID } from 'node:crypto';
+import { cloneJson, isRecord, jsonEqual, type KubeObject, type SimUser, timestamp } from './objects.ts';
+import {
+  apiVersionOf,
+  type ResourceType,
+  resourceTypeByName,
+  resourceTypeOfObject,
+  resourceTypes,
+} from './resources.ts';
+import {
+  alreadyExists,
+  badRequest,
+  conflict,
+  expired,
+  invalid,
+  notFound,
+  staleObjectMessage,
+} from './status.ts';
+import { prepareForCreate, prepareForUpdate, validateObject, type WriteTarget } from './strategies.ts';
+
+/** A stored object version and its serialized form. */
+export interface StoredEntry {
+  readonly key: string;
+  readonly object: KubeObject;
+  readonly json: string;
+}
+
+/** One change, as watches deliver it. */
+export interface ChangeEvent {
+  readonly resourceVersion: number;
+  readonly type: ResourceType;
+  readonly kind: 'ADDED' | 'MODIFIED' | 'DELETED';
+  /** The object after the change; for a deletion, the last state with the deletion's resourceVersion. */
+  readonly entry: StoredEntry;
+  /** The version before the change (absent for ADDED). */
+  readonly previous?: StoredEntry;
+}
+
+/** How a write is made: which part it addresses, who asks, and whether to store at all. */
+export interface WriteOptions {
+  /** `raw` (the default for direct store calls) keeps every field as given. */
+  target?: WriteTarget;
+  /** Stamped into CSRs as `spec.username/groups/uid`. */
+  requester?: SimUser;
+  /** Validate and answer without storing (`dryRun=All`). */
+  dryRun?: boolean;
+}
+
+/** Preconditions a delete can carry. */
+export interface DeletePreconditions {
+  uid?: string;
+  resourceVersion?: string;
+}
+
+export interface SimStoreOptions {
+  /** How many changes are kept for watch resumption and paging (default 10,000). */
+  historyLimit?: number;
+}
+
+interface Table {
+  readonly entries: Map<string, StoredEntry>;
+  sortedKeys: string[] | undefined;
+  /** The resourceVersion of the last change to any object of this type. */
+  lastChange: number;
+}
+
+const nameAlphabet = 'bcdfghjklmnpqrstvwxz2456789';
+
+function keyOf(namespace: string | undefined, name: string): string {
+  return namespace ? `${namespace}/${name}` : name;
+}
+
+function entryOf(key: string, object: KubeObject): StoredEntry {
+  return { key, object, json: JSON.stringify(object) };
+}
+
+function resolveType(resource: string): ResourceType {
+  const type = resourceTypeByName(resource);
+  if (!type || type.reviewOnly) {
+    throw badRequest(
+      `unknown resource "${resource}": use one of ${resourceTypes
+        .filter((t) => !t.reviewOnly)
+        .map((t) => t.plural)
+        .join(', ')}`,
+    );
+  }
+  return type;
+}
+
+function typeOfObject(obj: KubeObject): ResourceType {
+  if (!isRecord(obj) || !isRecord(obj.metadata))
+    throw badRequest('object has no metadata: give apiVersion, kind and metadata');
+  const type = resourceTypeOfObject(obj.apiVersion, obj.kind);
+  if (!type || type.reviewOnly) {
+    throw badRequest(
+      `no kind "${String(obj.kind)}" is registered for version "${String(obj.apiVersion)}" in the simulator`,
+    );
+  }
+  return type;
+}
+
+/** Direct, synchronous access to the simulated cluster's objects; every write behaves like an API write. */
+export class SimStore {
+  readonly #tables = new Map<string, Table>();
+  readonly #listeners = new Set<(event: ChangeEvent) => void>();
+  #history: ChangeEvent[] = [];
+  #historyLimit: number;
+  /** Watches and pages from this resourceVersion or newer can be served from history. */
+  #oldest = 0;
+  #rv = 0;
+
+  constructor(options: SimStoreOptions = {}) {
+    this.#historyLimit = options.historyLimit ?? 10_000;
+    for (const type of resourceTypes) {
+      this.#tables.set(type.plural, { entries: new Map(), sortedKeys: [], lastChange: 0 });
+    }
+    for (const name of ['default', 'kube-system', 'kube-public', 'kube-node-lease']) {
+      this.create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
+    }
+  }
+
+  /** The current (latest) resourceVersion. */
+  get resourceVersion(): number {
+    return this.#rv;
+  }
+
+  /** The oldest resourceVersion a watch or continue token may still start from. */
+  get oldestResourceVersion(): number {
+    return this.#oldest;
+  }
+
+  /** How many changes are kept; lowering it drops the oldest at once. */
+  get historyLimit(): number {
+    return this.#historyLimit;
+  }
+
+  set historyLimit(limit: number) {
+    this.#historyLimit = Math.max(0, Math.floor(limit));
+    this.#trimHistory(true);
+  }
+
+  /**
+   * Forgets history up to `resourceVersion` (default: all of it), like an etcd compaction: watches
+   * and continue tokens from older versions then get 410 Gone.
+   */
+  compact(resourceVersion: number = this.#rv): void {
+    const rv = Math.min(resourceVersion, this.#rv);
+    this.#history = this.#history.filter((e) => e.resourceVersion > rv);
+    this.#oldest = Math.max(this.#oldest, rv);
+  }
+
+  /** Creates an object (apiVersion and kind say which type); returns it as stored. */
+  create(obj: KubeObject, options: WriteOptions = {}): KubeObject {
+    return cloneJson(this.createEntry(typeOfObject(obj), obj, options).object);
+  }
+
+  /** Reads one object; cluster-scoped types ignore the namespace. */
+  get(resource: string, namespace: string | undefined, name: string): KubeObject | undefined {
+    const type = resolveType(resource);
+    const entry = this.entry(type, namespace, name);
+    return entry ? (JSON.parse(entry.json) as KubeObject) : undefined;
+  }
+
+  /** Every object of a type, optionally in one namespace, in key order. */
+  list(resource: string, namespace?: string): KubeObject[] {
+    const type = resolveType(resource);
+    return this.snapshot(type, namespace).map((e) => JSON.parse(e.json) as KubeObject);
+  }
+
+  /** Replaces an object; a `metadata.resourceVersion` in it must match the stored one. */
+  update(obj: KubeObject, options: WriteOptions = {}): KubeObject {
+    return cloneJson(this.updateEntry(typeOfObject(obj), obj, options).object);
+  }
+
+  /** Reads, changes and writes back an object in one step (no conflict possible). */
+  mutate(
+    resource: string,
+    namespace: string | undefined,
+    name: string,
+    change: (obj: KubeObject) => void,
+  ): KubeObject {
+    const type = resolveType(resource);
+    const entry = this.entry(type, namespace, name);
+    if (!entry) throw notFound(type, name);
+    const copy = JSON.parse(entry.json) as KubeObject;
+    change(copy);
+    return cloneJson(this.updateEntry(type, copy, {}).object);
+  }
+
+  /** Deletes an object (objects with finalizers are only marked); returns its last state. */
+  delete(resource: string, namespace: string | undefined, name: string): KubeObject {
+    return cloneJson(this.deleteEntry(resolveType(resource), namespace, name, {}, {}).object);
+  }
+
+  /** Calls `listener` synchronously after every change; returns the function that stops it. */
+  subscribe(listener: (event: ChangeEvent) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** The stored entry of one object. */
+  entry(type: ResourceType, namespace: string | undefined, name: string): StoredEntry | undefined {
+    return this.#table(type).entries.get(keyOf(type.namespaced ? namespace : undefined, name));
+  }
+
+  /** Whether a type changed after `resourceVersion`. */
+  changedSince(type: ResourceType, resourceVersion: number): boolean {
+    return this.#table(type).lastChange > resourceVersion;
+  }
+
+  /**
+   * The objects of a type in key order, as they were at `atResourceVersion` (default: now); a
+   * version older than the kept history is 410 Gone.
+   */
+  snapshot(type: ResourceType, namespace?: string, atResourceVersion?: number): StoredEntry[] {
+    const table = this.#table(type);
+    let keys: string[];
+    let entries: Map<string, StoredEntry> = table.entries;
+    if (atResourceVersion === undefined || atResourceVersion >= table.lastChange) {
+      table.sortedKeys ??= [...table.entries.keys()].sort();
+      keys = table.sortedKeys;
+    } else {
+      if (atResourceVersion < this.#oldest)
+        throw expired(`too old resource version: ${atResourceVersion} (${this.#oldest})`);
+      entries = new Map(table.entries);
+      for (let i = this.#history.length - 1; i >= 0; i--) {
+        const event = this.#history[i] as ChangeEvent;
+        if (event.resourceVersion <= atResourceVersion) break;
+        if (event.type !== type) continue;
+        if (event.kind === 'ADDED') entries.delete(event.entry.key);
+        else entries.set(event.entry.key, event.previous as StoredEntry);
+      }
+      keys = [...entries.keys()].sort();
+    }
+    const prefix = type.namespaced && namespace ? `${namespace}/` : undefined;
+    const out: StoredEntry[] = [];
+    for (const key of keys) {
+      if (prefix && !key.startsWith(prefix)) continue;
+      out.push(entries.get(key) as StoredEntry);
+    }
+    return out;
+  }
+
+  /** The changes after `resourceVersion`, oldest first; 410 Gone when history no longer reaches back. */
+  changesSince(resourceVersion: number): ChangeEvent[] {
+    if (resourceVersion < this.#oldest)
+      throw expired(`too old resource version: ${resourceVersion} (${this.#oldest})`);
+    let low = 0;
+    let high = this.#history.length;
+    while (low < high) {
+      const mid = (low + high) >>> 1;
+      if ((this.#history[mid] as ChangeEvent).resourceVersion <= resourceVersion) low = mid + 1;
+      else high = mid;
+    }
+    return this.#history.slice(low);
+  }
+
+  /** Creates an object of a known type. */
+  createEntry(type: ResourceType, input: KubeObject, options: WriteOptions): StoredEntry {
+    const target = options.target ?? 'raw';
+    const obj = cloneJson(input);
+    obj.apiVersion = apiVersionOf(type);
+    obj.kind = type.kind;
+    const meta = obj.metadata;
+    if (!type.namespaced) delete meta.namespace;
+    if (type.namespaced && meta.namespace && !this.entry(namespaceType, undefined, meta.namespace)) {
+      throw notFound(namespaceType, meta.namespace);
+    }
+    if (!meta.name && meta.generateName) meta.name = meta.generateName + randomSuffix();
+    prepareForCreate(type, obj, target, options.requester);
+    const keepGiven = target === 'raw';
+    meta.uid = keepGiven && meta.uid ? meta.uid : randomUUID();
+    meta.creationTimestamp = keepGiven && meta.creationTimestamp ? meta.creationTimestamp : timestamp();
+    meta.generation = 1;
+    delete meta.resourceVersion;
+    delete meta.deletionTimestamp;
+    delete meta.deletionGracePeriodSeconds;
+    const errors = validateObject(type, obj, undefined, target);
+    if (errors.length) throw invalid(type, meta.name ?? '', errors);
+    const name = meta.name as string;
+    if (this.entry(type, meta.namespace, name)) throw alreadyExists(type, name);
+    if (options.dryRun) return entryOf(keyOf(meta.namespace, name), obj);
+    return this.#commit(type, 'ADDED', obj, undefined);
+  }
+
+  /** Updates an object of a known type; `target` decides which fields the write may change. */
+  updateEntry(type: ResourceType, input: KubeObject, options: WriteOptions): StoredEntry {
+    const target = options.target ?? 'raw';
+    const name = input.metadata?.name;
+    if (!name)
+      throw invalid(type, '', [{ type: 'Required', field: 'metadata.name', detail: 'name is required' }]);
+    const old = this.entry(type, input.metadata.namespace, name);
+    if (!old) throw notFound(type, name);
+    const givenRv = input.metadata.resourceVersion;
+    if (givenRv !== undefined && givenRv !== '' && givenRv !== old.object.metadata.resourceVersion) {
+      throw conflict(type, name, staleObjectMessage);
+    }
+    let obj = cloneJson(input);
+    obj.apiVersion = apiVersionOf(type);
+    obj.kind = type.kind;
+    obj = prepareForUpdate(type, obj, old.object, target);
+    const meta = obj.metadata;
+    const oldMeta = old.object.metadata;
+    meta.uid = oldMeta.uid;
+    meta.creationTimestamp = oldMeta.creationTimestamp;
+    if (type.namespaced) meta.namespace = oldMeta.namespace;
+    else delete meta.namespace;
+    if (oldMeta.deletionTimestamp) {
+      meta.deletionTimestamp = oldMeta.deletionTimestamp;
+      meta.deletionGracePeriodSeconds = oldMeta.deletionGracePeriodSeconds ?? 0;
+    } else {
+      delete meta.deletionTimestamp;
+      delete meta.deletionGracePeriodSeconds;
+    }
+    meta.generation = (oldMeta.generation ?? 1) + (specChanged(obj, old.object) ? 1 : 0);
+    meta.resourceVersion = oldMeta.resourceVersion;
+    const errors = validateObject(type, obj, old.object, target);
+    if (errors.length) throw invalid(type, name, errors);
+    // An update that changes nothing is not written: no new resourceVersion, no watch event.
+    if (jsonEqual(obj, old.object)) return old;
+    if (options.dryRun) return entryOf(old.key, obj);
+    if (meta.deletionTimestamp && !meta.finalizers?.length) {
+      this.#commit(type, 'MODIFIED', obj, old);
+      return this.#remove(type, this.entry(type, meta.namespace, name) as StoredEntry);
+    }
+    return this.#commit(type, 'MODIFIED', obj, old);
+  }
+
+  /** Deletes an object of a known type, honouring preconditions and finalizers. */
+  deleteEntry(
+    type: ResourceType,
+    namespace: string | undefined,
+    name: string,
+    preconditions: DeletePreconditions,
+    options: { dryRun?: boolean },
+  ): StoredEntry {
+    const old = this.entry(type, namespace, name);
+    if (!old) throw notFound(type, name);
+    const meta = old.object.metadata;
+    if (preconditions.uid && preconditions.uid !== meta.uid) {
+      throw conflict(
+        type,
+        name,
+        `Precondition failed: UID in precondition: ${preconditions.uid}, UID in object meta: ${meta.uid}`,
+      );
+    }
+    if (preconditions.resourceVersion && preconditions.resourceVersion !== meta.resourceVersion) {
+      throw conflict(
+        type,
+        name,
+        `Precondition failed: ResourceVersion in precondition: ${preconditions.resourceVersion}, ResourceVersion in object meta: ${meta.resourceVersion}`,
+      );
+    }
+    if (options.dryRun) return old;
+    if (meta.finalizers?.length) {
+      if (meta.deletionTimestamp) return old;
+      const marked = cloneJson(old.object);
+      marked.metadata.deletionTimestamp = timestamp();
+      marked.metadata.deletionGracePeriodSeconds = 0;
+      return this.#commit(type, 'MODIFIED', marked, old);
+    }
+    if (type === namespaceType) {
+      // The namespace controller's work, done at once: everything in the namespace goes first.
+      for (const t of resourceTypes) {
+        if (!t.namespaced) continue;
+        for (const entry of this.snapshot(t, name)) this.#remove(t, entry);
+      }
+    }
+    return this.#remove(type, old);
+  }
+
+  #table(type: ResourceType): Table {
+    return this.#tables.get(type.plural) as Table;
+  }
+
+  #commit(
+    type: ResourceType,
+    kind: 'ADDED' | 'MODIFIED',
+    obj: KubeObject,
+    previous: StoredEntry | undefined,
+  ): StoredEntry {
+    this.#rv++;
+    obj.metadata.resourceVersion = String(this.#rv);
+    const key = keyOf(type.namespaced ? obj.metadata.namespace : undefined, obj.metadata.name as string);
+    const entry = entryOf(key, obj);
+    const table = this.#table(type);
+    if (!table.entries.has(key)) table.sortedKeys = undefined;
+    table.entries.set(key, entry);
+    table.lastChange = this.#rv;
+    this.#record({ resourceVersion: this.#rv, type, kind, entry, ...(previous ? { previous } : {}) });
+    return entry;
+  }
+
+  #remove(type: ResourceType, old: StoredEntry): StoredEntry {
+    this.#rv++;
+    const table = this.#table(type);
+    table.entries.delete(old.key);
+    table.sortedKeys = undefined;
+    table.lastChange = this.#rv;
+    const last = cloneJson(old.object);
+    last.metadata.resourceVersion = String(this.#rv);
+    const entry = entryOf(old.key, last);
+    this.#record({ resourceVersion: this.#rv, type, kind: 'DELETED', entry, previous: old });
+    return entry;
+  }
+
+  #record(event: ChangeEvent): void {
+    this.#history.push(event);
+    this.#trimHistory(false);
+    for (const listener of this.#listeners) listener(event);
+  }
+
+  #trimHistory(exact: boolean): void {
+    // Trimming in batches keeps appends amortised O(1).
+    const slack = exact ? 0 : Math.ceil(this.#historyLimit / 4);
+    if (this.#history.length <= this.#historyLimit + slack) return;
+    const drop = this.#history.length - this.#historyLimit;
+    const lastDropped = this.#history[drop - 1] as ChangeEvent;
+    this.#history = this.#history.slice(drop);
+    this.#oldest = Math.max(this.#oldest, lastDropped.resourceVersion);
+  }
+}
+
+const namespaceType = resourceTypeByName('namespaces') as ResourceType;
+
+function randomSuffix(): string {
+  let out = '';
+  for (let i = 0; i < 5; i++) out += nameAlphabet[Math.floor(Math.random() * nameAlphabet.length)];
+  return out;
+}
+
+/** Whether anything besides metadata and status differs: that is what bumps `metadata.generation`. */
+function specChanged(a: KubeObject, b: KubeObject): boolean {
+  const keys = new Set([...Object.keys(a), ...Object.keys(b)]);
+  for (const key of keys) {
+    if (key === 'metadata' || key === 'status' || key === 'apiVersion' || key === 'kind') continue;
+    if (!jsonEqual(a[key], b[key])) return true;
+  }
+  return false;
+}

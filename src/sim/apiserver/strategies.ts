@@ -1,0 +1,489 @@
+/**
+ * What the API does to each kind on create and update, after decoding and before storing: the
+ * `PrepareFor*` resets (status on the main resource, spec on subresources, requester stamping on
+ * CSRs) and the validation that answers 422 Invalid. Raw store writes skip the resets, so tests can
+ * seed any state, but never the validation.
+ */
+import 'reflect-metadata';
+import { Pkcs10CertificateRequest } from '@peculiar/x509';
+import { isRecord, jsonEqual, type KubeObject, type SimUser, timestamp } from './objects.ts';
+import type { ResourceType } from './resources.ts';
+import { labelKeyProblem, labelValueProblem } from './selectors.ts';
+import type { FieldError } from './status.ts';
+
+/** Which part of an object a write addresses; `raw` is a direct store write that keeps every field. */
+export type WriteTarget = 'raw' | 'main' | 'status' | 'approval';
+
+const dnsSubdomain = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const dnsLabel = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const configKey = /^[-._a-zA-Z0-9]+$/;
+const subdomainMessage =
+  "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const labelMessage =
+  "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+
+/** Why a name is not valid for a type, or undefined. */
+export function nameProblem(type: ResourceType, name: string): string | undefined {
+  if (type.plural === 'namespaces') {
+    if (name.length > 63) return 'must be no more than 63 characters';
+    return dnsLabel.test(name) ? undefined : labelMessage;
+  }
+  if (type.plural === 'certificatesigningrequests') {
+    if (name === '.' || name === '..') return `may not be '${name}'`;
+    if (name.includes('/')) return "may not contain '/'";
+    if (name.includes('%')) return "may not contain '%'";
+    return undefined;
+  }
+  if (name.length > 253) return 'must be no more than 253 characters';
+  return dnsSubdomain.test(name) ? undefined : subdomainMessage;
+}
+
+function validateStringMap(map: unknown, field: string, checkValues: boolean, errors: FieldError[]): void {
+  if (map === undefined || map === null) return;
+  if (!isRecord(map)) {
+    errors.push({ type: 'Invalid', field, value: map, detail: 'must be a map of strings' });
+    return;
+  }
+  for (const [key, value] of Object.entries(map)) {
+    const keyProblem = labelKeyProblem(key);
+    if (keyProblem) errors.push({ type: 'Invalid', field, value: key, detail: keyProblem });
+    if (typeof value !== 'string') {
+      errors.push({ type: 'Invalid', field: `${field}.${key}`, value, detail: 'must be a string' });
+    } else if (checkValues) {
+      const valueProblem = labelValueProblem(value);
+      if (valueProblem) errors.push({ type: 'Invalid', field, value, detail: valueProblem });
+    }
+  }
+}
+
+function validateMetadata(type: ResourceType, obj: KubeObject, errors: FieldError[]): void {
+  const meta = obj.metadata;
+  if (!meta.name) {
+    errors.push({ type: 'Required', field: 'metadata.name', detail: 'name or generateName is required' });
+  } else {
+    const problem = nameProblem(type, meta.name);
+    if (problem) errors.push({ type: 'Invalid', field: 'metadata.name', value: meta.name, detail: problem });
+  }
+  if (type.namespaced && !meta.namespace) {
+    errors.push({ type: 'Required', field: 'metadata.namespace' });
+  }
+  if (!type.namespaced && meta.namespace) {
+    errors.push({ type: 'Forbidden', field: 'metadata.namespace', detail: 'not allowed on this type' });
+  }
+  validateStringMap(meta.labels, 'metadata.labels', true, errors);
+  validateStringMap(meta.annotations, 'metadata.annotations', false, errors);
+}
+
+function validateConfigData(obj: KubeObject, old: KubeObject | undefined, errors: FieldError[]): void {
+  for (const field of ['data', 'binaryData']) {
+    const map = obj[field];
+    if (map === undefined) continue;
+    if (!isRecord(map)) {
+      errors.push({ type: 'Invalid', field, value: map, detail: 'must be a map of strings' });
+      continue;
+    }
+    for (const key of Object.keys(map)) {
+      if (!configKey.test(key)) {
+        errors.push({
+          type: 'Invalid',
+          field: `${field}[${key}]`,
+          value: key,
+          detail:
+            "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
+        });
+      }
+    }
+  }
+  if (old?.['immutable'] === true) {
+    if (!jsonEqual(obj['data'], old['data']) || !jsonEqual(obj['binaryData'], old['binaryData'])) {
+      errors.push({ type: 'Forbidden', field: 'data', detail: 'field is immutable when `immutable` is set' });
+    }
+    if (obj['immutable'] !== true) {
+      errors.push({
+        type: 'Forbidden',
+        field: 'immutable',
+        detail: 'field is immutable when `immutable` is set',
+      });
+    }
+  }
+}
+
+function validatePod(obj: KubeObject, errors: FieldError[]): void {
+  const spec = obj['spec'];
+  const containers = isRecord(spec) ? spec['containers'] : undefined;
+  if (!Array.isArray(containers) || containers.length === 0) {
+    errors.push({ type: 'Required', field: 'spec.containers' });
+    return;
+  }
+  containers.forEach((c, i) => {
+    if (!isRecord(c) || !c['name']) errors.push({ type: 'Required', field: `spec.containers[${i}].name` });
+    if (!isRecord(c) || !c['image']) errors.push({ type: 'Required', field: `spec.containers[${i}].image` });
+  });
+}
+
+const taintEffects = ['NoSchedule', 'PreferNoSchedule', 'NoExecute'];
+
+function validateNode(obj: KubeObject, errors: FieldError[]): void {
+  const taints = isRecord(obj['spec']) ? obj['spec']['taints'] : undefined;
+  if (!Array.isArray(taints)) return;
+  taints.forEach((t, i) => {
+    const field = `spec.taints[${i}]`;
+    const key = isRecord(t) ? t['key'] : undefined;
+    if (typeof key !== 'string' || key === '') {
+      errors.push({ type: 'Required', field: `${field}.key` });
+    } else if (labelKeyProblem(key)) {
+      errors.push({ type: 'Invalid', field: `${field}.key`, value: key, detail: labelKeyProblem(key) });
+    }
+    const effect = isRecord(t) ? t['effect'] : undefined;
+    if (!effect) {
+      errors.push({ type: 'Required', field: `${field}.effect` });
+    } else if (!taintEffects.includes(effect as string)) {
+      errors.push({
+        type: 'NotSupported',
+        field: `${field}.effect`,
+        value: effect,
+        detail: `supported values: ${taintEffects.map((e) => `"${e}"`).join(', ')}`,
+      });
+    }
+  });
+}
+
+function validateLease(obj: KubeObject, errors: FieldError[]): void {
+  const spec = isRecord(obj['spec']) ? obj['spec'] : {};
+  const duration = spec['leaseDurationSeconds'];
+  if (duration !== undefined && duration !== null && (typeof duration !== 'number' || duration <= 0)) {
+    errors.push({
+      type: 'Invalid',
+      field: 'spec.leaseDurationSeconds',
+      value: duration,
+      detail: 'must be greater than 0',
+    });
+  }
+  const transitions = spec['leaseTransitions'];
+  if (
+    transitions !== undefined &&
+    transitions !== null &&
+    (typeof transitions !== 'number' || transitions < 0)
+  ) {
+    errors.push({
+      type: 'Invalid',
+      field: 'spec.leaseTransitions',
+      value: transitions,
+      detail: 'must be greater than or equal to 0',
+    });
+  }
+}
+
+const keyUsages = [
+  'signing',
+  'digital signature',
+  'content commitment',
+  'key encipherment',
+  'key agreement',
+  'data encipherment',
+  'cert sign',
+  'crl sign',
+  'encipher only',
+  'decipher only',
+  'any',
+  'server auth',
+  'client auth',
+  'code signing',
+  'email protection',
+  's/mime',
+  'ipsec end system',
+  'ipsec tunnel',
+  'ipsec user',
+  'timestamping',
+  'ocsp signing',
+  'microsoft sgc',
+  'netscape sgc',
+];
+const signerNamePattern = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+\/[^/\s]+$/;
+const csrConditionTypes = ['Approved', 'Denied', 'Failed'];
+const approvalConditionTypes = ['Approved', 'Denied'];
+
+function csrRequestProblem(request: unknown): string | undefined {
+  if (typeof request !== 'string' || request === '') return undefined;
+  const pem = Buffer.from(request, 'base64').toString('utf8');
+  const block = /-----BEGIN ([A-Z ]+)-----([\s\S]*?)-----END \1-----/.exec(pem);
+  if (!block) return 'PEM block type must be CERTIFICATE REQUEST';
+  if (block[1] !== 'CERTIFICATE REQUEST') return 'PEM block type must be CERTIFICATE REQUEST';
+  try {
+    new Pkcs10CertificateRequest(block[0]);
+  } catch (err) {
+    return `x509: malformed certificate request: ${(err as Error).message}`;
+  }
+  return undefined;
+}
+
+function conditionsOf(obj: KubeObject | undefined): Record<string, unknown>[] {
+  const status = obj?.['status'];
+  const conditions = isRecord(status) ? status['conditions'] : undefined;
+  return Array.isArray(conditions) ? conditions.filter(isRecord) : [];
+}
+
+function validateCsr(
+  obj: KubeObject,
+  old: KubeObject | undefined,
+  target: WriteTarget,
+  errors: FieldError[],
+): void {
+  const spec = isRecord(obj['spec']) ? obj['spec'] : {};
+  if (!spec['request']) errors.push({ type: 'Required', field: 'spec.request' });
+  const requestProblem = csrRequestProblem(spec['request']);
+  if (requestProblem)
+    errors.push({ type: 'Invalid', field: 'spec.request', value: '<request>', detail: requestProblem });
+  const signer = spec['signerName'];
+  if (!signer) {
+    errors.push({ type: 'Required', field: 'spec.signerName' });
+  } else if (typeof signer !== 'string' || !signerNamePattern.test(signer)) {
+    errors.push({
+      type: 'Invalid',
+      field: 'spec.signerName',
+      value: signer,
+      detail: "must be a fully qualified domain and path of the form 'example.com/signer-name'",
+    });
+  }
+  const usages = spec['usages'];
+  if (!Array.isArray(usages) || usages.length === 0) {
+    errors.push({ type: 'Required', field: 'spec.usages' });
+  } else {
+    usages.forEach((u, i) => {
+      if (!keyUsages.includes(u as string)) {
+        errors.push({
+          type: 'NotSupported',
+          field: `spec.usages[${i}]`,
+          value: u,
+          detail: `supported values: ${keyUsages.map((k) => `"${k}"`).join(', ')}`,
+        });
+      }
+    });
+  }
+  const expiration = spec['expirationSeconds'];
+  if (
+    expiration !== undefined &&
+    expiration !== null &&
+    (typeof expiration !== 'number' || expiration < 600)
+  ) {
+    errors.push({
+      type: 'Invalid',
+      field: 'spec.expirationSeconds',
+      value: expiration,
+      detail: 'may not specify a duration less than 600 seconds (10 minutes)',
+    });
+  }
+  const seen = new Set<string>();
+  conditionsOf(obj).forEach((c, i) => {
+    const field = `status.conditions[${i}]`;
+    const type = c['type'];
+    if (!type) errors.push({ type: 'Required', field: `${field}.type` });
+    if (typeof type === 'string' && seen.has(type))
+      errors.push({ type: 'Duplicate', field: `${field}.type`, value: type });
+    if (typeof type === 'string') seen.add(type);
+    if (csrConditionTypes.includes(type as string) && c['status'] !== 'True') {
+      errors.push({
+        type: 'NotSupported',
+        field: `${field}.status`,
+        value: c['status'] ?? '',
+        detail: 'supported values: "True"',
+      });
+    }
+  });
+  if (seen.has('Approved') && seen.has('Denied')) {
+    errors.push({
+      type: 'Invalid',
+      field: 'status.conditions',
+      value: 'Approved',
+      detail: 'Approved and Denied conditions are mutually exclusive',
+    });
+  }
+  if (old && target !== 'raw') validateCsrConditionChanges(obj, old, target, errors);
+  const certificate = isRecord(obj['status']) ? obj['status']['certificate'] : undefined;
+  if (typeof certificate === 'string' && certificate !== '') {
+    const text = Buffer.from(certificate, 'base64').toString('utf8');
+    if (!text.includes('-----BEGIN CERTIFICATE-----')) {
+      errors.push({
+        type: 'Invalid',
+        field: 'status.certificate',
+        value: '<certificate data>',
+        detail: 'must contain at least one CERTIFICATE PEM block',
+      });
+    }
+    const oldCertificate = isRecord(old?.['status']) ? old['status']['certificate'] : undefined;
+    if (target !== 'raw' && oldCertificate && oldCertificate !== certificate) {
+      errors.push({
+        type: 'Forbidden',
+        field: 'status.certificate',
+        detail: 'updates may not modify existing certificate content',
+      });
+    }
+  }
+}
+
+/** Approval writes may change only Approved/Denied; status writes may not; neither may remove one. */
+function validateCsrConditionChanges(
+  obj: KubeObject,
+  old: KubeObject,
+  target: WriteTarget,
+  errors: FieldError[],
+): void {
+  const before = new Map(conditionsOf(old).map((c) => [c['type'] as string, c]));
+  const after = new Map(conditionsOf(obj).map((c) => [c['type'] as string, c]));
+  for (const [type] of before) {
+    if (!after.has(type))
+      errors.push({
+        type: 'Forbidden',
+        field: 'status.conditions',
+        detail: `updates may not remove a condition of type "${type}"`,
+      });
+  }
+  for (const [type, condition] of after) {
+    const isApproval = approvalConditionTypes.includes(type);
+    const mayChange = target === 'approval' ? isApproval : target === 'status' ? !isApproval : false;
+    const previous = before.get(type);
+    if (mayChange) continue;
+    if (!previous) {
+      errors.push({
+        type: 'Forbidden',
+        field: 'status.conditions',
+        detail: `updates may not add a condition of type "${type}"`,
+      });
+    } else if (previous['status'] !== condition['status']) {
+      errors.push({
+        type: 'Forbidden',
+        field: 'status.conditions',
+        detail: `updates may not modify a condition of type "${type}"`,
+      });
+    }
+  }
+}
+
+/** Validates an object about to be stored; `old` is the stored version on update. */
+export function validateObject(
+  type: ResourceType,
+  obj: KubeObject,
+  old: KubeObject | undefined,
+  target: WriteTarget,
+): FieldError[] {
+  const errors: FieldError[] = [];
+  validateMetadata(type, obj, errors);
+  switch (type.plural) {
+    case 'pods':
+      validatePod(obj, errors);
+      break;
+    case 'nodes':
+      validateNode(obj, errors);
+      break;
+    case 'secrets':
+    case 'configmaps':
+      validateConfigData(obj, old, errors);
+      break;
+    case 'leases':
+      validateLease(obj, errors);
+      break;
+    case 'certificatesigningrequests':
+      validateCsr(obj, old, target, errors);
+      break;
+  }
+  return errors;
+}
+
+/** Fills in what the API sets on create: defaults, a reset status, the CSR requester. */
+export function prepareForCreate(
+  type: ResourceType,
+  obj: KubeObject,
+  target: WriteTarget,
+  requester: SimUser | undefined,
+): void {
+  switch (type.plural) {
+    case 'namespaces':
+      if (target !== 'raw' || !isRecord(obj['status'])) obj['status'] = { phase: 'Active' };
+      break;
+    case 'pods':
+      if (target !== 'raw' || !isRecord(obj['status'])) obj['status'] = { phase: 'Pending' };
+      break;
+    case 'secrets':
+      if (!obj['type']) obj['type'] = 'Opaque';
+      foldStringData(obj);
+      break;
+    case 'certificatesigningrequests': {
+      if (target !== 'raw') obj['status'] = {};
+      const spec = isRecord(obj['spec']) ? obj['spec'] : {};
+      if (requester) {
+        // The API trusts the authenticated requester, never what the body claims.
+        spec['username'] = requester.name;
+        spec['groups'] = [...requester.groups];
+        if (requester.uid) spec['uid'] = requester.uid;
+        else delete spec['uid'];
+        delete spec['extra'];
+      }
+      obj['spec'] = spec;
+      break;
+    }
+  }
+}
+
+/** Applies the update resets: the main resource keeps the stored status, subresources keep the rest. */
+export function prepareForUpdate(
+  type: ResourceType,
+  obj: KubeObject,
+  old: KubeObject,
+  target: WriteTarget,
+): KubeObject {
+  if (type.plural === 'secrets') foldStringData(obj);
+  if (target === 'raw') return obj;
+  const hasStatus = type.subresources.includes('status');
+  if (target === 'main') {
+    if (hasStatus) {
+      if (old['status'] === undefined) delete obj['status'];
+      else obj['status'] = old['status'];
+    }
+    if (type.plural === 'certificatesigningrequests') obj['spec'] = old['spec'];
+    return obj;
+  }
+  // Status and approval writes change only the status; metadata and spec stay as stored.
+  const result: KubeObject = {
+    ...old,
+    metadata: { ...old.metadata, resourceVersion: obj.metadata.resourceVersion },
+  };
+  const status = isRecord(obj['status']) ? { ...obj['status'] } : {};
+  if (target === 'approval') {
+    const oldStatus = isRecord(old['status']) ? old['status'] : {};
+    if (oldStatus['certificate'] === undefined) delete status['certificate'];
+    else status['certificate'] = oldStatus['certificate'];
+  }
+  if (type.plural === 'certificatesigningrequests') stampConditionTimes(status, old);
+  result['status'] = status;
+  return result;
+}
+
+/** Sets lastUpdateTime/lastTransitionTime on CSR conditions that arrive without them, as the API does. */
+function stampConditionTimes(status: Record<string, unknown>, old: KubeObject): void {
+  const conditions = status['conditions'];
+  if (!Array.isArray(conditions)) return;
+  const before = new Map(conditionsOf(old).map((c) => [c['type'], c]));
+  const now = timestamp();
+  status['conditions'] = conditions.map((c) => {
+    if (!isRecord(c)) return c;
+    const copy = { ...c };
+    if (!copy['lastUpdateTime']) copy['lastUpdateTime'] = now;
+    if (!copy['lastTransitionTime']) {
+      const previous = before.get(copy['type']);
+      copy['lastTransitionTime'] =
+        previous && previous['status'] === copy['status'] ? (previous['lastTransitionTime'] ?? now) : now;
+    }
+    return copy;
+  });
+}
+
+/** Secrets: `stringData` is write-only and lands base64-encoded in `data`. */
+function foldStringData(obj: KubeObject): void {
+  const stringData = obj['stringData'];
+  if (!isRecord(stringData)) return;
+  const data = isRecord(obj['data']) ? { ...obj['data'] } : {};
+  for (const [key, value] of Object.entries(stringData))
+    data[key] = Buffer.from(String(value)).toString('base64');
+  obj['data'] = data;
+  delete obj['stringData'];
+}
