@@ -3,6 +3,7 @@ import { mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { NotFoundError } from '../errors.ts';
 import { FileVfs } from './file-vfs.ts';
 
@@ -38,4 +39,12 @@ test('a directory is not an object, and listing a missing directory is empty', a
   await assert.rejects(vfs.read('pki'), NotFoundError);
   assert.deepEqual(await vfs.list('no-such-dir/'), []);
   assert.deepEqual(await vfs.list('pki/'), ['pki/private/ca/keyset.yaml']);
+});
+
+test('the root URL is a proper file URL that opens the same directory again', async () => {
+  const odd = join(dir, 'a dir with #hash and %percent');
+  const vfs = new FileVfs(odd);
+  await vfs.write('config', 'odd');
+  assert.equal(vfs.url, pathToFileURL(odd).href);
+  assert.equal((await new FileVfs(fileURLToPath(vfs.url)).read('config')).data.toString(), 'odd');
 });

@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import type { Dirent } from 'node:fs';
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, relative as relativePath, sep } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { NotFoundError, UnavailableError } from '../errors.ts';
 import { checkListPrefix, checkObjectPath } from './paths.ts';
 import type { StoredObject, Vfs } from './types.ts';
@@ -29,7 +30,7 @@ export class FileVfs implements Vfs {
 
   constructor(dir: string) {
     this.#dir = dir.length > 1 ? dir.replace(/\/+$/, '') : dir;
-    this.url = `file://${this.#dir}`;
+    this.url = pathToFileURL(this.#dir).href;
   }
 
   #file(path: string): string {
