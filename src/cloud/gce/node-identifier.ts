@@ -11,10 +11,16 @@
  */
 import { ForbiddenError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
-import { coalesce } from '../coalesce.ts';
+import { Batcher, type Outcome } from '../batcher.ts';
 import { mapConcurrent } from '../concurrency.ts';
 import { LruCache } from '../lru.ts';
-import type { IdentifyResult, InstanceAddress, InstanceState, NodeIdentifier } from '../types.ts';
+import type {
+  IdentifyResult,
+  InstanceAddress,
+  InstanceState,
+  NodeIdentifier,
+  NodeIdentity,
+} from '../types.ts';
 import {
   type ComputeClient,
   type GceInstance,
@@ -48,6 +54,8 @@ export interface GceNodeIdentifierOptions {
   cacheTtlMs?: number;
   /** Calls to `identify` within this window share one batch (default 10 ms). */
   coalesceWindowMs?: number;
+  /** Most providerIDs in one batch (default 10,000). */
+  maxBatchSize?: number;
   /** Parallel compute calls at most (default 16). */
   concurrency?: number;
 }
@@ -81,7 +89,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
   readonly #concurrency: number;
   readonly #verified: LruCache<string, VerifiedGroup>;
   readonly #templates: TemplateGroups;
-  readonly #coalesced: (providerIDs: string[]) => Promise<Map<string, IdentifyResult>>;
+  readonly #batcher: Batcher<string, NodeIdentity>;
 
   constructor(options: GceNodeIdentifierOptions) {
     this.#compute = options.compute;
@@ -98,16 +106,25 @@ export class GceNodeIdentifier implements NodeIdentifier {
       concurrency: this.#concurrency,
       logger: this.#logger,
     });
-    this.#coalesced = coalesce((ids) => this.#identifyBatch(ids), options.coalesceWindowMs ?? 10);
+    this.#batcher = new Batcher({
+      windowMs: options.coalesceWindowMs ?? 10,
+      maxBatchSize: options.maxBatchSize ?? 10_000,
+      maxConcurrent: 2,
+      fetch: (ids) => this.#identifyBatch(ids),
+    });
   }
 
   /** Identifies nodes by providerID; one result per distinct providerID asked. */
-  identify(providerIDs: readonly string[]): Promise<Map<string, IdentifyResult>> {
-    return this.#coalesced([...providerIDs]);
+  async identify(providerIDs: readonly string[]): Promise<Map<string, IdentifyResult>> {
+    const results = new Map<string, IdentifyResult>();
+    for (const [id, outcome] of await this.#batcher.loadMany(providerIDs)) {
+      results.set(id, outcome.ok ? { ok: true, identity: outcome.value } : outcome);
+    }
+    return results;
   }
 
-  async #identifyBatch(providerIDs: string[]): Promise<Map<string, IdentifyResult>> {
-    const results = new Map<string, IdentifyResult>();
+  async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
+    const results = new Map<string, Outcome<NodeIdentity>>();
     const fail = (id: string, error: Error) => results.set(id, { ok: false, error });
     const refs = new Map<string, GceInstanceRef>();
     for (const id of providerIDs) {
@@ -152,7 +169,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
       const createdBy = metadataValue(found.metadata, 'created-by') ?? '';
       const cached = this.#verified.get(found.id);
       if (cached && cached.createdBy === createdBy) {
-        results.set(id, { ok: true, identity: this.#identity(id, ref, found, cached.instanceGroup) });
+        results.set(id, { ok: true, value: this.#identity(id, ref, found, cached.instanceGroup) });
         continue;
       }
       const mig = parseCreatedBy(createdBy);
@@ -230,10 +247,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
         instanceGroup: verdict.instanceGroup,
         createdBy: metadataValue(p.instance.metadata, 'created-by') ?? '',
       });
-      results.set(p.id, {
-        ok: true,
-        identity: this.#identity(p.id, p.ref, p.instance, verdict.instanceGroup),
-      });
+      results.set(p.id, { ok: true, value: this.#identity(p.id, p.ref, p.instance, verdict.instanceGroup) });
     }
     this.#logger.debug({ nodes: providerIDs.length, migs: migKeys.length }, 'identified GCE nodes');
     return results;
