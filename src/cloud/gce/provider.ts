@@ -1,0 +1,46 @@
+/** Wires the GCE pieces for one cluster: the compute client, node identity and cloud groups. */
+import type { AuthClient } from 'google-auth-library';
+import { ConfigError } from '../../errors.ts';
+import { type Logger, silentLogger } from '../../log.ts';
+import { GceCloudGroups } from './cloud-groups.ts';
+import { ComputeClient, defaultAuthClient } from './compute.ts';
+import { GceNodeIdentifier } from './node-identifier.ts';
+
+/** What the controller needs to know to talk to GCE. */
+export interface GceProviderOptions {
+  /** The cluster's project (`server.provider.gce.projectID`, or `GCP_PROJECT`). */
+  project: string | undefined;
+  clusterName: string;
+  /** The compute endpoint; the simulator's in tests and `dev`. */
+  endpoint?: string;
+  /** Credentials; defaults to Application Default Credentials (the VM's service account on GCE). */
+  auth?: Pick<AuthClient, 'request'>;
+  logger?: Logger;
+}
+
+/** The GCE implementations of the cloud interfaces. */
+export interface GceProvider {
+  compute: ComputeClient;
+  nodeIdentifier: GceNodeIdentifier;
+  cloudGroups: GceCloudGroups;
+}
+
+/** Builds the GCE provider; throws ConfigError when the project is unknown. */
+export async function createGceProvider(options: GceProviderOptions): Promise<GceProvider> {
+  const project = options.project ?? process.env['GCP_PROJECT'];
+  if (!project) {
+    throw new ConfigError('the GCE project is unknown: set server.provider.gce.projectID or GCP_PROJECT');
+  }
+  const logger = options.logger ?? silentLogger;
+  const compute = new ComputeClient({
+    project,
+    auth: options.auth ?? (await defaultAuthClient()),
+    ...(options.endpoint ? { endpoint: options.endpoint } : {}),
+    logger,
+  });
+  return {
+    compute,
+    nodeIdentifier: new GceNodeIdentifier({ compute, clusterName: options.clusterName, logger }),
+    cloudGroups: new GceCloudGroups({ compute, logger }),
+  };
+}
