@@ -22,6 +22,7 @@ import {
 import { renderSummaries, summarise } from '../pki/inspect.ts';
 import { generateKey, keyAlgorithms, privateKeyPem } from '../pki/keys.ts';
 import { renderClientKubeconfig } from '../pki/kubeconfig.ts';
+import { decodePem } from '../pki/pem.ts';
 import { pinOfSpki } from '../pki/pin.ts';
 import {
   type CertificateRequest,
@@ -81,9 +82,15 @@ function withIdentity(command: Command): Command {
     );
 }
 
-/** Prints command data: `human` for -o table, the data itself for json / yaml. */
-function print(format: string, data: unknown, human: string): void {
-  process.stdout.write(format === 'table' ? human : formatOutput(format, data));
+/**
+ * Prints command data: `human` for -o table, the data itself for json / yaml. It goes through the
+ * command's configured output (standard output unless a caller, such as a test, redirects it).
+ */
+function print(command: Command, format: string, data: unknown, human: string): void {
+  const text = format === 'table' ? human : formatOutput(format, data);
+  const { writeOut } = command.configureOutput();
+  if (writeOut) writeOut(text);
+  else process.stdout.write(text);
 }
 
 function profileArgument(value: string): ProfileName {
@@ -166,6 +173,7 @@ function initCommand(): Command {
           'created CA',
         );
         print(
+          command,
           options.output,
           { caCertificate: saved.certificate, caKey: saved.key, pin },
           `created CA "${ca.name}" (keypair ${ca.signer.certificate.keypairId})\n` +
@@ -210,6 +218,7 @@ function issueCommand(): Command {
         );
         const locations = { certificate: locationOf(vfs, path), key: locationOf(vfs, keyPath) };
         print(
+          command,
           options.output,
           locations,
           describeIssued(issued) + `certificate: ${locations.certificate}\nkey:         ${locations.key}\n`,
@@ -256,9 +265,27 @@ function signCommand(): Command {
           'signed request',
         );
         const certificate = locationOf(vfs, path);
-        print(options.output, { certificate }, describeIssued(issued) + `certificate: ${certificate}\n`);
+        print(
+          command,
+          options.output,
+          { certificate },
+          describeIssued(issued) + `certificate: ${certificate}\n`,
+        );
       },
     );
+}
+
+async function readServerCa(path: string): Promise<string> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new NotFoundError(`cannot read --server-ca ${path}: ${(err as NodeJS.ErrnoException).code}`, {
+      cause: err,
+    });
+  }
+  decodePem(text, 'CERTIFICATE', path);
+  return text;
 }
 
 function kubeconfigCommand(): Command {
@@ -267,9 +294,10 @@ function kubeconfigCommand(): Command {
     .requiredOption('--server <url>', 'API server URL (https)')
     .requiredOption('--name <node>', 'node name')
     .option('--cluster-name <name>', 'cluster entry name in the kubeconfig', 'kubernetes')
+    .option('--server-ca <file>', "PEM bundle the API server's certificate chains to, if not the cluster CA")
     .action(
       async (
-        options: FolderOptions & { server: string; name: string; clusterName: string },
+        options: FolderOptions & { server: string; name: string; clusterName: string; serverCa?: string },
         command: Command,
       ) => {
         const vfs = openVfs(options.dir);
@@ -299,7 +327,7 @@ function kubeconfigCommand(): Command {
         }
         const kubeconfig = renderClientKubeconfig({
           server: options.server,
-          caBundlePem: bundlePem(ca),
+          caBundlePem: options.serverCa ? await readServerCa(options.serverCa) : bundlePem(ca),
           certificatePem,
           keyPem,
           user: `system:node:${options.name}`,
@@ -308,7 +336,7 @@ function kubeconfigCommand(): Command {
         const path = nodeFilePath(options.name, 'kubelet.kubeconfig');
         await vfs.write(path, kubeconfig, { mode: privateFileMode });
         const location = locationOf(vfs, path);
-        print(options.output, { kubeconfig: location }, `kubeconfig: ${location}\n`);
+        print(command, options.output, { kubeconfig: location }, `kubeconfig: ${location}\n`);
       },
     );
 }
@@ -316,10 +344,10 @@ function kubeconfigCommand(): Command {
 function pinCommand(): Command {
   return withFolder(new Command('pin'))
     .description('print the CA pin (sha256 of its public key, kubeadm format); all pins while rotating')
-    .action(async (options: FolderOptions) => {
+    .action(async (options: FolderOptions, command: Command) => {
       const ca = await loadCa(openVfs(options.dir), options.caName);
       const pins = ca.certificates.map((c) => pinOfSpki(c.parsed.spki));
-      print(options.output, { pin: pins[0], pins }, `${pins.join('\n')}\n`);
+      print(command, options.output, { pin: pins[0], pins }, `${pins.join('\n')}\n`);
     });
 }
 
@@ -329,21 +357,32 @@ function inspectCommand(): Command {
       'summarise a certificate (or bundle) or a certificate request; with --dir, whether the CA signed it',
     )
     .argument('<file>', 'PEM file')
-    .action(async (file: string, options: Partial<FolderOptions> & { caName: string; output: string }) => {
-      let text: string;
-      try {
-        text = await readFile(file, 'utf8');
-      } catch (err) {
-        throw new NotFoundError(`cannot read ${file}: ${(err as NodeJS.ErrnoException).code}`, {
-          cause: err,
-        });
-      }
-      if (text.length > 1024 * 1024)
-        throw new InvalidInputError(`${file} is larger than 1 MiB; not a certificate`);
-      const ca = options.dir ? await loadCa(openVfs(options.dir), options.caName) : undefined;
-      const summaries = summarise(text, ca);
-      print(options.output, summaries.length === 1 ? summaries[0] : summaries, renderSummaries(summaries));
-    });
+    .action(
+      async (
+        file: string,
+        options: Partial<FolderOptions> & { caName: string; output: string },
+        command: Command,
+      ) => {
+        let text: string;
+        try {
+          text = await readFile(file, 'utf8');
+        } catch (err) {
+          throw new NotFoundError(`cannot read ${file}: ${(err as NodeJS.ErrnoException).code}`, {
+            cause: err,
+          });
+        }
+        if (text.length > 1024 * 1024)
+          throw new InvalidInputError(`${file} is larger than 1 MiB; not a certificate`);
+        const ca = options.dir ? await loadCa(openVfs(options.dir), options.caName) : undefined;
+        const summaries = summarise(text, ca);
+        print(
+          command,
+          options.output,
+          summaries.length === 1 ? summaries[0] : summaries,
+          renderSummaries(summaries),
+        );
+      },
+    );
 }
 
 /** `kops-controller pki`: the CA and static clustering. */

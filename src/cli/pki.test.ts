@@ -1,0 +1,350 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, test } from 'node:test';
+import { pathToFileURL } from 'node:url';
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import type { Command } from 'commander';
+import { parse } from 'yaml';
+import { exitCodeOf } from '../errors.ts';
+import { pinOfCertificatePem } from '../pki/pin.ts';
+import { startApiServer } from '../sim/apiserver/index.ts';
+import { openssl, opensslText, scratchFile } from '../testing/openssl.ts';
+import { buildProgram } from './main.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'kops-pki-cli-'));
+after(() => rmSync(root, { recursive: true, force: true }));
+let folders = 0;
+const newDir = () => join(root, `pki-${folders++}`);
+
+/** Runs `kops-controller pki ...` in process and returns what it printed. */
+async function pki(...args: string[]): Promise<string> {
+  const program = buildProgram();
+  let out = '';
+  const capture = (command: Command): void => {
+    command.configureOutput({ writeOut: (text) => (out += text), writeErr: (text) => (out += text) });
+    for (const sub of command.commands) capture(sub);
+  };
+  capture(program);
+  await program.parseAsync(['-v', '0', 'pki', ...args], { from: 'user' });
+  return out;
+}
+
+async function pkiJson<T>(...args: string[]): Promise<T> {
+  return JSON.parse(await pki(...args, '-o', 'json')) as T;
+}
+
+/** Expects the command to fail with the exit code and message a user would see. */
+async function fails(args: string[], exitCode: number, message: RegExp): Promise<void> {
+  await assert.rejects(pki(...args), (err: Error) => {
+    assert.equal(exitCodeOf(err), exitCode);
+    assert.match(err.message, message);
+    return true;
+  });
+}
+
+const modeOf = (path: string) => statSync(path).mode & 0o777;
+const read = (path: string) => readFileSync(path, 'utf8');
+const verify = (caFile: string, certificateFile: string) =>
+  openssl(['verify', '-CAfile', caFile, certificateFile]).trim();
+
+function nodeCsr(subject: string, extra: string[] = [], keyArgs = ['-newkey', 'rsa:2048']): string {
+  const pem = openssl([
+    'req',
+    '-new',
+    ...keyArgs,
+    '-nodes',
+    '-keyout',
+    scratchFile('node.key', ''),
+    '-subj',
+    subject,
+    ...extra,
+  ]);
+  return scratchFile('node.csr', pem);
+}
+
+describe('static clustering of a node with the CLI alone', () => {
+  const dir = newDir();
+  let caCertificate = '';
+
+  test('pki init makes the CA: certificate 0644, key 0600, and prints the pin', async () => {
+    const result = await pkiJson<{ caCertificate: string; caKey: string; pin: string }>('init', '--dir', dir);
+    assert.deepEqual(Object.keys(result), ['caCertificate', 'caKey', 'pin']);
+    assert.equal(result.caCertificate, join(dir, 'kubernetes-ca.crt'));
+    assert.equal(result.caKey, join(dir, 'kubernetes-ca.key'));
+    caCertificate = result.caCertificate;
+    assert.equal(modeOf(result.caKey), 0o600);
+    assert.equal(modeOf(result.caCertificate), 0o644);
+    assert.equal(result.pin, pinOfCertificatePem(read(result.caCertificate)));
+    assert.equal(verify(caCertificate, caCertificate), `${caCertificate}: OK`);
+    assert.match(read(join(dir, 'keypair-ids.yaml')), /^kubernetes-ca: "?\d+"?\n$/);
+  });
+
+  test('pki init refuses to replace an existing CA', async () => {
+    await fails(['init', '--dir', dir], 75, /already holds a CA "kubernetes-ca"/);
+  });
+
+  test('pki issue kubelet makes a key here and a client certificate openssl accepts', async () => {
+    const result = await pkiJson<{ certificate: string; key: string }>(
+      'issue',
+      'kubelet',
+      '--dir',
+      dir,
+      '--name',
+      'node-a',
+    );
+    assert.deepEqual(result, {
+      certificate: join(dir, 'nodes/node-a/kubelet.crt'),
+      key: join(dir, 'nodes/node-a/kubelet.key'),
+    });
+    assert.equal(modeOf(result.key), 0o600);
+    assert.equal(verify(caCertificate, result.certificate), `${result.certificate}: OK`);
+    assert.match(
+      opensslText(read(result.certificate)),
+      /Subject: O = system:nodes, CN = system:node:node-a\n/,
+    );
+    const publicOfKey = openssl(['pkey', '-pubout', '-in', result.key]);
+    assert.equal(openssl(['x509', '-pubkey', '-noout', '-in', result.certificate]), publicOfKey);
+  });
+
+  test('pki issue kubelet-server puts the given names in the certificate; people get a summary', async () => {
+    const human = await pki(
+      'issue',
+      'kubelet-server',
+      '--dir',
+      dir,
+      '--name',
+      'node-a',
+      '--ip',
+      '10.0.0.5',
+      '--dns',
+      'node-a.internal',
+      '--lifetime',
+      '720h',
+    );
+    assert.match(
+      human,
+      /^issued kubelet-server certificate "O=system:nodes, CN=system:node:node-a" for node-a\.internal, 10\.0\.0\.5, valid until \d{4}-/,
+    );
+    const certificate = join(dir, 'nodes/node-a/kubelet-server.crt');
+    assert.match(human, new RegExp(`certificate: ${certificate}\n`));
+    assert.match(opensslText(read(certificate)), /DNS:node-a\.internal, IP Address:10\.0\.0\.5\n/);
+    assert.equal(verify(caCertificate, certificate), `${certificate}: OK`);
+  });
+
+  test('pki sign certifies a key made on the node, from its CSR', async () => {
+    const csr = nodeCsr('/O=system:nodes/CN=system:node:node-b');
+    const result = await pkiJson<{ certificate: string }>(
+      'sign',
+      'kubelet',
+      '--dir',
+      dir,
+      '--name',
+      'node-b',
+      '--csr',
+      csr,
+    );
+    assert.deepEqual(result, { certificate: join(dir, 'nodes/node-b/kubelet.crt') });
+    assert.equal(verify(caCertificate, result.certificate), `${result.certificate}: OK`);
+    assert.equal(statSync(join(dir, 'nodes/node-b/kubelet.key'), { throwIfNoEntry: false }), undefined);
+  });
+
+  test('pki sign rejects CSRs that ask for more than the node is verified for', async () => {
+    const extraSan = nodeCsr('/O=system:nodes/CN=system:node:node-b', [
+      '-addext',
+      'subjectAltName=IP:10.0.0.5,DNS:api.example.com',
+    ]);
+    await fails(
+      ['sign', 'kubelet-server', '--dir', dir, '--name', 'node-b', '--ip', '10.0.0.5', '--csr', extraSan],
+      65,
+      /not verified for it: api\.example\.com/,
+    );
+    const weak = nodeCsr('/O=system:nodes/CN=system:node:node-b', [], ['-newkey', 'rsa:1024']);
+    await fails(
+      ['sign', 'kubelet', '--dir', dir, '--name', 'node-b', '--csr', weak],
+      65,
+      /1024 bits is too weak/,
+    );
+    const ca = nodeCsr('/O=system:nodes/CN=system:node:node-b', [
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+    ]);
+    await fails(
+      ['sign', 'kubelet', '--dir', dir, '--name', 'node-b', '--csr', ca],
+      65,
+      /asks for a CA certificate/,
+    );
+    await fails(
+      ['sign', 'kubelet', '--dir', dir, '--name', 'node-b', '--csr', join(root, 'absent.csr')],
+      66,
+      /cannot read CSR file/,
+    );
+  });
+
+  test('pki kubeconfig embeds the CA bundle and the existing kubelet pair, 0600', async () => {
+    const result = await pkiJson<{ kubeconfig: string }>(
+      'kubeconfig',
+      '--dir',
+      dir,
+      '--name',
+      'node-a',
+      '--server',
+      'https://api.example.com:6443',
+    );
+    assert.deepEqual(result, { kubeconfig: join(dir, 'nodes/node-a/kubelet.kubeconfig') });
+    assert.equal(modeOf(result.kubeconfig), 0o600);
+    const config = parse(read(result.kubeconfig));
+    const decode = (value: string) => Buffer.from(value, 'base64').toString('utf8');
+    assert.equal(config.clusters[0].cluster.server, 'https://api.example.com:6443');
+    assert.equal(decode(config.clusters[0].cluster['certificate-authority-data']), read(caCertificate));
+    assert.equal(config.users[0].name, 'system:node:node-a');
+    assert.equal(
+      decode(config.users[0].user['client-certificate-data']),
+      read(join(dir, 'nodes/node-a/kubelet.crt')),
+    );
+    assert.equal(
+      decode(config.users[0].user['client-key-data']),
+      read(join(dir, 'nodes/node-a/kubelet.key')),
+    );
+    await fails(
+      ['kubeconfig', '--dir', dir, '--name', 'node-a', '--server', 'http://api.example.com'],
+      65,
+      /must be an https:\/\/ URL/,
+    );
+  });
+
+  test('pki pin prints the pin; pki inspect summarises files and checks them against the CA', async () => {
+    assert.equal(await pki('pin', '--dir', dir), `${pinOfCertificatePem(read(caCertificate))}\n`);
+    const certificate = join(dir, 'nodes/node-a/kubelet-server.crt');
+    const human = await pki('inspect', certificate, '--dir', dir);
+    assert.match(
+      human,
+      /^type: certificate\nsubject: O=system:nodes, CN=system:node:node-a\nissuer: CN=kubernetes-ca\n/m,
+    );
+    assert.match(
+      human,
+      /ext key usage: serverAuth\ndns names: node-a\.internal\nip addresses: 10\.0\.0\.5\n/,
+    );
+    assert.match(human, /signed by ca: true\n$/);
+    const summary = await pkiJson<{ type: string; ipAddresses: string[]; signedByCa?: boolean }>(
+      'inspect',
+      certificate,
+    );
+    assert.equal(summary.type, 'certificate');
+    assert.deepEqual(summary.ipAddresses, ['10.0.0.5']);
+    assert.equal(summary.signedByCa, undefined);
+    const request = await pkiJson<{ type: string; signature: string }>('inspect', nodeCsr('/CN=node-c'));
+    assert.deepEqual([request.type, request.signature], ['certificate-request', 'valid']);
+  });
+});
+
+test('bad input gives one clear error, never a crash', async () => {
+  const dir = newDir();
+  await fails(
+    ['issue', 'kubelet', '--dir', dir, '--name', 'node-a'],
+    66,
+    /no CA "kubernetes-ca" in file:\/\/.*run "kops-controller pki init" first/,
+  );
+  await pki('init', '--dir', dir, '--key-algorithm', 'rsa-2048');
+  await fails(
+    ['issue', 'admin', '--dir', dir, '--name', 'node-a'],
+    65,
+    /unknown certificate profile "admin"/,
+  );
+  await fails(['issue', 'kubelet', '--dir', dir, '--name', '../../etc'], 65, /not a valid DNS name/);
+  await fails(
+    ['issue', 'kubelet-server', '--dir', dir, '--name', 'node-a', '--ip', '300.1.1.1'],
+    65,
+    /not an IP address/,
+  );
+  await fails(
+    ['issue', 'kubelet', '--dir', dir, '--name', 'node-a', '--lifetime', 'forever'],
+    65,
+    /invalid duration/,
+  );
+  await fails(['inspect', join(root, 'absent.pem')], 66, /cannot read/);
+});
+
+test('a kops keyset layout and a file:// URL work as the PKI folder', async () => {
+  const url = pathToFileURL(newDir()).href;
+  const result = await pkiJson<{ caCertificate: string; caKey: string }>(
+    'init',
+    '--dir',
+    url,
+    '--layout',
+    'keyset',
+  );
+  assert.match(result.caCertificate, /pki\/private\/kubernetes-ca\/keyset\.yaml$/);
+  assert.equal(modeOf(result.caKey), 0o600);
+  assert.match(read(result.caKey), /kind: Keyset/);
+  const issued = await pkiJson<{ certificate: string }>(
+    'issue',
+    'kube-proxy',
+    '--dir',
+    url,
+    '--name',
+    'node-a',
+  );
+  assert.match(opensslText(read(issued.certificate)), /Subject: CN = system:kube-proxy\n/);
+  const pin = (await pki('pin', '--dir', url)).trim();
+  assert.match(pin, /^sha256:[0-9a-f]{64}$/);
+});
+
+test('the real program: exit code 65 and one line on a rejected CSR', () => {
+  const dir = newDir();
+  const cli = (...args: string[]) =>
+    spawnSync(process.execPath, ['src/cli/main.ts', '-v', '0', 'pki', ...args], {
+      encoding: 'utf8',
+      cwd: new URL('../..', import.meta.url),
+    });
+  assert.equal(cli('init', '--dir', dir).status, 0);
+  const run = cli(
+    'sign',
+    'kubelet',
+    '--dir',
+    dir,
+    '--name',
+    'node-a',
+    '--csr',
+    scratchFile('bad.csr', 'garbage'),
+  );
+  assert.equal(run.status, 65);
+  assert.equal(run.stderr, 'kops-controller: no PEM block found; expected a CERTIFICATE REQUEST\n');
+});
+
+test('round trip: the kubelet kubeconfig authenticates to the simulated API server as the node', async () => {
+  const dir = newDir();
+  await pki('init', '--dir', dir);
+  const sim = await startApiServer({ clientCAs: [read(join(dir, 'kubernetes-ca.crt'))] });
+  try {
+    const serverCa = scratchFile('sim-ca.crt', sim.caCertificate);
+    const { kubeconfig } = await pkiJson<{ kubeconfig: string }>(
+      'kubeconfig',
+      '--dir',
+      dir,
+      '--name',
+      'node-a',
+      '--server',
+      sim.url,
+      '--server-ca',
+      serverCa,
+    );
+    const config = new KubeConfig();
+    config.loadFromString(read(kubeconfig));
+    const core = config.makeApiClient(CoreV1Api);
+    // Nodes may list nodes; secrets are refused, and the refusal names who the server thinks we are.
+    const nodes = await core.listNode();
+    assert.ok(Array.isArray(nodes.items));
+    await assert.rejects(core.listNamespacedSecret({ namespace: 'kube-system' }), (err: Error) => {
+      assert.match(
+        String((err as { body?: unknown }).body),
+        /User \\"system:node:node-a\\" cannot list resource \\"secrets\\"/,
+      );
+      return true;
+    });
+  } finally {
+    await sim.close();
+  }
+});
