@@ -133,6 +133,15 @@ describe('kops v1alpha2 parsing', () => {
     );
   });
 
+  test('empty fields read as unset, as kops reads them', () => {
+    const group = parseInstanceGroup(
+      ig('  role: Node\n  nodeLabels:\n  taints:\n  kubelet: ~\n', '  creationTimestamp: null\n'),
+    );
+    assert.equal(group.spec.nodeLabels, undefined);
+    assert.equal(group.spec.kubelet, undefined);
+    assert.equal(group.metadata.creationTimestamp, undefined);
+  });
+
   test('unknown fields are allowed, wrong kinds and versions are not', () => {
     assert.equal(parseInstanceGroup(ig('  role: Node\n  someFutureField: {x: 1}\n')).spec.role, 'Node');
     assert.throws(

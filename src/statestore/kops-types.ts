@@ -138,6 +138,17 @@ export interface KopsObjects {
   instanceGroups: InstanceGroup[];
 }
 
+/** Removes null-valued keys, as Go's YAML decoding leaves such fields unset (`nodeLabels:` alone). */
+function dropNulls(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(dropNulls);
+  if (value === null || typeof value !== 'object' || value instanceof Date) return value;
+  return Object.fromEntries(
+    Object.entries(value)
+      .filter(([, v]) => v !== null)
+      .map(([k, v]) => [k, dropNulls(v)]),
+  );
+}
+
 function describeIssues(error: z.ZodError, prefix: (string | number)[]): string {
   return error.issues
     .map(
@@ -175,7 +186,7 @@ export function parseKopsObjects(text: string, source = 'input'): KopsObjects {
         `${source}: ${where}: ${first.message.split(' at line')[0]?.split('\n')[0]}`,
       );
     }
-    const raw: unknown = doc.toJS();
+    const raw: unknown = dropNulls(doc.toJS());
     if (raw === null || raw === undefined) return; // an empty document between separators
     if (typeof raw !== 'object' || Array.isArray(raw)) {
       throw new InvalidInputError(`${source}: expected a kops object (a mapping with apiVersion and kind)`);
