@@ -101,6 +101,19 @@ describe('ClusterStore', () => {
     );
   });
 
+  test('an instance group file must hold the group it is named after', async () => {
+    const { base } = await seededMemfs();
+    await base.write('instancegroup/impostor', nodesYaml);
+    await assert.rejects(
+      new ClusterStore(base).instanceGroup('impostor'),
+      (err: unknown) =>
+        err instanceof InvalidInputError &&
+        /instancegroup\/impostor: metadata\.name is "nodes-us-test-1a", but the file is for instance group "impostor"/.test(
+          err.message,
+        ),
+    );
+  });
+
   test('refresh picks up an edited instance group and emits the new object', async () => {
     const { base } = await seededMemfs();
     const store = new ClusterStore(base);

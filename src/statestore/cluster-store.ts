@@ -189,13 +189,22 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
       }
       throw err;
     });
-    const value = parseInstanceGroup(data.toString('utf8'), `${this.vfs.url}/${path}`);
-    if (value.metadata.name !== name) {
-      this.#logger.warn({ path, name: value.metadata.name }, 'instance group file names another group');
-    }
+    const value = this.#parseInstanceGroup(name, path, data);
     const entry = { path, version, value };
     this.#instanceGroups.set(name, entry);
     return entry;
+  }
+
+  /** Parses an instance group and checks it is the one its file is named after. */
+  #parseInstanceGroup(name: string, path: string, data: Buffer): InstanceGroup {
+    const source = `${this.vfs.url}/${path}`;
+    const value = parseInstanceGroup(data.toString('utf8'), source);
+    if (value.metadata.name !== name) {
+      throw new InvalidInputError(
+        `${source}: metadata.name is "${value.metadata.name}", but the file is for instance group "${name}"`,
+      );
+    }
+    return value;
   }
 
   #fail(entry: Entry<unknown>, error: Error): void {
@@ -239,7 +248,7 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
         return;
       }
       const { data, version: readVersion } = await this.vfs.read(entry.path);
-      const value = parseInstanceGroup(data.toString('utf8'), `${this.vfs.url}/${entry.path}`);
+      const value = this.#parseInstanceGroup(entry.path.slice('instancegroup/'.length), entry.path, data);
       const fresh = { path: entry.path, version: readVersion, value };
       this.#instanceGroups.set(entry.path.slice('instancegroup/'.length), fresh);
       this.#logger.info({ path: entry.path, version: readVersion }, 'instance group changed');
