@@ -211,7 +211,13 @@ export class GceNodeIdentifier implements NodeIdentifier {
         continue;
       }
       const member = listed?.get(p.instance.id);
-      if (!member || parseZonalUrl(member.instance)?.name !== p.ref.name) {
+      const listedAs = member ? parseZonalUrl(member.instance) : undefined;
+      if (
+        !listedAs ||
+        listedAs.name !== p.ref.name ||
+        listedAs.zone !== p.ref.zone ||
+        listedAs.project !== this.#compute.project
+      ) {
         fail(
           p.id,
           new ForbiddenError(
@@ -220,7 +226,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
         );
         continue;
       }
-      const template = member.version?.instanceTemplate;
+      const template = member?.version?.instanceTemplate;
       const templateRef = template ? parseTemplateUrl(template) : undefined;
       if (!templateRef || templateRef.project !== this.#compute.project) {
         fail(
