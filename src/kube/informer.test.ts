@@ -1,9 +1,17 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import type { KubernetesListObject, V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, type KubernetesListObject, type V1Node, type V1Pod } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
+import { startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
-import { Informer, type ListOptions, objectKey, type WatchEventType, type WatchFn } from './informer.ts';
+import {
+  Informer,
+  kubeWatch,
+  type ListOptions,
+  objectKey,
+  type WatchEventType,
+  type WatchFn,
+} from './informer.ts';
 
 interface Watcher {
   onEvent: (type: WatchEventType, object: unknown) => void;
@@ -326,5 +334,152 @@ describe('informer', () => {
     const calls = resource.listCalls.length;
     await clock.advance(60_000);
     assert.equal(resource.listCalls.length, calls, 'no retries after stop');
+  });
+});
+
+describe('informer against the simulated API server', () => {
+  /** Polls (in real time) until `condition` holds; fails after 10 s instead of hanging. */
+  async function eventually(condition: () => boolean | Promise<boolean>, what: string): Promise<void> {
+    for (let i = 0; i < 1000; i++) {
+      if (await condition()) return;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.fail(`timed out waiting for ${what}`);
+  }
+
+  interface NodeRecord {
+    name: string;
+    ready: boolean;
+    instanceGroup: string | undefined;
+  }
+  const slimNode = (node: V1Node): NodeRecord => ({
+    name: node.metadata?.name ?? '',
+    ready: node.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false,
+    instanceGroup: node.metadata?.labels?.['kops.k8s.io/instancegroup'],
+  });
+  const node = (name: string, ig: string, ready = true) => ({
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: { name, labels: { 'kops.k8s.io/instancegroup': ig } },
+    status: {
+      conditions: [{ type: 'Ready', status: ready ? 'True' : 'False' }],
+      nodeInfo: { kubeletVersion: 'v1.33.0' },
+    },
+  });
+
+  async function setup(options: { labelSelector?: string } = {}) {
+    const sim = await startApiServer();
+    const kubeConfig = sim.kubeConfig();
+    const core = kubeConfig.makeApiClient(CoreV1Api);
+    const registry = new Registry();
+    const events: string[] = [];
+    const informer = new Informer<V1Node, NodeRecord>({
+      name: 'nodes',
+      path: '/api/v1/nodes',
+      list: (o) => core.listNode(o),
+      watch: kubeWatch(kubeConfig),
+      transform: slimNode,
+      labelSelector: options.labelSelector,
+      backoff: { initialMs: 20, maxMs: 100 },
+      registry,
+    });
+    informer.addHandlers({
+      add: (r) => events.push(`add ${r.name}`),
+      update: (o, n) => events.push(`update ${n.name} ready ${o.ready}->${n.ready}`),
+      delete: (r) => events.push(`delete ${r.name}`),
+    });
+    const metric = async (pattern: RegExp) => pattern.test(await registry.metrics());
+    return { sim, informer, events, registry, metric };
+  }
+
+  test('syncs, follows add/update/delete, caches slim records, honours label selectors, stops', async () => {
+    const { sim, informer, events } = await setup({ labelSelector: 'kops.k8s.io/instancegroup=nodes' });
+    try {
+      sim.store.create(node('n1', 'nodes'));
+      sim.store.create(node('cp1', 'control-plane'));
+      informer.start();
+      assert.equal(await informer.waitForSync(), true);
+      assert.deepEqual(informer.list(), [{ name: 'n1', ready: true, instanceGroup: 'nodes' }]);
+      await eventually(() => sim.faults.openWatches === 1, 'the watch');
+      sim.store.create(node('n2', 'nodes'));
+      sim.store.create(node('cp2', 'control-plane'));
+      sim.store.update(node('n1', 'nodes', false));
+      sim.store.delete('nodes', undefined, 'n2');
+      await eventually(() => events.length === 4, 'four events');
+      assert.deepEqual(events, ['add n1', 'add n2', 'update n1 ready true->false', 'delete n2']);
+      assert.deepEqual(informer.keys(), ['n1']);
+    } finally {
+      await informer.stop();
+      await eventually(() => sim.faults.openWatches === 0, 'the watch to close');
+      await sim.close();
+    }
+  });
+
+  test('retries failed lists and refused watches, and resumes after a dropped watch', async () => {
+    const { sim, informer, events, metric } = await setup();
+    try {
+      sim.store.create(node('n1', 'nodes'));
+      sim.faults.errors({ resource: 'nodes', verbs: ['list'], status: 503, count: 2 });
+      informer.start();
+      assert.equal(await informer.waitForSync(), true);
+      assert.ok(await metric(/informer_lists_total\{resource="nodes",result="error"\} 2/));
+      await eventually(() => sim.faults.openWatches === 1, 'the watch');
+
+      sim.faults.errors({ resource: 'nodes', verbs: ['watch'], status: 500, count: 2 });
+      sim.faults.dropWatches();
+      // The simulator keeps feeding a dropped stream until its connection closes; wait for that first.
+      await eventually(() => sim.faults.openWatches === 0, 'the dropped watch to close');
+      await eventually(
+        () => metric(/informer_watch_restarts_total\{resource="nodes",reason="error"\} 2/),
+        'two failed reconnects',
+      );
+      await eventually(() => sim.faults.openWatches === 1, 'the watch to reopen');
+      sim.store.create(node('n2', 'nodes'));
+      await eventually(() => events.includes('add n2'), 'the event after reconnecting');
+      assert.ok(
+        await metric(/informer_lists_total\{resource="nodes",result="success"\} 1/),
+        'no re-list was needed',
+      );
+    } finally {
+      await informer.stop();
+      await sim.close();
+    }
+  });
+
+  test('re-lists after 410 Gone and reports what changed meanwhile', async () => {
+    const { sim, informer, events, metric } = await setup();
+    try {
+      for (const name of ['keep', 'change', 'vanish']) sim.store.create(node(name, 'nodes'));
+      informer.start();
+      await informer.waitForSync();
+      await eventually(() => sim.faults.openWatches === 1, 'the watch');
+      events.length = 0;
+      // Hold the reconnect back while the store changes and compacts, so the old resourceVersion is gone.
+      sim.faults.latency(500, { resource: 'nodes', verbs: ['watch'] });
+      sim.faults.dropWatches();
+      await eventually(
+        () => metric(/informer_watch_restarts_total\{resource="nodes",reason="closed"\} 1/),
+        'the drop',
+      );
+      await eventually(() => sim.faults.openWatches === 0, 'the dropped watch to close');
+      sim.store.update(node('change', 'nodes', false));
+      sim.store.delete('nodes', undefined, 'vanish');
+      sim.store.create(node('new', 'nodes'));
+      sim.store.compact();
+      sim.faults.latency(0, { resource: 'nodes', verbs: ['watch'] });
+      await eventually(
+        () => metric(/informer_lists_total\{resource="nodes",result="success"\} 2/),
+        'the re-list',
+      );
+      assert.ok(await metric(/informer_watch_restarts_total\{resource="nodes",reason="gone"\} 1/));
+      assert.deepEqual(events, ['delete vanish', 'update change ready true->false', 'add new']);
+      assert.deepEqual(informer.keys().sort(), ['change', 'keep', 'new']);
+      await eventually(() => sim.faults.openWatches === 1, 'watching again');
+      sim.store.delete('nodes', undefined, 'keep');
+      await eventually(() => events.at(-1) === 'delete keep', 'events after the re-list');
+    } finally {
+      await informer.stop();
+      await sim.close();
+    }
   });
 });
