@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
+import { startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock } from '../testing/fake-clock.ts';
 import { FakeLeaseApi } from '../testing/fake-lease-api.ts';
-import { LeaderElector, leaderRecordOf, parseMicroTime } from './leader-election.ts';
+import { LeaderElector, type LeaseClient, leaderRecordOf, parseMicroTime } from './leader-election.ts';
 
 const timings = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 };
 
@@ -183,5 +185,80 @@ describe('leader election', () => {
     b.stop();
     await clock.advance(100);
     await b.done;
+  });
+});
+
+describe('leader election against the simulated API server', () => {
+  const fast = { leaseDurationMs: 600, renewDeadlineMs: 400, retryPeriodMs: 100 };
+
+  /** A real Lease client whose network this test can cut, as a partition would. */
+  function partitionable(client: CoordinationV1Api) {
+    const network = { down: false };
+    const guard =
+      <A, R>(call: (arg: A) => Promise<R>) =>
+      (arg: A) =>
+        network.down ? Promise.reject(new TypeError('fetch failed')) : call(arg);
+    const lease: LeaseClient = {
+      readNamespacedLease: guard((a) => client.readNamespacedLease(a)),
+      createNamespacedLease: guard((a) => client.createNamespacedLease(a)),
+      replaceNamespacedLease: guard((a) => client.replaceNamespacedLease(a)),
+    };
+    return { lease, network };
+  }
+
+  test('one leader at a time through conflicts, a partitioned leader, and a release', async () => {
+    const sim = await startApiServer();
+    const coordination = sim.kubeConfig().makeApiClient(CoordinationV1Api);
+    const candidates = ['a', 'b'].map((identity) => {
+      const { lease, network } = partitionable(coordination);
+      const abort = new AbortController();
+      const elector = new LeaderElector({
+        client: lease,
+        namespace: 'kube-system',
+        name: 'kops-controller-leader',
+        identity,
+        ...fast,
+        onStartedLeading: () => {},
+      });
+      return { identity, elector, network, abort, done: elector.run(abort.signal) };
+    });
+    let overlap = false;
+    const sampler = setInterval(() => {
+      if (candidates.every((c) => c.elector.isLeader)) overlap = true;
+    }, 5);
+    const leaderOf = () => candidates.find((c) => c.elector.isLeader);
+    const waitFor = async (condition: () => boolean, what: string) => {
+      for (let i = 0; i < 1000 && !condition(); i++) await new Promise((r) => setTimeout(r, 10));
+      assert.ok(condition(), `timed out waiting for ${what}`);
+    };
+    try {
+      await waitFor(() => leaderOf() !== undefined, 'a leader');
+      const first = leaderOf()!;
+      const second = candidates.find((c) => c !== first)!;
+      await waitFor(() => second.elector.leader === first.identity, 'the other to see the leader');
+      const lease = () => sim.store.get('leases', 'kube-system', 'kops-controller-leader') as V1Lease;
+      assert.equal(lease().spec?.holderIdentity, first.identity);
+      assert.match(String(lease().spec?.renewTime), /\.\d{6}Z$/, 'MicroTime with 6 digits on the wire');
+
+      first.network.down = true;
+      await waitFor(() => second.elector.isLeader, 'the takeover');
+      assert.equal(first.elector.isLeader, false);
+      assert.equal(lease().spec?.holderIdentity, second.identity);
+      assert.equal(lease().spec?.leaseTransitions, 1);
+
+      first.network.down = false;
+      await waitFor(() => first.elector.leader === second.identity, 'the old leader to see the new one');
+      second.abort.abort();
+      await second.done;
+      assert.equal(lease().spec?.holderIdentity, '', 'released on shutdown');
+      await waitFor(() => first.elector.isLeader, 'the takeover after the release');
+      assert.equal(lease().spec?.leaseTransitions, 2);
+      assert.equal(overlap, false, 'never two leaders at a sampled instant');
+    } finally {
+      clearInterval(sampler);
+      for (const c of candidates) c.abort.abort();
+      await Promise.all(candidates.map((c) => c.done));
+      await sim.close();
+    }
   });
 });
