@@ -71,3 +71,49 @@ export function jsonEqual(a: unknown, b: unknown): boolean {
 export function timestamp(now: Date = new Date()): string {
   return now.toISOString().replace(/\.\d{3}Z$/, 'Z');
 }
+
+/** Fields of type metav1.Time: stored at second precision, as the API's Go types serialize them. */
+const timeFields = new Set([
+  'creationTimestamp',
+  'deletionTimestamp',
+  'lastTransitionTime',
+  'lastUpdateTime',
+  'lastHeartbeatTime',
+  'lastProbeTime',
+  'timeAdded',
+  'firstTimestamp',
+  'lastTimestamp',
+  'startTime',
+  'startedAt',
+  'finishedAt',
+]);
+/** Fields of type metav1.MicroTime: stored with exactly six fractional digits. */
+const microTimeFields = new Set(['renewTime', 'acquireTime', 'eventTime', 'lastObservedTime']);
+const isoTime = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})$/;
+
+function normalizeTime(value: string, micro: boolean): string {
+  const match = isoTime.exec(value);
+  if (!match) return value;
+  const utc = new Date(`${match[1]}${match[3]}`).toISOString().slice(0, 19);
+  return micro ? `${utc}.${(match[2] ?? '').padEnd(6, '0').slice(0, 6)}Z` : `${utc}Z`;
+}
+
+/**
+ * Rewrites timestamps the way a decode/encode round trip through the API's Go types does, so that a
+ * client sending `.000Z` milliseconds back does not look like a change.
+ */
+export function normalizeTimes(value: unknown): void {
+  if (Array.isArray(value)) {
+    for (const item of value) normalizeTimes(item);
+    return;
+  }
+  if (!isRecord(value)) return;
+  for (const [key, child] of Object.entries(value)) {
+    if (typeof child === 'string') {
+      if (timeFields.has(key)) value[key] = normalizeTime(child, false);
+      else if (microTimeFields.has(key)) value[key] = normalizeTime(child, true);
+    } else if (key !== 'labels' && key !== 'annotations' && key !== 'data') {
+      normalizeTimes(child);
+    }
+  }
+}

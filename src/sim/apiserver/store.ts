@@ -4,7 +4,15 @@
  * Each stored object keeps its JSON text, so lists of 100,000 objects serialize by concatenation.
  */
 import { randomUUID } from 'node:crypto';
-import { cloneJson, isRecord, jsonEqual, type KubeObject, type SimUser, timestamp } from './objects.ts';
+import {
+  cloneJson,
+  isRecord,
+  jsonEqual,
+  type KubeObject,
+  normalizeTimes,
+  type SimUser,
+  timestamp,
+} from './objects.ts';
 import {
   apiVersionOf,
   type ResourceType,
@@ -264,6 +272,7 @@ export class SimStore {
   createEntry(type: ResourceType, input: KubeObject, options: WriteOptions): StoredEntry {
     const target = options.target ?? 'raw';
     const obj = cloneJson(input);
+    normalizeTimes(obj);
     obj.apiVersion = apiVersionOf(type);
     obj.kind = type.kind;
     const meta = obj.metadata;
@@ -301,6 +310,7 @@ export class SimStore {
       throw conflict(type, name, staleObjectMessage);
     }
     let obj = cloneJson(input);
+    normalizeTimes(obj);
     obj.apiVersion = apiVersionOf(type);
     obj.kind = type.kind;
     obj = prepareForUpdate(type, obj, old.object, target);
