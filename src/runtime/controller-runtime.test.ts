@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { parseConfig } from '../config/loader.ts';
 import { InternalError } from '../errors.ts';
+import { startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
 import { FakeLeaseApi } from '../testing/fake-lease-api.ts';
 import { ControllerRuntime, informerSynced, type LeaderComponent } from './controller-runtime.ts';
@@ -199,5 +201,53 @@ describe('controller runtime', () => {
     const stopping = runtime.stop();
     await clock.advance(10_000);
     await stopping;
+  });
+});
+
+describe('controller runtime against the simulated API server', () => {
+  test('a test component runs only on the leader and moves when the leader shuts down', async () => {
+    const sim = await startApiServer();
+    const fast = { leaseDuration: '600ms', renewDeadline: '400ms', retryPeriod: '100ms' };
+    const replicas = ['a', 'b'].map((identity) => {
+      const probe = testComponent('probe');
+      const runtime = new ControllerRuntime({
+        config: config(fast),
+        leaseClient: sim.kubeConfig().makeApiClient(CoordinationV1Api),
+        components: [probe.component],
+        registry: new Registry(),
+        identity,
+      });
+      return { identity, probe, runtime };
+    });
+    let overlap = false;
+    const sampler = setInterval(() => {
+      if (replicas.every((r) => r.probe.isRunning())) overlap = true;
+    }, 5);
+    const waitFor = async (condition: () => boolean, what: string) => {
+      for (let i = 0; i < 1000 && !condition(); i++) await new Promise((r) => setTimeout(r, 10));
+      assert.ok(condition(), `timed out waiting for ${what}`);
+    };
+    try {
+      const servers = await Promise.all(replicas.map((r) => r.runtime.start()));
+      await waitFor(() => replicas.some((r) => r.probe.isRunning()), 'a leader');
+      const leader = replicas.find((r) => r.probe.isRunning())!;
+      const standby = replicas.find((r) => r !== leader)!;
+      for (const server of servers) {
+        let ready = await get(`${server.url}/readyz`);
+        for (let i = 0; i < 100 && ready.status !== 200; i++) ready = await get(`${server.url}/readyz`);
+        assert.equal(ready.status, 200, ready.text);
+      }
+      await leader.runtime.stop();
+      await leader.runtime.done;
+      assert.deepEqual(leader.probe.log, ['start', 'stop']);
+      await waitFor(() => standby.probe.isRunning(), 'the standby to take over');
+      const lease = sim.store.get('leases', 'kube-system', 'kops-controller-leader') as V1Lease;
+      assert.equal(lease.spec?.holderIdentity, standby.identity);
+      assert.equal(overlap, false, 'the component never ran on both replicas at a sampled instant');
+    } finally {
+      clearInterval(sampler);
+      await Promise.all(replicas.map((r) => r.runtime.stop()));
+      await sim.close();
+    }
   });
 });
