@@ -13,6 +13,7 @@ import {
   KeyUsageFlags,
   KeyUsagesExtension,
   PemConverter,
+  Pkcs10CertificateRequestGenerator,
   SubjectAlternativeNameExtension,
   X509Certificate,
   X509CertificateGenerator,
@@ -135,4 +136,17 @@ export async function issueClientCertificate(
 ): Promise<SimKeyPair> {
   const subject: JsonName = [{ CN: [identity.name] }, ...identity.groups.map((g) => ({ O: [g] }))];
   return issue(ca, subject, ExtendedKeyUsage.clientAuth, []);
+}
+
+/** A PKCS#10 certificate request (PEM) for an identity, and its private key, as a kubelet would make. */
+export async function createCertificateRequest(
+  identity: CertificateIdentity,
+): Promise<{ csr: string; privateKey: string }> {
+  const keys = await newKeys();
+  const request = await Pkcs10CertificateRequestGenerator.create({
+    name: [{ CN: [identity.name] }, ...identity.groups.map((g) => ({ O: [g] }))],
+    keys,
+    signingAlgorithm,
+  });
+  return { csr: request.toString('pem'), privateKey: await privateKeyPem(keys.privateKey) };
 }

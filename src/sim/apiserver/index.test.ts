@@ -1,7 +1,5 @@
 /** Contract tests through the production client, @kubernetes/client-node, over HTTPS. */
-import 'reflect-metadata';
 import assert from 'node:assert/strict';
-import { webcrypto } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import {
   ApiException,
@@ -16,22 +14,13 @@ import {
   V1MicroTime,
   Watch,
 } from '@kubernetes/client-node';
-import { Pkcs10CertificateRequestGenerator } from '@peculiar/x509';
-import { createCertificateAuthority, issueClientCertificate } from '../tls.ts';
+import { createCertificateAuthority, createCertificateRequest, issueClientCertificate } from '../tls.ts';
 import { type SimApiServer, startApiServer } from './index.ts';
 
 /** A base64 PEM CSR, as `spec.request` carries it. */
 async function csrRequest(commonName: string): Promise<string> {
-  const keys = (await webcrypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, true, [
-    'sign',
-    'verify',
-  ])) as webcrypto.CryptoKeyPair;
-  const csr = await Pkcs10CertificateRequestGenerator.create({
-    name: [{ CN: [commonName] }, { O: ['system:nodes'] }],
-    keys,
-    signingAlgorithm: { name: 'ECDSA', hash: 'SHA-256' },
-  });
-  return Buffer.from(csr.toString('pem')).toString('base64');
+  const { csr } = await createCertificateRequest({ name: commonName, groups: ['system:nodes'] });
+  return Buffer.from(csr).toString('base64');
 }
 
 /** The Status body of a failed call. */

@@ -1,0 +1,151 @@
+/** Contract tests through the real kubectl (1.20), which must work against the simulator unchanged. */
+import assert from 'node:assert/strict';
+import { execFile, spawn } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { promisify } from 'node:util';
+import { toolPath } from '../../testing/tools.ts';
+import { createCertificateRequest } from '../tls.ts';
+import { type SimApiServer, startApiServer } from './index.ts';
+
+const run = promisify(execFile);
+
+describe('simulated apiserver through kubectl', () => {
+  let sim: SimApiServer;
+  let dir: string;
+  let kubectl: (...args: string[]) => Promise<string>;
+  before(async () => {
+    sim = await startApiServer();
+    dir = await mkdtemp(join(tmpdir(), 'sim-kubectl-'));
+    const kubeconfig = join(dir, 'kubeconfig');
+    await writeFile(kubeconfig, sim.kubeconfig(), { mode: 0o600 });
+    const binary = toolPath('kubectl');
+    kubectl = async (...args) =>
+      (await run(binary, ['--kubeconfig', kubeconfig, ...args], { timeout: 30_000 })).stdout;
+    sim.store.create({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: 'node-a', labels: { pool: 'blue' } },
+    });
+    sim.store.create({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'web', namespace: 'kube-system', labels: { app: 'web' } },
+      spec: { nodeName: 'node-a', containers: [{ name: 'c', image: 'nginx' }] },
+    });
+  });
+  after(async () => {
+    await sim.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('get nodes -o json returns the stored objects', async () => {
+    const list = JSON.parse(await kubectl('get', 'nodes', '-o', 'json'));
+    assert.deepEqual(
+      list.items.map((n: { metadata: { name: string } }) => n.metadata.name),
+      ['node-a'],
+    );
+    assert.equal(list.items[0].metadata.labels.pool, 'blue');
+  });
+
+  test('get pods -A -l prints a table from the server', async () => {
+    const out = await kubectl('get', 'pods', '-A', '-l', 'app=web');
+    assert.match(out, /^NAMESPACE\s+NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE\n/);
+    assert.match(out, /kube-system\s+web\s+0\/1\s+Pending\s+0\s+\d+s/);
+    assert.equal((await kubectl('get', 'pods', '-A', '-l', 'app=none', '-o', 'name')).trim(), '');
+  });
+
+  test('label and patch change the node', async () => {
+    assert.match(
+      await kubectl('label', 'node', 'node-a', 'kops.k8s.io/instancegroup=nodes'),
+      /node\/node-a labeled/,
+    );
+    assert.match(
+      await kubectl('patch', 'node', 'node-a', '--type', 'merge', '-p', '{"spec":{"unschedulable":true}}'),
+      /patched/,
+    );
+    assert.match(
+      await kubectl('patch', 'node', 'node-a', '-p', '{"metadata":{"labels":{"pool":null}}}'),
+      /patched/,
+    );
+    const node = sim.store.get('nodes', undefined, 'node-a');
+    assert.deepEqual(node?.metadata.labels, { 'kops.k8s.io/instancegroup': 'nodes' });
+    assert.deepEqual(node?.['spec'], { unschedulable: true });
+  });
+
+  test('create -f validates against the served OpenAPI, and delete removes', async () => {
+    const file = join(dir, 'cm.yaml');
+    await writeFile(
+      file,
+      'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: default\ndata:\n  a: "1"\n',
+    );
+    assert.match(await kubectl('create', '-f', file), /configmap\/settings created/);
+    assert.equal(sim.store.get('configmaps', 'default', 'settings')?.['data'] instanceof Object, true);
+    assert.match(
+      await kubectl('delete', 'configmap', 'settings', '-n', 'default'),
+      /configmap "settings" deleted/,
+    );
+    assert.equal(sim.store.get('configmaps', 'default', 'settings'), undefined);
+  });
+
+  test('certificate approve adds the Approved condition through /approval', async () => {
+    const { csr: pem } = await createCertificateRequest({
+      name: 'system:node:node-a',
+      groups: ['system:nodes'],
+    });
+    const request = Buffer.from(pem).toString('base64');
+    sim.store.create({
+      apiVersion: 'certificates.k8s.io/v1',
+      kind: 'CertificateSigningRequest',
+      metadata: { name: 'node-csr' },
+      spec: {
+        request,
+        signerName: 'kubernetes.io/kube-apiserver-client-kubelet',
+        usages: ['client auth'],
+        username: 'system:node:node-a',
+      },
+    } as never);
+    assert.match(await kubectl('certificate', 'approve', 'node-csr'), /approved/);
+    const csr = sim.store.get('certificatesigningrequests', undefined, 'node-csr');
+    const status = csr?.['status'] as { conditions: { type: string; reason: string }[] };
+    assert.deepEqual(
+      status.conditions.map((c) => [c.type, c.reason]),
+      [['Approved', 'KubectlApprove']],
+    );
+  });
+
+  test('get nodes -w prints the list and then changes', async () => {
+    const child = spawn(toolPath('kubectl'), [
+      '--kubeconfig',
+      join(dir, 'kubeconfig'),
+      'get',
+      'nodes',
+      '-w',
+      '-o',
+      'name',
+    ]);
+    let out = '';
+    const lines = (n: number) =>
+      new Promise<void>((resolve, reject) => {
+        const check = () => {
+          if (out.split('\n').filter(Boolean).length >= n) resolve();
+        };
+        child.stdout.on('data', (chunk: Buffer) => {
+          out += chunk.toString();
+          check();
+        });
+        child.once('exit', () => reject(new Error(`kubectl exited early: ${out}`)));
+        check();
+      });
+    try {
+      await lines(1);
+      sim.store.create({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'node-b' } });
+      await lines(2);
+    } finally {
+      child.kill();
+    }
+    assert.deepEqual(out.split('\n').filter(Boolean).slice(0, 2), ['node/node-a', 'node/node-b']);
+  });
+});
