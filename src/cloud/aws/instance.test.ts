@@ -1,0 +1,94 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { Instance } from '@aws-sdk/client-ec2';
+import { ForbiddenError } from '../../errors.ts';
+import { addressesOf, identityFromInstance, instanceStateOf, ownedByCluster, tagsOf } from './instance.ts';
+
+const cluster = 'a.example.com';
+
+function instance(overrides: Partial<Instance> = {}): Instance {
+  return {
+    InstanceId: 'i-0123456789abcdef0',
+    State: { Name: 'running' },
+    Placement: { AvailabilityZone: 'us-east-1a' },
+    PrivateIpAddress: '10.0.0.5',
+    PrivateDnsName: 'ip-10-0-0-5.ec2.internal',
+    Tags: [
+      { Key: 'KubernetesCluster', Value: cluster },
+      { Key: 'kops.k8s.io/instancegroup', Value: 'nodes' },
+    ],
+    ...overrides,
+  };
+}
+
+describe('EC2 instance facts', () => {
+  it('decides cluster ownership from the legacy and the modern tag', () => {
+    const table: [Record<string, string>, boolean][] = [
+      [{ KubernetesCluster: cluster }, true],
+      [{ [`kubernetes.io/cluster/${cluster}`]: 'owned' }, true],
+      [{ [`kubernetes.io/cluster/${cluster}`]: 'shared' }, true],
+      [{ [`kubernetes.io/cluster/${cluster}`]: 'other' }, false],
+      [{ KubernetesCluster: 'b.example.com', [`kubernetes.io/cluster/${cluster}`]: 'owned' }, false],
+      [{ 'kubernetes.io/cluster/b.example.com': 'owned' }, false],
+      [{}, false],
+    ];
+    for (const [tags, owned] of table)
+      assert.equal(ownedByCluster(tags, cluster), owned, JSON.stringify(tags));
+  });
+
+  it('normalises EC2 state names', () => {
+    assert.equal(instanceStateOf('shutting-down'), 'stopping');
+    assert.equal(instanceStateOf('pending'), 'pending');
+    assert.equal(instanceStateOf('rebooting'), 'unknown');
+    assert.equal(instanceStateOf(undefined), 'unknown');
+  });
+
+  it('lists each address once, private first', () => {
+    const addresses = addressesOf(
+      instance({
+        PublicIpAddress: '203.0.113.1',
+        PublicDnsName: '',
+        NetworkInterfaces: [
+          { Attachment: { DeviceIndex: 1 }, Ipv6Addresses: [{ Ipv6Address: '2600::9' }] },
+          { Attachment: { DeviceIndex: 0 }, Ipv6Addresses: [{ Ipv6Address: '2600::1' }] },
+        ],
+      }),
+    );
+    assert.deepEqual(addresses, [
+      { type: 'InternalIP', address: '10.0.0.5' },
+      { type: 'InternalIP', address: '2600::1' },
+      { type: 'InternalDNS', address: 'ip-10-0-0-5.ec2.internal' },
+      { type: 'ExternalIP', address: '203.0.113.1' },
+    ]);
+  });
+
+  it('derives the identity, with a worker label per lifecycle', () => {
+    const identity = identityFromInstance(instance({ InstanceLifecycle: 'scheduled' }), cluster);
+    assert.equal(identity.instanceGroup, 'nodes');
+    assert.equal(identity.zone, 'us-east-1a');
+    assert.deepEqual(identity.cloudLabels, { 'node-role.kubernetes.io/scheduled-worker': 'true' });
+  });
+
+  it('refuses with a reason another cluster, a dead instance and a missing group tag', () => {
+    const reason = (i: Instance) => {
+      try {
+        identityFromInstance(i, cluster);
+      } catch (err) {
+        assert.ok(err instanceof ForbiddenError);
+        return err.details?.['reason'];
+      }
+      assert.fail('expected a refusal');
+    };
+    assert.equal(
+      reason(instance({ Tags: [{ Key: 'kops.k8s.io/instancegroup', Value: 'nodes' }] })),
+      'other-cluster',
+    );
+    assert.equal(reason(instance({ State: { Name: 'stopping' } })), 'not-running');
+    assert.equal(reason(instance({ State: undefined })), 'not-running');
+    assert.equal(
+      reason(instance({ Tags: [{ Key: 'KubernetesCluster', Value: cluster }] })),
+      'no-instance-group',
+    );
+    assert.equal(tagsOf({ Tags: [{ Key: 'k' }] })['k'], '');
+  });
+});
