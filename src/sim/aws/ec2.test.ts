@@ -1,0 +1,130 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { describeInstances, ec2ErrorDocument } from './ec2.ts';
+import { AwsSimError } from './query.ts';
+import { AwsWorld } from './world.ts';
+
+function world(): AwsWorld {
+  const w = new AwsWorld('111122223333', 'us-east-1');
+  w.addInstances([
+    { id: 'i-00000001', zone: 'us-east-1a', cluster: 'c', instanceGroup: 'nodes', lifecycle: 'spot' },
+    { id: 'i-00000002', zone: 'us-east-1b', cluster: 'c', instanceGroup: 'control-plane', state: 'stopped' },
+  ]);
+  return w;
+}
+
+function code(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (err) {
+    assert.ok(err instanceof AwsSimError);
+    return err.code;
+  }
+  assert.fail('expected an AWS error');
+}
+
+describe('simulated DescribeInstances', () => {
+  it('renders instances in EC2 XML', () => {
+    const xml = describeInstances(world(), new Map([['InstanceId.1', 'i-00000001']]));
+    assert.match(
+      xml,
+      /^<\?xml version="1.0" encoding="UTF-8"\?>\n<DescribeInstancesResponse xmlns="http:\/\/ec2\.amazonaws\.com\/doc\/2016-11-15\/">/,
+    );
+    assert.match(xml, /<instanceState><code>16<\/code><name>running<\/name><\/instanceState>/);
+    assert.match(xml, /<instanceLifecycle>spot<\/instanceLifecycle>/);
+    assert.match(xml, /<item><key>kops\.k8s\.io\/instancegroup<\/key><value>nodes<\/value><\/item>/);
+    assert.doesNotMatch(xml, /i-00000002/);
+    assert.doesNotMatch(xml, /<nextToken>/);
+  });
+
+  it('filters by availability zone, lifecycle and state', () => {
+    const w = world();
+    const ids = (params: [string, string][]) =>
+      [...describeInstances(w, new Map(params)).matchAll(/<instanceId>(i-\w+)</g)].map((m) => m[1]);
+    assert.deepEqual(
+      ids([
+        ['Filter.1.Name', 'availability-zone'],
+        ['Filter.1.Value.1', 'us-east-1b'],
+      ]),
+      ['i-00000002'],
+    );
+    assert.deepEqual(
+      ids([
+        ['Filter.1.Name', 'instance-lifecycle'],
+        ['Filter.1.Value.1', 'spot'],
+      ]),
+      ['i-00000001'],
+    );
+    assert.deepEqual(
+      ids([
+        ['Filter.1.Name', 'instance-state-code'],
+        ['Filter.1.Value.1', '80'],
+      ]),
+      ['i-00000002'],
+    );
+  });
+
+  it('names every missing id in one NotFound error', () => {
+    try {
+      describeInstances(
+        world(),
+        new Map([
+          ['InstanceId.1', 'i-0000000a'],
+          ['InstanceId.2', 'i-00000001'],
+          ['InstanceId.3', 'i-0000000b'],
+        ]),
+      );
+      assert.fail('expected NotFound');
+    } catch (err) {
+      assert.ok(err instanceof AwsSimError);
+      assert.equal(err.code, 'InvalidInstanceID.NotFound');
+      assert.equal(err.message, "The instance IDs 'i-0000000a, i-0000000b' do not exist");
+    }
+  });
+
+  it('refuses what EC2 refuses', () => {
+    const w = world();
+    assert.equal(
+      code(() =>
+        describeInstances(
+          w,
+          new Map([
+            ['InstanceId.1', 'i-00000001'],
+            ['MaxResults', '5'],
+          ]),
+        ),
+      ),
+      'InvalidParameterCombination',
+    );
+    assert.equal(
+      code(() => describeInstances(w, new Map([['InstanceId.1', 'nope']]))),
+      'InvalidInstanceID.Malformed',
+    );
+    assert.equal(
+      code(() =>
+        describeInstances(
+          w,
+          new Map([
+            ['Filter.1.Name', 'vpc-magic'],
+            ['Filter.1.Value.1', 'x'],
+          ]),
+        ),
+      ),
+      'InvalidParameterValue',
+    );
+    const many = new Map(
+      Array.from({ length: 1001 }, (_, i) => [`InstanceId.${i + 1}`, 'i-00000001'] as [string, string]),
+    );
+    assert.equal(
+      code(() => describeInstances(w, many)),
+      'InvalidParameterValue',
+    );
+  });
+
+  it('writes EC2 error documents', () => {
+    assert.match(
+      ec2ErrorDocument('AuthFailure', 'no'),
+      /^<\?xml[^>]*>\n<Response><Errors><Error><Code>AuthFailure<\/Code><Message>no<\/Message><\/Error><\/Errors><RequestID>/,
+    );
+  });
+});

@@ -1,0 +1,87 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { AwsWorld, isInstanceId, kopsTags } from './world.ts';
+
+describe('AwsWorld', () => {
+  it('writes the tags kops puts on a cluster instance', () => {
+    assert.deepEqual(kopsTags('c.example.com', 'nodes'), {
+      KubernetesCluster: 'c.example.com',
+      'kubernetes.io/cluster/c.example.com': 'owned',
+      'kops.k8s.io/instancegroup': 'nodes',
+    });
+    assert.deepEqual(kopsTags(undefined, undefined), {});
+  });
+
+  it('accepts 8- and 17-digit instance ids only', () => {
+    assert.ok(isInstanceId('i-0123abcd'));
+    assert.ok(isInstanceId('i-0123456789abcdef0'));
+    assert.ok(!isInstanceId('i-0123456789ABCDEF0'));
+    assert.ok(!isInstanceId('i-0123abc'));
+    assert.throws(
+      () => new AwsWorld('1', 'us-east-1').addInstances([{ id: 'bogus', zone: 'a' }]),
+      /not an EC2 instance id/,
+    );
+  });
+
+  it('gives instances addresses and DNS names in the region domain', () => {
+    const world = new AwsWorld('111122223333', 'eu-west-1');
+    const [a, b] = world.addInstances([
+      { id: 'i-00000001', zone: 'eu-west-1a' },
+      { id: 'i-00000002', zone: 'eu-west-1b', tags: { KubernetesCluster: 'override' }, cluster: 'c' },
+    ]);
+    assert.equal(a?.privateIp, '10.0.0.1');
+    assert.equal(a?.privateDnsName, 'ip-10-0-0-1.eu-west-1.compute.internal');
+    assert.equal(a?.state, 'running');
+    assert.equal(b?.tags['KubernetesCluster'], 'override', 'explicit tags win over the shorthands');
+    world.setInstanceState('i-00000001', 'stopped');
+    assert.equal(world.instance('i-00000001')?.state, 'stopped');
+    world.removeInstance('i-00000002');
+    assert.deepEqual(
+      world.instances().map((i) => i.id),
+      ['i-00000001'],
+    );
+    assert.throws(() => world.setInstanceState('i-00000002', 'running'), /no instance/);
+  });
+
+  it('derives group members from the instances and sizes from the members', () => {
+    const world = new AwsWorld('1', 'us-east-1');
+    world.addInstances([
+      { id: 'i-00000001', zone: 'us-east-1c', state: 'pending' },
+      { id: 'i-00000002', zone: 'us-east-1a', state: 'shutting-down' },
+    ]);
+    const group = world.addAutoScalingGroup({
+      name: 'g',
+      members: ['i-00000001', 'i-00000002', 'i-00000003'],
+    });
+    assert.deepEqual(
+      group.members.map((m) => [m.instanceId, m.zone, m.lifecycleState]),
+      [
+        ['i-00000001', 'us-east-1c', 'Pending'],
+        ['i-00000002', 'us-east-1a', 'Terminating'],
+        ['i-00000003', 'us-east-1a', 'InService'],
+      ],
+    );
+    assert.deepEqual([group.minSize, group.maxSize, group.desiredCapacity], [3, 3, 3]);
+    world.addAutoScalingGroup({ name: 'a' });
+    assert.deepEqual(
+      world.autoScalingGroups().map((g) => g.name),
+      ['a', 'g'],
+    );
+  });
+
+  it('issues credentials whose identity STS reports', () => {
+    const world = new AwsWorld('111122223333', 'us-east-1');
+    const user = world.addUser('admin');
+    assert.match(user.accessKeyId, /^AKIA[A-Z2-7]{16}$/);
+    assert.equal(world.principal(user.accessKeyId)?.identity.arn, 'arn:aws:iam::111122223333:user/admin');
+    const session = world.addInstanceProfileSession('nodes.c', 'i-00000001');
+    assert.match(session.accessKeyId, /^ASIA/);
+    assert.ok(session.sessionToken);
+    assert.equal(
+      world.principal(session.accessKeyId)?.identity.arn,
+      'arn:aws:sts::111122223333:assumed-role/nodes.c/i-00000001',
+    );
+    world.removeCredentials(session.accessKeyId);
+    assert.equal(world.principal(session.accessKeyId), undefined);
+  });
+});
