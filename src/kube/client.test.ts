@@ -73,8 +73,17 @@ describe('loadKubeConfig', () => {
     const two = join(dir, 'two.yaml');
     await writeFile(one, kubeconfigYaml(['a'], 'a'));
     await writeFile(two, kubeconfigYaml(['b'], 'b'));
+    assert.throws(
+      () =>
+        loadKubeConfig({
+          env: { KUBECONFIG: join(dir, 'missing.yaml') },
+          homeDir: empty,
+          serviceAccountDir: noSa,
+        }),
+      configErrorMatching(/none of the files in \$KUBECONFIG exists/),
+    );
     const merged = loadKubeConfig({
-      env: { KUBECONFIG: `${one}:${two}` },
+      env: { KUBECONFIG: `${one}:${join(dir, 'missing.yaml')}:${two}` },
       homeDir: empty,
       serviceAccountDir: noSa,
     });

@@ -88,7 +88,14 @@ export function loadKubeConfig(options: KubeConfigOptions = {}): LoadedKubeConfi
   const env = options.env ?? process.env;
   const kc = new KubeConfig();
   let source: string;
-  const fromEnv = (env['KUBECONFIG'] ?? '').split(delimiter).filter(Boolean);
+  const listed = (env['KUBECONFIG'] ?? '').split(delimiter).filter(Boolean);
+  // As kubectl: files in $KUBECONFIG that do not exist are skipped, but not all of them.
+  const fromEnv = listed.filter((path) => existsSync(path));
+  if (listed.length > 0 && fromEnv.length === 0) {
+    throw new ConfigError(
+      `none of the files in $KUBECONFIG exists (${listed.join(delimiter)}); fix $KUBECONFIG`,
+    );
+  }
   const homeConfig = join(options.homeDir ?? homedir(), '.kube', 'config');
   const saDir = options.serviceAccountDir ?? serviceAccountDir;
   if (options.kubeconfig) {
