@@ -24,8 +24,6 @@ export interface AwsSimulatorOptions {
   account?: string;
   /** Start with the EC2 request bucket on (default true; switch with `throttling.enabled`). */
   throttling?: boolean;
-  /** Added to every response, to model a real round trip (default 0). */
-  latencyMs?: number;
   /** The clock signatures are checked against and the bucket refills by (default: the real one). */
   now?: () => Date;
   logger?: Logger;
@@ -174,10 +172,9 @@ export async function startAwsSimulator(options: AwsSimulatorOptions = {}): Prom
     options.now === undefined ? undefined : () => now().getTime(),
   );
   const logger = options.logger ?? silentLogger;
-  const latencyMs = options.latencyMs ?? 0;
 
   /** Answers one request; every failure becomes the error document of the service addressed. */
-  async function answer(req: IncomingMessage, body: Buffer): Promise<{ status: number; xml: string }> {
+  function answer(req: IncomingMessage, body: Buffer): { status: number; xml: string } {
     const params = queryParams(req.url ?? '/', body.toString('utf8'), req.headers['content-type']);
     const action = params.get('Action');
     const request = { method: req.method ?? 'GET', url: req.url ?? '/', headers: req.headersDistinct, body };
@@ -202,7 +199,6 @@ export async function startAwsSimulator(options: AwsSimulatorOptions = {}): Prom
         throw new AwsSimError('RequestLimitExceeded', 'Request limit exceeded.', 503);
       }
       calls.record(action);
-      if (latencyMs > 0) await new Promise((r) => setTimeout(r, latencyMs));
       return { status: 200, xml: dispatch(service, action, params, claims.scope.accessKeyId) };
     } catch (caught) {
       let err: AwsSimError;
@@ -239,7 +235,7 @@ export async function startAwsSimulator(options: AwsSimulatorOptions = {}): Prom
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     let result: { status: number; xml: string };
     try {
-      result = await answer(req, await readBody(req));
+      result = answer(req, await readBody(req));
     } catch (err) {
       const tooLarge =
         err instanceof AwsSimError ? err : new AwsSimError('InternalFailure', String(err), 500);
