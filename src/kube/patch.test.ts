@@ -3,7 +3,8 @@ import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, test } from 'node:test';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
-import { NotFoundError } from '../errors.ts';
+import { ConflictError, NotFoundError } from '../errors.ts';
+import { startApiServer } from '../sim/apiserver/index.ts';
 import {
   escapeJsonPointer,
   mapPatch,
@@ -112,6 +113,42 @@ describe('patch requests', () => {
       );
     } finally {
       await server.close();
+    }
+  });
+});
+
+describe('patches against the simulated API server', () => {
+  test('label patches set and remove labels without touching others; a stale JSON patch is refused', async () => {
+    const sim = await startApiServer();
+    try {
+      const core = sim.kubeConfig().makeApiClient(CoreV1Api);
+      sim.store.create({
+        apiVersion: 'v1',
+        kind: 'Node',
+        metadata: { name: 'n1', labels: { keep: 'me', old: 'x', 'kops.k8s.io/instancegroup': 'a' } },
+      });
+      const patched = await patchNodeLabels(core, 'n1', {
+        set: { 'kops.k8s.io/instancegroup': 'nodes', 'node-role.kubernetes.io/node': '' },
+        remove: ['old'],
+      });
+      assert.deepEqual(patched.metadata?.labels, {
+        keep: 'me',
+        'kops.k8s.io/instancegroup': 'nodes',
+        'node-role.kubernetes.io/node': '',
+      });
+
+      const rv = patched.metadata?.resourceVersion ?? '';
+      const removeKeep = { op: 'remove' as const, path: `/metadata/labels/${escapeJsonPointer('keep')}` };
+      const after = await patchNode(core, 'n1', optimisticJsonPatch(rv, [removeKeep]), 'json');
+      assert.equal(after.metadata?.labels?.['keep'], undefined);
+      await assert.rejects(
+        patchNode(core, 'n1', optimisticJsonPatch(rv, [removeKeep]), 'json'),
+        (err: unknown) =>
+          err instanceof ConflictError && /node n1 changed since it was read/.test(err.message),
+        'the resourceVersion test fails once the node has changed',
+      );
+    } finally {
+      await sim.close();
     }
   });
 });

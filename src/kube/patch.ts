@@ -9,6 +9,7 @@ import {
   setHeaderOptions,
   type V1Node,
 } from '@kubernetes/client-node';
+import { ConflictError } from '../errors.ts';
 import { fromApiException } from './api-errors.ts';
 
 /** The patch types the helpers send. */
@@ -63,14 +64,18 @@ export function escapeJsonPointer(segment: string): string {
 
 /**
  * Prefixes `operations` with a `test` of `metadata.resourceVersion`, so the patch applies only to the
- * version the caller read: if the object changed meanwhile, the apiserver refuses it and nothing is
- * half-applied (client-node surfaces that as HTTP 422, mapped to InvalidInputError, or 409).
+ * version the caller read: if the object changed meanwhile, the apiserver refuses the whole patch
+ * (HTTP 422), which {@link patchNode} reports as a ConflictError, so the caller re-reads and retries.
  */
 export function optimisticJsonPatch(
   resourceVersion: string,
   operations: readonly JsonPatchOperation[],
 ): JsonPatchOperation[] {
   return [{ op: 'test', path: '/metadata/resourceVersion', value: resourceVersion }, ...operations];
+}
+
+function startsWithTest(body: unknown): boolean {
+  return Array.isArray(body) && (body[0] as JsonPatchOperation | undefined)?.op === 'test';
 }
 
 /** Patches a Node with a body of the given type; API failures become typed errors. */
@@ -84,7 +89,16 @@ export async function patchNode(
   try {
     return await core.patchNode({ name, body, fieldManager }, patchOptions(type));
   } catch (err) {
-    throw fromApiException(err, `patch node ${name}`);
+    const error = fromApiException(err, `patch node ${name}`);
+    if (error.kind === 'invalid' && type === 'json' && startsWithTest(body)) {
+      throw new ConflictError(
+        `node ${name} changed since it was read (${error.message}); re-read it and retry`,
+        {
+          cause: err,
+        },
+      );
+    }
+    throw error;
   }
 }
 
