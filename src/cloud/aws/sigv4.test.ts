@@ -145,6 +145,27 @@ describe('SigV4', () => {
     );
   });
 
+  it("refuses a declared payload hash that is not the body's", () => {
+    const body = 'Action=GetCallerIdentity&Version=2011-06-15';
+    const request: SigV4Request = {
+      method: 'POST',
+      url: '/',
+      headers: { host: 'sts.amazonaws.com', 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' },
+      body,
+    };
+    const signed = {
+      ...request,
+      headers: {
+        ...request.headers,
+        ...signSigV4(request, suiteCredentials, { region: 'us-east-1', service: 'sts', now: suiteTime }),
+      },
+    };
+    assert.equal(
+      codeOf(() => verifySigV4(signed, { lookupSecret: lookupSuite, now: () => suiteTime })),
+      'SignatureDoesNotMatch',
+    );
+  });
+
   it('requires the session token of temporary credentials', () => {
     const temporary = { ...suiteCredentials, sessionToken: 'session-1' };
     const request: SigV4Request = { method: 'GET', url: '/', headers: { host: 'h' }, body: '' };

@@ -346,6 +346,15 @@ export function verifySigV4(request: SigV4Request, options: SigV4VerifyOptions):
     );
   }
   checkFreshness(claims, signedAt, (options.now ?? (() => new Date()))());
+  // The body is bound only through its hash: a declared hash must be the real one, or a signature
+  // could be replayed with another body. (Unsigned payloads are an S3 feature these services lack.)
+  const declaredHash = headerValue(request, 'x-amz-content-sha256');
+  if (declaredHash !== undefined && declaredHash !== sha256Hex(request.body)) {
+    throw new SigV4Error(
+      'SignatureDoesNotMatch',
+      'The provided x-amz-content-sha256 header does not match what was computed.',
+    );
+  }
   const secret = options.lookupSecret(scope.accessKeyId);
   if (secret === undefined) {
     throw new SigV4Error('InvalidClientTokenId', 'The security token included in the request is invalid.');

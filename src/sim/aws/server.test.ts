@@ -301,6 +301,34 @@ describe('AWS simulator', () => {
     });
   });
 
+  it('answers malformed requests with a 4xx error document and keeps serving', async () => {
+    const cases: [string, RequestInit][] = [
+      ['/?%zz', {}],
+      ['/', { headers: { authorization: 'AWS4-HMAC-SHA256 Credential=x' } }],
+      [
+        '/',
+        {
+          method: 'POST',
+          headers: {
+            authorization:
+              'AWS4-HMAC-SHA256 Credential=a/b/c/d/aws4_request, SignedHeaders=host, Signature=00',
+            'x-amz-date': 'yesterday',
+          },
+        },
+      ],
+      ['/?Action=DescribeInstances', { headers: { authorization: 'Bearer abc' } }],
+      ['/', { method: 'POST', body: 'x'.repeat(1024 * 1024 + 1) }],
+    ];
+    for (const [path, init] of cases) {
+      const response = await fetch(`${sim.endpoint}${path}`, init).catch(() => undefined);
+      if (response === undefined) continue; // the oversized upload may be cut off mid-request
+      assert.ok(response.status >= 400 && response.status < 500, `${path}: HTTP ${response.status}`);
+      assert.match(await response.text(), /<Code>[A-Za-z.]+<\/Code>/);
+    }
+    const me = await clients.sts.send(new GetCallerIdentityCommand({}));
+    assert.equal(me.Account, sim.account);
+  });
+
   it('answers AuthFailure to EC2 calls with a wrong key', async () => {
     const ec2 = new EC2Client({
       region: sim.region,
