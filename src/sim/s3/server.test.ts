@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
+import { GetObjectCommand, PutObjectCommand, S3Client, type S3ServiceException } from '@aws-sdk/client-s3';
 import { startS3Sim } from './server.ts';
 
 const sim = await startS3Sim({ buckets: ['b'], verifySignatures: false });
@@ -54,5 +55,30 @@ describe('S3 simulator', () => {
     assert.equal(put.status, 403);
     assert.match(await put.text(), /AccessDenied/);
     assert.equal(signed.getObject('b', 'k'), undefined);
+  });
+
+  test('SDK requests signed with the right key work; a wrong secret or an unknown key is refused as S3 does', async () => {
+    const client = (credentials: { accessKeyId: string; secretAccessKey: string }) =>
+      new S3Client({
+        region: 'us-test-1',
+        endpoint: signed.endpoint,
+        forcePathStyle: true,
+        credentials,
+        maxAttempts: 1,
+      });
+    const good = client({ ...signed.credentials });
+    await good.send(new PutObjectCommand({ Bucket: 'b', Key: 'dir/a b+c', Body: 'v1' }));
+    const got = await good.send(new GetObjectCommand({ Bucket: 'b', Key: 'dir/a b+c' }));
+    assert.equal(await got.Body?.transformToString(), 'v1');
+    const codeOf = async (credentials: { accessKeyId: string; secretAccessKey: string }) => {
+      try {
+        await client(credentials).send(new GetObjectCommand({ Bucket: 'b', Key: 'dir/a b+c' }));
+        return 'accepted';
+      } catch (err) {
+        return (err as S3ServiceException).name;
+      }
+    };
+    assert.equal(await codeOf({ ...signed.credentials, secretAccessKey: 'wrong' }), 'SignatureDoesNotMatch');
+    assert.equal(await codeOf({ accessKeyId: 'AKIAUNKNOWN', secretAccessKey: 'x' }), 'InvalidAccessKeyId');
   });
 });

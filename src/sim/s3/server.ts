@@ -6,7 +6,12 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { type SimCredentials, verifySigV4 } from './sigv4.ts';
+import {
+  type SigV4Credentials,
+  SigV4Error,
+  type SigV4ErrorCode,
+  verifySigV4,
+} from '../../cloud/aws/sigv4.ts';
 
 /** Options of the simulated S3. */
 export interface S3SimOptions {
@@ -14,7 +19,7 @@ export interface S3SimOptions {
   /** Buckets that exist from the start. */
   buckets?: string[];
   /** Keys that may sign requests; one is generated when omitted. */
-  credentials?: SimCredentials[];
+  credentials?: SigV4Credentials[];
   /** Whether unsigned or badly signed requests are refused (default true). */
   verifySignatures?: boolean;
 }
@@ -30,7 +35,7 @@ export interface S3Sim {
   /** Base URL for the SDK's `endpoint` (use with `forcePathStyle: true`). */
   endpoint: string;
   /** The credentials that sign valid requests. */
-  credentials: SimCredentials;
+  credentials: SigV4Credentials;
   createBucket(name: string): void;
   putObject(bucket: string, key: string, data: Buffer | string): void;
   getObject(bucket: string, key: string): Buffer | undefined;
@@ -67,6 +72,22 @@ async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
     chunks.push(chunk as Buffer);
   }
   return Buffer.concat(chunks);
+}
+
+/** The status and error code S3 answers for a signature failure (S3 names them differently from STS). */
+function s3ErrorFor(code: SigV4ErrorCode, message: string): [number, string] {
+  switch (code) {
+    case 'InvalidClientTokenId':
+      return [403, 'InvalidAccessKeyId'];
+    case 'RequestExpired':
+      return [403, 'RequestTimeTooSkewed'];
+    case 'MissingAuthenticationToken':
+      return [403, 'AccessDenied'];
+    case 'IncompleteSignature':
+      return [400, 'AuthorizationHeaderMalformed'];
+    default:
+      return [403, message.includes('x-amz-content-sha256') ? 'XAmzContentSHA256Mismatch' : code];
+  }
 }
 
 /** Starts the simulated S3 on 127.0.0.1. */
@@ -119,20 +140,15 @@ export async function startS3Sim(options: S3SimOptions = {}): Promise<S3Sim> {
     }
     const body = await readBody(req, 64 * 1024 * 1024);
     if (verify) {
-      const failure = verifySigV4({ method, rawUrl, headers: req.headers }, credentials);
-      if (failure) return sendError(res, 403, failure.code, failure.message, url.pathname);
-      const declared = req.headers['x-amz-content-sha256'];
-      if (
-        typeof declared === 'string' &&
-        /^[0-9a-f]{64}$/.test(declared) &&
-        createHash('sha256').update(body).digest('hex') !== declared
-      ) {
-        return sendError(
-          res,
-          400,
-          'XAmzContentSHA256Mismatch',
-          'The provided x-amz-content-sha256 does not match',
+      try {
+        verifySigV4(
+          { method, url: rawUrl, headers: req.headers, body },
+          { lookupSecret: (id) => credentials.find((c) => c.accessKeyId === id), service: 's3' },
         );
+      } catch (err) {
+        if (!(err instanceof SigV4Error)) throw err;
+        const [status, code] = s3ErrorFor(err.awsCode, err.message);
+        return sendError(res, status, code, err.message, url.pathname);
       }
     }
     const objects = buckets.get(bucket);
