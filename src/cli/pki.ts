@@ -3,7 +3,6 @@
  * out of band and copies them to the nodes; keys are made where the command runs (`issue`) or on
  * the node itself (`sign`, from a CSR), and never leave the machine that made them otherwise.
  */
-import { createPublicKey } from 'node:crypto';
 import { readFile, stat } from 'node:fs/promises';
 import { Command, Option } from 'commander';
 import { parseDuration } from '../config/duration.ts';
@@ -31,6 +30,7 @@ import {
   type ProfileName,
   profileNamed,
   profileNames,
+  publicKeyRequest,
   validateDnsName,
 } from '../pki/profiles.ts';
 import { openVfs } from '../statestore/open.ts';
@@ -203,13 +203,7 @@ function issueCommand(): Command {
         const vfs = openVfs(options.dir);
         const ca = await loadCa(vfs, options.caName);
         const key = generateKey(options.keyAlgorithm);
-        const { issued, path } = await issueInto(
-          vfs,
-          ca,
-          profile,
-          { kind: 'public-key', publicKey: createPublicKey(key) },
-          options,
-        );
+        const { issued, path } = await issueInto(vfs, ca, profile, publicKeyRequest(key), options);
         const keyPath = nodeFilePath(options.name, `${profile}.key`);
         await vfs.write(keyPath, privateKeyPem(key), { mode: privateFileMode });
         commandLogger(command).info(
@@ -310,13 +304,11 @@ function kubeconfigCommand(): Command {
         if (certificatePem === undefined || keyPem === undefined) {
           // No pair yet: make one, exactly as `pki issue kubelet` would.
           const key = generateKey();
-          const issued = await issueInto(
-            vfs,
-            ca,
-            'kubelet',
-            { kind: 'public-key', publicKey: createPublicKey(key) },
-            { name: options.name, ip: [], dns: [] },
-          );
+          const issued = await issueInto(vfs, ca, 'kubelet', publicKeyRequest(key), {
+            name: options.name,
+            ip: [],
+            dns: [],
+          });
           keyPem = privateKeyPem(key);
           await vfs.write(keyPath, keyPem, { mode: privateFileMode });
           certificatePem = issued.issued.pem;

@@ -1,13 +1,12 @@
 import assert from 'node:assert/strict';
-import { createPublicKey } from 'node:crypto';
 import { describe, test } from 'node:test';
 import { InvalidInputError } from '../errors.ts';
 import { opensslText, opensslVerify } from '../testing/openssl.ts';
 import { bundlePem, caFromPem, createCa, createCaKeypair, kopsStyleSerial, rotateCa } from './ca.ts';
 import { generateKey, keyAlgorithms } from './keys.ts';
-import { issueCertificate } from './profiles.ts';
+import { issueCertificate, publicKeyRequest } from './profiles.ts';
 
-const publicKey = { kind: 'public-key' as const, publicKey: createPublicKey(generateKey()) };
+const publicKey = publicKeyRequest(generateKey());
 
 describe('new CAs, for every supported key type, pass openssl', () => {
   for (const algorithm of keyAlgorithms) {

@@ -8,6 +8,8 @@ import { type KeyObject, randomBytes } from 'node:crypto';
 import { InvalidInputError } from '../errors.ts';
 import { unsignedInteger } from './der.ts';
 import {
+  describeKey,
+  describeSpki,
   generateKey,
   type KeyAlgorithm,
   keyPolicyViolation,
@@ -20,7 +22,6 @@ import {
   authorityKeyIdentifierExtension,
   basicConstraintsExtension,
   encodeName,
-  keyIdentifierOf,
   keyUsageExtension,
   type ParsedCertificate,
   parseCertificate,
@@ -84,7 +85,7 @@ export function caCertificateOf(pem: string, keypairId?: string): CaCertificate 
     keypairId: keypairId ?? parsed.serialDecimal,
     pem: encodePem('CERTIFICATE', parsed.der),
     parsed,
-    keyIdentifier: parsed.extensions.subjectKeyIdentifier ?? keyIdentifierOf(parsed.spki),
+    keyIdentifier: parsed.extensions.subjectKeyIdentifier ?? describeSpki(parsed.spki).keyIdentifier,
   };
 }
 
@@ -100,7 +101,7 @@ export function signerOf(certificate: CaCertificate, key: KeyObject, now = new D
       `CA certificate "${certificate.parsed.subject.text}" expired on ${certificate.parsed.notAfter.toISOString()}; rotate the CA`,
     );
   }
-  const violation = keyPolicyViolation(key);
+  const violation = keyPolicyViolation(describeKey(key));
   if (violation) throw new InvalidInputError(`CA key: ${violation}`);
   return {
     certificate,
@@ -130,7 +131,7 @@ export function createCaKeypair(options: CreateCaOptions = {}): {
   const name = options.name ?? defaultCaName;
   const key = generateKey(options.algorithm ?? 'ecdsa-p256');
   const spki = spkiOf(key);
-  const keyIdentifier = keyIdentifierOf(spki);
+  const keyIdentifier = describeSpki(spki).keyIdentifier;
   const subject = encodeName({ commonName: options.commonName ?? name, organizations: [] });
   const serial = kopsStyleSerial(now);
   const der = signCertificate(

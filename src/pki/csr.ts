@@ -18,7 +18,7 @@ import {
 } from './der.ts';
 import {
   acceptedSignatureAlgorithms,
-  describeKey,
+  describeSpki,
   type KeyDescription,
   keyPolicyViolation,
   publicKeyFromSpki,
@@ -55,7 +55,6 @@ export interface ParsedCsr {
   der: Buffer;
   subject: ParsedName;
   spki: Buffer;
-  publicKey: KeyObject;
   key: KeyDescription;
   signatureAlgorithm: string;
   /** Extensions from the extensionRequest attribute (empty when none was asked for). */
@@ -176,17 +175,20 @@ export function parseCsr(input: string | Buffer): ParsedCsr {
       { cause: err },
     );
   }
-  let publicKey: KeyObject;
+  // The key policy is checked on the DER before any costly key decoding or signature check.
+  let key: KeyDescription;
   try {
-    publicKey = publicKeyFromSpki(structure.spki);
+    key = describeSpki(structure.spki);
   } catch (err) {
     throw new RequestRejectedError(
       'key',
-      `the request's public key is unreadable or of an unsupported type`,
-      { cause: err },
+      `the request's public key is malformed: ${(err as Error).message}`,
+      {
+        cause: err,
+      },
     );
   }
-  const violation = keyPolicyViolation(publicKey);
+  const violation = keyPolicyViolation(key);
   if (violation) throw new RequestRejectedError('key', violation);
   const algorithm = acceptedSignatureAlgorithms[structure.algorithm];
   if (!algorithm) {
@@ -195,10 +197,22 @@ export function parseCsr(input: string | Buffer): ParsedCsr {
       `signature algorithm ${structure.algorithm} is not accepted; sign with SHA-256 or stronger`,
     );
   }
-  if (algorithm.keyType !== publicKey.asymmetricKeyType) {
+  if (algorithm.keyType !== key.type) {
     throw new RequestRejectedError(
       'signature',
-      `signature algorithm ${algorithm.name} does not match the ${describeKey(publicKey).text} key`,
+      `signature algorithm ${algorithm.name} does not match the ${key.text} key`,
+    );
+  }
+  let publicKey: KeyObject;
+  try {
+    publicKey = publicKeyFromSpki(structure.spki);
+  } catch (err) {
+    throw new RequestRejectedError(
+      'key',
+      `the request's public key is unreadable: ${(err as Error).message}`,
+      {
+        cause: err,
+      },
     );
   }
   let valid = false;
@@ -219,8 +233,7 @@ export function parseCsr(input: string | Buffer): ParsedCsr {
     der,
     subject: structure.subject,
     spki: structure.spki,
-    publicKey,
-    key: describeKey(publicKey),
+    key,
     signatureAlgorithm: algorithm.name,
     extensions: structure.extensions,
   };

@@ -26,26 +26,55 @@ export const Tag = {
   set: 0x31,
 } as const;
 
-function encodeLength(length: number): Buffer {
-  if (length < 0x80) return Buffer.of(length);
-  const bytes: number[] = [];
-  for (let rest = length; rest > 0; rest = Math.floor(rest / 256)) bytes.unshift(rest & 0xff);
-  return Buffer.of(0x80 | bytes.length, ...bytes);
+function lengthOfLength(length: number): number {
+  if (length < 0x80) return 1;
+  let bytes = 0;
+  for (let rest = length; rest > 0; rest = Math.floor(rest / 256)) bytes++;
+  return 1 + bytes;
 }
+
+/** Writes tag and length at the start of `out`; returns where the content begins. */
+function writeHeader(out: Buffer, tag: number, length: number): number {
+  out[0] = tag;
+  const size = lengthOfLength(length);
+  if (size === 1) {
+    out[1] = length;
+    return 2;
+  }
+  out[1] = 0x80 | (size - 1);
+  for (let i = size - 1, rest = length; i >= 1; i--, rest = Math.floor(rest / 256)) out[1 + i] = rest & 0xff;
+  return 1 + size;
+}
+
+/**
+ * A constructed or primitive TLV whose content is the concatenation of `parts`, written in one
+ * allocation (certificates are built from many small parts; copying each level again would double
+ * the work).
+ */
+function encode(tag: number, parts: readonly Buffer[]): Buffer {
+  let length = 0;
+  for (const part of parts) length += part.length;
+  const out = Buffer.allocUnsafe(1 + lengthOfLength(length) + length);
+  let offset = writeHeader(out, tag, length);
+  for (const part of parts) offset += part.copy(out, offset);
+  return out;
+}
+
+const zeroByte = Buffer.of(0);
 
 /** One TLV: a tag byte, the length and the content. */
 export function tlv(tag: number, content: Buffer): Buffer {
-  return Buffer.concat([Buffer.of(tag), encodeLength(content.length), content]);
+  return encode(tag, [content]);
 }
 
 /** SEQUENCE of already-encoded children. */
 export function sequence(...children: Buffer[]): Buffer {
-  return tlv(Tag.sequence, Buffer.concat(children));
+  return encode(Tag.sequence, children);
 }
 
 /** SET of already-encoded children (callers pass them in DER order). */
 export function set(...children: Buffer[]): Buffer {
-  return tlv(Tag.set, Buffer.concat(children));
+  return encode(Tag.set, children);
 }
 
 /** [n] EXPLICIT: a constructed context-specific tag wrapping one encoded value. */
@@ -64,7 +93,7 @@ export function unsignedInteger(bytes: Buffer): Buffer {
   while (start < bytes.length - 1 && bytes[start] === 0) start++;
   const trimmed = bytes.subarray(start);
   const needsPad = ((trimmed[0] ?? 0) & 0x80) !== 0;
-  return tlv(Tag.integer, needsPad ? Buffer.concat([Buffer.of(0), trimmed]) : Buffer.from(trimmed));
+  return needsPad ? encode(Tag.integer, [zeroByte, trimmed]) : encode(Tag.integer, [trimmed]);
 }
 
 /** INTEGER from a small non-negative number. */
@@ -89,7 +118,7 @@ export function octetString(content: Buffer): Buffer {
 
 /** BIT STRING with whole bytes (no unused bits), as keys and signatures use. */
 export function bitString(content: Buffer): Buffer {
-  return tlv(Tag.bitString, Buffer.concat([Buffer.of(0), content]));
+  return encode(Tag.bitString, [zeroByte, content]);
 }
 
 /** BIT STRING for a named bit list (key usage): trailing zero bits dropped, as DER requires. */
@@ -100,7 +129,7 @@ export function namedBits(bits: readonly number[]): Buffer {
   const last = bytes[bytes.length - 1] as number;
   let unused = 0;
   while (unused < 7 && (last & (1 << unused)) === 0) unused++;
-  return tlv(Tag.bitString, Buffer.concat([Buffer.of(unused), bytes]));
+  return encode(Tag.bitString, [Buffer.of(unused), bytes]);
 }
 
 /** UTF8String. */
@@ -130,22 +159,31 @@ export function oid(dotted: string): Buffer {
   return encoded;
 }
 
-function pad2(n: number): string {
-  return String(n).padStart(2, '0');
+function writeDigits(out: Buffer, offset: number, value: number, digits: number): number {
+  for (let i = digits - 1, rest = value; i >= 0; i--, rest = Math.floor(rest / 10))
+    out[offset + i] = 0x30 + (rest % 10);
+  return offset + digits;
 }
 
 /** A certificate time: UTCTime through 2049, GeneralizedTime from 2050 (RFC 5280 §4.1.2.5). */
 export function time(date: Date): Buffer {
   const year = date.getUTCFullYear();
-  const rest =
-    pad2(date.getUTCMonth() + 1) +
-    pad2(date.getUTCDate()) +
-    pad2(date.getUTCHours()) +
-    pad2(date.getUTCMinutes()) +
-    pad2(date.getUTCSeconds()) +
-    'Z';
-  if (year < 2050) return tlv(Tag.utcTime, Buffer.from(pad2(year % 100) + rest, 'ascii'));
-  return tlv(Tag.generalizedTime, Buffer.from(String(year).padStart(4, '0') + rest, 'ascii'));
+  const utc = year < 2050;
+  const out = Buffer.allocUnsafe(utc ? 15 : 17);
+  out[0] = utc ? Tag.utcTime : Tag.generalizedTime;
+  out[1] = out.length - 2;
+  let offset = utc ? writeDigits(out, 2, year % 100, 2) : writeDigits(out, 2, year, 4);
+  for (const field of [
+    date.getUTCMonth() + 1,
+    date.getUTCDate(),
+    date.getUTCHours(),
+    date.getUTCMinutes(),
+    date.getUTCSeconds(),
+  ]) {
+    offset = writeDigits(out, offset, field, 2);
+  }
+  out[offset] = 0x5a; // 'Z'
+  return out;
 }
 
 /** A parsed TLV: where it sits in `buffer`, so its exact bytes can be re-used (signed data). */

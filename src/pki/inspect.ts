@@ -3,7 +3,7 @@ import { X509Certificate } from 'node:crypto';
 import { InvalidInputError } from '../errors.ts';
 import type { CertificateAuthority } from './ca.ts';
 import { parseCsr } from './csr.ts';
-import { acceptedSignatureAlgorithms, describeKey } from './keys.ts';
+import { acceptedSignatureAlgorithms, describeSpki } from './keys.ts';
 import { decodePemBlocks } from './pem.ts';
 import { pinOfSpki } from './pin.ts';
 import { type ParsedExtensions, parseCertificate } from './x509.ts';
@@ -64,7 +64,7 @@ function summariseCertificate(der: Buffer, ca: CertificateAuthority | undefined)
     serial: parsed.serialHex,
     notBefore: parsed.notBefore.toISOString(),
     notAfter: parsed.notAfter.toISOString(),
-    key: describeKey(parsed.publicKey).text,
+    key: describeSpki(parsed.spki).text,
     signatureAlgorithm:
       acceptedSignatureAlgorithms[parsed.signatureAlgorithm]?.name ?? parsed.signatureAlgorithm,
     ca: parsed.extensions.basicConstraints?.ca ?? false,

@@ -2,9 +2,21 @@
  * Key pairs: generation, PEM encoding, the key policy every certified key must pass (no RSA below
  * 2048 bits, only well-known curves) and the signature algorithms that go with each key type.
  */
-import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { createPrivateKey, createPublicKey, generateKeyPairSync, hash, type KeyObject } from 'node:crypto';
 import { InvalidInputError } from '../errors.ts';
-import { nullValue, oid, sequence } from './der.ts';
+import {
+  childrenOf,
+  contentOf,
+  type DerNode,
+  expectTag,
+  nullValue,
+  oid,
+  readBitStringBytes,
+  readOid,
+  readRoot,
+  sequence,
+  Tag,
+} from './der.ts';
 
 /** Key types the CLI and the CA can generate. */
 export const keyAlgorithms = ['ecdsa-p256', 'ecdsa-p384', 'rsa-2048', 'rsa-3072', 'rsa-4096'] as const;
@@ -72,36 +84,82 @@ export function publicKeyFromSpki(spki: Buffer): KeyObject {
 /** What a key is, in the words people use: "ECDSA P-256", "RSA 2048". */
 export interface KeyDescription {
   type: 'rsa' | 'ecdsa' | 'ed25519' | 'other';
-  /** Modulus size for RSA, field size for ECDSA. */
+  /** Modulus size for RSA, field size for ECDSA; 0 when unknown. */
   bits: number;
   curve?: string;
+  /** RSA public exponent. */
+  exponent?: bigint;
   text: string;
+  /** SHA-1 of the public key bits: the subjectKeyIdentifier of RFC 5280 §4.2.1.2, method 1. */
+  keyIdentifier: Buffer;
 }
 
 const curves: Record<string, { name: string; bits: number }> = {
-  prime256v1: { name: 'P-256', bits: 256 },
-  secp384r1: { name: 'P-384', bits: 384 },
-  secp521r1: { name: 'P-521', bits: 521 },
+  '1.2.840.10045.3.1.7': { name: 'P-256', bits: 256 },
+  '1.3.132.0.34': { name: 'P-384', bits: 384 },
+  '1.3.132.0.35': { name: 'P-521', bits: 521 },
 };
+const otherCurves: Record<string, string> = { '1.3.132.0.10': 'secp256k1' };
 
-/** Describes a key's type and size. */
-export function describeKey(key: KeyObject): KeyDescription {
-  const details = key.asymmetricKeyDetails ?? {};
-  switch (key.asymmetricKeyType) {
-    case 'rsa': {
-      const bits = details.modulusLength ?? 0;
-      return { type: 'rsa', bits, text: `RSA ${bits}` };
-    }
-    case 'ec': {
-      const curve = curves[details.namedCurve ?? ''];
-      const name = curve?.name ?? details.namedCurve ?? 'unknown curve';
-      return { type: 'ecdsa', bits: curve?.bits ?? 0, curve: name, text: `ECDSA ${name}` };
-    }
-    case 'ed25519':
-      return { type: 'ed25519', bits: 256, text: 'Ed25519' };
-    default:
-      return { type: 'other', bits: 0, text: key.asymmetricKeyType ?? 'unknown' };
+function unsignedBytes(node: DerNode): Buffer {
+  const bytes = contentOf(expectTag(node, Tag.integer, 'integer'));
+  let start = 0;
+  while (start < bytes.length - 1 && bytes[start] === 0) start++;
+  return bytes.subarray(start);
+}
+
+function bitLength(bytes: Buffer): number {
+  const first = bytes[0] ?? 0;
+  return first === 0 ? 0 : (bytes.length - 1) * 8 + (32 - Math.clz32(first));
+}
+
+/**
+ * Describes a DER SubjectPublicKeyInfo by reading it directly: much cheaper than building a key
+ * object (OpenSSL 3 key decoding costs several signatures' worth of time), so issuance from a bare
+ * public key stays close to the cost of its signature. Structure is checked; the EC point is not
+ * (a key off its curve only yields a certificate nobody can use).
+ */
+export function describeSpki(spki: Buffer): KeyDescription {
+  const [algorithm, keyBits] = childrenOf(expectTag(readRoot(spki), Tag.sequence, 'subjectPublicKeyInfo'));
+  const [algorithmOid, parameters] = childrenOf(expectTag(algorithm, Tag.sequence, 'key algorithm'));
+  const type = readOid(expectTag(algorithmOid, Tag.oid, 'key algorithm'));
+  const key = readBitStringBytes(expectTag(keyBits, Tag.bitString, 'public key'));
+  const keyIdentifier = hash('sha1', key, 'buffer');
+  if (type === '1.2.840.113549.1.1.1') {
+    const [modulus, exponent] = childrenOf(expectTag(readRoot(key), Tag.sequence, 'RSA public key'));
+    const bits = bitLength(unsignedBytes(expectTag(modulus, Tag.integer, 'RSA modulus')));
+    const exponentBytes = unsignedBytes(expectTag(exponent, Tag.integer, 'RSA exponent'));
+    return {
+      type: 'rsa',
+      bits,
+      exponent: BigInt(`0x${exponentBytes.toString('hex') || '0'}`),
+      text: `RSA ${bits}`,
+      keyIdentifier,
+    };
   }
+  if (type === '1.2.840.10045.2.1') {
+    const curveOid = readOid(expectTag(parameters, Tag.oid, 'named curve'));
+    const curve = curves[curveOid];
+    if (!curve) {
+      const name = otherCurves[curveOid] ?? curveOid;
+      return { type: 'ecdsa', bits: 0, curve: name, text: `ECDSA ${name}`, keyIdentifier };
+    }
+    const size = Math.ceil(curve.bits / 8);
+    const uncompressed = key[0] === 4 && key.length === 1 + 2 * size;
+    const compressed = (key[0] === 2 || key[0] === 3) && key.length === 1 + size;
+    if (!uncompressed && !compressed) throw new InvalidInputError(`malformed ${curve.name} public key point`);
+    return { type: 'ecdsa', bits: curve.bits, curve: curve.name, text: `ECDSA ${curve.name}`, keyIdentifier };
+  }
+  if (type === '1.3.101.112') {
+    if (key.length !== 32) throw new InvalidInputError('malformed Ed25519 public key');
+    return { type: 'ed25519', bits: 256, text: 'Ed25519', keyIdentifier };
+  }
+  return { type: 'other', bits: 0, text: `key type ${type}`, keyIdentifier };
+}
+
+/** Describes a key object (reads its SubjectPublicKeyInfo). */
+export function describeKey(key: KeyObject): KeyDescription {
+  return describeSpki(spkiOf(key));
 }
 
 /** RSA sizes above this only cost the signer time; refusing them bounds the work per request. */
@@ -111,17 +169,16 @@ const maxRsaBits = 8192;
  * Why a key may not be certified, or undefined if it may: RSA 2048–8192 bits with exponent 65537,
  * ECDSA on P-256 / P-384 / P-521, or Ed25519.
  */
-export function keyPolicyViolation(key: KeyObject): string | undefined {
-  const description = describeKey(key);
+export function keyPolicyViolation(description: KeyDescription): string | undefined {
   switch (description.type) {
-    case 'rsa': {
+    case 'rsa':
       if (description.bits < 2048)
         return `RSA key of ${description.bits} bits is too weak; use at least 2048`;
       if (description.bits > maxRsaBits) return `RSA key of ${description.bits} bits exceeds ${maxRsaBits}`;
-      const exponent = key.asymmetricKeyDetails?.publicExponent;
-      if (exponent !== 65537n) return `RSA public exponent ${exponent} is not accepted; use 65537`;
+      if (description.exponent !== 65537n) {
+        return `RSA public exponent ${description.exponent} is not accepted; use 65537`;
+      }
       return undefined;
-    }
     case 'ecdsa':
       return description.bits
         ? undefined
@@ -129,7 +186,7 @@ export function keyPolicyViolation(key: KeyObject): string | undefined {
     case 'ed25519':
       return undefined;
     default:
-      return `${description.text} keys are not accepted; use ECDSA P-256, RSA (2048 bits or more) or Ed25519`;
+      return `${description.text} is not accepted; use ECDSA P-256, RSA (2048 bits or more) or Ed25519`;
   }
 }
 
@@ -180,8 +237,8 @@ export const acceptedSignatureAlgorithms: Record<
   '1.2.840.113549.1.1.11': { name: 'sha256WithRSAEncryption', keyType: 'rsa', hash: 'sha256' },
   '1.2.840.113549.1.1.12': { name: 'sha384WithRSAEncryption', keyType: 'rsa', hash: 'sha384' },
   '1.2.840.113549.1.1.13': { name: 'sha512WithRSAEncryption', keyType: 'rsa', hash: 'sha512' },
-  '1.2.840.10045.4.3.2': { name: 'ecdsa-with-SHA256', keyType: 'ec', hash: 'sha256' },
-  '1.2.840.10045.4.3.3': { name: 'ecdsa-with-SHA384', keyType: 'ec', hash: 'sha384' },
-  '1.2.840.10045.4.3.4': { name: 'ecdsa-with-SHA512', keyType: 'ec', hash: 'sha512' },
+  '1.2.840.10045.4.3.2': { name: 'ecdsa-with-SHA256', keyType: 'ecdsa', hash: 'sha256' },
+  '1.2.840.10045.4.3.3': { name: 'ecdsa-with-SHA384', keyType: 'ecdsa', hash: 'sha384' },
+  '1.2.840.10045.4.3.4': { name: 'ecdsa-with-SHA512', keyType: 'ecdsa', hash: 'sha512' },
   '1.3.101.112': { name: 'Ed25519', keyType: 'ed25519', hash: null },
 };

@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { createPublicKey } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { parse } from 'yaml';
@@ -8,11 +7,11 @@ import { opensslVerify } from '../testing/openssl.ts';
 import { bundlePem, createCa, rotateCa } from './ca.ts';
 import { generateKey } from './keys.ts';
 import { caFromKeyset, keypairIdOlder, keysetOf, keysetPath } from './keyset.ts';
-import { issueCertificate } from './profiles.ts';
+import { issueCertificate, publicKeyRequest } from './profiles.ts';
 
 const fixture = (name: string) => readFileSync(new URL(`testdata/${name}`, import.meta.url), 'utf8');
 const keysetYaml = fixture('keyset.yaml');
-const publicKey = { kind: 'public-key' as const, publicKey: createPublicKey(generateKey()) };
+const publicKey = publicKeyRequest(generateKey());
 
 test('kops keysets live at pki/private/<name>/keyset.yaml', () => {
   assert.equal(keysetPath('kubernetes-ca'), 'pki/private/kubernetes-ca/keyset.yaml');

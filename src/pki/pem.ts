@@ -11,8 +11,10 @@ const blockPattern = /-----BEGIN ([A-Z0-9 ]+)-----\r?\n([\s\S]*?)-----END ([A-Z0
 
 /** Encodes DER as a PEM block with 64-character lines. */
 export function encodePem(type: string, der: Buffer): string {
-  const lines = der.toString('base64').match(/.{1,64}/g) ?? [];
-  return `-----BEGIN ${type}-----\n${lines.join('\n')}\n-----END ${type}-----\n`;
+  const base64 = der.toString('base64');
+  let body = '';
+  for (let i = 0; i < base64.length; i += 64) body += `${base64.slice(i, i + 64)}\n`;
+  return `-----BEGIN ${type}-----\n${body}-----END ${type}-----\n`;
 }
 
 /** Decodes every PEM block in `text`; a block whose base64 body is damaged is an error. */

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { createPublicKey, generateKeyPairSync } from 'node:crypto';
+import { generateKeyPairSync } from 'node:crypto';
 import { describe, test } from 'node:test';
 import { InvalidInputError } from '../errors.ts';
 import { openssl, opensslText, opensslVerify, scratchFile } from '../testing/openssl.ts';
@@ -12,6 +12,7 @@ import {
   issueCertificate,
   planCertificate,
   profileNamed,
+  publicKeyRequest,
   validateLifetimeBounds,
 } from './profiles.ts';
 import { parseCertificate } from './x509.ts';
@@ -19,8 +20,8 @@ import { parseCertificate } from './x509.ts';
 const now = new Date();
 const ecCa = createCa({ now });
 const rsaCa = createCa({ algorithm: 'rsa-2048', now });
-const ecKey = { kind: 'public-key' as const, publicKey: createPublicKey(generateKey()) };
-const rsaKey = { kind: 'public-key' as const, publicKey: createPublicKey(generateKey('rsa-2048')) };
+const ecKey = publicKeyRequest(generateKey());
+const rsaKey = publicKeyRequest(generateKey('rsa-2048'));
 const minute = 60_000;
 const hour = 60 * minute;
 
@@ -277,10 +278,7 @@ describe('requests are re-validated against the profile and the verified identit
   });
 
   test('a bare public key that fails the key policy is rejected', () => {
-    const weak = {
-      kind: 'public-key' as const,
-      publicKey: generateKeyPairSync('rsa', { modulusLength: 1024 }).publicKey,
-    };
+    const weak = publicKeyRequest(generateKeyPairSync('rsa', { modulusLength: 1024 }).publicKey);
     rejection(
       () => issueCertificate(ecCa, 'kubelet', weak, { name: 'node-a' }),
       'key',

@@ -11,7 +11,7 @@ import type { CertificateAuthority } from './ca.ts';
 import { type ParsedCsr, RequestRejectedError } from './csr.ts';
 import { unsignedInteger } from './der.ts';
 import { canonicalIp } from './ip.ts';
-import { keyPolicyViolation, spkiOf } from './keys.ts';
+import { describeSpki, type KeyDescription, keyPolicyViolation, spkiOf } from './keys.ts';
 import { encodePem } from './pem.ts';
 import {
   type AltNames,
@@ -19,7 +19,6 @@ import {
   encodeName,
   extKeyUsageExtension,
   type KeyUsage,
-  keyIdentifierOf,
   keyUsageExtension,
   type Subject,
   signCertificate,
@@ -106,8 +105,28 @@ export interface VerifiedIdentity {
   ipAddresses?: readonly string[];
 }
 
-/** What is certified: a CSR, or a bare public key (kops' bootstrap protocol sends those). */
-export type CertificateRequest = ParsedCsr | { kind: 'public-key'; publicKey: KeyObject };
+/** What is certified: a CSR, or a bare public key as DER SubjectPublicKeyInfo (kops' bootstrap sends those). */
+export type CertificateRequest = ParsedCsr | { kind: 'public-key'; spki: Buffer };
+
+/** A request for a bare public key, given as a key object or DER SubjectPublicKeyInfo. */
+export function publicKeyRequest(key: KeyObject | Buffer): CertificateRequest {
+  return { kind: 'public-key', spki: Buffer.isBuffer(key) ? key : spkiOf(key) };
+}
+
+function describeRequestKey(request: CertificateRequest): KeyDescription {
+  if (request.kind === 'csr') return request.key;
+  let description: KeyDescription;
+  try {
+    description = describeSpki(request.spki);
+  } catch (err) {
+    throw new RequestRejectedError('key', `the public key is malformed: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+  const violation = keyPolicyViolation(description);
+  if (violation) throw new RequestRejectedError('key', violation);
+  return description;
+}
 
 /** Lifetime limits a deployment may configure: at least ten minutes, at most kops' 455 days. */
 export interface LifetimeBounds {
@@ -319,12 +338,32 @@ export function validityFor(
   };
 }
 
+// Serials come from a pool refilled 4 KiB at a time: one system call per 256 certificates.
+let serialPool = Buffer.alloc(0);
+let serialOffset = 0;
+
 function randomSerial(): Buffer {
   for (;;) {
-    const bytes = randomBytes(16);
+    if (serialOffset + 16 > serialPool.length) {
+      serialPool = randomBytes(4096);
+      serialOffset = 0;
+    }
+    const bytes = serialPool.subarray(serialOffset, serialOffset + 16);
+    serialOffset += 16;
     if (bytes.some((b) => b !== 0)) return unsignedInteger(bytes);
   }
 }
+
+// The extensions that depend only on the profile's usage and the key type, encoded once.
+const usageExtensions = {
+  client: extKeyUsageExtension(['clientAuth']),
+  server: extKeyUsageExtension(['serverAuth']),
+};
+const keyUsages = {
+  rsa: keyUsageExtension(['digitalSignature', 'keyEncipherment']),
+  other: keyUsageExtension(['digitalSignature']),
+};
+const leafConstraints = basicConstraintsExtension(false);
 
 /**
  * Issues a certificate of `profileName` for `request` and the verified `identity`, signed by the
@@ -339,11 +378,7 @@ export function issueCertificate(
 ): IssuedCertificate {
   const profile = profileNamed(profileName);
   const plan = planCertificate(profileName, request, identity);
-  const spki = request.kind === 'csr' ? request.spki : spkiOf(request.publicKey);
-  if (request.kind === 'public-key') {
-    const violation = keyPolicyViolation(request.publicKey);
-    if (violation) throw new RequestRejectedError('key', violation);
-  }
+  const key = describeRequestKey(request);
   const bounds = options.bounds ? validateLifetimeBounds(options.bounds) : absoluteLifetimeBounds;
   const { notBefore, notAfter } = validityFor(
     identity.name,
@@ -352,7 +387,6 @@ export function issueCertificate(
     options.now ?? new Date(),
     ca,
   );
-  const rsa = request.publicKey.asymmetricKeyType === 'rsa';
   const hasNames = plan.altNames.dnsNames.length > 0 || plan.altNames.ipAddresses.length > 0;
   const serial = randomSerial();
   const der = signCertificate(
@@ -362,13 +396,13 @@ export function issueCertificate(
       subject: encodeName(plan.subject),
       notBefore,
       notAfter,
-      spki,
+      spki: request.spki,
       extensions: [
         // keyEncipherment only means something for RSA key transport.
-        keyUsageExtension(rsa ? ['digitalSignature', 'keyEncipherment'] : ['digitalSignature']),
-        extKeyUsageExtension([profile.usage === 'client' ? 'clientAuth' : 'serverAuth']),
-        basicConstraintsExtension(false),
-        subjectKeyIdentifierExtension(keyIdentifierOf(spki)),
+        key.type === 'rsa' ? keyUsages.rsa : keyUsages.other,
+        usageExtensions[profile.usage],
+        leafConstraints,
+        subjectKeyIdentifierExtension(key.keyIdentifier),
         ca.signer.authorityKeyIdentifier,
         ...(hasNames ? [subjectAltNameExtension(plan.altNames)] : []),
       ],

@@ -3,7 +3,7 @@
  * certificate assembly and parsing. Encoding is done once per piece so that issuing a certificate
  * is mostly concatenation plus one signature.
  */
-import { createHash, type KeyObject, sign } from 'node:crypto';
+import { type KeyObject, sign } from 'node:crypto';
 import { InvalidInputError } from '../errors.ts';
 import {
   bitString,
@@ -18,7 +18,6 @@ import {
   namedBits,
   octetString,
   oid,
-  readBitStringBytes,
   readBoolean,
   readNamedBits,
   readNode,
@@ -62,12 +61,27 @@ const attributeNames: Record<string, string> = {
   '1.2.840.113549.1.9.1': 'emailAddress',
 };
 
+function relativeName(type: string, value: string): Buffer {
+  return set(sequence(oid(type), utf8String(value)));
+}
+
+// Organisations come from the profile table (system:nodes), so their encodings are few and reused.
+const organizationNames = new Map<string, Buffer>();
+
+function organizationName(organization: string): Buffer {
+  let encoded = organizationNames.get(organization);
+  if (!encoded) {
+    encoded = relativeName('2.5.4.10', organization);
+    if (organizationNames.size < 64) organizationNames.set(organization, encoded);
+  }
+  return encoded;
+}
+
 /** Encodes a name as Go does for Kubernetes identities: each O, then CN, one attribute per RDN. */
 export function encodeName(subject: Subject): Buffer {
-  const rdn = (type: string, value: string) => set(sequence(oid(type), utf8String(value)));
   return sequence(
-    ...subject.organizations.map((o) => rdn('2.5.4.10', o)),
-    ...(subject.commonName ? [rdn('2.5.4.3', subject.commonName)] : []),
+    ...subject.organizations.map(organizationName),
+    ...(subject.commonName ? [relativeName('2.5.4.3', subject.commonName)] : []),
   );
 }
 
@@ -177,14 +191,6 @@ export function subjectAltNameExtension(names: AltNames, subjectEmpty = false): 
       ...names.ipAddresses.map((ip) => implicitPrimitive(7, ipToBytes(ip))),
     ),
   );
-}
-
-/** RFC 5280 §4.2.1.2 method 1: SHA-1 of the subjectPublicKey bits. */
-export function keyIdentifierOf(spki: Buffer): Buffer {
-  const [, keyBits] = childrenOf(readRoot(spki));
-  return createHash('sha1')
-    .update(readBitStringBytes(expectTag(keyBits, Tag.bitString, 'subject public key')))
-    .digest();
 }
 
 /** The extensions this project understands, decoded; anything else is listed under `other`. */
