@@ -14,7 +14,7 @@ import {
   parseLabelSelector,
 } from './selectors.ts';
 import { badRequest } from './status.ts';
-import type { SimStore, StoredEntry } from './store.ts';
+import { lowerBound, type SimStore, type StoredEntry } from './store.ts';
 
 /** A compiled label + field selector. */
 export interface ObjectFilter {
@@ -225,21 +225,11 @@ export function listPage(
     }
   }
   const listRv = atRv ?? store.resourceVersion;
-  const entries = store.snapshot(type, namespace, atRv);
-  let index = 0;
-  if (startKey) {
-    let low = 0;
-    let high = entries.length;
-    while (low < high) {
-      const mid = (low + high) >>> 1;
-      if ((entries[mid] as StoredEntry).key < startKey) low = mid + 1;
-      else high = mid;
-    }
-    index = low;
-  }
+  const { keys, entries, from, to } = store.view(type, namespace, atRv);
+  let index = startKey ? lowerBound(keys, startKey, from, to) : from;
   const items: StoredEntry[] = [];
-  for (; index < entries.length; index++) {
-    const entry = entries[index] as StoredEntry;
+  for (; index < to; index++) {
+    const entry = entries.get(keys[index] as string) as StoredEntry;
     if (!matchesFilter(filter, entry.object)) continue;
     items.push(entry);
     if (limit > 0 && items.length === limit) {
@@ -248,9 +238,9 @@ export function listPage(
     }
   }
   const page: ListPage = { items, resourceVersion: listRv };
-  if (limit > 0 && items.length === limit && index < entries.length) {
+  if (limit > 0 && items.length === limit && index < to) {
     page.continueToken = encodeContinue(listRv, (items.at(-1) as StoredEntry).key);
-    if (filter.empty) page.remainingItemCount = entries.length - index;
+    if (filter.empty) page.remainingItemCount = to - index;
   }
   return page;
 }

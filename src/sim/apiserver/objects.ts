@@ -38,9 +38,9 @@ export function isRecord(value: unknown): value is Record<string, unknown> {
   return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
 
-/** A deep copy of a JSON value. */
+/** A deep copy of a JSON value (a JSON round trip: faster than structuredClone for API objects). */
 export function cloneJson<T>(value: T): T {
-  return structuredClone(value);
+  return value === undefined ? value : (JSON.parse(JSON.stringify(value)) as T);
 }
 
 /** Reads a dotted path (`spec.nodeName`) from an object; missing steps give undefined. */

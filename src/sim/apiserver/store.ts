@@ -70,6 +70,26 @@ export interface SimStoreOptions {
   historyLimit?: number;
 }
 
+/** Sorted keys and their entries; the view covers `keys[from..to)`. */
+export interface SnapshotView {
+  readonly keys: readonly string[];
+  readonly entries: ReadonlyMap<string, StoredEntry>;
+  readonly from: number;
+  readonly to: number;
+}
+
+/** The first index in `keys[from..to)` whose key is not below `key`. */
+export function lowerBound(keys: readonly string[], key: string, from: number, to: number): number {
+  let low = from;
+  let high = to;
+  while (low < high) {
+    const mid = (low + high) >>> 1;
+    if ((keys[mid] as string) < key) low = mid + 1;
+    else high = mid;
+  }
+  return low;
+}
+
 interface Table {
   readonly entries: Map<string, StoredEntry>;
   sortedKeys: string[] | undefined;
@@ -81,6 +101,11 @@ const nameAlphabet = 'bcdfghjklmnpqrstvwxz2456789';
 
 function keyOf(namespace: string | undefined, name: string): string {
   return namespace ? `${namespace}/${name}` : name;
+}
+
+/** A private copy of a stored object, made from its JSON (cheaper than a structured clone). */
+function copyOf(entry: StoredEntry): KubeObject {
+  return JSON.parse(entry.json) as KubeObject;
 }
 
 function entryOf(key: string, object: KubeObject): StoredEntry {
@@ -164,25 +189,25 @@ export class SimStore {
 
   /** Creates an object (apiVersion and kind say which type); returns it as stored. */
   create(obj: KubeObject, options: WriteOptions = {}): KubeObject {
-    return cloneJson(this.createEntry(typeOfObject(obj), obj, options).object);
+    return copyOf(this.createEntry(typeOfObject(obj), obj, options));
   }
 
   /** Reads one object; cluster-scoped types ignore the namespace. */
   get(resource: string, namespace: string | undefined, name: string): KubeObject | undefined {
     const type = resolveType(resource);
     const entry = this.entry(type, namespace, name);
-    return entry ? (JSON.parse(entry.json) as KubeObject) : undefined;
+    return entry ? copyOf(entry) : undefined;
   }
 
   /** Every object of a type, optionally in one namespace, in key order. */
   list(resource: string, namespace?: string): KubeObject[] {
     const type = resolveType(resource);
-    return this.snapshot(type, namespace).map((e) => JSON.parse(e.json) as KubeObject);
+    return this.snapshot(type, namespace).map(copyOf);
   }
 
   /** Replaces an object; a `metadata.resourceVersion` in it must match the stored one. */
   update(obj: KubeObject, options: WriteOptions = {}): KubeObject {
-    return cloneJson(this.updateEntry(typeOfObject(obj), obj, options).object);
+    return copyOf(this.updateEntry(typeOfObject(obj), obj, options));
   }
 
   /** Reads, changes and writes back an object in one step (no conflict possible). */
@@ -197,12 +222,12 @@ export class SimStore {
     if (!entry) throw notFound(type, name);
     const copy = JSON.parse(entry.json) as KubeObject;
     change(copy);
-    return cloneJson(this.updateEntry(type, copy, {}).object);
+    return copyOf(this.updateEntry(type, copy, {}));
   }
 
   /** Deletes an object (objects with finalizers are only marked); returns its last state. */
   delete(resource: string, namespace: string | undefined, name: string): KubeObject {
-    return cloneJson(this.deleteEntry(resolveType(resource), namespace, name, {}, {}).object);
+    return copyOf(this.deleteEntry(resolveType(resource), namespace, name, {}, {}));
   }
 
   /** Calls `listener` synchronously after every change; returns the function that stops it. */
@@ -222,35 +247,48 @@ export class SimStore {
   }
 
   /**
-   * The objects of a type in key order, as they were at `atResourceVersion` (default: now); a
-   * version older than the kept history is 410 Gone.
+   * The objects of a type in key order, as they were at `atResourceVersion` (default: now), as a view
+   * that costs O(log n) to make when the type has not changed since; a version older than the kept
+   * history is 410 Gone.
    */
-  snapshot(type: ResourceType, namespace?: string, atResourceVersion?: number): StoredEntry[] {
+  view(type: ResourceType, namespace?: string, atResourceVersion?: number): SnapshotView {
     const table = this.#table(type);
     let keys: string[];
-    let entries: Map<string, StoredEntry> = table.entries;
+    let entries: ReadonlyMap<string, StoredEntry> = table.entries;
     if (atResourceVersion === undefined || atResourceVersion >= table.lastChange) {
       table.sortedKeys ??= [...table.entries.keys()].sort();
       keys = table.sortedKeys;
     } else {
       if (atResourceVersion < this.#oldest)
         throw expired(`too old resource version: ${atResourceVersion} (${this.#oldest})`);
-      entries = new Map(table.entries);
+      const past = new Map(table.entries);
       for (let i = this.#history.length - 1; i >= 0; i--) {
         const event = this.#history[i] as ChangeEvent;
         if (event.resourceVersion <= atResourceVersion) break;
         if (event.type !== type) continue;
-        if (event.kind === 'ADDED') entries.delete(event.entry.key);
-        else entries.set(event.entry.key, event.previous as StoredEntry);
+        if (event.kind === 'ADDED') past.delete(event.entry.key);
+        else past.set(event.entry.key, event.previous as StoredEntry);
       }
-      keys = [...entries.keys()].sort();
+      entries = past;
+      keys = [...past.keys()].sort();
     }
-    const prefix = type.namespaced && namespace ? `${namespace}/` : undefined;
+    if (!type.namespaced || !namespace) return { keys, entries, from: 0, to: keys.length };
+    // Keys sort as `namespace/name`, so one namespace is one contiguous range, ending before `namespace0`
+    // ('0' follows '/' in ASCII).
+    const prefix = `${namespace}/`;
+    return {
+      keys,
+      entries,
+      from: lowerBound(keys, prefix, 0, keys.length),
+      to: lowerBound(keys, `${namespace}0`, 0, keys.length),
+    };
+  }
+
+  /** The objects of a type in key order (see {@link view}), as an array. */
+  snapshot(type: ResourceType, namespace?: string, atResourceVersion?: number): StoredEntry[] {
+    const { keys, entries, from, to } = this.view(type, namespace, atResourceVersion);
     const out: StoredEntry[] = [];
-    for (const key of keys) {
-      if (prefix && !key.startsWith(prefix)) continue;
-      out.push(entries.get(key) as StoredEntry);
-    }
+    for (let i = from; i < to; i++) out.push(entries.get(keys[i] as string) as StoredEntry);
     return out;
   }
 
