@@ -2,10 +2,13 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { CoreV1Api, type KubernetesListObject, type V1Node, type V1Pod } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
+import { ForbiddenError } from '../errors.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
+import { fromApiException } from './api-errors.ts';
 import {
   Informer,
+  kubeList,
   kubeWatch,
   type ListOptions,
   objectKey,
@@ -367,7 +370,8 @@ describe('informer against the simulated API server', () => {
     },
   });
 
-  async function setup(options: { labelSelector?: string } = {}) {
+  /** Options of `setup`: `decoded` lists through client-node's typed API instead of {@link kubeList}. */
+  async function setup(options: { labelSelector?: string; decoded?: boolean } = {}) {
     const sim = await startApiServer();
     const kubeConfig = sim.kubeConfig();
     const core = kubeConfig.makeApiClient(CoreV1Api);
@@ -376,7 +380,7 @@ describe('informer against the simulated API server', () => {
     const informer = new Informer<V1Node, NodeRecord>({
       name: 'nodes',
       path: '/api/v1/nodes',
-      list: (o) => core.listNode(o),
+      list: options.decoded ? (o) => core.listNode(o) : kubeList(kubeConfig, '/api/v1/nodes'),
       watch: kubeWatch(kubeConfig),
       transform: slimNode,
       labelSelector: options.labelSelector,
@@ -416,7 +420,7 @@ describe('informer against the simulated API server', () => {
   });
 
   test('retries failed lists and refused watches, and resumes after a dropped watch', async () => {
-    const { sim, informer, events, metric } = await setup();
+    const { sim, informer, events, metric } = await setup({ decoded: true });
     try {
       sim.store.create(node('n1', 'nodes'));
       sim.faults.errors({ resource: 'nodes', verbs: ['list'], status: 503, count: 2 });
@@ -479,6 +483,38 @@ describe('informer against the simulated API server', () => {
       await eventually(() => events.at(-1) === 'delete keep', 'events after the re-list');
     } finally {
       await informer.stop();
+      await sim.close();
+    }
+  });
+
+  test('kubeList pages through the raw JSON and reports API errors as client-node does', async () => {
+    const sim = await startApiServer();
+    try {
+      for (let i = 0; i < 5; i++) sim.store.create(node(`n${i}`, i % 2 ? 'a' : 'b'));
+      const list = kubeList<V1Node>(sim.kubeConfig(), '/api/v1/nodes');
+      const first = await list({ limit: 3, labelSelector: 'kops.k8s.io/instancegroup=b' });
+      assert.deepEqual(
+        first.items.map((n) => n.metadata?.name),
+        ['n0', 'n2', 'n4'],
+      );
+      const paged = await list({ limit: 2 });
+      assert.equal(paged.items.length, 2);
+      assert.ok(paged.metadata?._continue, 'the continue token is passed on');
+      const rest = await list({ limit: 10, _continue: paged.metadata?._continue });
+      assert.deepEqual(
+        rest.items.map((n) => n.metadata?.name),
+        ['n2', 'n3', 'n4'],
+      );
+      assert.equal(
+        typeof (rest.items[0]?.metadata as Record<string, unknown>)['creationTimestamp'],
+        'string',
+      );
+      const stranger = kubeList(sim.kubeConfig({ name: 'stranger', groups: [] }), '/api/v1/nodes');
+      await assert.rejects(stranger({}), (err: unknown) => {
+        const typed = fromApiException(err, 'list nodes');
+        return typed instanceof ForbiddenError && /^list nodes: HTTP 403: /.test(typed.message);
+      });
+    } finally {
       await sim.close();
     }
   });

@@ -9,15 +9,20 @@
  * - lists in pages and transforms each object into a slim record before caching, so large clusters
  *   fit in little memory (the raw page is dropped as soon as it is transformed);
  * - reports lists, watch restarts, events and cache size as metrics.
+ * Pair it with {@link kubeList} and {@link kubeWatch}: both hand over objects in their JSON wire shape.
  */
 import {
+  ApiException,
+  HttpMethod,
+  IsomorphicFetchHttpLibrary,
   type KubeConfig,
   type KubernetesListObject,
   type KubernetesObject,
+  RequestContext,
   Watch,
 } from '@kubernetes/client-node';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { describeError } from '../errors.ts';
+import { ConfigError, describeError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
 import { Backoff } from './backoff.ts';
@@ -54,6 +59,35 @@ export function kubeWatch(kubeConfig: KubeConfig): WatchFn {
   const watch = new Watch(kubeConfig);
   return (path, params, onEvent, onDone) =>
     watch.watch(path, params, (type, object) => onEvent(type as WatchEventType, object), onDone);
+}
+
+/**
+ * The {@link ListFn} of a kubeconfig for `path` (e.g. `/api/v1/pods`). It decodes the JSON itself
+ * instead of through client-node's model serializer, which lists large collections about five times
+ * faster, and it yields objects in their wire shape (timestamps as strings), the same shape the watch
+ * events of client-node's `Watch` have, so a transform sees one format whatever delivered the object.
+ */
+export function kubeList<T extends KubernetesObject>(kubeConfig: KubeConfig, path: string): ListFn<T> {
+  const http = new IsomorphicFetchHttpLibrary();
+  return async ({ labelSelector, fieldSelector, limit, _continue }) => {
+    const cluster = kubeConfig.getCurrentCluster();
+    if (!cluster) throw new ConfigError('the kubeconfig has no current cluster; set current-context');
+    const url = new URL(cluster.server + path);
+    const query = { labelSelector, fieldSelector, limit, continue: _continue };
+    for (const [key, value] of Object.entries(query)) {
+      if (value !== undefined && value !== '') url.searchParams.set(key, String(value));
+    }
+    const request = new RequestContext(url.toString(), HttpMethod.GET);
+    request.setHeaderParam('Accept', 'application/json');
+    await kubeConfig.applySecurityAuthentication(request);
+    const response = await http.send(request).toPromise();
+    const text = await response.body.text();
+    if (response.httpStatusCode !== 200) {
+      throw new ApiException(response.httpStatusCode, `list ${path}`, text, response.headers);
+    }
+    const list = JSON.parse(text) as KubernetesListObject<T> & { metadata?: { continue?: string } };
+    return { ...list, metadata: { ...list.metadata, _continue: list.metadata?.continue } };
+  };
 }
 
 /** The cache key of an object: `namespace/name`, or `name` for cluster-scoped objects. */
