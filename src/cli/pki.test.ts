@@ -215,6 +215,25 @@ describe('static clustering of a node with the CLI alone', () => {
     );
   });
 
+  test('pki kubeconfig for a node whose key stayed on it keeps the signed certificate and points to the key', async () => {
+    const signed = read(join(dir, 'nodes/node-b/kubelet.crt'));
+    const { kubeconfig } = await pkiJson<{ kubeconfig: string }>(
+      'kubeconfig',
+      '--dir',
+      dir,
+      '--name',
+      'node-b',
+      '--server',
+      'https://api.example.com:6443',
+    );
+    const user = parse(read(kubeconfig)).users[0].user;
+    assert.equal(Buffer.from(user['client-certificate-data'], 'base64').toString('utf8'), signed);
+    assert.equal(user['client-key'], '/var/lib/kubelet/pki/kubelet-client.key');
+    assert.equal(user['client-key-data'], undefined);
+    assert.equal(read(join(dir, 'nodes/node-b/kubelet.crt')), signed);
+    assert.equal(statSync(join(dir, 'nodes/node-b/kubelet.key'), { throwIfNoEntry: false }), undefined);
+  });
+
   test('pki pin prints the pin; pki inspect summarises files and checks them against the CA', async () => {
     assert.equal(await pki('pin', '--dir', dir), `${pinOfCertificatePem(read(caCertificate))}\n`);
     const certificate = join(dir, 'nodes/node-a/kubelet-server.crt');

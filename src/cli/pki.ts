@@ -282,6 +282,43 @@ async function readServerCa(path: string): Promise<string> {
   return text;
 }
 
+interface KubeconfigOptions extends FolderOptions {
+  server: string;
+  name: string;
+  clusterName: string;
+  serverCa?: string;
+  nodeKeyPath: string;
+}
+
+/**
+ * The node's kubelet client credentials: the pair in the folder; or, when only the certificate is
+ * there (`pki sign`: the key stays on the node), the certificate and the key's path on the node;
+ * or, when there is nothing yet, a new pair made as `pki issue kubelet` would.
+ */
+async function kubeletCredentials(
+  vfs: Vfs,
+  ca: CertificateAuthority,
+  options: KubeconfigOptions,
+  command: Command,
+): Promise<{ certificatePem: string; key: { pem: string } | { path: string } }> {
+  const certificatePath = nodeFilePath(options.name, 'kubelet.crt');
+  const keyPath = nodeFilePath(options.name, 'kubelet.key');
+  const certificatePem = await readText(vfs, certificatePath);
+  const keyPem = await readText(vfs, keyPath);
+  if (certificatePem !== undefined) {
+    return { certificatePem, key: keyPem === undefined ? { path: options.nodeKeyPath } : { pem: keyPem } };
+  }
+  const key = generateKey();
+  const { issued } = await issueInto(vfs, ca, 'kubelet', publicKeyRequest(key), {
+    name: options.name,
+    ip: [],
+    dns: [],
+  });
+  await vfs.write(keyPath, privateKeyPem(key), { mode: privateFileMode });
+  commandLogger(command).info({ node: options.name, serial: issued.serialHex }, 'issued kubelet certificate');
+  return { certificatePem: issued.pem, key: { pem: privateKeyPem(key) } };
+}
+
 function kubeconfigCommand(): Command {
   return withFolder(new Command('kubeconfig'))
     .description("write a kubelet kubeconfig embedding the CA bundle and the node's kubelet client pair")
@@ -289,48 +326,29 @@ function kubeconfigCommand(): Command {
     .requiredOption('--name <node>', 'node name')
     .option('--cluster-name <name>', 'cluster entry name in the kubeconfig', 'kubernetes')
     .option('--server-ca <file>', "PEM bundle the API server's certificate chains to, if not the cluster CA")
-    .action(
-      async (
-        options: FolderOptions & { server: string; name: string; clusterName: string; serverCa?: string },
-        command: Command,
-      ) => {
-        const vfs = openVfs(options.dir);
-        const ca = await loadCa(vfs, options.caName);
-        validateDnsName(options.name, 'node name');
-        const certificatePath = nodeFilePath(options.name, 'kubelet.crt');
-        const keyPath = nodeFilePath(options.name, 'kubelet.key');
-        let certificatePem = await readText(vfs, certificatePath);
-        let keyPem = await readText(vfs, keyPath);
-        if (certificatePem === undefined || keyPem === undefined) {
-          // No pair yet: make one, exactly as `pki issue kubelet` would.
-          const key = generateKey();
-          const issued = await issueInto(vfs, ca, 'kubelet', publicKeyRequest(key), {
-            name: options.name,
-            ip: [],
-            dns: [],
-          });
-          keyPem = privateKeyPem(key);
-          await vfs.write(keyPath, keyPem, { mode: privateFileMode });
-          certificatePem = issued.issued.pem;
-          commandLogger(command).info(
-            { node: options.name, serial: issued.issued.serialHex },
-            'issued kubelet certificate',
-          );
-        }
-        const kubeconfig = renderClientKubeconfig({
-          server: options.server,
-          caBundlePem: options.serverCa ? await readServerCa(options.serverCa) : bundlePem(ca),
-          certificatePem,
-          keyPem,
-          user: `system:node:${options.name}`,
-          clusterName: options.clusterName,
-        });
-        const path = nodeFilePath(options.name, 'kubelet.kubeconfig');
-        await vfs.write(path, kubeconfig, { mode: privateFileMode });
-        const location = locationOf(vfs, path);
-        print(command, options.output, { kubeconfig: location }, `kubeconfig: ${location}\n`);
-      },
-    );
+    .option(
+      '--node-key-path <path>',
+      'where the kubelet key is on the node, when it was made there (pki sign)',
+      '/var/lib/kubelet/pki/kubelet-client.key',
+    )
+    .action(async (options: KubeconfigOptions, command: Command) => {
+      validateDnsName(options.name, 'node name');
+      const vfs = openVfs(options.dir);
+      const ca = await loadCa(vfs, options.caName);
+      const { certificatePem, key } = await kubeletCredentials(vfs, ca, options, command);
+      const kubeconfig = renderClientKubeconfig({
+        server: options.server,
+        caBundlePem: options.serverCa ? await readServerCa(options.serverCa) : bundlePem(ca),
+        certificatePem,
+        key,
+        user: `system:node:${options.name}`,
+        clusterName: options.clusterName,
+      });
+      const path = nodeFilePath(options.name, 'kubelet.kubeconfig');
+      await vfs.write(path, kubeconfig, { mode: privateFileMode });
+      const location = locationOf(vfs, path);
+      print(command, options.output, { kubeconfig: location }, `kubeconfig: ${location}\n`);
+    });
 }
 
 function pinCommand(): Command {

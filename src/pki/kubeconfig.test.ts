@@ -9,7 +9,7 @@ const config = {
   server: 'https://api.example.com:6443',
   caBundlePem: 'CA\n',
   certificatePem: 'CERT\n',
-  keyPem: 'KEY\n',
+  key: { pem: 'KEY\n' },
   user: 'system:node:node-a',
 };
 
@@ -36,6 +36,15 @@ test('kubectl reads the kubeconfig: cluster, user and context, everything inline
     },
   });
   assert.deepEqual(view.contexts[0].context, { cluster: 'kubernetes', user: 'system:node:node-a' });
+});
+
+test('a key that stays on the node is referenced by its path', () => {
+  const text = renderClientKubeconfig({
+    ...config,
+    key: { path: '/var/lib/kubelet/pki/kubelet-client.key' },
+  });
+  assert.match(text, /client-key: \/var\/lib\/kubelet\/pki\/kubelet-client\.key\n/);
+  assert.doesNotMatch(text, /client-key-data/);
 });
 
 test('only plain https URLs are accepted as the server', () => {

@@ -9,7 +9,8 @@ export interface ClientKubeconfig {
   /** The CA bundle the server certificate must chain to (never the system CAs). */
   caBundlePem: string;
   certificatePem: string;
-  keyPem: string;
+  /** The private key, embedded, or its path on the machine that will use the kubeconfig. */
+  key: { pem: string } | { path: string };
   /** The user entry's name, e.g. `system:node:<node>`. */
   user: string;
   clusterName?: string;
@@ -52,7 +53,9 @@ export function renderClientKubeconfig(config: ClientKubeconfig): string {
         name: config.user,
         user: {
           'client-certificate-data': base64(config.certificatePem),
-          'client-key-data': base64(config.keyPem),
+          ...('pem' in config.key
+            ? { 'client-key-data': base64(config.key.pem) }
+            : { 'client-key': config.key.path }),
         },
       },
     ],
