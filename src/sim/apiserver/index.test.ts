@@ -317,6 +317,25 @@ describe('simulated apiserver through @kubernetes/client-node', () => {
     assert.equal(await watch.done, null);
   });
 
+  test('sends the initial state and then an initial-events-end bookmark when asked', async () => {
+    const watch = await watchEvents(sim.kubeConfig(), '/api/v1/namespaces', {
+      sendInitialEvents: true,
+      resourceVersionMatch: 'NotOlderThan',
+      allowWatchBookmarks: true,
+      resourceVersion: '',
+    });
+    const initial = (await core.listNamespace()).items.length;
+    await watch.until(initial + 1);
+    watch.stop();
+    assert.ok(watch.events.slice(0, initial).every((e) => e.type === 'ADDED'));
+    const bookmark = watch.events[initial] as {
+      type: string;
+      object: { metadata: { annotations?: Record<string, string> } };
+    };
+    assert.equal(bookmark.type, 'BOOKMARK');
+    assert.equal(bookmark.object.metadata.annotations?.['k8s.io/initial-events-end'], 'true');
+  });
+
   test('applies JSON, merge and strategic merge patches as the API does', async () => {
     await core.createNode({
       body: {

@@ -114,6 +114,14 @@ describe('simulated apiserver through kubectl', () => {
       status.conditions.map((c) => [c.type, c.reason]),
       [['Approved', 'KubectlApprove']],
     );
+    sim.store.create({
+      apiVersion: 'certificates.k8s.io/v1',
+      kind: 'CertificateSigningRequest',
+      metadata: { name: 'denied-csr' },
+      spec: { request, signerName: 'example.com/signer', usages: ['client auth'] },
+    });
+    assert.match(await kubectl('certificate', 'deny', 'denied-csr'), /denied/);
+    assert.match(await kubectl('get', 'csr'), /denied-csr\s+\S+\s+example.com\/signer\s+\S*\s+Denied/);
   });
 
   test('get nodes -w prints the list and then changes', async () => {
@@ -127,17 +135,18 @@ describe('simulated apiserver through kubectl', () => {
       'name',
     ]);
     let out = '';
+    let onData: () => void = () => undefined;
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      onData();
+    });
     const lines = (n: number) =>
       new Promise<void>((resolve, reject) => {
-        const check = () => {
+        onData = () => {
           if (out.split('\n').filter(Boolean).length >= n) resolve();
         };
-        child.stdout.on('data', (chunk: Buffer) => {
-          out += chunk.toString();
-          check();
-        });
         child.once('exit', () => reject(new Error(`kubectl exited early: ${out}`)));
-        check();
+        onData();
       });
     try {
       await lines(1);

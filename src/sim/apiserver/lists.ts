@@ -39,7 +39,8 @@ export function objectFilterOf(
 
 /** A field's value as a field selector compares it: a string, "" when absent. */
 export function fieldValue(obj: KubeObject, field: string): string {
-  const value = readPath(obj, field);
+  // An event's `source` selects on the reporting component, as the API indexes it.
+  const value = readPath(obj, field === 'source' ? 'source.component' : field);
   if (field === 'spec.unschedulable') return String(value === true);
   if (value === undefined || value === null) return '';
   return typeof value === 'string' ? value : JSON.stringify(value);
