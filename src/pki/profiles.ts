@@ -414,7 +414,10 @@ export function issueCertificate(
     profile: profileName,
     pem: encodePem('CERTIFICATE', der),
     der,
-    serialHex: serial.subarray(2).toString('hex'),
+    serialHex: serial
+      .subarray(2)
+      .toString('hex')
+      .replace(/^(00)+(?=.)/, ''),
     subject: plan.subject,
     altNames: plan.altNames,
     notBefore,

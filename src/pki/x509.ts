@@ -323,6 +323,7 @@ export function signCertificate(
 /** A certificate, decoded. */
 export interface ParsedCertificate {
   der: Buffer;
+  /** The serial in hex, without the sign byte DER adds (as openssl prints it). */
   serialHex: string;
   /** The serial as a decimal string (kops uses it as the keypair id). */
   serialDecimal: string;
@@ -355,7 +356,7 @@ export function parseCertificate(der: Buffer): ParsedCertificate {
   const [algorithmOid] = childrenOf(expectTag(algorithmNode, Tag.sequence, 'signature algorithm'));
   return {
     der,
-    serialHex: serial.toString('hex'),
+    serialHex: serial.toString('hex').replace(/^(00)+(?=.)/, ''),
     serialDecimal: BigInt(`0x${serial.toString('hex') || '0'}`).toString(10),
     issuer: parseName(issuerNode),
     subject: parseName(subjectNode),
