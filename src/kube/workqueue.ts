@@ -7,7 +7,7 @@
  * - at most `concurrency` keys are processed at once.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import { describeError } from '../errors.ts';
+import { describeError, InternalError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Clock, systemClock } from './clock.ts';
 import { sharedMetric } from './metrics.ts';
@@ -178,7 +178,7 @@ export class WorkQueue {
 
   /** Starts the workers. Success forgets the key's failures; a thrown error requeues it with backoff. */
   start(handler: WorkHandler): void {
-    if (this.#handler) throw new Error(`work queue ${this.name} already started`);
+    if (this.#handler) throw new InternalError(`work queue ${this.name} already started`);
     this.#handler = handler;
     this.#pump();
   }

@@ -130,7 +130,7 @@ export class ControllerRuntime {
 
   /** Serves the operations endpoint and starts campaigning (or the components, without election). */
   async start(): Promise<OpsServer> {
-    if (this.#done) throw new Error('controller runtime already started');
+    if (this.#done) throw new InternalError('controller runtime already started');
     this.#server = await startOpsServer({
       listen: this.#options.config.metrics.listen,
       registry: this.#registry,
@@ -145,7 +145,7 @@ export class ControllerRuntime {
 
   /** Resolves after a clean shutdown; rejects if a component could not be stopped. */
   get done(): Promise<void> {
-    if (!this.#done) throw new Error('controller runtime not started');
+    if (!this.#done) throw new InternalError('controller runtime not started');
     return this.#done;
   }
 
