@@ -4,6 +4,7 @@
  * rules, everybody else only what `grant()` allowed. Denials read exactly like the real RBAC's.
  */
 import type { PeerCertificate, TLSSocket } from 'node:tls';
+import { InvalidInputError } from '../../errors.ts';
 import { isRecord, type KubeObject, type SimUser } from './objects.ts';
 import type { ResourceType } from './resources.ts';
 import { forbidden, qualifiedResource, unauthorized } from './status.ts';
@@ -31,7 +32,7 @@ export interface AccessRequest {
   subresource?: string;
   namespace?: string;
   name?: string;
-  /** The stored object, when the decision depends on it (a node reading its own CSR). */
+  /** The stored object (or, for a create, the body), when the decision depends on it. */
   object?: KubeObject;
 }
 
@@ -105,7 +106,8 @@ const writeVerbs = ['create', 'update', 'patch'];
 
 /** The built-in permissions of a kubelet (node authorizer and `system:node` roles, reduced). */
 function nodeAllows(nodeName: string, req: AccessRequest): boolean {
-  const own = req.name === nodeName;
+  // A create names its object only in the body, which the handler passes as `object`.
+  const own = (req.name ?? req.object?.metadata.name) === nodeName;
   switch (req.resource) {
     case 'nodes':
       if (!req.subresource) return readVerbs.includes(req.verb) || (writeVerbs.includes(req.verb) && own);
@@ -125,6 +127,7 @@ function nodeAllows(nodeName: string, req: AccessRequest): boolean {
     case 'events':
       return writeVerbs.includes(req.verb);
     case 'pods':
+      if (req.subresource === 'status') return req.verb === 'get' || writeVerbs.includes(req.verb);
       return readVerbs.includes(req.verb) && !req.subresource;
     default:
       return false;
@@ -142,7 +145,7 @@ export class Authorizer {
 
   /** Adds a permission. */
   grant(rule: GrantRule): void {
-    if (!rule.user && !rule.group) throw new TypeError('grant() needs a user or a group to grant to');
+    if (!rule.user && !rule.group) throw new InvalidInputError('grant() needs a user or a group to grant to');
     this.#rules.push({ ...rule, verbs: [...rule.verbs], resources: [...rule.resources] });
   }
 

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { ApiException, CoreV1Api, Watch } from '@kubernetes/client-node';
+import { InvalidInputError } from '../../errors.ts';
 import { FaultInjector } from './faults.ts';
 import { type SimApiServer, startApiServer } from './index.ts';
 
@@ -51,8 +52,8 @@ describe('FaultInjector', () => {
 
   test('rejects meaningless error faults', () => {
     const faults = new FaultInjector();
-    assert.throws(() => faults.errors({}), TypeError);
-    assert.throws(() => faults.errors({ rate: 2 }), TypeError);
+    assert.throws(() => faults.errors({}), InvalidInputError);
+    assert.throws(() => faults.errors({ rate: 2 }), InvalidInputError);
   });
 });
 

@@ -3,7 +3,7 @@
  * Retry-After) at a rate or for the next N requests, forced 410 Gone on lists and watches, and
  * dropping open watches. Rates draw from a seeded generator, so a run repeats exactly.
  */
-import type { KopsError } from '../../errors.ts';
+import { InvalidInputError, type KopsError } from '../../errors.ts';
 import { injectedFailure } from './status.ts';
 
 /** Which requests a fault applies to; absent fields match everything. */
@@ -73,9 +73,9 @@ export class FaultInjector {
   /** Fails matching requests at a rate, or exactly the next `count` of them. */
   errors(fault: ErrorFault): void {
     if (fault.rate === undefined && fault.count === undefined)
-      throw new TypeError('errors() needs a rate or a count');
+      throw new InvalidInputError('errors() needs a rate or a count');
     if (fault.rate !== undefined && (fault.rate < 0 || fault.rate > 1))
-      throw new TypeError('errors() rate must be between 0 and 1');
+      throw new InvalidInputError('errors() rate must be between 0 and 1');
     this.#errors.push({ fault, remaining: fault.count });
   }
 

@@ -356,6 +356,7 @@ function checkIdentity(call: Call, obj: KubeObject): void {
 async function serveCreate(call: Call): Promise<void> {
   const { route, ctx, res, url } = call;
   const { obj, warnings } = decodeObject(call, await readBody(call.req));
+  authorize(call, obj);
   if (route.type.reviewOnly) {
     sendJson(res, 201, review(call, obj), warningHeaders(warnings));
     return;
@@ -518,7 +519,8 @@ async function serveResource(call: Call): Promise<void> {
   await applyFaults(plan);
   const entry =
     verb === 'get' ? ctx.store.entry(route.type, route.namespace, route.name as string) : undefined;
-  authorize(call, entry?.object);
+  // A create is authorized once its body is decoded: node rules look at the name inside it.
+  if (verb !== 'create') authorize(call, entry?.object);
   switch (verb) {
     case 'get':
       return serveGet(call, entry);

@@ -663,6 +663,42 @@ describe('simulated apiserver through @kubernetes/client-node', () => {
     }
   });
 
+  test('lets a kubelet with a certificate from the server CA register only its own node', async () => {
+    const client = await issueClientCertificate(sim.certificateAuthority, {
+      name: 'system:node:self',
+      groups: ['system:nodes'],
+    });
+    const kc = new KubeConfig();
+    kc.loadFromOptions({
+      clusters: [
+        {
+          name: 'sim',
+          server: sim.url,
+          caData: Buffer.from(sim.caCertificate).toString('base64'),
+          skipTLSVerify: false,
+        },
+      ],
+      users: [
+        {
+          name: 'n',
+          certData: Buffer.from(client.certificate).toString('base64'),
+          keyData: Buffer.from(client.privateKey).toString('base64'),
+        },
+      ],
+      contexts: [{ name: 'sim', cluster: 'sim', user: 'n' }],
+      currentContext: 'sim',
+    });
+    const kubelet = kc.makeApiClient(CoreV1Api);
+    const own = await kubelet.createNode({ body: { metadata: { name: 'self' } } });
+    assert.equal(own.metadata?.name, 'self');
+    await rejectsWith(kubelet.createNode({ body: { metadata: { name: 'someone-else' } } }), 403, 'Forbidden');
+    await kubelet.patchNodeStatus(
+      { name: 'self', body: { status: { conditions: [{ type: 'Ready', status: 'True' }] } } },
+      setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
+    );
+    await rejectsWith(kubelet.deleteNode({ name: 'self' }), 403, 'Forbidden');
+  });
+
   test('answers 401 without credentials and 403 without permission', async () => {
     const anonymous = new KubeConfig();
     anonymous.loadFromClusterAndUser(

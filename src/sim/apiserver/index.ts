@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
 import { stringify } from 'yaml';
 import { type Logger, silentLogger } from '../../log.ts';
-import { createCertificateAuthority, issueServingCertificate } from '../tls.ts';
+import { createCertificateAuthority, issueServingCertificate, type SimCertificateAuthority } from '../tls.ts';
 import { Authenticator, type AuthorizationMode, Authorizer, type GrantRule } from './auth.ts';
 import { FaultInjector } from './faults.ts';
 import { createRequestHandler } from './handler.ts';
@@ -55,8 +55,8 @@ export interface SimApiServer {
   /** Direct, synchronous access for seeding and inspection; writes behave like API writes. */
   store: SimStore;
   faults: FaultInjector;
-  /** The CA's private key (PEM), for tests that mint their own client certificates with src/sim/tls.ts. */
-  caPrivateKey: string;
+  /** The server's CA and its key, for tests that mint client certificates: `issueClientCertificate(sim.certificateAuthority, user)`. */
+  certificateAuthority: SimCertificateAuthority;
   /** Closes the listener, open watch streams and connections. */
   close(): Promise<void>;
 }
@@ -148,7 +148,7 @@ export async function startApiServer(options: StartApiServerOptions = {}): Promi
   return {
     url,
     caCertificate: ca.certificate,
-    caPrivateKey: ca.privateKey,
+    certificateAuthority: ca,
     kubeconfig,
     kubeConfig(user?: SimUser): KubeConfig {
       const kc = new KubeConfig();
