@@ -9,6 +9,7 @@ import { CoordinationV1Api } from '@kubernetes/client-node';
 import { Command, Option } from 'commander';
 import { collectDefaultMetrics, type Registry, register } from 'prom-client';
 import { loadConfigFile } from '../config/loader.ts';
+import { exitCodeOf } from '../errors.ts';
 import { loadKubeConfig } from '../kube/client.ts';
 import { ControllerRuntime, type LeaderComponent } from '../runtime/controller-runtime.ts';
 import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
@@ -69,6 +70,11 @@ export function runCommand(): Command {
     process.once('SIGINT', shutdown);
     try {
       await runtime.done;
+    } catch (err) {
+      // A component that ignored its stop signal may keep the event loop alive; the process must end
+      // anyway so that the kubelet restarts it. The timer is unref'd: it only fires if something hangs.
+      setTimeout(() => process.exit(exitCodeOf(err)), 2000).unref();
+      throw err;
     } finally {
       process.off('SIGTERM', shutdown);
       process.off('SIGINT', shutdown);
