@@ -110,18 +110,24 @@ export function serveWatch(ctx: WatchContext, res: ServerResponse): void {
     if (text) res.write(text);
   });
   const timeoutMs = (params.timeoutSeconds ?? 1800 + Math.random() * 1800) * 1000;
-  const timeout = setTimeout(() => res.end(), timeoutMs).unref();
+  const timeout = setTimeout(() => finish(), timeoutMs).unref();
   const bookmarks = params.allowWatchBookmarks
     ? setInterval(
         () => res.write(bookmarkLine(ctx.type, store.resourceVersion, false)),
         ctx.bookmarkIntervalMs,
       ).unref()
     : undefined;
-  const untrack = ctx.faults.trackWatch(ctx.type.plural, () => res.end());
-  res.once('close', () => {
+  const untrack = ctx.faults.trackWatch(ctx.type.plural, () => finish());
+  let finished = false;
+  // Stops feeding the stream at once (a dropped watch gets no further events), then ends it.
+  const finish = () => {
+    if (finished) return;
+    finished = true;
     unsubscribe();
     untrack();
     clearTimeout(timeout);
     clearInterval(bookmarks);
-  });
+    res.end();
+  };
+  res.once('close', finish);
 }
