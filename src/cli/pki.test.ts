@@ -311,6 +311,44 @@ test('a kops keyset layout and a file:// URL work as the PKI folder', async () =
   assert.match(pin, /^sha256:[0-9a-f]{64}$/);
 });
 
+test('pki rotate: the new CA signs, certificates from the old one stay valid, in both layouts', async () => {
+  for (const layout of ['pem', 'keyset']) {
+    const dir = newDir();
+    const first = await pkiJson<{ pin: string }>('init', '--dir', dir, '--layout', layout);
+    const old = await pkiJson<{ certificate: string }>('issue', 'kubelet', '--dir', dir, '--name', 'node-a');
+    const rotated = await pkiJson<{ caCertificate: string; pin: string; pins: string[] }>(
+      'rotate',
+      '--dir',
+      dir,
+    );
+    assert.notEqual(rotated.pin, first.pin);
+    assert.deepEqual(rotated.pins, [rotated.pin, first.pin]);
+    assert.deepEqual((await pki('pin', '--dir', dir)).trim().split('\n'), rotated.pins);
+    const fresh = await pkiJson<{ certificate: string }>(
+      'issue',
+      'kubelet',
+      '--dir',
+      dir,
+      '--name',
+      'node-b',
+    );
+    for (const certificate of [old.certificate, fresh.certificate]) {
+      const summary = await pkiJson<{ signedByCa: boolean }>('inspect', certificate, '--dir', dir);
+      assert.equal(summary.signedByCa, true, `${layout}: ${certificate} chains to the bundle`);
+    }
+    if (layout === 'pem') {
+      assert.equal(verify(rotated.caCertificate, old.certificate), `${old.certificate}: OK`);
+      assert.equal(verify(rotated.caCertificate, fresh.certificate), `${fresh.certificate}: OK`);
+      const [newCa] = read(rotated.caCertificate).split(/(?<=-----END CERTIFICATE-----\n)/);
+      assert.equal(
+        verify(scratchFile('new-ca.pem', newCa as string), fresh.certificate).endsWith(': OK'),
+        true,
+      );
+      assert.throws(() => verify(scratchFile('new-ca.pem', newCa as string), old.certificate));
+    }
+  }
+});
+
 test('the real program: exit code 65 and one line on a rejected CSR', () => {
   const dir = newDir();
   const cli = (...args: string[]) =>

@@ -7,15 +7,18 @@ import { readFile, stat } from 'node:fs/promises';
 import { Command, Option } from 'commander';
 import { parseDuration } from '../config/duration.ts';
 import { InvalidInputError, NotFoundError } from '../errors.ts';
-import { bundlePem, type CertificateAuthority, createCa, defaultCaName } from '../pki/ca.ts';
+import { bundlePem, type CertificateAuthority, createCa, defaultCaName, rotateCa } from '../pki/ca.ts';
 import { maxCsrBytes, parseCsr, RequestRejectedError } from '../pki/csr.ts';
 import {
+  type CaLayout,
+  caLayoutOf,
   loadCa,
   locationOf,
   nodeFilePath,
   privateFileMode,
   publicFileMode,
   readText,
+  saveCa,
   saveNewCa,
 } from '../pki/folder.ts';
 import { renderSummaries, summarise } from '../pki/inspect.ts';
@@ -178,6 +181,51 @@ function initCommand(): Command {
           { caCertificate: saved.certificate, caKey: saved.key, pin },
           `created CA "${ca.name}" (keypair ${ca.signer.certificate.keypairId})\n` +
             `certificate: ${saved.certificate}\nkey:         ${saved.key}\npin:         ${pin}\n`,
+        );
+      },
+    );
+}
+
+function rotateCommand(): Command {
+  return withFolder(new Command('rotate'))
+    .description(
+      'make a new CA key and certificate the signer; the old certificates stay trusted in the bundle',
+    )
+    .addOption(
+      new Option('--key-algorithm <algorithm>', 'new CA key type')
+        .choices(keyAlgorithms)
+        .default('ecdsa-p256'),
+    )
+    .option('--lifetime <duration>', 'new CA validity', '87600h')
+    .action(
+      async (
+        options: FolderOptions & { keyAlgorithm: (typeof keyAlgorithms)[number]; lifetime: string },
+        command: Command,
+      ) => {
+        const vfs = openVfs(options.dir);
+        const before = await loadCa(vfs, options.caName);
+        const layout = (await caLayoutOf(vfs, options.caName)) as CaLayout;
+        const ca = rotateCa(before, {
+          algorithm: options.keyAlgorithm,
+          lifetimeMs: parseDuration(options.lifetime),
+        });
+        const saved = await saveCa(vfs, ca, layout);
+        const pins = ca.certificates.map((c) => pinOfSpki(c.parsed.spki));
+        commandLogger(command).info(
+          {
+            ca: ca.name,
+            keypairId: ca.signer.certificate.keypairId,
+            previous: before.signer.certificate.keypairId,
+          },
+          'rotated CA',
+        );
+        print(
+          command,
+          options.output,
+          { caCertificate: saved.certificate, caKey: saved.key, pin: pins[0], pins },
+          `rotated CA "${ca.name}": keypair ${ca.signer.certificate.keypairId} signs now; ` +
+            `${ca.certificates.length} certificates in the bundle\n` +
+            `certificate: ${saved.certificate}\nkey:         ${saved.key}\npins:        ${pins.join('\n             ')}\n`,
         );
       },
     );
@@ -402,6 +450,7 @@ export function pkiCommand(): Command {
   );
   for (const sub of [
     initCommand(),
+    rotateCommand(),
     issueCommand(),
     signCommand(),
     kubeconfigCommand(),

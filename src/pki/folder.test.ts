@@ -8,8 +8,8 @@ import { ConflictError, NotFoundError } from '../errors.ts';
 import { openVfs } from '../statestore/open.ts';
 import { createCa, rotateCa } from './ca.ts';
 import {
+  caLayoutOf,
   caPemPaths,
-  hasCa,
   keypairIdsPath,
   loadCa,
   locationOf,
@@ -63,7 +63,8 @@ test('the keyset layout writes and reads pki/private/<name>/keyset.yaml', async 
   const ca = createCa({ name: 'etcd-clients-ca' });
   const saved = await saveNewCa(vfs, ca, 'keyset');
   assert.equal(saved.key, `${vfs.url}/${keysetPath('etcd-clients-ca')}`);
-  assert.equal(await hasCa(vfs, 'etcd-clients-ca'), true);
+  assert.equal(await caLayoutOf(vfs, 'etcd-clients-ca'), 'keyset');
+  assert.equal(await caLayoutOf(vfs, 'kubernetes-ca'), undefined);
   const loaded = await loadCa(vfs, 'etcd-clients-ca');
   assert.equal(loaded.name, 'etcd-clients-ca');
   assert.equal(loaded.signer.certificate.pem, ca.signer.certificate.pem);

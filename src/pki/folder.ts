@@ -71,24 +71,23 @@ export async function loadCa(vfs: Vfs, name: string, now = new Date()): Promise<
   );
 }
 
-/** Whether the folder already holds a CA of that name, in either layout. */
-export async function hasCa(vfs: Vfs, name: string): Promise<boolean> {
-  return (
-    (await vfs.stat(caPemPaths(name).key)) !== undefined || (await vfs.stat(keysetPath(name))) !== undefined
-  );
+/** How the folder stores the CA named `name`, or undefined if it holds none. */
+export async function caLayoutOf(vfs: Vfs, name: string): Promise<CaLayout | undefined> {
+  if ((await vfs.stat(caPemPaths(name).key)) !== undefined) return 'pem';
+  if ((await vfs.stat(keysetPath(name))) !== undefined) return 'keyset';
+  return undefined;
 }
 
-/** Saves a new CA; refuses to replace an existing one, whose loss would orphan every node. */
-export async function saveNewCa(
+/**
+ * Writes a CA in a layout, replacing what is there. In the PEM layout the bundle goes first and the
+ * key last: interrupted half way, the old key still finds its certificate in the bundle, and a new
+ * CA without its key does not count as existing.
+ */
+export async function saveCa(
   vfs: Vfs,
   ca: CertificateAuthority,
   layout: CaLayout,
 ): Promise<{ certificate: string; key: string }> {
-  if (await hasCa(vfs, ca.name)) {
-    throw new ConflictError(
-      `${vfs.url} already holds a CA "${ca.name}"; use another --dir or --ca-name, or remove it deliberately`,
-    );
-  }
   if (layout === 'keyset') {
     await vfs.write(keysetPath(ca.name), keysetOf(ca), { mode: privateFileMode });
     const location = locationOf(vfs, keysetPath(ca.name));
@@ -97,11 +96,24 @@ export async function saveNewCa(
   if (layout !== 'pem') throw new InvalidInputError(`unknown CA layout "${layout}": use pem or keyset`);
   const paths = caPemPaths(ca.name);
   const ids = parse((await readText(vfs, keypairIdsPath)) ?? '{}') ?? {};
-  // The key goes last: its presence is what marks the CA as existing (see hasCa).
   await vfs.write(paths.certificate, bundlePem(ca), { mode: publicFileMode });
   await vfs.write(keypairIdsPath, stringify({ ...ids, [ca.name]: ca.signer.certificate.keypairId }), {
     mode: publicFileMode,
   });
   await vfs.write(paths.key, privateKeyPem(ca.signer.key), { mode: privateFileMode });
   return { certificate: locationOf(vfs, paths.certificate), key: locationOf(vfs, paths.key) };
+}
+
+/** Saves a new CA; refuses to replace an existing one, whose loss would orphan every node. */
+export async function saveNewCa(
+  vfs: Vfs,
+  ca: CertificateAuthority,
+  layout: CaLayout,
+): Promise<{ certificate: string; key: string }> {
+  if ((await caLayoutOf(vfs, ca.name)) !== undefined) {
+    throw new ConflictError(
+      `${vfs.url} already holds a CA "${ca.name}"; use another --dir or --ca-name, or remove it deliberately`,
+    );
+  }
+  return saveCa(vfs, ca, layout);
 }
