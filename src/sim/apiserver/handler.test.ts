@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { request } from 'node:https';
 import { after, before, describe, test } from 'node:test';
+import fc from 'fast-check';
 import { adminUser, type SimApiServer, startApiServer } from './index.ts';
 
 interface RawResponse {
@@ -273,6 +274,76 @@ describe('simulated apiserver HTTP edge', () => {
     });
     assert.equal(res.status, 201);
     assert.equal(sim.store.get('nodes', undefined, 'dry'), undefined);
+  });
+
+  test('answers arbitrary paths, methods and bodies without a server error (property)', async () => {
+    const segment = fc.constantFrom(
+      'api',
+      'apis',
+      'v1',
+      'namespaces',
+      'default',
+      'nodes',
+      'pods',
+      'n1',
+      'status',
+      'approval',
+      'watch',
+      'certificates.k8s.io',
+      '%',
+      '%41',
+      '..',
+      'x%20y',
+    );
+    const query = fc.constantFrom(
+      '',
+      '?watch=1&timeoutSeconds=1',
+      '?limit=-1',
+      '?labelSelector=(',
+      '?fieldSelector=a',
+      '?continue=eyJ2IjoxfQ',
+      '?resourceVersion=99999999',
+      '?dryRun=All',
+      '?fieldValidation=Loose',
+    );
+    const method = fc.constantFrom('GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS');
+    const body = fc.oneof(
+      fc.constant(''),
+      fc.json(),
+      fc.string(),
+      fc.constant('{"metadata":{"name":"n1"},"spec":{"taints":[{}]}}'),
+    );
+    const contentType = fc.constantFrom(
+      'application/json',
+      'application/merge-patch+json',
+      'application/json-patch+json',
+      'application/strategic-merge-patch+json',
+      'text/plain',
+      'application/yaml',
+    );
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(segment, { maxLength: 7 }),
+        query,
+        method,
+        body,
+        contentType,
+        async (parts, q, m, b, ct) => {
+          const res = await raw(sim, {
+            method: m,
+            path: `/${parts.join('/')}${q}`,
+            headers: { 'Content-Type': ct },
+            body: b,
+          });
+          assert.ok(
+            res.status < 500,
+            `${m} /${parts.join('/')}${q} answered ${res.status}: ${res.text.slice(0, 200)}`,
+          );
+        },
+      ),
+      { seed: 20261122, numRuns: 300 },
+    );
+    assert.equal((await raw(sim, { path: '/api/v1/nodes/n1' })).status, 200);
   });
 
   test('survives oversized headers and garbage', async () => {

@@ -227,6 +227,47 @@ describe('simulated apiserver through @kubernetes/client-node', () => {
     );
   });
 
+  test('reads an exact past resourceVersion and refuses a future one', async () => {
+    await core.createNamespacedConfigMap({
+      namespace: 'default',
+      body: { metadata: { name: 'exact' }, data: { v: '1' } },
+    });
+    const then = (await core.listNamespacedConfigMap({ namespace: 'default' })).metadata
+      ?.resourceVersion as string;
+    await core.patchNamespacedConfigMap(
+      { namespace: 'default', name: 'exact', body: { data: { v: '2' } } },
+      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+    );
+    const past = await core.listNamespacedConfigMap({
+      namespace: 'default',
+      resourceVersion: then,
+      resourceVersionMatch: 'Exact',
+    });
+    assert.equal(past.metadata?.resourceVersion, then);
+    assert.equal(past.items.find((c) => c.metadata?.name === 'exact')?.data?.['v'], '1');
+    const notOlder = await core.listNamespacedConfigMap({
+      namespace: 'default',
+      resourceVersion: then,
+      resourceVersionMatch: 'NotOlderThan',
+    });
+    assert.equal(notOlder.items.find((c) => c.metadata?.name === 'exact')?.data?.['v'], '2');
+    const future = await rejectsWith(
+      core.listNamespacedConfigMap({ namespace: 'default', resourceVersion: '999999999' }),
+      504,
+      'Timeout',
+    );
+    assert.match(future.message, /^Too large resource version: 999999999, current: \d+$/);
+  });
+
+  test('close() ends open watch streams promptly', async () => {
+    const other = await startApiServer();
+    const watch = await watchEvents(other.kubeConfig(), '/api/v1/nodes', {});
+    while (other.faults.openWatches === 0) await new Promise((resolve) => setImmediate(resolve));
+    await other.close();
+    await watch.done;
+    assert.equal(other.faults.openWatches, 0);
+  });
+
   test('filters by label and field selectors', async () => {
     const even = await core.listNamespacedPod({ namespace: 'paging', labelSelector: 'app=even' });
     assert.deepEqual(
