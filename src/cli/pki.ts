@@ -23,7 +23,7 @@ import {
 } from '../pki/folder.ts';
 import { renderSummaries, summarise } from '../pki/inspect.ts';
 import { generateKey, keyAlgorithms, privateKeyPem } from '../pki/keys.ts';
-import { renderClientKubeconfig } from '../pki/kubeconfig.ts';
+import { renderClientKubeconfig, validateServerUrl } from '../pki/kubeconfig.ts';
 import { decodePem } from '../pki/pem.ts';
 import { pinOfSpki } from '../pki/pin.ts';
 import {
@@ -269,20 +269,27 @@ function issueCommand(): Command {
     );
 }
 
-async function readCsrFile(path: string): Promise<Buffer> {
+/** PEM inputs other than CSRs (certificates, bundles) are refused above this size. */
+const maxPemFileBytes = 1024 * 1024;
+
+/**
+ * Reads a local input file, refusing it before reading when it is larger than `limit`; `what` names
+ * it in errors. A CSR that is too large is a rejected request, like any other bad CSR.
+ */
+async function readInputFile(path: string, limit: number, what: string): Promise<Buffer> {
   let size: number;
   try {
     size = (await stat(path)).size;
   } catch (err) {
-    throw new NotFoundError(`cannot read CSR file ${path}: ${(err as NodeJS.ErrnoException).code}`, {
+    throw new NotFoundError(`cannot read ${what} ${path}: ${(err as NodeJS.ErrnoException).code}`, {
       cause: err,
     });
   }
-  if (size > maxCsrBytes) {
-    throw new RequestRejectedError(
-      'too-large',
-      `${path}: ${size} bytes exceeds the ${maxCsrBytes}-byte limit for a CSR`,
-    );
+  if (size > limit) {
+    const message = `${what} ${path}: ${size} bytes exceeds the ${limit}-byte limit`;
+    throw what === 'CSR file'
+      ? new RequestRejectedError('too-large', message)
+      : new InvalidInputError(message);
   }
   return readFile(path);
 }
@@ -298,7 +305,7 @@ function signCommand(): Command {
         options: FolderOptions & IdentityOptions & { csr: string },
         command: Command,
       ) => {
-        const csr = parseCsr(await readCsrFile(options.csr));
+        const csr = parseCsr(await readInputFile(options.csr, maxCsrBytes, 'CSR file'));
         const vfs = openVfs(options.dir);
         const ca = await loadCa(vfs, options.caName);
         const { issued, path } = await issueInto(vfs, ca, profile, csr, options);
@@ -318,14 +325,7 @@ function signCommand(): Command {
 }
 
 async function readServerCa(path: string): Promise<string> {
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (err) {
-    throw new NotFoundError(`cannot read --server-ca ${path}: ${(err as NodeJS.ErrnoException).code}`, {
-      cause: err,
-    });
-  }
+  const text = (await readInputFile(path, maxPemFileBytes, '--server-ca')).toString('utf8');
   decodePem(text, 'CERTIFICATE', path);
   return text;
 }
@@ -381,6 +381,7 @@ function kubeconfigCommand(): Command {
     )
     .action(async (options: KubeconfigOptions, command: Command) => {
       validateDnsName(options.name, 'node name');
+      validateServerUrl(options.server);
       const vfs = openVfs(options.dir);
       const ca = await loadCa(vfs, options.caName);
       const { certificatePem, key } = await kubeletCredentials(vfs, ca, options, command);
@@ -421,16 +422,7 @@ function inspectCommand(): Command {
         options: Partial<FolderOptions> & { caName: string; output: string },
         command: Command,
       ) => {
-        let text: string;
-        try {
-          text = await readFile(file, 'utf8');
-        } catch (err) {
-          throw new NotFoundError(`cannot read ${file}: ${(err as NodeJS.ErrnoException).code}`, {
-            cause: err,
-          });
-        }
-        if (text.length > 1024 * 1024)
-          throw new InvalidInputError(`${file} is larger than 1 MiB; not a certificate`);
+        const text = (await readInputFile(file, maxPemFileBytes, 'file')).toString('utf8');
         const ca = options.dir ? await loadCa(openVfs(options.dir), options.caName) : undefined;
         const summaries = summarise(text, ca);
         print(

@@ -251,8 +251,12 @@ export function parseExtensions(node: DerNode): ParsedExtensions {
         const first = fields[0];
         const ca = first?.tag === Tag.boolean ? readBoolean(first) : false;
         const lengthNode = fields.find((f) => f.tag === Tag.integer);
-        out.basicConstraints = lengthNode
-          ? { ca, pathLength: contentOf(lengthNode).readUIntBE(0, Math.min(6, contentOf(lengthNode).length)) }
+        const lengthBytes = lengthNode ? contentOf(lengthNode) : undefined;
+        if (lengthBytes && (lengthBytes.length === 0 || lengthBytes.length > 4)) {
+          throw new InvalidInputError('malformed DER: basicConstraints path length');
+        }
+        out.basicConstraints = lengthBytes
+          ? { ca, pathLength: lengthBytes.readUIntBE(0, lengthBytes.length) }
           : { ca };
         break;
       }
