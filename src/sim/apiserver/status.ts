@@ -37,7 +37,8 @@ export interface Status {
   message?: string;
   reason?: string;
   details?: StatusDetails;
-  code: number;
+  /** Absent on the success Status a delete returns. */
+  code?: number;
 }
 
 function failure(code: number, reason: string, message: string, details?: StatusDetails): Status {
@@ -237,14 +238,6 @@ export function unsupportedMediaType(contentType: string, accepted: string[]): I
   );
 }
 
-/** 406 for an Accept header the endpoint cannot satisfy. */
-export function notAcceptable(accepted: string[]): InvalidInputError {
-  return withStatus(
-    (m, o) => new InvalidInputError(m, o),
-    failure(406, 'NotAcceptable', `only the following media types are accepted: ${accepted.join(', ')}`),
-  );
-}
-
 /** The injected failures: 500, 503 or 429 with a Retry-After. */
 export function injectedFailure(code: 500 | 503 | 429, retryAfterSeconds: number): KopsError {
   if (code === 429) {
@@ -280,6 +273,5 @@ export function success(type: ResourceType, name: string, uid: string): Status {
     metadata: {},
     status: 'Success',
     details: { ...resourceDetails(type, name), uid },
-    code: 200,
   };
 }

@@ -241,11 +241,6 @@ export class SimStore {
     return this.#table(type).entries.get(keyOf(type.namespaced ? namespace : undefined, name));
   }
 
-  /** Whether a type changed after `resourceVersion`. */
-  changedSince(type: ResourceType, resourceVersion: number): boolean {
-    return this.#table(type).lastChange > resourceVersion;
-  }
-
   /**
    * The objects of a type in key order, as they were at `atResourceVersion` (default: now), as a view
    * that costs O(log n) to make when the type has not changed since; a version older than the kept
