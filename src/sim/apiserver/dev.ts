@@ -8,6 +8,7 @@ import { ConfigError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { type SimApiServer, startApiServer } from './index.ts';
 
+/** Where and how to run the development API server. */
 export interface DevApiServerOptions {
   /** Directory that receives `kubeconfig` and `ca.crt` (created if missing). */
   stateDir: string;

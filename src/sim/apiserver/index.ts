@@ -16,6 +16,7 @@ import { createRequestHandler } from './handler.ts';
 import type { SimUser } from './objects.ts';
 import { SimStore } from './store.ts';
 
+// The types and classes callers of startApiServer work with.
 export type { GrantRule } from './auth.ts';
 export type { ErrorFault, FaultScope } from './faults.ts';
 export { FaultInjector } from './faults.ts';
@@ -23,6 +24,7 @@ export type { KubeObject, ObjectMeta, SimUser } from './objects.ts';
 export type { ChangeEvent, SimStoreOptions, WriteOptions } from './store.ts';
 export { SimStore } from './store.ts';
 
+/** How to start a simulated API server; every field is optional. */
 export interface StartApiServerOptions {
   /** Address to listen on (default 127.0.0.1). */
   host?: string;
@@ -39,6 +41,7 @@ export interface StartApiServerOptions {
   historyLimit?: number;
 }
 
+/** A running simulated API server. */
 export interface SimApiServer {
   /** `https://127.0.0.1:PORT`. */
   url: string;

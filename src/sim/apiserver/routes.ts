@@ -21,6 +21,7 @@ export interface InfoRoute {
   version?: string;
 }
 
+/** What a request path addresses. */
 export type Route = ResourceRoute | InfoRoute;
 
 function decodeSegments(path: string): string[] {

@@ -65,6 +65,7 @@ export interface DeletePreconditions {
   resourceVersion?: string;
 }
 
+/** Tuning of a store. */
 export interface SimStoreOptions {
   /** How many changes are kept for watch resumption and paging (default 10,000). */
   historyLimit?: number;
