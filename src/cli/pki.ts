@@ -96,6 +96,10 @@ function print(command: Command, format: string, data: unknown, human: string): 
   else process.stdout.write(text);
 }
 
+const profilesHelp = `\nProfiles:\n${profileNames
+  .map((name) => `  ${name.padEnd(16)} ${profileNamed(name).description}`)
+  .join('\n')}`;
+
 function profileArgument(value: string): ProfileName {
   profileNamed(value);
   return value as ProfileName;
@@ -237,6 +241,7 @@ function issueCommand(): Command {
       'make a key pair here and issue a certificate for it (for nodes that cannot make their own key)',
     )
     .argument('<profile>', `certificate profile: ${profileNames.join(', ')}`, profileArgument)
+    .addHelpText('after', profilesHelp)
     .addOption(
       new Option('--key-algorithm <algorithm>', 'key type of the new key')
         .choices(keyAlgorithms)
@@ -298,6 +303,7 @@ function signCommand(): Command {
   return withIdentity(withFolder(new Command('sign')))
     .description("issue a certificate for a CSR made on the node (the node's key never leaves it)")
     .argument('<profile>', `certificate profile: ${profileNames.join(', ')}`, profileArgument)
+    .addHelpText('after', profilesHelp)
     .requiredOption('--csr <file>', 'PKCS#10 request (PEM), e.g. from openssl req')
     .action(
       async (
