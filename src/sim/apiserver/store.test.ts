@@ -93,6 +93,15 @@ describe('SimStore', () => {
     assert.equal(deleted.metadata.resourceVersion, String(rv - 1));
   });
 
+  test('delivers changes only to listeners of their type when a type is named', () => {
+    const store = new SimStore();
+    const seen: string[] = [];
+    store.subscribe((e) => seen.push(`pods ${e.entry.object.metadata.name}`), 'pods');
+    store.subscribe((e) => seen.push(`all ${e.entry.object.metadata.name}`));
+    store.create(node('a'));
+    assert.deepEqual(seen, ['all a']);
+  });
+
   test('keeps objects with finalizers until the last finalizer is removed', () => {
     const store = new SimStore();
     store.create({ ...node('held'), metadata: { name: 'held', finalizers: ['example.com/hold'] } });

@@ -141,7 +141,8 @@ function typeOfObject(obj: KubeObject): ResourceType {
 /** Direct, synchronous access to the simulated cluster's objects; every write behaves like an API write. */
 export class SimStore {
   readonly #tables = new Map<string, Table>();
-  readonly #listeners = new Set<(event: ChangeEvent) => void>();
+  /** Listeners by type plural; '' holds those that want every type. */
+  readonly #listeners = new Map<string, Set<(event: ChangeEvent) => void>>();
   #history: ChangeEvent[] = [];
   #historyLimit: number;
   /** Watches and pages from this resourceVersion or newer can be served from history. */
@@ -231,10 +232,17 @@ export class SimStore {
     return copyOf(this.deleteEntry(resolveType(resource), namespace, name, {}, {}));
   }
 
-  /** Calls `listener` synchronously after every change; returns the function that stops it. */
-  subscribe(listener: (event: ChangeEvent) => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
+  /** Calls `listener` synchronously after every change (of one resource, if named); returns the function that stops it. */
+  subscribe(listener: (event: ChangeEvent) => void, resource?: string): () => void {
+    // Watches subscribe per type, so a change costs only the watches of its own type.
+    const key = resource === undefined ? '' : resolveType(resource).plural;
+    let set = this.#listeners.get(key);
+    if (!set) {
+      set = new Set();
+      this.#listeners.set(key, set);
+    }
+    set.add(listener);
+    return () => set.delete(listener);
   }
 
   /** The stored entry of one object. */
@@ -456,7 +464,10 @@ export class SimStore {
   #record(event: ChangeEvent): void {
     this.#history.push(event);
     this.#trimHistory(false);
-    for (const listener of this.#listeners) listener(event);
+    for (const key of ['', event.type.plural]) {
+      const set = this.#listeners.get(key);
+      if (set) for (const listener of set) listener(event);
+    }
   }
 
   #trimHistory(exact: boolean): void {

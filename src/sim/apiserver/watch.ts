@@ -108,7 +108,7 @@ export function serveWatch(ctx: WatchContext, res: ServerResponse): void {
   const unsubscribe = store.subscribe((event) => {
     const text = eventLine(ctx, event);
     if (text) res.write(text);
-  });
+  }, ctx.type.plural);
   const timeoutMs = (params.timeoutSeconds ?? 1800 + Math.random() * 1800) * 1000;
   const timeout = setTimeout(() => finish(), timeoutMs).unref();
   const bookmarks = params.allowWatchBookmarks
