@@ -487,10 +487,14 @@ function review(call: Call, obj: KubeObject): Record<string, unknown> {
     };
   }
   const attributes = isRecord(spec['resourceAttributes']) ? spec['resourceAttributes'] : undefined;
-  const subject: SimUser = {
-    name: typeof spec['user'] === 'string' ? spec['user'] : '',
-    groups: Array.isArray(spec['groups']) ? spec['groups'].map(String) : [],
-  };
+  // A SelfSubjectAccessReview asks about the caller (`kubectl auth can-i`).
+  const subject: SimUser =
+    call.route.type.plural === 'selfsubjectaccessreviews'
+      ? call.user
+      : {
+          name: typeof spec['user'] === 'string' ? spec['user'] : '',
+          groups: Array.isArray(spec['groups']) ? spec['groups'].map(String) : [],
+        };
   if (!attributes) {
     const allowed = subject.groups.includes('system:masters');
     return { ...base, status: { allowed, ...(allowed ? { reason: 'member of system:masters' } : {}) } };

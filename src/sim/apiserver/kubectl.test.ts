@@ -124,6 +124,21 @@ describe('simulated apiserver through kubectl', () => {
     assert.match(await kubectl('get', 'csr'), /denied-csr\s+\S+\s+example.com\/signer\s+\S*\s+Denied/);
   });
 
+  test('auth can-i answers from the server authorizer', async () => {
+    assert.equal((await kubectl('auth', 'can-i', 'delete', 'nodes')).trim(), 'yes');
+    const nodeConfig = join(dir, 'node-kubeconfig');
+    await writeFile(nodeConfig, sim.kubeconfig({ name: 'system:node:node-a', groups: ['system:nodes'] }), {
+      mode: 0o600,
+    });
+    const asNode = (...args: string[]) =>
+      run(toolPath('kubectl'), ['--kubeconfig', nodeConfig, ...args]).then(
+        (r) => r.stdout.trim(),
+        (err: { stdout: string }) => err.stdout.trim(),
+      );
+    assert.equal(await asNode('auth', 'can-i', 'list', 'nodes'), 'yes');
+    assert.equal(await asNode('auth', 'can-i', 'list', 'secrets'), 'no');
+  });
+
   test('get nodes -w prints the list and then changes', async () => {
     const child = spawn(toolPath('kubectl'), [
       '--kubeconfig',

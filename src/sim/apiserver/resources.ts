@@ -125,6 +125,17 @@ export const resourceTypes: readonly ResourceType[] = [
     subresources: [],
     reviewOnly: true,
   },
+  {
+    group: 'authorization.k8s.io',
+    version: 'v1',
+    plural: 'selfsubjectaccessreviews',
+    singular: 'selfsubjectaccessreview',
+    kind: 'SelfSubjectAccessReview',
+    namespaced: false,
+    shortNames: [],
+    subresources: [],
+    reviewOnly: true,
+  },
 ];
 
 const byPlural = new Map(resourceTypes.map((t) => [t.plural, t]));

@@ -114,6 +114,15 @@ const kindFields: Record<string, Record<string, Shape>> = {
     }),
     status: any,
   },
+  SelfSubjectAccessReview: {
+    spec: obj({
+      resourceAttributes: anyFields(
+        'namespace verb group version resource subresource name fieldSelector labelSelector',
+      ),
+      nonResourceAttributes: anyFields('path verb'),
+    }),
+    status: any,
+  },
 };
 
 /** The shape of a whole object of a kind. */

@@ -232,7 +232,7 @@ export class SimStore {
     return copyOf(this.deleteEntry(resolveType(resource), namespace, name, {}, {}));
   }
 
-  /** Calls `listener` synchronously after every change (of one resource, if named); returns the function that stops it. */
+  /** Calls `listener` synchronously after every change (of `resource` only, if given); returns the stopper. */
   subscribe(listener: (event: ChangeEvent) => void, resource?: string): () => void {
     // Watches subscribe per type, so a change costs only the watches of its own type.
     const key = resource === undefined ? '' : resolveType(resource).plural;
