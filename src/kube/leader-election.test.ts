@@ -136,6 +136,18 @@ describe('leader election', () => {
     await Promise.all([a.done, b.done]);
   });
 
+  test('shutdown during acquisition still ends the run and releases the lease', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const a = candidate(api, clock, 'a');
+    a.stop(); // the create request is already on its way
+    await clock.advance(10);
+    await a.done;
+    assert.equal(a.elector.isLeader, false);
+    assert.equal(api.lease?.spec?.holderIdentity, '', 'acquired, then released at once');
+    assert.deepEqual(a.events, ['leader:a'], 'nothing was started');
+  });
+
   test('a renewal that hangs does not keep a leader past renewDeadline', async () => {
     const api = new FakeLeaseApi();
     const clock = new FakeClock();

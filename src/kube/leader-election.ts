@@ -191,6 +191,11 @@ export class LeaderElector {
   async run(signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {
       if (!(await this.#acquire(signal))) break;
+      if (signal.aborted) {
+        // Shutdown began while the lease was being acquired: hand it straight back, start nothing.
+        await this.#release();
+        break;
+      }
       await this.#lead(signal);
     }
   }
