@@ -1,10 +1,11 @@
 /** The list of commands; each lives in its own module and exports a factory. */
 import type { Command } from 'commander';
+import { devCommand } from './dev.ts';
 import { labelsCommand } from './labels.ts';
 import { pkiCommand } from './pki.ts';
 import { runCommand } from './run.ts';
 
 /** Every subcommand of the program, in no particular order (help sorts them). */
 export function commandsOf(): Command[] {
-  return [labelsCommand(), pkiCommand(), runCommand()];
+  return [devCommand(), labelsCommand(), pkiCommand(), runCommand()];
 }

@@ -1,0 +1,77 @@
+/**
+ * `kops-controller dev` (what `npm start` runs): a whole simulated kops cluster on loopback — the
+ * Kubernetes API, the AWS endpoints and an S3 state store with a sample cluster — so the product can be
+ * tried, and kubectl pointed at it, on a machine with no cloud and no cluster.
+ */
+import { resolve } from 'node:path';
+import { Command, Option } from 'commander';
+import { InvalidInputError } from '../errors.ts';
+import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
+import { commandLogger } from './common.ts';
+
+interface DevOptions {
+  stateDir: string;
+  port: string;
+  awsThrottling: boolean;
+}
+
+/** Parses a TCP port option (0 = any free port). */
+export function parsePort(value: string, flag: string): number {
+  const port = Number(value);
+  if (!/^\d+$/.test(value) || port > 65535) {
+    throw new InvalidInputError(`${flag} ${value}: expected a port number between 0 and 65535`);
+  }
+  return port;
+}
+
+/** The banner `dev` prints once everything is up: where each piece is and how to use it. */
+export function devBanner(cluster: DevCluster): string {
+  const groups = [...cluster.nodesByGroup].map(([ig, nodes]) => `${ig}: ${nodes.length}`).join(', ');
+  return [
+    `Simulated kops cluster ${cluster.clusterName} is up (loopback only).`,
+    `  Kubernetes API  ${cluster.api.server.url}`,
+    `  AWS endpoints   ${cluster.aws.endpoint}  (EC2, Auto Scaling, STS; region ${cluster.region})`,
+    `  State store     ${cluster.configBase}  (S3 at ${cluster.s3.endpoint})`,
+    `  Nodes           ${groups}`,
+    `  Controller config  ${cluster.configPath}`,
+    '',
+    `${cluster.api.exportLine}`,
+    '',
+    `Then try: kubectl get nodes --show-labels. For other tools: source ${resolve(cluster.configPath, '..', 'env')}`,
+    'Press Ctrl-C to stop.',
+    '',
+  ].join('\n');
+}
+
+/** The `dev` command. */
+export function devCommand(): Command {
+  return new Command('dev')
+    .description('run a simulated kops cluster (Kubernetes API, AWS, S3 state store) on loopback')
+    .addOption(
+      new Option('--state-dir <dir>', 'folder for the kubeconfig, config and environment files').default(
+        '.kops-dev',
+      ),
+    )
+    .addOption(new Option('--port <port>', 'port of the Kubernetes API (0 = any free port)').default('0'))
+    .addOption(new Option('--no-aws-throttling', 'switch off the simulated EC2 request rate limit'))
+    .action(async (options: DevOptions, command: Command) => {
+      const logger = commandLogger(command);
+      const cluster = await startDevCluster({
+        stateDir: options.stateDir,
+        apiPort: parsePort(options.port, '--port'),
+        awsThrottling: options.awsThrottling,
+        logger,
+      });
+      process.stdout.write(devBanner(cluster));
+      await new Promise<void>((done) => {
+        const stop = () => {
+          process.off('SIGINT', stop);
+          process.off('SIGTERM', stop);
+          done();
+        };
+        process.once('SIGINT', stop);
+        process.once('SIGTERM', stop);
+      });
+      await cluster.close();
+    });
+}

@@ -1,0 +1,240 @@
+/**
+ * A whole simulated kops cluster on loopback, for `kops-controller dev`, demos and end-to-end tests:
+ * the Kubernetes API server, the AWS endpoints (EC2, Auto Scaling, STS) and an S3 state store holding
+ * the sample cluster `minimal.example.com` (a control plane and two node instance groups). Every
+ * instance group has an Auto Scaling group with running instances, and every instance a registered,
+ * Ready Node with a few pods, exactly as a freshly created kops cluster would look.
+ */
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { type Logger, silentLogger } from '../log.ts';
+import { seedClusterStore } from '../statestore/cluster-store.ts';
+import { loadSampleCluster } from '../statestore/fixtures.ts';
+import { type InstanceGroup, parseInstanceGroup } from '../statestore/kops-types.ts';
+import { openVfs } from '../statestore/open.ts';
+import { type DevApiServer, startDevApiServer } from './apiserver/dev.ts';
+import type { KubeObject } from './apiserver/index.ts';
+import { awsProviderID, simInstanceId } from './aws/scenario.ts';
+import { type AwsSimulator, startAwsSimulator } from './aws/server.ts';
+import type { SimInstanceInput } from './aws/world.ts';
+import { type S3Sim, startS3Sim } from './s3/server.ts';
+
+/** Options of {@link startDevCluster}. */
+export interface DevClusterOptions {
+  /** Receives `kubeconfig`, `ca.crt`, `config.yaml` and `env`. */
+  stateDir: string;
+  /** Port of the Kubernetes API (default 0: ephemeral). */
+  apiPort?: number;
+  /** Whether the EC2 request bucket is on, as in a real account (default true). */
+  awsThrottling?: boolean;
+  logger?: Logger;
+}
+
+/** A running simulated cluster and where its pieces are. */
+export interface DevCluster {
+  clusterName: string;
+  region: string;
+  /** The state-store folder of the cluster, e.g. `s3://kops-state/minimal.example.com`. */
+  configBase: string;
+  api: DevApiServer;
+  aws: AwsSimulator;
+  s3: S3Sim;
+  /** A kops-controller config for this cluster (also written to `<stateDir>/config.yaml`). */
+  configPath: string;
+  /** Environment pointing the AWS SDK and the state store at the simulators (also `<stateDir>/env`). */
+  env: Record<string, string>;
+  /** The Nodes created, by instance group. */
+  nodesByGroup: Map<string, string[]>;
+  close(): Promise<void>;
+}
+
+const stateBucket = 'kops-state';
+const region = 'us-test-1';
+
+/** How many instances each group runs: its minSize, but at least one so every group is visible. */
+function runningCount(ig: InstanceGroup): number {
+  return Math.max(ig.spec.minSize ?? 1, 1);
+}
+
+function zoneOf(ig: InstanceGroup): string {
+  const subnet = ig.spec.subnets?.[0] ?? ig.spec.zones?.[0] ?? `${region}a`;
+  // kops names subnets after their zone in the sample clusters ("us-test-1a").
+  return /^[a-z]+-[a-z]+-\d[a-z]$/.test(subnet) ? subnet : `${region}a`;
+}
+
+function nodeObject(instance: SimInstanceInput, ig: InstanceGroup): KubeObject {
+  const controlPlane = ig.spec.role === 'ControlPlane';
+  return {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: { name: instance.id, labels: { 'kubernetes.io/hostname': instance.id } },
+    spec: {
+      providerID: awsProviderID(instance),
+      ...(controlPlane
+        ? { taints: [{ key: 'node-role.kubernetes.io/control-plane', effect: 'NoSchedule' }] }
+        : {}),
+    },
+    status: {
+      conditions: [
+        {
+          type: 'Ready',
+          status: 'True',
+          reason: 'KubeletReady',
+          message: 'kubelet is posting ready status',
+          lastHeartbeatTime: new Date().toISOString(),
+          lastTransitionTime: new Date().toISOString(),
+        },
+      ],
+      addresses: [
+        { type: 'InternalIP', address: instance.privateIp ?? '' },
+        { type: 'Hostname', address: instance.id },
+      ],
+      nodeInfo: { kubeletVersion: 'v1.33.0', kubeProxyVersion: 'v1.33.0' },
+    },
+  };
+}
+
+function podObject(name: string, nodeName: string, component: string): KubeObject {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: 'kube-system', labels: { 'k8s-app': component } },
+    spec: {
+      nodeName,
+      priorityClassName: 'system-node-critical',
+      containers: [{ name: component, image: component }],
+    },
+    status: {
+      phase: 'Running',
+      conditions: [{ type: 'Ready', status: 'True' }],
+      containerStatuses: [
+        {
+          name: component,
+          image: component,
+          imageID: '',
+          ready: true,
+          restartCount: 0,
+          state: { running: { startedAt: new Date().toISOString() } },
+        },
+      ],
+    },
+  };
+}
+
+/** Starts the simulated cluster and writes its kubeconfig, config and environment into `stateDir`. */
+export async function startDevCluster(options: DevClusterOptions): Promise<DevCluster> {
+  const logger = options.logger ?? silentLogger;
+  const sample = await loadSampleCluster('aws');
+  const groups = sample.instanceGroups.map((text) => parseInstanceGroup(text));
+  const closers: (() => Promise<void>)[] = [];
+  try {
+    const api = await startDevApiServer({
+      stateDir: options.stateDir,
+      ...(options.apiPort !== undefined ? { port: options.apiPort } : {}),
+      logger,
+    });
+    closers.push(() => api.close());
+    const aws = await startAwsSimulator({ region, throttling: options.awsThrottling ?? true, logger });
+    closers.push(() => aws.close());
+    const s3 = await startS3Sim({ buckets: [stateBucket], credentials: [aws.credentials] });
+    closers.push(() => s3.close());
+
+    const configBase = `s3://${stateBucket}/${sample.name}`;
+    const s3Options = {
+      region,
+      endpoint: s3.endpoint,
+      forcePathStyle: true,
+      credentials: { ...aws.credentials },
+    };
+    await seedClusterStore(openVfs(`s3://${stateBucket}`, { s3: s3Options }), sample.name, sample);
+
+    const nodesByGroup = new Map<string, string[]>();
+    let nextId = 1;
+    for (const ig of groups) {
+      const zone = zoneOf(ig);
+      const instances: SimInstanceInput[] = Array.from({ length: runningCount(ig) }, () => {
+        const n = nextId++;
+        return {
+          id: simInstanceId(n),
+          zone,
+          cluster: sample.name,
+          instanceGroup: ig.metadata.name,
+          privateIp: `172.20.${Math.floor(n / 250)}.${(n % 250) + 4}`,
+        };
+      });
+      aws.ec2.addInstances(instances);
+      aws.autoscaling.addAutoScalingGroup({
+        name: `${ig.metadata.name}.${sample.name}`,
+        minSize: ig.spec.minSize ?? 1,
+        maxSize: ig.spec.maxSize ?? 1,
+        desiredCapacity: instances.length,
+        zones: [zone],
+        cluster: sample.name,
+        instanceGroup: ig.metadata.name,
+        members: instances.map((i) => i.id),
+      });
+      for (const instance of instances) {
+        api.server.store.create(nodeObject(instance, ig));
+        api.server.store.create(podObject(`kube-proxy-${instance.id}`, instance.id, 'kube-proxy'));
+      }
+      nodesByGroup.set(
+        ig.metadata.name,
+        instances.map((i) => i.id),
+      );
+    }
+
+    const configPath = join(options.stateDir, 'config.yaml');
+    await writeFile(
+      configPath,
+      [
+        `clusterName: ${sample.name}`,
+        'cloud: aws',
+        `configBase: ${configBase}`,
+        'server:',
+        '  provider:',
+        '    aws:',
+        `      nodesRoles: [nodes.${sample.name}]`,
+        `      Region: ${region}`,
+        'metrics:',
+        '  listen: "127.0.0.1:0"',
+        '',
+      ].join('\n'),
+    );
+    const env: Record<string, string> = {
+      AWS_ENDPOINT_URL: aws.endpoint,
+      AWS_REGION: region,
+      AWS_ACCESS_KEY_ID: aws.credentials.accessKeyId,
+      AWS_SECRET_ACCESS_KEY: aws.credentials.secretAccessKey,
+      S3_ENDPOINT: s3.endpoint,
+      S3_REGION: region,
+      S3_ACCESS_KEY_ID: aws.credentials.accessKeyId,
+      S3_SECRET_ACCESS_KEY: aws.credentials.secretAccessKey,
+      KUBECONFIG: api.kubeconfigPath,
+    };
+    // Simulator credentials only: they open nothing outside this process's loopback simulators.
+    await writeFile(
+      join(options.stateDir, 'env'),
+      Object.entries(env)
+        .map(([k, v]) => `export ${k}=${v}`)
+        .join('\n') + '\n',
+      { mode: 0o600 },
+    );
+    return {
+      clusterName: sample.name,
+      region,
+      configBase,
+      api,
+      aws,
+      s3,
+      configPath,
+      env,
+      nodesByGroup,
+      close: async () => {
+        for (const close of closers.reverse()) await close();
+      },
+    };
+  } catch (err) {
+    for (const close of closers.reverse()) await close().catch(() => undefined);
+    throw err;
+  }
+}
