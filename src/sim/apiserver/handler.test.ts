@@ -365,6 +365,22 @@ describe('simulated apiserver HTTP edge', () => {
       ...json('[1,2]', 'application/merge-patch+json'),
     });
     assert.equal(notObject.status, 400);
+    for (const depth of [20_000, 1_000_000]) {
+      const deep = `{"metadata":{"name":"deep"},"spec":{"taints":${'['.repeat(depth)}${']'.repeat(depth)}}}`;
+      const res = await raw(sim, { method: 'POST', path: '/api/v1/nodes', ...json(deep) });
+      assert.equal(res.status, 400);
+      assert.match(String(res.body['message']), /exceeded max depth of 10000$/);
+    }
+    const proto = await raw(sim, {
+      method: 'POST',
+      path: '/api/v1/nodes',
+      ...json('{"metadata":{"name":"proto","__proto__":{"x":1}}}'),
+    });
+    assert.equal(proto.status, 201);
+    assert.equal(
+      Object.getPrototypeOf(sim.store.get('nodes', undefined, 'proto')?.metadata),
+      Object.prototype,
+    );
     assert.equal((await raw(sim, { path: '/api/v1/nodes/n1' })).status, 200);
   });
 });

@@ -128,12 +128,35 @@ function mediaTypeOf(req: IncomingMessage): string {
   return (req.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
 }
 
-function parseJson(body: Buffer, what: string): unknown {
-  try {
-    return JSON.parse(body.toString('utf8'));
-  } catch (err) {
-    throw badRequest(`${what}: ${(err as Error).message}`);
+/** The nesting limit of the apiserver's JSON decoder. */
+const maxJsonDepth = 10_000;
+
+/** Whether a parsed value nests deeper than the limit (checked without recursion). */
+function tooDeep(value: unknown): boolean {
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [current, depth] = stack.pop() as [unknown, number];
+    if (current === null || typeof current !== 'object') continue;
+    if (depth > maxJsonDepth) return true;
+    for (const child of Object.values(current)) stack.push([child, depth + 1]);
   }
+  return false;
+}
+
+/** Parses a JSON or YAML body; `__proto__` keys are dropped and over-deep nesting refused, as Go's decoder would. */
+function parseBody(body: Buffer, what: string, yaml = false): unknown {
+  let value: unknown;
+  try {
+    const text = body.toString('utf8');
+    value = yaml ? parseYaml(text) : JSON.parse(text, (key, v) => (key === '__proto__' ? undefined : v));
+  } catch (err) {
+    // A RangeError is the parser running out of stack on absurd nesting.
+    const reason =
+      err instanceof RangeError ? `exceeded max depth of ${maxJsonDepth}` : (err as Error).message;
+    throw badRequest(`${what}: ${reason}`);
+  }
+  if (tooDeep(value)) throw badRequest(`${what}: exceeded max depth of ${maxJsonDepth}`);
+  return value;
 }
 
 /** Decodes a create/update body: JSON or YAML, defaults apiVersion/kind, handles unknown fields. */
@@ -141,13 +164,9 @@ function decodeObject(call: Call, body: Buffer): { obj: KubeObject; warnings: st
   const media = mediaTypeOf(call.req);
   let raw: unknown;
   if (media === 'application/json' || media === '') {
-    raw = parseJson(body, "couldn't get version/kind; json parse error");
+    raw = parseBody(body, "couldn't get version/kind; json parse error");
   } else if (media === 'application/yaml') {
-    try {
-      raw = parseYaml(body.toString('utf8'));
-    } catch (err) {
-      throw badRequest(`error converting YAML to JSON: ${(err as Error).message}`);
-    }
+    raw = parseBody(body, 'error converting YAML to JSON', true);
   } else {
     throw unsupportedMediaType(media, ['application/json', 'application/yaml']);
   }
@@ -388,7 +407,7 @@ async function servePatch(call: Call): Promise<void> {
   const media = mediaTypeOf(call.req);
   if (!patchTypes.includes(media as (typeof patchTypes)[number]))
     throw unsupportedMediaType(media, [...patchTypes]);
-  const patch = parseJson(await readBody(call.req), 'error decoding patch');
+  const patch = parseBody(await readBody(call.req), 'error decoding patch');
   const current = ctx.store.entry(route.type, route.namespace, route.name as string);
   if (!current) throw notFound(route.type, route.name as string);
   const original = JSON.parse(current.json) as unknown;
@@ -411,7 +430,7 @@ async function servePatch(call: Call): Promise<void> {
 async function deleteOptionsOf(call: Call): Promise<{ uid?: string; resourceVersion?: string }> {
   const body = await readBody(call.req);
   if (body.length === 0) return {};
-  const options = parseJson(body, "couldn't get version/kind; json parse error");
+  const options = parseBody(body, "couldn't get version/kind; json parse error");
   if (!isRecord(options)) throw badRequest('DeleteOptions: expected a JSON object');
   const pre = isRecord(options['preconditions']) ? options['preconditions'] : {};
   return {
