@@ -186,6 +186,24 @@ describe('controller runtime', () => {
     assert.deepEqual(probe.log, ['start', 'stop']);
   });
 
+  test('stop right after start ends cleanly, with or without leader election', async () => {
+    for (const enabled of [true, false]) {
+      const probe = testComponent('probe');
+      const runtime = new ControllerRuntime({
+        config: config({ enabled }),
+        leaseClient: new FakeLeaseApi().clientFor(),
+        components: [probe.component],
+        registry: new Registry(),
+        clock: new FakeClock(),
+      });
+      const server = runtime.start();
+      await runtime.stop();
+      await runtime.done;
+      assert.equal(probe.isRunning(), false);
+      await assert.rejects(fetch(`${(await server).url}/healthz`), 'already closed when stop resolved');
+    }
+  });
+
   test('not ready until the lease has been read', async () => {
     const clock = new FakeClock();
     const runtime = new ControllerRuntime({

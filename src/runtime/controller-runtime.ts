@@ -65,6 +65,7 @@ export class ControllerRuntime {
   #componentRuns: Promise<void>[] = [];
   #fatal: Error | undefined;
   #server: OpsServer | undefined;
+  #starting: Promise<OpsServer> | undefined;
   #done: Promise<void> | undefined;
 
   constructor(options: ControllerRuntimeOptions) {
@@ -129,18 +130,22 @@ export class ControllerRuntime {
   }
 
   /** Serves the operations endpoint and starts campaigning (or the components, without election). */
-  async start(): Promise<OpsServer> {
-    if (this.#done) throw new InternalError('controller runtime already started');
-    this.#server = await startOpsServer({
-      listen: this.#options.config.metrics.listen,
-      registry: this.#registry,
-      readinessChecks: () => this.#checks,
-      liveness: () => (this.#fatal ? describeError(this.#fatal) : undefined),
-      logger: this.#logger,
-    });
-    this.#logger.info({ url: this.#server.url }, 'serving /healthz, /readyz and /metrics');
-    this.#done = this.#run();
-    return this.#server;
+  start(): Promise<OpsServer> {
+    if (this.#starting) throw new InternalError('controller runtime already started');
+    this.#starting = (async () => {
+      const server = await startOpsServer({
+        listen: this.#options.config.metrics.listen,
+        registry: this.#registry,
+        readinessChecks: () => this.#checks,
+        liveness: () => (this.#fatal ? describeError(this.#fatal) : undefined),
+        logger: this.#logger,
+      });
+      this.#server = server;
+      this.#logger.info({ url: server.url }, 'serving /healthz, /readyz and /metrics');
+      this.#done = this.#run();
+      return server;
+    })();
+    return this.#starting;
   }
 
   /** Resolves after a clean shutdown; rejects if a component could not be stopped. */
@@ -149,9 +154,13 @@ export class ControllerRuntime {
     return this.#done;
   }
 
-  /** Stops the components, releases the lease, closes the server; resolves when all of that is done. */
+  /**
+   * Stops the components, releases the lease, closes the server; resolves when all of that is done,
+   * also when called while {@link ControllerRuntime.start} is still in progress.
+   */
   async stop(): Promise<void> {
     this.#stop.abort();
+    await this.#starting?.catch(() => {});
     await this.#done?.catch(() => {});
   }
 
@@ -161,7 +170,9 @@ export class ControllerRuntime {
         await this.#elector.run(this.#stop.signal);
       } else {
         this.#startComponents(this.#stop.signal);
-        await new Promise((resolve) => this.#stop.signal.addEventListener('abort', resolve, { once: true }));
+        const stop = this.#stop.signal;
+        if (!stop.aborted)
+          await new Promise((resolve) => stop.addEventListener('abort', resolve, { once: true }));
         await this.#awaitComponents().catch(() => {});
       }
     } finally {
