@@ -168,8 +168,9 @@ export function createCa(options: CreateCaOptions = {}): CertificateAuthority {
 }
 
 /**
- * Loads a CA from PEM: `bundlePem` holds one or more CA certificates, `keyPem` the active signer's
- * key, which picks the signer among them. `keypairIds` maps serials to ids where they differ.
+ * Loads a CA from PEM: `bundlePem` holds one or more CA certificates, `key` is the active signer's,
+ * which picks the signer among them. Keypair ids are the serials unless `signerKeypairId` (from
+ * kops-controller's keypair-ids.yaml) names the signer's.
  */
 export function caFromPem(
   bundlePem: string,
@@ -184,8 +185,8 @@ export function caFromPem(
   if (signerIndex < 0) {
     throw new InvalidInputError('the CA private key matches none of the certificates in the CA bundle');
   }
-  const signerCertificate = certificates[signerIndex] as CaCertificate;
-  if (options.signerKeypairId) signerCertificate.keypairId = options.signerKeypairId;
+  const found = certificates[signerIndex] as CaCertificate;
+  const signerCertificate = { ...found, keypairId: options.signerKeypairId ?? found.keypairId };
   return {
     name: options.name ?? defaultCaName,
     certificates: [signerCertificate, ...certificates.filter((_, i) => i !== signerIndex)],
