@@ -266,6 +266,21 @@ describe('simulated apiserver HTTP edge', () => {
     assert.equal(yaml.status, 201);
   });
 
+  test('refuses wrongly typed metadata at decoding, like the typed decoder', async () => {
+    const res = await raw(sim, { method: 'POST', path: '/api/v1/nodes', ...json({ metadata: { name: 7 } }) });
+    assert.equal(res.status, 400);
+    assert.equal(
+      res.body['message'],
+      'json: cannot unmarshal number into Go struct field ObjectMeta.metadata.name of type string',
+    );
+    const labels = await raw(sim, {
+      method: 'PATCH',
+      path: '/api/v1/nodes/n1',
+      ...json({ metadata: { labels: { a: 1 } } }, 'application/merge-patch+json'),
+    });
+    assert.equal(labels.status, 400);
+  });
+
   test('dryRun=All validates without storing', async () => {
     const res = await raw(sim, {
       method: 'POST',

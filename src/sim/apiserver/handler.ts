@@ -190,7 +190,42 @@ function decodeObject(call: Call, body: Buffer): { obj: KubeObject; warnings: st
   raw['kind'] = type.kind;
   if (raw['metadata'] === undefined || raw['metadata'] === null) raw['metadata'] = {};
   if (!isRecord(raw['metadata'])) throw badRequest('metadata: expected an object');
+  checkMetadataTypes(raw['metadata']);
   return { obj: raw as KubeObject, warnings: checkUnknownFields(call, raw) };
+}
+
+const metadataStrings = ['name', 'generateName', 'namespace', 'uid', 'resourceVersion', 'creationTimestamp'];
+
+function goType(value: unknown): string {
+  if (Array.isArray(value)) return 'array';
+  if (value === null) return 'null';
+  return typeof value === 'object' ? 'object' : typeof value;
+}
+
+/** Wrongly typed metadata fails decoding with 400, as Go's typed decoder does. */
+function checkMetadataTypes(meta: Record<string, unknown>): void {
+  const refuse = (field: string, value: unknown, want: string) => {
+    throw badRequest(
+      `json: cannot unmarshal ${goType(value)} into Go struct field ObjectMeta.metadata.${field} of type ${want}`,
+    );
+  };
+  for (const field of metadataStrings) {
+    const value = meta[field];
+    if (value !== undefined && value !== null && typeof value !== 'string') refuse(field, value, 'string');
+  }
+  for (const field of ['labels', 'annotations']) {
+    const value = meta[field];
+    if (value === undefined || value === null) continue;
+    if (!isRecord(value)) refuse(field, value, 'map[string]string');
+    for (const item of Object.values(value as Record<string, unknown>))
+      if (typeof item !== 'string') refuse(field, item, 'string');
+  }
+  const finalizers = meta['finalizers'];
+  if (finalizers !== undefined && finalizers !== null) {
+    if (!Array.isArray(finalizers)) refuse('finalizers', finalizers, '[]string');
+    for (const item of finalizers as unknown[])
+      if (typeof item !== 'string') refuse('finalizers', item, 'string');
+  }
 }
 
 function checkUnknownFields(call: Call, obj: unknown): string[] {
@@ -417,6 +452,7 @@ async function servePatch(call: Call): Promise<void> {
   else patched = applyStrategicMergePatch(original, patch, route.type.kind);
   if (!isRecord(patched) || !isRecord(patched['metadata']))
     throw badRequest('the patched object is not a valid object: it must be a JSON object with metadata');
+  checkMetadataTypes(patched['metadata']);
   const warnings = checkUnknownFields(call, patched);
   const obj = patched as KubeObject;
   checkIdentity(call, obj);
