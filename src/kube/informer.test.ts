@@ -506,7 +506,7 @@ describe('informer against the simulated API server', () => {
         ['n2', 'n3', 'n4'],
       );
       assert.equal(
-        typeof (rest.items[0]?.metadata as Record<string, unknown>)['creationTimestamp'],
+        typeof (rest.items[0]!.metadata as Record<string, unknown>)['creationTimestamp'],
         'string',
       );
       const stranger = kubeList(sim.kubeConfig({ name: 'stranger', groups: [] }), '/api/v1/nodes');
