@@ -431,7 +431,7 @@ describe('informer against the simulated API server', () => {
 
       sim.faults.errors({ resource: 'nodes', verbs: ['watch'], status: 500, count: 2 });
       sim.faults.dropWatches();
-      // The simulator keeps feeding a dropped stream until its connection closes; wait for that first.
+      // Seeing the old stream gone first makes the later "one open watch" the reconnected one.
       await eventually(() => sim.faults.openWatches === 0, 'the dropped watch to close');
       await eventually(
         () => metric(/informer_watch_restarts_total\{resource="nodes",reason="error"\} 2/),
