@@ -96,6 +96,8 @@ interface Table {
   sortedKeys: string[] | undefined;
   /** The resourceVersion of the last change to any object of this type. */
   lastChange: number;
+  /** The last past state reconstructed for a paged or exact list. */
+  past?: { resourceVersion: number; keys: string[]; entries: Map<string, StoredEntry> };
 }
 
 const nameAlphabet = 'bcdfghjklmnpqrstvwxz2456789';
@@ -187,6 +189,7 @@ export class SimStore {
     const rv = Math.min(resourceVersion, this.#rv);
     this.#history = this.#history.filter((e) => e.resourceVersion > rv);
     this.#oldest = Math.max(this.#oldest, rv);
+    for (const table of this.#tables.values()) delete table.past;
   }
 
   /** Creates an object (apiVersion and kind say which type); returns it as stored. */
@@ -265,16 +268,20 @@ export class SimStore {
     } else {
       if (atResourceVersion < this.#oldest)
         throw expired(`too old resource version: ${atResourceVersion} (${this.#oldest})`);
-      const past = new Map(table.entries);
-      for (let i = this.#history.length - 1; i >= 0; i--) {
-        const event = this.#history[i] as ChangeEvent;
-        if (event.resourceVersion <= atResourceVersion) break;
-        if (event.type !== type) continue;
-        if (event.kind === 'ADDED') past.delete(event.entry.key);
-        else past.set(event.entry.key, event.previous as StoredEntry);
+      // A past state never changes, so the pages of one list share one reconstruction.
+      if (table.past?.resourceVersion !== atResourceVersion) {
+        const past = new Map(table.entries);
+        for (let i = this.#history.length - 1; i >= 0; i--) {
+          const event = this.#history[i] as ChangeEvent;
+          if (event.resourceVersion <= atResourceVersion) break;
+          if (event.type !== type) continue;
+          if (event.kind === 'ADDED') past.delete(event.entry.key);
+          else past.set(event.entry.key, event.previous as StoredEntry);
+        }
+        table.past = { resourceVersion: atResourceVersion, keys: [...past.keys()].sort(), entries: past };
       }
-      entries = past;
-      keys = [...past.keys()].sort();
+      entries = table.past.entries;
+      keys = table.past.keys;
     }
     if (!type.namespaced || !namespace) return { keys, entries, from: 0, to: keys.length };
     // Keys sort as `namespace/name`, so one namespace is one contiguous range, ending before `namespace0`
