@@ -11,6 +11,7 @@ import { parse } from 'yaml';
 import { exitCodeOf } from '../errors.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
+import { startS3Sim } from '../sim/s3/server.ts';
 import { openssl, opensslText, scratchFile } from '../testing/openssl.ts';
 import { buildProgram } from './main.ts';
 
@@ -346,6 +347,57 @@ test('pki rotate: the new CA signs, certificates from the old one stay valid, in
       );
       assert.throws(() => verify(scratchFile('new-ca.pem', newCa as string), old.certificate));
     }
+  }
+});
+
+test('an s3:// state store works as the PKI folder (kops S3_* variables, simulated S3)', async () => {
+  const s3 = await startS3Sim({ buckets: ['state'] });
+  const env = {
+    S3_ENDPOINT: s3.endpoint,
+    S3_REGION: 'us-test-1',
+    S3_ACCESS_KEY_ID: s3.credentials.accessKeyId,
+    S3_SECRET_ACCESS_KEY: s3.credentials.secretAccessKey,
+  };
+  const saved = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, env);
+  try {
+    const url = 's3://state/cluster.example.com';
+    const init = await pkiJson<{ caCertificate: string; caKey: string }>(
+      'init',
+      '--dir',
+      url,
+      '--layout',
+      'keyset',
+    );
+    assert.equal(init.caKey, `${url}/pki/private/kubernetes-ca/keyset.yaml`);
+    assert.match(
+      s3.getObject('state', 'cluster.example.com/pki/private/kubernetes-ca/keyset.yaml')?.toString() ?? '',
+      /kind: Keyset/,
+    );
+    const issued = await pkiJson<{ certificate: string }>(
+      'issue',
+      'kubelet',
+      '--dir',
+      url,
+      '--name',
+      'node-a',
+    );
+    assert.equal(issued.certificate, `${url}/nodes/node-a/kubelet.crt`);
+    const certificate =
+      s3.getObject('state', 'cluster.example.com/nodes/node-a/kubelet.crt')?.toString() ?? '';
+    const summary = await pkiJson<{ signedByCa: boolean }>(
+      'inspect',
+      scratchFile('s3-kubelet.crt', certificate),
+      '--dir',
+      url,
+    );
+    assert.equal(summary.signedByCa, true);
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+    await s3.close();
   }
 });
 
