@@ -1,0 +1,46 @@
+/**
+ * Evaluates the configured approval policies in order. The first policy that does not abstain
+ * decides; if every policy abstains the request is denied, so an empty or misconfigured chain fails
+ * closed. A policy that throws denies the request with its error as the reason (fail closed), and the
+ * trail records every verdict for `explain` and the audit trail.
+ */
+import { describeError } from '../errors.ts';
+import type { BootstrapPolicy, BootstrapRequest, ChainDecision, PolicyContext } from './types.ts';
+
+/** Runs `policies` on `request`; `stopAtDecision: false` evaluates every policy (for `explain`). */
+export async function evaluateChain(
+  policies: readonly BootstrapPolicy[],
+  request: BootstrapRequest,
+  context: PolicyContext,
+  options: { stopAtDecision?: boolean } = {},
+): Promise<ChainDecision> {
+  const stopAtDecision = options.stopAtDecision ?? true;
+  const trail: ChainDecision['trail'] = [];
+  let decided: ChainDecision | undefined;
+  for (const policy of policies) {
+    let decision: ChainDecision['decision'];
+    try {
+      decision = await policy.evaluate(request, context);
+    } catch (err) {
+      decision = { verdict: 'deny', reasons: [`policy ${policy.name} failed: ${describeError(err)}`] };
+    }
+    trail.push({ policy: policy.name, decision });
+    if (!decided && decision.verdict !== 'abstain') {
+      decided = { decision, decidedBy: policy.name, trail };
+      if (stopAtDecision) break;
+    }
+  }
+  return (
+    decided ?? {
+      decision: {
+        verdict: 'deny',
+        reasons: [
+          policies.length === 0
+            ? 'no approval policy is configured'
+            : `no policy approved the request (${policies.map((p) => p.name).join(', ')} abstained)`,
+        ],
+      },
+      trail,
+    }
+  );
+}
