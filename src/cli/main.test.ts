@@ -1,11 +1,15 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
+import { CommanderError } from 'commander';
 import { ConfigError, InternalError } from '../errors.ts';
 import { buildProgram, errorLine } from './main.ts';
 
 const cli = (args: string[]) =>
-  spawnSync(process.execPath, ['src/cli/main.ts', ...args], { encoding: 'utf8', cwd: new URL('../..', import.meta.url) });
+  spawnSync(process.execPath, ['src/cli/main.ts', ...args], {
+    encoding: 'utf8',
+    cwd: new URL('../..', import.meta.url),
+  });
 
 test('--version prints the package version and exits 0', () => {
   const run = cli(['--version']);
@@ -32,4 +36,18 @@ test('typed errors become one line; unexpected ones are labelled as bugs', () =>
   assert.equal(errorLine(new ConfigError('bad\nthing')), 'bad thing');
   assert.match(errorLine(new InternalError('boom')), /^internal error: boom \(this is a bug/);
   assert.match(errorLine(new TypeError('x is undefined')), /^internal error: x is undefined/);
+});
+
+test('usage errors in nested subcommands are reported, not thrown out of the process', async () => {
+  const program = buildProgram();
+  for (const command of program.commands) {
+    for (const sub of command.commands) {
+      sub.configureOutput({ writeErr: () => undefined });
+      assert.throws(
+        () => sub.parse(['--definitely-not-an-option'], { from: 'user' }),
+        CommanderError,
+        `${command.name()} ${sub.name()}`,
+      );
+    }
+  }
 });

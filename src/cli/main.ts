@@ -29,9 +29,13 @@ export function buildProgram(): Command {
     .showHelpAfterError('(run with --help for usage)')
     .configureHelp({ sortSubcommands: true })
     .exitOverride();
-  for (const command of commandsOf()) {
-    program.addCommand(command.exitOverride());
-  }
+  for (const command of commandsOf()) program.addCommand(command);
+  // Usage errors anywhere in the tree must reach main()'s handler instead of exiting the process.
+  const overrideExits = (command: Command): void => {
+    command.exitOverride();
+    for (const sub of command.commands) overrideExits(sub);
+  };
+  overrideExits(program);
   return program;
 }
 

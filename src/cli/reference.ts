@@ -25,7 +25,7 @@ export function cliReference(): string {
   const out = [
     '# CLI reference',
     '',
-    'Generated from the commands\' own `--help` by `npm run docs`; a test fails when this file is stale.',
+    "Generated from the commands' own `--help` by `npm run docs`; a test fails when this file is stale.",
     '',
   ];
   section(buildProgram(), 0, out);
