@@ -1,0 +1,20 @@
+/**
+ * Runs every benchmark under bench/ one after the other (each prints its own figures and ratios), or
+ * only those named: `npm run bench -- issue identify`.
+ */
+import { spawnSync } from 'node:child_process';
+import { readdirSync } from 'node:fs';
+
+const wanted = process.argv.slice(2);
+const benches = readdirSync(new URL('../bench', import.meta.url))
+  .filter((f) => f.endsWith('.ts') && !f.endsWith('.test.ts'))
+  .map((f) => f.slice(0, -3))
+  .filter((name) => wanted.length === 0 || wanted.includes(name))
+  .sort();
+let failed = 0;
+for (const name of benches) {
+  process.stdout.write(`\n=== bench/${name}.ts ===\n`);
+  const run = spawnSync(process.execPath, [`bench/${name}.ts`], { stdio: 'inherit' });
+  if (run.status !== 0) failed++;
+}
+process.exitCode = failed > 0 ? 1 : 0;
