@@ -1,0 +1,35 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
+import { queueDecision, queuePolicy } from './queue.ts';
+
+test('queue holds a claimed name as unverified, for a human', async () => {
+  const decision = await queuePolicy().evaluate(testRequest({ claimedNodeName: 'node-a' }), contextAt());
+  assert.equal(decision.verdict, 'queue');
+  assert.ok(decision.verdict === 'queue');
+  assert.equal(decision.facts?.nodeName, 'node-a');
+  assert.equal(decision.facts?.evidence['verified'], 'false');
+  assert.match(decision.reasons[0] ?? '', /claimed, not verified.*10\.0\.0\.5/);
+});
+
+test('queue without a claimed name queues with no facts', async () => {
+  const decision = await queuePolicy().evaluate(testRequest(), contextAt());
+  assert.deepEqual(decision, {
+    verdict: 'queue',
+    reasons: ['the request names no node; a human must decide who it is'],
+  });
+});
+
+test('queueDecision carries verified facts when a policy established them', () => {
+  const facts = {
+    nodeName: 'host-1',
+    instanceGroup: 'nodes',
+    dnsNames: [],
+    ipAddresses: ['10.0.0.5'],
+    evidence: {},
+  };
+  const decision = queueDecision(testRequest({ claimedNodeName: 'other' }), facts);
+  assert.ok(decision.verdict === 'queue');
+  assert.equal(decision.facts, facts);
+  assert.match(decision.reasons[0] ?? '', /host-1 is verified/);
+});
