@@ -14,6 +14,7 @@ import {
   V1MicroTime,
   Watch,
 } from '@kubernetes/client-node';
+import { createLogger } from '../../log.ts';
 import { createCertificateAuthority, createCertificateRequest, issueClientCertificate } from '../tls.ts';
 import { type SimApiServer, startApiServer } from './index.ts';
 
@@ -738,6 +739,28 @@ describe('simulated apiserver through @kubernetes/client-node', () => {
       setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
     );
     await rejectsWith(kubelet.deleteNode({ name: 'self' }), 403, 'Forbidden');
+  });
+
+  test('allow-all authorizes any authenticated caller, and request logs carry no credentials', async () => {
+    const lines: string[] = [];
+    const logger = createLogger({
+      level: 'debug',
+      destination: { write: (line: string) => lines.push(line) },
+    });
+    const open = await startApiServer({ authorization: 'allow-all', logger });
+    try {
+      const anyone = open.kubeConfig({ name: 'anyone', groups: [] }).makeApiClient(CoreV1Api);
+      await anyone.createNode({ body: { metadata: { name: 'by-anyone' } } });
+      assert.equal((await anyone.readNode({ name: 'by-anyone' })).metadata?.name, 'by-anyone');
+      const token = /token: (\S+)/.exec(open.kubeconfig({ name: 'anyone', groups: [] }))?.[1] as string;
+      const requests = lines.filter((l) => l.includes('apiserver request'));
+      assert.ok(
+        requests.some((l) => l.includes('"path":"/api/v1/nodes/by-anyone"') && l.includes('"user":"anyone"')),
+      );
+      assert.ok(lines.every((l) => !l.includes(token)));
+    } finally {
+      await open.close();
+    }
   });
 
   test('answers 401 without credentials and 403 without permission', async () => {
