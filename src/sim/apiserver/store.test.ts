@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { ConflictError, GoneError, InvalidInputError, NotFoundError } from '../../errors.ts';
+import { ConflictError, ForbiddenError, GoneError, InvalidInputError, NotFoundError } from '../../errors.ts';
 import type { KubeObject } from './objects.ts';
 import { resourceTypeByName } from './resources.ts';
 import { type ChangeEvent, SimStore } from './store.ts';
@@ -120,6 +120,7 @@ describe('SimStore', () => {
     store.create({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'c', namespace: 'team' } });
     store.delete('namespaces', undefined, 'team');
     assert.deepEqual(store.list('configmaps', 'team'), []);
+    assert.throws(() => store.delete('namespaces', undefined, 'kube-system'), ForbiddenError);
   });
 
   test('reconstructs past snapshots from history and refuses compacted ones', () => {

@@ -25,6 +25,7 @@ import {
   badRequest,
   conflict,
   expired,
+  forbidden,
   invalid,
   notFound,
   staleObjectMessage,
@@ -400,6 +401,9 @@ export class SimStore {
   ): StoredEntry {
     const old = this.entry(type, namespace, name);
     if (!old) throw notFound(type, name);
+    if (type === namespaceType && protectedNamespaces.includes(name)) {
+      throw forbidden(`namespaces "${name}" is forbidden: this namespace may not be deleted`, type, name);
+    }
     const meta = old.object.metadata;
     if (preconditions.uid && preconditions.uid !== meta.uid) {
       throw conflict(
@@ -489,6 +493,8 @@ export class SimStore {
 }
 
 const namespaceType = resourceTypeByName('namespaces') as ResourceType;
+/** The namespaces the NamespaceLifecycle admission plugin never lets go. */
+const protectedNamespaces = ['default', 'kube-system', 'kube-public'];
 
 function randomSuffix(): string {
   let out = '';
