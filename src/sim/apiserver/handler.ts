@@ -4,10 +4,19 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { TLSSocket } from 'node:tls';
-import { parse as parseYaml } from 'yaml';
 import { KopsError } from '../../errors.ts';
 import type { Logger } from '../../log.ts';
 import type { Authenticator, Authorizer } from './auth.ts';
+import {
+  checkMetadataTypes,
+  checkUnknownFields,
+  decodeObject,
+  dryRunOf,
+  mediaTypeOf,
+  parseBody,
+  readBody,
+  warningHeaders,
+} from './decode.ts';
 import {
   apiGroupList,
   apiGroupOf,
@@ -22,8 +31,8 @@ import { listPage, matchesFilter, objectFilterOf } from './lists.ts';
 import { isRecord, type KubeObject, type SimUser } from './objects.ts';
 import { applyJsonPatch, applyMergePatch, applyStrategicMergePatch, patchContentTypes } from './patch.ts';
 import { apiVersionOf, type ResourceType } from './resources.ts';
+import { review } from './reviews.ts';
 import { type InfoRoute, type ResourceRoute, routeOf } from './routes.ts';
-import { dropUnknownFields, shapeOfKind } from './schema.ts';
 import {
   badRequest,
   methodNotAllowed,
@@ -31,7 +40,6 @@ import {
   type Status,
   statusOf,
   success,
-  tooLarge,
   unknownPath,
   unsupportedMediaType,
 } from './status.ts';
@@ -39,9 +47,6 @@ import type { SimStore, StoredEntry } from './store.ts';
 import type { WriteTarget } from './strategies.ts';
 import { tableJson, wantsTable } from './tables.ts';
 import { serveWatch } from './watch.ts';
-
-/** The request body limit of the real apiserver (3 MiB). */
-export const maxBodyBytes = 3 * 1024 * 1024;
 
 /** What the handler works with. */
 export interface HandlerContext {
@@ -109,149 +114,6 @@ export function sendError(res: ServerResponse, err: unknown, logger: Logger): vo
     headers['Retry-After'] = String(retryAfter);
   if (status.code === 413) headers['Connection'] = 'close';
   sendJson(res, status.code ?? 500, status, headers);
-}
-
-async function readBody(req: IncomingMessage): Promise<Buffer> {
-  const declared = Number(req.headers['content-length'] ?? 0);
-  if (declared > maxBodyBytes) throw tooLarge(maxBodyBytes);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > maxBodyBytes) throw tooLarge(maxBodyBytes);
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks);
-}
-
-function mediaTypeOf(req: IncomingMessage): string {
-  return (req.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
-}
-
-/** The nesting limit of the apiserver's JSON decoder. */
-const maxJsonDepth = 10_000;
-
-/** Whether a parsed value nests deeper than the limit (checked without recursion). */
-function tooDeep(value: unknown): boolean {
-  const stack: [unknown, number][] = [[value, 1]];
-  while (stack.length > 0) {
-    const [current, depth] = stack.pop() as [unknown, number];
-    if (current === null || typeof current !== 'object') continue;
-    if (depth > maxJsonDepth) return true;
-    for (const child of Object.values(current)) stack.push([child, depth + 1]);
-  }
-  return false;
-}
-
-/** Parses a JSON or YAML body; `__proto__` keys are dropped and over-deep nesting refused, as Go's decoder would. */
-function parseBody(body: Buffer, what: string, yaml = false): unknown {
-  let value: unknown;
-  try {
-    const text = body.toString('utf8');
-    value = yaml ? parseYaml(text) : JSON.parse(text, (key, v) => (key === '__proto__' ? undefined : v));
-  } catch (err) {
-    // A RangeError is the parser running out of stack on absurd nesting.
-    const reason =
-      err instanceof RangeError ? `exceeded max depth of ${maxJsonDepth}` : (err as Error).message;
-    throw badRequest(`${what}: ${reason}`);
-  }
-  if (tooDeep(value)) throw badRequest(`${what}: exceeded max depth of ${maxJsonDepth}`);
-  return value;
-}
-
-/** Decodes a create/update body: JSON or YAML, defaults apiVersion/kind, handles unknown fields. */
-function decodeObject(call: Call, body: Buffer): { obj: KubeObject; warnings: string[] } {
-  const media = mediaTypeOf(call.req);
-  let raw: unknown;
-  if (media === 'application/json' || media === '') {
-    raw = parseBody(body, "couldn't get version/kind; json parse error");
-  } else if (media === 'application/yaml') {
-    raw = parseBody(body, 'error converting YAML to JSON', true);
-  } else {
-    throw unsupportedMediaType(media, ['application/json', 'application/yaml']);
-  }
-  if (!isRecord(raw))
-    throw badRequest(
-      `the object provided is unrecognized (must be of type ${call.route.type.kind}): expected a JSON object`,
-    );
-  const type = call.route.type;
-  const expectedVersion = apiVersionOf(type);
-  if (raw['apiVersion'] !== undefined && raw['apiVersion'] !== '' && raw['apiVersion'] !== expectedVersion) {
-    throw badRequest(
-      `the API version in the data (${String(raw['apiVersion'])}) does not match the expected API version (${expectedVersion})`,
-    );
-  }
-  if (raw['kind'] !== undefined && raw['kind'] !== '' && raw['kind'] !== type.kind) {
-    throw badRequest(
-      `the kind in the data (${String(raw['kind'])}) does not match the expected kind (${type.kind})`,
-    );
-  }
-  raw['apiVersion'] = expectedVersion;
-  raw['kind'] = type.kind;
-  if (raw['metadata'] === undefined || raw['metadata'] === null) raw['metadata'] = {};
-  if (!isRecord(raw['metadata'])) throw badRequest('metadata: expected an object');
-  checkMetadataTypes(raw['metadata']);
-  return { obj: raw as KubeObject, warnings: checkUnknownFields(call, raw) };
-}
-
-const metadataStrings = ['name', 'generateName', 'namespace', 'uid', 'resourceVersion', 'creationTimestamp'];
-
-function goType(value: unknown): string {
-  if (Array.isArray(value)) return 'array';
-  if (value === null) return 'null';
-  return typeof value === 'object' ? 'object' : typeof value;
-}
-
-/** Wrongly typed metadata fails decoding with 400, as Go's typed decoder does. */
-function checkMetadataTypes(meta: Record<string, unknown>): void {
-  const refuse = (field: string, value: unknown, want: string) => {
-    throw badRequest(
-      `json: cannot unmarshal ${goType(value)} into Go struct field ObjectMeta.metadata.${field} of type ${want}`,
-    );
-  };
-  for (const field of metadataStrings) {
-    const value = meta[field];
-    if (value !== undefined && value !== null && typeof value !== 'string') refuse(field, value, 'string');
-  }
-  for (const field of ['labels', 'annotations']) {
-    const value = meta[field];
-    if (value === undefined || value === null) continue;
-    if (!isRecord(value)) refuse(field, value, 'map[string]string');
-    for (const item of Object.values(value as Record<string, unknown>))
-      if (typeof item !== 'string') refuse(field, item, 'string');
-  }
-  const finalizers = meta['finalizers'];
-  if (finalizers !== undefined && finalizers !== null) {
-    if (!Array.isArray(finalizers)) refuse('finalizers', finalizers, '[]string');
-    for (const item of finalizers as unknown[])
-      if (typeof item !== 'string') refuse('finalizers', item, 'string');
-  }
-}
-
-function checkUnknownFields(call: Call, obj: unknown): string[] {
-  const mode = call.url.searchParams.get('fieldValidation') ?? 'Warn';
-  if (!['Strict', 'Warn', 'Ignore'].includes(mode)) {
-    throw badRequest(
-      `fieldValidation: Unsupported value: "${mode}": supported values: "Ignore", "Strict", "Warn"`,
-    );
-  }
-  const unknown = dropUnknownFields(obj, shapeOfKind(call.route.type.kind));
-  if (unknown.length === 0 || mode === 'Ignore') return [];
-  const texts = unknown.map((f) => `unknown field "${f}"`);
-  if (mode === 'Strict') throw badRequest(`strict decoding error: ${texts.join(', ')}`);
-  return texts;
-}
-
-function warningHeaders(warnings: string[]): Record<string, string> {
-  if (warnings.length === 0) return {};
-  return { Warning: warnings.map((w) => `299 - ${JSON.stringify(w)}`).join(', ') };
-}
-
-function dryRunOf(url: URL): boolean {
-  const values = url.searchParams.getAll('dryRun');
-  for (const v of values)
-    if (v !== 'All') throw badRequest(`dryRun: Unsupported value: "${v}": supported values: "All"`);
-  return values.length > 0;
 }
 
 function renderOf(call: Call): (entry: StoredEntry) => string {
@@ -409,10 +271,15 @@ function checkIdentity(call: Call, obj: KubeObject): void {
 
 async function serveCreate(call: Call): Promise<void> {
   const { route, ctx, res, url } = call;
-  const { obj, warnings } = decodeObject(call, await readBody(call.req));
+  const { obj, warnings } = decodeObject(call.req, call.url, call.route.type, await readBody(call.req));
   authorize(call, obj);
   if (route.type.reviewOnly) {
-    sendJson(res, 201, review(call, obj), warningHeaders(warnings));
+    sendJson(
+      res,
+      201,
+      review(route.type, obj, call.user, ctx.authenticator, ctx.authorizer),
+      warningHeaders(warnings),
+    );
     return;
   }
   checkIdentity(call, obj);
@@ -426,7 +293,7 @@ async function serveCreate(call: Call): Promise<void> {
 
 async function serveUpdate(call: Call): Promise<void> {
   const { route, ctx, res, url } = call;
-  const { obj, warnings } = decodeObject(call, await readBody(call.req));
+  const { obj, warnings } = decodeObject(call.req, call.url, call.route.type, await readBody(call.req));
   checkIdentity(call, obj);
   const entry = ctx.store.updateEntry(route.type, obj, {
     target: (route.subresource ?? 'main') as WriteTarget,
@@ -453,7 +320,7 @@ async function servePatch(call: Call): Promise<void> {
   if (!isRecord(patched) || !isRecord(patched['metadata']))
     throw badRequest('the patched object is not a valid object: it must be a JSON object with metadata');
   checkMetadataTypes(patched['metadata']);
-  const warnings = checkUnknownFields(call, patched);
+  const warnings = checkUnknownFields(call.url, route.type, patched);
   const obj = patched as KubeObject;
   checkIdentity(call, obj);
   const entry = ctx.store.updateEntry(route.type, obj, {
@@ -514,60 +381,6 @@ function serveGet(call: Call, entry: StoredEntry | undefined): void {
   } else {
     sendJson(call.res, 200, entry.json);
   }
-}
-
-/** TokenReview and SubjectAccessReview, answered from the server's own authentication and RBAC. */
-function review(call: Call, obj: KubeObject): Record<string, unknown> {
-  const spec = isRecord(obj['spec']) ? obj['spec'] : {};
-  const base = {
-    kind: obj.kind,
-    apiVersion: obj.apiVersion,
-    metadata: { ...obj.metadata, creationTimestamp: null },
-    spec,
-  };
-  if (call.route.type.plural === 'tokenreviews') {
-    const token = typeof spec['token'] === 'string' ? spec['token'] : '';
-    const user = call.ctx.authenticator.userOfToken(token);
-    if (!user) return { ...base, status: { user: {}, error: 'invalid bearer token' } };
-    const groups = user.groups.includes('system:authenticated')
-      ? user.groups
-      : [...user.groups, 'system:authenticated'];
-    return {
-      ...base,
-      status: {
-        authenticated: true,
-        user: { username: user.name, ...(user.uid ? { uid: user.uid } : {}), groups },
-        audiences: spec['audiences'] ?? [],
-      },
-    };
-  }
-  const attributes = isRecord(spec['resourceAttributes']) ? spec['resourceAttributes'] : undefined;
-  // A SelfSubjectAccessReview asks about the caller (`kubectl auth can-i`).
-  const subject: SimUser =
-    call.route.type.plural === 'selfsubjectaccessreviews'
-      ? call.user
-      : {
-          name: typeof spec['user'] === 'string' ? spec['user'] : '',
-          groups: Array.isArray(spec['groups']) ? spec['groups'].map(String) : [],
-        };
-  if (!attributes) {
-    const allowed = subject.groups.includes('system:masters');
-    return { ...base, status: { allowed, ...(allowed ? { reason: 'member of system:masters' } : {}) } };
-  }
-  const str = (key: string) => (typeof attributes[key] === 'string' ? (attributes[key] as string) : '');
-  const decision = call.ctx.authorizer.decide({
-    user: subject,
-    verb: str('verb'),
-    group: str('group'),
-    resource: str('resource'),
-    ...(str('subresource') ? { subresource: str('subresource') } : {}),
-    ...(str('namespace') ? { namespace: str('namespace') } : {}),
-    ...(str('name') ? { name: str('name') } : {}),
-  });
-  return {
-    ...base,
-    status: { allowed: decision.allowed, ...(decision.reason ? { reason: decision.reason } : {}) },
-  };
 }
 
 async function serveResource(call: Call): Promise<void> {
