@@ -1,0 +1,232 @@
+import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { after, before, describe, test } from 'node:test';
+import type { CoreV1Api, V1Secret } from '@kubernetes/client-node';
+import { makeClients } from '../kube/client.ts';
+import { createCa } from '../pki/ca.ts';
+import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import {
+  buildClusterInfo,
+  ClusterInfoPublisher,
+  clusterInfoHandler,
+  detachedJws,
+  parseClusterInfoDocument,
+  parseClusterInfoKubeconfig,
+  renderClusterInfoKubeconfig,
+  verifyDetachedJws,
+} from './discovery.ts';
+import {
+  informerTokenSource,
+  newBootstrapToken,
+  storedTokenOf,
+  tokenSecretInformer,
+  tokenSecretOf,
+} from './tokens.ts';
+
+// kubeadm's own vectors (cluster-bootstrap/token/jws/jws_test.go).
+const content = 'Hello from the other side. I must have called a thousand times.';
+const header = 'eyJhbGciOiJIUzI1NiIsImtpZCI6Impvc2h1YSJ9';
+
+describe('detached JWS (kubeadm vectors)', () => {
+  test('content signed with the passcode', () => {
+    assert.equal(
+      detachedJws(content, 'joshua', 'my voice is my passcode'),
+      `${header}..VShe2taLd-YTrmWuRkcL_8QTNDHYxQIEBsAYYiIj1_8`,
+    );
+  });
+
+  test('empty content', () => {
+    assert.equal(
+      detachedJws('', 'joshua', 'my voice is my passcode'),
+      `${header}..7Ui1ALizW4jXphVUB7xUqC9vLYLL9RZeOFfVLoB7Tgk`,
+    );
+  });
+
+  test('empty secret (key is 32 zero bytes)', () => {
+    assert.equal(
+      detachedJws(content, 'joshua', ''),
+      `${header}..UfkqvDGiIFxrMnFseDj9LYJOLNrvjW8aHhF71mvvAs8`,
+    );
+  });
+
+  test('the header bytes are exactly {"alg":"HS256","kid":"<id>"}', () => {
+    const jws = detachedJws(content, 'abcdef', '0123456789abcdef');
+    const [h, payload] = jws.split('.');
+    assert.equal(Buffer.from(h as string, 'base64url').toString(), '{"alg":"HS256","kid":"abcdef"}');
+    assert.equal(payload, '', 'the payload is detached');
+  });
+
+  test('verification accepts the vector and refuses any change', () => {
+    const jws = `${header}..VShe2taLd-YTrmWuRkcL_8QTNDHYxQIEBsAYYiIj1_8`;
+    assert.equal(verifyDetachedJws(jws, content, 'joshua', 'my voice is my passcode'), true);
+    assert.equal(verifyDetachedJws(jws, `${content} `, 'joshua', 'my voice is my passcode'), false);
+    assert.equal(verifyDetachedJws(jws, content, 'joshub', 'my voice is my passcode'), false);
+    assert.equal(verifyDetachedJws(jws, content, 'joshua', 'my voice is my passcodf'), false);
+    assert.equal(verifyDetachedJws(jws.slice(0, -1), content, 'joshua', 'my voice is my passcode'), false);
+    assert.equal(verifyDetachedJws('', content, 'joshua', 'my voice is my passcode'), false);
+  });
+});
+
+const ca = createCa({ commonName: 'kubernetes-ca' });
+const caPem = ca.certificates[0]?.pem as string;
+
+describe('cluster-info document', () => {
+  test('the kubeconfig round-trips servers and CA bundle', () => {
+    const kubeconfig = renderClusterInfoKubeconfig({
+      servers: ['https://api.example.com', 'https://10.0.0.1:6443'],
+      caBundlePem: caPem,
+    });
+    assert.deepEqual(parseClusterInfoKubeconfig(kubeconfig), {
+      servers: ['https://api.example.com', 'https://10.0.0.1:6443'],
+      caBundlePem: caPem,
+    });
+  });
+
+  test('bad kubeconfigs and servers are refused', () => {
+    assert.throws(
+      () => renderClusterInfoKubeconfig({ servers: [], caBundlePem: caPem }),
+      /at least one server/,
+    );
+    assert.throws(() => renderClusterInfoKubeconfig({ servers: ['http://x'], caBundlePem: caPem }), /https/);
+    assert.throws(() => renderClusterInfoKubeconfig({ servers: ['https://x'], caBundlePem: 'nope' }));
+    assert.throws(() => parseClusterInfoKubeconfig('clusters: []'), /clusters with a server/);
+    assert.throws(() => parseClusterInfoKubeconfig('{'), /not YAML/);
+    assert.throws(() => parseClusterInfoDocument('{"data":{}}'), /data.kubeconfig/);
+    assert.throws(() => parseClusterInfoDocument('[1'), /not JSON/);
+  });
+
+  test('signatures only for tokens that may sign now', () => {
+    const now = new Date('2026-01-01T00:00:00Z');
+    const token = (options: Parameters<typeof newBootstrapToken>[0]) =>
+      storedTokenOf(tokenSecretOf(newBootstrapToken({ now, ...options })));
+    const signer = token({ usages: ['signing'] });
+    const authOnly = token({ usages: ['authentication'] });
+    const expired = token({ now: new Date('2025-01-01T00:00:00Z') });
+    const kubeconfig = renderClusterInfoKubeconfig({
+      servers: ['https://api.example.com'],
+      caBundlePem: caPem,
+    });
+    const doc = buildClusterInfo(
+      kubeconfig,
+      [signer, authOnly, expired].map((t) => t!),
+      now,
+      { other: 'kept', 'jws-kubeconfig-stale00': 'dropped' },
+    );
+    assert.deepEqual(
+      Object.keys(doc.data).sort(),
+      ['jws-kubeconfig-' + signer?.id, 'kubeconfig', 'other'].sort(),
+    );
+    assert.equal(
+      doc.data[`jws-kubeconfig-${signer?.id}`],
+      detachedJws(kubeconfig, signer!.id, signer!.secret),
+    );
+  });
+});
+
+describe('GET /cluster-info handler', () => {
+  let document: ReturnType<typeof buildClusterInfo> | undefined;
+  let failing = false;
+  const server = createServer(
+    clusterInfoHandler(() => {
+      if (failing) throw new Error('boom');
+      return document;
+    }),
+  );
+  let url = '';
+  before(async () => {
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/cluster-info`;
+  });
+  after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+  test('503 before a document exists or when the source fails, then the ConfigMap JSON', async () => {
+    assert.equal((await fetch(url)).status, 503);
+    document = buildClusterInfo('kubeconfig: x', [], new Date());
+    const response = await fetch(url);
+    assert.equal(response.status, 200);
+    assert.equal(response.headers.get('content-type'), 'application/json');
+    assert.deepEqual(parseClusterInfoDocument(await response.text()), document);
+    failing = true;
+    const failed = await fetch(url);
+    assert.equal(failed.status, 503);
+    assert.doesNotMatch(await failed.text(), /boom/);
+    failing = false;
+  });
+
+  test('only GET and HEAD', async () => {
+    assert.equal((await fetch(url, { method: 'HEAD' })).status, 200);
+    const post = await fetch(url, { method: 'POST', body: 'x' });
+    assert.equal(post.status, 405);
+    assert.equal(post.headers.get('allow'), 'GET, HEAD');
+  });
+});
+
+describe('publisher against the simulated apiserver', () => {
+  let sim: SimApiServer;
+  let core: CoreV1Api;
+  before(async () => {
+    sim = await startApiServer();
+    core = makeClients(sim.kubeConfig()).core;
+  });
+  after(() => sim.close());
+
+  const readData = async () =>
+    (await core.readNamespacedConfigMap({ name: 'cluster-info', namespace: 'kube-public' })).data ?? {};
+
+  test('creates cluster-info, signs new tokens, drops deleted ones, and writes only on change', async () => {
+    const secrets: V1Secret[] = [];
+    const source = { get: async () => undefined, list: async () => secrets };
+    const kubeconfig = renderClusterInfoKubeconfig({
+      servers: ['https://api.example.com'],
+      caBundlePem: caPem,
+    });
+    const publisher = new ClusterInfoPublisher({ core, source, kubeconfig: () => kubeconfig });
+
+    assert.equal((await publisher.sync()).written, true);
+    assert.deepEqual(await readData(), { kubeconfig });
+    assert.equal((await publisher.sync()).written, false, 'unchanged: no write');
+
+    const token = newBootstrapToken();
+    secrets.push(tokenSecretOf(token));
+    assert.equal((await publisher.sync()).written, true);
+    const data = await readData();
+    assert.equal(data[`jws-kubeconfig-${token.id}`], detachedJws(kubeconfig, token.id, token.secret));
+
+    secrets.length = 0;
+    assert.equal((await publisher.sync()).written, true);
+    assert.deepEqual(await readData(), { kubeconfig });
+  });
+
+  test('the running component follows token Secrets through an informer', async () => {
+    const informer = tokenSecretInformer(sim.kubeConfig());
+    informer.start();
+    await informer.waitForSync();
+    const kubeconfig = renderClusterInfoKubeconfig({
+      servers: ['https://api2.example.com'],
+      caBundlePem: caPem,
+    });
+    const stop = new AbortController();
+    const publisher = new ClusterInfoPublisher({
+      core,
+      source: informerTokenSource(informer),
+      kubeconfig: () => kubeconfig,
+    });
+    const run = publisher.start(stop.signal);
+    const until = async (check: (data: Record<string, string>) => boolean) => {
+      while (!check(await readData())) await new Promise((r) => setTimeout(r, 10));
+    };
+    try {
+      await until((d) => d['kubeconfig'] === kubeconfig);
+      const token = newBootstrapToken();
+      await core.createNamespacedSecret({ namespace: 'kube-system', body: tokenSecretOf(token) });
+      await until((d) => d[`jws-kubeconfig-${token.id}`] === detachedJws(kubeconfig, token.id, token.secret));
+      await core.deleteNamespacedSecret({ name: `bootstrap-token-${token.id}`, namespace: 'kube-system' });
+      await until((d) => !(`jws-kubeconfig-${token.id}` in d));
+    } finally {
+      stop.abort();
+      await run;
+      await informer.stop();
+    }
+  });
+});

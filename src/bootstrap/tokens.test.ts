@@ -1,0 +1,291 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import type { CoreV1Api, V1Secret } from '@kubernetes/client-node';
+import { makeClients } from '../kube/client.ts';
+import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import {
+  apiTokenSource,
+  constantTimeEqual,
+  informerTokenSource,
+  isExpired,
+  newBootstrapToken,
+  parseToken,
+  randomTokenString,
+  storedTokenOf,
+  TokenCleaner,
+  TokenValidator,
+  tokenSecretInformer,
+  tokenSecretOf,
+  validateExtraGroups,
+} from './tokens.ts';
+
+const now = new Date('2026-01-01T00:00:00Z');
+const b64 = (s: string) => Buffer.from(s).toString('base64');
+
+/** A token Secret as kubeadm would write it, with overrides of its data (plain text values). */
+function secretWith(data: Record<string, string | undefined>, name = 'bootstrap-token-abcdef'): V1Secret {
+  const plain: Record<string, string | undefined> = {
+    'token-id': 'abcdef',
+    'token-secret': '0123456789abcdef',
+    expiration: '2026-01-02T00:00:00Z',
+    'usage-bootstrap-authentication': 'true',
+    'usage-bootstrap-signing': 'true',
+    ...data,
+  };
+  return {
+    metadata: { name, namespace: 'kube-system' },
+    type: 'bootstrap.kubernetes.io/token',
+    data: Object.fromEntries(
+      Object.entries(plain).flatMap(([k, v]) => (v === undefined ? [] : [[k, b64(v)]])),
+    ),
+  };
+}
+
+describe('token generation', () => {
+  test('ids and secrets match the kubeadm format', () => {
+    for (let i = 0; i < 200; i++) {
+      const token = newBootstrapToken({ now });
+      assert.ok(parseToken(`${token.id}.${token.secret}`), `${token.id}.${token.secret}`);
+    }
+  });
+
+  test('rejection sampling skips bytes 252..255 instead of folding them onto 0..3', () => {
+    const bytes = Buffer.from([252, 253, 254, 255, 0, 35, 36, 251]);
+    let calls = 0;
+    const random = (size: number) => {
+      calls++;
+      return calls === 1 ? bytes : Buffer.alloc(size, 1);
+    };
+    // 0 → '0', 35 → 'z', 36 → '0', 251 → 251 % 36 = 35 → 'z'; then the second draw gives '1's.
+    assert.equal(randomTokenString(6, random), '0z0z11');
+  });
+
+  test('letters are spread evenly over many draws', () => {
+    const counts = new Map<string, number>();
+    for (const c of randomTokenString(36 * 2000)) counts.set(c, (counts.get(c) ?? 0) + 1);
+    assert.equal(counts.size, 36);
+    for (const count of counts.values()) assert.ok(count > 1600 && count < 2400, String(count));
+  });
+
+  test('expiry, usages and groups are set as asked', () => {
+    const token = newBootstrapToken({
+      now,
+      ttlMs: 3_600_000,
+      usages: ['signing'],
+      extraGroups: ['system:bootstrappers:kops:nodes'],
+      description: 'for the workers',
+    });
+    assert.deepEqual(token.expires, new Date('2026-01-01T01:00:00Z'));
+    assert.deepEqual(token.usages, { authentication: false, signing: true });
+    assert.equal(newBootstrapToken({ now, ttlMs: 0 }).expires, undefined);
+    const secret = tokenSecretOf(token);
+    assert.equal(secret.metadata?.name, `bootstrap-token-${token.id}`);
+    assert.equal(secret.metadata?.namespace, 'kube-system');
+    assert.equal(secret.type, 'bootstrap.kubernetes.io/token');
+    const data = Object.fromEntries(
+      Object.entries(secret.data ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64').toString()]),
+    );
+    assert.deepEqual(data, {
+      'token-id': token.id,
+      'token-secret': token.secret,
+      description: 'for the workers',
+      expiration: '2026-01-01T01:00:00Z',
+      'usage-bootstrap-signing': 'true',
+      'auth-extra-groups': 'system:bootstrappers:kops:nodes',
+    });
+  });
+
+  test('bad options are refused with a clear message', () => {
+    assert.throws(() => newBootstrapToken({ usages: [] }), /at least one usage/);
+    assert.throws(() => newBootstrapToken({ ttlMs: -1 }), /positive duration/);
+    assert.throws(() => validateExtraGroups(['system:nodes']), /system:bootstrappers/);
+    assert.throws(() => validateExtraGroups(['system:bootstrappers:']), /must match/);
+    assert.throws(() => validateExtraGroups(['system:bootstrappers:Upper']), /must match/);
+  });
+});
+
+describe('token parsing', () => {
+  test('exactly six and sixteen characters of [a-z0-9], one dot', () => {
+    assert.deepEqual(parseToken('abcdef.0123456789abcdef'), { id: 'abcdef', secret: '0123456789abcdef' });
+    for (const bad of [
+      'abcdef.0123456789abcdef\n',
+      'ABCDEF.0123456789abcdef',
+      'abcde.0123456789abcdef',
+      'abcdef.0123456789abcde',
+      'abcdef:0123456789abcdef',
+      ' abcdef.0123456789abcdef',
+      'abcdef.0123456789abcdefg',
+      '',
+    ]) {
+      assert.equal(parseToken(bad), undefined, JSON.stringify(bad));
+    }
+  });
+
+  test('a stored Secret is read only when well formed', () => {
+    assert.equal(storedTokenOf(secretWith({}))?.id, 'abcdef');
+    assert.equal(storedTokenOf(secretWith({ 'token-id': 'zzzzzz' })), undefined, 'id differs from name');
+    assert.equal(storedTokenOf(secretWith({ 'token-secret': 'short' })), undefined);
+    assert.equal(storedTokenOf(secretWith({}, 'bootstrap-token-ABCDEF')), undefined);
+    assert.equal(storedTokenOf({ ...secretWith({}), type: 'Opaque' }), undefined);
+  });
+
+  test('usage flags are true only for the exact value "true"', () => {
+    const token = storedTokenOf(
+      secretWith({ 'usage-bootstrap-authentication': 'TRUE', 'usage-bootstrap-signing': 'yes' }),
+    );
+    assert.deepEqual(token?.usages, { authentication: false, signing: false });
+  });
+
+  test('an unparseable expiration counts as expired; no expiration never expires', () => {
+    for (const expiration of ['tomorrow', '2026-13-01', '2027-01-01', '1767225600']) {
+      const token = storedTokenOf(secretWith({ expiration }));
+      assert.ok(token && isExpired(token, now), expiration);
+    }
+    const forever = storedTokenOf(secretWith({ expiration: undefined }));
+    assert.ok(forever && !isExpired(forever, new Date('2100-01-01T00:00:00Z')));
+    const withOffset = storedTokenOf(secretWith({ expiration: '2026-01-01T01:00:00+02:00' }));
+    assert.ok(withOffset && isExpired(withOffset, now), '01:00+02:00 is 23:00 UTC the day before');
+  });
+
+  test('constant-time comparison of different lengths', () => {
+    assert.equal(constantTimeEqual('abc', 'abc'), true);
+    assert.equal(constantTimeEqual('abc', 'abcd'), false);
+    assert.equal(constantTimeEqual('', ''), true);
+  });
+});
+
+describe('validation against a source', () => {
+  const source = (secrets: V1Secret[]) => ({
+    get: async (id: string) => secrets.find((s) => s.metadata?.name === `bootstrap-token-${id}`),
+    list: async () => secrets,
+  });
+  const valid = (secrets: V1Secret[], token = 'abcdef.0123456789abcdef', at = now) =>
+    new TokenValidator(source(secrets)).validate(token, at);
+
+  test('a good token yields its public facts, never the secret', async () => {
+    const info = await valid([secretWith({ 'auth-extra-groups': 'system:bootstrappers:kops' })]);
+    assert.deepEqual(info, {
+      id: 'abcdef',
+      description: undefined,
+      expires: new Date('2026-01-02T00:00:00Z'),
+      usages: { authentication: true, signing: true },
+      extraGroups: ['system:bootstrappers:kops'],
+    });
+  });
+
+  test('each reason to refuse', async () => {
+    assert.equal(await valid([secretWith({})], 'abcdef.0123456789abcdee'), undefined, 'wrong secret');
+    assert.equal(await valid([secretWith({})], 'abcdeg.0123456789abcdef'), undefined, 'unknown id');
+    assert.equal(await valid([secretWith({})], 'not a token'), undefined, 'malformed');
+    assert.equal(
+      await valid([secretWith({})], undefined, new Date('2026-01-02T00:00:00Z')),
+      undefined,
+      'expired',
+    );
+    assert.equal(
+      await valid([secretWith({ 'usage-bootstrap-authentication': undefined })]),
+      undefined,
+      'usage',
+    );
+    assert.equal(await valid([secretWith({ 'auth-extra-groups': 'system:masters' })]), undefined, 'groups');
+    const deleting = secretWith({});
+    deleting.metadata = { ...deleting.metadata, deletionTimestamp: now };
+    assert.equal(await valid([deleting]), undefined, 'being deleted');
+  });
+});
+
+describe('against the simulated apiserver', () => {
+  let sim: SimApiServer;
+  let core: CoreV1Api;
+  before(async () => {
+    sim = await startApiServer();
+    core = makeClients(sim.kubeConfig()).core;
+  });
+  after(() => sim.close());
+
+  const create = async (options: Parameters<typeof newBootstrapToken>[0]) => {
+    const token = newBootstrapToken(options);
+    await core.createNamespacedSecret({ namespace: 'kube-system', body: tokenSecretOf(token) });
+    return token;
+  };
+
+  test('the validator reads tokens through the API: valid, wrong secret, usage off, expired, deleted', async () => {
+    const validator = new TokenValidator(apiTokenSource(core));
+    const good = await create({ now: new Date() });
+    const signingOnly = await create({ now: new Date(), usages: ['signing'] });
+    const expired = await create({ now: new Date(Date.now() - 2 * 3_600_000), ttlMs: 3_600_000 });
+    const t = (x: { id: string; secret: string }) => `${x.id}.${x.secret}`;
+    assert.equal((await validator.validate(t(good), new Date()))?.id, good.id);
+    assert.equal(await validator.validate(`${good.id}.${'0'.repeat(16)}`, new Date()), undefined);
+    assert.equal(await validator.validate(t(signingOnly), new Date()), undefined);
+    assert.equal(await validator.validate(t(expired), new Date()), undefined);
+    await core.deleteNamespacedSecret({ name: `bootstrap-token-${good.id}`, namespace: 'kube-system' });
+    assert.equal(await validator.validate(t(good), new Date()), undefined);
+  });
+
+  test('the validator reads through an informer cache and sees deletions', async () => {
+    const informer = tokenSecretInformer(sim.kubeConfig());
+    informer.start();
+    try {
+      assert.equal(await informer.waitForSync(), true);
+      const validator = new TokenValidator(informerTokenSource(informer));
+      const token = await create({ now: new Date() });
+      const presented = `${token.id}.${token.secret}`;
+      const removed = new Promise<void>((resolve) => informer.addHandlers({ delete: () => resolve() }));
+      while (!informer.get(`kube-system/bootstrap-token-${token.id}`))
+        await new Promise((r) => setTimeout(r, 5));
+      assert.equal((await validator.validate(presented, new Date()))?.id, token.id);
+      await core.deleteNamespacedSecret({ name: `bootstrap-token-${token.id}`, namespace: 'kube-system' });
+      await removed;
+      assert.equal(await validator.validate(presented, new Date()), undefined);
+    } finally {
+      await informer.stop();
+    }
+  });
+
+  test('the cleaner deletes expired tokens only, and not a re-created Secret of the same name', async () => {
+    const keep = await create({ now: new Date() });
+    const stale = await create({ now: new Date(Date.now() - 2 * 3_600_000), ttlMs: 3_600_000 });
+    const cleaner = new TokenCleaner({ core, source: apiTokenSource(core) });
+    const deleted = await cleaner.sweep();
+    assert.ok(deleted.includes(stale.id) && !deleted.includes(keep.id), deleted.join());
+    const ids = (await apiTokenSource(core).list()).map((s) => s.metadata?.name);
+    assert.ok(ids.includes(`bootstrap-token-${keep.id}`));
+    assert.ok(!ids.includes(`bootstrap-token-${stale.id}`));
+
+    // The cleaner read an expired Secret, which was then replaced: its UID precondition protects the new one.
+    const old = await create({ now: new Date(Date.now() - 2 * 3_600_000), ttlMs: 3_600_000 });
+    const seen = await core.readNamespacedSecret({
+      name: `bootstrap-token-${old.id}`,
+      namespace: 'kube-system',
+    });
+    await core.deleteNamespacedSecret({ name: `bootstrap-token-${old.id}`, namespace: 'kube-system' });
+    await core.createNamespacedSecret({ namespace: 'kube-system', body: tokenSecretOf(old) });
+    const racing = new TokenCleaner({ core, source: { get: async () => seen, list: async () => [seen] } });
+    assert.deepEqual(await racing.sweep(), []);
+    const survivor = await core.readNamespacedSecret({
+      name: `bootstrap-token-${old.id}`,
+      namespace: 'kube-system',
+    });
+    assert.notEqual(survivor.metadata?.uid, seen.metadata?.uid);
+  });
+
+  test('the cleaner component runs until aborted and wakes when a token expires', async () => {
+    const informer = tokenSecretInformer(sim.kubeConfig());
+    informer.start();
+    await informer.waitForSync();
+    const soon = await create({ now: new Date(), ttlMs: 1500 });
+    const stop = new AbortController();
+    const removed = new Promise<void>((resolve) =>
+      informer.addHandlers({ delete: (s) => s.metadata?.name === `bootstrap-token-${soon.id}` && resolve() }),
+    );
+    const run = new TokenCleaner({ core, source: informerTokenSource(informer) }).start(stop.signal);
+    await removed;
+    stop.abort();
+    await run;
+    await informer.stop();
+    await assert.rejects(
+      core.readNamespacedSecret({ name: `bootstrap-token-${soon.id}`, namespace: 'kube-system' }),
+    );
+  });
+});

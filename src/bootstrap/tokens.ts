@@ -1,0 +1,417 @@
+/**
+ * Bootstrap tokens in the kubeadm format: `<id>.<secret>` stored as Secret
+ * `kube-system/bootstrap-token-<id>` of type `bootstrap.kubernetes.io/token`, so tokens made by kubeadm,
+ * `kubectl` or `kops-controller token create` are interchangeable. Expired tokens are removed by
+ * {@link TokenCleaner}; an expiration that does not parse counts as expired, never as "no expiry".
+ */
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { CoreV1Api, KubeConfig, V1Secret } from '@kubernetes/client-node';
+import { InvalidInputError } from '../errors.ts';
+import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
+import { type Clock, sleep, systemClock } from '../kube/clock.ts';
+import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import type { LeaderComponent } from '../runtime/controller-runtime.ts';
+import type { BootstrapTokenInfo, BootstrapTokenValidator } from './types.ts';
+
+/** The namespace bootstrap token Secrets live in. */
+export const tokenNamespace = 'kube-system';
+/** The Secret type that marks a bootstrap token. */
+export const tokenSecretType = 'bootstrap.kubernetes.io/token';
+/** The Secret name prefix; the token id follows. */
+export const tokenSecretPrefix = 'bootstrap-token-';
+/** The group every bootstrap token authenticates in. */
+export const bootstrappersGroup = 'system:bootstrappers';
+/** kubeadm's default token lifetime. */
+export const defaultTokenTtlMs = 24 * 60 * 60 * 1000;
+
+const tokenIdPattern = /^[a-z0-9]{6}$/;
+const tokenSecretPattern = /^[a-z0-9]{16}$/;
+const tokenPattern = /^([a-z0-9]{6})\.([a-z0-9]{16})$/;
+const extraGroupPattern = /^system:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]$/;
+const secretNamePattern = /^bootstrap-token-([a-z0-9]{6})$/;
+const alphabet = '0123456789abcdefghijklmnopqrstuvwxyz';
+/** The largest multiple of 36 that fits a byte: bytes at or above it are redrawn, so no letter is favoured. */
+const rejectionLimit = 252;
+
+/** What a token may be used for. */
+export type TokenUsage = 'authentication' | 'signing';
+/** Every usage, in the order kubeadm lists them. */
+export const tokenUsages: readonly TokenUsage[] = ['signing', 'authentication'];
+
+/** A bootstrap token with its secret (as created, before it is stored). */
+export interface BootstrapToken extends BootstrapTokenInfo {
+  secret: string;
+}
+
+/** A random string over `[0-9a-z]` from crypto randomness, by rejection sampling. */
+export function randomTokenString(length: number, random: (size: number) => Buffer = randomBytes): string {
+  let out = '';
+  while (out.length < length) {
+    for (const byte of random(length * 2)) {
+      if (byte >= rejectionLimit) continue;
+      out += alphabet[byte % alphabet.length];
+      if (out.length === length) break;
+    }
+  }
+  return out;
+}
+
+/** Splits `<id>.<secret>`; undefined when the string is not a bootstrap token. */
+export function parseToken(token: string): { id: string; secret: string } | undefined {
+  const match = tokenPattern.exec(token);
+  return match ? { id: match[1] as string, secret: match[2] as string } : undefined;
+}
+
+/** Whether a string is a valid token id (6 characters of `[a-z0-9]`). */
+export function isTokenId(id: string): boolean {
+  return tokenIdPattern.test(id);
+}
+
+/** Checks extra groups: each must be `system:bootstrappers:...` as the apiserver requires. */
+export function validateExtraGroups(groups: readonly string[]): string[] {
+  for (const group of groups) {
+    if (!extraGroupPattern.test(group)) {
+      throw new InvalidInputError(
+        `invalid bootstrap token group "${group}": it must match system:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]`,
+      );
+    }
+  }
+  return [...new Set(groups)];
+}
+
+/** Options of {@link newBootstrapToken}. */
+export interface NewTokenOptions {
+  /** Lifetime in ms; 0 means the token never expires. Default 24 h. */
+  ttlMs?: number;
+  description?: string;
+  usages?: readonly TokenUsage[];
+  extraGroups?: readonly string[];
+  now?: Date;
+  random?: (size: number) => Buffer;
+}
+
+/** A fresh token: random id and secret, expiry `now + ttl`, both usages by default. */
+export function newBootstrapToken(options: NewTokenOptions = {}): BootstrapToken {
+  const ttlMs = options.ttlMs ?? defaultTokenTtlMs;
+  if (!Number.isFinite(ttlMs) || ttlMs < 0) {
+    throw new InvalidInputError('the token TTL must be a positive duration such as 24h, or 0 for no expiry');
+  }
+  const usages = options.usages ?? tokenUsages;
+  if (usages.length === 0)
+    throw new InvalidInputError('a token needs at least one usage: signing, authentication');
+  const now = options.now ?? new Date();
+  return {
+    id: randomTokenString(6, options.random),
+    secret: randomTokenString(16, options.random),
+    description: options.description,
+    expires: ttlMs === 0 ? undefined : new Date(Math.floor((now.getTime() + ttlMs) / 1000) * 1000),
+    usages: { authentication: usages.includes('authentication'), signing: usages.includes('signing') },
+    extraGroups: validateExtraGroups(options.extraGroups ?? []),
+  };
+}
+
+/** RFC 3339 in UTC without fractional seconds, as kubeadm writes expirations. */
+function rfc3339(date: Date): string {
+  return date.toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+/** The Secret that stores a token, with exactly kubeadm's data keys. */
+export function tokenSecretOf(token: BootstrapToken): V1Secret {
+  const data: Record<string, string> = { 'token-id': token.id, 'token-secret': token.secret };
+  if (token.description) data['description'] = token.description;
+  if (token.expires) data['expiration'] = rfc3339(token.expires);
+  if (token.usages.authentication) data['usage-bootstrap-authentication'] = 'true';
+  if (token.usages.signing) data['usage-bootstrap-signing'] = 'true';
+  if (token.extraGroups.length > 0) data['auth-extra-groups'] = token.extraGroups.join(',');
+  return {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: { name: tokenSecretPrefix + token.id, namespace: tokenNamespace },
+    type: tokenSecretType,
+    data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v).toString('base64')])),
+  };
+}
+
+/** A stored token as read from its Secret: what is needed to judge it, secret included. */
+export interface StoredToken {
+  id: string;
+  secret: string;
+  /** undefined = no expiry; an Invalid Date = an expiration that does not parse (treated as expired). */
+  expires: Date | undefined;
+  description?: string;
+  usages: { authentication: boolean; signing: boolean };
+  /** The groups as stored; {@link validate} rejects the token if any is invalid. */
+  extraGroups: string[];
+  uid?: string;
+  deleting: boolean;
+}
+
+function decoded(data: Record<string, string>, key: string): string | undefined {
+  const value = data[key];
+  return value === undefined ? undefined : Buffer.from(value, 'base64').toString('utf8');
+}
+
+/**
+ * Reads a token Secret (wire or client-node shape: data base64). Undefined when the Secret is not a
+ * well-formed bootstrap token: wrong name or type, missing or mismatched id, malformed secret.
+ */
+export function storedTokenOf(secret: V1Secret): StoredToken | undefined {
+  const nameMatch = secretNamePattern.exec(secret.metadata?.name ?? '');
+  if (!nameMatch || secret.type !== tokenSecretType || !secret.data) return undefined;
+  const data = secret.data;
+  const id = decoded(data, 'token-id');
+  const tokenSecret = decoded(data, 'token-secret');
+  if (id !== nameMatch[1] || tokenSecret === undefined || !tokenSecretPattern.test(tokenSecret))
+    return undefined;
+  const expiration = decoded(data, 'expiration');
+  const groups = decoded(data, 'auth-extra-groups');
+  return {
+    id: nameMatch[1] as string,
+    secret: tokenSecret,
+    // Date.parse accepts RFC 3339; anything else becomes Invalid Date, which counts as expired.
+    expires: expiration === undefined ? undefined : new Date(parseRfc3339(expiration)),
+    description: decoded(data, 'description'),
+    usages: {
+      authentication: decoded(data, 'usage-bootstrap-authentication') === 'true',
+      signing: decoded(data, 'usage-bootstrap-signing') === 'true',
+    },
+    extraGroups: groups ? groups.split(',').map((g) => g.trim()) : [],
+    uid: secret.metadata?.uid,
+    deleting: Boolean(secret.metadata?.deletionTimestamp),
+  };
+}
+
+/** Milliseconds of an RFC 3339 timestamp, NaN for anything else (Date.parse alone is too lenient). */
+function parseRfc3339(text: string): number {
+  const rfc3339Pattern = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i;
+  return rfc3339Pattern.test(text) ? Date.parse(text) : Number.NaN;
+}
+
+/** Whether a stored token has expired at `now`; an unparseable expiration has. */
+export function isExpired(token: Pick<StoredToken, 'expires'>, now: Date): boolean {
+  if (token.expires === undefined) return false;
+  const at = token.expires.getTime();
+  return Number.isNaN(at) || at <= now.getTime();
+}
+
+/** Whether a stored token may sign cluster-info now (kubeadm's BootstrapSigner rule). */
+export function canSign(token: StoredToken, now: Date): boolean {
+  return token.usages.signing && !token.deleting && !isExpired(token, now);
+}
+
+/** The public view of a stored token (no secret). */
+export function tokenInfoOf(token: StoredToken): BootstrapTokenInfo {
+  return {
+    id: token.id,
+    description: token.description,
+    expires: token.expires,
+    usages: token.usages,
+    extraGroups: token.extraGroups,
+  };
+}
+
+/** Constant-time string equality: compares digests, so neither content nor length leaks through timing. */
+export function constantTimeEqual(a: string, b: string): boolean {
+  const digest = (s: string) => createHash('sha256').update(s).digest();
+  return timingSafeEqual(digest(a), digest(b));
+}
+
+/** Where token Secrets are read from: an informer cache or the API. */
+export interface TokenSecretSource {
+  /** The Secret of a token id, or undefined if there is none. */
+  get(id: string): Promise<V1Secret | undefined>;
+  /** Every token Secret. */
+  list(): Promise<V1Secret[]>;
+  /** Calls `listener` after any change; returns the unsubscribe function. Absent for polling sources. */
+  subscribe?(listener: () => void): () => void;
+}
+
+/** An informer over the bootstrap token Secrets of kube-system (by field selector on the type). */
+export function tokenSecretInformer(
+  kubeConfig: KubeConfig,
+  options: { logger?: Logger; clock?: Clock } = {},
+): Informer<V1Secret> {
+  const path = `/api/v1/namespaces/${tokenNamespace}/secrets`;
+  return new Informer<V1Secret>({
+    name: 'bootstrap-token-secrets',
+    path,
+    list: kubeList<V1Secret>(kubeConfig, path),
+    watch: kubeWatch(kubeConfig),
+    fieldSelector: `type=${tokenSecretType}`,
+    logger: options.logger,
+    clock: options.clock,
+  });
+}
+
+/** A {@link TokenSecretSource} over a started informer's cache. */
+export function informerTokenSource(informer: Informer<V1Secret>): TokenSecretSource {
+  return {
+    get: async (id) => informer.get(`${tokenNamespace}/${tokenSecretPrefix}${id}`),
+    list: async () => informer.list(),
+    subscribe: (listener) => informer.addHandlers({ add: listener, update: listener, delete: listener }),
+  };
+}
+
+/** A {@link TokenSecretSource} reading the API directly (CLI, or processes without an informer). */
+export function apiTokenSource(core: CoreV1Api): TokenSecretSource {
+  return {
+    async get(id) {
+      if (!isTokenId(id)) return undefined;
+      try {
+        return await core.readNamespacedSecret({ name: tokenSecretPrefix + id, namespace: tokenNamespace });
+      } catch (err) {
+        if (httpStatusOfApiError(err) === 404) return undefined;
+        throw fromApiException(err, `read secret ${tokenNamespace}/${tokenSecretPrefix}${id}`);
+      }
+    },
+    async list() {
+      try {
+        const list = await core.listNamespacedSecret({
+          namespace: tokenNamespace,
+          fieldSelector: `type=${tokenSecretType}`,
+        });
+        return list.items;
+      } catch (err) {
+        throw fromApiException(err, `list bootstrap token secrets in ${tokenNamespace}`);
+      }
+    },
+  };
+}
+
+/**
+ * Validates presented tokens as the apiserver's bootstrap authenticator does: the Secret exists and
+ * is not being deleted, the secret matches (constant time), the token has not expired, it may be
+ * used for authentication and its extra groups are valid.
+ */
+export class TokenValidator implements BootstrapTokenValidator {
+  readonly #source: TokenSecretSource;
+  readonly #logger: Logger;
+
+  constructor(source: TokenSecretSource, logger: Logger = silentLogger) {
+    this.#source = source;
+    this.#logger = logger;
+  }
+
+  async validate(token: string, now: Date): Promise<BootstrapTokenInfo | undefined> {
+    const presented = parseToken(token);
+    if (!presented) return undefined;
+    const secret = await this.#source.get(presented.id);
+    const stored = secret ? storedTokenOf(secret) : undefined;
+    // Compare even when nothing is stored, so a missing id costs the same time as a wrong secret.
+    const matches = constantTimeEqual(presented.secret, stored?.secret ?? '');
+    const reason = !stored
+      ? 'no such token'
+      : !matches
+        ? 'wrong secret'
+        : stored.deleting
+          ? 'being deleted'
+          : isExpired(stored, now)
+            ? 'expired'
+            : !stored.usages.authentication
+              ? 'not usable for authentication'
+              : !stored.extraGroups.every((g) => extraGroupPattern.test(g))
+                ? 'invalid extra groups'
+                : undefined;
+    if (reason || !stored) {
+      this.#logger.debug({ tokenId: presented.id, reason }, 'bootstrap token rejected');
+      return undefined;
+    }
+    return tokenInfoOf(stored);
+  }
+}
+
+/** The earliest expiry after `now` among tokens, in ms since the epoch, or undefined. */
+export function nextExpiry(tokens: readonly StoredToken[], now: Date): number | undefined {
+  const future = tokens
+    .map((t) => t.expires?.getTime())
+    .filter((at): at is number => at !== undefined && !Number.isNaN(at) && at > now.getTime());
+  return future.length === 0 ? undefined : Math.min(...future);
+}
+
+/**
+ * Waits until a source reports a change, `untilMs` (epoch ms, optional), `maxMs` passes, or `signal`
+ * aborts. Shared by the cleaner and the cluster-info publisher.
+ */
+export async function waitForTokenChange(
+  source: TokenSecretSource,
+  clock: Clock,
+  untilMs: number | undefined,
+  maxMs: number,
+  signal: AbortSignal,
+): Promise<void> {
+  const wake = new AbortController();
+  const onAbort = () => wake.abort();
+  signal.addEventListener('abort', onAbort, { once: true });
+  const unsubscribe = source.subscribe?.(() => wake.abort()) ?? (() => {});
+  try {
+    const delay = untilMs === undefined ? maxMs : Math.min(maxMs, Math.max(0, untilMs - clock.now()));
+    await sleep(clock, delay, wake.signal);
+  } finally {
+    unsubscribe();
+    signal.removeEventListener('abort', onAbort);
+  }
+}
+
+/** Options of a {@link TokenCleaner}. */
+export interface TokenCleanerOptions {
+  core: CoreV1Api;
+  source: TokenSecretSource;
+  /** How often to look again without a change notification; default 60 s. */
+  resyncMs?: number;
+  clock?: Clock;
+  logger?: Logger;
+}
+
+/** Deletes expired token Secrets (leader only), each with a UID precondition so a re-created one survives. */
+export class TokenCleaner implements LeaderComponent {
+  readonly name = 'bootstrap-token-cleaner';
+  readonly #options: TokenCleanerOptions;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+
+  constructor(options: TokenCleanerOptions) {
+    this.#options = options;
+    this.#clock = options.clock ?? systemClock;
+    this.#logger = (options.logger ?? silentLogger).child({ component: this.name });
+  }
+
+  /** Deletes every expired token now; returns the ids deleted. */
+  async sweep(): Promise<string[]> {
+    const now = new Date(this.#clock.now());
+    const deleted: string[] = [];
+    for (const secret of await this.#options.source.list()) {
+      const token = storedTokenOf(secret);
+      if (!token || token.deleting || !isExpired(token, now)) continue;
+      try {
+        await this.#options.core.deleteNamespacedSecret({
+          name: tokenSecretPrefix + token.id,
+          namespace: tokenNamespace,
+          body: { preconditions: { uid: token.uid } },
+        });
+        deleted.push(token.id);
+        this.#logger.info({ tokenId: token.id }, 'deleted expired bootstrap token');
+      } catch (err) {
+        const status = httpStatusOfApiError(err);
+        // 404: already gone; 409: replaced by a new Secret of the same name, which is not ours to judge.
+        if (status !== 404 && status !== 409) throw fromApiException(err, `delete expired token ${token.id}`);
+      }
+    }
+    return deleted;
+  }
+
+  async start(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      await this.sweep();
+      const tokens = (await this.#options.source.list()).flatMap((s) => storedTokenOf(s) ?? []);
+      const now = new Date(this.#clock.now());
+      await waitForTokenChange(
+        this.#options.source,
+        this.#clock,
+        nextExpiry(tokens, now),
+        this.#options.resyncMs ?? 60_000,
+        signal,
+      );
+    }
+  }
+}
