@@ -1,5 +1,5 @@
 /** Test helpers for the policies: a request with sensible defaults and a fixed clock. */
-import type { BootstrapRequest, PolicyContext } from '../types.ts';
+import type { BootstrapRequest, PolicyContext } from '../bootstrap/types.ts';
 
 /** A bootstrap request with `overrides` applied; the body is empty JSON and no proof is attached. */
 export function testRequest(overrides: Partial<BootstrapRequest> = {}): BootstrapRequest {

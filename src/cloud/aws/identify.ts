@@ -88,6 +88,18 @@ export class AwsNodeIdentifier implements NodeIdentifier {
     return results;
   }
 
+  /**
+   * The verified identity of one instance by id, for bootstrap (where no providerID, hence no zone,
+   * exists yet); batched and cached like identify(). Throws the typed error of a refused instance.
+   */
+  async lookupInstance(instanceId: string): Promise<InstanceIdentity> {
+    const cached = this.#cache.get(instanceId);
+    if (cached) return cached;
+    const outcome = (await this.#batcher.loadMany([instanceId])).get(instanceId) as Outcome<InstanceIdentity>;
+    if (!outcome.ok) throw outcome.error;
+    return outcome.value;
+  }
+
   /** Drops an instance's cached identity (its Node was deleted, or it is known to be gone). */
   forget(instanceId: string): void {
     this.#cache.delete(instanceId);

@@ -1,0 +1,68 @@
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { test } from 'node:test';
+import { verifySigV4 } from '../cloud/aws/sigv4.ts';
+import { getCallerIdentityBody, kopsRequestSha, signAwsStsProof, stsHost } from './aws-proof.ts';
+
+const credentials = { accessKeyId: 'ASIAEXAMPLE', secretAccessKey: 'secret', sessionToken: 'session' };
+const at = new Date('2026-03-01T12:00:00Z');
+const lookupSecret = () => ({ secretAccessKey: 'secret', sessionToken: 'session' });
+
+test('v1 proof: Go http.Header JSON whose signature covers host and X-Kops-Request-Sha', () => {
+  const header = signAwsStsProof('{"x":1}', credentials, 'eu-west-1', 1, { now: at });
+  assert.match(header, /^x-aws-sts [A-Za-z0-9+/=]+$/);
+  const headers = JSON.parse(Buffer.from(header.split(' ')[1] as string, 'base64').toString()) as Record<
+    string,
+    string[]
+  >;
+  assert.deepEqual(Object.keys(headers).sort(), [
+    'Authorization',
+    'Content-Length',
+    'Content-Type',
+    'X-Amz-Date',
+    'X-Amz-Security-Token',
+    'X-Kops-Request-Sha',
+  ]);
+  assert.deepEqual(headers['X-Kops-Request-Sha'], [kopsRequestSha('{"x":1}')]);
+  const lower = Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v]));
+  const claims = verifySigV4(
+    {
+      method: 'POST',
+      url: '/',
+      headers: { ...lower, host: stsHost('eu-west-1') },
+      body: getCallerIdentityBody,
+    },
+    { lookupSecret, now: () => at, region: 'eu-west-1', service: 'sts' },
+  );
+  assert.ok(claims.signedHeaders.includes('x-kops-request-sha'));
+});
+
+test('v2 proof: a presigned https GetCallerIdentity URL that verifies', () => {
+  const header = signAwsStsProof('{"x":1}', credentials, 'us-east-1', 2, { now: at });
+  const token = JSON.parse(Buffer.from(header.split(' ')[1] as string, 'base64').toString()) as {
+    url: string;
+    method: string;
+    headers: Record<string, string[]>;
+  };
+  assert.equal(token.method, 'GET');
+  const url = new URL(token.url);
+  assert.equal(url.host, 'sts.us-east-1.amazonaws.com');
+  assert.equal(url.searchParams.get('Action'), 'GetCallerIdentity');
+  const claims = verifySigV4(
+    {
+      method: 'GET',
+      url: token.url.slice(token.url.indexOf('/', 8)),
+      headers: { host: url.host, 'x-kops-request-sha': token.headers['X-Kops-Request-Sha'] },
+      body: '',
+    },
+    { lookupSecret, now: () => at, region: 'us-east-1', service: 'sts' },
+  );
+  assert.equal(claims.presigned, true);
+  assert.deepEqual(claims.signedHeaders, ['host', 'x-kops-request-sha']);
+});
+
+test('kopsRequestSha is unpadded base64 of SHA-256; stsHost knows the China partition', () => {
+  const expected = createHash('sha256').update('abc').digest('base64').replace(/=+$/, '');
+  assert.equal(kopsRequestSha('abc'), expected);
+  assert.equal(stsHost('cn-north-1'), 'sts.cn-north-1.amazonaws.com.cn');
+});

@@ -1,0 +1,109 @@
+/**
+ * The node side of the kops AWS identity proof: a SigV4-signed STS GetCallerIdentity request, made
+ * with the instance profile's credentials and bound to the bootstrap request body by the signed
+ * `X-Kops-Request-Sha` header, produced in the two shapes nodeup sends (`x-aws-sts`, v1: the signed
+ * headers; `x-aws-sts-v2`: a presigned URL). The node never calls STS itself; the controller does.
+ */
+import { createHash } from 'node:crypto';
+import {
+  canonicalRequest,
+  computeSignature,
+  formatAmzDate,
+  type SigV4Credentials,
+  signSigV4,
+  sigV4Algorithm,
+  uriEncode,
+} from '../cloud/aws/sigv4.ts';
+
+/** The well-known body of the v1 GetCallerIdentity POST. */
+export const getCallerIdentityBody = 'Action=GetCallerIdentity&Version=2011-06-15';
+/** The content type the SDKs send with the body. */
+export const stsContentType = 'application/x-www-form-urlencoded; charset=utf-8';
+/** How long a v2 presigned URL is valid (the controller enforces its own, shorter window). */
+export const presignExpiresSeconds = 60;
+
+/** The regional STS host a proof is signed for. */
+export function stsHost(region: string): string {
+  return region.startsWith('cn-') ? `sts.${region}.amazonaws.com.cn` : `sts.${region}.amazonaws.com`;
+}
+
+/** `X-Kops-Request-Sha`: base64 (unpadded, as kops) of the SHA-256 of the bootstrap request body. */
+export function kopsRequestSha(body: Uint8Array | string): string {
+  return createHash('sha256').update(body).digest('base64').replace(/=+$/, '');
+}
+
+/** Options of {@link signAwsStsProof}. */
+export interface AwsStsProofOptions {
+  now?: Date;
+}
+
+/**
+ * Signs the proof for `body` and returns the whole `Authorization` header value:
+ * `x-aws-sts <base64 JSON of headers>` (v1) or `x-aws-sts-v2 <base64 JSON {url, method, headers}>` (v2).
+ */
+export function signAwsStsProof(
+  body: Uint8Array | string,
+  credentials: SigV4Credentials,
+  region: string,
+  version: 1 | 2,
+  options: AwsStsProofOptions = {},
+): string {
+  const now = options.now ?? new Date();
+  const host = stsHost(region);
+  const sha = kopsRequestSha(body);
+  if (version === 1) {
+    const headers = {
+      host,
+      'content-type': stsContentType,
+      'content-length': String(Buffer.byteLength(getCallerIdentityBody)),
+      'x-kops-request-sha': sha,
+    };
+    const signed = signSigV4(
+      { method: 'POST', url: '/', headers, body: getCallerIdentityBody },
+      credentials,
+      {
+        region,
+        service: 'sts',
+        now,
+      },
+    );
+    // Go's http.Header shape, without Host (Go keeps it apart), as nodeup marshals it.
+    const goHeaders: Record<string, string[]> = {
+      Authorization: [signed['authorization'] as string],
+      'Content-Length': [headers['content-length']],
+      'Content-Type': [stsContentType],
+      'X-Amz-Date': [signed['x-amz-date'] as string],
+      'X-Kops-Request-Sha': [sha],
+    };
+    if (signed['x-amz-security-token']) goHeaders['X-Amz-Security-Token'] = [signed['x-amz-security-token']];
+    return `x-aws-sts ${Buffer.from(JSON.stringify(goHeaders)).toString('base64')}`;
+  }
+  const amzDate = formatAmzDate(now);
+  const scope = { accessKeyId: credentials.accessKeyId, date: amzDate.slice(0, 8), region, service: 'sts' };
+  const signedHeaders = ['host', 'x-kops-request-sha'];
+  const query: [string, string][] = [
+    ['Action', 'GetCallerIdentity'],
+    ['Version', '2011-06-15'],
+    ['X-Amz-Algorithm', sigV4Algorithm],
+    ['X-Amz-Credential', `${credentials.accessKeyId}/${scope.date}/${region}/sts/aws4_request`],
+    ['X-Amz-Date', amzDate],
+    ['X-Amz-Expires', String(presignExpiresSeconds)],
+    ...(credentials.sessionToken
+      ? [['X-Amz-Security-Token', credentials.sessionToken] as [string, string]]
+      : []),
+    ['X-Amz-SignedHeaders', signedHeaders.join(';')],
+  ];
+  const path = `/?${query.map(([k, v]) => `${uriEncode(k)}=${uriEncode(v)}`).join('&')}`;
+  const canonical = canonicalRequest(
+    { method: 'GET', url: path, headers: { host, 'x-kops-request-sha': sha }, body: '' },
+    signedHeaders,
+    true,
+  );
+  const signature = computeSignature(canonical, amzDate, scope, credentials.secretAccessKey);
+  const token = {
+    url: `https://${host}${path}&X-Amz-Signature=${signature}`,
+    method: 'GET',
+    headers: { 'X-Kops-Request-Sha': [sha] },
+  };
+  return `x-aws-sts-v2 ${Buffer.from(JSON.stringify(token)).toString('base64')}`;
+}

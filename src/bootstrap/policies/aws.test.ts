@@ -1,0 +1,213 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { signAwsStsProof } from '../../agent/aws-proof.ts';
+import { createAwsClients } from '../../cloud/aws/clients.ts';
+import { AwsNodeIdentifier } from '../../cloud/aws/identify.ts';
+import type { SigV4Credentials } from '../../cloud/aws/sigv4.ts';
+import { type AwsSimulator, startAwsSimulator } from '../../sim/aws/server.ts';
+import { testRequest } from '../../testing/bootstrap-request.ts';
+import { MemoryReplayGuard } from '../replay-guard.ts';
+import type { BootstrapPolicy, PolicyContext } from '../types.ts';
+import { type AwsPolicyOptions, awsPolicy, checkCaller, ipBasedNodeName } from './aws.ts';
+
+const cluster = 'test.example.com';
+const instanceId = 'i-0123456789abcdef0';
+const foreignInstance = 'i-0fedcba9876543210';
+let sim: AwsSimulator;
+let identifier: AwsNodeIdentifier;
+let destroy: () => void;
+let nodeCredentials: SigV4Credentials;
+const now: PolicyContext = { now: () => new Date() };
+
+before(async () => {
+  sim = await startAwsSimulator({ throttling: false });
+  sim.ec2.addInstances([
+    { id: instanceId, zone: 'us-east-1a', cluster, instanceGroup: 'nodes-us-east-1a', privateIp: '10.1.2.3' },
+    { id: foreignInstance, zone: 'us-east-1a', cluster: 'other.example.com', instanceGroup: 'nodes' },
+  ]);
+  nodeCredentials = sim.sts.addInstanceProfileSession(`nodes.${cluster}`, instanceId);
+  const clients = await createAwsClients({
+    region: sim.region,
+    endpoint: sim.endpoint,
+    credentials: sim.credentials,
+    maxAttempts: 1,
+  });
+  destroy = () => clients.destroy();
+  identifier = new AwsNodeIdentifier({ ec2: clients.ec2, clusterName: cluster, batchWindowMs: 1 });
+});
+
+after(async () => {
+  destroy();
+  await sim.close();
+});
+
+function policy(overrides: Partial<AwsPolicyOptions> = {}): BootstrapPolicy {
+  return awsPolicy({
+    account: sim.account,
+    partition: 'aws',
+    region: sim.region,
+    nodesRoles: [`nodes.${cluster}`],
+    instances: identifier,
+    replayGuard: new MemoryReplayGuard(),
+    stsEndpoint: sim.endpoint,
+    ...overrides,
+  });
+}
+
+function signedRequest(
+  body: string,
+  version: 1 | 2 = 1,
+  options: { signedBody?: string; at?: Date; credentials?: SigV4Credentials } = {},
+) {
+  const header = signAwsStsProof(
+    options.signedBody ?? body,
+    options.credentials ?? nodeCredentials,
+    sim.region,
+    version,
+    { now: options.at ?? new Date() },
+  );
+  const [prefix, token] = header.split(' ') as [string, string];
+  assert.equal(prefix, version === 1 ? 'x-aws-sts' : 'x-aws-sts-v2');
+  return testRequest({ body: Buffer.from(body), proof: { kind: 'aws-sts', version, token } });
+}
+
+test('aws approves a v1 proof: node name, SANs and group from EC2', async () => {
+  const decision = await policy().evaluate(signedRequest('{"a":1}'), now);
+  assert.ok(decision.verdict === 'approve', JSON.stringify(decision));
+  assert.equal(decision.facts.nodeName, instanceId);
+  assert.equal(decision.facts.instanceGroup, 'nodes-us-east-1a');
+  assert.deepEqual(decision.facts.ipAddresses, ['10.1.2.3']);
+  assert.ok(decision.facts.dnsNames.includes('ip-10-1-2-3.ec2.internal'));
+  assert.equal(
+    decision.facts.evidence['arn'],
+    `arn:aws:sts::${sim.account}:assumed-role/nodes.${cluster}/${instanceId}`,
+  );
+  assert.equal(decision.facts.evidence['account'], sim.account);
+});
+
+test('aws approves a v2 (presigned) proof, with IP-based node names when configured', async () => {
+  const decision = await policy({ useIPBasedNodeNames: true }).evaluate(signedRequest('{"b":2}', 2), now);
+  assert.ok(decision.verdict === 'approve', JSON.stringify(decision));
+  assert.equal(decision.facts.nodeName, 'ip-10-1-2-3.ec2.internal');
+  assert.ok(decision.facts.dnsNames.includes(instanceId));
+});
+
+test('aws abstains on a request without an AWS proof', async () => {
+  const decision = await policy().evaluate(testRequest(), now);
+  assert.equal(decision.verdict, 'abstain');
+});
+
+test('attack: replayed STS token is denied the second time, across requests sharing the guard', async () => {
+  const p = policy();
+  const request = signedRequest('{"c":3}');
+  assert.equal((await p.evaluate(request, now)).verdict, 'approve');
+  const again = await p.evaluate(request, now);
+  assert.equal(again.verdict, 'deny');
+  assert.match(again.reasons[0] ?? '', /already used/);
+});
+
+test('attack: token signed for another body is denied before STS is asked', async () => {
+  const before = sim.calls.count('GetCallerIdentity');
+  const decision = await policy().evaluate(signedRequest('{"evil":1}', 1, { signedBody: '{"good":1}' }), now);
+  assert.equal(decision.verdict, 'deny');
+  assert.match(decision.reasons[0] ?? '', /signed for another request/);
+  assert.equal(sim.calls.count('GetCallerIdentity'), before);
+});
+
+test('attack: stale signature (older than the window, still within STS skew) is denied', async () => {
+  const at = new Date(Date.now() - 10 * 60 * 1000);
+  const decision = await policy().evaluate(signedRequest('{"d":4}', 1, { at }), now);
+  assert.equal(decision.verdict, 'deny');
+  assert.match(decision.reasons[0] ?? '', /accepted within 300 s/);
+});
+
+test('attack: wrong account is denied', async () => {
+  const decision = await policy({ account: '111122223333' }).evaluate(signedRequest('{"e":5}'), now);
+  assert.equal(decision.verdict, 'deny');
+  assert.match(decision.reasons[0] ?? '', /account 111122223333|this cluster's account 111122223333/);
+});
+
+test('attack: role not in the allow-list is denied', async () => {
+  const credentials = sim.sts.addInstanceProfileSession('masters.test.example.com', instanceId);
+  const decision = await policy().evaluate(signedRequest('{"f":6}', 1, { credentials }), now);
+  assert.equal(decision.verdict, 'deny');
+  assert.match(decision.reasons[0] ?? '', /role masters\.test\.example\.com is not one of the node roles/);
+});
+
+test('attack: instance of another cluster is denied', async () => {
+  const credentials = sim.sts.addInstanceProfileSession(`nodes.${cluster}`, foreignInstance);
+  const decision = await policy().evaluate(signedRequest('{"g":7}', 1, { credentials }), now);
+  assert.equal(decision.verdict, 'deny');
+  assert.match(decision.reasons[0] ?? '', /does not belong to cluster test\.example\.com/);
+});
+
+test('attack: an IAM user (not an instance session) is denied', async () => {
+  const decision = await policy().evaluate(
+    signedRequest('{"h":8}', 1, { credentials: sim.credentials }),
+    now,
+  );
+  assert.equal(decision.verdict, 'deny');
+  assert.match(decision.reasons[0] ?? '', /not an STS session|not an assumed-role/);
+});
+
+test('attack: a forged signature is refused by STS', async () => {
+  const forged = { ...nodeCredentials, secretAccessKey: 'not-the-secret' };
+  const decision = await policy().evaluate(signedRequest('{"i":9}', 1, { credentials: forged }), now);
+  assert.equal(decision.verdict, 'deny');
+  assert.match(decision.reasons[0] ?? '', /SignatureDoesNotMatch/);
+});
+
+test('malformed proofs are denied, never thrown', async () => {
+  for (const token of [
+    '',
+    '!!!',
+    Buffer.from('[]').toString('base64'),
+    Buffer.from('{"Authorization":"x"}').toString('base64'),
+  ]) {
+    for (const version of [1, 2] as const) {
+      const decision = await policy().evaluate(
+        testRequest({ proof: { kind: 'aws-sts', version, token } }),
+        now,
+      );
+      assert.equal(decision.verdict, 'deny', token);
+    }
+  }
+});
+
+test('checkCaller and ipBasedNodeName', () => {
+  const options = { account: '123456789012', partition: 'aws', nodesRoles: ['nodes'] };
+  assert.deepEqual(
+    checkCaller(
+      {
+        account: '123456789012',
+        arn: `arn:aws:sts::123456789012:assumed-role/nodes/${instanceId}`,
+        userId: '',
+      },
+      options,
+    ),
+    { role: 'nodes', instanceId },
+  );
+  assert.match(
+    String(
+      checkCaller(
+        {
+          account: '123456789012',
+          arn: 'arn:aws-cn:sts::123456789012:assumed-role/nodes/i-01234567',
+          userId: '',
+        },
+        options,
+      ),
+    ),
+    /not an STS session/,
+  );
+  assert.match(
+    String(
+      checkCaller(
+        { account: '123456789012', arn: 'arn:aws:sts::123456789012:assumed-role/nodes/laptop', userId: '' },
+        options,
+      ),
+    ),
+    /not named after an EC2 instance/,
+  );
+  assert.equal(ipBasedNodeName('10.0.0.1', 'eu-west-1'), 'ip-10-0-0-1.eu-west-1.compute.internal');
+});

@@ -1,0 +1,178 @@
+/**
+ * `aws`: kops-compatible cloud-attested bootstrap. The node proves it holds its instance profile's
+ * credentials with a signed STS GetCallerIdentity bound to the request body (see aws-sts-proof.ts);
+ * the controller checks freshness (stricter than STS's 15 minutes), spends the signature once across
+ * replicas, replays it to STS, and accepts only an `assumed-role/<node role>/<instance-id>` session of
+ * our account. Node name, SANs and instance group then come from EC2's record of that instance.
+ */
+import { isIP } from 'node:net';
+import { stsHost } from '../../agent/aws-proof.ts';
+import type { InstanceIdentity } from '../../cloud/aws/instance.ts';
+import { parseAmzDate } from '../../cloud/aws/sigv4.ts';
+import { describeError } from '../../errors.ts';
+import type { ReplayGuard } from '../replay-guard.ts';
+import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';
+import { parseStsProof, type StsReplayRequest } from './aws-sts-proof.ts';
+import { callSts, type StsCaller } from './sts-client.ts';
+
+/** Looks an instance up by id in EC2 (AwsNodeIdentifier.lookupInstance); throws a typed error. */
+export interface AwsInstanceLookup {
+  lookupInstance(instanceId: string): Promise<InstanceIdentity>;
+}
+
+/** Options of the `aws` policy. */
+export interface AwsPolicyOptions {
+  /** Our account and partition (from the controller's own GetCallerIdentity at start-up). */
+  account: string;
+  partition: string;
+  region: string;
+  /** IAM role names whose instance sessions may bootstrap (`server.provider.aws.nodesRoles`). */
+  nodesRoles: readonly string[];
+  useIPBasedNodeNames?: boolean;
+  instances: AwsInstanceLookup;
+  replayGuard: ReplayGuard;
+  /** Where to replay proofs (default `https://<regional STS host>`; the simulator's endpoint in tests). */
+  stsEndpoint?: string;
+  /** How old (or how far in the future) a signature may be (default 5 minutes). */
+  maxAgeMs?: number;
+  /** Timeout of the STS call (default 5 s). */
+  stsTimeoutMs?: number;
+}
+
+/** Default freshness window of a proof. */
+export const defaultAwsProofMaxAgeMs = 5 * 60 * 1000;
+
+function deny(...reasons: string[]): PolicyDecision {
+  return { verdict: 'deny', reasons };
+}
+
+/** The kops `aws` policy; abstains for requests without an AWS proof. */
+export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
+  const host = stsHost(options.region);
+  const endpoint = options.stsEndpoint ?? `https://${host}`;
+  const maxAgeMs = options.maxAgeMs ?? defaultAwsProofMaxAgeMs;
+  return {
+    name: 'aws',
+    evaluate: async (request, context) => {
+      const { proof } = request;
+      if (proof.kind !== 'aws-sts')
+        return { verdict: 'abstain', reasons: ['the request carries no AWS proof'] };
+      let replay: StsReplayRequest;
+      try {
+        replay = parseStsProof(proof.version, proof.token, request.body, host);
+      } catch (err) {
+        return deny((err as Error).message);
+      }
+      const now = context.now();
+      const signedAt = parseAmzDate(replay.claims.amzDate);
+      if (!signedAt) return deny(`the proof's X-Amz-Date ${replay.claims.amzDate} is malformed`);
+      const age = now.getTime() - signedAt.getTime();
+      if (Math.abs(age) > maxAgeMs) {
+        return deny(
+          `the proof was signed at ${signedAt.toISOString()}, ${Math.round(age / 1000)} s from now; ` +
+            `proofs are accepted within ${maxAgeMs / 1000} s (check the node's clock)`,
+        );
+      }
+      if (replay.claims.scope.region !== options.region) {
+        return deny(`the proof is signed for region ${replay.claims.scope.region}, not ${options.region}`);
+      }
+      const fresh = await options.replayGuard.claim(replay.digest, new Date(signedAt.getTime() + maxAgeMs));
+      if (!fresh) return deny('the proof was already used (replayed signature); sign a new one per request');
+      let caller: StsCaller;
+      try {
+        caller = await callSts(endpoint, replay.request, options.stsTimeoutMs ?? 5_000);
+      } catch (err) {
+        return deny(`STS did not accept the proof: ${describeError(err)}`);
+      }
+      const checked = checkCaller(caller, options);
+      if (typeof checked !== 'object') return deny(checked);
+      let instance: InstanceIdentity;
+      try {
+        instance = await options.instances.lookupInstance(checked.instanceId);
+      } catch (err) {
+        return deny(`EC2 does not vouch for ${checked.instanceId}: ${describeError(err)}`);
+      }
+      const facts = factsOf(instance, options, {
+        account: caller.account,
+        arn: caller.arn,
+        role: checked.role,
+        stsVersion: String(replay.version),
+        signedAt: signedAt.toISOString(),
+      });
+      return {
+        verdict: 'approve',
+        facts,
+        reasons: [
+          `STS says the caller is ${caller.arn}; EC2 says ${instance.instanceId} is a running instance of group ${instance.instanceGroup}`,
+        ],
+      };
+    },
+  };
+}
+
+/** Checks the STS answer: our account, an instance session of an allowed role; a reason string when not. */
+export function checkCaller(
+  caller: StsCaller,
+  options: Pick<AwsPolicyOptions, 'account' | 'partition' | 'nodesRoles'>,
+): { role: string; instanceId: string } | string {
+  if (caller.account !== options.account) {
+    return `the proof is from AWS account ${caller.account}, not this cluster's account ${options.account}`;
+  }
+  const parts = caller.arn.split(':');
+  if (
+    parts.length !== 6 ||
+    parts[0] !== 'arn' ||
+    parts[1] !== options.partition ||
+    parts[2] !== 'sts' ||
+    parts[3] !== '' ||
+    parts[4] !== options.account
+  ) {
+    return `caller ${caller.arn} is not an STS session of ${options.partition} account ${options.account}`;
+  }
+  const resource = (parts[5] as string).split('/');
+  if (resource.length !== 3 || resource[0] !== 'assumed-role') {
+    return `caller ${caller.arn} is not an assumed-role session (instance profile)`;
+  }
+  const [, role, instanceId] = resource as [string, string, string];
+  if (!options.nodesRoles.includes(role)) {
+    return `role ${role} is not one of the node roles allowed to bootstrap (${options.nodesRoles.join(', ') || 'none configured'})`;
+  }
+  if (!/^i-(?:[0-9a-f]{8}|[0-9a-f]{17})$/.test(instanceId)) {
+    return `session ${instanceId} of role ${role} is not named after an EC2 instance`;
+  }
+  return { role, instanceId };
+}
+
+/** `ip-10-0-0-5.ec2.internal` (us-east-1) or `ip-10-0-0-5.<region>.compute.internal`. */
+export function ipBasedNodeName(ipv4: string, region: string): string {
+  const domain = region === 'us-east-1' ? 'ec2.internal' : `${region}.compute.internal`;
+  return `ip-${ipv4.replaceAll('.', '-')}.${domain}`;
+}
+
+/** The node facts of a verified instance: SANs from EC2's addresses, as kops. */
+export function factsOf(
+  instance: InstanceIdentity,
+  options: Pick<AwsPolicyOptions, 'region' | 'useIPBasedNodeNames'>,
+  evidence: Record<string, string>,
+): NodeFacts {
+  const ips = new Set<string>();
+  const names = new Set<string>([instance.instanceId]);
+  for (const { type, address } of instance.addresses) {
+    if ((type === 'InternalIP' || type === 'ExternalIP') && isIP(address)) ips.add(address);
+    if (type === 'InternalDNS') names.add(address.toLowerCase());
+  }
+  const privateIpv4 = instance.addresses.find(
+    (a) => a.type === 'InternalIP' && isIP(a.address) === 4,
+  )?.address;
+  const ipName = privateIpv4 ? ipBasedNodeName(privateIpv4, options.region) : undefined;
+  if (ipName) names.add(ipName);
+  const nodeName = options.useIPBasedNodeNames && ipName ? ipName : instance.instanceId;
+  return {
+    nodeName,
+    instanceGroup: instance.instanceGroup,
+    instanceId: instance.instanceId,
+    dnsNames: [...names].filter((n) => n !== nodeName),
+    ipAddresses: [...ips],
+    evidence: { ...evidence, instanceId: instance.instanceId, zone: instance.zone },
+  };
+}
