@@ -1,0 +1,342 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { createServer, type Server } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join as joinPath } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { promisify } from 'node:util';
+import { parse } from 'yaml';
+import { ConflictError, UnauthenticatedError } from '../errors.ts';
+import { bundlePem, createCa } from '../pki/ca.ts';
+import { parseCsr } from '../pki/csr.ts';
+import { generateKey } from '../pki/keys.ts';
+import { issueCertificate, type ProfileName, publicKeyRequest } from '../pki/profiles.ts';
+import { startApiServer } from '../sim/apiserver/index.ts';
+import { opensslText, opensslVerify } from '../testing/openssl.ts';
+import { toolPath } from '../testing/tools.ts';
+import { DeniedError } from './bootstrap-client.ts';
+import { type JoinOptions, join } from './join.ts';
+import { nodeFileNames } from './node-files.ts';
+import { tokenProof } from './proofs.ts';
+
+/** What the in-test server answers to one call. */
+type Reply = { status: number; body: unknown; headers?: Record<string, string> };
+interface Call {
+  method: string;
+  path: string;
+  authorization: string | undefined;
+  body: string;
+}
+type Script = (call: Call, issue: () => Reply) => Reply;
+
+const ca = createCa();
+const otherCa = createCa();
+const caPem = bundlePem(ca);
+const apiServer = 'https://api.internal.example.com';
+
+/** A bootstrap server speaking docs/bootstrap-api.md, each answer decided by the test's script. */
+class FakeBootstrapServer {
+  readonly calls: Call[] = [];
+  script: Script = (_call, issue) => issue();
+  server: Server | undefined;
+  url = '';
+
+  async start(): Promise<void> {
+    const servingKey = generateKey();
+    const cert = issueCertificate(ca, 'kops-controller', publicKeyRequest(servingKey), {
+      name: 'kops-controller.internal',
+      ipAddresses: ['127.0.0.1'],
+    });
+    this.server = createServer(
+      { key: servingKey.export({ format: 'pem', type: 'pkcs8' }), cert: cert.pem + caPem },
+      (req, res) => {
+        const chunks: Buffer[] = [];
+        req.on('data', (c: Buffer) => chunks.push(c));
+        req.on('end', () => {
+          const call = {
+            method: req.method ?? '',
+            path: req.url ?? '',
+            authorization: req.headers.authorization,
+            body: Buffer.concat(chunks).toString('utf8'),
+          };
+          this.calls.push(call);
+          const reply = this.script(call, () => this.issue(call));
+          res.writeHead(reply.status, { 'content-type': 'application/json', ...reply.headers });
+          res.end(typeof reply.body === 'string' ? reply.body : JSON.stringify(reply.body));
+        });
+      },
+    );
+    await new Promise<void>((resolve) => this.server?.listen(0, '127.0.0.1', resolve));
+    this.url = `https://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+
+  /** Issues what the latest POST asked for, as a server whose policy verified the claimed name. */
+  lastPost(): { nodeName: string; certificateSigningRequests: Record<string, string> } {
+    const post = this.calls.findLast((c) => c.method === 'POST');
+    assert.ok(post, 'no POST received');
+    return JSON.parse(post.body);
+  }
+
+  issue(_call: Call, overrides: { caBundle?: string; apiServer?: string } = {}): Reply {
+    const request = this.lastPost();
+    const certificates = Object.fromEntries(
+      Object.entries(request.certificateSigningRequests).map(([profile, csr]) => [
+        profile,
+        issueCertificate(ca, profile as ProfileName, parseCsr(csr), {
+          name: request.nodeName,
+          ipAddresses: ['10.0.0.5'],
+          dnsNames: ['ip-10-0-0-5.ec2.internal'],
+        }).pem,
+      ]),
+    );
+    return {
+      status: 200,
+      body: {
+        status: 'issued',
+        nodeName: request.nodeName,
+        instanceGroup: 'nodes-us-test-1a',
+        certificates,
+        caBundle: overrides.caBundle ?? caPem,
+        apiServer: overrides.apiServer ?? apiServer,
+      },
+    };
+  }
+
+  close(): Promise<void> {
+    this.server?.closeAllConnections();
+    return new Promise((resolve) => this.server?.close(() => resolve()));
+  }
+}
+
+const fake = new FakeBootstrapServer();
+let dir = '';
+let counter = 0;
+
+before(async () => {
+  await fake.start();
+  dir = await mkdtemp(joinPath(tmpdir(), 'kops-join-test-'));
+});
+after(async () => {
+  await fake.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+function options(overrides: Partial<JoinOptions> = {}): JoinOptions {
+  fake.calls.length = 0;
+  return {
+    server: fake.url,
+    caBundlePem: caPem,
+    nodeName: 'node-a',
+    dir: joinPath(dir, `run-${counter++}`),
+    proof: tokenProof('abcdef.0123456789abcdef'),
+    retry: { initialMs: 1, maxMs: 5 },
+    random: () => 0,
+    ...overrides,
+  };
+}
+
+const pending = {
+  status: 202,
+  body: {
+    status: 'pending',
+    requestId: 'ab12',
+    poll: '/v1/requests/ab12',
+    reasons: ['waiting for approval'],
+  },
+};
+
+describe('join', () => {
+  test('happy path: the keys stay local, the certificates chain to the CA, files are written 0600/0644', async () => {
+    fake.script = (_call, issue) => issue();
+    const opts = options();
+    const result = await join(opts);
+    assert.equal(result.nodeName, 'node-a');
+    assert.equal(result.instanceGroup, 'nodes-us-test-1a');
+    assert.equal(result.apiServer, apiServer);
+    assert.equal(result.waitedForApproval, false);
+    assert.equal(fake.calls.length, 1);
+    const [call] = fake.calls;
+    assert.equal(call?.method, 'POST');
+    assert.equal(call?.path, '/v1/certificates');
+    assert.equal(call?.authorization, 'Bearer abcdef.0123456789abcdef');
+    const sent = JSON.parse(call?.body ?? '{}');
+    assert.equal(sent.apiVersion, 'bootstrap.kops-controller.io/v1');
+    assert.deepEqual(Object.keys(sent.certificateSigningRequests).sort(), ['kubelet', 'kubelet-server']);
+    assert.doesNotMatch(call?.body ?? '', /PRIVATE KEY/);
+
+    assert.deepEqual((await readdir(opts.dir)).sort(), Object.values(nodeFileNames).sort());
+    const mode = async (name: string) => (await stat(joinPath(opts.dir, name))).mode & 0o777;
+    assert.equal(await mode(nodeFileNames.clientKey), 0o600);
+    assert.equal(await mode(nodeFileNames.serverKey), 0o600);
+    assert.equal(await mode(nodeFileNames.kubeconfig), 0o600);
+    assert.equal(await mode(nodeFileNames.clientCertificate), 0o644);
+    assert.equal((await stat(opts.dir)).mode & 0o777, 0o700);
+
+    const clientPem = await readFile(joinPath(opts.dir, nodeFileNames.clientCertificate), 'utf8');
+    assert.match(opensslVerify(caPem, clientPem, 'sslclient'), /: OK$/);
+    const serverPem = await readFile(joinPath(opts.dir, nodeFileNames.serverCertificate), 'utf8');
+    assert.match(opensslVerify(caPem, serverPem, 'sslserver'), /: OK$/);
+    assert.match(opensslText(serverPem), /IP Address:10\.0\.0\.5/);
+
+    const kubeconfig = parse(await readFile(joinPath(opts.dir, nodeFileNames.kubeconfig), 'utf8'));
+    assert.equal(kubeconfig.clusters[0].cluster.server, apiServer);
+    assert.equal(kubeconfig.users[0].name, 'system:node:node-a');
+    assert.equal(
+      Buffer.from(kubeconfig.users[0].user['client-certificate-data'], 'base64').toString(),
+      clientPem,
+    );
+  });
+
+  test('pending then approved: long-polls the handle and reports progress', async () => {
+    let polls = 0;
+    fake.script = (call, issue) => {
+      if (call.method === 'POST') return pending;
+      assert.equal(call.path, '/v1/requests/ab12?wait=1');
+      return ++polls < 2 ? pending : issue();
+    };
+    const lines: string[] = [];
+    // The fake answers at once, so the client waits between polls instead of spinning.
+    const result = await join(options({ pollWaitSeconds: 1, progress: (l) => lines.push(l) }));
+    assert.equal(result.waitedForApproval, true);
+    assert.equal(polls, 2);
+    assert.deepEqual(
+      fake.calls.map((c) => c.method),
+      ['POST', 'GET', 'GET'],
+    );
+    assert.ok(lines.length >= 2);
+    assert.match(lines[0] ?? '', /^waiting for approval \(\d+s\): waiting for approval$/);
+  });
+
+  test('denial: a clear error with every reason, nothing written, no retry', async () => {
+    fake.script = () => ({
+      status: 403,
+      body: { status: 'denied', reasons: ['instance i-0abc is not in cluster x', 'role not allowed'] },
+    });
+    const opts = options();
+    await assert.rejects(join(opts), (err: unknown) => {
+      assert.ok(err instanceof DeniedError);
+      assert.deepEqual(err.reasons, ['instance i-0abc is not in cluster x', 'role not allowed']);
+      assert.match(err.message, /denied: instance i-0abc is not in cluster x; role not allowed/);
+      return true;
+    });
+    assert.equal(fake.calls.length, 1);
+    assert.deepEqual(await readdir(opts.dir), []);
+  });
+
+  test('409 already registered: a conflict error, not retried', async () => {
+    fake.script = () => ({
+      status: 409,
+      body: { error: { reason: 'node-already-registered', message: 'node node-a is Ready' } },
+    });
+    await assert.rejects(join(options()), (err: unknown) => {
+      assert.ok(err instanceof ConflictError);
+      assert.match(err.message, /already registered.*node node-a is Ready \(node-already-registered\)/);
+      return true;
+    });
+    assert.equal(fake.calls.length, 1);
+  });
+
+  test('retry after transient 503 and 429, with a fresh proof per attempt', async () => {
+    let attempt = 0;
+    fake.script = (_call, issue) => {
+      attempt++;
+      if (attempt === 1) return { status: 503, body: { error: { reason: 'unavailable', message: 'busy' } } };
+      if (attempt === 2)
+        return { status: 429, body: { error: { reason: 'rate-limited', message: 'slow down' } } };
+      if (attempt === 3) return { status: 502, body: '<html>bad gateway</html>' };
+      return issue();
+    };
+    let proofs = 0;
+    const lines: string[] = [];
+    const result = await join(
+      options({
+        proof: async () => `Bearer abcdef.0123456789abcdef-${proofs++}`.slice(0, 30),
+        progress: (l) => lines.push(l),
+      }),
+    );
+    assert.equal(result.nodeName, 'node-a');
+    assert.equal(fake.calls.length, 4);
+    assert.equal(proofs, 4);
+    assert.equal(lines.length, 3);
+    assert.match(lines[0] ?? '', /^retrying in \d+s: the bootstrap server failed: busy \(unavailable\)$/);
+  });
+
+  test('gives up with a timeout error when the server stays down past the deadline', async () => {
+    fake.script = () => ({ status: 503, body: { error: { reason: 'unavailable', message: 'down' } } });
+    await assert.rejects(
+      join(options({ timeoutMs: 50, retry: { initialMs: 20, maxMs: 20 } })),
+      /gave up joining after \d+s: .*down/,
+    );
+  });
+
+  test('a bootstrap server whose certificate is not from the trusted CA is refused at once', async () => {
+    fake.script = (_call, issue) => issue();
+    await assert.rejects(join(options({ caBundlePem: bundlePem(otherCa) })), (err: unknown) => {
+      assert.ok(err instanceof UnauthenticatedError);
+      assert.match(err.message, /not trusted by the cluster CA/);
+      return true;
+    });
+    assert.equal(fake.calls.length, 0);
+  });
+
+  test('a certificate for another key is refused and not written', async () => {
+    fake.script = () => {
+      const { nodeName } = fake.lastPost();
+      const foreign = issueCertificate(ca, 'kubelet', publicKeyRequest(generateKey()), { name: nodeName });
+      return {
+        status: 200,
+        body: {
+          status: 'issued',
+          nodeName,
+          certificates: { kubelet: foreign.pem },
+          caBundle: caPem,
+          apiServer,
+        },
+      };
+    };
+    const opts = options();
+    await assert.rejects(join(opts), /certificate the server returned is for another key/);
+    assert.deepEqual(await readdir(opts.dir), []);
+  });
+
+  test('a bad node name is refused before anything is sent', async () => {
+    await assert.rejects(join(options({ nodeName: 'Not A Name' })), /node name/);
+    assert.equal(fake.calls.length, 0);
+  });
+});
+
+describe('join against the simulated API server', () => {
+  test('the kubeconfig from join authenticates as system:node:<name>', async () => {
+    const sim = await startApiServer({ clientCAs: [caPem] });
+    try {
+      fake.script = (call) => fake.issue(call, { caBundle: sim.caCertificate, apiServer: sim.url });
+      const opts = options({ nodeName: 'node-joined' });
+      await join(opts);
+      const kubeconfig = joinPath(opts.dir, nodeFileNames.kubeconfig);
+      // Asynchronously: the simulated API server runs in this process and must keep serving.
+      const kubectl = async (args: string[], input: string) => {
+        const run = promisify(execFile)(toolPath('kubectl'), ['--kubeconfig', kubeconfig, ...args], {
+          encoding: 'utf8',
+        });
+        run.child.stdin?.end(input);
+        return (await run).stdout;
+      };
+      const nodeManifest = (name: string) =>
+        JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name } });
+      // A node may register only itself: creating its own Node works, another's is refused by name.
+      const created = await kubectl(['create', '-f', '-', '-o', 'name'], nodeManifest('node-joined'));
+      assert.equal(created.trim(), 'node/node-joined');
+      await assert.rejects(
+        kubectl(['create', '-f', '-'], nodeManifest('node-other')),
+        (err: { stderr?: string }) => {
+          assert.match(err.stderr ?? '', /User "system:node:node-joined" cannot create resource "nodes"/);
+          return true;
+        },
+      );
+    } finally {
+      await sim.close();
+    }
+  });
+});

@@ -1,0 +1,274 @@
+/**
+ * `kops-controller join`, the node side of bootstrap: generate the keys here (they never leave the
+ * node), ask the bootstrap server for certificates with an identity proof, wait while a human or a
+ * policy decides, check what came back, and write the kubelet's credentials and kubeconfig.
+ * Transient failures (network, 429, 5xx) are retried with jittered backoff until the deadline;
+ * a denial or an already-registered node ends the join at once with the server's reasons.
+ */
+import { type KeyObject, X509Certificate } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
+import {
+  asKopsError,
+  describeError,
+  InvalidInputError,
+  type KopsError,
+  NotFoundError,
+  TimeoutError,
+  UnauthenticatedError,
+} from '../errors.ts';
+import { Backoff } from '../kube/backoff.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import { buildCsrPem } from '../pki/csr-build.ts';
+import { generateKey, privateKeyPem, spkiOf } from '../pki/keys.ts';
+import { renderClientKubeconfig } from '../pki/kubeconfig.ts';
+import { decodePem } from '../pki/pem.ts';
+import { validateDnsName } from '../pki/profiles.ts';
+import {
+  BootstrapClient,
+  bootstrapApiVersion,
+  type IssuedAnswer,
+  type PendingAnswer,
+} from './bootstrap-client.ts';
+import { ensureDirectory, type NodeFile, nodeFilePath, writeFileAtomic } from './node-files.ts';
+import type { ProofProvider } from './proofs.ts';
+
+/** What `join` needs: where to ask, whom to trust, how to prove identity, where to write. */
+export interface JoinOptions {
+  /** The bootstrap server, e.g. `https://kops-controller.internal.example.com:3988`. */
+  server: string;
+  /** The cluster CA bundle (PEM) the bootstrap server's certificate must chain to. */
+  caBundlePem: string;
+  /** The API server URL from discovery; the server's `apiServer` answer is used when absent. */
+  apiServer?: string;
+  /** The node name to ask for; the server issues only the name its policy verifies. */
+  nodeName: string;
+  /** Where the key, certificates and kubeconfig are written. */
+  dir: string;
+  proof: ProofProvider;
+  /** Also ask for a kubelet serving certificate (default true). */
+  servingCertificate?: boolean;
+  /** Receives one short status line whenever the state changes (waiting, retrying). */
+  progress?: (line: string) => void;
+  /** How long to keep trying and waiting for approval, in ms (default one hour, as the kubelet). */
+  timeoutMs?: number;
+  /** Retry delays after transient failures, in ms (default 1 s doubling to 30 s, with jitter). */
+  retry?: { initialMs: number; maxMs: number };
+  /** Long-poll duration of one wait for approval, in seconds (default 30; the server caps it at 60). */
+  pollWaitSeconds?: number;
+  random?: () => number;
+  signal?: AbortSignal;
+  logger?: Logger;
+}
+
+/** What a successful join wrote. */
+export interface JoinResult {
+  nodeName: string;
+  instanceGroup?: string;
+  apiServer: string;
+  /** Whether the request was queued for approval before it was issued. */
+  waitedForApproval: boolean;
+  files: string[];
+}
+
+/** A poll answered faster than this did not long-poll; wait before the next one instead of spinning. */
+const minimumPollMs = 1000;
+
+/** Errors worth another attempt: the server or the path to it may recover. */
+function isTransient(err: KopsError): boolean {
+  return err.kind === 'unavailable' || err.kind === 'rate-limited' || err.kind === 'timeout';
+}
+
+/** The delay a 429 asks for, if it asked (bounded, so a hostile answer cannot park the node). */
+function retryAfterMs(err: KopsError): number | undefined {
+  const seconds = err.details?.['retryAfterSeconds'];
+  return typeof seconds === 'number' && seconds > 0 ? Math.min(seconds, 300) * 1000 : undefined;
+}
+
+function parseCertificate(pem: string, what: string): X509Certificate {
+  try {
+    return new X509Certificate(pem);
+  } catch (err) {
+    throw new UnauthenticatedError(`the ${what} certificate the server returned is unreadable`, {
+      cause: err,
+    });
+  }
+}
+
+function certificatesOf(bundlePem: string): X509Certificate[] {
+  return decodePem(bundlePem, 'CERTIFICATE', 'CA bundle').map((der) => new X509Certificate(der));
+}
+
+/**
+ * Checks an issued certificate before the node relies on it: it certifies our own key, names this
+ * node and chains to one of the trusted CAs. A server that passed TLS but returns something else is
+ * broken or compromised; writing it would leave a node that cannot register.
+ */
+function checkIssued(pem: string, what: string, key: KeyObject, nodeName: string, cas: X509Certificate[]) {
+  const certificate = parseCertificate(pem, what);
+  if (!certificate.publicKey.export({ format: 'der', type: 'spki' }).equals(spkiOf(key))) {
+    throw new UnauthenticatedError(`the ${what} certificate the server returned is for another key`);
+  }
+  if (!certificate.subject.split('\n').includes(`CN=system:node:${nodeName}`)) {
+    throw new UnauthenticatedError(
+      `the ${what} certificate names "${certificate.subject.replace(/\n/g, ', ')}", not system:node:${nodeName}`,
+    );
+  }
+  if (!cas.some((ca) => certificate.checkIssued(ca) && certificate.verify(ca.publicKey))) {
+    throw new UnauthenticatedError(
+      `the ${what} certificate the server returned is not signed by the cluster CA`,
+    );
+  }
+}
+
+function formatReasons(pending: PendingAnswer): string {
+  return pending.reasons.length ? `: ${pending.reasons.join('; ')}` : '';
+}
+
+/** Joins the cluster: see the module comment. Throws a typed error saying why it could not. */
+export async function join(options: JoinOptions): Promise<JoinResult> {
+  const logger = options.logger ?? silentLogger;
+  const progress = options.progress ?? (() => undefined);
+  const nodeName = validateDnsName(options.nodeName, 'node name');
+  const subject = { commonName: `system:node:${nodeName}`, organizations: ['system:nodes'] };
+  const clientKey = generateKey('ecdsa-p256');
+  const serverKey = options.servingCertificate === false ? undefined : generateKey('ecdsa-p256');
+  // The serving request names no addresses: the server certifies the ones its policy verified.
+  const body = Buffer.from(
+    JSON.stringify({
+      apiVersion: bootstrapApiVersion,
+      nodeName,
+      certificateSigningRequests: {
+        kubelet: buildCsrPem(clientKey, { subject }),
+        ...(serverKey ? { 'kubelet-server': buildCsrPem(serverKey, { subject }) } : {}),
+      },
+    }),
+  );
+  await ensureDirectory(options.dir);
+
+  const client = new BootstrapClient({ server: options.server, caBundlePem: options.caBundlePem });
+  const backoff = new Backoff({
+    ...(options.retry ?? { initialMs: 1000, maxMs: 30_000 }),
+    jitter: 0.5,
+    random: options.random ?? Math.random,
+  });
+  const started = Date.now();
+  const deadline = started + (options.timeoutMs ?? 3_600_000);
+  const pollWait = options.pollWaitSeconds ?? 30;
+  let pending: PendingAnswer | undefined;
+  let waitedForApproval = false;
+  let issued: IssuedAnswer | undefined;
+  let lastError: KopsError | undefined;
+  try {
+    while (!issued) {
+      options.signal?.throwIfAborted();
+      const attemptStarted = Date.now();
+      try {
+        const answer = pending
+          ? await client.poll(pending.poll, pollWait, options.signal)
+          : await client.submit(body, await options.proof(body, options.signal), options.signal);
+        backoff.reset();
+        if (answer.status === 'issued') {
+          issued = answer;
+          break;
+        }
+        if (!pending) logger.info({ requestId: answer.requestId }, 'bootstrap request queued for approval');
+        pending = answer;
+        waitedForApproval = true;
+        const waited = Math.round((Date.now() - started) / 1000);
+        progress(`waiting for approval (${waited}s)${formatReasons(answer)}`);
+        if (Date.now() - attemptStarted < minimumPollMs)
+          await delay(minimumPollMs, undefined, { signal: options.signal });
+      } catch (thrown) {
+        const err = asKopsError(thrown);
+        if (options.signal?.aborted) throw err;
+        if (err instanceof NotFoundError && pending) {
+          // The handle expired or the server forgot it (restart): ask again with the same keys,
+          // which the server's deterministic queue naming maps back to the same request.
+          logger.info(
+            { requestId: pending.requestId },
+            'pending request unknown to the server; resubmitting',
+          );
+          pending = undefined;
+          continue;
+        }
+        if (!isTransient(err)) throw err;
+        const wait = retryAfterMs(err) ?? backoff.next();
+        lastError = err;
+        if (Date.now() + wait > deadline) break;
+        logger.warn(
+          { err: describeError(err), retryInMs: Math.round(wait) },
+          'bootstrap attempt failed; retrying',
+        );
+        progress(`retrying in ${Math.ceil(wait / 1000)}s: ${err.message}`);
+        await delay(wait, undefined, { signal: options.signal });
+      }
+      if (Date.now() > deadline) break;
+    }
+  } finally {
+    client.close();
+  }
+  if (!issued) {
+    const waited = Math.round((Date.now() - started) / 1000);
+    const why = pending ? 'the request is still waiting for approval' : describeError(lastError);
+    throw new TimeoutError(`gave up joining after ${waited}s: ${why}`, { cause: lastError });
+  }
+  return writeCredentials(options, issued, nodeName, clientKey, serverKey, waitedForApproval);
+}
+
+async function writeCredentials(
+  options: JoinOptions,
+  issued: IssuedAnswer,
+  nodeName: string,
+  clientKey: KeyObject,
+  serverKey: KeyObject | undefined,
+  waitedForApproval: boolean,
+): Promise<JoinResult> {
+  const clientPem = issued.certificates['kubelet'];
+  if (!clientPem)
+    throw new UnauthenticatedError('the server answered "issued" without a kubelet certificate');
+  const cas = [...certificatesOf(options.caBundlePem), ...certificatesOf(issued.caBundle)];
+  checkIssued(clientPem, 'kubelet client', clientKey, nodeName, cas);
+  const serverPem = serverKey ? issued.certificates['kubelet-server'] : undefined;
+  if (serverPem && serverKey) checkIssued(serverPem, 'kubelet serving', serverKey, nodeName, cas);
+  const apiServer = options.apiServer ?? issued.apiServer;
+  if (!apiServer) {
+    throw new InvalidInputError(
+      'the API server URL is unknown: the bootstrap server did not say and no discovery gave one',
+    );
+  }
+  const { dir } = options;
+  const clientKeyPem = privateKeyPem(clientKey);
+  const kubeconfig = renderClientKubeconfig({
+    server: apiServer,
+    caBundlePem: issued.caBundle,
+    certificatePem: clientPem,
+    key: { pem: clientKeyPem },
+    user: `system:node:${nodeName}`,
+  });
+  const files: (readonly [NodeFile, string, number])[] = [
+    ['clientKey', clientKeyPem, 0o600],
+    ['clientCertificate', clientPem, 0o644],
+    ...(serverPem && serverKey
+      ? ([
+          ['serverKey', privateKeyPem(serverKey), 0o600],
+          ['serverCertificate', serverPem, 0o644],
+        ] as const)
+      : []),
+    ['caBundle', issued.caBundle, 0o644],
+    // Last: its presence means every other file is in place. It embeds the key, hence 0600.
+    ['kubeconfig', kubeconfig, 0o600],
+  ];
+  const written: string[] = [];
+  for (const [file, data, mode] of files) {
+    const path = nodeFilePath(dir, file);
+    await writeFileAtomic(path, data, mode);
+    written.push(path);
+  }
+  return {
+    nodeName,
+    ...(issued.instanceGroup ? { instanceGroup: issued.instanceGroup } : {}),
+    apiServer,
+    waitedForApproval,
+    files: written,
+  };
+}

@@ -1,0 +1,75 @@
+/**
+ * How a joining node proves who it is: the `Authorization` header of docs/bootstrap-api.md, made
+ * fresh for each attempt because cloud proofs bind to the exact body and expire.
+ */
+import { InvalidInputError, UnavailableError } from '../errors.ts';
+
+/** Makes the `Authorization` header value for one request body; undefined sends no proof. */
+export type ProofProvider = (body: Buffer, signal?: AbortSignal) => Promise<string | undefined>;
+
+const tokenPattern = /^[a-z0-9]{6}\.[a-z0-9]{16}$/;
+
+/** Checks a kubeadm-format bootstrap token (`abcdef.0123456789abcdef`) without echoing it. */
+export function validateBootstrapToken(token: string): string {
+  if (!tokenPattern.test(token)) {
+    throw new InvalidInputError(
+      'the bootstrap token is not in the kubeadm format <6 lowercase letters or digits>.<16 lowercase letters or digits>',
+    );
+  }
+  return token;
+}
+
+/** A bootstrap token sent as `Authorization: Bearer <id>.<secret>`. */
+export function tokenProof(token: string): ProofProvider {
+  const header = `Bearer ${validateBootstrapToken(token)}`;
+  return async () => header;
+}
+
+/** No proof: only the `queue` and `insecure-always-approve` policies can act on the request. */
+export const noProof: ProofProvider = async () => undefined;
+
+/** The GCE metadata server's identity-token path (override for the simulator or a proxy). */
+export const defaultGceIdentityUrl =
+  'http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/identity';
+
+/**
+ * A Google instance identity token (`format=full`, audience = the bootstrap server URL) from the
+ * metadata server, sent as `Authorization: x-gce-identity <jwt>`.
+ */
+export function gceIdentityProof(options: {
+  audience: string;
+  identityUrl?: string;
+  fetch?: typeof globalThis.fetch;
+}): ProofProvider {
+  const fetchFn = options.fetch ?? globalThis.fetch;
+  return async (_body, signal) => {
+    // Query parameters already in the URL (the simulator's `instance=`) are kept.
+    const url = new URL(options.identityUrl ?? defaultGceIdentityUrl);
+    url.searchParams.set('audience', options.audience);
+    url.searchParams.set('format', 'full');
+    let response: Response;
+    try {
+      response = await fetchFn(url, {
+        headers: { 'Metadata-Flavor': 'Google' },
+        signal: signal ?? AbortSignal.timeout(10_000),
+      });
+    } catch (err) {
+      throw new UnavailableError(
+        `cannot reach the GCE metadata server at ${url.origin}: ${(err as Error).message}`,
+        {
+          cause: err,
+        },
+      );
+    }
+    const text = (await response.text()).trim();
+    if (!response.ok) {
+      throw new UnavailableError(
+        `the GCE metadata server answered ${response.status} for the identity token: ${text.slice(0, 200)}`,
+      );
+    }
+    if (!/^[\w-]+\.[\w-]+\.[\w-]+$/.test(text)) {
+      throw new UnavailableError('the GCE metadata server returned something that is not a JWT');
+    }
+    return `x-gce-identity ${text}`;
+  };
+}
