@@ -1,0 +1,177 @@
+import assert from 'node:assert/strict';
+import { createHash, sign } from 'node:crypto';
+import { after, before, test } from 'node:test';
+import { GceIdentityTokenVerifier, JwksKeyStore } from '../../cloud/gce/identity-token.ts';
+import { GceNodeIdentifier } from '../../cloud/gce/node-identifier.ts';
+import { simulatorCompute } from '../../cloud/gce/testing.ts';
+import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
+import { testRequest } from '../../testing/bootstrap-request.ts';
+import { MemoryReplayGuard } from '../replay-guard.ts';
+import type { BootstrapPolicy, PolicyContext } from '../types.ts';
+import { type GcePolicyOptions, gcePolicy, kopsGceTpmAudience } from './gce.ts';
+
+const cluster = 'prod.example.com';
+const project = 'kops-prod';
+const zone = 'us-central1-a';
+const audience = 'https://kops-controller.internal.prod.example.com:3988';
+let sim: GceSimulator;
+let node: string;
+let otherClusterNode: string;
+const now: PolicyContext = { now: () => new Date() };
+
+before(async () => {
+  sim = await startGceSimulator({ project });
+  node = sim.world.seedInstanceGroup({ zone, instanceGroup: 'nodes-a', count: 1, clusterName: cluster })[0]!
+    .name;
+  otherClusterNode = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-b',
+    count: 1,
+    clusterName: 'other.example.com',
+  })[0]!.name;
+});
+after(() => sim.close());
+
+function policy(overrides: Partial<GcePolicyOptions> = {}): BootstrapPolicy {
+  const compute = simulatorCompute(sim);
+  return gcePolicy({
+    project,
+    identifier: new GceNodeIdentifier({ compute, clusterName: cluster, coalesceWindowMs: 1 }),
+    tokenVerifier: new GceIdentityTokenVerifier({ keys: new JwksKeyStore({ url: sim.jwksUri }), audience }),
+    compute,
+    replayGuard: new MemoryReplayGuard(),
+    ...overrides,
+  });
+}
+
+function identityRequest(name: string, options: { audience?: string; issuedAt?: number } = {}) {
+  const token = sim.identityToken(zone, name, {
+    audience: options.audience ?? audience,
+    format: 'full',
+    ...(options.issuedAt === undefined ? {} : { issuedAt: options.issuedAt }),
+  });
+  return testRequest({ proof: { kind: 'gce-identity-token', token } });
+}
+
+function tpmRequest(
+  name: string,
+  body: string,
+  options: { signedBody?: string; timestamp?: number; project?: string } = {},
+) {
+  const data = Buffer.from(
+    JSON.stringify({
+      gcpProjectID: options.project ?? project,
+      zone,
+      instance: name,
+      requestHash: createHash('sha256')
+        .update(options.signedBody ?? body)
+        .digest('base64'),
+      timestamp: options.timestamp ?? Math.floor(Date.now() / 1000),
+      audience: kopsGceTpmAudience,
+    }),
+  );
+  const signature = sign('sha256', data, sim.world.shieldedKeys(project, zone, name).signing);
+  const token = Buffer.from(
+    JSON.stringify({ data: data.toString('base64'), signature: signature.toString('base64') }),
+  ).toString('base64');
+  return testRequest({ body: Buffer.from(body), proof: { kind: 'gce-tpm', token } });
+}
+
+test('gce approves an identity token: name, group from the MIG template, internal IP', async () => {
+  const decision = await policy().evaluate(identityRequest(node), now);
+  assert.ok(decision.verdict === 'approve', JSON.stringify(decision));
+  assert.equal(decision.facts.nodeName, node);
+  assert.equal(decision.facts.instanceGroup, 'nodes-a');
+  assert.equal(decision.facts.ipAddresses.length, 1);
+  assert.equal(decision.facts.evidence['proof'], 'identity-token');
+});
+
+test('gce approves a kops TPM proof bound to the body', async () => {
+  const decision = await policy().evaluate(tpmRequest(node, '{"tpm":1}'), now);
+  assert.ok(decision.verdict === 'approve', JSON.stringify(decision));
+  assert.equal(decision.facts.instanceGroup, 'nodes-a');
+  assert.equal(decision.facts.evidence['proof'], 'tpm');
+});
+
+test('gce abstains without a GCE proof', async () => {
+  assert.equal((await policy().evaluate(testRequest(), now)).verdict, 'abstain');
+});
+
+test('attack: an identity token for another audience is denied', async () => {
+  const decision = await policy().evaluate(identityRequest(node, { audience: 'https://evil.example' }), now);
+  assert.equal(decision.verdict, 'deny');
+  assert.match(decision.reasons[0] ?? '', /audience/);
+});
+
+test('attack: a replayed identity token is denied', async () => {
+  const p = policy();
+  const request = identityRequest(node);
+  assert.equal((await p.evaluate(request, now)).verdict, 'approve');
+  const again = await p.evaluate(request, now);
+  assert.equal(again.verdict, 'deny');
+  assert.match(again.reasons[0] ?? '', /already used/);
+});
+
+test('attack: a stale identity token is denied', async () => {
+  const decision = await policy().evaluate(
+    identityRequest(node, { issuedAt: Math.floor(Date.now() / 1000) - 900 }),
+    now,
+  );
+  assert.equal(decision.verdict, 'deny');
+  assert.match(decision.reasons[0] ?? '', /accepted within 300 s/);
+});
+
+test('attack: an instance of another cluster is denied', async () => {
+  const decision = await policy().evaluate(identityRequest(otherClusterNode), now);
+  assert.equal(decision.verdict, 'deny');
+  assert.match(decision.reasons[0] ?? '', /does not vouch/);
+});
+
+test('attack: a TPM proof signed for another body is denied', async () => {
+  const decision = await policy().evaluate(tpmRequest(node, '{"evil":1}', { signedBody: '{"good":1}' }), now);
+  assert.equal(decision.verdict, 'deny');
+  assert.match(decision.reasons[0] ?? '', /signed for another request/);
+});
+
+test('attack: a TPM proof signed by another instance key is denied', async () => {
+  const request = tpmRequest(otherClusterNode, '{"x":1}');
+  const outer = JSON.parse(Buffer.from((request.proof as { token: string }).token, 'base64').toString());
+  const data = JSON.parse(Buffer.from(outer.data, 'base64').toString());
+  data.instance = node;
+  outer.data = Buffer.from(JSON.stringify(data)).toString('base64');
+  const forged = testRequest({
+    body: request.body,
+    proof: { kind: 'gce-tpm', token: Buffer.from(JSON.stringify(outer)).toString('base64') },
+  });
+  const decision = await policy().evaluate(forged, now);
+  assert.equal(decision.verdict, 'deny');
+  assert.match(decision.reasons[0] ?? '', /not by the Shielded VM signing key/);
+});
+
+test('attack: a TPM proof for another project or stale timestamp is denied', async () => {
+  const foreign = await policy().evaluate(tpmRequest(node, '{}', { project: 'other-project' }), now);
+  assert.match(foreign.reasons[0] ?? '', /project other-project/);
+  const stale = await policy().evaluate(
+    tpmRequest(node, '{}', { timestamp: Math.floor(Date.now() / 1000) - 3600 }),
+    now,
+  );
+  assert.match(stale.reasons[0] ?? '', /accepted within/);
+});
+
+test('malformed GCE proofs are denied', async () => {
+  for (const token of [
+    '',
+    'x',
+    Buffer.from('{}').toString('base64'),
+    Buffer.from('{"data":"e30=","signature":""}').toString('base64'),
+  ]) {
+    assert.equal(
+      (await policy().evaluate(testRequest({ proof: { kind: 'gce-tpm', token } }), now)).verdict,
+      'deny',
+    );
+    assert.equal(
+      (await policy().evaluate(testRequest({ proof: { kind: 'gce-identity-token', token } }), now)).verdict,
+      'deny',
+    );
+  }
+});

@@ -1,0 +1,215 @@
+/**
+ * `gce`: cloud-attested bootstrap on Google Compute Engine. Two proofs are accepted:
+ * - a Google instance identity token (`x-gce-identity`, `format=full`) minted for this controller's
+ *   URL as audience, fresh (issued within `maxAgeMs`) and used once;
+ * - kops' `x-gce-tpm`: data naming project, zone and instance, the request body's hash, a timestamp
+ *   and the kops audience, signed by the instance's Shielded VM signing key (fetched from the compute
+ *   API, never from the request).
+ * Either way the instance group comes only from the cloud: the MIG that lists the instance and its
+ * immutable template (GceNodeIdentifier) — the instance's live metadata never decides the group.
+ */
+import { createHash, createPublicKey, verify } from 'node:crypto';
+import type { ComputeClient } from '../../cloud/gce/compute.ts';
+import type { GceIdentityTokenVerifier } from '../../cloud/gce/identity-token.ts';
+import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
+import { describeError } from '../../errors.ts';
+import type { ReplayGuard } from '../replay-guard.ts';
+import type { BootstrapPolicy, BootstrapRequest, NodeFacts, PolicyDecision } from '../types.ts';
+
+/** The audience kops nodes put in TPM-signed data. */
+export const kopsGceTpmAudience = 'kops.k8s.io/node-bootstrap';
+/** Default freshness window of either proof. */
+export const defaultGceProofMaxAgeMs = 5 * 60 * 1000;
+
+/** Options of the `gce` policy. */
+export interface GcePolicyOptions {
+  /** The cluster's project: the only one whose instances may bootstrap. */
+  project: string;
+  /** Identifies instances through MIG membership and templates (GceNodeIdentifier). */
+  identifier: NodeIdentifier;
+  /** Verifies identity tokens; without it `x-gce-identity` proofs are denied. */
+  tokenVerifier?: GceIdentityTokenVerifier;
+  /** Reads Shielded VM keys; without it `x-gce-tpm` proofs are denied. */
+  compute?: Pick<ComputeClient, 'getShieldedInstanceIdentity'>;
+  replayGuard: ReplayGuard;
+  /** How old a proof may be (default 5 minutes; `server.provider.gce.MaxTimeSkew` for TPM proofs). */
+  maxAgeMs?: number;
+}
+
+/** The instance a verified proof speaks for. */
+interface ProvenInstance {
+  project: string;
+  zone: string;
+  name: string;
+  issuedAtMs: number;
+  digest: string;
+  evidence: Record<string, string>;
+}
+
+class ProofError extends Error {}
+
+function deny(...reasons: string[]): PolicyDecision {
+  return { verdict: 'deny', reasons };
+}
+
+function digestOf(value: string): string {
+  return createHash('sha256').update(value).digest('hex');
+}
+
+/** The `gce` policy; abstains for requests without a GCE proof. */
+export function gcePolicy(options: GcePolicyOptions): BootstrapPolicy {
+  const maxAgeMs = options.maxAgeMs ?? defaultGceProofMaxAgeMs;
+  return {
+    name: 'gce',
+    evaluate: async (request, context) => {
+      let proven: ProvenInstance;
+      try {
+        if (request.proof.kind === 'gce-identity-token')
+          proven = await fromIdentityToken(request.proof.token, options);
+        else if (request.proof.kind === 'gce-tpm')
+          proven = await fromTpmProof(request.proof.token, request, options);
+        else return { verdict: 'abstain', reasons: ['the request carries no GCE proof'] };
+      } catch (err) {
+        return deny(`GCE identity proof rejected: ${describeError(err)}`);
+      }
+      if (proven.project !== options.project) {
+        return deny(
+          `the proof is for project ${proven.project}, not this cluster's project ${options.project}`,
+        );
+      }
+      const age = context.now().getTime() - proven.issuedAtMs;
+      if (Math.abs(age) > maxAgeMs) {
+        return deny(
+          `the proof was made ${Math.round(age / 1000)} s ago; proofs are accepted within ${maxAgeMs / 1000} s (check the node's clock)`,
+        );
+      }
+      if (!(await options.replayGuard.claim(proven.digest, new Date(proven.issuedAtMs + maxAgeMs)))) {
+        return deny('the proof was already used (replayed); make a new one per request');
+      }
+      const providerID = `gce://${proven.project}/${proven.zone}/${proven.name}`;
+      const result = (await options.identifier.identify([providerID])).get(providerID);
+      if (!result?.ok) {
+        return deny(
+          `the cloud does not vouch for ${providerID}: ${result ? describeError(result.error) : 'no answer'}`,
+        );
+      }
+      if (result.identity.state !== 'running' && result.identity.state !== 'pending') {
+        return deny(`instance ${proven.name} is ${result.identity.state}, not running`);
+      }
+      return {
+        verdict: 'approve',
+        facts: factsOf(result.identity, proven.evidence),
+        reasons: [
+          `instance ${proven.name} in ${proven.zone} proved its identity; its MIG and template say group ${result.identity.instanceGroup}`,
+        ],
+      };
+    },
+  };
+}
+
+async function fromIdentityToken(token: string, options: GcePolicyOptions): Promise<ProvenInstance> {
+  if (!options.tokenVerifier) throw new ProofError('identity tokens are not enabled on this controller');
+  const claims = await options.tokenVerifier.verify(token);
+  return {
+    project: claims.projectId,
+    zone: claims.zone,
+    name: claims.instanceName,
+    issuedAtMs: claims.issuedAt * 1000,
+    digest: digestOf(token),
+    evidence: {
+      proof: 'identity-token',
+      project: claims.projectId,
+      gceInstanceId: claims.instanceId,
+      serviceAccount: claims.serviceAccountEmail ?? claims.serviceAccountId,
+    },
+  };
+}
+
+/** kops' TPM-signed data, as the node marshals it. */
+interface TpmData {
+  gcpProjectID: string;
+  zone: string;
+  instance: string;
+  requestHash: string;
+  timestamp: number;
+  audience: string;
+}
+
+function decodeBase64(value: unknown, what: string): Buffer {
+  if (typeof value !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(value) || value.length > 16_384) {
+    throw new ProofError(`${what} is not base64`);
+  }
+  return Buffer.from(value, 'base64');
+}
+
+function parseJson(bytes: Buffer, what: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(bytes.toString('utf8'));
+  } catch {
+    throw new ProofError(`${what} is not JSON`);
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw new ProofError(`${what} is not an object`);
+  return value as Record<string, unknown>;
+}
+
+async function fromTpmProof(
+  token: string,
+  request: BootstrapRequest,
+  options: GcePolicyOptions,
+): Promise<ProvenInstance> {
+  if (!options.compute) throw new ProofError('TPM proofs are not enabled on this controller');
+  const outer = parseJson(decodeBase64(token, 'the TPM proof'), 'the TPM proof');
+  const dataBytes = decodeBase64(outer['data'], 'the signed data');
+  const signature = decodeBase64(outer['signature'], 'the signature');
+  const data = parseJson(dataBytes, 'the signed data') as Partial<TpmData>;
+  if (data.audience !== kopsGceTpmAudience) throw new ProofError(`the audience is not ${kopsGceTpmAudience}`);
+  const { gcpProjectID: project, zone, instance: name, timestamp } = data;
+  if (
+    typeof project !== 'string' ||
+    typeof zone !== 'string' ||
+    typeof name !== 'string' ||
+    !project ||
+    !zone ||
+    !name
+  ) {
+    throw new ProofError('the signed data must name gcpProjectID, zone and instance');
+  }
+  if (typeof timestamp !== 'number' || !Number.isFinite(timestamp))
+    throw new ProofError('the signed data has no timestamp');
+  const bodyHash = createHash('sha256').update(request.body).digest();
+  if (!decodeBase64(data.requestHash, 'requestHash').equals(bodyHash)) {
+    throw new ProofError('requestHash is not the SHA-256 of this request body (signed for another request)');
+  }
+  if (project !== options.project) {
+    // Checked before the compute call so a foreign project costs us nothing.
+    throw new ProofError(`the proof is for project ${project}, not ${options.project}`);
+  }
+  const identity = await options.compute.getShieldedInstanceIdentity(zone, name);
+  const ekPub = identity.signingKey?.ekPub;
+  if (!ekPub) throw new ProofError(`instance ${name} has no Shielded VM signing key`);
+  if (!verify('sha256', dataBytes, createPublicKey(ekPub), signature)) {
+    throw new ProofError(`the signature is not by the Shielded VM signing key of ${name}`);
+  }
+  return {
+    project,
+    zone,
+    name,
+    issuedAtMs: timestamp * 1000,
+    digest: digestOf(signature.toString('base64')),
+    evidence: { proof: 'tpm', project, zone },
+  };
+}
+
+/** Node facts from the cloud's record: name = instance name, SANs = its internal addresses. */
+function factsOf(identity: NodeIdentity, evidence: Record<string, string>): NodeFacts {
+  return {
+    nodeName: identity.instanceId,
+    instanceGroup: identity.instanceGroup,
+    instanceId: identity.instanceId,
+    dnsNames: [],
+    ipAddresses: identity.addresses.filter((a) => a.type === 'InternalIP').map((a) => a.address),
+    evidence: { ...evidence, providerID: identity.providerID, zone: identity.zone ?? '' },
+  };
+}
