@@ -12,7 +12,9 @@ import { loadConfigFile } from '../config/loader.ts';
 import { exitCodeOf } from '../errors.ts';
 import { loadKubeConfig } from '../kube/client.ts';
 import { ControllerRuntime, type LeaderComponent } from '../runtime/controller-runtime.ts';
+import { vfsOptionsFromEnv } from '../statestore/open.ts';
 import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
+import { buildLeaderComponents } from './leader-components.ts';
 
 interface RunOptions extends KubeOptions {
   conf: string;
@@ -52,8 +54,15 @@ export function runCommand(): Command {
       'starting kops-controller',
     );
     collectProcessMetrics(register);
-    // The node and CSR controllers join this list as they are built; the runtime supervises them.
-    const components: LeaderComponent[] = [];
+    // The CSR controllers join this list as they are built; the runtime supervises them.
+    const leader = await buildLeaderComponents({
+      config,
+      kubeConfig,
+      vfsOptions: vfsOptionsFromEnv(process.env),
+      registry: register,
+      logger,
+    });
+    const components: LeaderComponent[] = [...leader.components];
     const runtime = new ControllerRuntime({
       config,
       leaseClient: kubeConfig.makeApiClient(CoordinationV1Api),
@@ -76,6 +85,7 @@ export function runCommand(): Command {
       setTimeout(() => process.exit(exitCodeOf(err)), 2000).unref();
       throw err;
     } finally {
+      leader.close();
       process.off('SIGTERM', shutdown);
       process.off('SIGINT', shutdown);
     }

@@ -1,0 +1,67 @@
+/**
+ * The leader-only components a controller config asks for, built once for `run` and `dev`: today the
+ * NodeController, from the config's cloud and state store.
+ */
+import type { KubeConfig } from '@kubernetes/client-node';
+import type { Registry } from 'prom-client';
+import { type CloudOverrides, cloudFromConfig, identifyingClouds } from '../cloud/from-config.ts';
+import type { Config } from '../config/schema.ts';
+import { NodeController } from '../controllers/node/node-controller.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import type { LeaderComponent } from '../runtime/controller-runtime.ts';
+import { ClusterStore } from '../statestore/cluster-store.ts';
+import { openVfs, type VfsOptions } from '../statestore/open.ts';
+
+/** What the components are built from. */
+export interface LeaderComponentsOptions {
+  config: Config;
+  kubeConfig: KubeConfig;
+  /** How the state store is reached; `run` passes `vfsOptionsFromEnv(process.env)`. */
+  vfsOptions: VfsOptions;
+  /** Cloud endpoints and credentials other than the defaults (the simulator's, in `dev`). */
+  cloud?: CloudOverrides;
+  /** How often instance groups are checked for changes (default: the ClusterStore's 10 s). */
+  stateStorePollIntervalMs?: number;
+  registry: Registry;
+  logger?: Logger;
+}
+
+/** The components, and a function releasing what they hold once they have stopped. */
+export interface LeaderComponents {
+  components: LeaderComponent[];
+  close(): void;
+}
+
+/**
+ * Builds the components. A config without `configBase`, or on a cloud without node identity, runs no
+ * NodeController (logged as a warning): nodes stay unlabelled rather than the controller crash-looping.
+ */
+export async function buildLeaderComponents(options: LeaderComponentsOptions): Promise<LeaderComponents> {
+  const { config, logger = silentLogger } = options;
+  if (!config.configBase) {
+    logger.warn('configBase is not set: the NodeController is off and nodes will not be labelled');
+    return { components: [], close: () => undefined };
+  }
+  if (!(identifyingClouds as readonly string[]).includes(config.cloud)) {
+    logger.warn(
+      { cloud: config.cloud },
+      `node identity is implemented for ${identifyingClouds.join(', ')} only: the NodeController is off`,
+    );
+    return { components: [], close: () => undefined };
+  }
+  const vfs = openVfs(config.configBase, options.vfsOptions);
+  const cloud = await cloudFromConfig(config, vfs, options.cloud, logger);
+  const clusterStore = new ClusterStore(vfs, {
+    ...(options.stateStorePollIntervalMs ? { pollIntervalMs: options.stateStorePollIntervalMs } : {}),
+    logger,
+  });
+  const nodeController = new NodeController({
+    kubeConfig: options.kubeConfig,
+    identifier: cloud.nodeIdentifier,
+    clusterStore,
+    identifyByNodeName: cloud.identifiesByNodeName,
+    registry: options.registry,
+    logger,
+  });
+  return { components: [nodeController], close: () => cloud.close() };
+}

@@ -1,0 +1,90 @@
+/** Builds the cloud provider a controller config names: aws, gce or metal. */
+import type { AuthClient } from 'google-auth-library';
+import type { Config } from '../config/schema.ts';
+import { ConfigError } from '../errors.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import type { Vfs } from '../statestore/types.ts';
+import type { AwsClientOptions } from './aws/clients.ts';
+import { createAwsProvider } from './aws/provider.ts';
+import { createGceProvider } from './gce/provider.ts';
+import { InventoryStore } from './metal/inventory.ts';
+import { MetalCloudGroups, MetalNodeIdentifier } from './metal/node-identifier.ts';
+import type { CloudGroups, NodeIdentifier } from './types.ts';
+
+/** The clouds this controller can identify nodes on. */
+export const identifyingClouds = ['aws', 'gce', 'metal'] as const;
+
+/** Overrides for the simulator and tests; production leaves them unset and uses the cloud's defaults. */
+export interface CloudOverrides {
+  /** Endpoint and credentials for the AWS clients (default: the SDK's endpoint and credential chain). */
+  aws?: Pick<AwsClientOptions, 'endpoint' | 'credentials'>;
+  /** Compute endpoint and credentials for GCE (default: the public API, Application Default Credentials). */
+  gce?: { endpoint?: string; auth?: Pick<AuthClient, 'request'> };
+}
+
+/** A cloud provider, as the controllers use it. */
+export interface CloudProvider {
+  nodeIdentifier: NodeIdentifier;
+  cloudGroups: CloudGroups;
+  /** Whether nodes without a providerID are identified by name (metal inventories list host names). */
+  identifiesByNodeName: boolean;
+  /** Releases the provider's connections. */
+  close(): void;
+}
+
+/**
+ * The provider of `config.cloud`. `stateStore` is the cluster's configBase (the metal inventory lives
+ * there). Throws ConfigError for a cloud whose node identity is not implemented.
+ */
+export async function cloudFromConfig(
+  config: Pick<Config, 'cloud' | 'clusterName' | 'server'>,
+  stateStore: Vfs,
+  overrides: CloudOverrides = {},
+  logger: Logger = silentLogger,
+): Promise<CloudProvider> {
+  switch (config.cloud) {
+    case 'aws': {
+      const region = config.server?.provider.aws?.Region;
+      const aws = await createAwsProvider({
+        clusterName: config.clusterName,
+        ...(region ? { region } : {}),
+        ...overrides.aws,
+        logger,
+      });
+      return {
+        nodeIdentifier: aws.nodeIdentifier,
+        cloudGroups: aws.cloudGroups,
+        identifiesByNodeName: false,
+        close: () => aws.clients.destroy(),
+      };
+    }
+    case 'gce': {
+      const gce = await createGceProvider({
+        project: config.server?.provider.gce?.projectID,
+        clusterName: config.clusterName,
+        ...overrides.gce,
+        logger,
+      });
+      return {
+        nodeIdentifier: gce.nodeIdentifier,
+        cloudGroups: gce.cloudGroups,
+        identifiesByNodeName: false,
+        close: () => undefined,
+      };
+    }
+    case 'metal': {
+      const inventory = new InventoryStore({ vfs: stateStore, logger });
+      return {
+        nodeIdentifier: new MetalNodeIdentifier(inventory),
+        cloudGroups: new MetalCloudGroups(inventory),
+        identifiesByNodeName: true,
+        close: () => undefined,
+      };
+    }
+    default:
+      throw new ConfigError(
+        `cloud ${config.cloud}: node identity is implemented for ${identifyingClouds.join(', ')} only; ` +
+          'nodes on this cloud cannot be labelled',
+      );
+  }
+}

@@ -1,0 +1,202 @@
+import assert from 'node:assert/strict';
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { Registry } from 'prom-client';
+import { parseDocument } from 'yaml';
+import { createAwsProvider } from '../../cloud/aws/provider.ts';
+import { buildNodeLabels } from '../../nodelabels/build-node-labels.ts';
+import { managedLabelsAnnotation } from '../../nodelabels/diff-labels.ts';
+import type { KubeObject } from '../../sim/apiserver/index.ts';
+import { awsProviderID, simInstanceId } from '../../sim/aws/scenario.ts';
+import type { SimInstanceInput } from '../../sim/aws/world.ts';
+import { startDevCluster } from '../../sim/dev-cluster.ts';
+import { ClusterStore } from '../../statestore/cluster-store.ts';
+import { openVfs, vfsOptionsFromEnv } from '../../statestore/open.ts';
+import { identityRejectedReason, NodeController } from './node-controller.ts';
+
+const stateDir = await mkdtemp(join(tmpdir(), 'node-controller-'));
+const cluster = await startDevCluster({ stateDir });
+const store = cluster.api.server.store;
+const vfs = openVfs(cluster.configBase, vfsOptionsFromEnv(cluster.env));
+const provider = await createAwsProvider({
+  clusterName: cluster.clusterName,
+  region: cluster.region,
+  endpoint: cluster.aws.endpoint,
+  credentials: { ...cluster.aws.credentials },
+});
+const clusterStore = new ClusterStore(vfs, { pollIntervalMs: 100 });
+const registry = new Registry();
+const stop = new AbortController();
+let running: Promise<void> | undefined;
+
+after(async () => {
+  stop.abort();
+  await running;
+  provider.clients.destroy();
+  await cluster.close();
+});
+
+const manyNodes = 1000;
+const bulk: SimInstanceInput[] = Array.from({ length: manyNodes }, (_, i) => ({
+  id: simInstanceId(10_000 + i),
+  zone: 'us-test-1a',
+  cluster: cluster.clusterName,
+  instanceGroup: 'nodes-us-test-1a',
+}));
+const foreign: SimInstanceInput = {
+  id: simInstanceId(90_001),
+  zone: 'us-test-1a',
+  cluster: 'other.example.com',
+  instanceGroup: 'nodes-us-test-1a',
+};
+const stopped: SimInstanceInput = {
+  id: simInstanceId(90_002),
+  zone: 'us-test-1a',
+  cluster: cluster.clusterName,
+  instanceGroup: 'nodes-us-test-1a',
+  state: 'stopped',
+};
+
+function nodeOf(instance: SimInstanceInput, labels: Record<string, string> = {}): KubeObject {
+  return {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: { name: instance.id, labels: { 'kubernetes.io/hostname': instance.id, ...labels } },
+    spec: { providerID: awsProviderID(instance) },
+  };
+}
+
+function labelsOf(name: string): Record<string, string> {
+  return (store.get('nodes', undefined, name)?.metadata.labels ?? {}) as Record<string, string>;
+}
+
+async function eventually(what: string, check: () => boolean | Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 1500; i++) {
+    if (await check()) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  assert.fail(`timed out waiting until ${what}`);
+}
+
+async function desiredLabels(group: string): Promise<Record<string, string>> {
+  return buildNodeLabels(await clusterStore.cluster(), await clusterStore.instanceGroup(group));
+}
+
+function hasLabels(name: string, desired: Record<string, string>): boolean {
+  const labels = labelsOf(name);
+  return Object.entries(desired).every(([k, v]) => labels[k] === v);
+}
+
+/** Rewrites an instance group's `spec.nodeLabels` in the S3 state store, as `kops edit ig` would. */
+async function editNodeLabels(group: string, edit: (labels: Record<string, string>) => void): Promise<void> {
+  const path = `instancegroup/${group}`;
+  const doc = parseDocument((await vfs.read(path)).data.toString('utf8'));
+  const labels = (doc.getIn(['spec', 'nodeLabels']) as { toJSON(): Record<string, string> }).toJSON();
+  edit(labels);
+  doc.setIn(['spec', 'nodeLabels'], labels);
+  await vfs.write(path, doc.toString());
+}
+
+describe('NodeController against the simulated cluster', () => {
+  before(() => {
+    cluster.aws.ec2.addInstances([...bulk, foreign, stopped]);
+    for (const instance of [...bulk, foreign, stopped]) store.create(nodeOf(instance));
+    cluster.aws.calls.reset();
+    const controller = new NodeController({
+      kubeConfig: cluster.api.server.kubeConfig(),
+      identifier: provider.nodeIdentifier,
+      clusterStore,
+      registry,
+      rejectionRetryMs: 3_600_000,
+    });
+    running = controller.start(stop.signal);
+  });
+
+  test('labels every node of every instance group, recording the managed set', async () => {
+    for (const [group, names] of cluster.nodesByGroup) {
+      const desired = await desiredLabels(group);
+      for (const name of names) {
+        await eventually(`${name} has the labels of ${group}`, () => hasLabels(name, desired));
+        const annotations = store.get('nodes', undefined, name)?.metadata.annotations ?? {};
+        assert.equal(annotations[managedLabelsAnnotation], Object.keys(desired).sort().join(','));
+        assert.equal(labelsOf(name)['kubernetes.io/hostname'], name, 'other labels stay');
+      }
+    }
+    const controlPlane = cluster.nodesByGroup.get('control-plane-us-test-1a')?.[0] as string;
+    assert.equal(labelsOf(controlPlane)['node-role.kubernetes.io/control-plane'], '');
+  });
+
+  test(`labels ${manyNodes} new nodes with a handful of DescribeInstances calls`, async () => {
+    const desired = await desiredLabels('nodes-us-test-1a');
+    // Labelled nodes stay labelled: each poll resumes where the last one stopped.
+    let confirmed = 0;
+    await eventually(`all ${manyNodes} nodes are labelled`, () => {
+      while (confirmed < bulk.length && hasLabels((bulk[confirmed] as SimInstanceInput).id, desired))
+        confirmed++;
+      return confirmed === bulk.length;
+    });
+    const calls = cluster.aws.calls.count('DescribeInstances');
+    assert.ok(calls >= 1 && calls <= 5, `${calls} DescribeInstances calls for ${manyNodes + 5} nodes`);
+    const metrics = await registry.getSingleMetricAsString('node_controller_reconciles_total');
+    assert.match(metrics, /result="labelled"\} (\d+)/);
+    assert.ok(Number(/result="labelled"\} (\d+)/.exec(metrics)?.[1]) >= manyNodes);
+  });
+
+  test('another cluster’s instance and a stopped instance get no labels, an Event and no retry loop', async () => {
+    for (const instance of [foreign, stopped]) {
+      await eventually(`an ${identityRejectedReason} event for ${instance.id}`, () =>
+        store
+          .list('events', 'default')
+          .some(
+            (e) =>
+              (e['involvedObject'] as { name?: string }).name === instance.id &&
+              e['reason'] === identityRejectedReason,
+          ),
+      );
+      assert.deepEqual(labelsOf(instance.id), { 'kubernetes.io/hostname': instance.id });
+    }
+    const foreignEvent = store
+      .list('events', 'default')
+      .find((e) => (e['involvedObject'] as { name?: string }).name === foreign.id);
+    assert.match(String(foreignEvent?.['message']), /tagged for cluster other\.example\.com/);
+    assert.equal(foreignEvent?.['type'], 'Warning');
+    const rejections = async () =>
+      Number(
+        /result="rejected"\} (\d+)/.exec(
+          await registry.getSingleMetricAsString('node_controller_reconciles_total'),
+        )?.[1],
+      );
+    await eventually('both rejections are counted', async () => (await rejections()) === 2);
+    // Node updates and time pass; a refused node is still not reconciled again before its retry delay.
+    for (const instance of [foreign, stopped]) {
+      store.mutate('nodes', undefined, instance.id, (object) => {
+        object['status'] = { conditions: [{ type: 'Ready', status: 'False' }] };
+      });
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(await rejections(), 2, 'each refused node was reconciled once, not in a loop');
+  });
+
+  test('an edited instance group relabels its nodes: new labels set, removed ones pruned, others kept', async () => {
+    const [node] = cluster.nodesByGroup.get('high-memory-us-test-1b') as [string];
+    await eventually(`${node} is labelled`, () => labelsOf(node)['example.com/workload'] === 'analytics');
+    store.mutate('nodes', undefined, node, (object) => {
+      object.metadata.labels = { ...object.metadata.labels, 'team.example.com/owner': 'ops' };
+    });
+    await editNodeLabels('high-memory-us-test-1b', (labels) => {
+      delete labels['example.com/workload'];
+      labels['example.com/tier'] = 'gold';
+    });
+    await eventually(`${node} follows the edit`, () => {
+      const labels = labelsOf(node);
+      return labels['example.com/tier'] === 'gold' && !('example.com/workload' in labels);
+    });
+    const labels = labelsOf(node);
+    assert.equal(labels['team.example.com/owner'], 'ops', 'a label kops never managed is left alone');
+    assert.equal(labels['example.com/storage'], 'ebs');
+    const other = cluster.nodesByGroup.get('nodes-us-test-1a')?.[0] as string;
+    assert.equal(labelsOf(other)['example.com/tier'], undefined, 'nodes of other groups are untouched');
+  });
+});

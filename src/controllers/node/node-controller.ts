@@ -1,0 +1,285 @@
+/**
+ * The NodeController (kops' core job): every Node gets the labels of its instance group. The instance
+ * group comes from the cloud's record of the node's instance (never from the node), its definition from
+ * the state store; the controller sets what is missing, removes what it applied earlier and is no longer
+ * desired (recorded in an annotation, so labels set by anyone else are never touched), and does both in
+ * one strategic-merge patch. Unlike kops it re-reads instance groups: an edited group relabels its nodes
+ * within the state store's poll interval.
+ *
+ * Scale: the informer keeps slim records; a status heartbeat does not trigger a reconcile; nodes are
+ * identified ahead of processing as their events arrive, so the identifier's coalescing turns a
+ * cluster-wide resync into a handful of cloud calls.
+ */
+import { CoreV1Api, type KubeConfig, type V1Node } from '@kubernetes/client-node';
+import { Counter, type Registry, register } from 'prom-client';
+import type { IdentifyResult, NodeIdentifier } from '../../cloud/types.ts';
+import { describeError, NotFoundError } from '../../errors.ts';
+import { reuseConnections } from '../../kube/connection-reuse.ts';
+import { Informer, kubeList, kubeWatch } from '../../kube/informer.ts';
+import { sharedMetric } from '../../kube/metrics.ts';
+import { metadataPatch, patchNode } from '../../kube/patch.ts';
+import { WorkQueue } from '../../kube/workqueue.ts';
+import { type Logger, silentLogger } from '../../log.ts';
+import { buildNodeLabels } from '../../nodelabels/build-node-labels.ts';
+import {
+  diffLabels,
+  formatManagedLabels,
+  isEmptyDiff,
+  managedLabelsAnnotation,
+  parseManagedLabels,
+} from '../../nodelabels/diff-labels.ts';
+import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
+import type { ClusterStore } from '../../statestore/cluster-store.ts';
+import type { InstanceGroup } from '../../statestore/kops-types.ts';
+import { createEvent, nodeEvent } from './node-event.ts';
+import { type NodeRecord, needsReconcile, nodeRecordOf } from './node-record.ts';
+
+/** The Event reason of a node whose identity the cloud refused (another cluster's or a stopped instance). */
+export const identityRejectedReason = 'IdentityRejected';
+
+/** How one reconcile ended, the `result` label of `node_controller_reconciles_total`. */
+export type ReconcileResult = 'labelled' | 'unchanged' | 'rejected' | 'skipped' | 'deleted' | 'error';
+
+/** Options of a {@link NodeController}. */
+export interface NodeControllerOptions {
+  kubeConfig: KubeConfig;
+  identifier: NodeIdentifier;
+  /** The cluster's state store; the controller starts and stops its polling while it leads. */
+  clusterStore: ClusterStore;
+  /** Identify nodes without a providerID by name (metal, whose inventory lists host names). */
+  identifyByNodeName?: boolean;
+  /** Nodes reconciled at once (default 16). */
+  concurrency?: number;
+  /** When a refused node is checked again, in ms (default 5 min: a stopped instance may be started). */
+  rejectionRetryMs?: number;
+  /** The longest retry delay of a failing node, in ms (default 5 min). */
+  maxRetryDelayMs?: number;
+  registry?: Registry;
+  logger?: Logger;
+}
+
+interface NodeControllerMetrics {
+  reconciles: Counter;
+  labelsSet: Counter;
+  labelsRemoved: Counter;
+}
+
+function nodeControllerMetrics(registry: Registry): NodeControllerMetrics {
+  const registers = [registry];
+  const counter = (name: string, help: string, labelNames: string[] = []) =>
+    sharedMetric(registry, name, () => new Counter({ name, help, labelNames, registers }));
+  return {
+    reconciles: counter('node_controller_reconciles_total', 'Node reconciles, by result.', ['result']),
+    labelsSet: counter('node_controller_labels_applied_total', 'Node labels added or changed.'),
+    labelsRemoved: counter('node_controller_labels_removed_total', 'Managed node labels removed.'),
+  };
+}
+
+/** Whether an identify failure is the cloud refusing the node, not a failure to ask. */
+function isRefusal(error: Error): boolean {
+  const kind = (error as { kind?: string }).kind;
+  return kind === 'forbidden' || kind === 'invalid';
+}
+
+/** One leadership term: the informer, the queue and what was learnt about nodes. */
+interface Term {
+  informer: Informer<V1Node, NodeRecord>;
+  queue: WorkQueue;
+  /** Identifications started as events arrived, handed to the reconcile of that node. */
+  prefetched: Map<string, { key: string; result: Promise<Map<string, IdentifyResult>> }>;
+  /** The instance group each node was last labelled from, to requeue a group's nodes on a change. */
+  groupOf: Map<string, string>;
+  /** The refusal last announced per node, so a persisting refusal makes one Event, not one per retry. */
+  refusals: Map<string, string>;
+}
+
+/** The NodeController, run by the controller runtime on the leader only. */
+export class NodeController implements LeaderComponent {
+  readonly name = 'node-controller';
+  readonly #options: NodeControllerOptions;
+  readonly #core: CoreV1Api;
+  readonly #logger: Logger;
+  readonly #metrics: NodeControllerMetrics;
+
+  constructor(options: NodeControllerOptions) {
+    this.#options = options;
+    this.#core = reuseConnections(options.kubeConfig).makeApiClient(CoreV1Api);
+    this.#logger = (options.logger ?? silentLogger).child({ controller: 'node' });
+    this.#metrics = nodeControllerMetrics(options.registry ?? register);
+  }
+
+  /** Lists and watches Nodes and labels them until `signal` aborts. */
+  async start(signal: AbortSignal): Promise<void> {
+    const { kubeConfig, clusterStore, registry } = this.#options;
+    const term: Term = {
+      informer: new Informer<V1Node, NodeRecord>({
+        name: 'nodes',
+        path: '/api/v1/nodes',
+        list: kubeList(kubeConfig, '/api/v1/nodes'),
+        watch: kubeWatch(kubeConfig),
+        transform: nodeRecordOf,
+        logger: this.#logger,
+        ...(registry ? { registry } : {}),
+      }),
+      queue: new WorkQueue({
+        name: 'nodes',
+        concurrency: this.#options.concurrency ?? 16,
+        baseDelayMs: 500,
+        maxDelayMs: this.#options.maxRetryDelayMs ?? 300_000,
+        logger: this.#logger,
+        ...(registry ? { registry } : {}),
+      }),
+      prefetched: new Map(),
+      groupOf: new Map(),
+      refusals: new Map(),
+    };
+    const { informer, queue } = term;
+    informer.addHandlers({
+      add: (node) => this.#enqueue(term, node),
+      update: (before, after) => {
+        if (needsReconcile(before, after)) this.#enqueue(term, after);
+      },
+      delete: (node) => {
+        term.prefetched.delete(node.name);
+        term.groupOf.delete(node.name);
+        term.refusals.delete(node.name);
+      },
+    });
+    const onInstanceGroup = (ig: InstanceGroup) => {
+      const name = ig.metadata.name;
+      let requeued = 0;
+      for (const [node, group] of term.groupOf) {
+        const record = group === name ? informer.get(node) : undefined;
+        if (record) {
+          this.#enqueue(term, record);
+          requeued++;
+        }
+      }
+      this.#logger.info({ instanceGroup: name, nodes: requeued }, 'instance group changed; relabelling');
+    };
+    const onCluster = () => {
+      for (const record of informer.list()) this.#enqueue(term, record);
+      this.#logger.info({ nodes: informer.size }, 'cluster spec changed; relabelling every node');
+    };
+    clusterStore.on('instanceGroup', onInstanceGroup);
+    clusterStore.on('cluster', onCluster);
+    clusterStore.start();
+    informer.start();
+    queue.start((key) => this.#reconcile(term, key));
+    try {
+      if (!signal.aborted) {
+        await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+      }
+    } finally {
+      clusterStore.off('instanceGroup', onInstanceGroup);
+      clusterStore.off('cluster', onCluster);
+      clusterStore.stop();
+      await queue.shutdown({ drain: false });
+      await informer.stop();
+    }
+  }
+
+  /** The key a node is identified by: its providerID, or its name where the cloud knows hosts by name. */
+  #identityKey(node: NodeRecord): string | undefined {
+    if (node.providerID) return node.providerID;
+    return this.#options.identifyByNodeName ? node.name : undefined;
+  }
+
+  /** Queues a node, starting its identification now so that nodes queued together share cloud calls. */
+  #enqueue(term: Term, node: NodeRecord): void {
+    const key = this.#identityKey(node);
+    if (key !== undefined && term.prefetched.get(node.name)?.key !== key) {
+      const result = this.#options.identifier.identify([key]);
+      // Rejections are seen (and reported) by the reconcile that takes this promise over.
+      result.catch(() => undefined);
+      term.prefetched.set(node.name, { key, result });
+    }
+    term.queue.add(node.name);
+  }
+
+  async #identify(term: Term, name: string, key: string): Promise<IdentifyResult | undefined> {
+    const prefetched = term.prefetched.get(name);
+    term.prefetched.delete(name);
+    const results = await (prefetched?.key === key
+      ? prefetched.result
+      : this.#options.identifier.identify([key]));
+    return results.get(key);
+  }
+
+  async #reconcile(term: Term, name: string): Promise<void> {
+    try {
+      const result = await this.#reconcileNode(term, name);
+      this.#metrics.reconciles.inc({ result });
+    } catch (err) {
+      this.#metrics.reconciles.inc({ result: 'error' });
+      throw err;
+    }
+  }
+
+  async #reconcileNode(term: Term, name: string): Promise<ReconcileResult> {
+    const node = term.informer.get(name);
+    if (!node) return 'deleted';
+    const key = this.#identityKey(node);
+    if (key === undefined) {
+      // The update that sets the providerID queues the node again.
+      this.#logger.debug({ node: name }, 'no providerID yet; waiting for it');
+      return 'skipped';
+    }
+    const identified = await this.#identify(term, name, key);
+    if (!identified) throw new NotFoundError(`the identifier returned nothing for ${key}`);
+    if (!identified.ok) {
+      if (!isRefusal(identified.error)) throw identified.error;
+      await this.#reject(term, node, identified.error);
+      return 'rejected';
+    }
+    const { identity } = identified;
+    const { clusterStore } = this.#options;
+    const [cluster, ig] = await Promise.all([
+      clusterStore.cluster(),
+      clusterStore.instanceGroup(identity.instanceGroup),
+    ]);
+    term.groupOf.set(name, identity.instanceGroup);
+    term.refusals.delete(name);
+    // The instance group's labels win over what the cloud implies, as its nodeLabels win in kops.
+    const desired = { ...identity.cloudLabels, ...buildNodeLabels(cluster, ig) };
+    const diff = diffLabels(node.labels, desired, parseManagedLabels(node.managedLabels));
+    const managed = formatManagedLabels(diff.managed);
+    if (isEmptyDiff(diff) && node.managedLabels === managed) return 'unchanged';
+    try {
+      await patchNode(
+        this.#core,
+        name,
+        metadataPatch({
+          labels: { set: diff.set, remove: diff.remove },
+          annotations: { set: { [managedLabelsAnnotation]: managed } },
+        }),
+        'strategic-merge',
+      );
+    } catch (err) {
+      if (err instanceof NotFoundError) return 'deleted';
+      throw err;
+    }
+    const set = Object.keys(diff.set);
+    this.#metrics.labelsSet.inc(set.length);
+    this.#metrics.labelsRemoved.inc(diff.remove.length);
+    this.#logger.info(
+      { node: name, instanceGroup: identity.instanceGroup, set, removed: diff.remove },
+      'labelled node',
+    );
+    return 'labelled';
+  }
+
+  /**
+   * A node the cloud refuses (another cluster's instance, a stopped one, a bad providerID) gets no
+   * labels; it is reported once as a Warning Event and a log line, and checked again only after the
+   * rejection delay, so a spoofing node cannot make the controller loop on the cloud API.
+   */
+  async #reject(term: Term, node: NodeRecord, error: Error): Promise<void> {
+    const message = `not labelling node: ${describeError(error)}`;
+    term.queue.addAfter(node.name, this.#options.rejectionRetryMs ?? 300_000);
+    if (term.refusals.get(node.name) === message) return;
+    this.#logger.warn({ node: node.name, providerID: node.providerID, err: message }, 'identity rejected');
+    await createEvent(this.#core, nodeEvent(node, 'Warning', identityRejectedReason, message, new Date()));
+    term.refusals.set(node.name, message);
+  }
+}

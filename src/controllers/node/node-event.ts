@@ -1,0 +1,43 @@
+/** Kubernetes Events about a Node, so `kubectl describe node` shows why the controller acted or refused. */
+import { randomBytes } from 'node:crypto';
+import type { CoreV1Api, CoreV1Event } from '@kubernetes/client-node';
+import { fromApiException } from '../../kube/api-errors.ts';
+import type { NodeRecord } from './node-record.ts';
+
+/** The component name Events carry as their source. */
+export const eventSource = 'kops-controller';
+
+/** The Event `kubectl describe node` lists for `node`; Node events live in `default`, as the kubelet's. */
+export function nodeEvent(
+  node: Pick<NodeRecord, 'name' | 'uid'>,
+  type: 'Normal' | 'Warning',
+  reason: string,
+  message: string,
+  now: Date,
+): CoreV1Event {
+  return {
+    metadata: {
+      // The apiserver's convention: the object's name, a dot, and a unique suffix.
+      name: `${node.name}.${randomBytes(8).toString('hex')}`,
+      namespace: 'default',
+    },
+    involvedObject: { apiVersion: 'v1', kind: 'Node', name: node.name, uid: node.uid },
+    type,
+    reason,
+    message,
+    source: { component: eventSource },
+    reportingComponent: eventSource,
+    firstTimestamp: now,
+    lastTimestamp: now,
+    count: 1,
+  };
+}
+
+/** Creates an Event; failures become typed errors. */
+export async function createEvent(core: CoreV1Api, event: CoreV1Event): Promise<void> {
+  try {
+    await core.createNamespacedEvent({ namespace: 'default', body: event });
+  } catch (err) {
+    throw fromApiException(err, `create event ${event.metadata.name ?? ''}`);
+  }
+}
