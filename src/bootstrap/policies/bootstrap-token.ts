@@ -23,6 +23,27 @@ export function bootstrapTokenId(token: string): string | undefined {
   return m?.[1];
 }
 
+/**
+ * Checks a presented token: well-formed, known, unexpired, right secret, and allowed for
+ * authentication. Returns its id, or the reason it is refused (never containing the secret).
+ */
+export async function checkBootstrapToken(
+  validator: BootstrapTokenValidator,
+  token: string,
+  now: Date,
+): Promise<{ tokenId: string } | string> {
+  const tokenId = bootstrapTokenId(token);
+  if (tokenId === undefined) {
+    return 'the bootstrap token is malformed: expected <6 chars [a-z0-9]>.<16 chars [a-z0-9]>';
+  }
+  const info = await validator.validate(token, now);
+  if (!info) return `bootstrap token ${tokenId} is unknown, expired or its secret is wrong`;
+  if (!info.usages.authentication) {
+    return `bootstrap token ${tokenId} lacks the usage-bootstrap-authentication usage`;
+  }
+  return { tokenId };
+}
+
 /** Approves the claimed name for a valid authentication token; abstains when the request has no token. */
 export function bootstrapTokenPolicy(options: BootstrapTokenPolicyOptions): BootstrapPolicy {
   const { validator, nodeNamePattern } = options;
@@ -32,26 +53,9 @@ export function bootstrapTokenPolicy(options: BootstrapTokenPolicyOptions): Boot
       if (request.proof.kind !== 'bootstrap-token') {
         return { verdict: 'abstain', reasons: ['the request carries no bootstrap token'] };
       }
-      const tokenId = bootstrapTokenId(request.proof.token);
-      if (tokenId === undefined) {
-        return {
-          verdict: 'deny',
-          reasons: ['the bootstrap token is malformed: expected <6 chars [a-z0-9]>.<16 chars [a-z0-9]>'],
-        };
-      }
-      const info = await validator.validate(request.proof.token, context.now());
-      if (!info) {
-        return {
-          verdict: 'deny',
-          reasons: [`bootstrap token ${tokenId} is unknown, expired or its secret is wrong`],
-        };
-      }
-      if (!info.usages.authentication) {
-        return {
-          verdict: 'deny',
-          reasons: [`bootstrap token ${tokenId} lacks the usage-bootstrap-authentication usage`],
-        };
-      }
+      const checked = await checkBootstrapToken(validator, request.proof.token, context.now());
+      if (typeof checked === 'string') return { verdict: 'deny', reasons: [checked] };
+      const { tokenId } = checked;
       const nodeName = request.claimedNodeName;
       if (!nodeName) return { verdict: 'deny', reasons: ['the request names no node'] };
       try {
