@@ -4,8 +4,9 @@ import { devCommand } from './dev.ts';
 import { labelsCommand } from './labels.ts';
 import { pkiCommand } from './pki.ts';
 import { runCommand } from './run.ts';
+import { tokenCommand } from './token.ts';
 
 /** Every subcommand of the program, in no particular order (help sorts them). */
 export function commandsOf(): Command[] {
-  return [devCommand(), labelsCommand(), pkiCommand(), runCommand()];
+  return [devCommand(), labelsCommand(), pkiCommand(), runCommand(), tokenCommand()];
 }

@@ -1,5 +1,5 @@
 /** Renders command data as a table (for people) or JSON / YAML (for scripts), chosen by `-o`. */
-import { Option } from 'commander';
+import { type Command, Option } from 'commander';
 import { stringify } from 'yaml';
 import { InvalidInputError } from '../errors.ts';
 
@@ -49,4 +49,11 @@ export function formatOutput<Row>(
         `unknown output format "${format}": use one of ${outputFormats.join(', ')}`,
       );
   }
+}
+
+/** Writes command output through the command's configured output (standard output unless a test redirects it). */
+export function writeOut(command: Command, text: string): void {
+  const { writeOut: write } = command.configureOutput();
+  if (write) write(text);
+  else process.stdout.write(text);
 }
