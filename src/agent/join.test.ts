@@ -260,14 +260,17 @@ describe('join', () => {
     assert.equal(fake.calls.length, 4);
     assert.equal(proofs, 4);
     assert.equal(lines.length, 3);
-    assert.match(lines[0] ?? '', /^retrying in \d+s: the bootstrap server failed: busy \(unavailable\)$/);
+    assert.match(
+      lines[0] ?? '',
+      /^bootstrap request: retrying in \d+s: the bootstrap server failed: busy \(unavailable\)$/,
+    );
   });
 
   test('gives up with a timeout error when the server stays down past the deadline', async () => {
     fake.script = () => ({ status: 503, body: { error: { reason: 'unavailable', message: 'down' } } });
     await assert.rejects(
       join(options({ timeoutMs: 50, retry: { initialMs: 20, maxMs: 20 } })),
-      /gave up joining after \d+s: .*down/,
+      /bootstrap request: gave up after \d+s: .*down/,
     );
   });
 

@@ -7,15 +7,7 @@
  */
 import { type KeyObject, X509Certificate } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
-import {
-  asKopsError,
-  describeError,
-  InvalidInputError,
-  type KopsError,
-  NotFoundError,
-  TimeoutError,
-  UnauthenticatedError,
-} from '../errors.ts';
+import { InvalidInputError, NotFoundError, TimeoutError, UnauthenticatedError } from '../errors.ts';
 import { Backoff } from '../kube/backoff.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
@@ -24,6 +16,7 @@ import { renderClientKubeconfig } from '../pki/kubeconfig.ts';
 import { decodePem } from '../pki/pem.ts';
 import { validateDnsName } from '../pki/profiles.ts';
 import {
+  type BootstrapAnswer,
   BootstrapClient,
   bootstrapApiVersion,
   type IssuedAnswer,
@@ -31,6 +24,7 @@ import {
 } from './bootstrap-client.ts';
 import { ensureDirectory, type NodeFile, nodeFilePath, writeFileAtomic } from './node-files.ts';
 import type { ProofProvider } from './proofs.ts';
+import { retryTransient } from './retry.ts';
 
 /** What `join` needs: where to ask, whom to trust, how to prove identity, where to write. */
 export interface JoinOptions {
@@ -72,17 +66,6 @@ export interface JoinResult {
 
 /** A poll answered faster than this did not long-poll; wait before the next one instead of spinning. */
 const minimumPollMs = 1000;
-
-/** Errors worth another attempt: the server or the path to it may recover. */
-function isTransient(err: KopsError): boolean {
-  return err.kind === 'unavailable' || err.kind === 'rate-limited' || err.kind === 'timeout';
-}
-
-/** The delay a 429 asks for, if it asked (bounded, so a hostile answer cannot park the node). */
-function retryAfterMs(err: KopsError): number | undefined {
-  const seconds = err.details?.['retryAfterSeconds'];
-  return typeof seconds === 'number' && seconds > 0 ? Math.min(seconds, 300) * 1000 : undefined;
-}
 
 function parseCertificate(pem: string, what: string): X509Certificate {
   try {
@@ -152,65 +135,55 @@ export async function join(options: JoinOptions): Promise<JoinResult> {
     random: options.random ?? Math.random,
   });
   const started = Date.now();
-  const deadline = started + (options.timeoutMs ?? 3_600_000);
+  const retry = {
+    deadline: started + (options.timeoutMs ?? 3_600_000),
+    backoff,
+    what: 'bootstrap request',
+    progress,
+    logger,
+    ...(options.signal ? { signal: options.signal } : {}),
+  };
   const pollWait = options.pollWaitSeconds ?? 30;
   let pending: PendingAnswer | undefined;
-  let waitedForApproval = false;
-  let issued: IssuedAnswer | undefined;
-  let lastError: KopsError | undefined;
-  try {
-    while (!issued) {
-      options.signal?.throwIfAborted();
-      const attemptStarted = Date.now();
+  const attempt = async (): Promise<BootstrapAnswer> => {
+    if (pending) {
       try {
-        const answer = pending
-          ? await client.poll(pending.poll, pollWait, options.signal)
-          : await client.submit(body, await options.proof(body, options.signal), options.signal);
-        backoff.reset();
-        if (answer.status === 'issued') {
-          issued = answer;
-          break;
-        }
-        if (!pending) logger.info({ requestId: answer.requestId }, 'bootstrap request queued for approval');
-        pending = answer;
-        waitedForApproval = true;
-        const waited = Math.round((Date.now() - started) / 1000);
-        progress(`waiting for approval (${waited}s)${formatReasons(answer)}`);
-        if (Date.now() - attemptStarted < minimumPollMs)
-          await delay(minimumPollMs, undefined, { signal: options.signal });
-      } catch (thrown) {
-        const err = asKopsError(thrown);
-        if (options.signal?.aborted) throw err;
-        if (err instanceof NotFoundError && pending) {
-          // The handle expired or the server forgot it (restart): ask again with the same keys,
-          // which the server's deterministic queue naming maps back to the same request.
-          logger.info(
-            { requestId: pending.requestId },
-            'pending request unknown to the server; resubmitting',
-          );
-          pending = undefined;
-          continue;
-        }
-        if (!isTransient(err)) throw err;
-        const wait = retryAfterMs(err) ?? backoff.next();
-        lastError = err;
-        if (Date.now() + wait > deadline) break;
-        logger.warn(
-          { err: describeError(err), retryInMs: Math.round(wait) },
-          'bootstrap attempt failed; retrying',
-        );
-        progress(`retrying in ${Math.ceil(wait / 1000)}s: ${err.message}`);
-        await delay(wait, undefined, { signal: options.signal });
+        return await client.poll(pending.poll, pollWait, options.signal);
+      } catch (err) {
+        if (!(err instanceof NotFoundError)) throw err;
+        // The handle expired or the server forgot it (restart): ask again with the same keys,
+        // which the server's deterministic queue naming maps back to the same request.
+        logger.info({ requestId: pending.requestId }, 'pending request unknown to the server; resubmitting');
+        pending = undefined;
       }
-      if (Date.now() > deadline) break;
+    }
+    return client.submit(body, await options.proof(body, options.signal), options.signal);
+  };
+  let issued: IssuedAnswer | undefined;
+  let waitedForApproval = false;
+  try {
+    for (;;) {
+      const attemptStarted = Date.now();
+      const answer = await retryTransient(attempt, retry);
+      if (answer.status === 'issued') {
+        issued = answer;
+        break;
+      }
+      if (!pending) logger.info({ requestId: answer.requestId }, 'bootstrap request queued for approval');
+      pending = answer;
+      waitedForApproval = true;
+      const waited = Math.round((Date.now() - started) / 1000);
+      if (Date.now() > retry.deadline) {
+        throw new TimeoutError(`gave up after ${waited}s: the request is still waiting for approval`);
+      }
+      progress(`waiting for approval (${waited}s)${formatReasons(answer)}`);
+      // A server that answered at once did not long-poll: pause rather than spin.
+      if (Date.now() - attemptStarted < minimumPollMs) {
+        await delay(minimumPollMs, undefined, { signal: options.signal });
+      }
     }
   } finally {
     client.close();
-  }
-  if (!issued) {
-    const waited = Math.round((Date.now() - started) / 1000);
-    const why = pending ? 'the request is still waiting for approval' : describeError(lastError);
-    throw new TimeoutError(`gave up joining after ${waited}s: ${why}`, { cause: lastError });
   }
   return writeCredentials(options, issued, nodeName, clientKey, serverKey, waitedForApproval);
 }

@@ -1,6 +1,7 @@
 /** The list of commands; each lives in its own module and exports a factory. */
 import type { Command } from 'commander';
 import { devCommand } from './dev.ts';
+import { joinCommand } from './join.ts';
 import { labelsCommand } from './labels.ts';
 import { pkiCommand } from './pki.ts';
 import { runCommand } from './run.ts';
@@ -8,5 +9,5 @@ import { tokenCommand } from './token.ts';
 
 /** Every subcommand of the program, in no particular order (help sorts them). */
 export function commandsOf(): Command[] {
-  return [devCommand(), labelsCommand(), pkiCommand(), runCommand(), tokenCommand()];
+  return [devCommand(), joinCommand(), labelsCommand(), pkiCommand(), runCommand(), tokenCommand()];
 }

@@ -1,0 +1,190 @@
+/**
+ * `kops-controller join`: run on a new node. Discovers the cluster from the bootstrap endpoint
+ * (trusting it through a CA pin or file), proves the node's identity the way its cloud allows, and
+ * writes the kubelet's key, certificates and kubeconfig into `--dir`. See docs/join.md.
+ */
+import { hostname } from 'node:os';
+import { STSClient } from '@aws-sdk/client-sts';
+import { Command, Option } from 'commander';
+import { signAwsStsProof } from '../agent/aws-proof.ts';
+import { discoverCluster } from '../agent/discovery.ts';
+import { join } from '../agent/join.ts';
+import {
+  gceIdentityProof,
+  noProof,
+  type ProofProvider,
+  tokenProof,
+  validateBootstrapToken,
+} from '../agent/proofs.ts';
+import { retryTransient } from '../agent/retry.ts';
+import { parseDuration } from '../config/duration.ts';
+import { ConfigError, InvalidInputError } from '../errors.ts';
+import { Backoff } from '../kube/backoff.ts';
+import type { Logger } from '../log.ts';
+import { commandLogger } from './common.ts';
+import { formatOutput, outputOption } from './output.ts';
+
+interface JoinCommandOptions {
+  server: string;
+  caPin?: string[];
+  caFile?: string;
+  token?: string;
+  cloud?: 'aws' | 'gce' | 'metal';
+  nodeName?: string;
+  dir: string;
+  awsRegion?: string;
+  awsProofVersion: string;
+  gceIdentityUrl?: string;
+  servingCertificate: boolean;
+  timeout: string;
+  output: string;
+}
+
+/** The environment variable `join` reads the bootstrap token from when `--token` is not given. */
+export const tokenEnvironmentVariable = 'KOPS_CONTROLLER_JOIN_TOKEN';
+
+function collect(value: string, previous: string[] = []): string[] {
+  return [...previous, value];
+}
+
+/** The proof for `--cloud` (or the token, or none), made fresh for each attempt. */
+function proofFor(options: JoinCommandOptions, token: string | undefined, logger: Logger): ProofProvider {
+  switch (options.cloud) {
+    case 'aws': {
+      const region = options.awsRegion ?? process.env['AWS_REGION'] ?? process.env['AWS_DEFAULT_REGION'];
+      if (!region) throw new ConfigError('--cloud aws needs the region: pass --aws-region or set AWS_REGION');
+      const version = options.awsProofVersion === '1' ? 1 : 2;
+      // The SDK's default chain: on an instance, the instance profile from IMDS. STS itself is never
+      // called here; the controller replays the signed request.
+      const credentials = new STSClient({ region }).config.credentials;
+      return async (body) => signAwsStsProof(body, await credentials(), region, version);
+    }
+    case 'gce':
+      return gceIdentityProof({
+        audience: options.server,
+        ...(options.gceIdentityUrl ? { identityUrl: options.gceIdentityUrl } : {}),
+      });
+    default:
+      if (token) return tokenProof(token);
+      logger.warn(
+        'no identity proof: only the queue (a human) or insecure-always-approve can admit this node',
+      );
+      return noProof;
+  }
+}
+
+/** A status line on standard error, rewritten in place on a terminal. */
+function progressLine(): { update(line: string): void; end(): void } {
+  const tty = process.stderr.isTTY;
+  let shown = false;
+  return {
+    update(line) {
+      process.stderr.write(tty ? `\r\x1b[2K${line}` : `${line}\n`);
+      shown = true;
+    },
+    end() {
+      if (tty && shown) process.stderr.write('\n');
+    },
+  };
+}
+
+/** The `join` command. */
+export function joinCommand(): Command {
+  return new Command('join')
+    .description('join this machine to the cluster: discover it, prove identity, write kubelet credentials')
+    .requiredOption(
+      '--server <url>',
+      'the bootstrap endpoint, e.g. https://kops-controller.internal.example.com:3988',
+    )
+    .addOption(
+      new Option(
+        '--ca-pin <sha256:hex>',
+        'pin of the cluster CA (`kops-controller pki pin`); repeatable',
+      ).argParser(collect),
+    )
+    .addOption(new Option('--ca-file <file>', 'trust this PEM CA bundle instead of pinning'))
+    .addOption(
+      new Option(
+        '--token <id.secret>',
+        `bootstrap token (kubeadm format); also read from $${tokenEnvironmentVariable}`,
+      ),
+    )
+    .addOption(
+      new Option('--cloud <cloud>', 'prove identity with the cloud (default: token or none)').choices([
+        'aws',
+        'gce',
+        'metal',
+      ]),
+    )
+    .addOption(new Option('--node-name <name>', 'node name to ask for (default: the host name)'))
+    .requiredOption('--dir <dir>', 'where to write the key, certificates and kubelet.kubeconfig')
+    .addOption(new Option('--aws-region <region>', 'AWS region of the instance (default: $AWS_REGION)'))
+    .addOption(
+      new Option('--aws-proof-version <n>', 'kops STS proof format').choices(['1', '2']).default('2'),
+    )
+    .addOption(
+      new Option('--gce-identity-url <url>', 'metadata server identity-token URL (default: the GCE one)'),
+    )
+    .addOption(new Option('--no-serving-certificate', 'do not ask for a kubelet serving certificate'))
+    .addOption(new Option('--timeout <duration>', 'how long to retry and wait for approval').default('1h'))
+    .addOption(outputOption())
+    .action(async (options: JoinCommandOptions, command: Command) => {
+      const logger = commandLogger(command);
+      if (!options.caPin?.length && !options.caFile) {
+        throw new InvalidInputError(
+          'pass --ca-pin sha256:... or --ca-file FILE: join never trusts an unknown CA',
+        );
+      }
+      const rawToken = options.token ?? process.env[tokenEnvironmentVariable];
+      const token = rawToken ? validateBootstrapToken(rawToken) : undefined;
+      const timeoutMs = parseDuration(options.timeout);
+      const deadline = Date.now() + timeoutMs;
+      const progress = progressLine();
+      try {
+        const cluster = await retryTransient(
+          () =>
+            discoverCluster({
+              url: options.server,
+              ...(options.caPin?.length ? { caPins: options.caPin } : {}),
+              ...(options.caFile ? { caFile: options.caFile } : {}),
+              ...(token ? { token } : {}),
+              logger,
+            }),
+          {
+            deadline,
+            backoff: new Backoff({ initialMs: 1000, maxMs: 30_000, jitter: 0.5 }),
+            what: 'discovery',
+            progress: progress.update,
+            logger,
+          },
+        );
+        const result = await join({
+          server: options.server,
+          caBundlePem: cluster.caBundlePem,
+          apiServer: cluster.server,
+          nodeName: options.nodeName ?? hostname(),
+          dir: options.dir,
+          proof: proofFor(options, token, logger),
+          servingCertificate: options.servingCertificate,
+          progress: progress.update,
+          timeoutMs: Math.max(0, deadline - Date.now()),
+          logger,
+        });
+        progress.end();
+        process.stdout.write(
+          formatOutput(options.output, result, {
+            rows: [result],
+            columns: [
+              { header: 'node', value: (r) => r.nodeName },
+              { header: 'instance group', value: (r) => r.instanceGroup ?? '' },
+              { header: 'api server', value: (r) => r.apiServer },
+              { header: 'kubeconfig', value: (r) => r.files[r.files.length - 1] },
+            ],
+          }),
+        );
+      } catch (err) {
+        progress.end();
+        throw err;
+      }
+    });
+}
