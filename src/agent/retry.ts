@@ -51,7 +51,7 @@ export async function retryTransient<T>(attempt: () => Promise<T>, options: Retr
           cause: err,
         });
       }
-      logger.warn(
+      logger.info(
         { err: describeError(err), retryInMs: Math.round(wait) },
         `${options.what} failed; retrying`,
       );
