@@ -1,13 +1,21 @@
 /**
  * `kops-controller dev` (what `npm start` runs): a whole simulated kops cluster on loopback — the
- * Kubernetes API, the AWS endpoints and an S3 state store with a sample cluster — so the product can be
- * tried, and kubectl pointed at it, on a machine with no cloud and no cluster.
+ * Kubernetes API, the AWS endpoints and an S3 state store with a sample cluster — and the controller
+ * running against it in-process, so the product can be tried, and kubectl pointed at it, on a machine
+ * with no cloud and no cluster.
  */
 import { resolve } from 'node:path';
+import { CoordinationV1Api } from '@kubernetes/client-node';
 import { Command, Option } from 'commander';
+import { Registry } from 'prom-client';
+import { loadConfigFile } from '../config/loader.ts';
 import { InvalidInputError } from '../errors.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import { ControllerRuntime } from '../runtime/controller-runtime.ts';
 import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
+import { vfsOptionsFromEnv } from '../statestore/open.ts';
 import { commandLogger } from './common.ts';
+import { buildLeaderComponents } from './leader-components.ts';
 
 interface DevOptions {
   stateDir: string;
@@ -24,8 +32,63 @@ export function parsePort(value: string, flag: string): number {
   return port;
 }
 
+/** The controller `dev` runs against its simulated cluster. */
+export interface DevController {
+  /** Where /healthz, /readyz and /metrics are served. */
+  url: string;
+  runtime: ControllerRuntime;
+  /** Stops the controller (releasing its lease) and its cloud clients. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts the controller in-process against `cluster`, with the config the cluster wrote and its
+ * endpoints and credentials passed explicitly (the process environment is neither read nor changed).
+ */
+export async function startDevController(
+  cluster: DevCluster,
+  options: { logger?: Logger; stateStorePollIntervalMs?: number } = {},
+): Promise<DevController> {
+  const logger = options.logger ?? silentLogger;
+  const config = await loadConfigFile(cluster.configPath);
+  const kubeConfig = cluster.api.server.kubeConfig();
+  const registry = new Registry();
+  const leader = await buildLeaderComponents({
+    config,
+    kubeConfig,
+    vfsOptions: { ...vfsOptionsFromEnv(cluster.env), env: cluster.env },
+    cloud: { aws: { endpoint: cluster.aws.endpoint, credentials: { ...cluster.aws.credentials } } },
+    ...(options.stateStorePollIntervalMs
+      ? { stateStorePollIntervalMs: options.stateStorePollIntervalMs }
+      : {}),
+    registry,
+    logger,
+  });
+  const runtime = new ControllerRuntime({
+    config,
+    leaseClient: kubeConfig.makeApiClient(CoordinationV1Api),
+    components: leader.components,
+    registry,
+    logger,
+  });
+  try {
+    const server = await runtime.start();
+    return {
+      url: server.url,
+      runtime,
+      stop: async () => {
+        await runtime.stop();
+        leader.close();
+      },
+    };
+  } catch (err) {
+    leader.close();
+    throw err;
+  }
+}
+
 /** The banner `dev` prints once everything is up: where each piece is and how to use it. */
-export function devBanner(cluster: DevCluster): string {
+export function devBanner(cluster: DevCluster, controller?: DevController): string {
   const groups = [...cluster.nodesByGroup].map(([ig, nodes]) => `${ig}: ${nodes.length}`).join(', ');
   return [
     `Simulated kops cluster ${cluster.clusterName} is up (loopback only).`,
@@ -34,6 +97,9 @@ export function devBanner(cluster: DevCluster): string {
     `  State store     ${cluster.configBase}  (S3 at ${cluster.s3.endpoint})`,
     `  Nodes           ${groups}`,
     `  Controller config  ${cluster.configPath}`,
+    ...(controller
+      ? [`  Controller      ${controller.url}/metrics  (labels every node from its instance group)`]
+      : []),
     '',
     `${cluster.api.exportLine}`,
     '',
@@ -62,7 +128,14 @@ export function devCommand(): Command {
         awsThrottling: options.awsThrottling,
         logger,
       });
-      process.stdout.write(devBanner(cluster));
+      let controller: DevController;
+      try {
+        controller = await startDevController(cluster, { logger });
+      } catch (err) {
+        await cluster.close();
+        throw err;
+      }
+      process.stdout.write(devBanner(cluster, controller));
       await new Promise<void>((done) => {
         const stop = () => {
           process.off('SIGINT', stop);
@@ -72,6 +145,7 @@ export function devCommand(): Command {
         process.once('SIGINT', stop);
         process.once('SIGTERM', stop);
       });
+      await controller.stop();
       await cluster.close();
     });
 }
