@@ -1,0 +1,178 @@
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { after, before, test } from 'node:test';
+import type { TLSSocket } from 'node:tls';
+import {
+  createCertificateAuthority,
+  issueClientCertificate,
+  issueServingCertificate,
+  type SimCertificateAuthority,
+  type SimKeyPair,
+} from '../../sim/tls.ts';
+import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
+import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
+import { type BootstrapReview, webhookPolicy } from './webhook.ts';
+
+let ca: SimCertificateAuthority;
+let client: SimKeyPair;
+let server: Server;
+let url: string;
+/** What the fake webhook answers next: status and body, or a delay that outlasts the timeout. */
+let reply: { status: number; body: string } | 'hang' = { status: 200, body: '{"verdict":"approve"}' };
+const reviews: BootstrapReview[] = [];
+const peers: string[] = [];
+
+before(async () => {
+  ca = await createCertificateAuthority('webhook-ca');
+  const serving = await issueServingCertificate(ca);
+  client = await issueClientCertificate(ca, { name: 'kops-controller', groups: [] });
+  server = createServer(
+    {
+      cert: serving.certificate,
+      key: serving.privateKey,
+      ca: ca.certificate,
+      requestCert: true,
+      rejectUnauthorized: true,
+    },
+    (req, res) => {
+      peers.push((req.socket as TLSSocket).getPeerCertificate().subject?.CN ?? '');
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        reviews.push(JSON.parse(Buffer.concat(chunks).toString()));
+        if (reply === 'hang') return;
+        res.writeHead(reply.status, { 'content-type': 'application/json' });
+        res.end(reply.body);
+      });
+    },
+  );
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  url = `https://127.0.0.1:${(server.address() as AddressInfo).port}/review`;
+});
+
+after(async () => {
+  server.closeAllConnections();
+  await new Promise((resolve) => server.close(resolve));
+});
+
+const verifier: BootstrapPolicy = {
+  name: 'aws',
+  evaluate: async () => ({
+    verdict: 'approve',
+    facts: {
+      nodeName: 'i-0123456789abcdef0',
+      instanceGroup: 'nodes',
+      dnsNames: ['ip-10-0-0-1.ec2.internal'],
+      ipAddresses: ['10.0.0.1'],
+      evidence: { account: '1' },
+    },
+    reasons: ['aws verified'],
+  }),
+};
+
+function policy(
+  overrides: { verifiedBy?: BootstrapPolicy; cert?: string; key?: string; timeoutMs?: number } = {},
+) {
+  return webhookPolicy({
+    url,
+    ca: ca.certificate,
+    cert: client.certificate,
+    key: client.privateKey,
+    timeoutMs: 2_000,
+    ...overrides,
+  });
+}
+
+async function evaluate(p: BootstrapPolicy, answer: typeof reply): Promise<PolicyDecision> {
+  reply = answer;
+  return p.evaluate(testRequest({ claimedNodeName: 'evil-name' }), contextAt());
+}
+
+test('webhook approval issues exactly the verified facts; the review carries them, over mTLS', async () => {
+  reviews.length = 0;
+  const decision = await evaluate(policy({ verifiedBy: verifier }), {
+    status: 200,
+    body: JSON.stringify({
+      verdict: 'approve',
+      reasons: ['in the CMDB'],
+      nodeName: 'widened',
+      dnsNames: ['evil.example'],
+    }),
+  });
+  assert.ok(decision.verdict === 'approve', JSON.stringify(decision));
+  assert.equal(decision.facts.nodeName, 'i-0123456789abcdef0');
+  assert.deepEqual(decision.facts.dnsNames, ['ip-10-0-0-1.ec2.internal']);
+  assert.equal(decision.facts.evidence['webhook'], url);
+  assert.deepEqual(decision.reasons, ['aws verified', 'in the CMDB']);
+  const review = reviews[0]!;
+  assert.equal(review.apiVersion, 'bootstrap.kops-controller.io/v1');
+  assert.equal(review.verifiedBy, 'aws');
+  assert.equal(review.facts?.nodeName, 'i-0123456789abcdef0');
+  assert.equal(review.request.claimedNodeName, 'evil-name');
+  assert.equal(peers.at(-1), 'kops-controller');
+});
+
+test('webhook deny and abstain', async () => {
+  const denied = await evaluate(policy({ verifiedBy: verifier }), {
+    status: 200,
+    body: '{"verdict":"deny","reasons":["not in the CMDB"]}',
+  });
+  assert.deepEqual(denied, { verdict: 'deny', reasons: ['not in the CMDB'] });
+  const abstained = await evaluate(policy({ verifiedBy: verifier }), {
+    status: 200,
+    body: '{"verdict":"abstain"}',
+  });
+  assert.equal(abstained.verdict, 'approve', 'the verified decision stands');
+});
+
+test('webhook without a verifying policy approves only the claimed name, no SANs', async () => {
+  const decision = await evaluate(policy(), { status: 200, body: '{"verdict":"approve"}' });
+  assert.ok(decision.verdict === 'approve');
+  assert.deepEqual(
+    [decision.facts.nodeName, decision.facts.dnsNames, decision.facts.ipAddresses],
+    ['evil-name', [], []],
+  );
+});
+
+test('webhook is not called when the verifying policy denies', async () => {
+  reviews.length = 0;
+  const denier: BootstrapPolicy = {
+    name: 'aws',
+    evaluate: async () => ({ verdict: 'deny', reasons: ['no'] }),
+  };
+  const decision = await evaluate(policy({ verifiedBy: denier }), {
+    status: 200,
+    body: '{"verdict":"approve"}',
+  });
+  assert.equal(decision.verdict, 'deny');
+  assert.equal(reviews.length, 0);
+});
+
+test('fail closed: non-200, malformed answer, timeout, and a client without our certificate', async () => {
+  const p = policy({ verifiedBy: verifier, timeoutMs: 300 });
+  for (const answer of [
+    { status: 500, body: '{"verdict":"approve"}' },
+    { status: 200, body: 'approve' },
+    { status: 200, body: '{"verdict":"yes"}' },
+    'hang' as const,
+  ]) {
+    const decision = await evaluate(p, answer);
+    assert.equal(decision.verdict, 'deny', JSON.stringify(answer));
+    assert.match(decision.reasons[0] ?? '', /webhook .* failed, so the request is denied/);
+  }
+  const stranger = await createCertificateAuthority('stranger');
+  const wrong = await issueClientCertificate(stranger, { name: 'intruder', groups: [] });
+  const decision = await evaluate(policy({ cert: wrong.certificate, key: wrong.privateKey }), {
+    status: 200,
+    body: '{"verdict":"approve"}',
+  });
+  assert.equal(decision.verdict, 'deny');
+});
+
+test('webhook refuses a plain-http URL at configuration time', () => {
+  assert.throws(
+    () => webhookPolicy({ url: 'http://127.0.0.1:1/', ca: '', cert: '', key: '' }),
+    /must be https/,
+  );
+});

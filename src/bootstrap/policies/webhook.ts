@@ -1,0 +1,207 @@
+/**
+ * `webhook`: the operator's own approval logic, called over HTTPS with mutual TLS. The controller
+ * POSTs a versioned `BootstrapReview` (a summary of the request and the facts a verifying policy
+ * established) and the webhook answers `{"verdict": "approve"|"deny"|"abstain", "reasons": [...]}`.
+ * The webhook can only narrow: it never supplies a node name, SANs or group — an approval issues
+ * exactly the verified facts (or, with no verifying policy, the claimed name alone). Every failure —
+ * unreachable, timeout, non-200, malformed answer — denies (fail closed).
+ */
+import { Agent, request as httpsRequest } from 'node:https';
+import { z } from 'zod';
+import { ConfigError, describeError } from '../../errors.ts';
+import type {
+  BootstrapPolicy,
+  BootstrapRequest,
+  NodeFacts,
+  PolicyContext,
+  PolicyDecision,
+} from '../types.ts';
+
+/** The apiVersion of what the webhook receives. */
+export const webhookApiVersion = 'bootstrap.kops-controller.io/v1';
+/** The largest answer read. */
+const maxAnswerBytes = 64 * 1024;
+
+/** Options of the `webhook` policy. */
+export interface WebhookPolicyOptions {
+  /** `https://…` only. */
+  url: string;
+  /** PEM: the CA bundle the webhook's serving certificate must chain to. */
+  ca: string;
+  /** PEM: our client certificate and key (mTLS). */
+  cert: string;
+  key: string;
+  /** Default 5 s. */
+  timeoutMs?: number;
+  /** The policy whose verified facts the webhook reviews (e.g. `aws`); without one, only the claimed name. */
+  verifiedBy?: BootstrapPolicy;
+}
+
+/** What the webhook receives (JSON). */
+export interface BootstrapReview {
+  apiVersion: string;
+  kind: 'BootstrapReview';
+  request: {
+    id: string;
+    claimedNodeName: string | null;
+    remoteAddress: string;
+    proof: BootstrapRequest['proof']['kind'];
+    profiles: string[];
+    receivedAt: string;
+  };
+  verifiedBy: string | null;
+  /** The verified facts; null when no verifying policy is configured. */
+  facts: NodeFacts | null;
+}
+
+const answerSchema = z.object({
+  verdict: z.enum(['approve', 'deny', 'abstain']),
+  reasons: z.array(z.string().max(1024)).max(32).default([]),
+});
+
+/** The webhook's answer. */
+export type WebhookAnswer = z.output<typeof answerSchema>;
+
+/** Builds the review document for a request and the facts verified so far. */
+export function reviewOf(
+  request: BootstrapRequest,
+  verifiedBy: string | undefined,
+  facts: NodeFacts | undefined,
+): BootstrapReview {
+  return {
+    apiVersion: webhookApiVersion,
+    kind: 'BootstrapReview',
+    request: {
+      id: request.id,
+      claimedNodeName: request.claimedNodeName ?? null,
+      remoteAddress: request.remoteAddress,
+      proof: request.proof.kind,
+      profiles: Object.keys(request.certificates),
+      receivedAt: request.receivedAt.toISOString(),
+    },
+    verifiedBy: verifiedBy ?? null,
+    facts: facts ?? null,
+  };
+}
+
+/**
+ * Combines the verifying policy's decision with the webhook's answer: the webhook may deny or
+ * abstain (the verified decision stands), and its approval approves exactly the verified facts.
+ */
+export function combine(
+  verified: PolicyDecision & { facts?: NodeFacts },
+  answer: WebhookAnswer,
+  url: string,
+): PolicyDecision {
+  const said = answer.reasons.length ? answer.reasons : [`webhook ${url} said ${answer.verdict}`];
+  if (answer.verdict === 'deny') return { verdict: 'deny', reasons: said };
+  if (answer.verdict === 'abstain') return verified;
+  if (!verified.facts)
+    return { verdict: 'deny', reasons: ['nothing is verified for the webhook to approve'] };
+  return {
+    verdict: 'approve',
+    facts: { ...verified.facts, evidence: { ...verified.facts.evidence, webhook: url } },
+    reasons: [...verified.reasons, ...said],
+  };
+}
+
+/** The `webhook` policy. */
+export function webhookPolicy(options: WebhookPolicyOptions): BootstrapPolicy {
+  const url = new URL(options.url);
+  if (url.protocol !== 'https:') throw new ConfigError(`webhook url ${options.url} must be https`);
+  const agent = new Agent({
+    keepAlive: true,
+    ca: options.ca,
+    cert: options.cert,
+    key: options.key,
+    minVersion: 'TLSv1.2',
+  });
+  const timeoutMs = options.timeoutMs ?? 5_000;
+  return {
+    name: 'webhook',
+    evaluate: async (request: BootstrapRequest, context: PolicyContext) => {
+      const verified = await verifiedDecision(request, context, options.verifiedBy);
+      if (verified.verdict === 'deny' || (verified.verdict === 'abstain' && options.verifiedBy))
+        return verified;
+      const review = reviewOf(request, options.verifiedBy?.name, verified.facts);
+      let answer: WebhookAnswer;
+      try {
+        answer = await post(url, agent, review, timeoutMs);
+      } catch (err) {
+        return {
+          verdict: 'deny',
+          reasons: [`webhook ${options.url} failed, so the request is denied: ${describeError(err)}`],
+        };
+      }
+      return combine(verified, answer, options.url);
+    },
+  };
+}
+
+type Verified = PolicyDecision & { facts?: NodeFacts };
+
+/** The verifying policy's decision, or an abstention carrying the claimed name (no SANs) when there is none. */
+async function verifiedDecision(
+  request: BootstrapRequest,
+  context: PolicyContext,
+  verifiedBy?: BootstrapPolicy,
+): Promise<Verified> {
+  if (verifiedBy) return verifiedBy.evaluate(request, context);
+  const claimed = request.claimedNodeName;
+  if (!claimed) return { verdict: 'deny', reasons: ['the request names no node for the webhook to review'] };
+  return {
+    verdict: 'abstain',
+    facts: { nodeName: claimed, dnsNames: [], ipAddresses: [], evidence: { verified: 'webhook-only' } },
+    reasons: [`node name ${claimed} as claimed`],
+  };
+}
+
+function post(url: URL, agent: Agent, review: BootstrapReview, timeoutMs: number): Promise<WebhookAnswer> {
+  const body = JSON.stringify(review);
+  return new Promise<WebhookAnswer>((resolve, reject) => {
+    const req = httpsRequest(
+      url,
+      {
+        method: 'POST',
+        agent,
+        timeout: timeoutMs,
+        headers: {
+          'content-type': 'application/json',
+          'content-length': Buffer.byteLength(body),
+          accept: 'application/json',
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on('data', (chunk: Buffer) => {
+          size += chunk.length;
+          if (size > maxAnswerBytes) req.destroy(new Error(`the answer exceeds ${maxAnswerBytes} bytes`));
+          else chunks.push(chunk);
+        });
+        res.on('end', () => {
+          if (res.statusCode !== 200) return reject(new Error(`HTTP ${res.statusCode}`));
+          let parsed: unknown;
+          try {
+            parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+          } catch {
+            return reject(new Error('the answer is not JSON'));
+          }
+          const answer = answerSchema.safeParse(parsed);
+          if (!answer.success)
+            return reject(
+              new Error('the answer is not {"verdict": "approve"|"deny"|"abstain", "reasons": [...]}'),
+            );
+          resolve(answer.data);
+        });
+        res.on('error', reject);
+      },
+    );
+    // A hard deadline for the whole exchange, not only for idle sockets.
+    const timer = setTimeout(() => req.destroy(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+    req.on('close', () => clearTimeout(timer));
+    req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+    req.on('error', reject);
+    req.end(body);
+  });
+}
