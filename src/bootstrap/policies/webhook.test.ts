@@ -36,7 +36,7 @@ before(async () => {
       rejectUnauthorized: true,
     },
     (req, res) => {
-      peers.push((req.socket as TLSSocket).getPeerCertificate().subject?.CN ?? '');
+      peers.push(String((req.socket as TLSSocket).getPeerCertificate().subject?.CN ?? ''));
       const chunks: Buffer[] = [];
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
