@@ -1,0 +1,37 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { InvalidInputError } from '../errors.ts';
+import { parseAuthorization } from './authorization.ts';
+
+describe('parseAuthorization', () => {
+  test('maps every scheme to its proof kind and keeps the credential as sent', () => {
+    assert.deepEqual(parseAuthorization('x-aws-sts eyJh'), { kind: 'aws-sts', version: 1, token: 'eyJh' });
+    assert.deepEqual(parseAuthorization('x-aws-sts-v2 abc='), { kind: 'aws-sts', version: 2, token: 'abc=' });
+    assert.deepEqual(parseAuthorization('x-gce-tpm dA=='), { kind: 'gce-tpm', token: 'dA==' });
+    assert.deepEqual(parseAuthorization('x-gce-identity a.b.c'), {
+      kind: 'gce-identity-token',
+      token: 'a.b.c',
+    });
+    assert.deepEqual(parseAuthorization('Bearer abcdef.0123456789abcdef'), {
+      kind: 'bootstrap-token',
+      token: 'abcdef.0123456789abcdef',
+    });
+  });
+
+  test('no header is no proof', () => {
+    assert.deepEqual(parseAuthorization(undefined), { kind: 'none' });
+    assert.deepEqual(parseAuthorization('  '), { kind: 'none' });
+  });
+
+  test('unknown schemes, missing credentials and oversized values are input errors', () => {
+    for (const bad of [
+      'Basic dXNlcjpwYXNz',
+      'x-aws-sts',
+      'Bearer a b',
+      'constructor x',
+      `Bearer ${'a'.repeat(20_000)}`,
+    ]) {
+      assert.throws(() => parseAuthorization(bad), InvalidInputError, bad.slice(0, 20));
+    }
+  });
+});

@@ -1,0 +1,56 @@
+/**
+ * What the bootstrap handlers need, injected: the CA, the policy chain, the Node lookup for the
+ * impersonation guard, the queue, and where decisions are reported (audit trail and metrics).
+ */
+import { randomBytes } from 'node:crypto';
+import type { Logger } from '../log.ts';
+import type { CertificateAuthority } from '../pki/ca.ts';
+import type { IssueOptions } from '../pki/profiles.ts';
+import type { NodeReader } from './node-guard.ts';
+import type { CsrQueue } from './queue.ts';
+import type { AuditRecord, BootstrapPolicy } from './types.ts';
+
+/** Receives one audit record per decision; the audit module (src/bootstrap/audit.ts) provides one. */
+export type AuditSink = (record: AuditRecord) => void;
+
+/** Where the handlers report what they decide and how long issuance takes. */
+export interface BootstrapMetricsSink {
+  /** One request decided: the deciding policy (or the check that refused it) and the verdict. */
+  decision(policy: string, verdict: AuditRecord['verdict']): void;
+  /** Seconds from the request's arrival to its certificates being issued. */
+  issued(seconds: number): void;
+  /** Requests waiting in the queue for a human. */
+  queueDepth(pending: number): void;
+}
+
+/** The handlers' dependencies. */
+export interface BootstrapContext {
+  /** The cluster CA that signs node certificates. */
+  ca: CertificateAuthority;
+  policies: readonly BootstrapPolicy[];
+  readNode: NodeReader;
+  /** The CSR-API queue; without it a `queue` verdict is a denial. */
+  queue?: CsrQueue;
+  /** The API server URL the answers tell nodes to use. */
+  apiServer: string;
+  audit?: AuditSink;
+  metrics?: BootstrapMetricsSink;
+  issueOptions?: IssueOptions;
+  now?: () => Date;
+  logger: Logger;
+}
+
+/** A fresh request id: 128 random bits, hex. */
+export function newRequestId(): string {
+  return randomBytes(16).toString('hex');
+}
+
+/** Records a decision in the audit trail and the metrics. */
+export function report(context: BootstrapContext, record: AuditRecord): void {
+  context.metrics?.decision(record.decidedBy ?? 'none', record.verdict);
+  try {
+    context.audit?.(record);
+  } catch (err) {
+    context.logger.error({ err, requestId: record.requestId }, 'audit sink failed');
+  }
+}

@@ -1,0 +1,219 @@
+/**
+ * kops compatibility: `POST /bootstrap` answers nodeup's `bootstrap.kops.k8s.io/v1alpha1` requests as
+ * kops-controller does (reference kops-controller.md §3.3), in its order: the identity proof is
+ * verified by the policy chain BEFORE the body is parsed as JSON; a Ready Node of the verified name
+ * gets 409 (nodeup then exits quietly); each requested key is checked against `certNames` and the
+ * CA keypair ids; answers use kops' shapes (`Certs`, capital C) and its short plain-text errors, with
+ * the details in the log and the audit trail only.
+ */
+import { InvalidInputError, KopsError } from '../errors.ts';
+import { decodePem } from '../pki/pem.ts';
+import {
+  type CertificateRequest,
+  type ProfileName,
+  publicKeyRequest,
+  validateDnsName,
+} from '../pki/profiles.ts';
+import { parseAuthorization } from './authorization.ts';
+import { evaluateChain } from './chain.ts';
+import { type BootstrapContext, newRequestId, report } from './context.ts';
+import { issueForFacts, pemsOf, serialsOf } from './issue.ts';
+import type { Answer, CertificatesInput } from './native-handler.ts';
+import { assertNodeNotRegistered } from './node-guard.ts';
+import type { AuditRecord, BootstrapRequest, NodeFacts } from './types.ts';
+
+/** The apiVersion of nodeup's bootstrap requests. */
+export const kopsApiVersion = 'bootstrap.kops.k8s.io/v1alpha1';
+
+/** The cert names kops generates by default (`certNames` in the kops-controller config). */
+export const defaultKopsCertNames = ['kubelet', 'kubelet-server', 'kube-proxy'];
+
+/** kops cert names this implementation can issue, and the profile of each. */
+const profileOfCertName: Record<string, ProfileName> = {
+  kubelet: 'kubelet',
+  'kubelet-server': 'kubelet-server',
+  'kube-proxy': 'kube-proxy',
+};
+
+/** The node configuration nodeup asks for with `includeNodeConfig`. */
+export interface KopsNodeConfig {
+  nodeupConfig: string;
+  nodeSecrets?: Record<string, string>;
+}
+
+/** kops-specific settings of the handler. */
+export interface KopsOptions {
+  /** Cert names nodes may ask for (`server.certNames`). */
+  certNames: readonly string[];
+  /** Reads the nodeup config of an instance group; without it, `includeNodeConfig` is refused. */
+  nodeConfig?: (instanceGroup: string) => Promise<KopsNodeConfig>;
+}
+
+function text(status: number, message: string): Answer {
+  return { status, body: `${message}\n` };
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/** Checks one requested key and turns it into a certificate request; throws with kops' wording. */
+function certificateRequestOf(
+  name: string,
+  pem: unknown,
+  options: KopsOptions,
+  keypairIds: Record<string, unknown>,
+  context: BootstrapContext,
+): [ProfileName, CertificateRequest] {
+  if (typeof pem !== 'string') throw new InvalidInputError('the public key must be a PEM string');
+  const [spki] = decodePem(pem, 'RSA PUBLIC KEY', 'public key');
+  if (!options.certNames.includes(name)) throw new InvalidInputError('key name not enabled');
+  const profile = Object.hasOwn(profileOfCertName, name) ? profileOfCertName[name] : undefined;
+  if (!profile) throw new InvalidInputError('unexpected key name');
+  const signer = context.ca.name;
+  const wanted = keypairIds[signer];
+  const ours = context.ca.signer.certificate.keypairId;
+  if (Object.keys(keypairIds).length > 0 && wanted !== ours) {
+    throw new InvalidInputError(
+      `request's keypair ID ${JSON.stringify(wanted ?? '')} for ${signer} didn't match issuer's "${ours}"`,
+    );
+  }
+  return [profile, publicKeyRequest(spki as Buffer)];
+}
+
+/** `POST /bootstrap`. */
+export async function kopsBootstrap(
+  context: BootstrapContext,
+  options: KopsOptions,
+  input: CertificatesInput,
+): Promise<Answer> {
+  if (input.body.length === 0) return text(400, 'empty request body');
+  const now = () => context.now?.() ?? new Date();
+  let request: BootstrapRequest;
+  try {
+    request = {
+      id: newRequestId(),
+      body: input.body,
+      certificates: {},
+      proof: parseAuthorization(input.authorization),
+      remoteAddress: input.remoteAddress,
+      receivedAt: input.receivedAt,
+    };
+  } catch (err) {
+    context.logger.info(
+      { remoteAddress: input.remoteAddress, err: (err as Error).message },
+      'kops bootstrap: bad token',
+    );
+    return text(403, 'failed to verify token');
+  }
+  const audit = (record: Omit<AuditRecord, 'time' | 'requestId' | 'remoteAddress' | 'proof'>) =>
+    report(context, {
+      time: now().toISOString(),
+      requestId: request.id,
+      remoteAddress: request.remoteAddress,
+      proof: request.proof.kind,
+      ...record,
+    });
+
+  const { decision, decidedBy } = await evaluateChain(context.policies, request, { now });
+  if (decision.verdict !== 'approve') {
+    const reasons =
+      decision.verdict === 'queue'
+        ? [
+            'the kops protocol has no pending state; queued approval is available through /v1/certificates',
+            ...decision.reasons,
+          ]
+        : decision.reasons;
+    audit({ decidedBy, verdict: 'deny', reasons });
+    context.logger.info({ requestId: request.id, decidedBy, reasons }, 'kops bootstrap: token not verified');
+    return text(403, 'failed to verify token');
+  }
+  const facts: NodeFacts = decision.facts;
+  const factsAudit = {
+    nodeName: facts.nodeName,
+    instanceGroup: facts.instanceGroup,
+    evidence: facts.evidence,
+  };
+  try {
+    await assertNodeNotRegistered(context.readNode, facts.nodeName);
+  } catch (err) {
+    if (err instanceof KopsError && err.kind === 'conflict') {
+      audit({ decidedBy: 'node-guard', verdict: 'deny', reasons: [err.message], ...factsAudit });
+      return text(409, 'node already registered');
+    }
+    context.logger.error(
+      { err: (err as Error).message, node: facts.nodeName },
+      'kops bootstrap: node lookup failed',
+    );
+    return text(500, 'internal error');
+  }
+
+  let body: unknown;
+  try {
+    body = JSON.parse(input.body.toString('utf8'));
+  } catch (err) {
+    return text(400, `failed to decode: ${(err as Error).message}`);
+  }
+  if (!isRecord(body)) return text(400, 'failed to decode: the request is not a JSON object');
+  if (body['apiVersion'] !== kopsApiVersion) return text(400, 'unexpected APIVersion');
+  const certs = isRecord(body['certs']) ? body['certs'] : {};
+  const keypairIds = isRecord(body['keypairIDs']) ? body['keypairIDs'] : {};
+
+  let nodeConfig: KopsNodeConfig | undefined;
+  if (body['includeNodeConfig'] === true) {
+    try {
+      if (!options.nodeConfig)
+        throw new InvalidInputError('this server has no state store to read node configuration from');
+      nodeConfig = await options.nodeConfig(validateDnsName(facts.instanceGroup ?? '', 'instance group'));
+    } catch (err) {
+      context.logger.warn(
+        { err: (err as Error).message, node: facts.nodeName },
+        'kops bootstrap: no node config',
+      );
+      return text(400, 'failed to build node config');
+    }
+  }
+
+  const requests: Partial<Record<ProfileName, CertificateRequest>> = {};
+  const profileByName: Record<string, ProfileName> = {};
+  for (const [name, pem] of Object.entries(certs)) {
+    try {
+      const [profile, certificateRequest] = certificateRequestOf(name, pem, options, keypairIds, context);
+      requests[profile] = certificateRequest;
+      profileByName[name] = profile;
+    } catch (err) {
+      return text(400, `failed to issue ${JSON.stringify(name)}: ${(err as Error).message}`);
+    }
+  }
+  let issued: ReturnType<typeof issueForFacts>;
+  try {
+    issued = issueForFacts(context.ca, requests, facts, {
+      lifetimeMs: kopsLifetimeMs,
+      ...context.issueOptions,
+    });
+  } catch (err) {
+    audit({ decidedBy: 'profile-check', verdict: 'deny', reasons: [(err as Error).message], ...factsAudit });
+    return text(400, `failed to issue: ${(err as Error).message}`);
+  }
+  context.metrics?.issued((now().getTime() - request.receivedAt.getTime()) / 1000);
+  audit({
+    decidedBy,
+    verdict: 'approve',
+    reasons: [`approved by ${decidedBy}`],
+    issued: serialsOf(issued),
+    ...factsAudit,
+  });
+  const pems = pemsOf(issued);
+  return {
+    status: 200,
+    body: {
+      Certs: Object.fromEntries(
+        Object.entries(profileByName).map(([name, profile]) => [name, pems[profile]]),
+      ),
+      ...(nodeConfig ? { nodeConfig } : {}),
+    },
+  };
+}
+
+/** kops issues node certificates for 455 days (its nodes do not renew them through the CSR API). */
+export const kopsLifetimeMs = 455 * 24 * 3_600_000;

@@ -1,0 +1,298 @@
+/**
+ * The native bootstrap API (docs/bootstrap-api.md): `POST /v1/certificates` and
+ * `GET /v1/requests/<id>?wait=`. A request is parsed and its CSRs checked (proof of possession, key
+ * policy) before any policy runs; the chain decides; the certificates are then planned against the
+ * VERIFIED facts, so a CSR for another node's name or for addresses not verified is refused; a Ready
+ * Node of that name is refused (409); and every decision goes to the audit trail.
+ */
+import { InvalidInputError, KopsError } from '../errors.ts';
+import { bundlePem } from '../pki/ca.ts';
+import { type ParsedCsr, parseCsr, RequestRejectedError } from '../pki/csr.ts';
+import { type CertificateRequest, type ProfileName, validateDnsName } from '../pki/profiles.ts';
+import { parseAuthorization } from './authorization.ts';
+import { evaluateChain } from './chain.ts';
+import { type BootstrapContext, newRequestId, report } from './context.ts';
+import { issueForFacts, pemsOf, serialsOf } from './issue.ts';
+import { assertNodeNotRegistered } from './node-guard.ts';
+import type { QueueState } from './queue.ts';
+import type { AuditRecord, BootstrapRequest, NodeFacts } from './types.ts';
+
+/** The apiVersion of the native API's requests. */
+export const nativeApiVersion = 'bootstrap.kops-controller.io/v1';
+
+/** Profiles a node may ask for through the native API; `kubelet` is required. */
+export const nativeProfiles: readonly ProfileName[] = ['kubelet', 'kubelet-server'];
+
+/** Longest long-poll, in seconds. */
+export const maxWaitSeconds = 60;
+
+/** An HTTP answer: status, JSON body, extra headers. */
+export interface Answer {
+  status: number;
+  body: unknown;
+  headers?: Record<string, string>;
+}
+
+/** A received `POST /v1/certificates`. */
+export interface CertificatesInput {
+  body: Buffer;
+  authorization: string | undefined;
+  remoteAddress: string;
+  receivedAt: Date;
+}
+
+const allowedFields = new Set(['apiVersion', 'nodeName', 'certificateSigningRequests']);
+
+function invalid(message: string): InvalidInputError {
+  return new InvalidInputError(message, { details: { reason: 'invalid-request' } });
+}
+
+/** Parses and checks the JSON body into a BootstrapRequest (400 for anything malformed). */
+export function parseCertificatesRequest(input: CertificatesInput): BootstrapRequest {
+  const proof = parseAuthorization(input.authorization);
+  let json: unknown;
+  try {
+    json = JSON.parse(input.body.toString('utf8'));
+  } catch (err) {
+    throw invalid(`the body is not JSON: ${(err as Error).message}`);
+  }
+  if (json === null || typeof json !== 'object' || Array.isArray(json))
+    throw invalid('the body must be a JSON object');
+  const fields = json as Record<string, unknown>;
+  const unknown = Object.keys(fields).filter((k) => !allowedFields.has(k));
+  if (unknown.length)
+    throw invalid(`unknown fields: ${unknown.map((k) => JSON.stringify(k.slice(0, 64))).join(', ')}`);
+  if (fields['apiVersion'] !== nativeApiVersion) throw invalid(`apiVersion must be "${nativeApiVersion}"`);
+  const csrs = fields['certificateSigningRequests'];
+  if (csrs === null || typeof csrs !== 'object' || Array.isArray(csrs)) {
+    throw invalid('certificateSigningRequests must be an object of profile name to PEM');
+  }
+  const certificates: Partial<Record<ProfileName, CertificateRequest>> = {};
+  for (const [profile, pem] of Object.entries(csrs as Record<string, unknown>)) {
+    if (!nativeProfiles.includes(profile as ProfileName)) {
+      throw invalid(
+        `certificateSigningRequests: unknown profile "${profile.slice(0, 64)}"; use ${nativeProfiles.join(', ')}`,
+      );
+    }
+    if (typeof pem !== 'string') throw invalid(`certificateSigningRequests.${profile} must be a PEM string`);
+    try {
+      certificates[profile as ProfileName] = parseCsr(pem);
+    } catch (err) {
+      if (err instanceof KopsError)
+        throw new InvalidInputError(`${profile}: ${err.message}`, { cause: err, details: err.details });
+      throw err;
+    }
+  }
+  const kubelet = certificates.kubelet as ParsedCsr | undefined;
+  if (!kubelet) throw invalid('certificateSigningRequests.kubelet is required');
+  const commonName = kubelet.subject.commonName ?? '';
+  const nodeName = fields['nodeName'];
+  if (nodeName !== undefined && typeof nodeName !== 'string') throw invalid('nodeName must be a string');
+  const claimed =
+    nodeName ?? (commonName.startsWith('system:node:') ? commonName.slice('system:node:'.length) : '');
+  validateDnsName(claimed, 'nodeName');
+  return {
+    id: newRequestId(),
+    body: input.body,
+    claimedNodeName: claimed,
+    certificates,
+    proof,
+    remoteAddress: input.remoteAddress,
+    receivedAt: input.receivedAt,
+  };
+}
+
+function auditOf(request: BootstrapRequest, now: Date): Omit<AuditRecord, 'verdict' | 'reasons'> {
+  return {
+    time: now.toISOString(),
+    requestId: request.id,
+    remoteAddress: request.remoteAddress,
+    claimedNodeName: request.claimedNodeName,
+    proof: request.proof.kind,
+  };
+}
+
+function denied(reasons: string[]): Answer {
+  return { status: 403, body: { status: 'denied', reasons } };
+}
+
+/** The answer for a queue state (also used by the poll). */
+export function answerOfQueueState(context: BootstrapContext, state: QueueState): Answer {
+  switch (state.state) {
+    case 'issued':
+      return {
+        status: 200,
+        body: {
+          status: 'issued',
+          nodeName: state.nodeName,
+          ...(state.facts.instanceGroup ? { instanceGroup: state.facts.instanceGroup } : {}),
+          certificates: state.certificates,
+          caBundle: bundlePem(context.ca),
+          apiServer: context.apiServer,
+        },
+      };
+    case 'denied':
+      return denied(state.reasons);
+    case 'pending':
+      return {
+        status: 202,
+        body: {
+          status: 'pending',
+          requestId: state.name,
+          poll: `/v1/requests/${state.name}`,
+          reasons: state.reasons,
+        },
+      };
+  }
+}
+
+/** Runs the guard and issues for approved facts; refusals of the profile check are denials. */
+async function issue(
+  context: BootstrapContext,
+  request: BootstrapRequest,
+  facts: NodeFacts,
+  decidedBy: string,
+): Promise<Answer> {
+  const now = context.now?.() ?? new Date();
+  const base = {
+    ...auditOf(request, now),
+    decidedBy,
+    nodeName: facts.nodeName,
+    instanceGroup: facts.instanceGroup,
+    evidence: facts.evidence,
+  };
+  await guard(context, request, facts.nodeName);
+  let issued: ReturnType<typeof issueForFacts>;
+  try {
+    issued = issueForFacts(context.ca, request.certificates, facts, context.issueOptions);
+  } catch (err) {
+    if (!(err instanceof RequestRejectedError)) throw err;
+    const reasons = [`the request does not fit the verified identity: ${err.message}`];
+    report(context, { ...base, decidedBy: 'profile-check', verdict: 'deny', reasons });
+    return denied(reasons);
+  }
+  context.metrics?.issued(((context.now?.() ?? new Date()).getTime() - request.receivedAt.getTime()) / 1000);
+  report(context, {
+    ...base,
+    verdict: 'approve',
+    reasons: [`approved by ${decidedBy}`],
+    issued: serialsOf(issued),
+  });
+  return answerOfQueueState(context, {
+    state: 'issued',
+    name: request.id,
+    nodeName: facts.nodeName,
+    facts,
+    certificates: pemsOf(issued),
+  });
+}
+
+/** The impersonation guard, audited when it refuses. */
+async function guard(context: BootstrapContext, request: BootstrapRequest, nodeName: string): Promise<void> {
+  try {
+    await assertNodeNotRegistered(context.readNode, nodeName);
+  } catch (err) {
+    if (err instanceof KopsError && err.kind === 'conflict') {
+      report(context, {
+        ...auditOf(request, context.now?.() ?? new Date()),
+        decidedBy: 'node-guard',
+        verdict: 'deny',
+        reasons: [err.message],
+        nodeName,
+      });
+    }
+    throw err;
+  }
+}
+
+/** `POST /v1/certificates`. */
+export async function submitCertificates(
+  context: BootstrapContext,
+  input: CertificatesInput,
+): Promise<Answer> {
+  const request = parseCertificatesRequest(input);
+  const now = () => context.now?.() ?? new Date();
+  const chain = await evaluateChain(context.policies, request, { now });
+  const { decision, decidedBy } = chain;
+  context.logger.info(
+    {
+      requestId: request.id,
+      claimed: request.claimedNodeName,
+      proof: request.proof.kind,
+      verdict: decision.verdict,
+      decidedBy,
+    },
+    'bootstrap request decided',
+  );
+  switch (decision.verdict) {
+    case 'approve':
+      return issue(context, request, decision.facts, decidedBy ?? 'unknown');
+    case 'queue': {
+      const facts = queuedFacts(request, decision.facts);
+      const base = {
+        ...auditOf(request, now()),
+        decidedBy,
+        nodeName: facts.nodeName,
+        evidence: facts.evidence,
+      };
+      if (!context.queue) {
+        const reasons = [
+          'the queue is not available on this server (no CSR API access)',
+          ...decision.reasons,
+        ];
+        report(context, { ...base, verdict: 'deny', reasons });
+        return denied(reasons);
+      }
+      await guard(context, request, facts.nodeName);
+      const state = await context.queue.submit(request, facts);
+      report(context, {
+        ...base,
+        verdict: 'queue',
+        reasons: [...decision.reasons, `queued as ${state.name}`],
+      });
+      return answerOfQueueState(context, state);
+    }
+    default:
+      report(context, { ...auditOf(request, now()), decidedBy, verdict: 'deny', reasons: decision.reasons });
+      return denied(decision.reasons);
+  }
+}
+
+/**
+ * The facts a human approves for a queued request: those a policy verified, else the claimed name.
+ * When they hold no address, a serving certificate gets the addresses its CSR asks for, marked as
+ * requested by the node: the human's approval is what verifies them, and the signer certifies
+ * exactly the sealed facts, nothing more.
+ */
+export function queuedFacts(request: BootstrapRequest, facts: NodeFacts | undefined): NodeFacts {
+  const base: NodeFacts = facts ?? {
+    nodeName: request.claimedNodeName as string,
+    dnsNames: [],
+    ipAddresses: [],
+    evidence: { verified: 'false' },
+  };
+  const serving = request.certificates['kubelet-server'];
+  const san = serving?.kind === 'csr' ? serving.extensions.subjectAltName : undefined;
+  if (base.dnsNames.length || base.ipAddresses.length || !san) return base;
+  return {
+    ...base,
+    dnsNames: san.dnsNames,
+    ipAddresses: san.ipAddresses,
+    evidence: { ...base.evidence, addresses: 'requested by the node; verified by the approver' },
+  };
+}
+
+/** `GET /v1/requests/<id>?wait=<seconds>`. */
+export async function pollRequest(
+  context: BootstrapContext,
+  id: string,
+  waitParameter: string | null,
+  signal: AbortSignal,
+): Promise<Answer> {
+  if (!context.queue) throw invalid('this server has no queue; there is nothing to poll');
+  if (!/^kops-bootstrap-[0-9a-f]{40}$/.test(id)) throw invalid('the request id is malformed');
+  const wait = waitParameter === null ? 0 : Number(waitParameter);
+  if (!Number.isFinite(wait) || wait < 0) throw invalid('wait must be a number of seconds');
+  const state = await context.queue.wait(id, Math.min(wait, maxWaitSeconds) * 1000, signal);
+  return answerOfQueueState(context, state);
+}

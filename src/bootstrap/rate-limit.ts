@@ -1,0 +1,85 @@
+/**
+ * Per-source token buckets for the bootstrap server: each remote address may burst `burst` requests
+ * and then `ratePerSecond`. A flood from one address is answered with 429 while every other node
+ * keeps joining. Idle buckets are dropped so that a scan from many addresses cannot grow memory
+ * without bound.
+ */
+import { InvalidInputError } from '../errors.ts';
+
+/** Limits of a {@link SourceRateLimiter}. */
+export interface RateLimit {
+  /** Requests a source may make at once. */
+  burst: number;
+  /** Requests per second a source regains. */
+  ratePerSecond: number;
+  /** At most this many sources are tracked; beyond it, full (idle) buckets are dropped first. */
+  maxSources?: number;
+}
+
+/** The default: generous for a node's join (a few requests plus long-polls), tight for a flood. */
+export const defaultRateLimit: RateLimit = { burst: 20, ratePerSecond: 5, maxSources: 100_000 };
+
+interface Bucket {
+  tokens: number;
+  updatedMs: number;
+}
+
+/** The answer for one request: allowed, or how long to wait before the next one would be. */
+export type RateDecision = { allowed: true } | { allowed: false; retryAfterSeconds: number };
+
+/** Token buckets keyed by source address. */
+export class SourceRateLimiter {
+  readonly #limit: Required<RateLimit>;
+  readonly #now: () => number;
+  readonly #buckets = new Map<string, Bucket>();
+
+  constructor(limit: RateLimit = defaultRateLimit, now: () => number = Date.now) {
+    if (!(limit.burst >= 1 && limit.ratePerSecond > 0)) {
+      throw new InvalidInputError('the bootstrap rate limit needs burst >= 1 and ratePerSecond > 0');
+    }
+    this.#limit = { maxSources: defaultRateLimit.maxSources as number, ...limit };
+    this.#now = now;
+  }
+
+  /** Takes one token for `source`, or says how many seconds until one is available. */
+  take(source: string): RateDecision {
+    const now = this.#now();
+    const bucket = this.#refilled(source, now);
+    if (bucket.tokens >= 1) {
+      bucket.tokens -= 1;
+      return { allowed: true };
+    }
+    return { allowed: false, retryAfterSeconds: Math.ceil((1 - bucket.tokens) / this.#limit.ratePerSecond) };
+  }
+
+  /** How many sources are tracked (for tests and metrics). */
+  get size(): number {
+    return this.#buckets.size;
+  }
+
+  #refilled(source: string, now: number): Bucket {
+    let bucket = this.#buckets.get(source);
+    if (!bucket) {
+      if (this.#buckets.size >= this.#limit.maxSources) this.#evict(now);
+      bucket = { tokens: this.#limit.burst, updatedMs: now };
+      this.#buckets.set(source, bucket);
+      return bucket;
+    }
+    const elapsed = Math.max(0, now - bucket.updatedMs) / 1000;
+    bucket.tokens = Math.min(this.#limit.burst, bucket.tokens + elapsed * this.#limit.ratePerSecond);
+    bucket.updatedMs = now;
+    return bucket;
+  }
+
+  /** Drops buckets that have refilled completely (their sources are idle); if none, the oldest. */
+  #evict(now: number): void {
+    const fullAfterMs = (this.#limit.burst / this.#limit.ratePerSecond) * 1000;
+    for (const [source, bucket] of this.#buckets) {
+      if (now - bucket.updatedMs >= fullAfterMs) this.#buckets.delete(source);
+    }
+    if (this.#buckets.size >= this.#limit.maxSources) {
+      const oldest = this.#buckets.keys().next().value;
+      if (oldest !== undefined) this.#buckets.delete(oldest);
+    }
+  }
+}

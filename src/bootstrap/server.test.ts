@@ -1,0 +1,516 @@
+/**
+ * The bootstrap server end to end: real TLS on loopback, the simulated API server for Nodes and the
+ * CSR API, the real kubectl for approvals, curl and openssl as independent clients. Policies are
+ * small in-test ones, so these tests exercise the server, not a policy.
+ */
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { Agent, request } from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { promisify } from 'node:util';
+import fc from 'fast-check';
+import { Registry } from 'prom-client';
+import { parseConfig } from '../config/loader.ts';
+import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
+import { buildCsrPem } from '../pki/csr-build.ts';
+import { generateKey, spkiOf } from '../pki/keys.ts';
+import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { opensslVerify, scratchFile } from '../testing/openssl.ts';
+import { toolPath } from '../testing/tools.ts';
+import { nativeApiVersion } from './native-handler.ts';
+import { bootstrapSignerName, queuedCsrName } from './queue.ts';
+import { type RunningBootstrap, startBootstrapServer } from './server.ts';
+import type { AuditRecord, BootstrapPolicy, NodeFacts } from './types.ts';
+
+const run = promisify(execFile);
+
+const nodeA: NodeFacts = {
+  nodeName: 'node-a',
+  instanceGroup: 'nodes',
+  dnsNames: ['node-a.internal'],
+  ipAddresses: ['10.0.0.1'],
+  evidence: { token: 'node-a' },
+};
+
+/** Approves `Bearer node-a` as node-a, denies `Bearer revoked`, abstains otherwise. */
+const tokenPolicy: BootstrapPolicy = {
+  name: 'test-token',
+  async evaluate(request) {
+    if (request.proof.kind !== 'bootstrap-token') return { verdict: 'abstain', reasons: ['no token'] };
+    if (request.proof.token === 'node-a') return { verdict: 'approve', facts: nodeA, reasons: ['token ok'] };
+    return { verdict: 'deny', reasons: ['the token was revoked', 'ask an admin for a new one'] };
+  },
+};
+
+/** Queues everything it sees, with only the claimed name (like the seed's `queue`). */
+const queueEverything: BootstrapPolicy = {
+  name: 'test-queue',
+  async evaluate(request) {
+    return { verdict: 'queue', reasons: [`${request.claimedNodeName} is claimed, not verified`] };
+  },
+};
+
+const config = parseConfig({ clusterName: 'c.example.com', cloud: 'metal', server: {} });
+
+interface Reply {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  text: string;
+  json: () => Record<string, unknown>;
+}
+
+function kubeletCsr(key: KeyObject, name: string): string {
+  return buildCsrPem(key, {
+    subject: { commonName: `system:node:${name}`, organizations: ['system:nodes'] },
+  });
+}
+
+function body(csrs: Record<string, string>, extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({ apiVersion: nativeApiVersion, certificateSigningRequests: csrs, ...extra });
+}
+
+describe('bootstrap server', () => {
+  let sim: SimApiServer;
+  let ca: CertificateAuthority;
+  let boot: RunningBootstrap;
+  let signerStop: AbortController;
+  let signerDone: Promise<void>;
+  let dir: string;
+  let kubeconfigPath: string;
+  const audit: AuditRecord[] = [];
+  const agent = new Agent({ keepAlive: true, maxSockets: 8 });
+
+  async function start(): Promise<void> {
+    boot = await startBootstrapServer(config, {
+      kubeConfig: sim.kubeConfig(),
+      policies: [tokenPolicy, queueEverything],
+      ca,
+      listen: '127.0.0.1:0',
+      apiServer: 'https://api.internal.c.example.com',
+      serverNames: { ipAddresses: ['127.0.0.1'] },
+      audit: (record) => audit.push(record),
+      rateLimit: { burst: 100_000, ratePerSecond: 100_000 },
+      registry: new Registry(),
+    });
+    signerStop = new AbortController();
+    signerDone = boot.signer.start(signerStop.signal);
+    while (!boot.queue.hasSynced()) await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+
+  async function stop(): Promise<void> {
+    signerStop.abort();
+    await signerDone;
+    await boot.close();
+  }
+
+  function call(
+    method: string,
+    path: string,
+    options: { body?: string | Buffer; headers?: Record<string, string> } = {},
+  ): Promise<Reply> {
+    return new Promise((resolve, reject) => {
+      const req = request(
+        `${boot.server.url}${path}`,
+        {
+          method,
+          agent,
+          ca: bundlePem(ca),
+          headers: {
+            ...(options.body === undefined ? {} : { 'content-type': 'application/json' }),
+            ...options.headers,
+          },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => {
+            const text = Buffer.concat(chunks).toString('utf8');
+            resolve({
+              status: res.statusCode ?? 0,
+              headers: res.headers,
+              text,
+              json: () => JSON.parse(text),
+            });
+          });
+        },
+      );
+      req.on('error', reject);
+      req.end(options.body);
+    });
+  }
+
+  const post = (payload: string, authorization?: string) =>
+    call('POST', '/v1/certificates', {
+      body: payload,
+      headers: authorization ? { authorization } : {},
+    });
+
+  const kubectl = async (...args: string[]) =>
+    (await run(toolPath('kubectl'), ['--kubeconfig', kubeconfigPath, ...args], { timeout: 30_000 })).stdout;
+
+  before(async () => {
+    sim = await startApiServer();
+    ca = createCa();
+    dir = await mkdtemp(join(tmpdir(), 'bootstrap-server-'));
+    kubeconfigPath = join(dir, 'kubeconfig');
+    await writeFile(kubeconfigPath, sim.kubeconfig(), { mode: 0o600 });
+    await start();
+  });
+  after(async () => {
+    agent.destroy();
+    await stop();
+    await sim.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('issues the verified identity: certificates openssl accepts, the CA bundle and the API server', async () => {
+    const kubeletKey = generateKey();
+    const servingKey = generateKey();
+    const reply = await post(
+      body({
+        kubelet: kubeletCsr(kubeletKey, 'node-a'),
+        'kubelet-server': buildCsrPem(servingKey, {
+          subject: { commonName: 'system:node:node-a', organizations: ['system:nodes'] },
+          ipAddresses: ['10.0.0.1'],
+        }),
+      }),
+      'Bearer node-a',
+    );
+    assert.equal(reply.status, 200, reply.text);
+    const answer = reply.json() as {
+      status: string;
+      nodeName: string;
+      instanceGroup: string;
+      certificates: Record<string, string>;
+      caBundle: string;
+      apiServer: string;
+    };
+    assert.equal(answer.status, 'issued');
+    assert.equal(answer.nodeName, 'node-a');
+    assert.equal(answer.instanceGroup, 'nodes');
+    assert.equal(answer.caBundle, bundlePem(ca));
+    assert.equal(answer.apiServer, 'https://api.internal.c.example.com');
+    assert.match(
+      opensslVerify(answer.caBundle, answer.certificates['kubelet'] as string, 'sslclient'),
+      /: OK$/,
+    );
+    assert.match(
+      opensslVerify(answer.caBundle, answer.certificates['kubelet-server'] as string, 'sslserver'),
+      /: OK$/,
+    );
+    const record = audit.at(-1) as AuditRecord;
+    assert.equal(record.verdict, 'approve');
+    assert.equal(record.decidedBy, 'test-token');
+    assert.equal(record.nodeName, 'node-a');
+    assert.deepEqual(Object.keys(record.issued ?? {}).sort(), ['kubelet', 'kubelet-server']);
+  });
+
+  test("CSR asking for another node's CN or foreign SANs", async () => {
+    const before = audit.length;
+    const otherCn = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-b') }), 'Bearer node-a');
+    assert.equal(otherCn.status, 403, otherCn.text);
+    assert.equal(otherCn.json()['status'], 'denied');
+    assert.match(String((otherCn.json()['reasons'] as string[])[0]), /system:node:node-b.*not allowed/);
+
+    const foreignSan = await post(
+      body({
+        kubelet: kubeletCsr(generateKey(), 'node-a'),
+        'kubelet-server': buildCsrPem(generateKey(), {
+          subject: { commonName: 'node-a', organizations: [] },
+          ipAddresses: ['10.0.0.1', '10.9.9.9'],
+          dnsNames: ['kubernetes.default.svc'],
+        }),
+      }),
+      'Bearer node-a',
+    );
+    assert.equal(foreignSan.status, 403, foreignSan.text);
+    assert.match(String((foreignSan.json()['reasons'] as string[])[0]), /not verified for it: .*10\.9\.9\.9/);
+    const records = audit.slice(before);
+    assert.deepEqual(
+      records.map((r) => [r.verdict, r.decidedBy, r.issued]),
+      [
+        ['deny', 'profile-check', undefined],
+        ['deny', 'profile-check', undefined],
+      ],
+    );
+  });
+
+  test('node name already Ready', async () => {
+    sim.store.create({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: 'node-a' },
+      status: { conditions: [{ type: 'Ready', status: 'True' }] },
+    });
+    try {
+      const reply = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-a') }), 'Bearer node-a');
+      assert.equal(reply.status, 409, reply.text);
+      assert.equal((reply.json()['error'] as { reason: string }).reason, 'node-already-registered');
+      assert.equal(audit.at(-1)?.decidedBy, 'node-guard');
+    } finally {
+      sim.store.delete('nodes', undefined, 'node-a');
+    }
+  });
+
+  test('weak key', async () => {
+    const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 1024 });
+    const reply = await post(body({ kubelet: kubeletCsr(privateKey, 'node-a') }), 'Bearer node-a');
+    assert.equal(reply.status, 400, reply.text);
+    const error = reply.json()['error'] as { reason: string; message: string };
+    assert.equal(error.reason, 'key');
+    assert.match(error.message, /RSA key of 1024 bits is too weak/);
+  });
+
+  test('oversized and malformed bodies', async () => {
+    const oversized = await post(JSON.stringify({ pad: 'x'.repeat(70 * 1024) }), 'Bearer node-a');
+    assert.equal(oversized.status, 413);
+    assert.equal((oversized.json()['error'] as { reason: string }).reason, 'too-large');
+    const cases: [string, number, string][] = [
+      ['{not json', 400, 'invalid-request'],
+      ['[]', 400, 'invalid-request'],
+      [body({ kubelet: 'garbage' }), 400, 'malformed'],
+      [body({}), 400, 'invalid-request'],
+      [body({ kubelet: kubeletCsr(generateKey(), 'node-a') }, { extra: 1 }), 400, 'invalid-request'],
+      [body({ 'kube-apiserver': 'x' }), 400, 'invalid-request'],
+      [body({ kubelet: kubeletCsr(generateKey(), 'Bad_Name') }), 400, 'invalid'],
+    ];
+    for (const [payload, status, reason] of cases) {
+      const reply = await post(payload, 'Bearer node-a');
+      assert.equal(reply.status, status, payload.slice(0, 40));
+      assert.equal((reply.json()['error'] as { reason: string }).reason, reason, payload.slice(0, 40));
+    }
+    const wrongType = await call('POST', '/v1/certificates', {
+      body: 'a=b',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
+    assert.equal(wrongType.status, 415);
+    const wrongMethod = await call('GET', '/v1/certificates');
+    assert.equal(wrongMethod.status, 405);
+    assert.equal(wrongMethod.headers['allow'], 'POST');
+    const badScheme = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-a') }), 'Basic dTpw');
+    assert.equal(badScheme.status, 400);
+    assert.equal((await call('GET', '/nope')).status, 404);
+  });
+
+  test('a denying policy answers 403 with every reason', async () => {
+    const reply = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-a') }), 'Bearer revoked');
+    assert.equal(reply.status, 403);
+    assert.deepEqual(reply.json(), {
+      status: 'denied',
+      reasons: ['the token was revoked', 'ask an admin for a new one'],
+    });
+  });
+
+  test('queued: pending, a retry reuses the request, kubectl certificate approve, the poll returns the certificate', async () => {
+    const key = generateKey();
+    const csr = kubeletCsr(key, 'node-q');
+    const first = await post(body({ kubelet: csr }));
+    assert.equal(first.status, 202, first.text);
+    const pending = first.json() as { status: string; requestId: string; poll: string; reasons: string[] };
+    assert.equal(pending.status, 'pending');
+    assert.equal(pending.requestId, queuedCsrName(spkiOf(key), 'node-q'));
+    assert.match(pending.reasons[0] as string, /kubectl certificate approve kops-bootstrap-/);
+    const retry = await post(body({ kubelet: kubeletCsr(key, 'node-q') }));
+    assert.equal(retry.status, 202);
+    assert.equal(retry.json()['requestId'], pending.requestId);
+
+    const stored = sim.store.get('certificatesigningrequests', undefined, pending.requestId);
+    assert.equal((stored?.['spec'] as { signerName?: string } | undefined)?.signerName, bootstrapSignerName);
+    assert.equal(stored?.metadata.annotations?.['bootstrap.kops.k8s.io/claimed-node-name'], 'node-q');
+    assert.equal(stored?.metadata.annotations?.['bootstrap.kops.k8s.io/remote-address'], '127.0.0.1');
+
+    const still = await call('GET', `${pending.poll}?wait=0`);
+    assert.equal(still.status, 202);
+    const polled = call('GET', `${pending.poll}?wait=30`);
+    assert.match(await kubectl('certificate', 'approve', pending.requestId), /approved/);
+    const issued = await polled;
+    assert.equal(issued.status, 200, issued.text);
+    const certificate = (issued.json()['certificates'] as Record<string, string>)['kubelet'] as string;
+    assert.match(opensslVerify(bundlePem(ca), certificate, 'sslclient'), /: OK$/);
+    const again = await call('GET', pending.poll);
+    assert.equal(again.status, 200);
+    assert.equal(audit.at(-1)?.decidedBy, 'queue');
+    assert.equal(audit.at(-1)?.verdict, 'approve');
+  });
+
+  test('queued then denied with kubectl: the poll answers 403 with the reason', async () => {
+    const first = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-d') }));
+    const { requestId, poll } = first.json() as { requestId: string; poll: string };
+    await kubectl('certificate', 'deny', requestId);
+    const reply = await call('GET', `${poll}?wait=30`);
+    assert.equal(reply.status, 403, reply.text);
+    assert.equal(reply.json()['status'], 'denied');
+    assert.match(String((reply.json()['reasons'] as string[])[0]), /^denied: /);
+  });
+
+  test('deterministic-name CSR pre-created with another key', async () => {
+    const victimKey = generateKey();
+    const name = queuedCsrName(spkiOf(victimKey), 'node-v');
+    // An attacker who knows the victim's public key takes the name first, with its own key.
+    sim.store.create(
+      {
+        apiVersion: 'certificates.k8s.io/v1',
+        kind: 'CertificateSigningRequest',
+        metadata: { name },
+        spec: {
+          request: Buffer.from(kubeletCsr(generateKey(), 'node-v')).toString('base64'),
+          signerName: bootstrapSignerName,
+          usages: ['digital signature', 'client auth'],
+        },
+      },
+      { target: 'main', requester: { name: 'system:node:evil', groups: ['system:nodes'] } },
+    );
+    const reply = await post(body({ kubelet: kubeletCsr(victimKey, 'node-v') }));
+    assert.equal(reply.status, 409, reply.text);
+    assert.equal((reply.json()['error'] as { reason: string }).reason, 'csr-name-taken');
+    // An admin approving the attacker's object does not get it signed: it carries no seal.
+    await kubectl('certificate', 'approve', name);
+    for (let i = 0; i < 200; i++) {
+      const csr = sim.store.get('certificatesigningrequests', undefined, name);
+      const conditions = (csr?.['status'] as { conditions?: { type: string; message?: string }[] })
+        ?.conditions;
+      const failed = conditions?.find((c) => c.type === 'Failed');
+      if (failed) {
+        assert.match(failed.message ?? '', /seal does not verify/);
+        assert.equal((csr?.['status'] as { certificate?: string } | undefined)?.certificate, undefined);
+        return;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+    assert.fail('the signer never marked the forged request Failed');
+  });
+
+  test('pending requests survive a restart of the controller', async () => {
+    const key = generateKey();
+    const first = await post(body({ kubelet: kubeletCsr(key, 'node-r') }));
+    const { poll, requestId } = first.json() as { poll: string; requestId: string };
+    await stop();
+    await start();
+    assert.equal((await call('GET', poll)).status, 202);
+    await kubectl('certificate', 'approve', requestId);
+    const reply = await call('GET', `${poll}?wait=30`);
+    assert.equal(reply.status, 200, reply.text);
+    assert.equal(reply.json()['nodeName'], 'node-r');
+  });
+
+  test('curl reaches the TLS endpoints with the cluster CA', async () => {
+    const caFile = scratchFile('ca.pem', bundlePem(ca));
+    const curl = (...args: string[]) =>
+      run('curl', ['-sS', '--cacert', caFile, '-w', '\\n%{http_code}', ...args], { timeout: 30_000 });
+    const healthz = await curl(`${boot.server.url}/healthz`);
+    assert.equal(healthz.stdout, 'ok\n\n200');
+    const readyz = await curl(`${boot.server.url}/readyz`);
+    assert.match(readyz.stdout, /200$/);
+    const payloadFile = scratchFile('body.json', body({ kubelet: kubeletCsr(generateKey(), 'node-a') }));
+    const issued = await curl(
+      '-H',
+      'content-type: application/json',
+      '-H',
+      'authorization: Bearer node-a',
+      '--data-binary',
+      `@${payloadFile}`,
+      `${boot.server.url}/v1/certificates`,
+    );
+    const [json, status] = issued.stdout.split('\n');
+    assert.equal(status, '200');
+    assert.equal(JSON.parse(json as string).status, 'issued');
+    const tls11 = await run('curl', [
+      '-sS',
+      '--cacert',
+      caFile,
+      '--tls-max',
+      '1.1',
+      `${boot.server.url}/healthz`,
+    ]).catch((err: { code: number }) => err);
+    assert.notEqual((tls11 as { code?: number }).code ?? 0, 0, 'TLS 1.1 must be refused');
+  });
+
+  test('random and mutated requests: no 5xx, no crash, no certificate issued', async () => {
+    const issuedBefore = audit.filter((r) => r.issued).length;
+    const valid = body({ kubelet: kubeletCsr(generateKey(), 'node-f') });
+    const mutate = (text: string, at: number, insert: string, cut: number) =>
+      text.slice(0, at % (text.length + 1)) + insert + text.slice((at % (text.length + 1)) + cut);
+    const payloads = fc.oneof(
+      fc.string({ maxLength: 300 }),
+      fc.json(),
+      fc
+        .tuple(fc.nat(), fc.string({ maxLength: 20 }), fc.nat({ max: 50 }))
+        .map(([at, s, cut]) => mutate(valid, at, s, cut)),
+      fc
+        .record({
+          apiVersion: fc.oneof(fc.constant(nativeApiVersion), fc.string()),
+          nodeName: fc.oneof(fc.string(), fc.integer(), fc.constant(undefined)),
+          certificateSigningRequests: fc.dictionary(
+            fc.oneof(fc.constant('kubelet'), fc.constant('kubelet-server'), fc.string()),
+            fc.oneof(fc.string(), fc.integer(), fc.constant(null)),
+          ),
+        })
+        .map((r) => JSON.stringify(r)),
+    );
+    const authorizations = fc.oneof(
+      fc.constant(undefined),
+      fc.constant('Bearer revoked'),
+      fc.string({ maxLength: 40 }).map((s) => `x-aws-sts ${s}`),
+      fc.string({ maxLength: 40 }).filter((s) => /^[\x21-\x7e ]*$/.test(s)),
+    );
+    const paths = fc.oneof(
+      fc.constant('/v1/certificates'),
+      fc.constant('/bootstrap'),
+      fc.string({ maxLength: 30 }).map((s) => `/v1/requests/${encodeURIComponent(s)}?wait=0`),
+    );
+    await fc.assert(
+      fc.asyncProperty(payloads, authorizations, paths, async (payload, authorization, path) => {
+        const reply = await call('POST', path, {
+          body: payload,
+          headers: authorization ? { authorization } : {},
+        });
+        assert.ok(reply.status < 500, `${reply.status} ${reply.text} for ${path} ${payload.slice(0, 80)}`);
+      }),
+      { numRuns: 1500 },
+    );
+    assert.equal((await call('GET', '/healthz')).status, 200);
+    assert.equal(audit.filter((r) => r.issued).length, issuedBefore);
+  });
+});
+
+describe('bootstrap server rate limit', () => {
+  test('a source over its burst gets 429 with Retry-After; health checks are not limited', async () => {
+    const sim = await startApiServer();
+    const ca = createCa();
+    const boot = await startBootstrapServer(config, {
+      kubeConfig: sim.kubeConfig(),
+      policies: [],
+      ca,
+      listen: '127.0.0.1:0',
+      serverNames: { ipAddresses: ['127.0.0.1'] },
+      rateLimit: { burst: 2, ratePerSecond: 0.01 },
+      registry: new Registry(),
+    });
+    try {
+      const get = (path: string) =>
+        new Promise<{ status: number; retryAfter: string | undefined }>((resolve, reject) => {
+          request(`${boot.server.url}${path}`, { ca: bundlePem(ca) }, (res) => {
+            res.resume();
+            res.on('end', () =>
+              resolve({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'] as string }),
+            );
+          })
+            .on('error', reject)
+            .end();
+        });
+      assert.equal((await get('/nope')).status, 404);
+      assert.equal((await get('/nope')).status, 404);
+      const limited = await get('/nope');
+      assert.equal(limited.status, 429);
+      assert.equal(limited.retryAfter, '100');
+      assert.equal((await get('/healthz')).status, 200);
+    } finally {
+      await boot.close();
+      await sim.close();
+    }
+  });
+});

@@ -1,0 +1,443 @@
+/**
+ * The bootstrap HTTPS server (`server.Listen`, kops' :3988). It runs on every replica, serves
+ * `/healthz`, `/readyz`, `/cluster-info` (mounted), the native API (`/v1/...`) and kops' `/bootstrap`,
+ * and defends itself: TLS 1.2+, a 64 KiB body limit, header and request timeouts, a token bucket per
+ * source address (429 + Retry-After), JSON errors for every bad input and never a crash. Shutdown is
+ * graceful: the listener closes, long-polls are released, in-flight requests get a grace period.
+ */
+import { randomUUID } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createServer, type Server } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { CertificatesV1Api, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
+import { Counter, Gauge, Histogram, type Registry, register } from 'prom-client';
+import type { Config } from '../config/schema.ts';
+import {
+  ConfigError,
+  describeError,
+  InvalidInputError,
+  KopsError,
+  NotFoundError,
+  RateLimitedError,
+} from '../errors.ts';
+import { sharedMetric } from '../kube/metrics.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import type { CertificateAuthority } from '../pki/ca.ts';
+import { loadCa } from '../pki/folder.ts';
+import { generateKey, privateKeyPem } from '../pki/keys.ts';
+import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
+import type { LeaderComponent } from '../runtime/controller-runtime.ts';
+import { parseListenAddress, urlOf } from '../runtime/listen-address.ts';
+import { openVfs, type VfsOptions } from '../statestore/open.ts';
+import type { AuditSink, BootstrapContext, BootstrapMetricsSink } from './context.ts';
+import { maxBodyBytes, readBody, sendError, sendJson } from './http.ts';
+import { defaultKopsCertNames, type KopsOptions, kopsBootstrap } from './kops-handler.ts';
+import { type Answer, pollRequest, submitCertificates } from './native-handler.ts';
+import { apiNodeReader } from './node-guard.ts';
+import { CsrQueue } from './queue.ts';
+import { queueSigner } from './queue-signer.ts';
+import { defaultRateLimit, type RateLimit, SourceRateLimiter } from './rate-limit.ts';
+import type { BootstrapPolicy } from './types.ts';
+
+/** A plain node:http handler, e.g. the discovery module's `clusterInfoHandler`. */
+export type RequestHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
+
+/** Options of {@link serveBootstrap}. */
+export interface BootstrapServerOptions {
+  /** Listen address, e.g. ":3988" or "127.0.0.1:0". */
+  listen: string;
+  /** The serving key and certificate chain (PEM). */
+  tls: { key: string; cert: string };
+  context: BootstrapContext;
+  /** Mounts kops' `POST /bootstrap` when given. */
+  kops?: KopsOptions;
+  /** Serves `GET /cluster-info` when given. */
+  clusterInfoHandler?: RequestHandler;
+  rateLimit?: RateLimit;
+  /** Extra `/readyz` conditions: each returns undefined when ready, else why not. */
+  readiness?: readonly (() => string | undefined)[];
+  /** How long in-flight requests may finish after close() (default 5 s, as kops). */
+  shutdownGraceMs?: number;
+}
+
+/** A running bootstrap server. */
+export interface BootstrapServer {
+  /** `https://host:port` of the bound address. */
+  url: string;
+  address: AddressInfo;
+  close(): Promise<void>;
+}
+
+/** Timeouts: headers within 10 s and the whole request within 30 s; idle keep-alive 5 s. */
+const timeouts = { headersTimeout: 10_000, requestTimeout: 30_000, keepAliveTimeout: 5_000 };
+
+function remoteAddressOf(req: IncomingMessage): string {
+  const address = req.socket.remoteAddress ?? '';
+  return address.startsWith('::ffff:') ? address.slice(7) : address;
+}
+
+function sendAnswer(res: ServerResponse, answer: Answer): void {
+  if (typeof answer.body === 'string') {
+    if (res.headersSent || res.destroyed) return;
+    res.writeHead(answer.status, {
+      'content-type': 'text/plain; charset=utf-8',
+      'cache-control': 'no-store',
+      ...answer.headers,
+    });
+    res.end(answer.body);
+    return;
+  }
+  sendJson(res, answer.status, answer.body, answer.headers);
+}
+
+function requireJson(req: IncomingMessage): void {
+  const type = (req.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase();
+  if (type !== 'application/json') {
+    throw new KopsError('invalid', 'the body must be JSON: send Content-Type: application/json', {
+      details: { reason: 'unsupported-media-type', httpStatus: 415 },
+    });
+  }
+}
+
+function methodNotAllowed(allowed: string): KopsError {
+  return new InvalidInputError(`method not allowed here; use ${allowed}`, {
+    details: { reason: 'method-not-allowed', httpStatus: 405, allow: allowed },
+  });
+}
+
+/** Starts the server; resolves once it listens. */
+export async function serveBootstrap(options: BootstrapServerOptions): Promise<BootstrapServer> {
+  const { context } = options;
+  const logger = context.logger;
+  const limiter = new SourceRateLimiter(options.rateLimit ?? defaultRateLimit);
+  const shutdown = new AbortController();
+
+  const ready = (): string[] =>
+    (options.readiness ?? [])
+      .map((check) => check())
+      .filter((reason): reason is string => reason !== undefined);
+
+  async function route(req: IncomingMessage, res: ServerResponse, path: string, url: URL): Promise<void> {
+    const input = async () => ({
+      body: await readBody(req, maxBodyBytes),
+      authorization: req.headers.authorization,
+      remoteAddress: remoteAddressOf(req),
+      receivedAt: context.now?.() ?? new Date(),
+    });
+    if (path === '/v1/certificates') {
+      if (req.method !== 'POST') throw methodNotAllowed('POST');
+      requireJson(req);
+      return sendAnswer(res, await submitCertificates(context, await input()));
+    }
+    if (path.startsWith('/v1/requests/')) {
+      if (req.method !== 'GET') throw methodNotAllowed('GET');
+      const poll = new AbortController();
+      const abort = () => poll.abort();
+      res.once('close', abort);
+      shutdown.signal.addEventListener('abort', abort, { once: true });
+      try {
+        const id = decodeURIComponent(path.slice('/v1/requests/'.length));
+        return sendAnswer(res, await pollRequest(context, id, url.searchParams.get('wait'), poll.signal));
+      } finally {
+        shutdown.signal.removeEventListener('abort', abort);
+      }
+    }
+    if (path === '/bootstrap' && options.kops) {
+      return sendAnswer(res, await kopsBootstrap(context, options.kops, await input()));
+    }
+    if (path === '/cluster-info' && options.clusterInfoHandler) {
+      if (req.method !== 'GET' && req.method !== 'HEAD') throw methodNotAllowed('GET');
+      return options.clusterInfoHandler(req, res);
+    }
+    throw new NotFoundError(`no such endpoint ${path.slice(0, 100)}; see docs/bootstrap-api.md`, {
+      details: { reason: 'not-found' },
+    });
+  }
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '/', 'https://bootstrap');
+    } catch {
+      return sendError(res, new InvalidInputError('malformed request URL'));
+    }
+    const path = url.pathname;
+    if (path === '/healthz') return sendAnswer(res, { status: 200, body: 'ok\n' });
+    if (path === '/readyz') {
+      const reasons = ready();
+      return sendAnswer(
+        res,
+        reasons.length
+          ? { status: 503, body: `not ready: ${reasons.join('; ')}\n` }
+          : { status: 200, body: 'ok\n' },
+      );
+    }
+    const decision = limiter.take(remoteAddressOf(req));
+    if (!decision.allowed) {
+      const retryAfter = String(decision.retryAfterSeconds);
+      return sendError(
+        res,
+        new RateLimitedError(`too many requests from this address; retry in ${retryAfter} s`),
+        {
+          'retry-after': retryAfter,
+        },
+      );
+    }
+    try {
+      await route(req, res, path, url);
+    } catch (err) {
+      if (!(err instanceof KopsError) || err.kind === 'internal' || err.kind === 'config') {
+        logger.error({ err: describeError(err), path, requestRef: randomUUID() }, 'bootstrap request failed');
+      }
+      sendError(res, err);
+    }
+  }
+
+  const server: Server = createServer(
+    {
+      key: options.tls.key,
+      cert: options.tls.cert,
+      minVersion: 'TLSv1.2',
+      maxHeaderSize: 16 * 1024,
+      ...timeouts,
+    },
+    (req, res) => {
+      handle(req, res).catch((err) => {
+        logger.error({ err: describeError(err) }, 'bootstrap handler crashed');
+        if (!res.headersSent) sendError(res, err);
+        else res.destroy();
+      });
+    },
+  );
+  server.on('clientError', (_err, socket) => {
+    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
+    else socket.destroy();
+  });
+  server.on('tlsClientError', () => undefined);
+  const { host, port } = parseListenAddress(options.listen);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (err: NodeJS.ErrnoException) =>
+      reject(
+        new ConfigError(
+          `cannot listen on ${options.listen} (${err.code ?? err.message}); change server.Listen`,
+          {
+            cause: err,
+          },
+        ),
+      ),
+    );
+    server.listen(port, host, () => {
+      server.removeAllListeners('error');
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  logger.info({ url: urlOf(address, 'https') }, 'bootstrap server listening');
+  return {
+    url: urlOf(address, 'https'),
+    address,
+    close: () =>
+      new Promise<void>((resolve) => {
+        shutdown.abort();
+        const grace = setTimeout(() => server.closeAllConnections(), options.shutdownGraceMs ?? 5_000);
+        grace.unref();
+        server.close(() => {
+          clearTimeout(grace);
+          resolve();
+        });
+        server.closeIdleConnections();
+      }),
+  };
+}
+
+/** The bootstrap metrics on a prom-client registry (shared by every server in the process). */
+export function bootstrapMetrics(registry: Registry): BootstrapMetricsSink {
+  const registers = [registry];
+  const requests = sharedMetric(
+    registry,
+    'kops_controller_bootstrap_requests_total',
+    () =>
+      new Counter({
+        name: 'kops_controller_bootstrap_requests_total',
+        help: 'Bootstrap requests decided, by deciding policy (or check) and verdict.',
+        labelNames: ['policy', 'verdict'],
+        registers,
+      }),
+  );
+  const latency = sharedMetric(
+    registry,
+    'kops_controller_bootstrap_issue_seconds',
+    () =>
+      new Histogram({
+        name: 'kops_controller_bootstrap_issue_seconds',
+        help: 'Time from a bootstrap request arriving to its certificates being issued.',
+        buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+        registers,
+      }),
+  );
+  const depth = sharedMetric(
+    registry,
+    'kops_controller_bootstrap_queue_depth',
+    () =>
+      new Gauge({
+        name: 'kops_controller_bootstrap_queue_depth',
+        help: 'Queued bootstrap requests waiting for a human to approve or deny them.',
+        registers,
+      }),
+  );
+  return {
+    decision: (policy, verdict) => requests.inc({ policy, verdict }),
+    issued: (seconds) => latency.observe(seconds),
+    queueDepth: (pending) => depth.set(pending),
+  };
+}
+
+/** Issues the server's own certificate from the cluster CA (profile `kops-controller`), with a fresh key. */
+export function servingCertificate(
+  ca: CertificateAuthority,
+  names: { name: string; dnsNames?: string[]; ipAddresses?: string[] },
+): { key: string; cert: string } {
+  const key = generateKey('ecdsa-p256');
+  const issued = issueCertificate(ca, 'kops-controller', publicKeyRequest(key), names);
+  return { key: privateKeyPem(key), cert: issued.pem + ca.signer.certificate.pem };
+}
+
+/** What `run` gives {@link startBootstrapServer} besides the config. */
+export interface BootstrapServerDeps {
+  kubeConfig: KubeConfig;
+  /** The approval chain (`buildPolicies(config, deps)` of src/bootstrap/policies). */
+  policies: readonly BootstrapPolicy[];
+  /** The signing CA; loaded from `server.caBasePath` (`signingCAs[0]`, default kubernetes-ca) when absent. */
+  ca?: CertificateAuthority;
+  /** The API server URL handed to nodes; default `https://api.internal.<clusterName>`, as kops. */
+  apiServer?: string;
+  /** Overrides `server.Listen` (tests bind 127.0.0.1:0). */
+  listen?: string;
+  /** Names of the generated serving certificate, when no serverCertificatePath is configured. */
+  serverNames?: { dnsNames?: string[]; ipAddresses?: string[] };
+  audit?: AuditSink;
+  clusterInfoHandler?: RequestHandler;
+  vfsOptions?: VfsOptions;
+  rateLimit?: RateLimit;
+  registry?: Registry;
+  logger?: Logger;
+}
+
+/** The bootstrap server of `run`, its queue, and the leader-only signer to add to the components. */
+export interface RunningBootstrap {
+  server: BootstrapServer;
+  queue: CsrQueue;
+  signer: LeaderComponent;
+  close(): Promise<void>;
+}
+
+async function tlsFor(config: Config, ca: CertificateAuthority, deps: BootstrapServerDeps) {
+  const { serverCertificatePath, serverKeyPath } = config.server ?? {};
+  if (serverCertificatePath && serverKeyPath) {
+    try {
+      return {
+        cert: await readFile(serverCertificatePath, 'utf8'),
+        key: await readFile(serverKeyPath, 'utf8'),
+      };
+    } catch (err) {
+      throw new ConfigError(
+        `cannot read the server certificate or key (${describeError(err)}); fix server.serverCertificatePath/serverKeyPath`,
+        { cause: err },
+      );
+    }
+  }
+  return servingCertificate(ca, {
+    name: `kops-controller.internal.${config.clusterName}`,
+    dnsNames: deps.serverNames?.dnsNames ?? [],
+    ipAddresses: deps.serverNames?.ipAddresses ?? [],
+  });
+}
+
+/** Reads `<configBase>/igconfig/node/<ig>/nodeupconfig.yaml` verbatim, as kops-controller does. */
+function nodeConfigReader(config: Config, vfsOptions: VfsOptions | undefined): KopsOptions['nodeConfig'] {
+  if (!config.configBase) return undefined;
+  const vfs = openVfs(config.configBase, vfsOptions);
+  return async (instanceGroup) => ({
+    nodeupConfig: (await vfs.read(`igconfig/node/${instanceGroup}/nodeupconfig.yaml`)).data.toString('utf8'),
+  });
+}
+
+/**
+ * Starts the bootstrap server for `config.server` (every replica) and builds the queue signer (the
+ * caller adds it to the leader-only components).
+ */
+export async function startBootstrapServer(
+  config: Config,
+  deps: BootstrapServerDeps,
+): Promise<RunningBootstrap> {
+  const server = config.server;
+  if (!server) throw new ConfigError('the config has no server section; the bootstrap server needs one');
+  const logger = (deps.logger ?? silentLogger).child({ component: 'bootstrap-server' });
+  const registry = deps.registry ?? register;
+  const ca =
+    deps.ca ??
+    (await loadCa(
+      openVfs(server.caBasePath ?? '/etc/kubernetes/kops-controller/pki', deps.vfsOptions),
+      server.signingCAs?.[0] ?? 'kubernetes-ca',
+    ));
+  const metrics = bootstrapMetrics(registry);
+  const certificates = deps.kubeConfig.makeApiClient(CertificatesV1Api);
+  const readNode = apiNodeReader(deps.kubeConfig.makeApiClient(CoreV1Api));
+  const queue = new CsrQueue({
+    certificates,
+    kubeConfig: deps.kubeConfig,
+    ca,
+    onDepth: metrics.queueDepth,
+    registry,
+    logger,
+  });
+  queue.start();
+  const context: BootstrapContext = {
+    ca,
+    policies: deps.policies,
+    readNode,
+    queue,
+    apiServer: deps.apiServer ?? `https://api.internal.${config.clusterName}`,
+    audit: deps.audit,
+    metrics,
+    logger,
+  };
+  let running: BootstrapServer;
+  try {
+    running = await serveBootstrap({
+      listen: deps.listen ?? server.Listen,
+      tls: await tlsFor(config, ca, deps),
+      context,
+      kops: {
+        certNames: server.certNames ?? defaultKopsCertNames,
+        nodeConfig: nodeConfigReader(config, deps.vfsOptions),
+      },
+      clusterInfoHandler: deps.clusterInfoHandler,
+      rateLimit: deps.rateLimit,
+      readiness: [() => (queue.hasSynced() ? undefined : 'the CSR queue has not listed yet')],
+    });
+  } catch (err) {
+    await queue.stop();
+    throw err;
+  }
+  const signer = queueSigner({
+    kubeConfig: deps.kubeConfig,
+    certificates,
+    ca,
+    readNode,
+    audit: deps.audit,
+    onIssued: metrics.issued,
+    registry,
+    logger,
+  });
+  return {
+    server: running,
+    queue,
+    signer,
+    async close() {
+      await running.close();
+      await queue.stop();
+    },
+  };
+}
