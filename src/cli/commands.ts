@@ -1,6 +1,7 @@
 /** The list of commands; each lives in its own module and exports a factory. */
 import type { Command } from 'commander';
 import { devCommand } from './dev.ts';
+import { discoveryCommand } from './discovery.ts';
 import { joinCommand } from './join.ts';
 import { labelsCommand } from './labels.ts';
 import { pkiCommand } from './pki.ts';
@@ -9,5 +10,13 @@ import { tokenCommand } from './token.ts';
 
 /** Every subcommand of the program, in no particular order (help sorts them). */
 export function commandsOf(): Command[] {
-  return [devCommand(), joinCommand(), labelsCommand(), pkiCommand(), runCommand(), tokenCommand()];
+  return [
+    devCommand(),
+    discoveryCommand(),
+    joinCommand(),
+    labelsCommand(),
+    pkiCommand(),
+    runCommand(),
+    tokenCommand(),
+  ];
 }

@@ -1,0 +1,230 @@
+import assert from 'node:assert/strict';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import type { CoreV1Api } from '@kubernetes/client-node';
+import type { Command } from 'commander';
+import { discoverCluster } from '../agent/discovery.ts';
+import { detachedJws, parseClusterInfoDocument, parseClusterInfoKubeconfig } from '../bootstrap/discovery.ts';
+import { newBootstrapToken, tokenSecretOf } from '../bootstrap/tokens.ts';
+import { exitCodeOf } from '../errors.ts';
+import { makeClients } from '../kube/client.ts';
+import { pinOfCertificatePem } from '../pki/pin.ts';
+import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { type S3Sim, startS3Sim } from '../sim/s3/server.ts';
+import {
+  createCertificateAuthority,
+  issueServingCertificate,
+  type SimCertificateAuthority,
+} from '../sim/tls.ts';
+import { buildProgram } from './main.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'kops-discovery-cli-'));
+after(() => rmSync(root, { recursive: true, force: true }));
+const mainScript = join(import.meta.dirname, 'main.ts');
+
+/** Runs `kops-controller discovery ...` in process and returns what it printed. */
+async function discovery(...args: string[]): Promise<string> {
+  const program = buildProgram();
+  let out = '';
+  const capture = (command: Command): void => {
+    command.configureOutput({ writeOut: (text) => (out += text), writeErr: (text) => (out += text) });
+    for (const sub of command.commands) capture(sub);
+  };
+  capture(program);
+  await program.parseAsync(['-v', '0', 'discovery', ...args], { from: 'user' });
+  return out;
+}
+
+/** Starts `kops-controller discovery serve` as its own process; resolves with its URL once it listens. */
+function serve(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ url: string; child: ChildProcess }> {
+  const child = spawn(process.execPath, [mainScript, '-v', '0', 'discovery', 'serve', ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    let err = '';
+    child.stderr?.on('data', (chunk: Buffer) => (err += chunk));
+    child.stdout?.on('data', (chunk: Buffer) => {
+      out += chunk;
+      const match = /serving cluster-info on (\S+)/.exec(out);
+      if (match) resolve({ url: match[1] as string, child });
+    });
+    child.once('exit', (code) => reject(new Error(`discovery serve exited ${code}: ${err}`)));
+  });
+}
+
+/** Stops a served process with SIGTERM and returns its exit code. */
+function stop(child: ChildProcess): Promise<number | null> {
+  return new Promise((resolve) => {
+    child.removeAllListeners('exit');
+    child.once('exit', (code) => resolve(code));
+    child.kill('SIGTERM');
+  });
+}
+
+describe('kops-controller discovery', () => {
+  let sim: SimApiServer;
+  let core: CoreV1Api;
+  let s3: S3Sim;
+  let ca: SimCertificateAuthority;
+  let caFile = '';
+  let certFile = '';
+  let keyFile = '';
+  let kubeconfigFile = '';
+  const signer = newBootstrapToken({ usages: ['signing'] });
+  const authOnly = newBootstrapToken({ usages: ['authentication'] });
+  let s3Env: NodeJS.ProcessEnv = {};
+
+  before(async () => {
+    sim = await startApiServer();
+    core = makeClients(sim.kubeConfig()).core;
+    for (const token of [signer, authOnly]) {
+      await core.createNamespacedSecret({ namespace: 'kube-system', body: tokenSecretOf(token) });
+    }
+    kubeconfigFile = join(root, 'kubeconfig');
+    writeFileSync(kubeconfigFile, sim.kubeconfig());
+    ca = await createCertificateAuthority('cluster-ca');
+    const serving = await issueServingCertificate(ca);
+    caFile = join(root, 'ca.crt');
+    certFile = join(root, 'serving.crt');
+    keyFile = join(root, 'serving.key');
+    writeFileSync(caFile, ca.certificate);
+    writeFileSync(certFile, serving.certificate);
+    writeFileSync(keyFile, serving.privateKey, { mode: 0o600 });
+    s3 = await startS3Sim({ buckets: ['state'] });
+    s3Env = {
+      S3_ENDPOINT: s3.endpoint,
+      S3_REGION: 'us-test-1',
+      S3_ACCESS_KEY_ID: s3.credentials.accessKeyId,
+      S3_SECRET_ACCESS_KEY: s3.credentials.secretAccessKey,
+    };
+  });
+  after(async () => {
+    await sim.close();
+    await s3.close();
+  });
+
+  test('publish to a file: the kubeconfig names the servers and CA, signed by signing tokens only', async () => {
+    const to = join(root, 'cluster-info.json');
+    const summary = JSON.parse(
+      await discovery(
+        'publish',
+        '--server',
+        'https://api.example.com',
+        '--server',
+        'https://10.0.0.1:6443',
+        '--ca-file',
+        caFile,
+        '--to',
+        to,
+        '--kubeconfig',
+        kubeconfigFile,
+        '-o',
+        'json',
+      ),
+    ) as { signedBy: string[] };
+    assert.deepEqual(summary.signedBy, [signer.id]);
+    const document = parseClusterInfoDocument(readFileSync(to, 'utf8'));
+    const kubeconfig = document.data['kubeconfig'] as string;
+    assert.deepEqual(parseClusterInfoKubeconfig(kubeconfig), {
+      servers: ['https://api.example.com', 'https://10.0.0.1:6443'],
+      caBundlePem: ca.certificate,
+    });
+    assert.equal(
+      document.data[`jws-kubeconfig-${signer.id}`],
+      detachedJws(kubeconfig, signer.id, signer.secret),
+    );
+    assert.equal(document.data[`jws-kubeconfig-${authOnly.id}`], undefined);
+  });
+
+  test('publish to s3://, then serve it: curl verifies TLS with --cacert, a node discovers with pin and token', async () => {
+    const saved = Object.fromEntries(Object.keys(s3Env).map((k) => [k, process.env[k]]));
+    Object.assign(process.env, s3Env);
+    try {
+      const printed = await discovery(
+        'publish',
+        '--server',
+        'https://api.example.com',
+        '--ca-file',
+        caFile,
+        '--to',
+        's3://state/cluster.example.com/cluster-info.json',
+        '--kubeconfig',
+        kubeconfigFile,
+      );
+      assert.match(printed, new RegExp(`signed by 1 token\\(s\\): ${signer.id}`));
+    } finally {
+      for (const [k, v] of Object.entries(saved)) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    }
+    const stored = s3.getObject('state', 'cluster.example.com/cluster-info.json')?.toString() ?? '';
+    const { url, child } = await serve(
+      [
+        '--from',
+        's3://state/cluster.example.com/cluster-info.json',
+        '--listen',
+        '127.0.0.1:0',
+        '--tls-cert',
+        certFile,
+        '--tls-key',
+        keyFile,
+      ],
+      s3Env,
+    );
+    try {
+      assert.match(url, /^https:\/\/127\.0\.0\.1:\d+\/cluster-info$/);
+      const body = execFileSync('curl', ['-sS', '--fail', '--cacert', caFile, url], { encoding: 'utf8' });
+      assert.deepEqual(JSON.parse(body), JSON.parse(stored));
+      const found = await discoverCluster({
+        url: url.replace('/cluster-info', ''),
+        caPins: [pinOfCertificatePem(ca.certificate)],
+        token: `${signer.id}.${signer.secret}`,
+      });
+      assert.equal(found.server, 'https://api.example.com');
+      assert.equal(found.verifiedTokenId, signer.id);
+      // Without the CA, curl refuses the server: the endpoint is not trusted by the system roots.
+      assert.throws(() => execFileSync('curl', ['-sS', '--fail', url], { stdio: 'pipe' }));
+    } finally {
+      assert.equal(await stop(child), 0, 'SIGTERM stops it cleanly');
+    }
+  });
+
+  test('bad input is refused before anything is written or served', async () => {
+    const fails = async (args: string[], message: RegExp) =>
+      assert.rejects(discovery(...args), (err: Error) => {
+        assert.ok([65, 66].includes(exitCodeOf(err)), `${exitCodeOf(err)}: ${err.message}`);
+        assert.match(err.message, message);
+        return true;
+      });
+    const publish = [
+      'publish',
+      '--ca-file',
+      caFile,
+      '--to',
+      join(root, 'x.json'),
+      '--kubeconfig',
+      kubeconfigFile,
+    ];
+    await fails([...publish, '--server', 'http://api.example.com'], /https/);
+    await fails(
+      ['publish', '--server', 'https://a', '--ca-file', join(root, 'nope'), '--to', 'x.json'],
+      /--ca-file/,
+    );
+    await fails(
+      ['publish', '--server', 'https://a', '--ca-file', caFile, '--to', 's3://state'],
+      /does not name a file/,
+    );
+    await fails(['serve', '--from', join(root, 'cluster-info.json')], /--tls-cert and --tls-key/);
+    await fails(['serve', '--from', join(root, 'cluster-info.json'), '--tls-cert', certFile], /both/);
+    await fails(
+      ['serve', '--from', join(root, 'missing.json'), '--plain-http', '--listen', '127.0.0.1:0'],
+      /missing/,
+    );
+  });
+});
