@@ -1,0 +1,39 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { KubeConfig } from '@kubernetes/client-node';
+import { Registry } from 'prom-client';
+import { configSchema } from '../config/schema.ts';
+import { buildLeaderComponents } from './leader-components.ts';
+
+const kubeConfig = new KubeConfig();
+kubeConfig.loadFromOptions({
+  clusters: [{ name: 'c', server: 'https://127.0.0.1:1', skipTLSVerify: false }],
+  users: [{ name: 'u', token: 't' }],
+  contexts: [{ name: 'x', cluster: 'c', user: 'u' }],
+  currentContext: 'x',
+});
+
+function build(config: Record<string, unknown>) {
+  return buildLeaderComponents({
+    config: configSchema.parse({ clusterName: 'c.example.com', ...config }),
+    kubeConfig,
+    vfsOptions: { env: {} },
+    registry: new Registry(),
+  });
+}
+
+describe('buildLeaderComponents', () => {
+  test('a config with a state store and a supported cloud runs the NodeController', async () => {
+    const built = await build({ cloud: 'metal', configBase: 'memfs://leader/c.example.com' });
+    assert.deepEqual(
+      built.components.map((c) => c.name),
+      ['node-controller'],
+    );
+    built.close();
+  });
+
+  test('without configBase, or on a cloud without node identity, no NodeController runs', async () => {
+    assert.deepEqual((await build({ cloud: 'metal' })).components, []);
+    assert.deepEqual((await build({ cloud: 'openstack', configBase: 'memfs://leader/c' })).components, []);
+  });
+});

@@ -1,0 +1,49 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { managedLabelsAnnotation } from '../../nodelabels/diff-labels.ts';
+import { type NodeRecord, needsReconcile, nodeRecordOf } from './node-record.ts';
+
+const record: NodeRecord = {
+  name: 'n1',
+  uid: 'u1',
+  providerID: 'aws:///us-east-1a/i-1',
+  labels: { a: '1' },
+  managedLabels: 'a',
+  resourceVersion: '5',
+};
+
+describe('node records', () => {
+  test('keep only what labelling reads', () => {
+    assert.deepEqual(
+      nodeRecordOf({
+        metadata: {
+          name: 'n1',
+          uid: 'u1',
+          resourceVersion: '5',
+          labels: { a: '1' },
+          annotations: { [managedLabelsAnnotation]: 'a', other: 'x' },
+        },
+        spec: { providerID: 'aws:///us-east-1a/i-1', podCIDR: '10.0.0.0/24' },
+        status: { conditions: [{ type: 'Ready', status: 'True' }] },
+      }),
+      record,
+    );
+    assert.deepEqual(nodeRecordOf({}), {
+      name: '',
+      uid: '',
+      providerID: '',
+      labels: {},
+      managedLabels: undefined,
+      resourceVersion: '',
+    });
+  });
+
+  test('a status-only update needs no reconcile; providerID, labels or managed set do', () => {
+    assert.equal(needsReconcile(record, { ...record, resourceVersion: '6' }), false);
+    assert.equal(needsReconcile(record, { ...record, providerID: 'aws:///us-east-1a/i-2' }), true);
+    assert.equal(needsReconcile(record, { ...record, labels: { a: '2' } }), true);
+    assert.equal(needsReconcile(record, { ...record, labels: { a: '1', b: '' } }), true);
+    assert.equal(needsReconcile(record, { ...record, labels: { b: '1' } }), true);
+    assert.equal(needsReconcile(record, { ...record, managedLabels: undefined }), true);
+  });
+});
