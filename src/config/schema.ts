@@ -77,6 +77,71 @@ const metrics = z.strictObject({
   listen: listenAddress.default(':3987'),
 });
 
+/** A JavaScript regular expression, checked when the configuration loads. */
+const regex = z.string().refine(
+  (source) => {
+    try {
+      new RegExp(source);
+      return true;
+    } catch {
+      return false;
+    }
+  },
+  { message: 'must be a valid regular expression' },
+);
+
+/** One approval policy of the bootstrap chain, by name, with its options. */
+export const bootstrapPolicySpec = z.discriminatedUnion('name', [
+  z.strictObject({ name: z.literal('always-reject') }),
+  z.strictObject({ name: z.literal('insecure-always-approve') }),
+  z.strictObject({ name: z.literal('queue') }),
+  z.strictObject({
+    name: z.literal('bootstrap-token'),
+    /** The names token holders may claim (matched in full), e.g. `worker-[0-9]+`. */
+    nodeNamePattern: regex.optional(),
+  }),
+  z.strictObject({
+    name: z.literal('aws'),
+    /** How old a signed STS proof may be. */
+    maxProofAge: duration.default(300_000),
+    /** Where proofs are replayed (default: the regional STS endpoint). */
+    stsEndpoint: z.url().optional(),
+    stsTimeout: duration.default(5_000),
+  }),
+  z.strictObject({
+    name: z.literal('gce'),
+    /** The audience identity tokens must carry (default: the bootstrap server URL). */
+    audience: z.string().min(1).optional(),
+    /** How old an identity token or TPM proof may be (default: server.provider.gce.MaxTimeSkew, else 5m). */
+    maxProofAge: duration.optional(),
+    /** Where Google's token keys are published (default Google's JWKS). */
+    jwksUrl: z.url().optional(),
+  }),
+  z.strictObject({
+    name: z.literal('metal'),
+    /** What an inventory host that shows no valid bootstrap token gets. */
+    withoutToken: z.enum(['queue', 'deny']).default('queue'),
+  }),
+  z.strictObject({
+    name: z.literal('webhook'),
+    url: z.url({ protocol: /^https$/, error: 'must be an https:// URL' }),
+    /** PEM files: the CA bundle of the webhook's server, and our client certificate and key. */
+    caFile: z.string().min(1),
+    certFile: z.string().min(1),
+    keyFile: z.string().min(1),
+    timeout: duration.default(5_000),
+    /** The policy whose verified facts the webhook reviews. */
+    verifiedBy: z.enum(['aws', 'gce', 'metal', 'bootstrap-token']).optional(),
+  }),
+]);
+
+const bootstrap = z.strictObject({
+  /** The approval chain, in order; default by provider: aws → [aws], gce → [gce], server.pki → [metal]. */
+  policies: z.array(bootstrapPolicySpec).optional(),
+  /** Where used proofs are recorded (one-time use across replicas). */
+  replayNamespace: z.string().min(1).default('kube-system'),
+});
+
 export const supportedClouds = [
   'aws',
   'gce',
@@ -101,6 +166,7 @@ export const configSchema = z
     capi: z.strictObject({ enabled: z.boolean().optional() }).optional(),
     leaderElection: leaderElection.default(leaderElection.parse({})),
     metrics: metrics.default(metrics.parse({})),
+    bootstrap: bootstrap.default(bootstrap.parse({})),
   })
   .superRefine((config, ctx) => {
     const le = config.leaderElection;

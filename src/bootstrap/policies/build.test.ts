@@ -1,0 +1,89 @@
+import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
+import { test } from 'node:test';
+import { createAwsClients } from '../../cloud/aws/clients.ts';
+import { parseConfig } from '../../config/loader.ts';
+import { ConfigError } from '../../errors.ts';
+import { createLogger } from '../../log.ts';
+import { startAwsSimulator } from '../../sim/aws/server.ts';
+import { MemoryReplayGuard } from '../replay-guard.ts';
+import { awsAccountOf, buildPolicies, policySpecsOf } from './build.ts';
+
+const base = { clusterName: 'c.example.com', cloud: 'aws' };
+const deps = { replayGuard: new MemoryReplayGuard() };
+
+test('kops default chains: aws → [aws], gce → [gce], server.pki → [metal], none → []', () => {
+  const names = (raw: object) => policySpecsOf(parseConfig({ ...base, ...raw })).map((p) => p.name);
+  assert.deepEqual(names({ server: { provider: { aws: { nodesRoles: ['nodes'] } } } }), ['aws']);
+  assert.deepEqual(names({ cloud: 'gce', server: { provider: { gce: { projectID: 'p' } } } }), ['gce']);
+  assert.deepEqual(names({ cloud: 'metal', server: { pki: {} } }), ['metal']);
+  assert.deepEqual(names({}), []);
+  assert.deepEqual(
+    names({ bootstrap: { policies: [{ name: 'queue' }] }, server: { provider: { aws: {} } } }),
+    ['queue'],
+  );
+});
+
+test('buildPolicies builds the configured chain in order and warns loudly about insecure-always-approve', async () => {
+  const lines: string[] = [];
+  const logger = createLogger({
+    level: 'info',
+    destination: new Writable({ write: (chunk, _e, done) => (lines.push(String(chunk)), done()) }),
+  });
+  const config = parseConfig({
+    ...base,
+    bootstrap: {
+      policies: [
+        { name: 'always-reject' },
+        { name: 'insecure-always-approve' },
+        { name: 'queue' },
+        { name: 'bootstrap-token', nodeNamePattern: 'w-[0-9]+' },
+      ],
+    },
+  });
+  const tokens = { validate: async () => undefined };
+  const policies = await buildPolicies(config, { ...deps, tokens, logger });
+  assert.deepEqual(
+    policies.map((p) => p.name),
+    ['always-reject', 'insecure-always-approve', 'queue', 'bootstrap-token'],
+  );
+  assert.ok(lines.some((l) => l.includes('"level":"warn"') && l.includes('INSECURE')));
+});
+
+test('a configured policy without its dependency is a configuration error', async () => {
+  for (const policies of [
+    [{ name: 'aws' }],
+    [{ name: 'metal' }],
+    [{ name: 'bootstrap-token' }],
+    [{ name: 'gce' }],
+  ]) {
+    await assert.rejects(buildPolicies(parseConfig({ ...base, bootstrap: { policies } }), deps), ConfigError);
+  }
+  const webhook = {
+    name: 'webhook',
+    url: 'https://127.0.0.1:1/',
+    caFile: '/nonexistent/ca.pem',
+    certFile: 'c',
+    keyFile: 'k',
+  };
+  await assert.rejects(
+    buildPolicies(parseConfig({ ...base, bootstrap: { policies: [webhook] } }), deps),
+    /webhook CA bundle \/nonexistent\/ca\.pem cannot be read/,
+  );
+});
+
+test('awsAccountOf learns the account and partition from STS', async () => {
+  const sim = await startAwsSimulator({ throttling: false });
+  const clients = await createAwsClients({
+    region: sim.region,
+    endpoint: sim.endpoint,
+    credentials: sim.credentials,
+    maxAttempts: 1,
+  });
+  try {
+    assert.deepEqual(await awsAccountOf(clients.sts), { account: sim.account, partition: 'aws' });
+  } finally {
+    clients.destroy();
+    await sim.close();
+  }
+});

@@ -1,0 +1,189 @@
+/**
+ * Builds the configured approval chain (`bootstrap.policies`) from the configuration and the
+ * dependencies the server already has (cloud clients, token store, replay guard). Without an explicit
+ * chain the kops default applies: `server.provider.aws` → [aws], `gce` → [gce], `server.pki` → [metal].
+ * A policy whose dependency is missing is a configuration error at start-up, never a silent gap.
+ */
+import { readFile } from 'node:fs/promises';
+import { GetCallerIdentityCommand, type STSClient } from '@aws-sdk/client-sts';
+import type { z } from 'zod';
+import type { ComputeClient } from '../../cloud/gce/compute.ts';
+import { GceIdentityTokenVerifier, JwksKeyStore } from '../../cloud/gce/identity-token.ts';
+import type { MetalInventory } from '../../cloud/metal/inventory.ts';
+import type { NodeIdentifier } from '../../cloud/types.ts';
+import { bootstrapPolicySpec, type Config } from '../../config/schema.ts';
+import { ConfigError, UnavailableError } from '../../errors.ts';
+import { type Logger, silentLogger } from '../../log.ts';
+import type { ReplayGuard } from '../replay-guard.ts';
+import type { BootstrapPolicy, BootstrapTokenValidator } from '../types.ts';
+import { alwaysRejectPolicy } from './always-reject.ts';
+import { type AwsInstanceLookup, awsPolicy } from './aws.ts';
+import { bootstrapTokenPolicy } from './bootstrap-token.ts';
+import { gcePolicy } from './gce.ts';
+import { insecureAlwaysApprovePolicy, startupWarning } from './insecure-always-approve.ts';
+import { metalPolicy } from './metal.ts';
+import { queuePolicy } from './queue.ts';
+import { webhookPolicy } from './webhook.ts';
+
+/** One policy's configuration. */
+export type PolicySpec = z.output<typeof bootstrapPolicySpec>;
+
+/** What the policies may need; only the configured policies' dependencies are required. */
+export interface PolicyDeps {
+  replayGuard: ReplayGuard;
+  tokens?: BootstrapTokenValidator;
+  aws?: {
+    /** Our account and partition: {@link awsAccountOf} the controller's own credentials. */
+    account: string;
+    partition: string;
+    region: string;
+    instances: AwsInstanceLookup;
+  };
+  gce?: { identifier: NodeIdentifier; compute: Pick<ComputeClient, 'getShieldedInstanceIdentity'> };
+  inventory?: { current(): Promise<MetalInventory> };
+  /** The bootstrap server's URL, the default audience of GCE identity tokens. */
+  serverUrl?: string;
+  logger?: Logger;
+}
+
+/** The chain to run: `bootstrap.policies`, else the kops default for the configured provider. */
+export function policySpecsOf(config: Config): PolicySpec[] {
+  if (config.bootstrap.policies) return config.bootstrap.policies;
+  const provider = config.server?.provider;
+  if (provider?.aws) return [defaultSpec('aws')];
+  if (provider?.gce) return [defaultSpec('gce')];
+  if (config.server?.pki) return [defaultSpec('metal')];
+  return [];
+}
+
+function need<T>(dep: T | undefined, policy: string, what: string): T {
+  if (dep === undefined)
+    throw new ConfigError(`approval policy ${policy} needs ${what}, which is not configured`);
+  return dep;
+}
+
+async function readPem(path: string, what: string): Promise<string> {
+  try {
+    return await readFile(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`webhook ${what} ${path} cannot be read: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+}
+
+/** Builds the chain; logs the insecure warning loudly when `insecure-always-approve` is in it. */
+export async function buildPolicies(config: Config, deps: PolicyDeps): Promise<BootstrapPolicy[]> {
+  const logger = deps.logger ?? silentLogger;
+  const policies: BootstrapPolicy[] = [];
+  for (const spec of policySpecsOf(config)) {
+    policies.push(await buildPolicy(spec, config, deps));
+    if (spec.name === 'insecure-always-approve') logger.warn(startupWarning());
+  }
+  if (policies.length === 0)
+    logger.warn('no approval policy is configured: every bootstrap request is denied');
+  return policies;
+}
+
+async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): Promise<BootstrapPolicy> {
+  switch (spec.name) {
+    case 'always-reject':
+      return alwaysRejectPolicy();
+    case 'insecure-always-approve':
+      return insecureAlwaysApprovePolicy();
+    case 'queue':
+      return queuePolicy();
+    case 'bootstrap-token':
+      return bootstrapTokenPolicy({
+        validator: need(deps.tokens, spec.name, 'the bootstrap token store'),
+        ...(spec.nodeNamePattern === undefined ? {} : { nodeNamePattern: new RegExp(spec.nodeNamePattern) }),
+      });
+    case 'aws': {
+      const aws = need(deps.aws, spec.name, 'the AWS provider (server.provider.aws)');
+      return awsPolicy({
+        ...aws,
+        nodesRoles: config.server?.provider.aws?.nodesRoles ?? [],
+        useIPBasedNodeNames: config.server?.provider.aws?.useIPBasedNodeNames ?? false,
+        replayGuard: deps.replayGuard,
+        maxAgeMs: spec.maxProofAge,
+        stsTimeoutMs: spec.stsTimeout,
+        ...(spec.stsEndpoint === undefined ? {} : { stsEndpoint: spec.stsEndpoint }),
+      });
+    }
+    case 'gce': {
+      const gce = need(deps.gce, spec.name, 'the GCE provider (server.provider.gce)');
+      const project = need(
+        config.server?.provider.gce?.projectID,
+        spec.name,
+        'server.provider.gce.projectID',
+      );
+      const audience = spec.audience ?? deps.serverUrl;
+      const skew = config.server?.provider.gce?.MaxTimeSkew;
+      return gcePolicy({
+        project,
+        identifier: gce.identifier,
+        compute: gce.compute,
+        replayGuard: deps.replayGuard,
+        maxAgeMs: spec.maxProofAge ?? (skew === undefined ? undefined : skew * 1000),
+        ...(audience === undefined
+          ? {}
+          : {
+              tokenVerifier: new GceIdentityTokenVerifier({
+                keys: new JwksKeyStore({ ...(spec.jwksUrl ? { url: spec.jwksUrl } : {}) }),
+                audience,
+                projectIds: [project],
+              }),
+            }),
+      });
+    }
+    case 'metal':
+      return metalPolicy({
+        inventory: need(deps.inventory, spec.name, 'the metal inventory'),
+        withoutToken: spec.withoutToken,
+        ...(deps.tokens === undefined ? {} : { tokens: deps.tokens }),
+      });
+    case 'webhook': {
+      const verifiedBy =
+        spec.verifiedBy === undefined
+          ? undefined
+          : await buildPolicy(
+              (config.bootstrap.policies ?? []).find((p) => p.name === spec.verifiedBy) ??
+                defaultSpec(spec.verifiedBy),
+              config,
+              deps,
+            );
+      return webhookPolicy({
+        url: spec.url,
+        ca: await readPem(spec.caFile, 'CA bundle'),
+        cert: await readPem(spec.certFile, 'client certificate'),
+        key: await readPem(spec.keyFile, 'client key'),
+        timeoutMs: spec.timeout,
+        ...(verifiedBy === undefined ? {} : { verifiedBy }),
+      });
+    }
+  }
+}
+
+/** A policy with its default options, as if configured as `{name: <name>}`. */
+function defaultSpec(name: PolicySpec['name']): PolicySpec {
+  return bootstrapPolicySpec.parse({ name });
+}
+
+/** Our AWS account and partition, from the controller's own GetCallerIdentity (as kops does at start-up). */
+export async function awsAccountOf(sts: STSClient): Promise<{ account: string; partition: string }> {
+  let arn: string | undefined;
+  let account: string | undefined;
+  try {
+    ({ Arn: arn, Account: account } = await sts.send(new GetCallerIdentityCommand({})));
+  } catch (err) {
+    throw new UnavailableError(
+      `cannot learn this controller's AWS account from STS: ${(err as Error).message}`,
+      {
+        cause: err,
+      },
+    );
+  }
+  const partition = arn?.split(':')[1];
+  if (!account || !partition) throw new UnavailableError('STS GetCallerIdentity returned no account or ARN');
+  return { account, partition };
+}
