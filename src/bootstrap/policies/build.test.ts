@@ -28,7 +28,12 @@ test('buildPolicies builds the configured chain in order and warns loudly about 
   const lines: string[] = [];
   const logger = createLogger({
     level: 'info',
-    destination: new Writable({ write: (chunk, _e, done) => (lines.push(String(chunk)), done()) }),
+    destination: new Writable({
+      write(chunk, _encoding, done) {
+        lines.push(String(chunk));
+        done();
+      },
+    }),
   });
   const config = parseConfig({
     ...base,
