@@ -100,10 +100,15 @@ export async function kopsBootstrap(
       receivedAt: input.receivedAt,
     };
   } catch (err) {
-    context.logger.info(
-      { remoteAddress: input.remoteAddress, err: (err as Error).message },
-      'kops bootstrap: bad token',
-    );
+    report(context, {
+      time: now().toISOString(),
+      requestId: newRequestId(),
+      remoteAddress: input.remoteAddress,
+      proof: 'none',
+      decidedBy: 'authorization',
+      verdict: 'deny',
+      reasons: [(err as Error).message],
+    });
     return text(403, 'failed to verify token');
   }
   const audit = (record: Omit<AuditRecord, 'time' | 'requestId' | 'remoteAddress' | 'proof'>) =>

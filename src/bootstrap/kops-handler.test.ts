@@ -1,0 +1,173 @@
+import assert from 'node:assert/strict';
+import { generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { describe, test } from 'node:test';
+import { silentLogger } from '../log.ts';
+import { type CertificateAuthority, createCa } from '../pki/ca.ts';
+import { spkiOf } from '../pki/keys.ts';
+import { encodePem } from '../pki/pem.ts';
+import { opensslText } from '../testing/openssl.ts';
+import type { BootstrapContext } from './context.ts';
+import { type KopsOptions, kopsApiVersion, kopsBootstrap } from './kops-handler.ts';
+import type { AuditRecord, BootstrapPolicy, NodeFacts } from './types.ts';
+
+const instance: NodeFacts = {
+  nodeName: 'i-0123456789abcdef0',
+  instanceGroup: 'nodes-us-test-1a',
+  dnsNames: ['ip-10-0-0-7.us-test-1.compute.internal'],
+  ipAddresses: ['10.0.0.7'],
+  evidence: { account: '123456789012' },
+};
+
+/** Stands in for the aws policy: `x-aws-sts good` is the instance above, anything else is refused. */
+const stsPolicy: BootstrapPolicy = {
+  name: 'aws',
+  async evaluate(request) {
+    if (request.proof.kind !== 'aws-sts') return { verdict: 'abstain', reasons: ['not an AWS proof'] };
+    if (request.proof.token === 'good') return { verdict: 'approve', facts: instance, reasons: ['verified'] };
+    return { verdict: 'deny', reasons: ['signature does not verify'] };
+  },
+};
+
+// RSA-2048, as nodeup makes them; generated once for the file.
+const keys: KeyObject[] = Array.from(
+  { length: 3 },
+  () => generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey,
+);
+
+/** nodeup's wire form: a PEM block typed RSA PUBLIC KEY that holds PKIX bytes. */
+function nodeupKey(key: KeyObject): string {
+  return encodePem('RSA PUBLIC KEY', spkiOf(key));
+}
+
+function setup(options: Partial<KopsOptions> = {}, ready: string[] = []) {
+  const ca: CertificateAuthority = createCa();
+  const audit: AuditRecord[] = [];
+  const context: BootstrapContext = {
+    ca,
+    policies: [stsPolicy],
+    readNode: async (name) =>
+      ready.includes(name) ? { status: { conditions: [{ type: 'Ready', status: 'True' }] } } : undefined,
+    apiServer: 'https://api.internal.minimal.example.com',
+    audit: (record) => audit.push(record),
+    logger: silentLogger,
+  };
+  const kops: KopsOptions = { certNames: ['kubelet', 'kubelet-server', 'kube-proxy'], ...options };
+  const call = (body: unknown, authorization: string | undefined = 'x-aws-sts good') =>
+    kopsBootstrap(context, kops, {
+      body: Buffer.from(typeof body === 'string' ? body : JSON.stringify(body)),
+      authorization,
+      remoteAddress: '10.0.0.7',
+      receivedAt: new Date(),
+    });
+  return { ca, audit, call };
+}
+
+function nodeupRequest(ca: CertificateAuthority, extra: Record<string, unknown> = {}) {
+  return {
+    apiVersion: kopsApiVersion,
+    certs: {
+      kubelet: nodeupKey(keys[0] as KeyObject),
+      'kubelet-server': nodeupKey(keys[1] as KeyObject),
+      'kube-proxy': nodeupKey(keys[2] as KeyObject),
+    },
+    keypairIDs: { 'kubernetes-ca': ca.signer.certificate.keypairId },
+    ...extra,
+  };
+}
+
+describe('kops POST /bootstrap', () => {
+  test("answers nodeup with kops' shape: Certs by name, for the verified instance, valid 455 days", async () => {
+    const { ca, audit, call } = setup();
+    const answer = await call(nodeupRequest(ca));
+    assert.equal(answer.status, 200, String(answer.body));
+    const certs = (answer.body as { Certs: Record<string, string> }).Certs;
+    assert.deepEqual(Object.keys(certs).sort(), ['kube-proxy', 'kubelet', 'kubelet-server']);
+    const kubelet = opensslText(certs['kubelet'] as string);
+    assert.match(kubelet, /Subject: O ?= ?system:nodes, CN ?= ?system:node:i-0123456789abcdef0/);
+    assert.match(kubelet, /TLS Web Client Authentication/);
+    const serving = opensslText(certs['kubelet-server'] as string);
+    assert.match(serving, /DNS:ip-10-0-0-7\.us-test-1\.compute\.internal, IP Address:10\.0\.0\.7/);
+    assert.match(opensslText(certs['kube-proxy'] as string), /CN ?= ?system:kube-proxy/);
+    const notAfter = /Not After : (.*)/.exec(kubelet)?.[1] as string;
+    assert.ok(new Date(notAfter).getTime() - Date.now() > 400 * 24 * 3_600_000, notAfter);
+    assert.equal(audit.at(-1)?.verdict, 'approve');
+    assert.equal(audit.at(-1)?.instanceGroup, 'nodes-us-test-1a');
+  });
+
+  test('the token is verified before the body is parsed: a bad token with a garbage body is 403', async () => {
+    const { call, audit } = setup();
+    assert.deepEqual(await call('{garbage', 'x-aws-sts forged'), {
+      status: 403,
+      body: 'failed to verify token\n',
+    });
+    assert.deepEqual(await call('{garbage', ''), { status: 403, body: 'failed to verify token\n' });
+    assert.deepEqual(await call('{garbage', 'Negotiate abc'), {
+      status: 403,
+      body: 'failed to verify token\n',
+    });
+    assert.deepEqual(audit.at(-2)?.reasons, ['no policy approved the request (aws abstained)']);
+    assert.equal(audit.at(-1)?.decidedBy, 'authorization');
+    const decode = await call('{garbage');
+    assert.equal(decode.status, 400);
+    assert.match(String(decode.body), /^failed to decode: /);
+  });
+
+  test('node name already Ready: 409, as kops (nodeup exits quietly)', async () => {
+    const { ca, call, audit } = setup({}, [instance.nodeName]);
+    assert.deepEqual(await call(nodeupRequest(ca)), { status: 409, body: 'node already registered\n' });
+    assert.equal(audit.at(-1)?.decidedBy, 'node-guard');
+  });
+
+  test("kops' 400s: empty body, apiVersion, key names, keypair ids, weak keys", async () => {
+    const { ca, call } = setup({ certNames: ['kubelet', 'kube-router'] });
+    assert.equal((await call('')).status, 400);
+    assert.deepEqual(await call({ ...nodeupRequest(ca), apiVersion: 'bootstrap.kops.k8s.io/v1' }), {
+      status: 400,
+      body: 'unexpected APIVersion\n',
+    });
+    const only = (certs: Record<string, string>, extra: Record<string, unknown> = {}) =>
+      call({ apiVersion: kopsApiVersion, certs, ...extra });
+    assert.deepEqual(await only({ 'kube-proxy': nodeupKey(keys[2] as KeyObject) }), {
+      status: 400,
+      body: 'failed to issue "kube-proxy": key name not enabled\n',
+    });
+    assert.deepEqual(await only({ 'kube-router': nodeupKey(keys[2] as KeyObject) }), {
+      status: 400,
+      body: 'failed to issue "kube-router": unexpected key name\n',
+    });
+    const mismatch = await only(
+      { kubelet: nodeupKey(keys[0] as KeyObject) },
+      { keypairIDs: { 'kubernetes-ca': '1' } },
+    );
+    assert.equal(mismatch.status, 400);
+    assert.match(String(mismatch.body), /keypair ID "1" for kubernetes-ca didn't match issuer's/);
+    const wrongType = await only({ kubelet: encodePem('PUBLIC KEY', spkiOf(keys[0] as KeyObject)) });
+    assert.equal(wrongType.status, 400);
+    assert.match(String(wrongType.body), /expected RSA PUBLIC KEY/);
+    const weak = generateKeyPairSync('rsa', { modulusLength: 1024 }).privateKey;
+    const weakAnswer = await only({ kubelet: nodeupKey(weak) });
+    assert.equal(weakAnswer.status, 400);
+    assert.match(String(weakAnswer.body), /too weak/);
+  });
+
+  test("includeNodeConfig returns the instance group's nodeup config, or 400 when there is none", async () => {
+    const read: string[] = [];
+    const { ca, call } = setup({
+      nodeConfig: async (group) => {
+        read.push(group);
+        return { nodeupConfig: `instanceGroupName: ${group}\n` };
+      },
+    });
+    const answer = await call(nodeupRequest(ca, { includeNodeConfig: true }));
+    assert.equal(answer.status, 200);
+    assert.deepEqual((answer.body as { nodeConfig: unknown }).nodeConfig, {
+      nodeupConfig: 'instanceGroupName: nodes-us-test-1a\n',
+    });
+    assert.deepEqual(read, ['nodes-us-test-1a']);
+    const without = setup();
+    assert.deepEqual(await without.call(nodeupRequest(without.ca, { includeNodeConfig: true })), {
+      status: 400,
+      body: 'failed to build node config\n',
+    });
+  });
+});
