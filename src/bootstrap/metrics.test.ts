@@ -1,0 +1,34 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { test } from 'node:test';
+import { Registry } from 'prom-client';
+import { toolPath } from '../testing/tools.ts';
+import { bootstrapMetrics } from './metrics.ts';
+
+test('bootstrap metrics: decisions by policy and verdict, issuance latency, queue depth', async () => {
+  const registry = new Registry();
+  const metrics = bootstrapMetrics(registry);
+  metrics.recordDecision({
+    decidedBy: 'aws',
+    decision: {
+      verdict: 'approve',
+      facts: { nodeName: 'n', dnsNames: [], ipAddresses: [], evidence: {} },
+      reasons: [],
+    },
+  });
+  bootstrapMetrics(registry).recordDecision({ decision: { verdict: 'deny', reasons: [] } });
+  metrics.startIssueTimer()();
+  metrics.setQueueDepth(3);
+  const text = await registry.metrics();
+  assert.match(text, /kops_controller_bootstrap_requests_total\{policy="aws",verdict="approve"\} 1/);
+  assert.match(text, /kops_controller_bootstrap_requests_total\{policy="none",verdict="deny"\} 1/);
+  assert.match(text, /kops_controller_bootstrap_issue_seconds_count 1/);
+  assert.match(text, /kops_controller_bootstrap_queue_depth 3/);
+});
+
+test('promtool accepts the exposition', async () => {
+  const registry = new Registry();
+  bootstrapMetrics(registry).setQueueDepth(0);
+  const check = spawnSync(toolPath('promtool'), ['check', 'metrics'], { input: await registry.metrics() });
+  assert.equal(check.status, 0, String(check.stdout) + String(check.stderr));
+});
