@@ -45,7 +45,7 @@ export function slimPod(pod: V1Pod): PodRecord {
 }
 
 /** A pod as a Deployment on a 5,000-node cluster makes it (image, env, probes, volumes, status). */
-function samplePod(i: number): KubeObject {
+export function samplePod(i: number): KubeObject {
   const app = `app-${i % 500}`;
   return {
     apiVersion: 'v1',
