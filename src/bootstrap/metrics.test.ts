@@ -8,27 +8,20 @@ import { bootstrapMetrics } from './metrics.ts';
 test('bootstrap metrics: decisions by policy and verdict, issuance latency, queue depth', async () => {
   const registry = new Registry();
   const metrics = bootstrapMetrics(registry);
-  metrics.recordDecision({
-    decidedBy: 'aws',
-    decision: {
-      verdict: 'approve',
-      facts: { nodeName: 'n', dnsNames: [], ipAddresses: [], evidence: {} },
-      reasons: [],
-    },
-  });
-  bootstrapMetrics(registry).recordDecision({ decision: { verdict: 'deny', reasons: [] } });
-  metrics.startIssueTimer()();
-  metrics.setQueueDepth(3);
+  metrics.decision('aws', 'approve');
+  bootstrapMetrics(registry).decision('none', 'deny');
+  metrics.issued(0.02);
+  metrics.queueDepth(3);
   const text = await registry.metrics();
   assert.match(text, /kops_controller_bootstrap_requests_total\{policy="aws",verdict="approve"\} 1/);
   assert.match(text, /kops_controller_bootstrap_requests_total\{policy="none",verdict="deny"\} 1/);
-  assert.match(text, /kops_controller_bootstrap_issue_seconds_count 1/);
+  assert.match(text, /kops_controller_bootstrap_issue_seconds_bucket\{le="0.025"\} 1/);
   assert.match(text, /kops_controller_bootstrap_queue_depth 3/);
 });
 
 test('promtool accepts the exposition', async () => {
   const registry = new Registry();
-  bootstrapMetrics(registry).setQueueDepth(0);
+  bootstrapMetrics(registry).queueDepth(0);
   const check = spawnSync(toolPath('promtool'), ['check', 'metrics'], { input: await registry.metrics() });
   assert.equal(check.status, 0, String(check.stdout) + String(check.stderr));
 });
