@@ -5,6 +5,7 @@ import { discoveryCommand } from './discovery.ts';
 import { joinCommand } from './join.ts';
 import { labelsCommand } from './labels.ts';
 import { pkiCommand } from './pki.ts';
+import { requestsCommand } from './requests.ts';
 import { runCommand } from './run.ts';
 import { tokenCommand } from './token.ts';
 
@@ -16,6 +17,7 @@ export function commandsOf(): Command[] {
     joinCommand(),
     labelsCommand(),
     pkiCommand(),
+    requestsCommand(),
     runCommand(),
     tokenCommand(),
   ];
