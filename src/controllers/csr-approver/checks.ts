@@ -1,0 +1,190 @@
+/**
+ * What the kubelet CSR approver decides, as pure functions. Two kinds of request are its business:
+ * - client renewals (`kubernetes.io/kube-apiserver-client-kubelet`): the node renews its own identity
+ *   — the authenticated requester must be exactly the subject (`system:node:<name>` in `system:nodes`),
+ *   with no names and the usages Kubernetes requires;
+ * - kubelet serving certificates (`kubernetes.io/kubelet-serving`): the same requester rule, and every
+ *   DNS name and IP address must belong to the node's own instance according to the cloud — not to
+ *   what the node reports about itself, and not just a prefix match on the hostname.
+ * Requests from anyone but a node are not its business and are ignored (the built-in approver, the
+ * bootstrap queue or a human handle them). A request from a node that fails a check is denied with a
+ * reason naming the check; nothing unverifiable is ever approved.
+ */
+import type { NodeIdentity } from '../../cloud/types.ts';
+import { type ParsedCsr, parseCsr } from '../../pki/csr.ts';
+import { canonicalIp } from '../../pki/ip.ts';
+import type { CsrRecord } from './csr-record.ts';
+
+/** The signer of kubelet client certificates. */
+export const kubeletClientSigner = 'kubernetes.io/kube-apiserver-client-kubelet';
+/** The signer of kubelet serving certificates. */
+export const kubeletServingSigner = 'kubernetes.io/kubelet-serving';
+
+const nodeUserPrefix = 'system:node:';
+const nodesGroup = 'system:nodes';
+
+/** A decision written to the CSR: the condition's reason (CamelCase) and a readable message. */
+export interface Decision {
+  reason: string;
+  message: string;
+}
+
+/** A decision to approve or deny. */
+export type Verdict = { action: 'approve' | 'deny' } & Decision;
+
+/** The approver's view of one CSR, before any cloud lookup. */
+export type Assessment =
+  | { action: 'ignore'; why: string }
+  | Verdict
+  /** A well-formed serving request from a node: its names must now be checked against the cloud. */
+  | { action: 'verify-names'; nodeName: string; dnsNames: string[]; ipAddresses: string[] };
+
+/** The reason of every approval this approver writes. */
+export const approvedReason = 'AutoApproved';
+
+const clientUsageSets = [
+  ['client auth', 'digital signature', 'key encipherment'],
+  ['client auth', 'digital signature'],
+];
+const servingUsageSets = [
+  ['digital signature', 'key encipherment', 'server auth'],
+  ['digital signature', 'server auth'],
+];
+
+function sameSet(usages: readonly string[], allowed: readonly string[]): boolean {
+  const given = new Set(usages);
+  return given.size === usages.length && given.size === allowed.length && allowed.every((u) => given.has(u));
+}
+
+function deny(reason: string, message: string): Verdict {
+  return { action: 'deny', reason, message };
+}
+
+/** The node a requester is, when it is one: `system:node:<name>` and a member of `system:nodes`. */
+export function requestingNode(username: string, groups: readonly string[]): string | undefined {
+  if (!username.startsWith(nodeUserPrefix) || !groups.includes(nodesGroup)) return undefined;
+  return username.slice(nodeUserPrefix.length) || undefined;
+}
+
+function parseRequest(record: CsrRecord): ParsedCsr | string {
+  try {
+    return parseCsr(Buffer.from(record.request, 'base64').toString('utf8'));
+  } catch (err) {
+    return (err as Error).message;
+  }
+}
+
+/** Assesses a CSR without the cloud: ignore it, decide it, or ask for its names to be verified. */
+export function assessCsr(record: CsrRecord): Assessment {
+  if (record.decided || record.issued) return { action: 'ignore', why: 'already decided' };
+  const serving = record.signerName === kubeletServingSigner;
+  if (!serving && record.signerName !== kubeletClientSigner) {
+    return { action: 'ignore', why: `signer ${record.signerName} is not a kubelet signer` };
+  }
+  const nodeName = requestingNode(record.username, record.groups);
+  if (!nodeName) {
+    return { action: 'ignore', why: `requester ${record.username} is not a node; left to other approvers` };
+  }
+  const csr = parseRequest(record);
+  if (typeof csr === 'string')
+    return deny('InvalidRequest', `the certificate request is not acceptable: ${csr}`);
+  const { commonName, organizations } = csr.subject;
+  if (commonName !== record.username) {
+    return deny(
+      'SubjectIsNotRequester',
+      `the request is for CN=${commonName ?? '(none)'} but was made by ${record.username}; a node may only ask for its own name`,
+    );
+  }
+  if (organizations.length !== 1 || organizations[0] !== nodesGroup) {
+    return deny(
+      'SubjectOrganizationNotAllowed',
+      `the request's organizations are [${organizations.join(', ')}]; exactly [${nodesGroup}] is required`,
+    );
+  }
+  const usageSets = serving ? servingUsageSets : clientUsageSets;
+  if (!usageSets.some((allowed) => sameSet(record.usages, allowed))) {
+    return deny(
+      'UsagesNotAllowed',
+      `usages [${record.usages.join(', ')}] are not allowed; use ${usageSets.map((s) => `[${s.join(', ')}]`).join(' or ')}`,
+    );
+  }
+  const san = csr.extensions.subjectAltName;
+  const dnsNames = san?.dnsNames ?? [];
+  const ipAddresses = san?.ipAddresses ?? [];
+  if (!serving) {
+    if (san) {
+      return deny('SubjectAltNamesNotAllowed', 'a kubelet client certificate carries no subjectAltName');
+    }
+    return {
+      action: 'approve',
+      reason: approvedReason,
+      message: `kops-controller: node ${nodeName} renews its own kubelet client certificate`,
+    };
+  }
+  if (san && (san.emails.length || san.uris.length || san.other)) {
+    return deny(
+      'SubjectAltNameTypeNotAllowed',
+      'a kubelet serving certificate may name DNS names and IP addresses only (no email, URI or other names)',
+    );
+  }
+  if (!dnsNames.length && !ipAddresses.length) {
+    return deny(
+      'NoSubjectAltNames',
+      'a kubelet serving certificate needs at least one DNS name or IP address',
+    );
+  }
+  return { action: 'verify-names', nodeName, dnsNames, ipAddresses };
+}
+
+const stoppedStates = new Set(['stopping', 'stopped', 'terminated']);
+
+/**
+ * Checks a serving request's names against the cloud's record of the node's instance: the node's name
+ * must be one of that instance's own names (so a node cannot point its providerID at another
+ * instance), and every requested DNS name and IP address must be one of the instance's addresses.
+ */
+export function assessNames(
+  request: { nodeName: string; dnsNames: readonly string[]; ipAddresses: readonly string[] },
+  identity: NodeIdentity,
+): Verdict {
+  const instance = identity.instanceId;
+  if (stoppedStates.has(identity.state)) {
+    return deny(
+      'InstanceNotRunning',
+      `instance ${instance} of node ${request.nodeName} is ${identity.state}`,
+    );
+  }
+  const hostNames = new Set([
+    instance.toLowerCase(),
+    ...identity.addresses
+      .filter((a) => a.type === 'InternalDNS' || a.type === 'ExternalDNS' || a.type === 'Hostname')
+      .map((a) => a.address.toLowerCase()),
+  ]);
+  const nodeName = request.nodeName.toLowerCase();
+  if (!hostNames.has(nodeName)) {
+    return deny(
+      'NodeIsNotItsInstance',
+      `node ${request.nodeName} is not a name of instance ${instance} (its names: ${[...hostNames].join(', ')}); the node's providerID does not identify it`,
+    );
+  }
+  const ips = new Set(
+    identity.addresses
+      .filter((a) => a.type === 'InternalIP' || a.type === 'ExternalIP')
+      .map((a) => canonicalIp(a.address)),
+  );
+  const foreign = [
+    ...request.dnsNames.filter((d) => !hostNames.has(d.toLowerCase())),
+    ...request.ipAddresses.filter((ip) => !ips.has(canonicalIp(ip))),
+  ];
+  if (foreign.length) {
+    return deny(
+      'SubjectAltNamesNotOfInstance',
+      `${foreign.join(', ')} ${foreign.length === 1 ? 'does' : 'do'} not belong to instance ${instance} of node ${request.nodeName} according to the cloud`,
+    );
+  }
+  return {
+    action: 'approve',
+    reason: approvedReason,
+    message: `kops-controller: every name belongs to instance ${instance} (instance group ${identity.instanceGroup}) of node ${request.nodeName} according to the cloud`,
+  };
+}

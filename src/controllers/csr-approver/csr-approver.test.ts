@@ -1,0 +1,302 @@
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { CertificatesV1Api, type KubeConfig } from '@kubernetes/client-node';
+import { Registry } from 'prom-client';
+import { createAwsProvider } from '../../cloud/aws/provider.ts';
+import type { NodeIdentity } from '../../cloud/types.ts';
+import { buildCsrPem } from '../../pki/csr-build.ts';
+import { generateKey } from '../../pki/keys.ts';
+import { awsProviderID, simInstanceId } from '../../sim/aws/scenario.ts';
+import { startDevCluster } from '../../sim/dev-cluster.ts';
+import { kubeletClientSigner, kubeletServingSigner } from './checks.ts';
+import { CsrApprover } from './csr-approver.ts';
+
+const stateDir = await mkdtemp(join(tmpdir(), 'csr-approver-'));
+const cluster = await startDevCluster({ stateDir, awsThrottling: false });
+const store = cluster.api.server.store;
+const provider = await createAwsProvider({
+  clusterName: cluster.clusterName,
+  region: cluster.region,
+  endpoint: cluster.aws.endpoint,
+  credentials: { ...cluster.aws.credentials },
+});
+
+after(async () => {
+  provider.clients.destroy();
+  await cluster.close();
+  await rm(stateDir, { recursive: true, force: true });
+});
+
+const [nodeA, nodeB] =
+  cluster.nodesByGroup.get('nodes-us-test-1a') ?? cluster.nodesByGroup.get('nodes') ?? [];
+assert.ok(nodeA && nodeB, 'the sample cluster has at least two worker nodes in one group');
+
+async function identityOf(node: string): Promise<NodeIdentity> {
+  const providerID = store.get('nodes', undefined, node)?.['spec'] as { providerID: string };
+  const result = (await provider.nodeIdentifier.identify([providerID.providerID])).get(providerID.providerID);
+  assert.ok(result?.ok);
+  return result.identity;
+}
+
+function nodeUser(node: string) {
+  return { name: `system:node:${node}`, groups: ['system:nodes', 'system:authenticated'] };
+}
+
+let counter = 0;
+
+/** Creates a CSR through the API as `kubeConfig`'s user, so the API server stamps the requester. */
+async function createCsr(
+  kubeConfig: KubeConfig,
+  options: {
+    commonName: string;
+    signerName: string;
+    usages: string[];
+    dnsNames?: string[];
+    ipAddresses?: string[];
+  },
+): Promise<string> {
+  const name = `csr-test-${counter++}`;
+  const request = buildCsrPem(generateKey(), {
+    subject: { commonName: options.commonName, organizations: ['system:nodes'] },
+    ...(options.dnsNames ? { dnsNames: options.dnsNames } : {}),
+    ...(options.ipAddresses ? { ipAddresses: options.ipAddresses } : {}),
+  });
+  await kubeConfig.makeApiClient(CertificatesV1Api).createCertificateSigningRequest({
+    body: {
+      metadata: { name },
+      spec: {
+        request: Buffer.from(request).toString('base64'),
+        signerName: options.signerName,
+        usages: options.usages,
+      },
+    },
+  });
+  return name;
+}
+
+const clientUsages = ['digital signature', 'client auth'];
+const servingUsages = ['digital signature', 'key encipherment', 'server auth'];
+
+interface Condition {
+  type: string;
+  reason: string;
+  message: string;
+}
+
+function conditionsOf(name: string): Condition[] {
+  const status = store.get('certificatesigningrequests', undefined, name)?.['status'] as
+    | { conditions?: Condition[] }
+    | undefined;
+  return status?.conditions ?? [];
+}
+
+async function decided(name: string): Promise<Condition> {
+  for (let i = 0; i < 1000; i++) {
+    const [condition] = conditionsOf(name);
+    if (condition) return condition;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  assert.fail(`CSR ${name} was never decided`);
+}
+
+async function eventually(what: string, check: () => Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 1000; i++) {
+    if (await check()) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  assert.fail(`timed out waiting until ${what}`);
+}
+
+async function metricValue(registry: Registry, labels: Record<string, string>): Promise<number> {
+  const metric = await registry.getSingleMetric('kops_controller_csr_approver_decisions_total')?.get();
+  const value = metric?.values.find((v) => Object.entries(labels).every(([k, l]) => v.labels[k] === l));
+  return value?.value ?? 0;
+}
+
+function startApprover(options: { leaveUnverifiedForHumans?: boolean; registry: Registry }) {
+  const stop = new AbortController();
+  const approver = new CsrApprover({
+    kubeConfig: cluster.api.server.kubeConfig(),
+    identifier: provider.nodeIdentifier,
+    ...options,
+  });
+  const running = approver.start(stop.signal);
+  return async () => {
+    stop.abort();
+    await running;
+  };
+}
+
+describe('CsrApprover with leaveUnverifiedForHumans', () => {
+  test('a request that fails a check stays pending and is counted, not denied', async () => {
+    const registry = new Registry();
+    const stop = startApprover({ leaveUnverifiedForHumans: true, registry });
+    try {
+      const name = await createCsr(cluster.api.server.kubeConfig(nodeUser(nodeA)), {
+        commonName: `system:node:${nodeA}`,
+        signerName: kubeletServingSigner,
+        usages: servingUsages,
+        ipAddresses: ['203.0.113.9'],
+      });
+      const labels = { decision: 'left-pending', reason: 'SubjectAltNamesNotOfInstance' };
+      await eventually('the request is counted', async () => (await metricValue(registry, labels)) === 1);
+      assert.deepEqual(conditionsOf(name), []);
+    } finally {
+      await stop();
+    }
+  });
+});
+
+describe('CsrApprover against the simulated cluster', () => {
+  const registry = new Registry();
+  let stop: (() => Promise<void>) | undefined;
+  before(() => {
+    stop = startApprover({ registry });
+  });
+  after(async () => {
+    await stop?.();
+  });
+
+  test('client renewal by the node itself is approved', async () => {
+    const name = await createCsr(cluster.api.server.kubeConfig(nodeUser(nodeA)), {
+      commonName: `system:node:${nodeA}`,
+      signerName: kubeletClientSigner,
+      usages: clientUsages,
+    });
+    const condition = await decided(name);
+    assert.equal(condition.type, 'Approved');
+    assert.equal(condition.reason, 'AutoApproved');
+    assert.match(condition.message, new RegExp(`node ${nodeA} renews its own kubelet client certificate`));
+    const labels = { decision: 'approved', signer: kubeletClientSigner, reason: 'AutoApproved' };
+    await eventually('the approval is counted', async () => (await metricValue(registry, labels)) === 1);
+  });
+
+  test('client renewal asking for another node is denied', async () => {
+    const name = await createCsr(cluster.api.server.kubeConfig(nodeUser(nodeA)), {
+      commonName: `system:node:${nodeB}`,
+      signerName: kubeletClientSigner,
+      usages: clientUsages,
+    });
+    const condition = await decided(name);
+    assert.equal(condition.type, 'Denied');
+    assert.equal(condition.reason, 'SubjectIsNotRequester');
+    assert.match(
+      condition.message,
+      new RegExp(`CN=system:node:${nodeB} but was made by system:node:${nodeA}`),
+    );
+  });
+
+  test('serving CSR with the node’s own addresses (per EC2) is approved', async () => {
+    const identity = await identityOf(nodeA);
+    const ips = identity.addresses.filter((a) => a.type === 'InternalIP').map((a) => a.address);
+    const dns = identity.addresses.filter((a) => a.type === 'InternalDNS').map((a) => a.address);
+    assert.ok(ips.length && dns.length);
+    const name = await createCsr(cluster.api.server.kubeConfig(nodeUser(nodeA)), {
+      commonName: `system:node:${nodeA}`,
+      signerName: kubeletServingSigner,
+      usages: servingUsages,
+      dnsNames: [nodeA, ...dns],
+      ipAddresses: ips,
+    });
+    const condition = await decided(name);
+    assert.equal(condition.type, 'Approved', condition.message);
+    assert.match(condition.message, new RegExp(`every name belongs to instance ${nodeA}`));
+  });
+
+  test('serving CSR with a foreign IP is denied, naming the foreign address', async () => {
+    const neighbour = (await identityOf(nodeB)).addresses.find((a) => a.type === 'InternalIP')?.address;
+    assert.ok(neighbour);
+    const name = await createCsr(cluster.api.server.kubeConfig(nodeUser(nodeA)), {
+      commonName: `system:node:${nodeA}`,
+      signerName: kubeletServingSigner,
+      usages: servingUsages,
+      dnsNames: [nodeA],
+      ipAddresses: [neighbour],
+    });
+    const condition = await decided(name);
+    assert.equal(condition.type, 'Denied');
+    assert.equal(condition.reason, 'SubjectAltNamesNotOfInstance');
+    assert.match(
+      condition.message,
+      new RegExp(`${neighbour.replaceAll('.', '\\.')} does not belong to instance ${nodeA}`),
+    );
+  });
+
+  test('a node whose providerID points at another instance cannot borrow its addresses', async () => {
+    // A rogue kubelet registers itself with its neighbour's providerID, then asks for the neighbour's IP.
+    const rogue = simInstanceId(77_001);
+    const victim = await identityOf(nodeB);
+    store.create({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: rogue },
+      spec: { providerID: awsProviderID({ id: nodeB, zone: victim.zone ?? 'us-test-1a' }) },
+    });
+    const ip = victim.addresses.find((a) => a.type === 'InternalIP')?.address as string;
+    const name = await createCsr(cluster.api.server.kubeConfig(nodeUser(rogue)), {
+      commonName: `system:node:${rogue}`,
+      signerName: kubeletServingSigner,
+      usages: servingUsages,
+      ipAddresses: [ip],
+    });
+    const condition = await decided(name);
+    assert.equal(condition.type, 'Denied');
+    assert.equal(condition.reason, 'NodeIsNotItsInstance');
+  });
+
+  test('an instance of another cluster is refused by the cloud and denied', async () => {
+    const outsider = { id: simInstanceId(77_002), zone: 'us-test-1a' };
+    cluster.aws.ec2.addInstances([
+      {
+        ...outsider,
+        cluster: 'other.example.com',
+        instanceGroup: 'nodes-us-test-1a',
+        privateIp: '172.31.0.9',
+      },
+    ]);
+    store.create({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: outsider.id },
+      spec: { providerID: awsProviderID(outsider) },
+    });
+    const name = await createCsr(cluster.api.server.kubeConfig(nodeUser(outsider.id)), {
+      commonName: `system:node:${outsider.id}`,
+      signerName: kubeletServingSigner,
+      usages: servingUsages,
+      ipAddresses: ['172.31.0.9'],
+    });
+    const condition = await decided(name);
+    assert.equal(condition.type, 'Denied');
+    assert.equal(condition.reason, 'InstanceIdentityRejected');
+  });
+
+  test('requests from non-nodes are ignored, left to other approvers', async () => {
+    const admin = await createCsr(cluster.api.server.kubeConfig(), {
+      commonName: `system:node:${nodeA}`,
+      signerName: kubeletClientSigner,
+      usages: clientUsages,
+    });
+    cluster.api.server.grant({
+      group: 'system:bootstrappers',
+      verbs: ['create'],
+      resources: ['certificatesigningrequests'],
+    });
+    const bootstrapper = await createCsr(
+      cluster.api.server.kubeConfig({ name: 'system:bootstrap:abcdef', groups: ['system:bootstrappers'] }),
+      { commonName: `system:node:${nodeB}`, signerName: kubeletClientSigner, usages: clientUsages },
+    );
+    // A later request the approver does decide shows that the earlier ones were seen and passed over.
+    const marker = await createCsr(cluster.api.server.kubeConfig(nodeUser(nodeB)), {
+      commonName: `system:node:${nodeB}`,
+      signerName: kubeletClientSigner,
+      usages: clientUsages,
+    });
+    assert.equal((await decided(marker)).type, 'Approved');
+    assert.deepEqual(conditionsOf(admin), []);
+    assert.deepEqual(conditionsOf(bootstrapper), []);
+  });
+});

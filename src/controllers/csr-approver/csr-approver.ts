@@ -1,0 +1,212 @@
+/**
+ * The in-cluster approver for kubelet certificate rotation (see checks.ts for what it decides), run
+ * on the leader: an informer on CertificateSigningRequests feeds a work queue; each undecided kubelet
+ * CSR from a node is assessed, serving requests are checked against the cloud's record of the node's
+ * instance (the Node's providerID, identified through the batching NodeIdentifier), and the decision
+ * is written through `/approval` with a reason and message.
+ *
+ * Failure handling: a cloud or API outage requeues the CSR with backoff and never turns into a
+ * denial (unlike kubelet-csr-approver, whose resolver errors deny at once); a refusal by the cloud
+ * (another cluster's instance, unknown instance) is a denial. With `leaveUnverifiedForHumans`,
+ * would-be denials are only logged and counted, leaving the CSR pending for `kubectl certificate`.
+ */
+import {
+  CertificatesV1Api,
+  CoreV1Api,
+  type KubeConfig,
+  type V1CertificateSigningRequest,
+  type V1CertificateSigningRequestCondition,
+} from '@kubernetes/client-node';
+import { Counter, type Registry, register } from 'prom-client';
+import type { NodeIdentifier } from '../../cloud/types.ts';
+import { describeError, NotFoundError } from '../../errors.ts';
+import { fromApiException } from '../../kube/api-errors.ts';
+import { reuseConnections } from '../../kube/connection-reuse.ts';
+import { Informer, kubeList, kubeWatch } from '../../kube/informer.ts';
+import { sharedMetric } from '../../kube/metrics.ts';
+import { WorkQueue } from '../../kube/workqueue.ts';
+import { type Logger, silentLogger } from '../../log.ts';
+import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
+import { type Assessment, assessCsr, assessNames, type Verdict } from './checks.ts';
+import { type CsrRecord, csrRecordOf } from './csr-record.ts';
+
+/** Options of a {@link CsrApprover}. */
+export interface CsrApproverOptions {
+  kubeConfig: KubeConfig;
+  identifier: NodeIdentifier;
+  /** Identify nodes without a providerID by name (metal, whose inventory lists host names). */
+  identifyByNodeName?: boolean;
+  /** Leave requests that fail a check pending for a human instead of denying them (default false). */
+  leaveUnverifiedForHumans?: boolean;
+  /** CSRs processed at once (default 8). */
+  concurrency?: number;
+  registry?: Registry;
+  logger?: Logger;
+}
+
+const csrPath = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
+
+/** Cloud refusals are answers about the instance; any other failure is an outage to retry. */
+function isRefusal(error: Error): boolean {
+  const kind = (error as { kind?: string }).kind;
+  return kind === 'forbidden' || kind === 'invalid' || kind === 'not-found';
+}
+
+/** The kubelet CSR approver, run by the controller runtime on the leader only. */
+export class CsrApprover implements LeaderComponent {
+  readonly name = 'csr-approver';
+  readonly #options: CsrApproverOptions;
+  readonly #core: CoreV1Api;
+  readonly #certificates: CertificatesV1Api;
+  readonly #logger: Logger;
+  readonly #decisions: Counter;
+
+  constructor(options: CsrApproverOptions) {
+    this.#options = options;
+    const kubeConfig = reuseConnections(options.kubeConfig);
+    this.#core = kubeConfig.makeApiClient(CoreV1Api);
+    this.#certificates = kubeConfig.makeApiClient(CertificatesV1Api);
+    this.#logger = (options.logger ?? silentLogger).child({ controller: 'csr-approver' });
+    const registry = options.registry ?? register;
+    this.#decisions = sharedMetric(
+      registry,
+      'kops_controller_csr_approver_decisions_total',
+      () =>
+        new Counter({
+          name: 'kops_controller_csr_approver_decisions_total',
+          help: 'Kubelet CSRs decided, by signer, decision (approved, denied, left-pending) and reason.',
+          labelNames: ['signer', 'decision', 'reason'],
+          registers: [registry],
+        }),
+    );
+  }
+
+  /** Lists and watches CSRs and decides the kubelet ones until `signal` aborts. */
+  async start(signal: AbortSignal): Promise<void> {
+    const { kubeConfig, registry } = this.#options;
+    const informer = new Informer<V1CertificateSigningRequest, CsrRecord>({
+      name: 'certificatesigningrequests',
+      path: csrPath,
+      list: kubeList(kubeConfig, csrPath),
+      watch: kubeWatch(kubeConfig),
+      transform: csrRecordOf,
+      logger: this.#logger,
+      ...(registry ? { registry } : {}),
+    });
+    const queue = new WorkQueue({
+      name: 'certificatesigningrequests',
+      concurrency: this.#options.concurrency ?? 8,
+      baseDelayMs: 500,
+      maxDelayMs: 300_000,
+      logger: this.#logger,
+      ...(registry ? { registry } : {}),
+    });
+    const enqueue = (record: CsrRecord) => {
+      if (!record.decided && !record.issued) queue.add(record.name);
+    };
+    informer.addHandlers({ add: enqueue, update: (_before, after) => enqueue(after) });
+    informer.start();
+    queue.start((key) => this.#reconcile(informer, key));
+    try {
+      if (!signal.aborted) {
+        await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+      }
+    } finally {
+      await queue.shutdown({ drain: false });
+      await informer.stop();
+    }
+  }
+
+  async #reconcile(informer: Informer<V1CertificateSigningRequest, CsrRecord>, name: string): Promise<void> {
+    const record = informer.get(name);
+    if (!record) return;
+    const assessment = assessCsr(record);
+    if (assessment.action === 'ignore') {
+      this.#logger.debug({ csr: name, why: assessment.why }, 'not a request for this approver');
+      return;
+    }
+    const verdict = assessment.action === 'verify-names' ? await this.#verifyNames(assessment) : assessment;
+    await this.#decide(record, verdict);
+  }
+
+  /** Checks a serving request's names against the cloud; outages throw (requeue), refusals deny. */
+  async #verifyNames(request: Extract<Assessment, { action: 'verify-names' }>): Promise<Verdict> {
+    const { nodeName } = request;
+    let providerID: string | undefined;
+    try {
+      providerID = (await this.#core.readNode({ name: nodeName })).spec?.providerID || undefined;
+    } catch (err) {
+      const error = fromApiException(err, `read node ${nodeName}`);
+      if (!(error instanceof NotFoundError)) throw error;
+      return { action: 'deny', reason: 'NodeNotFound', message: `node ${nodeName} is not registered` };
+    }
+    const key = providerID ?? (this.#options.identifyByNodeName ? nodeName : undefined);
+    if (!key) {
+      return {
+        action: 'deny',
+        reason: 'NodeIdentityUnknown',
+        message: `node ${nodeName} has no providerID, so the cloud cannot vouch for its addresses`,
+      };
+    }
+    const result = (await this.#options.identifier.identify([key])).get(key);
+    if (!result) throw new NotFoundError(`the node identifier returned nothing for ${key}`);
+    if (!result.ok) {
+      if (!isRefusal(result.error)) throw result.error;
+      return {
+        action: 'deny',
+        reason: 'InstanceIdentityRejected',
+        message: `the cloud does not vouch for node ${nodeName}: ${describeError(result.error)}`,
+      };
+    }
+    return assessNames(request, result.identity);
+  }
+
+  async #decide(record: CsrRecord, decision: Verdict): Promise<void> {
+    const type = decision.action === 'approve' ? 'Approved' : 'Denied';
+    const labels = { signer: record.signerName, reason: decision.reason };
+    const log = {
+      csr: record.name,
+      requester: record.username,
+      reason: decision.reason,
+      message: decision.message,
+    };
+    if (type === 'Denied' && this.#options.leaveUnverifiedForHumans) {
+      this.#decisions.inc({ ...labels, decision: 'left-pending' });
+      this.#logger.warn(log, 'left for a human: kubectl certificate approve|deny');
+      return;
+    }
+    let csr: V1CertificateSigningRequest;
+    try {
+      csr = await this.#certificates.readCertificateSigningRequest({ name: record.name });
+    } catch (err) {
+      const error = fromApiException(err, `read certificatesigningrequest ${record.name}`);
+      if (error instanceof NotFoundError) return;
+      throw error;
+    }
+    const conditions = csr.status?.conditions ?? [];
+    // Decided meanwhile (by a human or another approver): theirs stands.
+    if (conditions.some((c) => c.type === 'Approved' || c.type === 'Denied')) return;
+    // The request must be the one assessed; spec is immutable, but a CSR may be deleted and re-created.
+    if (csr.spec.request !== record.request) return;
+    const condition: V1CertificateSigningRequestCondition = {
+      type,
+      status: 'True',
+      reason: decision.reason,
+      message: decision.message,
+      lastUpdateTime: new Date(),
+    };
+    try {
+      await this.#certificates.replaceCertificateSigningRequestApproval({
+        name: record.name,
+        body: { ...csr, status: { ...csr.status, conditions: [...conditions, condition] } },
+      });
+    } catch (err) {
+      const error = fromApiException(err, `${type === 'Approved' ? 'approve' : 'deny'} ${record.name}`);
+      if (error instanceof NotFoundError) return;
+      throw error;
+    }
+    this.#decisions.inc({ ...labels, decision: type === 'Approved' ? 'approved' : 'denied' });
+    if (type === 'Approved') this.#logger.info(log, 'approved kubelet certificate request');
+    else this.#logger.warn(log, 'denied kubelet certificate request');
+  }
+}
