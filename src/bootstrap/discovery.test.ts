@@ -3,6 +3,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import type { CoreV1Api, V1Secret } from '@kubernetes/client-node';
+import fc from 'fast-check';
 import { makeClients } from '../kube/client.ts';
 import { createCa } from '../pki/ca.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
@@ -55,6 +56,34 @@ describe('detached JWS (kubeadm vectors)', () => {
     const [h, payload] = jws.split('.');
     assert.equal(Buffer.from(h as string, 'base64url').toString(), '{"alg":"HS256","kid":"abcdef"}');
     assert.equal(payload, '', 'the payload is detached');
+  });
+
+  test('property: a signature verifies for its content and token only', () => {
+    const tokenPart = (n: number) =>
+      fc.string({
+        unit: fc.constantFrom(...'abcdefghijklmnopqrstuvwxyz0123456789'),
+        minLength: n,
+        maxLength: n,
+      });
+    fc.assert(
+      fc.property(
+        fc.string({ unit: 'grapheme' }),
+        tokenPart(6),
+        tokenPart(16),
+        fc.nat(),
+        (text, id, secret, at) => {
+          const jws = detachedJws(text, id, secret);
+          assert.equal(verifyDetachedJws(jws, text, id, secret), true);
+          const i = at % (text.length + 1);
+          assert.equal(verifyDetachedJws(jws, `${text.slice(0, i)}x${text.slice(i)}`, id, secret), false);
+          assert.equal(
+            verifyDetachedJws(jws, text, id, `${secret.slice(1)}${secret[0] === 'a' ? 'b' : 'a'}`),
+            false,
+          );
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 
   test('verification accepts the vector and refuses any change', () => {

@@ -22,8 +22,8 @@ import {
   nextExpiry,
   type StoredToken,
   storedTokenOf,
+  TokenChanges,
   type TokenSecretSource,
-  waitForTokenChange,
 } from './tokens.ts';
 
 /** The namespace and name of the published ConfigMap, as kubeadm names them. */
@@ -166,8 +166,8 @@ export class ClusterInfoPublisher implements LeaderComponent {
     this.#logger = (options.logger ?? silentLogger).child({ component: this.name });
   }
 
-  /** Brings the ConfigMap up to date; returns whether it wrote, and the tokens it considered. */
-  async sync(): Promise<{ written: boolean; tokens: StoredToken[] }> {
+  /** Brings the ConfigMap up to date; returns whether it wrote, and when the next token expires (epoch ms). */
+  async sync(): Promise<{ written: boolean; nextExpiry: number | undefined }> {
     const { core } = this.#options;
     const now = new Date(this.#clock.now());
     const tokens = (await this.#options.source.list()).flatMap((s) => storedTokenOf(s) ?? []);
@@ -182,7 +182,8 @@ export class ClusterInfoPublisher implements LeaderComponent {
         throw fromApiException(err, 'read configmap kube-public/cluster-info');
     }
     const desired = buildClusterInfo(this.#options.kubeconfig(), tokens, now, current?.data ?? {});
-    if (current && sameData(current.data, desired.data)) return { written: false, tokens };
+    const next = nextExpiry(tokens, now);
+    if (current && sameData(current.data, desired.data)) return { written: false, nextExpiry: next };
     try {
       if (current) {
         await core.replaceNamespacedConfigMap({
@@ -198,19 +199,19 @@ export class ClusterInfoPublisher implements LeaderComponent {
     }
     const signers = Object.keys(desired.data).filter((k) => k.startsWith(jwsKeyPrefix)).length;
     this.#logger.info({ signatures: signers }, 'published cluster-info');
-    return { written: true, tokens };
+    return { written: true, nextExpiry: next };
   }
 
   async start(signal: AbortSignal): Promise<void> {
-    while (!signal.aborted) {
-      const { tokens } = await this.sync();
-      await waitForTokenChange(
-        this.#options.source,
-        this.#clock,
-        nextExpiry(tokens, new Date(this.#clock.now())),
-        this.#options.resyncMs ?? 60_000,
-        signal,
-      );
+    const changes = new TokenChanges(this.#options.source);
+    try {
+      while (!signal.aborted) {
+        changes.begin();
+        const { nextExpiry } = await this.sync();
+        await changes.wait(this.#clock, nextExpiry, this.#options.resyncMs ?? 60_000, signal);
+      }
+    } finally {
+      changes.close();
     }
   }
 }

@@ -3,6 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import type { CoreV1Api, V1Secret } from '@kubernetes/client-node';
 import { makeClients } from '../kube/client.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { FakeClock, settle } from '../testing/fake-clock.ts';
 import {
   apiTokenSource,
   constantTimeEqual,
@@ -12,6 +13,7 @@ import {
   parseToken,
   randomTokenString,
   storedTokenOf,
+  TokenChanges,
   TokenCleaner,
   TokenValidator,
   tokenSecretInformer,
@@ -194,6 +196,73 @@ describe('validation against a source', () => {
   });
 });
 
+describe('waiting for token changes', () => {
+  const subscribable = () => {
+    const listeners = new Set<() => void>();
+    return {
+      get: async () => undefined,
+      list: async () => [],
+      subscribe: (listener: () => void) => {
+        listeners.add(listener);
+        return () => listeners.delete(listener);
+      },
+      change: () => {
+        for (const listener of listeners) listener();
+      },
+      get listeners() {
+        return listeners.size;
+      },
+    };
+  };
+
+  test('a change between a read and the wait ends the wait at once', async () => {
+    const source = subscribable();
+    const changes = new TokenChanges(source);
+    changes.begin();
+    source.change();
+    await changes.wait(new FakeClock(), undefined, 60_000, new AbortController().signal);
+    changes.close();
+    assert.equal(source.listeners, 0);
+  });
+
+  test('the wait ends at the next expiry, at the resync, on a change, or on abort', async () => {
+    const clock = new FakeClock();
+    const source = subscribable();
+    const changes = new TokenChanges(source);
+    const ended = (promise: Promise<void>) => {
+      let done = false;
+      void promise.then(() => (done = true));
+      return () => done;
+    };
+    changes.begin();
+    let done = ended(changes.wait(clock, clock.now() + 5000, 60_000, new AbortController().signal));
+    await clock.advance(4999);
+    assert.equal(done(), false);
+    await clock.advance(1);
+    assert.equal(done(), true, 'expiry');
+
+    changes.begin();
+    done = ended(changes.wait(clock, undefined, 60_000, new AbortController().signal));
+    await clock.advance(60_000);
+    assert.equal(done(), true, 'resync');
+
+    changes.begin();
+    done = ended(changes.wait(clock, undefined, 60_000, new AbortController().signal));
+    source.change();
+    await settle();
+    assert.equal(done(), true, 'change');
+
+    changes.begin();
+    const stop = new AbortController();
+    done = ended(changes.wait(clock, undefined, 60_000, stop.signal));
+    stop.abort();
+    await settle();
+    assert.equal(done(), true, 'abort');
+    assert.equal(clock.pending, 0, 'no timer left behind');
+    changes.close();
+  });
+});
+
 describe('against the simulated apiserver', () => {
   let sim: SimApiServer;
   let core: CoreV1Api;
@@ -247,7 +316,7 @@ describe('against the simulated apiserver', () => {
     const keep = await create({ now: new Date() });
     const stale = await create({ now: new Date(Date.now() - 2 * 3_600_000), ttlMs: 3_600_000 });
     const cleaner = new TokenCleaner({ core, source: apiTokenSource(core) });
-    const deleted = await cleaner.sweep();
+    const { deleted } = await cleaner.sweep();
     assert.ok(deleted.includes(stale.id) && !deleted.includes(keep.id), deleted.join());
     const ids = (await apiTokenSource(core).list()).map((s) => s.metadata?.name);
     assert.ok(ids.includes(`bootstrap-token-${keep.id}`));
@@ -262,7 +331,7 @@ describe('against the simulated apiserver', () => {
     await core.deleteNamespacedSecret({ name: `bootstrap-token-${old.id}`, namespace: 'kube-system' });
     await core.createNamespacedSecret({ namespace: 'kube-system', body: tokenSecretOf(old) });
     const racing = new TokenCleaner({ core, source: { get: async () => seen, list: async () => [seen] } });
-    assert.deepEqual(await racing.sweep(), []);
+    assert.deepEqual((await racing.sweep()).deleted, []);
     const survivor = await core.readNamespacedSecret({
       name: `bootstrap-token-${old.id}`,
       namespace: 'kube-system',

@@ -8,7 +8,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { CoreV1Api, KubeConfig, V1Secret } from '@kubernetes/client-node';
 import { InvalidInputError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
-import { type Clock, sleep, systemClock } from '../kube/clock.ts';
+import { type Clock, systemClock } from '../kube/clock.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
@@ -169,7 +169,7 @@ export function storedTokenOf(secret: V1Secret): StoredToken | undefined {
   return {
     id: nameMatch[1] as string,
     secret: tokenSecret,
-    // Date.parse accepts RFC 3339; anything else becomes Invalid Date, which counts as expired.
+    // Anything but RFC 3339 becomes an Invalid Date, which counts as expired.
     expires: expiration === undefined ? undefined : new Date(parseRfc3339(expiration)),
     description: decoded(data, 'description'),
     usages: {
@@ -298,7 +298,7 @@ export class TokenValidator implements BootstrapTokenValidator {
     if (!presented) return undefined;
     const secret = await this.#source.get(presented.id);
     const stored = secret ? storedTokenOf(secret) : undefined;
-    // Compare even when nothing is stored, so a missing id costs the same time as a wrong secret.
+    // Compare even when nothing is stored, so the comparison itself does not tell the two cases apart.
     const matches = constantTimeEqual(presented.secret, stored?.secret ?? '');
     const reason = !stored
       ? 'no such token'
@@ -330,26 +330,48 @@ export function nextExpiry(tokens: readonly StoredToken[], now: Date): number | 
 }
 
 /**
- * Waits until a source reports a change, `untilMs` (epoch ms, optional), `maxMs` passes, or `signal`
- * aborts. Shared by the cleaner and the cluster-info publisher.
+ * Wakes a leader loop when token Secrets change. It subscribes before the loop's first read, so a
+ * change that lands between a read and the wait that follows still ends that wait at once.
  */
-export async function waitForTokenChange(
-  source: TokenSecretSource,
-  clock: Clock,
-  untilMs: number | undefined,
-  maxMs: number,
-  signal: AbortSignal,
-): Promise<void> {
-  const wake = new AbortController();
-  const onAbort = () => wake.abort();
-  signal.addEventListener('abort', onAbort, { once: true });
-  const unsubscribe = source.subscribe?.(() => wake.abort()) ?? (() => {});
-  try {
+export class TokenChanges {
+  #changed = false;
+  #wake: (() => void) | undefined;
+  readonly #unsubscribe: () => void;
+
+  constructor(source: TokenSecretSource) {
+    this.#unsubscribe =
+      source.subscribe?.(() => {
+        this.#changed = true;
+        this.#wake?.();
+      }) ?? (() => {});
+  }
+
+  /** Starts a pass: only changes from now on end the next wait early. */
+  begin(): void {
+    this.#changed = false;
+  }
+
+  /** Waits for a change since {@link TokenChanges.begin}, the time `untilMs` (epoch ms), `maxMs`, or `signal`. */
+  async wait(clock: Clock, untilMs: number | undefined, maxMs: number, signal: AbortSignal): Promise<void> {
+    if (this.#changed || signal.aborted) return;
     const delay = untilMs === undefined ? maxMs : Math.min(maxMs, Math.max(0, untilMs - clock.now()));
-    await sleep(clock, delay, wake.signal);
-  } finally {
-    unsubscribe();
-    signal.removeEventListener('abort', onAbort);
+    await new Promise<void>((resolve) => {
+      let cancel = () => {};
+      const done = () => {
+        cancel();
+        signal.removeEventListener('abort', done);
+        this.#wake = undefined;
+        resolve();
+      };
+      this.#wake = done;
+      signal.addEventListener('abort', done, { once: true });
+      cancel = clock.setTimer(done, delay);
+    });
+  }
+
+  /** Unsubscribes from the source. */
+  close(): void {
+    this.#unsubscribe();
   }
 }
 
@@ -376,13 +398,13 @@ export class TokenCleaner implements LeaderComponent {
     this.#logger = (options.logger ?? silentLogger).child({ component: this.name });
   }
 
-  /** Deletes every expired token now; returns the ids deleted. */
-  async sweep(): Promise<string[]> {
+  /** Deletes every expired token now; returns the ids deleted and when the next token expires (epoch ms). */
+  async sweep(): Promise<{ deleted: string[]; nextExpiry: number | undefined }> {
     const now = new Date(this.#clock.now());
     const deleted: string[] = [];
-    for (const secret of await this.#options.source.list()) {
-      const token = storedTokenOf(secret);
-      if (!token || token.deleting || !isExpired(token, now)) continue;
+    const tokens = (await this.#options.source.list()).flatMap((s) => storedTokenOf(s) ?? []);
+    for (const token of tokens) {
+      if (token.deleting || !isExpired(token, now)) continue;
       try {
         await this.#options.core.deleteNamespacedSecret({
           name: tokenSecretPrefix + token.id,
@@ -397,21 +419,19 @@ export class TokenCleaner implements LeaderComponent {
         if (status !== 404 && status !== 409) throw fromApiException(err, `delete expired token ${token.id}`);
       }
     }
-    return deleted;
+    return { deleted, nextExpiry: nextExpiry(tokens, now) };
   }
 
   async start(signal: AbortSignal): Promise<void> {
-    while (!signal.aborted) {
-      await this.sweep();
-      const tokens = (await this.#options.source.list()).flatMap((s) => storedTokenOf(s) ?? []);
-      const now = new Date(this.#clock.now());
-      await waitForTokenChange(
-        this.#options.source,
-        this.#clock,
-        nextExpiry(tokens, now),
-        this.#options.resyncMs ?? 60_000,
-        signal,
-      );
+    const changes = new TokenChanges(this.#options.source);
+    try {
+      while (!signal.aborted) {
+        changes.begin();
+        const { nextExpiry } = await this.sweep();
+        await changes.wait(this.#clock, nextExpiry, this.#options.resyncMs ?? 60_000, signal);
+      }
+    } finally {
+      changes.close();
     }
   }
 }
