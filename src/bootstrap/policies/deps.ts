@@ -1,0 +1,100 @@
+/**
+ * Builds what the configured approval policies depend on — cloud clients, the token store, the
+ * inventory, the replay guard — and only that: a chain of `[queue]` needs no cloud at all. Used by
+ * the controller at start-up and by `explain`.
+ */
+import type { CoreV1Api } from '@kubernetes/client-node';
+import { createAwsProvider } from '../../cloud/aws/provider.ts';
+import type { CloudOverrides } from '../../cloud/from-config.ts';
+import { createGceProvider } from '../../cloud/gce/provider.ts';
+import { InventoryStore } from '../../cloud/metal/inventory.ts';
+import type { Config } from '../../config/schema.ts';
+import { ConfigError } from '../../errors.ts';
+import { type Logger, silentLogger } from '../../log.ts';
+import type { Vfs } from '../../statestore/types.ts';
+import { ConfigMapReplayGuard, MemoryReplayGuard, type ReplayGuard } from '../replay-guard.ts';
+import { apiTokenSource, TokenValidator } from '../tokens.ts';
+import { awsAccountOf, type PolicyDeps, policySpecsOf } from './build.ts';
+
+/** Where the dependencies come from. */
+export interface PolicyDepsOptions {
+  config: Config;
+  /** The apiserver: bootstrap tokens, and the replay guard shared by replicas. */
+  core?: CoreV1Api;
+  /** Overrides the replay guard (`explain` keeps its own, so a dry run spends nothing in the cluster). */
+  replayGuard?: ReplayGuard;
+  /** The state store at configBase (the metal inventory). */
+  stateStore?: Vfs;
+  cloud?: CloudOverrides;
+  serverUrl?: string;
+  logger?: Logger;
+}
+
+/** The names of the policies the chain uses, including those webhooks verify with. */
+export function policyNamesOf(config: Config): Set<string> {
+  const names = new Set<string>();
+  for (const spec of policySpecsOf(config)) {
+    names.add(spec.name);
+    if (spec.name === 'webhook' && spec.verifiedBy) names.add(spec.verifiedBy);
+  }
+  return names;
+}
+
+/** Builds the dependencies of the configured chain; `close` releases cloud connections. */
+export async function policyDepsFromConfig(
+  options: PolicyDepsOptions,
+): Promise<{ deps: PolicyDeps; close(): void }> {
+  const { config, core, logger = silentLogger } = options;
+  const names = policyNamesOf(config);
+  const closers: (() => void)[] = [];
+  const deps: PolicyDeps = {
+    replayGuard:
+      options.replayGuard ??
+      (core
+        ? new ConfigMapReplayGuard({ core, namespace: config.bootstrap.replayNamespace })
+        : new MemoryReplayGuard()),
+    logger,
+    ...(options.serverUrl === undefined ? {} : { serverUrl: options.serverUrl }),
+    ...(core && (names.has('bootstrap-token') || names.has('metal'))
+      ? { tokens: new TokenValidator(apiTokenSource(core), logger) }
+      : {}),
+  };
+  try {
+    if (names.has('aws')) {
+      const region = config.server?.provider.aws?.Region;
+      const aws = await createAwsProvider({
+        clusterName: config.clusterName,
+        ...(region ? { region } : {}),
+        ...options.cloud?.aws,
+        logger,
+      });
+      closers.push(() => aws.clients.destroy());
+      const { account, partition } = await awsAccountOf(aws.clients.sts);
+      deps.aws = { account, partition, region: aws.clients.region, instances: aws.nodeIdentifier };
+    }
+    if (names.has('gce')) {
+      const gce = await createGceProvider({
+        project: config.server?.provider.gce?.projectID,
+        clusterName: config.clusterName,
+        ...options.cloud?.gce,
+        logger,
+      });
+      deps.gce = { identifier: gce.nodeIdentifier, compute: gce.compute };
+    }
+    if (names.has('metal')) {
+      if (!options.stateStore) {
+        throw new ConfigError('approval policy metal needs the inventory in the state store: set configBase');
+      }
+      deps.inventory = new InventoryStore({ vfs: options.stateStore, logger });
+    }
+  } catch (err) {
+    for (const close of closers) close();
+    throw err;
+  }
+  return {
+    deps,
+    close: () => {
+      for (const close of closers) close();
+    },
+  };
+}
