@@ -23,8 +23,21 @@ function build(config: Record<string, unknown>) {
 }
 
 describe('buildLeaderComponents', () => {
-  test('a config with a state store and a supported cloud runs the NodeController', async () => {
+  test('a config with a state store and a supported cloud runs the NodeController and CSR approver', async () => {
     const built = await build({ cloud: 'metal', configBase: 'memfs://leader/c.example.com' });
+    assert.deepEqual(
+      built.components.map((c) => c.name),
+      ['node-controller', 'csr-approver'],
+    );
+    built.close();
+  });
+
+  test('csrApprover.enabled: false leaves kubelet CSRs to others', async () => {
+    const built = await build({
+      cloud: 'metal',
+      configBase: 'memfs://leader/c.example.com',
+      csrApprover: { enabled: false },
+    });
     assert.deepEqual(
       built.components.map((c) => c.name),
       ['node-controller'],

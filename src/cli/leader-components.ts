@@ -1,11 +1,12 @@
 /**
  * The leader-only components a controller config asks for, built once for `run` and `dev`: today the
- * NodeController, from the config's cloud and state store.
+ * NodeController and the kubelet CSR approver, from the config's cloud and state store.
  */
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { type CloudOverrides, cloudFromConfig, identifyingClouds } from '../cloud/from-config.ts';
 import type { Config } from '../config/schema.ts';
+import { CsrApprover } from '../controllers/csr-approver/csr-approver.ts';
 import { NodeController } from '../controllers/node/node-controller.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
@@ -33,19 +34,22 @@ export interface LeaderComponents {
 }
 
 /**
- * Builds the components. A config without `configBase`, or on a cloud without node identity, runs no
- * NodeController (logged as a warning): nodes stay unlabelled rather than the controller crash-looping.
+ * Builds the components. A config without `configBase`, or on a cloud without node identity, runs neither
+ * the NodeController nor the CSR approver (logged as a warning): nodes stay unlabelled and kubelet CSRs
+ * pending rather than the controller crash-looping.
  */
 export async function buildLeaderComponents(options: LeaderComponentsOptions): Promise<LeaderComponents> {
   const { config, logger = silentLogger } = options;
   if (!config.configBase) {
-    logger.warn('configBase is not set: the NodeController is off and nodes will not be labelled');
+    logger.warn(
+      'configBase is not set: the NodeController and CSR approver are off; nodes will not be labelled',
+    );
     return { components: [], close: () => undefined };
   }
   if (!(identifyingClouds as readonly string[]).includes(config.cloud)) {
     logger.warn(
       { cloud: config.cloud },
-      `node identity is implemented for ${identifyingClouds.join(', ')} only: the NodeController is off`,
+      `node identity is implemented for ${identifyingClouds.join(', ')} only: the NodeController and CSR approver are off`,
     );
     return { components: [], close: () => undefined };
   }
@@ -63,5 +67,18 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
     registry: options.registry,
     logger,
   });
-  return { components: [nodeController], close: () => cloud.close() };
+  const components: LeaderComponent[] = [nodeController];
+  if (config.csrApprover.enabled) {
+    components.push(
+      new CsrApprover({
+        kubeConfig: options.kubeConfig,
+        identifier: cloud.nodeIdentifier,
+        identifyByNodeName: cloud.identifiesByNodeName,
+        leaveUnverifiedForHumans: config.csrApprover.leaveUnverifiedForHumans,
+        registry: options.registry,
+        logger,
+      }),
+    );
+  }
+  return { components, close: () => cloud.close() };
 }

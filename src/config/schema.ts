@@ -142,6 +142,13 @@ const bootstrap = z.strictObject({
   replayNamespace: z.string().min(1).default('kube-system'),
 });
 
+const csrApprover = z.strictObject({
+  /** Approve kubelet client renewals and cloud-verified serving certificates (needs node identity). */
+  enabled: z.boolean().default(true),
+  /** Leave kubelet CSRs that fail a check pending for a human instead of denying them. */
+  leaveUnverifiedForHumans: z.boolean().default(false),
+});
+
 export const supportedClouds = [
   'aws',
   'gce',
@@ -167,6 +174,7 @@ export const configSchema = z
     leaderElection: leaderElection.default(leaderElection.parse({})),
     metrics: metrics.default(metrics.parse({})),
     bootstrap: bootstrap.default(bootstrap.parse({})),
+    csrApprover: csrApprover.default(csrApprover.parse({})),
   })
   .superRefine((config, ctx) => {
     const le = config.leaderElection;
