@@ -7,10 +7,12 @@ import fc from 'fast-check';
 import { makeClients } from '../kube/client.ts';
 import { createCa } from '../pki/ca.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { FakeClock } from '../testing/fake-clock.ts';
 import {
   buildClusterInfo,
   ClusterInfoPublisher,
   clusterInfoHandler,
+  configMapClusterInfoSource,
   detachedJws,
   parseClusterInfoDocument,
   parseClusterInfoKubeconfig,
@@ -200,8 +202,12 @@ describe('publisher against the simulated apiserver', () => {
   });
   after(() => sim.close());
 
-  const readData = async () =>
-    (await core.readNamespacedConfigMap({ name: 'cluster-info', namespace: 'kube-public' })).data ?? {};
+  /** The ConfigMap's data; empty while there is none. */
+  const readData = async (): Promise<Record<string, string>> =>
+    core.readNamespacedConfigMap({ name: 'cluster-info', namespace: 'kube-public' }).then(
+      (configMap) => configMap.data ?? {},
+      () => ({}),
+    );
 
   test('creates cluster-info, signs new tokens, drops deleted ones, and writes only on change', async () => {
     const secrets: V1Secret[] = [];
@@ -225,6 +231,31 @@ describe('publisher against the simulated apiserver', () => {
     secrets.length = 0;
     assert.equal((await publisher.sync()).written, true);
     assert.deepEqual(await readData(), { kubeconfig });
+  });
+
+  test('the ConfigMap source serves what was published, reading once per max age', async () => {
+    await core
+      .deleteNamespacedConfigMap({ name: 'cluster-info', namespace: 'kube-public' })
+      .catch(() => undefined);
+    const clock = new FakeClock();
+    const source = configMapClusterInfoSource(core, { clock, maxAgeMs: 5000 });
+    assert.equal(await source(), undefined, 'nothing published yet');
+    await clock.advance(5000);
+    const kubeconfig = renderClusterInfoKubeconfig({
+      servers: ['https://api3.example.com'],
+      caBundlePem: caPem,
+    });
+    await core.createNamespacedConfigMap({
+      namespace: 'kube-public',
+      body: { metadata: { name: 'cluster-info' }, data: { kubeconfig } },
+    });
+    const [a, b] = await Promise.all([source(), source()]);
+    assert.deepEqual(a, buildClusterInfo(kubeconfig, [], new Date()));
+    assert.equal(a, b, 'concurrent requests share one read');
+    await core.deleteNamespacedConfigMap({ name: 'cluster-info', namespace: 'kube-public' });
+    assert.deepEqual(await source(), a, 'cached within the max age');
+    await clock.advance(5000);
+    assert.equal(await source(), undefined, 're-read after the max age');
   });
 
   test('the running component follows token Secrets through an informer', async () => {

@@ -259,6 +259,60 @@ export function clusterInfoHandler(
   };
 }
 
+/** Options of {@link configMapClusterInfoSource}. */
+export interface ConfigMapSourceOptions {
+  /** How long one read of the ConfigMap serves requests; default 5 s. */
+  maxAgeMs?: number;
+  clock?: Clock;
+}
+
+/**
+ * A {@link ClusterInfoSource} reading `kube-public/cluster-info` as the leader published it, for the
+ * bootstrap server on every replica. One read serves all requests for `maxAgeMs` and concurrent
+ * requests share one read, so a join storm costs the apiserver a read every few seconds, not one per node.
+ */
+export function configMapClusterInfoSource(
+  core: CoreV1Api,
+  options: ConfigMapSourceOptions = {},
+): ClusterInfoSource {
+  const clock = options.clock ?? systemClock;
+  const maxAgeMs = options.maxAgeMs ?? 5000;
+  let cached: { at: number; document: ClusterInfoDocument | undefined } | undefined;
+  let reading: Promise<ClusterInfoDocument | undefined> | undefined;
+  const read = async (): Promise<ClusterInfoDocument | undefined> => {
+    let configMap: V1ConfigMap;
+    try {
+      configMap = await core.readNamespacedConfigMap({
+        name: clusterInfoName,
+        namespace: clusterInfoNamespace,
+      });
+    } catch (err) {
+      if (httpStatusOfApiError(err) === 404) return undefined;
+      throw fromApiException(err, 'read configmap kube-public/cluster-info');
+    }
+    const data = configMap.data ?? {};
+    if (typeof data[kubeconfigKey] !== 'string') return undefined;
+    return {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: clusterInfoName, namespace: clusterInfoNamespace },
+      data,
+    };
+  };
+  return () => {
+    if (cached && clock.now() - cached.at < maxAgeMs) return cached.document;
+    reading ??= read()
+      .then((document) => {
+        cached = { at: clock.now(), document };
+        return document;
+      })
+      .finally(() => {
+        reading = undefined;
+      });
+    return reading;
+  };
+}
+
 /** Parses a cluster-info document (JSON ConfigMap); throws InvalidInputError when it is not one. */
 export function parseClusterInfoDocument(text: string, source = 'cluster-info'): ClusterInfoDocument {
   let value: unknown;
