@@ -2,6 +2,7 @@
 import type { Command } from 'commander';
 import { devCommand } from './dev.ts';
 import { discoveryCommand } from './discovery.ts';
+import { explainCommand } from './explain.ts';
 import { joinCommand } from './join.ts';
 import { labelsCommand } from './labels.ts';
 import { pkiCommand } from './pki.ts';
@@ -14,6 +15,7 @@ export function commandsOf(): Command[] {
   return [
     devCommand(),
     discoveryCommand(),
+    explainCommand(),
     joinCommand(),
     labelsCommand(),
     pkiCommand(),

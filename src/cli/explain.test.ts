@@ -1,0 +1,148 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import type { Command } from 'commander';
+import { signAwsStsProof } from '../agent/aws-proof.ts';
+import { nativeApiVersion } from '../bootstrap/native-handler.ts';
+import { newBootstrapToken, tokenSecretOf } from '../bootstrap/tokens.ts';
+import { exitCodeOf } from '../errors.ts';
+import { makeClients } from '../kube/client.ts';
+import { startApiServer } from '../sim/apiserver/index.ts';
+import { startAwsSimulator } from '../sim/aws/server.ts';
+import { createCertificateRequest } from '../sim/tls.ts';
+import { explainInput } from './explain.ts';
+import { buildProgram } from './main.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'kops-explain-'));
+let csr = '';
+after(() => rmSync(root, { recursive: true, force: true }));
+before(async () => {
+  csr = (await createCertificateRequest({ name: 'system:node:worker-1', groups: ['system:nodes'] })).csr;
+});
+
+function file(name: string, text: string): string {
+  const path = join(root, name);
+  writeFileSync(path, text);
+  return path;
+}
+
+function conf(name: string, config: object): string {
+  return file(name, JSON.stringify({ clusterName: 'c.example.com', cloud: 'aws', ...config }));
+}
+
+async function explain(...args: string[]): Promise<string> {
+  const program = buildProgram();
+  let out = '';
+  const capture = (command: Command): void => {
+    command.configureOutput({ writeOut: (text) => (out += text), writeErr: (text) => (out += text) });
+    for (const sub of command.commands) capture(sub);
+  };
+  capture(program);
+  await program.parseAsync(['-v', '0', 'explain', ...args], { from: 'user' });
+  return out;
+}
+
+test('explain --csr evaluates every policy and marks the deciding one', async () => {
+  const chain = conf('stock.json', {
+    bootstrap: {
+      policies: [{ name: 'queue' }, { name: 'always-reject' }, { name: 'insecure-always-approve' }],
+    },
+  });
+  const json = JSON.parse(await explain('--conf', chain, '--csr', file('node.csr', csr), '-o', 'json'));
+  assert.deepEqual(
+    json.trail.map((r: { policy: string; verdict: string; decides: boolean }) => [
+      r.policy,
+      r.verdict,
+      r.decides,
+    ]),
+    [
+      ['queue', 'queue', true],
+      ['always-reject', 'deny', false],
+      ['insecure-always-approve', 'approve', false],
+    ],
+  );
+  assert.equal(json.decision.verdict, 'queue');
+  assert.equal(json.request.claimedNodeName, 'worker-1');
+  const table = await explain('--conf', chain, '--csr', file('node.csr', csr));
+  assert.match(table, /^POLICY\s+VERDICT\s+DECIDES\s+NODE\s+GROUP\s+REASONS/);
+  assert.match(table, /insecure-always-approve\s+approve\s+worker-1/);
+  assert.match(table, /=> queue\s+queue\s+yes/);
+});
+
+test('explain --request with an x-aws-sts proof replays it to STS; the proof stays usable', async () => {
+  const sim = await startAwsSimulator({ throttling: false });
+  const saved = { ...process.env };
+  try {
+    const instanceId = 'i-0123456789abcdef0';
+    sim.ec2.addInstances([
+      { id: instanceId, zone: 'us-east-1a', cluster: 'c.example.com', instanceGroup: 'nodes' },
+    ]);
+    const credentials = sim.sts.addInstanceProfileSession('nodes.c.example.com', instanceId);
+    // The controller's own AWS clients reach the simulator through the SDK's standard environment.
+    Object.assign(process.env, {
+      AWS_ENDPOINT_URL: sim.endpoint,
+      AWS_ACCESS_KEY_ID: sim.credentials.accessKeyId,
+      AWS_SECRET_ACCESS_KEY: sim.credentials.secretAccessKey,
+    });
+    const body = {
+      apiVersion: nativeApiVersion,
+      nodeName: instanceId,
+      certificateSigningRequests: { kubelet: csr },
+    };
+    const authorization = signAwsStsProof(JSON.stringify(body), credentials, sim.region, 1);
+    const request = file('aws-request.json', JSON.stringify({ ...body, authorization }));
+    const config = conf('aws.json', {
+      server: { provider: { aws: { nodesRoles: ['nodes.c.example.com'], Region: sim.region } } },
+      bootstrap: { policies: [{ name: 'aws', stsEndpoint: sim.endpoint }, { name: 'queue' }] },
+    });
+    const first = JSON.parse(await explain('--conf', config, '--request', request, '-o', 'json'));
+    assert.equal(first.decision.verdict, 'approve', JSON.stringify(first));
+    assert.equal(first.decision.policy, 'aws');
+    assert.equal(first.decision.node, instanceId);
+    assert.equal(first.decision.instanceGroup, 'nodes');
+    assert.equal(first.trail[1].verdict, 'queue', 'later policies are evaluated too');
+    const again = JSON.parse(await explain('--conf', config, '--request', request, '-o', 'json'));
+    assert.equal(again.decision.verdict, 'approve', 'a dry run spends no cluster-wide replay marker');
+  } finally {
+    process.env = saved;
+    await sim.close();
+  }
+});
+
+test('explain --token checks a bootstrap token against the cluster', async () => {
+  const api = await startApiServer();
+  try {
+    const token = newBootstrapToken({ usages: ['authentication'] });
+    await makeClients(api.kubeConfig()).core.createNamespacedSecret({
+      namespace: 'kube-system',
+      body: tokenSecretOf(token),
+    });
+    const kubeconfig = file('kubeconfig', api.kubeconfig());
+    const config = conf('token.json', { bootstrap: { policies: [{ name: 'bootstrap-token' }] } });
+    const args = ['--conf', config, '--csr', file('node.csr', csr), '--kubeconfig', kubeconfig, '-o', 'json'];
+    const good = JSON.parse(await explain(...args, '--token', `${token.id}.${token.secret}`));
+    assert.equal(good.decision.verdict, 'approve');
+    const bad = JSON.parse(await explain(...args, '--token', `${token.id}.0000000000000000`));
+    assert.equal(bad.decision.verdict, 'deny');
+    assert.ok(!JSON.stringify(bad).includes('0000000000000000'));
+  } finally {
+    await api.close();
+  }
+});
+
+test('explain input errors are typed, with the exit code of bad input', async () => {
+  const config = conf('q.json', { bootstrap: { policies: [{ name: 'queue' }] } });
+  await assert.rejects(explain('--conf', config), (err) => exitCodeOf(err) === 65);
+  await assert.rejects(
+    explain('--conf', config, '--request', file('bad.json', '[1]')),
+    /must be a JSON object/,
+  );
+  await assert.rejects(explain('--conf', config, '--request', file('bad2.json', '{')), /not JSON/);
+  await assert.rejects(explain('--conf', config, '--csr', join(root, 'missing.csr')), /cannot read --csr/);
+  assert.throws(
+    () => explainInput({ request: '{"authorization": 1}' }, {}),
+    /must be the Authorization header value/,
+  );
+});

@@ -1,0 +1,206 @@
+/**
+ * `kops-controller explain`: dry-runs a bootstrap request — a native API request body (optionally
+ * with its `authorization` header value inside) or a bare CSR — against the configured approval
+ * policies, evaluating every policy (not only up to the deciding one) and printing each verdict with
+ * its reasons. Nothing is issued, queued or recorded in the cluster: proofs are spent only in a
+ * private replay guard, so the node can still use a proof that was explained.
+ */
+import { readFile, stat } from 'node:fs/promises';
+import { Command, Option } from 'commander';
+import { evaluateChain } from '../bootstrap/chain.ts';
+import { nativeApiVersion, parseCertificatesRequest } from '../bootstrap/native-handler.ts';
+import { buildPolicies } from '../bootstrap/policies/build.ts';
+import { policyDepsFromConfig, policyNamesOf } from '../bootstrap/policies/deps.ts';
+import { MemoryReplayGuard } from '../bootstrap/replay-guard.ts';
+import type { BootstrapRequest, ChainDecision, PolicyDecision } from '../bootstrap/types.ts';
+import { loadConfigFile } from '../config/loader.ts';
+import { InvalidInputError, NotFoundError } from '../errors.ts';
+import { loadKubeConfig, makeClients } from '../kube/client.ts';
+import { openVfs } from '../statestore/open.ts';
+import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
+import { formatOutput, outputOption, writeOut } from './output.ts';
+
+interface ExplainOptions extends KubeOptions {
+  conf: string;
+  request?: string;
+  csr?: string;
+  node?: string;
+  token?: string;
+  remoteAddress: string;
+  output: string;
+}
+
+/** Bootstrap bodies are at most 64 KiB (docs/bootstrap-api.md). */
+const maxInputBytes = 64 * 1024;
+
+async function readInput(path: string, flag: string): Promise<string> {
+  let size: number;
+  try {
+    size = (await stat(path)).size;
+  } catch (err) {
+    throw new NotFoundError(`cannot read ${flag} ${path}: ${(err as NodeJS.ErrnoException).code}`, {
+      cause: err,
+    });
+  }
+  if (size > maxInputBytes)
+    throw new InvalidInputError(`${flag} ${path}: ${size} bytes exceeds ${maxInputBytes}`);
+  return readFile(path, 'utf8');
+}
+
+/**
+ * The request body and Authorization value an input describes: a request file's own JSON minus its
+ * `authorization` field (proofs bound to the body verify only if the node signed this compact JSON),
+ * or a native request built around a CSR.
+ */
+export function explainInput(
+  input: { request?: string; csr?: string },
+  options: { node?: string; token?: string },
+): { body: Buffer; authorization: string | undefined } {
+  if (input.request !== undefined) {
+    let json: unknown;
+    try {
+      json = JSON.parse(input.request);
+    } catch (err) {
+      throw new InvalidInputError(`--request is not JSON: ${(err as Error).message}`);
+    }
+    if (json === null || typeof json !== 'object' || Array.isArray(json)) {
+      throw new InvalidInputError('--request must be a JSON object (a bootstrap request)');
+    }
+    const { authorization, ...rest } = json as Record<string, unknown>;
+    if (authorization !== undefined && typeof authorization !== 'string') {
+      throw new InvalidInputError('the authorization field must be the Authorization header value, a string');
+    }
+    return {
+      body: Buffer.from(JSON.stringify(rest)),
+      authorization: options.token ? `Bearer ${options.token}` : authorization,
+    };
+  }
+  const body = {
+    apiVersion: nativeApiVersion,
+    ...(options.node === undefined ? {} : { nodeName: options.node }),
+    certificateSigningRequests: { kubelet: input.csr },
+  };
+  return {
+    body: Buffer.from(JSON.stringify(body)),
+    authorization: options.token ? `Bearer ${options.token}` : undefined,
+  };
+}
+
+/** One row per policy, in chain order; `decides` marks the policy whose verdict stands. */
+export interface ExplainRow {
+  policy: string;
+  verdict: PolicyDecision['verdict'];
+  decides: boolean;
+  node?: string;
+  instanceGroup?: string;
+  reasons: string[];
+}
+
+/** The rows and the overall decision of an evaluated chain (pure). */
+export function explainRows(chain: ChainDecision): { rows: ExplainRow[]; decision: ExplainRow } {
+  const rowOf = (policy: string, decision: PolicyDecision, decides: boolean): ExplainRow => {
+    const facts = decision.verdict === 'approve' || decision.verdict === 'queue' ? decision.facts : undefined;
+    return {
+      policy,
+      verdict: decision.verdict,
+      decides,
+      ...(facts ? { node: facts.nodeName } : {}),
+      ...(facts?.instanceGroup ? { instanceGroup: facts.instanceGroup } : {}),
+      reasons: decision.reasons,
+    };
+  };
+  return {
+    rows: chain.trail.map(({ policy, decision }) => rowOf(policy, decision, policy === chain.decidedBy)),
+    decision: rowOf(chain.decidedBy ?? '(none)', chain.decision, true),
+  };
+}
+
+/** The `explain` command. */
+export function explainCommand(): Command {
+  const command = new Command('explain')
+    .description(
+      'dry-run a bootstrap request or a CSR against the configured approval policies and print every ' +
+        "policy's verdict and reasons; nothing is issued",
+    )
+    .requiredOption('--conf <file>', 'the kops-controller configuration (its bootstrap.policies chain)')
+    .addOption(
+      new Option(
+        '--request <file>',
+        'a bootstrap request body (JSON, docs/bootstrap-api.md), optionally with "authorization"',
+      ).conflicts('csr'),
+    )
+    .addOption(
+      new Option('--csr <file>', 'a kubelet CSR (PEM) to explain as a native request').conflicts('request'),
+    )
+    .option('--node <name>', 'with --csr: the node name the request claims')
+    .option('--token <id.secret>', 'a bootstrap token to present (as Authorization: Bearer)')
+    .option('--remote-address <ip>', 'the address the request is to come from (metal checks it)', '127.0.0.1')
+    .addOption(outputOption());
+  return withKubeOptions(command).action(async (options: ExplainOptions, cmd: Command) => {
+    if (options.request === undefined && options.csr === undefined) {
+      throw new InvalidInputError('pass --request FILE or --csr FILE');
+    }
+    const logger = commandLogger(cmd);
+    const config = await loadConfigFile(options.conf);
+    const input = explainInput(
+      options.request !== undefined
+        ? { request: await readInput(options.request, '--request') }
+        : { csr: await readInput(options.csr as string, '--csr') },
+      options,
+    );
+    const request: BootstrapRequest = parseCertificatesRequest({
+      ...input,
+      remoteAddress: options.remoteAddress,
+      receivedAt: new Date(),
+    });
+    const names = policyNamesOf(config);
+    const needsCluster = names.has('bootstrap-token') || names.has('metal');
+    const { deps, close } = await policyDepsFromConfig({
+      config,
+      replayGuard: new MemoryReplayGuard(),
+      logger,
+      ...(needsCluster
+        ? {
+            core: makeClients(
+              loadKubeConfig({ kubeconfig: options.kubeconfig, context: options.context }).kubeConfig,
+            ).core,
+          }
+        : {}),
+      ...(names.has('metal') && config.configBase ? { stateStore: openVfs(config.configBase) } : {}),
+    });
+    try {
+      const policies = await buildPolicies(config, deps);
+      const chain = await evaluateChain(
+        policies,
+        request,
+        { now: () => new Date() },
+        { stopAtDecision: false },
+      );
+      const { rows, decision } = explainRows(chain);
+      writeOut(
+        cmd,
+        formatOutput(
+          options.output,
+          {
+            request: { claimedNodeName: request.claimedNodeName, proof: request.proof.kind },
+            decision,
+            trail: rows,
+          },
+          {
+            rows: [...rows, { ...decision, policy: `=> ${decision.policy}` }],
+            columns: [
+              { header: 'policy', value: (r) => r.policy },
+              { header: 'verdict', value: (r) => r.verdict },
+              { header: 'decides', value: (r) => (r.decides ? 'yes' : '') },
+              { header: 'node', value: (r) => r.node },
+              { header: 'group', value: (r) => r.instanceGroup },
+              { header: 'reasons', value: (r) => r.reasons.join('; ') },
+            ],
+          },
+        ),
+      );
+    } finally {
+      close();
+    }
+  });
+}
