@@ -11,7 +11,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { CertificatesV1Api, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
-import { Counter, Gauge, Histogram, type Registry, register } from 'prom-client';
+import { type Registry, register } from 'prom-client';
 import type { Config } from '../config/schema.ts';
 import {
   ConfigError,
@@ -21,7 +21,6 @@ import {
   NotFoundError,
   RateLimitedError,
 } from '../errors.ts';
-import { sharedMetric } from '../kube/metrics.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { loadCa } from '../pki/folder.ts';
@@ -30,9 +29,10 @@ import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { parseListenAddress, urlOf } from '../runtime/listen-address.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
-import type { AuditSink, BootstrapContext, BootstrapMetricsSink } from './context.ts';
+import type { AuditSink, BootstrapContext } from './context.ts';
 import { maxBodyBytes, readBody, sendError, sendJson } from './http.ts';
 import { defaultKopsCertNames, type KopsOptions, kopsBootstrap } from './kops-handler.ts';
+import { bootstrapMetrics } from './metrics.ts';
 import { type Answer, pollRequest, submitCertificates } from './native-handler.ts';
 import { apiNodeReader } from './node-guard.ts';
 import { CsrQueue } from './queue.ts';
@@ -248,48 +248,6 @@ export async function serveBootstrap(options: BootstrapServerOptions): Promise<B
         });
         server.closeIdleConnections();
       }),
-  };
-}
-
-/** The bootstrap metrics on a prom-client registry (shared by every server in the process). */
-export function bootstrapMetrics(registry: Registry): BootstrapMetricsSink {
-  const registers = [registry];
-  const requests = sharedMetric(
-    registry,
-    'kops_controller_bootstrap_requests_total',
-    () =>
-      new Counter({
-        name: 'kops_controller_bootstrap_requests_total',
-        help: 'Bootstrap requests decided, by deciding policy (or check) and verdict.',
-        labelNames: ['policy', 'verdict'],
-        registers,
-      }),
-  );
-  const latency = sharedMetric(
-    registry,
-    'kops_controller_bootstrap_issue_seconds',
-    () =>
-      new Histogram({
-        name: 'kops_controller_bootstrap_issue_seconds',
-        help: 'Time from a bootstrap request arriving to its certificates being issued.',
-        buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
-        registers,
-      }),
-  );
-  const depth = sharedMetric(
-    registry,
-    'kops_controller_bootstrap_queue_depth',
-    () =>
-      new Gauge({
-        name: 'kops_controller_bootstrap_queue_depth',
-        help: 'Queued bootstrap requests waiting for a human to approve or deny them.',
-        registers,
-      }),
-  );
-  return {
-    decision: (policy, verdict) => requests.inc({ policy, verdict }),
-    issued: (seconds) => latency.observe(seconds),
-    queueDepth: (pending) => depth.set(pending),
   };
 }
 

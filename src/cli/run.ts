@@ -13,6 +13,7 @@ import { exitCodeOf } from '../errors.ts';
 import { loadKubeConfig } from '../kube/client.ts';
 import { ControllerRuntime, type LeaderComponent } from '../runtime/controller-runtime.ts';
 import { vfsOptionsFromEnv } from '../statestore/open.ts';
+import { startConfiguredBootstrap } from './bootstrap-server.ts';
 import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
 import { buildLeaderComponents } from './leader-components.ts';
 
@@ -62,7 +63,17 @@ export function runCommand(): Command {
       registry: register,
       logger,
     });
-    const components: LeaderComponent[] = [...leader.components];
+    // The bootstrap server runs on every replica; only its CSR signer is leader-only.
+    const bootstrap = config.server
+      ? await startConfiguredBootstrap({
+          config,
+          kubeConfig,
+          vfsOptions: vfsOptionsFromEnv(process.env),
+          registry: register,
+          logger,
+        })
+      : undefined;
+    const components: LeaderComponent[] = [...leader.components, ...(bootstrap ? [bootstrap.signer] : [])];
     const runtime = new ControllerRuntime({
       config,
       leaseClient: kubeConfig.makeApiClient(CoordinationV1Api),
@@ -85,6 +96,7 @@ export function runCommand(): Command {
       setTimeout(() => process.exit(exitCodeOf(err)), 2000).unref();
       throw err;
     } finally {
+      await bootstrap?.close();
       leader.close();
       process.off('SIGTERM', shutdown);
       process.off('SIGINT', shutdown);

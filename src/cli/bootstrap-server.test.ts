@@ -1,0 +1,124 @@
+/**
+ * The bootstrap server as `run` builds it from a kops config: nodeup's request, signed the way nodeup
+ * signs it, goes through the configured `aws` policy (the AWS simulator's STS verifies the signature
+ * for real) and is answered as kops-controller answers.
+ */
+import assert from 'node:assert/strict';
+import { generateKeyPairSync } from 'node:crypto';
+import { request } from 'node:https';
+import { after, before, describe, test } from 'node:test';
+import { Registry } from 'prom-client';
+import { signAwsStsProof } from '../agent/aws-proof.ts';
+import { kopsApiVersion } from '../bootstrap/kops-handler.ts';
+import type { RunningBootstrap } from '../bootstrap/server.ts';
+import type { SigV4Credentials } from '../cloud/aws/sigv4.ts';
+import { parseConfig } from '../config/loader.ts';
+import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
+import { spkiOf } from '../pki/keys.ts';
+import { encodePem } from '../pki/pem.ts';
+import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
+import { opensslVerify } from '../testing/openssl.ts';
+import { startConfiguredBootstrap } from './bootstrap-server.ts';
+
+const cluster = 'minimal.example.com';
+const instanceId = 'i-0123456789abcdef0';
+
+describe('bootstrap server from a kops config', () => {
+  let aws: AwsSimulator;
+  let kube: SimApiServer;
+  let ca: CertificateAuthority;
+  let boot: RunningBootstrap;
+  let nodeCredentials: SigV4Credentials;
+
+  before(async () => {
+    aws = await startAwsSimulator({ throttling: false });
+    aws.ec2.addInstances([
+      {
+        id: instanceId,
+        zone: 'us-east-1a',
+        cluster,
+        instanceGroup: 'nodes-us-east-1a',
+        privateIp: '10.1.2.3',
+      },
+    ]);
+    nodeCredentials = aws.sts.addInstanceProfileSession(`nodes.${cluster}`, instanceId);
+    kube = await startApiServer();
+    ca = createCa();
+    const config = parseConfig({
+      clusterName: cluster,
+      cloud: 'aws',
+      server: {
+        Listen: ':3988',
+        provider: { aws: { nodesRoles: [`nodes.${cluster}`], Region: aws.region } },
+        certNames: ['kubelet', 'kubelet-server', 'kube-proxy'],
+      },
+      bootstrap: { policies: [{ name: 'aws', stsEndpoint: aws.endpoint }] },
+    });
+    boot = await startConfiguredBootstrap({
+      config,
+      kubeConfig: kube.kubeConfig(),
+      vfsOptions: {},
+      cloud: { aws: { endpoint: aws.endpoint, credentials: aws.credentials } },
+      registry: new Registry(),
+      server: { listen: '127.0.0.1:0', serverNames: { ipAddresses: ['127.0.0.1'] }, ca },
+    });
+  });
+  after(async () => {
+    await boot.close();
+    await kube.close();
+    await aws.close();
+  });
+
+  /** POSTs like nodeup: a fresh STS proof bound to the exact body, per attempt. */
+  function nodeup(body: string, authorization = signAwsStsProof(body, nodeCredentials, aws.region, 1)) {
+    return new Promise<{ status: number; text: string }>((resolve, reject) => {
+      const req = request(
+        `${boot.server.url}/bootstrap`,
+        { method: 'POST', ca: bundlePem(ca), headers: { 'content-type': 'application/json', authorization } },
+        (res) => {
+          let text = '';
+          res.on('data', (c: Buffer) => (text += c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+        },
+      );
+      req.on('error', reject);
+      req.end(body);
+    });
+  }
+
+  /** nodeup's body for a fresh kubelet key (a proof for the same body in the same second is a replay). */
+  const nodeupBody = () =>
+    JSON.stringify({
+      apiVersion: kopsApiVersion,
+      certs: {
+        kubelet: encodePem(
+          'RSA PUBLIC KEY',
+          spkiOf(generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey),
+        ),
+      },
+      keypairIDs: {},
+    });
+
+  test('a signed nodeup request gets its kubelet certificate for the EC2 instance; a replay is refused', async () => {
+    const body = nodeupBody();
+    const authorization = signAwsStsProof(body, nodeCredentials, aws.region, 1);
+    const reply = await nodeup(body, authorization);
+    assert.equal(reply.status, 200, reply.text);
+    const kubelet = (JSON.parse(reply.text) as { Certs: Record<string, string> }).Certs['kubelet'] as string;
+    assert.match(opensslVerify(bundlePem(ca), kubelet, 'sslclient'), /: OK$/);
+    assert.deepEqual(await nodeup(body, authorization), { status: 403, text: 'failed to verify token\n' });
+    const otherBody = body.replace('"keypairIDs":{}', '"keypairIDs":{},"includeNodeConfig":false');
+    assert.equal((await nodeup(otherBody, authorization)).status, 403, 'a proof signed for another body');
+  });
+
+  test('once the node is registered and Ready, nodeup gets 409', async () => {
+    kube.store.create({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: instanceId },
+      status: { conditions: [{ type: 'Ready', status: 'True' }] },
+    });
+    assert.deepEqual(await nodeup(nodeupBody()), { status: 409, text: 'node already registered\n' });
+  });
+});
