@@ -6,6 +6,7 @@
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { CoreV1Api, KubeConfig, V1Secret } from '@kubernetes/client-node';
+import type { Registry } from 'prom-client';
 import { InvalidInputError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
 import { type Clock, systemClock } from '../kube/clock.ts';
@@ -230,7 +231,7 @@ export interface TokenSecretSource {
 /** An informer over the bootstrap token Secrets of kube-system (by field selector on the type). */
 export function tokenSecretInformer(
   kubeConfig: KubeConfig,
-  options: { logger?: Logger; clock?: Clock } = {},
+  options: { logger?: Logger; clock?: Clock; registry?: Registry } = {},
 ): Informer<V1Secret> {
   const path = `/api/v1/namespaces/${tokenNamespace}/secrets`;
   return new Informer<V1Secret>({
@@ -241,6 +242,7 @@ export function tokenSecretInformer(
     fieldSelector: `type=${tokenSecretType}`,
     logger: options.logger,
     clock: options.clock,
+    registry: options.registry,
   });
 }
 
