@@ -1,12 +1,16 @@
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import type { CoreV1Api, V1Secret } from '@kubernetes/client-node';
 import fc from 'fast-check';
+import { discoverCluster } from '../agent/discovery.ts';
 import { makeClients } from '../kube/client.ts';
 import { createCa } from '../pki/ca.ts';
+import { pinOfCertificatePem } from '../pki/pin.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { createCertificateAuthority, issueServingCertificate } from '../sim/tls.ts';
 import { FakeClock } from '../testing/fake-clock.ts';
 import {
   buildClusterInfo,
@@ -256,6 +260,42 @@ describe('publisher against the simulated apiserver', () => {
     assert.deepEqual(await source(), a, 'cached within the max age');
     await clock.advance(5000);
     assert.equal(await source(), undefined, 're-read after the max age');
+  });
+
+  test('end to end: published by the leader, served over TLS from the ConfigMap, discovered by a node', async () => {
+    const clusterCa = await createCertificateAuthority('e2e-cluster-ca');
+    const serving = await issueServingCertificate(clusterCa);
+    const token = newBootstrapToken();
+    await core.createNamespacedSecret({ namespace: 'kube-system', body: tokenSecretOf(token) });
+    const kubeconfig = renderClusterInfoKubeconfig({
+      servers: ['https://api.e2e.example.com'],
+      caBundlePem: clusterCa.certificate,
+    });
+    const secrets = await core.listNamespacedSecret({ namespace: 'kube-system' });
+    const source = { get: async () => undefined, list: async () => secrets.items };
+    await new ClusterInfoPublisher({ core, source, kubeconfig: () => kubeconfig }).sync();
+    const server = createHttpsServer(
+      { key: serving.privateKey, cert: serving.certificate },
+      clusterInfoHandler(configMapClusterInfoSource(core)),
+    );
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const found = await discoverCluster({
+        url: `https://127.0.0.1:${(server.address() as AddressInfo).port}`,
+        caPins: [pinOfCertificatePem(clusterCa.certificate)],
+        token: `${token.id}.${token.secret}`,
+      });
+      assert.deepEqual(found, {
+        server: 'https://api.e2e.example.com',
+        servers: ['https://api.e2e.example.com'],
+        caBundlePem: clusterCa.certificate,
+        verifiedTokenId: token.id,
+      });
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await core.deleteNamespacedSecret({ name: `bootstrap-token-${token.id}`, namespace: 'kube-system' });
+    }
   });
 
   test('the running component follows token Secrets through an informer', async () => {
