@@ -176,7 +176,9 @@ describe('GET /cluster-info handler', () => {
   after(() => new Promise<void>((resolve) => server.close(() => resolve())));
 
   test('503 before a document exists or when the source fails, then the ConfigMap JSON', async () => {
-    assert.equal((await fetch(url)).status, 503);
+    const early = await fetch(url);
+    assert.equal(early.status, 503);
+    assert.equal(((await early.json()) as { error: { reason: string } }).error.reason, 'not-published');
     document = buildClusterInfo('kubeconfig: x', [], new Date());
     const response = await fetch(url);
     assert.equal(response.status, 200);
@@ -194,6 +196,7 @@ describe('GET /cluster-info handler', () => {
     const post = await fetch(url, { method: 'POST', body: 'x' });
     assert.equal(post.status, 405);
     assert.equal(post.headers.get('allow'), 'GET, HEAD');
+    assert.equal(((await post.json()) as { error: { reason: string } }).error.reason, 'method-not-allowed');
   });
 });
 

@@ -10,13 +10,14 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { CoreV1Api, V1ConfigMap } from '@kubernetes/client-node';
 import { parse, stringify } from 'yaml';
-import { describeError, InvalidInputError } from '../errors.ts';
+import { describeError, InvalidInputError, UnavailableError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
 import { type Clock, systemClock } from '../kube/clock.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { validateServerUrl } from '../pki/kubeconfig.ts';
 import { decodePem } from '../pki/pem.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
+import { sendError, sendJson } from './http.ts';
 import {
   canSign,
   nextExpiry,
@@ -222,19 +223,10 @@ export type ClusterInfoSource = () =>
   | undefined
   | Promise<ClusterInfoDocument | undefined>;
 
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(text),
-    'cache-control': 'no-store',
-  });
-  res.end(text);
-}
-
 /**
  * `GET /cluster-info` for node:http: the document as JSON, the ConfigMap object exactly as the
- * apiserver serves `kube-public/cluster-info`, so one client reads either. HEAD works; other methods 405.
+ * apiserver serves `kube-public/cluster-info`, so one client reads either. HEAD works; other methods get
+ * 405, and 503 while there is no document; errors have the bootstrap API's `{"error": {...}}` shape.
  */
 export function clusterInfoHandler(
   source: ClusterInfoSource,
@@ -242,19 +234,29 @@ export function clusterInfoHandler(
 ): (req: IncomingMessage, res: ServerResponse) => void {
   return (req, res) => {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.setHeader('allow', 'GET, HEAD');
-      sendJson(res, 405, { reason: 'method not allowed: use GET' });
+      sendError(
+        res,
+        new InvalidInputError(`${req.method} is not allowed on ${clusterInfoPath}: use GET`, {
+          details: { reason: 'method-not-allowed', httpStatus: 405, allow: 'GET, HEAD' },
+        }),
+      );
       return;
     }
     Promise.resolve()
       .then(source)
       .then((document) => {
-        if (!document) sendJson(res, 503, { reason: 'cluster-info is not published yet; retry shortly' });
-        else sendJson(res, 200, document);
+        if (document) sendJson(res, 200, document);
+        else
+          sendError(
+            res,
+            new UnavailableError('cluster-info is not published yet; retry shortly', {
+              details: { reason: 'not-published' },
+            }),
+          );
       })
       .catch((err: unknown) => {
         logger.warn({ err: describeError(err) }, 'cannot read cluster-info');
-        sendJson(res, 503, { reason: 'cluster-info is unavailable; retry shortly' });
+        sendError(res, new UnavailableError('cluster-info is unavailable; retry shortly'));
       });
   };
 }
