@@ -2,7 +2,14 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { makeClients } from '../kube/client.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
-import { ConfigMapReplayGuard, MemoryReplayGuard, markerName, replayExpiresLabel } from './replay-guard.ts';
+import { FakeClock, settle } from '../testing/fake-clock.ts';
+import {
+  ConfigMapReplayGuard,
+  MemoryReplayGuard,
+  markerName,
+  ReplayMarkerCollector,
+  replayExpiresLabel,
+} from './replay-guard.ts';
 
 const digest = 'ab'.repeat(32);
 
@@ -46,4 +53,24 @@ test('MemoryReplayGuard forgets a digest only after it expires', async () => {
 
 test('markerName is a DNS label', () => {
   assert.match(markerName(digest), /^bootstrap-proof-[0-9a-f]{40}$/);
+});
+
+test('ReplayMarkerCollector sweeps until stopped, surviving a failed sweep', async () => {
+  const clock = new FakeClock(Date.parse('2026-03-01T12:00:00Z'));
+  const sweeps: string[] = [];
+  const guard = {
+    collectGarbage: async (now: Date) => {
+      sweeps.push(now.toISOString());
+      if (sweeps.length === 1) throw new Error('apiserver unavailable');
+      return 1;
+    },
+  };
+  const stop = new AbortController();
+  const running = new ReplayMarkerCollector({ guard, intervalMs: 60_000, clock }).start(stop.signal);
+  await settle();
+  await clock.advance(60_000);
+  await settle();
+  stop.abort();
+  await running;
+  assert.deepEqual(sweeps, ['2026-03-01T12:00:00.000Z', '2026-03-01T12:01:00.000Z']);
 });

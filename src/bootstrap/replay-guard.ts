@@ -6,7 +6,11 @@
  * expired ones, since a proof that old fails the freshness check anyway.
  */
 import type { CoreV1Api } from '@kubernetes/client-node';
+import { describeError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
+import { type Clock, sleep, systemClock } from '../kube/clock.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 
 /** Records proofs as used; `claim` is true the first time a digest is seen and false ever after. */
 export interface ReplayGuard {
@@ -74,6 +78,39 @@ export class ConfigMapReplayGuard implements ReplayGuard {
       }
     }
     return deleted;
+  }
+}
+
+/** Options of a {@link ReplayMarkerCollector}. */
+export interface ReplayMarkerCollectorOptions {
+  guard: Pick<ConfigMapReplayGuard, 'collectGarbage'>;
+  /** How often to sweep (default 10 minutes; markers live about as long as the freshness window). */
+  intervalMs?: number;
+  clock?: Clock;
+  logger?: Logger;
+}
+
+/** Deletes expired replay markers periodically (leader only); a failed sweep is retried next time. */
+export class ReplayMarkerCollector implements LeaderComponent {
+  readonly name = 'bootstrap-replay-marker-collector';
+  readonly #options: ReplayMarkerCollectorOptions;
+
+  constructor(options: ReplayMarkerCollectorOptions) {
+    this.#options = options;
+  }
+
+  async start(signal: AbortSignal): Promise<void> {
+    const clock = this.#options.clock ?? systemClock;
+    const logger = (this.#options.logger ?? silentLogger).child({ component: this.name });
+    while (!signal.aborted) {
+      try {
+        const deleted = await this.#options.guard.collectGarbage(new Date(clock.now()));
+        if (deleted > 0) logger.debug({ deleted }, 'deleted expired bootstrap proof markers');
+      } catch (err) {
+        logger.warn({ err: describeError(err) }, 'could not delete expired bootstrap proof markers');
+      }
+      await sleep(clock, this.#options.intervalMs ?? 10 * 60_000, signal);
+    }
   }
 }
 

@@ -1,9 +1,9 @@
 /**
  * `aws`: kops-compatible cloud-attested bootstrap. The node proves it holds its instance profile's
  * credentials with a signed STS GetCallerIdentity bound to the request body (see aws-sts-proof.ts);
- * the controller checks freshness (stricter than STS's 15 minutes), spends the signature once across
- * replicas, replays it to STS, and accepts only an `assumed-role/<node role>/<instance-id>` session of
- * our account. Node name, SANs and instance group then come from EC2's record of that instance.
+ * the controller checks freshness (stricter than STS's 15 minutes), replays it to STS, accepts only
+ * an `assumed-role/<node role>/<instance-id>` session of our account, and spends the signature once
+ * across replicas. Node name, SANs and instance group then come from EC2's record of that instance.
  */
 import { isIP } from 'node:net';
 import { stsHost } from '../../agent/aws-proof.ts';
@@ -76,8 +76,6 @@ export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
       if (replay.claims.scope.region !== options.region) {
         return deny(`the proof is signed for region ${replay.claims.scope.region}, not ${options.region}`);
       }
-      const fresh = await options.replayGuard.claim(replay.digest, new Date(signedAt.getTime() + maxAgeMs));
-      if (!fresh) return deny('the proof was already used (replayed signature); sign a new one per request');
       let caller: StsCaller;
       try {
         caller = await callSts(endpoint, replay.request, options.stsTimeoutMs ?? 5_000);
@@ -86,6 +84,10 @@ export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
       }
       const checked = checkCaller(caller, options);
       if (typeof checked !== 'object') return deny(checked);
+      // Spent only once STS vouched for it, so unauthenticated garbage never creates markers; two
+      // concurrent uses of one proof both reach STS, but only one wins the atomic claim.
+      const fresh = await options.replayGuard.claim(replay.digest, new Date(signedAt.getTime() + maxAgeMs));
+      if (!fresh) return deny('the proof was already used (replayed signature); sign a new one per request');
       let instance: InstanceIdentity;
       try {
         instance = await options.instances.lookupInstance(checked.instanceId);
