@@ -112,7 +112,9 @@ export function devBanner(cluster: DevCluster, controller?: DevController): stri
 /** The `dev` command. */
 export function devCommand(): Command {
   return new Command('dev')
-    .description('run a simulated kops cluster (Kubernetes API, AWS, S3 state store) on loopback')
+    .description(
+      'run a simulated kops cluster (Kubernetes API, AWS, S3 state store) on loopback, and the controller against it',
+    )
     .addOption(
       new Option('--state-dir <dir>', 'folder for the kubeconfig, config and environment files').default(
         '.kops-dev',

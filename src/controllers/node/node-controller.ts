@@ -75,10 +75,13 @@ function nodeControllerMetrics(registry: Registry): NodeControllerMetrics {
   };
 }
 
-/** Whether an identify failure is the cloud refusing the node, not a failure to ask. */
+/**
+ * Whether an identify failure is the cloud refusing the node (not its instance, not running, no such
+ * instance, an unparseable providerID), as opposed to a failure to ask that a retry may fix.
+ */
 function isRefusal(error: Error): boolean {
   const kind = (error as { kind?: string }).kind;
-  return kind === 'forbidden' || kind === 'invalid';
+  return kind === 'forbidden' || kind === 'invalid' || kind === 'not-found';
 }
 
 /** One leadership term: the informer, the queue and what was learnt about nodes. */
