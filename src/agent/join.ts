@@ -32,7 +32,10 @@ export interface JoinOptions {
   server: string;
   /** The cluster CA bundle (PEM) the bootstrap server's certificate must chain to. */
   caBundlePem: string;
-  /** The API server URL from discovery; the server's `apiServer` answer is used when absent. */
+  /**
+   * The API server URL from discovery, whose certificate chains to `caBundlePem` (cluster-info pairs
+   * them). When absent, the bootstrap server's `apiServer` and `caBundle` answer is used.
+   */
   apiServer?: string;
   /** The node name to ask for; the server issues only the name its policy verifies. */
   nodeName: string;
@@ -204,6 +207,7 @@ async function writeCredentials(
   const serverPem = serverKey ? issued.certificates['kubelet-server'] : undefined;
   if (serverPem && serverKey) checkIssued(serverPem, 'kubelet serving', serverKey, nodeName, cas);
   const apiServer = options.apiServer ?? issued.apiServer;
+  const apiServerCa = options.apiServer ? options.caBundlePem : issued.caBundle;
   if (!apiServer) {
     throw new InvalidInputError(
       'the API server URL is unknown: the bootstrap server did not say and no discovery gave one',
@@ -213,7 +217,7 @@ async function writeCredentials(
   const clientKeyPem = privateKeyPem(clientKey);
   const kubeconfig = renderClientKubeconfig({
     server: apiServer,
-    caBundlePem: issued.caBundle,
+    caBundlePem: apiServerCa,
     certificatePem: clientPem,
     key: { pem: clientKeyPem },
     user: `system:node:${nodeName}`,
@@ -227,7 +231,7 @@ async function writeCredentials(
           ['serverCertificate', serverPem, 0o644],
         ] as const)
       : []),
-    ['caBundle', issued.caBundle, 0o644],
+    ['caBundle', apiServerCa, 0o644],
     // Last: its presence means every other file is in place. It embeds the key, hence 0600.
     ['kubeconfig', kubeconfig, 0o600],
   ];

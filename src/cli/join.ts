@@ -125,7 +125,12 @@ export function joinCommand(): Command {
     .addOption(
       new Option('--gce-identity-url <url>', 'metadata server identity-token URL (default: the GCE one)'),
     )
-    .addOption(new Option('--no-serving-certificate', 'do not ask for a kubelet serving certificate'))
+    .addOption(
+      new Option(
+        '--no-serving-certificate',
+        'do not ask for a kubelet serving certificate (only asked for with --cloud, whose proof verifies addresses)',
+      ),
+    )
     .addOption(new Option('--timeout <duration>', 'how long to retry and wait for approval').default('1h'))
     .addOption(outputOption())
     .action(async (options: JoinCommandOptions, command: Command) => {
@@ -165,7 +170,9 @@ export function joinCommand(): Command {
           nodeName: options.nodeName ?? hostname(),
           dir: options.dir,
           proof: proofFor(options, token, logger),
-          servingCertificate: options.servingCertificate,
+          // Only a cloud or inventory proof verifies addresses; with a token or a human's approval the
+          // kubelet gets its serving certificate later, from the in-cluster CSR approver.
+          servingCertificate: options.servingCertificate && options.cloud !== undefined,
           progress: progress.update,
           timeoutMs: Math.max(0, deadline - Date.now()),
           logger,
