@@ -157,10 +157,11 @@ async function readCaFile(path: string): Promise<string> {
 }
 
 /** Verifies the document's signature for the token; throws the typed error a join client can act on. */
-function checkSignature(data: Record<string, string>, kubeconfig: string, token: string): string {
-  const parsed = parseToken(token);
-  if (!parsed)
-    throw new InvalidInputError('the token must have the form ID.SECRET ([a-z0-9]{6}.[a-z0-9]{16})');
+function checkSignature(
+  data: Record<string, string>,
+  kubeconfig: string,
+  parsed: { id: string; secret: string },
+): string {
   const jws = data[jwsKeyPrefix + parsed.id];
   if (jws === undefined) {
     // The signer adds signatures shortly after a token is created, so this may be worth a retry.
@@ -192,6 +193,10 @@ export async function discoverCluster(options: DiscoveryOptions): Promise<Discov
   const url = clusterInfoUrl(options.url);
   const pins = options.caPins ?? [];
   for (const pin of pins) parsePin(pin);
+  const token = options.token === undefined ? undefined : parseToken(options.token);
+  if (options.token !== undefined && !token) {
+    throw new InvalidInputError('the token must have the form ID.SECRET ([a-z0-9]{6}.[a-z0-9]{16})');
+  }
   if (pins.length === 0 && !options.caFile) {
     throw new InvalidInputError(
       'discovery needs a way to trust the cluster CA: pass --ca-pin sha256:... (from `kops-controller pki pin`) ' +
@@ -202,7 +207,7 @@ export async function discoverCluster(options: DiscoveryOptions): Promise<Discov
 
   const first = parseClusterInfoDocument(await fetchDocument(url, trustedCa, timeoutMs), String(url));
   const kubeconfig = first.data[kubeconfigKey] as string;
-  const verifiedTokenId = options.token ? checkSignature(first.data, kubeconfig, options.token) : undefined;
+  const verifiedTokenId = token ? checkSignature(first.data, kubeconfig, token) : undefined;
   const info = parseClusterInfoKubeconfig(kubeconfig);
   if (pins.length > 0) {
     const spkis = decodePem(info.caBundlePem, 'CERTIFICATE', 'the cluster-info CA bundle').map(
