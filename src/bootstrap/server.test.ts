@@ -269,6 +269,23 @@ describe('bootstrap server', () => {
     const oversized = await post(JSON.stringify({ pad: 'x'.repeat(70 * 1024) }), 'Bearer node-a');
     assert.equal(oversized.status, 413);
     assert.equal((oversized.json()['error'] as { reason: string }).reason, 'too-large');
+    const chunked = await new Promise<number>((resolve, reject) => {
+      // No Content-Length: the limit must hold while the body streams in.
+      const req = request(`${boot.server.url}/v1/certificates`, {
+        method: 'POST',
+        agent: false,
+        ca: bundlePem(ca),
+        headers: { 'content-type': 'application/json' },
+      });
+      req.on('response', (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      });
+      req.on('error', reject);
+      for (let i = 0; i < 80; i++) req.write('x'.repeat(1024));
+      req.end();
+    });
+    assert.equal(chunked, 413);
     const cases: [string, number, string][] = [
       ['{not json', 400, 'invalid-request'],
       ['[]', 400, 'invalid-request'],
@@ -388,7 +405,11 @@ describe('bootstrap server', () => {
     const key = generateKey();
     const first = await post(body({ kubelet: kubeletCsr(key, 'node-r') }));
     const { poll, requestId } = first.json() as { poll: string; requestId: string };
+    // A long-poll in progress is answered "still pending" at once when the server shuts down.
+    const waiting = call('GET', `${poll}?wait=60`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
     await stop();
+    assert.equal((await waiting).status, 202);
     await start();
     assert.equal((await call('GET', poll)).status, 202);
     await kubectl('certificate', 'approve', requestId);

@@ -242,8 +242,11 @@ export async function serveBootstrap(options: BootstrapServerOptions): Promise<B
         shutdown.abort();
         const grace = setTimeout(() => server.closeAllConnections(), options.shutdownGraceMs ?? 5_000);
         grace.unref();
+        // Keep-alive connections become idle as their last answers go out; close each as it does.
+        const sweep = setInterval(() => server.closeIdleConnections(), 50);
         server.close(() => {
           clearTimeout(grace);
+          clearInterval(sweep);
           resolve();
         });
         server.closeIdleConnections();
