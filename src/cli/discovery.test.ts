@@ -174,6 +174,8 @@ describe('kops-controller discovery', () => {
         certFile,
         '--tls-key',
         keyFile,
+        '--refresh',
+        '1s',
       ],
       s3Env,
     );
@@ -190,6 +192,18 @@ describe('kops-controller discovery', () => {
       assert.equal(found.verifiedTokenId, signer.id);
       // Without the CA, curl refuses the server: the endpoint is not trusted by the system roots.
       assert.throws(() => execFileSync('curl', ['-sS', '--fail', url], { stdio: 'pipe' }));
+      // A new publication reaches the running server at its next refresh; a broken one is not served.
+      const republished = { ...JSON.parse(stored), data: { kubeconfig: 'republished' } };
+      s3.putObject('state', 'cluster.example.com/cluster-info.json', JSON.stringify(republished));
+      const served = () =>
+        JSON.parse(execFileSync('curl', ['-sS', '--fail', '--cacert', caFile, url], { encoding: 'utf8' }));
+      for (let tries = 0; served().data.kubeconfig !== 'republished'; tries++) {
+        assert.ok(tries < 100, 'the server never picked up the new publication');
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      s3.putObject('state', 'cluster.example.com/cluster-info.json', 'not json');
+      await new Promise((r) => setTimeout(r, 1500));
+      assert.equal(served().data.kubeconfig, 'republished', 'the last good document stays');
     } finally {
       assert.equal(await stop(child), 0, 'SIGTERM stops it cleanly');
     }

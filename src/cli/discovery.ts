@@ -100,7 +100,13 @@ function publishCommand(): Command {
       const signedBy = Object.keys(document.data)
         .filter((k) => k.startsWith(jwsKeyPrefix))
         .map((k) => k.slice(jwsKeyPrefix.length));
-      commandLogger(command).info({ to: options.to, signedBy }, 'published cluster-info');
+      const logger = commandLogger(command);
+      if (signedBy.length === 0) {
+        logger.warn(
+          'no token may sign cluster-info: nodes can discover it with a CA pin, not with a token alone',
+        );
+      }
+      logger.info({ to: options.to, signedBy }, 'published cluster-info');
       const summary = { to: options.to, servers: options.server, signedBy };
       writeOut(
         command,
