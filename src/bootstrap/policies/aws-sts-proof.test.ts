@@ -1,0 +1,130 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import fc from 'fast-check';
+import { getCallerIdentityBody, kopsRequestSha, signAwsStsProof, stsHost } from '../../agent/aws-proof.ts';
+import { signSigV4 } from '../../cloud/aws/sigv4.ts';
+import { UnauthenticatedError } from '../../errors.ts';
+import { parseStsProof } from './aws-sts-proof.ts';
+
+const credentials = { accessKeyId: 'ASIAEXAMPLE', secretAccessKey: 'secret', sessionToken: 'session' };
+const host = stsHost('us-east-1');
+const body = Buffer.from('{"apiVersion":"x"}');
+const at = new Date('2026-03-01T12:00:00Z');
+
+function tokenOf(header: string): string {
+  return header.slice(header.indexOf(' ') + 1);
+}
+
+function encode(value: unknown): string {
+  return Buffer.from(JSON.stringify(value)).toString('base64');
+}
+
+function decode(token: string): Record<string, unknown> {
+  return JSON.parse(Buffer.from(token, 'base64').toString());
+}
+
+test('a v1 proof parses into the POST to replay, with the signed Host and a digest', () => {
+  const parsed = parseStsProof(
+    1,
+    tokenOf(signAwsStsProof(body, credentials, 'us-east-1', 1, { now: at })),
+    body,
+    host,
+  );
+  assert.equal(parsed.request.method, 'POST');
+  assert.equal(parsed.request.body, getCallerIdentityBody);
+  assert.deepEqual(parsed.request.headers['host'], [host]);
+  assert.equal(parsed.request.headers['content-length'], undefined, 'the sender sets the length');
+  assert.match(parsed.digest, /^[0-9a-f]{64}$/);
+  assert.ok(parsed.claims.signedHeaders.includes('x-kops-request-sha'));
+});
+
+test('a v2 proof parses into the presigned GET', () => {
+  const parsed = parseStsProof(
+    2,
+    tokenOf(signAwsStsProof(body, credentials, 'us-east-1', 2, { now: at })),
+    body,
+    host,
+  );
+  assert.equal(parsed.request.method, 'GET');
+  assert.match(parsed.request.url, /^\/\?Action=GetCallerIdentity&/);
+  assert.equal(parsed.claims.presigned, true);
+});
+
+test('attack: a proof for another body is refused, in both versions', () => {
+  for (const version of [1, 2] as const) {
+    const token = tokenOf(signAwsStsProof('{"other":1}', credentials, 'us-east-1', version, { now: at }));
+    assert.throws(() => parseStsProof(version, token, body, host), /signed for another request/);
+  }
+});
+
+test('attack: X-Kops-Request-Sha present but not signed is refused', () => {
+  const headers = { host, 'content-type': 'application/x-www-form-urlencoded; charset=utf-8' };
+  const signed = signSigV4({ method: 'POST', url: '/', headers, body: getCallerIdentityBody }, credentials, {
+    region: 'us-east-1',
+    service: 'sts',
+    now: at,
+  });
+  const token = encode({
+    Authorization: [signed['authorization']],
+    'X-Amz-Date': [signed['x-amz-date']],
+    'X-Amz-Security-Token': [signed['x-amz-security-token']],
+    'Content-Type': [headers['content-type']],
+    'X-Kops-Request-Sha': [kopsRequestSha(body)],
+  });
+  assert.throws(() => parseStsProof(1, token, body, host), /not among the signed headers/);
+});
+
+test('attack: another host, plain http, another path or action, or a second Action are refused', () => {
+  const v1 = decode(tokenOf(signAwsStsProof(body, credentials, 'us-east-1', 1, { now: at })));
+  assert.throws(
+    () => parseStsProof(1, encode({ ...v1, Host: ['evil.example.com'] }), body, host),
+    /names host evil/,
+  );
+  const v2 = decode(tokenOf(signAwsStsProof(body, credentials, 'us-east-1', 2, { now: at })));
+  const url = v2['url'] as string;
+  const cases: [string, RegExp][] = [
+    [url.replace('https://', 'http://'), /not https/],
+    [url.replace(host, 'sts.evil.example.com'), /names host/],
+    [url.replace('/?', '/x?'), /not the STS root path/],
+    [url.replace('Action=GetCallerIdentity', 'Action=AssumeRole'), /exactly one Action=GetCallerIdentity/],
+    [`${url}&Action=GetCallerIdentity`, /exactly one Action=GetCallerIdentity/],
+  ];
+  for (const [bad, message] of cases) {
+    assert.throws(() => parseStsProof(2, encode({ ...v2, url: bad }), body, host), message);
+  }
+  assert.throws(() => parseStsProof(2, encode({ ...v2, method: 'POST' }), body, host), /method is not GET/);
+});
+
+test('connection headers and line breaks are refused', () => {
+  const v1 = decode(tokenOf(signAwsStsProof(body, credentials, 'us-east-1', 1, { now: at })));
+  assert.throws(
+    () => parseStsProof(1, encode({ ...v1, 'Transfer-Encoding': ['chunked'] }), body, host),
+    /may not be part/,
+  );
+  assert.throws(() => parseStsProof(1, encode({ ...v1, 'X-Extra': ['a\r\nb'] }), body, host), /line break/);
+});
+
+test('property: arbitrary and mutated tokens fail only with UnauthenticatedError', () => {
+  const good = tokenOf(signAwsStsProof(body, credentials, 'us-east-1', 1, { now: at }));
+  fc.assert(
+    fc.property(
+      fc.oneof(
+        fc.string(),
+        fc.base64String(),
+        fc.json().map((j) => Buffer.from(j).toString('base64')),
+        fc
+          .tuple(fc.nat(good.length - 1), fc.constantFrom('A', '/', '=', '!'))
+          .map(([i, c]) => good.slice(0, i) + c + good.slice(i + 1)),
+      ),
+      fc.constantFrom(1 as const, 2 as const),
+      (token, version) => {
+        try {
+          parseStsProof(version, token, body, host);
+        } catch (err) {
+          assert.ok(err instanceof UnauthenticatedError, String(err));
+        }
+      },
+    ),
+    { numRuns: 2000 },
+  );
+});
