@@ -6,6 +6,8 @@ import { after, before, describe, test } from 'node:test';
 import { Registry } from 'prom-client';
 import { parseDocument } from 'yaml';
 import { createAwsProvider } from '../../cloud/aws/provider.ts';
+import type { NodeIdentifier } from '../../cloud/types.ts';
+import { UnavailableError } from '../../errors.ts';
 import { buildNodeLabels } from '../../nodelabels/build-node-labels.ts';
 import { managedLabelsAnnotation } from '../../nodelabels/diff-labels.ts';
 import type { KubeObject } from '../../sim/apiserver/index.ts';
@@ -32,8 +34,6 @@ const stop = new AbortController();
 let running: Promise<void> | undefined;
 
 after(async () => {
-  stop.abort();
-  await running;
   provider.clients.destroy();
   await cluster.close();
 });
@@ -112,6 +112,10 @@ describe('NodeController against the simulated cluster', () => {
       rejectionRetryMs: 3_600_000,
     });
     running = controller.start(stop.signal);
+  });
+  after(async () => {
+    stop.abort();
+    await running;
   });
 
   test('labels every node of every instance group, recording the managed set', async () => {
@@ -198,5 +202,81 @@ describe('NodeController against the simulated cluster', () => {
     assert.equal(labels['example.com/storage'], 'ebs');
     const other = cluster.nodesByGroup.get('nodes-us-test-1a')?.[0] as string;
     assert.equal(labelsOf(other)['example.com/tier'], undefined, 'nodes of other groups are untouched');
+  });
+});
+
+describe('NodeController when the cloud fails and nodes change', () => {
+  const flakyInstance: SimInstanceInput = { ...bulk[0], id: simInstanceId(90_004) } as SimInstanceInput;
+  const failures = { left: 2 };
+  const calls: string[][] = [];
+  /** The real identifier, except that the flaky instance's first lookups find EC2 unavailable. */
+  const flaky: NodeIdentifier = {
+    identify: async (providerIDs) => {
+      calls.push([...providerIDs]);
+      if (providerIDs.includes(awsProviderID(flakyInstance)) && failures.left-- > 0) {
+        const error = new UnavailableError('EC2 is unavailable (simulated)');
+        return new Map(providerIDs.map((id) => [id, { ok: false, error }]));
+      }
+      return provider.nodeIdentifier.identify(providerIDs);
+    },
+  };
+  const late: SimInstanceInput = {
+    id: simInstanceId(90_003),
+    zone: 'us-test-1a',
+    cluster: cluster.clusterName,
+    instanceGroup: 'nodes-us-test-1a',
+  };
+  const flakyStop = new AbortController();
+  let flakyRun: Promise<void> | undefined;
+  before(() => {
+    cluster.aws.ec2.addInstances([late, flakyInstance]);
+    store.create({ apiVersion: 'v1', kind: 'Node', metadata: { name: late.id } });
+    store.create(nodeOf(flakyInstance));
+    flakyRun = new NodeController({
+      kubeConfig: cluster.api.server.kubeConfig(),
+      identifier: flaky,
+      clusterStore,
+      registry: new Registry(),
+    }).start(flakyStop.signal);
+  });
+  after(async () => {
+    flakyStop.abort();
+    await flakyRun;
+  });
+
+  test('a failing cloud call is retried with backoff until the node is labelled', async () => {
+    const desired = await desiredLabels('nodes-us-test-1a');
+    await eventually('the node is labelled after the outage', () =>
+      hasLabels(simInstanceId(90_004), desired),
+    );
+    assert.ok(failures.left < 0, 'the first calls failed');
+  });
+
+  test('a node without a providerID waits for one, then is labelled', async () => {
+    const desired = await desiredLabels('nodes-us-test-1a');
+    await eventually('the outage is over', () => failures.left < 0);
+    assert.ok(!calls.flat().some((id) => id.includes(late.id)), 'not identified without a providerID');
+    assert.equal(labelsOf(late.id)['kops.k8s.io/instancegroup'], undefined);
+    store.mutate('nodes', undefined, late.id, (node) => {
+      node['spec'] = { providerID: awsProviderID(late) };
+    });
+    await eventually(`${late.id} is labelled once it has a providerID`, () => hasLabels(late.id, desired));
+  });
+
+  test('a node deleted right after it appears is dropped, not recreated by a patch', async () => {
+    const gone = simInstanceId(90_005);
+    cluster.aws.ec2.addInstances([{ ...late, id: gone }]);
+    store.create(nodeOf({ ...late, id: gone }));
+    store.delete('nodes', undefined, gone);
+    const survivor = simInstanceId(90_006);
+    cluster.aws.ec2.addInstances([{ ...late, id: survivor }]);
+    store.create(nodeOf({ ...late, id: survivor }));
+    const desired = await desiredLabels('nodes-us-test-1a');
+    await eventually('a node created later is labelled', () => hasLabels(survivor, desired));
+    assert.equal(
+      store.get('nodes', undefined, gone),
+      undefined,
+      'the deleted node was not recreated by a patch',
+    );
   });
 });
