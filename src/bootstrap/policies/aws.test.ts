@@ -211,3 +211,15 @@ test('checkCaller and ipBasedNodeName', () => {
   );
   assert.equal(ipBasedNodeName('10.0.0.1', 'eu-west-1'), 'ip-10-0-0-1.eu-west-1.compute.internal');
 });
+
+test('attack: credentials of an instance terminated since its last bootstrap are refused (EC2 asked each time)', async () => {
+  const id = 'i-0aaaaaaaaaaaaaaaa';
+  sim.ec2.addInstances([{ id, zone: 'us-east-1b', cluster, instanceGroup: 'nodes-us-east-1b' }]);
+  const credentials = sim.sts.addInstanceProfileSession(`nodes.${cluster}`, id);
+  const p = policy();
+  assert.equal((await p.evaluate(signedRequest('{"j":1}', 1, { credentials }), now)).verdict, 'approve');
+  sim.ec2.setInstanceState(id, 'terminated');
+  const decision = await p.evaluate(signedRequest('{"j":2}', 1, { credentials }), now);
+  assert.equal(decision.verdict, 'deny');
+  assert.match(decision.reasons[0] ?? '', /terminated/);
+});

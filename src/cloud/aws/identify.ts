@@ -89,15 +89,13 @@ export class AwsNodeIdentifier implements NodeIdentifier {
   }
 
   /**
-   * The verified identity of one instance by id, for bootstrap (where no providerID, hence no zone,
-   * exists yet); batched and cached like identify(). Throws the typed error of a refused instance.
+   * The identity of one instance by id, read from EC2 now, for bootstrap (where no providerID, hence
+   * no zone, exists yet). Never served from the cache — a terminated instance's still-valid
+   * credentials must not bootstrap — but batched with concurrent lookups. Throws the typed error of a
+   * refused instance.
    */
-  async lookupInstance(instanceId: string): Promise<InstanceIdentity> {
-    const cached = this.#cache.get(instanceId);
-    if (cached) return cached;
-    const outcome = (await this.#batcher.loadMany([instanceId])).get(instanceId) as Outcome<InstanceIdentity>;
-    if (!outcome.ok) throw outcome.error;
-    return outcome.value;
+  lookupInstance(instanceId: string): Promise<InstanceIdentity> {
+    return this.#batcher.load(instanceId);
   }
 
   /** Drops an instance's cached identity (its Node was deleted, or it is known to be gone). */
