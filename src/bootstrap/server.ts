@@ -288,6 +288,9 @@ export interface BootstrapServerDeps {
 /** The bootstrap server of `run`, its queue, and the leader-only signer to add to the components. */
 export interface RunningBootstrap {
   server: BootstrapServer;
+  /** The signing CA and the API server URL the answers name (what discovery publishes too). */
+  ca: CertificateAuthority;
+  apiServer: string;
   queue: CsrQueue;
   signer: LeaderComponent;
   close(): Promise<void>;
@@ -394,6 +397,8 @@ export async function startBootstrapServer(
   });
   return {
     server: running,
+    ca,
+    apiServer: context.apiServer,
     queue,
     signer,
     async close() {

@@ -10,16 +10,16 @@ import { after, before, describe, test } from 'node:test';
 import { Registry } from 'prom-client';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
 import { kopsApiVersion } from '../bootstrap/kops-handler.ts';
-import type { RunningBootstrap } from '../bootstrap/server.ts';
 import type { SigV4Credentials } from '../cloud/aws/sigv4.ts';
 import { parseConfig } from '../config/loader.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { spkiOf } from '../pki/keys.ts';
 import { encodePem } from '../pki/pem.ts';
+import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
 import { opensslVerify } from '../testing/openssl.ts';
-import { startConfiguredBootstrap } from './bootstrap-server.ts';
+import { type ConfiguredBootstrap, startConfiguredBootstrap } from './bootstrap-server.ts';
 
 const cluster = 'minimal.example.com';
 const instanceId = 'i-0123456789abcdef0';
@@ -28,7 +28,7 @@ describe('bootstrap server from a kops config', () => {
   let aws: AwsSimulator;
   let kube: SimApiServer;
   let ca: CertificateAuthority;
-  let boot: RunningBootstrap;
+  let boot: ConfiguredBootstrap;
   let nodeCredentials: SigV4Credentials;
 
   before(async () => {
@@ -120,5 +120,39 @@ describe('bootstrap server from a kops config', () => {
       status: { conditions: [{ type: 'Ready', status: 'True' }] },
     });
     assert.deepEqual(await nodeup(nodeupBody()), { status: 409, text: 'node already registered\n' });
+  });
+
+  test('serves cluster-info once the leader has published it', async () => {
+    const get = () =>
+      new Promise<{ status: number; text: string }>((resolve, reject) => {
+        request(`${boot.server.url}/cluster-info`, { ca: bundlePem(ca) }, (res) => {
+          let text = '';
+          res.on('data', (c: Buffer) => (text += c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+        })
+          .on('error', reject)
+          .end();
+      });
+    assert.equal((await get()).status, 503);
+    assert.deepEqual(
+      boot.components.map((c) => c.name),
+      ['bootstrap-signer', 'cluster-info-publisher'],
+    );
+    const stop = new AbortController();
+    const publishing = (boot.components[1] as LeaderComponent).start(stop.signal);
+    try {
+      let reply = await get();
+      for (let i = 0; i < 100 && reply.status !== 200; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        reply = await get();
+      }
+      assert.equal(reply.status, 200, reply.text);
+      const kubeconfig = (JSON.parse(reply.text) as { data: { kubeconfig: string } }).data.kubeconfig;
+      assert.match(kubeconfig, /server: https:\/\/api\.internal\.minimal\.example\.com/);
+      assert.match(kubeconfig, new RegExp(Buffer.from(bundlePem(ca)).toString('base64').slice(0, 40)));
+    } finally {
+      stop.abort();
+      await publishing;
+    }
   });
 });

@@ -7,6 +7,15 @@
 import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { auditSink } from '../bootstrap/audit.ts';
+import {
+  type ClusterInfoDocument,
+  ClusterInfoPublisher,
+  type ClusterInfoSource,
+  clusterInfoHandler,
+  clusterInfoName,
+  clusterInfoNamespace,
+  renderClusterInfoKubeconfig,
+} from '../bootstrap/discovery.ts';
 import { awsAccountOf, buildPolicies, type PolicyDeps, policySpecsOf } from '../bootstrap/policies/build.ts';
 import { ConfigMapReplayGuard } from '../bootstrap/replay-guard.ts';
 import {
@@ -20,7 +29,10 @@ import type { CloudOverrides } from '../cloud/from-config.ts';
 import { createGceProvider } from '../cloud/gce/provider.ts';
 import { InventoryStore } from '../cloud/metal/inventory.ts';
 import type { Config } from '../config/schema.ts';
+import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { bundlePem } from '../pki/ca.ts';
+import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { parseListenAddress } from '../runtime/listen-address.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
 
@@ -39,10 +51,52 @@ export interface ConfiguredBootstrapOptions {
   >;
 }
 
+/** The running server, and the leader-only components that go with it: the queue signer and the cluster-info publisher. */
+export interface ConfiguredBootstrap extends RunningBootstrap {
+  components: LeaderComponent[];
+}
+
+/** How long the served cluster-info may lag behind the ConfigMap; bounds the API reads a flood causes. */
+const clusterInfoCacheMs = 2_000;
+
+/** `kube-public/cluster-info` as the publisher keeps it, read through a short cache; undefined until published. */
+export function configMapClusterInfo(core: CoreV1Api): ClusterInfoSource {
+  let cached: { at: number; document: Promise<ClusterInfoDocument | undefined> } | undefined;
+  const read = async (): Promise<ClusterInfoDocument | undefined> => {
+    try {
+      const map = await core.readNamespacedConfigMap({
+        name: clusterInfoName,
+        namespace: clusterInfoNamespace,
+      });
+      return {
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name: clusterInfoName, namespace: clusterInfoNamespace },
+        data: map.data ?? {},
+      };
+    } catch (err) {
+      if (httpStatusOfApiError(err) === 404) return undefined;
+      throw fromApiException(err, `read configmap ${clusterInfoNamespace}/${clusterInfoName}`);
+    }
+  };
+  return () => {
+    const now = Date.now();
+    if (!cached || now - cached.at > clusterInfoCacheMs) {
+      const document = read();
+      cached = { at: now, document };
+      // A failed read is not cached: the next request tries again.
+      document.catch(() => {
+        if (cached?.document === document) cached = undefined;
+      });
+    }
+    return cached.document;
+  };
+}
+
 /** Builds the dependencies of the configured policies only, then starts the server; `close` also releases the cloud clients. */
 export async function startConfiguredBootstrap(
   options: ConfiguredBootstrapOptions,
-): Promise<RunningBootstrap> {
+): Promise<ConfiguredBootstrap> {
   const { config, kubeConfig, logger = silentLogger } = options;
   const names = new Set(policySpecsOf(config).map((spec) => spec.name));
   const core = kubeConfig.makeApiClient(CoreV1Api);
@@ -92,10 +146,19 @@ export async function startConfiguredBootstrap(
       vfsOptions: options.vfsOptions,
       registry: options.registry,
       logger,
+      clusterInfoHandler: clusterInfoHandler(configMapClusterInfo(core), logger),
       ...options.server,
+    });
+    const publisher = new ClusterInfoPublisher({
+      core,
+      source: apiTokenSource(core),
+      kubeconfig: () =>
+        renderClusterInfoKubeconfig({ servers: [running.apiServer], caBundlePem: bundlePem(running.ca) }),
+      logger,
     });
     return {
       ...running,
+      components: [running.signer, publisher],
       async close() {
         await running.close();
         release();

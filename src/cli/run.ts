@@ -63,7 +63,7 @@ export function runCommand(): Command {
       registry: register,
       logger,
     });
-    // The bootstrap server runs on every replica; only its CSR signer is leader-only.
+    // The bootstrap server runs on every replica; its CSR signer and cluster-info publisher on the leader.
     const bootstrap = config.server
       ? await startConfiguredBootstrap({
           config,
@@ -73,7 +73,7 @@ export function runCommand(): Command {
           logger,
         })
       : undefined;
-    const components: LeaderComponent[] = [...leader.components, ...(bootstrap ? [bootstrap.signer] : [])];
+    const components: LeaderComponent[] = [...leader.components, ...(bootstrap?.components ?? [])];
     const runtime = new ControllerRuntime({
       config,
       leaseClient: kubeConfig.makeApiClient(CoordinationV1Api),
