@@ -268,6 +268,7 @@ export class CsrQueue {
   readonly #sealKey: Buffer;
   readonly #informer: Informer<V1CertificateSigningRequest>;
   readonly #waiters = new Map<string, Set<() => void>>();
+  readonly #pending = new Set<string>();
   readonly #logger: Logger;
 
   constructor(options: CsrQueueOptions) {
@@ -278,11 +279,20 @@ export class CsrQueue {
       logger: this.#logger,
       registry: options.registry,
     });
-    const changed = (csr: V1CertificateSigningRequest) => {
-      this.#wake(csr.metadata?.name ?? '');
-      this.#reportDepth();
+    // The pending set is kept per event, so the depth costs O(1) per change even with thousands queued.
+    const changed = (csr: V1CertificateSigningRequest, deleted = false) => {
+      const name = csr.metadata?.name ?? '';
+      const undecided = !deleted && !csr.status?.conditions?.length && !csr.status?.certificate;
+      if (undecided) this.#pending.add(name);
+      else this.#pending.delete(name);
+      this.#wake(name);
+      this.#options.onDepth?.(this.#pending.size);
     };
-    this.#informer.addHandlers({ add: changed, update: (_old, csr) => changed(csr), delete: changed });
+    this.#informer.addHandlers({
+      add: (csr) => changed(csr),
+      update: (_old, csr) => changed(csr),
+      delete: (csr) => changed(csr, true),
+    });
   }
 
   /** Starts the informer. */
@@ -303,8 +313,7 @@ export class CsrQueue {
 
   /** How many queued requests wait for a decision. */
   pendingCount(): number {
-    return this.#informer.list().filter((csr) => !csr.status?.conditions?.length && !csr.status?.certificate)
-      .length;
+    return this.#pending.size;
   }
 
   /**
@@ -382,10 +391,6 @@ export class CsrQueue {
 
   #wake(name: string): void {
     for (const done of [...(this.#waiters.get(name) ?? [])]) done();
-  }
-
-  #reportDepth(): void {
-    this.#options.onDepth?.(this.pendingCount());
   }
 
   #spkiOf(csr: V1CertificateSigningRequest): Buffer | undefined {

@@ -340,6 +340,8 @@ describe('bootstrap server', () => {
     assert.equal(stored?.metadata.annotations?.['bootstrap.kops.k8s.io/claimed-node-name'], 'node-q');
     assert.equal(stored?.metadata.annotations?.['bootstrap.kops.k8s.io/remote-address'], '127.0.0.1');
 
+    const depth = boot.queue.pendingCount();
+    assert.ok(depth >= 1, 'the queued request counts as pending');
     const still = await call('GET', `${pending.poll}?wait=0`);
     assert.equal(still.status, 202);
     const polled = call('GET', `${pending.poll}?wait=30`);
@@ -348,6 +350,7 @@ describe('bootstrap server', () => {
     assert.equal(issued.status, 200, issued.text);
     const certificate = (issued.json()['certificates'] as Record<string, string>)['kubelet'] as string;
     assert.match(opensslVerify(bundlePem(ca), certificate, 'sslclient'), /: OK$/);
+    assert.equal(boot.queue.pendingCount(), depth - 1);
     const again = await call('GET', pending.poll);
     assert.equal(again.status, 200);
     assert.equal(audit.at(-1)?.decidedBy, 'queue');
