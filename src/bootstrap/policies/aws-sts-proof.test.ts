@@ -88,6 +88,8 @@ test('attack: another host, plain http, another path or action, or a second Acti
     [url.replace('/?', '/x?'), /not the STS root path/],
     [url.replace('Action=GetCallerIdentity', 'Action=AssumeRole'), /exactly one Action=GetCallerIdentity/],
     [`${url}&Action=GetCallerIdentity`, /exactly one Action=GetCallerIdentity/],
+    [url.replace(`${host}/?`, `${host}?`), /does not start with/],
+    [url.replace('https://', 'https://user@'), /not the STS root path|names host/],
   ];
   for (const [bad, message] of cases) {
     assert.throws(() => parseStsProof(2, encode({ ...v2, url: bad }), body, host), message);

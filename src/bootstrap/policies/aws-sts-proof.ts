@@ -149,7 +149,10 @@ export function parseStsProof(
   }
   const headers = readHeaders(rawHeaders ?? {});
   headers['host'] = [host];
-  const pathAndQuery = (url as string).slice((url as string).indexOf('/', 'https://'.length));
+  // The signature covers the query exactly as written, so it is taken from the raw URL, not re-encoded.
+  const prefix = `https://${host}/`;
+  if (!(url as string).startsWith(prefix)) reject(`its url does not start with ${prefix}`);
+  const pathAndQuery = (url as string).slice(prefix.length - 1);
   const request = { method: 'GET', url: pathAndQuery, headers, body: '' };
   const claims = parseSignature(request);
   if (!claims.presigned) reject('its url is not presigned');
