@@ -54,6 +54,7 @@ export interface NodeControllerOptions {
   rejectionRetryMs?: number;
   /** The longest retry delay of a failing node, in ms (default 5 min). */
   maxRetryDelayMs?: number;
+  /** Where the controller's, its informer's and its queue's metrics go (default: prom-client's). */
   registry?: Registry;
   logger?: Logger;
 }
@@ -102,18 +103,21 @@ export class NodeController implements LeaderComponent {
   readonly #options: NodeControllerOptions;
   readonly #core: CoreV1Api;
   readonly #logger: Logger;
+  readonly #registry: Registry;
   readonly #metrics: NodeControllerMetrics;
 
   constructor(options: NodeControllerOptions) {
     this.#options = options;
     this.#core = reuseConnections(options.kubeConfig).makeApiClient(CoreV1Api);
     this.#logger = (options.logger ?? silentLogger).child({ controller: 'node' });
-    this.#metrics = nodeControllerMetrics(options.registry ?? register);
+    this.#registry = options.registry ?? register;
+    this.#metrics = nodeControllerMetrics(this.#registry);
   }
 
   /** Lists and watches Nodes and labels them until `signal` aborts. */
   async start(signal: AbortSignal): Promise<void> {
-    const { kubeConfig, clusterStore, registry } = this.#options;
+    const { kubeConfig, clusterStore } = this.#options;
+    const registry = this.#registry;
     const term: Term = {
       informer: new Informer<V1Node, NodeRecord>({
         name: 'nodes',
@@ -122,7 +126,7 @@ export class NodeController implements LeaderComponent {
         watch: kubeWatch(kubeConfig),
         transform: nodeRecordOf,
         logger: this.#logger,
-        ...(registry ? { registry } : {}),
+        registry,
       }),
       queue: new WorkQueue({
         name: 'nodes',
@@ -130,7 +134,7 @@ export class NodeController implements LeaderComponent {
         baseDelayMs: 500,
         maxDelayMs: this.#options.maxRetryDelayMs ?? 300_000,
         logger: this.#logger,
-        ...(registry ? { registry } : {}),
+        registry,
       }),
       prefetched: new Map(),
       groupOf: new Map(),
