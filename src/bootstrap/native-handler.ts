@@ -244,7 +244,15 @@ export async function submitCertificates(
         return denied(reasons);
       }
       await guard(context, request, facts.nodeName);
-      const state = await context.queue.submit(request, facts);
+      let state: QueueState;
+      try {
+        state = await context.queue.submit(request, facts);
+      } catch (err) {
+        if (err instanceof KopsError && err.kind === 'conflict') {
+          report(context, { ...base, verdict: 'deny', reasons: [err.message] });
+        }
+        throw err;
+      }
       report(context, {
         ...base,
         verdict: 'queue',

@@ -367,6 +367,23 @@ describe('bootstrap server', () => {
     assert.match(String((reply.json()['reasons'] as string[])[0]), /^denied: /);
   });
 
+  test('the signer refuses an approved request whose node became Ready meanwhile', async () => {
+    const first = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-late') }));
+    const { requestId, poll } = first.json() as { requestId: string; poll: string };
+    sim.store.create({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: 'node-late' },
+      status: { conditions: [{ type: 'Ready', status: 'True' }] },
+    });
+    await kubectl('certificate', 'approve', requestId);
+    const reply = await call('GET', `${poll}?wait=30`);
+    assert.equal(reply.status, 403, reply.text);
+    const reasons = reply.json()['reasons'] as string[];
+    assert.equal(reasons[0], 'signing failed: SignerValidationFailure');
+    assert.match(reasons[1] as string, /node node-late is already registered and Ready/);
+  });
+
   test('deterministic-name CSR pre-created with another key', async () => {
     const victimKey = generateKey();
     const name = queuedCsrName(spkiOf(victimKey), 'node-v');
@@ -387,6 +404,8 @@ describe('bootstrap server', () => {
     const reply = await post(body({ kubelet: kubeletCsr(victimKey, 'node-v') }));
     assert.equal(reply.status, 409, reply.text);
     assert.equal((reply.json()['error'] as { reason: string }).reason, 'csr-name-taken');
+    assert.equal(audit.at(-1)?.verdict, 'deny');
+    assert.match(audit.at(-1)?.reasons[0] ?? '', /holds another public key/);
     // An admin approving the attacker's object does not get it signed: it carries no seal.
     await kubectl('certificate', 'approve', name);
     for (let i = 0; i < 200; i++) {
