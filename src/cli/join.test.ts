@@ -5,12 +5,13 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { CoreV1Api } from '@kubernetes/client-node';
+import type { Command } from 'commander';
 import { Registry } from 'prom-client';
 import { nodeFileNames } from '../agent/node-files.ts';
 import {
@@ -18,16 +19,24 @@ import {
   renderClusterInfoKubeconfig,
   signedClusterInfo,
 } from '../bootstrap/discovery.ts';
+import { awsPolicy } from '../bootstrap/policies/aws.ts';
 import { bootstrapTokenPolicy } from '../bootstrap/policies/bootstrap-token.ts';
 import { queuePolicy } from '../bootstrap/policies/queue.ts';
 import { bootstrapSignerName } from '../bootstrap/queue.ts';
+import { MemoryReplayGuard } from '../bootstrap/replay-guard.ts';
 import { type RunningBootstrap, startBootstrapServer } from '../bootstrap/server.ts';
 import { apiTokenSource, newBootstrapToken, TokenValidator, tokenSecretOf } from '../bootstrap/tokens.ts';
+import { createAwsClients } from '../cloud/aws/clients.ts';
+import { AwsNodeIdentifier } from '../cloud/aws/identify.ts';
 import { parseConfig } from '../config/loader.ts';
+import { exitCodeOf } from '../errors.ts';
 import { bundlePem, createCa } from '../pki/ca.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
 import { type KubeObject, type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { startAwsSimulator } from '../sim/aws/server.ts';
+import { opensslText } from '../testing/openssl.ts';
 import { toolPath } from '../testing/tools.ts';
+import { buildProgram, errorLine } from './main.ts';
 
 const run = promisify(execFile);
 const mainPath = new URL('./main.ts', import.meta.url).pathname;
@@ -51,8 +60,26 @@ interface Outcome {
   stderr: string;
 }
 
-/** Runs the real program; a failing exit is an outcome to check, not an exception. */
+/** Runs the command in this process (the servers keep serving); a failure is an outcome to check. */
 async function cli(...args: string[]): Promise<Outcome> {
+  const program = buildProgram();
+  let stdout = '';
+  let stderr = '';
+  const capture = (command: Command): void => {
+    command.configureOutput({ writeOut: (text) => (stdout += text), writeErr: (text) => (stderr += text) });
+    for (const sub of command.commands) capture(sub);
+  };
+  capture(program);
+  try {
+    await program.parseAsync(['-v', '0', ...args], { from: 'user' });
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    return { code: exitCodeOf(err), stdout, stderr: `${stderr}kops-controller: ${errorLine(err)}\n` };
+  }
+}
+
+/** Runs the real program in a child process, for what only a process shows: its exit code and output. */
+async function program(...args: string[]): Promise<Outcome> {
   try {
     const { stdout, stderr } = await run(process.execPath, [mainPath, '-v', '0', ...args], {
       encoding: 'utf8',
@@ -182,7 +209,7 @@ describe('kops-controller join against the bootstrap server', () => {
 
   test('denial: one line with the policy’s reason, exit 77, nothing written', async () => {
     const pin = pinOfCertificatePem(caPem);
-    const outcome = await cli(
+    const outcome = await program(
       ...joinArgs('node-d', '--ca-pin', pin, '--token', `${signingOnly.id}.${signingOnly.secret}`),
     );
     assert.equal(outcome.code, 77);
@@ -191,5 +218,100 @@ describe('kops-controller join against the bootstrap server', () => {
       `kops-controller: the bootstrap request was denied: bootstrap token ${signingOnly.id} is unknown, expired or its secret is wrong\n`,
     );
     assert.deepEqual(await readdir(join(dir, 'node-d')), []);
+  });
+});
+
+describe('kops-controller join --cloud aws', () => {
+  test('proves identity with the instance profile: the verified instance id, group and addresses', async () => {
+    const clusterName = 'c.example.com';
+    const instanceId = 'i-0123456789abcdef0';
+    const aws = await startAwsSimulator({ throttling: false });
+    const clients = await createAwsClients({
+      region: aws.region,
+      endpoint: aws.endpoint,
+      credentials: aws.credentials,
+    });
+    let awsBoot: RunningBootstrap | undefined;
+    try {
+      aws.ec2.addInstances([
+        {
+          id: instanceId,
+          zone: `${aws.region}a`,
+          cluster: clusterName,
+          instanceGroup: 'nodes',
+          privateIp: '10.1.2.3',
+        },
+      ]);
+      const session = aws.sts.addInstanceProfileSession(`nodes.${clusterName}`, instanceId);
+      awsBoot = await startBootstrapServer(parseConfig({ clusterName, cloud: 'aws', server: {} }), {
+        kubeConfig: sim.kubeConfig(),
+        policies: [
+          awsPolicy({
+            account: aws.account,
+            partition: 'aws',
+            region: aws.region,
+            nodesRoles: [`nodes.${clusterName}`],
+            instances: new AwsNodeIdentifier({ ec2: clients.ec2, clusterName }),
+            replayGuard: new MemoryReplayGuard(),
+            stsEndpoint: aws.endpoint,
+          }),
+        ],
+        ca,
+        listen: '127.0.0.1:0',
+        apiServer: sim.url,
+        serverNames: { ipAddresses: ['127.0.0.1'] },
+        clusterInfoHandler: clusterInfoHandler(() => ({
+          apiVersion: 'v1',
+          kind: 'ConfigMap',
+          metadata: { name: 'cluster-info', namespace: 'kube-public' },
+          data: { kubeconfig: renderClusterInfoKubeconfig({ servers: [sim.url], caBundlePem: caPem }) },
+        })),
+        registry: new Registry(),
+      });
+      const nodeDir = join(dir, 'aws-node');
+      // The SDK's credential chain reads the instance profile session from the environment here
+      // (on an instance it comes from IMDS).
+      Object.assign(process.env, {
+        AWS_ACCESS_KEY_ID: session.accessKeyId,
+        AWS_SECRET_ACCESS_KEY: session.secretAccessKey,
+        AWS_SESSION_TOKEN: session.sessionToken ?? '',
+      });
+      const args = ['join', '--server', awsBoot.server.url, '--ca-file', caFile, '--cloud', 'aws'];
+      const outcome = await cli(
+        ...args,
+        ...['--aws-region', aws.region, '--node-name', instanceId, '--dir', nodeDir, '-o', 'json'],
+      );
+      assert.equal(outcome.code, 0, outcome.stderr);
+      const result = JSON.parse(outcome.stdout);
+      assert.equal(result.nodeName, instanceId);
+      assert.equal(result.instanceGroup, 'nodes');
+      const serving = await readFile(join(nodeDir, nodeFileNames.serverCertificate), 'utf8');
+      assert.match(opensslText(serving), /IP Address:10\.1\.2\.3/);
+      assert.match(
+        opensslText(serving),
+        /Subject: O ?= ?system:nodes, CN ?= ?system:node:i-0123456789abcdef0/,
+      );
+
+      // Another instance's name is refused: the certificate names only what EC2 verified.
+      const other = await cli(
+        ...args,
+        ...[
+          '--aws-region',
+          aws.region,
+          '--node-name',
+          'i-0fffffffffffffff0',
+          '--dir',
+          join(dir, 'aws-other'),
+        ],
+      );
+      assert.equal(other.code, 77, other.stderr);
+      assert.match(other.stderr, /denied/);
+    } finally {
+      for (const key of ['AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'AWS_SESSION_TOKEN'])
+        delete process.env[key];
+      await awsBoot?.close();
+      clients.destroy();
+      await aws.close();
+    }
   });
 });

@@ -22,7 +22,7 @@ import { ConfigError, InvalidInputError } from '../errors.ts';
 import { Backoff } from '../kube/backoff.ts';
 import type { Logger } from '../log.ts';
 import { commandLogger } from './common.ts';
-import { formatOutput, outputOption } from './output.ts';
+import { formatOutput, outputOption, writeOut } from './output.ts';
 
 interface JoinCommandOptions {
   server: string;
@@ -74,16 +74,17 @@ function proofFor(options: JoinCommandOptions, token: string | undefined, logger
 }
 
 /** A status line on standard error, rewritten in place on a terminal. */
-function progressLine(): { update(line: string): void; end(): void } {
+function progressLine(command: Command): { update(line: string): void; end(): void } {
+  const write = command.configureOutput().writeErr ?? ((text: string) => process.stderr.write(text));
   const tty = process.stderr.isTTY;
   let shown = false;
   return {
     update(line) {
-      process.stderr.write(tty ? `\r\x1b[2K${line}` : `${line}\n`);
+      write(tty ? `\r\x1b[2K${line}` : `${line}\n`);
       shown = true;
     },
     end() {
-      if (tty && shown) process.stderr.write('\n');
+      if (tty && shown) write('\n');
     },
   };
 }
@@ -144,7 +145,7 @@ export function joinCommand(): Command {
       const token = rawToken ? validateBootstrapToken(rawToken) : undefined;
       const timeoutMs = parseDuration(options.timeout);
       const deadline = Date.now() + timeoutMs;
-      const progress = progressLine();
+      const progress = progressLine(command);
       try {
         const cluster = await retryTransient(
           () =>
@@ -178,7 +179,8 @@ export function joinCommand(): Command {
           logger,
         });
         progress.end();
-        process.stdout.write(
+        writeOut(
+          command,
           formatOutput(options.output, result, {
             rows: [result],
             columns: [
