@@ -6,7 +6,7 @@ import { buildCsrPem, type CsrContent } from '../../pki/csr-build.ts';
 import { generateKey } from '../../pki/keys.ts';
 import {
   assessCsr,
-  assessNames,
+  assessInstance,
   kubeletClientSigner,
   kubeletServingSigner,
   requestingNode,
@@ -57,9 +57,16 @@ describe('requestingNode', () => {
 });
 
 describe('assessCsr', () => {
-  test('a client renewal by the node itself is approved, with or without key encipherment', () => {
-    assert.equal(assessCsr(record()).action, 'approve');
-    assert.equal(assessCsr(record({ usages: ['client auth', 'digital signature'] })).action, 'approve');
+  test('a client renewal by the node itself goes on to the instance check, with or without key encipherment', () => {
+    const renewal = {
+      action: 'verify-instance',
+      nodeName: node,
+      serving: false,
+      dnsNames: [],
+      ipAddresses: [],
+    };
+    assert.deepEqual(assessCsr(record()), renewal);
+    assert.deepEqual(assessCsr(record({ usages: ['client auth', 'digital signature'] })), renewal);
   });
 
   test('decided, issued, foreign-signer and non-node requests are ignored', () => {
@@ -115,8 +122,9 @@ describe('assessCsr', () => {
     assert.equal(denial(assessCsr(record(serving))).reason, 'NoSubjectAltNames');
     const named = assessCsr(record(serving, { dnsNames: [node], ipAddresses: ['10.0.0.5'] }));
     assert.deepEqual(named, {
-      action: 'verify-names',
+      action: 'verify-instance',
       nodeName: node,
+      serving: true,
       dnsNames: [node],
       ipAddresses: ['10.0.0.5'],
     });
@@ -135,17 +143,33 @@ const identity: NodeIdentity = {
   ],
 };
 
-describe('assessNames', () => {
-  const request = { nodeName: node, dnsNames: [node, 'IP-10-0-0-5.ec2.internal'], ipAddresses: ['10.0.0.5'] };
+describe('assessInstance', () => {
+  const request = {
+    nodeName: node,
+    serving: true,
+    dnsNames: [node, 'IP-10-0-0-5.ec2.internal'],
+    ipAddresses: ['10.0.0.5'],
+  };
+  const renewal = { nodeName: node, serving: false, dnsNames: [], ipAddresses: [] };
+
+  test('a renewal from a running instance of its own is approved; from a terminated one, denied', () => {
+    const approved = assessInstance(renewal, identity);
+    assert.equal(approved.action, 'approve');
+    assert.match(
+      approved.message,
+      /renews its own kubelet client certificate; its instance i-0123456789abcdef0 is a running/,
+    );
+    assert.equal(assessInstance(renewal, { ...identity, state: 'terminated' }).reason, 'InstanceNotRunning');
+  });
 
   test('names all of the instance are approved (DNS case-insensitive, IPv6 in any spelling)', () => {
-    assert.equal(assessNames(request, identity).action, 'approve');
-    const v6 = assessNames({ ...request, ipAddresses: ['2001:0db8:0:0::5'] }, identity);
+    assert.equal(assessInstance(request, identity).action, 'approve');
+    const v6 = assessInstance({ ...request, ipAddresses: ['2001:0db8:0:0::5'] }, identity);
     assert.equal(v6.action, 'approve');
   });
 
   test('a foreign IP or DNS name is denied, each one named', () => {
-    const verdict = assessNames(
+    const verdict = assessInstance(
       { ...request, dnsNames: ['api.example.com'], ipAddresses: ['10.0.0.5', '10.0.0.6'] },
       identity,
     );
@@ -158,18 +182,18 @@ describe('assessNames', () => {
   });
 
   test('a hostname prefix is not enough (kubelet-csr-approver’s prefix match would pass it)', () => {
-    const verdict = assessNames({ ...request, dnsNames: [`${node}.attacker.example.com`] }, identity);
+    const verdict = assessInstance({ ...request, dnsNames: [`${node}.attacker.example.com`] }, identity);
     assert.equal(verdict.reason, 'SubjectAltNamesNotOfInstance');
   });
 
   test('a node that is not a name of the instance its providerID names is denied', () => {
-    const verdict = assessNames({ ...request, nodeName: 'i-0aaaaaaaaaaaaaaa0' }, identity);
+    const verdict = assessInstance({ ...request, nodeName: 'i-0aaaaaaaaaaaaaaa0' }, identity);
     assert.equal(verdict.reason, 'NodeIsNotItsInstance');
   });
 
   test('a stopped or terminated instance is denied', () => {
     for (const state of ['stopped', 'terminated'] as const) {
-      assert.equal(assessNames(request, { ...identity, state }).reason, 'InstanceNotRunning');
+      assert.equal(assessInstance(request, { ...identity, state }).reason, 'InstanceNotRunning');
     }
   });
 });

@@ -2,7 +2,8 @@
  * What the kubelet CSR approver decides, as pure functions. Two kinds of request are its business:
  * - client renewals (`kubernetes.io/kube-apiserver-client-kubelet`): the node renews its own identity
  *   — the authenticated requester must be exactly the subject (`system:node:<name>` in `system:nodes`),
- *   with no names and the usages Kubernetes requires;
+ *   with no names and the usages Kubernetes requires — and its instance must still be a running
+ *   instance of this cluster, so a certificate stolen from a terminated machine cannot be renewed;
  * - kubelet serving certificates (`kubernetes.io/kubelet-serving`): the same requester rule, and every
  *   DNS name and IP address must belong to the node's own instance according to the cloud — not to
  *   what the node reports about itself, and not just a prefix match on the hostname.
@@ -36,8 +37,16 @@ export type Verdict = { action: 'approve' | 'deny' } & Decision;
 export type Assessment =
   | { action: 'ignore'; why: string }
   | Verdict
-  /** A well-formed serving request from a node: its names must now be checked against the cloud. */
-  | { action: 'verify-names'; nodeName: string; dnsNames: string[]; ipAddresses: string[] };
+  /** A well-formed request from a node: its instance (and names) must now be checked with the cloud. */
+  | ({ action: 'verify-instance' } & InstanceCheck);
+
+/** What the cloud must confirm: the node's instance, and for a serving certificate its names. */
+export interface InstanceCheck {
+  nodeName: string;
+  serving: boolean;
+  dnsNames: readonly string[];
+  ipAddresses: readonly string[];
+}
 
 /** The reason of every approval this approver writes. */
 export const approvedReason = 'AutoApproved';
@@ -115,11 +124,7 @@ export function assessCsr(record: CsrRecord): Assessment {
     if (san) {
       return deny('SubjectAltNamesNotAllowed', 'a kubelet client certificate carries no subjectAltName');
     }
-    return {
-      action: 'approve',
-      reason: approvedReason,
-      message: `kops-controller: node ${nodeName} renews its own kubelet client certificate`,
-    };
+    return { action: 'verify-instance', nodeName, serving, dnsNames: [], ipAddresses: [] };
   }
   if (san && (san.emails.length || san.uris.length || san.other)) {
     return deny(
@@ -133,20 +138,18 @@ export function assessCsr(record: CsrRecord): Assessment {
       'a kubelet serving certificate needs at least one DNS name or IP address',
     );
   }
-  return { action: 'verify-names', nodeName, dnsNames, ipAddresses };
+  return { action: 'verify-instance', nodeName, serving, dnsNames, ipAddresses };
 }
 
 const stoppedStates = new Set(['stopping', 'stopped', 'terminated']);
 
 /**
- * Checks a serving request's names against the cloud's record of the node's instance: the node's name
- * must be one of that instance's own names (so a node cannot point its providerID at another
- * instance), and every requested DNS name and IP address must be one of the instance's addresses.
+ * Checks a request against the cloud's record of the node's instance: the instance must not be
+ * stopped, the node's name must be one of that instance's own names (so a node cannot point its
+ * providerID at another instance), and every requested DNS name and IP address must be one of the
+ * instance's addresses.
  */
-export function assessNames(
-  request: { nodeName: string; dnsNames: readonly string[]; ipAddresses: readonly string[] },
-  identity: NodeIdentity,
-): Verdict {
+export function assessInstance(request: InstanceCheck, identity: NodeIdentity): Verdict {
   const instance = identity.instanceId;
   if (stoppedStates.has(identity.state)) {
     return deny(
@@ -182,9 +185,8 @@ export function assessNames(
       `${foreign.join(', ')} ${foreign.length === 1 ? 'does' : 'do'} not belong to instance ${instance} of node ${request.nodeName} according to the cloud`,
     );
   }
-  return {
-    action: 'approve',
-    reason: approvedReason,
-    message: `kops-controller: every name belongs to instance ${instance} (instance group ${identity.instanceGroup}) of node ${request.nodeName} according to the cloud`,
-  };
+  const message = request.serving
+    ? `every name belongs to instance ${instance} (instance group ${identity.instanceGroup}) of node ${request.nodeName} according to the cloud`
+    : `node ${request.nodeName} renews its own kubelet client certificate; its instance ${instance} is a running instance of this cluster`;
+  return { action: 'approve', reason: approvedReason, message: `kops-controller: ${message}` };
 }

@@ -189,6 +189,29 @@ describe('CsrApprover against the simulated cluster', () => {
     );
   });
 
+  test('client renewal with a certificate of a terminated instance is denied', async () => {
+    // A kubelet credential copied off a machine that has since been terminated must not live on.
+    const gone = { id: simInstanceId(77_003), zone: 'us-test-1a' };
+    cluster.aws.ec2.addInstances([
+      { ...gone, cluster: cluster.clusterName, instanceGroup: 'nodes-us-test-1a', state: 'terminated' },
+    ]);
+    store.create({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: gone.id },
+      spec: { providerID: awsProviderID(gone) },
+    });
+    const name = await createCsr(cluster.api.server.kubeConfig(nodeUser(gone.id)), {
+      commonName: `system:node:${gone.id}`,
+      signerName: kubeletClientSigner,
+      usages: clientUsages,
+    });
+    const condition = await decided(name);
+    assert.equal(condition.type, 'Denied');
+    assert.equal(condition.reason, 'InstanceIdentityRejected');
+    assert.match(condition.message, /is terminated, not pending or running/);
+  });
+
   test('serving CSR with the node’s own addresses (per EC2) is approved', async () => {
     const identity = await identityOf(nodeA);
     const ips = identity.addresses.filter((a) => a.type === 'InternalIP').map((a) => a.address);

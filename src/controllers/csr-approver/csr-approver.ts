@@ -1,9 +1,9 @@
 /**
  * The in-cluster approver for kubelet certificate rotation (see checks.ts for what it decides), run
  * on the leader: an informer on CertificateSigningRequests feeds a work queue; each undecided kubelet
- * CSR from a node is assessed, serving requests are checked against the cloud's record of the node's
- * instance (the Node's providerID, identified through the batching NodeIdentifier), and the decision
- * is written through `/approval` with a reason and message.
+ * CSR from a node is assessed, then checked against the cloud's record of the node's instance (the
+ * Node's providerID, identified through the batching NodeIdentifier), and the decision is written
+ * through `/approval` with a reason and message.
  *
  * Failure handling: a cloud or API outage requeues the CSR with backoff and never turns into a
  * denial (unlike kubelet-csr-approver, whose resolver errors deny at once); a refusal by the cloud
@@ -27,7 +27,7 @@ import { sharedMetric } from '../../kube/metrics.ts';
 import { WorkQueue } from '../../kube/workqueue.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
-import { type Assessment, assessCsr, assessNames, type Verdict } from './checks.ts';
+import { assessCsr, assessInstance, type InstanceCheck, type Verdict } from './checks.ts';
 import { type CsrRecord, csrRecordOf } from './csr-record.ts';
 
 /** Options of a {@link CsrApprover}. */
@@ -125,12 +125,13 @@ export class CsrApprover implements LeaderComponent {
       this.#logger.debug({ csr: name, why: assessment.why }, 'not a request for this approver');
       return;
     }
-    const verdict = assessment.action === 'verify-names' ? await this.#verifyNames(assessment) : assessment;
+    const verdict =
+      assessment.action === 'verify-instance' ? await this.#verifyInstance(assessment) : assessment;
     await this.#decide(record, verdict);
   }
 
-  /** Checks a serving request's names against the cloud; outages throw (requeue), refusals deny. */
-  async #verifyNames(request: Extract<Assessment, { action: 'verify-names' }>): Promise<Verdict> {
+  /** Checks a request's instance (and names) with the cloud; outages throw (requeue), refusals deny. */
+  async #verifyInstance(request: InstanceCheck): Promise<Verdict> {
     const { nodeName } = request;
     let providerID: string | undefined;
     try {
@@ -145,7 +146,7 @@ export class CsrApprover implements LeaderComponent {
       return {
         action: 'deny',
         reason: 'NodeIdentityUnknown',
-        message: `node ${nodeName} has no providerID, so the cloud cannot vouch for its addresses`,
+        message: `node ${nodeName} has no providerID, so the cloud cannot vouch for it`,
       };
     }
     const result = (await this.#options.identifier.identify([key])).get(key);
@@ -158,7 +159,7 @@ export class CsrApprover implements LeaderComponent {
         message: `the cloud does not vouch for node ${nodeName}: ${describeError(result.error)}`,
       };
     }
-    return assessNames(request, result.identity);
+    return assessInstance(request, result.identity);
   }
 
   async #decide(record: CsrRecord, decision: Verdict): Promise<void> {
