@@ -304,6 +304,30 @@ describe('join', () => {
     assert.deepEqual(await readdir(opts.dir), []);
   });
 
+  test('a certificate from a CA the node did not trust is refused, even if the answer names that CA', async () => {
+    fake.script = () => {
+      const { nodeName, certificateSigningRequests } = fake.lastPost();
+      const csr = parseCsr(certificateSigningRequests['kubelet'] as string);
+      const rogue = issueCertificate(otherCa, 'kubelet', csr, { name: nodeName });
+      return {
+        status: 200,
+        body: {
+          status: 'issued',
+          nodeName,
+          certificates: { kubelet: rogue.pem },
+          caBundle: bundlePem(otherCa),
+          apiServer,
+        },
+      };
+    };
+    const opts = options({ servingCertificate: false });
+    await assert.rejects(
+      join(opts),
+      /kubelet client certificate the server returned is not signed by the cluster CA/,
+    );
+    assert.deepEqual(await readdir(opts.dir), []);
+  });
+
   test('a bad node name is refused before anything is sent', async () => {
     await assert.rejects(join(options({ nodeName: 'Not A Name' })), /node name/);
     assert.equal(fake.calls.length, 0);

@@ -202,7 +202,8 @@ async function writeCredentials(
   const clientPem = issued.certificates['kubelet'];
   if (!clientPem)
     throw new UnauthenticatedError('the server answered "issued" without a kubelet certificate');
-  const cas = [...certificatesOf(options.caBundlePem), ...certificatesOf(issued.caBundle)];
+  // Only the CA the node trusted for TLS may have signed them, not one the answer itself names.
+  const cas = certificatesOf(options.caBundlePem);
   checkIssued(clientPem, 'kubelet client', clientKey, nodeName, cas);
   const serverPem = serverKey ? issued.certificates['kubelet-server'] : undefined;
   if (serverPem && serverKey) checkIssued(serverPem, 'kubelet serving', serverKey, nodeName, cas);
