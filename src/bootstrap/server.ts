@@ -21,6 +21,7 @@ import {
   NotFoundError,
   RateLimitedError,
 } from '../errors.ts';
+import { reuseConnections } from '../kube/connection-reuse.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { loadCa } from '../pki/folder.ts';
@@ -346,11 +347,13 @@ export async function startBootstrapServer(
       server.signingCAs?.[0] ?? 'kubernetes-ca',
     ));
   const metrics = bootstrapMetrics(registry);
-  const certificates = deps.kubeConfig.makeApiClient(CertificatesV1Api);
-  const readNode = apiNodeReader(deps.kubeConfig.makeApiClient(CoreV1Api));
+  // Every request reads its Node: without pooled connections each read would be a TLS handshake.
+  const kubeConfig = reuseConnections(deps.kubeConfig);
+  const certificates = kubeConfig.makeApiClient(CertificatesV1Api);
+  const readNode = apiNodeReader(kubeConfig.makeApiClient(CoreV1Api));
   const queue = new CsrQueue({
     certificates,
-    kubeConfig: deps.kubeConfig,
+    kubeConfig,
     ca,
     onDepth: metrics.queueDepth,
     registry,
@@ -386,7 +389,7 @@ export async function startBootstrapServer(
     throw err;
   }
   const signer = queueSigner({
-    kubeConfig: deps.kubeConfig,
+    kubeConfig,
     certificates,
     ca,
     readNode,
