@@ -311,6 +311,9 @@ describe('bootstrap server', () => {
     const badScheme = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-a') }), 'Basic dTpw');
     assert.equal(badScheme.status, 400);
     assert.equal((await call('GET', '/nope')).status, 404);
+    assert.equal((await call('GET', '/v1/requests/%E0%A4%A?wait=x')).status, 400);
+    assert.equal((await call('GET', '/v1/requests/kops-bootstrap-%zz')).status, 400);
+    assert.equal((await call('GET', `/v1/requests/kops-bootstrap-${'0'.repeat(40)}`)).status, 404);
   });
 
   test('a denying policy answers 403 with every reason', async () => {
@@ -504,6 +507,10 @@ describe('bootstrap server', () => {
       fc.constant('/v1/certificates'),
       fc.constant('/bootstrap'),
       fc.string({ maxLength: 30 }).map((s) => `/v1/requests/${encodeURIComponent(s)}?wait=0`),
+      // Raw paths: stray and broken percent escapes, dots, query noise.
+      fc
+        .string({ maxLength: 40 })
+        .map((s) => `/v1/requests/${s.replace(/[^\x21-\x7e]/g, '%').replace(/[#?]/g, '%')}?wait=0&wait=x`),
     );
     await fc.assert(
       fc.asyncProperty(payloads, authorizations, paths, async (payload, authorization, path) => {

@@ -5,7 +5,6 @@
  * source address (429 + Retry-After), JSON errors for every bad input and never a crash. Shutdown is
  * graceful: the listener closes, long-polls are released, in-flight requests get a grace period.
  */
-import { randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
@@ -138,7 +137,8 @@ export async function serveBootstrap(options: BootstrapServerOptions): Promise<B
       res.once('close', abort);
       shutdown.signal.addEventListener('abort', abort, { once: true });
       try {
-        const id = decodeURIComponent(path.slice('/v1/requests/'.length));
+        // Not percent-decoded: a valid handle has nothing to decode, and a malformed escape is just a bad id.
+        const id = path.slice('/v1/requests/'.length);
         return sendAnswer(res, await pollRequest(context, id, url.searchParams.get('wait'), poll.signal));
       } finally {
         shutdown.signal.removeEventListener('abort', abort);
@@ -189,7 +189,7 @@ export async function serveBootstrap(options: BootstrapServerOptions): Promise<B
       await route(req, res, path, url);
     } catch (err) {
       if (!(err instanceof KopsError) || err.kind === 'internal' || err.kind === 'config') {
-        logger.error({ err: describeError(err), path, requestRef: randomUUID() }, 'bootstrap request failed');
+        logger.error({ err: describeError(err), path }, 'bootstrap request failed');
       }
       sendError(res, err);
     }
