@@ -82,6 +82,7 @@ describe('bootstrap server', () => {
   let dir: string;
   let kubeconfigPath: string;
   const audit: AuditRecord[] = [];
+  const registry = new Registry();
   const agent = new Agent({ keepAlive: true, maxSockets: 8 });
 
   async function start(): Promise<void> {
@@ -94,7 +95,7 @@ describe('bootstrap server', () => {
       serverNames: { ipAddresses: ['127.0.0.1'] },
       audit: (record) => audit.push(record),
       rateLimit: { burst: 100_000, ratePerSecond: 100_000 },
-      registry: new Registry(),
+      registry,
     });
     signerStop = new AbortController();
     signerDone = boot.signer.start(signerStop.signal);
@@ -207,6 +208,12 @@ describe('bootstrap server', () => {
     assert.equal(record.decidedBy, 'test-token');
     assert.equal(record.nodeName, 'node-a');
     assert.deepEqual(Object.keys(record.issued ?? {}).sort(), ['kubelet', 'kubelet-server']);
+    const metrics = await registry.metrics();
+    assert.match(
+      metrics,
+      /kops_controller_bootstrap_requests_total\{policy="test-token",verdict="approve"\} 1/,
+    );
+    assert.match(metrics, /kops_controller_bootstrap_issue_seconds_count 1/);
   });
 
   test("CSR asking for another node's CN or foreign SANs", async () => {
