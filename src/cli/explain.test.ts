@@ -146,3 +146,30 @@ test('explain input errors are typed, with the exit code of bad input', async ()
     /must be the Authorization header value/,
   );
 });
+
+test('explain --request takes a kops nodeup body and judges it on its proof alone', async () => {
+  const config = conf('kops.json', {
+    bootstrap: { policies: [{ name: 'insecure-always-approve' }, { name: 'queue' }] },
+  });
+  const body = {
+    apiVersion: 'bootstrap.kops.k8s.io/v1alpha1',
+    certs: { kubelet: '-----BEGIN RSA PUBLIC KEY-----\nAAAA\n-----END RSA PUBLIC KEY-----\n' },
+  };
+  const json = JSON.parse(
+    await explain(
+      '--conf',
+      config,
+      '--request',
+      file('kops-request.json', JSON.stringify(body)),
+      '-o',
+      'json',
+    ),
+  );
+  assert.equal(json.request.proof, 'none');
+  assert.equal(json.request.claimedNodeName, undefined);
+  assert.deepEqual(
+    json.trail.map((r: { verdict: string }) => r.verdict),
+    ['deny', 'queue'],
+  );
+  assert.match(json.trail[0].reasons[0], /names no node/);
+});

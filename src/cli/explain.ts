@@ -1,14 +1,21 @@
 /**
- * `kops-controller explain`: dry-runs a bootstrap request — a native API request body (optionally
- * with its `authorization` header value inside) or a bare CSR — against the configured approval
+ * `kops-controller explain`: dry-runs a bootstrap request — a native or kops nodeup request body
+ * (optionally with its `authorization` header value inside) or a bare CSR — against the configured approval
  * policies, evaluating every policy (not only up to the deciding one) and printing each verdict with
  * its reasons. Nothing is issued, queued or recorded in the cluster: proofs are spent only in a
  * private replay guard, so the node can still use a proof that was explained.
  */
 import { readFile, stat } from 'node:fs/promises';
 import { Command, Option } from 'commander';
+import { parseAuthorization } from '../bootstrap/authorization.ts';
 import { evaluateChain } from '../bootstrap/chain.ts';
-import { nativeApiVersion, parseCertificatesRequest } from '../bootstrap/native-handler.ts';
+import { newRequestId } from '../bootstrap/context.ts';
+import { kopsApiVersion } from '../bootstrap/kops-handler.ts';
+import {
+  type CertificatesInput,
+  nativeApiVersion,
+  parseCertificatesRequest,
+} from '../bootstrap/native-handler.ts';
 import { buildPolicies } from '../bootstrap/policies/build.ts';
 import { policyDepsFromConfig, policyNamesOf } from '../bootstrap/policies/deps.ts';
 import { MemoryReplayGuard } from '../bootstrap/replay-guard.ts';
@@ -86,6 +93,28 @@ export function explainInput(
   };
 }
 
+/**
+ * The request the server would build: a kops nodeup body (`bootstrap.kops.k8s.io/v1alpha1`) is judged
+ * on its proof alone, as `/bootstrap` does before parsing it; anything else is a native request.
+ */
+export function requestOf(input: CertificatesInput): BootstrapRequest {
+  let apiVersion: unknown;
+  try {
+    apiVersion = (JSON.parse(input.body.toString('utf8')) as { apiVersion?: unknown }).apiVersion;
+  } catch {
+    // Not JSON: the native parser says so.
+  }
+  if (apiVersion !== kopsApiVersion) return parseCertificatesRequest(input);
+  return {
+    id: newRequestId(),
+    body: input.body,
+    certificates: {},
+    proof: parseAuthorization(input.authorization),
+    remoteAddress: input.remoteAddress,
+    receivedAt: input.receivedAt,
+  };
+}
+
 /** One row per policy, in chain order; `decides` marks the policy whose verdict stands. */
 export interface ExplainRow {
   policy: string;
@@ -148,11 +177,7 @@ export function explainCommand(): Command {
         : { csr: await readInput(options.csr as string, '--csr') },
       options,
     );
-    const request: BootstrapRequest = parseCertificatesRequest({
-      ...input,
-      remoteAddress: options.remoteAddress,
-      receivedAt: new Date(),
-    });
+    const request = requestOf({ ...input, remoteAddress: options.remoteAddress, receivedAt: new Date() });
     const names = policyNamesOf(config);
     const needsCluster = names.has('bootstrap-token') || names.has('metal');
     const { deps, close } = await policyDepsFromConfig({
