@@ -13,14 +13,18 @@ import { InvalidInputError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { ControllerRuntime } from '../runtime/controller-runtime.ts';
 import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
+import { type JoiningNodes, type JoiningStatus, startJoiningNodes } from '../sim/joining-nodes.ts';
 import { vfsOptionsFromEnv } from '../statestore/open.ts';
 import { commandLogger } from './common.ts';
+import { type DevBootstrap, type DevPolicy, devPolicies, startDevBootstrap } from './dev-bootstrap.ts';
 import { buildLeaderComponents } from './leader-components.ts';
 
 interface DevOptions {
   stateDir: string;
   port: string;
   awsThrottling: boolean;
+  policy: DevPolicy;
+  joiningNodes: string;
 }
 
 /** Parses a TCP port option (0 = any free port). */
@@ -37,6 +41,8 @@ export interface DevController {
   /** Where /healthz, /readyz and /metrics are served. */
   url: string;
   runtime: ControllerRuntime;
+  /** The bootstrap server, when asked for. */
+  bootstrap?: DevBootstrap;
   /** Stops the controller (releasing its lease) and its cloud clients. */
   stop(): Promise<void>;
 }
@@ -47,7 +53,7 @@ export interface DevController {
  */
 export async function startDevController(
   cluster: DevCluster,
-  options: { logger?: Logger; stateStorePollIntervalMs?: number } = {},
+  options: { logger?: Logger; stateStorePollIntervalMs?: number; bootstrapPolicy?: DevPolicy } = {},
 ): Promise<DevController> {
   const logger = options.logger ?? silentLogger;
   const config = await loadConfigFile(cluster.configPath);
@@ -64,24 +70,35 @@ export async function startDevController(
     registry,
     logger,
   });
-  const runtime = new ControllerRuntime({
-    config,
-    leaseClient: kubeConfig.makeApiClient(CoordinationV1Api),
-    components: leader.components,
-    registry,
-    logger,
-  });
+  let bootstrap: DevBootstrap | undefined;
   try {
+    if (options.bootstrapPolicy) {
+      bootstrap = await startDevBootstrap(cluster, config, {
+        policy: options.bootstrapPolicy,
+        registry,
+        logger,
+      });
+    }
+    const runtime = new ControllerRuntime({
+      config,
+      leaseClient: kubeConfig.makeApiClient(CoordinationV1Api),
+      components: [...leader.components, ...(bootstrap?.bootstrap.components ?? [])],
+      registry,
+      logger,
+    });
     const server = await runtime.start();
     return {
       url: server.url,
       runtime,
+      ...(bootstrap ? { bootstrap } : {}),
       stop: async () => {
         await runtime.stop();
+        await bootstrap?.bootstrap.close();
         leader.close();
       },
     };
   } catch (err) {
+    await bootstrap?.bootstrap.close();
     leader.close();
     throw err;
   }
@@ -99,6 +116,12 @@ export function devBanner(cluster: DevCluster, controller?: DevController): stri
     `  Controller config  ${cluster.configPath}`,
     ...(controller
       ? [`  Controller      ${controller.url}/metrics  (labels every node from its instance group)`]
+      : []),
+    ...(controller?.bootstrap
+      ? [
+          `  Discovery       ${controller.bootstrap.url}/cluster-info`,
+          `  CA pin          ${controller.bootstrap.caPin}`,
+        ]
       : []),
     '',
     `${cluster.api.exportLine}`,
@@ -122,6 +145,14 @@ export function devCommand(): Command {
     )
     .addOption(new Option('--port <port>', 'port of the Kubernetes API (0 = any free port)').default('0'))
     .addOption(new Option('--no-aws-throttling', 'switch off the simulated EC2 request rate limit'))
+    .addOption(
+      new Option('--policy <name>', 'approval policy of the bootstrap server')
+        .choices(devPolicies)
+        .default('aws'),
+    )
+    .addOption(
+      new Option('--joining-nodes <n>', 'new machines that join through the bootstrap server').default('3'),
+    )
     .action(async (options: DevOptions, command: Command) => {
       const logger = commandLogger(command);
       const cluster = await startDevCluster({
@@ -130,14 +161,16 @@ export function devCommand(): Command {
         awsThrottling: options.awsThrottling,
         logger,
       });
+      const joiningCount = parseCount(options.joiningNodes, '--joining-nodes');
       let controller: DevController;
       try {
-        controller = await startDevController(cluster, { logger });
+        controller = await startDevController(cluster, { logger, bootstrapPolicy: options.policy });
       } catch (err) {
         await cluster.close();
         throw err;
       }
       process.stdout.write(devBanner(cluster, controller));
+      const joining = startJoining(cluster, controller, options, joiningCount, logger);
       await new Promise<void>((done) => {
         const stop = () => {
           process.off('SIGINT', stop);
@@ -147,7 +180,47 @@ export function devCommand(): Command {
         process.once('SIGINT', stop);
         process.once('SIGTERM', stop);
       });
+      joining?.stop();
       await controller.stop();
       await cluster.close();
     });
+}
+
+/** Parses a count option. */
+function parseCount(value: string, flag: string): number {
+  if (!/^\d{1,4}$/.test(value))
+    throw new InvalidInputError(`${flag} ${value}: expected a number from 0 to 9999`);
+  return Number(value);
+}
+
+/** Starts the simulated machines joining, with one live progress line on standard error. */
+function startJoining(
+  cluster: DevCluster,
+  controller: DevController,
+  options: DevOptions,
+  count: number,
+  logger: Logger,
+): JoiningNodes | undefined {
+  const bootstrap = controller.bootstrap;
+  if (!bootstrap || count === 0) return undefined;
+  const tty = process.stderr.isTTY;
+  const show = (s: JoiningStatus) => {
+    const hint = s.waiting ? ' (kubectl get csr; kubectl certificate approve NAME)' : '';
+    const line = `joining nodes (policy ${options.policy}): ${s.joined}/${s.total} joined, ${s.waiting} waiting for approval${hint}, ${s.failed} failed`;
+    process.stderr.write(tty ? `\r\x1b[2K${line}` : `${line}\n`);
+  };
+  const joining = startJoiningNodes({
+    cluster,
+    server: bootstrap.url,
+    caPin: bootstrap.caPin,
+    count,
+    proof: options.policy === 'aws' ? 'aws' : 'none',
+    dir: resolve(options.stateDir, 'nodes'),
+    onChange: show,
+    logger,
+  });
+  void joining.done.then(() => {
+    if (tty) process.stderr.write('\n');
+  });
+  return joining;
 }

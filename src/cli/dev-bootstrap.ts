@@ -1,0 +1,55 @@
+/**
+ * The bootstrap side of `kops-controller dev`: the real bootstrap server for the simulated cluster,
+ * under one policy, signing with the simulated API server's CA (so, as in kops, one CA serves the API
+ * and certifies the nodes, and the API server trusts the node certificates it issues).
+ */
+import { createPrivateKey } from 'node:crypto';
+import type { Registry } from 'prom-client';
+import { bootstrapPolicySpec, type Config } from '../config/schema.ts';
+import type { Logger } from '../log.ts';
+import { bundlePem, caFromPem } from '../pki/ca.ts';
+import { pinOfCertificatePem } from '../pki/pin.ts';
+import type { DevCluster } from '../sim/dev-cluster.ts';
+import { vfsOptionsFromEnv } from '../statestore/open.ts';
+import { type ConfiguredBootstrap, startConfiguredBootstrap } from './bootstrap-server.ts';
+
+/** The policies `dev --policy` offers. */
+export const devPolicies = ['aws', 'queue', 'insecure-always-approve'] as const;
+export type DevPolicy = (typeof devPolicies)[number];
+
+/** The running dev bootstrap server and what a node needs to reach it. */
+export interface DevBootstrap {
+  bootstrap: ConfiguredBootstrap;
+  /** The bootstrap endpoint; discovery is `<url>/cluster-info`. */
+  url: string;
+  /** The pin of the cluster CA, for `join --ca-pin`. */
+  caPin: string;
+}
+
+/** Starts the bootstrap server of `cluster` under `policy`; its leader components go to the runtime. */
+export async function startDevBootstrap(
+  cluster: DevCluster,
+  config: Config,
+  options: { policy: DevPolicy; registry: Registry; logger: Logger },
+): Promise<DevBootstrap> {
+  const sim = cluster.api.server;
+  const ca = caFromPem(sim.caCertificate, createPrivateKey(sim.certificateAuthority.privateKey));
+  const policy = bootstrapPolicySpec.parse(
+    options.policy === 'aws' ? { name: 'aws', stsEndpoint: cluster.aws.endpoint } : { name: options.policy },
+  );
+  const bootstrap = await startConfiguredBootstrap({
+    config: { ...config, bootstrap: { ...config.bootstrap, policies: [policy] } },
+    kubeConfig: sim.kubeConfig(),
+    vfsOptions: { ...vfsOptionsFromEnv(cluster.env), env: cluster.env },
+    cloud: { aws: { endpoint: cluster.aws.endpoint, credentials: { ...cluster.aws.credentials } } },
+    registry: options.registry,
+    logger: options.logger,
+    server: {
+      listen: '127.0.0.1:0',
+      ca,
+      apiServer: sim.url,
+      serverNames: { ipAddresses: ['127.0.0.1'] },
+    },
+  });
+  return { bootstrap, url: bootstrap.server.url, caPin: pinOfCertificatePem(bundlePem(ca)) };
+}

@@ -1,0 +1,51 @@
+/**
+ * What `kops-controller dev` shows: new machines join the simulated cluster through the real
+ * bootstrap server under the `aws` policy, register their Nodes with their own credentials, and the
+ * NodeController labels them from the instance group EC2 records.
+ */
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { startDevController } from '../cli/dev.ts';
+import { startDevCluster } from './dev-cluster.ts';
+import { type JoiningStatus, startJoiningNodes } from './joining-nodes.ts';
+
+const dir = await mkdtemp(join(tmpdir(), 'joining-nodes-'));
+const cluster = await startDevCluster({ stateDir: dir, awsThrottling: false });
+const controller = await startDevController(cluster, { bootstrapPolicy: 'aws' });
+
+after(async () => {
+  await controller.stop();
+  await cluster.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+test('machines join with their instance profile, register as themselves and get their group’s labels', async () => {
+  const bootstrap = controller.bootstrap;
+  assert.ok(bootstrap);
+  assert.match(bootstrap.caPin, /^sha256:[0-9a-f]{64}$/);
+  const seen: JoiningStatus[] = [];
+  const joining = startJoiningNodes({
+    cluster,
+    server: bootstrap.url,
+    caPin: bootstrap.caPin,
+    count: 2,
+    proof: 'aws',
+    dir: join(dir, 'nodes'),
+    onChange: (status) => seen.push(status),
+  });
+  await joining.done;
+  assert.deepEqual(joining.status(), { total: 2, joined: 2, waiting: 0, failed: 0 });
+  assert.equal(seen.length, 2);
+  const store = cluster.api.server.store;
+  for (const name of joining.nodes) {
+    let labels: Record<string, string> = {};
+    for (let i = 0; i < 500 && !labels['kops.k8s.io/instancegroup']; i++) {
+      labels = (store.get('nodes', undefined, name)?.metadata.labels ?? {}) as Record<string, string>;
+      if (!labels['kops.k8s.io/instancegroup']) await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    assert.equal(labels['kops.k8s.io/instancegroup'], 'nodes-us-test-1a', `labels of ${name}`);
+  }
+});

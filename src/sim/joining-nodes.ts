@@ -1,0 +1,150 @@
+/**
+ * Simulated new machines for `kops-controller dev`: each is a fresh EC2 instance of the simulated
+ * cluster (with an instance-profile session in the AWS simulator) that runs the real node-side join
+ * — discovery with the CA pin, local keys, a kops STS proof (or none, for the queue), the long-poll
+ * while queued — and then registers its Node with the kubeconfig it got, as a kubelet would.
+ */
+import { join as joinPath } from 'node:path';
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { signAwsStsProof } from '../agent/aws-proof.ts';
+import { discoverCluster } from '../agent/discovery.ts';
+import { join } from '../agent/join.ts';
+import { nodeFilePath } from '../agent/node-files.ts';
+import { noProof, type ProofProvider } from '../agent/proofs.ts';
+import { retryTransient } from '../agent/retry.ts';
+import { describeError } from '../errors.ts';
+import { Backoff } from '../kube/backoff.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import { awsProviderID, simInstanceId } from './aws/scenario.ts';
+import type { DevCluster } from './dev-cluster.ts';
+
+/** Options of {@link startJoiningNodes}. */
+export interface JoiningNodesOptions {
+  cluster: DevCluster;
+  /** The bootstrap endpoint and the CA pin the nodes are given. */
+  server: string;
+  caPin: string;
+  /** How many machines join. */
+  count: number;
+  /** `aws`: prove identity with the instance profile; `none`: no proof (for the queue). */
+  proof: 'aws' | 'none';
+  /** Where each node's credentials are written (`<dir>/<instance id>/`). */
+  dir: string;
+  /** The instance group they belong to (default the first worker group). */
+  instanceGroup?: string;
+  /** Called whenever a node's state changes. */
+  onChange?: (status: JoiningStatus) => void;
+  logger?: Logger;
+}
+
+/** Where the joining nodes are. */
+export interface JoiningStatus {
+  total: number;
+  joined: number;
+  waiting: number;
+  failed: number;
+}
+
+/** The joining machines: their status, and a promise that settles when every one has finished. */
+export interface JoiningNodes {
+  nodes: string[];
+  status(): JoiningStatus;
+  done: Promise<void>;
+  /** Stops waiting for approvals. */
+  stop(): void;
+}
+
+/** Registers the Node as its kubelet would: with the node's own credentials, its providerID and address. */
+async function register(kubeconfigPath: string, name: string, providerID: string, ip: string): Promise<void> {
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromFile(kubeconfigPath);
+  const now = new Date();
+  await kubeConfig.makeApiClient(CoreV1Api).createNode({
+    body: {
+      metadata: { name, labels: { 'kubernetes.io/hostname': name } },
+      spec: { providerID },
+      status: {
+        conditions: [
+          {
+            type: 'Ready',
+            status: 'True',
+            reason: 'KubeletReady',
+            message: 'kubelet is posting ready status',
+            lastHeartbeatTime: now,
+            lastTransitionTime: now,
+          },
+        ],
+        addresses: [
+          { type: 'InternalIP', address: ip },
+          { type: 'Hostname', address: name },
+        ],
+      },
+    },
+  });
+}
+
+/** Starts `count` machines joining the cluster through the bootstrap endpoint. */
+export function startJoiningNodes(options: JoiningNodesOptions): JoiningNodes {
+  const { cluster } = options;
+  const logger = options.logger ?? silentLogger;
+  const stop = new AbortController();
+  const instanceGroup =
+    options.instanceGroup ?? [...cluster.nodesByGroup.keys()].find((ig) => ig.startsWith('nodes')) ?? 'nodes';
+  const zone = `${cluster.region}a`;
+  const status: JoiningStatus = { total: options.count, joined: 0, waiting: 0, failed: 0 };
+  const changed = () => options.onChange?.({ ...status });
+  const machines = Array.from({ length: options.count }, (_, i) => {
+    const n = 50_000 + i;
+    return { id: simInstanceId(n), zone, privateIp: `172.20.200.${(i % 250) + 4}` };
+  });
+  cluster.aws.ec2.addInstances(machines.map((m) => ({ ...m, cluster: cluster.clusterName, instanceGroup })));
+  const joinOne = async (machine: (typeof machines)[number]): Promise<void> => {
+    const session = cluster.aws.sts.addInstanceProfileSession(`nodes.${cluster.clusterName}`, machine.id);
+    const proof: ProofProvider =
+      options.proof === 'aws' ? async (body) => signAwsStsProof(body, session, cluster.region, 2) : noProof;
+    let waiting = false;
+    try {
+      // The leader publishes cluster-info shortly after start; until then discovery answers 503.
+      const discovered = await retryTransient(
+        () => discoverCluster({ url: options.server, caPins: [options.caPin] }),
+        {
+          deadline: Date.now() + 60_000,
+          backoff: new Backoff({ initialMs: 200, maxMs: 2000 }),
+          what: 'discovery',
+          signal: stop.signal,
+        },
+      );
+      const dir = joinPath(options.dir, machine.id);
+      await join({
+        server: options.server,
+        caBundlePem: discovered.caBundlePem,
+        apiServer: discovered.server,
+        nodeName: machine.id,
+        dir,
+        proof,
+        servingCertificate: options.proof === 'aws',
+        retry: { initialMs: 200, maxMs: 2000 },
+        signal: stop.signal,
+        progress: (line) => {
+          if (!waiting && line.startsWith('waiting for approval')) {
+            waiting = true;
+            status.waiting++;
+            changed();
+          }
+        },
+      });
+      await register(nodeFilePath(dir, 'kubeconfig'), machine.id, awsProviderID(machine), machine.privateIp);
+      status.joined++;
+    } catch (err) {
+      if (!stop.signal.aborted) {
+        status.failed++;
+        logger.warn({ node: machine.id, err: describeError(err) }, 'simulated node could not join');
+      }
+    } finally {
+      if (waiting) status.waiting--;
+      changed();
+    }
+  };
+  const done = Promise.all(machines.map(joinOne)).then(() => undefined);
+  return { nodes: machines.map((m) => m.id), status: () => ({ ...status }), done, stop: () => stop.abort() };
+}
