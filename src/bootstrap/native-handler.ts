@@ -78,9 +78,9 @@ export function parseCertificatesRequest(input: CertificatesInput): BootstrapReq
     try {
       certificates[profile as ProfileName] = parseCsr(pem);
     } catch (err) {
-      if (err instanceof KopsError)
-        throw new InvalidInputError(`${profile}: ${err.message}`, { cause: err, details: err.details });
-      throw err;
+      // Whatever the parser throws, the cause is the input: it is answered as malformed, never as a 5xx.
+      const details = err instanceof KopsError ? err.details : { reason: 'malformed' };
+      throw new InvalidInputError(`${profile}: ${(err as Error).message}`, { cause: err, details });
     }
   }
   const kubelet = certificates.kubelet as ParsedCsr | undefined;
