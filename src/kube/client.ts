@@ -9,6 +9,7 @@ import { homedir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { CertificatesV1Api, CoordinationV1Api, CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { ConfigError } from '../errors.ts';
+import { reuseConnections } from './connection-reuse.ts';
 
 /** Where the kubelet mounts a pod's service-account token, CA and namespace. */
 export const serviceAccountDir = '/var/run/secrets/kubernetes.io/serviceaccount';
@@ -129,7 +130,8 @@ export function loadKubeConfig(options: KubeConfigOptions = {}): LoadedKubeConfi
         'set current-context or pass --context NAME',
     );
   }
-  return { kubeConfig: kc, source };
+  // Every API client made from it then reuses pooled connections (see connection-reuse.ts).
+  return { kubeConfig: reuseConnections(kc), source };
 }
 
 function selectContext(kc: KubeConfig, context: string, source: string): void {
