@@ -136,7 +136,12 @@ describe('bootstrap server from a kops config', () => {
     assert.equal((await get()).status, 503);
     assert.deepEqual(
       boot.components.map((c) => c.name),
-      ['bootstrap-signer', 'cluster-info-publisher'],
+      [
+        'bootstrap-signer',
+        'cluster-info-publisher',
+        'bootstrap-token-cleaner',
+        'bootstrap-replay-marker-collector',
+      ],
     );
     const stop = new AbortController();
     const publishing = (boot.components[1] as LeaderComponent).start(stop.signal);
