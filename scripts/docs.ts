@@ -2,4 +2,4 @@
 import { writeFileSync } from 'node:fs';
 import { cliReference } from '../src/cli/reference.ts';
 
-writeFileSync(new URL('../docs/cli.md', import.meta.url), cliReference());
+writeFileSync(new URL('../docs/cli.md', import.meta.url), await cliReference());

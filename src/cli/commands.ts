@@ -1,26 +1,26 @@
-/** The list of commands; each lives in its own module and exports a factory. */
+/**
+ * The commands, each in its own module, loaded on demand: a command's dependencies (the Kubernetes
+ * client, the AWS SDK, ...) cost a second or more to import, so `kops-controller pki pin` should not
+ * pay for `run`'s.
+ */
 import type { Command } from 'commander';
-import { devCommand } from './dev.ts';
-import { discoveryCommand } from './discovery.ts';
-import { explainCommand } from './explain.ts';
-import { joinCommand } from './join.ts';
-import { labelsCommand } from './labels.ts';
-import { pkiCommand } from './pki.ts';
-import { requestsCommand } from './requests.ts';
-import { runCommand } from './run.ts';
-import { tokenCommand } from './token.ts';
 
-/** Every subcommand of the program, in no particular order (help sorts them). */
-export function commandsOf(): Command[] {
-  return [
-    devCommand(),
-    discoveryCommand(),
-    explainCommand(),
-    joinCommand(),
-    labelsCommand(),
-    pkiCommand(),
-    requestsCommand(),
-    runCommand(),
-    tokenCommand(),
-  ];
+const loaders: Record<string, () => Promise<Command>> = {
+  dev: async () => (await import('./dev.ts')).devCommand(),
+  discovery: async () => (await import('./discovery.ts')).discoveryCommand(),
+  explain: async () => (await import('./explain.ts')).explainCommand(),
+  join: async () => (await import('./join.ts')).joinCommand(),
+  labels: async () => (await import('./labels.ts')).labelsCommand(),
+  pki: async () => (await import('./pki.ts')).pkiCommand(),
+  requests: async () => (await import('./requests.ts')).requestsCommand(),
+  run: async () => (await import('./run.ts')).runCommand(),
+  token: async () => (await import('./token.ts')).tokenCommand(),
+};
+
+/** The names of every subcommand. */
+export const commandNames: readonly string[] = Object.keys(loaders);
+
+/** Loads the named subcommands, or all of them (for help and the CLI reference). */
+export async function loadCommands(names: readonly string[] = commandNames): Promise<Command[]> {
+  return Promise.all(names.map((name) => (loaders[name] as () => Promise<Command>)()));
 }

@@ -5,7 +5,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { CoreV1Api } from '@kubernetes/client-node';
-import type { Command } from 'commander';
 import { discoverCluster } from '../agent/discovery.ts';
 import { detachedJws, parseClusterInfoDocument, parseClusterInfoKubeconfig } from '../bootstrap/discovery.ts';
 import { newBootstrapToken, tokenSecretOf } from '../bootstrap/tokens.ts';
@@ -19,23 +18,15 @@ import {
   issueServingCertificate,
   type SimCertificateAuthority,
 } from '../sim/tls.ts';
-import { buildProgram } from './main.ts';
+import { runCli } from '../testing/cli.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'kops-discovery-cli-'));
 after(() => rmSync(root, { recursive: true, force: true }));
 const mainScript = join(import.meta.dirname, 'main.ts');
 
 /** Runs `kops-controller discovery ...` in process and returns what it printed. */
-async function discovery(...args: string[]): Promise<string> {
-  const program = buildProgram();
-  let out = '';
-  const capture = (command: Command): void => {
-    command.configureOutput({ writeOut: (text) => (out += text), writeErr: (text) => (out += text) });
-    for (const sub of command.commands) capture(sub);
-  };
-  capture(program);
-  await program.parseAsync(['-v', '0', 'discovery', ...args], { from: 'user' });
-  return out;
+function discovery(...args: string[]): Promise<string> {
+  return runCli('discovery', ...args);
 }
 
 /** Starts `kops-controller discovery serve` as its own process; resolves with its URL once it listens. */

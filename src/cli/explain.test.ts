@@ -3,7 +3,6 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import type { Command } from 'commander';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
 import { nativeApiVersion } from '../bootstrap/native-handler.ts';
 import { newBootstrapToken, tokenSecretOf } from '../bootstrap/tokens.ts';
@@ -12,8 +11,8 @@ import { makeClients } from '../kube/client.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { startAwsSimulator } from '../sim/aws/server.ts';
 import { createCertificateRequest } from '../sim/tls.ts';
+import { runCli } from '../testing/cli.ts';
 import { explainInput } from './explain.ts';
-import { buildProgram } from './main.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'kops-explain-'));
 let csr = '';
@@ -32,16 +31,8 @@ function conf(name: string, config: object): string {
   return file(name, JSON.stringify({ clusterName: 'c.example.com', cloud: 'aws', ...config }));
 }
 
-async function explain(...args: string[]): Promise<string> {
-  const program = buildProgram();
-  let out = '';
-  const capture = (command: Command): void => {
-    command.configureOutput({ writeOut: (text) => (out += text), writeErr: (text) => (out += text) });
-    for (const sub of command.commands) capture(sub);
-  };
-  capture(program);
-  await program.parseAsync(['-v', '0', 'explain', ...args], { from: 'user' });
-  return out;
+function explain(...args: string[]): Promise<string> {
+  return runCli('explain', ...args);
 }
 
 test('explain --csr evaluates every policy and marks the deciding one', async () => {

@@ -62,7 +62,7 @@ interface Outcome {
 
 /** Runs the command in this process (the servers keep serving); a failure is an outcome to check. */
 async function cli(...args: string[]): Promise<Outcome> {
-  const program = buildProgram();
+  const program = await buildProgram();
   let stdout = '';
   let stderr = '';
   const capture = (command: Command): void => {

@@ -3,7 +3,8 @@ import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
 import { CommanderError } from 'commander';
 import { ConfigError, InternalError } from '../errors.ts';
-import { buildProgram, errorLine } from './main.ts';
+import { commandNames } from './commands.ts';
+import { buildProgram, commandsNeeded, errorLine } from './main.ts';
 
 const cli = (args: string[]) =>
   spawnSync(process.execPath, ['src/cli/main.ts', ...args], {
@@ -23,8 +24,8 @@ test('an unknown option is a usage error: exit 2 with one readable line', () => 
   assert.match(run.stderr, /unknown option '--no-such-option'/);
 });
 
-test('every command has help', () => {
-  const program = buildProgram();
+test('every command has help', async () => {
+  const program = await buildProgram();
   const walk = (command: typeof program): void => {
     assert.ok(command.description(), `${command.name()} has a description`);
     for (const sub of command.commands) walk(sub);
@@ -39,7 +40,7 @@ test('typed errors become one line; unexpected ones are labelled as bugs', () =>
 });
 
 test('usage errors in nested subcommands are reported, not thrown out of the process', async () => {
-  const program = buildProgram();
+  const program = await buildProgram();
   for (const command of program.commands) {
     for (const sub of command.commands) {
       sub.configureOutput({ writeErr: () => undefined });
@@ -50,4 +51,12 @@ test('usage errors in nested subcommands are reported, not thrown out of the pro
       );
     }
   }
+});
+
+test('a command line loads only the command it names; help and unknown words load them all', () => {
+  assert.deepEqual(commandsNeeded(['-v', '4', 'pki', 'pin', '--dir', 'x']), ['pki']);
+  assert.deepEqual(commandsNeeded(['--v', 'run']), commandNames);
+  assert.deepEqual(commandsNeeded(['--help']), commandNames);
+  assert.deepEqual(commandsNeeded(['--version']), []);
+  assert.deepEqual(commandsNeeded(['no-such-command']), commandNames);
 });

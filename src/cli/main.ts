@@ -7,14 +7,14 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
 import { describeError, exitCodeOf, KopsError } from '../errors.ts';
-import { commandsOf } from './commands.ts';
+import { commandNames, loadCommands } from './commands.ts';
 
 const packageJson = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
   version: string;
 };
 
-/** Builds the program; `write*` let tests capture what a command prints. */
-export function buildProgram(): Command {
+/** Builds the program with the named subcommands (default: all of them). */
+export async function buildProgram(names: readonly string[] = commandNames): Promise<Command> {
   const program = new Command('kops-controller')
     .description(
       'Makes the machines of a self-managed Kubernetes cluster find and trust each other, labels every node ' +
@@ -29,7 +29,7 @@ export function buildProgram(): Command {
     .showHelpAfterError('(run with --help for usage)')
     .configureHelp({ sortSubcommands: true })
     .exitOverride();
-  for (const command of commandsOf()) program.addCommand(command);
+  for (const command of await loadCommands(names)) program.addCommand(command);
   // Usage errors anywhere in the tree must reach main()'s handler instead of exiting the process.
   const overrideExits = (command: Command): void => {
     command.exitOverride();
@@ -41,8 +41,8 @@ export function buildProgram(): Command {
 
 /** Runs the program with `argv` (without node and script) and returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
-  const program = buildProgram();
   try {
+    const program = await buildProgram(commandsNeeded(argv));
     await program.parseAsync([...argv], { from: 'user' });
     return 0;
   } catch (err) {
@@ -53,6 +53,24 @@ export async function main(argv: readonly string[]): Promise<number> {
     process.stderr.write(`kops-controller: ${errorLine(err)}\n`);
     return exitCodeOf(err);
   }
+}
+
+/**
+ * The subcommands a command line needs: only the one it names, so its start-up does not import every
+ * other command's dependencies; all of them for help or anything unrecognised.
+ */
+export function commandsNeeded(argv: readonly string[]): readonly string[] {
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    if (arg === '-v' || arg === '--v') {
+      i++; // its value
+      continue;
+    }
+    if (arg === '--version') return [];
+    if (arg.startsWith('-')) continue;
+    return commandNames.includes(arg) ? [arg] : commandNames;
+  }
+  return commandNames;
 }
 
 /** One readable line for an error; internal errors say that they are bugs. */

@@ -6,14 +6,13 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
-import type { Command } from 'commander';
 import { parse } from 'yaml';
 import { exitCodeOf } from '../errors.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { startS3Sim } from '../sim/s3/server.ts';
+import { runCli } from '../testing/cli.ts';
 import { openssl, opensslText, scratchFile } from '../testing/openssl.ts';
-import { buildProgram } from './main.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'kops-pki-cli-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -21,16 +20,8 @@ let folders = 0;
 const newDir = () => join(root, `pki-${folders++}`);
 
 /** Runs `kops-controller pki ...` in process and returns what it printed. */
-async function pki(...args: string[]): Promise<string> {
-  const program = buildProgram();
-  let out = '';
-  const capture = (command: Command): void => {
-    command.configureOutput({ writeOut: (text) => (out += text), writeErr: (text) => (out += text) });
-    for (const sub of command.commands) capture(sub);
-  };
-  capture(program);
-  await program.parseAsync(['-v', '0', 'pki', ...args], { from: 'user' });
-  return out;
+function pki(...args: string[]): Promise<string> {
+  return runCli('pki', ...args);
 }
 
 async function pkiJson<T>(...args: string[]): Promise<T> {

@@ -21,13 +21,13 @@ function section(command: Command, depth: number, out: string[]): void {
 }
 
 /** The full CLI reference as Markdown. */
-export function cliReference(): string {
+export async function cliReference(): Promise<string> {
   const out = [
     '# CLI reference',
     '',
     "Generated from the commands' own `--help` by `npm run docs`; a test fails when this file is stale.",
     '',
   ];
-  section(buildProgram(), 0, out);
+  section(await buildProgram(), 0, out);
   return out.join('\n');
 }

@@ -3,7 +3,6 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import type { Command } from 'commander';
 import { apiNodeReader } from '../bootstrap/node-guard.ts';
 import { queuedCsrObject, sealKeyOf } from '../bootstrap/queue.ts';
 import { queueSigner } from '../bootstrap/queue-signer.ts';
@@ -15,8 +14,8 @@ import { parseCsr } from '../pki/csr.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey } from '../pki/keys.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { runCli } from '../testing/cli.ts';
 import { opensslVerify } from '../testing/openssl.ts';
-import { buildProgram } from './main.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'kops-requests-cli-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -79,16 +78,8 @@ describe('kops-controller requests', () => {
   });
   after(() => sim.close());
 
-  async function requests(...args: string[]): Promise<string> {
-    const program = buildProgram();
-    let out = '';
-    const capture = (command: Command): void => {
-      command.configureOutput({ writeOut: (text) => (out += text), writeErr: (text) => (out += text) });
-      for (const sub of command.commands) capture(sub);
-    };
-    capture(program);
-    await program.parseAsync(['-v', '0', 'requests', ...args, '--kubeconfig', kubeconfig], { from: 'user' });
-    return out;
+  function requests(...args: string[]): Promise<string> {
+    return runCli('requests', ...args, '--kubeconfig', kubeconfig);
   }
 
   test('list shows the pending bootstrap requests and their evidence, and nothing else', async () => {

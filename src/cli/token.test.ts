@@ -4,12 +4,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { CoreV1Api } from '@kubernetes/client-node';
-import type { Command } from 'commander';
 import { apiTokenSource, TokenValidator } from '../bootstrap/tokens.ts';
 import { exitCodeOf } from '../errors.ts';
 import { makeClients } from '../kube/client.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
-import { buildProgram } from './main.ts';
+import { runCli } from '../testing/cli.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'kops-token-cli-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -27,16 +26,8 @@ describe('kops-controller token', () => {
   after(() => sim.close());
 
   /** Runs `kops-controller token ...` in process and returns what it printed. */
-  async function token(...args: string[]): Promise<string> {
-    const program = buildProgram();
-    let out = '';
-    const capture = (command: Command): void => {
-      command.configureOutput({ writeOut: (text) => (out += text), writeErr: (text) => (out += text) });
-      for (const sub of command.commands) capture(sub);
-    };
-    capture(program);
-    await program.parseAsync(['-v', '0', 'token', ...args, '--kubeconfig', kubeconfig], { from: 'user' });
-    return out;
+  function token(...args: string[]): Promise<string> {
+    return runCli('token', ...args, '--kubeconfig', kubeconfig);
   }
 
   test('create prints the token once; it validates and carries the asked usages and groups', async () => {
