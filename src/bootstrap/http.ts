@@ -1,39 +1,13 @@
 /**
- * Small HTTP pieces the bootstrap handlers share: reading a size-limited body, and answering with
+ * Small HTTP pieces the bootstrap handlers share: answering with
  * JSON or with the error object of docs/bootstrap-api.md. Every error a handler throws becomes a 4xx
  * with a reason and one readable line; only real server faults become a 5xx.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { asKopsError, httpStatusOf, TooLargeError } from '../errors.ts';
+import type { ServerResponse } from 'node:http';
+import { asKopsError, httpStatusOf } from '../errors.ts';
 
 /** The largest request body accepted: a request with two RSA-8192 CSRs is well below it. */
 export const maxBodyBytes = 64 * 1024;
-
-/** Reads the whole body, refusing (TooLargeError) as soon as it exceeds `limit` bytes. */
-export function readBody(req: IncomingMessage, limit = maxBodyBytes): Promise<Buffer> {
-  const declared = Number(req.headers['content-length']);
-  if (Number.isFinite(declared) && declared > limit) {
-    return Promise.reject(new TooLargeError(`the request body of ${declared} bytes exceeds ${limit} bytes`));
-  }
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const onData = (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > limit) {
-        req.off('data', onData);
-        // Stop reading: the answer is sent and the connection closed without taking the rest.
-        req.pause();
-        reject(new TooLargeError(`the request body exceeds ${limit} bytes`));
-        return;
-      }
-      chunks.push(chunk);
-    };
-    req.on('data', onData);
-    req.once('end', () => resolve(Buffer.concat(chunks, size)));
-    req.once('error', reject);
-  });
-}
 
 /** Sends a JSON answer. */
 export function sendJson(

@@ -22,6 +22,7 @@ import {
 } from '../errors.ts';
 import { reuseConnections } from '../kube/connection-reuse.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { readBody } from '../net/read-body.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { loadCa } from '../pki/folder.ts';
 import { generateKey, privateKeyPem } from '../pki/keys.ts';
@@ -30,7 +31,7 @@ import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { parseListenAddress, urlOf } from '../runtime/listen-address.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
 import type { AuditSink, BootstrapContext } from './context.ts';
-import { maxBodyBytes, readBody, sendError, sendJson } from './http.ts';
+import { maxBodyBytes, sendError, sendJson } from './http.ts';
 import { defaultKopsCertNames, type KopsOptions, kopsBootstrap } from './kops-handler.ts';
 import { bootstrapMetrics } from './metrics.ts';
 import { type Answer, pollRequest, submitCertificates } from './native-handler.ts';

@@ -4,6 +4,8 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { parse as parseYaml } from 'yaml';
+import { TooLargeError } from '../../errors.ts';
+import { readBody as readLimitedBody } from '../../net/read-body.ts';
 import { isRecord, type KubeObject } from './objects.ts';
 import { apiVersionOf, type ResourceType } from './resources.ts';
 import { dropUnknownFields, shapeOfKind } from './schema.ts';
@@ -14,16 +16,11 @@ export const maxBodyBytes = 3 * 1024 * 1024;
 
 /** Reads a request body, refusing more than {@link maxBodyBytes} with 413. */
 export async function readBody(req: IncomingMessage): Promise<Buffer> {
-  const declared = Number(req.headers['content-length'] ?? 0);
-  if (declared > maxBodyBytes) throw tooLarge(maxBodyBytes);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > maxBodyBytes) throw tooLarge(maxBodyBytes);
-    chunks.push(chunk as Buffer);
+  try {
+    return await readLimitedBody(req, maxBodyBytes);
+  } catch (err) {
+    throw err instanceof TooLargeError ? tooLarge(maxBodyBytes) : err;
   }
-  return Buffer.concat(chunks);
 }
 
 /** The media type of a request's Content-Type, lower-cased, without parameters. */

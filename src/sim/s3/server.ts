@@ -12,6 +12,7 @@ import {
   type SigV4ErrorCode,
   verifySigV4,
 } from '../../cloud/aws/sigv4.ts';
+import { readBody } from '../../net/read-body.ts';
 
 /** Options of the simulated S3. */
 export interface S3SimOptions {
@@ -61,17 +62,6 @@ function sendError(res: ServerResponse, status: number, code: string, message: s
   )}</RequestId></Error>`;
   res.writeHead(status, { 'content-type': 'application/xml', 'content-length': Buffer.byteLength(body) });
   res.end(body);
-}
-
-async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) throw new Error('body too large');
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks);
 }
 
 /** The status and error code S3 answers for a signature failure (S3 names them differently from STS). */
