@@ -14,12 +14,9 @@
 import type { NodeIdentity } from '../../cloud/types.ts';
 import { type ParsedCsr, parseCsr } from '../../pki/csr.ts';
 import { canonicalIp } from '../../pki/ip.ts';
-import type { CsrRecord } from './csr-record.ts';
+import { type CsrRecord, kubeletClientSigner, kubeletServingSigner } from './csr-record.ts';
 
-/** The signer of kubelet client certificates. */
-export const kubeletClientSigner = 'kubernetes.io/kube-apiserver-client-kubelet';
-/** The signer of kubelet serving certificates. */
-export const kubeletServingSigner = 'kubernetes.io/kubelet-serving';
+export { kubeletClientSigner, kubeletServingSigner } from './csr-record.ts';
 
 const nodeUserPrefix = 'system:node:';
 const nodesGroup = 'system:nodes';

@@ -22,10 +22,22 @@ export interface CsrRecord {
   issued: boolean;
 }
 
+/** The signer of kubelet client certificates. */
+export const kubeletClientSigner = 'kubernetes.io/kube-apiserver-client-kubelet';
+/** The signer of kubelet serving certificates. */
+export const kubeletServingSigner = 'kubernetes.io/kubelet-serving';
+
+/** The signers whose requests the approver reads; other CSRs are cached without their request. */
+const kubeletSigners = new Set([kubeletClientSigner, kubeletServingSigner]);
+
 /** The record of a CSR in its JSON wire shape. */
 export function csrRecordOf(csr: V1CertificateSigningRequest): CsrRecord {
   const spec = csr.spec ?? ({} as Partial<V1CertificateSigningRequest['spec']>);
   const conditions = csr.status?.conditions ?? [];
+  const decided = conditions.some((c) => c.type === 'Approved' || c.type === 'Denied');
+  const issued = Boolean(csr.status?.certificate);
+  // Only an undecided kubelet request is ever read again: keep the (largest) field for those alone.
+  const wanted = !decided && !issued && kubeletSigners.has(spec.signerName ?? '');
   return {
     name: csr.metadata?.name ?? '',
     resourceVersion: csr.metadata?.resourceVersion ?? '',
@@ -33,9 +45,9 @@ export function csrRecordOf(csr: V1CertificateSigningRequest): CsrRecord {
     username: spec.username ?? '',
     groups: spec.groups ?? [],
     usages: spec.usages ?? [],
-    request: typeof spec.request === 'string' ? spec.request : '',
+    request: wanted && typeof spec.request === 'string' ? spec.request : '',
     ...(typeof spec.expirationSeconds === 'number' ? { expirationSeconds: spec.expirationSeconds } : {}),
-    decided: conditions.some((c) => c.type === 'Approved' || c.type === 'Denied'),
-    issued: Boolean(csr.status?.certificate),
+    decided,
+    issued,
   };
 }
