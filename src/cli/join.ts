@@ -43,6 +43,9 @@ interface JoinCommandOptions {
 /** The environment variable `join` reads the bootstrap token from when `--token` is not given. */
 export const tokenEnvironmentVariable = 'KOPS_CONTROLLER_JOIN_TOKEN';
 
+/** How long discovery is retried (kubeadm's default discovery timeout). */
+const discoveryTimeoutMs = 5 * 60_000;
+
 function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];
 }
@@ -157,7 +160,9 @@ export function joinCommand(): Command {
               logger,
             }),
           {
-            deadline,
+            // As kubeadm: a missing signature or an unreachable endpoint is waited for five minutes at
+            // most, so a token that cannot sign or a wrong --server does not keep the node for an hour.
+            deadline: Math.min(deadline, Date.now() + discoveryTimeoutMs),
             backoff: new Backoff({ initialMs: 1000, maxMs: 30_000, jitter: 0.5 }),
             what: 'discovery',
             progress: progress.update,
