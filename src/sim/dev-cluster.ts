@@ -62,6 +62,31 @@ function zoneOf(ig: InstanceGroup): string {
   return /^[a-z]+-[a-z]+-\d[a-z]$/.test(subnet) ? subnet : `${region}a`;
 }
 
+/** The status a kubelet posts for a healthy node: Ready, its address and versions. */
+export function kubeletNodeStatus(
+  name: string,
+  internalIp: string,
+  now = new Date(),
+): Record<string, unknown> {
+  return {
+    conditions: [
+      {
+        type: 'Ready',
+        status: 'True',
+        reason: 'KubeletReady',
+        message: 'kubelet is posting ready status',
+        lastHeartbeatTime: now.toISOString(),
+        lastTransitionTime: now.toISOString(),
+      },
+    ],
+    addresses: [
+      { type: 'InternalIP', address: internalIp },
+      { type: 'Hostname', address: name },
+    ],
+    nodeInfo: { kubeletVersion: 'v1.33.0', kubeProxyVersion: 'v1.33.0' },
+  };
+}
+
 function nodeObject(instance: SimInstanceInput, ig: InstanceGroup): KubeObject {
   const controlPlane = ig.spec.role === 'ControlPlane';
   return {
@@ -74,23 +99,7 @@ function nodeObject(instance: SimInstanceInput, ig: InstanceGroup): KubeObject {
         ? { taints: [{ key: 'node-role.kubernetes.io/control-plane', effect: 'NoSchedule' }] }
         : {}),
     },
-    status: {
-      conditions: [
-        {
-          type: 'Ready',
-          status: 'True',
-          reason: 'KubeletReady',
-          message: 'kubelet is posting ready status',
-          lastHeartbeatTime: new Date().toISOString(),
-          lastTransitionTime: new Date().toISOString(),
-        },
-      ],
-      addresses: [
-        { type: 'InternalIP', address: instance.privateIp ?? '' },
-        { type: 'Hostname', address: instance.id },
-      ],
-      nodeInfo: { kubeletVersion: 'v1.33.0', kubeProxyVersion: 'v1.33.0' },
-    },
+    status: kubeletNodeStatus(instance.id, instance.privateIp ?? ''),
   };
 }
 

@@ -5,7 +5,7 @@
  * while queued — and then registers its Node with the kubeconfig it got, as a kubelet would.
  */
 import { join as joinPath } from 'node:path';
-import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { CoreV1Api, KubeConfig, type V1NodeStatus } from '@kubernetes/client-node';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
 import { discoverCluster } from '../agent/discovery.ts';
 import { join } from '../agent/join.ts';
@@ -16,7 +16,7 @@ import { describeError } from '../errors.ts';
 import { Backoff } from '../kube/backoff.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { awsProviderID, simInstanceId } from './aws/scenario.ts';
-import type { DevCluster } from './dev-cluster.ts';
+import { type DevCluster, kubeletNodeStatus } from './dev-cluster.ts';
 
 /** Options of {@link startJoiningNodes}. */
 export interface JoiningNodesOptions {
@@ -58,27 +58,12 @@ export interface JoiningNodes {
 async function register(kubeconfigPath: string, name: string, providerID: string, ip: string): Promise<void> {
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromFile(kubeconfigPath);
-  const now = new Date();
   await kubeConfig.makeApiClient(CoreV1Api).createNode({
     body: {
       metadata: { name, labels: { 'kubernetes.io/hostname': name } },
       spec: { providerID },
-      status: {
-        conditions: [
-          {
-            type: 'Ready',
-            status: 'True',
-            reason: 'KubeletReady',
-            message: 'kubelet is posting ready status',
-            lastHeartbeatTime: now,
-            lastTransitionTime: now,
-          },
-        ],
-        addresses: [
-          { type: 'InternalIP', address: ip },
-          { type: 'Hostname', address: name },
-        ],
-      },
+      // The client's V1NodeStatus wants Date objects; the wire format is the same strings.
+      status: kubeletNodeStatus(name, ip) as V1NodeStatus,
     },
   });
 }
