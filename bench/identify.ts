@@ -14,7 +14,7 @@ import { DescribeInstancesCommand, type EC2Client } from '@aws-sdk/client-ec2';
 import { createAwsClients } from '../src/cloud/aws/clients.ts';
 import { awsCallError } from '../src/cloud/aws/errors.ts';
 import { AwsNodeIdentifier } from '../src/cloud/aws/identify.ts';
-import { identityFromInstance } from '../src/cloud/aws/instance.ts';
+import { type InstanceIdentity, identityFromInstance } from '../src/cloud/aws/instance.ts';
 import { parseAwsProviderID } from '../src/cloud/aws/providerid.ts';
 import { isRetryable } from '../src/errors.ts';
 import { awsProviderID, clusterInstances } from '../src/sim/aws/scenario.ts';
@@ -40,20 +40,33 @@ export interface IdentifyBenchResult {
   perNode: PathFigures;
 }
 
-/** kops' way: one DescribeInstances per node, checked the same way; a throttled node is retried. */
-async function identifyPerNode(ec2: EC2Client, providerID: string): Promise<string> {
-  const { instanceId } = parseAwsProviderID(providerID);
+/**
+ * kops' way of looking an instance up: its own DescribeInstances, checked as the batched path checks
+ * it; a call still throttled after the SDK's retries is retried (the bench/join-storm per-node path
+ * uses it too).
+ */
+export async function describeInstancePerNode(
+  ec2: EC2Client,
+  instanceId: string,
+  cluster: string,
+): Promise<InstanceIdentity> {
   for (;;) {
     try {
       const out = await ec2.send(new DescribeInstancesCommand({ InstanceIds: [instanceId] }));
       const instance = out.Reservations?.[0]?.Instances?.[0];
       if (!instance) throw new Error(`missing instance id ${instanceId}`);
-      return identityFromInstance(instance, clusterName).instanceGroup;
+      return identityFromInstance(instance, cluster);
     } catch (err) {
       // Past the SDK's own retries, the node is requeued, as controller-runtime would.
       if (!isRetryable(awsCallError(err, 'ec2:DescribeInstances', 'ec2:DescribeInstances'))) throw err;
     }
   }
+}
+
+/** kops' node identification: one DescribeInstances per node. */
+async function identifyPerNode(ec2: EC2Client, providerID: string): Promise<string> {
+  const { instanceId } = parseAwsProviderID(providerID);
+  return (await describeInstancePerNode(ec2, instanceId, clusterName)).instanceGroup;
 }
 
 async function measure(sim: AwsSimulator, run: () => Promise<number>): Promise<PathFigures> {

@@ -1,0 +1,644 @@
+/**
+ * Benchmark: N simulated nodes (default 5,000) join at once, all requests fired together with a
+ * bounded number in flight (default 256), each over its own new TLS connection (each node is its own
+ * machine), to the real bootstrap server running in its own process:
+ * - through the real `aws` policy (STS replay, replay guard in the API server, EC2 identity) with the
+ *   AWS simulator's EC2 throttle on, once with this project's batched EC2 lookups and once with one
+ *   DescribeInstances per node (kops' design; bench/identify.ts's lookup): wall time, cloud calls,
+ *   certificates per second and the ratios;
+ * - the plain issuance rate under `insecure-always-approve`, over keep-alive connections and with a
+ *   new TLS connection per node, beside `cfssl serve` (Debian golang-cfssl) signing the same CSRs
+ *   with the same CA over TLS in the same run, and the ratio (target ≥ 1.0).
+ * Node keys (ECDSA P-256), CSRs and STS proofs are made before the clock starts; every certificate
+ * is verified against the CA afterwards. The client and the simulators share this process, the
+ * server (and cfssl) has its own, and the CPU time of each is printed, so a slow simulator or client
+ * shows instead of hiding the server's cost.
+ *
+ *   node bench/join-storm.ts [--nodes N] [--concurrency C]
+ */
+import { type ChildProcess, execFileSync, fork, spawn } from 'node:child_process';
+import { X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { Agent, request } from 'node:https';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { Registry } from 'prom-client';
+import { signAwsStsProof } from '../src/agent/aws-proof.ts';
+import { nativeApiVersion } from '../src/bootstrap/native-handler.ts';
+import { type AwsInstanceLookup, awsPolicy } from '../src/bootstrap/policies/aws.ts';
+import { awsAccountOf } from '../src/bootstrap/policies/build.ts';
+import { insecureAlwaysApprovePolicy } from '../src/bootstrap/policies/insecure-always-approve.ts';
+import { ConfigMapReplayGuard } from '../src/bootstrap/replay-guard.ts';
+import { type RunningBootstrap, servingCertificate, startBootstrapServer } from '../src/bootstrap/server.ts';
+import type { BootstrapPolicy } from '../src/bootstrap/types.ts';
+import { createAwsClients } from '../src/cloud/aws/clients.ts';
+import { AwsNodeIdentifier } from '../src/cloud/aws/identify.ts';
+import type { SigV4Credentials } from '../src/cloud/aws/sigv4.ts';
+import { parseConfig } from '../src/config/loader.ts';
+import { reuseConnections } from '../src/kube/connection-reuse.ts';
+import { bundlePem, type CertificateAuthority, caFromPem, createCa } from '../src/pki/ca.ts';
+import { buildCsrPem } from '../src/pki/csr-build.ts';
+import { generateKey, parsePrivateKeyPem, privateKeyPem } from '../src/pki/keys.ts';
+import { type SimApiServer, startApiServer } from '../src/sim/apiserver/index.ts';
+import { clusterInstances } from '../src/sim/aws/scenario.ts';
+import { type AwsSimulator, startAwsSimulator } from '../src/sim/aws/server.ts';
+import { toolPath } from '../src/testing/tools.ts';
+import { describeInstancePerNode } from './identify.ts';
+
+const clusterName = 'storm.example.com';
+const nodesRole = `nodes.${clusterName}`;
+const config = parseConfig({ clusterName, cloud: 'aws', server: {} });
+
+/** How the server process approves: the `aws` policy with either EC2 lookup, or approving everything. */
+export type ServerMode = 'aws-batched' | 'aws-per-node' | 'insecure-always-approve';
+
+/** What the server process is started with. */
+interface ServerSpec {
+  mode: ServerMode;
+  kubeconfig: string;
+  aws: { endpoint: string; region: string; credentials: SigV4Credentials };
+  ca: { cert: string; key: string };
+}
+
+type ToServer = { type: 'start'; spec: ServerSpec } | { type: 'exit' };
+type FromServer = { type: 'ready'; url: string } | { type: 'failed'; error: string };
+
+/** One storm's figures. */
+export interface StormFigures {
+  name: string;
+  nodes: number;
+  /** Answers carrying a certificate that verifies against the CA and names the node. */
+  verified: number;
+  /** The first failure, when some node got no good certificate. */
+  firstFailure?: string;
+  wallMs: number;
+  /** CPU seconds of the process serving the storm (our server or cfssl). */
+  serverCpuSeconds: number;
+  /** CPU seconds of this process (clients and simulators). */
+  clientCpuSeconds: number;
+  /** Cloud calls the AWS simulator served during the storm (aws storms only). */
+  cloud?: { describeInstances: number; throttled: number; sts: number };
+}
+
+/** The figures of a run. */
+export interface JoinStormResult {
+  nodes: number;
+  concurrency: number;
+  batched: StormFigures;
+  perNode: StormFigures;
+  plain: StormFigures[];
+  /** cfssl's storms, or why cfssl could not run here. */
+  cfssl: { version: string; storms: StormFigures[] } | { unavailable: string };
+}
+
+/** Options of {@link runJoinStorm}. */
+export interface JoinStormOptions {
+  nodes: number;
+  concurrency?: number;
+}
+
+/** A node of the storm: its name (an instance id), CSR and request body. */
+interface StormNode {
+  name: string;
+  csrPem: string;
+  body: string;
+  credentials: SigV4Credentials;
+}
+
+/** One request of a storm and how to read the certificate out of its answer. */
+interface StormRequest {
+  path: string;
+  body: string;
+  authorization?: string;
+}
+
+/** The server process: starts the bootstrap server the spec describes and reports its URL. */
+async function serveChild(): Promise<void> {
+  let running: { boot: RunningBootstrap; release(): void } | undefined;
+  process.on('message', (message: ToServer) => {
+    if (message.type === 'exit') {
+      const close = running ? running.boot.close().then(() => running?.release()) : Promise.resolve();
+      void close.then(() => process.exit(0));
+      return;
+    }
+    startServer(message.spec).then(
+      (started) => {
+        running = started;
+        process.send?.({ type: 'ready', url: started.boot.server.url } satisfies FromServer);
+      },
+      (err: Error) =>
+        process.send?.({ type: 'failed', error: err.stack ?? err.message } satisfies FromServer),
+    );
+  });
+}
+
+async function startServer(spec: ServerSpec): Promise<{ boot: RunningBootstrap; release(): void }> {
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromString(spec.kubeconfig);
+  reuseConnections(kubeConfig);
+  let policies: BootstrapPolicy[] = [insecureAlwaysApprovePolicy()];
+  let release = (): void => undefined;
+  if (spec.mode !== 'insecure-always-approve') {
+    const { endpoint, region, credentials } = spec.aws;
+    const clients = await createAwsClients({ region, endpoint, credentials });
+    release = () => clients.destroy();
+    const instances: AwsInstanceLookup =
+      spec.mode === 'aws-batched'
+        ? new AwsNodeIdentifier({ ec2: clients.ec2, clusterName })
+        : { lookupInstance: (id) => describeInstancePerNode(clients.ec2, id, clusterName) };
+    policies = [
+      awsPolicy({
+        ...(await awsAccountOf(clients.sts)),
+        region,
+        nodesRoles: [nodesRole],
+        instances,
+        replayGuard: new ConfigMapReplayGuard({ core: kubeConfig.makeApiClient(CoreV1Api) }),
+        stsEndpoint: endpoint,
+      }),
+    ];
+  }
+  const boot = await startBootstrapServer(config, {
+    kubeConfig,
+    policies,
+    ca: caFromPem(spec.ca.cert, parsePrivateKeyPem(spec.ca.key)),
+    listen: '127.0.0.1:0',
+    serverNames: { ipAddresses: ['127.0.0.1'] },
+    // Every simulated node connects from 127.0.0.1, so the per-source limit would throttle the storm.
+    rateLimit: { burst: 1_000_000, ratePerSecond: 1_000_000 },
+    registry: new Registry(),
+  });
+  while (!boot.queue.hasSynced()) await new Promise((resolve) => setTimeout(resolve, 10));
+  return { boot, release };
+}
+
+/** A running server process (ours or cfssl): its URL and its CPU time so far. */
+interface ServerProcess {
+  url: string;
+  cpuSeconds(): number;
+  stop(): Promise<void>;
+}
+
+const clockTicks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+
+/** User + system CPU seconds a process has used (Linux /proc). */
+function cpuSecondsOf(pid: number): number {
+  // Fields after the parenthesised command name: state is 3rd, utime the 14th and stime the 15th.
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / clockTicks;
+}
+
+function ownCpuSeconds(): number {
+  const { user, system } = process.cpuUsage();
+  return (user + system) / 1e6;
+}
+
+function exited(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve();
+    else child.once('exit', () => resolve());
+  });
+}
+
+async function startServerProcess(spec: ServerSpec): Promise<ServerProcess> {
+  const child = fork(new URL(import.meta.url).pathname, ['--serve'], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const reply = await new Promise<FromServer>((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`the server process exited with ${code}`)));
+    child.once('message', resolve);
+    child.send({ type: 'start', spec } satisfies ToServer);
+  });
+  if (reply.type === 'failed') {
+    child.kill();
+    throw new Error(`the server process could not start: ${reply.error}`);
+  }
+  return {
+    url: reply.url,
+    cpuSeconds: () => cpuSecondsOf(child.pid as number),
+    stop: async () => {
+      child.send({ type: 'exit' } satisfies ToServer);
+      await exited(child);
+    },
+  };
+}
+
+/** An answer: HTTP status and body, or status 0 and the connection error. */
+interface Reply {
+  status: number;
+  text: string;
+}
+
+function post(url: string, req: StormRequest, caPem: string, agent: Agent | false): Promise<Reply> {
+  return new Promise((resolve) => {
+    const outgoing = request(
+      `${url}${req.path}`,
+      {
+        method: 'POST',
+        agent,
+        ca: caPem,
+        headers: {
+          'content-type': 'application/json',
+          ...(req.authorization === undefined ? {} : { authorization: req.authorization }),
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }),
+        );
+        res.on('error', (err) => resolve({ status: 0, text: err.message }));
+      },
+    );
+    outgoing.on('error', (err) => resolve({ status: 0, text: err.message }));
+    outgoing.end(req.body);
+  });
+}
+
+/** Fires every request, at most `concurrency` in flight; the answers in request order. */
+async function fire(
+  url: string,
+  requests: readonly StormRequest[],
+  options: { caPem: string; keepAlive: boolean; concurrency: number },
+): Promise<{ replies: Reply[]; wallMs: number }> {
+  // Without keep-alive every request gets an agent of its own: a new TCP connection and a full TLS
+  // handshake, as a fleet of separate machines would cost.
+  const agent = options.keepAlive ? new Agent({ keepAlive: true, maxSockets: options.concurrency }) : false;
+  const replies: Reply[] = new Array(requests.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < requests.length) {
+      const i = next++;
+      replies[i] = await post(url, requests[i] as StormRequest, options.caPem, agent);
+    }
+  };
+  const started = performance.now();
+  await Promise.all(Array.from({ length: Math.min(options.concurrency, requests.length) }, worker));
+  const wallMs = performance.now() - started;
+  if (agent) agent.destroy();
+  return { replies, wallMs };
+}
+
+/** Reads the certificate out of an answer; throws with the answer when there is none. */
+type CertificateOf = (reply: Reply) => string;
+
+const bootstrapCertificate: CertificateOf = (reply) => {
+  const pem = (JSON.parse(reply.text) as { certificates?: { kubelet?: string } }).certificates?.kubelet;
+  if (reply.status !== 200 || !pem) throw new Error(`HTTP ${reply.status}: ${reply.text.slice(0, 300)}`);
+  return pem;
+};
+
+const cfsslCertificate: CertificateOf = (reply) => {
+  const pem = (JSON.parse(reply.text) as { result?: { certificate?: string } }).result?.certificate;
+  if (reply.status !== 200 || !pem) throw new Error(`HTTP ${reply.status}: ${reply.text.slice(0, 300)}`);
+  return pem;
+};
+
+/** Counts the answers whose certificate the CA signed for the node's name. */
+function verifyReplies(
+  replies: readonly Reply[],
+  nodes: readonly StormNode[],
+  certificateOf: CertificateOf,
+  caCertificate: X509Certificate,
+): { verified: number; firstFailure?: string } {
+  let verified = 0;
+  let firstFailure: string | undefined;
+  replies.forEach((reply, i) => {
+    const name = (nodes[i] as StormNode).name;
+    try {
+      if (reply.status === 0) throw new Error(`no answer: ${reply.text}`);
+      const certificate = new X509Certificate(certificateOf(reply));
+      if (!certificate.checkIssued(caCertificate) || !certificate.verify(caCertificate.publicKey)) {
+        throw new Error('the certificate does not verify against the CA');
+      }
+      if (!certificate.subject.split('\n').includes(`CN=system:node:${name}`)) {
+        throw new Error(`the certificate names ${certificate.subject}, not system:node:${name}`);
+      }
+      verified++;
+    } catch (err) {
+      firstFailure ??= `${name}: ${(err as Error).message}`;
+    }
+  });
+  return firstFailure === undefined ? { verified } : { verified, firstFailure };
+}
+
+/** One storm against a running server: fired, timed, its CPU measured, its certificates verified. */
+async function measureStorm(
+  name: string,
+  server: ServerProcess,
+  requests: readonly StormRequest[],
+  check: { nodes: readonly StormNode[]; certificateOf: CertificateOf; caPem: string },
+  options: { keepAlive: boolean; concurrency: number },
+): Promise<StormFigures> {
+  const serverCpu = server.cpuSeconds();
+  const clientCpu = ownCpuSeconds();
+  const { replies, wallMs } = await fire(server.url, requests, { caPem: check.caPem, ...options });
+  const serverCpuSeconds = server.cpuSeconds() - serverCpu;
+  const clientCpuSeconds = ownCpuSeconds() - clientCpu;
+  const ca = new X509Certificate(check.caPem);
+  return {
+    name,
+    nodes: requests.length,
+    ...verifyReplies(replies, check.nodes, check.certificateOf, ca),
+    wallMs,
+    serverCpuSeconds,
+    clientCpuSeconds,
+  };
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+/** The version line of the cfssl binary, or why it cannot run here. */
+function cfsslBinary(): { path: string; version: string } | { unavailable: string } {
+  try {
+    const path = toolPath('cfssl');
+    const out = execFileSync(path, ['version'], { encoding: 'utf8', timeout: 10_000 });
+    return { path, version: /Version:\s*(\S+)/.exec(out)?.[1] ?? out.split('\n')[0] ?? 'unknown' };
+  } catch (err) {
+    return { unavailable: `cfssl (Debian golang-cfssl) cannot run here: ${(err as Error).message}` };
+  }
+}
+
+/**
+ * `cfssl serve` with the same CA over TLS (a serving certificate from the same CA), signing client
+ * certificates with a default profile; resolves once it answers a signing request.
+ */
+async function startCfssl(
+  binary: string,
+  dir: string,
+  pems: { caCert: string; caKey: string; tlsCert: string; tlsKey: string },
+  probe: StormRequest,
+): Promise<ServerProcess> {
+  const file = async (name: string, text: string) => {
+    const path = join(dir, name);
+    await writeFile(path, text, { mode: 0o600 });
+    return path;
+  };
+  const signing = { default: { expiry: '8760h', usages: ['digital signature', 'client auth'] } };
+  const port = await freePort();
+  const args = [
+    'serve',
+    '-address=127.0.0.1',
+    `-port=${port}`,
+    `-ca=${await file('ca.pem', pems.caCert)}`,
+    `-ca-key=${await file('ca-key.pem', pems.caKey)}`,
+    `-config=${await file('cfssl.json', JSON.stringify({ signing }))}`,
+    `-tls-cert=${await file('tls.pem', pems.tlsCert)}`,
+    `-tls-key=${await file('tls-key.pem', pems.tlsKey)}`,
+    '-loglevel=5',
+  ];
+  const child = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString('utf8')).slice(-2000);
+  });
+  const url = `https://127.0.0.1:${port}`;
+  const stop = async () => {
+    child.kill();
+    await exited(child);
+  };
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const reply = await post(url, probe, pems.caCert, false);
+    if (reply.status === 200) break;
+    if (child.exitCode !== null || Date.now() > deadline) {
+      await stop();
+      throw new Error(
+        `cfssl serve did not sign (${reply.status} ${reply.text.slice(0, 200)}); its log: ${stderr.trim()}`,
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return { url, cpuSeconds: () => cpuSecondsOf(child.pid as number), stop };
+}
+
+function kubeletCsr(name: string): string {
+  return buildCsrPem(generateKey('ecdsa-p256'), {
+    subject: { commonName: `system:node:${name}`, organizations: ['system:nodes'] },
+  });
+}
+
+function bootstrapBody(csrPem: string): string {
+  return JSON.stringify({ apiVersion: nativeApiVersion, certificateSigningRequests: { kubelet: csrPem } });
+}
+
+/** Warms a server's JIT and connections up with requests for a node outside the storm. */
+async function warmUp(url: string, probe: StormRequest, caPem: string, count: number): Promise<void> {
+  await fire(
+    url,
+    Array.from({ length: Math.min(200, count) }, () => probe),
+    { caPem, keepAlive: true, concurrency: 8 },
+  );
+}
+
+/** The same CSRs signed by `cfssl serve` with the same CA, or why cfssl could not run here. */
+async function cfsslStorms(
+  ca: CertificateAuthority,
+  nodes: readonly StormNode[],
+  dir: string,
+  concurrency: number,
+): Promise<JoinStormResult['cfssl']> {
+  const binary = cfsslBinary();
+  if ('unavailable' in binary) return binary;
+  const caPem = bundlePem(ca);
+  const signRequest = (csrPem: string) => ({
+    path: '/api/v1/cfssl/sign',
+    body: JSON.stringify({ certificate_request: csrPem }),
+  });
+  const probe = signRequest(kubeletCsr('warm-up'));
+  const tls = servingCertificate(ca, { name: 'cfssl', ipAddresses: ['127.0.0.1'] });
+  let signer: ServerProcess;
+  try {
+    signer = await startCfssl(
+      binary.path,
+      dir,
+      { caCert: caPem, caKey: privateKeyPem(ca.signer.key), tlsCert: tls.cert, tlsKey: tls.key },
+      probe,
+    );
+  } catch (err) {
+    return { unavailable: (err as Error).message };
+  }
+  try {
+    await warmUp(signer.url, probe, caPem, nodes.length);
+    const requests = nodes.map((node) => signRequest(node.csrPem));
+    const check = { nodes, certificateOf: cfsslCertificate, caPem };
+    const storms: StormFigures[] = [];
+    for (const keepAlive of [true, false]) {
+      const name = `cfssl ${binary.version}, ${keepAlive ? 'keep-alive' : 'new TLS connection per node'}`;
+      storms.push(await measureStorm(name, signer, requests, check, { keepAlive, concurrency }));
+    }
+    return { version: binary.version, storms };
+  } finally {
+    await signer.stop();
+  }
+}
+
+/** Runs every storm of the benchmark against simulators, server processes and cfssl started here. */
+export async function runJoinStorm(options: JoinStormOptions): Promise<JoinStormResult> {
+  const concurrency = options.concurrency ?? 256;
+  const aws: AwsSimulator = await startAwsSimulator({ throttling: true });
+  const api: SimApiServer = await startApiServer();
+  const dir = await mkdtemp(join(tmpdir(), 'join-storm-'));
+  try {
+    const ca = createCa();
+    const caPem = bundlePem(ca);
+    const instances = clusterInstances({
+      cluster: clusterName,
+      instanceGroup: 'nodes',
+      count: options.nodes,
+    });
+    aws.ec2.addInstances(instances);
+    const nodes: StormNode[] = instances.map(({ id }) => {
+      const csrPem = kubeletCsr(id);
+      return {
+        name: id,
+        csrPem,
+        body: bootstrapBody(csrPem),
+        credentials: aws.sts.addInstanceProfileSession(nodesRole, id),
+      };
+    });
+    const spec = (mode: ServerMode): ServerSpec => ({
+      mode,
+      kubeconfig: api.kubeconfig(),
+      aws: { endpoint: aws.endpoint, region: aws.region, credentials: aws.credentials },
+      ca: { cert: caPem, key: privateKeyPem(ca.signer.key) },
+    });
+    const bootstrapCheck = { nodes, certificateOf: bootstrapCertificate, caPem };
+
+    const awsStorm = async (mode: ServerMode, name: string): Promise<StormFigures> => {
+      const server = await startServerProcess(spec(mode));
+      try {
+        // Signed now, not at generation time: each proof is fresh and spent once.
+        const requests = nodes.map((node) => ({
+          path: '/v1/certificates',
+          body: node.body,
+          authorization: signAwsStsProof(node.body, node.credentials, aws.region, 1),
+        }));
+        aws.calls.reset();
+        aws.throttling.bucket.reset();
+        const figures = await measureStorm(name, server, requests, bootstrapCheck, {
+          keepAlive: false,
+          concurrency,
+        });
+        return {
+          ...figures,
+          cloud: {
+            describeInstances: aws.calls.count('DescribeInstances'),
+            throttled: aws.calls.throttled('DescribeInstances'),
+            sts: aws.calls.count('GetCallerIdentity'),
+          },
+        };
+      } finally {
+        await server.stop();
+      }
+    };
+    const batched = await awsStorm('aws-batched', 'aws, batched EC2 lookups');
+    const perNode = await awsStorm('aws-per-node', "aws, per-node EC2 (kops')");
+
+    const plainRequests = nodes.map((node) => ({ path: '/v1/certificates', body: node.body }));
+    const plainProbe = { path: '/v1/certificates', body: bootstrapBody(kubeletCsr('warm-up')) };
+    const plain: StormFigures[] = [];
+    const server = await startServerProcess(spec('insecure-always-approve'));
+    try {
+      await warmUp(server.url, plainProbe, caPem, nodes.length);
+      for (const keepAlive of [true, false]) {
+        const name = keepAlive ? 'ours, keep-alive' : 'ours, new TLS connection per node';
+        plain.push(
+          await measureStorm(name, server, plainRequests, bootstrapCheck, { keepAlive, concurrency }),
+        );
+      }
+    } finally {
+      await server.stop();
+    }
+
+    const cfssl = await cfsslStorms(ca, nodes, dir, concurrency);
+    return {
+      nodes: options.nodes,
+      concurrency,
+      batched,
+      perNode,
+      plain,
+      cfssl,
+    };
+  } finally {
+    await api.close();
+    await aws.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Certificates verified per second of wall time. */
+export function certsPerSecond(figures: StormFigures): number {
+  return figures.verified / (figures.wallMs / 1000);
+}
+
+/** The report the benchmark prints. */
+export function formatJoinStorm(result: JoinStormResult): string {
+  const row = (f: StormFigures) =>
+    `${f.name.padEnd(40)} ${`${f.verified}/${f.nodes}`.padStart(11)} ${`${(f.wallMs / 1000).toFixed(2)}s`.padStart(9)} ` +
+    `${certsPerSecond(f).toFixed(0).padStart(8)} ${`${f.serverCpuSeconds.toFixed(1)}s`.padStart(10)} ` +
+    `${`${f.clientCpuSeconds.toFixed(1)}s`.padStart(10)}` +
+    (f.cloud
+      ? `   DescribeInstances=${f.cloud.describeInstances} throttled=${f.cloud.throttled} STS=${f.cloud.sts}`
+      : '') +
+    (f.firstFailure ? `\n  first failure: ${f.firstFailure}` : '');
+  const header = `${'storm'.padEnd(40)} ${'verified'.padStart(11)} ${'wall'.padStart(9)} ${'certs/s'.padStart(8)} ${'server CPU'.padStart(10)} ${'client CPU'.padStart(10)}`;
+  const { batched, perNode } = result;
+  const calls = (perNode.cloud?.describeInstances ?? 0) / Math.max(1, batched.cloud?.describeInstances ?? 0);
+  const lines = [
+    `join-storm: ${result.nodes} nodes, ${result.concurrency} requests in flight, HTTPS to a server in its own process`,
+    'AWS storms: a new TLS connection per node; real aws policy (STS replay, replay guard, EC2), EC2 throttling on (bucket 100, refill 20/s)',
+    header,
+    row(batched),
+    row(perNode),
+    `ratio  ${calls.toFixed(0)}x fewer DescribeInstances, ${(perNode.wallMs / batched.wallMs).toFixed(1)}x less wall time (per-node / batched)`,
+    'plain issuance: insecure-always-approve vs cfssl serve (TLS), the same CSRs and CA',
+    ...result.plain.map(row),
+  ];
+  if ('unavailable' in result.cfssl) lines.push(`cfssl: not measured — ${result.cfssl.unavailable}`);
+  else {
+    lines.push(...result.cfssl.storms.map(row));
+    const [ourKeepAlive, ourNew] = result.plain as [StormFigures, StormFigures];
+    const [theirKeepAlive, theirNew] = result.cfssl.storms as [StormFigures, StormFigures];
+    lines.push(
+      `ratio  ours/cfssl certs/s: keep-alive ${(certsPerSecond(ourKeepAlive) / certsPerSecond(theirKeepAlive)).toFixed(2)}, ` +
+        `new connection per node ${(certsPerSecond(ourNew) / certsPerSecond(theirNew)).toFixed(2)} (target ≥ 1.0)`,
+    );
+  }
+  return lines.join('\n');
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    options: {
+      nodes: { type: 'string', default: '5000' },
+      concurrency: { type: 'string', default: '256' },
+      serve: { type: 'boolean', default: false },
+    },
+  });
+  if (values.serve) await serveChild();
+  else {
+    const nodes = Number(values.nodes);
+    const concurrency = Number(values.concurrency);
+    if (!Number.isInteger(nodes) || nodes < 1)
+      throw new Error(`--nodes must be a positive integer, got ${values.nodes}`);
+    if (!Number.isInteger(concurrency) || concurrency < 1) {
+      throw new Error(`--concurrency must be a positive integer, got ${values.concurrency}`);
+    }
+    process.stdout.write(`${formatJoinStorm(await runJoinStorm({ nodes, concurrency }))}\n`);
+  }
+}
