@@ -9,7 +9,7 @@ import { readFile } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import { CertificatesV1Api, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
+import { CertificatesV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { type Registry, register } from 'prom-client';
 import type { Config } from '../config/schema.ts';
 import {
@@ -35,7 +35,7 @@ import { maxBodyBytes, sendError, sendJson } from './http.ts';
 import { defaultKopsCertNames, type KopsOptions, kopsBootstrap } from './kops-handler.ts';
 import { bootstrapMetrics } from './metrics.ts';
 import { type Answer, pollRequest, submitCertificates } from './native-handler.ts';
-import { apiNodeReader } from './node-guard.ts';
+import { httpsNodeReader } from './node-guard.ts';
 import { CsrQueue } from './queue.ts';
 import { queueSigner } from './queue-signer.ts';
 import { defaultRateLimit, type RateLimit, SourceRateLimiter } from './rate-limit.ts';
@@ -351,7 +351,7 @@ export async function startBootstrapServer(
   // Every request reads its Node: without pooled connections each read would be a TLS handshake.
   const kubeConfig = reuseConnections(deps.kubeConfig);
   const certificates = kubeConfig.makeApiClient(CertificatesV1Api);
-  const readNode = apiNodeReader(kubeConfig.makeApiClient(CoreV1Api));
+  const readNode = httpsNodeReader(kubeConfig);
   const queue = new CsrQueue({
     certificates,
     kubeConfig,

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { apiNodeReader } from '../bootstrap/node-guard.ts';
+import { httpsNodeReader } from '../bootstrap/node-guard.ts';
 import { queuedCsrObject, sealKeyOf } from '../bootstrap/queue.ts';
 import { queueSigner } from '../bootstrap/queue-signer.ts';
 import type { BootstrapRequest } from '../bootstrap/types.ts';
@@ -106,7 +106,7 @@ describe('kops-controller requests', () => {
       kubeConfig: sim.kubeConfig(),
       certificates,
       ca,
-      readNode: apiNodeReader(makeClients(sim.kubeConfig()).core),
+      readNode: httpsNodeReader(sim.kubeConfig()),
     });
     const running = signer.start(stop.signal);
     try {
