@@ -56,26 +56,35 @@ export function httpsNodeReader(kubeConfig: KubeConfig, options: { timeoutMs?: n
     });
     opts.agent = agent;
     const url = `${server}/api/v1/nodes/${encodeURIComponent(name)}`;
-    const { status, body } = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const req = request(url, opts, (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => (text += chunk));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
-        res.on('error', reject);
+    const get = (): Promise<{ status: number; body: string; staleSocket?: boolean }> =>
+      new Promise((resolve, reject) => {
+        const req = request(url, opts, (res) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (chunk: string) => (text += chunk));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+          res.on('error', reject);
+        });
+        req.setTimeout(timeoutMs, () =>
+          req.destroy(new TimeoutError(`read node ${name}: no answer in ${timeoutMs} ms`)),
+        );
+        req.on('error', (err: NodeJS.ErrnoException) => {
+          // A pooled connection the server closed while idle fails on first use; the GET is safe to resend.
+          if (req.reusedSocket && err.code === 'ECONNRESET')
+            resolve({ status: 0, body: '', staleSocket: true });
+          else
+            reject(
+              err instanceof TimeoutError
+                ? err
+                : new UnavailableError(`read node ${name}: ${err.message}`, { cause: err }),
+            );
+        });
+        req.end();
       });
-      req.setTimeout(timeoutMs, () =>
-        req.destroy(new TimeoutError(`read node ${name}: no answer in ${timeoutMs} ms`)),
-      );
-      req.on('error', (err) =>
-        reject(
-          err instanceof TimeoutError
-            ? err
-            : new UnavailableError(`read node ${name}: ${err.message}`, { cause: err }),
-        ),
-      );
-      req.end();
-    });
+    let answer = await get();
+    for (let retries = 0; answer.staleSocket && retries < 3; retries++) answer = await get();
+    const { status, body } = answer;
+    if (answer.staleSocket) throw new UnavailableError(`read node ${name}: the connection was reset`);
     if (status === 404) return undefined;
     if (status !== 200) throw readFailure(status, name, body);
     return JSON.parse(body) as Pick<V1Node, 'status'>;
