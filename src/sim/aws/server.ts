@@ -6,9 +6,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { parseSigV4, type SigV4Credentials, SigV4Error, verifySigV4 } from '../../cloud/aws/sigv4.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import { listenOnLoopback } from '../../net/loopback.ts';
 import { autoScalingNamespace, describeAutoScalingGroups } from './autoscaling.ts';
 import { describeInstances, ec2ErrorDocument } from './ec2.ts';
 import { AwsSimError, queryErrorDocument, queryParams } from './query.ts';
@@ -251,13 +251,9 @@ export async function startAwsSimulator(options: AwsSimulatorOptions = {}): Prom
   const server = createServer((req, res) => {
     void handle(req, res);
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', resolve);
-  });
-  const { port } = server.address() as AddressInfo;
+  const listener = await listenOnLoopback(server);
   return {
-    endpoint: `http://127.0.0.1:${port}`,
+    endpoint: listener.url,
     region: world.region,
     account: world.account,
     credentials,
@@ -266,10 +262,6 @@ export async function startAwsSimulator(options: AwsSimulatorOptions = {}): Prom
     sts: world,
     calls,
     throttling,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
+    close: listener.close,
   };
 }

@@ -6,8 +6,8 @@
  */
 import { createPublicKey, type KeyObject, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { asKopsError, httpStatusOf, InvalidInputError, UnauthenticatedError } from '../../errors.ts';
+import { listenOnLoopback } from '../../net/loopback.ts';
 import { compileFilter } from './filter.ts';
 import { IdentityIssuer, type IdentityTokenRequest } from './identity-issuer.ts';
 import { GceWorld } from './model.ts';
@@ -385,8 +385,8 @@ export async function startGceSimulator(options: GceSimulatorOptions = {}): Prom
       if (!res.headersSent) sendError(res, httpStatusOf(err), asKopsError(err).message);
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const listener = await listenOnLoopback(server);
+  const base = listener.url;
 
   return {
     endpoint: `${base}/compute/v1`,
@@ -411,10 +411,6 @@ export async function startGceSimulator(options: GceSimulatorOptions = {}): Prom
     failNext: (times, status) => {
       faults = { times, status };
     },
-    close: () =>
-      new Promise<void>((resolve, reject) => {
-        server.closeAllConnections();
-        server.close((err) => (err ? reject(err) : resolve()));
-      }),
+    close: listener.close,
   };
 }

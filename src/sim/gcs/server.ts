@@ -5,7 +5,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { listenOnLoopback } from '../../net/loopback.ts';
 import { readBody } from '../../net/read-body.ts';
 
 /** Options of the simulated GCS. */
@@ -164,14 +164,10 @@ export async function startGcsSim(options: GcsSimOptions = {}): Promise<GcsSim> 
       else res.destroy();
     });
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, '127.0.0.1', () => resolve());
-  });
-  const { port } = server.address() as AddressInfo;
+  const listener = await listenOnLoopback(server, options.port ?? 0);
 
   return {
-    endpoint: `http://127.0.0.1:${port}`,
+    endpoint: listener.url,
     createBucket: (name) => {
       if (!buckets.has(name)) buckets.set(name, new Map());
     },
@@ -182,10 +178,6 @@ export async function startGcsSim(options: GcsSimOptions = {}): Promise<GcsSim> 
     failNext: (count) => {
       failures = count;
     },
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
+    close: listener.close,
   };
 }

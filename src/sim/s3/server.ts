@@ -5,13 +5,13 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import {
   type SigV4Credentials,
   SigV4Error,
   type SigV4ErrorCode,
   verifySigV4,
 } from '../../cloud/aws/sigv4.ts';
+import { listenOnLoopback } from '../../net/loopback.ts';
 import { readBody } from '../../net/read-body.ts';
 
 /** Options of the simulated S3. */
@@ -204,14 +204,10 @@ export async function startS3Sim(options: S3SimOptions = {}): Promise<S3Sim> {
       else res.destroy();
     });
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, '127.0.0.1', () => resolve());
-  });
-  const { port } = server.address() as AddressInfo;
+  const listener = await listenOnLoopback(server, options.port ?? 0);
 
   return {
-    endpoint: `http://127.0.0.1:${port}`,
+    endpoint: listener.url,
     credentials: credentials[0]!,
     createBucket: (name) => {
       if (!buckets.has(name)) buckets.set(name, new Map());
@@ -223,10 +219,6 @@ export async function startS3Sim(options: S3SimOptions = {}): Promise<S3Sim> {
     failNext: (count) => {
       failures = count;
     },
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
+    close: listener.close,
   };
 }
