@@ -13,7 +13,7 @@
  * server (and cfssl) has its own, and the CPU time of each is printed, so a slow simulator or client
  * shows instead of hiding the server's cost.
  *
- *   node bench/join-storm.ts [--nodes N] [--concurrency C]
+ *   node bench/join-storm.ts [--nodes N] [--concurrency C] [--plain-only]
  */
 import { type ChildProcess, execFileSync, fork, spawn } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
@@ -87,8 +87,8 @@ export interface StormFigures {
 export interface JoinStormResult {
   nodes: number;
   concurrency: number;
-  batched: StormFigures;
-  perNode: StormFigures;
+  /** The aws storms; absent when the run skipped them (`--plain-only`). */
+  aws?: { batched: StormFigures; perNode: StormFigures };
   plain: StormFigures[];
   /** cfssl's storms, or why cfssl could not run here. */
   cfssl: { version: string; storms: StormFigures[] } | { unavailable: string };
@@ -98,6 +98,8 @@ export interface JoinStormResult {
 export interface JoinStormOptions {
   nodes: number;
   concurrency?: number;
+  /** Skip the aws storms (the per-node one takes minutes): only plain issuance and cfssl. */
+  plainOnly?: boolean;
 }
 
 /** A node of the storm: its name (an instance id), CSR and request body. */
@@ -172,7 +174,11 @@ async function startServer(spec: ServerSpec): Promise<{ boot: RunningBootstrap; 
     rateLimit: { burst: 1_000_000, ratePerSecond: 1_000_000 },
     registry: new Registry(),
   });
-  while (!boot.queue.hasSynced()) await new Promise((resolve) => setTimeout(resolve, 10));
+  // Storms start once the server is ready and its impersonation guard answers from its Node watch,
+  // as a server that has run for a minute does (before that, every guard lookup reads the Node).
+  while (!boot.queue.hasSynced() || !boot.guardWatchIsCurrent()) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
   return { boot, release };
 }
 
@@ -492,7 +498,8 @@ async function cfsslStorms(
 export async function runJoinStorm(options: JoinStormOptions): Promise<JoinStormResult> {
   const concurrency = options.concurrency ?? 256;
   const aws: AwsSimulator = await startAwsSimulator({ throttling: true });
-  const api: SimApiServer = await startApiServer();
+  // Bookmarks every second instead of every minute, so the guard's watch is current soon after start.
+  const api: SimApiServer = await startApiServer({ bookmarkIntervalMs: 1000 });
   const dir = await mkdtemp(join(tmpdir(), 'join-storm-'));
   try {
     const ca = createCa();
@@ -547,8 +554,12 @@ export async function runJoinStorm(options: JoinStormOptions): Promise<JoinStorm
         await server.stop();
       }
     };
-    const batched = await awsStorm('aws-batched', 'aws, batched EC2 lookups');
-    const perNode = await awsStorm('aws-per-node', "aws, per-node EC2 (kops')");
+    const awsStorms = options.plainOnly
+      ? undefined
+      : {
+          batched: await awsStorm('aws-batched', 'aws, batched EC2 lookups'),
+          perNode: await awsStorm('aws-per-node', "aws, per-node EC2 (kops')"),
+        };
 
     const plainRequests = nodes.map((node) => ({ path: '/v1/certificates', body: node.body }));
     const plainProbe = { path: '/v1/certificates', body: bootstrapBody(kubeletCsr('warm-up')) };
@@ -570,8 +581,7 @@ export async function runJoinStorm(options: JoinStormOptions): Promise<JoinStorm
     return {
       nodes: options.nodes,
       concurrency,
-      batched,
-      perNode,
+      ...(awsStorms ? { aws: awsStorms } : {}),
       plain,
       cfssl,
     };
@@ -606,19 +616,27 @@ export function formatJoinStorm(result: JoinStormResult): string {
   const header =
     `${'storm'.padEnd(40)} ${'verified'.padStart(9)} ${'wall'.padStart(8)} ${'certs/s'.padStart(7)} ` +
     `${'server CPU'.padStart(10)} ${'ms/cert'.padStart(8)} ${'client CPU'.padStart(10)}`;
-  const { batched, perNode } = result;
-  const calls = (perNode.cloud?.describeInstances ?? 0) / Math.max(1, batched.cloud?.describeInstances ?? 0);
   const lines = [
     `join-storm: ${result.nodes} nodes, ${result.concurrency} requests in flight, HTTPS to a server in its own process ` +
       '(ms/cert: server CPU per verified certificate; client CPU: this process, clients and simulators)',
-    'aws storms: a new TLS connection per node; the aws policy (STS replay, replay guard, EC2) with EC2 throttling on (bucket 100, refill 20/s)',
-    header,
-    row(batched),
-    row(perNode),
-    `ratio  ${calls.toFixed(0)}x fewer DescribeInstances, ${(perNode.wallMs / batched.wallMs).toFixed(1)}x less wall time (per-node / batched)`,
-    'plain issuance: insecure-always-approve vs cfssl serve over TLS, the same CSRs and CA',
-    ...result.plain.map(row),
   ];
+  if (result.aws) {
+    const { batched, perNode } = result.aws;
+    const calls =
+      (perNode.cloud?.describeInstances ?? 0) / Math.max(1, batched.cloud?.describeInstances ?? 0);
+    lines.push(
+      'aws storms: a new TLS connection per node; the aws policy (STS replay, replay guard, EC2) with EC2 throttling on (bucket 100, refill 20/s)',
+      header,
+      row(batched),
+      row(perNode),
+      `ratio  ${calls.toFixed(0)}x fewer DescribeInstances, ${(perNode.wallMs / batched.wallMs).toFixed(1)}x less wall time (per-node / batched)`,
+    );
+  }
+  lines.push(
+    'plain issuance: insecure-always-approve vs cfssl serve over TLS, the same CSRs and CA',
+    ...(result.aws ? [] : [header]),
+    ...result.plain.map(row),
+  );
   if ('unavailable' in result.cfssl) lines.push(`cfssl: not measured — ${result.cfssl.unavailable}`);
   else {
     lines.push(...result.cfssl.storms.map(row));
@@ -640,6 +658,7 @@ if (import.meta.main) {
       nodes: { type: 'string', default: '5000' },
       concurrency: { type: 'string', default: '256' },
       serve: { type: 'boolean', default: false },
+      'plain-only': { type: 'boolean', default: false },
     },
   });
   if (values.serve) await serveChild();
@@ -651,6 +670,8 @@ if (import.meta.main) {
     if (!Number.isInteger(concurrency) || concurrency < 1) {
       throw new Error(`--concurrency must be a positive integer, got ${values.concurrency}`);
     }
-    process.stdout.write(`${formatJoinStorm(await runJoinStorm({ nodes, concurrency }))}\n`);
+    process.stdout.write(
+      `${formatJoinStorm(await runJoinStorm({ nodes, concurrency, plainOnly: values['plain-only'] }))}\n`,
+    );
   }
 }

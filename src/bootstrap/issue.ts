@@ -8,7 +8,7 @@ import {
   type CertificateRequest,
   type IssuedCertificate,
   type IssueOptions,
-  issueCertificate,
+  issueCertificateAsync,
   type ProfileName,
   planCertificate,
   type VerifiedIdentity,
@@ -26,29 +26,24 @@ function profilesOf(requests: Partial<Record<ProfileName, CertificateRequest>>):
 }
 
 /**
- * Validates every request against its profile and the facts (throws RequestRejectedError naming
- * the first that does not fit), then issues them all.
+ * Validates every request against its profile and the facts (rejects with RequestRejectedError
+ * naming the first that does not fit), then issues them all, signing off the event loop.
  */
-export function issueForFacts(
+export async function issueForFacts(
   ca: CertificateAuthority,
   requests: Partial<Record<ProfileName, CertificateRequest>>,
   facts: NodeFacts,
   options: IssueOptions = {},
-): Partial<Record<ProfileName, IssuedCertificate>> {
+): Promise<Partial<Record<ProfileName, IssuedCertificate>>> {
   const identity = identityOf(facts);
   const profiles = profilesOf(requests);
   for (const profile of profiles) planCertificate(profile, requests[profile] as CertificateRequest, identity);
-  const issued: Partial<Record<ProfileName, IssuedCertificate>> = {};
-  for (const profile of profiles) {
-    issued[profile] = issueCertificate(
-      ca,
-      profile,
-      requests[profile] as CertificateRequest,
-      identity,
-      options,
-    );
-  }
-  return issued;
+  const signed = await Promise.all(
+    profiles.map((profile) =>
+      issueCertificateAsync(ca, profile, requests[profile] as CertificateRequest, identity, options),
+    ),
+  );
+  return Object.fromEntries(profiles.map((profile, i) => [profile, signed[i]]));
 }
 
 /** The serial numbers of issued certificates, by profile, for the audit trail. */

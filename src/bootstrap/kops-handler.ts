@@ -190,9 +190,9 @@ export async function kopsBootstrap(
       return text(400, `failed to issue ${JSON.stringify(name)}: ${(err as Error).message}`);
     }
   }
-  let issued: ReturnType<typeof issueForFacts>;
+  let issued: Awaited<ReturnType<typeof issueForFacts>>;
   try {
-    issued = issueForFacts(context.ca, requests, facts, {
+    issued = await issueForFacts(context.ca, requests, facts, {
       lifetimeMs: kopsLifetimeMs,
       ...context.issueOptions,
     });

@@ -1,17 +1,21 @@
 /**
  * Bootstrap metrics on a caller's prom-client registry, as the {@link BootstrapMetricsSink} the
  * bootstrap handlers report to: decisions by deciding policy and verdict, the time from request to
- * issued certificates, and how many requests wait in the queue.
+ * issued certificates, and how many requests wait in the queue; and where the impersonation guard's
+ * answers came from.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { sharedMetric } from '../kube/metrics.ts';
 import type { BootstrapMetricsSink } from './context.ts';
+import type { GuardReadSource } from './node-guard.ts';
 
 /** Latency buckets from 1 ms (cached cloud facts) to 30 s (throttled cloud, slow STS). */
 const issueBuckets = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
 /** Registers (once per registry) and returns the bootstrap metrics. */
-export function bootstrapMetrics(registry: Registry): BootstrapMetricsSink {
+export function bootstrapMetrics(
+  registry: Registry,
+): BootstrapMetricsSink & { guardRead(source: GuardReadSource): void } {
   const registers = [registry];
   const requests = sharedMetric(
     registry,
@@ -45,7 +49,19 @@ export function bootstrapMetrics(registry: Registry): BootstrapMetricsSink {
         registers,
       }),
   );
+  const guardReads = sharedMetric(
+    registry,
+    'kops_controller_bootstrap_node_guard_reads_total',
+    () =>
+      new Counter({
+        name: 'kops_controller_bootstrap_node_guard_reads_total',
+        help: 'Impersonation-guard lookups, by where the answer came from: a current Node watch or the API server.',
+        labelNames: ['source'],
+        registers,
+      }),
+  );
   return {
+    guardRead: (source) => guardReads.inc({ source }),
     decision: (policy, verdict) => requests.inc({ policy, verdict }),
     issued: (seconds) => issue.observe(seconds),
     queueDepth: (pending) => queueDepth.set(pending),

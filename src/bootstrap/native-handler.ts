@@ -7,7 +7,7 @@
  */
 import { InvalidInputError, KopsError } from '../errors.ts';
 import { bundlePem } from '../pki/ca.ts';
-import { type ParsedCsr, parseCsr, RequestRejectedError } from '../pki/csr.ts';
+import { type ParsedCsr, parseCsrAsync, RequestRejectedError } from '../pki/csr.ts';
 import { type CertificateRequest, type ProfileName, validateDnsName } from '../pki/profiles.ts';
 import { parseAuthorization } from './authorization.ts';
 import { evaluateChain } from './chain.ts';
@@ -47,8 +47,11 @@ function invalid(message: string): InvalidInputError {
   return new InvalidInputError(message, { details: { reason: 'invalid-request' } });
 }
 
-/** Parses and checks the JSON body into a BootstrapRequest (400 for anything malformed). */
-export function parseCertificatesRequest(input: CertificatesInput): BootstrapRequest {
+/**
+ * Parses and checks the JSON body into a BootstrapRequest (400 for anything malformed); CSR
+ * signatures are verified off the event loop.
+ */
+export async function parseCertificatesRequest(input: CertificatesInput): Promise<BootstrapRequest> {
   const proof = parseAuthorization(input.authorization);
   let json: unknown;
   try {
@@ -76,7 +79,7 @@ export function parseCertificatesRequest(input: CertificatesInput): BootstrapReq
     }
     if (typeof pem !== 'string') throw invalid(`certificateSigningRequests.${profile} must be a PEM string`);
     try {
-      certificates[profile as ProfileName] = parseCsr(pem);
+      certificates[profile as ProfileName] = await parseCsrAsync(pem);
     } catch (err) {
       // Whatever the parser throws, the cause is the input: it is answered as malformed, never as a 5xx.
       const details = err instanceof KopsError ? err.details : { reason: 'malformed' };
@@ -162,9 +165,9 @@ async function issue(
     evidence: facts.evidence,
   };
   await guard(context, request, facts.nodeName);
-  let issued: ReturnType<typeof issueForFacts>;
+  let issued: Awaited<ReturnType<typeof issueForFacts>>;
   try {
-    issued = issueForFacts(context.ca, request.certificates, facts, context.issueOptions);
+    issued = await issueForFacts(context.ca, request.certificates, facts, context.issueOptions);
   } catch (err) {
     if (!(err instanceof RequestRejectedError)) throw err;
     const reasons = [`the request does not fit the verified identity: ${err.message}`];
@@ -210,7 +213,7 @@ export async function submitCertificates(
   context: BootstrapContext,
   input: CertificatesInput,
 ): Promise<Answer> {
-  const request = parseCertificatesRequest(input);
+  const request = await parseCertificatesRequest(input);
   const now = () => context.now?.() ?? new Date();
   const chain = await evaluateChain(context.policies, request, { now });
   const { decision, decidedBy } = chain;

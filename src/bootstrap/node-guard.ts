@@ -1,10 +1,14 @@
 /**
  * The impersonation guard kops added (PRs #15351/#15456): no credentials for a node name whose Node
  * is already registered and Ready, so a pod or escaped workload cannot obtain a running node's
- * identity. The Node is read from the API server directly, never from a cache that may lag.
+ * identity. kops reads the Node from the API server on every request, and at 5,000 nodes those reads
+ * hit its client-side rate limits. Here a watch of Nodes answers the common case, "no such Node",
+ * but only while that watch is provably current; every other answer comes from a direct read
+ * (docs/security.md, "The impersonation guard").
  */
 import { Agent, type RequestOptions, request } from 'node:https';
 import type { KubeConfig, V1Node } from '@kubernetes/client-node';
+import type { Registry } from 'prom-client';
 import {
   ConflictError,
   ForbiddenError,
@@ -13,6 +17,8 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
+import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
+import type { Logger } from '../log.ts';
 
 /** Reads what the guard needs of a Node. */
 export type NodeReader = (name: string) => Promise<Pick<V1Node, 'status'> | undefined>;
@@ -89,6 +95,63 @@ export function httpsNodeReader(kubeConfig: KubeConfig, options: { timeoutMs?: n
     if (status !== 200) throw readFailure(status, name, body);
     return JSON.parse(body) as Pick<V1Node, 'status'>;
   };
+}
+
+/**
+ * How long a watch that has gone quiet is still taken to be current: the API server sends a bookmark
+ * on every watch about once a minute, so a stream silent for longer than this may be stalled.
+ */
+export const maxWatchSilenceMs = 90_000;
+
+/** What {@link watchedNodeReader} needs of a Node informer (whose records only mark presence). */
+export type NodePresence = Pick<Informer<V1Node, true>, 'hasSynced' | 'get' | 'watchSilenceMs'>;
+
+/** Where an answer of the guard came from, for the metrics. */
+export type GuardReadSource = 'watch' | 'api';
+
+/**
+ * A {@link NodeReader} that answers "not registered" from `nodes` when the watch behind it is
+ * current: synced, with an open stream that delivered an event or bookmark within `maxSilenceMs`.
+ * A Node can only become Ready after its creation was written, and a current watch has delivered
+ * that creation, so the cache cannot miss a Ready Node by more than the watch's delivery delay.
+ * Otherwise (not synced, reconnecting, silent too long), and whenever the cache knows the Node,
+ * `direct` reads it: the 409 itself always rests on the API server's answer.
+ */
+export function watchedNodeReader(
+  nodes: NodePresence,
+  direct: NodeReader,
+  options: { maxSilenceMs?: number; onRead?: (source: GuardReadSource) => void } = {},
+): NodeReader {
+  return async (name) => {
+    if (watchIsCurrent(nodes, options.maxSilenceMs) && nodes.get(name) === undefined) {
+      options.onRead?.('watch');
+      return undefined;
+    }
+    options.onRead?.('api');
+    return direct(name);
+  };
+}
+
+/** Whether a Node watch is current enough to answer "not registered" (see {@link watchedNodeReader}). */
+export function watchIsCurrent(nodes: NodePresence, maxSilenceMs = maxWatchSilenceMs): boolean {
+  const silence = nodes.watchSilenceMs();
+  return nodes.hasSynced() && silence !== undefined && silence <= maxSilenceMs;
+}
+
+/** A watch of every Node that keeps only names: what {@link watchedNodeReader} reads. */
+export function nodePresenceInformer(
+  kubeConfig: KubeConfig,
+  options: { registry?: Registry; logger?: Logger } = {},
+): Informer<V1Node, true> {
+  return new Informer<V1Node, true>({
+    // Its own resource label: the NodeController's informer of the same process is named "nodes".
+    name: 'nodes-guard',
+    path: '/api/v1/nodes',
+    list: kubeList<V1Node>(kubeConfig, '/api/v1/nodes'),
+    watch: kubeWatch(kubeConfig),
+    transform: () => true,
+    ...options,
+  });
 }
 
 /** Whether a Node's Ready condition is True. */

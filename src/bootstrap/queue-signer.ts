@@ -110,7 +110,7 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
     try {
       const queued = readQueuedRequest(csr, sealKey);
       await assertNodeNotRegistered(options.readNode, queued.facts.nodeName);
-      const issued = issueForFacts(options.ca, queued.requests, queued.facts, options.issueOptions);
+      const issued = await issueForFacts(options.ca, queued.requests, queued.facts, options.issueOptions);
       certificates = pemsOf(issued);
       record = {
         ...auditBase,

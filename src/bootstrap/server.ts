@@ -35,7 +35,7 @@ import { maxBodyBytes, sendError, sendJson } from './http.ts';
 import { defaultKopsCertNames, type KopsOptions, kopsBootstrap } from './kops-handler.ts';
 import { bootstrapMetrics } from './metrics.ts';
 import { type Answer, pollRequest, submitCertificates } from './native-handler.ts';
-import { httpsNodeReader } from './node-guard.ts';
+import { httpsNodeReader, nodePresenceInformer, watchedNodeReader, watchIsCurrent } from './node-guard.ts';
 import { CsrQueue } from './queue.ts';
 import { queueSigner } from './queue-signer.ts';
 import { defaultRateLimit, type RateLimit, SourceRateLimiter } from './rate-limit.ts';
@@ -295,6 +295,8 @@ export interface RunningBootstrap {
   apiServer: string;
   queue: CsrQueue;
   signer: LeaderComponent;
+  /** Whether the impersonation guard can answer from its Node watch now (false with `nodeGuard: api`). */
+  guardWatchIsCurrent(): boolean;
   close(): Promise<void>;
 }
 
@@ -348,10 +350,16 @@ export async function startBootstrapServer(
       server.signingCAs?.[0] ?? 'kubernetes-ca',
     ));
   const metrics = bootstrapMetrics(registry);
-  // Every request reads its Node: without pooled connections each read would be a TLS handshake.
+  // Requests may read their Node directly: without pooled connections each read would be a TLS handshake.
   const kubeConfig = reuseConnections(deps.kubeConfig);
   const certificates = kubeConfig.makeApiClient(CertificatesV1Api);
-  const readNode = httpsNodeReader(kubeConfig);
+  const guardWatch =
+    config.bootstrap.nodeGuard === 'watch'
+      ? nodePresenceInformer(kubeConfig, { registry, logger })
+      : undefined;
+  guardWatch?.start();
+  const direct = httpsNodeReader(kubeConfig);
+  const readNode = guardWatch ? watchedNodeReader(guardWatch, direct, { onRead: metrics.guardRead }) : direct;
   const queue = new CsrQueue({
     certificates,
     kubeConfig,
@@ -386,7 +394,7 @@ export async function startBootstrapServer(
       readiness: [() => (queue.hasSynced() ? undefined : 'the CSR queue has not listed yet')],
     });
   } catch (err) {
-    await queue.stop();
+    await Promise.all([queue.stop(), guardWatch?.stop()]);
     throw err;
   }
   const signer = queueSigner({
@@ -405,9 +413,10 @@ export async function startBootstrapServer(
     apiServer: context.apiServer,
     queue,
     signer,
+    guardWatchIsCurrent: () => (guardWatch ? watchIsCurrent(guardWatch) : false),
     async close() {
       await running.close();
-      await queue.stop();
+      await Promise.all([queue.stop(), guardWatch?.stop()]);
     },
   };
 }

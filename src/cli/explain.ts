@@ -97,7 +97,7 @@ export function explainInput(
  * The request the server would build: a kops nodeup body (`bootstrap.kops.k8s.io/v1alpha1`) is judged
  * on its proof alone, as `/bootstrap` does before parsing it; anything else is a native request.
  */
-export function requestOf(input: CertificatesInput): BootstrapRequest {
+export async function requestOf(input: CertificatesInput): Promise<BootstrapRequest> {
   let apiVersion: unknown;
   try {
     apiVersion = (JSON.parse(input.body.toString('utf8')) as { apiVersion?: unknown }).apiVersion;
@@ -177,7 +177,11 @@ export function explainCommand(): Command {
         : { csr: await readInput(options.csr as string, '--csr') },
       options,
     );
-    const request = requestOf({ ...input, remoteAddress: options.remoteAddress, receivedAt: new Date() });
+    const request = await requestOf({
+      ...input,
+      remoteAddress: options.remoteAddress,
+      receivedAt: new Date(),
+    });
     const names = policyNamesOf(config);
     const needsCluster = names.has('bootstrap-token') || names.has('metal');
     const { deps, close } = await policyDepsFromConfig({

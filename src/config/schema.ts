@@ -140,6 +140,12 @@ const bootstrap = z.strictObject({
   policies: z.array(bootstrapPolicySpec).optional(),
   /** Where used proofs are recorded (one-time use across replicas). */
   replayNamespace: z.string().min(1).default('kube-system'),
+  /**
+   * Where the impersonation guard learns that a Node is not registered: `watch` (a current watch of
+   * Nodes, with a direct read whenever it is not current or knows the Node) or `api` (a direct read on
+   * every request, as kops does).
+   */
+  nodeGuard: z.enum(['watch', 'api']).default('watch'),
 });
 
 const csrApprover = z.strictObject({

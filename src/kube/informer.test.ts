@@ -235,6 +235,28 @@ describe('informer', () => {
     await informer.stop();
   });
 
+  test('watchSilenceMs: unknown until the open stream delivers something, then time since it last did', async () => {
+    const resource = new FakeResource();
+    resource.put('a', 'Pending');
+    const clock = new FakeClock();
+    const { informer } = startInformer(resource, clock);
+    assert.equal(informer.watchSilenceMs(), undefined, 'not even listed');
+    await informer.waitForSync();
+    await until(() => resource.watchers.size === 1);
+    assert.equal(informer.watchSilenceMs(), undefined, 'an open stream that delivered nothing may still lag');
+    resource.bookmark();
+    assert.equal(informer.watchSilenceMs(), 0);
+    await clock.advance(5_000);
+    assert.equal(informer.watchSilenceMs(), 5_000);
+    resource.put('b', 'Pending');
+    assert.equal(informer.watchSilenceMs(), 0, 'an event is a sign of life too');
+    resource.dropWatches();
+    assert.equal(informer.watchSilenceMs(), undefined, 'no stream, no claim to be current');
+    await until(() => resource.watchers.size === 1);
+    assert.equal(informer.watchSilenceMs(), undefined, 'the new stream has delivered nothing yet');
+    await informer.stop();
+  });
+
   test('failed lists are retried with growing backoff until they succeed', async () => {
     const resource = new FakeResource();
     resource.put('a', 'Pending');

@@ -178,6 +178,8 @@ export class Informer<T extends KubernetesObject, R = T> {
   #syncWaiters: ((synced: boolean) => void)[] = [];
   readonly #stop = new AbortController();
   #currentWatch: { abort(): void } | undefined;
+  /** When the open watch stream last delivered an event or bookmark; undefined until it has, or once it ends. */
+  #watchHeardAt: number | undefined;
   #loop: Promise<void> | undefined;
 
   constructor(options: InformerOptions<T, R>) {
@@ -242,6 +244,16 @@ export class Informer<T extends KubernetesObject, R = T> {
   /** How many records are cached. */
   get size(): number {
     return this.#cache.size;
+  }
+
+  /**
+   * Milliseconds since the open watch stream last delivered an event or a bookmark, or undefined when
+   * no stream is open (listing, backing off, stopped) or the open one has delivered nothing yet (its
+   * backlog may still be in flight). A reader that acts on the absence of an object uses it to tell
+   * a current cache from one that may lag.
+   */
+  watchSilenceMs(): number | undefined {
+    return this.#watchHeardAt === undefined ? undefined : this.#clock.now() - this.#watchHeardAt;
   }
 
   /** The resourceVersion the next watch resumes from, if any. */
@@ -351,12 +363,14 @@ export class Informer<T extends KubernetesObject, R = T> {
           return;
         }
         events++;
+        this.#watchHeardAt = this.#clock.now();
         this.#apply(type, object as T);
       };
       let ended = false;
       const onDone = (err?: unknown) => {
         ended = true;
         this.#currentWatch = undefined;
+        this.#watchHeardAt = undefined;
         if (gone || httpStatusOfApiError(err) === 410) resolve({ end: 'gone', events });
         else if (failure !== undefined) reject(failure);
         else if (!err || this.#stop.signal.aborted) resolve({ end: 'closed', events });

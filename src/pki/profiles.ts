@@ -5,7 +5,7 @@
  * public key and may narrow the names, but the subject, names and usages come from the profile and
  * the verified facts, never from what the request claims.
  */
-import { type KeyObject, randomBytes } from 'node:crypto';
+import { type KeyObject, randomBytes, sign } from 'node:crypto';
 import { InvalidInputError } from '../errors.ts';
 import type { CertificateAuthority } from './ca.ts';
 import { type ParsedCsr, RequestRejectedError } from './csr.ts';
@@ -21,9 +21,10 @@ import {
   type KeyUsage,
   keyUsageExtension,
   type Subject,
-  signCertificate,
+  signAsync,
   subjectAltNameExtension,
   subjectKeyIdentifierExtension,
+  unsignedCertificate,
 } from './x509.ts';
 
 const minuteMs = 60_000;
@@ -365,17 +366,20 @@ const keyUsages = {
 };
 const leafConstraints = basicConstraintsExtension(false);
 
-/**
- * Issues a certificate of `profileName` for `request` and the verified `identity`, signed by the
- * CA's active signer. Throws RequestRejectedError when the request does not fit the profile.
- */
-export function issueCertificate(
+/** A certificate planned and assembled, waiting for the CA's signature. */
+interface PreparedIssuance {
+  tbs: Buffer;
+  finish(signature: Buffer): IssuedCertificate;
+}
+
+/** Everything of {@link issueCertificate} but the signature. */
+function prepareIssuance(
   ca: CertificateAuthority,
   profileName: ProfileName,
   request: CertificateRequest,
   identity: VerifiedIdentity,
-  options: IssueOptions = {},
-): IssuedCertificate {
+  options: IssueOptions,
+): PreparedIssuance {
   const profile = profileNamed(profileName);
   const plan = planCertificate(profileName, request, identity);
   const key = describeRequestKey(request);
@@ -389,7 +393,7 @@ export function issueCertificate(
   );
   const hasNames = plan.altNames.dnsNames.length > 0 || plan.altNames.ipAddresses.length > 0;
   const serial = randomSerial();
-  const der = signCertificate(
+  const unsigned = unsignedCertificate(
     {
       serial,
       issuer: ca.signer.certificate.parsed.subjectDer,
@@ -408,19 +412,51 @@ export function issueCertificate(
       ],
     },
     ca.signer.scheme,
-    ca.signer.key,
   );
   return {
-    profile: profileName,
-    pem: encodePem('CERTIFICATE', der),
-    der,
-    serialHex: serial
-      .subarray(2)
-      .toString('hex')
-      .replace(/^(00)+(?=.)/, ''),
-    subject: plan.subject,
-    altNames: plan.altNames,
-    notBefore,
-    notAfter,
+    tbs: unsigned.tbs,
+    finish: (signature) => {
+      const der = unsigned.complete(signature);
+      return {
+        profile: profileName,
+        pem: encodePem('CERTIFICATE', der),
+        der,
+        serialHex: serial
+          .subarray(2)
+          .toString('hex')
+          .replace(/^(00)+(?=.)/, ''),
+        subject: plan.subject,
+        altNames: plan.altNames,
+        notBefore,
+        notAfter,
+      };
+    },
   };
+}
+
+/**
+ * Issues a certificate of `profileName` for `request` and the verified `identity`, signed by the
+ * CA's active signer. Throws RequestRejectedError when the request does not fit the profile.
+ */
+export function issueCertificate(
+  ca: CertificateAuthority,
+  profileName: ProfileName,
+  request: CertificateRequest,
+  identity: VerifiedIdentity,
+  options: IssueOptions = {},
+): IssuedCertificate {
+  const prepared = prepareIssuance(ca, profileName, request, identity, options);
+  return prepared.finish(sign(ca.signer.scheme.hash, prepared.tbs, ca.signer.key));
+}
+
+/** {@link issueCertificate} with the signature made on libuv's thread pool (see {@link signAsync}). */
+export async function issueCertificateAsync(
+  ca: CertificateAuthority,
+  profileName: ProfileName,
+  request: CertificateRequest,
+  identity: VerifiedIdentity,
+  options: IssueOptions = {},
+): Promise<IssuedCertificate> {
+  const prepared = prepareIssuance(ca, profileName, request, identity, options);
+  return prepared.finish(await signAsync(ca.signer.scheme, prepared.tbs, ca.signer.key));
 }

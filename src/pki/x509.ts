@@ -304,12 +304,18 @@ export interface CertificateTemplate {
 
 const version3 = explicit(0, smallInteger(2));
 
-/** Assembles and signs a certificate; returns its DER. `serial` is an encoded INTEGER. */
-export function signCertificate(
+/** A certificate ready to sign: the DER to sign, and how to complete it with the signature. */
+export interface UnsignedCertificate {
+  tbs: Buffer;
+  /** The certificate's DER with `signature` over `tbs`. */
+  complete(signature: Buffer): Buffer;
+}
+
+/** Assembles a certificate to be signed with `scheme`. `serial` is an encoded INTEGER. */
+export function unsignedCertificate(
   template: CertificateTemplate,
   scheme: SignatureScheme,
-  key: KeyObject,
-): Buffer {
+): UnsignedCertificate {
   const tbs = sequence(
     version3,
     template.serial,
@@ -320,8 +326,27 @@ export function signCertificate(
     template.spki,
     explicit(3, sequence(...template.extensions)),
   );
-  const signature = sign(scheme.hash, tbs, key);
-  return sequence(tbs, scheme.algorithmIdentifier, bitString(signature));
+  return { tbs, complete: (signature) => sequence(tbs, scheme.algorithmIdentifier, bitString(signature)) };
+}
+
+/** Assembles and signs a certificate; returns its DER. `serial` is an encoded INTEGER. */
+export function signCertificate(
+  template: CertificateTemplate,
+  scheme: SignatureScheme,
+  key: KeyObject,
+): Buffer {
+  const unsigned = unsignedCertificate(template, scheme);
+  return unsigned.complete(sign(scheme.hash, unsigned.tbs, key));
+}
+
+/**
+ * Signs on libuv's thread pool: the event loop spends a fraction of the signature's CPU time, so a
+ * server issuing many certificates uses every core. Resolves with the signature.
+ */
+export function signAsync(scheme: SignatureScheme, data: Buffer, key: KeyObject): Promise<Buffer> {
+  return new Promise((resolve, reject) =>
+    sign(scheme.hash, data, key, (err, signature) => (err ? reject(err) : resolve(signature))),
+  );
 }
 
 /** A certificate, decoded. */
