@@ -176,7 +176,7 @@ async function startServer(spec: ServerSpec): Promise<{ boot: RunningBootstrap; 
   });
   // Storms start once the server is ready and its impersonation guard answers from its Node watch,
   // as a server that has run for a minute does (before that, every guard lookup reads the Node).
-  while (!boot.queue.hasSynced() || !boot.guardWatchIsCurrent()) {
+  while (!boot.queue.hasSynced() || !boot.guardWatch?.isCurrent()) {
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
   return { boot, release };

@@ -1,13 +1,21 @@
 import assert from 'node:assert/strict';
 import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import { after, test } from 'node:test';
+import { after, describe, test } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
 import { ConflictError, ForbiddenError, UnavailableError } from '../errors.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { kubeletNodeStatus } from '../sim/dev-cluster.ts';
 import { createCertificateAuthority, issueServingCertificate } from '../sim/tls.ts';
-import { assertNodeNotRegistered, httpsNodeReader } from './node-guard.ts';
+import {
+  assertNodeNotRegistered,
+  type GuardReadSource,
+  httpsNodeReader,
+  maxWatchSilenceMs,
+  type NodePresence,
+  type NodeReader,
+  watchedNodeReader,
+} from './node-guard.ts';
 
 const sim = await startApiServer();
 after(() => sim.close());
@@ -72,4 +80,66 @@ test('a pooled connection the server dropped while idle is retried, not reported
     server.closeAllConnections();
     server.close();
   }
+});
+
+describe('watchedNodeReader', () => {
+  const readyNode = { status: { conditions: [{ type: 'Ready', status: 'True' }] } };
+  /** A Node watch in a given state, and a direct reader that records what it was asked. */
+  function setup(watch: { synced: boolean; silenceMs: number | undefined; known: string[] }) {
+    const presence: NodePresence = {
+      hasSynced: () => watch.synced,
+      watchSilenceMs: () => watch.silenceMs,
+      get: (name) => (watch.known.includes(name) ? true : undefined),
+    };
+    const directReads: string[] = [];
+    const direct: NodeReader = async (name) => {
+      directReads.push(name);
+      return name === 'ready-1' ? readyNode : undefined;
+    };
+    const sources: GuardReadSource[] = [];
+    const read = watchedNodeReader(presence, direct, { onRead: (source) => sources.push(source) });
+    return { read, directReads, sources };
+  }
+
+  test('a current watch answers "not registered" for a name it does not know, with no read', async () => {
+    const { read, directReads, sources } = setup({ synced: true, silenceMs: 1_000, known: [] });
+    assert.equal(await read('new-node'), undefined);
+    assert.deepEqual(directReads, []);
+    assert.deepEqual(sources, ['watch']);
+  });
+
+  test('a Node the watch knows is read from the API server, so the 409 rests on its answer', async () => {
+    const { read, directReads, sources } = setup({ synced: true, silenceMs: 0, known: ['ready-1'] });
+    await assert.rejects(assertNodeNotRegistered(read, 'ready-1'), ConflictError);
+    assert.deepEqual(directReads, ['ready-1']);
+    assert.deepEqual(sources, ['api']);
+  });
+
+  const notCurrent: [string, { synced: boolean; silenceMs: number | undefined }][] = [
+    ['not synced yet', { synced: false, silenceMs: 0 }],
+    ['no open stream, or one that has delivered nothing yet', { synced: true, silenceMs: undefined }],
+    ['silent for longer than a missed bookmark', { synced: true, silenceMs: maxWatchSilenceMs + 1 }],
+  ];
+  for (const [state, watch] of notCurrent) {
+    test(`a watch that is ${state} is not trusted: every lookup reads the Node`, async () => {
+      const { read, directReads, sources } = setup({ ...watch, known: [] });
+      // The Node is Ready but the lagging watch has not seen it: the read finds it.
+      await assert.rejects(assertNodeNotRegistered(read, 'ready-1'), ConflictError);
+      assert.equal(await read('new-node'), undefined);
+      assert.deepEqual(directReads, ['ready-1', 'new-node']);
+      assert.deepEqual(sources, ['api', 'api']);
+    });
+  }
+
+  test('a failed direct read is an error, never "not registered"', async () => {
+    const presence: NodePresence = {
+      hasSynced: () => false,
+      watchSilenceMs: () => undefined,
+      get: () => undefined,
+    };
+    const read = watchedNodeReader(presence, async () => {
+      throw new UnavailableError('read node x: connection refused');
+    });
+    await assert.rejects(read('x'), UnavailableError);
+  });
 });

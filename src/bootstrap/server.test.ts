@@ -153,8 +153,15 @@ describe('bootstrap server', () => {
   const kubectl = async (...args: string[]) =>
     (await run(toolPath('kubectl'), ['--kubeconfig', kubeconfigPath, ...args], { timeout: 30_000 })).stdout;
 
+  /** Waits (bounded) until `condition` holds, e.g. until the guard's Node watch has delivered a change. */
+  async function until(condition: () => boolean | undefined): Promise<void> {
+    for (let i = 0; i < 500 && !condition(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.ok(condition(), 'condition never became true');
+  }
+
   before(async () => {
-    sim = await startApiServer();
+    // Frequent bookmarks, so the guard's Node watch is current within a moment of the start.
+    sim = await startApiServer({ bookmarkIntervalMs: 100 });
     ca = createCa();
     dir = await mkdtemp(join(tmpdir(), 'bootstrap-server-'));
     kubeconfigPath = join(dir, 'kubeconfig');
@@ -246,6 +253,21 @@ describe('bootstrap server', () => {
     );
   });
 
+  test('the guard answers "not registered" from its current Node watch, without reading the Node', async () => {
+    await until(() => boot.guardWatch?.isCurrent());
+    const reads = async (source: string) =>
+      Number(
+        new RegExp(`kops_controller_bootstrap_node_guard_reads_total\\{source="${source}"\\} (\\d+)`).exec(
+          await registry.metrics(),
+        )?.[1] ?? 0,
+      );
+    const [watchBefore, apiBefore] = [await reads('watch'), await reads('api')];
+    const reply = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-a') }), 'Bearer node-a');
+    assert.equal(reply.status, 200, reply.text);
+    assert.equal(await reads('watch'), watchBefore + 1);
+    assert.equal(await reads('api'), apiBefore);
+  });
+
   test('node name already Ready', async () => {
     sim.store.create({
       apiVersion: 'v1',
@@ -254,6 +276,8 @@ describe('bootstrap server', () => {
       status: { conditions: [{ type: 'Ready', status: 'True' }] },
     });
     try {
+      // The watch knowing the Node sends the guard to the API server, whose answer is the 409.
+      await until(() => boot.guardWatch?.knows('node-a'));
       const reply = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-a') }), 'Bearer node-a');
       assert.equal(reply.status, 409, reply.text);
       assert.equal((reply.json()['error'] as { reason: string }).reason, 'node-already-registered');
@@ -386,6 +410,7 @@ describe('bootstrap server', () => {
       metadata: { name: 'node-late' },
       status: { conditions: [{ type: 'Ready', status: 'True' }] },
     });
+    await until(() => boot.guardWatch?.knows('node-late'));
     await kubectl('certificate', 'approve', requestId);
     const reply = await call('GET', `${poll}?wait=30`);
     assert.equal(reply.status, 403, reply.text);

@@ -295,8 +295,8 @@ export interface RunningBootstrap {
   apiServer: string;
   queue: CsrQueue;
   signer: LeaderComponent;
-  /** Whether the impersonation guard can answer from its Node watch now (false with `nodeGuard: api`). */
-  guardWatchIsCurrent(): boolean;
+  /** The impersonation guard's Node watch (absent with `nodeGuard: api`): whether it is current, what it knows. */
+  guardWatch?: { isCurrent(): boolean; knows(nodeName: string): boolean };
   close(): Promise<void>;
 }
 
@@ -413,7 +413,14 @@ export async function startBootstrapServer(
     apiServer: context.apiServer,
     queue,
     signer,
-    guardWatchIsCurrent: () => (guardWatch ? watchIsCurrent(guardWatch) : false),
+    ...(guardWatch
+      ? {
+          guardWatch: {
+            isCurrent: () => watchIsCurrent(guardWatch),
+            knows: (nodeName: string) => guardWatch.get(nodeName) !== undefined,
+          },
+        }
+      : {}),
     async close() {
       await running.close();
       await Promise.all([queue.stop(), guardWatch?.stop()]);
