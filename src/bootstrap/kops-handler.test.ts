@@ -2,10 +2,10 @@ import assert from 'node:assert/strict';
 import { generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { describe, test } from 'node:test';
 import { silentLogger } from '../log.ts';
-import { type CertificateAuthority, createCa } from '../pki/ca.ts';
+import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { spkiOf } from '../pki/keys.ts';
 import { encodePem } from '../pki/pem.ts';
-import { opensslText } from '../testing/openssl.ts';
+import { opensslText, opensslVerify } from '../testing/openssl.ts';
 import type { BootstrapContext } from './context.ts';
 import { type KopsOptions, kopsApiVersion, kopsBootstrap } from './kops-handler.ts';
 import type { AuditRecord, BootstrapPolicy, NodeFacts } from './types.ts';
@@ -119,7 +119,7 @@ describe('kops POST /bootstrap', () => {
   });
 
   test("kops' 400s: empty body, apiVersion, key names, keypair ids, weak keys", async () => {
-    const { ca, call } = setup({ certNames: ['kubelet', 'kube-router'] });
+    const { ca, call } = setup({ certNames: ['kubelet', 'kube-router', 'made-up', 'etcd-client-cilium'] });
     assert.equal((await call('')).status, 400);
     assert.deepEqual(await call({ ...nodeupRequest(ca), apiVersion: 'bootstrap.kops.k8s.io/v1' }), {
       status: 400,
@@ -131,9 +131,18 @@ describe('kops POST /bootstrap', () => {
       status: 400,
       body: 'failed to issue "kube-proxy": key name not enabled\n',
     });
-    assert.deepEqual(await only({ 'kube-router': nodeupKey(keys[2] as KeyObject) }), {
+    assert.deepEqual(await only({ 'kube-routr': nodeupKey(keys[2] as KeyObject) }), {
       status: 400,
-      body: 'failed to issue "kube-router": unexpected key name\n',
+      body: 'failed to issue "kube-routr": key name not enabled\n',
+    });
+    assert.deepEqual(await only({ 'made-up': nodeupKey(keys[2] as KeyObject) }), {
+      status: 400,
+      body: 'failed to issue "made-up": unexpected key name\n',
+    });
+    // Cilium's etcd client certificate needs its own CA, which this server was not given.
+    assert.deepEqual(await only({ 'etcd-client-cilium': nodeupKey(keys[2] as KeyObject) }), {
+      status: 400,
+      body: 'failed to issue "etcd-client-cilium": no signing CA etcd-clients-ca-cilium (add it to server.signingCAs)\n',
     });
     const mismatch = await only(
       { kubelet: nodeupKey(keys[0] as KeyObject) },
@@ -148,6 +157,42 @@ describe('kops POST /bootstrap', () => {
     const weakAnswer = await only({ kubelet: nodeupKey(weak) });
     assert.equal(weakAnswer.status, 400);
     assert.match(String(weakAnswer.body), /too weak/);
+  });
+
+  test('kube-router from kubernetes-ca, and etcd-client-cilium from its own CA, each with its keypair id', async () => {
+    const cilium = createCa({ name: 'etcd-clients-ca-cilium', commonName: 'etcd-clients-ca-cilium' });
+    const { ca, call } = setup({
+      certNames: ['kubelet', 'kube-router', 'etcd-client-cilium'],
+      otherSigners: [cilium],
+    });
+    const certs = {
+      kubelet: nodeupKey(keys[0] as KeyObject),
+      'kube-router': nodeupKey(keys[1] as KeyObject),
+      'etcd-client-cilium': nodeupKey(keys[2] as KeyObject),
+    };
+    const keypairIDs = {
+      'kubernetes-ca': ca.signer.certificate.keypairId,
+      'etcd-clients-ca-cilium': cilium.signer.certificate.keypairId,
+    };
+    const answer = await call({ apiVersion: kopsApiVersion, certs, keypairIDs });
+    assert.equal(answer.status, 200, String(answer.body));
+    const issued = (answer.body as { Certs: Record<string, string> }).Certs;
+    const router = issued['kube-router'] as string;
+    const etcd = issued['etcd-client-cilium'] as string;
+    assert.match(opensslText(router), /Subject: CN ?= ?system:kube-router\n/);
+    assert.match(opensslVerify(bundlePem(ca), router, 'sslclient'), /: OK$/);
+    assert.match(opensslText(etcd), /Subject: CN ?= ?cilium\n/);
+    assert.match(opensslText(etcd), /TLS Web Client Authentication/);
+    assert.match(opensslVerify(bundlePem(cilium), etcd, 'sslclient'), /: OK$/);
+    assert.throws(() => opensslVerify(bundlePem(ca), etcd, 'sslclient'), 'not signed by kubernetes-ca');
+
+    const stale = await call({
+      apiVersion: kopsApiVersion,
+      certs,
+      keypairIDs: { ...keypairIDs, 'etcd-clients-ca-cilium': '1' },
+    });
+    assert.equal(stale.status, 400);
+    assert.match(String(stale.body), /keypair ID "1" for etcd-clients-ca-cilium didn't match issuer's/);
   });
 
   test("includeNodeConfig returns the instance group's nodeup config, or 400 when there is none", async () => {

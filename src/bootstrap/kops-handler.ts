@@ -7,17 +7,21 @@
  * the details in the log and the audit trail only.
  */
 import { InvalidInputError, KopsError } from '../errors.ts';
+import type { CertificateAuthority } from '../pki/ca.ts';
 import { decodePem } from '../pki/pem.ts';
 import {
   type CertificateRequest,
+  type IssuedCertificate,
+  type IssueOptions,
   type ProfileName,
+  planCertificate,
   publicKeyRequest,
   validateDnsName,
 } from '../pki/profiles.ts';
 import { parseAuthorization } from './authorization.ts';
 import { evaluateChain } from './chain.ts';
 import { type BootstrapContext, newRequestId, report } from './context.ts';
-import { issueForFacts, pemsOf, serialsOf } from './issue.ts';
+import { identityOf, issueForFacts, pemsOf, serialsOf } from './issue.ts';
 import type { Answer, CertificatesInput } from './native-handler.ts';
 import { assertNodeNotRegistered } from './node-guard.ts';
 import type { AuditRecord, BootstrapRequest, NodeFacts } from './types.ts';
@@ -28,11 +32,13 @@ export const kopsApiVersion = 'bootstrap.kops.k8s.io/v1alpha1';
 /** The cert names kops generates by default (`certNames` in the kops-controller config). */
 export const defaultKopsCertNames = ['kubelet', 'kubelet-server', 'kube-proxy'];
 
-/** kops cert names this implementation can issue, and the profile of each. */
-const profileOfCertName: Record<string, ProfileName> = {
-  kubelet: 'kubelet',
-  'kubelet-server': 'kubelet-server',
-  'kube-proxy': 'kube-proxy',
+/** kops cert names this implementation can issue, with the profile and the signing CA (keyset) of each. */
+const certNameSpecs: Record<string, { profile: ProfileName; signer: string }> = {
+  kubelet: { profile: 'kubelet', signer: 'kubernetes-ca' },
+  'kubelet-server': { profile: 'kubelet-server', signer: 'kubernetes-ca' },
+  'kube-proxy': { profile: 'kube-proxy', signer: 'kubernetes-ca' },
+  'kube-router': { profile: 'kube-router', signer: 'kubernetes-ca' },
+  'etcd-client-cilium': { profile: 'etcd-client-cilium', signer: 'etcd-clients-ca-cilium' },
 };
 
 /** The node configuration nodeup asks for with `includeNodeConfig`. */
@@ -45,6 +51,11 @@ export interface KopsNodeConfig {
 export interface KopsOptions {
   /** Cert names nodes may ask for (`server.certNames`). */
   certNames: readonly string[];
+  /**
+   * The other CAs of `server.signingCAs`, found by name (e.g. `etcd-clients-ca-cilium`); the
+   * context's CA signs the `kubernetes-ca` certificates. A cert name whose CA is absent is refused.
+   */
+  otherSigners?: readonly CertificateAuthority[];
   /** Reads the nodeup config of an instance group; without it, `includeNodeConfig` is refused. */
   nodeConfig?: (instanceGroup: string) => Promise<KopsNodeConfig>;
 }
@@ -57,6 +68,13 @@ function isRecord(value: unknown): value is Record<string, unknown> {
   return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
 
+/** One requested key, checked: its profile, the CA that signs it and the certificate request. */
+interface KopsCertificate {
+  profile: ProfileName;
+  ca: CertificateAuthority;
+  request: CertificateRequest;
+}
+
 /** Checks one requested key and turns it into a certificate request; throws with kops' wording. */
 function certificateRequestOf(
   name: string,
@@ -64,21 +82,41 @@ function certificateRequestOf(
   options: KopsOptions,
   keypairIds: Record<string, unknown>,
   context: BootstrapContext,
-): [ProfileName, CertificateRequest] {
+): KopsCertificate {
   if (typeof pem !== 'string') throw new InvalidInputError('the public key must be a PEM string');
   const [spki] = decodePem(pem, 'RSA PUBLIC KEY', 'public key');
   if (!options.certNames.includes(name)) throw new InvalidInputError('key name not enabled');
-  const profile = Object.hasOwn(profileOfCertName, name) ? profileOfCertName[name] : undefined;
-  if (!profile) throw new InvalidInputError('unexpected key name');
-  const signer = context.ca.name;
-  const wanted = keypairIds[signer];
-  const ours = context.ca.signer.certificate.keypairId;
+  const spec = Object.hasOwn(certNameSpecs, name) ? certNameSpecs[name] : undefined;
+  if (!spec) throw new InvalidInputError('unexpected key name');
+  const ca =
+    spec.signer === 'kubernetes-ca'
+      ? context.ca
+      : options.otherSigners?.find((other) => other.name === spec.signer);
+  if (!ca) throw new InvalidInputError(`no signing CA ${spec.signer} (add it to server.signingCAs)`);
+  const wanted = keypairIds[ca.name];
+  const ours = ca.signer.certificate.keypairId;
   if (Object.keys(keypairIds).length > 0 && wanted !== ours) {
     throw new InvalidInputError(
-      `request's keypair ID ${JSON.stringify(wanted ?? '')} for ${signer} didn't match issuer's "${ours}"`,
+      `request's keypair ID ${JSON.stringify(wanted ?? '')} for ${ca.name} didn't match issuer's "${ours}"`,
     );
   }
-  return [profile, publicKeyRequest(spki as Buffer)];
+  return { profile: spec.profile, ca, request: publicKeyRequest(spki as Buffer) };
+}
+
+/** Issues each CA's share of the requested certificates for the verified facts. */
+async function issueBySigner(
+  wanted: readonly KopsCertificate[],
+  facts: NodeFacts,
+  options: IssueOptions,
+): Promise<Partial<Record<ProfileName, IssuedCertificate>>> {
+  const byCa = new Map<CertificateAuthority, Partial<Record<ProfileName, CertificateRequest>>>();
+  for (const { profile, ca, request } of wanted) byCa.set(ca, { ...byCa.get(ca), [profile]: request });
+  // Every request is checked against its profile before anything is signed, as issueForFacts does.
+  for (const { profile, request } of wanted) planCertificate(profile, request, identityOf(facts));
+  const issued = await Promise.all(
+    [...byCa].map(([ca, requests]) => issueForFacts(ca, requests, facts, options)),
+  );
+  return Object.assign({}, ...issued);
 }
 
 /** `POST /bootstrap`. */
@@ -179,23 +217,20 @@ export async function kopsBootstrap(
     }
   }
 
-  const requests: Partial<Record<ProfileName, CertificateRequest>> = {};
+  const wanted: KopsCertificate[] = [];
   const profileByName: Record<string, ProfileName> = {};
   for (const [name, pem] of Object.entries(certs)) {
     try {
-      const [profile, certificateRequest] = certificateRequestOf(name, pem, options, keypairIds, context);
-      requests[profile] = certificateRequest;
-      profileByName[name] = profile;
+      const certificate = certificateRequestOf(name, pem, options, keypairIds, context);
+      wanted.push(certificate);
+      profileByName[name] = certificate.profile;
     } catch (err) {
       return text(400, `failed to issue ${JSON.stringify(name)}: ${(err as Error).message}`);
     }
   }
-  let issued: Awaited<ReturnType<typeof issueForFacts>>;
+  let issued: Partial<Record<ProfileName, IssuedCertificate>>;
   try {
-    issued = await issueForFacts(context.ca, requests, facts, {
-      lifetimeMs: kopsLifetimeMs,
-      ...context.issueOptions,
-    });
+    issued = await issueBySigner(wanted, facts, { lifetimeMs: kopsLifetimeMs, ...context.issueOptions });
   } catch (err) {
     audit({ decidedBy: 'profile-check', verdict: 'deny', reasons: [(err as Error).message], ...factsAudit });
     return text(400, `failed to issue: ${(err as Error).message}`);

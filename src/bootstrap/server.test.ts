@@ -17,8 +17,12 @@ import { Registry } from 'prom-client';
 import { parseConfig } from '../config/loader.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
+import { saveCa } from '../pki/folder.ts';
 import { generateKey, spkiOf } from '../pki/keys.ts';
+import { keysetPath } from '../pki/keyset.ts';
+import { encodePem } from '../pki/pem.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { openVfs } from '../statestore/open.ts';
 import { opensslVerify, scratchFile } from '../testing/openssl.ts';
 import { toolPath } from '../testing/tools.ts';
 import { nativeApiVersion } from './native-handler.ts';
@@ -594,5 +598,79 @@ describe('bootstrap server rate limit', () => {
       await boot.close();
       await sim.close();
     }
+  });
+});
+
+describe("bootstrap server with kops' signing CAs from server.caBasePath", () => {
+  test('loads every server.signingCAs entry; etcd-client-cilium is signed by its own CA', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'bootstrap-signers-'));
+    const sim = await startApiServer();
+    const kubernetesCa = createCa();
+    const ciliumCa = createCa({ name: 'etcd-clients-ca-cilium' });
+    const pki = openVfs(dir);
+    await saveCa(pki, kubernetesCa, 'pem');
+    await saveCa(pki, ciliumCa, 'keyset');
+    const kopsConfig = parseConfig({
+      clusterName: 'c.example.com',
+      cloud: 'metal',
+      server: {
+        caBasePath: dir,
+        signingCAs: ['kubernetes-ca', 'etcd-clients-ca-cilium'],
+        certNames: ['kubelet', 'etcd-client-cilium'],
+      },
+    });
+    const instance: BootstrapPolicy = {
+      name: 'test-instance',
+      async evaluate() {
+        return { verdict: 'approve', facts: nodeA, reasons: ['test'] };
+      },
+    };
+    const deps = {
+      kubeConfig: sim.kubeConfig(),
+      policies: [instance],
+      listen: '127.0.0.1:0',
+      serverNames: { ipAddresses: ['127.0.0.1'] },
+      registry: new Registry(),
+    };
+    const boot = await startBootstrapServer(kopsConfig, deps);
+    try {
+      const rsa = () => generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey;
+      const certs = {
+        kubelet: encodePem('RSA PUBLIC KEY', spkiOf(rsa())),
+        'etcd-client-cilium': encodePem('RSA PUBLIC KEY', spkiOf(rsa())),
+      };
+      const reply = await new Promise<{ status: number; text: string }>((resolve, reject) => {
+        const req = request(
+          `${boot.server.url}/bootstrap`,
+          { method: 'POST', ca: bundlePem(kubernetesCa), headers: { authorization: 'x-aws-sts any' } },
+          (res) => {
+            const chunks: Buffer[] = [];
+            res.on('data', (c: Buffer) => chunks.push(c));
+            res.on('end', () =>
+              resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }),
+            );
+          },
+        );
+        req.on('error', reject);
+        req.end(JSON.stringify({ apiVersion: 'bootstrap.kops.k8s.io/v1alpha1', certs }));
+      });
+      assert.equal(reply.status, 200, reply.text);
+      const issued = (JSON.parse(reply.text) as { Certs: Record<string, string> }).Certs;
+      assert.match(opensslVerify(bundlePem(kubernetesCa), issued['kubelet'] as string, 'sslclient'), /: OK$/);
+      assert.match(
+        opensslVerify(bundlePem(ciliumCa), issued['etcd-client-cilium'] as string, 'sslclient'),
+        /: OK$/,
+      );
+    } finally {
+      await boot.close();
+    }
+    // A configured signer that is missing stops the start with a message naming it.
+    await rm(join(dir, keysetPath('etcd-clients-ca-cilium')), { force: true });
+    await assert.rejects(
+      startBootstrapServer(kopsConfig, { ...deps, registry: new Registry() }),
+      (err: Error) => /no CA "etcd-clients-ca-cilium"/.test(err.message),
+    );
+    await sim.close();
+    await rm(dir, { recursive: true, force: true });
   });
 });

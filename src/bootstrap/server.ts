@@ -271,7 +271,11 @@ export interface BootstrapServerDeps {
   kubeConfig: KubeConfig;
   /** The approval chain (`buildPolicies(config, deps)` of src/bootstrap/policies). */
   policies: readonly BootstrapPolicy[];
-  /** The signing CA; loaded from `server.caBasePath` (`signingCAs[0]`, default kubernetes-ca) when absent. */
+  /**
+   * The signing CA. When absent, every CA of `server.signingCAs` (default kubernetes-ca) is loaded
+   * from `server.caBasePath`: the first signs everything, the others only kops cert names that name
+   * them.
+   */
   ca?: CertificateAuthority;
   /** The API server URL handed to nodes; default `https://api.internal.<clusterName>`, as kops. */
   apiServer?: string;
@@ -343,12 +347,11 @@ export async function startBootstrapServer(
   if (!server) throw new ConfigError('the config has no server section; the bootstrap server needs one');
   const logger = (deps.logger ?? silentLogger).child({ component: 'bootstrap-server' });
   const registry = deps.registry ?? register;
-  const ca =
-    deps.ca ??
-    (await loadCa(
-      openVfs(server.caBasePath ?? '/etc/kubernetes/kops-controller/pki', deps.vfsOptions),
-      server.signingCAs?.[0] ?? 'kubernetes-ca',
-    ));
+  const [first = 'kubernetes-ca', ...others] = server.signingCAs ?? [];
+  const pki = openVfs(server.caBasePath ?? '/etc/kubernetes/kops-controller/pki', deps.vfsOptions);
+  const ca = deps.ca ?? (await loadCa(pki, first));
+  // kops' other signers (etcd-clients-ca-cilium) sign only the kops cert names that name them.
+  const otherSigners = deps.ca ? [] : await Promise.all(others.map((name) => loadCa(pki, name)));
   const metrics = bootstrapMetrics(registry);
   // Requests may read their Node directly: without pooled connections each read would be a TLS handshake.
   const kubeConfig = reuseConnections(deps.kubeConfig);
@@ -387,6 +390,7 @@ export async function startBootstrapServer(
       context,
       kops: {
         certNames: server.certNames ?? defaultKopsCertNames,
+        otherSigners,
         nodeConfig: nodeConfigReader(config, deps.vfsOptions),
       },
       clusterInfoHandler: deps.clusterInfoHandler,

@@ -73,6 +73,22 @@ export const profiles = {
     nameIsDnsName: false,
     defaultLifetimeMs: dayMs,
   },
+  'kube-router': {
+    description: 'kube-router client certificate (system:kube-router)',
+    usage: 'client',
+    subjects: () => [{ commonName: 'system:kube-router', organizations: [] }],
+    altNames: 'none',
+    nameIsDnsName: false,
+    defaultLifetimeMs: dayMs,
+  },
+  'etcd-client-cilium': {
+    description: "Cilium's etcd client certificate (CN=cilium; kops signs it with etcd-clients-ca-cilium)",
+    usage: 'client',
+    subjects: () => [{ commonName: 'cilium', organizations: [] }],
+    altNames: 'none',
+    nameIsDnsName: false,
+    defaultLifetimeMs: dayMs,
+  },
   'kops-controller': {
     description: "the controller's own serving certificate (names given by the admin)",
     usage: 'server',
