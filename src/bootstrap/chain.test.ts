@@ -50,9 +50,20 @@ test('all abstaining, or no policy at all, denies (fail closed)', async () => {
   const none = await evaluateChain([], request, context);
   assert.equal(none.decision.verdict, 'deny');
   assert.match(none.decision.reasons[0] ?? '', /no approval policy is configured/);
-  const abstained = await evaluateChain([policy('a', { verdict: 'abstain', reasons: [] })], request, context);
+  const abstained = await evaluateChain(
+    [
+      policy('aws', { verdict: 'abstain', reasons: ['the request carries no AWS proof'] }),
+      policy('quiet', { verdict: 'abstain', reasons: [] }),
+    ],
+    request,
+    context,
+  );
   assert.equal(abstained.decision.verdict, 'deny');
   assert.equal(abstained.decidedBy, undefined);
+  // The denial says why each policy passed, so the node's operator can tell what proof is missing.
+  assert.deepEqual(abstained.decision.reasons, [
+    'no policy approved the request (aws abstained: the request carries no AWS proof; quiet abstained)',
+  ]);
 });
 
 test('a policy that throws denies with its error as the reason', async () => {

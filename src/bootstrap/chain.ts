@@ -7,6 +7,12 @@
 import { describeError } from '../errors.ts';
 import type { BootstrapPolicy, BootstrapRequest, ChainDecision, PolicyContext } from './types.ts';
 
+/** "aws abstained: the request carries no AWS proof": what an abstaining policy said, for the denial. */
+function abstention(entry: ChainDecision['trail'][number]): string {
+  const reasons = entry.decision.reasons.join(', ');
+  return reasons ? `${entry.policy} abstained: ${reasons}` : `${entry.policy} abstained`;
+}
+
 /** Runs `policies` on `request`; `stopAtDecision: false` evaluates every policy (for `explain`). */
 export async function evaluateChain(
   policies: readonly BootstrapPolicy[],
@@ -37,7 +43,7 @@ export async function evaluateChain(
         reasons: [
           policies.length === 0
             ? 'no approval policy is configured'
-            : `no policy approved the request (${policies.map((p) => p.name).join(', ')} abstained)`,
+            : `no policy approved the request (${trail.map(abstention).join('; ')})`,
         ],
       },
       trail,

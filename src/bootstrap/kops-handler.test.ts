@@ -105,7 +105,9 @@ describe('kops POST /bootstrap', () => {
       status: 403,
       body: 'failed to verify token\n',
     });
-    assert.deepEqual(audit.at(-2)?.reasons, ['no policy approved the request (aws abstained)']);
+    assert.deepEqual(audit.at(-2)?.reasons, [
+      'no policy approved the request (aws abstained: not an AWS proof)',
+    ]);
     assert.equal(audit.at(-1)?.decidedBy, 'authorization');
     const decode = await call('{garbage');
     assert.equal(decode.status, 400);
