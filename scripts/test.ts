@@ -1,6 +1,6 @@
 /**
  * Test entry point: fetches the real tools the tests compare against, then runs every `*.test.ts`
- * under src/ and bench/ with node:test. Extra arguments go to `node --test` (e.g. one file to run).
+ * under src/, bench/ and deploy/ with node:test. Extra arguments go to `node --test` (e.g. one file to run).
  * Ends with a plain "N passed, N failed" line read from the TAP record of the run.
  */
 import { spawnSync } from 'node:child_process';
@@ -11,7 +11,7 @@ ensureAllTools(['kubectl', 'promtool']);
 mkdirSync('.tools', { recursive: true });
 const tapFile = '.tools/last-test-run.tap';
 const extra = process.argv.slice(2);
-const files = extra.some((a) => !a.startsWith('-')) ? [] : ['src/**/*.test.ts', 'bench/**/*.test.ts'];
+const files = extra.some((a) => !a.startsWith('-')) ? [] : ['src/**/*.test.ts', 'bench/**/*.test.ts', 'deploy/**/*.test.ts'];
 const result = spawnSync(
   process.execPath,
   [

@@ -4,6 +4,7 @@
  * and certifies the nodes, and the API server trusts the node certificates it issues).
  */
 import { createPrivateKey } from 'node:crypto';
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { bootstrapPolicySpec, type Config } from '../config/schema.ts';
 import type { Logger } from '../log.ts';
@@ -30,7 +31,7 @@ export interface DevBootstrap {
 export async function startDevBootstrap(
   cluster: DevCluster,
   config: Config,
-  options: { policy: DevPolicy; registry: Registry; logger: Logger },
+  options: { policy: DevPolicy; registry: Registry; logger: Logger; kubeConfig?: KubeConfig },
 ): Promise<DevBootstrap> {
   const sim = cluster.api.server;
   const ca = caFromPem(sim.caCertificate, createPrivateKey(sim.certificateAuthority.privateKey));
@@ -39,7 +40,7 @@ export async function startDevBootstrap(
   );
   const bootstrap = await startConfiguredBootstrap({
     config: { ...config, bootstrap: { ...config.bootstrap, policies: [policy] } },
-    kubeConfig: sim.kubeConfig(),
+    kubeConfig: options.kubeConfig ?? sim.kubeConfig(),
     vfsOptions: { ...vfsOptionsFromEnv(cluster.env), env: cluster.env },
     cloud: { aws: { endpoint: cluster.aws.endpoint, credentials: { ...cluster.aws.credentials } } },
     registry: options.registry,

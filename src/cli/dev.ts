@@ -5,7 +5,7 @@
  * with no cloud and no cluster.
  */
 import { resolve } from 'node:path';
-import { CoordinationV1Api } from '@kubernetes/client-node';
+import { CoordinationV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { Command, Option } from 'commander';
 import { Registry } from 'prom-client';
 import { loadConfigFile } from '../config/loader.ts';
@@ -53,11 +53,17 @@ export interface DevController {
  */
 export async function startDevController(
   cluster: DevCluster,
-  options: { logger?: Logger; stateStorePollIntervalMs?: number; bootstrapPolicy?: DevPolicy } = {},
+  options: {
+    logger?: Logger;
+    stateStorePollIntervalMs?: number;
+    bootstrapPolicy?: DevPolicy;
+    /** Who the controller is to the API server; default the simulator's admin. */
+    kubeConfig?: KubeConfig;
+  } = {},
 ): Promise<DevController> {
   const logger = options.logger ?? silentLogger;
   const config = await loadConfigFile(cluster.configPath);
-  const kubeConfig = cluster.api.server.kubeConfig();
+  const kubeConfig = options.kubeConfig ?? cluster.api.server.kubeConfig();
   const registry = new Registry();
   const leader = await buildLeaderComponents({
     config,
@@ -75,6 +81,7 @@ export async function startDevController(
     if (options.bootstrapPolicy) {
       bootstrap = await startDevBootstrap(cluster, config, {
         policy: options.bootstrapPolicy,
+        kubeConfig,
         registry,
         logger,
       });

@@ -68,6 +68,9 @@ async function register(kubeconfigPath: string, name: string, providerID: string
   });
 }
 
+/** How many joining machines each simulated cluster has launched so far. */
+const machinesLaunched = new WeakMap<DevCluster, number>();
+
 /** Starts `count` machines joining the cluster through the bootstrap endpoint. */
 export function startJoiningNodes(options: JoiningNodesOptions): JoiningNodes {
   const { cluster } = options;
@@ -78,9 +81,16 @@ export function startJoiningNodes(options: JoiningNodesOptions): JoiningNodes {
   const zone = `${cluster.region}a`;
   const status: JoiningStatus = { total: options.count, joined: 0, waiting: 0, failed: 0 };
   const changed = () => options.onChange?.({ ...status });
+  // Each batch gets machines of its own, so a second batch is not refused as already registered.
+  const first = machinesLaunched.get(cluster) ?? 0;
+  machinesLaunched.set(cluster, first + options.count);
   const machines = Array.from({ length: options.count }, (_, i) => {
-    const n = 50_000 + i;
-    return { id: simInstanceId(n), zone, privateIp: `172.20.200.${(i % 250) + 4}` };
+    const n = first + i;
+    return {
+      id: simInstanceId(50_000 + n),
+      zone,
+      privateIp: `172.20.${200 + Math.floor(n / 250)}.${(n % 250) + 4}`,
+    };
   });
   cluster.aws.ec2.addInstances(machines.map((m) => ({ ...m, cluster: cluster.clusterName, instanceGroup })));
   const joinOne = async (machine: (typeof machines)[number]): Promise<void> => {

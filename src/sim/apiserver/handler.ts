@@ -35,6 +35,7 @@ import { review } from './reviews.ts';
 import { type InfoRoute, type ResourceRoute, routeOf } from './routes.ts';
 import {
   badRequest,
+  forbidden,
   methodNotAllowed,
   notFound,
   type Status,
@@ -291,10 +292,42 @@ async function serveCreate(call: Call): Promise<void> {
   sendJson(res, 201, entry.json, warningHeaders(warnings));
 }
 
+/**
+ * The certificates admission plugins: approving or denying a CSR needs `approve`, and writing its
+ * certificate needs `sign`, on `signers` named the CSR's signerName (or `<domain>/*`).
+ */
+function checkSignerPermission(call: Call, obj: KubeObject): void {
+  const { route, ctx, user } = call;
+  if (route.type.plural !== 'certificatesigningrequests') return;
+  const current = ctx.store.entry(route.type, undefined, route.name as string);
+  const before = current ? (JSON.parse(current.json) as KubeObject) : undefined;
+  const status = (o: KubeObject | undefined) => (isRecord(o?.['status']) ? o['status'] : {});
+  let verb: 'approve' | 'sign' | undefined;
+  if (route.subresource === 'approval') verb = 'approve';
+  else if (route.subresource === 'status' && status(obj)['certificate'] !== status(before)['certificate'])
+    verb = 'sign';
+  if (!verb) return;
+  const spec = isRecord(before?.['spec']) ? before['spec'] : {};
+  const signerName = typeof spec['signerName'] === 'string' ? spec['signerName'] : '';
+  const names = [signerName, `${signerName.split('/')[0]}/*`];
+  const allowed = names.some(
+    (name) =>
+      ctx.authorizer.decide({ user, verb, group: 'certificates.k8s.io', resource: 'signers', name }).allowed,
+  );
+  if (!allowed) {
+    throw forbidden(
+      `certificatesigningrequests.certificates.k8s.io "${route.name ?? ''}" is forbidden: user not permitted to ${verb} requests with signerName "${signerName}"`,
+      route.type,
+      route.name,
+    );
+  }
+}
+
 async function serveUpdate(call: Call): Promise<void> {
   const { route, ctx, res, url } = call;
   const { obj, warnings } = decodeObject(call.req, call.url, call.route.type, await readBody(call.req));
   checkIdentity(call, obj);
+  checkSignerPermission(call, obj);
   const entry = ctx.store.updateEntry(route.type, obj, {
     target: (route.subresource ?? 'main') as WriteTarget,
     dryRun: dryRunOf(url),
@@ -323,6 +356,7 @@ async function servePatch(call: Call): Promise<void> {
   const warnings = checkUnknownFields(call.url, route.type, patched);
   const obj = patched as KubeObject;
   checkIdentity(call, obj);
+  checkSignerPermission(call, obj);
   const entry = ctx.store.updateEntry(route.type, obj, {
     target: (route.subresource ?? 'main') as WriteTarget,
     dryRun: dryRunOf(url),

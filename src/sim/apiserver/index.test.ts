@@ -763,6 +763,61 @@ describe('simulated apiserver through @kubernetes/client-node', () => {
     }
   });
 
+  test('approving needs approve, and signing needs sign, on the signer, besides the subresource', async () => {
+    const admin = sim.kubeConfig().makeApiClient(CertificatesV1Api);
+    await admin.createCertificateSigningRequest({
+      body: {
+        metadata: { name: 'csr-signers' },
+        spec: {
+          request: await csrRequest('someone'),
+          signerName: 'example.com/widgets',
+          usages: ['digital signature', 'client auth'],
+        },
+      },
+    });
+    const carol = sim.kubeConfig({ name: 'carol', groups: [] }).makeApiClient(CertificatesV1Api);
+    sim.grant({
+      user: 'carol',
+      verbs: ['get', 'update'],
+      resources: [
+        'certificatesigningrequests',
+        'certificatesigningrequests/approval',
+        'certificatesigningrequests/status',
+      ],
+    });
+    const approve = async () => {
+      const csr = await carol.readCertificateSigningRequest({ name: 'csr-signers' });
+      const approved = { type: 'Approved', status: 'True', reason: 'Test', message: 'ok' };
+      return carol.replaceCertificateSigningRequestApproval({
+        name: 'csr-signers',
+        body: { ...csr, status: { conditions: [approved] } },
+      });
+    };
+    const denied = await rejectsWith(approve(), 403, 'Forbidden');
+    assert.match(
+      denied.message,
+      /user not permitted to approve requests with signerName "example.com\/widgets"/,
+    );
+    // As in RBAC, `<domain>/*` names every signer of the domain.
+    sim.grant({ user: 'carol', verbs: ['approve'], resources: ['signers'], names: ['example.com/*'] });
+    await approve();
+    const certificate = Buffer.from((await createCertificateAuthority()).certificate).toString('base64');
+    const sign = async () => {
+      const csr = await carol.readCertificateSigningRequest({ name: 'csr-signers' });
+      return carol.replaceCertificateSigningRequestStatus({
+        name: 'csr-signers',
+        body: { ...csr, status: { ...csr.status, certificate } },
+      });
+    };
+    const unsigned = await rejectsWith(sign(), 403, 'Forbidden');
+    assert.match(
+      unsigned.message,
+      /user not permitted to sign requests with signerName "example.com\/widgets"/,
+    );
+    sim.grant({ user: 'carol', verbs: ['sign'], resources: ['signers'], names: ['example.com/widgets'] });
+    assert.ok((await sign()).status?.certificate);
+  });
+
   test('answers 401 without credentials and 403 without permission', async () => {
     const anonymous = new KubeConfig();
     anonymous.loadFromClusterAndUser(

@@ -1,0 +1,284 @@
+/**
+ * The Kubernetes manifests of deploy/kubernetes: their configuration is one the controller accepts,
+ * the DaemonSet runs the command and probes it serves, and the RBAC is enough. For the last, the
+ * simulated cluster grants the controller's service account exactly the manifests' rules, and the
+ * controller then does all of its work: leader election, node labels, discovery, aws and queued
+ * bootstrap, signing, and the kubelet CSR approver, with no request refused.
+ */
+import assert from 'node:assert/strict';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { CertificatesV1Api, CoordinationV1Api, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
+import { parseAllDocuments } from 'yaml';
+import { clusterInfoName, clusterInfoNamespace } from '../src/bootstrap/discovery.ts';
+import { bootstrapSignerName } from '../src/bootstrap/queue.ts';
+import { type DevController, startDevController } from '../src/cli/dev.ts';
+import { parseConfig } from '../src/config/loader.ts';
+import { createLogger } from '../src/log.ts';
+import { buildCsrPem } from '../src/pki/csr-build.ts';
+import { generateKey } from '../src/pki/keys.ts';
+import type { GrantRule } from '../src/sim/apiserver/auth.ts';
+import { type DevCluster, startDevCluster } from '../src/sim/dev-cluster.ts';
+import { startJoiningNodes } from '../src/sim/joining-nodes.ts';
+
+interface Rule {
+  apiGroups?: string[];
+  resources: string[];
+  verbs: string[];
+  resourceNames?: string[];
+}
+interface Manifest {
+  kind: string;
+  metadata: { name: string; namespace?: string };
+  rules?: Rule[];
+  roleRef?: { kind: string; name: string };
+  subjects?: { kind: string; name: string; namespace?: string }[];
+  data?: Record<string, string>;
+  // biome-ignore lint/suspicious/noExplicitAny: a DaemonSet spec, read in one test only.
+  spec?: any;
+}
+
+const manifests = parseAllDocuments(
+  await readFile(new URL('kubernetes/kops-controller.yaml', import.meta.url), 'utf8'),
+).map((doc) => {
+  assert.deepEqual(doc.errors, []);
+  return doc.toJS() as Manifest;
+});
+
+function only(kind: string, namespace?: string): Manifest {
+  const found = manifests.filter((m) => m.kind === kind && m.metadata.namespace === namespace);
+  assert.equal(found.length, 1, `one ${kind} in ${namespace ?? 'the cluster scope'}`);
+  return found[0] as Manifest;
+}
+
+const serviceAccount = only('ServiceAccount', 'kube-system');
+const serviceAccountUser = `system:serviceaccount:kube-system:${serviceAccount.metadata.name}`;
+
+/** The sim grants for every rule of every role bound to the service account. */
+function grantsOfServiceAccount(): GrantRule[] {
+  const grants: GrantRule[] = [];
+  for (const binding of manifests.filter(
+    (m) => m.kind === 'ClusterRoleBinding' || m.kind === 'RoleBinding',
+  )) {
+    const bound = binding.subjects?.some(
+      (s) =>
+        s.kind === 'ServiceAccount' &&
+        s.name === serviceAccount.metadata.name &&
+        s.namespace === serviceAccount.metadata.namespace,
+    );
+    if (!bound) continue;
+    const roleKind = binding.roleRef?.kind;
+    const role = manifests.find(
+      (m) =>
+        m.kind === roleKind &&
+        m.metadata.name === binding.roleRef?.name &&
+        (roleKind === 'ClusterRole' || m.metadata.namespace === binding.metadata.namespace),
+    );
+    assert.ok(role, `${binding.kind} ${binding.metadata.name} refers to a role of the manifests`);
+    for (const rule of role.rules ?? []) {
+      grants.push({
+        user: serviceAccountUser,
+        verbs: rule.verbs,
+        resources: rule.resources,
+        ...(binding.kind === 'RoleBinding' ? { namespace: binding.metadata.namespace as string } : {}),
+        ...(rule.resourceNames ? { names: rule.resourceNames } : {}),
+      });
+    }
+  }
+  return grants;
+}
+
+/** Lets the event loop turn until `check` holds (bounded, so a failure fails instead of hanging). */
+async function until(what: string, check: () => Promise<boolean> | boolean): Promise<void> {
+  for (let i = 0; i < 500; i++) {
+    if (await check()) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  assert.fail(`${what} never happened; refused: ${refused.join(', ')}`);
+}
+
+/** Waits for `promise`, failing after 30 s instead of hanging the suite when a permission is missing. */
+async function settles<T>(what: string, promise: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(`${what} did not finish in 30 s; refused: ${refused.join(', ')}`)),
+      30_000,
+    );
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Requests the simulated API server refused (user and path). */
+const refused: string[] = [];
+
+describe('deploy/kubernetes/kops-controller.yaml', () => {
+  test('its configuration is one the controller accepts', () => {
+    const config = parseConfig(
+      (parseAllDocuments(only('ConfigMap', 'kube-system').data?.['config.yaml'] ?? '')[0]?.toJS() ??
+        {}) as object,
+    );
+    assert.equal(config.server?.Listen, ':3988');
+    assert.deepEqual(config.server?.certNames, ['kubelet', 'kubelet-server', 'kube-proxy']);
+  });
+
+  test('the DaemonSet runs `run` with the mounted config, probes what the controller serves, as the service account', () => {
+    const pod = only('DaemonSet', 'kube-system').spec.template.spec;
+    assert.equal(pod.serviceAccountName, serviceAccount.metadata.name);
+    const [container] = pod.containers;
+    assert.equal(container.args[0], 'run');
+    const conf = (container.args as string[]).find((a) => a.startsWith('--conf='))?.slice('--conf='.length);
+    const configMount = container.volumeMounts.find((m: { name: string }) => m.name === 'config');
+    assert.equal(conf, `${configMount.mountPath}/config.yaml`);
+    assert.deepEqual(
+      [container.readinessProbe.httpGet.path, container.livenessProbe.httpGet.path],
+      ['/readyz', '/healthz'],
+    );
+    const ports = Object.fromEntries(
+      container.ports.map((p: { name: string; containerPort: number }) => [p.name, p.containerPort]),
+    );
+    assert.deepEqual(ports, { metrics: 3987, bootstrap: 3988 });
+    assert.equal(container.securityContext.allowPrivilegeEscalation, false);
+  });
+
+  describe('its RBAC is enough for everything the controller does', () => {
+    let dir: string;
+    let cluster: DevCluster;
+    let controller: DevController;
+    let asController: KubeConfig;
+
+    before(async () => {
+      dir = await mkdtemp(join(tmpdir(), 'deploy-rbac-'));
+      // The simulated API server logs every request at debug level: collect those it refused.
+      const destination = {
+        write(line: string) {
+          const record = JSON.parse(line) as { msg?: string; code?: number; user?: string; path?: string };
+          if (record.msg === 'apiserver request' && record.code === 403) {
+            refused.push(`${record.user} ${record.path}`);
+          }
+        },
+      };
+      cluster = await startDevCluster({
+        stateDir: dir,
+        awsThrottling: false,
+        logger: createLogger({ level: 'debug', destination }),
+      });
+      for (const grant of grantsOfServiceAccount()) cluster.api.server.grant(grant);
+      asController = cluster.api.server.kubeConfig({
+        name: serviceAccountUser,
+        groups: ['system:serviceaccounts', 'system:serviceaccounts:kube-system'],
+      });
+      controller = await startDevController(cluster, { bootstrapPolicy: 'aws', kubeConfig: asController });
+    });
+    after(async () => {
+      await settles('stopping the controller', controller.stop());
+      await cluster.close();
+      await rm(dir, { recursive: true, force: true });
+    });
+
+    test('leads, labels nodes and publishes discovery', async () => {
+      const admin = cluster.api.server.kubeConfig();
+      const leases = admin.makeApiClient(CoordinationV1Api);
+      await until('the lease is held', async () => {
+        const lease = await leases
+          .readNamespacedLease({ name: 'kops-controller-leader', namespace: 'kube-system' })
+          .catch(() => undefined);
+        return Boolean(lease?.spec?.holderIdentity);
+      });
+      const core = admin.makeApiClient(CoreV1Api);
+      await until('every node is labelled', async () =>
+        (await core.listNode()).items.every((n) => n.metadata?.labels?.['kops.k8s.io/instancegroup']),
+      );
+      await until('cluster-info is published', async () =>
+        Boolean(
+          await core
+            .readNamespacedConfigMap({ name: clusterInfoName, namespace: clusterInfoNamespace })
+            .catch(() => undefined),
+        ),
+      );
+      assert.deepEqual(refused, []);
+    });
+
+    test('nodes join through aws; a kubelet renewal is approved', async () => {
+      const bootstrap = controller.bootstrap;
+      assert.ok(bootstrap);
+      const joining = startJoiningNodes({
+        cluster,
+        server: bootstrap.url,
+        caPin: bootstrap.caPin,
+        count: 2,
+        proof: 'aws',
+        dir: join(dir, 'aws-nodes'),
+      });
+      await settles('joining through aws', joining.done).finally(() => joining.stop());
+      assert.deepEqual(joining.status(), { total: 2, joined: 2, waiting: 0, failed: 0 }, refused.join(', '));
+
+      const node = joining.nodes[0] as string;
+      const kubelet = cluster.api.server.kubeConfig({
+        name: `system:node:${node}`,
+        groups: ['system:nodes'],
+      });
+      const request = buildCsrPem(generateKey(), {
+        subject: { commonName: `system:node:${node}`, organizations: ['system:nodes'] },
+      });
+      await kubelet.makeApiClient(CertificatesV1Api).createCertificateSigningRequest({
+        body: {
+          metadata: { name: 'renewal-1' },
+          spec: {
+            request: Buffer.from(request).toString('base64'),
+            signerName: 'kubernetes.io/kube-apiserver-client-kubelet',
+            usages: ['digital signature', 'client auth'],
+          },
+        },
+      });
+      const certificates = cluster.api.server.kubeConfig().makeApiClient(CertificatesV1Api);
+      await until('the renewal is approved', async () => {
+        const csr = await certificates.readCertificateSigningRequest({ name: 'renewal-1' });
+        return Boolean(csr.status?.conditions?.some((c) => c.type === 'Approved'));
+      });
+      assert.deepEqual(refused, []);
+    });
+
+    test('a queued request approved by an admin is signed by the controller', async () => {
+      // The controller again, now with the queue as its policy (it takes the lease over on release).
+      await controller.stop();
+      controller = await startDevController(cluster, { bootstrapPolicy: 'queue', kubeConfig: asController });
+      const bootstrap = controller.bootstrap;
+      assert.ok(bootstrap);
+      const joining = startJoiningNodes({
+        cluster,
+        server: bootstrap.url,
+        caPin: bootstrap.caPin,
+        count: 1,
+        proof: 'none',
+        dir: join(dir, 'queued-nodes'),
+      });
+      try {
+        const certificates = cluster.api.server.kubeConfig().makeApiClient(CertificatesV1Api);
+        let name: string | undefined;
+        await until('the request is queued', async () => {
+          const list = await certificates.listCertificateSigningRequest();
+          name = list.items.find((csr) => csr.spec.signerName === bootstrapSignerName)?.metadata?.name;
+          return name !== undefined;
+        });
+        const csr = await certificates.readCertificateSigningRequest({ name: name as string });
+        const approved = { type: 'Approved', status: 'True', reason: 'AdminApproved', message: 'test' };
+        await certificates.replaceCertificateSigningRequestApproval({
+          name: name as string,
+          body: { ...csr, status: { ...csr.status, conditions: [approved] } },
+        });
+        await settles('joining through the queue', joining.done);
+      } finally {
+        joining.stop();
+      }
+      assert.deepEqual(joining.status(), { total: 1, joined: 1, waiting: 0, failed: 0 }, refused.join(', '));
+      assert.deepEqual(refused, []);
+    });
+  });
+});
