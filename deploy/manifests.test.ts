@@ -205,17 +205,22 @@ describe('deploy/kubernetes/kops-controller.yaml', () => {
       assert.deepEqual(refused, []);
     });
 
-    test('nodes join through aws; a kubelet renewal is approved', async () => {
+    /** New machines joining through the running controller's bootstrap server. */
+    function joinMachines(count: number, proof: 'aws' | 'none') {
       const bootstrap = controller.bootstrap;
       assert.ok(bootstrap);
-      const joining = startJoiningNodes({
+      return startJoiningNodes({
         cluster,
         server: bootstrap.url,
         caPin: bootstrap.caPin,
-        count: 2,
-        proof: 'aws',
-        dir: join(dir, 'aws-nodes'),
+        count,
+        proof,
+        dir: join(dir, `${proof}-nodes`),
       });
+    }
+
+    test('nodes join through aws; a kubelet renewal is approved', async () => {
+      const joining = joinMachines(2, 'aws');
       await settles('joining through aws', joining.done).finally(() => joining.stop());
       assert.deepEqual(joining.status(), { total: 2, joined: 2, waiting: 0, failed: 0 }, refused.join(', '));
 
@@ -249,16 +254,7 @@ describe('deploy/kubernetes/kops-controller.yaml', () => {
       // The controller again, now with the queue as its policy (it takes the lease over on release).
       await controller.stop();
       controller = await startDevController(cluster, { bootstrapPolicy: 'queue', kubeConfig: asController });
-      const bootstrap = controller.bootstrap;
-      assert.ok(bootstrap);
-      const joining = startJoiningNodes({
-        cluster,
-        server: bootstrap.url,
-        caPin: bootstrap.caPin,
-        count: 1,
-        proof: 'none',
-        dir: join(dir, 'queued-nodes'),
-      });
+      const joining = joinMachines(1, 'none');
       try {
         const certificates = cluster.api.server.kubeConfig().makeApiClient(CertificatesV1Api);
         let name: string | undefined;

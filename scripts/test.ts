@@ -11,7 +11,9 @@ ensureAllTools(['kubectl', 'promtool']);
 mkdirSync('.tools', { recursive: true });
 const tapFile = '.tools/last-test-run.tap';
 const extra = process.argv.slice(2);
-const files = extra.some((a) => !a.startsWith('-')) ? [] : ['src/**/*.test.ts', 'bench/**/*.test.ts', 'deploy/**/*.test.ts'];
+const files = extra.some((a) => !a.startsWith('-'))
+  ? []
+  : ['src/**/*.test.ts', 'bench/**/*.test.ts', 'deploy/**/*.test.ts'];
 const result = spawnSync(
   process.execPath,
   [
