@@ -674,3 +674,57 @@ describe("bootstrap server with kops' signing CAs from server.caBasePath", () =>
     await rm(dir, { recursive: true, force: true });
   });
 });
+
+describe('bootstrap server with bootstrap.nodeGuard: api', () => {
+  test('has no Node watch and reads the Node on every request: a Ready node is refused at once', async () => {
+    const sim = await startApiServer();
+    const ca = createCa();
+    const always: BootstrapPolicy = {
+      name: 'test-always',
+      async evaluate() {
+        return { verdict: 'approve', facts: nodeA, reasons: ['test'] };
+      },
+    };
+    const boot = await startBootstrapServer(
+      parseConfig({
+        clusterName: 'c.example.com',
+        cloud: 'metal',
+        server: {},
+        bootstrap: { nodeGuard: 'api' },
+      }),
+      {
+        kubeConfig: sim.kubeConfig(),
+        policies: [always],
+        ca,
+        listen: '127.0.0.1:0',
+        serverNames: { ipAddresses: ['127.0.0.1'] },
+        registry: new Registry(),
+      },
+    );
+    try {
+      assert.equal(boot.guardWatch, undefined);
+      sim.store.create({
+        apiVersion: 'v1',
+        kind: 'Node',
+        metadata: { name: 'node-a' },
+        status: { conditions: [{ type: 'Ready', status: 'True' }] },
+      });
+      const status = await new Promise<number>((resolve, reject) => {
+        const req = request(
+          `${boot.server.url}/v1/certificates`,
+          { method: 'POST', ca: bundlePem(ca), headers: { 'content-type': 'application/json' } },
+          (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode ?? 0));
+          },
+        );
+        req.on('error', reject);
+        req.end(body({ kubelet: kubeletCsr(generateKey(), 'node-a') }));
+      });
+      assert.equal(status, 409);
+    } finally {
+      await boot.close();
+      await sim.close();
+    }
+  });
+});

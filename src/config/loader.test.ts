@@ -56,6 +56,18 @@ describe('config loader', () => {
     assert.equal(config.metrics.listen, ':3987');
   });
 
+  test('bootstrap.nodeGuard: watch by default, api on request, anything else refused with the choices', () => {
+    assert.equal(parseConfig({ clusterName: 'c', cloud: 'metal' }).bootstrap.nodeGuard, 'watch');
+    assert.equal(
+      parseConfig({ clusterName: 'c', cloud: 'metal', bootstrap: { nodeGuard: 'api' } }).bootstrap.nodeGuard,
+      'api',
+    );
+    assert.throws(
+      () => parseConfig({ clusterName: 'c', cloud: 'metal', bootstrap: { nodeGuard: 'cache' } }),
+      configErrorMatching(/bootstrap\.nodeGuard: .*"watch".*"api"/),
+    );
+  });
+
   test('parses Go durations in YAML', () => {
     const config = parseConfigText(
       'clusterName: c\ncloud: aws\nleaderElection:\n  leaseDuration: 1m\n  renewDeadline: 40s\n  retryPeriod: 500ms\n',
