@@ -158,8 +158,9 @@ describe('bootstrap server', () => {
     (await run(toolPath('kubectl'), ['--kubeconfig', kubeconfigPath, ...args], { timeout: 30_000 })).stdout;
 
   /** Waits (bounded) until `condition` holds, e.g. until the guard's Node watch has delivered a change. */
-  async function until(condition: () => boolean | undefined): Promise<void> {
-    for (let i = 0; i < 500 && !condition(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+  async function until(condition: () => boolean | undefined, timeoutMs = 5_000): Promise<void> {
+    for (let i = 0; i < timeoutMs / 10 && !condition(); i++)
+      await new Promise((resolve) => setTimeout(resolve, 10));
     assert.ok(condition(), 'condition never became true');
   }
 
@@ -270,6 +271,31 @@ describe('bootstrap server', () => {
     assert.equal(reply.status, 200, reply.text);
     assert.equal(await reads('watch'), watchBefore + 1);
     assert.equal(await reads('api'), apiBefore);
+  });
+
+  test('while the Node watch is down, the guard reads every Node: one made Ready meanwhile is still refused', async () => {
+    await until(() => boot.guardWatch?.isCurrent());
+    // The watch drops and cannot come back: every list and watch of Nodes fails until reset.
+    sim.faults.errors({ resource: 'nodes', verbs: ['list', 'watch'], status: 500, count: 1_000_000 });
+    sim.faults.dropWatches({ resource: 'nodes' });
+    await until(() => boot.guardWatch?.isCurrent() === false);
+    sim.store.create({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: 'node-a' },
+      status: { conditions: [{ type: 'Ready', status: 'True' }] },
+    });
+    try {
+      assert.equal(boot.guardWatch?.knows('node-a'), false, 'the watch never saw the Node');
+      const reply = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-a') }), 'Bearer node-a');
+      assert.equal(reply.status, 409, reply.text);
+      assert.equal((reply.json()['error'] as { reason: string }).reason, 'node-already-registered');
+    } finally {
+      sim.faults.reset();
+      sim.store.delete('nodes', undefined, 'node-a');
+    }
+    // Once the watch is back and current (after the informer's backoff), the guard answers from it again.
+    await until(() => boot.guardWatch?.isCurrent(), 40_000);
   });
 
   test('node name already Ready', async () => {
