@@ -31,5 +31,9 @@ describe('bench/join-storm (smoke run)', () => {
     assert.match(report, /^ratio +\d+x fewer DescribeInstances/m);
     assert.match(report, /^cfssl [\d.]+, keep-alive +50\/50 /m);
     assert.match(report, /^ratio +ours\/cfssl certs\/s: keep-alive [\d.]+, new connection per node [\d.]+/m);
+    assert.match(
+      report,
+      /^ratio +cfssl\/ours server CPU per certificate: keep-alive [\d.]+, new connection per node [\d.]+/m,
+    );
   });
 });
