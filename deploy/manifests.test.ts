@@ -206,7 +206,7 @@ describe('deploy/kubernetes/kops-controller.yaml', () => {
     });
 
     /** New machines joining through the running controller's bootstrap server. */
-    function joinMachines(count: number, proof: 'aws' | 'none') {
+    function joinMachines(count: number, proof: 'cloud' | 'none') {
       const bootstrap = controller.bootstrap;
       assert.ok(bootstrap);
       return startJoiningNodes({
@@ -220,7 +220,7 @@ describe('deploy/kubernetes/kops-controller.yaml', () => {
     }
 
     test('nodes join through aws; a kubelet renewal is approved', async () => {
-      const joining = joinMachines(2, 'aws');
+      const joining = joinMachines(2, 'cloud');
       await settles('joining through aws', joining.done).finally(() => joining.stop());
       assert.deepEqual(joining.status(), { total: 2, joined: 2, waiting: 0, failed: 0 }, refused.join(', '));
 

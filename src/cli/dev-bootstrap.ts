@@ -7,16 +7,31 @@ import { createPrivateKey } from 'node:crypto';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { bootstrapPolicySpec, type Config } from '../config/schema.ts';
+import { InvalidInputError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { bundlePem, caFromPem } from '../pki/ca.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
-import type { DevCluster } from '../sim/dev-cluster.ts';
-import { vfsOptionsFromEnv } from '../statestore/open.ts';
+import { type AnyDevCluster, devClientOptions, devGceAudience } from '../sim/dev-cluster.ts';
 import { type ConfiguredBootstrap, startConfiguredBootstrap } from './bootstrap-server.ts';
 
-/** The policies `dev --policy` offers. */
-export const devPolicies = ['aws', 'queue', 'insecure-always-approve'] as const;
+/** The policies `dev --policy` offers; `aws` and `gce` need a cluster on that cloud. */
+export const devPolicies = ['aws', 'gce', 'queue', 'insecure-always-approve'] as const;
 export type DevPolicy = (typeof devPolicies)[number];
+
+/** The policy spec of `policy` for `cluster`: the cloud policies point at the cluster's simulators. */
+function policySpecOf(cluster: AnyDevCluster, policy: DevPolicy): Record<string, unknown> {
+  if (policy === 'aws' || policy === 'gce') {
+    if (cluster.cloud !== policy) {
+      throw new InvalidInputError(
+        `--policy ${policy} needs --cloud ${policy}; this cluster runs on ${cluster.cloud}`,
+      );
+    }
+    return cluster.cloud === 'aws'
+      ? { name: 'aws', stsEndpoint: cluster.aws.endpoint }
+      : { name: 'gce', jwksUrl: cluster.gce.jwksUri, audience: devGceAudience };
+  }
+  return { name: policy };
+}
 
 /** The running dev bootstrap server and what a node needs to reach it. */
 export interface DevBootstrap {
@@ -29,20 +44,17 @@ export interface DevBootstrap {
 
 /** Starts the bootstrap server of `cluster` under `policy`; its leader components go to the runtime. */
 export async function startDevBootstrap(
-  cluster: DevCluster,
+  cluster: AnyDevCluster,
   config: Config,
   options: { policy: DevPolicy; registry: Registry; logger: Logger; kubeConfig?: KubeConfig },
 ): Promise<DevBootstrap> {
   const sim = cluster.api.server;
   const ca = caFromPem(sim.caCertificate, createPrivateKey(sim.certificateAuthority.privateKey));
-  const policy = bootstrapPolicySpec.parse(
-    options.policy === 'aws' ? { name: 'aws', stsEndpoint: cluster.aws.endpoint } : { name: options.policy },
-  );
+  const policy = bootstrapPolicySpec.parse(policySpecOf(cluster, options.policy));
   const bootstrap = await startConfiguredBootstrap({
     config: { ...config, bootstrap: { ...config.bootstrap, policies: [policy] } },
     kubeConfig: options.kubeConfig ?? sim.kubeConfig(),
-    vfsOptions: { ...vfsOptionsFromEnv(cluster.env), env: cluster.env },
-    cloud: { aws: { endpoint: cluster.aws.endpoint, credentials: { ...cluster.aws.credentials } } },
+    ...devClientOptions(cluster),
     registry: options.registry,
     logger: options.logger,
     server: {

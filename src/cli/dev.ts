@@ -12,18 +12,23 @@ import { loadConfigFile } from '../config/loader.ts';
 import { InvalidInputError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { ControllerRuntime } from '../runtime/controller-runtime.ts';
-import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
+import {
+  type AnyDevCluster,
+  devClientOptions,
+  startDevCluster,
+  startGceDevCluster,
+} from '../sim/dev-cluster.ts';
 import { type JoiningNodes, type JoiningStatus, startJoiningNodes } from '../sim/joining-nodes.ts';
-import { vfsOptionsFromEnv } from '../statestore/open.ts';
 import { commandLogger } from './common.ts';
 import { type DevBootstrap, type DevPolicy, devPolicies, startDevBootstrap } from './dev-bootstrap.ts';
 import { buildLeaderComponents } from './leader-components.ts';
 
 interface DevOptions {
+  cloud: 'aws' | 'gce';
   stateDir: string;
   port: string;
   awsThrottling: boolean;
-  policy: DevPolicy;
+  policy?: DevPolicy;
   joiningNodes: string;
 }
 
@@ -52,7 +57,7 @@ export interface DevController {
  * endpoints and credentials passed explicitly (the process environment is neither read nor changed).
  */
 export async function startDevController(
-  cluster: DevCluster,
+  cluster: AnyDevCluster,
   options: {
     logger?: Logger;
     stateStorePollIntervalMs?: number;
@@ -68,8 +73,7 @@ export async function startDevController(
   const leader = await buildLeaderComponents({
     config,
     kubeConfig,
-    vfsOptions: { ...vfsOptionsFromEnv(cluster.env), env: cluster.env },
-    cloud: { aws: { endpoint: cluster.aws.endpoint, credentials: { ...cluster.aws.credentials } } },
+    ...devClientOptions(cluster),
     ...(options.stateStorePollIntervalMs
       ? { stateStorePollIntervalMs: options.stateStorePollIntervalMs }
       : {}),
@@ -112,13 +116,20 @@ export async function startDevController(
 }
 
 /** The banner `dev` prints once everything is up: where each piece is and how to use it. */
-export function devBanner(cluster: DevCluster, controller?: DevController): string {
+export function devBanner(cluster: AnyDevCluster, controller?: DevController): string {
   const groups = [...cluster.nodesByGroup].map(([ig, nodes]) => `${ig}: ${nodes.length}`).join(', ');
   return [
     `Simulated kops cluster ${cluster.clusterName} is up (loopback only).`,
     `  Kubernetes API  ${cluster.api.server.url}`,
-    `  AWS endpoints   ${cluster.aws.endpoint}  (EC2, Auto Scaling, STS; region ${cluster.region})`,
-    `  State store     ${cluster.configBase}  (S3 at ${cluster.s3.endpoint})`,
+    ...(cluster.cloud === 'aws'
+      ? [
+          `  AWS endpoints   ${cluster.aws.endpoint}  (EC2, Auto Scaling, STS; region ${cluster.region})`,
+          `  State store     ${cluster.configBase}  (S3 at ${cluster.s3.endpoint})`,
+        ]
+      : [
+          `  GCE endpoints   ${cluster.gce.endpoint}  (compute, instance identity; project ${cluster.project}, zone ${cluster.zone})`,
+          `  State store     ${cluster.configBase}  (GCS at ${cluster.gcs.endpoint})`,
+        ]),
     `  Nodes           ${groups}`,
     `  Controller config  ${cluster.configPath}`,
     ...(controller
@@ -151,33 +162,43 @@ export function devCommand(): Command {
       ),
     )
     .addOption(new Option('--port <port>', 'port of the Kubernetes API (0 = any free port)').default('0'))
+    .addOption(new Option('--cloud <cloud>', 'the simulated cloud').choices(['aws', 'gce']).default('aws'))
     .addOption(new Option('--no-aws-throttling', 'switch off the simulated EC2 request rate limit'))
     .addOption(
-      new Option('--policy <name>', 'approval policy of the bootstrap server')
-        .choices(devPolicies)
-        .default('aws'),
+      new Option(
+        '--policy <name>',
+        'approval policy of the bootstrap server (default: the cloud policy, aws or gce)',
+      ).choices(devPolicies),
     )
     .addOption(
       new Option('--joining-nodes <n>', 'new machines that join through the bootstrap server').default('3'),
     )
     .action(async (options: DevOptions, command: Command) => {
       const logger = commandLogger(command);
-      const cluster = await startDevCluster({
+      const policy: DevPolicy = options.policy ?? options.cloud;
+      if ((policy === 'aws' || policy === 'gce') && policy !== options.cloud) {
+        throw new InvalidInputError(`--policy ${policy} needs --cloud ${policy}`);
+      }
+      const joiningCount = parseCount(options.joiningNodes, '--joining-nodes');
+      const clusterOptions = {
         stateDir: options.stateDir,
         apiPort: parsePort(options.port, '--port'),
         awsThrottling: options.awsThrottling,
         logger,
-      });
-      const joiningCount = parseCount(options.joiningNodes, '--joining-nodes');
+      };
+      const cluster =
+        options.cloud === 'gce'
+          ? await startGceDevCluster(clusterOptions)
+          : await startDevCluster(clusterOptions);
       let controller: DevController;
       try {
-        controller = await startDevController(cluster, { logger, bootstrapPolicy: options.policy });
+        controller = await startDevController(cluster, { logger, bootstrapPolicy: policy });
       } catch (err) {
         await cluster.close();
         throw err;
       }
       process.stdout.write(devBanner(cluster, controller));
-      const joining = startJoining(cluster, controller, options, joiningCount, logger);
+      const joining = startJoining(cluster, controller, { ...options, policy }, joiningCount, logger);
       await new Promise<void>((done) => {
         const stop = () => {
           process.off('SIGINT', stop);
@@ -202,9 +223,9 @@ function parseCount(value: string, flag: string): number {
 
 /** Starts the simulated machines joining, with one live progress line on standard error. */
 function startJoining(
-  cluster: DevCluster,
+  cluster: AnyDevCluster,
   controller: DevController,
-  options: DevOptions,
+  options: DevOptions & { policy: DevPolicy },
   count: number,
   logger: Logger,
 ): JoiningNodes | undefined {
@@ -221,7 +242,7 @@ function startJoining(
     server: bootstrap.url,
     caPin: bootstrap.caPin,
     count,
-    proof: options.policy === 'aws' ? 'aws' : 'none',
+    proof: options.policy === 'aws' || options.policy === 'gce' ? 'cloud' : 'none',
     dir: resolve(options.stateDir, 'nodes'),
     onChange: show,
     logger,

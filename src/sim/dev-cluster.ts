@@ -7,16 +7,21 @@
  */
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { OAuth2Client } from 'google-auth-library';
+import type { CloudOverrides } from '../cloud/from-config.ts';
+import { simulatorAuth } from '../cloud/gce/testing.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { seedClusterStore } from '../statestore/cluster-store.ts';
 import { loadSampleCluster } from '../statestore/fixtures.ts';
 import { type InstanceGroup, parseInstanceGroup } from '../statestore/kops-types.ts';
-import { openVfs } from '../statestore/open.ts';
+import { openVfs, type VfsOptions, vfsOptionsFromEnv } from '../statestore/open.ts';
 import { type DevApiServer, startDevApiServer } from './apiserver/dev.ts';
 import type { KubeObject } from './apiserver/index.ts';
 import { awsProviderID, simInstanceId } from './aws/scenario.ts';
 import { type AwsSimulator, startAwsSimulator } from './aws/server.ts';
 import type { SimInstanceInput } from './aws/world.ts';
+import { type GceSimulator, startGceSimulator } from './gce/simulator.ts';
+import { type GcsSim, startGcsSim } from './gcs/server.ts';
 import { type S3Sim, startS3Sim } from './s3/server.ts';
 
 /** Options of {@link startDevCluster}. */
@@ -30,23 +35,45 @@ export interface DevClusterOptions {
   logger?: Logger;
 }
 
-/** A running simulated cluster and where its pieces are. */
-export interface DevCluster {
+/** What every simulated cluster has, whatever its cloud. */
+interface DevClusterBase {
   clusterName: string;
-  region: string;
   /** The state-store folder of the cluster, e.g. `s3://kops-state/minimal.example.com`. */
   configBase: string;
   api: DevApiServer;
-  aws: AwsSimulator;
-  s3: S3Sim;
   /** A kops-controller config for this cluster (also written to `<stateDir>/config.yaml`). */
   configPath: string;
-  /** Environment pointing the AWS SDK and the state store at the simulators (also `<stateDir>/env`). */
+  /** Environment pointing the cloud SDK and the state store at the simulators (also `<stateDir>/env`). */
   env: Record<string, string>;
   /** The Nodes created, by instance group. */
   nodesByGroup: Map<string, string[]>;
   close(): Promise<void>;
 }
+
+/** A running simulated AWS cluster and where its pieces are. */
+export interface DevCluster extends DevClusterBase {
+  cloud: 'aws';
+  region: string;
+  aws: AwsSimulator;
+  s3: S3Sim;
+}
+
+/** A running simulated GCE cluster: compute (MIGs, templates, instance identity) and a GCS state store. */
+export interface GceDevCluster extends DevClusterBase {
+  cloud: 'gce';
+  project: string;
+  zone: string;
+  gce: GceSimulator;
+  gcs: GcsSim;
+  /** Credentials for the simulated Google APIs (compute and GCS). */
+  auth: OAuth2Client;
+}
+
+/** The audience the simulated GCE machines put in their identity tokens, and the dev gce policy expects. */
+export const devGceAudience = 'https://kops-controller.internal.minimal-gce.example.com:3988';
+
+/** A simulated cluster on either cloud. */
+export type AnyDevCluster = DevCluster | GceDevCluster;
 
 const stateBucket = 'kops-state';
 const region = 'us-test-1';
@@ -87,19 +114,19 @@ export function kubeletNodeStatus(
   };
 }
 
-function nodeObject(instance: SimInstanceInput, ig: InstanceGroup): KubeObject {
+function nodeObject(node: { name: string; providerID: string; ip: string }, ig: InstanceGroup): KubeObject {
   const controlPlane = ig.spec.role === 'ControlPlane';
   return {
     apiVersion: 'v1',
     kind: 'Node',
-    metadata: { name: instance.id, labels: { 'kubernetes.io/hostname': instance.id } },
+    metadata: { name: node.name, labels: { 'kubernetes.io/hostname': node.name } },
     spec: {
-      providerID: awsProviderID(instance),
+      providerID: node.providerID,
       ...(controlPlane
         ? { taints: [{ key: 'node-role.kubernetes.io/control-plane', effect: 'NoSchedule' }] }
         : {}),
     },
-    status: kubeletNodeStatus(instance.id, instance.privateIp ?? ''),
+    status: kubeletNodeStatus(node.name, node.ip),
   };
 }
 
@@ -130,7 +157,20 @@ function podObject(name: string, nodeName: string, component: string): KubeObjec
   };
 }
 
-/** Starts the simulated cluster and writes its kubeconfig, config and environment into `stateDir`. */
+/** Writes the controller config (metrics on an ephemeral loopback port) and returns its path. */
+async function writeConfig(stateDir: string, lines: readonly string[]): Promise<string> {
+  const configPath = join(stateDir, 'config.yaml');
+  await writeFile(configPath, [...lines, 'metrics:', '  listen: "127.0.0.1:0"', ''].join('\n'));
+  return configPath;
+}
+
+/** Writes the environment as a file to source. Simulator credentials only: they open nothing outside loopback. */
+async function writeEnv(stateDir: string, env: Record<string, string>): Promise<void> {
+  const text = Object.entries(env).map(([k, v]) => `export ${k}=${v}`);
+  await writeFile(join(stateDir, 'env'), `${text.join('\n')}\n`, { mode: 0o600 });
+}
+
+/** Starts the simulated AWS cluster and writes its kubeconfig, config and environment into `stateDir`. */
 export async function startDevCluster(options: DevClusterOptions): Promise<DevCluster> {
   const logger = options.logger ?? silentLogger;
   const sample = await loadSampleCluster('aws');
@@ -183,7 +223,8 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
         members: instances.map((i) => i.id),
       });
       for (const instance of instances) {
-        api.server.store.create(nodeObject(instance, ig));
+        const node = { name: instance.id, providerID: awsProviderID(instance), ip: instance.privateIp ?? '' };
+        api.server.store.create(nodeObject(node, ig));
         api.server.store.create(podObject(`kube-proxy-${instance.id}`, instance.id, 'kube-proxy'));
       }
       nodesByGroup.set(
@@ -192,23 +233,16 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       );
     }
 
-    const configPath = join(options.stateDir, 'config.yaml');
-    await writeFile(
-      configPath,
-      [
-        `clusterName: ${sample.name}`,
-        'cloud: aws',
-        `configBase: ${configBase}`,
-        'server:',
-        '  provider:',
-        '    aws:',
-        `      nodesRoles: [nodes.${sample.name}]`,
-        `      Region: ${region}`,
-        'metrics:',
-        '  listen: "127.0.0.1:0"',
-        '',
-      ].join('\n'),
-    );
+    const configPath = await writeConfig(options.stateDir, [
+      `clusterName: ${sample.name}`,
+      'cloud: aws',
+      `configBase: ${configBase}`,
+      'server:',
+      '  provider:',
+      '    aws:',
+      `      nodesRoles: [nodes.${sample.name}]`,
+      `      Region: ${region}`,
+    ]);
     const env: Record<string, string> = {
       AWS_ENDPOINT_URL: aws.endpoint,
       AWS_REGION: region,
@@ -220,15 +254,9 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       S3_SECRET_ACCESS_KEY: aws.credentials.secretAccessKey,
       KUBECONFIG: api.kubeconfigPath,
     };
-    // Simulator credentials only: they open nothing outside this process's loopback simulators.
-    await writeFile(
-      join(options.stateDir, 'env'),
-      Object.entries(env)
-        .map(([k, v]) => `export ${k}=${v}`)
-        .join('\n') + '\n',
-      { mode: 0o600 },
-    );
+    await writeEnv(options.stateDir, env);
     return {
+      cloud: 'aws',
       clusterName: sample.name,
       region,
       configBase,
@@ -246,4 +274,119 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
     for (const close of closers.reverse()) await close().catch(() => undefined);
     throw err;
   }
+}
+
+/**
+ * Starts the simulated GCE cluster (kops' sample `minimal-gce.example.com`): every instance group is a
+ * MIG of running instances built from a template that names the group, with a registered, Ready Node
+ * each, and the state store in simulated GCS. Writes the kubeconfig, config and environment into
+ * `stateDir`.
+ */
+export async function startGceDevCluster(options: DevClusterOptions): Promise<GceDevCluster> {
+  const logger = options.logger ?? silentLogger;
+  const sample = await loadSampleCluster('gce');
+  const groups = sample.instanceGroups.map((text) => parseInstanceGroup(text));
+  const project = 'testproject';
+  const zone = 'us-test1-a';
+  const closers: (() => Promise<void>)[] = [];
+  try {
+    const api = await startDevApiServer({
+      stateDir: options.stateDir,
+      ...(options.apiPort !== undefined ? { port: options.apiPort } : {}),
+      logger,
+    });
+    closers.push(() => api.close());
+    const gce = await startGceSimulator({ project });
+    closers.push(() => gce.close());
+    const gcs = await startGcsSim({ buckets: [stateBucket] });
+    closers.push(() => gcs.close());
+    const auth = simulatorAuth(gce);
+    const configBase = `gs://${stateBucket}/${sample.name}`;
+    await seedClusterStore(
+      openVfs(`gs://${stateBucket}`, { gcs: { endpoint: gcs.endpoint, auth } }),
+      sample.name,
+      sample,
+    );
+
+    const nodesByGroup = new Map<string, string[]>();
+    for (const ig of groups) {
+      const instances = gce.seedInstanceGroup({
+        zone,
+        instanceGroup: ig.metadata.name,
+        count: runningCount(ig),
+        clusterName: sample.name,
+      });
+      for (const instance of instances) {
+        const node = {
+          name: instance.name,
+          providerID: gceProviderID(project, instance),
+          ip: instance.networkIP,
+        };
+        api.server.store.create(nodeObject(node, ig));
+        api.server.store.create(podObject(`kube-proxy-${instance.name}`, instance.name, 'kube-proxy'));
+      }
+      nodesByGroup.set(
+        ig.metadata.name,
+        instances.map((i) => i.name),
+      );
+    }
+    const configPath = await writeConfig(options.stateDir, [
+      `clusterName: ${sample.name}`,
+      'cloud: gce',
+      `configBase: ${configBase}`,
+      'server:',
+      '  provider:',
+      '    gce:',
+      `      projectID: ${project}`,
+    ]);
+    const env: Record<string, string> = {
+      STORAGE_EMULATOR_HOST: gcs.endpoint,
+      GCP_PROJECT: project,
+      KUBECONFIG: api.kubeconfigPath,
+    };
+    await writeEnv(options.stateDir, env);
+    return {
+      cloud: 'gce',
+      clusterName: sample.name,
+      project,
+      zone,
+      configBase,
+      api,
+      gce,
+      gcs,
+      auth,
+      configPath,
+      env,
+      nodesByGroup,
+      close: async () => {
+        for (const close of closers.reverse()) await close();
+      },
+    };
+  } catch (err) {
+    for (const close of closers.reverse()) await close().catch(() => undefined);
+    throw err;
+  }
+}
+
+/**
+ * How the controller reaches a simulated cluster's cloud and state store: the simulators' endpoints
+ * and credentials, passed explicitly (the process environment is neither read nor changed).
+ */
+export function devClientOptions(cluster: AnyDevCluster): { cloud: CloudOverrides; vfsOptions: VfsOptions } {
+  const fromEnv = { ...vfsOptionsFromEnv(cluster.env), env: cluster.env };
+  if (cluster.cloud === 'aws') {
+    return {
+      cloud: { aws: { endpoint: cluster.aws.endpoint, credentials: { ...cluster.aws.credentials } } },
+      vfsOptions: fromEnv,
+    };
+  }
+  return {
+    cloud: { gce: { endpoint: cluster.gce.endpoint, auth: cluster.auth } },
+    vfsOptions: { ...fromEnv, gcs: { ...fromEnv.gcs, auth: cluster.auth } },
+  };
+}
+
+/** The providerID a GCE node registers with: `gce://<project>/<zone>/<name>`. */
+export function gceProviderID(project: string, instance: { zone: string; name: string }): string {
+  return `gce://${project}/${instance.zone}/${instance.name}`;
 }

@@ -32,7 +32,7 @@ test('machines join with their instance profile, register as themselves and get 
     server: bootstrap.url,
     caPin: bootstrap.caPin,
     count: 2,
-    proof: 'aws',
+    proof: 'cloud',
     dir: join(dir, 'nodes'),
     onChange: (status) => seen.push(status),
   });

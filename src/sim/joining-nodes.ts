@@ -1,8 +1,9 @@
 /**
- * Simulated new machines for `kops-controller dev`: each is a fresh EC2 instance of the simulated
- * cluster (with an instance-profile session in the AWS simulator) that runs the real node-side join
- * — discovery with the CA pin, local keys, a kops STS proof (or none, for the queue), the long-poll
- * while queued — and then registers its Node with the kubeconfig it got, as a kubelet would.
+ * Simulated new machines for `kops-controller dev`: each is a fresh instance of the simulated cluster
+ * (an EC2 instance with an instance-profile session, or a GCE instance of a new MIG built from the
+ * instance group's template) that runs the real node-side join — discovery with the CA pin, local
+ * keys, its cloud's proof (a kops STS proof or a GCE identity token; or none, for the queue), the
+ * long-poll while queued — and then registers its Node with the kubeconfig it got, as a kubelet would.
  */
 import { join as joinPath } from 'node:path';
 import { CoreV1Api, KubeConfig, type V1NodeStatus } from '@kubernetes/client-node';
@@ -10,24 +11,24 @@ import { signAwsStsProof } from '../agent/aws-proof.ts';
 import { discoverCluster } from '../agent/discovery.ts';
 import { join } from '../agent/join.ts';
 import { nodeFilePath } from '../agent/node-files.ts';
-import { noProof, type ProofProvider } from '../agent/proofs.ts';
+import { gceIdentityProof, noProof, type ProofProvider } from '../agent/proofs.ts';
 import { retryTransient } from '../agent/retry.ts';
 import { describeError } from '../errors.ts';
 import { Backoff } from '../kube/backoff.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { awsProviderID, simInstanceId } from './aws/scenario.ts';
-import { type DevCluster, kubeletNodeStatus } from './dev-cluster.ts';
+import { type AnyDevCluster, devGceAudience, gceProviderID, kubeletNodeStatus } from './dev-cluster.ts';
 
 /** Options of {@link startJoiningNodes}. */
 export interface JoiningNodesOptions {
-  cluster: DevCluster;
+  cluster: AnyDevCluster;
   /** The bootstrap endpoint and the CA pin the nodes are given. */
   server: string;
   caPin: string;
   /** How many machines join. */
   count: number;
-  /** `aws`: prove identity with the instance profile; `none`: no proof (for the queue). */
-  proof: 'aws' | 'none';
+  /** `cloud`: prove identity as the cloud lets an instance (STS or identity token); `none`: no proof (for the queue). */
+  proof: 'cloud' | 'none';
   /** Where each node's credentials are written (`<dir>/<instance id>/`). */
   dir: string;
   /** The instance group they belong to (default the first worker group). */
@@ -69,7 +70,66 @@ async function register(kubeconfigPath: string, name: string, providerID: string
 }
 
 /** How many joining machines each simulated cluster has launched so far. */
-const machinesLaunched = new WeakMap<DevCluster, number>();
+const machinesLaunched = new WeakMap<AnyDevCluster, number>();
+
+/** A new machine: the Node it becomes and how it proves who it is. */
+interface Machine {
+  name: string;
+  providerID: string;
+  ip: string;
+  proof: ProofProvider;
+}
+
+/** Launches `count` instances of `instanceGroup` in the cloud of `cluster`, numbered from `first`. */
+function launchMachines(
+  cluster: AnyDevCluster,
+  instanceGroup: string,
+  first: number,
+  count: number,
+  proof: JoiningNodesOptions['proof'],
+): Machine[] {
+  if (cluster.cloud === 'gce') {
+    // A MIG of its own, from the group's template (a scale-up, as the autoscaler would do it).
+    const instances = cluster.gce.seedInstanceGroup({
+      zone: cluster.zone,
+      instanceGroup,
+      mig: `a-${instanceGroup}-join-${first}`.slice(0, 63),
+      count,
+      clusterName: cluster.clusterName,
+    });
+    return instances.map((instance) => ({
+      name: instance.name,
+      providerID: gceProviderID(cluster.project, instance),
+      ip: instance.networkIP,
+      proof:
+        proof === 'cloud'
+          ? gceIdentityProof({
+              audience: devGceAudience,
+              identityUrl: `${cluster.gce.metadataUri}/instance/service-accounts/default/identity?instance=${instance.zone}/${instance.name}`,
+            })
+          : noProof,
+    }));
+  }
+  const zone = `${cluster.region}a`;
+  const instances = Array.from({ length: count }, (_, i) => {
+    const n = first + i;
+    return {
+      id: simInstanceId(50_000 + n),
+      zone,
+      privateIp: `172.20.${200 + Math.floor(n / 250)}.${(n % 250) + 4}`,
+    };
+  });
+  cluster.aws.ec2.addInstances(instances.map((m) => ({ ...m, cluster: cluster.clusterName, instanceGroup })));
+  return instances.map((instance) => {
+    const session = cluster.aws.sts.addInstanceProfileSession(`nodes.${cluster.clusterName}`, instance.id);
+    return {
+      name: instance.id,
+      providerID: awsProviderID(instance),
+      ip: instance.privateIp,
+      proof: proof === 'cloud' ? async (body) => signAwsStsProof(body, session, cluster.region, 2) : noProof,
+    };
+  });
+}
 
 /** Starts `count` machines joining the cluster through the bootstrap endpoint. */
 export function startJoiningNodes(options: JoiningNodesOptions): JoiningNodes {
@@ -78,25 +138,13 @@ export function startJoiningNodes(options: JoiningNodesOptions): JoiningNodes {
   const stop = new AbortController();
   const instanceGroup =
     options.instanceGroup ?? [...cluster.nodesByGroup.keys()].find((ig) => ig.startsWith('nodes')) ?? 'nodes';
-  const zone = `${cluster.region}a`;
   const status: JoiningStatus = { total: options.count, joined: 0, waiting: 0, failed: 0 };
   const changed = () => options.onChange?.({ ...status });
   // Each batch gets machines of its own, so a second batch is not refused as already registered.
   const first = machinesLaunched.get(cluster) ?? 0;
   machinesLaunched.set(cluster, first + options.count);
-  const machines = Array.from({ length: options.count }, (_, i) => {
-    const n = first + i;
-    return {
-      id: simInstanceId(50_000 + n),
-      zone,
-      privateIp: `172.20.${200 + Math.floor(n / 250)}.${(n % 250) + 4}`,
-    };
-  });
-  cluster.aws.ec2.addInstances(machines.map((m) => ({ ...m, cluster: cluster.clusterName, instanceGroup })));
-  const joinOne = async (machine: (typeof machines)[number]): Promise<void> => {
-    const session = cluster.aws.sts.addInstanceProfileSession(`nodes.${cluster.clusterName}`, machine.id);
-    const proof: ProofProvider =
-      options.proof === 'aws' ? async (body) => signAwsStsProof(body, session, cluster.region, 2) : noProof;
+  const machines = launchMachines(cluster, instanceGroup, first, options.count, options.proof);
+  const joinOne = async (machine: Machine): Promise<void> => {
     let waiting = false;
     try {
       // The leader publishes cluster-info shortly after start; until then discovery answers 503.
@@ -109,15 +157,15 @@ export function startJoiningNodes(options: JoiningNodesOptions): JoiningNodes {
           signal: stop.signal,
         },
       );
-      const dir = joinPath(options.dir, machine.id);
+      const dir = joinPath(options.dir, machine.name);
       await join({
         server: options.server,
         caBundlePem: discovered.caBundlePem,
         apiServer: discovered.server,
-        nodeName: machine.id,
+        nodeName: machine.name,
         dir,
-        proof,
-        servingCertificate: options.proof === 'aws',
+        proof: machine.proof,
+        servingCertificate: options.proof === 'cloud',
         retry: { initialMs: 200, maxMs: 2000 },
         signal: stop.signal,
         progress: (line) => {
@@ -128,12 +176,12 @@ export function startJoiningNodes(options: JoiningNodesOptions): JoiningNodes {
           }
         },
       });
-      await register(nodeFilePath(dir, 'kubeconfig'), machine.id, awsProviderID(machine), machine.privateIp);
+      await register(nodeFilePath(dir, 'kubeconfig'), machine.name, machine.providerID, machine.ip);
       status.joined++;
     } catch (err) {
       if (!stop.signal.aborted) {
         status.failed++;
-        logger.warn({ node: machine.id, err: describeError(err) }, 'simulated node could not join');
+        logger.warn({ node: machine.name, err: describeError(err) }, 'simulated node could not join');
       }
     } finally {
       if (waiting) status.waiting--;
@@ -141,5 +189,10 @@ export function startJoiningNodes(options: JoiningNodesOptions): JoiningNodes {
     }
   };
   const done = Promise.all(machines.map(joinOne)).then(() => undefined);
-  return { nodes: machines.map((m) => m.id), status: () => ({ ...status }), done, stop: () => stop.abort() };
+  return {
+    nodes: machines.map((m) => m.name),
+    status: () => ({ ...status }),
+    done,
+    stop: () => stop.abort(),
+  };
 }

@@ -1,0 +1,80 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { promisify } from 'node:util';
+import { InvalidInputError } from '../errors.ts';
+import { type GceDevCluster, startGceDevCluster } from '../sim/dev-cluster.ts';
+import { startJoiningNodes } from '../sim/joining-nodes.ts';
+import { runCli } from '../testing/cli.ts';
+import { toolPath } from '../testing/tools.ts';
+import { type DevController, devBanner, startDevController } from './dev.ts';
+
+const run = promisify(execFile);
+
+describe('kops-controller dev --cloud gce', () => {
+  let dir: string;
+  let cluster: GceDevCluster;
+  let controller: DevController;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'dev-gce-'));
+    cluster = await startGceDevCluster({ stateDir: dir });
+    controller = await startDevController(cluster, { bootstrapPolicy: 'gce' });
+  });
+  after(async () => {
+    await controller.stop();
+    await cluster.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('labels every node from its MIG’s template, and new instances join with their identity tokens', async () => {
+    const bootstrap = controller.bootstrap;
+    assert.ok(bootstrap);
+    assert.match(devBanner(cluster, controller), /GCE endpoints .*project testproject, zone us-test1-a/);
+    const joining = startJoiningNodes({
+      cluster,
+      server: bootstrap.url,
+      caPin: bootstrap.caPin,
+      count: 2,
+      proof: 'cloud',
+      dir: join(dir, 'nodes'),
+    });
+    await joining.done;
+    assert.deepEqual(joining.status(), { total: 2, joined: 2, waiting: 0, failed: 0 });
+    // The joined machines were launched into a MIG of the worker group, so they get its labels too.
+    const expected = [
+      ...[...cluster.nodesByGroup].flatMap(([group, nodes]) => nodes.map((n) => [n, group])),
+      ...joining.nodes.map((n) => [n, 'nodes-us-test1-a']),
+    ];
+    const kubectl = toolPath('kubectl');
+    let output = '';
+    for (let i = 0; i < 500; i++) {
+      output = (
+        await run(kubectl, ['--kubeconfig', cluster.api.kubeconfigPath, 'get', 'nodes', '--show-labels'])
+      ).stdout;
+      if (expected.every(([node, group]) => labelled(output, node as string, group as string))) break;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    for (const [node, group] of expected) {
+      assert.ok(labelled(output, node as string, group as string), `${node} labelled ${group}:\n${output}`);
+    }
+    // Identity came from GCE: the controller read instances, MIGs and templates, never the node's word.
+    assert.ok(cluster.gce.count('instanceGroupManagers.listManagedInstances') > 0);
+    assert.ok(cluster.gce.count('instanceTemplates.get') > 0);
+  });
+
+  test('a cloud policy of the other cloud is refused before anything starts', async () => {
+    await assert.rejects(
+      runCli('dev', '--cloud', 'gce', '--policy', 'aws', '--state-dir', join(dir, 'refused')),
+      (err: unknown) =>
+        err instanceof InvalidInputError && /--policy aws needs --cloud aws/.test(err.message),
+    );
+  });
+});
+
+function labelled(kubectlOutput: string, node: string, group: string): boolean {
+  const line = kubectlOutput.split('\n').find((l) => l.startsWith(`${node} `));
+  return line?.includes(`kops.k8s.io/instancegroup=${group}`) ?? false;
+}
