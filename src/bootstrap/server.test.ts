@@ -73,6 +73,16 @@ function kubeletCsr(key: KeyObject, name: string): string {
   });
 }
 
+/** Registers a Ready Node straight into the simulated API server's store. */
+function createReadyNode(sim: SimApiServer, name: string): void {
+  sim.store.create({
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: { name },
+    status: { conditions: [{ type: 'Ready', status: 'True' }] },
+  });
+}
+
 function body(csrs: Record<string, string>, extra: Record<string, unknown> = {}): string {
   return JSON.stringify({ apiVersion: nativeApiVersion, certificateSigningRequests: csrs, ...extra });
 }
@@ -279,12 +289,7 @@ describe('bootstrap server', () => {
     sim.faults.errors({ resource: 'nodes', verbs: ['list', 'watch'], status: 500, count: 1_000_000 });
     sim.faults.dropWatches({ resource: 'nodes' });
     await until(() => boot.guardWatch?.isCurrent() === false);
-    sim.store.create({
-      apiVersion: 'v1',
-      kind: 'Node',
-      metadata: { name: 'node-a' },
-      status: { conditions: [{ type: 'Ready', status: 'True' }] },
-    });
+    createReadyNode(sim, 'node-a');
     try {
       assert.equal(boot.guardWatch?.knows('node-a'), false, 'the watch never saw the Node');
       const reply = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-a') }), 'Bearer node-a');
@@ -299,12 +304,7 @@ describe('bootstrap server', () => {
   });
 
   test('node name already Ready', async () => {
-    sim.store.create({
-      apiVersion: 'v1',
-      kind: 'Node',
-      metadata: { name: 'node-a' },
-      status: { conditions: [{ type: 'Ready', status: 'True' }] },
-    });
+    createReadyNode(sim, 'node-a');
     try {
       // The watch knowing the Node sends the guard to the API server, whose answer is the 409.
       await until(() => boot.guardWatch?.knows('node-a'));
@@ -434,12 +434,7 @@ describe('bootstrap server', () => {
   test('the signer refuses an approved request whose node became Ready meanwhile', async () => {
     const first = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-late') }));
     const { requestId, poll } = first.json() as { requestId: string; poll: string };
-    sim.store.create({
-      apiVersion: 'v1',
-      kind: 'Node',
-      metadata: { name: 'node-late' },
-      status: { conditions: [{ type: 'Ready', status: 'True' }] },
-    });
+    createReadyNode(sim, 'node-late');
     await until(() => boot.guardWatch?.knows('node-late'));
     await kubectl('certificate', 'approve', requestId);
     const reply = await call('GET', `${poll}?wait=30`);
@@ -729,12 +724,7 @@ describe('bootstrap server with bootstrap.nodeGuard: api', () => {
     );
     try {
       assert.equal(boot.guardWatch, undefined);
-      sim.store.create({
-        apiVersion: 'v1',
-        kind: 'Node',
-        metadata: { name: 'node-a' },
-        status: { conditions: [{ type: 'Ready', status: 'True' }] },
-      });
+      createReadyNode(sim, 'node-a');
       const status = await new Promise<number>((resolve, reject) => {
         const req = request(
           `${boot.server.url}/v1/certificates`,

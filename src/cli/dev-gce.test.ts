@@ -1,18 +1,14 @@
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { promisify } from 'node:util';
 import { InvalidInputError } from '../errors.ts';
 import { type GceDevCluster, startGceDevCluster } from '../sim/dev-cluster.ts';
 import { startJoiningNodes } from '../sim/joining-nodes.ts';
 import { runCli } from '../testing/cli.ts';
-import { toolPath } from '../testing/tools.ts';
+import { waitForGroupLabels } from '../testing/kubectl.ts';
 import { type DevController, devBanner, startDevController } from './dev.ts';
-
-const run = promisify(execFile);
 
 describe('kops-controller dev --cloud gce', () => {
   let dir: string;
@@ -45,21 +41,11 @@ describe('kops-controller dev --cloud gce', () => {
     assert.deepEqual(joining.status(), { total: 2, joined: 2, waiting: 0, failed: 0 });
     // The joined machines were launched into a MIG of the worker group, so they get its labels too.
     const expected = [
-      ...[...cluster.nodesByGroup].flatMap(([group, nodes]) => nodes.map((n) => [n, group])),
-      ...joining.nodes.map((n) => [n, 'nodes-us-test1-a']),
+      ...[...cluster.nodesByGroup].flatMap(([group, nodes]) => nodes.map((n) => [n, group] as const)),
+      ...joining.nodes.map((n) => [n, 'nodes-us-test1-a'] as const),
     ];
-    const kubectl = toolPath('kubectl');
-    let output = '';
-    for (let i = 0; i < 500; i++) {
-      output = (
-        await run(kubectl, ['--kubeconfig', cluster.api.kubeconfigPath, 'get', 'nodes', '--show-labels'])
-      ).stdout;
-      if (expected.every(([node, group]) => labelled(output, node as string, group as string))) break;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-    for (const [node, group] of expected) {
-      assert.ok(labelled(output, node as string, group as string), `${node} labelled ${group}:\n${output}`);
-    }
+    const { output, unlabelled } = await waitForGroupLabels(cluster.api.kubeconfigPath, expected);
+    assert.deepEqual(unlabelled, [], output);
     // Identity came from GCE: the controller read instances, MIGs and templates, never the node's word.
     assert.ok(cluster.gce.count('instanceGroupManagers.listManagedInstances') > 0);
     assert.ok(cluster.gce.count('instanceTemplates.get') > 0);
@@ -73,8 +59,3 @@ describe('kops-controller dev --cloud gce', () => {
     );
   });
 });
-
-function labelled(kubectlOutput: string, node: string, group: string): boolean {
-  const line = kubectlOutput.split('\n').find((l) => l.startsWith(`${node} `));
-  return line?.includes(`kops.k8s.io/instancegroup=${group}`) ?? false;
-}

@@ -1,15 +1,11 @@
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { promisify } from 'node:util';
 import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
-import { toolPath } from '../testing/tools.ts';
+import { waitForGroupLabels } from '../testing/kubectl.ts';
 import { type DevController, devBanner, parsePort, startDevController } from './dev.ts';
-
-const run = promisify(execFile);
 
 describe('kops-controller dev', () => {
   let dir: string;
@@ -27,19 +23,11 @@ describe('kops-controller dev', () => {
   });
 
   test('the controller labels the simulated nodes: kubectl get nodes --show-labels shows the kops labels', async () => {
-    const kubectl = toolPath('kubectl');
-    const expected = [...cluster.nodesByGroup].flatMap(([group, nodes]) => nodes.map((n) => [n, group]));
-    let output = '';
-    for (let i = 0; i < 500; i++) {
-      output = (
-        await run(kubectl, ['--kubeconfig', cluster.api.kubeconfigPath, 'get', 'nodes', '--show-labels'])
-      ).stdout;
-      if (expected.every(([node, group]) => labelled(output, node as string, group as string))) break;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-    for (const [node, group] of expected) {
-      assert.ok(labelled(output, node as string, group as string), `${node} labelled:\n${output}`);
-    }
+    const expected = [...cluster.nodesByGroup].flatMap(([group, nodes]) =>
+      nodes.map((n) => [n, group] as const),
+    );
+    const { output, unlabelled } = await waitForGroupLabels(cluster.api.kubeconfigPath, expected);
+    assert.deepEqual(unlabelled, [], output);
     assert.match(output, /node-role\.kubernetes\.io\/control-plane=/);
     assert.match(output, /node-role\.kubernetes\.io\/node=/);
   });
@@ -56,8 +44,3 @@ describe('kops-controller dev', () => {
     assert.throws(() => parsePort('http', '--port'), /expected a port number/);
   });
 });
-
-function labelled(kubectlOutput: string, node: string, group: string): boolean {
-  const line = kubectlOutput.split('\n').find((l) => l.startsWith(`${node} `));
-  return line?.includes(`kops.k8s.io/instancegroup=${group}`) ?? false;
-}

@@ -130,6 +130,45 @@ function nodeObject(node: { name: string; providerID: string; ip: string }, ig: 
   };
 }
 
+/** Registers `nodes` of `ig` as Ready Nodes, each with a kube-proxy pod, and records them by group. */
+function registerNodes(
+  api: DevApiServer,
+  ig: InstanceGroup,
+  nodes: readonly { name: string; providerID: string; ip: string }[],
+  nodesByGroup: Map<string, string[]>,
+): void {
+  for (const node of nodes) {
+    api.server.store.create(nodeObject(node, ig));
+    api.server.store.create(podObject(`kube-proxy-${node.name}`, node.name, 'kube-proxy'));
+  }
+  nodesByGroup.set(
+    ig.metadata.name,
+    nodes.map((n) => n.name),
+  );
+}
+
+/**
+ * Starts the simulators of a cluster: `start` pushes a closer for each thing it starts; the cluster's
+ * `close` runs them in reverse, and so does a failed start, so nothing is left listening.
+ */
+async function startParts<T extends { close(): Promise<void> }>(
+  start: (closers: (() => Promise<void>)[]) => Promise<Omit<T, 'close'>>,
+): Promise<T> {
+  const closers: (() => Promise<void>)[] = [];
+  try {
+    const parts = await start(closers);
+    return {
+      ...parts,
+      close: async () => {
+        for (const close of closers.reverse()) await close();
+      },
+    } as T;
+  } catch (err) {
+    for (const close of closers.reverse()) await close().catch(() => undefined);
+    throw err;
+  }
+}
+
 function podObject(name: string, nodeName: string, component: string): KubeObject {
   return {
     apiVersion: 'v1',
@@ -175,8 +214,7 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
   const logger = options.logger ?? silentLogger;
   const sample = await loadSampleCluster('aws');
   const groups = sample.instanceGroups.map((text) => parseInstanceGroup(text));
-  const closers: (() => Promise<void>)[] = [];
-  try {
+  return startParts<DevCluster>(async (closers) => {
     const api = await startDevApiServer({
       stateDir: options.stateDir,
       ...(options.apiPort !== undefined ? { port: options.apiPort } : {}),
@@ -222,15 +260,12 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
         instanceGroup: ig.metadata.name,
         members: instances.map((i) => i.id),
       });
-      for (const instance of instances) {
-        const node = { name: instance.id, providerID: awsProviderID(instance), ip: instance.privateIp ?? '' };
-        api.server.store.create(nodeObject(node, ig));
-        api.server.store.create(podObject(`kube-proxy-${instance.id}`, instance.id, 'kube-proxy'));
-      }
-      nodesByGroup.set(
-        ig.metadata.name,
-        instances.map((i) => i.id),
-      );
+      const nodes = instances.map((i) => ({
+        name: i.id,
+        providerID: awsProviderID(i),
+        ip: i.privateIp ?? '',
+      }));
+      registerNodes(api, ig, nodes, nodesByGroup);
     }
 
     const configPath = await writeConfig(options.stateDir, [
@@ -266,14 +301,8 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       configPath,
       env,
       nodesByGroup,
-      close: async () => {
-        for (const close of closers.reverse()) await close();
-      },
     };
-  } catch (err) {
-    for (const close of closers.reverse()) await close().catch(() => undefined);
-    throw err;
-  }
+  });
 }
 
 /**
@@ -288,8 +317,7 @@ export async function startGceDevCluster(options: DevClusterOptions): Promise<Gc
   const groups = sample.instanceGroups.map((text) => parseInstanceGroup(text));
   const project = 'testproject';
   const zone = 'us-test1-a';
-  const closers: (() => Promise<void>)[] = [];
-  try {
+  return startParts<GceDevCluster>(async (closers) => {
     const api = await startDevApiServer({
       stateDir: options.stateDir,
       ...(options.apiPort !== undefined ? { port: options.apiPort } : {}),
@@ -316,19 +344,12 @@ export async function startGceDevCluster(options: DevClusterOptions): Promise<Gc
         count: runningCount(ig),
         clusterName: sample.name,
       });
-      for (const instance of instances) {
-        const node = {
-          name: instance.name,
-          providerID: gceProviderID(project, instance),
-          ip: instance.networkIP,
-        };
-        api.server.store.create(nodeObject(node, ig));
-        api.server.store.create(podObject(`kube-proxy-${instance.name}`, instance.name, 'kube-proxy'));
-      }
-      nodesByGroup.set(
-        ig.metadata.name,
-        instances.map((i) => i.name),
-      );
+      const nodes = instances.map((i) => ({
+        name: i.name,
+        providerID: gceProviderID(project, i),
+        ip: i.networkIP,
+      }));
+      registerNodes(api, ig, nodes, nodesByGroup);
     }
     const configPath = await writeConfig(options.stateDir, [
       `clusterName: ${sample.name}`,
@@ -358,14 +379,8 @@ export async function startGceDevCluster(options: DevClusterOptions): Promise<Gc
       configPath,
       env,
       nodesByGroup,
-      close: async () => {
-        for (const close of closers.reverse()) await close();
-      },
     };
-  } catch (err) {
-    for (const close of closers.reverse()) await close().catch(() => undefined);
-    throw err;
-  }
+  });
 }
 
 /**
