@@ -1,8 +1,8 @@
 /**
  * `kops-controller dev` (what `npm start` runs): a whole simulated kops cluster on loopback — the
- * Kubernetes API, the AWS endpoints and an S3 state store with a sample cluster — and the controller
- * running against it in-process, so the product can be tried, and kubectl pointed at it, on a machine
- * with no cloud and no cluster.
+ * Kubernetes API, the AWS (or, with `--cloud gce`, GCE) endpoints and a state store (S3 or GCS) with
+ * a sample cluster — and the controller running against it in-process, so the product can be tried,
+ * and kubectl pointed at it, on a machine with no cloud and no cluster.
  */
 import { resolve } from 'node:path';
 import { CoordinationV1Api, type KubeConfig } from '@kubernetes/client-node';
@@ -154,7 +154,7 @@ export function devBanner(cluster: AnyDevCluster, controller?: DevController): s
 export function devCommand(): Command {
   return new Command('dev')
     .description(
-      'run a simulated kops cluster (Kubernetes API, AWS, S3 state store) on loopback, and the controller against it',
+      'run a simulated kops cluster (Kubernetes API, AWS or GCE, a state store) on loopback, and the controller against it',
     )
     .addOption(
       new Option('--state-dir <dir>', 'folder for the kubeconfig, config and environment files').default(
