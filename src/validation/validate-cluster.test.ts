@@ -1,0 +1,239 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import type { CloudGroup } from '../cloud/types.ts';
+import type { InstanceGroup, InstanceGroupRole } from '../statestore/kops-types.ts';
+import {
+  type NodeInfo,
+  nodeInfoOf,
+  type PodInfo,
+  podInfoOf,
+  type ValidationInput,
+  validateCluster,
+} from './validate-cluster.ts';
+
+function ig(name: string, role: InstanceGroupRole): InstanceGroup {
+  return {
+    apiVersion: 'kops.k8s.io/v1alpha2',
+    kind: 'InstanceGroup',
+    metadata: { name },
+    spec: { role },
+  } as InstanceGroup;
+}
+
+function group(instanceGroup: string, ids: string[], targetSize = ids.length): CloudGroup {
+  return {
+    instanceGroup,
+    cloudName: `${instanceGroup}.c`,
+    minSize: targetSize,
+    maxSize: targetSize,
+    targetSize,
+    members: ids.map((id) => ({
+      instanceId: id,
+      providerID: `aws:///z/${id}`,
+      state: 'running',
+      healthy: true,
+    })),
+  };
+}
+
+function node(id: string, options: Partial<NodeInfo> & { controlPlane?: boolean } = {}): NodeInfo {
+  const { controlPlane, ...rest } = options;
+  return {
+    name: id,
+    providerID: `aws:///z/${id}`,
+    labels: {
+      'kubernetes.io/hostname': id,
+      'topology.kubernetes.io/zone': 'z',
+      ...(controlPlane ? { 'node-role.kubernetes.io/control-plane': '' } : {}),
+    },
+    readyStatus: 'True',
+    networkUnavailable: false,
+    ...rest,
+  };
+}
+
+function pod(name: string, options: Partial<PodInfo> = {}): PodInfo {
+  return { namespace: 'kube-system', name, labels: {}, phase: 'Running', notReadyContainers: [], ...options };
+}
+
+/** The static pods a ready control-plane node runs. */
+function staticPods(nodeName: string): PodInfo[] {
+  return ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler'].map((app) =>
+    pod(`${app}-${nodeName}`, {
+      nodeName,
+      labels: { 'k8s-app': app },
+      priorityClassName: 'system-cluster-critical',
+    }),
+  );
+}
+
+/** An input the tests may change in place. */
+interface Input extends ValidationInput {
+  cloudGroups: CloudGroup[];
+  nodes: NodeInfo[];
+  pods: PodInfo[];
+}
+
+/** A healthy cluster: one control-plane node and two workers. */
+function healthy(): Input {
+  return {
+    instanceGroups: [ig('control-plane', 'ControlPlane'), ig('nodes', 'Node'), ig('bastions', 'Bastion')],
+    cloudGroups: [
+      group('control-plane', ['i-cp']),
+      group('nodes', ['i-1', 'i-2']),
+      group('bastions', ['i-b']),
+    ],
+    nodes: [node('i-cp', { controlPlane: true }), node('i-1'), node('i-2')],
+    pods: [
+      ...staticPods('i-cp'),
+      pod('kube-proxy-i-1', { nodeName: 'i-1', priorityClassName: 'system-node-critical' }),
+    ],
+  };
+}
+
+const messages = (input: ValidationInput) =>
+  validateCluster(input).failures.map((f) => `${f.type}/${f.name}: ${f.message}`);
+
+describe('validateCluster', () => {
+  test('a healthy cluster has no failures and lists its nodes with their roles (a bastion needs no node)', () => {
+    const result = validateCluster(healthy());
+    assert.deepEqual(result.failures, []);
+    assert.deepEqual(
+      result.nodes.map((n) => [n.name, n.role, n.zone, n.hostname, n.status]),
+      [
+        ['i-cp', 'control-plane', 'z', 'i-cp', 'True'],
+        ['i-1', 'node', 'z', 'i-1', 'True'],
+        ['i-2', 'node', 'z', 'i-2', 'True'],
+      ],
+    );
+  });
+
+  test('a group below its target size, a machine that has not joined, a group the cloud lacks', () => {
+    const input = healthy();
+    input.cloudGroups = [group('control-plane', ['i-cp']), group('nodes', ['i-1', 'i-2', 'i-3'], 4)];
+    assert.deepEqual(messages(input), [
+      'InstanceGroup/nodes: InstanceGroup "nodes" did not have enough nodes 3 vs 4',
+      'Machine/i-3: machine "i-3" has not yet joined cluster',
+      'InstanceGroup/bastions: InstanceGroup "bastions" is missing from the cloud provider',
+    ]);
+  });
+
+  test('a node that is not Ready, or whose network is unavailable, fails with its role', () => {
+    const input = healthy();
+    input.nodes = [
+      node('i-cp', { controlPlane: true }),
+      node('i-1', { readyStatus: 'False' }),
+      node('i-2', { networkUnavailable: true }),
+    ];
+    assert.deepEqual(messages(input), [
+      'Node/i-1: node "i-1" of role "node" is not ready',
+      'Node/i-2: node "i-2" of role "node" is not ready',
+    ]);
+    assert.deepEqual(
+      validateCluster(input).nodes.map((n) => n.status),
+      ['True', 'False', 'True'],
+    );
+  });
+
+  test('--max-unready-nodes forgives worker nodes and their pods, only while their number is within it', () => {
+    const input = healthy();
+    input.nodes = [
+      node('i-cp', { controlPlane: true }),
+      node('i-1', { readyStatus: 'Unknown' }),
+      node('i-2'),
+    ];
+    input.pods.push(
+      pod('cni-i-1', { nodeName: 'i-1', priorityClassName: 'system-node-critical', phase: 'Pending' }),
+    );
+    assert.equal(messages(input).length, 2, 'not tolerated by default');
+    assert.deepEqual(messages({ ...input, maxUnreadyNodes: 1 }), []);
+    // Two unready workers are more than one: neither is forgiven.
+    input.nodes[2] = node('i-2', { readyStatus: 'False' });
+    assert.equal(messages({ ...input, maxUnreadyNodes: 1 }).length, 3);
+  });
+
+  test('an unready control-plane node is never tolerated', () => {
+    const input = healthy();
+    input.nodes[0] = node('i-cp', { controlPlane: true, readyStatus: 'False' });
+    assert.deepEqual(messages({ ...input, maxUnreadyNodes: 5 }), [
+      'Node/i-cp: node "i-cp" of role "control-plane" is not ready',
+    ]);
+  });
+
+  test('critical pods pending, of unknown phase or with unready containers fail; others are ignored', () => {
+    const input = healthy();
+    input.pods.push(
+      pod('dns-1', { priorityClassName: 'system-cluster-critical', phase: 'Pending' }),
+      pod('agent-1', { priorityClassName: 'system-node-critical', phase: 'Unknown', nodeName: 'i-2' }),
+      pod('cni-1', {
+        priorityClassName: 'system-node-critical',
+        notReadyContainers: ['cni', 'init'],
+        nodeName: 'i-1',
+      }),
+      pod('job-1', {
+        priorityClassName: 'system-cluster-critical',
+        phase: 'Succeeded',
+        notReadyContainers: ['job'],
+      }),
+      pod('app-1', { namespace: 'default', phase: 'Pending' }),
+      pod('failed-1', { priorityClassName: 'system-cluster-critical', phase: 'Failed' }),
+    );
+    const result = validateCluster(input);
+    assert.deepEqual(
+      result.failures.map((f) => [f.name, f.message, f.instanceGroup]),
+      [
+        ['kube-system/dns-1', 'system-cluster-critical pod "dns-1" is pending', undefined],
+        ['kube-system/agent-1', 'system-node-critical pod "agent-1" is unknown phase', 'nodes'],
+        ['kube-system/cni-1', 'system-node-critical pod "cni-1" is not ready (cni,init)', 'nodes'],
+      ],
+    );
+  });
+
+  test('a ready control-plane node must run the three static pods, matched by k8s-app in kube-system', () => {
+    const input = healthy();
+    input.pods = input.pods.filter((p) => p.labels['k8s-app'] !== 'kube-scheduler');
+    // A scheduler in another namespace does not count.
+    input.pods.push(
+      pod('kube-scheduler-x', {
+        namespace: 'default',
+        nodeName: 'i-cp',
+        labels: { 'k8s-app': 'kube-scheduler' },
+      }),
+    );
+    assert.deepEqual(messages(input), ['Node/i-cp: control-plane node "i-cp" is missing kube-scheduler pod']);
+  });
+
+  test('Node and Pod objects are read as kops reads them', () => {
+    const info = nodeInfoOf({
+      metadata: { name: 'n', labels: { a: 'b' } },
+      spec: { providerID: 'aws:///z/i-1' },
+      status: {
+        conditions: [
+          { type: 'Ready', status: 'True' },
+          { type: 'NetworkUnavailable', status: 'True' },
+        ],
+      },
+    });
+    assert.deepEqual(info, {
+      name: 'n',
+      providerID: 'aws:///z/i-1',
+      labels: { a: 'b' },
+      readyStatus: 'True',
+      networkUnavailable: true,
+    });
+    assert.equal(nodeInfoOf({ metadata: { name: 'm' } }).readyStatus, 'Unknown');
+    const podInfo = podInfoOf({
+      metadata: { name: 'p', namespace: 'kube-system', labels: { 'k8s-app': 'x' } },
+      spec: { nodeName: 'n', priorityClassName: 'system-node-critical', containers: [] },
+      status: {
+        phase: 'Running',
+        containerStatuses: [
+          { name: 'a', ready: true, image: 'a', imageID: '', restartCount: 0 },
+          { name: 'b', ready: false, image: 'b', imageID: '', restartCount: 1 },
+        ],
+      },
+    });
+    assert.deepEqual(podInfo.notReadyContainers, ['b']);
+    assert.equal(podInfo.priorityClassName, 'system-node-critical');
+  });
+});
