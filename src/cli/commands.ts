@@ -15,6 +15,7 @@ const loaders: Record<string, () => Promise<Command>> = {
   requests: async () => (await import('./requests.ts')).requestsCommand(),
   run: async () => (await import('./run.ts')).runCommand(),
   token: async () => (await import('./token.ts')).tokenCommand(),
+  validate: async () => (await import('./validate.ts')).validateCommand(),
 };
 
 /** The names of every subcommand. */

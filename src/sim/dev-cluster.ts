@@ -137,9 +137,16 @@ function registerNodes(
   nodes: readonly { name: string; providerID: string; ip: string }[],
   nodesByGroup: Map<string, string[]>,
 ): void {
+  // A control-plane node also runs the static pods `kops validate cluster` looks for.
+  const components = ig.spec.role === 'ControlPlane' ? controlPlaneComponents : [];
   for (const node of nodes) {
     api.server.store.create(nodeObject(node, ig));
     api.server.store.create(podObject(`kube-proxy-${node.name}`, node.name, 'kube-proxy'));
+    for (const component of components) {
+      api.server.store.create(
+        podObject(`${component}-${node.name}`, node.name, component, 'system-cluster-critical'),
+      );
+    }
   }
   nodesByGroup.set(
     ig.metadata.name,
@@ -169,14 +176,21 @@ async function startParts<T extends { close(): Promise<void> }>(
   }
 }
 
-function podObject(name: string, nodeName: string, component: string): KubeObject {
+const controlPlaneComponents = ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler'];
+
+function podObject(
+  name: string,
+  nodeName: string,
+  component: string,
+  priorityClassName = 'system-node-critical',
+): KubeObject {
   return {
     apiVersion: 'v1',
     kind: 'Pod',
     metadata: { name, namespace: 'kube-system', labels: { 'k8s-app': component } },
     spec: {
       nodeName,
-      priorityClassName: 'system-node-critical',
+      priorityClassName,
       containers: [{ name: component, image: component }],
     },
     status: {

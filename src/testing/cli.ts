@@ -7,6 +7,13 @@ import { buildProgram, commandsNeeded } from '../cli/main.ts';
  * error, in order); rejects with the command's error, as main() would see it.
  */
 export async function runCli(...args: string[]): Promise<string> {
+  const { output, error } = await runCliResult(...args);
+  if (error !== undefined) throw error;
+  return output;
+}
+
+/** Like {@link runCli}, but resolves with what was printed and the error, for commands that print and then fail. */
+export async function runCliResult(...args: string[]): Promise<{ output: string; error?: unknown }> {
   const argv = ['-v', '0', ...args];
   const program = await buildProgram(commandsNeeded(argv));
   let out = '';
@@ -15,6 +22,10 @@ export async function runCli(...args: string[]): Promise<string> {
     for (const sub of command.commands) capture(sub);
   };
   capture(program);
-  await program.parseAsync(argv, { from: 'user' });
-  return out;
+  try {
+    await program.parseAsync(argv, { from: 'user' });
+    return { output: out };
+  } catch (error) {
+    return { output: out, error };
+  }
 }

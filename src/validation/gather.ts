@@ -1,0 +1,58 @@
+/**
+ * What `validate` looks at, read once: the instance groups from the state store, the cloud's groups
+ * of the cluster, and every Node and pod from the API server (paged lists, decoded as plain JSON).
+ */
+import type { KubeConfig, V1Node, V1Pod } from '@kubernetes/client-node';
+import { type CloudOverrides, cloudFromConfig } from '../cloud/from-config.ts';
+import type { Config } from '../config/schema.ts';
+import { ConfigError } from '../errors.ts';
+import { kubeList } from '../kube/informer.ts';
+import type { Logger } from '../log.ts';
+import { ClusterStore } from '../statestore/cluster-store.ts';
+import { openVfs, type VfsOptions } from '../statestore/open.ts';
+import { nodeInfoOf, podInfoOf, type ValidationInput } from './validate-cluster.ts';
+
+/** Where `gatherValidationInput` reads from. */
+export interface GatherOptions {
+  config: Config;
+  kubeConfig: KubeConfig;
+  vfsOptions?: VfsOptions;
+  cloud?: CloudOverrides;
+  logger?: Logger;
+}
+
+/** Every object of a resource, page by page. */
+async function listAll<T>(kubeConfig: KubeConfig, path: string): Promise<T[]> {
+  const list = kubeList(kubeConfig, path);
+  const items: T[] = [];
+  let cont: string | undefined;
+  do {
+    const page = await list({ limit: 500, _continue: cont });
+    items.push(...(page.items as T[]));
+    cont = page.metadata?._continue || undefined;
+  } while (cont);
+  return items;
+}
+
+/** Reads the instance groups, cloud groups, Nodes and pods of the configured cluster. */
+export async function gatherValidationInput(
+  options: GatherOptions,
+): Promise<Omit<ValidationInput, 'maxUnreadyNodes'>> {
+  const { config } = options;
+  if (!config.configBase) {
+    throw new ConfigError('configBase is not set: validation needs the instance groups from the state store');
+  }
+  const vfs = openVfs(config.configBase, options.vfsOptions);
+  const cloud = await cloudFromConfig(config, vfs, options.cloud, options.logger);
+  try {
+    const [instanceGroups, cloudGroups, nodes, pods] = await Promise.all([
+      new ClusterStore(vfs).instanceGroups(),
+      cloud.cloudGroups.list(config.clusterName),
+      listAll<V1Node>(options.kubeConfig, '/api/v1/nodes'),
+      listAll<V1Pod>(options.kubeConfig, '/api/v1/pods'),
+    ]);
+    return { instanceGroups, cloudGroups, nodes: nodes.map(nodeInfoOf), pods: pods.map(podInfoOf) };
+  } finally {
+    cloud.close();
+  }
+}
