@@ -182,7 +182,7 @@ describe('deploy/kubernetes/kops-controller.yaml', () => {
       await rm(dir, { recursive: true, force: true });
     });
 
-    test('leads, labels nodes and publishes discovery', async () => {
+    test('leads, labels nodes, exports the validation gauges and publishes discovery', async () => {
       const admin = cluster.api.server.kubeConfig();
       const leases = admin.makeApiClient(CoordinationV1Api);
       await until('the lease is held', async () => {
@@ -194,6 +194,11 @@ describe('deploy/kubernetes/kops-controller.yaml', () => {
       const core = admin.makeApiClient(CoreV1Api);
       await until('every node is labelled', async () =>
         (await core.listNode()).items.every((n) => n.metadata?.labels?.['kops.k8s.io/instancegroup']),
+      );
+      await until('the kops_* gauges are exported', async () =>
+        /^kops_node_ready\{cluster_name="minimal\.example\.com"\} \d+$/m.test(
+          await (await fetch(`${controller.url}/metrics`)).text(),
+        ),
       );
       await until('cluster-info is published', async () =>
         Boolean(

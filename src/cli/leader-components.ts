@@ -1,14 +1,16 @@
 /**
- * The leader-only components a controller config asks for, built once for `run` and `dev`: today the
- * NodeController and the kubelet CSR approver, from the config's cloud and state store.
+ * The leader-only components a controller config asks for, built once for `run` and `dev`: the
+ * NodeController, the kubelet CSR approver and the validation metrics (seed 001's `kops_*` gauges),
+ * from the config's cloud and state store.
  */
-import type { KubeConfig } from '@kubernetes/client-node';
+import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { type CloudOverrides, cloudFromConfig, identifyingClouds } from '../cloud/from-config.ts';
 import type { Config } from '../config/schema.ts';
 import { CsrApprover } from '../controllers/csr-approver/csr-approver.ts';
 import { NodeController } from '../controllers/node/node-controller.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { ValidationMetrics } from '../metrics/validation-metrics.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { ClusterStore } from '../statestore/cluster-store.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
@@ -80,5 +82,16 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
       }),
     );
   }
+  components.push(
+    new ValidationMetrics({
+      clusterName: config.clusterName,
+      kubeConfig: options.kubeConfig,
+      core: options.kubeConfig.makeApiClient(CoreV1Api),
+      cloudGroups: cloud.cloudGroups,
+      instanceGroups: () => clusterStore.instanceGroups(),
+      registry: options.registry,
+      logger,
+    }),
+  );
   return { components, close: () => cloud.close() };
 }

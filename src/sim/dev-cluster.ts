@@ -178,6 +178,18 @@ async function startParts<T extends { close(): Promise<void> }>(
 
 const controlPlaneComponents = ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler'];
 
+/** The component statuses a healthy cluster's API server reports (`kubectl get componentstatuses`). */
+function seedComponentStatuses(api: DevApiServer): void {
+  for (const name of ['scheduler', 'controller-manager', 'etcd-0']) {
+    api.server.store.create({
+      apiVersion: 'v1',
+      kind: 'ComponentStatus',
+      metadata: { name },
+      conditions: [{ type: 'Healthy', status: 'True', message: 'ok' }],
+    });
+  }
+}
+
 function podObject(
   name: string,
   nodeName: string,
@@ -249,6 +261,7 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
     };
     await seedClusterStore(openVfs(`s3://${stateBucket}`, { s3: s3Options }), sample.name, sample);
 
+    seedComponentStatuses(api);
     const nodesByGroup = new Map<string, string[]>();
     let nextId = 1;
     for (const ig of groups) {
@@ -350,6 +363,7 @@ export async function startGceDevCluster(options: DevClusterOptions): Promise<Gc
       sample,
     );
 
+    seedComponentStatuses(api);
     const nodesByGroup = new Map<string, string[]>();
     for (const ig of groups) {
       const instances = gce.seedInstanceGroup({

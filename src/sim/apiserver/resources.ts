@@ -44,6 +44,18 @@ export const resourceTypes: readonly ResourceType[] = [
     subresources: ['status'],
   },
   {
+    // Read by validation (kops_component_* gauges). The real API server computes these on each read;
+    // here they are stored objects a test or `dev` seeds.
+    group: '',
+    version: 'v1',
+    plural: 'componentstatuses',
+    singular: 'componentstatus',
+    kind: 'ComponentStatus',
+    namespaced: false,
+    shortNames: ['cs'],
+    subresources: [],
+  },
+  {
     group: '',
     version: 'v1',
     plural: 'pods',

@@ -1,0 +1,202 @@
+/**
+ * The MetricsServer of seed 001: the result of `kops validate cluster` as the eight `kops_*` gauges
+ * (label `cluster_name`), served on the controller's `/metrics`. A scrape costs no API or cloud call:
+ * Nodes and pods come from watches, and the cloud's groups, the instance groups and the component
+ * statuses from a background refresh (every minute by default). Runs on the leader only, so one
+ * replica reports; the gauges have no samples until the first refresh, and none on other replicas.
+ */
+import type { CoreV1Api, KubeConfig, V1ComponentStatus, V1Node, V1Pod } from '@kubernetes/client-node';
+import { Gauge, type Registry } from 'prom-client';
+import type { CloudGroup, CloudGroups } from '../cloud/types.ts';
+import { describeError } from '../errors.ts';
+import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import type { LeaderComponent } from '../runtime/controller-runtime.ts';
+import type { InstanceGroup } from '../statestore/kops-types.ts';
+import {
+  isReady,
+  type NodeInfo,
+  nodeInfoOf,
+  type PodInfo,
+  podInfoOf,
+  validateCluster,
+} from '../validation/validate-cluster.ts';
+
+/** The eight gauges, with seed 001's help texts. */
+const gaugeHelp = {
+  kops_component_healthy: 'Healthy components of the kubernetes cluster.',
+  kops_component_unhealthy: 'Unhealthy components of the kubernetes cluster.',
+  kops_node_notReady: 'Not ready nodes in the kubernetes cluster.',
+  kops_node_ready: 'Ready nodes in the kubernetes cluster.',
+  kops_pod_missing: 'Missing pods in the kubernetes cluster.',
+  kops_pod_notReady: 'Not ready pods in the kubernetes cluster.',
+  kops_pod_pending: 'Pending pods in the kubernetes cluster.',
+  kops_pod_unknown: 'Unknown pods in the kubernetes cluster.',
+} as const;
+export type ValidationGauge = keyof typeof gaugeHelp;
+
+/** What the gauges are computed from. */
+export interface ValidationSnapshot {
+  instanceGroups: readonly InstanceGroup[];
+  cloudGroups: readonly CloudGroup[];
+  nodes: readonly NodeInfo[];
+  pods: readonly PodInfo[];
+  /** Each component's health: all its conditions True. */
+  components: readonly { name: string; healthy: boolean }[];
+}
+
+/**
+ * The gauge values for a snapshot, as kops' exporter computed them: ready nodes among the cloud
+ * groups' members and the rest of the members as not ready; critical pods pending, of unknown phase,
+ * and one per unready container; control-plane static pods missing, counted once per component.
+ */
+export function validationGauges(snapshot: ValidationSnapshot): Record<ValidationGauge, number> {
+  const result = validateCluster(snapshot);
+  const byProvider = new Map(snapshot.nodes.map((n) => [n.providerID, n]));
+  const members = snapshot.cloudGroups.flatMap((g) => g.members);
+  const ready = members.filter((m) => {
+    const node = byProvider.get(m.providerID);
+    return node !== undefined && isReady(node);
+  }).length;
+  const podFailures = result.failures.filter((f) => f.type === 'Pod');
+  const missingApps = new Set(
+    result.failures
+      .map((f) => / is missing (\S+) pod$/.exec(f.message)?.[1])
+      .filter((app): app is string => app !== undefined),
+  );
+  const notReadyContainers = snapshot.pods
+    .filter((p) =>
+      podFailures.some((f) => f.name === `${p.namespace}/${p.name}` && / is not ready \(/.test(f.message)),
+    )
+    .reduce((sum, p) => sum + p.notReadyContainers.length, 0);
+  return {
+    kops_component_healthy: snapshot.components.filter((c) => c.healthy).length,
+    kops_component_unhealthy: snapshot.components.filter((c) => !c.healthy).length,
+    kops_node_ready: ready,
+    kops_node_notReady: members.length - ready,
+    kops_pod_missing: missingApps.size,
+    kops_pod_notReady: notReadyContainers,
+    kops_pod_pending: podFailures.filter((f) => f.message.endsWith(' is pending')).length,
+    kops_pod_unknown: podFailures.filter((f) => f.message.endsWith(' is unknown phase')).length,
+  };
+}
+
+/** Options of {@link ValidationMetrics}. */
+export interface ValidationMetricsOptions {
+  clusterName: string;
+  kubeConfig: KubeConfig;
+  core: Pick<CoreV1Api, 'listComponentStatus'>;
+  cloudGroups: CloudGroups;
+  instanceGroups: () => Promise<InstanceGroup[]>;
+  registry: Registry;
+  /** How often the cloud groups, instance groups and component statuses are read again (default 60 s). */
+  refreshIntervalMs?: number;
+  logger?: Logger;
+}
+
+/** The leader component keeping the `kops_*` gauges. */
+export class ValidationMetrics implements LeaderComponent {
+  readonly name = 'validation-metrics';
+  readonly #options: ValidationMetricsOptions;
+  readonly #logger: Logger;
+  #current: { nodes: Informer<V1Node, NodeInfo>; pods: Informer<V1Pod, PodInfo> } | undefined;
+  #slow: Pick<ValidationSnapshot, 'instanceGroups' | 'cloudGroups' | 'components'> | undefined;
+
+  constructor(options: ValidationMetricsOptions) {
+    this.#options = options;
+    this.#logger = (options.logger ?? silentLogger).child({ component: this.name });
+    const registers = [options.registry];
+    const value = (gauge: ValidationGauge) => () => {
+      const snapshot = this.snapshot();
+      return snapshot ? validationGauges(snapshot)[gauge] : undefined;
+    };
+    for (const name of Object.keys(gaugeHelp) as ValidationGauge[]) {
+      const compute = value(name);
+      new Gauge({
+        name,
+        help: gaugeHelp[name],
+        labelNames: ['cluster_name'],
+        registers,
+        collect() {
+          this.reset();
+          const v = compute();
+          if (v !== undefined) this.set({ cluster_name: options.clusterName }, v);
+        },
+      });
+    }
+  }
+
+  /** What the gauges would be computed from now, or undefined before the first complete read. */
+  snapshot(): ValidationSnapshot | undefined {
+    const current = this.#current;
+    if (!current || !this.#slow || !current.nodes.hasSynced() || !current.pods.hasSynced()) return undefined;
+    return { ...this.#slow, nodes: current.nodes.list(), pods: current.pods.list() };
+  }
+
+  async start(signal: AbortSignal): Promise<void> {
+    const { kubeConfig, registry } = this.#options;
+    const informer = <T extends V1Node | V1Pod, R>(name: string, path: string, transform: (o: T) => R) =>
+      new Informer<T, R>({
+        name,
+        path,
+        list: kubeList<T>(kubeConfig, path),
+        watch: kubeWatch(kubeConfig),
+        transform,
+        registry,
+        logger: this.#logger,
+      });
+    const current = {
+      nodes: informer<V1Node, NodeInfo>('nodes-validation', '/api/v1/nodes', nodeInfoOf),
+      pods: informer<V1Pod, PodInfo>('pods-validation', '/api/v1/pods', podInfoOf),
+    };
+    this.#current = current;
+    current.nodes.start();
+    current.pods.start();
+    const interval = this.#options.refreshIntervalMs ?? 60_000;
+    try {
+      while (!signal.aborted) {
+        await this.#refresh();
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, interval);
+          signal.addEventListener(
+            'abort',
+            () => {
+              clearTimeout(timer);
+              resolve();
+            },
+            { once: true },
+          );
+        });
+      }
+    } finally {
+      this.#current = undefined;
+      this.#slow = undefined;
+      await Promise.all([current.nodes.stop(), current.pods.stop()]);
+    }
+  }
+
+  /** Reads what the watches do not cover; a failure keeps the previous values and is logged. */
+  async #refresh(): Promise<void> {
+    const { cloudGroups, clusterName, core, instanceGroups } = this.#options;
+    try {
+      const [groups, igs, statuses] = await Promise.all([
+        cloudGroups.list(clusterName),
+        instanceGroups(),
+        core.listComponentStatus(),
+      ]);
+      this.#slow = {
+        cloudGroups: groups,
+        instanceGroups: igs,
+        components: statuses.items.map((c: V1ComponentStatus) => ({
+          name: c.metadata?.name ?? '',
+          healthy: (c.conditions ?? []).every((condition) => condition.status === 'True'),
+        })),
+      };
+    } catch (err) {
+      this.#logger.warn(
+        { err: describeError(err) },
+        'cannot refresh the validation inputs; keeping the last',
+      );
+    }
+  }
+}
