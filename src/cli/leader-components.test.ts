@@ -23,11 +23,11 @@ function build(config: Record<string, unknown>) {
 }
 
 describe('buildLeaderComponents', () => {
-  test('a config with a state store and a supported cloud runs the NodeController and CSR approver', async () => {
+  test('a config with a state store and a supported cloud runs the NodeController, CSR approver and validation metrics', async () => {
     const built = await build({ cloud: 'metal', configBase: 'memfs://leader/c.example.com' });
     assert.deepEqual(
       built.components.map((c) => c.name),
-      ['node-controller', 'csr-approver'],
+      ['node-controller', 'csr-approver', 'validation-metrics'],
     );
     built.close();
   });
@@ -40,7 +40,7 @@ describe('buildLeaderComponents', () => {
     });
     assert.deepEqual(
       built.components.map((c) => c.name),
-      ['node-controller'],
+      ['node-controller', 'validation-metrics'],
     );
     built.close();
   });

@@ -64,10 +64,11 @@ export function validationGauges(snapshot: ValidationSnapshot): Record<Validatio
       .map((f) => / is missing (\S+) pod$/.exec(f.message)?.[1])
       .filter((app): app is string => app !== undefined),
   );
+  const unreadyPods = new Set(
+    podFailures.filter((f) => / is not ready \(/.test(f.message)).map((f) => f.name),
+  );
   const notReadyContainers = snapshot.pods
-    .filter((p) =>
-      podFailures.some((f) => f.name === `${p.namespace}/${p.name}` && / is not ready \(/.test(f.message)),
-    )
+    .filter((p) => unreadyPods.has(`${p.namespace}/${p.name}`))
     .reduce((sum, p) => sum + p.notReadyContainers.length, 0);
   return {
     kops_component_healthy: snapshot.components.filter((c) => c.healthy).length,
@@ -106,9 +107,14 @@ export class ValidationMetrics implements LeaderComponent {
     this.#options = options;
     this.#logger = (options.logger ?? silentLogger).child({ component: this.name });
     const registers = [options.registry];
+    // One scrape collects all eight gauges: validate once for them, not once each.
+    let computed: { at: number; values: Record<ValidationGauge, number> } | undefined;
     const value = (gauge: ValidationGauge) => () => {
-      const snapshot = this.snapshot();
-      return snapshot ? validationGauges(snapshot)[gauge] : undefined;
+      if (!computed || Date.now() - computed.at > 1000) {
+        const snapshot = this.snapshot();
+        computed = snapshot ? { at: Date.now(), values: validationGauges(snapshot) } : undefined;
+      }
+      return computed?.values[gauge];
     };
     for (const name of Object.keys(gaugeHelp) as ValidationGauge[]) {
       const compute = value(name);
