@@ -157,6 +157,61 @@ describe('ValidationMetrics against the simulated cluster', () => {
     assert.deepEqual(problems, []);
   });
 
+  test('component statuses refused (deprecated API) or a failing cloud: the other gauges carry on', async () => {
+    const own = new Registry();
+    let cloudCalls = 0;
+    const kubeConfig = cluster.api.server.kubeConfig();
+    const groups = await (async () => {
+      const aws = await createAwsProvider({
+        clusterName: cluster.clusterName,
+        region: cluster.region,
+        endpoint: cluster.aws.endpoint,
+        credentials: { ...cluster.aws.credentials },
+      });
+      try {
+        return await aws.cloudGroups.list(cluster.clusterName);
+      } finally {
+        aws.clients.destroy();
+      }
+    })();
+    const store = new ClusterStore(openVfs(cluster.configBase, vfsOptionsFromEnv(cluster.env)));
+    const flaky = new ValidationMetrics({
+      clusterName: cluster.clusterName,
+      kubeConfig,
+      core: {
+        listComponentStatus: async () => {
+          throw new Error('componentstatuses is forbidden');
+        },
+      },
+      // The first read works; every later one fails, and the first result must be kept.
+      cloudGroups: {
+        list: async () => {
+          if (cloudCalls++ > 0) throw new Error('RequestLimitExceeded');
+          return groups;
+        },
+      },
+      instanceGroups: () => store.instanceGroups(),
+      registry: own,
+      refreshIntervalMs: 50,
+    });
+    const flakyStop = new AbortController();
+    const flakyRun = flaky.start(flakyStop.signal);
+    try {
+      const read = async (name: string) =>
+        new RegExp(`^${name}\\{cluster_name="minimal\\.example\\.com"\\} (\\d+)$`, 'm').exec(
+          await own.metrics(),
+        )?.[1];
+      await until(async () => (await read('kops_node_ready')) !== undefined && cloudCalls > 2);
+      const nodes = [...cluster.nodesByGroup.values()].flat().length;
+      assert.equal(Number(await read('kops_node_ready')), nodes);
+      assert.equal(Number(await read('kops_component_healthy')), 0);
+      assert.equal(Number(await read('kops_component_unhealthy')), 0);
+    } finally {
+      flakyStop.abort();
+      await flakyRun;
+    }
+  });
+
   test('a scrape reflects a node going away at once, through the watch, with no API call', async () => {
     const [victim] = cluster.nodesByGroup.get('nodes-us-test-1a') as string[];
     const store = cluster.api.server.store;

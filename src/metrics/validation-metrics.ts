@@ -181,28 +181,39 @@ export class ValidationMetrics implements LeaderComponent {
     }
   }
 
-  /** Reads what the watches do not cover; a failure keeps the previous values and is logged. */
+  /**
+   * Reads what the watches do not cover. A failure to read the cloud or the instance groups keeps the
+   * previous values (logged). ComponentStatus is deprecated and some API servers refuse it, so a
+   * failure there only empties the component gauges' inputs; the node and pod gauges carry on.
+   */
   async #refresh(): Promise<void> {
     const { cloudGroups, clusterName, core, instanceGroups } = this.#options;
-    try {
-      const [groups, igs, statuses] = await Promise.all([
-        cloudGroups.list(clusterName),
-        instanceGroups(),
-        core.listComponentStatus(),
-      ]);
-      this.#slow = {
-        cloudGroups: groups,
-        instanceGroups: igs,
-        components: statuses.items.map((c: V1ComponentStatus) => ({
-          name: c.metadata?.name ?? '',
-          healthy: (c.conditions ?? []).every((condition) => condition.status === 'True'),
-        })),
-      };
-    } catch (err) {
+    const [groups, igs, statuses] = await Promise.allSettled([
+      cloudGroups.list(clusterName),
+      instanceGroups(),
+      core.listComponentStatus(),
+    ]);
+    let components: ValidationSnapshot['components'] = [];
+    if (statuses.status === 'fulfilled') {
+      components = statuses.value.items.map((c: V1ComponentStatus) => ({
+        name: c.metadata?.name ?? '',
+        healthy: (c.conditions ?? []).every((condition) => condition.status === 'True'),
+      }));
+    } else {
       this.#logger.warn(
-        { err: describeError(err) },
-        'cannot refresh the validation inputs; keeping the last',
+        { err: describeError(statuses.reason) },
+        'cannot list component statuses; reporting none',
       );
     }
+    if (groups.status === 'rejected' || igs.status === 'rejected') {
+      const reason = groups.status === 'rejected' ? groups.reason : (igs as PromiseRejectedResult).reason;
+      this.#logger.warn(
+        { err: describeError(reason) },
+        'cannot refresh the validation inputs; keeping the last',
+      );
+      if (this.#slow) this.#slow = { ...this.#slow, components };
+      return;
+    }
+    this.#slow = { cloudGroups: groups.value, instanceGroups: igs.value, components };
   }
 }
