@@ -118,6 +118,15 @@ describe('validateCluster', () => {
     ]);
   });
 
+  test('a warm-pool (stopped) or terminating instance without a node is not expected to join', () => {
+    const input = healthy();
+    const nodes = group('nodes', ['i-1', 'i-2', 'i-warm', 'i-gone']);
+    (nodes.members[2] as { state: string }).state = 'stopped';
+    (nodes.members[3] as { state: string }).state = 'stopping';
+    input.cloudGroups = [group('control-plane', ['i-cp']), nodes, group('bastions', ['i-b'])];
+    assert.deepEqual(messages(input), []);
+  });
+
   test('a node that is not Ready, or whose network is unavailable, fails with its role', () => {
     const input = healthy();
     input.nodes = [

@@ -70,6 +70,14 @@ const criticalPriorities = new Set(['system-cluster-critical', 'system-node-crit
 const controlPlaneApps = ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler'];
 const controlPlaneLabel = 'node-role.kubernetes.io/control-plane';
 
+/**
+ * Whether an instance without a Node is late: a stopped one (an AWS warm-pool instance) or one being
+ * terminated is not expected to join, as kops skips its warm pool and detached instances.
+ */
+function expectedToJoin(member: CloudGroup['members'][number]): boolean {
+  return member.state !== 'stopped' && member.state !== 'stopping' && member.state !== 'terminated';
+}
+
 /** kops' node readiness: Ready is True and the network is not reported unavailable. */
 export function isReady(node: NodeInfo): boolean {
   return node.readyStatus === 'True' && !node.networkUnavailable;
@@ -107,7 +115,7 @@ export function validateCluster(input: ValidationInput): ValidationResult {
     for (const member of members) {
       const node = nodeByProvider.get(member.providerID);
       if (!node) {
-        if (ig.spec.role !== 'Bastion' && !tolerated.has(member.instanceId)) {
+        if (ig.spec.role !== 'Bastion' && expectedToJoin(member) && !tolerated.has(member.instanceId)) {
           failures.push({
             type: 'Machine',
             name: member.instanceId,
@@ -166,7 +174,7 @@ function toleratedNodes(
     if (groupByName.get(cloudGroup.instanceGroup)?.spec.role !== 'Node') continue;
     for (const member of cloudGroup.members) {
       const node = nodeByProvider.get(member.providerID);
-      if (!node || !isReady(node)) unready.push(node?.name ?? member.instanceId);
+      if (node ? !isReady(node) : expectedToJoin(member)) unready.push(node?.name ?? member.instanceId);
     }
   }
   const max = input.maxUnreadyNodes ?? 0;
