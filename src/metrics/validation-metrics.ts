@@ -9,6 +9,7 @@ import type { CoreV1Api, KubeConfig, V1ComponentStatus, V1Node, V1Pod } from '@k
 import { Gauge, type Registry } from 'prom-client';
 import type { CloudGroup, CloudGroups } from '../cloud/types.ts';
 import { describeError } from '../errors.ts';
+import { sleep, systemClock } from '../kube/clock.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
@@ -162,17 +163,7 @@ export class ValidationMetrics implements LeaderComponent {
     try {
       while (!signal.aborted) {
         await this.#refresh();
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, interval);
-          signal.addEventListener(
-            'abort',
-            () => {
-              clearTimeout(timer);
-              resolve();
-            },
-            { once: true },
-          );
-        });
+        await sleep(systemClock, interval, signal);
       }
     } finally {
       this.#current = undefined;
