@@ -16,7 +16,6 @@ import { parseArgs } from 'node:util';
 import { CoreV1Api, type V1Node, type V1Pod } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import type { CloudGroup } from '../src/cloud/types.ts';
-import { kubeList } from '../src/kube/informer.ts';
 import {
   type ValidationGauge,
   ValidationMetrics,
@@ -24,6 +23,7 @@ import {
 } from '../src/metrics/validation-metrics.ts';
 import { type SimApiServer, startApiServer } from '../src/sim/apiserver/index.ts';
 import type { InstanceGroup } from '../src/statestore/kops-types.ts';
+import { listAll } from '../src/validation/gather.ts';
 import { nodeInfoOf, podInfoOf } from '../src/validation/validate-cluster.ts';
 import { samplePod } from './informer.ts';
 
@@ -140,17 +140,6 @@ export async function runValidationBench(options: {
     const core = kubeConfig.makeApiClient(CoreV1Api);
 
     // kops' design: list everything on every scrape.
-    const listAll = async <T>(path: string): Promise<T[]> => {
-      const list = kubeList(kubeConfig, path);
-      const items: T[] = [];
-      let cont: string | undefined;
-      do {
-        const page = await list({ limit: 500, _continue: cont });
-        items.push(...(page.items as T[]));
-        cont = page.metadata?._continue || undefined;
-      } while (cont);
-      return items;
-    };
     const kopsTimes: number[] = [];
     let kopsGauges: Record<ValidationGauge, number> | undefined;
     let kopsRequests = 0;
@@ -158,8 +147,8 @@ export async function runValidationBench(options: {
       const before = requests;
       const started = performance.now();
       const [nodes, pods, statuses] = await Promise.all([
-        listAll<V1Node>('/api/v1/nodes'),
-        listAll<V1Pod>('/api/v1/pods'),
+        listAll<V1Node>(kubeConfig, '/api/v1/nodes'),
+        listAll<V1Pod>(kubeConfig, '/api/v1/pods'),
         core.listComponentStatus(),
       ]);
       kopsGauges = validationGauges({

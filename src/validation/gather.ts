@@ -21,8 +21,8 @@ export interface GatherOptions {
   logger?: Logger;
 }
 
-/** Every object of a resource, page by page. */
-async function listAll<T>(kubeConfig: KubeConfig, path: string): Promise<T[]> {
+/** Every object of a resource, page by page (500 a page, as the informers list). */
+export async function listAll<T>(kubeConfig: KubeConfig, path: string): Promise<T[]> {
   const list = kubeList(kubeConfig, path);
   const items: T[] = [];
   let cont: string | undefined;
