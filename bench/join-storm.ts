@@ -7,13 +7,17 @@
  *   bench/identify.ts's lookup). Prints wall time, cloud calls, certificates per second, the ratios.
  * - The plain issuance rate under `insecure-always-approve`, over keep-alive connections and with a
  *   new TLS connection per node, beside `cfssl serve` (Debian golang-cfssl) signing the same CSRs
- *   with the same CA over TLS in the same run, and the ratio (target ≥ 1.0).
+ *   with the same CA over TLS in the same run, and the ratio (target ≥ 1.0). Those clients offer
+ *   only classical key exchange: Debian's cfssl is built with Go 1.19, which has no ML-KEM, while
+ *   this server (OpenSSL 3.5) prefers the hybrid X25519MLKEM768 whenever the client offers it. The
+ *   same key exchange on both sides compares the servers; one more storm measures this server with
+ *   the hybrid a current client negotiates. The group each storm negotiated is printed.
  * Node keys (ECDSA P-256), CSRs and STS proofs are made before the clock starts; every certificate
  * is verified against the CA afterwards. The clients and the simulators share this process, the
  * server (and cfssl) has its own, and the CPU time of each is printed, so a slow simulator or client
  * shows instead of hiding the server's cost.
  *
- *   node bench/join-storm.ts [--nodes N] [--concurrency C] [--plain-only]
+ *   node bench/join-storm.ts [--nodes N] [--concurrency C] [--rounds R (default 3)] [--plain-only]
  */
 import { type ChildProcess, execFileSync, fork, spawn } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
@@ -23,6 +27,7 @@ import { Agent, request } from 'node:https';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { TLSSocket } from 'node:tls';
 import { parseArgs } from 'node:util';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
@@ -79,6 +84,11 @@ export interface StormFigures {
   serverCpuSeconds: number;
   /** CPU seconds of this process (clients and simulators). */
   clientCpuSeconds: number;
+  /** The TLS key exchange groups the storm's connections negotiated (`X25519`, `X25519MLKEM768`). */
+  keyExchange: string[];
+  /** The plain comparison's connection kind and round (plain storms only). */
+  kind?: PlainKind;
+  round?: number;
   /** Cloud calls the AWS simulator served during the storm (aws storms only). */
   cloud?: { describeInstances: number; throttled: number; sts: number };
 }
@@ -100,6 +110,8 @@ export interface JoinStormOptions {
   concurrency?: number;
   /** Skip the aws storms (the per-node one takes minutes): only plain issuance and cfssl. */
   plainOnly?: boolean;
+  /** Rounds of the plain comparison (default 1); the report gives the median of each. */
+  rounds?: number;
 }
 
 /** A node of the storm: its name (an instance id), CSR and request body. */
@@ -238,16 +250,37 @@ async function startServerProcess(spec: ServerSpec): Promise<ServerProcess> {
 interface Reply {
   status: number;
   text: string;
+  /** The key exchange group of the connection that carried it. */
+  keyExchange?: string;
 }
 
-function post(url: string, req: StormRequest, caPem: string, agent: Agent | false): Promise<Reply> {
+/**
+ * The key exchange groups the cfssl comparison's clients offer: classical only, as Go 1.19 (Debian's
+ * cfssl) supports, so that both servers do the same handshake. Without it, this server would
+ * negotiate X25519MLKEM768 and cfssl X25519.
+ */
+export const classicalGroups = 'X25519:prime256v1:secp384r1';
+
+/** How the clients connect: the CA they trust and the key exchange groups they offer (default OpenSSL's). */
+interface ClientTls {
+  caPem: string;
+  groups?: string;
+}
+
+function keyExchangeOf(socket: TLSSocket): string {
+  const info = socket.getEphemeralKeyInfo?.() as { name?: string } | null | undefined;
+  return info?.name ?? 'unknown';
+}
+
+function post(url: string, req: StormRequest, tls: ClientTls, agent: Agent | false): Promise<Reply> {
   return new Promise((resolve) => {
     const outgoing = request(
       `${url}${req.path}`,
       {
         method: 'POST',
         agent,
-        ca: caPem,
+        ca: tls.caPem,
+        ...(tls.groups ? { ecdhCurve: tls.groups } : {}),
         headers: {
           'content-type': 'application/json',
           ...(req.authorization === undefined ? {} : { authorization: req.authorization }),
@@ -255,9 +288,11 @@ function post(url: string, req: StormRequest, caPem: string, agent: Agent | fals
       },
       (res) => {
         const chunks: Buffer[] = [];
+        // Read now: by the end of the answer a keep-alive socket may be back in its agent.
+        const keyExchange = keyExchangeOf(res.socket as TLSSocket);
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }),
+          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8'), keyExchange }),
         );
         res.on('error', (err) => resolve({ status: 0, text: err.message }));
       },
@@ -271,7 +306,7 @@ function post(url: string, req: StormRequest, caPem: string, agent: Agent | fals
 async function fire(
   url: string,
   requests: readonly StormRequest[],
-  options: { caPem: string; keepAlive: boolean; concurrency: number },
+  options: { tls: ClientTls; keepAlive: boolean; concurrency: number },
 ): Promise<{ replies: Reply[]; wallMs: number }> {
   // Without keep-alive every request gets an agent of its own: a new TCP connection and a full TLS
   // handshake, as a fleet of separate machines would cost.
@@ -281,7 +316,7 @@ async function fire(
   const worker = async () => {
     while (next < requests.length) {
       const i = next++;
-      replies[i] = await post(url, requests[i] as StormRequest, options.caPem, agent);
+      replies[i] = await post(url, requests[i] as StormRequest, options.tls, agent);
     }
   };
   const started = performance.now();
@@ -340,11 +375,13 @@ async function measureStorm(
   server: ServerProcess,
   requests: readonly StormRequest[],
   check: { nodes: readonly StormNode[]; certificateOf: CertificateOf; caPem: string },
-  options: { keepAlive: boolean; concurrency: number },
+  options: { keepAlive: boolean; concurrency: number; groups?: string },
 ): Promise<StormFigures> {
   const serverCpu = server.cpuSeconds();
   const clientCpu = ownCpuSeconds();
-  const { replies, wallMs } = await fire(server.url, requests, { caPem: check.caPem, ...options });
+  const { groups, ...rest } = options;
+  const tls = { caPem: check.caPem, ...(groups ? { groups } : {}) };
+  const { replies, wallMs } = await fire(server.url, requests, { tls, ...rest });
   const serverCpuSeconds = server.cpuSeconds() - serverCpu;
   const clientCpuSeconds = ownCpuSeconds() - clientCpu;
   const ca = new X509Certificate(check.caPem);
@@ -355,6 +392,7 @@ async function measureStorm(
     wallMs,
     serverCpuSeconds,
     clientCpuSeconds,
+    keyExchange: [...new Set(replies.map((r) => r.keyExchange).filter((k) => k !== undefined))].sort(),
   };
 }
 
@@ -420,7 +458,7 @@ async function startCfssl(
   };
   const deadline = Date.now() + 15_000;
   for (;;) {
-    const reply = await post(url, probe, pems.caCert, false);
+    const reply = await post(url, probe, { caPem: pems.caCert }, false);
     if (reply.status === 200) break;
     if (child.exitCode !== null || Date.now() > deadline) {
       await stop();
@@ -448,17 +486,24 @@ async function warmUp(url: string, probe: StormRequest, caPem: string, count: nu
   await fire(
     url,
     Array.from({ length: Math.min(200, count) }, () => probe),
-    { caPem, keepAlive: true, concurrency: 8 },
+    { tls: { caPem, groups: classicalGroups }, keepAlive: true, concurrency: 8 },
   );
 }
 
-/** The same CSRs signed by `cfssl serve` with the same CA, or why cfssl could not run here. */
-async function cfsslStorms(
+/** A server of the plain comparison, warmed up, with the storm requests it answers. */
+interface PlainSigner {
+  name: string;
+  server: ServerProcess;
+  requests: StormRequest[];
+  check: { nodes: readonly StormNode[]; certificateOf: CertificateOf; caPem: string };
+}
+
+/** `cfssl serve` with the same CA, warmed up, for the same CSRs; or why cfssl could not run here. */
+async function startCfsslSigner(
   ca: CertificateAuthority,
   nodes: readonly StormNode[],
   dir: string,
-  concurrency: number,
-): Promise<JoinStormResult['cfssl']> {
+): Promise<{ version: string; signer: PlainSigner } | { unavailable: string }> {
   const binary = cfsslBinary();
   if ('unavailable' in binary) return binary;
   const caPem = bundlePem(ca);
@@ -468,9 +513,9 @@ async function cfsslStorms(
   });
   const probe = signRequest(kubeletCsr('warm-up'));
   const tls = servingCertificate(ca, { name: 'cfssl', ipAddresses: ['127.0.0.1'] });
-  let signer: ServerProcess;
+  let server: ServerProcess;
   try {
-    signer = await startCfssl(
+    server = await startCfssl(
       binary.path,
       dir,
       { caCert: caPem, caKey: privateKeyPem(ca.signer.key), tlsCert: tls.cert, tlsKey: tls.key },
@@ -479,19 +524,66 @@ async function cfsslStorms(
   } catch (err) {
     return { unavailable: (err as Error).message };
   }
-  try {
-    await warmUp(signer.url, probe, caPem, nodes.length);
-    const requests = nodes.map((node) => signRequest(node.csrPem));
-    const check = { nodes, certificateOf: cfsslCertificate, caPem };
-    const storms: StormFigures[] = [];
-    for (const keepAlive of [true, false]) {
-      const name = `cfssl ${binary.version}, ${keepAlive ? 'keep-alive' : 'new TLS connection per node'}`;
-      storms.push(await measureStorm(name, signer, requests, check, { keepAlive, concurrency }));
+  await warmUp(server.url, probe, caPem, nodes.length);
+  const requests = nodes.map((node) => signRequest(node.csrPem));
+  return {
+    version: binary.version,
+    signer: {
+      name: `cfssl ${binary.version}`,
+      server,
+      requests,
+      check: { nodes, certificateOf: cfsslCertificate, caPem },
+    },
+  };
+}
+
+/** The connection kinds of the plain comparison. */
+const plainKinds = {
+  'keep-alive': { label: 'keep-alive', keepAlive: true, groups: classicalGroups },
+  'new-tls': { label: 'new TLS connection per node', keepAlive: false, groups: classicalGroups },
+  // The handshake a current client gets by default: post-quantum hybrid key exchange.
+  hybrid: { label: 'new TLS per node, hybrid kx', keepAlive: false, groups: undefined },
+} as const;
+
+export type PlainKind = keyof typeof plainKinds;
+
+/**
+ * Runs the plain storms in rounds, each round both servers back to back for each kind of
+ * connection, so a change in the machine's load during the run hits both sides of a pair.
+ */
+async function plainRounds(
+  ours: PlainSigner,
+  cfssl: PlainSigner | undefined,
+  rounds: number,
+  concurrency: number,
+): Promise<{ ours: StormFigures[]; cfssl: StormFigures[] }> {
+  const figures = { ours: [] as StormFigures[], cfssl: [] as StormFigures[] };
+  const storm = async (signer: PlainSigner, kind: PlainKind, round: number) => {
+    const { label, keepAlive, groups } = plainKinds[kind];
+    const figure = await measureStorm(
+      `${signer.name}, ${label}`,
+      signer.server,
+      signer.requests,
+      signer.check,
+      {
+        keepAlive,
+        concurrency,
+        ...(groups ? { groups } : {}),
+      },
+    );
+    return { ...figure, kind, round };
+  };
+  for (let round = 1; round <= rounds; round++) {
+    for (const kind of ['keep-alive', 'new-tls'] as const) {
+      // Odd rounds start with ours, even ones with cfssl, so neither side always runs first.
+      const runOurs = async () => figures.ours.push(await storm(ours, kind, round));
+      const runTheirs = async () => cfssl && figures.cfssl.push(await storm(cfssl, kind, round));
+      if (round % 2) await runOurs().then(runTheirs);
+      else await runTheirs().then(runOurs);
     }
-    return { version: binary.version, storms };
-  } finally {
-    await signer.stop();
+    figures.ours.push(await storm(ours, 'hybrid', round));
   }
+  return figures;
 }
 
 /** Runs every storm of the benchmark against simulators, server processes and cfssl started here. */
@@ -561,23 +653,30 @@ export async function runJoinStorm(options: JoinStormOptions): Promise<JoinStorm
           perNode: await awsStorm('aws-per-node', "aws, per-node EC2 (kops')"),
         };
 
-    const plainRequests = nodes.map((node) => ({ path: '/v1/certificates', body: node.body }));
     const plainProbe = { path: '/v1/certificates', body: bootstrapBody(kubeletCsr('warm-up')) };
-    const plain: StormFigures[] = [];
     const server = await startServerProcess(spec('insecure-always-approve'));
+    const started = await startCfsslSigner(ca, nodes, dir).catch(async (err: Error) => {
+      await server.stop();
+      throw err;
+    });
+    let plain: StormFigures[];
+    let cfssl: JoinStormResult['cfssl'];
     try {
       await warmUp(server.url, plainProbe, caPem, nodes.length);
-      for (const keepAlive of [true, false]) {
-        const name = keepAlive ? 'ours, keep-alive' : 'ours, new TLS connection per node';
-        plain.push(
-          await measureStorm(name, server, plainRequests, bootstrapCheck, { keepAlive, concurrency }),
-        );
-      }
+      const ours: PlainSigner = {
+        name: 'ours',
+        server,
+        requests: nodes.map((node) => ({ path: '/v1/certificates', body: node.body })),
+        check: bootstrapCheck,
+      };
+      const theirs = 'signer' in started ? started.signer : undefined;
+      const figures = await plainRounds(ours, theirs, options.rounds ?? 1, concurrency);
+      plain = figures.ours;
+      cfssl = 'signer' in started ? { version: started.version, storms: figures.cfssl } : started;
     } finally {
       await server.stop();
+      if ('signer' in started) await started.signer.server.stop();
     }
-
-    const cfssl = await cfsslStorms(ca, nodes, dir, concurrency);
     return {
       nodes: options.nodes,
       concurrency,
@@ -597,6 +696,16 @@ export function certsPerSecond(figures: StormFigures): number {
   return figures.verified / (figures.wallMs / 1000);
 }
 
+/** The middle value (the mean of the two middle ones for an even count); NaN for none. */
+export function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  if (sorted.length === 0) return Number.NaN;
+  return sorted.length % 2
+    ? (sorted[mid] as number)
+    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+}
+
 /** Server CPU milliseconds per verified certificate (less sensitive to the machine's other load than wall time). */
 export function serverCpuMsPerCert(figures: StormFigures): number {
   return (figures.serverCpuSeconds * 1000) / Math.max(1, figures.verified);
@@ -606,16 +715,17 @@ export function serverCpuMsPerCert(figures: StormFigures): number {
 export function formatJoinStorm(result: JoinStormResult): string {
   const seconds = (s: number) => `${s.toFixed(1)}s`;
   const row = (f: StormFigures) =>
-    `${f.name.padEnd(40)} ${`${f.verified}/${f.nodes}`.padStart(9)} ${`${(f.wallMs / 1000).toFixed(2)}s`.padStart(8)} ` +
+    `${`${f.name}${f.round && result.plain.some((p) => (p.round ?? 1) > 1) ? ` #${f.round}` : ''}`.padEnd(44)} ${`${f.verified}/${f.nodes}`.padStart(9)} ${`${(f.wallMs / 1000).toFixed(2)}s`.padStart(8)} ` +
     `${certsPerSecond(f).toFixed(0).padStart(7)} ${seconds(f.serverCpuSeconds).padStart(10)} ` +
-    `${serverCpuMsPerCert(f).toFixed(2).padStart(8)} ${seconds(f.clientCpuSeconds).padStart(10)}` +
+    `${serverCpuMsPerCert(f).toFixed(2).padStart(8)} ${seconds(f.clientCpuSeconds).padStart(10)}  ` +
+    `${f.keyExchange.join(',')}` +
     (f.cloud
       ? `   DescribeInstances=${f.cloud.describeInstances} throttled=${f.cloud.throttled} STS=${f.cloud.sts}`
       : '') +
     (f.firstFailure ? `\n  first failure: ${f.firstFailure}` : '');
   const header =
-    `${'storm'.padEnd(40)} ${'verified'.padStart(9)} ${'wall'.padStart(8)} ${'certs/s'.padStart(7)} ` +
-    `${'server CPU'.padStart(10)} ${'ms/cert'.padStart(8)} ${'client CPU'.padStart(10)}`;
+    `${'storm'.padEnd(44)} ${'verified'.padStart(9)} ${'wall'.padStart(8)} ${'certs/s'.padStart(7)} ` +
+    `${'server CPU'.padStart(10)} ${'ms/cert'.padStart(8)} ${'client CPU'.padStart(10)}  key exchange`;
   const lines = [
     `join-storm: ${result.nodes} nodes, ${result.concurrency} requests in flight, HTTPS to a server in its own process ` +
       '(ms/cert: server CPU per verified certificate; client CPU: this process, clients and simulators)',
@@ -632,28 +742,46 @@ export function formatJoinStorm(result: JoinStormResult): string {
       `ratio  ${calls.toFixed(0)}x fewer DescribeInstances, ${(perNode.wallMs / batched.wallMs).toFixed(1)}x less wall time (per-node / batched)`,
     );
   }
+  const rounds = Math.max(1, ...result.plain.map((f) => f.round ?? 1));
   lines.push(
-    'plain issuance: insecure-always-approve vs cfssl serve over TLS, the same CSRs and CA',
+    `plain issuance: insecure-always-approve vs cfssl serve over TLS, the same CSRs and CA` +
+      (rounds > 1
+        ? `, ${rounds} rounds (both servers back to back per kind, alternating who goes first)`
+        : ''),
     ...(result.aws ? [] : [header]),
-    ...result.plain.map(row),
   );
-  if ('unavailable' in result.cfssl) lines.push(`cfssl: not measured — ${result.cfssl.unavailable}`);
-  else {
-    lines.push(...result.cfssl.storms.map(row));
-    const [ourKeepAlive, ourNew] = result.plain as [StormFigures, StormFigures];
-    const [theirKeepAlive, theirNew] = result.cfssl.storms as [StormFigures, StormFigures];
-    const ratio = (ours: StormFigures, theirs: StormFigures) =>
-      (certsPerSecond(ours) / certsPerSecond(theirs)).toFixed(2);
-    const cpuRatio = (theirs: StormFigures, ours: StormFigures) =>
-      (serverCpuMsPerCert(theirs) / serverCpuMsPerCert(ours)).toFixed(2);
-    lines.push(
-      `ratio  ours/cfssl certs/s: keep-alive ${ratio(ourKeepAlive, theirKeepAlive)}, ` +
-        `new connection per node ${ratio(ourNew, theirNew)} (target ≥ 1.0)`,
-      // The machine is shared with the clients, so CPU per certificate compares the servers alone.
-      `ratio  cfssl/ours server CPU per certificate: keep-alive ${cpuRatio(theirKeepAlive, ourKeepAlive)}, ` +
-        `new connection per node ${cpuRatio(theirNew, ourNew)} (1.0 = as cheap as cfssl)`,
-    );
+  if ('unavailable' in result.cfssl) {
+    lines.push(...result.plain.map(row), `cfssl: not measured — ${result.cfssl.unavailable}`);
+    return lines.join('\n');
   }
+  const cfssl = result.cfssl.storms;
+  lines.push(...[...result.plain, ...cfssl].sort((a, b) => (a.round ?? 0) - (b.round ?? 0)).map(row));
+  const ofKind = (storms: StormFigures[], kind: PlainKind) => storms.filter((f) => f.kind === kind);
+  // Each round's ratio pairs storms run back to back; the median of those resists a noisy round.
+  const pairs = (kind: PlainKind) => {
+    const theirs = ofKind(cfssl, kind);
+    return ofKind(result.plain, kind).flatMap((ours) => {
+      const match = theirs.find((f) => f.round === ours.round);
+      return match ? [{ ours, theirs: match }] : [];
+    });
+  };
+  const rate = (kind: PlainKind) =>
+    median(pairs(kind).map(({ ours, theirs }) => certsPerSecond(ours) / certsPerSecond(theirs))).toFixed(2);
+  const cpu = (kind: PlainKind) =>
+    median(
+      pairs(kind).map(({ ours, theirs }) => serverCpuMsPerCert(theirs) / serverCpuMsPerCert(ours)),
+    ).toFixed(2);
+  const ms = (kind: PlainKind) => median(ofKind(result.plain, kind).map(serverCpuMsPerCert));
+  const of = rounds > 1 ? `, median of ${rounds} rounds` : '';
+  lines.push(
+    `ratio  ours/cfssl certs/s: keep-alive ${rate('keep-alive')}, new connection per node ${rate('new-tls')} ` +
+      `(target ≥ 1.0${of})`,
+    // The machine is shared with the clients, so CPU per certificate compares the servers alone.
+    `ratio  cfssl/ours server CPU per certificate: keep-alive ${cpu('keep-alive')}, ` +
+      `new connection per node ${cpu('new-tls')} (1.0 = as cheap as cfssl${of})`,
+    `hybrid key exchange costs this server ${(ms('hybrid') - ms('new-tls')).toFixed(2)} ms more CPU per new ` +
+      `connection; cfssl ${result.cfssl.version} (Go 1.19) cannot negotiate it`,
+  );
   return lines.join('\n');
 }
 
@@ -664,6 +792,7 @@ if (import.meta.main) {
       concurrency: { type: 'string', default: '256' },
       serve: { type: 'boolean', default: false },
       'plain-only': { type: 'boolean', default: false },
+      rounds: { type: 'string', default: '3' },
     },
   });
   if (values.serve) await serveChild();
@@ -672,11 +801,14 @@ if (import.meta.main) {
     const concurrency = Number(values.concurrency);
     if (!Number.isInteger(nodes) || nodes < 1)
       throw new Error(`--nodes must be a positive integer, got ${values.nodes}`);
+    const rounds = Number(values.rounds);
+    if (!Number.isInteger(rounds) || rounds < 1)
+      throw new Error(`--rounds must be a positive integer, got ${values.rounds}`);
     if (!Number.isInteger(concurrency) || concurrency < 1) {
       throw new Error(`--concurrency must be a positive integer, got ${values.concurrency}`);
     }
     process.stdout.write(
-      `${formatJoinStorm(await runJoinStorm({ nodes, concurrency, plainOnly: values['plain-only'] }))}\n`,
+      `${formatJoinStorm(await runJoinStorm({ nodes, concurrency, rounds, plainOnly: values['plain-only'] }))}\n`,
     );
   }
 }

@@ -5,8 +5,9 @@
  * VERIFIED facts, so a CSR for another node's name or for addresses not verified is refused; a Ready
  * Node of that name is refused (409); and every decision goes to the audit trail.
  */
-import { InvalidInputError, KopsError } from '../errors.ts';
+import { InvalidInputError, KopsError, UnavailableError } from '../errors.ts';
 import { bundlePem } from '../pki/ca.ts';
+import { type CryptoPool, sharedCryptoPool } from '../pki/crypto-pool.ts';
 import { type ParsedCsr, parseCsrAsync, RequestRejectedError } from '../pki/csr.ts';
 import { type CertificateRequest, type ProfileName, validateDnsName } from '../pki/profiles.ts';
 import { parseAuthorization } from './authorization.ts';
@@ -49,9 +50,12 @@ function invalid(message: string): InvalidInputError {
 
 /**
  * Parses and checks the JSON body into a BootstrapRequest (400 for anything malformed); CSR
- * signatures are verified off the event loop.
+ * signatures are verified off the event loop, on `pool`'s threads.
  */
-export async function parseCertificatesRequest(input: CertificatesInput): Promise<BootstrapRequest> {
+export async function parseCertificatesRequest(
+  input: CertificatesInput,
+  pool: CryptoPool = sharedCryptoPool(),
+): Promise<BootstrapRequest> {
   const proof = parseAuthorization(input.authorization);
   let json: unknown;
   try {
@@ -79,9 +83,11 @@ export async function parseCertificatesRequest(input: CertificatesInput): Promis
     }
     if (typeof pem !== 'string') throw invalid(`certificateSigningRequests.${profile} must be a PEM string`);
     try {
-      certificates[profile as ProfileName] = await parseCsrAsync(pem);
+      certificates[profile as ProfileName] = await parseCsrAsync(pem, pool);
     } catch (err) {
-      // Whatever the parser throws, the cause is the input: it is answered as malformed, never as a 5xx.
+      // A crypto thread that stopped is the server's fault: 503, and the node asks again.
+      if (err instanceof UnavailableError) throw err;
+      // Whatever else the parser throws, the cause is the input: it is answered as malformed, never as a 5xx.
       const details = err instanceof KopsError ? err.details : { reason: 'malformed' };
       throw new InvalidInputError(`${profile}: ${(err as Error).message}`, { cause: err, details });
     }

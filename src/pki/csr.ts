@@ -4,7 +4,8 @@
  * requested extensions checked against this CA's policy. Each rejection names its reason.
  */
 import { type KeyObject, verify } from 'node:crypto';
-import { KopsError } from '../errors.ts';
+import { InvalidInputError, KopsError } from '../errors.ts';
+import { type CryptoPool, sharedCryptoPool } from './crypto-pool.ts';
 import {
   bytesOf,
   childrenOf,
@@ -153,11 +154,11 @@ function checkRequestedExtensions(extensions: ParsedExtensions): void {
 /** A request whose structure, key and extensions passed, with its signature still to verify. */
 interface InspectedCsr {
   csr: ParsedCsr;
-  /** What the proof-of-possession check verifies: `signature` over `info` with `publicKey`. */
-  proof: { hash: string | null; info: Buffer; publicKey: KeyObject; signature: Buffer };
+  /** What the proof-of-possession check verifies: `signature` over `info` with the request's key. */
+  proof: { hash: string | null; info: Buffer; signature: Buffer };
 }
 
-/** Every check of {@link parseCsr} but the signature, which is then verified synchronously or not. */
+/** Every check of {@link parseCsr} but decoding the key and verifying the signature, done next in or off the event loop. */
 function inspectCsr(input: string | Buffer): InspectedCsr {
   const size = typeof input === 'string' ? Buffer.byteLength(input) : input.length;
   if (size > maxCsrBytes) {
@@ -206,18 +207,6 @@ function inspectCsr(input: string | Buffer): InspectedCsr {
       `signature algorithm ${algorithm.name} does not match the ${key.text} key`,
     );
   }
-  let publicKey: KeyObject;
-  try {
-    publicKey = publicKeyFromSpki(structure.spki);
-  } catch (err) {
-    throw new RequestRejectedError(
-      'key',
-      `the request's public key is unreadable: ${(err as Error).message}`,
-      {
-        cause: err,
-      },
-    );
-  }
   // Extensions are checked before the signature, the costliest check, as the key policy is.
   checkRequestedExtensions(structure.extensions);
   return {
@@ -230,8 +219,18 @@ function inspectCsr(input: string | Buffer): InspectedCsr {
       signatureAlgorithm: algorithm.name,
       extensions: structure.extensions,
     },
-    proof: { hash: algorithm.hash, info: structure.info, publicKey, signature: structure.signature },
+    proof: { hash: algorithm.hash, info: structure.info, signature: structure.signature },
   };
+}
+
+function unreadableKey(err: unknown): RequestRejectedError {
+  return new RequestRejectedError(
+    'key',
+    `the request's public key is unreadable: ${(err as Error).message}`,
+    {
+      cause: err,
+    },
+  );
 }
 
 function badSignature(): RequestRejectedError {
@@ -248,9 +247,15 @@ function badSignature(): RequestRejectedError {
  */
 export function parseCsr(input: string | Buffer): ParsedCsr {
   const { csr, proof } = inspectCsr(input);
+  let publicKey: KeyObject;
+  try {
+    publicKey = publicKeyFromSpki(csr.spki);
+  } catch (err) {
+    throw unreadableKey(err);
+  }
   let valid = false;
   try {
-    valid = verify(proof.hash, proof.info, proof.publicKey, proof.signature);
+    valid = verify(proof.hash, proof.info, publicKey, proof.signature);
   } catch {
     valid = false;
   }
@@ -259,15 +264,22 @@ export function parseCsr(input: string | Buffer): ParsedCsr {
 }
 
 /**
- * {@link parseCsr} with the signature verified on libuv's thread pool: the same checks and
- * rejections, but the event loop spends about a tenth of the verification's CPU time, so a server
- * keeps answering while other cores verify.
+ * {@link parseCsr} with the key decoded and the signature verified on the crypto pool's threads
+ * (crypto-pool.ts): the same checks and rejections, but the event loop only parses the structure,
+ * so a server keeps answering while other cores verify.
  */
-export async function parseCsrAsync(input: string | Buffer): Promise<ParsedCsr> {
+export async function parseCsrAsync(
+  input: string | Buffer,
+  pool: CryptoPool = sharedCryptoPool(),
+): Promise<ParsedCsr> {
   const { csr, proof } = inspectCsr(input);
-  const valid = await new Promise<boolean>((resolve) =>
-    verify(proof.hash, proof.info, proof.publicKey, proof.signature, (err, ok) => resolve(!err && ok)),
-  );
+  let valid: boolean;
+  try {
+    valid = await pool.verify(proof.hash, proof.info, csr.spki, proof.signature);
+  } catch (err) {
+    if (err instanceof InvalidInputError) throw unreadableKey(err);
+    throw err;
+  }
   if (!valid) throw badSignature();
   return csr;
 }

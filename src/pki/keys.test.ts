@@ -9,7 +9,9 @@ import {
   keyPolicyViolation,
   parsePrivateKeyPem,
   privateKeyPem,
+  publicKeyFromSpki,
   signatureSchemeFor,
+  spkiOf,
 } from './keys.ts';
 
 test('private keys are written in the forms kops and openssl write: PKCS#1 for RSA, SEC 1 for ECDSA', () => {
@@ -69,4 +71,24 @@ test('CA keys sign with a hash sized to the key', () => {
     () => signatureSchemeFor(generateKeyPairSync('ed25519').privateKey),
     /cannot sign certificates/,
   );
+});
+
+test('a DER SubjectPublicKeyInfo reads back as the same key, and garbage is refused with the reason', () => {
+  const keys = [
+    generateKey('rsa-2048'),
+    generateKey('ecdsa-p256'),
+    generateKey('ecdsa-p384'),
+    generateKeyPairSync('ed25519').privateKey,
+  ];
+  for (const key of keys) {
+    const spki = spkiOf(key);
+    assert.deepEqual(publicKeyFromSpki(spki).export({ format: 'der', type: 'spki' }), spki);
+  }
+  const spki = spkiOf(generateKey('ecdsa-p256'));
+  for (const bad of [Buffer.alloc(0), spki.subarray(0, spki.length - 1), Buffer.from('not a key')]) {
+    assert.throws(
+      () => publicKeyFromSpki(bad),
+      (err) => err instanceof InvalidInputError && /unreadable public key/.test(err.message),
+    );
+  }
 });

@@ -465,7 +465,7 @@ export function issueCertificate(
   return prepared.finish(sign(ca.signer.scheme.hash, prepared.tbs, ca.signer.key));
 }
 
-/** {@link issueCertificate} with the signature made on libuv's thread pool (see {@link signAsync}). */
+/** {@link issueCertificate} with the signature made on the crypto pool's thread (see {@link signAsync}). */
 export async function issueCertificateAsync(
   ca: CertificateAuthority,
   profileName: ProfileName,

@@ -5,6 +5,7 @@
  */
 import { type KeyObject, sign } from 'node:crypto';
 import { InvalidInputError } from '../errors.ts';
+import { type CryptoPool, sharedCryptoPool } from './crypto-pool.ts';
 import {
   bitString,
   boolean,
@@ -340,13 +341,17 @@ export function signCertificate(
 }
 
 /**
- * Signs on libuv's thread pool: the event loop spends a fraction of the signature's CPU time, so a
- * server issuing many certificates uses every core. Resolves with the signature.
+ * Signs on the crypto pool's threads (crypto-pool.ts): the event loop spends a fraction of the
+ * signature's CPU time, so a server issuing many certificates uses every core. Resolves with the
+ * signature.
  */
-export function signAsync(scheme: SignatureScheme, data: Buffer, key: KeyObject): Promise<Buffer> {
-  return new Promise((resolve, reject) =>
-    sign(scheme.hash, data, key, (err, signature) => (err ? reject(err) : resolve(signature))),
-  );
+export function signAsync(
+  scheme: SignatureScheme,
+  data: Buffer,
+  key: KeyObject,
+  pool: CryptoPool = sharedCryptoPool(),
+): Promise<Buffer> {
+  return pool.sign(scheme.hash, data, key);
 }
 
 /** A certificate, decoded. */
