@@ -5,10 +5,11 @@
  * instance group has an Auto Scaling group with running instances, and every instance a registered,
  * Ready Node with a few pods, exactly as a freshly created kops cluster would look.
  */
-import { writeFile } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { OAuth2Client } from 'google-auth-library';
 import type { CloudOverrides } from '../cloud/from-config.ts';
+import { computeEndpointVariable } from '../cloud/gce/provider.ts';
 import { simulatorAuth } from '../cloud/gce/testing.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { seedClusterStore } from '../statestore/cluster-store.ts';
@@ -388,8 +389,18 @@ export async function startGceDevCluster(options: DevClusterOptions): Promise<Gc
       '    gce:',
       `      projectID: ${project}`,
     ]);
+    const metadataHost = new URL(gce.metadataUri).host;
+    // Everything Google's libraries would otherwise reach for on the internet points at the
+    // simulators: credentials come from the simulated metadata server (as on a GCE VM), and the
+    // developer's own gcloud credentials are kept out of it.
+    const gcloudConfig = join(options.stateDir, 'gcloud');
+    await mkdir(gcloudConfig, { recursive: true, mode: 0o700 });
     const env: Record<string, string> = {
       STORAGE_EMULATOR_HOST: gcs.endpoint,
+      [computeEndpointVariable]: gce.endpoint,
+      GCE_METADATA_HOST: metadataHost,
+      CLOUDSDK_CONFIG: gcloudConfig,
+      GOOGLE_APPLICATION_CREDENTIALS: '',
       GCP_PROJECT: project,
       KUBECONFIG: api.kubeconfigPath,
     };

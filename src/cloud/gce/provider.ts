@@ -6,12 +6,15 @@ import { GceCloudGroups } from './cloud-groups.ts';
 import { ComputeClient, defaultAuthClient } from './compute.ts';
 import { GceNodeIdentifier } from './node-identifier.ts';
 
+/** The environment variable that replaces the compute endpoint, as it does for gcloud. */
+export const computeEndpointVariable = 'CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE';
+
 /** What the controller needs to know to talk to GCE. */
 export interface GceProviderOptions {
   /** The cluster's project (`server.provider.gce.projectID`, or `GCP_PROJECT`). */
   project: string | undefined;
   clusterName: string;
-  /** The compute endpoint; the simulator's in tests and `dev`. */
+  /** The compute endpoint; default `CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE`, then Google's. */
   endpoint?: string;
   /** Credentials; defaults to Application Default Credentials (the VM's service account on GCE). */
   auth?: Pick<AuthClient, 'request'>;
@@ -32,10 +35,12 @@ export async function createGceProvider(options: GceProviderOptions): Promise<Gc
     throw new ConfigError('the GCE project is unknown: set server.provider.gce.projectID or GCP_PROJECT');
   }
   const logger = options.logger ?? silentLogger;
+  // gcloud's own override variable: the same setting points both at a private endpoint or a simulator.
+  const endpoint = options.endpoint ?? (process.env[computeEndpointVariable] || undefined);
   const compute = new ComputeClient({
     project,
     auth: options.auth ?? (await defaultAuthClient()),
-    ...(options.endpoint ? { endpoint: options.endpoint } : {}),
+    ...(endpoint ? { endpoint } : {}),
     logger,
   });
   return {

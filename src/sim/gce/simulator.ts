@@ -328,6 +328,40 @@ export async function startGceSimulator(options: GceSimulatorOptions = {}): Prom
       handle: (_params, _q, _req, res) => sendJson(res, 200, issuer.jwks()),
     },
     {
+      // What gcp-metadata asks to tell whether it runs on GCE (GCE_METADATA_HOST points it here).
+      method: 'GET',
+      pattern: /^\/computeMetadata\/v1\/instance\/?$/,
+      operation: 'metadata.instance',
+      auth: 'metadata',
+      handle: (_params, _q, _req, res) => {
+        res.writeHead(200, { 'content-type': 'application/text', 'metadata-flavor': 'Google' });
+        res.end('attributes/\nhostname\nid\nservice-accounts/\nzone\n');
+      },
+    },
+    {
+      // The VM's service-account token, which Application Default Credentials use on GCE.
+      method: 'GET',
+      pattern: /^\/computeMetadata\/v1\/instance\/service-accounts\/default\/token$/,
+      operation: 'metadata.token',
+      auth: 'metadata',
+      handle: (_params, _q, _req, res) => {
+        const token = `ya29.sim-${randomBytes(18).toString('base64url')}`;
+        accessTokens.add(token);
+        res.writeHead(200, { 'content-type': 'application/json', 'metadata-flavor': 'Google' });
+        res.end(JSON.stringify({ access_token: token, expires_in: 3599, token_type: 'Bearer' }));
+      },
+    },
+    {
+      method: 'GET',
+      pattern: /^\/computeMetadata\/v1\/universe\/universe-domain$/,
+      operation: 'metadata.universe',
+      auth: 'metadata',
+      handle: (_params, _q, _req, res) => {
+        res.writeHead(200, { 'content-type': 'application/text', 'metadata-flavor': 'Google' });
+        res.end('googleapis.com');
+      },
+    },
+    {
       method: 'GET',
       pattern: /^\/computeMetadata\/v1\/instance\/service-accounts\/default\/identity$/,
       operation: 'identity',
