@@ -85,6 +85,19 @@ test('a thread that dies fails its jobs as unavailable (no hang), and so does th
   }
 });
 
+test('a thread that cannot start fails the jobs as unavailable instead of crashing the process', async () => {
+  const unstartable = new CryptoPool({ threads: 1, workerUrl: new URL('http://127.0.0.1:9/worker.js') });
+  try {
+    const { data, spki, signature } = signed(generateKey('ecdsa-p256'), 'x');
+    await assert.rejects(
+      unstartable.verify('sha256', data, spki, signature),
+      (err) => err instanceof UnavailableError && /cannot start a crypto thread/.test(err.message),
+    );
+  } finally {
+    await unstartable.close();
+  }
+});
+
 test('a closed pool fails pending and new jobs as unavailable', async () => {
   const closing = new CryptoPool({ threads: 1 });
   const { data, spki, signature } = signed(generateKey('ecdsa-p256'), 'x');

@@ -130,7 +130,18 @@ export class CryptoPool {
     this.#scheduled = false;
     const jobs = this.#pending.splice(0);
     if (jobs.length === 0) return;
-    while (this.#live.length < this.#threads) this.#live.push(this.#spawn());
+    try {
+      while (this.#live.length < this.#threads) this.#live.push(this.#spawn());
+    } catch (err) {
+      // A thread that cannot even start (no memory, a bad module): the jobs fail, the process lives.
+      if (this.#live.length === 0) {
+        const failed = new UnavailableError(`cannot start a crypto thread: ${(err as Error).message}`, {
+          cause: err,
+        });
+        for (const job of jobs) job.reject(failed);
+        return;
+      }
+    }
     // Even shares, the largest to the least busy threads; a small batch goes whole to one thread,
     // since every message costs a wake-up of its thread.
     const threads = [...this.#live].sort((a, b) => a.outstanding - b.outstanding);
