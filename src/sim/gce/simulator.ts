@@ -141,6 +141,20 @@ type Route = {
   ) => Promise<void> | void;
 };
 
+/** A metadata-server path answering fixed text, with the header the real one sends. */
+function metadataText(pattern: RegExp, operation: string, text: string): Route {
+  return {
+    method: 'GET',
+    pattern,
+    operation,
+    auth: 'metadata',
+    handle: (_params, _q, _req, res) => {
+      res.writeHead(200, { 'content-type': 'application/text', 'metadata-flavor': 'Google' });
+      res.end(text);
+    },
+  };
+}
+
 /** Starts the simulator on 127.0.0.1 and an ephemeral port. */
 export async function startGceSimulator(options: GceSimulatorOptions = {}): Promise<GceSimulator> {
   const world = new GceWorld(options.project ?? 'sim-project');
@@ -327,17 +341,12 @@ export async function startGceSimulator(options: GceSimulatorOptions = {}): Prom
       auth: 'none',
       handle: (_params, _q, _req, res) => sendJson(res, 200, issuer.jwks()),
     },
-    {
-      // What gcp-metadata asks to tell whether it runs on GCE (GCE_METADATA_HOST points it here).
-      method: 'GET',
-      pattern: /^\/computeMetadata\/v1\/instance\/?$/,
-      operation: 'metadata.instance',
-      auth: 'metadata',
-      handle: (_params, _q, _req, res) => {
-        res.writeHead(200, { 'content-type': 'application/text', 'metadata-flavor': 'Google' });
-        res.end('attributes/\nhostname\nid\nservice-accounts/\nzone\n');
-      },
-    },
+    // What gcp-metadata asks to tell whether it runs on GCE (GCE_METADATA_HOST points it here).
+    metadataText(
+      /^\/computeMetadata\/v1\/instance\/?$/,
+      'metadata.instance',
+      'attributes/\nhostname\nid\nservice-accounts/\nzone\n',
+    ),
     {
       // The VM's service-account token, which Application Default Credentials use on GCE.
       method: 'GET',
@@ -351,16 +360,7 @@ export async function startGceSimulator(options: GceSimulatorOptions = {}): Prom
         res.end(JSON.stringify({ access_token: token, expires_in: 3599, token_type: 'Bearer' }));
       },
     },
-    {
-      method: 'GET',
-      pattern: /^\/computeMetadata\/v1\/universe\/universe-domain$/,
-      operation: 'metadata.universe',
-      auth: 'metadata',
-      handle: (_params, _q, _req, res) => {
-        res.writeHead(200, { 'content-type': 'application/text', 'metadata-flavor': 'Google' });
-        res.end('googleapis.com');
-      },
-    },
+    metadataText(/^\/computeMetadata\/v1\/universe\/universe-domain$/, 'metadata.universe', 'googleapis.com'),
     {
       method: 'GET',
       pattern: /^\/computeMetadata\/v1\/instance\/service-accounts\/default\/identity$/,
