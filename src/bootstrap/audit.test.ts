@@ -15,6 +15,7 @@ const record: AuditRecord = {
   verdict: 'deny',
   decidedBy: 'bootstrap-token',
   reasons: [`bad token abcdef.${secret}`],
+  detail: [`token abcdef.${secret}: expired`],
   evidence: { tokenId: 'abcdef', note: `abcdef.${secret}` },
 };
 
@@ -22,6 +23,7 @@ test('redaction keeps the token id and drops the secret everywhere', () => {
   const safe = redactAuditRecord(record);
   assert.deepEqual(safe.reasons, ['bad token abcdef.[redacted]']);
   assert.deepEqual(safe.evidence, { tokenId: 'abcdef', note: 'abcdef.[redacted]' });
+  assert.deepEqual(safe.detail, ['token abcdef.[redacted]: expired']);
   assert.ok(!JSON.stringify(safe).includes(secret));
   assert.equal(record.reasons[0], `bad token abcdef.${secret}`, 'the input is not changed');
   assert.equal(redactTokens('node-1'), 'node-1');

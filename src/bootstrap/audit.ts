@@ -24,6 +24,7 @@ export function redactAuditRecord(record: AuditRecord): AuditRecord {
   return {
     ...record,
     reasons: record.reasons.map(redactTokens),
+    ...(record.detail === undefined ? {} : { detail: record.detail.map(redactTokens) }),
     ...(record.claimedNodeName === undefined
       ? {}
       : { claimedNodeName: redactTokens(record.claimedNodeName) }),

@@ -8,7 +8,7 @@ import type { CertificateAuthority } from '../pki/ca.ts';
 import type { IssueOptions } from '../pki/profiles.ts';
 import type { NodeReader } from './node-guard.ts';
 import type { CsrQueue } from './queue.ts';
-import type { AuditRecord, BootstrapPolicy } from './types.ts';
+import type { AuditRecord, BootstrapPolicy, PolicyDecision } from './types.ts';
 
 /** Receives one audit record per decision; the audit module (src/bootstrap/audit.ts) provides one. */
 export type AuditSink = (record: AuditRecord) => void;
@@ -43,6 +43,11 @@ export interface BootstrapContext {
 /** A fresh request id: 128 random bits, hex. */
 export function newRequestId(): string {
   return randomBytes(16).toString('hex');
+}
+
+/** The operator-only detail of a denial, as audit record fields (none for other verdicts). */
+export function auditDetailOf(decision: PolicyDecision): { detail?: string[] } {
+  return decision.verdict === 'deny' && decision.auditDetail ? { detail: decision.auditDetail } : {};
 }
 
 /** Records a decision in the audit trail and the metrics. */

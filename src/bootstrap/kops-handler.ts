@@ -20,7 +20,7 @@ import {
 } from '../pki/profiles.ts';
 import { parseAuthorization } from './authorization.ts';
 import { evaluateChain } from './chain.ts';
-import { type BootstrapContext, newRequestId, report } from './context.ts';
+import { auditDetailOf, type BootstrapContext, newRequestId, report } from './context.ts';
 import { identityOf, issueForFacts, pemsOf, serialsOf } from './issue.ts';
 import type { Answer, CertificatesInput } from './native-handler.ts';
 import { assertNodeNotRegistered } from './node-guard.ts';
@@ -167,7 +167,7 @@ export async function kopsBootstrap(
             ...decision.reasons,
           ]
         : decision.reasons;
-    audit({ decidedBy, verdict: 'deny', reasons });
+    audit({ decidedBy, verdict: 'deny', reasons, ...auditDetailOf(decision) });
     context.logger.info({ requestId: request.id, decidedBy, reasons }, 'kops bootstrap: token not verified');
     return text(403, 'failed to verify token');
   }

@@ -1,16 +1,20 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { httpStatusOf, InvalidInputError, UnavailableError } from '../errors.ts';
+import { silentLogger } from '../log.ts';
+import { createCa } from '../pki/ca.ts';
 import { CryptoPool } from '../pki/crypto-pool.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey } from '../pki/keys.ts';
-import { nativeApiVersion, parseCertificatesRequest } from './native-handler.ts';
+import { nativeApiVersion, parseCertificatesRequest, submitCertificates } from './native-handler.ts';
+import { bootstrapTokenPolicy } from './policies/bootstrap-token.ts';
+import type { AuditRecord } from './types.ts';
 
-function input(kubelet: string) {
+function input(kubelet: string, authorization?: string) {
   const body = JSON.stringify({ apiVersion: nativeApiVersion, certificateSigningRequests: { kubelet } });
   return {
     body: Buffer.from(body),
-    authorization: undefined,
+    authorization,
     remoteAddress: '127.0.0.1',
     receivedAt: new Date(),
   };
@@ -53,4 +57,30 @@ test('with working threads the same request parses, and an altered one is a 400'
   } finally {
     await pool.close();
   }
+});
+
+test('a refused bootstrap token: the node hears one vague reason, the audit trail gets the precise one', async () => {
+  const audit: AuditRecord[] = [];
+  const context = {
+    ca: createCa(),
+    policies: [
+      bootstrapTokenPolicy({
+        validator: { validate: async () => ({ rejected: 'bootstrap token abcdef: expired' }) },
+      }),
+    ],
+    readNode: async () => undefined,
+    apiServer: 'https://api.internal.example.com',
+    audit: (record: AuditRecord) => audit.push(record),
+    logger: silentLogger,
+  };
+  const answer = await submitCertificates(context, input(csr, 'Bearer abcdef.0123456789abcdef'));
+  assert.equal(answer.status, 403);
+  const said = JSON.stringify(answer.body);
+  assert.match(said, /bootstrap token abcdef is unknown, expired or its secret is wrong/);
+  assert.doesNotMatch(said, /: expired/);
+  const record = audit.at(-1) as AuditRecord;
+  assert.equal(record.verdict, 'deny');
+  assert.equal(record.decidedBy, 'bootstrap-token');
+  assert.deepEqual(record.detail, ['bootstrap token abcdef: expired']);
+  assert.doesNotMatch(JSON.stringify(record), /0123456789abcdef/, 'the secret is never recorded');
 });

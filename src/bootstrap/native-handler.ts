@@ -12,7 +12,7 @@ import { type ParsedCsr, parseCsrAsync, RequestRejectedError } from '../pki/csr.
 import { type CertificateRequest, type ProfileName, validateDnsName } from '../pki/profiles.ts';
 import { parseAuthorization } from './authorization.ts';
 import { evaluateChain } from './chain.ts';
-import { type BootstrapContext, newRequestId, report } from './context.ts';
+import { auditDetailOf, type BootstrapContext, newRequestId, report } from './context.ts';
 import { issueForFacts, pemsOf, serialsOf } from './issue.ts';
 import { assertNodeNotRegistered } from './node-guard.ts';
 import type { QueueState } from './queue.ts';
@@ -270,7 +270,13 @@ export async function submitCertificates(
       return answerOfQueueState(context, state);
     }
     default:
-      report(context, { ...auditOf(request, now()), decidedBy, verdict: 'deny', reasons: decision.reasons });
+      report(context, {
+        ...auditOf(request, now()),
+        decidedBy,
+        verdict: 'deny',
+        reasons: decision.reasons,
+        ...auditDetailOf(decision),
+      });
       return denied(decision.reasons);
   }
 }

@@ -175,24 +175,32 @@ describe('validation against a source', () => {
     });
   });
 
-  test('each reason to refuse', async () => {
-    assert.equal(await valid([secretWith({})], 'abcdef.0123456789abcdee'), undefined, 'wrong secret');
-    assert.equal(await valid([secretWith({})], 'abcdeg.0123456789abcdef'), undefined, 'unknown id');
-    assert.equal(await valid([secretWith({})], 'not a token'), undefined, 'malformed');
-    assert.equal(
+  test('each reason to refuse, precise for the audit trail and never carrying the secret', async () => {
+    const refused = (rejected: string) => ({ rejected });
+    assert.deepEqual(
+      await valid([secretWith({})], 'abcdef.0123456789abcdee'),
+      refused('bootstrap token abcdef: wrong secret'),
+    );
+    assert.deepEqual(
+      await valid([secretWith({})], 'abcdeg.0123456789abcdef'),
+      refused('bootstrap token abcdeg: no such token'),
+    );
+    assert.deepEqual(await valid([secretWith({})], 'not a token'), refused('malformed token'));
+    assert.deepEqual(
       await valid([secretWith({})], undefined, new Date('2026-01-02T00:00:00Z')),
-      undefined,
-      'expired',
+      refused('bootstrap token abcdef: expired'),
     );
-    assert.equal(
+    assert.deepEqual(
       await valid([secretWith({ 'usage-bootstrap-authentication': undefined })]),
-      undefined,
-      'usage',
+      refused('bootstrap token abcdef: not usable for authentication'),
     );
-    assert.equal(await valid([secretWith({ 'auth-extra-groups': 'system:masters' })]), undefined, 'groups');
+    assert.deepEqual(
+      await valid([secretWith({ 'auth-extra-groups': 'system:masters' })]),
+      refused('bootstrap token abcdef: invalid extra groups'),
+    );
     const deleting = secretWith({});
     deleting.metadata = { ...deleting.metadata, deletionTimestamp: now };
-    assert.equal(await valid([deleting]), undefined, 'being deleted');
+    assert.deepEqual(await valid([deleting]), refused('bootstrap token abcdef: being deleted'));
   });
 });
 
@@ -284,12 +292,19 @@ describe('against the simulated apiserver', () => {
     const signingOnly = await create({ now: new Date(), usages: ['signing'] });
     const expired = await create({ now: new Date(Date.now() - 2 * 3_600_000), ttlMs: 3_600_000 });
     const t = (x: { id: string; secret: string }) => `${x.id}.${x.secret}`;
-    assert.equal((await validator.validate(t(good), new Date()))?.id, good.id);
-    assert.equal(await validator.validate(`${good.id}.${'0'.repeat(16)}`, new Date()), undefined);
-    assert.equal(await validator.validate(t(signingOnly), new Date()), undefined);
-    assert.equal(await validator.validate(t(expired), new Date()), undefined);
+    const outcome = async (token: string) => {
+      const result = await validator.validate(token, new Date());
+      return 'rejected' in result ? result.rejected : result.id;
+    };
+    assert.equal(await outcome(t(good)), good.id);
+    assert.equal(await outcome(`${good.id}.${'0'.repeat(16)}`), `bootstrap token ${good.id}: wrong secret`);
+    assert.equal(
+      await outcome(t(signingOnly)),
+      `bootstrap token ${signingOnly.id}: not usable for authentication`,
+    );
+    assert.equal(await outcome(t(expired)), `bootstrap token ${expired.id}: expired`);
     await core.deleteNamespacedSecret({ name: `bootstrap-token-${good.id}`, namespace: 'kube-system' });
-    assert.equal(await validator.validate(t(good), new Date()), undefined);
+    assert.equal(await outcome(t(good)), `bootstrap token ${good.id}: no such token`);
   });
 
   test('the validator reads through an informer cache and sees deletions', async () => {
@@ -303,10 +318,14 @@ describe('against the simulated apiserver', () => {
       const removed = new Promise<void>((resolve) => informer.addHandlers({ delete: () => resolve() }));
       while (!informer.get(`kube-system/bootstrap-token-${token.id}`))
         await new Promise((r) => setTimeout(r, 5));
-      assert.equal((await validator.validate(presented, new Date()))?.id, token.id);
+      const accepted = await validator.validate(presented, new Date());
+      assert.ok(!('rejected' in accepted), JSON.stringify(accepted));
+      assert.equal(accepted.id, token.id);
       await core.deleteNamespacedSecret({ name: `bootstrap-token-${token.id}`, namespace: 'kube-system' });
       await removed;
-      assert.equal(await validator.validate(presented, new Date()), undefined);
+      assert.deepEqual(await validator.validate(presented, new Date()), {
+        rejected: `bootstrap token ${token.id}: no such token`,
+      });
     } finally {
       await informer.stop();
     }

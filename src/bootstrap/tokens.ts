@@ -13,7 +13,7 @@ import { type Clock, systemClock } from '../kube/clock.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
-import type { BootstrapTokenInfo, BootstrapTokenValidator } from './types.ts';
+import type { BootstrapTokenInfo, BootstrapTokenRejection, BootstrapTokenValidator } from './types.ts';
 
 /** The namespace bootstrap token Secrets live in. */
 export const tokenNamespace = 'kube-system';
@@ -295,9 +295,9 @@ export class TokenValidator implements BootstrapTokenValidator {
     this.#logger = logger;
   }
 
-  async validate(token: string, now: Date): Promise<BootstrapTokenInfo | undefined> {
+  async validate(token: string, now: Date): Promise<BootstrapTokenInfo | BootstrapTokenRejection> {
     const presented = parseToken(token);
-    if (!presented) return undefined;
+    if (!presented) return { rejected: 'malformed token' };
     const secret = await this.#source.get(presented.id);
     const stored = secret ? storedTokenOf(secret) : undefined;
     // Compare even when nothing is stored, so the comparison itself does not tell the two cases apart.
@@ -317,7 +317,7 @@ export class TokenValidator implements BootstrapTokenValidator {
                 : undefined;
     if (reason || !stored) {
       this.#logger.debug({ tokenId: presented.id, reason }, 'bootstrap token rejected');
-      return undefined;
+      return { rejected: `bootstrap token ${presented.id}: ${reason ?? 'no such token'}` };
     }
     return tokenInfoOf(stored);
   }

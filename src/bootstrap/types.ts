@@ -53,7 +53,12 @@ export interface NodeFacts {
 /** A policy's verdict on one request. */
 export type PolicyDecision =
   | { verdict: 'approve'; facts: NodeFacts; reasons: string[] }
-  | { verdict: 'deny'; reasons: string[] }
+  | {
+      verdict: 'deny';
+      reasons: string[];
+      /** For the operator only: written to the audit trail, never sent to the node. */
+      auditDetail?: string[];
+    }
   /** Hold the request for a human (the `queue` policy); `facts` are what was verified so far. */
   | { verdict: 'queue'; facts?: NodeFacts; reasons: string[] }
   | { verdict: 'abstain'; reasons: string[] };
@@ -87,9 +92,20 @@ export interface BootstrapTokenInfo {
   extraGroups: string[];
 }
 
-/** Validates a presented bootstrap token against the stored ones, in constant time; undefined when invalid. */
+/**
+ * Why a presented bootstrap token was refused, for the audit trail only: the node is told one vague
+ * reason, so that it cannot probe which tokens exist.
+ */
+export interface BootstrapTokenRejection {
+  rejected: string;
+}
+
+/**
+ * Validates a presented bootstrap token against the stored ones, in constant time. Undefined or a
+ * rejection when invalid.
+ */
 export interface BootstrapTokenValidator {
-  validate(token: string, now: Date): Promise<BootstrapTokenInfo | undefined>;
+  validate(token: string, now: Date): Promise<BootstrapTokenInfo | BootstrapTokenRejection | undefined>;
 }
 
 /** One record of the audit trail: who asked, what, which policy decided, why, and what was issued. */
@@ -102,6 +118,8 @@ export interface AuditRecord {
   verdict: PolicyDecision['verdict'] | 'error';
   decidedBy?: string;
   reasons: string[];
+  /** What the deciding policy told only the operator (e.g. why a bootstrap token was refused). */
+  detail?: string[];
   nodeName?: string;
   instanceGroup?: string;
   evidence?: Record<string, string>;

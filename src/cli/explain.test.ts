@@ -117,6 +117,11 @@ test('explain --token checks a bootstrap token against the cluster', async () =>
     assert.equal(good.decision.verdict, 'approve');
     const bad = JSON.parse(await explain(...args, '--token', `${token.id}.0000000000000000`));
     assert.equal(bad.decision.verdict, 'deny');
+    // The operator sees why, which the node itself is never told.
+    assert.deepEqual(bad.decision.reasons, [
+      `bootstrap token ${token.id} is unknown, expired or its secret is wrong`,
+      `detail: bootstrap token ${token.id}: wrong secret`,
+    ]);
     assert.ok(!JSON.stringify(bad).includes('0000000000000000'));
   } finally {
     await api.close();

@@ -9,7 +9,7 @@ import { readFile, stat } from 'node:fs/promises';
 import { Command, Option } from 'commander';
 import { parseAuthorization } from '../bootstrap/authorization.ts';
 import { evaluateChain } from '../bootstrap/chain.ts';
-import { newRequestId } from '../bootstrap/context.ts';
+import { auditDetailOf, newRequestId } from '../bootstrap/context.ts';
 import { kopsApiVersion } from '../bootstrap/kops-handler.ts';
 import {
   type CertificatesInput,
@@ -135,7 +135,8 @@ export function explainRows(chain: ChainDecision): { rows: ExplainRow[]; decisio
       decides,
       ...(facts ? { node: facts.nodeName } : {}),
       ...(facts?.instanceGroup ? { instanceGroup: facts.instanceGroup } : {}),
-      reasons: decision.reasons,
+      // The operator runs explain, so the detail a node is never told is shown too.
+      reasons: [...decision.reasons, ...(auditDetailOf(decision).detail ?? []).map((d) => `detail: ${d}`)],
     };
   };
   return {

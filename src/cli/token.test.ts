@@ -34,6 +34,7 @@ describe('kops-controller token', () => {
     const printed = (await token('create', '--description', 'workers')).trim();
     assert.match(printed, /^[a-z0-9]{6}\.[a-z0-9]{16}$/);
     const info = await new TokenValidator(apiTokenSource(core)).validate(printed, new Date());
+    assert.ok(!('rejected' in info), JSON.stringify(info));
     assert.equal(info?.description, 'workers');
     assert.deepEqual(info?.usages, { authentication: true, signing: true });
     const ttlMs = (info?.expires?.getTime() ?? 0) - Date.now();
@@ -56,7 +57,9 @@ describe('kops-controller token', () => {
     assert.deepEqual(json.usages, ['signing']);
     assert.deepEqual(json.groups, ['system:bootstrappers:kops:nodes']);
     assert.match(json.expires, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
-    assert.equal(await new TokenValidator(apiTokenSource(core)).validate(json.token, new Date()), undefined);
+    assert.deepEqual(await new TokenValidator(apiTokenSource(core)).validate(json.token, new Date()), {
+      rejected: `bootstrap token ${json.id}: not usable for authentication`,
+    });
   });
 
   test('list shows id, expiry, usages and description, never the secret', async () => {

@@ -8,7 +8,7 @@
  * claim with `nodeNamePattern`. The token id (never the secret) is recorded as evidence.
  */
 import { validateDnsName } from '../../pki/profiles.ts';
-import type { BootstrapPolicy, BootstrapTokenValidator } from '../types.ts';
+import type { BootstrapPolicy, BootstrapTokenValidator, PolicyDecision } from '../types.ts';
 
 /** Options of the `bootstrap-token` policy. */
 export interface BootstrapTokenPolicyOptions {
@@ -25,21 +25,29 @@ export function bootstrapTokenId(token: string): string | undefined {
 
 /**
  * Checks a presented token: well-formed, known, unexpired, right secret, and allowed for
- * authentication. Returns its id, or the reason it is refused (never containing the secret).
+ * authentication. Returns its id, or the denial: one vague reason for the node and, for the audit
+ * trail, the validator's precise one (neither ever contains the secret).
  */
 export async function checkBootstrapToken(
   validator: BootstrapTokenValidator,
   token: string,
   now: Date,
-): Promise<{ tokenId: string } | string> {
+): Promise<{ tokenId: string } | Extract<PolicyDecision, { verdict: 'deny' }>> {
+  const deny = (reason: string, detail?: string) => ({
+    verdict: 'deny' as const,
+    reasons: [reason],
+    ...(detail ? { auditDetail: [detail] } : {}),
+  });
   const tokenId = bootstrapTokenId(token);
   if (tokenId === undefined) {
-    return 'the bootstrap token is malformed: expected <6 chars [a-z0-9]>.<16 chars [a-z0-9]>';
+    return deny('the bootstrap token is malformed: expected <6 chars [a-z0-9]>.<16 chars [a-z0-9]>');
   }
   const info = await validator.validate(token, now);
-  if (!info) return `bootstrap token ${tokenId} is unknown, expired or its secret is wrong`;
+  if (!info || 'rejected' in info) {
+    return deny(`bootstrap token ${tokenId} is unknown, expired or its secret is wrong`, info?.rejected);
+  }
   if (!info.usages.authentication) {
-    return `bootstrap token ${tokenId} lacks the usage-bootstrap-authentication usage`;
+    return deny(`bootstrap token ${tokenId} lacks the usage-bootstrap-authentication usage`);
   }
   return { tokenId };
 }
@@ -54,7 +62,7 @@ export function bootstrapTokenPolicy(options: BootstrapTokenPolicyOptions): Boot
         return { verdict: 'abstain', reasons: ['the request carries no bootstrap token'] };
       }
       const checked = await checkBootstrapToken(validator, request.proof.token, context.now());
-      if (typeof checked === 'string') return { verdict: 'deny', reasons: [checked] };
+      if ('verdict' in checked) return checked;
       const { tokenId } = checked;
       const nodeName = request.claimedNodeName;
       if (!nodeName) return { verdict: 'deny', reasons: ['the request names no node'] };

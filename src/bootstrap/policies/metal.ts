@@ -69,7 +69,7 @@ export function metalPolicy(options: MetalPolicyOptions): BootstrapPolicy {
       const facts = hostFacts(host);
       if (request.proof.kind === 'bootstrap-token' && options.tokens) {
         const checked = await checkBootstrapToken(options.tokens, request.proof.token, context.now());
-        if (typeof checked === 'string') return { verdict: 'deny', reasons: [checked] };
+        if ('verdict' in checked) return checked;
         return {
           verdict: 'approve',
           facts: { ...facts, evidence: { ...facts.evidence, tokenId: checked.tokenId, peer } },
