@@ -2,15 +2,17 @@
  * What `validate` looks at, read once: the instance groups from the state store, the cloud's groups
  * of the cluster, and every Node and pod from the API server (paged lists, decoded as plain JSON).
  */
+import { lookup } from 'node:dns/promises';
+import { isIP } from 'node:net';
 import type { KubeConfig, V1Node, V1Pod } from '@kubernetes/client-node';
 import { type CloudOverrides, cloudFromConfig } from '../cloud/from-config.ts';
 import type { Config } from '../config/schema.ts';
-import { ConfigError } from '../errors.ts';
+import { ConfigError, UnavailableError } from '../errors.ts';
 import { kubeList } from '../kube/informer.ts';
 import type { Logger } from '../log.ts';
 import { ClusterStore } from '../statestore/cluster-store.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
-import { nodeInfoOf, podInfoOf, type ValidationInput } from './validate-cluster.ts';
+import { isPlaceholderAddress, nodeInfoOf, podInfoOf, type ValidationInput } from './validate-cluster.ts';
 
 /** Where `gatherValidationInput` reads from. */
 export interface GatherOptions {
@@ -19,6 +21,8 @@ export interface GatherOptions {
   vfsOptions?: VfsOptions;
   cloud?: CloudOverrides;
   logger?: Logger;
+  /** How the API server's name is resolved; default the system's resolver. */
+  resolve?: Resolver;
 }
 
 /** Every object of a resource, page by page (500 a page, as the informers list). */
@@ -34,6 +38,32 @@ export async function listAll<T>(kubeConfig: KubeConfig, path: string): Promise<
   return items;
 }
 
+/** Resolves a name to all its addresses (`dns.lookup`, as the kube client connects). */
+export type Resolver = (host: string) => Promise<string[]>;
+
+const systemResolver: Resolver = async (host) =>
+  (await lookup(host, { all: true })).map((entry) => entry.address);
+
+/**
+ * What the API server's name resolves to, for the placeholder check; undefined when the server is
+ * given by address. A name that does not resolve is an outage (kops fails validation the same way).
+ */
+export async function apiServerAddresses(
+  serverUrl: string,
+  resolve: Resolver = systemResolver,
+): Promise<ValidationInput['apiServer']> {
+  const host = new URL(serverUrl).hostname.replace(/^\[|\]$/g, '');
+  if (isIP(host)) return undefined;
+  try {
+    return { host, addresses: await resolve(host) };
+  } catch (err) {
+    throw new UnavailableError(
+      `cannot resolve the API server name ${host}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+      { cause: err },
+    );
+  }
+}
+
 /** Reads the instance groups, cloud groups, Nodes and pods of the configured cluster. */
 export async function gatherValidationInput(
   options: GatherOptions,
@@ -41,6 +71,12 @@ export async function gatherValidationInput(
   const { config } = options;
   if (!config.configBase) {
     throw new ConfigError('configBase is not set: validation needs the instance groups from the state store');
+  }
+  // First, as in kops: while the name points at the placeholder, nothing else can be reached.
+  const server = options.kubeConfig.getCurrentCluster()?.server;
+  const apiServer = server ? await apiServerAddresses(server, options.resolve) : undefined;
+  if (apiServer?.addresses.some(isPlaceholderAddress)) {
+    return { apiServer, instanceGroups: [], cloudGroups: [], nodes: [], pods: [] };
   }
   const vfs = openVfs(config.configBase, options.vfsOptions);
   const cloud = await cloudFromConfig(config, vfs, options.cloud, options.logger);
@@ -51,7 +87,13 @@ export async function gatherValidationInput(
       listAll<V1Node>(options.kubeConfig, '/api/v1/nodes'),
       listAll<V1Pod>(options.kubeConfig, '/api/v1/pods'),
     ]);
-    return { instanceGroups, cloudGroups, nodes: nodes.map(nodeInfoOf), pods: pods.map(podInfoOf) };
+    return {
+      ...(apiServer ? { apiServer } : {}),
+      instanceGroups,
+      cloudGroups,
+      nodes: nodes.map(nodeInfoOf),
+      pods: pods.map(podInfoOf),
+    };
   } finally {
     cloud.close();
   }

@@ -108,6 +108,28 @@ describe('validateCluster', () => {
     );
   });
 
+  test("an API name still on kops' placeholder address is the only failure; real addresses pass", () => {
+    for (const placeholder of ['203.0.113.123', 'FD00:DEAD:ADD::']) {
+      const input = {
+        ...healthy(),
+        apiServer: { host: 'api.c.example.com', addresses: ['10.0.0.9', placeholder] },
+      };
+      input.nodes[1] = node('i-1', { readyStatus: 'False' });
+      const result = validateCluster(input);
+      assert.deepEqual(
+        result.failures.map((f) => [f.type, f.name]),
+        [['dns', 'apiserver']],
+      );
+      assert.match(
+        result.failures[0]?.message ?? '',
+        /api\.c\.example\.com still resolves to kops' placeholder/,
+      );
+      assert.deepEqual(result.nodes, []);
+    }
+    const published = { ...healthy(), apiServer: { host: 'api.c.example.com', addresses: ['10.0.0.9'] } };
+    assert.deepEqual(validateCluster(published).failures, []);
+  });
+
   test('a group below its target size, a machine that has not joined, a group the cloud lacks', () => {
     const input = healthy();
     input.cloudGroups = [group('control-plane', ['i-cp']), group('nodes', ['i-1', 'i-2', 'i-3'], 4)];

@@ -39,11 +39,16 @@ export interface ValidationInput {
   pods: readonly PodInfo[];
   /** Unready worker nodes (or machines that have not joined) tolerated, as `--max-unready-nodes`. */
   maxUnreadyNodes?: number;
+  /**
+   * What the API server's DNS name resolves to, when it is a name (absent for an address, or when
+   * not checked, as by the in-cluster gauges).
+   */
+  apiServer?: { host: string; addresses: readonly string[] };
 }
 
 /** One failure, as kops reports it: kind (`type` in its JSON), the object's name and a message. */
 export interface ValidationFailure {
-  type: 'InstanceGroup' | 'Machine' | 'Node' | 'Pod';
+  type: 'dns' | 'InstanceGroup' | 'Machine' | 'Node' | 'Pod';
   name: string;
   message: string;
   instanceGroup?: string;
@@ -88,8 +93,37 @@ export function roleName(role: InstanceGroupRole): string {
   return role === 'ControlPlane' ? 'control-plane' : role.toLowerCase();
 }
 
+/**
+ * The addresses kops writes into a cluster's DNS records before dns-controller (or external-dns)
+ * publishes the real ones (kops' pkg/dns/placeholder.go).
+ */
+export const placeholderAddresses = ['203.0.113.123', 'fd00:dead:add::'];
+
+export function isPlaceholderAddress(address: string): boolean {
+  return placeholderAddresses.includes(address.toLowerCase());
+}
+
+/**
+ * The API name still pointing at kops' placeholder: nothing else can be judged yet, so it is the
+ * only failure, as in kops.
+ */
+function placeholderFailure(input: ValidationInput): ValidationFailure | undefined {
+  const found = input.apiServer?.addresses.filter(isPlaceholderAddress);
+  if (!input.apiServer || !found?.length) return undefined;
+  return {
+    type: 'dns',
+    name: 'apiserver',
+    message:
+      `the API server name ${input.apiServer.host} still resolves to kops' placeholder address ` +
+      `${found.join(', ')}: dns-controller (or external-dns) has not published the control plane's ` +
+      'address yet. Check that it runs and can update the DNS zone.',
+  };
+}
+
 /** Validates the cluster. */
 export function validateCluster(input: ValidationInput): ValidationResult {
+  const placeholder = placeholderFailure(input);
+  if (placeholder) return { failures: [placeholder], nodes: [] };
   const failures: ValidationFailure[] = [];
   const nodes: ValidatedNode[] = [];
   const nodeByProvider = new Map(input.nodes.filter((n) => n.providerID).map((n) => [n.providerID, n]));
