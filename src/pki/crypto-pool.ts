@@ -2,7 +2,7 @@
  * Signature checks and signatures on worker threads, in batches. A bootstrap server checks one CSR
  * signature and makes one certificate signature per node; done on the event loop they would cap the
  * server at one core, and done one by one on libuv's thread pool each costs a thread hand-off (about
- * 45 µs of CPU per check, more than a third of the check itself). Here the jobs that arrive during
+ * 45 µs of CPU per check, about a third of the check itself). Here the jobs that arrive during
  * one turn of the event loop go to the threads together, so the hand-off is paid per batch, and the
  * public key is decoded on the thread too. See docs/performance.md for the figures.
  */
