@@ -524,7 +524,10 @@ async function startCfsslSigner(
   } catch (err) {
     return { unavailable: (err as Error).message };
   }
-  await warmUp(server.url, probe, caPem, nodes.length);
+  await warmUp(server.url, probe, caPem, nodes.length).catch(async (err: unknown) => {
+    await server.stop();
+    throw err;
+  });
   const requests = nodes.map((node) => signRequest(node.csrPem));
   return {
     version: binary.version,

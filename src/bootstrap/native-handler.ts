@@ -5,7 +5,7 @@
  * VERIFIED facts, so a CSR for another node's name or for addresses not verified is refused; a Ready
  * Node of that name is refused (409); and every decision goes to the audit trail.
  */
-import { InvalidInputError, KopsError, UnavailableError } from '../errors.ts';
+import { InvalidInputError, KopsError } from '../errors.ts';
 import { bundlePem } from '../pki/ca.ts';
 import { type CryptoPool, sharedCryptoPool } from '../pki/crypto-pool.ts';
 import { type ParsedCsr, parseCsrAsync, RequestRejectedError } from '../pki/csr.ts';
@@ -85,8 +85,8 @@ export async function parseCertificatesRequest(
     try {
       certificates[profile as ProfileName] = await parseCsrAsync(pem, pool);
     } catch (err) {
-      // A crypto thread that stopped is the server's fault: 503, and the node asks again.
-      if (err instanceof UnavailableError) throw err;
+      // A crypto thread that stopped (503, the node asks again) or answered wrongly is the server's fault.
+      if (err instanceof KopsError && (err.kind === 'unavailable' || err.kind === 'internal')) throw err;
       // Whatever else the parser throws, the cause is the input: it is answered as malformed, never as a 5xx.
       const details = err instanceof KopsError ? err.details : { reason: 'malformed' };
       throw new InvalidInputError(`${profile}: ${(err as Error).message}`, { cause: err, details });

@@ -100,12 +100,9 @@ export interface BootstrapTokenRejection {
   rejected: string;
 }
 
-/**
- * Validates a presented bootstrap token against the stored ones, in constant time. Undefined or a
- * rejection when invalid.
- */
+/** Validates a presented bootstrap token against the stored ones, in constant time. */
 export interface BootstrapTokenValidator {
-  validate(token: string, now: Date): Promise<BootstrapTokenInfo | BootstrapTokenRejection | undefined>;
+  validate(token: string, now: Date): Promise<BootstrapTokenInfo | BootstrapTokenRejection>;
 }
 
 /** One record of the audit trail: who asked, what, which policy decided, why, and what was issued. */

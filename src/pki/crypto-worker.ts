@@ -3,9 +3,9 @@
  * signatures, synchronously, one batch per message. Signing keys are sent once and kept by id.
  * Never throws out of a batch: each job gets its own result, so one bad key cannot fail its batch.
  */
-import { type KeyObject, sign, verify } from 'node:crypto';
+import { type KeyObject, sign } from 'node:crypto';
 import { parentPort } from 'node:worker_threads';
-import { publicKeyFromSpki } from './keys.ts';
+import { verifyWithSpki } from './keys.ts';
 
 /** A signature check of `data` against a DER SubjectPublicKeyInfo. */
 export interface VerifyJob {
@@ -44,17 +44,11 @@ export interface FromWorker {
 /** Runs one job; exported for the tests, which call it without a thread. */
 export function runJob(job: CryptoJob, keys: ReadonlyMap<number, KeyObject>): CryptoResult {
   if (job.op === 'verify') {
-    let key: KeyObject;
+    const spki = Buffer.from(job.spki.buffer, job.spki.byteOffset, job.spki.byteLength);
     try {
-      key = publicKeyFromSpki(Buffer.from(job.spki.buffer, job.spki.byteOffset, job.spki.byteLength));
+      return { valid: verifyWithSpki(job.hash, job.data, spki, job.signature) };
     } catch (err) {
       return { error: (err as Error).message, stage: 'key' };
-    }
-    try {
-      return { valid: verify(job.hash, job.data, key, job.signature) };
-    } catch {
-      // OpenSSL refuses some malformed signatures outright instead of answering false.
-      return { valid: false };
     }
   }
   const key = keys.get(job.keyId);

@@ -3,7 +3,6 @@
  * their signature checked (proof that the requester holds the private key), and their key and
  * requested extensions checked against this CA's policy. Each rejection names its reason.
  */
-import { type KeyObject, verify } from 'node:crypto';
 import { InvalidInputError, KopsError } from '../errors.ts';
 import { type CryptoPool, sharedCryptoPool } from './crypto-pool.ts';
 import {
@@ -22,7 +21,7 @@ import {
   describeSpki,
   type KeyDescription,
   keyPolicyViolation,
-  publicKeyFromSpki,
+  verifyWithSpki,
 } from './keys.ts';
 import { decodePemBlocks } from './pem.ts';
 import { type ParsedExtensions, type ParsedName, parseExtensions, parseName } from './x509.ts';
@@ -247,17 +246,11 @@ function badSignature(): RequestRejectedError {
  */
 export function parseCsr(input: string | Buffer): ParsedCsr {
   const { csr, proof } = inspectCsr(input);
-  let publicKey: KeyObject;
+  let valid: boolean;
   try {
-    publicKey = publicKeyFromSpki(csr.spki);
+    valid = verifyWithSpki(proof.hash, proof.info, csr.spki, proof.signature);
   } catch (err) {
     throw unreadableKey(err);
-  }
-  let valid = false;
-  try {
-    valid = verify(proof.hash, proof.info, publicKey, proof.signature);
-  } catch {
-    valid = false;
   }
   if (!valid) throw badSignature();
   return csr;

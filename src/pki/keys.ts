@@ -2,7 +2,14 @@
  * Key pairs: generation, PEM encoding, the key policy every certified key must pass (no RSA below
  * 2048 bits, only well-known curves) and the signature algorithms that go with each key type.
  */
-import { createPrivateKey, createPublicKey, generateKeyPairSync, hash, type KeyObject } from 'node:crypto';
+import {
+  createPrivateKey,
+  createPublicKey,
+  generateKeyPairSync,
+  hash,
+  type KeyObject,
+  verify,
+} from 'node:crypto';
 import { InvalidInputError } from '../errors.ts';
 import {
   childrenOf,
@@ -84,6 +91,25 @@ export function publicKeyFromSpki(spki: Buffer): KeyObject {
     );
   } catch (err) {
     throw new InvalidInputError(`unreadable public key (${(err as Error).message})`, { cause: err });
+  }
+}
+
+/**
+ * Whether `signature` over `data` verifies with the DER SubjectPublicKeyInfo `spki`. Throws
+ * InvalidInputError when the key cannot be read; a malformed signature is simply false (OpenSSL
+ * refuses some outright instead of answering false).
+ */
+export function verifyWithSpki(
+  hash: string | null,
+  data: Uint8Array,
+  spki: Buffer,
+  signature: Uint8Array,
+): boolean {
+  const key = publicKeyFromSpki(spki);
+  try {
+    return verify(hash, data, key, signature);
+  } catch {
+    return false;
   }
 }
 

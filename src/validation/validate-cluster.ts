@@ -97,8 +97,9 @@ export function roleName(role: InstanceGroupRole): string {
  * The addresses kops writes into a cluster's DNS records before dns-controller (or external-dns)
  * publishes the real ones (kops' pkg/dns/placeholder.go).
  */
-export const placeholderAddresses = ['203.0.113.123', 'fd00:dead:add::'];
+const placeholderAddresses = ['203.0.113.123', 'fd00:dead:add::'];
 
+/** Whether an address is one of kops' placeholders. */
 export function isPlaceholderAddress(address: string): boolean {
   return placeholderAddresses.includes(address.toLowerCase());
 }
@@ -108,13 +109,14 @@ export function isPlaceholderAddress(address: string): boolean {
  * only failure, as in kops.
  */
 function placeholderFailure(input: ValidationInput): ValidationFailure | undefined {
-  const found = input.apiServer?.addresses.filter(isPlaceholderAddress);
-  if (!input.apiServer || !found?.length) return undefined;
+  const { apiServer } = input;
+  const found = apiServer?.addresses.filter(isPlaceholderAddress) ?? [];
+  if (!apiServer || found.length === 0) return undefined;
   return {
     type: 'dns',
     name: 'apiserver',
     message:
-      `the API server name ${input.apiServer.host} still resolves to kops' placeholder address ` +
+      `the API server name ${apiServer.host} still resolves to kops' placeholder address ` +
       `${found.join(', ')}: dns-controller (or external-dns) has not published the control plane's ` +
       'address yet. Check that it runs and can update the DNS zone.',
   };

@@ -12,7 +12,7 @@ function validator(info: BootstrapTokenInfo | undefined): BootstrapTokenValidato
     seen,
     validate: async (t) => {
       seen.push(t);
-      return t === token ? info : undefined;
+      return t === token && info ? info : { rejected: `bootstrap token ${t.slice(0, 6)}: no such token` };
     },
   };
 }

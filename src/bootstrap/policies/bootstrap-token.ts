@@ -43,8 +43,8 @@ export async function checkBootstrapToken(
     return deny('the bootstrap token is malformed: expected <6 chars [a-z0-9]>.<16 chars [a-z0-9]>');
   }
   const info = await validator.validate(token, now);
-  if (!info || 'rejected' in info) {
-    return deny(`bootstrap token ${tokenId} is unknown, expired or its secret is wrong`, info?.rejected);
+  if ('rejected' in info) {
+    return deny(`bootstrap token ${tokenId} is unknown, expired or its secret is wrong`, info.rejected);
   }
   if (!info.usages.authentication) {
     return deny(`bootstrap token ${tokenId} lacks the usage-bootstrap-authentication usage`);

@@ -46,7 +46,7 @@ test('buildPolicies builds the configured chain in order and warns loudly about 
       ],
     },
   });
-  const tokens = { validate: async () => undefined };
+  const tokens = { validate: async () => ({ rejected: 'no such token' }) };
   const policies = await buildPolicies(config, { ...deps, tokens, logger });
   assert.deepEqual(
     policies.map((p) => p.name),

@@ -22,7 +22,7 @@ const tokens: BootstrapTokenValidator = {
   validate: async (t) =>
     t === token
       ? { id: 'abcdef', usages: { authentication: true, signing: false }, extraGroups: [] }
-      : undefined,
+      : { rejected: `bootstrap token ${t.slice(0, 6)}: no such token` },
 };
 
 function request(claimedNodeName: string, remoteAddress: string, withToken?: string) {
