@@ -272,8 +272,14 @@ function keyExchangeOf(socket: TLSSocket): string {
   return info?.name ?? 'unknown';
 }
 
+/**
+ * Sends one request. It always settles, with the answer or with status 0 and what went wrong: a throw
+ * inside a response callback would otherwise be an uncaught exception, the storm would never end,
+ * and its server processes would keep the test run alive until the runner's timeout.
+ */
 function post(url: string, req: StormRequest, tls: ClientTls, agent: Agent | false): Promise<Reply> {
   return new Promise((resolve) => {
+    const failed = (err: unknown) => resolve({ status: 0, text: (err as Error).message ?? String(err) });
     const outgoing = request(
       `${url}${req.path}`,
       {
@@ -288,16 +294,25 @@ function post(url: string, req: StormRequest, tls: ClientTls, agent: Agent | fal
       },
       (res) => {
         const chunks: Buffer[] = [];
-        // Read now: by the end of the answer a keep-alive socket may be back in its agent.
-        const keyExchange = keyExchangeOf(res.socket as TLSSocket);
         res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8'), keyExchange }),
-        );
-        res.on('error', (err) => resolve({ status: 0, text: err.message }));
+        res.on('error', failed);
+        try {
+          // Read now: by the end of the answer a keep-alive socket may be back in its agent.
+          const keyExchange = keyExchangeOf(res.socket as TLSSocket);
+          res.on('end', () =>
+            resolve({
+              status: res.statusCode ?? 0,
+              text: Buffer.concat(chunks).toString('utf8'),
+              keyExchange,
+            }),
+          );
+        } catch (err) {
+          res.destroy();
+          failed(err);
+        }
       },
     );
-    outgoing.on('error', (err) => resolve({ status: 0, text: err.message }));
+    outgoing.on('error', failed);
     outgoing.end(req.body);
   });
 }
@@ -483,16 +498,23 @@ function bootstrapBody(csrPem: string): string {
 
 /**
  * Warms a server and this process's clients up before the first measured storm: a keep-alive burst
- * of up to 2,000 requests, then up to 300 new TLS connections, for a node outside the storm. A
- * controller serves for days, so its steady state is what counts; V8 takes a few thousand requests to
- * optimise the hot paths (200 left the first storm of a run 30 to 50% slower than later ones), and
- * the first storm of a run is always ours. cfssl (compiled ahead of time) gets the same warm-up.
+ * of up to 2,000 requests, then up to 300 new TLS connections, as many in flight as in the storms,
+ * for a node outside the storm. A controller serves for days, so its steady state is what counts;
+ * V8 takes a few thousand requests to optimise the hot paths (200 left the first storm of a run 30
+ * to 50% slower than later ones), and the first storm of a run is always ours. cfssl (compiled ahead
+ * of time) gets the same warm-up.
  */
-async function warmUp(url: string, probe: StormRequest, caPem: string, count: number): Promise<void> {
+async function warmUp(
+  url: string,
+  probe: StormRequest,
+  caPem: string,
+  storm: { nodes: number; concurrency: number },
+): Promise<void> {
   const tls = { caPem, groups: classicalGroups };
   const burst = (n: number) => Array.from({ length: n }, () => probe);
-  await fire(url, burst(Math.min(2000, count)), { tls, keepAlive: true, concurrency: 64 });
-  await fire(url, burst(Math.min(300, count)), { tls, keepAlive: false, concurrency: 64 });
+  const { nodes, concurrency } = storm;
+  await fire(url, burst(Math.min(2000, nodes)), { tls, keepAlive: true, concurrency });
+  await fire(url, burst(Math.min(300, nodes)), { tls, keepAlive: false, concurrency });
 }
 
 /** A server of the plain comparison, warmed up, with the storm requests it answers. */
@@ -508,6 +530,7 @@ async function startCfsslSigner(
   ca: CertificateAuthority,
   nodes: readonly StormNode[],
   dir: string,
+  concurrency: number,
 ): Promise<{ version: string; signer: PlainSigner } | { unavailable: string }> {
   const binary = cfsslBinary();
   if ('unavailable' in binary) return binary;
@@ -529,7 +552,7 @@ async function startCfsslSigner(
   } catch (err) {
     return { unavailable: (err as Error).message };
   }
-  await warmUp(server.url, probe, caPem, nodes.length).catch(async (err: unknown) => {
+  await warmUp(server.url, probe, caPem, { nodes: nodes.length, concurrency }).catch(async (err: unknown) => {
     await server.stop();
     throw err;
   });
@@ -663,14 +686,14 @@ export async function runJoinStorm(options: JoinStormOptions): Promise<JoinStorm
 
     const plainProbe = { path: '/v1/certificates', body: bootstrapBody(kubeletCsr('warm-up')) };
     const server = await startServerProcess(spec('insecure-always-approve'));
-    const started = await startCfsslSigner(ca, nodes, dir).catch(async (err: Error) => {
+    const started = await startCfsslSigner(ca, nodes, dir, concurrency).catch(async (err: Error) => {
       await server.stop();
       throw err;
     });
     let plain: StormFigures[];
     let cfssl: JoinStormResult['cfssl'];
     try {
-      await warmUp(server.url, plainProbe, caPem, nodes.length);
+      await warmUp(server.url, plainProbe, caPem, { nodes: nodes.length, concurrency });
       const ours: PlainSigner = {
         name: 'ours',
         server,
