@@ -54,6 +54,7 @@ import { toolPath } from '../src/testing/tools.ts';
 import { describeInstancePerNode } from './identify.ts';
 
 const clusterName = 'storm.example.com';
+const opensslConfig = new URL('../deploy/openssl.cnf', import.meta.url).pathname;
 const nodesRole = `nodes.${clusterName}`;
 const config = parseConfig({ clusterName, cloud: 'aws', server: {} });
 
@@ -226,6 +227,11 @@ function exited(child: ChildProcess): Promise<void> {
 async function startServerProcess(spec: ServerSpec): Promise<ServerProcess> {
   const child = fork(new URL(import.meta.url).pathname, ['--serve'], {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    // The OpenSSL settings the image and `npm start` run with (no session tickets).
+    execArgv: [
+      ...process.execArgv.filter((arg) => !arg.startsWith('--openssl-config')),
+      `--openssl-config=${opensslConfig}`,
+    ],
   });
   const reply = await new Promise<FromServer>((resolve, reject) => {
     child.once('exit', (code) => reject(new Error(`the server process exited with ${code}`)));

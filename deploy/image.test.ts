@@ -71,7 +71,25 @@ test('the Containerfile copies files that exist and starts the program', async (
   const copied = [...containerfile.matchAll(/^COPY (?!--from)(.+) \S+$/gm)].flatMap((m) =>
     (m[1] as string).split(/\s+/),
   );
-  assert.deepEqual(copied.sort(), ['bin', 'package-lock.json', 'package.json', 'package.json', 'src'].sort());
+  assert.deepEqual(
+    copied.sort(),
+    ['bin', 'deploy/openssl.cnf', 'package-lock.json', 'package.json', 'package.json', 'src'].sort(),
+  );
   for (const path of copied) await readFile(join(root, path)).catch(() => readdir(join(root, path)));
-  assert.match(containerfile, /^ENTRYPOINT \["node", "\/app\/bin\/kops-controller\.js"\]$/m);
+  // With the process's OpenSSL settings (no TLS session tickets; src/cli/discovery.test.ts checks them).
+  assert.match(
+    containerfile,
+    /^ENTRYPOINT \["node", "--openssl-config=\/app\/deploy\/openssl\.cnf", "\/app\/bin\/kops-controller\.js"\]$/m,
+  );
+});
+
+test('npm start and npm run cli start Node with the same OpenSSL settings as the image', () => {
+  const { scripts } = packageJson as unknown as { scripts: Record<string, string> };
+  for (const name of ['start', 'cli']) {
+    assert.match(
+      scripts[name] ?? '',
+      /^node --openssl-config=deploy\/openssl\.cnf src\/cli\/main\.ts\b/,
+      name,
+    );
+  }
 });

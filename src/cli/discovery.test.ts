@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -29,9 +29,16 @@ function discovery(...args: string[]): Promise<string> {
   return runCli('discovery', ...args);
 }
 
-/** Starts `kops-controller discovery serve` as its own process; resolves with its URL once it listens. */
-function serve(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [mainScript, '-v', '0', 'discovery', 'serve', ...args], {
+/**
+ * Starts `kops-controller discovery serve` as its own process, with `nodeArgs` for Node; resolves with
+ * its URL once it listens.
+ */
+function serve(
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+  nodeArgs: string[] = [],
+): Promise<{ url: string; child: ChildProcess }> {
+  const child = spawn(process.execPath, [...nodeArgs, mainScript, '-v', '0', 'discovery', 'serve', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -198,6 +205,56 @@ describe('kops-controller discovery', () => {
     } finally {
       assert.equal(await stop(child), 0, 'SIGTERM stops it cleanly');
     }
+  });
+
+  test('with deploy/openssl.cnf, as the image and npm scripts start it, the server sends no session tickets', async () => {
+    const shippedConfig = join(import.meta.dirname, '..', '..', 'deploy', 'openssl.cnf');
+    const from = join(root, 'cluster-info.json');
+    await discovery(
+      'publish',
+      '--server',
+      'https://api.example.com',
+      '--ca-file',
+      caFile,
+      '--to',
+      from,
+      '--kubeconfig',
+      kubeconfigFile,
+    );
+    // openssl s_client prints every handshake message it gets with -msg; tickets follow the handshake.
+    const ticketsFrom = (url: string, version: string) => {
+      const { port } = new URL(url);
+      const out = spawnSync(
+        'openssl',
+        ['s_client', version, '-connect', `127.0.0.1:${port}`, '-CAfile', caFile, '-msg', '-ign_eof'],
+        {
+          input: 'GET /cluster-info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n',
+          encoding: 'utf8',
+          timeout: 10_000,
+        },
+      );
+      assert.match(out.stdout, /Verify return code: 0 \(ok\)/, out.stderr);
+      return out.stdout.match(/NewSessionTicket/g)?.length ?? 0;
+    };
+    const counts = async (nodeArgs: string[]) => {
+      const served = await serve(
+        ['--from', from, '--listen', '127.0.0.1:0', '--tls-cert', certFile, '--tls-key', keyFile],
+        {},
+        nodeArgs,
+      );
+      try {
+        return [ticketsFrom(served.url, '-tls1_3'), ticketsFrom(served.url, '-tls1_2')];
+      } finally {
+        await stop(served.child);
+      }
+    };
+    assert.deepEqual(await counts([`--openssl-config=${shippedConfig}`]), [0, 0]);
+    // Node's default, which the check above would miss if it could not see tickets at all.
+    const [tls13, tls12] = await counts([]);
+    assert.ok(
+      (tls13 ?? 0) > 0 && (tls12 ?? 0) > 0,
+      `tickets without the config: TLS 1.3 ${tls13}, TLS 1.2 ${tls12}`,
+    );
   });
 
   test('bad input is refused before anything is written or served', async () => {
