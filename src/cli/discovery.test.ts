@@ -37,7 +37,7 @@ function serve(
   args: string[],
   env: NodeJS.ProcessEnv = {},
   nodeArgs: string[] = [],
-): Promise<{ url: string; child: ChildProcess }> {
+): Promise<{ url: string; child: ChildProcess; output: () => string }> {
   const child = spawn(process.execPath, [...nodeArgs, mainScript, '-v', '0', 'discovery', 'serve', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -49,7 +49,7 @@ function serve(
     child.stdout?.on('data', (chunk: Buffer) => {
       out += chunk;
       const match = /serving cluster-info on (\S+)/.exec(out);
-      if (match) resolve({ url: match[1] as string, child });
+      if (match) resolve({ url: match[1] as string, child, output: () => out + err });
     });
     child.once('exit', (code) => reject(new Error(`discovery serve exited ${code}: ${err}`)));
   });
@@ -239,22 +239,26 @@ describe('kops-controller discovery', () => {
     const counts = async (nodeArgs: string[]) => {
       const served = await serve(
         ['--from', from, '--listen', '127.0.0.1:0', '--tls-cert', certFile, '--tls-key', keyFile],
-        {},
+        // Neither from the environment: only the flag under test configures OpenSSL.
+        { OPENSSL_CONF: undefined, NODE_OPTIONS: undefined },
         nodeArgs,
       );
       try {
-        return [ticketsFrom(served.url, '-tls1_3'), ticketsFrom(served.url, '-tls1_2')];
+        const tickets = [ticketsFrom(served.url, '-tls1_3'), ticketsFrom(served.url, '-tls1_2')];
+        return { tickets, warned: /TLS session tickets are on/.test(served.output()) };
       } finally {
         await stop(served.child);
       }
     };
-    assert.deepEqual(await counts([`--openssl-config=${shippedConfig}`]), [0, 0]);
-    // Node's default, which the check above would miss if it could not see tickets at all.
-    const [tls13, tls12] = await counts([]);
+    assert.deepEqual(await counts([`--openssl-config=${shippedConfig}`]), { tickets: [0, 0], warned: false });
+    // Node's default, which the check above would miss if it could not see tickets at all; the
+    // server says so at start.
+    const without = await counts([]);
     assert.ok(
-      (tls13 ?? 0) > 0 && (tls12 ?? 0) > 0,
-      `tickets without the config: TLS 1.3 ${tls13}, TLS 1.2 ${tls12}`,
+      without.tickets.every((n) => n > 0),
+      `tickets without the config: ${without.tickets}`,
     );
+    assert.equal(without.warned, true);
   });
 
   test('bad input is refused before anything is written or served', async () => {
