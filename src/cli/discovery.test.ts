@@ -77,6 +77,21 @@ describe('kops-controller discovery', () => {
   const authOnly = newBootstrapToken({ usages: ['authentication'] });
   let s3Env: NodeJS.ProcessEnv = {};
 
+  /** Publishes https://api.example.com (and `more` options) with the test CA to `to`. */
+  const publishTo = (to: string, ...more: string[]) =>
+    discovery(
+      'publish',
+      '--server',
+      'https://api.example.com',
+      ...more,
+      '--ca-file',
+      caFile,
+      '--to',
+      to,
+      '--kubeconfig',
+      kubeconfigFile,
+    );
+
   before(async () => {
     sim = await startApiServer();
     core = makeClients(sim.kubeConfig()).core;
@@ -108,23 +123,9 @@ describe('kops-controller discovery', () => {
 
   test('publish to a file: the kubeconfig names the servers and CA, signed by signing tokens only', async () => {
     const to = join(root, 'cluster-info.json');
-    const summary = JSON.parse(
-      await discovery(
-        'publish',
-        '--server',
-        'https://api.example.com',
-        '--server',
-        'https://10.0.0.1:6443',
-        '--ca-file',
-        caFile,
-        '--to',
-        to,
-        '--kubeconfig',
-        kubeconfigFile,
-        '-o',
-        'json',
-      ),
-    ) as { signedBy: string[] };
+    const summary = JSON.parse(await publishTo(to, '--server', 'https://10.0.0.1:6443', '-o', 'json')) as {
+      signedBy: string[];
+    };
     assert.deepEqual(summary.signedBy, [signer.id]);
     const document = parseClusterInfoDocument(readFileSync(to, 'utf8'));
     const kubeconfig = document.data['kubeconfig'] as string;
@@ -143,17 +144,7 @@ describe('kops-controller discovery', () => {
     const saved = Object.fromEntries(Object.keys(s3Env).map((k) => [k, process.env[k]]));
     Object.assign(process.env, s3Env);
     try {
-      const printed = await discovery(
-        'publish',
-        '--server',
-        'https://api.example.com',
-        '--ca-file',
-        caFile,
-        '--to',
-        's3://state/cluster.example.com/cluster-info.json',
-        '--kubeconfig',
-        kubeconfigFile,
-      );
+      const printed = await publishTo('s3://state/cluster.example.com/cluster-info.json');
       assert.match(printed, new RegExp(`signed by 1 token\\(s\\): ${signer.id}`));
     } finally {
       for (const [k, v] of Object.entries(saved)) {
@@ -210,17 +201,7 @@ describe('kops-controller discovery', () => {
   test('with deploy/openssl.cnf, as the image and npm scripts start it, the server sends no session tickets', async () => {
     const shippedConfig = join(import.meta.dirname, '..', '..', 'deploy', 'openssl.cnf');
     const from = join(root, 'cluster-info.json');
-    await discovery(
-      'publish',
-      '--server',
-      'https://api.example.com',
-      '--ca-file',
-      caFile,
-      '--to',
-      from,
-      '--kubeconfig',
-      kubeconfigFile,
-    );
+    await publishTo(from);
     // openssl s_client prints every handshake message it gets with -msg; tickets follow the handshake.
     const ticketsFrom = (url: string, version: string) => {
       const { port } = new URL(url);
