@@ -2,10 +2,10 @@
  * What the bootstrap handlers need, injected: the CA, the policy chain, the Node lookup for the
  * impersonation guard, the queue, and where decisions are reported (audit trail and metrics).
  */
-import { randomBytes } from 'node:crypto';
 import type { Logger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import type { IssueOptions } from '../pki/profiles.ts';
+import { pooledRandomBytes } from '../random.ts';
 import type { NodeReader } from './node-guard.ts';
 import type { CsrQueue } from './queue.ts';
 import type { AuditRecord, BootstrapPolicy, PolicyDecision } from './types.ts';
@@ -40,9 +40,9 @@ export interface BootstrapContext {
   logger: Logger;
 }
 
-/** A fresh request id: 128 random bits, hex. */
+/** A fresh request id: 128 random bits, hex (unique, not secret: it names the request in the audit trail). */
 export function newRequestId(): string {
-  return randomBytes(16).toString('hex');
+  return pooledRandomBytes(16).toString('hex');
 }
 
 /** The operator-only detail of a denial, as audit record fields (none for other verdicts). */

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { generateKeyPairSync, type KeyObject, sign, verify } from 'node:crypto';
 import { after, test } from 'node:test';
-import { InvalidInputError, UnavailableError } from '../errors.ts';
+import { InternalError, InvalidInputError, UnavailableError } from '../errors.ts';
 import { CryptoPool } from './crypto-pool.ts';
 import { runJob } from './crypto-worker.ts';
 import { generateKey, spkiOf } from './keys.ts';
@@ -82,6 +82,28 @@ test('a thread that dies fails its jobs as unavailable (no hang), and so does th
     }
   } finally {
     await dying.close();
+  }
+});
+
+test('an answer the pool cannot unpack fails its jobs as internal errors, not as verdicts', async () => {
+  const garbling = new CryptoPool({
+    threads: 1,
+    workerUrl: new URL(
+      `data:text/javascript,${encodeURIComponent(`
+        import { parentPort } from 'node:worker_threads';
+        parentPort.on('message', (m) => m.type === 'batch' && parentPort.postMessage({ batchId: m.batchId, results: new Uint8Array([9]) }));
+      `)}`,
+    ),
+  });
+  try {
+    const { data, spki, signature } = signed(generateKey('ecdsa-p256'), 'x');
+    await assert.rejects(
+      garbling.verify('sha256', data, spki, signature),
+      (err) =>
+        err instanceof InternalError && /answer is unreadable: unknown crypto result 9/.test(err.message),
+    );
+  } finally {
+    await garbling.close();
   }
 });
 

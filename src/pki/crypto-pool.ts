@@ -3,14 +3,15 @@
  * signature and makes one certificate signature per node; done on the event loop they would cap the
  * server at one core, and done one by one on libuv's thread pool each costs a thread hand-off (about
  * 45 µs of CPU per check, about a third of the check itself). Here the jobs that arrive during
- * one turn of the event loop go to the threads together, so the hand-off is paid per batch, and the
- * public key is decoded on the thread too. See docs/performance.md for the figures.
+ * one turn of the event loop go to the threads together, packed into one buffer (crypto-wire.ts),
+ * so the hand-off is paid per batch, and the public key is decoded on the thread too. See docs/performance.md for the figures.
  */
 import type { KeyObject } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { InternalError, InvalidInputError, UnavailableError } from '../errors.ts';
-import type { CryptoJob, CryptoResult, FromWorker, SignJob, ToWorker } from './crypto-worker.ts';
+import { type CryptoJob, type CryptoResult, decodeResults, encodeJobs, type SignJob } from './crypto-wire.ts';
+import type { FromWorker, ToWorker } from './crypto-worker.ts';
 
 export interface CryptoPoolOptions {
   /** Worker threads; default {@link defaultCryptoThreads}. */
@@ -33,22 +34,6 @@ interface PoolThread {
   /** Batches sent and not yet answered, by id. */
   batches: Map<number, PendingJob[]>;
   outstanding: number;
-}
-
-/**
- * A copy of the job whose bytes own exactly their memory, listed for transfer. Posting a view
- * (a Buffer cut from a request body or from Node's 8 KiB allocation pool) would copy the whole
- * memory behind it, many times the few hundred bytes a job needs.
- */
-function compact(job: CryptoJob, transfer: ArrayBuffer[]): CryptoJob {
-  const own = (bytes: Uint8Array): Uint8Array => {
-    const copy = new Uint8Array(bytes);
-    transfer.push(copy.buffer);
-    return copy;
-  };
-  return job.op === 'verify'
-    ? { ...job, data: own(job.data), spki: own(job.spki), signature: own(job.signature) }
-    : { ...job, data: own(job.data) };
 }
 
 /** The fewest jobs worth a message of their own to another thread. */
@@ -166,13 +151,8 @@ export class CryptoPool {
     thread.batches.set(batchId, jobs);
     if (thread.outstanding === 0) thread.worker.ref();
     thread.outstanding += jobs.length;
-    const transfer: ArrayBuffer[] = [];
-    const message = {
-      type: 'batch',
-      batchId,
-      jobs: jobs.map((j) => compact(j.job, transfer)),
-    } satisfies ToWorker;
-    thread.worker.postMessage(message, transfer);
+    const packed = encodeJobs(jobs.map((j) => j.job));
+    thread.worker.postMessage({ type: 'batch', batchId, jobs: packed } satisfies ToWorker, [packed.buffer]);
   }
 
   #spawn(): PoolThread {
@@ -186,8 +166,18 @@ export class CryptoPool {
       thread.batches.delete(message.batchId);
       thread.outstanding -= jobs.length;
       if (thread.outstanding === 0) worker.unref();
+      let results: CryptoResult[];
+      try {
+        results = decodeResults(message.results);
+      } catch (err) {
+        const broken = new InternalError(
+          `the crypto thread's answer is unreadable: ${(err as Error).message}`,
+        );
+        for (const job of jobs) job.reject(broken);
+        return;
+      }
       jobs.forEach((job, i) => {
-        const result = message.results[i];
+        const result = results[i];
         if (result) job.resolve(result);
         else job.reject(new InternalError('the crypto thread answered fewer jobs than it was sent'));
       });

@@ -2,43 +2,22 @@
  * The thread side of the crypto pool (crypto-pool.ts): answers batches of signature checks and
  * signatures, synchronously, one batch per message. Signing keys are sent once and kept by id.
  * Never throws out of a batch: each job gets its own result, so one bad key cannot fail its batch.
+ * (A batch that cannot be unpacked is a bug; the thread then dies and the pool fails its jobs.)
  */
 import { type KeyObject, sign } from 'node:crypto';
 import { parentPort } from 'node:worker_threads';
+import { type CryptoJob, type CryptoResult, decodeJobs, encodeResults } from './crypto-wire.ts';
 import { verifyWithSpki } from './keys.ts';
-
-/** A signature check of `data` against a DER SubjectPublicKeyInfo. */
-export interface VerifyJob {
-  op: 'verify';
-  hash: string | null;
-  data: Uint8Array;
-  spki: Uint8Array;
-  signature: Uint8Array;
-}
-
-/** A signature over `data` with a key registered under `keyId`. */
-export interface SignJob {
-  op: 'sign';
-  hash: string | null;
-  data: Uint8Array;
-  keyId: number;
-}
-
-export type CryptoJob = VerifyJob | SignJob;
-
-export type CryptoResult =
-  | { valid: boolean }
-  | { signature: Uint8Array }
-  /** `key`: the public key could not be read; `sign`: the signature could not be made. */
-  | { error: string; stage: 'key' | 'sign' };
 
 export type ToWorker =
   | { type: 'key'; keyId: number; key: KeyObject }
-  | { type: 'batch'; batchId: number; jobs: CryptoJob[] };
+  /** `jobs`: packed by `encodeJobs`. */
+  | { type: 'batch'; batchId: number; jobs: Uint8Array };
 
 export interface FromWorker {
   batchId: number;
-  results: CryptoResult[];
+  /** Packed by `encodeResults`, in the order of the batch's jobs. */
+  results: Uint8Array;
 }
 
 /** Runs one job; exported for the tests, which call it without a thread. */
@@ -68,15 +47,8 @@ if (parentPort) {
       keys.set(message.keyId, message.key);
       return;
     }
-    const results = message.jobs.map((job) => runJob(job, keys));
-    // Signatures go back in memory of their own, moved rather than copied (see crypto-pool.ts).
-    const transfer: ArrayBuffer[] = [];
-    for (const result of results) {
-      if ('signature' in result) {
-        result.signature = new Uint8Array(result.signature);
-        transfer.push(result.signature.buffer as ArrayBuffer);
-      }
-    }
-    port.postMessage({ batchId: message.batchId, results } satisfies FromWorker, transfer);
+    // One packed answer, moved rather than copied (crypto-wire.ts).
+    const results = encodeResults(decodeJobs(message.jobs).map((job) => runJob(job, keys)));
+    port.postMessage({ batchId: message.batchId, results } satisfies FromWorker, [results.buffer]);
   });
 }

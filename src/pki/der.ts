@@ -268,21 +268,24 @@ export function expectTag(node: DerNode | undefined, tag: number, what: string):
 export function readOid(node: DerNode): string {
   const bytes = contentOf(expectTag(node, Tag.oid, 'object identifier'));
   if (bytes.length === 0) throw malformed('empty object identifier');
-  const subidentifiers: number[] = [];
+  if (((bytes[bytes.length - 1] as number) & 0x80) !== 0) throw malformed('truncated object identifier');
+  // Built as a string as it is read: OIDs are parsed several times per request.
+  let dotted = '';
   let value = 0;
   for (const byte of bytes) {
     value = value * 128 + (byte & 0x7f);
     if (value > Number.MAX_SAFE_INTEGER) throw malformed('object identifier arc too large');
-    if ((byte & 0x80) === 0) {
-      subidentifiers.push(value);
-      value = 0;
+    if ((byte & 0x80) !== 0) continue;
+    if (dotted === '') {
+      // The first subidentifier holds two arcs: 40 * first + second, the first at most 2.
+      const top = Math.min(2, Math.floor(value / 40));
+      dotted = `${top}.${value - top * 40}`;
+    } else {
+      dotted += `.${value}`;
     }
+    value = 0;
   }
-  if (((bytes[bytes.length - 1] as number) & 0x80) !== 0) throw malformed('truncated object identifier');
-  const [first = 0, ...rest] = subidentifiers;
-  const top = Math.min(2, Math.floor(first / 40));
-  const arcs = [top, first - top * 40, ...rest];
-  return arcs.join('.');
+  return dotted;
 }
 
 /** Decodes a BIT STRING node with no unused bits (keys, signatures). */

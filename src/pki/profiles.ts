@@ -5,8 +5,9 @@
  * public key and may narrow the names, but the subject, names and usages come from the profile and
  * the verified facts, never from what the request claims.
  */
-import { type KeyObject, randomBytes, sign } from 'node:crypto';
+import { type KeyObject, sign } from 'node:crypto';
 import { InvalidInputError } from '../errors.ts';
+import { pooledRandomBytes } from '../random.ts';
 import type { CertificateAuthority } from './ca.ts';
 import { type ParsedCsr, RequestRejectedError } from './csr.ts';
 import { unsignedInteger } from './der.ts';
@@ -355,18 +356,10 @@ export function validityFor(
   };
 }
 
-// Serials come from a pool refilled 4 KiB at a time: one system call per 256 certificates.
-let serialPool = Buffer.alloc(0);
-let serialOffset = 0;
-
+/** A random 128-bit serial, from the shared pool of random bytes (src/random.ts). */
 function randomSerial(): Buffer {
   for (;;) {
-    if (serialOffset + 16 > serialPool.length) {
-      serialPool = randomBytes(4096);
-      serialOffset = 0;
-    }
-    const bytes = serialPool.subarray(serialOffset, serialOffset + 16);
-    serialOffset += 16;
+    const bytes = pooledRandomBytes(16);
     if (bytes.some((b) => b !== 0)) return unsignedInteger(bytes);
   }
 }
