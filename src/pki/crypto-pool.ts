@@ -4,7 +4,8 @@
  * server at one core, and done one by one on libuv's thread pool each costs a thread hand-off (about
  * 45 µs of CPU per check, about a third of the check itself). Here the jobs that arrive during
  * one turn of the event loop go to the threads together, packed into one buffer (crypto-wire.ts),
- * so the hand-off is paid per batch, and the public key is decoded on the thread too. See docs/performance.md for the figures.
+ * so the hand-off is paid per batch, and the public key is decoded on the thread too. See
+ * docs/performance.md for the figures.
  */
 import type { KeyObject } from 'node:crypto';
 import { availableParallelism } from 'node:os';
