@@ -69,8 +69,12 @@ interface ServerSpec {
   ca: { cert: string; key: string };
 }
 
-type ToServer = { type: 'start'; spec: ServerSpec } | { type: 'exit' };
-type FromServer = { type: 'ready'; url: string } | { type: 'failed'; error: string };
+type ToServer = { type: 'start'; spec: ServerSpec } | { type: 'loop' } | { type: 'exit' };
+type FromServer =
+  | { type: 'ready'; url: string }
+  | { type: 'failed'; error: string }
+  /** The server's event loop so far (`performance.eventLoopUtilization()`), in ms. */
+  | { type: 'loop'; idle: number; active: number };
 
 /** One storm's figures. */
 export interface StormFigures {
@@ -85,6 +89,8 @@ export interface StormFigures {
   serverCpuSeconds: number;
   /** CPU seconds of this process (clients and simulators). */
   clientCpuSeconds: number;
+  /** The share of the storm's wall time our server's event loop was busy (absent for cfssl). */
+  serverLoopBusy?: number;
   /** The TLS key exchange groups the storm's connections negotiated (`X25519`, `X25519MLKEM768`). */
   keyExchange: string[];
   /** The plain comparison's connection kind and round (plain storms only). */
@@ -139,6 +145,11 @@ async function serveChild(): Promise<void> {
     if (message.type === 'exit') {
       const close = running ? running.boot.close().then(() => running?.release()) : Promise.resolve();
       void close.then(() => process.exit(0));
+      return;
+    }
+    if (message.type === 'loop') {
+      const { idle, active } = performance.eventLoopUtilization();
+      process.send?.({ type: 'loop', idle, active } satisfies FromServer);
       return;
     }
     startServer(message.spec).then(
@@ -199,6 +210,8 @@ async function startServer(spec: ServerSpec): Promise<{ boot: RunningBootstrap; 
 interface ServerProcess {
   url: string;
   cpuSeconds(): number;
+  /** Our server's event loop so far: busy and idle ms (cfssl has none). */
+  eventLoop?(): Promise<{ idle: number; active: number }>;
   stop(): Promise<void>;
 }
 
@@ -238,13 +251,31 @@ async function startServerProcess(spec: ServerSpec): Promise<ServerProcess> {
     child.once('message', resolve);
     child.send({ type: 'start', spec } satisfies ToServer);
   });
-  if (reply.type === 'failed') {
+  if (reply.type !== 'ready') {
     child.kill();
-    throw new Error(`the server process could not start: ${reply.error}`);
+    throw new Error(
+      `the server process could not start: ${reply.type === 'failed' ? reply.error : reply.type}`,
+    );
   }
   return {
     url: reply.url,
     cpuSeconds: () => cpuSecondsOf(child.pid as number),
+    eventLoop: () =>
+      new Promise((resolve, reject) => {
+        const answer = (message: FromServer) => {
+          if (message.type !== 'loop') return;
+          child.off('message', answer).off('exit', gone);
+          resolve(message);
+        };
+        // A server that died must fail the storm, not leave it waiting for an answer.
+        const gone = () => {
+          child.off('message', answer);
+          reject(new Error('the server process exited'));
+        };
+        if (!child.connected) return gone();
+        child.on('message', answer).once('exit', gone);
+        child.send({ type: 'loop' } satisfies ToServer);
+      }),
     stop: async () => {
       child.send({ type: 'exit' } satisfies ToServer);
       await exited(child);
@@ -398,6 +429,7 @@ async function measureStorm(
   check: { nodes: readonly StormNode[]; certificateOf: CertificateOf; caPem: string },
   options: { keepAlive: boolean; concurrency: number; groups?: string },
 ): Promise<StormFigures> {
+  const loopBefore = await server.eventLoop?.();
   const serverCpu = server.cpuSeconds();
   const clientCpu = ownCpuSeconds();
   const { groups, ...rest } = options;
@@ -405,6 +437,12 @@ async function measureStorm(
   const { replies, wallMs } = await fire(server.url, requests, { tls, ...rest });
   const serverCpuSeconds = server.cpuSeconds() - serverCpu;
   const clientCpuSeconds = ownCpuSeconds() - clientCpu;
+  const loopAfter = await server.eventLoop?.();
+  const loopBusy =
+    loopBefore && loopAfter
+      ? (loopAfter.active - loopBefore.active) /
+        (loopAfter.active - loopBefore.active + loopAfter.idle - loopBefore.idle)
+      : undefined;
   const ca = new X509Certificate(check.caPem);
   return {
     name,
@@ -413,6 +451,7 @@ async function measureStorm(
     wallMs,
     serverCpuSeconds,
     clientCpuSeconds,
+    ...(loopBusy === undefined ? {} : { serverLoopBusy: loopBusy }),
     keyExchange: [...new Set(replies.map((r) => r.keyExchange).filter((k) => k !== undefined))].sort(),
   };
 }
@@ -754,7 +793,8 @@ export function formatJoinStorm(result: JoinStormResult): string {
   const row = (f: StormFigures) =>
     `${`${f.name}${f.round && result.plain.some((p) => (p.round ?? 1) > 1) ? ` #${f.round}` : ''}`.padEnd(44)} ${`${f.verified}/${f.nodes}`.padStart(9)} ${`${(f.wallMs / 1000).toFixed(2)}s`.padStart(8)} ` +
     `${certsPerSecond(f).toFixed(0).padStart(7)} ${seconds(f.serverCpuSeconds).padStart(10)} ` +
-    `${serverCpuMsPerCert(f).toFixed(2).padStart(8)} ${seconds(f.clientCpuSeconds).padStart(10)}  ` +
+    `${serverCpuMsPerCert(f).toFixed(2).padStart(8)} ${seconds(f.clientCpuSeconds).padStart(10)} ` +
+    `${(f.serverLoopBusy === undefined ? '-' : `${Math.round(f.serverLoopBusy * 100)}%`).padStart(5)}  ` +
     `${f.keyExchange.join(',')}` +
     (f.cloud
       ? `   DescribeInstances=${f.cloud.describeInstances} throttled=${f.cloud.throttled} STS=${f.cloud.sts}`
@@ -762,10 +802,11 @@ export function formatJoinStorm(result: JoinStormResult): string {
     (f.firstFailure ? `\n  first failure: ${f.firstFailure}` : '');
   const header =
     `${'storm'.padEnd(44)} ${'verified'.padStart(9)} ${'wall'.padStart(8)} ${'certs/s'.padStart(7)} ` +
-    `${'server CPU'.padStart(10)} ${'ms/cert'.padStart(8)} ${'client CPU'.padStart(10)}  key exchange`;
+    `${'server CPU'.padStart(10)} ${'ms/cert'.padStart(8)} ${'client CPU'.padStart(10)} ${'loop'.padStart(5)}  key exchange`;
   const lines = [
     `join-storm: ${result.nodes} nodes, ${result.concurrency} requests in flight, HTTPS to a server in its own process ` +
-      '(ms/cert: server CPU per verified certificate; client CPU: this process, clients and simulators)',
+      '(ms/cert: server CPU per verified certificate; client CPU: this process, clients and simulators; ' +
+      "loop: share of the wall time our server's event loop was busy)",
   ];
   if (result.aws) {
     const { batched, perNode } = result.aws;
