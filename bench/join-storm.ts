@@ -15,7 +15,8 @@
  * Node keys (ECDSA P-256), CSRs and STS proofs are made before the clock starts; every certificate
  * is verified against the CA afterwards. The clients and the simulators share this process, the
  * server (and cfssl) has its own, and the CPU time of each is printed, so a slow simulator or client
- * shows instead of hiding the server's cost.
+ * shows instead of hiding the server's cost; so is how busy our server's event loop was. The server
+ * runs with deploy/openssl.cnf, as the image does.
  *
  *   node bench/join-storm.ts [--nodes N] [--concurrency C] [--rounds R (default 3)] [--plain-only]
  */
