@@ -107,6 +107,17 @@ test('an answer the pool cannot unpack fails its jobs as internal errors, not as
   }
 });
 
+test('a job that cannot be packed fails as an internal error, and the pool keeps working', async () => {
+  const key = generateKey('ecdsa-p256');
+  const { data, spki, signature } = signed(key, 'x');
+  await assert.rejects(
+    pool.verify('x'.repeat(300), data, spki, signature),
+    (err) =>
+      err instanceof InternalError && /cannot pack crypto jobs: hash name longer than 255/.test(err.message),
+  );
+  assert.equal(await pool.verify('sha256', data, spki, signature), true);
+});
+
 test('a thread that cannot start fails the jobs as unavailable instead of crashing the process', async () => {
   const unstartable = new CryptoPool({ threads: 1, workerUrl: new URL('http://127.0.0.1:9/worker.js') });
   try {

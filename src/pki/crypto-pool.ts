@@ -141,6 +141,15 @@ export class CryptoPool {
   }
 
   #send(thread: PoolThread, jobs: PendingJob[]): void {
+    let packed: Uint8Array<ArrayBuffer>;
+    try {
+      packed = encodeJobs(jobs.map((j) => j.job));
+    } catch (err) {
+      // Only a bug can get here (a job this module cannot describe); its batch fails, the process lives.
+      const broken = new InternalError(`cannot pack crypto jobs: ${(err as Error).message}`);
+      for (const job of jobs) job.reject(broken);
+      return;
+    }
     for (const { job, key } of jobs) {
       const keyId = (job as SignJob).keyId;
       if (key && !thread.keyIds.has(keyId)) {
@@ -152,7 +161,6 @@ export class CryptoPool {
     thread.batches.set(batchId, jobs);
     if (thread.outstanding === 0) thread.worker.ref();
     thread.outstanding += jobs.length;
-    const packed = encodeJobs(jobs.map((j) => j.job));
     thread.worker.postMessage({ type: 'batch', batchId, jobs: packed } satisfies ToWorker, [packed.buffer]);
   }
 

@@ -69,6 +69,10 @@ test('a message cut short or with an unknown tag is a WireError, never a wrong j
   }
   assert.throws(() => decodeJobs(new Uint8Array([9, 0])), /unknown crypto job 9/);
   assert.throws(() => decodeResults(new Uint8Array([9])), /unknown crypto result 9/);
+  assert.throws(
+    () => encodeJobs([{ op: 'sign', hash: 'x'.repeat(256), data: new Uint8Array(1), keyId: 1 }]),
+    /hash name longer than 255/,
+  );
   const answer = encodeResults([{ signature: new Uint8Array(4) }]);
   assert.throws(() => decodeResults(answer.subarray(0, answer.byteLength - 1)), WireError);
 });

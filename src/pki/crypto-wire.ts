@@ -67,6 +67,7 @@ class Writer {
   }
 
   hash(name: string | null): void {
+    if ((name?.length ?? 0) > 255) throw new WireError('hash name longer than 255 characters');
     this.u8(name?.length ?? 0);
     for (let i = 0; i < (name?.length ?? 0); i++) this.u8((name as string).charCodeAt(i) & 0x7f);
   }
