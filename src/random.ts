@@ -10,6 +10,7 @@ let offset = 0;
 
 /** `count` (at most 4096) random bytes, a view of the pool: copy them if you keep them past use. */
 export function pooledRandomBytes(count: number): Buffer {
+  if (count > 4096) throw new RangeError(`at most 4096 pooled random bytes at a time, not ${count}`);
   if (offset + count > pool.length) {
     pool = randomBytes(4096);
     offset = 0;

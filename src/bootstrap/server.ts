@@ -22,7 +22,7 @@ import {
 } from '../errors.ts';
 import { reuseConnections } from '../kube/connection-reuse.ts';
 import { type Logger, silentLogger } from '../log.ts';
-import { sessionTicketsWarning } from '../net/openssl-config.ts';
+import { warnIfSessionTicketsOn } from '../net/openssl-config.ts';
 import { readBody } from '../net/read-body.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { loadCa } from '../pki/folder.ts';
@@ -237,8 +237,7 @@ export async function serveBootstrap(options: BootstrapServerOptions): Promise<B
   });
   const address = server.address() as AddressInfo;
   logger.info({ url: urlOf(address, 'https') }, 'bootstrap server listening');
-  const tickets = sessionTicketsWarning(process.execArgv, process.env);
-  if (tickets) logger.warn(tickets);
+  warnIfSessionTicketsOn(logger);
   return {
     url: urlOf(address, 'https'),
     address,

@@ -29,7 +29,7 @@ import { parseDuration } from '../config/duration.ts';
 import { describeError, InvalidInputError, NotFoundError } from '../errors.ts';
 import { loadKubeConfig, makeClients } from '../kube/client.ts';
 import type { Logger } from '../log.ts';
-import { sessionTicketsWarning } from '../net/openssl-config.ts';
+import { warnIfSessionTicketsOn } from '../net/openssl-config.ts';
 import { parseListenAddress, urlOf } from '../runtime/listen-address.ts';
 import { openVfs, vfsOptionsFromEnv } from '../statestore/open.ts';
 import type { Vfs } from '../statestore/types.ts';
@@ -188,8 +188,7 @@ function serveCommand(): Command {
       server.requestTimeout = 10_000;
       server.headersTimeout = 5_000;
       if (options.plainHttp) logger.warn('serving cluster-info over plain HTTP: put TLS in front of it');
-      const tickets = options.tlsCert ? sessionTicketsWarning(process.execArgv, process.env) : undefined;
-      if (tickets) logger.warn(tickets);
+      if (options.tlsCert) warnIfSessionTicketsOn(logger);
       await new Promise<void>((resolve, reject) => {
         server.once('error', reject);
         server.listen(listen.port, listen.host, resolve);

@@ -4,6 +4,8 @@
  * so the servers say so at start when the process has no configuration at all.
  */
 
+import type { Logger } from '../log.ts';
+
 /** The start-up warning for a process without an OpenSSL configuration; undefined when it has one. */
 export function sessionTicketsWarning(
   execArgv: readonly string[],
@@ -15,4 +17,10 @@ export function sessionTicketsWarning(
   // Node reads OPENSSL_CONF when no flag is given; whether that file turns tickets off is its business.
   if (env['OPENSSL_CONF']) return undefined;
   return 'TLS session tickets are on: start Node with --openssl-config=deploy/openssl.cnf, as the image does (docs/security.md#tls)';
+}
+
+/** Logs {@link sessionTicketsWarning} for this process, if it applies; for TLS servers at start. */
+export function warnIfSessionTicketsOn(logger: Logger): void {
+  const warning = sessionTicketsWarning(process.execArgv, process.env);
+  if (warning) logger.warn(warning);
 }
