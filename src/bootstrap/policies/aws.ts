@@ -13,7 +13,7 @@ import { describeError } from '../../errors.ts';
 import type { ReplayGuard } from '../replay-guard.ts';
 import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';
 import { parseStsProof, type StsReplayRequest } from './aws-sts-proof.ts';
-import { callSts, type StsCaller } from './sts-client.ts';
+import { type StsCaller, StsClient } from './sts-client.ts';
 
 /** Looks an instance up by id in EC2 (AwsNodeIdentifier.lookupInstance); throws a typed error. */
 export interface AwsInstanceLookup {
@@ -51,6 +51,7 @@ export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
   const host = stsHost(options.region);
   const endpoint = options.stsEndpoint ?? `https://${host}`;
   const maxAgeMs = options.maxAgeMs ?? defaultAwsProofMaxAgeMs;
+  const sts = new StsClient(endpoint, { timeoutMs: options.stsTimeoutMs ?? 5_000 });
   return {
     name: 'aws',
     evaluate: async (request, context) => {
@@ -78,7 +79,7 @@ export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
       }
       let caller: StsCaller;
       try {
-        caller = await callSts(endpoint, replay.request, options.stsTimeoutMs ?? 5_000);
+        caller = await sts.call(replay.request);
       } catch (err) {
         return deny(`STS did not accept the proof: ${describeError(err)}`);
       }

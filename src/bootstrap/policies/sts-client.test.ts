@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
 import { TimeoutError, UnauthenticatedError, UnavailableError } from '../../errors.ts';
-import { callSts, parseCallerIdentity } from './sts-client.ts';
+import { parseCallerIdentity, StsClient } from './sts-client.ts';
 
 const identityXml = `<GetCallerIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
   <GetCallerIdentityResult><Arn>arn:aws:sts::123456789012:assumed-role/nodes/i-0123456789abcdef0</Arn>
@@ -14,6 +14,7 @@ let server: Server;
 let endpoint: string;
 let handler: (req: IncomingMessage, res: ServerResponse) => void;
 const seen: IncomingMessage[] = [];
+let connections = 0;
 
 before(async () => {
   server = createServer((req, res) => {
@@ -21,6 +22,7 @@ before(async () => {
     req.resume();
     req.on('end', () => handler(req, res));
   });
+  server.on('connection', () => connections++);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   endpoint = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 });
@@ -36,6 +38,11 @@ const replay = {
   body: 'Action=GetCallerIdentity&Version=2011-06-15',
 };
 
+/** A client with a fresh pool, so connection counts do not depend on the other tests. */
+function client(timeoutMs = 2_000, maxConnections?: number): StsClient {
+  return new StsClient(endpoint, { timeoutMs, ...(maxConnections === undefined ? {} : { maxConnections }) });
+}
+
 function answer(status: number, body: string, headers: Record<string, string> = {}) {
   handler = (_req, res) => {
     res.writeHead(status, { 'content-type': 'text/xml', ...headers });
@@ -43,10 +50,10 @@ function answer(status: number, body: string, headers: Record<string, string> = 
   };
 }
 
-test('callSts sends the signed Host and headers and reads the caller', async () => {
+test('a replay sends the signed Host and headers and reads the caller', async () => {
   answer(200, identityXml);
   seen.length = 0;
-  const caller = await callSts(endpoint, replay, 2_000);
+  const caller = await client().call(replay);
   assert.deepEqual(caller, {
     account: '123456789012',
     arn: 'arn:aws:sts::123456789012:assumed-role/nodes/i-0123456789abcdef0',
@@ -62,7 +69,7 @@ test("STS's refusal is an authentication error carrying its code", async () => {
     '<ErrorResponse><Error><Code>SignatureDoesNotMatch</Code><Message>no</Message></Error></ErrorResponse>',
   );
   await assert.rejects(
-    callSts(endpoint, replay, 2_000),
+    client().call(replay),
     (err) => err instanceof UnauthenticatedError && /SignatureDoesNotMatch: no/.test(err.message),
   );
 });
@@ -70,20 +77,94 @@ test("STS's refusal is an authentication error carrying its code", async () => {
 test('a redirect is not followed', async () => {
   answer(302, '', { location: 'http://127.0.0.1:1/elsewhere' });
   seen.length = 0;
-  await assert.rejects(callSts(endpoint, replay, 2_000), /HTTP 302/);
+  await assert.rejects(client().call(replay), /HTTP 302/);
   assert.equal(seen.length, 1);
 });
 
 test('STS failures and throttling are unavailable; silence is a timeout; floods are cut', async () => {
   answer(503, '<ErrorResponse><Error><Code>ServiceUnavailable</Code></Error></ErrorResponse>');
-  await assert.rejects(callSts(endpoint, replay, 2_000), UnavailableError);
+  await assert.rejects(client().call(replay), UnavailableError);
   answer(400, '<ErrorResponse><Error><Code>Throttling</Code></Error></ErrorResponse>');
-  await assert.rejects(callSts(endpoint, replay, 2_000), UnavailableError);
+  await assert.rejects(client().call(replay), UnavailableError);
   handler = () => undefined;
-  await assert.rejects(callSts(endpoint, replay, 200), TimeoutError);
+  await assert.rejects(client(200).call(replay), TimeoutError);
   answer(200, 'x'.repeat(100_000));
-  await assert.rejects(callSts(endpoint, replay, 2_000), /more than 65536 bytes/);
-  await assert.rejects(callSts('http://127.0.0.1:1', replay, 2_000), /cannot reach STS/);
+  await assert.rejects(client().call(replay), /more than 65536 bytes/);
+  await assert.rejects(new StsClient('http://127.0.0.1:1').call(replay), /cannot reach STS/);
+});
+
+test('replays share pooled connections, at most maxConnections at once', async () => {
+  answer(200, identityXml);
+  connections = 0;
+  const sts = client(2_000, 2);
+  for (let i = 0; i < 3; i++) await sts.call(replay);
+  assert.equal(connections, 1, 'one after another, the replays reuse one connection');
+  const shared = client(2_000, 2);
+  connections = 0;
+  let inFlight = 0;
+  let most = 0;
+  handler = (_req, res) => {
+    most = Math.max(most, ++inFlight);
+    setTimeout(() => {
+      inFlight--;
+      res.writeHead(200, { 'content-type': 'text/xml' });
+      res.end(identityXml);
+    }, 20);
+  };
+  await Promise.all(Array.from({ length: 6 }, () => shared.call(replay)));
+  assert.equal(most, 2, 'six concurrent replays wait for the two connections');
+  assert.equal(connections, 2);
+});
+
+test('a pooled connection STS already closed is retried once on a new one', async () => {
+  const sts = client();
+  answer(200, identityXml);
+  await sts.call(replay);
+  connections = 0;
+  seen.length = 0;
+  // The next request on the kept connection meets a server that has just dropped it.
+  let dropped = 0;
+  handler = (req, res) => {
+    if (dropped++ === 0) {
+      req.socket.destroy();
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'text/xml' });
+    res.end(identityXml);
+  };
+  const caller = await sts.call(replay);
+  assert.equal(caller.account, '123456789012');
+  assert.equal(seen.length, 2, 'sent twice: once on the dead connection, once on a new one');
+  assert.equal(connections, 1);
+});
+
+test('a connection dropped on its first request, or twice, is not retried further', async () => {
+  handler = (req) => req.socket.destroy();
+  seen.length = 0;
+  await assert.rejects(
+    client().call(replay),
+    (err) => err instanceof UnavailableError && /cannot reach STS/.test(err.message),
+  );
+  assert.equal(seen.length, 1, 'a new connection that fails is not a stale one');
+  const sts = client();
+  answer(200, identityXml);
+  await sts.call(replay);
+  handler = (req) => req.socket.destroy();
+  seen.length = 0;
+  await assert.rejects(sts.call(replay), UnavailableError);
+  assert.equal(seen.length, 2, 'one retry, not more');
+});
+
+test('the deadline covers waiting for a pooled connection', async () => {
+  handler = () => undefined;
+  const sts = client(300, 1);
+  const started = Date.now();
+  const results = await Promise.allSettled([sts.call(replay), sts.call(replay)]);
+  for (const result of results) {
+    assert.equal(result.status, 'rejected');
+    assert.ok(result.reason instanceof TimeoutError, String(result.reason));
+  }
+  assert.ok(Date.now() - started < 2_000, 'the queued call timed out with the first, not after it');
 });
 
 test('parseCallerIdentity decodes entities and refuses other documents', () => {

@@ -1,10 +1,16 @@
 /**
- * Replays a node's signed GetCallerIdentity to STS and reads the answer. One request, no redirects
- * (node's http client follows none), no connection reuse, a short timeout and a bounded answer: the
- * node chose the headers, so nothing but STS's verdict on them is trusted.
+ * Replays a node's signed GetCallerIdentity to STS and reads the answer: no redirects (node's http
+ * client follows none), one deadline that also covers waiting for a connection, and a bounded answer.
+ * The node chose the headers, so nothing but STS's verdict on them is trusted.
+ *
+ * Connections are pooled. A new TLS connection per replay cost the event loop a full client
+ * handshake for every joining node (docs/performance.md). Sharing them is safe because the node
+ * cannot touch the framing: aws-sts-proof.ts refuses connection-level headers (Connection,
+ * Transfer-Encoding, Upgrade, Expect, ...) and line breaks, and this module sets the method, the
+ * body and its length, so each replay is exactly one request and one answer on its connection.
  */
-import { request as httpRequest, type IncomingMessage } from 'node:http';
-import { request as httpsRequest } from 'node:https';
+import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { TimeoutError, UnauthenticatedError, UnavailableError } from '../../errors.ts';
 import type { StsReplayRequest } from './aws-sts-proof.ts';
 
@@ -37,75 +43,125 @@ export function parseCallerIdentity(xml: string): StsCaller {
   return { account, arn, userId: (result && xmlText(result, 'UserId')) ?? '' };
 }
 
-/**
- * Sends `replay.request` to `endpoint` (`https://sts.<region>.amazonaws.com` or the simulator) with the
- * signed Host header; resolves to the caller, or throws UnauthenticatedError (STS refused the
- * signature), UnavailableError (STS unreachable or failing) or TimeoutError.
- */
-export function callSts(
-  endpoint: string,
-  replay: StsReplayRequest['request'],
-  timeoutMs: number,
-): Promise<StsCaller> {
-  const base = new URL(endpoint);
-  const send = base.protocol === 'https:' ? httpsRequest : httpRequest;
-  const headers: Record<string, string | string[]> = { ...replay.headers, connection: 'close' };
-  headers['host'] = replay.headers['host']?.[0] ?? base.host;
-  return new Promise<StsCaller>((resolve, reject) => {
-    const req = send(
-      {
-        protocol: base.protocol,
-        hostname: base.hostname,
-        port: base.port,
-        method: replay.method,
-        path: replay.url,
-        headers,
-        agent: false,
-        timeout: timeoutMs,
-        ...(base.protocol === 'https:' ? { servername: base.hostname } : {}),
-      },
-      (res: IncomingMessage) => {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on('data', (chunk: Buffer) => {
-          size += chunk.length;
-          if (size > maxAnswerBytes) {
-            req.destroy(new UnavailableError(`STS answered with more than ${maxAnswerBytes} bytes`));
-            return;
-          }
-          chunks.push(chunk);
-        });
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          const status = res.statusCode ?? 0;
-          if (status === 200) {
-            try {
-              resolve(parseCallerIdentity(text));
-            } catch (err) {
-              reject(err);
+/** At most this many connections to one STS endpoint: a join storm queues for them instead of opening hundreds. */
+export const maxStsConnections = 64;
+
+/** Idle pooled connections are closed after this long (or sooner when STS announces a shorter keep-alive). */
+const idleConnectionMs = 30_000;
+
+/** A pooled connection that the server had already closed when a replay was written to it. */
+class StaleConnectionError extends Error {}
+
+/** Options of {@link StsClient}. */
+export interface StsClientOptions {
+  /** Deadline of one call, waiting for a connection included (default 5 s). */
+  timeoutMs?: number;
+  /** Connections to the endpoint at most (default {@link maxStsConnections}). */
+  maxConnections?: number;
+}
+
+/** Replays proofs to one STS endpoint (`https://sts.<region>.amazonaws.com` or the simulator) over pooled connections. */
+export class StsClient {
+  readonly #base: URL;
+  readonly #agent: HttpAgent;
+  readonly #timeoutMs: number;
+
+  constructor(endpoint: string, options: StsClientOptions = {}) {
+    this.#base = new URL(endpoint);
+    this.#timeoutMs = options.timeoutMs ?? 5_000;
+    const pool = {
+      keepAlive: true,
+      maxSockets: options.maxConnections ?? maxStsConnections,
+      // The most recently used connection first, so that the others idle out after a storm.
+      scheduling: 'lifo' as const,
+      timeout: idleConnectionMs,
+    };
+    this.#agent = this.#base.protocol === 'https:' ? new HttpsAgent(pool) : new HttpAgent(pool);
+  }
+
+  /**
+   * Sends `replay` with its signed Host header; resolves to the caller, or throws
+   * UnauthenticatedError (STS refused the signature), UnavailableError (STS unreachable or failing)
+   * or TimeoutError. A pooled connection found closed is retried once on another: GetCallerIdentity
+   * changes nothing, and the proof is only spent after STS has answered.
+   */
+  async call(replay: StsReplayRequest['request']): Promise<StsCaller> {
+    const deadline = AbortSignal.timeout(this.#timeoutMs);
+    try {
+      return await this.#send(replay, deadline);
+    } catch (err) {
+      if (!(err instanceof StaleConnectionError)) throw err;
+      return this.#send(replay, deadline);
+    }
+  }
+
+  #send(replay: StsReplayRequest['request'], deadline: AbortSignal): Promise<StsCaller> {
+    const base = this.#base;
+    const send = base.protocol === 'https:' ? httpsRequest : httpRequest;
+    const headers: Record<string, string | string[]> = { ...replay.headers };
+    headers['host'] = replay.headers['host']?.[0] ?? base.host;
+    return new Promise<StsCaller>((resolve, reject) => {
+      let answered = false;
+      const fail = (err: NodeJS.ErrnoException) => {
+        if (deadline.aborted) {
+          reject(new TimeoutError(`STS did not answer within ${this.#timeoutMs} ms`));
+        } else if (err instanceof UnavailableError) {
+          reject(err);
+        } else if (req.reusedSocket && !answered && err.code === 'ECONNRESET') {
+          reject(new StaleConnectionError(err.message));
+        } else {
+          reject(new UnavailableError(`cannot reach STS at ${base.origin}: ${err.message}`, { cause: err }));
+        }
+      };
+      const req = send(
+        {
+          protocol: base.protocol,
+          hostname: base.hostname,
+          port: base.port,
+          method: replay.method,
+          path: replay.url,
+          headers,
+          agent: this.#agent,
+          signal: deadline,
+          ...(base.protocol === 'https:' ? { servername: base.hostname } : {}),
+        },
+        (res: IncomingMessage) => {
+          answered = true;
+          const chunks: Buffer[] = [];
+          let size = 0;
+          res.on('data', (chunk: Buffer) => {
+            size += chunk.length;
+            if (size > maxAnswerBytes) {
+              req.destroy(new UnavailableError(`STS answered with more than ${maxAnswerBytes} bytes`));
+              return;
             }
-            return;
-          }
-          const code = xmlText(text, 'Code') ?? `HTTP ${status}`;
-          const message = xmlText(text, 'Message') ?? '';
-          const what = `${code}${message ? `: ${message}` : ''}`;
-          reject(
-            status >= 500 || status === 429 || code === 'Throttling'
-              ? new UnavailableError(`STS failed (${what}); retry later`)
-              : new UnauthenticatedError(what),
-          );
-        });
-        res.on('error', reject);
-      },
-    );
-    req.on('timeout', () => req.destroy(new TimeoutError(`STS did not answer within ${timeoutMs} ms`)));
-    req.on('error', (err) =>
-      reject(
-        err instanceof TimeoutError || err instanceof UnavailableError
-          ? err
-          : new UnavailableError(`cannot reach STS at ${endpoint}: ${err.message}`, { cause: err }),
-      ),
-    );
-    req.end(replay.body);
-  });
+            chunks.push(chunk);
+          });
+          res.on('end', () => {
+            const text = Buffer.concat(chunks).toString('utf8');
+            const status = res.statusCode ?? 0;
+            if (status === 200) {
+              try {
+                resolve(parseCallerIdentity(text));
+              } catch (err) {
+                reject(err);
+              }
+              return;
+            }
+            const code = xmlText(text, 'Code') ?? `HTTP ${status}`;
+            const message = xmlText(text, 'Message') ?? '';
+            const what = `${code}${message ? `: ${message}` : ''}`;
+            reject(
+              status >= 500 || status === 429 || code === 'Throttling'
+                ? new UnavailableError(`STS failed (${what}); retry later`)
+                : new UnauthenticatedError(what),
+            );
+          });
+          res.on('error', fail);
+        },
+      );
+      req.on('error', fail);
+      req.end(replay.body);
+    });
+  }
 }
