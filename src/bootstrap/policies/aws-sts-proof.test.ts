@@ -106,6 +106,20 @@ test('connection headers and line breaks are refused', () => {
   assert.throws(() => parseStsProof(1, encode({ ...v1, 'X-Extra': ['a\r\nb'] }), body, host), /line break/);
 });
 
+test('attack: a v2 proof with a body length (to smuggle a request onto a shared STS connection) is refused', () => {
+  const v2 = decode(tokenOf(signAwsStsProof(body, credentials, 'us-east-1', 2, { now: at })));
+  const withLength = (value: string) => ({
+    ...v2,
+    headers: { ...(v2['headers'] as object), 'Content-Length': [value] },
+  });
+  assert.throws(
+    () => parseStsProof(2, encode(withLength('100')), body, host),
+    /Content-Length does not fit a GET/,
+  );
+  const parsed = parseStsProof(2, encode(withLength('0')), body, host);
+  assert.equal(parsed.request.headers['content-length'], undefined, 'the sender sets the length');
+});
+
 test('property: arbitrary and mutated tokens fail only with UnauthenticatedError', () => {
   const good = tokenOf(signAwsStsProof(body, credentials, 'us-east-1', 1, { now: at }));
   fc.assert(

@@ -21,8 +21,11 @@ export interface StsReplayRequest {
 
 /** The largest proof accepted; real ones are about 2 KB. */
 const maxProofBytes = 16 * 1024;
-/** Headers that must not be forwarded: they belong to the connection, not to the signed request. */
-const connectionHeaders = new Set([
+/**
+ * Headers that must not be forwarded: they belong to the connection, not to the signed request, and
+ * replays share pooled connections (sts-client.ts), so they could frame another node's request.
+ */
+export const connectionHeaders = new Set([
   'connection',
   'keep-alive',
   'transfer-encoding',
@@ -149,6 +152,10 @@ export function parseStsProof(
   }
   const headers = readHeaders(rawHeaders ?? {});
   headers['host'] = [host];
+  // A GET has no body: a length here would make STS read the next request on the connection as one.
+  const length = headers['content-length'];
+  if (length && (length.length !== 1 || length[0] !== '0')) reject('its Content-Length does not fit a GET');
+  delete headers['content-length'];
   // The signature covers the query exactly as written, so it is taken from the raw URL, not re-encoded.
   const prefix = `https://${host}/`;
   if (!(url as string).startsWith(prefix)) reject(`its url does not start with ${prefix}`);

@@ -155,6 +155,27 @@ test('a connection dropped on its first request, or twice, is not retried furthe
   assert.equal(seen.length, 2, 'one retry, not more');
 });
 
+test('framing headers in a replay are dropped, so the next replay on the connection is read as sent', async () => {
+  answer(200, identityXml);
+  connections = 0;
+  seen.length = 0;
+  const sts = client();
+  const smuggling = {
+    ...replay,
+    method: 'GET',
+    url: '/?Action=GetCallerIdentity',
+    body: '',
+    headers: { ...replay.headers, 'content-length': ['100'], 'transfer-encoding': ['chunked'] },
+  };
+  await sts.call(smuggling);
+  await sts.call(replay);
+  assert.equal(connections, 1);
+  assert.equal(seen.length, 2, 'two requests, neither swallowed as the body of the other');
+  assert.equal(seen[0]?.headers['content-length'], undefined);
+  assert.equal(seen[0]?.headers['transfer-encoding'], undefined);
+  assert.equal(seen[1]?.headers['x-amz-date'], '20260301T120000Z');
+});
+
 test('the deadline covers waiting for a pooled connection', async () => {
   handler = () => undefined;
   const sts = client(300, 1);

@@ -6,13 +6,14 @@
  * Connections are pooled. A new TLS connection per replay cost the event loop a full client
  * handshake for every joining node (docs/performance.md). Sharing them is safe because the node
  * cannot touch the framing: aws-sts-proof.ts refuses connection-level headers (Connection,
- * Transfer-Encoding, Upgrade, Expect, ...) and line breaks, and this module sets the method, the
- * body and its length, so each replay is exactly one request and one answer on its connection.
+ * Transfer-Encoding, Upgrade, Expect, ...), line breaks and a body length that does not fit, and
+ * this module drops any such header again and sets the method, the body and its length itself, so
+ * each replay is exactly one request and one answer on its connection.
  */
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { TimeoutError, UnauthenticatedError, UnavailableError } from '../../errors.ts';
-import type { StsReplayRequest } from './aws-sts-proof.ts';
+import { connectionHeaders, type StsReplayRequest } from './aws-sts-proof.ts';
 
 /** Who STS says signed the request. */
 export interface StsCaller {
@@ -98,7 +99,11 @@ export class StsClient {
   #send(replay: StsReplayRequest['request'], deadline: AbortSignal): Promise<StsCaller> {
     const base = this.#base;
     const send = base.protocol === 'https:' ? httpsRequest : httpRequest;
-    const headers: Record<string, string | string[]> = { ...replay.headers };
+    // The framing is ours whatever the parser let through: the length comes from the body we send.
+    const headers: Record<string, string | string[]> = {};
+    for (const [name, values] of Object.entries(replay.headers)) {
+      if (!connectionHeaders.has(name) && name !== 'content-length') headers[name] = values;
+    }
     headers['host'] = replay.headers['host']?.[0] ?? base.host;
     return new Promise<StsCaller>((resolve, reject) => {
       let answered = false;
