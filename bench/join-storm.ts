@@ -30,6 +30,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TLSSocket } from 'node:tls';
 import { parseArgs } from 'node:util';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { signAwsStsProof } from '../src/agent/aws-proof.ts';
@@ -55,6 +57,34 @@ import { toolPath } from '../src/testing/tools.ts';
 import { describeInstancePerNode } from './identify.ts';
 
 const clusterName = 'storm.example.com';
+
+/**
+ * A full collection of this process's heap, run before every storm whichever server it measures.
+ * This process holds the clients, the simulators and the last storms' answers and certificates; left
+ * alone, a major collection of about half a second landed inside whichever storm was running (in
+ * three runs, always one of ours), stalled its clients and made that server look slow while its
+ * event loop sat idle (docs/performance.md). The servers' own collections are part of their cost
+ * and are left alone.
+ */
+setFlagsFromString('--expose-gc');
+const collectGarbage = runInNewContext('gc') as () => void;
+
+/** Milliseconds this process spent paused for garbage collection while `work` ran. */
+async function gcPauseDuring<T>(work: () => Promise<T>): Promise<{ result: T; gcMs: number }> {
+  let gcMs = 0;
+  const observer = new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) gcMs += entry.duration;
+  });
+  observer.observe({ entryTypes: ['gc'] });
+  try {
+    const result = await work();
+    // Entries are delivered asynchronously: let the last ones arrive before counting.
+    await new Promise((resolve) => setImmediate(resolve));
+    return { result, gcMs };
+  } finally {
+    observer.disconnect();
+  }
+}
 const opensslConfig = new URL('../deploy/openssl.cnf', import.meta.url).pathname;
 const nodesRole = `nodes.${clusterName}`;
 const config = parseConfig({ clusterName, cloud: 'aws', server: {} });
@@ -90,6 +120,8 @@ export interface StormFigures {
   serverCpuSeconds: number;
   /** CPU seconds of this process (clients and simulators). */
   clientCpuSeconds: number;
+  /** Milliseconds this process was paused for garbage collection during the storm. */
+  clientGcMs: number;
   /** The share of the storm's wall time our server's event loop was busy (absent for cfssl). */
   serverLoopBusy?: number;
   /** The TLS key exchange groups the storm's connections negotiated (`X25519`, `X25519MLKEM768`). */
@@ -430,12 +462,16 @@ async function measureStorm(
   check: { nodes: readonly StormNode[]; certificateOf: CertificateOf; caPem: string },
   options: { keepAlive: boolean; concurrency: number; groups?: string },
 ): Promise<StormFigures> {
+  collectGarbage();
   const loopBefore = await server.eventLoop?.();
   const serverCpu = server.cpuSeconds();
   const clientCpu = ownCpuSeconds();
   const { groups, ...rest } = options;
   const tls = { caPem: check.caPem, ...(groups ? { groups } : {}) };
-  const { replies, wallMs } = await fire(server.url, requests, { tls, ...rest });
+  const {
+    result: { replies, wallMs },
+    gcMs,
+  } = await gcPauseDuring(() => fire(server.url, requests, { tls, ...rest }));
   const serverCpuSeconds = server.cpuSeconds() - serverCpu;
   const clientCpuSeconds = ownCpuSeconds() - clientCpu;
   const loopAfter = await server.eventLoop?.();
@@ -452,6 +488,7 @@ async function measureStorm(
     wallMs,
     serverCpuSeconds,
     clientCpuSeconds,
+    clientGcMs: gcMs,
     ...(loopBusy === undefined ? {} : { serverLoopBusy: loopBusy }),
     keyExchange: [...new Set(replies.map((r) => r.keyExchange).filter((k) => k !== undefined))].sort(),
   };
@@ -544,11 +581,12 @@ function bootstrapBody(csrPem: string): string {
 
 /**
  * Warms a server and this process's clients up before the first measured storm: a keep-alive burst
- * of up to 2,000 requests, then up to 300 new TLS connections, as many in flight as in the storms,
- * for a node outside the storm. A controller serves for days, so its steady state is what counts;
- * V8 takes a few thousand requests to optimise the hot paths (200 left the first storm of a run 30
- * to 50% slower than later ones), and the first storm of a run is always ours. cfssl (compiled ahead
- * of time) gets the same warm-up.
+ * of four storms' worth of requests (at most 20,000), then a storm's worth of new TLS connections
+ * (at most 1,000), as many in flight as in the storms, for a node outside the storm. A controller
+ * serves for days, so its steady state is what counts. Our server takes 12,000 to 15,000 requests
+ * to get there (V8 optimising the request path, its heap settling): after the 2,300 warm-up requests
+ * this used to get, its first two rounds cost 20 to 30% more CPU per certificate than later ones
+ * (docs/performance.md). cfssl, compiled ahead of time, gets the same warm-up.
  */
 async function warmUp(
   url: string,
@@ -559,8 +597,8 @@ async function warmUp(
   const tls = { caPem, groups: classicalGroups };
   const burst = (n: number) => Array.from({ length: n }, () => probe);
   const { nodes, concurrency } = storm;
-  await fire(url, burst(Math.min(2000, nodes)), { tls, keepAlive: true, concurrency });
-  await fire(url, burst(Math.min(300, nodes)), { tls, keepAlive: false, concurrency });
+  await fire(url, burst(Math.min(20_000, 4 * nodes)), { tls, keepAlive: true, concurrency });
+  await fire(url, burst(Math.min(1_000, nodes)), { tls, keepAlive: false, concurrency });
 }
 
 /** A server of the plain comparison, warmed up, with the storm requests it answers. */
@@ -795,6 +833,7 @@ export function formatJoinStorm(result: JoinStormResult): string {
     `${`${f.name}${f.round && result.plain.some((p) => (p.round ?? 1) > 1) ? ` #${f.round}` : ''}`.padEnd(44)} ${`${f.verified}/${f.nodes}`.padStart(9)} ${`${(f.wallMs / 1000).toFixed(2)}s`.padStart(8)} ` +
     `${certsPerSecond(f).toFixed(0).padStart(7)} ${seconds(f.serverCpuSeconds).padStart(10)} ` +
     `${serverCpuMsPerCert(f).toFixed(2).padStart(8)} ${seconds(f.clientCpuSeconds).padStart(10)} ` +
+    `${`${f.clientGcMs.toFixed(0)}ms`.padStart(9)} ` +
     `${(f.serverLoopBusy === undefined ? '-' : `${Math.round(f.serverLoopBusy * 100)}%`).padStart(5)}  ` +
     `${f.keyExchange.join(',')}` +
     (f.cloud
@@ -803,10 +842,12 @@ export function formatJoinStorm(result: JoinStormResult): string {
     (f.firstFailure ? `\n  first failure: ${f.firstFailure}` : '');
   const header =
     `${'storm'.padEnd(44)} ${'verified'.padStart(9)} ${'wall'.padStart(8)} ${'certs/s'.padStart(7)} ` +
-    `${'server CPU'.padStart(10)} ${'ms/cert'.padStart(8)} ${'client CPU'.padStart(10)} ${'loop'.padStart(5)}  key exchange`;
+    `${'server CPU'.padStart(10)} ${'ms/cert'.padStart(8)} ${'client CPU'.padStart(10)} ${'client GC'.padStart(9)} ` +
+    `${'loop'.padStart(5)}  key exchange`;
   const lines = [
     `join-storm: ${result.nodes} nodes, ${result.concurrency} requests in flight, HTTPS to a server in its own process ` +
       '(ms/cert: server CPU per verified certificate; client CPU: this process, clients and simulators; ' +
+      'client GC: its garbage-collection pauses during the storm, after a full collection before each; ' +
       "loop: share of the wall time our server's event loop was busy)",
   ];
   if (result.aws) {
