@@ -104,6 +104,17 @@ test('connection headers and line breaks are refused', () => {
     /may not be part/,
   );
   assert.throws(() => parseStsProof(1, encode({ ...v1, 'X-Extra': ['a\r\nb'] }), body, host), /line break/);
+  for (const value of ['a\u0001b', 'a\u0100b', 'a\u007fb']) {
+    assert.throws(
+      () => parseStsProof(1, encode({ ...v1, 'X-Extra': [value] }), body, host),
+      /another character HTTP does not allow/,
+    );
+  }
+  const v2 = decode(tokenOf(signAwsStsProof(body, credentials, 'us-east-1', 2, { now: at })));
+  for (const smuggled of [' HTTP/1.1', '\tx', '\u0001']) {
+    const url = `${v2['url'] as string}&x=${smuggled}`;
+    assert.throws(() => parseStsProof(2, encode({ ...v2, url }), body, host), /spaces or control characters/);
+  }
 });
 
 test('attack: a v2 proof with a body length (to smuggle a request onto a shared STS connection) is refused', () => {

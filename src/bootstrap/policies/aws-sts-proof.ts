@@ -62,7 +62,10 @@ function readHeaders(raw: unknown): Record<string, string[]> {
     if (!Array.isArray(values) || values.length === 0 || values.some((v) => typeof v !== 'string')) {
       reject(`header ${name} must be a string or a list of strings`);
     }
-    if ((values as string[]).some((v) => /[\r\n\0]/.test(v))) reject(`header ${name} has a line break`);
+    // What Node's http client refuses in a header value (line breaks, other controls, beyond Latin-1).
+    if ((values as string[]).some((v) => /[^\t\x20-\x7e\x80-\xff]/.test(v))) {
+      reject(`header ${name} has a line break or another character HTTP does not allow`);
+    }
     if (connectionHeaders.has(lower)) reject(`header ${name} may not be part of the proof`);
     headers[lower] = [...(headers[lower] ?? []), ...(values as string[])];
   }
@@ -160,6 +163,8 @@ export function parseStsProof(
   const prefix = `https://${host}/`;
   if (!(url as string).startsWith(prefix)) reject(`its url does not start with ${prefix}`);
   const pathAndQuery = (url as string).slice(prefix.length - 1);
+  // Spaces and controls are sent by nobody's SDK, and Node's http client refuses them in a path.
+  if (/[^\u0021-\u00ff]/.test(pathAndQuery)) reject('its url has spaces or control characters');
   const request = { method: 'GET', url: pathAndQuery, headers, body: '' };
   const claims = parseSignature(request);
   if (!claims.presigned) reject('its url is not presigned');

@@ -138,6 +138,43 @@ test('a pooled connection STS already closed is retried once on a new one', asyn
   assert.equal(connections, 1);
 });
 
+test('the retry goes to a new connection, not to another pooled one that idled out too', async () => {
+  const sts = client(2_000, 2);
+  // Two pooled connections: two replays at once, answered together.
+  const waiting: ServerResponse[] = [];
+  handler = (_req, res) => {
+    waiting.push(res);
+    if (waiting.length < 2) return;
+    for (const held of waiting.splice(0)) {
+      held.writeHead(200, { 'content-type': 'text/xml' });
+      held.end(identityXml);
+    }
+  };
+  await Promise.all([sts.call(replay), sts.call(replay)]);
+  // Now every connection that has served before is dead to the server; only a new one is answered.
+  const served = new Set(seen.map((req) => req.socket));
+  seen.length = 0;
+  handler = (req, res) => {
+    if (served.has(req.socket)) {
+      req.socket.destroy();
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'text/xml' });
+    res.end(identityXml);
+  };
+  const caller = await sts.call(replay);
+  assert.equal(caller.account, '123456789012');
+  assert.equal(seen.length, 2, 'one attempt on a dead pooled connection, then one on a new connection');
+});
+
+test("characters Node cannot send are the proof's fault, not a crash", async () => {
+  const odd = { ...replay, headers: { ...replay.headers, 'x-extra': ['\u0100'] } };
+  await assert.rejects(
+    client().call(odd),
+    (err) => err instanceof UnauthenticatedError && /cannot be replayed/.test(err.message),
+  );
+});
+
 test('a connection dropped on its first request, or twice, is not retried further', async () => {
   handler = (req) => req.socket.destroy();
   seen.length = 0;

@@ -10,7 +10,12 @@
  * this module drops any such header again and sets the method, the body and its length itself, so
  * each replay is exactly one request and one answer on its connection.
  */
-import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from 'node:http';
+import {
+  type ClientRequest,
+  Agent as HttpAgent,
+  request as httpRequest,
+  type IncomingMessage,
+} from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { TimeoutError, UnauthenticatedError, UnavailableError } from '../../errors.ts';
 import { connectionHeaders, type StsReplayRequest } from './aws-sts-proof.ts';
@@ -83,20 +88,25 @@ export class StsClient {
   /**
    * Sends `replay` with its signed Host header; resolves to the caller, or throws
    * UnauthenticatedError (STS refused the signature), UnavailableError (STS unreachable or failing)
-   * or TimeoutError. A pooled connection found closed is retried once on another: GetCallerIdentity
-   * changes nothing, and the proof is only spent after STS has answered.
+   * or TimeoutError. A pooled connection found closed is retried once on a new connection of its
+   * own, not on the next pooled one, which may have idled out with it: GetCallerIdentity changes
+   * nothing, and the proof is only spent after STS has answered.
    */
   async call(replay: StsReplayRequest['request']): Promise<StsCaller> {
     const deadline = AbortSignal.timeout(this.#timeoutMs);
     try {
-      return await this.#send(replay, deadline);
+      return await this.#send(replay, deadline, this.#agent);
     } catch (err) {
       if (!(err instanceof StaleConnectionError)) throw err;
-      return this.#send(replay, deadline);
+      return this.#send(replay, deadline, false);
     }
   }
 
-  #send(replay: StsReplayRequest['request'], deadline: AbortSignal): Promise<StsCaller> {
+  #send(
+    replay: StsReplayRequest['request'],
+    deadline: AbortSignal,
+    agent: HttpAgent | false,
+  ): Promise<StsCaller> {
     const base = this.#base;
     const send = base.protocol === 'https:' ? httpsRequest : httpRequest;
     // The framing is ours whatever the parser let through: the length comes from the body we send.
@@ -118,55 +128,70 @@ export class StsClient {
           reject(new UnavailableError(`cannot reach STS at ${base.origin}: ${err.message}`, { cause: err }));
         }
       };
-      const req = send(
-        {
-          protocol: base.protocol,
-          hostname: base.hostname,
-          port: base.port,
-          method: replay.method,
-          path: replay.url,
-          headers,
-          agent: this.#agent,
-          signal: deadline,
-          ...(base.protocol === 'https:' ? { servername: base.hostname } : {}),
-        },
-        (res: IncomingMessage) => {
+      const options = {
+        protocol: base.protocol,
+        hostname: base.hostname,
+        port: base.port,
+        method: replay.method,
+        path: replay.url,
+        headers,
+        agent,
+        signal: deadline,
+        ...(base.protocol === 'https:' ? { servername: base.hostname } : {}),
+      };
+      let req: ClientRequest;
+      try {
+        req = send(options, (res) => {
           answered = true;
-          const chunks: Buffer[] = [];
-          let size = 0;
-          res.on('data', (chunk: Buffer) => {
-            size += chunk.length;
-            if (size > maxAnswerBytes) {
-              req.destroy(new UnavailableError(`STS answered with more than ${maxAnswerBytes} bytes`));
-              return;
-            }
-            chunks.push(chunk);
-          });
-          res.on('end', () => {
-            const text = Buffer.concat(chunks).toString('utf8');
-            const status = res.statusCode ?? 0;
-            if (status === 200) {
-              try {
-                resolve(parseCallerIdentity(text));
-              } catch (err) {
-                reject(err);
-              }
-              return;
-            }
-            const code = xmlText(text, 'Code') ?? `HTTP ${status}`;
-            const message = xmlText(text, 'Message') ?? '';
-            const what = `${code}${message ? `: ${message}` : ''}`;
-            reject(
-              status >= 500 || status === 429 || code === 'Throttling'
-                ? new UnavailableError(`STS failed (${what}); retry later`)
-                : new UnauthenticatedError(what),
-            );
-          });
           res.on('error', fail);
-        },
-      );
+          readAnswer(res, (err) => req.destroy(err)).then(resolve, reject);
+        });
+      } catch (err) {
+        // Node refuses characters in a header or the path that the proof parser let through.
+        reject(new UnauthenticatedError(`the proof cannot be replayed: ${(err as Error).message}`));
+        return;
+      }
       req.on('error', fail);
       req.end(replay.body);
     });
   }
+}
+
+/**
+ * Reads STS's answer into the caller it names, or the error it means. More than
+ * {@link maxAnswerBytes} is cut off through `abort`, which destroys the connection.
+ */
+function readAnswer(res: IncomingMessage, abort: (err: Error) => void): Promise<StsCaller> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    res.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > maxAnswerBytes) {
+        abort(new UnavailableError(`STS answered with more than ${maxAnswerBytes} bytes`));
+        return;
+      }
+      chunks.push(chunk);
+    });
+    res.on('end', () => {
+      const text = Buffer.concat(chunks).toString('utf8');
+      const status = res.statusCode ?? 0;
+      if (status === 200) {
+        try {
+          resolve(parseCallerIdentity(text));
+        } catch (err) {
+          reject(err);
+        }
+        return;
+      }
+      const code = xmlText(text, 'Code') ?? `HTTP ${status}`;
+      const message = xmlText(text, 'Message') ?? '';
+      const what = `${code}${message ? `: ${message}` : ''}`;
+      reject(
+        status >= 500 || status === 429 || code === 'Throttling'
+          ? new UnavailableError(`STS failed (${what}); retry later`)
+          : new UnauthenticatedError(what),
+      );
+    });
+  });
 }
