@@ -43,6 +43,18 @@ function client(timeoutMs = 2_000, maxConnections?: number): StsClient {
   return new StsClient(endpoint, { timeoutMs, ...(maxConnections === undefined ? {} : { maxConnections }) });
 }
 
+/** Drops the connection of every request `drop` picks (a server that closed it), answers the others. */
+function dropping(drop: (req: IncomingMessage) => boolean) {
+  handler = (req, res) => {
+    if (drop(req)) {
+      req.socket.destroy();
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'text/xml' });
+    res.end(identityXml);
+  };
+}
+
 function answer(status: number, body: string, headers: Record<string, string> = {}) {
   handler = (_req, res) => {
     res.writeHead(status, { 'content-type': 'text/xml', ...headers });
@@ -124,14 +136,7 @@ test('a pooled connection STS already closed is retried once on a new one', asyn
   seen.length = 0;
   // The next request on the kept connection meets a server that has just dropped it.
   let dropped = 0;
-  handler = (req, res) => {
-    if (dropped++ === 0) {
-      req.socket.destroy();
-      return;
-    }
-    res.writeHead(200, { 'content-type': 'text/xml' });
-    res.end(identityXml);
-  };
+  dropping(() => dropped++ === 0);
   const caller = await sts.call(replay);
   assert.equal(caller.account, '123456789012');
   assert.equal(seen.length, 2, 'sent twice: once on the dead connection, once on a new one');
@@ -154,14 +159,7 @@ test('the retry goes to a new connection, not to another pooled one that idled o
   // Now every connection that has served before is dead to the server; only a new one is answered.
   const served = new Set(seen.map((req) => req.socket));
   seen.length = 0;
-  handler = (req, res) => {
-    if (served.has(req.socket)) {
-      req.socket.destroy();
-      return;
-    }
-    res.writeHead(200, { 'content-type': 'text/xml' });
-    res.end(identityXml);
-  };
+  dropping((req) => served.has(req.socket));
   const caller = await sts.call(replay);
   assert.equal(caller.account, '123456789012');
   assert.equal(seen.length, 2, 'one attempt on a dead pooled connection, then one on a new connection');
@@ -176,7 +174,7 @@ test("characters Node cannot send are the proof's fault, not a crash", async () 
 });
 
 test('a connection dropped on its first request, or twice, is not retried further', async () => {
-  handler = (req) => req.socket.destroy();
+  dropping(() => true);
   seen.length = 0;
   await assert.rejects(
     client().call(replay),
@@ -186,7 +184,7 @@ test('a connection dropped on its first request, or twice, is not retried furthe
   const sts = client();
   answer(200, identityXml);
   await sts.call(replay);
-  handler = (req) => req.socket.destroy();
+  dropping(() => true);
   seen.length = 0;
   await assert.rejects(sts.call(replay), UnavailableError);
   assert.equal(seen.length, 2, 'one retry, not more');
