@@ -3,7 +3,7 @@ import { execFileSync } from 'node:child_process';
 import { generateKeyPairSync, type KeyObject, sign, verify } from 'node:crypto';
 import { after, test } from 'node:test';
 import { InternalError, InvalidInputError, UnavailableError } from '../errors.ts';
-import { CryptoPool } from './crypto-pool.ts';
+import { CryptoPool, maxJobsPerMessage } from './crypto-pool.ts';
 import { runJob } from './crypto-worker.ts';
 import { generateKey, spkiOf } from './keys.ts';
 
@@ -60,6 +60,30 @@ test('a thousand concurrent checks each get their own answer', async () => {
     answers,
     jobs.map((_, i) => i % 3 !== 0),
   );
+});
+
+test('a turn of jobs goes in messages of at most maxJobsPerMessage: the first answers come before the last jobs are done', async () => {
+  const single = new CryptoPool({ threads: 1 });
+  try {
+    const key = generateKey('ecdsa-p256');
+    const { data, spki, signature } = signed(key, 'chunked');
+    const total = 4 * maxJobsPerMessage;
+    let answered = 0;
+    const answers = Array.from({ length: total }, () =>
+      single.verify('sha256', data, spki, signature).then((valid) => {
+        answered++;
+        return valid;
+      }),
+    );
+    await answers[0];
+    assert.ok(
+      answered >= 1 && answered <= maxJobsPerMessage,
+      `${answered} of ${total} answered with the first`,
+    );
+    assert.deepEqual(await Promise.all(answers), Array(total).fill(true));
+  } finally {
+    await single.close();
+  }
 });
 
 test('a job for a key the thread was never sent is an error, not a crash', () => {
