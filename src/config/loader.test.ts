@@ -43,6 +43,33 @@ describe('config loader', () => {
     assert.equal(config.server?.provider.gce?.MaxTimeSkew, 300);
   });
 
+  test("accepts kops' gossip discovery block and the server.useInstanceIDForNodeName of older kops versions", () => {
+    const config = parseConfig({
+      clusterName: 'minimal.k8s.local',
+      cloud: 'aws',
+      discovery: { enabled: true },
+      server: { useInstanceIDForNodeName: true, provider: { aws: { nodesRoles: ['nodes'] } } },
+    });
+    assert.equal(config.discovery?.enabled, true);
+    assert.equal(config.server?.useInstanceIDForNodeName, true);
+    assert.throws(
+      () =>
+        parseConfig({
+          clusterName: 'a.example.com',
+          cloud: 'aws',
+          server: { useInstanceIDForNodeName: true, provider: { aws: { useIPBasedNodeNames: true } } },
+        }),
+      configErrorMatching(
+        /server\.useInstanceIDForNodeName: contradicts server\.provider\.aws\.useIPBasedNodeNames/,
+      ),
+    );
+    assert.throws(
+      () =>
+        parseConfig({ clusterName: 'a.example.com', cloud: 'aws', discovery: { enabled: true, extra: 1 } }),
+      configErrorMatching(/discovery\.extra: unknown field/),
+    );
+  });
+
   test('fills in leader-election and metrics defaults', () => {
     const config = parseConfig({ clusterName: 'c.example.com', cloud: 'metal' });
     assert.deepEqual(config.leaderElection, {

@@ -61,6 +61,8 @@ const serverOptions = z.strictObject({
   caBasePath: z.string().optional(),
   signingCAs: z.array(z.string().min(1)).optional(),
   certNames: z.array(z.string().min(1)).optional(),
+  // Older kops versions wrote this here; true means instance-id node names, this implementation's AWS default.
+  useInstanceIDForNodeName: z.boolean().optional(),
 });
 
 const leaderElection = z.strictObject({
@@ -177,12 +179,21 @@ export const configSchema = z
     cacheNodeidentityInfo: z.boolean().optional(),
     enableCloudIPAM: z.boolean().optional(),
     capi: z.strictObject({ enabled: z.boolean().optional() }).optional(),
+    // kops sets this for gossip (k8s.local) clusters; see configWarnings.
+    discovery: z.strictObject({ enabled: z.boolean().optional() }).optional(),
     leaderElection: leaderElection.default(leaderElection.parse({})),
     metrics: metrics.default(metrics.parse({})),
     bootstrap: bootstrap.default(bootstrap.parse({})),
     csrApprover: csrApprover.default(csrApprover.parse({})),
   })
   .superRefine((config, ctx) => {
+    if (config.server?.useInstanceIDForNodeName && config.server.provider.aws?.useIPBasedNodeNames) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['server', 'useInstanceIDForNodeName'],
+        message: 'contradicts server.provider.aws.useIPBasedNodeNames: nodes are named either way, not both',
+      });
+    }
     const le = config.leaderElection;
     if (le.renewDeadline >= le.leaseDuration) {
       ctx.addIssue({
