@@ -3,7 +3,8 @@
  * {@link bootstrapSignerName}, and for each one an admin Approved that is not yet signed it checks
  * the seal, re-parses and re-validates every request against the sealed facts, checks again that no
  * Ready Node holds the name, and issues. Approval alone is never enough (as in Kubernetes' csrsigning):
- * a request that fails a check is marked Failed with the reason, via `/status`.
+ * a request that fails a check is marked Failed with the reason, via `/status`. An admin's denial is
+ * written to the audit trail as it happens.
  */
 import type { CertificatesV1Api, KubeConfig, V1CertificateSigningRequest } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
@@ -42,6 +43,47 @@ export interface QueueSignerOptions {
 
 function has(csr: V1CertificateSigningRequest, type: string): boolean {
   return (csr.status?.conditions ?? []).some((c) => c.type === type && c.status === 'True');
+}
+
+/**
+ * What a condition says about the human decision: its reason and message. A CSR never records who
+ * approved or denied it; the API server's audit log does.
+ */
+function conditionText(csr: V1CertificateSigningRequest, type: string): string {
+  const condition = (csr.status?.conditions ?? []).find((c) => c.type === type && c.status === 'True');
+  return [condition?.reason, condition?.message].filter(Boolean).join(': ') || 'no reason given';
+}
+
+/** The audit fields every record about a queued request carries, from its annotations. */
+function auditBaseOf(csr: V1CertificateSigningRequest) {
+  const annotations = csr.metadata?.annotations ?? {};
+  return {
+    time: new Date().toISOString(),
+    requestId: annotations[queueAnnotations.requestId] ?? (csr.metadata?.name as string),
+    remoteAddress: annotations[queueAnnotations.remoteAddress] ?? '',
+    claimedNodeName: annotations[queueAnnotations.claimedNode],
+    proof: (annotations[queueAnnotations.proof] ?? 'none') as AuditRecord['proof'],
+  };
+}
+
+/**
+ * The audit record of an admin's denial, when `csr` is one of ours that has just become Denied.
+ * Only the transition is recorded, so a restart or a new leader listing old denials repeats none;
+ * a denial made while no leader runs goes unrecorded here (the API server's audit log has it).
+ */
+export function denialRecord(
+  before: V1CertificateSigningRequest,
+  csr: V1CertificateSigningRequest,
+): AuditRecord | undefined {
+  if (csr.spec?.signerName !== bootstrapSignerName || has(before, 'Denied') || !has(csr, 'Denied')) {
+    return undefined;
+  }
+  return {
+    ...auditBaseOf(csr),
+    decidedBy: 'admin',
+    verdict: 'deny',
+    reasons: [`denied by an admin: ${conditionText(csr, 'Denied')}`],
+  };
 }
 
 /** Whether the signer has work on this CSR: ours, Approved, not Denied or Failed, not yet signed. */
@@ -97,14 +139,7 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
   async function sign(csr: V1CertificateSigningRequest): Promise<void> {
     const name = csr.metadata?.name as string;
     const started = performance.now();
-    const auditBase = {
-      time: new Date().toISOString(),
-      requestId: csr.metadata?.annotations?.[queueAnnotations.requestId] ?? name,
-      remoteAddress: csr.metadata?.annotations?.[queueAnnotations.remoteAddress] ?? '',
-      claimedNodeName: csr.metadata?.annotations?.[queueAnnotations.claimedNode],
-      proof: (csr.metadata?.annotations?.[queueAnnotations.proof] ?? 'none') as AuditRecord['proof'],
-      decidedBy: 'queue',
-    };
+    const auditBase = { ...auditBaseOf(csr), decidedBy: 'queue' };
     let certificates: Record<string, string | undefined>;
     let record: AuditRecord;
     try {
@@ -115,7 +150,7 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
       record = {
         ...auditBase,
         verdict: 'approve',
-        reasons: [`approved by an admin; signed ${name}`],
+        reasons: [`approved by an admin (${conditionText(csr, 'Approved')}); signed ${name}`],
         nodeName: queued.facts.nodeName,
         instanceGroup: queued.facts.instanceGroup,
         evidence: queued.facts.evidence,
@@ -169,7 +204,19 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
       const enqueue = (csr: V1CertificateSigningRequest) => {
         if (needsSigning(csr)) queue.add(csr.metadata?.name as string);
       };
-      informer.addHandlers({ add: enqueue, update: (_old, csr) => enqueue(csr) });
+      const recordDenial = (before: V1CertificateSigningRequest, csr: V1CertificateSigningRequest) => {
+        const record = denialRecord(before, csr);
+        if (!record) return;
+        options.audit?.(record);
+        logger.info({ csr: csr.metadata?.name, reasons: record.reasons }, 'queued bootstrap request denied');
+      };
+      informer.addHandlers({
+        add: enqueue,
+        update: (before, csr) => {
+          recordDenial(before, csr);
+          enqueue(csr);
+        },
+      });
       queue.start(async (name) => {
         // Read fresh, not from the cache: the cache may lag behind this signer's own last write.
         const csr = await readCsr(name);

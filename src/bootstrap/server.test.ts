@@ -11,6 +11,7 @@ import { Agent, request } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { connect } from 'node:tls';
 import { promisify } from 'node:util';
 import fc from 'fast-check';
 import { Registry } from 'prom-client';
@@ -419,6 +420,8 @@ describe('bootstrap server', () => {
     assert.equal(again.status, 200);
     assert.equal(audit.at(-1)?.decidedBy, 'queue');
     assert.equal(audit.at(-1)?.verdict, 'approve');
+    // kubectl's condition says how it was approved (a CSR never says by whom).
+    assert.match(String(audit.at(-1)?.reasons[0]), /^approved by an admin \(KubectlApprove: /);
   });
 
   test('queued then denied with kubectl: the poll answers 403 with the reason', async () => {
@@ -429,6 +432,11 @@ describe('bootstrap server', () => {
     assert.equal(reply.status, 403, reply.text);
     assert.equal(reply.json()['status'], 'denied');
     assert.match(String((reply.json()['reasons'] as string[])[0]), /^denied: /);
+    // The signer writes the admin's denial to the audit trail as it sees it happen.
+    const denial = () => audit.find((r) => r.decidedBy === 'admin' && r.claimedNodeName === 'node-d');
+    await until(() => denial() !== undefined);
+    assert.equal(denial()?.verdict, 'deny');
+    assert.match(String(denial()?.reasons[0]), /^denied by an admin: KubectlDeny/);
   });
 
   test('the signer refuses an approved request whose node became Ready meanwhile', async () => {
@@ -560,27 +568,149 @@ describe('bootstrap server', () => {
       fc.string({ maxLength: 40 }).map((s) => `x-aws-sts ${s}`),
       fc.string({ maxLength: 40 }).filter((s) => /^[\x21-\x7e ]*$/.test(s)),
     );
+    const waits = fc.constantFrom('0', '0.01', '', '-1', 'x', 'NaN', 'Infinity', '1e400', '0x10');
     const paths = fc.oneof(
       fc.constant('/v1/certificates'),
       fc.constant('/bootstrap'),
+      fc.constantFrom(
+        '/',
+        '/healthz',
+        '/readyz',
+        '/cluster-info',
+        '/v1',
+        '/v1/requests/',
+        '//v1/certificates',
+      ),
+      // Well-formed handles of requests that do not exist, with every kind of wait.
+      fc
+        .tuple(fc.stringMatching(/^[0-9a-f]{40}$/), waits)
+        .map(([hex, wait]) => `/v1/requests/kops-bootstrap-${hex}?wait=${wait}`),
       fc.string({ maxLength: 30 }).map((s) => `/v1/requests/${encodeURIComponent(s)}?wait=0`),
       // Raw paths: stray and broken percent escapes, dots, query noise.
       fc
         .string({ maxLength: 40 })
         .map((s) => `/v1/requests/${s.replace(/[^\x21-\x7e]/g, '%').replace(/[#?]/g, '%')}?wait=0&wait=x`),
     );
+    const methods = fc.constantFrom('POST', 'POST', 'GET', 'PUT', 'DELETE', 'PATCH', 'OPTIONS');
     await fc.assert(
-      fc.asyncProperty(payloads, authorizations, paths, async (payload, authorization, path) => {
-        const reply = await call('POST', path, {
-          body: payload,
-          headers: authorization ? { authorization } : {},
-        });
-        assert.ok(reply.status < 500, `${reply.status} ${reply.text} for ${path} ${payload.slice(0, 80)}`);
-      }),
-      { numRuns: 1500 },
+      fc.asyncProperty(
+        methods,
+        payloads,
+        authorizations,
+        paths,
+        async (method, payload, authorization, path) => {
+          const reply = await call(method, path, {
+            body: payload,
+            headers: authorization ? { authorization } : {},
+          });
+          assert.ok(
+            reply.status < 500,
+            `${reply.status} ${reply.text} for ${method} ${path} ${payload.slice(0, 80)}`,
+          );
+        },
+      ),
+      { numRuns: 5000 },
     );
     assert.equal((await call('GET', '/healthz')).status, 200);
     assert.equal(audit.filter((r) => r.issued).length, issuedBefore);
+  });
+});
+
+describe('bootstrap server limits on slow clients, and readiness', () => {
+  /** Opens a TLS connection, writes `text` and resolves with what the server sent before closing, and when. */
+  function slowClient(
+    url: string,
+    caPem: string,
+    text: string,
+  ): Promise<{ answer: string; closedAfterMs: number }> {
+    const { hostname, port } = new URL(url);
+    return new Promise((resolve, reject) => {
+      const started = Date.now();
+      const chunks: Buffer[] = [];
+      const socket = connect({ host: hostname, port: Number(port), ca: caPem }, () => socket.write(text));
+      socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+      socket.on('error', reject);
+      socket.on('close', () =>
+        resolve({ answer: Buffer.concat(chunks).toString('latin1'), closedAfterMs: Date.now() - started }),
+      );
+    });
+  }
+
+  test('a client that never finishes its headers, or its body, is answered 408 and cut off in time', async () => {
+    const sim = await startApiServer();
+    const ca = createCa();
+    const boot = await startBootstrapServer(config, {
+      kubeConfig: sim.kubeConfig(),
+      policies: [],
+      ca,
+      listen: '127.0.0.1:0',
+      serverNames: { ipAddresses: ['127.0.0.1'] },
+      timeouts: { headersTimeout: 300, requestTimeout: 600, connectionsCheckingInterval: 50 },
+      registry: new Registry(),
+    });
+    try {
+      const headers = await slowClient(
+        boot.server.url,
+        bundlePem(ca),
+        'POST /v1/certificates HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n',
+      );
+      assert.match(headers.answer, /^HTTP\/1\.1 408 /);
+      assert.ok(headers.closedAfterMs < 2_000, `closed after ${headers.closedAfterMs} ms`);
+      const trickle = await slowClient(
+        boot.server.url,
+        bundlePem(ca),
+        'POST /v1/certificates HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"api',
+      );
+      assert.match(trickle.answer, /^HTTP\/1\.1 408 /);
+      assert.ok(trickle.closedAfterMs < 3_000, `closed after ${trickle.closedAfterMs} ms`);
+      const huge = await slowClient(
+        boot.server.url,
+        bundlePem(ca),
+        `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
+      );
+      assert.match(huge.answer, /^HTTP\/1\.1 431 /);
+      const garbage = await slowClient(boot.server.url, bundlePem(ca), 'NOT HTTP AT ALL\r\n\r\n');
+      assert.match(garbage.answer, /^HTTP\/1\.1 400 /);
+    } finally {
+      await boot.close();
+      await sim.close();
+    }
+  });
+
+  test('/readyz answers 503 with the reason until the CSR queue has listed; /healthz answers 200', async () => {
+    // An API server that is gone: the queue can never list.
+    const sim = await startApiServer();
+    const kubeConfig = sim.kubeConfig();
+    await sim.close();
+    const ca = createCa();
+    const boot = await startBootstrapServer(config, {
+      kubeConfig,
+      policies: [],
+      ca,
+      listen: '127.0.0.1:0',
+      serverNames: { ipAddresses: ['127.0.0.1'] },
+      registry: new Registry(),
+    });
+    try {
+      const get = (path: string) =>
+        new Promise<{ status: number; text: string }>((resolve, reject) => {
+          request(`${boot.server.url}${path}`, { ca: bundlePem(ca) }, (res) => {
+            const chunks: Buffer[] = [];
+            res.on('data', (c: Buffer) => chunks.push(c));
+            res.on('end', () =>
+              resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString() }),
+            );
+          })
+            .on('error', reject)
+            .end();
+        });
+      const readyz = await get('/readyz');
+      assert.equal(readyz.status, 503);
+      assert.match(readyz.text, /not ready: the CSR queue has not listed yet/);
+      assert.equal((await get('/healthz')).status, 200);
+    } finally {
+      await boot.close();
+    }
   });
 });
 

@@ -61,6 +61,8 @@ export interface BootstrapServerOptions {
   readiness?: readonly (() => string | undefined)[];
   /** How long in-flight requests may finish after close() (default 5 s, as kops). */
   shutdownGraceMs?: number;
+  /** Overrides of {@link defaultServerTimeouts} (tests shorten them). */
+  timeouts?: Partial<ServerTimeouts>;
 }
 
 /** A running bootstrap server. */
@@ -71,12 +73,38 @@ export interface BootstrapServer {
   close(): Promise<void>;
 }
 
-/** Timeouts: headers within 10 s and the whole request within 30 s; idle keep-alive 5 s. */
-const timeouts = { headersTimeout: 10_000, requestTimeout: 30_000, keepAliveTimeout: 5_000 };
+/** How long a client may take, in ms (Node's server options of the same names). */
+export interface ServerTimeouts {
+  /** The request's headers must arrive within this. */
+  headersTimeout: number;
+  /** The whole request, body included, must arrive within this. */
+  requestTimeout: number;
+  /** An idle keep-alive connection is closed after this. */
+  keepAliveTimeout: number;
+  /**
+   * How often Node checks the two limits above. Its default, 30 s, let a client that sends its
+   * headers slowly hold a connection for up to 40 s instead of 10.
+   */
+  connectionsCheckingInterval: number;
+}
+
+export const defaultServerTimeouts: ServerTimeouts = {
+  headersTimeout: 10_000,
+  requestTimeout: 30_000,
+  keepAliveTimeout: 5_000,
+  connectionsCheckingInterval: 1_000,
+};
 
 function remoteAddressOf(req: IncomingMessage): string {
   const address = req.socket.remoteAddress ?? '';
   return address.startsWith('::ffff:') ? address.slice(7) : address;
+}
+
+/** The status line for a request Node's parser refused: too slow, headers too large, or malformed. */
+function clientErrorStatus(err: NodeJS.ErrnoException): string {
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return '408 Request Timeout';
+  if (err.code === 'HPE_HEADER_OVERFLOW') return '431 Request Header Fields Too Large';
+  return '400 Bad Request';
 }
 
 function sendAnswer(res: ServerResponse, answer: Answer): void {
@@ -203,7 +231,8 @@ export async function serveBootstrap(options: BootstrapServerOptions): Promise<B
       cert: options.tls.cert,
       minVersion: 'TLSv1.2',
       maxHeaderSize: 16 * 1024,
-      ...timeouts,
+      ...defaultServerTimeouts,
+      ...options.timeouts,
     },
     (req, res) => {
       handle(req, res).catch((err) => {
@@ -213,8 +242,8 @@ export async function serveBootstrap(options: BootstrapServerOptions): Promise<B
       });
     },
   );
-  server.on('clientError', (_err, socket) => {
-    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    if (socket.writable) socket.end(`HTTP/1.1 ${clientErrorStatus(err)}\r\nConnection: close\r\n\r\n`);
     else socket.destroy();
   });
   server.on('tlsClientError', () => undefined);
@@ -289,6 +318,8 @@ export interface BootstrapServerDeps {
   clusterInfoHandler?: RequestHandler;
   vfsOptions?: VfsOptions;
   rateLimit?: RateLimit;
+  /** Overrides of {@link defaultServerTimeouts} (tests shorten them). */
+  timeouts?: Partial<ServerTimeouts>;
   registry?: Registry;
   logger?: Logger;
 }
@@ -397,6 +428,7 @@ export async function startBootstrapServer(
       },
       clusterInfoHandler: deps.clusterInfoHandler,
       rateLimit: deps.rateLimit,
+      ...(deps.timeouts ? { timeouts: deps.timeouts } : {}),
       readiness: [() => (queue.hasSynced() ? undefined : 'the CSR queue has not listed yet')],
     });
   } catch (err) {
