@@ -6,7 +6,8 @@ import { after, before, describe, test } from 'node:test';
 import { CertificatesV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { createAwsProvider } from '../../cloud/aws/provider.ts';
-import type { NodeIdentity } from '../../cloud/types.ts';
+import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
+import { UnavailableError } from '../../errors.ts';
 import { buildCsrPem } from '../../pki/csr-build.ts';
 import { generateKey } from '../../pki/keys.ts';
 import { awsProviderID, simInstanceId } from '../../sim/aws/scenario.ts';
@@ -116,12 +117,16 @@ async function metricValue(registry: Registry, labels: Record<string, string>): 
   return value?.value ?? 0;
 }
 
-function startApprover(options: { leaveUnverifiedForHumans?: boolean; registry: Registry }) {
+function startApprover(options: {
+  leaveUnverifiedForHumans?: boolean;
+  registry: Registry;
+  identifier?: NodeIdentifier;
+}) {
   const stop = new AbortController();
   const approver = new CsrApprover({
     kubeConfig: cluster.api.server.kubeConfig(),
-    identifier: provider.nodeIdentifier,
     ...options,
+    identifier: options.identifier ?? provider.nodeIdentifier,
   });
   const running = approver.start(stop.signal);
   return async () => {
@@ -129,6 +134,62 @@ function startApprover(options: { leaveUnverifiedForHumans?: boolean; registry: 
     await running;
   };
 }
+
+describe('CsrApprover when it cannot verify', () => {
+  test('a requester with no Node, or a Node without providerID, is denied with that reason', async () => {
+    const registry = new Registry();
+    const stop = startApprover({ registry });
+    try {
+      const ghost = await createCsr(cluster.api.server.kubeConfig(nodeUser('ghost-node')), {
+        commonName: 'system:node:ghost-node',
+        signerName: kubeletClientSigner,
+        usages: clientUsages,
+      });
+      const noNode = await decided(ghost);
+      assert.equal(noNode.type, 'Denied');
+      assert.equal(noNode.reason, 'NodeNotFound');
+      store.create({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'anonymous-node' }, spec: {} });
+      const anonymous = await createCsr(cluster.api.server.kubeConfig(nodeUser('anonymous-node')), {
+        commonName: 'system:node:anonymous-node',
+        signerName: kubeletClientSigner,
+        usages: clientUsages,
+      });
+      const unknown = await decided(anonymous);
+      assert.equal(unknown.type, 'Denied');
+      assert.equal(unknown.reason, 'NodeIdentityUnknown');
+      assert.match(unknown.message, /has no providerID, so the cloud cannot vouch for it/);
+    } finally {
+      await stop();
+    }
+  });
+
+  test('while the cloud is down a request stays undecided, and is decided once it is back', async () => {
+    let down = true;
+    let asked = 0;
+    const flaky: NodeIdentifier = {
+      identify: async (ids) => {
+        asked++;
+        if (down) throw new UnavailableError('EC2 is unavailable (simulated outage)');
+        return provider.nodeIdentifier.identify(ids);
+      },
+    };
+    const stop = startApprover({ registry: new Registry(), identifier: flaky });
+    try {
+      const name = await createCsr(cluster.api.server.kubeConfig(nodeUser(nodeA)), {
+        commonName: `system:node:${nodeA}`,
+        signerName: kubeletClientSigner,
+        usages: clientUsages,
+      });
+      await eventually('the approver retried during the outage', async () => asked >= 2);
+      assert.deepEqual(conditionsOf(name), [], 'an outage is never a decision');
+      down = false;
+      const condition = await decided(name);
+      assert.equal(condition.type, 'Approved');
+    } finally {
+      await stop();
+    }
+  });
+});
 
 describe('CsrApprover with leaveUnverifiedForHumans', () => {
   test('a request that fails a check stays pending and is counted, not denied', async () => {
