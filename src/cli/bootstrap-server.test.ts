@@ -18,6 +18,7 @@ import { encodePem } from '../pki/pem.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
+import { cloudRequests } from '../testing/cloud-calls.ts';
 import { opensslVerify } from '../testing/openssl.ts';
 import { type ConfiguredBootstrap, startConfiguredBootstrap } from './bootstrap-server.ts';
 
@@ -30,6 +31,7 @@ describe('bootstrap server from a kops config', () => {
   let ca: CertificateAuthority;
   let boot: ConfiguredBootstrap;
   let nodeCredentials: SigV4Credentials;
+  const registry = new Registry();
 
   before(async () => {
     aws = await startAwsSimulator({ throttling: false });
@@ -60,7 +62,7 @@ describe('bootstrap server from a kops config', () => {
       kubeConfig: kube.kubeConfig(),
       vfsOptions: {},
       cloud: { aws: { endpoint: aws.endpoint, credentials: aws.credentials } },
-      registry: new Registry(),
+      registry,
       server: { listen: '127.0.0.1:0', serverNames: { ipAddresses: ['127.0.0.1'] }, ca },
     });
   });
@@ -110,6 +112,17 @@ describe('bootstrap server from a kops config', () => {
     assert.deepEqual(await nodeup(body, authorization), { status: 403, text: 'failed to verify token\n' });
     const otherBody = body.replace('"keypairIDs":{}', '"keypairIDs":{},"includeNodeConfig":false');
     assert.equal((await nodeup(otherBody, authorization)).status, 403, 'a proof signed for another body');
+  });
+
+  test("the cloud calls behind it are on the controller's metrics: its own STS call, the replay, EC2", async () => {
+    const counted = await cloudRequests(registry);
+    assert.equal(counted['aws GetCallerIdentity ok'], 1, JSON.stringify(counted));
+    assert.ok((counted['aws GetCallerIdentity.replay ok'] ?? 0) >= 1, JSON.stringify(counted));
+    assert.ok((counted['aws DescribeInstances ok'] ?? 0) >= 1, JSON.stringify(counted));
+    assert.match(
+      await registry.metrics(),
+      /kops_controller_cloud_requests_total\{cloud="aws",call="GetCallerIdentity.replay",result="ok"\} \d+/,
+    );
   });
 
   test('once the node is registered and Ready, nodeup gets 409', async () => {

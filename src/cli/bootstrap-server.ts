@@ -2,7 +2,8 @@
  * The bootstrap server a controller config asks for (`server` section), with everything it needs
  * built from the config: the approval chain (`bootstrap.policies`, or the kops default for the
  * provider) and its dependencies, the replay guard shared by the replicas, the token store, the
- * audit trail and the metrics. Used by `run`; every replica serves, only the leader signs.
+ * audit trail and the metrics (the cloud calls' included). Used by `run`; every replica serves,
+ * only the leader signs.
  */
 import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
@@ -23,6 +24,7 @@ import {
 } from '../bootstrap/server.ts';
 import { apiTokenSource, TokenCleaner } from '../bootstrap/tokens.ts';
 import type { CloudOverrides } from '../cloud/from-config.ts';
+import { cloudCallMetrics } from '../cloud/metrics.ts';
 import type { Config } from '../config/schema.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { bundlePem } from '../pki/ca.ts';
@@ -70,6 +72,7 @@ export async function startConfiguredBootstrap(
     // The audience GCE identity tokens must name: the address nodes use for this server.
     serverUrl: `https://kops-controller.internal.${config.clusterName}:${parseListenAddress(config.server?.Listen ?? ':3988').port}`,
     logger,
+    cloudCalls: cloudCallMetrics(options.registry),
   });
   try {
     const running = await startBootstrapServer(config, {

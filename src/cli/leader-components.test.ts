@@ -13,12 +13,12 @@ kubeConfig.loadFromOptions({
   currentContext: 'x',
 });
 
-function build(config: Record<string, unknown>) {
+function build(config: Record<string, unknown>, registry = new Registry()) {
   return buildLeaderComponents({
     config: configSchema.parse({ clusterName: 'c.example.com', ...config }),
     kubeConfig,
     vfsOptions: { env: {} },
-    registry: new Registry(),
+    registry,
   });
 }
 
@@ -29,6 +29,14 @@ describe('buildLeaderComponents', () => {
       built.components.map((c) => c.name),
       ['node-controller', 'csr-approver', 'validation-metrics'],
     );
+    built.close();
+  });
+
+  test("the cloud's clients count their calls on the controller's registry", async () => {
+    const registry = new Registry();
+    const built = await build({ cloud: 'metal', configBase: 'memfs://leader/c.example.com' }, registry);
+    assert.ok(registry.getSingleMetric('kops_controller_cloud_requests_total'));
+    assert.ok(registry.getSingleMetric('kops_controller_cloud_request_duration_seconds'));
     built.close();
   });
 

@@ -6,6 +6,7 @@
 import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { type CloudOverrides, cloudFromConfig, identifyingClouds } from '../cloud/from-config.ts';
+import { cloudCallMetrics } from '../cloud/metrics.ts';
 import type { Config } from '../config/schema.ts';
 import { CsrApprover } from '../controllers/csr-approver/csr-approver.ts';
 import { NodeController } from '../controllers/node/node-controller.ts';
@@ -56,7 +57,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
     return { components: [], close: () => undefined };
   }
   const vfs = openVfs(config.configBase, options.vfsOptions);
-  const cloud = await cloudFromConfig(config, vfs, options.cloud, logger);
+  const cloud = await cloudFromConfig(config, vfs, options.cloud, logger, cloudCallMetrics(options.registry));
   const clusterStore = new ClusterStore(vfs, {
     ...(options.stateStorePollIntervalMs ? { pollIntervalMs: options.stateStorePollIntervalMs } : {}),
     logger,

@@ -9,6 +9,7 @@ import { createAwsProvider } from './aws/provider.ts';
 import { createGceProvider } from './gce/provider.ts';
 import { InventoryStore } from './metal/inventory.ts';
 import { MetalCloudGroups, MetalNodeIdentifier } from './metal/node-identifier.ts';
+import { type CloudCallRecorder, noCloudCalls } from './metrics.ts';
 import type { CloudGroups, NodeIdentifier } from './types.ts';
 
 /** The clouds this controller can identify nodes on. */
@@ -34,13 +35,15 @@ export interface CloudProvider {
 
 /**
  * The provider of `config.cloud`. `stateStore` is the cluster's configBase (the metal inventory lives
- * there). Throws ConfigError for a cloud whose node identity is not implemented.
+ * there). `cloudCalls` counts the cloud clients' calls (the controller passes its metrics; one-shot
+ * commands count nothing). Throws ConfigError for a cloud whose node identity is not implemented.
  */
 export async function cloudFromConfig(
   config: Pick<Config, 'cloud' | 'clusterName' | 'server'>,
   stateStore: Vfs,
   overrides: CloudOverrides = {},
   logger: Logger = silentLogger,
+  cloudCalls: CloudCallRecorder = noCloudCalls,
 ): Promise<CloudProvider> {
   switch (config.cloud) {
     case 'aws': {
@@ -50,6 +53,7 @@ export async function cloudFromConfig(
         ...(region ? { region } : {}),
         ...overrides.aws,
         logger,
+        cloudCalls,
       });
       return {
         nodeIdentifier: aws.nodeIdentifier,
@@ -64,6 +68,7 @@ export async function cloudFromConfig(
         clusterName: config.clusterName,
         ...overrides.gce,
         logger,
+        cloudCalls,
       });
       return {
         nodeIdentifier: gce.nodeIdentifier,

@@ -9,6 +9,7 @@ import { isIP } from 'node:net';
 import { stsHost } from '../../agent/aws-proof.ts';
 import type { InstanceIdentity } from '../../cloud/aws/instance.ts';
 import { parseAmzDate } from '../../cloud/aws/sigv4.ts';
+import type { CloudCallRecorder } from '../../cloud/metrics.ts';
 import { describeError } from '../../errors.ts';
 import type { ReplayGuard } from '../replay-guard.ts';
 import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';
@@ -37,6 +38,8 @@ export interface AwsPolicyOptions {
   maxAgeMs?: number;
   /** Timeout of the STS call (default 5 s). */
   stsTimeoutMs?: number;
+  /** Where the STS replays are counted (default: nowhere). */
+  cloudCalls?: CloudCallRecorder;
 }
 
 /** Default freshness window of a proof. */
@@ -51,7 +54,10 @@ export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
   const host = stsHost(options.region);
   const endpoint = options.stsEndpoint ?? `https://${host}`;
   const maxAgeMs = options.maxAgeMs ?? defaultAwsProofMaxAgeMs;
-  const sts = new StsClient(endpoint, { timeoutMs: options.stsTimeoutMs ?? 5_000 });
+  const sts = new StsClient(endpoint, {
+    timeoutMs: options.stsTimeoutMs ?? 5_000,
+    ...(options.cloudCalls ? { cloudCalls: options.cloudCalls } : {}),
+  });
   return {
     name: 'aws',
     evaluate: async (request, context) => {

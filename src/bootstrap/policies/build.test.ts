@@ -1,11 +1,19 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
+import { Registry } from 'prom-client';
 import { createAwsClients } from '../../cloud/aws/clients.ts';
+import { cloudCallMetrics } from '../../cloud/metrics.ts';
 import { parseConfig } from '../../config/loader.ts';
 import { ConfigError } from '../../errors.ts';
 import { createLogger } from '../../log.ts';
 import { startAwsSimulator } from '../../sim/aws/server.ts';
+import { createCertificateAuthority, issueClientCertificate } from '../../sim/tls.ts';
+import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
+import { cloudRequests } from '../../testing/cloud-calls.ts';
 import { MemoryReplayGuard } from '../replay-guard.ts';
 import { awsAccountOf, buildPolicies, policySpecsOf } from './build.ts';
 
@@ -91,4 +99,49 @@ test('awsAccountOf learns the account and partition from STS', async () => {
     clients.destroy();
     await sim.close();
   }
+});
+
+test("the policies' own calls are counted on deps.cloudCalls: Google's token keys, the webhook", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'build-cloud-calls-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const ca = await createCertificateAuthority('webhook-ca');
+  const client = await issueClientCertificate(ca, { name: 'kops-controller', groups: [] });
+  writeFileSync(join(dir, 'ca.pem'), ca.certificate);
+  writeFileSync(join(dir, 'cert.pem'), client.certificate);
+  writeFileSync(join(dir, 'key.pem'), client.privateKey);
+  const config = parseConfig({
+    clusterName: 'c.example.com',
+    cloud: 'gce',
+    server: { provider: { gce: { projectID: 'kops-prod' } } },
+    bootstrap: {
+      policies: [
+        { name: 'gce', jwksUrl: 'http://127.0.0.1:1/certs' },
+        {
+          name: 'webhook',
+          url: 'https://127.0.0.1:1/review',
+          caFile: join(dir, 'ca.pem'),
+          certFile: join(dir, 'cert.pem'),
+          keyFile: join(dir, 'key.pem'),
+          timeout: 1_000,
+        },
+      ],
+    },
+  });
+  const registry = new Registry();
+  const unused = async () => assert.fail('no cloud lookup expected');
+  const [gce, webhook] = await buildPolicies(config, {
+    ...deps,
+    serverUrl: 'https://kops-controller.internal.c.example.com:3988',
+    gce: { identifier: { identify: unused }, compute: { getShieldedInstanceIdentity: unused } },
+    cloudCalls: cloudCallMetrics(registry),
+  });
+  const segment = (v: object) => Buffer.from(JSON.stringify(v)).toString('base64url');
+  const token = `${segment({ alg: 'RS256', kid: 'k1' })}.${segment({})}.c2ln`;
+  const proven = testRequest({ proof: { kind: 'gce-identity-token', token }, claimedNodeName: 'n1' });
+  assert.equal((await gce?.evaluate(proven, contextAt()))?.verdict, 'deny');
+  assert.equal((await webhook?.evaluate(proven, contextAt()))?.verdict, 'deny');
+  assert.deepEqual(await cloudRequests(registry), {
+    'gce jwks error': 1,
+    'webhook BootstrapReview error': 1,
+  });
 });

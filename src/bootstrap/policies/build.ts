@@ -10,6 +10,7 @@ import type { z } from 'zod';
 import type { ComputeClient } from '../../cloud/gce/compute.ts';
 import { GceIdentityTokenVerifier, JwksKeyStore } from '../../cloud/gce/identity-token.ts';
 import type { MetalInventory } from '../../cloud/metal/inventory.ts';
+import type { CloudCallRecorder } from '../../cloud/metrics.ts';
 import type { NodeIdentifier } from '../../cloud/types.ts';
 import { bootstrapPolicySpec, type Config } from '../../config/schema.ts';
 import { ConfigError, UnavailableError } from '../../errors.ts';
@@ -44,6 +45,8 @@ export interface PolicyDeps {
   /** The bootstrap server's URL, the default audience of GCE identity tokens. */
   serverUrl?: string;
   logger?: Logger;
+  /** Where the policies' own calls (STS replays, Google's token keys, webhooks) are counted. */
+  cloudCalls?: CloudCallRecorder;
 }
 
 /** The chain to run: `bootstrap.policies`, else the kops default for the configured provider. */
@@ -86,6 +89,7 @@ export async function buildPolicies(config: Config, deps: PolicyDeps): Promise<B
 }
 
 async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): Promise<BootstrapPolicy> {
+  const counted = deps.cloudCalls ? { cloudCalls: deps.cloudCalls } : {};
   switch (spec.name) {
     case 'always-reject':
       return alwaysRejectPolicy();
@@ -108,6 +112,7 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
         maxAgeMs: spec.maxProofAge,
         stsTimeoutMs: spec.stsTimeout,
         ...(spec.stsEndpoint === undefined ? {} : { stsEndpoint: spec.stsEndpoint }),
+        ...counted,
       });
     }
     case 'gce': {
@@ -129,7 +134,7 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
           ? {}
           : {
               tokenVerifier: new GceIdentityTokenVerifier({
-                keys: new JwksKeyStore({ ...(spec.jwksUrl ? { url: spec.jwksUrl } : {}) }),
+                keys: new JwksKeyStore({ ...(spec.jwksUrl ? { url: spec.jwksUrl } : {}), ...counted }),
                 audience,
                 projectIds: [project],
               }),
@@ -159,6 +164,7 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
         key: await readPem(spec.keyFile, 'client key'),
         timeoutMs: spec.timeout,
         ...(verifiedBy === undefined ? {} : { verifiedBy }),
+        ...counted,
       });
     }
   }

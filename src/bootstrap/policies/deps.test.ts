@@ -1,10 +1,13 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { Registry } from 'prom-client';
+import { cloudCallMetrics } from '../../cloud/metrics.ts';
 import { parseConfig } from '../../config/loader.ts';
 import { ConfigError } from '../../errors.ts';
 import { makeClients } from '../../kube/client.ts';
 import { startApiServer } from '../../sim/apiserver/index.ts';
 import { startAwsSimulator } from '../../sim/aws/server.ts';
+import { cloudRequests } from '../../testing/cloud-calls.ts';
 import { ConfigMapReplayGuard, MemoryReplayGuard } from '../replay-guard.ts';
 import { buildPolicies } from './build.ts';
 import { policyDepsFromConfig, policyNamesOf } from './deps.ts';
@@ -22,7 +25,7 @@ test('a queue-only chain needs no cloud and no apiserver', async () => {
   close();
 });
 
-test('the kops aws default gets the account from STS and builds against the simulator', async () => {
+test('the kops aws default gets the account from STS (counted) and builds against the simulator', async () => {
   const sim = await startAwsSimulator({ throttling: false });
   try {
     const config = parseConfig({
@@ -30,11 +33,15 @@ test('the kops aws default gets the account from STS and builds against the simu
       cloud: 'aws',
       server: { provider: { aws: { nodesRoles: ['nodes.c.example.com'], Region: sim.region } } },
     });
+    const registry = new Registry();
     const { deps, close } = await policyDepsFromConfig({
       config,
       cloud: { aws: { endpoint: sim.endpoint, credentials: sim.credentials } },
+      cloudCalls: cloudCallMetrics(registry),
     });
     try {
+      assert.deepEqual(await cloudRequests(registry), { 'aws GetCallerIdentity ok': 1 });
+      assert.ok(deps.cloudCalls, 'the policies count their own calls on the same recorder');
       assert.equal(deps.aws?.account, sim.account);
       assert.equal(deps.aws?.partition, 'aws');
       assert.deepEqual(

@@ -8,6 +8,7 @@ import { createAwsProvider } from '../../cloud/aws/provider.ts';
 import type { CloudOverrides } from '../../cloud/from-config.ts';
 import { createGceProvider } from '../../cloud/gce/provider.ts';
 import { InventoryStore } from '../../cloud/metal/inventory.ts';
+import type { CloudCallRecorder } from '../../cloud/metrics.ts';
 import type { Config } from '../../config/schema.ts';
 import { ConfigError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
@@ -28,6 +29,8 @@ export interface PolicyDepsOptions {
   cloud?: CloudOverrides;
   serverUrl?: string;
   logger?: Logger;
+  /** Where the cloud clients and the policies count their calls (the controller's metrics; default: nowhere). */
+  cloudCalls?: CloudCallRecorder;
 }
 
 /** The names of the policies the chain uses, including those webhooks verify with. */
@@ -47,6 +50,7 @@ export async function policyDepsFromConfig(
   const { config, core, logger = silentLogger } = options;
   const names = policyNamesOf(config);
   const closers: (() => void)[] = [];
+  const counted = options.cloudCalls ? { cloudCalls: options.cloudCalls } : {};
   const deps: PolicyDeps = {
     replayGuard:
       options.replayGuard ??
@@ -55,6 +59,7 @@ export async function policyDepsFromConfig(
         : new MemoryReplayGuard()),
     logger,
     ...(options.serverUrl === undefined ? {} : { serverUrl: options.serverUrl }),
+    ...counted,
     ...(core && (names.has('bootstrap-token') || names.has('metal'))
       ? { tokens: new TokenValidator(apiTokenSource(core), logger) }
       : {}),
@@ -67,6 +72,7 @@ export async function policyDepsFromConfig(
         ...(region ? { region } : {}),
         ...options.cloud?.aws,
         logger,
+        ...counted,
       });
       closers.push(() => aws.clients.destroy());
       const { account, partition } = await awsAccountOf(aws.clients.sts);
@@ -78,6 +84,7 @@ export async function policyDepsFromConfig(
         clusterName: config.clusterName,
         ...options.cloud?.gce,
         logger,
+        ...counted,
       });
       deps.gce = { identifier: gce.nodeIdentifier, compute: gce.compute };
     }

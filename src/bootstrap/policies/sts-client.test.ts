@@ -2,7 +2,10 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
+import { Registry } from 'prom-client';
+import { cloudCallMetrics } from '../../cloud/metrics.ts';
 import { TimeoutError, UnauthenticatedError, UnavailableError } from '../../errors.ts';
+import { cloudCallsTimed, cloudRequests } from '../../testing/cloud-calls.ts';
 import { parseCallerIdentity, StsClient } from './sts-client.ts';
 
 const identityXml = `<GetCallerIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
@@ -221,6 +224,40 @@ test('the deadline covers waiting for a pooled connection', async () => {
     assert.ok(result.reason instanceof TimeoutError, String(result.reason));
   }
   assert.ok(Date.now() - started < 2_000, 'the queued call timed out with the first, not after it');
+});
+
+test('each replay that reaches STS is counted once, by how STS answered', async () => {
+  const registry = new Registry();
+  const sts = new StsClient(endpoint, { timeoutMs: 300, cloudCalls: cloudCallMetrics(registry) });
+  answer(200, identityXml);
+  await sts.call(replay);
+  answer(
+    403,
+    '<ErrorResponse><Error><Code>SignatureDoesNotMatch</Code><Message>no</Message></Error></ErrorResponse>',
+  );
+  await assert.rejects(sts.call(replay), UnauthenticatedError);
+  answer(400, '<ErrorResponse><Error><Code>Throttling</Code></Error></ErrorResponse>');
+  await assert.rejects(sts.call(replay), UnavailableError);
+  answer(503, '<ErrorResponse><Error><Code>ServiceUnavailable</Code></Error></ErrorResponse>');
+  await assert.rejects(sts.call(replay), UnavailableError);
+  answer(200, '<Other/>');
+  await assert.rejects(sts.call(replay), UnauthenticatedError);
+  handler = () => undefined;
+  await assert.rejects(sts.call(replay), TimeoutError);
+  // A replay Node refuses to send never reaches STS; a dead pooled connection's attempt is not STS's.
+  await assert.rejects(sts.call({ ...replay, headers: { ...replay.headers, 'x-extra': ['\u0100'] } }));
+  answer(200, identityXml);
+  await sts.call(replay);
+  let dropped = 0;
+  dropping(() => dropped++ === 0);
+  await sts.call(replay);
+  assert.deepEqual(await cloudRequests(registry), {
+    'aws GetCallerIdentity.replay ok': 3,
+    'aws GetCallerIdentity.replay rejected': 1,
+    'aws GetCallerIdentity.replay throttled': 1,
+    'aws GetCallerIdentity.replay error': 3,
+  });
+  assert.equal(await cloudCallsTimed(registry, 'aws', 'GetCallerIdentity.replay'), 8);
 });
 
 test('parseCallerIdentity decodes entities and refuses other documents', () => {

@@ -9,6 +9,10 @@
  * Transfer-Encoding, Upgrade, Expect, ...), line breaks and a body length that does not fit, and
  * this module drops any such header again and sets the method, the body and its length itself, so
  * each replay is exactly one request and one answer on its connection.
+ *
+ * Every replay that reaches STS is counted as call `GetCallerIdentity.replay` of cloud `aws`, apart
+ * from the controller's own GetCallerIdentity: STS refusing a node's signature is `rejected`, which is
+ * the node's fault, not STS failing.
  */
 import {
   type ClientRequest,
@@ -17,6 +21,13 @@ import {
   type IncomingMessage,
 } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import {
+  type CloudCallRecorder,
+  type CloudCallResult,
+  httpCallResult,
+  noCloudCalls,
+  secondsSince,
+} from '../../cloud/metrics.ts';
 import { TimeoutError, UnauthenticatedError, UnavailableError } from '../../errors.ts';
 import { connectionHeaders, type StsReplayRequest } from './aws-sts-proof.ts';
 
@@ -55,6 +66,14 @@ export const maxStsConnections = 64;
 /** Idle pooled connections are closed after this long (or sooner when STS announces a shorter keep-alive). */
 const idleConnectionMs = 30_000;
 
+/** The `call` label of a replay; the SDK's own GetCallerIdentity is `GetCallerIdentity`. */
+export const stsReplayCall = 'GetCallerIdentity.replay';
+
+/** How a replay ended, once it was sent; unset while nothing reached STS. */
+interface Outcome {
+  result?: CloudCallResult;
+}
+
 /** A pooled connection that the server had already closed when a replay was written to it. */
 class StaleConnectionError extends Error {}
 
@@ -64,6 +83,8 @@ export interface StsClientOptions {
   timeoutMs?: number;
   /** Connections to the endpoint at most (default {@link maxStsConnections}). */
   maxConnections?: number;
+  /** Where each replay sent is counted (default: nowhere). */
+  cloudCalls?: CloudCallRecorder;
 }
 
 /** Replays proofs to one STS endpoint (`https://sts.<region>.amazonaws.com` or the simulator) over pooled connections. */
@@ -71,10 +92,12 @@ export class StsClient {
   readonly #base: URL;
   readonly #agent: HttpAgent;
   readonly #timeoutMs: number;
+  readonly #calls: CloudCallRecorder;
 
   constructor(endpoint: string, options: StsClientOptions = {}) {
     this.#base = new URL(endpoint);
     this.#timeoutMs = options.timeoutMs ?? 5_000;
+    this.#calls = options.cloudCalls ?? noCloudCalls;
     const pool = {
       keepAlive: true,
       maxSockets: options.maxConnections ?? maxStsConnections,
@@ -94,11 +117,21 @@ export class StsClient {
    */
   async call(replay: StsReplayRequest['request']): Promise<StsCaller> {
     const deadline = AbortSignal.timeout(this.#timeoutMs);
+    const started = performance.now();
+    // The stale connection's attempt is not counted: the replay never reached STS on it.
+    const outcome: Outcome = {};
     try {
-      return await this.#send(replay, deadline, this.#agent);
-    } catch (err) {
-      if (!(err instanceof StaleConnectionError)) throw err;
-      return this.#send(replay, deadline, false);
+      try {
+        return await this.#send(replay, deadline, this.#agent, outcome);
+      } catch (err) {
+        if (!(err instanceof StaleConnectionError)) throw err;
+        return await this.#send(replay, deadline, false, outcome);
+      }
+    } finally {
+      if (outcome.result) {
+        this.#calls.request('aws', stsReplayCall, outcome.result);
+        this.#calls.duration('aws', stsReplayCall, secondsSince(started));
+      }
     }
   }
 
@@ -106,6 +139,7 @@ export class StsClient {
     replay: StsReplayRequest['request'],
     deadline: AbortSignal,
     agent: HttpAgent | false,
+    outcome: Outcome,
   ): Promise<StsCaller> {
     const base = this.#base;
     const send = base.protocol === 'https:' ? httpsRequest : httpRequest;
@@ -118,11 +152,14 @@ export class StsClient {
     return new Promise<StsCaller>((resolve, reject) => {
       let answered = false;
       const fail = (err: NodeJS.ErrnoException) => {
+        const stale = !deadline.aborted && req.reusedSocket && !answered && err.code === 'ECONNRESET';
+        // Nothing reached STS on a stale connection; any other failure before an answer is an error.
+        if (!stale) outcome.result ??= 'error';
         if (deadline.aborted) {
           reject(new TimeoutError(`STS did not answer within ${this.#timeoutMs} ms`));
         } else if (err instanceof UnavailableError) {
           reject(err);
-        } else if (req.reusedSocket && !answered && err.code === 'ECONNRESET') {
+        } else if (stale) {
           reject(new StaleConnectionError(err.message));
         } else {
           reject(new UnavailableError(`cannot reach STS at ${base.origin}: ${err.message}`, { cause: err }));
@@ -144,7 +181,7 @@ export class StsClient {
         req = send(options, (res) => {
           answered = true;
           res.on('error', fail);
-          readAnswer(res, (err) => req.destroy(err)).then(resolve, reject);
+          readAnswer(res, (err) => req.destroy(err), outcome).then(resolve, reject);
         });
       } catch (err) {
         // Node refuses characters in a header or the path that the proof parser let through.
@@ -161,7 +198,7 @@ export class StsClient {
  * Reads STS's answer into the caller it names, or the error it means. More than
  * {@link maxAnswerBytes} is cut off through `abort`, which destroys the connection.
  */
-function readAnswer(res: IncomingMessage, abort: (err: Error) => void): Promise<StsCaller> {
+function readAnswer(res: IncomingMessage, abort: (err: Error) => void, outcome: Outcome): Promise<StsCaller> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -178,13 +215,18 @@ function readAnswer(res: IncomingMessage, abort: (err: Error) => void): Promise<
       const status = res.statusCode ?? 0;
       if (status === 200) {
         try {
-          resolve(parseCallerIdentity(text));
+          const caller = parseCallerIdentity(text);
+          outcome.result = 'ok';
+          resolve(caller);
         } catch (err) {
+          outcome.result = 'error';
           reject(err);
         }
         return;
       }
       const code = xmlText(text, 'Code') ?? `HTTP ${status}`;
+      // STS answers Throttling with HTTP 400.
+      outcome.result = code === 'Throttling' ? 'throttled' : httpCallResult(status);
       const message = xmlText(text, 'Message') ?? '';
       const what = `${code}${message ? `: ${message}` : ''}`;
       reject(

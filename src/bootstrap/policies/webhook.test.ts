@@ -3,6 +3,8 @@ import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
 import type { TLSSocket } from 'node:tls';
+import { Registry } from 'prom-client';
+import { cloudCallMetrics } from '../../cloud/metrics.ts';
 import {
   createCertificateAuthority,
   issueClientCertificate,
@@ -11,6 +13,7 @@ import {
   type SimKeyPair,
 } from '../../sim/tls.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
+import { cloudCallsTimed, cloudRequests } from '../../testing/cloud-calls.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
 import { type BootstrapReview, webhookPolicy } from './webhook.ts';
 
@@ -168,6 +171,51 @@ test('fail closed: non-200, malformed answer, timeout, and a client without our 
     body: '{"verdict":"approve"}',
   });
   assert.equal(decision.verdict, 'deny');
+});
+
+test('each review sent is counted as call BootstrapReview: ok, rejected, throttled or an error', async () => {
+  const registry = new Registry();
+  const p = webhookPolicy({
+    url,
+    ca: ca.certificate,
+    cert: client.certificate,
+    key: client.privateKey,
+    timeoutMs: 300,
+    verifiedBy: verifier,
+    cloudCalls: cloudCallMetrics(registry),
+  });
+  for (const answer of [
+    { status: 200, body: '{"verdict":"deny"}' },
+    { status: 200, body: '{"verdict":"approve"}' },
+    { status: 403, body: '{}' },
+    { status: 429, body: '{}' },
+    { status: 500, body: '{}' },
+    { status: 204, body: '' },
+    { status: 200, body: '{"verdict":"yes"}' },
+    'hang' as const,
+  ]) {
+    await evaluate(p, answer);
+  }
+  // A webhook the verifying policy's denial spares is not called, so not counted.
+  const denier: BootstrapPolicy = { name: 'aws', evaluate: async () => ({ verdict: 'deny', reasons: [] }) };
+  await evaluate(
+    webhookPolicy({
+      url,
+      ca: ca.certificate,
+      cert: '',
+      key: '',
+      verifiedBy: denier,
+      cloudCalls: cloudCallMetrics(registry),
+    }),
+    { status: 200, body: '{"verdict":"approve"}' },
+  );
+  assert.deepEqual(await cloudRequests(registry), {
+    'webhook BootstrapReview ok': 2,
+    'webhook BootstrapReview rejected': 1,
+    'webhook BootstrapReview throttled': 1,
+    'webhook BootstrapReview error': 4,
+  });
+  assert.equal(await cloudCallsTimed(registry, 'webhook', 'BootstrapReview'), 8);
 });
 
 test('webhook refuses a plain-http URL at configuration time', () => {

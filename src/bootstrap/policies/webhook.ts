@@ -4,10 +4,18 @@
  * established) and the webhook answers `{"verdict": "approve"|"deny"|"abstain", "reasons": [...]}`.
  * The webhook can only narrow: it never supplies a node name, SANs or group — an approval issues
  * exactly the verified facts (or, with no verifying policy, the claimed name alone). Every failure —
- * unreachable, timeout, non-200, malformed answer — denies (fail closed).
+ * unreachable, timeout, non-200, malformed answer — denies (fail closed). Each review sent is
+ * counted as call `BootstrapReview` of cloud `webhook` (never by URL: the labels stay bounded).
  */
 import { Agent, request as httpsRequest } from 'node:https';
 import { z } from 'zod';
+import {
+  type CloudCallRecorder,
+  type CloudCallResult,
+  httpCallResult,
+  noCloudCalls,
+  secondsSince,
+} from '../../cloud/metrics.ts';
 import { ConfigError, describeError } from '../../errors.ts';
 import type {
   BootstrapPolicy,
@@ -19,6 +27,8 @@ import type {
 
 /** The apiVersion of what the webhook receives. */
 export const webhookApiVersion = 'bootstrap.kops-controller.io/v1';
+/** The `call` label of a review sent to a webhook. */
+export const webhookReviewCall = 'BootstrapReview';
 /** The largest answer read. */
 const maxAnswerBytes = 64 * 1024;
 
@@ -35,6 +45,8 @@ export interface WebhookPolicyOptions {
   timeoutMs?: number;
   /** The policy whose verified facts the webhook reviews (e.g. `aws`); without one, only the claimed name. */
   verifiedBy?: BootstrapPolicy;
+  /** Where each review sent is counted (default: nowhere). */
+  cloudCalls?: CloudCallRecorder;
 }
 
 /** What the webhook receives (JSON). */
@@ -117,6 +129,7 @@ export function webhookPolicy(options: WebhookPolicyOptions): BootstrapPolicy {
     minVersion: 'TLSv1.2',
   });
   const timeoutMs = options.timeoutMs ?? 5_000;
+  const calls = options.cloudCalls ?? noCloudCalls;
   return {
     name: 'webhook',
     evaluate: async (request: BootstrapRequest, context: PolicyContext) => {
@@ -125,13 +138,18 @@ export function webhookPolicy(options: WebhookPolicyOptions): BootstrapPolicy {
         return verified;
       const review = reviewOf(request, options.verifiedBy?.name, verified.facts);
       let answer: WebhookAnswer;
+      const started = performance.now();
+      const outcome: { result: CloudCallResult } = { result: 'error' };
       try {
-        answer = await post(url, agent, review, timeoutMs);
+        answer = await post(url, agent, review, timeoutMs, outcome);
       } catch (err) {
         return {
           verdict: 'deny',
           reasons: [`webhook ${options.url} failed, so the request is denied: ${describeError(err)}`],
         };
+      } finally {
+        calls.request('webhook', webhookReviewCall, outcome.result);
+        calls.duration('webhook', webhookReviewCall, secondsSince(started));
       }
       return combine(verified, answer, options.url);
     },
@@ -156,7 +174,14 @@ async function verifiedDecision(
   };
 }
 
-function post(url: URL, agent: Agent, review: BootstrapReview, timeoutMs: number): Promise<WebhookAnswer> {
+/** Sends the review; `outcome.result` stays `error` unless the webhook answers (a status) usably. */
+function post(
+  url: URL,
+  agent: Agent,
+  review: BootstrapReview,
+  timeoutMs: number,
+  outcome: { result: CloudCallResult },
+): Promise<WebhookAnswer> {
   const body = JSON.stringify(review);
   return new Promise<WebhookAnswer>((resolve, reject) => {
     const req = httpsRequest(
@@ -180,7 +205,12 @@ function post(url: URL, agent: Agent, review: BootstrapReview, timeoutMs: number
           else chunks.push(chunk);
         });
         res.on('end', () => {
-          if (res.statusCode !== 200) return reject(new Error(`HTTP ${res.statusCode}`));
+          if (res.statusCode !== 200) {
+            // Another 2xx carries no answer either: the webhook is broken, not refusing.
+            const result = httpCallResult(res.statusCode);
+            outcome.result = result === 'ok' ? 'error' : result;
+            return reject(new Error(`HTTP ${res.statusCode}`));
+          }
           let parsed: unknown;
           try {
             parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
@@ -192,6 +222,7 @@ function post(url: URL, agent: Agent, review: BootstrapReview, timeoutMs: number
             return reject(
               new Error('the answer is not {"verdict": "approve"|"deny"|"abstain", "reasons": [...]}'),
             );
+          outcome.result = 'ok';
           resolve(answer.data);
         });
         res.on('error', reject);

@@ -1,6 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { DescribeAutoScalingGroupsCommand } from '@aws-sdk/client-auto-scaling';
+import { DescribeInstancesCommand } from '@aws-sdk/client-ec2';
+import { GetCallerIdentityCommand } from '@aws-sdk/client-sts';
+import { Registry } from 'prom-client';
 import { ConfigError } from '../../errors.ts';
+import { clusterInstances } from '../../sim/aws/scenario.ts';
+import { startAwsSimulator } from '../../sim/aws/server.ts';
+import { cloudCallsTimed, cloudRequests } from '../../testing/cloud-calls.ts';
+import { cloudCallMetrics } from '../metrics.ts';
 import { createAwsClients } from './clients.ts';
 
 describe('createAwsClients', () => {
@@ -27,5 +35,67 @@ describe('createAwsClients', () => {
       createAwsClients({ imds: { endpoint: 'http://127.0.0.1:9', timeoutMs: 200 } }),
       ConfigError,
     );
+  });
+});
+
+describe('cloud call counting', () => {
+  it('counts every request against the simulator by command and result, and times each call', async () => {
+    const frozen = new Date();
+    const sim = await startAwsSimulator({ now: () => frozen });
+    sim.ec2.addInstances(clusterInstances({ cluster: 'c.example.com', instanceGroup: 'nodes', count: 2 }));
+    const registry = new Registry();
+    const cloudCalls = cloudCallMetrics(registry);
+    const options = { region: sim.region, endpoint: sim.endpoint, cloudCalls };
+    const clients = await createAwsClients({ ...options, credentials: sim.credentials, maxAttempts: 2 });
+    const wrongSecret = await createAwsClients({
+      ...options,
+      credentials: { ...sim.credentials, secretAccessKey: 'wrong' },
+      maxAttempts: 1,
+    });
+    const unreachable = await createAwsClients({
+      ...options,
+      endpoint: 'http://127.0.0.1:1',
+      credentials: sim.credentials,
+      maxAttempts: 1,
+    });
+    try {
+      await clients.ec2.send(new DescribeInstancesCommand({}));
+      await clients.autoscaling.send(new DescribeAutoScalingGroupsCommand({}));
+      await clients.sts.send(new GetCallerIdentityCommand({}));
+      while (sim.throttling.bucket.take()) {
+        // empty EC2's request bucket; the frozen clock never refills it
+      }
+      // Both attempts are refused: the retry the SDK makes is counted too.
+      await assert.rejects(clients.ec2.send(new DescribeInstancesCommand({})), {
+        name: 'RequestLimitExceeded',
+      });
+      await assert.rejects(wrongSecret.sts.send(new GetCallerIdentityCommand({})), {
+        name: 'SignatureDoesNotMatch',
+      });
+      await assert.rejects(unreachable.autoscaling.send(new DescribeAutoScalingGroupsCommand({})));
+      assert.deepEqual(await cloudRequests(registry), {
+        'aws DescribeInstances ok': 1,
+        'aws DescribeAutoScalingGroups ok': 1,
+        'aws GetCallerIdentity ok': 1,
+        'aws DescribeInstances throttled': 2,
+        'aws GetCallerIdentity rejected': 1,
+        'aws DescribeAutoScalingGroups error': 1,
+      });
+      assert.equal(
+        sim.calls.throttled('DescribeInstances'),
+        2,
+        'the simulator refused as many as were counted',
+      );
+      assert.equal(
+        await cloudCallsTimed(registry, 'aws', 'DescribeInstances'),
+        2,
+        'one per call, not per attempt',
+      );
+    } finally {
+      clients.destroy();
+      wrongSecret.destroy();
+      unreachable.destroy();
+      await sim.close();
+    }
   });
 });

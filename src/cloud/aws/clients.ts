@@ -1,11 +1,14 @@
 /**
  * The AWS SDK clients the controller uses, configured once: the region (configured or from IMDS),
  * adaptive retries (the SDK's client-side rate limiter backs off when EC2 answers
- * `RequestLimitExceeded`), and an endpoint override for the simulator or a VPC endpoint.
+ * `RequestLimitExceeded`), an endpoint override for the simulator or a VPC endpoint, and a count of
+ * every request each client sends (kops_controller_cloud_requests_total).
  */
 import { AutoScalingClient } from '@aws-sdk/client-auto-scaling';
 import { EC2Client } from '@aws-sdk/client-ec2';
 import { STSClient } from '@aws-sdk/client-sts';
+import { type CloudCallRecorder, type CloudCallResult, secondsSince } from '../metrics.ts';
+import { isAwsThrottling } from './errors.ts';
 import { type ImdsOptions, resolveRegion } from './region.ts';
 import type { SigV4Credentials } from './sigv4.ts';
 
@@ -20,6 +23,8 @@ export interface AwsClientOptions {
   /** Attempts per call including retries (default 8, so throttling is ridden out, not surfaced). */
   maxAttempts?: number;
   imds?: ImdsOptions;
+  /** Where every request and call is counted (default: nowhere). */
+  cloudCalls?: CloudCallRecorder;
 }
 
 /** The clients, sharing one configuration. */
@@ -45,6 +50,9 @@ export async function createAwsClients(options: AwsClientOptions = {}): Promise<
   const ec2 = new EC2Client(config);
   const autoscaling = new AutoScalingClient(config);
   const sts = new STSClient(config);
+  // Without a recorder the stacks stay as the SDK builds them (the benchmarks measure those).
+  const calls = options.cloudCalls;
+  if (calls) for (const client of [ec2, autoscaling, sts]) countCalls(client, calls);
   return {
     region,
     ec2,
@@ -56,4 +64,63 @@ export async function createAwsClients(options: AwsClientOptions = {}): Promise<
       sts.destroy();
     },
   };
+}
+
+/** What a middleware sees of a command: the SDK names it (`DescribeInstancesCommand`). */
+interface CommandContext {
+  commandName?: string;
+}
+/** A middleware that passes the request and the answer through untouched. */
+type PassThrough = <A, R>(next: (args: A) => Promise<R>, context: CommandContext) => (args: A) => Promise<R>;
+type Placement<Step> = { step: Step; name: string; priority: 'high' };
+
+/** The part of an SDK client's middleware stack {@link countCalls} uses. */
+interface MiddlewareHost {
+  middlewareStack: {
+    add(middleware: PassThrough, options: Placement<'initialize'>): void;
+    add(middleware: PassThrough, options: Placement<'deserialize'>): void;
+  };
+}
+
+/** The result of one request: the SDK throws the service's error, named by its code, from `deserialize`. */
+function awsCallResult(err: unknown): CloudCallResult {
+  if (isAwsThrottling(err)) return 'throttled';
+  const status = (err as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
+  // A 4xx is AWS answering (not found, access denied); no status is a connection that failed.
+  return status !== undefined && status >= 400 && status < 500 ? 'rejected' : 'error';
+}
+
+/**
+ * Counts the client's requests and times its calls. The counter sits in the `deserialize` step,
+ * inside the retry middleware, so it sees every attempt, throttled ones included, which the retries
+ * would otherwise hide; the timer sits in `initialize`, outside the retries, and measures what the
+ * caller waited, back-off and the adaptive rate limiter included.
+ */
+function countCalls(client: MiddlewareHost, calls: CloudCallRecorder): void {
+  const callOf = (context: CommandContext) => (context.commandName ?? 'unknown').replace(/Command$/, '');
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      const call = callOf(context);
+      try {
+        const output = await next(args);
+        calls.request('aws', call, 'ok');
+        return output;
+      } catch (err) {
+        calls.request('aws', call, awsCallResult(err));
+        throw err;
+      }
+    },
+    { step: 'deserialize', name: 'kopsControllerCloudRequests', priority: 'high' },
+  );
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      const started = performance.now();
+      try {
+        return await next(args);
+      } finally {
+        calls.duration('aws', callOf(context), secondsSince(started));
+      }
+    },
+    { step: 'initialize', name: 'kopsControllerCloudCallDuration', priority: 'high' },
+  );
 }

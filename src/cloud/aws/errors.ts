@@ -22,6 +22,15 @@ export function awsErrorCode(err: unknown): string | undefined {
   return err instanceof Error ? err.name : undefined;
 }
 
+/**
+ * Whether an SDK error is AWS refusing for rate: a throttling code (EC2 answers RequestLimitExceeded
+ * with HTTP 503) or HTTP 429, as the SDK's own retry strategy decides.
+ */
+export function isAwsThrottling(err: unknown): boolean {
+  const status = (err as { $metadata?: { httpStatusCode?: number } } | undefined)?.$metadata?.httpStatusCode;
+  return throttlingCodes.has(awsErrorCode(err) ?? '') || status === 429;
+}
+
 /** A typed error for a failed AWS call; `permission` names the IAM action the call needs. */
 export function awsCallError(err: unknown, operation: string, permission: string): KopsError {
   const code = awsErrorCode(err) ?? 'Error';

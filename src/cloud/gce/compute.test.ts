@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { createPublicKey } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { OAuth2Client } from 'google-auth-library';
+import { Registry } from 'prom-client';
 import {
   ForbiddenError,
   InvalidInputError,
@@ -10,8 +11,10 @@ import {
   UnauthenticatedError,
 } from '../../errors.ts';
 import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
+import { cloudCallsTimed, cloudRequests } from '../../testing/cloud-calls.ts';
+import { cloudCallMetrics } from '../metrics.ts';
 import { ComputeClient, lastComponent, metadataValue } from './compute.ts';
-import { simulatorCompute } from './testing.ts';
+import { simulatorAuth, simulatorCompute } from './testing.ts';
 
 let sim: GceSimulator;
 before(async () => {
@@ -66,6 +69,38 @@ test('API errors become typed errors that name the call', async () => {
   unauthenticated.setCredentials({ access_token: 'ya29.stale', expiry_date: Date.now() + 3_600_000 });
   const stale = new ComputeClient({ project: 'p-compute', auth: unauthenticated, endpoint: sim.endpoint });
   await assert.rejects(stale.getInstance('us-east4-a', 'x'), UnauthenticatedError);
+});
+
+test('every request is counted by operation and result, a throttled attempt that a retry follows included', async () => {
+  const registry = new Registry();
+  const compute = new ComputeClient({
+    project: 'p-compute',
+    auth: simulatorAuth(sim),
+    endpoint: sim.endpoint,
+    retries: 1,
+    retryDelayMs: 5,
+    cloudCalls: cloudCallMetrics(registry),
+  });
+  const name = sim.world.instances('p-compute', 'us-east4-a')[0]?.name as string;
+  await compute.getInstance('us-east4-a', name);
+  sim.failNext(1, 429);
+  await compute.getInstanceTemplate('nodes-us-east4-a-tpl');
+  sim.failNext(2, 429);
+  await assert.rejects(compute.getInstanceTemplate('nodes-us-east4-a-tpl'), RateLimitedError);
+  await assert.rejects(compute.getInstance('us-east4-a', 'missing'), NotFoundError);
+  sim.failNext(2, 503);
+  await assert.rejects(compute.listManagedInstances('us-east4-b', 'a-nodes-us-east4-b'));
+  // 700 instances are two pages: two requests.
+  await compute.listInstances('us-east4-a');
+  assert.deepEqual(await cloudRequests(registry), {
+    'gce instances.get ok': 1,
+    'gce instanceTemplates.get throttled': 3,
+    'gce instanceTemplates.get ok': 1,
+    'gce instances.get rejected': 1,
+    'gce instanceGroupManagers.listManagedInstances error': 2,
+    'gce instances.list ok': 2,
+  });
+  assert.equal(await cloudCallsTimed(registry, 'gce', 'instanceTemplates.get'), 2);
 });
 
 test('lastComponent takes the name off a resource URL', () => {

@@ -15,6 +15,7 @@ import {
   UnavailableError,
 } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import { type CloudCallRecorder, httpCallResult, noCloudCalls, secondsSince } from '../metrics.ts';
 
 /** The public compute v1 endpoint. */
 export const defaultComputeEndpoint = 'https://compute.googleapis.com/compute/v1';
@@ -94,6 +95,8 @@ export interface ComputeClientOptions {
   /** First retry delay; later ones back off exponentially. */
   retryDelayMs?: number;
   logger?: Logger;
+  /** Where every request and call is counted (default: nowhere). */
+  cloudCalls?: CloudCallRecorder;
 }
 
 /** The value of a metadata key, or undefined. */
@@ -123,6 +126,7 @@ export class ComputeClient {
   readonly #retries: number;
   readonly #retryDelayMs: number;
   readonly #logger: Logger;
+  readonly #calls: CloudCallRecorder;
 
   constructor(options: ComputeClientOptions) {
     this.project = options.project;
@@ -131,14 +135,27 @@ export class ComputeClient {
     this.#retries = options.retries ?? 3;
     this.#retryDelayMs = options.retryDelayMs ?? 200;
     this.#logger = options.logger ?? silentLogger;
+    this.#calls = options.cloudCalls ?? noCloudCalls;
   }
 
+  /**
+   * One API call. gaxios retries inside `request`; each failed attempt is counted as it is retried
+   * (`onRetryAttempt`) and the last one when the call settles, so throttled attempts show up even
+   * when a retry then succeeds.
+   */
   async #call<T>(
     operation: string,
     method: 'GET' | 'POST',
     path: string,
     params: Record<string, string> = {},
   ) {
+    const started = performance.now();
+    const attemptFailed = (err: unknown) =>
+      this.#calls.request(
+        'gce',
+        operation,
+        httpCallResult(err instanceof gaxios.GaxiosError ? err.response?.status : undefined),
+      );
     try {
       const response = await this.#auth.request<T>({
         url: `${this.#base}/${path}`,
@@ -154,13 +171,19 @@ export class ComputeClient {
             [429, 429],
             [500, 599],
           ],
-          onRetryAttempt: (err) =>
-            this.#logger.debug({ operation, status: err.response?.status }, 'retrying compute API call'),
+          onRetryAttempt: (err) => {
+            attemptFailed(err);
+            this.#logger.debug({ operation, status: err.response?.status }, 'retrying compute API call');
+          },
         },
       });
+      this.#calls.request('gce', operation, 'ok');
       return response.data;
     } catch (err) {
+      attemptFailed(err);
       throw computeError(operation, path, err);
+    } finally {
+      this.#calls.duration('gce', operation, secondsSince(started));
     }
   }
 

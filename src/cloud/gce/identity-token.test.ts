@@ -3,9 +3,12 @@ import { createHmac } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
+import { Registry } from 'prom-client';
 import { UnauthenticatedError, UnavailableError } from '../../errors.ts';
 import { generateSigningKey, signRs256Jwt } from '../../sim/gce/identity-issuer.ts';
 import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
+import { cloudCallsTimed, cloudRequests } from '../../testing/cloud-calls.ts';
+import { cloudCallMetrics } from '../metrics.ts';
 import { GceIdentityTokenVerifier, JwksKeyStore } from './identity-token.ts';
 
 const audience = 'https://kops-controller.internal:3988/bootstrap';
@@ -180,4 +183,38 @@ test('an unreachable JWKS is an outage, not a denial', async () => {
   const token = sim.identityToken(zone, nodeName, { audience, format: 'full' });
   await assert.rejects(new GceIdentityTokenVerifier({ keys, audience }).verify(token), UnavailableError);
   await assert.rejects(new GceIdentityTokenVerifier({ keys, audience }).verify(token), UnavailableError);
+});
+
+test('each fetch of the keys is counted as call jwks: ok, rejected, throttled, or an error', async () => {
+  const registry = new Registry();
+  const cloudCalls = cloudCallMetrics(registry);
+  let answer = { status: 429, body: '{}' };
+  const flaky = createServer((_req, res) => {
+    res.writeHead(answer.status, { 'content-type': 'application/json' });
+    res.end(answer.body);
+  });
+  await new Promise<void>((resolve) => flaky.listen(0, '127.0.0.1', resolve));
+  const flakyUrl = `http://127.0.0.1:${(flaky.address() as AddressInfo).port}/certs`;
+  const token = sim.identityToken(zone, nodeName, { audience, format: 'full' });
+  /** One verification with a key store of its own, so each fetches once. */
+  const verifyWith = (url: string) =>
+    new GceIdentityTokenVerifier({ keys: new JwksKeyStore({ url, cloudCalls }), audience }).verify(token);
+  try {
+    assert.ok(await verifyWith(sim.jwksUri));
+    await assert.rejects(verifyWith(`${sim.jwksUri}/missing`), UnavailableError);
+    await assert.rejects(verifyWith(flakyUrl), UnavailableError);
+    answer = { status: 200, body: '{"not":"a jwks"}' };
+    await assert.rejects(verifyWith(flakyUrl), UnavailableError);
+    await assert.rejects(verifyWith('http://127.0.0.1:1/certs'), UnavailableError);
+  } finally {
+    flaky.closeAllConnections();
+    flaky.close();
+  }
+  assert.deepEqual(await cloudRequests(registry), {
+    'gce jwks ok': 1,
+    'gce jwks rejected': 1,
+    'gce jwks throttled': 1,
+    'gce jwks error': 2,
+  });
+  assert.equal(await cloudCallsTimed(registry, 'gce', 'jwks'), 5);
 });

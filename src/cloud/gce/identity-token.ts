@@ -8,6 +8,13 @@ import { createPublicKey, type KeyObject, verify } from 'node:crypto';
 import { z } from 'zod';
 import { UnauthenticatedError, UnavailableError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import {
+  type CloudCallRecorder,
+  type CloudCallResult,
+  httpCallResult,
+  noCloudCalls,
+  secondsSince,
+} from '../metrics.ts';
 
 /** Google's signing keys for identity tokens, as a JWKS. */
 export const googleJwksUrl = 'https://www.googleapis.com/oauth2/v3/certs';
@@ -25,6 +32,8 @@ export interface JwksKeyStoreOptions {
   timeoutMs?: number;
   now?: () => number;
   logger?: Logger;
+  /** Where each fetch of the keys is counted, as call `jwks` of cloud `gce` (default: nowhere). */
+  cloudCalls?: CloudCallRecorder;
 }
 
 const jwksSchema = z.object({
@@ -39,6 +48,7 @@ export class JwksKeyStore {
   readonly #timeoutMs: number;
   readonly #now: () => number;
   readonly #logger: Logger;
+  readonly #calls: CloudCallRecorder;
   #keys = new Map<string, KeyObject>();
   #fetchedAt = Number.NEGATIVE_INFINITY;
   #expiresAt = Number.NEGATIVE_INFINITY;
@@ -53,6 +63,7 @@ export class JwksKeyStore {
     this.#timeoutMs = options.timeoutMs ?? 10_000;
     this.#now = options.now ?? Date.now;
     this.#logger = options.logger ?? silentLogger;
+    this.#calls = options.cloudCalls ?? noCloudCalls;
   }
 
   /** The RSA public key with this `kid`, or undefined if the issuer does not publish it. */
@@ -77,20 +88,30 @@ export class JwksKeyStore {
     this.#fetchedAt = this.#now();
     let jwks: z.infer<typeof jwksSchema>;
     let maxAge = this.#maxAgeMs;
+    const started = performance.now();
+    // A 200 that is not a JWKS is as unusable as no answer: it stays an error unless parsed.
+    let result: CloudCallResult = 'error';
     try {
       const res = await fetch(this.url, { signal: AbortSignal.timeout(this.#timeoutMs) });
-      if (!res.ok) throw new Error(`HTTP ${res.status}`);
+      if (!res.ok) {
+        result = httpCallResult(res.status);
+        throw new Error(`HTTP ${res.status}`);
+      }
       const cacheControl = /max-age=(\d+)/.exec(res.headers.get('cache-control') ?? '');
       if (cacheControl) maxAge = Math.min(maxAge, Number(cacheControl[1]) * 1000);
       const parsed = jwksSchema.safeParse(await res.json());
       if (!parsed.success) throw new Error('the response is not a JWKS ({"keys": [...]})');
       jwks = parsed.data;
+      result = 'ok';
     } catch (err) {
       const reason = (err as Error).message;
       this.#failure = new UnavailableError(`cannot fetch identity-token keys from ${this.url}: ${reason}`, {
         cause: err,
       });
       throw this.#failure;
+    } finally {
+      this.#calls.request('gce', 'jwks', result);
+      this.#calls.duration('gce', 'jwks', secondsSince(started));
     }
     this.#failure = undefined;
     const keys = new Map<string, KeyObject>();

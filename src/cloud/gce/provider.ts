@@ -2,6 +2,7 @@
 import type { AuthClient } from 'google-auth-library';
 import { ConfigError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import type { CloudCallRecorder } from '../metrics.ts';
 import { GceCloudGroups } from './cloud-groups.ts';
 import { ComputeClient, defaultAuthClient } from './compute.ts';
 import { GceNodeIdentifier } from './node-identifier.ts';
@@ -19,6 +20,8 @@ export interface GceProviderOptions {
   /** Credentials; defaults to Application Default Credentials (the VM's service account on GCE). */
   auth?: Pick<AuthClient, 'request'>;
   logger?: Logger;
+  /** Where the compute client counts its calls (default: nowhere). */
+  cloudCalls?: CloudCallRecorder;
 }
 
 /** The GCE implementations of the cloud interfaces. */
@@ -42,6 +45,7 @@ export async function createGceProvider(options: GceProviderOptions): Promise<Gc
     auth: options.auth ?? (await defaultAuthClient()),
     ...(endpoint ? { endpoint } : {}),
     logger,
+    ...(options.cloudCalls ? { cloudCalls: options.cloudCalls } : {}),
   });
   return {
     compute,
