@@ -9,6 +9,7 @@ import { CoordinationV1Api } from '@kubernetes/client-node';
 import { Command, Option } from 'commander';
 import { collectDefaultMetrics, type Registry, register } from 'prom-client';
 import { loadConfigFile } from '../config/loader.ts';
+import { configWarnings } from '../config/warnings.ts';
 import { exitCodeOf } from '../errors.ts';
 import { loadKubeConfig } from '../kube/client.ts';
 import { ControllerRuntime, type LeaderComponent } from '../runtime/controller-runtime.ts';
@@ -41,6 +42,7 @@ export function runCommand(): Command {
   ).action(async (options: RunOptions, command: Command) => {
     const logger = commandLogger(command);
     const config = await loadConfigFile(options.conf);
+    for (const warning of configWarnings(config)) logger.warn(warning);
     const { kubeConfig, source } = loadKubeConfig({
       kubeconfig: options.kubeconfig,
       context: options.context,
