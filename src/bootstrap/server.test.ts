@@ -649,28 +649,26 @@ describe('bootstrap server limits on slow clients, and readiness', () => {
       registry: new Registry(),
     });
     try {
-      const headers = await slowClient(
-        boot.server.url,
-        bundlePem(ca),
-        'POST /v1/certificates HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n',
-      );
-      assert.match(headers.answer, /^HTTP\/1\.1 408 /);
-      assert.ok(headers.closedAfterMs < 2_000, `closed after ${headers.closedAfterMs} ms`);
-      const trickle = await slowClient(
-        boot.server.url,
-        bundlePem(ca),
-        'POST /v1/certificates HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"api',
-      );
-      assert.match(trickle.answer, /^HTTP\/1\.1 408 /);
-      assert.ok(trickle.closedAfterMs < 3_000, `closed after ${trickle.closedAfterMs} ms`);
-      const huge = await slowClient(
-        boot.server.url,
-        bundlePem(ca),
-        `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
-      );
-      assert.match(huge.answer, /^HTTP\/1\.1 431 /);
-      const garbage = await slowClient(boot.server.url, bundlePem(ca), 'NOT HTTP AT ALL\r\n\r\n');
-      assert.match(garbage.answer, /^HTTP\/1\.1 400 /);
+      const json = 'Host: x\r\nContent-Type: application/json\r\n';
+      const cases = [
+        { what: 'headers never finished', text: `POST /v1/certificates HTTP/1.1\r\n${json}`, status: 408 },
+        {
+          what: 'body never finished',
+          text: `POST /v1/certificates HTTP/1.1\r\n${json}Content-Length: 100\r\n\r\n{"api`,
+          status: 408,
+        },
+        {
+          what: 'headers over 16 KiB',
+          text: `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
+          status: 431,
+        },
+        { what: 'not HTTP', text: 'NOT HTTP AT ALL\r\n\r\n', status: 400 },
+      ];
+      for (const { what, text, status } of cases) {
+        const { answer, closedAfterMs } = await slowClient(boot.server.url, bundlePem(ca), text);
+        assert.match(answer, new RegExp(`^HTTP/1\\.1 ${status} `), what);
+        assert.ok(closedAfterMs < 3_000, `${what}: closed after ${closedAfterMs} ms`);
+      }
     } finally {
       await boot.close();
       await sim.close();
