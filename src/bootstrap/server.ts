@@ -327,9 +327,11 @@ export interface BootstrapServerDeps {
 /** The bootstrap server of `run`, its queue, and the leader-only signer to add to the components. */
 export interface RunningBootstrap {
   server: BootstrapServer;
-  /** The signing CA and the API server URL the answers name (what discovery publishes too). */
+  /** The signing CA and the API server URL the answers name. */
   ca: CertificateAuthority;
   apiServer: string;
+  /** Every API server URL, the first being `apiServer`: what discovery publishes. */
+  apiServers: string[];
   queue: CsrQueue;
   signer: LeaderComponent;
   /** The impersonation guard's Node watch (absent with `nodeGuard: api`): whether it is current, what it knows. */
@@ -405,12 +407,15 @@ export async function startBootstrapServer(
     logger,
   });
   queue.start();
+  const apiServers = deps.apiServer
+    ? [deps.apiServer]
+    : (config.bootstrap.apiServers ?? [`https://api.internal.${config.clusterName}`]);
   const context: BootstrapContext = {
     ca,
     policies: deps.policies,
     readNode,
     queue,
-    apiServer: deps.apiServer ?? `https://api.internal.${config.clusterName}`,
+    apiServer: apiServers[0] as string,
     audit: deps.audit,
     metrics,
     logger,
@@ -449,6 +454,7 @@ export async function startBootstrapServer(
     server: running,
     ca,
     apiServer: context.apiServer,
+    apiServers,
     queue,
     signer,
     ...(guardWatch

@@ -8,6 +8,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import { request } from 'node:https';
 import { after, before, describe, test } from 'node:test';
 import { Registry } from 'prom-client';
+import { parse } from 'yaml';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
 import { kopsApiVersion } from '../bootstrap/kops-handler.ts';
 import type { SigV4Credentials } from '../cloud/aws/sigv4.ts';
@@ -55,7 +56,10 @@ describe('bootstrap server from a kops config', () => {
         provider: { aws: { nodesRoles: [`nodes.${cluster}`], Region: aws.region } },
         certNames: ['kubelet', 'kubelet-server', 'kube-proxy'],
       },
-      bootstrap: { policies: [{ name: 'aws', stsEndpoint: aws.endpoint }] },
+      bootstrap: {
+        policies: [{ name: 'aws', stsEndpoint: aws.endpoint }],
+        apiServers: [`https://api.internal.${cluster}`, 'https://10.0.0.10:6443'],
+      },
     });
     boot = await startConfiguredBootstrap({
       config,
@@ -166,7 +170,16 @@ describe('bootstrap server from a kops config', () => {
       }
       assert.equal(reply.status, 200, reply.text);
       const kubeconfig = (JSON.parse(reply.text) as { data: { kubeconfig: string } }).data.kubeconfig;
-      assert.match(kubeconfig, /server: https:\/\/api\.internal\.minimal\.example\.com/);
+      // Both API servers of bootstrap.apiServers, in order; kubeadm's unnamed cluster is the first.
+      const clusters = (parse(kubeconfig) as { clusters: { name: string; cluster: { server: string } }[] })
+        .clusters;
+      assert.deepEqual(
+        clusters.map((c) => [c.name, c.cluster.server]),
+        [
+          ['', 'https://api.internal.minimal.example.com'],
+          ['1', 'https://10.0.0.10:6443'],
+        ],
+      );
       assert.match(kubeconfig, new RegExp(Buffer.from(bundlePem(ca)).toString('base64').slice(0, 40)));
     } finally {
       stop.abort();

@@ -93,7 +93,7 @@ export async function startConfiguredBootstrap(
       core,
       source: tokens,
       kubeconfig: () =>
-        renderClusterInfoKubeconfig({ servers: [running.apiServer], caBundlePem: bundlePem(running.ca) }),
+        renderClusterInfoKubeconfig({ servers: running.apiServers, caBundlePem: bundlePem(running.ca) }),
       logger,
     });
     return {

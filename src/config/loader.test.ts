@@ -70,6 +70,21 @@ describe('config loader', () => {
     );
   });
 
+  test('bootstrap.apiServers: https URLs only, at least one', () => {
+    const config = parseConfig({
+      clusterName: 'a.example.com',
+      cloud: 'aws',
+      bootstrap: { apiServers: ['https://api.a.example.com', 'https://10.0.0.10:6443'] },
+    });
+    assert.deepEqual(config.bootstrap.apiServers, ['https://api.a.example.com', 'https://10.0.0.10:6443']);
+    for (const bad of [['http://api.a.example.com'], ['api.a.example.com'], []]) {
+      assert.throws(
+        () => parseConfig({ clusterName: 'a.example.com', cloud: 'aws', bootstrap: { apiServers: bad } }),
+        configErrorMatching(/bootstrap\.apiServers/),
+      );
+    }
+  });
+
   test('fills in leader-election and metrics defaults', () => {
     const config = parseConfig({ clusterName: 'c.example.com', cloud: 'metal' });
     assert.deepEqual(config.leaderElection, {

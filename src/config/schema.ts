@@ -148,6 +148,14 @@ const bootstrap = z.strictObject({
    * every request, as kops does).
    */
   nodeGuard: z.enum(['watch', 'api']).default('watch'),
+  /**
+   * The API server URLs nodes are told to use: the first in bootstrap answers, all of them in the
+   * published cluster-info (default `https://api.internal.<clusterName>`, as kops).
+   */
+  apiServers: z
+    .array(z.url({ protocol: /^https$/, error: 'expected an https:// URL of the API server' }))
+    .min(1)
+    .optional(),
 });
 
 const csrApprover = z.strictObject({
