@@ -7,12 +7,14 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import type { IncomingHttpHeaders } from 'node:http';
 import { Agent, request } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { connect } from 'node:tls';
 import { promisify } from 'node:util';
+import type { KubeConfig } from '@kubernetes/client-node';
 import fc from 'fast-check';
 import { Registry } from 'prom-client';
 import { parseConfig } from '../config/loader.ts';
@@ -616,6 +618,46 @@ describe('bootstrap server', () => {
   });
 });
 
+/** A server of its own, with no policies, for the tests of its limits; `extra` overrides its deps. */
+async function standaloneServer(
+  kubeConfig: KubeConfig,
+  extra: Partial<Parameters<typeof startBootstrapServer>[1]> = {},
+): Promise<{ boot: RunningBootstrap; ca: CertificateAuthority }> {
+  const ca = createCa();
+  const boot = await startBootstrapServer(config, {
+    kubeConfig,
+    policies: [],
+    ca,
+    listen: '127.0.0.1:0',
+    serverNames: { ipAddresses: ['127.0.0.1'] },
+    registry: new Registry(),
+    ...extra,
+  });
+  return { boot, ca };
+}
+
+/** GETs `path` from a standalone server: status, headers and body. */
+function getFrom(
+  { boot, ca }: { boot: RunningBootstrap; ca: CertificateAuthority },
+  path: string,
+): Promise<{ status: number; headers: IncomingHttpHeaders; text: string }> {
+  return new Promise((resolve, reject) => {
+    request(`${boot.server.url}${path}`, { ca: bundlePem(ca) }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () =>
+        resolve({
+          status: res.statusCode ?? 0,
+          headers: res.headers,
+          text: Buffer.concat(chunks).toString(),
+        }),
+      );
+    })
+      .on('error', reject)
+      .end();
+  });
+}
+
 describe('bootstrap server limits on slow clients, and readiness', () => {
   /** Opens a TLS connection, writes `text` and resolves with what the server sent before closing, and when. */
   function slowClient(
@@ -638,15 +680,8 @@ describe('bootstrap server limits on slow clients, and readiness', () => {
 
   test('a client that never finishes its headers, or its body, is answered 408 and cut off in time', async () => {
     const sim = await startApiServer();
-    const ca = createCa();
-    const boot = await startBootstrapServer(config, {
-      kubeConfig: sim.kubeConfig(),
-      policies: [],
-      ca,
-      listen: '127.0.0.1:0',
-      serverNames: { ipAddresses: ['127.0.0.1'] },
+    const { boot, ca } = await standaloneServer(sim.kubeConfig(), {
       timeouts: { headersTimeout: 300, requestTimeout: 600, connectionsCheckingInterval: 50 },
-      registry: new Registry(),
     });
     try {
       const json = 'Host: x\r\nContent-Type: application/json\r\n';
@@ -680,34 +715,14 @@ describe('bootstrap server limits on slow clients, and readiness', () => {
     const sim = await startApiServer();
     const kubeConfig = sim.kubeConfig();
     await sim.close();
-    const ca = createCa();
-    const boot = await startBootstrapServer(config, {
-      kubeConfig,
-      policies: [],
-      ca,
-      listen: '127.0.0.1:0',
-      serverNames: { ipAddresses: ['127.0.0.1'] },
-      registry: new Registry(),
-    });
+    const server = await standaloneServer(kubeConfig);
     try {
-      const get = (path: string) =>
-        new Promise<{ status: number; text: string }>((resolve, reject) => {
-          request(`${boot.server.url}${path}`, { ca: bundlePem(ca) }, (res) => {
-            const chunks: Buffer[] = [];
-            res.on('data', (c: Buffer) => chunks.push(c));
-            res.on('end', () =>
-              resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString() }),
-            );
-          })
-            .on('error', reject)
-            .end();
-        });
-      const readyz = await get('/readyz');
+      const readyz = await getFrom(server, '/readyz');
       assert.equal(readyz.status, 503);
       assert.match(readyz.text, /not ready: the CSR queue has not listed yet/);
-      assert.equal((await get('/healthz')).status, 200);
+      assert.equal((await getFrom(server, '/healthz')).status, 200);
     } finally {
-      await boot.close();
+      await server.boot.close();
     }
   });
 });
@@ -715,33 +730,15 @@ describe('bootstrap server limits on slow clients, and readiness', () => {
 describe('bootstrap server rate limit', () => {
   test('a source over its burst gets 429 with Retry-After; health checks are not limited', async () => {
     const sim = await startApiServer();
-    const ca = createCa();
-    const boot = await startBootstrapServer(config, {
-      kubeConfig: sim.kubeConfig(),
-      policies: [],
-      ca,
-      listen: '127.0.0.1:0',
-      serverNames: { ipAddresses: ['127.0.0.1'] },
-      rateLimit: { burst: 2, ratePerSecond: 0.01 },
-      registry: new Registry(),
-    });
+    const server = await standaloneServer(sim.kubeConfig(), { rateLimit: { burst: 2, ratePerSecond: 0.01 } });
+    const { boot } = server;
     try {
-      const get = (path: string) =>
-        new Promise<{ status: number; retryAfter: string | undefined }>((resolve, reject) => {
-          request(`${boot.server.url}${path}`, { ca: bundlePem(ca) }, (res) => {
-            res.resume();
-            res.on('end', () =>
-              resolve({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'] as string }),
-            );
-          })
-            .on('error', reject)
-            .end();
-        });
+      const get = (path: string) => getFrom(server, path);
       assert.equal((await get('/nope')).status, 404);
       assert.equal((await get('/nope')).status, 404);
       const limited = await get('/nope');
       assert.equal(limited.status, 429);
-      assert.equal(limited.retryAfter, '100');
+      assert.equal(limited.headers['retry-after'], '100');
       assert.equal((await get('/healthz')).status, 200);
     } finally {
       await boot.close();

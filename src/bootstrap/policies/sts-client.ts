@@ -225,14 +225,16 @@ function readAnswer(res: IncomingMessage, abort: (err: Error) => void, outcome: 
         return;
       }
       const code = xmlText(text, 'Code') ?? `HTTP ${status}`;
-      // STS answers Throttling with HTTP 400.
-      outcome.result = code === 'Throttling' ? 'throttled' : httpCallResult(status);
       const message = xmlText(text, 'Message') ?? '';
       const what = `${code}${message ? `: ${message}` : ''}`;
+      // STS answers Throttling with HTTP 400. Only a refusal (another 4xx) is the proof's fault; the
+      // rest (throttling, 5xx, a redirect or another 2xx than 200) is STS failing, and the node retries.
+      const result = code === 'Throttling' ? 'throttled' : httpCallResult(status);
+      outcome.result = result === 'ok' ? 'error' : result;
       reject(
-        status >= 500 || status === 429 || code === 'Throttling'
-          ? new UnavailableError(`STS failed (${what}); retry later`)
-          : new UnauthenticatedError(what),
+        outcome.result === 'rejected'
+          ? new UnauthenticatedError(what)
+          : new UnavailableError(`STS failed (${what}); retry later`),
       );
     });
   });
