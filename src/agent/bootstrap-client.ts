@@ -1,32 +1,32 @@
 /**
  * The node's side of the native bootstrap API (docs/bootstrap-api.md): one HTTPS call, its answer
- * classified. TLS trusts only the cluster CA bundle the node discovered or was given, never the
- * system roots. Network failures, 429 and 5xx come back as retryable errors; the caller decides
- * how long to keep trying.
+ * classified. TLS trusts only the CA bundle the node pinned (or was given), never the system roots.
+ * A dependency fault (network error, 408, 429, 5xx) comes back retryable with its Retry-After; any
+ * other answer is final (src/agent/http-answer.ts). The caller decides how long to keep trying.
  */
 import { Agent, request } from 'node:https';
 import {
-  ConflictError,
   ForbiddenError,
   InvalidInputError,
   type KopsError,
-  NotFoundError,
-  RateLimitedError,
-  TooLargeError,
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
+import { answerError, jsonObjectOf } from './http-answer.ts';
+import { isTlsVerificationFailure } from './tls-check.ts';
 
 /** The API version the client speaks. */
 export const bootstrapApiVersion = 'bootstrap.kops-controller.io/v1';
 
-/** The certificates and trust the server issued. */
+/**
+ * The certificates the server issued. Its `caBundle` is not read: the node keeps trusting only the
+ * CAs it pinned, whatever an answer adds.
+ */
 export interface IssuedAnswer {
   status: 'issued';
   nodeName: string;
   instanceGroup?: string;
   certificates: Record<string, string>;
-  caBundle: string;
   apiServer?: string;
 }
 
@@ -125,7 +125,8 @@ export class BootstrapClient {
           });
           res.on('end', () => {
             try {
-              resolve(answerOf(res.statusCode ?? 0, Buffer.concat(chunks), res.headers['retry-after']));
+              const answer = Buffer.concat(chunks);
+              resolve(answerOf(`${method} ${url}`, res.statusCode ?? 0, answer, res.headers['retry-after']));
             } catch (err) {
               reject(err);
             }
@@ -141,12 +142,11 @@ export class BootstrapClient {
 }
 
 function networkError(url: URL, err: Error): KopsError {
-  const code = (err as NodeJS.ErrnoException).code;
   // A TLS verification failure will not fix itself: the server is not the one the CA vouches for.
-  if (code && /CERT|SELF_SIGNED|ERR_TLS_CERT_ALTNAME|UNABLE_TO_VERIFY/.test(code)) {
+  if (isTlsVerificationFailure(err)) {
     return new UnauthenticatedError(
-      `the bootstrap server ${url.origin} is not trusted by the cluster CA (${code}): check --server and the CA pin`,
-      { cause: err },
+      `the bootstrap server ${url.origin} is not trusted by the cluster CA ` +
+        `(${(err as NodeJS.ErrnoException).code}): check --server and the CA pin`,
     );
   }
   return new UnavailableError(`cannot reach the bootstrap server ${url.origin}: ${err.message}`, {
@@ -154,52 +154,24 @@ function networkError(url: URL, err: Error): KopsError {
   });
 }
 
-interface ErrorBody {
-  error?: { reason?: unknown; message?: unknown };
-  status?: unknown;
-  reasons?: unknown;
-}
-
-function parseJson(status: number, bytes: Buffer): ErrorBody & Record<string, unknown> {
-  try {
-    const value: unknown = JSON.parse(bytes.toString('utf8'));
-    if (value && typeof value === 'object' && !Array.isArray(value))
-      return value as ErrorBody & Record<string, unknown>;
-  } catch {
-    // fall through: a proxy's HTML error page, or a truncated answer
-  }
-  if (status >= 500 || status === 429) return {};
-  throw new UnavailableError(`the bootstrap server answered ${status} with a body that is not a JSON object`);
-}
-
 function stringsOf(value: unknown): string[] {
   return Array.isArray(value) ? value.filter((v): v is string => typeof v === 'string') : [];
-}
-
-function messageOf(body: ErrorBody, status: number): string {
-  const message = typeof body.error?.message === 'string' ? body.error.message : `HTTP ${status}`;
-  const reason = typeof body.error?.reason === 'string' ? ` (${body.error.reason})` : '';
-  return message + reason;
 }
 
 function issuedOf(body: Record<string, unknown>): IssuedAnswer {
   const certificates = body['certificates'];
   if (
     typeof body['nodeName'] !== 'string' ||
-    typeof body['caBundle'] !== 'string' ||
     !certificates ||
     typeof certificates !== 'object' ||
     !Object.values(certificates).every((c) => typeof c === 'string')
   ) {
-    throw new UnavailableError(
-      'the bootstrap server answered "issued" without nodeName, certificates or caBundle',
-    );
+    throw new UnavailableError('the bootstrap server answered "issued" without nodeName or certificates');
   }
   return {
     status: 'issued',
     nodeName: body['nodeName'],
     certificates: certificates as Record<string, string>,
-    caBundle: body['caBundle'],
     ...(typeof body['instanceGroup'] === 'string' ? { instanceGroup: body['instanceGroup'] } : {}),
     ...(typeof body['apiServer'] === 'string' ? { apiServer: body['apiServer'] } : {}),
   };
@@ -217,35 +189,33 @@ function pendingOf(body: Record<string, unknown>): PendingAnswer {
   };
 }
 
-/** Classifies one HTTP answer: the issued or pending answer, or the typed error it means. */
-export function answerOf(status: number, bytes: Buffer, retryAfter?: string): BootstrapAnswer {
-  const body = parseJson(status, bytes);
-  if (status === 200) return issuedOf(body);
-  if (status === 202) return pendingOf(body);
-  if (status === 403 && body.status === 'denied') throw new DeniedError(stringsOf(body.reasons));
-  const message = messageOf(body, status);
-  switch (status) {
-    case 401:
-      throw new UnauthenticatedError(
-        `the bootstrap server could not verify this node's identity: ${message}`,
-      );
-    case 403:
-      throw new ForbiddenError(`the bootstrap server refused the request: ${message}`);
-    case 404:
-      throw new NotFoundError(`the bootstrap server does not know this request: ${message}`);
-    case 409:
-      throw new ConflictError(
-        `a node of this name is already registered and Ready: ${message}; delete the Node or choose another --node-name`,
-        { details: { reason: body.error?.reason } },
-      );
-    case 413:
-      throw new TooLargeError(`the bootstrap server refused the request as too large: ${message}`);
-    case 429:
-      throw new RateLimitedError(`the bootstrap server is rate limiting: ${message}`, {
-        details: { retryAfterSeconds: Number(retryAfter) || undefined },
-      });
-    default:
-      if (status >= 500) throw new UnavailableError(`the bootstrap server failed: ${message}`);
-      throw new InvalidInputError(`the bootstrap server rejected the request (${status}): ${message}`);
+/**
+ * Classifies the answer to `request` ("POST https://…/v1/certificates"): the issued or pending
+ * answer, or the typed error it means (a denial with every reason the policy gave).
+ */
+export function answerOf(
+  request: string,
+  status: number,
+  bytes: Buffer,
+  retryAfter?: string,
+): BootstrapAnswer {
+  const body = jsonObjectOf(bytes);
+  if (status === 200 || status === 202) {
+    // A success without the API's JSON is a broken answer in transit (a truncating proxy): try again.
+    if (!body)
+      throw new UnavailableError(`${request} answered ${status} with a body that is not a JSON object`);
+    return status === 200 ? issuedOf(body) : pendingOf(body);
   }
+  if (status === 403 && body?.['status'] === 'denied') throw new DeniedError(stringsOf(body['reasons']));
+  const alreadyRegistered =
+    status === 409 && (body?.['error'] as { reason?: unknown })?.reason === 'node-already-registered';
+  throw answerError(
+    request,
+    status,
+    bytes,
+    retryAfter,
+    alreadyRegistered
+      ? 'a Ready node of this name is registered: delete the Node or choose another --node-name'
+      : undefined,
+  );
 }

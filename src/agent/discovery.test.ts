@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import {
   buildClusterInfo,
+  type ClusterInfo,
   type ClusterInfoDocument,
   renderClusterInfoKubeconfig,
 } from '../bootstrap/discovery.ts';
@@ -17,11 +18,19 @@ import {
 } from '../sim/tls.ts';
 import { scratchFile } from '../testing/openssl.ts';
 import { clusterInfoUrl, discoverCluster } from './discovery.ts';
+import { startTlsProxy, type TlsProxy } from './tls-proxy.test-support.ts';
+
+/** An answer other than 200. */
+interface StatusAnswer {
+  status: number;
+  body: string;
+  headers?: Record<string, string>;
+}
 
 /** A TLS endpoint with a certificate from `ca` that answers each request with the next document. */
 async function endpoint(
   ca: SimCertificateAuthority,
-  answers: () => ClusterInfoDocument | string,
+  answers: () => ClusterInfoDocument | string | StatusAnswer,
 ): Promise<{
   url: string;
   requests: string[];
@@ -32,11 +41,21 @@ async function endpoint(
   const server = createServer({ key: serving.privateKey, cert: serving.certificate }, (req, res) => {
     requests.push(req.url ?? '');
     const answer = answers();
+    if (typeof answer === 'object' && 'status' in answer) {
+      res.writeHead(answer.status, answer.headers ?? {});
+      res.end(answer.body);
+      return;
+    }
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(typeof answer === 'string' ? answer : JSON.stringify(answer));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return { url: `https://127.0.0.1:${(server.address() as AddressInfo).port}`, requests, server };
+}
+
+/** PEM certificates as one bundle (the simulator's PEM has no final newline, which OpenSSL needs between blocks). */
+function pemBundle(...pems: string[]): string {
+  return pems.map((pem) => (pem.endsWith('\n') ? pem : `${pem}\n`)).join('');
 }
 
 /** Expects a typed error of `kind` whose details name `reason` (when given). */
@@ -58,7 +77,10 @@ describe('discoverCluster', () => {
   const presented = `${token.id}.${token.secret}`;
   let document: ClusterInfoDocument;
   const servers: Server[] = [];
-  const start = async (ca: SimCertificateAuthority, answers: () => ClusterInfoDocument | string) => {
+  const start = async (
+    ca: SimCertificateAuthority,
+    answers: () => ClusterInfoDocument | string | StatusAnswer,
+  ) => {
     const e = await endpoint(ca, answers);
     servers.push(e.server);
     return e;
@@ -88,7 +110,7 @@ describe('discoverCluster', () => {
     assert.deepEqual(found, {
       server: 'https://api.example.com',
       servers: ['https://api.example.com', 'https://10.0.0.1:6443'],
-      caBundlePem: clusterCa.certificate,
+      caBundlePem: pemBundle(clusterCa.certificate),
       verifiedTokenId: token.id,
     });
     assert.deepEqual(e.requests, ['/cluster-info', '/cluster-info']);
@@ -106,7 +128,7 @@ describe('discoverCluster', () => {
     const e = await start(clusterCa, () => document);
     const caFile = scratchFile('cluster-ca.crt', clusterCa.certificate);
     const found = await discoverCluster({ url: e.url, caFile, token: presented });
-    assert.equal(found.caBundlePem, clusterCa.certificate);
+    assert.equal(found.caBundlePem, pemBundle(clusterCa.certificate));
     assert.equal(e.requests.length, 1);
     const impostor = await start(otherCa, () => document);
     await assert.rejects(
@@ -185,6 +207,211 @@ describe('discoverCluster', () => {
     );
     const big = await start(clusterCa, () => 'x'.repeat(2 * 1024 * 1024));
     await assert.rejects(discoverCluster({ url: big.url, caPins: [pin] }), failsWith('too-large'));
+  });
+
+  describe('through a TLS man in the middle that holds a certificate from its own CA', () => {
+    let attackerCa: SimCertificateAuthority;
+    let attackerCertificate: { cert: string; key: string };
+    const proxies: TlsProxy[] = [];
+    const evilServer = 'https://127.0.0.1:6443';
+    before(async () => {
+      attackerCa = await createCertificateAuthority('attacker-ca');
+      const serving = await issueServingCertificate(attackerCa);
+      attackerCertificate = { cert: serving.certificate, key: serving.privateKey };
+    });
+    after(async () => {
+      for (const proxy of proxies) await proxy.close();
+    });
+    const intercept = async (
+      rewrite: (info: ClusterInfo) => ClusterInfo,
+      connection?: (index: number) => 'relay' | 'terminate',
+    ) => {
+      const genuine = await start(clusterCa, () => document);
+      const proxy = await startTlsProxy({
+        upstream: genuine.url,
+        certificate: attackerCertificate,
+        rewrite,
+        ...(connection ? { connection } : {}),
+      });
+      proxies.push(proxy);
+      return { proxy, genuine };
+    };
+
+    test('an extra CA appended to the genuine bundle is refused, naming its subject and pin', async () => {
+      const { proxy } = await intercept((info) => ({
+        ...info,
+        caBundlePem: pemBundle(info.caBundlePem, attackerCa.certificate),
+      }));
+      await assert.rejects(discoverCluster({ url: proxy.url, caPins: [pin] }), (err: unknown) => {
+        failsWith('forbidden', 'ca-not-pinned')(err);
+        const message = (err as Error).message;
+        assert.match(message, /CN=attacker-ca/);
+        assert.ok(message.includes(pinOfCertificatePem(attackerCa.certificate)), message);
+        return true;
+      });
+      assert.equal(proxy.requests.length, 1, 'no verified fetch through the attacker');
+    });
+
+    test("the attacker's API server URL and CA: refused before anything is trusted", async () => {
+      const { proxy } = await intercept(() => ({
+        servers: [evilServer],
+        caBundlePem: pemBundle(clusterCa.certificate, attackerCa.certificate),
+      }));
+      await assert.rejects(
+        discoverCluster({ url: proxy.url, caPins: [pin] }),
+        failsWith('forbidden', 'ca-not-pinned'),
+      );
+    });
+
+    test('the CA replaced by the attacker’s fails the pin', async () => {
+      const { proxy } = await intercept((info) => ({ ...info, caBundlePem: attackerCa.certificate }));
+      await assert.rejects(
+        discoverCluster({ url: proxy.url, caPins: [pin] }),
+        failsWith('forbidden', 'ca-pin-mismatch'),
+      );
+    });
+
+    test('the genuine bundle with a foreign server URL fails the verified fetch', async () => {
+      const { proxy } = await intercept((info) => ({ ...info, servers: [evilServer] }));
+      await assert.rejects(
+        discoverCluster({ url: proxy.url, caPins: [pin] }),
+        failsWith('forbidden', 'tls-verification'),
+      );
+      assert.deepEqual(proxy.connections, ['terminate', 'terminate']);
+    });
+
+    test('first fetch through the attacker, second relayed to the genuine server: the kubeconfigs differ', async () => {
+      const { proxy, genuine } = await intercept(
+        (info) => ({ ...info, servers: [evilServer] }),
+        (index) => (index === 0 ? 'terminate' : 'relay'),
+      );
+      await assert.rejects(
+        discoverCluster({ url: proxy.url, caPins: [pin] }),
+        failsWith('forbidden', 'kubeconfig-mismatch'),
+      );
+      assert.deepEqual(proxy.connections, ['terminate', 'relay']);
+      assert.equal(genuine.requests.length, 2, 'the attacker fetched once, the node once (relayed)');
+    });
+
+    test('with a token, any rewrite breaks the signature', async () => {
+      const { proxy } = await intercept((info) => ({
+        ...info,
+        caBundlePem: pemBundle(info.caBundlePem, attackerCa.certificate),
+      }));
+      await assert.rejects(
+        discoverCluster({ url: proxy.url, caPins: [pin], token: presented }),
+        failsWith('unauthenticated', 'jws-invalid'),
+      );
+    });
+  });
+
+  test('a CA the cluster itself publishes but the node did not pin is refused, even with a valid token', async () => {
+    const twoCas = renderClusterInfoKubeconfig({
+      servers: ['https://api.example.com'],
+      caBundlePem: pemBundle(clusterCa.certificate, otherCa.certificate),
+    });
+    const signed = buildClusterInfo(twoCas, [storedTokenOf(tokenSecretOf(token))!], new Date());
+    const e = await start(clusterCa, () => signed);
+    await assert.rejects(
+      discoverCluster({ url: e.url, caPins: [pin], token: presented }),
+      (err: unknown) =>
+        failsWith('forbidden', 'ca-not-pinned')(err) &&
+        (err as Error).message.includes(`CN=someone-else (${pinOfCertificatePem(otherCa.certificate)})`),
+    );
+    // Both pins (a CA rotation): trusted, and the bundle handed on holds exactly the pinned CAs.
+    const found = await discoverCluster({
+      url: e.url,
+      caPins: [pin, pinOfCertificatePem(otherCa.certificate)],
+      token: presented,
+    });
+    assert.equal(found.caBundlePem, pemBundle(clusterCa.certificate, otherCa.certificate));
+  });
+
+  test('a bundle block OpenSSL would read but the pin check would not is refused, never passed on', async () => {
+    // "TRUSTED CERTIFICATE" is OpenSSL's own PEM type, which Node's `ca` option also loads.
+    const smuggled = pemBundle(
+      clusterCa.certificate,
+      otherCa.certificate.replace(/CERTIFICATE/g, 'TRUSTED CERTIFICATE'),
+    );
+    const caData = Buffer.from(smuggled).toString('base64');
+    const kubeconfigText = kubeconfig.replace(
+      /certificate-authority-data: \S+/g,
+      `certificate-authority-data: ${caData}`,
+    );
+    const e = await start(clusterCa, () => buildClusterInfo(kubeconfigText, [], new Date()));
+    await assert.rejects(discoverCluster({ url: e.url, caPins: [pin] }), (err: unknown) => {
+      failsWith('invalid')(err);
+      assert.match((err as Error).message, /TRUSTED CERTIFICATE, expected CERTIFICATE/);
+      return true;
+    });
+    assert.equal(e.requests.length, 1, 'no verified fetch with the smuggled CA');
+  });
+
+  test('--ca-file: a CA in the document that the file does not hold is refused', async () => {
+    const twoCas = buildClusterInfo(
+      renderClusterInfoKubeconfig({
+        servers: ['https://api.example.com'],
+        caBundlePem: pemBundle(clusterCa.certificate, otherCa.certificate),
+      }),
+      [],
+      new Date(),
+    );
+    const e = await start(clusterCa, () => twoCas);
+    const caFile = scratchFile('cluster-ca-only.crt', clusterCa.certificate);
+    await assert.rejects(
+      discoverCluster({ url: e.url, caFile }),
+      (err: unknown) =>
+        failsWith('forbidden', 'ca-not-pinned')(err) && /CN=someone-else/.test((err as Error).message),
+    );
+  });
+
+  test('permanent answers are final, with the URL, the status and the reason', async () => {
+    const cases = [
+      { status: 400, kind: 'invalid' },
+      { status: 401, kind: 'unauthenticated' },
+      { status: 403, kind: 'forbidden' },
+      { status: 404, kind: 'not-found' },
+      { status: 405, kind: 'invalid' },
+    ];
+    for (const { status, kind } of cases) {
+      const e = await start(clusterCa, () => ({
+        status,
+        body: JSON.stringify({ kind: 'Status', message: `refused with ${status}` }),
+        headers: { 'content-type': 'application/json' },
+      }));
+      await assert.rejects(discoverCluster({ url: e.url, caPins: [pin] }), (err: unknown) => {
+        failsWith(kind)(err);
+        assert.match(
+          (err as Error).message,
+          new RegExp(`^GET ${e.url}/cluster-info answered ${status} .*refused with ${status}`),
+        );
+        return true;
+      });
+    }
+  });
+
+  test('503 and 429 are retryable and carry their Retry-After', async () => {
+    const busy = await start(clusterCa, () => ({
+      status: 503,
+      body: '{"error":{"reason":"not-published","message":"cluster-info is not published yet"}}',
+      headers: { 'retry-after': '7' },
+    }));
+    await assert.rejects(discoverCluster({ url: busy.url, caPins: [pin] }), (err: unknown) => {
+      failsWith('unavailable')(err);
+      assert.equal((err as KopsError).details?.['retryAfterSeconds'], 7);
+      assert.match((err as Error).message, /answered 503 .*not published yet \(not-published\)/);
+      return true;
+    });
+    const limited = await start(clusterCa, () => ({
+      status: 429,
+      body: '',
+      headers: { 'retry-after': '2' },
+    }));
+    await assert.rejects(discoverCluster({ url: limited.url, caPins: [pin] }), (err: unknown) => {
+      failsWith('rate-limited')(err);
+      assert.equal((err as KopsError).details?.['retryAfterSeconds'], 2);
+      return true;
+    });
   });
 
   test('the endpoint URL gets /cluster-info unless it names a path', () => {

@@ -2,9 +2,11 @@
  * Node-side discovery, the kubeadm way: a node that knows only where the bootstrap endpoint is and a
  * `sha256:` pin of the cluster CA (or the CA file itself) learns the API server URL and the CA bundle.
  * With a pin the document is first fetched without TLS verification, then checked — the JWS for the
- * node's token if it has one, the CA against the pin — and fetched again over TLS verified against that
- * CA; both fetches must give byte-identical kubeconfigs, so a man in the middle of the first fetch
- * cannot redirect the node. With a CA file the one fetch is verified from the start.
+ * node's token if it has one, then every CA in its bundle against the pins — and fetched again over
+ * TLS verified against the pinned CAs only; both fetches must give byte-identical kubeconfigs, so a
+ * man in the middle of the first fetch cannot redirect the node. With a CA file the one fetch is
+ * verified from the start, and the bundle must hold only the file's CAs. What discovery returns is
+ * what the node trusts from then on: the pinned CAs, nothing the document added.
  */
 import { readFile } from 'node:fs/promises';
 import { request } from 'node:https';
@@ -28,17 +30,18 @@ import {
   UnavailableError,
 } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
-import { decodePem } from '../pki/pem.ts';
-import { parsePin, pinOfSpki, spkiMatchesPins } from '../pki/pin.ts';
-import { parseCertificate } from '../pki/x509.ts';
+import { parsePin } from '../pki/pin.ts';
+import { answerError } from './http-answer.ts';
+import { fileAnchor, pinnedBundle, type TrustAnchor } from './pinned-trust.ts';
+import { isTlsVerificationFailure } from './tls-check.ts';
 
 /** What to discover and how to trust it. */
 export interface DiscoveryOptions {
   /** The bootstrap endpoint (`https://host:3988`, the path `/cluster-info` is implied) or the document's URL. */
   url: string;
-  /** `sha256:` pins of the CA; at least one CA certificate in the bundle must match one. */
+  /** `sha256:` pins of the CAs; every CA certificate in the bundle must match one. */
   caPins?: readonly string[];
-  /** A PEM CA file to trust directly instead of pinning. */
+  /** A PEM CA file to trust directly; every CA certificate in the bundle must be one of its own. */
   caFile?: string;
   /** `<id>.<secret>`: require the document to carry this token's signature. */
   token?: string;
@@ -52,7 +55,7 @@ export interface DiscoveredCluster {
   /** The first API server URL. */
   server: string;
   servers: string[];
-  /** The CA bundle the API server certificates chain to. */
+  /** The pinned CAs of the bundle, as canonical PEM: all the node trusts from now on. */
   caBundlePem: string;
   /** The token id whose signature was verified, when a token was given. */
   verifiedTokenId?: string;
@@ -60,18 +63,6 @@ export interface DiscoveredCluster {
 
 /** cluster-info is a few kilobytes; anything much larger is not one. */
 const maxDocumentBytes = 1024 * 1024;
-
-/** TLS verification failures: the server could not prove it holds a certificate from the trusted CA. */
-const tlsVerificationCodes = new Set([
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
-  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-  'SELF_SIGNED_CERT_IN_CHAIN',
-  'DEPTH_ZERO_SELF_SIGNED_CERT',
-  'CERT_HAS_EXPIRED',
-  'CERT_NOT_YET_VALID',
-  'CERT_SIGNATURE_FAILURE',
-  'ERR_TLS_CERT_ALTNAME_INVALID',
-]);
 
 /** The URL of the document: a bare endpoint gets `/cluster-info`. Only https is accepted. */
 export function clusterInfoUrl(endpoint: string): URL {
@@ -113,17 +104,10 @@ function fetchDocument(url: URL, ca: string | undefined, timeoutMs: number): Pro
           } else chunks.push(chunk);
         });
         res.on('end', () => {
-          const body = Buffer.concat(chunks).toString('utf8');
+          const body = Buffer.concat(chunks);
           const status = res.statusCode ?? 0;
-          if (status === 200) resolve(body);
-          else if (status === 404)
-            reject(new NotFoundError(`${url} has no cluster-info (HTTP 404); check the URL`));
-          else
-            reject(
-              new UnavailableError(`${url} answered HTTP ${status}; retry later`, {
-                details: { httpStatus: status },
-              }),
-            );
+          if (status === 200) resolve(body.toString('utf8'));
+          else reject(answerError(`GET ${url}`, status, body, res.headers['retry-after']));
         });
         res.on('error', reject);
       },
@@ -131,12 +115,12 @@ function fetchDocument(url: URL, ca: string | undefined, timeoutMs: number): Pro
     req.on('timeout', () => req.destroy(new TimeoutError(`${url} did not answer within ${timeoutMs} ms`)));
     req.on('error', (err: NodeJS.ErrnoException) => {
       if (err instanceof KopsError) reject(err);
-      else if (err.code && tlsVerificationCodes.has(err.code)) {
+      else if (isTlsVerificationFailure(err)) {
         reject(
           new ForbiddenError(
             `${url} did not present a certificate from the cluster CA (${err.code}): ` +
               'someone else may be answering for the bootstrap endpoint',
-            { cause: err, details: { reason: 'tls-verification' } },
+            { details: { reason: 'tls-verification' } },
           ),
         );
       } else reject(new UnavailableError(`cannot fetch ${url}: ${err.message}`, { cause: err }));
@@ -145,15 +129,14 @@ function fetchDocument(url: URL, ca: string | undefined, timeoutMs: number): Pro
   });
 }
 
-async function readCaFile(path: string): Promise<string> {
+async function readCaFile(path: string): Promise<TrustAnchor & { pem: string }> {
   let pem: string;
   try {
     pem = await readFile(path, 'utf8');
   } catch (err) {
     throw new NotFoundError(`cannot read --ca-file ${path}: ${(err as Error).message}`, { cause: err });
   }
-  decodePem(pem, 'CERTIFICATE', path);
-  return pem;
+  return fileAnchor(path, pem);
 }
 
 /** Verifies the document's signature for the token; throws the typed error a join client can act on. */
@@ -182,10 +165,12 @@ function checkSignature(
 }
 
 /**
- * Discovers the cluster: returns the API server URL(s) and CA bundle once every check passed.
- * Throws ForbiddenError for a wrong pin, a server without a certificate from the CA, or a document
- * that changed between the two fetches; UnauthenticatedError for a forged signature; UnavailableError
- * (retryable) when the token's signature is missing or the endpoint is down.
+ * Discovers the cluster: returns the API server URL(s) and the pinned CA bundle once every check
+ * passed. Throws ForbiddenError for a wrong pin, a CA in the bundle that is not pinned, a server
+ * without a certificate from a pinned CA, or a document that changed between the two fetches;
+ * UnauthenticatedError for a forged signature; the typed error of a permanent HTTP answer (final);
+ * UnavailableError or RateLimitedError (retryable) when the token's signature is missing or the
+ * endpoint is down.
  */
 export async function discoverCluster(options: DiscoveryOptions): Promise<DiscoveredCluster> {
   const logger = options.logger ?? silentLogger;
@@ -203,30 +188,20 @@ export async function discoverCluster(options: DiscoveryOptions): Promise<Discov
         'or --ca-file FILE',
     );
   }
-  const trustedCa = options.caFile ? await readCaFile(options.caFile) : undefined;
+  const caFile = options.caFile ? await readCaFile(options.caFile) : undefined;
+  const anchors: TrustAnchor[] = [
+    ...(pins.length > 0 ? [{ flag: '--ca-pin', pins }] : []),
+    ...(caFile ? [caFile] : []),
+  ];
 
-  const first = parseClusterInfoDocument(await fetchDocument(url, trustedCa, timeoutMs), String(url));
+  const first = parseClusterInfoDocument(await fetchDocument(url, caFile?.pem, timeoutMs), String(url));
   const kubeconfig = first.data[kubeconfigKey] as string;
   const verifiedTokenId = token ? checkSignature(first.data, kubeconfig, token) : undefined;
   const info = parseClusterInfoKubeconfig(kubeconfig);
-  if (pins.length > 0) {
-    const spkis = decodePem(info.caBundlePem, 'CERTIFICATE', 'the cluster-info CA bundle').map(
-      (der) => parseCertificate(der).spki,
-    );
-    if (!spkis.some((spki) => spkiMatchesPins(spki, pins))) {
-      throw new ForbiddenError(
-        `none of the CA certificates from ${url} matches --ca-pin (they are ${spkis.map(pinOfSpki).join(', ')}): ` +
-          'check the pin, or someone else is answering for the bootstrap endpoint',
-        { details: { reason: 'ca-pin-mismatch' } },
-      );
-    }
-  }
-  if (!trustedCa) {
-    // Phase two: only now is the CA trusted; the same document must come back over verified TLS.
-    const second = parseClusterInfoDocument(
-      await fetchDocument(url, info.caBundlePem, timeoutMs),
-      String(url),
-    );
+  const caBundlePem = pinnedBundle(info.caBundlePem, anchors, String(url));
+  if (!caFile) {
+    // Phase two: only now are the pinned CAs trusted, and only they; the same document must come back.
+    const second = parseClusterInfoDocument(await fetchDocument(url, caBundlePem, timeoutMs), String(url));
     if (!Buffer.from(second.data[kubeconfigKey] as string).equals(Buffer.from(kubeconfig))) {
       throw new ForbiddenError(
         `the cluster-info from ${url} changed between the unverified and the verified fetch: ` +
@@ -242,7 +217,7 @@ export async function discoverCluster(options: DiscoveryOptions): Promise<Discov
   return {
     server: info.servers[0] as string,
     servers: info.servers,
-    caBundlePem: info.caBundlePem,
+    caBundlePem,
     verifiedTokenId,
   };
 }

@@ -8,8 +8,14 @@ import { join as joinPath } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { parse } from 'yaml';
-import { ConflictError, UnauthenticatedError } from '../errors.ts';
-import { bundlePem, createCa } from '../pki/ca.ts';
+import {
+  ConflictError,
+  ForbiddenError,
+  NotFoundError,
+  TimeoutError,
+  UnauthenticatedError,
+} from '../errors.ts';
+import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { parseCsr } from '../pki/csr.ts';
 import { generateKey } from '../pki/keys.ts';
 import { issueCertificate, type ProfileName, publicKeyRequest } from '../pki/profiles.ts';
@@ -20,6 +26,7 @@ import { DeniedError } from './bootstrap-client.ts';
 import { type JoinOptions, join } from './join.ts';
 import { nodeFileNames } from './node-files.ts';
 import { tokenProof } from './proofs.ts';
+import { startTlsEndpoint } from './tls-proxy.test-support.ts';
 
 /** What the in-test server answers to one call. */
 type Reply = { status: number; body: unknown; headers?: Record<string, string> };
@@ -34,7 +41,28 @@ type Script = (call: Call, issue: () => Reply) => Reply;
 const ca = createCa();
 const otherCa = createCa();
 const caPem = bundlePem(ca);
-const apiServer = 'https://api.internal.example.com';
+/** The API server the answers name: the fake itself, whose certificate is from the CA (join checks it). */
+let apiServer = '';
+
+/** A serving certificate and key from `issuer` for these names, as a TLS server takes them. */
+function servingPair(
+  issuer: CertificateAuthority,
+  names: { dnsNames?: string[]; ipAddresses?: string[] },
+): { cert: string; key: string } {
+  const key = generateKey();
+  const cert = issueCertificate(issuer, 'kops-controller', publicKeyRequest(key), { name: 'api', ...names });
+  return { cert: cert.pem, key: key.export({ format: 'pem', type: 'pkcs8' }) as string };
+}
+
+/** The files in a directory; none when it was never created. */
+async function filesIn(path: string): Promise<string[]> {
+  try {
+    return await readdir(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
+  }
+}
 
 /** A bootstrap server speaking docs/bootstrap-api.md, each answer decided by the test's script. */
 class FakeBootstrapServer {
@@ -116,6 +144,7 @@ let counter = 0;
 
 before(async () => {
   await fake.start();
+  apiServer = fake.url;
   dir = await mkdtemp(joinPath(tmpdir(), 'kops-join-test-'));
 });
 after(async () => {
@@ -232,7 +261,10 @@ describe('join', () => {
     });
     await assert.rejects(join(options()), (err: unknown) => {
       assert.ok(err instanceof ConflictError);
-      assert.match(err.message, /already registered.*node node-a is Ready \(node-already-registered\)/);
+      assert.match(
+        err.message,
+        /answered 409 Conflict: node node-a is Ready \(node-already-registered\); .*delete the Node/,
+      );
       return true;
     });
     assert.equal(fake.calls.length, 1);
@@ -262,7 +294,7 @@ describe('join', () => {
     assert.equal(lines.length, 3);
     assert.match(
       lines[0] ?? '',
-      /^bootstrap request: retrying in \d+s: the bootstrap server failed: busy \(unavailable\)$/,
+      /^bootstrap request: retrying in \d+s: POST \S+ answered 503 Service Unavailable: busy \(unavailable\)$/,
     );
   });
 
@@ -328,6 +360,114 @@ describe('join', () => {
     assert.deepEqual(await readdir(opts.dir), []);
   });
 
+  test('an API server whose certificate is not from the trusted CA: refused before anything is sent', async () => {
+    const impostor = await startTlsEndpoint(servingPair(otherCa, { ipAddresses: ['127.0.0.1'] }));
+    try {
+      const opts = options({ apiServer: impostor.url });
+      await assert.rejects(join(opts), (err: unknown) => {
+        assert.ok(err instanceof ForbiddenError, String(err));
+        assert.equal(err.details?.['reason'], 'api-server-untrusted');
+        assert.match(
+          err.message,
+          new RegExp(`^the API server ${impostor.url} did not present a certificate`),
+        );
+        return true;
+      });
+      assert.equal(fake.calls.length, 0);
+      assert.deepEqual(await filesIn(opts.dir), []);
+    } finally {
+      await impostor.close();
+    }
+  });
+
+  test('an API server certificate from the CA but for another name is refused', async () => {
+    const misnamed = await startTlsEndpoint(servingPair(ca, { dnsNames: ['api.internal.example.com'] }));
+    try {
+      await assert.rejects(join(options({ apiServer: misnamed.url })), (err: unknown) => {
+        assert.ok(err instanceof ForbiddenError, String(err));
+        assert.match(err.message, /ERR_TLS_CERT_ALTNAME_INVALID/);
+        return true;
+      });
+      assert.equal(fake.calls.length, 0);
+    } finally {
+      await misnamed.close();
+    }
+  });
+
+  test('the API server named only by the answer is checked too, before anything is written', async () => {
+    const impostor = await startTlsEndpoint(servingPair(otherCa, { ipAddresses: ['127.0.0.1'] }));
+    try {
+      fake.script = (call) => fake.issue(call, { apiServer: impostor.url });
+      const opts = options();
+      await assert.rejects(join(opts), (err: unknown) => {
+        assert.ok(err instanceof ForbiddenError, String(err));
+        assert.equal(err.details?.['reason'], 'api-server-untrusted');
+        return true;
+      });
+      assert.equal(impostor.connections(), 1);
+      assert.deepEqual(await filesIn(opts.dir), []);
+    } finally {
+      await impostor.close();
+    }
+  });
+
+  test('an unreachable API server is a fault: retried until the deadline, then a timeout', async () => {
+    const closed = await startTlsEndpoint(servingPair(ca, { ipAddresses: ['127.0.0.1'] }));
+    await closed.close();
+    const opts = options({ apiServer: closed.url, timeoutMs: 100, retry: { initialMs: 10, maxMs: 10 } });
+    const lines: string[] = [];
+    await assert.rejects(join({ ...opts, progress: (l) => lines.push(l) }), (err: unknown) => {
+      assert.ok(err instanceof TimeoutError, String(err));
+      assert.match(err.message, /^API server check: gave up after \d+s: cannot reach the API server/);
+      return true;
+    });
+    assert.ok(lines.length >= 1, 'each retry is shown');
+    assert.equal(fake.calls.length, 0);
+    assert.deepEqual(await filesIn(opts.dir), []);
+  });
+
+  test('the kubeconfig trusts the node’s CA bundle only, never a CA the answer adds', async () => {
+    fake.script = (call) => fake.issue(call, { caBundle: `${bundlePem(otherCa)}${caPem}` });
+    const opts = options();
+    await join(opts);
+    const kubeconfig = parse(await readFile(joinPath(opts.dir, nodeFileNames.kubeconfig), 'utf8'));
+    const trusted = Buffer.from(kubeconfig.clusters[0].cluster['certificate-authority-data'], 'base64');
+    assert.equal(trusted.toString(), caPem);
+    assert.equal(await readFile(joinPath(opts.dir, nodeFileNames.caBundle), 'utf8'), caPem);
+  });
+
+  test('a permanent answer ends the join at once: 404 from something that is not the bootstrap API', async () => {
+    fake.script = () => ({ status: 404, body: '<html><body>404 page not found</body></html>' });
+    const opts = options({ timeoutMs: 2000 });
+    await assert.rejects(join(opts), (err: unknown) => {
+      assert.ok(err instanceof NotFoundError, String(err));
+      assert.match(err.message, new RegExp(`^POST ${fake.url}/v1/certificates answered 404 Not Found`));
+      return true;
+    });
+    assert.equal(fake.calls.length, 1);
+  });
+
+  test('503 with Retry-After is waited out, then the join goes on', async () => {
+    let attempt = 0;
+    fake.script = (_call, issue) =>
+      ++attempt <= 2
+        ? {
+            status: 503,
+            body: { error: { reason: 'unavailable', message: 'the API server is not answering' } },
+            headers: { 'retry-after': '1' },
+          }
+        : issue();
+    const lines: string[] = [];
+    const result = await join(options({ progress: (l) => lines.push(l) }));
+    assert.equal(result.nodeName, 'node-a');
+    assert.equal(fake.calls.length, 3);
+    assert.deepEqual(
+      lines.map((l) => l.replace(/: .*/, '')),
+      ['bootstrap request', 'bootstrap request'],
+    );
+    assert.match(lines[0] ?? '', /retrying in 1s: POST .* answered 503 .*not answering \(unavailable\)$/);
+  });
+
   test('a bad node name is refused before anything is sent', async () => {
     await assert.rejects(join(options({ nodeName: 'Not A Name' })), /node name/);
     assert.equal(fake.calls.length, 0);
@@ -339,7 +479,8 @@ describe('join against the simulated API server', () => {
     const sim = await startApiServer({ clientCAs: [caPem] });
     try {
       fake.script = (call) => fake.issue(call, { caBundle: sim.caCertificate, apiServer: sim.url });
-      const opts = options({ nodeName: 'node-joined' });
+      // The node trusts both CAs, as discovery would hand them on when both are pinned.
+      const opts = options({ nodeName: 'node-joined', caBundlePem: `${caPem}${sim.caCertificate}\n` });
       await join(opts);
       const kubeconfig = joinPath(opts.dir, nodeFileNames.kubeconfig);
       // Asynchronously: the simulated API server runs in this process and must keep serving.

@@ -1,9 +1,11 @@
 /**
  * `kops-controller join`, the node side of bootstrap: generate the keys here (they never leave the
- * node), ask the bootstrap server for certificates with an identity proof, wait while a human or a
- * policy decides, check what came back, and write the kubelet's credentials and kubeconfig.
- * Transient failures (network, 429, 5xx) are retried with jittered backoff until the deadline;
- * a denial or an already-registered node ends the join at once with the server's reasons.
+ * node), check that the API server presents a certificate from the trusted CA, ask the bootstrap
+ * server for certificates with an identity proof, wait while a human or a policy decides, check what
+ * came back, and write the kubelet's credentials and a kubeconfig that trusts the same CAs only.
+ * Dependency faults (network, timeouts, 408, 429, 5xx) are retried with jittered backoff, or after
+ * the Retry-After the server named, until the deadline; a permanent answer (a denial, an
+ * already-registered node, 400, 401, 403, 404) ends the join at once with the server's reasons.
  */
 import { type KeyObject, X509Certificate } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -25,16 +27,20 @@ import {
 import { ensureDirectory, type NodeFile, nodeFilePath, writeFileAtomic } from './node-files.ts';
 import type { ProofProvider } from './proofs.ts';
 import { retryTransient } from './retry.ts';
+import { probeApiServer } from './tls-check.ts';
 
 /** What `join` needs: where to ask, whom to trust, how to prove identity, where to write. */
 export interface JoinOptions {
   /** The bootstrap server, e.g. `https://kops-controller.internal.example.com:3988`. */
   server: string;
-  /** The cluster CA bundle (PEM) the bootstrap server's certificate must chain to. */
+  /**
+   * The CAs the node trusts (PEM): the pinned ones discovery returned. The bootstrap server, the API
+   * server and the issued certificates must chain to them, and the kubeconfig trusts them and no other.
+   */
   caBundlePem: string;
   /**
-   * The API server URL from discovery, whose certificate chains to `caBundlePem` (cluster-info pairs
-   * them). When absent, the bootstrap server's `apiServer` and `caBundle` answer is used.
+   * The API server URL from discovery. When absent, the bootstrap server's `apiServer` answer is
+   * used. Either way its certificate must chain to `caBundlePem` before anything is written.
    */
   apiServer?: string;
   /** The node name to ask for; the server issues only the name its policy verifies. */
@@ -146,6 +152,14 @@ export async function join(options: JoinOptions): Promise<JoinResult> {
     logger,
     ...(options.signal ? { signal: options.signal } : {}),
   };
+  // An untrusted certificate is final; an API server that cannot be reached yet (still booting, its
+  // DNS name not published yet) is a fault like any other and is waited for until the deadline.
+  const checkApiServer = (apiServer: string) =>
+    retryTransient(() => probeApiServer(apiServer, options.caBundlePem), {
+      ...retry,
+      what: 'API server check',
+    });
+  if (options.apiServer) await checkApiServer(options.apiServer);
   const pollWait = options.pollWaitSeconds ?? 30;
   let pending: PendingAnswer | undefined;
   const attempt = async (): Promise<BootstrapAnswer> => {
@@ -188,12 +202,20 @@ export async function join(options: JoinOptions): Promise<JoinResult> {
   } finally {
     client.close();
   }
-  return writeCredentials(options, issued, nodeName, clientKey, serverKey, waitedForApproval);
+  const apiServer = options.apiServer ?? issued.apiServer;
+  if (!apiServer) {
+    throw new InvalidInputError(
+      'the API server URL is unknown: the bootstrap server did not say and no discovery gave one',
+    );
+  }
+  if (!options.apiServer) await checkApiServer(apiServer);
+  return writeCredentials(options, issued, apiServer, nodeName, clientKey, serverKey, waitedForApproval);
 }
 
 async function writeCredentials(
   options: JoinOptions,
   issued: IssuedAnswer,
+  apiServer: string,
   nodeName: string,
   clientKey: KeyObject,
   serverKey: KeyObject | undefined,
@@ -207,18 +229,12 @@ async function writeCredentials(
   checkIssued(clientPem, 'kubelet client', clientKey, nodeName, cas);
   const serverPem = serverKey ? issued.certificates['kubelet-server'] : undefined;
   if (serverPem && serverKey) checkIssued(serverPem, 'kubelet serving', serverKey, nodeName, cas);
-  const apiServer = options.apiServer ?? issued.apiServer;
-  const apiServerCa = options.apiServer ? options.caBundlePem : issued.caBundle;
-  if (!apiServer) {
-    throw new InvalidInputError(
-      'the API server URL is unknown: the bootstrap server did not say and no discovery gave one',
-    );
-  }
-  const { dir } = options;
+  // The kubeconfig and ca.crt trust what the node pinned, never a CA an answer names.
+  const { dir, caBundlePem } = options;
   const clientKeyPem = privateKeyPem(clientKey);
   const kubeconfig = renderClientKubeconfig({
     server: apiServer,
-    caBundlePem: apiServerCa,
+    caBundlePem,
     certificatePem: clientPem,
     key: { pem: clientKeyPem },
     user: `system:node:${nodeName}`,
@@ -232,7 +248,7 @@ async function writeCredentials(
           ['serverCertificate', serverPem, 0o644],
         ] as const)
       : []),
-    ['caBundle', apiServerCa, 0o644],
+    ['caBundle', caBundlePem, 0o644],
     // Last: its presence means every other file is in place. It embeds the key, hence 0600.
     ['kubeconfig', kubeconfig, 0o600],
   ];

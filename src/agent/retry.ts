@@ -1,12 +1,16 @@
 /**
- * Retrying the node's calls through outages: network errors, 429 and 5xx are tried again after a
- * capped, jittered backoff (so a thousand nodes booting at once do not retry in step) until a
- * deadline; anything else is final and thrown at once.
+ * Retrying the node's calls through outages: a dependency fault (network error, timeout, 408, 429,
+ * 5xx) is tried again after the Retry-After the server named (capped), or else after a capped,
+ * jittered backoff (so a thousand nodes booting at once do not retry in step), until a deadline;
+ * anything else is a permanent answer and is thrown at once.
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import { asKopsError, describeError, type KopsError, TimeoutError } from '../errors.ts';
 import type { Backoff } from '../kube/backoff.ts';
 import { type Logger, silentLogger } from '../log.ts';
+
+/** The longest Retry-After honoured: a hostile or confused answer cannot park the node for longer. */
+export const maxRetryAfterMs = 5 * 60_000;
 
 /** How long and how patiently to retry. */
 export interface RetryOptions {
@@ -18,6 +22,10 @@ export interface RetryOptions {
   progress?: (line: string) => void;
   signal?: AbortSignal;
   logger?: Logger;
+  /** Waits between attempts (default a real timer); tests pass one that only records. */
+  sleep?: (ms: number, signal?: AbortSignal) => Promise<unknown>;
+  /** Epoch milliseconds now (default Date.now). */
+  now?: () => number;
 }
 
 /** Errors worth another attempt: the server or the path to it may recover. */
@@ -25,16 +33,18 @@ export function isTransient(err: KopsError): boolean {
   return err.kind === 'unavailable' || err.kind === 'rate-limited' || err.kind === 'timeout';
 }
 
-/** The delay a 429 asked for, if it did (bounded, so a hostile answer cannot park the node). */
+/** The delay the answer asked for with Retry-After, if it did, capped. */
 function retryAfterMs(err: KopsError): number | undefined {
   const seconds = err.details?.['retryAfterSeconds'];
-  return typeof seconds === 'number' && seconds > 0 ? Math.min(seconds, 300) * 1000 : undefined;
+  return typeof seconds === 'number' && seconds > 0 ? Math.min(seconds * 1000, maxRetryAfterMs) : undefined;
 }
 
 /** Runs `attempt` until it succeeds, fails for good, or the deadline passes (TimeoutError). */
 export async function retryTransient<T>(attempt: () => Promise<T>, options: RetryOptions): Promise<T> {
   const logger = options.logger ?? silentLogger;
-  const started = Date.now();
+  const now = options.now ?? Date.now;
+  const sleep = options.sleep ?? ((ms: number, signal?: AbortSignal) => delay(ms, undefined, { signal }));
+  const started = now();
   for (;;) {
     options.signal?.throwIfAborted();
     try {
@@ -44,9 +54,11 @@ export async function retryTransient<T>(attempt: () => Promise<T>, options: Retr
     } catch (thrown) {
       const err = asKopsError(thrown);
       if (options.signal?.aborted || !isTransient(err)) throw err;
-      const wait = retryAfterMs(err) ?? options.backoff.next();
-      if (Date.now() + wait > options.deadline) {
-        const seconds = Math.round((Date.now() - started) / 1000);
+      // The backoff counts every failure, so it keeps growing when a later answer names no Retry-After.
+      const backoffMs = options.backoff.next();
+      const wait = retryAfterMs(err) ?? backoffMs;
+      if (now() + wait > options.deadline) {
+        const seconds = Math.round((now() - started) / 1000);
         throw new TimeoutError(`${options.what}: gave up after ${seconds}s: ${describeError(err)}`, {
           cause: err,
         });
@@ -56,7 +68,7 @@ export async function retryTransient<T>(attempt: () => Promise<T>, options: Retr
         `${options.what} failed; retrying`,
       );
       options.progress?.(`${options.what}: retrying in ${Math.ceil(wait / 1000)}s: ${err.message}`);
-      await delay(wait, undefined, { signal: options.signal });
+      await sleep(wait, options.signal);
     }
   }
 }

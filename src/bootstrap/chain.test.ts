@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { RateLimitedError, TimeoutError, UnavailableError } from '../errors.ts';
 import { evaluateChain } from './chain.ts';
+import { dependencyFault, isDependencyFault } from './dependency.ts';
 import type { BootstrapPolicy, BootstrapRequest, PolicyDecision } from './types.ts';
 
 const request: BootstrapRequest = {
@@ -66,10 +68,45 @@ test('all abstaining, or no policy at all, denies (fail closed)', async () => {
   ]);
 });
 
-test('a policy that throws denies with its error as the reason', async () => {
-  const result = await evaluateChain([policy('aws', new Error('STS unreachable'))], request, context);
+test('a policy that throws something other than a dependency failure denies with its error as the reason', async () => {
+  const result = await evaluateChain([policy('aws', new Error('a bug'))], request, context);
   assert.equal(result.decision.verdict, 'deny');
-  assert.deepEqual(result.decision.reasons, ['policy aws failed: STS unreachable']);
+  assert.deepEqual(result.decision.reasons, ['policy aws failed: a bug']);
+});
+
+test('a dependency fault is neither a denial nor a pass to the next policy: the chain throws it, naming the policy', async () => {
+  const later = policy('insecure-always-approve', { verdict: 'approve', facts, reasons: ['ok'] });
+  for (const stopAtDecision of [true, false]) {
+    await assert.rejects(
+      evaluateChain(
+        [policy('aws', dependencyFault('sts', new Error('connect ECONNREFUSED'))), later],
+        request,
+        context,
+        { stopAtDecision },
+      ),
+      (err: unknown) => {
+        assert.ok(isDependencyFault(err));
+        assert.equal(err.details?.['dependency'], 'sts');
+        assert.equal(err.details?.['policy'], 'aws');
+        return true;
+      },
+    );
+  }
+  assert.equal(later.calls, 0);
+});
+
+test('a policy failing transiently without naming what it called: a fault named after the policy', async () => {
+  for (const failure of [
+    new UnavailableError('read secret: HTTP 503'),
+    new RateLimitedError('read secret: HTTP 429'),
+    new TimeoutError('read secret timed out'),
+  ]) {
+    await assert.rejects(
+      evaluateChain([policy('bootstrap-token', failure)], request, context),
+      (err: unknown) => isDependencyFault(err) && err.details?.['dependency'] === 'policy:bootstrap-token',
+      failure.message,
+    );
+  }
 });
 
 test('explain mode evaluates every policy but keeps the first decision', async () => {

@@ -1,10 +1,14 @@
 /**
  * Evaluates the configured approval policies in order. The first policy that does not abstain
  * decides; if every policy abstains the request is denied, so an empty or misconfigured chain fails
- * closed. A policy that throws denies the request with its error as the reason (fail closed), and the
- * trail records every verdict for `explain` and the audit trail.
+ * closed. A policy whose dependency failed (dependency.ts) could not decide: the chain throws that
+ * fault, naming the policy, and asks no later policy — the node is answered 503 and retries, so a
+ * fault is never a denial and never lets another policy approve. A policy that throws anything else
+ * (a bug) denies the request with its error as the reason (fail closed). The trail records every
+ * verdict for `explain` and the audit trail.
  */
 import { describeError } from '../errors.ts';
+import { faultOfPolicy, isDependencyFault, isTransientFailure } from './dependency.ts';
 import type { BootstrapPolicy, BootstrapRequest, ChainDecision, PolicyContext } from './types.ts';
 
 /** "aws abstained: the request carries no AWS proof": what an abstaining policy said, for the denial. */
@@ -28,6 +32,7 @@ export async function evaluateChain(
     try {
       decision = await policy.evaluate(request, context);
     } catch (err) {
+      if (isDependencyFault(err) || isTransientFailure(err)) throw faultOfPolicy(policy.name, err);
       decision = { verdict: 'deny', reasons: [`policy ${policy.name} failed: ${describeError(err)}`] };
     }
     trail.push({ policy: policy.name, decision });

@@ -2,10 +2,12 @@
  * What the bootstrap handlers need, injected: the CA, the policy chain, the Node lookup for the
  * impersonation guard, the queue, and where decisions are reported (audit trail and metrics).
  */
+import type { UnavailableError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import type { IssueOptions } from '../pki/profiles.ts';
 import { pooledRandomBytes } from '../random.ts';
+import { dependencyOf, faultDetail } from './dependency.ts';
 import type { NodeReader } from './node-guard.ts';
 import type { CsrQueue } from './queue.ts';
 import type { AuditRecord, BootstrapPolicy, PolicyDecision } from './types.ts';
@@ -21,6 +23,8 @@ export interface BootstrapMetricsSink {
   issued(seconds: number): void;
   /** Requests waiting in the queue for a human. */
   queueDepth(pending: number): void;
+  /** One request answered 503 because `dependency` failed (dependency.ts). */
+  dependencyFailure(dependency: string): void;
 }
 
 /** The handlers' dependencies. */
@@ -48,6 +52,24 @@ export function newRequestId(): string {
 /** The operator-only detail of a denial, as audit record fields (none for other verdicts). */
 export function auditDetailOf(decision: PolicyDecision): { detail?: string[] } {
   return decision.verdict === 'deny' && decision.auditDetail ? { detail: decision.auditDetail } : {};
+}
+
+/**
+ * Records a dependency fault that stopped a request: an audit record with verdict `error` (the reason
+ * the node is told, and for the operator only what failed underneath), the metrics, and a warning.
+ */
+export function reportFault(
+  context: BootstrapContext,
+  record: Omit<AuditRecord, 'verdict' | 'reasons' | 'detail'>,
+  fault: UnavailableError,
+): void {
+  const dependency = dependencyOf(fault);
+  context.metrics?.dependencyFailure(dependency);
+  context.logger.warn(
+    { requestId: record.requestId, dependency, decidedBy: record.decidedBy, err: faultDetail(fault) },
+    'bootstrap request not decided: a dependency failed; the node was told to retry',
+  );
+  report(context, { ...record, verdict: 'error', reasons: [fault.message], detail: [faultDetail(fault)] });
 }
 
 /** Records a decision in the audit trail and the metrics. */

@@ -24,11 +24,11 @@ import {
   verifyDetachedJws,
 } from './discovery.ts';
 import {
-  informerTokenSource,
+  apiTokenSource,
   newBootstrapToken,
   storedTokenOf,
-  tokenSecretInformer,
   tokenSecretOf,
+  WatchedTokenSecrets,
 } from './tokens.ts';
 
 // kubeadm's own vectors (cluster-bootstrap/token/jws/jws_test.go).
@@ -200,6 +200,15 @@ describe('GET /cluster-info handler', () => {
   });
 });
 
+/** Polls `check` until it holds; fails after `withinMs`, a bound generous enough for a loaded machine. */
+async function waitFor(what: string, check: () => Promise<boolean>, withinMs = 15_000): Promise<void> {
+  const deadline = Date.now() + withinMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) assert.fail(`not within ${withinMs} ms: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
 describe('publisher against the simulated apiserver', () => {
   let sim: SimApiServer;
   let core: CoreV1Api;
@@ -288,12 +297,16 @@ describe('publisher against the simulated apiserver', () => {
         caPins: [pinOfCertificatePem(clusterCa.certificate)],
         token: `${token.id}.${token.secret}`,
       });
-      assert.deepEqual(found, {
-        server: 'https://api.e2e.example.com',
-        servers: ['https://api.e2e.example.com'],
-        caBundlePem: clusterCa.certificate,
-        verifiedTokenId: token.id,
-      });
+      // The node keeps the pinned CA as canonical PEM, so compare the certificate, not its line ending.
+      assert.deepEqual(
+        { ...found, caBundlePem: found.caBundlePem.trim() },
+        {
+          server: 'https://api.e2e.example.com',
+          servers: ['https://api.e2e.example.com'],
+          caBundlePem: clusterCa.certificate.trim(),
+          verifiedTokenId: token.id,
+        },
+      );
     } finally {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -301,35 +314,64 @@ describe('publisher against the simulated apiserver', () => {
     }
   });
 
-  test('the running component follows token Secrets through an informer', async () => {
-    const informer = tokenSecretInformer(sim.kubeConfig());
-    informer.start();
-    await informer.waitForSync();
+  test('a token signs cluster-info within seconds of its creation, and a deleted one stops signing', async () => {
+    const source = new WatchedTokenSecrets({ kubeConfig: sim.kubeConfig(), api: apiTokenSource(core) });
+    source.start();
     const kubeconfig = renderClusterInfoKubeconfig({
-      servers: ['https://api2.example.com'],
+      servers: ['https://api4.example.com'],
       caBundlePem: caPem,
     });
     const stop = new AbortController();
-    const publisher = new ClusterInfoPublisher({
-      core,
-      source: informerTokenSource(informer),
-      kubeconfig: () => kubeconfig,
-    });
-    const run = publisher.start(stop.signal);
-    const until = async (check: (data: Record<string, string>) => boolean) => {
-      while (!check(await readData())) await new Promise((r) => setTimeout(r, 10));
-    };
+    const run = new ClusterInfoPublisher({ core, source, kubeconfig: () => kubeconfig }).start(stop.signal);
+    const signed = async (token: { id: string; secret: string }) =>
+      (await readData())[`jws-kubeconfig-${token.id}`] === detachedJws(kubeconfig, token.id, token.secret);
     try {
-      await until((d) => d['kubeconfig'] === kubeconfig);
+      await waitFor('cluster-info is published', async () => (await readData())['kubeconfig'] === kubeconfig);
       const token = newBootstrapToken();
       await core.createNamespacedSecret({ namespace: 'kube-system', body: tokenSecretOf(token) });
-      await until((d) => d[`jws-kubeconfig-${token.id}`] === detachedJws(kubeconfig, token.id, token.secret));
+      // `token create`, then at once `join --token`: discovery needs the signature now, not in a minute.
+      await waitFor('the new token signs cluster-info', () => signed(token), 10_000);
       await core.deleteNamespacedSecret({ name: `bootstrap-token-${token.id}`, namespace: 'kube-system' });
-      await until((d) => !(`jws-kubeconfig-${token.id}` in d));
+      await waitFor('the deleted token no longer signs', async () => !(await signed(token)), 10_000);
     } finally {
       stop.abort();
       await run;
-      await informer.stop();
+      await source.stop();
+    }
+  });
+
+  test('a pass of the signer lists the token Secrets from its watch, from the API server only while the watch is not current', async () => {
+    const api = apiTokenSource(core);
+    let apiLists = 0;
+    const counted = {
+      get: api.get,
+      list: () => {
+        apiLists++;
+        return api.list();
+      },
+    };
+    const source = new WatchedTokenSecrets({ kubeConfig: sim.kubeConfig(), api: counted });
+    const kubeconfig = renderClusterInfoKubeconfig({
+      servers: ['https://api5.example.com'],
+      caBundlePem: caPem,
+    });
+    const publisher = new ClusterInfoPublisher({ core, source, kubeconfig: () => kubeconfig });
+    await publisher.sync();
+    assert.equal(apiLists, 1, 'no watch yet: read from the API server');
+    source.start();
+    try {
+      const token = newBootstrapToken();
+      await core.createNamespacedSecret({ namespace: 'kube-system', body: tokenSecretOf(token) });
+      await waitFor('the watch is current', async () => source.isCurrent());
+      for (let i = 0; i < 3; i++) await publisher.sync();
+      assert.equal(apiLists, 1, 'every later pass read the watch');
+      assert.equal(
+        (await readData())[`jws-kubeconfig-${token.id}`],
+        detachedJws(kubeconfig, token.id, token.secret),
+      );
+      await core.deleteNamespacedSecret({ name: `bootstrap-token-${token.id}`, namespace: 'kube-system' });
+    } finally {
+      await source.stop();
     }
   });
 });

@@ -25,6 +25,7 @@ import {
   storedTokenOf,
   TokenChanges,
   type TokenSecretSource,
+  tokenResyncMs,
 } from './tokens.ts';
 
 /** The namespace and name of the published ConfigMap, as kubeadm names them. */
@@ -141,10 +142,11 @@ function sameData(a: Record<string, string> | undefined, b: Record<string, strin
 /** Options of a {@link ClusterInfoPublisher}. */
 export interface ClusterInfoPublisherOptions {
   core: CoreV1Api;
+  /** The token Secrets; a source that can {@link TokenSecretSource.subscribe} makes signing immediate. */
   source: TokenSecretSource;
   /** The kubeconfig to publish (see {@link renderClusterInfoKubeconfig}); read on every pass, so it may change. */
   kubeconfig: () => string;
-  /** How often to look again without a change notification; default 60 s. */
+  /** How often to look again without a change notification; default {@link tokenResyncMs}. */
   resyncMs?: number;
   clock?: Clock;
   logger?: Logger;
@@ -152,7 +154,8 @@ export interface ClusterInfoPublisherOptions {
 
 /**
  * Keeps ConfigMap `kube-public/cluster-info` current (leader only): the kubeconfig plus a signature for
- * every token valid for signing, recomputed when tokens change or one expires; written only when the
+ * every token valid for signing, recomputed when the source reports a token change (a watch event:
+ * a new token signs within moments, not at the next poll) or a token expires; written only when the
  * data differs, with the resourceVersion read, so a concurrent writer makes it retry, not overwrite.
  */
 export class ClusterInfoPublisher implements LeaderComponent {
@@ -209,7 +212,8 @@ export class ClusterInfoPublisher implements LeaderComponent {
       while (!signal.aborted) {
         changes.begin();
         const { nextExpiry } = await this.sync();
-        await changes.wait(this.#clock, nextExpiry, this.#options.resyncMs ?? 60_000, signal);
+        const resyncMs = this.#options.resyncMs ?? tokenResyncMs(this.#options.source);
+        await changes.wait(this.#clock, nextExpiry, resyncMs, signal);
       }
     } finally {
       changes.close();

@@ -1,12 +1,14 @@
 import assert from 'node:assert/strict';
 import { generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { describe, test } from 'node:test';
+import { NotFoundError, RateLimitedError, UnavailableError } from '../errors.ts';
 import { silentLogger } from '../log.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { spkiOf } from '../pki/keys.ts';
 import { encodePem } from '../pki/pem.ts';
 import { opensslText, opensslVerify } from '../testing/openssl.ts';
 import type { BootstrapContext } from './context.ts';
+import { dependencyFault } from './dependency.ts';
 import { type KopsOptions, kopsApiVersion, kopsBootstrap } from './kops-handler.ts';
 import type { AuditRecord, BootstrapPolicy, NodeFacts } from './types.ts';
 
@@ -39,7 +41,11 @@ function nodeupKey(key: KeyObject): string {
   return encodePem('RSA PUBLIC KEY', spkiOf(key));
 }
 
-function setup(options: Partial<KopsOptions> = {}, ready: string[] = []) {
+function setup(
+  options: Partial<KopsOptions> = {},
+  ready: string[] = [],
+  overrides: Partial<BootstrapContext> = {},
+) {
   const ca: CertificateAuthority = createCa();
   const audit: AuditRecord[] = [];
   const context: BootstrapContext = {
@@ -50,6 +56,7 @@ function setup(options: Partial<KopsOptions> = {}, ready: string[] = []) {
     apiServer: 'https://api.internal.minimal.example.com',
     audit: (record) => audit.push(record),
     logger: silentLogger,
+    ...overrides,
   };
   const kops: KopsOptions = { certNames: ['kubelet', 'kubelet-server', 'kube-proxy'], ...options };
   const call = (body: unknown, authorization: string | undefined = 'x-aws-sts good') =>
@@ -216,5 +223,58 @@ describe('kops POST /bootstrap', () => {
       status: 400,
       body: 'failed to build node config\n',
     });
+  });
+
+  test("a dependency that fails — a policy's, the Node read, the state store — is a 503 with Retry-After, never a 403 or 500", async () => {
+    const failing: BootstrapPolicy = {
+      name: 'aws',
+      evaluate: async () => {
+        throw dependencyFault('sts', new Error('connect ECONNREFUSED'));
+      },
+    };
+    const cases = [
+      ['the policy chain', setup({}, [], { policies: [failing] }), 'AWS STS', 'aws'],
+      [
+        'the Node read',
+        setup({}, [], {
+          readNode: async () => {
+            throw new RateLimitedError('read node: HTTP 429');
+          },
+        }),
+        'the Kubernetes API server',
+        'node-guard',
+      ],
+      [
+        'the state store',
+        setup({
+          nodeConfig: async () => {
+            throw new UnavailableError('s3 GET igconfig/node/nodes-us-test-1a/nodeupconfig.yaml: HTTP 503');
+          },
+        }),
+        'the state store',
+        'node-config',
+      ],
+    ] as const;
+    for (const [what, { ca, audit, call }, dependency, decidedBy] of cases) {
+      const answer = await call(nodeupRequest(ca, { includeNodeConfig: true }));
+      assert.equal(answer.status, 503, `${what}: ${JSON.stringify(answer)}`);
+      assert.match(answer.headers?.['retry-after'] ?? '', /^\d+$/, what);
+      assert.match(
+        String(answer.body),
+        new RegExp(`^${dependency} is unavailable.*retry in \\d+ s\n$`),
+        what,
+      );
+      const record = audit.at(-1);
+      assert.equal(record?.verdict, 'error', what);
+      assert.equal(record?.decidedBy, decidedBy, what);
+      assert.ok(record?.detail?.[0], `${what}: the cause, for the operator`);
+    }
+    const missing = setup({
+      nodeConfig: async () => {
+        throw new NotFoundError('no igconfig/node/nodes-us-test-1a/nodeupconfig.yaml');
+      },
+    });
+    const answer = await missing.call(nodeupRequest(missing.ca, { includeNodeConfig: true }));
+    assert.equal(answer.status, 400, "a config that is not there is the request's problem, as in kops");
   });
 });

@@ -4,9 +4,11 @@
  * verified by the policy chain BEFORE the body is parsed as JSON; a Ready Node of the verified name
  * gets 409 (nodeup then exits quietly); each requested key is checked against `certNames` and the
  * CA keypair ids; answers use kops' shapes (`Certs`, capital C) and its short plain-text errors, with
- * the details in the log and the audit trail only.
+ * the details in the log and the audit trail only. A dependency that fails on the way (a policy's
+ * cloud or apiserver call, the Node read, the state store) is a 503 with Retry-After, never a 403 or
+ * a 500: nodeup retries, and the request is decided once the dependency answers.
  */
-import { InvalidInputError, KopsError } from '../errors.ts';
+import { InvalidInputError, KopsError, type UnavailableError } from '../errors.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { decodePem } from '../pki/pem.ts';
 import {
@@ -20,7 +22,9 @@ import {
 } from '../pki/profiles.ts';
 import { parseAuthorization } from './authorization.ts';
 import { evaluateChain } from './chain.ts';
-import { auditDetailOf, type BootstrapContext, newRequestId, report } from './context.ts';
+import { auditDetailOf, type BootstrapContext, newRequestId, report, reportFault } from './context.ts';
+import { dependencyFault, isDependencyFault, isTransientFailure, policyOf } from './dependency.ts';
+import { retryAfterOf } from './http.ts';
 import { identityOf, issueForFacts, pemsOf, serialsOf } from './issue.ts';
 import type { Answer, CertificatesInput } from './native-handler.ts';
 import { assertNodeNotRegistered } from './node-guard.ts';
@@ -157,8 +161,37 @@ export async function kopsBootstrap(
       proof: request.proof.kind,
       ...record,
     });
+  /** A dependency fault: audited and counted; nodeup is answered 503 with when to ask again. */
+  const unavailable = (
+    fault: UnavailableError,
+    record: Omit<AuditRecord, 'time' | 'requestId' | 'remoteAddress' | 'proof' | 'verdict' | 'reasons'>,
+  ): Answer => {
+    reportFault(
+      context,
+      {
+        time: now().toISOString(),
+        requestId: request.id,
+        remoteAddress: request.remoteAddress,
+        proof: request.proof.kind,
+        ...record,
+      },
+      fault,
+    );
+    return {
+      status: 503,
+      body: `${fault.message}\n`,
+      headers: { 'retry-after': String(retryAfterOf(fault)) },
+    };
+  };
 
-  const { decision, decidedBy } = await evaluateChain(context.policies, request, { now });
+  let chain: Awaited<ReturnType<typeof evaluateChain>>;
+  try {
+    chain = await evaluateChain(context.policies, request, { now });
+  } catch (err) {
+    if (!isDependencyFault(err)) throw err;
+    return unavailable(err, { decidedBy: policyOf(err) });
+  }
+  const { decision, decidedBy } = chain;
   if (decision.verdict !== 'approve') {
     const reasons =
       decision.verdict === 'queue'
@@ -184,11 +217,8 @@ export async function kopsBootstrap(
       audit({ decidedBy: 'node-guard', verdict: 'deny', reasons: [err.message], ...factsAudit });
       return text(409, 'node already registered');
     }
-    context.logger.error(
-      { err: (err as Error).message, node: facts.nodeName },
-      'kops bootstrap: node lookup failed',
-    );
-    return text(500, 'internal error');
+    if (!isDependencyFault(err)) throw err;
+    return unavailable(err, { decidedBy: 'node-guard', ...factsAudit });
   }
 
   let body: unknown;
@@ -209,6 +239,12 @@ export async function kopsBootstrap(
         throw new InvalidInputError('this server has no state store to read node configuration from');
       nodeConfig = await options.nodeConfig(validateDnsName(facts.instanceGroup ?? '', 'instance group'));
     } catch (err) {
+      // The state store failing is not the request's fault: the node asks again.
+      if (isTransientFailure(err))
+        return unavailable(dependencyFault('state-store', err), {
+          decidedBy: 'node-config',
+          ...factsAudit,
+        });
       context.logger.warn(
         { err: (err as Error).message, node: facts.nodeName },
         'kops bootstrap: no node config',

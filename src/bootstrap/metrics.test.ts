@@ -5,14 +5,19 @@ import { Registry } from 'prom-client';
 import { toolPath } from '../testing/tools.ts';
 import { bootstrapMetrics } from './metrics.ts';
 
-test('bootstrap metrics: decisions by policy and verdict, issuance latency, queue depth', async () => {
+test('bootstrap metrics: decisions by policy and verdict, issuance latency, queue depth, dependency failures', async () => {
   const registry = new Registry();
   const metrics = bootstrapMetrics(registry);
   metrics.decision('aws', 'approve');
   bootstrapMetrics(registry).decision('none', 'deny');
   metrics.issued(0.02);
   metrics.queueDepth(3);
+  metrics.decision('aws', 'error');
+  metrics.dependencyFailure('sts');
+  metrics.dependencyFailure('sts');
   const text = await registry.metrics();
+  assert.match(text, /kops_controller_bootstrap_requests_total\{policy="aws",verdict="error"\} 1/);
+  assert.match(text, /kops_controller_bootstrap_dependency_failures_total\{dependency="sts"\} 2/);
   assert.match(text, /kops_controller_bootstrap_requests_total\{policy="aws",verdict="approve"\} 1/);
   assert.match(text, /kops_controller_bootstrap_requests_total\{policy="none",verdict="deny"\} 1/);
   assert.match(text, /kops_controller_bootstrap_issue_seconds_bucket\{le="0.025"\} 1/);
@@ -22,6 +27,7 @@ test('bootstrap metrics: decisions by policy and verdict, issuance latency, queu
 test('promtool accepts the exposition', async () => {
   const registry = new Registry();
   bootstrapMetrics(registry).queueDepth(0);
+  bootstrapMetrics(registry).dependencyFailure('kubernetes-api');
   const check = spawnSync(toolPath('promtool'), ['check', 'metrics'], { input: await registry.metrics() });
   assert.equal(check.status, 0, String(check.stdout) + String(check.stderr));
 });

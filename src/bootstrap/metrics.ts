@@ -1,8 +1,9 @@
 /**
  * Bootstrap metrics on a caller's prom-client registry, as the {@link BootstrapMetricsSink} the
  * bootstrap handlers report to: decisions by deciding policy and verdict, the time from request to
- * issued certificates, and how many requests wait in the queue; and where the impersonation guard's
- * answers came from.
+ * issued certificates, and how many requests wait in the queue; where the impersonation guard's
+ * answers came from; and the requests a failing dependency left undecided (503), by dependency. The
+ * calls themselves, each retry included, are counted by cloud and result in src/cloud/metrics.ts.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { sharedMetric } from '../kube/metrics.ts';
@@ -60,7 +61,19 @@ export function bootstrapMetrics(
         registers,
       }),
   );
+  const dependencyFailures = sharedMetric(
+    registry,
+    'kops_controller_bootstrap_dependency_failures_total',
+    () =>
+      new Counter({
+        name: 'kops_controller_bootstrap_dependency_failures_total',
+        help: 'Bootstrap requests answered 503 (retry) because a dependency failed, was throttled or did not answer in time, by dependency.',
+        labelNames: ['dependency'],
+        registers,
+      }),
+  );
   return {
+    dependencyFailure: (dependency) => dependencyFailures.inc({ dependency }),
     guardRead: (source) => guardReads.inc({ source }),
     decision: (policy, verdict) => requests.inc({ policy, verdict }),
     issued: (seconds) => issue.observe(seconds),

@@ -1,14 +1,22 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { httpStatusOf, InvalidInputError, UnavailableError } from '../errors.ts';
+import { httpStatusOf, InvalidInputError, RateLimitedError, UnavailableError } from '../errors.ts';
 import { silentLogger } from '../log.ts';
 import { createCa } from '../pki/ca.ts';
 import { CryptoPool } from '../pki/crypto-pool.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey } from '../pki/keys.ts';
-import { nativeApiVersion, parseCertificatesRequest, submitCertificates } from './native-handler.ts';
+import type { BootstrapContext } from './context.ts';
+import { isDependencyFault } from './dependency.ts';
+import {
+  nativeApiVersion,
+  parseCertificatesRequest,
+  pollRequest,
+  submitCertificates,
+} from './native-handler.ts';
 import { bootstrapTokenPolicy } from './policies/bootstrap-token.ts';
-import type { AuditRecord } from './types.ts';
+import type { CsrQueue } from './queue.ts';
+import type { AuditRecord, BootstrapPolicy } from './types.ts';
 
 function input(kubelet: string, authorization?: string) {
   const body = JSON.stringify({ apiVersion: nativeApiVersion, certificateSigningRequests: { kubelet } });
@@ -83,4 +91,70 @@ test('a refused bootstrap token: the node hears one vague reason, the audit trai
   assert.equal(record.decidedBy, 'bootstrap-token');
   assert.deepEqual(record.detail, ['bootstrap token abcdef: expired']);
   assert.doesNotMatch(JSON.stringify(record), /0123456789abcdef/, 'the secret is never recorded');
+});
+
+test('the queue cannot write the CSR or read it back, or a token cannot be looked up: a fault (503), audited, never a denial', async () => {
+  const audit: AuditRecord[] = [];
+  const failures: string[] = [];
+  const queue = {
+    submit: async () => {
+      throw new UnavailableError('create certificate signing request: HTTP 503');
+    },
+    wait: async () => {
+      throw new RateLimitedError('read certificate signing request: HTTP 429');
+    },
+  } as unknown as CsrQueue;
+  const context = (policies: BootstrapPolicy[]): BootstrapContext => ({
+    ca: createCa(),
+    policies,
+    readNode: async () => undefined,
+    queue,
+    apiServer: 'https://api.internal.example.com',
+    audit: (record: AuditRecord) => audit.push(record),
+    metrics: {
+      decision: () => undefined,
+      issued: () => undefined,
+      queueDepth: () => undefined,
+      dependencyFailure: (dependency) => failures.push(dependency),
+    },
+    logger: silentLogger,
+  });
+  const held: BootstrapPolicy = {
+    name: 'queue',
+    evaluate: async () => ({ verdict: 'queue', reasons: ['held'] }),
+  };
+  const isFault = (dependency: string) => (err: unknown) => {
+    assert.ok(isDependencyFault(err), String(err));
+    assert.equal(httpStatusOf(err), 503);
+    assert.equal(err.details?.['dependency'], dependency);
+    return true;
+  };
+  await assert.rejects(submitCertificates(context([held]), input(csr)), isFault('kubernetes-api'));
+  assert.deepEqual([audit.at(-1)?.verdict, audit.at(-1)?.decidedBy], ['error', 'queue']);
+  // The queue's own 429 when it is full is an answer with its reason, not the API server failing.
+  const full = new RateLimitedError('the queue is full; retry in 60 s', {
+    details: { reason: 'queue-full', retryAfterSeconds: 60 },
+  });
+  const fullQueue = { submit: async () => Promise.reject(full) } as unknown as CsrQueue;
+  await assert.rejects(
+    submitCertificates({ ...context([held]), queue: fullQueue }, input(csr)),
+    (err: unknown) => err === full,
+  );
+  await assert.rejects(
+    pollRequest(context([held]), `kops-bootstrap-${'a'.repeat(40)}`, '0', new AbortController().signal),
+    isFault('kubernetes-api'),
+  );
+  const tokens = bootstrapTokenPolicy({
+    validator: {
+      validate: async () => {
+        throw new UnavailableError('read secret kube-system/bootstrap-token-abcdef: HTTP 503');
+      },
+    },
+  });
+  await assert.rejects(
+    submitCertificates(context([tokens]), input(csr, 'Bearer abcdef.0123456789abcdef')),
+    isFault('kubernetes-api'),
+  );
+  assert.deepEqual([audit.at(-1)?.verdict, audit.at(-1)?.decidedBy], ['error', 'bootstrap-token']);
+  assert.deepEqual(failures, ['kubernetes-api', 'kubernetes-api', 'kubernetes-api']);
 });

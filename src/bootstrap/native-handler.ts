@@ -3,7 +3,9 @@
  * `GET /v1/requests/<id>?wait=`. A request is parsed and its CSRs checked (proof of possession, key
  * policy) before any policy runs; the chain decides; the certificates are then planned against the
  * VERIFIED facts, so a CSR for another node's name or for addresses not verified is refused; a Ready
- * Node of that name is refused (409); and every decision goes to the audit trail.
+ * Node of that name is refused (409); and every decision goes to the audit trail. A dependency that
+ * fails on the way (a policy's cloud or apiserver call, the guard's Node read, the queue's CSR write)
+ * is audited as an `error` and answered 503 with Retry-After at the edge: the node retries.
  */
 import { InvalidInputError, KopsError } from '../errors.ts';
 import { bundlePem } from '../pki/ca.ts';
@@ -12,8 +14,15 @@ import { type ParsedCsr, parseCsrAsync, RequestRejectedError } from '../pki/csr.
 import { type CertificateRequest, type ProfileName, validateDnsName } from '../pki/profiles.ts';
 import { parseAuthorization } from './authorization.ts';
 import { evaluateChain } from './chain.ts';
-import { auditDetailOf, type BootstrapContext, newRequestId, report } from './context.ts';
-import { issueForFacts, pemsOf, serialsOf } from './issue.ts';
+import { auditDetailOf, type BootstrapContext, newRequestId, report, reportFault } from './context.ts';
+import {
+  type Dependency,
+  dependencyFault,
+  isDependencyFault,
+  isTransientFailure,
+  policyOf,
+} from './dependency.ts';
+import { assertNoReservedNamesIn, issueForFacts, pemsOf, serialsOf } from './issue.ts';
 import { assertNodeNotRegistered } from './node-guard.ts';
 import type { QueueState } from './queue.ts';
 import type { AuditRecord, BootstrapRequest, NodeFacts } from './types.ts';
@@ -196,21 +205,45 @@ async function issue(
   });
 }
 
-/** The impersonation guard, audited when it refuses. */
+/** The impersonation guard, audited when it refuses or cannot read the Node. */
 async function guard(context: BootstrapContext, request: BootstrapRequest, nodeName: string): Promise<void> {
   try {
     await assertNodeNotRegistered(context.readNode, nodeName);
   } catch (err) {
+    const base = { ...auditOf(request, context.now?.() ?? new Date()), decidedBy: 'node-guard', nodeName };
     if (err instanceof KopsError && err.kind === 'conflict') {
-      report(context, {
-        ...auditOf(request, context.now?.() ?? new Date()),
-        decidedBy: 'node-guard',
-        verdict: 'deny',
-        reasons: [err.message],
-        nodeName,
-      });
+      report(context, { ...base, verdict: 'deny', reasons: [err.message] });
+    } else if (isDependencyFault(err)) {
+      reportFault(context, base, err);
     }
     throw err;
+  }
+}
+
+/**
+ * Runs `work`; a dependency fault it throws — or, when `dependency` is given, a transient failure,
+ * which is `dependency`'s — is audited and counted, then thrown on to the edge (503, Retry-After).
+ * An error that carries its own `reason` is an answer, not a failure (the queue's 429 when it is
+ * full), and is passed on as it is.
+ */
+async function faultsReported<T>(
+  context: BootstrapContext,
+  record: Omit<AuditRecord, 'verdict' | 'reasons' | 'detail'>,
+  work: () => Promise<T>,
+  dependency?: Dependency,
+): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    const answered = err instanceof KopsError && typeof err.details?.['reason'] === 'string';
+    const fault = isDependencyFault(err)
+      ? err
+      : dependency && isTransientFailure(err) && !answered
+        ? dependencyFault(dependency, err)
+        : undefined;
+    if (!fault) throw err;
+    reportFault(context, { ...record, decidedBy: record.decidedBy ?? policyOf(fault) }, fault);
+    throw fault;
   }
 }
 
@@ -220,8 +253,16 @@ export async function submitCertificates(
   input: CertificatesInput,
 ): Promise<Answer> {
   const request = await parseCertificatesRequest(input);
+  // Refused whatever a policy would say: no node certificate may name the API server.
+  assertNoReservedNamesIn(
+    request.certificates,
+    { nodeName: request.claimedNodeName },
+    context.issueOptions?.reserved,
+  );
   const now = () => context.now?.() ?? new Date();
-  const chain = await evaluateChain(context.policies, request, { now });
+  const chain = await faultsReported(context, auditOf(request, now()), () =>
+    evaluateChain(context.policies, request, { now }),
+  );
   const { decision, decidedBy } = chain;
   context.logger.info(
     {
@@ -244,7 +285,8 @@ export async function submitCertificates(
         nodeName: facts.nodeName,
         evidence: facts.evidence,
       };
-      if (!context.queue) {
+      const queue = context.queue;
+      if (!queue) {
         const reasons = [
           'the queue is not available on this server (no CSR API access)',
           ...decision.reasons,
@@ -255,7 +297,12 @@ export async function submitCertificates(
       await guard(context, request, facts.nodeName);
       let state: QueueState;
       try {
-        state = await context.queue.submit(request, facts);
+        state = await faultsReported(
+          context,
+          { ...base, decidedBy: 'queue' },
+          () => queue.submit(request, facts),
+          'kubernetes-api',
+        );
       } catch (err) {
         if (err instanceof KopsError && err.kind === 'conflict') {
           report(context, { ...base, verdict: 'deny', reasons: [err.message] });
@@ -316,6 +363,14 @@ export async function pollRequest(
   if (!/^kops-bootstrap-[0-9a-f]{40}$/.test(id)) throw invalid('the request id is malformed');
   const wait = waitParameter === null ? 0 : Number(waitParameter);
   if (!Number.isFinite(wait) || wait < 0) throw invalid('wait must be a number of seconds');
-  const state = await context.queue.wait(id, Math.min(wait, maxWaitSeconds) * 1000, signal);
+  let state: QueueState;
+  try {
+    state = await context.queue.wait(id, Math.min(wait, maxWaitSeconds) * 1000, signal);
+  } catch (err) {
+    if (!isTransientFailure(err)) throw err;
+    // Not a decision, so no audit record: the node polls again after Retry-After.
+    context.metrics?.dependencyFailure('kubernetes-api');
+    throw dependencyFault('kubernetes-api', err);
+  }
   return answerOfQueueState(context, state);
 }

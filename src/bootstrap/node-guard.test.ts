@@ -7,6 +7,7 @@ import { ConflictError, ForbiddenError, UnavailableError } from '../errors.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { kubeletNodeStatus } from '../sim/dev-cluster.ts';
 import { createCertificateAuthority, issueServingCertificate } from '../sim/tls.ts';
+import { isDependencyFault } from './dependency.ts';
 import {
   assertNodeNotRegistered,
   type GuardReadSource,
@@ -45,6 +46,28 @@ test('a refused or failed read is an error, never "not registered"', async () =>
   await assert.rejects(stranger('ready-1'), ForbiddenError);
   sim.faults.errors({ resource: 'nodes', verbs: ['get'], status: 503, count: 1 });
   await assert.rejects(httpsNodeReader(sim.kubeConfig())('ready-1'), UnavailableError);
+});
+
+test('the guard cannot read the Node (403, 429, 503, no answer in time): a dependency fault, so the node retries', async () => {
+  const isApiServerFault = (err: unknown) =>
+    isDependencyFault(err) && err.details?.['dependency'] === 'kubernetes-api';
+  const stranger = httpsNodeReader(sim.kubeConfig({ name: 'stranger', groups: [] }));
+  await assert.rejects(assertNodeNotRegistered(stranger, 'ready-1'), isApiServerFault, 'forbidden');
+  sim.faults.latency(2_000, { resource: 'nodes', verbs: ['get'] });
+  try {
+    const slow = httpsNodeReader(sim.kubeConfig(), { timeoutMs: 200 });
+    await assert.rejects(assertNodeNotRegistered(slow, 'ready-1'), isApiServerFault, 'slow');
+  } finally {
+    sim.faults.reset();
+  }
+  for (const status of [429, 503, 500] as const) {
+    sim.faults.errors({ resource: 'nodes', verbs: ['get'], status, count: 1 });
+    await assert.rejects(
+      assertNodeNotRegistered(httpsNodeReader(sim.kubeConfig()), 'ready-1'),
+      isApiServerFault,
+      `HTTP ${status}`,
+    );
+  }
 });
 
 test('a pooled connection the server dropped while idle is retried, not reported as an outage', async () => {

@@ -19,6 +19,7 @@ import {
 } from '../errors.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import type { Logger } from '../log.ts';
+import { dependencyFault } from './dependency.ts';
 
 /** Reads what the guard needs of a Node. */
 export type NodeReader = (name: string) => Promise<Pick<V1Node, 'status'> | undefined>;
@@ -159,9 +160,16 @@ export function isNodeReady(node: Pick<V1Node, 'status'>): boolean {
   return (node.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True');
 }
 
-/** Throws a ConflictError (reason `node-already-registered`) when the Node exists and is Ready. */
+/**
+ * Throws a ConflictError (reason `node-already-registered`) when the Node exists and is Ready, and a
+ * dependency fault when the Node cannot be read — whatever the API server answered (403 included: a
+ * permission the controller lacks says nothing about the node), so that it is retried, never taken
+ * for "not registered" and never for a refusal.
+ */
 export async function assertNodeNotRegistered(readNode: NodeReader, name: string): Promise<void> {
-  const node = await readNode(name);
+  const node = await readNode(name).catch((err: unknown) => {
+    throw dependencyFault('kubernetes-api', err);
+  });
   if (node && isNodeReady(node)) {
     throw new ConflictError(
       `node ${name} is already registered and Ready; a running node renews its certificates through the CSR API, and a replaced machine gets a new name`,

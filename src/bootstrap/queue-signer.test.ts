@@ -1,8 +1,18 @@
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import type { V1CertificateSigningRequest } from '@kubernetes/client-node';
-import { bootstrapSignerName, queueAnnotations } from './queue.ts';
-import { denialRecord } from './queue-signer.ts';
+import { RateLimitedError } from '../errors.ts';
+import { makeClients } from '../kube/client.ts';
+import { createCa } from '../pki/ca.ts';
+import { parseCsr } from '../pki/csr.ts';
+import { buildCsrPem } from '../pki/csr-build.ts';
+import { generateKey } from '../pki/keys.ts';
+import { type ReservedNames, reservedNames } from '../pki/reserved-names.ts';
+import { type KubeObject, type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { httpsNodeReader } from './node-guard.ts';
+import { bootstrapSignerName, CsrQueue, queueAnnotations, queuedCsrObject, sealKeyOf } from './queue.ts';
+import { denialRecord, type QueueSignerOptions, queueSigner } from './queue-signer.ts';
+import type { AuditRecord, BootstrapRequest, NodeFacts } from './types.ts';
 
 function csr(
   conditions: { type: string; reason?: string; message?: string }[],
@@ -39,4 +49,233 @@ test("an admin's denial is recorded once, as it happens, with the condition's re
   assert.deepEqual(denialRecord(csr([]), csr([{ type: 'Denied' }]))?.reasons, [
     'denied by an admin: no reason given',
   ]);
+});
+
+describe('the signer against the simulated API server', () => {
+  let sim: SimApiServer;
+  const ca = createCa();
+  const sealKey = sealKeyOf(ca);
+  /** A reserved set with nothing in it: what a request queued before names were reserved was checked against. */
+  const nothingReserved: ReservedNames = { dnsNames: new Set(), ipAddresses: new Set() };
+
+  before(async () => {
+    sim = await startApiServer();
+  });
+  after(() => sim.close());
+
+  function queuedRequest(
+    node: string,
+    san?: { dnsNames?: string[]; ipAddresses?: string[] },
+  ): BootstrapRequest {
+    const subject = { commonName: `system:node:${node}`, organizations: ['system:nodes'] };
+    return {
+      id: `id-${node}`,
+      body: Buffer.from('{}'),
+      claimedNodeName: node,
+      certificates: {
+        kubelet: parseCsr(buildCsrPem(generateKey(), { subject })),
+        ...(san ? { 'kubelet-server': parseCsr(buildCsrPem(generateKey(), { subject, ...san })) } : {}),
+      },
+      proof: { kind: 'none' },
+      remoteAddress: '10.0.0.9',
+      receivedAt: new Date(),
+    };
+  }
+
+  function conditionsOf(name: string): { type: string; reason?: string; message?: string }[] {
+    const csr = sim.store.get('certificatesigningrequests', undefined, name);
+    return (
+      (csr?.['status'] as { conditions?: { type: string; reason?: string; message?: string }[] })
+        ?.conditions ?? []
+    );
+  }
+
+  function certificateOf(name: string): string | undefined {
+    const csr = sim.store.get('certificatesigningrequests', undefined, name);
+    return (csr?.['status'] as { certificate?: string } | undefined)?.certificate;
+  }
+
+  async function until(condition: () => boolean, what: string): Promise<void> {
+    for (let i = 0; i < 500 && !condition(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.ok(condition(), what);
+  }
+
+  function approve(name: string): void {
+    const csr = sim.store.get('certificatesigningrequests', undefined, name) as KubeObject;
+    sim.store.update(
+      {
+        ...csr,
+        status: {
+          conditions: [
+            ...conditionsOf(name),
+            { type: 'Approved', status: 'True', reason: 'Test', message: 'ok' },
+          ],
+        },
+      },
+      { target: 'approval' },
+    );
+  }
+
+  async function withSigner(
+    options: Partial<QueueSignerOptions>,
+    body: (audit: AuditRecord[]) => Promise<void>,
+  ): Promise<void> {
+    const audit: AuditRecord[] = [];
+    const stop = new AbortController();
+    const signer = queueSigner({
+      kubeConfig: sim.kubeConfig(),
+      certificates: makeClients(sim.kubeConfig()).certificates,
+      ca,
+      readNode: httpsNodeReader(sim.kubeConfig()),
+      audit: (record) => audit.push(record),
+      ...options,
+    });
+    const running = signer.start(stop.signal);
+    try {
+      await body(audit);
+    } finally {
+      stop.abort();
+      await running;
+    }
+  }
+
+  test('an approved request naming the API server is refused at signing, even one queued before names were reserved', async () => {
+    const cases: [string, { dnsNames?: string[]; ipAddresses?: string[] }, RegExp][] = [
+      [
+        'node-r1',
+        { dnsNames: ['kubernetes.default.svc'] },
+        /kubernetes\.default\.svc is a name of the cluster's API server/,
+      ],
+      ['node-r2', { ipAddresses: ['10.96.0.1'] }, /10\.96\.0\.1 is an address of the cluster's API server/],
+      ['node-r3', { dnsNames: ['api.internal.c.example.com'] }, /api\.internal\.c\.example\.com is a name/],
+    ];
+    const names: string[] = [];
+    for (const [node, san] of cases) {
+      const request = queuedRequest(node, san);
+      const facts: NodeFacts = {
+        nodeName: node,
+        dnsNames: san.dnsNames ?? [],
+        ipAddresses: san.ipAddresses ?? [],
+        evidence: { verified: 'false' },
+      };
+      const object = queuedCsrObject(request, facts, sealKey, nothingReserved);
+      names.push(object.metadata?.name as string);
+      sim.store.create(object as never, {
+        target: 'main',
+        requester: { name: 'kops-controller', groups: [] },
+      });
+      approve(object.metadata?.name as string);
+    }
+    await withSigner(
+      { issueOptions: { reserved: reservedNames({ clusterName: 'c.example.com' }) } },
+      async (audit) => {
+        for (const [i, name] of names.entries()) {
+          await until(() => conditionsOf(name).some((c) => c.type === 'Failed'), `${name} was marked Failed`);
+          const failed = conditionsOf(name).find((c) => c.type === 'Failed');
+          assert.equal(failed?.reason, 'SignerValidationFailure');
+          assert.match(failed?.message ?? '', cases[i]?.[2] as RegExp);
+          assert.equal(certificateOf(name), undefined, 'no certificate');
+        }
+        // The audit record follows the status write that marked it Failed.
+        await until(
+          () => audit.filter((r) => r.verdict === 'deny').length === names.length,
+          'every refusal audited',
+        );
+      },
+    );
+  });
+
+  test('a CSR of the bootstrap signer that kops-controller did not seal is marked Failed at once, never signed', async () => {
+    const request = queuedRequest('node-forged');
+    // Evidence that claims a verified cloud identity, written by a node that can create CSRs.
+    const forged = queuedCsrObject(
+      request,
+      {
+        nodeName: 'node-forged',
+        dnsNames: [],
+        ipAddresses: [],
+        evidence: { verified: 'true', providerID: 'aws:///x/i-1' },
+      },
+      sealKeyOf(createCa()),
+    );
+    const name = forged.metadata?.name as string;
+    sim.store.create(forged as never, {
+      target: 'main',
+      requester: { name: 'system:node:evil', groups: ['system:nodes'] },
+    });
+    await withSigner({}, async (audit) => {
+      await until(
+        () => conditionsOf(name).some((c) => c.type === 'Failed'),
+        'the forged CSR was marked Failed',
+      );
+      const failed = conditionsOf(name).find((c) => c.type === 'Failed');
+      assert.equal(failed?.reason, 'SealInvalid');
+      assert.match(failed?.message ?? '', /not created by kops-controller/);
+      // Approving it afterwards changes nothing: it is never signed.
+      approve(name);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      assert.equal(certificateOf(name), undefined);
+      await until(() => audit.some((r) => r.requestId === name), 'the refusal was audited');
+      const record = audit.find((r) => r.requestId === name);
+      assert.equal(record?.verdict, 'deny');
+      assert.match(record?.reasons[0] ?? '', /created by system:node:evil/);
+    });
+  });
+
+  test('pending requests expire after the TTL: marked Failed (Expired), audited, their slot freed', async () => {
+    const kubeConfig = sim.kubeConfig();
+    const queue = new CsrQueue({
+      certificates: makeClients(kubeConfig).certificates,
+      kubeConfig,
+      ca,
+      limits: { maxPending: 1, maxPendingPerSource: 1 },
+    });
+    queue.start();
+    try {
+      while (!queue.hasSynced()) await new Promise((resolve) => setTimeout(resolve, 10));
+      // Everything pending from earlier tests is decided first, so that the cap counts only this test.
+      for (const csr of sim.store.list('certificatesigningrequests')) {
+        if (!(csr['status'] as { conditions?: unknown[] } | undefined)?.conditions?.length) {
+          sim.store.delete('certificatesigningrequests', undefined, csr.metadata.name as string);
+        }
+      }
+      const request = queuedRequest('node-old');
+      const facts: NodeFacts = {
+        nodeName: 'node-old',
+        dnsNames: [],
+        ipAddresses: [],
+        evidence: { verified: 'false' },
+      };
+      const state = await queue.submit(request, facts);
+      assert.equal(state.state, 'pending');
+      await assert.rejects(
+        queue.submit(queuedRequest('node-new'), { ...facts, nodeName: 'node-new' }),
+        RateLimitedError,
+      );
+      const twoHoursOn = () => Date.now() + 2 * 3_600_000;
+      await withSigner({ pendingTtlMs: 3_600_000, now: twoHoursOn, expirySweepMs: 20 }, async (audit) => {
+        await until(
+          () => conditionsOf(state.name).some((c) => c.type === 'Failed'),
+          'the old request expired',
+        );
+        const failed = conditionsOf(state.name).find((c) => c.type === 'Failed');
+        assert.equal(failed?.reason, 'Expired');
+        assert.match(failed?.message ?? '', /not approved or denied within 1h/);
+        await until(() => audit.some((r) => r.requestId === 'id-node-old'), 'the expiry was audited');
+        const record = audit.find((r) => r.requestId === 'id-node-old');
+        assert.equal(record?.verdict, 'deny');
+        assert.equal(record?.decidedBy, 'queue-expiry');
+        const polled = await queue.lookup(state.name);
+        assert.equal(polled.state, 'denied');
+        assert.match(polled.state === 'denied' ? (polled.reasons[0] ?? '') : '', /^expired: /);
+        await until(() => queue.pendingCount() === 0, 'the slot was freed');
+        assert.equal(
+          (await queue.submit(queuedRequest('node-new'), { ...facts, nodeName: 'node-new' })).state,
+          'pending',
+        );
+      });
+    } finally {
+      await queue.stop();
+    }
+  });
 });

@@ -1,13 +1,18 @@
 /**
  * The signer of queued bootstrap requests (leader only): watches the CSRs of
  * {@link bootstrapSignerName}, and for each one an admin Approved that is not yet signed it checks
- * the seal, re-parses and re-validates every request against the sealed facts, checks again that no
- * Ready Node holds the name, and issues. Approval alone is never enough (as in Kubernetes' csrsigning):
- * a request that fails a check is marked Failed with the reason, via `/status`. An admin's denial is
- * written to the audit trail as it happens.
+ * the seal, re-parses and re-validates every request against the sealed facts (no name of the API
+ * server, whatever was approved), checks again that no Ready Node holds the name, and issues.
+ * Approval alone is never enough (as in Kubernetes' csrsigning): a request that fails a check is
+ * marked Failed with the reason, via `/status`. An admin's denial is written to the audit trail as it
+ * happens. Two kinds of undecided CSR are marked Failed before anyone decides, each audited: one this
+ * controller did not seal (anyone who may create CSRs can name our signer, with evidence of their
+ * choosing; `kubectl get csr` then shows it Failed, not Pending), and one left undecided for longer
+ * than the pending TTL (it frees its place in the queue, and the waiting node is told it expired).
  */
 import type { CertificatesV1Api, KubeConfig, V1CertificateSigningRequest } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
+import { formatDuration } from '../config/duration.ts';
 import { describeError, KopsError } from '../errors.ts';
 import { fromApiException } from '../kube/api-errors.ts';
 import { WorkQueue } from '../kube/workqueue.ts';
@@ -20,6 +25,10 @@ import { assertNodeNotRegistered, type NodeReader } from './node-guard.ts';
 import {
   bootstrapCsrInformer,
   bootstrapSignerName,
+  defaultPendingTtlMs,
+  expiredReason,
+  hasValidSeal,
+  isUndecided,
   queueAnnotations,
   readQueuedRequest,
   sealKeyOf,
@@ -37,9 +46,18 @@ export interface QueueSignerOptions {
   audit?: (record: AuditRecord) => void;
   /** Called with the seconds an issuance took. */
   onIssued?: (seconds: number) => void;
+  /** How long a request may wait undecided before it is expired (default {@link defaultPendingTtlMs}). */
+  pendingTtlMs?: number;
+  /** How often undecided requests are checked for expiry (default: a minute, or the TTL if shorter). */
+  expirySweepMs?: number;
+  /** The clock, in ms since the epoch (tests move it). */
+  now?: () => number;
   registry?: Registry;
   logger?: Logger;
 }
+
+/** The Failed reason of a CSR under our signer that this controller did not seal. */
+export const sealInvalidReason = 'SealInvalid';
 
 function has(csr: V1CertificateSigningRequest, type: string): boolean {
   return (csr.status?.conditions ?? []).some((c) => c.type === type && c.status === 'True');
@@ -86,6 +104,12 @@ export function denialRecord(
   };
 }
 
+/** When a CSR was created, in ms since the epoch (NaN if unknown). */
+function createdMs(csr: V1CertificateSigningRequest): number {
+  const created = csr.metadata?.creationTimestamp;
+  return created === undefined ? Number.NaN : new Date(created).getTime();
+}
+
 /** Whether the signer has work on this CSR: ours, Approved, not Denied or Failed, not yet signed. */
 export function needsSigning(csr: V1CertificateSigningRequest): boolean {
   return (
@@ -101,6 +125,15 @@ export function needsSigning(csr: V1CertificateSigningRequest): boolean {
 export function queueSigner(options: QueueSignerOptions): LeaderComponent {
   const logger = (options.logger ?? silentLogger).child({ component: 'bootstrap-signer' });
   const sealKey = sealKeyOf(options.ca);
+  const ttlMs = options.pendingTtlMs ?? defaultPendingTtlMs;
+  const now = options.now ?? Date.now;
+
+  /** What is to be done about a CSR of our signer before anyone decides it, if anything. */
+  function undecidedAction(csr: V1CertificateSigningRequest): 'refuse-unsealed' | 'expire' | undefined {
+    if (csr.spec?.signerName !== bootstrapSignerName || !isUndecided(csr)) return undefined;
+    if (!hasValidSeal(csr, sealKey)) return 'refuse-unsealed';
+    return now() - createdMs(csr) > ttlMs ? 'expire' : undefined;
+  }
 
   async function readCsr(name: string): Promise<V1CertificateSigningRequest | undefined> {
     try {
@@ -118,14 +151,14 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
     message: string,
   ): Promise<void> {
     const name = csr.metadata?.name as string;
-    const now = new Date();
+    const at = new Date();
     const body: V1CertificateSigningRequest = {
       ...csr,
       status: {
         ...csr.status,
         conditions: [
           ...(csr.status?.conditions ?? []),
-          { type: 'Failed', status: 'True', reason, message, lastUpdateTime: now, lastTransitionTime: now },
+          { type: 'Failed', status: 'True', reason, message, lastUpdateTime: at, lastTransitionTime: at },
         ],
       },
     };
@@ -141,9 +174,11 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
     const started = performance.now();
     const auditBase = { ...auditBaseOf(csr), decidedBy: 'queue' };
     let certificates: Record<string, string | undefined>;
+    let specProfile: string;
     let record: AuditRecord;
     try {
       const queued = readQueuedRequest(csr, sealKey);
+      specProfile = queued.specProfile;
       await assertNodeNotRegistered(options.readNode, queued.facts.nodeName);
       const issued = await issueForFacts(options.ca, queued.requests, queued.facts, options.issueOptions);
       certificates = pemsOf(issued);
@@ -164,7 +199,7 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
       options.audit?.({ ...auditBase, verdict: 'deny', reasons: [`signing refused: ${message}`] });
       return;
     }
-    const { kubelet, ...extra } = certificates;
+    const { [specProfile]: primary, ...extra } = certificates;
     // The extra certificates go first: the status certificate is what pollers take as "done".
     const annotated: V1CertificateSigningRequest = {
       ...csr,
@@ -182,7 +217,7 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
         name,
         body: {
           ...updated,
-          status: { ...updated.status, certificate: Buffer.from(kubelet ?? '').toString('base64') },
+          status: { ...updated.status, certificate: Buffer.from(primary ?? '').toString('base64') },
         },
       });
     } catch (err) {
@@ -196,13 +231,48 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
     );
   }
 
+  /** Marks an undecided CSR Failed before anyone decides it, and audits why. */
+  async function refuseUndecided(
+    csr: V1CertificateSigningRequest,
+    action: 'refuse-unsealed' | 'expire',
+  ): Promise<void> {
+    const name = csr.metadata?.name as string;
+    if (action === 'expire') {
+      const message = `not approved or denied within ${formatDuration(ttlMs)} (bootstrap.queue.pendingTTL); the node must ask again`;
+      await markFailed(csr, expiredReason, message);
+      options.audit?.({
+        ...auditBaseOf(csr),
+        decidedBy: 'queue-expiry',
+        verdict: 'deny',
+        reasons: [`expired: ${message}`],
+      });
+      logger.info({ csr: name }, 'queued bootstrap request expired');
+      return;
+    }
+    // The annotations are the creator's own words: the record names the CSR and who created it.
+    const creator = csr.spec?.username || 'an unknown user';
+    const message =
+      'not created by kops-controller (or by it under an earlier CA key), or altered since: its seal does not verify, so it is never signed';
+    await markFailed(csr, sealInvalidReason, message);
+    options.audit?.({
+      time: new Date(now()).toISOString(),
+      requestId: name,
+      remoteAddress: '',
+      proof: 'none',
+      decidedBy: 'queue-signer',
+      verdict: 'deny',
+      reasons: [`${name} under signer ${bootstrapSignerName} was created by ${creator} and is ${message}`],
+    });
+    logger.warn({ csr: name, creator }, 'a bootstrap CSR not made by kops-controller was marked Failed');
+  }
+
   return {
     name: 'bootstrap-signer',
     async start(signal: AbortSignal): Promise<void> {
       const informer = bootstrapCsrInformer(options.kubeConfig, { logger, registry: options.registry });
       const queue = new WorkQueue({ name: 'bootstrap-signer', registry: options.registry, logger });
       const enqueue = (csr: V1CertificateSigningRequest) => {
-        if (needsSigning(csr)) queue.add(csr.metadata?.name as string);
+        if (needsSigning(csr) || undecidedAction(csr)) queue.add(csr.metadata?.name as string);
       };
       const recordDenial = (before: V1CertificateSigningRequest, csr: V1CertificateSigningRequest) => {
         const record = denialRecord(before, csr);
@@ -220,11 +290,20 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
       queue.start(async (name) => {
         // Read fresh, not from the cache: the cache may lag behind this signer's own last write.
         const csr = await readCsr(name);
-        if (csr && needsSigning(csr)) await sign(csr);
+        if (!csr) return;
+        const action = undecidedAction(csr);
+        if (action) await refuseUndecided(csr, action);
+        else if (needsSigning(csr)) await sign(csr);
       });
       informer.start();
+      // Expiry is a matter of time, not of a change: the cached undecided requests are looked at again.
+      const sweep = setInterval(() => {
+        for (const csr of informer.list()) if (undecidedAction(csr) === 'expire') enqueue(csr);
+      }, options.expirySweepMs ?? Math.min(60_000, ttlMs));
+      sweep.unref();
       if (!signal.aborted)
         await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+      clearInterval(sweep);
       await queue.shutdown({ drain: false });
       await informer.stop();
     },

@@ -1,21 +1,40 @@
 import assert from 'node:assert/strict';
-import { describe, test } from 'node:test';
-import type { V1CertificateSigningRequest } from '@kubernetes/client-node';
-import { ForbiddenError } from '../errors.ts';
-import { createCa } from '../pki/ca.ts';
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import type { IncomingHttpHeaders } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { promisify } from 'node:util';
+import { CertificatesV1Api, type V1CertificateSigningRequest } from '@kubernetes/client-node';
+import { ForbiddenError, KopsError } from '../errors.ts';
+import { silentLogger } from '../log.ts';
+import { bundlePem, createCa } from '../pki/ca.ts';
 import { parseCsr } from '../pki/csr.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey, spkiOf } from '../pki/keys.ts';
+import { type KubeObject, type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { toolPath } from '../testing/tools.ts';
+import { nativeApiVersion } from './native-handler.ts';
+import { httpsNodeReader } from './node-guard.ts';
+import { queuePolicy } from './policies/queue.ts';
 import {
   bootstrapSignerName,
+  CsrQueue,
   hasValidSeal,
+  type QueueLimits,
   queuedCsrName,
   queuedCsrObject,
   readQueuedRequest,
   sealKeyOf,
+  sourceOf,
   stateOf,
 } from './queue.ts';
-import type { BootstrapRequest, NodeFacts } from './types.ts';
+import { serveBootstrap, servingCertificate } from './server.ts';
+import type { BootstrapPolicy, BootstrapRequest, NodeFacts } from './types.ts';
+
+const run = promisify(execFile);
 
 const key = generateKey();
 const facts: NodeFacts = {
@@ -43,6 +62,14 @@ const request: BootstrapRequest = {
   remoteAddress: '10.1.2.3',
   receivedAt: new Date(),
 };
+
+test('a source is an IPv4 address or an IPv6 /64', () => {
+  assert.equal(sourceOf('10.0.0.9'), '10.0.0.9');
+  assert.equal(sourceOf('::ffff:10.0.0.9'), '10.0.0.9');
+  assert.equal(sourceOf('2001:db8:1:2:aaaa::1'), '2001:db8:1:2::/64');
+  assert.equal(sourceOf('2001:db8:1:2:ffff:ffff:ffff:ffff'), '2001:db8:1:2::/64');
+  assert.notEqual(sourceOf('2001:db8:1:3::1'), sourceOf('2001:db8:1:2::1'));
+});
 
 describe('queued CSR objects', () => {
   const sealKey = sealKeyOf(createCa());
@@ -123,13 +150,340 @@ describe('queued CSR objects', () => {
         ...object.metadata,
         annotations: {
           ...object.metadata?.annotations,
-          'bootstrap.kops.k8s.io/extra-certificates': '{"kubelet-server":"S"}',
+          'bootstrap.kops.k8s.io/extra-certificates': '{"kubelet":"K"}',
         },
       },
-      status: { certificate: Buffer.from('K').toString('base64') },
+      // The serving request is spec.request, so status.certificate is the serving certificate.
+      status: { certificate: Buffer.from('S').toString('base64') },
     };
     const state = stateOf(issued, sealKey);
     assert.equal(state.state, 'issued');
     assert.deepEqual(state.state === 'issued' && state.certificates, { kubelet: 'K', 'kubelet-server': 'S' });
+  });
+});
+
+/**
+ * The queue behind a real bootstrap server (TLS on loopback), with the `queue` policy and the
+ * simulated API server's CSR API: what a requester can get queued, and how much of it.
+ */
+describe('the queue through the bootstrap server', () => {
+  let sim: SimApiServer;
+  let dir: string;
+  let kubeconfigPath: string;
+  const ca = createCa();
+
+  interface Reply {
+    status: number;
+    headers: IncomingHttpHeaders;
+    json: Record<string, unknown>;
+  }
+
+  interface Running {
+    queue: CsrQueue;
+    post(body: string, from?: string): Promise<Reply>;
+    close(): Promise<void>;
+  }
+
+  async function serve(
+    limits?: Partial<QueueLimits>,
+    policies: BootstrapPolicy[] = [queuePolicy()],
+  ): Promise<Running> {
+    const kubeConfig = sim.kubeConfig();
+    const queue = new CsrQueue({
+      certificates: kubeConfig.makeApiClient(CertificatesV1Api),
+      kubeConfig,
+      ca,
+      ...(limits ? { limits } : {}),
+    });
+    queue.start();
+    while (!queue.hasSynced()) await new Promise((resolve) => setTimeout(resolve, 10));
+    const server = await serveBootstrap({
+      listen: '127.0.0.1:0',
+      tls: servingCertificate(ca, {
+        name: 'kops-controller.internal.q.example.com',
+        ipAddresses: ['127.0.0.1'],
+      }),
+      context: {
+        ca,
+        policies,
+        readNode: httpsNodeReader(kubeConfig),
+        queue,
+        apiServer: 'https://api.internal.q.example.com',
+        logger: silentLogger,
+      },
+      rateLimit: { burst: 100_000, ratePerSecond: 100_000 },
+    });
+    const post = (payload: string, from = '127.0.0.1') =>
+      new Promise<Reply>((resolve, reject) => {
+        const req = httpsRequest(
+          `${server.url}/v1/certificates`,
+          {
+            method: 'POST',
+            ca: bundlePem(ca),
+            localAddress: from,
+            headers: { 'content-type': 'application/json' },
+          },
+          (res) => {
+            const chunks: Buffer[] = [];
+            res.on('data', (c: Buffer) => chunks.push(c));
+            res.on('end', () =>
+              resolve({
+                status: res.statusCode ?? 0,
+                headers: res.headers,
+                json: JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, unknown>,
+              }),
+            );
+          },
+        );
+        req.on('error', reject);
+        req.end(payload);
+      });
+    return {
+      queue,
+      post,
+      close: async () => {
+        await server.close();
+        await queue.stop();
+      },
+    };
+  }
+
+  /** A native request for `node`, with a serving CSR asking for `san` when given. */
+  function nativeBody(node: string, san?: { dnsNames?: string[]; ipAddresses?: string[] }): string {
+    const subject = { commonName: `system:node:${node}`, organizations: ['system:nodes'] };
+    return JSON.stringify({
+      apiVersion: nativeApiVersion,
+      certificateSigningRequests: {
+        kubelet: buildCsrPem(generateKey(), { subject }),
+        ...(san ? { 'kubelet-server': buildCsrPem(generateKey(), { subject, ...san }) } : {}),
+      },
+    });
+  }
+
+  function queuedCsrs(): KubeObject[] {
+    return sim.store
+      .list('certificatesigningrequests')
+      .filter((csr) => (csr['spec'] as { signerName?: string }).signerName === bootstrapSignerName);
+  }
+
+  function clearQueue(): void {
+    for (const csr of queuedCsrs())
+      sim.store.delete('certificatesigningrequests', undefined, csr.metadata.name as string);
+  }
+
+  before(async () => {
+    sim = await startApiServer();
+    dir = await mkdtemp(join(tmpdir(), 'bootstrap-queue-'));
+    kubeconfigPath = join(dir, 'kubeconfig');
+    await writeFile(kubeconfigPath, sim.kubeconfig(), { mode: 0o600 });
+  });
+  after(async () => {
+    await sim.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('a CSR create the API server does not answer in time is a timeout; once it was written, the retry finds it', async () => {
+    const kubeConfig = sim.kubeConfig();
+    const queue = new CsrQueue({
+      certificates: kubeConfig.makeApiClient(CertificatesV1Api),
+      kubeConfig,
+      ca,
+      createTimeoutMs: 200,
+    });
+    queue.start();
+    try {
+      while (!queue.hasSynced()) await new Promise((resolve) => setTimeout(resolve, 10));
+      sim.faults.latency(1_000, { resource: 'certificatesigningrequests', verbs: ['create'] });
+      await assert.rejects(queue.submit(request, facts), (err: unknown) => {
+        assert.ok(err instanceof KopsError);
+        assert.equal(err.kind, 'timeout');
+        return true;
+      });
+      const name = queuedCsrName(request.certificates.kubelet?.spki as Buffer, 'node-q');
+      // The slow create was committed after the node had been answered.
+      while (!sim.store.get('certificatesigningrequests', undefined, name)) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      sim.faults.latency(0, { resource: 'certificatesigningrequests', verbs: ['create'] });
+      const state = await queue.submit(request, facts);
+      assert.equal(state.name, name);
+      assert.equal(state.state, 'pending');
+    } finally {
+      sim.faults.latency(0, { resource: 'certificatesigningrequests', verbs: ['create'] });
+      clearQueue();
+      await queue.stop();
+    }
+  });
+
+  test('a request for an API-server name, the service IP or a wildcard is refused (400 naming it); nothing is queued', async () => {
+    const running = await serve();
+    try {
+      clearQueue();
+      const cases: [string, string, { dnsNames?: string[]; ipAddresses?: string[] } | undefined, RegExp][] = [
+        [
+          'service name',
+          'node-s1',
+          { dnsNames: ['node-s1.internal', 'kubernetes.default.svc'] },
+          /kubernetes\.default\.svc\b/,
+        ],
+        [
+          'service name, other case and a trailing dot',
+          'node-s2',
+          { dnsNames: ['Kubernetes.Default.SVC.cluster.local.'] },
+          /Kubernetes\.Default\.SVC\.cluster\.local\./,
+        ],
+        ['kubeadm service IP', 'node-s3', { ipAddresses: ['10.96.0.1'] }, /10\.96\.0\.1\b/],
+        ['kOps service IP', 'node-s4', { ipAddresses: ['100.64.0.1'] }, /100\.64\.0\.1\b/],
+        [
+          'service IP in IPv4-mapped IPv6 form',
+          'node-s5',
+          { ipAddresses: ['::ffff:10.96.0.1'] },
+          /::ffff:a60:1|10\.96\.0\.1/,
+        ],
+        ['wildcard', 'node-s6', { dnsNames: ['*.example.com'] }, /\*\.example\.com.*wildcard/],
+        [
+          'a node named like the service',
+          'kubernetes',
+          undefined,
+          /node name: kubernetes is a name of the cluster's API server/,
+        ],
+      ];
+      for (const [what, node, san, named] of cases) {
+        const reply = await running.post(nativeBody(node, san));
+        assert.equal(reply.status, 400, `${what}: ${JSON.stringify(reply.json)}`);
+        const error = reply.json['error'] as { reason: string; message: string };
+        assert.equal(error.reason, 'reserved-name', what);
+        assert.match(error.message, named, what);
+      }
+      assert.deepEqual(queuedCsrs(), [], 'nothing was queued');
+      // The same request without the reserved name is queued.
+      const fine = await running.post(nativeBody('node-s1', { dnsNames: ['node-s1.internal'] }));
+      assert.equal(fine.status, 202, JSON.stringify(fine.json));
+    } finally {
+      await running.close();
+    }
+  });
+
+  test('whatever the policy: a request naming the API server is refused with 400 before any policy runs', async () => {
+    let evaluated = 0;
+    const approveAnything: BootstrapPolicy = {
+      name: 'approve-anything',
+      async evaluate(request) {
+        evaluated++;
+        const nodeName = request.claimedNodeName as string;
+        const facts = {
+          nodeName,
+          dnsNames: ['kubernetes.default.svc'],
+          ipAddresses: ['10.96.0.1'],
+          evidence: {},
+        };
+        return { verdict: 'approve', facts, reasons: ['approves anything'] };
+      },
+    };
+    const running = await serve(undefined, [approveAnything]);
+    try {
+      for (const san of [{ dnsNames: ['kubernetes.default.svc'] }, { ipAddresses: ['10.96.0.1'] }]) {
+        const reply = await running.post(nativeBody('node-a1', san));
+        assert.equal(reply.status, 400, JSON.stringify(reply.json));
+        assert.equal((reply.json['error'] as { reason: string }).reason, 'reserved-name');
+      }
+      assert.equal(evaluated, 0, 'no policy ran');
+      // Facts a policy verified are checked again before signing: nothing is issued for them.
+      const reply = await running.post(nativeBody('node-a2'));
+      assert.equal(reply.status, 403, JSON.stringify(reply.json));
+      assert.match(
+        String((reply.json['reasons'] as string[])[0]),
+        /10\.96\.0\.1 is an address of the cluster's API server|kubernetes\.default\.svc is a name/,
+      );
+    } finally {
+      await running.close();
+    }
+  });
+
+  test('kubectl describe csr (kubectl 1.20) shows the requested identity and every SAN', async () => {
+    const running = await serve();
+    try {
+      clearQueue();
+      const dnsNames = ['node-k.internal', 'node-k.example.com'];
+      const ipAddresses = ['10.1.2.3', '2001:db8::7'];
+      const reply = await running.post(nativeBody('node-k', { dnsNames, ipAddresses }));
+      assert.equal(reply.status, 202, JSON.stringify(reply.json));
+      const name = reply.json['requestId'] as string;
+      const described = (
+        await run(toolPath('kubectl'), ['--kubeconfig', kubeconfigPath, 'describe', 'csr', name], {
+          timeout: 30_000,
+        })
+      ).stdout;
+      // Decoded by kubectl from spec.request: the serving request, which carries the names.
+      assert.match(
+        described,
+        /Subject:\n\s+Common Name:\s+system:node:node-k\n\s+Serial Number:\s*\n\s+Organization:\s+system:nodes/,
+      );
+      assert.match(
+        described,
+        /Subject Alternative Names:\n\s+DNS Names:\s+node-k\.internal\n\s+node-k\.example\.com\n\s+IP Addresses:\s+10\.1\.2\.3\n\s+2001:db8::7/,
+      );
+      // The summary annotation: what approving issues, every certificate and every name.
+      // kubectl 1.20 prints annotations as key=value (later versions as key: value), newlines kept.
+      assert.match(described, /bootstrap\.kops\.k8s\.io\/summary[=:]/);
+      assert.match(described, /kubelet: client certificate O=system:nodes, CN=system:node:node-k/);
+      assert.match(described, /kubelet-server: serving certificate O=system:nodes, CN=system:node:node-k/);
+      for (const san of [...dnsNames.map((d) => `DNS ${d}`), ...ipAddresses.map((ip) => `IP ${ip}`)]) {
+        assert.match(described, new RegExp(`^\\s+${san.replaceAll('.', '\\.')}$`, 'm'), san);
+      }
+      assert.match(described, /node name node-k is claimed by the requester, NOT verified/);
+      assert.match(described, /the addresses are requested by the requester, NOT verified/);
+    } finally {
+      await running.close();
+    }
+  });
+
+  test('concurrent requests cannot all pass the cap: each is counted before its CSR is created', async () => {
+    const running = await serve({ maxPending: 100, maxPendingPerSource: 2 });
+    try {
+      clearQueue();
+      while (running.queue.pendingCount() > 0) await new Promise((resolve) => setTimeout(resolve, 10));
+      const replies = await Promise.all(
+        Array.from({ length: 8 }, (_, i) => running.post(nativeBody(`node-p${i}`), '127.0.0.5')),
+      );
+      assert.deepEqual(replies.map((r) => r.status).sort(), [202, 202, 429, 429, 429, 429, 429, 429]);
+      assert.equal(queuedCsrs().length, 2);
+    } finally {
+      await running.close();
+    }
+  });
+
+  test('pending requests are capped per source and overall: 429 with Retry-After and a JSON reason', async () => {
+    const running = await serve({ maxPending: 3, maxPendingPerSource: 2 });
+    try {
+      clearQueue();
+      while (running.queue.pendingCount() > 0) await new Promise((resolve) => setTimeout(resolve, 10));
+      const first = nativeBody('node-c1');
+      assert.equal((await running.post(first)).status, 202);
+      assert.equal((await running.post(nativeBody('node-c2'))).status, 202);
+      const perSource = await running.post(nativeBody('node-c3'));
+      assert.equal(perSource.status, 429, JSON.stringify(perSource.json));
+      assert.equal((perSource.json['error'] as { reason: string }).reason, 'source-queue-full');
+      assert.match(String(perSource.headers['retry-after']), /^[1-9][0-9]*$/);
+      // A retry of a request already queued is answered, not refused.
+      assert.equal((await running.post(first)).status, 202);
+      // Another source still gets in, up to the overall cap.
+      assert.equal((await running.post(nativeBody('node-c4'), '127.0.0.2')).status, 202);
+      const overall = await running.post(nativeBody('node-c5'), '127.0.0.3');
+      assert.equal(overall.status, 429, JSON.stringify(overall.json));
+      assert.equal((overall.json['error'] as { reason: string }).reason, 'queue-full');
+      assert.match(String(overall.headers['retry-after']), /^[1-9][0-9]*$/);
+      assert.equal(queuedCsrs().length, 3, 'nothing beyond the caps was queued');
+      // A decision frees the slot.
+      const decided = queuedCsrs()[0] as KubeObject;
+      sim.store.update(
+        { ...decided, status: { conditions: [{ type: 'Denied', status: 'True', reason: 'Test' }] } },
+        { target: 'approval' },
+      );
+      while (running.queue.pendingCount() > 2) await new Promise((resolve) => setTimeout(resolve, 10));
+      assert.equal((await running.post(nativeBody('node-c6'), '127.0.0.3')).status, 202);
+    } finally {
+      await running.close();
+    }
   });
 });

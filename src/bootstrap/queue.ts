@@ -12,18 +12,32 @@
  *   evidence; otherwise the request is refused. The signer checks the seal again before signing.
  * - The evidence (claimed name, remote address, proof kind, the facts to certify) sits in
  *   annotations, for the human who decides and for the signer that issues exactly those facts.
+ * - What the admin is asked to approve is visible where they look: spec.request is the request that
+ *   carries the names (the serving one, when asked for), so `kubectl describe csr` decodes its
+ *   subject and every SAN, and the summary annotation spells out every certificate approving issues
+ *   and what was verified. Nothing is queued that could not be issued: a request naming the API
+ *   server or a wildcard, or not fitting its profile, is refused before a CSR exists.
+ * - The queue is bounded: at most `maxPending` undecided requests in all and `maxPendingPerSource`
+ *   from one source; beyond, a new request gets 429 with Retry-After. The signer expires undecided
+ *   requests after a TTL (queue-signer.ts).
  */
 import { createHash, createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
+import { isIP } from 'node:net';
 import type { CertificatesV1Api, KubeConfig, V1CertificateSigningRequest } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
-import { ConflictError, ForbiddenError, NotFoundError } from '../errors.ts';
+import { ConflictError, describeError, ForbiddenError, NotFoundError, RateLimitedError } from '../errors.ts';
 import { fromApiException } from '../kube/api-errors.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { type ParsedCsr, parseCsr } from '../pki/csr.ts';
+import { bytesToIp, ipToBytes } from '../pki/ip.ts';
 import { encodePem } from '../pki/pem.ts';
-import type { ProfileName } from '../pki/profiles.ts';
+import { type CertificatePlan, type ProfileName, profiles, subjectText } from '../pki/profiles.ts';
+import { defaultReservedNames, type ReservedNames } from '../pki/reserved-names.ts';
+import { withDeadline } from './dependency.ts';
+import { planForFacts } from './issue.ts';
+import { addressesAreVerified, nameIsVerified } from './policies/queue.ts';
 import type { BootstrapRequest, NodeFacts } from './types.ts';
 
 /** The signerName of queued bootstrap requests; only this controller signs for it. */
@@ -42,7 +56,63 @@ export const queueAnnotations = {
   seal: 'bootstrap.kops.k8s.io/seal',
   /** JSON map of further profiles to the certificate PEM the signer issued. */
   extraCertificates: 'bootstrap.kops.k8s.io/extra-certificates',
+  /**
+   * What approving issues, in words (`kubectl describe csr` shows it): every certificate with its
+   * subject and names, and what was verified. Not sealed: a display, never read back.
+   */
+  summary: 'bootstrap.kops.k8s.io/summary',
 } as const;
+
+/** How many requests may wait for a decision: in all, and from one source. */
+export interface QueueLimits {
+  maxPending: number;
+  maxPendingPerSource: number;
+}
+
+/** Enough for a large batch of machines joining at once; a flood from one address stops at 10. */
+export const defaultQueueLimits: QueueLimits = { maxPending: 1000, maxPendingPerSource: 10 };
+
+/**
+ * How long an undecided request waits before the signer expires it: longer than `join` waits by
+ * default (1 h), so a node still waiting is not expired under it, and well before Kubernetes' CSR
+ * cleaner deletes pending CSRs (24 h) without a trace in our audit trail. A request nobody waits for
+ * any more is only a hazard: approved late, it certifies whoever holds its key.
+ */
+export const defaultPendingTtlMs = 2 * 3_600_000;
+
+/**
+ * The Retry-After of a full queue: a slot frees only when a human decides or a request expires, so
+ * the node is asked to come back in a minute rather than in seconds.
+ */
+export const queueFullRetryAfterSeconds = 60;
+
+/** How long the node's request waits for the API server to create its CSR (default). */
+const defaultCreateTimeoutMs = 5_000;
+
+/** The reasons of the queue's own 429s: the overall cap, and the cap of one source. */
+export const queueFullReasons = { overall: 'queue-full', source: 'source-queue-full' } as const;
+
+/**
+ * Whether `err` is the queue refusing a new request beyond its caps: the queue's own answer (429),
+ * not a failure of the API server behind it, so it must not be turned into a dependency fault.
+ */
+export function isQueueFull(err: unknown): err is RateLimitedError {
+  const reason = err instanceof RateLimitedError ? err.details?.['reason'] : undefined;
+  return reason === queueFullReasons.overall || reason === queueFullReasons.source;
+}
+
+/**
+ * The source a pending request counts against: its IPv4 address (an IPv4-mapped one as IPv4), or
+ * the /64 of an IPv6 address, since one host commonly holds a whole /64.
+ */
+export function sourceOf(remoteAddress: string): string {
+  if (!isIP(remoteAddress)) return remoteAddress;
+  const bytes = ipToBytes(remoteAddress);
+  if (bytes.length === 4) return bytesToIp(bytes);
+  const mapped = bytes.subarray(0, 10).every((b) => b === 0) && bytes.readUInt16BE(10) === 0xffff;
+  if (mapped) return bytesToIp(bytes.subarray(12));
+  return `${bytesToIp(Buffer.concat([bytes.subarray(0, 8), Buffer.alloc(8)]))}/64`;
+}
 
 /** The label that lets admins select the queued requests of one node. */
 export const nodeLabel = 'bootstrap.kops.k8s.io/node';
@@ -64,7 +134,25 @@ export interface QueuedRequest {
   name: string;
   facts: NodeFacts;
   requests: Partial<Record<ProfileName, ParsedCsr>>;
+  /** The profile whose request is spec.request, and whose certificate goes to status.certificate. */
+  specProfile: ProfileName;
   object: V1CertificateSigningRequest;
+}
+
+/**
+ * The profile whose CSR is spec.request: the serving request when there is one, since it carries
+ * the names and `kubectl describe csr` decodes spec.request; else the kubelet client's.
+ */
+function specProfileOf(profileNames: readonly string[]): ProfileName {
+  return profileNames.includes('kubelet-server') ? 'kubelet-server' : 'kubelet';
+}
+
+/**
+ * The same choice read back from the sealed extra-requests: the one profile they do not hold. A
+ * request queued before the serving request moved to spec.request reads back as before.
+ */
+function specProfileOfExtra(extraProfiles: readonly string[]): ProfileName {
+  return extraProfiles.includes('kubelet') ? 'kubelet-server' : 'kubelet';
 }
 
 /** The deterministic CSR name for a key and a claimed node name. */
@@ -131,15 +219,23 @@ export function readQueuedRequest(csr: V1CertificateSigningRequest, sealKey: Buf
     );
   }
   const facts = parseJsonRecord(annotationOf(csr, queueAnnotations.facts), 'facts') as unknown as NodeFacts;
+  const { specProfile, requests } = requestsOf(csr);
+  return { name, facts, requests, specProfile, object: csr };
+}
+
+/** Every request of a queued CSR, parsed (and so signature-checked), and which one spec.request is. */
+function requestsOf(csr: V1CertificateSigningRequest): {
+  specProfile: ProfileName;
+  requests: Partial<Record<ProfileName, ParsedCsr>>;
+} {
+  const extra = parseJsonRecord(annotationOf(csr, queueAnnotations.extraRequests), 'extra-requests');
+  const specProfile = specProfileOfExtra(Object.keys(extra));
   const requests: Partial<Record<ProfileName, ParsedCsr>> = {
-    kubelet: parseCsr(Buffer.from(csr.spec?.request ?? '', 'base64')),
+    [specProfile]: parseCsr(Buffer.from(csr.spec?.request ?? '', 'base64')),
   };
-  for (const [profile, pem] of Object.entries(
-    parseJsonRecord(annotationOf(csr, queueAnnotations.extraRequests), 'extra-requests'),
-  )) {
+  for (const [profile, pem] of Object.entries(extra))
     requests[profile as ProfileName] = parseCsr(String(pem));
-  }
-  return { name, facts, requests, object: csr };
+  return { specProfile, requests };
 }
 
 function pemOfBase64(base64: string | undefined): string {
@@ -151,6 +247,9 @@ export function stateOf(csr: V1CertificateSigningRequest, sealKey: Buffer): Queu
   const queued = readQueuedRequest(csr, sealKey);
   const base = { name: queued.name, nodeName: queued.facts.nodeName };
   const denied = conditionOf(csr, 'Denied') ?? conditionOf(csr, 'Failed');
+  if (denied?.type === 'Failed' && denied.reason === expiredReason) {
+    return { state: 'denied', ...base, reasons: [`expired: ${denied.message ?? 'not decided in time'}`] };
+  }
   if (denied) {
     const reasons = [
       `${denied.type === 'Denied' ? 'denied' : 'signing failed'}: ${denied.reason ?? 'no reason given'}`,
@@ -168,7 +267,7 @@ export function stateOf(csr: V1CertificateSigningRequest, sealKey: Buffer): Queu
       ...base,
       facts: queued.facts,
       certificates: {
-        kubelet: pemOfBase64(csr.status.certificate),
+        [queued.specProfile]: pemOfBase64(csr.status.certificate),
         ...(Object.fromEntries(Object.entries(extra).map(([k, v]) => [k, String(v)])) as Partial<
           Record<ProfileName, string>
         >),
@@ -187,26 +286,124 @@ export function stateOf(csr: V1CertificateSigningRequest, sealKey: Buffer): Queu
   };
 }
 
-/** Builds the CSR object for a queued request (the kubelet CSR in the spec, the rest sealed in annotations). */
+/** The Failed reason with which the signer expires an undecided request. */
+export const expiredReason = 'Expired';
+
+/** One certificate approving a queued request issues, as people read it. */
+export interface QueuedCertificate {
+  profile: ProfileName;
+  usage: 'client' | 'server';
+  subject: string;
+  dnsNames: string[];
+  ipAddresses: string[];
+}
+
+function certificatesOfPlans(plans: Partial<Record<ProfileName, CertificatePlan>>): QueuedCertificate[] {
+  return (Object.entries(plans) as [ProfileName, CertificatePlan][]).map(([profile, plan]) => ({
+    profile,
+    usage: profiles[profile].usage,
+    subject: subjectText(plan.subject),
+    dnsNames: [...plan.altNames.dnsNames],
+    ipAddresses: [...plan.altNames.ipAddresses],
+  }));
+}
+
+/** What the summary says: who asks, for which certificates, and what of it was verified. */
+export interface QueuedSummary {
+  nodeName: string;
+  remoteAddress: string;
+  proof: string;
+  nameVerified: boolean;
+  addressesVerified: boolean;
+  certificates: readonly QueuedCertificate[];
+}
+
+/**
+ * The summary as lines, one name per line so that no line is cut (kubectl shortens long annotation
+ * lines): every certificate approving issues, every SAN, and plainly what is only claimed.
+ */
+export function summaryLines(summary: QueuedSummary): string[] {
+  const lines = [
+    `approving issues to ${summary.remoteAddress} (proof: ${summary.proof}):`,
+    ...certificateLines(summary.certificates),
+  ];
+  lines.push(
+    summary.nameVerified
+      ? `node name ${summary.nodeName} was verified by the approval policy`
+      : `node name ${summary.nodeName} is claimed by the requester, NOT verified`,
+  );
+  if (summary.certificates.some((c) => c.dnsNames.length || c.ipAddresses.length)) {
+    lines.push(
+      summary.addressesVerified
+        ? 'the addresses were verified by the approval policy'
+        : 'the addresses are requested by the requester, NOT verified',
+    );
+  }
+  return lines;
+}
+
+/** Each certificate's profile, kind and subject, then each of its names on a line of its own. */
+export function certificateLines(certificates: readonly QueuedCertificate[]): string[] {
+  return certificates.flatMap((certificate) => {
+    const names = [
+      ...certificate.dnsNames.map((name) => `DNS ${name}`),
+      ...certificate.ipAddresses.map((address) => `IP ${address}`),
+    ];
+    return [
+      `${certificate.profile}: ${certificate.usage === 'client' ? 'client' : 'serving'} certificate ${certificate.subject}`,
+      ...(names.length ? names : ['no subjectAltName']).map((name) => `  ${name}`),
+    ];
+  });
+}
+
+/** The usages of the certificates a request yields, for spec.usages. */
+function usagesOf(profileNames: readonly ProfileName[]): string[] {
+  const kinds = new Set(profileNames.map((profile) => profiles[profile].usage));
+  return [
+    'digital signature',
+    'key encipherment',
+    ...(kinds.has('client') ? ['client auth'] : []),
+    ...(kinds.has('server') ? ['server auth'] : []),
+  ];
+}
+
+/**
+ * Builds the CSR object for a queued request (the request carrying the names in the spec, the rest
+ * sealed in annotations). Everything is checked first, as the signer will check it: no name of the
+ * API server or wildcard (RequestRejectedError `reserved-name`), and every request fits its profile
+ * and the facts; so nothing is queued that an approval could not issue.
+ */
 export function queuedCsrObject(
   request: BootstrapRequest,
   facts: NodeFacts,
   sealKey: Buffer,
+  reserved: ReservedNames = defaultReservedNames,
 ): V1CertificateSigningRequest {
   const kubelet = request.certificates.kubelet;
   if (kubelet?.kind !== 'csr') {
     throw new ForbiddenError('only requests with a kubelet certificate signing request can be queued');
   }
+  const csrs = Object.fromEntries(
+    Object.entries(request.certificates).filter(([, csr]) => csr?.kind === 'csr'),
+  ) as Partial<Record<ProfileName, ParsedCsr>>;
+  const plans = planForFacts(csrs, facts, reserved);
+  const profileNames = Object.keys(csrs) as ProfileName[];
+  const specProfile = specProfileOf(profileNames);
   const name = queuedCsrName(kubelet.spki, request.claimedNodeName ?? facts.nodeName);
-  const spec = Buffer.from(encodePem('CERTIFICATE REQUEST', kubelet.der)).toString('base64');
+  const pemOf = (profile: ProfileName) => encodePem('CERTIFICATE REQUEST', (csrs[profile] as ParsedCsr).der);
+  const spec = Buffer.from(pemOf(specProfile)).toString('base64');
   const extraRequests = JSON.stringify(
-    Object.fromEntries(
-      Object.entries(request.certificates)
-        .filter(([profile, csr]) => profile !== 'kubelet' && csr?.kind === 'csr')
-        .map(([profile, csr]) => [profile, encodePem('CERTIFICATE REQUEST', (csr as ParsedCsr).der)]),
-    ),
+    Object.fromEntries(profileNames.filter((p) => p !== specProfile).map((p) => [p, pemOf(p)])),
   );
   const factsJson = JSON.stringify(facts);
+  const summary = summaryLines({
+    nodeName: facts.nodeName,
+    remoteAddress: request.remoteAddress,
+    proof: request.proof.kind,
+    nameVerified: nameIsVerified(facts),
+    addressesVerified: addressesAreVerified(facts),
+    certificates: certificatesOfPlans(plans),
+  });
   return {
     apiVersion: 'certificates.k8s.io/v1',
     kind: 'CertificateSigningRequest',
@@ -223,13 +420,95 @@ export function queuedCsrObject(
         [queueAnnotations.facts]: factsJson,
         [queueAnnotations.extraRequests]: extraRequests,
         [queueAnnotations.seal]: sealOf(sealKey, name, spec, factsJson, extraRequests),
+        [queueAnnotations.summary]: summary.join('\n'),
       },
     },
-    spec: {
-      request: spec,
-      signerName: bootstrapSignerName,
-      usages: ['digital signature', 'key encipherment', 'client auth'],
-    },
+    spec: { request: spec, signerName: bootstrapSignerName, usages: usagesOf(profileNames) },
+  };
+}
+
+/** A queued CSR as people read it, for `requests list|show`. */
+export interface QueuedCsrView extends QueuedSummary {
+  name: string;
+  claimedNode: string;
+  instanceGroup: string;
+  evidence: Record<string, string>;
+  /** Who created the CSR, as the API server recorded it (spec.username: no requester can set it). */
+  createdBy: string;
+  createdByGroups: string[];
+  /** Why the certificates could not be worked out; those listed are then the raw requests. */
+  problem?: string;
+}
+
+function factsAnnotationOf(csr: V1CertificateSigningRequest): Partial<NodeFacts> {
+  try {
+    return parseJsonRecord(annotationOf(csr, queueAnnotations.facts), 'facts') as Partial<NodeFacts>;
+  } catch {
+    return {};
+  }
+}
+
+function stringRecord(value: unknown): Record<string, string> {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return {};
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, String(v)]));
+}
+
+function strings(value: unknown): string[] {
+  return Array.isArray(value) ? value.map(String) : [];
+}
+
+/**
+ * Nothing reserved: a view shows every name a certificate would carry, reserved or not; refusing
+ * them is the server's and the signer's part, with the cluster's own reserved set.
+ */
+const showEveryName: ReservedNames = { dnsNames: new Set(), ipAddresses: new Set() };
+
+/**
+ * What a queued CSR asks for, worked out as the signer would (the same planning against its facts),
+ * but WITHOUT the seal, which only the controller can check: so the view names who created the CSR,
+ * and `nameVerified` is true only on the controller's own verified mark. When the requests do not
+ * parse or plan (a forged or altered object), the raw requested subjects and names are listed with
+ * the problem.
+ */
+export function viewOfQueuedCsr(csr: V1CertificateSigningRequest): QueuedCsrView {
+  const facts = factsAnnotationOf(csr);
+  const nodeName = typeof facts.nodeName === 'string' ? facts.nodeName : '';
+  const evidence = stringRecord(facts.evidence);
+  let certificates: QueuedCertificate[] = [];
+  let problem: string | undefined;
+  let requests: Partial<Record<ProfileName, ParsedCsr>> = {};
+  try {
+    requests = requestsOf(csr).requests;
+    const plans = planForFacts(
+      requests,
+      { nodeName, dnsNames: strings(facts.dnsNames), ipAddresses: strings(facts.ipAddresses), evidence },
+      showEveryName,
+    );
+    certificates = certificatesOfPlans(plans);
+  } catch (err) {
+    problem = describeError(err);
+    certificates = (Object.entries(requests) as [ProfileName, ParsedCsr][]).map(([profile, parsed]) => ({
+      profile,
+      usage: profiles[profile]?.usage ?? 'client',
+      subject: parsed.subject.text,
+      dnsNames: parsed.extensions.subjectAltName?.dnsNames ?? [],
+      ipAddresses: parsed.extensions.subjectAltName?.ipAddresses ?? [],
+    }));
+  }
+  return {
+    name: csr.metadata?.name ?? '',
+    nodeName,
+    claimedNode: annotationOf(csr, queueAnnotations.claimedNode),
+    remoteAddress: annotationOf(csr, queueAnnotations.remoteAddress),
+    proof: annotationOf(csr, queueAnnotations.proof),
+    instanceGroup: typeof facts.instanceGroup === 'string' ? facts.instanceGroup : '',
+    evidence,
+    nameVerified: nameIsVerified({ evidence }),
+    addressesVerified: addressesAreVerified({ evidence }),
+    certificates,
+    createdBy: csr.spec?.username ?? '',
+    createdByGroups: csr.spec?.groups ?? [],
+    ...(problem === undefined ? {} : { problem }),
   };
 }
 
@@ -239,10 +518,21 @@ export interface CsrQueueOptions {
   /** For the informer that serves polls from a cache. */
   kubeConfig: KubeConfig;
   ca: CertificateAuthority;
+  /** The caps on undecided requests (default {@link defaultQueueLimits}). */
+  limits?: Partial<QueueLimits>;
+  /** The names no queued request may ask for (default: defaultReservedNames). */
+  reserved?: ReservedNames;
+  /** How long a submission waits for the API server to create its CSR (default 5 s). */
+  createTimeoutMs?: number;
   /** Queue depth (pending requests) is reported here, when given. */
   onDepth?: (pending: number) => void;
   registry?: Registry;
   logger?: Logger;
+}
+
+/** Whether a CSR waits for a decision: not approved, denied or failed, and not signed. */
+export function isUndecided(csr: V1CertificateSigningRequest): boolean {
+  return !csr.status?.conditions?.length && !csr.status?.certificate;
 }
 
 /** The informer over the CSRs of {@link bootstrapSignerName}, shared by the queue and the signer. */
@@ -268,31 +558,81 @@ export class CsrQueue {
   readonly #sealKey: Buffer;
   readonly #informer: Informer<V1CertificateSigningRequest>;
   readonly #waiters = new Map<string, Set<() => void>>();
-  readonly #pending = new Set<string>();
+  /** The undecided requests this controller sealed, by name, with the source each counts against. */
+  readonly #pending = new Map<string, string>();
+  readonly #pendingBySource = new Map<string, number>();
+  readonly #limits: QueueLimits;
+  readonly #reserved: ReservedNames;
   readonly #logger: Logger;
 
   constructor(options: CsrQueueOptions) {
     this.#options = options;
     this.#sealKey = sealKeyOf(options.ca);
+    this.#limits = { ...defaultQueueLimits, ...options.limits };
+    this.#reserved = options.reserved ?? defaultReservedNames;
     this.#logger = options.logger ?? silentLogger;
     this.#informer = bootstrapCsrInformer(options.kubeConfig, {
       logger: this.#logger,
       registry: options.registry,
     });
-    // The pending set is kept per event, so the depth costs O(1) per change even with thousands queued.
     const changed = (csr: V1CertificateSigningRequest, deleted = false) => {
       const name = csr.metadata?.name ?? '';
-      const undecided = !deleted && !csr.status?.conditions?.length && !csr.status?.certificate;
-      if (undecided) this.#pending.add(name);
-      else this.#pending.delete(name);
+      this.#observe(name, deleted ? undefined : csr);
       this.#wake(name);
-      this.#options.onDepth?.(this.#pending.size);
     };
     this.#informer.addHandlers({
       add: (csr) => changed(csr),
       update: (_old, csr) => changed(csr),
       delete: (csr) => changed(csr, true),
     });
+  }
+
+  /**
+   * Counts `csr` as pending or not. Kept per event, so the depth and the caps cost O(1) per change
+   * even with thousands queued. Only requests this controller sealed count: CSRs that anyone with
+   * CSR rights can create under our signer cannot fill the queue or a victim's share of it.
+   */
+  #observe(name: string, csr: V1CertificateSigningRequest | undefined): void {
+    const pending = csr && isUndecided(csr) && hasValidSeal(csr, this.#sealKey);
+    this.#count(name, pending ? sourceOf(annotationOf(csr, queueAnnotations.remoteAddress)) : undefined);
+  }
+
+  /** Records `name` as pending from `source`, or (undefined) as not pending. */
+  #count(name: string, source: string | undefined): void {
+    const before = this.#pending.get(name);
+    if (before === source) return;
+    if (before !== undefined) {
+      const left = (this.#pendingBySource.get(before) ?? 1) - 1;
+      if (left > 0) this.#pendingBySource.set(before, left);
+      else this.#pendingBySource.delete(before);
+      this.#pending.delete(name);
+    }
+    if (source !== undefined) {
+      this.#pending.set(name, source);
+      this.#pendingBySource.set(source, (this.#pendingBySource.get(source) ?? 0) + 1);
+    }
+    this.#options.onDepth?.(this.#pending.size);
+  }
+
+  /** Refuses a new request beyond the caps: 429 with Retry-After, the reason saying which cap. */
+  #admit(source: string): void {
+    const retry = { retryAfterSeconds: queueFullRetryAfterSeconds };
+    const { maxPending, maxPendingPerSource } = this.#limits;
+    if (this.#pending.size >= maxPending) {
+      throw new RateLimitedError(
+        `${this.#pending.size} bootstrap requests already wait for approval, the most the queue holds ` +
+          `(bootstrap.queue.maxPending); retry in ${retry.retryAfterSeconds} s`,
+        { details: { reason: queueFullReasons.overall, ...retry } },
+      );
+    }
+    const fromSource = this.#pendingBySource.get(source) ?? 0;
+    if (fromSource >= maxPendingPerSource) {
+      throw new RateLimitedError(
+        `${fromSource} bootstrap requests from ${source} already wait for approval, the most one source may ` +
+          `have waiting (bootstrap.queue.maxPendingPerSource); retry in ${retry.retryAfterSeconds} s`,
+        { details: { reason: queueFullReasons.source, ...retry } },
+      );
+    }
   }
 
   /** Starts the informer. */
@@ -321,22 +661,40 @@ export class CsrQueue {
    * deterministic name that holds another key, or that this controller did not seal, is refused.
    */
   async submit(request: BootstrapRequest, facts: NodeFacts): Promise<QueueState> {
-    const object = queuedCsrObject(request, facts, this.#sealKey);
+    const object = queuedCsrObject(request, facts, this.#sealKey, this.#reserved);
     const name = object.metadata?.name as string;
+    // A retry of a request already waiting takes no new slot; a new one is counted before it is
+    // created, so that concurrent submissions cannot all pass the caps.
+    const retry = this.#pending.has(name);
+    if (!retry) {
+      const source = sourceOf(request.remoteAddress);
+      this.#admit(source);
+      this.#count(name, source);
+    }
     try {
-      await this.#options.certificates.createCertificateSigningRequest({ body: object });
+      // A create that times out may still have been written: the node's retry finds it as a conflict.
+      await withDeadline(
+        this.#options.certificates.createCertificateSigningRequest({ body: object }),
+        this.#options.createTimeoutMs ?? defaultCreateTimeoutMs,
+        `create certificate signing request ${name}`,
+      );
       this.#logger.info({ csr: name, node: facts.nodeName }, 'request queued for approval');
       return stateOf(object, this.#sealKey);
     } catch (err) {
       const error = fromApiException(err, `create certificate signing request ${name}`);
-      if (error.kind !== 'conflict') throw error;
+      if (error.kind !== 'conflict') {
+        if (!retry) this.#count(name, undefined);
+        throw error;
+      }
     }
     const existing = await this.#read(name);
+    this.#observe(name, existing);
     if (!existing)
       throw new ConflictError(`certificate signing request ${name} vanished while being created; retry`);
-    const existingKey = this.#spkiOf(existing);
+    // spec.request may be the serving request: compare the kubelet client key the seal covers.
+    const existingKey = this.#kubeletKeyOf(existing);
     const ourKey = request.certificates.kubelet?.spki as Buffer;
-    if (!existingKey?.equals(ourKey) || !hasValidSeal(existing, this.#sealKey)) {
+    if (!existingKey?.equals(ourKey)) {
       throw new ConflictError(
         `a certificate signing request named ${name} already exists but holds another public key or was not created by kops-controller; ` +
           `an admin must inspect it (kubectl get csr ${name} -o yaml) and delete it`,
@@ -393,9 +751,11 @@ export class CsrQueue {
     for (const done of [...(this.#waiters.get(name) ?? [])]) done();
   }
 
-  #spkiOf(csr: V1CertificateSigningRequest): Buffer | undefined {
+  /** The kubelet client key of a CSR this controller sealed; undefined for any other CSR. */
+  #kubeletKeyOf(csr: V1CertificateSigningRequest): Buffer | undefined {
+    if (!hasValidSeal(csr, this.#sealKey)) return undefined;
     try {
-      return parseCsr(Buffer.from(csr.spec?.request ?? '', 'base64')).spki;
+      return readQueuedRequest(csr, this.#sealKey).requests.kubelet?.spki;
     } catch {
       return undefined;
     }

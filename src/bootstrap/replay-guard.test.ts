@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { KopsError } from '../errors.ts';
 import { makeClients } from '../kube/client.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
@@ -12,6 +13,18 @@ import {
 } from './replay-guard.ts';
 
 const digest = 'ab'.repeat(32);
+/** The SHA-256 (hex) of the request that spends the proof, and of another request. */
+const request = '01'.repeat(32);
+const otherRequest = '02'.repeat(32);
+
+/** Asserts a dependency fault naming the API server: a 503 to the node, never a replay (403). */
+function isApiServerFault(err: unknown): boolean {
+  assert.ok(err instanceof KopsError, String(err));
+  assert.equal(err.kind, 'unavailable', err.message);
+  assert.equal(err.details?.['reason'], 'dependency-unavailable');
+  assert.equal(err.details?.['dependency'], 'kubernetes-api');
+  return true;
+}
 
 test('ConfigMapReplayGuard: one claim wins across replicas, the rest see a replay; GC drops expired markers', async () => {
   const sim = await startApiServer();
@@ -19,10 +32,13 @@ test('ConfigMapReplayGuard: one claim wins across replicas, the rest see a repla
     const replicaA = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core });
     const replicaB = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core });
     const expires = new Date('2026-03-01T12:05:00Z');
-    const results = await Promise.all([replicaA.claim(digest, expires), replicaB.claim(digest, expires)]);
+    const results = await Promise.all([
+      replicaA.claim(digest, expires, request),
+      replicaB.claim(digest, expires, otherRequest),
+    ]);
     assert.deepEqual(results.sort(), [false, true]);
-    assert.equal(await replicaA.claim(digest, expires), false);
-    assert.equal(await replicaA.claim('cd'.repeat(32), new Date('2026-03-01T13:00:00Z')), true);
+    assert.equal(await replicaA.claim(digest, expires, '03'.repeat(32)), false);
+    assert.equal(await replicaA.claim('cd'.repeat(32), new Date('2026-03-01T13:00:00Z'), request), true);
 
     const core = makeClients(sim.kubeConfig()).core;
     const marker = await core.readNamespacedConfigMap({ name: markerName(digest), namespace: 'kube-system' });
@@ -42,13 +58,96 @@ test('ConfigMapReplayGuard: one claim wins across replicas, the rest see a repla
   }
 });
 
-test('MemoryReplayGuard forgets a digest only after it expires', async () => {
+test('ConfigMapReplayGuard: the marker records the request; the same request again is its own retry, another is a replay', async () => {
+  const sim = await startApiServer();
+  try {
+    const guard = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core });
+    const expires = new Date('2026-03-01T12:05:00Z');
+    assert.equal(await guard.claim(digest, expires, request), true);
+    assert.equal(await guard.claim(digest, expires, request), true, 'the same request, retried');
+    assert.equal(await guard.claim(digest, expires, otherRequest), false, 'the proof on another request');
+  } finally {
+    await sim.close();
+  }
+});
+
+test('attack: a marker write committed though the API server answered 503 — the retry passes, a replay does not', async () => {
+  const sim = await startApiServer();
+  try {
+    const guard = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core });
+    const expires = new Date('2026-03-01T12:05:00Z');
+    sim.faults.errors({
+      resource: 'configmaps',
+      verbs: ['create'],
+      count: 1,
+      status: 503,
+      afterCommit: true,
+    });
+    await assert.rejects(guard.claim(digest, expires, request), isApiServerFault);
+    assert.equal(await guard.claim(digest, expires, request), true, 'the node retries the same request');
+    assert.equal(await guard.claim(digest, expires, otherRequest), false, 'someone else replays the proof');
+  } finally {
+    await sim.close();
+  }
+});
+
+test('a marker write answered 503, 429 or not at all in time is a dependency fault, never a replay', async () => {
+  const sim = await startApiServer();
+  try {
+    const guard = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core, timeoutMs: 300 });
+    const expires = new Date('2026-03-01T12:05:00Z');
+    for (const status of [503, 429, 500] as const) {
+      sim.faults.errors({ resource: 'configmaps', verbs: ['create'], count: 1, status });
+      await assert.rejects(guard.claim(digest, expires, request), isApiServerFault, `HTTP ${status}`);
+    }
+    sim.faults.errors({
+      resource: 'configmaps',
+      verbs: ['create'],
+      count: 1,
+      status: 429,
+      retryAfterSeconds: 30,
+    });
+    await assert.rejects(guard.claim(digest, expires, request), (err: unknown) => {
+      assert.ok(isApiServerFault(err));
+      assert.equal(
+        (err as KopsError).details?.['retryAfterSeconds'],
+        30,
+        "the API server's own wait is kept",
+      );
+      return true;
+    });
+    sim.faults.latency(3_000, { resource: 'configmaps', verbs: ['create'] });
+    await assert.rejects(guard.claim(digest, expires, request), isApiServerFault, 'no answer in time');
+    sim.faults.reset();
+    // Whether or not the slow write landed meanwhile, the same request now passes.
+    assert.equal(await guard.claim(digest, expires, request), true);
+  } finally {
+    await sim.close();
+  }
+});
+
+test('a marker that exists but cannot be read back is a dependency fault', async () => {
+  const sim = await startApiServer();
+  try {
+    const guard = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core });
+    const expires = new Date('2026-03-01T12:05:00Z');
+    assert.equal(await guard.claim(digest, expires, request), true);
+    sim.faults.errors({ resource: 'configmaps', verbs: ['get'], count: 1, status: 503 });
+    await assert.rejects(guard.claim(digest, expires, otherRequest), isApiServerFault);
+    assert.equal(await guard.claim(digest, expires, otherRequest), false);
+  } finally {
+    await sim.close();
+  }
+});
+
+test('MemoryReplayGuard forgets a digest only after it expires; the same request again is its retry', async () => {
   let now = 0;
   const guard = new MemoryReplayGuard(() => now);
-  assert.equal(await guard.claim(digest, new Date(1000)), true);
-  assert.equal(await guard.claim(digest, new Date(1000)), false);
+  assert.equal(await guard.claim(digest, new Date(1000), request), true);
+  assert.equal(await guard.claim(digest, new Date(1000), otherRequest), false);
+  assert.equal(await guard.claim(digest, new Date(1000), request), true);
   now = 2000;
-  assert.equal(await guard.claim(digest, new Date(3000)), true);
+  assert.equal(await guard.claim(digest, new Date(3000), otherRequest), true);
 });
 
 test('markerName is a DNS label', () => {

@@ -1,60 +1,107 @@
 /**
  * One-time use of a signed proof across every controller replica. A proof's digest is claimed by
  * creating a ConfigMap named after it in the apiserver: creation is atomic, so of two replicas (or two
- * requests) presenting the same signature exactly one wins and the other gets 409 AlreadyExists,
- * which means "replayed". Each marker carries its expiry in a label; `collectGarbage` deletes the
- * expired ones, since a proof that old fails the freshness check anyway.
+ * requests) presenting the same signature exactly one wins and the other gets 409 AlreadyExists.
+ * Each marker carries its expiry in a label; `collectGarbage` deletes the expired ones, since a
+ * proof that old fails the freshness check anyway.
+ *
+ * A proof is spent on one request: the marker records the SHA-256 of the request body that spent
+ * it, and the same request presented again with the same proof is that request's retry, not a
+ * replay. This matters because a write the apiserver answered with a 503 or not in time may still
+ * have been committed: without the record the node's retry would meet its own marker and be refused
+ * for good. Letting the byte-identical request through again gives nothing away — it can only
+ * certify the keys named in that body, whose private halves never left the node — while the proof
+ * presented with any other body (other keys) is refused as a replay.
+ *
+ * Any other failure of the apiserver (5xx, 429, no answer within the deadline, even a refusal of
+ * our own permissions) is a dependency fault: the node is told to retry, never that it was refused.
  */
-import type { CoreV1Api } from '@kubernetes/client-node';
+import { createHash } from 'node:crypto';
+import type { CoreV1Api, V1ConfigMap } from '@kubernetes/client-node';
 import { describeError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
 import { type Clock, sleep, systemClock } from '../kube/clock.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
+import { dependencyFault, withDeadline } from './dependency.ts';
 
-/** Records proofs as used; `claim` is true the first time a digest is seen and false ever after. */
+/**
+ * Records proofs as used. `claim` is true the first time a digest is seen, and again whenever the
+ * same request (`request`: the hex SHA-256 of its body) presents it; false when another request
+ * already spent it. It throws a dependency fault when it cannot tell.
+ */
 export interface ReplayGuard {
-  claim(digest: string, expiresAt: Date): Promise<boolean>;
+  claim(digest: string, expiresAt: Date, request: string): Promise<boolean>;
 }
 
 /** The label every marker carries (its value: the expiry, seconds since the epoch). */
 export const replayExpiresLabel = 'kops-controller.k8s.io/replay-guard-expires';
+/** The annotation naming the request that spent the proof: the hex SHA-256 of its body. */
+export const replayRequestAnnotation = 'kops-controller.k8s.io/replay-guard-request';
 /** Marker names: this prefix and the first 40 hex digits of the digest. */
 export const replayMarkerPrefix = 'bootstrap-proof-';
+/** How long one apiserver call of `claim` may take before the node is told to retry (default). */
+export const defaultReplayGuardTimeoutMs = 5_000;
 
 /** Options of {@link ConfigMapReplayGuard}. */
 export interface ConfigMapReplayGuardOptions {
   core: CoreV1Api;
   /** Where markers live (default kube-system, readable only by cluster admins). */
   namespace?: string;
+  /** Deadline of each apiserver call of `claim` (default {@link defaultReplayGuardTimeoutMs}). */
+  timeoutMs?: number;
 }
 
 /** A {@link ReplayGuard} shared by all replicas through ConfigMaps in the apiserver. */
 export class ConfigMapReplayGuard implements ReplayGuard {
   readonly #core: CoreV1Api;
   readonly #namespace: string;
+  readonly #timeoutMs: number;
 
   constructor(options: ConfigMapReplayGuardOptions) {
     this.#core = options.core;
     this.#namespace = options.namespace ?? 'kube-system';
+    this.#timeoutMs = options.timeoutMs ?? defaultReplayGuardTimeoutMs;
   }
 
-  /** Creates the marker of `digest` (hex); false when it already exists (a replay). */
-  async claim(digest: string, expiresAt: Date): Promise<boolean> {
+  /** Creates the marker of `digest` (hex) for `request`; when it exists, whether it is `request`'s. */
+  async claim(digest: string, expiresAt: Date, request: string): Promise<boolean> {
+    const name = markerName(digest);
     try {
-      await this.#core.createNamespacedConfigMap({
-        namespace: this.#namespace,
-        body: {
-          metadata: {
-            name: markerName(digest),
-            labels: { [replayExpiresLabel]: String(Math.ceil(expiresAt.getTime() / 1000)) },
+      await this.#call('record a bootstrap proof as used', () =>
+        this.#core.createNamespacedConfigMap({
+          namespace: this.#namespace,
+          body: {
+            metadata: {
+              name,
+              labels: { [replayExpiresLabel]: String(Math.ceil(expiresAt.getTime() / 1000)) },
+              annotations: { [replayRequestAnnotation]: request },
+            },
           },
-        },
-      });
+        }),
+      );
       return true;
     } catch (err) {
-      if (httpStatusOfApiError(err) === 409) return false;
-      throw fromApiException(err, 'recording a bootstrap proof as used');
+      if (httpStatusOfApiError(err) !== 409) throw dependencyFault('kubernetes-api', err);
+    }
+    let marker: V1ConfigMap;
+    try {
+      marker = await this.#call(`read ${name}`, () =>
+        this.#core.readNamespacedConfigMap({ name, namespace: this.#namespace }),
+      );
+    } catch (err) {
+      // Also a 404: the marker was collected in between, so ask again (the proof has expired by then).
+      throw dependencyFault('kubernetes-api', err);
+    }
+    return marker.metadata?.annotations?.[replayRequestAnnotation] === request;
+  }
+
+  /** One apiserver call within the deadline; failures as typed errors, a 409 kept as it came. */
+  async #call<T>(action: string, call: () => Promise<T>): Promise<T> {
+    try {
+      return await withDeadline(call(), this.#timeoutMs, action);
+    } catch (err) {
+      throw httpStatusOfApiError(err) === 409 ? err : fromApiException(err, action);
     }
   }
 
@@ -116,21 +163,27 @@ export class ReplayMarkerCollector implements LeaderComponent {
 
 /** A {@link ReplayGuard} for one process (tests, `explain`, a single replica without an apiserver). */
 export class MemoryReplayGuard implements ReplayGuard {
-  readonly #used = new Map<string, number>();
+  readonly #used = new Map<string, { expiry: number; request: string }>();
   readonly #now: () => number;
 
   constructor(now: () => number = Date.now) {
     this.#now = now;
   }
 
-  /** Records `digest`; false when it was recorded before and has not expired. */
-  async claim(digest: string, expiresAt: Date): Promise<boolean> {
+  /** Records `digest` for `request`; false when another request recorded it and it has not expired. */
+  async claim(digest: string, expiresAt: Date, request: string): Promise<boolean> {
     const now = this.#now();
-    for (const [d, expiry] of this.#used) if (expiry < now) this.#used.delete(d);
-    if (this.#used.has(digest)) return false;
-    this.#used.set(digest, expiresAt.getTime());
+    for (const [d, use] of this.#used) if (use.expiry < now) this.#used.delete(d);
+    const used = this.#used.get(digest);
+    if (used) return used.request === request;
+    this.#used.set(digest, { expiry: expiresAt.getTime(), request });
     return true;
   }
+}
+
+/** What a marker records of the request that spent a proof: the hex SHA-256 of its exact body. */
+export function requestDigest(body: Uint8Array): string {
+  return createHash('sha256').update(body).digest('hex');
 }
 
 /** The ConfigMap name of a digest: a valid DNS label, 56 characters. */

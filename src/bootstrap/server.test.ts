@@ -18,6 +18,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import fc from 'fast-check';
 import { Registry } from 'prom-client';
 import { parseConfig } from '../config/loader.ts';
+import { assertTlsPolicy, eventually, idleCrowd } from '../net/testing.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { saveCa } from '../pki/folder.ts';
@@ -254,7 +255,8 @@ describe('bootstrap server', () => {
         'kubelet-server': buildCsrPem(generateKey(), {
           subject: { commonName: 'node-a', organizations: [] },
           ipAddresses: ['10.0.0.1', '10.9.9.9'],
-          dnsNames: ['kubernetes.default.svc'],
+          // Not one of the API server's names: those are refused before any policy (reserved-name).
+          dnsNames: ['node-b.internal'],
         }),
       }),
       'Bearer node-a',
@@ -681,7 +683,7 @@ describe('bootstrap server limits on slow clients, and readiness', () => {
   test('a client that never finishes its headers, or its body, is answered 408 and cut off in time', async () => {
     const sim = await startApiServer();
     const { boot, ca } = await standaloneServer(sim.kubeConfig(), {
-      timeouts: { headersTimeout: 300, requestTimeout: 600, connectionsCheckingInterval: 50 },
+      connectionLimits: { headersTimeout: 300, requestTimeout: 600, connectionsCheckingInterval: 50 },
     });
     try {
       const json = 'Host: x\r\nContent-Type: application/json\r\n';
@@ -742,6 +744,142 @@ describe('bootstrap server rate limit', () => {
       assert.equal((await get('/healthz')).status, 200);
     } finally {
       await boot.close();
+      await sim.close();
+    }
+  });
+});
+
+/** Requests `path` from a standalone server over a connection from `localAddress` (or an `agent`'s). */
+function requestFrom(
+  { boot, ca }: { boot: RunningBootstrap; ca: CertificateAuthority },
+  path: string,
+  from: { localAddress?: string; agent?: Agent; method?: string; body?: string },
+): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      `${boot.server.url}${path}`,
+      {
+        ca: bundlePem(ca),
+        method: from.method ?? 'GET',
+        ...(from.agent ? { agent: from.agent } : { agent: false, localAddress: from.localAddress }),
+        headers: from.body === undefined ? {} : { 'content-type': 'application/json' },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }),
+        );
+      },
+    );
+    req.on('error', reject);
+    req.end(from.body);
+  });
+}
+
+/** `count` loopback source addresses other than the server's own 127.0.0.1, from 127.0.1.1 on. */
+const loopbackSources = (count: number) => Array.from({ length: count }, (_, i) => `127.0.1.${i + 1}`);
+
+describe('bootstrap server connection limits', () => {
+  test('idle connections that never send a byte are closed after the idle timeout; the count returns to zero', async () => {
+    const sim = await startApiServer();
+    const server = await standaloneServer(sim.kubeConfig(), {
+      connectionLimits: { keepAliveTimeout: 1_000, maxConnectionsPerSource: 1_000 },
+    });
+    const crowd = await idleCrowd(server.boot.server.address.port, 3_000, loopbackSources(10));
+    try {
+      assert.equal(crowd.sockets.filter((s) => s.connected).length, 3_000, 'every connection was accepted');
+      await crowd.settled(15_000);
+      assert.equal(crowd.open().length, 0, 'every idle connection was closed');
+      assert.ok(
+        crowd.sockets.every((s) => !s.closedByUs),
+        'the server closed them',
+      );
+      assert.equal(await eventually(() => server.boot.server.openConnections(), 0), 0);
+      assert.equal((await getFrom(server, '/healthz')).status, 200);
+    } finally {
+      await crowd.release();
+      await server.boot.close();
+      await sim.close();
+    }
+  });
+
+  test('a source over its cap is refused as it connects; its established connection, other sources and /healthz are served', async () => {
+    const sim = await startApiServer();
+    const registry = new Registry();
+    const server = await standaloneServer(sim.kubeConfig(), {
+      registry,
+      connectionLimits: { maxConnectionsPerSource: 50, keepAliveTimeout: 60_000 },
+    });
+    const { port } = server.boot.server.address;
+    // The flooding address already holds a kept-alive connection with work on it.
+    const established = new Agent({ keepAlive: true, maxSockets: 1, localAddress: '127.0.0.3' });
+    assert.equal((await requestFrom(server, '/healthz', { agent: established })).status, 200);
+    const crowd = await idleCrowd(port, 2_000, ['127.0.0.3']);
+    try {
+      assert.equal(await eventually(() => crowd.open().length, 49), 49, 'held up to the cap of 50');
+      const refused = crowd.sockets.filter((s) => s.closedAfterMs !== undefined);
+      assert.equal(refused.length, 1_951);
+      assert.ok(refused.every((s) => !s.closedByUs));
+      // Existing work goes on, on the connection the source already had.
+      assert.equal((await requestFrom(server, '/healthz', { agent: established })).status, 200);
+      // Another source is served in full: health, and a join request decided by the (empty) chain.
+      assert.equal((await requestFrom(server, '/healthz', { localAddress: '127.0.0.2' })).status, 200);
+      const decided = await requestFrom(server, '/v1/certificates', {
+        localAddress: '127.0.0.2',
+        method: 'POST',
+        body: body({ kubelet: kubeletCsr(generateKey(), 'node-a') }),
+      });
+      assert.equal(decided.status, 403, decided.text);
+      assert.match(
+        await registry.metrics(),
+        /^kops_controller_connections_refused_total\{server="bootstrap",reason="per-source"\} 1951$/m,
+      );
+    } finally {
+      await crowd.release();
+      established.destroy();
+    }
+    try {
+      assert.equal(await eventually(() => server.boot.server.openConnections(), 0), 0);
+    } finally {
+      await server.boot.close();
+      await sim.close();
+    }
+  });
+
+  test('beyond the overall cap new connections are refused at once; once the crowd is gone, they are served again', async () => {
+    const sim = await startApiServer();
+    const server = await standaloneServer(sim.kubeConfig(), {
+      connectionLimits: { maxConnections: 200, maxConnectionsPerSource: 1_000, keepAliveTimeout: 60_000 },
+    });
+    const crowd = await idleCrowd(server.boot.server.address.port, 1_000, loopbackSources(10));
+    try {
+      assert.equal(await eventually(() => crowd.open().length, 200), 200);
+      assert.ok(crowd.sockets.every((s) => !s.closedByUs));
+      await assert.rejects(requestFrom(server, '/healthz', { localAddress: '127.0.0.2' }));
+    } finally {
+      await crowd.release();
+    }
+    try {
+      assert.equal(await eventually(() => server.boot.server.openConnections(), 0), 0);
+      assert.equal((await requestFrom(server, '/healthz', { localAddress: '127.0.0.2' })).status, 200);
+    } finally {
+      await server.boot.close();
+      await sim.close();
+    }
+  });
+});
+
+describe('bootstrap server TLS', () => {
+  test('TLS 1.3 by default; TLS 1.2 only with an AEAD suite; CBC-only clients and renegotiation are refused (openssl s_client)', async () => {
+    const sim = await startApiServer();
+    const server = await standaloneServer(sim.kubeConfig());
+    const { port } = server.boot.server.address;
+    const caFile = scratchFile('ca.pem', bundlePem(server.ca));
+    try {
+      await assertTlsPolicy(port, caFile);
+    } finally {
+      await server.boot.close();
       await sim.close();
     }
   });

@@ -1,14 +1,13 @@
 /**
  * The bootstrap HTTPS server (`server.Listen`, kops' :3988). It runs on every replica, serves
  * `/healthz`, `/readyz`, `/cluster-info` (mounted), the native API (`/v1/...`) and kops' `/bootstrap`,
- * and defends itself: TLS 1.2+, a 64 KiB body limit, header and request timeouts, a token bucket per
- * source address (429 + Retry-After), JSON errors for every bad input and never a crash. Shutdown is
- * graceful: the listener closes, long-polls are released, in-flight requests get a grace period.
+ * and defends itself: the connection caps, timeouts and TLS policy every server of the product has
+ * (src/net/hardened-server.ts), a 64 KiB body limit, a token bucket per source address (429 +
+ * Retry-After), JSON errors for every bad input and never a crash. Shutdown is graceful: the
+ * listener closes, long-polls are released, in-flight requests get a grace period.
  */
 import { readFile } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createServer, type Server } from 'node:https';
-import type { AddressInfo } from 'node:net';
 import { CertificatesV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { type Registry, register } from 'prom-client';
 import type { Config } from '../config/schema.ts';
@@ -22,6 +21,12 @@ import {
 } from '../errors.ts';
 import { reuseConnections } from '../kube/connection-reuse.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import {
+  type ConnectionLimits,
+  type HardenedServer,
+  sourceAddress,
+  startHardenedServer,
+} from '../net/hardened-server.ts';
 import { warnIfSessionTicketsOn } from '../net/openssl-config.ts';
 import { readBody } from '../net/read-body.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
@@ -29,7 +34,6 @@ import { loadCa } from '../pki/folder.ts';
 import { generateKey, privateKeyPem } from '../pki/keys.ts';
 import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
-import { parseListenAddress, urlOf } from '../runtime/listen-address.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
 import type { AuditSink, BootstrapContext } from './context.ts';
 import { maxBodyBytes, sendError, sendJson } from './http.ts';
@@ -40,6 +44,7 @@ import { httpsNodeReader, nodePresenceInformer, watchedNodeReader, watchIsCurren
 import { CsrQueue } from './queue.ts';
 import { queueSigner } from './queue-signer.ts';
 import { defaultRateLimit, type RateLimit, SourceRateLimiter } from './rate-limit.ts';
+import { loadReservedNames } from './reserved-names.ts';
 import type { BootstrapPolicy } from './types.ts';
 
 /** A plain node:http handler, e.g. the discovery module's `clusterInfoHandler`. */
@@ -61,50 +66,17 @@ export interface BootstrapServerOptions {
   readiness?: readonly (() => string | undefined)[];
   /** How long in-flight requests may finish after close() (default 5 s, as kops). */
   shutdownGraceMs?: number;
-  /** Overrides of {@link defaultServerTimeouts} (tests shorten them). */
-  timeouts?: Partial<ServerTimeouts>;
+  /** Connection caps and timeouts other than the product's defaults. */
+  connectionLimits?: Partial<ConnectionLimits>;
+  /** Where the connection metrics go (label `server="bootstrap"`); none without it. */
+  registry?: Registry;
 }
 
-/** A running bootstrap server. */
-export interface BootstrapServer {
-  /** `https://host:port` of the bound address. */
-  url: string;
-  address: AddressInfo;
-  close(): Promise<void>;
-}
-
-/** How long a client may take, in ms (Node's server options of the same names). */
-export interface ServerTimeouts {
-  /** The request's headers must arrive within this. */
-  headersTimeout: number;
-  /** The whole request, body included, must arrive within this. */
-  requestTimeout: number;
-  /** An idle keep-alive connection is closed after this. */
-  keepAliveTimeout: number;
-  /**
-   * How often Node checks the two limits above. Its default, 30 s, let a client that sends its
-   * headers slowly hold a connection for up to 40 s instead of 10.
-   */
-  connectionsCheckingInterval: number;
-}
-
-export const defaultServerTimeouts: ServerTimeouts = {
-  headersTimeout: 10_000,
-  requestTimeout: 30_000,
-  keepAliveTimeout: 5_000,
-  connectionsCheckingInterval: 1_000,
-};
+/** A running bootstrap server: its URL (`https://host:port`), address and open connections. */
+export type BootstrapServer = HardenedServer;
 
 function remoteAddressOf(req: IncomingMessage): string {
-  const address = req.socket.remoteAddress ?? '';
-  return address.startsWith('::ffff:') ? address.slice(7) : address;
-}
-
-/** The status line for a request Node's parser refused: too slow, headers too large, or malformed. */
-function clientErrorStatus(err: NodeJS.ErrnoException): string {
-  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return '408 Request Timeout';
-  if (err.code === 'HPE_HEADER_OVERFLOW') return '431 Request Header Fields Too Large';
-  return '400 Bad Request';
+  return sourceAddress(req.socket.remoteAddress);
 }
 
 function sendAnswer(res: ServerResponse, answer: Answer): void {
@@ -225,65 +197,32 @@ export async function serveBootstrap(options: BootstrapServerOptions): Promise<B
     }
   }
 
-  const server: Server = createServer(
-    {
-      key: options.tls.key,
-      cert: options.tls.cert,
-      minVersion: 'TLSv1.2',
-      maxHeaderSize: 16 * 1024,
-      ...defaultServerTimeouts,
-      ...options.timeouts,
-    },
-    (req, res) => {
+  const server = await startHardenedServer({
+    name: 'bootstrap',
+    listen: options.listen,
+    listenSetting: 'server.Listen',
+    tls: options.tls,
+    limits: options.connectionLimits,
+    maxHeaderSize: 16 * 1024,
+    handler: (req, res) => {
       handle(req, res).catch((err) => {
         logger.error({ err: describeError(err) }, 'bootstrap handler crashed');
         if (!res.headersSent) sendError(res, err);
         else res.destroy();
       });
     },
-  );
-  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-    if (socket.writable) socket.end(`HTTP/1.1 ${clientErrorStatus(err)}\r\nConnection: close\r\n\r\n`);
-    else socket.destroy();
+    registry: options.registry,
+    logger,
   });
-  server.on('tlsClientError', () => undefined);
-  const { host, port } = parseListenAddress(options.listen);
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', (err: NodeJS.ErrnoException) =>
-      reject(
-        new ConfigError(
-          `cannot listen on ${options.listen} (${err.code ?? err.message}); change server.Listen`,
-          {
-            cause: err,
-          },
-        ),
-      ),
-    );
-    server.listen(port, host, () => {
-      server.removeAllListeners('error');
-      resolve();
-    });
-  });
-  const address = server.address() as AddressInfo;
-  logger.info({ url: urlOf(address, 'https') }, 'bootstrap server listening');
+  logger.info({ url: server.url }, 'bootstrap server listening');
   warnIfSessionTicketsOn(logger);
   return {
-    url: urlOf(address, 'https'),
-    address,
-    close: () =>
-      new Promise<void>((resolve) => {
-        shutdown.abort();
-        const grace = setTimeout(() => server.closeAllConnections(), options.shutdownGraceMs ?? 5_000);
-        grace.unref();
-        // Keep-alive connections become idle as their last answers go out; close each as it does.
-        const sweep = setInterval(() => server.closeIdleConnections(), 50);
-        server.close(() => {
-          clearTimeout(grace);
-          clearInterval(sweep);
-          resolve();
-        });
-        server.closeIdleConnections();
-      }),
+    ...server,
+    close: () => {
+      // Long-polls answer "still pending" at once, so that they do not hold the shutdown.
+      shutdown.abort();
+      return server.close(options.shutdownGraceMs ?? 5_000);
+    },
   };
 }
 
@@ -318,8 +257,8 @@ export interface BootstrapServerDeps {
   clusterInfoHandler?: RequestHandler;
   vfsOptions?: VfsOptions;
   rateLimit?: RateLimit;
-  /** Overrides of {@link defaultServerTimeouts} (tests shorten them). */
-  timeouts?: Partial<ServerTimeouts>;
+  /** Connection caps and timeouts other than the product's defaults (`run --bootstrap-max-connections…`). */
+  connectionLimits?: Partial<ConnectionLimits>;
   registry?: Registry;
   logger?: Logger;
 }
@@ -398,24 +337,34 @@ export async function startBootstrapServer(
   guardWatch?.start();
   const direct = httpsNodeReader(kubeConfig);
   const readNode = guardWatch ? watchedNodeReader(guardWatch, direct, { onRead: metrics.guardRead }) : direct;
+  const apiServers = deps.apiServer
+    ? [deps.apiServer]
+    : (config.bootstrap.apiServers ?? [`https://api.internal.${config.clusterName}`]);
+  // The API server's names and addresses, which no node certificate may carry.
+  const reserved = await loadReservedNames(config, {
+    apiServers,
+    kubeConfig: deps.kubeConfig,
+    ...(deps.vfsOptions ? { vfsOptions: deps.vfsOptions } : {}),
+    logger,
+  });
   const queue = new CsrQueue({
     certificates,
     kubeConfig,
     ca,
+    limits: config.bootstrap.queue,
+    reserved,
     onDepth: metrics.queueDepth,
     registry,
     logger,
   });
   queue.start();
-  const apiServers = deps.apiServer
-    ? [deps.apiServer]
-    : (config.bootstrap.apiServers ?? [`https://api.internal.${config.clusterName}`]);
   const context: BootstrapContext = {
     ca,
     policies: deps.policies,
     readNode,
     queue,
     apiServer: apiServers[0] as string,
+    issueOptions: { reserved },
     audit: deps.audit,
     metrics,
     logger,
@@ -433,7 +382,8 @@ export async function startBootstrapServer(
       },
       clusterInfoHandler: deps.clusterInfoHandler,
       rateLimit: deps.rateLimit,
-      ...(deps.timeouts ? { timeouts: deps.timeouts } : {}),
+      connectionLimits: deps.connectionLimits,
+      registry,
       readiness: [() => (queue.hasSynced() ? undefined : 'the CSR queue has not listed yet')],
     });
   } catch (err) {
@@ -445,6 +395,8 @@ export async function startBootstrapServer(
     certificates,
     ca,
     readNode,
+    issueOptions: { reserved },
+    ...(config.bootstrap.queue.pendingTTL ? { pendingTtlMs: config.bootstrap.queue.pendingTTL } : {}),
     audit: deps.audit,
     onIssued: metrics.issued,
     registry,

@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { CoreV1Api, V1Secret } from '@kubernetes/client-node';
+import { Registry } from 'prom-client';
 import { makeClients } from '../kube/client.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
 import {
   apiTokenSource,
   constantTimeEqual,
-  informerTokenSource,
   isExpired,
   newBootstrapToken,
   parseToken,
@@ -16,9 +16,10 @@ import {
   TokenChanges,
   TokenCleaner,
   TokenValidator,
-  tokenSecretInformer,
+  tokenResyncMs,
   tokenSecretOf,
   validateExtraGroups,
+  WatchedTokenSecrets,
 } from './tokens.ts';
 
 const now = new Date('2026-01-01T00:00:00Z');
@@ -205,6 +206,12 @@ describe('validation against a source', () => {
 });
 
 describe('waiting for token changes', () => {
+  test('a source that reports changes is only re-read every 10 minutes; one that cannot, every minute', () => {
+    const polled = { get: async () => undefined, list: async () => [] };
+    assert.equal(tokenResyncMs(polled), 60_000);
+    assert.equal(tokenResyncMs({ ...polled, subscribe: () => () => undefined }), 600_000);
+  });
+
   const subscribable = () => {
     const listeners = new Set<() => void>();
     return {
@@ -307,30 +314,6 @@ describe('against the simulated apiserver', () => {
     assert.equal(await outcome(t(good)), `bootstrap token ${good.id}: no such token`);
   });
 
-  test('the validator reads through an informer cache and sees deletions', async () => {
-    const informer = tokenSecretInformer(sim.kubeConfig());
-    informer.start();
-    try {
-      assert.equal(await informer.waitForSync(), true);
-      const validator = new TokenValidator(informerTokenSource(informer));
-      const token = await create({ now: new Date() });
-      const presented = `${token.id}.${token.secret}`;
-      const removed = new Promise<void>((resolve) => informer.addHandlers({ delete: () => resolve() }));
-      while (!informer.get(`kube-system/bootstrap-token-${token.id}`))
-        await new Promise((r) => setTimeout(r, 5));
-      const accepted = await validator.validate(presented, new Date());
-      assert.ok(!('rejected' in accepted), JSON.stringify(accepted));
-      assert.equal(accepted.id, token.id);
-      await core.deleteNamespacedSecret({ name: `bootstrap-token-${token.id}`, namespace: 'kube-system' });
-      await removed;
-      assert.deepEqual(await validator.validate(presented, new Date()), {
-        rejected: `bootstrap token ${token.id}: no such token`,
-      });
-    } finally {
-      await informer.stop();
-    }
-  });
-
   test('the cleaner deletes expired tokens only, and not a re-created Secret of the same name', async () => {
     const keep = await create({ now: new Date() });
     const stale = await create({ now: new Date(Date.now() - 2 * 3_600_000), ttlMs: 3_600_000 });
@@ -359,21 +342,184 @@ describe('against the simulated apiserver', () => {
   });
 
   test('the cleaner component runs until aborted and wakes when a token expires', async () => {
-    const informer = tokenSecretInformer(sim.kubeConfig());
-    informer.start();
-    await informer.waitForSync();
-    const soon = await create({ now: new Date(), ttlMs: 1500 });
+    const tokens = new WatchedTokenSecrets({ kubeConfig: sim.kubeConfig(), api: apiTokenSource(core) });
+    tokens.start();
     const stop = new AbortController();
-    const removed = new Promise<void>((resolve) =>
-      informer.addHandlers({ delete: (s) => s.metadata?.name === `bootstrap-token-${soon.id}` && resolve() }),
+    const run = new TokenCleaner({ core, source: tokens }).start(stop.signal);
+    try {
+      // Created after the cleaner's first pass: the watch event tells it when this one expires.
+      const soon = await create({ now: new Date(), ttlMs: 1500 });
+      await until('the expired token is deleted', () =>
+        core.readNamespacedSecret({ name: `bootstrap-token-${soon.id}`, namespace: 'kube-system' }).then(
+          () => false,
+          () => true,
+        ),
+      );
+    } finally {
+      stop.abort();
+      await run;
+      await tokens.stop();
+    }
+  });
+});
+
+/**
+ * Counts the simulated API server's requests by verb and resource (the simulator keeps no count, so
+ * this wraps its per-request fault planning, which every request goes through).
+ */
+function countRequests(sim: SimApiServer): (verb: string, resource: string) => number {
+  const counts = new Map<string, number>();
+  const plan = sim.faults.plan.bind(sim.faults);
+  sim.faults.plan = (resource, verb) => {
+    counts.set(`${verb} ${resource}`, (counts.get(`${verb} ${resource}`) ?? 0) + 1);
+    return plan(resource, verb);
+  };
+  return (verb, resource) => counts.get(`${verb} ${resource}`) ?? 0;
+}
+
+async function until(what: string, check: () => boolean | Promise<boolean>, withinMs = 15_000) {
+  const deadline = Date.now() + withinMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) assert.fail(`not within ${withinMs} ms: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+describe('token lookups answered from a watch of the token Secrets', () => {
+  let sim: SimApiServer;
+  let core: CoreV1Api;
+  let requests: (verb: string, resource: string) => number;
+  let tokens: WatchedTokenSecrets;
+  let validator: TokenValidator;
+  let registry: Registry;
+  before(async () => {
+    // Bookmarks every 100 ms: a quiet watch proves itself current quickly, as the apiserver's minute does.
+    sim = await startApiServer({ bookmarkIntervalMs: 100 });
+    core = makeClients(sim.kubeConfig()).core;
+    requests = countRequests(sim);
+    registry = new Registry();
+    tokens = new WatchedTokenSecrets({ kubeConfig: sim.kubeConfig(), api: apiTokenSource(core), registry });
+    validator = new TokenValidator(tokens);
+    tokens.start();
+    await until('the watch is current', () => tokens.isCurrent());
+  });
+  after(async () => {
+    await tokens.stop();
+    await sim.close();
+  });
+  const create = async () => {
+    const token = newBootstrapToken({ now: new Date() });
+    await core.createNamespacedSecret({ namespace: 'kube-system', body: tokenSecretOf(token) });
+    return { ...token, text: `${token.id}.${token.secret}` };
+  };
+  const outcome = async (token: string) => {
+    const result = await validator.validate(token, new Date());
+    return 'rejected' in result ? result.rejected : `accepted ${result.id}`;
+  };
+
+  /** Token lookups so far by where they were answered, from the controller's metric. */
+  const lookups = async () => {
+    const values = (await registry.getSingleMetric('kops_controller_bootstrap_token_reads_total')?.get())
+      ?.values;
+    const of = (source: string) => values?.find((v) => v.labels['source'] === source)?.value ?? 0;
+    return { watch: of('watch'), api: of('api') };
+  };
+  const secretReads = () => requests('get', 'secrets') + requests('list', 'secrets');
+
+  test('a burst of guessed tokens costs the API server no read', async () => {
+    const known = await create();
+    await until(
+      'the watch delivered the token',
+      async () => (await outcome(known.text)) === `accepted ${known.id}`,
     );
-    const run = new TokenCleaner({ core, source: informerTokenSource(informer) }).start(stop.signal);
-    await removed;
-    stop.abort();
-    await run;
-    await informer.stop();
-    await assert.rejects(
-      core.readNamespacedSecret({ name: `bootstrap-token-${soon.id}`, namespace: 'kube-system' }),
+    const before = { reads: secretReads(), lookups: await lookups() };
+    const guesses = Array.from({ length: 500 }, () => `${randomTokenString(6)}.${randomTokenString(16)}`);
+    // Token ids are public (cluster-info names them): guessing the secret of a known id costs nothing either.
+    guesses.push(...Array.from({ length: 100 }, () => `${known.id}.${randomTokenString(16)}`));
+    const outcomes = await Promise.all(guesses.map(outcome));
+    assert.ok(
+      outcomes.every((o) => o.startsWith('bootstrap token ')),
+      outcomes.find((o) => o.startsWith('accepted')),
     );
+    assert.equal(secretReads() - before.reads, 0, 'no Secret read for any guess');
+    const after = await lookups();
+    assert.deepEqual(
+      { watch: after.watch - before.lookups.watch, api: after.api - before.lookups.api },
+      {
+        watch: 600,
+        api: 0,
+      },
+    );
+  });
+
+  test('a malformed token never reaches the API server', async () => {
+    const before = secretReads();
+    for (const token of [
+      '',
+      'abcdef',
+      'ABCDEF.0123456789abcdef',
+      '../../x.0123456789abcdef',
+      'abcdef.0123456789abcde',
+      `${'a'.repeat(6)}.${'b'.repeat(4096)}`,
+    ]) {
+      assert.equal(await outcome(token), 'malformed token');
+    }
+    assert.equal(secretReads(), before);
+  });
+
+  test('a new token authenticates once the watch delivered it; a deleted one stops at once', async () => {
+    const token = await create();
+    await until(
+      'the new token authenticates',
+      async () => (await outcome(token.text)) === `accepted ${token.id}`,
+    );
+    await core.deleteNamespacedSecret({ name: `bootstrap-token-${token.id}`, namespace: 'kube-system' });
+    // Acceptance always rests on a read of the Secret, so the watch's delivery delay does not matter.
+    assert.equal(await outcome(token.text), `bootstrap token ${token.id}: no such token`);
+  });
+
+  test('while the watch is down every lookup reads the API server; once it is back, guesses are free again', async () => {
+    // The watch cannot list or watch: the informer retries, and its cache may lag behind the API server.
+    sim.faults.errors({ resource: 'secrets', verbs: ['list', 'watch'], rate: 1 });
+    try {
+      sim.faults.dropWatches({ resource: 'secrets' });
+      await until('the watch is no longer current', () => !tokens.isCurrent());
+      // A token created while the watch is down authenticates at once: the lookup read the API server.
+      const token = await create();
+      assert.equal(await outcome(token.text), `accepted ${token.id}`);
+      const before = requests('get', 'secrets');
+      const guesses = Array.from({ length: 20 }, () => `${randomTokenString(6)}.${randomTokenString(16)}`);
+      for (const guess of guesses) assert.match(await outcome(guess), /: no such token$/);
+      assert.equal(
+        requests('get', 'secrets') - before,
+        guesses.length,
+        'the documented cost: one read a guess',
+      );
+    } finally {
+      sim.faults.reset();
+    }
+    await until('the watch is current again', () => tokens.isCurrent());
+    const before = requests('get', 'secrets');
+    assert.match(await outcome(`${randomTokenString(6)}.${randomTokenString(16)}`), /: no such token$/);
+    assert.equal(requests('get', 'secrets'), before);
+  });
+
+  test('with the API server failing, a guess is still refused by the watch, and a real token is neither accepted nor refused', async () => {
+    const token = await create();
+    await until(
+      'the watch delivered the token',
+      async () => (await outcome(token.text)) === `accepted ${token.id}`,
+    );
+    sim.faults.errors({ resource: 'secrets', verbs: ['get'], rate: 1 });
+    try {
+      assert.match(await outcome(`${randomTokenString(6)}.${randomTokenString(16)}`), /: no such token$/);
+      await assert.rejects(outcome(token.text), (err: Error & { kind?: string }) => {
+        assert.equal(err.kind, 'unavailable', err.message);
+        return true;
+      });
+    } finally {
+      sim.faults.reset();
+    }
+    assert.equal(await outcome(token.text), `accepted ${token.id}`);
   });
 });

@@ -3,16 +3,23 @@
  * `kube-system/bootstrap-token-<id>` of type `bootstrap.kubernetes.io/token`, so tokens made by kubeadm,
  * `kubectl` or `kops-controller token create` are interchangeable. Expired tokens are removed by
  * {@link TokenCleaner}; an expiration that does not parse counts as expired, never as "no expiry".
+ *
+ * The controller reads the token Secrets through a watch ({@link WatchedTokenSecrets}): a presented
+ * token the watch does not know (or whose secret does not match) is refused without asking the API
+ * server, so guessing costs nothing upstream, and the cluster-info signer and the cleaner react to
+ * the watch's events instead of polling. Acceptance always rests on a read of the Secret.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { CoreV1Api, KubeConfig, V1Secret } from '@kubernetes/client-node';
-import type { Registry } from 'prom-client';
+import { Counter, type Registry } from 'prom-client';
 import { InvalidInputError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
 import { type Clock, systemClock } from '../kube/clock.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
+import { sharedMetric } from '../kube/metrics.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
+import { maxWatchSilenceMs, watchIsCurrent } from './node-guard.ts';
 import type { BootstrapTokenInfo, BootstrapTokenRejection, BootstrapTokenValidator } from './types.ts';
 
 /** The namespace bootstrap token Secrets live in. */
@@ -218,14 +225,19 @@ export function constantTimeEqual(a: string, b: string): boolean {
   return timingSafeEqual(digest(a), digest(b));
 }
 
-/** Where token Secrets are read from: an informer cache or the API. */
+/** Where token Secrets are read from: the API, or a watch with the API behind it. */
 export interface TokenSecretSource {
-  /** The Secret of a token id, or undefined if there is none. */
+  /** The Secret of a token id as the API server has it now, or undefined if there is none. */
   get(id: string): Promise<V1Secret | undefined>;
   /** Every token Secret. */
   list(): Promise<V1Secret[]>;
   /** Calls `listener` after any change; returns the unsubscribe function. Absent for polling sources. */
   subscribe?(listener: () => void): () => void;
+  /**
+   * What a current watch holds for a token id (`secret` undefined: no such Secret), or undefined
+   * when there is no current watch. Good for refusing only: acceptance rests on {@link get}.
+   */
+  watched?(id: string): { secret: V1Secret | undefined } | undefined;
 }
 
 /** An informer over the bootstrap token Secrets of kube-system (by field selector on the type). */
@@ -246,13 +258,101 @@ export function tokenSecretInformer(
   });
 }
 
-/** A {@link TokenSecretSource} over a started informer's cache. */
-export function informerTokenSource(informer: Informer<V1Secret>): TokenSecretSource {
-  return {
-    get: async (id) => informer.get(`${tokenNamespace}/${tokenSecretPrefix}${id}`),
-    list: async () => informer.list(),
-    subscribe: (listener) => informer.addHandlers({ add: listener, update: listener, delete: listener }),
-  };
+/** Options of {@link WatchedTokenSecrets}. */
+export interface WatchedTokenSecretsOptions {
+  kubeConfig: KubeConfig;
+  /** The API server, read for every acceptance and for everything while the watch is not current. */
+  api: TokenSecretSource;
+  /** A watch silent for longer than this is not current (default: the impersonation guard's 90 s). */
+  maxSilenceMs?: number;
+  clock?: Clock;
+  registry?: Registry;
+  logger?: Logger;
+}
+
+/**
+ * The token Secrets as the controller reads them: a watch (list+watch, no polling) with the API
+ * server behind it. While the watch is current — the impersonation guard's rule: first list done,
+ * stream open and heard from within `maxSilenceMs` — it answers {@link watched} (so a guessed token
+ * is refused with no API read) and {@link list} (for the signer and the cleaner, which also
+ * {@link subscribe} to its events). {@link get} is always a read of the API server: a token is only
+ * ever accepted on the API server's word, so a Secret deleted a moment ago stops working at once,
+ * whatever the watch has delivered. While the watch is not current (starting, reconnecting, stalled)
+ * every lookup reads the API server, as a controller without a watch would.
+ */
+export class WatchedTokenSecrets implements TokenSecretSource {
+  readonly #informer: Informer<V1Secret>;
+  readonly #api: TokenSecretSource;
+  readonly #maxSilenceMs: number;
+  readonly #reads: Counter | undefined;
+
+  constructor(options: WatchedTokenSecretsOptions) {
+    const { registry } = options;
+    this.#informer = tokenSecretInformer(options.kubeConfig, {
+      ...(options.logger ? { logger: options.logger } : {}),
+      ...(options.clock ? { clock: options.clock } : {}),
+      ...(registry ? { registry } : {}),
+    });
+    this.#api = options.api;
+    this.#maxSilenceMs = options.maxSilenceMs ?? maxWatchSilenceMs;
+    this.#reads = registry
+      ? sharedMetric(
+          registry,
+          'kops_controller_bootstrap_token_reads_total',
+          () =>
+            new Counter({
+              name: 'kops_controller_bootstrap_token_reads_total',
+              help: 'Bootstrap token lookups, by where they were answered: the token watch or the API server.',
+              labelNames: ['source'],
+              registers: [registry],
+            }),
+        )
+      : undefined;
+  }
+
+  /** Starts listing and watching; failures are retried until {@link stop}. */
+  start(): void {
+    this.#informer.start();
+  }
+
+  /** Stops the watch. */
+  stop(): Promise<void> {
+    return this.#informer.stop();
+  }
+
+  /** Whether the watch is current, so that its answers may stand in for the API server's. */
+  isCurrent(): boolean {
+    // The guard's rule reads these two of a Node informer; a Secret informer has the same.
+    const informer = this.#informer;
+    return watchIsCurrent(
+      {
+        hasSynced: () => informer.hasSynced(),
+        watchSilenceMs: () => informer.watchSilenceMs(),
+        get: () => undefined,
+      },
+      this.#maxSilenceMs,
+    );
+  }
+
+  watched(id: string): { secret: V1Secret | undefined } | undefined {
+    if (!this.isCurrent()) return undefined;
+    this.#reads?.inc({ source: 'watch' });
+    return { secret: this.#informer.get(`${tokenNamespace}/${tokenSecretPrefix}${id}`) };
+  }
+
+  get(id: string): Promise<V1Secret | undefined> {
+    this.#reads?.inc({ source: 'api' });
+    return this.#api.get(id);
+  }
+
+  async list(): Promise<V1Secret[]> {
+    if (this.isCurrent()) return this.#informer.list();
+    return this.#api.list();
+  }
+
+  subscribe(listener: () => void): () => void {
+    return this.#informer.addHandlers({ add: listener, update: listener, delete: listener });
+  }
 }
 
 /** A {@link TokenSecretSource} reading the API directly (CLI, or processes without an informer). */
@@ -281,10 +381,32 @@ export function apiTokenSource(core: CoreV1Api): TokenSecretSource {
   };
 }
 
+/** Why a presented secret does not authenticate against a stored token Secret; undefined when it does. */
+function refusalOf(presented: string, secret: V1Secret | undefined, now: Date): string | undefined {
+  const stored = secret ? storedTokenOf(secret) : undefined;
+  // Compare even when nothing is stored, so the comparison itself does not tell the two cases apart.
+  const matches = constantTimeEqual(presented, stored?.secret ?? '');
+  return !stored
+    ? 'no such token'
+    : !matches
+      ? 'wrong secret'
+      : stored.deleting
+        ? 'being deleted'
+        : isExpired(stored, now)
+          ? 'expired'
+          : !stored.usages.authentication
+            ? 'not usable for authentication'
+            : !stored.extraGroups.every((g) => extraGroupPattern.test(g))
+              ? 'invalid extra groups'
+              : undefined;
+}
+
 /**
  * Validates presented tokens as the apiserver's bootstrap authenticator does: the Secret exists and
  * is not being deleted, the secret matches (constant time), the token has not expired, it may be
- * used for authentication and its extra groups are valid.
+ * used for authentication and its extra groups are valid. A malformed token is refused before any
+ * lookup; one the source's current watch refuses costs no API read; every acceptance is decided on
+ * the Secret as the API server has it now. A failed read throws (a dependency fault, not a refusal).
  */
 export class TokenValidator implements BootstrapTokenValidator {
   readonly #source: TokenSecretSource;
@@ -298,25 +420,18 @@ export class TokenValidator implements BootstrapTokenValidator {
   async validate(token: string, now: Date): Promise<BootstrapTokenInfo | BootstrapTokenRejection> {
     const presented = parseToken(token);
     if (!presented) return { rejected: 'malformed token' };
-    const secret = await this.#source.get(presented.id);
+    const view = this.#source.watched?.(presented.id);
+    let reason = view ? refusalOf(presented.secret, view.secret, now) : undefined;
+    let answeredBy = 'watch';
+    let secret: V1Secret | undefined;
+    if (!reason) {
+      answeredBy = 'api';
+      secret = await this.#source.get(presented.id);
+      reason = refusalOf(presented.secret, secret, now);
+    }
     const stored = secret ? storedTokenOf(secret) : undefined;
-    // Compare even when nothing is stored, so the comparison itself does not tell the two cases apart.
-    const matches = constantTimeEqual(presented.secret, stored?.secret ?? '');
-    const reason = !stored
-      ? 'no such token'
-      : !matches
-        ? 'wrong secret'
-        : stored.deleting
-          ? 'being deleted'
-          : isExpired(stored, now)
-            ? 'expired'
-            : !stored.usages.authentication
-              ? 'not usable for authentication'
-              : !stored.extraGroups.every((g) => extraGroupPattern.test(g))
-                ? 'invalid extra groups'
-                : undefined;
     if (reason || !stored) {
-      this.#logger.debug({ tokenId: presented.id, reason }, 'bootstrap token rejected');
+      this.#logger.debug({ tokenId: presented.id, reason, answeredBy }, 'bootstrap token rejected');
       return { rejected: `bootstrap token ${presented.id}: ${reason ?? 'no such token'}` };
     }
     return tokenInfoOf(stored);
@@ -377,11 +492,22 @@ export class TokenChanges {
   }
 }
 
+/**
+ * How often the signer and the cleaner look again without a change notification. A source that
+ * reports changes (a watch) needs only a backstop, every 10 minutes: its events and the tokens'
+ * expiry times wake them at once, and the pass repairs a cluster-info someone else edited. A source
+ * that cannot report changes is polled every minute.
+ */
+export function tokenResyncMs(source: TokenSecretSource): number {
+  return source.subscribe ? 10 * 60_000 : 60_000;
+}
+
 /** Options of a {@link TokenCleaner}. */
 export interface TokenCleanerOptions {
   core: CoreV1Api;
+  /** The token Secrets; a source that can {@link TokenSecretSource.subscribe} wakes the cleaner on changes. */
   source: TokenSecretSource;
-  /** How often to look again without a change notification; default 60 s. */
+  /** How often to look again without a change notification; default {@link tokenResyncMs}. */
   resyncMs?: number;
   clock?: Clock;
   logger?: Logger;
@@ -430,7 +556,8 @@ export class TokenCleaner implements LeaderComponent {
       while (!signal.aborted) {
         changes.begin();
         const { nextExpiry } = await this.sweep();
-        await changes.wait(this.#clock, nextExpiry, this.#options.resyncMs ?? 60_000, signal);
+        const resyncMs = this.#options.resyncMs ?? tokenResyncMs(this.#options.source);
+        await changes.wait(this.#clock, nextExpiry, resyncMs, signal);
       }
     } finally {
       changes.close();

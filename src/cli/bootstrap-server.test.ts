@@ -106,16 +106,21 @@ describe('bootstrap server from a kops config', () => {
       keypairIDs: {},
     });
 
-  test('a signed nodeup request gets its kubelet certificate for the EC2 instance; a replay is refused', async () => {
+  test('a signed nodeup request gets its kubelet certificate for the EC2 instance; its proof with another body is refused', async () => {
     const body = nodeupBody();
     const authorization = signAwsStsProof(body, nodeCredentials, aws.region, 1);
     const reply = await nodeup(body, authorization);
     assert.equal(reply.status, 200, reply.text);
     const kubelet = (JSON.parse(reply.text) as { Certs: Record<string, string> }).Certs['kubelet'] as string;
     assert.match(opensslVerify(bundlePem(ca), kubelet, 'sslclient'), /: OK$/);
-    assert.deepEqual(await nodeup(body, authorization), { status: 403, text: 'failed to verify token\n' });
+    // The byte-identical request is nodeup's own retry (an answer lost on the way), for the same key.
+    assert.equal((await nodeup(body, authorization)).status, 200, 'the same request again');
     const otherBody = body.replace('"keypairIDs":{}', '"keypairIDs":{},"includeNodeConfig":false');
-    assert.equal((await nodeup(otherBody, authorization)).status, 403, 'a proof signed for another body');
+    assert.deepEqual(
+      await nodeup(otherBody, authorization),
+      { status: 403, text: 'failed to verify token\n' },
+      'the spent proof with another body',
+    );
   });
 
   test("the cloud calls behind it are on the controller's metrics: its own STS call, the replay, EC2", async () => {

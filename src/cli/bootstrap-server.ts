@@ -22,7 +22,7 @@ import {
   type RunningBootstrap,
   startBootstrapServer,
 } from '../bootstrap/server.ts';
-import { apiTokenSource, TokenCleaner } from '../bootstrap/tokens.ts';
+import { apiTokenSource, TokenCleaner, TokenValidator, WatchedTokenSecrets } from '../bootstrap/tokens.ts';
 import type { CloudOverrides } from '../cloud/from-config.ts';
 import { cloudCallMetrics } from '../cloud/metrics.ts';
 import type { Config } from '../config/schema.ts';
@@ -41,9 +41,15 @@ export interface ConfiguredBootstrapOptions {
   cloud?: CloudOverrides;
   registry: Registry;
   logger?: Logger;
-  /** Overrides for tests: listen address, serving names, CA, API server URL, cluster-info handler. */
+  /**
+   * The connection caps (`run`'s flags), and overrides for tests: listen address, serving names, CA,
+   * API server URL, cluster-info handler.
+   */
   server?: Partial<
-    Pick<BootstrapServerDeps, 'listen' | 'serverNames' | 'ca' | 'apiServer' | 'clusterInfoHandler'>
+    Pick<
+      BootstrapServerDeps,
+      'listen' | 'serverNames' | 'ca' | 'apiServer' | 'clusterInfoHandler' | 'connectionLimits'
+    >
   >;
 }
 
@@ -63,9 +69,19 @@ export async function startConfiguredBootstrap(
   const core = kubeConfig.makeApiClient(CoreV1Api);
   // One guard object serves the policies (claims) and the leader's collector (expiry).
   const replayGuard = new ConfigMapReplayGuard({ core, namespace: config.bootstrap.replayNamespace });
+  // One watch of the token Secrets: the policies refuse guesses from it (every replica), the
+  // leader's signer and cleaner follow its events instead of polling.
+  const tokens = new WatchedTokenSecrets({
+    kubeConfig,
+    api: apiTokenSource(core),
+    registry: options.registry,
+    logger,
+  });
+  tokens.start();
   const { deps, close: release } = await policyDepsFromConfig({
     config,
     core,
+    tokens: new TokenValidator(tokens, logger),
     replayGuard,
     ...(config.configBase ? { stateStore: openVfs(config.configBase, options.vfsOptions) } : {}),
     ...(options.cloud ? { cloud: options.cloud } : {}),
@@ -88,7 +104,6 @@ export async function startConfiguredBootstrap(
       ),
       ...options.server,
     });
-    const tokens = apiTokenSource(core);
     const publisher = new ClusterInfoPublisher({
       core,
       source: tokens,
@@ -107,10 +122,12 @@ export async function startConfiguredBootstrap(
       async close() {
         await running.close();
         release();
+        await tokens.stop();
       },
     };
   } catch (err) {
     release();
+    await tokens.stop();
     throw err;
   }
 }

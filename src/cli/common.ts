@@ -1,5 +1,6 @@
 /** Options and helpers shared by the commands, so every command spells them the same way. */
 import { type Command, Option } from 'commander';
+import { InvalidInputError } from '../errors.ts';
 import { createLogger, type Logger, levelForVerbosity } from '../log.ts';
 
 /** Options every command inherits from the program. */
@@ -26,4 +27,42 @@ export function withKubeOptions(command: Command): Command {
 export function commandLogger(command: Command): Logger {
   const { v } = command.optsWithGlobals<GlobalOptions>();
   return createLogger({ level: levelForVerbosity(Number(v)) });
+}
+
+/** A parser of a flag that takes a count of at least 1. */
+function countOf(flag: string): (value: string) => number {
+  return (value) => {
+    if (!/^[1-9]\d{0,6}$/.test(value)) {
+      throw new InvalidInputError(`${flag} ${value}: expected a whole number from 1 to 9999999`);
+    }
+    return Number(value);
+  };
+}
+
+/**
+ * Adds `--<prefix>max-connections` and `--<prefix>max-connections-per-source`, the connection caps
+ * (src/net/hardened-server.ts) of `server` (e.g. "the bootstrap server"), with their defaults.
+ */
+export function withConnectionCaps(
+  command: Command,
+  prefix: string,
+  server: string,
+  defaults: { maxConnections: number; maxConnectionsPerSource: number },
+): Command {
+  const total = `--${prefix}max-connections`;
+  const perSource = `--${prefix}max-connections-per-source`;
+  return command
+    .addOption(
+      new Option(`${total} <n>`, `connections ${server} holds at once; more are reset as they arrive`)
+        .argParser(countOf(total))
+        .default(defaults.maxConnections),
+    )
+    .addOption(
+      new Option(
+        `${perSource} <n>`,
+        `connections ${server} holds at once from one address (raise it behind a proxy that hides client addresses)`,
+      )
+        .argParser(countOf(perSource))
+        .default(defaults.maxConnectionsPerSource),
+    );
 }

@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { lockFolder } from '../runtime/folder-lock.ts';
 import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
 import { waitForGroupLabels } from '../testing/kubectl.ts';
 import { type DevController, devBanner, parsePort, startDevController } from './dev.ts';
@@ -42,5 +44,43 @@ describe('kops-controller dev', () => {
     assert.equal(parsePort('0', '--port'), 0);
     assert.throws(() => parsePort('70000', '--port'), /expected a port number/);
     assert.throws(() => parsePort('http', '--port'), /expected a port number/);
+  });
+});
+
+describe('kops-controller dev on a state directory in use', () => {
+  test('a second dev exits 75 with one line naming the process that holds it, and touches nothing', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'dev-locked-'));
+    // This test process is the first dev: a live process holding the lock.
+    const held = await lockFolder(dir, 'x');
+    try {
+      const second = spawn(
+        process.execPath,
+        [join(import.meta.dirname, 'main.ts'), 'dev', '--state-dir', dir, '--joining-nodes', '0'],
+        { stdio: ['ignore', 'pipe', 'pipe'] },
+      );
+      let stdout = '';
+      let stderr = '';
+      second.stdout.on('data', (chunk: Buffer) => (stdout += chunk));
+      second.stderr.on('data', (chunk: Buffer) => (stderr += chunk));
+      // Bounded: without the lock, the second dev starts a whole cluster and runs until stopped.
+      const code = await Promise.race([
+        new Promise<number | null>((resolve) => second.once('exit', resolve)),
+        new Promise<'running'>((resolve) => setTimeout(() => resolve('running'), 20_000).unref()),
+      ]);
+      second.kill('SIGKILL');
+      assert.equal(code, 75, stderr);
+      assert.match(
+        stderr,
+        new RegExp(
+          `^kops-controller: ${dir} is in use by process ${process.pid}, started \\S+; ` +
+            'stop that kops-controller dev \\(npm start\\) first, or give this one another --state-dir\\n$',
+        ),
+      );
+      assert.equal(stdout, '', 'no banner: nothing was started');
+      assert.deepEqual(await readdir(dir), ['lock']);
+    } finally {
+      await held.release();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -12,6 +12,7 @@ import { loadConfigFile } from '../config/loader.ts';
 import { InvalidInputError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { ControllerRuntime } from '../runtime/controller-runtime.ts';
+import { lockFolder } from '../runtime/folder-lock.ts';
 import {
   type AnyDevCluster,
   devClientOptions,
@@ -186,31 +187,40 @@ export function devCommand(): Command {
         awsThrottling: options.awsThrottling,
         logger,
       };
-      const cluster =
-        options.cloud === 'gce'
-          ? await startGceDevCluster(clusterOptions)
-          : await startDevCluster(clusterOptions);
-      let controller: DevController;
+      // Another `dev` here would have its kubeconfig, config and node files overwritten under it.
+      const lock = await lockFolder(
+        options.stateDir,
+        'stop that kops-controller dev (npm start) first, or give this one another --state-dir',
+      );
       try {
-        controller = await startDevController(cluster, { logger, bootstrapPolicy: policy });
-      } catch (err) {
+        const cluster =
+          options.cloud === 'gce'
+            ? await startGceDevCluster(clusterOptions)
+            : await startDevCluster(clusterOptions);
+        let controller: DevController;
+        try {
+          controller = await startDevController(cluster, { logger, bootstrapPolicy: policy });
+        } catch (err) {
+          await cluster.close();
+          throw err;
+        }
+        process.stdout.write(devBanner(cluster, controller));
+        const joining = startJoining(cluster, controller, { ...options, policy }, joiningCount, logger);
+        await new Promise<void>((done) => {
+          const stop = () => {
+            process.off('SIGINT', stop);
+            process.off('SIGTERM', stop);
+            done();
+          };
+          process.once('SIGINT', stop);
+          process.once('SIGTERM', stop);
+        });
+        joining?.stop();
+        await controller.stop();
         await cluster.close();
-        throw err;
+      } finally {
+        await lock.release();
       }
-      process.stdout.write(devBanner(cluster, controller));
-      const joining = startJoining(cluster, controller, { ...options, policy }, joiningCount, logger);
-      await new Promise<void>((done) => {
-        const stop = () => {
-          process.off('SIGINT', stop);
-          process.off('SIGTERM', stop);
-          done();
-        };
-        process.once('SIGINT', stop);
-        process.once('SIGTERM', stop);
-      });
-      joining?.stop();
-      await controller.stop();
-      await cluster.close();
     });
 }
 

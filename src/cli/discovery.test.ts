@@ -10,6 +10,7 @@ import { detachedJws, parseClusterInfoDocument, parseClusterInfoKubeconfig } fro
 import { newBootstrapToken, tokenSecretOf } from '../bootstrap/tokens.ts';
 import { exitCodeOf } from '../errors.ts';
 import { makeClients } from '../kube/client.ts';
+import { assertTlsPolicy, eventually, holdPort, idleCrowd } from '../net/testing.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { type S3Sim, startS3Sim } from '../sim/s3/server.ts';
@@ -240,6 +241,93 @@ describe('kops-controller discovery', () => {
       `tickets without the config: ${without.tickets}`,
     );
     assert.equal(without.warned, true);
+  });
+
+  test('serve offers TLS 1.3 first, AEAD suites only on TLS 1.2, and no renegotiation (openssl s_client)', async () => {
+    const from = join(root, 'cluster-info.json');
+    await publishTo(from);
+    const served = await serve([
+      '--from',
+      from,
+      '--listen',
+      '127.0.0.1:0',
+      '--tls-cert',
+      certFile,
+      '--tls-key',
+      keyFile,
+    ]);
+    try {
+      await assertTlsPolicy(Number(new URL(served.url).port), caFile);
+    } finally {
+      assert.equal(await stop(served.child), 0);
+    }
+  });
+
+  test('serve refuses a source over its cap as it connects, serves the others, and closes idle connections after the default 5 s', async () => {
+    const from = join(root, 'cluster-info.json');
+    await publishTo(from);
+    const served = await serve([
+      '--from',
+      from,
+      '--listen',
+      '127.0.0.1:0',
+      '--tls-cert',
+      certFile,
+      '--tls-key',
+      keyFile,
+      '--max-connections-per-source',
+      '20',
+    ]);
+    const crowd = await idleCrowd(Number(new URL(served.url).port), 500, ['127.0.0.3']);
+    try {
+      assert.equal(await eventually(() => crowd.open().length, 20), 20, 'held up to the cap');
+      assert.ok(crowd.sockets.every((s) => !s.closedByUs));
+      const body = execFileSync(
+        'curl',
+        ['-sS', '--fail', '--interface', '127.0.0.2', '--cacert', caFile, served.url],
+        { encoding: 'utf8' },
+      );
+      assert.equal(parseClusterInfoDocument(body, 'served').kind, 'ConfigMap');
+      // The held connections never sent a byte: they are idle, and the default idle timeout (5 s) closes them.
+      await crowd.settled(15_000);
+      assert.equal(crowd.open().length, 0);
+      assert.ok(crowd.sockets.every((s) => !s.closedByUs));
+    } finally {
+      await crowd.release();
+      assert.equal(await stop(served.child), 0);
+    }
+  });
+
+  test('serve on a taken port exits 78 with one line naming the port', async () => {
+    const from = join(root, 'cluster-info.json');
+    await publishTo(from);
+    const taken = await holdPort();
+    try {
+      const run = spawnSync(
+        process.execPath,
+        [
+          mainScript,
+          '-v',
+          '0',
+          'discovery',
+          'serve',
+          '--from',
+          from,
+          '--plain-http',
+          '--listen',
+          `127.0.0.1:${taken.port}`,
+        ],
+        { encoding: 'utf8', timeout: 20_000 },
+      );
+      assert.equal(run.status, 78, run.stderr);
+      assert.equal(
+        run.stderr,
+        `kops-controller: cannot listen on 127.0.0.1:${taken.port}: port ${taken.port} is already in use ` +
+          '(EADDRINUSE); choose another address in --listen\n',
+      );
+    } finally {
+      await taken.release();
+    }
   });
 
   test('bad input is refused before anything is written or served', async () => {

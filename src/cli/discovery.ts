@@ -6,14 +6,7 @@
  * host serving it needs no secret beyond its own TLS key.
  */
 import { readFile } from 'node:fs/promises';
-import {
-  createServer as createHttpServer,
-  type IncomingMessage,
-  type Server,
-  type ServerResponse,
-} from 'node:http';
-import { createServer as createHttpsServer } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Command, Option } from 'commander';
 import {
   type ClusterInfoDocument,
@@ -29,11 +22,12 @@ import { parseDuration } from '../config/duration.ts';
 import { describeError, InvalidInputError, NotFoundError } from '../errors.ts';
 import { loadKubeConfig, makeClients } from '../kube/client.ts';
 import type { Logger } from '../log.ts';
+import { defaultConnectionLimits, startHardenedServer } from '../net/hardened-server.ts';
 import { warnIfSessionTicketsOn } from '../net/openssl-config.ts';
-import { parseListenAddress, urlOf } from '../runtime/listen-address.ts';
+import { parseListenAddress } from '../runtime/listen-address.ts';
 import { openVfs, vfsOptionsFromEnv } from '../statestore/open.ts';
 import type { Vfs } from '../statestore/types.ts';
-import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
+import { commandLogger, type KubeOptions, withConnectionCaps, withKubeOptions } from './common.ts';
 import { formatOutput, outputOption, writeOut } from './output.ts';
 
 interface PublishOptions extends KubeOptions {
@@ -50,6 +44,8 @@ interface ServeOptions {
   tlsKey?: string;
   plainHttp?: boolean;
   refresh: string;
+  maxConnections: number;
+  maxConnectionsPerSource: number;
 }
 
 /** A document location (`FILE`, `file:///…`, `s3://bucket/key`, `gs://bucket/key`) as a VFS and a name in it. */
@@ -140,7 +136,7 @@ function refreshingDocument(
 }
 
 function serveCommand(): Command {
-  return new Command('serve')
+  const command = new Command('serve')
     .description(
       'serve a published cluster-info document on GET /cluster-info (the bootstrap endpoint off-cluster)',
     )
@@ -149,8 +145,9 @@ function serveCommand(): Command {
     .option('--tls-cert <file>', 'serving certificate (PEM), from the cluster CA so nodes verify it')
     .option('--tls-key <file>', 'its private key (PEM)')
     .addOption(new Option('--plain-http', 'serve without TLS, only behind a TLS-terminating load balancer'))
-    .option('--refresh <duration>', 'how often to re-read the document', '30s')
-    .action(async (options: ServeOptions, command: Command) => {
+    .option('--refresh <duration>', 'how often to re-read the document', '30s');
+  return withConnectionCaps(command, '', 'the server', defaultConnectionLimits).action(
+    async (options: ServeOptions, command: Command) => {
       const logger = commandLogger(command);
       if (Boolean(options.tlsCert) !== Boolean(options.tlsKey)) {
         throw new InvalidInputError('give both --tls-cert and --tls-key');
@@ -161,7 +158,7 @@ function serveCommand(): Command {
             'or --plain-http when a load balancer terminates TLS',
         );
       }
-      const listen = parseListenAddress(options.listen);
+      parseListenAddress(options.listen); // a malformed address fails before the document is read
       const refreshMs = parseDuration(options.refresh);
       const source = locate(options.from);
       const load = async () =>
@@ -175,36 +172,39 @@ function serveCommand(): Command {
         res.writeHead(path === '/healthz' ? 200 : 404, { 'content-type': 'text/plain' });
         res.end(path === '/healthz' ? 'ok\n' : 'not found: the document is at /cluster-info\n');
       };
-      const server: Server = options.tlsCert
-        ? createHttpsServer(
-            {
-              cert: await readText(options.tlsCert, '--tls-cert'),
-              key: await readText(options.tlsKey as string, '--tls-key'),
-              minVersion: 'TLSv1.2',
-            },
-            route,
-          )
-        : createHttpServer(route);
-      server.requestTimeout = 10_000;
-      server.headersTimeout = 5_000;
-      if (options.plainHttp) logger.warn('serving cluster-info over plain HTTP: put TLS in front of it');
-      if (options.tlsCert) warnIfSessionTicketsOn(logger);
-      await new Promise<void>((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(listen.port, listen.host, resolve);
+      const tls = options.tlsCert
+        ? {
+            cert: await readText(options.tlsCert, '--tls-cert'),
+            key: await readText(options.tlsKey as string, '--tls-key'),
+          }
+        : undefined;
+      const server = await startHardenedServer({
+        name: 'discovery',
+        listen: options.listen,
+        listenSetting: '--listen',
+        tls,
+        limits: {
+          maxConnections: options.maxConnections,
+          maxConnectionsPerSource: options.maxConnectionsPerSource,
+          // A GET of a few KiB: its headers come at once.
+          headersTimeout: 5_000,
+          requestTimeout: 10_000,
+        },
+        handler: route,
+        logger,
       });
-      const url =
-        urlOf(server.address() as AddressInfo, options.tlsCert ? 'https' : 'http') + clusterInfoPath;
-      writeOut(command, `serving cluster-info on ${url}\n`);
+      if (options.plainHttp) logger.warn('serving cluster-info over plain HTTP: put TLS in front of it');
+      if (tls) warnIfSessionTicketsOn(logger);
+      writeOut(command, `serving cluster-info on ${server.url}${clusterInfoPath}\n`);
       await new Promise<void>((resolve) => {
         const stop = () => resolve();
         process.once('SIGTERM', stop);
         process.once('SIGINT', stop);
       });
       document.stop();
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    });
+      await server.close();
+    },
+  );
 }
 
 /** The `discovery` command. */

@@ -8,6 +8,8 @@ import { nativeApiVersion } from '../bootstrap/native-handler.ts';
 import { newBootstrapToken, tokenSecretOf } from '../bootstrap/tokens.ts';
 import { exitCodeOf } from '../errors.ts';
 import { makeClients } from '../kube/client.ts';
+import { buildCsrPem } from '../pki/csr-build.ts';
+import { generateKey } from '../pki/keys.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { startAwsSimulator } from '../sim/aws/server.ts';
 import { createCertificateRequest } from '../sim/tls.ts';
@@ -168,4 +170,32 @@ test('explain --request takes a kops nodeup body and judges it on its proof alon
     ['deny', 'queue'],
   );
   assert.match(json.trail[0].reasons[0], /names no node/);
+});
+
+test('explain refuses, as the server does before any policy runs, a request naming the API server', async () => {
+  const chain = conf('approve.json', { bootstrap: { policies: [{ name: 'insecure-always-approve' }] } });
+  const serving = buildCsrPem(generateKey(), {
+    subject: { commonName: 'system:node:worker-1', organizations: ['system:nodes'] },
+    dnsNames: ['kubernetes.default.svc.cluster.local'],
+  });
+  const request = file(
+    'reserved.json',
+    JSON.stringify({
+      apiVersion: nativeApiVersion,
+      certificateSigningRequests: { kubelet: csr, 'kubelet-server': serving },
+    }),
+  );
+  await assert.rejects(explain('--conf', chain, '--request', request), (err: unknown) => {
+    assert.equal(exitCodeOf(err), 65);
+    assert.match(
+      String((err as Error).message),
+      /kubernetes\.default\.svc\.cluster\.local is a name of the cluster's API server/,
+    );
+    return true;
+  });
+  // A node name that is one of the cluster's API names, from the config's cluster name.
+  await assert.rejects(
+    explain('--conf', chain, '--csr', file('node.csr', csr), '--node', 'api.internal.c.example.com'),
+    /api\.internal\.c\.example\.com is a name/,
+  );
 });

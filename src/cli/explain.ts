@@ -3,13 +3,15 @@
  * (optionally with its `authorization` header value inside) or a bare CSR — against the configured approval
  * policies, evaluating every policy (not only up to the deciding one) and printing each verdict with
  * its reasons. Nothing is issued, queued or recorded in the cluster: proofs are spent only in a
- * private replay guard, so the node can still use a proof that was explained.
+ * private replay guard, so the node can still use a proof that was explained. A request naming the
+ * cluster's API server (or a wildcard) is refused first, as the server refuses it before any policy.
  */
 import { readFile, stat } from 'node:fs/promises';
 import { Command, Option } from 'commander';
 import { parseAuthorization } from '../bootstrap/authorization.ts';
 import { evaluateChain } from '../bootstrap/chain.ts';
 import { auditDetailOf, newRequestId } from '../bootstrap/context.ts';
+import { assertNoReservedNamesIn } from '../bootstrap/issue.ts';
 import { kopsApiVersion } from '../bootstrap/kops-handler.ts';
 import {
   type CertificatesInput,
@@ -19,6 +21,7 @@ import {
 import { buildPolicies } from '../bootstrap/policies/build.ts';
 import { policyDepsFromConfig, policyNamesOf } from '../bootstrap/policies/deps.ts';
 import { MemoryReplayGuard } from '../bootstrap/replay-guard.ts';
+import { loadReservedNames } from '../bootstrap/reserved-names.ts';
 import type { BootstrapRequest, ChainDecision, PolicyDecision } from '../bootstrap/types.ts';
 import { loadConfigFile } from '../config/loader.ts';
 import { InvalidInputError, NotFoundError } from '../errors.ts';
@@ -183,6 +186,11 @@ export function explainCommand(): Command {
       remoteAddress: options.remoteAddress,
       receivedAt: new Date(),
     });
+    const reserved = await loadReservedNames(config, {
+      ...(config.bootstrap.apiServers ? { apiServers: config.bootstrap.apiServers } : {}),
+      logger,
+    });
+    assertNoReservedNamesIn(request.certificates, { nodeName: request.claimedNodeName }, reserved);
     const names = policyNamesOf(config);
     const needsCluster = names.has('bootstrap-token') || names.has('metal');
     const { deps, close } = await policyDepsFromConfig({

@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import { X509Certificate } from 'node:crypto';
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,12 +16,22 @@ import type { Command } from 'commander';
 import { Registry } from 'prom-client';
 import { nodeFileNames } from '../agent/node-files.ts';
 import {
+  type ProxiedRequest,
+  type ProxyReply,
+  startTlsEndpoint,
+  startTlsProxy,
+  type TlsProxy,
+} from '../agent/tls-proxy.test-support.ts';
+import {
+  buildClusterInfo,
+  type ClusterInfo,
   clusterInfoHandler,
   renderClusterInfoKubeconfig,
   signedClusterInfo,
 } from '../bootstrap/discovery.ts';
 import { awsPolicy } from '../bootstrap/policies/aws.ts';
 import { bootstrapTokenPolicy } from '../bootstrap/policies/bootstrap-token.ts';
+import { insecureAlwaysApprovePolicy } from '../bootstrap/policies/insecure-always-approve.ts';
 import { queuePolicy } from '../bootstrap/policies/queue.ts';
 import { bootstrapSignerName } from '../bootstrap/queue.ts';
 import { MemoryReplayGuard } from '../bootstrap/replay-guard.ts';
@@ -30,8 +41,10 @@ import { createAwsClients } from '../cloud/aws/clients.ts';
 import { AwsNodeIdentifier } from '../cloud/aws/identify.ts';
 import { parseConfig } from '../config/loader.ts';
 import { exitCodeOf } from '../errors.ts';
-import { bundlePem, createCa } from '../pki/ca.ts';
+import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
+import { generateKey } from '../pki/keys.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
+import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
 import { type KubeObject, type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { startAwsSimulator } from '../sim/aws/server.ts';
 import { opensslText } from '../testing/openssl.ts';
@@ -53,6 +66,10 @@ let signer: { stop: AbortController; done: Promise<void> };
 let dir: string;
 let adminKubeconfig: string;
 let caFile: string;
+/** The cluster-info kubeconfig every server here publishes: the API server and both CAs. */
+let clusterKubeconfig: string;
+/** `--ca-pin` for both CAs of the cluster-info bundle: the cluster CA and the API server's. */
+let pins: string[];
 
 interface Outcome {
   code: number;
@@ -114,14 +131,15 @@ before(async () => {
   adminKubeconfig = join(dir, 'admin.kubeconfig');
   await writeFile(adminKubeconfig, sim.kubeconfig(), { mode: 0o600 });
   caFile = join(dir, 'ca.crt');
-  await writeFile(caFile, caPem);
+  await writeFile(caFile, `${caPem}${sim.caCertificate}\n`);
+  pins = ['--ca-pin', pinOfCertificatePem(caPem), '--ca-pin', pinOfCertificatePem(sim.caCertificate)];
   sim.store.create(tokenSecretOf(token) as KubeObject);
   sim.store.create(tokenSecretOf(signingOnly) as KubeObject);
   const tokens = apiTokenSource(sim.kubeConfig().makeApiClient(CoreV1Api));
   // The API server's own CA is in the bundle too: in this test it is not the cluster CA, as in kops.
-  const kubeconfig = renderClusterInfoKubeconfig({
+  clusterKubeconfig = renderClusterInfoKubeconfig({
     servers: [sim.url],
-    caBundlePem: caPem + sim.caCertificate,
+    caBundlePem: `${caPem}${sim.caCertificate}\n`,
   });
   boot = await startBootstrapServer(
     parseConfig({ clusterName: 'c.example.com', cloud: 'metal', server: {} }),
@@ -132,7 +150,7 @@ before(async () => {
       listen: '127.0.0.1:0',
       apiServer: sim.url,
       serverNames: { ipAddresses: ['127.0.0.1'] },
-      clusterInfoHandler: clusterInfoHandler(() => signedClusterInfo(kubeconfig, tokens, new Date())),
+      clusterInfoHandler: clusterInfoHandler(() => signedClusterInfo(clusterKubeconfig, tokens, new Date())),
       registry: new Registry(),
     },
   );
@@ -151,9 +169,7 @@ after(async () => {
 
 describe('kops-controller join against the bootstrap server', () => {
   test('with a CA pin and a bootstrap token: joins, and the kubeconfig authenticates as system:node:<name>', async () => {
-    const outcome = await cli(
-      ...joinArgs('node-t', '--ca-pin', pinOfCertificatePem(caPem), '--token', tokenText, '-o', 'json'),
-    );
+    const outcome = await cli(...joinArgs('node-t', ...pins, '--token', tokenText, '-o', 'json'));
     assert.equal(outcome.code, 0, outcome.stderr);
     const result = JSON.parse(outcome.stdout);
     assert.equal(result.nodeName, 'node-t');
@@ -207,10 +223,36 @@ describe('kops-controller join against the bootstrap server', () => {
     await assert.rejects(readdir(join(dir, 'node-p')), { code: 'ENOENT' });
   });
 
+  test('a CA in cluster-info that is not pinned: exit 77, the line names it and its pin, nothing written', async () => {
+    const outcome = await cli(
+      ...joinArgs('node-u', '--ca-pin', pinOfCertificatePem(caPem), '--token', tokenText),
+    );
+    assert.equal(outcome.code, 77, outcome.stderr);
+    assert.equal(outcome.stderr.split('\n').length, 2, 'one line');
+    const simCa = new X509Certificate(sim.caCertificate).subject;
+    assert.ok(
+      outcome.stderr.includes(`${simCa} (${pinOfCertificatePem(sim.caCertificate)})`),
+      outcome.stderr,
+    );
+    assert.deepEqual(await filesIn(join(dir, 'node-u')), []);
+  });
+
+  test('a wrong --server path: exit 66 at once, the line names the URL, the status and the reason', async () => {
+    const outcome = await cli(
+      ...['join', '--server', `${boot.server.url}/wrong`, ...pins, '--node-name', 'node-w'],
+      ...['--dir', join(dir, 'node-w')],
+    );
+    assert.equal(outcome.code, 66, outcome.stderr);
+    assert.equal(
+      outcome.stderr,
+      `kops-controller: GET ${boot.server.url}/wrong answered 404 Not Found: no such endpoint /wrong; see ` +
+        'docs/bootstrap-api.md (not-found); check the URL given to --server\n',
+    );
+  });
+
   test('denial: one line with the policy’s reason, exit 77, nothing written', async () => {
-    const pin = pinOfCertificatePem(caPem);
     const outcome = await program(
-      ...joinArgs('node-d', '--ca-pin', pin, '--token', `${signingOnly.id}.${signingOnly.secret}`),
+      ...joinArgs('node-d', ...pins, '--token', `${signingOnly.id}.${signingOnly.secret}`),
     );
     assert.equal(outcome.code, 77);
     assert.equal(
@@ -218,6 +260,239 @@ describe('kops-controller join against the bootstrap server', () => {
       `kops-controller: the bootstrap request was denied: bootstrap token ${signingOnly.id} is unknown, expired or its secret is wrong\n`,
     );
     assert.deepEqual(await readdir(join(dir, 'node-d')), []);
+  });
+});
+
+/** The files in a directory; none when it was never created. */
+async function filesIn(path: string): Promise<string[]> {
+  try {
+    return await readdir(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
+  }
+}
+
+/** A serving certificate for 127.0.0.1 from `issuer`, as a TLS server takes it. */
+function loopbackCertificate(issuer: CertificateAuthority): { cert: string; key: string } {
+  const key = generateKey();
+  const cert = issueCertificate(issuer, 'kops-controller', publicKeyRequest(key), {
+    name: 'proxy.internal',
+    ipAddresses: ['127.0.0.1'],
+  });
+  return { cert: cert.pem, key: key.export({ format: 'pem', type: 'pkcs8' }) as string };
+}
+
+describe('kops-controller join through a TLS man in the middle (no token: every policy that admits without one)', () => {
+  const attackerCa = createCa({ name: 'attacker-ca' });
+  const attackerPem = bundlePem(attackerCa);
+  let insecureBoot: RunningBootstrap;
+  let attackerApi: Awaited<ReturnType<typeof startTlsEndpoint>>;
+  const proxies: TlsProxy[] = [];
+  /** What the genuine server publishes; one test makes it name the attacker (a hijacked DNS name). */
+  let published = '';
+
+  before(async () => {
+    published = clusterKubeconfig;
+    // The genuine cluster admits any node (insecure-always-approve stands for aws, gce and the queue,
+    // which admit without a token too): only the pins stand between the node and the attacker.
+    insecureBoot = await startBootstrapServer(
+      parseConfig({ clusterName: 'c.example.com', cloud: 'metal', server: {} }),
+      {
+        kubeConfig: sim.kubeConfig(),
+        policies: [insecureAlwaysApprovePolicy()],
+        ca,
+        listen: '127.0.0.1:0',
+        apiServer: sim.url,
+        serverNames: { ipAddresses: ['127.0.0.1'] },
+        clusterInfoHandler: clusterInfoHandler(() => buildClusterInfo(published, [], new Date())),
+        registry: new Registry(),
+      },
+    );
+    attackerApi = await startTlsEndpoint(loopbackCertificate(attackerCa));
+  });
+  after(async () => {
+    for (const proxy of proxies) await proxy.close();
+    await attackerApi.close();
+    await insecureBoot.close();
+  });
+
+  /** Joins through a man in the middle that rewrites cluster-info and forwards everything else. */
+  const joinThrough = async (
+    nodeName: string,
+    rewrite: (info: ClusterInfo) => ClusterInfo,
+    connection?: (index: number) => 'relay' | 'terminate',
+  ) => {
+    const proxy = await startTlsProxy({
+      upstream: insecureBoot.server.url,
+      certificate: loopbackCertificate(attackerCa),
+      rewrite,
+      ...(connection ? { connection } : {}),
+    });
+    proxies.push(proxy);
+    const args = ['join', '--server', proxy.url, ...pins, '--node-name', nodeName];
+    return cli(...args, '--dir', join(dir, nodeName), '--timeout', '10s');
+  };
+
+  const cases: {
+    name: string;
+    rewrite: (info: ClusterInfo) => ClusterInfo;
+    connection?: (index: number) => 'relay' | 'terminate';
+    line: RegExp;
+  }[] = [
+    {
+      name: 'an extra CA appended to the genuine bundle',
+      rewrite: (info) => ({ ...info, caBundlePem: info.caBundlePem + attackerPem }),
+      line: /is not pinned: CN=attacker-ca \(sha256:[0-9a-f]{64}\)/,
+    },
+    {
+      name: "the attacker's API server, with a certificate from the attacker's CA appended to the bundle",
+      rewrite: (info) => ({ servers: [attackerApi.url], caBundlePem: info.caBundlePem + attackerPem }),
+      line: /is not pinned: CN=attacker-ca/,
+    },
+    {
+      name: 'the CA replaced by the attacker’s',
+      rewrite: (info) => ({ ...info, caBundlePem: attackerPem }),
+      line: /none of the CA certificates from .* matches --ca-pin/,
+    },
+    {
+      name: 'the genuine bundle with a foreign server URL',
+      rewrite: (info) => ({ ...info, servers: [attackerApi.url] }),
+      line: /did not present a certificate from the cluster CA/,
+    },
+    {
+      name: 'first fetch through the attacker, second relayed to the genuine server',
+      rewrite: (info) => ({ ...info, servers: [attackerApi.url] }),
+      connection: (index) => (index === 0 ? 'terminate' : 'relay'),
+      line: /changed between the unverified and the verified fetch/,
+    },
+    {
+      name: 'discovery relayed untouched, the bootstrap API calls through the attacker',
+      rewrite: (info) => info,
+      connection: (index) => (index < 2 ? 'relay' : 'terminate'),
+      line: /the bootstrap server https:\/\/127\.0\.0\.1:\d+ is not trusted by the cluster CA/,
+    },
+  ];
+  cases.forEach(({ name, rewrite, connection, line }, i) => {
+    test(`${name}: exit 77 with one line, nothing written`, async () => {
+      const nodeName = `mitm-${i}`;
+      const outcome = await joinThrough(nodeName, rewrite, connection);
+      assert.equal(outcome.code, 77, outcome.stderr);
+      assert.match(outcome.stderr, line);
+      assert.equal(outcome.stderr.split('\n').length, 2, `one line: ${outcome.stderr}`);
+      assert.deepEqual(await filesIn(join(dir, nodeName)), []);
+      assert.equal(attackerApi.connections(), 0, "the attacker's API server is never contacted");
+    });
+  });
+
+  test('the genuine cluster-info names an API server URL the attacker answers (hijacked DNS): exit 77, nothing written', async () => {
+    published = renderClusterInfoKubeconfig({
+      servers: [attackerApi.url],
+      caBundlePem: `${caPem}${sim.caCertificate}\n`,
+    });
+    try {
+      const outcome = await cli(
+        ...['join', '--server', insecureBoot.server.url, ...pins, '--node-name', 'mitm-dns'],
+        ...['--dir', join(dir, 'mitm-dns')],
+      );
+      assert.equal(outcome.code, 77, outcome.stderr);
+      assert.equal(
+        outcome.stderr,
+        `kops-controller: the API server ${attackerApi.url} did not present a certificate from a CA the node ` +
+          'trusts (UNABLE_TO_VERIFY_LEAF_SIGNATURE): the node could never trust it; check the API server URL ' +
+          'the cluster publishes, or someone else is answering for it\n',
+      );
+      assert.equal(attackerApi.connections(), 1, 'one TLS handshake, refused');
+      assert.deepEqual(await filesIn(join(dir, 'mitm-dns')), []);
+    } finally {
+      published = clusterKubeconfig;
+    }
+  });
+
+  test('without the man in the middle the same join succeeds (the cases above fail for the attack alone)', async () => {
+    const outcome = await cli(
+      ...['join', '--server', insecureBoot.server.url, ...pins, '--node-name', 'mitm-none'],
+      ...['--dir', join(dir, 'mitm-none'), '-o', 'json'],
+    );
+    assert.equal(outcome.code, 0, outcome.stderr);
+    assert.equal(JSON.parse(outcome.stdout).apiServer, sim.url);
+  });
+});
+
+describe('kops-controller join: faults are retried, permanent answers end it at once', () => {
+  const proxies: TlsProxy[] = [];
+  after(async () => {
+    for (const proxy of proxies) await proxy.close();
+  });
+  /** A load balancer in front of the bootstrap server, with a certificate from the cluster CA. */
+  const balancer = async (intercept: (request: ProxiedRequest) => ProxyReply | undefined) => {
+    const proxy = await startTlsProxy({
+      upstream: boot.server.url,
+      certificate: loopbackCertificate(ca),
+      intercept,
+    });
+    proxies.push(proxy);
+    return proxy;
+  };
+  const joinVia = (proxy: TlsProxy, nodeName: string, timeout: string) =>
+    cli(
+      ...['join', '--server', proxy.url, ...pins, '--token', tokenText, '--node-name', nodeName],
+      ...['--dir', join(dir, nodeName), '--timeout', timeout],
+    );
+
+  const permanent = [
+    { path: '/cluster-info', status: 400, code: 65 },
+    { path: '/cluster-info', status: 401, code: 77 },
+    { path: '/cluster-info', status: 403, code: 77 },
+    { path: '/cluster-info', status: 404, code: 66 },
+    { path: '/v1/certificates', status: 400, code: 65 },
+    { path: '/v1/certificates', status: 404, code: 66 },
+  ];
+  for (const { path, status, code } of permanent) {
+    test(`${status} on ${path} (not the bootstrap API's own JSON): exit ${code} at once, one line naming it`, async () => {
+      const proxy = await balancer((request) =>
+        request.path === path
+          ? { status, body: `<html><body>${status} from a proxy</body></html>` }
+          : undefined,
+      );
+      const nodeName = `permanent-${status}-${path.length}`;
+      const outcome = await joinVia(proxy, nodeName, '3s');
+      assert.equal(outcome.code, code, outcome.stderr);
+      const method = path === '/cluster-info' ? 'GET' : 'POST';
+      assert.match(
+        outcome.stderr,
+        new RegExp(`^kops-controller: ${method} ${proxy.url}${path} answered ${status} [A-Z]`),
+      );
+      assert.equal(outcome.stderr.split('\n').length, 2, `one line: ${outcome.stderr}`);
+      assert.equal(proxy.requests.filter((r) => r.path === path).length, 1, 'not retried');
+      assert.deepEqual(await filesIn(join(dir, nodeName)), []);
+    });
+  }
+
+  test('503 with Retry-After on discovery and on the bootstrap API, then success: joins', async () => {
+    const unavailable = { error: { reason: 'unavailable', message: 'the API server is not answering' } };
+    const faults = new Map([
+      ['/cluster-info', 2],
+      ['/v1/certificates', 2],
+    ]);
+    const proxy = await balancer((request) => {
+      const left = faults.get(request.path) ?? 0;
+      if (left === 0) return undefined;
+      faults.set(request.path, left - 1);
+      return {
+        status: 503,
+        body: JSON.stringify(unavailable),
+        headers: { 'content-type': 'application/json', 'retry-after': '1' },
+      };
+    });
+    const outcome = await joinVia(proxy, 'node-503', '60s');
+    assert.equal(outcome.code, 0, outcome.stderr);
+    const retries = outcome.stderr.split('\n').filter((l) => l.includes('retrying in'));
+    assert.deepEqual(
+      retries.map((l) => l.replace(/: .*/, '')),
+      ['discovery', 'discovery', 'bootstrap request', 'bootstrap request'],
+    );
+    assert.match(retries[0] ?? '', /retrying in 1s: GET .*answered 503 .*not answering \(unavailable\)$/);
   });
 });
 
@@ -260,12 +535,7 @@ describe('kops-controller join --cloud aws', () => {
         listen: '127.0.0.1:0',
         apiServer: sim.url,
         serverNames: { ipAddresses: ['127.0.0.1'] },
-        clusterInfoHandler: clusterInfoHandler(() => ({
-          apiVersion: 'v1',
-          kind: 'ConfigMap',
-          metadata: { name: 'cluster-info', namespace: 'kube-public' },
-          data: { kubeconfig: renderClusterInfoKubeconfig({ servers: [sim.url], caBundlePem: caPem }) },
-        })),
+        clusterInfoHandler: clusterInfoHandler(() => buildClusterInfo(clusterKubeconfig, [], new Date())),
         registry: new Registry(),
       });
       const nodeDir = join(dir, 'aws-node');

@@ -161,7 +161,8 @@ export function joinCommand(): Command {
             }),
           {
             // As kubeadm: a missing signature or an unreachable endpoint is waited for five minutes at
-            // most, so a token that cannot sign or a wrong --server does not keep the node for an hour.
+            // most, so a token that cannot sign or an endpoint that is not there does not keep the node
+            // for an hour. A permanent answer (a wrong URL's 404, a 403) ends discovery at once.
             deadline: Math.min(deadline, Date.now() + discoveryTimeoutMs),
             backoff: new Backoff({ initialMs: 1000, maxMs: 30_000, jitter: 0.5 }),
             what: 'discovery',

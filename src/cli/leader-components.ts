@@ -78,6 +78,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
         identifier: cloud.nodeIdentifier,
         identifyByNodeName: cloud.identifiesByNodeName,
         leaveUnverifiedForHumans: config.csrApprover.leaveUnverifiedForHumans,
+        maxInstanceStateAgeMs: config.csrApprover.maxInstanceStateAge,
         registry: options.registry,
         logger,
       }),

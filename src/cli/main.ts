@@ -51,7 +51,12 @@ export async function main(argv: readonly string[]): Promise<number> {
       return err.exitCode === 1 ? 2 : err.exitCode;
     }
     process.stderr.write(`kops-controller: ${errorLine(err)}\n`);
-    return exitCodeOf(err);
+    const code = exitCodeOf(err);
+    // The error is the command's answer: something it left running (a listener, a component that
+    // ignored its stop signal) must not keep the process alive, or a pod would hang instead of being
+    // restarted. Unreferenced, so a process that ends by itself ends at once.
+    setTimeout(() => process.exit(code), 2_000).unref();
+    return code;
   }
 }
 

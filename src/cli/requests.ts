@@ -1,15 +1,33 @@
 /**
- * `kops-controller requests list|approve|deny`: the queue of bootstrap requests waiting for a human.
- * They are CertificateSigningRequests of the signer `kops.k8s.io/node-bootstrap`, so
- * `kubectl certificate approve|deny` works the same; this command shows the evidence a decision
- * needs (claimed name, source address, proof, the facts that will be certified) in one table.
- * Approving only records the decision: the controller's signer checks the request again and signs.
+ * `kops-controller requests list|show|approve|deny`: the queue of bootstrap requests waiting for a
+ * human. They are CertificateSigningRequests of the signer `kops.k8s.io/node-bootstrap`, so
+ * `kubectl certificate approve|deny` works the same; this command shows what a decision needs: who
+ * asks (claimed name, source address, proof), every certificate approving issues with its subject
+ * and every SAN, and what of it was verified. Approving only records the decision: the controller's
+ * signer checks the request again and signs.
+ *
+ * "Verified" is shown only for what the server verified, never for what a CSR's annotations say:
+ * anyone who may create CSRs can name our signer and write any evidence, and only the controller can
+ * check its seal. So a request counts as the controller's only if the API server recorded as its
+ * creator (spec.username, which no requester can set) an identity that may sign for our signer
+ * (asked with a SubjectAccessReview, as the API server itself asks before a signer writes a
+ * certificate), and its name counts as verified only on the controller's own verified mark.
  */
-import type { CertificatesV1Api, V1CertificateSigningRequest } from '@kubernetes/client-node';
+import {
+  AuthorizationV1Api,
+  type CertificatesV1Api,
+  type KubeConfig,
+  type V1CertificateSigningRequest,
+} from '@kubernetes/client-node';
 import { Command } from 'commander';
-import { bootstrapSignerName, queueAnnotations } from '../bootstrap/queue.ts';
-import type { NodeFacts } from '../bootstrap/types.ts';
-import { ConflictError, InvalidInputError } from '../errors.ts';
+import {
+  bootstrapSignerName,
+  certificateLines,
+  type QueuedCertificate,
+  type QueuedCsrView,
+  viewOfQueuedCsr,
+} from '../bootstrap/queue.ts';
+import { ConflictError, describeError, InvalidInputError } from '../errors.ts';
 import { fromApiException } from '../kube/api-errors.ts';
 import { loadKubeConfig, makeClients } from '../kube/client.ts';
 import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
@@ -20,9 +38,16 @@ interface ListOptions extends KubeOptions {
   all?: boolean;
 }
 
+interface ShowOptions extends KubeOptions {
+  output: string;
+}
+
 interface DecideOptions extends KubeOptions {
   reason?: string;
 }
+
+/** Whether a CSR's creator may sign for our signer: true, false, or why that could not be asked. */
+export type CreatorCheck = boolean | { unknown: string };
 
 /** One queued request as the admin sees it. */
 export interface RequestRow {
@@ -31,16 +56,28 @@ export interface RequestRow {
   claimedNode: string;
   remoteAddress: string;
   proof: string;
+  /** True only for a request the controller made whose name a policy verified. */
   verified: boolean;
-  addresses: string[];
+  /** Why it is or is not verified, in words. */
+  verification: string;
+  /** True only when the names a serving certificate gets were verified too, not requested by the node. */
+  addressesVerified: boolean;
+  /** Who created the CSR, as the API server recorded it. */
+  createdBy: string;
+  /** Every SAN of every certificate approving issues. */
+  sans: string[];
+  certificates: QueuedCertificate[];
   instanceGroup: string;
+  evidence: Record<string, string>;
   status: 'Pending' | 'Approved' | 'Issued' | 'Denied' | 'Failed';
   created: string;
+  /** Why the certificates could not be worked out (a malformed or altered request). */
+  problem?: string;
 }
 
-function certificatesApi(options: KubeOptions): CertificatesV1Api {
-  return makeClients(loadKubeConfig({ kubeconfig: options.kubeconfig, context: options.context }).kubeConfig)
-    .certificates;
+function clients(options: KubeOptions): { certificates: CertificatesV1Api; kubeConfig: KubeConfig } {
+  const { kubeConfig } = loadKubeConfig({ kubeconfig: options.kubeconfig, context: options.context });
+  return { certificates: makeClients(kubeConfig).certificates, kubeConfig };
 }
 
 function hasCondition(csr: V1CertificateSigningRequest, type: string): boolean {
@@ -56,31 +93,85 @@ export function statusOf(csr: V1CertificateSigningRequest): RequestRow['status']
   return 'Pending';
 }
 
-function factsOf(csr: V1CertificateSigningRequest): Partial<NodeFacts> {
-  try {
-    const facts: unknown = JSON.parse(csr.metadata?.annotations?.[queueAnnotations.facts] ?? '{}');
-    return facts !== null && typeof facts === 'object' ? (facts as Partial<NodeFacts>) : {};
-  } catch {
-    return {};
+/** Whether a request is verified, and why (see the module comment). */
+function verificationOf(
+  view: QueuedCsrView,
+  creator: CreatorCheck,
+): { verified: boolean; verification: string } {
+  if (creator !== true) {
+    const why =
+      creator === false
+        ? `by ${view.createdBy || 'an unknown user'}, who may not sign for ${bootstrapSignerName}`
+        : `cannot check who created it (${creator.unknown})`;
+    return { verified: false, verification: `NOT created by kops-controller: ${why}; trust nothing it says` };
   }
+  return view.nameVerified
+    ? { verified: true, verification: 'the node name was verified by the approval policy' }
+    : { verified: false, verification: 'the node name is claimed by the requester, not verified' };
 }
 
-/** The row of a queued CSR; the evidence comes from its annotations (the signer verifies their seal). */
-export function rowOf(csr: V1CertificateSigningRequest): RequestRow {
-  const annotations = csr.metadata?.annotations ?? {};
-  const facts = factsOf(csr);
+/** The row of a queued CSR, given whether its creator may sign for our signer. */
+export function rowOf(csr: V1CertificateSigningRequest, creator: CreatorCheck): RequestRow {
+  const view = viewOfQueuedCsr(csr);
   const created = csr.metadata?.creationTimestamp;
   return {
-    name: csr.metadata?.name ?? '',
-    node: facts.nodeName ?? '',
-    claimedNode: annotations[queueAnnotations.claimedNode] ?? '',
-    remoteAddress: annotations[queueAnnotations.remoteAddress] ?? '',
-    proof: annotations[queueAnnotations.proof] ?? '',
-    verified: facts.evidence?.['verified'] !== 'false',
-    addresses: [...(facts.dnsNames ?? []), ...(facts.ipAddresses ?? [])],
-    instanceGroup: facts.instanceGroup ?? '',
+    name: view.name,
+    node: view.nodeName,
+    claimedNode: view.claimedNode,
+    remoteAddress: view.remoteAddress,
+    proof: view.proof,
+    ...verificationOf(view, creator),
+    addressesVerified: creator === true && view.addressesVerified,
+    createdBy: view.createdBy,
+    sans: [...new Set(view.certificates.flatMap((c) => [...c.dnsNames, ...c.ipAddresses]))],
+    certificates: [...view.certificates],
+    instanceGroup: view.instanceGroup,
+    evidence: view.evidence,
     status: statusOf(csr),
     created: created instanceof Date ? created.toISOString() : String(created ?? ''),
+    ...(view.problem === undefined ? {} : { problem: view.problem }),
+  };
+}
+
+/**
+ * Asks the API server whether each CSR's creator may sign for our signer (by name, or by
+ * `<domain>/*`, as the API server checks a signer), once per distinct creator.
+ */
+function creatorChecker(kubeConfig: KubeConfig): (csr: V1CertificateSigningRequest) => Promise<CreatorCheck> {
+  const api = kubeConfig.makeApiClient(AuthorizationV1Api);
+  const answers = new Map<string, Promise<CreatorCheck>>();
+  const maySign = async (user: string, groups: string[], name: string): Promise<boolean> => {
+    const review = await api.createSubjectAccessReview({
+      body: {
+        apiVersion: 'authorization.k8s.io/v1',
+        kind: 'SubjectAccessReview',
+        spec: {
+          user,
+          groups,
+          resourceAttributes: { group: 'certificates.k8s.io', resource: 'signers', verb: 'sign', name },
+        },
+      },
+    });
+    return review.status?.allowed === true;
+  };
+  return (csr) => {
+    const user = csr.spec?.username ?? '';
+    const groups = csr.spec?.groups ?? [];
+    const key = JSON.stringify([user, groups]);
+    let answer = answers.get(key);
+    if (!answer) {
+      const wildcard = `${bootstrapSignerName.split('/')[0]}/*`;
+      answer = user
+        ? Promise.all([maySign(user, groups, bootstrapSignerName), maySign(user, groups, wildcard)]).then(
+            ([exact, domain]) => exact || domain,
+            (err: unknown) => ({
+              unknown: describeError(fromApiException(err, 'create a SubjectAccessReview')),
+            }),
+          )
+        : Promise.resolve(false);
+      answers.set(key, answer);
+    }
+    return answer;
   };
 }
 
@@ -132,13 +223,18 @@ async function decide(
   }
 }
 
+async function rowsOf(options: KubeOptions, items: V1CertificateSigningRequest[]): Promise<RequestRow[]> {
+  const check = creatorChecker(clients(options).kubeConfig);
+  return Promise.all(items.map(async (csr) => rowOf(csr, await check(csr))));
+}
+
 function listCommand(): Command {
   return withKubeOptions(new Command('list'))
-    .description('list bootstrap requests waiting for a decision, with their evidence')
+    .description('list bootstrap requests waiting for a decision, with their evidence and every SAN')
     .option('--all', 'also list decided requests (approved, issued, denied, failed)')
     .addOption(outputOption())
     .action(async (options: ListOptions, command: Command) => {
-      const api = certificatesApi(options);
+      const api = clients(options).certificates;
       let items: V1CertificateSigningRequest[];
       try {
         items = (
@@ -147,10 +243,10 @@ function listCommand(): Command {
       } catch (err) {
         throw fromApiException(err, 'list certificate signing requests');
       }
-      const rows = items
-        .map(rowOf)
-        .filter((row) => options.all || row.status === 'Pending')
-        .sort((a, b) => a.created.localeCompare(b.created) || a.name.localeCompare(b.name));
+      const wanted = items.filter((csr) => options.all || statusOf(csr) === 'Pending');
+      const rows = (await rowsOf(options, wanted)).sort(
+        (a, b) => a.created.localeCompare(b.created) || a.name.localeCompare(b.name),
+      );
       writeOut(
         command,
         formatOutput(options.output, rows, {
@@ -158,13 +254,80 @@ function listCommand(): Command {
           columns: [
             { header: 'name', value: (r) => r.name },
             { header: 'node', value: (r) => r.node },
-            { header: 'verified', value: (r) => (r.verified ? 'yes' : 'NO (claimed)') },
+            {
+              header: 'verified',
+              value: (r) =>
+                r.verified
+                  ? 'yes'
+                  : r.verification.startsWith('NOT')
+                    ? 'NO (not made by kops-controller)'
+                    : 'NO (claimed)',
+            },
             { header: 'from', value: (r) => r.remoteAddress },
             { header: 'proof', value: (r) => r.proof },
-            { header: 'addresses', value: (r) => r.addresses.join(',') },
+            { header: 'sans', value: (r) => r.sans.join(',') },
             { header: 'status', value: (r) => r.status },
           ],
         }),
+      );
+    });
+}
+
+/** A request in full, for people: who asks, what was verified, and every certificate and SAN. */
+function describeRow(row: RequestRow, creator: CreatorCheck): string {
+  const field = (label: string, value: string) => `${`${label}:`.padEnd(16)}${value}`;
+  const createdBy =
+    creator === true
+      ? `${row.createdBy} (may sign for ${bootstrapSignerName})`
+      : `${row.createdBy || 'unknown'} (NOT kops-controller: ${
+          creator === false
+            ? `it may not sign for ${bootstrapSignerName}`
+            : `cannot check: ${creator.unknown}`
+        }; trust nothing this request says)`;
+  const lines = [
+    field('name', row.name),
+    field('status', row.status),
+    field('created', row.created),
+    field('created by', createdBy),
+    field('from', row.remoteAddress),
+    field('proof', row.proof),
+    field('node', `${row.node} (${row.verified ? 'verified by the approval policy' : 'NOT verified'})`),
+    ...(row.sans.length
+      ? [
+          field(
+            'addresses',
+            row.addressesVerified ? 'verified by the approval policy' : 'NOT verified (requested)',
+          ),
+        ]
+      : []),
+    ...(row.claimedNode && row.claimedNode !== row.node ? [field('claimed node', row.claimedNode)] : []),
+    ...(row.instanceGroup ? [field('instance group', row.instanceGroup)] : []),
+    field(
+      'evidence',
+      Object.entries(row.evidence)
+        .sort(([a], [b]) => a.localeCompare(b))
+        .map(([key, value]) => `${key}=${value}`)
+        .join(', '),
+    ),
+    ...(row.problem ? [field('problem', `${row.problem} (the signer will refuse it)`)] : []),
+    'approving issues:',
+    ...certificateLines(row.certificates).map((line) => `  ${line}`),
+  ];
+  return `${lines.join('\n')}\n`;
+}
+
+function showCommand(): Command {
+  return withKubeOptions(new Command('show'))
+    .description('show one bootstrap request in full: who asks, what was verified, every certificate and SAN')
+    .argument('<name>', 'the request (CSR) name, from `requests list`')
+    .addOption(outputOption())
+    .action(async (name: string, options: ShowOptions, command: Command) => {
+      const csr = await readOurs(clients(options).certificates, name);
+      const creator = await creatorChecker(clients(options).kubeConfig)(csr);
+      const row = rowOf(csr, creator);
+      writeOut(
+        command,
+        options.output === 'table' ? describeRow(row, creator) : formatOutput(options.output, row),
       );
     });
 }
@@ -183,7 +346,7 @@ function decideCommand(verb: 'approve' | 'deny'): Command {
       const message =
         options.reason ??
         `${verb === 'approve' ? 'approved' : 'denied'} with kops-controller requests ${verb}`;
-      await decide(certificatesApi(options), name, type, message);
+      await decide(clients(options).certificates, name, type, message);
       commandLogger(command).info({ csr: name, decision: type }, 'bootstrap request decided');
       writeOut(command, `certificatesigningrequest/${name} ${verb === 'approve' ? 'approved' : 'denied'}\n`);
     });
@@ -192,8 +355,11 @@ function decideCommand(verb: 'approve' | 'deny'): Command {
 /** The `requests` command. */
 export function requestsCommand(): Command {
   return new Command('requests')
-    .description('list, approve and deny queued node bootstrap requests (CSRs of kops.k8s.io/node-bootstrap)')
+    .description(
+      'list, show, approve and deny queued node bootstrap requests (CSRs of kops.k8s.io/node-bootstrap)',
+    )
     .addCommand(listCommand())
+    .addCommand(showCommand())
     .addCommand(decideCommand('approve'))
     .addCommand(decideCommand('deny'));
 }

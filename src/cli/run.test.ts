@@ -6,7 +6,11 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { describe, test } from 'node:test';
 import type { V1Lease } from '@kubernetes/client-node';
+import { eventually, holdPort, idleCrowd } from '../net/testing.ts';
+import { createCa } from '../pki/ca.ts';
+import { saveCa } from '../pki/folder.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
+import { openVfs } from '../statestore/open.ts';
 
 const projectRoot = new URL('../..', import.meta.url);
 
@@ -105,6 +109,104 @@ describe('kops-controller run', () => {
       controller.child.kill('SIGKILL');
       await sim.close();
     }
+  });
+
+  test('a taken port, metrics or bootstrap, exits 78 with one line naming it', async () => {
+    const sim = await startApiServer();
+    const dir = await mkdtemp(join(tmpdir(), 'run-'));
+    const kubeconfig = join(dir, 'kubeconfig');
+    await writeFile(kubeconfig, sim.kubeconfig());
+    await saveCa(openVfs(dir), createCa(), 'pem');
+    const taken = await holdPort();
+    const cases = [
+      { metrics: taken.port, bootstrap: 0, setting: 'metrics.listen' },
+      { metrics: 0, bootstrap: taken.port, setting: 'server.Listen' },
+    ];
+    try {
+      for (const { metrics, bootstrap, setting } of cases) {
+        const conf = join(dir, `config-${setting}.yaml`);
+        await writeFile(
+          conf,
+          [
+            'clusterName: run.example.com',
+            'cloud: metal',
+            'metrics:',
+            `  listen: 127.0.0.1:${metrics}`,
+            'server:',
+            `  Listen: 127.0.0.1:${bootstrap}`,
+            `  caBasePath: ${dir}`,
+            '',
+          ].join('\n'),
+        );
+        const controller = startController(['--conf', conf, '--kubeconfig', kubeconfig, '-v', '0']);
+        controller.url.catch(() => undefined); // it exits before it serves
+        // Bounded: the bug was a process that never exits.
+        const exited = await Promise.race([
+          controller.exit,
+          new Promise<'hung'>((resolve) => setTimeout(() => resolve('hung'), 20_000).unref()),
+        ]);
+        controller.child.kill('SIGKILL');
+        assert.equal(exited, 78, `${setting}: ${controller.stderr.join('\n')}`);
+        // Besides the JSON log records, one line: the error.
+        assert.deepEqual(
+          controller.stderr.filter((line) => !line.startsWith('{')),
+          [
+            `kops-controller: cannot listen on 127.0.0.1:${taken.port}: port ${taken.port} is already in use ` +
+              `(EADDRINUSE); choose another address in ${setting}`,
+          ],
+        );
+      }
+    } finally {
+      await taken.release();
+      await sim.close();
+    }
+  });
+
+  test('the bootstrap server takes its connection caps from the flags; a bad cap exits 65', async () => {
+    const sim = await startApiServer();
+    const dir = await mkdtemp(join(tmpdir(), 'run-'));
+    const kubeconfig = join(dir, 'kubeconfig');
+    const conf = join(dir, 'config.yaml');
+    await writeFile(kubeconfig, sim.kubeconfig());
+    await saveCa(openVfs(dir), createCa(), 'pem');
+    await writeFile(
+      conf,
+      [
+        'clusterName: run.example.com',
+        'cloud: metal',
+        'metrics:',
+        '  listen: 127.0.0.1:0',
+        'server:',
+        '  Listen: 127.0.0.1:0',
+        `  caBasePath: ${dir}`,
+        '',
+      ].join('\n'),
+    );
+    const args = ['--conf', conf, '--kubeconfig', kubeconfig];
+    const controller = startController([...args, '--bootstrap-max-connections-per-source', '2']);
+    try {
+      await controller.url;
+      const listening = controller.stderr
+        .map((line) => JSON.parse(line) as { msg?: string; url?: string })
+        .find((record) => record.msg === 'bootstrap server listening');
+      const port = Number(new URL(listening?.url ?? '').port);
+      const crowd = await idleCrowd(port, 10, ['127.0.0.3']);
+      try {
+        assert.equal(await eventually(() => crowd.open().length, 2), 2, 'two held, the others reset');
+      } finally {
+        await crowd.release();
+      }
+    } finally {
+      controller.child.kill('SIGTERM');
+      await controller.exit;
+      await sim.close();
+    }
+    const bad = startController([...args, '--bootstrap-max-connections', '0']);
+    bad.url.catch(() => undefined);
+    assert.equal(await bad.exit, 65);
+    assert.deepEqual(bad.stderr, [
+      'kops-controller: --bootstrap-max-connections 0: expected a whole number from 1 to 9999999',
+    ]);
   });
 
   test('a config error exits 78 with one readable line', async () => {

@@ -10,16 +10,18 @@ import { Command, Option } from 'commander';
 import { collectDefaultMetrics, type Registry, register } from 'prom-client';
 import { loadConfigFile } from '../config/loader.ts';
 import { configWarnings } from '../config/warnings.ts';
-import { exitCodeOf } from '../errors.ts';
 import { loadKubeConfig } from '../kube/client.ts';
+import { defaultConnectionLimits } from '../net/hardened-server.ts';
 import { ControllerRuntime, type LeaderComponent } from '../runtime/controller-runtime.ts';
 import { vfsOptionsFromEnv } from '../statestore/open.ts';
-import { startConfiguredBootstrap } from './bootstrap-server.ts';
-import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
+import { type ConfiguredBootstrap, startConfiguredBootstrap } from './bootstrap-server.ts';
+import { commandLogger, type KubeOptions, withConnectionCaps, withKubeOptions } from './common.ts';
 import { buildLeaderComponents } from './leader-components.ts';
 
 interface RunOptions extends KubeOptions {
   conf: string;
+  bootstrapMaxConnections: number;
+  bootstrapMaxConnectionsPerSource: number;
 }
 
 /** Where kops mounts the controller's config file. */
@@ -33,50 +35,72 @@ function collectProcessMetrics(registry: Registry): void {
 
 /** The `run` command. */
 export function runCommand(): Command {
-  return withKubeOptions(
+  const command = withKubeOptions(
     new Command('run')
       .description(
         'run the controller: health and metrics endpoints, leader election, leader-only controllers',
       )
       .addOption(new Option('--conf <file>', 'controller configuration file').default(defaultConfigPath)),
-  ).action(async (options: RunOptions, command: Command) => {
-    const logger = commandLogger(command);
-    const config = await loadConfigFile(options.conf);
-    for (const warning of configWarnings(config)) logger.warn(warning);
-    const { kubeConfig, source } = loadKubeConfig({
-      kubeconfig: options.kubeconfig,
-      context: options.context,
-    });
-    logger.info(
-      {
-        cluster: config.clusterName,
-        cloud: config.cloud,
-        kubeconfig: source,
-        server: kubeConfig.getCurrentCluster()?.server,
-      },
-      'starting kops-controller',
-    );
-    collectProcessMetrics(register);
-    // The CSR controllers join this list as they are built; the runtime supervises them.
-    const leader = await buildLeaderComponents({
-      config,
-      kubeConfig,
-      vfsOptions: vfsOptionsFromEnv(process.env),
-      registry: register,
-      logger,
-    });
+  );
+  // The bootstrap server's caps; the metrics port's are fixed (docs/operations.md).
+  return withConnectionCaps(command, 'bootstrap-', 'the bootstrap server', defaultConnectionLimits).action(
+    run,
+  );
+}
+
+async function run(options: RunOptions, command: Command): Promise<void> {
+  const logger = commandLogger(command);
+  const config = await loadConfigFile(options.conf);
+  for (const warning of configWarnings(config)) logger.warn(warning);
+  const { kubeConfig, source } = loadKubeConfig({
+    kubeconfig: options.kubeconfig,
+    context: options.context,
+  });
+  logger.info(
+    {
+      cluster: config.clusterName,
+      cloud: config.cloud,
+      kubeconfig: source,
+      server: kubeConfig.getCurrentCluster()?.server,
+    },
+    'starting kops-controller',
+  );
+  collectProcessMetrics(register);
+  // The CSR controllers join this list as they are built; the runtime supervises them.
+  const leader = await buildLeaderComponents({
+    config,
+    kubeConfig,
+    vfsOptions: vfsOptionsFromEnv(process.env),
+    registry: register,
+    logger,
+  });
+  let bootstrap: ConfiguredBootstrap | undefined;
+  let runtime: ControllerRuntime | undefined;
+  const shutdown = (signal: NodeJS.Signals) => {
+    logger.info({ signal }, 'shutting down');
+    void runtime?.stop();
+  };
+  // Whatever started is stopped whatever fails next, a port that is taken included: a server left
+  // listening would keep the process alive after its error.
+  try {
     // The bootstrap server runs on every replica; its CSR signer and cluster-info publisher on the leader.
-    const bootstrap = config.server
-      ? await startConfiguredBootstrap({
-          config,
-          kubeConfig,
-          vfsOptions: vfsOptionsFromEnv(process.env),
-          registry: register,
-          logger,
-        })
-      : undefined;
+    if (config.server) {
+      bootstrap = await startConfiguredBootstrap({
+        config,
+        kubeConfig,
+        vfsOptions: vfsOptionsFromEnv(process.env),
+        registry: register,
+        logger,
+        server: {
+          connectionLimits: {
+            maxConnections: options.bootstrapMaxConnections,
+            maxConnectionsPerSource: options.bootstrapMaxConnectionsPerSource,
+          },
+        },
+      });
+    }
     const components: LeaderComponent[] = [...leader.components, ...(bootstrap?.components ?? [])];
-    const runtime = new ControllerRuntime({
+    runtime = new ControllerRuntime({
       config,
       leaseClient: kubeConfig.makeApiClient(CoordinationV1Api),
       components,
@@ -84,24 +108,13 @@ export function runCommand(): Command {
       logger,
     });
     await runtime.start();
-    const shutdown = (signal: NodeJS.Signals) => {
-      logger.info({ signal }, 'shutting down');
-      void runtime.stop();
-    };
     process.once('SIGTERM', shutdown);
     process.once('SIGINT', shutdown);
-    try {
-      await runtime.done;
-    } catch (err) {
-      // A component that ignored its stop signal may keep the event loop alive; the process must end
-      // anyway so that the kubelet restarts it. The timer is unref'd: it only fires if something hangs.
-      setTimeout(() => process.exit(exitCodeOf(err)), 2000).unref();
-      throw err;
-    } finally {
-      await bootstrap?.close();
-      leader.close();
-      process.off('SIGTERM', shutdown);
-      process.off('SIGINT', shutdown);
-    }
-  });
+    await runtime.done;
+  } finally {
+    await bootstrap?.close();
+    leader.close();
+    process.off('SIGTERM', shutdown);
+    process.off('SIGINT', shutdown);
+  }
 }

@@ -1,13 +1,24 @@
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { CoreV1Api } from '@kubernetes/client-node';
-import { apiTokenSource, TokenValidator } from '../bootstrap/tokens.ts';
+import { discoverCluster } from '../agent/discovery.ts';
+import {
+  ClusterInfoPublisher,
+  clusterInfoHandler,
+  configMapClusterInfoSource,
+  renderClusterInfoKubeconfig,
+} from '../bootstrap/discovery.ts';
+import { apiTokenSource, TokenValidator, WatchedTokenSecrets } from '../bootstrap/tokens.ts';
 import { exitCodeOf } from '../errors.ts';
 import { makeClients } from '../kube/client.ts';
+import { pinOfCertificatePem } from '../pki/pin.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { createCertificateAuthority, issueServingCertificate } from '../sim/tls.ts';
 import { runCli } from '../testing/cli.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'kops-token-cli-'));
@@ -121,6 +132,53 @@ describe('kops-controller token', () => {
         assert.match(err.message, message);
         return true;
       });
+    }
+  });
+
+  test('token create, then at once discovery with that token: signed within seconds, no minute-long poll', async (t) => {
+    // The controller's side as `run` wires it: the signer follows the token watch, and the bootstrap
+    // server answers GET /cluster-info from the ConfigMap, read at most every 2 s.
+    const clusterCa = await createCertificateAuthority('token-cli-cluster-ca');
+    const serving = await issueServingCertificate(clusterCa);
+    const tokens = new WatchedTokenSecrets({ kubeConfig: sim.kubeConfig(), api: apiTokenSource(core) });
+    tokens.start();
+    const kubeconfig = renderClusterInfoKubeconfig({
+      servers: ['https://api.token-cli.example.com'],
+      caBundlePem: clusterCa.certificate,
+    });
+    const stop = new AbortController();
+    const signer = new ClusterInfoPublisher({ core, source: tokens, kubeconfig: () => kubeconfig });
+    const running = signer.start(stop.signal);
+    const server = createServer(
+      { key: serving.privateKey, cert: serving.certificate },
+      clusterInfoHandler(configMapClusterInfoSource(core, { maxAgeMs: 2_000 })),
+    );
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const created = (await token('create')).trim();
+      const started = Date.now();
+      const discover = () =>
+        discoverCluster({
+          url: `https://127.0.0.1:${(server.address() as AddressInfo).port}`,
+          caPins: [pinOfCertificatePem(clusterCa.certificate)],
+          token: created,
+        });
+      // `join` retries a missing signature; poll as it does, with a bound far above what it takes.
+      let found: Awaited<ReturnType<typeof discover>> | undefined;
+      while (!found) {
+        found = await discover().catch((err: Error & { details?: { reason?: string } }) => {
+          if (err.details?.reason !== 'jws-missing' || Date.now() - started > 15_000) throw err;
+          return new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 100));
+        });
+      }
+      t.diagnostic(`discovery succeeded ${Date.now() - started} ms after token create`);
+      assert.equal(found.verifiedTokenId, created.split('.')[0]);
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      stop.abort();
+      await running;
+      await tokens.stop();
     }
   });
 });

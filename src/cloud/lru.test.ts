@@ -26,6 +26,18 @@ describe('LruCache', () => {
     assert.equal(cache.size, 0);
   });
 
+  it('returns only entries younger than a maximum age asked for, keeping older ones for others', () => {
+    let now = 0;
+    const cache = new LruCache<string, number>({ maxEntries: 10, ttlMs: 3_600_000, now: () => now });
+    cache.set('a', 1);
+    now = 59_999;
+    assert.equal(cache.get('a', 60_000), 1);
+    now = 60_000;
+    assert.equal(cache.get('a', 60_000), undefined);
+    assert.equal(cache.get('a'), 1, 'still within the cache lifetime');
+    assert.equal(cache.get('a', 0), undefined, 'a maximum age of 0 always misses');
+  });
+
   it('deletes on request and rejects a nonsensical capacity', () => {
     const cache = new LruCache<string, number>({ maxEntries: 1 });
     cache.set('a', 1);

@@ -27,14 +27,19 @@ export class LruCache<K, V> {
     this.#now = options.now ?? Date.now;
   }
 
-  /** The value for a key, marking it most recently used; undefined when absent or expired. */
-  get(key: K): V | undefined {
+  /**
+   * The value for a key, marking it most recently used; undefined when absent or expired. `maxAgeMs`
+   * asks for a value stored less than that long ago: an older one is left in place (it still serves
+   * callers content with the cache's own lifetime) but not returned.
+   */
+  get(key: K, maxAgeMs = Number.POSITIVE_INFINITY): V | undefined {
     const entry = this.#entries.get(key);
     if (entry === undefined) return undefined;
     this.#entries.delete(key);
-    if (this.#now() - entry.storedAt >= this.#ttlMs) return undefined;
+    const age = this.#now() - entry.storedAt;
+    if (age >= this.#ttlMs) return undefined;
     this.#entries.set(key, entry);
-    return entry.value;
+    return age < maxAgeMs ? entry.value : undefined;
   }
 
   /** Stores a value, evicting the least recently used entry when full. */

@@ -32,13 +32,23 @@ export interface NodeIdentity {
 /** Why one providerID could not be identified; a typed error from src/errors.ts. */
 export type IdentifyResult = { ok: true; identity: NodeIdentity } | { ok: false; error: Error };
 
+/** How fresh the answers of one `identify` call must be. */
+export interface IdentifyOptions {
+  /**
+   * Every cloud fact an answer rests on (an instance's state, its group membership) was read less
+   * than this long ago; older cached facts are read again. Default: the identifier's cache lifetime.
+   * Trust decisions (the CSR approver) ask for a short bound; labelling takes the cache as it is.
+   */
+  maxAgeMs?: number;
+}
+
 /**
  * Resolves nodes to their instance groups through the cloud API. Implementations batch: one call to
  * `identify` with many providerIDs makes as few cloud calls as the API allows, and concurrent calls
  * arriving within a short window are coalesced.
  */
 export interface NodeIdentifier {
-  identify(providerIDs: readonly string[]): Promise<Map<string, IdentifyResult>>;
+  identify(providerIDs: readonly string[], options?: IdentifyOptions): Promise<Map<string, IdentifyResult>>;
 }
 
 /** A cloud-side group of instances backing one instance group (an ASG, a MIG, a metal pool). */

@@ -156,6 +156,17 @@ const bootstrap = z.strictObject({
     .array(z.url({ protocol: /^https$/, error: 'expected an https:// URL of the API server' }))
     .min(1)
     .optional(),
+  /** Bounds on requests waiting for a human (defaults in src/bootstrap/queue.ts). */
+  queue: z
+    .strictObject({
+      /** Undecided requests in all; beyond it a new request gets 429 `queue-full`. */
+      maxPending: z.number().int().positive().optional(),
+      /** Undecided requests per source (an IPv4 address or an IPv6 /64); beyond it 429 `source-queue-full`. */
+      maxPendingPerSource: z.number().int().positive().optional(),
+      /** After this an undecided request is marked Failed (reason Expired) and audited. */
+      pendingTTL: duration.refine((ms) => ms >= 60_000, { message: 'must be at least 1m' }).optional(),
+    })
+    .default({}),
 });
 
 const csrApprover = z.strictObject({
@@ -163,6 +174,8 @@ const csrApprover = z.strictObject({
   enabled: z.boolean().default(true),
   /** Leave kubelet CSRs that fail a check pending for a human instead of denying them. */
   leaveUnverifiedForHumans: z.boolean().default(false),
+  /** The oldest cloud answer about a node's instance that a decision may rest on (default 60 s). */
+  maxInstanceStateAge: duration.default(60_000),
 });
 
 export const supportedClouds = [

@@ -15,6 +15,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
+import { retryAfterSeconds } from '../net/retry-after.ts';
 
 /** The `message` of a Kubernetes `Status` body, whether it arrives as a JSON string or an object. */
 export function statusMessageOf(body: unknown): string | undefined {
@@ -39,15 +40,28 @@ export function httpStatusOfApiError(err: unknown): number | undefined {
   return typeof code === 'number' ? code : undefined;
 }
 
+/** The seconds of an answer's `Retry-After` (the apiserver sends delta-seconds with 429 and 503). */
+function retryAfterOf(err: unknown): number | undefined {
+  return retryAfterSeconds(err instanceof ApiException ? err.headers?.['retry-after'] : undefined);
+}
+
 /**
  * Maps a client-node error to a typed error: 404 → NotFound, 409 → Conflict, 410 → Gone,
  * 401 → Unauthenticated, 403 → Forbidden, 400/422 → InvalidInput, 429 → RateLimited,
  * 5xx and network failures → Unavailable. `action` says what was being done ("read lease kube-system/x").
+ * The answer's `Retry-After`, if any, is kept as `details.retryAfterSeconds`.
  */
 export function fromApiException(err: unknown, action = 'Kubernetes API call'): KopsError {
   if (err instanceof KopsError) return err;
   const code = httpStatusOfApiError(err);
-  const options = { cause: err, details: code === undefined ? undefined : { httpStatus: code } };
+  const retryAfterSeconds = retryAfterOf(err);
+  const options = {
+    cause: err,
+    details:
+      code === undefined
+        ? undefined
+        : { httpStatus: code, ...(retryAfterSeconds ? { retryAfterSeconds } : {}) },
+  };
   if (code === undefined) {
     const name = (err as { name?: unknown } | null)?.name;
     if (name === 'TimeoutError') return new TimeoutError(`${action} timed out`, options);

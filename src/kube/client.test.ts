@@ -175,6 +175,16 @@ describe('fromApiException', () => {
     }
   });
 
+  test("keeps the apiserver's Retry-After (delta-seconds) in the details", () => {
+    const busy = new ApiException(429, 'x', '{}', { 'retry-after': '7' });
+    assert.deepEqual(fromApiException(busy, 'create configmap').details, {
+      httpStatus: 429,
+      retryAfterSeconds: 7,
+    });
+    const dated = new ApiException(503, 'x', '{}', { 'retry-after': 'Wed, 21 Oct 2026 07:28:00 GMT' });
+    assert.deepEqual(fromApiException(dated).details, { httpStatus: 503 });
+  });
+
   test('network failures and watch errors are mapped too', () => {
     const refused = fromApiException(new TypeError('fetch failed'), 'list nodes');
     assert.ok(refused instanceof UnavailableError);

@@ -34,6 +34,7 @@ export type RejectionReason =
   | 'key' // the key type or size is not accepted
   | 'subject' // the subject is not what the profile and identity allow
   | 'san' // a subjectAltName is not allowed or not among the verified facts
+  | 'reserved-name' // a name or address of the cluster's API server, or a wildcard (reserved-names.ts)
   | 'extension'; // a requested extension is not allowed (CA:true, usages, unknown critical)
 
 /** A certificate request was refused; `reason` says which check failed. */

@@ -15,6 +15,7 @@ import {
   publicKeyRequest,
   validateLifetimeBounds,
 } from './profiles.ts';
+import { reservedNames } from './reserved-names.ts';
 import { parseCertificate } from './x509.ts';
 
 const now = new Date();
@@ -296,5 +297,74 @@ describe('requests are re-validated against the profile and the verified identit
       () => profileNamed('admin'),
       /unknown certificate profile "admin": use one of kubelet, kubelet-server/,
     );
+  });
+});
+
+describe("profiles issued to nodes never name the cluster's API server, whatever names are given", () => {
+  test('a kubelet serving certificate for a service name, the service IP or a wildcard is refused', () => {
+    for (const [names, named] of [
+      [{ dnsNames: ['node-a.internal', 'kubernetes.default.svc'] }, /kubernetes\.default\.svc/],
+      [{ ipAddresses: ['10.96.0.1'] }, /10\.96\.0\.1/],
+      [{ ipAddresses: ['::ffff:100.64.0.1'] }, /::ffff:100\.64\.0\.1|::ffff:6440:1/],
+    ] as const) {
+      rejection(
+        () => issueCertificate(ecCa, 'kubelet-server', ecKey, { name: 'node-a', ...names }, { now }),
+        'reserved-name',
+        named,
+      );
+    }
+    // A wildcard is not even a valid name to verify.
+    assert.throws(
+      () =>
+        issueCertificate(
+          ecCa,
+          'kubelet-server',
+          ecKey,
+          { name: 'node-a', dnsNames: ['*.example.com'] },
+          { now },
+        ),
+      /"\*\.example\.com" is not a valid DNS name/,
+    );
+    rejection(
+      () => issueCertificate(ecCa, 'kubelet', ecKey, { name: 'kubernetes' }, { now }),
+      'reserved-name',
+      /kubelet: name: kubernetes is a name of the cluster's API server/,
+    );
+  });
+
+  test("the cluster's own reserved set applies when given; the controller's serving profile is not a node's", () => {
+    const reserved = reservedNames({
+      clusterName: 'c.example.com',
+      serviceClusterIPRanges: ['172.30.0.0/16'],
+    });
+    rejection(
+      () =>
+        issueCertificate(
+          ecCa,
+          'kubelet-server',
+          ecKey,
+          { name: 'node-a', ipAddresses: ['172.30.0.1'] },
+          { now, reserved },
+        ),
+      'reserved-name',
+      /172\.30\.0\.1/,
+    );
+    // With the cluster's range known, kubeadm's default service IP is an ordinary address.
+    const issued = issueCertificate(
+      ecCa,
+      'kubelet-server',
+      ecKey,
+      { name: 'node-a', ipAddresses: ['10.96.0.1'] },
+      { now, reserved },
+    );
+    assert.deepEqual(issued.altNames.ipAddresses, ['10.96.0.1']);
+    const controller = issueCertificate(
+      ecCa,
+      'kops-controller',
+      ecKey,
+      { name: 'kops-controller.internal.c.example.com' },
+      { now, reserved },
+    );
+    assert.deepEqual(controller.altNames.dnsNames, ['kops-controller.internal.c.example.com']);
   });
 });

@@ -14,6 +14,7 @@ import { unsignedInteger } from './der.ts';
 import { canonicalIp } from './ip.ts';
 import { describeSpki, type KeyDescription, keyPolicyViolation, spkiOf } from './keys.ts';
 import { encodePem } from './pem.ts';
+import { assertNoReservedNames, defaultReservedNames, type ReservedNames } from './reserved-names.ts';
 import {
   type AltNames,
   basicConstraintsExtension,
@@ -42,6 +43,11 @@ export interface Profile {
   altNames: 'none' | 'verified';
   /** Whether the identity's name is itself one of the verified DNS names (a service's own name). */
   nameIsDnsName: boolean;
+  /**
+   * Whether nodes hold it: then it never names the cluster's API server or a wildcard, whoever
+   * verified or approved the names (reserved-names.ts).
+   */
+  issuedToNodes: boolean;
   defaultLifetimeMs: number;
 }
 
@@ -53,6 +59,7 @@ export const profiles = {
     subjects: (name) => [{ commonName: `system:node:${name}`, organizations: ['system:nodes'] }],
     altNames: 'none',
     nameIsDnsName: false,
+    issuedToNodes: true,
     defaultLifetimeMs: dayMs,
   },
   'kubelet-server': {
@@ -64,6 +71,7 @@ export const profiles = {
     ],
     altNames: 'verified',
     nameIsDnsName: false,
+    issuedToNodes: true,
     defaultLifetimeMs: dayMs,
   },
   'kube-proxy': {
@@ -72,6 +80,7 @@ export const profiles = {
     subjects: () => [{ commonName: 'system:kube-proxy', organizations: [] }],
     altNames: 'none',
     nameIsDnsName: false,
+    issuedToNodes: true,
     defaultLifetimeMs: dayMs,
   },
   'kube-router': {
@@ -80,6 +89,7 @@ export const profiles = {
     subjects: () => [{ commonName: 'system:kube-router', organizations: [] }],
     altNames: 'none',
     nameIsDnsName: false,
+    issuedToNodes: true,
     defaultLifetimeMs: dayMs,
   },
   'etcd-client-cilium': {
@@ -88,6 +98,7 @@ export const profiles = {
     subjects: () => [{ commonName: 'cilium', organizations: [] }],
     altNames: 'none',
     nameIsDnsName: false,
+    issuedToNodes: true,
     defaultLifetimeMs: dayMs,
   },
   'kops-controller': {
@@ -96,6 +107,7 @@ export const profiles = {
     subjects: (name) => [{ commonName: name, organizations: [] }],
     altNames: 'verified',
     nameIsDnsName: true,
+    issuedToNodes: false,
     defaultLifetimeMs: 30 * dayMs,
   },
 } satisfies Record<string, Profile>;
@@ -171,6 +183,11 @@ export interface IssueOptions {
   lifetimeMs?: number;
   bounds?: LifetimeBounds;
   now?: Date;
+  /**
+   * The cluster's API-server names and addresses, which certificates of profiles issued to nodes
+   * never carry. Default: {@link defaultReservedNames}.
+   */
+  reserved?: ReservedNames;
 }
 
 /** A certificate just issued. */
@@ -212,6 +229,11 @@ function verifiedAltNames(profile: Profile, identity: VerifiedIdentity): AltName
   return { dnsNames: [...new Set(dnsNames)], ipAddresses: [...new Set(ipAddresses)] };
 }
 
+/** A subject as people read it: `O=system:nodes, CN=system:node:node-a`. */
+export function subjectText(subject: Subject): string {
+  return [...subject.organizations.map((o) => `O=${o}`), `CN=${subject.commonName}`].join(', ');
+}
+
 function sameSubject(a: Subject, b: Subject): boolean {
   return (
     a.commonName === b.commonName &&
@@ -236,9 +258,7 @@ function planForCsr(
   const extra = csr.subject.attributes.filter((a) => a.type !== 'CN' && a.type !== 'O');
   const subject = allowed.find((s) => sameSubject(s, requested));
   if (!subject || extra.length) {
-    const wanted = allowed.map((s) =>
-      [...s.organizations.map((o) => `O=${o}`), `CN=${s.commonName}`].join(', '),
-    );
+    const wanted = allowed.map(subjectText);
     throw new RequestRejectedError(
       'subject',
       `${profileName}: the request's subject "${csr.subject.text}" is not allowed; expected ${wanted.map((w) => `"${w}"`).join(' or ')}`,
@@ -391,6 +411,15 @@ function prepareIssuance(
 ): PreparedIssuance {
   const profile = profileNamed(profileName);
   const plan = planCertificate(profileName, request, identity);
+  if (profile.issuedToNodes) {
+    assertNoReservedNames(
+      [
+        { what: `${profileName}: name`, dnsNames: [identity.name] },
+        { what: `${profileName}: subjectAltName`, ...plan.altNames },
+      ],
+      options.reserved ?? defaultReservedNames,
+    );
+  }
   const key = describeRequestKey(request);
   const bounds = options.bounds ? validateLifetimeBounds(options.bounds) : absoluteLifetimeBounds;
   const { notBefore, notAfter } = validityFor(

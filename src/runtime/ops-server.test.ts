@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
+import { get } from 'node:http';
 import { describe, test } from 'node:test';
 import { Counter, Registry } from 'prom-client';
 import { ConfigError } from '../errors.ts';
+import { eventually, holdPort, idleCrowd } from '../net/testing.ts';
 import { type ReadinessCheck, startOpsServer } from './ops-server.ts';
 
 describe('operations server', () => {
@@ -69,24 +71,81 @@ describe('operations server', () => {
     }
   });
 
-  test('a port in use is an error, not a hang', async () => {
-    const first = await startOpsServer({
-      listen: '127.0.0.1:0',
-      registry: new Registry(),
-      readinessChecks: () => [],
-    });
+  test('a port in use is a config error naming the port and the setting, not a hang', async () => {
+    const taken = await holdPort();
     try {
       await assert.rejects(
         startOpsServer({
-          listen: `127.0.0.1:${first.address.port}`,
+          listen: `127.0.0.1:${taken.port}`,
           registry: new Registry(),
           readinessChecks: () => [],
         }),
-        (err: unknown) =>
-          err instanceof ConfigError && /cannot listen on 127\.0\.0\.1:\d+ \(EADDRINUSE\)/.test(err.message),
+        (err: unknown) => {
+          assert.ok(err instanceof ConfigError);
+          assert.equal(
+            err.message,
+            `cannot listen on 127.0.0.1:${taken.port}: port ${taken.port} is already in use (EADDRINUSE); ` +
+              'choose another address in metrics.listen',
+          );
+          return true;
+        },
       );
     } finally {
-      await first.close();
+      await taken.release();
+    }
+  });
+
+  test('idle connections that never send a byte are closed after the idle timeout; the count returns to zero', async () => {
+    const server = await startOpsServer({
+      listen: '127.0.0.1:0',
+      registry: new Registry(),
+      readinessChecks: () => [],
+      connectionLimits: { keepAliveTimeout: 1_000, maxConnectionsPerSource: 1_000, maxConnections: 3_000 },
+    });
+    const sources = Array.from({ length: 10 }, (_, i) => `127.0.2.${i + 1}`);
+    const crowd = await idleCrowd(server.address.port, 2_000, sources);
+    try {
+      assert.equal(crowd.sockets.filter((s) => s.connected).length, 2_000);
+      await crowd.settled(15_000);
+      assert.equal(crowd.open().length, 0, 'every idle connection was closed');
+      assert.ok(crowd.sockets.every((s) => !s.closedByUs));
+      assert.equal(await eventually(() => server.openConnections(), 0), 0);
+    } finally {
+      await crowd.release();
+      await server.close();
+    }
+  });
+
+  test('a source over its cap is refused as it connects; /healthz from another source is served', async () => {
+    const registry = new Registry();
+    const server = await startOpsServer({
+      listen: '127.0.0.1:0',
+      registry,
+      readinessChecks: () => [],
+      connectionLimits: { maxConnectionsPerSource: 20 },
+    });
+    const crowd = await idleCrowd(server.address.port, 1_000, ['127.0.0.3']);
+    try {
+      assert.equal(await eventually(() => crowd.open().length, 20), 20);
+      assert.ok(crowd.sockets.every((s) => !s.closedByUs));
+      const health = await new Promise<number>((resolve, reject) => {
+        get(`${server.url}/healthz`, { localAddress: '127.0.0.2', agent: false }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        }).on('error', reject);
+      });
+      assert.equal(health, 200);
+      assert.match(
+        await registry.metrics(),
+        /^kops_controller_connections_refused_total\{server="operations",reason="per-source"\} 980$/m,
+      );
+    } finally {
+      await crowd.release();
+    }
+    try {
+      assert.equal(await eventually(() => server.openConnections(), 0), 0);
+    } finally {
+      await server.close();
     }
   });
 });

@@ -3,12 +3,11 @@
  * passes) and `/metrics` (Prometheus exposition of a registry). Check output follows kube-apiserver's
  * style, one `[+]name ok` / `[-]name failed: reason` line per check, so operators read it the same way.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
-import { ConfigError, describeError } from '../errors.ts';
+import { describeError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
-import { parseListenAddress, urlOf } from './listen-address.ts';
+import { type ConnectionLimits, type HardenedServer, startHardenedServer } from '../net/hardened-server.ts';
 
 /** One named readiness condition; `check` returns undefined when ready, else the reason it is not. */
 export interface ReadinessCheck {
@@ -25,16 +24,22 @@ export interface OpsServerOptions {
   readinessChecks: () => readonly ReadinessCheck[];
   /** Whether the process is healthy; `/healthz` fails with the returned reason otherwise. */
   liveness?: () => string | undefined;
+  /** Overrides of {@link opsConnectionLimits} (tests shorten the timeouts). */
+  connectionLimits?: Partial<ConnectionLimits>;
   logger?: Logger;
 }
 
-/** A running operations server. */
-export interface OpsServer {
-  /** Base URL of the bound address, e.g. `http://127.0.0.1:3987`. */
-  url: string;
-  address: AddressInfo;
-  close(): Promise<void>;
-}
+/** A running operations server; `url` is e.g. `http://127.0.0.1:3987`. */
+export type OpsServer = HardenedServer;
+
+/**
+ * The endpoint's callers are the kubelet's probes and Prometheus: a few connections. The default
+ * timeouts of the product apply; Node's own (60 s for headers, 5 minutes for a request) do not.
+ */
+export const opsConnectionLimits: Partial<ConnectionLimits> = {
+  maxConnections: 256,
+  maxConnectionsPerSource: 32,
+};
 
 function send(res: ServerResponse, status: number, contentType: string, body: string): void {
   res.writeHead(status, { 'content-type': contentType, 'cache-control': 'no-store' }).end(body);
@@ -83,35 +88,18 @@ export async function startOpsServer(options: OpsServerOptions): Promise<OpsServ
         return send(res, 404, 'text/plain; charset=utf-8', 'not found: try /healthz, /readyz or /metrics\n');
     }
   };
-  const server: Server = createServer((req, res) => {
-    handle(req, res).catch((err) => {
-      logger.error({ err: describeError(err), url: req.url }, 'operations endpoint failed');
-      if (!res.headersSent) send(res, 500, 'text/plain; charset=utf-8', 'internal error\n');
-    });
+  return startHardenedServer({
+    name: 'operations',
+    listen: options.listen,
+    listenSetting: 'metrics.listen',
+    limits: { ...opsConnectionLimits, ...options.connectionLimits },
+    handler: (req, res) => {
+      handle(req, res).catch((err) => {
+        logger.error({ err: describeError(err), url: req.url }, 'operations endpoint failed');
+        if (!res.headersSent) send(res, 500, 'text/plain; charset=utf-8', 'internal error\n');
+      });
+    },
+    registry: options.registry,
+    logger,
   });
-  const { host, port } = parseListenAddress(options.listen);
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', (err: NodeJS.ErrnoException) =>
-      reject(
-        new ConfigError(
-          `cannot listen on ${options.listen} (${err.code ?? err.message}); choose another address in metrics.listen`,
-          { cause: err },
-        ),
-      ),
-    );
-    server.listen(port, host, () => {
-      server.removeAllListeners('error');
-      resolve();
-    });
-  });
-  const address = server.address() as AddressInfo;
-  return {
-    url: urlOf(address),
-    address,
-    close: () =>
-      new Promise((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
-  };
 }

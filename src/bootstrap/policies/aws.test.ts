@@ -4,6 +4,8 @@ import { signAwsStsProof } from '../../agent/aws-proof.ts';
 import { createAwsClients } from '../../cloud/aws/clients.ts';
 import { AwsNodeIdentifier } from '../../cloud/aws/identify.ts';
 import type { SigV4Credentials } from '../../cloud/aws/sigv4.ts';
+import { KopsError, UnavailableError } from '../../errors.ts';
+import type { AwsFault } from '../../sim/aws/faults.ts';
 import { type AwsSimulator, startAwsSimulator } from '../../sim/aws/server.ts';
 import { testRequest } from '../../testing/bootstrap-request.ts';
 import { MemoryReplayGuard } from '../replay-guard.ts';
@@ -97,13 +99,87 @@ test('aws abstains on a request without an AWS proof', async () => {
   assert.equal(decision.verdict, 'abstain');
 });
 
-test('attack: replayed STS token is denied the second time, across requests sharing the guard', async () => {
+test('the same request presented again with its proof is its retry, not a replay; the proof spends only on it', async () => {
   const p = policy();
   const request = signedRequest('{"c":3}');
   assert.equal((await p.evaluate(request, now)).verdict, 'approve');
   const again = await p.evaluate(request, now);
-  assert.equal(again.verdict, 'deny');
-  assert.match(again.reasons[0] ?? '', /already used/);
+  assert.equal(again.verdict, 'approve', JSON.stringify(again));
+  const moved = await p.evaluate({ ...request, body: Buffer.from('{"c":4}') }, now);
+  assert.equal(moved.verdict, 'deny');
+  assert.match(moved.reasons[0] ?? '', /signed for another request/);
+});
+
+/** Asserts a dependency fault naming `dependency`: the node gets 503 and retries, never a denial. */
+function faultOf(dependency: string) {
+  return (err: unknown) => {
+    assert.ok(err instanceof KopsError, String(err));
+    assert.equal(err.kind, 'unavailable', err.message);
+    assert.equal(err.details?.['reason'], 'dependency-unavailable', err.message);
+    assert.equal(err.details?.['dependency'], dependency, err.message);
+    return true;
+  };
+}
+
+test('STS unreachable, dropping the connection, slow, throttled or failing: a dependency fault, never a denial', async () => {
+  await assert.rejects(
+    policy({ stsEndpoint: 'http://127.0.0.1:1' }).evaluate(signedRequest('{"s":1}'), now),
+    faultOf('sts'),
+    'unreachable',
+  );
+  const faults: [string, AwsFault][] = [
+    ['dropped', { service: 'sts', count: 1, drop: true }],
+    ['slow', { service: 'sts', count: 1, latencyMs: 1_500 }],
+    ['throttled', { service: 'sts', count: 1, error: { code: 'Throttling', status: 400 } }],
+    ['5xx', { service: 'sts', count: 1, error: { code: 'ServiceUnavailable', status: 503 } }],
+  ];
+  for (const [what, fault] of faults) {
+    sim.faults.add(fault);
+    await assert.rejects(
+      policy({ stsTimeoutMs: 300 }).evaluate(signedRequest(`{"s":"${what}"}`), now),
+      faultOf('sts'),
+      what,
+    );
+  }
+  sim.faults.reset();
+});
+
+test('EC2 throttled beyond the SDK retries, or failing: a dependency fault; the retry of the same request then passes', async () => {
+  const p = policy();
+  const request = signedRequest('{"e":1}');
+  sim.faults.add({ service: 'ec2', count: 1, error: { code: 'RequestLimitExceeded', status: 503 } });
+  await assert.rejects(p.evaluate(request, now), faultOf('ec2'), 'throttled');
+  sim.faults.add({ service: 'ec2', count: 1, error: { code: 'InternalError', status: 500 } });
+  await assert.rejects(p.evaluate(request, now), faultOf('ec2'), '5xx');
+  // The proof was spent before EC2 failed: the same request, retried, is not a replay.
+  const retried = await p.evaluate(request, now);
+  assert.equal(retried.verdict, 'approve', JSON.stringify(retried));
+});
+
+test('EC2 slower than the lookup deadline: a dependency fault, not a request held until the node gives up', async () => {
+  sim.faults.add({ service: 'ec2', count: 1, latencyMs: 2_000 });
+  try {
+    await assert.rejects(
+      policy({ lookupTimeoutMs: 200 }).evaluate(signedRequest('{"slow":"ec2"}'), now),
+      faultOf('ec2'),
+    );
+  } finally {
+    sim.faults.reset();
+  }
+});
+
+test('the replay marker cannot be written: a dependency fault naming the API server', async () => {
+  const failing = {
+    claim: async () => {
+      throw new UnavailableError('record a bootstrap proof as used: HTTP 503', {
+        details: { httpStatus: 503 },
+      });
+    },
+  };
+  await assert.rejects(
+    policy({ replayGuard: failing }).evaluate(signedRequest('{"m":1}'), now),
+    faultOf('kubernetes-api'),
+  );
 });
 
 test('attack: token signed for another body is denied before STS is asked', async () => {

@@ -2,16 +2,19 @@
  * `aws`: kops-compatible cloud-attested bootstrap. The node proves it holds its instance profile's
  * credentials with a signed STS GetCallerIdentity bound to the request body (see aws-sts-proof.ts);
  * the controller checks freshness (stricter than STS's 15 minutes), replays it to STS, accepts only
- * an `assumed-role/<node role>/<instance-id>` session of our account, and spends the signature once
- * across replicas. Node name, SANs and instance group then come from EC2's record of that instance.
+ * an `assumed-role/<node role>/<instance-id>` session of our account, and spends the signature on
+ * this request across replicas. Node name, SANs and instance group then come from EC2's record of that
+ * instance. STS refusing the signature and EC2's verdict on the instance are denials; STS, EC2 or the
+ * apiserver failing, throttling or not answering in time are dependency faults (503, the node retries).
  */
 import { isIP } from 'node:net';
 import { stsHost } from '../../agent/aws-proof.ts';
 import type { InstanceIdentity } from '../../cloud/aws/instance.ts';
 import { parseAmzDate } from '../../cloud/aws/sigv4.ts';
 import type { CloudCallRecorder } from '../../cloud/metrics.ts';
-import { describeError } from '../../errors.ts';
-import type { ReplayGuard } from '../replay-guard.ts';
+import { describeError, KopsError } from '../../errors.ts';
+import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict, withDeadline } from '../dependency.ts';
+import { type ReplayGuard, requestDigest } from '../replay-guard.ts';
 import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';
 import { parseStsProof, type StsReplayRequest } from './aws-sts-proof.ts';
 import { type StsCaller, StsClient } from './sts-client.ts';
@@ -38,6 +41,8 @@ export interface AwsPolicyOptions {
   maxAgeMs?: number;
   /** Timeout of the STS call (default 5 s). */
   stsTimeoutMs?: number;
+  /** Deadline of the EC2 lookup, the SDK's retries included (default 10 s). */
+  lookupTimeoutMs?: number;
   /** Where the STS replays are counted (default: nowhere). */
   cloudCalls?: CloudCallRecorder;
 }
@@ -87,18 +92,30 @@ export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
       try {
         caller = await sts.call(replay.request);
       } catch (err) {
-        return deny(`STS did not accept the proof: ${describeError(err)}`);
+        // Only STS refusing the signature is about the node; the rest is STS failing.
+        if (err instanceof KopsError && err.kind === 'unauthenticated')
+          return deny(`STS did not accept the proof: ${describeError(err)}`);
+        throw dependencyFault('sts', err);
       }
       const checked = checkCaller(caller, options);
       if (typeof checked !== 'object') return deny(checked);
       // Spent only once STS vouched for it, so unauthenticated garbage never creates markers; two
-      // concurrent uses of one proof both reach STS, but only one wins the atomic claim.
-      const fresh = await options.replayGuard.claim(replay.digest, new Date(signedAt.getTime() + maxAgeMs));
+      // concurrent uses of one proof both reach STS, but only one request wins the atomic claim.
+      const fresh = await options.replayGuard
+        .claim(replay.digest, new Date(signedAt.getTime() + maxAgeMs), requestDigest(request.body))
+        .catch((err: unknown) => {
+          throw dependencyFault('kubernetes-api', err);
+        });
       if (!fresh) return deny('the proof was already used (replayed signature); sign a new one per request');
       let instance: InstanceIdentity;
       try {
-        instance = await options.instances.lookupInstance(checked.instanceId);
+        instance = await withDeadline(
+          options.instances.lookupInstance(checked.instanceId),
+          options.lookupTimeoutMs ?? defaultCloudLookupTimeoutMs,
+          `EC2 DescribeInstances ${checked.instanceId}`,
+        );
       } catch (err) {
+        if (!isCloudVerdict(err)) throw dependencyFault('ec2', err);
         return deny(`EC2 does not vouch for ${checked.instanceId}: ${describeError(err)}`);
       }
       const facts = factsOf(instance, options, {

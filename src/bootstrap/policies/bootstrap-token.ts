@@ -6,8 +6,14 @@
  * ANY node name that is not already a Ready node (the server refuses those), until the token expires
  * or is deleted. Keep tokens short-lived, one per batch of machines, and narrow the names they may
  * claim with `nodeNamePattern`. The token id (never the secret) is recorded as evidence.
+ *
+ * Cost of guessing: a malformed token is refused here, and the controller's validator refuses an
+ * unknown id or a wrong secret from its watch of the token Secrets, so neither reaches the API
+ * server (see WatchedTokenSecrets in ../tokens.ts).
  */
 import { validateDnsName } from '../../pki/profiles.ts';
+import { dependencyFault, isTransientFailure } from '../dependency.ts';
+import { parseToken } from '../tokens.ts';
 import type { BootstrapPolicy, BootstrapTokenValidator, PolicyDecision } from '../types.ts';
 
 /** Options of the `bootstrap-token` policy. */
@@ -19,8 +25,7 @@ export interface BootstrapTokenPolicyOptions {
 
 /** The public id part of a `<id>.<secret>` token, or undefined when it is not of that shape. */
 export function bootstrapTokenId(token: string): string | undefined {
-  const m = /^([a-z0-9]{6})\.[a-z0-9]{16}$/.exec(token);
-  return m?.[1];
+  return parseToken(token)?.id;
 }
 
 /**
@@ -42,7 +47,13 @@ export async function checkBootstrapToken(
   if (tokenId === undefined) {
     return deny('the bootstrap token is malformed: expected <6 chars [a-z0-9]>.<16 chars [a-z0-9]>');
   }
-  const info = await validator.validate(token, now);
+  let info: Awaited<ReturnType<BootstrapTokenValidator['validate']>>;
+  try {
+    info = await validator.validate(token, now);
+  } catch (err) {
+    // The token Secret could not be read: the API server's fault, not a verdict on the token.
+    throw isTransientFailure(err) ? dependencyFault('kubernetes-api', err) : err;
+  }
   if ('rejected' in info) {
     return deny(`bootstrap token ${tokenId} is unknown, expired or its secret is wrong`, info.rejected);
   }

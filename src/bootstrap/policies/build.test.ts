@@ -14,6 +14,7 @@ import { startAwsSimulator } from '../../sim/aws/server.ts';
 import { createCertificateAuthority, issueClientCertificate } from '../../sim/tls.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import { cloudRequests } from '../../testing/cloud-calls.ts';
+import { isDependencyFault } from '../dependency.ts';
 import { MemoryReplayGuard } from '../replay-guard.ts';
 import { awsAccountOf, buildPolicies, policySpecsOf } from './build.ts';
 
@@ -138,8 +139,9 @@ test("the policies' own calls are counted on deps.cloudCalls: Google's token key
   const segment = (v: object) => Buffer.from(JSON.stringify(v)).toString('base64url');
   const token = `${segment({ alg: 'RS256', kid: 'k1' })}.${segment({})}.c2ln`;
   const proven = testRequest({ proof: { kind: 'gce-identity-token', token }, claimedNodeName: 'n1' });
-  assert.equal((await gce?.evaluate(proven, contextAt()))?.verdict, 'deny');
-  assert.equal((await webhook?.evaluate(proven, contextAt()))?.verdict, 'deny');
+  // Both are unreachable: dependency faults (the node is told to retry), counted as errors.
+  await assert.rejects(gce?.evaluate(proven, contextAt()) ?? Promise.resolve(), isDependencyFault);
+  await assert.rejects(webhook?.evaluate(proven, contextAt()) ?? Promise.resolve(), isDependencyFault);
   assert.deepEqual(await cloudRequests(registry), {
     'gce jwks error': 1,
     'webhook BootstrapReview error': 1,

@@ -15,6 +15,7 @@ import { type Logger, silentLogger } from '../../log.ts';
 import type { Vfs } from '../../statestore/types.ts';
 import { ConfigMapReplayGuard, MemoryReplayGuard, type ReplayGuard } from '../replay-guard.ts';
 import { apiTokenSource, TokenValidator } from '../tokens.ts';
+import type { BootstrapTokenValidator } from '../types.ts';
 import { awsAccountOf, type PolicyDeps, policySpecsOf } from './build.ts';
 
 /** Where the dependencies come from. */
@@ -22,6 +23,8 @@ export interface PolicyDepsOptions {
   config: Config;
   /** The apiserver: bootstrap tokens, and the replay guard shared by replicas. */
   core?: CoreV1Api;
+  /** Checks bootstrap tokens (the controller passes one over its token watch); default: reads through `core`. */
+  tokens?: BootstrapTokenValidator;
   /** Overrides the replay guard (`explain` keeps its own, so a dry run spends nothing in the cluster). */
   replayGuard?: ReplayGuard;
   /** The state store at configBase (the metal inventory). */
@@ -60,8 +63,12 @@ export async function policyDepsFromConfig(
     logger,
     ...(options.serverUrl === undefined ? {} : { serverUrl: options.serverUrl }),
     ...counted,
-    ...(core && (names.has('bootstrap-token') || names.has('metal'))
-      ? { tokens: new TokenValidator(apiTokenSource(core), logger) }
+    ...(names.has('bootstrap-token') || names.has('metal')
+      ? options.tokens
+        ? { tokens: options.tokens }
+        : core
+          ? { tokens: new TokenValidator(apiTokenSource(core), logger) }
+          : {}
       : {}),
   };
   try {

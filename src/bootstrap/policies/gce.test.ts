@@ -4,6 +4,7 @@ import { after, before, test } from 'node:test';
 import { GceIdentityTokenVerifier, JwksKeyStore } from '../../cloud/gce/identity-token.ts';
 import { GceNodeIdentifier } from '../../cloud/gce/node-identifier.ts';
 import { simulatorCompute } from '../../cloud/gce/testing.ts';
+import { KopsError } from '../../errors.ts';
 import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
 import { testRequest } from '../../testing/bootstrap-request.ts';
 import { MemoryReplayGuard } from '../replay-guard.ts';
@@ -103,13 +104,124 @@ test('attack: an identity token for another audience is denied', async () => {
   assert.match(decision.reasons[0] ?? '', /audience/);
 });
 
-test('attack: a replayed identity token is denied', async () => {
+test('attack: an identity token spent on one request is refused on another (the same token twice)', async () => {
   const p = policy();
   const request = identityRequest(node);
   assert.equal((await p.evaluate(request, now)).verdict, 'approve');
-  const again = await p.evaluate(request, now);
+  const again = await p.evaluate({ ...request, body: Buffer.from('{"other":"keys"}') }, now);
   assert.equal(again.verdict, 'deny');
   assert.match(again.reasons[0] ?? '', /already used/);
+});
+
+test('the same request presented again with its identity token is its retry, not a replay', async () => {
+  const p = policy();
+  const request = identityRequest(node);
+  assert.equal((await p.evaluate(request, now)).verdict, 'approve');
+  const retried = await p.evaluate(request, now);
+  assert.equal(retried.verdict, 'approve', JSON.stringify(retried));
+});
+
+test('two distinct identity tokens minted in the same second for the same instance both pass', async () => {
+  const p = policy();
+  const issuedAt = Math.floor(Date.now() / 1000);
+  const first = identityRequest(node, { issuedAt });
+  sim.issuer.rotate();
+  const second = identityRequest(node, { issuedAt });
+  assert.notEqual(
+    (first.proof as { token: string }).token,
+    (second.proof as { token: string }).token,
+    'two tokens',
+  );
+  assert.equal((await p.evaluate(first, now)).verdict, 'approve');
+  const decision = await p.evaluate({ ...second, body: Buffer.from('{"second":"request"}') }, now);
+  assert.equal(decision.verdict, 'approve', JSON.stringify(decision));
+});
+
+test('attack: a spent identity token re-encoded (unused bits of its signature changed) is still a replay', async () => {
+  const p = policy();
+  const request = identityRequest(node);
+  const token = (request.proof as { token: string }).token;
+  assert.equal((await p.evaluate(request, now)).verdict, 'approve');
+  // An RSA-2048 signature is 342 base64url characters; the last one carries 4 bits nobody reads.
+  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+  const last = alphabet.indexOf(token.at(-1) as string);
+  const reencoded = token.slice(0, -1) + alphabet[last ^ 1];
+  assert.notEqual(reencoded, token);
+  const replay = await p.evaluate(
+    testRequest({
+      body: Buffer.from('{"evil":"keys"}'),
+      proof: { kind: 'gce-identity-token', token: reencoded },
+    }),
+    now,
+  );
+  assert.equal(replay.verdict, 'deny', JSON.stringify(replay));
+  assert.match(replay.reasons[0] ?? '', /already used/);
+});
+
+/** Asserts a dependency fault naming `dependency`: the node gets 503 and retries, never a denial. */
+function faultOf(dependency: string) {
+  return (err: unknown) => {
+    assert.ok(err instanceof KopsError, String(err));
+    assert.equal(err.kind, 'unavailable', err.message);
+    assert.equal(err.details?.['reason'], 'dependency-unavailable', err.message);
+    assert.equal(err.details?.['dependency'], dependency, err.message);
+    return true;
+  };
+}
+
+test("Google's token keys unreachable or failing: a dependency fault, never a denial", async () => {
+  await assert.rejects(
+    policy({
+      tokenVerifier: new GceIdentityTokenVerifier({
+        keys: new JwksKeyStore({ url: 'http://127.0.0.1:1/oauth2/v3/certs' }),
+        audience,
+      }),
+    }).evaluate(identityRequest(node), now),
+    faultOf('gce-identity-keys'),
+  );
+  sim.failNext(1, 503, 'jwks');
+  try {
+    await assert.rejects(policy().evaluate(identityRequest(node), now), faultOf('gce-identity-keys'));
+  } finally {
+    sim.failNext(0, 503);
+  }
+});
+
+test('the compute API slower than the lookup deadline: a dependency fault', async () => {
+  try {
+    sim.delayNext(20, 1_000);
+    await assert.rejects(
+      policy({ lookupTimeoutMs: 200 }).evaluate(identityRequest(node), now),
+      faultOf('gce-compute'),
+    );
+    sim.delayNext(20, 1_000, 'instances.getShieldedInstanceIdentity');
+    await assert.rejects(
+      policy({ lookupTimeoutMs: 200 }).evaluate(tpmRequest(node, '{"slow":1}'), now),
+      faultOf('gce-compute'),
+    );
+  } finally {
+    sim.delayNext(0, 0);
+  }
+});
+
+test('the compute API failing or throttled while the instance is looked up: a dependency fault', async () => {
+  try {
+    for (const status of [503, 429]) {
+      sim.failNext(20, status);
+      await assert.rejects(
+        policy().evaluate(identityRequest(node), now),
+        faultOf('gce-compute'),
+        `HTTP ${status}`,
+      );
+      await assert.rejects(
+        policy().evaluate(tpmRequest(node, `{"tpm":${status}}`), now),
+        faultOf('gce-compute'),
+        `TPM, HTTP ${status}`,
+      );
+    }
+  } finally {
+    sim.failNext(0, 503);
+  }
 });
 
 test('attack: a stale identity token is denied', async () => {

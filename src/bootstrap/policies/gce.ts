@@ -7,13 +7,24 @@
  *   API, never from the request).
  * Either way the instance group comes only from the cloud: the MIG that lists the instance and its
  * immutable template (GceNodeIdentifier) — the instance's live metadata never decides the group.
+ * A proof is spent on one request (replay-guard.ts), keyed by its signature's bytes — not by how they
+ * are spelled, since base64url leaves bits of the last character unread and a re-spelled token would
+ * otherwise be a fresh one. A bad proof and the cloud's verdict on the instance are denials; Google's
+ * keys, the compute API or the apiserver failing are dependency faults (503, the node retries).
  */
 import { createHash, createPublicKey, verify } from 'node:crypto';
 import type { ComputeClient } from '../../cloud/gce/compute.ts';
 import type { GceIdentityTokenVerifier } from '../../cloud/gce/identity-token.ts';
 import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
-import { describeError } from '../../errors.ts';
-import type { ReplayGuard } from '../replay-guard.ts';
+import { describeError, KopsError } from '../../errors.ts';
+import {
+  defaultCloudLookupTimeoutMs,
+  dependencyFault,
+  isCloudVerdict,
+  isDependencyFault,
+  withDeadline,
+} from '../dependency.ts';
+import { type ReplayGuard, requestDigest } from '../replay-guard.ts';
 import type { BootstrapPolicy, BootstrapRequest, NodeFacts, PolicyDecision } from '../types.ts';
 
 /** The audience kops nodes put in TPM-signed data. */
@@ -34,6 +45,8 @@ export interface GcePolicyOptions {
   replayGuard: ReplayGuard;
   /** How old a proof may be (default 5 minutes; `server.provider.gce.MaxTimeSkew` for TPM proofs). */
   maxAgeMs?: number;
+  /** Deadline of each compute lookup (the instance and its group, its Shielded VM key; default 10 s). */
+  lookupTimeoutMs?: number;
 }
 
 /** The instance a verified proof speaks for. */
@@ -52,8 +65,13 @@ function deny(...reasons: string[]): PolicyDecision {
   return { verdict: 'deny', reasons };
 }
 
-function digestOf(value: string): string {
-  return createHash('sha256').update(value).digest('hex');
+function lookupTimeoutOf(options: GcePolicyOptions): number {
+  return options.lookupTimeoutMs ?? defaultCloudLookupTimeoutMs;
+}
+
+/** The replay key of a proof: the SHA-256 of its kind and its signature's bytes. */
+function digestOf(kind: 'identity-token' | 'tpm', signature: Buffer): string {
+  return createHash('sha256').update(`gce-${kind}\n`).update(signature).digest('hex');
 }
 
 /** The `gce` policy; abstains for requests without a GCE proof. */
@@ -70,6 +88,7 @@ export function gcePolicy(options: GcePolicyOptions): BootstrapPolicy {
           proven = await fromTpmProof(request.proof.token, request, options);
         else return { verdict: 'abstain', reasons: ['the request carries no GCE proof'] };
       } catch (err) {
+        if (isDependencyFault(err)) throw err;
         return deny(`GCE identity proof rejected: ${describeError(err)}`);
       }
       if (proven.project !== options.project) {
@@ -83,12 +102,23 @@ export function gcePolicy(options: GcePolicyOptions): BootstrapPolicy {
           `the proof was made ${Math.round(age / 1000)} s ago; proofs are accepted within ${maxAgeMs / 1000} s (check the node's clock)`,
         );
       }
-      if (!(await options.replayGuard.claim(proven.digest, new Date(proven.issuedAtMs + maxAgeMs)))) {
-        return deny('the proof was already used (replayed); make a new one per request');
-      }
+      const fresh = await options.replayGuard
+        .claim(proven.digest, new Date(proven.issuedAtMs + maxAgeMs), requestDigest(request.body))
+        .catch((err: unknown) => {
+          throw dependencyFault('kubernetes-api', err);
+        });
+      if (!fresh) return deny('the proof was already used (replayed); make a new one per request');
       const providerID = `gce://${proven.project}/${proven.zone}/${proven.name}`;
-      const result = (await options.identifier.identify([providerID])).get(providerID);
+      const lookup = options.identifier.identify([providerID]);
+      const result = (
+        await withDeadline(lookup, lookupTimeoutOf(options), `identify ${providerID}`).catch(
+          (err: unknown) => {
+            throw dependencyFault('gce-compute', err);
+          },
+        )
+      ).get(providerID);
       if (!result?.ok) {
+        if (result && !isCloudVerdict(result.error)) throw dependencyFault('gce-compute', result.error);
         return deny(
           `the cloud does not vouch for ${providerID}: ${result ? describeError(result.error) : 'no answer'}`,
         );
@@ -109,13 +139,19 @@ export function gcePolicy(options: GcePolicyOptions): BootstrapPolicy {
 
 async function fromIdentityToken(token: string, options: GcePolicyOptions): Promise<ProvenInstance> {
   if (!options.tokenVerifier) throw new ProofError('identity tokens are not enabled on this controller');
-  const claims = await options.tokenVerifier.verify(token);
+  const claims = await options.tokenVerifier.verify(token).catch((err: unknown) => {
+    // The verifier throws UnauthenticatedError for the token, anything else for Google's keys.
+    throw err instanceof KopsError && err.kind === 'unauthenticated'
+      ? err
+      : dependencyFault('gce-identity-keys', err);
+  });
   return {
     project: claims.projectId,
     zone: claims.zone,
     name: claims.instanceName,
     issuedAtMs: claims.issuedAt * 1000,
-    digest: digestOf(token),
+    // Verified, so the token is header.payload.signature with a base64url signature.
+    digest: digestOf('identity-token', Buffer.from(token.slice(token.lastIndexOf('.') + 1), 'base64url')),
     evidence: {
       proof: 'identity-token',
       project: claims.projectId,
@@ -186,7 +222,14 @@ async function fromTpmProof(
     // Checked before the compute call so a foreign project costs us nothing.
     throw new ProofError(`the proof is for project ${project}, not ${options.project}`);
   }
-  const identity = await options.compute.getShieldedInstanceIdentity(zone, name);
+  const identity = await withDeadline(
+    options.compute.getShieldedInstanceIdentity(zone, name),
+    lookupTimeoutOf(options),
+    `getShieldedInstanceIdentity ${zone}/${name}`,
+  ).catch((err: unknown) => {
+    // An instance the API does not know (or a malformed name) is the proof's fault.
+    throw isCloudVerdict(err) ? err : dependencyFault('gce-compute', err);
+  });
   const ekPub = identity.signingKey?.ekPub;
   if (!ekPub) throw new ProofError(`instance ${name} has no Shielded VM signing key`);
   if (!verify('sha256', dataBytes, createPublicKey(ekPub), signature)) {
@@ -197,7 +240,7 @@ async function fromTpmProof(
     zone,
     name,
     issuedAtMs: timestamp * 1000,
-    digest: digestOf(signature.toString('base64')),
+    digest: digestOf('tpm', signature),
     evidence: { proof: 'tpm', project, zone },
   };
 }

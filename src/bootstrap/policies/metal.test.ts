@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseInventory } from '../../cloud/metal/inventory.ts';
+import { ConfigError, UnavailableError } from '../../errors.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
+import { isDependencyFault } from '../dependency.ts';
 import type { BootstrapTokenValidator } from '../types.ts';
 import { metalPolicy, peerAddress } from './metal.ts';
 
@@ -90,14 +92,18 @@ test('attack: a name outside the inventory, or a bad token, is denied', async ()
   assert.equal((await p.evaluate(testRequest(), contextAt())).verdict, 'deny');
 });
 
-test('metal denies while the inventory is unavailable', async () => {
-  const broken = { current: async () => Promise.reject(new Error('inventory.yaml: no such file')) };
-  const decision = await metalPolicy({ inventory: broken, tokens }).evaluate(
-    request('host-1', '10.0.0.5', token),
-    contextAt(),
-  );
-  assert.equal(decision.verdict, 'deny');
-  assert.match(decision.reasons[0] ?? '', /unavailable/);
+test('metal: an inventory that cannot be read is a dependency fault (the node retries), not a denial', async () => {
+  for (const failure of [
+    new UnavailableError('s3 GET metal/inventory.yaml: HTTP 503'),
+    new ConfigError('no metal inventory at s3://state/metal/inventory.yaml'),
+  ]) {
+    const broken = { current: async () => Promise.reject(failure) };
+    await assert.rejects(
+      metalPolicy({ inventory: broken, tokens }).evaluate(request('host-1', '10.0.0.5', token), contextAt()),
+      (err: unknown) => isDependencyFault(err) && err.details?.['dependency'] === 'state-store',
+      failure.message,
+    );
+  }
 });
 
 test('peerAddress unwraps IPv4-mapped IPv6', () => {

@@ -2,11 +2,12 @@
  * `metal`: bootstrap for machines listed in the operator's inventory (src/cloud/metal). The claimed
  * node must be an inventory host and the request must come from one of that host's addresses; then
  * a valid bootstrap token approves it, or — when configured — it is queued for a human with the
- * inventory facts attached. Name, group and SANs come from the inventory, never from the request.
+ * inventory facts attached. Name, group and SANs come from the inventory, never from the request. An
+ * inventory that cannot be read is a dependency fault (503, the node retries), not a denial.
  */
 import { isIP } from 'node:net';
 import type { MetalHost, MetalInventory } from '../../cloud/metal/inventory.ts';
-import { describeError } from '../../errors.ts';
+import { dependencyFault } from '../dependency.ts';
 import type { BootstrapPolicy, BootstrapTokenValidator, NodeFacts } from '../types.ts';
 import { checkBootstrapToken } from './bootstrap-token.ts';
 import { queueDecision } from './queue.ts';
@@ -51,7 +52,8 @@ export function metalPolicy(options: MetalPolicyOptions): BootstrapPolicy {
       try {
         inventory = await options.inventory.current();
       } catch (err) {
-        return { verdict: 'deny', reasons: [`the inventory is unavailable: ${describeError(err)}`] };
+        // Unreadable, missing or invalid: nothing is known about the host yet, so the node retries.
+        throw dependencyFault('state-store', err);
       }
       const host = inventory.lookup(claimed);
       if (!host || host.name !== claimed) {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
-import { queueDecision, queuePolicy } from './queue.ts';
+import { addressesAreVerified, nameIsVerified, queueDecision, queuePolicy } from './queue.ts';
 
 test('queue holds a claimed name as unverified, for a human', async () => {
   const decision = await queuePolicy().evaluate(testRequest({ claimedNodeName: 'node-a' }), contextAt());
@@ -30,6 +30,27 @@ test('queueDecision carries verified facts when a policy established them', () =
   };
   const decision = queueDecision(testRequest({ claimedNodeName: 'other' }), facts);
   assert.ok(decision.verdict === 'queue');
-  assert.equal(decision.facts, facts);
+  assert.deepEqual(decision.facts, { ...facts, evidence: { verified: 'true' } });
   assert.match(decision.reasons[0] ?? '', /host-1 is verified/);
+  assert.equal(nameIsVerified(decision.facts), true);
+  assert.equal(addressesAreVerified(decision.facts), true);
+});
+
+test('only the verified mark set here reads as verified; the node-supplied addresses never do', () => {
+  const facts = (evidence: Record<string, string>) => ({
+    nodeName: 'n',
+    dnsNames: [],
+    ipAddresses: [],
+    evidence,
+  });
+  for (const evidence of [
+    {} as Record<string, string>,
+    { verified: 'false' },
+    { verified: 'webhook-only' },
+    { verified: 'TRUE' },
+  ]) {
+    assert.equal(nameIsVerified(facts(evidence)), false, JSON.stringify(evidence));
+  }
+  assert.equal(nameIsVerified(undefined), false);
+  assert.equal(addressesAreVerified(facts({ verified: 'true', addresses: 'requested by the node' })), false);
 });

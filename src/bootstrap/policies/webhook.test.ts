@@ -5,6 +5,7 @@ import { after, before, test } from 'node:test';
 import type { TLSSocket } from 'node:tls';
 import { Registry } from 'prom-client';
 import { cloudCallMetrics } from '../../cloud/metrics.ts';
+import { KopsError } from '../../errors.ts';
 import {
   createCertificateAuthority,
   issueClientCertificate,
@@ -14,6 +15,7 @@ import {
 } from '../../sim/tls.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import { cloudCallsTimed, cloudRequests } from '../../testing/cloud-calls.ts';
+import { dependencyFault } from '../dependency.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
 import { type BootstrapReview, webhookPolicy } from './webhook.ts';
 
@@ -152,25 +154,84 @@ test('webhook is not called when the verifying policy denies', async () => {
   assert.equal(reviews.length, 0);
 });
 
-test('fail closed: non-200, malformed answer, timeout, and a client without our certificate', async () => {
+/** Asserts a dependency fault naming the webhook: the node gets 503 and retries, and nothing is issued. */
+function isWebhookFault(err: unknown): boolean {
+  assert.ok(err instanceof KopsError, String(err));
+  assert.equal(err.kind, 'unavailable', err.message);
+  assert.equal(err.details?.['reason'], 'dependency-unavailable', err.message);
+  assert.equal(err.details?.['dependency'], 'webhook', err.message);
+  return true;
+}
+
+test('fail closed, retryable: unreachable, TLS refused, timeout, 5xx or 429 is a dependency fault, never an approval', async () => {
   const p = policy({ verifiedBy: verifier, timeoutMs: 300 });
   for (const answer of [
     { status: 500, body: '{"verdict":"approve"}' },
-    { status: 200, body: 'approve' },
-    { status: 200, body: '{"verdict":"yes"}' },
+    { status: 503, body: '{"verdict":"approve"}' },
+    { status: 429, body: '{}' },
     'hang' as const,
   ]) {
-    const decision = await evaluate(p, answer);
-    assert.equal(decision.verdict, 'deny', JSON.stringify(answer));
-    assert.match(decision.reasons[0] ?? '', /webhook .* failed, so the request is denied/);
+    await assert.rejects(evaluate(p, answer), isWebhookFault, JSON.stringify(answer));
   }
+  const unreachable = webhookPolicy({
+    url: 'https://127.0.0.1:1/review',
+    ca: ca.certificate,
+    cert: client.certificate,
+    key: client.privateKey,
+    verifiedBy: verifier,
+  });
+  await assert.rejects(evaluate(unreachable, { status: 200, body: '{"verdict":"approve"}' }), isWebhookFault);
   const stranger = await createCertificateAuthority('stranger');
   const wrong = await issueClientCertificate(stranger, { name: 'intruder', groups: [] });
-  const decision = await evaluate(policy({ cert: wrong.certificate, key: wrong.privateKey }), {
-    status: 200,
-    body: '{"verdict":"approve"}',
+  await assert.rejects(
+    evaluate(policy({ cert: wrong.certificate, key: wrong.privateKey }), {
+      status: 200,
+      body: '{"verdict":"approve"}',
+    }),
+    isWebhookFault,
+    'the webhook refuses our client certificate',
+  );
+  const impostor = webhookPolicy({
+    url,
+    ca: stranger.certificate,
+    cert: client.certificate,
+    key: client.privateKey,
   });
-  assert.equal(decision.verdict, 'deny');
+  await assert.rejects(
+    evaluate(impostor, { status: 200, body: '{"verdict":"approve"}' }),
+    isWebhookFault,
+    'a webhook whose certificate our CA does not vouch for',
+  );
+});
+
+test('fail closed, final: a malformed answer, or a non-200 that is not a failure, denies', async () => {
+  const p = policy({ verifiedBy: verifier, timeoutMs: 300 });
+  for (const answer of [
+    { status: 200, body: 'approve' },
+    { status: 200, body: '{"verdict":"yes"}' },
+    { status: 403, body: '{"verdict":"approve"}' },
+    { status: 204, body: '' },
+    { status: 200, body: `{"verdict":"approve","reasons":["${'x'.repeat(70_000)}"]}` },
+  ]) {
+    const decision = await evaluate(p, answer);
+    assert.equal(decision.verdict, 'deny', JSON.stringify(answer).slice(0, 80));
+    assert.match(decision.reasons[0] ?? '', /webhook .* answered .*, so the request is denied/);
+  }
+});
+
+test("a dependency fault of the verifying policy is the webhook's answer too, and the webhook is not called", async () => {
+  reviews.length = 0;
+  const failing: BootstrapPolicy = {
+    name: 'aws',
+    evaluate: async () => {
+      throw dependencyFault('sts', new Error('connect ECONNREFUSED'));
+    },
+  };
+  await assert.rejects(
+    evaluate(policy({ verifiedBy: failing }), { status: 200, body: '{"verdict":"approve"}' }),
+    (err: unknown) => err instanceof KopsError && err.details?.['dependency'] === 'sts',
+  );
+  assert.equal(reviews.length, 0);
 });
 
 test('each review sent is counted as call BootstrapReview: ok, rejected, throttled or an error', async () => {
@@ -194,7 +255,8 @@ test('each review sent is counted as call BootstrapReview: ok, rejected, throttl
     { status: 200, body: '{"verdict":"yes"}' },
     'hang' as const,
   ]) {
-    await evaluate(p, answer);
+    // 429, 500 and no answer are faults (thrown); the rest are decisions.
+    await evaluate(p, answer).catch((err: unknown) => assert.ok(isWebhookFault(err)));
   }
   // A webhook the verifying policy's denial spares is not called, so not counted.
   const denier: BootstrapPolicy = { name: 'aws', evaluate: async () => ({ verdict: 'deny', reasons: [] }) };

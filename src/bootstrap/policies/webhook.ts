@@ -3,9 +3,12 @@
  * POSTs a versioned `BootstrapReview` (a summary of the request and the facts a verifying policy
  * established) and the webhook answers `{"verdict": "approve"|"deny"|"abstain", "reasons": [...]}`.
  * The webhook can only narrow: it never supplies a node name, SANs or group — an approval issues
- * exactly the verified facts (or, with no verifying policy, the claimed name alone). Every failure —
- * unreachable, timeout, non-200, malformed answer — denies (fail closed). Each review sent is
- * counted as call `BootstrapReview` of cloud `webhook` (never by URL: the labels stay bounded).
+ * exactly the verified facts (or, with no verifying policy, the claimed name alone). It fails closed:
+ * nothing but a well-formed approval lets a request through. A webhook that cannot be reached, fails
+ * TLS, does not answer in time, or answers 5xx or 429 is a dependency fault — the node is answered
+ * 503 and retries; a malformed answer, another non-200 status or an explicit deny is a denial. Each
+ * review sent is counted as call `BootstrapReview` of cloud `webhook` (never by URL: the labels stay
+ * bounded).
  */
 import { Agent, request as httpsRequest } from 'node:https';
 import { z } from 'zod';
@@ -17,6 +20,7 @@ import {
   secondsSince,
 } from '../../cloud/metrics.ts';
 import { ConfigError, describeError } from '../../errors.ts';
+import { dependencyFault, isDependencyFault } from '../dependency.ts';
 import type {
   BootstrapPolicy,
   BootstrapRequest,
@@ -143,9 +147,10 @@ export function webhookPolicy(options: WebhookPolicyOptions): BootstrapPolicy {
       try {
         answer = await post(url, agent, review, timeoutMs, outcome);
       } catch (err) {
+        if (isDependencyFault(err)) throw err;
         return {
           verdict: 'deny',
-          reasons: [`webhook ${options.url} failed, so the request is denied: ${describeError(err)}`],
+          reasons: [`webhook ${options.url} answered ${describeError(err)}, so the request is denied`],
         };
       } finally {
         calls.request('webhook', webhookReviewCall, outcome.result);
@@ -174,7 +179,11 @@ async function verifiedDecision(
   };
 }
 
-/** Sends the review; `outcome.result` stays `error` unless the webhook answers (a status) usably. */
+/**
+ * Sends the review; `outcome.result` stays `error` unless the webhook answers (a status) usably.
+ * Rejects with a dependency fault when the webhook failed (no answer in time, transport or TLS
+ * error, 5xx, 429), or with an Error saying what was wrong with an answer that is not a verdict.
+ */
 function post(
   url: URL,
   agent: Agent,
@@ -201,38 +210,47 @@ function post(
         let size = 0;
         res.on('data', (chunk: Buffer) => {
           size += chunk.length;
-          if (size > maxAnswerBytes) req.destroy(new Error(`the answer exceeds ${maxAnswerBytes} bytes`));
-          else chunks.push(chunk);
+          if (size > maxAnswerBytes) {
+            // Too long to be a verdict: malformed, not a failure (settled before the destroy's error).
+            reject(new Error(`with more than ${maxAnswerBytes} bytes`));
+            req.destroy();
+          } else chunks.push(chunk);
         });
         res.on('end', () => {
-          if (res.statusCode !== 200) {
+          const status = res.statusCode ?? 0;
+          if (status !== 200) {
             // Another 2xx carries no answer either: the webhook is broken, not refusing.
-            const result = httpCallResult(res.statusCode);
+            const result = httpCallResult(status);
             outcome.result = result === 'ok' ? 'error' : result;
-            return reject(new Error(`HTTP ${res.statusCode}`));
+            const failed = status >= 500 || status === 429;
+            return reject(
+              failed ? dependencyFault('webhook', new Error(`HTTP ${status}`)) : new Error(`HTTP ${status}`),
+            );
           }
           let parsed: unknown;
           try {
             parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
           } catch {
-            return reject(new Error('the answer is not JSON'));
+            return reject(new Error('with something that is not JSON'));
           }
           const answer = answerSchema.safeParse(parsed);
           if (!answer.success)
             return reject(
-              new Error('the answer is not {"verdict": "approve"|"deny"|"abstain", "reasons": [...]}'),
+              new Error(
+                'with something that is not {"verdict": "approve"|"deny"|"abstain", "reasons": [...]}',
+              ),
             );
           outcome.result = 'ok';
           resolve(answer.data);
         });
-        res.on('error', reject);
+        res.on('error', (err) => reject(dependencyFault('webhook', err)));
       },
     );
     // A hard deadline for the whole exchange, not only for idle sockets.
     const timer = setTimeout(() => req.destroy(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
     req.on('close', () => clearTimeout(timer));
     req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
-    req.on('error', reject);
+    req.on('error', (err) => reject(dependencyFault('webhook', err)));
     req.end(body);
   });
 }

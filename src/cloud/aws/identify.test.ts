@@ -255,6 +255,33 @@ describe('AwsNodeIdentifier', () => {
     }
   });
 
+  it('with maxAgeMs, reads a state older than the bound again, while callers without one keep the cache', async () => {
+    let now = 0;
+    const bounded = new AwsNodeIdentifier({ ec2: clients.ec2, clusterName: cluster, now: () => now });
+    const id = 'i-0c000000000000011';
+    const providerID = `aws:///us-east-1a/${id}`;
+    identityOf((await bounded.identify([providerID], { maxAgeMs: 60_000 })).get(providerID));
+    sim.ec2.setInstanceState(id, 'terminated');
+    try {
+      now = 59_999;
+      identityOf((await bounded.identify([providerID], { maxAgeMs: 60_000 })).get(providerID));
+      assert.equal(sim.calls.count('DescribeInstances'), 1, 'an answer younger than the bound serves');
+      now = 60_000;
+      // The NodeController (no bound) still gets the cached identity: labels need no fresh state.
+      identityOf((await bounded.identify([providerID])).get(providerID));
+      assert.equal(sim.calls.count('DescribeInstances'), 1);
+      assert.equal(
+        reasonOf((await bounded.identify([providerID], { maxAgeMs: 60_000 })).get(providerID)),
+        'not-running',
+      );
+      assert.equal(sim.calls.count('DescribeInstances'), 2, 'an answer as old as the bound is read again');
+      // The terminated state it found replaced the cached identity for every caller.
+      assert.equal(reasonOf((await bounded.identify([providerID])).get(providerID)), 'not-running');
+    } finally {
+      sim.ec2.setInstanceState(id, 'pending');
+    }
+  });
+
   it('reports a throttled or refused EC2 as a retryable or configuration error for the whole batch', async () => {
     const frozen = new Date();
     const drained = await startAwsSimulator({ now: () => frozen });

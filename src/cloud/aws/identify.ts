@@ -2,14 +2,16 @@
  * Node identity on AWS: a node's providerID names an instance; EC2's record of that instance (not
  * anything the node says) decides its instance group. Lookups are batched — every identify() call
  * arriving within a short window shares DescribeInstances calls of up to 1,000 ids, a few at a time —
- * and verified identities are cached per instance id, since an instance's group never changes.
+ * and verified identities are cached per instance id, since an instance's group never changes. Its
+ * state does change: a caller deciding trust asks for a short `maxAgeMs`, so it never acts on a state
+ * read longer ago than that, while labelling keeps the cache's full benefit.
  */
 import { DescribeInstancesCommand, type EC2Client, type Instance } from '@aws-sdk/client-ec2';
 import { ForbiddenError, InvalidInputError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { Batcher, type Outcome } from '../batcher.ts';
 import { LruCache } from '../lru.ts';
-import type { IdentifyResult, NodeIdentifier } from '../types.ts';
+import type { IdentifyOptions, IdentifyResult, NodeIdentifier } from '../types.ts';
 import { awsCallError, awsErrorCode } from './errors.ts';
 import { type InstanceIdentity, identityFromInstance } from './instance.ts';
 import { type AwsProviderID, parseAwsProviderID } from './providerid.ts';
@@ -62,8 +64,15 @@ export class AwsNodeIdentifier implements NodeIdentifier {
     });
   }
 
-  /** Resolves providerIDs to verified identities; each failure is a typed error for that providerID. */
-  async identify(providerIDs: readonly string[]): Promise<Map<string, IdentifyResult>> {
+  /**
+   * Resolves providerIDs to verified identities; each failure is a typed error for that providerID.
+   * A cached identity serves only while younger than `options.maxAgeMs`; a lookup of the same
+   * instance already pending or in flight is shared, since its answer is being read now.
+   */
+  async identify(
+    providerIDs: readonly string[],
+    options: IdentifyOptions = {},
+  ): Promise<Map<string, IdentifyResult>> {
     const results = new Map<string, IdentifyResult>();
     const wanted = new Map<string, AwsProviderID>();
     for (const providerID of new Set(providerIDs)) {
@@ -74,7 +83,7 @@ export class AwsNodeIdentifier implements NodeIdentifier {
         results.set(providerID, { ok: false, error: err as Error });
         continue;
       }
-      const cached = this.#cache.get(parsed.instanceId);
+      const cached = this.#cache.get(parsed.instanceId, options.maxAgeMs);
       if (cached) results.set(providerID, this.#result(providerID, parsed, cached));
       else wanted.set(providerID, parsed);
     }

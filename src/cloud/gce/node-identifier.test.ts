@@ -132,6 +132,40 @@ test('spoof: live metadata edited to claim another group still yields the templa
   assert.match(error.message, /not managed by MIG a-master-edit/);
 });
 
+test('with maxAgeMs, a MIG membership verified longer ago is verified again; the status is always read', async () => {
+  const [node, other] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-fresh',
+    mig: 'a-nodes-fresh',
+    count: 2,
+    clusterName: cluster,
+  });
+  let now = 0;
+  const id = identifier({ now: () => now });
+  const ask = async (name: string, options?: { maxAgeMs: number }) =>
+    (await id.identify([pid(name)], options)).get(pid(name));
+  identityOf(await ask(node!.name, { maxAgeMs: 60_000 }));
+  const migReads = () => sim.count('instanceGroupManagers.listManagedInstances');
+  assert.equal(migReads(), 1);
+  // Abandoned from its MIG (still running): the cached verification no longer holds.
+  const mig = sim.world.mig('kops-prod', zone, 'a-nodes-fresh');
+  mig.members = mig.members.filter((m) => m.instance !== node!.name);
+  now = 59_999;
+  identityOf(await ask(node!.name, { maxAgeMs: 60_000 }));
+  assert.equal(migReads(), 1, 'a verification younger than the bound serves');
+  now = 60_000;
+  identityOf(await ask(node!.name));
+  assert.equal(migReads(), 1, 'a caller without a bound (labelling) keeps the cache');
+  assert.match(errorOf(await ask(node!.name, { maxAgeMs: 60_000 })).message, /not managed by MIG/);
+  assert.equal(migReads(), 2);
+  // The status is read on every call, whatever the cache: a stop is seen at once.
+  identityOf(await ask(other!.name, { maxAgeMs: 60_000 }));
+  sim.world.updateInstance(zone, other!.name, { status: 'TERMINATED' });
+  const stopped = errorOf(await ask(other!.name));
+  assert.ok(stopped instanceof ForbiddenError);
+  assert.equal(stopped.details?.['reason'], 'not-running');
+});
+
 test('spoof: a stopped or terminated instance gets no identity', async () => {
   const [a, b] = sim.world.seedInstanceGroup({
     zone,

@@ -7,7 +7,8 @@
  *   → template metadata `kops-k8s-io-instance-group-name` (and `cluster-name` = our cluster).
  * A batch costs one instance read per zone, one MIG get + member listing per MIG and one read per
  * template never seen before; verified instance ids are cached (bounded), so steady-state reconciles
- * cost only the instance reads.
+ * cost only the instance reads. The instance itself, hence its status, is read on every call; a
+ * caller deciding trust also bounds the age of the cached MIG membership with `maxAgeMs`.
  */
 import { ForbiddenError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
@@ -15,6 +16,7 @@ import { Batcher, type Outcome } from '../batcher.ts';
 import { mapConcurrent } from '../concurrency.ts';
 import { LruCache } from '../lru.ts';
 import type {
+  IdentifyOptions,
   IdentifyResult,
   InstanceAddress,
   InstanceState,
@@ -58,6 +60,8 @@ export interface GceNodeIdentifierOptions {
   maxBatchSize?: number;
   /** Parallel compute calls at most (default 16). */
   concurrency?: number;
+  /** The clock of the verified-id cache (default Date.now). */
+  now?: () => number;
 }
 
 interface VerifiedGroup {
@@ -90,6 +94,8 @@ export class GceNodeIdentifier implements NodeIdentifier {
   readonly #verified: LruCache<string, VerifiedGroup>;
   readonly #templates: TemplateGroups;
   readonly #batcher: Batcher<string, NodeIdentity>;
+  /** The strictest `maxAgeMs` asked for each providerID not yet batched; its batch honours it. */
+  readonly #maxAgeMs = new Map<string, number>();
 
   constructor(options: GceNodeIdentifierOptions) {
     this.#compute = options.compute;
@@ -101,6 +107,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
     this.#verified = new LruCache({
       maxEntries: options.cacheSize ?? 20_000,
       ttlMs: options.cacheTtlMs ?? 3_600_000,
+      ...(options.now === undefined ? {} : { now: options.now }),
     });
     this.#templates = new TemplateGroups(this.#compute, {
       concurrency: this.#concurrency,
@@ -114,8 +121,19 @@ export class GceNodeIdentifier implements NodeIdentifier {
     });
   }
 
-  /** Identifies nodes by providerID; one result per distinct providerID asked. */
-  async identify(providerIDs: readonly string[]): Promise<Map<string, IdentifyResult>> {
+  /**
+   * Identifies nodes by providerID; one result per distinct providerID asked. A MIG membership
+   * verified longer than `options.maxAgeMs` ago is verified again.
+   */
+  async identify(
+    providerIDs: readonly string[],
+    options: IdentifyOptions = {},
+  ): Promise<Map<string, IdentifyResult>> {
+    const { maxAgeMs } = options;
+    if (maxAgeMs !== undefined) {
+      for (const id of providerIDs)
+        this.#maxAgeMs.set(id, Math.min(maxAgeMs, this.#maxAgeMs.get(id) ?? maxAgeMs));
+    }
     const results = new Map<string, IdentifyResult>();
     for (const [id, outcome] of await this.#batcher.loadMany(providerIDs)) {
       results.set(id, outcome.ok ? { ok: true, identity: outcome.value } : outcome);
@@ -124,6 +142,8 @@ export class GceNodeIdentifier implements NodeIdentifier {
   }
 
   async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
+    const maxAgeMs = new Map(providerIDs.map((id) => [id, this.#maxAgeMs.get(id)]));
+    for (const id of providerIDs) this.#maxAgeMs.delete(id);
     const results = new Map<string, Outcome<NodeIdentity>>();
     const fail = (id: string, error: Error) => results.set(id, { ok: false, error });
     const refs = new Map<string, GceInstanceRef>();
@@ -162,12 +182,13 @@ export class GceNodeIdentifier implements NodeIdentifier {
           id,
           new ForbiddenError(
             `instance ${ref.name} is ${found.status}, not RUNNING; a stopped instance gets no identity`,
+            { details: { instanceId: ref.name, reason: 'not-running' } },
           ),
         );
         continue;
       }
       const createdBy = metadataValue(found.metadata, 'created-by') ?? '';
-      const cached = this.#verified.get(found.id);
+      const cached = this.#verified.get(found.id, maxAgeMs.get(id));
       if (cached && cached.createdBy === createdBy) {
         results.set(id, { ok: true, value: this.#identity(id, ref, found, cached.instanceGroup) });
         continue;

@@ -86,6 +86,22 @@ test('invalid inventories give precise errors naming the field', () => {
   }
 });
 
+test('asked for a maximum age shorter than its poll interval, the store checks the inventory sooner', async () => {
+  const vfs = openVfs('memfs://metal-inventory-fresh/cluster');
+  let clock = 0;
+  const store = new InventoryStore({ vfs, pollIntervalMs: 5_000, now: () => clock });
+  await vfs.write('metal/inventory.yaml', sample);
+  assert.equal((await store.current()).hosts.length, 2);
+  await vfs.write(
+    'metal/inventory.yaml',
+    'hosts: [{ name: solo, instanceGroup: nodes, addresses: [10.1.1.1] }]',
+  );
+  clock += 1_000;
+  assert.equal((await store.current()).hosts.length, 2, 'within the poll interval');
+  assert.equal((await store.current(2_000)).hosts.length, 2, 'within the maximum age asked for');
+  assert.equal((await store.current(1_000)).hosts.length, 1, 'a check as old as the maximum age is redone');
+});
+
 test('the store re-reads the inventory when its version changes and fails closed when it breaks', async () => {
   const vfs = openVfs('memfs://metal-inventory-store/cluster');
   let clock = 0;

@@ -186,9 +186,12 @@ export class InventoryStore {
     return `${this.#vfs.url}/${this.#path}`;
   }
 
-  /** The current inventory; throws ConfigError when it is missing or invalid. */
-  async current(): Promise<MetalInventory> {
-    if (this.#now() - this.#checkedAt >= this.#pollIntervalMs) {
+  /**
+   * The current inventory; throws ConfigError when it is missing or invalid. It is checked for
+   * changes when the last check is older than the poll interval, or than `maxAgeMs` if shorter.
+   */
+  async current(maxAgeMs = Number.POSITIVE_INFINITY): Promise<MetalInventory> {
+    if (this.#now() - this.#checkedAt >= Math.min(this.#pollIntervalMs, maxAgeMs)) {
       this.#inFlight ??= this.#refresh().finally(() => {
         this.#inFlight = undefined;
       });

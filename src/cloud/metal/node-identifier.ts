@@ -5,7 +5,14 @@
  */
 import { isIP } from 'node:net';
 import { NotFoundError } from '../../errors.ts';
-import type { CloudGroup, CloudGroups, IdentifyResult, InstanceAddress, NodeIdentifier } from '../types.ts';
+import type {
+  CloudGroup,
+  CloudGroups,
+  IdentifyOptions,
+  IdentifyResult,
+  InstanceAddress,
+  NodeIdentifier,
+} from '../types.ts';
 import type { InventoryStore, MetalHost } from './inventory.ts';
 
 function addressesOf(host: MetalHost): InstanceAddress[] {
@@ -25,12 +32,18 @@ export class MetalNodeIdentifier implements NodeIdentifier {
     this.#store = store;
   }
 
-  /** Identifies nodes by `metal://` providerID or node name; one inventory check serves the batch. */
-  async identify(providerIDs: readonly string[]): Promise<Map<string, IdentifyResult>> {
+  /**
+   * Identifies nodes by `metal://` providerID or node name; one inventory check serves the batch,
+   * made anew when the last one is older than `options.maxAgeMs`.
+   */
+  async identify(
+    providerIDs: readonly string[],
+    options: IdentifyOptions = {},
+  ): Promise<Map<string, IdentifyResult>> {
     const results = new Map<string, IdentifyResult>();
     let inventory: Awaited<ReturnType<InventoryStore['current']>>;
     try {
-      inventory = await this.#store.current();
+      inventory = await this.#store.current(options.maxAgeMs);
     } catch (err) {
       for (const id of providerIDs) results.set(id, { ok: false, error: err as Error });
       return results;

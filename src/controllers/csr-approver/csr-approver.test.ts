@@ -1,17 +1,21 @@
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { CertificatesV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
+import { createAwsClients } from '../../cloud/aws/clients.ts';
+import { AwsNodeIdentifier } from '../../cloud/aws/identify.ts';
 import { createAwsProvider } from '../../cloud/aws/provider.ts';
+import { createGceProvider, type GceProvider } from '../../cloud/gce/provider.ts';
 import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
 import { UnavailableError } from '../../errors.ts';
 import { buildCsrPem } from '../../pki/csr-build.ts';
 import { generateKey } from '../../pki/keys.ts';
 import { awsProviderID, simInstanceId } from '../../sim/aws/scenario.ts';
-import { startDevCluster } from '../../sim/dev-cluster.ts';
+import { type GceDevCluster, startDevCluster, startGceDevCluster } from '../../sim/dev-cluster.ts';
 import { kubeletClientSigner, kubeletServingSigner } from './checks.ts';
 import { CsrApprover } from './csr-approver.ts';
 
@@ -87,16 +91,16 @@ interface Condition {
   message: string;
 }
 
-function conditionsOf(name: string): Condition[] {
-  const status = store.get('certificatesigningrequests', undefined, name)?.['status'] as
+function conditionsOf(name: string, where = store): Condition[] {
+  const status = where.get('certificatesigningrequests', undefined, name)?.['status'] as
     | { conditions?: Condition[] }
     | undefined;
   return status?.conditions ?? [];
 }
 
-async function decided(name: string): Promise<Condition> {
+async function decided(name: string, where = store): Promise<Condition> {
   for (let i = 0; i < 1000; i++) {
-    const [condition] = conditionsOf(name);
+    const [condition] = conditionsOf(name, where);
     if (condition) return condition;
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
@@ -121,10 +125,12 @@ function startApprover(options: {
   leaveUnverifiedForHumans?: boolean;
   registry: Registry;
   identifier?: NodeIdentifier;
+  kubeConfig?: KubeConfig;
+  maxInstanceStateAgeMs?: number;
 }) {
   const stop = new AbortController();
   const approver = new CsrApprover({
-    kubeConfig: cluster.api.server.kubeConfig(),
+    kubeConfig: options.kubeConfig ?? cluster.api.server.kubeConfig(),
     ...options,
     identifier: options.identifier ?? provider.nodeIdentifier,
   });
@@ -188,6 +194,36 @@ describe('CsrApprover when it cannot verify', () => {
     } finally {
       await stop();
     }
+  });
+});
+
+describe('CsrApprover asks the cloud for recent state', () => {
+  test('every lookup carries the configured bound, 60 s by default', async () => {
+    const asked: (number | undefined)[] = [];
+    const recording: NodeIdentifier = {
+      identify: (ids, options) => {
+        asked.push(options?.maxAgeMs);
+        return provider.nodeIdentifier.identify(ids, options);
+      },
+    };
+    for (const maxInstanceStateAgeMs of [undefined, 5_000]) {
+      const stop = startApprover({
+        registry: new Registry(),
+        identifier: recording,
+        ...(maxInstanceStateAgeMs === undefined ? {} : { maxInstanceStateAgeMs }),
+      });
+      try {
+        const name = await createCsr(cluster.api.server.kubeConfig(nodeUser(nodeA)), {
+          commonName: `system:node:${nodeA}`,
+          signerName: kubeletClientSigner,
+          usages: clientUsages,
+        });
+        assert.equal((await decided(name)).type, 'Approved');
+      } finally {
+        await stop();
+      }
+    }
+    assert.deepEqual(asked, [60_000, 5_000]);
   });
 });
 
@@ -269,7 +305,7 @@ describe('CsrApprover against the simulated cluster', () => {
     });
     const condition = await decided(name);
     assert.equal(condition.type, 'Denied');
-    assert.equal(condition.reason, 'InstanceIdentityRejected');
+    assert.equal(condition.reason, 'InstanceNotRunning');
     assert.match(condition.message, /is terminated, not pending or running/);
   });
 
@@ -382,5 +418,220 @@ describe('CsrApprover against the simulated cluster', () => {
     assert.equal((await decided(marker)).type, 'Approved');
     assert.deepEqual(conditionsOf(admin), []);
     assert.deepEqual(conditionsOf(bootstrapper), []);
+  });
+});
+
+/**
+ * A TCP relay on loopback in front of the AWS simulator that can be cut: open connections are reset
+ * and new ones refused, as when the controller loses its route to the EC2 endpoint.
+ */
+async function cuttableRelay(target: string) {
+  const { hostname, port } = new URL(target);
+  const sockets = new Set<Socket>();
+  let cut = false;
+  let refused = 0;
+  const track = (socket: Socket) => {
+    sockets.add(socket);
+    socket.on('error', () => undefined);
+    socket.on('close', () => sockets.delete(socket));
+  };
+  const server = createServer((client) => {
+    track(client);
+    if (cut) {
+      refused++;
+      client.destroy();
+      return;
+    }
+    const upstream = connect(Number(port), hostname);
+    track(upstream);
+    client.pipe(upstream).pipe(client);
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    cut() {
+      cut = true;
+      for (const socket of sockets) socket.destroy();
+    },
+    restore() {
+      cut = false;
+    },
+    /** Connections refused while cut. */
+    get refused() {
+      return refused;
+    },
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+describe('CsrApprover trusts instance state only while it is fresh', () => {
+  // The identifier's cache keeps an identity for an hour (for the NodeController); its clock is ours.
+  let clock = Date.now();
+  let relay: Awaited<ReturnType<typeof cuttableRelay>>;
+  let clients: Awaited<ReturnType<typeof createAwsClients>>;
+  let seq = 0;
+  /** A running instance of the cluster with its Node, for one test alone. */
+  const runningNode = () => {
+    const instance = { id: simInstanceId(78_000 + seq++), zone: 'us-test-1a' };
+    cluster.aws.ec2.addInstances([
+      { ...instance, cluster: cluster.clusterName, instanceGroup: 'nodes-us-test-1a' },
+    ]);
+    store.create({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: instance.id },
+      spec: { providerID: awsProviderID(instance) },
+    });
+    return instance.id;
+  };
+  const renew = (node: string) =>
+    createCsr(cluster.api.server.kubeConfig(nodeUser(node)), {
+      commonName: `system:node:${node}`,
+      signerName: kubeletClientSigner,
+      usages: clientUsages,
+    });
+  let stop: (() => Promise<void>) | undefined;
+  before(async () => {
+    relay = await cuttableRelay(cluster.aws.endpoint);
+    clients = await createAwsClients({
+      region: cluster.region,
+      endpoint: relay.url,
+      credentials: { ...cluster.aws.credentials },
+      maxAttempts: 1,
+    });
+    const identifier = new AwsNodeIdentifier({
+      ec2: clients.ec2,
+      clusterName: cluster.clusterName,
+      now: () => clock,
+    });
+    stop = startApprover({ registry: new Registry(), identifier });
+  });
+  after(async () => {
+    await stop?.();
+    clients.destroy();
+    await relay.close();
+  });
+
+  test('an instance terminated after its first approval is not renewed, though the cache still holds it', async () => {
+    const node = runningNode();
+    assert.equal((await decided(await renew(node))).type, 'Approved');
+    // A minute and a half later (well inside the cache's hour) the machine is terminated.
+    clock += 90_000;
+    cluster.aws.ec2.setInstanceState(node, 'terminated');
+    const condition = await decided(await renew(node));
+    assert.equal(condition.type, 'Denied', condition.message);
+    assert.equal(condition.reason, 'InstanceNotRunning');
+    assert.match(condition.message, new RegExp(`instance ${node} is terminated`));
+  });
+
+  test('a stopped instance is not renewed either', async () => {
+    const node = runningNode();
+    assert.equal((await decided(await renew(node))).type, 'Approved');
+    clock += 90_000;
+    cluster.aws.ec2.setInstanceState(node, 'stopped');
+    const condition = await decided(await renew(node));
+    assert.equal(condition.type, 'Denied', condition.message);
+    assert.equal(condition.reason, 'InstanceNotRunning');
+  });
+
+  test('within the bound the cached state serves, beyond it EC2 is asked again', async () => {
+    const node = runningNode();
+    assert.equal((await decided(await renew(node))).type, 'Approved');
+    const before = cluster.aws.calls.count('DescribeInstances');
+    clock += 30_000;
+    assert.equal((await decided(await renew(node))).type, 'Approved');
+    assert.equal(cluster.aws.calls.count('DescribeInstances'), before, 'a 30 s old answer is fresh enough');
+    clock += 31_000;
+    assert.equal((await decided(await renew(node))).type, 'Approved');
+    assert.equal(cluster.aws.calls.count('DescribeInstances'), before + 1, 'a 61 s old answer is read again');
+  });
+
+  test('while EC2 is unreachable a renewal with only a stale answer cached stays undecided', async () => {
+    const node = runningNode();
+    assert.equal((await decided(await renew(node))).type, 'Approved');
+    clock += 90_000;
+    relay.cut();
+    try {
+      const before = cluster.aws.calls.count('DescribeInstances');
+      const name = await renew(node);
+      await eventually('the approver tried EC2 twice', async () => relay.refused >= 2);
+      assert.deepEqual(
+        conditionsOf(name),
+        [],
+        'an outage is never a decision, nor an approval from stale state',
+      );
+      assert.equal(cluster.aws.calls.count('DescribeInstances'), before, 'nothing reached EC2');
+      relay.restore();
+      assert.equal((await decided(name)).type, 'Approved');
+    } finally {
+      relay.restore();
+    }
+  });
+});
+
+describe('CsrApprover on GCE reads the instance status for every decision', () => {
+  let gceDir: string;
+  let gce: GceDevCluster;
+  let gceProvider: GceProvider;
+  let stop: (() => Promise<void>) | undefined;
+  let gceNodes: string[];
+  before(async () => {
+    gceDir = await mkdtemp(join(tmpdir(), 'csr-approver-gce-'));
+    gce = await startGceDevCluster({ stateDir: gceDir });
+    gceProvider = await createGceProvider({
+      project: gce.project,
+      clusterName: gce.clusterName,
+      endpoint: gce.gce.endpoint,
+      auth: gce.auth,
+    });
+    gceNodes = [...gce.nodesByGroup.values()].flat();
+    stop = startApprover({
+      registry: new Registry(),
+      identifier: gceProvider.nodeIdentifier,
+      kubeConfig: gce.api.server.kubeConfig(),
+    });
+  });
+  after(async () => {
+    await stop?.();
+    await gce.close();
+    await rm(gceDir, { recursive: true, force: true });
+  });
+  const renew = (node: string) =>
+    createCsr(gce.api.server.kubeConfig(nodeUser(node)), {
+      commonName: `system:node:${node}`,
+      signerName: kubeletClientSigner,
+      usages: clientUsages,
+    });
+
+  test('an instance terminated after its first approval is not renewed', async () => {
+    const node = gceNodes[0] as string;
+    const reads = () => gce.gce.count('instances.get');
+    const before = reads();
+    assert.equal((await decided(await renew(node), gce.api.server.store)).type, 'Approved');
+    assert.equal(reads(), before + 1);
+    gce.gce.world.updateInstance(gce.zone, node, { status: 'TERMINATED' });
+    const condition = await decided(await renew(node), gce.api.server.store);
+    assert.equal(condition.type, 'Denied', condition.message);
+    assert.equal(condition.reason, 'InstanceNotRunning');
+    assert.match(condition.message, new RegExp(`instance ${node} is TERMINATED, not RUNNING`));
+    assert.equal(reads(), before + 2, 'the status was read again, not taken from a cache');
+  });
+
+  test('while the compute API fails a renewal stays undecided, and is decided once it is back', async () => {
+    const node = gceNodes[1] as string;
+    assert.equal((await decided(await renew(node), gce.api.server.store)).type, 'Approved');
+    const before = gce.gce.count('instances.get');
+    gce.gce.failNext(1_000_000, 503);
+    try {
+      const name = await renew(node);
+      await eventually('the approver asked twice', async () => gce.gce.count('instances.get') >= before + 2);
+      assert.deepEqual(conditionsOf(name, gce.api.server.store), [], 'an outage is never a decision');
+      gce.gce.failNext(0, 503);
+      assert.equal((await decided(name, gce.api.server.store)).type, 'Approved');
+    } finally {
+      gce.gce.failNext(0, 503);
+    }
   });
 });

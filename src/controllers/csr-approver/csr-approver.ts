@@ -5,10 +5,15 @@
  * Node's providerID, identified through the batching NodeIdentifier), and the decision is written
  * through `/approval` with a reason and message.
  *
+ * Freshness: the identifier caches identities for an hour, which is right for labelling (an
+ * instance's group never changes) but not for trust: an instance terminated a minute ago must not
+ * renew. Every decision here asks for cloud facts read less than `maxInstanceStateAgeMs` ago.
+ *
  * Failure handling: a cloud or API outage requeues the CSR with backoff and never turns into a
- * denial (unlike kubelet-csr-approver, whose resolver errors deny at once); a refusal by the cloud
- * (another cluster's instance, unknown instance) is a denial. With `leaveUnverifiedForHumans`,
- * would-be denials are only logged and counted, leaving the CSR pending for `kubectl certificate`.
+ * denial (unlike kubelet-csr-approver, whose resolver errors deny at once), nor into an approval
+ * from an older answer; a refusal by the cloud (another cluster's instance, unknown or stopped
+ * instance) is a denial. With `leaveUnverifiedForHumans`, would-be denials are only logged and
+ * counted, leaving the CSR pending for `kubectl certificate`.
  */
 import {
   CertificatesV1Api,
@@ -38,11 +43,24 @@ export interface CsrApproverOptions {
   identifyByNodeName?: boolean;
   /** Leave requests that fail a check pending for a human instead of denying them (default false). */
   leaveUnverifiedForHumans?: boolean;
+  /**
+   * The oldest instance state a decision may rest on (default {@link defaultMaxInstanceStateAgeMs});
+   * older cached answers are read from the cloud again.
+   */
+  maxInstanceStateAgeMs?: number;
   /** CSRs processed at once (default 8). */
   concurrency?: number;
   registry?: Registry;
   logger?: Logger;
 }
+
+/**
+ * How old the instance state behind a decision may be by default. A credential stolen from a machine
+ * could be renewed while the machine still ran anyway, so what matters is that renewals stop soon
+ * after it is gone, not within milliseconds; a minute is far below any cache lifetime and any
+ * certificate lifetime, and lets a node's client and serving requests share one cloud read.
+ */
+export const defaultMaxInstanceStateAgeMs = 60_000;
 
 const csrPath = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 
@@ -50,6 +68,11 @@ const csrPath = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 function isRefusal(error: Error): boolean {
   const kind = (error as { kind?: string }).kind;
   return kind === 'forbidden' || kind === 'invalid' || kind === 'not-found';
+}
+
+/** Whether the cloud refused because the instance is not (or no longer) running. */
+function isNotRunning(error: Error): boolean {
+  return (error as { details?: Record<string, unknown> }).details?.['reason'] === 'not-running';
 }
 
 /** The kubelet CSR approver, run by the controller runtime on the leader only. */
@@ -149,13 +172,14 @@ export class CsrApprover implements LeaderComponent {
         message: `node ${nodeName} has no providerID, so the cloud cannot vouch for it`,
       };
     }
-    const result = (await this.#options.identifier.identify([key])).get(key);
+    const maxAgeMs = this.#options.maxInstanceStateAgeMs ?? defaultMaxInstanceStateAgeMs;
+    const result = (await this.#options.identifier.identify([key], { maxAgeMs })).get(key);
     if (!result) throw new NotFoundError(`the node identifier returned nothing for ${key}`);
     if (!result.ok) {
       if (!isRefusal(result.error)) throw result.error;
       return {
         action: 'deny',
-        reason: 'InstanceIdentityRejected',
+        reason: isNotRunning(result.error) ? 'InstanceNotRunning' : 'InstanceIdentityRejected',
         message: `the cloud does not vouch for node ${nodeName}: ${describeError(result.error)}`,
       };
     }

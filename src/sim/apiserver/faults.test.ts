@@ -80,6 +80,29 @@ describe('fault injection over the wire', () => {
     assert.ok(Array.isArray((await core.listNode()).items));
   });
 
+  test('afterCommit: the write is carried out, the client sees the error; reads are failed as usual', async () => {
+    sim.faults.errors({
+      count: 1,
+      status: 503,
+      afterCommit: true,
+      resource: 'configmaps',
+      verbs: ['create'],
+    });
+    const lost = await core
+      .createNamespacedConfigMap({ namespace: 'default', body: { metadata: { name: 'committed' } } })
+      .catch((err: unknown) => err);
+    assert.ok(lost instanceof ApiException);
+    assert.equal(lost.code, 503);
+    const stored = await core.readNamespacedConfigMap({ name: 'committed', namespace: 'default' });
+    assert.equal(stored.metadata?.name, 'committed', 'the create was committed');
+    sim.faults.errors({ count: 1, status: 503, afterCommit: true, resource: 'configmaps', verbs: ['get'] });
+    const read = await core
+      .readNamespacedConfigMap({ name: 'committed', namespace: 'default' })
+      .catch((err: unknown) => err);
+    assert.ok(read instanceof ApiException, 'a read has nothing to commit: it just fails');
+    assert.equal(read.code, 503);
+  });
+
   test('latency delays but does not fail', async () => {
     sim.faults.latency(20);
     try {

@@ -1,7 +1,7 @@
 /**
  * Fault injection for reliability tests: added latency, failed requests (500, 503 or 429 with
- * Retry-After) at a rate or for the next N requests, forced 410 Gone on lists and watches, and
- * dropping open watches. Rates draw from a seeded generator, so a run repeats exactly.
+ * Retry-After) at a rate or for the next N requests — before or after the write is committed —,
+ * forced 410 Gone on lists and watches, and dropping open watches. Rates draw from a seeded generator, so a run repeats exactly.
  */
 import { InvalidInputError, type KopsError } from '../../errors.ts';
 import { injectedFailure } from './status.ts';
@@ -24,6 +24,11 @@ export interface ErrorFault extends FaultScope {
   count?: number;
   /** The Retry-After sent with 503 and 429 (default 1). */
   retryAfterSeconds?: number;
+  /**
+   * Carry the write out first and then answer the error instead of its result: a create or update
+   * that was committed though the client saw it fail (etcd committed, the answer was lost).
+   */
+  afterCommit?: boolean;
 }
 
 /** What happens to one request. */
@@ -31,6 +36,8 @@ export interface FaultPlan {
   latencyMs: number;
   error?: KopsError;
   retryAfterSeconds?: number;
+  /** The request is carried out before `error` is answered (writes only). */
+  afterCommit?: boolean;
   /** Answer the list or watch with 410 Gone. */
   expire: boolean;
 }
@@ -126,6 +133,7 @@ export class FaultInjector {
       const retryAfterSeconds = active.fault.retryAfterSeconds ?? 1;
       plan.error = injectedFailure(active.fault.status ?? 503, retryAfterSeconds);
       if (active.fault.status !== 500) plan.retryAfterSeconds = retryAfterSeconds;
+      if (active.fault.afterCommit) plan.afterCommit = true;
       break;
     }
     this.#errors = this.#errors.filter((e) => e.remaining === undefined || e.remaining > 0);

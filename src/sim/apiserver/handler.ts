@@ -154,9 +154,17 @@ function checkScope(route: ResourceRoute, verb: string): void {
     throw unknownPath();
 }
 
-async function applyFaults(plan: FaultPlan): Promise<void> {
+const writeVerbs = new Set(['create', 'update', 'patch', 'delete', 'deletecollection']);
+
+async function applyFaults(plan: FaultPlan, verb: string): Promise<void> {
   if (plan.latencyMs > 0) await new Promise((resolve) => setTimeout(resolve, plan.latencyMs));
-  if (plan.error) throw plan.error;
+  if (plan.error && !(plan.afterCommit && writeVerbs.has(verb))) throw plan.error;
+}
+
+/** A response whose answer nobody receives: the write of an `afterCommit` fault is carried out into it. */
+function lostAnswer(): ServerResponse {
+  const lost = { headersSent: false, writeHead: () => lost, setHeader: () => lost, end: () => lost };
+  return lost as unknown as ServerResponse;
 }
 
 function authorize(call: Call, object?: KubeObject): void {
@@ -422,7 +430,17 @@ async function serveResource(call: Call): Promise<void> {
   if (!verb) throw methodNotAllowed();
   checkScope(route, verb);
   const plan = ctx.faults.plan(route.type.plural, verb);
-  await applyFaults(plan);
+  await applyFaults(plan, verb);
+  if (plan.error) {
+    // An afterCommit fault: the write happens (whatever its own outcome), the client sees the error.
+    await serveVerb({ ...call, res: lostAnswer() }, plan).catch(() => undefined);
+    throw plan.error;
+  }
+  return serveVerb(call, plan);
+}
+
+async function serveVerb(call: Call, plan: FaultPlan): Promise<void> {
+  const { route, verb, ctx } = call;
   const entry =
     verb === 'get' ? ctx.store.entry(route.type, route.namespace, route.name as string) : undefined;
   // A create is authorized once its body is decoded: node rules look at the name inside it.

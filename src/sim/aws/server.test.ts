@@ -343,6 +343,27 @@ describe('AWS simulator', () => {
     ec2.destroy();
   });
 
+  it('injects faults per service: an error document for the next N calls, or a dropped connection', async () => {
+    const id = clusterInstances({ cluster, instanceGroup: 'nodes', count: 1 })[0]?.id as string;
+    const describe = () => clients.ec2.send(new DescribeInstancesCommand({ InstanceIds: [id] }));
+    const whoAmI = () => clients.sts.send(new GetCallerIdentityCommand({}));
+    sim.faults.add({ service: 'sts', count: 1, error: { code: 'Throttling', status: 400 } });
+    sim.faults.add({ service: 'ec2', count: 2, error: { code: 'RequestLimitExceeded', status: 503 } });
+    try {
+      assert.deepEqual(await rejection(whoAmI()), { name: 'Throttling', status: 400 });
+      assert.ok((await whoAmI()).Arn, 'one STS fault only');
+      for (let i = 0; i < 2; i++)
+        assert.deepEqual(await rejection(describe()), { name: 'RequestLimitExceeded', status: 503 });
+      assert.equal((await describe()).Reservations?.length, 1, 'EC2 answers again after its count');
+      sim.faults.add({ service: 'sts', drop: true });
+      const dropped = await rejection(whoAmI());
+      assert.equal(dropped.status, undefined, `no answer at all: ${dropped.name}`);
+    } finally {
+      sim.faults.reset();
+    }
+    assert.ok((await whoAmI()).Arn, 'reset removes every fault');
+  });
+
   it('throttles EC2 with RequestLimitExceeded once the bucket is empty, and counts calls', async () => {
     // A frozen clock: the bucket does not refill, so exactly its capacity is served.
     const frozen = new Date();

@@ -11,6 +11,7 @@ import { type Logger, silentLogger } from '../../log.ts';
 import { listenOnLoopback } from '../../net/loopback.ts';
 import { autoScalingNamespace, describeAutoScalingGroups } from './autoscaling.ts';
 import { describeInstances, ec2ErrorDocument } from './ec2.ts';
+import { AwsFaults, type AwsService } from './faults.ts';
 import { AwsSimError, queryErrorDocument, queryParams } from './query.ts';
 import { getCallerIdentity, stsNamespace } from './sts.ts';
 import { ec2NonMutatingBucket, TokenBucket } from './throttle.ts';
@@ -29,7 +30,7 @@ export interface AwsSimulatorOptions {
   logger?: Logger;
 }
 
-type Service = 'ec2' | 'autoscaling' | 'sts';
+type Service = AwsService;
 
 /** Calls per action: those served (whatever their outcome) and those refused by throttling. */
 export class CallCounter {
@@ -106,6 +107,8 @@ export interface AwsSimulator {
   sts: StsSeeding;
   calls: CallCounter;
   throttling: Throttling;
+  /** Injected faults: throttling, 5xx, latency or a dropped connection for the next requests to a service. */
+  faults: AwsFaults;
   close(): Promise<void>;
 }
 
@@ -172,9 +175,10 @@ export async function startAwsSimulator(options: AwsSimulatorOptions = {}): Prom
     options.now === undefined ? undefined : () => now().getTime(),
   );
   const logger = options.logger ?? silentLogger;
+  const faults = new AwsFaults();
 
-  /** Answers one request; every failure becomes the error document of the service addressed. */
-  function answer(req: IncomingMessage, body: Buffer): { status: number; xml: string } {
+  /** What a request asks for, and of which service. */
+  function routeOf(req: IncomingMessage, body: Buffer) {
     const params = queryParams(req.url ?? '/', body.toString('utf8'), req.headers['content-type']);
     const action = params.get('Action');
     const request = { method: req.method ?? 'GET', url: req.url ?? '/', headers: req.headersDistinct, body };
@@ -182,9 +186,14 @@ export async function startAwsSimulator(options: AwsSimulatorOptions = {}): Prom
     try {
       scopeService = parseSigV4(request).scope.service;
     } catch {
-      // Reported below by verifySigV4, in the shape of the service the action belongs to.
+      // Reported by verifySigV4, in the shape of the service the action belongs to.
     }
-    const service = serviceOf(scopeService, action);
+    return { params, action, request, service: serviceOf(scopeService, action) };
+  }
+
+  /** Answers one request; every failure becomes the error document of the service addressed. */
+  function answer(route: ReturnType<typeof routeOf>): { status: number; xml: string } {
+    const { params, action, request, service } = route;
     try {
       const claims = verifySigV4(request, {
         lookupSecret: (id) => world.principal(id)?.credentials,
@@ -235,7 +244,18 @@ export async function startAwsSimulator(options: AwsSimulatorOptions = {}): Prom
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     let result: { status: number; xml: string };
     try {
-      result = answer(req, await readBody(req));
+      const route = routeOf(req, await readBody(req));
+      const fault = faults.plan(route.service);
+      if (fault) {
+        if (fault.latencyMs > 0) await new Promise((resolve) => setTimeout(resolve, fault.latencyMs));
+        if (fault.drop) {
+          req.socket.destroy();
+          return;
+        }
+      }
+      result = fault?.error
+        ? { status: fault.error.status, xml: errorDocument(route.service, fault.error) }
+        : answer(route);
     } catch (err) {
       const tooLarge =
         err instanceof AwsSimError ? err : new AwsSimError('InternalFailure', String(err), 500);
@@ -262,6 +282,7 @@ export async function startAwsSimulator(options: AwsSimulatorOptions = {}): Prom
     sts: world,
     calls,
     throttling,
+    faults,
     close: listener.close,
   };
 }

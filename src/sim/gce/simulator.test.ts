@@ -127,3 +127,23 @@ test('calls are recorded by API method and injected faults answer in Google erro
   assert.equal(((await ok.json()) as { items: unknown[] }).items.length, 1);
   assert.equal(sim.count('instanceGroupManagers.list'), 2);
 });
+
+test('delayNext holds the next requests of an operation before serving them', async () => {
+  sim.delayNext(1, 50, 'jwks');
+  const keys = (await (await fetch(sim.jwksUri)).json()) as { keys: unknown[] };
+  assert.ok(keys.keys.length >= 1, 'served after the delay');
+  sim.delayNext(1, 500, 'jwks');
+  const held = await fetch(sim.jwksUri, { signal: AbortSignal.timeout(50) }).catch((err: Error) => err);
+  assert.ok(held instanceof Error, 'still held when the client gives up');
+  sim.delayNext(0, 0);
+});
+
+test('a fault aimed at one operation fails only it, whatever its kind (the identity-token keys)', async () => {
+  sim.failNext(1, 503, 'jwks');
+  const failed = await fetch(sim.jwksUri);
+  assert.equal(failed.status, 503);
+  const instances = await authed(`${sim.endpoint}/projects/sim-p/zones/us-east1-b/instanceGroupManagers`);
+  assert.equal(instances.status, 200, 'other operations are untouched');
+  const keys = (await (await fetch(sim.jwksUri)).json()) as { keys: unknown[] };
+  assert.ok(keys.keys.length >= 1, 'one failure only');
+});

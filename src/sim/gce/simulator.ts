@@ -59,8 +59,13 @@ export interface GceSimulator {
   /** How many served calls had this operation name. */
   count(operation: string): number;
   clearCalls(): void;
-  /** Makes the next `times` compute requests fail with this HTTP status (429, 503, …). */
-  failNext(times: number, status: number): void;
+  /**
+   * Makes the next `times` compute requests fail with this HTTP status (429, 503, …); with
+   * `operation`, only requests of that operation (`jwks`, `instances.get`, …), whatever their kind.
+   */
+  failNext(times: number, status: number, operation?: string): void;
+  /** Delays the next `times` compute requests (or those of `operation`) by `ms` before they are served. */
+  delayNext(times: number, ms: number, operation?: string): void;
   close(): Promise<void>;
 }
 
@@ -165,7 +170,8 @@ export async function startGceSimulator(options: GceSimulatorOptions = {}): Prom
   const accessToken = `ya29.sim-${randomBytes(18).toString('base64url')}`;
   const accessTokens = new Set<string>([accessToken]);
   const calls: GceCall[] = [];
-  let faults = { times: 0, status: 503 };
+  let faults: { times: number; status: number; operation?: string } = { times: 0, status: 503 };
+  let delays: { times: number; ms: number; operation?: string } = { times: 0, ms: 0 };
 
   const identityToken = (
     zone: string,
@@ -402,15 +408,21 @@ export async function startGceSimulator(options: GceSimulatorOptions = {}): Prom
             'Request is missing required authentication credential. Expected OAuth 2 access token, login cookie or other valid authentication credential.',
           );
         }
-        if (faults.times > 0) {
-          faults = { ...faults, times: faults.times - 1 };
-          sendError(res, faults.status, `simulated failure ${faults.status}`);
-          return;
-        }
       }
       if (route.auth === 'metadata' && req.headers['metadata-flavor'] !== 'Google') {
         res.writeHead(403, { 'content-type': 'text/html' });
         res.end('Missing required header: Metadata-Flavor');
+        return;
+      }
+      const aimedAt = (operation: string | undefined) =>
+        operation ? operation === route.operation : route.auth === 'bearer';
+      if (delays.times > 0 && aimedAt(delays.operation)) {
+        delays = { ...delays, times: delays.times - 1 };
+        await new Promise((resolve) => setTimeout(resolve, delays.ms));
+      }
+      if (faults.times > 0 && aimedAt(faults.operation)) {
+        faults = { ...faults, times: faults.times - 1 };
+        sendError(res, faults.status, `simulated failure ${faults.status}`);
         return;
       }
       const params = (route.pattern.exec(url.pathname) ?? []).slice(1).map(decodeURIComponent);
@@ -442,8 +454,11 @@ export async function startGceSimulator(options: GceSimulatorOptions = {}): Prom
     clearCalls: () => {
       calls.length = 0;
     },
-    failNext: (times, status) => {
-      faults = { times, status };
+    failNext: (times, status, operation) => {
+      faults = { times, status, ...(operation ? { operation } : {}) };
+    },
+    delayNext: (times, ms, operation) => {
+      delays = { times, ms, ...(operation ? { operation } : {}) };
     },
     close: listener.close,
   };

@@ -1,0 +1,26 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { formatIdleConnections, runIdleConnections } from './idle-connections.ts';
+
+describe('bench/idle-connections (smoke run)', () => {
+  it('600 idle connections from 3 addresses: the server holds 64 per address, stays healthy, and ends with none', async () => {
+    const result = await runIdleConnections({
+      connections: 600,
+      sources: 3,
+      capped: true,
+      holdMs: 1_000,
+      settleMs: 1_000,
+    });
+    assert.equal(result.while.connections, 3 * 64);
+    assert.equal(result.after.connections, 0);
+    assert.ok(result.while.fds > result.before.fds + 3 * 64 - 1, `${result.while.fds} fds`);
+    assert.ok(result.after.fds <= result.before.fds, `${result.after.fds} fds after`);
+    assert.equal(result.opsHealthzWhile, '200');
+    assert.equal(result.apiCallWhile, '200');
+    assert.equal(result.healthzWhile, '200');
+    assert.equal(result.serverAlive, true);
+    const report = formatIdleConnections(result);
+    assert.match(report, /^while +rss=\d+\.\d MiB \(heap \d+\.\d MiB\) +fds=\d+ +connections=192$/m);
+    assert.match(report, /ulimit -n \d+/);
+  });
+});

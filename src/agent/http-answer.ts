@@ -1,0 +1,102 @@
+/**
+ * How the node reads an HTTP answer that is not the one it asked for, from the bootstrap endpoint or
+ * from whatever stands in its place (a proxy, a load balancer, another server at a wrong URL).
+ * A dependency fault — 408, 429, any 5xx — may pass, so it is retryable and carries the Retry-After
+ * it named; any other status is a permanent answer that the same request would get again, so the
+ * join ends at once. The status decides, never the body: a proxy's HTML 404 is as final as the
+ * bootstrap API's JSON one. The message is one line naming the request, the status and the reason.
+ */
+import { STATUS_CODES } from 'node:http';
+import {
+  ConflictError,
+  ForbiddenError,
+  GoneError,
+  InvalidInputError,
+  type KopsError,
+  type KopsErrorOptions,
+  NotFoundError,
+  RateLimitedError,
+  TooLargeError,
+  UnauthenticatedError,
+  UnavailableError,
+} from '../errors.ts';
+import { retryAfterSeconds } from '../net/retry-after.ts';
+
+/** Statuses that mean "not now" rather than "no". */
+export function isFaultStatus(status: number): boolean {
+  return status === 408 || status === 429 || (status >= 500 && status <= 599);
+}
+
+/** Control characters and terminal escapes from a remote party never reach the operator's terminal. */
+export function printable(text: string, max = 200): string {
+  const clean = text.replace(/[\u0000-\u001f\u007f-\u009f]+/g, ' ').trim();
+  return clean.length > max ? `${clean.slice(0, max)}…` : clean;
+}
+
+/** The body's own words: the bootstrap API's `{"error": {message, reason}}` or a Kubernetes Status. */
+export function reasonOfBody(body: unknown): { message?: string; reason?: string } {
+  if (!body || typeof body !== 'object') return {};
+  const record = body as Record<string, unknown>;
+  const error =
+    record['error'] && typeof record['error'] === 'object'
+      ? (record['error'] as Record<string, unknown>)
+      : record;
+  const message = typeof error['message'] === 'string' ? printable(error['message']) : undefined;
+  const reason = typeof error['reason'] === 'string' ? printable(error['reason'], 80) : undefined;
+  return { ...(message ? { message } : {}), ...(reason ? { reason } : {}) };
+}
+
+/** The JSON object in an answer, or undefined when the body is not one (an HTML error page, nothing). */
+export function jsonObjectOf(bytes: Buffer): Record<string, unknown> | undefined {
+  try {
+    const value: unknown = JSON.parse(bytes.toString('utf8'));
+    return value && typeof value === 'object' && !Array.isArray(value)
+      ? (value as Record<string, unknown>)
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The typed error for an HTTP answer of `status` to `request` ("GET https://…/cluster-info"): its kind
+ * decides whether the node retries and which exit code `join` ends with. `hint` says what to do.
+ */
+export function answerError(
+  request: string,
+  status: number,
+  bytes: Buffer,
+  retryAfter: string | undefined,
+  hint?: string,
+): KopsError {
+  const { message, reason } = reasonOfBody(jsonObjectOf(bytes));
+  const said = message ? `: ${message}${reason ? ` (${reason})` : ''}` : reason ? `: ${reason}` : '';
+  const advice = hint ?? (status === 404 ? 'check the URL given to --server' : undefined);
+  const line = `${request} answered ${status} ${STATUS_CODES[status] ?? 'unknown status'}${said}${advice ? `; ${advice}` : ''}`;
+  const options: KopsErrorOptions = {
+    details: {
+      httpStatus: status,
+      ...(reason ? { reason } : {}),
+      ...(isFaultStatus(status) ? { retryAfterSeconds: retryAfterSeconds(retryAfter) } : {}),
+    },
+  };
+  if (status === 429) return new RateLimitedError(line, options);
+  if (isFaultStatus(status)) return new UnavailableError(line, options);
+  switch (status) {
+    case 401:
+      return new UnauthenticatedError(line, options);
+    case 403:
+      return new ForbiddenError(line, options);
+    case 404:
+      return new NotFoundError(line, options);
+    case 409:
+      return new ConflictError(line, options);
+    case 410:
+      return new GoneError(line, options);
+    case 413:
+      return new TooLargeError(line, options);
+    default:
+      // 400, 405, 415, 3xx (the node follows no redirect: it would leave the endpoint it was told to trust).
+      return new InvalidInputError(line, options);
+  }
+}

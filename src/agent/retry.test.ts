@@ -1,0 +1,112 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import {
+  ConflictError,
+  ForbiddenError,
+  InvalidInputError,
+  NotFoundError,
+  RateLimitedError,
+  TimeoutError,
+  UnauthenticatedError,
+  UnavailableError,
+} from '../errors.ts';
+import { Backoff } from '../kube/backoff.ts';
+import { maxRetryAfterMs, type RetryOptions, retryTransient } from './retry.ts';
+
+/** Fake time: `sleep` records the wait and moves the clock, so nothing really waits. */
+function fakeTime(deadlineMs = 3_600_000) {
+  let now = 0;
+  const waits: number[] = [];
+  const options: RetryOptions = {
+    deadline: deadlineMs,
+    backoff: new Backoff({ initialMs: 1000, maxMs: 30_000, jitter: 0 }),
+    what: 'bootstrap request',
+    now: () => now,
+    sleep: async (ms) => {
+      waits.push(ms);
+      now += ms;
+    },
+  };
+  return { options, waits };
+}
+
+/** An attempt that throws each of `failures` in turn, then answers 'ok'. */
+function failing(...failures: Error[]): { attempt: () => Promise<string>; calls: () => number } {
+  let calls = 0;
+  return {
+    attempt: async () => {
+      const failure = failures[calls++];
+      if (failure) throw failure;
+      return 'ok';
+    },
+    calls: () => calls,
+  };
+}
+
+const unavailable = (retryAfterSeconds?: number) =>
+  new UnavailableError('POST https://h/v1/certificates answered 503 Service Unavailable', {
+    details: { httpStatus: 503, retryAfterSeconds },
+  });
+
+describe('retryTransient', () => {
+  test('a 503 with Retry-After is waited out exactly as long as it says', async () => {
+    const { options, waits } = fakeTime();
+    const { attempt, calls } = failing(unavailable(7), unavailable(7), unavailable(2));
+    assert.equal(await retryTransient(attempt, options), 'ok');
+    assert.deepEqual(waits, [7000, 7000, 2000]);
+    assert.equal(calls(), 4);
+  });
+
+  test('Retry-After is capped at five minutes', async () => {
+    const { options, waits } = fakeTime();
+    const { attempt } = failing(
+      unavailable(86_400),
+      new RateLimitedError('slow', { details: { retryAfterSeconds: 301 } }),
+    );
+    assert.equal(await retryTransient(attempt, options), 'ok');
+    assert.deepEqual(waits, [maxRetryAfterMs, maxRetryAfterMs]);
+  });
+
+  test('without Retry-After the backoff decides, and it keeps growing across answers that named one', async () => {
+    const { options, waits } = fakeTime();
+    const { attempt } = failing(
+      unavailable(),
+      new TimeoutError('no answer within 30000 ms'),
+      unavailable(9),
+      new RateLimitedError('slow down'),
+    );
+    assert.equal(await retryTransient(attempt, options), 'ok');
+    assert.deepEqual(waits, [1000, 2000, 9000, 8000]);
+  });
+
+  test('a permanent answer is thrown at once, never retried', async () => {
+    for (const permanent of [
+      new NotFoundError('GET https://h/cluster-info answered 404 Not Found'),
+      new InvalidInputError('answered 400 Bad Request'),
+      new UnauthenticatedError('answered 401 Unauthorized'),
+      new ForbiddenError('answered 403 Forbidden'),
+      new ConflictError('answered 409 Conflict'),
+    ]) {
+      const { options, waits } = fakeTime();
+      const { attempt, calls } = failing(permanent);
+      await assert.rejects(retryTransient(attempt, options), (err) => err === permanent);
+      assert.equal(calls(), 1, permanent.message);
+      assert.deepEqual(waits, []);
+    }
+  });
+
+  test('gives up when the next wait would pass the deadline, naming the last fault', async () => {
+    const { options, waits } = fakeTime(10_000);
+    const { attempt, calls } = failing(unavailable(4), unavailable(4), unavailable(4), unavailable(4));
+    await assert.rejects(retryTransient(attempt, options), (err: unknown) => {
+      assert.ok(err instanceof TimeoutError);
+      assert.equal(
+        err.message,
+        'bootstrap request: gave up after 8s: POST https://h/v1/certificates answered 503 Service Unavailable',
+      );
+      return true;
+    });
+    assert.deepEqual(waits, [4000, 4000]);
+    assert.equal(calls(), 3);
+  });
+});

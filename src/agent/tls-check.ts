@@ -1,0 +1,83 @@
+/**
+ * The node's TLS checks. A handshake that fails verification means the server is not one the trusted
+ * CA vouches for: that will not fix itself, so it is final. Anything else (refused, reset, no route,
+ * no answer) is a network fault worth another attempt. The API server the node will be told to use
+ * is checked with a bare handshake before anything is written, so a kubeconfig never names a server
+ * the pinned CA does not vouch for.
+ */
+import { isIP } from 'node:net';
+import { connect } from 'node:tls';
+import { ForbiddenError, UnavailableError } from '../errors.ts';
+
+/** OpenSSL's and Node's codes for "the certificate does not prove what it must". */
+const verificationCodes = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'CERT_HAS_EXPIRED',
+  'CERT_NOT_YET_VALID',
+  'CERT_SIGNATURE_FAILURE',
+  'CERT_UNTRUSTED',
+  'CERT_REJECTED',
+  'INVALID_CA',
+  'PATH_LENGTH_EXCEEDED',
+  'INVALID_PURPOSE',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+]);
+
+/** Whether a connection error is a failed certificate verification (final), not a network fault. */
+export function isTlsVerificationFailure(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  return typeof code === 'string' && verificationCodes.has(code);
+}
+
+/**
+ * Completes a TLS handshake with the API server at `server`, verified against `caBundlePem` only
+ * (never the system roots), host name or address included, then hangs up. Throws ForbiddenError
+ * (`api-server-untrusted`) when the certificate does not verify, UnavailableError when the server
+ * cannot be reached or does not finish the handshake within `timeoutMs`.
+ */
+export function probeApiServer(server: string, caBundlePem: string, timeoutMs = 10_000): Promise<void> {
+  const url = new URL(server);
+  const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
+  return new Promise((resolve, reject) => {
+    const socket = connect({
+      host,
+      port: Number(url.port || 443),
+      ca: caBundlePem,
+      rejectUnauthorized: true,
+      // SNI carries names only; an address is checked against the certificate's IP SANs.
+      ...(isIP(host) ? {} : { servername: host }),
+      timeout: timeoutMs,
+    });
+    socket.once('secureConnect', () => {
+      socket.end();
+      resolve();
+    });
+    socket.once('timeout', () =>
+      socket.destroy(
+        new UnavailableError(
+          `the API server ${server} did not complete a TLS handshake within ${timeoutMs} ms`,
+        ),
+      ),
+    );
+    socket.once('error', (err: NodeJS.ErrnoException) => {
+      socket.destroy();
+      if (err instanceof UnavailableError) reject(err);
+      else if (isTlsVerificationFailure(err)) {
+        reject(
+          new ForbiddenError(
+            `the API server ${server} did not present a certificate from a CA the node trusts (${err.code}): ` +
+              'the node could never trust it; check the API server URL the cluster publishes, or someone ' +
+              'else is answering for it',
+            // No cause: Node's own text suggests trusting the system CAs, the opposite of what is meant.
+            { details: { reason: 'api-server-untrusted' } },
+          ),
+        );
+      } else
+        reject(new UnavailableError(`cannot reach the API server ${server}: ${err.message}`, { cause: err }));
+    });
+  });
+}

@@ -1,0 +1,142 @@
+/**
+ * Dependency faults: what the bootstrap server answers when something it must ask in order to decide
+ * — the API server, STS, EC2, the compute API, Google's token keys, a webhook, the state store —
+ * fails, is throttled or does not answer in time. That is not a decision about the node: the answer
+ * is 503 with `Retry-After`, never a 403, and never a certificate. Only a decision on verified facts
+ * is a denial. A fault is an UnavailableError whose details name the dependency, so that it is
+ * classified once here and mapped once at the HTTP edge (http.ts, kops-handler.ts).
+ */
+import { randomInt } from 'node:crypto';
+import { describeError, KopsError, TimeoutError, UnavailableError } from '../errors.ts';
+
+/** What the bootstrap server depends on; the `dependency` label of the metric. */
+export type Dependency =
+  | 'kubernetes-api'
+  | 'sts'
+  | 'ec2'
+  | 'gce-compute'
+  | 'gce-identity-keys'
+  | 'webhook'
+  | 'state-store'
+  /** A policy that failed transiently without naming what it called: its name is used. */
+  | `policy:${string}`;
+
+/** The machine-readable reason of every dependency fault. */
+export const dependencyFaultReason = 'dependency-unavailable';
+
+/** What the node is told, by dependency (the cause goes to the log and the audit trail only). */
+const described: Record<string, string> = {
+  'kubernetes-api': 'the Kubernetes API server',
+  sts: 'AWS STS',
+  ec2: 'the EC2 API',
+  'gce-compute': 'the Compute Engine API',
+  'gce-identity-keys': "Google's identity-token keys",
+  webhook: 'the approval webhook',
+  'state-store': 'the state store',
+};
+
+/**
+ * The seconds a node is asked to wait: 2 to 5, spread so that the nodes a fault turned away do not
+ * all come back in the same second.
+ */
+export function defaultRetryAfterSeconds(): number {
+  return 2 + randomInt(4);
+}
+
+/** The Retry-After a dependency itself sent, when the cause carries one (at most 60 s). */
+function upstreamRetryAfter(cause: unknown): number {
+  const seconds = cause instanceof KopsError ? cause.details?.['retryAfterSeconds'] : undefined;
+  return typeof seconds === 'number' && Number.isFinite(seconds) && seconds > 0
+    ? Math.min(Math.ceil(seconds), 60)
+    : 0;
+}
+
+/**
+ * The fault for a failed call to `dependency`. `cause` is kept for the log and the audit trail; the
+ * message the node sees names only the dependency.
+ */
+export function dependencyFault(dependency: Dependency, cause: unknown): UnavailableError {
+  if (isDependencyFault(cause)) return cause;
+  const what = described[dependency] ?? `a dependency of policy ${dependency.slice('policy:'.length)}`;
+  // Never sooner than the dependency asked, and spread even when it asked for the same second.
+  const retryAfterSeconds = Math.max(upstreamRetryAfter(cause), defaultRetryAfterSeconds());
+  return new UnavailableError(
+    `${what} is unavailable, so the request cannot be decided now; retry in ${retryAfterSeconds} s`,
+    { cause, details: { reason: dependencyFaultReason, dependency, retryAfterSeconds } },
+  );
+}
+
+/** The same fault, saying which policy met it (for the audit trail and the log). */
+export function faultOfPolicy(policy: string, err: unknown): UnavailableError {
+  const fault = dependencyFault(`policy:${policy}`, err);
+  return new UnavailableError(fault.message, { cause: fault.cause, details: { ...fault.details, policy } });
+}
+
+/** Whether `err` is a dependency fault (made by {@link dependencyFault}). */
+export function isDependencyFault(err: unknown): err is UnavailableError {
+  return (
+    err instanceof KopsError &&
+    err.kind === 'unavailable' &&
+    err.details?.['reason'] === dependencyFaultReason &&
+    typeof err.details['dependency'] === 'string'
+  );
+}
+
+/** The dependency a fault names. */
+export function dependencyOf(err: UnavailableError): string {
+  return err.details?.['dependency'] as string;
+}
+
+/** The policy that met a fault, when the chain says (faultOfPolicy). */
+export function policyOf(err: UnavailableError): string | undefined {
+  const policy = err.details?.['policy'];
+  return typeof policy === 'string' ? policy : undefined;
+}
+
+/** What went wrong underneath a fault, for the log and the audit trail (never sent to the node). */
+export function faultDetail(err: UnavailableError): string {
+  return describeError(err.cause ?? err);
+}
+
+/**
+ * Whether an error is a dependency failing rather than a verdict: unavailable, throttled or timed
+ * out. A policy that throws one of these could not decide; anything else it throws is a bug.
+ */
+export function isTransientFailure(err: unknown): boolean {
+  return (
+    err instanceof KopsError &&
+    (err.kind === 'unavailable' || err.kind === 'rate-limited' || err.kind === 'timeout')
+  );
+}
+
+/**
+ * Whether a cloud lookup's error is the cloud's verdict on the instance — it does not exist, is not
+ * ours, is not running, the id is malformed — as opposed to the cloud API failing. An API refusal of
+ * the controller's own call (HTTP 401/403: a missing permission, rejected credentials) is a failure:
+ * it says nothing about the node, and the operator can fix it while the node retries.
+ */
+export function isCloudVerdict(err: unknown): boolean {
+  if (!(err instanceof KopsError)) return false;
+  const status = err.details?.['status'] ?? err.details?.['httpStatus'];
+  if (status === 401 || status === 403) return false;
+  return err.kind === 'not-found' || err.kind === 'forbidden' || err.kind === 'invalid';
+}
+
+/**
+ * `work`, or a TimeoutError once `ms` have passed: a dependency that does not answer must not hold
+ * the node's request for longer than the node waits. The call itself runs on; its answer is dropped.
+ */
+export async function withDeadline<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new TimeoutError(`${what}: no answer within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([work, deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** How long a policy waits for one cloud lookup (EC2, Compute Engine), retries included (default). */
+export const defaultCloudLookupTimeoutMs = 10_000;

@@ -1,0 +1,189 @@
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { Agent, request } from 'node:https';
+import type { Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { after, before, describe, test } from 'node:test';
+import { connect } from 'node:tls';
+import { createLogger } from '../log.ts';
+import { createCertificateAuthority, issueServingCertificate, type SimKeyPair } from '../sim/tls.ts';
+import { defaultConnectionLimits, openFileLimit, startHardenedServer } from './hardened-server.ts';
+import { eventually, idleCrowd } from './testing.ts';
+
+describe('hardened server', () => {
+  let dir: string;
+  let caPem: string;
+  let serving: SimKeyPair;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'hardened-server-'));
+    const ca = await createCertificateAuthority();
+    caPem = ca.certificate;
+    serving = await issueServingCertificate(ca);
+  });
+  after(() => rm(dir, { recursive: true, force: true }));
+
+  const tls = () => ({ key: serving.privateKey, cert: serving.certificate });
+
+  test('the defaults are within the bounds the product promises', () => {
+    assert.ok(defaultConnectionLimits.handshakeTimeout <= 10_000);
+    assert.ok(defaultConnectionLimits.keepAliveTimeout <= 30_000);
+    assert.ok(defaultConnectionLimits.headersTimeout <= 10_000);
+  });
+
+  test('a TLS connection that completes its handshake and then sends nothing is closed after the idle timeout', async () => {
+    const server = await startHardenedServer({
+      name: 'test',
+      listen: '127.0.0.1:0',
+      listenSetting: 'test.listen',
+      tls: tls(),
+      limits: { keepAliveTimeout: 300 },
+      handler: (_req, res) => res.end('ok'),
+    });
+    try {
+      const closed = await new Promise<{ handshaken: boolean; received: string }>((resolve, reject) => {
+        let handshaken = false;
+        let received = '';
+        const socket = connect({ host: '127.0.0.1', port: server.address.port, ca: caPem }, () => {
+          handshaken = true;
+        });
+        socket.on('data', (chunk: Buffer) => (received += chunk));
+        socket.on('error', reject);
+        socket.on('close', () => resolve({ handshaken, received }));
+      });
+      assert.deepEqual(closed, { handshaken: true, received: '' });
+      assert.equal(await eventually(() => server.openConnections(), 0), 0);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test('a request whose answer takes longer than the idle timeout (a long-poll) is answered', async () => {
+    const server = await startHardenedServer({
+      name: 'test',
+      listen: '127.0.0.1:0',
+      listenSetting: 'test.listen',
+      tls: tls(),
+      limits: { keepAliveTimeout: 200 },
+      handler: (_req, res) => {
+        setTimeout(() => res.end('late'), 1_000);
+      },
+    });
+    try {
+      const answer = await new Promise<string>((resolve, reject) => {
+        request(`${server.url}/`, { ca: caPem, agent: false }, (res) => {
+          let text = '';
+          res.on('data', (chunk: Buffer) => (text += chunk));
+          res.on('end', () => resolve(text));
+        })
+          .on('error', reject)
+          .end();
+      });
+      assert.equal(answer, 'late');
+    } finally {
+      await server.close();
+    }
+  });
+
+  test('close cuts connections waiting for their first bytes and idle kept-alive ones; the count drops to zero', async () => {
+    const server = await startHardenedServer({
+      name: 'test',
+      listen: '127.0.0.1:0',
+      listenSetting: 'test.listen',
+      tls: tls(),
+      limits: { keepAliveTimeout: 60_000 },
+      handler: (_req, res) => res.end('ok'),
+    });
+    const agent = new Agent({ keepAlive: true });
+    const kept = await new Promise<Socket>((resolve, reject) => {
+      request(`${server.url}/`, { ca: caPem, agent }, (res) => {
+        const { socket } = res;
+        res.resume();
+        res.on('end', () => resolve(socket));
+      })
+        .on('error', reject)
+        .end();
+    });
+    const keptClosed = new Promise((resolve) => kept.once('close', resolve));
+    const crowd = await idleCrowd(server.address.port, 20, ['127.0.0.5']);
+    assert.equal(await eventually(() => server.openConnections(), 21), 21);
+    await server.close();
+    await crowd.settled(5_000);
+    assert.equal(crowd.open().length, 0);
+    assert.ok(crowd.sockets.every((s) => !s.closedByUs));
+    await keptClosed;
+    assert.equal(server.openConnections(), 0);
+    agent.destroy();
+  });
+
+  test('clients that reset or close before their first byte leave nothing behind', async () => {
+    const server = await startHardenedServer({
+      name: 'test',
+      listen: '127.0.0.1:0',
+      listenSetting: 'test.listen',
+      tls: tls(),
+      limits: { maxConnectionsPerSource: 1_000 },
+      handler: (_req, res) => res.end('ok'),
+    });
+    try {
+      for (const close of ['reset', 'end'] as const) {
+        const crowd = await idleCrowd(server.address.port, 200, ['127.0.0.6', '127.0.0.7']);
+        assert.equal(await eventually(() => server.openConnections(), 200), 200);
+        for (const { socket } of crowd.sockets) {
+          if (close === 'reset') socket.resetAndDestroy();
+          else socket.end();
+        }
+        assert.equal(await eventually(() => server.openConnections(), 0), 0, close);
+      }
+      const answer = await new Promise<number>((resolve, reject) => {
+        request(`${server.url}/`, { ca: caPem, agent: false }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        })
+          .on('error', reject)
+          .end();
+      });
+      assert.equal(answer, 200);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test('warns at start when the connection cap is not below the open-file limit', async () => {
+    const lines: string[] = [];
+    const destination = new Writable({
+      write(chunk, _encoding, done) {
+        lines.push(String(chunk));
+        done();
+      },
+    });
+    const server = await startHardenedServer({
+      name: 'test',
+      listen: '127.0.0.1:0',
+      listenSetting: 'test.listen',
+      limits: { maxConnections: 100_000_000 },
+      handler: (_req, res) => res.end('ok'),
+      logger: createLogger({ level: 'warn', destination }),
+    });
+    await server.close();
+    const limit = openFileLimit();
+    assert.ok(limit !== undefined && limit > 0, 'Linux reports the limit');
+    assert.equal(lines.length, 1);
+    const record = JSON.parse(lines[0] as string) as Record<string, unknown>;
+    assert.equal(record['openFileLimit'], limit);
+    assert.match(String(record['msg']), /not below the open-file limit \(ulimit -n\)/);
+  });
+
+  test('openFileLimit reads the soft limit, and says nothing without /proc', () => {
+    const file = join(dir, 'limits');
+    writeFileSync(
+      file,
+      'Limit                     Soft Limit           Hard Limit           Units\n' +
+        'Max open files            1024                 524288               files\n',
+    );
+    assert.equal(openFileLimit(file), 1024);
+    assert.equal(openFileLimit(join(dir, 'none')), undefined);
+  });
+});

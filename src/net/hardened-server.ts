@@ -1,0 +1,351 @@
+/**
+ * The one way the product serves HTTP and HTTPS: the bootstrap server, the operations port and
+ * `discovery serve` are all started here, so each defends itself the same way against clients that
+ * hold connections without using them (idle sockets, slowloris, floods from one address):
+ *
+ * - timeouts: a TLS handshake, the request's headers, the whole request and an idle connection
+ *   each have a bound; a connection that never sends a byte is idle from its start, and TLS work
+ *   starts only once the client has sent something;
+ * - caps: at most `maxConnections` connections at once, and `maxConnectionsPerSource` from one
+ *   address. A connection beyond a cap is reset as it is accepted, before any TLS or HTTP work, so
+ *   a flood costs the server almost nothing and the connections already open keep being served;
+ * - TLS 1.2 and 1.3 only, AEAD suites only on TLS 1.2, no renegotiation;
+ * - a port that cannot be bound is a configuration error naming the port and the setting to change.
+ */
+import { constants as cryptoConstants } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import {
+  createServer as createHttpServer,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { AddressInfo, Socket } from 'node:net';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import { ConfigError } from '../errors.ts';
+import { sharedMetric } from '../kube/metrics.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import { parseListenAddress, urlOf } from '../runtime/listen-address.ts';
+
+/** How many connections a server holds, and for how long (times in ms). */
+export interface ConnectionLimits {
+  /** Connections open at once, every source together; beyond it a new one is reset as it is accepted. */
+  maxConnections: number;
+  /** Connections open at once from one address; beyond it a new one is reset as it is accepted. */
+  maxConnectionsPerSource: number;
+  /** A TLS client must complete its handshake within this of its first bytes (Node's default is 120 s). */
+  handshakeTimeout: number;
+  /** A request's headers must arrive within this, once its first byte has. */
+  headersTimeout: number;
+  /** The whole request, body included, must arrive within this. */
+  requestTimeout: number;
+  /**
+   * An idle connection is closed after this: one kept alive after an answer, and one that has sent
+   * nothing since it was opened (on TLS: since its handshake).
+   */
+  keepAliveTimeout: number;
+  /**
+   * How often Node checks the headers and request timeouts. Its default, 30 s, let a client that
+   * sends its headers slowly hold a connection for up to 40 s instead of 10.
+   */
+  connectionsCheckingInterval: number;
+}
+
+/** The defaults: a node's join needs one or two short connections; a scrape or a probe, one. */
+export const defaultConnectionLimits: ConnectionLimits = {
+  maxConnections: 2_048,
+  maxConnectionsPerSource: 64,
+  handshakeTimeout: 10_000,
+  headersTimeout: 10_000,
+  requestTimeout: 30_000,
+  keepAliveTimeout: 5_000,
+  connectionsCheckingInterval: 1_000,
+};
+
+/**
+ * TLS 1.2 suites: ECDHE key exchange with AES-GCM or ChaCha20-Poly1305 only, for ECDSA and RSA
+ * serving keys. TLS 1.3 has AEAD suites only; Node's are kept. No CBC suite (Lucky 13 and other
+ * padding oracles), no static RSA or finite-field DHE key exchange.
+ */
+const tls12Ciphers = [
+  'ECDHE-ECDSA-AES128-GCM-SHA256',
+  'ECDHE-RSA-AES128-GCM-SHA256',
+  'ECDHE-ECDSA-AES256-GCM-SHA384',
+  'ECDHE-RSA-AES256-GCM-SHA384',
+  'ECDHE-ECDSA-CHACHA20-POLY1305',
+  'ECDHE-RSA-CHACHA20-POLY1305',
+];
+const tls13Ciphers = ['TLS_AES_256_GCM_SHA384', 'TLS_CHACHA20_POLY1305_SHA256', 'TLS_AES_128_GCM_SHA256'];
+
+/** The TLS settings of every server of the product. */
+const tlsServerPolicy = {
+  minVersion: 'TLSv1.2',
+  ciphers: [...tls13Ciphers, ...tls12Ciphers].join(':'),
+  honorCipherOrder: true,
+  // A client may not renegotiate: a TLS 1.2 renegotiation costs the server a full handshake per
+  // request of the client, and TLS 1.3 has none. Node would allow three per ten minutes.
+  secureOptions: cryptoConstants.SSL_OP_NO_RENEGOTIATION,
+} as const;
+
+/** Options of {@link startHardenedServer}. */
+export interface HardenedServerOptions {
+  /** Names the server in metrics (label `server`) and logs, e.g. `bootstrap`. */
+  name: string;
+  /** Listen address, e.g. ":3988" or "127.0.0.1:0". */
+  listen: string;
+  /** Where an operator chooses the address (`server.Listen`, `--listen`), named when it cannot be bound. */
+  listenSetting: string;
+  /** Serves HTTPS with this key and certificate chain (PEM); plain HTTP without. */
+  tls?: { key: string; cert: string };
+  limits?: Partial<ConnectionLimits>;
+  /** The largest request head accepted, in bytes (default Node's 16 KiB). */
+  maxHeaderSize?: number;
+  handler: (req: IncomingMessage, res: ServerResponse) => void;
+  /** Counts open and refused connections here when given. */
+  registry?: Registry;
+  logger?: Logger;
+}
+
+/** A listening server. */
+export interface HardenedServer {
+  /** `http(s)://host:port` of the bound address. */
+  url: string;
+  address: AddressInfo;
+  /** Connections open now, from their accept to their close. */
+  openConnections(): number;
+  /**
+   * Stops accepting. Idle connections close at once, busy ones as their answers go out, and
+   * whatever is left after `graceMs` (default 0) is cut.
+   */
+  close(graceMs?: number): Promise<void>;
+}
+
+/** The address a connection comes from, IPv4-mapped IPv6 written as IPv4; '' when unknown. */
+export function sourceAddress(remoteAddress: string | undefined): string {
+  const address = remoteAddress ?? '';
+  return address.startsWith('::ffff:') ? address.slice(7) : address;
+}
+
+/** The status line for a request Node's parser refused: too slow, headers too large, or malformed. */
+function clientErrorStatus(err: NodeJS.ErrnoException): string {
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return '408 Request Timeout';
+  if (err.code === 'HPE_HEADER_OVERFLOW') return '431 Request Header Fields Too Large';
+  return '400 Bad Request';
+}
+
+/** Why a port cannot be bound, in words an operator acts on. */
+function listenFailure(err: NodeJS.ErrnoException, host: string | undefined, port: number): string {
+  switch (err.code) {
+    case 'EADDRINUSE':
+      return `port ${port} is already in use (EADDRINUSE)`;
+    case 'EACCES':
+      return `port ${port} needs privileges this process does not have (EACCES)`;
+    case 'EADDRNOTAVAIL':
+      return `${host} is not an address of this machine (EADDRNOTAVAIL)`;
+    default:
+      return err.message;
+  }
+}
+
+/** The process's limit on open files (`ulimit -n`), when Linux says; undefined elsewhere. */
+export function openFileLimit(limits = '/proc/self/limits'): number | undefined {
+  try {
+    const match = /^Max open files\s+(\d+)/m.exec(readFileSync(limits, 'utf8'));
+    return match ? Number(match[1]) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Files the process needs besides one server's connections: the API server, clouds, logs, the other servers. */
+const filesBesideConnections = 256;
+
+function connectionMetrics(registry: Registry) {
+  return {
+    open: sharedMetric(
+      registry,
+      'kops_controller_connections_open',
+      () =>
+        new Gauge({
+          name: 'kops_controller_connections_open',
+          help: 'Connections a server holds now, from their accept to their close.',
+          labelNames: ['server'],
+          registers: [registry],
+        }),
+    ),
+    refused: sharedMetric(
+      registry,
+      'kops_controller_connections_refused_total',
+      () =>
+        new Counter({
+          name: 'kops_controller_connections_refused_total',
+          help: 'Connections reset as they were accepted: reason "total" (maxConnections) or "per-source".',
+          labelNames: ['server', 'reason'],
+          registers: [registry],
+        }),
+    ),
+  };
+}
+
+/** Starts the server; resolves once it listens, rejects with a ConfigError when it cannot. */
+export async function startHardenedServer(options: HardenedServerOptions): Promise<HardenedServer> {
+  const limits: ConnectionLimits = { ...defaultConnectionLimits, ...options.limits };
+  const logger = options.logger ?? silentLogger;
+  const { host, port } = parseListenAddress(options.listen);
+  const httpOptions = {
+    headersTimeout: limits.headersTimeout,
+    requestTimeout: limits.requestTimeout,
+    keepAliveTimeout: limits.keepAliveTimeout,
+    connectionsCheckingInterval: limits.connectionsCheckingInterval,
+    ...(options.maxHeaderSize ? { maxHeaderSize: options.maxHeaderSize } : {}),
+  };
+  const server: Server = options.tls
+    ? createHttpsServer(
+        { ...httpOptions, ...tlsServerPolicy, ...options.tls, handshakeTimeout: limits.handshakeTimeout },
+        options.handler,
+      )
+    : createHttpServer(httpOptions, options.handler);
+  // Node resets what is over this cap itself, before it makes a socket of it.
+  server.maxConnections = limits.maxConnections;
+
+  const metrics = options.registry ? connectionMetrics(options.registry) : undefined;
+  const labels = { server: options.name };
+  metrics?.open.set(labels, 0);
+  let lastWarningMs = 0;
+  const refuse = (reason: 'total' | 'per-source', source: string) => {
+    metrics?.refused.inc({ ...labels, reason });
+    // Once a minute at most: a flood must not become a flood of log lines.
+    const now = Date.now();
+    if (now - lastWarningMs < 60_000) return;
+    lastWarningMs = now;
+    const cap =
+      reason === 'total'
+        ? `maxConnections (${limits.maxConnections})`
+        : `maxConnectionsPerSource (${limits.maxConnectionsPerSource})`;
+    logger.warn({ server: options.name, source, reason }, `refusing connections over ${cap}`);
+  };
+  server.on('drop', (data?: { remoteAddress?: string }) =>
+    refuse('total', sourceAddress(data?.remoteAddress)),
+  );
+
+  // Node bounds a request from its first byte, and a kept-alive connection from its last answer, but
+  // not a connection that never sends anything. Node's HTTP layer destroys a socket whose timer fires.
+  const awaitFirstRequest = (socket: Socket) => socket.setTimeout(limits.keepAliveTimeout);
+
+  // TLS starts with the client's first bytes, not at the accept. A TLS socket costs about 20 KiB of
+  // native memory before its handshake, and one closed before its handshake leaves about as much
+  // again that the process never gets back (bench/idle-connections.ts); a plain socket waiting for
+  // its first bytes costs a few KiB, all returned. Node's TLS layer reads the bytes already received.
+  const startTlsOnFirstBytes = (socket: Socket, start: () => void) => {
+    const idle = () => socket.destroy();
+    // Until the TLS layer has the socket, a reset by the client is this code's to absorb.
+    const reset = () => undefined;
+    socket.setTimeout(limits.keepAliveTimeout, idle);
+    socket.on('error', reset);
+    socket.once('readable', () => {
+      socket.setTimeout(0);
+      socket.off('timeout', idle);
+      socket.off('error', reset);
+      // Readable without data: the client closed without sending a byte.
+      if (socket.readableLength === 0) socket.destroy();
+      else start();
+    });
+  };
+
+  // Every accepted socket passes the per-source cap before Node's own connection handling (the TLS
+  // handshake or the HTTP parser) sees it; a socket over it is reset without either.
+  const sockets = new Set<Socket>();
+  const bySource = new Map<string, number>();
+  const handOver = server.listeners('connection') as ((socket: Socket) => void)[];
+  server.removeAllListeners('connection');
+  server.on('connection', (socket: Socket) => {
+    const source = sourceAddress(socket.remoteAddress);
+    if (source === '') return socket.destroy(); // already gone
+    const held = bySource.get(source) ?? 0;
+    if (held >= limits.maxConnectionsPerSource) {
+      refuse('per-source', source);
+      return socket.resetAndDestroy();
+    }
+    bySource.set(source, held + 1);
+    sockets.add(socket);
+    metrics?.open.inc(labels);
+    socket.once('close', () => {
+      sockets.delete(socket);
+      const left = (bySource.get(source) ?? 1) - 1;
+      if (left > 0) bySource.set(source, left);
+      else bySource.delete(source);
+      metrics?.open.dec(labels);
+    });
+    const start = () => {
+      for (const listener of handOver) listener.call(server, socket);
+    };
+    if (options.tls) startTlsOnFirstBytes(socket, start);
+    else {
+      start();
+      awaitFirstRequest(socket);
+    }
+  });
+  server.on('secureConnection', awaitFirstRequest);
+  // A request in progress is bounded by the headers and request timeouts, and may then wait for its
+  // answer as long as its handler takes (a long-poll), so the idle timer stops with its headers.
+  server.on('request', (req: IncomingMessage) => req.socket.setTimeout(0));
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    if (socket.writable) socket.end(`HTTP/1.1 ${clientErrorStatus(err)}\r\nConnection: close\r\n\r\n`);
+    else socket.destroy();
+  });
+  // A failed or timed-out handshake is the client's problem, not the server's: close, do not log.
+  // Node reports a handshake timeout here without always closing the socket (silent connections
+  // outlived it, before this listener closed them), so the listener does.
+  server.on('tlsClientError', (_err: Error, socket: Socket) => socket.destroy());
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (err: NodeJS.ErrnoException) =>
+      reject(
+        // The message says all the cause would (describeError would repeat it).
+        new ConfigError(
+          `cannot listen on ${options.listen}: ${listenFailure(err, host, port)}; ` +
+            `choose another address in ${options.listenSetting}`,
+        ),
+      ),
+    );
+    server.listen(port, host, () => {
+      server.removeAllListeners('error');
+      resolve();
+    });
+  });
+  // After the start, an error is an accept that failed (out of file descriptors): the server goes on.
+  server.on('error', (err: NodeJS.ErrnoException) =>
+    logger.error({ server: options.name, err: err.code ?? err.message }, 'cannot accept a connection'),
+  );
+  const fileLimit = openFileLimit();
+  if (fileLimit !== undefined && limits.maxConnections + filesBesideConnections > fileLimit) {
+    logger.warn(
+      { server: options.name, maxConnections: limits.maxConnections, openFileLimit: fileLimit },
+      'the connection cap is not below the open-file limit (ulimit -n): raise the limit or lower the cap',
+    );
+  }
+  const address = server.address() as AddressInfo;
+  return {
+    url: urlOf(address, options.tls ? 'https' : 'http'),
+    address,
+    openConnections: () => sockets.size,
+    close: (graceMs = 0) =>
+      new Promise<void>((resolve) => {
+        const cutAll = () => {
+          server.closeAllConnections();
+          // Connections still in their TLS handshake are not HTTP connections yet.
+          for (const socket of sockets) socket.destroy();
+        };
+        // Kept-alive connections become idle as their last answers go out; close each as it does.
+        const sweep = setInterval(() => server.closeIdleConnections(), 50);
+        const grace = setTimeout(cutAll, graceMs);
+        server.close(() => {
+          clearTimeout(grace);
+          clearInterval(sweep);
+          resolve();
+        });
+        server.closeIdleConnections();
+      }),
+  };
+}
