@@ -13,8 +13,8 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { parse } from 'yaml';
-import { startDevController } from '../src/cli/dev.ts';
 import { startDevCluster } from '../src/sim/dev-cluster.ts';
+import { startDevController } from '../src/sim/dev-controller.ts';
 import { toolPath } from '../src/testing/tools.ts';
 
 const run = promisify(execFile);

@@ -111,6 +111,54 @@ export class InternalError extends KopsError {
   }
 }
 
+const errorClassByKind: Record<ErrorKind, new (message: string, options?: KopsErrorOptions) => KopsError> = {
+  invalid: InvalidInputError,
+  config: ConfigError,
+  unauthenticated: UnauthenticatedError,
+  forbidden: ForbiddenError,
+  'not-found': NotFoundError,
+  conflict: ConflictError,
+  gone: GoneError,
+  'too-large': TooLargeError,
+  'rate-limited': RateLimitedError,
+  unavailable: UnavailableError,
+  timeout: TimeoutError,
+  internal: InternalError,
+};
+
+/** Statuses that mean "not now" rather than "no": a dependency fault, worth asking again later. */
+export function isFaultStatus(status: number): boolean {
+  return status === 408 || status === 429 || (status >= 500 && status <= 599);
+}
+
+/** The kinds that HTTP statuses name, as a client reads them (the other faults are `unavailable`). */
+const kindByHttpStatus: Partial<Record<number, ErrorKind>> = {
+  400: 'invalid',
+  401: 'unauthenticated',
+  403: 'forbidden',
+  404: 'not-found',
+  409: 'conflict',
+  410: 'gone',
+  422: 'invalid',
+  429: 'rate-limited',
+};
+
+/**
+ * The typed error for an HTTP status a client was answered, at a client edge: the statuses above
+ * name their kind, the other faults (408, 5xx) are `unavailable`, and any other status (3xx,
+ * 405, 415, ...) is `otherwise`, which each client decides: for the node an answer it did not expect
+ * is final, for a controller the API server answering oddly is a fault to retry.
+ */
+export function errorForHttpStatus(
+  status: number,
+  message: string,
+  options: KopsErrorOptions,
+  otherwise: ErrorKind,
+): KopsError {
+  const kind = kindByHttpStatus[status] ?? (isFaultStatus(status) ? 'unavailable' : otherwise);
+  return new errorClassByKind[kind](message, options);
+}
+
 const httpStatusByKind: Record<ErrorKind, number> = {
   invalid: 400,
   config: 500,
@@ -169,6 +217,24 @@ export function isRetryable(err: unknown): boolean {
     kind === 'timeout' ||
     kind === 'gone'
   );
+}
+
+/** Why a file-system call failed, in words ("no such file"), for a message that names the file. */
+export function fileErrorReason(err: unknown): string {
+  const code = (err as NodeJS.ErrnoException | null)?.code;
+  switch (code) {
+    case 'ENOENT':
+      return 'no such file';
+    case 'EACCES':
+    case 'EPERM':
+      return 'permission denied';
+    case 'EISDIR':
+      return 'is a directory';
+    case 'ENOTDIR':
+      return 'a parent is not a directory';
+    default:
+      return code ?? (err instanceof Error ? err.message : String(err));
+  }
 }
 
 /** A one-line description of an error, its causes joined, for logs and the CLI. */

@@ -37,14 +37,36 @@ export function levelForVerbosity(verbosity: number): pino.Level {
   return 'trace';
 }
 
+/** How records are written: one JSON object a line (for collectors) or one readable line (for people). */
+export const logFormats = ['json', 'text'] as const;
+export type LogFormat = (typeof logFormats)[number];
+
 export interface LoggerOptions {
   level?: pino.Level | 'silent';
+  /** Default `json`. */
+  format?: LogFormat;
   /** Where records go; defaults to standard error. */
   destination?: pino.DestinationStream;
 }
 
+/**
+ * The final form of a record. pino appends a child's bindings to its parent's without looking, so a
+ * component that names itself under a supervisor that named it too would write `component` twice;
+ * parsing keeps the innermost value once. `text` renders `msg key=value ...` after the level.
+ */
+function finishRecord(format: LogFormat, line: string): string {
+  const record = JSON.parse(line) as Record<string, unknown>;
+  if (format === 'json') return `${JSON.stringify(record)}\n`;
+  const { level, time: _time, name: _name, msg, ...fields } = record;
+  const pairs = Object.entries(fields).map(
+    ([key, value]) => `${key}=${typeof value === 'string' && /^[^\s"=]+$/.test(value) ? value : JSON.stringify(value)}`,
+  );
+  return `kops-controller: ${String(level)}: ${[msg ?? '', ...pairs].join(' ')}\n`;
+}
+
 /** Creates the process logger. */
 export function createLogger(options: LoggerOptions = {}): Logger {
+  const format = options.format ?? 'json';
   return pino(
     {
       level: options.level ?? 'info',
@@ -52,6 +74,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
       timestamp: pino.stdTimeFunctions.isoTime,
       redact: { paths: redactedPaths, censor: '[redacted]' },
       formatters: { level: (label) => ({ level: label }) },
+      hooks: { streamWrite: (line) => finishRecord(format, line) },
     },
     options.destination ?? pino.destination({ fd: 2, sync: true }),
   );

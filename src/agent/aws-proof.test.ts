@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { test } from 'node:test';
-import { verifySigV4 } from '../cloud/aws/sigv4.ts';
+import { verifySigV4 } from '../sim/aws/sigv4-verify.ts';
 import { getCallerIdentityBody, kopsRequestSha, signAwsStsProof, stsHost } from './aws-proof.ts';
 
 const credentials = { accessKeyId: 'ASIAEXAMPLE', secretAccessKey: 'secret', sessionToken: 'session' };

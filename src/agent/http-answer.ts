@@ -8,24 +8,13 @@
  */
 import { STATUS_CODES } from 'node:http';
 import {
-  ConflictError,
-  ForbiddenError,
-  GoneError,
-  InvalidInputError,
+  errorForHttpStatus,
+  isFaultStatus,
   type KopsError,
   type KopsErrorOptions,
-  NotFoundError,
-  RateLimitedError,
   TooLargeError,
-  UnauthenticatedError,
-  UnavailableError,
 } from '../errors.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
-
-/** Statuses that mean "not now" rather than "no". */
-export function isFaultStatus(status: number): boolean {
-  return status === 408 || status === 429 || (status >= 500 && status <= 599);
-}
 
 /** Control characters and terminal escapes from a remote party never reach the operator's terminal. */
 export function printable(text: string, max = 200): string {
@@ -80,23 +69,8 @@ export function answerError(
       ...(isFaultStatus(status) ? { retryAfterSeconds: retryAfterSeconds(retryAfter) } : {}),
     },
   };
-  if (status === 429) return new RateLimitedError(line, options);
-  if (isFaultStatus(status)) return new UnavailableError(line, options);
-  switch (status) {
-    case 401:
-      return new UnauthenticatedError(line, options);
-    case 403:
-      return new ForbiddenError(line, options);
-    case 404:
-      return new NotFoundError(line, options);
-    case 409:
-      return new ConflictError(line, options);
-    case 410:
-      return new GoneError(line, options);
-    case 413:
-      return new TooLargeError(line, options);
-    default:
-      // 400, 405, 415, 3xx (the node follows no redirect: it would leave the endpoint it was told to trust).
-      return new InvalidInputError(line, options);
-  }
+  // 413: the node's request is larger than the server takes; the same request can never succeed.
+  if (status === 413) return new TooLargeError(line, options);
+  // 400, 405, 415, 422, 3xx (the node follows no redirect: it would leave the endpoint it was told to trust).
+  return errorForHttpStatus(status, line, options, 'invalid');
 }

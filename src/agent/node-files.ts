@@ -4,9 +4,10 @@
  * created 0600 from the first byte, never widened later.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, rename, rm } from 'node:fs/promises';
+import { open, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError } from '../errors.ts';
+import { makeDirectory } from '../make-directory.ts';
 
 /** The files `join` writes into its directory. */
 export const nodeFileNames = {
@@ -44,7 +45,7 @@ export async function writeFileAtomic(path: string, data: string, mode: number):
 /** Creates the credentials directory (0700) if it does not exist. */
 export async function ensureDirectory(dir: string): Promise<void> {
   try {
-    await mkdir(dir, { recursive: true, mode: 0o700 });
+    await makeDirectory(dir, 0o700);
   } catch (err) {
     throw new ConfigError(`cannot create ${dir}: ${(err as Error).message}; pass a writable --dir`, {
       cause: err,

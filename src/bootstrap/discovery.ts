@@ -21,11 +21,10 @@ import { sendError, sendJson } from './http.ts';
 import {
   canSign,
   nextExpiry,
+  runOnTokenChanges,
   type StoredToken,
   storedTokenOf,
-  TokenChanges,
   type TokenSecretSource,
-  tokenResyncMs,
 } from './tokens.ts';
 
 /** The namespace and name of the published ConfigMap, as kubeadm names them. */
@@ -207,17 +206,7 @@ export class ClusterInfoPublisher implements LeaderComponent {
   }
 
   async start(signal: AbortSignal): Promise<void> {
-    const changes = new TokenChanges(this.#options.source);
-    try {
-      while (!signal.aborted) {
-        changes.begin();
-        const { nextExpiry } = await this.sync();
-        const resyncMs = this.#options.resyncMs ?? tokenResyncMs(this.#options.source);
-        await changes.wait(this.#clock, nextExpiry, resyncMs, signal);
-      }
-    } finally {
-      changes.close();
-    }
+    await runOnTokenChanges(this.#options, this.#clock, () => this.sync(), signal);
   }
 }
 

@@ -123,6 +123,21 @@ async function issueBySigner(
   return Object.assign({}, ...issued);
 }
 
+/**
+ * The request `/bootstrap` judges: a kops nodeup body is judged on its proof alone, before the body
+ * is parsed, so it names no certificates yet.
+ */
+export function kopsProofRequest(input: CertificatesInput): BootstrapRequest {
+  return {
+    id: newRequestId(),
+    body: input.body,
+    certificates: {},
+    proof: parseAuthorization(input.authorization),
+    remoteAddress: input.remoteAddress,
+    receivedAt: input.receivedAt,
+  };
+}
+
 /** `POST /bootstrap`. */
 export async function kopsBootstrap(
   context: BootstrapContext,
@@ -133,14 +148,7 @@ export async function kopsBootstrap(
   const now = () => context.now?.() ?? new Date();
   let request: BootstrapRequest;
   try {
-    request = {
-      id: newRequestId(),
-      body: input.body,
-      certificates: {},
-      proof: parseAuthorization(input.authorization),
-      remoteAddress: input.remoteAddress,
-      receivedAt: input.receivedAt,
-    };
+    request = kopsProofRequest(input);
   } catch (err) {
     report(context, {
       time: now().toISOString(),

@@ -14,7 +14,7 @@ import type { CertificatesV1Api, KubeConfig, V1CertificateSigningRequest } from 
 import type { Registry } from 'prom-client';
 import { formatDuration } from '../config/duration.ts';
 import { describeError, KopsError } from '../errors.ts';
-import { fromApiException } from '../kube/api-errors.ts';
+import { fromApiException, unlessNotFound } from '../kube/api-errors.ts';
 import { WorkQueue } from '../kube/workqueue.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
@@ -135,14 +135,11 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
     return now() - createdMs(csr) > ttlMs ? 'expire' : undefined;
   }
 
-  async function readCsr(name: string): Promise<V1CertificateSigningRequest | undefined> {
-    try {
-      return await options.certificates.readCertificateSigningRequest({ name });
-    } catch (err) {
-      const error = fromApiException(err, `read certificate signing request ${name}`);
-      if (error.kind === 'not-found') return undefined;
-      throw error;
-    }
+  function readCsr(name: string): Promise<V1CertificateSigningRequest | undefined> {
+    return unlessNotFound(
+      () => options.certificates.readCertificateSigningRequest({ name }),
+      `read certificate signing request ${name}`,
+    );
   }
 
   async function markFailed(

@@ -26,7 +26,7 @@ import { isIP } from 'node:net';
 import type { CertificatesV1Api, KubeConfig, V1CertificateSigningRequest } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { ConflictError, describeError, ForbiddenError, NotFoundError, RateLimitedError } from '../errors.ts';
-import { fromApiException } from '../kube/api-errors.ts';
+import { fromApiException, unlessNotFound } from '../kube/api-errors.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
@@ -761,13 +761,10 @@ export class CsrQueue {
     }
   }
 
-  async #read(name: string): Promise<V1CertificateSigningRequest | undefined> {
-    try {
-      return await this.#options.certificates.readCertificateSigningRequest({ name });
-    } catch (err) {
-      const error = fromApiException(err, `read certificate signing request ${name}`);
-      if (error.kind === 'not-found') return undefined;
-      throw error;
-    }
+  #read(name: string): Promise<V1CertificateSigningRequest | undefined> {
+    return unlessNotFound(
+      () => this.#options.certificates.readCertificateSigningRequest({ name }),
+      `read certificate signing request ${name}`,
+    );
   }
 }

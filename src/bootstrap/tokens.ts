@@ -502,6 +502,29 @@ export function tokenResyncMs(source: TokenSecretSource): number {
   return source.subscribe ? 10 * 60_000 : 60_000;
 }
 
+/**
+ * A leader loop over the token Secrets: runs `pass` until `signal` aborts, waiting between passes for
+ * a token change, the next expiry the pass reports, or `resyncMs` (default {@link tokenResyncMs}).
+ */
+export async function runOnTokenChanges(
+  options: { source: TokenSecretSource; resyncMs?: number | undefined },
+  clock: Clock,
+  pass: () => Promise<{ nextExpiry: number | undefined }>,
+  signal: AbortSignal,
+): Promise<void> {
+  const changes = new TokenChanges(options.source);
+  try {
+    while (!signal.aborted) {
+      changes.begin();
+      const { nextExpiry } = await pass();
+      const resyncMs = options.resyncMs ?? tokenResyncMs(options.source);
+      await changes.wait(clock, nextExpiry, resyncMs, signal);
+    }
+  } finally {
+    changes.close();
+  }
+}
+
 /** Options of a {@link TokenCleaner}. */
 export interface TokenCleanerOptions {
   core: CoreV1Api;
@@ -551,16 +574,6 @@ export class TokenCleaner implements LeaderComponent {
   }
 
   async start(signal: AbortSignal): Promise<void> {
-    const changes = new TokenChanges(this.#options.source);
-    try {
-      while (!signal.aborted) {
-        changes.begin();
-        const { nextExpiry } = await this.sweep();
-        const resyncMs = this.#options.resyncMs ?? tokenResyncMs(this.#options.source);
-        await changes.wait(this.#clock, nextExpiry, resyncMs, signal);
-      }
-    } finally {
-      changes.close();
-    }
+    await runOnTokenChanges(this.#options, this.#clock, () => this.sweep(), signal);
   }
 }

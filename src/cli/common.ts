@@ -1,11 +1,30 @@
 /** Options and helpers shared by the commands, so every command spells them the same way. */
 import { type Command, Option } from 'commander';
+import { parseDuration } from '../config/duration.ts';
 import { InvalidInputError } from '../errors.ts';
-import { createLogger, type Logger, levelForVerbosity } from '../log.ts';
+import { createLogger, type Logger, type LogFormat, levelForVerbosity, logFormats } from '../log.ts';
 
 /** Options every command inherits from the program. */
 export interface GlobalOptions {
   v: string;
+  logFormat?: LogFormat;
+}
+
+/** `--log-format`, a program option: without it, only the servers log JSON (see commandLogger). */
+export function logFormatOption(): Option {
+  return new Option(
+    '--log-format <format>',
+    'log records as json (default for run and discovery serve, whose logs are collected) or text (default for the rest)',
+  ).choices(logFormats);
+}
+
+/** The commands that run as services; their logs go to a collector, so they default to JSON. */
+const serviceCommands = new Set(['run', 'discovery serve']);
+
+function commandPath(command: Command): string {
+  const names: string[] = [];
+  for (let c: Command | null = command; c?.parent; c = c.parent) names.unshift(c.name());
+  return names.join(' ');
 }
 
 /** Options of commands that talk to a Kubernetes API server. */
@@ -23,10 +42,25 @@ export function withKubeOptions(command: Command): Command {
     .addOption(new Option('--context <name>', 'kubeconfig context to use (default: its current-context)'));
 }
 
-/** The logger for a command, at the verbosity given by `-v`. */
+/**
+ * The logger for a command, at the verbosity given by `-v`, in the format given by `--log-format`:
+ * by default JSON for the services and one readable line for the commands people type.
+ */
 export function commandLogger(command: Command): Logger {
-  const { v } = command.optsWithGlobals<GlobalOptions>();
-  return createLogger({ level: levelForVerbosity(Number(v)) });
+  const { v, logFormat } = command.optsWithGlobals<GlobalOptions>();
+  return createLogger({
+    level: levelForVerbosity(Number(v)),
+    format: logFormat ?? (serviceCommands.has(commandPath(command)) ? 'json' : 'text'),
+  });
+}
+
+/** Parses the Go duration `value` of `flag`; an error names the flag. */
+export function durationFlag(flag: string, value: string): number {
+  try {
+    return parseDuration(value);
+  } catch (err) {
+    throw new InvalidInputError(`${flag} ${value}: ${(err as Error).message}`);
+  }
 }
 
 /** A parser of a flag that takes a count of at least 1. */

@@ -7,10 +7,10 @@ import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { InvalidInputError } from '../errors.ts';
 import { type GceDevCluster, startGceDevCluster } from '../sim/dev-cluster.ts';
+import { type DevController, devBanner, startDevController } from '../sim/dev-controller.ts';
 import { startJoiningNodes } from '../sim/joining-nodes.ts';
 import { runCli } from '../testing/cli.ts';
 import { waitForGroupLabels } from '../testing/kubectl.ts';
-import { type DevController, devBanner, startDevController } from './dev.ts';
 
 const execFileAsync = promisify(execFile);
 

@@ -6,8 +6,9 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { lockFolder } from '../runtime/folder-lock.ts';
 import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
+import { type DevController, devBanner, startDevController } from '../sim/dev-controller.ts';
 import { waitForGroupLabels } from '../testing/kubectl.ts';
-import { type DevController, devBanner, parsePort, startDevController } from './dev.ts';
+import { parsePort } from './dev.ts';
 
 describe('kops-controller dev', () => {
   let dir: string;

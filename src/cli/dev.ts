@@ -3,26 +3,34 @@
  * Kubernetes API, the AWS (or, with `--cloud gce`, GCE) endpoints and a state store (S3 or GCS) with
  * a sample cluster — and the controller running against it in-process, so the product can be tried,
  * and kubectl pointed at it, on a machine with no cloud and no cluster.
+ *
+ * The simulator is not part of the product: this module only defines and checks the flags, and loads
+ * the simulator (src/sim/dev-run.ts) when `dev` actually runs. It is the one production module that
+ * reaches into src/sim (src/architecture.test.ts allows exactly this import), so no other command
+ * loads simulator code, and the container image, which ships without src/sim, still runs everything
+ * but `dev`.
  */
-import { resolve } from 'node:path';
-import { CoordinationV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { Command, Option } from 'commander';
-import { Registry } from 'prom-client';
-import { loadConfigFile } from '../config/loader.ts';
-import { InvalidInputError } from '../errors.ts';
-import { type Logger, silentLogger } from '../log.ts';
-import { ControllerRuntime } from '../runtime/controller-runtime.ts';
-import { lockFolder } from '../runtime/folder-lock.ts';
-import {
-  type AnyDevCluster,
-  devClientOptions,
-  startDevCluster,
-  startGceDevCluster,
-} from '../sim/dev-cluster.ts';
-import { type JoiningNodes, type JoiningStatus, startJoiningNodes } from '../sim/joining-nodes.ts';
+import { InvalidInputError, UnavailableError } from '../errors.ts';
+import type { Logger } from '../log.ts';
 import { commandLogger } from './common.ts';
-import { type DevBootstrap, type DevPolicy, devPolicies, startDevBootstrap } from './dev-bootstrap.ts';
-import { buildLeaderComponents } from './leader-components.ts';
+
+/** The policies `dev --policy` offers; `aws` and `gce` need a cluster on that cloud. */
+export const devPolicies = ['aws', 'gce', 'queue', 'insecure-always-approve'] as const;
+export type DevPolicy = (typeof devPolicies)[number];
+
+/** What `dev` runs with, its flags parsed and checked. */
+export interface DevSettings {
+  cloud: 'aws' | 'gce';
+  stateDir: string;
+  /** Port of the simulated Kubernetes API (0 = any free port). */
+  apiPort: number;
+  awsThrottling: boolean;
+  policy: DevPolicy;
+  /** How many new machines join through the bootstrap server. */
+  joiningNodes: number;
+  logger: Logger;
+}
 
 interface DevOptions {
   cloud: 'aws' | 'gce';
@@ -42,113 +50,45 @@ export function parsePort(value: string, flag: string): number {
   return port;
 }
 
-/** The controller `dev` runs against its simulated cluster. */
-export interface DevController {
-  /** Where /healthz, /readyz and /metrics are served. */
-  url: string;
-  runtime: ControllerRuntime;
-  /** The bootstrap server, when asked for. */
-  bootstrap?: DevBootstrap;
-  /** Stops the controller (releasing its lease) and its cloud clients. */
-  stop(): Promise<void>;
+/** Parses a count option. */
+function parseCount(value: string, flag: string): number {
+  if (!/^\d{1,4}$/.test(value))
+    throw new InvalidInputError(`${flag} ${value}: expected a number from 0 to 9999`);
+  return Number(value);
+}
+
+/** The checked settings of a `dev` command line. */
+function devSettings(options: DevOptions, logger: Logger): DevSettings {
+  const policy: DevPolicy = options.policy ?? options.cloud;
+  if ((policy === 'aws' || policy === 'gce') && policy !== options.cloud) {
+    throw new InvalidInputError(`--policy ${policy} needs --cloud ${policy}`);
+  }
+  return {
+    cloud: options.cloud,
+    stateDir: options.stateDir,
+    apiPort: parsePort(options.port, '--port'),
+    awsThrottling: options.awsThrottling,
+    policy,
+    joiningNodes: parseCount(options.joiningNodes, '--joining-nodes'),
+    logger,
+  };
 }
 
 /**
- * Starts the controller in-process against `cluster`, with the config the cluster wrote and its
- * endpoints and credentials passed explicitly (the process environment is neither read nor changed).
+ * Loads the simulator. Where it is not installed (the container image, or a checkout installed
+ * without its development dependencies) `dev` fails with one line that says so.
  */
-export async function startDevController(
-  cluster: AnyDevCluster,
-  options: {
-    logger?: Logger;
-    stateStorePollIntervalMs?: number;
-    bootstrapPolicy?: DevPolicy;
-    /** Who the controller is to the API server; default the simulator's admin. */
-    kubeConfig?: KubeConfig;
-  } = {},
-): Promise<DevController> {
-  const logger = options.logger ?? silentLogger;
-  const config = await loadConfigFile(cluster.configPath);
-  const kubeConfig = options.kubeConfig ?? cluster.api.server.kubeConfig();
-  const registry = new Registry();
-  const leader = await buildLeaderComponents({
-    config,
-    kubeConfig,
-    ...devClientOptions(cluster),
-    ...(options.stateStorePollIntervalMs
-      ? { stateStorePollIntervalMs: options.stateStorePollIntervalMs }
-      : {}),
-    registry,
-    logger,
-  });
-  let bootstrap: DevBootstrap | undefined;
+async function loadSimulator(): Promise<typeof import('../sim/dev-run.ts')> {
   try {
-    if (options.bootstrapPolicy) {
-      bootstrap = await startDevBootstrap(cluster, config, {
-        policy: options.bootstrapPolicy,
-        kubeConfig,
-        registry,
-        logger,
-      });
-    }
-    const runtime = new ControllerRuntime({
-      config,
-      leaseClient: kubeConfig.makeApiClient(CoordinationV1Api),
-      components: [...leader.components, ...(bootstrap?.bootstrap.components ?? [])],
-      registry,
-      logger,
-    });
-    const server = await runtime.start();
-    return {
-      url: server.url,
-      runtime,
-      ...(bootstrap ? { bootstrap } : {}),
-      stop: async () => {
-        await runtime.stop();
-        await bootstrap?.bootstrap.close();
-        leader.close();
-      },
-    };
+    return await import('../sim/dev-run.ts');
   } catch (err) {
-    await bootstrap?.bootstrap.close();
-    leader.close();
-    throw err;
+    if ((err as { code?: unknown }).code !== 'ERR_MODULE_NOT_FOUND') throw err;
+    throw new UnavailableError(
+      'dev needs the simulator, which this installation does not have (the container image ships ' +
+        'without it): run it from a source checkout after npm ci, with npm start',
+      { cause: err },
+    );
   }
-}
-
-/** The banner `dev` prints once everything is up: where each piece is and how to use it. */
-export function devBanner(cluster: AnyDevCluster, controller?: DevController): string {
-  const groups = [...cluster.nodesByGroup].map(([ig, nodes]) => `${ig}: ${nodes.length}`).join(', ');
-  return [
-    `Simulated kops cluster ${cluster.clusterName} is up (loopback only).`,
-    `  Kubernetes API  ${cluster.api.server.url}`,
-    ...(cluster.cloud === 'aws'
-      ? [
-          `  AWS endpoints   ${cluster.aws.endpoint}  (EC2, Auto Scaling, STS; region ${cluster.region})`,
-          `  State store     ${cluster.configBase}  (S3 at ${cluster.s3.endpoint})`,
-        ]
-      : [
-          `  GCE endpoints   ${cluster.gce.endpoint}  (compute, instance identity; project ${cluster.project}, zone ${cluster.zone})`,
-          `  State store     ${cluster.configBase}  (GCS at ${cluster.gcs.endpoint})`,
-        ]),
-    `  Nodes           ${groups}`,
-    `  Controller config  ${cluster.configPath}`,
-    ...(controller
-      ? [`  Controller      ${controller.url}/metrics  (labels every node from its instance group)`]
-      : []),
-    ...(controller?.bootstrap
-      ? [
-          `  Discovery       ${controller.bootstrap.url}/cluster-info`,
-          `  CA pin          ${controller.bootstrap.caPin}`,
-        ]
-      : []),
-    '',
-    `${cluster.api.exportLine}`,
-    '',
-    `Then try: kubectl get nodes --show-labels. For other tools: source ${resolve(cluster.configPath, '..', 'env')}`,
-    'Press Ctrl-C to stop.',
-    '',
-  ].join('\n');
 }
 
 /** The `dev` command. */
@@ -175,90 +115,8 @@ export function devCommand(): Command {
       new Option('--joining-nodes <n>', 'new machines that join through the bootstrap server').default('3'),
     )
     .action(async (options: DevOptions, command: Command) => {
-      const logger = commandLogger(command);
-      const policy: DevPolicy = options.policy ?? options.cloud;
-      if ((policy === 'aws' || policy === 'gce') && policy !== options.cloud) {
-        throw new InvalidInputError(`--policy ${policy} needs --cloud ${policy}`);
-      }
-      const joiningCount = parseCount(options.joiningNodes, '--joining-nodes');
-      const clusterOptions = {
-        stateDir: options.stateDir,
-        apiPort: parsePort(options.port, '--port'),
-        awsThrottling: options.awsThrottling,
-        logger,
-      };
-      // Another `dev` here would have its kubeconfig, config and node files overwritten under it.
-      const lock = await lockFolder(
-        options.stateDir,
-        'stop that kops-controller dev (npm start) first, or give this one another --state-dir',
-      );
-      try {
-        const cluster =
-          options.cloud === 'gce'
-            ? await startGceDevCluster(clusterOptions)
-            : await startDevCluster(clusterOptions);
-        let controller: DevController;
-        try {
-          controller = await startDevController(cluster, { logger, bootstrapPolicy: policy });
-        } catch (err) {
-          await cluster.close();
-          throw err;
-        }
-        process.stdout.write(devBanner(cluster, controller));
-        const joining = startJoining(cluster, controller, { ...options, policy }, joiningCount, logger);
-        await new Promise<void>((done) => {
-          const stop = () => {
-            process.off('SIGINT', stop);
-            process.off('SIGTERM', stop);
-            done();
-          };
-          process.once('SIGINT', stop);
-          process.once('SIGTERM', stop);
-        });
-        joining?.stop();
-        await controller.stop();
-        await cluster.close();
-      } finally {
-        await lock.release();
-      }
+      const settings = devSettings(options, commandLogger(command));
+      const { runDev } = await loadSimulator();
+      await runDev(settings);
     });
-}
-
-/** Parses a count option. */
-function parseCount(value: string, flag: string): number {
-  if (!/^\d{1,4}$/.test(value))
-    throw new InvalidInputError(`${flag} ${value}: expected a number from 0 to 9999`);
-  return Number(value);
-}
-
-/** Starts the simulated machines joining, with one live progress line on standard error. */
-function startJoining(
-  cluster: AnyDevCluster,
-  controller: DevController,
-  options: DevOptions & { policy: DevPolicy },
-  count: number,
-  logger: Logger,
-): JoiningNodes | undefined {
-  const bootstrap = controller.bootstrap;
-  if (!bootstrap || count === 0) return undefined;
-  const tty = process.stderr.isTTY;
-  const show = (s: JoiningStatus) => {
-    const hint = s.waiting ? ' (kubectl get csr; kubectl certificate approve NAME)' : '';
-    const line = `joining nodes (policy ${options.policy}): ${s.joined}/${s.total} joined, ${s.waiting} waiting for approval${hint}, ${s.failed} failed`;
-    process.stderr.write(tty ? `\r\x1b[2K${line}` : `${line}\n`);
-  };
-  const joining = startJoiningNodes({
-    cluster,
-    server: bootstrap.url,
-    caPin: bootstrap.caPin,
-    count,
-    proof: options.policy === 'aws' || options.policy === 'gce' ? 'cloud' : 'none',
-    dir: resolve(options.stateDir, 'nodes'),
-    onChange: show,
-    logger,
-  });
-  void joining.done.then(() => {
-    if (tty) process.stderr.write('\n');
-  });
-  return joining;
 }

@@ -18,7 +18,6 @@ import {
   signedClusterInfo,
 } from '../bootstrap/discovery.ts';
 import { apiTokenSource } from '../bootstrap/tokens.ts';
-import { parseDuration } from '../config/duration.ts';
 import { describeError, InvalidInputError, NotFoundError } from '../errors.ts';
 import { loadKubeConfig, makeClients } from '../kube/client.ts';
 import type { Logger } from '../log.ts';
@@ -27,7 +26,7 @@ import { warnIfSessionTicketsOn } from '../net/openssl-config.ts';
 import { parseListenAddress } from '../runtime/listen-address.ts';
 import { openVfs, vfsOptionsFromEnv } from '../statestore/open.ts';
 import type { Vfs } from '../statestore/types.ts';
-import { commandLogger, type KubeOptions, withConnectionCaps, withKubeOptions } from './common.ts';
+import { commandLogger, durationFlag, type KubeOptions, withConnectionCaps, withKubeOptions } from './common.ts';
 import { formatOutput, outputOption, writeOut } from './output.ts';
 
 interface PublishOptions extends KubeOptions {
@@ -159,7 +158,7 @@ function serveCommand(): Command {
         );
       }
       parseListenAddress(options.listen); // a malformed address fails before the document is read
-      const refreshMs = parseDuration(options.refresh);
+      const refreshMs = durationFlag('--refresh', options.refresh);
       const source = locate(options.from);
       const load = async () =>
         parseClusterInfoDocument((await source.vfs.read(source.name)).data.toString('utf8'), options.from);

@@ -6,13 +6,11 @@
  * private replay guard, so the node can still use a proof that was explained. A request naming the
  * cluster's API server (or a wildcard) is refused first, as the server refuses it before any policy.
  */
-import { readFile, stat } from 'node:fs/promises';
 import { Command, Option } from 'commander';
-import { parseAuthorization } from '../bootstrap/authorization.ts';
 import { evaluateChain } from '../bootstrap/chain.ts';
-import { auditDetailOf, newRequestId } from '../bootstrap/context.ts';
+import { auditDetailOf } from '../bootstrap/context.ts';
 import { assertNoReservedNamesIn } from '../bootstrap/issue.ts';
-import { kopsApiVersion } from '../bootstrap/kops-handler.ts';
+import { kopsApiVersion, kopsProofRequest } from '../bootstrap/kops-handler.ts';
 import {
   type CertificatesInput,
   nativeApiVersion,
@@ -24,10 +22,11 @@ import { MemoryReplayGuard } from '../bootstrap/replay-guard.ts';
 import { loadReservedNames } from '../bootstrap/reserved-names.ts';
 import type { BootstrapRequest, ChainDecision, PolicyDecision } from '../bootstrap/types.ts';
 import { loadConfigFile } from '../config/loader.ts';
-import { InvalidInputError, NotFoundError } from '../errors.ts';
+import { ForbiddenError, InvalidInputError } from '../errors.ts';
 import { loadKubeConfig, makeClients } from '../kube/client.ts';
 import { openVfs } from '../statestore/open.ts';
 import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
+import { readInputFile } from './input-file.ts';
 import { formatOutput, outputOption, writeOut } from './output.ts';
 
 interface ExplainOptions extends KubeOptions {
@@ -42,20 +41,6 @@ interface ExplainOptions extends KubeOptions {
 
 /** Bootstrap bodies are at most 64 KiB (docs/bootstrap-api.md). */
 const maxInputBytes = 64 * 1024;
-
-async function readInput(path: string, flag: string): Promise<string> {
-  let size: number;
-  try {
-    size = (await stat(path)).size;
-  } catch (err) {
-    throw new NotFoundError(`cannot read ${flag} ${path}: ${(err as NodeJS.ErrnoException).code}`, {
-      cause: err,
-    });
-  }
-  if (size > maxInputBytes)
-    throw new InvalidInputError(`${flag} ${path}: ${size} bytes exceeds ${maxInputBytes}`);
-  return readFile(path, 'utf8');
-}
 
 /**
  * The request body and Authorization value an input describes: a request file's own JSON minus its
@@ -108,14 +93,7 @@ export async function requestOf(input: CertificatesInput): Promise<BootstrapRequ
     // Not JSON: the native parser says so.
   }
   if (apiVersion !== kopsApiVersion) return parseCertificatesRequest(input);
-  return {
-    id: newRequestId(),
-    body: input.body,
-    certificates: {},
-    proof: parseAuthorization(input.authorization),
-    remoteAddress: input.remoteAddress,
-    receivedAt: input.receivedAt,
-  };
+  return kopsProofRequest(input);
 }
 
 /** One row per policy, in chain order; `decides` marks the policy whose verdict stands. */
@@ -177,8 +155,8 @@ export function explainCommand(): Command {
     const config = await loadConfigFile(options.conf);
     const input = explainInput(
       options.request !== undefined
-        ? { request: await readInput(options.request, '--request') }
-        : { csr: await readInput(options.csr as string, '--csr') },
+        ? { request: (await readInputFile(options.request, maxInputBytes, '--request')).toString('utf8') }
+        : { csr: (await readInputFile(options.csr as string, maxInputBytes, '--csr')).toString('utf8') },
       options,
     );
     const request = await requestOf({
@@ -237,6 +215,13 @@ export function explainCommand(): Command {
           },
         ),
       );
+      // Scripts read the verdict from the exit code: a denial is 77, as for `join` denied by a policy;
+      // approve and queue (a person decides later) are 0.
+      if (decision.verdict === 'deny') {
+        throw new ForbiddenError(
+          `the request would be denied${chain.decidedBy ? ` by ${chain.decidedBy}` : ''}: ${decision.reasons.join('; ')}`,
+        );
+      }
     } finally {
       close();
     }

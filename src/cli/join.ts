@@ -17,11 +17,10 @@ import {
   validateBootstrapToken,
 } from '../agent/proofs.ts';
 import { retryTransient } from '../agent/retry.ts';
-import { parseDuration } from '../config/duration.ts';
 import { ConfigError, InvalidInputError } from '../errors.ts';
 import { Backoff } from '../kube/backoff.ts';
 import type { Logger } from '../log.ts';
-import { commandLogger } from './common.ts';
+import { commandLogger, durationFlag } from './common.ts';
 import { formatOutput, outputOption, writeOut } from './output.ts';
 
 interface JoinCommandOptions {
@@ -146,7 +145,7 @@ export function joinCommand(): Command {
       }
       const rawToken = options.token ?? process.env[tokenEnvironmentVariable];
       const token = rawToken ? validateBootstrapToken(rawToken) : undefined;
-      const timeoutMs = parseDuration(options.timeout);
+      const timeoutMs = durationFlag('--timeout', options.timeout);
       const deadline = Date.now() + timeoutMs;
       const progress = progressLine(command);
       try {

@@ -4,7 +4,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { Command } from 'commander';
-import { NotFoundError } from '../errors.ts';
+import { fileErrorReason, NotFoundError } from '../errors.ts';
 import { explainNodeLabels } from '../nodelabels/build-node-labels.ts';
 import { parseCluster, parseInstanceGroup } from '../statestore/kops-types.ts';
 import { commandLogger } from './common.ts';
@@ -20,11 +20,9 @@ async function readInput(path: string, flag: string): Promise<string> {
   try {
     return await readFile(path, 'utf8');
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
     throw new NotFoundError(
-      `cannot read ${flag} ${path}: ${code === 'ENOENT' ? 'no such file' : (err as Error).message}; ` +
+      `cannot read ${flag} ${path}: ${fileErrorReason(err)}; ` +
         `export it with \`kops get ${flag === '--cluster' ? 'cluster' : 'ig NAME'} -o yaml\``,
-      { cause: err },
     );
   }
 }

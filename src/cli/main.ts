@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
 import { describeError, exitCodeOf, KopsError } from '../errors.ts';
 import { commandNames, loadCommands } from './commands.ts';
+import { logFormatOption } from './common.ts';
 
 const packageJson = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
   version: string;
@@ -26,6 +27,7 @@ export async function buildProgram(names: readonly string[] = commandNames): Pro
         '2',
       ),
     )
+    .addOption(logFormatOption())
     .showHelpAfterError('(run with --help for usage)')
     .configureHelp({ sortSubcommands: true })
     .exitOverride();
@@ -67,7 +69,7 @@ export async function main(argv: readonly string[]): Promise<number> {
 export function commandsNeeded(argv: readonly string[]): readonly string[] {
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] as string;
-    if (arg === '-v' || arg === '--v') {
+    if (arg === '-v' || arg === '--v' || arg === '--log-format') {
       i++; // its value
       continue;
     }

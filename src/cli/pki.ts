@@ -3,10 +3,8 @@
  * out of band and copies them to the nodes; keys are made where the command runs (`issue`) or on
  * the node itself (`sign`, from a CSR), and never leave the machine that made them otherwise.
  */
-import { readFile, stat } from 'node:fs/promises';
 import { Command, Option } from 'commander';
-import { parseDuration } from '../config/duration.ts';
-import { InvalidInputError, NotFoundError } from '../errors.ts';
+import { UnauthenticatedError } from '../errors.ts';
 import { bundlePem, type CertificateAuthority, createCa, defaultCaName, rotateCa } from '../pki/ca.ts';
 import { maxCsrBytes, parseCsr, RequestRejectedError } from '../pki/csr.ts';
 import {
@@ -38,7 +36,8 @@ import {
 } from '../pki/profiles.ts';
 import { openVfs } from '../statestore/open.ts';
 import type { Vfs } from '../statestore/types.ts';
-import { commandLogger } from './common.ts';
+import { commandLogger, durationFlag } from './common.ts';
+import { readInputFile } from './input-file.ts';
 import { formatOutput, outputOption } from './output.ts';
 
 interface FolderOptions {
@@ -106,7 +105,7 @@ function profileArgument(value: string): ProfileName {
 }
 
 function lifetimeOf(options: IdentityOptions): number | undefined {
-  return options.lifetime === undefined ? undefined : parseDuration(options.lifetime);
+  return options.lifetime === undefined ? undefined : durationFlag('--lifetime', options.lifetime);
 }
 
 function describeIssued(issued: IssuedCertificate): string {
@@ -170,7 +169,7 @@ function initCommand(): Command {
         const ca = createCa({
           name: validateDnsName(options.caName, 'CA name'),
           algorithm: options.keyAlgorithm,
-          lifetimeMs: parseDuration(options.lifetime),
+          lifetimeMs: durationFlag('--lifetime', options.lifetime),
           ...(options.commonName ? { commonName: options.commonName } : {}),
         });
         const saved = await saveNewCa(vfs, ca, options.layout);
@@ -211,7 +210,7 @@ function rotateCommand(): Command {
         const layout = (await caLayoutOf(vfs, options.caName)) as CaLayout;
         const ca = rotateCa(before, {
           algorithm: options.keyAlgorithm,
-          lifetimeMs: parseDuration(options.lifetime),
+          lifetimeMs: durationFlag('--lifetime', options.lifetime),
         });
         const saved = await saveCa(vfs, ca, layout);
         const pins = ca.certificates.map((c) => pinOfSpki(c.parsed.spki));
@@ -277,27 +276,8 @@ function issueCommand(): Command {
 /** PEM inputs other than CSRs (certificates, bundles) are refused above this size. */
 const maxPemFileBytes = 1024 * 1024;
 
-/**
- * Reads a local input file, refusing it before reading when it is larger than `limit`; `what` names
- * it in errors. A CSR that is too large is a rejected request, like any other bad CSR.
- */
-async function readInputFile(path: string, limit: number, what: string): Promise<Buffer> {
-  let size: number;
-  try {
-    size = (await stat(path)).size;
-  } catch (err) {
-    throw new NotFoundError(`cannot read ${what} ${path}: ${(err as NodeJS.ErrnoException).code}`, {
-      cause: err,
-    });
-  }
-  if (size > limit) {
-    const message = `${what} ${path}: ${size} bytes exceeds the ${limit}-byte limit`;
-    throw what === 'CSR file'
-      ? new RequestRejectedError('too-large', message)
-      : new InvalidInputError(message);
-  }
-  return readFile(path);
-}
+/** A CSR that is too large is a rejected request, like any other bad CSR. */
+const csrTooLarge = (message: string) => new RequestRejectedError('too-large', message);
 
 function signCommand(): Command {
   return withIdentity(withFolder(new Command('sign')))
@@ -311,7 +291,7 @@ function signCommand(): Command {
         options: FolderOptions & IdentityOptions & { csr: string },
         command: Command,
       ) => {
-        const csr = parseCsr(await readInputFile(options.csr, maxCsrBytes, 'CSR file'));
+        const csr = parseCsr(await readInputFile(options.csr, maxCsrBytes, 'CSR file', csrTooLarge));
         const vfs = openVfs(options.dir);
         const ca = await loadCa(vfs, options.caName);
         const { issued, path } = await issueInto(vfs, ca, profile, csr, options);
@@ -437,6 +417,13 @@ function inspectCommand(): Command {
           summaries.length === 1 ? summaries[0] : summaries,
           renderSummaries(summaries),
         );
+        // "Did this CA sign it?" is what --dir asks; a script reads the answer from the exit code.
+        const foreign = summaries.filter((s) => s.type === 'certificate' && s.signedByCa === false);
+        if (foreign.length > 0) {
+          throw new UnauthenticatedError(
+            `${file}: ${foreign.map((s) => `"${s.subject}"`).join(', ')} not signed by CA ${options.caName} in ${options.dir}`,
+          );
+        }
       },
     );
 }

@@ -27,7 +27,7 @@ import {
   type QueuedCsrView,
   viewOfQueuedCsr,
 } from '../bootstrap/queue.ts';
-import { ConflictError, describeError, InvalidInputError } from '../errors.ts';
+import { ConflictError, describeError, InvalidInputError, NotFoundError } from '../errors.ts';
 import { fromApiException } from '../kube/api-errors.ts';
 import { loadKubeConfig, makeClients } from '../kube/client.ts';
 import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
@@ -180,7 +180,12 @@ async function readOurs(api: CertificatesV1Api, name: string): Promise<V1Certifi
   try {
     csr = await api.readCertificateSigningRequest({ name });
   } catch (err) {
-    throw fromApiException(err, `read certificate signing request ${name}`);
+    const error = fromApiException(err, `read certificate signing request ${name}`);
+    // The API server's answer says no more than this line, and its raw text runs to hundreds of characters.
+    if (error.kind === 'not-found') {
+      throw new NotFoundError(`no bootstrap request ${name}: \`kops-controller requests list\` shows them`);
+    }
+    throw error;
   }
   if (csr.spec?.signerName !== bootstrapSignerName) {
     throw new InvalidInputError(

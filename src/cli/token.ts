@@ -18,11 +18,10 @@ import {
   tokenSecretPrefix,
   tokenUsages,
 } from '../bootstrap/tokens.ts';
-import { parseDuration } from '../config/duration.ts';
 import { InvalidInputError, NotFoundError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
 import { loadKubeConfig, makeClients } from '../kube/client.ts';
-import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
+import { commandLogger, durationFlag, type KubeOptions, withKubeOptions } from './common.ts';
 import { formatOutput, outputOption, writeOut } from './output.ts';
 
 interface CreateOptions extends KubeOptions {
@@ -83,7 +82,7 @@ function createCommand(): Command {
     .addOption(outputOption())
     .action(async (options: CreateOptions, command: Command) => {
       const token = newBootstrapToken({
-        ttlMs: parseDuration(options.ttl),
+        ttlMs: durationFlag('--ttl', options.ttl),
         description: options.description,
         usages: parseUsages(options.usages),
         extraGroups: commaList(options.groups),

@@ -4,13 +4,13 @@ import { Registry } from 'prom-client';
 import { awsProviderID, clusterInstances } from '../sim/aws/scenario.ts';
 import { startAwsSimulator } from '../sim/aws/server.ts';
 import type { SimInstanceInput } from '../sim/aws/world.ts';
+import { simulatorAuth } from '../sim/gce/clients.ts';
 import { startGceSimulator } from '../sim/gce/simulator.ts';
 import { MemfsVfs } from '../statestore/memfs-vfs.ts';
 import { cloudRequests } from '../testing/cloud-calls.ts';
 import { AwsNodeIdentifier } from './aws/identify.ts';
 import { cloudFromConfig } from './from-config.ts';
 import { GceNodeIdentifier } from './gce/node-identifier.ts';
-import { simulatorAuth } from './gce/testing.ts';
 import { MetalNodeIdentifier } from './metal/node-identifier.ts';
 import { cloudCallMetrics } from './metrics.ts';
 

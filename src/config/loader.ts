@@ -1,8 +1,8 @@
 /** Loads and validates the configuration file (YAML or JSON; kops writes JSON into a ConfigMap). */
 import { readFile } from 'node:fs/promises';
-import { parseDocument } from 'yaml';
+import { type Document, parseDocument } from 'yaml';
 import type { z } from 'zod';
-import { ConfigError } from '../errors.ts';
+import { ConfigError, fileErrorReason } from '../errors.ts';
 import { type Config, configSchema } from './schema.ts';
 
 /** Default config path, the one the kops DaemonSet mounts. */
@@ -44,15 +44,23 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
   return result.data;
 }
 
+/**
+ * A parsed YAML document's first syntax error as one line, `source: line L, column C: what is wrong`
+ * (the message's own trailing position and code excerpt dropped), or undefined when it parsed.
+ */
+export function yamlSyntaxProblem(doc: Pick<Document, 'errors'>, source: string): string | undefined {
+  const [first] = doc.errors;
+  if (!first) return undefined;
+  const pos = first.linePos?.[0];
+  const where = pos ? `line ${pos.line}, column ${pos.col}` : 'unknown position';
+  return `${source}: ${where}: ${first.message.split(' at line')[0]?.split('\n')[0]}`;
+}
+
 /** Parses YAML or JSON text into a configuration; syntax errors name the line and column. */
 export function parseConfigText(text: string, source = 'config'): Config {
   const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-  const [first] = doc.errors;
-  if (first) {
-    const pos = first.linePos?.[0];
-    const where = pos ? `line ${pos.line}, column ${pos.col}` : 'unknown position';
-    throw new ConfigError(`${source}: ${where}: ${first.message.split(' at line')[0]?.split('\n')[0]}`);
-  }
+  const problem = yamlSyntaxProblem(doc, source);
+  if (problem) throw new ConfigError(problem);
   return parseConfig(doc.toJS(), source);
 }
 
@@ -62,9 +70,7 @@ export async function loadConfigFile(path: string): Promise<Config> {
   try {
     text = await readFile(path, 'utf8');
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    const reason = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code;
-    throw new ConfigError(`cannot read config file ${path}: ${reason}; pass --conf FILE`, { cause: err });
+    throw new ConfigError(`cannot read config file ${path}: ${fileErrorReason(err)}; pass --conf FILE`);
   }
   return parseConfigText(text, path);
 }

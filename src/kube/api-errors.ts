@@ -3,18 +3,7 @@
  * apiserver's own `Status.message` (client-node 2.0.1 hands the body over as a raw JSON string).
  */
 import { ApiException } from '@kubernetes/client-node';
-import {
-  ConflictError,
-  ForbiddenError,
-  GoneError,
-  InvalidInputError,
-  KopsError,
-  NotFoundError,
-  RateLimitedError,
-  TimeoutError,
-  UnauthenticatedError,
-  UnavailableError,
-} from '../errors.ts';
+import { errorForHttpStatus, KopsError, TimeoutError, UnavailableError } from '../errors.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
 
 /** The `message` of a Kubernetes `Status` body, whether it arrives as a JSON string or an object. */
@@ -45,6 +34,12 @@ function retryAfterOf(err: unknown): number | undefined {
   return retryAfterSeconds(err instanceof ApiException ? err.headers?.['retry-after'] : undefined);
 }
 
+/** What the operator can do about an answer, after its message. */
+const adviceByStatus: Partial<Record<number, string>> = {
+  401: '; check the kubeconfig credentials',
+  403: '; grant the permission in RBAC',
+};
+
 /**
  * Maps a client-node error to a typed error: 404 → NotFound, 409 → Conflict, 410 → Gone,
  * 401 → Unauthenticated, 403 → Forbidden, 400/422 → InvalidInput, 429 → RateLimited,
@@ -74,24 +69,20 @@ export function fromApiException(err: unknown, action = 'Kubernetes API call'): 
   const body = err instanceof ApiException ? err.body : undefined;
   const detail =
     statusMessageOf(body) ?? (err instanceof Error && !(err instanceof ApiException) ? err.message : '');
-  const message = `${action}: HTTP ${code}${detail ? `: ${detail}` : ''}`;
-  switch (code) {
-    case 400:
-    case 422:
-      return new InvalidInputError(message, options);
-    case 401:
-      return new UnauthenticatedError(`${message}; check the kubeconfig credentials`, options);
-    case 403:
-      return new ForbiddenError(`${message}; grant the permission in RBAC`, options);
-    case 404:
-      return new NotFoundError(message, options);
-    case 409:
-      return new ConflictError(message, options);
-    case 410:
-      return new GoneError(message, options);
-    case 429:
-      return new RateLimitedError(message, options);
-    default:
-      return new UnavailableError(message, options);
+  const message = `${action}: HTTP ${code}${detail ? `: ${detail}` : ''}${adviceByStatus[code] ?? ''}`;
+  return errorForHttpStatus(code, message, options, 'unavailable');
+}
+
+/**
+ * Reads one object: the object, or undefined when the API server says it does not exist
+ * (404); any other failure is the typed error of {@link fromApiException} for `action`.
+ */
+export async function unlessNotFound<T>(read: () => Promise<T>, action: string): Promise<T | undefined> {
+  try {
+    return await read();
+  } catch (err) {
+    const error = fromApiException(err, action);
+    if (error.kind === 'not-found') return undefined;
+    throw error;
   }
 }

@@ -16,7 +16,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
-import { fromApiException } from './api-errors.ts';
+import { fromApiException, unlessNotFound } from './api-errors.ts';
 import { loadKubeConfig, makeClients } from './client.ts';
 
 function kubeconfigYaml(contexts: string[], current: string): string {
@@ -167,12 +167,43 @@ describe('fromApiException', () => {
       [429, RateLimitedError],
       [500, UnavailableError],
       [503, UnavailableError],
+      // Any other answer from the API server is a fault to retry, not the caller's input.
+      [301, UnavailableError],
+      [405, UnavailableError],
+      [408, UnavailableError],
+      [413, UnavailableError],
     ];
     for (const [code, type] of cases) {
       const err = fromApiException(status(code, `reason ${code}`), 'read node n1');
       assert.ok(err instanceof type, `${code} → ${type.name}`);
       assert.match(err.message, new RegExp(`^read node n1: HTTP ${code}: reason ${code}`));
     }
+  });
+
+  test('401 and 403 say what the operator can do', () => {
+    assert.equal(
+      fromApiException(status(401, 'Unauthorized'), 'list nodes').message,
+      'list nodes: HTTP 401: Unauthorized; check the kubeconfig credentials',
+    );
+    assert.equal(
+      fromApiException(status(403, 'nodes is forbidden'), 'list nodes').message,
+      'list nodes: HTTP 403: nodes is forbidden; grant the permission in RBAC',
+    );
+  });
+
+  test('unlessNotFound: the object, undefined for 404, a typed error for any other failure', async () => {
+    assert.equal(await unlessNotFound(async () => 'csr', 'read csr x'), 'csr');
+    assert.equal(await unlessNotFound(() => Promise.reject(status(404, 'gone')), 'read csr x'), undefined);
+    await assert.rejects(
+      unlessNotFound(() => Promise.reject(status(503, 'busy')), 'read csr x'),
+      (err: Error) => err instanceof UnavailableError && err.message === 'read csr x: HTTP 503: busy',
+    );
+    await assert.rejects(
+      unlessNotFound(() => {
+        throw status(403, 'no');
+      }, 'read csr x'),
+      ForbiddenError,
+    );
   });
 
   test("keeps the apiserver's Retry-After (delta-seconds) in the details", () => {

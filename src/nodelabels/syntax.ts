@@ -2,16 +2,16 @@
  * Kubernetes label syntax, checked when the state store is read so that a bad label in an instance
  * group is reported against the file that holds it, not as a failed node patch later.
  */
+import { isDnsSubdomain } from '../dns-name.ts';
 
 const namePart = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
-const dnsSubdomain = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
 /** Why a label key is invalid (`prefix/name`, name ≤ 63 chars, prefix a DNS subdomain), or undefined. */
 export function labelKeyProblem(key: string): string | undefined {
   const slash = key.lastIndexOf('/');
   const prefix = slash < 0 ? undefined : key.slice(0, slash);
   const name = slash < 0 ? key : key.slice(slash + 1);
-  if (prefix !== undefined && (prefix.length > 253 || !dnsSubdomain.test(prefix))) {
+  if (prefix !== undefined && !isDnsSubdomain(prefix)) {
     return `label key "${key}": the prefix must be a lower-case DNS subdomain of at most 253 characters`;
   }
   if (name.length === 0 || name.length > 63 || !namePart.test(name)) {

@@ -6,6 +6,7 @@
  * the verified facts, never from what the request claims.
  */
 import { type KeyObject, sign } from 'node:crypto';
+import { isDnsSubdomain } from '../dns-name.ts';
 import { InvalidInputError } from '../errors.ts';
 import { pooledRandomBytes } from '../random.ts';
 import type { CertificateAuthority } from './ca.ts';
@@ -208,11 +209,9 @@ export interface CertificatePlan {
   altNames: AltNames;
 }
 
-const dns1123Subdomain = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-
 /** Checks a node or DNS name: a lower-case RFC 1123 subdomain, as Kubernetes requires of node names. */
 export function validateDnsName(name: string, what = 'name'): string {
-  if (!dns1123Subdomain.test(name)) {
+  if (!isDnsSubdomain(name)) {
     throw new InvalidInputError(
       `${what} "${name}" is not a valid DNS name: use lower-case letters, digits, "-" and ".", at most 253 characters`,
     );

@@ -5,9 +5,10 @@
  * was killed, or the machine restarted) is taken over.
  */
 import { readFileSync } from 'node:fs';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError, ConflictError, describeError } from '../errors.ts';
+import { makeDirectory } from '../make-directory.ts';
 
 /** What the lock file records. */
 export interface LockHolder {
@@ -84,7 +85,7 @@ export async function lockFolder(dir: string, remedy: string): Promise<FolderLoc
   const path = join(dir, lockFileName);
   const me = `${JSON.stringify(thisProcess())}\n`;
   try {
-    await mkdir(dir, { recursive: true, mode: 0o700 });
+    await makeDirectory(dir, 0o700);
   } catch (err) {
     throw new ConfigError(`cannot create ${dir}: ${describeError(err)}`, { cause: err });
   }

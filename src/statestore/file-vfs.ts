@@ -4,10 +4,11 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Dirent } from 'node:fs';
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, relative as relativePath, sep } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { NotFoundError, UnavailableError } from '../errors.ts';
+import { makeDirectory } from '../make-directory.ts';
 import { checkListPrefix, checkObjectPath } from './paths.ts';
 import type { StoredObject, Vfs } from './types.ts';
 
@@ -73,7 +74,7 @@ export class FileVfs implements Vfs {
     const file = this.#file(path);
     const temp = join(dirname(file), `${tempPrefix}${randomBytes(6).toString('hex')}`);
     try {
-      await mkdir(dirname(file), { recursive: true });
+      await makeDirectory(dirname(file));
       await writeFile(temp, data, { mode: options.mode ?? 0o644, flush: true });
       await rename(temp, file);
     } catch (err) {

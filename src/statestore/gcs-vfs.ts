@@ -12,7 +12,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
-import { checkListPrefix, checkObjectPath, joinKey, trimSlashes } from './paths.ts';
+import { bucketLocation, checkObjectPath, joinKey, listScope } from './paths.ts';
 import type { StoredObject, Vfs } from './types.ts';
 
 /** What the GCS backend needs from an auth client: the headers that authorise one request. */
@@ -43,9 +43,7 @@ export class GcsVfs implements Vfs {
   readonly #timeoutMs: number;
 
   constructor(url: URL, options: GcsVfsOptions = {}) {
-    this.#bucket = url.host;
-    this.#root = trimSlashes(decodeURIComponent(url.pathname));
-    this.url = `gs://${this.#bucket}${this.#root ? `/${this.#root}` : ''}`;
+    ({ bucket: this.#bucket, root: this.#root, url: this.url } = bucketLocation(url, 'gs'));
     this.#endpoint = (options.endpoint ?? defaultEndpoint).replace(/\/+$/, '');
     this.#auth = options.auth ?? new GoogleAuth({ scopes: [storageScope] });
     this.#timeoutMs = options.timeoutMs ?? 30_000;
@@ -126,8 +124,7 @@ export class GcsVfs implements Vfs {
   }
 
   async list(prefix: string): Promise<string[]> {
-    const full = joinKey(this.#root, checkListPrefix(prefix));
-    const strip = this.#root === '' ? 0 : this.#root.length + 1;
+    const { full, strip } = listScope(this.#root, prefix);
     const names: string[] = [];
     let pageToken: string | undefined;
     do {

@@ -8,7 +8,7 @@
  */
 import { parseAllDocuments } from 'yaml';
 import { z } from 'zod';
-import { formatIssuePath } from '../config/loader.ts';
+import { formatIssuePath, yamlSyntaxProblem } from '../config/loader.ts';
 import { InvalidInputError } from '../errors.ts';
 import { labelKeyProblem, labelValueProblem } from '../nodelabels/syntax.ts';
 
@@ -178,14 +178,8 @@ export function parseKopsObjects(text: string, source = 'input'): KopsObjects {
   }
   const out: KopsObjects = { clusters: [], instanceGroups: [] };
   documents.forEach((doc, index) => {
-    const [first] = doc.errors;
-    if (first) {
-      const pos = first.linePos?.[0];
-      const where = pos ? `line ${pos.line}, column ${pos.col}` : 'unknown position';
-      throw new InvalidInputError(
-        `${source}: ${where}: ${first.message.split(' at line')[0]?.split('\n')[0]}`,
-      );
-    }
+    const problem = yamlSyntaxProblem(doc, source);
+    if (problem) throw new InvalidInputError(problem);
     const raw: unknown = dropNulls(doc.toJS());
     if (raw === null || raw === undefined) return; // an empty document between separators
     if (typeof raw !== 'object' || Array.isArray(raw)) {

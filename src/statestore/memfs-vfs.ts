@@ -3,7 +3,7 @@
  * set of objects, so a test or `kops-controller dev` can seed it and the controller reads it back.
  */
 import { NotFoundError } from '../errors.ts';
-import { checkListPrefix, checkObjectPath, joinKey, trimSlashes } from './paths.ts';
+import { checkObjectPath, joinKey, listScope, trimSlashes } from './paths.ts';
 import type { StoredObject, Vfs } from './types.ts';
 
 const buckets = new Map<string, Map<string, StoredObject>>();
@@ -53,8 +53,7 @@ export class MemfsVfs implements Vfs {
   }
 
   async list(prefix: string): Promise<string[]> {
-    const full = joinKey(this.#root, checkListPrefix(prefix));
-    const strip = this.#root === '' ? 0 : this.#root.length + 1;
+    const { full, strip } = listScope(this.#root, prefix);
     return [...this.#objects.keys()]
       .filter((key) => key.startsWith(full))
       .map((key) => key.slice(strip))

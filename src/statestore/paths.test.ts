@@ -1,7 +1,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { InvalidInputError } from '../errors.ts';
-import { checkListPrefix, checkObjectPath, joinKey, trimSlashes } from './paths.ts';
+import {
+  bucketLocation,
+  checkListPrefix,
+  checkObjectPath,
+  joinKey,
+  listScope,
+  trimSlashes,
+} from './paths.ts';
 
 test('accepts relative object paths', () => {
   assert.equal(checkObjectPath('instancegroup/nodes'), 'instancegroup/nodes');
@@ -28,4 +35,25 @@ test('joins keys under a root and trims URL paths', () => {
   assert.equal(joinKey('c1', 'config'), 'c1/config');
   assert.equal(trimSlashes('/a/b/'), 'a/b');
   assert.equal(trimSlashes('/'), '');
+});
+
+test('a bucket URL gives its bucket, key prefix and canonical form', () => {
+  assert.deepEqual(bucketLocation(new URL('s3://state/clusters/c1/'), 's3'), {
+    bucket: 'state',
+    root: 'clusters/c1',
+    url: 's3://state/clusters/c1',
+  });
+  assert.deepEqual(bucketLocation(new URL('gs://state'), 'gs'), {
+    bucket: 'state',
+    root: '',
+    url: 'gs://state',
+  });
+});
+
+test('a listing is scoped under the root and its keys made relative again', () => {
+  assert.deepEqual(listScope('', 'instancegroup/'), { full: 'instancegroup/', strip: 0 });
+  const { full, strip } = listScope('clusters/c1', 'instancegroup/');
+  assert.equal(full, 'clusters/c1/instancegroup/');
+  assert.equal('clusters/c1/instancegroup/nodes'.slice(strip), 'instancegroup/nodes');
+  assert.throws(() => listScope('c1', '../'), InvalidInputError);
 });

@@ -37,3 +37,17 @@ export function joinKey(root: string, path: string): string {
 export function trimSlashes(path: string): string {
   return path.replace(/^\/+|\/+$/g, '');
 }
+
+/** The bucket and key prefix of a `scheme://bucket/prefix` store URL, and that URL written canonically. */
+export function bucketLocation(url: URL, scheme: string): { bucket: string; root: string; url: string } {
+  const root = trimSlashes(decodeURIComponent(url.pathname));
+  return { bucket: url.host, root, url: `${scheme}://${url.host}${root ? `/${root}` : ''}` };
+}
+
+/**
+ * The key prefix that lists `prefix` under `root`, and how many leading characters of a listed key
+ * to drop to make it relative to `root` again.
+ */
+export function listScope(root: string, prefix: string): { full: string; strip: number } {
+  return { full: joinKey(root, checkListPrefix(prefix)), strip: root === '' ? 0 : root.length + 1 };
+}

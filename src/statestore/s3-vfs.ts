@@ -18,7 +18,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
-import { checkListPrefix, checkObjectPath, joinKey, trimSlashes } from './paths.ts';
+import { bucketLocation, checkObjectPath, joinKey, listScope } from './paths.ts';
 import type { StoredObject, Vfs } from './types.ts';
 
 /** How to reach S3; everything is optional and falls back to the SDK's defaults. */
@@ -47,9 +47,7 @@ export class S3Vfs implements Vfs {
   readonly #client: S3Client;
 
   constructor(url: URL, options: S3VfsOptions = {}) {
-    this.#bucket = url.host;
-    this.#root = trimSlashes(decodeURIComponent(url.pathname));
-    this.url = `s3://${this.#bucket}${this.#root ? `/${this.#root}` : ''}`;
+    ({ bucket: this.#bucket, root: this.#root, url: this.url } = bucketLocation(url, 's3'));
     this.#client = new S3Client({
       region: options.region ?? process.env['AWS_REGION'] ?? process.env['AWS_DEFAULT_REGION'] ?? 'us-east-1',
       endpoint: options.endpoint,
@@ -140,8 +138,7 @@ export class S3Vfs implements Vfs {
   }
 
   async list(prefix: string): Promise<string[]> {
-    const full = joinKey(this.#root, checkListPrefix(prefix));
-    const strip = this.#root === '' ? 0 : this.#root.length + 1;
+    const { full, strip } = listScope(this.#root, prefix);
     const keys: string[] = [];
     let token: string | undefined;
     try {

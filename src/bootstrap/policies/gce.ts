@@ -15,6 +15,7 @@
 import { createHash, createPublicKey, verify } from 'node:crypto';
 import type { ComputeClient } from '../../cloud/gce/compute.ts';
 import type { GceIdentityTokenVerifier } from '../../cloud/gce/identity-token.ts';
+import { formatGceProviderID } from '../../cloud/gce/resource-names.ts';
 import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
 import { describeError, KopsError } from '../../errors.ts';
 import {
@@ -108,7 +109,7 @@ export function gcePolicy(options: GcePolicyOptions): BootstrapPolicy {
           throw dependencyFault('kubernetes-api', err);
         });
       if (!fresh) return deny('the proof was already used (replayed); make a new one per request');
-      const providerID = `gce://${proven.project}/${proven.zone}/${proven.name}`;
+      const providerID = formatGceProviderID(proven);
       const lookup = options.identifier.identify([providerID]);
       const result = (
         await withDeadline(lookup, lookupTimeoutOf(options), `identify ${providerID}`).catch(

@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ConfigError } from '../../errors.ts';
 import { regionFromImds, resolveRegion } from './region.ts';
@@ -33,6 +36,38 @@ function startImds(region: string): Promise<{ server: Server; endpoint: string; 
   );
 }
 
+/**
+ * Runs `body` with only `vars` of the region-related AWS variables set (a missing config file for the
+ * rest), so the machine's own AWS settings cannot decide a test.
+ */
+async function withEnvironment(vars: Record<string, string>, body: () => Promise<void>): Promise<void> {
+  const names = [
+    'AWS_REGION',
+    'AWS_DEFAULT_REGION',
+    'AWS_PROFILE',
+    'AWS_CONFIG_FILE',
+    'AWS_SHARED_CREDENTIALS_FILE',
+  ];
+  const saved = Object.fromEntries(names.map((n) => [n, process.env[n]]));
+  for (const name of names) delete process.env[name];
+  Object.assign(
+    process.env,
+    {
+      AWS_CONFIG_FILE: '/nonexistent/aws-config',
+      AWS_SHARED_CREDENTIALS_FILE: '/nonexistent/aws-credentials',
+    },
+    vars,
+  );
+  try {
+    await body();
+  } finally {
+    for (const name of names) {
+      if (saved[name] === undefined) delete process.env[name];
+      else process.env[name] = saved[name];
+    }
+  }
+}
+
 describe('AWS region', () => {
   let imds: Awaited<ReturnType<typeof startImds>>;
   let bogus: Awaited<ReturnType<typeof startImds>>;
@@ -50,9 +85,43 @@ describe('AWS region', () => {
     assert.deepEqual(imds.requests, []);
   });
 
-  it('asks IMDSv2 (token first) when no region is configured', async () => {
-    assert.equal(await resolveRegion(undefined, { endpoint: imds.endpoint }), 'eu-west-3');
+  it('asks IMDSv2 (token first) when neither the configuration nor the environment names a region', async () => {
+    await withEnvironment({}, async () => {
+      assert.equal(await resolveRegion(undefined, { endpoint: imds.endpoint }), 'eu-west-3');
+    });
     assert.deepEqual(imds.requests, ['PUT /latest/api/token', 'GET /latest/meta-data/placement/region']);
+  });
+
+  // The AWS SDKs' order: environment and profile before the instance metadata service.
+  it('takes AWS_REGION before IMDS, which it never asks', async () => {
+    imds.requests.length = 0;
+    await withEnvironment({ AWS_REGION: 'eu-north-1' }, async () => {
+      assert.equal(await resolveRegion(undefined, { endpoint: imds.endpoint }), 'eu-north-1');
+      assert.equal(await resolveRegion('', { endpoint: imds.endpoint }), 'eu-north-1');
+    });
+    assert.deepEqual(imds.requests, []);
+  });
+
+  it("takes the AWS profile's region before IMDS, which it never asks", async () => {
+    imds.requests.length = 0;
+    const dir = mkdtempSync(join(tmpdir(), 'kops-aws-profile-'));
+    try {
+      const file = join(dir, 'config');
+      writeFileSync(file, '[default]\nregion = us-west-1\n[profile ops]\nregion = ap-south-1\n');
+      await withEnvironment({ AWS_CONFIG_FILE: file, AWS_PROFILE: 'ops' }, async () => {
+        assert.equal(await resolveRegion(undefined, { endpoint: imds.endpoint }), 'ap-south-1');
+      });
+      await withEnvironment({ AWS_CONFIG_FILE: file }, async () => {
+        assert.equal(await resolveRegion(undefined, { endpoint: imds.endpoint }), 'us-west-1');
+      });
+      // The configuration still comes first.
+      await withEnvironment({ AWS_CONFIG_FILE: file, AWS_REGION: 'eu-north-1' }, async () => {
+        assert.equal(await resolveRegion('ca-central-1', { endpoint: imds.endpoint }), 'ca-central-1');
+      });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    assert.deepEqual(imds.requests, []);
   });
 
   it('fails fast with a clear configuration error off EC2', async () => {

@@ -1,8 +1,10 @@
 /**
- * The AWS region the controller works in: the configured one, else the one the instance metadata
- * service (IMDSv2) reports for the instance the controller runs on. IMDS is asked only when no region
- * is configured, with a short timeout, so a controller off EC2 fails fast with a clear message.
+ * The AWS region the controller works in, in the AWS SDKs' order: the configured one, else the
+ * environment (`AWS_REGION`) or the shared config profile, else the one the instance metadata service
+ * (IMDSv2) reports for the instance the controller runs on. IMDS is asked last, with a short timeout,
+ * so a controller off EC2 fails fast with a clear message.
  */
+import { STSClient } from '@aws-sdk/client-sts';
 import { ConfigError } from '../../errors.ts';
 
 /** Where IMDS is and how long to wait for it. */
@@ -45,7 +47,7 @@ export async function regionFromImds(options: ImdsOptions = {}): Promise<string>
   } catch (err) {
     throw new ConfigError(
       `could not learn the AWS region from the instance metadata service at ${base}: ` +
-        `${(err as Error).message}; set server.provider.aws.Region in the configuration`,
+        `${(err as Error).message}; set server.provider.aws.Region in the configuration, or AWS_REGION`,
       { cause: err },
     );
   }
@@ -57,13 +59,35 @@ export async function regionFromImds(options: ImdsOptions = {}): Promise<string>
   return region;
 }
 
-/** The configured region if there is one, else the instance's region from IMDS. */
-export async function resolveRegion(configured: string | undefined, imds: ImdsOptions = {}): Promise<string> {
-  if (configured !== undefined && configured !== '') {
-    if (!regionPattern.test(configured)) {
-      throw new ConfigError(`"${configured}" is not an AWS region name (such as us-east-1)`);
-    }
-    return configured;
+/**
+ * The region the SDK's own chain finds without IMDS: `AWS_REGION`, then the `region` of the profile
+ * (`AWS_PROFILE`, else default) in the shared config file. A client's config resolves it, so the files
+ * and variables are read exactly as the SDK reads them.
+ */
+export async function regionFromEnvironment(): Promise<string | undefined> {
+  const client = new STSClient({});
+  try {
+    return await client.config.region();
+  } catch {
+    return undefined; // "Region is missing": neither is set
+  } finally {
+    client.destroy();
   }
+}
+
+function checked(region: string, source: string): string {
+  if (!regionPattern.test(region)) {
+    throw new ConfigError(
+      `"${region.slice(0, 64)}" (${source}) is not an AWS region name (such as us-east-1)`,
+    );
+  }
+  return region;
+}
+
+/** The configured region if there is one, else the environment's or profile's, else the instance's from IMDS. */
+export async function resolveRegion(configured: string | undefined, imds: ImdsOptions = {}): Promise<string> {
+  if (configured !== undefined && configured !== '') return checked(configured, 'server.provider.aws.Region');
+  const fromEnvironment = await regionFromEnvironment();
+  if (fromEnvironment) return checked(fromEnvironment, 'AWS_REGION or the AWS profile');
   return regionFromImds(imds);
 }

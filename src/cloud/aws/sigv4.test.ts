@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { verifySigV4 } from '../../sim/aws/sigv4-verify.ts';
 import {
   canonicalRequest,
   computeSignature,
@@ -9,7 +10,6 @@ import {
   SigV4Error,
   type SigV4Request,
   signSigV4,
-  verifySigV4,
 } from './sigv4.ts';
 
 // The public AWS SigV4 test-suite credentials and the `get-vanilla` case.

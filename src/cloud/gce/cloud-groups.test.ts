@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { UnavailableError } from '../../errors.ts';
+import { simulatorCompute } from '../../sim/gce/clients.ts';
 import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
 import { GceCloudGroups } from './cloud-groups.ts';
-import { simulatorCompute } from './testing.ts';
 
 const cluster = 'prod.example.com';
 let sim: GceSimulator;

@@ -10,11 +10,11 @@ import {
   RateLimitedError,
   UnauthenticatedError,
 } from '../../errors.ts';
+import { simulatorAuth, simulatorCompute } from '../../sim/gce/clients.ts';
 import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
 import { cloudCallsTimed, cloudRequests } from '../../testing/cloud-calls.ts';
 import { cloudCallMetrics } from '../metrics.ts';
 import { ComputeClient, lastComponent, metadataValue } from './compute.ts';
-import { simulatorAuth, simulatorCompute } from './testing.ts';
 
 let sim: GceSimulator;
 before(async () => {

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, test } from 'node:test';
 import { ForbiddenError, InvalidInputError, NotFoundError, UnavailableError } from '../../errors.ts';
+import { simulatorCompute } from '../../sim/gce/clients.ts';
 import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
 import type { IdentifyResult } from '../types.ts';
 import { GceNodeIdentifier } from './node-identifier.ts';
-import { simulatorCompute } from './testing.ts';
 
 const cluster = 'prod.example.com';
 const zone = 'us-central1-a';

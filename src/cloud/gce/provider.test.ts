@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ConfigError } from '../../errors.ts';
+import { simulatorAuth } from '../../sim/gce/clients.ts';
 import { startGceSimulator } from '../../sim/gce/simulator.ts';
 import { createGceProvider } from './provider.ts';
-import { simulatorAuth } from './testing.ts';
 
 test('the provider identifies nodes and lists groups of one cluster through the simulator', async () => {
   const sim = await startGceSimulator({ project: 'wired' });

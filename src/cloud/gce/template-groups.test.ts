@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { NotFoundError } from '../../errors.ts';
+import { simulatorCompute } from '../../sim/gce/clients.ts';
 import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
 import { TemplateGroups } from './template-groups.ts';
-import { simulatorCompute } from './testing.ts';
 
 let sim: GceSimulator;
 before(async () => {

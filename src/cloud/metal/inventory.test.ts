@@ -86,6 +86,13 @@ test('invalid inventories give precise errors naming the field', () => {
   }
 });
 
+test('a YAML syntax error names its position once, as the config and kops files do', () => {
+  assert.throws(() => parseInventory('hosts: []\nhosts: []\n', 'inventory.yaml'), {
+    name: 'ConfigError',
+    message: 'inventory.yaml: line 2, column 1: Map keys must be unique',
+  });
+});
+
 test('asked for a maximum age shorter than its poll interval, the store checks the inventory sooner', async () => {
   const vfs = openVfs('memfs://metal-inventory-fresh/cluster');
   let clock = 0;

@@ -8,7 +8,8 @@
 import { isIP } from 'node:net';
 import { parseDocument } from 'yaml';
 import { z } from 'zod';
-import { formatIssuePath } from '../../config/loader.ts';
+import { formatIssuePath, yamlSyntaxProblem } from '../../config/loader.ts';
+import { isDnsName } from '../../dns-name.ts';
 import { ConfigError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { Vfs } from '../../statestore/types.ts';
@@ -18,18 +19,15 @@ export const inventoryPath = 'metal/inventory.yaml';
 export const inventoryApiVersion = 'kops-controller.k8s.io/v1alpha1';
 export const inventoryKind = 'MetalInventory';
 
-const dnsName =
-  /^(?=.{1,253}$)[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)*$/;
-
 const hostSchema = z.strictObject({
-  name: z.string().regex(dnsName, 'must be a lower-case DNS name (the Kubernetes node name)'),
+  name: z.string().refine(isDnsName, 'must be a lower-case DNS name (the Kubernetes node name)'),
   instanceGroup: z
     .string()
     .regex(/^[a-z0-9](?:[-a-z0-9.]{0,61}[a-z0-9])?$/, 'must be the name of a kops instance group'),
   addresses: z
     .array(
       // All-numeric dotted names are mistyped IPs (no top-level domain is numeric), not DNS names.
-      z.string().refine((a) => isIP(a) !== 0 || (dnsName.test(a) && !/^[0-9.]+$/.test(a)), {
+      z.string().refine((a) => isIP(a) !== 0 || (isDnsName(a) && !/^[0-9.]+$/.test(a)), {
         message: 'must be an IPv4 or IPv6 address or a DNS name',
       }),
     )
@@ -120,12 +118,8 @@ export class MetalInventory {
 /** Parses and validates inventory YAML; errors name the source, the field path and what to write. */
 export function parseInventory(text: string, source: string): MetalInventory {
   const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-  const [first] = doc.errors;
-  if (first) {
-    const pos = first.linePos?.[0];
-    const where = pos ? `line ${pos.line}, column ${pos.col}` : 'unknown position';
-    throw new ConfigError(`${source}: ${where}: ${first.message.split('\n')[0]}`);
-  }
+  const problem = yamlSyntaxProblem(doc, source);
+  if (problem) throw new ConfigError(problem);
   const raw = doc.toJS() as unknown;
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new ConfigError(`${source}: expected a mapping with a "hosts" list`);

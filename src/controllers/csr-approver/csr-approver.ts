@@ -25,7 +25,7 @@ import {
 import { Counter, type Registry, register } from 'prom-client';
 import type { NodeIdentifier } from '../../cloud/types.ts';
 import { describeError, NotFoundError } from '../../errors.ts';
-import { fromApiException } from '../../kube/api-errors.ts';
+import { fromApiException, unlessNotFound } from '../../kube/api-errors.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
 import { Informer, kubeList, kubeWatch } from '../../kube/informer.ts';
 import { sharedMetric } from '../../kube/metrics.ts';
@@ -200,14 +200,11 @@ export class CsrApprover implements LeaderComponent {
       this.#logger.warn(log, 'left for a human: kubectl certificate approve|deny');
       return;
     }
-    let csr: V1CertificateSigningRequest;
-    try {
-      csr = await this.#certificates.readCertificateSigningRequest({ name: record.name });
-    } catch (err) {
-      const error = fromApiException(err, `read certificatesigningrequest ${record.name}`);
-      if (error instanceof NotFoundError) return;
-      throw error;
-    }
+    const csr = await unlessNotFound(
+      () => this.#certificates.readCertificateSigningRequest({ name: record.name }),
+      `read certificatesigningrequest ${record.name}`,
+    );
+    if (csr === undefined) return;
     const conditions = csr.status?.conditions ?? [];
     // Decided meanwhile (by a human or another approver): theirs stands.
     if (conditions.some((c) => c.type === 'Approved' || c.type === 'Denied')) return;

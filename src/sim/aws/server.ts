@@ -6,13 +6,14 @@
  */
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import { parseSigV4, type SigV4Credentials, SigV4Error, verifySigV4 } from '../../cloud/aws/sigv4.ts';
+import { parseSigV4, type SigV4Credentials, SigV4Error } from '../../cloud/aws/sigv4.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { listenOnLoopback } from '../../net/loopback.ts';
 import { autoScalingNamespace, describeAutoScalingGroups } from './autoscaling.ts';
 import { describeInstances, ec2ErrorDocument } from './ec2.ts';
 import { AwsFaults, type AwsService } from './faults.ts';
 import { AwsSimError, queryErrorDocument, queryParams } from './query.ts';
+import { verifySigV4 } from './sigv4-verify.ts';
 import { getCallerIdentity, stsNamespace } from './sts.ts';
 import { ec2NonMutatingBucket, TokenBucket } from './throttle.ts';
 import { AwsWorld } from './world.ts';

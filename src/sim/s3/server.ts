@@ -5,14 +5,10 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import {
-  type SigV4Credentials,
-  SigV4Error,
-  type SigV4ErrorCode,
-  verifySigV4,
-} from '../../cloud/aws/sigv4.ts';
+import { type SigV4Credentials, SigV4Error, type SigV4ErrorCode } from '../../cloud/aws/sigv4.ts';
 import { listenOnLoopback } from '../../net/loopback.ts';
 import { readBody } from '../../net/read-body.ts';
+import { verifySigV4 } from '../aws/sigv4-verify.ts';
 
 /** Options of the simulated S3. */
 export interface S3SimOptions {

@@ -1,7 +1,10 @@
-/** Test helpers: a compute client wired to a running GCE simulator through google-auth-library. */
+/**
+ * The product's GCE clients wired to a running GCE simulator through google-auth-library: what the
+ * dev cluster and the tests use to talk to the simulator as production talks to Google.
+ */
 import { OAuth2Client } from 'google-auth-library';
-import type { GceSimulator } from '../../sim/gce/simulator.ts';
-import { ComputeClient } from './compute.ts';
+import { ComputeClient } from '../../cloud/gce/compute.ts';
+import type { GceSimulator } from './simulator.ts';
 
 /**
  * An OAuth2 client that refreshes its access token at the simulator's token endpoint, the same code

@@ -6,17 +6,14 @@
 import { createPrivateKey } from 'node:crypto';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
+import { type ConfiguredBootstrap, startConfiguredBootstrap } from '../cli/bootstrap-server.ts';
+import type { DevPolicy } from '../cli/dev.ts';
 import { bootstrapPolicySpec, type Config } from '../config/schema.ts';
 import { InvalidInputError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { bundlePem, caFromPem } from '../pki/ca.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
-import { type AnyDevCluster, devClientOptions, devGceAudience } from '../sim/dev-cluster.ts';
-import { type ConfiguredBootstrap, startConfiguredBootstrap } from './bootstrap-server.ts';
-
-/** The policies `dev --policy` offers; `aws` and `gce` need a cluster on that cloud. */
-export const devPolicies = ['aws', 'gce', 'queue', 'insecure-always-approve'] as const;
-export type DevPolicy = (typeof devPolicies)[number];
+import { type AnyDevCluster, devClientOptions, devGceAudience } from './dev-cluster.ts';
 
 /** The policy spec of `policy` for `cluster`: the cloud policies point at the cluster's simulators. */
 function policySpecOf(cluster: AnyDevCluster, policy: DevPolicy): Record<string, unknown> {

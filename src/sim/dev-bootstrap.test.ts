@@ -5,9 +5,9 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { CertificatesV1Api } from '@kubernetes/client-node';
 import { bootstrapSignerName } from '../bootstrap/queue.ts';
-import { startDevCluster } from '../sim/dev-cluster.ts';
-import { startJoiningNodes } from '../sim/joining-nodes.ts';
-import { devBanner, startDevController } from './dev.ts';
+import { startDevCluster } from './dev-cluster.ts';
+import { devBanner, startDevController } from './dev-controller.ts';
+import { startJoiningNodes } from './joining-nodes.ts';
 
 const dir = await mkdtemp(join(tmpdir(), 'dev-bootstrap-'));
 const cluster = await startDevCluster({ stateDir: dir, awsThrottling: false });
