@@ -175,7 +175,7 @@ const httpStatusByKind: Record<ErrorKind, number> = {
 };
 
 /** Exit codes follow sysexits(3) where one fits, so scripts can tell input errors from outages. */
-const exitCodeByKind: Record<ErrorKind, number> = {
+export const exitCodeByKind: Readonly<Record<ErrorKind, number>> = {
   invalid: 65, // EX_DATAERR
   config: 78, // EX_CONFIG
   unauthenticated: 77, // EX_NOPERM

@@ -41,3 +41,40 @@ test('klog verbosity maps onto pino levels', () => {
   assert.equal(levelForVerbosity(4), 'debug');
   assert.equal(levelForVerbosity(9), 'trace');
 });
+
+test('a component named by its supervisor and by itself is named once, the inner name winning', () => {
+  const chunks: string[] = [];
+  const log = createLogger({
+    level: 'info',
+    destination: new Writable({
+      write(chunk, _enc, done) {
+        chunks.push(String(chunk));
+        done();
+      },
+    }),
+  });
+  log.child({ component: 'a' }).child({ component: 'b' }).info('tick');
+  assert.equal(chunks.join('').match(/"component"/g)?.length, 1);
+  assert.equal((JSON.parse(chunks.join('')) as { component: string }).component, 'b');
+});
+
+test('the text format is one readable line a record, secrets redacted as in JSON', () => {
+  const chunks: string[] = [];
+  const log = createLogger({
+    level: 'info',
+    format: 'text',
+    destination: new Writable({
+      write(chunk, _enc, done) {
+        chunks.push(String(chunk));
+        done();
+      },
+    }),
+  });
+  log
+    .child({ component: 'x' })
+    .warn({ node: 'n-1', token: 'abcdef.0123456789abcdef', why: 'two words' }, 'odd node');
+  assert.equal(
+    chunks.join(''),
+    'kops-controller: warn: odd node component=x node=n-1 token=[redacted] why="two words"\n',
+  );
+});

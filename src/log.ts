@@ -59,7 +59,8 @@ function finishRecord(format: LogFormat, line: string): string {
   if (format === 'json') return `${JSON.stringify(record)}\n`;
   const { level, time: _time, name: _name, msg, ...fields } = record;
   const pairs = Object.entries(fields).map(
-    ([key, value]) => `${key}=${typeof value === 'string' && /^[^\s"=]+$/.test(value) ? value : JSON.stringify(value)}`,
+    ([key, value]) =>
+      `${key}=${typeof value === 'string' && /^[^\s"=]+$/.test(value) ? value : JSON.stringify(value)}`,
   );
   return `kops-controller: ${String(level)}: ${[msg ?? '', ...pairs].join(' ')}\n`;
 }

@@ -2,7 +2,7 @@
 import { type Command, Option } from 'commander';
 import { parseDuration } from '../config/duration.ts';
 import { InvalidInputError } from '../errors.ts';
-import { createLogger, type Logger, type LogFormat, levelForVerbosity, logFormats } from '../log.ts';
+import { createLogger, type LogFormat, type Logger, levelForVerbosity, logFormats } from '../log.ts';
 
 /** Options every command inherits from the program. */
 export interface GlobalOptions {
@@ -14,7 +14,7 @@ export interface GlobalOptions {
 export function logFormatOption(): Option {
   return new Option(
     '--log-format <format>',
-    'log records as json (default for run and discovery serve, whose logs are collected) or text (default for the rest)',
+    'log format: json (default for run and discovery serve) or text (default for the other commands)',
   ).choices(logFormats);
 }
 

@@ -26,7 +26,13 @@ import { warnIfSessionTicketsOn } from '../net/openssl-config.ts';
 import { parseListenAddress } from '../runtime/listen-address.ts';
 import { openVfs, vfsOptionsFromEnv } from '../statestore/open.ts';
 import type { Vfs } from '../statestore/types.ts';
-import { commandLogger, durationFlag, type KubeOptions, withConnectionCaps, withKubeOptions } from './common.ts';
+import {
+  commandLogger,
+  durationFlag,
+  type KubeOptions,
+  withConnectionCaps,
+  withKubeOptions,
+} from './common.ts';
 import { formatOutput, outputOption, writeOut } from './output.ts';
 
 interface PublishOptions extends KubeOptions {

@@ -13,8 +13,9 @@ import { generateKey } from '../pki/keys.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { startAwsSimulator } from '../sim/aws/server.ts';
 import { createCertificateRequest } from '../sim/tls.ts';
-import { runCli } from '../testing/cli.ts';
+import { runCli, runCliResult } from '../testing/cli.ts';
 import { explainInput } from './explain.ts';
+import { errorLine } from './main.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'kops-explain-'));
 let csr = '';
@@ -35,6 +36,13 @@ function conf(name: string, config: object): string {
 
 function explain(...args: string[]): Promise<string> {
   return runCli('explain', ...args);
+}
+
+/** Runs explain on a request it denies: prints the verdicts, then fails with exit code 77. */
+async function explainDenied(...args: string[]): Promise<string> {
+  const { output, error } = await runCliResult('explain', ...args);
+  assert.equal(exitCodeOf(error), 77, String(error));
+  return output;
 }
 
 test('explain --csr evaluates every policy and marks the deciding one', async () => {
@@ -62,6 +70,19 @@ test('explain --csr evaluates every policy and marks the deciding one', async ()
   assert.match(table, /^POLICY\s+VERDICT\s+DECIDES\s+NODE\s+GROUP\s+REASONS/);
   assert.match(table, /insecure-always-approve\s+approve\s+worker-1/);
   assert.match(table, /=> queue\s+queue\s+yes/);
+});
+
+test('explain exits 77 on a denial, after printing every verdict, so scripts can use it', async () => {
+  const chain = conf('reject.json', {
+    bootstrap: { policies: [{ name: 'always-reject' }, { name: 'insecure-always-approve' }] },
+  });
+  const { output, error } = await runCliResult('explain', '--conf', chain, '--csr', file('node.csr', csr));
+  assert.match(output, /=> always-reject\s+deny\s+yes/);
+  assert.equal(exitCodeOf(error), 77);
+  assert.match(errorLine(error), /^the request would be denied by always-reject: /);
+  // A queued request is not a refusal: a person decides later.
+  const queued = conf('queue.json', { bootstrap: { policies: [{ name: 'queue' }] } });
+  assert.match(await explain('--conf', queued, '--csr', file('node.csr', csr)), /=> queue\s+queue\s+yes/);
 });
 
 test('explain --request with an x-aws-sts proof replays it to STS; the proof stays usable', async () => {
@@ -117,7 +138,7 @@ test('explain --token checks a bootstrap token against the cluster', async () =>
     const args = ['--conf', config, '--csr', file('node.csr', csr), '--kubeconfig', kubeconfig, '-o', 'json'];
     const good = JSON.parse(await explain(...args, '--token', `${token.id}.${token.secret}`));
     assert.equal(good.decision.verdict, 'approve');
-    const bad = JSON.parse(await explain(...args, '--token', `${token.id}.0000000000000000`));
+    const bad = JSON.parse(await explainDenied(...args, '--token', `${token.id}.0000000000000000`));
     assert.equal(bad.decision.verdict, 'deny');
     // The operator sees why, which the node itself is never told.
     assert.deepEqual(bad.decision.reasons, [
@@ -154,7 +175,7 @@ test('explain --request takes a kops nodeup body and judges it on its proof alon
     certs: { kubelet: '-----BEGIN RSA PUBLIC KEY-----\nAAAA\n-----END RSA PUBLIC KEY-----\n' },
   };
   const json = JSON.parse(
-    await explain(
+    await explainDenied(
       '--conf',
       config,
       '--request',

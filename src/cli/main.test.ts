@@ -1,5 +1,8 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { CommanderError } from 'commander';
 import { ConfigError, InternalError } from '../errors.ts';
@@ -59,4 +62,25 @@ test('a command line loads only the command it names; help and unknown words loa
   assert.deepEqual(commandsNeeded(['--help']), commandNames);
   assert.deepEqual(commandsNeeded(['--version']), []);
   assert.deepEqual(commandsNeeded(['no-such-command']), commandNames);
+  assert.deepEqual(commandsNeeded(['--log-format', 'json', 'pki', 'pin']), ['pki']);
+});
+
+test('commands people type log readable lines, JSON only with --log-format json', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kops-log-format-'));
+  try {
+    const text = cli(['pki', 'init', '--dir', join(dir, 'a')]);
+    assert.equal(text.status, 0, text.stderr);
+    assert.match(text.stderr, /^kops-controller: info: created CA ca=kubernetes-ca keypairId=/m);
+    assert.doesNotMatch(text.stderr, /^\{/m);
+    const json = cli(['--log-format', 'json', 'pki', 'init', '--dir', join(dir, 'b')]);
+    assert.equal(json.status, 0, json.stderr);
+    const records = json.stderr
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    assert.ok(records.some((r) => r['level'] === 'info' && r['msg'] === 'created CA'));
+    assert.equal(cli(['pki', 'init', '--log-format', 'xml', '--dir', join(dir, 'c')]).status, 2);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -11,8 +11,9 @@ import { exitCodeOf } from '../errors.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { startS3Sim } from '../sim/s3/server.ts';
-import { runCli } from '../testing/cli.ts';
+import { runCli, runCliResult } from '../testing/cli.ts';
 import { openssl, opensslText, scratchFile } from '../testing/openssl.ts';
+import { errorLine } from './main.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'kops-pki-cli-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -276,6 +277,56 @@ test('bad input gives one clear error, never a crash', async () => {
     /invalid duration/,
   );
   await fails(['inspect', join(root, 'absent.pem')], 66, /cannot read/);
+});
+
+test('errors name the flag and say why a file cannot be read, once', async () => {
+  const dir = newDir();
+  await fails(
+    ['init', '--dir', dir, '--lifetime', 'banana'],
+    65,
+    /^--lifetime banana: invalid duration "banana"/,
+  );
+  await pki('init', '--dir', dir);
+  await fails(
+    ['issue', 'kubelet', '--dir', dir, '--name', 'node-a', '--lifetime', 'banana'],
+    65,
+    /^--lifetime banana: /,
+  );
+  const missing = join(root, 'absent.csr');
+  await assert.rejects(pki('sign', 'kubelet', '--dir', dir, '--name', 'node-a', '--csr', missing), (err) => {
+    assert.equal(exitCodeOf(err), 66);
+    assert.equal(errorLine(err), `cannot read CSR file ${missing}: no such file`);
+    return true;
+  });
+});
+
+test('pki inspect --dir of a certificate another CA issued prints it and exits 77', async () => {
+  const ours = newDir();
+  const theirs = newDir();
+  await pki('init', '--dir', ours);
+  await pki('init', '--dir', theirs);
+  await pki('issue', 'kubelet', '--dir', theirs, '--name', 'node-x');
+  const certificate = join(theirs, 'nodes/node-x/kubelet.crt');
+  const { output, error } = await runCliResult('pki', 'inspect', certificate, '--dir', ours);
+  assert.match(output, /signed by ca: false\n$/);
+  assert.equal(exitCodeOf(error), 77);
+  assert.equal(
+    errorLine(error),
+    `${certificate}: "O=system:nodes, CN=system:node:node-x" not signed by CA kubernetes-ca in ${ours}`,
+  );
+  // The CA that did sign it answers 0.
+  assert.match(await pki('inspect', certificate, '--dir', theirs), /signed by ca: true\n$/);
+});
+
+// Node's recursive mkdir never returns for a new name under /proc; the test's timeout is the failure.
+test('a PKI folder that cannot be created fails at once, never spins', { timeout: 30_000 }, async () => {
+  await assert.rejects(pki('init', '--dir', '/proc/kops-controller-test/pki'), (err) => {
+    assert.match(
+      errorLine(err),
+      /^cannot write file:\/\/\/proc\/kops-controller-test\/pki\/kubernetes-ca\.crt: ENOENT/,
+    );
+    return true;
+  });
 });
 
 test('a kops keyset layout and a file:// URL work as the PKI folder', async () => {

@@ -7,7 +7,7 @@ import { httpsNodeReader } from '../bootstrap/node-guard.ts';
 import { bootstrapSignerName, queuedCsrObject, sealKeyOf } from '../bootstrap/queue.ts';
 import { queueSigner } from '../bootstrap/queue-signer.ts';
 import type { BootstrapRequest } from '../bootstrap/types.ts';
-import { ConflictError, InvalidInputError } from '../errors.ts';
+import { ConflictError, exitCodeOf, InvalidInputError } from '../errors.ts';
 import { makeClients } from '../kube/client.ts';
 import { type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { parseCsr } from '../pki/csr.ts';
@@ -16,6 +16,7 @@ import { generateKey } from '../pki/keys.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { runCli } from '../testing/cli.ts';
 import { opensslVerify } from '../testing/openssl.ts';
+import { errorLine } from './main.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'kops-requests-cli-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -277,5 +278,18 @@ describe('kops-controller requests', () => {
   test('a decided request cannot be decided again; other signers are left to kubectl', async () => {
     await assert.rejects(requests('approve', names['node-2'] as string), ConflictError);
     await assert.rejects(requests('approve', 'someone-else'), InvalidInputError);
+  });
+
+  test('an unknown request is one short line naming it, exit 66, for every verb', async () => {
+    for (const verb of ['approve', 'deny', 'show']) {
+      await assert.rejects(requests(verb, 'no-such-request'), (err) => {
+        assert.equal(exitCodeOf(err), 66);
+        assert.equal(
+          errorLine(err),
+          'no bootstrap request no-such-request: `kops-controller requests list` shows them',
+        );
+        return true;
+      });
+    }
   });
 });

@@ -1,11 +1,14 @@
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { exitCodeOf, InvalidInputError, KopsError } from '../errors.ts';
+import { exitCodeOf, InvalidInputError, KopsError, NotFoundError } from '../errors.ts';
 import type { KubeObject } from '../sim/apiserver/index.ts';
+import { simInstanceId } from '../sim/aws/scenario.ts';
 import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
+import { seedClusterStore } from '../statestore/cluster-store.ts';
+import { openVfs, vfsOptionsFromEnv } from '../statestore/open.ts';
 import { runCli, runCliResult } from '../testing/cli.ts';
 
 describe('kops-controller validate against the simulated cluster', () => {
@@ -38,8 +41,9 @@ describe('kops-controller validate against the simulated cluster', () => {
       for (const node of nodes) assert.match(out, new RegExp(`^${node} +(control-plane|node) +True$`, 'm'));
     }
     assert.match(out, /^Your cluster minimal\.example\.com is ready$/m);
-    const json = JSON.parse(await validate('-o', 'json')) as { failures: unknown[]; nodes: unknown[] };
-    assert.deepEqual(json.failures, []);
+    const json = JSON.parse(await validate('-o', 'json')) as { failures?: unknown[]; nodes: unknown[] };
+    // kops' `failures,omitempty` (pkg/validation/validate_cluster.go): no key when ready.
+    assert.equal('failures' in json, false);
     assert.equal(json.nodes.length, [...cluster.nodesByGroup.values()].flat().length);
   });
 
@@ -120,5 +124,150 @@ describe('kops-controller validate against the simulated cluster', () => {
     ]) {
       await assert.rejects(validate(...args), InvalidInputError, args.join(' '));
     }
+  });
+
+  /** A Ready Node as a kubelet registers it, with the instance-group label kops' nodeup sets. */
+  function extraNode(name: string, providerID: string, ready: boolean): KubeObject {
+    return {
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: {
+        name,
+        labels: { 'kubernetes.io/hostname': name, 'kops.k8s.io/instancegroup': 'nodes-us-test-1a' },
+      },
+      spec: { providerID },
+      status: {
+        conditions: [{ type: 'Ready', status: ready ? 'True' : 'False' }],
+      },
+    };
+  }
+
+  test('-o json is kops’ ValidationCluster: instance groups as objects, zones filled, no extra fields', async () => {
+    // Field names and shapes of pkg/validation/validate_cluster.go ValidationError and ValidationNode
+    // (kubernetes/kops @ 268927e2); see src/validation/kops-output.test.ts.
+    const [first] = cluster.nodesByGroup.get('nodes-us-test-1a') as string[];
+    const store = cluster.api.server.store;
+    const removed = store.get('nodes', undefined, first as string) as KubeObject;
+    store.delete('nodes', undefined, first as string);
+    try {
+      const { output, error } = await runCliResult('validate', '--conf', cluster.configPath, '-o', 'json');
+      assert.equal(exitCodeOf(error), 69);
+      const json = JSON.parse(output) as {
+        failures: Record<string, unknown>[];
+        nodes: Record<string, unknown>[];
+      };
+      assert.deepEqual(Object.keys(json), ['failures', 'nodes']);
+      const [failure] = json.failures;
+      assert.deepEqual(Object.keys(failure ?? {}), ['type', 'name', 'message', 'instanceGroup']);
+      const ig = failure?.['instanceGroup'] as {
+        kind: string;
+        metadata: { name: string };
+        spec: { role: string };
+      };
+      assert.equal(ig.kind, 'InstanceGroup');
+      assert.equal(ig.metadata.name, 'nodes-us-test-1a');
+      assert.equal(ig.spec.role, 'Node');
+      for (const n of json.nodes) {
+        assert.deepEqual(Object.keys(n), ['name', 'zone', 'role', 'hostname', 'status']);
+        assert.match(String(n['zone']), /^us-test-1[a-z]$/, 'the zone, from the providerID');
+      }
+    } finally {
+      store.create(removed);
+    }
+  });
+
+  test('nodes joined outside any Auto Scaling group are validated too: as many as kubectl shows', async () => {
+    const store = cluster.api.server.store;
+    // Two machines tagged with the instance group but in no Auto Scaling group (as `dev`'s joining
+    // machines are): one Ready, one NotReady.
+    const ids = [simInstanceId(90_001), simInstanceId(90_002)];
+    cluster.aws.ec2.addInstances(
+      ids.map((id) => ({
+        id,
+        zone: 'us-test-1a',
+        cluster: cluster.clusterName,
+        instanceGroup: 'nodes-us-test-1a',
+      })),
+    );
+    store.create(extraNode(ids[0] as string, `aws:///us-test-1a/${ids[0]}`, true));
+    store.create(extraNode(ids[1] as string, `aws:///us-test-1a/${ids[1]}`, false));
+    try {
+      const { output, error } = await runCliResult('validate', '--conf', cluster.configPath);
+      assert.equal(exitCodeOf(error), 69);
+      const kubectl = store.list('nodes').length;
+      const listed = output.split('NODE STATUS\n')[1]?.split('\n\n')[0]?.split('\n').slice(1).filter(Boolean);
+      assert.equal(listed?.length, kubectl, output);
+      assert.match(output, new RegExp(`^${ids[0]} +node +True$`, 'm'));
+      assert.match(
+        output,
+        new RegExp(`^Node +${ids[1]} +node "${ids[1]}" of role "node" is not ready$`, 'm'),
+      );
+    } finally {
+      for (const id of ids) store.delete('nodes', undefined, id);
+    }
+  });
+
+  test('--instance-group validates the named groups only; an unknown name exits 66 naming the groups', async () => {
+    const [first] = cluster.nodesByGroup.get('nodes-us-test-1a') as string[];
+    const store = cluster.api.server.store;
+    const removed = store.get('nodes', undefined, first as string) as KubeObject;
+    store.delete('nodes', undefined, first as string);
+    try {
+      const others = [...cluster.nodesByGroup.keys()].filter((g) => g !== 'nodes-us-test-1a');
+      const out = await validate('--instance-group', others.join(','));
+      assert.match(out, /is ready$/m);
+      assert.doesNotMatch(out, new RegExp(first as string));
+      const bad = await runCliResult('validate', '--conf', cluster.configPath, '--instance-group', 'workers');
+      assert.ok(bad.error instanceof NotFoundError, String(bad.error));
+      assert.match(bad.error.message, /^instance group "workers" not found; the cluster has: /);
+      assert.equal(exitCodeOf(bad.error), 66);
+    } finally {
+      store.create(removed);
+    }
+  });
+
+  test('while --wait waits, each attempt prints a progress line on standard error', async () => {
+    const [node] = cluster.nodesByGroup.get('nodes-us-test-1a') as string[];
+    const store = cluster.api.server.store;
+    const removed = store.get('nodes', undefined, node as string) as KubeObject;
+    store.delete('nodes', undefined, node as string);
+    const back = setTimeout(() => store.create(removed), 400);
+    try {
+      const out = await validate('--wait', '20s', '--interval', '100ms');
+      assert.match(
+        out,
+        new RegExp(
+          `^validation attempt 1: not ready, 1 failure \\(Machine/${node}\\); validating again in 100ms$`,
+          'm',
+        ),
+      );
+      assert.match(out, /^Your cluster minimal\.example\.com is ready$/m);
+    } finally {
+      clearTimeout(back);
+      if (!store.get('nodes', undefined, node as string)) store.create(removed);
+    }
+  });
+
+  test('a state store without instance groups is refused, never "ready" (kops: "no InstanceGroup objects found")', async () => {
+    // cmd/kops/validate_cluster.go RunValidateCluster returns that error (exit 1 in kops); ours is a
+    // not-found error, exit 66, like every missing input.
+    const configBase = cluster.configBase.replace(/[^/]+$/, 'empty.example.com');
+    const root = configBase.replace(/\/[^/]+$/, '');
+    const vfs = openVfs(root, vfsOptionsFromEnv(process.env));
+    await seedClusterStore(vfs, 'empty.example.com', {
+      cluster:
+        'apiVersion: kops.k8s.io/v1alpha2\nkind: Cluster\nmetadata:\n  name: empty.example.com\nspec:\n  cloudProvider: aws\n',
+      instanceGroups: [],
+    });
+    const conf = join(dir, 'empty.yaml');
+    await writeFile(
+      conf,
+      (await readFile(cluster.configPath, 'utf8')).replace(/^configBase: .*$/m, `configBase: ${configBase}`),
+    );
+    const { output, error } = await runCliResult('validate', '--conf', conf);
+    assert.ok(error instanceof NotFoundError, String(error));
+    assert.match(error.message, /^no InstanceGroup objects found/);
+    assert.equal(exitCodeOf(error), 66);
+    assert.doesNotMatch(output, /is ready/);
   });
 });

@@ -5,15 +5,15 @@
  * cluster is not ready; `--wait` and `--count` wait for it, as kops does.
  */
 import { Command, Option } from 'commander';
-import { parseDuration } from '../config/duration.ts';
 import { loadConfigFile } from '../config/loader.ts';
 import { InvalidInputError, KopsError } from '../errors.ts';
 import { loadKubeConfig } from '../kube/client.ts';
 import type { InstanceGroup } from '../statestore/kops-types.ts';
 import { vfsOptionsFromEnv } from '../statestore/open.ts';
 import { gatherValidationInput } from '../validation/gather.ts';
+import { kopsValidationCluster } from '../validation/kops-output.ts';
 import { roleName, type ValidationResult, validateCluster } from '../validation/validate-cluster.ts';
-import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
+import { commandLogger, durationFlag, type KubeOptions, withKubeOptions } from './common.ts';
 import { formatOutput, outputOption, renderTable, writeOut } from './output.ts';
 
 interface ValidateOptions extends KubeOptions {
@@ -23,19 +23,35 @@ interface ValidateOptions extends KubeOptions {
   wait: string;
   count: string;
   interval: string;
+  instanceGroup?: string[];
+}
+
+/** `--instance-group a,b --instance-group c`: the names, as kops' rolling-update takes them. */
+function collectNames(value: string, previous: string[] = []): string[] {
+  return [...previous, ...value.split(',').map((name) => name.trim())].filter((name) => name !== '');
+}
+
+/** One line for the operator while `--wait` waits: the attempt, the verdict and the first failure. */
+function progressLine(
+  attempt: number,
+  result: ValidationResult,
+  passes: number,
+  count: number,
+  interval: string,
+): string {
+  const verdict =
+    result.failures.length === 0
+      ? `ready (${passes} of ${count} in a row)`
+      : `not ready, ${result.failures.length} failure${result.failures.length === 1 ? '' : 's'} (${result.failures
+          .slice(0, 3)
+          .map((f) => `${f.type}/${f.name}`)
+          .join(', ')}${result.failures.length > 3 ? ', …' : ''})`;
+  return `validation attempt ${attempt}: ${verdict}; validating again in ${interval}\n`;
 }
 
 function nonNegativeInteger(value: string, flag: string): number {
   if (!/^\d{1,6}$/.test(value)) throw new InvalidInputError(`${flag} ${value}: expected a whole number`);
   return Number(value);
-}
-
-function duration(value: string, flag: string): number {
-  try {
-    return parseDuration(value);
-  } catch (err) {
-    throw new InvalidInputError(`${flag} ${value}: ${(err as Error).message}`, { cause: err });
-  }
 }
 
 /** kops' table output: instance groups, node status, validation errors, and the verdict. */
@@ -104,39 +120,50 @@ export function validateCommand(): Command {
       .addOption(
         new Option('--count <n>', 'consecutive successful validations required (with --wait)').default('1'),
       )
-      .addOption(new Option('--interval <duration>', 'time between validations').default('10s')),
+      .addOption(new Option('--interval <duration>', 'time between validations').default('10s'))
+      .addOption(
+        new Option(
+          '--instance-group <names>',
+          'validate only these instance groups (comma-separated or repeated; default all); critical pods are checked all the same',
+        ).argParser(collectNames),
+      ),
   ).action(async (options: ValidateOptions, command: Command) => {
     const logger = commandLogger(command);
     const maxUnreadyNodes = nonNegativeInteger(options.maxUnreadyNodes, '--max-unready-nodes');
     const count = nonNegativeInteger(options.count, '--count');
-    const waitMs = duration(options.wait, '--wait');
-    const intervalMs = duration(options.interval, '--interval');
+    const waitMs = durationFlag('--wait', options.wait);
+    const intervalMs = durationFlag('--interval', options.interval);
     if (count < 1) throw new InvalidInputError('--count must be at least 1');
     if (count > 1 && waitMs === 0) throw new InvalidInputError('--count above 1 needs --wait');
     const config = await loadConfigFile(options.conf);
     const { kubeConfig } = loadKubeConfig({ kubeconfig: options.kubeconfig, context: options.context });
     const deadline = Date.now() + waitMs;
+    const writeErr = command.configureOutput().writeErr ?? ((text: string) => process.stderr.write(text));
     let passes = 0;
-    for (;;) {
+    for (let attempt = 1; ; attempt++) {
       const input = await gatherValidationInput({
         config,
         kubeConfig,
         vfsOptions: { ...vfsOptionsFromEnv(process.env), env: process.env },
         logger,
       });
-      const result = validateCluster({ ...input, maxUnreadyNodes });
+      const result = validateCluster({
+        ...input,
+        maxUnreadyNodes,
+        instanceGroupFilter: options.instanceGroup ?? [],
+      });
       passes = result.failures.length === 0 ? passes + 1 : 0;
       const done = passes >= count || Date.now() + intervalMs > deadline;
-      // While waiting, only the last attempt is printed; progress goes to the log.
+      // While waiting, only the last attempt is printed in full; a line per attempt shows progress.
       if (done) {
         writeOut(
           command,
           options.output === 'table'
             ? formatValidationTable(config.clusterName, input.instanceGroups, result)
-            : formatOutput(options.output, result),
+            : formatOutput(options.output, kopsValidationCluster(result)),
         );
       } else {
-        logger.info({ failures: result.failures.length, passes }, 'cluster validated; trying again');
+        writeErr(progressLine(attempt, result, passes, count, options.interval));
       }
       if (passes >= count) return;
       if (done) {
@@ -144,7 +171,7 @@ export function validateCommand(): Command {
           'unavailable',
           waitMs > 0
             ? `validation failed: the cluster was not ready ${count} time(s) in a row within ${options.wait}`
-            : `validation failed: the cluster is not ready (${result.failures.length} errors)`,
+            : `validation failed: the cluster is not ready (${result.failures.length} ${result.failures.length === 1 ? 'error' : 'errors'})`,
         );
       }
       await new Promise((resolve) => setTimeout(resolve, intervalMs));

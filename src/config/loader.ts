@@ -5,9 +5,6 @@ import type { z } from 'zod';
 import { ConfigError, fileErrorReason } from '../errors.ts';
 import { type Config, configSchema } from './schema.ts';
 
-/** Default config path, the one the kops DaemonSet mounts. */
-export const defaultConfigPath = '/etc/kubernetes/kops-controller/config/config.yaml';
-
 /** Renders a zod issue path the way a user writes it: `server.provider.aws.nodesRoles[0]`. */
 export function formatIssuePath(path: ReadonlyArray<PropertyKey>): string {
   let out = '';

@@ -8,13 +8,19 @@ import { CoreV1Api } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { createAwsProvider } from '../cloud/aws/provider.ts';
 import type { CloudGroup } from '../cloud/types.ts';
+import { NotFoundError } from '../errors.ts';
 import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
 import { ClusterStore } from '../statestore/cluster-store.ts';
 import type { InstanceGroup } from '../statestore/kops-types.ts';
 import { openVfs, vfsOptionsFromEnv } from '../statestore/open.ts';
 import { toolPath } from '../testing/tools.ts';
-import type { NodeInfo, PodInfo } from '../validation/validate-cluster.ts';
-import { ValidationMetrics, type ValidationSnapshot, validationGauges } from './validation-metrics.ts';
+import { type NodeInfo, type PodInfo, validateCluster } from '../validation/validate-cluster.ts';
+import {
+  ValidationMetrics,
+  type ValidationSnapshot,
+  validationGauges,
+  validationGaugesOf,
+} from './validation-metrics.ts';
 
 const ig = (name: string, role: InstanceGroup['spec']['role']) =>
   ({
@@ -83,6 +89,62 @@ describe('validationGauges', () => {
       kops_pod_pending: 1,
       kops_pod_unknown: 1,
     });
+  });
+});
+
+describe('the gauges count typed validation results', () => {
+  const snapshot = (): ValidationSnapshot => ({
+    instanceGroups: [ig('cp', 'ControlPlane'), ig('nodes', 'Node'), ig('bastions', 'Bastion')],
+    cloudGroups: [group('cp', ['c1']), group('nodes', ['n1', 'n2']), group('bastions', ['b1'])],
+    nodes: [node('c1', true, true), node('n1'), node('n2', false)],
+    pods: [
+      pod('kube-apiserver-c1', { nodeName: 'c1', labels: { 'k8s-app': 'kube-apiserver' } }),
+      pod('cni', {
+        notReadyContainers: ['a', 'b', 'c'],
+        priorityClassName: 'system-node-critical',
+        nodeName: 'n1',
+      }),
+      pod('dns', { phase: 'Pending' }),
+    ],
+    components: [],
+  });
+  const expected = {
+    kops_component_healthy: 0,
+    kops_component_unhealthy: 0,
+    kops_node_ready: 2,
+    kops_node_notReady: 1,
+    kops_pod_missing: 2,
+    kops_pod_notReady: 3,
+    kops_pod_pending: 1,
+    kops_pod_unknown: 0,
+  };
+
+  test('any wording of the messages counts the same: the gauges never read them', () => {
+    const result = validateCluster(snapshot());
+    const reworded = {
+      ...result,
+      failures: result.failures.map((f) => ({ ...f, message: `reworded: ${f.reason}` })),
+    };
+    assert.deepEqual(validationGaugesOf(reworded, []), expected);
+    assert.deepEqual(validationGauges(snapshot()), expected);
+  });
+
+  test('a bastion member (it never joins) is not a not-ready node', () => {
+    // kops expects no node of a bastion (pkg/validation/validate_cluster.go validateNodes).
+    const values = validationGauges(snapshot());
+    assert.equal(values.kops_node_notReady, 1, 'only n2');
+  });
+
+  test('nodes of no cloud group count too, as `kubectl get nodes` shows them', () => {
+    const withExtra = snapshot();
+    withExtra.nodes = [...withExtra.nodes, node('x1'), node('x2', false)];
+    const values = validationGauges(withExtra);
+    assert.equal(values.kops_node_ready, 3);
+    assert.equal(values.kops_node_notReady, 2);
+  });
+
+  test('no instance groups: nothing to validate, so no values rather than "all ready"', () => {
+    assert.throws(() => validationGauges({ ...snapshot(), instanceGroups: [] }), NotFoundError);
   });
 });
 
@@ -225,5 +287,54 @@ describe('ValidationMetrics against the simulated cluster', () => {
       if (removed) store.create(removed);
     }
     await until(async () => (await gauge('kops_node_notReady')) === 0);
+  });
+
+  test('a node joined outside any Auto Scaling group counts, as `kubectl get nodes` shows it', async () => {
+    const store = cluster.api.server.store;
+    const nodes = [...cluster.nodesByGroup.values()].flat().length;
+    await until(async () => (await gauge('kops_node_ready')) === nodes);
+    const name = 'i-000000000000e0001';
+    store.create({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name, labels: { 'kubernetes.io/hostname': name } },
+      spec: { providerID: `aws:///us-test-1a/${name}` },
+      status: { conditions: [{ type: 'Ready', status: 'False' }] },
+    });
+    try {
+      await until(async () => (await gauge('kops_node_notReady')) === 1);
+      assert.equal(await gauge('kops_node_ready'), nodes);
+      assert.equal(store.list('nodes').length, nodes + 1, 'ready + notReady = the Nodes');
+    } finally {
+      store.delete('nodes', undefined, name);
+    }
+    await until(async () => (await gauge('kops_node_notReady')) === 0);
+  });
+
+  test('no instance groups in the state store: no values at all, never zeros that read as healthy', async () => {
+    const own = new Registry();
+    const kubeConfig = cluster.api.server.kubeConfig();
+    let refreshed = 0;
+    const empty = new ValidationMetrics({
+      clusterName: cluster.clusterName,
+      kubeConfig,
+      core: kubeConfig.makeApiClient(CoreV1Api),
+      cloudGroups: { list: async () => [] },
+      instanceGroups: async () => {
+        refreshed++;
+        return [];
+      },
+      registry: own,
+      refreshIntervalMs: 50,
+    });
+    const emptyStop = new AbortController();
+    const emptyRun = empty.start(emptyStop.signal);
+    try {
+      await until(async () => refreshed > 1 && empty.snapshot() !== undefined);
+      assert.doesNotMatch(await own.metrics(), /^kops_\w+\{/m);
+    } finally {
+      emptyStop.abort();
+      await emptyRun;
+    }
   });
 });

@@ -15,11 +15,12 @@ import { type Logger, silentLogger } from '../log.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import type { InstanceGroup } from '../statestore/kops-types.ts';
 import {
-  isReady,
+  type FailureReason,
   type NodeInfo,
   nodeInfoOf,
   type PodInfo,
   podInfoOf,
+  type ValidationResult,
   validateCluster,
 } from '../validation/validate-cluster.ts';
 
@@ -47,40 +48,38 @@ export interface ValidationSnapshot {
 }
 
 /**
- * The gauge values for a snapshot, as kops' exporter computed them: ready nodes among the cloud
- * groups' members and the rest of the members as not ready; critical pods pending, of unknown phase,
- * and one per unready container; control-plane static pods missing, counted once per component.
+ * The gauge values for a validation result, counted from its typed failures and nodes — never from
+ * the wording of a message: the nodes validation checked, Ready or not (kops' readiness), plus the
+ * machines expected to join that have not; critical pods pending, of unknown phase, and one per
+ * unready container (as kops' exporter counted); control-plane static pods missing, counted once per
+ * component.
+ */
+export function validationGaugesOf(
+  result: ValidationResult,
+  components: ValidationSnapshot['components'],
+): Record<ValidationGauge, number> {
+  const count = (reason: FailureReason) => result.failures.filter((f) => f.reason === reason).length;
+  const ready = result.nodes.filter((n) => n.ready).length;
+  return {
+    kops_component_healthy: components.filter((c) => c.healthy).length,
+    kops_component_unhealthy: components.filter((c) => !c.healthy).length,
+    kops_node_ready: ready,
+    kops_node_notReady: result.nodes.length - ready + count('machine-not-joined'),
+    kops_pod_missing: new Set(
+      result.failures.filter((f) => f.reason === 'static-pod-missing').map((f) => f.app),
+    ).size,
+    kops_pod_notReady: result.failures.reduce((sum, f) => sum + (f.notReadyContainers?.length ?? 0), 0),
+    kops_pod_pending: count('pod-pending'),
+    kops_pod_unknown: count('pod-unknown-phase'),
+  };
+}
+
+/**
+ * The gauge values for a snapshot. Throws NotFoundError when it has no instance group: there is
+ * nothing to validate, and zeros would read as a healthy cluster.
  */
 export function validationGauges(snapshot: ValidationSnapshot): Record<ValidationGauge, number> {
-  const result = validateCluster(snapshot);
-  const byProvider = new Map(snapshot.nodes.map((n) => [n.providerID, n]));
-  const members = snapshot.cloudGroups.flatMap((g) => g.members);
-  const ready = members.filter((m) => {
-    const node = byProvider.get(m.providerID);
-    return node !== undefined && isReady(node);
-  }).length;
-  const podFailures = result.failures.filter((f) => f.type === 'Pod');
-  const missingApps = new Set(
-    result.failures
-      .map((f) => / is missing (\S+) pod$/.exec(f.message)?.[1])
-      .filter((app): app is string => app !== undefined),
-  );
-  const unreadyPods = new Set(
-    podFailures.filter((f) => / is not ready \(/.test(f.message)).map((f) => f.name),
-  );
-  const notReadyContainers = snapshot.pods
-    .filter((p) => unreadyPods.has(`${p.namespace}/${p.name}`))
-    .reduce((sum, p) => sum + p.notReadyContainers.length, 0);
-  return {
-    kops_component_healthy: snapshot.components.filter((c) => c.healthy).length,
-    kops_component_unhealthy: snapshot.components.filter((c) => !c.healthy).length,
-    kops_node_ready: ready,
-    kops_node_notReady: members.length - ready,
-    kops_pod_missing: missingApps.size,
-    kops_pod_notReady: notReadyContainers,
-    kops_pod_pending: podFailures.filter((f) => f.message.endsWith(' is pending')).length,
-    kops_pod_unknown: podFailures.filter((f) => f.message.endsWith(' is unknown phase')).length,
-  };
+  return validationGaugesOf(validateCluster(snapshot), snapshot.components);
 }
 
 /** Options of {@link ValidationMetrics}. */
@@ -103,19 +102,21 @@ export class ValidationMetrics implements LeaderComponent {
   readonly #logger: Logger;
   #current: { nodes: Informer<V1Node, NodeInfo>; pods: Informer<V1Pod, PodInfo> } | undefined;
   #slow: Pick<ValidationSnapshot, 'instanceGroups' | 'cloudGroups' | 'components'> | undefined;
+  /** Why the last snapshot could not be validated, so it is logged once, not at every scrape. */
+  #problem: string | undefined;
 
   constructor(options: ValidationMetricsOptions) {
     this.#options = options;
     this.#logger = (options.logger ?? silentLogger).child({ component: this.name });
     const registers = [options.registry];
     // One scrape collects all eight gauges: validate once for them, not once each.
-    let computed: { at: number; values: Record<ValidationGauge, number> } | undefined;
+    let computed: { at: number; values: Record<ValidationGauge, number> | undefined } | undefined;
     const value = (gauge: ValidationGauge) => () => {
       if (!computed || Date.now() - computed.at > 1000) {
         const snapshot = this.snapshot();
-        computed = snapshot ? { at: Date.now(), values: validationGauges(snapshot) } : undefined;
+        computed = snapshot ? { at: Date.now(), values: this.#gauges(snapshot) } : undefined;
       }
-      return computed?.values[gauge];
+      return computed?.values?.[gauge];
     };
     for (const name of Object.keys(gaugeHelp) as ValidationGauge[]) {
       const compute = value(name);
@@ -130,6 +131,24 @@ export class ValidationMetrics implements LeaderComponent {
           if (v !== undefined) this.set({ cluster_name: options.clusterName }, v);
         },
       });
+    }
+  }
+
+  /**
+   * The values for a snapshot, or none when it cannot be validated (no instance group): an absent
+   * series is honest where zeros would read as "all ready". Logged once per distinct reason.
+   */
+  #gauges(snapshot: ValidationSnapshot): Record<ValidationGauge, number> | undefined {
+    try {
+      const values = validationGauges(snapshot);
+      this.#problem = undefined;
+      return values;
+    } catch (err) {
+      const problem = describeError(err);
+      if (problem !== this.#problem)
+        this.#logger.warn({ err: problem }, 'cannot validate the cluster; no kops_* values');
+      this.#problem = problem;
+      return undefined;
     }
   }
 

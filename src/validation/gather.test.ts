@@ -2,7 +2,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
 import type { Config } from '../config/schema.ts';
-import { UnavailableError } from '../errors.ts';
+import { ConfigError, UnavailableError } from '../errors.ts';
+import { seedClusterStore } from '../statestore/cluster-store.ts';
+import { openVfs } from '../statestore/open.ts';
 import { apiServerAddresses, gatherValidationInput } from './gather.ts';
 
 test('the API server is resolved when it is a name, not when it is an address', async () => {
@@ -32,31 +34,84 @@ test('a name that does not resolve is an outage with the reason', async () => {
   );
 });
 
-test('on the placeholder, validation reads nothing else: not the state store, the cloud or the API', async () => {
+/** A kubeconfig naming the API server `https://<host>`; nothing connects to it in these tests. */
+function kubeConfigFor(host: string): KubeConfig {
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromOptions({
-    clusters: [{ name: 'c', server: 'https://api.c.example.com' }],
+    clusters: [{ name: 'c', server: `https://${host}` }],
     users: [{ name: 'u' }],
     contexts: [{ name: 'c', cluster: 'c', user: 'u' }],
     currentContext: 'c',
   });
-  // A state store and a cloud that cannot be reached: touching either would fail the call.
+  return kubeConfig;
+}
+
+/** A state store (in memory) holding the cluster `name` with `spec` and one instance group. */
+async function storeWith(name: string, spec: string): Promise<string> {
+  const root = `memfs://gather-${name.replaceAll('.', '-')}-${Math.random().toString(36).slice(2)}`;
+  await seedClusterStore(openVfs(root), name, {
+    cluster: `apiVersion: kops.k8s.io/v1alpha2\nkind: Cluster\nmetadata:\n  name: ${name}\nspec:\n${spec}`,
+    instanceGroups: [
+      'apiVersion: kops.k8s.io/v1alpha2\nkind: InstanceGroup\nmetadata:\n  name: nodes\nspec:\n  role: Node\n',
+    ],
+  });
+  return `${root}/${name}`;
+}
+
+test('on the placeholder, validation reads nothing else: not the cloud or the API', async () => {
+  // A cloud that cannot be reached: touching it would fail the call.
   const config = {
     clusterName: 'c.example.com',
     cloud: 'aws',
-    configBase: 's3://no-such-bucket/c',
+    configBase: await storeWith('c.example.com', '  cloudProvider: aws\n'),
   } as Config;
   const input = await gatherValidationInput({
     config,
-    kubeConfig,
+    kubeConfig: kubeConfigFor('api.c.example.com'),
     resolve: async () => ['203.0.113.123'],
     cloud: { aws: { endpoint: 'http://127.0.0.1:9' } },
   });
+  assert.deepEqual(
+    input.instanceGroups.map((ig) => ig.metadata.name),
+    ['nodes'],
+  );
   assert.deepEqual(input, {
     apiServer: { host: 'api.c.example.com', addresses: ['203.0.113.123'] },
-    instanceGroups: [],
+    instanceGroups: input.instanceGroups,
     cloudGroups: [],
     nodes: [],
     pods: [],
   });
+});
+
+test('gossip and `dns: None` clusters publish no DNS records: the placeholder check does not run', async () => {
+  // kops checks the placeholder only when cluster.PublishesDNSRecords() (pkg/validation/validate_cluster.go):
+  // not for `dns: None` (pkg/apis/kops/cluster.go UsesNoneDNS) nor, before kOps 1.37 removed gossip, for a
+  // gossip name ending in .k8s.local (pkg/dns/gossip.go IsGossipClusterName, at 239453846b^).
+  for (const [name, spec] of [
+    ['c.k8s.local', '  cloudProvider: aws\n'],
+    ['c.example.com', '  cloudProvider: aws\n  topology:\n    dns:\n      type: None\n'],
+    ['d.example.com', '  cloudProvider: aws\n  networking:\n    topology:\n      dns: None\n'],
+  ] as const) {
+    let resolved = 0;
+    // An unsupported cloud stops the gathering right after the DNS step, before any connection.
+    const config = {
+      clusterName: name,
+      cloud: 'openstack',
+      configBase: await storeWith(name, spec),
+    } as Config;
+    await assert.rejects(
+      gatherValidationInput({
+        config,
+        kubeConfig: kubeConfigFor(`api.${name}`),
+        resolve: async () => {
+          resolved++;
+          return ['203.0.113.123'];
+        },
+      }),
+      ConfigError,
+      name,
+    );
+    assert.equal(resolved, 0, `${name}: the API name must not be resolved`);
+  }
 });

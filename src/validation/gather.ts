@@ -11,6 +11,7 @@ import { ConfigError, UnavailableError } from '../errors.ts';
 import { kubeList } from '../kube/informer.ts';
 import type { Logger } from '../log.ts';
 import { ClusterStore } from '../statestore/cluster-store.ts';
+import type { Cluster } from '../statestore/kops-types.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
 import { isPlaceholderAddress, nodeInfoOf, podInfoOf, type ValidationInput } from './validate-cluster.ts';
 
@@ -64,6 +65,23 @@ export async function apiServerAddresses(
   }
 }
 
+/**
+ * Whether kops publishes the cluster's DNS records, so that the API name may still point at its
+ * placeholder: not with `dns: None` (v1alpha2 `spec.topology.dns.type`, v1alpha3
+ * `spec.networking.topology.dns`; kops' pkg/apis/kops/cluster.go PublishesDNSRecords and UsesNoneDNS),
+ * nor for a gossip cluster, whose name ends in `.k8s.local` (pkg/dns/gossip.go IsGossipClusterName,
+ * until kOps 1.37 removed gossip).
+ */
+export function publishesDnsRecords(cluster: Cluster): boolean {
+  const spec = cluster.spec as {
+    topology?: { dns?: { type?: unknown } };
+    networking?: { topology?: { dns?: unknown } };
+  };
+  const dns = spec.networking?.topology?.dns ?? spec.topology?.dns?.type;
+  if (dns === 'None') return false;
+  return !cluster.metadata.name.replace(/\.$/, '').endsWith('.k8s.local');
+}
+
 /** Reads the instance groups, cloud groups, Nodes and pods of the configured cluster. */
 export async function gatherValidationInput(
   options: GatherOptions,
@@ -72,17 +90,23 @@ export async function gatherValidationInput(
   if (!config.configBase) {
     throw new ConfigError('configBase is not set: validation needs the instance groups from the state store');
   }
-  // First, as in kops: while the name points at the placeholder, nothing else can be reached.
-  const server = options.kubeConfig.getCurrentCluster()?.server;
-  const apiServer = server ? await apiServerAddresses(server, options.resolve) : undefined;
-  if (apiServer?.addresses.some(isPlaceholderAddress)) {
-    return { apiServer, instanceGroups: [], cloudGroups: [], nodes: [], pods: [] };
-  }
   const vfs = openVfs(config.configBase, options.vfsOptions);
+  const store = new ClusterStore(vfs);
+  // First, as in kops: while the name points at the placeholder, nothing else can be reached. A
+  // cluster that publishes no DNS records has no placeholder to find.
+  const server = options.kubeConfig.getCurrentCluster()?.server;
+  const apiServer =
+    server && publishesDnsRecords(await store.cluster())
+      ? await apiServerAddresses(server, options.resolve)
+      : undefined;
+  if (apiServer?.addresses.some(isPlaceholderAddress)) {
+    // The instance groups still, so that a cluster without any is refused first, as kops does.
+    return { apiServer, instanceGroups: await store.instanceGroups(), cloudGroups: [], nodes: [], pods: [] };
+  }
   const cloud = await cloudFromConfig(config, vfs, options.cloud, options.logger);
   try {
     const [instanceGroups, cloudGroups, nodes, pods] = await Promise.all([
-      new ClusterStore(vfs).instanceGroups(),
+      store.instanceGroups(),
       cloud.cloudGroups.list(config.clusterName),
       listAll<V1Node>(options.kubeConfig, '/api/v1/nodes'),
       listAll<V1Pod>(options.kubeConfig, '/api/v1/pods'),

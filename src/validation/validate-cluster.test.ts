@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { CloudGroup } from '../cloud/types.ts';
+import { NotFoundError } from '../errors.ts';
 import type { InstanceGroup, InstanceGroupRole } from '../statestore/kops-types.ts';
 import {
   type NodeInfo,
@@ -211,7 +212,7 @@ describe('validateCluster', () => {
     );
     const result = validateCluster(input);
     assert.deepEqual(
-      result.failures.map((f) => [f.name, f.message, f.instanceGroup]),
+      result.failures.map((f) => [f.name, f.message, f.instanceGroup?.metadata.name]),
       [
         ['kube-system/dns-1', 'system-cluster-critical pod "dns-1" is pending', undefined],
         ['kube-system/agent-1', 'system-node-critical pod "agent-1" is unknown phase', 'nodes'],
@@ -266,5 +267,198 @@ describe('validateCluster', () => {
     });
     assert.deepEqual(podInfo.notReadyContainers, ['b']);
     assert.equal(podInfo.priorityClassName, 'system-node-critical');
+  });
+});
+
+/**
+ * Issue 17 item 1: validation must never say "ready" wrongly. Each rule cites the kops code it follows
+ * (kubernetes/kops @ 268927e2).
+ */
+describe('validateCluster never says ready wrongly', () => {
+  test('no instance groups at all is an error, not a ready cluster (kops: "no InstanceGroup objects found")', () => {
+    // pkg/validation/validate_cluster.go NewClusterValidator and cmd/kops/validate_cluster.go
+    // RunValidateCluster both refuse an empty instance-group list.
+    const input = { ...healthy(), instanceGroups: [] };
+    assert.throws(
+      () => validateCluster(input),
+      (err) => err instanceof NotFoundError && /^no InstanceGroup objects found/.test(err.message),
+    );
+  });
+
+  test('a NotReady node of no cloud group (a detached instance, a machine joined outside any group) fails', () => {
+    // kops lists and checks the node of every member of a group, detached ones included
+    // (pkg/validation/validate_cluster.go validateNodes; Detached in pkg/cloudinstances/cloud_instance.go).
+    const input = healthy();
+    input.nodes.push(
+      node('i-extra', { readyStatus: 'False', labels: { 'kops.k8s.io/instancegroup': 'nodes' } }),
+      node('i-extra-ok'),
+    );
+    const result = validateCluster(input);
+    assert.deepEqual(messages(input), ['Node/i-extra: node "i-extra" of role "node" is not ready']);
+    assert.equal(result.failures[0]?.instanceGroup?.metadata.name, 'nodes');
+    assert.deepEqual(
+      result.nodes.map((n) => [n.name, n.role, n.status]),
+      [
+        ['i-cp', 'control-plane', 'True'],
+        ['i-1', 'node', 'True'],
+        ['i-2', 'node', 'True'],
+        ['i-extra', 'node', 'False'],
+        ['i-extra-ok', 'node', 'True'],
+      ],
+    );
+  });
+
+  test('every failure has a typed reason and the objects it concerns, whatever its message says', () => {
+    const input = healthy();
+    input.cloudGroups = [group('control-plane', ['i-cp']), group('nodes', ['i-1', 'i-2', 'i-3'], 4)];
+    input.nodes[1] = node('i-1', { readyStatus: 'False' });
+    input.pods = input.pods.filter((p) => p.labels['k8s-app'] !== 'kube-scheduler');
+    input.pods.push(
+      pod('dns', { priorityClassName: 'system-cluster-critical', phase: 'Pending' }),
+      pod('agent', { priorityClassName: 'system-node-critical', phase: 'Unknown', nodeName: 'i-2' }),
+      pod('cni', {
+        priorityClassName: 'system-node-critical',
+        notReadyContainers: ['a', 'b'],
+        nodeName: 'i-2',
+      }),
+    );
+    assert.deepEqual(
+      validateCluster(input).failures.map((f) => ({
+        reason: f.reason,
+        name: f.name,
+        instanceGroup: f.instanceGroup?.metadata.name,
+        node: f.node,
+        app: f.app,
+        containers: f.notReadyContainers,
+      })),
+      [
+        {
+          reason: 'group-too-small',
+          name: 'nodes',
+          instanceGroup: 'nodes',
+          node: undefined,
+          app: undefined,
+          containers: undefined,
+        },
+        {
+          reason: 'node-not-ready',
+          name: 'i-1',
+          instanceGroup: 'nodes',
+          node: 'i-1',
+          app: undefined,
+          containers: undefined,
+        },
+        {
+          reason: 'machine-not-joined',
+          name: 'i-3',
+          instanceGroup: 'nodes',
+          node: undefined,
+          app: undefined,
+          containers: undefined,
+        },
+        {
+          reason: 'group-missing-from-cloud',
+          name: 'bastions',
+          instanceGroup: 'bastions',
+          node: undefined,
+          app: undefined,
+          containers: undefined,
+        },
+        {
+          reason: 'pod-pending',
+          name: 'kube-system/dns',
+          instanceGroup: undefined,
+          node: undefined,
+          app: undefined,
+          containers: undefined,
+        },
+        {
+          reason: 'pod-unknown-phase',
+          name: 'kube-system/agent',
+          instanceGroup: 'nodes',
+          node: 'i-2',
+          app: undefined,
+          containers: undefined,
+        },
+        {
+          reason: 'pod-not-ready',
+          name: 'kube-system/cni',
+          instanceGroup: 'nodes',
+          node: 'i-2',
+          app: undefined,
+          containers: ['a', 'b'],
+        },
+        {
+          reason: 'static-pod-missing',
+          name: 'i-cp',
+          instanceGroup: 'control-plane',
+          node: 'i-cp',
+          app: 'kube-scheduler',
+          containers: undefined,
+        },
+      ],
+    );
+  });
+
+  test('an instance the cloud reports terminated is not counted towards the target size', () => {
+    // kops reads members only among instances in state pending, running, stopping or stopped
+    // (upup/pkg/fi/cloudup/awsup/aws_cloud.go findInstances, buildCloudInstance).
+    const input = healthy();
+    const nodes = group('nodes', ['i-1', 'i-2']);
+    nodes.members.push({
+      instanceId: 'i-old',
+      providerID: 'aws:///z/i-old',
+      state: 'terminated',
+      healthy: false,
+    });
+    nodes.targetSize = 3;
+    input.cloudGroups = [group('control-plane', ['i-cp']), nodes, group('bastions', ['i-b'])];
+    assert.deepEqual(messages(input), [
+      'InstanceGroup/nodes: InstanceGroup "nodes" did not have enough nodes 2 vs 3',
+    ]);
+  });
+
+  test("a node's zone comes from its zone label, else from its providerID", () => {
+    const input = healthy();
+    input.nodes[1] = node('i-1', { labels: {}, providerID: 'aws:///us-test-1a/i-0123456789abcdef0' });
+    input.cloudGroups[1] = {
+      ...group('nodes', ['i-1', 'i-2']),
+      members: [
+        {
+          instanceId: 'i-0123456789abcdef0',
+          providerID: 'aws:///us-test-1a/i-0123456789abcdef0',
+          state: 'running',
+          healthy: true,
+        },
+        { instanceId: 'i-2', providerID: 'aws:///z/i-2', state: 'running', healthy: true },
+      ],
+    };
+    assert.deepEqual(
+      validateCluster(input).nodes.map((n) => [n.name, n.zone]),
+      [
+        ['i-cp', 'z'],
+        ['i-1', 'us-test-1a'],
+        ['i-2', 'z'],
+      ],
+    );
+  });
+
+  test('an instance-group filter validates those groups only; an unknown name is an error', () => {
+    const input = healthy();
+    input.nodes[0] = node('i-cp', { controlPlane: true, readyStatus: 'False' });
+    input.cloudGroups = [group('control-plane', ['i-cp']), group('nodes', ['i-1', 'i-2', 'i-3'])];
+    assert.deepEqual(messages({ ...input, instanceGroupFilter: ['nodes'] }), [
+      'Machine/i-3: machine "i-3" has not yet joined cluster',
+    ]);
+    assert.deepEqual(
+      validateCluster({ ...input, instanceGroupFilter: ['nodes'] }).nodes.map((n) => n.name),
+      ['i-1', 'i-2'],
+    );
+    assert.throws(
+      () => validateCluster({ ...input, instanceGroupFilter: ['nodes', 'workers'] }),
+      (err) =>
+        err instanceof NotFoundError &&
+        err.message === 'instance group "workers" not found; the cluster has: bastions, control-plane, nodes',
+    );
   });
 });

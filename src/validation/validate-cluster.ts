@@ -1,11 +1,16 @@
 /**
  * `kops validate cluster` semantics (reference kops-controller.md §5.2) as one pure function over
  * plain data: the instance groups, what the cloud says each group runs, the Nodes and the pods. It
- * reports every failure with kops' kinds and messages, and the nodes it looked at. The DNS placeholder
- * check of kops is not part of it: it needs a resolver, not cluster state.
+ * reports every failure with kops' kinds and messages — and, for programs such as the `kops_*` gauges, a
+ * typed reason and the instance group, node, component or containers it concerns — and the nodes it
+ * looked at. Follows kops' pkg/validation/validate_cluster.go (kubernetes/kops @ 268927e2).
  */
 import type { V1Node, V1Pod } from '@kubernetes/client-node';
+import { parseAwsProviderID } from '../cloud/aws/providerid.ts';
+import { parseGceProviderID } from '../cloud/gce/resource-names.ts';
 import type { CloudGroup } from '../cloud/types.ts';
+import { NotFoundError } from '../errors.ts';
+import { instanceGroupLabel } from '../nodelabels/build-node-labels.ts';
 import type { InstanceGroup, InstanceGroupRole } from '../statestore/kops-types.ts';
 
 /** What validation needs of a Node. */
@@ -44,14 +49,42 @@ export interface ValidationInput {
    * not checked, as by the in-cluster gauges).
    */
   apiServer?: { host: string; addresses: readonly string[] };
+  /**
+   * The instance groups to validate, by name (all when absent or empty), as kops' filterInstanceGroups:
+   * their cloud groups, machines and nodes. Critical pods are checked all the same, as in kops.
+   */
+  instanceGroupFilter?: readonly string[];
 }
 
-/** One failure, as kops reports it: kind (`type` in its JSON), the object's name and a message. */
+/** Why a failure was reported: what programs (the `kops_*` gauges) count, never the message text. */
+export type FailureReason =
+  | 'dns-placeholder'
+  | 'group-too-small'
+  | 'group-missing-from-cloud'
+  | 'machine-not-joined'
+  | 'node-not-ready'
+  | 'static-pod-missing'
+  | 'pod-pending'
+  | 'pod-unknown-phase'
+  | 'pod-not-ready';
+
+/**
+ * One failure, as kops reports it — kind (`type` in its JSON), the object's name, a message, and the
+ * instance group it comes from — with its typed reason and the node, static pod (`app`) or containers
+ * it concerns.
+ */
 export interface ValidationFailure {
   type: 'dns' | 'InstanceGroup' | 'Machine' | 'Node' | 'Pod';
+  reason: FailureReason;
   name: string;
   message: string;
-  instanceGroup?: string;
+  instanceGroup?: InstanceGroup;
+  /** The node the failure is about, or the node of the pod. */
+  node?: string;
+  /** For `static-pod-missing`: the missing component (`kube-apiserver`, …). */
+  app?: string;
+  /** For `pod-not-ready`: the containers that are not ready. */
+  notReadyContainers?: string[];
 }
 
 /** A node of the cluster, as the `NODE STATUS` table shows it. */
@@ -61,6 +94,8 @@ export interface ValidatedNode {
   role: string;
   hostname: string;
   status: NodeInfo['readyStatus'];
+  /** kops' readiness ({@link isReady}): Ready and the network available. */
+  ready: boolean;
 }
 
 /** The outcome: no failures means the cluster is ready. */
@@ -77,7 +112,9 @@ const controlPlaneLabel = 'node-role.kubernetes.io/control-plane';
 
 /**
  * Whether an instance without a Node is late: a stopped one (an AWS warm-pool instance) or one being
- * terminated is not expected to join, as kops skips its warm pool and detached instances.
+ * terminated is not expected to join, as kops skips its warm pool and detached instances. (kops still
+ * expects an instance in `Terminating:Wait` to have joined; the cloud groups do not tell that state
+ * apart from `Terminating`, so such an instance is forgiven here.)
  */
 function expectedToJoin(member: CloudGroup['members'][number]): boolean {
   return member.state !== 'stopped' && member.state !== 'stopping' && member.state !== 'terminated';
@@ -114,6 +151,7 @@ function placeholderFailure(input: ValidationInput): ValidationFailure | undefin
   if (!apiServer || found.length === 0) return undefined;
   return {
     type: 'dns',
+    reason: 'dns-placeholder',
     name: 'apiserver',
     message:
       `the API server name ${apiServer.host} still resolves to kops' placeholder address ` +
@@ -122,8 +160,56 @@ function placeholderFailure(input: ValidationInput): ValidationFailure | undefin
   };
 }
 
-/** Validates the cluster. */
+/**
+ * The instance groups the input selects, by name. An empty list is kops' refusal ("no InstanceGroup
+ * objects found": pkg/validation/validate_cluster.go NewClusterValidator), since there would be
+ * nothing to check; a name the cluster lacks would select nothing either.
+ */
+function selectedGroups(input: ValidationInput): Map<string, InstanceGroup> {
+  if (input.instanceGroups.length === 0) {
+    throw new NotFoundError(
+      'no InstanceGroup objects found: the state store holds no instance group of this cluster ' +
+        '(is configBase right?), so there is nothing to validate',
+    );
+  }
+  const all = new Map(input.instanceGroups.map((ig) => [ig.metadata.name, ig]));
+  const filter = input.instanceGroupFilter ?? [];
+  if (filter.length === 0) return all;
+  const unknown = filter.find((name) => !all.has(name));
+  if (unknown !== undefined) {
+    throw new NotFoundError(
+      `instance group "${unknown}" not found; the cluster has: ${[...all.keys()].sort().join(', ')}`,
+    );
+  }
+  return new Map(filter.map((name) => [name, all.get(name) as InstanceGroup]));
+}
+
+/**
+ * The members kops sees: it reads instances in state pending, running, stopping or stopped only
+ * (upup/pkg/fi/cloudup/awsup/aws_cloud.go findInstances), so a terminated one neither counts
+ * towards the target size nor is expected to join.
+ */
+function visibleMembers(cloudGroup: CloudGroup): CloudGroup['members'] {
+  return cloudGroup.members.filter((member) => member.state !== 'terminated');
+}
+
+/** The zone of a node: its zone label (as kops reads it), else the zone its providerID names. */
+function zoneOf(node: NodeInfo): string {
+  const label = node.labels['topology.kubernetes.io/zone'];
+  if (label) return label;
+  const providerID = node.providerID ?? '';
+  try {
+    if (providerID.startsWith('aws://')) return parseAwsProviderID(providerID).zone;
+    if (providerID.startsWith('gce://')) return parseGceProviderID(providerID).zone;
+  } catch {
+    // A malformed providerID names no zone; the node is still validated.
+  }
+  return '';
+}
+
+/** Validates the cluster. Throws NotFoundError when there is no instance group to validate. */
 export function validateCluster(input: ValidationInput): ValidationResult {
+  const selected = selectedGroups(input);
   const placeholder = placeholderFailure(input);
   if (placeholder) return { failures: [placeholder], nodes: [] };
   const failures: ValidationFailure[] = [];
@@ -131,65 +217,96 @@ export function validateCluster(input: ValidationInput): ValidationResult {
   const nodeByProvider = new Map(input.nodes.filter((n) => n.providerID).map((n) => [n.providerID, n]));
   const groupByName = new Map(input.instanceGroups.map((ig) => [ig.metadata.name, ig]));
   const tolerated = toleratedNodes(input, nodeByProvider, groupByName);
-  const groupOfNode = new Map<string, string>();
+  const groupOfNode = new Map<string, InstanceGroup>();
   const readyNodes = new Set<string>();
 
+  /** kops' check of one node of role `role`: listed, and failed when not ready (unless tolerated). */
+  const checkNode = (node: NodeInfo, ig: InstanceGroup | undefined, role: string): void => {
+    if (ig) groupOfNode.set(node.name, ig);
+    const ready = isReady(node);
+    if (ready) readyNodes.add(node.name);
+    if (role !== 'control-plane' && role !== 'apiserver' && role !== 'node') return;
+    if (!ready && !tolerated.has(node.name)) {
+      failures.push({
+        type: 'Node',
+        reason: 'node-not-ready',
+        name: node.name,
+        message: `node "${node.name}" of role "${role}" is not ready`,
+        node: node.name,
+        ...(ig ? { instanceGroup: ig } : {}),
+      });
+    }
+    nodes.push({
+      name: node.name,
+      zone: zoneOf(node),
+      role,
+      hostname: node.labels['kubernetes.io/hostname'] ?? '',
+      status: node.readyStatus,
+      ready,
+    });
+  };
+
+  // Nodes some cloud group accounts for; the others are checked after the groups.
+  const memberNodes = new Set<string>();
   for (const cloudGroup of input.cloudGroups) {
-    const ig = groupByName.get(cloudGroup.instanceGroup);
+    if (!groupByName.has(cloudGroup.instanceGroup)) continue;
+    for (const member of visibleMembers(cloudGroup)) {
+      const node = nodeByProvider.get(member.providerID);
+      if (node) memberNodes.add(node.name);
+    }
+  }
+
+  for (const cloudGroup of input.cloudGroups) {
+    const ig = selected.get(cloudGroup.instanceGroup);
     if (!ig) continue;
     const name = ig.metadata.name;
-    const members = cloudGroup.members;
+    const members = visibleMembers(cloudGroup);
     if (members.length < cloudGroup.targetSize) {
       failures.push({
         type: 'InstanceGroup',
+        reason: 'group-too-small',
         name,
         message: `InstanceGroup "${name}" did not have enough nodes ${members.length} vs ${cloudGroup.targetSize}`,
-        instanceGroup: name,
+        instanceGroup: ig,
       });
     }
-    const role = roleName(ig.spec.role);
     for (const member of members) {
       const node = nodeByProvider.get(member.providerID);
-      if (!node) {
-        if (ig.spec.role !== 'Bastion' && expectedToJoin(member) && !tolerated.has(member.instanceId)) {
-          failures.push({
-            type: 'Machine',
-            name: member.instanceId,
-            message: `machine "${member.instanceId}" has not yet joined cluster`,
-            instanceGroup: name,
-          });
-        }
-        continue;
-      }
-      groupOfNode.set(node.name, name);
-      const ready = isReady(node);
-      if (ready) readyNodes.add(node.name);
-      if (role !== 'control-plane' && role !== 'apiserver' && role !== 'node') continue;
-      if (!ready && !tolerated.has(node.name)) {
+      if (node) {
+        checkNode(node, ig, roleName(ig.spec.role));
+      } else if (ig.spec.role !== 'Bastion' && expectedToJoin(member) && !tolerated.has(member.instanceId)) {
         failures.push({
-          type: 'Node',
-          name: node.name,
-          message: `node "${node.name}" of role "${role}" is not ready`,
-          instanceGroup: name,
+          type: 'Machine',
+          reason: 'machine-not-joined',
+          name: member.instanceId,
+          message: `machine "${member.instanceId}" has not yet joined cluster`,
+          instanceGroup: ig,
         });
       }
-      nodes.push({
-        name: node.name,
-        zone: node.labels['topology.kubernetes.io/zone'] ?? '',
-        role,
-        hostname: node.labels['kubernetes.io/hostname'] ?? '',
-        status: node.readyStatus,
-      });
     }
   }
+
+  // A Node that no group's member accounts for (a detached instance, a machine joined outside any
+  // cloud group) is still a node of the cluster: kops checks the nodes of its detached instances the
+  // same way, so a NotReady one fails here too. Its group is the one its instance-group label names.
+  const filtered = (input.instanceGroupFilter ?? []).length > 0;
+  for (const node of input.nodes) {
+    if (memberNodes.has(node.name)) continue;
+    const ig = groupByName.get(node.labels[instanceGroupLabel] ?? '');
+    if (filtered && !(ig && selected.has(ig.metadata.name))) continue;
+    const role = ig ? roleName(ig.spec.role) : controlPlaneLabel in node.labels ? 'control-plane' : 'node';
+    checkNode(node, ig, role);
+  }
+
   const inCloud = new Set(input.cloudGroups.map((g) => g.instanceGroup));
-  for (const ig of input.instanceGroups) {
+  for (const ig of selected.values()) {
     if (inCloud.has(ig.metadata.name)) continue;
     failures.push({
       type: 'InstanceGroup',
+      reason: 'group-missing-from-cloud',
       name: ig.metadata.name,
       message: `InstanceGroup "${ig.metadata.name}" is missing from the cloud provider`,
-      instanceGroup: ig.metadata.name,
+      instanceGroup: ig,
     });
   }
   failures.push(...podFailures(input, readyNodes, groupOfNode, tolerated));
@@ -208,7 +325,7 @@ function toleratedNodes(
   const unready: string[] = [];
   for (const cloudGroup of input.cloudGroups) {
     if (groupByName.get(cloudGroup.instanceGroup)?.spec.role !== 'Node') continue;
-    for (const member of cloudGroup.members) {
+    for (const member of visibleMembers(cloudGroup)) {
       const node = nodeByProvider.get(member.providerID);
       if (node ? !isReady(node) : expectedToJoin(member)) unready.push(node?.name ?? member.instanceId);
     }
@@ -221,7 +338,7 @@ function toleratedNodes(
 function podFailures(
   input: ValidationInput,
   readyNodes: Set<string>,
-  groupOfNode: Map<string, string>,
+  groupOfNode: Map<string, InstanceGroup>,
   tolerated: Set<string>,
 ): ValidationFailure[] {
   const failures: ValidationFailure[] = [];
@@ -240,31 +357,41 @@ function podFailures(
     if (!criticalPriorities.has(priority) || pod.phase === 'Succeeded') continue;
     if (pod.nodeName && tolerated.has(pod.nodeName)) continue;
     const what = `${priority} pod "${pod.name}"`;
-    const message =
+    const problem: Pick<ValidationFailure, 'reason' | 'message' | 'notReadyContainers'> | undefined =
       pod.phase === 'Pending'
-        ? `${what} is pending`
+        ? { reason: 'pod-pending', message: `${what} is pending` }
         : pod.phase === 'Unknown'
-          ? `${what} is unknown phase`
+          ? { reason: 'pod-unknown-phase', message: `${what} is unknown phase` }
           : pod.notReadyContainers.length > 0
-            ? `${what} is not ready (${pod.notReadyContainers.join(',')})`
+            ? {
+                reason: 'pod-not-ready',
+                message: `${what} is not ready (${pod.notReadyContainers.join(',')})`,
+                notReadyContainers: [...pod.notReadyContainers],
+              }
             : undefined;
-    if (!message) continue;
+    if (!problem) continue;
+    // kops names the instance group of system-node-critical pods only.
     const group =
       priority === 'system-node-critical' && pod.nodeName ? groupOfNode.get(pod.nodeName) : undefined;
     failures.push({
       type: 'Pod',
       name: `${pod.namespace}/${pod.name}`,
-      message,
+      ...problem,
+      ...(pod.nodeName ? { node: pod.nodeName } : {}),
       ...(group ? { instanceGroup: group } : {}),
     });
   }
   for (const [node, apps] of missing) {
+    const group = groupOfNode.get(node);
     for (const app of apps) {
       failures.push({
         type: 'Node',
+        reason: 'static-pod-missing',
         name: node,
         message: `control-plane node "${node}" is missing ${app} pod`,
-        ...(groupOfNode.has(node) ? { instanceGroup: groupOfNode.get(node) as string } : {}),
+        node,
+        app,
+        ...(group ? { instanceGroup: group } : {}),
       });
     }
   }
