@@ -4,16 +4,17 @@
  * A dependency fault (network error, 408, 429, 5xx) comes back retryable with its Retry-After; any
  * other answer is final (src/agent/http-answer.ts). The caller decides how long to keep trying.
  */
-import { Agent, request } from 'node:https';
+import { Agent } from 'node:https';
 import {
   ForbiddenError,
   InvalidInputError,
   type KopsError,
+  TooLargeError,
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
+import { type HttpsAnswer, httpsRequest, TlsVerificationError } from '../net/https-client.ts';
 import { answerError, jsonObjectOf } from './http-answer.ts';
-import { isTlsVerificationFailure } from './tls-check.ts';
 
 /** The API version the client speaks. */
 export const bootstrapApiVersion = 'bootstrap.kops-controller.io/v1';
@@ -92,7 +93,7 @@ export class BootstrapClient {
     this.#agent.destroy();
   }
 
-  #call(
+  async #call(
     method: string,
     path: string,
     headers: Record<string, string>,
@@ -101,54 +102,36 @@ export class BootstrapClient {
     signal: AbortSignal | undefined,
   ): Promise<BootstrapAnswer> {
     const url = new URL(path, this.#base);
-    return new Promise((resolve, reject) => {
-      const req = request(
+    let answer: HttpsAnswer;
+    try {
+      answer = await httpsRequest({
         url,
-        {
-          method,
-          headers: { accept: 'application/json', ...headers },
-          ca: this.#ca,
-          agent: this.#agent,
-          timeout: timeoutMs,
-          ...(signal ? { signal } : {}),
-        },
-        (res) => {
-          const chunks: Buffer[] = [];
-          let size = 0;
-          res.on('data', (chunk: Buffer) => {
-            size += chunk.length;
-            if (size > maxAnswerBytes) {
-              req.destroy(new UnavailableError(`the answer exceeds ${maxAnswerBytes} bytes`));
-              return;
-            }
-            chunks.push(chunk);
-          });
-          res.on('end', () => {
-            try {
-              const answer = Buffer.concat(chunks);
-              resolve(answerOf(`${method} ${url}`, res.statusCode ?? 0, answer, res.headers['retry-after']));
-            } catch (err) {
-              reject(err);
-            }
-          });
-          res.on('error', (err) => reject(networkError(url, err)));
-        },
-      );
-      req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
-      req.on('error', (err) => reject(err instanceof UnavailableError ? err : networkError(url, err)));
-      req.end(body);
-    });
+        method,
+        headers: { accept: 'application/json', ...headers },
+        body,
+        ca: this.#ca,
+        agent: this.#agent,
+        timeoutMs,
+        maxBodyBytes: maxAnswerBytes,
+        signal,
+      });
+    } catch (err) {
+      throw transportError(url, err as Error);
+    }
+    return answerOf(`${method} ${url}`, answer.status, answer.body, answer.headers['retry-after']);
   }
 }
 
-function networkError(url: URL, err: Error): KopsError {
+function transportError(url: URL, err: Error): KopsError {
   // A TLS verification failure will not fix itself: the server is not the one the CA vouches for.
-  if (isTlsVerificationFailure(err)) {
+  if (err instanceof TlsVerificationError) {
     return new UnauthenticatedError(
       `the bootstrap server ${url.origin} is not trusted by the cluster CA ` +
-        `(${(err as NodeJS.ErrnoException).code}): check --server and the CA pin`,
+        `(${err.code}): check --server and the CA pin`,
     );
   }
+  // An answer too long to be one was cut off in transit; another attempt may get the real one.
+  if (err instanceof TooLargeError) return new UnavailableError(err.message);
   return new UnavailableError(`cannot reach the bootstrap server ${url.origin}: ${err.message}`, {
     cause: err,
   });

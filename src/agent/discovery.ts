@@ -9,7 +9,6 @@
  * what the node trusts from then on: the pinned CAs, nothing the document added.
  */
 import { readFile } from 'node:fs/promises';
-import { request } from 'node:https';
 import {
   clusterInfoPath,
   jwsKeyPrefix,
@@ -22,7 +21,7 @@ import { parseToken } from '../bootstrap/tokens.ts';
 import {
   ForbiddenError,
   InvalidInputError,
-  KopsError,
+  type KopsError,
   NotFoundError,
   TimeoutError,
   TooLargeError,
@@ -30,10 +29,10 @@ import {
   UnavailableError,
 } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { type HttpsAnswer, httpsRequest, TlsVerificationError } from '../net/https-client.ts';
 import { parsePin } from '../pki/pin.ts';
 import { answerError } from './http-answer.ts';
 import { fileAnchor, pinnedBundle, type TrustAnchor } from './pinned-trust.ts';
-import { isTlsVerificationFailure } from './tls-check.ts';
 
 /** What to discover and how to trust it. */
 export interface DiscoveryOptions {
@@ -80,53 +79,41 @@ export function clusterInfoUrl(endpoint: string): URL {
 }
 
 /** GETs the document; `ca` undefined means no verification (phase one of pinned discovery). */
-function fetchDocument(url: URL, ca: string | undefined, timeoutMs: number): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const req = request(
+async function fetchDocument(url: URL, ca: string | undefined, timeoutMs: number): Promise<string> {
+  let answer: HttpsAnswer;
+  try {
+    answer = await httpsRequest({
       url,
-      {
-        method: 'GET',
-        headers: { accept: 'application/json' },
-        // A fresh connection each time: the verified fetch must never reuse the unverified one's socket.
-        agent: false,
-        ...(ca === undefined ? { rejectUnauthorized: false } : { ca, rejectUnauthorized: true }),
-        timeout: timeoutMs,
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on('data', (chunk: Buffer) => {
-          size += chunk.length;
-          if (size > maxDocumentBytes) {
-            req.destroy(
-              new TooLargeError(`${url} sent more than ${maxDocumentBytes} bytes; it is not cluster-info`),
-            );
-          } else chunks.push(chunk);
-        });
-        res.on('end', () => {
-          const body = Buffer.concat(chunks);
-          const status = res.statusCode ?? 0;
-          if (status === 200) resolve(body.toString('utf8'));
-          else reject(answerError(`GET ${url}`, status, body, res.headers['retry-after']));
-        });
-        res.on('error', reject);
-      },
-    );
-    req.on('timeout', () => req.destroy(new TimeoutError(`${url} did not answer within ${timeoutMs} ms`)));
-    req.on('error', (err: NodeJS.ErrnoException) => {
-      if (err instanceof KopsError) reject(err);
-      else if (isTlsVerificationFailure(err)) {
-        reject(
-          new ForbiddenError(
-            `${url} did not present a certificate from the cluster CA (${err.code}): ` +
-              'someone else may be answering for the bootstrap endpoint',
-            { details: { reason: 'tls-verification' } },
-          ),
-        );
-      } else reject(new UnavailableError(`cannot fetch ${url}: ${err.message}`, { cause: err }));
+      headers: { accept: 'application/json' },
+      // A fresh connection each time: the verified fetch must never reuse the unverified one's socket.
+      agent: false,
+      ca,
+      rejectUnauthorized: ca !== undefined,
+      timeoutMs,
+      maxBodyBytes: maxDocumentBytes,
     });
-    req.end();
-  });
+  } catch (err) {
+    throw fetchError(url, err as Error, timeoutMs);
+  }
+  if (answer.status !== 200) {
+    throw answerError(`GET ${url}`, answer.status, answer.body, answer.headers['retry-after']);
+  }
+  return answer.body.toString('utf8');
+}
+
+function fetchError(url: URL, err: Error, timeoutMs: number): KopsError {
+  if (err instanceof TlsVerificationError) {
+    return new ForbiddenError(
+      `${url} did not present a certificate from the cluster CA (${err.code}): ` +
+        'someone else may be answering for the bootstrap endpoint',
+      { details: { reason: 'tls-verification' } },
+    );
+  }
+  if (err instanceof TimeoutError) return new TimeoutError(`${url} did not answer within ${timeoutMs} ms`);
+  if (err instanceof TooLargeError) {
+    return new TooLargeError(`${url} sent more than ${maxDocumentBytes} bytes; it is not cluster-info`);
+  }
+  return new UnavailableError(`cannot fetch ${url}: ${err.message}`, { cause: err });
 }
 
 async function readCaFile(path: string): Promise<TrustAnchor & { pem: string }> {

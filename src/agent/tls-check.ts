@@ -1,37 +1,14 @@
 /**
- * The node's TLS checks. A handshake that fails verification means the server is not one the trusted
- * CA vouches for: that will not fix itself, so it is final. Anything else (refused, reset, no route,
- * no answer) is a network fault worth another attempt. The API server the node will be told to use
- * is checked with a bare handshake before anything is written, so a kubeconfig never names a server
- * the pinned CA does not vouch for.
+ * The node's TLS check of the API server. A handshake that fails verification means the server is not
+ * one the trusted CA vouches for: that will not fix itself, so it is final. Anything else (refused,
+ * reset, no route, no answer) is a network fault worth another attempt. The API server the node will
+ * be told to use is checked with a bare handshake before anything is written, so a kubeconfig never
+ * names a server the pinned CA does not vouch for.
  */
 import { isIP } from 'node:net';
 import { connect } from 'node:tls';
 import { ForbiddenError, UnavailableError } from '../errors.ts';
-
-/** OpenSSL's and Node's codes for "the certificate does not prove what it must". */
-const verificationCodes = new Set([
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
-  'UNABLE_TO_GET_ISSUER_CERT',
-  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-  'SELF_SIGNED_CERT_IN_CHAIN',
-  'DEPTH_ZERO_SELF_SIGNED_CERT',
-  'CERT_HAS_EXPIRED',
-  'CERT_NOT_YET_VALID',
-  'CERT_SIGNATURE_FAILURE',
-  'CERT_UNTRUSTED',
-  'CERT_REJECTED',
-  'INVALID_CA',
-  'PATH_LENGTH_EXCEEDED',
-  'INVALID_PURPOSE',
-  'ERR_TLS_CERT_ALTNAME_INVALID',
-]);
-
-/** Whether a connection error is a failed certificate verification (final), not a network fault. */
-export function isTlsVerificationFailure(err: unknown): boolean {
-  const code = (err as NodeJS.ErrnoException | undefined)?.code;
-  return typeof code === 'string' && verificationCodes.has(code);
-}
+import { isTlsVerificationFailure } from '../net/tls-verification.ts';
 
 /**
  * Completes a TLS handshake with the API server at `server`, verified against `caBundlePem` only

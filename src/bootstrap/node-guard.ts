@@ -6,7 +6,8 @@
  * but only while that watch is provably current; every other answer comes from a direct read
  * (docs/security.md, "The impersonation guard").
  */
-import { Agent, type RequestOptions, request } from 'node:https';
+import type { OutgoingHttpHeaders } from 'node:http';
+import { Agent, type RequestOptions } from 'node:https';
 import type { KubeConfig, V1Node } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import {
@@ -19,10 +20,14 @@ import {
 } from '../errors.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import type { Logger } from '../log.ts';
+import { type HttpsAnswer, httpsRequest, StaleConnectionError } from '../net/https-client.ts';
 import { dependencyFault } from './dependency.ts';
 
 /** Reads what the guard needs of a Node. */
 export type NodeReader = (name: string) => Promise<Pick<V1Node, 'status'> | undefined>;
+
+/** A Node is a few kilobytes; its status lists at most 50 images. Anything larger is not one. */
+const maxNodeBytes = 4 * 1024 * 1024;
 
 /** The error for a Node read the API server refused, by status. */
 function readFailure(status: number, name: string, body: string): Error {
@@ -61,37 +66,31 @@ export function httpsNodeReader(kubeConfig: KubeConfig, options: { timeoutMs?: n
       ...(opts.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: opts.rejectUnauthorized }),
       ...(opts.servername ? { servername: opts.servername } : {}),
     });
-    opts.agent = agent;
-    const url = `${server}/api/v1/nodes/${encodeURIComponent(name)}`;
-    const get = (): Promise<{ status: number; body: string; staleSocket?: boolean }> =>
-      new Promise((resolve, reject) => {
-        const req = request(url, opts, (res) => {
-          let text = '';
-          res.setEncoding('utf8');
-          res.on('data', (chunk: string) => (text += chunk));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
-          res.on('error', reject);
-        });
-        req.setTimeout(timeoutMs, () =>
-          req.destroy(new TimeoutError(`read node ${name}: no answer in ${timeoutMs} ms`)),
-        );
-        req.on('error', (err: NodeJS.ErrnoException) => {
-          // A pooled connection the server closed while idle fails on first use; the GET is safe to resend.
-          if (req.reusedSocket && err.code === 'ECONNRESET')
-            resolve({ status: 0, body: '', staleSocket: true });
-          else
-            reject(
-              err instanceof TimeoutError
-                ? err
-                : new UnavailableError(`read node ${name}: ${err.message}`, { cause: err }),
-            );
-        });
-        req.end();
+    const pool = agent;
+    const read = (): Promise<HttpsAnswer> =>
+      httpsRequest({
+        url: new URL(`${server}/api/v1/nodes/${encodeURIComponent(name)}`),
+        headers: opts.headers as OutgoingHttpHeaders,
+        auth: opts.auth ?? undefined,
+        agent: pool,
+        timeoutMs,
+        maxBodyBytes: maxNodeBytes,
       });
-    let answer = await get();
-    for (let retries = 0; answer.staleSocket && retries < 3; retries++) answer = await get();
-    const { status, body } = answer;
-    if (answer.staleSocket) throw new UnavailableError(`read node ${name}: the connection was reset`);
+    let answer: HttpsAnswer | undefined;
+    for (let retries = 0; !answer; retries++) {
+      try {
+        answer = await read();
+      } catch (err) {
+        // A pooled connection the server closed while idle fails on first use; the GET is safe to resend.
+        if (err instanceof StaleConnectionError && retries < 3) continue;
+        const text = `read node ${name}: ${(err as Error).message}`;
+        throw err instanceof TimeoutError
+          ? new TimeoutError(text)
+          : new UnavailableError(text, { cause: err });
+      }
+    }
+    const { status } = answer;
+    const body = answer.body.toString('utf8');
     if (status === 404) return undefined;
     if (status !== 200) throw readFailure(status, name, body);
     return JSON.parse(body) as Pick<V1Node, 'status'>;

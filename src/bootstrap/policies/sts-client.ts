@@ -14,13 +14,8 @@
  * from the controller's own GetCallerIdentity: STS refusing a node's signature is `rejected`, which is
  * the node's fault, not STS failing.
  */
-import {
-  type ClientRequest,
-  Agent as HttpAgent,
-  request as httpRequest,
-  type IncomingMessage,
-} from 'node:http';
-import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import { Agent as HttpAgent } from 'node:http';
+import { Agent as HttpsAgent } from 'node:https';
 import {
   type CloudCallRecorder,
   type CloudCallResult,
@@ -28,7 +23,14 @@ import {
   noCloudCalls,
   secondsSince,
 } from '../../cloud/metrics.ts';
-import { TimeoutError, UnauthenticatedError, UnavailableError } from '../../errors.ts';
+import {
+  InvalidInputError,
+  TimeoutError,
+  TooLargeError,
+  UnauthenticatedError,
+  UnavailableError,
+} from '../../errors.ts';
+import { type HttpsAnswer, httpsRequest, StaleConnectionError } from '../../net/https-client.ts';
 import { connectionHeaders, type StsReplayRequest } from './aws-sts-proof.ts';
 
 /** Who STS says signed the request. */
@@ -73,9 +75,6 @@ export const stsReplayCall = 'GetCallerIdentity.replay';
 interface Outcome {
   result?: CloudCallResult;
 }
-
-/** A pooled connection that the server had already closed when a replay was written to it. */
-class StaleConnectionError extends Error {}
 
 /** Options of {@link StsClient}. */
 export interface StsClientOptions {
@@ -135,107 +134,82 @@ export class StsClient {
     }
   }
 
-  #send(
+  async #send(
     replay: StsReplayRequest['request'],
     deadline: AbortSignal,
     agent: HttpAgent | false,
     outcome: Outcome,
   ): Promise<StsCaller> {
     const base = this.#base;
-    const send = base.protocol === 'https:' ? httpsRequest : httpRequest;
     // The framing is ours whatever the parser let through: the length comes from the body we send.
     const headers: Record<string, string | string[]> = {};
     for (const [name, values] of Object.entries(replay.headers)) {
       if (!connectionHeaders.has(name) && name !== 'content-length') headers[name] = values;
     }
     headers['host'] = replay.headers['host']?.[0] ?? base.host;
-    return new Promise<StsCaller>((resolve, reject) => {
-      let answered = false;
-      const fail = (err: NodeJS.ErrnoException) => {
-        const stale = !deadline.aborted && req.reusedSocket && !answered && err.code === 'ECONNRESET';
-        // Nothing reached STS on a stale connection; any other failure before an answer is an error.
-        if (!stale) outcome.result ??= 'error';
-        if (deadline.aborted) {
-          reject(new TimeoutError(`STS did not answer within ${this.#timeoutMs} ms`));
-        } else if (err instanceof UnavailableError) {
-          reject(err);
-        } else if (stale) {
-          reject(new StaleConnectionError(err.message));
-        } else {
-          reject(new UnavailableError(`cannot reach STS at ${base.origin}: ${err.message}`, { cause: err }));
-        }
-      };
-      const options = {
-        protocol: base.protocol,
-        hostname: base.hostname,
-        port: base.port,
-        method: replay.method,
+    let answer: HttpsAnswer;
+    try {
+      answer = await httpsRequest({
+        url: base,
+        // The target as the node signed it, not normalised.
         path: replay.url,
+        method: replay.method,
         headers,
+        body: replay.body,
         agent,
+        // Not the signed Host's name: the connection goes to this endpoint and must verify as it.
+        servername: base.hostname,
+        timeoutMs: this.#timeoutMs,
+        maxBodyBytes: maxAnswerBytes,
         signal: deadline,
-        ...(base.protocol === 'https:' ? { servername: base.hostname } : {}),
-      };
-      let req: ClientRequest;
-      try {
-        req = send(options, (res) => {
-          answered = true;
-          res.on('error', fail);
-          readAnswer(res, (err) => req.destroy(err), outcome).then(resolve, reject);
-        });
-      } catch (err) {
-        // Node refuses characters in a header or the path that the proof parser let through.
-        reject(new UnauthenticatedError(`the proof cannot be replayed: ${(err as Error).message}`));
-        return;
-      }
-      req.on('error', fail);
-      req.end(replay.body);
-    });
+      });
+    } catch (err) {
+      throw this.#failure(err as Error, deadline, outcome);
+    }
+    return callerOf(answer, outcome);
+  }
+
+  /** The error a replay that got no usable answer ends with, counted unless nothing reached STS. */
+  #failure(err: Error, deadline: AbortSignal, outcome: Outcome): Error {
+    // Node refuses characters in a header or the path that the proof parser let through.
+    if (err instanceof InvalidInputError) {
+      return new UnauthenticatedError(`the proof cannot be replayed: ${(err.cause as Error).message}`);
+    }
+    const timedOut = deadline.aborted || err instanceof TimeoutError;
+    const stale = !timedOut && err instanceof StaleConnectionError;
+    // Nothing reached STS on a stale connection; any other failure before an answer is an error.
+    if (!stale) outcome.result ??= 'error';
+    if (timedOut) return new TimeoutError(`STS did not answer within ${this.#timeoutMs} ms`);
+    if (stale) return err;
+    if (err instanceof TooLargeError) {
+      return new UnavailableError(`STS answered with more than ${maxAnswerBytes} bytes`);
+    }
+    return new UnavailableError(`cannot reach STS at ${this.#base.origin}: ${err.message}`, { cause: err });
   }
 }
 
-/**
- * Reads STS's answer into the caller it names, or the error it means. More than
- * {@link maxAnswerBytes} is cut off through `abort`, which destroys the connection.
- */
-function readAnswer(res: IncomingMessage, abort: (err: Error) => void, outcome: Outcome): Promise<StsCaller> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    res.on('data', (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > maxAnswerBytes) {
-        abort(new UnavailableError(`STS answered with more than ${maxAnswerBytes} bytes`));
-        return;
-      }
-      chunks.push(chunk);
-    });
-    res.on('end', () => {
-      const text = Buffer.concat(chunks).toString('utf8');
-      const status = res.statusCode ?? 0;
-      if (status === 200) {
-        try {
-          const caller = parseCallerIdentity(text);
-          outcome.result = 'ok';
-          resolve(caller);
-        } catch (err) {
-          outcome.result = 'error';
-          reject(err);
-        }
-        return;
-      }
-      const code = xmlText(text, 'Code') ?? `HTTP ${status}`;
-      const message = xmlText(text, 'Message') ?? '';
-      const what = `${code}${message ? `: ${message}` : ''}`;
-      // STS answers Throttling with HTTP 400. Only a refusal (another 4xx) is the proof's fault; the
-      // rest (throttling, 5xx, a redirect or another 2xx than 200) is STS failing, and the node retries.
-      const result = code === 'Throttling' ? 'throttled' : httpCallResult(status);
-      outcome.result = result === 'ok' ? 'error' : result;
-      reject(
-        outcome.result === 'rejected'
-          ? new UnauthenticatedError(what)
-          : new UnavailableError(`STS failed (${what}); retry later`),
-      );
-    });
-  });
+/** Reads STS's answer into the caller it names, or the error it means. */
+function callerOf(answer: HttpsAnswer, outcome: Outcome): StsCaller {
+  const text = answer.body.toString('utf8');
+  const status = answer.status;
+  if (status === 200) {
+    try {
+      const caller = parseCallerIdentity(text);
+      outcome.result = 'ok';
+      return caller;
+    } catch (err) {
+      outcome.result = 'error';
+      throw err;
+    }
+  }
+  const code = xmlText(text, 'Code') ?? `HTTP ${status}`;
+  const message = xmlText(text, 'Message') ?? '';
+  const what = `${code}${message ? `: ${message}` : ''}`;
+  // STS answers Throttling with HTTP 400. Only a refusal (another 4xx) is the proof's fault; the
+  // rest (throttling, 5xx, a redirect or another 2xx than 200) is STS failing, and the node retries.
+  const result = code === 'Throttling' ? 'throttled' : httpCallResult(status);
+  outcome.result = result === 'ok' ? 'error' : result;
+  throw outcome.result === 'rejected'
+    ? new UnauthenticatedError(what)
+    : new UnavailableError(`STS failed (${what}); retry later`);
 }

@@ -10,7 +10,7 @@
  * review sent is counted as call `BootstrapReview` of cloud `webhook` (never by URL: the labels stay
  * bounded).
  */
-import { Agent, request as httpsRequest } from 'node:https';
+import { Agent } from 'node:https';
 import { z } from 'zod';
 import {
   type CloudCallRecorder,
@@ -19,7 +19,8 @@ import {
   noCloudCalls,
   secondsSince,
 } from '../../cloud/metrics.ts';
-import { ConfigError, describeError } from '../../errors.ts';
+import { ConfigError, describeError, TooLargeError } from '../../errors.ts';
+import { type HttpsAnswer, httpsRequest } from '../../net/https-client.ts';
 import { dependencyFault, isDependencyFault } from '../dependency.ts';
 import type {
   BootstrapPolicy,
@@ -184,7 +185,7 @@ async function verifiedDecision(
  * Rejects with a dependency fault when the webhook failed (no answer in time, transport or TLS
  * error, 5xx, 429), or with an Error saying what was wrong with an answer that is not a verdict.
  */
-function post(
+async function post(
   url: URL,
   agent: Agent,
   review: BootstrapReview,
@@ -192,65 +193,44 @@ function post(
   outcome: { result: CloudCallResult },
 ): Promise<WebhookAnswer> {
   const body = JSON.stringify(review);
-  return new Promise<WebhookAnswer>((resolve, reject) => {
-    const req = httpsRequest(
+  let answer: HttpsAnswer;
+  try {
+    answer = await httpsRequest({
       url,
-      {
-        method: 'POST',
-        agent,
-        timeout: timeoutMs,
-        headers: {
-          'content-type': 'application/json',
-          'content-length': Buffer.byteLength(body),
-          accept: 'application/json',
-        },
+      method: 'POST',
+      agent,
+      headers: {
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(body),
+        accept: 'application/json',
       },
-      (res) => {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on('data', (chunk: Buffer) => {
-          size += chunk.length;
-          if (size > maxAnswerBytes) {
-            // Too long to be a verdict: malformed, not a failure (settled before the destroy's error).
-            reject(new Error(`with more than ${maxAnswerBytes} bytes`));
-            req.destroy();
-          } else chunks.push(chunk);
-        });
-        res.on('end', () => {
-          const status = res.statusCode ?? 0;
-          if (status !== 200) {
-            // Another 2xx carries no answer either: the webhook is broken, not refusing.
-            const result = httpCallResult(status);
-            outcome.result = result === 'ok' ? 'error' : result;
-            const failed = status >= 500 || status === 429;
-            return reject(
-              failed ? dependencyFault('webhook', new Error(`HTTP ${status}`)) : new Error(`HTTP ${status}`),
-            );
-          }
-          let parsed: unknown;
-          try {
-            parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-          } catch {
-            return reject(new Error('with something that is not JSON'));
-          }
-          const answer = answerSchema.safeParse(parsed);
-          if (!answer.success)
-            return reject(
-              new Error(
-                'with something that is not {"verdict": "approve"|"deny"|"abstain", "reasons": [...]}',
-              ),
-            );
-          outcome.result = 'ok';
-          resolve(answer.data);
-        });
-        res.on('error', (err) => reject(dependencyFault('webhook', err)));
-      },
-    );
-    // A hard deadline for the whole exchange, not only for idle sockets.
-    const timer = setTimeout(() => req.destroy(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
-    req.on('close', () => clearTimeout(timer));
-    req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
-    req.on('error', (err) => reject(dependencyFault('webhook', err)));
-    req.end(body);
-  });
+      body,
+      timeoutMs,
+      maxBodyBytes: maxAnswerBytes,
+    });
+  } catch (err) {
+    // Too long to be a verdict: malformed, not a failure.
+    if (err instanceof TooLargeError) throw new Error(`with more than ${maxAnswerBytes} bytes`);
+    throw dependencyFault('webhook', err);
+  }
+  const status = answer.status;
+  if (status !== 200) {
+    // Another 2xx carries no answer either: the webhook is broken, not refusing.
+    const result = httpCallResult(status);
+    outcome.result = result === 'ok' ? 'error' : result;
+    const failed = status >= 500 || status === 429;
+    throw failed ? dependencyFault('webhook', new Error(`HTTP ${status}`)) : new Error(`HTTP ${status}`);
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(answer.body.toString('utf8'));
+  } catch {
+    throw new Error('with something that is not JSON');
+  }
+  const verdict = answerSchema.safeParse(parsed);
+  if (!verdict.success) {
+    throw new Error('with something that is not {"verdict": "approve"|"deny"|"abstain", "reasons": [...]}');
+  }
+  outcome.result = 'ok';
+  return verdict.data;
 }

@@ -1,0 +1,172 @@
+/**
+ * The project's one HTTP client, for the calls it makes to other parties: the node to the bootstrap
+ * server, the bootstrap server to STS, a webhook and the API server. One request, one answer read
+ * whole into memory up to a limit, one deadline, and every way it can fail as one typed error, so
+ * that each caller only decides what an answer's status means and words the failure for its reader.
+ *
+ * - The deadline covers the whole exchange: waiting for a pooled connection, the handshake, and the
+ *   answer to its last byte. A peer that answers slowly is as unusable as one that never answers.
+ * - An answer longer than the limit is cut off and its connection destroyed: nothing from a remote
+ *   party is buffered without bound.
+ * - Any status is an answer, returned, not thrown: what a 404 or a 503 means is the caller's call.
+ * - No redirect is followed: a caller that trusts one endpoint never talks to another.
+ *
+ * The messages of the errors say what happened; the caller says to whom.
+ */
+import {
+  type Agent as HttpAgent,
+  request as httpRequest,
+  type IncomingHttpHeaders,
+  type OutgoingHttpHeaders,
+} from 'node:http';
+import { request as httpsRequestOf } from 'node:https';
+import {
+  ForbiddenError,
+  InvalidInputError,
+  type KopsErrorOptions,
+  TimeoutError,
+  TooLargeError,
+  UnavailableError,
+} from '../errors.ts';
+import { isTlsVerificationFailure } from './tls-verification.ts';
+
+/** One request. */
+export interface HttpsRequest {
+  /** `https://…` (or `http://…`, for a simulator); its path and query are the target unless `path` is given. */
+  url: URL;
+  /** The request target exactly as sent, when it must not be normalised (a replayed signed request). */
+  path?: string;
+  /** Default GET. */
+  method?: string;
+  headers?: OutgoingHttpHeaders;
+  body?: Buffer | string;
+  /** PEM CA bundle the server's certificate must chain to (instead of the system roots). */
+  ca?: string;
+  /** False only where the caller verifies what it received by other means (pinned discovery). */
+  rejectUnauthorized?: boolean;
+  /** The TLS server name, when the Host header names another (a replayed request). */
+  servername?: string;
+  /** `user:password` basic credentials, as a kubeconfig may give them. */
+  auth?: string;
+  /** A pooled agent, or false for a connection of this request's own; default Node's global agent. */
+  agent?: HttpAgent | false;
+  /** The deadline of the whole exchange. */
+  timeoutMs: number;
+  /** The longest answer body read. */
+  maxBodyBytes: number;
+  signal?: AbortSignal;
+}
+
+/** The answer, whatever its status. */
+export interface HttpsAnswer {
+  status: number;
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+}
+
+/** The server's certificate did not verify against the trusted CAs: final, not a network fault. */
+export class TlsVerificationError extends ForbiddenError {
+  /** OpenSSL's or Node's code, e.g. `SELF_SIGNED_CERT_IN_CHAIN`. */
+  readonly code: string;
+
+  constructor(code: string, options?: KopsErrorOptions) {
+    super(`the server's certificate does not verify (${code})`, options);
+    this.code = code;
+  }
+}
+
+/**
+ * A kept-alive connection the server had already closed when the request was written to it: nothing
+ * was answered, and a request that changes nothing may be sent again on a new connection.
+ */
+export class StaleConnectionError extends UnavailableError {}
+
+/**
+ * Sends one request and reads its answer. Resolves to the answer for any status; rejects with
+ * TimeoutError (deadline), TooLargeError (answer over the limit; the connection is destroyed),
+ * TlsVerificationError, StaleConnectionError, UnavailableError (any other network failure),
+ * InvalidInputError (Node refuses to send the method, path or headers), or the AbortError of
+ * `signal`, unchanged.
+ */
+export function httpsRequest(request: HttpsRequest): Promise<HttpsAnswer> {
+  const { url } = request;
+  const send = url.protocol === 'http:' ? httpRequest : httpsRequestOf;
+  return new Promise<HttpsAnswer>((resolve, reject) => {
+    // Set before destroying the request, so that whichever error event comes first is read as this.
+    let failure: Error | undefined;
+    let answered = false;
+    let timer: NodeJS.Timeout | undefined;
+    const fail = (err: NodeJS.ErrnoException) => {
+      clearTimeout(timer);
+      reject(failure ?? classify(err, request, req.reusedSocket && !answered));
+    };
+    const stop = (err: Error) => {
+      failure ??= err;
+      req.destroy(err);
+    };
+    let req: ReturnType<typeof send>;
+    try {
+      req = send(
+        {
+          protocol: url.protocol,
+          // The brackets of an IPv6 literal belong to the URL, not to the address.
+          hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'),
+          port: url.port,
+          path: request.path ?? `${url.pathname}${url.search}`,
+          method: request.method ?? 'GET',
+          headers: request.headers ?? {},
+          // Undefined options are Node's defaults: the global agent, the system roots, verification on.
+          agent: request.agent,
+          ca: request.ca,
+          rejectUnauthorized: request.rejectUnauthorized,
+          servername: request.servername,
+          auth: request.auth,
+          signal: request.signal,
+        },
+        (res) => {
+          answered = true;
+          const chunks: Buffer[] = [];
+          let size = 0;
+          res.on('data', (chunk: Buffer) => {
+            size += chunk.length;
+            if (size > request.maxBodyBytes)
+              stop(new TooLargeError(`the answer exceeds ${request.maxBodyBytes} bytes`));
+            else chunks.push(chunk);
+          });
+          res.on('end', () => {
+            clearTimeout(timer);
+            resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks, size) });
+          });
+          res.on('error', fail);
+        },
+      );
+    } catch (err) {
+      // Node checks the method, the path and each header before anything is sent.
+      reject(new InvalidInputError(`the request cannot be sent: ${(err as Error).message}`, { cause: err }));
+      return;
+    }
+    timer = setTimeout(
+      () => stop(new TimeoutError(`no answer within ${request.timeoutMs} ms`)),
+      request.timeoutMs,
+    );
+    req.on('close', () => clearTimeout(timer));
+    req.on('error', fail);
+    req.end(request.body);
+  });
+}
+
+/** The typed error for a failed exchange that neither the deadline nor the size limit ended. */
+function classify(
+  err: NodeJS.ErrnoException,
+  request: HttpsRequest,
+  unansweredOnReusedSocket: boolean,
+): Error {
+  if (err.name === 'AbortError' && request.signal?.aborted) return err;
+  if (isTlsVerificationFailure(err)) return new TlsVerificationError(err.code as string, { cause: err });
+  if (unansweredOnReusedSocket && err.code === 'ECONNRESET') {
+    return new StaleConnectionError(`the kept-alive connection was closed by the server (${err.message})`, {
+      cause: err,
+    });
+  }
+  return new UnavailableError(err.message, { cause: err });
+}
