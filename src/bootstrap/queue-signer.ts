@@ -14,8 +14,9 @@ import type { CertificatesV1Api, KubeConfig, V1CertificateSigningRequest } from 
 import type { Registry } from 'prom-client';
 import { formatDuration } from '../config/duration.ts';
 import { describeError, KopsError } from '../errors.ts';
-import { fromApiException, unlessNotFound } from '../kube/api-errors.ts';
-import { WorkQueue } from '../kube/workqueue.ts';
+import { fromApiException } from '../kube/api-errors.ts';
+import { runController } from '../kube/controller.ts';
+import { readCsr } from '../kube/csr.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import type { IssueOptions } from '../pki/profiles.ts';
@@ -133,13 +134,6 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
     if (csr.spec?.signerName !== bootstrapSignerName || !isUndecided(csr)) return undefined;
     if (!hasValidSeal(csr, sealKey)) return 'refuse-unsealed';
     return now() - createdMs(csr) > ttlMs ? 'expire' : undefined;
-  }
-
-  function readCsr(name: string): Promise<V1CertificateSigningRequest | undefined> {
-    return unlessNotFound(
-      () => options.certificates.readCertificateSigningRequest({ name }),
-      `read certificate signing request ${name}`,
-    );
   }
 
   async function markFailed(
@@ -263,46 +257,46 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
     logger.warn({ csr: name, creator }, 'a bootstrap CSR not made by kops-controller was marked Failed');
   }
 
+  /** Writes an admin's denial of one of ours to the audit trail as it happens. */
+  function recordDenial(before: V1CertificateSigningRequest, csr: V1CertificateSigningRequest): void {
+    const record = denialRecord(before, csr);
+    if (!record) return;
+    options.audit?.(record);
+    logger.info({ csr: csr.metadata?.name, reasons: record.reasons }, 'queued bootstrap request denied');
+  }
+
   return {
     name: 'bootstrap-signer',
     async start(signal: AbortSignal): Promise<void> {
       const informer = bootstrapCsrInformer(options.kubeConfig, { logger, registry: options.registry });
-      const queue = new WorkQueue({ name: 'bootstrap-signer', registry: options.registry, logger });
-      const enqueue = (csr: V1CertificateSigningRequest) => {
-        if (needsSigning(csr) || undecidedAction(csr)) queue.add(csr.metadata?.name as string);
-      };
-      const recordDenial = (before: V1CertificateSigningRequest, csr: V1CertificateSigningRequest) => {
-        const record = denialRecord(before, csr);
-        if (!record) return;
-        options.audit?.(record);
-        logger.info({ csr: csr.metadata?.name, reasons: record.reasons }, 'queued bootstrap request denied');
-      };
-      informer.addHandlers({
-        add: enqueue,
-        update: (before, csr) => {
-          recordDenial(before, csr);
-          enqueue(csr);
+      informer.addHandlers({ update: recordDenial });
+      await runController(
+        {
+          name: 'bootstrap-signer',
+          informer,
+          key: (csr) => csr.metadata?.name as string,
+          filter: (csr) => needsSigning(csr) || undecidedAction(csr) !== undefined,
+          reconcile: async (name) => {
+            // Read fresh, not from the cache: the cache may lag behind this signer's own last write.
+            const csr = await readCsr(options.certificates, name);
+            if (!csr) return;
+            const action = undecidedAction(csr);
+            if (action) await refuseUndecided(csr, action);
+            else if (needsSigning(csr)) await sign(csr);
+          },
+          // Expiry is a matter of time, not of a change: the cached undecided requests are looked at again.
+          watch: (enqueue) => {
+            const sweep = setInterval(() => {
+              for (const csr of informer.list()) if (undecidedAction(csr) === 'expire') enqueue(csr);
+            }, options.expirySweepMs ?? Math.min(60_000, ttlMs));
+            sweep.unref();
+            return () => clearInterval(sweep);
+          },
+          registry: options.registry,
+          logger,
         },
-      });
-      queue.start(async (name) => {
-        // Read fresh, not from the cache: the cache may lag behind this signer's own last write.
-        const csr = await readCsr(name);
-        if (!csr) return;
-        const action = undecidedAction(csr);
-        if (action) await refuseUndecided(csr, action);
-        else if (needsSigning(csr)) await sign(csr);
-      });
-      informer.start();
-      // Expiry is a matter of time, not of a change: the cached undecided requests are looked at again.
-      const sweep = setInterval(() => {
-        for (const csr of informer.list()) if (undecidedAction(csr) === 'expire') enqueue(csr);
-      }, options.expirySweepMs ?? Math.min(60_000, ttlMs));
-      sweep.unref();
-      if (!signal.aborted)
-        await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
-      clearInterval(sweep);
-      await queue.shutdown({ drain: false });
-      await informer.stop();
+        signal,
+      );
     },
   };
 }

@@ -26,7 +26,8 @@ import { isIP } from 'node:net';
 import type { CertificatesV1Api, KubeConfig, V1CertificateSigningRequest } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { ConflictError, describeError, ForbiddenError, NotFoundError, RateLimitedError } from '../errors.ts';
-import { fromApiException, unlessNotFound } from '../kube/api-errors.ts';
+import { fromApiException } from '../kube/api-errors.ts';
+import { readCsr } from '../kube/csr.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
@@ -687,7 +688,7 @@ export class CsrQueue {
         throw error;
       }
     }
-    const existing = await this.#read(name);
+    const existing = await readCsr(this.#options.certificates, name);
     this.#observe(name, existing);
     if (!existing)
       throw new ConflictError(`certificate signing request ${name} vanished while being created; retry`);
@@ -706,7 +707,7 @@ export class CsrQueue {
 
   /** Where the queued request `name` stands; NotFoundError for unknown names and foreign CSRs. */
   async lookup(name: string): Promise<QueueState> {
-    const csr = this.#informer.get(name) ?? (await this.#read(name));
+    const csr = this.#informer.get(name) ?? (await readCsr(this.#options.certificates, name));
     if (!csr || !hasValidSeal(csr, this.#sealKey)) {
       throw new NotFoundError(`no pending bootstrap request ${name}; it was never made, or was deleted`, {
         details: { reason: 'unknown-request' },
@@ -759,12 +760,5 @@ export class CsrQueue {
     } catch {
       return undefined;
     }
-  }
-
-  #read(name: string): Promise<V1CertificateSigningRequest | undefined> {
-    return unlessNotFound(
-      () => this.#options.certificates.readCertificateSigningRequest({ name }),
-      `read certificate signing request ${name}`,
-    );
   }
 }

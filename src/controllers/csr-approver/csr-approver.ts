@@ -25,11 +25,12 @@ import {
 import { Counter, type Registry, register } from 'prom-client';
 import type { NodeIdentifier } from '../../cloud/types.ts';
 import { describeError, NotFoundError } from '../../errors.ts';
-import { fromApiException, unlessNotFound } from '../../kube/api-errors.ts';
+import { fromApiException } from '../../kube/api-errors.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
+import { runController } from '../../kube/controller.ts';
+import { readCsr } from '../../kube/csr.ts';
 import { Informer, kubeList, kubeWatch } from '../../kube/informer.ts';
 import { sharedMetric } from '../../kube/metrics.ts';
-import { WorkQueue } from '../../kube/workqueue.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
 import { assessCsr, assessInstance, type InstanceCheck, type Verdict } from './checks.ts';
@@ -114,38 +115,30 @@ export class CsrApprover implements LeaderComponent {
       watch: kubeWatch(kubeConfig),
       transform: csrRecordOf,
       logger: this.#logger,
-      ...(registry ? { registry } : {}),
+      registry,
     });
-    const queue = new WorkQueue({
-      name: 'certificatesigningrequests',
-      concurrency: this.#options.concurrency ?? 8,
-      baseDelayMs: 500,
-      maxDelayMs: 300_000,
-      logger: this.#logger,
-      ...(registry ? { registry } : {}),
-    });
-    const enqueue = (record: CsrRecord) => {
-      if (!record.decided && !record.issued) queue.add(record.name);
-    };
-    informer.addHandlers({ add: enqueue, update: (_before, after) => enqueue(after) });
-    informer.start();
-    queue.start((key) => this.#reconcile(informer, key));
-    try {
-      if (!signal.aborted) {
-        await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
-      }
-    } finally {
-      await queue.shutdown({ drain: false });
-      await informer.stop();
-    }
+    await runController(
+      {
+        name: 'certificatesigningrequests',
+        informer,
+        key: (record) => record.name,
+        filter: (record) => !record.decided && !record.issued,
+        reconcile: (name) => this.#reconcile(informer.get(name)),
+        concurrency: this.#options.concurrency ?? 8,
+        baseDelayMs: 500,
+        maxDelayMs: 300_000,
+        registry,
+        logger: this.#logger,
+      },
+      signal,
+    );
   }
 
-  async #reconcile(informer: Informer<V1CertificateSigningRequest, CsrRecord>, name: string): Promise<void> {
-    const record = informer.get(name);
+  async #reconcile(record: CsrRecord | undefined): Promise<undefined> {
     if (!record) return;
     const assessment = assessCsr(record);
     if (assessment.action === 'ignore') {
-      this.#logger.debug({ csr: name, why: assessment.why }, 'not a request for this approver');
+      this.#logger.debug({ csr: record.name, why: assessment.why }, 'not a request for this approver');
       return;
     }
     const verdict =
@@ -200,10 +193,7 @@ export class CsrApprover implements LeaderComponent {
       this.#logger.warn(log, 'left for a human: kubectl certificate approve|deny');
       return;
     }
-    const csr = await unlessNotFound(
-      () => this.#certificates.readCertificateSigningRequest({ name: record.name }),
-      `read certificatesigningrequest ${record.name}`,
-    );
+    const csr = await readCsr(this.#certificates, record.name);
     if (csr === undefined) return;
     const conditions = csr.status?.conditions ?? [];
     // Decided meanwhile (by a human or another approver): theirs stands.

@@ -15,10 +15,10 @@ import { Counter, type Registry, register } from 'prom-client';
 import type { IdentifyResult, NodeIdentifier } from '../../cloud/types.ts';
 import { describeError, NotFoundError } from '../../errors.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
+import { runController } from '../../kube/controller.ts';
 import { Informer, kubeList, kubeWatch } from '../../kube/informer.ts';
 import { sharedMetric } from '../../kube/metrics.ts';
 import { metadataPatch, patchNode } from '../../kube/patch.ts';
-import { WorkQueue } from '../../kube/workqueue.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { buildNodeLabels } from '../../nodelabels/build-node-labels.ts';
 import {
@@ -85,10 +85,9 @@ function isRefusal(error: Error): boolean {
   return kind === 'forbidden' || kind === 'invalid' || kind === 'not-found';
 }
 
-/** One leadership term: the informer, the queue and what was learnt about nodes. */
+/** One leadership term: the informer and what was learnt about nodes. */
 interface Term {
   informer: Informer<V1Node, NodeRecord>;
-  queue: WorkQueue;
   /** Identifications started as events arrived, handed to the reconcile of that node. */
   prefetched: Map<string, { key: string; result: Promise<Map<string, IdentifyResult>> }>;
   /** The instance group each node was last labelled from, to requeue a group's nodes on a change. */
@@ -116,7 +115,7 @@ export class NodeController implements LeaderComponent {
 
   /** Lists and watches Nodes and labels them until `signal` aborts. */
   async start(signal: AbortSignal): Promise<void> {
-    const { kubeConfig, clusterStore } = this.#options;
+    const { kubeConfig } = this.#options;
     const registry = this.#registry;
     const term: Term = {
       informer: new Informer<V1Node, NodeRecord>({
@@ -128,62 +127,70 @@ export class NodeController implements LeaderComponent {
         logger: this.#logger,
         registry,
       }),
-      queue: new WorkQueue({
-        name: 'nodes',
-        concurrency: this.#options.concurrency ?? 16,
-        baseDelayMs: 500,
-        maxDelayMs: this.#options.maxRetryDelayMs ?? 300_000,
-        logger: this.#logger,
-        registry,
-      }),
       prefetched: new Map(),
       groupOf: new Map(),
       refusals: new Map(),
     };
-    const { informer, queue } = term;
-    informer.addHandlers({
-      add: (node) => this.#enqueue(term, node),
-      update: (before, after) => {
-        if (needsReconcile(before, after)) this.#enqueue(term, after);
-      },
+    term.informer.addHandlers({
       delete: (node) => {
         term.prefetched.delete(node.name);
         term.groupOf.delete(node.name);
         term.refusals.delete(node.name);
       },
     });
+    await runController(
+      {
+        name: 'nodes',
+        informer: term.informer,
+        key: (node) => node.name,
+        // A status heartbeat changes nothing the labels depend on.
+        filter: (node, before) => !before || needsReconcile(before, node),
+        onQueue: (node) => this.#prefetch(term, node),
+        reconcile: async (name) => {
+          const outcome = await this.#reconcile(term, name);
+          if (outcome !== 'rejected') return { outcome };
+          return { outcome, requeueAfterMs: this.#options.rejectionRetryMs ?? 300_000 };
+        },
+        watch: (enqueue) => this.#watchClusterStore(term, enqueue),
+        concurrency: this.#options.concurrency ?? 16,
+        baseDelayMs: 500,
+        maxDelayMs: this.#options.maxRetryDelayMs ?? 300_000,
+        reconciles: this.#metrics.reconciles,
+        registry,
+        logger: this.#logger,
+      },
+      signal,
+    );
+  }
+
+  /** Polls the state store while leading, and requeues the nodes an edited group or cluster affects. */
+  #watchClusterStore(term: Term, enqueue: (node: NodeRecord) => void): () => void {
+    const { clusterStore } = this.#options;
+    const { informer } = term;
     const onInstanceGroup = (ig: InstanceGroup) => {
       const name = ig.metadata.name;
       let requeued = 0;
       for (const [node, group] of term.groupOf) {
         const record = group === name ? informer.get(node) : undefined;
         if (record) {
-          this.#enqueue(term, record);
+          enqueue(record);
           requeued++;
         }
       }
       this.#logger.info({ instanceGroup: name, nodes: requeued }, 'instance group changed; relabelling');
     };
     const onCluster = () => {
-      for (const record of informer.list()) this.#enqueue(term, record);
+      for (const record of informer.list()) enqueue(record);
       this.#logger.info({ nodes: informer.size }, 'cluster spec changed; relabelling every node');
     };
     clusterStore.on('instanceGroup', onInstanceGroup);
     clusterStore.on('cluster', onCluster);
     clusterStore.start();
-    informer.start();
-    queue.start((key) => this.#reconcile(term, key));
-    try {
-      if (!signal.aborted) {
-        await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
-      }
-    } finally {
+    return () => {
       clusterStore.off('instanceGroup', onInstanceGroup);
       clusterStore.off('cluster', onCluster);
       clusterStore.stop();
-      await queue.shutdown({ drain: false });
-      await informer.stop();
-    }
+    };
   }
 
   /** The key a node is identified by: its providerID, or its name where the cloud knows hosts by name. */
@@ -192,8 +199,8 @@ export class NodeController implements LeaderComponent {
     return this.#options.identifyByNodeName ? node.name : undefined;
   }
 
-  /** Queues a node, starting its identification now so that nodes queued together share cloud calls. */
-  #enqueue(term: Term, node: NodeRecord): void {
+  /** Starts a queued node's identification now, so that nodes queued together share cloud calls. */
+  #prefetch(term: Term, node: NodeRecord): void {
     const key = this.#identityKey(node);
     if (key !== undefined && term.prefetched.get(node.name)?.key !== key) {
       const result = this.#options.identifier.identify([key]);
@@ -201,7 +208,6 @@ export class NodeController implements LeaderComponent {
       result.catch(() => undefined);
       term.prefetched.set(node.name, { key, result });
     }
-    term.queue.add(node.name);
   }
 
   async #identify(term: Term, name: string, key: string): Promise<IdentifyResult | undefined> {
@@ -213,17 +219,7 @@ export class NodeController implements LeaderComponent {
     return results.get(key);
   }
 
-  async #reconcile(term: Term, name: string): Promise<void> {
-    try {
-      const result = await this.#reconcileNode(term, name);
-      this.#metrics.reconciles.inc({ result });
-    } catch (err) {
-      this.#metrics.reconciles.inc({ result: 'error' });
-      throw err;
-    }
-  }
-
-  async #reconcileNode(term: Term, name: string): Promise<ReconcileResult> {
+  async #reconcile(term: Term, name: string): Promise<ReconcileResult> {
     const node = term.informer.get(name);
     if (!node) return 'deleted';
     const key = this.#identityKey(node);
@@ -279,11 +275,11 @@ export class NodeController implements LeaderComponent {
   /**
    * A node the cloud refuses (another cluster's instance, a stopped one, a bad providerID) gets no
    * labels; it is reported once as a Warning Event and a log line, and checked again only after the
-   * rejection delay, so a spoofing node cannot make the controller loop on the cloud API.
+   * rejection delay (the `rejected` outcome requeues it), so a spoofing node cannot make the controller
+   * loop on the cloud API.
    */
   async #reject(term: Term, node: NodeRecord, error: Error): Promise<void> {
     const message = `not labelling node: ${describeError(error)}`;
-    term.queue.addAfter(node.name, this.#options.rejectionRetryMs ?? 300_000);
     if (term.refusals.get(node.name) === message) return;
     this.#logger.warn({ node: node.name, providerID: node.providerID, err: message }, 'identity rejected');
     await createEvent(this.#core, nodeEvent(node, 'Warning', identityRejectedReason, message, new Date()));

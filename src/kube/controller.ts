@@ -1,0 +1,102 @@
+/**
+ * The controller skeleton every leader-only controller shares, as controller-runtime's: an informer's
+ * adds and updates pass a filter and queue the object's key; a rate-limited work queue hands each key
+ * to `reconcile`, at most `concurrency` at once and never one key twice at the same time. A reconcile
+ * that throws is retried with the queue's per-key backoff; one that asks to be looked at again later
+ * is queued after that delay. Other sources of work (a state store, a timer) queue records through the
+ * same filter. The runner owns start and stop: on abort it stops those sources, drops what is queued,
+ * waits for the reconciles in progress (their signal aborts) and stops the informer.
+ */
+import type { KubernetesObject } from '@kubernetes/client-node';
+import type { Counter, Registry } from 'prom-client';
+import type { Logger } from '../log.ts';
+import type { Clock } from './clock.ts';
+import type { Informer } from './informer.ts';
+import { WorkQueue } from './workqueue.ts';
+
+/** How one reconcile ended, when it did not throw. */
+export interface Reconciled {
+  /** The `result` label of the reconcile counter (default `success`). */
+  outcome?: string;
+  /** Look at the key again after this many ms, though nothing changed (a refusal that may lift). */
+  requeueAfterMs?: number;
+}
+
+/** Options of {@link runController}. */
+export interface ControllerOptions<T extends KubernetesObject, R> {
+  /** Names the work queue in the `workqueue_*` metrics and in logs. */
+  name: string;
+  /** The cache whose changes queue work; the runner starts and stops it. */
+  informer: Informer<T, R>;
+  /** The queue key of a record (its name, for cluster-scoped objects). */
+  key: (record: R) => string;
+  /** Whether a record needs reconciling; `before` is set for updates. Default: every add and update. */
+  filter?: (record: R, before?: R) => boolean;
+  /** Called as a record is queued, to start work that queued reconciles share (a batched cloud call). */
+  onQueue?: (record: R) => void;
+  /** Reconciles the object with `key`; throwing retries it with backoff. The signal aborts on stop. */
+  reconcile: (key: string, signal: AbortSignal) => Promise<Reconciled | undefined>;
+  /** Other sources of work, started before the informer; returns what stops them. */
+  watch?: (enqueue: (record: R) => void) => () => void;
+  /** Keys reconciled at once (default 1). */
+  concurrency?: number;
+  /** The first and the longest retry delay of a failing key, in ms (the work queue's defaults). */
+  baseDelayMs?: number;
+  maxDelayMs?: number;
+  /** Counts each reconcile by its `result` label: the outcome, or `error`. */
+  reconciles?: Counter;
+  /** Where the work queue's metrics go; none when absent. */
+  registry?: Registry;
+  /** The work queue's clock, for its retry and requeue delays (tests move it). */
+  clock?: Clock;
+  logger?: Logger;
+}
+
+/** Runs a controller until `signal` aborts; resolves once everything it started has stopped. */
+export async function runController<T extends KubernetesObject, R>(
+  options: ControllerOptions<T, R>,
+  signal: AbortSignal,
+): Promise<void> {
+  const { informer, key, filter, onQueue, reconciles } = options;
+  const queue = new WorkQueue({
+    name: options.name,
+    concurrency: options.concurrency,
+    baseDelayMs: options.baseDelayMs,
+    maxDelayMs: options.maxDelayMs,
+    logger: options.logger,
+    registry: options.registry,
+    clock: options.clock,
+  });
+  const enqueue = (record: R, before?: R) => {
+    if (filter && !filter(record, before)) return;
+    onQueue?.(record);
+    queue.add(key(record));
+  };
+  const unsubscribe = informer.addHandlers({
+    add: (record) => enqueue(record),
+    update: (before, after) => enqueue(after, before),
+  });
+  const stopWatching = options.watch?.((record) => enqueue(record));
+  informer.start();
+  queue.start(async (name, workSignal) => {
+    let result: Reconciled | undefined;
+    try {
+      result = await options.reconcile(name, workSignal);
+    } catch (err) {
+      reconciles?.inc({ result: 'error' });
+      throw err;
+    }
+    reconciles?.inc({ result: result?.outcome ?? 'success' });
+    if (result?.requeueAfterMs !== undefined) queue.addAfter(name, result.requeueAfterMs);
+  });
+  try {
+    if (!signal.aborted) {
+      await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+    }
+  } finally {
+    stopWatching?.();
+    unsubscribe();
+    await queue.shutdown({ drain: false });
+    await informer.stop();
+  }
+}
