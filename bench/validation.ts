@@ -23,8 +23,8 @@ import {
 } from '../src/metrics/validation-metrics.ts';
 import { type SimApiServer, startApiServer } from '../src/sim/apiserver/index.ts';
 import type { InstanceGroup } from '../src/statestore/kops-types.ts';
-import { listAll } from '../src/validation/gather.ts';
 import { nodeInfoOf, podInfoOf } from '../src/validation/validate-cluster.ts';
+import { listAll } from '../src/validation-io/gather.ts';
 import { samplePod } from './informer.ts';
 
 /** Figures of one design. */

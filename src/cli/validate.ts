@@ -10,9 +10,9 @@ import { InvalidInputError, KopsError } from '../errors.ts';
 import { loadKubeConfig } from '../kube/client.ts';
 import type { InstanceGroup } from '../statestore/kops-types.ts';
 import { vfsOptionsFromEnv } from '../statestore/open.ts';
-import { gatherValidationInput } from '../validation/gather.ts';
 import { kopsValidationCluster } from '../validation/kops-output.ts';
 import { roleName, type ValidationResult, validateCluster } from '../validation/validate-cluster.ts';
+import { gatherValidationInput } from '../validation-io/gather.ts';
 import { commandLogger, durationFlag, type KubeOptions, withKubeOptions } from './common.ts';
 import { formatOutput, outputOption, renderTable, writeOut } from './output.ts';
 

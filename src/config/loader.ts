@@ -1,27 +1,9 @@
 /** Loads and validates the configuration file (YAML or JSON; kops writes JSON into a ConfigMap). */
 import { readFile } from 'node:fs/promises';
-import { type Document, parseDocument } from 'yaml';
-import type { z } from 'zod';
+import { parseDocument } from 'yaml';
 import { ConfigError, fileErrorReason } from '../errors.ts';
+import { describeIssue, formatIssuePath, yamlSyntaxProblem } from '../parse-problems.ts';
 import { type Config, configSchema } from './schema.ts';
-
-/** Renders a zod issue path the way a user writes it: `server.provider.aws.nodesRoles[0]`. */
-export function formatIssuePath(path: ReadonlyArray<PropertyKey>): string {
-  let out = '';
-  for (const part of path) {
-    if (typeof part === 'number') out += `[${part}]`;
-    else out += out ? `.${String(part)}` : String(part);
-  }
-  return out || '(top level)';
-}
-
-function describeIssue(issue: z.core.$ZodIssue): string {
-  if (issue.code === 'unrecognized_keys') {
-    const base = issue.path.length ? `${formatIssuePath(issue.path)}.` : '';
-    return issue.keys.map((k) => `${base}${k}: unknown field`).join('; ');
-  }
-  return `${formatIssuePath(issue.path)}: ${issue.message.replace(/^Invalid input: /, '')}`;
-}
 
 /** Validates an already-parsed configuration object. */
 export function parseConfig(raw: unknown, source = 'config'): Config {
@@ -39,18 +21,6 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     });
   }
   return result.data;
-}
-
-/**
- * A parsed YAML document's first syntax error as one line, `source: line L, column C: what is wrong`
- * (the message's own trailing position and code excerpt dropped), or undefined when it parsed.
- */
-export function yamlSyntaxProblem(doc: Pick<Document, 'errors'>, source: string): string | undefined {
-  const [first] = doc.errors;
-  if (!first) return undefined;
-  const pos = first.linePos?.[0];
-  const where = pos ? `line ${pos.line}, column ${pos.col}` : 'unknown position';
-  return `${source}: ${where}: ${first.message.split(' at line')[0]?.split('\n')[0]}`;
 }
 
 /** Parses YAML or JSON text into a configuration; syntax errors name the line and column. */

@@ -8,9 +8,9 @@
  */
 import { parseAllDocuments } from 'yaml';
 import { z } from 'zod';
-import { formatIssuePath, yamlSyntaxProblem } from '../config/loader.ts';
 import { InvalidInputError } from '../errors.ts';
-import { labelKeyProblem, labelValueProblem } from '../nodelabels/syntax.ts';
+import { labelKeyProblem, labelValueProblem } from '../label-syntax.ts';
+import { formatIssuePath, yamlSyntaxProblem } from '../parse-problems.ts';
 
 /** The kops API versions accepted. */
 export const kopsApiVersions = ['kops.k8s.io/v1alpha2', 'kops.k8s.io/v1alpha3'] as const;

@@ -8,10 +8,10 @@
 import { isIP } from 'node:net';
 import { parseDocument } from 'yaml';
 import { z } from 'zod';
-import { formatIssuePath, yamlSyntaxProblem } from '../../config/loader.ts';
 import { isDnsName } from '../../dns-name.ts';
 import { ConfigError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import { describeIssue, yamlSyntaxProblem } from '../../parse-problems.ts';
 import type { Vfs } from '../../statestore/types.ts';
 
 /** Where the inventory lives, relative to the cluster's configBase. */
@@ -126,14 +126,7 @@ export function parseInventory(text: string, source: string): MetalInventory {
   }
   const result = inventorySchema.safeParse(raw);
   if (!result.success) {
-    const issues = result.error.issues.map((issue) =>
-      issue.code === 'unrecognized_keys'
-        ? issue.keys
-            .map((k) => `${issue.path.length ? `${formatIssuePath(issue.path)}.` : ''}${k}: unknown field`)
-            .join('; ')
-        : `${formatIssuePath(issue.path)}: ${issue.message.replace(/^Invalid input: /, '')}`,
-    );
-    throw new ConfigError(`${source}: ${issues.join('; ')}`);
+    throw new ConfigError(`${source}: ${result.error.issues.map(describeIssue).join('; ')}`);
   }
   return new MetalInventory(
     result.data.hosts.map((host) => ({ ...host, providerID: host.providerID ?? `metal://${host.name}` })),

@@ -1,6 +1,8 @@
 /**
  * What `validate` looks at, read once: the instance groups from the state store, the cloud's groups
  * of the cluster, and every Node and pod from the API server (paged lists, decoded as plain JSON).
+ * The reading lives here, outside src/validation, so that validation stays a pure function of what
+ * was read; the `/metrics` exporter reads the same facts its own way (watches and a timed refresh).
  */
 import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
@@ -13,7 +15,12 @@ import type { Logger } from '../log.ts';
 import { ClusterStore } from '../statestore/cluster-store.ts';
 import type { Cluster } from '../statestore/kops-types.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
-import { isPlaceholderAddress, nodeInfoOf, podInfoOf, type ValidationInput } from './validate-cluster.ts';
+import {
+  isPlaceholderAddress,
+  nodeInfoOf,
+  podInfoOf,
+  type ValidationInput,
+} from '../validation/validate-cluster.ts';
 
 /** Where `gatherValidationInput` reads from. */
 export interface GatherOptions {

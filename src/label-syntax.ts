@@ -1,8 +1,10 @@
 /**
  * Kubernetes label syntax, checked when the state store is read so that a bad label in an instance
- * group is reported against the file that holds it, not as a failed node patch later.
+ * group is reported against the file that holds it, not as a failed node patch later. It lives beside
+ * the DNS-name rules rather than in src/nodelabels, which reads the state store's types: the two
+ * folders then depend in one direction only.
  */
-import { isDnsSubdomain } from '../dns-name.ts';
+import { isDnsSubdomain } from './dns-name.ts';
 
 const namePart = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
 

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { labelKeyProblem, labelValueProblem } from './syntax.ts';
+import { labelKeyProblem, labelValueProblem } from './label-syntax.ts';
 
 test('accepts the keys kops and Kubernetes use', () => {
   for (const key of [
