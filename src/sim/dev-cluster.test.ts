@@ -1,14 +1,17 @@
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { mkdtemp, readFile, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
+import { promisify } from 'node:util';
 import { CoreV1Api } from '@kubernetes/client-node';
 import { createAwsProvider } from '../cloud/aws/provider.ts';
 import { loadConfigFile } from '../config/loader.ts';
 import { buildNodeLabels } from '../nodelabels/build-node-labels.ts';
 import { ClusterStore } from '../statestore/cluster-store.ts';
 import { openVfs, vfsOptionsFromEnv } from '../statestore/open.ts';
+import { toolPath } from '../testing/tools.ts';
 import { startDevCluster } from './dev-cluster.ts';
 
 const stateDir = await mkdtemp(join(tmpdir(), 'kc-dev-'));
@@ -64,5 +67,40 @@ describe('the simulated dev cluster', () => {
       assert.equal(labels['kops.k8s.io/instancegroup'], group);
     }
     assert.equal(cluster.aws.calls.count('DescribeInstances'), 1, 'all nodes in one batched call');
+  });
+
+  test('kubectl describe node shows the Lease, system info and resource use, with no sentinel values', async () => {
+    const node = cluster.nodesByGroup.get('control-plane-us-test-1a')?.[0] as string;
+    const { stdout } = await promisify(execFile)(
+      toolPath('kubectl'),
+      ['--kubeconfig', join(stateDir, 'kubeconfig'), 'describe', 'node', node],
+      { timeout: 30_000 },
+    );
+    // A percentage of a zero allocatable prints as the int64 minimum.
+    assert.doesNotMatch(stdout, /-9223372036854775808/);
+    assert.match(
+      stdout,
+      new RegExp(
+        `^Lease:\\n  HolderIdentity:  ${node}\\n  AcquireTime:     <unset>\\n  RenewTime:       \\w{3}, `,
+        'm',
+      ),
+    );
+    for (const field of [
+      'Machine ID',
+      'System UUID',
+      'Boot ID',
+      'Kernel Version',
+      'OS Image',
+      'Operating System',
+      'Architecture',
+      'Container Runtime Version',
+    ]) {
+      assert.match(stdout, new RegExp(`^  ${field}: +\\S`, 'm'), `System Info ${field}`);
+    }
+    assert.match(stdout, /^Capacity:\n {2}cpu: +\d+\n/m);
+    assert.match(stdout, /^Allocatable:\n {2}cpu: +\d+m?\n/m);
+    // kops' control plane requests CPU for its static pods (apiserver 150m, controller-manager and scheduler 100m) and kube-proxy (100m).
+    assert.match(stdout, /^ {2}cpu +450m \(\d+%\) +0 \(0%\)$/m);
+    assert.match(stdout, /kube-apiserver-\S+ +150m \(\d+%\)/);
   });
 });

@@ -5,6 +5,7 @@
  * instance group has an Auto Scaling group with running instances, and every instance a registered,
  * Ready Node with a few pods, exactly as a freshly created kops cluster would look.
  */
+import { createHash } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { OAuth2Client } from 'google-auth-library';
@@ -90,13 +91,36 @@ function zoneOf(ig: InstanceGroup): string {
   return /^[a-z]+-[a-z]+-\d[a-z]$/.test(subnet) ? subnet : `${region}a`;
 }
 
-/** The status a kubelet posts for a healthy node: Ready, its address and versions. */
+/** A stable id derived from the node's name, in the shape `/etc/machine-id` (32 hex) or a UUID has. */
+function idOf(name: string, salt: string, uuid: boolean): string {
+  const hex = createHash('sha256').update(`${salt}:${name}`).digest('hex').slice(0, 32);
+  return uuid ? hex.replace(/^(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5') : hex;
+}
+
+/**
+ * What a t3.medium-sized machine reports (2 vCPU, 4 GiB): capacity, and allocatable after the
+ * kubelet's reservations and eviction threshold, so `kubectl describe node` prints real percentages.
+ */
+const nodeCapacity = { cpu: '2', memory: '3969504Ki', 'ephemeral-storage': '130045936Ki', pods: '110' };
+const nodeAllocatable = {
+  cpu: '1900m',
+  memory: '3662304Ki',
+  'ephemeral-storage': '119850776788',
+  pods: '110',
+};
+
+/**
+ * The status a kubelet posts for a healthy node: Ready, its address, its resources and the system
+ * info it reads from the machine (ids derived from the name, so they are stable across runs).
+ */
 export function kubeletNodeStatus(
   name: string,
   internalIp: string,
   now = new Date(),
 ): Record<string, unknown> {
   return {
+    capacity: { ...nodeCapacity },
+    allocatable: { ...nodeAllocatable },
     conditions: [
       {
         type: 'Ready',
@@ -111,7 +135,34 @@ export function kubeletNodeStatus(
       { type: 'InternalIP', address: internalIp },
       { type: 'Hostname', address: name },
     ],
-    nodeInfo: { kubeletVersion: 'v1.33.0', kubeProxyVersion: 'v1.33.0' },
+    daemonEndpoints: { kubeletEndpoint: { Port: 10250 } },
+    nodeInfo: {
+      machineID: idOf(name, 'machine', false),
+      systemUUID: `ec2${idOf(name, 'system', true).slice(3)}`,
+      bootID: idOf(name, 'boot', true),
+      kernelVersion: '6.1.0-31-cloud-amd64',
+      osImage: 'Debian GNU/Linux 12 (bookworm)',
+      containerRuntimeVersion: 'containerd://1.7.25',
+      kubeletVersion: 'v1.33.0',
+      kubeProxyVersion: 'v1.33.0',
+      operatingSystem: 'linux',
+      architecture: 'amd64',
+    },
+  };
+}
+
+/** The heartbeat Lease a kubelet keeps in `kube-node-lease` (what `kubectl describe node` shows as Lease). */
+export function nodeLease(name: string, now = new Date()): KubeObject {
+  return {
+    apiVersion: 'coordination.k8s.io/v1',
+    kind: 'Lease',
+    metadata: { name, namespace: 'kube-node-lease' },
+    spec: {
+      holderIdentity: name,
+      leaseDurationSeconds: 40,
+      // A MicroTime: RFC 3339 with microseconds.
+      renewTime: now.toISOString().replace(/Z$/, '000Z'),
+    },
   };
 }
 
@@ -142,6 +193,7 @@ function registerNodes(
   const components = ig.spec.role === 'ControlPlane' ? controlPlaneComponents : [];
   for (const node of nodes) {
     api.server.store.create(nodeObject(node, ig));
+    api.server.store.create(nodeLease(node.name));
     api.server.store.create(podObject(`kube-proxy-${node.name}`, node.name, 'kube-proxy'));
     for (const component of components) {
       api.server.store.create(
@@ -191,6 +243,14 @@ function seedComponentStatuses(api: DevApiServer): void {
   }
 }
 
+/** The CPU each component requests by default in kops' manifests, which `kubectl describe node` sums. */
+const cpuRequests: Record<string, string> = {
+  'kube-apiserver': '150m',
+  'kube-controller-manager': '100m',
+  'kube-scheduler': '100m',
+  'kube-proxy': '100m',
+};
+
 function podObject(
   name: string,
   nodeName: string,
@@ -204,7 +264,13 @@ function podObject(
     spec: {
       nodeName,
       priorityClassName,
-      containers: [{ name: component, image: component }],
+      containers: [
+        {
+          name: component,
+          image: component,
+          ...(cpuRequests[component] ? { resources: { requests: { cpu: cpuRequests[component] } } } : {}),
+        },
+      ],
     },
     status: {
       phase: 'Running',

@@ -47,5 +47,10 @@ test('machines join with their instance profile, register as themselves and get 
       if (!labels['kops.k8s.io/instancegroup']) await new Promise((resolve) => setTimeout(resolve, 20));
     }
     assert.equal(labels['kops.k8s.io/instancegroup'], 'nodes-us-test-1a', `labels of ${name}`);
+    const lease = store.get('leases', 'kube-node-lease', name) as
+      | { spec?: Record<string, unknown> }
+      | undefined;
+    assert.equal(lease?.spec?.['holderIdentity'], name, `${name} keeps its heartbeat Lease`);
+    assert.match(String(lease?.spec?.['renewTime']), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
   }
 });

@@ -6,7 +6,13 @@
  * long-poll while queued — and then registers its Node with the kubeconfig it got, as a kubelet would.
  */
 import { join as joinPath } from 'node:path';
-import { CoreV1Api, KubeConfig, type V1NodeStatus } from '@kubernetes/client-node';
+import {
+  CoordinationV1Api,
+  CoreV1Api,
+  KubeConfig,
+  type V1Lease,
+  type V1NodeStatus,
+} from '@kubernetes/client-node';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
 import { discoverCluster } from '../agent/discovery.ts';
 import { join } from '../agent/join.ts';
@@ -17,7 +23,13 @@ import { describeError } from '../errors.ts';
 import { Backoff } from '../kube/backoff.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { awsProviderID, simInstanceId } from './aws/scenario.ts';
-import { type AnyDevCluster, devGceAudience, gceProviderID, kubeletNodeStatus } from './dev-cluster.ts';
+import {
+  type AnyDevCluster,
+  devGceAudience,
+  gceProviderID,
+  kubeletNodeStatus,
+  nodeLease,
+} from './dev-cluster.ts';
 
 /** Options of {@link startJoiningNodes}. */
 export interface JoiningNodesOptions {
@@ -55,7 +67,7 @@ export interface JoiningNodes {
   stop(): void;
 }
 
-/** Registers the Node as its kubelet would: with the node's own credentials, its providerID and address. */
+/** Registers the Node and its heartbeat Lease as its kubelet would: with the node's own credentials, its providerID and address. */
 async function register(kubeconfigPath: string, name: string, providerID: string, ip: string): Promise<void> {
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromFile(kubeconfigPath);
@@ -66,6 +78,11 @@ async function register(kubeconfigPath: string, name: string, providerID: string
       // The client's V1NodeStatus wants Date objects; the wire format is the same strings.
       status: kubeletNodeStatus(name, ip) as V1NodeStatus,
     },
+  });
+  const lease = nodeLease(name);
+  await kubeConfig.makeApiClient(CoordinationV1Api).createNamespacedLease({
+    namespace: lease.metadata.namespace as string,
+    body: lease as V1Lease,
   });
 }
 

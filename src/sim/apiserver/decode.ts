@@ -1,5 +1,6 @@
 /**
- * Request bodies as the apiserver decodes them: a 3 MiB limit, JSON or YAML, Go's nesting limit and
+ * Request bodies as the apiserver decodes them: a 3 MiB limit, JSON, YAML or protobuf (what current
+ * kubectl sends for built-in types, see protobuf.ts), Go's nesting limit and
  * typed metadata, apiVersion/kind defaulted from the URL, and `fieldValidation` for unknown fields.
  */
 import type { IncomingMessage } from 'node:http';
@@ -7,6 +8,7 @@ import { parse as parseYaml } from 'yaml';
 import { TooLargeError } from '../../errors.ts';
 import { readBody as readLimitedBody } from '../../net/read-body.ts';
 import { isRecord, type KubeObject } from './objects.ts';
+import { decodeProtobuf, protobufMediaType } from './protobuf.ts';
 import { apiVersionOf, type ResourceType } from './resources.ts';
 import { dropUnknownFields, shapeOfKind } from './schema.ts';
 import { badRequest, tooLarge, unsupportedMediaType } from './status.ts';
@@ -59,7 +61,10 @@ export function parseBody(body: Buffer, what: string, yaml = false): unknown {
   return value;
 }
 
-/** Decodes a create/update body: JSON or YAML, defaults apiVersion/kind, handles unknown fields. */
+/** The media types a create or update body may have. */
+export const objectMediaTypes = ['application/json', 'application/yaml', protobufMediaType];
+
+/** Decodes a create/update body: JSON, YAML or protobuf; defaults apiVersion/kind, handles unknown fields. */
 export function decodeObject(
   req: IncomingMessage,
   url: URL,
@@ -72,8 +77,10 @@ export function decodeObject(
     raw = parseBody(body, "couldn't get version/kind; json parse error");
   } else if (media === 'application/yaml') {
     raw = parseBody(body, 'error converting YAML to JSON', true);
+  } else if (media === protobufMediaType) {
+    raw = decodeProtobuf(body);
   } else {
-    throw unsupportedMediaType(media, ['application/json', 'application/yaml']);
+    throw unsupportedMediaType(media, objectMediaTypes);
   }
   if (!isRecord(raw))
     throw badRequest(

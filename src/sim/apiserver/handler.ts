@@ -28,8 +28,10 @@ import {
 } from './discovery.ts';
 import type { FaultInjector, FaultPlan } from './faults.ts';
 import { listPage, matchesFilter, objectFilterOf } from './lists.ts';
+import { type ApiServerMetrics, nonResourceLabels, type RequestLabels, resourceLabels } from './metrics.ts';
 import { isRecord, type KubeObject, type SimUser } from './objects.ts';
 import { applyJsonPatch, applyMergePatch, applyStrategicMergePatch, patchContentTypes } from './patch.ts';
+import { decodeProtobuf, protobufMediaType } from './protobuf.ts';
 import { apiVersionOf, type ResourceType } from './resources.ts';
 import { review } from './reviews.ts';
 import { type InfoRoute, type ResourceRoute, routeOf } from './routes.ts';
@@ -59,6 +61,8 @@ export interface HandlerContext {
   bookmarkIntervalMs: number;
   /** `host:port`, for `/api`'s serverAddressByClientCIDRs. */
   serverAddress: () => string;
+  /** The counters `/metrics` serves. */
+  metrics: ApiServerMetrics;
 }
 
 interface Call {
@@ -375,7 +379,10 @@ async function servePatch(call: Call): Promise<void> {
 async function deleteOptionsOf(call: Call): Promise<{ uid?: string; resourceVersion?: string }> {
   const body = await readBody(call.req);
   if (body.length === 0) return {};
-  const options = parseBody(body, "couldn't get version/kind; json parse error");
+  const options =
+    mediaTypeOf(call.req) === protobufMediaType
+      ? decodeProtobuf(body)
+      : parseBody(body, "couldn't get version/kind; json parse error");
   if (!isRecord(options)) throw badRequest('DeleteOptions: expected a JSON object');
   const pre = isRecord(options['preconditions']) ? options['preconditions'] : {};
   return {
@@ -500,6 +507,16 @@ function serveInfo(req: IncomingMessage, res: ServerResponse, route: InfoRoute, 
   }
 }
 
+/** `/metrics`: for callers allowed to get it (cluster admins, or a grant naming `/metrics`), as in the apiserver. */
+async function serveMetrics(res: ServerResponse, user: SimUser, ctx: HandlerContext): Promise<void> {
+  if (!ctx.authorizer.decide({ user, verb: 'get', group: '', resource: '/metrics' }).allowed) {
+    throw forbidden(`forbidden: User "${user.name}" cannot get path "/metrics"`);
+  }
+  const { text, contentType } = await ctx.metrics.exposition();
+  res.writeHead(200, { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
 function servePublic(res: ServerResponse, path: string): void {
   if (path === '/version') {
     sendJson(res, 200, versionInfo());
@@ -516,7 +533,12 @@ export function createRequestHandler(
   return (req, res) => {
     const started = Date.now();
     let user = '';
+    let labels: RequestLabels | undefined;
     res.once('finish', () => {
+      ctx.metrics.record(
+        labels ?? nonResourceLabels(req.method ?? '', req.url?.split('?')[0] ?? ''),
+        res.statusCode,
+      );
       ctx.logger.debug(
         {
           method: req.method,
@@ -542,20 +564,24 @@ export function createRequestHandler(
       }
       const caller = ctx.authenticator.authenticate(req.headers.authorization, req.socket as TLSSocket);
       user = caller.name;
+      if (path === '/metrics') {
+        await serveMetrics(res, caller, ctx);
+        return;
+      }
       const route = routeOf(url.pathname);
       if (route.kind === 'info') {
         serveInfo(req, res, route, ctx);
         return;
       }
-      await serveResource({
-        req,
-        res,
-        url,
-        user: caller,
-        ctx,
+      const verb = verbOf(req.method ?? '', route, url);
+      labels = resourceLabels(
+        req.method ?? '',
         route,
-        verb: verbOf(req.method ?? '', route, url),
-      });
+        verb,
+        mediaTypeOf(req),
+        url.searchParams.getAll('dryRun').includes('All'),
+      );
+      await serveResource({ req, res, url, user: caller, ctx, route, verb });
     };
     handle().catch((err: unknown) => sendError(res, err, ctx.logger));
   };

@@ -13,6 +13,7 @@ import { createCertificateAuthority, issueServingCertificate, type SimCertificat
 import { Authenticator, type AuthorizationMode, Authorizer, type GrantRule } from './auth.ts';
 import { FaultInjector } from './faults.ts';
 import { createRequestHandler } from './handler.ts';
+import { ApiServerMetrics } from './metrics.ts';
 import type { SimUser } from './objects.ts';
 import { SimStore } from './store.ts';
 
@@ -99,6 +100,7 @@ export async function startApiServer(options: StartApiServerOptions = {}): Promi
       logger,
       bookmarkIntervalMs: options.bookmarkIntervalMs ?? 60_000,
       serverAddress: () => serverAddress,
+      metrics: new ApiServerMetrics(store),
     }),
   );
   server.on('clientError', (_err, socket) => {

@@ -137,6 +137,38 @@ describe('simulated apiserver through kubectl', () => {
       );
     assert.equal(await asNode('auth', 'can-i', 'list', 'nodes'), 'yes');
     assert.equal(await asNode('auth', 'can-i', 'list', 'secrets'), 'no');
+    await assert.rejects(
+      run(toolPath('kubectl'), ['--kubeconfig', nodeConfig, 'get', '--raw', '/metrics']),
+      /Forbidden.*cannot get path "\/metrics"/,
+      'a node may not read the apiserver metrics',
+    );
+  });
+
+  test('get --raw /metrics serves the apiserver request counters, which promtool accepts', async () => {
+    await kubectl('get', 'nodes');
+    await assert.rejects(kubectl('get', 'node', 'missing'), /NotFound/);
+    const text = await kubectl('get', '--raw', '/metrics');
+    assert.match(
+      text,
+      /^apiserver_request_total\{code="200",component="apiserver",dry_run="",group="",resource="nodes",scope="cluster",subresource="",verb="LIST",version="v1"\} [1-9]\d*$/m,
+    );
+    assert.match(text, /^apiserver_storage_objects\{resource="nodes"\} [1-9]\d*$/m);
+    assert.match(
+      text,
+      /^apiserver_request_total\{code="404",.*resource="nodes",scope="resource".*verb="GET"/m,
+    );
+    const check = spawn(toolPath('promtool'), ['check', 'metrics']);
+    let problems = '';
+    check.stdout.on('data', (c: Buffer) => {
+      problems += c.toString();
+    });
+    check.stderr.on('data', (c: Buffer) => {
+      problems += c.toString();
+    });
+    check.stdin.end(text);
+    const code = await new Promise<number | null>((resolve) => check.once('exit', resolve));
+    assert.equal(code, 0, problems);
+    assert.equal(problems.trim(), '', 'no lint findings');
   });
 
   test('get nodes -w prints the list and then changes', async () => {
