@@ -86,9 +86,6 @@ const pureModules = [
 
 const production = (folder: string) => (file: string) => file.startsWith(folder) && isProduction(file);
 
-/** The two halves of the bootstrap protocol still share these; issue 14 item 2 moves them. */
-const toProtocol = 'issue 14 item 2: to src/protocol';
-
 /** `dev` composes the product's own commands around the simulator. */
 const devComposesCommands = 'issue 14 item 8: one composition root per command, then `dev` reuses it';
 
@@ -142,45 +139,20 @@ const rules: readonly ImportRule[] = [
     name: 'the agent does not import the bootstrap server',
     governs: production('src/agent/'),
     mayNotImport: ['src/bootstrap/'],
-    exceptions: [
-      {
-        file: 'src/agent/discovery.ts',
-        target: 'src/bootstrap/discovery.ts',
-        dynamicOnly: false,
-        why: toProtocol,
-      },
-      {
-        file: 'src/agent/discovery.ts',
-        target: 'src/bootstrap/tokens.ts',
-        dynamicOnly: false,
-        why: toProtocol,
-      },
-      {
-        file: 'src/agent/tls-proxy.test-support.ts',
-        target: 'src/bootstrap/discovery.ts',
-        dynamicOnly: false,
-        why: toProtocol,
-      },
-    ],
+    exceptions: [],
   },
   {
     name: 'the bootstrap server does not import the agent',
     governs: production('src/bootstrap/'),
     mayNotImport: ['src/agent/'],
-    exceptions: [
-      {
-        file: 'src/bootstrap/policies/aws-sts-proof.ts',
-        target: 'src/agent/aws-proof.ts',
-        dynamicOnly: false,
-        why: toProtocol,
-      },
-      {
-        file: 'src/bootstrap/policies/aws.ts',
-        target: 'src/agent/aws-proof.ts',
-        dynamicOnly: false,
-        why: toProtocol,
-      },
-    ],
+    exceptions: [],
+  },
+  {
+    // What both sides of the bootstrap protocol speak: they meet here, never in each other's folders.
+    name: 'the wire protocol is pure: src/protocol imports neither side, nor anything that does I/O',
+    governs: production('src/protocol/'),
+    mayNotImport: [...ioModules, '@kubernetes/', '@aws-sdk/', 'google-auth-library'],
+    exceptions: [],
   },
   {
     // Tests may drive the commands they test (src/testing/cli.ts runs them in-process).
@@ -314,6 +286,8 @@ describe('import directions', async () => {
       ['src/pki/planted.ts', [{ specifier: '../bootstrap/tokens.ts', dynamic: false }]],
       ['src/agent/planted.ts', [{ specifier: '../bootstrap/discovery.ts', dynamic: false }]],
       ['src/bootstrap/planted.ts', [{ specifier: '../agent/join.ts', dynamic: false }]],
+      ['src/protocol/planted.ts', [{ specifier: '../bootstrap/tokens.ts', dynamic: false }]],
+      ['src/protocol/sdk.ts', [{ specifier: '@kubernetes/client-node', dynamic: false }]],
       ['src/controllers/planted.ts', [{ specifier: '../cli/common.ts', dynamic: false }]],
     ]);
     assert.deepEqual(
@@ -325,18 +299,22 @@ describe('import directions', async () => {
         'src/nodelabels/planted.ts -> src/cloud/from-config.ts',
         'src/statestore/kops-types.ts -> src/statestore/open.ts',
         'src/pki/planted.ts -> src/bootstrap/tokens.ts',
-        // An exception names one file: another agent file may not follow it.
+        // The agent and the server meet only in src/protocol.
         'src/agent/planted.ts -> src/bootstrap/discovery.ts',
         'src/bootstrap/planted.ts -> src/agent/join.ts',
+        'src/protocol/planted.ts -> src/bootstrap/tokens.ts',
+        'src/protocol/sdk.ts -> @kubernetes/client-node',
         'src/controllers/planted.ts -> src/cli/common.ts',
       ],
     );
   });
 
-  test('the pure cores may import the modules that only parse, and tests may import anything', () => {
+  test('the pure cores may import the modules that only parse, both sides the protocol, and tests anything', () => {
     const planted = new Map<string, ImportOf[]>([
       ['src/validation/planted.ts', [{ specifier: '../statestore/kops-types.ts', dynamic: false }]],
       ['src/nodelabels/planted.ts', [{ specifier: '../statestore/kops-types.ts', dynamic: false }]],
+      ['src/agent/planted.ts', [{ specifier: '../protocol/cluster-info.ts', dynamic: false }]],
+      ['src/bootstrap/planted.ts', [{ specifier: '../protocol/bootstrap-token.ts', dynamic: false }]],
       ['src/validation/planted.test.ts', [{ specifier: '../kube/informer.ts', dynamic: false }]],
       ['src/planted.test.ts', [{ specifier: './cli/main.ts', dynamic: false }]],
     ]);

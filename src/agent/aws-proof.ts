@@ -4,7 +4,6 @@
  * `X-Kops-Request-Sha` header, produced in the two shapes nodeup sends (`x-aws-sts`, v1: the signed
  * headers; `x-aws-sts-v2`: a presigned URL). The node never calls STS itself; the controller does.
  */
-import { createHash } from 'node:crypto';
 import {
   canonicalRequest,
   computeSignature,
@@ -14,23 +13,13 @@ import {
   sigV4Algorithm,
   uriEncode,
 } from '../cloud/aws/sigv4.ts';
-
-/** The well-known body of the v1 GetCallerIdentity POST. */
-export const getCallerIdentityBody = 'Action=GetCallerIdentity&Version=2011-06-15';
-/** The content type the SDKs send with the body. */
-export const stsContentType = 'application/x-www-form-urlencoded; charset=utf-8';
-/** How long a v2 presigned URL is valid (the controller enforces its own, shorter window). */
-export const presignExpiresSeconds = 60;
-
-/** The regional STS host a proof is signed for. */
-export function stsHost(region: string): string {
-  return region.startsWith('cn-') ? `sts.${region}.amazonaws.com.cn` : `sts.${region}.amazonaws.com`;
-}
-
-/** `X-Kops-Request-Sha`: base64 (unpadded, as kops) of the SHA-256 of the bootstrap request body. */
-export function kopsRequestSha(body: Uint8Array | string): string {
-  return createHash('sha256').update(body).digest('base64').replace(/=+$/, '');
-}
+import {
+  getCallerIdentityBody,
+  kopsRequestSha,
+  presignExpiresSeconds,
+  stsContentType,
+  stsHost,
+} from '../protocol/aws-sts-proof.ts';
 
 /** Options of {@link signAwsStsProof}. */
 export interface AwsStsProofOptions {

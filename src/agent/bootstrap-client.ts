@@ -16,9 +16,6 @@ import {
 import { type HttpsAnswer, httpsRequest, TlsVerificationError } from '../net/https-client.ts';
 import { answerError, jsonObjectOf } from './http-answer.ts';
 
-/** The API version the client speaks. */
-export const bootstrapApiVersion = 'bootstrap.kops-controller.io/v1';
-
 /**
  * The certificates the server issued. Its `caBundle` is not read: the node keeps trusting only the
  * CAs it pinned, whatever an answer adds.

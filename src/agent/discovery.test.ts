@@ -2,15 +2,15 @@ import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import {
-  buildClusterInfo,
-  type ClusterInfo,
-  type ClusterInfoDocument,
-  renderClusterInfoKubeconfig,
-} from '../bootstrap/discovery.ts';
+import { buildClusterInfo } from '../bootstrap/discovery.ts';
 import { newBootstrapToken, storedTokenOf, tokenSecretOf } from '../bootstrap/tokens.ts';
 import { KopsError } from '../errors.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
+import {
+  type ClusterInfo,
+  type ClusterInfoDocument,
+  renderClusterInfoKubeconfig,
+} from '../protocol/cluster-info.ts';
 import {
   createCertificateAuthority,
   issueServingCertificate,

@@ -10,15 +10,6 @@
  */
 import { readFile } from 'node:fs/promises';
 import {
-  clusterInfoPath,
-  jwsKeyPrefix,
-  kubeconfigKey,
-  parseClusterInfoDocument,
-  parseClusterInfoKubeconfig,
-  verifyDetachedJws,
-} from '../bootstrap/discovery.ts';
-import { parseToken } from '../bootstrap/tokens.ts';
-import {
   ForbiddenError,
   InvalidInputError,
   type KopsError,
@@ -31,6 +22,15 @@ import {
 import { type Logger, silentLogger } from '../log.ts';
 import { type HttpsAnswer, httpsRequest, TlsVerificationError } from '../net/https-client.ts';
 import { parsePin } from '../pki/pin.ts';
+import { parseToken } from '../protocol/bootstrap-token.ts';
+import {
+  clusterInfoPath,
+  jwsKeyPrefix,
+  kubeconfigKey,
+  parseClusterInfoDocument,
+  parseClusterInfoKubeconfig,
+  verifyDetachedJws,
+} from '../protocol/cluster-info.ts';
 import { answerError } from './http-answer.ts';
 import { fileAnchor, pinnedBundle, type TrustAnchor } from './pinned-trust.ts';
 

@@ -17,10 +17,10 @@ import { generateKey, privateKeyPem, spkiOf } from '../pki/keys.ts';
 import { renderClientKubeconfig } from '../pki/kubeconfig.ts';
 import { decodePem } from '../pki/pem.ts';
 import { validateDnsName } from '../pki/profiles.ts';
+import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import {
   type BootstrapAnswer,
   BootstrapClient,
-  bootstrapApiVersion,
   type IssuedAnswer,
   type PendingAnswer,
 } from './bootstrap-client.ts';
@@ -127,7 +127,7 @@ export async function join(options: JoinOptions): Promise<JoinResult> {
   // The serving request names no addresses: the server certifies the ones its policy verified.
   const body = Buffer.from(
     JSON.stringify({
-      apiVersion: bootstrapApiVersion,
+      apiVersion: nativeApiVersion,
       nodeName,
       certificateSigningRequests: {
         kubelet: buildCsrPem(clientKey, { subject }),

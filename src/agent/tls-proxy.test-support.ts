@@ -14,7 +14,7 @@ import {
   kubeconfigKey,
   parseClusterInfoKubeconfig,
   renderClusterInfoKubeconfig,
-} from '../bootstrap/discovery.ts';
+} from '../protocol/cluster-info.ts';
 
 /** An answer the proxy makes up instead of forwarding. */
 export interface ProxyReply {

@@ -14,10 +14,10 @@ import { signAwsStsProof } from '../agent/aws-proof.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey, spkiOf } from '../pki/keys.ts';
 import { encodePem } from '../pki/pem.ts';
+import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import { type BootstrapHarness, type HarnessNode, startBootstrapHarness } from '../sim/bootstrap-harness.ts';
 import { createCertificateAuthority, issueClientCertificate } from '../sim/tls.ts';
 import { kopsApiVersion } from './kops-handler.ts';
-import { nativeApiVersion } from './native-handler.ts';
 import { webhookPolicy } from './policies/webhook.ts';
 
 interface Reply {

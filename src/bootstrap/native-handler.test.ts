@@ -6,14 +6,10 @@ import { createCa } from '../pki/ca.ts';
 import { CryptoPool } from '../pki/crypto-pool.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey } from '../pki/keys.ts';
+import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import type { BootstrapContext } from './context.ts';
 import { isDependencyFault } from './dependency.ts';
-import {
-  nativeApiVersion,
-  parseCertificatesRequest,
-  pollRequest,
-  submitCertificates,
-} from './native-handler.ts';
+import { parseCertificatesRequest, pollRequest, submitCertificates } from './native-handler.ts';
 import { bootstrapTokenPolicy } from './policies/bootstrap-token.ts';
 import type { CsrQueue } from './queue.ts';
 import type { AuditRecord, BootstrapPolicy } from './types.ts';

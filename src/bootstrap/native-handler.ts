@@ -12,6 +12,7 @@ import { bundlePem } from '../pki/ca.ts';
 import { type CryptoPool, sharedCryptoPool } from '../pki/crypto-pool.ts';
 import { type ParsedCsr, parseCsrAsync, RequestRejectedError } from '../pki/csr.ts';
 import { type CertificateRequest, type ProfileName, validateDnsName } from '../pki/profiles.ts';
+import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import { parseAuthorization } from './authorization.ts';
 import { evaluateChain } from './chain.ts';
 import { auditDetailOf, type BootstrapContext, newRequestId, report, reportFault } from './context.ts';
@@ -26,9 +27,6 @@ import { assertNoReservedNamesIn, issueForFacts, pemsOf, serialsOf } from './iss
 import { assertNodeNotRegistered } from './node-guard.ts';
 import type { QueueState } from './queue.ts';
 import type { AuditRecord, BootstrapRequest, NodeFacts } from './types.ts';
-
-/** The apiVersion of the native API's requests. */
-export const nativeApiVersion = 'bootstrap.kops-controller.io/v1';
 
 /** Profiles a node may ask for through the native API; `kubelet` is required. */
 export const nativeProfiles: readonly ProfileName[] = ['kubelet', 'kubelet-server'];

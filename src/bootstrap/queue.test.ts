@@ -14,9 +14,9 @@ import { bundlePem, createCa } from '../pki/ca.ts';
 import { parseCsr } from '../pki/csr.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey, spkiOf } from '../pki/keys.ts';
+import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import { type KubeObject, type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { toolPath } from '../testing/tools.ts';
-import { nativeApiVersion } from './native-handler.ts';
 import { httpsNodeReader } from './node-guard.ts';
 import { queuePolicy } from './policies/queue.ts';
 import {

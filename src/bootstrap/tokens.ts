@@ -18,6 +18,7 @@ import { type Clock, systemClock } from '../kube/clock.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import { sharedMetric } from '../kube/metrics.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { isTokenId, isTokenSecret, parseToken } from '../protocol/bootstrap-token.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { maxWatchSilenceMs, watchIsCurrent } from './node-guard.ts';
 import type { BootstrapTokenInfo, BootstrapTokenRejection, BootstrapTokenValidator } from './types.ts';
@@ -33,9 +34,6 @@ export const bootstrappersGroup = 'system:bootstrappers';
 /** kubeadm's default token lifetime. */
 export const defaultTokenTtlMs = 24 * 60 * 60 * 1000;
 
-const tokenIdPattern = /^[a-z0-9]{6}$/;
-const tokenSecretPattern = /^[a-z0-9]{16}$/;
-const tokenPattern = /^([a-z0-9]{6})\.([a-z0-9]{16})$/;
 const extraGroupPattern = /^system:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]$/;
 const secretNamePattern = /^bootstrap-token-([a-z0-9]{6})$/;
 const alphabet = '0123456789abcdefghijklmnopqrstuvwxyz';
@@ -63,17 +61,6 @@ export function randomTokenString(length: number, random: (size: number) => Buff
     }
   }
   return out;
-}
-
-/** Splits `<id>.<secret>`; undefined when the string is not a bootstrap token. */
-export function parseToken(token: string): { id: string; secret: string } | undefined {
-  const match = tokenPattern.exec(token);
-  return match ? { id: match[1] as string, secret: match[2] as string } : undefined;
-}
-
-/** Whether a string is a valid token id (6 characters of `[a-z0-9]`). */
-export function isTokenId(id: string): boolean {
-  return tokenIdPattern.test(id);
 }
 
 /** Checks extra groups: each must be `system:bootstrappers:...` as the apiserver requires. */
@@ -170,8 +157,7 @@ export function storedTokenOf(secret: V1Secret): StoredToken | undefined {
   const data = secret.data;
   const id = decoded(data, 'token-id');
   const tokenSecret = decoded(data, 'token-secret');
-  if (id !== nameMatch[1] || tokenSecret === undefined || !tokenSecretPattern.test(tokenSecret))
-    return undefined;
+  if (id !== nameMatch[1] || tokenSecret === undefined || !isTokenSecret(tokenSecret)) return undefined;
   const expiration = decoded(data, 'expiration');
   const groups = decoded(data, 'auth-extra-groups');
   return {

@@ -6,12 +6,16 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { CoreV1Api } from '@kubernetes/client-node';
 import { discoverCluster } from '../agent/discovery.ts';
-import { detachedJws, parseClusterInfoDocument, parseClusterInfoKubeconfig } from '../bootstrap/discovery.ts';
 import { newBootstrapToken, tokenSecretOf } from '../bootstrap/tokens.ts';
 import { exitCodeOf } from '../errors.ts';
 import { makeClients } from '../kube/client.ts';
 import { assertTlsPolicy, eventually, holdPort, idleCrowd } from '../net/testing.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
+import {
+  detachedJws,
+  parseClusterInfoDocument,
+  parseClusterInfoKubeconfig,
+} from '../protocol/cluster-info.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { type S3Sim, startS3Sim } from '../sim/s3/server.ts';
 import {

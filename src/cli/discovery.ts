@@ -8,21 +8,20 @@
 import { readFile } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Command, Option } from 'commander';
-import {
-  type ClusterInfoDocument,
-  clusterInfoHandler,
-  clusterInfoPath,
-  jwsKeyPrefix,
-  parseClusterInfoDocument,
-  renderClusterInfoKubeconfig,
-  signedClusterInfo,
-} from '../bootstrap/discovery.ts';
+import { clusterInfoHandler, signedClusterInfo } from '../bootstrap/discovery.ts';
 import { apiTokenSource } from '../bootstrap/tokens.ts';
 import { describeError, InvalidInputError, NotFoundError } from '../errors.ts';
 import { loadKubeConfig, makeClients } from '../kube/client.ts';
 import type { Logger } from '../log.ts';
 import { defaultConnectionLimits, startHardenedServer } from '../net/hardened-server.ts';
 import { warnIfSessionTicketsOn } from '../net/openssl-config.ts';
+import {
+  type ClusterInfoDocument,
+  clusterInfoPath,
+  jwsKeyPrefix,
+  parseClusterInfoDocument,
+  renderClusterInfoKubeconfig,
+} from '../protocol/cluster-info.ts';
 import { parseListenAddress } from '../runtime/listen-address.ts';
 import { openVfs, vfsOptionsFromEnv } from '../statestore/open.ts';
 import type { Vfs } from '../statestore/types.ts';

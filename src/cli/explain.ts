@@ -11,11 +11,7 @@ import { evaluateChain } from '../bootstrap/chain.ts';
 import { auditDetailOf } from '../bootstrap/context.ts';
 import { assertNoReservedNamesIn } from '../bootstrap/issue.ts';
 import { kopsApiVersion, kopsProofRequest } from '../bootstrap/kops-handler.ts';
-import {
-  type CertificatesInput,
-  nativeApiVersion,
-  parseCertificatesRequest,
-} from '../bootstrap/native-handler.ts';
+import { type CertificatesInput, parseCertificatesRequest } from '../bootstrap/native-handler.ts';
 import { buildPolicies } from '../bootstrap/policies/build.ts';
 import { policyDepsFromConfig, policyNamesOf } from '../bootstrap/policies/deps.ts';
 import { MemoryReplayGuard } from '../bootstrap/replay-guard.ts';
@@ -24,6 +20,7 @@ import type { BootstrapRequest, ChainDecision, PolicyDecision } from '../bootstr
 import { loadConfigFile } from '../config/loader.ts';
 import { ForbiddenError, InvalidInputError } from '../errors.ts';
 import { loadKubeConfig, makeClients } from '../kube/client.ts';
+import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import { openVfs } from '../statestore/open.ts';
 import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
 import { readInputFile } from './input-file.ts';

@@ -22,13 +22,7 @@ import {
   startTlsProxy,
   type TlsProxy,
 } from '../agent/tls-proxy.test-support.ts';
-import {
-  buildClusterInfo,
-  type ClusterInfo,
-  clusterInfoHandler,
-  renderClusterInfoKubeconfig,
-  signedClusterInfo,
-} from '../bootstrap/discovery.ts';
+import { buildClusterInfo, clusterInfoHandler, signedClusterInfo } from '../bootstrap/discovery.ts';
 import { awsPolicy } from '../bootstrap/policies/aws.ts';
 import { bootstrapTokenPolicy } from '../bootstrap/policies/bootstrap-token.ts';
 import { insecureAlwaysApprovePolicy } from '../bootstrap/policies/insecure-always-approve.ts';
@@ -45,6 +39,7 @@ import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { generateKey } from '../pki/keys.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
 import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
+import { type ClusterInfo, renderClusterInfoKubeconfig } from '../protocol/cluster-info.ts';
 import { type KubeObject, type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { startAwsSimulator } from '../sim/aws/server.ts';
 import { opensslText } from '../testing/openssl.ts';

@@ -11,12 +11,12 @@ import {
   ClusterInfoPublisher,
   clusterInfoHandler,
   configMapClusterInfoSource,
-  renderClusterInfoKubeconfig,
 } from '../bootstrap/discovery.ts';
 import { apiTokenSource, TokenValidator, WatchedTokenSecrets } from '../bootstrap/tokens.ts';
 import { exitCodeOf } from '../errors.ts';
 import { makeClients } from '../kube/client.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
+import { renderClusterInfoKubeconfig } from '../protocol/cluster-info.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { createCertificateAuthority, issueServingCertificate } from '../sim/tls.ts';
 import { runCli } from '../testing/cli.ts';

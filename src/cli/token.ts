@@ -7,9 +7,7 @@ import { Command } from 'commander';
 import {
   apiTokenSource,
   isExpired,
-  isTokenId,
   newBootstrapToken,
-  parseToken,
   type StoredToken,
   storedTokenOf,
   type TokenUsage,
@@ -21,6 +19,7 @@ import {
 import { InvalidInputError, NotFoundError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
 import { loadKubeConfig, makeClients } from '../kube/client.ts';
+import { isTokenId, parseToken } from '../protocol/bootstrap-token.ts';
 import { commandLogger, durationFlag, type KubeOptions, withKubeOptions } from './common.ts';
 import { formatOutput, outputOption, writeOut } from './output.ts';
 

@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { getCallerIdentityBody, kopsRequestSha, signAwsStsProof, stsHost } from '../../agent/aws-proof.ts';
+import { signAwsStsProof } from '../../agent/aws-proof.ts';
 import { signSigV4 } from '../../cloud/aws/sigv4.ts';
 import { UnauthenticatedError } from '../../errors.ts';
+import { getCallerIdentityBody, kopsRequestSha, stsHost } from '../../protocol/aws-sts-proof.ts';
 import { parseStsProof } from './aws-sts-proof.ts';
 
 const credentials = { accessKeyId: 'ASIAEXAMPLE', secretAccessKey: 'secret', sessionToken: 'session' };

@@ -5,9 +5,9 @@
  * that this header is the hash of the body the node sent us. Pure: no clock, no I/O.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { getCallerIdentityBody, kopsRequestSha } from '../../agent/aws-proof.ts';
 import { parseSigV4, type SigV4Claims, type SigV4Request } from '../../cloud/aws/sigv4.ts';
 import { UnauthenticatedError } from '../../errors.ts';
+import { getCallerIdentityBody, kopsRequestSha } from '../../protocol/aws-sts-proof.ts';
 
 /** A proof turned into the request to send to STS, with what its signature claims. */
 export interface StsReplayRequest {

@@ -8,11 +8,11 @@
  * apiserver failing, throttling or not answering in time are dependency faults (503, the node retries).
  */
 import { isIP } from 'node:net';
-import { stsHost } from '../../agent/aws-proof.ts';
 import type { InstanceIdentity } from '../../cloud/aws/instance.ts';
 import { parseAmzDate } from '../../cloud/aws/sigv4.ts';
 import type { CloudCallRecorder } from '../../cloud/metrics.ts';
 import { describeError, KopsError } from '../../errors.ts';
+import { stsHost } from '../../protocol/aws-sts-proof.ts';
 import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict, withDeadline } from '../dependency.ts';
 import { type ReplayGuard, requestDigest } from '../replay-guard.ts';
 import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';

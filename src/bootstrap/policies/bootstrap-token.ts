@@ -12,8 +12,8 @@
  * server (see WatchedTokenSecrets in ../tokens.ts).
  */
 import { validateDnsName } from '../../pki/profiles.ts';
+import { parseToken } from '../../protocol/bootstrap-token.ts';
 import { dependencyFault, isTransientFailure } from '../dependency.ts';
-import { parseToken } from '../tokens.ts';
 import type { BootstrapPolicy, BootstrapTokenValidator, PolicyDecision } from '../types.ts';
 
 /** Options of the `bootstrap-token` policy. */
