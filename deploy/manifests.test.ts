@@ -12,13 +12,14 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { CertificatesV1Api, CoordinationV1Api, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { parseAllDocuments } from 'yaml';
-import { clusterInfoName, clusterInfoNamespace } from '../src/bootstrap/discovery.ts';
 import { bootstrapSignerName } from '../src/bootstrap/queue.ts';
 import { ConfigMapReplayGuard } from '../src/bootstrap/replay-guard.ts';
 import { parseConfig } from '../src/config/loader.ts';
+import { ConfigMapLedgerStore } from '../src/ledger/store.ts';
 import { createLogger } from '../src/log.ts';
 import { buildCsrPem } from '../src/pki/csr-build.ts';
 import { generateKey } from '../src/pki/keys.ts';
+import { clusterInfoName, clusterInfoNamespace } from '../src/protocol/cluster-info.ts';
 import type { GrantRule } from '../src/sim/apiserver/auth.ts';
 import { type DevCluster, startDevCluster } from '../src/sim/dev-cluster.ts';
 import { type DevController, startDevController } from '../src/sim/dev-controller.ts';
@@ -297,6 +298,27 @@ describe('deploy/kubernetes/kops-controller.yaml', () => {
         joining.stop();
       }
       assert.deepEqual(joining.status(), { total: 1, joined: 1, waiting: 0, failed: 0 }, refused.join(', '));
+      assert.deepEqual(refused, []);
+    });
+
+    test('every certificate it issued or holds is in the expiry ledger, and the leader exports the CA expiry', async () => {
+      const ledger = new ConfigMapLedgerStore({
+        core: cluster.api.server.kubeConfig().makeApiClient(CoreV1Api),
+      });
+      // The joins through aws (native path) and through the queue (the leader's signer), the CA, the serving certificate.
+      await until('the ledger holds every kind, and the three joined nodes', async () => {
+        const entries = await ledger.list();
+        const kinds = new Set(entries.map((entry) => entry.kind));
+        return (
+          ['kubelet', 'kubelet-server', 'ca', 'kops-controller-serving'].every((kind) => kinds.has(kind)) &&
+          entries.filter((entry) => entry.kind === 'kubelet').length === 3
+        );
+      });
+      await until('the expiry gauge is exported', async () =>
+        /^kops_certificate_expiry_earliest_timestamp_seconds\{kind="ca",instance_group=""\} \d+$/m.test(
+          await (await fetch(`${controller.url}/metrics`)).text(),
+        ),
+      );
       assert.deepEqual(refused, []);
     });
   });

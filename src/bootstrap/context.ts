@@ -5,9 +5,9 @@
 import type { UnavailableError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
-import type { IssueOptions } from '../pki/profiles.ts';
 import { pooledRandomBytes } from '../random.ts';
 import { dependencyOf, faultDetail } from './dependency.ts';
+import type { NodeIssueOptions } from './issue.ts';
 import type { NodeReader } from './node-guard.ts';
 import type { CsrQueue } from './queue.ts';
 import type { AuditRecord, BootstrapPolicy, PolicyDecision } from './types.ts';
@@ -39,7 +39,7 @@ export interface BootstrapContext {
   apiServer: string;
   audit?: AuditSink;
   metrics?: BootstrapMetricsSink;
-  issueOptions?: IssueOptions;
+  issueOptions?: NodeIssueOptions;
   now?: () => Date;
   logger: Logger;
 }

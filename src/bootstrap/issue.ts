@@ -24,6 +24,12 @@ import {
 } from '../pki/reserved-names.ts';
 import type { NodeFacts } from './types.ts';
 
+/** How node certificates are issued: the profile options, and who is told of each issuance. */
+export interface NodeIssueOptions extends IssueOptions {
+  /** Told of the certificates just signed and the facts they were signed for (the expiry ledger). */
+  onIssued?: (issued: readonly IssuedCertificate[], facts: NodeFacts) => void;
+}
+
 /** The identity a certificate is issued for: the verified facts, never the request's claims. */
 export function identityOf(facts: NodeFacts): VerifiedIdentity {
   return { name: facts.nodeName, dnsNames: facts.dnsNames, ipAddresses: facts.ipAddresses };
@@ -85,7 +91,7 @@ export async function issueForFacts(
   ca: CertificateAuthority,
   requests: Partial<Record<ProfileName, CertificateRequest>>,
   facts: NodeFacts,
-  options: IssueOptions = {},
+  options: NodeIssueOptions = {},
 ): Promise<Partial<Record<ProfileName, IssuedCertificate>>> {
   planForFacts(requests, facts, options.reserved);
   const identity = identityOf(facts);
@@ -95,6 +101,7 @@ export async function issueForFacts(
       issueCertificateAsync(ca, profile, requests[profile] as CertificateRequest, identity, options),
     ),
   );
+  options.onIssued?.(signed, facts);
   return Object.fromEntries(profiles.map((profile, i) => [profile, signed[i]]));
 }
 

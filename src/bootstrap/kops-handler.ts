@@ -14,7 +14,6 @@ import { decodePem } from '../pki/pem.ts';
 import {
   type CertificateRequest,
   type IssuedCertificate,
-  type IssueOptions,
   type ProfileName,
   planCertificate,
   publicKeyRequest,
@@ -25,7 +24,7 @@ import { evaluateChain } from './chain.ts';
 import { auditDetailOf, type BootstrapContext, newRequestId, report, reportFault } from './context.ts';
 import { dependencyFault, isDependencyFault, isTransientFailure, policyOf } from './dependency.ts';
 import { retryAfterOf } from './http.ts';
-import { identityOf, issueForFacts, pemsOf, serialsOf } from './issue.ts';
+import { identityOf, issueForFacts, type NodeIssueOptions, pemsOf, serialsOf } from './issue.ts';
 import type { Answer, CertificatesInput } from './native-handler.ts';
 import { assertNodeNotRegistered } from './node-guard.ts';
 import type { AuditRecord, BootstrapRequest, NodeFacts } from './types.ts';
@@ -111,7 +110,7 @@ function certificateRequestOf(
 async function issueBySigner(
   wanted: readonly KopsCertificate[],
   facts: NodeFacts,
-  options: IssueOptions,
+  options: NodeIssueOptions,
 ): Promise<Partial<Record<ProfileName, IssuedCertificate>>> {
   const byCa = new Map<CertificateAuthority, Partial<Record<ProfileName, CertificateRequest>>>();
   for (const { profile, ca, request } of wanted) byCa.set(ca, { ...byCa.get(ca), [profile]: request });

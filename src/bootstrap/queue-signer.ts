@@ -19,9 +19,8 @@ import { runController } from '../kube/controller.ts';
 import { readCsr } from '../kube/csr.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
-import type { IssueOptions } from '../pki/profiles.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
-import { issueForFacts, pemsOf, serialsOf } from './issue.ts';
+import { issueForFacts, type NodeIssueOptions, pemsOf, serialsOf } from './issue.ts';
 import { assertNodeNotRegistered, type NodeReader } from './node-guard.ts';
 import {
   bootstrapCsrInformer,
@@ -42,7 +41,7 @@ export interface QueueSignerOptions {
   certificates: CertificatesV1Api;
   ca: CertificateAuthority;
   readNode: NodeReader;
-  issueOptions?: IssueOptions;
+  issueOptions?: NodeIssueOptions;
   /** Called with one record per signing decision (issued or failed). */
   audit?: (record: AuditRecord) => void;
   /** Called with the seconds an issuance took. */

@@ -8,7 +8,8 @@
  */
 import { readFile } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { CertificatesV1Api, type KubeConfig } from '@kubernetes/client-node';
+import { hostname } from 'node:os';
+import { CertificatesV1Api, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { type Registry, register } from 'prom-client';
 import type { Config } from '../config/schema.ts';
 import {
@@ -20,6 +21,11 @@ import {
   RateLimitedError,
 } from '../errors.ts';
 import { reuseConnections } from '../kube/connection-reuse.ts';
+import { KubeletRenewalRecorder } from '../ledger/csr-renewals.ts';
+import { CertificateExpiryGauge } from '../ledger/expiry-gauge.ts';
+import { caKind, servingKind } from '../ledger/ledger.ts';
+import { entriesOfIssued, entryOfPem, LedgerRecorder } from '../ledger/recorder.ts';
+import { ConfigMapLedgerStore } from '../ledger/store.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import {
   type ConnectionLimits,
@@ -37,6 +43,7 @@ import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
 import type { AuditSink, BootstrapContext } from './context.ts';
 import { maxBodyBytes, sendError, sendJson } from './http.ts';
+import type { NodeIssueOptions } from './issue.ts';
 import { defaultKopsCertNames, type KopsOptions, kopsBootstrap } from './kops-handler.ts';
 import { bootstrapMetrics } from './metrics.ts';
 import { type Answer, pollRequest, submitCertificates } from './native-handler.ts';
@@ -273,6 +280,10 @@ export interface RunningBootstrap {
   apiServers: string[];
   queue: CsrQueue;
   signer: LeaderComponent;
+  /** The certificate expiry ledger's leader-only work: its gauge, and the kubelets' renewals recorded. */
+  ledgerComponents: LeaderComponent[];
+  /** The expiry ledger's writer (every replica records what it issues). */
+  ledger: LedgerRecorder;
   /** The impersonation guard's Node watch (absent with `nodeGuard: api`): whether it is current, what it knows. */
   guardWatch?: { isCurrent(): boolean; knows(nodeName: string): boolean };
   close(): Promise<void>;
@@ -330,6 +341,12 @@ export async function startBootstrapServer(
   // Requests may read their Node directly: without pooled connections each read would be a TLS handshake.
   const kubeConfig = reuseConnections(deps.kubeConfig);
   const certificates = kubeConfig.makeApiClient(CertificatesV1Api);
+  // Every certificate signed here, by any path (native, kops, queue), goes into the expiry ledger.
+  const ledgerStore = new ConfigMapLedgerStore({
+    core: kubeConfig.makeApiClient(CoreV1Api),
+    namespace: config.bootstrap.replayNamespace,
+  });
+  const ledger = new LedgerRecorder({ store: ledgerStore, logger });
   const guardWatch =
     config.bootstrap.nodeGuard === 'watch'
       ? nodePresenceInformer(kubeConfig, { registry, logger })
@@ -358,22 +375,30 @@ export async function startBootstrapServer(
     logger,
   });
   queue.start();
+  const issueOptions: NodeIssueOptions = {
+    reserved,
+    onIssued: (issued, facts) => ledger.record(entriesOfIssued(issued, facts)),
+  };
   const context: BootstrapContext = {
     ca,
     policies: deps.policies,
     readNode,
     queue,
     apiServer: apiServers[0] as string,
-    issueOptions: { reserved },
+    issueOptions,
     audit: deps.audit,
     metrics,
     logger,
   };
   let running: BootstrapServer;
+  const tls = await tlsFor(config, ca, deps).catch(async (err: unknown) => {
+    await Promise.all([queue.stop(), guardWatch?.stop()]);
+    throw err;
+  });
   try {
     running = await serveBootstrap({
       listen: deps.listen ?? server.Listen,
-      tls: await tlsFor(config, ca, deps),
+      tls,
       context,
       kops: {
         certNames: server.certNames ?? defaultKopsCertNames,
@@ -390,12 +415,22 @@ export async function startBootstrapServer(
     await Promise.all([queue.stop(), guardWatch?.stop()]);
     throw err;
   }
+  // What this replica holds, once it serves: every CA it trusts or signs with, and its serving certificate.
+  ledger.hold([
+    ...[ca, ...otherSigners].flatMap((authority) =>
+      authority.certificates.map((c) => entryOfPem(caKind, `${authority.name}.${c.keypairId}`, c.pem)),
+    ),
+    // Named after the host: the pod's name, or the control-plane node's with host networking.
+    entryOfPem(servingKind, hostname(), tls.cert),
+  ]);
+  ledger.start();
   const signer = queueSigner({
     kubeConfig,
     certificates,
     ca,
     readNode,
-    issueOptions: { reserved },
+    // Carries the ledger's onIssued to issueForFacts.
+    issueOptions,
     ...(config.bootstrap.queue.pendingTTL ? { pendingTtlMs: config.bootstrap.queue.pendingTTL } : {}),
     audit: deps.audit,
     onIssued: metrics.issued,
@@ -409,6 +444,17 @@ export async function startBootstrapServer(
     apiServers,
     queue,
     signer,
+    ledgerComponents: [
+      new CertificateExpiryGauge({
+        store: ledgerStore,
+        beforeRead: () => ledger.flush(),
+        nodeExists: async (name) => (await direct(name)) !== undefined,
+        registry,
+        logger,
+      }),
+      new KubeletRenewalRecorder({ kubeConfig, ledger, registry, logger }),
+    ],
+    ledger,
     ...(guardWatch
       ? {
           guardWatch: {
@@ -419,7 +465,7 @@ export async function startBootstrapServer(
       : {}),
     async close() {
       await running.close();
-      await Promise.all([queue.stop(), guardWatch?.stop()]);
+      await Promise.all([queue.stop(), guardWatch?.stop(), ledger.stop()]);
     },
   };
 }

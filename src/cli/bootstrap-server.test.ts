@@ -163,6 +163,8 @@ describe('bootstrap server from a kops config', () => {
         'cluster-info-publisher',
         'bootstrap-token-cleaner',
         'bootstrap-replay-marker-collector',
+        'certificate-expiry-gauge',
+        'certificate-ledger-renewals',
       ],
     );
     const stop = new AbortController();

@@ -12,7 +12,6 @@ import {
   ClusterInfoPublisher,
   clusterInfoHandler,
   configMapClusterInfoSource,
-  renderClusterInfoKubeconfig,
 } from '../bootstrap/discovery.ts';
 import { buildPolicies } from '../bootstrap/policies/build.ts';
 import { policyDepsFromConfig } from '../bootstrap/policies/deps.ts';
@@ -28,6 +27,7 @@ import { cloudCallMetrics } from '../cloud/metrics.ts';
 import type { Config } from '../config/schema.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { bundlePem } from '../pki/ca.ts';
+import { renderClusterInfoKubeconfig } from '../protocol/cluster-info.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { parseListenAddress } from '../runtime/listen-address.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
@@ -53,7 +53,7 @@ export interface ConfiguredBootstrapOptions {
   >;
 }
 
-/** The running server, and the leader-only components that go with it: the queue signer and the cluster-info publisher. */
+/** The running server, and the leader-only components that go with it: the queue signer, the cluster-info publisher, the token and replay-marker cleaners, and the certificate expiry ledger's gauge and renewal recorder. */
 export interface ConfiguredBootstrap extends RunningBootstrap {
   components: LeaderComponent[];
 }
@@ -118,6 +118,7 @@ export async function startConfiguredBootstrap(
         publisher,
         new TokenCleaner({ core, source: tokens, logger }),
         new ReplayMarkerCollector({ guard: replayGuard, logger }),
+        ...running.ledgerComponents,
       ],
       async close() {
         await running.close();

@@ -6,6 +6,7 @@
 import type { Command } from 'commander';
 
 const loaders: Record<string, () => Promise<Command>> = {
+  certs: async () => (await import('./certs.ts')).certsCommand(),
   dev: async () => (await import('./dev.ts')).devCommand(),
   discovery: async () => (await import('./discovery.ts')).discoveryCommand(),
   explain: async () => (await import('./explain.ts')).explainCommand(),

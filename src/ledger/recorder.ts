@@ -1,0 +1,156 @@
+/**
+ * Records issued certificates into the ledger without slowing issuance down or writing once per
+ * join: issuance only adds to a pending set (newest per kind and instance), and a timer writes the
+ * set every couple of seconds, one write per shard touched — a 5,000-node join storm costs a few
+ * writes per flush, not 5,000. A failed write keeps its entries pending for the next flush; a
+ * ledger that cannot be written never fails a join. Certificates the process holds (the CAs, its
+ * serving certificate) are re-recorded periodically, so the ledger forgets them once nobody does.
+ */
+import { X509Certificate } from 'node:crypto';
+import { describeError } from '../errors.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import type { IssuedCertificate } from '../pki/profiles.ts';
+import { entryKey, epochSeconds, type LedgerEntry } from './ledger.ts';
+import type { ConfigMapLedgerStore } from './store.ts';
+
+/** Options of {@link LedgerRecorder}. */
+export interface LedgerRecorderOptions {
+  store: Pick<ConfigMapLedgerStore, 'add'>;
+  /** How often pending entries are written (default 2 s). */
+  flushIntervalMs?: number;
+  /** How often held certificates are recorded again (default 1 h); they are kept for three intervals. */
+  holdIntervalMs?: number;
+  /** Entries waiting at most; beyond it new ones are dropped and logged (default 50,000). */
+  maxPending?: number;
+  now?: () => Date;
+  logger?: Logger;
+}
+
+/** A certificate a running process holds, before the recorder dates its hold. */
+export type HeldCertificate = Omit<LedgerEntry, 'heldUntil'>;
+
+/** The entries of certificates just issued for a node. */
+export function entriesOfIssued(
+  issued: readonly IssuedCertificate[],
+  node: { nodeName: string; instanceGroup?: string | undefined },
+): LedgerEntry[] {
+  return issued.map((cert) => ({
+    kind: cert.profile,
+    instanceGroup: node.instanceGroup ?? '',
+    instance: node.nodeName,
+    serial: cert.serialHex,
+    notBefore: epochSeconds(cert.notBefore),
+    notAfter: epochSeconds(cert.notAfter),
+  }));
+}
+
+/** The entry of a certificate in PEM (the first of a chain), e.g. a CA or the serving certificate. */
+export function entryOfPem(kind: string, instance: string, pem: string): HeldCertificate {
+  const cert = new X509Certificate(pem);
+  return {
+    kind,
+    instanceGroup: '',
+    instance,
+    // Spelled as issued certificates' serials are: lower-case hex without leading zero bytes.
+    serial: cert.serialNumber.toLowerCase().replace(/^(00)+(?=.)/, ''),
+    notBefore: epochSeconds(new Date(cert.validFrom)),
+    notAfter: epochSeconds(new Date(cert.validTo)),
+  };
+}
+
+/** Batches entries into the ledger store. */
+export class LedgerRecorder {
+  readonly #options: LedgerRecorderOptions;
+  readonly #logger: Logger;
+  readonly #now: () => Date;
+  readonly #holdIntervalMs: number;
+  #pending = new Map<string, LedgerEntry>();
+  #held: HeldCertificate[] = [];
+  #flushing: Promise<void> | undefined;
+  #timers: NodeJS.Timeout[] = [];
+
+  constructor(options: LedgerRecorderOptions) {
+    this.#options = options;
+    this.#logger = options.logger ?? silentLogger;
+    this.#now = options.now ?? (() => new Date());
+    this.#holdIntervalMs = options.holdIntervalMs ?? 3_600_000;
+  }
+
+  /** Queues entries for the next flush; never throws, never waits. */
+  record(entries: readonly LedgerEntry[]): void {
+    const max = this.#options.maxPending ?? 50_000;
+    let dropped = 0;
+    for (const entry of entries) {
+      const key = entryKey(entry);
+      if (!this.#pending.has(key) && this.#pending.size >= max) {
+        dropped++;
+        continue;
+      }
+      this.#pending.set(key, entry);
+    }
+    if (dropped > 0) {
+      this.#logger.warn(
+        { dropped },
+        'certificate ledger: too many entries waiting to be written; some dropped',
+      );
+    }
+  }
+
+  /** The certificates this process holds, recorded now and again every hold interval while it runs. */
+  hold(certificates: readonly HeldCertificate[]): void {
+    this.#held = [...certificates];
+    this.#recordHeld();
+  }
+
+  #recordHeld(): void {
+    const heldUntil = epochSeconds(this.#now()) + Math.ceil((3 * this.#holdIntervalMs) / 1000);
+    this.record(this.#held.map((entry) => ({ ...entry, heldUntil })));
+  }
+
+  /** Starts the timers (unref'd: they never keep the process alive). */
+  start(): void {
+    const flush = setInterval(() => void this.flush(), this.#options.flushIntervalMs ?? 2_000);
+    const hold = setInterval(() => this.#recordHeld(), this.#holdIntervalMs);
+    for (const timer of [flush, hold]) timer.unref();
+    this.#timers.push(flush, hold);
+  }
+
+  /** Writes what is pending; at most one write runs at a time. */
+  flush(): Promise<void> {
+    this.#flushing ??= this.#write().finally(() => {
+      this.#flushing = undefined;
+    });
+    return this.#flushing;
+  }
+
+  async #write(): Promise<void> {
+    if (this.#pending.size === 0) return;
+    const batch = this.#pending;
+    this.#pending = new Map();
+    try {
+      const result = await this.#options.store.add([...batch.values()]);
+      if (result.droppedOverCap > 0) {
+        this.#logger.warn(
+          { dropped: result.droppedOverCap },
+          'certificate ledger: a shard is full; the certificates expiring last were dropped',
+        );
+      }
+    } catch (err) {
+      // Kept for the next flush, unless something newer for the same certificate arrived meanwhile.
+      for (const [key, entry] of batch) if (!this.#pending.has(key)) this.#pending.set(key, entry);
+      this.#logger.warn(
+        { err: describeError(err), pending: this.#pending.size },
+        'certificate ledger not written; retrying at the next flush',
+      );
+    }
+  }
+
+  /** Stops the timers and writes what is pending one last time. */
+  async stop(): Promise<void> {
+    for (const timer of this.#timers) clearInterval(timer);
+    this.#timers = [];
+    await this.flush();
+    // A flush that was running when stop was called may have left entries behind it.
+    await this.flush();
+  }
+}
