@@ -71,6 +71,11 @@ export interface CloudGroupMember {
   state: InstanceState;
   /** False when the cloud marks the member unhealthy or it is being replaced. */
   healthy: boolean;
+  /**
+   * In the group's warm pool (AWS): pre-initialised, counted towards the target size, but not
+   * expected to have a Node, as kops' `WarmPool` member state.
+   */
+  warmPool?: boolean;
 }
 
 /** Lists the cloud groups of a cluster (for `validate` and the metrics). */

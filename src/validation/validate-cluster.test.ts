@@ -141,13 +141,42 @@ describe('validateCluster', () => {
     ]);
   });
 
-  test('a warm-pool (stopped) or terminating instance without a node is not expected to join', () => {
+  // kops' pkg/validation/validate_cluster.go validateNodes: every member but a detached one counts
+  // towards the target size; a member without a Node is excused only in a bastion group, in the warm
+  // pool (cloudinstances.WarmPool) or detached. upup/pkg/fi/cloudup/awsup/aws_cloud.go lists the warm
+  // pool (DescribeWarmPool) and drops only lifecycle state `Terminating`.
+  test('a warm-pool instance counts towards the target size and is not expected to join, as in kops', () => {
     const input = healthy();
-    const nodes = group('nodes', ['i-1', 'i-2', 'i-warm', 'i-gone']);
-    (nodes.members[2] as { state: string }).state = 'stopped';
-    (nodes.members[3] as { state: string }).state = 'stopping';
+    const nodes = group('nodes', ['i-1', 'i-2', 'i-warm-stopped', 'i-warm-running'], 4);
+    Object.assign(nodes.members[2] as object, { state: 'stopped', warmPool: true });
+    Object.assign(nodes.members[3] as object, { state: 'running', warmPool: true });
     input.cloudGroups = [group('control-plane', ['i-cp']), nodes, group('bastions', ['i-b'])];
-    assert.deepEqual(messages(input), []);
+    assert.deepEqual(messages(input), [], 'four members for a target of four; the warm two need no Node');
+    input.nodes = input.nodes.filter((n) => n.name !== 'i-2');
+    assert.deepEqual(
+      messages({ ...input, maxUnreadyNodes: 1 }),
+      [],
+      'the warm pool is not among the unready that --max-unready-nodes counts',
+    );
+  });
+
+  test('an instance held in Terminating:Wait is a member expected to have joined, as in kops', () => {
+    const input = healthy();
+    const nodes = group('nodes', ['i-1', 'i-2', 'i-hook']);
+    Object.assign(nodes.members[2] as object, { state: 'stopping' });
+    input.cloudGroups = [group('control-plane', ['i-cp']), nodes, group('bastions', ['i-b'])];
+    assert.deepEqual(messages(input), ['Machine/i-hook: machine "i-hook" has not yet joined cluster']);
+    input.nodes.push(node('i-hook'));
+    assert.deepEqual(messages(input), [], 'with its Node it is an ordinary member');
+  });
+
+  test('a stopped instance outside a warm pool or a terminated one is not expected to join', () => {
+    const input = healthy();
+    const nodes = group('nodes', ['i-1', 'i-2', 'i-stopped', 'i-gone'], 3);
+    Object.assign(nodes.members[2] as object, { state: 'stopped' });
+    Object.assign(nodes.members[3] as object, { state: 'terminated' });
+    input.cloudGroups = [group('control-plane', ['i-cp']), nodes, group('bastions', ['i-b'])];
+    assert.deepEqual(messages(input), [], 'three visible members for three; the terminated one is not seen');
   });
 
   test('a node that is not Ready, or whose network is unavailable, fails with its role', () => {

@@ -111,13 +111,14 @@ const controlPlaneApps = ['kube-apiserver', 'kube-controller-manager', 'kube-sch
 const controlPlaneLabel = 'node-role.kubernetes.io/control-plane';
 
 /**
- * Whether an instance without a Node is late: a stopped one (an AWS warm-pool instance) or one being
- * terminated is not expected to join, as kops skips its warm pool and detached instances. (kops still
- * expects an instance in `Terminating:Wait` to have joined; the cloud groups do not tell that state
- * apart from `Terminating`, so such an instance is forgiven here.)
+ * Whether an instance without a Node is late. kops excuses only bastions, warm-pool members and
+ * detached instances (pkg/validation/validate_cluster.go validateNodes), so an instance held by a
+ * lifecycle hook in `Terminating:Wait` is still expected to have joined; a warm-pool member counts
+ * towards the target size all the same. A stopped instance outside a warm pool (a GCE MIG member
+ * stopped or suspended) is forgiven here too, and a terminated one is not a member kops sees.
  */
 function expectedToJoin(member: CloudGroup['members'][number]): boolean {
-  return member.state !== 'stopped' && member.state !== 'stopping' && member.state !== 'terminated';
+  return !member.warmPool && member.state !== 'stopped' && member.state !== 'terminated';
 }
 
 /** kops' node readiness: Ready is True and the network is not reported unavailable. */

@@ -1,8 +1,12 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { ConfigError } from '../../errors.ts';
+import { ConfigError, UnavailableError } from '../../errors.ts';
+import { createLogger } from '../../log.ts';
+import { validationGaugesOf } from '../../metrics/validation-metrics.ts';
 import { clusterInstances, simInstanceId } from '../../sim/aws/scenario.ts';
 import { type AwsSimulator, startAwsSimulator } from '../../sim/aws/server.ts';
+import type { InstanceGroup } from '../../statestore/kops-types.ts';
+import { type NodeInfo, validateCluster } from '../../validation/validate-cluster.ts';
 import { type AwsClients, createAwsClients } from './clients.ts';
 import { AwsCloudGroups, stateOfLifecycle } from './groups.ts';
 
@@ -27,6 +31,26 @@ describe('AwsCloudGroups', () => {
         { instanceId: simInstanceId(2), healthStatus: 'Unhealthy' },
         { instanceId: simInstanceId(3), lifecycleState: 'Pending:Wait' },
       ],
+      warmPool: { instances: [{ instanceId: 'i-warm', zone: 'us-east-1a' }] },
+    });
+    // Lifecycle states kops treats apart (upup/pkg/fi/cloudup/awsup/aws_cloud.go buildCloudInstance).
+    sim.autoscaling.addAutoScalingGroup({
+      name: `draining.${cluster}`,
+      cluster,
+      instanceGroup: 'draining',
+      zones: ['us-east-1a'],
+      members: [
+        { instanceId: 'i-terminating', lifecycleState: 'Terminating' },
+        { instanceId: 'i-hook-wait', lifecycleState: 'Terminating:Wait' },
+        { instanceId: 'i-hook-proceed', lifecycleState: 'Terminating:Proceed' },
+      ],
+      warmPool: {
+        poolState: 'Running',
+        instances: [
+          ...Array.from({ length: 120 }, (_, i) => `i-warm${String(i).padStart(3, '0')}`),
+          { instanceId: 'i-warm-leaving', lifecycleState: 'Warmed:Terminating' },
+        ],
+      },
     });
     // 230 more groups so that the listing spans three pages of 100.
     for (let g = 0; g < 230; g++) {
@@ -57,7 +81,12 @@ describe('AwsCloudGroups', () => {
     sim.calls.reset();
     const groups = await new AwsCloudGroups({ autoscaling: clients.autoscaling }).list(cluster);
     assert.equal(sim.calls.count('DescribeAutoScalingGroups'), 3, 'three pages of up to 100');
-    assert.equal(groups.length, 231, 'groups of other clusters and without an instance group are left out');
+    assert.equal(groups.length, 232, 'groups of other clusters and without an instance group are left out');
+    assert.equal(
+      sim.calls.count('DescribeWarmPool'),
+      232 + 2,
+      "one call per group, as kops makes it, and two more pages of the 121-instance pool's 50",
+    );
     const nodes = groups.find((g) => g.instanceGroup === 'nodes');
     assert.deepEqual(nodes, {
       instanceGroup: 'nodes',
@@ -84,12 +113,118 @@ describe('AwsCloudGroups', () => {
           state: 'pending',
           healthy: false,
         },
+        {
+          instanceId: 'i-warm',
+          providerID: 'aws:///us-east-1a/i-warm',
+          state: 'stopped',
+          healthy: false,
+          warmPool: true,
+        },
       ],
     });
     assert.deepEqual(
       groups.slice(0, 3).map((g) => g.instanceGroup),
-      ['nodes', 'pool-000', 'pool-001'],
+      ['draining', 'nodes', 'pool-000'],
     );
+  });
+
+  it('drops Terminating members, keeps Terminating:Wait/:Proceed and lists every warm-pool page, as kops', async () => {
+    const groups = await new AwsCloudGroups({ autoscaling: clients.autoscaling }).list(cluster);
+    const draining = groups.find((g) => g.instanceGroup === 'draining');
+    const members = draining?.members ?? [];
+    assert.deepEqual(
+      members.slice(0, 2).map((m) => [m.instanceId, m.state, m.warmPool]),
+      [
+        ['i-hook-wait', 'stopping', undefined],
+        ['i-hook-proceed', 'stopping', undefined],
+      ],
+      'an instance in exactly Terminating is ignored; those held by a lifecycle hook stay members',
+    );
+    const warm = members.slice(2);
+    assert.equal(warm.length, 121, 'all three pages of the warm pool');
+    assert.ok(warm.every((m) => m.warmPool === true));
+    assert.deepEqual(
+      [warm[0]?.state, warm[119]?.instanceId, warm[120]?.instanceId, warm[120]?.state],
+      ['running', 'i-warm119', 'i-warm-leaving', 'stopping'],
+      'a Warmed:Running pool is running; Warmed:Terminating is not the Terminating kops drops',
+    );
+    assert.equal(draining?.targetSize, 3, "the group's DesiredCapacity, which its warm pool is outside of");
+  });
+
+  it("a DescribeWarmPool denial (kops' control-plane role lacks it) lists no warm pool, with one warning", async () => {
+    const strict = await createAwsClients({
+      region: sim.region,
+      endpoint: sim.endpoint,
+      credentials: sim.credentials,
+      maxAttempts: 1,
+    });
+    // The simulator denies every DescribeWarmPool call, as AWS does for a role without the action.
+    strict.autoscaling.middlewareStack.add(
+      (next, context) => (args) => {
+        if (context.commandName === 'DescribeWarmPoolCommand') {
+          sim.faults.add({
+            service: 'autoscaling',
+            count: 1,
+            error: { code: 'AccessDenied', status: 403, message: 'not authorized: DescribeWarmPool' },
+          });
+        }
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const lines: string[] = [];
+    const logger = createLogger({
+      level: 'warn',
+      destination: { write: (line: string) => lines.push(line) },
+    });
+    try {
+      const groups = await new AwsCloudGroups({ autoscaling: strict.autoscaling, logger }).list(cluster);
+      const nodes = groups.find((g) => g.instanceGroup === 'nodes');
+      assert.deepEqual(
+        nodes?.members.map((m) => m.instanceId),
+        [simInstanceId(1), simInstanceId(2), simInstanceId(3)],
+        'the members without the warm pool: a group can only look smaller, never ready when it is not',
+      );
+      assert.equal(lines.length, 1, 'one warning, not one per group');
+      const record = JSON.parse(lines[0] ?? '{}') as { level: string; msg: string; err: string };
+      assert.equal(record.level, 'warn');
+      assert.match(record.msg, /^warm pools are not listed/);
+      assert.match(record.err, /grant autoscaling:DescribeWarmPool/);
+    } finally {
+      sim.faults.reset();
+      strict.destroy();
+    }
+  });
+
+  it('a DescribeWarmPool outage fails the listing instead of returning a partial one', async () => {
+    const strict = await createAwsClients({
+      region: sim.region,
+      endpoint: sim.endpoint,
+      credentials: sim.credentials,
+      maxAttempts: 1,
+    });
+    strict.autoscaling.middlewareStack.add(
+      (next, context) => (args) => {
+        if (context.commandName === 'DescribeWarmPoolCommand') {
+          sim.faults.add({
+            service: 'autoscaling',
+            count: 1,
+            error: { code: 'ServiceUnavailable', status: 503 },
+          });
+        }
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    try {
+      await assert.rejects(
+        new AwsCloudGroups({ autoscaling: strict.autoscaling }).list(cluster),
+        (err: Error) => err instanceof UnavailableError && /DescribeWarmPool/.test(err.message),
+      );
+    } finally {
+      sim.faults.reset();
+      strict.destroy();
+    }
   });
 
   it('maps Auto Scaling lifecycle states to instance states', () => {
@@ -99,6 +234,9 @@ describe('AwsCloudGroups', () => {
     assert.equal(stateOfLifecycle('Terminating:Wait'), 'stopping');
     assert.equal(stateOfLifecycle('Terminated'), 'terminated');
     assert.equal(stateOfLifecycle('Warmed:Stopped'), 'stopped');
+    assert.equal(stateOfLifecycle('Warmed:Hibernated'), 'stopped');
+    assert.equal(stateOfLifecycle('Warmed:Running'), 'running');
+    assert.equal(stateOfLifecycle('Warmed:Pending:Wait'), 'pending');
     assert.equal(stateOfLifecycle(undefined), 'unknown');
   });
 
@@ -117,5 +255,75 @@ describe('AwsCloudGroups', () => {
     } finally {
       denied.destroy();
     }
+  });
+});
+
+// What kops gives for this cluster: pkg/validation/validate_cluster.go validateNodes over the members
+// upup/pkg/fi/cloudup/awsup/aws_cloud.go lists (the warm pool included, `Terminating` left out).
+describe('a simulated AWS cluster with a warm pool, validated as kops does', () => {
+  const warmCluster = 'warm.example.com';
+  let sim: AwsSimulator;
+  let clients: AwsClients;
+  const nodesGroup = {
+    apiVersion: 'kops.k8s.io/v1alpha2',
+    kind: 'InstanceGroup',
+    metadata: { name: 'nodes' },
+  };
+  const instanceGroups = [{ ...nodesGroup, spec: { role: 'Node' } } as InstanceGroup];
+  const nodeOf = (id: string): NodeInfo => ({
+    name: id,
+    providerID: `aws:///us-east-1a/${id}`,
+    labels: { 'topology.kubernetes.io/zone': 'us-east-1a' },
+    readyStatus: 'True',
+    networkUnavailable: false,
+  });
+
+  before(async () => {
+    sim = await startAwsSimulator();
+    sim.autoscaling.addAutoScalingGroup({
+      name: `nodes.${warmCluster}`,
+      cluster: warmCluster,
+      instanceGroup: 'nodes',
+      zones: ['us-east-1a'],
+      desiredCapacity: 4,
+      members: [
+        'i-a',
+        'i-b',
+        { instanceId: 'i-leaving', lifecycleState: 'Terminating' },
+        { instanceId: 'i-hook', lifecycleState: 'Terminating:Wait' },
+      ],
+      warmPool: { instances: ['i-w1', 'i-w2'] },
+    });
+    clients = await createAwsClients({
+      region: sim.region,
+      endpoint: sim.endpoint,
+      credentials: sim.credentials,
+    });
+  });
+  after(async () => {
+    clients.destroy();
+    await sim.close();
+  });
+
+  it('counts the warm pool towards the target, expects no Node of it, and still expects the Terminating:Wait one', async () => {
+    const cloudGroups = await new AwsCloudGroups({ autoscaling: clients.autoscaling }).list(warmCluster);
+    const input = { instanceGroups, cloudGroups, nodes: [nodeOf('i-a'), nodeOf('i-b')], pods: [] };
+    const result = validateCluster(input);
+    assert.deepEqual(
+      result.failures.map((f) => [f.reason, f.name]),
+      [['machine-not-joined', 'i-hook']],
+      'five members (two InService, one held by a hook, two warm) for a target of four: no group-too-small',
+    );
+    const gauges = validationGaugesOf(result, []);
+    assert.deepEqual([gauges.kops_node_ready, gauges.kops_node_notReady], [2, 1]);
+
+    const joined = validateCluster({ ...input, nodes: [...input.nodes, nodeOf('i-hook')] });
+    assert.deepEqual(joined.failures, []);
+    const withHook = validationGaugesOf(joined, []);
+    assert.deepEqual(
+      [withHook.kops_node_ready, withHook.kops_node_notReady],
+      [3, 0],
+      'the warm pool is never notReady',
+    );
   });
 });

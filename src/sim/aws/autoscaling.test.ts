@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { describeAutoScalingGroups } from './autoscaling.ts';
+import { describeAutoScalingGroups, describeWarmPool } from './autoscaling.ts';
 import { AwsSimError } from './query.ts';
 import { AwsWorld } from './world.ts';
 
@@ -56,6 +56,72 @@ describe('simulated DescribeAutoScalingGroups', () => {
           ]),
         ),
       /not supported/,
+    );
+  });
+});
+
+describe('simulated DescribeWarmPool', () => {
+  const world = new AwsWorld('111122223333', 'us-east-1');
+  world.addAutoScalingGroup({
+    name: 'warm.c',
+    cluster: 'c',
+    instanceGroup: 'nodes',
+    zones: ['us-east-1b'],
+    warmPool: {
+      minSize: 1,
+      instances: ['i-w1', { instanceId: 'i-w2', lifecycleState: 'Warmed:Pending:Wait' }],
+    },
+  });
+  world.addAutoScalingGroup({ name: 'cold.c', cluster: 'c', instanceGroup: 'cold' });
+
+  it("answers with the pool's configuration and its instances in Warmed states, paged by MaxRecords", () => {
+    const first = describeWarmPool(
+      world,
+      new Map([
+        ['AutoScalingGroupName', 'warm.c'],
+        ['MaxRecords', '1'],
+      ]),
+    );
+    assert.match(
+      first,
+      /^<\?xml[^>]*\?>\n?<DescribeWarmPoolResponse xmlns="http:\/\/autoscaling\.amazonaws\.com\/doc\/2011-01-01\/"><DescribeWarmPoolResult><WarmPoolConfiguration><MinSize>1<\/MinSize><PoolState>Stopped<\/PoolState>/,
+    );
+    assert.match(
+      first,
+      /<Instances><member><InstanceId>i-w1<\/InstanceId><InstanceType>t3\.medium<\/InstanceType><AvailabilityZone>us-east-1b<\/AvailabilityZone><LifecycleState>Warmed:Stopped<\/LifecycleState><HealthStatus>Healthy<\/HealthStatus><ProtectedFromScaleIn>false<\/ProtectedFromScaleIn><\/member><\/Instances>/,
+    );
+    const token = /<NextToken>([^<]+)<\/NextToken>/.exec(first)?.[1];
+    assert.ok(token);
+    const second = describeWarmPool(
+      world,
+      new Map([
+        ['AutoScalingGroupName', 'warm.c'],
+        ['MaxRecords', '1'],
+        ['NextToken', token],
+      ]),
+    );
+    assert.match(second, /<InstanceId>i-w2<\/InstanceId>.*<LifecycleState>Warmed:Pending:Wait</);
+    assert.doesNotMatch(second, /<NextToken>/);
+  });
+
+  it('answers a group without a warm pool with nothing, and rejects a missing or unknown group and sizes over 50', () => {
+    const cold = describeWarmPool(world, new Map([['AutoScalingGroupName', 'cold.c']]));
+    assert.match(cold, /<DescribeWarmPoolResult><Instances\/><\/DescribeWarmPoolResult>/);
+    assert.throws(() => describeWarmPool(world, new Map()), { code: 'ValidationError' });
+    assert.throws(() => describeWarmPool(world, new Map([['AutoScalingGroupName', 'nope']])), {
+      code: 'ValidationError',
+      message: 'AutoScalingGroup name not found - nope',
+    });
+    assert.throws(
+      () =>
+        describeWarmPool(
+          world,
+          new Map([
+            ['AutoScalingGroupName', 'warm.c'],
+            ['MaxRecords', '51'],
+          ]),
+        ),
+      AwsSimError,
     );
   });
 });

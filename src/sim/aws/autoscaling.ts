@@ -1,6 +1,7 @@
 /**
- * The simulated Auto Scaling `DescribeAutoScalingGroups` (awsQuery protocol): group names, tag
- * filters, `MaxRecords`/`NextToken` paging, and groups with their members as AWS returns them.
+ * The simulated Auto Scaling `DescribeAutoScalingGroups` and `DescribeWarmPool` (awsQuery protocol):
+ * group names, tag filters, `MaxRecords`/`NextToken` paging, and groups with their members and warm
+ * pools as AWS returns them.
  */
 import { randomUUID } from 'node:crypto';
 import {
@@ -12,7 +13,7 @@ import {
   type QueryFilter,
   tagFilterMatches,
 } from './query.ts';
-import type { AwsWorld, SimAutoScalingGroup } from './world.ts';
+import type { AwsWorld, SimAsgMember, SimAutoScalingGroup } from './world.ts';
 import { document, el, list, wrap } from './xml.ts';
 
 /** The XML namespace of the Auto Scaling API. */
@@ -24,6 +25,17 @@ function filterMatches(filter: QueryFilter, group: SimAutoScalingGroup): boolean
     throw new AwsSimError('ValidationError', `Filter name '${filter.name}' is not supported`);
   }
   return byTag;
+}
+
+function renderInstance(m: SimAsgMember): string {
+  return (
+    el('InstanceId', m.instanceId) +
+    el('InstanceType', 't3.medium') +
+    el('AvailabilityZone', m.zone) +
+    el('LifecycleState', m.lifecycleState) +
+    el('HealthStatus', m.healthStatus) +
+    el('ProtectedFromScaleIn', false)
+  );
 }
 
 function renderGroup(world: AwsWorld, g: SimAutoScalingGroup): string {
@@ -40,18 +52,7 @@ function renderGroup(world: AwsWorld, g: SimAutoScalingGroup): string {
     '<TargetGroupARNs/>' +
     el('HealthCheckType', 'EC2') +
     el('HealthCheckGracePeriod', 0) +
-    list(
-      'Instances',
-      'member',
-      g.members,
-      (m) =>
-        el('InstanceId', m.instanceId) +
-        el('InstanceType', 't3.medium') +
-        el('AvailabilityZone', m.zone) +
-        el('LifecycleState', m.lifecycleState) +
-        el('HealthStatus', m.healthStatus) +
-        el('ProtectedFromScaleIn', false),
-    ) +
+    list('Instances', 'member', g.members, renderInstance) +
     el('CreatedTime', g.createdTime.toISOString()) +
     '<SuspendedProcesses/>' +
     '<EnabledMetrics/>' +
@@ -93,6 +94,44 @@ export function describeAutoScalingGroups(world: AwsWorld, params: ReadonlyMap<s
     wrap(
       'DescribeAutoScalingGroupsResult',
       list('AutoScalingGroups', 'member', page, (g) => renderGroup(world, g)) + el('NextToken', next),
+    ) + wrap('ResponseMetadata', el('RequestId', randomUUID())),
+  );
+}
+
+/**
+ * Handles `DescribeWarmPool`; returns the response document. A group without a warm pool answers with
+ * no configuration and no instances, as AWS does; pages hold at most 50 instances (AWS' maximum).
+ */
+export function describeWarmPool(world: AwsWorld, params: ReadonlyMap<string, string>): string {
+  const name = params.get('AutoScalingGroupName');
+  if (!name) {
+    throw new AwsSimError(
+      'ValidationError',
+      "1 validation error detected: Value null at 'autoScalingGroupName' failed to satisfy constraint: Member must not be null",
+    );
+  }
+  const group = world.autoScalingGroup(name);
+  if (!group) throw new AwsSimError('ValidationError', `AutoScalingGroup name not found - ${name}`);
+  const pool = group.warmPool;
+  const maxRecords = intParam(params, 'MaxRecords', { min: 1, max: 50, default: 50 });
+  const offset = pageToken.decode(params.get('NextToken'));
+  const instances = pool?.instances ?? [];
+  const page = instances.slice(offset, offset + maxRecords);
+  const next = offset + page.length < instances.length ? pageToken.encode(offset + page.length) : undefined;
+  const configuration =
+    pool &&
+    wrap(
+      'WarmPoolConfiguration',
+      el('MinSize', pool.minSize) +
+        el('PoolState', pool.poolState) +
+        wrap('InstanceReusePolicy', el('ReuseOnScaleIn', false)),
+    );
+  return document(
+    'DescribeWarmPoolResponse',
+    autoScalingNamespace,
+    wrap(
+      'DescribeWarmPoolResult',
+      (configuration ?? '') + list('Instances', 'member', page, renderInstance) + el('NextToken', next),
     ) + wrap('ResponseMetadata', el('RequestId', randomUUID())),
   );
 }

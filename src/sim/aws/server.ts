@@ -9,7 +9,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import { parseSigV4, type SigV4Credentials, SigV4Error } from '../../cloud/aws/sigv4.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { listenOnLoopback } from '../../net/loopback.ts';
-import { autoScalingNamespace, describeAutoScalingGroups } from './autoscaling.ts';
+import { autoScalingNamespace, describeAutoScalingGroups, describeWarmPool } from './autoscaling.ts';
 import { describeInstances, ec2ErrorDocument } from './ec2.ts';
 import { AwsFaults, type AwsService } from './faults.ts';
 import { AwsSimError, queryErrorDocument, queryParams } from './query.ts';
@@ -139,7 +139,7 @@ function readBody(req: IncomingMessage): Promise<Buffer> {
 function serviceOf(name: string | undefined, action: string | undefined): Service {
   if (name === 'ec2' || name === 'autoscaling' || name === 'sts') return name;
   if (action === 'DescribeInstances') return 'ec2';
-  if (action === 'DescribeAutoScalingGroups') return 'autoscaling';
+  if (action === 'DescribeAutoScalingGroups' || action === 'DescribeWarmPool') return 'autoscaling';
   return 'sts';
 }
 
@@ -236,6 +236,7 @@ export async function startAwsSimulator(options: AwsSimulatorOptions = {}): Prom
     if (service === 'autoscaling' && action === 'DescribeAutoScalingGroups') {
       return describeAutoScalingGroups(world, params);
     }
+    if (service === 'autoscaling' && action === 'DescribeWarmPool') return describeWarmPool(world, params);
     const caller = world.principal(accessKeyId);
     if (service === 'sts' && action === 'GetCallerIdentity' && caller)
       return getCallerIdentity(caller.identity);

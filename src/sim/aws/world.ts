@@ -62,7 +62,17 @@ export interface SimAutoScalingGroup {
   zones: string[];
   tags: Record<string, string>;
   members: SimAsgMember[];
+  /** The group's warm pool, when it has one (what `DescribeWarmPool` returns). */
+  warmPool?: SimWarmPool;
   createdTime: Date;
+}
+
+/** A warm pool: pre-initialised instances outside the group's InService members. */
+export interface SimWarmPool {
+  poolState: 'Stopped' | 'Running' | 'Hibernated';
+  minSize: number;
+  /** Members in `Warmed:*` lifecycle states. */
+  instances: SimAsgMember[];
 }
 
 /** A group to seed; members given by id take their zone from the seeded instance. */
@@ -76,6 +86,12 @@ export interface SimAutoScalingGroupInput {
   cluster?: string;
   instanceGroup?: string;
   members?: (string | (Partial<SimAsgMember> & { instanceId: string }))[];
+  /** A warm pool; its instances default to `Warmed:<poolState>`. */
+  warmPool?: {
+    poolState?: SimWarmPool['poolState'];
+    minSize?: number;
+    instances?: (string | (Partial<SimAsgMember> & { instanceId: string }))[];
+  };
 }
 
 /** The identity STS reports for a credential. */
@@ -199,16 +215,25 @@ export class AwsWorld {
 
   /** Adds or replaces an Auto Scaling group. */
   addAutoScalingGroup(input: SimAutoScalingGroupInput): SimAutoScalingGroup {
-    const members = (input.members ?? []).map((m): SimAsgMember => {
-      const member = typeof m === 'string' ? { instanceId: m } : m;
-      const instance = this.#instances.get(member.instanceId);
-      return {
-        instanceId: member.instanceId,
-        zone: member.zone ?? instance?.zone ?? input.zones?.[0] ?? `${this.region}a`,
-        lifecycleState: member.lifecycleState ?? lifecycleStateOf(instance?.state),
-        healthStatus: member.healthStatus ?? 'Healthy',
+    const memberOf =
+      (defaultLifecycle?: string) =>
+      (m: string | (Partial<SimAsgMember> & { instanceId: string })): SimAsgMember => {
+        const member = typeof m === 'string' ? { instanceId: m } : m;
+        const instance = this.#instances.get(member.instanceId);
+        return {
+          instanceId: member.instanceId,
+          zone: member.zone ?? instance?.zone ?? input.zones?.[0] ?? `${this.region}a`,
+          lifecycleState: member.lifecycleState ?? defaultLifecycle ?? lifecycleStateOf(instance?.state),
+          healthStatus: member.healthStatus ?? 'Healthy',
+        };
       };
-    });
+    const members = (input.members ?? []).map(memberOf());
+    const poolState = input.warmPool?.poolState ?? 'Stopped';
+    const warmPool = input.warmPool && {
+      poolState,
+      minSize: input.warmPool.minSize ?? 0,
+      instances: (input.warmPool.instances ?? []).map(memberOf(`Warmed:${poolState}`)),
+    };
     const group: SimAutoScalingGroup = {
       name: input.name,
       minSize: input.minSize ?? members.length,
@@ -217,10 +242,16 @@ export class AwsWorld {
       zones: input.zones ?? [...new Set(members.map((m) => m.zone))],
       tags: { ...kopsTags(input.cluster, input.instanceGroup), ...input.tags },
       members,
+      ...(warmPool && { warmPool }),
       createdTime: new Date('2026-01-01T00:00:00Z'),
     };
     this.#groups.set(group.name, group);
     return group;
+  }
+
+  /** One Auto Scaling group by name. */
+  autoScalingGroup(name: string): SimAutoScalingGroup | undefined {
+    return this.#groups.get(name);
   }
 
   /** Every Auto Scaling group, sorted by name as AWS lists them. */
