@@ -91,6 +91,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
       core: options.kubeConfig.makeApiClient(CoreV1Api),
       cloudGroups: cloud.cloudGroups,
       instanceGroups: () => clusterStore.instanceGroups(),
+      cluster: () => clusterStore.cluster(),
       registry: options.registry,
       logger,
     }),

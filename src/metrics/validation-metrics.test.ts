@@ -9,6 +9,9 @@ import { Registry } from 'prom-client';
 import { createAwsProvider } from '../cloud/aws/provider.ts';
 import type { CloudGroup } from '../cloud/types.ts';
 import { NotFoundError } from '../errors.ts';
+import { buildNodeLabels } from '../nodelabels/build-node-labels.ts';
+import { formatManagedLabels, managedLabelsAnnotation } from '../nodelabels/diff-labels.ts';
+import type { KubeObject } from '../sim/apiserver/objects.ts';
 import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
 import { ClusterStore } from '../statestore/cluster-store.ts';
 import type { InstanceGroup } from '../statestore/kops-types.ts';
@@ -155,6 +158,7 @@ describe('ValidationMetrics against the simulated cluster', () => {
   const stop = new AbortController();
   let running: Promise<void>;
   let metrics: ValidationMetrics;
+  let clusterSpec: ClusterStore;
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'validation-metrics-'));
@@ -173,8 +177,10 @@ describe('ValidationMetrics against the simulated cluster', () => {
       core: kubeConfig.makeApiClient(CoreV1Api),
       cloudGroups: aws.cloudGroups,
       instanceGroups: () => store.instanceGroups(),
+      cluster: () => store.cluster(),
       registry,
     });
+    clusterSpec = store;
     running = metrics.start(stop.signal).finally(() => aws.clients.destroy());
   });
   after(async () => {
@@ -217,6 +223,76 @@ describe('ValidationMetrics against the simulated cluster', () => {
       .split('\n')
       .filter((line) => line.trim() && !/kops_(node_notReady|pod_notReady) .*camelCase/.test(line));
     assert.deepEqual(problems, []);
+  });
+
+  /** The per-instance-group samples of `name`, keyed by `instance_group` (and `state`, when it has one). */
+  async function groupGauge(name: string): Promise<Map<string, number>> {
+    const samples = new Map<string, number>();
+    const line = new RegExp(
+      `^${name}\\{cluster_name="minimal\\.example\\.com",instance_group="([^"]+)"(?:,state="(\\w+)")?\\} (\\d+)$`,
+      'gm',
+    );
+    for (const [, group, state, value] of (await registry.metrics()).matchAll(line)) {
+      samples.set(state ? `${group}/${state}` : (group as string), Number(value));
+    }
+    return samples;
+  }
+
+  test('per instance group: nodes ready, not ready and missing against the desired size, and label drift', async () => {
+    const groups = [...cluster.nodesByGroup.entries()];
+    const expected = (missingFrom?: string) =>
+      new Map(
+        groups.flatMap(([group, names]) => {
+          const missing = group === missingFrom ? 1 : 0;
+          return [
+            [`${group}/ready`, names.length - missing],
+            [`${group}/not_ready`, 0],
+            [`${group}/missing`, missing],
+          ];
+        }),
+      );
+    await until(async () => (await groupGauge('kops_instance_group_nodes')).size === groups.length * 3);
+    assert.deepEqual(await groupGauge('kops_instance_group_nodes'), expected());
+    assert.deepEqual(
+      await groupGauge('kops_instance_group_desired_nodes'),
+      new Map(groups.map(([group, names]) => [group, names.length])),
+    );
+    // The simulated machines joined with no label of their group: no node controller ran, so all drift.
+    assert.deepEqual(
+      await groupGauge('kops_instance_group_nodes_label_drift'),
+      new Map(groups.map(([group, names]) => [group, names.length])),
+    );
+
+    // The node controller's work on one node (its group's labels and the managed set) ends its drift.
+    const store = cluster.api.server.store;
+    const [group, names] = groups.find(([g]) => g.startsWith('nodes')) as [string, string[]];
+    const [victim] = names as [string];
+    const original = store.get('nodes', undefined, victim) as KubeObject;
+    const desired = buildNodeLabels(
+      await clusterSpec.cluster(),
+      (await clusterSpec.instanceGroups()).find((g) => g.metadata.name === group) as InstanceGroup,
+    );
+    const labelled = structuredClone(original);
+    labelled.metadata = {
+      ...labelled.metadata,
+      labels: { ...labelled.metadata?.labels, ...desired },
+      annotations: { [managedLabelsAnnotation]: formatManagedLabels(Object.keys(desired)) },
+    };
+    store.update(labelled);
+    try {
+      await until(
+        async () =>
+          (await groupGauge('kops_instance_group_nodes_label_drift')).get(group) === names.length - 1,
+      );
+      // Its Node going away is a node missing from its group, as the watch sees it at once.
+      store.delete('nodes', undefined, victim);
+      await until(async () => (await groupGauge('kops_instance_group_nodes')).get(`${group}/missing`) === 1);
+      assert.deepEqual(await groupGauge('kops_instance_group_nodes'), expected(group));
+    } finally {
+      if (store.get('nodes', undefined, victim)) store.delete('nodes', undefined, victim);
+      store.create(original);
+    }
+    await until(async () => (await groupGauge('kops_instance_group_nodes')).get(`${group}/missing`) === 0);
   });
 
   test('component statuses refused (deprecated API) or a failing cloud: the other gauges carry on', async () => {

@@ -12,17 +12,22 @@ import { describeError } from '../errors.ts';
 import { sleep, systemClock } from '../kube/clock.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { managedLabelsAnnotation, parseManagedLabels } from '../nodelabels/diff-labels.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
-import type { InstanceGroup } from '../statestore/kops-types.ts';
+import type { Cluster, InstanceGroup } from '../statestore/kops-types.ts';
 import {
   type FailureReason,
-  type NodeInfo,
   nodeInfoOf,
   type PodInfo,
   podInfoOf,
   type ValidationResult,
   validateCluster,
 } from '../validation/validate-cluster.ts';
+import {
+  type InstanceGroupHealth,
+  instanceGroupHealth,
+  type LabelledNodeInfo,
+} from './instance-group-health.ts';
 
 /** The eight gauges, with seed 001's help texts. */
 const gaugeHelp = {
@@ -37,14 +42,36 @@ const gaugeHelp = {
 } as const;
 export type ValidationGauge = keyof typeof gaugeHelp;
 
+/**
+ * The per-instance-group gauges (labels `cluster_name`, `instance_group`). Node counts share one name
+ * with a `state` label, so `sum without (state)` is the group's nodes plus what it lacks; the desired
+ * size and the drift are separate names because they are not states of a node.
+ */
+const groupGaugeHelp = {
+  kops_instance_group_nodes:
+    'Nodes of the instance group by state: ready, not_ready, or missing (desired minus the nodes present).',
+  kops_instance_group_desired_nodes:
+    "Desired size of the instance group: its cloud group's target size, else the spec's minSize.",
+  kops_instance_group_nodes_label_drift:
+    'Nodes of the instance group whose labels differ from the labels its spec asks for.',
+} as const;
+
 /** What the gauges are computed from. */
 export interface ValidationSnapshot {
   instanceGroups: readonly InstanceGroup[];
   cloudGroups: readonly CloudGroup[];
-  nodes: readonly NodeInfo[];
+  nodes: readonly LabelledNodeInfo[];
   pods: readonly PodInfo[];
   /** Each component's health: all its conditions True. */
   components: readonly { name: string; healthy: boolean }[];
+  /** The cluster spec, for the labels an instance group's nodes should carry (no drift gauge without it). */
+  cluster?: Cluster;
+}
+
+/** Everything one scrape reports. */
+interface Computed {
+  values: Record<ValidationGauge, number>;
+  groups: InstanceGroupHealth[];
 }
 
 /**
@@ -89,6 +116,8 @@ export interface ValidationMetricsOptions {
   core: Pick<CoreV1Api, 'listComponentStatus'>;
   cloudGroups: CloudGroups;
   instanceGroups: () => Promise<InstanceGroup[]>;
+  /** The cluster spec, read with the instance groups; without it the label-drift gauge has no samples. */
+  cluster?: () => Promise<Cluster>;
   registry: Registry;
   /** How often the cloud groups, instance groups and component statuses are read again (default 60 s). */
   refreshIntervalMs?: number;
@@ -100,8 +129,8 @@ export class ValidationMetrics implements LeaderComponent {
   readonly name = 'validation-metrics';
   readonly #options: ValidationMetricsOptions;
   readonly #logger: Logger;
-  #current: { nodes: Informer<V1Node, NodeInfo>; pods: Informer<V1Pod, PodInfo> } | undefined;
-  #slow: Pick<ValidationSnapshot, 'instanceGroups' | 'cloudGroups' | 'components'> | undefined;
+  #current: { nodes: Informer<V1Node, LabelledNodeInfo>; pods: Informer<V1Pod, PodInfo> } | undefined;
+  #slow: Pick<ValidationSnapshot, 'instanceGroups' | 'cloudGroups' | 'components' | 'cluster'> | undefined;
   /** Why the last snapshot could not be validated, so it is logged once, not at every scrape. */
   #problem: string | undefined;
 
@@ -109,15 +138,16 @@ export class ValidationMetrics implements LeaderComponent {
     this.#options = options;
     this.#logger = (options.logger ?? silentLogger).child({ component: this.name });
     const registers = [options.registry];
-    // One scrape collects all eight gauges: validate once for them, not once each.
-    let computed: { at: number; values: Record<ValidationGauge, number> | undefined } | undefined;
-    const value = (gauge: ValidationGauge) => () => {
+    // One scrape collects all the gauges: validate once for them, not once each.
+    let computed: { at: number; result: Computed | undefined } | undefined;
+    const current = (): Computed | undefined => {
       if (!computed || Date.now() - computed.at > 1000) {
         const snapshot = this.snapshot();
-        computed = snapshot ? { at: Date.now(), values: this.#gauges(snapshot) } : undefined;
+        computed = snapshot ? { at: Date.now(), result: this.#gauges(snapshot) } : undefined;
       }
-      return computed?.values?.[gauge];
+      return computed?.result;
     };
+    const value = (gauge: ValidationGauge) => () => current()?.values[gauge];
     for (const name of Object.keys(gaugeHelp) as ValidationGauge[]) {
       const compute = value(name);
       new Gauge({
@@ -132,17 +162,43 @@ export class ValidationMetrics implements LeaderComponent {
         },
       });
     }
+    const perGroup = (
+      name: keyof typeof groupGaugeHelp,
+      extraLabels: string[],
+      samples: (g: InstanceGroupHealth) => [Record<string, string>, number | undefined][],
+    ) =>
+      new Gauge({
+        name,
+        help: groupGaugeHelp[name],
+        labelNames: ['cluster_name', 'instance_group', ...extraLabels],
+        registers,
+        collect() {
+          this.reset();
+          for (const group of current()?.groups ?? []) {
+            const labels = { cluster_name: options.clusterName, instance_group: group.instanceGroup };
+            for (const [extra, v] of samples(group))
+              if (v !== undefined) this.set({ ...labels, ...extra }, v);
+          }
+        },
+      });
+    perGroup('kops_instance_group_nodes', ['state'], (g) => [
+      [{ state: 'ready' }, g.ready],
+      [{ state: 'not_ready' }, g.notReady],
+      [{ state: 'missing' }, g.missing],
+    ]);
+    perGroup('kops_instance_group_desired_nodes', [], (g) => [[{}, g.desired]]);
+    perGroup('kops_instance_group_nodes_label_drift', [], (g) => [[{}, g.labelDrift]]);
   }
 
   /**
    * The values for a snapshot, or none when it cannot be validated (no instance group): an absent
    * series is honest where zeros would read as "all ready". Logged once per distinct reason.
    */
-  #gauges(snapshot: ValidationSnapshot): Record<ValidationGauge, number> | undefined {
+  #gauges(snapshot: ValidationSnapshot): Computed | undefined {
     try {
       const values = validationGauges(snapshot);
       this.#problem = undefined;
-      return values;
+      return { values, groups: instanceGroupHealth(snapshot) };
     } catch (err) {
       const problem = describeError(err);
       if (problem !== this.#problem)
@@ -172,7 +228,10 @@ export class ValidationMetrics implements LeaderComponent {
         logger: this.#logger,
       });
     const current = {
-      nodes: informer<V1Node, NodeInfo>('nodes-validation', '/api/v1/nodes', nodeInfoOf),
+      nodes: informer<V1Node, LabelledNodeInfo>('nodes-validation', '/api/v1/nodes', (node) => ({
+        ...nodeInfoOf(node),
+        managedLabels: parseManagedLabels(node.metadata?.annotations?.[managedLabelsAnnotation]),
+      })),
       pods: informer<V1Pod, PodInfo>('pods-validation', '/api/v1/pods', podInfoOf),
     };
     this.#current = current;
@@ -197,11 +256,12 @@ export class ValidationMetrics implements LeaderComponent {
    * failure there only empties the component gauges' inputs; the node and pod gauges carry on.
    */
   async #refresh(): Promise<void> {
-    const { cloudGroups, clusterName, core, instanceGroups } = this.#options;
-    const [groups, igs, statuses] = await Promise.allSettled([
+    const { cloudGroups, clusterName, core, instanceGroups, cluster } = this.#options;
+    const [groups, igs, statuses, spec] = await Promise.allSettled([
       cloudGroups.list(clusterName),
       instanceGroups(),
       core.listComponentStatus(),
+      cluster ? cluster() : Promise.resolve(undefined),
     ]);
     let components: ValidationSnapshot['components'] = [];
     if (statuses.status === 'fulfilled') {
@@ -224,6 +284,20 @@ export class ValidationMetrics implements LeaderComponent {
       if (this.#slow) this.#slow = { ...this.#slow, components };
       return;
     }
-    this.#slow = { cloudGroups: groups.value, instanceGroups: igs.value, components };
+    // Without the cluster spec there is no desired label to compare with: the drift gauge goes absent
+    // (logged) rather than keeping a count computed against an older spec.
+    if (spec.status === 'rejected') {
+      this.#logger.warn(
+        { err: describeError(spec.reason) },
+        'cannot read the cluster spec; no label-drift values',
+      );
+    }
+    const clusterSpec = spec.status === 'fulfilled' ? spec.value : undefined;
+    this.#slow = {
+      cloudGroups: groups.value,
+      instanceGroups: igs.value,
+      components,
+      ...(clusterSpec ? { cluster: clusterSpec } : {}),
+    };
   }
 }
