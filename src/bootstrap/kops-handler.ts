@@ -1,7 +1,7 @@
 /**
- * kops compatibility: `POST /bootstrap` answers nodeup's `bootstrap.kops.k8s.io/v1alpha1` requests as
- * kops-controller does (reference kops-controller.md §3.3), in its order: the identity proof is
- * verified by the policy chain BEFORE the body is parsed as JSON; a Ready Node of the verified name
+ * kops compatibility: `POST /bootstrap` answers nodeup's `bootstrap.kops.k8s.io/v1alpha1` requests in
+ * the order nodeup relies on: the identity proof is verified by the policy chain BEFORE the body is
+ * parsed as JSON, so an unproven caller never gets its JSON read; a Ready Node of the verified name
  * gets 409 (nodeup then exits quietly); each requested key is checked against `certNames` and the
  * CA keypair ids; answers use kops' shapes (`Certs`, capital C) and its short plain-text errors, with
  * the details in the log and the audit trail only. A dependency that fails on the way (a policy's
@@ -73,6 +73,7 @@ function isRecord(value: unknown): value is Record<string, unknown> {
 
 /** One requested key, checked: its profile, the CA that signs it and the certificate request. */
 interface KopsCertificate {
+  name: string;
   profile: ProfileName;
   ca: CertificateAuthority;
   request: CertificateRequest;
@@ -103,7 +104,7 @@ function certificateRequestOf(
       `request's keypair ID ${JSON.stringify(wanted ?? '')} for ${ca.name} didn't match issuer's "${ours}"`,
     );
   }
-  return { profile: spec.profile, ca, request: publicKeyRequest(spki as Buffer) };
+  return { name, profile: spec.profile, ca, request: publicKeyRequest(spki as Buffer) };
 }
 
 /** Issues each CA's share of the requested certificates for the verified facts. */
@@ -137,7 +138,36 @@ export function kopsProofRequest(input: CertificatesInput): BootstrapRequest {
   };
 }
 
-/** `POST /bootstrap`. */
+/** The audit fields a denial, a fault or an issue adds once the policy chain has verified the facts. */
+type FactsAudit = Pick<AuditRecord, 'nodeName' | 'instanceGroup' | 'evidence'>;
+
+function factsAuditOf(facts: NodeFacts): FactsAudit {
+  return { nodeName: facts.nodeName, instanceGroup: facts.instanceGroup, evidence: facts.evidence };
+}
+
+/** What a step adds to an audit record; the trail fills in the request's own fields. */
+type StepRecord = Omit<AuditRecord, 'time' | 'requestId' | 'remoteAddress' | 'proof'>;
+
+/** Where one request's decisions and faults are recorded, stamped with its id, address and proof. */
+interface Trail {
+  audit(record: StepRecord): void;
+  /** A dependency fault: audited and counted; nodeup is answered 503 with when to ask again. */
+  unavailable(fault: UnavailableError, record: Omit<StepRecord, 'verdict' | 'reasons'>): Answer;
+}
+
+/** The body nodeup sends, once decoded: the keys it wants certified and whether it wants its config. */
+interface KopsBody {
+  certs: Record<string, unknown>;
+  keypairIds: Record<string, unknown>;
+  includeNodeConfig: boolean;
+}
+
+/** Each step returns its result or the answer that ends the request; objects with a status are answers. */
+function isAnswer(value: object): value is Answer {
+  return 'status' in value;
+}
+
+/** `POST /bootstrap`, in kops' order: proof, policy chain, node guard, body, node config, certificates. */
 export async function kopsBootstrap(
   context: BootstrapContext,
   options: KopsOptions,
@@ -145,9 +175,56 @@ export async function kopsBootstrap(
 ): Promise<Answer> {
   if (input.body.length === 0) return text(400, 'empty request body');
   const now = () => context.now?.() ?? new Date();
-  let request: BootstrapRequest;
+  const request = proofRequestOrDenial(context, input, now);
+  if (isAnswer(request)) return request;
+  const trail = trailOf(context, request, now);
+  const approval = await approvalOrDenial(context, request, trail, now);
+  if (isAnswer(approval)) return approval;
+  const { facts, decidedBy } = approval;
+  const factsAudit = factsAuditOf(facts);
+  const guarded = await guardAgainstRegisteredNode(context, facts, trail);
+  if (guarded) return guarded;
+  const body = decodeKopsBody(input.body);
+  if (isAnswer(body)) return body;
+  let nodeConfig: KopsNodeConfig | undefined;
+  if (body.includeNodeConfig) {
+    const read = await readNodeConfig(context, options, facts, trail);
+    if (isAnswer(read)) return read;
+    nodeConfig = read;
+  }
+  const wanted = checkCertificates(body, options, context);
+  if (isAnswer(wanted)) return wanted;
+  let issued: Partial<Record<ProfileName, IssuedCertificate>>;
   try {
-    request = kopsProofRequest(input);
+    issued = await issueBySigner(wanted, facts, { lifetimeMs: kopsLifetimeMs, ...context.issueOptions });
+  } catch (err) {
+    trail.audit({
+      decidedBy: 'profile-check',
+      verdict: 'deny',
+      reasons: [(err as Error).message],
+      ...factsAudit,
+    });
+    return text(400, `failed to issue: ${(err as Error).message}`);
+  }
+  context.metrics?.issued((now().getTime() - request.receivedAt.getTime()) / 1000);
+  trail.audit({
+    decidedBy,
+    verdict: 'approve',
+    reasons: [`approved by ${decidedBy}`],
+    issued: serialsOf(issued),
+    ...factsAudit,
+  });
+  return certificatesAnswer(wanted, issued, nodeConfig);
+}
+
+/** Reads the identity proof from the Authorization header; one that cannot be read is audited and refused. */
+function proofRequestOrDenial(
+  context: BootstrapContext,
+  input: CertificatesInput,
+  now: () => Date,
+): BootstrapRequest | Answer {
+  try {
+    return kopsProofRequest(input);
   } catch (err) {
     report(context, {
       time: now().toISOString(),
@@ -160,142 +237,154 @@ export async function kopsBootstrap(
     });
     return text(403, 'failed to verify token');
   }
-  const audit = (record: Omit<AuditRecord, 'time' | 'requestId' | 'remoteAddress' | 'proof'>) =>
-    report(context, {
-      time: now().toISOString(),
-      requestId: request.id,
-      remoteAddress: request.remoteAddress,
-      proof: request.proof.kind,
-      ...record,
-    });
-  /** A dependency fault: audited and counted; nodeup is answered 503 with when to ask again. */
-  const unavailable = (
-    fault: UnavailableError,
-    record: Omit<AuditRecord, 'time' | 'requestId' | 'remoteAddress' | 'proof' | 'verdict' | 'reasons'>,
-  ): Answer => {
-    reportFault(
-      context,
-      {
-        time: now().toISOString(),
-        requestId: request.id,
-        remoteAddress: request.remoteAddress,
-        proof: request.proof.kind,
-        ...record,
-      },
-      fault,
-    );
-    return {
-      status: 503,
-      body: `${fault.message}\n`,
-      headers: { 'retry-after': String(retryAfterOf(fault)) },
-    };
-  };
+}
 
+function trailOf(context: BootstrapContext, request: BootstrapRequest, now: () => Date): Trail {
+  const stamp = () => ({
+    time: now().toISOString(),
+    requestId: request.id,
+    remoteAddress: request.remoteAddress,
+    proof: request.proof.kind,
+  });
+  return {
+    audit: (record) => report(context, { ...stamp(), ...record }),
+    unavailable: (fault, record) => {
+      reportFault(context, { ...stamp(), ...record }, fault);
+      return {
+        status: 503,
+        body: `${fault.message}\n`,
+        headers: { 'retry-after': String(retryAfterOf(fault)) },
+      };
+    },
+  };
+}
+
+/**
+ * Runs the policy chain on the proof alone. Anything but an approval is 403: the kops protocol has no
+ * pending state, so a queued request is refused here and the audit trail says where queueing exists.
+ */
+async function approvalOrDenial(
+  context: BootstrapContext,
+  request: BootstrapRequest,
+  trail: Trail,
+  now: () => Date,
+): Promise<{ facts: NodeFacts; decidedBy: string | undefined } | Answer> {
   let chain: Awaited<ReturnType<typeof evaluateChain>>;
   try {
     chain = await evaluateChain(context.policies, request, { now });
   } catch (err) {
     if (!isDependencyFault(err)) throw err;
-    return unavailable(err, { decidedBy: policyOf(err) });
+    return trail.unavailable(err, { decidedBy: policyOf(err) });
   }
   const { decision, decidedBy } = chain;
-  if (decision.verdict !== 'approve') {
-    const reasons =
-      decision.verdict === 'queue'
-        ? [
-            'the kops protocol has no pending state; queued approval is available through /v1/certificates',
-            ...decision.reasons,
-          ]
-        : decision.reasons;
-    audit({ decidedBy, verdict: 'deny', reasons, ...auditDetailOf(decision) });
-    context.logger.info({ requestId: request.id, decidedBy, reasons }, 'kops bootstrap: token not verified');
-    return text(403, 'failed to verify token');
+  if (decision.verdict === 'approve') return { facts: decision.facts, decidedBy };
+  const reasons = [...decision.reasons];
+  if (decision.verdict === 'queue') {
+    reasons.unshift(
+      'the kops protocol has no pending state; queued approval is available through /v1/certificates',
+    );
   }
-  const facts: NodeFacts = decision.facts;
-  const factsAudit = {
-    nodeName: facts.nodeName,
-    instanceGroup: facts.instanceGroup,
-    evidence: facts.evidence,
-  };
+  trail.audit({ decidedBy, verdict: 'deny', reasons, ...auditDetailOf(decision) });
+  context.logger.info({ requestId: request.id, decidedBy, reasons }, 'kops bootstrap: token not verified');
+  return text(403, 'failed to verify token');
+}
+
+/** A Ready Node of the verified name is 409 (nodeup then exits quietly); no answer lets the request go on. */
+async function guardAgainstRegisteredNode(
+  context: BootstrapContext,
+  facts: NodeFacts,
+  trail: Trail,
+): Promise<Answer | undefined> {
   try {
     await assertNodeNotRegistered(context.readNode, facts.nodeName);
+    return undefined;
   } catch (err) {
     if (err instanceof KopsError && err.kind === 'conflict') {
-      audit({ decidedBy: 'node-guard', verdict: 'deny', reasons: [err.message], ...factsAudit });
+      trail.audit({
+        decidedBy: 'node-guard',
+        verdict: 'deny',
+        reasons: [err.message],
+        ...factsAuditOf(facts),
+      });
       return text(409, 'node already registered');
     }
     if (!isDependencyFault(err)) throw err;
-    return unavailable(err, { decidedBy: 'node-guard', ...factsAudit });
+    return trail.unavailable(err, { decidedBy: 'node-guard', ...factsAuditOf(facts) });
   }
+}
 
+/** Decodes nodeup's JSON body, parsed only after the proof has been verified. */
+function decodeKopsBody(raw: Buffer): KopsBody | Answer {
   let body: unknown;
   try {
-    body = JSON.parse(input.body.toString('utf8'));
+    body = JSON.parse(raw.toString('utf8'));
   } catch (err) {
     return text(400, `failed to decode: ${(err as Error).message}`);
   }
   if (!isRecord(body)) return text(400, 'failed to decode: the request is not a JSON object');
   if (body['apiVersion'] !== kopsApiVersion) return text(400, 'unexpected APIVersion');
-  const certs = isRecord(body['certs']) ? body['certs'] : {};
-  const keypairIds = isRecord(body['keypairIDs']) ? body['keypairIDs'] : {};
+  return {
+    certs: isRecord(body['certs']) ? body['certs'] : {},
+    keypairIds: isRecord(body['keypairIDs']) ? body['keypairIDs'] : {},
+    includeNodeConfig: body['includeNodeConfig'] === true,
+  };
+}
 
-  let nodeConfig: KopsNodeConfig | undefined;
-  if (body['includeNodeConfig'] === true) {
-    try {
-      if (!options.nodeConfig)
-        throw new InvalidInputError('this server has no state store to read node configuration from');
-      nodeConfig = await options.nodeConfig(validateDnsName(facts.instanceGroup ?? '', 'instance group'));
-    } catch (err) {
-      // The state store failing is not the request's fault: the node asks again.
-      if (isTransientFailure(err))
-        return unavailable(dependencyFault('state-store', err), {
-          decidedBy: 'node-config',
-          ...factsAudit,
-        });
-      context.logger.warn(
-        { err: (err as Error).message, node: facts.nodeName },
-        'kops bootstrap: no node config',
-      );
-      return text(400, 'failed to build node config');
-    }
+/** Reads the nodeup config of the verified instance group for `includeNodeConfig`. */
+async function readNodeConfig(
+  context: BootstrapContext,
+  options: KopsOptions,
+  facts: NodeFacts,
+  trail: Trail,
+): Promise<KopsNodeConfig | Answer> {
+  try {
+    if (!options.nodeConfig)
+      throw new InvalidInputError('this server has no state store to read node configuration from');
+    return await options.nodeConfig(validateDnsName(facts.instanceGroup ?? '', 'instance group'));
+  } catch (err) {
+    // The state store failing is not the request's fault: the node asks again.
+    if (isTransientFailure(err))
+      return trail.unavailable(dependencyFault('state-store', err), {
+        decidedBy: 'node-config',
+        ...factsAuditOf(facts),
+      });
+    context.logger.warn(
+      { err: (err as Error).message, node: facts.nodeName },
+      'kops bootstrap: no node config',
+    );
+    return text(400, 'failed to build node config');
   }
+}
 
+/** Checks every requested key; the first that fails is a 400 naming it. */
+function checkCertificates(
+  body: KopsBody,
+  options: KopsOptions,
+  context: BootstrapContext,
+): KopsCertificate[] | Answer {
   const wanted: KopsCertificate[] = [];
-  const profileByName: Record<string, ProfileName> = {};
-  for (const [name, pem] of Object.entries(certs)) {
+  for (const [name, pem] of Object.entries(body.certs)) {
     try {
-      const certificate = certificateRequestOf(name, pem, options, keypairIds, context);
-      wanted.push(certificate);
-      profileByName[name] = certificate.profile;
+      wanted.push(certificateRequestOf(name, pem, options, body.keypairIds, context));
     } catch (err) {
       return text(400, `failed to issue ${JSON.stringify(name)}: ${(err as Error).message}`);
     }
   }
-  let issued: Partial<Record<ProfileName, IssuedCertificate>>;
-  try {
-    issued = await issueBySigner(wanted, facts, { lifetimeMs: kopsLifetimeMs, ...context.issueOptions });
-  } catch (err) {
-    audit({ decidedBy: 'profile-check', verdict: 'deny', reasons: [(err as Error).message], ...factsAudit });
-    return text(400, `failed to issue: ${(err as Error).message}`);
-  }
-  context.metrics?.issued((now().getTime() - request.receivedAt.getTime()) / 1000);
-  audit({
-    decidedBy,
-    verdict: 'approve',
-    reasons: [`approved by ${decidedBy}`],
-    issued: serialsOf(issued),
-    ...factsAudit,
-  });
+  return wanted;
+}
+
+/** kops' answer: each requested name's certificate under `Certs`, and the node config when asked for. */
+function certificatesAnswer(
+  wanted: readonly KopsCertificate[],
+  issued: Partial<Record<ProfileName, IssuedCertificate>>,
+  nodeConfig: KopsNodeConfig | undefined,
+): Answer {
   const pems = pemsOf(issued);
-  return {
-    status: 200,
-    body: {
-      Certs: Object.fromEntries(
-        Object.entries(profileByName).map(([name, profile]) => [name, pems[profile]]),
-      ),
-      ...(nodeConfig ? { nodeConfig } : {}),
-    },
+  const body: { Certs: Record<string, string | undefined>; nodeConfig?: KopsNodeConfig } = {
+    Certs: Object.fromEntries(wanted.map(({ name, profile }) => [name, pems[profile]])),
   };
+  if (nodeConfig) body.nodeConfig = nodeConfig;
+  return { status: 200, body };
 }
 
 /** kops issues node certificates for 455 days (its nodes do not renew them through the CSR API). */

@@ -46,7 +46,7 @@ import { maxBodyBytes, sendError, sendJson } from './http.ts';
 import type { NodeIssueOptions } from './issue.ts';
 import { defaultKopsCertNames, type KopsOptions, kopsBootstrap } from './kops-handler.ts';
 import { bootstrapMetrics } from './metrics.ts';
-import { type Answer, pollRequest, submitCertificates } from './native-handler.ts';
+import { type Answer, type CertificatesInput, pollRequest, submitCertificates } from './native-handler.ts';
 import { httpsNodeReader, nodePresenceInformer, watchedNodeReader, watchIsCurrent } from './node-guard.ts';
 import { CsrQueue } from './queue.ts';
 import { queueSigner } from './queue-signer.ts';
@@ -117,93 +117,13 @@ function methodNotAllowed(allowed: string): KopsError {
 
 /** Starts the server; resolves once it listens. */
 export async function serveBootstrap(options: BootstrapServerOptions): Promise<BootstrapServer> {
-  const { context } = options;
-  const logger = context.logger;
-  const limiter = new SourceRateLimiter(options.rateLimit ?? defaultRateLimit);
+  const { logger } = options.context;
   const shutdown = new AbortController();
-
-  const ready = (): string[] =>
-    (options.readiness ?? [])
-      .map((check) => check())
-      .filter((reason): reason is string => reason !== undefined);
-
-  async function route(req: IncomingMessage, res: ServerResponse, path: string, url: URL): Promise<void> {
-    const input = async () => ({
-      body: await readBody(req, maxBodyBytes),
-      authorization: req.headers.authorization,
-      remoteAddress: remoteAddressOf(req),
-      receivedAt: context.now?.() ?? new Date(),
-    });
-    if (path === '/v1/certificates') {
-      if (req.method !== 'POST') throw methodNotAllowed('POST');
-      requireJson(req);
-      return sendAnswer(res, await submitCertificates(context, await input()));
-    }
-    if (path.startsWith('/v1/requests/')) {
-      if (req.method !== 'GET') throw methodNotAllowed('GET');
-      const poll = new AbortController();
-      const abort = () => poll.abort();
-      res.once('close', abort);
-      shutdown.signal.addEventListener('abort', abort, { once: true });
-      try {
-        // Not percent-decoded: a valid handle has nothing to decode, and a malformed escape is just a bad id.
-        const id = path.slice('/v1/requests/'.length);
-        return sendAnswer(res, await pollRequest(context, id, url.searchParams.get('wait'), poll.signal));
-      } finally {
-        shutdown.signal.removeEventListener('abort', abort);
-      }
-    }
-    if (path === '/bootstrap' && options.kops) {
-      return sendAnswer(res, await kopsBootstrap(context, options.kops, await input()));
-    }
-    if (path === '/cluster-info' && options.clusterInfoHandler) {
-      if (req.method !== 'GET' && req.method !== 'HEAD') throw methodNotAllowed('GET');
-      return options.clusterInfoHandler(req, res);
-    }
-    throw new NotFoundError(`no such endpoint ${path.slice(0, 100)}; see docs/bootstrap-api.md`, {
-      details: { reason: 'not-found' },
-    });
-  }
-
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    let url: URL;
-    try {
-      url = new URL(req.url ?? '/', 'https://bootstrap');
-    } catch {
-      return sendError(res, new InvalidInputError('malformed request URL'));
-    }
-    const path = url.pathname;
-    if (path === '/healthz') return sendAnswer(res, { status: 200, body: 'ok\n' });
-    if (path === '/readyz') {
-      const reasons = ready();
-      return sendAnswer(
-        res,
-        reasons.length
-          ? { status: 503, body: `not ready: ${reasons.join('; ')}\n` }
-          : { status: 200, body: 'ok\n' },
-      );
-    }
-    const decision = limiter.take(remoteAddressOf(req));
-    if (!decision.allowed) {
-      const retryAfter = String(decision.retryAfterSeconds);
-      return sendError(
-        res,
-        new RateLimitedError(`too many requests from this address; retry in ${retryAfter} s`),
-        {
-          'retry-after': retryAfter,
-        },
-      );
-    }
-    try {
-      await route(req, res, path, url);
-    } catch (err) {
-      if (!(err instanceof KopsError) || err.kind === 'internal' || err.kind === 'config') {
-        logger.error({ err: describeError(err), path }, 'bootstrap request failed');
-      }
-      sendError(res, err);
-    }
-  }
-
+  const routes: Routes = {
+    options,
+    limiter: new SourceRateLimiter(options.rateLimit ?? defaultRateLimit),
+    shutdown: shutdown.signal,
+  };
   const server = await startHardenedServer({
     name: 'bootstrap',
     listen: options.listen,
@@ -212,11 +132,7 @@ export async function serveBootstrap(options: BootstrapServerOptions): Promise<B
     limits: options.connectionLimits,
     maxHeaderSize: 16 * 1024,
     handler: (req, res) => {
-      handle(req, res).catch((err) => {
-        logger.error({ err: describeError(err) }, 'bootstrap handler crashed');
-        if (!res.headersSent) sendError(res, err);
-        else res.destroy();
-      });
+      handle(routes, req, res).catch((err) => answerCrash(logger, res, err));
     },
     registry: options.registry,
     logger,
@@ -231,6 +147,112 @@ export async function serveBootstrap(options: BootstrapServerOptions): Promise<B
       return server.close(options.shutdownGraceMs ?? 5_000);
     },
   };
+}
+
+/** What answering a request needs: the server's options, its rate limiter and its shutdown signal. */
+interface Routes {
+  options: BootstrapServerOptions;
+  limiter: SourceRateLimiter;
+  /** Aborted on close(): releases the long-polls. */
+  shutdown: AbortSignal;
+}
+
+/**
+ * One request: health and readiness are answered before the rate limit (probes never spend a
+ * source's tokens); everything else is rate-limited, routed, and its failure sent as a JSON error.
+ */
+async function handle(routes: Routes, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  let url: URL;
+  try {
+    url = new URL(req.url ?? '/', 'https://bootstrap');
+  } catch {
+    return sendError(res, new InvalidInputError('malformed request URL'));
+  }
+  const path = url.pathname;
+  if (path === '/healthz') return sendAnswer(res, { status: 200, body: 'ok\n' });
+  if (path === '/readyz') return sendAnswer(res, readinessAnswer(routes.options.readiness ?? []));
+  const decision = routes.limiter.take(remoteAddressOf(req));
+  if (!decision.allowed) {
+    const retryAfter = String(decision.retryAfterSeconds);
+    const error = new RateLimitedError(`too many requests from this address; retry in ${retryAfter} s`);
+    return sendError(res, error, { 'retry-after': retryAfter });
+  }
+  try {
+    await route(routes, req, res, url);
+  } catch (err) {
+    if (!(err instanceof KopsError) || err.kind === 'internal' || err.kind === 'config') {
+      routes.options.context.logger.error({ err: describeError(err), path }, 'bootstrap request failed');
+    }
+    sendError(res, err);
+  }
+}
+
+/** `/readyz`: 200, or 503 with every reason an extra readiness condition gives. */
+function readinessAnswer(checks: readonly (() => string | undefined)[]): Answer {
+  const reasons = checks.map((check) => check()).filter((reason): reason is string => reason !== undefined);
+  if (reasons.length > 0) return { status: 503, body: `not ready: ${reasons.join('; ')}\n` };
+  return { status: 200, body: 'ok\n' };
+}
+
+/** Sends a request to its endpoint; what no endpoint serves is a 404. */
+async function route(routes: Routes, req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+  const { context, kops, clusterInfoHandler } = routes.options;
+  const path = url.pathname;
+  if (path === '/v1/certificates') {
+    if (req.method !== 'POST') throw methodNotAllowed('POST');
+    requireJson(req);
+    return sendAnswer(res, await submitCertificates(context, await certificatesInputOf(req, context)));
+  }
+  if (path.startsWith('/v1/requests/')) {
+    if (req.method !== 'GET') throw methodNotAllowed('GET');
+    return sendAnswer(res, await pollUntilReleased(routes, res, url));
+  }
+  if (path === '/bootstrap' && kops) {
+    return sendAnswer(res, await kopsBootstrap(context, kops, await certificatesInputOf(req, context)));
+  }
+  if (path === '/cluster-info' && clusterInfoHandler) {
+    if (req.method !== 'GET' && req.method !== 'HEAD') throw methodNotAllowed('GET');
+    return clusterInfoHandler(req, res);
+  }
+  throw new NotFoundError(`no such endpoint ${path.slice(0, 100)}; see docs/bootstrap-api.md`, {
+    details: { reason: 'not-found' },
+  });
+}
+
+/** Reads a certificate request: its body (at most {@link maxBodyBytes}), proof and source. */
+async function certificatesInputOf(
+  req: IncomingMessage,
+  context: BootstrapContext,
+): Promise<CertificatesInput> {
+  const body = await readBody(req, maxBodyBytes);
+  return {
+    body,
+    authorization: req.headers.authorization,
+    remoteAddress: remoteAddressOf(req),
+    receivedAt: context.now?.() ?? new Date(),
+  };
+}
+
+/** `GET /v1/requests/<id>`: a long-poll that ends when its client goes away or the server closes. */
+async function pollUntilReleased(routes: Routes, res: ServerResponse, url: URL): Promise<Answer> {
+  const poll = new AbortController();
+  const abort = () => poll.abort();
+  res.once('close', abort);
+  routes.shutdown.addEventListener('abort', abort, { once: true });
+  try {
+    // Not percent-decoded: a valid handle has nothing to decode, and a malformed escape is just a bad id.
+    const id = url.pathname.slice('/v1/requests/'.length);
+    return await pollRequest(routes.options.context, id, url.searchParams.get('wait'), poll.signal);
+  } finally {
+    routes.shutdown.removeEventListener('abort', abort);
+  }
+}
+
+/** A handler that threw past its own error handling: logged, and answered if nothing was sent yet. */
+function answerCrash(logger: Logger, res: ServerResponse, err: unknown): void {
+  logger.error({ err: describeError(err) }, 'bootstrap handler crashed');
+  if (!res.headersSent) sendError(res, err);
+  else res.destroy();
 }
 
 /** Issues the server's own certificate from the cluster CA (profile `kops-controller`), with a fresh key. */

@@ -178,22 +178,11 @@ export class AwsNodeIdentifier implements NodeIdentifier {
       const named = new Set((err as Error).message.match(/i-[0-9a-zA-Z]+/g) ?? []);
       const bad = ids.filter((id) => named.has(id));
       if (bad.length === 0 && ids.length === 1) bad.push(ids[0] as string);
-      for (const id of bad) {
-        outcomes.set(id, {
-          ok: false,
-          error:
-            code === 'InvalidInstanceID.Malformed'
-              ? new InvalidInputError(`EC2 says instance id ${id} is malformed`)
-              : missing(id),
-        });
-      }
+      for (const id of bad) outcomes.set(id, { ok: false, error: badIdError(id, code) });
       const rest = ids.filter((id) => !outcomes.has(id));
-      if (rest.length === 0) return outcomes;
-      const halves =
-        bad.length > 0
-          ? [rest]
-          : [rest.slice(0, Math.ceil(rest.length / 2)), rest.slice(Math.ceil(rest.length / 2))];
-      for (const half of halves) for (const [id, o] of await this.#describe(half)) outcomes.set(id, o);
+      for (const part of retryParts(rest, bad.length > 0)) {
+        for (const [id, outcome] of await this.#describe(part)) outcomes.set(id, outcome);
+      }
       return outcomes;
     }
   }
@@ -218,6 +207,25 @@ export class AwsNodeIdentifier implements NodeIdentifier {
     } while (nextToken);
     return byId;
   }
+}
+
+/** Why EC2 refused an id it named: a malformed id is bad input; any other named id does not exist. */
+function badIdError(instanceId: string, code: string): Error {
+  if (code === 'InvalidInstanceID.Malformed') {
+    return new InvalidInputError(`EC2 says instance id ${instanceId} is malformed`);
+  }
+  return missing(instanceId);
+}
+
+/**
+ * The ids to ask for again after a not-found error: all at once when the bad ids were set aside,
+ * otherwise in two halves, so that repeated halving isolates ids the error did not name.
+ */
+function retryParts(rest: string[], badIdsSetAside: boolean): string[][] {
+  if (rest.length === 0) return [];
+  if (badIdsSetAside) return [rest];
+  const middle = Math.ceil(rest.length / 2);
+  return [rest.slice(0, middle), rest.slice(middle)];
 }
 
 function missing(instanceId: string): NotFoundError {
