@@ -73,7 +73,7 @@ export interface ClusterInfoPublisherOptions {
   source: TokenSecretSource;
   /** The kubeconfig to publish (see {@link renderClusterInfoKubeconfig}); read on every pass, so it may change. */
   kubeconfig: () => string;
-  /** How often to look again without a change notification; default {@link tokenResyncMs}. */
+  /** How often to look again without a change notification; default every 10 minutes for a watched source, every minute otherwise. */
   resyncMs?: number;
   clock?: Clock;
   logger?: Logger;

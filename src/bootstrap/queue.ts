@@ -94,15 +94,6 @@ const defaultCreateTimeoutMs = 5_000;
 export const queueFullReasons = { overall: 'queue-full', source: 'source-queue-full' } as const;
 
 /**
- * Whether `err` is the queue refusing a new request beyond its caps: the queue's own answer (429),
- * not a failure of the API server behind it, so it must not be turned into a dependency fault.
- */
-export function isQueueFull(err: unknown): err is RateLimitedError {
-  const reason = err instanceof RateLimitedError ? err.details?.['reason'] : undefined;
-  return reason === queueFullReasons.overall || reason === queueFullReasons.source;
-}
-
-/**
  * The source a pending request counts against: its IPv4 address (an IPv4-mapped one as IPv4), or
  * the /64 of an IPv6 address, since one host commonly holds a whole /64.
  */

@@ -12,11 +12,11 @@ import {
   isExpired,
   newBootstrapToken,
   randomTokenString,
+  runOnTokenChanges,
   storedTokenOf,
-  TokenChanges,
   TokenCleaner,
+  type TokenSecretSource,
   TokenValidator,
-  tokenResyncMs,
   tokenSecretOf,
   validateExtraGroups,
   WatchedTokenSecrets,
@@ -190,17 +190,11 @@ describe('validation against a source', () => {
 });
 
 describe('waiting for token changes', () => {
-  test('a source that reports changes is only re-read every 10 minutes; one that cannot, every minute', () => {
-    const polled = { get: async () => undefined, list: async () => [] };
-    assert.equal(tokenResyncMs(polled), 60_000);
-    assert.equal(tokenResyncMs({ ...polled, subscribe: () => () => undefined }), 600_000);
-  });
-
+  const polled = () => ({ get: async () => undefined, list: async () => [] });
   const subscribable = () => {
     const listeners = new Set<() => void>();
     return {
-      get: async () => undefined,
-      list: async () => [],
+      ...polled(),
       subscribe: (listener: () => void) => {
         listeners.add(listener);
         return () => listeners.delete(listener);
@@ -214,51 +208,73 @@ describe('waiting for token changes', () => {
     };
   };
 
-  test('a change between a read and the wait ends the wait at once', async () => {
-    const source = subscribable();
-    const changes = new TokenChanges(source);
-    changes.begin();
-    source.change();
-    await changes.wait(new FakeClock(), undefined, 60_000, new AbortController().signal);
-    changes.close();
-    assert.equal(source.listeners, 0);
+  /**
+   * Runs the leader loop over `source`; `passes` holds the ms since the start at which each pass ran.
+   * Each pass reports an expiry `nextExpiryIn` ms ahead; `duringFirstPass` runs inside the first pass.
+   */
+  const loop = (source: TokenSecretSource, nextExpiryIn?: number, duringFirstPass?: () => void) => {
+    const clock = new FakeClock();
+    const start = clock.now();
+    const stop = new AbortController();
+    const passes: number[] = [];
+    let during = duringFirstPass;
+    const done = runOnTokenChanges(
+      { source },
+      clock,
+      async () => {
+        passes.push(clock.now() - start);
+        during?.();
+        during = undefined;
+        return { nextExpiry: nextExpiryIn === undefined ? undefined : clock.now() + nextExpiryIn };
+      },
+      stop.signal,
+    );
+    return { clock, stop, passes, done };
+  };
+
+  test('a source that reports changes is only re-read every 10 minutes; one that cannot, every minute', async () => {
+    const poll = loop(polled());
+    await poll.clock.advance(60_000);
+    assert.deepEqual(poll.passes, [0, 60_000]);
+    poll.stop.abort();
+    await poll.done;
+
+    const watch = loop(subscribable());
+    await watch.clock.advance(60_000);
+    assert.deepEqual(watch.passes, [0]);
+    await watch.clock.advance(540_000);
+    assert.deepEqual(watch.passes, [0, 600_000]);
+    watch.stop.abort();
+    await watch.done;
   });
 
-  test('the wait ends at the next expiry, at the resync, on a change, or on abort', async () => {
-    const clock = new FakeClock();
+  test('a change between a read and the wait ends the wait at once', async () => {
     const source = subscribable();
-    const changes = new TokenChanges(source);
-    const ended = (promise: Promise<void>) => {
-      let done = false;
-      void promise.then(() => (done = true));
-      return () => done;
-    };
-    changes.begin();
-    let done = ended(changes.wait(clock, clock.now() + 5000, 60_000, new AbortController().signal));
-    await clock.advance(4999);
-    assert.equal(done(), false);
-    await clock.advance(1);
-    assert.equal(done(), true, 'expiry');
+    const run = loop(source, undefined, () => source.change());
+    await settle();
+    assert.deepEqual(run.passes, [0, 0]);
+    run.stop.abort();
+    await run.done;
+    assert.equal(source.listeners, 0, 'the loop unsubscribes when it ends');
+  });
 
-    changes.begin();
-    done = ended(changes.wait(clock, undefined, 60_000, new AbortController().signal));
-    await clock.advance(60_000);
-    assert.equal(done(), true, 'resync');
+  test('the wait ends at the next expiry, on a change, or on abort', async () => {
+    const source = subscribable();
+    const run = loop(source, 5000);
+    await run.clock.advance(4999);
+    assert.deepEqual(run.passes, [0]);
+    await run.clock.advance(1);
+    assert.deepEqual(run.passes, [0, 5000], 'expiry');
 
-    changes.begin();
-    done = ended(changes.wait(clock, undefined, 60_000, new AbortController().signal));
     source.change();
     await settle();
-    assert.equal(done(), true, 'change');
+    assert.deepEqual(run.passes, [0, 5000, 5000], 'change');
 
-    changes.begin();
-    const stop = new AbortController();
-    done = ended(changes.wait(clock, undefined, 60_000, stop.signal));
-    stop.abort();
-    await settle();
-    assert.equal(done(), true, 'abort');
-    assert.equal(clock.pending, 0, 'no timer left behind');
-    changes.close();
+    run.stop.abort();
+    await run.done;
+    assert.equal(run.passes.length, 3, 'abort');
+    assert.equal(run.clock.pending, 0, 'no timer left behind');
+    assert.equal(source.listeners, 0);
   });
 });
 

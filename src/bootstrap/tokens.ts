@@ -29,8 +29,6 @@ export const tokenNamespace = 'kube-system';
 export const tokenSecretType = 'bootstrap.kubernetes.io/token';
 /** The Secret name prefix; the token id follows. */
 export const tokenSecretPrefix = 'bootstrap-token-';
-/** The group every bootstrap token authenticates in. */
-export const bootstrappersGroup = 'system:bootstrappers';
 /** kubeadm's default token lifetime. */
 export const defaultTokenTtlMs = 24 * 60 * 60 * 1000;
 
@@ -436,7 +434,7 @@ export function nextExpiry(tokens: readonly StoredToken[], now: Date): number | 
  * Wakes a leader loop when token Secrets change. It subscribes before the loop's first read, so a
  * change that lands between a read and the wait that follows still ends that wait at once.
  */
-export class TokenChanges {
+class TokenChanges {
   #changed = false;
   #wake: (() => void) | undefined;
   readonly #unsubscribe: () => void;
@@ -484,7 +482,7 @@ export class TokenChanges {
  * expiry times wake them at once, and the pass repairs a cluster-info someone else edited. A source
  * that cannot report changes is polled every minute.
  */
-export function tokenResyncMs(source: TokenSecretSource): number {
+function tokenResyncMs(source: TokenSecretSource): number {
   return source.subscribe ? 10 * 60_000 : 60_000;
 }
 

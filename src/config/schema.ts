@@ -234,5 +234,3 @@ export const configSchema = z
 
 /** The validated configuration, with defaults filled in and durations in milliseconds. */
 export type Config = z.output<typeof configSchema>;
-/** The configuration as written in a file. */
-export type ConfigInput = z.input<typeof configSchema>;

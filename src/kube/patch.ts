@@ -9,7 +9,6 @@ import {
   setHeaderOptions,
   type V1Node,
 } from '@kubernetes/client-node';
-import { ConflictError } from '../errors.ts';
 import { fromApiException } from './api-errors.ts';
 
 /** The patch types the helpers send. */
@@ -51,33 +50,6 @@ export function metadataPatch(changes: { labels?: MapChanges; annotations?: MapC
   return { metadata };
 }
 
-/** One RFC 6902 JSON-patch operation. */
-export type JsonPatchOperation =
-  | { op: 'add' | 'replace' | 'test'; path: string; value: unknown }
-  | { op: 'remove'; path: string }
-  | { op: 'move' | 'copy'; from: string; path: string };
-
-/** Escapes one path segment for a JSON pointer (RFC 6901): `~` → `~0`, `/` → `~1`, as in label keys. */
-export function escapeJsonPointer(segment: string): string {
-  return segment.replaceAll('~', '~0').replaceAll('/', '~1');
-}
-
-/**
- * Prefixes `operations` with a `test` of `metadata.resourceVersion`, so the patch applies only to the
- * version the caller read: if the object changed meanwhile, the apiserver refuses the whole patch
- * (HTTP 422), which {@link patchNode} reports as a ConflictError, so the caller re-reads and retries.
- */
-export function optimisticJsonPatch(
-  resourceVersion: string,
-  operations: readonly JsonPatchOperation[],
-): JsonPatchOperation[] {
-  return [{ op: 'test', path: '/metadata/resourceVersion', value: resourceVersion }, ...operations];
-}
-
-function startsWithTest(body: unknown): boolean {
-  return Array.isArray(body) && (body[0] as JsonPatchOperation | undefined)?.op === 'test';
-}
-
 /** Patches a Node with a body of the given type; API failures become typed errors. */
 export async function patchNode(
   core: CoreV1Api,
@@ -89,23 +61,6 @@ export async function patchNode(
   try {
     return await core.patchNode({ name, body, fieldManager }, patchOptions(type));
   } catch (err) {
-    const error = fromApiException(err, `patch node ${name}`);
-    if (error.kind === 'invalid' && type === 'json' && startsWithTest(body)) {
-      throw new ConflictError(
-        `node ${name} changed since it was read (${error.message}); re-read it and retry`,
-        {
-          cause: err,
-        },
-      );
-    }
-    throw error;
+    throw fromApiException(err, `patch node ${name}`);
   }
-}
-
-/**
- * Sets and removes labels of a Node in one strategic-merge patch, e.g.
- * `{"metadata":{"labels":{"k":"v","gone":null}}}`; labels not named are left alone.
- */
-export function patchNodeLabels(core: CoreV1Api, name: string, changes: MapChanges): Promise<V1Node> {
-  return patchNode(core, name, metadataPatch({ labels: changes }), 'strategic-merge');
 }

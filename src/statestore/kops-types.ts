@@ -129,8 +129,6 @@ const instanceGroupSchema = z.looseObject({
 export type Cluster = z.output<typeof clusterSchema>;
 /** A kops InstanceGroup (normalised). */
 export type InstanceGroup = z.output<typeof instanceGroupSchema>;
-/** Kubelet settings: the parts read here are `nodeLabels` and `taints`. */
-export type KubeletConfig = z.output<typeof kubeletConfig>;
 
 /** Everything found in one kops YAML text. */
 export interface KopsObjects {
