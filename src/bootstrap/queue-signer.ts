@@ -121,89 +121,200 @@ export function needsSigning(csr: V1CertificateSigningRequest): boolean {
   );
 }
 
+/** What issuing a queued request produced, ready to be written to its CSR. */
+interface Issued {
+  /** The PEMs issued, by profile. */
+  certificates: Record<string, string | undefined>;
+  /** The profile whose certificate goes to `status.certificate`. */
+  specProfile: string;
+  record: AuditRecord;
+}
+
+/** The audit fields of every signing decision about `csr`. */
+type SigningAuditBase = ReturnType<typeof auditBaseOf> & { decidedBy: string };
+
+/** `csr` with a Failed condition added. */
+function withFailedCondition(
+  csr: V1CertificateSigningRequest,
+  reason: string,
+  message: string,
+): V1CertificateSigningRequest {
+  const at = new Date();
+  return {
+    ...csr,
+    status: {
+      ...csr.status,
+      conditions: [
+        ...(csr.status?.conditions ?? []),
+        { type: 'Failed', status: 'True', reason, message, lastUpdateTime: at, lastTransitionTime: at },
+      ],
+    },
+  };
+}
+
+/** `csr` annotated with the certificates of the profiles other than the spec's. */
+function withExtraCertificates(
+  csr: V1CertificateSigningRequest,
+  extra: Record<string, string | undefined>,
+): V1CertificateSigningRequest {
+  return {
+    ...csr,
+    metadata: {
+      ...csr.metadata,
+      annotations: {
+        ...csr.metadata?.annotations,
+        [queueAnnotations.extraCertificates]: JSON.stringify(extra),
+      },
+    },
+  };
+}
+
 /** The signer as a leader-only component of the controller runtime. */
 export function queueSigner(options: QueueSignerOptions): LeaderComponent {
-  const logger = (options.logger ?? silentLogger).child({ component: 'bootstrap-signer' });
-  const sealKey = sealKeyOf(options.ca);
-  const ttlMs = options.pendingTtlMs ?? defaultPendingTtlMs;
-  const now = options.now ?? Date.now;
+  return new QueueSigner(options);
+}
 
-  /** What is to be done about a CSR of our signer before anyone decides it, if anything. */
-  function undecidedAction(csr: V1CertificateSigningRequest): 'refuse-unsealed' | 'expire' | undefined {
-    if (csr.spec?.signerName !== bootstrapSignerName || !isUndecided(csr)) return undefined;
-    if (!hasValidSeal(csr, sealKey)) return 'refuse-unsealed';
-    return now() - createdMs(csr) > ttlMs ? 'expire' : undefined;
+class QueueSigner implements LeaderComponent {
+  readonly name = 'bootstrap-signer';
+  readonly #options: QueueSignerOptions;
+  readonly #logger: Logger;
+  readonly #sealKey: ReturnType<typeof sealKeyOf>;
+  readonly #ttlMs: number;
+  readonly #now: () => number;
+
+  constructor(options: QueueSignerOptions) {
+    this.#options = options;
+    this.#logger = (options.logger ?? silentLogger).child({ component: 'bootstrap-signer' });
+    this.#sealKey = sealKeyOf(options.ca);
+    this.#ttlMs = options.pendingTtlMs ?? defaultPendingTtlMs;
+    this.#now = options.now ?? Date.now;
   }
 
-  async function markFailed(
-    csr: V1CertificateSigningRequest,
-    reason: string,
-    message: string,
-  ): Promise<void> {
-    const name = csr.metadata?.name as string;
-    const at = new Date();
-    const body: V1CertificateSigningRequest = {
-      ...csr,
-      status: {
-        ...csr.status,
-        conditions: [
-          ...(csr.status?.conditions ?? []),
-          { type: 'Failed', status: 'True', reason, message, lastUpdateTime: at, lastTransitionTime: at },
-        ],
+  async start(signal: AbortSignal): Promise<void> {
+    const informer = bootstrapCsrInformer(this.#options.kubeConfig, {
+      logger: this.#logger,
+      registry: this.#options.registry,
+    });
+    informer.addHandlers({ update: (before, csr) => this.#recordDenial(before, csr) });
+    await runController(
+      {
+        name: 'bootstrap-signer',
+        informer,
+        key: (csr) => csr.metadata?.name as string,
+        filter: (csr) => needsSigning(csr) || this.#undecidedAction(csr) !== undefined,
+        reconcile: (name) => this.#reconcile(name),
+        // Expiry is a matter of time, not of a change: the cached undecided requests are looked at again.
+        watch: (enqueue) => {
+          const sweep = setInterval(() => {
+            for (const csr of informer.list()) if (this.#undecidedAction(csr) === 'expire') enqueue(csr);
+          }, this.#options.expirySweepMs ?? Math.min(60_000, this.#ttlMs));
+          sweep.unref();
+          return () => clearInterval(sweep);
+        },
+        registry: this.#options.registry,
+        logger: this.#logger,
       },
-    };
+      signal,
+    );
+  }
+
+  /** Refuses an undecided CSR that must not wait, or signs an approved one. */
+  async #reconcile(name: string): Promise<undefined> {
+    // Read fresh, not from the cache: the cache may lag behind this signer's own last write.
+    const csr = await readCsr(this.#options.certificates, name);
+    if (!csr) return;
+    const action = this.#undecidedAction(csr);
+    if (action === 'expire') await this.#expire(csr);
+    else if (action === 'refuse-unsealed') await this.#refuseUnsealed(csr);
+    else if (needsSigning(csr)) await this.#sign(csr);
+  }
+
+  /** What is to be done about a CSR of our signer before anyone decides it, if anything. */
+  #undecidedAction(csr: V1CertificateSigningRequest): 'refuse-unsealed' | 'expire' | undefined {
+    if (csr.spec?.signerName !== bootstrapSignerName || !isUndecided(csr)) return undefined;
+    if (!hasValidSeal(csr, this.#sealKey)) return 'refuse-unsealed';
+    return this.#now() - createdMs(csr) > this.#ttlMs ? 'expire' : undefined;
+  }
+
+  async #markFailed(csr: V1CertificateSigningRequest, reason: string, message: string): Promise<void> {
+    const name = csr.metadata?.name as string;
+    const body = withFailedCondition(csr, reason, message);
     try {
-      await options.certificates.replaceCertificateSigningRequestStatus({ name, body });
+      await this.#options.certificates.replaceCertificateSigningRequestStatus({ name, body });
     } catch (err) {
       throw fromApiException(err, `mark certificate signing request ${name} Failed`);
     }
   }
 
-  async function sign(csr: V1CertificateSigningRequest): Promise<void> {
-    const name = csr.metadata?.name as string;
+  /** Signs an approved request whose checks all pass; one that fails a check is marked Failed. */
+  async #sign(csr: V1CertificateSigningRequest): Promise<void> {
     const started = performance.now();
     const auditBase = { ...auditBaseOf(csr), decidedBy: 'queue' };
-    let certificates: Record<string, string | undefined>;
-    let specProfile: string;
-    let record: AuditRecord;
+    let issued: Issued;
     try {
-      const queued = readQueuedRequest(csr, sealKey);
-      specProfile = queued.specProfile;
-      await assertNodeNotRegistered(options.readNode, queued.facts.nodeName);
-      const issued = await issueForFacts(options.ca, queued.requests, queued.facts, options.issueOptions);
-      certificates = pemsOf(issued);
-      record = {
+      issued = await this.#issue(csr, auditBase);
+    } catch (err) {
+      await this.#refuseSigning(csr, auditBase, err);
+      return;
+    }
+    await this.#writeCertificates(csr, issued);
+    this.#options.onIssued?.((performance.now() - started) / 1000);
+    this.#options.audit?.(issued.record);
+    this.#logger.info(
+      { csr: csr.metadata?.name, node: issued.record.nodeName, serials: issued.record.issued },
+      'signed approved bootstrap request',
+    );
+  }
+
+  /** Re-validates the sealed request, checks no Ready Node holds its name, and issues. */
+  async #issue(csr: V1CertificateSigningRequest, auditBase: SigningAuditBase): Promise<Issued> {
+    const { readNode, ca, issueOptions } = this.#options;
+    const queued = readQueuedRequest(csr, this.#sealKey);
+    await assertNodeNotRegistered(readNode, queued.facts.nodeName);
+    const issued = await issueForFacts(ca, queued.requests, queued.facts, issueOptions);
+    return {
+      certificates: pemsOf(issued),
+      specProfile: queued.specProfile,
+      record: {
         ...auditBase,
         verdict: 'approve',
-        reasons: [`approved by an admin (${conditionText(csr, 'Approved')}); signed ${name}`],
+        reasons: [`approved by an admin (${conditionText(csr, 'Approved')}); signed ${csr.metadata?.name}`],
         nodeName: queued.facts.nodeName,
         instanceGroup: queued.facts.instanceGroup,
         evidence: queued.facts.evidence,
         issued: serialsOf(issued),
-      };
-    } catch (err) {
-      if (err instanceof KopsError && err.kind === 'unavailable') throw err;
-      const message = describeError(err);
-      logger.warn({ csr: name, reason: message }, 'approved request failed validation; marking it Failed');
-      await markFailed(csr, 'SignerValidationFailure', message);
-      options.audit?.({ ...auditBase, verdict: 'deny', reasons: [`signing refused: ${message}`] });
-      return;
-    }
-    const { [specProfile]: primary, ...extra } = certificates;
-    // The extra certificates go first: the status certificate is what pollers take as "done".
-    const annotated: V1CertificateSigningRequest = {
-      ...csr,
-      metadata: {
-        ...csr.metadata,
-        annotations: {
-          ...csr.metadata?.annotations,
-          [queueAnnotations.extraCertificates]: JSON.stringify(extra),
-        },
       },
     };
+  }
+
+  /** Marks Failed, and audits, a request that failed a check; a dependency fault is thrown to be retried. */
+  async #refuseSigning(
+    csr: V1CertificateSigningRequest,
+    auditBase: SigningAuditBase,
+    err: unknown,
+  ): Promise<void> {
+    if (err instanceof KopsError && err.kind === 'unavailable') throw err;
+    const message = describeError(err);
+    this.#logger.warn(
+      { csr: csr.metadata?.name, reason: message },
+      'approved request failed validation; marking it Failed',
+    );
+    await this.#markFailed(csr, 'SignerValidationFailure', message);
+    this.#options.audit?.({ ...auditBase, verdict: 'deny', reasons: [`signing refused: ${message}`] });
+  }
+
+  /** Writes the extra certificates to an annotation, then the spec profile's to `status.certificate`. */
+  async #writeCertificates(csr: V1CertificateSigningRequest, issued: Issued): Promise<void> {
+    const name = csr.metadata?.name as string;
+    const { [issued.specProfile]: primary, ...extra } = issued.certificates;
+    const { certificates } = this.#options;
+    // The extra certificates go first: the status certificate is what pollers take as "done".
     try {
-      const updated = await options.certificates.replaceCertificateSigningRequest({ name, body: annotated });
-      await options.certificates.replaceCertificateSigningRequestStatus({
+      const updated = await certificates.replaceCertificateSigningRequest({
+        name,
+        body: withExtraCertificates(csr, extra),
+      });
+      await certificates.replaceCertificateSigningRequestStatus({
         name,
         body: {
           ...updated,
@@ -213,39 +324,31 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
     } catch (err) {
       throw fromApiException(err, `write the certificate of ${name}`);
     }
-    options.onIssued?.((performance.now() - started) / 1000);
-    options.audit?.(record);
-    logger.info(
-      { csr: name, node: record.nodeName, serials: record.issued },
-      'signed approved bootstrap request',
-    );
   }
 
-  /** Marks an undecided CSR Failed before anyone decides it, and audits why. */
-  async function refuseUndecided(
-    csr: V1CertificateSigningRequest,
-    action: 'refuse-unsealed' | 'expire',
-  ): Promise<void> {
+  /** Marks Failed, and audits, a request left undecided longer than the pending TTL. */
+  async #expire(csr: V1CertificateSigningRequest): Promise<void> {
+    const message = `not approved or denied within ${formatDuration(this.#ttlMs)} (bootstrap.queue.pendingTTL); the node must ask again`;
+    await this.#markFailed(csr, expiredReason, message);
+    this.#options.audit?.({
+      ...auditBaseOf(csr),
+      decidedBy: 'queue-expiry',
+      verdict: 'deny',
+      reasons: [`expired: ${message}`],
+    });
+    this.#logger.info({ csr: csr.metadata?.name }, 'queued bootstrap request expired');
+  }
+
+  /** Marks Failed, and audits, an undecided request this controller did not seal. */
+  async #refuseUnsealed(csr: V1CertificateSigningRequest): Promise<void> {
     const name = csr.metadata?.name as string;
-    if (action === 'expire') {
-      const message = `not approved or denied within ${formatDuration(ttlMs)} (bootstrap.queue.pendingTTL); the node must ask again`;
-      await markFailed(csr, expiredReason, message);
-      options.audit?.({
-        ...auditBaseOf(csr),
-        decidedBy: 'queue-expiry',
-        verdict: 'deny',
-        reasons: [`expired: ${message}`],
-      });
-      logger.info({ csr: name }, 'queued bootstrap request expired');
-      return;
-    }
     // The annotations are the creator's own words: the record names the CSR and who created it.
     const creator = csr.spec?.username || 'an unknown user';
     const message =
       'not created by kops-controller (or by it under an earlier CA key), or altered since: its seal does not verify, so it is never signed';
-    await markFailed(csr, sealInvalidReason, message);
-    options.audit?.({
-      time: new Date(now()).toISOString(),
+    await this.#markFailed(csr, sealInvalidReason, message);
+    this.#options.audit?.({
+      time: new Date(this.#now()).toISOString(),
       requestId: name,
       remoteAddress: '',
       proof: 'none',
@@ -253,49 +356,20 @@ export function queueSigner(options: QueueSignerOptions): LeaderComponent {
       verdict: 'deny',
       reasons: [`${name} under signer ${bootstrapSignerName} was created by ${creator} and is ${message}`],
     });
-    logger.warn({ csr: name, creator }, 'a bootstrap CSR not made by kops-controller was marked Failed');
+    this.#logger.warn(
+      { csr: name, creator },
+      'a bootstrap CSR not made by kops-controller was marked Failed',
+    );
   }
 
   /** Writes an admin's denial of one of ours to the audit trail as it happens. */
-  function recordDenial(before: V1CertificateSigningRequest, csr: V1CertificateSigningRequest): void {
+  #recordDenial(before: V1CertificateSigningRequest, csr: V1CertificateSigningRequest): void {
     const record = denialRecord(before, csr);
     if (!record) return;
-    options.audit?.(record);
-    logger.info({ csr: csr.metadata?.name, reasons: record.reasons }, 'queued bootstrap request denied');
+    this.#options.audit?.(record);
+    this.#logger.info(
+      { csr: csr.metadata?.name, reasons: record.reasons },
+      'queued bootstrap request denied',
+    );
   }
-
-  return {
-    name: 'bootstrap-signer',
-    async start(signal: AbortSignal): Promise<void> {
-      const informer = bootstrapCsrInformer(options.kubeConfig, { logger, registry: options.registry });
-      informer.addHandlers({ update: recordDenial });
-      await runController(
-        {
-          name: 'bootstrap-signer',
-          informer,
-          key: (csr) => csr.metadata?.name as string,
-          filter: (csr) => needsSigning(csr) || undecidedAction(csr) !== undefined,
-          reconcile: async (name) => {
-            // Read fresh, not from the cache: the cache may lag behind this signer's own last write.
-            const csr = await readCsr(options.certificates, name);
-            if (!csr) return;
-            const action = undecidedAction(csr);
-            if (action) await refuseUndecided(csr, action);
-            else if (needsSigning(csr)) await sign(csr);
-          },
-          // Expiry is a matter of time, not of a change: the cached undecided requests are looked at again.
-          watch: (enqueue) => {
-            const sweep = setInterval(() => {
-              for (const csr of informer.list()) if (undecidedAction(csr) === 'expire') enqueue(csr);
-            }, options.expirySweepMs ?? Math.min(60_000, ttlMs));
-            sweep.unref();
-            return () => clearInterval(sweep);
-          },
-          registry: options.registry,
-          logger,
-        },
-        signal,
-      );
-    },
-  };
 }

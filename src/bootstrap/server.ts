@@ -47,7 +47,15 @@ import type { NodeIssueOptions } from './issue.ts';
 import { defaultKopsCertNames, type KopsOptions, kopsBootstrap } from './kops-handler.ts';
 import { bootstrapMetrics } from './metrics.ts';
 import { type Answer, type CertificatesInput, pollRequest, submitCertificates } from './native-handler.ts';
-import { httpsNodeReader, nodePresenceInformer, watchedNodeReader, watchIsCurrent } from './node-guard.ts';
+import {
+  type GuardReadSource,
+  httpsNodeReader,
+  type NodePresence,
+  type NodeReader,
+  nodePresenceInformer,
+  watchedNodeReader,
+  watchIsCurrent,
+} from './node-guard.ts';
 import { CsrQueue } from './queue.ts';
 import { queueSigner } from './queue-signer.ts';
 import { defaultRateLimit, type RateLimit, SourceRateLimiter } from './rate-limit.ts';
@@ -342,6 +350,119 @@ function nodeConfigReader(config: Config, vfsOptions: VfsOptions | undefined): K
   });
 }
 
+/** The CA that signs node certificates, and kops' other signers (none when `deps.ca` is given). */
+async function signingAuthorities(
+  server: NonNullable<Config['server']>,
+  deps: BootstrapServerDeps,
+): Promise<{ ca: CertificateAuthority; otherSigners: CertificateAuthority[] }> {
+  const [first = 'kubernetes-ca', ...others] = server.signingCAs ?? [];
+  const pki = openVfs(server.caBasePath ?? '/etc/kubernetes/kops-controller/pki', deps.vfsOptions);
+  const ca = deps.ca ?? (await loadCa(pki, first));
+  // kops' other signers (etcd-clients-ca-cilium) sign only the kops cert names that name them.
+  const otherSigners = deps.ca ? [] : await Promise.all(others.map((name) => loadCa(pki, name)));
+  return { ca, otherSigners };
+}
+
+/**
+ * How the impersonation guard reads Nodes: through a started Node watch with `nodeGuard: watch`,
+ * straight from the API server otherwise; `direct` always reads the API server.
+ */
+function nodeGuard(
+  config: Config,
+  kubeConfig: KubeConfig,
+  onRead: (source: GuardReadSource) => void,
+  registry: Registry,
+  logger: Logger,
+) {
+  const guardWatch =
+    config.bootstrap.nodeGuard === 'watch'
+      ? nodePresenceInformer(kubeConfig, { registry, logger })
+      : undefined;
+  guardWatch?.start();
+  const direct = httpsNodeReader(kubeConfig);
+  const readNode = guardWatch ? watchedNodeReader(guardWatch, direct, { onRead }) : direct;
+  return { guardWatch, direct, readNode };
+}
+
+/** What this replica holds, once it serves: every CA it trusts or signs with, and its serving certificate. */
+function holdOwnCertificates(
+  ledger: LedgerRecorder,
+  authorities: CertificateAuthority[],
+  servingCertificatePem: string,
+): void {
+  ledger.hold([
+    ...authorities.flatMap((authority) =>
+      authority.certificates.map((c) => entryOfPem(caKind, `${authority.name}.${c.keypairId}`, c.pem)),
+    ),
+    // Named after the host: the pod's name, or the control-plane node's with host networking.
+    entryOfPem(servingKind, hostname(), servingCertificatePem),
+  ]);
+}
+
+/**
+ * Serves the bootstrap API with its TLS certificate; when it cannot, `stop` ends what was started for
+ * it before the error is thrown.
+ */
+async function serveOrStop(
+  config: Config,
+  deps: BootstrapServerDeps,
+  serving: {
+    server: NonNullable<Config['server']>;
+    context: BootstrapContext;
+    queue: CsrQueue;
+    otherSigners: CertificateAuthority[];
+    registry: Registry;
+  },
+  stop: () => Promise<unknown>,
+): Promise<{ running: BootstrapServer; tls: { cert: string; key: string } }> {
+  const { server, context, queue, otherSigners, registry } = serving;
+  try {
+    const tls = await tlsFor(config, context.ca, deps);
+    const running = await serveBootstrap({
+      listen: deps.listen ?? server.Listen,
+      tls,
+      context,
+      kops: {
+        certNames: server.certNames ?? defaultKopsCertNames,
+        otherSigners,
+        nodeConfig: nodeConfigReader(config, deps.vfsOptions),
+      },
+      clusterInfoHandler: deps.clusterInfoHandler,
+      rateLimit: deps.rateLimit,
+      connectionLimits: deps.connectionLimits,
+      registry,
+      readiness: [() => (queue.hasSynced() ? undefined : 'the CSR queue has not listed yet')],
+    });
+    return { running, tls };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/** The expiry ledger's leader-only work: its gauge, and the kubelets' renewals recorded. */
+function ledgerComponents(parts: {
+  store: ConfigMapLedgerStore;
+  ledger: LedgerRecorder;
+  /** Reads a Node from the API server (whether one still exists, for the gauge). */
+  readNode: NodeReader;
+  kubeConfig: KubeConfig;
+  registry: Registry;
+  logger: Logger;
+}): LeaderComponent[] {
+  const { store, ledger, readNode, kubeConfig, registry, logger } = parts;
+  return [
+    new CertificateExpiryGauge({
+      store,
+      beforeRead: () => ledger.flush(),
+      nodeExists: async (name) => (await readNode(name)) !== undefined,
+      registry,
+      logger,
+    }),
+    new KubeletRenewalRecorder({ kubeConfig, ledger, registry, logger }),
+  ];
+}
+
 /**
  * Starts the bootstrap server for `config.server` (every replica) and builds the queue signer (the
  * caller adds it to the leader-only components).
@@ -354,11 +475,7 @@ export async function startBootstrapServer(
   if (!server) throw new ConfigError('the config has no server section; the bootstrap server needs one');
   const logger = (deps.logger ?? silentLogger).child({ component: 'bootstrap-server' });
   const registry = deps.registry ?? register;
-  const [first = 'kubernetes-ca', ...others] = server.signingCAs ?? [];
-  const pki = openVfs(server.caBasePath ?? '/etc/kubernetes/kops-controller/pki', deps.vfsOptions);
-  const ca = deps.ca ?? (await loadCa(pki, first));
-  // kops' other signers (etcd-clients-ca-cilium) sign only the kops cert names that name them.
-  const otherSigners = deps.ca ? [] : await Promise.all(others.map((name) => loadCa(pki, name)));
+  const { ca, otherSigners } = await signingAuthorities(server, deps);
   const metrics = bootstrapMetrics(registry);
   // Requests may read their Node directly: without pooled connections each read would be a TLS handshake.
   const kubeConfig = reuseConnections(deps.kubeConfig);
@@ -369,13 +486,7 @@ export async function startBootstrapServer(
     namespace: config.bootstrap.replayNamespace,
   });
   const ledger = new LedgerRecorder({ store: ledgerStore, logger });
-  const guardWatch =
-    config.bootstrap.nodeGuard === 'watch'
-      ? nodePresenceInformer(kubeConfig, { registry, logger })
-      : undefined;
-  guardWatch?.start();
-  const direct = httpsNodeReader(kubeConfig);
-  const readNode = guardWatch ? watchedNodeReader(guardWatch, direct, { onRead: metrics.guardRead }) : direct;
+  const { guardWatch, direct, readNode } = nodeGuard(config, kubeConfig, metrics.guardRead, registry, logger);
   const apiServers = deps.apiServer
     ? [deps.apiServer]
     : (config.bootstrap.apiServers ?? [`https://api.internal.${config.clusterName}`]);
@@ -412,39 +523,11 @@ export async function startBootstrapServer(
     metrics,
     logger,
   };
-  let running: BootstrapServer;
-  const tls = await tlsFor(config, ca, deps).catch(async (err: unknown) => {
-    await Promise.all([queue.stop(), guardWatch?.stop()]);
-    throw err;
-  });
-  try {
-    running = await serveBootstrap({
-      listen: deps.listen ?? server.Listen,
-      tls,
-      context,
-      kops: {
-        certNames: server.certNames ?? defaultKopsCertNames,
-        otherSigners,
-        nodeConfig: nodeConfigReader(config, deps.vfsOptions),
-      },
-      clusterInfoHandler: deps.clusterInfoHandler,
-      rateLimit: deps.rateLimit,
-      connectionLimits: deps.connectionLimits,
-      registry,
-      readiness: [() => (queue.hasSynced() ? undefined : 'the CSR queue has not listed yet')],
-    });
-  } catch (err) {
-    await Promise.all([queue.stop(), guardWatch?.stop()]);
-    throw err;
-  }
-  // What this replica holds, once it serves: every CA it trusts or signs with, and its serving certificate.
-  ledger.hold([
-    ...[ca, ...otherSigners].flatMap((authority) =>
-      authority.certificates.map((c) => entryOfPem(caKind, `${authority.name}.${c.keypairId}`, c.pem)),
-    ),
-    // Named after the host: the pod's name, or the control-plane node's with host networking.
-    entryOfPem(servingKind, hostname(), tls.cert),
-  ]);
+  const serving = { server, context, queue, otherSigners, registry };
+  const { running, tls } = await serveOrStop(config, deps, serving, () =>
+    Promise.all([queue.stop(), guardWatch?.stop()]),
+  );
+  holdOwnCertificates(ledger, [ca, ...otherSigners], tls.cert);
   ledger.start();
   const signer = queueSigner({
     kubeConfig,
@@ -466,28 +549,27 @@ export async function startBootstrapServer(
     apiServers,
     queue,
     signer,
-    ledgerComponents: [
-      new CertificateExpiryGauge({
-        store: ledgerStore,
-        beforeRead: () => ledger.flush(),
-        nodeExists: async (name) => (await direct(name)) !== undefined,
-        registry,
-        logger,
-      }),
-      new KubeletRenewalRecorder({ kubeConfig, ledger, registry, logger }),
-    ],
+    ledgerComponents: ledgerComponents({
+      store: ledgerStore,
+      ledger,
+      readNode: direct,
+      kubeConfig,
+      registry,
+      logger,
+    }),
     ledger,
-    ...(guardWatch
-      ? {
-          guardWatch: {
-            isCurrent: () => watchIsCurrent(guardWatch),
-            knows: (nodeName: string) => guardWatch.get(nodeName) !== undefined,
-          },
-        }
-      : {}),
+    ...(guardWatch ? { guardWatch: guardWatchView(guardWatch) } : {}),
     async close() {
       await running.close();
       await Promise.all([queue.stop(), guardWatch?.stop(), ledger.stop()]);
     },
+  };
+}
+
+/** What the rest of `run` may ask the guard's Node watch. */
+function guardWatchView(nodes: NodePresence): NonNullable<RunningBootstrap['guardWatch']> {
+  return {
+    isCurrent: () => watchIsCurrent(nodes),
+    knows: (nodeName: string) => nodes.get(nodeName) !== undefined,
   };
 }

@@ -71,6 +71,17 @@ interface VerifiedGroup {
 
 type TemplateVerdict = { ok: true; instanceGroup: string } | { ok: false; error: Error };
 
+/** An instance whose own read checked out, waiting for the MIG its `created-by` names to confirm it. */
+interface PendingMember {
+  id: string;
+  ref: GceInstanceRef;
+  instance: GceInstance;
+  mig: MigRef;
+}
+
+/** The key of a MIG among the ones a batch lists. */
+const migKey = (mig: MigRef) => `${mig.zone}/${mig.name}`;
+
 const stateByStatus: Record<string, InstanceState> = {
   PROVISIONING: 'pending',
   STAGING: 'pending',
@@ -107,7 +118,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
     this.#verified = new LruCache({
       maxEntries: options.cacheSize ?? 20_000,
       ttlMs: options.cacheTtlMs ?? 3_600_000,
-      ...(options.now === undefined ? {} : { now: options.now }),
+      now: options.now,
     });
     this.#templates = new TemplateGroups(this.#compute, {
       concurrency: this.#concurrency,
@@ -146,6 +157,50 @@ export class GceNodeIdentifier implements NodeIdentifier {
     for (const id of providerIDs) this.#maxAgeMs.delete(id);
     const results = new Map<string, Outcome<NodeIdentity>>();
     const fail = (id: string, error: Error) => results.set(id, { ok: false, error });
+    const refs = this.#parseOwnRefs(providerIDs, fail);
+
+    const instances = await this.#fetchInstances([...refs.values()]);
+    const pending: PendingMember[] = [];
+    for (const [id, ref] of refs) {
+      const found = instances.get(`${ref.zone}/${ref.name}`);
+      const checked = this.#checkInstance(id, ref, found, maxAgeMs.get(id));
+      if (checked instanceof Error) fail(id, checked);
+      else if ('mig' in checked) pending.push(checked);
+      else results.set(id, { ok: true, value: checked });
+    }
+
+    const members = await this.#listMigMembers(pending);
+    const templateOf = new Map<string, string>();
+    for (const p of pending) {
+      const template = this.#checkMembership(p, members.get(migKey(p.mig)));
+      if (template instanceof Error) fail(p.id, template);
+      else templateOf.set(p.id, template);
+    }
+
+    const verdicts = await this.#templateVerdicts([...new Set(templateOf.values())]);
+    for (const p of pending) {
+      const templateName = templateOf.get(p.id);
+      if (templateName === undefined) continue;
+      const verdict = verdicts.get(templateName) as TemplateVerdict;
+      if (!verdict.ok) {
+        fail(p.id, verdict.error);
+        continue;
+      }
+      this.#verified.set(p.instance.id, {
+        instanceGroup: verdict.instanceGroup,
+        createdBy: metadataValue(p.instance.metadata, 'created-by') ?? '',
+      });
+      results.set(p.id, { ok: true, value: this.#identity(p.id, p.ref, p.instance, verdict.instanceGroup) });
+    }
+    this.#logger.debug({ nodes: providerIDs.length, migs: members.size }, 'identified GCE nodes');
+    return results;
+  }
+
+  /** The instance refs of the providerIDs that parse and name our project; the others fail. */
+  #parseOwnRefs(
+    providerIDs: string[],
+    fail: (id: string, error: Error) => void,
+  ): Map<string, GceInstanceRef> {
     const refs = new Map<string, GceInstanceRef>();
     for (const id of providerIDs) {
       try {
@@ -164,120 +219,96 @@ export class GceNodeIdentifier implements NodeIdentifier {
         fail(id, err as Error);
       }
     }
+    return refs;
+  }
 
-    const instances = await this.#fetchInstances([...refs.values()]);
-    const pending: Array<{ id: string; ref: GceInstanceRef; instance: GceInstance; mig: MigRef }> = [];
-    for (const [id, ref] of refs) {
-      const found = instances.get(`${ref.zone}/${ref.name}`);
-      if (!found || found instanceof Error) {
-        fail(
-          id,
-          found ??
-            new NotFoundError(`instance ${ref.name} not found in project ${ref.project} zone ${ref.zone}`),
-        );
-        continue;
-      }
-      if (found.status !== 'RUNNING') {
-        fail(
-          id,
-          new ForbiddenError(
-            `instance ${ref.name} is ${found.status}, not RUNNING; a stopped instance gets no identity`,
-            { details: { instanceId: ref.name, reason: 'not-running' } },
-          ),
-        );
-        continue;
-      }
-      const createdBy = metadataValue(found.metadata, 'created-by') ?? '';
-      const cached = this.#verified.get(found.id, maxAgeMs.get(id));
-      if (cached && cached.createdBy === createdBy) {
-        results.set(id, { ok: true, value: this.#identity(id, ref, found, cached.instanceGroup) });
-        continue;
-      }
-      const mig = parseCreatedBy(createdBy);
-      if (!mig) {
-        fail(
-          id,
-          new ForbiddenError(
-            createdBy
-              ? `instance ${ref.name}: created-by "${createdBy}" is not a zonal managed instance group; kops nodes are created by zonal MIGs`
-              : `instance ${ref.name} has no created-by metadata: it was not created by a managed instance group`,
-          ),
-        );
-        continue;
-      }
-      if (mig.zone !== ref.zone) {
-        fail(
-          id,
-          new ForbiddenError(
-            `instance ${ref.name} in zone ${ref.zone} claims MIG ${mig.name} of zone ${mig.zone}`,
-          ),
-        );
-        continue;
-      }
-      pending.push({ id, ref, instance: found, mig });
+  /**
+   * Checks what the instance read says: it must be RUNNING and `created-by` a zonal MIG of its own
+   * zone. A membership verified recently enough for the same `created-by` yields the identity at
+   * once; otherwise the MIG still has to confirm the instance. An error says why it is not trusted.
+   */
+  #checkInstance(
+    id: string,
+    ref: GceInstanceRef,
+    found: GceInstance | Error | undefined,
+    maxAgeMs: number | undefined,
+  ): NodeIdentity | PendingMember | Error {
+    if (!found || found instanceof Error) {
+      return (
+        found ??
+        new NotFoundError(`instance ${ref.name} not found in project ${ref.project} zone ${ref.zone}`)
+      );
     }
+    if (found.status !== 'RUNNING') {
+      return new ForbiddenError(
+        `instance ${ref.name} is ${found.status}, not RUNNING; a stopped instance gets no identity`,
+        { details: { instanceId: ref.name, reason: 'not-running' } },
+      );
+    }
+    const createdBy = metadataValue(found.metadata, 'created-by') ?? '';
+    const cached = this.#verified.get(found.id, maxAgeMs);
+    if (cached && cached.createdBy === createdBy) return this.#identity(id, ref, found, cached.instanceGroup);
+    const mig = parseCreatedBy(createdBy);
+    if (!mig && createdBy) {
+      return new ForbiddenError(
+        `instance ${ref.name}: created-by "${createdBy}" is not a zonal managed instance group; kops nodes are created by zonal MIGs`,
+      );
+    }
+    if (!mig) {
+      return new ForbiddenError(
+        `instance ${ref.name} has no created-by metadata: it was not created by a managed instance group`,
+      );
+    }
+    if (mig.zone !== ref.zone) {
+      return new ForbiddenError(
+        `instance ${ref.name} in zone ${ref.zone} claims MIG ${mig.name} of zone ${mig.zone}`,
+      );
+    }
+    return { id, ref, instance: found, mig };
+  }
 
-    const migKeys = [...new Set(pending.map((p) => `${p.mig.zone}/${p.mig.name}`))];
+  /** The members of each MIG the pending instances claim, by {@link migKey}, or why they are unknown. */
+  async #listMigMembers(
+    pending: PendingMember[],
+  ): Promise<Map<string, Map<string, GceManagedInstance> | Error>> {
+    const migKeys = [...new Set(pending.map((p) => migKey(p.mig)))];
     const members = new Map<string, Map<string, GceManagedInstance> | Error>();
     await mapConcurrent(migKeys, this.#concurrency, async (key) => {
       const [zone, name] = key.split('/') as [string, string];
       members.set(key, await this.#migMembers(zone, name).catch((err: Error) => err));
     });
+    return members;
+  }
 
-    const templateOf = new Map<string, string>();
-    for (const p of pending) {
-      const listed = members.get(`${p.mig.zone}/${p.mig.name}`);
-      if (listed instanceof Error) {
-        fail(p.id, listed);
-        continue;
-      }
-      const member = listed?.get(p.instance.id);
-      const listedAs = member ? parseZonalUrl(member.instance) : undefined;
-      if (
-        !listedAs ||
-        listedAs.name !== p.ref.name ||
-        listedAs.zone !== p.ref.zone ||
-        listedAs.project !== this.#compute.project
-      ) {
-        fail(
-          p.id,
-          new ForbiddenError(
-            `instance ${p.ref.name} (id ${p.instance.id}) is not managed by MIG ${p.mig.name}, which its created-by metadata claims`,
-          ),
-        );
-        continue;
-      }
-      const template = member?.version?.instanceTemplate;
-      const templateRef = template ? parseTemplateUrl(template) : undefined;
-      if (!templateRef || templateRef.project !== this.#compute.project) {
-        fail(
-          p.id,
-          new ForbiddenError(
-            `MIG ${p.mig.name} runs instance ${p.ref.name} from template "${template ?? ''}", not a global template of project ${this.#compute.project}`,
-          ),
-        );
-        continue;
-      }
-      templateOf.set(p.id, templateRef.name);
+  /**
+   * The name of the template the MIG runs the instance from, once the MIG lists it under its id and
+   * name and that template is a global one of our project; otherwise why the instance is not trusted.
+   */
+  #checkMembership(
+    p: PendingMember,
+    listed: Map<string, GceManagedInstance> | Error | undefined,
+  ): string | Error {
+    if (listed instanceof Error) return listed;
+    const member = listed?.get(p.instance.id);
+    const listedAs = member ? parseZonalUrl(member.instance) : undefined;
+    if (
+      !listedAs ||
+      listedAs.name !== p.ref.name ||
+      listedAs.zone !== p.ref.zone ||
+      listedAs.project !== this.#compute.project
+    ) {
+      return new ForbiddenError(
+        `instance ${p.ref.name} (id ${p.instance.id}) is not managed by MIG ${p.mig.name}, which its created-by metadata claims`,
+      );
     }
-
-    const verdicts = await this.#templateVerdicts([...new Set(templateOf.values())]);
-    for (const p of pending) {
-      const templateName = templateOf.get(p.id);
-      if (templateName === undefined) continue;
-      const verdict = verdicts.get(templateName) as TemplateVerdict;
-      if (!verdict.ok) {
-        fail(p.id, verdict.error);
-        continue;
-      }
-      this.#verified.set(p.instance.id, {
-        instanceGroup: verdict.instanceGroup,
-        createdBy: metadataValue(p.instance.metadata, 'created-by') ?? '',
-      });
-      results.set(p.id, { ok: true, value: this.#identity(p.id, p.ref, p.instance, verdict.instanceGroup) });
+    const template = member?.version?.instanceTemplate;
+    const templateRef = template ? parseTemplateUrl(template) : undefined;
+    if (!templateRef || templateRef.project !== this.#compute.project) {
+      return new ForbiddenError(
+        `MIG ${p.mig.name} runs instance ${p.ref.name} from template "${template ?? ''}", not a global template of project ${this.#compute.project}`,
+      );
     }
-    this.#logger.debug({ nodes: providerIDs.length, migs: migKeys.length }, 'identified GCE nodes');
-    return results;
+    return templateRef.name;
   }
 
   /**
