@@ -49,12 +49,21 @@ export interface LoggerOptions {
   destination?: pino.DestinationStream;
 }
 
+/** Whether a record carries `component` more than once (a supervisor's binding and the component's own). */
+function repeatsComponent(line: string): boolean {
+  const first = line.indexOf('"component":');
+  return first !== -1 && line.indexOf('"component":', first + 1) !== -1;
+}
+
 /**
  * The final form of a record. pino appends a child's bindings to its parent's without looking, so a
  * component that names itself under a supervisor that named it too would write `component` twice;
  * parsing keeps the innermost value once. `text` renders `msg key=value ...` after the level.
  */
 function finishRecord(format: LogFormat, line: string): string {
+  // Most JSON lines name no key twice: pass them through without parsing (the bootstrap server logs
+  // every request, so this is on its hot path).
+  if (format === 'json' && !repeatsComponent(line)) return line;
   const record = JSON.parse(line) as Record<string, unknown>;
   if (format === 'json') return `${JSON.stringify(record)}\n`;
   const { level, time: _time, name: _name, msg, ...fields } = record;
