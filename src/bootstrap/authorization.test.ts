@@ -16,6 +16,26 @@ describe('parseAuthorization', () => {
       kind: 'bootstrap-token',
       token: 'abcdef.0123456789abcdef',
     });
+    assert.deepEqual(parseAuthorization('x-pki-tpm eyJk'), { kind: 'pki-tpm', token: 'eyJk' });
+    assert.deepEqual(parseAuthorization('x-hetzner-id 42'), {
+      kind: 'cloud-id',
+      scheme: 'x-hetzner-id',
+      token: '42',
+    });
+    assert.deepEqual(parseAuthorization('X-Linode-Instance-Id 7'), {
+      kind: 'cloud-id',
+      scheme: 'x-linode-instance-id',
+      token: '7',
+    });
+  });
+
+  test("Azure's proof keeps both of its credentials; no other scheme takes two", () => {
+    assert.deepEqual(parseAuthorization('x-azure-id /subscriptions/s/vm MIIB'), {
+      kind: 'cloud-id',
+      scheme: 'x-azure-id',
+      token: '/subscriptions/s/vm MIIB',
+    });
+    assert.throws(() => parseAuthorization('x-hetzner-id 42 43'), InvalidInputError);
   });
 
   test('no header is no proof', () => {

@@ -4,7 +4,7 @@
  * ones (`x-gce-identity`, `Bearer`); the credential after the scheme is passed on untouched.
  */
 import { InvalidInputError } from '../errors.ts';
-import type { IdentityProof } from './types.ts';
+import { type CloudIdScheme, cloudIdSchemes, type IdentityProof } from './types.ts';
 
 /** Largest accepted header value; kops' v1 STS token is about 2 KiB. */
 export const maxAuthorizationBytes = 16 * 1024;
@@ -15,7 +15,17 @@ const schemes: Record<string, (token: string) => IdentityProof> = {
   'x-gce-tpm': (token) => ({ kind: 'gce-tpm', token }),
   'x-gce-identity': (token) => ({ kind: 'gce-identity-token', token }),
   bearer: (token) => ({ kind: 'bootstrap-token', token }),
+  'x-pki-tpm': (token) => ({ kind: 'pki-tpm', token }),
+  ...Object.fromEntries(
+    cloudIdSchemes.map((scheme: CloudIdScheme) => [
+      scheme,
+      (token: string): IdentityProof => ({ kind: 'cloud-id', scheme, token }),
+    ]),
+  ),
 };
+
+/** Azure's proof has two credentials (the ARM id, then the attested document); every other scheme has one. */
+const multiPartSchemes: ReadonlySet<string> = new Set(['x-azure-id']);
 
 /** The schemes this server understands, for error messages and docs. */
 export const authorizationSchemes = Object.keys(schemes);
@@ -26,10 +36,11 @@ export function parseAuthorization(header: string | undefined): IdentityProof {
   if (header.length > maxAuthorizationBytes) {
     throw new InvalidInputError(`the Authorization header exceeds ${maxAuthorizationBytes} bytes`);
   }
-  const match = /^\s*(\S+)\s+(\S+)\s*$/.exec(header);
+  const match = /^\s*(\S+)\s+(\S+(?:\s+\S+)*)\s*$/.exec(header);
   const scheme = match?.[1]?.toLowerCase();
   const make = scheme !== undefined && Object.hasOwn(schemes, scheme) ? schemes[scheme] : undefined;
-  if (!match || !make) {
+  const parts = match?.[2]?.split(/\s+/).length ?? 0;
+  if (!match || !make || (parts > 1 && !multiPartSchemes.has(scheme as string))) {
     throw new InvalidInputError(
       `unsupported Authorization header: expected "<scheme> <credential>" with a scheme of ${authorizationSchemes.join(', ')}`,
     );

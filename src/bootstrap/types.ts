@@ -16,8 +16,27 @@ export type IdentityProof =
   | { kind: 'gce-identity-token'; token: string }
   /** A kubeadm-format bootstrap token `<id>.<secret>`. */
   | { kind: 'bootstrap-token'; token: string }
+  /**
+   * kops' id-only proofs of the callback clouds (`x-hetzner-id <server id>`, ...; Azure's
+   * `x-azure-id <ARM id> <attested document>`): a claim the cloud's API and the callback challenge
+   * must bear out. `token` is everything after the scheme.
+   */
+  | { kind: 'cloud-id'; scheme: CloudIdScheme; token: string }
+  /** kops metal `x-pki-tpm`: data signed with the host's registered ECDSA key. */
+  | { kind: 'pki-tpm'; token: string }
   /** No proof: only policies that ask a human (queue) or approve anything can act on it. */
   | { kind: 'none' };
+
+/** The Authorization schemes of kops' id-only proofs, one per cloud. */
+export const cloudIdSchemes = [
+  'x-hetzner-id',
+  'x-openstack-id',
+  'x-digitalocean-droplet-id',
+  'x-scaleway-instance-server-id',
+  'x-azure-id',
+  'x-linode-instance-id',
+] as const;
+export type CloudIdScheme = (typeof cloudIdSchemes)[number];
 
 /** A request for node credentials, as received by the bootstrap server. */
 export interface BootstrapRequest {
@@ -46,6 +65,12 @@ export interface NodeFacts {
   ipAddresses: string[];
   /** The cloud's id of the instance (`i-…`, GCE instance id, metal host name). */
   instanceId?: string;
+  /**
+   * `host:port` of the node's callback-challenge server on an address the cloud reports for the
+   * instance. When set, nothing is issued until the node there proves it holds the challenge secret
+   * its request carried (the callback clouds; kops' `UseChallengeCallback`).
+   */
+  challengeEndpoint?: string;
   /** Evidence for the audit trail: account, role ARN, project, token id, approver, ... (no secrets). */
   evidence: Record<string, string>;
 }
