@@ -14,6 +14,9 @@ import { CertificatesV1Api, CoordinationV1Api, CoreV1Api, type KubeConfig } from
 import { parseAllDocuments } from 'yaml';
 import { bootstrapSignerName } from '../src/bootstrap/queue.ts';
 import { ConfigMapReplayGuard } from '../src/bootstrap/replay-guard.ts';
+import { type DevController, startDevController } from '../src/cli/dev-controller.ts';
+import { MachineIndex } from '../src/cloud/capi/machines.ts';
+import { HostRegistry } from '../src/cloud/metal/hosts.ts';
 import { parseConfig } from '../src/config/loader.ts';
 import { ConfigMapLedgerStore } from '../src/ledger/store.ts';
 import { createLogger } from '../src/log.ts';
@@ -22,7 +25,6 @@ import { generateKey } from '../src/pki/keys.ts';
 import { clusterInfoName, clusterInfoNamespace } from '../src/protocol/cluster-info.ts';
 import type { GrantRule } from '../src/sim/apiserver/auth.ts';
 import { type DevCluster, startDevCluster } from '../src/sim/dev-cluster.ts';
-import { type DevController, startDevController } from '../src/sim/dev-controller.ts';
 import { startJoiningNodes } from '../src/sim/joining-nodes.ts';
 
 interface Rule {
@@ -242,6 +244,20 @@ describe('deploy/kubernetes/kops-controller.yaml', () => {
         dir: join(dir, `${proof}-nodes`),
       });
     }
+
+    test("kops metal's Host reads and Cluster API's Machine watch are granted", async () => {
+      const admin = cluster.api.server.kubeConfig().makeApiClient(CoreV1Api);
+      await admin.createNamespace({ body: { metadata: { name: 'kops-system' } } }).catch(() => undefined);
+      assert.equal(await new HostRegistry(asController).get('metal-1'), undefined);
+      const machines = new MachineIndex({ kubeConfig: asController });
+      machines.start();
+      try {
+        assert.equal(await machines.waitForSync(AbortSignal.timeout(10_000)), true);
+      } finally {
+        await machines.stop();
+      }
+      assert.deepEqual(refused, []);
+    });
 
     test('nodes join through aws; a kubelet renewal is approved', async () => {
       const joining = joinMachines(2, 'cloud');

@@ -10,6 +10,7 @@ const loaders: Record<string, () => Promise<Command>> = {
   dev: async () => (await import('./dev.ts')).devCommand(),
   discovery: async () => (await import('./discovery.ts')).discoveryCommand(),
   explain: async () => (await import('./explain.ts')).explainCommand(),
+  host: async () => (await import('./host.ts')).hostCommand(),
   join: async () => (await import('./join.ts')).joinCommand(),
   labels: async () => (await import('./labels.ts')).labelsCommand(),
   pki: async () => (await import('./pki.ts')).pkiCommand(),

@@ -5,7 +5,7 @@
 import { readFile } from 'node:fs/promises';
 import { Command } from 'commander';
 import { fileErrorReason, NotFoundError } from '../errors.ts';
-import { explainNodeLabels } from '../nodelabels/build-node-labels.ts';
+import { explainNodeLabels, labelFeaturesOf } from '../nodelabels/build-node-labels.ts';
 import { parseCluster, parseInstanceGroup } from '../statestore/kops-types.ts';
 import { commandLogger } from './common.ts';
 import { formatOutput, outputOption } from './output.ts';
@@ -49,7 +49,7 @@ export function labelsCommand(): Command {
           'the instance group belongs to another cluster',
         );
       }
-      const labels = explainNodeLabels(cluster, ig);
+      const labels = explainNodeLabels(cluster, ig, labelFeaturesOf(process.env['KOPS_FEATURE_FLAGS']));
       process.stdout.write(
         formatOutput(options.output, Object.fromEntries(labels.map((l) => [l.key, l.value])), {
           rows: labels,

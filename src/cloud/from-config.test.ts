@@ -131,8 +131,8 @@ describe('cloudFromConfig', () => {
 
   test('another cloud is a config error naming the supported ones', async () => {
     await assert.rejects(
-      cloudFromConfig({ cloud: 'openstack', clusterName: 'o.example.com', server: undefined }, vfs),
-      { kind: 'config', message: /implemented for aws, gce, metal only/ },
+      cloudFromConfig({ cloud: 'linode', clusterName: 'l.example.com', server: undefined }, vfs),
+      { kind: 'config', message: /implemented for aws, gce, metal, openstack, scaleway only/ },
     );
   });
 });

@@ -1,4 +1,4 @@
-/** Builds the cloud provider a controller config names: aws, gce or metal. */
+/** Builds the cloud provider a controller config names. */
 import type { AuthClient } from 'google-auth-library';
 import type { Config } from '../config/schema.ts';
 import { ConfigError } from '../errors.ts';
@@ -10,10 +10,14 @@ import { createGceProvider } from './gce/provider.ts';
 import { InventoryStore } from './metal/inventory.ts';
 import { MetalCloudGroups, MetalNodeIdentifier } from './metal/node-identifier.ts';
 import { type CloudCallRecorder, noCloudCalls } from './metrics.ts';
+import type { OpenStackAuthOptions } from './openstack/auth.ts';
+import { createOpenStackProvider } from './openstack/provider.ts';
+import type { ScalewayCredentials } from './scaleway/client.ts';
+import { createScalewayProvider } from './scaleway/provider.ts';
 import type { CloudGroups, NodeIdentifier } from './types.ts';
 
 /** The clouds this controller can identify nodes on. */
-export const identifyingClouds = ['aws', 'gce', 'metal'] as const;
+export const identifyingClouds = ['aws', 'gce', 'metal', 'openstack', 'scaleway'] as const;
 
 /** Overrides for the simulator and tests; production leaves them unset and uses the cloud's defaults. */
 export interface CloudOverrides {
@@ -21,6 +25,10 @@ export interface CloudOverrides {
   aws?: Pick<AwsClientOptions, 'endpoint' | 'credentials'>;
   /** Compute endpoint and credentials for GCE (default: the public API, Application Default Credentials). */
   gce?: { endpoint?: string; auth?: Pick<AuthClient, 'request'> };
+  /** Keystone URL, region and credentials (default: the `OS_*` environment). */
+  openstack?: { auth?: OpenStackAuthOptions };
+  /** Credentials, zone and API URL (default: the `SCW_*` environment), and the metadata URL. */
+  scaleway?: { credentials?: ScalewayCredentials; metadataUrl?: string };
 }
 
 /** A cloud provider, as the controllers use it. */
@@ -77,6 +85,20 @@ export async function cloudFromConfig(
         close: () => undefined,
       };
     }
+    case 'openstack':
+      return createOpenStackProvider({
+        clusterName: config.clusterName,
+        ...overrides.openstack,
+        logger,
+        cloudCalls,
+      });
+    case 'scaleway':
+      return createScalewayProvider({
+        clusterName: config.clusterName,
+        ...overrides.scaleway,
+        logger,
+        cloudCalls,
+      });
     case 'metal': {
       const inventory = new InventoryStore({ vfs: stateStore, logger });
       return {

@@ -1,6 +1,6 @@
 /**
  * The calls the controller makes to cloud APIs (EC2, Auto Scaling, STS, Compute Engine, Google's
- * identity-token keys) and to approval webhooks, counted where each request is sent: a throttled
+ * identity-token keys, the other clouds' compute APIs) and to approval webhooks, counted where each request is sent: a throttled
  * or failing dependency shows up here before it shows up as slow bootstraps or stale labels.
  *
  * Labels stay bounded: `cloud` and `result` are fixed sets and `call` is an API operation named in
@@ -9,8 +9,17 @@
 import { Counter, Histogram, type Registry } from 'prom-client';
 import { sharedMetric } from '../kube/metrics.ts';
 
-/** Who is called: the AWS APIs, the Google APIs, or an operator's approval webhook. */
-export type CloudName = 'aws' | 'gce' | 'webhook';
+/** Who is called: a cloud's APIs (one name per provider), or an operator's approval webhook. */
+export type CloudName =
+  | 'aws'
+  | 'gce'
+  | 'openstack'
+  | 'scaleway'
+  | 'hetzner'
+  | 'digitalocean'
+  | 'linode'
+  | 'azure'
+  | 'webhook';
 
 /**
  * How one request ended:

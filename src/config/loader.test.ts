@@ -43,14 +43,13 @@ describe('config loader', () => {
     assert.equal(config.server?.provider.gce?.MaxTimeSkew, 300);
   });
 
-  test("accepts kops' gossip discovery block and the server.useInstanceIDForNodeName of older kops versions", () => {
+  test('accepts the server.useInstanceIDForNodeName of older kops versions (true: instance-id names)', () => {
     const config = parseConfig({
-      clusterName: 'minimal.k8s.local',
+      clusterName: 'minimal.example.com',
       cloud: 'aws',
-      discovery: { enabled: true },
+      discovery: { enabled: false },
       server: { useInstanceIDForNodeName: true, provider: { aws: { nodesRoles: ['nodes'] } } },
     });
-    assert.equal(config.discovery?.enabled, true);
     assert.equal(config.server?.useInstanceIDForNodeName, true);
     assert.throws(
       () =>
@@ -68,6 +67,40 @@ describe('config loader', () => {
         parseConfig({ clusterName: 'a.example.com', cloud: 'aws', discovery: { enabled: true, extra: 1 } }),
       configErrorMatching(/discovery\.extra: unknown field/),
     );
+  });
+
+  test('nothing is accepted and then ignored: each setting this controller cannot act on is refused, named', () => {
+    const base = { clusterName: 'a.example.com', cloud: 'aws' };
+    for (const [raw, refusal] of [
+      [{ capi: { enabled: true } }, /^config: capi\.enabled: Cluster API mode .* is not available/],
+      [
+        { discovery: { enabled: true } },
+        /^config: discovery\.enabled: gossip discovery .* is not implemented/,
+      ],
+      [{ cacheNodeidentityInfo: false }, /^config: cacheNodeidentityInfo: false cannot be honoured/],
+      [
+        { server: { useInstanceIDForNodeName: false } },
+        /^config: server\.useInstanceIDForNodeName: false .* is not supported/,
+      ],
+    ] as const) {
+      assert.throws(
+        () => parseConfig({ ...base, ...raw }),
+        (err: Error) => {
+          assert.match(err.message, refusal);
+          assert.equal(err.message.split('\n').length, 1, 'one line');
+          return true;
+        },
+      );
+    }
+    // What kops writes when the features are off, and the settings this controller does act on, load.
+    const config = parseConfig({
+      ...base,
+      capi: { enabled: false },
+      cacheNodeidentityInfo: true,
+      enableCloudIPAM: true,
+      server: { pki: {} },
+    });
+    assert.equal(config.enableCloudIPAM, true);
   });
 
   test('bootstrap.apiServers: https URLs only, at least one', () => {

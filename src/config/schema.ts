@@ -125,6 +125,25 @@ export const bootstrapPolicySpec = z.discriminatedUnion('name', [
     withoutToken: z.enum(['queue', 'deny']).default('queue'),
   }),
   z.strictObject({
+    /**
+     * kops metal: `x-pki-tpm` proofs signed with the key registered in the host's `Host` object
+     * (`kops-system/<host>`); the clock skew allowed is `server.pki.MaxTimeSkew`.
+     */
+    name: z.literal('pki-tpm'),
+  }),
+  z.strictObject({
+    /** kops OpenStack: `x-openstack-id`, checked with Nova and the request's source address. */
+    name: z.literal('openstack'),
+    /** Deadline of the Nova lookup, retries included. */
+    lookupTimeout: duration.default(10_000),
+  }),
+  z.strictObject({
+    /** kops Scaleway: `x-scaleway-instance-server-id`, checked with the Instance API and IPAM, then the callback. */
+    name: z.literal('scaleway'),
+    /** Deadline of the Instance API and IPAM lookups, retries included. */
+    lookupTimeout: duration.default(10_000),
+  }),
+  z.strictObject({
     name: z.literal('webhook'),
     url: z.url({ protocol: /^https$/, error: 'must be an https:// URL' }),
     /** PEM files: the CA bundle of the webhook's server, and our client certificate and key. */
@@ -133,12 +152,14 @@ export const bootstrapPolicySpec = z.discriminatedUnion('name', [
     keyFile: z.string().min(1),
     timeout: duration.default(5_000),
     /** The policy whose verified facts the webhook reviews. */
-    verifiedBy: z.enum(['aws', 'gce', 'metal', 'bootstrap-token']).optional(),
+    verifiedBy: z
+      .enum(['aws', 'gce', 'openstack', 'scaleway', 'pki-tpm', 'metal', 'bootstrap-token'])
+      .optional(),
   }),
 ]);
 
 const bootstrap = z.strictObject({
-  /** The approval chain, in order; default by provider: aws → [aws], gce → [gce], server.pki → [metal]. */
+  /** The approval chain, in order; default by provider: aws → [aws], gce → [gce], server.pki → [pki-tpm]. */
   policies: z.array(bootstrapPolicySpec).optional(),
   /** Where used proofs are recorded (one-time use across replicas). */
   replayNamespace: z.string().min(1).default('kube-system'),
@@ -190,6 +211,49 @@ export const supportedClouds = [
   'linode',
 ] as const;
 
+/**
+ * Settings kops can write that this controller would otherwise accept and not act on: each is refused
+ * with a line naming it and what to do, because a setting silently ignored is a difference the
+ * operator never learns about. (Settings that do nothing when false are fine either way.)
+ */
+function unactionable(config: {
+  cacheNodeidentityInfo?: boolean | undefined;
+  capi?: { enabled?: boolean | undefined } | undefined;
+  discovery?: { enabled?: boolean | undefined } | undefined;
+  server?: { useInstanceIDForNodeName?: boolean | undefined } | undefined;
+}): { path: string[]; message: string }[] {
+  const refused: { path: string[]; message: string }[] = [];
+  if (config.cacheNodeidentityInfo === false) {
+    refused.push({
+      path: ['cacheNodeidentityInfo'],
+      message:
+        'false cannot be honoured: this controller always caches node identity (trust decisions re-read it within csrApprover.maxInstanceStateAge); remove the setting',
+    });
+  }
+  if (config.capi?.enabled) {
+    refused.push({
+      path: ['capi', 'enabled'],
+      message:
+        'Cluster API mode (instance groups from Machine objects) is not available in this build; remove capi.enabled or run kops-controller',
+    });
+  }
+  if (config.discovery?.enabled) {
+    refused.push({
+      path: ['discovery', 'enabled'],
+      message:
+        'gossip discovery (k8s.local clusters) is not implemented: no gossip records are published; give the API server and this server DNS names or a load balancer, and remove discovery.enabled',
+    });
+  }
+  if (config.server?.useInstanceIDForNodeName === false) {
+    refused.push({
+      path: ['server', 'useInstanceIDForNodeName'],
+      message:
+        'false (node names from the private DNS name) is not supported: remove it for instance-id names, or set server.provider.aws.useIPBasedNodeNames: true for IP-based names',
+    });
+  }
+  return refused;
+}
+
 export const configSchema = z
   .strictObject({
     clusterName: z.string().min(1),
@@ -197,10 +261,12 @@ export const configSchema = z
     configBase: z.string().min(1).optional(),
     secretStore: z.string().min(1).optional(),
     server: serverOptions.optional(),
+    /** kops' node-identity cache switch; this controller always caches (see unactionable below). */
     cacheNodeidentityInfo: z.boolean().optional(),
+    /** Sets `spec.podCIDRs` of new nodes from the cloud (src/controllers/ipam). */
     enableCloudIPAM: z.boolean().optional(),
     capi: z.strictObject({ enabled: z.boolean().optional() }).optional(),
-    // kops sets this for gossip (k8s.local) clusters; see configWarnings.
+    // Older kops wrote this for gossip (k8s.local) clusters; refused when enabled (unactionable below).
     discovery: z.strictObject({ enabled: z.boolean().optional() }).optional(),
     leaderElection: leaderElection.default(leaderElection.parse({})),
     metrics: metrics.default(metrics.parse({})),
@@ -208,6 +274,7 @@ export const configSchema = z
     csrApprover: csrApprover.default(csrApprover.parse({})),
   })
   .superRefine((config, ctx) => {
+    for (const { path, message } of unactionable(config)) ctx.addIssue({ code: 'custom', path, message });
     if (config.server?.useInstanceIDForNodeName && config.server.provider.aws?.useIPBasedNodeNames) {
       ctx.addIssue({
         code: 'custom',

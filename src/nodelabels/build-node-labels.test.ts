@@ -7,8 +7,14 @@ import {
   type InstanceGroup,
   parseCluster,
   parseInstanceGroup,
+  parseKopsObjects,
 } from '../statestore/kops-types.ts';
-import { buildNodeLabels, explainNodeLabels } from './build-node-labels.ts';
+import {
+  buildNodeLabels,
+  explainNodeLabels,
+  isGpuInstanceGroup,
+  labelFeaturesOf,
+} from './build-node-labels.ts';
 
 const kopsCluster = parseCluster(`apiVersion: kops.k8s.io/v1alpha2
 kind: Cluster
@@ -86,12 +92,12 @@ const cases: { name: string; cluster: Cluster; ig: InstanceGroup; expected: Reco
     },
   },
   {
-    name: 'APIServer: node kubelet labels, the api-server role and the kops-controller PKI label',
+    // kops builder_test.go "RoleControlPlaneWithAPIServerNodes" (an APIServer group): no kops-controller-pki.
+    name: 'APIServer: node kubelet labels and the api-server role, nothing else',
     cluster: kopsCluster,
     ig: group('apiserver', 'APIServer'),
     expected: {
       'node-role.kubernetes.io/api-server': '',
-      'kops.k8s.io/kops-controller-pki': '',
       'kops.k8s.io/instancegroup': 'apiserver',
       node1: 'override1',
       node2: 'node2',
@@ -207,4 +213,118 @@ describe('explainNodeLabels', () => {
       { key: 'node3', value: 'override3', source: 'instance group kubelet' },
     ]);
   });
+});
+
+/** A kops integration fixture (src/nodelabels/testdata, copied with its path and commit in its header). */
+async function kopsFixture(name: string): Promise<{ cluster: Cluster; groups: Map<string, InstanceGroup> }> {
+  const text = await readFile(new URL(`./testdata/kops-${name}.yaml`, import.meta.url), 'utf8');
+  const objects = parseKopsObjects(text, name);
+  return {
+    cluster: objects.clusters[0] as Cluster,
+    groups: new Map(objects.instanceGroups.map((ig) => [ig.metadata.name, ig])),
+  };
+}
+
+/** The labels of every group of a fixture, by group name. */
+function labelsByGroup(
+  fixture: { cluster: Cluster; groups: Map<string, InstanceGroup> },
+  features = {},
+): Record<string, Record<string, string>> {
+  return Object.fromEntries(
+    [...fixture.groups].map(([name, ig]) => [name, buildNodeLabels(fixture.cluster, ig, features)]),
+  );
+}
+
+describe("label parity with kops' own fixtures (kubernetes/kops @ 268927e26409f861634e18f3632c9dd483c350cf)", () => {
+  test('update_cluster/apiservernodes (run with +APIServerNodes): the node-template labels of kubernetes.tf', async () => {
+    // kubernetes.tf: apiserver → api-server; master-us-test-1a → api-server, control-plane,
+    // kops-controller-pki, exclude-from-external-load-balancers; nodes → node. Plus the instance group.
+    assert.deepEqual(labelsByGroup(await kopsFixture('apiservernodes'), labelFeaturesOf('+APIServerNodes')), {
+      apiserver: { 'node-role.kubernetes.io/api-server': '', 'kops.k8s.io/instancegroup': 'apiserver' },
+      'master-us-test-1a': {
+        'kops.k8s.io/kops-controller-pki': '',
+        'node-role.kubernetes.io/api-server': '',
+        'node-role.kubernetes.io/control-plane': '',
+        'node.kubernetes.io/exclude-from-external-load-balancers': '',
+        'kops.k8s.io/instancegroup': 'master-us-test-1a',
+      },
+      nodes: { 'node-role.kubernetes.io/node': '', 'kops.k8s.io/instancegroup': 'nodes' },
+    });
+  });
+
+  test('without the flag the control plane has no api-server label; APIServer groups still do', async () => {
+    const labels = labelsByGroup(await kopsFixture('apiservernodes'));
+    assert.equal(labels['master-us-test-1a']?.['node-role.kubernetes.io/api-server'], undefined);
+    assert.equal(labels['apiserver']?.['node-role.kubernetes.io/api-server'], '');
+  });
+
+  test('update_cluster/nvidia: the g4dn group gets kops.k8s.io/gpu=1, the m3 control plane does not', async () => {
+    // kubernetes.tf: nodes → kops.k8s.io/gpu=1, node; master-us-test-1a → the control-plane set.
+    assert.deepEqual(labelsByGroup(await kopsFixture('nvidia')), {
+      nodes: {
+        'kops.k8s.io/gpu': '1',
+        'node-role.kubernetes.io/node': '',
+        'kops.k8s.io/instancegroup': 'nodes',
+      },
+      'master-us-test-1a': {
+        'kops.k8s.io/kops-controller-pki': '',
+        'node-role.kubernetes.io/control-plane': '',
+        'node.kubernetes.io/exclude-from-external-load-balancers': '',
+        'kops.k8s.io/instancegroup': 'master-us-test-1a',
+      },
+    });
+  });
+});
+
+describe('GPU and gVisor groups (populate_instancegroup_spec.go)', () => {
+  const cluster = (extra: string) =>
+    parseCluster(`apiVersion: kops.k8s.io/v1alpha2\nkind: Cluster\nmetadata:\n  name: c\nspec:\n${extra}`);
+  const ig = (extra: string) =>
+    parseInstanceGroup(
+      `apiVersion: kops.k8s.io/v1alpha2\nkind: InstanceGroup\nmetadata:\n  name: g\nspec:\n  role: Node\n${extra}`,
+    );
+  const nvidia = '  containerd:\n    nvidiaGPU:\n      enabled: true\n';
+
+  test('AWS: NVIDIA on (cluster or group) and a GPU machine type; either alone is not a GPU group', () => {
+    const aws = cluster('  cloudProvider: aws\n');
+    assert.equal(isGpuInstanceGroup(aws, ig(`  machineType: p4d.24xlarge\n${nvidia}`)), true);
+    assert.equal(
+      isGpuInstanceGroup(cluster(`  cloudProvider: aws\n${nvidia}`), ig('  machineType: g5g.xlarge\n')),
+      true,
+    );
+    assert.equal(isGpuInstanceGroup(aws, ig('  machineType: g4dn.xlarge\n')), false);
+    assert.equal(isGpuInstanceGroup(aws, ig(`  machineType: m5.large\n${nvidia}`)), false);
+  });
+
+  test('OpenStack: the group enabling NVIDIA is enough; other clouds never', () => {
+    assert.equal(isGpuInstanceGroup(cluster('  cloudProvider: openstack\n'), ig(nvidia)), true);
+    assert.equal(
+      isGpuInstanceGroup(
+        cluster(`  cloudProvider: gce\n${nvidia}`),
+        ig(`  machineType: a2-highgpu-1g\n${nvidia}`),
+      ),
+      false,
+    );
+  });
+
+  test('the GPU label overrides a nodeLabels value; gVisor Node groups get kops.k8s.io/gvisor=1', () => {
+    const labels = explainNodeLabels(
+      cluster('  cloudProvider: openstack\n'),
+      ig(`${nvidia}    gvisor:\n      enabled: true\n  nodeLabels:\n    kops.k8s.io/gpu: "0"\n`),
+    );
+    assert.deepEqual(
+      labels.filter((l) => l.key.startsWith('kops.k8s.io/g')),
+      [
+        { key: 'kops.k8s.io/gpu', value: '1', source: 'GPU instance group' },
+        { key: 'kops.k8s.io/gvisor', value: '1', source: 'gVisor instance group' },
+      ],
+    );
+  });
+});
+
+test('KOPS_FEATURE_FLAGS is read as kops reads it: +/- prefixes, the last mention wins', () => {
+  assert.deepEqual(labelFeaturesOf(undefined), { apiServerNodes: false });
+  assert.deepEqual(labelFeaturesOf('APIServerNodes'), { apiServerNodes: true });
+  assert.deepEqual(labelFeaturesOf('+Foo, +APIServerNodes'), { apiServerNodes: true });
+  assert.deepEqual(labelFeaturesOf('+APIServerNodes,-APIServerNodes'), { apiServerNodes: false });
 });

@@ -21,11 +21,16 @@ import { awsAccountOf, buildPolicies, policySpecsOf } from './build.ts';
 const base = { clusterName: 'c.example.com', cloud: 'aws' };
 const deps = { replayGuard: new MemoryReplayGuard() };
 
-test('kops default chains: aws → [aws], gce → [gce], server.pki → [metal], none → []', () => {
+test('kops default chains: aws → [aws], gce → [gce], server.pki → [pki-tpm] (kops metal), none → []', () => {
   const names = (raw: object) => policySpecsOf(parseConfig({ ...base, ...raw })).map((p) => p.name);
   assert.deepEqual(names({ server: { provider: { aws: { nodesRoles: ['nodes'] } } } }), ['aws']);
   assert.deepEqual(names({ cloud: 'gce', server: { provider: { gce: { projectID: 'p' } } } }), ['gce']);
-  assert.deepEqual(names({ cloud: 'metal', server: { pki: {} } }), ['metal']);
+  assert.deepEqual(names({ cloud: 'metal', server: { pki: {} } }), ['pki-tpm']);
+  // The inventory mode stays available, chosen by name.
+  assert.deepEqual(
+    names({ cloud: 'metal', server: { pki: {} }, bootstrap: { policies: [{ name: 'metal' }] } }),
+    ['metal'],
+  );
   assert.deepEqual(names({}), []);
   assert.deepEqual(
     names({ bootstrap: { policies: [{ name: 'queue' }] }, server: { provider: { aws: {} } } }),
@@ -68,6 +73,7 @@ test('a configured policy without its dependency is a configuration error', asyn
   for (const policies of [
     [{ name: 'aws' }],
     [{ name: 'metal' }],
+    [{ name: 'pki-tpm' }],
     [{ name: 'bootstrap-token' }],
     [{ name: 'gce' }],
   ]) {
@@ -84,6 +90,30 @@ test('a configured policy without its dependency is a configuration error', asyn
     buildPolicies(parseConfig({ ...base, bootstrap: { policies: [webhook] } }), deps),
     /webhook CA bundle \/nonexistent\/ca\.pem cannot be read/,
   );
+});
+
+test("pki-tpm takes its clock skew from kops' server.pki.MaxTimeSkew", async () => {
+  const config = parseConfig({
+    clusterName: 'c.example.com',
+    cloud: 'metal',
+    server: { pki: { MaxTimeSkew: 30 } },
+  });
+  const hosts = { get: async () => undefined };
+  const [policy] = await buildPolicies(config, { ...deps, hosts });
+  assert.equal(policy?.name, 'pki-tpm');
+  const data = Buffer.from(
+    JSON.stringify({
+      instance: 'h',
+      timestamp: Date.parse('2026-03-01T12:00:00Z') / 1000 - 31,
+      audience: 'kops.k8s.io/node-bootstrap',
+    }),
+  );
+  const token = Buffer.from(JSON.stringify({ signature: 'c2ln', data: data.toString('base64') })).toString(
+    'base64',
+  );
+  const decision = await policy?.evaluate(testRequest({ proof: { kind: 'pki-tpm', token } }), contextAt());
+  assert.equal(decision?.verdict, 'deny');
+  assert.match(decision?.reasons.join(' ') ?? '', /at most 30 s/);
 });
 
 test('awsAccountOf learns the account and partition from STS', async () => {

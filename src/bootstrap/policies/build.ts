@@ -1,7 +1,8 @@
 /**
  * Builds the configured approval chain (`bootstrap.policies`) from the configuration and the
  * dependencies the server already has (cloud clients, token store, replay guard). Without an explicit
- * chain the kops default applies: `server.provider.aws` → [aws], `gce` → [gce], `server.pki` → [metal].
+ * chain the kops default applies: `server.provider.aws` → [aws], `gce` → [gce], `server.pki` → [pki-tpm]
+ * (kops metal; the inventory policy `metal` is chosen explicitly).
  * A policy whose dependency is missing is a configuration error at start-up, never a silent gap.
  */
 import { readFile } from 'node:fs/promises';
@@ -9,8 +10,11 @@ import { GetCallerIdentityCommand, type STSClient } from '@aws-sdk/client-sts';
 import type { z } from 'zod';
 import type { ComputeClient } from '../../cloud/gce/compute.ts';
 import { GceIdentityTokenVerifier, JwksKeyStore } from '../../cloud/gce/identity-token.ts';
+import type { HostLookup } from '../../cloud/metal/hosts.ts';
 import type { MetalInventory } from '../../cloud/metal/inventory.ts';
 import type { CloudCallRecorder } from '../../cloud/metrics.ts';
+import type { NovaClient } from '../../cloud/openstack/nova.ts';
+import type { ScalewayClients } from '../../cloud/scaleway/client.ts';
 import type { NodeIdentifier } from '../../cloud/types.ts';
 import { bootstrapPolicySpec, type Config } from '../../config/schema.ts';
 import { ConfigError, UnavailableError } from '../../errors.ts';
@@ -23,7 +27,10 @@ import { bootstrapTokenPolicy } from './bootstrap-token.ts';
 import { gcePolicy } from './gce.ts';
 import { insecureAlwaysApprovePolicy, startupWarning } from './insecure-always-approve.ts';
 import { metalPolicy } from './metal.ts';
+import { openstackPolicy } from './openstack.ts';
+import { pkiTpmPolicy } from './pki-tpm.ts';
 import { queuePolicy } from './queue.ts';
+import { scalewayPolicy } from './scaleway.ts';
 import { webhookPolicy } from './webhook.ts';
 
 /** One policy's configuration. */
@@ -42,6 +49,10 @@ export interface PolicyDeps {
   };
   gce?: { identifier: NodeIdentifier; compute: Pick<ComputeClient, 'getShieldedInstanceIdentity'> };
   inventory?: { current(): Promise<MetalInventory> };
+  openstack?: { nova: Pick<NovaClient, 'getServer'> };
+  scaleway?: { clients: ScalewayClients };
+  /** kops metal's `Host` objects (HostRegistry over the API server). */
+  hosts?: HostLookup;
   /** The bootstrap server's URL, the default audience of GCE identity tokens. */
   serverUrl?: string;
   logger?: Logger;
@@ -55,7 +66,9 @@ export function policySpecsOf(config: Config): PolicySpec[] {
   const provider = config.server?.provider;
   if (provider?.aws) return [defaultSpec('aws')];
   if (provider?.gce) return [defaultSpec('gce')];
-  if (config.server?.pki) return [defaultSpec('metal')];
+  if (provider?.openstack) return [defaultSpec('openstack')];
+  if (provider?.scaleway) return [defaultSpec('scaleway')];
+  if (config.server?.pki) return [defaultSpec('pki-tpm')];
   return [];
 }
 
@@ -141,11 +154,31 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
             }),
       });
     }
+    case 'pki-tpm': {
+      const skew = config.server?.pki?.MaxTimeSkew;
+      return pkiTpmPolicy({
+        hosts: need(deps.hosts, spec.name, "the API server's Host objects (kops.k8s.io/v1alpha2)"),
+        replayGuard: deps.replayGuard,
+        ...(skew ? { maxTimeSkewSeconds: skew } : {}),
+      });
+    }
     case 'metal':
       return metalPolicy({
         inventory: need(deps.inventory, spec.name, 'the metal inventory'),
         withoutToken: spec.withoutToken,
         ...(deps.tokens === undefined ? {} : { tokens: deps.tokens }),
+      });
+    case 'openstack':
+      return openstackPolicy({
+        clusterName: config.clusterName,
+        nova: need(deps.openstack, spec.name, 'the OpenStack provider (OS_* environment)').nova,
+        lookupTimeoutMs: spec.lookupTimeout,
+      });
+    case 'scaleway':
+      return scalewayPolicy({
+        clusterName: config.clusterName,
+        clients: need(deps.scaleway, spec.name, 'the Scaleway provider (SCW_* environment)').clients,
+        lookupTimeoutMs: spec.lookupTimeout,
       });
     case 'webhook': {
       const verifiedBy =

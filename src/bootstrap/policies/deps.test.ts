@@ -73,9 +73,17 @@ test('with an apiserver: tokens for bootstrap-token and metal, replay markers in
   }
 });
 
-test('metal without a state store is a configuration error; webhook verifiers count as used', async () => {
-  const config = parseConfig({ clusterName: 'c', cloud: 'metal', server: { pki: {} } });
+test('metal without a state store, pki-tpm without the API server are configuration errors; webhook verifiers count as used', async () => {
+  const config = parseConfig({
+    clusterName: 'c',
+    cloud: 'metal',
+    bootstrap: { policies: [{ name: 'metal' }] },
+  });
   await assert.rejects(policyDepsFromConfig({ config }), ConfigError);
+  await assert.rejects(
+    policyDepsFromConfig({ config: parseConfig({ clusterName: 'c', cloud: 'metal', server: { pki: {} } }) }),
+    /pki-tpm needs the Kubernetes API/,
+  );
   const webhook = parseConfig({
     clusterName: 'c',
     cloud: 'aws',

@@ -3,12 +3,15 @@
  * inventory, the replay guard — and only that: a chain of `[queue]` needs no cloud at all. Used by
  * the controller at start-up and by `explain`.
  */
-import type { CoreV1Api } from '@kubernetes/client-node';
+import type { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { createAwsProvider } from '../../cloud/aws/provider.ts';
 import type { CloudOverrides } from '../../cloud/from-config.ts';
 import { createGceProvider } from '../../cloud/gce/provider.ts';
+import { HostRegistry } from '../../cloud/metal/hosts.ts';
 import { InventoryStore } from '../../cloud/metal/inventory.ts';
 import type { CloudCallRecorder } from '../../cloud/metrics.ts';
+import { createOpenStackProvider } from '../../cloud/openstack/provider.ts';
+import { createScalewayProvider } from '../../cloud/scaleway/provider.ts';
 import type { Config } from '../../config/schema.ts';
 import { ConfigError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
@@ -23,6 +26,8 @@ export interface PolicyDepsOptions {
   config: Config;
   /** The apiserver: bootstrap tokens, and the replay guard shared by replicas. */
   core?: CoreV1Api;
+  /** The API server connection: kops metal's Host objects (policy pki-tpm). */
+  kubeConfig?: KubeConfig;
   /** Checks bootstrap tokens (the controller passes one over its token watch); default: reads through `core`. */
   tokens?: BootstrapTokenValidator;
   /** Overrides the replay guard (`explain` keeps its own, so a dry run spends nothing in the cluster). */
@@ -94,6 +99,32 @@ export async function policyDepsFromConfig(
         ...counted,
       });
       deps.gce = { identifier: gce.nodeIdentifier, compute: gce.compute };
+    }
+    if (names.has('openstack')) {
+      const openstack = createOpenStackProvider({
+        clusterName: config.clusterName,
+        ...options.cloud?.openstack,
+        logger,
+        ...counted,
+      });
+      deps.openstack = { nova: openstack.nova };
+    }
+    if (names.has('scaleway')) {
+      const scaleway = await createScalewayProvider({
+        clusterName: config.clusterName,
+        ...options.cloud?.scaleway,
+        logger,
+        ...counted,
+      });
+      deps.scaleway = { clients: scaleway.clients };
+    }
+    if (names.has('pki-tpm')) {
+      if (!options.kubeConfig) {
+        throw new ConfigError(
+          'approval policy pki-tpm needs the Kubernetes API (its Host objects in kops-system): pass a kubeconfig',
+        );
+      }
+      deps.hosts = new HostRegistry(options.kubeConfig);
     }
     if (names.has('metal')) {
       if (!options.stateStore) {

@@ -12,6 +12,7 @@
  */
 import { CoreV1Api, type KubeConfig, type V1Node } from '@kubernetes/client-node';
 import { Counter, type Registry, register } from 'prom-client';
+import { capiInstanceGroup } from '../../cloud/capi/instance-group.ts';
 import type { IdentifyResult, NodeIdentifier } from '../../cloud/types.ts';
 import { describeError, NotFoundError } from '../../errors.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
@@ -20,7 +21,7 @@ import { Informer, kubeList, kubeWatch } from '../../kube/informer.ts';
 import { sharedMetric } from '../../kube/metrics.ts';
 import { metadataPatch, patchNode } from '../../kube/patch.ts';
 import { type Logger, silentLogger } from '../../log.ts';
-import { buildNodeLabels } from '../../nodelabels/build-node-labels.ts';
+import { buildNodeLabels, type LabelFeatures } from '../../nodelabels/build-node-labels.ts';
 import {
   diffLabels,
   formatManagedLabels,
@@ -48,6 +49,13 @@ export interface NodeControllerOptions {
   clusterStore: ClusterStore;
   /** Identify nodes without a providerID by name (metal, whose inventory lists host names). */
   identifyByNodeName?: boolean;
+  /** The kops feature flags that change labels (`KOPS_FEATURE_FLAGS`, e.g. `+APIServerNodes`). */
+  labelFeatures?: LabelFeatures;
+  /**
+   * Cluster API mode: the MachineDeployments that stand for instance groups the state store does not
+   * list (kops gives their nodes the Node role).
+   */
+  capiDeployments?: { hasDeployment(name: string): boolean };
   /** Nodes reconciled at once (default 16). */
   concurrency?: number;
   /** When a refused node is checked again, in ms (default 5 min: a stopped instance may be started). */
@@ -239,12 +247,19 @@ export class NodeController implements LeaderComponent {
     const { clusterStore } = this.#options;
     const [cluster, ig] = await Promise.all([
       clusterStore.cluster(),
-      clusterStore.instanceGroup(identity.instanceGroup),
+      clusterStore.instanceGroup(identity.instanceGroup).catch((err: unknown) => {
+        if (
+          err instanceof NotFoundError &&
+          this.#options.capiDeployments?.hasDeployment(identity.instanceGroup)
+        )
+          return capiInstanceGroup(identity.instanceGroup);
+        throw err;
+      }),
     ]);
     term.groupOf.set(name, identity.instanceGroup);
     term.refusals.delete(name);
     // The instance group's labels win over what the cloud implies, as its nodeLabels win in kops.
-    const desired = { ...identity.cloudLabels, ...buildNodeLabels(cluster, ig) };
+    const desired = { ...identity.cloudLabels, ...buildNodeLabels(cluster, ig, this.#options.labelFeatures) };
     const diff = diffLabels(node.labels, desired, parseManagedLabels(node.managedLabels));
     const managed = formatManagedLabels(diff.managed);
     if (isEmptyDiff(diff) && node.managedLabels === managed) return 'unchanged';

@@ -116,6 +116,38 @@ export const resourceTypes: readonly ResourceType[] = [
     subresources: ['approval', 'status'],
   },
   {
+    // kops metal's Host (a CRD in a real cluster, k8s/crds/kops.k8s.io_hosts.yaml): served as JSON only.
+    group: 'kops.k8s.io',
+    version: 'v1alpha2',
+    plural: 'hosts',
+    singular: 'host',
+    kind: 'Host',
+    namespaced: true,
+    shortNames: [],
+    subresources: ['status'],
+  },
+  {
+    // Cluster API (CRDs of cluster-api): what kops-controller reads in capi mode.
+    group: 'cluster.x-k8s.io',
+    version: 'v1beta1',
+    plural: 'machines',
+    singular: 'machine',
+    kind: 'Machine',
+    namespaced: true,
+    shortNames: ['ma'],
+    subresources: ['status'],
+  },
+  {
+    group: 'cluster.x-k8s.io',
+    version: 'v1beta1',
+    plural: 'machinedeployments',
+    singular: 'machinedeployment',
+    kind: 'MachineDeployment',
+    namespaced: true,
+    shortNames: ['md'],
+    subresources: ['status'],
+  },
+  {
     group: 'authentication.k8s.io',
     version: 'v1',
     plural: 'tokenreviews',

@@ -100,6 +100,20 @@ const kindFields: Record<string, Record<string, Shape>> = {
     spec: anyFields('request signerName expirationSeconds usages username uid groups extra'),
     status: obj({ conditions: list(condition), certificate: any }),
   },
+  // The CRDs' structural schemas: unknown fields are pruned, as the API server does for them.
+  Host: { spec: anyFields('publicKey instanceGroup podCIDRs'), status: any },
+  Machine: {
+    spec: anyFields(
+      'clusterName bootstrap infrastructureRef version providerID failureDomain nodeDrainTimeout nodeVolumeDetachTimeout nodeDeletionTimeout readinessGates',
+    ),
+    status: any,
+  },
+  MachineDeployment: {
+    spec: anyFields(
+      'clusterName replicas rolloutAfter selector template strategy minReadySeconds revisionHistoryLimit paused progressDeadlineSeconds machineNamingStrategy',
+    ),
+    status: any,
+  },
   TokenReview: { spec: anyFields('token audiences'), status: any },
   SubjectAccessReview: {
     spec: obj({

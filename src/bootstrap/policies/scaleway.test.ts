@@ -1,0 +1,176 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, test } from 'node:test';
+import { createScalewayClients } from '../../cloud/scaleway/client.ts';
+import { type ScalewaySimulator, startScalewaySimulator } from '../../sim/scaleway/simulator.ts';
+import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
+import { dependencyOf, isDependencyFault } from '../dependency.ts';
+import type { PolicyDecision } from '../types.ts';
+import { type ScalewayPolicyOptions, scalewayPolicy } from './scaleway.ts';
+
+const cluster = 'prod.example.com';
+let sim: ScalewaySimulator;
+let node: string;
+
+function kopsTags(ig = 'nodes-a', name = cluster): string[] {
+  return [
+    `noprefix=kops.k8s.io/cluster=${name}`,
+    `noprefix=kops.k8s.io/instance-group=${ig}`,
+    'noprefix=kops.k8s.io/role=Node',
+  ];
+}
+
+before(async () => {
+  sim = await startScalewaySimulator();
+  node = sim.addServer({
+    name: 'nodes-a-1',
+    tags: kopsTags(),
+    privateIps: ['172.16.4.2', 'fd5f:519c:6d46:2728::2'],
+    publicIps: ['51.15.0.9'],
+  }).id;
+});
+after(() => sim.close());
+beforeEach(() => {
+  sim.resetFaults();
+  sim.clearCalls();
+});
+
+function policy(overrides: Partial<ScalewayPolicyOptions> = {}) {
+  const clients = createScalewayClients({
+    credentials: sim.credentials,
+    retryDelayMs: 1,
+    maxRetryDelayMs: 5,
+    retries: 1,
+  });
+  return scalewayPolicy({ clusterName: cluster, clients, ...overrides });
+}
+
+function request(serverId: string) {
+  return testRequest({
+    proof: { kind: 'cloud-id', scheme: 'x-scaleway-instance-server-id', token: serverId },
+  });
+}
+
+const decide = (serverId: string, options: Partial<ScalewayPolicyOptions> = {}) =>
+  policy(options).evaluate(request(serverId), contextAt());
+
+function denied(decision: PolicyDecision, reason: RegExp): void {
+  assert.equal(decision.verdict, 'deny', JSON.stringify(decision));
+  assert.match(decision.reasons.join(' '), reason);
+}
+
+test('a running server of the cluster is approved, to be called back on its private IPAM address', async () => {
+  const decision = await decide(node);
+  assert.equal(decision.verdict, 'approve', JSON.stringify(decision));
+  if (decision.verdict !== 'approve') return;
+  assert.equal(decision.facts.nodeName, 'nodes-a-1');
+  assert.equal(decision.facts.instanceGroup, 'nodes-a');
+  // As kops: IPv4 from IPAM only (is_ipv6=false), the first one the callback endpoint.
+  assert.deepEqual(decision.facts.ipAddresses, ['172.16.4.2']);
+  assert.equal(decision.facts.challengeEndpoint, '172.16.4.2:3987');
+  assert.match(
+    sim.calls.find((c) => c.operation === 'ips.list')?.path ?? '',
+    /resource_id=.*is_ipv6=false|is_ipv6=false.*resource_id=/,
+  );
+  // Whatever address the request came from: kops relies on the callback, not the source address.
+  const elsewhere = await policy().evaluate(
+    testRequest({ ...request(node), remoteAddress: '198.51.100.7' }),
+    contextAt(),
+  );
+  assert.equal(elsewhere.verdict, 'approve');
+});
+
+test("other proofs are not this policy's to judge", async () => {
+  const decision = await policy().evaluate(
+    testRequest({ proof: { kind: 'cloud-id', scheme: 'x-openstack-id', token: node } }),
+    contextAt(),
+  );
+  assert.equal(decision.verdict, 'abstain');
+});
+
+test('attack: a server of another cluster, or one kops did not tag, is refused without an IPAM call', async () => {
+  const other = sim.addServer({
+    name: 'theirs',
+    tags: kopsTags('nodes', 'other.example.com'),
+    privateIps: ['172.16.4.9'],
+  }).id;
+  denied(await decide(other), /belongs to cluster "other.example.com"/);
+  const bare = sim.addServer({ name: 'bare', privateIps: ['172.16.4.10'] }).id;
+  denied(await decide(bare), /belongs to cluster ""/);
+  const noGroup = sim.addServer({ name: 'nogroup', tags: [`noprefix=kops.k8s.io/cluster=${cluster}`] }).id;
+  denied(await decide(noGroup), /no noprefix=kops.k8s.io\/instance-group=… tag/);
+  assert.equal(sim.count('ips.list'), 0);
+});
+
+test('attack: a server of another project, another zone, or an unknown id is refused', async () => {
+  const otherProject = sim.addServer({
+    name: 'p2',
+    project: '11111111-1111-4111-8111-111111111111',
+    tags: kopsTags(),
+  }).id;
+  denied(await decide(otherProject), /does not vouch for server .* not found/);
+  const otherZone = sim.addServer({
+    name: 'ams',
+    zone: 'nl-ams-1',
+    tags: kopsTags(),
+    privateIps: ['172.16.5.2'],
+  }).id;
+  denied(await decide(otherZone), /does not vouch/);
+  denied(await decide('00000000-0000-4000-8000-000000000000'), /does not vouch/);
+  denied(await decide('../servers'), /not a server id/);
+});
+
+test('stopped and stopping servers, and servers without a private address, are refused', async () => {
+  for (const state of ['stopped', 'stopped in place', 'stopping', 'locked']) {
+    const id = sim.addServer({
+      name: `s-${state.replace(/ /g, '-')}`,
+      tags: kopsTags(),
+      privateIps: ['172.16.4.20'],
+      state,
+    }).id;
+    denied(await decide(id), new RegExp(`is ${state}, not running or starting`));
+  }
+  const starting = sim.addServer({
+    name: 'booting',
+    tags: kopsTags(),
+    privateIps: ['172.16.4.21'],
+    state: 'starting',
+  }).id;
+  assert.equal((await decide(starting)).verdict, 'approve');
+  const noIp = sim.addServer({ name: 'public-only', tags: kopsTags(), publicIps: ['51.15.0.10'] }).id;
+  denied(await decide(noIp), /IPAM lists no private IPv4 address/);
+  const gone = sim.addServer({ name: 'gone', tags: kopsTags(), privateIps: ['172.16.4.22'] }).id;
+  sim.deleteServer(gone);
+  denied(await decide(gone), /not found/);
+  const odd = sim.addServer({ name: 'Odd Name', tags: kopsTags(), privateIps: ['172.16.4.23'] }).id;
+  denied(await decide(odd), /not a valid node name/);
+});
+
+test('the Instance or IPAM API failing, throttling or not answering is a dependency fault (503)', async () => {
+  for (const inject of [
+    () => sim.failNext(2, 500, 'servers.get'),
+    () => sim.throttleNext(2, 1, 'servers.get'),
+    () => sim.failNext(2, 503, 'ips.list'),
+    () => sim.dropNext(2, 'ips.list'),
+  ]) {
+    sim.resetFaults();
+    inject();
+    await assert.rejects(decide(node), (err: unknown) => {
+      assert.ok(isDependencyFault(err), String(err));
+      assert.equal(dependencyOf(err), 'policy:scaleway');
+      return true;
+    });
+  }
+  sim.resetFaults();
+  sim.delayNext(1, 300, 'servers.get');
+  await assert.rejects(decide(node, { lookupTimeoutMs: 50 }), (err: unknown) => isDependencyFault(err));
+});
+
+test("the controller's own key being refused is a fault, not a verdict on the node", async () => {
+  const clients = createScalewayClients({
+    credentials: { ...sim.credentials, secretKey: '00000000-0000-4000-8000-000000000000' },
+  });
+  await assert.rejects(
+    scalewayPolicy({ clusterName: cluster, clients }).evaluate(request(node), contextAt()),
+    (err: unknown) => isDependencyFault(err),
+  );
+});

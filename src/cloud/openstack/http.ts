@@ -1,0 +1,92 @@
+/**
+ * One JSON request to an OpenStack API (Keystone, Nova) over the project's HTTP client: a deadline,
+ * a bounded answer, the call counted, and a non-2xx answer turned into the typed error its status
+ * names, with OpenStack's own message (`{"itemNotFound": {"message": …}}` from Nova,
+ * `{"error": {"message": …}}` from Keystone) and any `Retry-After` in its details.
+ */
+import { errorForHttpStatus, type KopsError } from '../../errors.ts';
+import { type HttpsAnswer, httpsRequest } from '../../net/https-client.ts';
+import { retryAfterSeconds } from '../../net/retry-after.ts';
+import { type CloudCallResult, httpCallResult, secondsSince } from '../metrics.ts';
+
+/**
+ * Where the OpenStack clients count their calls: a CloudCallRecorder (src/cloud/metrics.ts) for the
+ * cloud `openstack`.
+ */
+export interface OpenStackCallRecorder {
+  request(cloud: 'openstack', call: string, result: CloudCallResult): void;
+  duration(cloud: 'openstack', call: string, seconds: number): void;
+}
+
+/** Counts nothing. */
+export const uncountedOpenStackCalls: OpenStackCallRecorder = {
+  request: () => undefined,
+  duration: () => undefined,
+};
+
+/** One call. */
+export interface OpenStackRequest {
+  /** The operation's name for the metrics (`servers.get`, `tokens.create`), never an id. */
+  call: string;
+  url: URL;
+  method?: 'GET' | 'POST';
+  token?: string;
+  body?: unknown;
+  timeoutMs: number;
+  maxBodyBytes: number;
+  calls: OpenStackCallRecorder;
+}
+
+/** The message an OpenStack error body carries, whichever service wrote it. */
+function openstackMessage(body: Buffer): string | undefined {
+  try {
+    const parsed = JSON.parse(body.toString('utf8')) as Record<string, { message?: unknown } | undefined>;
+    for (const value of Object.values(parsed)) {
+      if (typeof value?.message === 'string') return value.message;
+    }
+  } catch {
+    // Not JSON (a proxy's HTML page): the status alone speaks.
+  }
+  return undefined;
+}
+
+/** The typed error of a non-2xx answer. */
+export function openstackError(what: string, answer: HttpsAnswer): KopsError {
+  const message = openstackMessage(answer.body) ?? answer.body.toString('utf8').slice(0, 200);
+  const retryAfter = retryAfterSeconds(answer.headers['retry-after'] as string | undefined);
+  return errorForHttpStatus(
+    answer.status,
+    `${what}: HTTP ${answer.status}${message ? `: ${message}` : ''}`,
+    { details: { status: answer.status, ...(retryAfter ? { retryAfterSeconds: retryAfter } : {}) } },
+    'unavailable',
+  );
+}
+
+/** Sends one request; resolves to the answer for 2xx, rejects with a typed error otherwise. */
+export async function openstackRequest(request: OpenStackRequest): Promise<HttpsAnswer> {
+  const started = performance.now();
+  const headers: Record<string, string> = { accept: 'application/json', 'user-agent': 'kops-controller' };
+  if (request.token) headers['x-auth-token'] = request.token;
+  let body: string | undefined;
+  if (request.body !== undefined) {
+    body = JSON.stringify(request.body);
+    headers['content-type'] = 'application/json';
+  }
+  let status: number | undefined;
+  try {
+    const answer = await httpsRequest({
+      url: request.url,
+      method: request.method ?? 'GET',
+      headers,
+      ...(body === undefined ? {} : { body }),
+      timeoutMs: request.timeoutMs,
+      maxBodyBytes: request.maxBodyBytes,
+    });
+    status = answer.status;
+    if (answer.status < 200 || answer.status > 299) throw openstackError(request.call, answer);
+    return answer;
+  } finally {
+    request.calls.request('openstack', request.call, httpCallResult(status));
+    request.calls.duration('openstack', request.call, secondsSince(started));
+  }
+}

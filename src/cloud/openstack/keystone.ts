@@ -1,0 +1,108 @@
+/**
+ * A Keystone v3 session: one token at a time, got with the controller's credentials, renewed before
+ * it expires and again when Nova answers 401 (kops sets gophercloud's `AllowReauth` for the same
+ * reason: the controller runs for longer than a token lives), and the compute endpoint of our region
+ * from the token's service catalog. Concurrent callers share one authentication.
+ */
+import { ConfigError, UnavailableError } from '../../errors.ts';
+import { keystoneAuthBody, keystoneTokensUrl, type OpenStackAuthOptions } from './auth.ts';
+import { type OpenStackCallRecorder, openstackRequest, uncountedOpenStackCalls } from './http.ts';
+
+/** A token and the endpoint it is used at. */
+export interface KeystoneToken {
+  token: string;
+  /** The compute (Nova) endpoint of our region, e.g. `https://nova.example:8774/v2.1`. */
+  computeUrl: string;
+  expiresAt: number;
+}
+
+/** Options of {@link KeystoneSession}. */
+export interface KeystoneSessionOptions {
+  auth: OpenStackAuthOptions;
+  /** Deadline of one authentication (default 10 s). */
+  timeoutMs?: number;
+  /** A token is renewed this long before it expires (default 5 minutes). */
+  renewBeforeMs?: number;
+  calls?: OpenStackCallRecorder;
+  now?: () => number;
+}
+
+interface CatalogEntry {
+  type?: string;
+  endpoints?: Array<{ interface?: string; region?: string; region_id?: string; url?: string }>;
+}
+
+/** Tokens for the controller's OpenStack credentials. */
+export class KeystoneSession {
+  readonly #options: KeystoneSessionOptions;
+  readonly #now: () => number;
+  #current: KeystoneToken | undefined;
+  #pending: Promise<KeystoneToken> | undefined;
+
+  constructor(options: KeystoneSessionOptions) {
+    this.#options = options;
+    this.#now = options.now ?? Date.now;
+  }
+
+  /** A token valid for a while yet (a new one when the current is near its expiry). */
+  async token(): Promise<KeystoneToken> {
+    const current = this.#current;
+    if (current && current.expiresAt - (this.#options.renewBeforeMs ?? 300_000) > this.#now()) return current;
+    this.#pending ??= this.#authenticate().finally(() => {
+      this.#pending = undefined;
+    });
+    return this.#pending;
+  }
+
+  /** Drops `token` after the API refused it (revoked, expired early); the next call authenticates. */
+  invalidate(token: string): void {
+    if (this.#current?.token === token) this.#current = undefined;
+  }
+
+  async #authenticate(): Promise<KeystoneToken> {
+    const { auth } = this.#options;
+    const answer = await openstackRequest({
+      call: 'tokens.create',
+      url: keystoneTokensUrl(auth.authUrl),
+      method: 'POST',
+      body: keystoneAuthBody(auth.credentials),
+      timeoutMs: this.#options.timeoutMs ?? 10_000,
+      maxBodyBytes: 4 * 1024 * 1024,
+      calls: this.#options.calls ?? uncountedOpenStackCalls,
+    });
+    const token = answer.headers['x-subject-token'];
+    let parsed: { token?: { expires_at?: string; catalog?: CatalogEntry[] } };
+    try {
+      parsed = JSON.parse(answer.body.toString('utf8'));
+    } catch {
+      throw new UnavailableError('Keystone answered a token that is not JSON');
+    }
+    const expiresAt = Date.parse(parsed.token?.expires_at ?? '');
+    if (typeof token !== 'string' || !token || Number.isNaN(expiresAt)) {
+      throw new UnavailableError('Keystone answered without X-Subject-Token or expires_at');
+    }
+    const computeUrl = computeEndpointOf(parsed.token?.catalog ?? [], auth.region, auth.endpointInterface);
+    this.#current = { token, computeUrl, expiresAt };
+    return this.#current;
+  }
+}
+
+/** The compute endpoint of `region` and `endpointInterface` in a Keystone catalog. */
+export function computeEndpointOf(
+  catalog: CatalogEntry[],
+  region: string,
+  endpointInterface: string,
+): string {
+  for (const service of catalog) {
+    if (service.type !== 'compute') continue;
+    for (const endpoint of service.endpoints ?? []) {
+      const inRegion = endpoint.region_id === region || endpoint.region === region;
+      if (inRegion && endpoint.interface === endpointInterface && endpoint.url) {
+        return endpoint.url.replace(/\/+$/, '');
+      }
+    }
+  }
+  throw new ConfigError(
+    `OpenStack: the service catalog has no ${endpointInterface} compute endpoint in region ${region} (check OS_REGION_NAME)`,
+  );
+}

@@ -1,0 +1,139 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, test } from 'node:test';
+import type { KopsError } from '../../errors.ts';
+import { type OpenStackSimulator, startOpenStackSimulator } from '../../sim/openstack/simulator.ts';
+import { OpenStackCloudGroups } from './cloud-groups.ts';
+import { KeystoneSession } from './keystone.ts';
+import { OpenStackNodeIdentifier, type OpenStackNodeIdentifierOptions } from './node-identifier.ts';
+import { NovaClient } from './nova.ts';
+
+const cluster = 'prod.example.com';
+let sim: OpenStackSimulator;
+let nova: NovaClient;
+const ids: string[] = [];
+let foreignCluster: string;
+let noGroup: string;
+
+function kopsServer(name: string, ig: string, extra: Record<string, string> = {}) {
+  return {
+    name,
+    fixed: ['10.1.0.1'],
+    metadata: { KubernetesCluster: cluster, k8s: cluster, KopsInstanceGroup: ig, KopsRole: 'Node', ...extra },
+  };
+}
+
+before(async () => {
+  sim = await startOpenStackSimulator({ maxLimit: 100 });
+  nova = new NovaClient({ session: new KeystoneSession({ auth: sim.passwordAuth }), retryDelayMs: 1 });
+  for (let i = 0; i < 250; i++)
+    ids.push(sim.addServer(kopsServer(`nodes-${i}`, i % 2 ? 'nodes-a' : 'nodes-b')).id);
+  foreignCluster = sim.addServer({
+    ...kopsServer('other', 'nodes'),
+    metadata: { KubernetesCluster: 'other.example.com', KopsInstanceGroup: 'nodes' },
+  }).id;
+  noGroup = sim.addServer({ name: 'hand-made', metadata: { KubernetesCluster: cluster } }).id;
+});
+after(() => sim.close());
+beforeEach(() => {
+  sim.clearCalls();
+  sim.resetFaults();
+});
+
+function identifier(options: Partial<OpenStackNodeIdentifierOptions> = {}) {
+  return new OpenStackNodeIdentifier({ nova, clusterName: cluster, coalesceWindowMs: 1, ...options });
+}
+
+test('a node is identified from its server metadata, in both providerID spellings', async () => {
+  const id = ids[1] as string;
+  const results = await identifier().identify([`openstack:///${id}`, `openstack://${id}`]);
+  for (const result of results.values()) {
+    assert.ok(result.ok);
+    assert.equal(result.identity.instanceGroup, 'nodes-a');
+    assert.equal(result.identity.instanceId, id);
+    assert.equal(result.identity.state, 'running');
+    assert.deepEqual(result.identity.addresses[0], { type: 'InternalIP', address: '10.1.0.1' });
+  }
+});
+
+test('servers of another cluster, without a group, unknown, or malformed ids are refused', async () => {
+  const results = await identifier().identify([
+    `openstack:///${foreignCluster}`,
+    `openstack:///${noGroup}`,
+    'openstack:///0000-unknown',
+    'aws:///us-east-1a/i-1',
+    'openstack:///a/b',
+  ]);
+  const kinds = [...results.values()].map((r) => (r.ok ? 'ok' : (r.error as KopsError).kind));
+  assert.deepEqual(kinds, ['forbidden', 'forbidden', 'not-found', 'invalid', 'invalid']);
+  const foreign = results.get(`openstack:///${foreignCluster}`);
+  assert.match(foreign && !foreign.ok ? foreign.error.message : '', /cluster "other.example.com"/);
+});
+
+test('a label storm lists the project once and answers every later batch from the snapshot', async () => {
+  const ident = identifier();
+  // One reconcile per node, all at once, as the node controller does after a restart.
+  const answers = await Promise.all(ids.map((id) => ident.identify([`openstack:///${id}`])));
+  assert.ok(answers.every((a) => [...a.values()][0]?.ok));
+  assert.equal(sim.count('servers.get'), 0);
+  assert.equal(sim.count('servers.list'), 3); // 252 servers at 100 a page
+  // Later reconciles within the snapshot's lifetime cost nothing.
+  sim.clearCalls();
+  await Promise.all(ids.slice(0, 50).map((id) => ident.identify([`openstack:///${id}`])));
+  assert.equal(sim.calls.length, 0);
+});
+
+test('a few nodes are read one by one; a stale snapshot or a new server is read again', async () => {
+  let now = 0;
+  const ident = identifier({ now: () => now, snapshotTtlMs: 1_000 });
+  await ident.identify(ids.slice(0, 2).map((id) => `openstack:///${id}`));
+  assert.equal(sim.count('servers.get'), 2);
+  assert.equal(sim.count('servers.list'), 0);
+  await ident.identify(ids.slice(0, 10).map((id) => `openstack:///${id}`));
+  assert.equal(sim.count('servers.list'), 3);
+  // A server created after the snapshot: a few are read singly.
+  const fresh = sim.addServer(kopsServer('new-node', 'nodes-a')).id;
+  sim.clearCalls();
+  assert.ok((await ident.identify([`openstack:///${fresh}`])).get(`openstack:///${fresh}`)?.ok);
+  assert.equal(sim.count('servers.get'), 1);
+  // A trust decision asking for facts younger than the snapshot gets them read again.
+  sim.setStatus(ids[0] as string, 'SHUTOFF');
+  now = 500;
+  const strict = await ident.identify([`openstack:///${ids[0]}`], { maxAgeMs: 100 });
+  const result = strict.get(`openstack:///${ids[0]}`);
+  assert.equal(result?.ok && result.identity.state, 'stopped');
+  sim.setStatus(ids[0] as string, 'ACTIVE');
+  // Past its lifetime the snapshot is not used at all.
+  now = 2_000;
+  sim.clearCalls();
+  await ident.identify(ids.slice(0, 10).map((id) => `openstack:///${id}`));
+  assert.equal(sim.count('servers.list'), 3);
+});
+
+test("Nova failing is each node's error (a fault, retried by the caller), never an identity", async () => {
+  const ident = new OpenStackNodeIdentifier({
+    nova: new NovaClient({
+      session: new KeystoneSession({ auth: sim.passwordAuth }),
+      retryDelayMs: 1,
+      maxRetryDelayMs: 5,
+      retries: 1,
+    }),
+    clusterName: cluster,
+    coalesceWindowMs: 1,
+  });
+  sim.failNext(2, 503, 'servers.list');
+  const results = await ident.identify(ids.slice(0, 10).map((id) => `openstack:///${id}`));
+  assert.ok([...results.values()].every((r) => !r.ok && (r.error as KopsError).kind === 'unavailable'));
+  sim.throttleNext(2, 1, 'servers.get');
+  const one = await ident.identify([`openstack:///${ids[3]}`]);
+  assert.equal([...one.values()].map((r) => !r.ok && (r.error as KopsError).kind)[0], 'rate-limited');
+});
+
+test("cloud groups are the cluster's servers grouped by KopsInstanceGroup", async () => {
+  const groups = await new OpenStackCloudGroups(nova).list(cluster);
+  const byName = new Map(groups.map((g) => [g.instanceGroup, g]));
+  assert.deepEqual([...byName.keys()].sort(), ['nodes-a', 'nodes-b']);
+  const a = byName.get('nodes-a');
+  assert.ok(a && a.members.length >= 125 && a.targetSize === a.members.length);
+  assert.ok(a.members.every((m) => m.providerID.startsWith('openstack:///') && m.healthy));
+  assert.ok(!groups.some((g) => g.members.some((m) => m.instanceId === foreignCluster)));
+});

@@ -1,0 +1,108 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, test } from 'node:test';
+import { KopsError, NotFoundError } from '../../errors.ts';
+import { type OpenStackSimulator, startOpenStackSimulator } from '../../sim/openstack/simulator.ts';
+import { openstackAuthFromEnv } from './auth.ts';
+import type { OpenStackCallRecorder } from './http.ts';
+import { KeystoneSession } from './keystone.ts';
+import { NovaClient, type NovaClientOptions } from './nova.ts';
+
+let sim: OpenStackSimulator;
+let foreignId: string;
+
+before(async () => {
+  sim = await startOpenStackSimulator({ maxLimit: 4 });
+  for (let i = 0; i < 10; i++) sim.addServer({ name: `node-${i}`, fixed: [`10.0.0.${i + 10}`] });
+  foreignId = sim.addServer({ name: 'elsewhere', project: 'another-project' }).id;
+});
+after(() => sim.close());
+beforeEach(() => {
+  sim.clearCalls();
+  sim.resetFaults();
+});
+
+function nova(options: Partial<NovaClientOptions> = {}, auth = openstackAuthFromEnv(sim.env)): NovaClient {
+  return new NovaClient({ session: new KeystoneSession({ auth }), retryDelayMs: 1, ...options });
+}
+
+function kindOf(err: unknown): string | undefined {
+  return err instanceof KopsError ? err.kind : undefined;
+}
+
+test('the OS_* environment authenticates with Keystone and finds Nova in the catalog', async () => {
+  const server = sim.addServer({ name: 'one' });
+  assert.equal((await nova().getServer(server.id)).name, 'one');
+  assert.equal(sim.count('tokens.create'), 1);
+});
+
+test('an application credential authenticates too', async () => {
+  const [first] = await nova({}, sim.applicationCredentialAuth).listServers();
+  assert.ok(first);
+});
+
+test("servers are listed page by page with limit and marker, and only the project's own", async () => {
+  const servers = await nova({ pageSize: 100 }).listServers();
+  const names = servers.map((s) => s.name);
+  assert.ok(names.includes('node-9'));
+  assert.ok(!names.includes('elsewhere'));
+  // Nova clamps the page to osapi_max_limit (4 here) and links the next page by marker.
+  const pages = sim.calls.filter((c) => c.operation === 'servers.list');
+  assert.equal(pages.length, Math.floor(servers.length / 4) + 1);
+  assert.match(pages[1]?.path ?? '', /marker=/);
+});
+
+test('a server of another project, or none, is NotFoundError', async () => {
+  const client = nova();
+  await assert.rejects(client.getServer('does-not-exist'), NotFoundError);
+  await assert.rejects(client.getServer(foreignId), NotFoundError);
+  await assert.rejects(client.getServer('../servers/detail'), (err: unknown) => kindOf(err) === 'invalid');
+});
+
+test('wrong credentials are unauthenticated, not retried', async () => {
+  const auth = openstackAuthFromEnv({ ...sim.env, OS_PASSWORD: 'wrong' });
+  await assert.rejects(nova({}, auth).listServers(), (err: unknown) => kindOf(err) === 'unauthenticated');
+  assert.equal(sim.count('tokens.create'), 1);
+});
+
+test('a revoked token is replaced once and the call succeeds', async () => {
+  const client = nova();
+  await client.listServers();
+  sim.revokeTokens();
+  sim.clearCalls();
+  await client.listServers();
+  assert.equal(sim.count('tokens.create'), 1);
+});
+
+test('429 and 5xx are retried (Retry-After honoured), then surface as rate-limited / unavailable', async () => {
+  const server = sim.addServer({ name: 'retried' });
+  const client = nova({ maxRetryDelayMs: 5 });
+  sim.throttleNext(2, 1, 'servers.get');
+  assert.equal((await client.getServer(server.id)).name, 'retried');
+  assert.equal(sim.count('servers.get'), 3);
+
+  sim.throttleNext(4, 1, 'servers.get');
+  await assert.rejects(client.getServer(server.id), (err: unknown) => {
+    assert.equal(kindOf(err), 'rate-limited');
+    assert.equal((err as KopsError).details?.['retryAfterSeconds'], 1);
+    return true;
+  });
+  sim.failNext(4, 503, 'servers.get');
+  await assert.rejects(client.getServer(server.id), (err: unknown) => kindOf(err) === 'unavailable');
+  sim.dropNext(4, 'servers.get');
+  await assert.rejects(client.getServer(server.id), (err: unknown) => {
+    assert.equal(kindOf(err), 'unavailable', String(err));
+    return true;
+  });
+  assert.equal(sim.count('servers.get'), 15);
+});
+
+test('calls are counted by operation and result', async () => {
+  const counted: string[] = [];
+  const calls: OpenStackCallRecorder = {
+    request: (_cloud, call, result) => counted.push(`${call}:${result}`),
+    duration: () => undefined,
+  };
+  const client = new NovaClient({ session: new KeystoneSession({ auth: sim.passwordAuth, calls }), calls });
+  await assert.rejects(client.getServer('missing'), NotFoundError);
+  assert.deepEqual(counted, ['tokens.create:ok', 'servers.get:rejected']);
+});

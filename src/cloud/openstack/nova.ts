@@ -1,0 +1,144 @@
+/**
+ * The Nova (compute v2.1) calls node identity, cloud groups and the bootstrap verifier need: one
+ * server by id, and every server of the project, paginated with `limit`/`marker` as Nova's
+ * `servers_links` say. Reads only, so they are retried: once after a 401 with a new token, and a few
+ * times after a 429 or 5xx, waiting what `Retry-After` asks (capped).
+ */
+import { InvalidInputError, KopsError, UnavailableError } from '../../errors.ts';
+import { type OpenStackCallRecorder, openstackRequest, uncountedOpenStackCalls } from './http.ts';
+import type { KeystoneSession } from './keystone.ts';
+
+/** One address of a server, as `addresses.<network>[]` lists it. */
+export interface NovaAddress {
+  addr: string;
+  version?: number;
+  /** `fixed` (the port's own address) or `floating`. */
+  'OS-EXT-IPS:type'?: string;
+}
+
+/** The fields of a Nova server the controller reads. */
+export interface NovaServer {
+  id: string;
+  name: string;
+  /** ACTIVE, BUILD, SHUTOFF, ERROR, DELETED, ... */
+  status: string;
+  tenant_id?: string;
+  metadata?: Record<string, string>;
+  addresses?: Record<string, NovaAddress[]>;
+  'OS-EXT-AZ:availability_zone'?: string;
+}
+
+/** Options of {@link NovaClient}. */
+export interface NovaClientOptions {
+  session: KeystoneSession;
+  /** Deadline of one request (default 15 s: a page of 1,000 servers is a few megabytes). */
+  timeoutMs?: number;
+  /**
+   * Servers per page. Nova caps it at `osapi_max_limit` (1,000 unless the operator changed it) and
+   * then pages anyway, so asking for more is harmless.
+   */
+  pageSize?: number;
+  /** Retries after a 429 or 5xx (default 3). */
+  retries?: number;
+  /** First retry delay without a Retry-After; doubles per retry (default 500 ms). */
+  retryDelayMs?: number;
+  /** The longest wait for one retry, whatever Retry-After asks (default 10 s). */
+  maxRetryDelayMs?: number;
+  calls?: OpenStackCallRecorder;
+}
+
+/** Server ids are UUIDs; anything else is refused before it is put in a URL. */
+const serverIdPattern = /^[0-9A-Za-z][0-9A-Za-z-]{0,63}$/;
+
+/** Whether `id` can be a Nova server id. */
+export function isServerId(id: string): boolean {
+  return serverIdPattern.test(id);
+}
+
+/** Most pages one listing may take; a loop beyond it is a misbehaving API, not a large project. */
+const maxPages = 1_000;
+
+/** A Nova client on a Keystone session. */
+export class NovaClient {
+  readonly #session: KeystoneSession;
+  readonly #options: NovaClientOptions;
+
+  constructor(options: NovaClientOptions) {
+    this.#session = options.session;
+    this.#options = options;
+  }
+
+  /** `GET /servers/{id}`: NotFoundError when the project has no such server. */
+  async getServer(id: string): Promise<NovaServer> {
+    if (!isServerId(id)) throw new InvalidInputError(`"${id.slice(0, 80)}" is not a Nova server id`);
+    const body = (await this.#get('servers.get', `/servers/${id}`)) as { server?: NovaServer };
+    if (!body.server?.id) throw new UnavailableError(`Nova answered servers.get ${id} without a server`);
+    return body.server;
+  }
+
+  /** `GET /servers/detail`, every page: all servers of the project. */
+  async listServers(): Promise<NovaServer[]> {
+    const servers: NovaServer[] = [];
+    const limit = this.#options.pageSize ?? 1_000;
+    let marker: string | undefined;
+    for (let page = 0; page < maxPages; page++) {
+      const query = new URLSearchParams({ limit: String(limit), ...(marker ? { marker } : {}) });
+      const body = (await this.#get('servers.list', `/servers/detail?${query}`)) as {
+        servers?: NovaServer[];
+        servers_links?: Array<{ rel?: string; href?: string }>;
+      };
+      servers.push(...(body.servers ?? []));
+      const next = body.servers_links?.find((link) => link.rel === 'next')?.href;
+      if (!next) return servers;
+      // Only the marker is taken from the link: the next page is asked of the catalog's endpoint,
+      // not of whatever host a proxy wrote into the href.
+      const nextMarker = new URL(next, 'http://nova.invalid').searchParams.get('marker') ?? undefined;
+      if (!nextMarker || nextMarker === marker) {
+        throw new UnavailableError('Nova answered a next page link without a new marker');
+      }
+      marker = nextMarker;
+    }
+    throw new UnavailableError(`Nova listed more than ${maxPages} pages of servers`);
+  }
+
+  async #get(call: string, pathAndQuery: string): Promise<unknown> {
+    const retries = this.#options.retries ?? 3;
+    let reauthenticated = false;
+    for (let attempt = 0; ; attempt++) {
+      const session = await this.#session.token();
+      try {
+        const answer = await openstackRequest({
+          call,
+          url: new URL(`${session.computeUrl}${pathAndQuery}`),
+          token: session.token,
+          timeoutMs: this.#options.timeoutMs ?? 15_000,
+          maxBodyBytes: 64 * 1024 * 1024,
+          calls: this.#options.calls ?? uncountedOpenStackCalls,
+        });
+        try {
+          return JSON.parse(answer.body.toString('utf8'));
+        } catch {
+          throw new UnavailableError(`Nova answered ${call} with a body that is not JSON`);
+        }
+      } catch (err) {
+        if (err instanceof KopsError && err.kind === 'unauthenticated' && !reauthenticated) {
+          // The token expired or was revoked under us: one new token, then the answer stands.
+          reauthenticated = true;
+          this.#session.invalidate(session.token);
+          continue;
+        }
+        const transient =
+          err instanceof KopsError && (err.kind === 'rate-limited' || err.kind === 'unavailable');
+        if (!transient || attempt >= retries) throw err;
+        await new Promise((resolve) => setTimeout(resolve, this.#retryDelay(err, attempt)));
+      }
+    }
+  }
+
+  #retryDelay(err: KopsError, attempt: number): number {
+    const asked = err.details?.['retryAfterSeconds'];
+    const delay =
+      typeof asked === 'number' ? asked * 1000 : (this.#options.retryDelayMs ?? 500) * 2 ** attempt;
+    return Math.min(delay, this.#options.maxRetryDelayMs ?? 10_000);
+  }
+}

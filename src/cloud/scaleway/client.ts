@@ -1,0 +1,194 @@
+/**
+ * The Scaleway clients the controller uses, built on the official SDK (`@scaleway/sdk-client`,
+ * `-instance`, `-ipam`) with the credentials kops reads (`SCW_ACCESS_KEY`, `SCW_SECRET_KEY`,
+ * `SCW_DEFAULT_PROJECT_ID`; scalewaymetadata/profile.go) and `SCW_API_URL` for a private endpoint or
+ * the simulator. Every request is counted and has a deadline (the SDK sets none); an SDK failure
+ * becomes the typed error its status names, once, here (`scalewayCall`), and reads that fail for a
+ * moment (429, 5xx, network) are retried a few times, waiting what the API's `reset_seconds` asks.
+ */
+import { createAdvancedClient, type Errors, withHTTPClient, withProfile } from '@scaleway/sdk-client';
+import { Instancev1 } from '@scaleway/sdk-instance';
+import { Ipamv1 } from '@scaleway/sdk-ipam';
+import { ConfigError, errorForHttpStatus, KopsError, TimeoutError, UnavailableError } from '../../errors.ts';
+import { type CloudCallResult, httpCallResult, secondsSince } from '../metrics.ts';
+
+/** The Scaleway public API. */
+export const defaultScalewayApiUrl = 'https://api.scaleway.com';
+
+/**
+ * Where the Scaleway clients count their calls: a CloudCallRecorder (src/cloud/metrics.ts) for the
+ * cloud `scaleway`.
+ */
+export interface ScalewayCallRecorder {
+  request(cloud: 'scaleway', call: string, result: CloudCallResult): void;
+  duration(cloud: 'scaleway', call: string, seconds: number): void;
+}
+
+const uncounted: ScalewayCallRecorder = { request: () => undefined, duration: () => undefined };
+
+/** The controller's Scaleway credentials and locality. */
+export interface ScalewayCredentials {
+  accessKey: string;
+  secretKey: string;
+  projectId: string;
+  /** The zone the cluster runs in, e.g. `fr-par-1`. */
+  zone: string;
+  apiUrl: string;
+}
+
+type Env = Record<string, string | undefined>;
+
+/** The zone format the API accepts (`fr-par-1`). */
+export const zonePattern = /^[a-z]{2}-[a-z]{3}-[1-9]$/;
+
+/** The region of a zone (`fr-par-1` → `fr-par`). */
+export function regionOfZone(zone: string): string {
+  return zone.replace(/-[1-9]$/, '');
+}
+
+/**
+ * The credentials the environment gives (`zone` overrides `SCW_DEFAULT_ZONE`). Throws ConfigError
+ * naming every missing variable, as kops does.
+ */
+export function scalewayCredentialsFromEnv(env: Env = process.env, zone?: string): ScalewayCredentials {
+  const value = (name: string) => env[name]?.trim() || undefined;
+  const missing = ['SCW_ACCESS_KEY', 'SCW_SECRET_KEY', 'SCW_DEFAULT_PROJECT_ID'].filter((n) => !value(n));
+  if (missing.length > 0) throw new ConfigError(`Scaleway: ${missing.join(', ')} must be set`);
+  const chosen = zone ?? value('SCW_DEFAULT_ZONE');
+  if (!chosen) throw new ConfigError('Scaleway: the zone is unknown: set SCW_DEFAULT_ZONE (e.g. fr-par-1)');
+  if (!zonePattern.test(chosen))
+    throw new ConfigError(`Scaleway: "${chosen}" is not a zone such as fr-par-1`);
+  const apiUrl = (value('SCW_API_URL') ?? defaultScalewayApiUrl).replace(/\/+$/, '');
+  return {
+    accessKey: value('SCW_ACCESS_KEY') as string,
+    secretKey: value('SCW_SECRET_KEY') as string,
+    projectId: value('SCW_DEFAULT_PROJECT_ID') as string,
+    zone: chosen,
+    apiUrl,
+  };
+}
+
+/** Options of {@link createScalewayClients}. */
+export interface ScalewayClientOptions {
+  credentials: ScalewayCredentials;
+  /** Deadline of one request (default 15 s). */
+  timeoutMs?: number;
+  /** Retries after a 429, 5xx or network failure (default 3). */
+  retries?: number;
+  /** First retry delay when the API names none; doubles per retry (default 500 ms). */
+  retryDelayMs?: number;
+  /** The longest wait for one retry, whatever the API asks (default 10 s). */
+  maxRetryDelayMs?: number;
+  calls?: ScalewayCallRecorder;
+}
+
+/** The SDK APIs, and how to call them. */
+export interface ScalewayClients {
+  instance: Instancev1.API;
+  ipam: Ipamv1.API;
+  zone: string;
+  region: string;
+  projectId: string;
+  /** Runs one read through the SDK with retries; failures are typed errors. */
+  call<T>(what: string, read: () => Promise<T>): Promise<T>;
+}
+
+/** The name of the API operation a request path is, for the metrics (never an id). */
+function operationOf(method: string, path: string): string {
+  if (/\/instance\/v1\/zones\/[^/]+\/servers$/.test(path)) return 'instance.listServers';
+  if (/\/instance\/v1\/zones\/[^/]+\/servers\/[^/]+$/.test(path)) return 'instance.getServer';
+  if (/\/ipam\/v1\/regions\/[^/]+\/ips$/.test(path)) return 'ipam.listIPs';
+  return `${method.toLowerCase()}.other`;
+}
+
+/** Whether an error is an SDK ScalewayError (it carries the HTTP status and the parsed body). */
+function isScalewayError(err: unknown): err is Errors.ScalewayError {
+  return err instanceof Error && typeof (err as { status?: unknown }).status === 'number' && 'body' in err;
+}
+
+/** The typed error of a failed SDK call. */
+export function scalewayError(what: string, err: unknown): KopsError {
+  if (err instanceof KopsError) return err;
+  if (isScalewayError(err)) {
+    const reset = (err as { resetSeconds?: unknown }).resetSeconds;
+    return errorForHttpStatus(
+      err.status,
+      `${what}: ${err.message}`,
+      {
+        cause: err,
+        details: { status: err.status, ...(typeof reset === 'number' ? { retryAfterSeconds: reset } : {}) },
+      },
+      'unavailable',
+    );
+  }
+  if (err instanceof Error && err.name === 'TimeoutError') {
+    return new TimeoutError(`${what}: the Scaleway API did not answer in time`, { cause: err });
+  }
+  return new UnavailableError(`${what}: the Scaleway API is unreachable: ${(err as Error)?.message ?? err}`, {
+    cause: err,
+  });
+}
+
+/** Builds the SDK clients for one zone. */
+export function createScalewayClients(options: ScalewayClientOptions): ScalewayClients {
+  const { credentials } = options;
+  const calls = options.calls ?? uncounted;
+  const timeoutMs = options.timeoutMs ?? 15_000;
+  // The SDK's fetch, with a deadline and counted by operation.
+  const httpClient: typeof fetch = async (input, init) => {
+    const request = input instanceof Request ? input : new Request(input, init);
+    const call = operationOf(request.method, new URL(request.url).pathname);
+    const started = performance.now();
+    let status: number | undefined;
+    try {
+      const response = await fetch(request, { signal: AbortSignal.timeout(timeoutMs) });
+      status = response.status;
+      return response;
+    } finally {
+      calls.request('scaleway', call, httpCallResult(status));
+      calls.duration('scaleway', call, secondsSince(started));
+    }
+  };
+  let client: ReturnType<typeof createAdvancedClient>;
+  try {
+    client = createAdvancedClient(
+      withProfile({
+        accessKey: credentials.accessKey,
+        secretKey: credentials.secretKey,
+        defaultProjectId: credentials.projectId,
+        defaultZone: credentials.zone,
+        defaultRegion: regionOfZone(credentials.zone),
+        apiURL: credentials.apiUrl,
+      }),
+      withHTTPClient(httpClient),
+    );
+  } catch (err) {
+    // The SDK checks the formats: an access key SCW…, UUID secret key and project, an http(s) URL.
+    throw new ConfigError(`Scaleway: ${(err as Error).message}`, { cause: err });
+  }
+  const retries = options.retries ?? 3;
+  const call = async <T>(what: string, read: () => Promise<T>): Promise<T> => {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await read();
+      } catch (raw) {
+        const err = scalewayError(what, raw);
+        const transient = err.kind === 'rate-limited' || err.kind === 'unavailable' || err.kind === 'timeout';
+        if (!transient || attempt >= retries) throw err;
+        const asked = err.details?.['retryAfterSeconds'];
+        const delay = typeof asked === 'number' ? asked * 1000 : (options.retryDelayMs ?? 500) * 2 ** attempt;
+        await new Promise((resolve) =>
+          setTimeout(resolve, Math.min(delay, options.maxRetryDelayMs ?? 10_000)),
+        );
+      }
+    }
+  };
+  return {
+    instance: new Instancev1.API(client),
+    ipam: new Ipamv1.API(client),
+    zone: credentials.zone,
+    region: regionOfZone(credentials.zone),
+    projectId: credentials.projectId,
+    call,
+  };
+}

@@ -1,0 +1,82 @@
+/**
+ * Scaleway has no instance-group object: kops creates each server itself, tagged with the cluster
+ * and the instance group, and finds a group's servers by those tags (`GetCloudGroups`,
+ * `findServerGroups`). So do we: one tag-filtered, paginated ListServers in the cluster's zone. A
+ * server kops tagged `needs-update` (a rolling update must replace it) is reported as launched from
+ * something other than the group's current spec. kops takes the target size from the instance
+ * group spec's `minSize`; the cloud knows only the servers it runs, so the sizes here are the member
+ * count and the metrics and `validate` fall back to the spec where they need a desired size.
+ */
+import type { CloudGroup, CloudGroups } from '../types.ts';
+import type { ScalewayClients } from './client.ts';
+import { maxServersPerCall } from './node-identifier.ts';
+import {
+  clusterTagPrefix,
+  instanceGroupTagPrefix,
+  needsUpdateTag,
+  scalewayProviderID,
+  stateOfServer,
+  tagValue,
+} from './server.ts';
+
+/** What members launched from the group's current spec are marked with (see CloudGroup.template). */
+const currentSpec = 'current';
+
+/** Most pages one listing takes (100 servers each); beyond it the API is misbehaving. */
+const maxPages = 1_000;
+
+/** The cluster's servers grouped by instance group. */
+export class ScalewayCloudGroups implements CloudGroups {
+  readonly #clients: Pick<ScalewayClients, 'instance' | 'call' | 'zone' | 'projectId'>;
+
+  constructor(clients: Pick<ScalewayClients, 'instance' | 'call' | 'zone' | 'projectId'>) {
+    this.#clients = clients;
+  }
+
+  async list(clusterName: string): Promise<CloudGroup[]> {
+    const groups = new Map<string, CloudGroup>();
+    const clients = this.#clients;
+    for (let page = 1; page <= maxPages; page++) {
+      const answer = await clients.call('instance.listServers', () =>
+        // Awaited, the SDK's paginated answer is the one page asked for.
+        clients.instance.listServers({
+          zone: clients.zone,
+          project: clients.projectId,
+          tags: [`${clusterTagPrefix}${clusterName}`],
+          perPage: maxServersPerCall,
+          page,
+        }),
+      );
+      for (const server of answer.servers) {
+        const instanceGroup = tagValue(server.tags, instanceGroupTagPrefix);
+        if (tagValue(server.tags, clusterTagPrefix) !== clusterName || !instanceGroup) continue;
+        let group = groups.get(instanceGroup);
+        if (!group) {
+          group = {
+            instanceGroup,
+            cloudName: instanceGroup,
+            minSize: 0,
+            maxSize: 0,
+            targetSize: 0,
+            template: currentSpec,
+            members: [],
+          };
+          groups.set(instanceGroup, group);
+        }
+        const state = stateOfServer(server);
+        group.members.push({
+          instanceId: server.id,
+          providerID: scalewayProviderID({ zone: server.zone, id: server.id }),
+          state,
+          healthy: state === 'running',
+          template: server.tags.includes(needsUpdateTag) ? 'needs-update' : currentSpec,
+        });
+      }
+      if (answer.servers.length < maxServersPerCall) break;
+    }
+    for (const group of groups.values()) {
+      group.minSize = group.maxSize = group.targetSize = group.members.length;
+    }
+    return [...groups.values()];
+  }
+}

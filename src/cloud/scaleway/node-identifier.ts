@@ -1,0 +1,161 @@
+/**
+ * Scaleway node identity: providerID → Instance server → its cluster and instance-group tags.
+ * kops' identifier makes one `GetServer` per node; here concurrent `identify` calls within a short
+ * window share one batch (batcher.ts), and a batch reads its servers with `ListServers` filtered by
+ * id (`servers=<id>,<id>,…`, up to 100 a call: the Instance API's largest `per_page`) per zone, in
+ * our project. Server records are kept for `cacheTtlMs` (kops' own optional cache keeps them an
+ * hour), so the reconciles that follow a storm cost nothing; a caller deciding trust bounds their
+ * age with `maxAgeMs`.
+ *
+ * Rate limits: Scaleway publishes no fixed request rate for the Instance API; it answers 429
+ * `too_many_requests` with the quota and `reset_seconds`, which ScalewayClients honours. A storm of
+ * 5,000 nodes costs 50 requests here (against 5,000), at most `concurrency` at a time.
+ */
+import { NotFoundError } from '../../errors.ts';
+import { type Logger, silentLogger } from '../../log.ts';
+import { Batcher, type Outcome } from '../batcher.ts';
+import { mapConcurrent } from '../concurrency.ts';
+import { LruCache } from '../lru.ts';
+import type { IdentifyOptions, IdentifyResult, NodeIdentifier, NodeIdentity } from '../types.ts';
+import type { ScalewayClients } from './client.ts';
+import { identityOfServer, parseScalewayProviderID, type ScalewayServerRef } from './server.ts';
+
+type Server = Awaited<ReturnType<ScalewayClients['instance']['getServer']>>['server'] & {};
+
+/** The Instance API's largest page, hence the most ids one ListServers call can be asked for. */
+export const maxServersPerCall = 100;
+
+/** Options of {@link ScalewayNodeIdentifier}. */
+export interface ScalewayNodeIdentifierOptions {
+  clients: Pick<ScalewayClients, 'instance' | 'call' | 'projectId'>;
+  /** Our kops cluster: servers tagged for another are not our nodes. */
+  clusterName: string;
+  logger?: Logger;
+  /** How long a server record answers later calls (default 60 s). */
+  cacheTtlMs?: number;
+  /** Server records remembered (default 20,000). */
+  cacheSize?: number;
+  /** Calls to `identify` within this window share one batch (default 10 ms). */
+  coalesceWindowMs?: number;
+  /** ListServers calls in flight at most (default 4). */
+  concurrency?: number;
+  now?: () => number;
+}
+
+/** Resolves `scaleway://` providerIDs to kops instance groups through the Instance API. */
+export class ScalewayNodeIdentifier implements NodeIdentifier {
+  readonly #options: ScalewayNodeIdentifierOptions;
+  readonly #logger: Logger;
+  readonly #cache: LruCache<string, Server>;
+  readonly #batcher: Batcher<string, NodeIdentity>;
+  readonly #maxAgeMs = new Map<string, number>();
+
+  constructor(options: ScalewayNodeIdentifierOptions) {
+    this.#options = options;
+    this.#logger = options.logger ?? silentLogger;
+    this.#cache = new LruCache({
+      maxEntries: options.cacheSize ?? 20_000,
+      ttlMs: options.cacheTtlMs ?? 60_000,
+      ...(options.now ? { now: options.now } : {}),
+    });
+    this.#batcher = new Batcher({
+      windowMs: options.coalesceWindowMs ?? 10,
+      maxBatchSize: 10_000,
+      maxConcurrent: 2,
+      fetch: (ids) => this.#identifyBatch(ids),
+    });
+  }
+
+  /** Identifies nodes by providerID; server records older than `options.maxAgeMs` are read again. */
+  async identify(
+    providerIDs: readonly string[],
+    options: IdentifyOptions = {},
+  ): Promise<Map<string, IdentifyResult>> {
+    const { maxAgeMs } = options;
+    if (maxAgeMs !== undefined) {
+      for (const id of providerIDs)
+        this.#maxAgeMs.set(id, Math.min(maxAgeMs, this.#maxAgeMs.get(id) ?? maxAgeMs));
+    }
+    const results = new Map<string, IdentifyResult>();
+    for (const [id, outcome] of await this.#batcher.loadMany(providerIDs)) {
+      results.set(id, outcome.ok ? { ok: true, identity: outcome.value } : outcome);
+    }
+    return results;
+  }
+
+  async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
+    const results = new Map<string, Outcome<NodeIdentity>>();
+    const refs = new Map<string, ScalewayServerRef>();
+    const toRead = new Map<string, Set<string>>();
+    const cached = new Map<string, Server>();
+    for (const providerID of providerIDs) {
+      const maxAgeMs = this.#maxAgeMs.get(providerID);
+      this.#maxAgeMs.delete(providerID);
+      let ref: ScalewayServerRef;
+      try {
+        ref = parseScalewayProviderID(providerID);
+      } catch (err) {
+        results.set(providerID, { ok: false, error: err as Error });
+        continue;
+      }
+      refs.set(providerID, ref);
+      const server = this.#cache.get(`${ref.zone}/${ref.id}`, maxAgeMs);
+      if (server) cached.set(`${ref.zone}/${ref.id}`, server);
+      else toRead.set(ref.zone, (toRead.get(ref.zone) ?? new Set()).add(ref.id));
+    }
+    const read = await this.#read(toRead);
+    for (const [providerID, ref] of refs) {
+      const key = `${ref.zone}/${ref.id}`;
+      const server =
+        cached.get(key) ??
+        read.get(key) ??
+        new NotFoundError(`server ${ref.id} not found in zone ${ref.zone}`);
+      if (server instanceof Error) {
+        results.set(providerID, { ok: false, error: server });
+        continue;
+      }
+      const identity = identityOfServer(providerID, server, this.#options.clusterName);
+      results.set(
+        providerID,
+        identity instanceof Error ? { ok: false, error: identity } : { ok: true, value: identity },
+      );
+    }
+    this.#logger.debug({ nodes: providerIDs.length, read: read.size }, 'identified Scaleway nodes');
+    return results;
+  }
+
+  /** The servers of each zone by `<zone>/<id>`, read 100 ids a call; a failed call fails its ids. */
+  async #read(byZone: Map<string, Set<string>>): Promise<Map<string, Server | Error>> {
+    const chunks: Array<{ zone: string; ids: string[] }> = [];
+    for (const [zone, ids] of byZone) {
+      const all = [...ids];
+      for (let i = 0; i < all.length; i += maxServersPerCall) {
+        chunks.push({ zone, ids: all.slice(i, i + maxServersPerCall) });
+      }
+    }
+    const out = new Map<string, Server | Error>();
+    const { clients } = this.#options;
+    await mapConcurrent(chunks, this.#options.concurrency ?? 4, async ({ zone, ids }) => {
+      try {
+        const page = await clients.call('instance.listServers', () =>
+          // Awaited, the SDK's paginated answer is the one page asked for.
+          clients.instance.listServers({
+            zone,
+            project: clients.projectId,
+            servers: ids,
+            perPage: maxServersPerCall,
+          }),
+        );
+        for (const server of page.servers) {
+          // Only what was asked: an API that answered more (a filter ignored) adds nothing.
+          if (!ids.includes(server.id) || server.zone !== zone) continue;
+          out.set(`${zone}/${server.id}`, server);
+          this.#cache.set(`${zone}/${server.id}`, server);
+        }
+      } catch (err) {
+        for (const id of ids) out.set(`${zone}/${id}`, err as Error);
+      }
+    });
+    return out;
+  }
+}

@@ -1,0 +1,110 @@
+/**
+ * What a Scaleway Instance record says about a node, as kops reads it: providerIDs
+ * `scaleway://instance/<zone>/<server id>` (kops splits what follows the scheme into exactly three
+ * parts), the tags kops writes at creation (`noprefix=kops.k8s.io/cluster=<name>`,
+ * `noprefix=kops.k8s.io/instance-group=<ig>`; upup/pkg/fi/cloudup/scaleway/cloud.go) and the state.
+ * Pure.
+ */
+import type { Instancev1 } from '@scaleway/sdk-instance';
+import { ForbiddenError, InvalidInputError } from '../../errors.ts';
+import type { InstanceAddress, InstanceState, NodeIdentity } from '../types.ts';
+import { zonePattern } from './client.ts';
+
+/** The tag naming the cluster (kops' `TagClusterName`, then `=<cluster>`). */
+export const clusterTagPrefix = 'noprefix=kops.k8s.io/cluster=';
+/** The tag naming the instance group (kops' `TagInstanceGroup`, then `=<ig>`). */
+export const instanceGroupTagPrefix = 'noprefix=kops.k8s.io/instance-group=';
+/** The tag kops puts on servers a rolling update must replace. */
+export const needsUpdateTag = 'noprefix=kops.k8s.io/needs-update';
+
+/** A server in one zone. */
+export interface ScalewayServerRef {
+  zone: string;
+  id: string;
+}
+
+const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** Whether `id` can be a Scaleway server id (a UUID). */
+export function isScalewayServerId(id: string): boolean {
+  return uuidPattern.test(id);
+}
+
+/** The zone and server id of a `scaleway://<kind>/<zone>/<id>` providerID. */
+export function parseScalewayProviderID(providerID: string): ScalewayServerRef {
+  const parts = providerID.startsWith('scaleway://') ? providerID.slice('scaleway://'.length).split('/') : [];
+  const [, zone, id] = parts;
+  if (parts.length !== 3 || !zone || !id || !zonePattern.test(zone) || !isScalewayServerId(id)) {
+    throw new InvalidInputError(`providerID "${providerID}" is not scaleway://instance/<zone>/<server id>`);
+  }
+  return { zone, id };
+}
+
+/** The providerID Scaleway's cloud controller manager gives a server's Node. */
+export function scalewayProviderID(ref: ScalewayServerRef): string {
+  return `scaleway://instance/${ref.zone}/${ref.id}`;
+}
+
+/** The value of the first tag with `prefix`, as kops' `…FromTags` read them. */
+export function tagValue(tags: readonly string[] | undefined, prefix: string): string | undefined {
+  const tag = tags?.find((t) => t.startsWith(prefix));
+  return tag === undefined ? undefined : tag.slice(prefix.length);
+}
+
+const stateByServerState: Record<string, InstanceState> = {
+  starting: 'pending',
+  running: 'running',
+  stopping: 'stopping',
+  'stopped in place': 'stopped',
+  stopped: 'stopped',
+  locked: 'unknown',
+};
+
+/** The normalised state of a server. */
+export function stateOfServer(server: Pick<Instancev1.Server, 'state'>): InstanceState {
+  return stateByServerState[server.state] ?? 'unknown';
+}
+
+/** The addresses the Instance record itself carries (public IPs, the legacy private IP). */
+export function serverRecordAddresses(server: Instancev1.Server): InstanceAddress[] {
+  const out: InstanceAddress[] = [];
+  if (server.privateIp) out.push({ type: 'InternalIP', address: server.privateIp });
+  for (const ip of server.publicIps ?? []) {
+    if (ip.address && !out.some((a) => a.address === ip.address))
+      out.push({ type: 'ExternalIP', address: ip.address });
+  }
+  return out;
+}
+
+/**
+ * The identity of a server of our cluster, or why it is not one: its tags must name our cluster and
+ * an instance group. (kops' identifier reads only the role tag, its verifier the group tag: a
+ * server of another cluster in the same project would otherwise pass as ours.)
+ */
+export function identityOfServer(
+  providerID: string,
+  server: Instancev1.Server,
+  clusterName: string,
+): NodeIdentity | ForbiddenError {
+  const cluster = tagValue(server.tags, clusterTagPrefix);
+  if (cluster !== clusterName) {
+    return new ForbiddenError(
+      `server ${server.id} belongs to cluster "${cluster ?? ''}" (tag ${clusterTagPrefix}…), not "${clusterName}"`,
+      { details: { reason: 'foreign-cluster' } },
+    );
+  }
+  const instanceGroup = tagValue(server.tags, instanceGroupTagPrefix);
+  if (!instanceGroup) {
+    return new ForbiddenError(
+      `server ${server.id} has no ${instanceGroupTagPrefix}… tag, so it names no kops instance group`,
+    );
+  }
+  return {
+    providerID,
+    instanceId: server.id,
+    instanceGroup,
+    state: stateOfServer(server),
+    addresses: [...serverRecordAddresses(server), { type: 'Hostname', address: server.name }],
+    zone: server.zone,
+  };
+}
