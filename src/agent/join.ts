@@ -6,11 +6,12 @@
  * Dependency faults (network, timeouts, 408, 429, 5xx) are retried with jittered backoff, or after
  * the Retry-After the server named, until the deadline; a permanent answer (a denial, an
  * already-registered node, 400, 401, 403, 404) ends the join at once with the server's reasons.
+ * On a callback cloud the node also answers kops' callback challenge (challenge-server.ts) while it
+ * asks: each attempt carries a fresh one-shot challenge, and the server stops when the join ends.
  */
 import { type KeyObject, X509Certificate } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { InvalidInputError, NotFoundError, TimeoutError, UnauthenticatedError } from '../errors.ts';
-import { Backoff } from '../kube/backoff.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey, privateKeyPem, spkiOf } from '../pki/keys.ts';
@@ -18,12 +19,15 @@ import { renderClientKubeconfig } from '../pki/kubeconfig.ts';
 import { decodePem } from '../pki/pem.ts';
 import { validateDnsName } from '../pki/profiles.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
+import { type ChallengeClaim, challengeFieldOf } from '../protocol/challenge.ts';
+import { Backoff } from '../runtime/backoff.ts';
 import {
   type BootstrapAnswer,
   BootstrapClient,
   type IssuedAnswer,
   type PendingAnswer,
 } from './bootstrap-client.ts';
+import { type ChallengeListener, startChallengeServer } from './challenge-server.ts';
 import { ensureDirectory, type NodeFile, nodeFilePath, writeFileAtomic } from './node-files.ts';
 import type { ProofProvider } from './proofs.ts';
 import { retryTransient } from './retry.ts';
@@ -48,6 +52,12 @@ export interface JoinOptions {
   /** Where the key, certificates and kubeconfig are written. */
   dir: string;
   proof: ProofProvider;
+  /**
+   * Answer kops' callback challenge (the callback clouds: the server calls the node back on the
+   * address its cloud reports before it issues): the cluster's name, which both certificates of the
+   * challenge carry, and where to listen (default `0.0.0.0:3987`, kops' port).
+   */
+  challenge?: { clusterName: string; listen?: string };
   /** Also ask for a kubelet serving certificate (default true). */
   servingCertificate?: boolean;
   /** Receives one short status line whenever the state changes (waiting, retrying). */
@@ -125,18 +135,57 @@ export async function join(options: JoinOptions): Promise<JoinResult> {
   const clientKey = generateKey('ecdsa-p256');
   const serverKey = options.servingCertificate === false ? undefined : generateKey('ecdsa-p256');
   // The serving request names no addresses: the server certifies the ones its policy verified.
-  const body = Buffer.from(
-    JSON.stringify({
-      apiVersion: nativeApiVersion,
-      nodeName,
-      certificateSigningRequests: {
-        kubelet: buildCsrPem(clientKey, { subject }),
-        ...(serverKey ? { 'kubelet-server': buildCsrPem(serverKey, { subject }) } : {}),
-      },
-    }),
-  );
+  const csrs = {
+    kubelet: buildCsrPem(clientKey, { subject }),
+    ...(serverKey ? { 'kubelet-server': buildCsrPem(serverKey, { subject }) } : {}),
+  };
+  const bodyWith = (challenge: ChallengeClaim | undefined) =>
+    Buffer.from(
+      JSON.stringify({
+        apiVersion: nativeApiVersion,
+        nodeName,
+        certificateSigningRequests: csrs,
+        ...(challenge ? { challenge: challengeFieldOf(challenge) } : {}),
+      }),
+    );
   await ensureDirectory(options.dir);
+  const listener = options.challenge
+    ? await startChallengeServer({
+        clusterName: options.challenge.clusterName,
+        clusterCaPem: options.caBundlePem,
+        ...(options.challenge.listen ? { listen: options.challenge.listen } : {}),
+        logger,
+      })
+    : undefined;
+  try {
+    return await requestAndWrite(options, {
+      nodeName,
+      clientKey,
+      serverKey,
+      bodyWith,
+      listener,
+      logger,
+      progress,
+    });
+  } finally {
+    await listener?.stop();
+  }
+}
 
+/** The keys and request parts of one join, made before the first attempt. */
+interface JoinRequest {
+  nodeName: string;
+  clientKey: KeyObject;
+  serverKey: KeyObject | undefined;
+  /** The request body, with a challenge when the node answers the callback. */
+  bodyWith(challenge: ChallengeClaim | undefined): Buffer;
+  listener: ChallengeListener | undefined;
+  logger: Logger;
+  progress: (line: string) => void;
+}
+
+async function requestAndWrite(options: JoinOptions, request: JoinRequest): Promise<JoinResult> {
+  const { nodeName, clientKey, serverKey, bodyWith, listener, logger, progress } = request;
   const client = new BootstrapClient({ server: options.server, caBundlePem: options.caBundlePem });
   const backoff = new Backoff({
     ...(options.retry ?? { initialMs: 1000, maxMs: 30_000 }),
@@ -174,6 +223,8 @@ export async function join(options: JoinOptions): Promise<JoinResult> {
         pending = undefined;
       }
     }
+    // A fresh challenge per attempt: the server may have used up the last one before it failed.
+    const body = bodyWith(listener?.createChallenge());
     return client.submit(body, await options.proof(body, options.signal), options.signal);
   };
   let issued: IssuedAnswer | undefined;

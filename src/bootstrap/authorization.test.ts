@@ -17,6 +17,7 @@ describe('parseAuthorization', () => {
       token: 'abcdef.0123456789abcdef',
     });
     assert.deepEqual(parseAuthorization('x-pki-tpm eyJk'), { kind: 'pki-tpm', token: 'eyJk' });
+    assert.deepEqual(parseAuthorization('x-kops-renewal eyJr'), { kind: 'node-renewal', token: 'eyJr' });
     assert.deepEqual(parseAuthorization('x-hetzner-id 42'), {
       kind: 'cloud-id',
       scheme: 'x-hetzner-id',

@@ -1,7 +1,8 @@
 /**
  * The `Authorization` header of a bootstrap request, turned into the unverified identity proof that
- * the policies check. Schemes are kops' (`x-aws-sts`, `x-aws-sts-v2`, `x-gce-tpm`) plus the native
- * ones (`x-gce-identity`, `Bearer`); the credential after the scheme is passed on untouched.
+ * the policies check. Schemes are kops' (`x-aws-sts`, `x-aws-sts-v2`, `x-gce-tpm`, `x-pki-tpm`, the
+ * callback clouds' `x-<cloud>-id`) plus this implementation's (`x-gce-identity`, `x-kops-renewal`,
+ * `Bearer`); the credential after the scheme is passed on untouched.
  */
 import { InvalidInputError } from '../errors.ts';
 import { type CloudIdScheme, cloudIdSchemes, type IdentityProof } from './types.ts';
@@ -16,6 +17,7 @@ const schemes: Record<string, (token: string) => IdentityProof> = {
   'x-gce-identity': (token) => ({ kind: 'gce-identity-token', token }),
   bearer: (token) => ({ kind: 'bootstrap-token', token }),
   'x-pki-tpm': (token) => ({ kind: 'pki-tpm', token }),
+  'x-kops-renewal': (token) => ({ kind: 'node-renewal', token }),
   ...Object.fromEntries(
     cloudIdSchemes.map((scheme: CloudIdScheme) => [
       scheme,

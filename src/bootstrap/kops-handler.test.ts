@@ -6,6 +6,8 @@ import { silentLogger } from '../log.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { spkiOf } from '../pki/keys.ts';
 import { encodePem } from '../pki/pem.ts';
+import { MemfsVfs } from '../statestore/memfs-vfs.ts';
+import { nodeSecretsReader } from '../statestore/secrets.ts';
 import { opensslText, opensslVerify } from '../testing/openssl.ts';
 import type { BootstrapContext } from './context.ts';
 import { dependencyFault } from './dependency.ts';
@@ -277,4 +279,71 @@ describe('kops POST /bootstrap', () => {
     const answer = await missing.call(nodeupRequest(missing.ca, { includeNodeConfig: true }));
     assert.equal(answer.status, 400, "a config that is not there is the request's problem, as in kops");
   });
+});
+
+describe('kops nodeSecrets (includeNodeConfig), read from the secret store as kops-controller does', () => {
+  const nodeConfig = async (group: string) => ({ nodeupConfig: `instanceGroupName: ${group}\n` });
+
+  test("the store's dockerconfig is answered as nodeConfig.nodeSecrets.dockerconfig (base64 of its Data, as Go encodes []byte)", async () => {
+    const store = new MemfsVfs(new URL(`memfs://secrets-${process.pid}-a/cluster/secrets`));
+    const dockerconfig = '{"auths":{"registry.example.com":{"auth":"dXNlcjpwYXNz"}}}';
+    await store.write('dockerconfig', JSON.stringify({ Data: Buffer.from(dockerconfig).toString('base64') }));
+    await store.write('admin', JSON.stringify({ Data: Buffer.from('not for nodes').toString('base64') }));
+    const { ca, call } = setup({ nodeConfig, nodeSecrets: nodeSecretsReader(store) });
+    const answer = await call(nodeupRequest(ca, { includeNodeConfig: true }));
+    assert.equal(answer.status, 200, String(answer.body));
+    assert.deepEqual((answer.body as { nodeConfig: unknown }).nodeConfig, {
+      nodeupConfig: 'instanceGroupName: nodes-us-test-1a\n',
+      nodeSecrets: { dockerconfig: Buffer.from(dockerconfig).toString('base64') },
+    });
+    const plain = await call(nodeupRequest(ca));
+    assert.equal(
+      (plain.body as { nodeConfig?: unknown }).nodeConfig,
+      undefined,
+      'only with includeNodeConfig',
+    );
+  });
+
+  test('no dockerconfig in the store: no nodeSecrets field (kops omits the empty map)', async () => {
+    const store = new MemfsVfs(new URL(`memfs://secrets-${process.pid}-b/cluster/secrets`));
+    const { ca, call } = setup({ nodeConfig, nodeSecrets: nodeSecretsReader(store) });
+    const answer = await call(nodeupRequest(ca, { includeNodeConfig: true }));
+    assert.deepEqual((answer.body as { nodeConfig: unknown }).nodeConfig, {
+      nodeupConfig: 'instanceGroupName: nodes-us-test-1a\n',
+    });
+  });
+
+  test('a secret that is not kops JSON is a 400 "failed to build node config"; a store that fails is a 503', async () => {
+    const store = new MemfsVfs(new URL(`memfs://secrets-${process.pid}-c/cluster/secrets`));
+    await store.write('dockerconfig', 'not json');
+    const broken = setup({ nodeConfig, nodeSecrets: nodeSecretsReader(store) });
+    assert.deepEqual(await broken.call(nodeupRequest(broken.ca, { includeNodeConfig: true })), {
+      status: 400,
+      body: 'failed to build node config\n',
+    });
+    const down = new (class extends MemfsVfs {
+      override async read(): Promise<never> {
+        throw new UnavailableError('s3 GET secrets/dockerconfig: HTTP 503');
+      }
+    })(new URL(store.url));
+    const failing = setup({ nodeConfig, nodeSecrets: nodeSecretsReader(down) });
+    const answer = await failing.call(nodeupRequest(failing.ca, { includeNodeConfig: true }));
+    assert.equal(answer.status, 503);
+    assert.equal(failing.audit.at(-1)?.verdict, 'error');
+  });
+});
+
+test('a renewal of a Ready node (its policy proved the current key) is not blocked by the 409 guard; anything else still is', async () => {
+  const renewing: BootstrapPolicy = {
+    name: 'renewal',
+    async evaluate() {
+      return { verdict: 'approve', facts: { ...instance, renewalOf: '0a1b' }, reasons: ['renewed'] };
+    },
+  };
+  const renewal = setup({}, [instance.nodeName], { policies: [renewing] });
+  const answer = await renewal.call(nodeupRequest(renewal.ca));
+  assert.equal(answer.status, 200, String(answer.body));
+  assert.equal(renewal.audit.at(-1)?.verdict, 'approve');
+  const join = setup({}, [instance.nodeName]);
+  assert.equal((await join.call(nodeupRequest(join.ca))).status, 409);
 });

@@ -2,7 +2,9 @@
  * kops compatibility: `POST /bootstrap` answers nodeup's `bootstrap.kops.k8s.io/v1alpha1` requests in
  * the order nodeup relies on: the identity proof is verified by the policy chain BEFORE the body is
  * parsed as JSON, so an unproven caller never gets its JSON read; a Ready Node of the verified name
- * gets 409 (nodeup then exits quietly); each requested key is checked against `certNames` and the
+ * gets 409 (nodeup then exits quietly); when the deciding policy names a callback-challenge endpoint
+ * (the callback clouds), the node must answer the challenge its body carries there before anything
+ * else is read or issued (kops' 400 "callback failed" otherwise); each requested key is checked against `certNames` and the
  * CA keypair ids; answers use kops' shapes (`Certs`, capital C) and its short plain-text errors, with
  * the details in the log and the audit trail only. A dependency that fails on the way (a policy's
  * cloud or apiserver call, the Node read, the state store) is a 503 with Retry-After, never a 403 or
@@ -19,8 +21,11 @@ import {
   publicKeyRequest,
   validateDnsName,
 } from '../pki/profiles.ts';
+import { parseChallengeField } from '../protocol/challenge.ts';
 import { parseAuthorization } from './authorization.ts';
 import { evaluateChain } from './chain.ts';
+import type { CallbackChallenger } from './challenge-caller.ts';
+import { callbackVerdict } from './challenge-step.ts';
 import { auditDetailOf, type BootstrapContext, newRequestId, report, reportFault } from './context.ts';
 import { dependencyFault, isDependencyFault, isTransientFailure, policyOf } from './dependency.ts';
 import { retryAfterOf } from './http.ts';
@@ -61,6 +66,13 @@ export interface KopsOptions {
   otherSigners?: readonly CertificateAuthority[];
   /** Reads the nodeup config of an instance group; without it, `includeNodeConfig` is refused. */
   nodeConfig?: (instanceGroup: string) => Promise<KopsNodeConfig>;
+  /**
+   * Reads the secrets kops gives nodes with their config (`dockerconfig` from `secretStore`; id to
+   * base64, src/statestore/secrets.ts); without it the answer carries none.
+   */
+  nodeSecrets?: () => Promise<Record<string, string>>;
+  /** Calls back into nodes whose policy sets `challengeEndpoint`; without it such requests are refused. */
+  challenger?: CallbackChallenger;
 }
 
 function text(status: number, message: string): Answer {
@@ -160,6 +172,8 @@ interface KopsBody {
   certs: Record<string, unknown>;
   keypairIds: Record<string, unknown>;
   includeNodeConfig: boolean;
+  /** The `challenge` field as sent, decoded only when the policy calls for the callback. */
+  challenge: unknown;
 }
 
 /** Each step returns its result or the answer that ends the request; objects with a status are answers. */
@@ -167,7 +181,10 @@ function isAnswer(value: object): value is Answer {
   return 'status' in value;
 }
 
-/** `POST /bootstrap`, in kops' order: proof, policy chain, node guard, body, node config, certificates. */
+/**
+ * `POST /bootstrap`, in kops' order: proof, policy chain, node guard, body, callback challenge, node
+ * config, certificates.
+ */
 export async function kopsBootstrap(
   context: BootstrapContext,
   options: KopsOptions,
@@ -180,12 +197,14 @@ export async function kopsBootstrap(
   const trail = trailOf(context, request, now);
   const approval = await approvalOrDenial(context, request, trail, now);
   if (isAnswer(approval)) return approval;
-  const { facts, decidedBy } = approval;
-  const factsAudit = factsAuditOf(facts);
-  const guarded = await guardAgainstRegisteredNode(context, facts, trail);
+  const { decidedBy } = approval;
+  const guarded = await guardAgainstRegisteredNode(context, approval.facts, trail);
   if (guarded) return guarded;
   const body = decodeKopsBody(input.body);
   if (isAnswer(body)) return body;
+  const facts = await callbackOrDenial(options, approval.facts, body, decidedBy ?? 'unknown', trail);
+  if (isAnswer(facts)) return facts;
+  const factsAudit = factsAuditOf(facts);
   let nodeConfig: KopsNodeConfig | undefined;
   if (body.includeNodeConfig) {
     const read = await readNodeConfig(context, options, facts, trail);
@@ -289,12 +308,16 @@ async function approvalOrDenial(
   return text(403, 'failed to verify token');
 }
 
-/** A Ready Node of the verified name is 409 (nodeup then exits quietly); no answer lets the request go on. */
+/**
+ * A Ready Node of the verified name is 409 (nodeup then exits quietly), unless the request renews
+ * that node's certificate with its current key; no answer lets the request go on.
+ */
 async function guardAgainstRegisteredNode(
   context: BootstrapContext,
   facts: NodeFacts,
   trail: Trail,
 ): Promise<Answer | undefined> {
+  if (facts.renewalOf) return undefined;
   try {
     await assertNodeNotRegistered(context.readNode, facts.nodeName);
     return undefined;
@@ -327,10 +350,46 @@ function decodeKopsBody(raw: Buffer): KopsBody | Answer {
     certs: isRecord(body['certs']) ? body['certs'] : {},
     keypairIds: isRecord(body['keypairIDs']) ? body['keypairIDs'] : {},
     includeNodeConfig: body['includeNodeConfig'] === true,
+    challenge: body['challenge'] ?? undefined,
   };
 }
 
-/** Reads the nodeup config of the verified instance group for `includeNodeConfig`. */
+/**
+ * The callback challenge, when the deciding policy names an endpoint: the facts (with the callback
+ * in their evidence) once the node answered; kops' 400 "callback failed" when it did not or could
+ * not (the detail goes to the audit trail only); 503 when its server could not be reached.
+ */
+async function callbackOrDenial(
+  options: KopsOptions,
+  facts: NodeFacts,
+  body: KopsBody,
+  decidedBy: string,
+  trail: Trail,
+): Promise<NodeFacts | Answer> {
+  let verdict: Awaited<ReturnType<typeof callbackVerdict>>;
+  try {
+    verdict = await callbackVerdict(
+      options.challenger,
+      facts,
+      () => (body.challenge === undefined ? undefined : parseChallengeField(body.challenge)),
+      decidedBy,
+    );
+  } catch (err) {
+    if (!isDependencyFault(err)) throw err;
+    return trail.unavailable(err, { decidedBy: 'callback-challenge', ...factsAuditOf(facts) });
+  }
+  if (verdict.answered) return { ...facts, evidence: { ...facts.evidence, ...verdict.evidence } };
+  trail.audit({
+    decidedBy: 'callback-challenge',
+    verdict: 'deny',
+    reasons: ['callback failed'],
+    detail: [verdict.detail],
+    ...factsAuditOf(facts),
+  });
+  return text(400, 'callback failed');
+}
+
+/** Reads the nodeup config of the verified instance group, and the node secrets, for `includeNodeConfig`. */
 async function readNodeConfig(
   context: BootstrapContext,
   options: KopsOptions,
@@ -340,7 +399,10 @@ async function readNodeConfig(
   try {
     if (!options.nodeConfig)
       throw new InvalidInputError('this server has no state store to read node configuration from');
-    return await options.nodeConfig(validateDnsName(facts.instanceGroup ?? '', 'instance group'));
+    const config = await options.nodeConfig(validateDnsName(facts.instanceGroup ?? '', 'instance group'));
+    const secrets = (await options.nodeSecrets?.()) ?? {};
+    // kops omits the map when it is empty.
+    return Object.keys(secrets).length ? { ...config, nodeSecrets: secrets } : config;
   } catch (err) {
     // The state store failing is not the request's fault: the node asks again.
     if (isTransientFailure(err))

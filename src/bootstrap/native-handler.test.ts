@@ -154,3 +154,31 @@ test('the queue cannot write the CSR or read it back, or a token cannot be looke
   assert.deepEqual([audit.at(-1)?.verdict, audit.at(-1)?.decidedBy], ['error', 'bootstrap-token']);
   assert.deepEqual(failures, ['kubernetes-api', 'kubernetes-api', 'kubernetes-api']);
 });
+
+test('a renewal of a Ready node is issued (the guard is for first joins); a first join of that name is still 409', async () => {
+  const renewal: BootstrapPolicy = {
+    name: 'renewal',
+    evaluate: async () => ({
+      verdict: 'approve',
+      facts: { nodeName: 'node-a', dnsNames: [], ipAddresses: [], renewalOf: '0a1b', evidence: {} },
+      reasons: ['renewed'],
+    }),
+  };
+  const join: BootstrapPolicy = {
+    name: 'insecure-always-approve',
+    evaluate: async () => ({
+      verdict: 'approve',
+      facts: { nodeName: 'node-a', dnsNames: [], ipAddresses: [], evidence: {} },
+      reasons: ['approved'],
+    }),
+  };
+  const context = (policy: BootstrapPolicy): BootstrapContext => ({
+    ca: createCa(),
+    policies: [policy],
+    readNode: async () => ({ status: { conditions: [{ type: 'Ready', status: 'True' }] } }),
+    apiServer: 'https://api.internal.example.com',
+    logger: silentLogger,
+  });
+  assert.equal((await submitCertificates(context(renewal), input(csr))).status, 200);
+  await assert.rejects(submitCertificates(context(join), input(csr)), (err) => httpStatusOf(err) === 409);
+});

@@ -3,7 +3,9 @@
  * `GET /v1/requests/<id>?wait=`. A request is parsed and its CSRs checked (proof of possession, key
  * policy) before any policy runs; the chain decides; the certificates are then planned against the
  * VERIFIED facts, so a CSR for another node's name or for addresses not verified is refused; a Ready
- * Node of that name is refused (409); and every decision goes to the audit trail. A dependency that
+ * Node of that name is refused (409); when the deciding policy names a callback-challenge endpoint,
+ * the node must answer there the challenge its request carries before anything is issued or queued
+ * (403 otherwise); and every decision goes to the audit trail. A dependency that
  * fails on the way (a policy's cloud or apiserver call, the guard's Node read, the queue's CSR write)
  * is audited as an `error` and answered 503 with Retry-After at the edge: the node retries.
  */
@@ -13,8 +15,11 @@ import { type CryptoPool, sharedCryptoPool } from '../pki/crypto-pool.ts';
 import { type ParsedCsr, parseCsrAsync, RequestRejectedError } from '../pki/csr.ts';
 import { type CertificateRequest, type ProfileName, validateDnsName } from '../pki/profiles.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
+import { parseChallengeField } from '../protocol/challenge.ts';
 import { parseAuthorization } from './authorization.ts';
 import { evaluateChain } from './chain.ts';
+import type { CallbackChallenger } from './challenge-caller.ts';
+import { callbackVerdict } from './challenge-step.ts';
 import { auditDetailOf, type BootstrapContext, newRequestId, report, reportFault } from './context.ts';
 import {
   type Dependency,
@@ -49,7 +54,13 @@ export interface CertificatesInput {
   receivedAt: Date;
 }
 
-const allowedFields = new Set(['apiVersion', 'nodeName', 'certificateSigningRequests']);
+const allowedFields = new Set(['apiVersion', 'nodeName', 'certificateSigningRequests', 'challenge']);
+
+/** Native-API settings of the handler. */
+export interface NativeOptions {
+  /** Calls back into nodes whose policy sets `challengeEndpoint`; without it such requests are refused. */
+  challenger?: CallbackChallenger;
+}
 
 function invalid(message: string): InvalidInputError {
   return new InvalidInputError(message, { details: { reason: 'invalid-request' } });
@@ -107,12 +118,14 @@ export async function parseCertificatesRequest(
   const claimed =
     nodeName ?? (commonName.startsWith('system:node:') ? commonName.slice('system:node:'.length) : '');
   validateDnsName(claimed, 'nodeName');
+  const challenge = fields['challenge'] === undefined ? undefined : parseChallengeField(fields['challenge']);
   return {
     id: newRequestId(),
     body: input.body,
     claimedNodeName: claimed,
     certificates,
     proof,
+    ...(challenge ? { challenge } : {}),
     remoteAddress: input.remoteAddress,
     receivedAt: input.receivedAt,
   };
@@ -162,13 +175,21 @@ export function answerOfQueueState(context: BootstrapContext, state: QueueState)
   }
 }
 
-/** Runs the guard and issues for approved facts; refusals of the profile check are denials. */
+/**
+ * Runs the guard and the callback challenge, then issues for approved facts; refusals of the
+ * profile check are denials.
+ */
 async function issue(
   context: BootstrapContext,
+  options: NativeOptions,
   request: BootstrapRequest,
-  facts: NodeFacts,
+  approved: NodeFacts,
   decidedBy: string,
 ): Promise<Answer> {
+  // A renewal is this node, proven with its current key: being registered and Ready is expected.
+  if (!approved.renewalOf) await guard(context, request, approved.nodeName);
+  const facts = await callback(context, options, request, approved, decidedBy);
+  if (isAnswer(facts)) return facts;
   const now = context.now?.() ?? new Date();
   const base = {
     ...auditOf(request, now),
@@ -177,7 +198,6 @@ async function issue(
     instanceGroup: facts.instanceGroup,
     evidence: facts.evidence,
   };
-  await guard(context, request, facts.nodeName);
   let issued: Awaited<ReturnType<typeof issueForFacts>>;
   try {
     issued = await issueForFacts(context.ca, request.certificates, facts, context.issueOptions);
@@ -201,6 +221,38 @@ async function issue(
     facts,
     certificates: pemsOf(issued),
   });
+}
+
+function isAnswer(value: object): value is Answer {
+  return 'status' in value;
+}
+
+/**
+ * The callback challenge when the deciding policy names an endpoint: the facts, with the callback in
+ * their evidence, once the node answered; a 403 denial when it did not (the detail for the audit
+ * trail only); a dependency fault, audited and thrown on (503), when its server could not be reached.
+ */
+async function callback(
+  context: BootstrapContext,
+  options: NativeOptions,
+  request: BootstrapRequest,
+  facts: NodeFacts,
+  decidedBy: string,
+): Promise<NodeFacts | Answer> {
+  const base = {
+    ...auditOf(request, context.now?.() ?? new Date()),
+    decidedBy: 'callback-challenge',
+    nodeName: facts.nodeName,
+    instanceGroup: facts.instanceGroup,
+    evidence: facts.evidence,
+  };
+  const verdict = await faultsReported(context, base, () =>
+    callbackVerdict(options.challenger, facts, () => request.challenge, decidedBy),
+  );
+  if (verdict.answered) return { ...facts, evidence: { ...facts.evidence, ...verdict.evidence } };
+  const reasons = ['the callback challenge failed'];
+  report(context, { ...base, verdict: 'deny', reasons, detail: [verdict.detail] });
+  return denied(reasons);
 }
 
 /** The impersonation guard, audited when it refuses or cannot read the Node. */
@@ -249,6 +301,7 @@ async function faultsReported<T>(
 export async function submitCertificates(
   context: BootstrapContext,
   input: CertificatesInput,
+  options: NativeOptions = {},
 ): Promise<Answer> {
   const request = await parseCertificatesRequest(input);
   // Refused whatever a policy would say: no node certificate may name the API server.
@@ -274,14 +327,14 @@ export async function submitCertificates(
   );
   switch (decision.verdict) {
     case 'approve':
-      return issue(context, request, decision.facts, decidedBy ?? 'unknown');
+      return issue(context, options, request, decision.facts, decidedBy ?? 'unknown');
     case 'queue': {
-      const facts = queuedFacts(request, decision.facts);
+      const queued = queuedFacts(request, decision.facts);
       const base = {
         ...auditOf(request, now()),
         decidedBy,
-        nodeName: facts.nodeName,
-        evidence: facts.evidence,
+        nodeName: queued.nodeName,
+        evidence: queued.evidence,
       };
       const queue = context.queue;
       if (!queue) {
@@ -292,7 +345,10 @@ export async function submitCertificates(
         report(context, { ...base, verdict: 'deny', reasons });
         return denied(reasons);
       }
-      await guard(context, request, facts.nodeName);
+      await guard(context, request, queued.nodeName);
+      // A human approves only a node that proved it is at the cloud's address, as an issue would.
+      const facts = await callback(context, options, request, queued, decidedBy ?? 'unknown');
+      if (isAnswer(facts)) return facts;
       let state: QueueState;
       try {
         state = await faultsReported(

@@ -5,6 +5,7 @@
  * those facts alone.
  */
 import type { CertificateRequest, ProfileName } from '../pki/profiles.ts';
+import type { ChallengeClaim } from '../protocol/challenge.ts';
 
 /** How a node proves who it is, exactly as it arrived (unverified). */
 export type IdentityProof =
@@ -24,6 +25,11 @@ export type IdentityProof =
   | { kind: 'cloud-id'; scheme: CloudIdScheme; token: string }
   /** kops metal `x-pki-tpm`: data signed with the host's registered ECDSA key. */
   | { kind: 'pki-tpm'; token: string }
+  /**
+   * `x-kops-renewal`: the node's current kubelet client certificate and a signature with its key over
+   * the body hash, a timestamp and the audience (src/protocol/renewal-proof.ts).
+   */
+  | { kind: 'node-renewal'; token: string }
   /** No proof: only policies that ask a human (queue) or approve anything can act on it. */
   | { kind: 'none' };
 
@@ -49,6 +55,11 @@ export interface BootstrapRequest {
   /** What is to be certified, per profile (a CSR already checked for proof of possession, or a kops public key). */
   certificates: Partial<Record<ProfileName, CertificateRequest>>;
   proof: IdentityProof;
+  /**
+   * The callback challenge the node offers (native API; the kops handler reads its body's only when a
+   * policy calls for it). Unverified: only answering it at the policy's endpoint counts.
+   */
+  challenge?: ChallengeClaim;
   /** The TCP peer (after no proxy-header trust). */
   remoteAddress: string;
   receivedAt: Date;
@@ -71,6 +82,12 @@ export interface NodeFacts {
    * its request carried (the callback clouds; kops' `UseChallengeCallback`).
    */
   challengeEndpoint?: string;
+  /**
+   * The serial (hex) of the node's current certificate when the request renews it (the `renewal`
+   * policy): the caller proved it holds that node's key, so the impersonation guard lets this Ready
+   * node through. No other policy sets it.
+   */
+  renewalOf?: string;
   /** Evidence for the audit trail: account, role ARN, project, token id, approver, ... (no secrets). */
   evidence: Record<string, string>;
 }

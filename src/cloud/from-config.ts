@@ -6,7 +6,11 @@ import { type Logger, silentLogger } from '../log.ts';
 import type { Vfs } from '../statestore/types.ts';
 import type { AwsClientOptions } from './aws/clients.ts';
 import { createAwsProvider } from './aws/provider.ts';
+import { type AzureProviderOptions, createAzureProvider } from './azure/provider.ts';
+import { createDigitalOceanProvider } from './digitalocean/provider.ts';
 import { createGceProvider } from './gce/provider.ts';
+import { createHetznerProvider } from './hetzner/provider.ts';
+import { createLinodeProvider } from './linode/provider.ts';
 import { InventoryStore } from './metal/inventory.ts';
 import { MetalCloudGroups, MetalNodeIdentifier } from './metal/node-identifier.ts';
 import { type CloudCallRecorder, noCloudCalls } from './metrics.ts';
@@ -17,7 +21,17 @@ import { createScalewayProvider } from './scaleway/provider.ts';
 import type { CloudGroups, NodeIdentifier } from './types.ts';
 
 /** The clouds this controller can identify nodes on. */
-export const identifyingClouds = ['aws', 'gce', 'metal', 'openstack', 'scaleway'] as const;
+export const identifyingClouds = [
+  'aws',
+  'gce',
+  'metal',
+  'openstack',
+  'scaleway',
+  'azure',
+  'hetzner',
+  'digitalocean',
+  'linode',
+] as const;
 
 /** Overrides for the simulator and tests; production leaves them unset and uses the cloud's defaults. */
 export interface CloudOverrides {
@@ -25,6 +39,14 @@ export interface CloudOverrides {
   aws?: Pick<AwsClientOptions, 'endpoint' | 'credentials'>;
   /** Compute endpoint and credentials for GCE (default: the public API, Application Default Credentials). */
   gce?: { endpoint?: string; auth?: Pick<AuthClient, 'request'> };
+  /** ARM endpoint, its CA, the credential and IMDS (default: public Azure, DefaultAzureCredential). */
+  azure?: Pick<AzureProviderOptions, 'endpoint' | 'caPem' | 'credential' | 'imdsUrl'>;
+  /** API endpoint and token (default: the public API, `HCLOUD_TOKEN`). */
+  hetzner?: { endpoint?: string; token?: string };
+  /** API endpoint and token (default: the public API, `DIGITALOCEAN_ACCESS_TOKEN`). */
+  digitalocean?: { endpoint?: string; token?: string };
+  /** API origin and token (default: the public API, `LINODE_TOKEN`). */
+  linode?: { origin?: string; token?: string };
   /** Keystone URL, region and credentials (default: the `OS_*` environment). */
   openstack?: { auth?: OpenStackAuthOptions };
   /** Credentials, zone and API URL (default: the `SCW_*` environment), and the metadata URL. */
@@ -44,7 +66,7 @@ export interface CloudProvider {
 /**
  * The provider of `config.cloud`. `stateStore` is the cluster's configBase (the metal inventory lives
  * there). `cloudCalls` counts the cloud clients' calls (the controller passes its metrics; one-shot
- * commands count nothing). Throws ConfigError for a cloud whose node identity is not implemented.
+ * commands count nothing). Throws ConfigError when the cloud's credentials or scope are missing.
  */
 export async function cloudFromConfig(
   config: Pick<Config, 'cloud' | 'clusterName' | 'server'>,
@@ -99,6 +121,29 @@ export async function cloudFromConfig(
         logger,
         cloudCalls,
       });
+    case 'azure':
+      return createAzureProvider({ ...azureScopeOf(config), ...overrides.azure, logger, cloudCalls });
+    case 'hetzner':
+      return createHetznerProvider({
+        clusterName: config.clusterName,
+        ...overrides.hetzner,
+        logger,
+        cloudCalls,
+      });
+    case 'digitalocean':
+      return createDigitalOceanProvider({
+        clusterName: config.clusterName,
+        ...overrides.digitalocean,
+        logger,
+        cloudCalls,
+      });
+    case 'linode':
+      return createLinodeProvider({
+        clusterName: config.clusterName,
+        ...overrides.linode,
+        logger,
+        cloudCalls,
+      });
     case 'metal': {
       const inventory = new InventoryStore({ vfs: stateStore, logger });
       return {
@@ -108,10 +153,17 @@ export async function cloudFromConfig(
         close: () => undefined,
       };
     }
-    default:
-      throw new ConfigError(
-        `cloud ${config.cloud}: node identity is implemented for ${identifyingClouds.join(', ')} only; ` +
-          'nodes on this cloud cannot be labelled',
-      );
   }
+}
+
+/** The Azure scope the configuration names: cluster name, subscription and resource group (else IMDS's). */
+export function azureScopeOf(
+  config: Pick<Config, 'clusterName' | 'server'>,
+): Pick<AzureProviderOptions, 'clusterName' | 'subscriptionId' | 'resourceGroup'> {
+  const azure = config.server?.provider.azure;
+  return {
+    clusterName: azure?.clusterName ?? config.clusterName,
+    ...(azure?.subscriptionID ? { subscriptionId: azure.subscriptionID } : {}),
+    ...(azure?.resourceGroup ? { resourceGroup: azure.resourceGroup } : {}),
+  };
 }

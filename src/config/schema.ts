@@ -49,7 +49,14 @@ const serverProviders = z.strictObject({
   do: emptyProvider.optional(),
   scaleway: emptyProvider.optional(),
   linode: emptyProvider.optional(),
-  azure: z.strictObject({ clusterName: z.string().optional() }).optional(),
+  azure: z
+    .strictObject({
+      clusterName: z.string().optional(),
+      /** This implementation's: the ARM scope; default IMDS's answer for the controller's VM, as kops. */
+      subscriptionID: z.string().min(1).optional(),
+      resourceGroup: z.string().min(1).optional(),
+    })
+    .optional(),
 });
 
 const serverOptions = z.strictObject({
@@ -132,6 +139,22 @@ export const bootstrapPolicySpec = z.discriminatedUnion('name', [
     name: z.literal('pki-tpm'),
   }),
   z.strictObject({
+    /** kops Hetzner: `x-hetzner-id`, checked with the Cloud API, then the callback. */
+    name: z.literal('hetzner'),
+    /** Deadline of the cloud lookup, retries included. */
+    lookupTimeout: duration.default(10_000),
+  }),
+  z.strictObject({
+    /** kops DigitalOcean: `x-digitalocean-droplet-id`, checked with the API, then the callback. */
+    name: z.literal('digitalocean'),
+    lookupTimeout: duration.default(10_000),
+  }),
+  z.strictObject({
+    /** kops Linode: `x-linode-instance-id`, checked with the API, then the callback. */
+    name: z.literal('linode'),
+    lookupTimeout: duration.default(10_000),
+  }),
+  z.strictObject({
     /** kops OpenStack: `x-openstack-id`, checked with Nova and the request's source address. */
     name: z.literal('openstack'),
     /** Deadline of the Nova lookup, retries included. */
@@ -144,6 +167,18 @@ export const bootstrapPolicySpec = z.discriminatedUnion('name', [
     lookupTimeout: duration.default(10_000),
   }),
   z.strictObject({
+    /** kops Azure: `x-azure-id` with IMDS's attested document, checked against ARM, then the callback. */
+    name: z.literal('azure'),
+    /** How old an attested document may be (its `createdOn`). */
+    maxProofAge: duration.default(300_000),
+    /** PEM roots the document's signer must chain to (default: Node's public roots). */
+    rootsFile: z.string().min(1).optional(),
+    /** PEM intermediates to use before fetching them from the PKI repository. */
+    intermediatesFile: z.string().min(1).optional(),
+    /** Where missing intermediates are fetched (default Microsoft's PKI repository). */
+    pkiRepository: z.url().optional(),
+  }),
+  z.strictObject({
     name: z.literal('webhook'),
     url: z.url({ protocol: /^https$/, error: 'must be an https:// URL' }),
     /** PEM files: the CA bundle of the webhook's server, and our client certificate and key. */
@@ -153,7 +188,19 @@ export const bootstrapPolicySpec = z.discriminatedUnion('name', [
     timeout: duration.default(5_000),
     /** The policy whose verified facts the webhook reviews. */
     verifiedBy: z
-      .enum(['aws', 'gce', 'openstack', 'scaleway', 'pki-tpm', 'metal', 'bootstrap-token'])
+      .enum([
+        'aws',
+        'gce',
+        'openstack',
+        'scaleway',
+        'azure',
+        'hetzner',
+        'digitalocean',
+        'linode',
+        'pki-tpm',
+        'metal',
+        'bootstrap-token',
+      ])
       .optional(),
   }),
 ]);

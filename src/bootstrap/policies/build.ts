@@ -8,6 +8,8 @@
 import { readFile } from 'node:fs/promises';
 import { GetCallerIdentityCommand, type STSClient } from '@aws-sdk/client-sts';
 import type { z } from 'zod';
+import { azureAttestationVerifier } from '../../cloud/azure/attestation-trust.ts';
+import type { AzureClient } from '../../cloud/azure/client.ts';
 import type { ComputeClient } from '../../cloud/gce/compute.ts';
 import { GceIdentityTokenVerifier, JwksKeyStore } from '../../cloud/gce/identity-token.ts';
 import type { HostLookup } from '../../cloud/metal/hosts.ts';
@@ -23,9 +25,13 @@ import type { ReplayGuard } from '../replay-guard.ts';
 import type { BootstrapPolicy, BootstrapTokenValidator } from '../types.ts';
 import { alwaysRejectPolicy } from './always-reject.ts';
 import { type AwsInstanceLookup, awsPolicy } from './aws.ts';
+import { azurePolicy } from './azure.ts';
 import { bootstrapTokenPolicy } from './bootstrap-token.ts';
+import { digitalOceanPolicy } from './digitalocean.ts';
 import { gcePolicy } from './gce.ts';
+import { hetznerPolicy } from './hetzner.ts';
 import { insecureAlwaysApprovePolicy, startupWarning } from './insecure-always-approve.ts';
+import { linodePolicy } from './linode.ts';
 import { metalPolicy } from './metal.ts';
 import { openstackPolicy } from './openstack.ts';
 import { pkiTpmPolicy } from './pki-tpm.ts';
@@ -49,6 +55,9 @@ export interface PolicyDeps {
   };
   gce?: { identifier: NodeIdentifier; compute: Pick<ComputeClient, 'getShieldedInstanceIdentity'> };
   inventory?: { current(): Promise<MetalInventory> };
+  azure?: { client: AzureClient };
+  /** The node identifier of the id-only callback cloud (hetzner, digitalocean, linode). */
+  cloudIdentifier?: NodeIdentifier;
   openstack?: { nova: Pick<NovaClient, 'getServer'> };
   scaleway?: { clients: ScalewayClients };
   /** kops metal's `Host` objects (HostRegistry over the API server). */
@@ -68,6 +77,10 @@ export function policySpecsOf(config: Config): PolicySpec[] {
   if (provider?.gce) return [defaultSpec('gce')];
   if (provider?.openstack) return [defaultSpec('openstack')];
   if (provider?.scaleway) return [defaultSpec('scaleway')];
+  if (provider?.azure) return [defaultSpec('azure')];
+  if (provider?.hetzner) return [defaultSpec('hetzner')];
+  if (provider?.do) return [defaultSpec('digitalocean')];
+  if (provider?.linode) return [defaultSpec('linode')];
   if (config.server?.pki) return [defaultSpec('pki-tpm')];
   return [];
 }
@@ -82,7 +95,7 @@ async function readPem(path: string, what: string): Promise<string> {
   try {
     return await readFile(path, 'utf8');
   } catch (err) {
-    throw new ConfigError(`webhook ${what} ${path} cannot be read: ${(err as Error).message}`, {
+    throw new ConfigError(`${what} ${path} cannot be read: ${(err as Error).message}`, {
       cause: err,
     });
   }
@@ -180,6 +193,39 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
         clients: need(deps.scaleway, spec.name, 'the Scaleway provider (SCW_* environment)').clients,
         lookupTimeoutMs: spec.lookupTimeout,
       });
+    case 'hetzner':
+    case 'digitalocean':
+    case 'linode': {
+      const identifier = need(
+        deps.cloudIdentifier,
+        spec.name,
+        `the ${spec.name} provider (cloud: ${spec.name})`,
+      );
+      const build = { hetzner: hetznerPolicy, digitalocean: digitalOceanPolicy, linode: linodePolicy }[
+        spec.name
+      ];
+      return build({ identifier, lookupTimeoutMs: spec.lookupTimeout });
+    }
+    case 'azure': {
+      const azure = need(deps.azure, spec.name, 'the Azure provider (server.provider.azure)');
+      const [rootsPem, intermediatesPem] = await Promise.all([
+        spec.rootsFile === undefined ? undefined : readPem(spec.rootsFile, 'azure roots file'),
+        spec.intermediatesFile === undefined
+          ? undefined
+          : readPem(spec.intermediatesFile, 'azure intermediates file'),
+      ]);
+      return azurePolicy({
+        clusterName: config.server?.provider.azure?.clusterName ?? config.clusterName,
+        client: azure.client,
+        replayGuard: deps.replayGuard,
+        attestation: azureAttestationVerifier({
+          ...(rootsPem === undefined ? {} : { rootsPem }),
+          ...(intermediatesPem === undefined ? {} : { intermediatesPem }),
+          ...(spec.pkiRepository === undefined ? {} : { pkiUrl: spec.pkiRepository }),
+          maxAgeMs: spec.maxProofAge,
+        }),
+      });
+    }
     case 'webhook': {
       const verifiedBy =
         spec.verifiedBy === undefined
@@ -192,9 +238,9 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
             );
       return webhookPolicy({
         url: spec.url,
-        ca: await readPem(spec.caFile, 'CA bundle'),
-        cert: await readPem(spec.certFile, 'client certificate'),
-        key: await readPem(spec.keyFile, 'client key'),
+        ca: await readPem(spec.caFile, 'webhook CA bundle'),
+        cert: await readPem(spec.certFile, 'webhook client certificate'),
+        key: await readPem(spec.keyFile, 'webhook client key'),
         timeoutMs: spec.timeout,
         ...(verifiedBy === undefined ? {} : { verifiedBy }),
         ...counted,

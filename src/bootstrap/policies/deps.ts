@@ -5,13 +5,18 @@
  */
 import type { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { createAwsProvider } from '../../cloud/aws/provider.ts';
-import type { CloudOverrides } from '../../cloud/from-config.ts';
+import { createAzureProvider } from '../../cloud/azure/provider.ts';
+import { createDigitalOceanProvider } from '../../cloud/digitalocean/provider.ts';
+import { azureScopeOf, type CloudOverrides } from '../../cloud/from-config.ts';
 import { createGceProvider } from '../../cloud/gce/provider.ts';
+import { createHetznerProvider } from '../../cloud/hetzner/provider.ts';
+import { createLinodeProvider } from '../../cloud/linode/provider.ts';
 import { HostRegistry } from '../../cloud/metal/hosts.ts';
 import { InventoryStore } from '../../cloud/metal/inventory.ts';
 import type { CloudCallRecorder } from '../../cloud/metrics.ts';
 import { createOpenStackProvider } from '../../cloud/openstack/provider.ts';
 import { createScalewayProvider } from '../../cloud/scaleway/provider.ts';
+import type { NodeIdentifier } from '../../cloud/types.ts';
 import type { Config } from '../../config/schema.ts';
 import { ConfigError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
@@ -100,6 +105,12 @@ export async function policyDepsFromConfig(
       });
       deps.gce = { identifier: gce.nodeIdentifier, compute: gce.compute };
     }
+    const idOnlyCloud = idOnlyClouds.find((name) => names.has(name));
+    if (idOnlyCloud) {
+      const provider = idOnlyProvider(idOnlyCloud, config, options, logger);
+      closers.push(() => provider.close());
+      deps.cloudIdentifier = provider.nodeIdentifier;
+    }
     if (names.has('openstack')) {
       const openstack = createOpenStackProvider({
         clusterName: config.clusterName,
@@ -117,6 +128,15 @@ export async function policyDepsFromConfig(
         ...counted,
       });
       deps.scaleway = { clients: scaleway.clients };
+    }
+    if (names.has('azure')) {
+      const azure = await createAzureProvider({
+        ...azureScopeOf(config),
+        ...options.cloud?.azure,
+        logger,
+        ...counted,
+      });
+      deps.azure = { client: azure.client };
     }
     if (names.has('pki-tpm')) {
       if (!options.kubeConfig) {
@@ -142,4 +162,28 @@ export async function policyDepsFromConfig(
       for (const close of closers) close();
     },
   };
+}
+
+/** The callback clouds whose policies need only the cloud's node identifier. */
+const idOnlyClouds = ['hetzner', 'digitalocean', 'linode'] as const;
+
+function idOnlyProvider(
+  cloud: (typeof idOnlyClouds)[number],
+  config: Config,
+  options: PolicyDepsOptions,
+  logger: Logger,
+): { nodeIdentifier: NodeIdentifier; close(): void } {
+  const base = {
+    clusterName: config.clusterName,
+    logger,
+    ...(options.cloudCalls ? { cloudCalls: options.cloudCalls } : {}),
+  };
+  switch (cloud) {
+    case 'hetzner':
+      return createHetznerProvider({ ...base, ...options.cloud?.hetzner });
+    case 'digitalocean':
+      return createDigitalOceanProvider({ ...base, ...options.cloud?.digitalocean });
+    case 'linode':
+      return createLinodeProvider({ ...base, ...options.cloud?.linode });
+  }
 }

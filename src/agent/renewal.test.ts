@@ -1,0 +1,88 @@
+import assert from 'node:assert/strict';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { ConfigError } from '../errors.ts';
+import { createCa } from '../pki/ca.ts';
+import { generateKey, privateKeyPem } from '../pki/keys.ts';
+import { issueCertificate, type ProfileName, publicKeyRequest } from '../pki/profiles.ts';
+import { decodeRenewalToken } from '../protocol/renewal-proof.ts';
+import { nodeFileNames } from './node-files.ts';
+import { readCurrentCredentials, renewalProof } from './renewal.ts';
+
+const ca = createCa();
+let root = '';
+let count = 0;
+before(async () => {
+  root = await mkdtemp(join(tmpdir(), 'kops-renewal-'));
+});
+after(() => rm(root, { recursive: true, force: true }));
+
+/** A --dir holding a client certificate of `profile` for node-a and its key (another key when `mismatched`). */
+async function nodeDir(
+  options: { profile?: ProfileName; lifetimeMs?: number; issuedAt?: Date; mismatched?: boolean } = {},
+) {
+  const dir = join(root, `dir-${count++}`);
+  await mkdir(dir);
+  const key = generateKey();
+  const issued = issueCertificate(
+    ca,
+    options.profile ?? 'kubelet',
+    publicKeyRequest(key),
+    { name: 'node-a', dnsNames: [], ipAddresses: [] },
+    {
+      ...(options.issuedAt ? { now: options.issuedAt } : {}),
+      ...(options.lifetimeMs ? { lifetimeMs: options.lifetimeMs } : {}),
+    },
+  );
+  await writeFile(join(dir, nodeFileNames.clientCertificate), issued.pem);
+  await writeFile(
+    join(dir, nodeFileNames.clientKey),
+    privateKeyPem(options.mismatched ? generateKey() : key),
+  );
+  return dir;
+}
+
+describe('join --renew: the current credentials', () => {
+  test("reads the node name from the certificate and signs each attempt's body with its key", async () => {
+    const current = await readCurrentCredentials(await nodeDir());
+    assert.equal(current.nodeName, 'node-a');
+    const header = (await renewalProof(current, 'minimal.example.com')(Buffer.from('{}'))) as string;
+    assert.match(header, /^x-kops-renewal [A-Za-z0-9_-]+$/);
+    const proof = decodeRenewalToken(header.slice('x-kops-renewal '.length));
+    assert.equal(proof.audience, 'kops-controller.minimal.example.com');
+    assert.ok(proof.certificate.equals(current.certificate.raw));
+  });
+
+  test('a missing directory, a key of another certificate, an expired or non-node certificate: a config error naming the problem', async () => {
+    const cases: [string, () => Promise<unknown>, RegExp][] = [
+      [
+        'missing',
+        () => readCurrentCredentials(join(root, 'nowhere')),
+        /cannot read the current kubelet credentials/,
+      ],
+      [
+        'mismatched',
+        async () => readCurrentCredentials(await nodeDir({ mismatched: true })),
+        /is not the certificate of/,
+      ],
+      [
+        'expired',
+        async () =>
+          readCurrentCredentials(
+            await nodeDir({ issuedAt: new Date(Date.now() - 3 * 86_400_000), lifetimeMs: 86_400_000 }),
+          ),
+        /expired on .* join it again/,
+      ],
+      [
+        'not a node',
+        async () => readCurrentCredentials(await nodeDir({ profile: 'kube-proxy' })),
+        /not a node's client certificate/,
+      ],
+    ];
+    for (const [what, attempt, message] of cases) {
+      await assert.rejects(attempt(), (err) => err instanceof ConfigError && message.test(err.message), what);
+    }
+  });
+});

@@ -1,0 +1,217 @@
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:net';
+import { after, before, describe, test } from 'node:test';
+import { credentials, type ServiceError, status } from '@grpc/grpc-js';
+import { type ChallengeListener, startChallengeServer } from '../agent/challenge-server.ts';
+import { KopsError } from '../errors.ts';
+import { bundlePem, createCa } from '../pki/ca.ts';
+import { challengeServerName } from '../protocol/challenge.ts';
+import { challengeClientCertificate } from '../protocol/challenge-certificates.ts';
+import { callbackService } from '../protocol/challenge-grpc.ts';
+import { CallbackRefusedError, GrpcCallbackChallenger } from './challenge-caller.ts';
+
+const clusterName = 'minimal.example.com';
+const ca = createCa();
+const clusterCaPem = bundlePem(ca);
+
+function refusedWith(pattern: RegExp) {
+  return (err: unknown) => {
+    assert.ok(err instanceof CallbackRefusedError, `expected a refusal, got ${String(err)}`);
+    assert.match(err.message, pattern);
+    return true;
+  };
+}
+
+describe('callback challenge, controller side against the node server (gRPC over TLS on loopback)', () => {
+  let node: ChallengeListener;
+  let other: ChallengeListener;
+  const challenger = new GrpcCallbackChallenger({ ca, clusterName, timeoutMs: 5000 });
+
+  before(async () => {
+    node = await startChallengeServer({ clusterName, clusterCaPem, listen: '127.0.0.1:0' });
+    other = await startChallengeServer({ clusterName, clusterCaPem, listen: '127.0.0.1:0' });
+  });
+  after(async () => {
+    await node.stop();
+    await other.stop();
+  });
+
+  test('the node that made the request answers sha256(secret || nonce): accepted', async () => {
+    await challenger.challenge(node.endpoint, node.createChallenge());
+  });
+
+  test("callback answered by the wrong host (another node's server) is refused: its certificate is not the one the request carried", async () => {
+    await assert.rejects(
+      challenger.challenge(other.endpoint, node.createChallenge()),
+      refusedWith(/another certificate|certificate its request did not carry/),
+    );
+  });
+
+  test('a request that carries another server certificate than the node at the endpoint presents is refused', async () => {
+    const foreign = other.createChallenge();
+    // The attacker's request names its own server's certificate; the cloud's address is the real node.
+    await assert.rejects(challenger.challenge(node.endpoint, foreign), refusedWith(/certificate/));
+  });
+
+  test('a pinned certificate that does not name challenge-server.<cluster> is refused', async () => {
+    const foreignCluster = await startChallengeServer({
+      clusterName: 'other.example.com',
+      clusterCaPem,
+      listen: '127.0.0.1:0',
+    });
+    try {
+      await assert.rejects(
+        challenger.challenge(foreignCluster.endpoint, foreignCluster.createChallenge()),
+        refusedWith(new RegExp(`does not name ${challengeServerName(clusterName)}`)),
+      );
+    } finally {
+      await foreignCluster.stop();
+    }
+  });
+
+  test('the wrong secret is refused (the answer does not match)', async () => {
+    const claim = node.createChallenge();
+    const wrong = { ...claim, secret: Buffer.alloc(claim.secret.length, 7) };
+    await assert.rejects(
+      challenger.challenge(node.endpoint, wrong),
+      refusedWith(/answered the callback challenge wrongly/),
+    );
+  });
+
+  test('a replayed challenge id is refused: the node answers each id once', async () => {
+    const claim = node.createChallenge();
+    await challenger.challenge(node.endpoint, claim);
+    await assert.rejects(challenger.challenge(node.endpoint, claim), refusedWith(/not found/));
+  });
+
+  test('an unknown challenge id is refused', async () => {
+    const claim = { ...node.createChallenge(), challengeId: 'ab'.repeat(16) };
+    await assert.rejects(challenger.challenge(node.endpoint, claim), refusedWith(/not found/));
+  });
+
+  test('a server that never answers ends at the deadline as a fault to retry, not a refusal', async () => {
+    const sockets = new Set<import('node:net').Socket>();
+    const silent: Server = createServer((socket) => sockets.add(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const port = (silent.address() as { port: number }).port;
+    const hurried = new GrpcCallbackChallenger({ ca, clusterName, timeoutMs: 500 });
+    try {
+      await assert.rejects(hurried.challenge(`127.0.0.1:${port}`, node.createChallenge()), (err: unknown) => {
+        assert.ok(err instanceof KopsError && err.kind === 'unavailable', String(err));
+        assert.ok(!(err instanceof CallbackRefusedError));
+        return true;
+      });
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      silent.close();
+    }
+  });
+
+  test('nothing listening at the endpoint is a fault to retry', async () => {
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const port = (closed.address() as { port: number }).port;
+    await new Promise((resolve) => closed.close(resolve));
+    await assert.rejects(
+      challenger.challenge(`127.0.0.1:${port}`, node.createChallenge()),
+      (err: unknown) => {
+        assert.ok(err instanceof KopsError && err.kind === 'unavailable', String(err));
+        return true;
+      },
+    );
+  });
+
+  test('the client certificate is cached and renewed before its hour runs out', () => {
+    let now = new Date('2026-03-01T12:00:00Z');
+    const clock = new GrpcCallbackChallenger({ ca, clusterName, now: () => now });
+    const first = clock.clientCredential();
+    assert.equal(first.notAfter.getTime() - now.getTime(), 3_600_000);
+    now = new Date(now.getTime() + 40 * 60_000);
+    assert.equal(clock.clientCredential(), first, 'still 20 minutes left: reused');
+    now = new Date(now.getTime() + 10 * 60_000);
+    const second = clock.clientCredential();
+    assert.notEqual(second, first, '10 minutes left: renewed');
+    assert.ok(second.notAfter > first.notAfter);
+  });
+});
+
+describe('callback challenge, the node server refuses callers that are not the controller', () => {
+  let node: ChallengeListener;
+  before(async () => {
+    node = await startChallengeServer({ clusterName, clusterCaPem, listen: '127.0.0.1:0' });
+  });
+  after(() => node.stop());
+
+  /** Calls the node directly with `client` (a certificate and key), skipping the name check. */
+  function call(claimPem: string, client: { certificatePem: string; keyPem: string }, challengeId: string) {
+    const Service = callbackService();
+    const stub = new Service(
+      node.endpoint,
+      credentials.createSsl(
+        Buffer.from(claimPem),
+        Buffer.from(client.keyPem),
+        Buffer.from(client.certificatePem),
+        {
+          checkServerIdentity: () => undefined,
+        },
+      ),
+      { 'grpc.ssl_target_name_override': challengeServerName(clusterName) },
+    ) as unknown as {
+      Challenge(r: object, o: object, cb: (err: ServiceError | null) => void): void;
+      close(): void;
+    };
+    return new Promise<ServiceError | null>((resolve) =>
+      stub.Challenge(
+        { challenge_id: challengeId, challenge_random: Buffer.alloc(16) },
+        { deadline: Date.now() + 5000 },
+        (err) => {
+          stub.close();
+          resolve(err);
+        },
+      ),
+    ).then((err) => err);
+  }
+
+  test('a caller whose client certificate is from another CA gets nothing, and the challenge stays unanswered', async () => {
+    const claim = node.createChallenge();
+    const foreign = challengeClientCertificate(createCa(), clusterName);
+    const err = await call(claim.serverCertificatePem, foreign, claim.challengeId);
+    assert.ok(err, 'the call must fail');
+    assert.notEqual(err.code, status.OK);
+    // The id was never reached: the controller can still complete it.
+    await new GrpcCallbackChallenger({ ca, clusterName }).challenge(node.endpoint, claim);
+  });
+
+  test('a caller with a cluster-CA certificate of another name is refused (UNAUTHENTICATED) before the id is looked up', async () => {
+    const claim = node.createChallenge();
+    const impostor = challengeClientCertificate(ca, 'other.example.com');
+    const err = await call(claim.serverCertificatePem, impostor, claim.challengeId);
+    assert.equal(err?.code, status.UNAUTHENTICATED);
+    await new GrpcCallbackChallenger({ ca, clusterName }).challenge(node.endpoint, claim);
+  });
+
+  test('a caller without a client certificate gets nothing', async () => {
+    const claim = node.createChallenge();
+    const Service = callbackService();
+    const stub = new Service(
+      node.endpoint,
+      credentials.createSsl(Buffer.from(claim.serverCertificatePem), null, null, {
+        checkServerIdentity: () => undefined,
+      }),
+      { 'grpc.ssl_target_name_override': challengeServerName(clusterName) },
+    ) as unknown as {
+      Challenge(r: object, o: object, cb: (err: ServiceError | null) => void): void;
+      close(): void;
+    };
+    const err = await new Promise<ServiceError | null>((resolve) =>
+      stub.Challenge(
+        { challenge_id: claim.challengeId, challenge_random: Buffer.alloc(16) },
+        { deadline: Date.now() + 5000 },
+        resolve,
+      ),
+    );
+    stub.close();
+    assert.ok(err && err.code !== status.OK);
+    await new GrpcCallbackChallenger({ ca, clusterName }).challenge(node.endpoint, claim);
+  });
+});

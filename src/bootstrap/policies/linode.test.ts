@@ -1,0 +1,115 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, test } from 'node:test';
+import { createLinodeProvider, type LinodeProvider } from '../../cloud/linode/provider.ts';
+import { type LinodeSimulator, startLinodeSimulator } from '../../sim/linode/simulator.ts';
+import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
+import { dependencyOf, isDependencyFault } from '../dependency.ts';
+import type { BootstrapPolicy, IdentityProof } from '../types.ts';
+import { linodePolicy } from './linode.ts';
+
+const cluster = 'prod.example.com';
+let sim: LinodeSimulator;
+let provider: LinodeProvider;
+let policy: BootstrapPolicy;
+
+before(async () => {
+  sim = await startLinodeSimulator();
+  provider = createLinodeProvider({
+    clusterName: cluster,
+    origin: sim.origin,
+    token: sim.token,
+    api: { retries: 1, retryDelayMs: 10, maxRetryWaitMs: 100 },
+  });
+  policy = linodePolicy({ identifier: provider.nodeIdentifier, lookupTimeoutMs: 1_000 });
+});
+after(async () => {
+  provider.close();
+  await sim.close();
+});
+beforeEach(() => {
+  sim.clearFaults();
+  sim.clearCalls();
+});
+
+const linodeId = (token: string): IdentityProof => ({
+  kind: 'cloud-id',
+  scheme: 'x-linode-instance-id',
+  token,
+});
+const evaluate = (proof: IdentityProof) => policy.evaluate(testRequest({ proof }), contextAt());
+
+test('a running instance of the cluster is approved: named by its label, challenged on its private IPv4', async () => {
+  const [instance] = sim.addGroup(cluster, 'nodes-us-ord', 1);
+  assert.ok(instance);
+  const [publicIp, privateIp] = instance.ipv4;
+  const decision = await evaluate(linodeId(String(instance.id)));
+  assert.ok(decision.verdict === 'approve', JSON.stringify(decision));
+  assert.equal(decision.facts.nodeName, instance.label);
+  assert.equal(decision.facts.instanceGroup, 'nodes-us-ord');
+  assert.deepEqual(decision.facts.ipAddresses, [publicIp, privateIp]);
+  assert.equal(decision.facts.challengeEndpoint, `${privateIp}:3987`);
+  assert.equal(sim.count('linode.instances.get'), 1);
+});
+
+test('other proofs are left to other policies', async () => {
+  for (const proof of [
+    { kind: 'none' },
+    { kind: 'cloud-id', scheme: 'x-hetzner-id', token: '1' },
+    { kind: 'cloud-id', scheme: 'x-scaleway-instance-server-id', token: '1' },
+  ] as IdentityProof[]) {
+    assert.equal((await evaluate(proof)).verdict, 'abstain');
+  }
+});
+
+test('attacks and bad proofs are denied with the reason', async () => {
+  const foreign = sim.addGroup('other.example.com', 'nodes', 1)[0];
+  const untagged = sim.addInstance({});
+  const [offline, deleting] = sim.addGroup(cluster, 'nodes', 2);
+  const publicOnly = sim.addInstance({
+    ipv4: ['172.105.9.9'],
+    tags: [`kops.k8s.io/cluster:${cluster}`, 'kops.k8s.io/instance-group:nodes'],
+  });
+  if (!foreign || !offline || !deleting) throw new Error('seed');
+  offline.status = 'offline';
+  deleting.status = 'deleting';
+  const cases: Array<[string, string, RegExp]> = [
+    ['instance of another cluster', String(foreign.id), /other\.example\.com/],
+    [
+      'untagged instance',
+      String(untagged.id),
+      /does not carry the tag kops\.k8s\.io\/cluster:prod\.example\.com/,
+    ],
+    ['powered-off instance', String(offline.id), /is offline, not running/],
+    ['instance being deleted', String(deleting.id), /is deleting, not running/],
+    ['deleted instance', '123456', /Not found/],
+    ['only a public address', String(publicOnly.id), /no private address/],
+    ['garbage', 'linode', /not a Linode instance id/],
+    ['beyond a safe integer', '9'.repeat(16), /not a Linode instance id/],
+  ];
+  for (const [what, token, reason] of cases) {
+    const decision = await evaluate(linodeId(token));
+    assert.equal(decision.verdict, 'deny', what);
+    assert.match(decision.reasons.join(' '), reason, what);
+  }
+});
+
+test('the API failing, throttling or not answering is a dependency fault (503), never a denial', async () => {
+  const [instance] = sim.addGroup(cluster, 'nodes', 1);
+  const token = String(instance?.id);
+  for (const fault of [
+    { times: 3, status: 503 },
+    { times: 3, status: 429 },
+    { times: 3, status: 401 },
+    { times: 3, drop: true },
+    { times: 1, latencyMs: 1_500 },
+  ]) {
+    sim.clearFaults();
+    sim.fault({ ...fault, operation: 'linode.instances.get' });
+    const failure = await evaluate(linodeId(token)).then(
+      (decision) => assert.fail(`${JSON.stringify(fault)} decided ${decision.verdict}`),
+      (err: unknown) => err,
+    );
+    assert.ok(isDependencyFault(failure), `${JSON.stringify(fault)}: ${String(failure)}`);
+    assert.equal(dependencyOf(failure), 'policy:linode');
+  }
+});

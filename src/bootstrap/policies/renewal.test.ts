@@ -1,0 +1,275 @@
+import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
+import { describe, test } from 'node:test';
+import { renewalProof } from '../../agent/renewal.ts';
+import type { IdentifyResult, NodeIdentifier } from '../../cloud/types.ts';
+import { NotFoundError, UnavailableError } from '../../errors.ts';
+import { type CertificateAuthority, createCa } from '../../pki/ca.ts';
+import { generateKey } from '../../pki/keys.ts';
+import { issueCertificate, type ProfileName, publicKeyRequest } from '../../pki/profiles.ts';
+import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
+import { isDependencyFault } from '../dependency.ts';
+import { MemoryReplayGuard } from '../replay-guard.ts';
+import type { BootstrapRequest } from '../types.ts';
+import { cloudAddresses, type RenewalPolicyOptions, renewalPolicy } from './renewal.ts';
+
+const clusterName = 'minimal.example.com';
+const now = new Date('2026-03-01T12:00:00Z');
+const ca = createCa({ now: new Date('2025-01-01T00:00:00Z') });
+const key = generateKey('ecdsa-p256');
+
+/** A certificate of `profile` for `name` from `issuer`, issued at `issuedAt` for `lifetimeMs`. */
+function certificate(
+  options: {
+    issuer?: CertificateAuthority;
+    name?: string;
+    profile?: ProfileName;
+    issuedAt?: Date;
+    lifetimeMs?: number;
+  } = {},
+) {
+  const issued = issueCertificate(
+    options.issuer ?? ca,
+    options.profile ?? 'kubelet',
+    publicKeyRequest(key),
+    { name: options.name ?? 'node-a', dnsNames: [], ipAddresses: [] },
+    {
+      now: options.issuedAt ?? new Date('2026-01-01T00:00:00Z'),
+      lifetimeMs: options.lifetimeMs ?? 455 * 86_400_000,
+    },
+  );
+  return new X509Certificate(issued.pem);
+}
+
+/** A request whose Authorization is the agent's renewal proof, signed at `signedAt` over `body`. */
+async function renewalRequest(
+  options: {
+    cert?: X509Certificate;
+    body?: string;
+    signedAt?: Date;
+    cluster?: string;
+    claimed?: string;
+  } = {},
+): Promise<BootstrapRequest> {
+  const body = Buffer.from(options.body ?? '{"apiVersion":"bootstrap.kops-controller.io/v1"}');
+  const current = { nodeName: 'node-a', certificate: options.cert ?? certificate(), key };
+  const header = (await renewalProof(
+    current,
+    options.cluster ?? clusterName,
+    () => options.signedAt ?? now,
+  )(body)) as string;
+  const [scheme, token] = header.split(' ') as [string, string];
+  assert.equal(scheme, 'x-kops-renewal');
+  return testRequest({
+    body,
+    proof: { kind: 'node-renewal', token },
+    ...(options.claimed ? { claimedNodeName: options.claimed } : {}),
+  });
+}
+
+function policy(overrides: Partial<RenewalPolicyOptions> = {}) {
+  return renewalPolicy({
+    clusterName,
+    ca,
+    replayGuard: new MemoryReplayGuard(() => now.getTime()),
+    addressesOf: async (name) => ({
+      dnsNames: [`${name}.internal`],
+      ipAddresses: ['10.0.0.9'],
+      instanceGroup: 'nodes',
+    }),
+    ...overrides,
+  });
+}
+
+async function refusal(request: BootstrapRequest, options: Partial<RenewalPolicyOptions> = {}) {
+  const decision = await policy(options).evaluate(request, contextAt(now));
+  assert.equal(decision.verdict, 'deny', JSON.stringify(decision));
+  return decision.reasons.join('; ');
+}
+
+describe('renewal policy', () => {
+  test("approves the certificate's node with the cloud's addresses, marked as a renewal of that serial", async () => {
+    const cert = certificate();
+    const decision = await policy().evaluate(await renewalRequest({ cert }), contextAt(now));
+    assert.equal(decision.verdict, 'approve', JSON.stringify(decision));
+    assert.equal(decision.facts.nodeName, 'node-a');
+    assert.deepEqual(decision.facts.ipAddresses, ['10.0.0.9']);
+    assert.equal(decision.facts.instanceGroup, 'nodes');
+    assert.equal(BigInt(`0x${decision.facts.renewalOf}`), BigInt(`0x${cert.serialNumber}`));
+  });
+
+  test('abstains without a renewal proof', async () => {
+    assert.equal((await policy().evaluate(testRequest(), contextAt(now))).verdict, 'abstain');
+  });
+
+  test('an expired certificate is refused', async () => {
+    const expired = certificate({ issuedAt: new Date('2026-02-01T00:00:00Z'), lifetimeMs: 86_400_000 });
+    assert.match(await refusal(await renewalRequest({ cert: expired })), /expired/);
+  });
+
+  test('a certificate from a foreign CA is refused', async () => {
+    const foreign = certificate({ issuer: createCa({ now: new Date('2025-01-01T00:00:00Z') }) });
+    assert.match(await refusal(await renewalRequest({ cert: foreign })), /not from the cluster CA/);
+  });
+
+  test("a certificate that is not a node's (kube-proxy) is refused", async () => {
+    const proxy = certificate({ profile: 'kube-proxy' });
+    assert.match(await refusal(await renewalRequest({ cert: proxy })), /not a node's/);
+  });
+
+  test('a request naming another node than the certificate is refused', async () => {
+    assert.match(
+      await refusal(await renewalRequest({ claimed: 'node-b' })),
+      /names node-b, the certificate node-a/,
+    );
+  });
+
+  test('a replayed proof with another body is refused; the same request again (a retry) is not', async () => {
+    const guarded = policy();
+    const first = await renewalRequest();
+    assert.equal((await guarded.evaluate(first, contextAt(now))).verdict, 'approve');
+    assert.equal(
+      (await guarded.evaluate(first, contextAt(now))).verdict,
+      'approve',
+      'a retry of the same body',
+    );
+    const replay = { ...first, body: Buffer.from('{"other":"keys"}') };
+    const decision = await guarded.evaluate(replay, contextAt(now));
+    assert.equal(decision.verdict, 'deny');
+    assert.match(decision.reasons.join(), /another request body/);
+  });
+
+  test('a body swapped under a valid proof is refused', async () => {
+    const request = await renewalRequest();
+    assert.match(
+      await refusal({ ...request, body: Buffer.from('{"swapped":true}') }),
+      /another request body/,
+    );
+  });
+
+  test('a stale (or future) timestamp is refused', async () => {
+    const stale = await renewalRequest({ signedAt: new Date(now.getTime() - 10 * 60_000) });
+    assert.match(await refusal(stale), /timestamp .* more than 300 s from now/);
+    const future = await renewalRequest({ signedAt: new Date(now.getTime() + 10 * 60_000) });
+    assert.match(await refusal(future), /more than 300 s/);
+  });
+
+  test("another cluster's audience is refused", async () => {
+    assert.match(await refusal(await renewalRequest({ cluster: 'other.example.com' })), /audience/);
+  });
+
+  test("a signature by another key than the certificate's is refused", async () => {
+    const other = generateKey('ecdsa-p256');
+    const body = Buffer.from('{}');
+    const header = (await renewalProof(
+      { nodeName: 'node-a', certificate: certificate(), key: other },
+      clusterName,
+      () => now,
+    )(body)) as string;
+    const request = testRequest({
+      body,
+      proof: { kind: 'node-renewal', token: header.split(' ')[1] as string },
+    });
+    assert.match(await refusal(request), /signature does not verify/);
+  });
+
+  test('a malformed token is refused, not a crash', async () => {
+    assert.match(
+      await refusal(testRequest({ proof: { kind: 'node-renewal', token: 'not-a-token' } })),
+      /renewal refused/,
+    );
+    const junk = Buffer.from(
+      JSON.stringify({ v: 1, cert: 'AAAA', ts: 'x', aud: 'a', body: 'a'.repeat(64), sig: 'AA' }),
+    ).toString('base64url');
+    assert.match(
+      await refusal(testRequest({ proof: { kind: 'node-renewal', token: junk } })),
+      /renewal refused/,
+    );
+  });
+
+  test('a node the cloud no longer knows is refused; a cloud that fails is a fault (503), not a refusal', async () => {
+    const gone = {
+      addressesOf: async () => Promise.reject(new NotFoundError('instance i-1 does not exist')),
+    };
+    assert.match(await refusal(await renewalRequest(), gone), /cloud does not know node node-a/);
+    const down = policy({
+      addressesOf: async () => Promise.reject(new UnavailableError('compute API: HTTP 503')),
+    });
+    await assert.rejects(down.evaluate(await renewalRequest(), contextAt(now)), (err) =>
+      isDependencyFault(err),
+    );
+  });
+
+  test('without an address source the renewal names no addresses, and a serving certificate is refused', async () => {
+    const decision = await policy({ addressesOf: undefined }).evaluate(
+      await renewalRequest(),
+      contextAt(now),
+    );
+    assert.equal(decision.verdict, 'approve');
+    assert.deepEqual([decision.facts.dnsNames, decision.facts.ipAddresses], [[], []]);
+    const serving = {
+      ...(await renewalRequest()),
+      certificates: { 'kubelet-server': publicKeyRequest(key) },
+    };
+    assert.match(await refusal(serving, { addressesOf: undefined }), /renews client certificates only/);
+  });
+});
+
+describe("renewal addresses from the cloud (the Node's providerID, then the instance)", () => {
+  const providerID = 'hcloud://42';
+  const identifier = (result: IdentifyResult): NodeIdentifier => ({
+    identify: async (ids, options) => {
+      assert.deepEqual(ids, [providerID]);
+      assert.equal(options?.maxAgeMs, 0, 'a trust decision reads the cloud afresh');
+      return new Map([[providerID, result]]);
+    },
+  });
+  const running: IdentifyResult = {
+    ok: true,
+    identity: {
+      providerID,
+      instanceId: '42',
+      instanceGroup: 'nodes-fsn1',
+      state: 'running',
+      addresses: [
+        { type: 'InternalIP', address: '10.0.0.4' },
+        { type: 'ExternalIP', address: '203.0.113.4' },
+        { type: 'InternalDNS', address: 'nodes-fsn1-42.internal' },
+        { type: 'Hostname', address: 'whatever-the-node-says' },
+      ],
+    },
+  };
+
+  test("every IP and DNS name the cloud reports now, and the instance's group", async () => {
+    const addresses = await cloudAddresses({
+      providerIdOf: async () => providerID,
+      identifier: identifier(running),
+    })('node-a');
+    assert.deepEqual(addresses, {
+      dnsNames: ['nodes-fsn1-42.internal'],
+      ipAddresses: ['10.0.0.4', '203.0.113.4'],
+      instanceGroup: 'nodes-fsn1',
+      instanceId: '42',
+    });
+  });
+
+  test('no providerID, a stopped instance or one the cloud does not know: the renewal is refused', async () => {
+    const stopped: IdentifyResult = {
+      ok: true,
+      identity: { ...(running.ok ? running.identity : ({} as never)), state: 'stopped' },
+    };
+    const cases = [
+      cloudAddresses({ providerIdOf: async () => undefined, identifier: identifier(running) }),
+      cloudAddresses({ providerIdOf: async () => providerID, identifier: identifier(stopped) }),
+      cloudAddresses({
+        providerIdOf: async () => providerID,
+        identifier: identifier({ ok: false, error: new NotFoundError('server 42 does not exist') }),
+      }),
+    ];
+    for (const addressesOf of cases) {
+      const decision = await policy({ addressesOf }).evaluate(await renewalRequest(), contextAt(now));
+      assert.equal(decision.verdict, 'deny', JSON.stringify(decision));
+      assert.match(decision.reasons.join(), /cloud does not know node node-a/);
+    }
+  });
+});

@@ -1,0 +1,96 @@
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { before, test } from 'node:test';
+import {
+  type AttestationAuthority,
+  createAttestationAuthority,
+  signAttestedContent,
+} from '../../sim/azure/attestation.ts';
+import {
+  AttestedDocumentVerifier,
+  formatAttestedTime,
+  nonceForBody,
+  parseAttestedTime,
+} from './attested-document.ts';
+
+let authority: AttestationAuthority;
+const body = Buffer.from('{"request":1}');
+// The simulated certificates are valid from an hour ago; whole seconds, as IMDS writes them.
+const now = new Date(Math.floor(Date.now() / 1000) * 1000);
+
+before(async () => {
+  authority = await createAttestationAuthority();
+});
+
+function content(overrides: Record<string, unknown> = {}) {
+  return {
+    nonce: nonceForBody(body),
+    vmId: '11111111-2222-3333-4444-555555555555',
+    subscriptionId: 'sub',
+    timeStamp: {
+      createdOn: formatAttestedTime(now),
+      expiresOn: formatAttestedTime(new Date(now.getTime() + 6 * 3_600_000)),
+    },
+    ...overrides,
+  };
+}
+
+function verifier(options: { intermediates?: string[] } = {}) {
+  return new AttestedDocumentVerifier({ roots: [authority.rootPem], now: () => now, ...options });
+}
+
+test("the nonce is kops': the first 32 hex digits of the body's SHA-256", () => {
+  assert.equal(nonceForBody(body), createHash('sha256').update(body).digest('hex').slice(0, 32));
+});
+
+test("IMDS's time format parses with its offset, and rejects malformed or rolled-over dates", () => {
+  assert.equal(parseAttestedTime('03/01/26 12:00:00 -0000')?.toISOString(), '2026-03-01T12:00:00.000Z');
+  assert.equal(parseAttestedTime('03/01/26 14:30:00 +0230')?.toISOString(), '2026-03-01T12:00:00.000Z');
+  for (const bad of [
+    '2026-03-01T12:00:00Z',
+    '02/31/26 00:00:00 -0000',
+    '13/01/26 00:00:00 -0000',
+    5,
+    undefined,
+  ]) {
+    assert.equal(parseAttestedTime(bad), undefined, String(bad));
+  }
+  assert.equal(formatAttestedTime(new Date('2026-03-01T12:00:00Z')), '03/01/26 12:00:00 -0000');
+});
+
+test('a document carrying only its leaf verifies when the issuing CA is configured, not otherwise', async () => {
+  const leafOnly = await signAttestedContent(content(), authority.signer, 'leaf');
+  await assert.rejects(verifier().verify(leafOnly, body), /does not chain to a trusted root/);
+  const document = await verifier({ intermediates: [authority.issuingPem] }).verify(leafOnly, body);
+  assert.equal(document.vmId, '11111111-2222-3333-4444-555555555555');
+  assert.deepEqual(document.signerNames, ['eastus.metadata.azure.com']);
+});
+
+test('content without vmId, subscription or createdOn, or with incoherent times, is rejected', async () => {
+  const cases: [Record<string, unknown>, RegExp][] = [
+    [{ vmId: '' }, /names no vmId/],
+    [{ subscriptionId: undefined }, /names no subscriptionId/],
+    [{ timeStamp: {} }, /createdOn is missing/],
+    [{ timeStamp: { createdOn: formatAttestedTime(new Date(now.getTime() + 5 * 60_000)) } }, /in the future/],
+    [
+      {
+        timeStamp: {
+          createdOn: formatAttestedTime(now),
+          expiresOn: formatAttestedTime(new Date(now.getTime() - 1000)),
+        },
+      },
+      /expires before it was created/,
+    ],
+    [{ timeStamp: { createdOn: formatAttestedTime(now), expiresOn: 'tomorrow' } }, /expiresOn is malformed/],
+  ];
+  for (const [overrides, reason] of cases) {
+    const signature = await signAttestedContent(content(overrides), authority.signer);
+    await assert.rejects(verifier().verify(signature, body), reason);
+  }
+  const notJson = await signAttestedContent('not json', authority.signer);
+  await assert.rejects(verifier().verify(notJson, body), /not an object|not JSON/);
+});
+
+test('every rejection is an UnauthenticatedError (a bad proof, never a fault)', async () => {
+  await assert.rejects(verifier().verify('', body), { name: 'UnauthenticatedError' });
+});

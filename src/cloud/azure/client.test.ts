@@ -1,0 +1,79 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { type AzureSimulator, startAzureSimulator } from '../../sim/azure/simulator.ts';
+import { AzureClient, azureError, azureOperationOf } from './client.ts';
+
+let sim: AzureSimulator;
+
+before(async () => {
+  sim = await startAzureSimulator({ pageSize: 1 });
+  sim.world.seedKopsCluster('c.example.com', [{ name: 'nodes', count: 2 }]);
+});
+after(() => sim.close());
+
+function client(endpoint = sim.armEndpoint): AzureClient {
+  return new AzureClient({
+    subscriptionId: sim.world.subscriptionId,
+    resourceGroup: sim.world.resourceGroup,
+    credential: sim.credential,
+    endpoint,
+    caPem: sim.caPem,
+    maxRetries: 0,
+  });
+}
+
+test('ARM request URLs are named after their SDK operation, never after a resource', () => {
+  const base = 'https://management.azure.com/subscriptions/s/resourceGroups/rg/providers';
+  const names: [string, string][] = [
+    [
+      `${base}/Microsoft.Compute/virtualMachineScaleSets/n.c/virtualMachines?api-version=1`,
+      'virtualMachineScaleSetVMs.list',
+    ],
+    [
+      `${base}/Microsoft.Compute/virtualMachineScaleSets/n.c/virtualMachines/3`,
+      'virtualMachineScaleSetVMs.get',
+    ],
+    [
+      `${base}/Microsoft.Compute/virtualMachineScaleSets/n.c/virtualMachines/3/networkInterfaces/n.c`,
+      'networkInterfaces.getVirtualMachineScaleSetNetworkInterface',
+    ],
+    [
+      `${base}/Microsoft.Compute/virtualMachineScaleSets/n.c/networkInterfaces`,
+      'networkInterfaces.listVirtualMachineScaleSetNetworkInterfaces',
+    ],
+    [`${base}/Microsoft.Compute/virtualMachineScaleSets`, 'virtualMachineScaleSets.list'],
+    [`${base}/Microsoft.Compute/virtualMachines/vm1`, 'virtualMachines.get'],
+    [`${base}/Microsoft.Network/networkInterfaces/vm1`, 'networkInterfaces.get'],
+    [`${base}/Microsoft.Storage/storageAccounts/x`, 'other'],
+  ];
+  for (const [url, name] of names) assert.equal(azureOperationOf(url), name, url);
+});
+
+test('ARM failures map to typed errors; 401/403 carry their status so they are never taken for a verdict', () => {
+  const rest = (statusCode: number, headers: Record<string, string> = {}) =>
+    Object.assign(new Error('x'), {
+      statusCode,
+      code: 'C',
+      response: { headers: { get: (n: string) => headers[n] } },
+    });
+  assert.equal(azureError(rest(404), 'get').name, 'NotFoundError');
+  const throttled = azureError(rest(429, { 'retry-after': '7' }), 'get');
+  assert.equal(throttled.name, 'RateLimitedError');
+  assert.equal(throttled.details?.['retryAfterSeconds'], 7);
+  assert.equal(azureError(rest(403), 'get').details?.['status'], 403);
+  assert.equal(azureError(rest(503), 'get').name, 'UnavailableError');
+  assert.equal(azureError(new Error('socket hang up'), 'get').name, 'UnavailableError');
+});
+
+test('network interface reads stay inside our resource group, and nextLinks inside our ARM endpoint', async () => {
+  await assert.rejects(
+    client().getNic(
+      `/subscriptions/${sim.world.subscriptionId}/resourceGroups/other/providers/Microsoft.Network/networkInterfaces/x`,
+    ),
+    { name: 'InvalidInputError' },
+  );
+  assert.equal((await client().listScaleSetNics('nodes.c.example.com')).length, 2);
+  // Reached as localhost, the simulator's nextLinks (127.0.0.1) are another origin: not followed.
+  const elsewhere = client(sim.armEndpoint.replace('127.0.0.1', 'localhost'));
+  await assert.rejects(elsewhere.listScaleSetNics('nodes.c.example.com'), /nextLink outside/);
+});

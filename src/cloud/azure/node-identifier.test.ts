@@ -1,0 +1,177 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { Registry } from 'prom-client';
+import { type AzureSimulator, startAzureSimulator } from '../../sim/azure/simulator.ts';
+import type { SimVm } from '../../sim/azure/world.ts';
+import { cloudRequests } from '../../testing/cloud-calls.ts';
+import { cloudCallMetrics } from '../metrics.ts';
+import type { IdentifyResult } from '../types.ts';
+import { AzureClient } from './client.ts';
+import { AzureCloudGroups } from './cloud-groups.ts';
+import { AzureNodeIdentifier } from './node-identifier.ts';
+
+const cluster = 'prod.example.com';
+let sim: AzureSimulator;
+let nodes: SimVm[];
+let masters: SimVm[];
+
+before(async () => {
+  sim = await startAzureSimulator({ pageSize: 50 });
+  const groups = sim.world.seedKopsCluster(cluster, [
+    { name: 'nodes', count: 120 },
+    { name: 'control-plane-eastus-1', role: 'control-plane', count: 1 },
+  ]);
+  nodes = groups.get('nodes') as SimVm[];
+  masters = groups.get('control-plane-eastus-1') as SimVm[];
+});
+after(() => sim.close());
+
+function client(registry?: Registry): AzureClient {
+  return new AzureClient({
+    subscriptionId: sim.world.subscriptionId,
+    resourceGroup: sim.world.resourceGroup,
+    credential: sim.credential,
+    endpoint: sim.armEndpoint,
+    caPem: sim.caPem,
+    maxRetries: 0,
+    ...(registry ? { cloudCalls: cloudCallMetrics(registry) } : {}),
+  });
+}
+
+function identifier(options: { registry?: Registry; now?: () => number } = {}) {
+  return new AzureNodeIdentifier({
+    client: client(options.registry),
+    clusterName: cluster,
+    coalesceWindowMs: 1,
+    ...(options.now ? { now: options.now } : {}),
+  });
+}
+
+function ok(result: IdentifyResult | undefined) {
+  assert.ok(result?.ok, result && !result.ok ? result.error.message : 'no result');
+  return result.identity;
+}
+
+function failure(result: IdentifyResult | undefined): Error {
+  assert.ok(result && !result.ok, 'expected a failure');
+  return result.error;
+}
+
+test('identifies scale-set VMs from their tags, with addresses and power state', async () => {
+  const vm = nodes[3] as SimVm;
+  const master = masters[0] as SimVm;
+  const results = await identifier().identify([sim.world.providerID(vm), sim.world.providerID(master)]);
+  const identity = ok(results.get(sim.world.providerID(vm)));
+  assert.equal(identity.instanceGroup, 'nodes');
+  assert.equal(identity.instanceId, vm.name);
+  assert.equal(identity.state, 'running');
+  assert.deepEqual(identity.addresses, [
+    { type: 'InternalIP', address: vm.privateIp },
+    { type: 'Hostname', address: vm.computerName.toLowerCase() },
+  ]);
+  assert.equal(ok(results.get(sim.world.providerID(master))).instanceGroup, 'control-plane-eastus-1');
+});
+
+test('121 nodes cost one paged listing per scale set; concurrent and repeated callers share it', async () => {
+  const registry = new Registry();
+  const id = identifier({ registry });
+  sim.clearCalls();
+  const all = [...nodes, ...masters].map((vm) => sim.world.providerID(vm));
+  const halves = await Promise.all([id.identify(all.slice(0, 60)), id.identify(all.slice(60))]);
+  assert.equal(halves[0].size + halves[1].size, 121);
+  for (const half of halves) for (const result of half.values()) ok(result);
+  // 120 VMs at 50 a page: 3 pages each of VMs and of interfaces; the control plane set: 1 + 1.
+  assert.equal(sim.count('virtualMachineScaleSetVMs.list'), 4);
+  assert.equal(sim.count('networkInterfaces.listVirtualMachineScaleSetNetworkInterfaces'), 4);
+  assert.equal(sim.count('virtualMachineScaleSetVMs.get'), 0);
+  await id.identify(all);
+  assert.equal(
+    sim.calls.filter((c) => !c.operation.startsWith('imds')).length,
+    8,
+    'a second pass within the listing lifetime makes no ARM call',
+  );
+  const counted = await cloudRequests(registry);
+  assert.equal(counted['azure virtualMachineScaleSetVMs.list ok'], 4);
+});
+
+test('a caller deciding trust (maxAgeMs) gets a fresh listing; a stopped VM shows as stopped', async () => {
+  const id = identifier();
+  const vm = nodes[5] as SimVm;
+  await id.identify([sim.world.providerID(vm)]);
+  vm.powerState = 'deallocated';
+  assert.equal(
+    ok((await id.identify([sim.world.providerID(vm)])).get(sim.world.providerID(vm))).state,
+    'running',
+  );
+  assert.equal(
+    ok((await id.identify([sim.world.providerID(vm)], { maxAgeMs: 0 })).get(sim.world.providerID(vm))).state,
+    'stopped',
+  );
+  vm.powerState = 'running';
+});
+
+test("other clusters' scale sets, untagged sets, deleted VMs and foreign ids are refused with typed errors", async () => {
+  const other = sim.world
+    .seedKopsCluster('other.example.com', [{ name: 'nodes', count: 1 }])
+    .get('nodes')?.[0] as SimVm;
+  sim.world.addScaleSet(`untagged.${cluster}`, { KubernetesCluster: cluster });
+  const untagged = sim.world.addScaleSetVm(`untagged.${cluster}`, 'untagged');
+  const gone = sim.world.addScaleSetVm(`nodes.${cluster}`);
+  const goneId = sim.world.providerID(gone);
+  sim.world.deleteVm(gone.name);
+  const foreign = sim.world.providerID(nodes[0] as SimVm).replace(sim.world.resourceGroup, 'other-rg');
+  const otherId = sim.world.providerID(other);
+  const untaggedId = sim.world.providerID(untagged);
+  const ids = [otherId, untaggedId, goneId, foreign, 'azure:///nonsense', 'aws:///i-1'];
+  const results = await identifier().identify(ids);
+  assert.match(failure(results.get(otherId)).message, /not named <group>\.prod\.example\.com/);
+  assert.match(failure(results.get(untaggedId)).message, /no kops\.k8s\.io_instancegroup tag/);
+  assert.equal(failure(results.get(goneId)).name, 'NotFoundError');
+  assert.equal(failure(results.get(foreign)).name, 'ForbiddenError');
+  assert.equal(failure(results.get('azure:///nonsense')).name, 'InvalidInputError');
+  assert.equal(failure(results.get('aws:///i-1')).name, 'InvalidInputError');
+});
+
+test('a listing ARM fails is not cached: the error is a fault, the next call reads again', async () => {
+  const id = identifier();
+  const pid = sim.world.providerID(nodes[0] as SimVm);
+  sim.failNext(1, 503, 'virtualMachineScaleSetVMs.list');
+  const error = failure((await id.identify([pid])).get(pid));
+  assert.equal(error.name, 'UnavailableError');
+  ok((await id.identify([pid])).get(pid));
+  sim.failNext(1, 429, 'virtualMachineScaleSetVMs.list');
+  assert.equal(failure((await identifier().identify([pid])).get(pid)).name, 'RateLimitedError');
+});
+
+test('a standalone VM is read with one GET and its interface', async () => {
+  const solo = sim.world.addVm('bastion-1', {
+    KubernetesCluster: cluster,
+    'kops.k8s.io_instancegroup': 'bastions',
+  });
+  sim.clearCalls();
+  const pid = sim.world.providerID(solo);
+  const identity = ok((await identifier().identify([pid])).get(pid));
+  assert.equal(identity.instanceGroup, 'bastions');
+  assert.deepEqual(identity.addresses[0], { type: 'InternalIP', address: solo.privateIp });
+  assert.equal(sim.count('virtualMachines.get'), 1);
+  assert.equal(sim.count('networkInterfaces.get'), 1);
+});
+
+test("cloud groups are the cluster's tagged scale sets with capacity and members; a stale model needs an update", async () => {
+  const stale = nodes[7] as SimVm;
+  stale.latestModelApplied = false;
+  const groups = await new AzureCloudGroups({ client: client() }).list(cluster);
+  stale.latestModelApplied = true;
+  const byGroup = new Map(groups.map((g) => [g.instanceGroup, g]));
+  assert.ok(!groups.some((g) => g.cloudName.endsWith('other.example.com')));
+  const group = byGroup.get('nodes');
+  assert.ok(group);
+  assert.equal(group.cloudName, `nodes.${cluster}`);
+  assert.equal(group.targetSize, sim.world.scaleSets.get(`nodes.${cluster}`)?.capacity);
+  assert.equal(group.members.length, group.targetSize);
+  const member = group.members.find((m) => m.instanceId === stale.name);
+  assert.equal(member?.providerID, sim.world.providerID(stale));
+  assert.notEqual(member?.template, group.template);
+  assert.equal(group.members.find((m) => m.instanceId === nodes[0]?.name)?.template, group.template);
+  assert.equal(byGroup.has('untagged'), false, 'a set without the group tag is skipped');
+});

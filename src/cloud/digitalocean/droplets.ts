@@ -1,0 +1,165 @@
+/**
+ * The DigitalOcean droplets API (https://docs.digitalocean.com/reference/api/digitalocean/#tag/Droplets),
+ * read-only: one droplet by id, and the droplets carrying a tag, page by page. kops tags each droplet
+ * it creates `KubernetesCluster:<cluster name with dots as dashes>` and `kops-instancegroup:<group>`
+ * (pkg/model/domodel/droplets.go; tags may not contain dots).
+ *
+ * Rate limit (https://docs.digitalocean.com/reference/api/digitalocean/#section/Introduction/Rate-Limit):
+ * 5,000 requests per hour and 250 per minute per token, reported in `ratelimit-limit`,
+ * `ratelimit-remaining` and `ratelimit-reset` (when the oldest counted request expires, epoch
+ * seconds); over it the API answers 429 `too_many_requests`. A list page holds at most 200 droplets,
+ * so listing a 5,000-droplet cluster costs 25 requests.
+ */
+import { InvalidInputError, NotFoundError } from '../../errors.ts';
+import type { CloudServer, ProviderIdFormat, ServerDirectory } from '../hetzner/cluster-instances.ts';
+import {
+  type AnswerHeaders,
+  headerValue,
+  type JsonAnswer,
+  type RestJsonClient,
+  retryAfterWait,
+} from '../hetzner/rest-json.ts';
+import type { InstanceAddress, InstanceState } from '../types.ts';
+
+/** The public API. */
+export const defaultDigitalOceanEndpoint = 'https://api.digitalocean.com/v2';
+/** The tag prefix naming a droplet's cluster. */
+export const doClusterTagPrefix = 'KubernetesCluster:';
+/** The tag prefix naming a droplet's instance group. */
+export const doGroupTagPrefix = 'kops-instancegroup:';
+/** The largest page the droplets list serves. */
+export const doMaxPageSize = 200;
+
+/** kops' tag spelling of a cluster name (`do.SafeClusterName`: dots become dashes). */
+export function doSafeClusterName(clusterName: string): string {
+  return clusterName.replaceAll('.', '-');
+}
+
+/** The fields of a droplet the controller reads. */
+export interface Droplet {
+  id: number;
+  name: string;
+  /** new, active, off, archive. */
+  status: string;
+  networks?: {
+    v4?: Array<{ ip_address: string; type: string }>;
+    v6?: Array<{ ip_address: string; type: string }>;
+  };
+  tags?: string[];
+  region?: { slug: string };
+}
+
+interface DropletsPage {
+  droplets?: Droplet[];
+  links?: { pages?: { next?: string } };
+}
+
+/** The error envelope: `{ "id": "not_found", "message": "..." }`. */
+export function doErrorMessage(body: unknown): string | undefined {
+  const error = body as { id?: unknown; message?: unknown } | undefined;
+  if (typeof error?.message !== 'string') return undefined;
+  return typeof error.id === 'string' ? `${error.id}: ${error.message}` : error.message;
+}
+
+/** A 429's wait: `Retry-After`, else until `ratelimit-reset`, when the oldest counted request expires. */
+export function doThrottleWait(headers: AnswerHeaders): number | undefined {
+  const retryAfter = retryAfterWait(headers);
+  if (retryAfter !== undefined) return retryAfter;
+  const reset = Number(headerValue(headers, 'ratelimit-reset'));
+  return Number.isFinite(reset) && reset > 0 ? Math.max(1, Math.ceil(reset - Date.now() / 1000)) : undefined;
+}
+
+const stateByStatus: Record<string, InstanceState> = {
+  new: 'pending',
+  active: 'running',
+  off: 'stopped',
+  archive: 'terminated',
+};
+
+/** The statuses kops' DigitalOcean identifier accepts (pkg/nodeidentity/do/identify.go). */
+const liveStatuses = new Set(['active', 'new']);
+
+/** The value of the first tag with `prefix`. */
+function tagValue(tags: readonly string[] | undefined, prefix: string): string | undefined {
+  return tags?.find((t) => t.startsWith(prefix))?.slice(prefix.length);
+}
+
+/** The droplet as the identifier sees it; private addresses first, as kops' verifier orders them. */
+export function doCloudServer(droplet: Droplet): CloudServer {
+  const addresses: InstanceAddress[] = [];
+  const nets = [...(droplet.networks?.v4 ?? []), ...(droplet.networks?.v6 ?? [])];
+  for (const net of nets)
+    if (net.type === 'private') addresses.push({ type: 'InternalIP', address: net.ip_address });
+  for (const net of nets)
+    if (net.type === 'public') addresses.push({ type: 'ExternalIP', address: net.ip_address });
+  addresses.push({ type: 'Hostname', address: droplet.name });
+  return {
+    id: String(droplet.id),
+    name: droplet.name,
+    state: stateByStatus[droplet.status] ?? 'unknown',
+    status: droplet.status,
+    live: liveStatuses.has(droplet.status),
+    clusterName: tagValue(droplet.tags, doClusterTagPrefix),
+    instanceGroup: tagValue(droplet.tags, doGroupTagPrefix),
+    addresses,
+    ...(droplet.region?.slug ? { zone: droplet.region.slug } : {}),
+  };
+}
+
+/** A droplet id: a positive decimal integer (kops parses it with Atoi). */
+export function parseDropletId(value: string, what: string): string {
+  if (!/^[1-9]\d{0,18}$/.test(value)) {
+    throw new InvalidInputError(`${what} "${value.slice(0, 40)}" is not a droplet id`);
+  }
+  return value;
+}
+
+/** `digitalocean://<droplet id>`, as the DigitalOcean cloud controller manager sets it. */
+export const doProviderIds: ProviderIdFormat = {
+  parse: (providerID) => {
+    if (!providerID.startsWith('digitalocean://')) {
+      throw new InvalidInputError(
+        `providerID "${providerID.slice(0, 80)}" is not a DigitalOcean one (digitalocean://<droplet id>)`,
+      );
+    }
+    return parseDropletId(providerID.slice('digitalocean://'.length), 'providerID droplet id');
+  },
+  format: (id) => `digitalocean://${id}`,
+};
+
+/** The droplets of one cluster through the DigitalOcean API. */
+export class DigitalOceanDroplets implements ServerDirectory {
+  readonly pageSize = doMaxPageSize;
+  readonly #api: RestJsonClient;
+  readonly #tag: string;
+
+  constructor(api: RestJsonClient, clusterName: string) {
+    this.#api = api;
+    this.#tag = `${doClusterTagPrefix}${doSafeClusterName(clusterName)}`;
+  }
+
+  /** GET /droplets/{id}. */
+  async get(id: string): Promise<CloudServer> {
+    const answer = await this.#api.get<{ droplet?: Droplet }>(
+      'droplets.get',
+      `/droplets/${encodeURIComponent(id)}`,
+    );
+    if (!answer.body.droplet) throw new NotFoundError(`droplet ${id} not found`);
+    return doCloudServer(answer.body.droplet);
+  }
+
+  /** GET /droplets?tag_name=KubernetesCluster:<cluster>, every page. */
+  async listCluster(): Promise<CloudServer[]> {
+    const out: CloudServer[] = [];
+    const tag = encodeURIComponent(this.#tag);
+    for (let page = 1; ; page++) {
+      const answer: JsonAnswer<DropletsPage> = await this.#api.get<DropletsPage>(
+        'droplets.list',
+        `/droplets?tag_name=${tag}&page=${page}&per_page=${this.pageSize}`,
+      );
+      for (const droplet of answer.body.droplets ?? []) out.push(doCloudServer(droplet));
+      // The API links the next page while there is one; its page number is ours plus one.
+      if (!answer.body.links?.pages?.next || (answer.body.droplets ?? []).length === 0) return out;
+    }
+  }
+}

@@ -1,0 +1,233 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, test } from 'node:test';
+import { Registry } from 'prom-client';
+import { KopsError } from '../../errors.ts';
+import { type HetznerSimulator, startHetznerSimulator } from '../../sim/hetzner/simulator.ts';
+import { cloudRequests } from '../../testing/cloud-calls.ts';
+import { cloudCallMetrics } from '../metrics.ts';
+import { createHetznerProvider, type HetznerProvider } from './provider.ts';
+
+const cluster = 'prod.example.com';
+let sim: HetznerSimulator;
+
+before(async () => {
+  sim = await startHetznerSimulator();
+});
+after(() => sim.close());
+beforeEach(() => sim.clearCalls());
+
+function provider(registry?: Registry): HetznerProvider {
+  return createHetznerProvider({
+    clusterName: cluster,
+    endpoint: sim.endpoint,
+    token: sim.token,
+    api: { retries: 1, retryDelayMs: 20 },
+    ...(registry ? { cloudCalls: cloudCallMetrics(registry) } : {}),
+  });
+}
+
+function kindOf(result: { ok: boolean; error?: Error } | undefined): string | undefined {
+  return result && !result.ok && result.error instanceof KopsError ? result.error.kind : undefined;
+}
+
+test('a server of the cluster is identified from its labels: group, addresses, location', async () => {
+  const [server] = sim.addGroup(cluster, 'nodes-fsn1', 1);
+  assert.ok(server);
+  server.publicIp = '203.0.113.7';
+  const p = provider();
+  try {
+    const id = `hcloud://${server.id}`;
+    const result = (await p.nodeIdentifier.identify([id])).get(id);
+    assert.ok(result?.ok, JSON.stringify(result));
+    assert.equal(result.identity.instanceGroup, 'nodes-fsn1');
+    assert.equal(result.identity.instanceId, String(server.id));
+    assert.equal(result.identity.state, 'running');
+    assert.equal(result.identity.zone, 'fsn1');
+    assert.deepEqual(result.identity.addresses, [
+      { type: 'InternalIP', address: server.privateIps[0] },
+      { type: 'ExternalIP', address: '203.0.113.7' },
+      { type: 'Hostname', address: server.name },
+    ]);
+    assert.equal(sim.count('servers.get'), 1);
+  } finally {
+    p.close();
+  }
+});
+
+test('servers that are not this cluster’s running members of a group get no identity', async () => {
+  const foreign = sim.addServer({
+    labels: { 'kops.k8s.io/cluster': 'other.example.com', 'kops.k8s.io/instance-group': 'nodes' },
+  });
+  const unlabelled = sim.addServer({});
+  const groupless = sim.addServer({ labels: { 'kops.k8s.io/cluster': cluster } });
+  const stopped = sim.addServer({
+    status: 'off',
+    labels: { 'kops.k8s.io/cluster': cluster, 'kops.k8s.io/instance-group': 'nodes' },
+  });
+  const p = provider();
+  try {
+    const ids = {
+      foreign: `hcloud://${foreign.id}`,
+      unlabelled: `hcloud://${unlabelled.id}`,
+      groupless: `hcloud://${groupless.id}`,
+      stopped: `hcloud://${stopped.id}`,
+      deleted: 'hcloud://999999999',
+      malformed: 'hcloud://12abc',
+      otherCloud: 'aws:///us-east-1a/i-0123',
+    };
+    // One at a time: each is read by id.
+    const got: Record<string, string | undefined> = {};
+    for (const [what, id] of Object.entries(ids)) {
+      const result = (await p.nodeIdentifier.identify([id])).get(id);
+      got[what] = kindOf(result);
+      if (what === 'foreign') assert.match((result as { error: Error }).error.message, /other\.example\.com/);
+      if (what === 'stopped') assert.match((result as { error: Error }).error.message, /is off, not running/);
+    }
+    assert.deepEqual(got, {
+      foreign: 'forbidden',
+      unlabelled: 'forbidden',
+      groupless: 'forbidden',
+      stopped: 'forbidden',
+      deleted: 'not-found',
+      malformed: 'invalid',
+      otherCloud: 'invalid',
+    });
+  } finally {
+    p.close();
+  }
+});
+
+test('a crowd of nodes is identified with one paginated list, then from the cache', async () => {
+  const servers = sim.addGroup(cluster, 'crowd', 120);
+  sim.addGroup('other.example.com', 'crowd', 30);
+  const foreign = sim.addServer({
+    labels: { 'kops.k8s.io/cluster': 'other.example.com', 'kops.k8s.io/instance-group': 'x' },
+  });
+  const p = provider();
+  try {
+    const ids = [...servers.map((s) => `hcloud://${s.id}`), `hcloud://${foreign.id}`];
+    const results = await p.nodeIdentifier.identify(ids);
+    assert.equal([...results.values()].filter((r) => r.ok).length, 120);
+    assert.equal(kindOf(results.get(`hcloud://${foreign.id}`)), 'forbidden');
+    assert.equal(sim.count('servers.get'), 0);
+    // The cluster's servers (this test's and the earlier ones') fit in a few 50-server pages.
+    const pages = sim.count('servers.list');
+    assert.ok(pages >= 3 && pages <= 4, `${pages} pages`);
+    for (const call of sim.calls)
+      assert.equal(call.query.get('label_selector'), `kops.k8s.io/cluster=${cluster}`);
+    sim.clearCalls();
+    await p.nodeIdentifier.identify(ids.slice(0, 120));
+    assert.equal(sim.calls.length, 0, 'answered from the cache');
+    // A caller deciding trust reads again; two nodes are cheaper read one by one than listed.
+    await p.nodeIdentifier.identify(ids.slice(0, 2), { maxAgeMs: 0 });
+    assert.equal(sim.count('servers.get'), 2);
+    assert.equal(sim.count('servers.list'), 0);
+  } finally {
+    p.close();
+  }
+});
+
+test('nodes whose events trickle in after a list are answered from it, not read one by one', async () => {
+  const local = await startHetznerSimulator();
+  const p = createHetznerProvider({
+    clusterName: 't.example.com',
+    endpoint: local.endpoint,
+    token: local.token,
+  });
+  try {
+    const ids = local.addGroup('t.example.com', 'nodes', 120).map((s) => `hcloud://${s.id}`);
+    for (let i = 0; i < ids.length; i += 10) {
+      const results = await p.nodeIdentifier.identify(ids.slice(i, i + 10));
+      assert.ok([...results.values()].every((r) => r.ok));
+    }
+    assert.equal(local.count('servers.list'), 3, 'one list of three pages, for the first batch');
+    assert.equal(local.count('servers.get'), 0);
+  } finally {
+    p.close();
+    await local.close();
+  }
+});
+
+test('concurrent callers share one batch', async () => {
+  const servers = sim.addGroup(cluster, 'concurrent', 20);
+  const p = provider();
+  try {
+    const all = await Promise.all(servers.map((s) => p.nodeIdentifier.identify([`hcloud://${s.id}`])));
+    assert.ok(all.every((m) => [...m.values()][0]?.ok));
+    assert.equal(sim.count('servers.get'), 0, 'not one GET per caller');
+    assert.ok(sim.count('servers.list') >= 1);
+  } finally {
+    p.close();
+  }
+});
+
+test('the API failing is an unavailable error, not a verdict; persistent throttling is a rate-limited error carrying the wait', async () => {
+  const [server] = sim.addGroup(cluster, 'faulty', 1);
+  const id = `hcloud://${server?.id}`;
+  const registry = new Registry();
+  const p = provider(registry);
+  try {
+    sim.fault({ times: 10, status: 503, operation: 'servers.get' });
+    const failed = (await p.nodeIdentifier.identify([id], { maxAgeMs: 0 })).get(id);
+    assert.equal(kindOf(failed), 'unavailable');
+    assert.equal(sim.count('servers.get'), 2, 'one call and one retry');
+    sim.clearFaults();
+
+    // Throttled on every try: the wait is not held past the retries, and the error says when to return.
+    sim.fault({ times: 10, status: 429, operation: 'servers.get' });
+    const throttled = (await p.nodeIdentifier.identify([id], { maxAgeMs: 0 })).get(id);
+    sim.clearFaults();
+    assert.ok(throttled && !throttled.ok && throttled.error instanceof KopsError);
+    assert.equal(throttled.error.kind, 'rate-limited');
+    assert.equal(throttled.error.details?.['retryAfterSeconds'], 1);
+    const counted = await cloudRequests(registry);
+    assert.equal(counted['hetzner servers.get throttled'], 2);
+    assert.equal(counted['hetzner servers.get error'], 2);
+  } finally {
+    p.close();
+  }
+});
+
+test('a short throttle is waited out and the call succeeds', async () => {
+  const [server] = sim.addGroup(cluster, 'throttled', 1);
+  const id = `hcloud://${server?.id}`;
+  const p = provider();
+  try {
+    sim.fault({ times: 1, status: 429, operation: 'servers.get' });
+    const result = (await p.nodeIdentifier.identify([id], { maxAgeMs: 0 })).get(id);
+    assert.ok(result?.ok);
+    assert.equal(sim.count('servers.get'), 2);
+  } finally {
+    p.close();
+  }
+});
+
+test('cloud groups list the cluster’s servers by instance group', async () => {
+  const local = await startHetznerSimulator();
+  try {
+    local.addGroup('g.example.com', 'control-plane-fsn1', 1);
+    local.addGroup('g.example.com', 'nodes', 3)[0]!.status = 'starting';
+    local.addGroup('other.example.com', 'nodes', 2);
+    const p = createHetznerProvider({
+      clusterName: 'g.example.com',
+      endpoint: local.endpoint,
+      token: local.token,
+    });
+    try {
+      const groups = await p.cloudGroups.list('g.example.com');
+      assert.deepEqual(
+        groups.map((g) => [g.instanceGroup, g.targetSize, g.members.filter((m) => m.healthy).length]),
+        [
+          ['control-plane-fsn1', 1, 1],
+          ['nodes', 3, 2],
+        ],
+      );
+      assert.match(groups[1]?.members[0]?.providerID ?? '', /^hcloud:\/\/\d+$/);
+      await assert.rejects(p.cloudGroups.list('other.example.com'), { kind: 'forbidden' });
+    } finally {
+      p.close();
+    }
+  } finally {
+    await local.close();
+  }
+});

@@ -1,0 +1,209 @@
+/**
+ * A read-only JSON client for the bearer-token REST APIs of the callback clouds (Hetzner Cloud,
+ * DigitalOcean): one GET, retried while the API is throttled or failing, every attempt counted, every
+ * failure one typed error naming the call. The provider modules only say which paths to read and
+ * how their pages link and how their 429 says when to come back. (The client is shared by
+ * src/cloud/hetzner and src/cloud/digitalocean; its retry loop and error mapping by src/cloud/linode.)
+ *
+ * Throttling: a wait short enough to fit in `maxRetryWaitMs` is waited out and the call retried; a
+ * longer one fails at once as RateLimitedError carrying `retryAfterSeconds`, so a bootstrap request
+ * is answered 503 with that Retry-After instead of being held.
+ */
+import { Agent as HttpAgent } from 'node:http';
+import { Agent as HttpsAgent } from 'node:https';
+import { errorForHttpStatus, KopsError, RateLimitedError, UnavailableError } from '../../errors.ts';
+import { httpsRequest } from '../../net/https-client.ts';
+import { retryAfterSeconds } from '../../net/retry-after.ts';
+import {
+  type CloudCallRecorder,
+  type CloudName,
+  httpCallResult,
+  noCloudCalls,
+  secondsSince,
+} from '../metrics.ts';
+
+/** Options of {@link RestJsonClient}. */
+export interface RestJsonClientOptions {
+  /** Who is called, for the cloud-call metrics and error messages. */
+  cloud: CloudName;
+  /** How the API is named to the operator (`the Hetzner Cloud API`). */
+  title: string;
+  /** Base URL, e.g. `https://api.hetzner.cloud/v1` (the simulator's in tests). */
+  endpoint: string;
+  /** The API token, sent as `Authorization: Bearer`. */
+  token: string;
+  /** Deadline of one attempt (default 10 s). */
+  timeoutMs?: number;
+  /** Retries of a throttled or failed read (default 3). */
+  retries?: number;
+  /** First retry delay without a server-given wait; later ones double (default 200 ms). */
+  retryDelayMs?: number;
+  /** The longest server-asked wait that is waited out rather than failed (default 5 s). */
+  maxRetryWaitMs?: number;
+  /** Largest answer accepted (default 16 MiB: a 200-droplet page is ~1 MiB). */
+  maxBodyBytes?: number;
+  cloudCalls?: CloudCallRecorder;
+  /** How an error answer's body is read into one line (each API has its own envelope). */
+  errorMessage?: (body: unknown) => string | undefined;
+  /** How long a 429 asks to wait, in seconds, from its headers (default: `Retry-After`). */
+  throttleWait?: (headers: AnswerHeaders) => number | undefined;
+}
+
+/** The headers of an answer. */
+export type AnswerHeaders = Record<string, string | string[] | undefined>;
+
+/** One header's value. */
+export function headerValue(headers: AnswerHeaders, name: string): string | undefined {
+  const value = headers[name];
+  return Array.isArray(value) ? value[0] : value;
+}
+
+/** One JSON answer. */
+export interface JsonAnswer<T> {
+  body: T;
+  headers: AnswerHeaders;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The wait `Retry-After` asks for, in seconds. */
+export function retryAfterWait(headers: AnswerHeaders): number | undefined {
+  return retryAfterSeconds(headerValue(headers, 'retry-after'));
+}
+
+/** GETs JSON from one REST API. */
+export class RestJsonClient {
+  readonly #o: Required<Omit<RestJsonClientOptions, 'errorMessage'>> &
+    Pick<RestJsonClientOptions, 'errorMessage'>;
+  readonly #base: string;
+  /** Kept-alive connections: a list of 100 pages reuses one TLS session instead of 100 handshakes. */
+  readonly #agent: HttpAgent;
+
+  constructor(options: RestJsonClientOptions) {
+    this.#o = {
+      timeoutMs: 10_000,
+      retries: 3,
+      retryDelayMs: 200,
+      maxRetryWaitMs: 5_000,
+      maxBodyBytes: 16 * 1024 * 1024,
+      cloudCalls: noCloudCalls,
+      throttleWait: retryAfterWait,
+      ...options,
+    };
+    this.#base = options.endpoint.replace(/\/$/, '');
+    const Agent = this.#base.startsWith('http:') ? HttpAgent : HttpsAgent;
+    this.#agent = new Agent({ keepAlive: true, maxSockets: 8 });
+  }
+
+  /** Closes the kept-alive connections. */
+  destroy(): void {
+    this.#agent.destroy();
+  }
+
+  /** GET `path` (relative to the endpoint, with its query), retried while throttled or failing. */
+  async get<T>(operation: string, path: string): Promise<JsonAnswer<T>> {
+    const { cloud, cloudCalls: calls, title } = this.#o;
+    const started = performance.now();
+    try {
+      return await retryCloudCall(this.#o, async () => {
+        let answer: Awaited<ReturnType<typeof httpsRequest>>;
+        try {
+          answer = await httpsRequest({
+            url: new URL(`${this.#base}${path}`),
+            headers: { authorization: `Bearer ${this.#o.token}`, accept: 'application/json' },
+            timeoutMs: this.#o.timeoutMs,
+            maxBodyBytes: this.#o.maxBodyBytes,
+            agent: this.#agent,
+          });
+        } catch (err) {
+          calls.request(cloud, operation, 'error');
+          throw new UnavailableError(`${title} ${operation}: ${(err as Error).message}`, {
+            cause: err,
+            details: { operation },
+          });
+        }
+        calls.request(cloud, operation, httpCallResult(answer.status));
+        const parsed = parseJson(answer.body);
+        if (answer.status === 200 && parsed !== undefined)
+          return { body: parsed as T, headers: answer.headers };
+        const reason =
+          this.#o.errorMessage?.(parsed) ?? (parsed === undefined ? 'an answer that is not JSON' : undefined);
+        const wait = answer.status === 429 ? this.#o.throttleWait(answer.headers) : undefined;
+        throw cloudAnswerError(
+          `${title} ${operation} ${path.replace(/\?.*/, '')}`,
+          operation,
+          answer.status,
+          reason,
+          wait,
+        );
+      });
+    } finally {
+      calls.duration(cloud, operation, secondsSince(started));
+    }
+  }
+}
+
+/** How a cloud read is retried. */
+export interface CloudRetryPolicy {
+  retries: number;
+  /** First delay without a server-given wait; later ones double. */
+  retryDelayMs: number;
+  /** A server-asked wait longer than this fails at once instead. */
+  maxRetryWaitMs: number;
+}
+
+/**
+ * Runs `attempt` until it succeeds, or fails with an error that is not `rate-limited` or
+ * `unavailable`, or the retries are spent, or the wait a 429 asks for (`retryAfterSeconds` in its
+ * details) is longer than the policy holds a caller.
+ */
+export async function retryCloudCall<T>(policy: CloudRetryPolicy, attempt: () => Promise<T>): Promise<T> {
+  for (let n = 0; ; n++) {
+    try {
+      return await attempt();
+    } catch (err) {
+      if (!(err instanceof KopsError) || (err.kind !== 'rate-limited' && err.kind !== 'unavailable'))
+        throw err;
+      const asked = err.details?.['retryAfterSeconds'];
+      const waitMs = typeof asked === 'number' ? asked * 1000 : policy.retryDelayMs * 2 ** n;
+      if (n >= policy.retries || waitMs > policy.maxRetryWaitMs) throw err;
+      await sleep(waitMs);
+    }
+  }
+}
+
+/**
+ * The typed error for an API's error answer: 429 rate-limited (with the wait), 401/403 the
+ * controller's own token refused (not a verdict on any node: dependency.ts isCloudVerdict), 404
+ * not-found, other 4xx invalid, and a 200 that is not JSON or a 5xx unavailable.
+ */
+export function cloudAnswerError(
+  call: string,
+  operation: string,
+  status: number,
+  reason: string | undefined,
+  waitSeconds: number | undefined,
+): KopsError {
+  const message = `${call}: ${reason ?? `HTTP ${status}`} (HTTP ${status})`;
+  const details = { operation, status, ...(waitSeconds ? { retryAfterSeconds: waitSeconds } : {}) };
+  if (status === 429) {
+    return new RateLimitedError(`${message}; the API's rate limit is exhausted, retry later`, { details });
+  }
+  if (status === 401 || status === 403) {
+    return errorForHttpStatus(
+      status,
+      `${message}; check the controller's API token and its scopes`,
+      { details },
+      'unavailable',
+    );
+  }
+  return errorForHttpStatus(status === 200 ? 502 : status, message, { details }, 'unavailable');
+}
+
+function parseJson(body: Buffer): unknown {
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,152 @@
+/**
+ * The Hetzner Cloud servers API (https://docs.hetzner.cloud/reference/cloud#servers), read-only: one
+ * server by id, and the servers carrying a label selector, page by page. The cluster and instance
+ * group of a server are its labels `kops.k8s.io/cluster` and `kops.k8s.io/instance-group`, set by kops
+ * when it creates the server (upup/pkg/fi/cloudup/hetzner/cloud.go).
+ *
+ * Rate limit (https://docs.hetzner.cloud/reference/cloud#rate-limiting): 3,600 requests per hour per
+ * project, refilled at one per second, reported in `RateLimit-Limit`, `RateLimit-Remaining` and
+ * `RateLimit-Reset`; over it the API answers 429 `rate_limit_exceeded`. A list page holds at most 50
+ * servers (`per_page` ≤ 50), so listing a 5,000-server cluster costs 100 requests.
+ */
+import { InvalidInputError, NotFoundError } from '../../errors.ts';
+import type { InstanceAddress, InstanceState } from '../types.ts';
+import type { CloudServer, ProviderIdFormat, ServerDirectory } from './cluster-instances.ts';
+import { type AnswerHeaders, type JsonAnswer, type RestJsonClient, retryAfterWait } from './rest-json.ts';
+
+/** The public API. */
+export const defaultHetznerEndpoint = 'https://api.hetzner.cloud/v1';
+/** The label naming a server's cluster. */
+export const hetznerClusterLabel = 'kops.k8s.io/cluster';
+/** The label naming a server's instance group. */
+export const hetznerGroupLabel = 'kops.k8s.io/instance-group';
+/** The largest page the servers list serves. */
+export const hetznerMaxPageSize = 50;
+
+/** The fields of a Hetzner server the controller reads. */
+export interface HetznerServer {
+  id: number;
+  name: string;
+  /** running, initializing, starting, stopping, off, deleting, migrating, rebuilding, unknown. */
+  status: string;
+  public_net?: { ipv4?: { ip: string } | null; ipv6?: { ip: string } | null };
+  private_net?: Array<{ network: number; ip: string; alias_ips?: string[] }>;
+  labels?: Record<string, string>;
+  datacenter?: { name: string; location?: { name: string } };
+}
+
+interface ServersPage {
+  servers: HetznerServer[];
+  meta?: { pagination?: { next_page: number | null } };
+}
+
+/**
+ * How long a 429 asks to wait: `Retry-After` when sent, else one second — the bucket gives back one
+ * request per second, and `RateLimit-Reset` is when it is full again, far longer than one request needs.
+ */
+export function hetznerThrottleWait(headers: AnswerHeaders): number {
+  return retryAfterWait(headers) ?? 1;
+}
+
+/** The error envelope: `{ "error": { "code": "not_found", "message": "..." } }`. */
+export function hetznerErrorMessage(body: unknown): string | undefined {
+  const error = (body as { error?: { code?: unknown; message?: unknown } } | undefined)?.error;
+  if (typeof error?.message !== 'string') return undefined;
+  return typeof error.code === 'string' ? `${error.code}: ${error.message}` : error.message;
+}
+
+const stateByStatus: Record<string, InstanceState> = {
+  running: 'running',
+  initializing: 'pending',
+  starting: 'pending',
+  migrating: 'running',
+  rebuilding: 'pending',
+  stopping: 'stopping',
+  off: 'stopped',
+  deleting: 'terminated',
+};
+
+/** The statuses kops' Hetzner identifier accepts (pkg/nodeidentity/hetzner/identify.go). */
+const liveStatuses = new Set(['running', 'starting']);
+
+/** The server as the identifier sees it: name, state, labels, addresses (as kops' verifier lists them). */
+export function hetznerCloudServer(server: HetznerServer): CloudServer {
+  const addresses: InstanceAddress[] = [];
+  // Private networks first: the first private address is where the callback challenge is answered.
+  for (const net of server.private_net ?? [])
+    if (net.ip) addresses.push({ type: 'InternalIP', address: net.ip });
+  const publicIp = server.public_net?.ipv4?.ip;
+  if (publicIp) addresses.push({ type: 'ExternalIP', address: publicIp });
+  addresses.push({ type: 'Hostname', address: server.name });
+  const zone = server.datacenter?.location?.name;
+  return {
+    id: String(server.id),
+    name: server.name,
+    state: stateByStatus[server.status] ?? 'unknown',
+    status: server.status,
+    live: liveStatuses.has(server.status),
+    clusterName: server.labels?.[hetznerClusterLabel],
+    instanceGroup: server.labels?.[hetznerGroupLabel],
+    addresses,
+    ...(zone ? { zone } : {}),
+  };
+}
+
+/** A Hetzner server id: a positive decimal integer (kops parses it as int64). */
+export function parseHetznerServerId(value: string, what: string): string {
+  if (!/^[1-9]\d{0,18}$/.test(value))
+    throw new InvalidInputError(`${what} "${value.slice(0, 40)}" is not a Hetzner server id`);
+  return value;
+}
+
+/** `hcloud://<server id>`, as the Hetzner cloud controller manager sets it. */
+export const hetznerProviderIds: ProviderIdFormat = {
+  parse: (providerID) => {
+    if (!providerID.startsWith('hcloud://')) {
+      throw new InvalidInputError(
+        `providerID "${providerID.slice(0, 80)}" is not a Hetzner one (hcloud://<server id>)`,
+      );
+    }
+    return parseHetznerServerId(providerID.slice('hcloud://'.length), 'providerID server id');
+  },
+  format: (id) => `hcloud://${id}`,
+};
+
+/** The servers of one cluster through the Hetzner Cloud API. */
+export class HetznerServers implements ServerDirectory {
+  readonly pageSize = hetznerMaxPageSize;
+  readonly #api: RestJsonClient;
+  readonly #clusterName: string;
+
+  constructor(api: RestJsonClient, clusterName: string) {
+    this.#api = api;
+    this.#clusterName = clusterName;
+  }
+
+  /** GET /servers/{id}. */
+  async get(id: string): Promise<CloudServer> {
+    const answer = await this.#api.get<{ server?: HetznerServer }>(
+      'servers.get',
+      `/servers/${encodeURIComponent(id)}`,
+    );
+    if (!answer.body.server) throw new NotFoundError(`Hetzner server ${id} not found`);
+    return hetznerCloudServer(answer.body.server);
+  }
+
+  /** GET /servers?label_selector=kops.k8s.io/cluster=<cluster>, every page. */
+  async listCluster(): Promise<CloudServer[]> {
+    const out: CloudServer[] = [];
+    const selector = encodeURIComponent(`${hetznerClusterLabel}=${this.#clusterName}`);
+    for (let page: number | null = 1; page !== null; ) {
+      const answer: JsonAnswer<ServersPage> = await this.#api.get<ServersPage>(
+        'servers.list',
+        `/servers?label_selector=${selector}&page=${page}&per_page=${this.pageSize}`,
+      );
+      for (const server of answer.body.servers ?? []) out.push(hetznerCloudServer(server));
+      const next: number | null = answer.body.meta?.pagination?.next_page ?? null;
+      // A next page that does not advance would loop forever on a broken answer.
+      page = next !== null && next > page ? next : null;
+    }
+    return out;
+  }
+}

@@ -1,0 +1,330 @@
+/**
+ * The Akamai (Linode) instances API through the official SDK, `@linode/api-v4` (`getLinode`,
+ * `getLinodes` with an `X-Filter` on the cluster tag, `page`/`page_size` pagination). kops tags each
+ * instance `kops.k8s.io/cluster:<cluster>`, `kops.k8s.io/instance-group:<group>` and
+ * `kops.k8s.io/instance-role:<role>` (pkg/model/context.go CloudTagsForInstanceGroup).
+ *
+ * The SDK sends every request through one process-wide axios instance with fixed absolute URLs and a
+ * process-wide token. So that each client has its own endpoint (the simulator's in tests), token,
+ * deadline and connection pool without forking the SDK, one request interceptor applies the settings
+ * of the client whose call is running, found through AsyncLocalStorage; requests made outside a
+ * client's call are left alone.
+ *
+ * Rate limits (https://techdocs.akamai.com/linode-api/reference/rate-limits): per token, 200 requests
+ * per minute for paginated collections (`GET /linode/instances`) and 1,600 per minute for other
+ * operations (`GET /linode/instances/{id}`); over them the API answers 429 with `Retry-After` and
+ * `X-RateLimit-Limit`/`-Remaining`/`-Reset`. A page holds at most 500 instances, so listing a
+ * 5,000-instance cluster costs 10 requests.
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { Agent as HttpAgent } from 'node:http';
+import { Agent as HttpsAgent } from 'node:https';
+import { isIP } from 'node:net';
+import * as linodeSdk from '@linode/api-v4';
+import { InvalidInputError, UnavailableError } from '../../errors.ts';
+import type { CloudServer, ProviderIdFormat, ServerDirectory } from '../hetzner/cluster-instances.ts';
+import {
+  type CloudRetryPolicy,
+  cloudAnswerError,
+  retryAfterWait,
+  retryCloudCall,
+} from '../hetzner/rest-json.ts';
+import {
+  type CloudCallRecorder,
+  type CloudName,
+  httpCallResult,
+  noCloudCalls,
+  secondsSince,
+} from '../metrics.ts';
+import type { InstanceAddress, InstanceState } from '../types.ts';
+
+/** The public API's origin (the SDK's URLs are `<origin>/v4/...` and `<origin>/v4beta/...`). */
+export const defaultLinodeOrigin = 'https://api.linode.com';
+/** The tag prefixes naming an instance's cluster and instance group. */
+export const linodeClusterTagPrefix = 'kops.k8s.io/cluster:';
+export const linodeGroupTagPrefix = 'kops.k8s.io/instance-group:';
+/** The largest page the instances list serves. */
+export const linodeMaxPageSize = 500;
+/** The metrics' name of this cloud. */
+export const linodeCloud: CloudName = 'linode';
+
+/** The fields of an instance (the SDK's `Linode`) the controller reads. */
+export interface Linode {
+  id: number;
+  label: string;
+  /** running, booting, provisioning, rebooting, shutting_down, offline, stopped, deleting, ... */
+  status: string;
+  ipv4: string[];
+  ipv6: string | null;
+  tags: string[];
+  region: string;
+}
+
+/** One page of a collection, as the SDK returns it. */
+interface LinodePage<T> {
+  data: T[];
+  page: number;
+  pages: number;
+  results: number;
+}
+
+/**
+ * The SDK calls used, typed here: the package's declaration files re-export its modules by
+ * directory (`export * from './linodes'`), which TypeScript's NodeNext resolution does not follow,
+ * so only `baseRequest` would be typed. The functions are the SDK's own, called unchanged.
+ */
+const sdk = linodeSdk as unknown as {
+  baseRequest: { interceptors: { request: { use(intercept: (config: SdkRequest) => SdkRequest): number } } };
+  getLinode(id: number): Promise<Linode>;
+  getLinodes(
+    params: { page: number; page_size: number },
+    filter: Record<string, string>,
+  ): Promise<LinodePage<Linode>>;
+};
+
+/** The parts of the SDK's (axios') request config the interceptor sets. */
+interface SdkRequest {
+  url?: string;
+  headers: { set(name: string, value: string): unknown };
+  [option: string]: unknown;
+}
+
+/** How the SDK (axios) fails: with the answer, when there was one. */
+interface SdkFailure {
+  isAxiosError: true;
+  message: string;
+  response?: { status: number; headers: Record<string, unknown>; data: unknown };
+}
+
+function isSdkFailure(err: unknown): err is SdkFailure {
+  return typeof err === 'object' && err !== null && (err as { isAxiosError?: unknown }).isAxiosError === true;
+}
+
+/** The settings of one client, applied to its own SDK calls. */
+interface CallSettings {
+  origin: string;
+  token: string;
+  timeoutMs: number;
+  agent: HttpAgent;
+}
+
+const current = new AsyncLocalStorage<CallSettings>();
+let interceptorInstalled = false;
+
+/** Installs, once, the interceptor that points the SDK's calls at the running client's endpoint. */
+function installInterceptor(): void {
+  if (interceptorInstalled) return;
+  interceptorInstalled = true;
+  sdk.baseRequest.interceptors.request.use((config) => {
+    const settings = current.getStore();
+    if (!settings) return config;
+    config.headers.set('Authorization', `Bearer ${settings.token}`);
+    return {
+      ...config,
+      url: config.url?.replace(/^https:\/\/api\.linode\.com(?=\/v4)/, settings.origin),
+      timeout: settings.timeoutMs,
+      // A client that trusts one endpoint never talks to another, and reads no answer without bound.
+      maxRedirects: 0,
+      maxContentLength: 32 * 1024 * 1024,
+      httpAgent: settings.agent,
+      httpsAgent: settings.agent,
+    };
+  });
+}
+
+/** The error envelope: `{ "errors": [{ "reason": "Not found" }] }`. */
+export function linodeErrorMessage(body: unknown): string | undefined {
+  const reasons = (body as { errors?: Array<{ reason?: unknown; field?: unknown }> } | undefined)?.errors;
+  if (!Array.isArray(reasons)) return undefined;
+  const words = reasons.filter((e) => typeof e?.reason === 'string').map((e) => String(e.reason));
+  return words.length > 0 ? words.join('; ') : undefined;
+}
+
+/** Options of {@link LinodeApi}. */
+export interface LinodeApiOptions extends Partial<CloudRetryPolicy> {
+  token: string;
+  /** Default the public API; the simulator's origin in tests. */
+  origin?: string;
+  /** Deadline of one attempt (default 10 s). */
+  timeoutMs?: number;
+  cloudCalls?: CloudCallRecorder;
+}
+
+/** The SDK calls the controller makes, each with this client's settings, retried and counted. */
+export class LinodeApi {
+  readonly #settings: CallSettings;
+  readonly #retry: CloudRetryPolicy;
+  readonly #calls: CloudCallRecorder;
+
+  constructor(options: LinodeApiOptions) {
+    installInterceptor();
+    const origin = (options.origin ?? defaultLinodeOrigin).replace(/\/$/, '');
+    const Agent = origin.startsWith('http:') ? HttpAgent : HttpsAgent;
+    this.#settings = {
+      origin,
+      token: options.token,
+      timeoutMs: options.timeoutMs ?? 10_000,
+      agent: new Agent({ keepAlive: true, maxSockets: 8 }),
+    };
+    this.#retry = {
+      retries: options.retries ?? 3,
+      retryDelayMs: options.retryDelayMs ?? 200,
+      maxRetryWaitMs: options.maxRetryWaitMs ?? 5_000,
+    };
+    this.#calls = options.cloudCalls ?? noCloudCalls;
+  }
+
+  /** Closes the kept-alive connections. */
+  destroy(): void {
+    this.#settings.agent.destroy();
+  }
+
+  /** `getLinode`: GET /v4/linode/instances/{id}. */
+  getInstance(id: number): Promise<Linode> {
+    return this.#call('linode.instances.get', `/linode/instances/${id}`, () => sdk.getLinode(id));
+  }
+
+  /** `getLinodes` filtered on one tag: GET /v4beta/linode/instances, one page. */
+  listInstancesByTag(tag: string, page: number, pageSize: number) {
+    return this.#call('linode.instances.list', '/linode/instances', () =>
+      sdk.getLinodes({ page, page_size: pageSize }, { tags: tag }),
+    );
+  }
+
+  async #call<T>(operation: string, path: string, send: () => Promise<T>): Promise<T> {
+    const started = performance.now();
+    try {
+      return await retryCloudCall(this.#retry, async () => {
+        try {
+          const result = await current.run(this.#settings, send);
+          this.#calls.request(linodeCloud, operation, 'ok');
+          return result;
+        } catch (err) {
+          const response = isSdkFailure(err) ? err.response : undefined;
+          this.#calls.request(linodeCloud, operation, httpCallResult(response?.status));
+          if (!response) {
+            throw new UnavailableError(`the Linode API ${operation}: ${(err as Error).message}`, {
+              cause: err,
+              details: { operation },
+            });
+          }
+          const headers = Object.fromEntries(
+            Object.entries(response.headers).map(([k, v]) => [
+              k.toLowerCase(),
+              v === undefined ? undefined : String(v),
+            ]),
+          );
+          const wait = response.status === 429 ? (retryAfterWait(headers) ?? 1) : undefined;
+          throw cloudAnswerError(
+            `the Linode API ${operation} ${path}`,
+            operation,
+            response.status,
+            linodeErrorMessage(response.data),
+            wait,
+          );
+        }
+      });
+    } finally {
+      this.#calls.duration(linodeCloud, operation, secondsSince(started));
+    }
+  }
+}
+
+/** The statuses kops' Linode identifier accepts (pkg/nodeidentity/linode/identify.go). */
+const liveStatuses = new Set(['running', 'booting', 'provisioning']);
+
+const stateByStatus: Record<string, InstanceState> = {
+  provisioning: 'pending',
+  booting: 'pending',
+  running: 'running',
+  rebooting: 'running',
+  migrating: 'running',
+  shutting_down: 'stopping',
+  offline: 'stopped',
+  stopped: 'stopped',
+  deleting: 'terminated',
+};
+
+/** Whether an IPv4 address is in an RFC 1918 range (Go's `IP.IsPrivate`, which kops' verifier uses). */
+export function isPrivateIPv4(address: string): boolean {
+  if (isIP(address) !== 4) return false;
+  const [a = 0, b = 0] = address.split('.').map(Number);
+  return a === 10 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168);
+}
+
+function tagValue(tags: readonly string[], prefix: string): string | undefined {
+  return tags.find((t) => t.startsWith(prefix))?.slice(prefix.length);
+}
+
+/** The instance as the identifier sees it: its IPv4 addresses, private ones first (as kops challenges them). */
+export function linodeCloudServer(instance: Linode): CloudServer {
+  const ipv4 = (instance.ipv4 ?? []).filter((ip) => isIP(ip) === 4);
+  const addresses: InstanceAddress[] = [
+    ...ipv4.filter(isPrivateIPv4).map((address) => ({ type: 'InternalIP' as const, address })),
+    ...ipv4.filter((ip) => !isPrivateIPv4(ip)).map((address) => ({ type: 'ExternalIP' as const, address })),
+    { type: 'Hostname', address: instance.label },
+  ];
+  const tags = instance.tags ?? [];
+  return {
+    id: String(instance.id),
+    name: instance.label,
+    state: stateByStatus[instance.status] ?? 'unknown',
+    status: instance.status,
+    live: liveStatuses.has(instance.status),
+    clusterName: tagValue(tags, linodeClusterTagPrefix),
+    instanceGroup: tagValue(tags, linodeGroupTagPrefix),
+    addresses,
+    ...(instance.region ? { zone: instance.region } : {}),
+  };
+}
+
+/** A Linode instance id: a positive decimal integer that fits the SDK's number (kops parses it with Atoi). */
+export function parseLinodeId(value: string, what: string): string {
+  if (!/^[1-9]\d{0,14}$/.test(value)) {
+    throw new InvalidInputError(`${what} "${value.slice(0, 40)}" is not a Linode instance id`);
+  }
+  return value;
+}
+
+/** `linode://<id>`; kops also reads `linode:///<id>` and `linode://<region>/<id>`. */
+export const linodeProviderIds: ProviderIdFormat = {
+  parse: (providerID) => {
+    if (!providerID.startsWith('linode://')) {
+      throw new InvalidInputError(
+        `providerID "${providerID.slice(0, 80)}" is not a Linode one (linode://<instance id>)`,
+      );
+    }
+    const parts = providerID
+      .slice('linode://'.length)
+      .replace(/^\/+|\/+$/g, '')
+      .split('/');
+    return parseLinodeId(parts[parts.length - 1] ?? '', 'providerID instance id');
+  },
+  format: (id) => `linode://${id}`,
+};
+
+/** The instances of one cluster through the Linode API. */
+export class LinodeInstances implements ServerDirectory {
+  readonly pageSize = linodeMaxPageSize;
+  readonly #api: LinodeApi;
+  readonly #tag: string;
+
+  constructor(api: LinodeApi, clusterName: string) {
+    this.#api = api;
+    this.#tag = `${linodeClusterTagPrefix}${clusterName}`;
+  }
+
+  async get(id: string): Promise<CloudServer> {
+    return linodeCloudServer(await this.#api.getInstance(Number(id)));
+  }
+
+  async listCluster(): Promise<CloudServer[]> {
+    const out: CloudServer[] = [];
+    for (let page = 1, pages = 1; page <= pages; page++) {
+      const answer = await this.#api.listInstancesByTag(this.#tag, page, this.pageSize);
+      for (const instance of answer.data ?? []) out.push(linodeCloudServer(instance));
+      pages = Number.isInteger(answer.pages) ? answer.pages : page;
+    }
+    return out;
+  }
+}

@@ -1,0 +1,73 @@
+/** Wires the Akamai (Linode) pieces for one cluster: the SDK client, node identity and cloud groups. */
+import { ConfigError } from '../../errors.ts';
+import { type Logger, silentLogger } from '../../log.ts';
+import { ClusterServerGroups, ClusterServerIdentifier } from '../hetzner/cluster-instances.ts';
+import type { CloudCallRecorder } from '../metrics.ts';
+import {
+  LinodeApi,
+  type LinodeApiOptions,
+  LinodeInstances,
+  linodeClusterTagPrefix,
+  linodeGroupTagPrefix,
+  linodeProviderIds,
+} from './instances.ts';
+
+/** The variable holding the API token, as for kops and linode-cli. */
+export const linodeTokenVariable = 'LINODE_TOKEN';
+/** The variable that replaces the API origin, as for linodego (`LINODE_URL`). */
+export const linodeUrlVariable = 'LINODE_URL';
+
+/** What the controller needs to talk to Linode. */
+export interface LinodeProviderOptions {
+  clusterName: string;
+  /** Default `LINODE_URL`, then the public API. */
+  origin?: string;
+  /** Default `LINODE_TOKEN`. */
+  token?: string;
+  logger?: Logger;
+  cloudCalls?: CloudCallRecorder;
+  /** Retry and deadline settings of the API client (tests shorten them). */
+  api?: Pick<LinodeApiOptions, 'retries' | 'retryDelayMs' | 'maxRetryWaitMs' | 'timeoutMs'>;
+}
+
+/** The Linode implementations of the cloud interfaces. */
+export interface LinodeProvider {
+  instances: LinodeInstances;
+  nodeIdentifier: ClusterServerIdentifier;
+  cloudGroups: ClusterServerGroups;
+  identifiesByNodeName: false;
+  close(): void;
+}
+
+/** Builds the Linode provider; throws ConfigError without a token. */
+export function createLinodeProvider(options: LinodeProviderOptions): LinodeProvider {
+  const token = options.token ?? process.env[linodeTokenVariable];
+  if (!token)
+    throw new ConfigError(
+      `${linodeTokenVariable} is required on Akamai (Linode) (a token with Linodes read access)`,
+    );
+  const origin = options.origin ?? (process.env[linodeUrlVariable] || undefined);
+  const api = new LinodeApi({
+    token,
+    ...(origin ? { origin } : {}),
+    ...options.api,
+    ...(options.cloudCalls ? { cloudCalls: options.cloudCalls } : {}),
+  });
+  const instances = new LinodeInstances(api, options.clusterName);
+  const nodeIdentifier = new ClusterServerIdentifier({
+    directory: instances,
+    providerIds: linodeProviderIds,
+    clusterName: options.clusterName,
+    noun: 'Linode instance',
+    clusterMark: `tag ${linodeClusterTagPrefix}${options.clusterName}`,
+    groupMark: `${linodeGroupTagPrefix}<group> tag`,
+    logger: options.logger ?? silentLogger,
+  });
+  return {
+    instances,
+    nodeIdentifier,
+    cloudGroups: new ClusterServerGroups(nodeIdentifier, options.clusterName),
+    identifiesByNodeName: false,
+    close: () => api.destroy(),
+  };
+}

@@ -1,0 +1,105 @@
+/**
+ * The two short-lived certificates of the callback challenge: the node server's self-signed one
+ * (`challenge-server.<cluster>`, kops: valid from 15 minutes ago for one hour, sent in the request
+ * as the only certificate the controller may accept) and the controller's client certificate from
+ * the cluster CA (`kops-controller.<cluster>`, one hour), the only caller a node answers.
+ */
+import type { KeyObject } from 'node:crypto';
+import type { CertificateAuthority } from '../pki/ca.ts';
+import { unsignedInteger } from '../pki/der.ts';
+import { describeSpki, generateKey, privateKeyPem, signatureSchemeFor, spkiOf } from '../pki/keys.ts';
+import { encodePem } from '../pki/pem.ts';
+import {
+  basicConstraintsExtension,
+  encodeName,
+  extKeyUsageExtension,
+  keyUsageExtension,
+  signCertificate,
+  subjectAltNameExtension,
+  subjectKeyIdentifierExtension,
+} from '../pki/x509.ts';
+import { pooledRandomBytes } from '../random.ts';
+import { challengeClientName, challengeServerName } from './challenge.ts';
+
+/** A certificate with its private key, both PEM, and when it stops being valid. */
+export interface ChallengeCredential {
+  certificatePem: string;
+  keyPem: string;
+  notAfter: Date;
+}
+
+const hourMs = 3_600_000;
+
+/** A positive 128-bit serial. */
+function randomSerial(): Buffer {
+  const bytes = pooledRandomBytes(16);
+  bytes[0] = (bytes[0] as number) & 0x7f;
+  return unsignedInteger(bytes);
+}
+
+function credential(der: Buffer, key: KeyObject, notAfter: Date): ChallengeCredential {
+  return { certificatePem: encodePem('CERTIFICATE', der), keyPem: privateKeyPem(key), notAfter };
+}
+
+/** The node server's self-signed certificate for `clusterName`, with a fresh key. */
+export function challengeServerCertificate(clusterName: string, now = new Date()): ChallengeCredential {
+  const key = generateKey('ecdsa-p256');
+  const spki = spkiOf(key);
+  const name = challengeServerName(clusterName);
+  const subject = encodeName({ commonName: name, organizations: [] });
+  // Backdated as kops does, so that a controller whose clock is a little ahead accepts it.
+  const notBefore = new Date(now.getTime() - 15 * 60_000);
+  const notAfter = new Date(notBefore.getTime() + hourMs);
+  const der = signCertificate(
+    {
+      serial: randomSerial(),
+      issuer: subject,
+      subject,
+      notBefore,
+      notAfter,
+      spki,
+      extensions: [
+        keyUsageExtension(['digitalSignature', 'keyEncipherment']),
+        extKeyUsageExtension(['serverAuth']),
+        basicConstraintsExtension(false),
+        subjectKeyIdentifierExtension(describeSpki(spki).keyIdentifier),
+        subjectAltNameExtension({ dnsNames: [name], ipAddresses: [] }),
+      ],
+    },
+    signatureSchemeFor(key),
+    key,
+  );
+  return credential(der, key, notAfter);
+}
+
+/** The controller's client certificate for `clusterName`, signed by `ca`, valid one hour. */
+export function challengeClientCertificate(
+  ca: CertificateAuthority,
+  clusterName: string,
+  now = new Date(),
+): ChallengeCredential {
+  const key = generateKey('ecdsa-p256');
+  const spki = spkiOf(key);
+  // Backdated a little, like every leaf of this CA, for nodes whose clock is behind.
+  const notBefore = new Date(now.getTime() - 5 * 60_000);
+  const notAfter = new Date(now.getTime() + hourMs);
+  const der = signCertificate(
+    {
+      serial: randomSerial(),
+      issuer: ca.signer.certificate.parsed.subjectDer,
+      subject: encodeName({ commonName: challengeClientName(clusterName), organizations: [] }),
+      notBefore,
+      notAfter,
+      spki,
+      extensions: [
+        keyUsageExtension(['digitalSignature']),
+        extKeyUsageExtension(['clientAuth']),
+        basicConstraintsExtension(false),
+        ca.signer.authorityKeyIdentifier,
+      ],
+    },
+    ca.signer.scheme,
+    ca.signer.key,
+  );
+  return credential(der, key, notAfter);
+}

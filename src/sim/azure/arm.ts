@@ -1,0 +1,334 @@
+/**
+ * The simulated Azure Resource Manager: the compute and network reads kops-controller makes, as
+ * ARM's REST API answers them — JSON resources with `properties`, `$expand=instanceView`, paging
+ * through `nextLink`, ARM's error body `{ "error": { "code", "message" } }`, a bearer token the
+ * simulated IMDS issued, and the subscription read bucket ARM documents (250 tokens, 25 per second
+ * refill) answering 429 `SubscriptionRequestsThrottled` with `Retry-After` and
+ * `x-ms-ratelimit-remaining-subscription-reads`.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { TokenBucket } from '../aws/throttle.ts';
+import type { AzureWorld, SimScaleSet, SimVm } from './world.ts';
+
+/** One request the simulator served, named after the SDK operation (`virtualMachines.get`, …). */
+export interface AzureCall {
+  operation: string;
+  path: string;
+  query: Record<string, string>;
+}
+
+/** ARM's documented read bucket per subscription and region. */
+export const armReadBucket = { capacity: 250, refillPerSecond: 25 } as const;
+
+/** Thrown inside a handler to answer an ARM error. */
+export class ArmError extends Error {
+  readonly status: number;
+  readonly code: string;
+  readonly headers: Record<string, string>;
+
+  constructor(status: number, code: string, message: string, headers: Record<string, string> = {}) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.headers = headers;
+  }
+}
+
+/** What the router needs besides the world. */
+export interface ArmContext {
+  world: AzureWorld;
+  /** The public base URL, for `nextLink`. */
+  baseUrl(): string;
+  pageSize: number;
+  /** The subscription read bucket; undefined: no throttling. */
+  bucket: TokenBucket | undefined;
+  /** Whether a bearer token was issued by the simulated IMDS. */
+  validToken(token: string): boolean;
+}
+
+type Handler = (ctx: ArmContext, query: URLSearchParams, names: string[]) => unknown;
+
+const instanceViewOf = (vm: SimVm) => ({
+  statuses: [
+    { code: 'ProvisioningState/succeeded', level: 'Info', displayStatus: 'Provisioning succeeded' },
+    { code: `PowerState/${vm.powerState}`, level: 'Info', displayStatus: `VM ${vm.powerState}` },
+  ],
+});
+
+function vmJson(ctx: ArmContext, vm: SimVm, expand: string | null) {
+  const id = ctx.world.resourceId(vm);
+  const nicId = vm.scaleSet
+    ? `${id}/networkInterfaces/${vm.scaleSet}`
+    : `/subscriptions/${ctx.world.subscriptionId}/resourceGroups/${ctx.world.resourceGroup}/providers/Microsoft.Network/networkInterfaces/${vm.name}`;
+  return {
+    id,
+    name: vm.name,
+    type: vm.scaleSet
+      ? 'Microsoft.Compute/virtualMachineScaleSets/virtualMachines'
+      : 'Microsoft.Compute/virtualMachines',
+    location: ctx.world.location,
+    tags: vm.tags,
+    ...(vm.scaleSet ? { instanceId: vm.instanceId } : {}),
+    properties: {
+      vmId: vm.vmId,
+      provisioningState: 'Succeeded',
+      ...(vm.scaleSet ? { latestModelApplied: vm.latestModelApplied } : {}),
+      osProfile: { computerName: vm.computerName, adminUsername: 'kops' },
+      networkProfile: { networkInterfaces: [{ id: nicId, properties: { primary: true } }] },
+      ...(expand?.toLowerCase() === 'instanceview' ? { instanceView: instanceViewOf(vm) } : {}),
+    },
+  };
+}
+
+function nicJson(ctx: ArmContext, vm: SimVm) {
+  const vmId = ctx.world.resourceId(vm);
+  const id = vm.scaleSet
+    ? `${vmId}/networkInterfaces/${vm.scaleSet}`
+    : `/subscriptions/${ctx.world.subscriptionId}/resourceGroups/${ctx.world.resourceGroup}/providers/Microsoft.Network/networkInterfaces/${vm.name}`;
+  return {
+    id,
+    name: vm.scaleSet ?? vm.name,
+    type: 'Microsoft.Network/networkInterfaces',
+    properties: {
+      provisioningState: 'Succeeded',
+      primary: true,
+      virtualMachine: { id: vmId },
+      ipConfigurations: [
+        {
+          name: 'ipconfig1',
+          id: `${id}/ipConfigurations/ipconfig1`,
+          properties: { privateIPAddress: vm.privateIp, privateIPAllocationMethod: 'Dynamic', primary: true },
+        },
+      ],
+    },
+  };
+}
+
+function scaleSetJson(ctx: ArmContext, set: SimScaleSet) {
+  return {
+    id: `/subscriptions/${ctx.world.subscriptionId}/resourceGroups/${ctx.world.resourceGroup}/providers/Microsoft.Compute/virtualMachineScaleSets/${set.name}`,
+    name: set.name,
+    type: 'Microsoft.Compute/virtualMachineScaleSets',
+    location: ctx.world.location,
+    tags: set.tags,
+    sku: { name: set.sku, tier: 'Standard', capacity: set.capacity },
+    properties: { provisioningState: 'Succeeded', upgradePolicy: { mode: 'Manual' } },
+  };
+}
+
+function notFound(type: string, name: string, rg: string): ArmError {
+  return new ArmError(
+    404,
+    'ResourceNotFound',
+    `The Resource '${type}/${name}' under resource group '${rg}' was not found. For more details please go to https://aka.ms/ARMResourceNotFoundFix`,
+  );
+}
+
+function scaleSetOf(ctx: ArmContext, name: string): SimScaleSet {
+  const set = ctx.world.scaleSets.get(name.toLowerCase());
+  if (!set) throw notFound('Microsoft.Compute/virtualMachineScaleSets', name, ctx.world.resourceGroup);
+  return set;
+}
+
+function scaleSetVmOf(ctx: ArmContext, set: string, instanceId: string): SimVm {
+  scaleSetOf(ctx, set);
+  const vm = ctx.world.scaleSetVm(set, instanceId);
+  // Compute answers a missing scale-set instance with its own code, not ARM's ResourceNotFound.
+  if (!vm) throw new ArmError(404, 'NotFound', 'The entity was not found in this Azure location.');
+  return vm;
+}
+
+/** A page of `items` after `$skiptoken`, with the `nextLink` of the rest. */
+function page(ctx: ArmContext, path: string, query: URLSearchParams, items: unknown[]) {
+  const start = Number(query.get('$skiptoken') ?? '0');
+  const value = items.slice(start, start + ctx.pageSize);
+  if (start + ctx.pageSize >= items.length) return { value };
+  const next = new URLSearchParams(query);
+  next.set('$skiptoken', String(start + ctx.pageSize));
+  return { value, nextLink: `${ctx.baseUrl()}${path}?${next.toString()}` };
+}
+
+/** The routes under `/subscriptions/<s>/resourceGroups/<rg>/providers/`, by lower-cased shape. */
+const routes: { operation: string; shape: string[]; handler: Handler; listPath?: true }[] = [
+  {
+    operation: 'virtualMachineScaleSets.list',
+    shape: ['microsoft.compute', 'virtualmachinescalesets'],
+    listPath: true,
+    handler: (ctx) => [...ctx.world.scaleSets.values()].map((s) => scaleSetJson(ctx, s)),
+  },
+  {
+    operation: 'virtualMachineScaleSetVMs.list',
+    shape: ['microsoft.compute', 'virtualmachinescalesets', '*', 'virtualmachines'],
+    listPath: true,
+    handler: (ctx, query, [set]) =>
+      ctx.world
+        .scaleSetVms(scaleSetOf(ctx, set as string).name)
+        .map((vm) => vmJson(ctx, vm, query.get('$expand'))),
+  },
+  {
+    operation: 'virtualMachineScaleSetVMs.get',
+    shape: ['microsoft.compute', 'virtualmachinescalesets', '*', 'virtualmachines', '*'],
+    handler: (ctx, query, [set, id]) =>
+      vmJson(ctx, scaleSetVmOf(ctx, set as string, id as string), query.get('$expand')),
+  },
+  {
+    operation: 'networkInterfaces.listVirtualMachineScaleSetNetworkInterfaces',
+    shape: ['microsoft.compute', 'virtualmachinescalesets', '*', 'networkinterfaces'],
+    listPath: true,
+    handler: (ctx, _query, [set]) =>
+      ctx.world.scaleSetVms(scaleSetOf(ctx, set as string).name).map((vm) => nicJson(ctx, vm)),
+  },
+  {
+    operation: 'networkInterfaces.getVirtualMachineScaleSetNetworkInterface',
+    shape: [
+      'microsoft.compute',
+      'virtualmachinescalesets',
+      '*',
+      'virtualmachines',
+      '*',
+      'networkinterfaces',
+      '*',
+    ],
+    handler: (ctx, _query, [set, id, nic]) => {
+      const vm = scaleSetVmOf(ctx, set as string, id as string);
+      if (nic?.toLowerCase() !== vm.scaleSet?.toLowerCase()) {
+        throw notFound('Microsoft.Network/networkInterfaces', nic as string, ctx.world.resourceGroup);
+      }
+      return nicJson(ctx, vm);
+    },
+  },
+  {
+    operation: 'virtualMachines.list',
+    shape: ['microsoft.compute', 'virtualmachines'],
+    listPath: true,
+    handler: (ctx, query) =>
+      [...ctx.world.vms.values()]
+        .filter((vm) => !vm.scaleSet)
+        .map((vm) => vmJson(ctx, vm, query.get('$expand'))),
+  },
+  {
+    operation: 'virtualMachines.get',
+    shape: ['microsoft.compute', 'virtualmachines', '*'],
+    handler: (ctx, query, [name]) => {
+      const vm = ctx.world.vms.get((name as string).toLowerCase());
+      if (!vm || vm.scaleSet)
+        throw notFound('Microsoft.Compute/virtualMachines', name as string, ctx.world.resourceGroup);
+      return vmJson(ctx, vm, query.get('$expand'));
+    },
+  },
+  {
+    operation: 'networkInterfaces.get',
+    shape: ['microsoft.network', 'networkinterfaces', '*'],
+    handler: (ctx, _query, [name]) => {
+      const vm = ctx.world.vms.get((name as string).toLowerCase());
+      if (!vm || vm.scaleSet)
+        throw notFound('Microsoft.Network/networkInterfaces', name as string, ctx.world.resourceGroup);
+      return nicJson(ctx, vm);
+    },
+  },
+];
+
+/** The operation a path names and the handler's arguments, or undefined. */
+export function matchArmRoute(
+  ctx: ArmContext,
+  path: string,
+): { operation: string; run: (query: URLSearchParams) => unknown } | undefined {
+  const parts = path.split('/').map(decodeURIComponent);
+  // ['', 'subscriptions', s, 'resourceGroups', rg, 'providers', ...rest]
+  if (
+    parts.length < 8 ||
+    parts[1]?.toLowerCase() !== 'subscriptions' ||
+    parts[3]?.toLowerCase() !== 'resourcegroups' ||
+    parts[5]?.toLowerCase() !== 'providers'
+  ) {
+    return undefined;
+  }
+  const rest = parts.slice(6);
+  for (const route of routes) {
+    if (route.shape.length !== rest.length) continue;
+    const names: string[] = [];
+    const matches = route.shape.every((segment, i) => {
+      const actual = rest[i] as string;
+      if (segment === '*') {
+        names.push(actual);
+        return true;
+      }
+      return actual.toLowerCase() === segment;
+    });
+    if (!matches) continue;
+    return {
+      operation: route.operation,
+      run: (query) => {
+        if (parts[2]?.toLowerCase() !== ctx.world.subscriptionId.toLowerCase()) {
+          throw new ArmError(
+            404,
+            'SubscriptionNotFound',
+            `The subscription '${parts[2]}' could not be found.`,
+          );
+        }
+        if (parts[4]?.toLowerCase() !== ctx.world.resourceGroup.toLowerCase()) {
+          throw new ArmError(
+            404,
+            'ResourceGroupNotFound',
+            `Resource group '${parts[4]}' could not be found.`,
+          );
+        }
+        const result = route.handler(ctx, query, names);
+        return route.listPath ? page(ctx, path, query, result as unknown[]) : result;
+      },
+    };
+  }
+  return undefined;
+}
+
+/** Answers one ARM request (authentication, throttling, routing); faults are applied by the caller. */
+export function serveArm(
+  ctx: ArmContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+  route: ReturnType<typeof matchArmRoute>,
+): void {
+  const send = (status: number, body: unknown, headers: Record<string, string> = {}) => {
+    res.writeHead(status, {
+      'content-type': 'application/json; charset=utf-8',
+      'x-ms-request-id': crypto.randomUUID(),
+      ...(ctx.bucket
+        ? { 'x-ms-ratelimit-remaining-subscription-reads': String(Math.floor(ctx.bucket.tokens)) }
+        : {}),
+      ...headers,
+    });
+    res.end(JSON.stringify(body));
+  };
+  try {
+    const auth = req.headers.authorization ?? '';
+    if (!auth.startsWith('Bearer ') || !ctx.validToken(auth.slice(7))) {
+      throw new ArmError(401, 'InvalidAuthenticationToken', 'The access token is invalid.', {
+        'www-authenticate':
+          'Bearer authorization_uri="https://login.microsoftonline.com/common", error="invalid_token"',
+      });
+    }
+    if (req.method !== 'GET') throw new ArmError(405, 'MethodNotAllowed', `${req.method} is not simulated`);
+    if (!route) throw new ArmError(404, 'InvalidResourceType', `No route for ${url.pathname}`);
+    if (!url.searchParams.get('api-version')) {
+      throw new ArmError(
+        400,
+        'MissingApiVersionParameter',
+        'The api-version query parameter (?api-version=) is required for all requests.',
+      );
+    }
+    if (ctx.bucket && !ctx.bucket.take()) {
+      const wait = Math.max(1, Math.ceil(1 / ctx.bucket.refillPerSecond));
+      throw new ArmError(
+        429,
+        'SubscriptionRequestsThrottled',
+        `Number of 'read' requests for subscription '${ctx.world.subscriptionId}' exceeded. Please try again after '${wait}' seconds.`,
+        { 'retry-after': String(wait) },
+      );
+    }
+    send(200, route.run(url.searchParams));
+  } catch (err) {
+    if (!(err instanceof ArmError)) throw err;
+    send(err.status, { error: { code: err.code, message: err.message } }, err.headers);
+  }
+}

@@ -1,0 +1,105 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { type AzureSimulator, startAzureSimulator } from './simulator.ts';
+
+let sim: AzureSimulator;
+let token: string;
+
+before(async () => {
+  sim = await startAzureSimulator({ pageSize: 2, readBucket: { capacity: 3, refillPerSecond: 0.001 } });
+  sim.world.seedKopsCluster('c.example.com', [{ name: 'nodes', count: 3 }]);
+  token = (await sim.credential.getToken('https://management.azure.com/.default'))?.token as string;
+});
+after(() => sim.close());
+
+/** A GET to ARM with the simulator's CA trusted (fetch cannot take a CA, so node:https is used). */
+async function arm(
+  path: string,
+  bearer = token,
+): Promise<{ status: number; headers: Record<string, unknown>; body: Record<string, unknown> }> {
+  const { request } = await import('node:https');
+  return new Promise((resolve, reject) => {
+    const req = request(
+      `${sim.armEndpoint}${path}`,
+      { ca: sim.caPem, headers: { authorization: `Bearer ${bearer}` } },
+      (res) => {
+        let text = '';
+        res.on('data', (chunk) => {
+          text += chunk;
+        });
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: JSON.parse(text) }),
+        );
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+const rg = () =>
+  `/subscriptions/${sim.world.subscriptionId}/resourceGroups/${sim.world.resourceGroup}/providers/Microsoft.Compute`;
+
+test('ARM wants a token the IMDS issued, and an api-version, answering its error body', async () => {
+  const noToken = await arm(`${rg()}/virtualMachineScaleSets?api-version=2026-04-01`, 'forged');
+  assert.equal(noToken.status, 401);
+  assert.deepEqual(Object.keys(noToken.body), ['error']);
+  assert.equal((noToken.body['error'] as { code: string }).code, 'InvalidAuthenticationToken');
+  assert.equal((await arm(`${rg()}/virtualMachineScaleSets`)).status, 400);
+});
+
+test('lists page through nextLink; the read bucket answers 429 with Retry-After when empty', async () => {
+  sim.bucket?.reset();
+  const first = await arm(
+    `${rg()}/virtualMachineScaleSets/nodes.c.example.com/virtualMachines?api-version=2026-04-01`,
+  );
+  assert.equal((first.body['value'] as unknown[]).length, 2);
+  const next = new URL(first.body['nextLink'] as string);
+  assert.equal(next.origin, sim.armEndpoint);
+  const second = await arm(`${next.pathname}${next.search}`);
+  assert.equal((second.body['value'] as unknown[]).length, 1);
+  assert.equal(second.body['nextLink'], undefined);
+  assert.equal(second.headers['x-ms-ratelimit-remaining-subscription-reads'], '1');
+  await arm(`${rg()}/virtualMachineScaleSets?api-version=2026-04-01`);
+  const throttled = await arm(`${rg()}/virtualMachineScaleSets?api-version=2026-04-01`);
+  assert.equal(throttled.status, 429);
+  assert.ok(Number(throttled.headers['retry-after']) >= 1);
+  assert.equal((throttled.body['error'] as { code: string }).code, 'SubscriptionRequestsThrottled');
+  sim.bucket?.reset();
+});
+
+test("a missing scale-set VM is Compute's NotFound, a missing VM ARM's ResourceNotFound", async () => {
+  const vmssVm = await arm(
+    `${rg()}/virtualMachineScaleSets/nodes.c.example.com/virtualMachines/99?api-version=2026-04-01`,
+  );
+  assert.equal(vmssVm.status, 404);
+  assert.equal((vmssVm.body['error'] as { code: string }).code, 'NotFound');
+  const vm = await arm(`${rg()}/virtualMachines/none?api-version=2026-04-01`);
+  assert.equal((vm.body['error'] as { code: string }).code, 'ResourceNotFound');
+  sim.bucket?.reset();
+});
+
+test('IMDS refuses requests without Metadata: true, with X-Forwarded-For, or with a nonce over 32 characters', async () => {
+  const vm = [...sim.world.vms.values()][0];
+  assert.ok(vm);
+  const url = `${sim.imdsUrlOf(vm.name)}/metadata/attested/document?api-version=2025-04-07&nonce=abc`;
+  assert.equal((await fetch(url)).status, 400);
+  assert.equal(
+    (await fetch(url, { headers: { Metadata: 'true', 'X-Forwarded-For': '10.0.0.9' } })).status,
+    400,
+  );
+  assert.equal((await fetch(`${url}${'0'.repeat(32)}`, { headers: { Metadata: 'true' } })).status, 400);
+  const ok = await fetch(url, { headers: { Metadata: 'true' } });
+  assert.equal(ok.status, 200);
+  assert.equal(((await ok.json()) as { encoding: string }).encoding, 'pkcs7');
+});
+
+test('injected faults answer an ARM error, delay, or drop the connection', async () => {
+  sim.failNext(1, 503, 'virtualMachineScaleSets.list');
+  const failed = await arm(`${rg()}/virtualMachineScaleSets?api-version=2026-04-01`);
+  assert.equal(failed.status, 503);
+  assert.equal((failed.body['error'] as { code: string }).code, 'ServiceUnavailable');
+  sim.dropNext(1, 'virtualMachineScaleSets.list');
+  await assert.rejects(arm(`${rg()}/virtualMachineScaleSets?api-version=2026-04-01`));
+  assert.equal((await arm(`${rg()}/virtualMachineScaleSets?api-version=2026-04-01`)).status, 200);
+});
