@@ -1,9 +1,12 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { createServer as createHttpsServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
+import type { TLSSocket } from 'node:tls';
 import { pathToFileURL } from 'node:url';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { parse } from 'yaml';
@@ -260,11 +263,7 @@ test('bad input gives one clear error, never a crash', async () => {
     /no CA "kubernetes-ca" in file:\/\/.*run "kops-controller pki init" first/,
   );
   await pki('init', '--dir', dir, '--key-algorithm', 'rsa-2048');
-  await fails(
-    ['issue', 'admin', '--dir', dir, '--name', 'node-a'],
-    65,
-    /unknown certificate profile "admin"/,
-  );
+  await fails(['issue', 'root', '--dir', dir, '--name', 'node-a'], 65, /unknown certificate profile "root"/);
   await fails(['issue', 'kubelet', '--dir', dir, '--name', '../../etc'], 65, /not a valid DNS name/);
   await fails(
     ['issue', 'kubelet-server', '--dir', dir, '--name', 'node-a', '--ip', '300.1.1.1'],
@@ -498,4 +497,173 @@ test('round trip: the kubelet kubeconfig authenticates to the simulated API serv
   } finally {
     await sim.close();
   }
+});
+
+describe('pki apply: a whole cluster from one file', () => {
+  const dir = newDir();
+  const file = (text: string) => scratchFile('cluster.yaml', text);
+  const cluster = `
+cluster:
+  name: example.com
+  serviceClusterIPRange: 100.64.0.0/13
+server: https://api.example.com:6443
+controlPlane:
+  names: [api.example.com]
+  addresses: [10.0.0.10]
+admins:
+  - name: alice
+nodes:
+  - name: node-a
+    addresses: [10.0.0.11]
+    names: [node-a.internal]
+  - name: node-b
+`;
+  type Plan = { path: string; profile: string; action: string; reasons: string[]; kubeconfig?: string }[];
+  const applyJson = (text: string, ...args: string[]) =>
+    pkiJson<{
+      plan: Plan;
+      applied?: { certificates: number; kubeconfigs: number; files: number; out: string };
+    }>('apply', file(text), '--dir', dir, ...args);
+  const actionsOf = (plan: Plan) => Object.fromEntries(plan.map((p) => [p.path, p.action]));
+
+  test('--dry-run prints the plan and writes nothing', async () => {
+    await pki('init', '--dir', dir);
+    const human = await pki('apply', file(cluster), '--dir', dir, '--dry-run');
+    assert.match(
+      human,
+      /^plan: 9 to issue, 0 to re-issue, 0 to renew, 0 unchanged; 7 kubeconfigs to write\n/,
+    );
+    assert.match(human, /\n {2}issue {4}control-plane\/kube-apiserver +kube-apiserver: not issued yet\n/);
+    assert.match(human, /\n {2}issue {4}admins\/alice +admin: not issued yet \(\+ kubeconfig\)\n/);
+    const { plan, applied } = await applyJson(cluster, '--dry-run');
+    assert.equal(applied, undefined);
+    assert.equal(plan.length, 9);
+    assert.deepEqual(
+      spawnSync('find', [dir, '-type', 'f'], { encoding: 'utf8' }).stdout.trim().split('\n').sort(),
+      [join(dir, 'keypair-ids.yaml'), join(dir, 'kubernetes-ca.crt'), join(dir, 'kubernetes-ca.key')],
+    );
+  });
+
+  test('apply issues every bundle and kubeconfig; openssl verifies each and reads the names', async () => {
+    const { plan, applied } = await applyJson(cluster);
+    assert.ok(plan.every((p) => p.action === 'issue'));
+    assert.deepEqual(applied, { certificates: 9, kubeconfigs: 7, files: 25, out: dir });
+    const ca = join(dir, 'kubernetes-ca.crt');
+    for (const { path } of plan) {
+      const certificate = join(dir, `${path}.crt`);
+      assert.equal(verify(ca, certificate), `${certificate}: OK`);
+      assert.equal(modeOf(certificate), 0o644);
+      assert.equal(modeOf(join(dir, `${path}.key`)), 0o600);
+    }
+    const apiServer = opensslText(read(join(dir, 'control-plane/kube-apiserver.crt')));
+    assert.match(apiServer, /Subject: CN = kubernetes-master\n/);
+    assert.match(
+      apiServer,
+      /DNS:kubernetes, DNS:kubernetes\.default, DNS:kubernetes\.default\.svc, DNS:kubernetes\.default\.svc\.cluster\.local, DNS:api\.example\.com, DNS:api\.internal\.example\.com, IP Address:100\.64\.0\.1, IP Address:127\.0\.0\.1, IP Address:10\.0\.0\.10\n/,
+    );
+    assert.match(apiServer, /TLS Web Server Authentication\n/);
+    assert.match(
+      opensslText(read(join(dir, 'admins/alice.crt'))),
+      /Subject: O = system:masters, CN = alice\n/,
+    );
+    assert.match(
+      opensslText(read(join(dir, 'control-plane/kube-controller-manager.crt'))),
+      /Subject: CN = system:kube-controller-manager\n[\s\S]*TLS Web Client Authentication\n/,
+    );
+    assert.match(
+      opensslText(read(join(dir, 'nodes/node-a/kubelet-server.crt'))),
+      /DNS:node-a\.internal, IP Address:10\.0\.0\.11\n/,
+    );
+    for (const kubeconfig of ['admins/alice', 'nodes/node-b/kubelet', 'control-plane/kube-scheduler']) {
+      assert.equal(modeOf(join(dir, `${kubeconfig}.kubeconfig`)), 0o600);
+    }
+  });
+
+  test('a second apply keeps everything and rewrites no file', async () => {
+    const before = statSync(join(dir, 'nodes/node-a/kubelet.crt')).mtimeMs;
+    const { plan, applied } = await applyJson(cluster);
+    assert.ok(plan.every((p) => p.action === 'keep' && p.kubeconfig !== 'write'));
+    assert.deepEqual(applied, { certificates: 0, kubeconfigs: 0, files: 0, out: dir });
+    assert.equal(statSync(join(dir, 'nodes/node-a/kubelet.crt')).mtimeMs, before);
+  });
+
+  test('--renew-before renews what expires sooner; a new node and a changed address are the only other changes', async () => {
+    const grown = `${cluster.replace('10.0.0.11', '10.0.0.12')}  - name: node-c\n`;
+    const { plan } = await applyJson(grown, '--renew-before', '19h');
+    assert.deepEqual(
+      Object.entries(actionsOf(plan)).filter(([, action]) => action !== 'keep'),
+      [
+        ['admins/alice', 'renew'],
+        ['nodes/node-a/kubelet-server', 'reissue'],
+        ['nodes/node-c/kubelet', 'issue'],
+        ['nodes/node-c/kube-proxy', 'issue'],
+      ],
+    );
+    assert.match(
+      opensslText(read(join(dir, 'nodes/node-a/kubelet-server.crt'))),
+      /IP Address:10\.0\.0\.12\n/,
+    );
+  });
+
+  test('bad input: one readable line, exit code 65, nothing written', async () => {
+    const fresh = newDir();
+    await pki('init', '--dir', fresh);
+    const cases: [string, RegExp][] = [
+      ['nodes: [{name: node_a}]\nserver: https://a.example.com', /nodes\[0\]\.name: is not a valid DNS name/],
+      [
+        'nodes: [{name: kubernetes.default}]\nserver: https://a.example.com',
+        /kubelet: name: kubernetes\.default is a name of the cluster's API server/,
+      ],
+      [
+        'cluster: {name: example.com}\nnodes: [{name: a, names: [api.internal.example.com]}]',
+        /api\.internal\.example\.com is a name of the cluster's API server/,
+      ],
+      ['admins: [{name: a, lifetime: soon}]\nserver: https://a.example.com', /admins\[0\]\.lifetime: /],
+    ];
+    for (const [text, message] of cases) {
+      const path = file(text);
+      await assert.rejects(pki('apply', path, '--dir', fresh), (err: Error) => {
+        assert.equal(exitCodeOf(err), 65, text);
+        assert.match(errorLine(err), message, text);
+        assert.doesNotMatch(errorLine(err), /\n/, text);
+        return true;
+      });
+    }
+    assert.deepEqual(
+      spawnSync('find', [fresh, '-type', 'f'], { encoding: 'utf8' }).stdout.trim().split('\n').length,
+      3,
+    );
+    await fails(['apply', join(fresh, 'missing.yaml'), '--dir', fresh], 66, /cannot read apply file/);
+    await fails(['apply', file(cluster), '--dir', newDir()], 66, /no CA "kubernetes-ca"/);
+    await fails(['apply', file(cluster), '--dir', fresh, '--renew-before', 'soon'], 65, /--renew-before/);
+  });
+
+  test('round trip over TLS: the API server certificate and the scheduler kubeconfig authenticate each other', async () => {
+    const fresh = newDir();
+    await pki('init', '--dir', fresh);
+    const clients: string[] = [];
+    const server = createHttpsServer({ requestCert: true, rejectUnauthorized: true }, (req, res) => {
+      clients.push((req.socket as TLSSocket).getPeerCertificate().subject.CN as string);
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify({ kind: 'NodeList', apiVersion: 'v1', metadata: {}, items: [] }));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      const text = `controlPlane:\n  components: [kube-apiserver, kube-scheduler]\n  server: https://127.0.0.1:${port}\n`;
+      await pki('apply', file(text), '--dir', fresh);
+      server.setSecureContext({
+        key: read(join(fresh, 'control-plane/kube-apiserver.key')),
+        cert: read(join(fresh, 'control-plane/kube-apiserver.crt')),
+        ca: read(join(fresh, 'kubernetes-ca.crt')),
+      });
+      const config = new KubeConfig();
+      config.loadFromString(read(join(fresh, 'control-plane/kube-scheduler.kubeconfig')));
+      const nodes = await config.makeApiClient(CoreV1Api).listNode();
+      assert.deepEqual(nodes.items, []);
+      assert.deepEqual(clients, ['system:kube-scheduler']);
+    } finally {
+      server.close();
+    }
+  });
 });

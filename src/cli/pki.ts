@@ -5,6 +5,8 @@
  */
 import { Command, Option } from 'commander';
 import { UnauthenticatedError } from '../errors.ts';
+import { type ApplyPlan, executePlan, planApply } from '../pki/apply.ts';
+import { parseApplySpec, wantedEntries } from '../pki/apply-spec.ts';
 import { bundlePem, type CertificateAuthority, createCa, defaultCaName, rotateCa } from '../pki/ca.ts';
 import { maxCsrBytes, parseCsr, RequestRejectedError } from '../pki/csr.ts';
 import {
@@ -21,7 +23,7 @@ import {
 } from '../pki/folder.ts';
 import { renderSummaries, summarise } from '../pki/inspect.ts';
 import { generateKey, keyAlgorithms, privateKeyPem } from '../pki/keys.ts';
-import { renderClientKubeconfig, validateServerUrl } from '../pki/kubeconfig.ts';
+import { kubeletClientKeyPathOnNode, renderClientKubeconfig, validateServerUrl } from '../pki/kubeconfig.ts';
 import { decodePem } from '../pki/pem.ts';
 import { pinOfSpki } from '../pki/pin.ts';
 import {
@@ -363,7 +365,7 @@ function kubeconfigCommand(): Command {
     .option(
       '--node-key-path <path>',
       'where the kubelet key is on the node, when it was made there (pki sign)',
-      '/var/lib/kubelet/pki/kubelet-client.key',
+      kubeletClientKeyPathOnNode,
     )
     .action(async (options: KubeconfigOptions, command: Command) => {
       validateDnsName(options.name, 'node name');
@@ -428,10 +430,99 @@ function inspectCommand(): Command {
     );
 }
 
+/** Apply files larger than this are refused: thousands of nodes fit well below it. */
+const maxApplyFileBytes = 4 * 1024 * 1024;
+
+/** The plan as scripts read it: one item per certificate. */
+function planItems(plan: ApplyPlan) {
+  return plan.entries.map(({ entry, decision, kubeconfig }) => ({
+    path: entry.path,
+    profile: entry.profile,
+    action: decision.action,
+    reasons: decision.reasons,
+    ...(kubeconfig ? { kubeconfig: kubeconfig.action } : {}),
+  }));
+}
+
+/** The plan for people: a count per action, then one line per certificate. */
+function renderPlan(plan: ApplyPlan): string {
+  const count = (action: string) => plan.entries.filter((p) => p.decision.action === action).length;
+  const kubeconfigs = plan.entries.filter((p) => p.kubeconfig?.action === 'write').length;
+  const width = Math.max(...plan.entries.map((p) => p.entry.path.length), 0);
+  const lines = plan.entries.map(({ entry, decision, kubeconfig }) => {
+    const written = kubeconfig?.action === 'write' ? ' (+ kubeconfig)' : '';
+    return `  ${decision.action.padEnd(8)} ${entry.path.padEnd(width)}  ${entry.profile}: ${decision.reasons.join('; ')}${written}`;
+  });
+  return (
+    `plan: ${count('issue')} to issue, ${count('reissue')} to re-issue, ${count('renew')} to renew, ` +
+    `${count('keep')} unchanged; ${kubeconfigs} kubeconfigs to write\n${lines.join('\n')}\n`
+  );
+}
+
+function applyCommand(): Command {
+  return withFolder(new Command('apply'))
+    .description(
+      'issue every certificate and kubeconfig a file declares (control plane, admins, nodes): plan, then apply; unchanged ones are kept',
+    )
+    .argument('<file>', 'YAML or JSON file: cluster, server, controlPlane, admins, nodes (see docs/pki.md)')
+    .option('--out <dir>', 'where the certificates and kubeconfigs go (default: --dir)')
+    .option('--dry-run', 'print the plan only; write nothing')
+    .option(
+      '--renew-before <duration>',
+      "renew certificates with less than this left (default: a third of each one's lifetime)",
+    )
+    .addOption(
+      new Option('--key-algorithm <algorithm>', 'key type of new keys')
+        .choices(keyAlgorithms)
+        .default('ecdsa-p256'),
+    )
+    .action(
+      async (
+        file: string,
+        options: FolderOptions & {
+          out?: string;
+          dryRun?: boolean;
+          renewBefore?: string;
+          keyAlgorithm: (typeof keyAlgorithms)[number];
+        },
+        command: Command,
+      ) => {
+        const text = (await readInputFile(file, maxApplyFileBytes, 'apply file')).toString('utf8');
+        const entries = wantedEntries(parseApplySpec(text, file));
+        const renewBeforeMs =
+          options.renewBefore === undefined ? undefined : durationFlag('--renew-before', options.renewBefore);
+        const ca = await loadCa(openVfs(options.dir), options.caName);
+        const out = openVfs(options.out ?? options.dir);
+        const plan = await planApply(out, ca, entries, { renewBeforeMs });
+        if (options.dryRun) {
+          print(command, options.output, { plan: planItems(plan) }, renderPlan(plan));
+          return;
+        }
+        const applied = await executePlan(out, plan, { keyAlgorithm: options.keyAlgorithm });
+        commandLogger(command).info(
+          { certificates: applied.issued.length, kubeconfigs: applied.kubeconfigs, out: out.url },
+          'applied',
+        );
+        const summary = {
+          certificates: applied.issued.length,
+          kubeconfigs: applied.kubeconfigs,
+          files: applied.files,
+          out: locationOf(out, '').replace(/\/$/, ''),
+        };
+        print(
+          command,
+          options.output,
+          { plan: planItems(plan), applied: summary },
+          `${renderPlan(plan)}applied: issued ${summary.certificates} certificates, wrote ${summary.kubeconfigs} kubeconfigs (${summary.files} files) in ${summary.out}\n`,
+        );
+      },
+    );
+}
+
 /** `kops-controller pki`: the CA and static clustering. */
 export function pkiCommand(): Command {
   const pki = new Command('pki').description(
-    'cluster CA and static clustering: create the CA, issue and sign node certificates, kubeconfigs, pins',
+    'cluster CA and static clustering: create the CA, issue and sign certificates, kubeconfigs, pins; apply a whole cluster from a file',
   );
   for (const sub of [
     initCommand(),
@@ -441,6 +532,7 @@ export function pkiCommand(): Command {
     kubeconfigCommand(),
     pinCommand(),
     inspectCommand(),
+    applyCommand(),
   ]) {
     // Added commands do not inherit the program's settings: errors must reach main(), not exit.
     pki.addCommand(sub.exitOverride().showHelpAfterError('(run with --help for usage)'));

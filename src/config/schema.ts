@@ -5,6 +5,7 @@
  * camelCase style. Unknown keys are errors so that a typo never silently disables a setting.
  */
 import { z } from 'zod';
+import { servingSettingsProblems } from '../controllers/csr-approver/serving-policy.ts';
 import { parseDuration } from './duration.ts';
 
 /** A duration given as a Go duration string or a number of seconds; parsed to milliseconds. */
@@ -244,6 +245,24 @@ const csrApprover = z.strictObject({
   leaveUnverifiedForHumans: z.boolean().default(false),
   /** The oldest cloud answer about a node's instance that a decision may rest on (default 60 s). */
   maxInstanceStateAge: duration.default(60_000),
+  /** kubelet-csr-approver's settings for kubelet serving CSRs; each unset keeps today's behaviour. */
+  serving: z
+    .strictObject({
+      /** Every DNS name must match this regular expression in full (case-insensitive). */
+      dnsNamePattern: z.string().min(1).optional(),
+      /** Every IP address must be in one of these CIDRs. */
+      ipPrefixes: z.array(z.string()).min(1).optional(),
+      /** A longer `spec.expirationSeconds` is denied (not capped: an approver cannot change a request). */
+      maxExpiration: duration.optional(),
+      /** Every DNS name must resolve, and only to allowed addresses. */
+      namesMustResolve: z.boolean().default(false),
+    })
+    .superRefine((settings, ctx) => {
+      for (const { field, message } of servingSettingsProblems(settings)) {
+        ctx.addIssue({ code: 'custom', path: [field], message });
+      }
+    })
+    .default({ namesMustResolve: false }),
 });
 
 export const supportedClouds = [

@@ -2,6 +2,9 @@
 import { stringify } from 'yaml';
 import { InvalidInputError } from '../errors.ts';
 
+/** Where a node keeps the kubelet client key it made itself (`pki sign kubelet`, docs/pki.md step 2). */
+export const kubeletClientKeyPathOnNode = '/var/lib/kubelet/pki/kubelet-client.key';
+
 /** What a client kubeconfig embeds. */
 export interface ClientKubeconfig {
   /** API server URL; must be https. */

@@ -294,8 +294,8 @@ describe('requests are re-validated against the profile and the verified identit
 
   test('unknown profiles are input errors naming the known ones', () => {
     assert.throws(
-      () => profileNamed('admin'),
-      /unknown certificate profile "admin": use one of kubelet, kubelet-server/,
+      () => profileNamed('root'),
+      /unknown certificate profile "root": use one of kubelet, kubelet-server/,
     );
   });
 });

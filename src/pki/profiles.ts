@@ -111,6 +111,50 @@ export const profiles = {
     issuedToNodes: false,
     defaultLifetimeMs: 30 * dayMs,
   },
+  // The control plane's certificates, as kOps' nodeup issues them on control-plane nodes (CA
+  // `kubernetes-ca`): they are made by the admin (`pki issue`, `pki apply`), never by the bootstrap
+  // paths, whose profile lists name node profiles only.
+  'kube-apiserver': {
+    description:
+      "the API server's serving certificate (CN=kubernetes-master, as kOps; `pki apply` adds the kubernetes service names)",
+    usage: 'server',
+    subjects: () => [{ commonName: 'kubernetes-master', organizations: [] }],
+    altNames: 'verified',
+    nameIsDnsName: false,
+    issuedToNodes: false,
+    defaultLifetimeMs: 365 * dayMs,
+  },
+  'kube-controller-manager': {
+    description: "kube-controller-manager's client certificate (system:kube-controller-manager)",
+    usage: 'client',
+    subjects: () => [{ commonName: 'system:kube-controller-manager', organizations: [] }],
+    altNames: 'none',
+    nameIsDnsName: false,
+    issuedToNodes: false,
+    defaultLifetimeMs: 365 * dayMs,
+  },
+  'kube-scheduler': {
+    description: "kube-scheduler's client certificate (system:kube-scheduler)",
+    usage: 'client',
+    subjects: () => [{ commonName: 'system:kube-scheduler', organizations: [] }],
+    altNames: 'none',
+    nameIsDnsName: false,
+    issuedToNodes: false,
+    defaultLifetimeMs: 365 * dayMs,
+  },
+  // An administrator in system:masters, as `kops export kubecfg --admin` makes (CN=kubecfg-<user>)
+  // and kubeadm's super-admin.conf: a statically clustered cluster has no other way to make its
+  // first RBAC binding. Membership of system:masters bypasses RBAC and cannot be revoked short of
+  // rotating the CA, so it lasts 18 h by default, as kOps' --admin.
+  admin: {
+    description: 'cluster administrator client certificate (O=system:masters, CN=<name>; 18h by default)',
+    usage: 'client',
+    subjects: (name) => [{ commonName: name, organizations: ['system:masters'] }],
+    altNames: 'none',
+    nameIsDnsName: false,
+    issuedToNodes: false,
+    defaultLifetimeMs: 18 * hourMs,
+  },
 } satisfies Record<string, Profile>;
 
 export type ProfileName = keyof typeof profiles;
@@ -343,6 +387,39 @@ export function planCertificate(
   return plan;
 }
 
+/** Refuses, for the profiles nodes hold, a name or subjectAltName of the API server or a wildcard. */
+function assertNodeMayHold(
+  profileName: ProfileName,
+  identity: VerifiedIdentity,
+  plan: CertificatePlan,
+  reserved: ReservedNames = defaultReservedNames,
+): void {
+  if (!profileNamed(profileName).issuedToNodes) return;
+  assertNoReservedNames(
+    [
+      { what: `${profileName}: name`, dnsNames: [identity.name] },
+      { what: `${profileName}: subjectAltName`, ...plan.altNames },
+    ],
+    reserved,
+  );
+}
+
+/**
+ * What a certificate of `profileName` for `identity` contains when the request names nothing (a key
+ * made here): the wanted state `pki apply` compares with what is on disk. Refuses what issuing would
+ * refuse, reserved names included.
+ */
+export function wantedCertificate(
+  profileName: ProfileName,
+  identity: VerifiedIdentity,
+  reserved?: ReservedNames,
+): CertificatePlan {
+  // A bare public key contributes nothing to the plan but its key, which is checked at issuance.
+  const plan = planCertificate(profileName, { kind: 'public-key', spki: Buffer.alloc(0) }, identity);
+  assertNodeMayHold(profileName, identity, plan, reserved);
+  return plan;
+}
+
 /** FNV-1a, 32 bits: a stable per-node number for spreading expirations. */
 function fnv1a(text: string): number {
   let hash = 0x811c9dc5;
@@ -410,15 +487,7 @@ function prepareIssuance(
 ): PreparedIssuance {
   const profile = profileNamed(profileName);
   const plan = planCertificate(profileName, request, identity);
-  if (profile.issuedToNodes) {
-    assertNoReservedNames(
-      [
-        { what: `${profileName}: name`, dnsNames: [identity.name] },
-        { what: `${profileName}: subjectAltName`, ...plan.altNames },
-      ],
-      options.reserved ?? defaultReservedNames,
-    );
-  }
+  assertNodeMayHold(profileName, identity, plan, options.reserved);
   const key = describeRequestKey(request);
   const bounds = options.bounds ? validateLifetimeBounds(options.bounds) : absoluteLifetimeBounds;
   const { notBefore, notAfter } = validityFor(

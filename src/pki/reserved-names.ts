@@ -71,6 +71,47 @@ export function firstServiceIp(cidr: string): string {
   return normalIp(bytesToIp(bytes));
 }
 
+/** The `kubernetes` service's names in a cluster domain, in kOps' order. */
+export function kubernetesServiceNames(clusterDomain = defaultClusterDomain): string[] {
+  return [
+    'kubernetes',
+    'kubernetes.default',
+    'kubernetes.default.svc',
+    `kubernetes.default.svc.${clusterDomain}`,
+  ];
+}
+
+/** Hosts without the brackets of a URL's IPv6 literal. */
+const unbracketed = (host: string) => host.replace(/^\[(.*)\]$/, '$1');
+
+/**
+ * The names of the API server's own serving certificate, as kOps' nodeup gives them: the service
+ * names, `api.<cluster>` (kOps' default public name) and `api.internal.<cluster>`, the further hosts,
+ * then the service IP of each range (kOps' 100.64.0.0/13 when none is given) and 127.0.0.1, for
+ * clients on the machine itself. Exactly what {@link reservedNames} keeps from nodes, but for the
+ * defaults: a certificate carries the cluster's one service IP, not both common guesses.
+ */
+export function apiServerCertificateNames(cluster: ClusterApiNames): {
+  dnsNames: string[];
+  ipAddresses: string[];
+} {
+  const hosts = [
+    ...kubernetesServiceNames(cluster.clusterDomain || defaultClusterDomain),
+    ...(cluster.clusterName ? [`api.${cluster.clusterName}`, `api.internal.${cluster.clusterName}`] : []),
+    ...(cluster.apiServerHosts ?? []).map(unbracketed),
+  ];
+  const ranges = cluster.serviceClusterIPRanges?.length
+    ? cluster.serviceClusterIPRanges
+    : [defaultServiceClusterIPRanges[0]];
+  const dnsNames = hosts.filter((host) => !isIP(host)).map(normalName);
+  const ipAddresses = [
+    ...ranges.map(firstServiceIp),
+    '127.0.0.1',
+    ...hosts.filter((host) => isIP(host)).map(normalIp),
+  ];
+  return { dnsNames: [...new Set(dnsNames)], ipAddresses: [...new Set(ipAddresses)] };
+}
+
 /** The reserved names and addresses of a cluster. */
 export function reservedNames(cluster: ClusterApiNames = {}): ReservedNames {
   const dnsNames = new Set<string>();
@@ -81,8 +122,7 @@ export function reservedNames(cluster: ClusterApiNames = {}): ReservedNames {
     else dnsNames.add(normalName(host));
   };
   for (const domain of new Set([defaultClusterDomain, cluster.clusterDomain || defaultClusterDomain])) {
-    for (const name of ['kubernetes', 'kubernetes.default', 'kubernetes.default.svc']) add(name);
-    add(`kubernetes.default.svc.${domain}`);
+    for (const name of kubernetesServiceNames(domain)) add(name);
   }
   if (cluster.clusterName) {
     for (const prefix of ['api', 'api.internal', 'kops-controller.internal'])
@@ -92,7 +132,7 @@ export function reservedNames(cluster: ClusterApiNames = {}): ReservedNames {
     ? cluster.serviceClusterIPRanges
     : defaultServiceClusterIPRanges;
   for (const range of ranges) ipAddresses.add(firstServiceIp(range));
-  for (const host of cluster.apiServerHosts ?? []) add(host.replace(/^\[(.*)\]$/, '$1'));
+  for (const host of cluster.apiServerHosts ?? []) add(unbracketed(host));
   return { dnsNames, ipAddresses };
 }
 

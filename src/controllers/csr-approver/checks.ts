@@ -15,6 +15,7 @@ import type { NodeIdentity } from '../../cloud/types.ts';
 import { type ParsedCsr, parseCsr } from '../../pki/csr.ts';
 import { canonicalIp } from '../../pki/ip.ts';
 import { type CsrRecord, kubeletClientSigner, kubeletServingSigner } from './csr-record.ts';
+import { type ServingPolicy, servingPolicyOf, servingPolicyViolation } from './serving-policy.ts';
 
 export { kubeletClientSigner, kubeletServingSigner } from './csr-record.ts';
 
@@ -44,6 +45,9 @@ export interface InstanceCheck {
   dnsNames: readonly string[];
   ipAddresses: readonly string[];
 }
+
+/** No serving settings: every well-formed serving request goes on to the cloud check. */
+const defaultServingPolicy = servingPolicyOf({});
 
 /** The reason of every approval this approver writes. */
 export const approvedReason = 'AutoApproved';
@@ -80,8 +84,11 @@ function parseRequest(record: CsrRecord): ParsedCsr | string {
   }
 }
 
-/** Assesses a CSR without the cloud: ignore it, decide it, or ask for its names to be verified. */
-export function assessCsr(record: CsrRecord): Assessment {
+/**
+ * Assesses a CSR without the cloud: ignore it, decide it, or ask for its names to be verified. A
+ * serving request is also held to the configured serving settings (serving-policy.ts).
+ */
+export function assessCsr(record: CsrRecord, policy: ServingPolicy = defaultServingPolicy): Assessment {
   if (record.decided || record.issued) return { action: 'ignore', why: 'already decided' };
   const serving = record.signerName === kubeletServingSigner;
   if (!serving && record.signerName !== kubeletClientSigner) {
@@ -135,6 +142,11 @@ export function assessCsr(record: CsrRecord): Assessment {
       'a kubelet serving certificate needs at least one DNS name or IP address',
     );
   }
+  const violation = servingPolicyViolation(
+    { dnsNames, ipAddresses, expirationSeconds: record.expirationSeconds },
+    policy,
+  );
+  if (violation) return violation;
   return { action: 'verify-instance', nodeName, serving, dnsNames, ipAddresses };
 }
 

@@ -18,6 +18,7 @@ import { awsProviderID, simInstanceId } from '../../sim/aws/scenario.ts';
 import { type GceDevCluster, startDevCluster, startGceDevCluster } from '../../sim/dev-cluster.ts';
 import { kubeletClientSigner, kubeletServingSigner } from './checks.ts';
 import { CsrApprover } from './csr-approver.ts';
+import { type ServingPolicy, servingPolicyOf } from './serving-policy.ts';
 
 const stateDir = await mkdtemp(join(tmpdir(), 'csr-approver-'));
 const cluster = await startDevCluster({ stateDir, awsThrottling: false });
@@ -61,6 +62,7 @@ async function createCsr(
     usages: string[];
     dnsNames?: string[];
     ipAddresses?: string[];
+    expirationSeconds?: number;
   },
 ): Promise<string> {
   const name = `csr-test-${counter++}`;
@@ -76,6 +78,7 @@ async function createCsr(
         request: Buffer.from(request).toString('base64'),
         signerName: options.signerName,
         usages: options.usages,
+        ...(options.expirationSeconds ? { expirationSeconds: options.expirationSeconds } : {}),
       },
     },
   });
@@ -127,6 +130,8 @@ function startApprover(options: {
   identifier?: NodeIdentifier;
   kubeConfig?: KubeConfig;
   maxInstanceStateAgeMs?: number;
+  serving?: ServingPolicy;
+  resolveName?: (name: string) => Promise<string[]>;
 }) {
   const stop = new AbortController();
   const approver = new CsrApprover({
@@ -418,6 +423,120 @@ describe('CsrApprover against the simulated cluster', () => {
     assert.equal((await decided(marker)).type, 'Approved');
     assert.deepEqual(conditionsOf(admin), []);
     assert.deepEqual(conditionsOf(bootstrapper), []);
+  });
+});
+
+describe("CsrApprover with kubelet-csr-approver's settings", () => {
+  /** A resolver over a fixed table: absent names are NXDOMAIN; `failing` names time out. */
+  function tableResolver(table: Record<string, string[]>, failing: Set<string> = new Set()) {
+    const asked: string[] = [];
+    const resolveName = async (name: string) => {
+      asked.push(name);
+      if (failing.has(name)) throw Object.assign(new Error(`queryA ETIMEOUT ${name}`), { code: 'ETIMEOUT' });
+      const addresses = table[name];
+      if (!addresses) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${name}`), { code: 'ENOTFOUND' });
+      return addresses;
+    };
+    return { resolveName, asked };
+  }
+
+  const servingCsrOfNodeA = async (extra: { expirationSeconds?: number } = {}) => {
+    const identity = await identityOf(nodeA);
+    const dns = identity.addresses.filter((a) => a.type === 'InternalDNS').map((a) => a.address);
+    const ips = identity.addresses.filter((a) => a.type === 'InternalIP').map((a) => a.address);
+    assert.ok(dns[0] && ips[0]);
+    const name = await createCsr(cluster.api.server.kubeConfig(nodeUser(nodeA)), {
+      commonName: `system:node:${nodeA}`,
+      signerName: kubeletServingSigner,
+      usages: servingUsages,
+      dnsNames: dns,
+      ipAddresses: ips,
+      ...extra,
+    });
+    return { name, dns: dns[0], ip: ips[0] };
+  };
+
+  test('namesMustResolve: a name the resolver does not know is denied; nothing is looked up without it', async () => {
+    const { resolveName, asked } = tableResolver({});
+    for (const namesMustResolve of [false, true]) {
+      const stop = startApprover({
+        registry: new Registry(),
+        serving: servingPolicyOf({ namesMustResolve }),
+        resolveName,
+      });
+      try {
+        const { name, dns } = await servingCsrOfNodeA();
+        const condition = await decided(name);
+        if (!namesMustResolve) {
+          assert.equal(condition.type, 'Approved', condition.message);
+          assert.deepEqual(asked, []);
+          continue;
+        }
+        assert.equal(condition.type, 'Denied');
+        assert.equal(condition.reason, 'NameDoesNotResolve');
+        assert.match(condition.message, new RegExp(`${dns.replace(/\./g, '\\.')} does not resolve`));
+      } finally {
+        await stop();
+      }
+    }
+  });
+
+  test('namesMustResolve: a resolver failure is an outage (undecided, retried), never a denial', async () => {
+    const failing = new Set<string>();
+    const table: Record<string, string[]> = {};
+    const { resolveName, asked } = tableResolver(table, failing);
+    const identity = await identityOf(nodeA);
+    const dns = identity.addresses.find((a) => a.type === 'InternalDNS')?.address as string;
+    const ip = identity.addresses.find((a) => a.type === 'InternalIP')?.address as string;
+    failing.add(dns);
+    table[dns] = [ip];
+    const stop = startApprover({
+      registry: new Registry(),
+      serving: servingPolicyOf({ namesMustResolve: true, ipPrefixes: [`${ip}/32`] }),
+      resolveName,
+    });
+    try {
+      const { name } = await servingCsrOfNodeA();
+      await eventually('the approver retried the lookup', async () => asked.length >= 2);
+      assert.deepEqual(conditionsOf(name), [], 'a resolver outage is never a decision');
+      failing.delete(dns);
+      const condition = await decided(name);
+      assert.equal(condition.type, 'Approved', condition.message);
+    } finally {
+      await stop();
+    }
+  });
+
+  test('maxExpiration: spec.expirationSeconds above it is denied; at it, approved', async () => {
+    const stop = startApprover({
+      registry: new Registry(),
+      serving: servingPolicyOf({ maxExpiration: 3_600_000 }),
+    });
+    try {
+      const long = await servingCsrOfNodeA({ expirationSeconds: 3601 });
+      const denied = await decided(long.name);
+      assert.equal(denied.type, 'Denied');
+      assert.equal(denied.reason, 'ExpirationTooLong');
+      const fits = await servingCsrOfNodeA({ expirationSeconds: 3600 });
+      assert.equal((await decided(fits.name)).type, 'Approved');
+    } finally {
+      await stop();
+    }
+  });
+
+  test('dnsNamePattern and ipPrefixes deny a request of the node’s own, cloud-verified names that falls outside them', async () => {
+    const stop = startApprover({
+      registry: new Registry(),
+      serving: servingPolicyOf({ dnsNamePattern: 'never\\.example\\.com', ipPrefixes: ['192.0.2.0/24'] }),
+    });
+    try {
+      const { name } = await servingCsrOfNodeA();
+      const condition = await decided(name);
+      assert.equal(condition.type, 'Denied');
+      assert.equal(condition.reason, 'DnsNameNotAllowed');
+    } finally {
+      await stop();
+    }
   });
 });
 

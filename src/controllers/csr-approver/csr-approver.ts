@@ -15,6 +15,7 @@
  * instance) is a denial. With `leaveUnverifiedForHumans`, would-be denials are only logged and
  * counted, leaving the CSR pending for `kubectl certificate`.
  */
+import { lookup } from 'node:dns/promises';
 import {
   CertificatesV1Api,
   CoreV1Api,
@@ -24,7 +25,7 @@ import {
 } from '@kubernetes/client-node';
 import { Counter, type Registry, register } from 'prom-client';
 import type { NodeIdentifier } from '../../cloud/types.ts';
-import { describeError, NotFoundError } from '../../errors.ts';
+import { describeError, NotFoundError, UnavailableError } from '../../errors.ts';
 import { fromApiException } from '../../kube/api-errors.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
 import { runController } from '../../kube/controller.ts';
@@ -35,6 +36,7 @@ import { type Logger, silentLogger } from '../../log.ts';
 import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
 import { assessCsr, assessInstance, type InstanceCheck, type Verdict } from './checks.ts';
 import { type CsrRecord, csrRecordOf } from './csr-record.ts';
+import { assessResolution, type ServingPolicy } from './serving-policy.ts';
 
 /** Options of a {@link CsrApprover}. */
 export interface CsrApproverOptions {
@@ -49,6 +51,17 @@ export interface CsrApproverOptions {
    * older cached answers are read from the cloud again.
    */
   maxInstanceStateAgeMs?: number;
+  /**
+   * kubelet-csr-approver's settings for serving requests (serving-policy.ts); none by default. A
+   * request breaking one is denied before the cloud is asked.
+   */
+  serving?: ServingPolicy;
+  /**
+   * Looks a DNS name up for `serving.namesMustResolve` (default: the system resolver, as
+   * getaddrinfo sees it, /etc/hosts included). A name that does not exist rejects with code
+   * ENOTFOUND or ENODATA; any other failure is an outage.
+   */
+  resolveName?: (name: string) => Promise<string[]>;
   /** CSRs processed at once (default 8). */
   concurrency?: number;
   registry?: Registry;
@@ -64,6 +77,11 @@ export interface CsrApproverOptions {
 export const defaultMaxInstanceStateAgeMs = 60_000;
 
 const csrPath = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
+
+/** Every address of a name, as the system resolves it. */
+async function systemResolve(name: string): Promise<string[]> {
+  return (await lookup(name, { all: true })).map((entry) => entry.address);
+}
 
 /** Cloud refusals are answers about the instance; any other failure is an outage to retry. */
 function isRefusal(error: Error): boolean {
@@ -136,14 +154,41 @@ export class CsrApprover implements LeaderComponent {
 
   async #reconcile(record: CsrRecord | undefined): Promise<undefined> {
     if (!record) return;
-    const assessment = assessCsr(record);
+    const assessment = assessCsr(record, this.#options.serving);
     if (assessment.action === 'ignore') {
       this.#logger.debug({ csr: record.name, why: assessment.why }, 'not a request for this approver');
       return;
     }
-    const verdict =
+    let verdict =
       assessment.action === 'verify-instance' ? await this.#verifyInstance(assessment) : assessment;
+    if (assessment.action === 'verify-instance' && verdict.action === 'approve') {
+      verdict = (await this.#checkResolution(assessment)) ?? verdict;
+    }
     await this.#decide(record, verdict);
+  }
+
+  /**
+   * With `namesMustResolve`, looks up a serving request's DNS names (after the cloud vouched for
+   * them, so that only requests worth approving cost lookups). A name that does not exist is a
+   * denial; any other resolver failure throws, to be retried like any outage.
+   */
+  async #checkResolution(request: InstanceCheck): Promise<Verdict | undefined> {
+    const policy = this.#options.serving;
+    if (!policy?.namesMustResolve || !request.serving || !request.dnsNames.length) return undefined;
+    const resolveName = this.#options.resolveName ?? systemResolve;
+    const resolved = new Map<string, string[] | undefined>();
+    for (const name of new Set(request.dnsNames)) {
+      try {
+        resolved.set(name, await resolveName(name));
+      } catch (err) {
+        const code = (err as { code?: string }).code;
+        if (code !== 'ENOTFOUND' && code !== 'ENODATA') {
+          throw new UnavailableError(`cannot look up ${name}: ${(err as Error).message}`, { cause: err });
+        }
+        resolved.set(name, undefined);
+      }
+    }
+    return assessResolution(request, resolved, policy);
   }
 
   /** Checks a request's instance (and names) with the cloud; outages throw (requeue), refusals deny. */
