@@ -25,7 +25,7 @@ import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { KubeConfig } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
-import { type RunningBootstrap, startBootstrapServer } from '../src/bootstrap/server.ts';
+import { type RunningBootstrap, startBootstrapServer } from '../src/cli/bootstrap-server.ts';
 import { parseConfig } from '../src/config/loader.ts';
 import { type ConnectionLimits, defaultConnectionLimits, openFileLimit } from '../src/net/hardened-server.ts';
 import { bundlePem, caFromPem, createCa } from '../src/pki/ca.ts';

@@ -10,7 +10,7 @@
  *   node bench/join-dependency-storm.ts [--storm SECONDS] [--scope all|replay-marker] [--timeout SECONDS]
  */
 import { parseArgs } from 'node:util';
-import { type BootstrapHarness, startBootstrapHarness } from '../src/sim/bootstrap-harness.ts';
+import { type BootstrapHarness, startBootstrapHarness } from '../src/testing/bootstrap-harness.ts';
 
 /** What a storm run measured. */
 export interface StormResult {

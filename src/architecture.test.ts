@@ -86,9 +86,6 @@ const pureModules = [
 
 const production = (folder: string) => (file: string) => file.startsWith(folder) && isProduction(file);
 
-/** `dev` composes the product's own commands around the simulator. */
-const devComposesCommands = 'issue 14 item 8: one composition root per command, then `dev` reuses it';
-
 const rules: readonly ImportRule[] = [
   {
     name: 'production code never imports the simulator or test helpers',
@@ -163,33 +160,7 @@ const rules: readonly ImportRule[] = [
       !isTest(file) &&
       !file.startsWith('src/testing/'),
     mayNotImport: ['src/cli/'],
-    exceptions: [
-      {
-        file: 'src/sim/dev-bootstrap.ts',
-        target: 'src/cli/bootstrap-server.ts',
-        dynamicOnly: false,
-        why: devComposesCommands,
-      },
-      {
-        file: 'src/sim/dev-bootstrap.ts',
-        target: 'src/cli/dev.ts',
-        dynamicOnly: false,
-        why: devComposesCommands,
-      },
-      {
-        file: 'src/sim/dev-controller.ts',
-        target: 'src/cli/dev.ts',
-        dynamicOnly: false,
-        why: devComposesCommands,
-      },
-      {
-        file: 'src/sim/dev-controller.ts',
-        target: 'src/cli/leader-components.ts',
-        dynamicOnly: false,
-        why: devComposesCommands,
-      },
-      { file: 'src/sim/dev-run.ts', target: 'src/cli/dev.ts', dynamicOnly: false, why: devComposesCommands },
-    ],
+    exceptions: [],
   },
 ];
 
@@ -289,6 +260,8 @@ describe('import directions', async () => {
       ['src/protocol/planted.ts', [{ specifier: '../bootstrap/tokens.ts', dynamic: false }]],
       ['src/protocol/sdk.ts', [{ specifier: '@kubernetes/client-node', dynamic: false }]],
       ['src/controllers/planted.ts', [{ specifier: '../cli/common.ts', dynamic: false }]],
+      // The simulator is handed the product's parts; it never reaches for the commands that build them.
+      ['src/sim/planted.ts', [{ specifier: '../cli/bootstrap-server.ts', dynamic: false }]],
     ]);
     assert.deepEqual(
       check(planted, rules).violations.map(({ file, target }) => `${file} -> ${target}`),
@@ -305,6 +278,7 @@ describe('import directions', async () => {
         'src/protocol/planted.ts -> src/bootstrap/tokens.ts',
         'src/protocol/sdk.ts -> @kubernetes/client-node',
         'src/controllers/planted.ts -> src/cli/common.ts',
+        'src/sim/planted.ts -> src/cli/bootstrap-server.ts',
       ],
     );
   });

@@ -18,11 +18,11 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import type { Command } from 'commander';
 import type { z } from 'zod';
+import { startDevController } from './cli/dev-controller.ts';
 import { buildProgram } from './cli/main.ts';
 import { configSchema } from './config/schema.ts';
 import { exitCodeByKind } from './errors.ts';
 import { startDevCluster } from './sim/dev-cluster.ts';
-import { startDevController } from './sim/dev-controller.ts';
 
 const docsDir = new URL('../docs/', import.meta.url);
 const pages = new Map<string, string>();

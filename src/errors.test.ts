@@ -1,6 +1,17 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { errorForHttpStatus, isFaultStatus, isRetryable } from './errors.ts';
+import {
+  errorForHttpStatus,
+  httpStatusOf,
+  InvalidInputError,
+  isFaultStatus,
+  isRetryable,
+  MethodNotAllowedError,
+  NotFoundError,
+  RateLimitedError,
+  UnavailableError,
+  UnsupportedMediaTypeError,
+} from './errors.ts';
 
 test('errorForHttpStatus: named statuses keep their kind, faults are unavailable, the rest is the caller’s', () => {
   const named: [number, string][] = [
@@ -10,6 +21,7 @@ test('errorForHttpStatus: named statuses keep their kind, faults are unavailable
     [404, 'not-found'],
     [409, 'conflict'],
     [410, 'gone'],
+    [413, 'too-large'],
     [422, 'invalid'],
     [429, 'rate-limited'],
     [408, 'unavailable'],
@@ -28,7 +40,7 @@ test('errorForHttpStatus: named statuses keep their kind, faults are unavailable
       assert.equal(err.message, `HTTP ${status}`);
       assert.deepEqual(err.details, { httpStatus: status });
     }
-    for (const status of [301, 405, 413, 415, 600]) {
+    for (const status of [301, 405, 415, 600]) {
       assert.equal(errorForHttpStatus(status, 'x', {}, otherwise).kind, otherwise, String(status));
     }
   }
@@ -40,4 +52,42 @@ test('isFaultStatus: 408, 429 and 5xx are "not now"; the rest is an answer', () 
   for (const status of [200, 301, 400, 404, 413, 600])
     assert.equal(isFaultStatus(status), false, String(status));
   assert.equal(isRetryable(errorForHttpStatus(503, 'x', {}, 'invalid')), true);
+});
+
+test('an error carries its reason, its wait and the status it was answered as typed facts', () => {
+  const err = new RateLimitedError('busy', {
+    reason: 'queue-full',
+    retryAfterSeconds: 7,
+    upstreamStatus: 429,
+  });
+  assert.equal(err.reasonCode, 'queue-full');
+  assert.equal(err.retryAfterSeconds, 7);
+  assert.equal(err.upstreamStatus, 429);
+  // Readers that still look in the details bag see the same facts.
+  assert.deepEqual(err.details, { reason: 'queue-full', retryAfterSeconds: 7, httpStatus: 429 });
+  // And facts still written into the bag are read as the typed ones.
+  const legacy = new UnavailableError('x', { details: { reason: 'r', retryAfterSeconds: 3, status: 503 } });
+  assert.deepEqual([legacy.reasonCode, legacy.retryAfterSeconds, legacy.upstreamStatus], ['r', 3, 503]);
+  const plain = new NotFoundError('x');
+  assert.deepEqual(
+    [plain.reasonCode, plain.retryAfterSeconds, plain.upstreamStatus, plain.details],
+    [undefined, undefined, undefined, undefined],
+  );
+});
+
+test('the status an error maps to: its kind’s, or the more precise 405 and 415 of their classes', () => {
+  assert.equal(httpStatusOf(new InvalidInputError('x')), 400);
+  // The status a client edge was answered is not the status this server answers.
+  assert.equal(httpStatusOf(new InvalidInputError('x', { upstreamStatus: 422 })), 400);
+  const method = new MethodNotAllowedError('POST');
+  assert.deepEqual(
+    [httpStatusOf(method), method.allow, method.reasonCode, method.kind],
+    [405, 'POST', 'method-not-allowed', 'invalid'],
+  );
+  const media = new UnsupportedMediaTypeError('send JSON');
+  assert.deepEqual(
+    [httpStatusOf(media), media.reasonCode, media.kind],
+    [415, 'unsupported-media-type', 'invalid'],
+  );
+  assert.equal(httpStatusOf(new Error('bug')), 500);
 });

@@ -19,24 +19,85 @@ export type ErrorKind =
   | 'timeout'
   | 'internal'; // a bug
 
-/** Options every error takes: the underlying cause and machine-readable details. */
+/**
+ * Options every error takes: the underlying cause, and the typed facts the edges render — a reason
+ * more specific than the kind, how long to wait, the status a client edge was answered.
+ */
 export interface KopsErrorOptions {
   cause?: unknown;
-  /** Extra structured facts, safe to show to the caller (never secrets). */
+  /**
+   * A machine-readable reason more specific than the kind (`dependency-unavailable`,
+   * `ca-pin-mismatch`): the `reason` of the server's JSON error, and what callers branch on.
+   */
+  reason?: string;
+  /** How long to wait before asking again: an answer's Retry-After, or what the server asks of its client. */
+  retryAfterSeconds?: number;
+  /** The HTTP status a client was answered, where this error was made from an answer. */
+  upstreamStatus?: number;
+  /** Extra structured facts, safe to show to the caller (never secrets), that no edge renders. */
   details?: Record<string, unknown>;
 }
+
+/** The HTTP status a server answers each kind with. */
+const httpStatusByKind: Record<ErrorKind, number> = {
+  invalid: 400,
+  config: 500,
+  unauthenticated: 401,
+  forbidden: 403,
+  'not-found': 404,
+  conflict: 409,
+  gone: 410,
+  'too-large': 413,
+  'rate-limited': 429,
+  unavailable: 503,
+  timeout: 504,
+  internal: 500,
+};
+
+const stringOr = (value: unknown): string | undefined => (typeof value === 'string' ? value : undefined);
+const numberOr = (value: unknown): number | undefined =>
+  typeof value === 'number' && Number.isFinite(value) ? value : undefined;
 
 /** Base of every error the project throws on purpose. */
 export class KopsError extends Error {
   readonly kind: ErrorKind;
+  /** The `reason` option: the specific reason, when there is one more specific than the kind. */
+  readonly reasonCode: string | undefined;
+  readonly retryAfterSeconds: number | undefined;
+  readonly upstreamStatus: number | undefined;
   readonly details: Record<string, unknown> | undefined;
 
   constructor(kind: ErrorKind, message: string, options: KopsErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
     this.kind = kind;
-    this.details = options.details;
+    // Modules that still put these facts in `details` are read the same way, and modules that still
+    // read them there find them: one error, whichever way it was made or is read.
+    const { details } = options;
+    this.reasonCode = options.reason ?? stringOr(details?.['reason']);
+    this.retryAfterSeconds = options.retryAfterSeconds ?? numberOr(details?.['retryAfterSeconds']);
+    this.upstreamStatus =
+      options.upstreamStatus ?? numberOr(details?.['status']) ?? numberOr(details?.['httpStatus']);
+    this.details = withTypedFacts(details, options);
   }
+
+  /** The HTTP status a server answers this error with: its kind's, unless a subclass is more precise. */
+  get httpStatus(): number {
+    return httpStatusByKind[this.kind];
+  }
+}
+
+/** `details` with the typed facts given as options added, for readers that still look there. */
+function withTypedFacts(
+  details: Record<string, unknown> | undefined,
+  options: KopsErrorOptions,
+): Record<string, unknown> | undefined {
+  const typed: Record<string, unknown> = {};
+  if (options.reason !== undefined) typed['reason'] = options.reason;
+  if (options.retryAfterSeconds !== undefined) typed['retryAfterSeconds'] = options.retryAfterSeconds;
+  if (options.upstreamStatus !== undefined) typed['httpStatus'] = options.upstreamStatus;
+  if (Object.keys(typed).length === 0) return details;
+  return { ...details, ...typed };
 }
 
 export class InvalidInputError extends KopsError {
@@ -111,6 +172,31 @@ export class InternalError extends KopsError {
   }
 }
 
+/** A request with a method the endpoint does not serve: 405, with the methods it does in `Allow`. */
+export class MethodNotAllowedError extends InvalidInputError {
+  readonly allow: string;
+
+  constructor(allow: string) {
+    super(`method not allowed here; use ${allow}`, { reason: 'method-not-allowed' });
+    this.allow = allow;
+  }
+
+  override get httpStatus(): number {
+    return 405;
+  }
+}
+
+/** A request body of a type the endpoint does not read: 415. */
+export class UnsupportedMediaTypeError extends InvalidInputError {
+  constructor(message: string) {
+    super(message, { reason: 'unsupported-media-type' });
+  }
+
+  override get httpStatus(): number {
+    return 415;
+  }
+}
+
 const errorClassByKind: Record<ErrorKind, new (message: string, options?: KopsErrorOptions) => KopsError> = {
   invalid: InvalidInputError,
   config: ConfigError,
@@ -140,6 +226,7 @@ const kindByHttpStatus: Partial<Record<number, ErrorKind>> = {
   409: 'conflict',
   410: 'gone',
   422: 'invalid',
+  413: 'too-large',
   429: 'rate-limited',
 };
 
@@ -158,21 +245,6 @@ export function errorForHttpStatus(
   const kind = kindByHttpStatus[status] ?? (isFaultStatus(status) ? 'unavailable' : otherwise);
   return new errorClassByKind[kind](message, options);
 }
-
-const httpStatusByKind: Record<ErrorKind, number> = {
-  invalid: 400,
-  config: 500,
-  unauthenticated: 401,
-  forbidden: 403,
-  'not-found': 404,
-  conflict: 409,
-  gone: 410,
-  'too-large': 413,
-  'rate-limited': 429,
-  unavailable: 503,
-  timeout: 504,
-  internal: 500,
-};
 
 /** Exit codes follow sysexits(3) where one fits, so scripts can tell input errors from outages. */
 export const exitCodeByKind: Readonly<Record<ErrorKind, number>> = {
@@ -199,7 +271,7 @@ export function asKopsError(err: unknown): KopsError {
 
 /** The HTTP status for an error at a server edge. */
 export function httpStatusOf(err: unknown): number {
-  return httpStatusByKind[asKopsError(err).kind];
+  return asKopsError(err).httpStatus;
 }
 
 /** The process exit code for an error at the CLI edge. */

@@ -10,7 +10,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
-import { Backoff } from '../kube/backoff.ts';
+import { Backoff } from '../runtime/backoff.ts';
 import { maxRetryAfterMs, type RetryOptions, retryTransient } from './retry.ts';
 
 /** Fake time: `sleep` records the wait and moves the clock, so nothing really waits. */

@@ -6,8 +6,8 @@
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import { asKopsError, describeError, type KopsError, TimeoutError } from '../errors.ts';
-import type { Backoff } from '../kube/backoff.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import type { Backoff } from '../runtime/backoff.ts';
 
 /** The longest Retry-After honoured: a hostile or confused answer cannot park the node for longer. */
 export const maxRetryAfterMs = 5 * 60_000;

@@ -1,6 +1,6 @@
 /**
  * Issue 13 finding 3, end to end over real sockets: a real bootstrap server in front of the simulated
- * API server and AWS (src/sim/bootstrap-harness.ts) with faults injected into the replay-marker
+ * API server and AWS (src/testing/bootstrap-harness.ts) with faults injected into the replay-marker
  * write, STS, EC2, the guard's Node read and a webhook. Each must answer 503 with Retry-After and a
  * reason naming the dependency — never a final 403 — be counted and audited; a decision on verified
  * facts stays a 403; and the real `join` gets through an API-server 503 storm.
@@ -15,8 +15,12 @@ import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey, spkiOf } from '../pki/keys.ts';
 import { encodePem } from '../pki/pem.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
-import { type BootstrapHarness, type HarnessNode, startBootstrapHarness } from '../sim/bootstrap-harness.ts';
 import { createCertificateAuthority, issueClientCertificate } from '../sim/tls.ts';
+import {
+  type BootstrapHarness,
+  type HarnessNode,
+  startBootstrapHarness,
+} from '../testing/bootstrap-harness.ts';
 import { kopsApiVersion } from './kops-handler.ts';
 import { webhookPolicy } from './policies/webhook.ts';
 

@@ -3,7 +3,7 @@
  * — the API server, STS, EC2, the compute API, Google's token keys, a webhook, the state store —
  * fails, is throttled or does not answer in time. That is not a decision about the node: the answer
  * is 503 with `Retry-After`, never a 403, and never a certificate. Only a decision on verified facts
- * is a denial. A fault is an UnavailableError whose details name the dependency, so that it is
+ * is a denial. A fault is a {@link DependencyFaultError} that names the dependency, so that it is
  * classified once here and mapped once at the HTTP edge (http.ts, kops-handler.ts).
  */
 import { randomInt } from 'node:crypto';
@@ -45,52 +45,79 @@ export function defaultRetryAfterSeconds(): number {
 
 /** The Retry-After a dependency itself sent, when the cause carries one (at most 60 s). */
 function upstreamRetryAfter(cause: unknown): number {
-  const seconds = cause instanceof KopsError ? cause.details?.['retryAfterSeconds'] : undefined;
-  return typeof seconds === 'number' && Number.isFinite(seconds) && seconds > 0
-    ? Math.min(Math.ceil(seconds), 60)
-    : 0;
+  const seconds = cause instanceof KopsError ? cause.retryAfterSeconds : undefined;
+  return seconds !== undefined && seconds > 0 ? Math.min(Math.ceil(seconds), 60) : 0;
+}
+
+/**
+ * A request that cannot be decided now because `dependency` failed: 503 with Retry-After, reason
+ * `dependency-unavailable`, the dependency named in the answer; `policy` is the policy that met it.
+ */
+export class DependencyFaultError extends UnavailableError {
+  declare readonly retryAfterSeconds: number;
+  readonly dependency: Dependency;
+  readonly policy: string | undefined;
+
+  constructor(
+    message: string,
+    fault: { dependency: Dependency; policy?: string; retryAfterSeconds: number; cause: unknown },
+  ) {
+    super(message, {
+      cause: fault.cause,
+      reason: dependencyFaultReason,
+      retryAfterSeconds: fault.retryAfterSeconds,
+      // Still in the bag too, for readers that look there.
+      details: fault.policy
+        ? { dependency: fault.dependency, policy: fault.policy }
+        : { dependency: fault.dependency },
+    });
+    this.dependency = fault.dependency;
+    this.policy = fault.policy;
+  }
 }
 
 /**
  * The fault for a failed call to `dependency`. `cause` is kept for the log and the audit trail; the
  * message the node sees names only the dependency.
  */
-export function dependencyFault(dependency: Dependency, cause: unknown): UnavailableError {
+export function dependencyFault(dependency: Dependency, cause: unknown): DependencyFaultError {
   if (isDependencyFault(cause)) return cause;
   const what = described[dependency] ?? `a dependency of policy ${dependency.slice('policy:'.length)}`;
   // Never sooner than the dependency asked, and spread even when it asked for the same second.
   const retryAfterSeconds = Math.max(upstreamRetryAfter(cause), defaultRetryAfterSeconds());
-  return new UnavailableError(
+  return new DependencyFaultError(
     `${what} is unavailable, so the request cannot be decided now; retry in ${retryAfterSeconds} s`,
-    { cause, details: { reason: dependencyFaultReason, dependency, retryAfterSeconds } },
+    { dependency, retryAfterSeconds, cause },
   );
 }
 
 /** The same fault, saying which policy met it (for the audit trail and the log). */
-export function faultOfPolicy(policy: string, err: unknown): UnavailableError {
+export function faultOfPolicy(policy: string, err: unknown): DependencyFaultError {
   const fault = dependencyFault(`policy:${policy}`, err);
-  return new UnavailableError(fault.message, { cause: fault.cause, details: { ...fault.details, policy } });
+  return new DependencyFaultError(fault.message, {
+    dependency: fault.dependency,
+    retryAfterSeconds: fault.retryAfterSeconds,
+    cause: fault.cause,
+    policy,
+  });
 }
 
 /** Whether `err` is a dependency fault (made by {@link dependencyFault}). */
-export function isDependencyFault(err: unknown): err is UnavailableError {
-  return (
-    err instanceof KopsError &&
-    err.kind === 'unavailable' &&
-    err.details?.['reason'] === dependencyFaultReason &&
-    typeof err.details['dependency'] === 'string'
-  );
+export function isDependencyFault(err: unknown): err is DependencyFaultError {
+  return err instanceof DependencyFaultError;
 }
 
-/** The dependency a fault names. */
+/**
+ * The dependency a fault names. (Takes any UnavailableError while kops-handler.ts still types its
+ * faults so; every fault it passes comes from {@link dependencyFault}.)
+ */
 export function dependencyOf(err: UnavailableError): string {
-  return err.details?.['dependency'] as string;
+  return err instanceof DependencyFaultError ? err.dependency : 'unknown';
 }
 
 /** The policy that met a fault, when the chain says (faultOfPolicy). */
-export function policyOf(err: UnavailableError): string | undefined {
-  const policy = err.details?.['policy'];
-  return typeof policy === 'string' ? policy : undefined;
+export function policyOf(err: DependencyFaultError): string | undefined {
+  return err.policy;
 }
 
 /** What went wrong underneath a fault, for the log and the audit trail (never sent to the node). */
@@ -117,8 +144,7 @@ export function isTransientFailure(err: unknown): boolean {
  */
 export function isCloudVerdict(err: unknown): boolean {
   if (!(err instanceof KopsError)) return false;
-  const status = err.details?.['status'] ?? err.details?.['httpStatus'];
-  if (status === 401 || status === 403) return false;
+  if (err.upstreamStatus === 401 || err.upstreamStatus === 403) return false;
   return err.kind === 'not-found' || err.kind === 'forbidden' || err.kind === 'invalid';
 }
 

@@ -7,7 +7,6 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { CoreV1Api, V1ConfigMap } from '@kubernetes/client-node';
 import { describeError, InvalidInputError, UnavailableError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
-import { type Clock, systemClock } from '../kube/clock.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import {
   type ClusterInfoDocument,
@@ -18,6 +17,7 @@ import {
   jwsKeyPrefix,
   kubeconfigKey,
 } from '../protocol/cluster-info.ts';
+import { type Clock, systemClock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { sendError, sendJson } from './http.ts';
 import {

@@ -5,8 +5,8 @@
  * `Retry-After`, and a dependency fault also names the dependency.
  */
 import type { ServerResponse } from 'node:http';
-import { asKopsError, httpStatusOf } from '../errors.ts';
-import { defaultRetryAfterSeconds } from './dependency.ts';
+import { asKopsError, MethodNotAllowedError } from '../errors.ts';
+import { defaultRetryAfterSeconds, isDependencyFault } from './dependency.ts';
 
 /** The largest request body accepted: a request with two RSA-8192 CSRs is well below it. */
 export const maxBodyBytes = 64 * 1024;
@@ -32,16 +32,14 @@ export function sendJson(
 /** The machine-readable reason of an error: a specific one when the error carries it, else its kind. */
 export function reasonOf(err: unknown): string {
   const error = asKopsError(err);
-  const specific = error.details?.['reason'];
-  return typeof specific === 'string' ? specific : error.kind;
+  return error.reasonCode ?? error.kind;
 }
 
 /** The seconds to put in `Retry-After` for an error: its own, else for a 503 a short spread wait. */
 export function retryAfterOf(err: unknown): number | undefined {
-  const error = asKopsError(err);
-  const seconds = error.details?.['retryAfterSeconds'];
-  if (typeof seconds === 'number' && seconds > 0) return Math.ceil(seconds);
-  return error.kind === 'unavailable' ? defaultRetryAfterSeconds() : undefined;
+  const { retryAfterSeconds, kind } = asKopsError(err);
+  if (retryAfterSeconds !== undefined && retryAfterSeconds > 0) return Math.ceil(retryAfterSeconds);
+  return kind === 'unavailable' ? defaultRetryAfterSeconds() : undefined;
 }
 
 /**
@@ -52,22 +50,15 @@ export function retryAfterOf(err: unknown): number | undefined {
  */
 export function sendError(res: ServerResponse, err: unknown, headers: Record<string, string> = {}): void {
   const error = asKopsError(err);
-  // An input error may name a more precise 4xx (405, 415) than its kind's 400.
-  const precise = error.details?.['httpStatus'];
-  const status = error.kind === 'invalid' && typeof precise === 'number' ? precise : httpStatusOf(error);
-  const allow = error.details?.['allow'];
-  if (typeof allow === 'string') headers = { ...headers, allow };
+  const status = error.httpStatus;
+  const answerHeaders = { ...headers };
+  if (error instanceof MethodNotAllowedError) answerHeaders['allow'] = error.allow;
   const retryAfter = retryAfterOf(error);
-  if (retryAfter !== undefined && !('retry-after' in headers))
-    headers = { ...headers, 'retry-after': String(retryAfter) };
+  if (retryAfter !== undefined && !('retry-after' in answerHeaders))
+    answerHeaders['retry-after'] = String(retryAfter);
+  if (error.kind === 'too-large') answerHeaders['connection'] = 'close';
   const message = status >= 500 && error.kind !== 'unavailable' ? 'internal error' : error.message;
-  const dependency = error.details?.['dependency'];
-  sendJson(
-    res,
-    status,
-    {
-      error: { reason: reasonOf(error), message, ...(typeof dependency === 'string' ? { dependency } : {}) },
-    },
-    error.kind === 'too-large' ? { ...headers, connection: 'close' } : headers,
-  );
+  const body: { reason: string; message: string; dependency?: string } = { reason: reasonOf(error), message };
+  if (isDependencyFault(error)) body.dependency = error.dependency;
+  sendJson(res, status, { error: body }, answerHeaders);
 }

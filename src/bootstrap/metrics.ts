@@ -13,64 +13,57 @@ import type { GuardReadSource } from './node-guard.ts';
 /** Latency buckets from 1 ms (cached cloud facts) to 30 s (throttled cloud, slow STS). */
 const issueBuckets = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
+/** What the handlers report to, and where the impersonation guard's answers came from. */
+export type BootstrapMetrics = BootstrapMetricsSink & { guardRead(source: GuardReadSource): void };
+
+/** A counter of `registry`, registered once however many servers report into it. */
+function sharedCounter<L extends string>(registry: Registry, name: string, help: string, labelNames: L[]) {
+  return sharedMetric(registry, name, () => new Counter({ name, help, labelNames, registers: [registry] }));
+}
+
 /** Registers (once per registry) and returns the bootstrap metrics. */
-export function bootstrapMetrics(
-  registry: Registry,
-): BootstrapMetricsSink & { guardRead(source: GuardReadSource): void } {
+export function bootstrapMetrics(registry: Registry): BootstrapMetrics {
   const registers = [registry];
-  const requests = sharedMetric(
+  const requests = sharedCounter(
     registry,
     'kops_controller_bootstrap_requests_total',
-    () =>
-      new Counter({
-        name: 'kops_controller_bootstrap_requests_total',
-        help: 'Bootstrap requests decided, by deciding policy (or refusing check) and verdict.',
-        labelNames: ['policy', 'verdict'],
-        registers,
-      }),
+    'Bootstrap requests decided, by deciding policy (or refusing check) and verdict.',
+    ['policy', 'verdict'],
   );
+  const issueName = 'kops_controller_bootstrap_issue_seconds';
   const issue = sharedMetric(
     registry,
-    'kops_controller_bootstrap_issue_seconds',
+    issueName,
     () =>
       new Histogram({
-        name: 'kops_controller_bootstrap_issue_seconds',
+        name: issueName,
         help: 'Time from receiving a bootstrap request to issuing its certificates.',
         buckets: issueBuckets,
         registers,
       }),
   );
+  const depthName = 'kops_controller_bootstrap_queue_depth';
   const queueDepth = sharedMetric(
     registry,
-    'kops_controller_bootstrap_queue_depth',
+    depthName,
     () =>
       new Gauge({
-        name: 'kops_controller_bootstrap_queue_depth',
+        name: depthName,
         help: 'Bootstrap requests waiting for a human to approve them.',
         registers,
       }),
   );
-  const guardReads = sharedMetric(
+  const guardReads = sharedCounter(
     registry,
     'kops_controller_bootstrap_node_guard_reads_total',
-    () =>
-      new Counter({
-        name: 'kops_controller_bootstrap_node_guard_reads_total',
-        help: 'Impersonation-guard lookups, by where the answer came from: a current Node watch or the API server.',
-        labelNames: ['source'],
-        registers,
-      }),
+    'Impersonation-guard lookups, by where the answer came from: a current Node watch or the API server.',
+    ['source'],
   );
-  const dependencyFailures = sharedMetric(
+  const dependencyFailures = sharedCounter(
     registry,
     'kops_controller_bootstrap_dependency_failures_total',
-    () =>
-      new Counter({
-        name: 'kops_controller_bootstrap_dependency_failures_total',
-        help: 'Bootstrap requests answered 503 (retry) because a dependency failed, was throttled or did not answer in time, by dependency.',
-        labelNames: ['dependency'],
-        registers,
-      }),
+    'Bootstrap requests answered 503 (retry) because a dependency failed, was throttled or did not answer in time, by dependency.',
+    ['dependency'],
   );
   return {
     dependencyFailure: (dependency) => dependencyFailures.inc({ dependency }),

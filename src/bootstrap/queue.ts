@@ -351,12 +351,10 @@ export function certificateLines(certificates: readonly QueuedCertificate[]): st
 /** The usages of the certificates a request yields, for spec.usages. */
 function usagesOf(profileNames: readonly ProfileName[]): string[] {
   const kinds = new Set(profileNames.map((profile) => profiles[profile].usage));
-  return [
-    'digital signature',
-    'key encipherment',
-    ...(kinds.has('client') ? ['client auth'] : []),
-    ...(kinds.has('server') ? ['server auth'] : []),
-  ];
+  const usages = ['digital signature', 'key encipherment'];
+  if (kinds.has('client')) usages.push('client auth');
+  if (kinds.has('server')) usages.push('server auth');
+  return usages;
 }
 
 /**
@@ -608,21 +606,21 @@ export class CsrQueue {
 
   /** Refuses a new request beyond the caps: 429 with Retry-After, the reason saying which cap. */
   #admit(source: string): void {
-    const retry = { retryAfterSeconds: queueFullRetryAfterSeconds };
+    const retryAfterSeconds = queueFullRetryAfterSeconds;
     const { maxPending, maxPendingPerSource } = this.#limits;
     if (this.#pending.size >= maxPending) {
       throw new RateLimitedError(
         `${this.#pending.size} bootstrap requests already wait for approval, the most the queue holds ` +
-          `(bootstrap.queue.maxPending); retry in ${retry.retryAfterSeconds} s`,
-        { details: { reason: queueFullReasons.overall, ...retry } },
+          `(bootstrap.queue.maxPending); retry in ${retryAfterSeconds} s`,
+        { reason: queueFullReasons.overall, retryAfterSeconds },
       );
     }
     const fromSource = this.#pendingBySource.get(source) ?? 0;
     if (fromSource >= maxPendingPerSource) {
       throw new RateLimitedError(
         `${fromSource} bootstrap requests from ${source} already wait for approval, the most one source may ` +
-          `have waiting (bootstrap.queue.maxPendingPerSource); retry in ${retry.retryAfterSeconds} s`,
-        { details: { reason: queueFullReasons.source, ...retry } },
+          `have waiting (bootstrap.queue.maxPendingPerSource); retry in ${retryAfterSeconds} s`,
+        { reason: queueFullReasons.source, retryAfterSeconds },
       );
     }
   }
@@ -690,7 +688,7 @@ export class CsrQueue {
       throw new ConflictError(
         `a certificate signing request named ${name} already exists but holds another public key or was not created by kops-controller; ` +
           `an admin must inspect it (kubectl get csr ${name} -o yaml) and delete it`,
-        { details: { reason: 'csr-name-taken' } },
+        { reason: 'csr-name-taken' },
       );
     }
     return stateOf(existing, this.#sealKey);
@@ -701,7 +699,7 @@ export class CsrQueue {
     const csr = this.#informer.get(name) ?? (await readCsr(this.#options.certificates, name));
     if (!csr || !hasValidSeal(csr, this.#sealKey)) {
       throw new NotFoundError(`no pending bootstrap request ${name}; it was never made, or was deleted`, {
-        details: { reason: 'unknown-request' },
+        reason: 'unknown-request',
       });
     }
     return stateOf(csr, this.#sealKey);

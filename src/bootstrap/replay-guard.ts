@@ -20,8 +20,8 @@ import { createHash } from 'node:crypto';
 import type { CoreV1Api, V1ConfigMap } from '@kubernetes/client-node';
 import { describeError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
-import { type Clock, sleep, systemClock } from '../kube/clock.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { dependencyFault, withDeadline } from './dependency.ts';
 

@@ -17,6 +17,7 @@ import { promisify } from 'node:util';
 import type { KubeConfig } from '@kubernetes/client-node';
 import fc from 'fast-check';
 import { Registry } from 'prom-client';
+import { type RunningBootstrap, startBootstrapServer } from '../cli/bootstrap-server.ts';
 import { parseConfig } from '../config/loader.ts';
 import { assertTlsPolicy, eventually, idleCrowd } from '../net/testing.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
@@ -31,7 +32,6 @@ import { openVfs } from '../statestore/open.ts';
 import { opensslVerify, scratchFile } from '../testing/openssl.ts';
 import { toolPath } from '../testing/tools.ts';
 import { bootstrapSignerName, queuedCsrName } from './queue.ts';
-import { type RunningBootstrap, startBootstrapServer } from './server.ts';
 import type { AuditRecord, BootstrapPolicy, NodeFacts } from './types.ts';
 
 const run = promisify(execFile);

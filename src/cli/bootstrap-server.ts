@@ -1,36 +1,313 @@
 /**
- * The bootstrap server a controller config asks for (`server` section), with everything it needs
- * built from the config: the approval chain (`bootstrap.policies`, or the kops default for the
- * provider) and its dependencies, the replay guard shared by the replicas, the token store, the
- * audit trail and the metrics (the cloud calls' included). Used by `run`; every replica serves,
- * only the leader signs.
+ * The composition root of the bootstrap server: every part the server and its leader-only work need
+ * is built here from the config — the approval chain (`bootstrap.policies`, or the kops default for
+ * the provider) and its dependencies, the replay guard shared by the replicas, the token store, the
+ * CAs, the queue, the impersonation guard, the expiry ledger, the audit trail and the metrics (the
+ * cloud calls' included) — and handed, finished, to the server of src/bootstrap/server.ts. Used by
+ * `run` and `dev`; every replica serves, only the leader signs.
+ *
+ * Where a new part plugs in: a dependency of a policy goes into `policyDepsFromConfig`
+ * (src/bootstrap/policies/deps.ts); something every request needs goes into the
+ * {@link BootstrapContext} built in {@link startBootstrapServer}; leader-only work (a publisher, a
+ * cleaner, a signer) joins `components` in {@link startConfiguredBootstrap}.
  */
-import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
-import type { Registry } from 'prom-client';
+import { CertificatesV1Api, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
+import { type Registry, register } from 'prom-client';
 import { auditSink } from '../bootstrap/audit.ts';
+import type { AuditSink, BootstrapContext } from '../bootstrap/context.ts';
 import {
   ClusterInfoPublisher,
   clusterInfoHandler,
   configMapClusterInfoSource,
 } from '../bootstrap/discovery.ts';
+import type { NodeIssueOptions } from '../bootstrap/issue.ts';
+import { defaultKopsCertNames } from '../bootstrap/kops-handler.ts';
+import { type BootstrapMetrics, bootstrapMetrics } from '../bootstrap/metrics.ts';
 import { buildPolicies } from '../bootstrap/policies/build.ts';
 import { policyDepsFromConfig } from '../bootstrap/policies/deps.ts';
+import { CsrQueue } from '../bootstrap/queue.ts';
+import { queueSigner } from '../bootstrap/queue-signer.ts';
+import type { RateLimit } from '../bootstrap/rate-limit.ts';
 import { ConfigMapReplayGuard, ReplayMarkerCollector } from '../bootstrap/replay-guard.ts';
-import {
-  type BootstrapServerDeps,
-  type RunningBootstrap,
-  startBootstrapServer,
-} from '../bootstrap/server.ts';
+import { loadReservedNames } from '../bootstrap/reserved-names.ts';
+import { type BootstrapServer, type RequestHandler, serveBootstrap } from '../bootstrap/server.ts';
 import { apiTokenSource, TokenCleaner, TokenValidator, WatchedTokenSecrets } from '../bootstrap/tokens.ts';
+import type { BootstrapPolicy } from '../bootstrap/types.ts';
 import type { CloudOverrides } from '../cloud/from-config.ts';
 import { cloudCallMetrics } from '../cloud/metrics.ts';
 import type { Config } from '../config/schema.ts';
+import { ConfigError } from '../errors.ts';
+import { reuseConnections } from '../kube/connection-reuse.ts';
+import { entriesOfIssued, LedgerRecorder } from '../ledger/recorder.ts';
+import { ConfigMapLedgerStore } from '../ledger/store.ts';
 import { type Logger, silentLogger } from '../log.ts';
-import { bundlePem } from '../pki/ca.ts';
+import type { ConnectionLimits } from '../net/hardened-server.ts';
+import { bundlePem, type CertificateAuthority } from '../pki/ca.ts';
+import type { ReservedNames } from '../pki/reserved-names.ts';
 import { renderClusterInfoKubeconfig } from '../protocol/cluster-info.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { parseListenAddress } from '../runtime/listen-address.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
+import {
+  type GuardWatchView,
+  guardWatchView,
+  holdOwnCertificates,
+  ledgerComponents,
+  type NodeGuardReads,
+  nodeConfigReader,
+  nodeGuardReads,
+  type ServerSection,
+  servingTls,
+  signingAuthorities,
+} from './bootstrap-parts.ts';
+
+/** What {@link startBootstrapServer} is given besides the config. */
+export interface BootstrapServerDeps {
+  kubeConfig: KubeConfig;
+  /** The approval chain (`buildPolicies(config, deps)` of src/bootstrap/policies). */
+  policies: readonly BootstrapPolicy[];
+  /**
+   * The signing CA. When absent, every CA of `server.signingCAs` (default kubernetes-ca) is loaded
+   * from `server.caBasePath`: the first signs everything, the others only kops cert names that name
+   * them.
+   */
+  ca?: CertificateAuthority;
+  /** The API server URL handed to nodes; default `https://api.internal.<clusterName>`, as kops. */
+  apiServer?: string;
+  /** Overrides `server.Listen` (tests bind 127.0.0.1:0). */
+  listen?: string;
+  /** Names of the generated serving certificate, when no serverCertificatePath is configured. */
+  serverNames?: { dnsNames?: string[]; ipAddresses?: string[] };
+  audit?: AuditSink;
+  clusterInfoHandler?: RequestHandler;
+  vfsOptions?: VfsOptions;
+  rateLimit?: RateLimit;
+  /** Connection caps and timeouts other than the product's defaults (`run --bootstrap-max-connections…`). */
+  connectionLimits?: Partial<ConnectionLimits>;
+  registry?: Registry;
+  logger?: Logger;
+}
+
+/** The bootstrap server of `run`, its queue, and the leader-only signer to add to the components. */
+export interface RunningBootstrap {
+  server: BootstrapServer;
+  /** The signing CA and the API server URL the answers name. */
+  ca: CertificateAuthority;
+  apiServer: string;
+  /** Every API server URL, the first being `apiServer`: what discovery publishes. */
+  apiServers: string[];
+  queue: CsrQueue;
+  signer: LeaderComponent;
+  /** The certificate expiry ledger's leader-only work: its gauge, and the kubelets' renewals recorded. */
+  ledgerComponents: LeaderComponent[];
+  /** The expiry ledger's writer (every replica records what it issues). */
+  ledger: LedgerRecorder;
+  /** The impersonation guard's Node watch (absent with `nodeGuard: api`): whether it is current, what it knows. */
+  guardWatch?: GuardWatchView;
+  close(): Promise<void>;
+}
+
+/** The parts built before the server serves, shared by it, its queue and its leader-only signer. */
+interface ServingParts {
+  ca: CertificateAuthority;
+  otherSigners: CertificateAuthority[];
+  metrics: BootstrapMetrics;
+  /** The pooled kubeconfig every part of the server uses. */
+  kubeConfig: KubeConfig;
+  certificates: CertificatesV1Api;
+  ledgerStore: ConfigMapLedgerStore;
+  ledger: LedgerRecorder;
+  guard: NodeGuardReads;
+  apiServers: string[];
+  reserved: ReservedNames;
+  issueOptions: NodeIssueOptions;
+}
+
+/** The API server URLs nodes are told to use: the override, `bootstrap.apiServers`, or kops' default. */
+function apiServersOf(config: Config, override: string | undefined): string[] {
+  if (override) return [override];
+  return config.bootstrap.apiServers ?? [`https://api.internal.${config.clusterName}`];
+}
+
+/** Builds what the server, its queue and its signer share; starts the guard's Node watch. */
+async function buildServingParts(
+  config: Config,
+  server: ServerSection,
+  deps: BootstrapServerDeps,
+  registry: Registry,
+  logger: Logger,
+): Promise<ServingParts> {
+  const { ca, otherSigners } = await signingAuthorities(server, deps.ca, deps.vfsOptions);
+  const metrics = bootstrapMetrics(registry);
+  // Requests may read their Node directly: without pooled connections each read would be a TLS handshake.
+  const kubeConfig = reuseConnections(deps.kubeConfig);
+  // Every certificate signed here, by any path (native, kops, queue), goes into the expiry ledger.
+  const ledgerStore = new ConfigMapLedgerStore({
+    core: kubeConfig.makeApiClient(CoreV1Api),
+    namespace: config.bootstrap.replayNamespace,
+  });
+  const ledger = new LedgerRecorder({ store: ledgerStore, logger });
+  const guard = nodeGuardReads(config, kubeConfig, metrics.guardRead, registry, logger);
+  const apiServers = apiServersOf(config, deps.apiServer);
+  // The API server's names and addresses, which no node certificate may carry.
+  const reserved = await loadReservedNames(config, {
+    apiServers,
+    kubeConfig: deps.kubeConfig,
+    vfsOptions: deps.vfsOptions,
+    logger,
+  });
+  const issueOptions: NodeIssueOptions = {
+    reserved,
+    onIssued: (issued, facts) => ledger.record(entriesOfIssued(issued, facts)),
+  };
+  const certificates = kubeConfig.makeApiClient(CertificatesV1Api);
+  return {
+    ca,
+    otherSigners,
+    metrics,
+    kubeConfig,
+    certificates,
+    ledgerStore,
+    ledger,
+    guard,
+    apiServers,
+    reserved,
+    issueOptions,
+  };
+}
+
+/** The CSR-API queue the `queue` verdict uses, started (it lists and watches its CSRs). */
+function startQueue(config: Config, parts: ServingParts, registry: Registry, logger: Logger): CsrQueue {
+  const queue = new CsrQueue({
+    certificates: parts.certificates,
+    kubeConfig: parts.kubeConfig,
+    ca: parts.ca,
+    limits: config.bootstrap.queue,
+    reserved: parts.reserved,
+    onDepth: parts.metrics.queueDepth,
+    registry,
+    logger,
+  });
+  queue.start();
+  return queue;
+}
+
+/**
+ * Serves the bootstrap API with its TLS certificate; when it cannot, `stop` ends what was started for
+ * it before the error is thrown.
+ */
+async function serveOrStop(
+  config: Config,
+  server: ServerSection,
+  deps: BootstrapServerDeps,
+  serving: { context: BootstrapContext; queue: CsrQueue; parts: ServingParts; registry: Registry },
+  stop: () => Promise<unknown>,
+): Promise<{ running: BootstrapServer; tls: { cert: string; key: string } }> {
+  const { context, queue, parts, registry } = serving;
+  try {
+    const tls = await servingTls(config, context.ca, deps.serverNames);
+    const running = await serveBootstrap({
+      listen: deps.listen ?? server.Listen,
+      tls,
+      context,
+      kops: {
+        certNames: server.certNames ?? defaultKopsCertNames,
+        otherSigners: parts.otherSigners,
+        nodeConfig: nodeConfigReader(config, deps.vfsOptions),
+      },
+      clusterInfoHandler: deps.clusterInfoHandler,
+      rateLimit: deps.rateLimit,
+      connectionLimits: deps.connectionLimits,
+      registry,
+      readiness: [() => (queue.hasSynced() ? undefined : 'the CSR queue has not listed yet')],
+    });
+    return { running, tls };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/** The leader-only signer of the queue's approved requests. */
+function signerOf(
+  config: Config,
+  deps: BootstrapServerDeps,
+  parts: ServingParts,
+  registry: Registry,
+  logger: Logger,
+) {
+  // No TTL (or 0) is the signer's own default.
+  const pendingTtlMs = config.bootstrap.queue.pendingTTL || undefined;
+  return queueSigner({
+    kubeConfig: parts.kubeConfig,
+    certificates: parts.certificates,
+    ca: parts.ca,
+    readNode: parts.guard.readNode,
+    // Carries the ledger's onIssued to issueForFacts.
+    issueOptions: parts.issueOptions,
+    pendingTtlMs,
+    audit: deps.audit,
+    onIssued: parts.metrics.issued,
+    registry,
+    logger,
+  });
+}
+
+/**
+ * Starts the bootstrap server for `config.server` (every replica) and builds its leader-only work
+ * (the queue signer, the ledger's gauge and renewal recorder), which the caller adds to the components.
+ */
+export async function startBootstrapServer(
+  config: Config,
+  deps: BootstrapServerDeps,
+): Promise<RunningBootstrap> {
+  const server = config.server;
+  if (!server) throw new ConfigError('the config has no server section; the bootstrap server needs one');
+  const logger = (deps.logger ?? silentLogger).child({ component: 'bootstrap-server' });
+  const registry = deps.registry ?? register;
+  const parts = await buildServingParts(config, server, deps, registry, logger);
+  const { ca, ledger, guard } = parts;
+  const queue = startQueue(config, parts, registry, logger);
+  const context: BootstrapContext = {
+    ca,
+    policies: deps.policies,
+    readNode: guard.readNode,
+    queue,
+    apiServer: parts.apiServers[0] as string,
+    issueOptions: parts.issueOptions,
+    audit: deps.audit,
+    metrics: parts.metrics,
+    logger,
+  };
+  const { running, tls } = await serveOrStop(config, server, deps, { context, queue, parts, registry }, () =>
+    Promise.all([queue.stop(), guard.guardWatch?.stop()]),
+  );
+  holdOwnCertificates(ledger, [ca, ...parts.otherSigners], tls.cert);
+  ledger.start();
+  const kubeConfig = parts.kubeConfig;
+  return {
+    server: running,
+    ca,
+    apiServer: context.apiServer,
+    apiServers: parts.apiServers,
+    queue,
+    ledger,
+    signer: signerOf(config, deps, parts, registry, logger),
+    ledgerComponents: ledgerComponents({
+      store: parts.ledgerStore,
+      ledger,
+      readNode: guard.direct,
+      kubeConfig,
+      registry,
+      logger,
+    }),
+    guardWatch: guard.guardWatch ? guardWatchView(guard.guardWatch) : undefined,
+    async close() {
+      await running.close();
+      await Promise.all([queue.stop(), guard.guardWatch?.stop(), ledger.stop()]);
+    },
+  };
+}
 
 /** What {@link startConfiguredBootstrap} is built from. */
 export interface ConfiguredBootstrapOptions {
@@ -61,7 +338,46 @@ export interface ConfiguredBootstrap extends RunningBootstrap {
 /** How long the served cluster-info may lag behind the ConfigMap; bounds the API reads a flood causes. */
 const clusterInfoCacheMs = 2_000;
 
-/** Builds the dependencies of the configured policies only, then starts the server; `close` also releases the cloud clients. */
+/** The address nodes use for this server: the audience GCE identity tokens must name. */
+function serverUrlOf(config: Config): string {
+  const port = parseListenAddress(config.server?.Listen ?? ':3988').port;
+  return `https://kops-controller.internal.${config.clusterName}:${port}`;
+}
+
+/**
+ * The approval chain of `bootstrap.policies`, built with the dependencies of the configured policies
+ * only; `release` closes the cloud clients they hold.
+ */
+async function approvalChain(
+  options: ConfiguredBootstrapOptions,
+  shared: { core: CoreV1Api; tokens: WatchedTokenSecrets; replayGuard: ConfigMapReplayGuard },
+  logger: Logger,
+): Promise<{ policies: BootstrapPolicy[]; release(): void }> {
+  const { config } = options;
+  const sources: Parameters<typeof policyDepsFromConfig>[0] = {
+    config,
+    core: shared.core,
+    tokens: new TokenValidator(shared.tokens, logger),
+    replayGuard: shared.replayGuard,
+    serverUrl: serverUrlOf(config),
+    cloud: options.cloud,
+    logger,
+    cloudCalls: cloudCallMetrics(options.registry),
+  };
+  if (config.configBase) sources.stateStore = openVfs(config.configBase, options.vfsOptions);
+  const { deps, close } = await policyDepsFromConfig(sources);
+  try {
+    return { policies: await buildPolicies(config, deps), release: close };
+  } catch (err) {
+    close();
+    throw err;
+  }
+}
+
+/**
+ * Builds the approval chain and starts the server with it, and the leader-only work that goes with
+ * it; `close` also releases the cloud clients and the token watch.
+ */
 export async function startConfiguredBootstrap(
   options: ConfiguredBootstrapOptions,
 ): Promise<ConfiguredBootstrap> {
@@ -78,30 +394,19 @@ export async function startConfiguredBootstrap(
     logger,
   });
   tokens.start();
-  const { deps, close: release } = await policyDepsFromConfig({
-    config,
-    core,
-    tokens: new TokenValidator(tokens, logger),
-    replayGuard,
-    ...(config.configBase ? { stateStore: openVfs(config.configBase, options.vfsOptions) } : {}),
-    ...(options.cloud ? { cloud: options.cloud } : {}),
-    // The audience GCE identity tokens must name: the address nodes use for this server.
-    serverUrl: `https://kops-controller.internal.${config.clusterName}:${parseListenAddress(config.server?.Listen ?? ':3988').port}`,
-    logger,
-    cloudCalls: cloudCallMetrics(options.registry),
-  });
+  let release = (): void => undefined;
   try {
+    const chain = await approvalChain(options, { core, tokens, replayGuard }, logger);
+    release = chain.release;
+    const clusterInfo = configMapClusterInfoSource(core, { maxAgeMs: clusterInfoCacheMs });
     const running = await startBootstrapServer(config, {
       kubeConfig,
-      policies: await buildPolicies(config, deps),
+      policies: chain.policies,
       audit: auditSink(logger),
       vfsOptions: options.vfsOptions,
       registry: options.registry,
       logger,
-      clusterInfoHandler: clusterInfoHandler(
-        configMapClusterInfoSource(core, { maxAgeMs: clusterInfoCacheMs }),
-        logger,
-      ),
+      clusterInfoHandler: clusterInfoHandler(clusterInfo, logger),
       ...options.server,
     });
     const publisher = new ClusterInfoPublisher({
@@ -111,15 +416,13 @@ export async function startConfiguredBootstrap(
         renderClusterInfoKubeconfig({ servers: running.apiServers, caBundlePem: bundlePem(running.ca) }),
       logger,
     });
+    const cleaners = [
+      new TokenCleaner({ core, source: tokens, logger }),
+      new ReplayMarkerCollector({ guard: replayGuard, logger }),
+    ];
     return {
       ...running,
-      components: [
-        running.signer,
-        publisher,
-        new TokenCleaner({ core, source: tokens, logger }),
-        new ReplayMarkerCollector({ guard: replayGuard, logger }),
-        ...running.ledgerComponents,
-      ],
+      components: [running.signer, publisher, ...cleaners, ...running.ledgerComponents],
       async close() {
         await running.close();
         release();

@@ -7,10 +7,11 @@ import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { InvalidInputError } from '../errors.ts';
 import { type GceDevCluster, startGceDevCluster } from '../sim/dev-cluster.ts';
-import { type DevController, devBanner, startDevController } from '../sim/dev-controller.ts';
+import { devBanner } from '../sim/dev-run.ts';
 import { startJoiningNodes } from '../sim/joining-nodes.ts';
 import { runCli } from '../testing/cli.ts';
 import { waitForGroupLabels } from '../testing/kubectl.ts';
+import { controllerBannerLines, type DevController, startDevController } from './dev-controller.ts';
 
 const execFileAsync = promisify(execFile);
 
@@ -32,7 +33,10 @@ describe('kops-controller dev --cloud gce', () => {
   test('labels every node from its MIG’s template, and new instances join with their identity tokens', async () => {
     const bootstrap = controller.bootstrap;
     assert.ok(bootstrap);
-    assert.match(devBanner(cluster, controller), /GCE endpoints .*project testproject, zone us-test1-a/);
+    assert.match(
+      devBanner(cluster, controllerBannerLines(controller)),
+      /GCE endpoints .*project testproject, zone us-test1-a/,
+    );
     const joining = startJoiningNodes({
       cluster,
       server: bootstrap.url,

@@ -6,9 +6,10 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { lockFolder } from '../runtime/folder-lock.ts';
 import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
-import { type DevController, devBanner, startDevController } from '../sim/dev-controller.ts';
+import { devBanner } from '../sim/dev-run.ts';
 import { waitForGroupLabels } from '../testing/kubectl.ts';
 import { parsePort } from './dev.ts';
+import { controllerBannerLines, type DevController, startDevController } from './dev-controller.ts';
 
 describe('kops-controller dev', () => {
   let dir: string;
@@ -38,7 +39,10 @@ describe('kops-controller dev', () => {
   test('serves metrics, and the banner says where', async () => {
     const metrics = await (await fetch(`${controller.url}/metrics`)).text();
     assert.match(metrics, /^node_controller_reconciles_total\{result="labelled"\} \d+$/m);
-    assert.match(devBanner(cluster, controller), new RegExp(`Controller +${controller.url}/metrics`));
+    assert.match(
+      devBanner(cluster, controllerBannerLines(controller)),
+      new RegExp(`Controller +${controller.url}/metrics`),
+    );
   });
 
   test('parsePort refuses what is not a port', () => {

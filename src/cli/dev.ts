@@ -4,16 +4,19 @@
  * a sample cluster — and the controller running against it in-process, so the product can be tried,
  * and kubectl pointed at it, on a machine with no cloud and no cluster.
  *
- * The simulator is not part of the product: this module only defines and checks the flags, and loads
- * the simulator (src/sim/dev-run.ts) when `dev` actually runs. It is the one production module that
- * reaches into src/sim (src/architecture.test.ts allows exactly this import), so no other command
- * loads simulator code, and the container image, which ships without src/sim, still runs everything
- * but `dev`.
+ * This is the composition root of `dev`: the controller is the `run` command's own root, started
+ * against the simulated cluster (src/cli/dev-controller.ts). The simulator is not part of the product:
+ * this module loads it (src/sim/dev-run.ts) only when `dev` actually runs. It is the one production
+ * module that reaches into src/sim (src/architecture.test.ts allows exactly this dynamic import), so
+ * no other command loads simulator code, and the container image, which ships without src/sim, still
+ * runs everything but `dev`.
  */
 import { Command, Option } from 'commander';
 import { InvalidInputError, UnavailableError } from '../errors.ts';
 import type { Logger } from '../log.ts';
+import { lockFolder } from '../runtime/folder-lock.ts';
 import { commandLogger } from './common.ts';
+import { controllerBannerLines, startDevController } from './dev-controller.ts';
 
 /** The policies `dev --policy` offers; `aws` and `gce` need a cluster on that cloud. */
 export const devPolicies = ['aws', 'gce', 'queue', 'insecure-always-approve'] as const;
@@ -74,11 +77,14 @@ function devSettings(options: DevOptions, logger: Logger): DevSettings {
   };
 }
 
+/** The simulator's side of `dev`. */
+type Simulator = typeof import('../sim/dev-run.ts');
+
 /**
  * Loads the simulator. Where it is not installed (the container image, or a checkout installed
  * without its development dependencies) `dev` fails with one line that says so.
  */
-async function loadSimulator(): Promise<typeof import('../sim/dev-run.ts')> {
+async function loadSimulator(): Promise<Simulator> {
   try {
     return await import('../sim/dev-run.ts');
   } catch (err) {
@@ -116,7 +122,50 @@ export function devCommand(): Command {
     )
     .action(async (options: DevOptions, command: Command) => {
       const settings = devSettings(options, commandLogger(command));
-      const { runDev } = await loadSimulator();
-      await runDev(settings);
+      await runDev(settings, await loadSimulator());
     });
+}
+
+/** Resolves on the first SIGINT or SIGTERM. */
+function untilStopped(): Promise<void> {
+  return new Promise<void>((done) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      done();
+    };
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+}
+
+/** Runs the simulated cluster, the controller against it and the joining machines until stopped. */
+async function runDev(settings: DevSettings, sim: Simulator): Promise<void> {
+  const { logger } = settings;
+  // Another `dev` here would have its kubeconfig, config and node files overwritten under it.
+  const lock = await lockFolder(
+    settings.stateDir,
+    'stop that kops-controller dev (npm start) first, or give this one another --state-dir',
+  );
+  try {
+    const cluster = await sim.startSimulatedCluster(settings.cloud, settings);
+    const controller = await startDevController(cluster, { logger, bootstrapPolicy: settings.policy }).catch(
+      async (err: unknown) => {
+        await cluster.close();
+        throw err;
+      },
+    );
+    process.stdout.write(sim.devBanner(cluster, controllerBannerLines(controller)));
+    const server = controller.bootstrap;
+    const joining =
+      server && settings.joiningNodes > 0
+        ? sim.startJoining(cluster, { ...settings, server, count: settings.joiningNodes })
+        : undefined;
+    await untilStopped();
+    joining?.stop();
+    await controller.stop();
+    await cluster.close();
+  } finally {
+    await lock.release();
+  }
 }

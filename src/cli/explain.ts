@@ -18,8 +18,10 @@ import { MemoryReplayGuard } from '../bootstrap/replay-guard.ts';
 import { loadReservedNames } from '../bootstrap/reserved-names.ts';
 import type { BootstrapRequest, ChainDecision, PolicyDecision } from '../bootstrap/types.ts';
 import { loadConfigFile } from '../config/loader.ts';
+import type { Config } from '../config/schema.ts';
 import { ForbiddenError, InvalidInputError } from '../errors.ts';
 import { loadKubeConfig, makeClients } from '../kube/client.ts';
+import type { Logger } from '../log.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import { openVfs } from '../statestore/open.ts';
 import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
@@ -67,11 +69,9 @@ export function explainInput(
       authorization: options.token ? `Bearer ${options.token}` : authorization,
     };
   }
-  const body = {
-    apiVersion: nativeApiVersion,
-    ...(options.node === undefined ? {} : { nodeName: options.node }),
-    certificateSigningRequests: { kubelet: input.csr },
-  };
+  const body: Record<string, unknown> = { apiVersion: nativeApiVersion };
+  if (options.node !== undefined) body['nodeName'] = options.node;
+  body['certificateSigningRequests'] = { kubelet: input.csr };
   return {
     body: Buffer.from(JSON.stringify(body)),
     authorization: options.token ? `Bearer ${options.token}` : undefined,
@@ -106,16 +106,14 @@ export interface ExplainRow {
 /** The rows and the overall decision of an evaluated chain (pure). */
 export function explainRows(chain: ChainDecision): { rows: ExplainRow[]; decision: ExplainRow } {
   const rowOf = (policy: string, decision: PolicyDecision, decides: boolean): ExplainRow => {
+    const row: ExplainRow = { policy, verdict: decision.verdict, decides, reasons: [] };
     const facts = decision.verdict === 'approve' || decision.verdict === 'queue' ? decision.facts : undefined;
-    return {
-      policy,
-      verdict: decision.verdict,
-      decides,
-      ...(facts ? { node: facts.nodeName } : {}),
-      ...(facts?.instanceGroup ? { instanceGroup: facts.instanceGroup } : {}),
-      // The operator runs explain, so the detail a node is never told is shown too.
-      reasons: [...decision.reasons, ...(auditDetailOf(decision).detail ?? []).map((d) => `detail: ${d}`)],
-    };
+    if (facts) row.node = facts.nodeName;
+    if (facts?.instanceGroup) row.instanceGroup = facts.instanceGroup;
+    // The operator runs explain, so the detail a node is never told is shown too.
+    const detail = (auditDetailOf(decision).detail ?? []).map((d) => `detail: ${d}`);
+    row.reasons = [...decision.reasons, ...detail];
+    return row;
   };
   return {
     rows: chain.trail.map(({ policy, decision }) => rowOf(policy, decision, policy === chain.decidedBy)),
@@ -144,83 +142,96 @@ export function explainCommand(): Command {
     .option('--token <id.secret>', 'a bootstrap token to present (as Authorization: Bearer)')
     .option('--remote-address <ip>', 'the address the request is to come from (metal checks it)', '127.0.0.1')
     .addOption(outputOption());
-  return withKubeOptions(command).action(async (options: ExplainOptions, cmd: Command) => {
-    if (options.request === undefined && options.csr === undefined) {
-      throw new InvalidInputError('pass --request FILE or --csr FILE');
-    }
-    const logger = commandLogger(cmd);
-    const config = await loadConfigFile(options.conf);
-    const input = explainInput(
-      options.request !== undefined
-        ? { request: (await readInputFile(options.request, maxInputBytes, '--request')).toString('utf8') }
-        : { csr: (await readInputFile(options.csr as string, maxInputBytes, '--csr')).toString('utf8') },
-      options,
+  return withKubeOptions(command).action(runExplain);
+}
+
+/** The request the flags name: the `--request` file's, or a native request around the `--csr` file (one is given). */
+async function requestOfFlags(options: ExplainOptions): Promise<BootstrapRequest> {
+  let files: { request?: string; csr?: string };
+  if (options.request !== undefined) {
+    files = { request: (await readInputFile(options.request, maxInputBytes, '--request')).toString('utf8') };
+  } else {
+    files = { csr: (await readInputFile(options.csr as string, maxInputBytes, '--csr')).toString('utf8') };
+  }
+  const input = explainInput(files, options);
+  return requestOf({ ...input, remoteAddress: options.remoteAddress, receivedAt: new Date() });
+}
+
+/**
+ * The policies' dependencies for a dry run: proofs spent only in a private replay guard, the API
+ * server reached only by the policies that read it (bootstrap-token, metal), the state store only by metal.
+ */
+function dryRunDeps(config: Config, options: ExplainOptions, logger: Logger) {
+  const names = policyNamesOf(config);
+  const sources: Parameters<typeof policyDepsFromConfig>[0] = {
+    config,
+    replayGuard: new MemoryReplayGuard(),
+    logger,
+  };
+  if (names.has('bootstrap-token') || names.has('metal')) {
+    const { kubeConfig } = loadKubeConfig({ kubeconfig: options.kubeconfig, context: options.context });
+    sources.core = makeClients(kubeConfig).core;
+  }
+  if (names.has('metal') && config.configBase) sources.stateStore = openVfs(config.configBase);
+  return policyDepsFromConfig(sources);
+}
+
+/** Prints the trail and the decision: as JSON or YAML, or a table whose last row is the decision. */
+function printExplanation(
+  cmd: Command,
+  options: ExplainOptions,
+  request: BootstrapRequest,
+  { rows, decision }: ReturnType<typeof explainRows>,
+): void {
+  const document = {
+    request: { claimedNodeName: request.claimedNodeName, proof: request.proof.kind },
+    decision,
+    trail: rows,
+  };
+  writeOut(
+    cmd,
+    formatOutput(options.output, document, {
+      rows: [...rows, { ...decision, policy: `=> ${decision.policy}` }],
+      columns: [
+        { header: 'policy', value: (r) => r.policy },
+        { header: 'verdict', value: (r) => r.verdict },
+        { header: 'decides', value: (r) => (r.decides ? 'yes' : '') },
+        { header: 'node', value: (r) => r.node },
+        { header: 'group', value: (r) => r.instanceGroup },
+        { header: 'reasons', value: (r) => r.reasons.join('; ') },
+      ],
+    }),
+  );
+}
+
+/** Runs `explain`: the reserved names first, as the server checks them, then every policy. */
+async function runExplain(options: ExplainOptions, cmd: Command): Promise<void> {
+  if (options.request === undefined && options.csr === undefined) {
+    throw new InvalidInputError('pass --request FILE or --csr FILE');
+  }
+  const logger = commandLogger(cmd);
+  const config = await loadConfigFile(options.conf);
+  const request = await requestOfFlags(options);
+  const reserved = await loadReservedNames(config, { apiServers: config.bootstrap.apiServers, logger });
+  assertNoReservedNamesIn(request.certificates, { nodeName: request.claimedNodeName }, reserved);
+  const { deps, close } = await dryRunDeps(config, options, logger);
+  try {
+    const policies = await buildPolicies(config, deps);
+    const chain = await evaluateChain(
+      policies,
+      request,
+      { now: () => new Date() },
+      { stopAtDecision: false },
     );
-    const request = await requestOf({
-      ...input,
-      remoteAddress: options.remoteAddress,
-      receivedAt: new Date(),
-    });
-    const reserved = await loadReservedNames(config, {
-      ...(config.bootstrap.apiServers ? { apiServers: config.bootstrap.apiServers } : {}),
-      logger,
-    });
-    assertNoReservedNamesIn(request.certificates, { nodeName: request.claimedNodeName }, reserved);
-    const names = policyNamesOf(config);
-    const needsCluster = names.has('bootstrap-token') || names.has('metal');
-    const { deps, close } = await policyDepsFromConfig({
-      config,
-      replayGuard: new MemoryReplayGuard(),
-      logger,
-      ...(needsCluster
-        ? {
-            core: makeClients(
-              loadKubeConfig({ kubeconfig: options.kubeconfig, context: options.context }).kubeConfig,
-            ).core,
-          }
-        : {}),
-      ...(names.has('metal') && config.configBase ? { stateStore: openVfs(config.configBase) } : {}),
-    });
-    try {
-      const policies = await buildPolicies(config, deps);
-      const chain = await evaluateChain(
-        policies,
-        request,
-        { now: () => new Date() },
-        { stopAtDecision: false },
-      );
-      const { rows, decision } = explainRows(chain);
-      writeOut(
-        cmd,
-        formatOutput(
-          options.output,
-          {
-            request: { claimedNodeName: request.claimedNodeName, proof: request.proof.kind },
-            decision,
-            trail: rows,
-          },
-          {
-            rows: [...rows, { ...decision, policy: `=> ${decision.policy}` }],
-            columns: [
-              { header: 'policy', value: (r) => r.policy },
-              { header: 'verdict', value: (r) => r.verdict },
-              { header: 'decides', value: (r) => (r.decides ? 'yes' : '') },
-              { header: 'node', value: (r) => r.node },
-              { header: 'group', value: (r) => r.instanceGroup },
-              { header: 'reasons', value: (r) => r.reasons.join('; ') },
-            ],
-          },
-        ),
-      );
-      // Scripts read the verdict from the exit code: a denial is 77, as for `join` denied by a policy;
-      // approve and queue (a person decides later) are 0.
-      if (decision.verdict === 'deny') {
-        throw new ForbiddenError(
-          `the request would be denied${chain.decidedBy ? ` by ${chain.decidedBy}` : ''}: ${decision.reasons.join('; ')}`,
-        );
-      }
-    } finally {
-      close();
+    const explained = explainRows(chain);
+    printExplanation(cmd, options, request, explained);
+    // Scripts read the verdict from the exit code: a denial is 77, as for `join` denied by a policy;
+    // approve and queue (a person decides later) are 0.
+    if (explained.decision.verdict === 'deny') {
+      const by = chain.decidedBy ? ` by ${chain.decidedBy}` : '';
+      throw new ForbiddenError(`the request would be denied${by}: ${explained.decision.reasons.join('; ')}`);
     }
-  });
+  } finally {
+    close();
+  }
 }

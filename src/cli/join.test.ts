@@ -29,7 +29,6 @@ import { insecureAlwaysApprovePolicy } from '../bootstrap/policies/insecure-alwa
 import { queuePolicy } from '../bootstrap/policies/queue.ts';
 import { bootstrapSignerName } from '../bootstrap/queue.ts';
 import { MemoryReplayGuard } from '../bootstrap/replay-guard.ts';
-import { type RunningBootstrap, startBootstrapServer } from '../bootstrap/server.ts';
 import { apiTokenSource, newBootstrapToken, TokenValidator, tokenSecretOf } from '../bootstrap/tokens.ts';
 import { createAwsClients } from '../cloud/aws/clients.ts';
 import { AwsNodeIdentifier } from '../cloud/aws/identify.ts';
@@ -44,6 +43,7 @@ import { type KubeObject, type SimApiServer, startApiServer } from '../sim/apise
 import { startAwsSimulator } from '../sim/aws/server.ts';
 import { opensslText } from '../testing/openssl.ts';
 import { toolPath } from '../testing/tools.ts';
+import { type RunningBootstrap, startBootstrapServer } from './bootstrap-server.ts';
 import { buildProgram, errorLine } from './main.ts';
 
 const run = promisify(execFile);

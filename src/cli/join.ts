@@ -7,8 +7,8 @@ import { hostname } from 'node:os';
 import { STSClient } from '@aws-sdk/client-sts';
 import { Command, Option } from 'commander';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
-import { discoverCluster } from '../agent/discovery.ts';
-import { join } from '../agent/join.ts';
+import { type DiscoveryOptions, discoverCluster } from '../agent/discovery.ts';
+import { type JoinResult, join } from '../agent/join.ts';
 import {
   gceIdentityProof,
   noProof,
@@ -18,8 +18,8 @@ import {
 } from '../agent/proofs.ts';
 import { retryTransient } from '../agent/retry.ts';
 import { ConfigError, InvalidInputError } from '../errors.ts';
-import { Backoff } from '../kube/backoff.ts';
 import type { Logger } from '../log.ts';
+import { Backoff } from '../runtime/backoff.ts';
 import { commandLogger, durationFlag } from './common.ts';
 import { formatOutput, outputOption, writeOut } from './output.ts';
 
@@ -91,10 +91,9 @@ function progressLine(command: Command): { update(line: string): void; end(): vo
   };
 }
 
-/** The `join` command. */
-export function joinCommand(): Command {
-  return new Command('join')
-    .description('join this machine to the cluster: discover it, prove identity, write kubelet credentials')
+/** Where the cluster is and how its CA is trusted: the endpoint, the pins or bundle, the token. */
+function addTrustOptions(command: Command): Command {
+  return command
     .requiredOption(
       '--server <url>',
       'the bootstrap endpoint, e.g. https://kops-controller.internal.example.com:3988',
@@ -111,7 +110,12 @@ export function joinCommand(): Command {
         '--token <id.secret>',
         `bootstrap token (kubeadm format); also read from $${tokenEnvironmentVariable}`,
       ),
-    )
+    );
+}
+
+/** Who this machine is and how it proves it, and where its credentials go. */
+function addIdentityOptions(command: Command): Command {
+  return command
     .addOption(
       new Option('--cloud <cloud>', 'prove identity with the cloud (default: token or none)').choices([
         'aws',
@@ -133,72 +137,93 @@ export function joinCommand(): Command {
         '--no-serving-certificate',
         'do not ask for a kubelet serving certificate (only asked for with --cloud, whose proof verifies addresses)',
       ),
-    )
+    );
+}
+
+/** The `join` command. */
+export function joinCommand(): Command {
+  const command = new Command('join').description(
+    'join this machine to the cluster: discover it, prove identity, write kubelet credentials',
+  );
+  return addIdentityOptions(addTrustOptions(command))
     .addOption(new Option('--timeout <duration>', 'how long to retry and wait for approval').default('1h'))
     .addOption(outputOption())
-    .action(async (options: JoinCommandOptions, command: Command) => {
-      const logger = commandLogger(command);
-      if (!options.caPin?.length && !options.caFile) {
-        throw new InvalidInputError(
-          'pass --ca-pin sha256:... or --ca-file FILE: join never trusts an unknown CA',
-        );
-      }
-      const rawToken = options.token ?? process.env[tokenEnvironmentVariable];
-      const token = rawToken ? validateBootstrapToken(rawToken) : undefined;
-      const timeoutMs = durationFlag('--timeout', options.timeout);
-      const deadline = Date.now() + timeoutMs;
-      const progress = progressLine(command);
-      try {
-        const cluster = await retryTransient(
-          () =>
-            discoverCluster({
-              url: options.server,
-              ...(options.caPin?.length ? { caPins: options.caPin } : {}),
-              ...(options.caFile ? { caFile: options.caFile } : {}),
-              ...(token ? { token } : {}),
-              logger,
-            }),
-          {
-            // As kubeadm: a missing signature or an unreachable endpoint is waited for five minutes at
-            // most, so a token that cannot sign or an endpoint that is not there does not keep the node
-            // for an hour. A permanent answer (a wrong URL's 404, a 403) ends discovery at once.
-            deadline: Math.min(deadline, Date.now() + discoveryTimeoutMs),
-            backoff: new Backoff({ initialMs: 1000, maxMs: 30_000, jitter: 0.5 }),
-            what: 'discovery',
-            progress: progress.update,
-            logger,
-          },
-        );
-        const result = await join({
-          server: options.server,
-          caBundlePem: cluster.caBundlePem,
-          apiServer: cluster.server,
-          nodeName: options.nodeName ?? hostname(),
-          dir: options.dir,
-          proof: proofFor(options, token, logger),
-          // Only a cloud or inventory proof verifies addresses; with a token or a human's approval the
-          // kubelet gets its serving certificate later, from the in-cluster CSR approver.
-          servingCertificate: options.servingCertificate && options.cloud !== undefined,
-          progress: progress.update,
-          timeoutMs: Math.max(0, deadline - Date.now()),
-          logger,
-        });
-        progress.end();
-        writeOut(
-          command,
-          formatOutput(options.output, result, {
-            rows: [result],
-            columns: [
-              { header: 'node', value: (r) => r.nodeName },
-              { header: 'instance group', value: (r) => r.instanceGroup ?? '' },
-              { header: 'api server', value: (r) => r.apiServer },
-              { header: 'kubeconfig', value: (r) => r.files[r.files.length - 1] },
-            ],
-          }),
-        );
-      } catch (err) {
-        progress.end();
-        throw err;
-      }
+    .action(runJoin);
+}
+
+/**
+ * Discovery, retried as kubeadm does: a missing signature or an unreachable endpoint is waited for
+ * five minutes at most, so a token that cannot sign or an endpoint that is not there does not keep
+ * the node for an hour. A permanent answer (a wrong URL's 404, a 403) ends discovery at once.
+ */
+function discoverWithRetry(
+  options: JoinCommandOptions,
+  token: string | undefined,
+  deadline: number,
+  progress: (line: string) => void,
+  logger: Logger,
+) {
+  const discovery: DiscoveryOptions = { url: options.server, logger };
+  if (options.caPin?.length) discovery.caPins = options.caPin;
+  if (options.caFile) discovery.caFile = options.caFile;
+  if (token) discovery.token = token;
+  return retryTransient(() => discoverCluster(discovery), {
+    deadline: Math.min(deadline, Date.now() + discoveryTimeoutMs),
+    backoff: new Backoff({ initialMs: 1000, maxMs: 30_000, jitter: 0.5 }),
+    what: 'discovery',
+    progress,
+    logger,
+  });
+}
+
+/** What `join` prints: the result as JSON or YAML, or one table row. */
+function printJoinResult(command: Command, options: JoinCommandOptions, result: JoinResult): void {
+  writeOut(
+    command,
+    formatOutput(options.output, result, {
+      rows: [result],
+      columns: [
+        { header: 'node', value: (r) => r.nodeName },
+        { header: 'instance group', value: (r) => r.instanceGroup ?? '' },
+        { header: 'api server', value: (r) => r.apiServer },
+        { header: 'kubeconfig', value: (r) => r.files[r.files.length - 1] },
+      ],
+    }),
+  );
+}
+
+/** Runs `join`: discovery, then the certificate request, within one `--timeout`. */
+async function runJoin(options: JoinCommandOptions, command: Command): Promise<void> {
+  const logger = commandLogger(command);
+  if (!options.caPin?.length && !options.caFile) {
+    throw new InvalidInputError(
+      'pass --ca-pin sha256:... or --ca-file FILE: join never trusts an unknown CA',
+    );
+  }
+  const rawToken = options.token ?? process.env[tokenEnvironmentVariable];
+  const token = rawToken ? validateBootstrapToken(rawToken) : undefined;
+  const deadline = Date.now() + durationFlag('--timeout', options.timeout);
+  const progress = progressLine(command);
+  try {
+    const cluster = await discoverWithRetry(options, token, deadline, progress.update, logger);
+    const result = await join({
+      server: options.server,
+      caBundlePem: cluster.caBundlePem,
+      apiServer: cluster.server,
+      nodeName: options.nodeName ?? hostname(),
+      dir: options.dir,
+      proof: proofFor(options, token, logger),
+      // Only a cloud or inventory proof verifies addresses; with a token or a human's approval the
+      // kubelet gets its serving certificate later, from the in-cluster CSR approver.
+      servingCertificate: options.servingCertificate && options.cloud !== undefined,
+      progress: progress.update,
+      timeoutMs: Math.max(0, deadline - Date.now()),
+      logger,
     });
+    progress.end();
+    printJoinResult(command, options, result);
+  } catch (err) {
+    progress.end();
+    throw err;
+  }
 }

@@ -58,10 +58,9 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
   }
   const vfs = openVfs(config.configBase, options.vfsOptions);
   const cloud = await cloudFromConfig(config, vfs, options.cloud, logger, cloudCallMetrics(options.registry));
-  const clusterStore = new ClusterStore(vfs, {
-    ...(options.stateStorePollIntervalMs ? { pollIntervalMs: options.stateStorePollIntervalMs } : {}),
-    logger,
-  });
+  // No interval (or 0) is the ClusterStore's own.
+  const pollIntervalMs = options.stateStorePollIntervalMs || undefined;
+  const clusterStore = new ClusterStore(vfs, { pollIntervalMs, logger });
   const nodeController = new NodeController({
     kubeConfig: options.kubeConfig,
     identifier: cloud.nodeIdentifier,

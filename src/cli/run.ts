@@ -5,16 +5,23 @@
  * is released so a standby takes over at once, and the process exits 0.
  */
 
-import { CoordinationV1Api } from '@kubernetes/client-node';
+import { CoordinationV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { Command, Option } from 'commander';
 import { collectDefaultMetrics, type Registry, register } from 'prom-client';
+import type { CloudOverrides } from '../cloud/from-config.ts';
 import { loadConfigFile } from '../config/loader.ts';
+import type { Config } from '../config/schema.ts';
 import { configWarnings } from '../config/warnings.ts';
 import { loadKubeConfig } from '../kube/client.ts';
+import type { Logger } from '../log.ts';
 import { defaultConnectionLimits } from '../net/hardened-server.ts';
-import { ControllerRuntime, type LeaderComponent } from '../runtime/controller-runtime.ts';
-import { vfsOptionsFromEnv } from '../statestore/open.ts';
-import { type ConfiguredBootstrap, startConfiguredBootstrap } from './bootstrap-server.ts';
+import { ControllerRuntime } from '../runtime/controller-runtime.ts';
+import { type VfsOptions, vfsOptionsFromEnv } from '../statestore/open.ts';
+import {
+  type ConfiguredBootstrap,
+  type ConfiguredBootstrapOptions,
+  startConfiguredBootstrap,
+} from './bootstrap-server.ts';
 import { commandLogger, type KubeOptions, withConnectionCaps, withKubeOptions } from './common.ts';
 import { buildLeaderComponents } from './leader-components.ts';
 
@@ -66,55 +73,104 @@ async function run(options: RunOptions, command: Command): Promise<void> {
     'starting kops-controller',
   );
   collectProcessMetrics(register);
-  // The CSR controllers join this list as they are built; the runtime supervises them.
-  const leader = await buildLeaderComponents({
+  const controller = await startController({
     config,
     kubeConfig,
     vfsOptions: vfsOptionsFromEnv(process.env),
+    bootstrap: {
+      connectionLimits: {
+        maxConnections: options.bootstrapMaxConnections,
+        maxConnectionsPerSource: options.bootstrapMaxConnectionsPerSource,
+      },
+    },
     registry: register,
     logger,
   });
-  let bootstrap: ConfiguredBootstrap | undefined;
-  let runtime: ControllerRuntime | undefined;
   const shutdown = (signal: NodeJS.Signals) => {
     logger.info({ signal }, 'shutting down');
-    void runtime?.stop();
+    void controller.runtime.stop();
   };
-  // Whatever started is stopped whatever fails next, a port that is taken included: a server left
-  // listening would keep the process alive after its error.
+  process.once('SIGTERM', shutdown);
+  process.once('SIGINT', shutdown);
   try {
-    // The bootstrap server runs on every replica; its CSR signer and cluster-info publisher on the leader.
-    if (config.server) {
-      bootstrap = await startConfiguredBootstrap({
-        config,
-        kubeConfig,
-        vfsOptions: vfsOptionsFromEnv(process.env),
-        registry: register,
-        logger,
-        server: {
-          connectionLimits: {
-            maxConnections: options.bootstrapMaxConnections,
-            maxConnectionsPerSource: options.bootstrapMaxConnectionsPerSource,
-          },
-        },
-      });
-    }
-    const components: LeaderComponent[] = [...leader.components, ...(bootstrap?.components ?? [])];
-    runtime = new ControllerRuntime({
-      config,
-      leaseClient: kubeConfig.makeApiClient(CoordinationV1Api),
-      components,
-      registry: register,
-      logger,
-    });
-    await runtime.start();
-    process.once('SIGTERM', shutdown);
-    process.once('SIGINT', shutdown);
-    await runtime.done;
+    await controller.runtime.done;
   } finally {
-    await bootstrap?.close();
-    leader.close();
+    await controller.stop();
     process.off('SIGTERM', shutdown);
     process.off('SIGINT', shutdown);
+  }
+}
+
+/**
+ * What the controller process is built from: `run` reads it from its flags, files and environment;
+ * `dev` from its simulated cluster.
+ */
+export interface ControllerOptions {
+  config: Config;
+  kubeConfig: KubeConfig;
+  /** How the state store is reached. */
+  vfsOptions: VfsOptions;
+  /** Cloud endpoints and credentials other than the defaults (the simulator's, in `dev`). */
+  cloud?: CloudOverrides;
+  /** How often instance groups are checked for changes (default: the ClusterStore's). */
+  stateStorePollIntervalMs?: number;
+  /**
+   * The bootstrap server's connection caps, and `dev`'s listen address, CA and API server URL; `false`
+   * serves none even though the config has a server section (which also holds the cloud's settings).
+   */
+  bootstrap?: ConfiguredBootstrapOptions['server'] | false;
+  registry: Registry;
+  logger: Logger;
+}
+
+/** The running controller process. */
+export interface RunningController {
+  /** Where /healthz, /readyz and /metrics are served. */
+  url: string;
+  runtime: ControllerRuntime;
+  /** The bootstrap server, when the config has a `server` section. */
+  bootstrap?: ConfiguredBootstrap;
+  /** Stops the runtime (releasing the lease), then the bootstrap server, then the cloud clients. */
+  stop(): Promise<void>;
+}
+
+/**
+ * The composition root of the controller process, for `run` and `dev`: the leader-only components
+ * (src/cli/leader-components.ts), the bootstrap server on every replica when the config has a
+ * `server` section, with its own leader-only work (src/cli/bootstrap-server.ts), and the runtime that
+ * serves /metrics, campaigns for the lease and supervises the components. Whatever started is stopped
+ * whatever fails next, a port that is taken included: a server left listening would keep the process
+ * alive after its error.
+ */
+export async function startController(options: ControllerOptions): Promise<RunningController> {
+  const { config, kubeConfig, registry, logger } = options;
+  const leader = await buildLeaderComponents(options);
+  let bootstrap: ConfiguredBootstrap | undefined;
+  try {
+    if (config.server && options.bootstrap !== false) {
+      bootstrap = await startConfiguredBootstrap({ ...options, server: options.bootstrap });
+    }
+    const runtime = new ControllerRuntime({
+      config,
+      leaseClient: kubeConfig.makeApiClient(CoordinationV1Api),
+      components: [...leader.components, ...(bootstrap?.components ?? [])],
+      registry,
+      logger,
+    });
+    const ops = await runtime.start();
+    return {
+      url: ops.url,
+      runtime,
+      bootstrap,
+      stop: async () => {
+        await runtime.stop();
+        await bootstrap?.close();
+        leader.close();
+      },
+    };
+  } catch (err) {
+    await bootstrap?.close();
+    leader.close();
+    throw err;
   }
 }

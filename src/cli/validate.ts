@@ -6,7 +6,7 @@
  */
 import { Command, Option } from 'commander';
 import { loadConfigFile } from '../config/loader.ts';
-import { InvalidInputError, KopsError } from '../errors.ts';
+import { InvalidInputError, type KopsError, UnavailableError } from '../errors.ts';
 import { loadKubeConfig } from '../kube/client.ts';
 import type { InstanceGroup } from '../statestore/kops-types.ts';
 import { vfsOptionsFromEnv } from '../statestore/open.ts';
@@ -39,13 +39,13 @@ function progressLine(
   count: number,
   interval: string,
 ): string {
-  const verdict =
-    result.failures.length === 0
-      ? `ready (${passes} of ${count} in a row)`
-      : `not ready, ${result.failures.length} failure${result.failures.length === 1 ? '' : 's'} (${result.failures
-          .slice(0, 3)
-          .map((f) => `${f.type}/${f.name}`)
-          .join(', ')}${result.failures.length > 3 ? ', …' : ''})`;
+  const failures = result.failures;
+  let verdict = `ready (${passes} of ${count} in a row)`;
+  if (failures.length > 0) {
+    const named = failures.slice(0, 3).map((f) => `${f.type}/${f.name}`);
+    if (failures.length > 3) named.push('…');
+    verdict = `not ready, ${failures.length} failure${failures.length === 1 ? '' : 's'} (${named.join(', ')})`;
+  }
   return `validation attempt ${attempt}: ${verdict}; validating again in ${interval}\n`;
 }
 
@@ -95,86 +95,90 @@ export function formatValidationTable(
 
 /** The `validate` command. */
 export function validateCommand(): Command {
-  return withKubeOptions(
-    new Command('validate')
-      .description(
-        'validate the cluster as `kops validate cluster` does: instance groups, machines, nodes, critical pods',
-      )
-      .addOption(
-        new Option('--conf <file>', 'the controller configuration').default(
-          '/etc/kubernetes/kops-controller/config.yaml',
-        ),
-      )
-      .addOption(outputOption())
-      .addOption(
-        new Option('--max-unready-nodes <n>', 'worker nodes that may be unready without failing').default(
-          '0',
-        ),
-      )
-      .addOption(
-        new Option(
-          '--wait <duration>',
-          'keep validating until the cluster is ready or this time is up',
-        ).default('0s'),
-      )
-      .addOption(
-        new Option('--count <n>', 'consecutive successful validations required (with --wait)').default('1'),
-      )
-      .addOption(new Option('--interval <duration>', 'time between validations').default('10s'))
-      .addOption(
-        new Option(
-          '--instance-group <names>',
-          'validate only these instance groups (comma-separated or repeated; default all); critical pods are checked all the same',
-        ).argParser(collectNames),
+  const command = new Command('validate')
+    .description(
+      'validate the cluster as `kops validate cluster` does: instance groups, machines, nodes, critical pods',
+    )
+    .addOption(
+      new Option('--conf <file>', 'the controller configuration').default(
+        '/etc/kubernetes/kops-controller/config.yaml',
       ),
-  ).action(async (options: ValidateOptions, command: Command) => {
-    const logger = commandLogger(command);
-    const maxUnreadyNodes = nonNegativeInteger(options.maxUnreadyNodes, '--max-unready-nodes');
-    const count = nonNegativeInteger(options.count, '--count');
-    const waitMs = durationFlag('--wait', options.wait);
-    const intervalMs = durationFlag('--interval', options.interval);
-    if (count < 1) throw new InvalidInputError('--count must be at least 1');
-    if (count > 1 && waitMs === 0) throw new InvalidInputError('--count above 1 needs --wait');
-    const config = await loadConfigFile(options.conf);
-    const { kubeConfig } = loadKubeConfig({ kubeconfig: options.kubeconfig, context: options.context });
-    const deadline = Date.now() + waitMs;
-    const writeErr = command.configureOutput().writeErr ?? ((text: string) => process.stderr.write(text));
-    let passes = 0;
-    for (let attempt = 1; ; attempt++) {
-      const input = await gatherValidationInput({
-        config,
-        kubeConfig,
-        vfsOptions: { ...vfsOptionsFromEnv(process.env), env: process.env },
-        logger,
-      });
-      const result = validateCluster({
-        ...input,
-        maxUnreadyNodes,
-        instanceGroupFilter: options.instanceGroup ?? [],
-      });
-      passes = result.failures.length === 0 ? passes + 1 : 0;
-      const done = passes >= count || Date.now() + intervalMs > deadline;
-      // While waiting, only the last attempt is printed in full; a line per attempt shows progress.
-      if (done) {
-        writeOut(
-          command,
-          options.output === 'table'
-            ? formatValidationTable(config.clusterName, input.instanceGroups, result)
-            : formatOutput(options.output, kopsValidationCluster(result)),
-        );
-      } else {
-        writeErr(progressLine(attempt, result, passes, count, options.interval));
-      }
-      if (passes >= count) return;
-      if (done) {
-        throw new KopsError(
-          'unavailable',
-          waitMs > 0
-            ? `validation failed: the cluster was not ready ${count} time(s) in a row within ${options.wait}`
-            : `validation failed: the cluster is not ready (${result.failures.length} ${result.failures.length === 1 ? 'error' : 'errors'})`,
-        );
-      }
-      await new Promise((resolve) => setTimeout(resolve, intervalMs));
-    }
-  });
+    )
+    .addOption(outputOption())
+    .addOption(
+      new Option('--max-unready-nodes <n>', 'worker nodes that may be unready without failing').default('0'),
+    )
+    .addOption(
+      new Option(
+        '--wait <duration>',
+        'keep validating until the cluster is ready or this time is up',
+      ).default('0s'),
+    )
+    .addOption(
+      new Option('--count <n>', 'consecutive successful validations required (with --wait)').default('1'),
+    )
+    .addOption(new Option('--interval <duration>', 'time between validations').default('10s'))
+    .addOption(
+      new Option(
+        '--instance-group <names>',
+        'validate only these instance groups (comma-separated or repeated; default all); critical pods are checked all the same',
+      ).argParser(collectNames),
+    );
+  return withKubeOptions(command).action(runValidate);
+}
+
+/** How `validate` repeats: the unready nodes forgiven, the passes in a row needed, the wait and interval. */
+function repetitionOf(options: ValidateOptions) {
+  const maxUnreadyNodes = nonNegativeInteger(options.maxUnreadyNodes, '--max-unready-nodes');
+  const count = nonNegativeInteger(options.count, '--count');
+  const waitMs = durationFlag('--wait', options.wait);
+  const intervalMs = durationFlag('--interval', options.interval);
+  if (count < 1) throw new InvalidInputError('--count must be at least 1');
+  if (count > 1 && waitMs === 0) throw new InvalidInputError('--count above 1 needs --wait');
+  return { maxUnreadyNodes, count, waitMs, intervalMs };
+}
+
+/** Why the command fails when the cluster never became ready. */
+function notReadyError(
+  options: ValidateOptions,
+  count: number,
+  waitMs: number,
+  result: ValidationResult,
+): KopsError {
+  if (waitMs > 0) {
+    return new UnavailableError(
+      `validation failed: the cluster was not ready ${count} time(s) in a row within ${options.wait}`,
+    );
+  }
+  const errors = result.failures.length === 1 ? 'error' : 'errors';
+  return new UnavailableError(
+    `validation failed: the cluster is not ready (${result.failures.length} ${errors})`,
+  );
+}
+
+/** Runs `validate`: gathers and validates until it passes `--count` times in a row or `--wait` is up. */
+async function runValidate(options: ValidateOptions, command: Command): Promise<void> {
+  const logger = commandLogger(command);
+  const { maxUnreadyNodes, count, waitMs, intervalMs } = repetitionOf(options);
+  const config = await loadConfigFile(options.conf);
+  const { kubeConfig } = loadKubeConfig({ kubeconfig: options.kubeconfig, context: options.context });
+  const deadline = Date.now() + waitMs;
+  const writeErr = command.configureOutput().writeErr ?? ((text: string) => process.stderr.write(text));
+  const vfsOptions = { ...vfsOptionsFromEnv(process.env), env: process.env };
+  let passes = 0;
+  for (let attempt = 1; ; attempt++) {
+    const input = await gatherValidationInput({ config, kubeConfig, vfsOptions, logger });
+    const instanceGroupFilter = options.instanceGroup ?? [];
+    const result = validateCluster({ ...input, maxUnreadyNodes, instanceGroupFilter });
+    passes = result.failures.length === 0 ? passes + 1 : 0;
+    const done = passes >= count || Date.now() + intervalMs > deadline;
+    // While waiting, only the last attempt is printed in full; a line per attempt shows progress.
+    if (!done) writeErr(progressLine(attempt, result, passes, count, options.interval));
+    else if (options.output === 'table') {
+      writeOut(command, formatValidationTable(config.clusterName, input.instanceGroups, result));
+    } else writeOut(command, formatOutput(options.output, kopsValidationCluster(result)));
+    if (passes >= count) return;
+    if (done) throw notReadyError(options, count, waitMs, result);
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
 }

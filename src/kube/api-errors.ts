@@ -42,9 +42,9 @@ const adviceByStatus: Partial<Record<number, string>> = {
 
 /**
  * Maps a client-node error to a typed error: 404 → NotFound, 409 → Conflict, 410 → Gone,
- * 401 → Unauthenticated, 403 → Forbidden, 400/422 → InvalidInput, 429 → RateLimited,
+ * 401 → Unauthenticated, 403 → Forbidden, 400/422 → InvalidInput, 413 → TooLarge, 429 → RateLimited,
  * 5xx and network failures → Unavailable. `action` says what was being done ("read lease kube-system/x").
- * The answer's `Retry-After`, if any, is kept as `details.retryAfterSeconds`.
+ * The status is kept as `upstreamStatus`, the answer's `Retry-After`, if any, as `retryAfterSeconds`.
  */
 export function fromApiException(err: unknown, action = 'Kubernetes API call'): KopsError {
   if (err instanceof KopsError) return err;
@@ -52,10 +52,8 @@ export function fromApiException(err: unknown, action = 'Kubernetes API call'): 
   const retryAfterSeconds = retryAfterOf(err);
   const options = {
     cause: err,
-    details:
-      code === undefined
-        ? undefined
-        : { httpStatus: code, ...(retryAfterSeconds ? { retryAfterSeconds } : {}) },
+    upstreamStatus: code,
+    retryAfterSeconds: code === undefined ? undefined : retryAfterSeconds,
   };
   if (code === undefined) {
     const name = (err as { name?: unknown } | null)?.name;

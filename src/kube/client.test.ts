@@ -13,6 +13,7 @@ import {
   InvalidInputError,
   NotFoundError,
   RateLimitedError,
+  TooLargeError,
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
@@ -164,6 +165,8 @@ describe('fromApiException', () => {
       [409, ConflictError],
       [410, GoneError],
       [422, InvalidInputError],
+      // The object is over the API server's size limit: sending it again fails again.
+      [413, TooLargeError],
       [429, RateLimitedError],
       [500, UnavailableError],
       [503, UnavailableError],
@@ -171,7 +174,6 @@ describe('fromApiException', () => {
       [301, UnavailableError],
       [405, UnavailableError],
       [408, UnavailableError],
-      [413, UnavailableError],
     ];
     for (const [code, type] of cases) {
       const err = fromApiException(status(code, `reason ${code}`), 'read node n1');
@@ -206,14 +208,16 @@ describe('fromApiException', () => {
     );
   });
 
-  test("keeps the apiserver's Retry-After (delta-seconds) in the details", () => {
-    const busy = new ApiException(429, 'x', '{}', { 'retry-after': '7' });
-    assert.deepEqual(fromApiException(busy, 'create configmap').details, {
-      httpStatus: 429,
-      retryAfterSeconds: 7,
-    });
+  test("keeps the apiserver's status and Retry-After (delta-seconds) as typed facts", () => {
+    const busy = fromApiException(
+      new ApiException(429, 'x', '{}', { 'retry-after': '7' }),
+      'create configmap',
+    );
+    assert.equal(busy.upstreamStatus, 429);
+    assert.equal(busy.retryAfterSeconds, 7);
     const dated = new ApiException(503, 'x', '{}', { 'retry-after': 'Wed, 21 Oct 2026 07:28:00 GMT' });
-    assert.deepEqual(fromApiException(dated).details, { httpStatus: 503 });
+    assert.equal(fromApiException(dated).upstreamStatus, 503);
+    assert.equal(fromApiException(dated).retryAfterSeconds, undefined);
   });
 
   test('network failures and watch errors are mapped too', () => {

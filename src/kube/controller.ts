@@ -10,7 +10,7 @@
 import type { KubernetesObject } from '@kubernetes/client-node';
 import type { Counter, Registry } from 'prom-client';
 import type { Logger } from '../log.ts';
-import type { Clock } from './clock.ts';
+import type { Clock } from '../runtime/clock.ts';
 import type { Informer } from './informer.ts';
 import { WorkQueue } from './workqueue.ts';
 

@@ -24,9 +24,9 @@ import {
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { ConfigError, describeError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { Backoff } from '../runtime/backoff.ts';
+import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
-import { Backoff } from './backoff.ts';
-import { type Clock, sleep, systemClock } from './clock.ts';
 import { sharedMetric } from './metrics.ts';
 
 /** The list parameters the informer sends; a client-node `list*` request object accepts them. */

@@ -15,8 +15,8 @@ import { type CoordinationV1Api, type V1Lease, V1MicroTime } from '@kubernetes/c
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { describeError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
-import { type Clock, sleep, systemClock } from './clock.ts';
 import { sharedMetric } from './metrics.ts';
 
 /** The Lease calls leader election needs; a CoordinationV1Api has them. */
@@ -345,6 +345,9 @@ export class LeaderElector {
     const { namespace, name, leaseDurationMs } = this.#options;
     const record = current ? leaderRecordOf(current) : undefined;
     const keep = record?.holderIdentity === this.identity;
+    // A new holder counts one more transition; the first holder of a new Lease starts at none.
+    let leaseTransitions = 0;
+    if (record) leaseTransitions = keep ? record.leaseTransitions : record.leaseTransitions + 1;
     return {
       apiVersion: 'coordination.k8s.io/v1',
       kind: 'Lease',
@@ -354,7 +357,7 @@ export class LeaderElector {
         leaseDurationSeconds: Math.max(1, Math.ceil(leaseDurationMs / 1000)),
         acquireTime: new V1MicroTime(keep && record?.acquireTime !== undefined ? record.acquireTime : now),
         renewTime: new V1MicroTime(now),
-        leaseTransitions: record ? record.leaseTransitions + (keep ? 0 : 1) : 0,
+        leaseTransitions,
       },
     };
   }

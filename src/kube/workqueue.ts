@@ -9,7 +9,7 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { describeError, InternalError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
-import { type Clock, systemClock } from './clock.ts';
+import { type Clock, systemClock } from '../runtime/clock.ts';
 import { sharedMetric } from './metrics.ts';
 
 /** Processes one key; throwing requeues the key with backoff. The signal aborts on `shutdown({drain:false})`. */

@@ -10,9 +10,9 @@
  */
 import { Gauge, type Registry } from 'prom-client';
 import { describeError } from '../errors.ts';
-import { type Clock, sleep, systemClock } from '../kube/clock.ts';
 import { sharedMetric } from '../kube/metrics.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import {
   caKind,

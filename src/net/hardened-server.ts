@@ -16,6 +16,7 @@ import { constants as cryptoConstants } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import {
   createServer as createHttpServer,
+  type ServerOptions as HttpServerOptions,
   type IncomingMessage,
   type Server,
   type ServerResponse,
@@ -188,18 +189,15 @@ function connectionMetrics(registry: Registry) {
   };
 }
 
-/** Starts the server; resolves once it listens, rejects with a ConfigError when it cannot. */
-export async function startHardenedServer(options: HardenedServerOptions): Promise<HardenedServer> {
-  const limits: ConnectionLimits = { ...defaultConnectionLimits, ...options.limits };
-  const logger = options.logger ?? silentLogger;
-  const { host, port } = parseListenAddress(options.listen);
-  const httpOptions = {
+/** The HTTP or HTTPS server with the caps and timeouts Node enforces itself. */
+function createServer(options: HardenedServerOptions, limits: ConnectionLimits): Server {
+  const httpOptions: HttpServerOptions = {
     headersTimeout: limits.headersTimeout,
     requestTimeout: limits.requestTimeout,
     keepAliveTimeout: limits.keepAliveTimeout,
     connectionsCheckingInterval: limits.connectionsCheckingInterval,
-    ...(options.maxHeaderSize ? { maxHeaderSize: options.maxHeaderSize } : {}),
   };
+  if (options.maxHeaderSize) httpOptions.maxHeaderSize = options.maxHeaderSize;
   const server: Server = options.tls
     ? createHttpsServer(
         { ...httpOptions, ...tlsServerPolicy, ...options.tls, handshakeTimeout: limits.handshakeTimeout },
@@ -208,7 +206,11 @@ export async function startHardenedServer(options: HardenedServerOptions): Promi
     : createHttpServer(httpOptions, options.handler);
   // Node resets what is over this cap itself, before it makes a socket of it.
   server.maxConnections = limits.maxConnections;
+  return server;
+}
 
+/** What the server does when it refuses a connection: counted, and logged at most once a minute. */
+function refusals(options: HardenedServerOptions, limits: ConnectionLimits, logger: Logger) {
   const metrics = options.registry ? connectionMetrics(options.registry) : undefined;
   const labels = { server: options.name };
   metrics?.open.set(labels, 0);
@@ -225,36 +227,48 @@ export async function startHardenedServer(options: HardenedServerOptions): Promi
         : `maxConnectionsPerSource (${limits.maxConnectionsPerSource})`;
     logger.warn({ server: options.name, source, reason }, `refusing connections over ${cap}`);
   };
-  server.on('drop', (data?: { remoteAddress?: string }) =>
-    refuse('total', sourceAddress(data?.remoteAddress)),
-  );
+  return {
+    refuse,
+    opened: () => metrics?.open.inc(labels),
+    closed: () => metrics?.open.dec(labels),
+  };
+}
 
+/**
+ * TLS starts with the client's first bytes, not at the accept. A TLS socket costs about 20 KiB of
+ * native memory before its handshake, and one closed before its handshake leaves about as much
+ * again that the process never gets back (bench/idle-connections.ts); a plain socket waiting for
+ * its first bytes costs a few KiB, all returned. Node's TLS layer reads the bytes already received.
+ */
+function startTlsOnFirstBytes(socket: Socket, idleTimeoutMs: number, start: () => void): void {
+  const idle = () => socket.destroy();
+  // Until the TLS layer has the socket, a reset by the client is this code's to absorb.
+  const reset = () => undefined;
+  socket.setTimeout(idleTimeoutMs, idle);
+  socket.on('error', reset);
+  socket.once('readable', () => {
+    socket.setTimeout(0);
+    socket.off('timeout', idle);
+    socket.off('error', reset);
+    // Readable without data: the client closed without sending a byte.
+    if (socket.readableLength === 0) socket.destroy();
+    else start();
+  });
+}
+
+/**
+ * Puts the per-source cap in front of Node's own connection handling (the TLS handshake or the HTTP
+ * parser): a socket over it is reset without either. Returns the sockets held.
+ */
+function capPerSource(
+  server: Server,
+  options: HardenedServerOptions,
+  limits: ConnectionLimits,
+  refused: ReturnType<typeof refusals>,
+): Set<Socket> {
   // Node bounds a request from its first byte, and a kept-alive connection from its last answer, but
   // not a connection that never sends anything. Node's HTTP layer destroys a socket whose timer fires.
   const awaitFirstRequest = (socket: Socket) => socket.setTimeout(limits.keepAliveTimeout);
-
-  // TLS starts with the client's first bytes, not at the accept. A TLS socket costs about 20 KiB of
-  // native memory before its handshake, and one closed before its handshake leaves about as much
-  // again that the process never gets back (bench/idle-connections.ts); a plain socket waiting for
-  // its first bytes costs a few KiB, all returned. Node's TLS layer reads the bytes already received.
-  const startTlsOnFirstBytes = (socket: Socket, start: () => void) => {
-    const idle = () => socket.destroy();
-    // Until the TLS layer has the socket, a reset by the client is this code's to absorb.
-    const reset = () => undefined;
-    socket.setTimeout(limits.keepAliveTimeout, idle);
-    socket.on('error', reset);
-    socket.once('readable', () => {
-      socket.setTimeout(0);
-      socket.off('timeout', idle);
-      socket.off('error', reset);
-      // Readable without data: the client closed without sending a byte.
-      if (socket.readableLength === 0) socket.destroy();
-      else start();
-    });
-  };
-
-  // Every accepted socket passes the per-source cap before Node's own connection handling (the TLS
-  // handshake or the HTTP parser) sees it; a socket over it is reset without either.
   const sockets = new Set<Socket>();
   const bySource = new Map<string, number>();
   const handOver = server.listeners('connection') as ((socket: Socket) => void)[];
@@ -264,29 +278,32 @@ export async function startHardenedServer(options: HardenedServerOptions): Promi
     if (source === '') return socket.destroy(); // already gone
     const held = bySource.get(source) ?? 0;
     if (held >= limits.maxConnectionsPerSource) {
-      refuse('per-source', source);
+      refused.refuse('per-source', source);
       return socket.resetAndDestroy();
     }
     bySource.set(source, held + 1);
     sockets.add(socket);
-    metrics?.open.inc(labels);
+    refused.opened();
     socket.once('close', () => {
       sockets.delete(socket);
       const left = (bySource.get(source) ?? 1) - 1;
       if (left > 0) bySource.set(source, left);
       else bySource.delete(source);
-      metrics?.open.dec(labels);
+      refused.closed();
     });
     const start = () => {
       for (const listener of handOver) listener.call(server, socket);
     };
-    if (options.tls) startTlsOnFirstBytes(socket, start);
-    else {
-      start();
-      awaitFirstRequest(socket);
-    }
+    if (options.tls) return startTlsOnFirstBytes(socket, limits.keepAliveTimeout, start);
+    start();
+    awaitFirstRequest(socket);
   });
   server.on('secureConnection', awaitFirstRequest);
+  return sockets;
+}
+
+/** How the server treats requests in progress and clients that misbehave. */
+function boundRequests(server: Server): void {
   // A request in progress is bounded by the headers and request timeouts, and may then wait for its
   // answer as long as its handler takes (a long-poll), so the idle timer stops with its headers.
   server.on('request', (req: IncomingMessage) => req.socket.setTimeout(0));
@@ -298,7 +315,11 @@ export async function startHardenedServer(options: HardenedServerOptions): Promi
   // Node reports a handshake timeout here without always closing the socket (silent connections
   // outlived it, before this listener closed them), so the listener does.
   server.on('tlsClientError', (_err: Error, socket: Socket) => socket.destroy());
+}
 
+/** Listens; a failure to is a ConfigError naming the address and the setting to change. */
+async function listen(server: Server, options: HardenedServerOptions, logger: Logger): Promise<void> {
+  const { host, port } = parseListenAddress(options.listen);
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) =>
       reject(
@@ -318,6 +339,10 @@ export async function startHardenedServer(options: HardenedServerOptions): Promi
   server.on('error', (err: NodeJS.ErrnoException) =>
     logger.error({ server: options.name, err: err.code ?? err.message }, 'cannot accept a connection'),
   );
+}
+
+/** Warns when the connection cap leaves the process too few files for everything else. */
+function warnIfOverFileLimit(options: HardenedServerOptions, limits: ConnectionLimits, logger: Logger): void {
   const fileLimit = openFileLimit();
   if (fileLimit !== undefined && limits.maxConnections + filesBesideConnections > fileLimit) {
     logger.warn(
@@ -325,27 +350,46 @@ export async function startHardenedServer(options: HardenedServerOptions): Promi
       'the connection cap is not below the open-file limit (ulimit -n): raise the limit or lower the cap',
     );
   }
+}
+
+/** Closes the server: new connections at once, idle ones as they become idle, the rest after `graceMs`. */
+function closeGracefully(server: Server, sockets: Set<Socket>, graceMs: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const cutAll = () => {
+      server.closeAllConnections();
+      // Connections still in their TLS handshake are not HTTP connections yet.
+      for (const socket of sockets) socket.destroy();
+    };
+    // Kept-alive connections become idle as their last answers go out; close each as it does.
+    const sweep = setInterval(() => server.closeIdleConnections(), 50);
+    const grace = setTimeout(cutAll, graceMs);
+    server.close(() => {
+      clearTimeout(grace);
+      clearInterval(sweep);
+      resolve();
+    });
+    server.closeIdleConnections();
+  });
+}
+
+/** Starts the server; resolves once it listens, rejects with a ConfigError when it cannot. */
+export async function startHardenedServer(options: HardenedServerOptions): Promise<HardenedServer> {
+  const limits: ConnectionLimits = { ...defaultConnectionLimits, ...options.limits };
+  const logger = options.logger ?? silentLogger;
+  const server = createServer(options, limits);
+  const refused = refusals(options, limits, logger);
+  server.on('drop', (data?: { remoteAddress?: string }) =>
+    refused.refuse('total', sourceAddress(data?.remoteAddress)),
+  );
+  const sockets = capPerSource(server, options, limits, refused);
+  boundRequests(server);
+  await listen(server, options, logger);
+  warnIfOverFileLimit(options, limits, logger);
   const address = server.address() as AddressInfo;
   return {
     url: urlOf(address, options.tls ? 'https' : 'http'),
     address,
     openConnections: () => sockets.size,
-    close: (graceMs = 0) =>
-      new Promise<void>((resolve) => {
-        const cutAll = () => {
-          server.closeAllConnections();
-          // Connections still in their TLS handshake are not HTTP connections yet.
-          for (const socket of sockets) socket.destroy();
-        };
-        // Kept-alive connections become idle as their last answers go out; close each as it does.
-        const sweep = setInterval(() => server.closeIdleConnections(), 50);
-        const grace = setTimeout(cutAll, graceMs);
-        server.close(() => {
-          clearTimeout(grace);
-          clearInterval(sweep);
-          resolve();
-        });
-        server.closeIdleConnections();
-      }),
+    close: (graceMs = 0) => closeGracefully(server, sockets, graceMs),
   };
 }

@@ -17,6 +17,7 @@ import {
   type Agent as HttpAgent,
   request as httpRequest,
   type IncomingHttpHeaders,
+  type IncomingMessage,
   type OutgoingHttpHeaders,
 } from 'node:http';
 import { request as httpsRequestOf } from 'node:https';
@@ -81,6 +82,45 @@ export class TlsVerificationError extends ForbiddenError {
  */
 export class StaleConnectionError extends UnavailableError {}
 
+/** Node's options for `request`: undefined ones are Node's defaults (the global agent, the system roots, verification on). */
+function requestOptionsOf(request: HttpsRequest) {
+  const { url } = request;
+  return {
+    protocol: url.protocol,
+    // The brackets of an IPv6 literal belong to the URL, not to the address.
+    hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'),
+    port: url.port,
+    path: request.path ?? `${url.pathname}${url.search}`,
+    method: request.method ?? 'GET',
+    headers: request.headers ?? {},
+    agent: request.agent,
+    ca: request.ca,
+    rejectUnauthorized: request.rejectUnauthorized,
+    servername: request.servername,
+    auth: request.auth,
+    signal: request.signal,
+  };
+}
+
+/** Reads an answer's body whole, up to `maxBodyBytes`; `stop` ends the exchange when it is longer. */
+function readAnswer(
+  res: IncomingMessage,
+  maxBodyBytes: number,
+  handlers: { stop(err: Error): void; done(answer: HttpsAnswer): void; fail(err: Error): void },
+): void {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  res.on('data', (chunk: Buffer) => {
+    size += chunk.length;
+    if (size > maxBodyBytes) handlers.stop(new TooLargeError(`the answer exceeds ${maxBodyBytes} bytes`));
+    else chunks.push(chunk);
+  });
+  res.on('end', () =>
+    handlers.done({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks, size) }),
+  );
+  res.on('error', handlers.fail);
+}
+
 /**
  * Sends one request and reads its answer. Resolves to the answer for any status; rejects with
  * TimeoutError (deadline), TooLargeError (answer over the limit; the connection is destroyed),
@@ -89,8 +129,7 @@ export class StaleConnectionError extends UnavailableError {}
  * `signal`, unchanged.
  */
 export function httpsRequest(request: HttpsRequest): Promise<HttpsAnswer> {
-  const { url } = request;
-  const send = url.protocol === 'http:' ? httpRequest : httpsRequestOf;
+  const send = request.url.protocol === 'http:' ? httpRequest : httpsRequestOf;
   return new Promise<HttpsAnswer>((resolve, reject) => {
     // Set before destroying the request, so that whichever error event comes first is read as this.
     let failure: Error | undefined;
@@ -104,42 +143,16 @@ export function httpsRequest(request: HttpsRequest): Promise<HttpsAnswer> {
       failure ??= err;
       req.destroy(err);
     };
+    const done = (answer: HttpsAnswer) => {
+      clearTimeout(timer);
+      resolve(answer);
+    };
     let req: ReturnType<typeof send>;
     try {
-      req = send(
-        {
-          protocol: url.protocol,
-          // The brackets of an IPv6 literal belong to the URL, not to the address.
-          hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'),
-          port: url.port,
-          path: request.path ?? `${url.pathname}${url.search}`,
-          method: request.method ?? 'GET',
-          headers: request.headers ?? {},
-          // Undefined options are Node's defaults: the global agent, the system roots, verification on.
-          agent: request.agent,
-          ca: request.ca,
-          rejectUnauthorized: request.rejectUnauthorized,
-          servername: request.servername,
-          auth: request.auth,
-          signal: request.signal,
-        },
-        (res) => {
-          answered = true;
-          const chunks: Buffer[] = [];
-          let size = 0;
-          res.on('data', (chunk: Buffer) => {
-            size += chunk.length;
-            if (size > request.maxBodyBytes)
-              stop(new TooLargeError(`the answer exceeds ${request.maxBodyBytes} bytes`));
-            else chunks.push(chunk);
-          });
-          res.on('end', () => {
-            clearTimeout(timer);
-            resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks, size) });
-          });
-          res.on('error', fail);
-        },
-      );
+      req = send(requestOptionsOf(request), (res) => {
+        answered = true;
+        readAnswer(res, request.maxBodyBytes, { stop, done, fail });
+      });
     } catch (err) {
       // Node checks the method, the path and each header before anything is sent.
       reject(new InvalidInputError(`the request cannot be sent: ${(err as Error).message}`, { cause: err }));

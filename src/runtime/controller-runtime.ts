@@ -8,11 +8,11 @@
 import { Gauge, type Registry, register } from 'prom-client';
 import type { Config } from '../config/schema.ts';
 import { describeError, InternalError } from '../errors.ts';
-import { Backoff } from '../kube/backoff.ts';
-import { type Clock, sleep, systemClock } from '../kube/clock.ts';
 import { LeaderElector, type LeaseClient } from '../kube/leader-election.ts';
 import { sharedMetric } from '../kube/metrics.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { Backoff } from './backoff.ts';
+import { type Clock, sleep, systemClock } from './clock.ts';
 import { type OpsServer, type ReadinessCheck, startOpsServer } from './ops-server.ts';
 
 /** A part of the controller that must run on the leader only (node labelling, CSR signing, ...). */

@@ -5,8 +5,9 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { CertificatesV1Api } from '@kubernetes/client-node';
 import { bootstrapSignerName } from '../bootstrap/queue.ts';
+import { controllerBannerLines, startDevController } from '../cli/dev-controller.ts';
 import { startDevCluster } from './dev-cluster.ts';
-import { devBanner, startDevController } from './dev-controller.ts';
+import { devBanner } from './dev-run.ts';
 import { startJoiningNodes } from './joining-nodes.ts';
 
 const dir = await mkdtemp(join(tmpdir(), 'dev-bootstrap-'));
@@ -22,7 +23,7 @@ after(async () => {
 test('dev --policy queue: the banner shows discovery and the pin; a node waits until an admin approves', async () => {
   const bootstrap = controller.bootstrap;
   assert.ok(bootstrap);
-  const banner = devBanner(cluster, controller);
+  const banner = devBanner(cluster, controllerBannerLines(controller));
   assert.match(banner, new RegExp(`Discovery +${bootstrap.url}/cluster-info`));
   assert.match(banner, new RegExp(`CA pin +${bootstrap.caPin}`));
   const joining = startJoiningNodes({

@@ -49,6 +49,8 @@ interface DevClusterBase {
   env: Record<string, string>;
   /** The Nodes created, by instance group. */
   nodesByGroup: Map<string, string[]>;
+  /** The cluster as the controller sees it: what `dev` points the product at (src/cli/dev-controller.ts). */
+  target: ReturnType<typeof devTarget>;
   close(): Promise<void>;
 }
 
@@ -302,23 +304,82 @@ async function writeEnv(stateDir: string, env: Record<string, string>): Promise<
   await writeFile(join(stateDir, 'env'), `${text.join('\n')}\n`, { mode: 0o600 });
 }
 
+/** The simulated Kubernetes API, its kubeconfig in `stateDir`; closed with the cluster. */
+async function startClusterApi(
+  options: DevClusterOptions,
+  logger: Logger,
+  closers: (() => Promise<void>)[],
+): Promise<DevApiServer> {
+  const api = await startDevApiServer({ stateDir: options.stateDir, port: options.apiPort, logger });
+  closers.push(() => api.close());
+  seedComponentStatuses(api);
+  return api;
+}
+
+/** Each AWS instance group as an Auto Scaling group of running instances, each with a registered, Ready Node. */
+function seedAwsGroups(
+  api: DevApiServer,
+  aws: AwsSimulator,
+  groups: readonly InstanceGroup[],
+  clusterName: string,
+): Map<string, string[]> {
+  const nodesByGroup = new Map<string, string[]>();
+  let nextId = 1;
+  for (const ig of groups) {
+    const zone = zoneOf(ig);
+    const instances: SimInstanceInput[] = Array.from({ length: runningCount(ig) }, () => {
+      const n = nextId++;
+      return {
+        id: simInstanceId(n),
+        zone,
+        cluster: clusterName,
+        instanceGroup: ig.metadata.name,
+        privateIp: `172.20.${Math.floor(n / 250)}.${(n % 250) + 4}`,
+      };
+    });
+    aws.ec2.addInstances(instances);
+    aws.autoscaling.addAutoScalingGroup({
+      name: `${ig.metadata.name}.${clusterName}`,
+      minSize: ig.spec.minSize ?? 1,
+      maxSize: ig.spec.maxSize ?? 1,
+      desiredCapacity: instances.length,
+      zones: [zone],
+      cluster: clusterName,
+      instanceGroup: ig.metadata.name,
+      members: instances.map((i) => i.id),
+    });
+    const nodes = instances.map((i) => ({ name: i.id, providerID: awsProviderID(i), ip: i.privateIp ?? '' }));
+    registerNodes(api, ig, nodes, nodesByGroup);
+  }
+  return nodesByGroup;
+}
+
+/** The environment pointing the AWS SDK, the S3 state store and kubectl at the simulators. */
+function awsEnv(aws: AwsSimulator, s3: S3Sim, api: DevApiServer): Record<string, string> {
+  return {
+    AWS_ENDPOINT_URL: aws.endpoint,
+    AWS_REGION: region,
+    AWS_ACCESS_KEY_ID: aws.credentials.accessKeyId,
+    AWS_SECRET_ACCESS_KEY: aws.credentials.secretAccessKey,
+    S3_ENDPOINT: s3.endpoint,
+    S3_REGION: region,
+    S3_ACCESS_KEY_ID: aws.credentials.accessKeyId,
+    S3_SECRET_ACCESS_KEY: aws.credentials.secretAccessKey,
+    KUBECONFIG: api.kubeconfigPath,
+  };
+}
+
 /** Starts the simulated AWS cluster and writes its kubeconfig, config and environment into `stateDir`. */
 export async function startDevCluster(options: DevClusterOptions): Promise<DevCluster> {
   const logger = options.logger ?? silentLogger;
   const sample = await loadSampleCluster('aws');
   const groups = sample.instanceGroups.map((text) => parseInstanceGroup(text));
   return startParts<DevCluster>(async (closers) => {
-    const api = await startDevApiServer({
-      stateDir: options.stateDir,
-      ...(options.apiPort !== undefined ? { port: options.apiPort } : {}),
-      logger,
-    });
-    closers.push(() => api.close());
+    const api = await startClusterApi(options, logger, closers);
     const aws = await startAwsSimulator({ region, throttling: options.awsThrottling ?? true, logger });
     closers.push(() => aws.close());
     const s3 = await startS3Sim({ buckets: [stateBucket], credentials: [aws.credentials] });
     closers.push(() => s3.close());
-
     const configBase = `s3://${stateBucket}/${sample.name}`;
     const s3Options = {
       region,
@@ -327,41 +388,7 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       credentials: { ...aws.credentials },
     };
     await seedClusterStore(openVfs(`s3://${stateBucket}`, { s3: s3Options }), sample.name, sample);
-
-    seedComponentStatuses(api);
-    const nodesByGroup = new Map<string, string[]>();
-    let nextId = 1;
-    for (const ig of groups) {
-      const zone = zoneOf(ig);
-      const instances: SimInstanceInput[] = Array.from({ length: runningCount(ig) }, () => {
-        const n = nextId++;
-        return {
-          id: simInstanceId(n),
-          zone,
-          cluster: sample.name,
-          instanceGroup: ig.metadata.name,
-          privateIp: `172.20.${Math.floor(n / 250)}.${(n % 250) + 4}`,
-        };
-      });
-      aws.ec2.addInstances(instances);
-      aws.autoscaling.addAutoScalingGroup({
-        name: `${ig.metadata.name}.${sample.name}`,
-        minSize: ig.spec.minSize ?? 1,
-        maxSize: ig.spec.maxSize ?? 1,
-        desiredCapacity: instances.length,
-        zones: [zone],
-        cluster: sample.name,
-        instanceGroup: ig.metadata.name,
-        members: instances.map((i) => i.id),
-      });
-      const nodes = instances.map((i) => ({
-        name: i.id,
-        providerID: awsProviderID(i),
-        ip: i.privateIp ?? '',
-      }));
-      registerNodes(api, ig, nodes, nodesByGroup);
-    }
-
+    const nodesByGroup = seedAwsGroups(api, aws, groups, sample.name);
     const configPath = await writeConfig(options.stateDir, [
       `clusterName: ${sample.name}`,
       'cloud: aws',
@@ -372,20 +399,10 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       `      nodesRoles: [nodes.${sample.name}]`,
       `      Region: ${region}`,
     ]);
-    const env: Record<string, string> = {
-      AWS_ENDPOINT_URL: aws.endpoint,
-      AWS_REGION: region,
-      AWS_ACCESS_KEY_ID: aws.credentials.accessKeyId,
-      AWS_SECRET_ACCESS_KEY: aws.credentials.secretAccessKey,
-      S3_ENDPOINT: s3.endpoint,
-      S3_REGION: region,
-      S3_ACCESS_KEY_ID: aws.credentials.accessKeyId,
-      S3_SECRET_ACCESS_KEY: aws.credentials.secretAccessKey,
-      KUBECONFIG: api.kubeconfigPath,
-    };
+    const env = awsEnv(aws, s3, api);
     await writeEnv(options.stateDir, env);
-    return {
-      cloud: 'aws',
+    const cluster = {
+      cloud: 'aws' as const,
       clusterName: sample.name,
       region,
       configBase,
@@ -396,7 +413,56 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       env,
       nodesByGroup,
     };
+    return { ...cluster, target: devTarget(cluster) };
   });
+}
+
+/** Each GCE instance group as a MIG of running instances in `zone`, each with a registered, Ready Node. */
+function seedGceGroups(
+  api: DevApiServer,
+  gce: GceSimulator,
+  groups: readonly InstanceGroup[],
+  where: { clusterName: string; project: string; zone: string },
+): Map<string, string[]> {
+  const nodesByGroup = new Map<string, string[]>();
+  for (const ig of groups) {
+    const instances = gce.seedInstanceGroup({
+      zone: where.zone,
+      instanceGroup: ig.metadata.name,
+      count: runningCount(ig),
+      clusterName: where.clusterName,
+    });
+    const nodes = instances.map((i) => ({
+      name: i.name,
+      providerID: gceProviderID(where.project, i),
+      ip: i.networkIP,
+    }));
+    registerNodes(api, ig, nodes, nodesByGroup);
+  }
+  return nodesByGroup;
+}
+
+/**
+ * The environment pointing Google's libraries, the GCS state store and kubectl at the simulators:
+ * everything they would otherwise reach for on the internet. Credentials come from the simulated
+ * metadata server (as on a GCE VM), and the developer's own gcloud credentials are kept out of it.
+ */
+async function gceEnv(
+  stateDir: string,
+  sims: { gce: GceSimulator; gcs: GcsSim; api: DevApiServer },
+  project: string,
+): Promise<Record<string, string>> {
+  const gcloudConfig = join(stateDir, 'gcloud');
+  await mkdir(gcloudConfig, { recursive: true, mode: 0o700 });
+  return {
+    STORAGE_EMULATOR_HOST: sims.gcs.endpoint,
+    [computeEndpointVariable]: sims.gce.endpoint,
+    GCE_METADATA_HOST: new URL(sims.gce.metadataUri).host,
+    CLOUDSDK_CONFIG: gcloudConfig,
+    GOOGLE_APPLICATION_CREDENTIALS: '',
+    GCP_PROJECT: project,
+    KUBECONFIG: sims.api.kubeconfigPath,
+  };
 }
 
 /**
@@ -412,40 +478,16 @@ export async function startGceDevCluster(options: DevClusterOptions): Promise<Gc
   const project = 'testproject';
   const zone = 'us-test1-a';
   return startParts<GceDevCluster>(async (closers) => {
-    const api = await startDevApiServer({
-      stateDir: options.stateDir,
-      ...(options.apiPort !== undefined ? { port: options.apiPort } : {}),
-      logger,
-    });
-    closers.push(() => api.close());
+    const api = await startClusterApi(options, logger, closers);
     const gce = await startGceSimulator({ project });
     closers.push(() => gce.close());
     const gcs = await startGcsSim({ buckets: [stateBucket] });
     closers.push(() => gcs.close());
     const auth = simulatorAuth(gce);
     const configBase = `gs://${stateBucket}/${sample.name}`;
-    await seedClusterStore(
-      openVfs(`gs://${stateBucket}`, { gcs: { endpoint: gcs.endpoint, auth } }),
-      sample.name,
-      sample,
-    );
-
-    seedComponentStatuses(api);
-    const nodesByGroup = new Map<string, string[]>();
-    for (const ig of groups) {
-      const instances = gce.seedInstanceGroup({
-        zone,
-        instanceGroup: ig.metadata.name,
-        count: runningCount(ig),
-        clusterName: sample.name,
-      });
-      const nodes = instances.map((i) => ({
-        name: i.name,
-        providerID: gceProviderID(project, i),
-        ip: i.networkIP,
-      }));
-      registerNodes(api, ig, nodes, nodesByGroup);
-    }
+    const store = openVfs(`gs://${stateBucket}`, { gcs: { endpoint: gcs.endpoint, auth } });
+    await seedClusterStore(store, sample.name, sample);
+    const nodesByGroup = seedGceGroups(api, gce, groups, { clusterName: sample.name, project, zone });
     const configPath = await writeConfig(options.stateDir, [
       `clusterName: ${sample.name}`,
       'cloud: gce',
@@ -455,24 +497,10 @@ export async function startGceDevCluster(options: DevClusterOptions): Promise<Gc
       '    gce:',
       `      projectID: ${project}`,
     ]);
-    const metadataHost = new URL(gce.metadataUri).host;
-    // Everything Google's libraries would otherwise reach for on the internet points at the
-    // simulators: credentials come from the simulated metadata server (as on a GCE VM), and the
-    // developer's own gcloud credentials are kept out of it.
-    const gcloudConfig = join(options.stateDir, 'gcloud');
-    await mkdir(gcloudConfig, { recursive: true, mode: 0o700 });
-    const env: Record<string, string> = {
-      STORAGE_EMULATOR_HOST: gcs.endpoint,
-      [computeEndpointVariable]: gce.endpoint,
-      GCE_METADATA_HOST: metadataHost,
-      CLOUDSDK_CONFIG: gcloudConfig,
-      GOOGLE_APPLICATION_CREDENTIALS: '',
-      GCP_PROJECT: project,
-      KUBECONFIG: api.kubeconfigPath,
-    };
+    const env = await gceEnv(options.stateDir, { gce, gcs, api }, project);
     await writeEnv(options.stateDir, env);
-    return {
-      cloud: 'gce',
+    const cluster = {
+      cloud: 'gce' as const,
       clusterName: sample.name,
       project,
       zone,
@@ -485,14 +513,41 @@ export async function startGceDevCluster(options: DevClusterOptions): Promise<Gc
       env,
       nodesByGroup,
     };
+    return { ...cluster, target: devTarget(cluster) };
   });
+}
+
+/** A simulated cluster before its {@link devTarget} is known. */
+type ClusterParts = Omit<DevCluster, 'target' | 'close'> | Omit<GceDevCluster, 'target' | 'close'>;
+
+/**
+ * The cluster as the controller sees it: its config, the API server and the cluster CA, the clients'
+ * endpoints and credentials, and its cloud's approval policy pointed at the simulators.
+ */
+function devTarget(cluster: ClusterParts) {
+  const sim = cluster.api.server;
+  return {
+    cloud: cluster.cloud,
+    configPath: cluster.configPath,
+    apiServer: {
+      url: sim.url,
+      kubeConfig: () => sim.kubeConfig(),
+      caCertificatePem: sim.caCertificate,
+      caPrivateKeyPem: sim.certificateAuthority.privateKey,
+    },
+    clients: devClientOptions(cluster),
+    cloudPolicy:
+      cluster.cloud === 'aws'
+        ? { name: 'aws', stsEndpoint: cluster.aws.endpoint }
+        : { name: 'gce', jwksUrl: cluster.gce.jwksUri, audience: devGceAudience },
+  };
 }
 
 /**
  * How the controller reaches a simulated cluster's cloud and state store: the simulators' endpoints
  * and credentials, passed explicitly (the process environment is neither read nor changed).
  */
-export function devClientOptions(cluster: AnyDevCluster): { cloud: CloudOverrides; vfsOptions: VfsOptions } {
+function devClientOptions(cluster: ClusterParts): { cloud: CloudOverrides; vfsOptions: VfsOptions } {
   const fromEnv = { ...vfsOptionsFromEnv(cluster.env), env: cluster.env };
   if (cluster.cloud === 'aws') {
     return {

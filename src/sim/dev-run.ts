@@ -1,69 +1,72 @@
 /**
- * What `kops-controller dev` runs once its flags are checked (src/cli/dev.ts loads this module only
- * then): the simulated cluster, the controller against it and the joining machines, until SIGINT or
- * SIGTERM.
+ * The simulator's side of `kops-controller dev`, loaded by src/cli/dev.ts only when `dev` runs: the
+ * simulated cluster on either cloud, the banner that says where its pieces are, and the simulated
+ * machines joining. The controller itself is the product's: the command line starts it against the
+ * cluster's `target`, and hands back only what the banner and the machines need (plain lines, a URL
+ * and a pin), so nothing here imports the command line.
  */
 import { resolve } from 'node:path';
-import type { DevSettings } from '../cli/dev.ts';
-import { lockFolder } from '../runtime/folder-lock.ts';
+import type { Logger } from '../log.ts';
 import { type AnyDevCluster, startDevCluster, startGceDevCluster } from './dev-cluster.ts';
-import { type DevController, devBanner, startDevController } from './dev-controller.ts';
 import { type JoiningNodes, type JoiningStatus, startJoiningNodes } from './joining-nodes.ts';
 
-/** Runs the simulated cluster and its controller until the process is told to stop. */
-export async function runDev(settings: DevSettings): Promise<void> {
-  const { logger } = settings;
-  const clusterOptions = {
-    stateDir: settings.stateDir,
-    apiPort: settings.apiPort,
-    awsThrottling: settings.awsThrottling,
-    logger,
-  };
-  // Another `dev` here would have its kubeconfig, config and node files overwritten under it.
-  const lock = await lockFolder(
-    settings.stateDir,
-    'stop that kops-controller dev (npm start) first, or give this one another --state-dir',
-  );
-  try {
-    const cluster =
-      settings.cloud === 'gce'
-        ? await startGceDevCluster(clusterOptions)
-        : await startDevCluster(clusterOptions);
-    let controller: DevController;
-    try {
-      controller = await startDevController(cluster, { logger, bootstrapPolicy: settings.policy });
-    } catch (err) {
-      await cluster.close();
-      throw err;
-    }
-    process.stdout.write(devBanner(cluster, controller));
-    const joining = startJoining(cluster, controller, settings);
-    await new Promise<void>((done) => {
-      const stop = () => {
-        process.off('SIGINT', stop);
-        process.off('SIGTERM', stop);
-        done();
-      };
-      process.once('SIGINT', stop);
-      process.once('SIGTERM', stop);
-    });
-    joining?.stop();
-    await controller.stop();
-    await cluster.close();
-  } finally {
-    await lock.release();
+/** Starts the simulated cluster of `cloud`. */
+export function startSimulatedCluster(
+  cloud: 'aws' | 'gce',
+  options: { stateDir: string; apiPort: number; awsThrottling: boolean; logger: Logger },
+): Promise<AnyDevCluster> {
+  return cloud === 'gce' ? startGceDevCluster(options) : startDevCluster(options);
+}
+
+/** Where the cloud's simulated endpoints and the state store are. */
+function cloudBannerLines(cluster: AnyDevCluster): string[] {
+  if (cluster.cloud === 'aws') {
+    return [
+      `  AWS endpoints   ${cluster.aws.endpoint}  (EC2, Auto Scaling, STS; region ${cluster.region})`,
+      `  State store     ${cluster.configBase}  (S3 at ${cluster.s3.endpoint})`,
+    ];
   }
+  return [
+    `  GCE endpoints   ${cluster.gce.endpoint}  (compute, instance identity; project ${cluster.project}, zone ${cluster.zone})`,
+    `  State store     ${cluster.configBase}  (GCS at ${cluster.gcs.endpoint})`,
+  ];
+}
+
+/**
+ * The banner `dev` prints once everything is up: where each piece is and how to use it, with the
+ * controller's own lines (where it serves, discovery and the CA pin) in the middle.
+ */
+export function devBanner(cluster: AnyDevCluster, controllerLines: readonly string[]): string {
+  const groups = [...cluster.nodesByGroup].map(([ig, nodes]) => `${ig}: ${nodes.length}`).join(', ');
+  return [
+    `Simulated kops cluster ${cluster.clusterName} is up (loopback only).`,
+    `  Kubernetes API  ${cluster.api.server.url}`,
+    ...cloudBannerLines(cluster),
+    `  Nodes           ${groups}`,
+    `  Controller config  ${cluster.configPath}`,
+    ...controllerLines,
+    '',
+    `${cluster.api.exportLine}`,
+    '',
+    `Then try: kubectl get nodes --show-labels. For other tools: source ${resolve(cluster.configPath, '..', 'env')}`,
+    'Press Ctrl-C to stop.',
+    '',
+  ].join('\n');
+}
+
+/** What {@link startJoining} needs: the bootstrap server to join and how many machines, under which policy. */
+export interface JoiningSettings {
+  /** The bootstrap server's URL and the pin of its CA. */
+  server: { url: string; caPin: string };
+  policy: string;
+  count: number;
+  stateDir: string;
+  logger: Logger;
 }
 
 /** Starts the simulated machines joining, with one live progress line on standard error. */
-function startJoining(
-  cluster: AnyDevCluster,
-  controller: DevController,
-  settings: DevSettings,
-): JoiningNodes | undefined {
-  const { policy, joiningNodes: count, logger } = settings;
-  const bootstrap = controller.bootstrap;
-  if (!bootstrap || count === 0) return undefined;
+export function startJoining(cluster: AnyDevCluster, settings: JoiningSettings): JoiningNodes {
+  const { policy, count, logger } = settings;
   const tty = process.stderr.isTTY;
   const show = (s: JoiningStatus) => {
     const hint = s.waiting ? ' (kubectl get csr; kubectl certificate approve NAME)' : '';
@@ -72,8 +75,8 @@ function startJoining(
   };
   const joining = startJoiningNodes({
     cluster,
-    server: bootstrap.url,
-    caPin: bootstrap.caPin,
+    server: settings.server.url,
+    caPin: settings.server.caPin,
     count,
     proof: policy === 'aws' || policy === 'gce' ? 'cloud' : 'none',
     dir: resolve(settings.stateDir, 'nodes'),

@@ -8,8 +8,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import { startDevController } from '../cli/dev-controller.ts';
 import { startDevCluster } from './dev-cluster.ts';
-import { startDevController } from './dev-controller.ts';
 import { type JoiningStatus, startJoiningNodes } from './joining-nodes.ts';
 
 const dir = await mkdtemp(join(tmpdir(), 'joining-nodes-'));

@@ -20,8 +20,8 @@ import { nodeFilePath } from '../agent/node-files.ts';
 import { gceIdentityProof, noProof, type ProofProvider } from '../agent/proofs.ts';
 import { retryTransient } from '../agent/retry.ts';
 import { describeError } from '../errors.ts';
-import { Backoff } from '../kube/backoff.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { Backoff } from '../runtime/backoff.ts';
 import { awsProviderID, simInstanceId } from './aws/scenario.ts';
 import {
   type AnyDevCluster,
@@ -148,6 +148,67 @@ function launchMachines(
   });
 }
 
+/** The counts of a joining batch, and who to tell when they change. */
+interface Progress {
+  status: JoiningStatus;
+  changed(): void;
+}
+
+/**
+ * One machine joining: discovery (the leader publishes cluster-info shortly after start; until then
+ * discovery answers 503), the real `join`, then its Node registered with the credentials it got.
+ */
+async function joinMachine(
+  machine: Machine,
+  options: JoiningNodesOptions,
+  progress: Progress,
+  signal: AbortSignal,
+  logger: Logger,
+): Promise<void> {
+  const { status, changed } = progress;
+  let waiting = false;
+  try {
+    const discovered = await retryTransient(
+      () => discoverCluster({ url: options.server, caPins: [options.caPin] }),
+      {
+        deadline: Date.now() + 60_000,
+        backoff: new Backoff({ initialMs: 200, maxMs: 2000 }),
+        what: 'discovery',
+        signal,
+      },
+    );
+    const dir = joinPath(options.dir, machine.name);
+    await join({
+      server: options.server,
+      caBundlePem: discovered.caBundlePem,
+      apiServer: discovered.server,
+      nodeName: machine.name,
+      dir,
+      proof: machine.proof,
+      servingCertificate: options.proof === 'cloud',
+      retry: { initialMs: 200, maxMs: 2000 },
+      signal,
+      progress: (line) => {
+        if (!waiting && line.startsWith('waiting for approval')) {
+          waiting = true;
+          status.waiting++;
+          changed();
+        }
+      },
+    });
+    await register(nodeFilePath(dir, 'kubeconfig'), machine.name, machine.providerID, machine.ip);
+    status.joined++;
+  } catch (err) {
+    if (!signal.aborted) {
+      status.failed++;
+      logger.warn({ node: machine.name, err: describeError(err) }, 'simulated node could not join');
+    }
+  } finally {
+    if (waiting) status.waiting--;
+    changed();
+  }
+}
+
 /** Starts `count` machines joining the cluster through the bootstrap endpoint. */
 export function startJoiningNodes(options: JoiningNodesOptions): JoiningNodes {
   const { cluster } = options;
@@ -156,60 +217,16 @@ export function startJoiningNodes(options: JoiningNodesOptions): JoiningNodes {
   const instanceGroup =
     options.instanceGroup ?? [...cluster.nodesByGroup.keys()].find((ig) => ig.startsWith('nodes')) ?? 'nodes';
   const status: JoiningStatus = { total: options.count, joined: 0, waiting: 0, failed: 0 };
-  const changed = () => options.onChange?.({ ...status });
+  const progress = { status, changed: () => options.onChange?.({ ...status }) };
   // Each batch gets machines of its own, so a second batch is not refused as already registered.
   const first = machinesLaunched.get(cluster) ?? 0;
   machinesLaunched.set(cluster, first + options.count);
   const machines = launchMachines(cluster, instanceGroup, first, options.count, options.proof);
-  const joinOne = async (machine: Machine): Promise<void> => {
-    let waiting = false;
-    try {
-      // The leader publishes cluster-info shortly after start; until then discovery answers 503.
-      const discovered = await retryTransient(
-        () => discoverCluster({ url: options.server, caPins: [options.caPin] }),
-        {
-          deadline: Date.now() + 60_000,
-          backoff: new Backoff({ initialMs: 200, maxMs: 2000 }),
-          what: 'discovery',
-          signal: stop.signal,
-        },
-      );
-      const dir = joinPath(options.dir, machine.name);
-      await join({
-        server: options.server,
-        caBundlePem: discovered.caBundlePem,
-        apiServer: discovered.server,
-        nodeName: machine.name,
-        dir,
-        proof: machine.proof,
-        servingCertificate: options.proof === 'cloud',
-        retry: { initialMs: 200, maxMs: 2000 },
-        signal: stop.signal,
-        progress: (line) => {
-          if (!waiting && line.startsWith('waiting for approval')) {
-            waiting = true;
-            status.waiting++;
-            changed();
-          }
-        },
-      });
-      await register(nodeFilePath(dir, 'kubeconfig'), machine.name, machine.providerID, machine.ip);
-      status.joined++;
-    } catch (err) {
-      if (!stop.signal.aborted) {
-        status.failed++;
-        logger.warn({ node: machine.name, err: describeError(err) }, 'simulated node could not join');
-      }
-    } finally {
-      if (waiting) status.waiting--;
-      changed();
-    }
-  };
-  const done = Promise.all(machines.map(joinOne)).then(() => undefined);
+  const joining = machines.map((machine) => joinMachine(machine, options, progress, stop.signal, logger));
   return {
     nodes: machines.map((m) => m.name),
     status: () => ({ ...status }),
-    done,
+    done: Promise.all(joining).then(() => undefined),
     stop: () => stop.abort(),
   };
 }

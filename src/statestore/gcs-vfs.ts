@@ -4,6 +4,7 @@
  * on GCE, `GOOGLE_APPLICATION_CREDENTIALS` elsewhere). Plain HTTPS keeps the dependency small; the
  * endpoint can be pointed at a simulator or an emulator.
  */
+import { STATUS_CODES } from 'node:http';
 import { GoogleAuth } from 'google-auth-library';
 import {
   ForbiddenError,
@@ -12,6 +13,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
+import { type HttpsAnswer, httpsRequest } from '../net/https-client.ts';
 import { bucketLocation, checkObjectPath, joinKey, listScope } from './paths.ts';
 import type { StoredObject, Vfs } from './types.ts';
 
@@ -31,7 +33,20 @@ export interface GcsVfsOptions {
 }
 
 const defaultEndpoint = 'https://storage.googleapis.com';
+/** The largest object or listing page read: kops' state files are kilobytes, a page of names less than this. */
+const maxAnswerBytes = 64 * 1024 * 1024;
 const storageScope = 'https://www.googleapis.com/auth/devstorage.read_write';
+
+/** The JSON body of a successful answer; one that is not JSON means the endpoint is not GCS. */
+function jsonOf(answer: HttpsAnswer): unknown {
+  try {
+    return JSON.parse(answer.body.toString('utf8'));
+  } catch (err) {
+    throw new UnavailableError(`the storage API answered what is not JSON (${(err as Error).message})`, {
+      cause: err,
+    });
+  }
+}
 
 /** A VFS over one GCS bucket and object-name prefix. */
 export class GcsVfs implements Vfs {
@@ -54,32 +69,43 @@ export class GcsVfs implements Vfs {
     return `${this.#endpoint}/storage/v1/b/${encodeURIComponent(this.#bucket)}/o/${name}${query}`;
   }
 
-  async #request(action: string, path: string, url: string, init: RequestInit = {}): Promise<Response> {
-    let response: Response;
+  async #request(
+    action: string,
+    path: string,
+    url: string,
+    init: { method?: string; headers?: Record<string, string>; body?: Buffer } = {},
+  ): Promise<HttpsAnswer> {
+    let answer: HttpsAnswer;
     try {
-      const headers = await this.#auth.getRequestHeaders(url);
-      for (const [name, value] of new Headers(init.headers ?? {})) headers.set(name, value);
-      response = await fetch(url, { ...init, headers, signal: AbortSignal.timeout(this.#timeoutMs) });
+      const headers = Object.fromEntries(await this.#auth.getRequestHeaders(url));
+      answer = await httpsRequest({
+        url: new URL(url),
+        method: init.method,
+        headers: { ...headers, ...init.headers },
+        body: init.body,
+        timeoutMs: this.#timeoutMs,
+        maxBodyBytes: maxAnswerBytes,
+      });
     } catch (err) {
       throw new UnavailableError(`cannot ${action} ${this.url}/${path}: ${(err as Error).message}`, {
         cause: err,
       });
     }
-    if (response.ok) return response;
-    throw await this.#failure(action, path, response);
+    if (answer.status >= 200 && answer.status <= 299) return answer;
+    throw this.#failure(action, path, answer);
   }
 
-  async #failure(action: string, path: string, response: Response): Promise<KopsError> {
+  #failure(action: string, path: string, answer: HttpsAnswer): KopsError {
     const where = `${this.url}/${path}`;
-    let message = response.statusText;
+    let message = STATUS_CODES[answer.status] ?? '';
     try {
-      const body = (await response.json()) as { error?: { message?: string } };
+      const body = JSON.parse(answer.body.toString('utf8')) as { error?: { message?: string } };
       message = body.error?.message ?? message;
     } catch {
       // Not JSON: keep the status text.
     }
-    const reason = `HTTP ${response.status}: ${message}`;
-    switch (response.status) {
+    const reason = `HTTP ${answer.status}: ${message}`;
+    switch (answer.status) {
       case 404:
         return new NotFoundError(`${where} does not exist (${message})`);
       case 401:
@@ -95,15 +121,14 @@ export class GcsVfs implements Vfs {
   }
 
   async read(path: string): Promise<StoredObject> {
-    const response = await this.#request('read', path, this.#objectUrl(path, '?alt=media'));
-    const data = Buffer.from(await response.arrayBuffer());
-    return { data, version: response.headers.get('x-goog-generation') ?? '' };
+    const answer = await this.#request('read', path, this.#objectUrl(path, '?alt=media'));
+    return { data: answer.body, version: String(answer.headers['x-goog-generation'] ?? '') };
   }
 
   async stat(path: string): Promise<string | undefined> {
     try {
-      const response = await this.#request('stat', path, this.#objectUrl(path, '?fields=generation'));
-      return ((await response.json()) as { generation?: string }).generation ?? '';
+      const answer = await this.#request('stat', path, this.#objectUrl(path, '?fields=generation'));
+      return (jsonOf(answer) as { generation?: string }).generation ?? '';
     } catch (err) {
       if (err instanceof NotFoundError) return undefined;
       throw err;
@@ -115,12 +140,11 @@ export class GcsVfs implements Vfs {
     const url =
       `${this.#endpoint}/upload/storage/v1/b/${encodeURIComponent(this.#bucket)}/o` +
       `?uploadType=media&name=${name}`;
-    const response = await this.#request('write', path, url, {
+    await this.#request('write', path, url, {
       method: 'POST',
       headers: { 'content-type': 'application/octet-stream' },
       body: Buffer.from(data),
     });
-    await response.arrayBuffer();
   }
 
   async list(prefix: string): Promise<string[]> {
@@ -132,8 +156,8 @@ export class GcsVfs implements Vfs {
         `${this.#endpoint}/storage/v1/b/${encodeURIComponent(this.#bucket)}/o` +
         `?prefix=${encodeURIComponent(full)}&fields=${encodeURIComponent('items(name),nextPageToken')}` +
         (pageToken ? `&pageToken=${encodeURIComponent(pageToken)}` : '');
-      const response = await this.#request('list', prefix || '(root)', url);
-      const page = (await response.json()) as { items?: { name: string }[]; nextPageToken?: string };
+      const answer = await this.#request('list', prefix || '(root)', url);
+      const page = jsonOf(answer) as { items?: { name: string }[]; nextPageToken?: string };
       for (const item of page.items ?? []) names.push(item.name.slice(strip));
       pageToken = page.nextPageToken;
     } while (pageToken);
@@ -142,8 +166,7 @@ export class GcsVfs implements Vfs {
 
   async delete(path: string): Promise<void> {
     try {
-      const response = await this.#request('delete', path, this.#objectUrl(path, ''), { method: 'DELETE' });
-      await response.arrayBuffer();
+      await this.#request('delete', path, this.#objectUrl(path, ''), { method: 'DELETE' });
     } catch (err) {
       if (!(err instanceof NotFoundError)) throw err;
     }

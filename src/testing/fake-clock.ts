@@ -1,5 +1,5 @@
 /** A {@link Clock} for tests: time moves only when the test advances it, so timing tests are exact. */
-import type { Clock } from '../kube/clock.ts';
+import type { Clock } from '../runtime/clock.ts';
 
 interface PendingTimer {
   at: number;

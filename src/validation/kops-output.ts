@@ -57,8 +57,8 @@ export function kopsValidationCluster(result: ValidationResult): KopsValidationC
       status: n.status,
     }),
   );
-  return {
-    ...(failures.length > 0 ? { failures } : {}),
-    ...(nodes.length > 0 ? { nodes } : {}),
-  };
+  const cluster: KopsValidationCluster = {};
+  if (failures.length > 0) cluster.failures = failures;
+  if (nodes.length > 0) cluster.nodes = nodes;
+  return cluster;
 }

@@ -208,101 +208,118 @@ function zoneOf(node: NodeInfo): string {
   return '';
 }
 
-/** Validates the cluster. Throws NotFoundError when there is no instance group to validate. */
-export function validateCluster(input: ValidationInput): ValidationResult {
-  const selected = selectedGroups(input);
-  const placeholder = placeholderFailure(input);
-  if (placeholder) return { failures: [placeholder], nodes: [] };
-  const failures: ValidationFailure[] = [];
-  const nodes: ValidatedNode[] = [];
-  const nodeByProvider = new Map(input.nodes.filter((n) => n.providerID).map((n) => [n.providerID, n]));
-  const groupByName = new Map(input.instanceGroups.map((ig) => [ig.metadata.name, ig]));
-  const tolerated = toleratedNodes(input, nodeByProvider, groupByName);
-  const groupOfNode = new Map<string, InstanceGroup>();
-  const readyNodes = new Set<string>();
+/** One validation: what it reads, indexed, and what it has found so far. */
+interface Validation {
+  input: ValidationInput;
+  /** The instance groups validated (all, or those the filter names). */
+  selected: Map<string, InstanceGroup>;
+  nodeByProvider: Map<string | undefined, NodeInfo>;
+  groupByName: Map<string, InstanceGroup>;
+  /** The nodes and machines `maxUnreadyNodes` forgives. */
+  tolerated: Set<string>;
+  failures: ValidationFailure[];
+  nodes: ValidatedNode[];
+  groupOfNode: Map<string, InstanceGroup>;
+  readyNodes: Set<string>;
+}
 
-  /** kops' check of one node of role `role`: listed, and failed when not ready (unless tolerated). */
-  const checkNode = (node: NodeInfo, ig: InstanceGroup | undefined, role: string): void => {
-    if (ig) groupOfNode.set(node.name, ig);
-    const ready = isReady(node);
-    if (ready) readyNodes.add(node.name);
-    if (role !== 'control-plane' && role !== 'apiserver' && role !== 'node') return;
-    if (!ready && !tolerated.has(node.name)) {
-      failures.push({
-        type: 'Node',
-        reason: 'node-not-ready',
-        name: node.name,
-        message: `node "${node.name}" of role "${role}" is not ready`,
-        node: node.name,
-        ...(ig ? { instanceGroup: ig } : {}),
-      });
-    }
-    nodes.push({
+/** kops' check of one node of role `role`: listed, and failed when not ready (unless tolerated). */
+function checkNode(run: Validation, node: NodeInfo, ig: InstanceGroup | undefined, role: string): void {
+  if (ig) run.groupOfNode.set(node.name, ig);
+  const ready = isReady(node);
+  if (ready) run.readyNodes.add(node.name);
+  if (role !== 'control-plane' && role !== 'apiserver' && role !== 'node') return;
+  if (!ready && !run.tolerated.has(node.name)) {
+    const failure: ValidationFailure = {
+      type: 'Node',
+      reason: 'node-not-ready',
       name: node.name,
-      zone: zoneOf(node),
-      role,
-      hostname: node.labels['kubernetes.io/hostname'] ?? '',
-      status: node.readyStatus,
-      ready,
-    });
-  };
+      message: `node "${node.name}" of role "${role}" is not ready`,
+      node: node.name,
+    };
+    if (ig) failure.instanceGroup = ig;
+    run.failures.push(failure);
+  }
+  run.nodes.push({
+    name: node.name,
+    zone: zoneOf(node),
+    role,
+    hostname: node.labels['kubernetes.io/hostname'] ?? '',
+    status: node.readyStatus,
+    ready,
+  });
+}
 
-  // Nodes some cloud group accounts for; the others are checked after the groups.
+/** The Nodes some cloud group of a known instance group accounts for. */
+function memberNodesOf(run: Validation): Set<string> {
   const memberNodes = new Set<string>();
-  for (const cloudGroup of input.cloudGroups) {
-    if (!groupByName.has(cloudGroup.instanceGroup)) continue;
+  for (const cloudGroup of run.input.cloudGroups) {
+    if (!run.groupByName.has(cloudGroup.instanceGroup)) continue;
     for (const member of visibleMembers(cloudGroup)) {
-      const node = nodeByProvider.get(member.providerID);
+      const node = run.nodeByProvider.get(member.providerID);
       if (node) memberNodes.add(node.name);
     }
   }
+  return memberNodes;
+}
 
-  for (const cloudGroup of input.cloudGroups) {
-    const ig = selected.get(cloudGroup.instanceGroup);
-    if (!ig) continue;
-    const name = ig.metadata.name;
-    const members = visibleMembers(cloudGroup);
-    if (members.length < cloudGroup.targetSize) {
-      failures.push({
-        type: 'InstanceGroup',
-        reason: 'group-too-small',
-        name,
-        message: `InstanceGroup "${name}" did not have enough nodes ${members.length} vs ${cloudGroup.targetSize}`,
+/** One selected group in the cloud: big enough, each member a node (checked) or a machine yet to join. */
+function checkCloudGroup(run: Validation, cloudGroup: CloudGroup, ig: InstanceGroup): void {
+  const name = ig.metadata.name;
+  const members = visibleMembers(cloudGroup);
+  if (members.length < cloudGroup.targetSize) {
+    run.failures.push({
+      type: 'InstanceGroup',
+      reason: 'group-too-small',
+      name,
+      message: `InstanceGroup "${name}" did not have enough nodes ${members.length} vs ${cloudGroup.targetSize}`,
+      instanceGroup: ig,
+    });
+  }
+  for (const member of members) {
+    const node = run.nodeByProvider.get(member.providerID);
+    if (node) {
+      checkNode(run, node, ig, roleName(ig.spec.role));
+    } else if (
+      ig.spec.role !== 'Bastion' &&
+      expectedToJoin(member) &&
+      !run.tolerated.has(member.instanceId)
+    ) {
+      run.failures.push({
+        type: 'Machine',
+        reason: 'machine-not-joined',
+        name: member.instanceId,
+        message: `machine "${member.instanceId}" has not yet joined cluster`,
         instanceGroup: ig,
       });
     }
-    for (const member of members) {
-      const node = nodeByProvider.get(member.providerID);
-      if (node) {
-        checkNode(node, ig, roleName(ig.spec.role));
-      } else if (ig.spec.role !== 'Bastion' && expectedToJoin(member) && !tolerated.has(member.instanceId)) {
-        failures.push({
-          type: 'Machine',
-          reason: 'machine-not-joined',
-          name: member.instanceId,
-          message: `machine "${member.instanceId}" has not yet joined cluster`,
-          instanceGroup: ig,
-        });
-      }
-    }
   }
+}
 
-  // A Node that no group's member accounts for (a detached instance, a machine joined outside any
-  // cloud group) is still a node of the cluster: kops checks the nodes of its detached instances the
-  // same way, so a NotReady one fails here too. Its group is the one its instance-group label names.
-  const filtered = (input.instanceGroupFilter ?? []).length > 0;
-  for (const node of input.nodes) {
+/**
+ * A Node that no group's member accounts for (a detached instance, a machine joined outside any
+ * cloud group) is still a node of the cluster: kops checks the nodes of its detached instances the
+ * same way, so a NotReady one fails here too. Its group is the one its instance-group label names.
+ */
+function checkUngroupedNodes(run: Validation, memberNodes: Set<string>): void {
+  const filtered = (run.input.instanceGroupFilter ?? []).length > 0;
+  for (const node of run.input.nodes) {
     if (memberNodes.has(node.name)) continue;
-    const ig = groupByName.get(node.labels[instanceGroupLabel] ?? '');
-    if (filtered && !(ig && selected.has(ig.metadata.name))) continue;
-    const role = ig ? roleName(ig.spec.role) : controlPlaneLabel in node.labels ? 'control-plane' : 'node';
-    checkNode(node, ig, role);
+    const ig = run.groupByName.get(node.labels[instanceGroupLabel] ?? '');
+    if (filtered && !(ig && run.selected.has(ig.metadata.name))) continue;
+    let role = 'node';
+    if (ig) role = roleName(ig.spec.role);
+    else if (controlPlaneLabel in node.labels) role = 'control-plane';
+    checkNode(run, node, ig, role);
   }
+}
 
-  const inCloud = new Set(input.cloudGroups.map((g) => g.instanceGroup));
-  for (const ig of selected.values()) {
+/** Selected instance groups the cloud has no group for. */
+function checkGroupsInCloud(run: Validation): void {
+  const inCloud = new Set(run.input.cloudGroups.map((g) => g.instanceGroup));
+  for (const ig of run.selected.values()) {
     if (inCloud.has(ig.metadata.name)) continue;
-    failures.push({
+    run.failures.push({
       type: 'InstanceGroup',
       reason: 'group-missing-from-cloud',
       name: ig.metadata.name,
@@ -310,8 +327,36 @@ export function validateCluster(input: ValidationInput): ValidationResult {
       instanceGroup: ig,
     });
   }
-  failures.push(...podFailures(input, readyNodes, groupOfNode, tolerated));
-  return { failures, nodes };
+}
+
+/** Validates the cluster. Throws NotFoundError when there is no instance group to validate. */
+export function validateCluster(input: ValidationInput): ValidationResult {
+  const selected = selectedGroups(input);
+  const placeholder = placeholderFailure(input);
+  if (placeholder) return { failures: [placeholder], nodes: [] };
+  const nodeByProvider = new Map(input.nodes.filter((n) => n.providerID).map((n) => [n.providerID, n]));
+  const groupByName = new Map(input.instanceGroups.map((ig) => [ig.metadata.name, ig]));
+  const run: Validation = {
+    input,
+    selected,
+    nodeByProvider,
+    groupByName,
+    tolerated: toleratedNodes(input, nodeByProvider, groupByName),
+    failures: [],
+    nodes: [],
+    groupOfNode: new Map(),
+    readyNodes: new Set(),
+  };
+  // Nodes some cloud group accounts for; the others are checked after the groups.
+  const memberNodes = memberNodesOf(run);
+  for (const cloudGroup of input.cloudGroups) {
+    const ig = selected.get(cloudGroup.instanceGroup);
+    if (ig) checkCloudGroup(run, cloudGroup, ig);
+  }
+  checkUngroupedNodes(run, memberNodes);
+  checkGroupsInCloud(run);
+  run.failures.push(...podFailures(input, run.readyNodes, run.groupOfNode, run.tolerated));
+  return { failures: run.failures, nodes: run.nodes };
 }
 
 /**
@@ -335,14 +380,23 @@ function toleratedNodes(
   return new Set(unready.length > 0 && unready.length <= max ? unready : []);
 }
 
-/** Critical pods that are not running well, and control-plane static pods that are missing. */
-function podFailures(
-  input: ValidationInput,
-  readyNodes: Set<string>,
-  groupOfNode: Map<string, InstanceGroup>,
-  tolerated: Set<string>,
-): ValidationFailure[] {
-  const failures: ValidationFailure[] = [];
+/** What is wrong with a critical pod, if anything: pending, of unknown phase, or not ready. */
+function podProblem(
+  pod: PodInfo,
+  what: string,
+): Pick<ValidationFailure, 'reason' | 'message' | 'notReadyContainers'> | undefined {
+  if (pod.phase === 'Pending') return { reason: 'pod-pending', message: `${what} is pending` };
+  if (pod.phase === 'Unknown') return { reason: 'pod-unknown-phase', message: `${what} is unknown phase` };
+  if (pod.notReadyContainers.length === 0) return undefined;
+  return {
+    reason: 'pod-not-ready',
+    message: `${what} is not ready (${pod.notReadyContainers.join(',')})`,
+    notReadyContainers: [...pod.notReadyContainers],
+  };
+}
+
+/** The control-plane apps each Ready control-plane node runs no kube-system pod of. */
+function missingStaticPods(input: ValidationInput, readyNodes: Set<string>): Map<string, Set<string>> {
   const missing = new Map<string, Set<string>>();
   for (const node of input.nodes) {
     if (readyNodes.has(node.name) && controlPlaneLabel in node.labels) {
@@ -353,47 +407,44 @@ function podFailures(
     const app = pod.labels['k8s-app'];
     if (pod.namespace === 'kube-system' && app && pod.nodeName) missing.get(pod.nodeName)?.delete(app);
   }
+  return missing;
+}
+
+/** Critical pods that are not running well, and control-plane static pods that are missing. */
+function podFailures(
+  input: ValidationInput,
+  readyNodes: Set<string>,
+  groupOfNode: Map<string, InstanceGroup>,
+  tolerated: Set<string>,
+): ValidationFailure[] {
+  const failures: ValidationFailure[] = [];
   for (const pod of input.pods) {
     const priority = pod.priorityClassName ?? '';
     if (!criticalPriorities.has(priority) || pod.phase === 'Succeeded') continue;
     if (pod.nodeName && tolerated.has(pod.nodeName)) continue;
-    const what = `${priority} pod "${pod.name}"`;
-    const problem: Pick<ValidationFailure, 'reason' | 'message' | 'notReadyContainers'> | undefined =
-      pod.phase === 'Pending'
-        ? { reason: 'pod-pending', message: `${what} is pending` }
-        : pod.phase === 'Unknown'
-          ? { reason: 'pod-unknown-phase', message: `${what} is unknown phase` }
-          : pod.notReadyContainers.length > 0
-            ? {
-                reason: 'pod-not-ready',
-                message: `${what} is not ready (${pod.notReadyContainers.join(',')})`,
-                notReadyContainers: [...pod.notReadyContainers],
-              }
-            : undefined;
+    const problem = podProblem(pod, `${priority} pod "${pod.name}"`);
     if (!problem) continue;
+    const failure: ValidationFailure = { type: 'Pod', name: `${pod.namespace}/${pod.name}`, ...problem };
+    if (pod.nodeName) failure.node = pod.nodeName;
     // kops names the instance group of system-node-critical pods only.
     const group =
       priority === 'system-node-critical' && pod.nodeName ? groupOfNode.get(pod.nodeName) : undefined;
-    failures.push({
-      type: 'Pod',
-      name: `${pod.namespace}/${pod.name}`,
-      ...problem,
-      ...(pod.nodeName ? { node: pod.nodeName } : {}),
-      ...(group ? { instanceGroup: group } : {}),
-    });
+    if (group) failure.instanceGroup = group;
+    failures.push(failure);
   }
-  for (const [node, apps] of missing) {
+  for (const [node, apps] of missingStaticPods(input, readyNodes)) {
     const group = groupOfNode.get(node);
     for (const app of apps) {
-      failures.push({
+      const failure: ValidationFailure = {
         type: 'Node',
         reason: 'static-pod-missing',
         name: node,
         message: `control-plane node "${node}" is missing ${app} pod`,
         node,
         app,
-        ...(group ? { instanceGroup: group } : {}),
-      });
+      };
+      if (group) failure.instanceGroup = group;
+      failures.push(failure);
     }
   }
   return failures;
@@ -403,24 +454,26 @@ function podFailures(
 export function nodeInfoOf(node: V1Node): NodeInfo {
   const condition = (type: string) => node.status?.conditions?.find((c) => c.type === type)?.status;
   const ready = condition('Ready');
-  return {
+  const info: NodeInfo = {
     name: node.metadata?.name ?? '',
-    ...(node.spec?.providerID ? { providerID: node.spec.providerID } : {}),
     labels: node.metadata?.labels ?? {},
     readyStatus: ready === 'True' || ready === 'False' ? ready : 'Unknown',
     networkUnavailable: condition('NetworkUnavailable') === 'True',
   };
+  if (node.spec?.providerID) info.providerID = node.spec.providerID;
+  return info;
 }
 
 /** A pod as validation reads it. */
 export function podInfoOf(pod: V1Pod): PodInfo {
-  return {
+  const info: PodInfo = {
     namespace: pod.metadata?.namespace ?? '',
     name: pod.metadata?.name ?? '',
-    ...(pod.spec?.nodeName ? { nodeName: pod.spec.nodeName } : {}),
-    ...(pod.spec?.priorityClassName ? { priorityClassName: pod.spec.priorityClassName } : {}),
-    ...(pod.status?.phase ? { phase: pod.status.phase } : {}),
     labels: pod.metadata?.labels ?? {},
     notReadyContainers: (pod.status?.containerStatuses ?? []).filter((c) => !c.ready).map((c) => c.name),
   };
+  if (pod.spec?.nodeName) info.nodeName = pod.spec.nodeName;
+  if (pod.spec?.priorityClassName) info.priorityClassName = pod.spec.priorityClassName;
+  if (pod.status?.phase) info.phase = pod.status.phase;
+  return info;
 }

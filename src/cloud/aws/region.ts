@@ -4,8 +4,10 @@
  * (IMDSv2) reports for the instance the controller runs on. IMDS is asked last, with a short timeout,
  * so a controller off EC2 fails fast with a clear message.
  */
+import type { OutgoingHttpHeaders } from 'node:http';
 import { STSClient } from '@aws-sdk/client-sts';
 import { ConfigError } from '../../errors.ts';
+import { httpsRequest } from '../../net/https-client.ts';
 
 /** Where IMDS is and how long to wait for it. */
 export interface ImdsOptions {
@@ -17,11 +19,24 @@ export interface ImdsOptions {
 
 const regionPattern = /^[a-z]{2}(?:-[a-z]+)+-\d+$/;
 
-async function imdsRequest(url: string, init: RequestInit, timeoutMs: number): Promise<string> {
-  const response = await fetch(url, { ...init, signal: AbortSignal.timeout(timeoutMs), redirect: 'error' });
-  const text = await response.text();
-  if (!response.ok) throw new Error(`${init.method ?? 'GET'} ${url} answered HTTP ${response.status}`);
-  return text.trim();
+/** IMDS answers a token or a region name: anything longer is not IMDS. */
+const maxImdsAnswerBytes = 4096;
+
+async function imdsRequest(
+  url: string,
+  init: { method?: string; headers: OutgoingHttpHeaders },
+  timeoutMs: number,
+): Promise<string> {
+  const answer = await httpsRequest({
+    url: new URL(url),
+    ...init,
+    timeoutMs,
+    maxBodyBytes: maxImdsAnswerBytes,
+  });
+  if (answer.status < 200 || answer.status > 299) {
+    throw new Error(`${init.method ?? 'GET'} ${url} answered HTTP ${answer.status}`);
+  }
+  return answer.body.toString('utf8').trim();
 }
 
 /** Asks IMDSv2 for the region of this instance. */

@@ -8,6 +8,7 @@ import { createPublicKey, type KeyObject, verify } from 'node:crypto';
 import { z } from 'zod';
 import { UnauthenticatedError, UnavailableError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import { httpsRequest } from '../../net/https-client.ts';
 import {
   type CloudCallRecorder,
   type CloudCallResult,
@@ -18,6 +19,9 @@ import {
 
 /** Google's signing keys for identity tokens, as a JWKS. */
 export const googleJwksUrl = 'https://www.googleapis.com/oauth2/v3/certs';
+
+/** Google's key set is a few kilobytes; an answer past this is not one. */
+const maxJwksBytes = 1024 * 1024;
 /** The issuers Google writes into identity tokens. */
 export const googleIssuers: readonly string[] = ['https://accounts.google.com', 'accounts.google.com'];
 
@@ -92,14 +96,18 @@ export class JwksKeyStore {
     // A 200 that is not a JWKS is as unusable as no answer: it stays an error unless parsed.
     let result: CloudCallResult = 'error';
     try {
-      const res = await fetch(this.url, { signal: AbortSignal.timeout(this.#timeoutMs) });
-      if (!res.ok) {
+      const res = await httpsRequest({
+        url: new URL(this.url),
+        timeoutMs: this.#timeoutMs,
+        maxBodyBytes: maxJwksBytes,
+      });
+      if (res.status < 200 || res.status > 299) {
         result = httpCallResult(res.status);
         throw new Error(`HTTP ${res.status}`);
       }
-      const cacheControl = /max-age=(\d+)/.exec(res.headers.get('cache-control') ?? '');
+      const cacheControl = /max-age=(\d+)/.exec(res.headers['cache-control'] ?? '');
       if (cacheControl) maxAge = Math.min(maxAge, Number(cacheControl[1]) * 1000);
-      const parsed = jwksSchema.safeParse(await res.json());
+      const parsed = jwksSchema.safeParse(JSON.parse(res.body.toString('utf8')));
       if (!parsed.success) throw new Error('the response is not a JWKS ({"keys": [...]})');
       jwks = parsed.data;
       result = 'ok';
@@ -207,15 +215,31 @@ export class GceIdentityTokenVerifier {
    * saying which check failed, or UnavailableError when the keys cannot be fetched.
    */
   async verify(token: string): Promise<GceIdentityClaims> {
-    const { keys, audience, projectIds } = this.#options;
-    const skew = this.#options.maxSkewSeconds ?? 60;
-    const maxLifetime = this.#options.maxLifetimeSeconds ?? 3_600;
     if (token.length > maxTokenBytes) throw new UnauthenticatedError('identity token is too large');
     const parts = token.split('.');
     if (parts.length !== 3)
       throw new UnauthenticatedError('identity token is not a JWT (header.payload.signature)');
     const [h, p, s] = parts as [string, string, string];
+    await this.#verifySignature(h, p, s);
+    const claims = this.#checkedClaims(decodeSegment(p, 'payload'));
+    const ce = claims.google.compute_engine;
+    return {
+      projectId: ce.project_id,
+      projectNumber: String(ce.project_number),
+      zone: ce.zone,
+      instanceId: ce.instance_id,
+      instanceName: ce.instance_name,
+      instanceCreationTimestamp: ce.instance_creation_timestamp,
+      serviceAccountId: claims.sub,
+      serviceAccountEmail: claims.email,
+      audience: claims.aud,
+      issuedAt: claims.iat,
+      expiresAt: claims.exp,
+    };
+  }
 
+  /** The header names an RS256 key the JWKS publishes, and that key signed `header.payload`. */
+  async #verifySignature(h: string, p: string, s: string): Promise<void> {
     const header = headerSchema.safeParse(decodeSegment(h, 'header'));
     if (!header.success) throw new UnauthenticatedError('identity token header has no key id (kid)');
     // Only RS256: never `none`, and never an HMAC that would use a public key as the secret.
@@ -224,6 +248,7 @@ export class GceIdentityTokenVerifier {
         `identity token algorithm ${header.data.alg} is not accepted; expected RS256`,
       );
     }
+    const { keys } = this.#options;
     const key = await keys.key(header.data.kid);
     if (!key) {
       throw new UnauthenticatedError(
@@ -236,8 +261,14 @@ export class GceIdentityTokenVerifier {
     ) {
       throw new UnauthenticatedError('identity token signature is invalid');
     }
+  }
 
-    const parsed = payloadSchema.safeParse(decodeSegment(p, 'payload'));
+  /** The payload's claims, checked: Google's, for this audience, current, short-lived, of an allowed project. */
+  #checkedClaims(payload: unknown): z.infer<typeof payloadSchema> {
+    const { audience, projectIds } = this.#options;
+    const skew = this.#options.maxSkewSeconds ?? 60;
+    const maxLifetime = this.#options.maxLifetimeSeconds ?? 3_600;
+    const parsed = payloadSchema.safeParse(payload);
     if (!parsed.success) {
       const path = parsed.error.issues[0]?.path.join('.') ?? '';
       throw new UnauthenticatedError(
@@ -259,24 +290,10 @@ export class GceIdentityTokenVerifier {
     if (claims.exp - claims.iat > maxLifetime) {
       throw new UnauthenticatedError(`identity token lifetime exceeds ${maxLifetime} s`);
     }
-    const ce = claims.google.compute_engine;
-    if (projectIds && !projectIds.includes(ce.project_id)) {
-      throw new UnauthenticatedError(
-        `identity token is for project ${ce.project_id}, not one of this cluster's`,
-      );
+    const projectId = claims.google.compute_engine.project_id;
+    if (projectIds && !projectIds.includes(projectId)) {
+      throw new UnauthenticatedError(`identity token is for project ${projectId}, not one of this cluster's`);
     }
-    return {
-      projectId: ce.project_id,
-      projectNumber: String(ce.project_number),
-      zone: ce.zone,
-      instanceId: ce.instance_id,
-      instanceName: ce.instance_name,
-      instanceCreationTimestamp: ce.instance_creation_timestamp,
-      serviceAccountId: claims.sub,
-      serviceAccountEmail: claims.email,
-      audience: claims.aud,
-      issuedAt: claims.iat,
-      expiresAt: claims.exp,
-    };
+    return claims;
   }
 }

@@ -1,4 +1,7 @@
-/** Capped exponential backoff with jitter, for reconnect loops (informers, leader election, components). */
+/**
+ * Capped exponential backoff with jitter, for reconnect loops (informers, leader election, components)
+ * and for the node agent's retries (`join`).
+ */
 
 /** How a backoff grows. */
 export interface BackoffOptions {

@@ -15,15 +15,15 @@ import { type JoinOptions, type JoinResult, join } from '../agent/join.ts';
 import type { ProofProvider } from '../agent/proofs.ts';
 import { type AwsPolicyOptions, awsPolicy } from '../bootstrap/policies/aws.ts';
 import { ConfigMapReplayGuard } from '../bootstrap/replay-guard.ts';
-import { type RunningBootstrap, startBootstrapServer } from '../bootstrap/server.ts';
 import type { AuditRecord, BootstrapPolicy } from '../bootstrap/types.ts';
-import { createAwsClients } from '../cloud/aws/clients.ts';
+import { type RunningBootstrap, startBootstrapServer } from '../cli/bootstrap-server.ts';
+import { type AwsClients, createAwsClients } from '../cloud/aws/clients.ts';
 import { AwsNodeIdentifier } from '../cloud/aws/identify.ts';
 import type { SigV4Credentials } from '../cloud/aws/sigv4.ts';
 import { parseConfig } from '../config/loader.ts';
 import { bundlePem, createCa } from '../pki/ca.ts';
-import { type SimApiServer, startApiServer } from './apiserver/index.ts';
-import { type AwsSimulator, startAwsSimulator } from './aws/server.ts';
+import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
 
 /** Options of {@link startBootstrapHarness}. */
 export interface BootstrapHarnessOptions {
@@ -68,6 +68,69 @@ export interface BootstrapHarness {
 const clusterName = 'faults.example.com';
 const nodesRole = `nodes.${clusterName}`;
 
+/** The real `aws` policy against the simulators: STS replay, the replay marker in the API server, EC2. */
+function harnessAwsPolicy(
+  api: SimApiServer,
+  aws: AwsSimulator,
+  ec2: AwsClients['ec2'],
+  options: BootstrapHarnessOptions,
+): BootstrapPolicy {
+  const core = api.kubeConfig().makeApiClient(CoreV1Api);
+  return awsPolicy({
+    account: aws.account,
+    partition: 'aws',
+    region: aws.region,
+    nodesRoles: [nodesRole],
+    instances: new AwsNodeIdentifier({ ec2, clusterName, batchWindowMs: 1 }),
+    replayGuard: new ConfigMapReplayGuard({ core, timeoutMs: options.replayGuardTimeoutMs }),
+    stsEndpoint: aws.endpoint,
+    ...options.aws,
+  });
+}
+
+/** Adds a running instance of the `nodes` group, the `nth` one, with its instance profile session. */
+function addHarnessNode(aws: AwsSimulator, nth: number): HarnessNode {
+  const instanceId = `i-${nth.toString(16).padStart(17, '0')}`;
+  aws.ec2.addInstances([
+    {
+      id: instanceId,
+      zone: `${aws.region}a`,
+      cluster: clusterName,
+      instanceGroup: 'nodes',
+      privateIp: `10.0.${Math.floor(nth / 250)}.${(nth % 250) + 1}`,
+    },
+  ]);
+  const credentials = aws.sts.addInstanceProfileSession(nodesRole, instanceId);
+  return {
+    instanceId,
+    credentials,
+    proof: async (body) => signAwsStsProof(body, credentials, aws.region, 2),
+  };
+}
+
+/** Runs the real `join` for `node` into a fresh directory under `dir` (removed afterwards). */
+async function joinHarnessNode(
+  cluster: { url: string; caBundlePem: string; api: SimApiServer; dir: string },
+  node: HarnessNode,
+  joinOptions: Partial<JoinOptions>,
+): Promise<JoinResult> {
+  const nodeDir = await mkdtemp(joinPath(cluster.dir, 'node-'));
+  try {
+    return await join({
+      server: cluster.url,
+      // The simulated API server serves a certificate of its own CA: the node trusts both.
+      caBundlePem: cluster.caBundlePem + cluster.api.caCertificate,
+      apiServer: cluster.api.url,
+      nodeName: node.instanceId,
+      dir: nodeDir,
+      proof: node.proof,
+      ...joinOptions,
+    });
+  } finally {
+    await rm(nodeDir, { recursive: true, force: true });
+  }
+}
+
 /** Starts the simulators and the bootstrap server. */
 export async function startBootstrapHarness(
   options: BootstrapHarnessOptions = {},
@@ -84,19 +147,7 @@ export async function startBootstrapHarness(
   const ca = createCa();
   const registry = new Registry();
   const audit: AuditRecord[] = [];
-  const aws_ = awsPolicy({
-    account: aws.account,
-    partition: 'aws',
-    region: aws.region,
-    nodesRoles: [nodesRole],
-    instances: new AwsNodeIdentifier({ ec2: clients.ec2, clusterName, batchWindowMs: 1 }),
-    replayGuard: new ConfigMapReplayGuard({
-      core: api.kubeConfig().makeApiClient(CoreV1Api),
-      ...(options.replayGuardTimeoutMs ? { timeoutMs: options.replayGuardTimeoutMs } : {}),
-    }),
-    stsEndpoint: aws.endpoint,
-    ...options.aws,
-  });
+  const aws_ = harnessAwsPolicy(api, aws, clients.ec2, options);
   let bootstrap: RunningBootstrap;
   try {
     bootstrap = await startBootstrapServer(parseConfig({ clusterName, cloud: 'aws', server: {} }), {
@@ -127,42 +178,9 @@ export async function startBootstrapHarness(
     caBundlePem,
     registry,
     audit,
-    addNode() {
-      nodes++;
-      const instanceId = `i-${nodes.toString(16).padStart(17, '0')}`;
-      aws.ec2.addInstances([
-        {
-          id: instanceId,
-          zone: `${aws.region}a`,
-          cluster: clusterName,
-          instanceGroup: 'nodes',
-          privateIp: `10.0.${Math.floor(nodes / 250)}.${(nodes % 250) + 1}`,
-        },
-      ]);
-      const credentials = aws.sts.addInstanceProfileSession(nodesRole, instanceId);
-      return {
-        instanceId,
-        credentials,
-        proof: async (body) => signAwsStsProof(body, credentials, aws.region, 2),
-      };
-    },
-    async join(node, joinOptions = {}) {
-      const nodeDir = await mkdtemp(joinPath(dir, 'node-'));
-      try {
-        return await join({
-          server: bootstrap.server.url,
-          // The simulated API server serves a certificate of its own CA: the node trusts both.
-          caBundlePem: caBundlePem + api.caCertificate,
-          apiServer: api.url,
-          nodeName: node.instanceId,
-          dir: nodeDir,
-          proof: node.proof,
-          ...joinOptions,
-        });
-      } finally {
-        await rm(nodeDir, { recursive: true, force: true });
-      }
-    },
+    addNode: () => addHarnessNode(aws, ++nodes),
+    join: (node, joinOptions = {}) =>
+      joinHarnessNode({ url: bootstrap.server.url, caBundlePem, api, dir }, node, joinOptions),
     async close() {
       await bootstrap.close();
       clients.destroy();

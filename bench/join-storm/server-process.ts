@@ -1,0 +1,198 @@
+/**
+ * The bootstrap server of a storm, in a process of its own (forked from this file), so that its CPU
+ * time and event loop are measured apart from the clients and simulators; and the CPU clocks read.
+ * The server runs with deploy/openssl.cnf, as the image does.
+ */
+import { type ChildProcess, execFileSync, fork } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { Registry } from 'prom-client';
+import { type AwsInstanceLookup, awsPolicy } from '../../src/bootstrap/policies/aws.ts';
+import { awsAccountOf } from '../../src/bootstrap/policies/build.ts';
+import { insecureAlwaysApprovePolicy } from '../../src/bootstrap/policies/insecure-always-approve.ts';
+import { ConfigMapReplayGuard } from '../../src/bootstrap/replay-guard.ts';
+import type { BootstrapPolicy } from '../../src/bootstrap/types.ts';
+import { type RunningBootstrap, startBootstrapServer } from '../../src/cli/bootstrap-server.ts';
+import { createAwsClients } from '../../src/cloud/aws/clients.ts';
+import { AwsNodeIdentifier } from '../../src/cloud/aws/identify.ts';
+import type { SigV4Credentials } from '../../src/cloud/aws/sigv4.ts';
+import { parseConfig } from '../../src/config/loader.ts';
+import { reuseConnections } from '../../src/kube/connection-reuse.ts';
+import { caFromPem } from '../../src/pki/ca.ts';
+import { parsePrivateKeyPem } from '../../src/pki/keys.ts';
+import { describeInstancePerNode } from '../identify.ts';
+import { clusterName, nodesRole } from './nodes.ts';
+import type { ServerProcess } from './types.ts';
+
+const opensslConfig = new URL('../../deploy/openssl.cnf', import.meta.url).pathname;
+const config = parseConfig({ clusterName, cloud: 'aws', server: {} });
+
+/** How the server process approves: the `aws` policy with either EC2 lookup, or approving everything. */
+export type ServerMode = 'aws-batched' | 'aws-per-node' | 'insecure-always-approve';
+
+/** What the server process is started with. */
+export interface ServerSpec {
+  mode: ServerMode;
+  kubeconfig: string;
+  aws: { endpoint: string; region: string; credentials: SigV4Credentials };
+  ca: { cert: string; key: string };
+}
+
+type ToServer = { type: 'start'; spec: ServerSpec } | { type: 'loop' } | { type: 'exit' };
+type FromServer =
+  | { type: 'ready'; url: string }
+  | { type: 'failed'; error: string }
+  /** The server's event loop so far (`performance.eventLoopUtilization()`), in ms. */
+  | { type: 'loop'; idle: number; active: number };
+
+/** The server process: starts the bootstrap server the spec describes and reports its URL. */
+function serveChild(): void {
+  let running: { boot: RunningBootstrap; release(): void } | undefined;
+  // A benchmark that dies (Ctrl-C, a failed assertion) must not leave its server behind.
+  process.on('disconnect', () => process.exit(0));
+  process.on('message', (message: ToServer) => {
+    if (message.type === 'exit') {
+      const close = running ? running.boot.close().then(() => running?.release()) : Promise.resolve();
+      void close.then(() => process.exit(0));
+      return;
+    }
+    if (message.type === 'loop') {
+      const { idle, active } = performance.eventLoopUtilization();
+      process.send?.({ type: 'loop', idle, active } satisfies FromServer);
+      return;
+    }
+    startServer(message.spec).then(
+      (started) => {
+        running = started;
+        process.send?.({ type: 'ready', url: started.boot.server.url } satisfies FromServer);
+      },
+      (err: Error) =>
+        process.send?.({ type: 'failed', error: err.stack ?? err.message } satisfies FromServer),
+    );
+  });
+}
+
+/** The approval chain of `spec.mode`, and what releases its cloud clients. */
+async function policiesOf(
+  spec: ServerSpec,
+  kubeConfig: KubeConfig,
+): Promise<{ policies: BootstrapPolicy[]; release(): void }> {
+  if (spec.mode === 'insecure-always-approve') {
+    return { policies: [insecureAlwaysApprovePolicy()], release: () => undefined };
+  }
+  const { endpoint, region, credentials } = spec.aws;
+  const clients = await createAwsClients({ region, endpoint, credentials });
+  const instances: AwsInstanceLookup =
+    spec.mode === 'aws-batched'
+      ? new AwsNodeIdentifier({ ec2: clients.ec2, clusterName })
+      : { lookupInstance: (id) => describeInstancePerNode(clients.ec2, id, clusterName) };
+  const aws = awsPolicy({
+    ...(await awsAccountOf(clients.sts)),
+    region,
+    nodesRoles: [nodesRole],
+    instances,
+    replayGuard: new ConfigMapReplayGuard({ core: kubeConfig.makeApiClient(CoreV1Api) }),
+    stsEndpoint: endpoint,
+  });
+  return { policies: [aws], release: () => clients.destroy() };
+}
+
+async function startServer(spec: ServerSpec): Promise<{ boot: RunningBootstrap; release(): void }> {
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromString(spec.kubeconfig);
+  reuseConnections(kubeConfig);
+  const { policies, release } = await policiesOf(spec, kubeConfig);
+  const boot = await startBootstrapServer(config, {
+    kubeConfig,
+    policies,
+    ca: caFromPem(spec.ca.cert, parsePrivateKeyPem(spec.ca.key)),
+    listen: '127.0.0.1:0',
+    serverNames: { ipAddresses: ['127.0.0.1'] },
+    // Every simulated node connects from 127.0.0.1, so the per-source limit would throttle the storm.
+    rateLimit: { burst: 1_000_000, ratePerSecond: 1_000_000 },
+    registry: new Registry(),
+  });
+  // Storms start once the server is ready and its impersonation guard answers from its Node watch,
+  // as a server that has run for a minute does (before that, every guard lookup reads the Node).
+  while (!boot.queue.hasSynced() || !boot.guardWatch?.isCurrent()) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  return { boot, release };
+}
+
+const clockTicks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+
+/** User + system CPU seconds a process has used (Linux /proc). */
+export function cpuSecondsOf(pid: number): number {
+  // Fields after the parenthesised command name: state is 3rd, utime the 14th and stime the 15th.
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / clockTicks;
+}
+
+/** User + system CPU seconds of this process (the clients and simulators). */
+export function ownCpuSeconds(): number {
+  const { user, system } = process.cpuUsage();
+  return (user + system) / 1e6;
+}
+
+/** Resolves once `child` has exited. */
+export function exited(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve();
+    else child.once('exit', () => resolve());
+  });
+}
+
+/** Asks the server process how busy its event loop has been; rejects if it died. */
+function eventLoopOf(child: ChildProcess): Promise<{ idle: number; active: number }> {
+  return new Promise((resolve, reject) => {
+    const answer = (message: FromServer) => {
+      if (message.type !== 'loop') return;
+      child.off('message', answer).off('exit', gone);
+      resolve(message);
+    };
+    // A server that died must fail the storm, not leave it waiting for an answer.
+    const gone = () => {
+      child.off('message', answer);
+      reject(new Error('the server process exited'));
+    };
+    if (!child.connected) return gone();
+    child.on('message', answer).once('exit', gone);
+    child.send({ type: 'loop' } satisfies ToServer);
+  });
+}
+
+/** Forks the server process, starts the server `spec` describes in it, and resolves once it serves. */
+export async function startServerProcess(spec: ServerSpec): Promise<ServerProcess> {
+  const child = fork(new URL(import.meta.url).pathname, [], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    // The OpenSSL settings the image and `npm start` run with (no session tickets).
+    execArgv: [
+      ...process.execArgv.filter((arg) => !arg.startsWith('--openssl-config')),
+      `--openssl-config=${opensslConfig}`,
+    ],
+  });
+  const reply = await new Promise<FromServer>((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`the server process exited with ${code}`)));
+    child.once('message', resolve);
+    child.send({ type: 'start', spec } satisfies ToServer);
+  });
+  if (reply.type !== 'ready') {
+    child.kill();
+    throw new Error(
+      `the server process could not start: ${reply.type === 'failed' ? reply.error : reply.type}`,
+    );
+  }
+  return {
+    url: reply.url,
+    cpuSeconds: () => cpuSecondsOf(child.pid as number),
+    eventLoop: () => eventLoopOf(child),
+    stop: async () => {
+      child.send({ type: 'exit' } satisfies ToServer);
+      await exited(child);
+    },
+  };
+}
+
+if (import.meta.main) serveChild();

@@ -1,0 +1,173 @@
+/**
+ * The parts of the bootstrap server, each built from the config by one function: the signing CAs,
+ * the serving certificate, the node config reader of kops' answers, the impersonation guard's Node
+ * reads and the certificate expiry ledger. src/cli/bootstrap-server.ts assembles them; the server
+ * itself (src/bootstrap/server.ts) builds none of them.
+ */
+import { readFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
+import type { KubeConfig } from '@kubernetes/client-node';
+import type { Registry } from 'prom-client';
+import type { KopsOptions } from '../bootstrap/kops-handler.ts';
+import {
+  type GuardReadSource,
+  httpsNodeReader,
+  type NodePresence,
+  type NodeReader,
+  nodePresenceInformer,
+  watchedNodeReader,
+  watchIsCurrent,
+} from '../bootstrap/node-guard.ts';
+import { servingCertificate } from '../bootstrap/server.ts';
+import type { Config } from '../config/schema.ts';
+import { ConfigError, describeError } from '../errors.ts';
+import { KubeletRenewalRecorder } from '../ledger/csr-renewals.ts';
+import { CertificateExpiryGauge } from '../ledger/expiry-gauge.ts';
+import { caKind, servingKind } from '../ledger/ledger.ts';
+import { entryOfPem, type LedgerRecorder } from '../ledger/recorder.ts';
+import type { ConfigMapLedgerStore } from '../ledger/store.ts';
+import type { Logger } from '../log.ts';
+import type { CertificateAuthority } from '../pki/ca.ts';
+import { loadCa } from '../pki/folder.ts';
+import type { LeaderComponent } from '../runtime/controller-runtime.ts';
+import { openVfs, type VfsOptions } from '../statestore/open.ts';
+
+/** The server section of the config: the bootstrap server runs only with one. */
+export type ServerSection = NonNullable<Config['server']>;
+
+/**
+ * The CA that signs node certificates, and kops' other signers. With `given` (tests, `dev`) that CA
+ * signs everything; otherwise every CA of `server.signingCAs` (default kubernetes-ca) is loaded from
+ * `server.caBasePath`: the first signs everything, the others only the kops cert names that name them.
+ */
+export async function signingAuthorities(
+  server: ServerSection,
+  given: CertificateAuthority | undefined,
+  vfsOptions: VfsOptions | undefined,
+): Promise<{ ca: CertificateAuthority; otherSigners: CertificateAuthority[] }> {
+  if (given) return { ca: given, otherSigners: [] };
+  const [first = 'kubernetes-ca', ...others] = server.signingCAs ?? [];
+  const pki = openVfs(server.caBasePath ?? '/etc/kubernetes/kops-controller/pki', vfsOptions);
+  const ca = await loadCa(pki, first);
+  const otherSigners = await Promise.all(others.map((name) => loadCa(pki, name)));
+  return { ca, otherSigners };
+}
+
+/**
+ * The server's TLS key and certificate: the configured files, or one issued from the cluster CA for
+ * `kops-controller.internal.<clusterName>` and `names`.
+ */
+export async function servingTls(
+  config: Config,
+  ca: CertificateAuthority,
+  names: { dnsNames?: string[]; ipAddresses?: string[] } | undefined,
+): Promise<{ key: string; cert: string }> {
+  const { serverCertificatePath, serverKeyPath } = config.server ?? {};
+  if (serverCertificatePath && serverKeyPath) {
+    try {
+      return {
+        cert: await readFile(serverCertificatePath, 'utf8'),
+        key: await readFile(serverKeyPath, 'utf8'),
+      };
+    } catch (err) {
+      throw new ConfigError(
+        `cannot read the server certificate or key (${describeError(err)}); fix server.serverCertificatePath/serverKeyPath`,
+        { cause: err },
+      );
+    }
+  }
+  return servingCertificate(ca, {
+    name: `kops-controller.internal.${config.clusterName}`,
+    dnsNames: names?.dnsNames ?? [],
+    ipAddresses: names?.ipAddresses ?? [],
+  });
+}
+
+/** Reads `<configBase>/igconfig/node/<ig>/nodeupconfig.yaml` verbatim, as kops-controller does. */
+export function nodeConfigReader(
+  config: Config,
+  vfsOptions: VfsOptions | undefined,
+): KopsOptions['nodeConfig'] {
+  if (!config.configBase) return undefined;
+  const vfs = openVfs(config.configBase, vfsOptions);
+  return async (instanceGroup) => ({
+    nodeupConfig: (await vfs.read(`igconfig/node/${instanceGroup}/nodeupconfig.yaml`)).data.toString('utf8'),
+  });
+}
+
+/** How the impersonation guard reads Nodes, and the Node watch behind it when there is one. */
+export interface NodeGuardReads {
+  /** The started Node watch (`nodeGuard: watch` only). */
+  guardWatch?: ReturnType<typeof nodePresenceInformer>;
+  /** Reads the API server, always. */
+  direct: NodeReader;
+  /** What the guard uses: the watch when it is current, the API server otherwise. */
+  readNode: NodeReader;
+}
+
+/**
+ * How the impersonation guard reads Nodes: through a started Node watch with `nodeGuard: watch`,
+ * straight from the API server otherwise.
+ */
+export function nodeGuardReads(
+  config: Config,
+  kubeConfig: KubeConfig,
+  onRead: (source: GuardReadSource) => void,
+  registry: Registry,
+  logger: Logger,
+): NodeGuardReads {
+  const direct = httpsNodeReader(kubeConfig);
+  if (config.bootstrap.nodeGuard !== 'watch') return { direct, readNode: direct };
+  const guardWatch = nodePresenceInformer(kubeConfig, { registry, logger });
+  guardWatch.start();
+  return { guardWatch, direct, readNode: watchedNodeReader(guardWatch, direct, { onRead }) };
+}
+
+/** What the rest of `run` may ask the guard's Node watch. */
+export interface GuardWatchView {
+  isCurrent(): boolean;
+  knows(nodeName: string): boolean;
+}
+
+export function guardWatchView(nodes: NodePresence): GuardWatchView {
+  return {
+    isCurrent: () => watchIsCurrent(nodes),
+    knows: (nodeName: string) => nodes.get(nodeName) !== undefined,
+  };
+}
+
+/** What this replica holds, once it serves: every CA it trusts or signs with, and its serving certificate. */
+export function holdOwnCertificates(
+  ledger: LedgerRecorder,
+  authorities: CertificateAuthority[],
+  servingCertificatePem: string,
+): void {
+  const caEntries = authorities.flatMap((authority) =>
+    authority.certificates.map((c) => entryOfPem(caKind, `${authority.name}.${c.keypairId}`, c.pem)),
+  );
+  // Named after the host: the pod's name, or the control-plane node's with host networking.
+  ledger.hold([...caEntries, entryOfPem(servingKind, hostname(), servingCertificatePem)]);
+}
+
+/** The expiry ledger's leader-only work: its gauge, and the kubelets' renewals recorded. */
+export function ledgerComponents(parts: {
+  store: ConfigMapLedgerStore;
+  ledger: LedgerRecorder;
+  /** Reads a Node from the API server (whether one still exists, for the gauge). */
+  readNode: NodeReader;
+  kubeConfig: KubeConfig;
+  registry: Registry;
+  logger: Logger;
+}): LeaderComponent[] {
+  const { store, ledger, readNode, kubeConfig, registry, logger } = parts;
+  return [
+    new CertificateExpiryGauge({
+      store,
+      beforeRead: () => ledger.flush(),
+      nodeExists: async (name) => (await readNode(name)) !== undefined,
+      registry,
+      logger,
+    }),
+    new KubeletRenewalRecorder({ kubeConfig, ledger, registry, logger }),
+  ];
+}
