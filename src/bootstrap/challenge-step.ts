@@ -6,7 +6,7 @@
  */
 import type { ChallengeClaim } from '../protocol/challenge.ts';
 import { type CallbackChallenger, CallbackRefusedError } from './challenge-caller.ts';
-import { dependencyFault, isTransientFailure } from './dependency.ts';
+import { dependencyFault, faultOfPolicy, isTransientFailure } from './dependency.ts';
 import type { NodeFacts } from './types.ts';
 
 /** The step's result: the node answered (with the evidence to audit), or why it is refused. */
@@ -43,7 +43,7 @@ export async function callbackVerdict(
   } catch (err) {
     if (err instanceof CallbackRefusedError) return { answered: false, detail: err.message };
     // Unreachable or silent: no decision about the node; it retries with a fresh challenge.
-    if (isTransientFailure(err)) throw dependencyFault(`policy:${policy}`, err);
+    if (isTransientFailure(err)) throw faultOfPolicy(policy, dependencyFault('node-callback', err));
     throw err;
   }
   return { answered: true, evidence: { callback: `answered at ${endpoint}` } };

@@ -16,6 +16,13 @@ export type Dependency =
   | 'ec2'
   | 'gce-compute'
   | 'gce-identity-keys'
+  | 'openstack-compute'
+  | 'scaleway-api'
+  | 'azure-arm'
+  | 'hetzner-api'
+  | 'digitalocean-api'
+  | 'linode-api'
+  | 'node-callback'
   | 'webhook'
   | 'state-store'
   /** A policy that failed transiently without naming what it called: its name is used. */
@@ -31,6 +38,13 @@ const described: Record<string, string> = {
   ec2: 'the EC2 API',
   'gce-compute': 'the Compute Engine API',
   'gce-identity-keys': "Google's identity-token keys",
+  'openstack-compute': 'the OpenStack compute API',
+  'scaleway-api': 'the Scaleway API',
+  'azure-arm': "the Azure Resource Manager API or Microsoft's PKI repository",
+  'hetzner-api': 'the Hetzner Cloud API',
+  'digitalocean-api': 'the DigitalOcean API',
+  'linode-api': 'the Linode API',
+  'node-callback': "the node's callback-challenge server",
   webhook: 'the approval webhook',
   'state-store': 'the state store',
 };

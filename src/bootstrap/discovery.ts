@@ -5,14 +5,13 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { CoreV1Api, V1ConfigMap } from '@kubernetes/client-node';
-import { describeError, InvalidInputError, UnavailableError } from '../errors.ts';
+import { describeError, MethodNotAllowedError, UnavailableError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import {
   type ClusterInfoDocument,
   clusterInfoName,
   clusterInfoNamespace,
-  clusterInfoPath,
   detachedJws,
   jwsKeyPrefix,
   kubeconfigKey,
@@ -155,12 +154,7 @@ export function clusterInfoHandler(
 ): (req: IncomingMessage, res: ServerResponse) => void {
   return (req, res) => {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      sendError(
-        res,
-        new InvalidInputError(`${req.method} is not allowed on ${clusterInfoPath}: use GET`, {
-          details: { reason: 'method-not-allowed', httpStatus: 405, allow: 'GET, HEAD' },
-        }),
-      );
+      sendError(res, new MethodNotAllowedError('GET, HEAD'));
       return;
     }
     Promise.resolve()

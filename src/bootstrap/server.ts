@@ -35,7 +35,13 @@ import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
 import type { BootstrapContext } from './context.ts';
 import { maxBodyBytes, sendError, sendJson } from './http.ts';
 import { type KopsOptions, kopsBootstrap } from './kops-handler.ts';
-import { type Answer, type CertificatesInput, pollRequest, submitCertificates } from './native-handler.ts';
+import {
+  type Answer,
+  type CertificatesInput,
+  type NativeOptions,
+  pollRequest,
+  submitCertificates,
+} from './native-handler.ts';
 import { defaultRateLimit, type RateLimit, SourceRateLimiter } from './rate-limit.ts';
 
 /** A plain node:http handler, e.g. the discovery module's `clusterInfoHandler`. */
@@ -50,6 +56,8 @@ export interface BootstrapServerOptions {
   context: BootstrapContext;
   /** Mounts kops' `POST /bootstrap` when given. */
   kops?: KopsOptions;
+  /** Settings of the native API (the callback challenger). */
+  native?: NativeOptions;
   /** Serves `GET /cluster-info` when given. */
   clusterInfoHandler?: RequestHandler;
   rateLimit?: RateLimit;
@@ -172,12 +180,15 @@ function readinessAnswer(checks: readonly (() => string | undefined)[]): Answer 
 
 /** Sends a request to its endpoint; what no endpoint serves is a 404. */
 async function route(routes: Routes, req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
-  const { context, kops, clusterInfoHandler } = routes.options;
+  const { context, kops, native, clusterInfoHandler } = routes.options;
   const path = url.pathname;
   if (path === '/v1/certificates') {
     if (req.method !== 'POST') throw new MethodNotAllowedError('POST');
     requireJson(req);
-    return sendAnswer(res, await submitCertificates(context, await certificatesInputOf(req, context)));
+    return sendAnswer(
+      res,
+      await submitCertificates(context, await certificatesInputOf(req, context), native),
+    );
   }
   if (path.startsWith('/v1/requests/')) {
     if (req.method !== 'GET') throw new MethodNotAllowedError('GET');

@@ -35,6 +35,12 @@ import { openVfs, type VfsOptions } from '../statestore/open.ts';
 /** The server section of the config: the bootstrap server runs only with one. */
 export type ServerSection = NonNullable<Config['server']>;
 
+/** The CA that signs node certificates, and kops' other signers (found by name). */
+export interface SigningAuthorities {
+  ca: CertificateAuthority;
+  otherSigners: CertificateAuthority[];
+}
+
 /**
  * The CA that signs node certificates, and kops' other signers. With `given` (tests, `dev`) that CA
  * signs everything; otherwise every CA of `server.signingCAs` (default kubernetes-ca) is loaded from
@@ -44,7 +50,7 @@ export async function signingAuthorities(
   server: ServerSection,
   given: CertificateAuthority | undefined,
   vfsOptions: VfsOptions | undefined,
-): Promise<{ ca: CertificateAuthority; otherSigners: CertificateAuthority[] }> {
+): Promise<SigningAuthorities> {
   if (given) return { ca: given, otherSigners: [] };
   const [first = 'kubernetes-ca', ...others] = server.signingCAs ?? [];
   const pki = openVfs(server.caBasePath ?? '/etc/kubernetes/kops-controller/pki', vfsOptions);

@@ -14,6 +14,7 @@
 import { CertificatesV1Api, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { type Registry, register } from 'prom-client';
 import { auditSink } from '../bootstrap/audit.ts';
+import { type CallbackChallenger, GrpcCallbackChallenger } from '../bootstrap/challenge-caller.ts';
 import type { AuditSink, BootstrapContext } from '../bootstrap/context.ts';
 import {
   ClusterInfoPublisher,
@@ -48,6 +49,7 @@ import { renderClusterInfoKubeconfig } from '../protocol/cluster-info.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { parseListenAddress } from '../runtime/listen-address.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
+import { nodeSecretsReader } from '../statestore/secrets.ts';
 import {
   type GuardWatchView,
   guardWatchView,
@@ -57,6 +59,7 @@ import {
   nodeConfigReader,
   nodeGuardReads,
   type ServerSection,
+  type SigningAuthorities,
   servingTls,
   signingAuthorities,
 } from './bootstrap-parts.ts';
@@ -72,6 +75,8 @@ export interface BootstrapServerDeps {
    * them.
    */
   ca?: CertificateAuthority;
+  /** The signing CA and kops' other signers, already loaded (the approval chain needed them first). */
+  authorities?: SigningAuthorities;
   /** The API server URL handed to nodes; default `https://api.internal.<clusterName>`, as kops. */
   apiServer?: string;
   /** Overrides `server.Listen` (tests bind 127.0.0.1:0). */
@@ -108,9 +113,7 @@ export interface RunningBootstrap {
 }
 
 /** The parts built before the server serves, shared by it, its queue and its leader-only signer. */
-interface ServingParts {
-  ca: CertificateAuthority;
-  otherSigners: CertificateAuthority[];
+interface ServingParts extends SigningAuthorities {
   metrics: BootstrapMetrics;
   /** The pooled kubeconfig every part of the server uses. */
   kubeConfig: KubeConfig;
@@ -121,6 +124,8 @@ interface ServingParts {
   apiServers: string[];
   reserved: ReservedNames;
   issueOptions: NodeIssueOptions;
+  /** Calls nodes back on the callback clouds, as `kops-controller.<cluster>`. */
+  challenger: CallbackChallenger;
 }
 
 /** The API server URLs nodes are told to use: the override, `bootstrap.apiServers`, or kops' default. */
@@ -137,7 +142,8 @@ async function buildServingParts(
   registry: Registry,
   logger: Logger,
 ): Promise<ServingParts> {
-  const { ca, otherSigners } = await signingAuthorities(server, deps.ca, deps.vfsOptions);
+  const { ca, otherSigners } =
+    deps.authorities ?? (await signingAuthorities(server, deps.ca, deps.vfsOptions));
   const metrics = bootstrapMetrics(registry);
   // Requests may read their Node directly: without pooled connections each read would be a TLS handshake.
   const kubeConfig = reuseConnections(deps.kubeConfig);
@@ -173,6 +179,7 @@ async function buildServingParts(
     apiServers,
     reserved,
     issueOptions,
+    challenger: new GrpcCallbackChallenger({ ca, clusterName: config.clusterName }),
   };
 }
 
@@ -214,7 +221,12 @@ async function serveOrStop(
         certNames: server.certNames ?? defaultKopsCertNames,
         otherSigners: parts.otherSigners,
         nodeConfig: nodeConfigReader(config, deps.vfsOptions),
+        nodeSecrets: config.secretStore
+          ? nodeSecretsReader(openVfs(config.secretStore, deps.vfsOptions))
+          : undefined,
+        challenger: parts.challenger,
       },
+      native: { challenger: parts.challenger },
       clusterInfoHandler: deps.clusterInfoHandler,
       rateLimit: deps.rateLimit,
       connectionLimits: deps.connectionLimits,
@@ -350,13 +362,20 @@ function serverUrlOf(config: Config): string {
  */
 async function approvalChain(
   options: ConfiguredBootstrapOptions,
-  shared: { core: CoreV1Api; tokens: WatchedTokenSecrets; replayGuard: ConfigMapReplayGuard },
+  shared: {
+    core: CoreV1Api;
+    tokens: WatchedTokenSecrets;
+    replayGuard: ConfigMapReplayGuard;
+    ca: CertificateAuthority;
+  },
   logger: Logger,
 ): Promise<{ policies: BootstrapPolicy[]; release(): void }> {
   const { config } = options;
   const sources: Parameters<typeof policyDepsFromConfig>[0] = {
     config,
     core: shared.core,
+    kubeConfig: options.kubeConfig,
+    ca: shared.ca,
     tokens: new TokenValidator(shared.tokens, logger),
     replayGuard: shared.replayGuard,
     serverUrl: serverUrlOf(config),
@@ -382,6 +401,10 @@ export async function startConfiguredBootstrap(
   options: ConfiguredBootstrapOptions,
 ): Promise<ConfiguredBootstrap> {
   const { config, kubeConfig, logger = silentLogger } = options;
+  if (!config.server)
+    throw new ConfigError('the config has no server section; the bootstrap server needs one');
+  // The CAs first: the renewal policy checks node certificates against them.
+  const authorities = await signingAuthorities(config.server, options.server?.ca, options.vfsOptions);
   const core = kubeConfig.makeApiClient(CoreV1Api);
   // One guard object serves the policies (claims) and the leader's collector (expiry).
   const replayGuard = new ConfigMapReplayGuard({ core, namespace: config.bootstrap.replayNamespace });
@@ -396,7 +419,7 @@ export async function startConfiguredBootstrap(
   tokens.start();
   let release = (): void => undefined;
   try {
-    const chain = await approvalChain(options, { core, tokens, replayGuard }, logger);
+    const chain = await approvalChain(options, { core, tokens, replayGuard, ca: authorities.ca }, logger);
     release = chain.release;
     const clusterInfo = configMapClusterInfoSource(core, { maxAgeMs: clusterInfoCacheMs });
     const running = await startBootstrapServer(config, {
@@ -408,6 +431,7 @@ export async function startConfiguredBootstrap(
       logger,
       clusterInfoHandler: clusterInfoHandler(clusterInfo, logger),
       ...options.server,
+      authorities,
     });
     const publisher = new ClusterInfoPublisher({
       core,

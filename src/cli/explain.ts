@@ -24,6 +24,7 @@ import { loadKubeConfig, makeClients } from '../kube/client.ts';
 import type { Logger } from '../log.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import { openVfs } from '../statestore/open.ts';
+import { signingAuthorities } from './bootstrap-parts.ts';
 import { commandLogger, type KubeOptions, withKubeOptions } from './common.ts';
 import { readInputFile } from './input-file.ts';
 import { formatOutput, outputOption, writeOut } from './output.ts';
@@ -159,20 +160,27 @@ async function requestOfFlags(options: ExplainOptions): Promise<BootstrapRequest
 
 /**
  * The policies' dependencies for a dry run: proofs spent only in a private replay guard, the API
- * server reached only by the policies that read it (bootstrap-token, metal), the state store only by metal.
+ * server reached only by the policies that read it (bootstrap-token, metal, pki-tpm, renewal), the
+ * state store only by metal and renewal, the cluster CA only by renewal.
  */
-function dryRunDeps(config: Config, options: ExplainOptions, logger: Logger) {
+async function dryRunDeps(config: Config, options: ExplainOptions, logger: Logger) {
   const names = policyNamesOf(config);
   const sources: Parameters<typeof policyDepsFromConfig>[0] = {
     config,
     replayGuard: new MemoryReplayGuard(),
     logger,
   };
-  if (names.has('bootstrap-token') || names.has('metal')) {
+  if (['bootstrap-token', 'metal', 'pki-tpm', 'renewal'].some((name) => names.has(name))) {
     const { kubeConfig } = loadKubeConfig({ kubeconfig: options.kubeconfig, context: options.context });
     sources.core = makeClients(kubeConfig).core;
+    sources.kubeConfig = kubeConfig;
   }
-  if (names.has('metal') && config.configBase) sources.stateStore = openVfs(config.configBase);
+  if ((names.has('metal') || names.has('renewal')) && config.configBase) {
+    sources.stateStore = openVfs(config.configBase);
+  }
+  if (names.has('renewal') && config.server) {
+    sources.ca = (await signingAuthorities(config.server, undefined, undefined)).ca;
+  }
   return policyDepsFromConfig(sources);
 }
 

@@ -3,12 +3,20 @@
  * (trusting it through a CA pin or file), proves the node's identity the way its cloud allows, and
  * writes the kubelet's key, certificates and kubeconfig into `--dir`. See docs/join.md.
  */
+import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { STSClient } from '@aws-sdk/client-sts';
 import { Command, Option } from 'commander';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
+import { azureProof } from '../agent/azure-proof.ts';
+import { digitalOceanProof } from '../agent/digitalocean-proof.ts';
 import { type DiscoveryOptions, discoverCluster } from '../agent/discovery.ts';
-import { type JoinResult, join } from '../agent/join.ts';
+import { hetznerProof } from '../agent/hetzner-proof.ts';
+import { type JoinOptions, type JoinResult, join } from '../agent/join.ts';
+import { linodeProof } from '../agent/linode-proof.ts';
+import { nodeFilePath } from '../agent/node-files.ts';
+import { openstackProof } from '../agent/openstack-proof.ts';
+import { pkiTpmProofFromFile } from '../agent/pki-tpm-proof.ts';
 import {
   gceIdentityProof,
   noProof,
@@ -16,9 +24,12 @@ import {
   tokenProof,
   validateBootstrapToken,
 } from '../agent/proofs.ts';
+import { type CurrentCredentials, readCurrentCredentials, renewalProof } from '../agent/renewal.ts';
 import { retryTransient } from '../agent/retry.ts';
+import { scalewayProof } from '../agent/scaleway-proof.ts';
 import { ConfigError, InvalidInputError } from '../errors.ts';
 import type { Logger } from '../log.ts';
+import { callbackClouds } from '../protocol/challenge.ts';
 import { Backoff } from '../runtime/backoff.ts';
 import { commandLogger, durationFlag } from './common.ts';
 import { formatOutput, outputOption, writeOut } from './output.ts';
@@ -28,16 +39,48 @@ interface JoinCommandOptions {
   caPin?: string[];
   caFile?: string;
   token?: string;
-  cloud?: 'aws' | 'gce' | 'metal';
+  cloud?: JoinCloud;
   nodeName?: string;
   dir: string;
   awsRegion?: string;
   awsProofVersion: string;
   gceIdentityUrl?: string;
+  metadataUrl?: string;
+  machineKey?: string;
+  clusterName?: string;
+  challengeListen?: string;
+  renew?: boolean;
   servingCertificate: boolean;
   timeout: string;
   output: string;
 }
+
+/** The clouds `--cloud` proves identity with. */
+const joinClouds = [
+  'aws',
+  'gce',
+  'metal',
+  'hetzner',
+  'digitalocean',
+  'linode',
+  'openstack',
+  'scaleway',
+  'azure',
+] as const;
+type JoinCloud = (typeof joinClouds)[number];
+
+/**
+ * The clouds whose proof is the instance id the node reads from its metadata service, by how each
+ * makes it from `--metadata-url` (default: the cloud's link-local service).
+ */
+const metadataProofs: Partial<Record<JoinCloud, (metadataUrl: string | undefined) => ProofProvider>> = {
+  hetzner: (metadataUrl) => hetznerProof(metadataUrl ? { metadataUrl } : {}),
+  digitalocean: (metadataUrl) => digitalOceanProof(metadataUrl ? { metadataUrl } : {}),
+  linode: (metadataUrl) => linodeProof(metadataUrl ? { metadataUrl } : {}),
+  openstack: (metadataUrl) => openstackProof(metadataUrl ? { metadataUrl } : {}),
+  scaleway: (metadataUrl) => scalewayProof(metadataUrl ? { metadataUrl } : {}),
+  azure: (imdsUrl) => azureProof(imdsUrl ? { imdsUrl } : {}),
+};
 
 /** The environment variable `join` reads the bootstrap token from when `--token` is not given. */
 export const tokenEnvironmentVariable = 'KOPS_CONTROLLER_JOIN_TOKEN';
@@ -50,7 +93,16 @@ function collect(value: string, previous: string[] = []): string[] {
 }
 
 /** The proof for `--cloud` (or the token, or none), made fresh for each attempt. */
-function proofFor(options: JoinCommandOptions, token: string | undefined, logger: Logger): ProofProvider {
+async function proofFor(
+  options: JoinCommandOptions,
+  token: string | undefined,
+  logger: Logger,
+): Promise<ProofProvider> {
+  const fromMetadata = options.cloud === undefined ? undefined : metadataProofs[options.cloud];
+  if (fromMetadata) return fromMetadata(options.metadataUrl);
+  if (options.cloud === 'metal' && options.machineKey) {
+    return pkiTpmProofFromFile(options.machineKey, { hostname: options.nodeName ?? hostname() });
+  }
   switch (options.cloud) {
     case 'aws': {
       const region = options.awsRegion ?? process.env['AWS_REGION'] ?? process.env['AWS_DEFAULT_REGION'];
@@ -117,11 +169,9 @@ function addTrustOptions(command: Command): Command {
 function addIdentityOptions(command: Command): Command {
   return command
     .addOption(
-      new Option('--cloud <cloud>', 'prove identity with the cloud (default: token or none)').choices([
-        'aws',
-        'gce',
-        'metal',
-      ]),
+      new Option('--cloud <cloud>', 'prove identity with the cloud (default: token or none)').choices(
+        joinClouds,
+      ),
     )
     .addOption(new Option('--node-name <name>', 'node name to ask for (default: the host name)'))
     .requiredOption('--dir <dir>', 'where to write the key, certificates and kubelet.kubeconfig')
@@ -131,6 +181,33 @@ function addIdentityOptions(command: Command): Command {
     )
     .addOption(
       new Option('--gce-identity-url <url>', 'metadata server identity-token URL (default: the GCE one)'),
+    )
+    .addOption(
+      new Option(
+        '--metadata-url <url>',
+        "the metadata service on hetzner, digitalocean, linode, openstack, scaleway, azure (default: the cloud's link-local one)",
+      ),
+    )
+    .addOption(
+      new Option(
+        '--machine-key <file>',
+        'kops metal: sign x-pki-tpm proofs with this ECDSA key (nodeup: /etc/kubernetes/kops/pki/machine/private.pem), registered with `host add`',
+      ),
+    )
+    .addOption(
+      new Option('--cluster-name <name>', "the cluster's name (the callback challenge and --renew need it)"),
+    )
+    .addOption(
+      new Option(
+        '--challenge-listen <host:port>',
+        'where the callback-challenge server listens on a callback cloud (default [::]:3987, else 0.0.0.0:3987)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--renew',
+        'renew before expiry: prove identity with the current kubelet-client certificate and key in --dir',
+      ).conflicts(['token', 'cloud']),
     )
     .addOption(
       new Option(
@@ -192,6 +269,47 @@ function printJoinResult(command: Command, options: JoinCommandOptions, result: 
   );
 }
 
+/** The cluster name the callback challenge and renewal need: `--cluster-name`, required then. */
+function clusterNameFor(options: JoinCommandOptions, why: string): string {
+  if (!options.clusterName)
+    throw new InvalidInputError(`pass --cluster-name: ${why} names kops-controller.<cluster>`);
+  return options.clusterName;
+}
+
+/**
+ * Who the node says it is and how it proves it: the name, the proof, whether a serving certificate
+ * is asked for, and the callback challenge on the callback clouds.
+ */
+async function identityOf(
+  options: JoinCommandOptions,
+  token: string | undefined,
+  renewing: CurrentCredentials | undefined,
+  logger: Logger,
+): Promise<Pick<JoinOptions, 'nodeName' | 'proof' | 'servingCertificate' | 'challenge'>> {
+  if (renewing) {
+    return {
+      nodeName: renewing.nodeName,
+      proof: renewalProof(renewing, clusterNameFor(options, '--renew')),
+      // A renewal renews what the node has: its serving certificate only if it holds one.
+      servingCertificate:
+        options.servingCertificate && existsSync(nodeFilePath(options.dir, 'serverCertificate')),
+    };
+  }
+  const identity: Pick<JoinOptions, 'nodeName' | 'proof' | 'servingCertificate' | 'challenge'> = {
+    nodeName: options.nodeName ?? hostname(),
+    proof: await proofFor(options, token, logger),
+    // Only a cloud or inventory proof verifies addresses; with a token, a human's approval or a
+    // metal Host (which records no addresses) the kubelet gets its serving certificate later, from
+    // the in-cluster CSR approver.
+    servingCertificate: options.servingCertificate && options.cloud !== undefined && !options.machineKey,
+  };
+  if (options.cloud !== undefined && callbackClouds.has(options.cloud)) {
+    identity.challenge = { clusterName: clusterNameFor(options, 'the callback challenge') };
+    if (options.challengeListen) identity.challenge.listen = options.challengeListen;
+  }
+  return identity;
+}
+
 /** Runs `join`: discovery, then the certificate request, within one `--timeout`. */
 async function runJoin(options: JoinCommandOptions, command: Command): Promise<void> {
   const logger = commandLogger(command);
@@ -205,17 +323,15 @@ async function runJoin(options: JoinCommandOptions, command: Command): Promise<v
   const deadline = Date.now() + durationFlag('--timeout', options.timeout);
   const progress = progressLine(command);
   try {
+    const renewing = options.renew ? await readCurrentCredentials(options.dir) : undefined;
+    const identity = await identityOf(options, token, renewing, logger);
     const cluster = await discoverWithRetry(options, token, deadline, progress.update, logger);
     const result = await join({
       server: options.server,
       caBundlePem: cluster.caBundlePem,
       apiServer: cluster.server,
-      nodeName: options.nodeName ?? hostname(),
       dir: options.dir,
-      proof: proofFor(options, token, logger),
-      // Only a cloud or inventory proof verifies addresses; with a token or a human's approval the
-      // kubelet gets its serving certificate later, from the in-cluster CSR approver.
-      servingCertificate: options.servingCertificate && options.cloud !== undefined,
+      ...identity,
       progress: progress.update,
       timeoutMs: Math.max(0, deadline - Date.now()),
       logger,

@@ -5,13 +5,18 @@
  */
 import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
-import { type CloudOverrides, cloudFromConfig, identifyingClouds } from '../cloud/from-config.ts';
+import { MachineIndex } from '../cloud/capi/machines.ts';
+import { CapiNodeIdentifier } from '../cloud/capi/node-identifier.ts';
+import { type CloudOverrides, cloudFromConfig } from '../cloud/from-config.ts';
 import { cloudCallMetrics } from '../cloud/metrics.ts';
 import type { Config } from '../config/schema.ts';
 import { CsrApprover } from '../controllers/csr-approver/csr-approver.ts';
+import { servingPolicyOf } from '../controllers/csr-approver/serving-policy.ts';
+import { ipamControllerFromConfig } from '../controllers/ipam/from-config.ts';
 import { NodeController } from '../controllers/node/node-controller.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { ValidationMetrics } from '../metrics/validation-metrics.ts';
+import { labelFeaturesOf } from '../nodelabels/build-node-labels.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { ClusterStore } from '../statestore/cluster-store.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
@@ -37,9 +42,10 @@ export interface LeaderComponents {
 }
 
 /**
- * Builds the components. A config without `configBase`, or on a cloud without node identity, runs neither
- * the NodeController nor the CSR approver (logged as a warning): nodes stay unlabelled and kubelet CSRs
- * pending rather than the controller crash-looping.
+ * Builds the components. A config without `configBase` runs neither the NodeController nor the CSR
+ * approver (logged as a warning): nodes stay unlabelled and kubelet CSRs pending rather than the
+ * controller crash-looping. With `capi.enabled` an instance the cloud places in no kops instance
+ * group takes its group from its Cluster API Machine (one watch of the Machines).
  */
 export async function buildLeaderComponents(options: LeaderComponentsOptions): Promise<LeaderComponents> {
   const { config, logger = silentLogger } = options;
@@ -49,35 +55,49 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
     );
     return { components: [], close: () => undefined };
   }
-  if (!(identifyingClouds as readonly string[]).includes(config.cloud)) {
-    logger.warn(
-      { cloud: config.cloud },
-      `node identity is implemented for ${identifyingClouds.join(', ')} only: the NodeController and CSR approver are off`,
-    );
-    return { components: [], close: () => undefined };
-  }
   const vfs = openVfs(config.configBase, options.vfsOptions);
   const cloud = await cloudFromConfig(config, vfs, options.cloud, logger, cloudCallMetrics(options.registry));
+  const machines = config.capi?.enabled
+    ? new MachineIndex({ kubeConfig: options.kubeConfig, registry: options.registry, logger })
+    : undefined;
+  machines?.start();
+  const identifier = machines ? new CapiNodeIdentifier(cloud.nodeIdentifier, machines) : cloud.nodeIdentifier;
   // No interval (or 0) is the ClusterStore's own.
   const pollIntervalMs = options.stateStorePollIntervalMs || undefined;
   const clusterStore = new ClusterStore(vfs, { pollIntervalMs, logger });
   const nodeController = new NodeController({
     kubeConfig: options.kubeConfig,
-    identifier: cloud.nodeIdentifier,
+    identifier,
     clusterStore,
+    labelFeatures: labelFeaturesOf(process.env['KOPS_FEATURE_FLAGS']),
+    ...(machines ? { capiDeployments: machines } : {}),
     identifyByNodeName: cloud.identifiesByNodeName,
     registry: options.registry,
     logger,
   });
   const components: LeaderComponent[] = [nodeController];
+  if (config.enableCloudIPAM) {
+    // The cloud's pod ranges into spec.podCIDRs of new nodes (kops' setupCloudIPAM). The cloud's own
+    // identifier, not the Cluster API wrapper: a range is only taken from an instance the cloud vouches for.
+    components.push(
+      ipamControllerFromConfig({
+        cloud: config.cloud,
+        nodeIdentifier: cloud.nodeIdentifier,
+        kubeConfig: options.kubeConfig,
+        registry: options.registry,
+        logger,
+      }),
+    );
+  }
   if (config.csrApprover.enabled) {
     components.push(
       new CsrApprover({
         kubeConfig: options.kubeConfig,
-        identifier: cloud.nodeIdentifier,
+        identifier,
         identifyByNodeName: cloud.identifiesByNodeName,
         leaveUnverifiedForHumans: config.csrApprover.leaveUnverifiedForHumans,
         maxInstanceStateAgeMs: config.csrApprover.maxInstanceStateAge,
+        serving: servingPolicyOf(config.csrApprover.serving),
         registry: options.registry,
         logger,
       }),
@@ -95,5 +115,11 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
       logger,
     }),
   );
-  return { components, close: () => cloud.close() };
+  return {
+    components,
+    close: () => {
+      cloud.close();
+      void machines?.stop();
+    },
+  };
 }

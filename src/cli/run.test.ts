@@ -69,9 +69,6 @@ describe('kops-controller run', () => {
         '  leaseDuration: 2s',
         '  renewDeadline: 1s',
         '  retryPeriod: 200ms',
-        // kops' gossip block: accepted, with a warning that this controller does not implement it.
-        'discovery:',
-        '  enabled: true',
         '',
       ].join('\n'),
     );
@@ -100,10 +97,6 @@ describe('kops-controller run', () => {
       assert.equal(await controller.exit, 0, controller.stderr.join('\n'));
       assert.equal(lease()?.spec?.holderIdentity, '', 'the lease is released');
       assert.ok(controller.stderr.some((line) => line.includes('shutting down')));
-      assert.ok(
-        controller.stderr.some((line) => /"level":"warn".*discovery\.enabled .* not implemented/.test(line)),
-        'the gossip warning is logged at warn level',
-      );
       await assert.rejects(fetch(`${url}/healthz`), 'the endpoint is closed');
     } finally {
       controller.child.kill('SIGKILL');

@@ -11,7 +11,6 @@ import { collectDefaultMetrics, type Registry, register } from 'prom-client';
 import type { CloudOverrides } from '../cloud/from-config.ts';
 import { loadConfigFile } from '../config/loader.ts';
 import type { Config } from '../config/schema.ts';
-import { configWarnings } from '../config/warnings.ts';
 import { loadKubeConfig } from '../kube/client.ts';
 import type { Logger } from '../log.ts';
 import { defaultConnectionLimits } from '../net/hardened-server.ts';
@@ -58,7 +57,6 @@ export function runCommand(): Command {
 async function run(options: RunOptions, command: Command): Promise<void> {
   const logger = commandLogger(command);
   const config = await loadConfigFile(options.conf);
-  for (const warning of configWarnings(config)) logger.warn(warning);
   const { kubeConfig, source } = loadKubeConfig({
     kubeconfig: options.kubeconfig,
     context: options.context,

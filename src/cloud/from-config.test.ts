@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { Registry } from 'prom-client';
-import { supportedClouds } from '../config/schema.ts';
 import { awsProviderID, clusterInstances } from '../sim/aws/scenario.ts';
 import { startAwsSimulator } from '../sim/aws/server.ts';
 import type { SimInstanceInput } from '../sim/aws/world.ts';
@@ -10,7 +9,7 @@ import { startGceSimulator } from '../sim/gce/simulator.ts';
 import { MemfsVfs } from '../statestore/memfs-vfs.ts';
 import { cloudRequests } from '../testing/cloud-calls.ts';
 import { AwsNodeIdentifier } from './aws/identify.ts';
-import { cloudFromConfig, identifyingClouds } from './from-config.ts';
+import { cloudFromConfig } from './from-config.ts';
 import { GceNodeIdentifier } from './gce/node-identifier.ts';
 import { MetalNodeIdentifier } from './metal/node-identifier.ts';
 import { cloudCallMetrics } from './metrics.ts';
@@ -130,8 +129,7 @@ describe('cloudFromConfig', () => {
     }
   });
 
-  test('every cloud of the schema is implemented; one without its credentials is a config error naming them', async () => {
-    assert.deepEqual([...identifyingClouds].sort(), [...supportedClouds].sort());
+  test('a cloud without its credentials is a config error naming them', async () => {
     const saved = process.env['LINODE_TOKEN'];
     delete process.env['LINODE_TOKEN'];
     try {

@@ -20,19 +20,6 @@ import type { ScalewayCredentials } from './scaleway/client.ts';
 import { createScalewayProvider } from './scaleway/provider.ts';
 import type { CloudGroups, NodeIdentifier } from './types.ts';
 
-/** The clouds this controller can identify nodes on. */
-export const identifyingClouds = [
-  'aws',
-  'gce',
-  'metal',
-  'openstack',
-  'scaleway',
-  'azure',
-  'hetzner',
-  'digitalocean',
-  'linode',
-] as const;
-
 /** Overrides for the simulator and tests; production leaves them unset and uses the cloud's defaults. */
 export interface CloudOverrides {
   /** Endpoint and credentials for the AWS clients (default: the SDK's endpoint and credential chain). */
@@ -65,12 +52,12 @@ export interface CloudProvider {
 
 /**
  * The provider of `config.cloud`. `stateStore` is the cluster's configBase (the metal inventory lives
- * there). `cloudCalls` counts the cloud clients' calls (the controller passes its metrics; one-shot
+ * there; only metal needs it). `cloudCalls` counts the cloud clients' calls (the controller passes its metrics; one-shot
  * commands count nothing). Throws ConfigError when the cloud's credentials or scope are missing.
  */
 export async function cloudFromConfig(
   config: Pick<Config, 'cloud' | 'clusterName' | 'server'>,
-  stateStore: Vfs,
+  stateStore: Vfs | undefined,
   overrides: CloudOverrides = {},
   logger: Logger = silentLogger,
   cloudCalls: CloudCallRecorder = noCloudCalls,
@@ -145,6 +132,7 @@ export async function cloudFromConfig(
         cloudCalls,
       });
     case 'metal': {
+      if (!stateStore) throw new ConfigError('the metal inventory lives in the state store: set configBase');
       const inventory = new InventoryStore({ vfs: stateStore, logger });
       return {
         nodeIdentifier: new MetalNodeIdentifier(inventory),

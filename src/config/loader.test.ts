@@ -72,7 +72,6 @@ describe('config loader', () => {
   test('nothing is accepted and then ignored: each setting this controller cannot act on is refused, named', () => {
     const base = { clusterName: 'a.example.com', cloud: 'aws' };
     for (const [raw, refusal] of [
-      [{ capi: { enabled: true } }, /^config: capi\.enabled: Cluster API mode .* is not available/],
       [
         { discovery: { enabled: true } },
         /^config: discovery\.enabled: gossip discovery .* is not implemented/,
@@ -95,7 +94,7 @@ describe('config loader', () => {
     // What kops writes when the features are off, and the settings this controller does act on, load.
     const config = parseConfig({
       ...base,
-      capi: { enabled: false },
+      capi: { enabled: true },
       cacheNodeidentityInfo: true,
       enableCloudIPAM: true,
       server: { pki: {} },

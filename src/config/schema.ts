@@ -140,6 +140,15 @@ export const bootstrapPolicySpec = z.discriminatedUnion('name', [
     name: z.literal('pki-tpm'),
   }),
   z.strictObject({
+    /**
+     * A node renews with its current kubelet client certificate as proof (`join --renew`); the
+     * addresses of a renewed serving certificate come from the cloud. In every default chain.
+     */
+    name: z.literal('renewal'),
+    /** How far the proof's timestamp may be from the controller's clock (default 5m). */
+    maxSkew: duration.optional(),
+  }),
+  z.strictObject({
     /** kops Hetzner: `x-hetzner-id`, checked with the Cloud API, then the callback. */
     name: z.literal('hetzner'),
     /** Deadline of the cloud lookup, retries included. */
@@ -284,7 +293,6 @@ export const supportedClouds = [
  */
 function unactionable(config: {
   cacheNodeidentityInfo?: boolean | undefined;
-  capi?: { enabled?: boolean | undefined } | undefined;
   discovery?: { enabled?: boolean | undefined } | undefined;
   server?: { useInstanceIDForNodeName?: boolean | undefined } | undefined;
 }): { path: string[]; message: string }[] {
@@ -294,13 +302,6 @@ function unactionable(config: {
       path: ['cacheNodeidentityInfo'],
       message:
         'false cannot be honoured: this controller always caches node identity (trust decisions re-read it within csrApprover.maxInstanceStateAge); remove the setting',
-    });
-  }
-  if (config.capi?.enabled) {
-    refused.push({
-      path: ['capi', 'enabled'],
-      message:
-        'Cluster API mode (instance groups from Machine objects) is not available in this build; remove capi.enabled or run kops-controller',
     });
   }
   if (config.discovery?.enabled) {
@@ -341,6 +342,13 @@ export const configSchema = z
   })
   .superRefine((config, ctx) => {
     for (const { path, message } of unactionable(config)) ctx.addIssue({ code: 'custom', path, message });
+    if (config.enableCloudIPAM && !['aws', 'gce', 'metal'].includes(config.cloud)) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['enableCloudIPAM'],
+        message: `kops-controller has cloud IPAM for aws, gce and metal only, not ${config.cloud} (as kops)`,
+      });
+    }
     if (config.server?.useInstanceIDForNodeName && config.server.provider.aws?.useIPBasedNodeNames) {
       ctx.addIssue({
         code: 'custom',

@@ -10,6 +10,7 @@ import { cloudCallMetrics } from '../../cloud/metrics.ts';
 import { parseConfig } from '../../config/loader.ts';
 import { ConfigError } from '../../errors.ts';
 import { createLogger } from '../../log.ts';
+import { createCa } from '../../pki/ca.ts';
 import { startAwsSimulator } from '../../sim/aws/server.ts';
 import { createCertificateAuthority, issueClientCertificate } from '../../sim/tls.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
@@ -21,11 +22,24 @@ import { awsAccountOf, buildPolicies, policySpecsOf } from './build.ts';
 const base = { clusterName: 'c.example.com', cloud: 'aws' };
 const deps = { replayGuard: new MemoryReplayGuard() };
 
-test('kops default chains: aws → [aws], gce → [gce], server.pki → [pki-tpm] (kops metal), none → []', () => {
+test('kops default chains: the provider’s policy (server.pki → pki-tpm, kops metal), then renewal; none → []', () => {
   const names = (raw: object) => policySpecsOf(parseConfig({ ...base, ...raw })).map((p) => p.name);
-  assert.deepEqual(names({ server: { provider: { aws: { nodesRoles: ['nodes'] } } } }), ['aws']);
-  assert.deepEqual(names({ cloud: 'gce', server: { provider: { gce: { projectID: 'p' } } } }), ['gce']);
-  assert.deepEqual(names({ cloud: 'metal', server: { pki: {} } }), ['pki-tpm']);
+  assert.deepEqual(names({ server: { provider: { aws: { nodesRoles: ['nodes'] } } } }), ['aws', 'renewal']);
+  assert.deepEqual(names({ cloud: 'gce', server: { provider: { gce: { projectID: 'p' } } } }), [
+    'gce',
+    'renewal',
+  ]);
+  for (const [cloud, key, policy] of [
+    ['openstack', 'openstack', 'openstack'],
+    ['scaleway', 'scaleway', 'scaleway'],
+    ['azure', 'azure', 'azure'],
+    ['hetzner', 'hetzner', 'hetzner'],
+    ['digitalocean', 'do', 'digitalocean'],
+    ['linode', 'linode', 'linode'],
+  ] as const) {
+    assert.deepEqual(names({ cloud, server: { provider: { [key]: {} } } }), [policy, 'renewal'], cloud);
+  }
+  assert.deepEqual(names({ cloud: 'metal', server: { pki: {} } }), ['pki-tpm', 'renewal']);
   // The inventory mode stays available, chosen by name.
   assert.deepEqual(
     names({ cloud: 'metal', server: { pki: {} }, bootstrap: { policies: [{ name: 'metal' }] } }),
@@ -99,7 +113,7 @@ test("pki-tpm takes its clock skew from kops' server.pki.MaxTimeSkew", async () 
     server: { pki: { MaxTimeSkew: 30 } },
   });
   const hosts = { get: async () => undefined };
-  const [policy] = await buildPolicies(config, { ...deps, hosts });
+  const [policy] = await buildPolicies(config, { ...deps, hosts, ca: createCa() });
   assert.equal(policy?.name, 'pki-tpm');
   const data = Buffer.from(
     JSON.stringify({

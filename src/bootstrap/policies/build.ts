@@ -21,6 +21,7 @@ import type { NodeIdentifier } from '../../cloud/types.ts';
 import { bootstrapPolicySpec, type Config } from '../../config/schema.ts';
 import { ConfigError, UnavailableError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import type { CertificateAuthority } from '../../pki/ca.ts';
 import type { ReplayGuard } from '../replay-guard.ts';
 import type { BootstrapPolicy, BootstrapTokenValidator } from '../types.ts';
 import { alwaysRejectPolicy } from './always-reject.ts';
@@ -36,6 +37,7 @@ import { metalPolicy } from './metal.ts';
 import { openstackPolicy } from './openstack.ts';
 import { pkiTpmPolicy } from './pki-tpm.ts';
 import { queuePolicy } from './queue.ts';
+import { type NodeAddresses, renewalPolicy } from './renewal.ts';
 import { scalewayPolicy } from './scaleway.ts';
 import { webhookPolicy } from './webhook.ts';
 
@@ -56,6 +58,10 @@ export interface PolicyDeps {
   gce?: { identifier: NodeIdentifier; compute: Pick<ComputeClient, 'getShieldedInstanceIdentity'> };
   inventory?: { current(): Promise<MetalInventory> };
   azure?: { client: AzureClient };
+  /** The cluster CA: the renewal policy checks the node certificates presented against it. */
+  ca?: CertificateAuthority;
+  /** A node's current addresses from the cloud, for a renewed serving certificate (renewal policy). */
+  renewalAddresses?: (nodeName: string) => Promise<NodeAddresses>;
   /** The node identifier of the id-only callback cloud (hetzner, digitalocean, linode). */
   cloudIdentifier?: NodeIdentifier;
   openstack?: { nova: Pick<NovaClient, 'getServer'> };
@@ -69,20 +75,29 @@ export interface PolicyDeps {
   cloudCalls?: CloudCallRecorder;
 }
 
-/** The chain to run: `bootstrap.policies`, else the kops default for the configured provider. */
+/**
+ * The chain to run: `bootstrap.policies`, else the kops default for the configured provider followed
+ * by `renewal` (so a node can renew before its certificates expire; it abstains on every other proof).
+ */
 export function policySpecsOf(config: Config): PolicySpec[] {
   if (config.bootstrap.policies) return config.bootstrap.policies;
+  const provider = providerPolicyOf(config);
+  return provider ? [defaultSpec(provider), defaultSpec('renewal')] : [];
+}
+
+/** The kops default policy for the configured provider (`server.provider.<cloud>`, or `server.pki`). */
+function providerPolicyOf(config: Config): PolicySpec['name'] | undefined {
   const provider = config.server?.provider;
-  if (provider?.aws) return [defaultSpec('aws')];
-  if (provider?.gce) return [defaultSpec('gce')];
-  if (provider?.openstack) return [defaultSpec('openstack')];
-  if (provider?.scaleway) return [defaultSpec('scaleway')];
-  if (provider?.azure) return [defaultSpec('azure')];
-  if (provider?.hetzner) return [defaultSpec('hetzner')];
-  if (provider?.do) return [defaultSpec('digitalocean')];
-  if (provider?.linode) return [defaultSpec('linode')];
-  if (config.server?.pki) return [defaultSpec('pki-tpm')];
-  return [];
+  if (provider?.aws) return 'aws';
+  if (provider?.gce) return 'gce';
+  if (provider?.openstack) return 'openstack';
+  if (provider?.scaleway) return 'scaleway';
+  if (provider?.azure) return 'azure';
+  if (provider?.hetzner) return 'hetzner';
+  if (provider?.do) return 'digitalocean';
+  if (provider?.linode) return 'linode';
+  if (config.server?.pki) return 'pki-tpm';
+  return undefined;
 }
 
 function need<T>(dep: T | undefined, policy: string, what: string): T {
@@ -192,6 +207,14 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
         clusterName: config.clusterName,
         clients: need(deps.scaleway, spec.name, 'the Scaleway provider (SCW_* environment)').clients,
         lookupTimeoutMs: spec.lookupTimeout,
+      });
+    case 'renewal':
+      return renewalPolicy({
+        clusterName: config.clusterName,
+        ca: need(deps.ca, spec.name, 'the cluster CA'),
+        replayGuard: deps.replayGuard,
+        ...(deps.renewalAddresses ? { addressesOf: deps.renewalAddresses } : {}),
+        ...(spec.maxSkew === undefined ? {} : { maxSkewMs: spec.maxSkew }),
       });
     case 'hetzner':
     case 'digitalocean':

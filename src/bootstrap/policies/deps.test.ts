@@ -5,6 +5,7 @@ import { cloudCallMetrics } from '../../cloud/metrics.ts';
 import { parseConfig } from '../../config/loader.ts';
 import { ConfigError } from '../../errors.ts';
 import { makeClients } from '../../kube/client.ts';
+import { createCa } from '../../pki/ca.ts';
 import { startApiServer } from '../../sim/apiserver/index.ts';
 import { startAwsSimulator } from '../../sim/aws/server.ts';
 import { cloudRequests } from '../../testing/cloud-calls.ts';
@@ -38,6 +39,7 @@ test('the kops aws default gets the account from STS (counted) and builds agains
       config,
       cloud: { aws: { endpoint: sim.endpoint, credentials: sim.credentials } },
       cloudCalls: cloudCallMetrics(registry),
+      ca: createCa(),
     });
     try {
       assert.deepEqual(await cloudRequests(registry), { 'aws GetCallerIdentity ok': 1 });
@@ -46,7 +48,7 @@ test('the kops aws default gets the account from STS (counted) and builds agains
       assert.equal(deps.aws?.partition, 'aws');
       assert.deepEqual(
         (await buildPolicies(config, deps)).map((p) => p.name),
-        ['aws'],
+        ['aws', 'renewal'],
       );
     } finally {
       close();

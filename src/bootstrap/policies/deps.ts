@@ -7,7 +7,7 @@ import type { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { createAwsProvider } from '../../cloud/aws/provider.ts';
 import { createAzureProvider } from '../../cloud/azure/provider.ts';
 import { createDigitalOceanProvider } from '../../cloud/digitalocean/provider.ts';
-import { azureScopeOf, type CloudOverrides } from '../../cloud/from-config.ts';
+import { azureScopeOf, type CloudOverrides, cloudFromConfig } from '../../cloud/from-config.ts';
 import { createGceProvider } from '../../cloud/gce/provider.ts';
 import { createHetznerProvider } from '../../cloud/hetzner/provider.ts';
 import { createLinodeProvider } from '../../cloud/linode/provider.ts';
@@ -20,17 +20,21 @@ import type { NodeIdentifier } from '../../cloud/types.ts';
 import type { Config } from '../../config/schema.ts';
 import { ConfigError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import type { CertificateAuthority } from '../../pki/ca.ts';
 import type { Vfs } from '../../statestore/types.ts';
 import { ConfigMapReplayGuard, MemoryReplayGuard, type ReplayGuard } from '../replay-guard.ts';
 import { apiTokenSource, TokenValidator } from '../tokens.ts';
 import type { BootstrapTokenValidator } from '../types.ts';
 import { awsAccountOf, type PolicyDeps, policySpecsOf } from './build.ts';
+import { cloudAddresses, type NodeAddresses } from './renewal.ts';
 
 /** Where the dependencies come from. */
 export interface PolicyDepsOptions {
   config: Config;
   /** The apiserver: bootstrap tokens, and the replay guard shared by replicas. */
   core?: CoreV1Api;
+  /** The cluster CA (policy renewal). */
+  ca?: CertificateAuthority;
   /** The API server connection: kops metal's Host objects (policy pki-tpm). */
   kubeConfig?: KubeConfig;
   /** Checks bootstrap tokens (the controller passes one over its token watch); default: reads through `core`. */
@@ -146,6 +150,14 @@ export async function policyDepsFromConfig(
       }
       deps.hosts = new HostRegistry(options.kubeConfig);
     }
+    if (names.has('renewal')) {
+      const renewal = await renewalDeps(config, options, logger);
+      deps.ca = renewal.ca;
+      if (renewal.addresses) {
+        closers.push(renewal.close);
+        deps.renewalAddresses = renewal.addresses;
+      }
+    }
     if (names.has('metal')) {
       if (!options.stateStore) {
         throw new ConfigError('approval policy metal needs the inventory in the state store: set configBase');
@@ -186,4 +198,31 @@ function idOnlyProvider(
     case 'linode':
       return createLinodeProvider({ ...base, ...options.cloud?.linode });
   }
+}
+
+/**
+ * The renewal policy's CA, and where the addresses of a renewed serving certificate come from: the
+ * Node's providerID (from the API server), then the configured cloud's current record of it. Without
+ * the API server (or, on metal, the state store) renewals carry no addresses: client certificates only.
+ */
+async function renewalDeps(
+  config: Config,
+  options: PolicyDepsOptions,
+  logger: Logger,
+): Promise<{
+  ca: CertificateAuthority;
+  addresses?: (nodeName: string) => Promise<NodeAddresses>;
+  close(): void;
+}> {
+  if (!options.ca)
+    throw new ConfigError('approval policy renewal needs the cluster CA, which is not configured');
+  const { core } = options;
+  if (!core || (config.cloud === 'metal' && !options.stateStore))
+    return { ca: options.ca, close: () => undefined };
+  const cloud = await cloudFromConfig(config, options.stateStore, options.cloud, logger, options.cloudCalls);
+  const addresses = cloudAddresses({
+    providerIdOf: async (name) => (await core.readNode({ name })).spec?.providerID,
+    identifier: cloud.nodeIdentifier,
+  });
+  return { ca: options.ca, addresses, close: () => cloud.close() };
 }

@@ -87,6 +87,22 @@ test('gce approves an identity token: name, group from the MIG template, interna
   assert.equal(decision.facts.evidence['proof'], 'identity-token');
 });
 
+test('gce puts the IPv6 address of an IPv6 node in its SANs, as kops: internal addresses only', async () => {
+  const [v6] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-v6',
+    count: 1,
+    clusterName: cluster,
+  });
+  sim.world.updateInstance(zone, v6!.name, {
+    ipv6Address: 'fd20:0:0:7::2',
+    externalIpv6Range: '2600:1900:4000:7::/96',
+  });
+  const decision = await policy().evaluate(identityRequest(v6!.name), now);
+  assert.ok(decision.verdict === 'approve', JSON.stringify(decision));
+  assert.deepEqual(decision.facts.ipAddresses, [v6!.networkIP, 'fd20:0:0:7::2']);
+});
+
 test('gce approves a kops TPM proof bound to the body', async () => {
   const decision = await policy().evaluate(tpmRequest(node, '{"tpm":1}'), now);
   assert.ok(decision.verdict === 'approve', JSON.stringify(decision));

@@ -246,7 +246,10 @@ async function fromTpmProof(
   };
 }
 
-/** Node facts from the cloud's record: name = instance name, SANs = its internal addresses. */
+/**
+ * Node facts from the cloud's record: name = instance name, SANs = its internal addresses — each
+ * interface's `networkIP` and, on IPv6 subnets, its internal `ipv6Address`, as kops puts them.
+ */
 function factsOf(identity: NodeIdentity, evidence: Record<string, string>): NodeFacts {
   return {
     nodeName: identity.instanceId,

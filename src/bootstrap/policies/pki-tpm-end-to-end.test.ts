@@ -96,6 +96,7 @@ before(async () => {
   const policies = await buildPolicies(config, {
     replayGuard: new ConfigMapReplayGuard({ core }),
     hosts: new HostRegistry(kubeConfig),
+    ca,
   });
   boot = await startBootstrapServer(config, {
     kubeConfig,

@@ -11,7 +11,7 @@ import { ForbiddenError, InvalidInputError, NotFoundError } from '../../errors.t
 import { type Logger, silentLogger } from '../../log.ts';
 import { Batcher, type Outcome } from '../batcher.ts';
 import { LruCache } from '../lru.ts';
-import type { IdentifyOptions, IdentifyResult, NodeIdentifier } from '../types.ts';
+import type { IdentifyOptions, NodeIdentifier, NodeIdentity } from '../types.ts';
 import { awsCallError, awsErrorCode } from './errors.ts';
 import { type InstanceIdentity, identityFromInstance } from './instance.ts';
 import { type AwsProviderID, parseAwsProviderID } from './providerid.ts';
@@ -33,6 +33,12 @@ export interface AwsNodeIdentifierOptions {
   now?: () => number;
   logger?: Logger;
 }
+
+/** A verified identity with the instance's attached ENIs (IPAM reads the delegated IPv6 prefix there). */
+export type AwsNodeIdentity = NodeIdentity & Pick<InstanceIdentity, 'networkInterfaces'>;
+
+/** One providerID's answer: its identity, or the typed error saying why it has none. */
+export type AwsIdentifyResult = { ok: true; identity: AwsNodeIdentity } | { ok: false; error: Error };
 
 /** The most ids one DescribeInstances call takes. */
 export const maxDescribeInstancesIds = 1000;
@@ -72,8 +78,8 @@ export class AwsNodeIdentifier implements NodeIdentifier {
   async identify(
     providerIDs: readonly string[],
     options: IdentifyOptions = {},
-  ): Promise<Map<string, IdentifyResult>> {
-    const results = new Map<string, IdentifyResult>();
+  ): Promise<Map<string, AwsIdentifyResult>> {
+    const results = new Map<string, AwsIdentifyResult>();
     const wanted = new Map<string, AwsProviderID>();
     for (const providerID of new Set(providerIDs)) {
       let parsed: AwsProviderID;
@@ -113,7 +119,7 @@ export class AwsNodeIdentifier implements NodeIdentifier {
   }
 
   /** Ties an instance identity to the providerID asked for; the zone in it must be the real one. */
-  #result(providerID: string, parsed: AwsProviderID, identity: InstanceIdentity): IdentifyResult {
+  #result(providerID: string, parsed: AwsProviderID, identity: InstanceIdentity): AwsIdentifyResult {
     if (parsed.zone !== identity.zone) {
       return {
         ok: false,

@@ -69,6 +69,23 @@ describe('EC2 instance facts', () => {
     assert.deepEqual(identity.cloudLabels, { 'node-role.kubernetes.io/scheduled-worker': 'true' });
   });
 
+  it('records each attached ENI with the IPv6 prefixes delegated to it (what IPAM reads)', () => {
+    const identity = identityFromInstance(
+      instance({
+        NetworkInterfaces: [
+          { NetworkInterfaceId: 'eni-1', Ipv6Prefixes: [{ Ipv6Prefix: '2600:1f13::/80' }, {}] },
+          { NetworkInterfaceId: 'eni-2' },
+        ],
+      }),
+      cluster,
+    );
+    assert.deepEqual(identity.networkInterfaces, [
+      { networkInterfaceId: 'eni-1', ipv6Prefixes: ['2600:1f13::/80'] },
+      { networkInterfaceId: 'eni-2', ipv6Prefixes: [] },
+    ]);
+    assert.deepEqual(identityFromInstance(instance(), cluster).networkInterfaces, []);
+  });
+
   it('refuses with a reason another cluster, a dead instance and a missing group tag', () => {
     const reason = (i: Instance) => {
       try {

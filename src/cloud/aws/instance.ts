@@ -18,8 +18,20 @@ export function clusterTagKey(clusterName: string): string {
   return `kubernetes.io/cluster/${clusterName}`;
 }
 
-/** An instance's identity before it is tied to the providerID it was asked for. */
-export type InstanceIdentity = Omit<NodeIdentity, 'providerID'> & { zone: string };
+/** An ENI attached to an instance and the IPv6 prefixes delegated to it. */
+export interface AttachedEni {
+  networkInterfaceId: string;
+  ipv6Prefixes: string[];
+}
+
+/**
+ * An instance's identity before it is tied to the providerID it was asked for, with its attached
+ * ENIs: the IPv6 prefix delegated to one is the node's pod range in a kops IPv6 cluster (IPAM).
+ */
+export type InstanceIdentity = Omit<NodeIdentity, 'providerID'> & {
+  zone: string;
+  networkInterfaces: AttachedEni[];
+};
 
 /** Normalises an EC2 state name. */
 export function instanceStateOf(name: string | undefined): InstanceState {
@@ -73,6 +85,14 @@ export function addressesOf(instance: Instance): InstanceAddress[] {
   return addresses;
 }
 
+/** The ENIs EC2 reports attached to an instance, each with its delegated IPv6 prefixes. */
+export function attachedEnisOf(instance: Instance): AttachedEni[] {
+  return (instance.NetworkInterfaces ?? []).map((eni) => ({
+    networkInterfaceId: eni.NetworkInterfaceId ?? '',
+    ipv6Prefixes: (eni.Ipv6Prefixes ?? []).flatMap((p) => (p.Ipv6Prefix ? [p.Ipv6Prefix] : [])),
+  }));
+}
+
 function refuse(instanceId: string, reason: string, message: string): ForbiddenError {
   return new ForbiddenError(message, { details: { instanceId, reason } });
 }
@@ -122,6 +142,7 @@ export function identityFromInstance(instance: Instance, clusterName: string): I
     state,
     zone,
     addresses: addressesOf(instance),
+    networkInterfaces: attachedEnisOf(instance),
     ...(lifecycle ? { cloudLabels: { [`node-role.kubernetes.io/${lifecycle}-worker`]: 'true' } } : {}),
   };
 }

@@ -40,7 +40,19 @@ export interface GceInstance {
   metadata?: GceMetadata;
   labels?: Record<string, string>;
   tags?: { items?: string[] };
-  networkInterfaces?: Array<{ networkIP?: string; accessConfigs?: Array<{ natIP?: string }> }>;
+  networkInterfaces?: GceNetworkInterface[];
+}
+
+/** The fields of a compute#networkInterface the controller reads. */
+export interface GceNetworkInterface {
+  networkIP?: string;
+  /** The interface's internal IPv6 address (dual-stack and IPv6-only subnets). */
+  ipv6Address?: string;
+  accessConfigs?: Array<{ natIP?: string }>;
+  /** External IPv6: the address and prefix length of the range routed to the instance (a /96). */
+  ipv6AccessConfigs?: Array<{ externalIpv6?: string; externalIpv6PrefixLength?: number }>;
+  /** Secondary ranges routed to the instance (the pod range of an IP-alias cluster). */
+  aliasIpRanges?: Array<{ ipCidrRange?: string; subnetworkRangeName?: string }>;
 }
 
 /** The fields of a compute#instanceGroupManager the controller reads. */

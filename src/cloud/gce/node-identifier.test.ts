@@ -4,7 +4,7 @@ import { ForbiddenError, InvalidInputError, NotFoundError, UnavailableError } fr
 import { simulatorCompute } from '../../sim/gce/clients.ts';
 import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
 import type { IdentifyResult } from '../types.ts';
-import { GceNodeIdentifier } from './node-identifier.ts';
+import { type GceIdentifyResult, GceNodeIdentifier } from './node-identifier.ts';
 
 const cluster = 'prod.example.com';
 const zone = 'us-central1-a';
@@ -28,7 +28,7 @@ function identifier(options: Partial<ConstructorParameters<typeof GceNodeIdentif
 
 const pid = (name: string, z = zone, project = 'kops-prod') => `gce://${project}/${z}/${name}`;
 
-function identityOf(result: IdentifyResult | undefined) {
+function identityOf(result: GceIdentifyResult | undefined) {
   assert.ok(result, 'a result for every providerID');
   if (!result.ok) assert.fail(`expected an identity, got ${result.error.message}`);
   return result.identity;
@@ -64,6 +64,32 @@ test('a MIG member is identified with the group its template names, its addresse
       { type: 'Hostname', address: node!.name },
     ],
     zone,
+    routedRanges: { aliasIpRanges: [], externalIpv6Ranges: [] },
+  });
+});
+
+test('IPv6: the internal IPv6 address is an InternalIP (a SAN), the external one and the routed ranges are reported', async () => {
+  const [node] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-v6',
+    count: 1,
+    clusterName: cluster,
+  });
+  sim.world.updateInstance(zone, node!.name, {
+    ipv6Address: 'fd20:0:0:1::5',
+    externalIpv6Range: '2600:1900:4000:9::/96',
+    aliasIpRanges: ['10.4.1.0/24'],
+  });
+  const identity = identityOf((await identifier().identify([pid(node!.name)])).get(pid(node!.name)));
+  assert.deepEqual(identity.addresses, [
+    { type: 'InternalIP', address: node!.networkIP },
+    { type: 'InternalIP', address: 'fd20:0:0:1::5' },
+    { type: 'ExternalIP', address: '2600:1900:4000:9::' },
+    { type: 'Hostname', address: node!.name },
+  ]);
+  assert.deepEqual(identity.routedRanges, {
+    aliasIpRanges: ['10.4.1.0/24'],
+    externalIpv6Ranges: ['2600:1900:4000:9::/96'],
   });
 });
 

@@ -17,7 +17,6 @@ import { mapConcurrent } from '../concurrency.ts';
 import { LruCache } from '../lru.ts';
 import type {
   IdentifyOptions,
-  IdentifyResult,
   InstanceAddress,
   InstanceState,
   NodeIdentifier,
@@ -27,6 +26,7 @@ import {
   type ComputeClient,
   type GceInstance,
   type GceManagedInstance,
+  type GceNetworkInterface,
   lastComponent,
   metadataValue,
 } from './compute.ts';
@@ -62,6 +62,33 @@ export interface GceNodeIdentifierOptions {
   concurrency?: number;
   /** The clock of the verified-id cache (default Date.now). */
   now?: () => number;
+}
+
+/**
+ * The ranges GCE routes to an instance's first network interface, as it reports them: IPAM takes a
+ * node's pod range from here (kops: the external IPv6 range; an IP-alias cluster: the alias range).
+ */
+export interface GceRoutedRanges {
+  /** `aliasIpRanges[].ipCidrRange`, e.g. `10.4.1.0/24`. */
+  aliasIpRanges: string[];
+  /** `ipv6AccessConfigs[]` as `<externalIpv6>/<externalIpv6PrefixLength>`, e.g. `2600:1900:4000:1::/96`. */
+  externalIpv6Ranges: string[];
+}
+
+/** A verified identity with the ranges routed to the instance. */
+export type GceNodeIdentity = NodeIdentity & { routedRanges: GceRoutedRanges };
+
+/** One providerID's answer: its identity, or the typed error saying why it has none. */
+export type GceIdentifyResult = { ok: true; identity: GceNodeIdentity } | { ok: false; error: Error };
+
+/** The ranges of a network interface, in the order GCE lists them. */
+export function routedRangesOf(nic: GceNetworkInterface | undefined): GceRoutedRanges {
+  return {
+    aliasIpRanges: (nic?.aliasIpRanges ?? []).flatMap((r) => (r.ipCidrRange ? [r.ipCidrRange] : [])),
+    externalIpv6Ranges: (nic?.ipv6AccessConfigs ?? []).flatMap((c) =>
+      c.externalIpv6 ? [`${c.externalIpv6}/${c.externalIpv6PrefixLength ?? 96}`] : [],
+    ),
+  };
 }
 
 interface VerifiedGroup {
@@ -104,7 +131,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
   readonly #concurrency: number;
   readonly #verified: LruCache<string, VerifiedGroup>;
   readonly #templates: TemplateGroups;
-  readonly #batcher: Batcher<string, NodeIdentity>;
+  readonly #batcher: Batcher<string, GceNodeIdentity>;
   /** The strictest `maxAgeMs` asked for each providerID not yet batched; its batch honours it. */
   readonly #maxAgeMs = new Map<string, number>();
 
@@ -139,23 +166,23 @@ export class GceNodeIdentifier implements NodeIdentifier {
   async identify(
     providerIDs: readonly string[],
     options: IdentifyOptions = {},
-  ): Promise<Map<string, IdentifyResult>> {
+  ): Promise<Map<string, GceIdentifyResult>> {
     const { maxAgeMs } = options;
     if (maxAgeMs !== undefined) {
       for (const id of providerIDs)
         this.#maxAgeMs.set(id, Math.min(maxAgeMs, this.#maxAgeMs.get(id) ?? maxAgeMs));
     }
-    const results = new Map<string, IdentifyResult>();
+    const results = new Map<string, GceIdentifyResult>();
     for (const [id, outcome] of await this.#batcher.loadMany(providerIDs)) {
       results.set(id, outcome.ok ? { ok: true, identity: outcome.value } : outcome);
     }
     return results;
   }
 
-  async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
+  async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<GceNodeIdentity>>> {
     const maxAgeMs = new Map(providerIDs.map((id) => [id, this.#maxAgeMs.get(id)]));
     for (const id of providerIDs) this.#maxAgeMs.delete(id);
-    const results = new Map<string, Outcome<NodeIdentity>>();
+    const results = new Map<string, Outcome<GceNodeIdentity>>();
     const fail = (id: string, error: Error) => results.set(id, { ok: false, error });
     const refs = this.#parseOwnRefs(providerIDs, fail);
 
@@ -232,7 +259,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
     ref: GceInstanceRef,
     found: GceInstance | Error | undefined,
     maxAgeMs: number | undefined,
-  ): NodeIdentity | PendingMember | Error {
+  ): GceNodeIdentity | PendingMember | Error {
     if (!found || found instanceof Error) {
       return (
         found ??
@@ -406,12 +433,26 @@ export class GceNodeIdentifier implements NodeIdentifier {
     return out;
   }
 
-  #identity(providerID: string, ref: GceInstanceRef, instance: GceInstance, instanceGroup: string) {
+  /**
+   * The identity of a verified instance. Its internal addresses, IPv6 included (kops puts the first
+   * interface's `networkIP` and `ipv6Address` in the node's certificates), become InternalIP; NAT
+   * and external IPv6 addresses ExternalIP.
+   */
+  #identity(
+    providerID: string,
+    ref: GceInstanceRef,
+    instance: GceInstance,
+    instanceGroup: string,
+  ): GceNodeIdentity {
     const addresses: InstanceAddress[] = [];
     for (const nic of instance.networkInterfaces ?? []) {
       if (nic.networkIP) addresses.push({ type: 'InternalIP', address: nic.networkIP });
+      if (nic.ipv6Address) addresses.push({ type: 'InternalIP', address: nic.ipv6Address });
       for (const access of nic.accessConfigs ?? []) {
         if (access.natIP) addresses.push({ type: 'ExternalIP', address: access.natIP });
+      }
+      for (const access of nic.ipv6AccessConfigs ?? []) {
+        if (access.externalIpv6) addresses.push({ type: 'ExternalIP', address: access.externalIpv6 });
       }
     }
     addresses.push({ type: 'Hostname', address: instance.name });
@@ -422,6 +463,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
       state: stateByStatus[instance.status] ?? 'unknown',
       addresses,
       zone: ref.zone,
+      routedRanges: routedRangesOf(instance.networkInterfaces?.[0]),
     };
   }
 }

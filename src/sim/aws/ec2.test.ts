@@ -37,6 +37,27 @@ describe('simulated DescribeInstances', () => {
     assert.doesNotMatch(xml, /<nextToken>/);
   });
 
+  it('renders the IPv6 prefixes delegated to the primary ENI and to secondary ENIs', () => {
+    const w = new AwsWorld('111122223333', 'us-east-1');
+    w.addInstances([
+      {
+        id: 'i-00000003',
+        zone: 'us-east-1a',
+        ipv6Prefixes: ['2001:db8:0:1:3::/80'],
+        secondaryNetworkInterfaces: [{ ipv6Prefixes: ['2001:db8:0:2:3::/80'] }],
+      },
+    ]);
+    const xml = describeInstances(w, new Map([['InstanceId.1', 'i-00000003']]));
+    assert.match(
+      xml,
+      /<networkInterfaceId>eni-00000003<\/networkInterfaceId>.*<ipv6PrefixSet><item><ipv6Prefix>2001:db8:0:1:3::\/80<\/ipv6Prefix><\/item><\/ipv6PrefixSet><attachment><deviceIndex>0<\/deviceIndex>/,
+    );
+    assert.match(
+      xml,
+      /<networkInterfaceId>eni-00000003-1<\/networkInterfaceId><ipv6PrefixSet><item><ipv6Prefix>2001:db8:0:2:3::\/80<\/ipv6Prefix><\/item><\/ipv6PrefixSet><attachment><deviceIndex>1<\/deviceIndex>/,
+    );
+  });
+
   it('filters by availability zone, lifecycle and state', () => {
     const w = world();
     const ids = (params: [string, string][]) =>

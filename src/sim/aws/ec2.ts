@@ -60,25 +60,46 @@ function notFound(missing: readonly string[]): AwsSimError {
   );
 }
 
+/** The addresses EC2 lists on an instance's primary ENI. */
+function primaryAddresses(i: SimInstance): string {
+  const ipv6 = i.ipv6 === undefined ? [] : [i.ipv6];
+  let xml =
+    el('privateIpAddress', i.privateIp) +
+    el('privateDnsName', i.privateDnsName) +
+    list(
+      'privateIpAddressesSet',
+      'item',
+      [i.privateIp],
+      (ip) => el('privateIpAddress', ip) + el('primary', true),
+    ) +
+    list('ipv6AddressesSet', 'item', ipv6, (ip) => el('ipv6Address', ip));
+  if (i.publicIp !== undefined)
+    xml += wrap('association', el('publicIp', i.publicIp) + el('ipOwnerId', 'amazon'));
+  return xml;
+}
+
+/** One ENI item of an instance's `networkInterfaceSet`; the primary one (device index 0) carries its addresses. */
+function renderNetworkInterface(
+  i: SimInstance,
+  deviceIndex: number,
+  ipv6Prefixes: readonly string[],
+): string {
+  const suffix = deviceIndex === 0 ? '' : `-${deviceIndex}`;
+  let xml = el('networkInterfaceId', `eni-${i.id.slice(2)}${suffix}`);
+  if (deviceIndex === 0) xml += primaryAddresses(i);
+  xml +=
+    list('ipv6PrefixSet', 'item', ipv6Prefixes, (prefix) => el('ipv6Prefix', prefix)) +
+    wrap('attachment', el('deviceIndex', deviceIndex) + el('status', 'attached'));
+  return wrap('item', xml);
+}
+
 function renderInstance(world: AwsWorld, i: SimInstance): string {
   const tags = Object.entries(i.tags);
-  const networkInterface = wrap(
-    'item',
-    el('networkInterfaceId', `eni-${i.id.slice(2)}`) +
-      el('privateIpAddress', i.privateIp) +
-      el('privateDnsName', i.privateDnsName) +
-      list(
-        'privateIpAddressesSet',
-        'item',
-        [i.privateIp],
-        (ip) => el('privateIpAddress', ip) + el('primary', true),
-      ) +
-      list('ipv6AddressesSet', 'item', i.ipv6 === undefined ? [] : [i.ipv6], (ip) => el('ipv6Address', ip)) +
-      (i.publicIp === undefined
-        ? ''
-        : wrap('association', el('publicIp', i.publicIp) + el('ipOwnerId', 'amazon'))) +
-      wrap('attachment', el('deviceIndex', 0) + el('status', 'attached')),
-  );
+  const networkInterfaces =
+    renderNetworkInterface(i, 0, i.ipv6Prefixes ?? []) +
+    (i.secondaryNetworkInterfaces ?? [])
+      .map((eni, n) => renderNetworkInterface(i, n + 1, eni.ipv6Prefixes ?? []))
+      .join('');
   return (
     el('instanceId', i.id) +
     el('imageId', 'ami-0123456789abcdef0') +
@@ -96,7 +117,7 @@ function renderInstance(world: AwsWorld, i: SimInstance): string {
     el('rootDeviceType', 'ebs') +
     el('instanceLifecycle', i.lifecycle) +
     list('tagSet', 'item', tags, ([k, v]) => el('key', k) + el('value', v)) +
-    wrap('networkInterfaceSet', networkInterface) +
+    wrap('networkInterfaceSet', networkInterfaces) +
     el('ownerId', world.account)
   );
 }

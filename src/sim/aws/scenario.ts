@@ -14,6 +14,13 @@ export interface ClusterInstancesSpec {
   zones?: readonly string[];
   /** Number of the first id, so that groups do not collide (default 1). */
   firstId?: number;
+  /** Delegate one IPv6 /80 ({@link simIpv6Prefix}) to each instance's ENI, as a kops IPv6 cluster does. */
+  ipv6Prefixes?: boolean;
+}
+
+/** The n-th deterministic IPv6 /80 (`2001:db8:0:1:<n>::/80`, n < 65,536), distinct per instance. */
+export function simIpv6Prefix(n: number): string {
+  return `2001:db8:0:1:${n.toString(16)}::/80`;
 }
 
 /** Instances a kops cluster of that shape would have. */
@@ -25,6 +32,7 @@ export function clusterInstances(spec: ClusterInstancesSpec): SimInstanceInput[]
     zone: zones[i % zones.length] as string,
     cluster: spec.cluster,
     instanceGroup: spec.instanceGroup,
+    ...(spec.ipv6Prefixes ? { ipv6Prefixes: [simIpv6Prefix(first + i)] } : {}),
   }));
 }
 

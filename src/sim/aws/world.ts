@@ -30,9 +30,18 @@ export interface SimInstance {
   publicIp?: string;
   publicDnsName?: string;
   ipv6?: string;
+  /** IPv6 prefixes delegated to the primary ENI (a kops IPv6 cluster gives each instance one /80). */
+  ipv6Prefixes?: string[];
+  /** ENIs attached besides the primary one (device index 1, 2, …), with their delegated prefixes. */
+  secondaryNetworkInterfaces?: SimNetworkInterface[];
   /** `spot`, `scheduled` or `capacity-block`; absent for on-demand. */
   lifecycle?: string;
   launchTime: Date;
+}
+
+/** An ENI attached to an instance besides its primary one. */
+export interface SimNetworkInterface {
+  ipv6Prefixes?: string[];
 }
 
 /** An instance to seed; `cluster` and `instanceGroup` add the tags kops puts on its instances. */
@@ -184,6 +193,10 @@ export class AwsWorld {
         ...(input.publicIp === undefined ? {} : { publicIp: input.publicIp }),
         ...(input.publicDnsName === undefined ? {} : { publicDnsName: input.publicDnsName }),
         ...(input.ipv6 === undefined ? {} : { ipv6: input.ipv6 }),
+        ...(input.ipv6Prefixes === undefined ? {} : { ipv6Prefixes: [...input.ipv6Prefixes] }),
+        ...(input.secondaryNetworkInterfaces === undefined
+          ? {}
+          : { secondaryNetworkInterfaces: input.secondaryNetworkInterfaces.map((n) => ({ ...n })) }),
         ...(input.lifecycle === undefined ? {} : { lifecycle: input.lifecycle }),
       };
       this.#instances.set(instance.id, instance);

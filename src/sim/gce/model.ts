@@ -30,13 +30,24 @@ export interface InstanceSeed {
   metadata?: Record<string, string>;
   networkIP?: string;
   natIP?: string;
+  /** The first interface's internal IPv6 address (a dual-stack or IPv6-only subnet). */
+  ipv6Address?: string;
+  /** The external IPv6 range routed to the instance, `<address>/<length>` (GCE gives a /96). */
+  externalIpv6Range?: string;
+  /** Alias IP ranges of the first interface (an IP-alias cluster's pod range, e.g. `10.4.1.0/24`). */
+  aliasIpRanges?: string[];
   labels?: Record<string, string>;
   tags?: string[];
 }
 
+/** The seed fields an instance may lack. */
+type OptionalNetworking = 'natIP' | 'ipv6Address' | 'externalIpv6Range';
+
 /** A seeded instance, with the id and creation time the simulator assigned. */
-export interface SimInstance extends Required<Omit<InstanceSeed, 'natIP'>> {
+export interface SimInstance extends Required<Omit<InstanceSeed, OptionalNetworking>> {
   natIP: string | undefined;
+  ipv6Address: string | undefined;
+  externalIpv6Range: string | undefined;
   id: string;
   creationTimestamp: Date;
 }
@@ -93,6 +104,34 @@ function metadataJson(items: Record<string, string>) {
   };
 }
 
+/** The IPv6 and alias-range fields of an instance's first interface, as compute v1 renders them. */
+function networkingJson(i: SimInstance): Record<string, unknown> {
+  const ipv6 = i.ipv6Address !== undefined || i.externalIpv6Range !== undefined;
+  const json: Record<string, unknown> = { stackType: ipv6 ? 'IPV4_IPV6' : 'IPV4_ONLY' };
+  if (i.ipv6Address !== undefined) json['ipv6Address'] = i.ipv6Address;
+  if (i.externalIpv6Range !== undefined) {
+    const [externalIpv6, length = '96'] = i.externalIpv6Range.split('/');
+    json['ipv6AccessType'] = 'EXTERNAL';
+    json['ipv6AccessConfigs'] = [
+      {
+        kind: 'compute#accessConfig',
+        type: 'DIRECT_IPV6',
+        name: 'external-ipv6',
+        externalIpv6,
+        externalIpv6PrefixLength: Number(length),
+        networkTier: 'PREMIUM',
+      },
+    ];
+  }
+  if (i.aliasIpRanges.length > 0) {
+    json['aliasIpRanges'] = i.aliasIpRanges.map((ipCidrRange) => ({
+      ipCidrRange,
+      subnetworkRangeName: 'pods',
+    }));
+  }
+  return json;
+}
+
 /** The simulated world and its JSON renderings. */
 export class GceWorld {
   readonly defaultProject: string;
@@ -103,9 +142,16 @@ export class GceWorld {
   readonly #shieldedKeys = new Map<string, { signing: KeyObject; encryption: KeyObject }>();
   #nextId = 4_000_000_000_000_000_000n;
   #nextAddress = 0;
+  #ipv6Ranges = 0;
 
   constructor(defaultProject: string) {
     this.defaultProject = defaultProject;
+  }
+
+  /** A fresh external IPv6 /96 (`2600:1900:4000:0:<n>::/96`). */
+  #nextIpv6Range(): string {
+    this.#ipv6Ranges++;
+    return `2600:1900:4000:0:${this.#ipv6Ranges.toString(16)}::/96`;
   }
 
   #id(): string {
@@ -142,6 +188,9 @@ export class GceWorld {
         seed.networkIP ??
         `10.${(this.#nextAddress >> 16) & 255}.${(this.#nextAddress >> 8) & 255}.${this.#nextAddress & 255}`,
       natIP: seed.natIP,
+      ipv6Address: seed.ipv6Address,
+      externalIpv6Range: seed.externalIpv6Range,
+      aliasIpRanges: [...(seed.aliasIpRanges ?? [])],
       labels: { ...seed.labels },
       tags: [...(seed.tags ?? [])],
       id: this.#id(),
@@ -221,6 +270,8 @@ export class GceWorld {
     namePrefix?: string;
     /** The kops cluster the template names in its `cluster-name` metadata. */
     clusterName: string;
+    /** Route a distinct external IPv6 /96 to each instance, as a kops IPv6 cluster's subnets do. */
+    externalIpv6?: boolean;
   }): SimInstance[] {
     const project = options.project ?? this.defaultProject;
     const mig = options.mig ?? `a-${options.instanceGroup}-${options.zone}`.slice(0, 63);
@@ -242,6 +293,7 @@ export class GceWorld {
           zone: options.zone,
           name: `${prefix}-${i.toString(36).padStart(4, '0')}`,
           metadata: { 'created-by': this.createdBy(options.zone, mig, project) },
+          ...(options.externalIpv6 ? { externalIpv6Range: this.#nextIpv6Range() } : {}),
         }),
       );
     }
@@ -335,6 +387,7 @@ export class GceWorld {
           accessConfigs: i.natIP
             ? [{ kind: 'compute#accessConfig', type: 'ONE_TO_ONE_NAT', name: 'External NAT', natIP: i.natIP }]
             : [],
+          ...networkingJson(i),
         },
       ],
       shieldedInstanceConfig: { enableSecureBoot: false, enableVtpm: true, enableIntegrityMonitoring: true },

@@ -1,0 +1,52 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { EC2Client } from '@aws-sdk/client-ec2';
+import { KubeConfig } from '@kubernetes/client-node';
+import { Registry } from 'prom-client';
+import { AwsNodeIdentifier } from '../../cloud/aws/identify.ts';
+import { ConfigError, InternalError } from '../../errors.ts';
+import { ipamControllerFromConfig } from './from-config.ts';
+import { IpamController } from './ipam-controller.ts';
+
+const kubeConfig = new KubeConfig();
+kubeConfig.loadFromOptions({
+  clusters: [{ name: 'c', server: 'https://127.0.0.1:1' }],
+  users: [{ name: 'u' }],
+  contexts: [{ name: 'x', cluster: 'c', user: 'u' }],
+  currentContext: 'x',
+});
+const aws = new AwsNodeIdentifier({ ec2: {} as EC2Client, clusterName: 'c.example.com' });
+
+test('aws, gce and metal have cloud IPAM, as in kops', () => {
+  const registry = new Registry();
+  assert.ok(
+    ipamControllerFromConfig({ cloud: 'aws', nodeIdentifier: aws, kubeConfig, registry }) instanceof
+      IpamController,
+  );
+  assert.ok(
+    ipamControllerFromConfig({ cloud: 'metal', nodeIdentifier: aws, kubeConfig, registry }) instanceof
+      IpamController,
+  );
+});
+
+test('enableCloudIPAM on another cloud is refused at start-up with a line naming it', () => {
+  assert.throws(
+    () =>
+      ipamControllerFromConfig({
+        cloud: 'hetzner',
+        nodeIdentifier: aws,
+        kubeConfig,
+        registry: new Registry(),
+      }),
+    (err: unknown) =>
+      err instanceof ConfigError && /enableCloudIPAM.*aws, gce, metal only, not hetzner/.test(err.message),
+  );
+});
+
+test("a provider's identifier of another type is a wiring bug, not a silent no-op", () => {
+  assert.throws(
+    () =>
+      ipamControllerFromConfig({ cloud: 'gce', nodeIdentifier: aws, kubeConfig, registry: new Registry() }),
+    InternalError,
+  );
+});
