@@ -119,7 +119,13 @@ test('every flag the docs mention is one the program accepts', async () => {
   // performance.md names the benchmarks' own flags; each must be one a benchmark (bench/*.ts) parses.
   const benchDir = new URL('../bench/', import.meta.url);
   const benchSources = (
-    await Promise.all((await readdir(benchDir)).map((name) => readFile(new URL(name, benchDir), 'utf8')))
+    await Promise.all(
+      (
+        await readdir(benchDir, { recursive: true })
+      )
+        .filter((name) => name.endsWith('.ts'))
+        .map((name) => readFile(new URL(name, benchDir), 'utf8')),
+    )
   ).join('\n');
   const mentioned: { where: string; flag: string }[] = [];
   const flagsIn = (text: string) => [...text.matchAll(/(?<![\w-])--[a-z][a-z0-9-]*/g)].map((m) => m[0]);

@@ -45,7 +45,7 @@ export function awsCallError(err: unknown, operation: string, permission: string
   }
   if (permissionCodes.has(code)) {
     return new ConfigError(
-      `the controller may not call ${operation} (${code}): grant ${permission} to its IAM role (see docs/cloud.md)`,
+      `the controller may not call ${operation} (${code}): grant ${permission} to its IAM role (see docs/clouds.md)`,
       { cause: err },
     );
   }

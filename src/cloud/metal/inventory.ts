@@ -205,7 +205,7 @@ export class InventoryStore {
       inventory =
         err instanceof NotFoundError
           ? new ConfigError(
-              `no metal inventory at ${this.source}: write one listing every host and its instance group (see docs/cloud.md#metal)`,
+              `no metal inventory at ${this.source}: write one listing every host and its instance group (see docs/clouds.md#metal)`,
               { cause: err },
             )
           : (err as Error);
