@@ -1,55 +1,32 @@
 /**
- * Benchmark: a label storm of N nodes (default 5,000, in five scale sets) identified through the
- * Azure simulator, two ways in the same run:
- * - batched: this project's AzureNodeIdentifier, every node asked for separately (as Node events
- *   arrive), answered from one paged VM listing and one paged interface listing per scale set,
- *   with ARM's subscription read bucket on (250 reads, refilled at 25 per second);
- * - per-node: what kops' nodeidentity/azure does, one scale-set VM GET per node, one node at a time
- *   (its node reconciler runs a single worker). Run with the bucket off so that it finishes; the
- *   least time ARM's bucket would let it take is computed from its call count and printed apart.
- * Prints the ARM calls (and how many ARM throttled), the wall time and the ratios.
+ * Benchmark: the label storm (bench/label-storm.ts) on Azure, N nodes in five scale sets: batched,
+ * this project's AzureNodeIdentifier answering from one paged VM listing and one paged interface
+ * listing per scale set, with ARM's subscription read bucket on (250 reads, refilled at 25 per
+ * second); per-node, kops' nodeidentity/azure, one scale-set VM GET per node, with the bucket off so
+ * that it finishes — the least time the bucket would let it take is computed from its call count.
  *
  *   node bench/label-storm-azure.ts [--nodes N]
  */
-import { parseArgs } from 'node:util';
 import { AzureClient } from '../src/cloud/azure/client.ts';
 import { AzureNodeIdentifier } from '../src/cloud/azure/node-identifier.ts';
 import { parseAzureProviderID } from '../src/cloud/azure/resource-id.ts';
 import { azureInstanceGroupTag } from '../src/cloud/azure/tags.ts';
 import type { CloudCallRecorder } from '../src/cloud/metrics.ts';
 import { armReadBucket } from '../src/sim/azure/arm.ts';
-import { type AzureSimulator, startAzureSimulator } from '../src/sim/azure/simulator.ts';
+import { startAzureSimulator } from '../src/sim/azure/simulator.ts';
+import { labelStormMain, type StormCloud, type StormResult } from './label-storm.ts';
 
 const clusterName = 'bench.example.com';
 const scaleSets = 5;
 
-/** Calls and time of one way of identifying the nodes. */
-export interface StormFigures {
-  /** ARM requests sent (retries included). */
-  calls: number;
-  /** Requests ARM answered 429. */
-  throttled: number;
-  /** Nodes identified to their instance group. */
-  identified: number;
-  wallMs: number;
-}
-
-/** The figures of a run. */
-export interface AzureStormResult {
-  nodes: number;
-  batched: StormFigures;
-  perNode: StormFigures;
-  /** The least seconds ARM's read bucket lets the per-node calls take. */
-  perNodeMinSecondsAtArmLimit: number;
-}
-
-function counter(): { recorder: CloudCallRecorder; calls: number; throttled: number } {
+/** Counts the ARM requests a client sends (retries included) and those ARM throttled. */
+function armCalls(): { recorder: CloudCallRecorder; total: number; throttled: number } {
   const counts = {
-    calls: 0,
+    total: 0,
     throttled: 0,
     recorder: {
       request: (_cloud, _call, result) => {
-        counts.calls++;
+        counts.total++;
         if (result === 'throttled') counts.throttled++;
       },
       duration: () => undefined,
@@ -58,92 +35,50 @@ function counter(): { recorder: CloudCallRecorder; calls: number; throttled: num
   return counts;
 }
 
-function client(sim: AzureSimulator, recorder: CloudCallRecorder): AzureClient {
-  return new AzureClient({
-    subscriptionId: sim.world.subscriptionId,
-    resourceGroup: sim.world.resourceGroup,
-    credential: sim.credential,
-    endpoint: sim.armEndpoint,
-    caPem: sim.caPem,
-    cloudCalls: recorder,
-  });
+/** The least seconds ARM's read bucket lets the per-node calls take. */
+function perNodeSecondsAtArmLimit(result: StormResult): number {
+  return Math.max(0, result.perNode.calls - armReadBucket.capacity) / armReadBucket.refillPerSecond;
 }
 
-/** Runs both paths against one simulated cluster of `nodes` nodes. */
-export async function runAzureLabelStorm(nodes: number): Promise<AzureStormResult> {
-  const sim = await startAzureSimulator();
-  try {
+/** Azure: scale sets `<group>.<cluster>` of VMs tagged with their instance group. */
+export const azureStorm: StormCloud = {
+  name: 'azure',
+  through: `the Azure simulator in ${scaleSets} scale sets (ARM read bucket ${armReadBucket.capacity}, refill ${armReadBucket.refillPerSecond}/s)`,
+  rateLimit: {
+    batched: { requests: armReadBucket.capacity, windowSeconds: 10 },
+    perNode: { requests: armReadBucket.capacity, windowSeconds: 10 },
+  },
+  notes: (result) => [
+    `per-node needs at least ${perNodeSecondsAtArmLimit(result).toFixed(0)} s under ARM's read bucket`,
+  ],
+  start: async (nodes, rateLimited) => {
+    const sim = await startAzureSimulator();
+    if (!rateLimited) sim.setReadBucket(undefined);
     const groups = Array.from({ length: scaleSets }, (_, i) => ({
       name: `nodes-${i}`,
       count: Math.floor(nodes / scaleSets) + (i < nodes % scaleSets ? 1 : 0),
     }));
-    const seeded = sim.world.seedKopsCluster(clusterName, groups);
-    const expected = new Map<string, string>();
-    for (const [group, vms] of seeded) for (const vm of vms) expected.set(sim.world.providerID(vm), group);
-    const providerIDs = [...expected.keys()];
-
-    const batchedCount = counter();
-    const identifier = new AzureNodeIdentifier({ client: client(sim, batchedCount.recorder), clusterName });
-    let started = performance.now();
-    const results = await Promise.all(providerIDs.map((id) => identifier.identify([id])));
-    const batched: StormFigures = {
-      calls: batchedCount.calls,
-      throttled: batchedCount.throttled,
-      identified: results.filter((r, i) => {
-        const result = r.get(providerIDs[i] as string);
-        return result?.ok && result.identity.instanceGroup === expected.get(providerIDs[i] as string);
-      }).length,
-      wallMs: performance.now() - started,
-    };
-
-    // kops' path, unthrottled so that it ends; its time under ARM's bucket is computed below.
-    sim.setReadBucket(undefined);
-    const perNodeCount = counter();
-    const kops = client(sim, perNodeCount.recorder);
-    started = performance.now();
-    let identified = 0;
-    for (const id of providerIDs) {
-      const vm = await kops.getVm(parseAzureProviderID(id));
-      if (vm.tags[azureInstanceGroupTag] === expected.get(id)) identified++;
-    }
-    const perNode: StormFigures = {
-      calls: perNodeCount.calls,
-      throttled: perNodeCount.throttled,
-      identified,
-      wallMs: performance.now() - started,
-    };
-    const beyondBucket = Math.max(0, perNode.calls - armReadBucket.capacity);
+    const groupOf = new Map<string, string>();
+    for (const [group, vms] of sim.world.seedKopsCluster(clusterName, groups))
+      for (const vm of vms) groupOf.set(sim.world.providerID(vm), group);
+    const counts = armCalls();
+    const client = new AzureClient({
+      subscriptionId: sim.world.subscriptionId,
+      resourceGroup: sim.world.resourceGroup,
+      credential: sim.credential,
+      endpoint: sim.armEndpoint,
+      caPem: sim.caPem,
+      cloudCalls: counts.recorder,
+    });
     return {
-      nodes,
-      batched,
-      perNode,
-      perNodeMinSecondsAtArmLimit: beyondBucket / armReadBucket.refillPerSecond,
+      providerIDs: [...groupOf.keys()],
+      identifier: new AzureNodeIdentifier({ client, clusterName }),
+      getOne: async (id) => (await client.getVm(parseAzureProviderID(id))).tags[azureInstanceGroupTag],
+      groupOf: (id) => groupOf.get(id) ?? '',
+      calls: () => ({ total: counts.total, throttled: counts.throttled }),
+      close: () => sim.close(),
     };
-  } finally {
-    await sim.close();
-  }
-}
+  },
+};
 
-/** The report the benchmark prints. */
-export function formatAzureLabelStorm(result: AzureStormResult): string {
-  const row = (name: string, f: StormFigures) =>
-    `${name.padEnd(9)} calls=${String(f.calls).padEnd(6)} throttled=${String(f.throttled).padEnd(6)} ` +
-    `identified=${String(f.identified).padEnd(6)} wall=${(f.wallMs / 1000).toFixed(2)}s`;
-  const callRatio = result.perNode.calls / Math.max(1, result.batched.calls);
-  return [
-    `label storm: ${result.nodes} nodes in ${scaleSets} scale sets through the Azure simulator; ARM read bucket ` +
-      `${armReadBucket.capacity}, refill ${armReadBucket.refillPerSecond}/s (on for batched, off for per-node)`,
-    row('batched', result.batched),
-    row('per-node', result.perNode),
-    `ratio     ${callRatio.toFixed(0)}x fewer ARM calls (per-node / batched); per-node needs at least ` +
-      `${result.perNodeMinSecondsAtArmLimit.toFixed(0)} s under ARM's read bucket`,
-  ].join('\n');
-}
-
-if (import.meta.main) {
-  const { values } = parseArgs({ options: { nodes: { type: 'string', default: '5000' } } });
-  const nodes = Number(values.nodes);
-  if (!Number.isInteger(nodes) || nodes < 1)
-    throw new Error(`--nodes must be a positive integer, got ${values.nodes}`);
-  process.stdout.write(`${formatAzureLabelStorm(await runAzureLabelStorm(nodes))}\n`);
-}
+if (import.meta.main) await labelStormMain(azureStorm);

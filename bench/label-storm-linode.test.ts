@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { formatLabelStorm, runLabelStorm } from './label-storm-hetzner.ts';
+import { formatLabelStorm, runLabelStorm } from './label-storm.ts';
 import { linodeStorm } from './label-storm-linode.ts';
 
 describe('bench/label-storm-linode (smoke run)', () => {
@@ -11,6 +11,6 @@ describe('bench/label-storm-linode (smoke run)', () => {
     assert.equal(result.batched.calls, 2);
     assert.equal(result.batched.throttled, 0);
     assert.equal(result.perNode.calls, 600);
-    assert.match(formatLabelStorm(result), /^ratio +300x fewer calls/m);
+    assert.match(formatLabelStorm(linodeStorm, result), /^ratio +300x fewer calls/m);
   });
 });

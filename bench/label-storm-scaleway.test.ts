@@ -1,14 +1,15 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { formatScalewayStorm, runScalewayStorm } from './label-storm-scaleway.ts';
+import { formatLabelStorm, runLabelStorm } from './label-storm.ts';
+import { scalewayStorm } from './label-storm-scaleway.ts';
 
 describe('bench/label-storm-scaleway (smoke run)', () => {
   it('identifies 300 nodes both ways: batched in 3 calls of 100 ids, per-node in one call each', async () => {
-    const result = await runScalewayStorm(300);
+    const result = await runLabelStorm(scalewayStorm, 300);
     assert.equal(result.batched.identified, 300);
     assert.equal(result.perNode.identified, 300);
     assert.equal(result.batched.calls, 3);
     assert.equal(result.perNode.calls, 300);
-    assert.match(formatScalewayStorm(result), /^ratio +100x fewer calls/m);
+    assert.match(formatLabelStorm(scalewayStorm, result), /^ratio +100x fewer calls/m);
   });
 });

@@ -3,7 +3,8 @@
  * metadata service (`/metadata/v1/id`). The controller checks the droplet's tags and then calls back
  * the challenge server `join` runs on the droplet's private address.
  */
-import { readMetadataText } from './hetzner-proof.ts';
+import { dropletIds } from '../cloud/digitalocean/droplets.ts';
+import { readMetadataText } from '../cloud/metadata-service.ts';
 import type { ProofProvider } from './proofs.ts';
 
 /** The droplet metadata service (override for the simulator). */
@@ -16,7 +17,7 @@ export function digitalOceanProof(options: { metadataUrl?: string } = {}): Proof
     const id = await readMetadataText({
       url: new URL(`${base}/id`),
       what: 'the droplet id',
-      valid: /^[1-9]\d{0,18}$/,
+      valid: dropletIds.pattern,
       ...(signal ? { signal } : {}),
     });
     return `x-digitalocean-droplet-id ${id}`;

@@ -5,8 +5,9 @@
  * of them `id: <instance id>`. The controller checks the instance's tags and then calls back the
  * challenge server `join` runs on the instance's private address.
  */
-import { InvalidInputError } from '../errors.ts';
-import { readMetadataText } from './hetzner-proof.ts';
+
+import { linodeIds } from '../cloud/linode/instances.ts';
+import { readMetadataText } from '../cloud/metadata-service.ts';
 import type { ProofProvider } from './proofs.ts';
 
 /** The metadata service (override for the simulator). */
@@ -42,12 +43,10 @@ export function linodeProof(options: { metadataUrl?: string } = {}): ProofProvid
       valid: /^id:/m,
       ...withSignal,
     });
-    const id = linodeMetadataValue(instance, 'id') ?? '';
-    if (!/^[1-9]\d{0,14}$/.test(id)) {
-      throw new InvalidInputError(
-        `the metadata service's instance id "${id.slice(0, 40)}" is not a Linode instance id`,
-      );
-    }
+    const id = linodeIds.parse(
+      linodeMetadataValue(instance, 'id') ?? '',
+      "the metadata service's instance id",
+    );
     return `x-linode-instance-id ${id}`;
   };
 }

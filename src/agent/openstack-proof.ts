@@ -4,6 +4,7 @@
  * controller checks that the request comes from an address Nova lists for that server.
  */
 
+import { readMetadataJson } from '../cloud/metadata-service.ts';
 import { isServerId } from '../cloud/openstack/nova.ts';
 import { UnavailableError } from '../errors.ts';
 import type { ProofProvider } from './proofs.ts';
@@ -19,32 +20,16 @@ export interface OpenStackProofOptions {
 
 /** The server id from the metadata service, read once and then reused (it never changes). */
 export function openstackProof(options: OpenStackProofOptions = {}): ProofProvider {
-  const fetchFn = options.fetch ?? globalThis.fetch;
   const url = new URL(options.metadataUrl ?? defaultOpenStackMetadataUrl);
   let serverId: string | undefined;
   return async (_body, signal) => {
     if (serverId === undefined) {
-      let response: Response;
-      try {
-        response = await fetchFn(url, { signal: signal ?? AbortSignal.timeout(10_000) });
-      } catch (err) {
-        throw new UnavailableError(
-          `cannot reach the OpenStack metadata service at ${url.origin}: ${(err as Error).message}`,
-          { cause: err },
-        );
-      }
-      const text = await response.text();
-      if (!response.ok) {
-        throw new UnavailableError(
-          `the OpenStack metadata service answered ${response.status} for ${url.pathname}: ${text.slice(0, 200)}`,
-        );
-      }
-      let uuid: unknown;
-      try {
-        uuid = (JSON.parse(text) as { uuid?: unknown }).uuid;
-      } catch {
-        throw new UnavailableError('the OpenStack metadata service answered something that is not JSON');
-      }
+      const { uuid } = await readMetadataJson({
+        url,
+        service: 'the OpenStack metadata service',
+        ...(options.fetch ? { fetch: options.fetch } : {}),
+        ...(signal ? { signal } : {}),
+      });
       if (typeof uuid !== 'string' || !isServerId(uuid)) {
         throw new UnavailableError('the OpenStack metadata document has no server uuid');
       }

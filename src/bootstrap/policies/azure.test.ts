@@ -210,6 +210,11 @@ test('a scale-set VM without the instance-group tag is denied', async () => {
   );
 });
 
+test('a VM whose computer name is no node name is denied', async () => {
+  const odd = sim.world.addScaleSetVm(`nodes.${cluster}`, 'nodes_');
+  assertDenied(await decide(odd), /which is not a valid node name/);
+});
+
 test('attack: a deleted VM is denied; a stopped one too', async () => {
   const doomed = sim.world.addScaleSetVm(`nodes.${cluster}`);
   const body = '{"node":"gone"}';

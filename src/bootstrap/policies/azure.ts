@@ -17,7 +17,6 @@
  * A bad proof and ARM's verdict on the VM (not found, not ours) are denials; ARM failing, throttling
  * or not answering in time, and the replay guard's apiserver failing, are dependency faults (503).
  */
-import { isIP } from 'node:net';
 import type { AttestedDocument, AttestedDocumentVerifier } from '../../cloud/azure/attested-document.ts';
 import type { AzureClient, AzureVm } from '../../cloud/azure/client.ts';
 import {
@@ -28,17 +27,18 @@ import {
 } from '../../cloud/azure/resource-id.ts';
 import { azureClusterTag, azureInstanceGroupTag } from '../../cloud/azure/tags.ts';
 import { describeError } from '../../errors.ts';
-import { defaultChallengePort } from '../../protocol/challenge.ts';
-import {
-  type Dependency,
-  defaultCloudLookupTimeoutMs,
-  dependencyFault,
-  isCloudVerdict,
-  isTransientFailure,
-  withDeadline,
-} from '../dependency.ts';
+import { challengeEndpointOf, defaultChallengePort } from '../../protocol/challenge.ts';
+import { type Dependency, dependencyFault, isTransientFailure } from '../dependency.ts';
 import { type ReplayGuard, requestDigest } from '../replay-guard.ts';
 import type { BootstrapPolicy, BootstrapRequest, NodeFacts, PolicyDecision } from '../types.ts';
+import {
+  abstainWithout,
+  checkNodeName,
+  cloudIdToken,
+  denyRejected,
+  ProofRejected,
+  readCloud,
+} from './cloud-id.ts';
 
 /** What the node is told when ARM or Microsoft's PKI repository fails. */
 const azure: Dependency = 'policy:azure';
@@ -57,46 +57,36 @@ export interface AzurePolicyOptions {
   challengePort?: number;
 }
 
-/** A rejection of the proof, turned into a denial. */
-class ProofRejected extends Error {}
-
-function deny(...reasons: string[]): PolicyDecision {
-  return { verdict: 'deny', reasons };
-}
-
-/** `host:port`, bracketing an IPv6 host. */
-function endpointOf(address: string, port: number): string {
-  return isIP(address) === 6 ? `[${address}]:${port}` : `${address}:${port}`;
-}
-
 /** The `azure` policy; abstains for every proof but `x-azure-id`. */
 export function azurePolicy(options: AzurePolicyOptions): BootstrapPolicy {
   return {
     name: 'azure',
-    evaluate: async (request) => {
-      const { proof } = request;
-      if (proof.kind !== 'cloud-id' || proof.scheme !== 'x-azure-id') {
-        return { verdict: 'abstain', reasons: ['the request carries no Azure proof'] };
-      }
-      try {
-        const { ref, signature } = claimedVm(proof.token, options);
-        const document = await attested(signature, request.body, options);
-        if (!(await spend(document, request.body, options))) {
-          return deny('the attested document was already used (replayed); get a new one per request');
-        }
-        const facts = await factsFromArm(ref, document, options, evidenceOf(request, ref, document));
-        return {
-          verdict: 'approve',
-          facts,
-          reasons: [
-            `VM ${ref.name} (vmId ${document.vmId}) proved itself with an attested document; its tags say group ${facts.instanceGroup}; it must answer the callback challenge at ${facts.challengeEndpoint}`,
-          ],
-        };
-      } catch (err) {
-        if (err instanceof ProofRejected) return deny(`Azure identity proof rejected: ${err.message}`);
-        throw err;
-      }
+    evaluate: (request) => {
+      const token = cloudIdToken(request, 'x-azure-id');
+      if (token === undefined) return Promise.resolve(abstainWithout('x-azure-id'));
+      return denyRejected(() => verifyVm(token, request, options), 'Azure identity proof rejected: ');
     },
+  };
+}
+
+/** The attested document, spent on this request, and ARM's record of the VM it names. */
+async function verifyVm(
+  token: string,
+  request: BootstrapRequest,
+  options: AzurePolicyOptions,
+): Promise<PolicyDecision> {
+  const { ref, signature } = claimedVm(token, options);
+  const document = await attested(signature, request.body, options);
+  if (!(await spend(document, request.body, options))) {
+    throw new ProofRejected('the attested document was already used (replayed); get a new one per request');
+  }
+  const facts = await factsFromArm(ref, document, options, evidenceOf(request, ref, document));
+  return {
+    verdict: 'approve',
+    facts,
+    reasons: [
+      `VM ${ref.name} (vmId ${document.vmId}) proved itself with an attested document; its tags say group ${facts.instanceGroup}; it must answer the callback challenge at ${facts.challengeEndpoint}`,
+    ],
   };
 }
 
@@ -134,13 +124,9 @@ async function factsFromArm(
   options: AzurePolicyOptions,
   evidence: Record<string, string>,
 ): Promise<NodeFacts> {
-  const timeoutMs = options.lookupTimeoutMs ?? defaultCloudLookupTimeoutMs;
   /** An ARM read: its verdicts (not found, malformed) reject the proof, anything else is a fault. */
   const read = <T>(work: Promise<T>, what: string): Promise<T> =>
-    withDeadline(work, timeoutMs, what).catch((err: unknown) => {
-      if (isCloudVerdict(err)) throw new ProofRejected(`${what}: ${describeError(err)}`);
-      throw dependencyFault(azure, err);
-    });
+    readCloud(work, { call: what, denial: what, dependency: azure, timeoutMs: options.lookupTimeoutMs });
   const vm = await read(options.client.getVm(ref), `VM ${ref.name}`);
   const { nodeName, instanceGroup } = checkVm(vm, document, options.clusterName);
   const nicId = vm.nicIds[0];
@@ -157,7 +143,7 @@ async function factsFromArm(
     instanceId: ref.name,
     dnsNames: [],
     ipAddresses: nic.privateIps,
-    challengeEndpoint: endpointOf(ip, options.challengePort ?? defaultChallengePort),
+    challengeEndpoint: challengeEndpointOf(ip, options.challengePort ?? defaultChallengePort),
     evidence,
   };
 }
@@ -208,7 +194,7 @@ function checkVm(vm: AzureVm, document: AttestedDocument, clusterName: string) {
   const instanceGroup = vm.tags[azureInstanceGroupTag];
   if (!instanceGroup) throw new ProofRejected(`VM ${vm.ref.name} has no ${azureInstanceGroupTag} tag`);
   if (!vm.computerName) throw new ProofRejected(`VM ${vm.ref.name} has no computer name`);
-  return { nodeName: vm.computerName.toLowerCase(), instanceGroup };
+  return { nodeName: checkNodeName(vm.computerName.toLowerCase(), `VM ${vm.ref.name}`), instanceGroup };
 }
 
 function evidenceOf(request: BootstrapRequest, ref: AzureVmRef, document: AttestedDocument) {

@@ -3,8 +3,12 @@ import { after, before, beforeEach, test } from 'node:test';
 import { createDigitalOceanProvider, type DigitalOceanProvider } from '../../cloud/digitalocean/provider.ts';
 import { type DigitalOceanSimulator, startDigitalOceanSimulator } from '../../sim/digitalocean/simulator.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
-import { dependencyOf, isDependencyFault } from '../dependency.ts';
 import type { BootstrapPolicy, IdentityProof } from '../types.ts';
+import {
+  assertAbstainsOnOtherProofs,
+  assertDenials,
+  assertDependencyFaults,
+} from './cloud-id.test-support.ts';
 import { digitalOceanPolicy } from './digitalocean.ts';
 
 const cluster = 'prod.example.com';
@@ -53,13 +57,7 @@ test('an active droplet of the cluster is approved: named by its private address
 });
 
 test('other proofs are left to other policies', async () => {
-  for (const proof of [
-    { kind: 'none' },
-    { kind: 'cloud-id', scheme: 'x-hetzner-id', token: '1' },
-    { kind: 'cloud-id', scheme: 'x-linode-instance-id', token: '1' },
-  ] as IdentityProof[]) {
-    assert.equal((await evaluate(proof)).verdict, 'abstain');
-  }
+  await assertAbstainsOnOtherProofs(evaluate, 'x-digitalocean-droplet-id');
 });
 
 test('attacks and bad proofs are denied with the reason', async () => {
@@ -84,30 +82,25 @@ test('attacks and bad proofs are denied with the reason', async () => {
     ['garbage', '1 2', /not a droplet id/],
     ['hex', '0x10', /not a droplet id/],
   ];
-  for (const [what, token, reason] of cases) {
-    const decision = await evaluate(dropletId(token));
-    assert.equal(decision.verdict, 'deny', what);
-    assert.match(decision.reasons.join(' '), reason, what);
-  }
+  await assertDenials(evaluate, 'x-digitalocean-droplet-id', cases);
 });
 
 test('the API failing, throttling or not answering is a dependency fault (503), never a denial', async () => {
   const [droplet] = sim.addGroup(cluster, 'nodes', 1);
   const token = String(droplet?.id);
-  for (const fault of [
-    { times: 3, status: 503 },
-    { times: 3, status: 429 },
-    { times: 3, status: 403 },
-    { times: 3, drop: true },
-    { times: 1, latencyMs: 1_500 },
-  ]) {
-    sim.clearFaults();
-    sim.fault({ ...fault, operation: 'droplets.get' });
-    const failure = await evaluate(dropletId(token)).then(
-      (decision) => assert.fail(`${JSON.stringify(fault)} decided ${decision.verdict}`),
-      (err: unknown) => err,
-    );
-    assert.ok(isDependencyFault(failure), `${JSON.stringify(fault)}: ${String(failure)}`);
-    assert.equal(dependencyOf(failure), 'policy:digitalocean');
-  }
+  await assertDependencyFaults(
+    () => evaluate(dropletId(token)),
+    [
+      { times: 3, status: 503 },
+      { times: 3, status: 429 },
+      { times: 3, status: 403 },
+      { times: 3, drop: true },
+      { times: 1, latencyMs: 1_500 },
+    ],
+    (fault) => {
+      sim.clearFaults();
+      sim.fault({ ...fault, operation: 'droplets.get' });
+    },
+    'policy:digitalocean',
+  );
 });

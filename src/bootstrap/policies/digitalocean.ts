@@ -7,10 +7,10 @@
  * private addresses, and the request's source address is not checked (kops: behind the API load
  * balancer's TLS passthrough it is the balancer's).
  */
-import { doProviderIds, parseDropletId } from '../../cloud/digitalocean/droplets.ts';
+import { doProviderIds, dropletIds } from '../../cloud/digitalocean/droplets.ts';
 import type { Dependency } from '../dependency.ts';
 import type { BootstrapPolicy } from '../types.ts';
-import { type CloudIdCloud, type CloudIdPolicyOptions, cloudIdPolicy } from './hetzner.ts';
+import { addressesOfType, type CloudIdCloud, type CloudIdPolicyOptions, cloudIdPolicy } from './cloud-id.ts';
 
 /** What a faulty DigitalOcean API is called in the node's 503 (until dependency.ts names `digitalocean-api`). */
 export const digitalOceanDependency: Dependency = 'policy:digitalocean';
@@ -20,11 +20,11 @@ export const digitalOceanCloudId: CloudIdCloud = {
   name: 'digitalocean',
   scheme: 'x-digitalocean-droplet-id',
   dependency: digitalOceanDependency,
-  parseId: (token) => parseDropletId(token, 'the droplet id'),
+  parseId: (token) => dropletIds.parse(token, 'the droplet id'),
   providerIds: doProviderIds,
   facts: (identity) => {
-    const internal = identity.addresses.filter((a) => a.type === 'InternalIP').map((a) => a.address);
-    const name = identity.addresses.find((a) => a.type === 'Hostname')?.address ?? identity.instanceId;
+    const internal = addressesOfType(identity, 'InternalIP');
+    const name = addressesOfType(identity, 'Hostname')[0] ?? identity.instanceId;
     return {
       // kops: "Name seems a better default than the first IP, but we have to match what other components are expecting".
       nodeName: internal[0] ?? name,

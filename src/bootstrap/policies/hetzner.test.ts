@@ -3,8 +3,12 @@ import { after, before, beforeEach, test } from 'node:test';
 import { createHetznerProvider, type HetznerProvider } from '../../cloud/hetzner/provider.ts';
 import { type HetznerSimulator, startHetznerSimulator } from '../../sim/hetzner/simulator.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
-import { dependencyOf, isDependencyFault } from '../dependency.ts';
 import type { BootstrapPolicy, IdentityProof } from '../types.ts';
+import {
+  assertAbstainsOnOtherProofs,
+  assertDenials,
+  assertDependencyFaults,
+} from './cloud-id.test-support.ts';
 import { hetznerPolicy } from './hetzner.ts';
 
 const cluster = 'prod.example.com';
@@ -65,14 +69,7 @@ test('a running server of the cluster is approved with kops’ facts and a chall
 });
 
 test('every other proof is left to other policies', async () => {
-  for (const proof of [
-    { kind: 'none' },
-    { kind: 'bootstrap-token', token: 'abcdef.0123456789abcdef' },
-    { kind: 'cloud-id', scheme: 'x-digitalocean-droplet-id', token: '1' },
-  ] as IdentityProof[]) {
-    assert.equal((await evaluate(proof)).verdict, 'abstain');
-  }
-  assert.equal(sim.calls.length, 0);
+  await assertAbstainsOnOtherProofs(evaluate, 'x-hetzner-id');
 });
 
 test('attacks and bad proofs are denied with the reason', async () => {
@@ -83,6 +80,7 @@ test('attacks and bad proofs are denied with the reason', async () => {
   const stopped = ourServer({ status: 'off' });
   const deleting = ourServer({ status: 'deleting' });
   const publicOnly = ourServer({ privateIps: [], publicIp: '203.0.113.10' });
+  const oddName = ourServer({ name: 'Nodes_FSN1' });
   const cases: Array<[string, string, RegExp]> = [
     ['server of another cluster', String(foreign.id), /other\.example\.com/],
     [
@@ -94,39 +92,35 @@ test('attacks and bad proofs are denied with the reason', async () => {
     ['server being deleted', String(deleting.id), /is deleting, not running/],
     ['deleted server', '987654321', /not found/],
     ['no private network to challenge', String(publicOnly.id), /no private address/],
+    ['a name that is no node name', String(oddName.id), /named "Nodes_FSN1", which is not a valid node name/],
     ['not a number', '12; DROP', /not a Hetzner server id/],
     ['negative', '-5', /not a Hetzner server id/],
     ['empty', '', /not a Hetzner server id/],
     ['too long', '9'.repeat(30), /not a Hetzner server id/],
   ];
-  for (const [what, token, reason] of cases) {
-    const decision = await evaluate(hetznerId(token));
-    assert.equal(decision.verdict, 'deny', what);
-    assert.match(decision.reasons.join(' '), reason, what);
-  }
+  await assertDenials(evaluate, 'x-hetzner-id', cases);
 });
 
 test('the API failing, throttling or not answering is a dependency fault (503), never a denial', async () => {
   const server = ourServer();
   const token = String(server.id);
-  for (const fault of [
-    { times: 5, status: 503 },
-    { times: 5, status: 500 },
-    { times: 5, status: 429 },
-    { times: 5, status: 401 },
-    { times: 5, status: 403 },
-    { times: 5, drop: true },
-    { times: 1, latencyMs: 3_000 },
-  ]) {
-    sim.clearFaults();
-    sim.fault({ ...fault, operation: 'servers.get' });
-    const failure = await evaluate(hetznerId(token)).then(
-      (decision) => assert.fail(`${JSON.stringify(fault)} decided ${decision.verdict}`),
-      (err: unknown) => err,
-    );
-    assert.ok(isDependencyFault(failure), `${JSON.stringify(fault)}: ${String(failure)}`);
-    assert.equal(dependencyOf(failure), 'policy:hetzner');
-  }
+  await assertDependencyFaults(
+    () => evaluate(hetznerId(token)),
+    [
+      { times: 5, status: 503 },
+      { times: 5, status: 500 },
+      { times: 5, status: 429 },
+      { times: 5, status: 401 },
+      { times: 5, status: 403 },
+      { times: 5, drop: true },
+      { times: 1, latencyMs: 3_000 },
+    ],
+    (fault) => {
+      sim.clearFaults();
+      sim.fault({ ...fault, operation: 'servers.get' });
+    },
+    'policy:hetzner',
+  );
   sim.clearFaults();
   assert.equal((await evaluate(hetznerId(token))).verdict, 'approve');
 });

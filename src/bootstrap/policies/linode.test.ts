@@ -3,8 +3,12 @@ import { after, before, beforeEach, test } from 'node:test';
 import { createLinodeProvider, type LinodeProvider } from '../../cloud/linode/provider.ts';
 import { type LinodeSimulator, startLinodeSimulator } from '../../sim/linode/simulator.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
-import { dependencyOf, isDependencyFault } from '../dependency.ts';
 import type { BootstrapPolicy, IdentityProof } from '../types.ts';
+import {
+  assertAbstainsOnOtherProofs,
+  assertDenials,
+  assertDependencyFaults,
+} from './cloud-id.test-support.ts';
 import { linodePolicy } from './linode.ts';
 
 const cluster = 'prod.example.com';
@@ -52,13 +56,7 @@ test('a running instance of the cluster is approved: named by its label, challen
 });
 
 test('other proofs are left to other policies', async () => {
-  for (const proof of [
-    { kind: 'none' },
-    { kind: 'cloud-id', scheme: 'x-hetzner-id', token: '1' },
-    { kind: 'cloud-id', scheme: 'x-scaleway-instance-server-id', token: '1' },
-  ] as IdentityProof[]) {
-    assert.equal((await evaluate(proof)).verdict, 'abstain');
-  }
+  await assertAbstainsOnOtherProofs(evaluate, 'x-linode-instance-id');
 });
 
 test('attacks and bad proofs are denied with the reason', async () => {
@@ -86,30 +84,25 @@ test('attacks and bad proofs are denied with the reason', async () => {
     ['garbage', 'linode', /not a Linode instance id/],
     ['beyond a safe integer', '9'.repeat(16), /not a Linode instance id/],
   ];
-  for (const [what, token, reason] of cases) {
-    const decision = await evaluate(linodeId(token));
-    assert.equal(decision.verdict, 'deny', what);
-    assert.match(decision.reasons.join(' '), reason, what);
-  }
+  await assertDenials(evaluate, 'x-linode-instance-id', cases);
 });
 
 test('the API failing, throttling or not answering is a dependency fault (503), never a denial', async () => {
   const [instance] = sim.addGroup(cluster, 'nodes', 1);
   const token = String(instance?.id);
-  for (const fault of [
-    { times: 3, status: 503 },
-    { times: 3, status: 429 },
-    { times: 3, status: 401 },
-    { times: 3, drop: true },
-    { times: 1, latencyMs: 1_500 },
-  ]) {
-    sim.clearFaults();
-    sim.fault({ ...fault, operation: 'linode.instances.get' });
-    const failure = await evaluate(linodeId(token)).then(
-      (decision) => assert.fail(`${JSON.stringify(fault)} decided ${decision.verdict}`),
-      (err: unknown) => err,
-    );
-    assert.ok(isDependencyFault(failure), `${JSON.stringify(fault)}: ${String(failure)}`);
-    assert.equal(dependencyOf(failure), 'policy:linode');
-  }
+  await assertDependencyFaults(
+    () => evaluate(linodeId(token)),
+    [
+      { times: 3, status: 503 },
+      { times: 3, status: 429 },
+      { times: 3, status: 401 },
+      { times: 3, drop: true },
+      { times: 1, latencyMs: 1_500 },
+    ],
+    (fault) => {
+      sim.clearFaults();
+      sim.fault({ ...fault, operation: 'linode.instances.get' });
+    },
+    'policy:linode',
+  );
 });

@@ -6,10 +6,10 @@
  * of the account: the instance must carry this cluster's `kops.k8s.io/cluster:` tag and a
  * `kops.k8s.io/instance-group:` tag, and be running, booting or provisioning.
  */
-import { linodeProviderIds, parseLinodeId } from '../../cloud/linode/instances.ts';
+import { linodeIds, linodeProviderIds } from '../../cloud/linode/instances.ts';
 import type { Dependency } from '../dependency.ts';
 import type { BootstrapPolicy } from '../types.ts';
-import { type CloudIdCloud, type CloudIdPolicyOptions, cloudIdPolicy } from './hetzner.ts';
+import { addressesOfType, type CloudIdCloud, type CloudIdPolicyOptions, cloudIdPolicy } from './cloud-id.ts';
 
 /** What a faulty Linode API is called in the node's 503 (until dependency.ts names `linode-api`). */
 export const linodeDependency: Dependency = 'policy:linode';
@@ -19,12 +19,12 @@ export const linodeCloudId: CloudIdCloud = {
   name: 'linode',
   scheme: 'x-linode-instance-id',
   dependency: linodeDependency,
-  parseId: (token) => parseLinodeId(token, 'the instance id'),
+  parseId: (token) => linodeIds.parse(token, 'the instance id'),
   providerIds: linodeProviderIds,
   facts: (identity) => {
-    const internal = identity.addresses.filter((a) => a.type === 'InternalIP').map((a) => a.address);
-    const external = identity.addresses.filter((a) => a.type === 'ExternalIP').map((a) => a.address);
-    const label = identity.addresses.find((a) => a.type === 'Hostname')?.address ?? identity.instanceId;
+    const internal = addressesOfType(identity, 'InternalIP');
+    const external = addressesOfType(identity, 'ExternalIP');
+    const label = addressesOfType(identity, 'Hostname')[0] ?? identity.instanceId;
     return {
       nodeName: label,
       dnsNames: [],

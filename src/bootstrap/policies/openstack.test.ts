@@ -33,7 +33,7 @@ function policy(overrides: Partial<OpenStackPolicyOptions> = {}) {
   const nova = new NovaClient({
     session: new KeystoneSession({ auth: sim.passwordAuth }),
     retryDelayMs: 1,
-    maxRetryDelayMs: 5,
+    maxRetryWaitMs: 5,
     retries: 1,
   });
   return openstackPolicy({ clusterName: cluster, nova, ...overrides });
@@ -139,7 +139,7 @@ test('Nova failing, throttling or not answering is a dependency fault (503), nev
   for (const inject of [
     () => sim.failNext(2, 500, 'servers.get'),
     () => sim.throttleNext(2, 1, 'servers.get'),
-    () => sim.failNext(1, 503, 'tokens.create'),
+    () => sim.failNext(2, 503, 'tokens.create'),
   ]) {
     sim.resetFaults();
     inject();

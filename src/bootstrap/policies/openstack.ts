@@ -17,11 +17,9 @@ import { BlockList, isIP } from 'node:net';
 import { openstackProviderID } from '../../cloud/openstack/cloud-groups.ts';
 import { isServerId, type NovaClient } from '../../cloud/openstack/nova.ts';
 import { identityOfServer, serverAddresses } from '../../cloud/openstack/server.ts';
-import { isDnsSubdomain } from '../../dns-name.ts';
-import { describeError } from '../../errors.ts';
 import { sourceAddress } from '../../net/hardened-server.ts';
-import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict, withDeadline } from '../dependency.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
+import { abstainWithout, checkNodeName, cloudIdToken, deny, denyRejected, readCloud } from './cloud-id.ts';
 
 /** Options of the `openstack` policy. */
 export interface OpenStackPolicyOptions {
@@ -30,10 +28,6 @@ export interface OpenStackPolicyOptions {
   nova: Pick<NovaClient, 'getServer'>;
   /** Deadline of the Nova lookup, retries included (default 10 s). */
   lookupTimeoutMs?: number;
-}
-
-function deny(...reasons: string[]): PolicyDecision {
-  return { verdict: 'deny', reasons };
 }
 
 /** Whether `address` is one of `addresses`, however either is spelled (IPv6 zero compression). */
@@ -52,62 +46,54 @@ function addressIn(address: string, addresses: string[]): boolean {
 export function openstackPolicy(options: OpenStackPolicyOptions): BootstrapPolicy {
   return {
     name: 'openstack',
-    evaluate: async (request) => {
-      const { proof } = request;
-      if (proof.kind !== 'cloud-id' || proof.scheme !== 'x-openstack-id') {
-        return { verdict: 'abstain', reasons: ['the request carries no x-openstack-id proof'] };
-      }
-      const serverId = proof.token;
-      if (!isServerId(serverId)) return deny('the x-openstack-id proof is not a Nova server id');
-      let server: Awaited<ReturnType<NovaClient['getServer']>>;
-      try {
-        server = await withDeadline(
-          options.nova.getServer(serverId),
-          options.lookupTimeoutMs ?? defaultCloudLookupTimeoutMs,
-          `servers.get ${serverId}`,
-        );
-      } catch (err) {
-        if (isCloudVerdict(err))
-          return deny(`Nova does not vouch for server ${serverId}: ${describeError(err)}`);
-        throw dependencyFault('policy:openstack', err);
-      }
-      const identity = identityOfServer(openstackProviderID(server.id), server, options.clusterName);
-      if (identity instanceof Error) return deny(identity.message);
-      if (identity.state !== 'running') {
-        return deny(`server ${server.id} is ${server.status}, not ACTIVE`);
-      }
-      const addresses = serverAddresses(server).map((a) => a.address);
-      const source = sourceAddress(request.remoteAddress);
-      if (!addressIn(source, addresses)) {
-        return deny(
-          `the request comes from ${source || 'an unknown address'}, which is not an address of server ${server.id} (${addresses.join(', ') || 'none'})`,
-        );
-      }
-      if (!isDnsSubdomain(server.name)) {
-        return deny(
-          `server ${server.id} is named "${server.name.slice(0, 80)}", which is not a valid node name`,
-        );
-      }
-      return {
-        verdict: 'approve',
-        facts: {
-          nodeName: server.name,
-          instanceGroup: identity.instanceGroup,
-          instanceId: server.id,
-          dnsNames: [],
-          // kops' certificate names: every address of the server.
-          ipAddresses: addresses,
-          evidence: {
-            proof: 'x-openstack-id',
-            serverId: server.id,
-            project: server.tenant_id ?? '',
-            sourceAddress: source,
-          },
-        },
-        reasons: [
-          `server ${server.name} (${server.id}) of cluster ${options.clusterName} asked from its own address ${source}; its metadata says group ${identity.instanceGroup}`,
-        ],
-      };
+    evaluate: (request) => {
+      const serverId = cloudIdToken(request, 'x-openstack-id');
+      if (serverId === undefined) return Promise.resolve(abstainWithout('x-openstack-id'));
+      return denyRejected(() => verifyServer(serverId, sourceAddress(request.remoteAddress), options));
     },
+  };
+}
+
+/** Nova's record of the server: an ACTIVE server of this cluster, asked from one of its own addresses. */
+async function verifyServer(
+  serverId: string,
+  source: string,
+  options: OpenStackPolicyOptions,
+): Promise<PolicyDecision> {
+  if (!isServerId(serverId)) return deny('the x-openstack-id proof is not a Nova server id');
+  const server = await readCloud(options.nova.getServer(serverId), {
+    call: `servers.get ${serverId}`,
+    denial: `Nova does not vouch for server ${serverId}`,
+    dependency: 'policy:openstack',
+    timeoutMs: options.lookupTimeoutMs,
+  });
+  const identity = identityOfServer(openstackProviderID(server.id), server, options.clusterName);
+  if (identity instanceof Error) return deny(identity.message);
+  if (identity.state !== 'running') return deny(`server ${server.id} is ${server.status}, not ACTIVE`);
+  const addresses = serverAddresses(server).map((a) => a.address);
+  if (!addressIn(source, addresses)) {
+    return deny(
+      `the request comes from ${source || 'an unknown address'}, which is not an address of server ${server.id} (${addresses.join(', ') || 'none'})`,
+    );
+  }
+  return {
+    verdict: 'approve',
+    facts: {
+      nodeName: checkNodeName(server.name, `server ${server.id}`),
+      instanceGroup: identity.instanceGroup,
+      instanceId: server.id,
+      dnsNames: [],
+      // kops' certificate names: every address of the server.
+      ipAddresses: addresses,
+      evidence: {
+        proof: 'x-openstack-id',
+        serverId: server.id,
+        project: server.tenant_id ?? '',
+        sourceAddress: source,
+      },
+    },
+    reasons: [
+      `server ${server.name} (${server.id}) of cluster ${options.clusterName} asked from its own address ${source}; its metadata says group ${identity.instanceGroup}`,
+    ],
   };
 }

@@ -38,7 +38,7 @@ function policy(overrides: Partial<ScalewayPolicyOptions> = {}) {
   const clients = createScalewayClients({
     credentials: sim.credentials,
     retryDelayMs: 1,
-    maxRetryDelayMs: 5,
+    maxRetryWaitMs: 5,
     retries: 1,
   });
   return scalewayPolicy({ clusterName: cluster, clients, ...overrides });

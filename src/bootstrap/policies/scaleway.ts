@@ -19,11 +19,10 @@ import { isIP } from 'node:net';
 import type { Ipamv1 } from '@scaleway/sdk-ipam';
 import type { ScalewayClients } from '../../cloud/scaleway/client.ts';
 import { identityOfServer, isScalewayServerId, scalewayProviderID } from '../../cloud/scaleway/server.ts';
-import { isDnsSubdomain } from '../../dns-name.ts';
-import { describeError } from '../../errors.ts';
-import { defaultChallengePort } from '../../protocol/challenge.ts';
-import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict, withDeadline } from '../dependency.ts';
+import type { InstanceState } from '../../cloud/types.ts';
+import { challengeEndpointOf, defaultChallengePort } from '../../protocol/challenge.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
+import { abstainWithout, checkNodeName, cloudIdToken, deny, denyRejected, readCloud } from './cloud-id.ts';
 
 /** Options of the `scaleway` policy. */
 export interface ScalewayPolicyOptions {
@@ -37,10 +36,6 @@ export interface ScalewayPolicyOptions {
   challengePort?: number;
 }
 
-function deny(...reasons: string[]): PolicyDecision {
-  return { verdict: 'deny', reasons };
-}
-
 /** The address of an IPAM record (`10.0.0.5/22` → `10.0.0.5`). */
 function addressOf(ip: Ipamv1.IP): string | undefined {
   const address = ip.address.split('/')[0] ?? '';
@@ -49,95 +44,80 @@ function addressOf(ip: Ipamv1.IP): string | undefined {
 
 /** The `scaleway` policy; abstains for requests without an `x-scaleway-instance-server-id` proof. */
 export function scalewayPolicy(options: ScalewayPolicyOptions): BootstrapPolicy {
-  const { clients } = options;
   return {
     name: 'scaleway',
-    evaluate: async (request) => {
-      const { proof } = request;
-      if (proof.kind !== 'cloud-id' || proof.scheme !== 'x-scaleway-instance-server-id') {
-        return {
-          verdict: 'abstain',
-          reasons: ['the request carries no x-scaleway-instance-server-id proof'],
-        };
-      }
-      const serverId = proof.token;
-      if (!isScalewayServerId(serverId))
-        return deny('the x-scaleway-instance-server-id proof is not a server id');
-      const lookup = async () => {
-        const { server } = await clients.call('instance.getServer', () =>
-          clients.instance.getServer({ zone: clients.zone, serverId }),
-        );
-        if (!server) return undefined;
-        const identity = identityOfServer(
-          scalewayProviderID({ zone: clients.zone, id: server.id }),
-          server,
-          options.clusterName,
-        );
-        // IPAM only for a server of ours: a stranger's id costs one call, not two.
-        if (identity instanceof Error || (identity.state !== 'running' && identity.state !== 'pending')) {
-          return { server, identity, ips: [] };
-        }
-        const ips = await clients.call('ipam.listIPs', () =>
-          clients.ipam
-            .listIPs({ region: clients.region, resourceId: server.id, isIpv6: false, zonal: clients.zone })
-            .all(),
-        );
-        return { server, identity, ips };
-      };
-      let found: Awaited<ReturnType<typeof lookup>>;
-      try {
-        found = await withDeadline(
-          lookup(),
-          options.lookupTimeoutMs ?? defaultCloudLookupTimeoutMs,
-          `getServer ${serverId}`,
-        );
-      } catch (err) {
-        if (isCloudVerdict(err)) {
-          return deny(
-            `Scaleway does not vouch for server ${serverId} in ${clients.zone}: ${describeError(err)}`,
-          );
-        }
-        throw dependencyFault('policy:scaleway', err);
-      }
-      if (!found) return deny(`Scaleway does not vouch for server ${serverId} in ${clients.zone}`);
-      const { server, identity, ips } = found;
-      if (identity instanceof Error) return deny(identity.message);
-      if (identity.state !== 'running' && identity.state !== 'pending') {
-        return deny(`server ${server.id} is ${server.state}, not running or starting`);
-      }
-      const addresses = ips.map(addressOf).filter((a): a is string => a !== undefined);
-      const [first] = addresses;
-      const port = options.challengePort ?? defaultChallengePort;
-      if (first === undefined)
-        return deny(
-          `IPAM lists no private IPv4 address for server ${server.id}, so it cannot be called back`,
-        );
-      if (!isDnsSubdomain(server.name)) {
-        return deny(
-          `server ${server.id} is named "${server.name.slice(0, 80)}", which is not a valid node name`,
-        );
-      }
-      return {
-        verdict: 'approve',
-        facts: {
-          nodeName: server.name,
-          instanceGroup: identity.instanceGroup,
-          instanceId: server.id,
-          dnsNames: [],
-          // kops' certificate names: the server's IPAM addresses.
-          ipAddresses: addresses,
-          challengeEndpoint: `${first}:${port}`,
-          evidence: {
-            proof: 'x-scaleway-instance-server-id',
-            serverId: server.id,
-            zone: clients.zone,
-            project: server.project,
-          },
-        },
-        reasons: [
-          `server ${server.name} (${server.id}) of cluster ${options.clusterName} is ${server.state} in ${clients.zone}; its tags say group ${identity.instanceGroup}; it must answer the callback at ${first}:${port}`,
-        ],
-      };
+    evaluate: (request) => {
+      const serverId = cloudIdToken(request, scheme);
+      if (serverId === undefined) return Promise.resolve(abstainWithout(scheme));
+      return denyRejected(() => verifyServer(serverId, options));
     },
+  };
+}
+
+const scheme = 'x-scaleway-instance-server-id';
+
+/** The server and, for a live one of ours, its IPAM addresses, read within one deadline. */
+async function lookupServer(serverId: string, options: ScalewayPolicyOptions) {
+  const { clients } = options;
+  const { server } = await clients.call('instance.getServer', () =>
+    clients.instance.getServer({ zone: clients.zone, serverId }),
+  );
+  if (!server) return undefined;
+  const identity = identityOfServer(
+    scalewayProviderID({ zone: clients.zone, id: server.id }),
+    server,
+    options.clusterName,
+  );
+  // IPAM only for a server of ours: a stranger's id costs one call, not two.
+  if (identity instanceof Error || !isLive(identity.state)) return { server, identity, ips: [] };
+  const ips = await clients.call('ipam.listIPs', () =>
+    clients.ipam
+      .listIPs({ region: clients.region, resourceId: server.id, isIpv6: false, zonal: clients.zone })
+      .all(),
+  );
+  return { server, identity, ips };
+}
+
+/** Running or starting, as kops' identifier requires. */
+function isLive(state: InstanceState): boolean {
+  return state === 'running' || state === 'pending';
+}
+
+/** The Instance API's record of a live server of this cluster, with a private address to call back. */
+async function verifyServer(serverId: string, options: ScalewayPolicyOptions): Promise<PolicyDecision> {
+  const { zone } = options.clients;
+  if (!isScalewayServerId(serverId)) return deny(`the ${scheme} proof is not a server id`);
+  const denial = `Scaleway does not vouch for server ${serverId} in ${zone}`;
+  const found = await readCloud(lookupServer(serverId, options), {
+    call: `getServer ${serverId}`,
+    denial,
+    dependency: 'policy:scaleway',
+    timeoutMs: options.lookupTimeoutMs,
+  });
+  if (!found) return deny(denial);
+  const { server, identity, ips } = found;
+  if (identity instanceof Error) return deny(identity.message);
+  if (!isLive(identity.state)) return deny(`server ${server.id} is ${server.state}, not running or starting`);
+  const addresses = ips.map(addressOf).filter((a): a is string => a !== undefined);
+  const [first] = addresses;
+  if (first === undefined) {
+    return deny(`IPAM lists no private IPv4 address for server ${server.id}, so it cannot be called back`);
+  }
+  const challengeEndpoint = challengeEndpointOf(first, options.challengePort ?? defaultChallengePort);
+  return {
+    verdict: 'approve',
+    facts: {
+      nodeName: checkNodeName(server.name, `server ${server.id}`),
+      instanceGroup: identity.instanceGroup,
+      instanceId: server.id,
+      dnsNames: [],
+      // kops' certificate names: the server's IPAM addresses.
+      ipAddresses: addresses,
+      challengeEndpoint,
+      evidence: { proof: scheme, serverId: server.id, zone, project: server.project },
+    },
+    reasons: [
+      `server ${server.name} (${server.id}) of cluster ${options.clusterName} is ${server.state} in ${zone}; its tags say group ${identity.instanceGroup}; it must answer the callback challenge at ${challengeEndpoint}`,
+    ],
   };
 }

@@ -5,6 +5,7 @@
  * the simulator. Failures are UnavailableErrors: the node retries, nothing is decided.
  */
 import { UnavailableError } from '../../errors.ts';
+import { readMetadataJson } from '../metadata-service.ts';
 
 /** Where IMDS answers on every Azure VM. */
 export const defaultImdsUrl = 'http://169.254.169.254';
@@ -28,7 +29,7 @@ export interface ImdsOptions {
   signal?: AbortSignal;
 }
 
-async function imdsGet(
+function imdsGet(
   options: ImdsOptions,
   path: string,
   params: Record<string, string>,
@@ -36,28 +37,13 @@ async function imdsGet(
   const url = new URL(`${(options.url ?? defaultImdsUrl).replace(/\/$/, '')}${path}`);
   for (const [k, v] of Object.entries({ ...params, 'api-version': imdsApiVersion }))
     url.searchParams.set(k, v);
-  let response: Response;
-  try {
-    response = await (options.fetch ?? globalThis.fetch)(url, {
-      headers: { Metadata: 'true' },
-      signal: options.signal ?? AbortSignal.timeout(10_000),
-    });
-  } catch (err) {
-    throw new UnavailableError(`cannot reach Azure IMDS at ${url.origin}: ${(err as Error).message}`, {
-      cause: err,
-    });
-  }
-  const text = await response.text();
-  if (!response.ok) {
-    throw new UnavailableError(`Azure IMDS answered ${response.status} for ${path}: ${text.slice(0, 200)}`);
-  }
-  try {
-    const body: unknown = JSON.parse(text);
-    if (body && typeof body === 'object') return body as Record<string, unknown>;
-  } catch {
-    // fall through
-  }
-  throw new UnavailableError(`Azure IMDS returned something that is not a JSON object for ${path}`);
+  return readMetadataJson({
+    url,
+    service: 'Azure IMDS',
+    headers: { Metadata: 'true' },
+    ...(options.fetch ? { fetch: options.fetch } : {}),
+    ...(options.signal ? { signal: options.signal } : {}),
+  });
 }
 
 function text(value: unknown): string {

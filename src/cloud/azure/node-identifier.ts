@@ -12,8 +12,9 @@
  */
 import { ForbiddenError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
-import { Batcher, type Outcome } from '../batcher.ts';
+import type { Outcome } from '../batcher.ts';
 import { mapConcurrent } from '../concurrency.ts';
+import { IdentifyBatches } from '../identify-batches.ts';
 import type {
   IdentifyOptions,
   IdentifyResult,
@@ -58,9 +59,7 @@ export class AzureNodeIdentifier implements NodeIdentifier {
   readonly #concurrency: number;
   readonly #now: () => number;
   readonly #listings = new Map<string, Promise<Listing>>();
-  readonly #batcher: Batcher<string, NodeIdentity>;
-  /** The strictest `maxAgeMs` asked for each providerID not yet batched. */
-  readonly #maxAgeMs = new Map<string, number>();
+  readonly #batches: IdentifyBatches;
 
   constructor(options: AzureNodeIdentifierOptions) {
     this.#client = options.client;
@@ -69,29 +68,16 @@ export class AzureNodeIdentifier implements NodeIdentifier {
     this.#ttlMs = options.listingTtlMs ?? 60_000;
     this.#concurrency = options.concurrency ?? 4;
     this.#now = options.now ?? Date.now;
-    this.#batcher = new Batcher({
-      windowMs: options.coalesceWindowMs ?? 10,
-      maxBatchSize: 10_000,
+    this.#batches = new IdentifyBatches({
+      windowMs: options.coalesceWindowMs,
       maxConcurrent: 2,
       fetch: (ids) => this.#identifyBatch(ids),
     });
   }
 
   /** Identifies nodes by providerID; listings older than `options.maxAgeMs` are read again. */
-  async identify(
-    providerIDs: readonly string[],
-    options: IdentifyOptions = {},
-  ): Promise<Map<string, IdentifyResult>> {
-    const { maxAgeMs } = options;
-    if (maxAgeMs !== undefined) {
-      for (const id of providerIDs)
-        this.#maxAgeMs.set(id, Math.min(maxAgeMs, this.#maxAgeMs.get(id) ?? maxAgeMs));
-    }
-    const results = new Map<string, IdentifyResult>();
-    for (const [id, outcome] of await this.#batcher.loadMany(providerIDs)) {
-      results.set(id, outcome.ok ? { ok: true, identity: outcome.value } : outcome);
-    }
-    return results;
+  identify(providerIDs: readonly string[], options?: IdentifyOptions): Promise<Map<string, IdentifyResult>> {
+    return this.#batches.identify(providerIDs, options);
   }
 
   async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
@@ -101,8 +87,7 @@ export class AzureNodeIdentifier implements NodeIdentifier {
     const standalone: { id: string; ref: AzureVmRef }[] = [];
     const maxAge = new Map<string, number>();
     for (const id of providerIDs) {
-      const age = this.#maxAgeMs.get(id);
-      this.#maxAgeMs.delete(id);
+      const age = this.#batches.takeMaxAge(id);
       let ref: AzureVmRef;
       try {
         ref = this.#ownRef(id);

@@ -10,15 +10,16 @@
  * seconds); over it the API answers 429 `too_many_requests`. A list page holds at most 200 droplets,
  * so listing a 5,000-droplet cluster costs 25 requests.
  */
-import { InvalidInputError, NotFoundError } from '../../errors.ts';
-import type { CloudServer, ProviderIdFormat, ServerDirectory } from '../hetzner/cluster-instances.ts';
+import { NotFoundError } from '../../errors.ts';
+import { type CloudServer, DecimalIds, type ServerDirectory, schemeProviderIds } from '../cluster-servers.ts';
 import {
   type AnswerHeaders,
   headerValue,
   type JsonAnswer,
   type RestJsonClient,
   retryAfterWait,
-} from '../hetzner/rest-json.ts';
+} from '../rest-json.ts';
+import { tagValue } from '../server-groups.ts';
 import type { InstanceAddress, InstanceState } from '../types.ts';
 
 /** The public API. */
@@ -79,11 +80,6 @@ const stateByStatus: Record<string, InstanceState> = {
 /** The statuses kops' DigitalOcean identifier accepts (pkg/nodeidentity/do/identify.go). */
 const liveStatuses = new Set(['active', 'new']);
 
-/** The value of the first tag with `prefix`. */
-function tagValue(tags: readonly string[] | undefined, prefix: string): string | undefined {
-  return tags?.find((t) => t.startsWith(prefix))?.slice(prefix.length);
-}
-
 /** The droplet as the identifier sees it; private addresses first, as kops' verifier orders them. */
 export function doCloudServer(droplet: Droplet): CloudServer {
   const addresses: InstanceAddress[] = [];
@@ -106,26 +102,16 @@ export function doCloudServer(droplet: Droplet): CloudServer {
   };
 }
 
-/** A droplet id: a positive decimal integer (kops parses it with Atoi). */
-export function parseDropletId(value: string, what: string): string {
-  if (!/^[1-9]\d{0,18}$/.test(value)) {
-    throw new InvalidInputError(`${what} "${value.slice(0, 40)}" is not a droplet id`);
-  }
-  return value;
-}
+/** Droplet ids: positive decimal integers (kops parses them with Atoi). */
+export const dropletIds = new DecimalIds('droplet id', 19);
 
 /** `digitalocean://<droplet id>`, as the DigitalOcean cloud controller manager sets it. */
-export const doProviderIds: ProviderIdFormat = {
-  parse: (providerID) => {
-    if (!providerID.startsWith('digitalocean://')) {
-      throw new InvalidInputError(
-        `providerID "${providerID.slice(0, 80)}" is not a DigitalOcean one (digitalocean://<droplet id>)`,
-      );
-    }
-    return parseDropletId(providerID.slice('digitalocean://'.length), 'providerID droplet id');
-  },
-  format: (id) => `digitalocean://${id}`,
-};
+export const doProviderIds = schemeProviderIds({
+  scheme: 'digitalocean',
+  cloud: 'DigitalOcean',
+  idNoun: 'droplet id',
+  ids: dropletIds,
+});
 
 /** The droplets of one cluster through the DigitalOcean API. */
 export class DigitalOceanDroplets implements ServerDirectory {

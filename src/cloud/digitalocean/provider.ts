@@ -1,9 +1,8 @@
 /** Wires the DigitalOcean pieces for one cluster: the API client, node identity and cloud groups. */
-import { ConfigError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
-import { ClusterServerGroups, ClusterServerIdentifier } from '../hetzner/cluster-instances.ts';
-import { RestJsonClient, type RestJsonClientOptions } from '../hetzner/rest-json.ts';
+import { type ClusterServerProvider, clusterServerProvider, requiredToken } from '../cluster-servers.ts';
 import type { CloudCallRecorder, CloudName } from '../metrics.ts';
+import { RestJsonClient, type RestJsonClientOptions } from '../rest-json.ts';
 import {
   DigitalOceanDroplets,
   defaultDigitalOceanEndpoint,
@@ -36,19 +35,13 @@ export interface DigitalOceanProviderOptions {
 }
 
 /** The DigitalOcean implementations of the cloud interfaces. */
-export interface DigitalOceanProvider {
+export interface DigitalOceanProvider extends ClusterServerProvider {
   droplets: DigitalOceanDroplets;
-  nodeIdentifier: ClusterServerIdentifier;
-  cloudGroups: ClusterServerGroups;
-  identifiesByNodeName: false;
-  close(): void;
 }
 
 /** Builds the DigitalOcean provider; throws ConfigError without a token. */
 export function createDigitalOceanProvider(options: DigitalOceanProviderOptions): DigitalOceanProvider {
-  const token = options.token ?? process.env[doTokenVariable];
-  if (!token)
-    throw new ConfigError(`${doTokenVariable} is required on DigitalOcean (an API token with read access)`);
+  const token = requiredToken(options.token, doTokenVariable, 'DigitalOcean (an API token with read access)');
   const api = new RestJsonClient({
     cloud: doCloud,
     title: 'the DigitalOcean API',
@@ -62,20 +55,16 @@ export function createDigitalOceanProvider(options: DigitalOceanProviderOptions)
   const droplets = new DigitalOceanDroplets(api, options.clusterName);
   // The identifier compares the tag's value, which kops spells with dashes for dots.
   const tagClusterName = doSafeClusterName(options.clusterName);
-  const nodeIdentifier = new ClusterServerIdentifier({
+  const provider = clusterServerProvider({
     directory: droplets,
     providerIds: doProviderIds,
     clusterName: tagClusterName,
+    groupsClusterName: options.clusterName,
     noun: 'droplet',
     clusterMark: `tag ${doClusterTagPrefix}${tagClusterName}`,
     groupMark: `${doGroupTagPrefix}<group> tag`,
     logger: options.logger ?? silentLogger,
-  });
-  return {
-    droplets,
-    nodeIdentifier,
-    cloudGroups: new ClusterServerGroups(nodeIdentifier, options.clusterName),
-    identifiesByNodeName: false,
     close: () => api.destroy(),
-  };
+  });
+  return { ...provider, droplets };
 }

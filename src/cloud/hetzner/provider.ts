@@ -1,9 +1,8 @@
 /** Wires the Hetzner Cloud pieces for one cluster: the API client, node identity and cloud groups. */
-import { ConfigError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import { type ClusterServerProvider, clusterServerProvider, requiredToken } from '../cluster-servers.ts';
 import type { CloudCallRecorder, CloudName } from '../metrics.ts';
-import { ClusterServerGroups, ClusterServerIdentifier } from './cluster-instances.ts';
-import { RestJsonClient, type RestJsonClientOptions } from './rest-json.ts';
+import { RestJsonClient, type RestJsonClientOptions } from '../rest-json.ts';
 import {
   defaultHetznerEndpoint,
   HetznerServers,
@@ -35,21 +34,17 @@ export interface HetznerProviderOptions {
 }
 
 /** The Hetzner implementations of the cloud interfaces. */
-export interface HetznerProvider {
+export interface HetznerProvider extends ClusterServerProvider {
   servers: HetznerServers;
-  nodeIdentifier: ClusterServerIdentifier;
-  cloudGroups: ClusterServerGroups;
-  identifiesByNodeName: false;
-  close(): void;
 }
 
 /** Builds the Hetzner provider; throws ConfigError without a token. */
 export function createHetznerProvider(options: HetznerProviderOptions): HetznerProvider {
-  const token = options.token ?? process.env[hetznerTokenVariable];
-  if (!token)
-    throw new ConfigError(
-      `${hetznerTokenVariable} is required on Hetzner Cloud (an API token with read access)`,
-    );
+  const token = requiredToken(
+    options.token,
+    hetznerTokenVariable,
+    'Hetzner Cloud (an API token with read access)',
+  );
   const api = new RestJsonClient({
     cloud: hetznerCloud,
     title: 'the Hetzner Cloud API',
@@ -61,7 +56,7 @@ export function createHetznerProvider(options: HetznerProviderOptions): HetznerP
     ...(options.cloudCalls ? { cloudCalls: options.cloudCalls } : {}),
   });
   const servers = new HetznerServers(api, options.clusterName);
-  const nodeIdentifier = new ClusterServerIdentifier({
+  const provider = clusterServerProvider({
     directory: servers,
     providerIds: hetznerProviderIds,
     clusterName: options.clusterName,
@@ -69,12 +64,7 @@ export function createHetznerProvider(options: HetznerProviderOptions): HetznerP
     clusterMark: `label ${hetznerClusterLabel}=${options.clusterName}`,
     groupMark: `label ${hetznerGroupLabel}`,
     logger: options.logger ?? silentLogger,
-  });
-  return {
-    servers,
-    nodeIdentifier,
-    cloudGroups: new ClusterServerGroups(nodeIdentifier, options.clusterName),
-    identifiesByNodeName: false,
     close: () => api.destroy(),
-  };
+  });
+  return { ...provider, servers };
 }

@@ -9,10 +9,10 @@
  * `RateLimit-Reset`; over it the API answers 429 `rate_limit_exceeded`. A list page holds at most 50
  * servers (`per_page` ≤ 50), so listing a 5,000-server cluster costs 100 requests.
  */
-import { InvalidInputError, NotFoundError } from '../../errors.ts';
+import { NotFoundError } from '../../errors.ts';
+import { type CloudServer, DecimalIds, type ServerDirectory, schemeProviderIds } from '../cluster-servers.ts';
+import { type AnswerHeaders, type JsonAnswer, type RestJsonClient, retryAfterWait } from '../rest-json.ts';
 import type { InstanceAddress, InstanceState } from '../types.ts';
-import type { CloudServer, ProviderIdFormat, ServerDirectory } from './cluster-instances.ts';
-import { type AnswerHeaders, type JsonAnswer, type RestJsonClient, retryAfterWait } from './rest-json.ts';
 
 /** The public API. */
 export const defaultHetznerEndpoint = 'https://api.hetzner.cloud/v1';
@@ -92,25 +92,16 @@ export function hetznerCloudServer(server: HetznerServer): CloudServer {
   };
 }
 
-/** A Hetzner server id: a positive decimal integer (kops parses it as int64). */
-export function parseHetznerServerId(value: string, what: string): string {
-  if (!/^[1-9]\d{0,18}$/.test(value))
-    throw new InvalidInputError(`${what} "${value.slice(0, 40)}" is not a Hetzner server id`);
-  return value;
-}
+/** Hetzner server ids: positive decimal integers (kops parses them as int64). */
+export const hetznerServerIds = new DecimalIds('Hetzner server id', 19);
 
 /** `hcloud://<server id>`, as the Hetzner cloud controller manager sets it. */
-export const hetznerProviderIds: ProviderIdFormat = {
-  parse: (providerID) => {
-    if (!providerID.startsWith('hcloud://')) {
-      throw new InvalidInputError(
-        `providerID "${providerID.slice(0, 80)}" is not a Hetzner one (hcloud://<server id>)`,
-      );
-    }
-    return parseHetznerServerId(providerID.slice('hcloud://'.length), 'providerID server id');
-  },
-  format: (id) => `hcloud://${id}`,
-};
+export const hetznerProviderIds = schemeProviderIds({
+  scheme: 'hcloud',
+  cloud: 'Hetzner',
+  idNoun: 'server id',
+  ids: hetznerServerIds,
+});
 
 /** The servers of one cluster through the Hetzner Cloud API. */
 export class HetznerServers implements ServerDirectory {

@@ -21,14 +21,8 @@ import { Agent as HttpAgent } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
 import { isIP } from 'node:net';
 import * as linodeSdk from '@linode/api-v4';
-import { InvalidInputError, UnavailableError } from '../../errors.ts';
-import type { CloudServer, ProviderIdFormat, ServerDirectory } from '../hetzner/cluster-instances.ts';
-import {
-  type CloudRetryPolicy,
-  cloudAnswerError,
-  retryAfterWait,
-  retryCloudCall,
-} from '../hetzner/rest-json.ts';
+import { UnavailableError } from '../../errors.ts';
+import { type CloudServer, DecimalIds, type ServerDirectory, schemeProviderIds } from '../cluster-servers.ts';
 import {
   type CloudCallRecorder,
   type CloudName,
@@ -36,6 +30,9 @@ import {
   noCloudCalls,
   secondsSince,
 } from '../metrics.ts';
+import { cloudAnswerError, retryAfterWait } from '../rest-json.ts';
+import { type CloudRetryPolicy, retryCloudCall } from '../retry.ts';
+import { tagValue } from '../server-groups.ts';
 import type { InstanceAddress, InstanceState } from '../types.ts';
 
 /** The public API's origin (the SDK's URLs are `<origin>/v4/...` and `<origin>/v4beta/...`). */
@@ -252,10 +249,6 @@ export function isPrivateIPv4(address: string): boolean {
   return a === 10 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168);
 }
 
-function tagValue(tags: readonly string[], prefix: string): string | undefined {
-  return tags.find((t) => t.startsWith(prefix))?.slice(prefix.length);
-}
-
 /** The instance as the identifier sees it: its IPv4 addresses, private ones first (as kops challenges them). */
 export function linodeCloudServer(instance: Linode): CloudServer {
   const ipv4 = (instance.ipv4 ?? []).filter((ip) => isIP(ip) === 4);
@@ -278,30 +271,17 @@ export function linodeCloudServer(instance: Linode): CloudServer {
   };
 }
 
-/** A Linode instance id: a positive decimal integer that fits the SDK's number (kops parses it with Atoi). */
-export function parseLinodeId(value: string, what: string): string {
-  if (!/^[1-9]\d{0,14}$/.test(value)) {
-    throw new InvalidInputError(`${what} "${value.slice(0, 40)}" is not a Linode instance id`);
-  }
-  return value;
-}
+/** Linode instance ids: positive decimal integers that fit the SDK's number (kops parses them with Atoi). */
+export const linodeIds = new DecimalIds('Linode instance id', 15);
 
 /** `linode://<id>`; kops also reads `linode:///<id>` and `linode://<region>/<id>`. */
-export const linodeProviderIds: ProviderIdFormat = {
-  parse: (providerID) => {
-    if (!providerID.startsWith('linode://')) {
-      throw new InvalidInputError(
-        `providerID "${providerID.slice(0, 80)}" is not a Linode one (linode://<instance id>)`,
-      );
-    }
-    const parts = providerID
-      .slice('linode://'.length)
-      .replace(/^\/+|\/+$/g, '')
-      .split('/');
-    return parseLinodeId(parts[parts.length - 1] ?? '', 'providerID instance id');
-  },
-  format: (id) => `linode://${id}`,
-};
+export const linodeProviderIds = schemeProviderIds({
+  scheme: 'linode',
+  cloud: 'Linode',
+  idNoun: 'instance id',
+  ids: linodeIds,
+  lastSegment: true,
+});
 
 /** The instances of one cluster through the Linode API. */
 export class LinodeInstances implements ServerDirectory {

@@ -1,7 +1,6 @@
 /** Wires the Akamai (Linode) pieces for one cluster: the SDK client, node identity and cloud groups. */
-import { ConfigError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
-import { ClusterServerGroups, ClusterServerIdentifier } from '../hetzner/cluster-instances.ts';
+import { type ClusterServerProvider, clusterServerProvider, requiredToken } from '../cluster-servers.ts';
 import type { CloudCallRecorder } from '../metrics.ts';
 import {
   LinodeApi,
@@ -31,21 +30,17 @@ export interface LinodeProviderOptions {
 }
 
 /** The Linode implementations of the cloud interfaces. */
-export interface LinodeProvider {
+export interface LinodeProvider extends ClusterServerProvider {
   instances: LinodeInstances;
-  nodeIdentifier: ClusterServerIdentifier;
-  cloudGroups: ClusterServerGroups;
-  identifiesByNodeName: false;
-  close(): void;
 }
 
 /** Builds the Linode provider; throws ConfigError without a token. */
 export function createLinodeProvider(options: LinodeProviderOptions): LinodeProvider {
-  const token = options.token ?? process.env[linodeTokenVariable];
-  if (!token)
-    throw new ConfigError(
-      `${linodeTokenVariable} is required on Akamai (Linode) (a token with Linodes read access)`,
-    );
+  const token = requiredToken(
+    options.token,
+    linodeTokenVariable,
+    'Akamai (Linode) (a token with Linodes read access)',
+  );
   const origin = options.origin ?? (process.env[linodeUrlVariable] || undefined);
   const api = new LinodeApi({
     token,
@@ -54,7 +49,7 @@ export function createLinodeProvider(options: LinodeProviderOptions): LinodeProv
     ...(options.cloudCalls ? { cloudCalls: options.cloudCalls } : {}),
   });
   const instances = new LinodeInstances(api, options.clusterName);
-  const nodeIdentifier = new ClusterServerIdentifier({
+  const provider = clusterServerProvider({
     directory: instances,
     providerIds: linodeProviderIds,
     clusterName: options.clusterName,
@@ -62,12 +57,7 @@ export function createLinodeProvider(options: LinodeProviderOptions): LinodeProv
     clusterMark: `tag ${linodeClusterTagPrefix}${options.clusterName}`,
     groupMark: `${linodeGroupTagPrefix}<group> tag`,
     logger: options.logger ?? silentLogger,
-  });
-  return {
-    instances,
-    nodeIdentifier,
-    cloudGroups: new ClusterServerGroups(nodeIdentifier, options.clusterName),
-    identifiesByNodeName: false,
     close: () => api.destroy(),
-  };
+  });
+  return { ...provider, instances };
 }

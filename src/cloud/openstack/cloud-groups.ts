@@ -1,11 +1,9 @@
 /**
  * OpenStack has no instance-group object kops uses for sizes: kops creates each server itself and
  * finds a group's servers by their metadata (`KopsInstanceGroup` and the cluster name;
- * `osBuildCloudInstanceGroup`). So do we, from one listing of the project's servers. kops takes the
- * group's target size from the instance group spec's `minSize`; the cloud knows only the servers it
- * runs, so here the sizes are the member count, and the metrics and `validate` fall back to the
- * spec where they need a desired size.
+ * `osBuildCloudInstanceGroup`). So do we, from one listing of the project's servers (server-groups.ts).
  */
+import { type GroupedServer, groupsOfServers } from '../server-groups.ts';
 import type { CloudGroup, CloudGroups } from '../types.ts';
 import type { NovaClient } from './nova.ts';
 import { clusterNameKey, instanceGroupKey, stateOfServer } from './server.ts';
@@ -24,33 +22,21 @@ export class OpenStackCloudGroups implements CloudGroups {
   }
 
   async list(clusterName: string): Promise<CloudGroup[]> {
-    const groups = new Map<string, CloudGroup>();
+    const ours: GroupedServer[] = [];
     for (const server of await this.#nova.listServers()) {
       const instanceGroup = server.metadata?.[instanceGroupKey];
       if (server.metadata?.[clusterNameKey] !== clusterName || !instanceGroup) continue;
-      let group = groups.get(instanceGroup);
-      if (!group) {
-        group = {
-          instanceGroup,
-          cloudName: instanceGroup,
-          minSize: 0,
-          maxSize: 0,
-          targetSize: 0,
-          members: [],
-        };
-        groups.set(instanceGroup, group);
-      }
       const state = stateOfServer(server);
-      group.members.push({
-        instanceId: server.id,
-        providerID: openstackProviderID(server.id),
-        state,
-        healthy: state === 'running',
+      ours.push({
+        instanceGroup,
+        member: {
+          instanceId: server.id,
+          providerID: openstackProviderID(server.id),
+          state,
+          healthy: state === 'running',
+        },
       });
     }
-    for (const group of groups.values()) {
-      group.minSize = group.maxSize = group.targetSize = group.members.length;
-    }
-    return [...groups.values()];
+    return groupsOfServers(ours);
   }
 }

@@ -7,22 +7,7 @@
 import { errorForHttpStatus, type KopsError } from '../../errors.ts';
 import { type HttpsAnswer, httpsRequest } from '../../net/https-client.ts';
 import { retryAfterSeconds } from '../../net/retry-after.ts';
-import { type CloudCallResult, httpCallResult, secondsSince } from '../metrics.ts';
-
-/**
- * Where the OpenStack clients count their calls: a CloudCallRecorder (src/cloud/metrics.ts) for the
- * cloud `openstack`.
- */
-export interface OpenStackCallRecorder {
-  request(cloud: 'openstack', call: string, result: CloudCallResult): void;
-  duration(cloud: 'openstack', call: string, seconds: number): void;
-}
-
-/** Counts nothing. */
-export const uncountedOpenStackCalls: OpenStackCallRecorder = {
-  request: () => undefined,
-  duration: () => undefined,
-};
+import { type CloudCallRecorder, httpCallResult, secondsSince } from '../metrics.ts';
 
 /** One call. */
 export interface OpenStackRequest {
@@ -34,7 +19,7 @@ export interface OpenStackRequest {
   body?: unknown;
   timeoutMs: number;
   maxBodyBytes: number;
-  calls: OpenStackCallRecorder;
+  calls: CloudCallRecorder;
 }
 
 /** The message an OpenStack error body carries, whichever service wrote it. */

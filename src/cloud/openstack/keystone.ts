@@ -5,8 +5,9 @@
  * from the token's service catalog. Concurrent callers share one authentication.
  */
 import { ConfigError, UnavailableError } from '../../errors.ts';
+import { type CloudCallRecorder, noCloudCalls } from '../metrics.ts';
 import { keystoneAuthBody, keystoneTokensUrl, type OpenStackAuthOptions } from './auth.ts';
-import { type OpenStackCallRecorder, openstackRequest, uncountedOpenStackCalls } from './http.ts';
+import { openstackRequest } from './http.ts';
 
 /** A token and the endpoint it is used at. */
 export interface KeystoneToken {
@@ -23,7 +24,7 @@ export interface KeystoneSessionOptions {
   timeoutMs?: number;
   /** A token is renewed this long before it expires (default 5 minutes). */
   renewBeforeMs?: number;
-  calls?: OpenStackCallRecorder;
+  calls?: CloudCallRecorder;
   now?: () => number;
 }
 
@@ -68,7 +69,7 @@ export class KeystoneSession {
       body: keystoneAuthBody(auth.credentials),
       timeoutMs: this.#options.timeoutMs ?? 10_000,
       maxBodyBytes: 4 * 1024 * 1024,
-      calls: this.#options.calls ?? uncountedOpenStackCalls,
+      calls: this.#options.calls ?? noCloudCalls,
     });
     const token = answer.headers['x-subject-token'];
     let parsed: { token?: { expires_at?: string; catalog?: CatalogEntry[] } };

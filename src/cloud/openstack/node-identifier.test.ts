@@ -114,7 +114,7 @@ test("Nova failing is each node's error (a fault, retried by the caller), never 
     nova: new NovaClient({
       session: new KeystoneSession({ auth: sim.passwordAuth }),
       retryDelayMs: 1,
-      maxRetryDelayMs: 5,
+      maxRetryWaitMs: 5,
       retries: 1,
     }),
     clusterName: cluster,

@@ -17,8 +17,9 @@
  */
 import { NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
-import { Batcher, type Outcome } from '../batcher.ts';
+import type { Outcome } from '../batcher.ts';
 import { mapConcurrent } from '../concurrency.ts';
+import { IdentifyBatches } from '../identify-batches.ts';
 import type { IdentifyOptions, IdentifyResult, NodeIdentifier, NodeIdentity } from '../types.ts';
 import type { NovaClient, NovaServer } from './nova.ts';
 import { identityOfServer, parseOpenStackProviderID } from './server.ts';
@@ -50,9 +51,7 @@ export class OpenStackNodeIdentifier implements NodeIdentifier {
   readonly #options: OpenStackNodeIdentifierOptions;
   readonly #logger: Logger;
   readonly #now: () => number;
-  readonly #batcher: Batcher<string, NodeIdentity>;
-  /** The strictest `maxAgeMs` asked for each providerID not yet batched. */
-  readonly #maxAgeMs = new Map<string, number>();
+  readonly #batches: IdentifyBatches;
   #snapshot: Snapshot | undefined;
   #listing: Promise<Snapshot> | undefined;
 
@@ -60,36 +59,22 @@ export class OpenStackNodeIdentifier implements NodeIdentifier {
     this.#options = options;
     this.#logger = options.logger ?? silentLogger;
     this.#now = options.now ?? Date.now;
-    this.#batcher = new Batcher({
-      windowMs: options.coalesceWindowMs ?? 10,
-      maxBatchSize: 10_000,
+    this.#batches = new IdentifyBatches({
+      windowMs: options.coalesceWindowMs,
       maxConcurrent: 2,
       fetch: (ids) => this.#identifyBatch(ids),
     });
   }
 
   /** Identifies nodes by providerID; facts older than `options.maxAgeMs` are read again. */
-  async identify(
-    providerIDs: readonly string[],
-    options: IdentifyOptions = {},
-  ): Promise<Map<string, IdentifyResult>> {
-    const { maxAgeMs } = options;
-    if (maxAgeMs !== undefined) {
-      for (const id of providerIDs)
-        this.#maxAgeMs.set(id, Math.min(maxAgeMs, this.#maxAgeMs.get(id) ?? maxAgeMs));
-    }
-    const results = new Map<string, IdentifyResult>();
-    for (const [id, outcome] of await this.#batcher.loadMany(providerIDs)) {
-      results.set(id, outcome.ok ? { ok: true, identity: outcome.value } : outcome);
-    }
-    return results;
+  identify(providerIDs: readonly string[], options?: IdentifyOptions): Promise<Map<string, IdentifyResult>> {
+    return this.#batches.identify(providerIDs, options);
   }
 
   async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
     let maxAgeMs = this.#options.snapshotTtlMs ?? 30_000;
     for (const id of providerIDs) {
-      maxAgeMs = Math.min(maxAgeMs, this.#maxAgeMs.get(id) ?? maxAgeMs);
-      this.#maxAgeMs.delete(id);
+      maxAgeMs = Math.min(maxAgeMs, this.#batches.takeMaxAge(id) ?? maxAgeMs);
     }
     const results = new Map<string, Outcome<NodeIdentity>>();
     const serverIds = new Map<string, string>();

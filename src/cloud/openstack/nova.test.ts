@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, test } from 'node:test';
 import { KopsError, NotFoundError } from '../../errors.ts';
 import { type OpenStackSimulator, startOpenStackSimulator } from '../../sim/openstack/simulator.ts';
+import type { CloudCallRecorder } from '../metrics.ts';
 import { openstackAuthFromEnv } from './auth.ts';
-import type { OpenStackCallRecorder } from './http.ts';
 import { KeystoneSession } from './keystone.ts';
 import { NovaClient, type NovaClientOptions } from './nova.ts';
 
@@ -75,17 +75,20 @@ test('a revoked token is replaced once and the call succeeds', async () => {
 
 test('429 and 5xx are retried (Retry-After honoured), then surface as rate-limited / unavailable', async () => {
   const server = sim.addServer({ name: 'retried' });
-  const client = nova({ maxRetryDelayMs: 5 });
-  sim.throttleNext(2, 1, 'servers.get');
+  const client = nova({ maxRetryWaitMs: 1_000 });
+  sim.throttleNext(1, 1, 'servers.get');
   assert.equal((await client.getServer(server.id)).name, 'retried');
-  assert.equal(sim.count('servers.get'), 3);
+  assert.equal(sim.count('servers.get'), 2, 'a Retry-After within maxRetryWaitMs is waited out');
 
+  // A wait longer than the client holds a caller fails at once, carrying the wait (a 503's Retry-After).
   sim.throttleNext(4, 1, 'servers.get');
-  await assert.rejects(client.getServer(server.id), (err: unknown) => {
+  await assert.rejects(nova({ maxRetryWaitMs: 5 }).getServer(server.id), (err: unknown) => {
     assert.equal(kindOf(err), 'rate-limited');
     assert.equal((err as KopsError).details?.['retryAfterSeconds'], 1);
     return true;
   });
+  assert.equal(sim.count('servers.get'), 3);
+  sim.resetFaults();
   sim.failNext(4, 503, 'servers.get');
   await assert.rejects(client.getServer(server.id), (err: unknown) => kindOf(err) === 'unavailable');
   sim.dropNext(4, 'servers.get');
@@ -93,12 +96,12 @@ test('429 and 5xx are retried (Retry-After honoured), then surface as rate-limit
     assert.equal(kindOf(err), 'unavailable', String(err));
     return true;
   });
-  assert.equal(sim.count('servers.get'), 15);
+  assert.equal(sim.count('servers.get'), 11);
 });
 
 test('calls are counted by operation and result', async () => {
   const counted: string[] = [];
-  const calls: OpenStackCallRecorder = {
+  const calls: CloudCallRecorder = {
     request: (_cloud, call, result) => counted.push(`${call}:${result}`),
     duration: () => undefined,
   };

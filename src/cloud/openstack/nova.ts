@@ -2,10 +2,12 @@
  * The Nova (compute v2.1) calls node identity, cloud groups and the bootstrap verifier need: one
  * server by id, and every server of the project, paginated with `limit`/`marker` as Nova's
  * `servers_links` say. Reads only, so they are retried: once after a 401 with a new token, and a few
- * times after a 429 or 5xx, waiting what `Retry-After` asks (capped).
+ * times after a 429, 5xx or no answer, as every cloud read is (src/cloud/retry.ts).
  */
 import { InvalidInputError, KopsError, UnavailableError } from '../../errors.ts';
-import { type OpenStackCallRecorder, openstackRequest, uncountedOpenStackCalls } from './http.ts';
+import { type CloudCallRecorder, noCloudCalls } from '../metrics.ts';
+import { retryCloudCall } from '../retry.ts';
+import { openstackRequest } from './http.ts';
 import type { KeystoneSession } from './keystone.ts';
 
 /** One address of a server, as `addresses.<network>[]` lists it. */
@@ -38,13 +40,13 @@ export interface NovaClientOptions {
    * then pages anyway, so asking for more is harmless.
    */
   pageSize?: number;
-  /** Retries after a 429 or 5xx (default 3). */
+  /** Retries after a 429, 5xx or no answer (default 3). */
   retries?: number;
   /** First retry delay without a Retry-After; doubles per retry (default 500 ms). */
   retryDelayMs?: number;
-  /** The longest wait for one retry, whatever Retry-After asks (default 10 s). */
-  maxRetryDelayMs?: number;
-  calls?: OpenStackCallRecorder;
+  /** The longest Retry-After waited out; a longer one fails the call at once (default 10 s). */
+  maxRetryWaitMs?: number;
+  calls?: CloudCallRecorder;
 }
 
 /** Server ids are UUIDs; anything else is refused before it is put in a URL. */
@@ -101,44 +103,44 @@ export class NovaClient {
     throw new UnavailableError(`Nova listed more than ${maxPages} pages of servers`);
   }
 
-  async #get(call: string, pathAndQuery: string): Promise<unknown> {
-    const retries = this.#options.retries ?? 3;
+  /** One read, retried as every cloud read is (retry.ts), on a token renewed once if it expired. */
+  #get(call: string, pathAndQuery: string): Promise<unknown> {
+    const policy = {
+      retries: this.#options.retries ?? 3,
+      retryDelayMs: this.#options.retryDelayMs ?? 500,
+      maxRetryWaitMs: this.#options.maxRetryWaitMs ?? 10_000,
+    };
     let reauthenticated = false;
-    for (let attempt = 0; ; attempt++) {
+    const attempt = async (): Promise<unknown> => {
       const session = await this.#session.token();
       try {
-        const answer = await openstackRequest({
-          call,
-          url: new URL(`${session.computeUrl}${pathAndQuery}`),
-          token: session.token,
-          timeoutMs: this.#options.timeoutMs ?? 15_000,
-          maxBodyBytes: 64 * 1024 * 1024,
-          calls: this.#options.calls ?? uncountedOpenStackCalls,
-        });
-        try {
-          return JSON.parse(answer.body.toString('utf8'));
-        } catch {
-          throw new UnavailableError(`Nova answered ${call} with a body that is not JSON`);
-        }
+        return await this.#send(call, `${session.computeUrl}${pathAndQuery}`, session.token);
       } catch (err) {
         if (err instanceof KopsError && err.kind === 'unauthenticated' && !reauthenticated) {
           // The token expired or was revoked under us: one new token, then the answer stands.
           reauthenticated = true;
           this.#session.invalidate(session.token);
-          continue;
+          return attempt();
         }
-        const transient =
-          err instanceof KopsError && (err.kind === 'rate-limited' || err.kind === 'unavailable');
-        if (!transient || attempt >= retries) throw err;
-        await new Promise((resolve) => setTimeout(resolve, this.#retryDelay(err, attempt)));
+        throw err;
       }
-    }
+    };
+    return retryCloudCall(policy, attempt);
   }
 
-  #retryDelay(err: KopsError, attempt: number): number {
-    const asked = err.details?.['retryAfterSeconds'];
-    const delay =
-      typeof asked === 'number' ? asked * 1000 : (this.#options.retryDelayMs ?? 500) * 2 ** attempt;
-    return Math.min(delay, this.#options.maxRetryDelayMs ?? 10_000);
+  async #send(call: string, url: string, token: string): Promise<unknown> {
+    const answer = await openstackRequest({
+      call,
+      url: new URL(url),
+      token,
+      timeoutMs: this.#options.timeoutMs ?? 15_000,
+      maxBodyBytes: 64 * 1024 * 1024,
+      calls: this.#options.calls ?? noCloudCalls,
+    });
+    try {
+      return JSON.parse(answer.body.toString('utf8'));
+    } catch {
+      throw new UnavailableError(`Nova answered ${call} with a body that is not JSON`);
+    }
   }
 }

@@ -1,9 +1,9 @@
 /** Wires the OpenStack pieces for one cluster: Keystone session, Nova client, node identity, cloud groups. */
 import { type Logger, silentLogger } from '../../log.ts';
+import type { CloudCallRecorder } from '../metrics.ts';
 import type { CloudGroups, NodeIdentifier } from '../types.ts';
 import { type OpenStackAuthOptions, openstackAuthFromEnv } from './auth.ts';
 import { OpenStackCloudGroups } from './cloud-groups.ts';
-import type { OpenStackCallRecorder } from './http.ts';
 import { KeystoneSession } from './keystone.ts';
 import { OpenStackNodeIdentifier } from './node-identifier.ts';
 import { NovaClient } from './nova.ts';
@@ -15,7 +15,7 @@ export interface OpenStackProviderOptions {
   auth?: OpenStackAuthOptions;
   logger?: Logger;
   /** Where the clients count their calls (the controller's CloudCallRecorder). */
-  cloudCalls?: OpenStackCallRecorder;
+  cloudCalls?: CloudCallRecorder;
 }
 
 /** The OpenStack implementations of the cloud interfaces, and the Nova client the verifier uses. */

@@ -2,10 +2,10 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, test } from 'node:test';
 import { ConfigError, KopsError } from '../../errors.ts';
 import { type ScalewaySimulator, startScalewaySimulator } from '../../sim/scaleway/simulator.ts';
+import type { CloudCallRecorder } from '../metrics.ts';
 import {
   createScalewayClients,
   regionOfZone,
-  type ScalewayCallRecorder,
   type ScalewayClientOptions,
   scalewayCredentialsFromEnv,
 } from './client.ts';
@@ -24,7 +24,7 @@ function clients(options: Partial<ScalewayClientOptions> = {}) {
   return createScalewayClients({
     credentials: sim.credentials,
     retryDelayMs: 1,
-    maxRetryDelayMs: 5,
+    maxRetryWaitMs: 5,
     ...options,
   });
 }
@@ -74,18 +74,21 @@ test('the SDK runs unchanged against the simulator; failures are typed errors', 
 });
 
 test('429 (reset_seconds honoured), 5xx and dropped connections are retried, then surface as faults', async () => {
-  const c = clients({ retries: 2 });
+  const c = clients({ retries: 2, maxRetryWaitMs: 1_000 });
   const server = sim.addServer({ name: 'n2' });
   const get = () => c.call('get', () => c.instance.getServer({ zone: c.zone, serverId: server.id }));
-  sim.throttleNext(2, 1, 'servers.get');
+  sim.throttleNext(1, 1, 'servers.get');
   assert.equal((await get()).server?.name, 'n2');
-  assert.equal(sim.count('servers.get'), 3);
+  assert.equal(sim.count('servers.get'), 2, 'a reset_seconds within maxRetryWaitMs is waited out');
+  // A wait longer than the client holds a caller fails at once, carrying the wait (a 503's Retry-After).
   sim.throttleNext(3, 7, 'servers.get');
   await assert.rejects(get(), (err: unknown) => {
     assert.equal(kindOf(err), 'rate-limited');
     assert.equal((err as KopsError).details?.['retryAfterSeconds'], 7);
     return true;
   });
+  assert.equal(sim.count('servers.get'), 3);
+  sim.resetFaults();
   sim.failNext(3, 503, 'servers.get');
   await assert.rejects(get(), (err: unknown) => kindOf(err) === 'unavailable');
   sim.dropNext(3, 'servers.get');
@@ -100,7 +103,7 @@ test('429 (reset_seconds honoured), 5xx and dropped connections are retried, the
 
 test('each request is counted by API operation and result', async () => {
   const counted: string[] = [];
-  const calls: ScalewayCallRecorder = {
+  const calls: CloudCallRecorder = {
     request: (_cloud, call, result) => counted.push(`${call}:${result}`),
     duration: () => undefined,
   };

@@ -4,27 +4,18 @@
  * `SCW_DEFAULT_PROJECT_ID`; scalewaymetadata/profile.go) and `SCW_API_URL` for a private endpoint or
  * the simulator. Every request is counted and has a deadline (the SDK sets none); an SDK failure
  * becomes the typed error its status names, once, here (`scalewayCall`), and reads that fail for a
- * moment (429, 5xx, network) are retried a few times, waiting what the API's `reset_seconds` asks.
+ * moment (429, 5xx, network, no answer) are retried as every cloud read is (src/cloud/retry.ts),
+ * waiting what the API's `reset_seconds` asks.
  */
 import { createAdvancedClient, type Errors, withHTTPClient, withProfile } from '@scaleway/sdk-client';
 import { Instancev1 } from '@scaleway/sdk-instance';
 import { Ipamv1 } from '@scaleway/sdk-ipam';
 import { ConfigError, errorForHttpStatus, KopsError, TimeoutError, UnavailableError } from '../../errors.ts';
-import { type CloudCallResult, httpCallResult, secondsSince } from '../metrics.ts';
+import { type CloudCallRecorder, httpCallResult, noCloudCalls, secondsSince } from '../metrics.ts';
+import { retryCloudCall } from '../retry.ts';
 
 /** The Scaleway public API. */
 export const defaultScalewayApiUrl = 'https://api.scaleway.com';
-
-/**
- * Where the Scaleway clients count their calls: a CloudCallRecorder (src/cloud/metrics.ts) for the
- * cloud `scaleway`.
- */
-export interface ScalewayCallRecorder {
-  request(cloud: 'scaleway', call: string, result: CloudCallResult): void;
-  duration(cloud: 'scaleway', call: string, seconds: number): void;
-}
-
-const uncounted: ScalewayCallRecorder = { request: () => undefined, duration: () => undefined };
 
 /** The controller's Scaleway credentials and locality. */
 export interface ScalewayCredentials {
@@ -73,13 +64,13 @@ export interface ScalewayClientOptions {
   credentials: ScalewayCredentials;
   /** Deadline of one request (default 15 s). */
   timeoutMs?: number;
-  /** Retries after a 429, 5xx or network failure (default 3). */
+  /** Retries after a 429, 5xx, network failure or no answer (default 3). */
   retries?: number;
   /** First retry delay when the API names none; doubles per retry (default 500 ms). */
   retryDelayMs?: number;
-  /** The longest wait for one retry, whatever the API asks (default 10 s). */
-  maxRetryDelayMs?: number;
-  calls?: ScalewayCallRecorder;
+  /** The longest `reset_seconds` waited out; a longer one fails the call at once (default 10 s). */
+  maxRetryWaitMs?: number;
+  calls?: CloudCallRecorder;
 }
 
 /** The SDK APIs, and how to call them. */
@@ -132,7 +123,7 @@ export function scalewayError(what: string, err: unknown): KopsError {
 /** Builds the SDK clients for one zone. */
 export function createScalewayClients(options: ScalewayClientOptions): ScalewayClients {
   const { credentials } = options;
-  const calls = options.calls ?? uncounted;
+  const calls = options.calls ?? noCloudCalls;
   const timeoutMs = options.timeoutMs ?? 15_000;
   // The SDK's fetch, with a deadline and counted by operation.
   const httpClient: typeof fetch = async (input, init) => {
@@ -166,23 +157,13 @@ export function createScalewayClients(options: ScalewayClientOptions): ScalewayC
     // The SDK checks the formats: an access key SCW…, UUID secret key and project, an http(s) URL.
     throw new ConfigError(`Scaleway: ${(err as Error).message}`, { cause: err });
   }
-  const retries = options.retries ?? 3;
-  const call = async <T>(what: string, read: () => Promise<T>): Promise<T> => {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await read();
-      } catch (raw) {
-        const err = scalewayError(what, raw);
-        const transient = err.kind === 'rate-limited' || err.kind === 'unavailable' || err.kind === 'timeout';
-        if (!transient || attempt >= retries) throw err;
-        const asked = err.details?.['retryAfterSeconds'];
-        const delay = typeof asked === 'number' ? asked * 1000 : (options.retryDelayMs ?? 500) * 2 ** attempt;
-        await new Promise((resolve) =>
-          setTimeout(resolve, Math.min(delay, options.maxRetryDelayMs ?? 10_000)),
-        );
-      }
-    }
+  const policy = {
+    retries: options.retries ?? 3,
+    retryDelayMs: options.retryDelayMs ?? 500,
+    maxRetryWaitMs: options.maxRetryWaitMs ?? 10_000,
   };
+  const call = <T>(what: string, read: () => Promise<T>): Promise<T> =>
+    retryCloudCall(policy, () => read().catch((raw: unknown) => Promise.reject(scalewayError(what, raw))));
   return {
     instance: new Instancev1.API(client),
     ipam: new Ipamv1.API(client),

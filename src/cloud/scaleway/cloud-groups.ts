@@ -3,10 +3,9 @@
  * and the instance group, and finds a group's servers by those tags (`GetCloudGroups`,
  * `findServerGroups`). So do we: one tag-filtered, paginated ListServers in the cluster's zone. A
  * server kops tagged `needs-update` (a rolling update must replace it) is reported as launched from
- * something other than the group's current spec. kops takes the target size from the instance
- * group spec's `minSize`; the cloud knows only the servers it runs, so the sizes here are the member
- * count and the metrics and `validate` fall back to the spec where they need a desired size.
+ * something other than the group's current spec. Sizes: server-groups.ts.
  */
+import { type GroupedServer, groupsOfServers, tagValue } from '../server-groups.ts';
 import type { CloudGroup, CloudGroups } from '../types.ts';
 import type { ScalewayClients } from './client.ts';
 import { maxServersPerCall } from './node-identifier.ts';
@@ -16,7 +15,6 @@ import {
   needsUpdateTag,
   scalewayProviderID,
   stateOfServer,
-  tagValue,
 } from './server.ts';
 
 /** What members launched from the group's current spec are marked with (see CloudGroup.template). */
@@ -34,7 +32,7 @@ export class ScalewayCloudGroups implements CloudGroups {
   }
 
   async list(clusterName: string): Promise<CloudGroup[]> {
-    const groups = new Map<string, CloudGroup>();
+    const ours: GroupedServer[] = [];
     const clients = this.#clients;
     for (let page = 1; page <= maxPages; page++) {
       const answer = await clients.call('instance.listServers', () =>
@@ -50,33 +48,18 @@ export class ScalewayCloudGroups implements CloudGroups {
       for (const server of answer.servers) {
         const instanceGroup = tagValue(server.tags, instanceGroupTagPrefix);
         if (tagValue(server.tags, clusterTagPrefix) !== clusterName || !instanceGroup) continue;
-        let group = groups.get(instanceGroup);
-        if (!group) {
-          group = {
-            instanceGroup,
-            cloudName: instanceGroup,
-            minSize: 0,
-            maxSize: 0,
-            targetSize: 0,
-            template: currentSpec,
-            members: [],
-          };
-          groups.set(instanceGroup, group);
-        }
         const state = stateOfServer(server);
-        group.members.push({
+        const member = {
           instanceId: server.id,
           providerID: scalewayProviderID({ zone: server.zone, id: server.id }),
           state,
           healthy: state === 'running',
           template: server.tags.includes(needsUpdateTag) ? 'needs-update' : currentSpec,
-        });
+        };
+        ours.push({ instanceGroup, member });
       }
       if (answer.servers.length < maxServersPerCall) break;
     }
-    for (const group of groups.values()) {
-      group.minSize = group.maxSize = group.targetSize = group.members.length;
-    }
-    return [...groups.values()];
+    return groupsOfServers(ours, currentSpec);
   }
 }

@@ -4,6 +4,7 @@
  * set, as kops' verifier reads it). The URL is overridable so tests point it at the simulator.
  */
 import { UnavailableError } from '../../errors.ts';
+import { readMetadataJson } from '../metadata-service.ts';
 import { zonePattern } from './client.ts';
 import { isScalewayServerId } from './server.ts';
 
@@ -20,32 +21,14 @@ export interface ScalewayMetadata {
 export async function readScalewayMetadata(
   options: { url?: string; fetch?: typeof globalThis.fetch; signal?: AbortSignal } = {},
 ): Promise<ScalewayMetadata> {
-  const url = new URL(options.url ?? defaultScalewayMetadataUrl);
-  let response: Response;
-  try {
-    response = await (options.fetch ?? globalThis.fetch)(url, {
-      signal: options.signal ?? AbortSignal.timeout(10_000),
-    });
-  } catch (err) {
-    throw new UnavailableError(
-      `cannot reach the Scaleway metadata service at ${url.origin}: ${(err as Error).message}`,
-      { cause: err },
-    );
-  }
-  const text = await response.text();
-  if (!response.ok) {
-    throw new UnavailableError(
-      `the Scaleway metadata service answered ${response.status} for ${url.pathname}: ${text.slice(0, 200)}`,
-    );
-  }
-  let document: { id?: unknown; location?: { zone_id?: unknown } };
-  try {
-    document = JSON.parse(text);
-  } catch {
-    throw new UnavailableError('the Scaleway metadata service answered something that is not JSON');
-  }
+  const document = await readMetadataJson({
+    url: new URL(options.url ?? defaultScalewayMetadataUrl),
+    service: 'the Scaleway metadata service',
+    ...(options.fetch ? { fetch: options.fetch } : {}),
+    ...(options.signal ? { signal: options.signal } : {}),
+  });
   const { id } = document;
-  const zone = document.location?.zone_id;
+  const zone = (document['location'] as { zone_id?: unknown } | undefined)?.zone_id;
   if (typeof id !== 'string' || !isScalewayServerId(id)) {
     throw new UnavailableError('the Scaleway metadata document has no server id');
   }

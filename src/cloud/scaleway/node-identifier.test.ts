@@ -28,7 +28,7 @@ before(async () => {
   clients = createScalewayClients({
     credentials: sim.credentials,
     retryDelayMs: 1,
-    maxRetryDelayMs: 5,
+    maxRetryWaitMs: 5,
     retries: 1,
   });
   for (let i = 0; i < 250; i++) {

@@ -13,8 +13,9 @@
  */
 import { NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
-import { Batcher, type Outcome } from '../batcher.ts';
+import type { Outcome } from '../batcher.ts';
 import { mapConcurrent } from '../concurrency.ts';
+import { IdentifyBatches } from '../identify-batches.ts';
 import { LruCache } from '../lru.ts';
 import type { IdentifyOptions, IdentifyResult, NodeIdentifier, NodeIdentity } from '../types.ts';
 import type { ScalewayClients } from './client.ts';
@@ -47,8 +48,7 @@ export class ScalewayNodeIdentifier implements NodeIdentifier {
   readonly #options: ScalewayNodeIdentifierOptions;
   readonly #logger: Logger;
   readonly #cache: LruCache<string, Server>;
-  readonly #batcher: Batcher<string, NodeIdentity>;
-  readonly #maxAgeMs = new Map<string, number>();
+  readonly #batches: IdentifyBatches;
 
   constructor(options: ScalewayNodeIdentifierOptions) {
     this.#options = options;
@@ -58,29 +58,16 @@ export class ScalewayNodeIdentifier implements NodeIdentifier {
       ttlMs: options.cacheTtlMs ?? 60_000,
       ...(options.now ? { now: options.now } : {}),
     });
-    this.#batcher = new Batcher({
-      windowMs: options.coalesceWindowMs ?? 10,
-      maxBatchSize: 10_000,
+    this.#batches = new IdentifyBatches({
+      windowMs: options.coalesceWindowMs,
       maxConcurrent: 2,
       fetch: (ids) => this.#identifyBatch(ids),
     });
   }
 
   /** Identifies nodes by providerID; server records older than `options.maxAgeMs` are read again. */
-  async identify(
-    providerIDs: readonly string[],
-    options: IdentifyOptions = {},
-  ): Promise<Map<string, IdentifyResult>> {
-    const { maxAgeMs } = options;
-    if (maxAgeMs !== undefined) {
-      for (const id of providerIDs)
-        this.#maxAgeMs.set(id, Math.min(maxAgeMs, this.#maxAgeMs.get(id) ?? maxAgeMs));
-    }
-    const results = new Map<string, IdentifyResult>();
-    for (const [id, outcome] of await this.#batcher.loadMany(providerIDs)) {
-      results.set(id, outcome.ok ? { ok: true, identity: outcome.value } : outcome);
-    }
-    return results;
+  identify(providerIDs: readonly string[], options?: IdentifyOptions): Promise<Map<string, IdentifyResult>> {
+    return this.#batches.identify(providerIDs, options);
   }
 
   async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
@@ -89,8 +76,7 @@ export class ScalewayNodeIdentifier implements NodeIdentifier {
     const toRead = new Map<string, Set<string>>();
     const cached = new Map<string, Server>();
     for (const providerID of providerIDs) {
-      const maxAgeMs = this.#maxAgeMs.get(providerID);
-      this.#maxAgeMs.delete(providerID);
+      const maxAgeMs = this.#batches.takeMaxAge(providerID);
       let ref: ScalewayServerRef;
       try {
         ref = parseScalewayProviderID(providerID);

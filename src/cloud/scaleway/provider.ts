@@ -1,10 +1,10 @@
 /** Wires the Scaleway pieces for one cluster: the SDK clients, node identity and cloud groups. */
 import { ConfigError, describeError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import type { CloudCallRecorder } from '../metrics.ts';
 import type { CloudGroups, NodeIdentifier } from '../types.ts';
 import {
   createScalewayClients,
-  type ScalewayCallRecorder,
   type ScalewayClients,
   type ScalewayCredentials,
   scalewayCredentialsFromEnv,
@@ -25,7 +25,7 @@ export interface ScalewayProviderOptions {
   metadataUrl?: string;
   logger?: Logger;
   /** Where the clients count their calls (the controller's CloudCallRecorder). */
-  cloudCalls?: ScalewayCallRecorder;
+  cloudCalls?: CloudCallRecorder;
 }
 
 /** The Scaleway implementations of the cloud interfaces, and the clients the verifier uses. */

@@ -7,6 +7,7 @@
  */
 import type { Instancev1 } from '@scaleway/sdk-instance';
 import { ForbiddenError, InvalidInputError } from '../../errors.ts';
+import { tagValue } from '../server-groups.ts';
 import type { InstanceAddress, InstanceState, NodeIdentity } from '../types.ts';
 import { zonePattern } from './client.ts';
 
@@ -43,12 +44,6 @@ export function parseScalewayProviderID(providerID: string): ScalewayServerRef {
 /** The providerID Scaleway's cloud controller manager gives a server's Node. */
 export function scalewayProviderID(ref: ScalewayServerRef): string {
   return `scaleway://instance/${ref.zone}/${ref.id}`;
-}
-
-/** The value of the first tag with `prefix`, as kops' `…FromTags` read them. */
-export function tagValue(tags: readonly string[] | undefined, prefix: string): string | undefined {
-  const tag = tags?.find((t) => t.startsWith(prefix));
-  return tag === undefined ? undefined : tag.slice(prefix.length);
 }
 
 const stateByServerState: Record<string, InstanceState> = {

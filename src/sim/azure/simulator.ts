@@ -10,6 +10,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { AccessToken, TokenCredential } from '@azure/identity';
 import { listenOnLoopback } from '../../net/loopback.ts';
 import { TokenBucket } from '../aws/throttle.ts';
+import { applyTransportFault, CallLog, FaultQueue, type FaultVerbs, faultVerbs } from '../cloud-sim.ts';
 import { createCertificateAuthority, issueServingCertificate } from '../tls.ts';
 import { type ArmContext, type AzureCall, armReadBucket, matchArmRoute, serveArm } from './arm.ts';
 import {
@@ -31,16 +32,8 @@ export interface AzureSimulatorOptions {
   readBucket?: { capacity: number; refillPerSecond: number };
 }
 
-interface Fault {
-  operation: string | undefined;
-  remaining: number;
-  status?: number;
-  delayMs?: number;
-  drop?: boolean;
-}
-
-/** A running simulator. */
-export interface AzureSimulator {
+/** A running simulator; its faults answer with an ARM error body (a 429 asking `Retry-After: 1`). */
+export interface AzureSimulator extends Pick<FaultVerbs, 'failNext' | 'delayNext' | 'dropNext'> {
   world: AzureWorld;
   /** ARM's base URL (`https://127.0.0.1:PORT`), the SDK's `endpoint`. */
   armEndpoint: string;
@@ -62,12 +55,6 @@ export interface AzureSimulator {
   /** Served requests of one operation (`virtualMachineScaleSetVMs.list`, `imds.attested`, …). */
   count(operation: string): number;
   clearCalls(): void;
-  /** The next `times` requests (of `operation`, or any) answer `status` with an ARM error body. */
-  failNext(times: number, status: number, operation?: string): void;
-  /** The next `times` requests (of `operation`, or any) wait `ms` first. */
-  delayNext(times: number, ms: number, operation?: string): void;
-  /** The next `times` requests (of `operation`, or any) are dropped without an answer. */
-  dropNext(times: number, operation?: string): void;
   /** The subscription read bucket now in force (undefined: none). */
   readonly bucket: TokenBucket | undefined;
   /** Replaces the read bucket (full); undefined turns throttling off. */
@@ -102,122 +89,133 @@ function imdsCredential(imdsEndpoint: string): TokenCredential {
   };
 }
 
-/** Starts ARM and IMDS on loopback with an empty world. */
-export async function startAzureSimulator(options: AzureSimulatorOptions = {}): Promise<AzureSimulator> {
-  const world = new AzureWorld(options);
-  const tokens = new ImdsTokens();
-  // Made once IMDS listens: the signer's AIA names the simulated PKI repository's URL.
-  let authority: AttestationAuthority | undefined;
-  let attestation: AttestationSettings | undefined;
-  const calls: AzureCall[] = [];
-  let faults: Fault[] = [];
+/** What the ARM and IMDS servers share. */
+interface AzureState {
+  world: AzureWorld;
+  tokens: ImdsTokens;
+  log: CallLog<AzureCall>;
+  faults: FaultQueue;
+  /** Made once IMDS listens: the signer's AIA names the simulated PKI repository's URL. */
+  authority?: AttestationAuthority;
+  attestation?: AttestationSettings;
+}
 
-  /** The fault for one request of `operation`, spending it. */
-  const faultFor = (operation: string): Fault | undefined => {
-    const fault = faults.find((f) => f.operation === undefined || f.operation === operation);
-    if (fault) {
-      fault.remaining--;
-      faults = faults.filter((f) => f.remaining > 0);
-    }
-    return fault;
-  };
+/** Records the call and applies its fault; true when the fault answered (or dropped) the request. */
+async function answerFault(
+  state: AzureState,
+  operation: string,
+  url: URL,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<boolean> {
+  state.log.add({ operation, path: url.pathname, query: Object.fromEntries(url.searchParams) });
+  const fault = state.faults.take(operation);
+  if (await applyTransportFault(fault, req)) return true;
+  if (!fault?.status) return false;
+  const code = faultCodes[fault.status] ?? 'InjectedFault';
+  res.writeHead(fault.status, {
+    'content-type': 'application/json; charset=utf-8',
+    ...(fault.status === 429 ? { 'retry-after': '1' } : {}),
+  });
+  res.end(JSON.stringify({ error: { code, message: `injected fault: ${code}` } }));
+  return true;
+}
 
-  /** Records the call, applies its fault; true when the fault answered (or dropped) the request. */
-  const applyFault = async (operation: string, url: URL, res: ServerResponse): Promise<boolean> => {
-    calls.push({ operation, path: url.pathname, query: Object.fromEntries(url.searchParams) });
-    const fault = faultFor(operation);
-    if (fault?.delayMs) await new Promise((resolve) => setTimeout(resolve, fault.delayMs));
-    if (fault?.drop) {
-      res.socket?.destroy();
-      return true;
-    }
-    if (fault?.status) {
-      const code = faultCodes[fault.status] ?? 'InjectedFault';
-      res.writeHead(fault.status, {
-        'content-type': 'application/json; charset=utf-8',
-        ...(fault.status === 429 ? { 'retry-after': '1' } : {}),
-      });
-      res.end(JSON.stringify({ error: { code, message: `injected fault: ${code}` } }));
-      return true;
-    }
-    return false;
-  };
+/** IMDS (`/vms/<name>/metadata/…`) and Microsoft's PKI repository, on one plain HTTP server. */
+async function serveImdsOrPki(state: AzureState, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const url = new URL(req.url ?? '/', 'http://127.0.0.1');
+  if (url.pathname.startsWith(`${pkiPath}/`)) {
+    if (await answerFault(state, 'pki.certificate', url, req, res)) return;
+    const served =
+      url.pathname === `${pkiPath}/${issuingCertificateFile}` ? state.authority?.issuing : undefined;
+    res.writeHead(served ? 200 : 404, { 'content-type': 'application/pkix-cert' });
+    res.end(served ? Buffer.from(served.certificate.rawData) : undefined);
+    return;
+  }
+  if (await answerFault(state, imdsOperation(url.pathname) ?? 'imds.unknown', url, req, res)) return;
+  try {
+    const body = await serveImds(
+      state.world,
+      state.tokens,
+      state.attestation as AttestationSettings,
+      req,
+      url,
+    );
+    res.writeHead(200, { 'content-type': 'application/json; charset=utf-8' });
+    res.end(JSON.stringify(body));
+  } catch (err) {
+    const status = err instanceof ImdsError ? err.status : 500;
+    res.writeHead(status, { 'content-type': 'application/json; charset=utf-8' });
+    res.end(JSON.stringify(err instanceof ImdsError ? err.body : { error: String(err) }));
+  }
+}
 
+/** ARM on HTTPS with a serving certificate from a fresh CA (the SDK's `tlsOptions.ca`). */
+async function startArm(state: AzureState, armContext: ArmContext) {
   const ca = await createCertificateAuthority('azure-sim-ca');
   const serving = await issueServingCertificate(ca);
+  const arm = createHttpsServer({ key: serving.privateKey, cert: serving.certificate }, (req, res) => {
+    const url = new URL(req.url ?? '/', 'https://127.0.0.1');
+    const route = matchArmRoute(armContext, url.pathname);
+    void answerFault(state, route?.operation ?? 'unknown', url, req, res).then((answered) => {
+      if (!answered) serveArm(armContext, req, res, url, route);
+    });
+  });
+  const listener = await listenOnLoopback(arm);
+  return { listener, url: listener.url.replace('http://', 'https://'), caPem: ca.certificate };
+}
+
+/** Starts ARM and IMDS on loopback with an empty world. */
+export async function startAzureSimulator(options: AzureSimulatorOptions = {}): Promise<AzureSimulator> {
+  const state: AzureState = {
+    world: new AzureWorld(options),
+    tokens: new ImdsTokens(),
+    log: new CallLog(),
+    faults: new FaultQueue(),
+  };
+  const { world } = state;
   let armUrl = '';
   const armContext: ArmContext = {
     world,
     baseUrl: () => armUrl,
     pageSize: options.pageSize ?? 100,
     bucket: new TokenBucket(options.readBucket ?? armReadBucket),
-    validToken: (token) => tokens.valid(token),
+    validToken: (token) => state.tokens.valid(token),
   };
-  const arm = createHttpsServer({ key: serving.privateKey, cert: serving.certificate }, (req, res) => {
-    const url = new URL(req.url ?? '/', 'https://127.0.0.1');
-    const route = matchArmRoute(armContext, url.pathname);
-    void applyFault(route?.operation ?? 'unknown', url, res).then((answered) => {
-      if (!answered) serveArm(armContext, req, res, url, route);
-    });
-  });
-  const imds = createHttpServer((req: IncomingMessage, res: ServerResponse) => {
-    const url = new URL(req.url ?? '/', 'http://127.0.0.1');
-    void (async () => {
-      if (url.pathname.startsWith(`${pkiPath}/`)) {
-        if (await applyFault('pki.certificate', url, res)) return;
-        const served =
-          url.pathname === `${pkiPath}/${issuingCertificateFile}` ? authority?.issuing : undefined;
-        res.writeHead(served ? 200 : 404, { 'content-type': 'application/pkix-cert' });
-        res.end(served ? Buffer.from(served.certificate.rawData) : undefined);
-        return;
-      }
-      if (await applyFault(imdsOperation(url.pathname) ?? 'imds.unknown', url, res)) return;
-      try {
-        const body = await serveImds(world, tokens, attestation as AttestationSettings, req, url);
-        res.writeHead(200, { 'content-type': 'application/json; charset=utf-8' });
-        res.end(JSON.stringify(body));
-      } catch (err) {
-        const status = err instanceof ImdsError ? err.status : 500;
-        res.writeHead(status, { 'content-type': 'application/json; charset=utf-8' });
-        res.end(JSON.stringify(err instanceof ImdsError ? err.body : { error: String(err) }));
-      }
-    })();
-  });
-  const armListener = await listenOnLoopback(arm);
-  armUrl = armListener.url.replace('http://', 'https://');
-  const imdsListener = await listenOnLoopback(imds);
-  authority = await createAttestationAuthority(world.location, undefined, `${imdsListener.url}${pkiPath}`);
-  attestation = {
+  const arm = await startArm(state, armContext);
+  armUrl = arm.url;
+  const imdsListener = await listenOnLoopback(
+    createHttpServer((req, res) => void serveImdsOrPki(state, req, res)),
+  );
+  const authority = await createAttestationAuthority(
+    world.location,
+    undefined,
+    `${imdsListener.url}${pkiPath}`,
+  );
+  const attestation: AttestationSettings = {
     signer: authority.signer,
     embed: 'leaf-and-issuer',
     now: () => new Date(),
     lifetimeMs: 6 * 3_600_000,
   };
-
+  Object.assign(state, { authority, attestation });
+  const { failNext, delayNext, dropNext } = faultVerbs(state.faults);
   return {
     world,
     armEndpoint: armUrl,
-    caPem: ca.certificate,
+    caPem: arm.caPem,
     imdsEndpoint: imdsListener.url,
     imdsUrlOf: (vmName) => `${imdsListener.url}/vms/${encodeURIComponent(vmName)}`,
     credential: imdsCredential(imdsListener.url),
     authority,
     pkiUrl: `${imdsListener.url}${pkiPath}`,
     attestation,
-    calls,
-    count: (operation) => calls.filter((c) => c.operation === operation).length,
-    clearCalls: () => {
-      calls.length = 0;
-    },
-    failNext: (times, status, operation) => {
-      faults.push({ operation, remaining: times, status });
-    },
-    delayNext: (times, ms, operation) => {
-      faults.push({ operation, remaining: times, delayMs: ms });
-    },
-    dropNext: (times, operation) => {
-      faults.push({ operation, remaining: times, drop: true });
-    },
+    calls: state.log.calls,
+    count: (operation) => state.log.count(operation),
+    clearCalls: () => state.log.clear(),
+    failNext,
+    delayNext,
+    dropNext,
     get bucket() {
       return armContext.bucket;
     },
@@ -225,7 +223,7 @@ export async function startAzureSimulator(options: AzureSimulatorOptions = {}): 
       armContext.bucket = limits ? new TokenBucket(limits) : undefined;
     },
     close: async () => {
-      await Promise.all([armListener.close(), imdsListener.close()]);
+      await Promise.all([arm.listener.close(), imdsListener.close()]);
     },
   };
 }

@@ -8,13 +8,17 @@
  * per-droplet base URL.
  */
 import type { Droplet } from '../../cloud/digitalocean/droplets.ts';
+import { kopsRoleOf, nthPrivateAddress } from '../cloud-sim.ts';
 import {
   intParam,
   pageOf,
   type RestSimulator,
+  rateLimitHeadersLimit,
+  type SimAnswer,
   type SimRateLimit,
+  type SimRoute,
   startRestSimulator,
-} from '../hetzner/rest-sim.ts';
+} from '../rest-sim.ts';
 
 /** A droplet of the simulated account. */
 export interface SimDroplet {
@@ -53,15 +57,7 @@ const errorIds: Record<number, string> = {
 
 /** 250 requests per minute, refilled evenly; `ratelimit-reset` is when the oldest counted request expires. */
 export function digitalOceanRateLimit(limit = 250, windowMs = 60_000): SimRateLimit {
-  return {
-    limit,
-    windowMs,
-    headers: (state) => ({
-      'ratelimit-limit': String(state.limit),
-      'ratelimit-remaining': String(state.remaining),
-      'ratelimit-reset': String(Math.ceil(state.nextAtMs / 1000)),
-    }),
-  };
+  return rateLimitHeadersLimit(limit, windowMs, 'next');
 }
 
 function dropletJson(d: SimDroplet): Droplet {
@@ -81,6 +77,85 @@ function dropletJson(d: SimDroplet): Droplet {
   };
 }
 
+const errorBody = (status: number, message: string) => ({ id: errorIds[status] ?? 'server_error', message });
+
+/** `GET /v2/droplets`: the droplets carrying `tag_name`, paged, each page linking its neighbours. */
+function listDroplets(droplets: Map<number, SimDroplet>, base: string, query: URLSearchParams): SimAnswer {
+  const page = intParam(query, 'page', 1, 1_000_000);
+  const perPage = intParam(query, 'per_page', 20, 200);
+  if (page === undefined || perPage === undefined) {
+    return { status: 400, body: errorBody(400, 'page and per_page must be positive; per_page at most 200') };
+  }
+  const tag = query.get('tag_name');
+  const all = [...droplets.values()]
+    .filter((d) => tag === null || d.tags.includes(tag))
+    .sort((a, b) => a.id - b.id);
+  const { items, lastPage } = pageOf(all, page, perPage);
+  const link = (p: number) => {
+    const url = new URL(`${base}/v2/droplets`);
+    if (tag !== null) url.searchParams.set('tag_name', tag);
+    url.searchParams.set('page', String(p));
+    url.searchParams.set('per_page', String(perPage));
+    return url.toString();
+  };
+  const pages: Record<string, string> = {};
+  if (page > 1) Object.assign(pages, { first: link(1), prev: link(page - 1) });
+  if (page < lastPage) Object.assign(pages, { next: link(page + 1), last: link(lastPage) });
+  return {
+    status: 200,
+    body: { droplets: items.map(dropletJson), links: { pages }, meta: { total: all.length } },
+  };
+}
+
+/** One key of the metadata service droplet `node` reads. */
+function metadataValue(droplets: Map<number, SimDroplet>, node: string, key: string | undefined): SimAnswer {
+  const droplet = droplets.get(Number(node));
+  const values: Record<string, string> = droplet
+    ? { id: String(droplet.id), hostname: droplet.name, region: droplet.region }
+    : {};
+  const value = key ? values[key] : undefined;
+  return value === undefined ? { status: 404, body: 'not found' } : { status: 200, body: value };
+}
+
+/** The droplets API and the metadata service; `base` is the simulator's URL, for page links. */
+function digitalOceanRoutes(droplets: Map<number, SimDroplet>, base: () => string): SimRoute[] {
+  return [
+    {
+      operation: 'droplets.get',
+      method: 'GET',
+      pattern: /^\/v2\/droplets\/(?<id>[^/]+)$/,
+      auth: true,
+      handle: ({ id = '' }) => {
+        const droplet = /^\d+$/.test(id) ? droplets.get(Number(id)) : undefined;
+        if (!droplet) {
+          return { status: 404, body: errorBody(404, 'The resource you were accessing could not be found.') };
+        }
+        return { status: 200, body: { droplet: dropletJson(droplet) } };
+      },
+    },
+    {
+      operation: 'droplets.list',
+      method: 'GET',
+      pattern: /^\/v2\/droplets$/,
+      auth: true,
+      handle: (_, query) => listDroplets(droplets, base(), query),
+    },
+    {
+      operation: 'metadata',
+      method: 'GET',
+      pattern: /^\/_node\/(?<node>\d+)\/metadata\/v1\/(?<key>[\w-]+)$/,
+      auth: false,
+      handle: ({ node = '', key }) => metadataValue(droplets, node, key),
+    },
+  ];
+}
+
+/** The private address a seeded droplet gets: the seed's (none when it says `privateIp: undefined`), else the `n`th. */
+function seededPrivateIp(seed: Partial<Omit<SimDroplet, 'id'>>, n: number): { privateIp?: string } {
+  if (!('privateIp' in seed)) return { privateIp: nthPrivateAddress(n) };
+  return seed.privateIp ? { privateIp: seed.privateIp } : {};
+}
+
 /** Starts the simulator; `rateLimit` defaults to DigitalOcean's 250 requests per minute. */
 export async function startDigitalOceanSimulator(
   options: { rateLimit?: SimRateLimit } = {},
@@ -88,101 +163,23 @@ export async function startDigitalOceanSimulator(
   const token = 'sim-do-token';
   const droplets = new Map<number, SimDroplet>();
   let nextId = 300_000_001;
-  const errorBody = (status: number, message: string) => ({
-    id: errorIds[status] ?? 'server_error',
-    message,
-  });
   let base = '';
   const sim = await startRestSimulator({
     token,
     errorBody,
     rateLimit: options.rateLimit ?? digitalOceanRateLimit(),
-    routes: [
-      {
-        operation: 'droplets.get',
-        method: 'GET',
-        pattern: /^\/v2\/droplets\/(?<id>[^/]+)$/,
-        auth: true,
-        handle: ({ id = '' }) => {
-          const droplet = /^\d+$/.test(id) ? droplets.get(Number(id)) : undefined;
-          if (!droplet) {
-            return {
-              status: 404,
-              body: errorBody(404, 'The resource you were accessing could not be found.'),
-            };
-          }
-          return { status: 200, body: { droplet: dropletJson(droplet) } };
-        },
-      },
-      {
-        operation: 'droplets.list',
-        method: 'GET',
-        pattern: /^\/v2\/droplets$/,
-        auth: true,
-        handle: (_, query) => {
-          const page = intParam(query, 'page', 1, 1_000_000);
-          const perPage = intParam(query, 'per_page', 20, 200);
-          if (page === undefined || perPage === undefined) {
-            return {
-              status: 400,
-              body: errorBody(400, 'page and per_page must be positive; per_page at most 200'),
-            };
-          }
-          const tag = query.get('tag_name');
-          const all = [...droplets.values()]
-            .filter((d) => tag === null || d.tags.includes(tag))
-            .sort((a, b) => a.id - b.id);
-          const { items, lastPage } = pageOf(all, page, perPage);
-          const link = (p: number) => {
-            const url = new URL(`${base}/v2/droplets`);
-            if (tag !== null) url.searchParams.set('tag_name', tag);
-            url.searchParams.set('page', String(p));
-            url.searchParams.set('per_page', String(perPage));
-            return url.toString();
-          };
-          const pages: Record<string, string> = {};
-          if (page > 1) Object.assign(pages, { first: link(1), prev: link(page - 1) });
-          if (page < lastPage) Object.assign(pages, { next: link(page + 1), last: link(lastPage) });
-          return {
-            status: 200,
-            body: { droplets: items.map(dropletJson), links: { pages }, meta: { total: all.length } },
-          };
-        },
-      },
-      {
-        operation: 'metadata',
-        method: 'GET',
-        pattern: /^\/_node\/(?<node>\d+)\/metadata\/v1\/(?<key>[\w-]+)$/,
-        auth: false,
-        handle: ({ node = '', key }) => {
-          const droplet = droplets.get(Number(node));
-          if (!droplet) return { status: 404, body: 'not found' };
-          const values: Record<string, string> = {
-            id: String(droplet.id),
-            hostname: droplet.name,
-            region: droplet.region,
-          };
-          const value = key ? values[key] : undefined;
-          return value === undefined ? { status: 404, body: 'not found' } : { status: 200, body: value };
-        },
-      },
-    ],
+    routes: digitalOceanRoutes(droplets, () => base),
   });
   base = sim.url;
   const addDroplet = (seed: Partial<Omit<SimDroplet, 'id'>> = {}): SimDroplet => {
     const id = nextId++;
-    const n = id - 300_000_000;
     const droplet: SimDroplet = {
       id,
       name: seed.name ?? `droplet-${id}`,
       status: seed.status ?? 'active',
       tags: seed.tags ?? [],
       region: seed.region ?? 'nyc3',
-      ...('privateIp' in seed
-        ? seed.privateIp
-          ? { privateIp: seed.privateIp }
-          : {}
-        : { privateIp: `10.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}` }),
+      ...seededPrivateIp(seed, id - 300_000_000),
       ...(seed.publicIp ? { publicIp: seed.publicIp } : {}),
     };
     droplets.set(id, droplet);
@@ -195,19 +192,17 @@ export async function startDigitalOceanSimulator(
     token,
     droplets,
     addDroplet,
-    addGroup: (clusterName, instanceGroup, count) => {
-      const safe = clusterName.replaceAll('.', '-');
-      return Array.from({ length: count }, (_, i) =>
+    addGroup: (clusterName, instanceGroup, count) =>
+      Array.from({ length: count }, (_, i) =>
         addDroplet({
           name: `${instanceGroup}-${i}`,
           tags: [
-            `KubernetesCluster:${safe}`,
+            `KubernetesCluster:${clusterName.replaceAll('.', '-')}`,
             `kops-instancegroup:${instanceGroup}`,
-            `kops-instance-role:${instanceGroup.startsWith('control-plane') ? 'ControlPlane' : 'Node'}`,
+            `kops-instance-role:${kopsRoleOf(instanceGroup)}`,
           ],
         }),
-      );
-    },
+      ),
     metadataUrl: (id) => `${url}/_node/${id}/metadata/v1`,
   };
 }

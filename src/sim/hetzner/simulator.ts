@@ -6,7 +6,17 @@
  * metadata service (`/hetzner/v1/metadata/instance-id`, `private-networks`) under a per-server base URL.
  */
 import type { HetznerServer } from '../../cloud/hetzner/servers.ts';
-import { intParam, pageOf, type RestSimulator, type SimRateLimit, startRestSimulator } from './rest-sim.ts';
+import { kopsRoleOf, nthPrivateAddress } from '../cloud-sim.ts';
+import {
+  intParam,
+  pageOf,
+  type RestSimulator,
+  rateLimitHeadersLimit,
+  type SimAnswer,
+  type SimRateLimit,
+  type SimRoute,
+  startRestSimulator,
+} from '../rest-sim.ts';
 
 /** A server of the simulated project. */
 export interface SimHetznerServer {
@@ -54,16 +64,8 @@ const codes: Record<number, string> = {
 
 /** The default project limit: 3,600 requests per hour. */
 export function hetznerRateLimit(limit = 3600, windowMs = 3_600_000): SimRateLimit {
-  return {
-    limit,
-    windowMs,
-    // Hetzner sends no Retry-After: Reset is when the bucket is full again (one request per second back).
-    headers: (state) => ({
-      'ratelimit-limit': String(state.limit),
-      'ratelimit-remaining': String(state.remaining),
-      'ratelimit-reset': String(Math.ceil(state.fullAtMs / 1000)),
-    }),
-  };
+  // Hetzner sends no Retry-After: Reset is when the bucket is full again (one request per second back).
+  return rateLimitHeadersLimit(limit, windowMs, 'full');
 }
 
 /** The API form of a server. */
@@ -95,6 +97,83 @@ function compileSelector(selector: string): ((labels: Record<string, string>) =>
   return (labels) => terms.every((t) => t?.(labels));
 }
 
+const errorBody = (status: number, message: string) => ({
+  error: { code: codes[status] ?? 'server_error', message, details: {} },
+});
+
+/** `GET /v1/servers`: the servers a label selector matches, in `page`/`per_page` pages. */
+function listServers(servers: Map<number, SimHetznerServer>, query: URLSearchParams): SimAnswer {
+  const page = intParam(query, 'page', 1, 1_000_000);
+  const perPage = intParam(query, 'per_page', 25, 50);
+  if (page === undefined || perPage === undefined) {
+    return { status: 400, body: errorBody(400, 'invalid input in fields page, per_page') };
+  }
+  const selector = query.get('label_selector');
+  const matches = selector ? compileSelector(selector) : () => true;
+  if (!matches) return { status: 400, body: errorBody(400, `invalid label_selector "${selector}"`) };
+  const all = [...servers.values()].filter((s) => matches(s.labels)).sort((a, b) => a.id - b.id);
+  const { items, lastPage } = pageOf(all, page, perPage);
+  const pagination = {
+    page,
+    per_page: perPage,
+    previous_page: page > 1 ? page - 1 : null,
+    next_page: page < lastPage ? page + 1 : null,
+    last_page: lastPage,
+    total_entries: all.length,
+  };
+  return { status: 200, body: { servers: items.map(serverJson), meta: { pagination } } };
+}
+
+/** One key of the metadata service server `node` reads. */
+function metadataValue(
+  servers: Map<number, SimHetznerServer>,
+  node: string,
+  key: string | undefined,
+): SimAnswer {
+  const server = servers.get(Number(node));
+  const values: Record<string, string> = server
+    ? {
+        'instance-id': String(server.id),
+        hostname: server.name,
+        'private-networks': server.privateIps.map((ip) => `- ip: ${ip}\n`).join(''),
+      }
+    : {};
+  const value = key ? values[key] : undefined;
+  return value === undefined ? { status: 404, body: 'not found' } : { status: 200, body: value };
+}
+
+/** The servers API and the metadata service. */
+function hetznerRoutes(servers: Map<number, SimHetznerServer>): SimRoute[] {
+  return [
+    {
+      operation: 'servers.get',
+      method: 'GET',
+      pattern: /^\/v1\/servers\/(?<id>[^/]+)$/,
+      auth: true,
+      handle: ({ id = '' }) => {
+        if (!/^\d+$/.test(id)) return { status: 400, body: errorBody(400, 'invalid server id') };
+        const server = servers.get(Number(id));
+        if (!server) return { status: 404, body: errorBody(404, `server with ID '${id}' not found`) };
+        return { status: 200, body: { server: serverJson(server) } };
+      },
+    },
+    {
+      operation: 'servers.list',
+      method: 'GET',
+      pattern: /^\/v1\/servers$/,
+      auth: true,
+      handle: (_, query) => listServers(servers, query),
+    },
+    {
+      operation: 'metadata',
+      method: 'GET',
+      pattern: /^\/_node\/(?<node>\d+)\/hetzner\/v1\/metadata\/(?<key>[\w-]+)$/,
+      auth: false,
+      handle: ({ node = '', key }) => metadataValue(servers, node, key),
+    },
+  ];
+}
+
 /** Starts the simulator; `rateLimit` defaults to Hetzner's 3,600 requests per hour. */
 export async function startHetznerSimulator(
   options: { rateLimit?: SimRateLimit } = {},
@@ -102,87 +181,20 @@ export async function startHetznerSimulator(
   const token = 'sim-hcloud-token';
   const servers = new Map<number, SimHetznerServer>();
   let nextId = 1_000_001;
-  const errorBody = (status: number, message: string) => ({
-    error: { code: codes[status] ?? 'server_error', message, details: {} },
-  });
   const sim = await startRestSimulator({
     token,
     errorBody,
     rateLimit: options.rateLimit ?? hetznerRateLimit(),
-    routes: [
-      {
-        operation: 'servers.get',
-        method: 'GET',
-        pattern: /^\/v1\/servers\/(?<id>[^/]+)$/,
-        auth: true,
-        handle: ({ id = '' }) => {
-          if (!/^\d+$/.test(id)) return { status: 400, body: errorBody(400, 'invalid server id') };
-          const server = servers.get(Number(id));
-          if (!server) return { status: 404, body: errorBody(404, `server with ID '${id}' not found`) };
-          return { status: 200, body: { server: serverJson(server) } };
-        },
-      },
-      {
-        operation: 'servers.list',
-        method: 'GET',
-        pattern: /^\/v1\/servers$/,
-        auth: true,
-        handle: (_, query) => {
-          const page = intParam(query, 'page', 1, 1_000_000);
-          const perPage = intParam(query, 'per_page', 25, 50);
-          if (page === undefined || perPage === undefined) {
-            return { status: 400, body: errorBody(400, 'invalid input in fields page, per_page') };
-          }
-          const selector = query.get('label_selector');
-          const matches = selector ? compileSelector(selector) : () => true;
-          if (!matches) return { status: 400, body: errorBody(400, `invalid label_selector "${selector}"`) };
-          const all = [...servers.values()].filter((s) => matches(s.labels)).sort((a, b) => a.id - b.id);
-          const { items, lastPage } = pageOf(all, page, perPage);
-          return {
-            status: 200,
-            body: {
-              servers: items.map(serverJson),
-              meta: {
-                pagination: {
-                  page,
-                  per_page: perPage,
-                  previous_page: page > 1 ? page - 1 : null,
-                  next_page: page < lastPage ? page + 1 : null,
-                  last_page: lastPage,
-                  total_entries: all.length,
-                },
-              },
-            },
-          };
-        },
-      },
-      {
-        operation: 'metadata',
-        method: 'GET',
-        pattern: /^\/_node\/(?<node>\d+)\/hetzner\/v1\/metadata\/(?<key>[\w-]+)$/,
-        auth: false,
-        handle: ({ node = '', key }) => {
-          const server = servers.get(Number(node));
-          if (!server) return { status: 404, body: 'not found' };
-          if (key === 'instance-id') return { status: 200, body: String(server.id) };
-          if (key === 'hostname') return { status: 200, body: server.name };
-          if (key === 'private-networks') {
-            return { status: 200, body: server.privateIps.map((ip) => `- ip: ${ip}\n`).join('') };
-          }
-          return { status: 404, body: 'not found' };
-        },
-      },
-    ],
+    routes: hetznerRoutes(servers),
   });
   const addServer = (seed: SeedHetznerServer = {}): SimHetznerServer => {
     const id = nextId++;
-    const n = id - 1_000_000;
     const server: SimHetznerServer = {
       id,
       name: seed.name ?? `server-${id}`,
       status: seed.status ?? 'running',
       labels: seed.labels ?? {},
-      privateIps: seed.privateIps ?? [`10.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}`],
+      privateIps: seed.privateIps ?? [nthPrivateAddress(id - 1_000_000)],
       location: seed.location ?? 'fsn1',
       ...(seed.publicIp ? { publicIp: seed.publicIp } : {}),
     };
@@ -203,7 +215,7 @@ export async function startHetznerSimulator(
           labels: {
             'kops.k8s.io/cluster': clusterName,
             'kops.k8s.io/instance-group': instanceGroup,
-            'kops.k8s.io/instance-role': instanceGroup.startsWith('control-plane') ? 'ControlPlane' : 'Node',
+            'kops.k8s.io/instance-role': kopsRoleOf(instanceGroup),
           },
         }),
       ),

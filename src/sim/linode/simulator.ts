@@ -9,14 +9,16 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Linode } from '../../cloud/linode/instances.ts';
+import { kopsRoleOf } from '../cloud-sim.ts';
 import {
   intParam,
   pageOf,
   type RestSimulator,
   type SimAnswer,
   type SimRateLimit,
+  type SimRoute,
   startRestSimulator,
-} from '../hetzner/rest-sim.ts';
+} from '../rest-sim.ts';
 
 /** An instance of the simulated account. */
 export interface SimLinode {
@@ -111,96 +113,106 @@ function compileFilter(header: string | undefined): ((l: SimLinode) => boolean) 
 
 const errorBody = (_status: number, message: string) => ({ errors: [{ reason: message }] });
 
+/** `GET /v4beta/linode/instances`: the instances the X-Filter matches, in `page`/`page_size` pages. */
+function listInstances(
+  instances: Map<number, SimLinode>,
+  query: URLSearchParams,
+  filter: string | undefined,
+): SimAnswer {
+  const page = intParam(query, 'page', 1, 1_000_000);
+  const pageSize = query.has('page_size') ? intParam(query, 'page_size', 100, 500) : 100;
+  if (page === undefined || pageSize === undefined || pageSize < 25) {
+    return {
+      status: 400,
+      body: { errors: [{ reason: 'Must be a value between 25 and 500.', field: 'page_size' }] },
+    };
+  }
+  const matches = compileFilter(filter);
+  if (!matches) {
+    return { status: 400, body: { errors: [{ reason: 'Cannot filter on this value', field: 'X-Filter' }] } };
+  }
+  const all = [...instances.values()].filter(matches).sort((a, b) => a.id - b.id);
+  const { items, lastPage } = pageOf(all, page, pageSize);
+  return { status: 200, body: { data: items.map(linodeJson), page, pages: lastPage, results: all.length } };
+}
+
+/** The instances API: one by id, and the collection under its own (tighter) limit. */
+function instanceRoutes(instances: Map<number, SimLinode>): SimRoute[] {
+  return [
+    {
+      operation: 'linode.instances.get',
+      method: 'GET',
+      pattern: /^\/v4(?:beta)?\/linode\/instances\/(?<id>[^/]+)$/,
+      auth: true,
+      handle: ({ id = '' }) => {
+        const instance = /^\d+$/.test(id) ? instances.get(Number(id)) : undefined;
+        if (!instance) return { status: 404, body: errorBody(404, 'Not found') };
+        return { status: 200, body: linodeJson(instance) };
+      },
+    },
+    {
+      operation: 'linode.instances.list',
+      method: 'GET',
+      pattern: /^\/v4(?:beta)?\/linode\/instances$/,
+      auth: true,
+      rateLimit: linodeRateLimit(200),
+      handle: (_, query, req) =>
+        listInstances(instances, query, req.headers['x-filter'] as string | undefined),
+    },
+  ];
+}
+
+/** The metadata service's token dance: `PUT /v1/token`, then `GET /v1/instance` with that token. */
+function metadataRoutes(instances: Map<number, SimLinode>): SimRoute[] {
+  const tokens = new Map<string, { instance: number; expiresAt: number }>();
+  return [
+    {
+      operation: 'metadata.token',
+      method: 'PUT',
+      pattern: /^\/_node\/(?<node>\d+)\/v1\/token$/,
+      auth: false,
+      handle: ({ node = '' }, _query, req) => {
+        const ttl = Number(req.headers['metadata-token-expiry-seconds'] ?? 3600);
+        if (!instances.has(Number(node)) || !Number.isInteger(ttl) || ttl < 1 || ttl > 86_400) {
+          return { status: 400, body: 'invalid token expiry' };
+        }
+        const value = randomBytes(16).toString('hex');
+        tokens.set(value, { instance: Number(node), expiresAt: Date.now() + ttl * 1000 });
+        return { status: 200, body: value };
+      },
+    },
+    {
+      operation: 'metadata.instance',
+      method: 'GET',
+      pattern: /^\/_node\/(?<node>\d+)\/v1\/instance$/,
+      auth: false,
+      handle: ({ node = '' }, _query, req) => {
+        const held = tokens.get(String(req.headers['metadata-token'] ?? ''));
+        // A token is good only on the instance it was issued to, and only until it expires.
+        if (!held || held.instance !== Number(node) || held.expiresAt < Date.now()) {
+          return { status: 401, body: 'Unauthorized' };
+        }
+        const instance = instances.get(held.instance);
+        if (!instance) return { status: 404, body: 'not found' };
+        return {
+          status: 200,
+          body: `id: ${instance.id}\nhost_uuid: ${instance.id.toString(16)}\nlabel: ${instance.label}\nregion: ${instance.region}\n`,
+        };
+      },
+    },
+  ];
+}
+
 /** Starts the simulator with Linode's documented limits on. */
 export async function startLinodeSimulator(): Promise<LinodeSimulator> {
   const token = `sim-linode-token-${randomBytes(8).toString('hex')}`;
   const instances = new Map<number, SimLinode>();
-  const metadataTokens = new Map<string, { instance: number; expiresAt: number }>();
   let nextId = 50_000_001;
-  const collections = linodeRateLimit(200);
-  const list = (
-    _: Record<string, string>,
-    query: URLSearchParams,
-    req: { headers: Record<string, unknown> },
-  ): SimAnswer => {
-    const page = intParam(query, 'page', 1, 1_000_000);
-    const pageSize = query.has('page_size') ? intParam(query, 'page_size', 100, 500) : 100;
-    if (page === undefined || pageSize === undefined || pageSize < 25) {
-      return {
-        status: 400,
-        body: { errors: [{ reason: 'Must be a value between 25 and 500.', field: 'page_size' }] },
-      };
-    }
-    const matches = compileFilter(req.headers['x-filter'] as string | undefined);
-    if (!matches)
-      return {
-        status: 400,
-        body: { errors: [{ reason: 'Cannot filter on this value', field: 'X-Filter' }] },
-      };
-    const all = [...instances.values()].filter(matches).sort((a, b) => a.id - b.id);
-    const { items, lastPage } = pageOf(all, page, pageSize);
-    return { status: 200, body: { data: items.map(linodeJson), page, pages: lastPage, results: all.length } };
-  };
   const sim = await startRestSimulator({
     token,
     errorBody,
     rateLimit: linodeRateLimit(1600),
-    routes: [
-      {
-        operation: 'linode.instances.get',
-        method: 'GET',
-        pattern: /^\/v4(?:beta)?\/linode\/instances\/(?<id>[^/]+)$/,
-        auth: true,
-        handle: ({ id = '' }) => {
-          const instance = /^\d+$/.test(id) ? instances.get(Number(id)) : undefined;
-          return instance
-            ? { status: 200, body: linodeJson(instance) }
-            : { status: 404, body: errorBody(404, 'Not found') };
-        },
-      },
-      {
-        operation: 'linode.instances.list',
-        method: 'GET',
-        pattern: /^\/v4(?:beta)?\/linode\/instances$/,
-        auth: true,
-        rateLimit: collections,
-        handle: list,
-      },
-      {
-        operation: 'metadata.token',
-        method: 'PUT',
-        pattern: /^\/_node\/(?<node>\d+)\/v1\/token$/,
-        auth: false,
-        handle: ({ node = '' }, _query, req) => {
-          const ttl = Number(req.headers['metadata-token-expiry-seconds'] ?? 3600);
-          if (!instances.has(Number(node)) || !Number.isInteger(ttl) || ttl < 1 || ttl > 86_400) {
-            return { status: 400, body: 'invalid token expiry' };
-          }
-          const value = randomBytes(16).toString('hex');
-          metadataTokens.set(value, { instance: Number(node), expiresAt: Date.now() + ttl * 1000 });
-          return { status: 200, body: value };
-        },
-      },
-      {
-        operation: 'metadata.instance',
-        method: 'GET',
-        pattern: /^\/_node\/(?<node>\d+)\/v1\/instance$/,
-        auth: false,
-        handle: ({ node = '' }, _query, req) => {
-          const held = metadataTokens.get(String(req.headers['metadata-token'] ?? ''));
-          // A token is good only on the instance it was issued to, and only until it expires.
-          if (!held || held.instance !== Number(node) || held.expiresAt < Date.now()) {
-            return { status: 401, body: 'Unauthorized' };
-          }
-          const instance = instances.get(held.instance);
-          if (!instance) return { status: 404, body: 'not found' };
-          return {
-            status: 200,
-            body: `id: ${instance.id}\nhost_uuid: ${instance.id.toString(16)}\nlabel: ${instance.label}\nregion: ${instance.region}\n`,
-          };
-        },
-      },
-    ],
+    routes: [...instanceRoutes(instances), ...metadataRoutes(instances)],
   });
   const addInstance = (seed: Partial<Omit<SimLinode, 'id'>> = {}): SimLinode => {
     const id = nextId++;
@@ -233,7 +245,7 @@ export async function startLinodeSimulator(): Promise<LinodeSimulator> {
           tags: [
             `kops.k8s.io/cluster:${clusterName}`,
             `kops.k8s.io/instance-group:${instanceGroup}`,
-            `kops.k8s.io/instance-role:${instanceGroup.startsWith('control-plane') ? 'ControlPlane' : 'Node'}`,
+            `kops.k8s.io/instance-role:${kopsRoleOf(instanceGroup)}`,
           ],
         }),
       ),

@@ -17,6 +17,14 @@ import type { OpenStackAuthOptions } from '../../cloud/openstack/auth.ts';
 import type { NovaAddress, NovaServer } from '../../cloud/openstack/nova.ts';
 import { listenOnLoopback } from '../../net/loopback.ts';
 import { readBody } from '../../net/read-body.ts';
+import {
+  applyTransportFault,
+  CallLog,
+  FaultQueue,
+  type FaultVerbs,
+  faultVerbs,
+  sendJson,
+} from '../cloud-sim.ts';
 
 /** One request the simulator served: `tokens.create`, `servers.get`, `servers.list`, `metadata`. */
 export interface OpenStackCall {
@@ -45,18 +53,8 @@ export interface OpenStackSimulatorOptions {
   maxLimit?: number;
 }
 
-/** A fault for the next `times` requests of `operation` (any, when absent). */
-interface Fault {
-  times: number;
-  operation?: string;
-  status?: number;
-  retryAfterSeconds?: number;
-  delayMs?: number;
-  drop?: boolean;
-}
-
-/** A running simulator. */
-export interface OpenStackSimulator {
+/** A running simulator; its faults answer in Nova's envelope, a 429 with `Retry-After`. */
+export interface OpenStackSimulator extends FaultVerbs {
   /** `OS_AUTH_URL`. */
   authUrl: string;
   region: string;
@@ -73,13 +71,6 @@ export interface OpenStackSimulator {
   deleteServer(id: string): void;
   /** The metadata-service URL the server `id` sees at `169.254.169.254/openstack/latest/meta_data.json`. */
   metadataUrl(id: string): string;
-  /** Faults for the next `times` requests (to `operation`, when given). */
-  failNext(times: number, status: number, operation?: string): void;
-  throttleNext(times: number, retryAfterSeconds: number, operation?: string): void;
-  delayNext(times: number, delayMs: number, operation?: string): void;
-  dropNext(times: number, operation?: string): void;
-  /** Removes every fault not yet spent. */
-  resetFaults(): void;
   /** Revokes every token issued so far: the next Nova call answers 401. */
   revokeTokens(): void;
   readonly calls: readonly OpenStackCall[];
@@ -92,29 +83,14 @@ const userName = 'kops-controller';
 const userDomain = 'Default';
 const projectName = 'kops';
 
-function send(
-  res: ServerResponse,
-  status: number,
-  body: unknown,
-  headers: Record<string, string> = {},
-): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(text),
-    ...headers,
-  });
-  res.end(text);
-}
-
 /** Nova's fault body: `{"<name>": {"code": …, "message": …}}`. */
 function novaFault(res: ServerResponse, status: number, name: string, message: string, headers = {}): void {
-  send(res, status, { [name]: { code: status, message } }, headers);
+  sendJson(res, status, { [name]: { code: status, message } }, headers);
 }
 
 /** Keystone's error body. */
 function keystoneError(res: ServerResponse, status: number, title: string, message: string): void {
-  send(res, status, { error: { code: status, title, message } });
+  sendJson(res, status, { error: { code: status, title, message } });
 }
 
 const faultNames: Record<number, string> = {
@@ -125,280 +101,303 @@ const faultNames: Record<number, string> = {
   429: 'overLimit',
 };
 
-/** Starts the simulator on 127.0.0.1 and an ephemeral port. */
-export async function startOpenStackSimulator(
-  options: OpenStackSimulatorOptions = {},
-): Promise<OpenStackSimulator> {
-  const region = options.region ?? 'RegionOne';
-  const maxLimit = options.maxLimit ?? 1_000;
-  const projectId = randomBytes(16).toString('hex');
-  const password = randomBytes(12).toString('base64url');
-  const appCredential = {
-    id: randomBytes(16).toString('hex'),
-    secret: randomBytes(24).toString('base64url'),
-  };
+/** A server as the simulator keeps it: Nova's record and the project it belongs to. */
+type SimNovaServer = NovaServer & { project: string };
+
+/** What the simulator holds. */
+interface OpenStackState {
+  base: string;
+  region: string;
+  maxLimit: number;
+  projectId: string;
+  password: string;
+  appCredential: { id: string; secret: string };
   /** Servers in creation order, as Nova lists them (by created_at). */
-  const servers = new Map<string, NovaServer & { project: string }>();
-  const tokens = new Set<string>();
-  const calls: OpenStackCall[] = [];
-  let faults: Fault[] = [];
-  let base = '';
+  servers: Map<string, SimNovaServer>;
+  tokens: Set<string>;
+  log: CallLog<OpenStackCall>;
+  faults: FaultQueue;
+}
 
-  const planFault = (operation: string): Fault | undefined => {
-    const fault = faults.find((f) => f.operation === undefined || f.operation === operation);
-    if (!fault) return undefined;
-    fault.times--;
-    faults = faults.filter((f) => f.times > 0);
-    return fault;
-  };
-
-  const authenticate = async (req: IncomingMessage, res: ServerResponse) => {
-    let body: { auth?: { identity?: Record<string, unknown> & { methods?: string[] } } };
-    try {
-      body = JSON.parse((await readBody(req, 64 * 1024)).toString('utf8'));
-    } catch {
-      keystoneError(res, 400, 'Bad Request', 'Expecting to find auth in request body.');
-      return;
-    }
-    const identity = body.auth?.identity;
-    const method = identity?.methods?.[0];
-    let ok = false;
-    if (method === 'password') {
-      const user = (identity?.['password'] as { user?: Record<string, unknown> } | undefined)?.user;
-      const domain = user?.['domain'] as { name?: string; id?: string } | undefined;
-      ok =
-        user?.['name'] === userName &&
-        (domain?.name === userDomain || domain?.id === 'default') &&
-        user?.['password'] === password;
-    } else if (method === 'application_credential') {
-      const credential = identity?.['application_credential'] as { id?: string; secret?: string } | undefined;
-      ok = credential?.id === appCredential.id && credential?.secret === appCredential.secret;
-    }
-    if (!ok) {
-      keystoneError(res, 401, 'Unauthorized', 'The request you have made requires authentication.');
-      return;
-    }
-    const token = `gAAAAA${randomBytes(24).toString('base64url')}`;
-    tokens.add(token);
-    const expiresAt = new Date(Date.now() + 3_600_000).toISOString();
-    const endpoint = (iface: string) => ({
-      interface: iface,
-      region,
-      region_id: region,
-      url: `${base}/compute/v2.1`,
-    });
-    send(
-      res,
-      201,
-      {
-        token: {
-          methods: [method],
-          expires_at: expiresAt,
-          issued_at: new Date().toISOString(),
-          project: { id: projectId, name: projectName, domain: { id: 'default', name: userDomain } },
-          catalog: [
-            {
-              type: 'identity',
-              name: 'keystone',
-              endpoints: [{ interface: 'public', region, url: `${base}/identity/v3` }],
-            },
-            { type: 'compute', name: 'nova', endpoints: ['public', 'internal'].map(endpoint) },
-          ],
-        },
-      },
-      { 'x-subject-token': token },
+/** Whether a Keystone auth body names credentials the simulator accepts. */
+function validIdentity(
+  state: OpenStackState,
+  identity: (Record<string, unknown> & { methods?: string[] }) | undefined,
+): boolean {
+  const method = identity?.methods?.[0];
+  if (method === 'password') {
+    const user = (identity?.['password'] as { user?: Record<string, unknown> } | undefined)?.user;
+    const domain = user?.['domain'] as { name?: string; id?: string } | undefined;
+    return (
+      user?.['name'] === userName &&
+      (domain?.name === userDomain || domain?.id === 'default') &&
+      user?.['password'] === state.password
     );
-  };
+  }
+  if (method === 'application_credential') {
+    const credential = identity?.['application_credential'] as { id?: string; secret?: string } | undefined;
+    return credential?.id === state.appCredential.id && credential?.secret === state.appCredential.secret;
+  }
+  return false;
+}
 
-  const view = (server: NovaServer & { project: string }): NovaServer => {
-    const { project, ...rest } = server;
-    return { ...rest, tenant_id: project };
-  };
-
-  const listServers = (url: URL, res: ServerResponse) => {
-    const limitParam = url.searchParams.get('limit');
-    const limit = limitParam === null ? maxLimit : Number(limitParam);
-    if (!Number.isInteger(limit) || limit < 0) {
-      novaFault(res, 400, 'badRequest', `Invalid input for field/attribute limit. Value: ${limitParam}.`);
-      return;
-    }
-    const pageSize = Math.min(limit, maxLimit);
-    const own = [...servers.values()].filter((s) => s.project === projectId);
-    const marker = url.searchParams.get('marker');
-    let start = 0;
-    if (marker !== null) {
-      const index = own.findIndex((s) => s.id === marker);
-      if (index < 0) {
-        novaFault(res, 400, 'badRequest', `marker [${marker}] not found`);
-        return;
-      }
-      start = index + 1;
-    }
-    const page = own.slice(start, start + pageSize);
-    const links =
-      page.length === pageSize && pageSize > 0
-        ? [
-            {
-              rel: 'next',
-              href: `${base}/compute/v2.1/servers/detail?limit=${pageSize}&marker=${page.at(-1)?.id}`,
-            },
-          ]
-        : undefined;
-    send(res, 200, { servers: page.map(view), ...(links ? { servers_links: links } : {}) });
-  };
-
-  const handle = async (req: IncomingMessage, res: ServerResponse) => {
-    const url = new URL(req.url ?? '/', base);
-    const path = url.pathname;
-    let operation = 'unknown';
-    if (req.method === 'POST' && path === '/identity/v3/auth/tokens') operation = 'tokens.create';
-    else if (req.method === 'GET' && path === '/compute/v2.1/servers/detail') operation = 'servers.list';
-    else if (req.method === 'GET' && /^\/compute\/v2\.1\/servers\/[^/]+$/.test(path))
-      operation = 'servers.get';
-    else if (req.method === 'GET' && /^\/metadata\/[^/]+\/openstack\/latest\/meta_data\.json$/.test(path))
-      operation = 'metadata';
-    calls.push({ operation, path: `${path}${url.search}` });
-
-    const fault = planFault(operation);
-    if (fault?.delayMs) await new Promise((resolve) => setTimeout(resolve, fault.delayMs));
-    if (fault?.drop) {
-      req.socket.destroy();
-      return;
-    }
-    if (fault?.status) {
-      const retry = fault.retryAfterSeconds ? { 'retry-after': String(fault.retryAfterSeconds) } : {};
-      const name = faultNames[fault.status] ?? 'computeFault';
-      novaFault(res, fault.status, name, `simulated fault ${fault.status}`, retry);
-      return;
-    }
-
-    if (operation === 'tokens.create') return authenticate(req, res);
-    if (operation === 'metadata') {
-      const id = decodeURIComponent(path.split('/')[2] as string);
-      const server = servers.get(id);
-      if (!server) {
-        res.writeHead(404).end('Not Found');
-        return;
-      }
-      send(res, 200, {
-        uuid: server.id,
-        name: server.name,
-        hostname: server.name,
-        project_id: server.project,
-        availability_zone: server['OS-EXT-AZ:availability_zone'] ?? 'nova',
-        meta: server.metadata ?? {},
-      });
-      return;
-    }
-    if (operation === 'unknown') {
-      novaFault(res, 404, 'itemNotFound', 'The resource could not be found.');
-      return;
-    }
-    const token = req.headers['x-auth-token'];
-    if (typeof token !== 'string' || !tokens.has(token)) {
-      keystoneError(res, 401, 'Unauthorized', 'The request you have made requires authentication.');
-      return;
-    }
-    if (operation === 'servers.list') return listServers(url, res);
-    const id = decodeURIComponent(path.slice('/compute/v2.1/servers/'.length));
-    const server = servers.get(id);
-    if (!server || server.project !== projectId) {
-      novaFault(res, 404, 'itemNotFound', `Instance ${id} could not be found.`);
-      return;
-    }
-    send(res, 200, { server: view(server) });
-  };
-
-  const server = createServer((req, res) => {
-    handle(req, res).catch((err: unknown) => {
-      if (!res.headersSent) novaFault(res, 500, 'computeFault', (err as Error).message);
-    });
+/** A token's document: its project and a catalog naming the simulated Keystone and Nova. */
+function tokenDocument(state: OpenStackState, method: string | undefined) {
+  const { base, region } = state;
+  const endpoint = (iface: string) => ({
+    interface: iface,
+    region,
+    region_id: region,
+    url: `${base}/compute/v2.1`,
   });
-  const listener = await listenOnLoopback(server);
-  base = listener.url;
-
-  const authBase = { authUrl: `${base}/identity/v3`, region, endpointInterface: 'public' } as const;
-  const addServer = (seed: SeedServer): NovaServer => {
-    const id = seed.id ?? randomUUID();
-    const addresses: Record<string, NovaAddress[]> = {
-      net: [
-        ...(seed.fixed ?? []).map((addr) => ({
-          addr,
-          version: addr.includes(':') ? 6 : 4,
-          'OS-EXT-IPS:type': 'fixed',
-        })),
-        ...(seed.floating ?? []).map((addr) => ({ addr, version: 4, 'OS-EXT-IPS:type': 'floating' })),
+  return {
+    token: {
+      methods: [method],
+      expires_at: new Date(Date.now() + 3_600_000).toISOString(),
+      issued_at: new Date().toISOString(),
+      project: { id: state.projectId, name: projectName, domain: { id: 'default', name: userDomain } },
+      catalog: [
+        {
+          type: 'identity',
+          name: 'keystone',
+          endpoints: [{ interface: 'public', region, url: `${base}/identity/v3` }],
+        },
+        { type: 'compute', name: 'nova', endpoints: ['public', 'internal'].map(endpoint) },
       ],
-    };
-    const record = {
-      id,
-      name: seed.name,
-      status: seed.status ?? 'ACTIVE',
-      project: seed.project ?? projectId,
-      metadata: { ...seed.metadata },
-      addresses,
-      'OS-EXT-AZ:availability_zone': seed.zone ?? 'nova',
-    };
-    servers.set(id, record);
-    return view(record);
+    },
   };
-  const existing = (id: string) => {
-    const found = servers.get(id);
-    if (!found) throw new Error(`no simulated server ${id}`);
-    return found;
-  };
+}
 
+/** `POST /identity/v3/auth/tokens`: a token in `X-Subject-Token` for valid credentials. */
+async function authenticate(state: OpenStackState, req: IncomingMessage, res: ServerResponse) {
+  let body: { auth?: { identity?: Record<string, unknown> & { methods?: string[] } } };
+  try {
+    body = JSON.parse((await readBody(req, 64 * 1024)).toString('utf8'));
+  } catch {
+    return keystoneError(res, 400, 'Bad Request', 'Expecting to find auth in request body.');
+  }
+  const identity = body.auth?.identity;
+  if (!validIdentity(state, identity)) {
+    return keystoneError(res, 401, 'Unauthorized', 'The request you have made requires authentication.');
+  }
+  const token = `gAAAAA${randomBytes(24).toString('base64url')}`;
+  state.tokens.add(token);
+  sendJson(res, 201, tokenDocument(state, identity?.methods?.[0]), { 'x-subject-token': token });
+}
+
+function view(server: SimNovaServer): NovaServer {
+  const { project, ...rest } = server;
+  return { ...rest, tenant_id: project };
+}
+
+/** `GET /compute/v2.1/servers/detail`: the project's servers, `limit`/`marker` paged. */
+function listServers(state: OpenStackState, url: URL, res: ServerResponse) {
+  const limitParam = url.searchParams.get('limit');
+  const limit = limitParam === null ? state.maxLimit : Number(limitParam);
+  if (!Number.isInteger(limit) || limit < 0) {
+    return novaFault(
+      res,
+      400,
+      'badRequest',
+      `Invalid input for field/attribute limit. Value: ${limitParam}.`,
+    );
+  }
+  const pageSize = Math.min(limit, state.maxLimit);
+  const own = [...state.servers.values()].filter((s) => s.project === state.projectId);
+  const marker = url.searchParams.get('marker');
+  let start = 0;
+  if (marker !== null) {
+    const index = own.findIndex((s) => s.id === marker);
+    if (index < 0) return novaFault(res, 400, 'badRequest', `marker [${marker}] not found`);
+    start = index + 1;
+  }
+  const page = own.slice(start, start + pageSize);
+  const next = `${state.base}/compute/v2.1/servers/detail?limit=${pageSize}&marker=${page.at(-1)?.id}`;
+  const full = page.length === pageSize && pageSize > 0;
+  sendJson(res, 200, {
+    servers: page.map(view),
+    ...(full ? { servers_links: [{ rel: 'next', href: next }] } : {}),
+  });
+}
+
+/** The metadata service's `meta_data.json` as server `id` reads it. */
+function metadataDocument(state: OpenStackState, path: string, res: ServerResponse) {
+  const server = state.servers.get(decodeURIComponent(path.split('/')[2] as string));
+  if (!server) {
+    res.writeHead(404).end('Not Found');
+    return;
+  }
+  sendJson(res, 200, {
+    uuid: server.id,
+    name: server.name,
+    hostname: server.name,
+    project_id: server.project,
+    availability_zone: server['OS-EXT-AZ:availability_zone'] ?? 'nova',
+    meta: server.metadata ?? {},
+  });
+}
+
+/** The operation a request is. */
+function operationOf(method: string | undefined, path: string): string {
+  if (method === 'POST' && path === '/identity/v3/auth/tokens') return 'tokens.create';
+  if (method !== 'GET') return 'unknown';
+  if (path === '/compute/v2.1/servers/detail') return 'servers.list';
+  if (/^\/compute\/v2\.1\/servers\/[^/]+$/.test(path)) return 'servers.get';
+  if (/^\/metadata\/[^/]+\/openstack\/latest\/meta_data\.json$/.test(path)) return 'metadata';
+  return 'unknown';
+}
+
+/** Answers the request's injected fault; true when one answered (or dropped) it. */
+async function answerFault(
+  state: OpenStackState,
+  operation: string,
+  req: IncomingMessage,
+  res: ServerResponse,
+) {
+  const fault = state.faults.take(operation);
+  if (await applyTransportFault(fault, req)) return true;
+  if (!fault?.status) return false;
+  const retry = fault.retryAfterSeconds ? { 'retry-after': String(fault.retryAfterSeconds) } : {};
+  novaFault(
+    res,
+    fault.status,
+    faultNames[fault.status] ?? 'computeFault',
+    `simulated fault ${fault.status}`,
+    retry,
+  );
+  return true;
+}
+
+/** One request: logged, its fault, then Keystone, the metadata service or (with a token) Nova. */
+async function serveOpenStack(state: OpenStackState, req: IncomingMessage, res: ServerResponse) {
+  const url = new URL(req.url ?? '/', state.base);
+  const path = url.pathname;
+  const operation = operationOf(req.method, path);
+  state.log.add({ operation, path: `${path}${url.search}` });
+  if (await answerFault(state, operation, req, res)) return;
+  if (operation === 'tokens.create') return authenticate(state, req, res);
+  if (operation === 'metadata') return metadataDocument(state, path, res);
+  if (operation === 'unknown') return novaFault(res, 404, 'itemNotFound', 'The resource could not be found.');
+  const token = req.headers['x-auth-token'];
+  if (typeof token !== 'string' || !state.tokens.has(token)) {
+    return keystoneError(res, 401, 'Unauthorized', 'The request you have made requires authentication.');
+  }
+  if (operation === 'servers.list') return listServers(state, url, res);
+  const id = decodeURIComponent(path.slice('/compute/v2.1/servers/'.length));
+  const server = state.servers.get(id);
+  if (!server || server.project !== state.projectId) {
+    return novaFault(res, 404, 'itemNotFound', `Instance ${id} could not be found.`);
+  }
+  sendJson(res, 200, { server: view(server) });
+}
+
+/** Nova's record of a seeded server, its addresses on the network `net`. */
+function seededServer(state: OpenStackState, seed: SeedServer): SimNovaServer {
+  const addresses: Record<string, NovaAddress[]> = {
+    net: [
+      ...(seed.fixed ?? []).map((addr) => ({
+        addr,
+        version: addr.includes(':') ? 6 : 4,
+        'OS-EXT-IPS:type': 'fixed',
+      })),
+      ...(seed.floating ?? []).map((addr) => ({ addr, version: 4, 'OS-EXT-IPS:type': 'floating' })),
+    ],
+  };
+  return {
+    id: seed.id ?? randomUUID(),
+    name: seed.name,
+    status: seed.status ?? 'ACTIVE',
+    project: seed.project ?? state.projectId,
+    metadata: { ...seed.metadata },
+    addresses,
+    'OS-EXT-AZ:availability_zone': seed.zone ?? 'nova',
+  };
+}
+
+/** The `OS_*` variables and auth options of the simulator's credentials. */
+function credentialsOf(state: OpenStackState) {
+  const authBase = {
+    authUrl: `${state.base}/identity/v3`,
+    region: state.region,
+    endpointInterface: 'public',
+  } as const;
   return {
     authUrl: authBase.authUrl,
-    region,
-    projectId,
     env: {
       OS_AUTH_URL: authBase.authUrl,
-      OS_REGION_NAME: region,
+      OS_REGION_NAME: state.region,
       OS_USERNAME: userName,
       OS_USER_DOMAIN_NAME: userDomain,
-      OS_PASSWORD: password,
+      OS_PASSWORD: state.password,
       OS_PROJECT_NAME: projectName,
       OS_PROJECT_DOMAIN_NAME: userDomain,
     },
     applicationCredentialAuth: {
       ...authBase,
-      credentials: { method: 'application-credential', ...appCredential },
+      credentials: { method: 'application-credential' as const, ...state.appCredential },
     },
     passwordAuth: {
       ...authBase,
       credentials: {
-        method: 'password',
+        method: 'password' as const,
         user: { name: userName, domain: { name: userDomain } },
-        password,
+        password: state.password,
         project: { name: projectName, domain: { name: userDomain } },
       },
     },
-    addServer,
+  };
+}
+
+/** Starts the simulator on 127.0.0.1 and an ephemeral port. */
+export async function startOpenStackSimulator(
+  options: OpenStackSimulatorOptions = {},
+): Promise<OpenStackSimulator> {
+  const state: OpenStackState = {
+    base: '',
+    region: options.region ?? 'RegionOne',
+    maxLimit: options.maxLimit ?? 1_000,
+    projectId: randomBytes(16).toString('hex'),
+    password: randomBytes(12).toString('base64url'),
+    appCredential: { id: randomBytes(16).toString('hex'), secret: randomBytes(24).toString('base64url') },
+    servers: new Map(),
+    tokens: new Set(),
+    log: new CallLog(),
+    faults: new FaultQueue(),
+  };
+  const server = createServer((req, res) => {
+    serveOpenStack(state, req, res).catch((err: unknown) => {
+      if (!res.headersSent) novaFault(res, 500, 'computeFault', (err as Error).message);
+    });
+  });
+  const listener = await listenOnLoopback(server);
+  state.base = listener.url;
+  const existing = (id: string) => {
+    const found = state.servers.get(id);
+    if (!found) throw new Error(`no simulated server ${id}`);
+    return found;
+  };
+  return {
+    ...credentialsOf(state),
+    region: state.region,
+    projectId: state.projectId,
+    addServer: (seed) => {
+      const record = seededServer(state, seed);
+      state.servers.set(record.id, record);
+      return view(record);
+    },
     setStatus: (id, status) => {
       existing(id).status = status;
     },
     deleteServer: (id) => {
       existing(id);
-      servers.delete(id);
+      state.servers.delete(id);
     },
-    metadataUrl: (id) => `${base}/metadata/${encodeURIComponent(id)}/openstack/latest/meta_data.json`,
-    failNext: (times, status, operation) =>
-      faults.push({ times, status, ...(operation ? { operation } : {}) }),
-    throttleNext: (times, retryAfterSeconds, operation) =>
-      faults.push({ times, status: 429, retryAfterSeconds, ...(operation ? { operation } : {}) }),
-    delayNext: (times, delayMs, operation) =>
-      faults.push({ times, delayMs, ...(operation ? { operation } : {}) }),
-    dropNext: (times, operation) => faults.push({ times, drop: true, ...(operation ? { operation } : {}) }),
-    resetFaults: () => {
-      faults = [];
-    },
-    revokeTokens: () => tokens.clear(),
-    calls,
-    count: (operation) => calls.filter((c) => c.operation === operation).length,
-    clearCalls: () => {
-      calls.length = 0;
-    },
+    metadataUrl: (id) => `${state.base}/metadata/${encodeURIComponent(id)}/openstack/latest/meta_data.json`,
+    ...faultVerbs(state.faults),
+    revokeTokens: () => state.tokens.clear(),
+    calls: state.log.calls,
+    count: (operation) => state.log.count(operation),
+    clearCalls: () => state.log.clear(),
     close: () => listener.close(),
   };
 }

@@ -15,6 +15,14 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { ScalewayCredentials } from '../../cloud/scaleway/client.ts';
 import { listenOnLoopback } from '../../net/loopback.ts';
+import {
+  applyTransportFault,
+  CallLog,
+  FaultQueue,
+  type FaultVerbs,
+  faultVerbs,
+  sendJson,
+} from '../cloud-sim.ts';
 
 /** One request the simulator served: `servers.list`, `servers.get`, `ips.list`, `metadata`. */
 export interface ScalewayCall {
@@ -37,16 +45,6 @@ export interface SeedScalewayServer {
   publicIps?: string[];
 }
 
-/** A fault for the next `times` requests of `operation` (any, when absent). */
-interface Fault {
-  times: number;
-  operation?: string;
-  status?: number;
-  resetSeconds?: number;
-  delayMs?: number;
-  drop?: boolean;
-}
-
 /** The record the simulator keeps for a server. */
 interface SimServer {
   id: string;
@@ -59,8 +57,8 @@ interface SimServer {
   publicIps: string[];
 }
 
-/** A running simulator. */
-export interface ScalewaySimulator {
+/** A running simulator; `throttleNext`'s wait is the 429's `reset_seconds`. */
+export interface ScalewaySimulator extends FaultVerbs {
   apiUrl: string;
   zone: string;
   projectId: string;
@@ -73,11 +71,6 @@ export interface ScalewaySimulator {
   deleteServer(id: string): void;
   /** The URL the server `id` sees at `http://169.254.42.42/conf?format=json`. */
   metadataUrl(id: string): string;
-  failNext(times: number, status: number, operation?: string): void;
-  throttleNext(times: number, resetSeconds: number, operation?: string): void;
-  delayNext(times: number, delayMs: number, operation?: string): void;
-  dropNext(times: number, operation?: string): void;
-  resetFaults(): void;
   readonly calls: readonly ScalewayCall[];
   count(operation: string): number;
   clearCalls(): void;
@@ -89,52 +82,21 @@ export interface ScalewaySimulatorOptions {
   zone?: string;
 }
 
-function send(
-  res: ServerResponse,
-  status: number,
-  body: unknown,
-  headers: Record<string, string> = {},
-): void {
-  const text = JSON.stringify(body);
-  // Exactly `application/json`: the SDK parses a body as JSON only under that content type.
-  res.writeHead(status, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(text),
-    ...headers,
-  });
-  res.end(text);
-}
-
 function notFound(res: ServerResponse, resource: string): void {
-  send(res, 404, { type: 'unknown_resource', message: `"${resource}" not found` });
+  sendJson(res, 404, { type: 'unknown_resource', message: `"${resource}" not found` });
 }
 
 function invalid(res: ServerResponse, field: string, message: string): void {
-  send(res, 400, { type: 'invalid_arguments', message: 'Validation Error', fields: { [field]: [message] } });
+  sendJson(res, 400, {
+    type: 'invalid_arguments',
+    message: 'Validation Error',
+    fields: { [field]: [message] },
+  });
 }
 
-/** Starts the simulator on 127.0.0.1 and an ephemeral port. */
-export async function startScalewaySimulator(
-  options: ScalewaySimulatorOptions = {},
-): Promise<ScalewaySimulator> {
-  const zone = options.zone ?? 'fr-par-1';
-  const projectId = randomUUID();
-  const accessKey = `SCW${randomUUID().replace(/-/g, '').slice(0, 17).toUpperCase()}`;
-  const secretKey = randomUUID();
-  const servers = new Map<string, SimServer>();
-  const calls: ScalewayCall[] = [];
-  let faults: Fault[] = [];
-  let base = '';
-
-  const planFault = (operation: string): Fault | undefined => {
-    const fault = faults.find((f) => f.operation === undefined || f.operation === operation);
-    if (!fault) return undefined;
-    fault.times--;
-    faults = faults.filter((f) => f.times > 0);
-    return fault;
-  };
-
-  const view = (s: SimServer) => ({
+/** The Instance API's form of a server. */
+function serverView(s: SimServer) {
+  return {
     id: s.id,
     name: s.name,
     hostname: s.name,
@@ -159,168 +121,208 @@ export async function startScalewaySimulator(
     private_nics: [],
     volumes: {},
     creation_date: '2026-01-01T00:00:00Z',
+  };
+}
+
+/** The IPAM records of a server's private addresses. */
+function ipamRecords(s: SimServer, region: string, isIpv6: string | null): unknown[] {
+  const records: unknown[] = [];
+  s.privateIps.forEach((address, i) => {
+    const v6 = address.includes(':');
+    if (isIpv6 !== null && String(v6) !== isIpv6) return;
+    records.push({
+      id: `${s.id.slice(0, 8)}-ipam-${i}`,
+      address: `${address}/${v6 ? 64 : 22}`,
+      is_ipv6: v6,
+      project_id: s.project,
+      region,
+      zone: s.zone,
+      resource: { type: 'instance_server', id: s.id, name: s.name, mac_address: '02:00:00:00:00:01' },
+      tags: [],
+      reverses: [],
+      source: { private_network_id: randomUUID() },
+      created_at: '2026-01-01T00:00:00Z',
+      updated_at: '2026-01-01T00:00:00Z',
+    });
   });
+  return records;
+}
 
-  const intParam = (url: URL, name: string, fallback: number) => {
-    const raw = url.searchParams.get(name);
-    return raw === null ? fallback : Number(raw);
+/** The metadata service's `conf?format=json` as server `s` reads it. */
+function metadataDocument(s: SimServer) {
+  return {
+    id: s.id,
+    name: s.name,
+    hostname: s.name,
+    organization: s.project,
+    project: s.project,
+    commercial_type: 'DEV1-M',
+    tags: s.tags,
+    state_detail: 'booted',
+    private_ip: s.privateIps[0] ?? null,
+    location: { zone_id: s.zone, platform_id: '14', cluster_id: '1', hypervisor_id: '1', node_id: '1' },
   };
+}
 
-  const listServers = (url: URL, res: ServerResponse, inZone: string) => {
-    const page = intParam(url, 'page', 1);
-    const perPage = intParam(url, 'per_page', 50);
-    if (!Number.isInteger(page) || page < 1) return invalid(res, 'page', 'must be a positive integer');
-    if (!Number.isInteger(perPage) || perPage < 1 || perPage > 100) {
-      return invalid(res, 'per_page', 'must be between 1 and 100');
+/** Scaleway's 429: its quota and the `reset_seconds` to wait. */
+function throttled(res: ServerResponse, resetSeconds: number): void {
+  sendJson(
+    res,
+    429,
+    {
+      type: 'too_many_requests',
+      message: 'too many requests',
+      help_message: 'simulated rate limit',
+      limit: { quota: 100, window_seconds: 1 },
+      reset_seconds: resetSeconds,
+    },
+    { 'retry-after': String(resetSeconds), 'x-ratelimit-limit': '100', 'x-ratelimit-remaining': '0' },
+  );
+}
+
+function intParam(url: URL, name: string, fallback: number): number {
+  const raw = url.searchParams.get(name);
+  return raw === null ? fallback : Number(raw);
+}
+
+/** What the simulator holds. */
+interface ScalewayState {
+  servers: Map<string, SimServer>;
+  projectId: string;
+  secretKey: string;
+  log: CallLog<ScalewayCall>;
+  faults: FaultQueue;
+}
+
+function listServers(state: ScalewayState, url: URL, res: ServerResponse, inZone: string) {
+  const page = intParam(url, 'page', 1);
+  const perPage = intParam(url, 'per_page', 50);
+  if (!Number.isInteger(page) || page < 1) return invalid(res, 'page', 'must be a positive integer');
+  if (!Number.isInteger(perPage) || perPage < 1 || perPage > 100) {
+    return invalid(res, 'per_page', 'must be between 1 and 100');
+  }
+  const tags = url.searchParams.get('tags')?.split(',').filter(Boolean) ?? [];
+  const ids = url.searchParams.get('servers')?.split(',').filter(Boolean);
+  const project = url.searchParams.get('project') ?? state.projectId;
+  const matching = [...state.servers.values()].filter(
+    (s) =>
+      s.zone === inZone &&
+      s.project === project &&
+      project === state.projectId &&
+      tags.every((t) => s.tags.includes(t)) &&
+      (!ids || ids.includes(s.id)),
+  );
+  const slice = matching.slice((page - 1) * perPage, page * perPage);
+  sendJson(res, 200, { servers: slice.map(serverView) }, { 'x-total-count': String(matching.length) });
+}
+
+function listIps(state: ScalewayState, url: URL, res: ServerResponse, region: string) {
+  const page = intParam(url, 'page', 1);
+  const pageSize = intParam(url, 'page_size', 50);
+  if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 1000) {
+    return invalid(res, 'page_size', 'must be between 1 and 1000');
+  }
+  const resourceId = url.searchParams.get('resource_id');
+  const zonal = url.searchParams.get('zonal');
+  const ips: unknown[] = [];
+  for (const s of state.servers.values()) {
+    if (s.project !== state.projectId || !s.zone.startsWith(`${region}-`)) continue;
+    if (resourceId !== null && s.id !== resourceId) continue;
+    if (zonal !== null && s.zone !== zonal) continue;
+    ips.push(...ipamRecords(s, region, url.searchParams.get('is_ipv6')));
+  }
+  sendJson(res, 200, { total_count: ips.length, ips: ips.slice((page - 1) * pageSize, page * pageSize) });
+}
+
+/** A request's operation and the path's parts. */
+function routeOf(method: string | undefined, path: string) {
+  const servers = /^\/instance\/v1\/zones\/([^/]+)\/servers(?:\/([^/]+))?$/.exec(path);
+  const ips = /^\/ipam\/v1\/regions\/([^/]+)\/ips$/.exec(path);
+  const metadata = /^\/metadata\/([^/]+)\/conf$/.exec(path);
+  let operation = 'unknown';
+  if (method === 'GET' && servers) operation = servers[2] ? 'servers.get' : 'servers.list';
+  else if (method === 'GET' && ips) operation = 'ips.list';
+  else if (method === 'GET' && metadata) operation = 'metadata';
+  return { operation, servers, ips, metadata };
+}
+
+/** Answers the request's injected fault; true when one answered (or dropped) it. */
+async function answerFault(
+  state: ScalewayState,
+  operation: string,
+  req: IncomingMessage,
+  res: ServerResponse,
+) {
+  const fault = state.faults.take(operation);
+  if (await applyTransportFault(fault, req)) return true;
+  if (fault?.status === 429) throttled(res, fault.retryAfterSeconds ?? 1);
+  else if (fault?.status)
+    sendJson(res, fault.status, { message: `simulated fault ${fault.status}`, type: 'internal_error' });
+  return fault?.status !== undefined;
+}
+
+/** One request: logged, its fault, then the metadata service or the authenticated APIs. */
+async function serveScaleway(state: ScalewayState, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const url = new URL(req.url ?? '/', 'http://127.0.0.1');
+  const route = routeOf(req.method, url.pathname);
+  state.log.add({ operation: route.operation, path: `${url.pathname}${url.search}` });
+  if (await answerFault(state, route.operation, req, res)) return;
+  if (route.operation === 'metadata') {
+    const s = state.servers.get(decodeURIComponent(route.metadata?.[1] ?? ''));
+    if (!s || url.searchParams.get('format') !== 'json') {
+      res.writeHead(404).end('not found');
+      return;
     }
-    const tags = url.searchParams.get('tags')?.split(',').filter(Boolean) ?? [];
-    const ids = url.searchParams.get('servers')?.split(',').filter(Boolean);
-    const project = url.searchParams.get('project') ?? projectId;
-    const matching = [...servers.values()].filter(
-      (s) =>
-        s.zone === inZone &&
-        s.project === project &&
-        project === projectId &&
-        tags.every((t) => s.tags.includes(t)) &&
-        (!ids || ids.includes(s.id)),
-    );
-    const slice = matching.slice((page - 1) * perPage, page * perPage);
-    send(res, 200, { servers: slice.map(view) }, { 'x-total-count': String(matching.length) });
+    return sendJson(res, 200, metadataDocument(s));
+  }
+  if (route.operation === 'unknown') return notFound(res, 'route');
+  if (req.headers['x-auth-token'] !== state.secretKey) {
+    return sendJson(res, 401, {
+      type: 'denied_authentication',
+      method: 'api_key',
+      reason: 'invalid_argument',
+      message: 'authentication is denied',
+    });
+  }
+  if (route.operation === 'ips.list') return listIps(state, url, res, route.ips?.[1] as string);
+  const inZone = route.servers?.[1] as string;
+  if (route.operation === 'servers.list') return listServers(state, url, res, inZone);
+  const s = state.servers.get(decodeURIComponent(route.servers?.[2] as string));
+  if (!s || s.zone !== inZone || s.project !== state.projectId) return notFound(res, 'instance_server');
+  sendJson(res, 200, { server: serverView(s) });
+}
+
+/** Starts the simulator on 127.0.0.1 and an ephemeral port. */
+export async function startScalewaySimulator(
+  options: ScalewaySimulatorOptions = {},
+): Promise<ScalewaySimulator> {
+  const zone = options.zone ?? 'fr-par-1';
+  const state: ScalewayState = {
+    servers: new Map(),
+    projectId: randomUUID(),
+    secretKey: randomUUID(),
+    log: new CallLog(),
+    faults: new FaultQueue(),
   };
-
-  const listIps = (url: URL, res: ServerResponse, region: string) => {
-    const page = intParam(url, 'page', 1);
-    const pageSize = intParam(url, 'page_size', 50);
-    if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 1000) {
-      return invalid(res, 'page_size', 'must be between 1 and 1000');
-    }
-    const resourceId = url.searchParams.get('resource_id');
-    const isIpv6 = url.searchParams.get('is_ipv6');
-    const zonal = url.searchParams.get('zonal');
-    const ips: unknown[] = [];
-    for (const s of servers.values()) {
-      if (s.project !== projectId || !s.zone.startsWith(`${region}-`)) continue;
-      if (resourceId !== null && s.id !== resourceId) continue;
-      if (zonal !== null && s.zone !== zonal) continue;
-      s.privateIps.forEach((address, i) => {
-        const v6 = address.includes(':');
-        if (isIpv6 !== null && String(v6) !== isIpv6) return;
-        ips.push({
-          id: `${s.id.slice(0, 8)}-ipam-${i}`,
-          address: `${address}/${v6 ? 64 : 22}`,
-          is_ipv6: v6,
-          project_id: s.project,
-          region,
-          zone: s.zone,
-          resource: { type: 'instance_server', id: s.id, name: s.name, mac_address: '02:00:00:00:00:01' },
-          tags: [],
-          reverses: [],
-          source: { private_network_id: randomUUID() },
-          created_at: '2026-01-01T00:00:00Z',
-          updated_at: '2026-01-01T00:00:00Z',
-        });
-      });
-    }
-    send(res, 200, { total_count: ips.length, ips: ips.slice((page - 1) * pageSize, page * pageSize) });
-  };
-
-  const handle = async (req: IncomingMessage, res: ServerResponse) => {
-    const url = new URL(req.url ?? '/', base);
-    const path = url.pathname;
-    const serversPath = /^\/instance\/v1\/zones\/([^/]+)\/servers(?:\/([^/]+))?$/.exec(path);
-    const ipsPath = /^\/ipam\/v1\/regions\/([^/]+)\/ips$/.exec(path);
-    const metadataPath = /^\/metadata\/([^/]+)\/conf$/.exec(path);
-    let operation = 'unknown';
-    if (req.method === 'GET' && serversPath) operation = serversPath[2] ? 'servers.get' : 'servers.list';
-    else if (req.method === 'GET' && ipsPath) operation = 'ips.list';
-    else if (req.method === 'GET' && metadataPath) operation = 'metadata';
-    calls.push({ operation, path: `${path}${url.search}` });
-
-    const fault = planFault(operation);
-    if (fault?.delayMs) await new Promise((resolve) => setTimeout(resolve, fault.delayMs));
-    if (fault?.drop) {
-      req.socket.destroy();
-      return;
-    }
-    if (fault?.status === 429) {
-      const reset = fault.resetSeconds ?? 1;
-      send(
-        res,
-        429,
-        {
-          type: 'too_many_requests',
-          message: 'too many requests',
-          help_message: 'simulated rate limit',
-          limit: { quota: 100, window_seconds: 1 },
-          reset_seconds: reset,
-        },
-        { 'retry-after': String(reset), 'x-ratelimit-limit': '100', 'x-ratelimit-remaining': '0' },
-      );
-      return;
-    }
-    if (fault?.status) {
-      send(res, fault.status, { message: `simulated fault ${fault.status}`, type: 'internal_error' });
-      return;
-    }
-
-    if (operation === 'metadata') {
-      const s = servers.get(decodeURIComponent(metadataPath?.[1] ?? ''));
-      if (!s || url.searchParams.get('format') !== 'json') {
-        res.writeHead(404).end('not found');
-        return;
-      }
-      send(res, 200, {
-        id: s.id,
-        name: s.name,
-        hostname: s.name,
-        organization: s.project,
-        project: s.project,
-        commercial_type: 'DEV1-M',
-        tags: s.tags,
-        state_detail: 'booted',
-        private_ip: s.privateIps[0] ?? null,
-        location: { zone_id: s.zone, platform_id: '14', cluster_id: '1', hypervisor_id: '1', node_id: '1' },
-      });
-      return;
-    }
-    if (operation === 'unknown') return notFound(res, 'route');
-    if (req.headers['x-auth-token'] !== secretKey) {
-      send(res, 401, {
-        type: 'denied_authentication',
-        method: 'api_key',
-        reason: 'invalid_argument',
-        message: 'authentication is denied',
-      });
-      return;
-    }
-    if (operation === 'ips.list') return listIps(url, res, ipsPath?.[1] as string);
-    const inZone = serversPath?.[1] as string;
-    if (operation === 'servers.list') return listServers(url, res, inZone);
-    const s = servers.get(decodeURIComponent(serversPath?.[2] as string));
-    if (!s || s.zone !== inZone || s.project !== projectId) return notFound(res, 'instance_server');
-    send(res, 200, { server: view(s) });
-  };
-
+  const { servers, projectId, secretKey } = state;
+  const accessKey = `SCW${randomUUID().replace(/-/g, '').slice(0, 17).toUpperCase()}`;
   const server = createServer((req, res) => {
-    handle(req, res).catch((err: unknown) => {
-      if (!res.headersSent) send(res, 500, { message: (err as Error).message });
+    serveScaleway(state, req, res).catch((err: unknown) => {
+      if (!res.headersSent) sendJson(res, 500, { message: (err as Error).message });
     });
   });
   const listener = await listenOnLoopback(server);
-  base = listener.url;
-
+  const base = listener.url;
   const existing = (id: string) => {
     const found = servers.get(id);
     if (!found) throw new Error(`no simulated server ${id}`);
     return found;
   };
-  const credentials: ScalewayCredentials = { accessKey, secretKey, projectId, zone, apiUrl: base };
-
   return {
     apiUrl: base,
     zone,
     projectId,
-    credentials,
+    credentials: { accessKey, secretKey, projectId, zone, apiUrl: base },
     env: {
       SCW_ACCESS_KEY: accessKey,
       SCW_SECRET_KEY: secretKey,
@@ -342,29 +344,18 @@ export async function startScalewaySimulator(
       servers.set(record.id, record);
       return record;
     },
-    setState: (id, state) => {
-      existing(id).state = state;
+    setState: (id, s) => {
+      existing(id).state = s;
     },
     deleteServer: (id) => {
       existing(id);
       servers.delete(id);
     },
     metadataUrl: (id) => `${base}/metadata/${encodeURIComponent(id)}/conf?format=json`,
-    failNext: (times, status, operation) =>
-      faults.push({ times, status, ...(operation ? { operation } : {}) }),
-    throttleNext: (times, resetSeconds, operation) =>
-      faults.push({ times, status: 429, resetSeconds, ...(operation ? { operation } : {}) }),
-    delayNext: (times, delayMs, operation) =>
-      faults.push({ times, delayMs, ...(operation ? { operation } : {}) }),
-    dropNext: (times, operation) => faults.push({ times, drop: true, ...(operation ? { operation } : {}) }),
-    resetFaults: () => {
-      faults = [];
-    },
-    calls,
-    count: (operation) => calls.filter((c) => c.operation === operation).length,
-    clearCalls: () => {
-      calls.length = 0;
-    },
+    ...faultVerbs(state.faults),
+    calls: state.log.calls,
+    count: (operation) => state.log.count(operation),
+    clearCalls: () => state.log.clear(),
     close: () => listener.close(),
   };
 }

@@ -1,26 +1,23 @@
 /**
  * A read-only JSON client for the bearer-token REST APIs of the callback clouds (Hetzner Cloud,
- * DigitalOcean): one GET, retried while the API is throttled or failing, every attempt counted, every
- * failure one typed error naming the call. The provider modules only say which paths to read and
- * how their pages link and how their 429 says when to come back. (The client is shared by
- * src/cloud/hetzner and src/cloud/digitalocean; its retry loop and error mapping by src/cloud/linode.)
- *
- * Throttling: a wait short enough to fit in `maxRetryWaitMs` is waited out and the call retried; a
- * longer one fails at once as RateLimitedError carrying `retryAfterSeconds`, so a bootstrap request
- * is answered 503 with that Retry-After instead of being held.
+ * DigitalOcean): one GET, retried while the API is throttled or failing (retry.ts), every attempt
+ * counted, every failure one typed error naming the call. The provider modules only say which paths
+ * to read and how their pages link and how their 429 says when to come back. (The client is shared
+ * by src/cloud/hetzner and src/cloud/digitalocean; its error mapping by src/cloud/linode.)
  */
 import { Agent as HttpAgent } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
-import { errorForHttpStatus, KopsError, RateLimitedError, UnavailableError } from '../../errors.ts';
-import { httpsRequest } from '../../net/https-client.ts';
-import { retryAfterSeconds } from '../../net/retry-after.ts';
+import { errorForHttpStatus, type KopsError, RateLimitedError, UnavailableError } from '../errors.ts';
+import { httpsRequest } from '../net/https-client.ts';
+import { retryAfterSeconds } from '../net/retry-after.ts';
 import {
   type CloudCallRecorder,
   type CloudName,
   httpCallResult,
   noCloudCalls,
   secondsSince,
-} from '../metrics.ts';
+} from './metrics.ts';
+import { retryCloudCall } from './retry.ts';
 
 /** Options of {@link RestJsonClient}. */
 export interface RestJsonClientOptions {
@@ -63,8 +60,6 @@ export interface JsonAnswer<T> {
   body: T;
   headers: AnswerHeaders;
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** The wait `Retry-After` asks for, in seconds. */
 export function retryAfterWait(headers: AnswerHeaders): number | undefined {
@@ -139,35 +134,6 @@ export class RestJsonClient {
       });
     } finally {
       calls.duration(cloud, operation, secondsSince(started));
-    }
-  }
-}
-
-/** How a cloud read is retried. */
-export interface CloudRetryPolicy {
-  retries: number;
-  /** First delay without a server-given wait; later ones double. */
-  retryDelayMs: number;
-  /** A server-asked wait longer than this fails at once instead. */
-  maxRetryWaitMs: number;
-}
-
-/**
- * Runs `attempt` until it succeeds, or fails with an error that is not `rate-limited` or
- * `unavailable`, or the retries are spent, or the wait a 429 asks for (`retryAfterSeconds` in its
- * details) is longer than the policy holds a caller.
- */
-export async function retryCloudCall<T>(policy: CloudRetryPolicy, attempt: () => Promise<T>): Promise<T> {
-  for (let n = 0; ; n++) {
-    try {
-      return await attempt();
-    } catch (err) {
-      if (!(err instanceof KopsError) || (err.kind !== 'rate-limited' && err.kind !== 'unavailable'))
-        throw err;
-      const asked = err.details?.['retryAfterSeconds'];
-      const waitMs = typeof asked === 'number' ? asked * 1000 : policy.retryDelayMs * 2 ** n;
-      if (n >= policy.retries || waitMs > policy.maxRetryWaitMs) throw err;
-      await sleep(waitMs);
     }
   }
 }

@@ -8,11 +8,13 @@
  * caches them for 60 minutes); a caller deciding trust bounds their age with `maxAgeMs`.
  * (Shared by src/cloud/hetzner, src/cloud/digitalocean and src/cloud/linode.)
  */
-import { ForbiddenError } from '../../errors.ts';
-import { type Logger, silentLogger } from '../../log.ts';
-import { Batcher, type Outcome } from '../batcher.ts';
-import { mapConcurrent } from '../concurrency.ts';
-import { LruCache } from '../lru.ts';
+import { ConfigError, ForbiddenError, InvalidInputError } from '../errors.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import type { Outcome } from './batcher.ts';
+import { mapConcurrent } from './concurrency.ts';
+import { IdentifyBatches } from './identify-batches.ts';
+import { LruCache } from './lru.ts';
+import { type GroupedServer, groupsOfServers } from './server-groups.ts';
 import type {
   CloudGroup,
   CloudGroups,
@@ -22,7 +24,7 @@ import type {
   InstanceState,
   NodeIdentifier,
   NodeIdentity,
-} from '../types.ts';
+} from './types.ts';
 
 /** One server as the cloud records it, in the terms the identifier needs. */
 export interface CloudServer {
@@ -89,8 +91,7 @@ export class ClusterServerIdentifier implements NodeIdentifier {
   readonly #o: ClusterServerIdentifierOptions;
   readonly #logger: Logger;
   readonly #verified: LruCache<string, CloudServer>;
-  readonly #batcher: Batcher<string, NodeIdentity>;
-  readonly #maxAgeMs = new Map<string, number>();
+  readonly #batches: IdentifyBatches;
   /** The cluster's size at the last list, to weigh the next list's pages against single reads. */
   #lastListed = 0;
 
@@ -102,65 +103,41 @@ export class ClusterServerIdentifier implements NodeIdentifier {
       ttlMs: options.cacheTtlMs ?? 3_600_000,
       ...(options.now ? { now: options.now } : {}),
     });
-    this.#batcher = new Batcher({
-      windowMs: options.coalesceWindowMs ?? 10,
-      maxBatchSize: 10_000,
+    this.#batches = new IdentifyBatches({
+      windowMs: options.coalesceWindowMs,
       // One batch at a time: a second list of the whole cluster while one runs would be wasted calls.
       maxConcurrent: 1,
       fetch: (ids) => this.#identifyBatch(ids),
     });
   }
 
-  async identify(
-    providerIDs: readonly string[],
-    options: IdentifyOptions = {},
-  ): Promise<Map<string, IdentifyResult>> {
-    const { maxAgeMs } = options;
-    if (maxAgeMs !== undefined) {
-      for (const id of providerIDs)
-        this.#maxAgeMs.set(id, Math.min(maxAgeMs, this.#maxAgeMs.get(id) ?? maxAgeMs));
-    }
-    const results = new Map<string, IdentifyResult>();
-    for (const [id, outcome] of await this.#batcher.loadMany(providerIDs)) {
-      results.set(id, outcome.ok ? { ok: true, identity: outcome.value } : outcome);
-    }
-    return results;
+  identify(providerIDs: readonly string[], options?: IdentifyOptions): Promise<Map<string, IdentifyResult>> {
+    return this.#batches.identify(providerIDs, options);
   }
 
   /** The cluster's servers by instance group, read with one list (for validate and the metrics). */
   async groups(): Promise<CloudGroup[]> {
     const servers = await this.#o.directory.listCluster();
     this.#lastListed = servers.length;
-    const byGroup = new Map<string, CloudGroup>();
+    const ours: GroupedServer[] = [];
     for (const server of servers) {
       if (server.clusterName !== this.#o.clusterName || !server.instanceGroup) continue;
-      const group = byGroup.get(server.instanceGroup) ?? {
-        instanceGroup: server.instanceGroup,
-        cloudName: server.instanceGroup,
-        minSize: 0,
-        maxSize: 0,
-        targetSize: 0,
-        members: [],
-      };
-      group.members.push({
+      const member = {
         instanceId: server.id,
         providerID: this.#o.providerIds.format(server.id),
         state: server.state,
         healthy: server.state === 'running',
-      });
-      // No cloud-side group holds a size: the servers kops created are the group's target.
-      group.minSize = group.maxSize = group.targetSize = group.members.length;
-      byGroup.set(server.instanceGroup, group);
+      };
+      ours.push({ instanceGroup: server.instanceGroup, member });
     }
-    return [...byGroup.values()].sort((a, b) => a.instanceGroup.localeCompare(b.instanceGroup));
+    return groupsOfServers(ours);
   }
 
   async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
     const results = new Map<string, Outcome<NodeIdentity>>();
     const toRead = new Map<string, string>();
     for (const providerID of providerIDs) {
-      const maxAgeMs = this.#maxAgeMs.get(providerID);
-      this.#maxAgeMs.delete(providerID);
+      const maxAgeMs = this.#batches.takeMaxAge(providerID);
       let id: string;
       try {
         id = this.#o.providerIds.parse(providerID);
@@ -288,4 +265,88 @@ export class ClusterServerGroups implements CloudGroups {
     }
     return this.#identifier.groups();
   }
+}
+
+/** What the provider of a cloud identified by its server records offers the controller. */
+export interface ClusterServerProvider {
+  nodeIdentifier: ClusterServerIdentifier;
+  cloudGroups: ClusterServerGroups;
+  identifiesByNodeName: false;
+  close(): void;
+}
+
+/**
+ * The identifier and groups of one cluster over a cloud's server directory. `groupsClusterName` is
+ * the kops cluster name the groups are listed for, where the cloud's tag spells it otherwise.
+ */
+export function clusterServerProvider(
+  options: ClusterServerIdentifierOptions & { groupsClusterName?: string; close(): void },
+): ClusterServerProvider {
+  const { groupsClusterName, close, ...identifierOptions } = options;
+  const nodeIdentifier = new ClusterServerIdentifier(identifierOptions);
+  return {
+    nodeIdentifier,
+    cloudGroups: new ClusterServerGroups(nodeIdentifier, groupsClusterName ?? options.clusterName),
+    identifiesByNodeName: false,
+    close,
+  };
+}
+
+/** The API token given, else the environment's; ConfigError saying what it must be when neither has one. */
+export function requiredToken(given: string | undefined, variable: string, requirement: string): string {
+  const token = given ?? process.env[variable];
+  if (!token) throw new ConfigError(`${variable} is required on ${requirement}`);
+  return token;
+}
+
+/** A cloud's decimal server ids (kops parses them as integers): a positive number of at most `maxDigits` digits. */
+export class DecimalIds {
+  readonly pattern: RegExp;
+  readonly #noun: string;
+
+  /** `noun` names an id in messages (`Hetzner server id`). */
+  constructor(noun: string, maxDigits: number) {
+    this.#noun = noun;
+    this.pattern = new RegExp(`^[1-9]\\d{0,${maxDigits - 1}}$`);
+  }
+
+  /** `value` when it is an id; InvalidInputError naming `what` otherwise. */
+  parse(value: string, what: string): string {
+    if (!this.pattern.test(value)) {
+      throw new InvalidInputError(`${what} "${value.slice(0, 40)}" is not a ${this.#noun}`);
+    }
+    return value;
+  }
+}
+
+/**
+ * `<scheme>://<id>` providerIDs of one cloud (`cloud` and `idNoun` for messages). With `lastSegment`,
+ * the id is read as the last segment of a longer path too (`linode:///<id>`, `linode://<region>/<id>`).
+ */
+export function schemeProviderIds(options: {
+  scheme: string;
+  cloud: string;
+  idNoun: string;
+  ids: DecimalIds;
+  lastSegment?: boolean;
+}): ProviderIdFormat {
+  const prefix = `${options.scheme}://`;
+  return {
+    parse: (providerID) => {
+      if (!providerID.startsWith(prefix)) {
+        throw new InvalidInputError(
+          `providerID "${providerID.slice(0, 80)}" is not a ${options.cloud} one (${prefix}<${options.idNoun}>)`,
+        );
+      }
+      const rest = providerID.slice(prefix.length);
+      const id = options.lastSegment
+        ? (rest
+            .replace(/^\/+|\/+$/g, '')
+            .split('/')
+            .at(-1) ?? '')
+        : rest;
+      return options.ids.parse(id, `providerID ${options.idNoun}`);
+    },
+    format: (id) => `${prefix}${id}`,
+  };
 }

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, test } from 'node:test';
 import { Registry } from 'prom-client';
-import { KopsError } from '../../errors.ts';
-import { type HetznerSimulator, startHetznerSimulator } from '../../sim/hetzner/simulator.ts';
-import { cloudRequests } from '../../testing/cloud-calls.ts';
-import { cloudCallMetrics } from '../metrics.ts';
-import { createHetznerProvider, type HetznerProvider } from './provider.ts';
+import { KopsError } from '../errors.ts';
+import { type HetznerSimulator, startHetznerSimulator } from '../sim/hetzner/simulator.ts';
+import { cloudRequests } from '../testing/cloud-calls.ts';
+import { createHetznerProvider, type HetznerProvider } from './hetzner/provider.ts';
+import { cloudCallMetrics } from './metrics.ts';
 
 const cluster = 'prod.example.com';
 let sim: HetznerSimulator;
