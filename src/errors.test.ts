@@ -63,9 +63,9 @@ test('an error carries its reason, its wait and the status it was answered as ty
   assert.equal(err.reasonCode, 'queue-full');
   assert.equal(err.retryAfterSeconds, 7);
   assert.equal(err.upstreamStatus, 429);
-  // Readers that still look in the details bag see the same facts.
+  // Code that reads the details bag sees the same facts.
   assert.deepEqual(err.details, { reason: 'queue-full', retryAfterSeconds: 7, httpStatus: 429 });
-  // And facts still written into the bag are read as the typed ones.
+  // And facts written into the bag are read as the typed ones.
   const legacy = new UnavailableError('x', { details: { reason: 'r', retryAfterSeconds: 3, status: 503 } });
   assert.deepEqual([legacy.reasonCode, legacy.retryAfterSeconds, legacy.upstreamStatus], ['r', 3, 503]);
   const plain = new NotFoundError('x');

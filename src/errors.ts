@@ -71,8 +71,9 @@ export class KopsError extends Error {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
     this.kind = kind;
-    // Modules that still put these facts in `details` are read the same way, and modules that still
-    // read them there find them: one error, whichever way it was made or is read.
+    // A fact written into `details` (as the cloud clients' error mappers write `status` and `reason`)
+    // is read as the typed one, and a typed one is copied into `details` for the code that reads it
+    // there (the retry loops of agent/retry.ts and cloud/retry.ts): one error, however made or read.
     const { details } = options;
     this.reasonCode = options.reason ?? stringOr(details?.['reason']);
     this.retryAfterSeconds = options.retryAfterSeconds ?? numberOr(details?.['retryAfterSeconds']);
@@ -87,7 +88,7 @@ export class KopsError extends Error {
   }
 }
 
-/** `details` with the typed facts given as options added, for readers that still look there. */
+/** `details` with the typed facts given as options added, for the code that reads them there. */
 function withTypedFacts(
   details: Record<string, unknown> | undefined,
   options: KopsErrorOptions,

@@ -1,8 +1,8 @@
 /**
- * Issue 13 finding 3, end to end over real sockets: a real bootstrap server in front of the simulated
- * API server and AWS (src/testing/bootstrap-harness.ts) with faults injected into the replay-marker
- * write, STS, EC2, the guard's Node read and a webhook. Each must answer 503 with Retry-After and a
- * reason naming the dependency — never a final 403 — be counted and audited; a decision on verified
+ * A failed dependency is never a denial, end to end over real sockets: a real bootstrap server in front of
+ * the simulated API server and AWS (src/testing/bootstrap-harness.ts) with faults injected into the
+ * replay-marker write, STS, EC2, the guard's Node read and a webhook. Each must answer 503 with Retry-After
+ * and a reason naming the dependency — never a final 403 — be counted and audited; a decision on verified
  * facts stays a 403; and the real `join` gets through an API-server 503 storm.
  */
 import assert from 'node:assert/strict';

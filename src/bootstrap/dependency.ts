@@ -80,7 +80,7 @@ export class DependencyFaultError extends UnavailableError {
       cause: fault.cause,
       reason: dependencyFaultReason,
       retryAfterSeconds: fault.retryAfterSeconds,
-      // Still in the bag too, for readers that look there.
+      // Also in `details`, where the policies' tests look for the dependency.
       details: fault.policy
         ? { dependency: fault.dependency, policy: fault.policy }
         : { dependency: fault.dependency },
@@ -122,8 +122,8 @@ export function isDependencyFault(err: unknown): err is DependencyFaultError {
 }
 
 /**
- * The dependency a fault names. (Takes any UnavailableError while kops-handler.ts still types its
- * faults so; every fault it passes comes from {@link dependencyFault}.)
+ * The dependency a fault names. (Takes any UnavailableError because the audit trail of context.ts
+ * types its faults so; every fault passed to it comes from {@link dependencyFault}.)
  */
 export function dependencyOf(err: UnavailableError): string {
   return err instanceof DependencyFaultError ? err.dependency : 'unknown';

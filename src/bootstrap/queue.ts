@@ -140,8 +140,8 @@ function specProfileOf(profileNames: readonly string[]): ProfileName {
 }
 
 /**
- * The same choice read back from the sealed extra-requests: the one profile they do not hold. A
- * request queued before the serving request moved to spec.request reads back as before.
+ * The same choice read back from the sealed extra-requests: the one profile they do not hold. Extra
+ * requests that hold the serving request (spec.request then being the client's) read back as `kubelet`.
  */
 function specProfileOfExtra(extraProfiles: readonly string[]): ProfileName {
   return extraProfiles.includes('kubelet') ? 'kubelet-server' : 'kubelet';

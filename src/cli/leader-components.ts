@@ -1,6 +1,6 @@
 /**
  * The leader-only components a controller config asks for, built once for `run` and `dev`: the
- * NodeController, the kubelet CSR approver and the validation metrics (seed 001's `kops_*` gauges),
+ * NodeController, the kubelet CSR approver and the validation metrics (the `kops_*` gauges),
  * from the config's cloud and state store.
  */
 import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';

@@ -254,7 +254,7 @@ const csrApprover = z.strictObject({
   leaveUnverifiedForHumans: z.boolean().default(false),
   /** The oldest cloud answer about a node's instance that a decision may rest on (default 60 s). */
   maxInstanceStateAge: duration.default(60_000),
-  /** kubelet-csr-approver's settings for kubelet serving CSRs; each unset keeps today's behaviour. */
+  /** kubelet-csr-approver's settings for kubelet serving CSRs; one left unset adds no check of its own. */
   serving: z
     .strictObject({
       /** Every DNS name must match this regular expression in full (case-insensitive). */

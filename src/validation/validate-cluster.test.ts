@@ -300,8 +300,8 @@ describe('validateCluster', () => {
 });
 
 /**
- * Issue 17 item 1: validation must never say "ready" wrongly. Each rule cites the kops code it follows
- * (kubernetes/kops @ 268927e2).
+ * Validation must never say "ready" wrongly: a cluster called ready that kops would not call ready is
+ * a false all-clear. Each rule cites the kops code it follows (kubernetes/kops @ 268927e2).
  */
 describe('validateCluster never says ready wrongly', () => {
   test('no instance groups at all is an error, not a ready cluster (kops: "no InstanceGroup objects found")', () => {

@@ -1,9 +1,9 @@
 /**
- * `kops validate cluster` semantics (reference kops-controller.md §5.2) as one pure function over
- * plain data: the instance groups, what the cloud says each group runs, the Nodes and the pods. It
- * reports every failure with kops' kinds and messages — and, for programs such as the `kops_*` gauges, a
- * typed reason and the instance group, node, component or containers it concerns — and the nodes it
- * looked at. Follows kops' pkg/validation/validate_cluster.go (kubernetes/kops @ 268927e2).
+ * `kops validate cluster` semantics as one pure function over plain data: the instance groups, what the cloud
+ * says each group runs, the Nodes and the pods. It reports every failure with kops' kinds and messages — and,
+ * for programs such as the `kops_*` gauges, a typed reason and the instance group, node, component or
+ * containers it concerns — and the nodes it looked at. Follows kops' pkg/validation/validate_cluster.go
+ * (kubernetes/kops @ 268927e2).
  */
 import type { V1Node, V1Pod } from '@kubernetes/client-node';
 import { parseAwsProviderID } from '../cloud/aws/providerid.ts';

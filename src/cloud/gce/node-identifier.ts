@@ -12,8 +12,9 @@
  */
 import { ForbiddenError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
-import { Batcher, type Outcome } from '../batcher.ts';
+import type { Outcome } from '../batcher.ts';
 import { mapConcurrent } from '../concurrency.ts';
+import { IdentifyBatches } from '../identify-batches.ts';
 import { LruCache } from '../lru.ts';
 import type {
   IdentifyOptions,
@@ -56,8 +57,6 @@ export interface GceNodeIdentifierOptions {
   cacheTtlMs?: number;
   /** Calls to `identify` within this window share one batch (default 10 ms). */
   coalesceWindowMs?: number;
-  /** Most providerIDs in one batch (default 10,000). */
-  maxBatchSize?: number;
   /** Parallel compute calls at most (default 16). */
   concurrency?: number;
   /** The clock of the verified-id cache (default Date.now). */
@@ -131,9 +130,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
   readonly #concurrency: number;
   readonly #verified: LruCache<string, VerifiedGroup>;
   readonly #templates: TemplateGroups;
-  readonly #batcher: Batcher<string, GceNodeIdentity>;
-  /** The strictest `maxAgeMs` asked for each providerID not yet batched; its batch honours it. */
-  readonly #maxAgeMs = new Map<string, number>();
+  readonly #batches: IdentifyBatches<GceNodeIdentity>;
 
   constructor(options: GceNodeIdentifierOptions) {
     this.#compute = options.compute;
@@ -151,9 +148,8 @@ export class GceNodeIdentifier implements NodeIdentifier {
       concurrency: this.#concurrency,
       logger: this.#logger,
     });
-    this.#batcher = new Batcher({
-      windowMs: options.coalesceWindowMs ?? 10,
-      maxBatchSize: options.maxBatchSize ?? 10_000,
+    this.#batches = new IdentifyBatches({
+      windowMs: options.coalesceWindowMs,
       maxConcurrent: 2,
       fetch: (ids) => this.#identifyBatch(ids),
     });
@@ -163,25 +159,15 @@ export class GceNodeIdentifier implements NodeIdentifier {
    * Identifies nodes by providerID; one result per distinct providerID asked. A MIG membership
    * verified longer than `options.maxAgeMs` ago is verified again.
    */
-  async identify(
+  identify(
     providerIDs: readonly string[],
-    options: IdentifyOptions = {},
+    options?: IdentifyOptions,
   ): Promise<Map<string, GceIdentifyResult>> {
-    const { maxAgeMs } = options;
-    if (maxAgeMs !== undefined) {
-      for (const id of providerIDs)
-        this.#maxAgeMs.set(id, Math.min(maxAgeMs, this.#maxAgeMs.get(id) ?? maxAgeMs));
-    }
-    const results = new Map<string, GceIdentifyResult>();
-    for (const [id, outcome] of await this.#batcher.loadMany(providerIDs)) {
-      results.set(id, outcome.ok ? { ok: true, identity: outcome.value } : outcome);
-    }
-    return results;
+    return this.#batches.identify(providerIDs, options);
   }
 
   async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<GceNodeIdentity>>> {
-    const maxAgeMs = new Map(providerIDs.map((id) => [id, this.#maxAgeMs.get(id)]));
-    for (const id of providerIDs) this.#maxAgeMs.delete(id);
+    const maxAgeMs = new Map(providerIDs.map((id) => [id, this.#batches.takeMaxAge(id)]));
     const results = new Map<string, Outcome<GceNodeIdentity>>();
     const fail = (id: string, error: Error) => results.set(id, { ok: false, error });
     const refs = this.#parseOwnRefs(providerIDs, fail);

@@ -753,4 +753,23 @@ describe('CsrApprover on GCE reads the instance status for every decision', () =
       gce.gce.failNext(0, 503);
     }
   });
+
+  test('a 403 on the approver’s own compute call (a missing permission) leaves the request undecided, never denied', async () => {
+    const node = gceNodes[2] as string;
+    const before = gce.gce.count('instances.get');
+    gce.gce.failNext(1_000_000, 403, 'instances.get');
+    try {
+      const name = await renew(node);
+      await eventually('the approver asked twice', async () => gce.gce.count('instances.get') >= before + 2);
+      assert.deepEqual(
+        conditionsOf(name, gce.api.server.store),
+        [],
+        'the controller’s own 403 is no verdict',
+      );
+      gce.gce.failNext(0, 403);
+      assert.equal((await decided(name, gce.api.server.store)).type, 'Approved');
+    } finally {
+      gce.gce.failNext(0, 403);
+    }
+  });
 });

@@ -11,9 +11,10 @@
  *
  * Failure handling: a cloud or API outage requeues the CSR with backoff and never turns into a
  * denial (unlike kubelet-csr-approver, whose resolver errors deny at once), nor into an approval
- * from an older answer; a refusal by the cloud (another cluster's instance, unknown or stopped
- * instance) is a denial. With `leaveUnverifiedForHumans`, would-be denials are only logged and
- * counted, leaving the CSR pending for `kubectl certificate`.
+ * from an older answer; the cloud's verdict on the instance (another cluster's, unknown or stopped)
+ * is a denial. The cloud refusing the approver's own call (401/403: a missing permission) is an
+ * outage like any other: it says nothing about the node. With `leaveUnverifiedForHumans`, would-be
+ * denials are only logged and counted, leaving the CSR pending for `kubectl certificate`.
  */
 import { lookup } from 'node:dns/promises';
 import {
@@ -24,6 +25,7 @@ import {
   type V1CertificateSigningRequestCondition,
 } from '@kubernetes/client-node';
 import { Counter, type Registry, register } from 'prom-client';
+import { isCloudVerdict } from '../../bootstrap/dependency.ts';
 import type { NodeIdentifier } from '../../cloud/types.ts';
 import { describeError, NotFoundError, UnavailableError } from '../../errors.ts';
 import { fromApiException } from '../../kube/api-errors.ts';
@@ -81,12 +83,6 @@ const csrPath = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 /** Every address of a name, as the system resolves it. */
 async function systemResolve(name: string): Promise<string[]> {
   return (await lookup(name, { all: true })).map((entry) => entry.address);
-}
-
-/** Cloud refusals are answers about the instance; any other failure is an outage to retry. */
-function isRefusal(error: Error): boolean {
-  const kind = (error as { kind?: string }).kind;
-  return kind === 'forbidden' || kind === 'invalid' || kind === 'not-found';
 }
 
 /** Whether the cloud refused because the instance is not (or no longer) running. */
@@ -214,7 +210,8 @@ export class CsrApprover implements LeaderComponent {
     const result = (await this.#options.identifier.identify([key], { maxAgeMs })).get(key);
     if (!result) throw new NotFoundError(`the node identifier returned nothing for ${key}`);
     if (!result.ok) {
-      if (!isRefusal(result.error)) throw result.error;
+      // Only the cloud's verdict on the instance denies; a failure to ask is retried.
+      if (!isCloudVerdict(result.error)) throw result.error;
       return {
         action: 'deny',
         reason: isNotRunning(result.error) ? 'InstanceNotRunning' : 'InstanceIdentityRejected',

@@ -2,8 +2,8 @@
  * The settings users of postfinance/kubelet-csr-approver expect, for kubelet serving requests, on top
  * of the cloud check (checks.ts), which stays: a DNS name pattern (its `--provider-regex`), allowed IP
  * ranges (`--provider-ip-prefixes`), a maximum lifetime (`--max-expiration-sec`) and whether names
- * must resolve (the opposite of `--bypass-dns-resolution`). Each, when not set, leaves today's
- * behaviour alone. Where this differs from kubelet-csr-approver, it is stricter on purpose:
+ * must resolve (the opposite of `--bypass-dns-resolution`). Each, when not set, adds no check: the
+ * cloud check alone decides. Where this differs from kubelet-csr-approver, it is stricter on purpose:
  * - the pattern must match the whole name (its Go regexp is unanchored, so `.*\.example\.com` there
  *   also passes `x.example.com.attacker.net`);
  * - a resolver failure other than "no such name" is an outage to retry, never a denial (it denies at

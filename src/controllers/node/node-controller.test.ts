@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Registry } from 'prom-client';
 import { parseDocument } from 'yaml';
 import { createAwsProvider } from '../../cloud/aws/provider.ts';
+import { createGceProvider, type GceProvider } from '../../cloud/gce/provider.ts';
 import type { NodeIdentifier } from '../../cloud/types.ts';
 import { UnavailableError } from '../../errors.ts';
 import { buildNodeLabels } from '../../nodelabels/build-node-labels.ts';
@@ -13,7 +14,7 @@ import { managedLabelsAnnotation } from '../../nodelabels/diff-labels.ts';
 import type { KubeObject } from '../../sim/apiserver/index.ts';
 import { awsProviderID, simInstanceId } from '../../sim/aws/scenario.ts';
 import type { SimInstanceInput } from '../../sim/aws/world.ts';
-import { startDevCluster } from '../../sim/dev-cluster.ts';
+import { type GceDevCluster, startDevCluster, startGceDevCluster } from '../../sim/dev-cluster.ts';
 import { ClusterStore } from '../../statestore/cluster-store.ts';
 import { openVfs, vfsOptionsFromEnv } from '../../statestore/open.ts';
 import { identityRejectedReason, NodeController } from './node-controller.ts';
@@ -278,5 +279,72 @@ describe('NodeController when the cloud fails and nodes change', () => {
       undefined,
       'the deleted node was not recreated by a patch',
     );
+  });
+});
+
+describe('NodeController on GCE when the compute API refuses the controller itself', () => {
+  let gceDir: string;
+  let gce: GceDevCluster;
+  let gceProvider: GceProvider;
+  const gceRegistry = new Registry();
+  const gceStop = new AbortController();
+  let gceRun: Promise<void> | undefined;
+  before(async () => {
+    gceDir = await mkdtemp(join(tmpdir(), 'node-controller-gce-'));
+    gce = await startGceDevCluster({ stateDir: gceDir });
+    gceProvider = await createGceProvider({
+      project: gce.project,
+      clusterName: gce.clusterName,
+      endpoint: gce.gce.endpoint,
+      auth: gce.auth,
+    });
+  });
+  after(async () => {
+    gceStop.abort();
+    await gceRun;
+    await gce.close();
+    await rm(gceDir, { recursive: true, force: true });
+  });
+
+  test('a 403 on its own compute call (a missing permission) is retried, never an IdentityRejected Event', async () => {
+    const gceStore = gce.api.server.store;
+    const gceClusterStore = new ClusterStore(openVfs(gce.configBase, gce.target.clients.vfsOptions), {
+      pollIntervalMs: 100,
+    });
+    gce.gce.failNext(1_000_000, 403);
+    gceRun = new NodeController({
+      kubeConfig: gce.api.server.kubeConfig(),
+      identifier: gceProvider.nodeIdentifier,
+      clusterStore: gceClusterStore,
+      registry: gceRegistry,
+      rejectionRetryMs: 3_600_000,
+    }).start(gceStop.signal);
+    const failed = async () =>
+      Number(
+        /result="error"\} (\d+)/.exec(
+          await gceRegistry.getSingleMetricAsString('node_controller_reconciles_total'),
+        )?.[1] ?? 0,
+      );
+    await eventually('reconciles failed on the refused compute calls', async () => (await failed()) > 0);
+    gce.gce.failNext(0, 403);
+    for (const [group, names] of gce.nodesByGroup) {
+      const ig = await gceClusterStore.instanceGroup(group);
+      const desired = buildNodeLabels(await gceClusterStore.cluster(), ig);
+      for (const name of names) {
+        await eventually(`${name} is labelled once the permission is granted`, () => {
+          const labels = (gceStore.get('nodes', undefined, name)?.metadata.labels ?? {}) as Record<
+            string,
+            string
+          >;
+          return Object.entries(desired).every(([k, v]) => labels[k] === v);
+        });
+      }
+    }
+    const metrics = await gceRegistry.getSingleMetricAsString('node_controller_reconciles_total');
+    assert.doesNotMatch(metrics, /result="rejected"/, 'no node was rejected for the controller’s own 403');
+    const rejections = gceStore
+      .list('events', 'default')
+      .filter((e) => e['reason'] === identityRejectedReason);
+    assert.deepEqual(rejections, [], 'no node was reported as refused by the cloud');
   });
 });

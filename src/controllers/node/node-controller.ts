@@ -12,6 +12,7 @@
  */
 import { CoreV1Api, type KubeConfig, type V1Node } from '@kubernetes/client-node';
 import { Counter, type Registry, register } from 'prom-client';
+import { isCloudVerdict } from '../../bootstrap/dependency.ts';
 import { capiInstanceGroup } from '../../cloud/capi/instance-group.ts';
 import type { IdentifyResult, NodeIdentifier } from '../../cloud/types.ts';
 import { describeError, NotFoundError } from '../../errors.ts';
@@ -82,15 +83,6 @@ function nodeControllerMetrics(registry: Registry): NodeControllerMetrics {
     labelsSet: counter('node_controller_labels_applied_total', 'Node labels added or changed.'),
     labelsRemoved: counter('node_controller_labels_removed_total', 'Managed node labels removed.'),
   };
-}
-
-/**
- * Whether an identify failure is the cloud refusing the node (not its instance, not running, no such
- * instance, an unparseable providerID), as opposed to a failure to ask that a retry may fix.
- */
-function isRefusal(error: Error): boolean {
-  const kind = (error as { kind?: string }).kind;
-  return kind === 'forbidden' || kind === 'invalid' || kind === 'not-found';
 }
 
 /** One leadership term: the informer and what was learnt about nodes. */
@@ -239,7 +231,9 @@ export class NodeController implements LeaderComponent {
     const identified = await this.#identify(term, name, key);
     if (!identified) throw new NotFoundError(`the identifier returned nothing for ${key}`);
     if (!identified.ok) {
-      if (!isRefusal(identified.error)) throw identified.error;
+      // Only the cloud's verdict on the instance rejects the node; anything else, the cloud refusing
+      // the controller's own call included, is retried with backoff.
+      if (!isCloudVerdict(identified.error)) throw identified.error;
       await this.#reject(term, node, identified.error);
       return 'rejected';
     }
