@@ -60,6 +60,13 @@ export interface CloudGroup {
   minSize: number;
   maxSize: number;
   targetSize: number;
+  /**
+   * What the group launches new instances from, in a form members can be compared with: an AWS launch
+   * template as `<id>:<version number>` (`$Latest`/`$Default` resolved) or a launch configuration's
+   * name, a GCE instance template's URL. Undefined when the cloud would not say (then no member can be
+   * judged out of date).
+   */
+  template?: string;
   members: CloudGroupMember[];
 }
 
@@ -76,6 +83,11 @@ export interface CloudGroupMember {
    * expected to have a Node, as kops' `WarmPool` member state.
    */
   warmPool?: boolean;
+  /**
+   * What the member was launched from, in the form of {@link CloudGroup.template}; undefined when the
+   * cloud names nothing (kops then counts the member as needing an update).
+   */
+  template?: string;
 }
 
 /** Lists the cloud groups of a cluster (for `validate` and the metrics). */

@@ -112,6 +112,47 @@ describe('instanceGroupHealth', () => {
     ]);
   });
 
+  test('instances needing a rolling update: an older template, or a Node annotated kops.k8s.io/needs-update', () => {
+    const withTemplates = (
+      instanceGroup: string,
+      template: string | undefined,
+      members: [string, string?][],
+    ) => ({
+      ...cloudGroup(instanceGroup, members.length, []),
+      ...(template ? { template } : {}),
+      members: members.map(([id, memberTemplate]) => ({
+        ...member(id),
+        ...(memberTemplate ? { template: memberTemplate } : {}),
+      })),
+    });
+    const input = {
+      instanceGroups: groups,
+      cloudGroups: [
+        // n2 runs version 6 of the launch template, n3 names none (kops: out of date too); n4 is
+        // current but its Node asks for an update; the terminated n5 is no member kops sees.
+        withTemplates('nodes', 'lt-1:7', [['n1', 'lt-1:7'], ['n2', 'lt-1:6'], ['n3'], ['n4', 'lt-1:7']]),
+        {
+          ...withTemplates('nodes', 'lt-1:7', []),
+          members: [{ ...member('n5', 'terminated'), template: 'lt-1:5' }],
+        },
+        // The control plane's group says nothing of what it launches from: no count at all.
+        withTemplates('cp', undefined, [['c1', 'lt-2:1']]),
+      ],
+      nodes: [
+        { ...node('n1', true, {}), needsUpdate: false },
+        { ...node('n2', true, {}), needsUpdate: true },
+        { ...node('n4', true, {}), needsUpdate: true },
+      ],
+    };
+    const health = instanceGroupHealth(input);
+    assert.equal(
+      health.find((g) => g.instanceGroup === 'nodes')?.needingUpdate,
+      3,
+      'n2, n3 and n4, each once',
+    );
+    assert.equal(health.find((g) => g.instanceGroup === 'cp')?.needingUpdate, undefined);
+  });
+
   test('random clusters: the counts match a straightforward count of the nodes', () => {
     let seed = 17;
     const random = () => {
@@ -183,7 +224,7 @@ function straightforwardCount(input: {
             'node.kubernetes.io/exclude-from-external-load-balancers': '',
           }
         : group.spec.role === 'APIServer'
-          ? { [roleLabels.apiServer]: '', 'kops.k8s.io/kops-controller-pki': '' }
+          ? { [roleLabels.apiServer]: '' }
           : { [roleLabels.node]: '' }),
     };
     let ready = 0;

@@ -1,7 +1,10 @@
 /**
  * Health per instance group, from the same inputs as the `kops_*` gauges: how many of a group's
- * nodes are Ready (kops' readiness, {@link isReady}), not Ready, or missing against the group's desired size,
- * and how many carry labels that differ from what the group's spec asks for. Pure: no I/O, no clock.
+ * nodes are Ready (kops' readiness, {@link isReady}), not Ready, or missing against the group's desired
+ * size, how many carry labels that differ from what the group's spec asks for, and how many instances
+ * `kops rolling-update` would replace. Pure: no I/O, no clock. Split into what the slow inputs give
+ * ({@link healthPlan}) and what one node adds ({@link nodeHealth}), so the metrics can keep the counts
+ * from watch events without counting every node again.
  */
 import type { CloudGroup } from '../cloud/types.ts';
 import { buildNodeLabels, instanceGroupLabel } from '../nodelabels/build-node-labels.ts';
@@ -9,11 +12,16 @@ import { diffLabels, isEmptyDiff } from '../nodelabels/diff-labels.ts';
 import type { Cluster, InstanceGroup } from '../statestore/kops-types.ts';
 import { isReady, type NodeInfo } from '../validation/validate-cluster.ts';
 
-/** A node as the health counts read it: validation's view plus the label keys the controller manages. */
+/** A node as the health counts read it: validation's view plus what the controller and kops annotate. */
 export interface LabelledNodeInfo extends NodeInfo {
   /** Keys of the `kops.k8s.io/managed-labels` annotation (parsed). */
   managedLabels?: readonly string[];
+  /** The node carries kops' `kops.k8s.io/needs-update` annotation (a rolling update is asked for). */
+  needsUpdate?: boolean;
 }
+
+/** The annotation with which `kops rolling-update` is asked to replace a node whatever its template. */
+export const needsUpdateAnnotation = 'kops.k8s.io/needs-update';
 
 /** What the counts are computed from. */
 export interface InstanceGroupHealthInput {
@@ -38,6 +46,11 @@ export interface InstanceGroupHealth {
   missing?: number;
   /** Nodes whose labels differ from the group's desired labels; undefined without the cluster spec. */
   labelDrift?: number;
+  /**
+   * Instances `kops rolling-update` would replace ({@link memberNeedsUpdate}); undefined when no cloud
+   * group of the instance group says what it launches from.
+   */
+  needingUpdate?: number;
 }
 
 /**
@@ -58,48 +71,145 @@ function drifts(node: LabelledNodeInfo, desired: Record<string, string>): boolea
 }
 
 /**
- * The counts of every instance group that runs nodes (not bastions, which never join), sorted by name.
- * A node belongs to the group whose cloud group lists its instance (the cloud's word), else to the one
- * its `kops.k8s.io/instancegroup` label names, as validation places nodes outside any cloud group; a
- * node of neither is counted by the cluster-wide gauges only.
+ * Whether the instance was launched from something other than what its group launches now, as kops'
+ * rolling update decides (awsup buildCloudInstance: the launch configuration or template version; gce
+ * GetCloudGroups: the MIG's instance template). Undefined when the group's template is unknown. A
+ * member whose template the cloud does not name is out of date, as in kops.
  */
-export function instanceGroupHealth(input: InstanceGroupHealthInput): InstanceGroupHealth[] {
-  const groups = new Map(
-    input.instanceGroups.filter((ig) => ig.spec.role !== 'Bastion').map((ig) => [ig.metadata.name, ig]),
-  );
-  const groupOfProvider = new Map<string, string>();
-  for (const cloudGroup of input.cloudGroups) {
-    for (const member of cloudGroup.members) groupOfProvider.set(member.providerID, cloudGroup.instanceGroup);
-  }
-  const desiredLabels = new Map<string, Record<string, string>>();
-  const health = new Map<string, InstanceGroupHealth>();
-  for (const [name, ig] of groups) {
+export function memberNeedsUpdate(
+  group: CloudGroup,
+  member: CloudGroup['members'][number],
+): boolean | undefined {
+  if (group.template === undefined) return undefined;
+  return member.template !== group.template;
+}
+
+/** What the slow inputs (instance groups, cloud groups, cluster spec) fix about the counts. */
+export interface HealthPlan {
+  /** The groups counted (not bastions, which never join), with the counts nodes do not change. */
+  groups: Map<string, InstanceGroupHealth>;
+  /** Each group's desired labels; empty without the cluster spec. */
+  desiredLabels: Map<string, Record<string, string>>;
+  /** The instance group whose cloud group lists an instance, by providerID. */
+  groupOfProvider: Map<string, string>;
+  /**
+   * The members whose template is current, by providerID, with their instance group: a Node of theirs
+   * annotated {@link needsUpdateAnnotation} makes them need an update too (kops' AdjustNeedUpdate).
+   */
+  currentMembers: Map<string, string[]>;
+}
+
+/**
+ * The plan for a set of slow inputs. Its groups carry zero node counts, the desired size, and the
+ * instances needing an update by template; {@link nodeHealth} adds each node's part.
+ */
+export function healthPlan(input: Omit<InstanceGroupHealthInput, 'nodes'>): HealthPlan {
+  const plan: HealthPlan = {
+    groups: new Map(),
+    desiredLabels: new Map(),
+    groupOfProvider: new Map(),
+    currentMembers: new Map(),
+  };
+  for (const ig of input.instanceGroups) {
+    if (ig.spec.role === 'Bastion') continue;
+    const name = ig.metadata.name;
     const cloudGroup = input.cloudGroups.find((g) => g.instanceGroup === name);
     const desired = cloudGroup?.targetSize ?? ig.spec.minSize;
-    health.set(name, {
+    plan.groups.set(name, {
       instanceGroup: name,
       ready: 0,
       notReady: 0,
       ...(desired !== undefined ? { desired } : {}),
       ...(input.cluster ? { labelDrift: 0 } : {}),
     });
-    if (input.cluster) desiredLabels.set(name, buildNodeLabels(input.cluster, ig));
+    if (input.cluster) plan.desiredLabels.set(name, buildNodeLabels(input.cluster, ig));
   }
-  for (const node of input.nodes) {
-    const group =
-      (node.providerID !== undefined ? groupOfProvider.get(node.providerID) : undefined) ??
-      node.labels[instanceGroupLabel];
-    const counts = group !== undefined ? health.get(group) : undefined;
-    if (!counts) continue;
-    if (isReady(node)) counts.ready++;
-    else counts.notReady++;
-    const desired = desiredLabels.get(counts.instanceGroup);
-    if (desired && counts.labelDrift !== undefined && drifts(node, desired)) counts.labelDrift++;
-  }
-  for (const counts of health.values()) {
-    if (counts.desired !== undefined) {
-      counts.missing = Math.max(0, counts.desired - counts.ready - counts.notReady);
+  for (const cloudGroup of input.cloudGroups) {
+    const counts = plan.groups.get(cloudGroup.instanceGroup);
+    for (const member of cloudGroup.members) {
+      plan.groupOfProvider.set(member.providerID, cloudGroup.instanceGroup);
+      // A terminated instance is no member kops sees (validation's rule), so nothing to roll.
+      if (!counts || member.state === 'terminated') continue;
+      const outdated = memberNeedsUpdate(cloudGroup, member);
+      if (outdated === undefined) continue;
+      counts.needingUpdate = (counts.needingUpdate ?? 0) + (outdated ? 1 : 0);
+      if (!outdated) {
+        const groups = plan.currentMembers.get(member.providerID) ?? [];
+        groups.push(cloudGroup.instanceGroup);
+        plan.currentMembers.set(member.providerID, groups);
+      }
     }
   }
-  return [...health.values()].sort((a, b) => (a.instanceGroup < b.instanceGroup ? -1 : 1));
+  return plan;
+}
+
+/** What one node adds to its group's counts; undefined when it belongs to no counted group. */
+export interface NodeHealth {
+  instanceGroup: string;
+  ready: boolean;
+  drift: boolean;
+}
+
+/**
+ * One node's part. A node belongs to the group whose cloud group lists its instance (the cloud's
+ * word), else to the one its `kops.k8s.io/instancegroup` label names, as validation places nodes
+ * outside any cloud group; a node of neither is counted by the cluster-wide gauges only.
+ */
+export function nodeHealth(plan: HealthPlan, node: LabelledNodeInfo): NodeHealth | undefined {
+  const group =
+    (node.providerID !== undefined ? plan.groupOfProvider.get(node.providerID) : undefined) ??
+    node.labels[instanceGroupLabel];
+  if (group === undefined || !plan.groups.has(group)) return undefined;
+  const desired = plan.desiredLabels.get(group);
+  return {
+    instanceGroup: group,
+    ready: isReady(node),
+    drift: desired !== undefined && drifts(node, desired),
+  };
+}
+
+/** Adds (`sign` 1) or takes away (-1) one node's part from the plan's counts. */
+export function countNode(plan: HealthPlan, part: NodeHealth | undefined, sign: 1 | -1): void {
+  const counts = part && plan.groups.get(part.instanceGroup);
+  if (!part || !counts) return;
+  if (part.ready) counts.ready += sign;
+  else counts.notReady += sign;
+  if (part.drift && counts.labelDrift !== undefined) counts.labelDrift += sign;
+}
+
+/**
+ * Adds (1) or takes away (-1) the current members of a providerID whose Node is annotated
+ * {@link needsUpdateAnnotation}: call when the first annotated Node of that providerID appears (1) or
+ * the last one goes (-1).
+ */
+export function countAnnotatedMember(plan: HealthPlan, providerID: string, sign: 1 | -1): void {
+  for (const group of plan.currentMembers.get(providerID) ?? []) {
+    const counts = plan.groups.get(group);
+    if (counts?.needingUpdate !== undefined) counts.needingUpdate += sign;
+  }
+}
+
+/** The groups' counts as reported, with `missing` derived; sorted by name. */
+export function healthCounts(plan: HealthPlan): InstanceGroupHealth[] {
+  return [...plan.groups.values()]
+    .map((counts) =>
+      counts.desired === undefined
+        ? { ...counts }
+        : { ...counts, missing: Math.max(0, counts.desired - counts.ready - counts.notReady) },
+    )
+    .sort((a, b) => (a.instanceGroup < b.instanceGroup ? -1 : 1));
+}
+
+/** The counts of every instance group that runs nodes, sorted by name (see {@link nodeHealth}). */
+export function instanceGroupHealth(input: InstanceGroupHealthInput): InstanceGroupHealth[] {
+  const plan = healthPlan(input);
+  const annotated = new Set<string>();
+  for (const node of input.nodes) {
+    countNode(plan, nodeHealth(plan, node), 1);
+    if (node.needsUpdate && node.providerID !== undefined && !annotated.has(node.providerID)) {
+      annotated.add(node.providerID);
+      countAnnotatedMember(plan, node.providerID, 1);
+    }
+  }
+  return healthCounts(plan);
 }

@@ -52,6 +52,7 @@ const node = (id: string, ready = true, controlPlane = false): NodeInfo => ({
   readyStatus: ready ? 'True' : 'False',
   networkUnavailable: false,
 });
+const controlPlane = 'node-role.kubernetes.io/control-plane';
 const pod = (name: string, options: Partial<PodInfo>): PodInfo => ({
   namespace: 'kube-system',
   name,
@@ -363,6 +364,85 @@ describe('ValidationMetrics against the simulated cluster', () => {
       if (removed) store.create(removed);
     }
     await until(async () => (await gauge('kops_node_notReady')) === 0);
+  });
+
+  test('after a burst of watch events the kept counts equal a validation of the cache from scratch', async () => {
+    const store = cluster.api.server.store;
+    const nodes = [...cluster.nodesByGroup.values()].flat();
+    await until(async () => (await gauge('kops_node_ready')) === nodes.length);
+    const originals = nodes.slice(0, 3).map((name) => store.get('nodes', undefined, name) as KubeObject);
+    const created: string[] = [];
+    try {
+      // Two nodes go NotReady, one becomes a control-plane node without its static pods.
+      for (const [i, original] of originals.entries()) {
+        const changed = structuredClone(original);
+        if (i < 2) changed.status = { conditions: [{ type: 'Ready', status: 'False' }] };
+        else
+          changed.metadata = {
+            ...changed.metadata,
+            labels: { ...changed.metadata?.labels, [controlPlane]: '' },
+          };
+        store.update(changed);
+      }
+      // Critical pods in trouble, some deleted again, and one static pod on the new control-plane node.
+      for (let i = 0; i < 12; i++) {
+        const name = `burst-${i}`;
+        store.create({
+          apiVersion: 'v1',
+          kind: 'Pod',
+          metadata: {
+            namespace: 'kube-system',
+            name,
+            labels: i === 0 ? { 'k8s-app': 'kube-scheduler' } : {},
+          },
+          spec: {
+            nodeName: originals[2]?.metadata?.name,
+            priorityClassName: 'system-node-critical',
+            containers: [{ name: 'c', image: 'i' }],
+          },
+          status: {
+            phase: i % 3 === 0 ? 'Running' : i % 3 === 1 ? 'Pending' : 'Unknown',
+            containerStatuses: [{ name: 'c', ready: i % 2 === 0, restartCount: 0, image: 'i', imageID: '' }],
+          },
+        });
+        created.push(name);
+      }
+      for (const name of created.splice(8)) store.delete('pods', 'kube-system', name);
+      // Watch events arrive in order: once this last one is cached, so is everything before it.
+      store.create({
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { namespace: 'kube-system', name: 'burst-sentinel' },
+        spec: { containers: [{ name: 'c', image: 'i' }] },
+      });
+      created.push('burst-sentinel');
+      await until(async () => metrics.snapshot()?.pods.some((p) => p.name === 'burst-sentinel') === true);
+      const snapshot = metrics.snapshot() as ValidationSnapshot;
+      const scraped = Object.fromEntries(
+        await Promise.all(Object.keys(validationGauges(snapshot)).map(async (n) => [n, await gauge(n)])),
+      );
+      assert.deepEqual(scraped, validationGauges(snapshot));
+      assert.equal(scraped.kops_node_notReady, 2);
+      assert.equal(scraped.kops_pod_missing, 2, 'the new control-plane node runs only kube-scheduler');
+    } finally {
+      for (const name of created) store.delete('pods', 'kube-system', name);
+      for (const original of originals) {
+        const current = store.get('nodes', undefined, original.metadata?.name as string) as KubeObject;
+        store.update({
+          ...original,
+          metadata: { ...original.metadata, resourceVersion: current.metadata?.resourceVersion },
+        });
+      }
+    }
+    await until(
+      async () => (await gauge('kops_node_notReady')) === 0 && (await gauge('kops_pod_missing')) === 0,
+    );
+  });
+
+  test('instances needing a rolling update: no series while the cloud names no launch template', async () => {
+    await until(async () => (await groupGauge('kops_instance_group_nodes')).size > 0);
+    assert.match(await registry.metrics(), /^# HELP kops_instance_group_nodes_needing_update /m);
+    assert.equal((await groupGauge('kops_instance_group_nodes_needing_update')).size, 0);
   });
 
   test('a node joined outside any Auto Scaling group counts, as `kubectl get nodes` shows it', async () => {

@@ -1,7 +1,8 @@
 /**
  * The MetricsServer of seed 001: the result of `kops validate cluster` as the eight `kops_*` gauges
- * (label `cluster_name`), served on the controller's `/metrics`. A scrape costs no API or cloud call:
- * Nodes and pods come from watches, and the cloud's groups, the instance groups and the component
+ * (label `cluster_name`), served on the controller's `/metrics`. A scrape costs no API or cloud call
+ * and does not grow with the cluster: Nodes and pods come from watches whose events keep the counts
+ * ({@link IncrementalValidation}), and the cloud's groups, the instance groups and the component
  * statuses from a background refresh (every minute by default). Runs on the leader only, so one
  * replica reports; the gauges have no samples until the first refresh, and none on other replicas.
  */
@@ -9,10 +10,10 @@ import type { CoreV1Api, KubeConfig, V1ComponentStatus, V1Node, V1Pod } from '@k
 import { Gauge, type Registry } from 'prom-client';
 import type { CloudGroup, CloudGroups } from '../cloud/types.ts';
 import { describeError } from '../errors.ts';
-import { sleep, systemClock } from '../kube/clock.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { managedLabelsAnnotation, parseManagedLabels } from '../nodelabels/diff-labels.ts';
+import { sleep, systemClock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import type { Cluster, InstanceGroup } from '../statestore/kops-types.ts';
 import {
@@ -23,10 +24,11 @@ import {
   type ValidationResult,
   validateCluster,
 } from '../validation/validate-cluster.ts';
+import { IncrementalValidation, type ValidationCounts } from './incremental-validation.ts';
 import {
   type InstanceGroupHealth,
-  instanceGroupHealth,
   type LabelledNodeInfo,
+  needsUpdateAnnotation,
 } from './instance-group-health.ts';
 
 /** The eight gauges, with seed 001's help texts. */
@@ -45,7 +47,8 @@ export type ValidationGauge = keyof typeof gaugeHelp;
 /**
  * The per-instance-group gauges (labels `cluster_name`, `instance_group`). Node counts share one name
  * with a `state` label, so `sum without (state)` is the group's nodes plus what it lacks; the desired
- * size and the drift are separate names because they are not states of a node.
+ * size, the drift and the instances needing an update are separate names because they are not states
+ * of a node.
  */
 const groupGaugeHelp = {
   kops_instance_group_nodes:
@@ -54,6 +57,8 @@ const groupGaugeHelp = {
     "Desired size of the instance group: its cloud group's target size, else the spec's minSize.",
   kops_instance_group_nodes_label_drift:
     'Nodes of the instance group whose labels differ from the labels its spec asks for.',
+  kops_instance_group_nodes_needing_update:
+    'Instances of the instance group that kops rolling-update would replace: launched from an older launch template version, launch configuration or instance template than the group launches now, or whose Node is annotated kops.k8s.io/needs-update.',
 } as const;
 
 /** What the gauges are computed from. */
@@ -68,42 +73,59 @@ export interface ValidationSnapshot {
   cluster?: Cluster;
 }
 
-/** Everything one scrape reports. */
-interface Computed {
-  values: Record<ValidationGauge, number>;
-  groups: InstanceGroupHealth[];
-}
-
 /**
- * The gauge values for a validation result, counted from its typed failures and nodes — never from
- * the wording of a message: the nodes validation checked, Ready or not (kops' readiness), plus the
- * machines expected to join that have not; critical pods pending, of unknown phase, and one per
- * unready container (as kops' exporter counted); control-plane static pods missing, counted once per
- * component.
+ * The counts a full validation result gives, as {@link IncrementalValidation} keeps them: the nodes
+ * validation checked, Ready or not (kops' readiness), machines expected to join that have not, critical
+ * pods pending or of unknown phase, their unready containers, and the control-plane components missing
+ * somewhere (each once) — counted from typed failures, never from the wording of a message.
  */
-export function validationGaugesOf(
-  result: ValidationResult,
-  components: ValidationSnapshot['components'],
-): Record<ValidationGauge, number> {
+export function countsOf(result: ValidationResult): ValidationCounts {
   const count = (reason: FailureReason) => result.failures.filter((f) => f.reason === reason).length;
   const ready = result.nodes.filter((n) => n.ready).length;
   return {
-    kops_component_healthy: components.filter((c) => c.healthy).length,
-    kops_component_unhealthy: components.filter((c) => !c.healthy).length,
-    kops_node_ready: ready,
-    kops_node_notReady: result.nodes.length - ready + count('machine-not-joined'),
-    kops_pod_missing: new Set(
+    nodesReady: ready,
+    nodesNotReady: result.nodes.length - ready,
+    machinesNotJoined: count('machine-not-joined'),
+    componentsMissing: new Set(
       result.failures.filter((f) => f.reason === 'static-pod-missing').map((f) => f.app),
     ).size,
-    kops_pod_notReady: result.failures.reduce((sum, f) => sum + (f.notReadyContainers?.length ?? 0), 0),
-    kops_pod_pending: count('pod-pending'),
-    kops_pod_unknown: count('pod-unknown-phase'),
+    podsPending: count('pod-pending'),
+    podsUnknown: count('pod-unknown-phase'),
+    containersNotReady: result.failures.reduce((sum, f) => sum + (f.notReadyContainers?.length ?? 0), 0),
   };
 }
 
 /**
- * The gauge values for a snapshot. Throws NotFoundError when it has no instance group: there is
- * nothing to validate, and zeros would read as a healthy cluster.
+ * The eight gauges from the counts, as kops' exporter reported them: a machine that has not joined
+ * is a not-ready node; a pod counts once per unready container.
+ */
+export function gaugeValues(
+  counts: ValidationCounts,
+  components: ValidationSnapshot['components'],
+): Record<ValidationGauge, number> {
+  return {
+    kops_component_healthy: components.filter((c) => c.healthy).length,
+    kops_component_unhealthy: components.filter((c) => !c.healthy).length,
+    kops_node_ready: counts.nodesReady,
+    kops_node_notReady: counts.nodesNotReady + counts.machinesNotJoined,
+    kops_pod_missing: counts.componentsMissing,
+    kops_pod_notReady: counts.containersNotReady,
+    kops_pod_pending: counts.podsPending,
+    kops_pod_unknown: counts.podsUnknown,
+  };
+}
+
+/** The gauge values for a full validation result. */
+export function validationGaugesOf(
+  result: ValidationResult,
+  components: ValidationSnapshot['components'],
+): Record<ValidationGauge, number> {
+  return gaugeValues(countsOf(result), components);
+}
+
+/**
+ * The gauge values for a snapshot, validated from scratch. Throws NotFoundError when it has no
+ * instance group: there is nothing to validate, and zeros would read as a healthy cluster.
  */
 export function validationGauges(snapshot: ValidationSnapshot): Record<ValidationGauge, number> {
   return validationGaugesOf(validateCluster(snapshot), snapshot.components);
@@ -124,32 +146,38 @@ export interface ValidationMetricsOptions {
   logger?: Logger;
 }
 
+/** What the gauges read while this replica leads. */
+interface Term {
+  nodes: Informer<V1Node, LabelledNodeInfo>;
+  pods: Informer<V1Pod, PodInfo>;
+  /** Kept from the informers' events, so a scrape reads counts instead of validating every record. */
+  validation: IncrementalValidation;
+}
+
+/** What the gauges report at a scrape. */
+interface Reported {
+  values: Record<ValidationGauge, number>;
+  groups: InstanceGroupHealth[];
+}
+
 /** The leader component keeping the `kops_*` gauges. */
 export class ValidationMetrics implements LeaderComponent {
   readonly name = 'validation-metrics';
   readonly #options: ValidationMetricsOptions;
   readonly #logger: Logger;
-  #current: { nodes: Informer<V1Node, LabelledNodeInfo>; pods: Informer<V1Pod, PodInfo> } | undefined;
+  #term: Term | undefined;
   #slow: Pick<ValidationSnapshot, 'instanceGroups' | 'cloudGroups' | 'components' | 'cluster'> | undefined;
-  /** Why the last snapshot could not be validated, so it is logged once, not at every scrape. */
+  /** Why the last scrape could not be validated, so it is logged once, not at every scrape. */
   #problem: string | undefined;
 
   constructor(options: ValidationMetricsOptions) {
     this.#options = options;
     this.#logger = (options.logger ?? silentLogger).child({ component: this.name });
     const registers = [options.registry];
-    // One scrape collects all the gauges: validate once for them, not once each.
-    let computed: { at: number; result: Computed | undefined } | undefined;
-    const current = (): Computed | undefined => {
-      if (!computed || Date.now() - computed.at > 1000) {
-        const snapshot = this.snapshot();
-        computed = snapshot ? { at: Date.now(), result: this.#gauges(snapshot) } : undefined;
-      }
-      return computed?.result;
-    };
-    const value = (gauge: ValidationGauge) => () => current()?.values[gauge];
+    // Reading the counts costs the same whatever the cluster's size, so each gauge reads them; a
+    // scrape calls every collect() in one turn of the event loop, so no event lands between them.
+    const current = () => this.#reported();
     for (const name of Object.keys(gaugeHelp) as ValidationGauge[]) {
-      const compute = value(name);
       new Gauge({
         name,
         help: gaugeHelp[name],
@@ -157,7 +185,7 @@ export class ValidationMetrics implements LeaderComponent {
         registers,
         collect() {
           this.reset();
-          const v = compute();
+          const v = current()?.values[name];
           if (v !== undefined) this.set({ cluster_name: options.clusterName }, v);
         },
       });
@@ -188,17 +216,21 @@ export class ValidationMetrics implements LeaderComponent {
     ]);
     perGroup('kops_instance_group_desired_nodes', [], (g) => [[{}, g.desired]]);
     perGroup('kops_instance_group_nodes_label_drift', [], (g) => [[{}, g.labelDrift]]);
+    perGroup('kops_instance_group_nodes_needing_update', [], (g) => [[{}, g.needingUpdate]]);
   }
 
   /**
-   * The values for a snapshot, or none when it cannot be validated (no instance group): an absent
-   * series is honest where zeros would read as "all ready". Logged once per distinct reason.
+   * The values now, or none before the first complete read or when the cluster cannot be validated
+   * (no instance group): an absent series is honest where zeros would read as "all ready". Logged
+   * once per distinct reason.
    */
-  #gauges(snapshot: ValidationSnapshot): Computed | undefined {
+  #reported(): Reported | undefined {
+    const term = this.#term;
+    if (!term || !this.#slow || !term.nodes.hasSynced() || !term.pods.hasSynced()) return undefined;
     try {
-      const values = validationGauges(snapshot);
+      const values = gaugeValues(term.validation.counts(), this.#slow.components);
       this.#problem = undefined;
-      return { values, groups: instanceGroupHealth(snapshot) };
+      return { values, groups: term.validation.groups() };
     } catch (err) {
       const problem = describeError(err);
       if (problem !== this.#problem)
@@ -208,17 +240,26 @@ export class ValidationMetrics implements LeaderComponent {
     }
   }
 
-  /** What the gauges would be computed from now, or undefined before the first complete read. */
+  /**
+   * The cache as a full validation would read it, or undefined before the first complete read: for
+   * comparing the kept counts with a validation from scratch (tests, benchmarks).
+   */
   snapshot(): ValidationSnapshot | undefined {
-    const current = this.#current;
-    if (!current || !this.#slow || !current.nodes.hasSynced() || !current.pods.hasSynced()) return undefined;
-    return { ...this.#slow, nodes: current.nodes.list(), pods: current.pods.list() };
+    const term = this.#term;
+    if (!term || !this.#slow || !term.nodes.hasSynced() || !term.pods.hasSynced()) return undefined;
+    return { ...this.#slow, nodes: term.nodes.list(), pods: term.pods.list() };
   }
 
   async start(signal: AbortSignal): Promise<void> {
     const { kubeConfig, registry } = this.#options;
-    const informer = <T extends V1Node | V1Pod, R>(name: string, path: string, transform: (o: T) => R) =>
-      new Informer<T, R>({
+    const validation = new IncrementalValidation();
+    const informer = <T extends V1Node | V1Pod, R>(
+      name: string,
+      path: string,
+      transform: (o: T) => R,
+      changed: (before: R | undefined, after: R | undefined) => void,
+    ) => {
+      const created = new Informer<T, R>({
         name,
         path,
         list: kubeList<T>(kubeConfig, path),
@@ -227,26 +268,36 @@ export class ValidationMetrics implements LeaderComponent {
         registry,
         logger: this.#logger,
       });
-    const current = {
-      nodes: informer<V1Node, LabelledNodeInfo>('nodes-validation', '/api/v1/nodes', (node) => ({
-        ...nodeInfoOf(node),
-        managedLabels: parseManagedLabels(node.metadata?.annotations?.[managedLabelsAnnotation]),
-      })),
-      pods: informer<V1Pod, PodInfo>('pods-validation', '/api/v1/pods', podInfoOf),
+      // Subscribed before the informer starts, so its first list reaches the counts too.
+      created.addHandlers({
+        add: (record) => changed(undefined, record),
+        update: (before, after) => changed(before, after),
+        delete: (record) => changed(record, undefined),
+      });
+      return created;
     };
-    this.#current = current;
-    current.nodes.start();
-    current.pods.start();
+    const term: Term = {
+      validation,
+      nodes: informer<V1Node, LabelledNodeInfo>('nodes-validation', '/api/v1/nodes', labelledNodeOf, (b, a) =>
+        validation.nodeChanged(b, a),
+      ),
+      pods: informer<V1Pod, PodInfo>('pods-validation', '/api/v1/pods', podInfoOf, (b, a) =>
+        validation.podChanged(b, a),
+      ),
+    };
+    this.#term = term;
+    term.nodes.start();
+    term.pods.start();
     const interval = this.#options.refreshIntervalMs ?? 60_000;
     try {
       while (!signal.aborted) {
-        await this.#refresh();
+        await this.#refresh(validation);
         await sleep(systemClock, interval, signal);
       }
     } finally {
-      this.#current = undefined;
+      this.#term = undefined;
       this.#slow = undefined;
-      await Promise.all([current.nodes.stop(), current.pods.stop()]);
+      await Promise.all([term.nodes.stop(), term.pods.stop()]);
     }
   }
 
@@ -255,7 +306,7 @@ export class ValidationMetrics implements LeaderComponent {
    * previous values (logged). ComponentStatus is deprecated and some API servers refuse it, so a
    * failure there only empties the component gauges' inputs; the node and pod gauges carry on.
    */
-  async #refresh(): Promise<void> {
+  async #refresh(validation: IncrementalValidation): Promise<void> {
     const { cloudGroups, clusterName, core, instanceGroups, cluster } = this.#options;
     const [groups, igs, statuses, spec] = await Promise.allSettled([
       cloudGroups.list(clusterName),
@@ -299,5 +350,16 @@ export class ValidationMetrics implements LeaderComponent {
       components,
       ...(clusterSpec ? { cluster: clusterSpec } : {}),
     };
+    validation.setSlowInputs(this.#slow);
   }
+}
+
+/** A Node as the gauges read it: validation's view, the managed label keys, kops' needs-update mark. */
+function labelledNodeOf(node: V1Node): LabelledNodeInfo {
+  const annotations = node.metadata?.annotations ?? {};
+  return {
+    ...nodeInfoOf(node),
+    managedLabels: parseManagedLabels(annotations[managedLabelsAnnotation]),
+    ...(needsUpdateAnnotation in annotations ? { needsUpdate: true } : {}),
+  };
 }

@@ -170,13 +170,17 @@ describe('validateCluster', () => {
     assert.deepEqual(messages(input), [], 'with its Node it is an ordinary member');
   });
 
-  test('a stopped instance outside a warm pool or a terminated one is not expected to join', () => {
+  test('a stopped instance outside a warm pool is expected to join, as kops; a terminated one is not seen', () => {
     const input = healthy();
     const nodes = group('nodes', ['i-1', 'i-2', 'i-stopped', 'i-gone'], 3);
     Object.assign(nodes.members[2] as object, { state: 'stopped' });
     Object.assign(nodes.members[3] as object, { state: 'terminated' });
     input.cloudGroups = [group('control-plane', ['i-cp']), nodes, group('bastions', ['i-b'])];
-    assert.deepEqual(messages(input), [], 'three visible members for three; the terminated one is not seen');
+    assert.deepEqual(
+      messages(input),
+      ['Machine/i-stopped: machine "i-stopped" has not yet joined cluster'],
+      'three visible members for three; the stopped one has no Node; the terminated one is not seen',
+    );
   });
 
   test('a node that is not Ready, or whose network is unavailable, fails with its role', () => {

@@ -112,13 +112,14 @@ const controlPlaneLabel = 'node-role.kubernetes.io/control-plane';
 
 /**
  * Whether an instance without a Node is late. kops excuses only bastions, warm-pool members and
- * detached instances (pkg/validation/validate_cluster.go validateNodes), so an instance held by a
- * lifecycle hook in `Terminating:Wait` is still expected to have joined; a warm-pool member counts
- * towards the target size all the same. A stopped instance outside a warm pool (a GCE MIG member
- * stopped or suspended) is forgiven here too, and a terminated one is not a member kops sees.
+ * detached instances (pkg/validation/validate_cluster.go validateNodes): an instance held by a
+ * lifecycle hook in `Terminating:Wait` is expected to have joined, and so is a stopped one outside
+ * a warm pool (kops lists stopped EC2 instances, awsup findInstances, and every managed instance of
+ * a MIG, gce GetCloudGroups). A warm-pool member counts towards the target size all the same; a
+ * terminated one is not a member kops sees.
  */
 function expectedToJoin(member: CloudGroup['members'][number]): boolean {
-  return !member.warmPool && member.state !== 'stopped' && member.state !== 'terminated';
+  return !member.warmPool && member.state !== 'terminated';
 }
 
 /** kops' node readiness: Ready is True and the network is not reported unavailable. */

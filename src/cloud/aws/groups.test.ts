@@ -1,14 +1,16 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import type { Instance as AsgInstance, AutoScalingGroup } from '@aws-sdk/client-auto-scaling';
 import { ConfigError, UnavailableError } from '../../errors.ts';
 import { createLogger } from '../../log.ts';
 import { validationGaugesOf } from '../../metrics/validation-metrics.ts';
 import { clusterInstances, simInstanceId } from '../../sim/aws/scenario.ts';
 import { type AwsSimulator, startAwsSimulator } from '../../sim/aws/server.ts';
+import type { Ec2StateName } from '../../sim/aws/world.ts';
 import type { InstanceGroup } from '../../statestore/kops-types.ts';
 import { type NodeInfo, validateCluster } from '../../validation/validate-cluster.ts';
 import { type AwsClients, createAwsClients } from './clients.ts';
-import { AwsCloudGroups, stateOfLifecycle } from './groups.ts';
+import { AwsCloudGroups, launchedFrom, launchSpecOf, stateOfLifecycle } from './groups.ts';
 
 const cluster = 'groups.example.com';
 
@@ -325,5 +327,157 @@ describe('a simulated AWS cluster with a warm pool, validated as kops does', () 
       [3, 0],
       'the warm pool is never notReady',
     );
+  });
+});
+
+// kops lists as members only the instances EC2 reports pending, running, stopping or stopped with the
+// cluster's and the group's tags (upup/pkg/fi/cloudup/awsup/aws_cloud.go findInstances and
+// buildCloudInstance), and a stopped instance outside a warm pool is a member like any other: its
+// validation (pkg/validation/validate_cluster.go validateNodes) expects it to have a Node.
+describe('members as kops reads them from EC2', () => {
+  const ec2Cluster = 'ec2.example.com';
+  let sim: AwsSimulator;
+  let clients: AwsClients;
+  const id = (n: number) => simInstanceId(500 + n);
+  const [running, stopped, gone, leaving, foreign, untagged, warm] = [0, 1, 2, 3, 4, 5, 6].map(
+    id,
+  ) as string[];
+
+  before(async () => {
+    sim = await startAwsSimulator();
+    const seed = (instanceId: string, state: Ec2StateName, instanceGroup: string | null = 'nodes') => ({
+      id: instanceId,
+      zone: 'us-east-1a',
+      state,
+      ...(instanceGroup ? { cluster: ec2Cluster, instanceGroup } : {}),
+    });
+    sim.ec2.addInstances([
+      seed(running as string, 'running'),
+      seed(stopped as string, 'stopped'),
+      seed(gone as string, 'terminated'),
+      seed(leaving as string, 'shutting-down'),
+      seed(foreign as string, 'running', 'other'),
+      seed(untagged as string, 'running', null),
+      seed(warm as string, 'stopped'),
+    ]);
+    // The group still says InService for all of them: what it reports lags behind EC2.
+    sim.autoscaling.addAutoScalingGroup({
+      name: `nodes.${ec2Cluster}`,
+      cluster: ec2Cluster,
+      instanceGroup: 'nodes',
+      members: [running, stopped, gone, leaving, foreign, untagged].map((instanceId) => ({
+        instanceId: instanceId as string,
+        lifecycleState: 'InService',
+      })),
+      desiredCapacity: 6,
+      warmPool: { instances: [warm as string] },
+    });
+    clients = await createAwsClients({
+      region: sim.region,
+      endpoint: sim.endpoint,
+      credentials: sim.credentials,
+    });
+  });
+  after(async () => {
+    clients.destroy();
+    await sim.close();
+  });
+
+  it('keeps the members EC2 reports pending/running/stopping/stopped with our tags, in one DescribeInstances', async () => {
+    sim.calls.reset();
+    const [group] = await new AwsCloudGroups({ autoscaling: clients.autoscaling, ec2: clients.ec2 }).list(
+      ec2Cluster,
+    );
+    assert.deepEqual(
+      group?.members.map((m) => [m.instanceId, m.state, m.warmPool ?? false]),
+      [
+        [running, 'running', false],
+        [stopped, 'running', false],
+        [warm, 'stopped', true],
+      ],
+      'terminated, shutting-down, other-group and untagged instances are no members',
+    );
+    assert.equal(sim.calls.count('DescribeInstances'), 1);
+    const all = await new AwsCloudGroups({ autoscaling: clients.autoscaling }).list(ec2Cluster);
+    assert.equal(all[0]?.members.length, 7, 'without EC2 the group is taken at its word');
+  });
+
+  it('a stopped instance outside the warm pool is expected to have joined, as kops expects', async () => {
+    const cloudGroups = await new AwsCloudGroups({ autoscaling: clients.autoscaling, ec2: clients.ec2 }).list(
+      ec2Cluster,
+    );
+    const instanceGroups = [
+      {
+        apiVersion: 'kops.k8s.io/v1alpha2',
+        kind: 'InstanceGroup',
+        metadata: { name: 'nodes' },
+        spec: { role: 'Node' },
+      },
+    ] as InstanceGroup[];
+    const node: NodeInfo = {
+      name: running as string,
+      providerID: `aws:///us-east-1a/${running}`,
+      labels: {},
+      readyStatus: 'True',
+      networkUnavailable: false,
+    };
+    const result = validateCluster({ instanceGroups, cloudGroups, nodes: [node], pods: [] });
+    assert.deepEqual(
+      result.failures.map((f) => [f.reason, f.name]),
+      [
+        ['group-too-small', 'nodes'],
+        ['machine-not-joined', stopped],
+      ],
+    );
+  });
+
+  it('an EC2 outage fails the listing rather than dropping every member', async () => {
+    const strict = await createAwsClients({
+      region: sim.region,
+      endpoint: sim.endpoint,
+      credentials: sim.credentials,
+      maxAttempts: 1,
+    });
+    sim.faults.add({ service: 'ec2', count: 1, error: { code: 'ServiceUnavailable', status: 503 } });
+    try {
+      await assert.rejects(
+        new AwsCloudGroups({ autoscaling: strict.autoscaling, ec2: strict.ec2 }).list(ec2Cluster),
+        (err: Error) => err instanceof UnavailableError && /DescribeInstances/.test(err.message),
+      );
+    } finally {
+      sim.faults.reset();
+      strict.destroy();
+    }
+  });
+});
+
+describe('what a group and its instances launch from (kops findAutoscalingGroupLaunchConfiguration)', () => {
+  it('a launch configuration by name; a launch template by id and version, from the group or its mixed policy', () => {
+    assert.deepEqual(launchSpecOf({ LaunchConfigurationName: 'nodes-lc-2' } as AutoScalingGroup), {
+      template: 'nodes-lc-2',
+    });
+    assert.deepEqual(
+      launchSpecOf({ LaunchTemplate: { LaunchTemplateId: 'lt-1', Version: '7' } } as AutoScalingGroup),
+      { template: 'lt-1:7' },
+    );
+    assert.deepEqual(
+      launchSpecOf({
+        MixedInstancesPolicy: {
+          LaunchTemplate: { LaunchTemplateSpecification: { LaunchTemplateId: 'lt-2', Version: '$Latest' } },
+        },
+      } as AutoScalingGroup),
+      { launchTemplateId: 'lt-2', version: '$Latest' },
+      'kops writes $Latest; the number it stands for is read from EC2',
+    );
+    assert.equal(launchSpecOf({} as AutoScalingGroup), undefined);
+  });
+
+  it("an instance's launch configuration, else its template id and version; else nothing", () => {
+    assert.equal(launchedFrom({ LaunchConfigurationName: 'nodes-lc-1' } as AsgInstance), 'nodes-lc-1');
+    assert.equal(
+      launchedFrom({ LaunchTemplate: { LaunchTemplateId: 'lt-1', Version: '6' } } as AsgInstance),
+      'lt-1:6',
+    );
+    assert.equal(launchedFrom({} as AsgInstance), undefined);
   });
 });

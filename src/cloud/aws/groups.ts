@@ -1,30 +1,83 @@
 /**
  * A cluster's cloud groups on AWS: its Auto Scaling groups (found by the cluster ownership tag), each
- * with the kops instance group it backs, its sizes and its members' lifecycle and health — what
- * `validate` and the metrics compare against the Nodes.
+ * with the kops instance group it backs, its sizes, what it launches from, and its members' lifecycle,
+ * health and launch template version — what `validate` and the metrics compare against the Nodes.
  */
 import {
   type Instance as AsgInstance,
   type AutoScalingClient,
   type AutoScalingGroup,
+  type LaunchTemplateSpecification,
   paginateDescribeAutoScalingGroups,
   paginateDescribeWarmPool,
 } from '@aws-sdk/client-auto-scaling';
+import {
+  DescribeLaunchTemplatesCommand,
+  type EC2Client,
+  paginateDescribeInstances,
+} from '@aws-sdk/client-ec2';
 import { ConfigError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { mapConcurrent } from '../concurrency.ts';
 import type { CloudGroup, CloudGroupMember, CloudGroups, InstanceState } from '../types.ts';
 import { awsCallError } from './errors.ts';
-import { clusterTagKey, instanceGroupTag, ownedByCluster } from './instance.ts';
+import {
+  clusterTagKey,
+  instanceGroupTag,
+  tagsOf as instanceTagsOf,
+  legacyClusterTag,
+  ownedByCluster,
+} from './instance.ts';
 import { formatAwsProviderID } from './providerid.ts';
 
 /** `DescribeWarmPool` calls in flight at once: one per group, as kops makes them, but bounded. */
 const warmPoolConcurrency = 4;
+/** The most launch template ids one DescribeLaunchTemplates call takes. */
+const launchTemplatesPerCall = 200;
 
 /** What the lister needs. */
 export interface AwsCloudGroupsOptions {
   autoscaling: AutoScalingClient;
+  /**
+   * For what kops reads from EC2 besides the groups: the instances' states (members whose instance is
+   * not pending, running, stopping or stopped are left out) and the version numbers `$Latest` and
+   * `$Default` stand for. Without it every member is listed and a group launching `$Latest` has no
+   * known template.
+   */
+  ec2?: EC2Client;
   logger?: Logger;
+}
+
+/** The EC2 states of the instances kops lists as members (awsup findInstances). */
+const memberEc2States = ['pending', 'running', 'stopping', 'stopped'];
+
+/** What a group launches from, before `$Latest`/`$Default` are resolved. */
+type LaunchSpec = { template: string } | { launchTemplateId: string; version: string };
+
+/**
+ * What a group launches new instances from, as kops reads it (awsup
+ * findAutoscalingGroupLaunchConfiguration): its launch configuration, else its launch template, else
+ * its mixed-instances policy's template; undefined when it names none.
+ */
+export function launchSpecOf(group: AutoScalingGroup): LaunchSpec | undefined {
+  if (group.LaunchConfigurationName) return { template: group.LaunchConfigurationName };
+  const spec: LaunchTemplateSpecification | undefined =
+    group.LaunchTemplate ?? group.MixedInstancesPolicy?.LaunchTemplate?.LaunchTemplateSpecification;
+  if (!spec?.LaunchTemplateId) return undefined;
+  const version = spec.Version ?? '';
+  return /^\d+$/.test(version)
+    ? { template: `${spec.LaunchTemplateId}:${version}` }
+    : { launchTemplateId: spec.LaunchTemplateId, version };
+}
+
+/**
+ * What an instance was launched from, in the same form (awsup findInstanceLaunchConfiguration): its
+ * launch configuration, else `<launch template id>:<version>`; undefined when it names neither.
+ */
+export function launchedFrom(instance: AsgInstance): string | undefined {
+  if (instance.LaunchConfigurationName) return instance.LaunchConfigurationName;
+  const id = instance.LaunchTemplate?.LaunchTemplateId;
+  return id ? `${id}:${instance.LaunchTemplate?.Version ?? ''}` : undefined;
 }
 
 /**
@@ -66,6 +119,8 @@ function memberOf(instance: AsgInstance): CloudGroupMember {
     state: stateOfLifecycle(instance.LifecycleState),
     healthy: instance.HealthStatus === 'Healthy' && instance.LifecycleState === 'InService',
   };
+  const template = launchedFrom(instance);
+  if (template !== undefined) member.template = template;
   // kops marks every `Warmed*` instance WarmPool (aws_cloud.go buildCloudInstance).
   if (instance.LifecycleState?.startsWith('Warmed')) member.warmPool = true;
   return member;
@@ -80,11 +135,14 @@ function tagsOf(group: AutoScalingGroup): Record<string, string> {
 /** Lists a cluster's Auto Scaling groups. */
 export class AwsCloudGroups implements CloudGroups {
   readonly #autoscaling: AutoScalingClient;
+  readonly #ec2: EC2Client | undefined;
   readonly #logger: Logger;
   #warnedWarmPoolDenied = false;
+  #warnedTemplatesDenied = false;
 
   constructor(options: AwsCloudGroupsOptions) {
     this.#autoscaling = options.autoscaling;
+    this.#ec2 = options.ec2;
     this.#logger = options.logger ?? silentLogger;
   }
 
@@ -93,7 +151,7 @@ export class AwsCloudGroups implements CloudGroups {
    * members and, as kops lists them, its warm pool's instances.
    */
   async list(clusterName: string): Promise<CloudGroup[]> {
-    const groups: CloudGroup[] = [];
+    const found: { group: CloudGroup; launch: LaunchSpec | undefined }[] = [];
     try {
       const pages = paginateDescribeAutoScalingGroups(
         { client: this.#autoscaling, pageSize: 100 },
@@ -110,13 +168,16 @@ export class AwsCloudGroups implements CloudGroups {
             );
             continue;
           }
-          groups.push({
-            instanceGroup,
-            cloudName: group.AutoScalingGroupName ?? '',
-            minSize: group.MinSize ?? 0,
-            maxSize: group.MaxSize ?? 0,
-            targetSize: group.DesiredCapacity ?? 0,
-            members: (group.Instances ?? []).filter(listedByKops).map(memberOf),
+          found.push({
+            group: {
+              instanceGroup,
+              cloudName: group.AutoScalingGroupName ?? '',
+              minSize: group.MinSize ?? 0,
+              maxSize: group.MaxSize ?? 0,
+              targetSize: group.DesiredCapacity ?? 0,
+              members: (group.Instances ?? []).filter(listedByKops).map(memberOf),
+            },
+            launch: launchSpecOf(group),
           });
         }
       }
@@ -127,12 +188,102 @@ export class AwsCloudGroups implements CloudGroups {
         'autoscaling:DescribeAutoScalingGroups',
       );
     }
+    const groups = found.map((f) => f.group);
     await mapConcurrent(groups, warmPoolConcurrency, async (group) => {
       group.members.push(...(await this.#warmPool(group.cloudName)));
     });
+    await this.#setTemplates(found);
+    await this.#keepListedInstances(clusterName, groups);
     return groups.sort(
       (a, b) => a.instanceGroup.localeCompare(b.instanceGroup) || a.cloudName.localeCompare(b.cloudName),
     );
+  }
+
+  /**
+   * Sets each group's template, resolving `$Latest` and `$Default` (and no version, which is the
+   * default) to version numbers with one DescribeLaunchTemplates call per 200 templates, as kops
+   * compares numbers. Only the gauge of instances needing an update reads it, so a failure leaves those
+   * groups' template unknown (logged; a denial once: kops' control-plane role lacks
+   * ec2:DescribeLaunchTemplates) rather than failing validation.
+   */
+  async #setTemplates(
+    found: readonly { group: CloudGroup; launch: LaunchSpec | undefined }[],
+  ): Promise<void> {
+    const unresolved = new Set<string>();
+    for (const { group, launch } of found) {
+      if (launch && 'template' in launch) group.template = launch.template;
+      else if (launch) unresolved.add(launch.launchTemplateId);
+    }
+    if (unresolved.size === 0) return;
+    const ec2 = this.#ec2;
+    if (!ec2) return;
+    const versions = new Map<string, { latest?: number; default?: number }>();
+    try {
+      const ids = [...unresolved];
+      for (let i = 0; i < ids.length; i += launchTemplatesPerCall) {
+        const answer = await ec2.send(
+          new DescribeLaunchTemplatesCommand({ LaunchTemplateIds: ids.slice(i, i + launchTemplatesPerCall) }),
+        );
+        for (const t of answer.LaunchTemplates ?? []) {
+          if (!t.LaunchTemplateId) continue;
+          versions.set(t.LaunchTemplateId, {
+            latest: t.LatestVersionNumber,
+            default: t.DefaultVersionNumber,
+          });
+        }
+      }
+    } catch (err) {
+      const error = awsCallError(err, 'ec2:DescribeLaunchTemplates', 'ec2:DescribeLaunchTemplates');
+      if (error instanceof ConfigError && this.#warnedTemplatesDenied) return;
+      this.#warnedTemplatesDenied ||= error instanceof ConfigError;
+      this.#logger.warn(
+        { err: error.message },
+        'launch template versions are not known: no count of instances needing an update',
+      );
+      return;
+    }
+    for (const { group, launch } of found) {
+      if (!launch || 'template' in launch) continue;
+      const known = versions.get(launch.launchTemplateId);
+      const version = launch.version === '$Latest' ? known?.latest : known?.default;
+      if (version !== undefined) group.template = `${launch.launchTemplateId}:${version}`;
+    }
+  }
+
+  /**
+   * Leaves out members kops does not list: those whose instance EC2 does not report in state pending,
+   * running, stopping or stopped, tagged with the cluster and the member's instance group (awsup
+   * findInstances, one paged DescribeInstances for the whole cluster instead of one per group). A
+   * member whose instance was terminated behind the group's back is then no machine expected to join.
+   */
+  async #keepListedInstances(clusterName: string, groups: readonly CloudGroup[]): Promise<void> {
+    const ec2 = this.#ec2;
+    if (!ec2 || groups.every((g) => g.members.length === 0)) return;
+    const groupOf = new Map<string, string>();
+    try {
+      const pages = paginateDescribeInstances(
+        { client: ec2, pageSize: 1000 },
+        {
+          Filters: [
+            { Name: 'tag-key', Values: [clusterTagKey(clusterName), legacyClusterTag] },
+            { Name: 'instance-state-name', Values: memberEc2States },
+          ],
+        },
+      );
+      for await (const page of pages) {
+        for (const instance of (page.Reservations ?? []).flatMap((r) => r.Instances ?? [])) {
+          const tags = instanceTagsOf(instance);
+          if (instance.InstanceId && ownedByCluster(tags, clusterName)) {
+            groupOf.set(instance.InstanceId, tags[instanceGroupTag] ?? '');
+          }
+        }
+      }
+    } catch (err) {
+      throw awsCallError(err, 'ec2:DescribeInstances', 'ec2:DescribeInstances');
+    }
+    for (const group of groups) {
+      group.members = group.members.filter((m) => groupOf.get(m.instanceId) === group.instanceGroup);
+    }
   }
 
   /**

@@ -28,6 +28,6 @@ export async function createAwsProvider(options: AwsProviderOptions): Promise<Aw
   return {
     clients,
     nodeIdentifier: new AwsNodeIdentifier({ ec2: clients.ec2, clusterName: options.clusterName, logger }),
-    cloudGroups: new AwsCloudGroups({ autoscaling: clients.autoscaling, logger }),
+    cloudGroups: new AwsCloudGroups({ autoscaling: clients.autoscaling, ec2: clients.ec2, logger }),
   };
 }

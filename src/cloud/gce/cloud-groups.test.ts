@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { UnavailableError } from '../../errors.ts';
+import { instanceGroupHealth, memberNeedsUpdate } from '../../metrics/instance-group-health.ts';
 import { simulatorCompute } from '../../sim/gce/clients.ts';
 import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
+import type { InstanceGroup } from '../../statestore/kops-types.ts';
 import { GceCloudGroups } from './cloud-groups.ts';
 
 const cluster = 'prod.example.com';
@@ -50,7 +52,51 @@ test('lists the MIGs of our cluster with target size and members; others are lef
     providerID: 'gce://kops-prod/us-central1-a/a-nodes-us-central1-a-0000',
     state: 'running',
     healthy: true,
+    template: 'projects/kops-prod/global/instanceTemplates/nodes-us-central1-a-tpl',
   });
+  assert.equal(groups[1]?.template, 'projects/kops-prod/global/instanceTemplates/nodes-us-central1-a-tpl');
+});
+
+test("a rolling update: members still on an older template than the MIG's are counted, as kops rolling-update", async () => {
+  const w = sim.world;
+  const nodes = w.seedInstanceGroup({
+    zone: 'us-central1-f',
+    instanceGroup: 'web',
+    count: 4,
+    clusterName: cluster,
+  });
+  // `kops update cluster` wrote a new template (new labels, a new image) and pointed the MIG at it.
+  const metadata = { 'cluster-name': cluster, 'kops-k8s-io-instance-group-name': 'web' };
+  w.seedTemplate({ name: 'web-us-central1-f-tpl-2', metadata });
+  w.seedMig({
+    zone: 'us-central1-f',
+    name: 'a-web-us-central1-f',
+    instanceTemplate: 'web-us-central1-f-tpl-2',
+    members: [
+      { instance: nodes[0]!.name, instanceTemplate: 'web-us-central1-f-tpl-2' },
+      nodes[1]!.name,
+      { instance: nodes[2]!.name, instanceTemplate: 'web-us-central1-f-tpl' },
+      { instance: nodes[3]!.name, instanceTemplate: 'web-us-central1-f-tpl-2' },
+    ],
+  });
+  const cloudGroups = await new GceCloudGroups({ compute: simulatorCompute(sim) }).list(cluster);
+  const web = cloudGroups.find((g) => g.instanceGroup === 'web');
+  assert.equal(web?.template, 'projects/kops-prod/global/instanceTemplates/web-us-central1-f-tpl-2');
+  assert.deepEqual(
+    web?.members.map((m) => memberNeedsUpdate(web, m)),
+    [false, false, true, false],
+    'members seeded without a template run the MIG’s',
+  );
+  const instanceGroups = [
+    {
+      apiVersion: 'kops.k8s.io/v1alpha2',
+      kind: 'InstanceGroup',
+      metadata: { name: 'web' },
+      spec: { role: 'Node' },
+    },
+  ] as InstanceGroup[];
+  const [health] = instanceGroupHealth({ instanceGroups, cloudGroups, nodes: [] });
+  assert.equal(health?.needingUpdate, 1);
 });
 
 test("members being replaced or not running are unhealthy; the target size is the MIG's", async () => {

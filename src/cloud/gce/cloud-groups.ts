@@ -1,12 +1,18 @@
 /**
  * The cloud groups of a kops cluster on GCE: its managed instance groups, found by the metadata kops
- * writes into their (immutable) instance templates, with target size and members. kops creates one
- * zonal MIG per instance group and zone, so one instance group may appear as several cloud groups.
+ * writes into their (immutable) instance templates, with target size, current template and members
+ * (each with the template it runs). kops creates one zonal MIG per instance group and zone, so one
+ * instance group may appear as several cloud groups.
  */
 import { type Logger, silentLogger } from '../../log.ts';
 import { mapConcurrent } from '../concurrency.ts';
 import type { CloudGroup, CloudGroupMember, CloudGroups, InstanceState } from '../types.ts';
-import { type ComputeClient, type GceManagedInstance, lastComponent } from './compute.ts';
+import {
+  type ComputeClient,
+  type GceInstanceGroupManager,
+  type GceManagedInstance,
+  lastComponent,
+} from './compute.ts';
 import { formatGceProviderID, parseTemplateUrl, parseZonalUrl } from './resource-names.ts';
 import { TemplateGroups } from './template-groups.ts';
 
@@ -27,6 +33,26 @@ const memberState: Record<string, InstanceState> = {
   SUSPENDED: 'stopped',
   TERMINATED: 'stopped',
 };
+
+/**
+ * A template URL in one spelling (`projects/<p>/global/instanceTemplates/<name>`), so that the MIG's and
+ * a member's compare whatever host or API version their URLs carry; an unparseable URL as it is.
+ */
+function templateKey(url: string | undefined): string | undefined {
+  if (!url) return undefined;
+  const ref = parseTemplateUrl(url);
+  return ref ? `projects/${ref.project}/global/instanceTemplates/${ref.name}` : url;
+}
+
+/**
+ * The template the MIG creates instances from, as kops compares members with it (gce GetCloudGroups:
+ * the MIG's instanceTemplate). A MIG that names only versions is taken at its single version; with
+ * several (a canary) there is no one current template, so none is known.
+ */
+function currentTemplate(mig: GceInstanceGroupManager): string | undefined {
+  if (mig.instanceTemplate) return templateKey(mig.instanceTemplate);
+  return mig.versions?.length === 1 ? templateKey(mig.versions[0]?.instanceTemplate) : undefined;
+}
 
 /** Lists a cluster's MIGs: one aggregated MIG listing, one member listing per MIG, templates cached. */
 export class GceCloudGroups implements CloudGroups {
@@ -66,6 +92,7 @@ export class GceCloudGroups implements CloudGroups {
     const groups = await mapConcurrent(ours, this.#concurrency, async ({ mig, instanceGroup }) => {
       const zone = lastComponent(mig.zone ?? '');
       const members = await this.#compute.listManagedInstances(zone, mig.name);
+      const template = currentTemplate(mig);
       return {
         instanceGroup,
         cloudName: mig.name,
@@ -73,6 +100,7 @@ export class GceCloudGroups implements CloudGroups {
         minSize: mig.targetSize,
         maxSize: mig.targetSize,
         targetSize: mig.targetSize,
+        ...(template ? { template } : {}),
         members: members.flatMap((m) => this.#member(m)),
       };
     });
@@ -88,6 +116,7 @@ export class GceCloudGroups implements CloudGroups {
     const state =
       memberState[member.instanceStatus ?? ''] ??
       (member.currentAction === 'CREATING' ? 'pending' : 'unknown');
+    const template = templateKey(member.version?.instanceTemplate);
     return [
       {
         instanceId: ref.name,
@@ -95,6 +124,7 @@ export class GceCloudGroups implements CloudGroups {
         state,
         // NONE is the MIG's steady state; any other action means the member is being changed or replaced.
         healthy: member.currentAction === 'NONE' && member.instanceStatus === 'RUNNING',
+        ...(template ? { template } : {}),
       },
     ];
   }

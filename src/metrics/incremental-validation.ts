@@ -1,0 +1,489 @@
+/**
+ * The validation behind the `kops_*` gauges, kept current from watch events instead of recomputed at
+ * every scrape: each Node and pod adds a small, fixed part to running counts, and an event takes the
+ * object's old part away and adds its new one. A scrape reads the counts, so it costs the same at
+ * 5 or 50,000 nodes. The slow inputs (instance groups, cloud groups, the cluster spec) are replaced
+ * about once a minute; that recounts every node once.
+ *
+ * It follows {@link validateCluster} with the gauges' inputs (no instance-group filter, no tolerated
+ * unready nodes, no DNS check), rule for rule; `incremental-validation.test.ts` holds the two equal
+ * on random event sequences after every step.
+ */
+import type { CloudGroup } from '../cloud/types.ts';
+import { instanceGroupLabel } from '../nodelabels/build-node-labels.ts';
+import type { Cluster, InstanceGroup } from '../statestore/kops-types.ts';
+import {
+  type FailureReason,
+  isReady,
+  type PodInfo,
+  roleName,
+  type ValidationFailure,
+  validateCluster,
+} from '../validation/validate-cluster.ts';
+import {
+  countAnnotatedMember,
+  countNode,
+  type HealthPlan,
+  healthCounts,
+  healthPlan,
+  type InstanceGroupHealth,
+  type LabelledNodeInfo,
+  type NodeHealth,
+  nodeHealth,
+} from './instance-group-health.ts';
+
+/** The inputs that change by refresh, not by watch event. */
+export interface SlowInputs {
+  instanceGroups: readonly InstanceGroup[];
+  cloudGroups: readonly CloudGroup[];
+  cluster?: Cluster;
+}
+
+/** The counts the eight node and pod gauges read (the component gauges come from the refresh). */
+export interface ValidationCounts {
+  /** Nodes validation lists, Ready or not (kops' readiness). */
+  nodesReady: number;
+  nodesNotReady: number;
+  /** Members expected to have a Node that have none. */
+  machinesNotJoined: number;
+  /** Distinct control-plane components missing on some ready control-plane node. */
+  componentsMissing: number;
+  podsPending: number;
+  podsUnknown: number;
+  /** Unready containers of critical pods. */
+  containersNotReady: number;
+}
+
+/**
+ * A failure as programs compare it: the typed reason and what it concerns. The message is display
+ * text and the order of failures is not part of the result.
+ */
+export interface FailureKey {
+  reason: FailureReason;
+  name: string;
+  node?: string;
+  instanceGroup?: string;
+  app?: string;
+  notReadyContainers?: string[];
+}
+
+/** A node as validation lists it, for comparison (zone and hostname are display only). */
+export interface NodeKey {
+  name: string;
+  role: string;
+  ready: boolean;
+  status: string;
+}
+
+/** Priority classes whose pods must be healthy (validateCluster's criticalPriorities). */
+const criticalPriorities = new Set(['system-cluster-critical', 'system-node-critical']);
+/** The static pods every ready control-plane node must run (validateCluster's controlPlaneApps). */
+const controlPlaneApps = ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler'];
+const controlPlaneLabel = 'node-role.kubernetes.io/control-plane';
+/** Roles whose nodes validation lists and fails when not ready. */
+const checkedRoles = new Set(['control-plane', 'apiserver', 'node']);
+
+/** Members kops sees (validateCluster's visibleMembers): a terminated instance is none. */
+const visible = (member: CloudGroup['members'][number]) => member.state !== 'terminated';
+
+/** What one pod adds: its failure, when it is a critical pod in trouble. */
+interface PodPart {
+  reason: 'pod-pending' | 'pod-unknown-phase' | 'pod-not-ready';
+  pod: PodInfo;
+}
+
+/** A critical pod's trouble, as validateCluster's podFailures judges it with nothing tolerated. */
+function podPartOf(pod: PodInfo): PodPart | undefined {
+  if (!criticalPriorities.has(pod.priorityClassName ?? '') || pod.phase === 'Succeeded') return undefined;
+  if (pod.phase === 'Pending') return { reason: 'pod-pending', pod };
+  if (pod.phase === 'Unknown') return { reason: 'pod-unknown-phase', pod };
+  if (pod.notReadyContainers.length > 0) return { reason: 'pod-not-ready', pod };
+  return undefined;
+}
+
+/** The kube-system component a pod is, and the node it runs on, if both are named. */
+function componentOf(pod: PodInfo): { node: string; app: string } | undefined {
+  const app = pod.labels['k8s-app'];
+  return pod.namespace === 'kube-system' && app && pod.nodeName ? { node: pod.nodeName, app } : undefined;
+}
+
+const podKey = (pod: PodInfo) => `${pod.namespace}/${pod.name}`;
+
+/** One validation check of a node: as a member of a group, or on its own. */
+interface Check {
+  ig: InstanceGroup | undefined;
+  role: string;
+}
+
+/** What one Node adds. */
+interface NodePart {
+  checks: Check[];
+  ready: boolean;
+  /** Checks of a listed role: the node appears this many times in validation's node list. */
+  listed: number;
+  /** Components this ready control-plane node does not run. */
+  missing: string[];
+  health: NodeHealth | undefined;
+}
+
+interface NodeEntry {
+  record: LabelledNodeInfo;
+  /** Arrival order: among Nodes sharing a providerID, validation takes the last one as the member's. */
+  seq: number;
+  part: NodePart;
+}
+
+/** The slow inputs, indexed for per-node work. */
+interface Plan {
+  groupByName: Map<string, InstanceGroup>;
+  /** The groups a providerID's member is checked in, in validation's order (member of a known group). */
+  memberChecks: Map<string, InstanceGroup[]>;
+  /** Members expected to have joined, by providerID. */
+  expected: Map<string, { instanceId: string; ig: InstanceGroup }[]>;
+  /** Group-level failures (too small, missing from the cloud): they depend on no Node or pod. */
+  groupFailures: ValidationFailure[];
+  health: HealthPlan;
+}
+
+/** The validation of the gauges, kept from events. Feed it {@link setSlowInputs} and the watch events. */
+export class IncrementalValidation {
+  #plan: Plan | undefined;
+  /** Why nothing can be validated (no instance group): validateCluster's own error. */
+  #refusal: Error | undefined;
+  readonly #nodes = new Map<string, NodeEntry>();
+  readonly #nodesByProvider = new Map<string, Set<string>>();
+  /** Nodes per providerID carrying kops' needs-update annotation. */
+  readonly #annotatedByProvider = new Map<string, number>();
+  #seq = 0;
+  readonly #pods = new Map<string, PodPart>();
+  /** Running kube-system components per node name, with how many pods run each. */
+  readonly #componentsOnNode = new Map<string, Map<string, number>>();
+  /** Ready control-plane nodes missing each component. */
+  readonly #missingComponent = new Map<string, number>();
+  #listed = 0;
+  #listedReady = 0;
+  #notJoined = 0;
+  #podsPending = 0;
+  #podsUnknown = 0;
+  #containersNotReady = 0;
+
+  /** Replaces the slow inputs and recounts every node's part against them. */
+  setSlowInputs(inputs: SlowInputs): void {
+    // A validation without any Node or pod gives what depends on neither: the group-level failures,
+    // every machine expected to join (validateCluster decides which members are), or its refusal
+    // when there is no instance group.
+    let withoutNodes: ValidationFailure[] = [];
+    this.#refusal = undefined;
+    try {
+      withoutNodes = validateCluster({ ...inputs, nodes: [], pods: [] }).failures;
+    } catch (err) {
+      this.#refusal = err as Error;
+    }
+    const groupByName = new Map(inputs.instanceGroups.map((ig) => [ig.metadata.name, ig]));
+    const memberChecks = new Map<string, InstanceGroup[]>();
+    const providerOf = new Map<string, string>();
+    for (const cloudGroup of inputs.cloudGroups) {
+      const ig = groupByName.get(cloudGroup.instanceGroup);
+      if (!ig) continue;
+      for (const member of cloudGroup.members.filter(visible)) {
+        memberChecks.set(member.providerID, [...(memberChecks.get(member.providerID) ?? []), ig]);
+        providerOf.set(`${ig.metadata.name}/${member.instanceId}`, member.providerID);
+      }
+    }
+    const expected = new Map<string, { instanceId: string; ig: InstanceGroup }[]>();
+    for (const { reason, name, instanceGroup: ig } of withoutNodes) {
+      const providerID = ig && providerOf.get(`${ig.metadata.name}/${name}`);
+      if (reason !== 'machine-not-joined' || !ig || providerID === undefined) continue;
+      expected.set(providerID, [...(expected.get(providerID) ?? []), { instanceId: name, ig }]);
+    }
+    const groupFailures = withoutNodes.filter(
+      (f) => f.reason === 'group-too-small' || f.reason === 'group-missing-from-cloud',
+    );
+    this.#plan = { groupByName, memberChecks, expected, groupFailures, health: healthPlan(inputs) };
+    this.#listed = 0;
+    this.#listedReady = 0;
+    this.#notJoined = 0;
+    this.#missingComponent.clear();
+    for (const [providerID, members] of expected) {
+      if (!this.#nodesByProvider.has(providerID)) this.#notJoined += members.length;
+    }
+    for (const providerID of this.#annotatedByProvider.keys()) {
+      countAnnotatedMember(this.#plan.health, providerID, 1);
+    }
+    for (const entry of this.#nodes.values()) {
+      entry.part = this.#partOf(entry.record);
+      this.#count(entry.part, 1);
+    }
+  }
+
+  /** Applies a Node event: `before` is the cached record it replaces (none for an add), `after` none for a delete. */
+  nodeChanged(before: LabelledNodeInfo | undefined, after: LabelledNodeInfo | undefined): void {
+    const name = (after ?? before)?.name;
+    if (name === undefined) return;
+    const old = this.#nodes.get(name);
+    const touched = new Set<string>();
+    if (old) {
+      this.#count(old.part, -1);
+      this.#unindex(old.record);
+      if (old.record.providerID) touched.add(old.record.providerID);
+      this.#nodes.delete(name);
+    }
+    if (after) {
+      const entry: NodeEntry = { record: after, seq: old?.seq ?? this.#seq++, part: emptyPart };
+      this.#nodes.set(name, entry);
+      this.#index(after);
+      if (after.providerID) touched.add(after.providerID);
+      entry.part = this.#partOf(after);
+      this.#count(entry.part, 1);
+    }
+    // Which Node is a member's may have changed for the providerIDs involved: recount those Nodes.
+    for (const providerID of touched) {
+      for (const other of this.#nodesByProvider.get(providerID) ?? []) {
+        if (other !== name) this.#recount(other);
+      }
+    }
+  }
+
+  /** Applies a pod event, as {@link nodeChanged}. */
+  podChanged(before: PodInfo | undefined, after: PodInfo | undefined): void {
+    const changedNodes = new Set<string>();
+    if (before) {
+      const part = this.#pods.get(podKey(before));
+      if (part) this.#countPod(part, -1);
+      this.#pods.delete(podKey(before));
+      const component = componentOf(before);
+      if (component) {
+        const apps = this.#componentsOnNode.get(component.node);
+        const left = (apps?.get(component.app) ?? 0) - 1;
+        if (left > 0) apps?.set(component.app, left);
+        else apps?.delete(component.app);
+        if (apps?.size === 0) this.#componentsOnNode.delete(component.node);
+        changedNodes.add(component.node);
+      }
+    }
+    if (after) {
+      const part = podPartOf(after);
+      if (part) {
+        this.#pods.set(podKey(after), part);
+        this.#countPod(part, 1);
+      }
+      const component = componentOf(after);
+      if (component) {
+        const apps = this.#componentsOnNode.get(component.node) ?? new Map<string, number>();
+        apps.set(component.app, (apps.get(component.app) ?? 0) + 1);
+        this.#componentsOnNode.set(component.node, apps);
+        changedNodes.add(component.node);
+      }
+    }
+    for (const node of changedNodes) this.#recountMissing(node);
+  }
+
+  /** The counts; throws validateCluster's error when there is nothing to validate. */
+  counts(): ValidationCounts {
+    this.#ready();
+    return {
+      nodesReady: this.#listedReady,
+      nodesNotReady: this.#listed - this.#listedReady,
+      machinesNotJoined: this.#notJoined,
+      componentsMissing: [...this.#missingComponent.values()].filter((n) => n > 0).length,
+      podsPending: this.#podsPending,
+      podsUnknown: this.#podsUnknown,
+      containersNotReady: this.#containersNotReady,
+    };
+  }
+
+  /** The per-instance-group counts, sorted by name. */
+  groups(): InstanceGroupHealth[] {
+    return healthCounts(this.#ready().health);
+  }
+
+  /**
+   * The whole result, for comparison with a full validation: its failures and listed nodes (in no
+   * particular order). Costs a pass over the failures and nodes; the gauges never call it.
+   */
+  result(): { failures: FailureKey[]; nodes: NodeKey[] } {
+    const plan = this.#ready();
+    const groupOfNode = (node: string) => {
+      const checks = this.#nodes.get(node)?.part.checks ?? [];
+      return checks.findLast((c) => c.ig)?.ig?.metadata.name;
+    };
+    const failures: FailureKey[] = plan.groupFailures.map(failureKey);
+    for (const [providerID, members] of plan.expected) {
+      if (this.#nodesByProvider.has(providerID)) continue;
+      for (const m of members) {
+        failures.push({
+          reason: 'machine-not-joined',
+          name: m.instanceId,
+          instanceGroup: m.ig.metadata.name,
+        });
+      }
+    }
+    const nodes: NodeKey[] = [];
+    for (const { record, part } of this.#nodes.values()) {
+      for (const check of part.checks) {
+        if (!checkedRoles.has(check.role)) continue;
+        nodes.push({ name: record.name, role: check.role, ready: part.ready, status: record.readyStatus });
+        if (part.ready) continue;
+        failures.push({
+          reason: 'node-not-ready',
+          name: record.name,
+          node: record.name,
+          ...(check.ig ? { instanceGroup: check.ig.metadata.name } : {}),
+        });
+      }
+      for (const app of part.missing) {
+        const group = groupOfNode(record.name);
+        failures.push({
+          reason: 'static-pod-missing',
+          name: record.name,
+          node: record.name,
+          app,
+          ...(group ? { instanceGroup: group } : {}),
+        });
+      }
+    }
+    for (const { reason, pod } of this.#pods.values()) {
+      // kops names the instance group of system-node-critical pods only.
+      const group =
+        pod.priorityClassName === 'system-node-critical' && pod.nodeName
+          ? groupOfNode(pod.nodeName)
+          : undefined;
+      failures.push({
+        reason,
+        name: podKey(pod),
+        ...(pod.nodeName ? { node: pod.nodeName } : {}),
+        ...(group ? { instanceGroup: group } : {}),
+        ...(reason === 'pod-not-ready' ? { notReadyContainers: [...pod.notReadyContainers] } : {}),
+      });
+    }
+    return { failures, nodes };
+  }
+
+  #ready(): Plan {
+    if (this.#refusal) throw this.#refusal;
+    if (!this.#plan) throw new Error('IncrementalValidation: no slow inputs yet');
+    return this.#plan;
+  }
+
+  /** The Node validation takes as the member's for a providerID: the last arrived of those naming it. */
+  #memberNode(providerID: string): string | undefined {
+    let last: NodeEntry | undefined;
+    for (const name of this.#nodesByProvider.get(providerID) ?? []) {
+      const entry = this.#nodes.get(name);
+      if (entry && (!last || entry.seq > last.seq)) last = entry;
+    }
+    return last?.record.name;
+  }
+
+  #partOf(node: LabelledNodeInfo): NodePart {
+    const plan = this.#plan;
+    if (!plan) return emptyPart;
+    const memberOf = node.providerID ? plan.memberChecks.get(node.providerID) : undefined;
+    let checks: Check[];
+    if (memberOf && node.providerID && this.#memberNode(node.providerID) === node.name) {
+      checks = memberOf.map((ig) => ({ ig, role: roleName(ig.spec.role) }));
+    } else {
+      // Not a member's Node: validateCluster's second pass, by the instance-group label.
+      const ig = plan.groupByName.get(node.labels[instanceGroupLabel] ?? '');
+      const role = ig ? roleName(ig.spec.role) : controlPlaneLabel in node.labels ? 'control-plane' : 'node';
+      checks = [{ ig, role }];
+    }
+    const ready = isReady(node);
+    return {
+      checks,
+      ready,
+      listed: checks.filter((c) => checkedRoles.has(c.role)).length,
+      missing: this.#missingOn(node, ready),
+      health: nodeHealth(plan.health, node),
+    };
+  }
+
+  #missingOn(node: LabelledNodeInfo, ready: boolean): string[] {
+    if (!ready || !(controlPlaneLabel in node.labels)) return [];
+    const running = this.#componentsOnNode.get(node.name);
+    return controlPlaneApps.filter((app) => !running?.has(app));
+  }
+
+  #count(part: NodePart, sign: 1 | -1): void {
+    this.#listed += sign * part.listed;
+    if (part.ready) this.#listedReady += sign * part.listed;
+    for (const app of part.missing)
+      this.#missingComponent.set(app, (this.#missingComponent.get(app) ?? 0) + sign);
+    if (this.#plan) countNode(this.#plan.health, part.health, sign);
+  }
+
+  #countPod(part: PodPart, sign: 1 | -1): void {
+    if (part.reason === 'pod-pending') this.#podsPending += sign;
+    else if (part.reason === 'pod-unknown-phase') this.#podsUnknown += sign;
+    else this.#containersNotReady += sign * part.pod.notReadyContainers.length;
+  }
+
+  #recount(name: string): void {
+    const entry = this.#nodes.get(name);
+    if (!entry) return;
+    this.#count(entry.part, -1);
+    entry.part = this.#partOf(entry.record);
+    this.#count(entry.part, 1);
+  }
+
+  #recountMissing(name: string): void {
+    const entry = this.#nodes.get(name);
+    if (!entry) return;
+    const missing = this.#missingOn(entry.record, entry.part.ready);
+    const delta = (apps: string[], sign: 1 | -1) => {
+      for (const app of apps) this.#missingComponent.set(app, (this.#missingComponent.get(app) ?? 0) + sign);
+    };
+    delta(entry.part.missing, -1);
+    delta(missing, 1);
+    entry.part.missing = missing;
+  }
+
+  /** Indexes a Node by providerID; the first Node of a providerID makes its expected members joined. */
+  #index(node: LabelledNodeInfo): void {
+    const providerID = node.providerID;
+    if (!providerID) return;
+    const names = this.#nodesByProvider.get(providerID) ?? new Set<string>();
+    if (names.size === 0) {
+      this.#nodesByProvider.set(providerID, names);
+      this.#notJoined -= this.#plan?.expected.get(providerID)?.length ?? 0;
+    }
+    names.add(node.name);
+    if (node.needsUpdate) this.#annotate(providerID, 1);
+  }
+
+  #unindex(node: LabelledNodeInfo): void {
+    const providerID = node.providerID;
+    if (!providerID) return;
+    const names = this.#nodesByProvider.get(providerID);
+    names?.delete(node.name);
+    if (names?.size === 0) {
+      this.#nodesByProvider.delete(providerID);
+      this.#notJoined += this.#plan?.expected.get(providerID)?.length ?? 0;
+    }
+    if (node.needsUpdate) this.#annotate(providerID, -1);
+  }
+
+  #annotate(providerID: string, sign: 1 | -1): void {
+    const before = this.#annotatedByProvider.get(providerID) ?? 0;
+    const after = before + sign;
+    if (after > 0) this.#annotatedByProvider.set(providerID, after);
+    else this.#annotatedByProvider.delete(providerID);
+    // The members count once however many of their Nodes are annotated.
+    if (this.#plan && (before === 0) !== (after === 0))
+      countAnnotatedMember(this.#plan.health, providerID, sign);
+  }
+}
+
+const emptyPart: NodePart = { checks: [], ready: false, listed: 0, missing: [], health: undefined };
+
+/** A full validation's failure as {@link FailureKey}. */
+export function failureKey(failure: ValidationFailure): FailureKey {
+  return {
+    reason: failure.reason,
+    name: failure.name,
+    ...(failure.node !== undefined ? { node: failure.node } : {}),
+    ...(failure.instanceGroup ? { instanceGroup: failure.instanceGroup.metadata.name } : {}),
+    ...(failure.app !== undefined ? { app: failure.app } : {}),
+    ...(failure.notReadyContainers ? { notReadyContainers: failure.notReadyContainers } : {}),
+  };
+}
