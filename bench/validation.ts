@@ -183,8 +183,6 @@ export async function runValidationBench(options: {
       let text = '';
       let ourRequests = 0;
       for (let i = 0; i < scrapes; i++) {
-        // Past the one-second reuse of a computation, so every scrape validates afresh.
-        await new Promise((resolve) => setTimeout(resolve, 1100));
         const before = requests;
         const started = performance.now();
         text = await registry.metrics();
@@ -201,7 +199,7 @@ export async function runValidationBench(options: {
           gauges: kopsGauges as Record<ValidationGauge, number>,
         },
         ours: {
-          name: 'MetricsServer: watches, validate on scrape',
+          name: 'MetricsServer: counts kept from watch events',
           scrapeMs: median(ourTimes),
           apiRequests: ourRequests,
           gauges: gaugesOf(text),

@@ -1,5 +1,5 @@
 /**
- * The MetricsServer of seed 001: the result of `kops validate cluster` as the eight `kops_*` gauges
+ * The MetricsServer: the result of `kops validate cluster` as the eight `kops_*` gauges
  * (label `cluster_name`), served on the controller's `/metrics`. A scrape costs no API or cloud call
  * and does not grow with the cluster: Nodes and pods come from watches whose events keep the counts
  * ({@link IncrementalValidation}), and the cloud's groups, the instance groups and the component
@@ -31,7 +31,7 @@ import {
   needsUpdateAnnotation,
 } from './instance-group-health.ts';
 
-/** The eight gauges, with seed 001's help texts. */
+/** The eight gauges and their help texts; the alert rules and dashboard in deploy/ select them by these names. */
 const gaugeHelp = {
   kops_component_healthy: 'Healthy components of the kubernetes cluster.',
   kops_component_unhealthy: 'Unhealthy components of the kubernetes cluster.',
