@@ -9,7 +9,8 @@
  *   code blocks, except in code that runs another program (kubectl, kops, openssl, ...);
  * - metrics: every `kops_…` name, anywhere;
  * - configuration keys: the key column of docs/configuration.md's tables and every inline-code
- *   dotted path that starts with a top-level key (`server.provider.aws.Region`), in every page.
+ *   dotted path that starts with a top-level key (`server.provider.aws.Region`), in every page;
+ * - tests: every `file.test.ts › … › name` the threat table of docs/security.md cites.
  */
 import assert from 'node:assert/strict';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
@@ -284,4 +285,60 @@ test("configuration.md names run's default --conf path", async () => {
     pages.get('configuration.md') as string,
   );
   assert.equal(stated?.[1], conf?.defaultValue);
+});
+
+/** Curly quotes, escaped pipes and backticks as the test titles in the source spell them. */
+function plainTitle(text: string): string {
+  return text.replace(/[’‘]/g, "'").replace(/[“”]/g, '"').replace(/\\\|/g, '|').replace(/`/g, '').trim();
+}
+
+/**
+ * Whether `source` has a test titled `title`: written out, or made by a template literal
+ * (`${status} on ${path}: …`) whose fixed parts the title as cited (`whole`) has in order.
+ */
+function titledIn(source: string, title: string, whole: string): boolean {
+  if (plainTitle(source).includes(title.slice(0, 40))) return true;
+  return [...source.matchAll(/test\(\s*`([^`]+)`/g)].some((m) => {
+    const fixed = plainTitle(m[1] as string)
+      .split(/\$\{[^}]*\}/)
+      .map((part) => part.replace(/[.*+?^()|[\]\\{}$]/g, '\\$&'));
+    return new RegExp(`^${fixed.join('.*')}`).test(whole);
+  });
+}
+
+test('every test the threat table cites exists, under that title', async () => {
+  const security = pages.get('security.md') as string;
+  const table = security.slice(security.indexOf('## Threat table'));
+  const root = new URL('../', import.meta.url);
+  const missing: string[] = [];
+  let cited = 0;
+  for (const line of table.split('\n').filter((l) => l.startsWith('| '))) {
+    const cell = line.split(/(?<!\\)\|/)[3] ?? '';
+    // `file › suite › title; › another title of the same file; other-file › title`
+    let files: string[] = [];
+    for (const part of cell.split(';')) {
+      const path = /((?:src|bench|deploy)\/[\w/.{},-]+\.test\.ts)/.exec(part)?.[1];
+      if (path) {
+        const brace = /\{([^}]+)\}/.exec(path);
+        files = brace ? (brace[1] as string).split(',').map((alt) => path.replace(brace[0], alt)) : [path];
+      }
+      if (!part.includes('›') || files.length === 0) continue;
+      const titles = part.split('›').map(plainTitle);
+      // The test's own title, up to an ellipsis or a parenthesised remark the table adds.
+      const whole = titles[titles.length - 1] as string;
+      const title =
+        whole
+          .replace(/\s*\(.*$/, '')
+          .split('…')[0]
+          ?.trim() ?? '';
+      for (const file of files) {
+        cited++;
+        const source = await readFile(new URL(file, root), 'utf8').catch(() => undefined);
+        if (source === undefined) missing.push(`${file}: no such file`);
+        else if (title.length > 8 && !titledIn(source, title, whole)) missing.push(`${file} › ${title}`);
+      }
+    }
+  }
+  assert.ok(cited > 100, `the threat table cites ${cited} tests`);
+  assert.deepEqual(missing, []);
 });
