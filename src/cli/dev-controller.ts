@@ -19,12 +19,12 @@ import { type Logger, silentLogger } from '../log.ts';
 import { bundlePem, caFromPem } from '../pki/ca.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
 import type { VfsOptions } from '../statestore/open.ts';
-import type { DevPolicy } from './dev.ts';
+import { type DevCloud, type DevPolicy, isCloudPolicy } from './dev.ts';
 import { type RunningController, startController } from './run.ts';
 
 /** A simulated cluster as the controller sees it: what `dev` points the product at. */
 export interface DevTarget {
-  cloud: 'aws' | 'gce';
+  cloud: DevCloud;
   /** The controller config the simulated cluster wrote. */
   configPath: string;
   /** The simulated API server: its URL, an admin kubeconfig, and the cluster CA it serves with. */
@@ -56,7 +56,7 @@ export interface DevController {
 
 /** The policy spec of `policy` for `target`: the cloud policies point at the cluster's simulators. */
 function policySpecOf(target: DevTarget, policy: DevPolicy): Record<string, unknown> {
-  if (policy !== 'aws' && policy !== 'gce') return { name: policy };
+  if (!isCloudPolicy(policy)) return { name: policy };
   if (target.cloud !== policy) {
     throw new InvalidInputError(
       `--policy ${policy} needs --cloud ${policy}; this cluster runs on ${target.cloud}`,

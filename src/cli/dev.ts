@@ -1,6 +1,7 @@
 /**
  * `kops-controller dev` (what `npm start` runs): a whole simulated kops cluster on loopback — the
- * Kubernetes API, the AWS (or, with `--cloud gce`, GCE) endpoints and a state store (S3 or GCS) with
+ * Kubernetes API, the endpoints of one cloud (AWS by default; `--cloud` picks GCE, Hetzner,
+ * DigitalOcean, Linode, OpenStack, Scaleway or Azure) and a state store (S3, or GCS on GCE) with
  * a sample cluster — and the controller running against it in-process, so the product can be tried,
  * and kubectl pointed at it, on a machine with no cloud and no cluster.
  *
@@ -18,13 +19,31 @@ import { lockFolder } from '../runtime/folder-lock.ts';
 import { commandLogger } from './common.ts';
 import { controllerBannerLines, startDevController } from './dev-controller.ts';
 
-/** The policies `dev --policy` offers; `aws` and `gce` need a cluster on that cloud. */
-export const devPolicies = ['aws', 'gce', 'queue', 'insecure-always-approve'] as const;
+/** The clouds `dev --cloud` simulates; each is also the name of that cloud's own approval policy. */
+export const devClouds = [
+  'aws',
+  'gce',
+  'hetzner',
+  'digitalocean',
+  'linode',
+  'openstack',
+  'scaleway',
+  'azure',
+] as const;
+export type DevCloud = (typeof devClouds)[number];
+
+/** The policies `dev --policy` offers; a cloud's own policy needs a cluster on that cloud. */
+export const devPolicies = [...devClouds, 'queue', 'insecure-always-approve'] as const;
 export type DevPolicy = (typeof devPolicies)[number];
+
+/** Whether `policy` is a cloud's own policy (which proves nodes with that cloud's identity). */
+export function isCloudPolicy(policy: DevPolicy): policy is DevCloud {
+  return (devClouds as readonly string[]).includes(policy);
+}
 
 /** What `dev` runs with, its flags parsed and checked. */
 export interface DevSettings {
-  cloud: 'aws' | 'gce';
+  cloud: DevCloud;
   stateDir: string;
   /** Port of the simulated Kubernetes API (0 = any free port). */
   apiPort: number;
@@ -36,7 +55,7 @@ export interface DevSettings {
 }
 
 interface DevOptions {
-  cloud: 'aws' | 'gce';
+  cloud: DevCloud;
   stateDir: string;
   port: string;
   awsThrottling: boolean;
@@ -63,7 +82,7 @@ function parseCount(value: string, flag: string): number {
 /** The checked settings of a `dev` command line. */
 function devSettings(options: DevOptions, logger: Logger): DevSettings {
   const policy: DevPolicy = options.policy ?? options.cloud;
-  if ((policy === 'aws' || policy === 'gce') && policy !== options.cloud) {
+  if (isCloudPolicy(policy) && policy !== options.cloud) {
     throw new InvalidInputError(`--policy ${policy} needs --cloud ${policy}`);
   }
   return {
@@ -101,7 +120,7 @@ async function loadSimulator(): Promise<Simulator> {
 export function devCommand(): Command {
   return new Command('dev')
     .description(
-      'run a simulated kops cluster (Kubernetes API, AWS or GCE, a state store) on loopback, and the controller against it',
+      'run a simulated kops cluster (Kubernetes API, a cloud, a state store) on loopback, and the controller against it',
     )
     .addOption(
       new Option('--state-dir <dir>', 'folder for the kubeconfig, config and environment files').default(
@@ -109,12 +128,12 @@ export function devCommand(): Command {
       ),
     )
     .addOption(new Option('--port <port>', 'port of the Kubernetes API (0 = any free port)').default('0'))
-    .addOption(new Option('--cloud <cloud>', 'the simulated cloud').choices(['aws', 'gce']).default('aws'))
+    .addOption(new Option('--cloud <cloud>', 'the simulated cloud').choices(devClouds).default('aws'))
     .addOption(new Option('--no-aws-throttling', 'switch off the simulated EC2 request rate limit'))
     .addOption(
       new Option(
         '--policy <name>',
-        'approval policy of the bootstrap server (default: the cloud policy, aws or gce)',
+        "approval policy of the bootstrap server (default: the simulated cloud's own policy)",
       ).choices(devPolicies),
     )
     .addOption(

@@ -3,11 +3,14 @@
  * the Kubernetes API server, the AWS endpoints (EC2, Auto Scaling, STS) and an S3 state store holding
  * the sample cluster `minimal.example.com` (a control plane and two node instance groups). Every
  * instance group has an Auto Scaling group with running instances, and every instance a registered,
- * Ready Node with a few pods, exactly as a freshly created kops cluster would look.
+ * Ready Node with a few pods, exactly as a freshly created kops cluster would look. The GCE cluster is
+ * here too; the clusters of the six clouds whose proof names a server are in dev-clouds.ts, built from
+ * the parts exported here (the API server, Node registration, config, env and the controller's target).
  */
 import { createHash } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { OAuth2Client } from 'google-auth-library';
 import type { CloudOverrides } from '../cloud/from-config.ts';
 import { computeEndpointVariable } from '../cloud/gce/provider.ts';
@@ -21,6 +24,7 @@ import type { KubeObject } from './apiserver/index.ts';
 import { awsProviderID, simInstanceId } from './aws/scenario.ts';
 import { type AwsSimulator, startAwsSimulator } from './aws/server.ts';
 import type { SimInstanceInput } from './aws/world.ts';
+import type { ServerCloud, ServerCloudDevCluster } from './dev-clouds.ts';
 import { simulatorAuth } from './gce/clients.ts';
 import { type GceSimulator, startGceSimulator } from './gce/simulator.ts';
 import { type GcsSim, startGcsSim } from './gcs/server.ts';
@@ -38,7 +42,7 @@ export interface DevClusterOptions {
 }
 
 /** What every simulated cluster has, whatever its cloud. */
-interface DevClusterBase {
+export interface DevClusterBase {
   clusterName: string;
   /** The state-store folder of the cluster, e.g. `s3://kops-state/minimal.example.com`. */
   configBase: string;
@@ -50,7 +54,7 @@ interface DevClusterBase {
   /** The Nodes created, by instance group. */
   nodesByGroup: Map<string, string[]>;
   /** The cluster as the controller sees it: what `dev` points the product at (src/cli/dev-controller.ts). */
-  target: ReturnType<typeof devTarget>;
+  target: DevClusterTarget;
   close(): Promise<void>;
 }
 
@@ -76,14 +80,17 @@ export interface GceDevCluster extends DevClusterBase {
 /** The audience the simulated GCE machines put in their identity tokens, and the dev gce policy expects. */
 export const devGceAudience = 'https://kops-controller.internal.minimal-gce.example.com:3988';
 
-/** A simulated cluster on either cloud. */
-export type AnyDevCluster = DevCluster | GceDevCluster;
+/** The clouds a simulated cluster runs on. */
+export type DevCloud = 'aws' | 'gce' | ServerCloud;
+
+/** A simulated cluster on any cloud. */
+export type AnyDevCluster = DevCluster | GceDevCluster | ServerCloudDevCluster;
 
 const stateBucket = 'kops-state';
 const region = 'us-test-1';
 
 /** How many instances each group runs: its minSize, but at least one so every group is visible. */
-function runningCount(ig: InstanceGroup): number {
+export function runningCount(ig: InstanceGroup): number {
   return Math.max(ig.spec.minSize ?? 1, 1);
 }
 
@@ -185,7 +192,7 @@ function nodeObject(node: { name: string; providerID: string; ip: string }, ig: 
 }
 
 /** Registers `nodes` of `ig` as Ready Nodes, each with a kube-proxy pod, and records them by group. */
-function registerNodes(
+export function registerNodes(
   api: DevApiServer,
   ig: InstanceGroup,
   nodes: readonly { name: string; providerID: string; ip: string }[],
@@ -213,7 +220,7 @@ function registerNodes(
  * Starts the simulators of a cluster: `start` pushes a closer for each thing it starts; the cluster's
  * `close` runs them in reverse, and so does a failed start, so nothing is left listening.
  */
-async function startParts<T extends { close(): Promise<void> }>(
+export async function startParts<T extends { close(): Promise<void> }>(
   start: (closers: (() => Promise<void>)[]) => Promise<Omit<T, 'close'>>,
 ): Promise<T> {
   const closers: (() => Promise<void>)[] = [];
@@ -292,20 +299,20 @@ function podObject(
 }
 
 /** Writes the controller config (metrics on an ephemeral loopback port) and returns its path. */
-async function writeConfig(stateDir: string, lines: readonly string[]): Promise<string> {
+export async function writeConfig(stateDir: string, lines: readonly string[]): Promise<string> {
   const configPath = join(stateDir, 'config.yaml');
   await writeFile(configPath, [...lines, 'metrics:', '  listen: "127.0.0.1:0"', ''].join('\n'));
   return configPath;
 }
 
 /** Writes the environment as a file to source. Simulator credentials only: they open nothing outside loopback. */
-async function writeEnv(stateDir: string, env: Record<string, string>): Promise<void> {
+export async function writeEnv(stateDir: string, env: Record<string, string>): Promise<void> {
   const text = Object.entries(env).map(([k, v]) => `export ${k}=${v}`);
   await writeFile(join(stateDir, 'env'), `${text.join('\n')}\n`, { mode: 0o600 });
 }
 
 /** The simulated Kubernetes API, its kubeconfig in `stateDir`; closed with the cluster. */
-async function startClusterApi(
+export async function startClusterApi(
   options: DevClusterOptions,
   logger: Logger,
   closers: (() => Promise<void>)[],
@@ -520,14 +527,28 @@ export async function startGceDevCluster(options: DevClusterOptions): Promise<Gc
 /** A simulated cluster before its {@link devTarget} is known. */
 type ClusterParts = Omit<DevCluster, 'target' | 'close'> | Omit<GceDevCluster, 'target' | 'close'>;
 
+/** The cluster as the controller sees it (src/cli/dev-controller.ts `DevTarget`). */
+export interface DevClusterTarget {
+  cloud: DevCloud;
+  configPath: string;
+  apiServer: { url: string; kubeConfig(): KubeConfig; caCertificatePem: string; caPrivateKeyPem: string };
+  clients: { cloud: CloudOverrides; vfsOptions: VfsOptions };
+  cloudPolicy: Record<string, unknown>;
+}
+
 /**
  * The cluster as the controller sees it: its config, the API server and the cluster CA, the clients'
- * endpoints and credentials, and its cloud's approval policy pointed at the simulators.
+ * endpoints and credentials (the state store's from `env`, unless `vfsOptions` says otherwise), and
+ * its cloud's approval policy pointed at the simulators.
  */
-function devTarget(cluster: ClusterParts) {
+export function devTargetOf(
+  cluster: { api: DevApiServer; configPath: string; env: Record<string, string> },
+  cloud: DevCloud,
+  parts: { cloud: CloudOverrides; policy: Record<string, unknown>; vfsOptions?: VfsOptions },
+): DevClusterTarget {
   const sim = cluster.api.server;
   return {
-    cloud: cluster.cloud,
+    cloud,
     configPath: cluster.configPath,
     apiServer: {
       url: sim.url,
@@ -535,30 +556,28 @@ function devTarget(cluster: ClusterParts) {
       caCertificatePem: sim.caCertificate,
       caPrivateKeyPem: sim.certificateAuthority.privateKey,
     },
-    clients: devClientOptions(cluster),
-    cloudPolicy:
-      cluster.cloud === 'aws'
-        ? { name: 'aws', stsEndpoint: cluster.aws.endpoint }
-        : { name: 'gce', jwksUrl: cluster.gce.jwksUri, audience: devGceAudience },
+    clients: {
+      cloud: parts.cloud,
+      vfsOptions: parts.vfsOptions ?? { ...vfsOptionsFromEnv(cluster.env), env: cluster.env },
+    },
+    cloudPolicy: parts.policy,
   };
 }
 
-/**
- * How the controller reaches a simulated cluster's cloud and state store: the simulators' endpoints
- * and credentials, passed explicitly (the process environment is neither read nor changed).
- */
-function devClientOptions(cluster: ClusterParts): { cloud: CloudOverrides; vfsOptions: VfsOptions } {
-  const fromEnv = { ...vfsOptionsFromEnv(cluster.env), env: cluster.env };
+/** The target of an AWS or GCE cluster: the simulators' endpoints and credentials, passed explicitly. */
+function devTarget(cluster: ClusterParts): DevClusterTarget {
   if (cluster.cloud === 'aws') {
-    return {
+    return devTargetOf(cluster, 'aws', {
       cloud: { aws: { endpoint: cluster.aws.endpoint, credentials: { ...cluster.aws.credentials } } },
-      vfsOptions: fromEnv,
-    };
+      policy: { name: 'aws', stsEndpoint: cluster.aws.endpoint },
+    });
   }
-  return {
+  const fromEnv = { ...vfsOptionsFromEnv(cluster.env), env: cluster.env };
+  return devTargetOf(cluster, 'gce', {
     cloud: { gce: { endpoint: cluster.gce.endpoint, auth: cluster.auth } },
+    policy: { name: 'gce', jwksUrl: cluster.gce.jwksUri, audience: devGceAudience },
     vfsOptions: { ...fromEnv, gcs: { ...fromEnv.gcs, auth: cluster.auth } },
-  };
+  });
 }
 
 /** The providerID a GCE node registers with: `gce://<project>/<zone>/<name>`. */

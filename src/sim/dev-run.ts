@@ -1,28 +1,47 @@
 /**
  * The simulator's side of `kops-controller dev`, loaded by src/cli/dev.ts only when `dev` runs: the
- * simulated cluster on either cloud, the banner that says where its pieces are, and the simulated
+ * simulated cluster on any of its clouds, the banner that says where its pieces are, and the simulated
  * machines joining. The controller itself is the product's: the command line starts it against the
  * cluster's `target`, and hands back only what the banner and the machines need (plain lines, a URL
  * and a pin), so nothing here imports the command line.
  */
 import { resolve } from 'node:path';
 import type { Logger } from '../log.ts';
-import { type AnyDevCluster, startDevCluster, startGceDevCluster } from './dev-cluster.ts';
+import { type ServerCloud, startServerCloudDevCluster } from './dev-clouds.ts';
+import { type AnyDevCluster, type DevCloud, startDevCluster, startGceDevCluster } from './dev-cluster.ts';
 import { type JoiningNodes, type JoiningStatus, startJoiningNodes } from './joining-nodes.ts';
 
 /** Starts the simulated cluster of `cloud`. */
 export function startSimulatedCluster(
-  cloud: 'aws' | 'gce',
+  cloud: DevCloud,
   options: { stateDir: string; apiPort: number; awsThrottling: boolean; logger: Logger },
 ): Promise<AnyDevCluster> {
-  return cloud === 'gce' ? startGceDevCluster(options) : startDevCluster(options);
+  if (cloud === 'aws') return startDevCluster(options);
+  if (cloud === 'gce') return startGceDevCluster(options);
+  return startServerCloudDevCluster(cloud, options);
 }
+
+/** How the banner names each server cloud's simulated endpoints. */
+const cloudTitles: Record<ServerCloud, string> = {
+  hetzner: 'Hetzner Cloud',
+  digitalocean: 'DigitalOcean',
+  linode: 'Linode',
+  openstack: 'OpenStack',
+  scaleway: 'Scaleway',
+  azure: 'Azure',
+};
 
 /** Where the cloud's simulated endpoints and the state store are. */
 function cloudBannerLines(cluster: AnyDevCluster): string[] {
   if (cluster.cloud === 'aws') {
     return [
       `  AWS endpoints   ${cluster.aws.endpoint}  (EC2, Auto Scaling, STS; region ${cluster.region})`,
+      `  State store     ${cluster.configBase}  (S3 at ${cluster.s3.endpoint})`,
+    ];
+  }
+  if (cluster.cloud !== 'gce') {
+    return [
+      `  ${cloudTitles[cluster.cloud].padEnd(15)} ${cluster.sim.description}`,
       `  State store     ${cluster.configBase}  (S3 at ${cluster.s3.endpoint})`,
     ];
   }
@@ -78,7 +97,8 @@ export function startJoining(cluster: AnyDevCluster, settings: JoiningSettings):
     server: settings.server.url,
     caPin: settings.server.caPin,
     count,
-    proof: policy === 'aws' || policy === 'gce' ? 'cloud' : 'none',
+    // The cloud's own policy: the machines prove themselves as the cloud lets them; any other: no proof.
+    proof: policy === cluster.cloud ? 'cloud' : 'none',
     dir: resolve(settings.stateDir, 'nodes'),
     onChange: show,
     logger,

@@ -1,9 +1,11 @@
 /**
  * Simulated new machines for `kops-controller dev`: each is a fresh instance of the simulated cluster
- * (an EC2 instance with an instance-profile session, or a GCE instance of a new MIG built from the
- * instance group's template) that runs the real node-side join — discovery with the CA pin, local
- * keys, its cloud's proof (a kops STS proof or a GCE identity token; or none, for the queue), the
- * long-poll while queued — and then registers its Node with the kubeconfig it got, as a kubelet would.
+ * (an EC2 instance with an instance-profile session, a GCE instance of a new MIG built from the
+ * instance group's template, or a new server tagged with its group on the other clouds) that runs the
+ * real node-side join — discovery with the CA pin, local keys, its cloud's proof (a kops STS proof, a
+ * GCE identity token, the server id or Azure's attested document from its metadata service; or none,
+ * for the queue), on a callback cloud the challenge server on its own address, the long-poll while
+ * queued — and then registers its Node with the kubeconfig it got, as a kubelet would.
  */
 import { join as joinPath } from 'node:path';
 import {
@@ -21,8 +23,10 @@ import { gceIdentityProof, noProof, type ProofProvider } from '../agent/proofs.t
 import { retryTransient } from '../agent/retry.ts';
 import { describeError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { challengeEndpointOf } from '../protocol/challenge.ts';
 import { Backoff } from '../runtime/backoff.ts';
 import { awsProviderID, simInstanceId } from './aws/scenario.ts';
+import { type ServerCloudDevCluster, sourceAddressRelay } from './dev-clouds.ts';
 import {
   type AnyDevCluster,
   devGceAudience,
@@ -39,7 +43,11 @@ export interface JoiningNodesOptions {
   caPin: string;
   /** How many machines join. */
   count: number;
-  /** `cloud`: prove identity as the cloud lets an instance (STS or identity token); `none`: no proof (for the queue). */
+  /**
+   * `cloud`: prove identity as the cloud lets an instance (STS, an identity token, the server id or
+   * attested document from its metadata service, with the callback or its own source address where
+   * the cloud's verifier needs them); `none`: no proof (for the queue).
+   */
   proof: 'cloud' | 'none';
   /** Where each node's credentials are written (`<dir>/<instance id>/`). */
   dir: string;
@@ -95,6 +103,31 @@ interface Machine {
   providerID: string;
   ip: string;
   proof: ProofProvider;
+  /** Where it answers kops' callback challenge (its own address, kops' port), on a callback cloud. */
+  challengeListen?: string;
+  /** The address its requests must leave from (OpenStack checks the source address). */
+  sourceAddress?: string;
+}
+
+/** Launches `count` servers of `instanceGroup` on a server cloud, proving themselves as its nodes do. */
+function launchServers(
+  cluster: ServerCloudDevCluster,
+  instanceGroup: string,
+  count: number,
+  proof: JoiningNodesOptions['proof'],
+): Machine[] {
+  return Array.from({ length: count }, () => {
+    const server = cluster.launch(instanceGroup);
+    const machine = { name: server.name, providerID: server.providerID, ip: server.address };
+    if (proof === 'none') return { ...machine, proof: noProof };
+    return {
+      ...machine,
+      proof: server.proof,
+      ...(cluster.sim.callback
+        ? { challengeListen: challengeEndpointOf(server.address) }
+        : { sourceAddress: server.address }),
+    };
+  });
 }
 
 /** Launches `count` instances of `instanceGroup` in the cloud of `cluster`, numbered from `first`. */
@@ -105,6 +138,9 @@ function launchMachines(
   count: number,
   proof: JoiningNodesOptions['proof'],
 ): Machine[] {
+  if (cluster.cloud !== 'aws' && cluster.cloud !== 'gce') {
+    return launchServers(cluster, instanceGroup, count, proof);
+  }
   if (cluster.cloud === 'gce') {
     // A MIG of its own, from the group's template (a scale-up, as the autoscaler would do it).
     const instances = cluster.gce.seedInstanceGroup({
@@ -167,6 +203,7 @@ async function joinMachine(
 ): Promise<void> {
   const { status, changed } = progress;
   let waiting = false;
+  let relay: { url: string; close(): Promise<void> } | undefined;
   try {
     const discovered = await retryTransient(
       () => discoverCluster({ url: options.server, caPins: [options.caPin] }),
@@ -178,13 +215,19 @@ async function joinMachine(
       },
     );
     const dir = joinPath(options.dir, machine.name);
+    relay = machine.sourceAddress
+      ? await sourceAddressRelay(new URL(options.server), machine.sourceAddress)
+      : undefined;
     await join({
-      server: options.server,
+      server: relay?.url ?? options.server,
       caBundlePem: discovered.caBundlePem,
       apiServer: discovered.server,
       nodeName: machine.name,
       dir,
       proof: machine.proof,
+      ...(machine.challengeListen
+        ? { challenge: { clusterName: options.cluster.clusterName, listen: machine.challengeListen } }
+        : {}),
       servingCertificate: options.proof === 'cloud',
       retry: { initialMs: 200, maxMs: 2000 },
       signal,
@@ -204,6 +247,7 @@ async function joinMachine(
       logger.warn({ node: machine.name, err: describeError(err) }, 'simulated node could not join');
     }
   } finally {
+    await relay?.close();
     if (waiting) status.waiting--;
     changed();
   }

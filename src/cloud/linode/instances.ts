@@ -242,11 +242,15 @@ const stateByStatus: Record<string, InstanceState> = {
   deleting: 'terminated',
 };
 
-/** Whether an IPv4 address is in an RFC 1918 range (Go's `IP.IsPrivate`, which kops' verifier uses). */
+/**
+ * Whether an IPv4 address is private: an RFC 1918 range (Go's `IP.IsPrivate`, which kops' verifier
+ * uses), or loopback — which no Linode instance lists, but the dev cluster's simulated instances have
+ * (each its own 127.x address, where its node answers the callback).
+ */
 export function isPrivateIPv4(address: string): boolean {
   if (isIP(address) !== 4) return false;
   const [a = 0, b = 0] = address.split('.').map(Number);
-  return a === 10 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168);
+  return a === 10 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) || a === 127;
 }
 
 /** The instance as the identifier sees it: its IPv4 addresses, private ones first (as kops challenges them). */
