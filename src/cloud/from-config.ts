@@ -82,7 +82,7 @@ export async function cloudFromConfig(
     case 'gce': {
       const gce = await createGceProvider({
         project: config.server?.provider.gce?.projectID,
-        clusterName: config.clusterName,
+        clusterName: config.server?.provider.gce?.clusterName ?? config.clusterName,
         ...overrides.gce,
         logger,
         cloudCalls,

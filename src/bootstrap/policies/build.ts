@@ -165,8 +165,10 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
       );
       const audience = spec.audience ?? deps.serverUrl;
       const skew = config.server?.provider.gce?.MaxTimeSkew;
+      const region = config.server?.provider.gce?.region;
       return gcePolicy({
         project,
+        ...(region ? { region } : {}),
         identifier: gce.identifier,
         compute: gce.compute,
         replayGuard: deps.replayGuard,

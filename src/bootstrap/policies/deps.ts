@@ -102,7 +102,7 @@ export async function policyDepsFromConfig(
     if (names.has('gce')) {
       const gce = await createGceProvider({
         project: config.server?.provider.gce?.projectID,
-        clusterName: config.clusterName,
+        clusterName: config.server?.provider.gce?.clusterName ?? config.clusterName,
         ...options.cloud?.gce,
         logger,
         ...counted,

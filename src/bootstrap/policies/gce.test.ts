@@ -286,6 +286,15 @@ test('attack: a TPM proof for another project or stale timestamp is denied', asy
   assert.match(stale.reasons[0] ?? '', /accepted within/);
 });
 
+test('attack: a proof for a zone outside the configured region (server.provider.gce.region) is denied, as kops', async () => {
+  const region = zone.slice(0, zone.lastIndexOf('-'));
+  const inRegion = await policy({ region }).evaluate(tpmRequest(node, '{"r":1}'), now);
+  assert.equal(inRegion.verdict, 'approve', JSON.stringify(inRegion));
+  const outside = await policy({ region: 'asia-east1' }).evaluate(tpmRequest(node, '{"r":2}'), now);
+  assert.equal(outside.verdict, 'deny');
+  assert.match(outside.reasons[0] ?? '', /outside this cluster's region asia-east1/);
+});
+
 test('malformed GCE proofs are denied', async () => {
   for (const token of [
     '',

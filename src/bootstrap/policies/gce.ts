@@ -37,6 +37,8 @@ export const defaultGceProofMaxAgeMs = 5 * 60 * 1000;
 export interface GcePolicyOptions {
   /** The cluster's project: the only one whose instances may bootstrap. */
   project: string;
+  /** The cluster's region (`server.provider.gce.region`): a proof for a zone outside it is denied, as kops. */
+  region?: string;
   /** Identifies instances through MIG membership and templates (GceNodeIdentifier). */
   identifier: NodeIdentifier;
   /** Verifies identity tokens; without it `x-gce-identity` proofs are denied. */
@@ -96,6 +98,9 @@ export function gcePolicy(options: GcePolicyOptions): BootstrapPolicy {
         return deny(
           `the proof is for project ${proven.project}, not this cluster's project ${options.project}`,
         );
+      }
+      if (options.region && !proven.zone.startsWith(`${options.region}-`)) {
+        return deny(`the proof is for zone ${proven.zone}, outside this cluster's region ${options.region}`);
       }
       const age = context.now().getTime() - proven.issuedAtMs;
       if (Math.abs(age) > maxAgeMs) {
