@@ -28,7 +28,7 @@ import {
   type PendingAnswer,
 } from './bootstrap-client.ts';
 import { type ChallengeListener, startChallengeServer } from './challenge-server.ts';
-import { ensureDirectory, type NodeFile, nodeFilePath, writeFileAtomic } from './node-files.ts';
+import { ensureDirectory, type NodeFileContent, writeNodeFiles } from './node-files.ts';
 import type { ProofProvider } from './proofs.ts';
 import { retryTransient } from './retry.ts';
 import { probeApiServer } from './tls-check.ts';
@@ -290,25 +290,21 @@ async function writeCredentials(
     key: { pem: clientKeyPem },
     user: `system:node:${nodeName}`,
   });
-  const files: (readonly [NodeFile, string, number])[] = [
-    ['clientKey', clientKeyPem, 0o600],
-    ['clientCertificate', clientPem, 0o644],
+  const files: NodeFileContent[] = [
+    { file: 'clientKey', data: clientKeyPem, mode: 0o600 },
+    { file: 'clientCertificate', data: clientPem, mode: 0o644 },
     ...(serverPem && serverKey
-      ? ([
-          ['serverKey', privateKeyPem(serverKey), 0o600],
-          ['serverCertificate', serverPem, 0o644],
-        ] as const)
+      ? [
+          { file: 'serverKey', data: privateKeyPem(serverKey), mode: 0o600 } as const,
+          { file: 'serverCertificate', data: serverPem, mode: 0o644 } as const,
+        ]
       : []),
-    ['caBundle', caBundlePem, 0o644],
+    { file: 'caBundle', data: caBundlePem, mode: 0o644 },
     // Last: its presence means every other file is in place. It embeds the key, hence 0600.
-    ['kubeconfig', kubeconfig, 0o600],
+    { file: 'kubeconfig', data: kubeconfig, mode: 0o600 },
   ];
-  const written: string[] = [];
-  for (const [file, data, mode] of files) {
-    const path = nodeFilePath(dir, file);
-    await writeFileAtomic(path, data, mode);
-    written.push(path);
-  }
+  // One set: a crash leaves the previous credentials or these, never a new key beside an old certificate.
+  const written = await writeNodeFiles(dir, files);
   return {
     nodeName,
     ...(issued.instanceGroup ? { instanceGroup: issued.instanceGroup } : {}),

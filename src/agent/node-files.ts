@@ -1,11 +1,14 @@
 /**
- * Writes the node's credentials so that a crash never leaves a half-written file: each file is
- * written beside its target, flushed, then renamed over it (atomic on POSIX file systems). Keys are
- * created 0600 from the first byte, never widened later.
+ * Writes the node's credentials so that a crash never leaves them half-written or mismatched (a new
+ * key beside the old certificate). The files of one join are written into a fresh version directory
+ * inside `--dir`, flushed, and published all at once by renaming one symbolic link, `..data`, to point
+ * at it (atomic on POSIX file systems); each file of `--dir` is a link through `..data`, so a reader
+ * sees the old set or the new set, never a mix. This is how the kubelet's projected volumes publish
+ * Secrets. Keys are created 0600 from the first byte, never widened later.
  */
 import { randomBytes } from 'node:crypto';
-import { open, rename, rm } from 'node:fs/promises';
-import { join } from 'node:path';
+import { link, lstat, mkdtemp, open, readdir, readlink, rename, rm, symlink } from 'node:fs/promises';
+import { basename, join } from 'node:path';
 import { ConfigError } from '../errors.ts';
 import { makeDirectory } from '../make-directory.ts';
 
@@ -22,23 +25,133 @@ export const nodeFileNames = {
 /** One of the files `join` writes. */
 export type NodeFile = keyof typeof nodeFileNames;
 
-/** Writes `data` to `path` atomically with `mode`. */
-export async function writeFileAtomic(path: string, data: string, mode: number): Promise<void> {
-  const temporary = `${path}.${randomBytes(6).toString('hex')}.tmp`;
+/** One file of a set to publish, with its content and mode. */
+export interface NodeFileContent {
+  file: NodeFile;
+  data: string;
+  mode: number;
+}
+
+/** The link every node file goes through; renaming it publishes a version. */
+const dataLink = '..data';
+/** Version directories are `..v-<random>`: hidden, and never a node file's name. */
+const versionPrefix = '..v-';
+
+/** Creates `path` (which must not exist) with `mode` from the first byte, and flushes it. */
+async function writeNewFile(path: string, data: string, mode: number): Promise<void> {
+  const handle = await open(path, 'wx', mode);
   try {
-    const handle = await open(temporary, 'wx', mode);
-    try {
-      await handle.writeFile(data);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(temporary, path);
+    await handle.writeFile(data);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+function writeError(path: string, err: unknown): ConfigError {
+  return new ConfigError(`cannot write ${path}: ${(err as Error).message}; pass a writable --dir`, {
+    cause: err,
+  });
+}
+
+/** Flushes a directory's entries (the renames and links made in it) to disk. */
+async function syncDirectory(dir: string): Promise<void> {
+  const handle = await open(dir, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+/** Points `name` in `dir` at `target` atomically: a new link beside it, renamed over it. */
+async function replaceLink(dir: string, name: string, target: string): Promise<void> {
+  const temporary = join(dir, `${versionPrefix}link-${randomBytes(6).toString('hex')}`);
+  await symlink(target, temporary);
+  await rename(temporary, join(dir, name));
+}
+
+/** What `path` is now: absent, a link (with its target) or a regular file. */
+async function entryOf(path: string): Promise<'absent' | 'file' | { link: string }> {
+  try {
+    const stats = await lstat(path);
+    if (stats.isSymbolicLink()) return { link: await readlink(path) };
+    return 'file';
   } catch (err) {
-    await rm(temporary, { force: true });
-    throw new ConfigError(`cannot write ${path}: ${(err as Error).message}; pass a writable --dir`, {
-      cause: err,
-    });
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 'absent';
+    throw err;
+  }
+}
+
+/**
+ * The version `..data` points at now. A directory written by an earlier `join` holds the node files
+ * themselves: they are moved under a version first (hard links, then each file replaced by a link to
+ * the same bytes), so every step of the move shows the same, old, set.
+ */
+async function currentVersion(dir: string): Promise<string | undefined> {
+  const data = await entryOf(join(dir, dataLink));
+  if (typeof data === 'object') return data.link;
+  const plain: string[] = [];
+  for (const name of Object.values(nodeFileNames)) {
+    if ((await entryOf(join(dir, name))) === 'file') plain.push(name);
+  }
+  if (plain.length === 0) return undefined;
+  const version = await mkdtemp(join(dir, versionPrefix));
+  for (const name of plain) await link(join(dir, name), join(version, name));
+  await syncDirectory(version);
+  const target = basename(version);
+  await replaceLink(dir, dataLink, target);
+  for (const name of plain) await replaceLink(dir, name, join(dataLink, name));
+  await syncDirectory(dir);
+  return target;
+}
+
+/**
+ * Publishes `files` in `dir` as one set: after a crash at any point `dir` shows either the previous
+ * set or this one (files of the previous set that this one does not replace are kept). Files are
+ * linked in the order given, so the last one's presence means every other is in place. Returns the
+ * paths of `files`.
+ */
+export async function writeNodeFiles(dir: string, files: readonly NodeFileContent[]): Promise<string[]> {
+  let unpublished: string | undefined;
+  try {
+    const previous = await currentVersion(dir);
+    const version = await mkdtemp(join(dir, versionPrefix));
+    unpublished = version;
+    const target = basename(version);
+    const names = new Set<string>(files.map(({ file }) => nodeFileNames[file]));
+    for (const { file, data, mode } of files)
+      await writeNewFile(join(version, nodeFileNames[file]), data, mode);
+    if (previous) {
+      for (const name of await readdir(join(dir, previous))) {
+        if (!names.has(name)) await link(join(dir, previous, name), join(version, name));
+      }
+    }
+    await syncDirectory(version);
+    await replaceLink(dir, dataLink, target);
+    unpublished = undefined;
+    for (const name of names) {
+      const entry = await entryOf(join(dir, name));
+      if (typeof entry !== 'object' || entry.link !== join(dataLink, name)) {
+        await replaceLink(dir, name, join(dataLink, name));
+      }
+    }
+    await syncDirectory(dir);
+    await removeStaleVersions(dir, target);
+  } catch (err) {
+    // A set that failed before it was published leaves nothing behind.
+    if (unpublished) await rm(unpublished, { recursive: true, force: true });
+    throw err instanceof ConfigError ? err : writeError(dir, err);
+  }
+  return files.map(({ file }) => nodeFilePath(dir, file));
+}
+
+/** Removes every version but `current`, and links a crash left behind. */
+async function removeStaleVersions(dir: string, current: string): Promise<void> {
+  for (const name of await readdir(dir)) {
+    if (name.startsWith(versionPrefix) && name !== current) {
+      await rm(join(dir, name), { recursive: true, force: true });
+    }
   }
 }
 

@@ -3,7 +3,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { ConfigError } from '../errors.ts';
+import { ConfigError, exitCodeOf, UnauthenticatedError } from '../errors.ts';
 import { createCa } from '../pki/ca.ts';
 import { generateKey, privateKeyPem } from '../pki/keys.ts';
 import { issueCertificate, type ProfileName, publicKeyRequest } from '../pki/profiles.ts';
@@ -55,7 +55,7 @@ describe('join --renew: the current credentials', () => {
     assert.ok(proof.certificate.equals(current.certificate.raw));
   });
 
-  test('a missing directory, a key of another certificate, an expired or non-node certificate: a config error naming the problem', async () => {
+  test('a missing directory, a key of another certificate or a non-node certificate: a config error naming the problem', async () => {
     const cases: [string, () => Promise<unknown>, RegExp][] = [
       [
         'missing',
@@ -68,14 +68,6 @@ describe('join --renew: the current credentials', () => {
         /is not the certificate of/,
       ],
       [
-        'expired',
-        async () =>
-          readCurrentCredentials(
-            await nodeDir({ issuedAt: new Date(Date.now() - 3 * 86_400_000), lifetimeMs: 86_400_000 }),
-          ),
-        /expired on .* join it again/,
-      ],
-      [
         'not a node',
         async () => readCurrentCredentials(await nodeDir({ profile: 'kube-proxy' })),
         /not a node's client certificate/,
@@ -84,5 +76,15 @@ describe('join --renew: the current credentials', () => {
     for (const [what, attempt, message] of cases) {
       await assert.rejects(attempt(), (err) => err instanceof ConfigError && message.test(err.message), what);
     }
+  });
+
+  test('an expired certificate: refused as the server would refuse it (unauthenticated, exit 77), naming the way back', async () => {
+    const dir = await nodeDir({ issuedAt: new Date(Date.now() - 3 * 86_400_000), lifetimeMs: 86_400_000 });
+    await assert.rejects(readCurrentCredentials(dir), (err) => {
+      assert.ok(err instanceof UnauthenticatedError, String(err));
+      assert.equal(exitCodeOf(err), 77);
+      assert.match(err.message, /expired on .* join it again with a cloud proof or token$/);
+      return true;
+    });
   });
 });

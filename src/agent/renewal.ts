@@ -7,7 +7,7 @@
 
 import { type KeyObject, sign, X509Certificate } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
-import { ConfigError } from '../errors.ts';
+import { ConfigError, UnauthenticatedError } from '../errors.ts';
 import { parsePrivateKeyPem, spkiOf } from '../pki/keys.ts';
 import {
   bodyDigest,
@@ -26,7 +26,10 @@ export interface CurrentCredentials {
   key: KeyObject;
 }
 
-/** Reads the kubelet client certificate and key `join` wrote into `dir`, checking they belong together. */
+/**
+ * Reads the kubelet client certificate and key `join` wrote into `dir`, checking they belong together
+ * (a ConfigError otherwise) and that the certificate has not expired (an UnauthenticatedError).
+ */
 export async function readCurrentCredentials(dir: string, now = new Date()): Promise<CurrentCredentials> {
   const certificatePath = nodeFilePath(dir, 'clientCertificate');
   const keyPath = nodeFilePath(dir, 'clientKey');
@@ -44,8 +47,9 @@ export async function readCurrentCredentials(dir: string, now = new Date()): Pro
   if (!certificate.publicKey.export({ format: 'der', type: 'spki' }).equals(spkiOf(key))) {
     throw new ConfigError(`${certificatePath} is not the certificate of ${keyPath}`);
   }
+  // Refused as the server would refuse it (exit 77): the credential no longer proves who the node is.
   if (new Date(certificate.validTo) <= now) {
-    throw new ConfigError(
+    throw new UnauthenticatedError(
       `${certificatePath} expired on ${new Date(certificate.validTo).toISOString()}: an expired node cannot renew; join it again with a cloud proof or token`,
     );
   }

@@ -191,7 +191,7 @@ describe('renewal policy', () => {
     const gone = {
       addressesOf: async () => Promise.reject(new NotFoundError('instance i-1 does not exist')),
     };
-    assert.match(await refusal(await renewalRequest(), gone), /cloud does not know node node-a/);
+    assert.match(await refusal(await renewalRequest(), gone), /cloud does not vouch for node node-a/);
     const down = policy({
       addressesOf: async () => Promise.reject(new UnavailableError('compute API: HTTP 503')),
     });
@@ -269,7 +269,7 @@ describe("renewal addresses from the cloud (the Node's providerID, then the inst
     for (const addressesOf of cases) {
       const decision = await policy({ addressesOf }).evaluate(await renewalRequest(), contextAt(now));
       assert.equal(decision.verdict, 'deny', JSON.stringify(decision));
-      assert.match(decision.reasons.join(), /cloud does not know node node-a/);
+      assert.match(decision.reasons.join(), /cloud does not vouch for node node-a/);
     }
   });
 });

@@ -171,7 +171,7 @@ export function renewalPolicy(options: RenewalPolicyOptions): BootstrapPolicy {
           addresses = await options.addressesOf(nodeName);
         } catch (err) {
           if (isCloudVerdict(err))
-            return deny(`the cloud does not know node ${nodeName}: ${(err as KopsError).message}`);
+            return deny(`the cloud does not vouch for node ${nodeName}: ${(err as KopsError).message}`);
           throw dependencyFault('policy:renewal', err);
         }
       }

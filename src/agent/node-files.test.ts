@@ -1,0 +1,140 @@
+/**
+ * The node files are published as a set: a process killed at any moment of a replacement leaves
+ * `--dir` showing the whole previous set or the whole new one, never a new key beside an old
+ * certificate; the next write finishes cleanly and leaves nothing behind.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { ConfigError } from '../errors.ts';
+import {
+  type NodeFile,
+  type NodeFileContent,
+  nodeFileNames,
+  nodeFilePath,
+  writeNodeFiles,
+} from './node-files.ts';
+
+let root = '';
+before(async () => {
+  root = await mkdtemp(join(tmpdir(), 'kops-node-files-'));
+});
+after(() => rm(root, { recursive: true, force: true }));
+
+const modes: Record<NodeFile, number> = {
+  clientKey: 0o600,
+  clientCertificate: 0o644,
+  serverKey: 0o600,
+  serverCertificate: 0o644,
+  caBundle: 0o644,
+  kubeconfig: 0o600,
+};
+
+/** The full set of a join, every file tagged with `tag`, the kubeconfig last as join writes it. */
+function fileSet(tag: string, files: NodeFile[] = Object.keys(modes) as NodeFile[]): NodeFileContent[] {
+  return files.map((file) => ({ file, data: `${tag} ${nodeFileNames[file]}\n`, mode: modes[file] }));
+}
+
+/** The tag of every node file `dir` shows (through its links), by name. */
+async function visibleTags(dir: string): Promise<Map<string, string>> {
+  const tags = new Map<string, string>();
+  for (const name of Object.values(nodeFileNames)) {
+    try {
+      tags.set(name, (await readFile(join(dir, name), 'utf8')).split(' ')[0] as string);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
+  }
+  return tags;
+}
+
+/** Runs a process that replaces the set in `dir` over and over (B, A, B, …) and kills it after `killAfterMs`. */
+async function killMidWrite(dir: string, killAfterMs: number): Promise<void> {
+  const moduleUrl = new URL('./node-files.ts', import.meta.url).href;
+  const script = `
+    import { writeNodeFiles, nodeFileNames } from ${JSON.stringify(moduleUrl)};
+    const modes = ${JSON.stringify(modes)};
+    const set = (tag) => Object.keys(modes).map((file) => ({ file, data: tag + ' ' + nodeFileNames[file] + '\\n', mode: modes[file] }));
+    process.stdout.write('ready\\n');
+    for (let i = 0; ; i++) await writeNodeFiles(${JSON.stringify(dir)}, set(i % 2 ? 'A' : 'B'));
+  `;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const exited = new Promise((resolve) => child.on('exit', resolve));
+  await new Promise<void>((resolve) => child.stdout.once('data', () => resolve()));
+  await new Promise((resolve) => setTimeout(resolve, killAfterMs));
+  child.kill('SIGKILL');
+  await exited;
+}
+
+describe('node files: one set at a time', () => {
+  test('a process killed at any moment of a replacement leaves the old set or the new one; the next write cleans up', async () => {
+    for (let i = 0; i < 12; i++) {
+      const dir = join(root, `crash-${i}`);
+      await mkdir(dir, { mode: 0o700 });
+      // As an earlier join left it: plain files.
+      for (const { file, data, mode } of fileSet('A'))
+        await writeFile(nodeFilePath(dir, file), data, { mode });
+      await killMidWrite(dir, 5 + i * 7);
+      const tags = new Set((await visibleTags(dir)).values());
+      assert.equal(tags.size, 1, `killed after ${5 + i * 7} ms, ${dir} shows a mix: ${[...tags].join(', ')}`);
+      assert.equal((await visibleTags(dir)).size, 6, 'every file is there');
+
+      assert.deepEqual(
+        await writeNodeFiles(dir, fileSet('C')),
+        fileSet('C').map(({ file }) => nodeFilePath(dir, file)),
+      );
+      assert.deepEqual([...new Set((await visibleTags(dir)).values())], ['C']);
+      const hidden = (await readdir(dir)).filter((name) => name.startsWith('..'));
+      assert.equal(hidden.length, 2, `only ..data and the current version remain: ${hidden.join(', ')}`);
+    }
+  });
+
+  test('the first set in an empty directory: each file with its mode and content', async () => {
+    const dir = join(root, 'first');
+    await mkdir(dir, { mode: 0o700 });
+    await writeNodeFiles(dir, fileSet('A'));
+    for (const [file, mode] of Object.entries(modes) as [NodeFile, number][]) {
+      assert.equal((await stat(nodeFilePath(dir, file))).mode & 0o777, mode, file);
+      assert.equal(await readFile(nodeFilePath(dir, file), 'utf8'), `A ${nodeFileNames[file]}\n`);
+    }
+  });
+
+  test('files the new set does not name are kept (a renewal without a serving certificate)', async () => {
+    const dir = join(root, 'partial');
+    await mkdir(dir, { mode: 0o700 });
+    await writeNodeFiles(dir, fileSet('A'));
+    await writeNodeFiles(dir, fileSet('B', ['clientKey', 'clientCertificate', 'caBundle', 'kubeconfig']));
+    const tags = await visibleTags(dir);
+    assert.equal(tags.get(nodeFileNames.clientCertificate), 'B');
+    assert.equal(tags.get(nodeFileNames.serverCertificate), 'A');
+    assert.equal(tags.get(nodeFileNames.serverKey), 'A');
+    assert.ok((await lstat(nodeFilePath(dir, 'serverKey'))).isSymbolicLink());
+  });
+
+  test('a set that fails before it is published leaves the previous set and nothing else', async () => {
+    const dir = join(root, 'failed');
+    await mkdir(dir, { mode: 0o700 });
+    await writeNodeFiles(dir, fileSet('A'));
+    const entries = (await readdir(dir)).sort();
+    // The same file twice: the second write into the new version fails (it exists).
+    const broken = [...fileSet('B', ['clientKey']), ...fileSet('B', ['clientKey'])];
+    await assert.rejects(writeNodeFiles(dir, broken), ConfigError);
+    assert.deepEqual([...new Set((await visibleTags(dir)).values())], ['A']);
+    assert.deepEqual((await readdir(dir)).sort(), entries);
+  });
+
+  test('an unwritable directory: a ConfigError naming it, nothing changed', async () => {
+    const dir = join(root, 'missing', 'dir');
+    await assert.rejects(writeNodeFiles(dir, fileSet('A')), (err) => {
+      assert.ok(err instanceof ConfigError, String(err));
+      assert.match(err.message, /cannot write .*missing\/dir.*; pass a writable --dir$/);
+      return true;
+    });
+    await assert.rejects(stat(join(root, 'missing')), { code: 'ENOENT' });
+  });
+});
