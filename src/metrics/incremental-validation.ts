@@ -5,20 +5,31 @@
  * 5 or 50,000 nodes. The slow inputs (instance groups, cloud groups, the cluster spec) are replaced
  * about once a minute; that recounts every node once.
  *
- * It follows {@link validateCluster} with the gauges' inputs (no instance-group filter, no tolerated
- * unready nodes, no DNS check), rule for rule; `incremental-validation.test.ts` holds the two equal
- * on random event sequences after every step.
+ * It is {@link validateCluster} with the gauges' inputs (no instance-group filter, no tolerated
+ * unready nodes, no DNS check), split by object: each rule (which members are seen and expected to
+ * join, which roles are listed, a Node's group and role by its labels, a critical pod's trouble, the
+ * static pods a control-plane node lacks) is validateCluster's own exported helper, and only the
+ * bookkeeping of counts is here. `incremental-validation.test.ts` holds the two equal on random
+ * event sequences after every step.
  */
 import type { CloudGroup } from '../cloud/types.ts';
-import { instanceGroupLabel } from '../nodelabels/build-node-labels.ts';
 import type { Cluster, InstanceGroup } from '../statestore/kops-types.ts';
 import {
+  type CriticalPodReason,
+  criticalPodTrouble,
+  expectedToJoin,
   type FailureReason,
+  groupAndRoleByLabels,
+  isListedRole,
   isReady,
+  missingControlPlaneApps,
   type PodInfo,
+  podInstanceGroup,
   roleName,
+  runningComponentOf,
   type ValidationFailure,
   validateCluster,
+  visibleMembers,
 } from '../validation/validate-cluster.ts';
 import {
   countAnnotatedMember,
@@ -75,36 +86,15 @@ export interface NodeKey {
   status: string;
 }
 
-/** Priority classes whose pods must be healthy (validateCluster's criticalPriorities). */
-const criticalPriorities = new Set(['system-cluster-critical', 'system-node-critical']);
-/** The static pods every ready control-plane node must run (validateCluster's controlPlaneApps). */
-const controlPlaneApps = ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler'];
-const controlPlaneLabel = 'node-role.kubernetes.io/control-plane';
-/** Roles whose nodes validation lists and fails when not ready. */
-const checkedRoles = new Set(['control-plane', 'apiserver', 'node']);
-
-/** Members kops sees (validateCluster's visibleMembers): a terminated instance is none. */
-const visible = (member: CloudGroup['members'][number]) => member.state !== 'terminated';
-
-/** What one pod adds: its failure, when it is a critical pod in trouble. */
+/** What one pod adds: its failure, when it is a critical pod in trouble (nothing is tolerated here). */
 interface PodPart {
-  reason: 'pod-pending' | 'pod-unknown-phase' | 'pod-not-ready';
+  reason: CriticalPodReason;
   pod: PodInfo;
 }
 
-/** A critical pod's trouble, as validateCluster's podFailures judges it with nothing tolerated. */
 function podPartOf(pod: PodInfo): PodPart | undefined {
-  if (!criticalPriorities.has(pod.priorityClassName ?? '') || pod.phase === 'Succeeded') return undefined;
-  if (pod.phase === 'Pending') return { reason: 'pod-pending', pod };
-  if (pod.phase === 'Unknown') return { reason: 'pod-unknown-phase', pod };
-  if (pod.notReadyContainers.length > 0) return { reason: 'pod-not-ready', pod };
-  return undefined;
-}
-
-/** The kube-system component a pod is, and the node it runs on, if both are named. */
-function componentOf(pod: PodInfo): { node: string; app: string } | undefined {
-  const app = pod.labels['k8s-app'];
-  return pod.namespace === 'kube-system' && app && pod.nodeName ? { node: pod.nodeName, app } : undefined;
+  const reason = criticalPodTrouble(pod);
+  return reason && { reason, pod };
 }
 
 const podKey = (pod: PodInfo) => `${pod.namespace}/${pod.name}`;
@@ -170,8 +160,7 @@ export class IncrementalValidation {
   /** Replaces the slow inputs and recounts every node's part against them. */
   setSlowInputs(inputs: SlowInputs): void {
     // A validation without any Node or pod gives what depends on neither: the group-level failures,
-    // every machine expected to join (validateCluster decides which members are), or its refusal
-    // when there is no instance group.
+    // or its refusal when there is no instance group.
     let withoutNodes: ValidationFailure[] = [];
     this.#refusal = undefined;
     try {
@@ -181,20 +170,16 @@ export class IncrementalValidation {
     }
     const groupByName = new Map(inputs.instanceGroups.map((ig) => [ig.metadata.name, ig]));
     const memberChecks = new Map<string, InstanceGroup[]>();
-    const providerOf = new Map<string, string>();
+    const expected = new Map<string, { instanceId: string; ig: InstanceGroup }[]>();
     for (const cloudGroup of inputs.cloudGroups) {
       const ig = groupByName.get(cloudGroup.instanceGroup);
       if (!ig) continue;
-      for (const member of cloudGroup.members.filter(visible)) {
+      for (const member of visibleMembers(cloudGroup)) {
         memberChecks.set(member.providerID, [...(memberChecks.get(member.providerID) ?? []), ig]);
-        providerOf.set(`${ig.metadata.name}/${member.instanceId}`, member.providerID);
+        if (!expectedToJoin(ig, member)) continue;
+        const { instanceId, providerID } = member;
+        expected.set(providerID, [...(expected.get(providerID) ?? []), { instanceId, ig }]);
       }
-    }
-    const expected = new Map<string, { instanceId: string; ig: InstanceGroup }[]>();
-    for (const { reason, name, instanceGroup: ig } of withoutNodes) {
-      const providerID = ig && providerOf.get(`${ig.metadata.name}/${name}`);
-      if (reason !== 'machine-not-joined' || !ig || providerID === undefined) continue;
-      expected.set(providerID, [...(expected.get(providerID) ?? []), { instanceId: name, ig }]);
     }
     const groupFailures = withoutNodes.filter(
       (f) => f.reason === 'group-too-small' || f.reason === 'group-missing-from-cloud',
@@ -251,7 +236,7 @@ export class IncrementalValidation {
       const part = this.#pods.get(podKey(before));
       if (part) this.#countPod(part, -1);
       this.#pods.delete(podKey(before));
-      const component = componentOf(before);
+      const component = runningComponentOf(before);
       if (component) {
         const apps = this.#componentsOnNode.get(component.node);
         const left = (apps?.get(component.app) ?? 0) - 1;
@@ -267,7 +252,7 @@ export class IncrementalValidation {
         this.#pods.set(podKey(after), part);
         this.#countPod(part, 1);
       }
-      const component = componentOf(after);
+      const component = runningComponentOf(after);
       if (component) {
         const apps = this.#componentsOnNode.get(component.node) ?? new Map<string, number>();
         apps.set(component.app, (apps.get(component.app) ?? 0) + 1);
@@ -321,7 +306,7 @@ export class IncrementalValidation {
     const nodes: NodeKey[] = [];
     for (const { record, part } of this.#nodes.values()) {
       for (const check of part.checks) {
-        if (!checkedRoles.has(check.role)) continue;
+        if (!isListedRole(check.role)) continue;
         nodes.push({ name: record.name, role: check.role, ready: part.ready, status: record.readyStatus });
         if (part.ready) continue;
         failures.push({
@@ -343,11 +328,7 @@ export class IncrementalValidation {
       }
     }
     for (const { reason, pod } of this.#pods.values()) {
-      // kops names the instance group of system-node-critical pods only.
-      const group =
-        pod.priorityClassName === 'system-node-critical' && pod.nodeName
-          ? groupOfNode(pod.nodeName)
-          : undefined;
+      const group = pod.nodeName ? podInstanceGroup(pod, groupOfNode(pod.nodeName)) : undefined;
       failures.push({
         reason,
         name: podKey(pod),
@@ -384,24 +365,20 @@ export class IncrementalValidation {
       checks = memberOf.map((ig) => ({ ig, role: roleName(ig.spec.role) }));
     } else {
       // Not a member's Node: validateCluster's second pass, by the instance-group label.
-      const ig = plan.groupByName.get(node.labels[instanceGroupLabel] ?? '');
-      const role = ig ? roleName(ig.spec.role) : controlPlaneLabel in node.labels ? 'control-plane' : 'node';
-      checks = [{ ig, role }];
+      checks = [groupAndRoleByLabels(node, plan.groupByName)];
     }
     const ready = isReady(node);
     return {
       checks,
       ready,
-      listed: checks.filter((c) => checkedRoles.has(c.role)).length,
+      listed: checks.filter((c) => isListedRole(c.role)).length,
       missing: this.#missingOn(node, ready),
       health: nodeHealth(plan.health, node),
     };
   }
 
   #missingOn(node: LabelledNodeInfo, ready: boolean): string[] {
-    if (!ready || !(controlPlaneLabel in node.labels)) return [];
-    const running = this.#componentsOnNode.get(node.name);
-    return controlPlaneApps.filter((app) => !running?.has(app));
+    return missingControlPlaneApps(node, ready, this.#componentsOnNode.get(node.name));
   }
 
   #count(part: NodePart, sign: 1 | -1): void {

@@ -153,6 +153,24 @@ describe('instanceGroupHealth', () => {
     assert.equal(health.find((g) => g.instanceGroup === 'cp')?.needingUpdate, undefined);
   });
 
+  test("a Node whose instance is terminated is no member of its old group: it goes by its label, as validation's", () => {
+    const input = {
+      instanceGroups: groups,
+      cloudGroups: [
+        { ...cloudGroup('cp', 1, []), members: [member('c1', 'terminated')] },
+        cloudGroup('nodes', 1, ['n1']),
+      ],
+      nodes: [node('c1', true, labelledNodes), node('n1', true, labelledNodes)],
+    };
+    assert.deepEqual(
+      instanceGroupHealth(input).map((g) => [g.instanceGroup, g.ready, g.missing]),
+      [
+        ['cp', 0, 1],
+        ['nodes', 2, 0],
+      ],
+    );
+  });
+
   test('random clusters: the counts match a straightforward count of the nodes', () => {
     let seed = 17;
     const random = () => {
@@ -199,8 +217,8 @@ describe('instanceGroupHealth', () => {
 });
 
 /**
- * The same counts, the long way: every node is placed by the cloud group listing its instance, else by
- * its instance-group label; drift is any desired label absent or different, or a managed or role label
+ * The same counts, the long way: every node is placed by the cloud group listing its instance (unless
+ * terminated: kops sees no such member), else by its instance-group label; drift is any desired label absent or different, or a managed or role label
  * present that the spec does not ask for.
  */
 function straightforwardCount(input: {
@@ -231,7 +249,9 @@ function straightforwardCount(input: {
     let notReady = 0;
     let drift = 0;
     for (const node of input.nodes) {
-      const cloud = input.cloudGroups.find((g) => g.members.some((m) => m.providerID === node.providerID));
+      const cloud = input.cloudGroups.find((g) =>
+        g.members.some((m) => m.providerID === node.providerID && m.state !== 'terminated'),
+      );
       const of = cloud ? cloud.instanceGroup : node.labels['kops.k8s.io/instancegroup'];
       if (of !== name) continue;
       if (isReady(node)) ready++;

@@ -10,7 +10,7 @@ import type { CloudGroup } from '../cloud/types.ts';
 import { buildNodeLabels, instanceGroupLabel } from '../nodelabels/build-node-labels.ts';
 import { diffLabels, isEmptyDiff } from '../nodelabels/diff-labels.ts';
 import type { Cluster, InstanceGroup } from '../statestore/kops-types.ts';
-import { isReady, type NodeInfo } from '../validation/validate-cluster.ts';
+import { isReady, type NodeInfo, visibleMembers } from '../validation/validate-cluster.ts';
 
 /** A node as the health counts read it: validation's view plus what the controller and kops annotate. */
 export interface LabelledNodeInfo extends NodeInfo {
@@ -126,10 +126,10 @@ export function healthPlan(input: Omit<InstanceGroupHealthInput, 'nodes'>): Heal
   }
   for (const cloudGroup of input.cloudGroups) {
     const counts = plan.groups.get(cloudGroup.instanceGroup);
-    for (const member of cloudGroup.members) {
+    // An instance kops does not see (validation's rule) places no Node and is nothing to roll.
+    for (const member of visibleMembers(cloudGroup)) {
       plan.groupOfProvider.set(member.providerID, cloudGroup.instanceGroup);
-      // A terminated instance is no member kops sees (validation's rule), so nothing to roll.
-      if (!counts || member.state === 'terminated') continue;
+      if (!counts) continue;
       const outdated = memberNeedsUpdate(cloudGroup, member);
       if (outdated === undefined) continue;
       counts.needingUpdate = (counts.needingUpdate ?? 0) + (outdated ? 1 : 0);
@@ -152,8 +152,9 @@ export interface NodeHealth {
 
 /**
  * One node's part. A node belongs to the group whose cloud group lists its instance (the cloud's
- * word), else to the one its `kops.k8s.io/instancegroup` label names, as validation places nodes
- * outside any cloud group; a node of neither is counted by the cluster-wide gauges only.
+ * word; a terminated instance is listed by none, as in validation), else to the one its
+ * `kops.k8s.io/instancegroup` label names, as validation places nodes outside any cloud group; a node
+ * of neither is counted by the cluster-wide gauges only.
  */
 export function nodeHealth(plan: HealthPlan, node: LabelledNodeInfo): NodeHealth | undefined {
   const group =

@@ -4,10 +4,17 @@ import type { CloudGroup } from '../cloud/types.ts';
 import { NotFoundError } from '../errors.ts';
 import type { InstanceGroup, InstanceGroupRole } from '../statestore/kops-types.ts';
 import {
+  criticalPodTrouble,
+  expectedToJoin,
+  groupAndRoleByLabels,
+  isListedRole,
+  missingControlPlaneApps,
   type NodeInfo,
   nodeInfoOf,
   type PodInfo,
   podInfoOf,
+  podInstanceGroup,
+  runningComponentOf,
   type ValidationInput,
   validateCluster,
 } from './validate-cluster.ts';
@@ -493,5 +500,88 @@ describe('validateCluster never says ready wrongly', () => {
         err instanceof NotFoundError &&
         err.message === 'instance group "workers" not found; the cluster has: bastions, control-plane, nodes',
     );
+  });
+});
+
+// The rules validateCluster is made of, exported so that the gauges' incremental validation
+// (src/metrics/incremental-validation.ts) applies the same ones object by object.
+describe("validation's rules, one object at a time", () => {
+  const bare: NodeInfo = { name: 'n', labels: {}, readyStatus: 'True', networkUnavailable: false };
+  const cpLabel = { 'node-role.kubernetes.io/control-plane': '' };
+
+  test('members: bastions, warm pools and terminated instances are not expected to join', () => {
+    const member = {
+      instanceId: 'i-1',
+      providerID: 'aws:///z/i-1',
+      state: 'stopped' as const,
+      healthy: true,
+    };
+    assert.equal(expectedToJoin(ig('nodes', 'Node'), member), true, 'a stopped member outside a warm pool');
+    assert.equal(expectedToJoin(ig('bastions', 'Bastion'), member), false);
+    assert.equal(expectedToJoin(ig('nodes', 'Node'), { ...member, warmPool: true }), false);
+    assert.equal(expectedToJoin(ig('nodes', 'Node'), { ...member, state: 'terminated' }), false);
+  });
+
+  test('roles: listed for control-plane, apiserver and node; by label for a Node of no member', () => {
+    assert.deepEqual(['control-plane', 'apiserver', 'node', 'bastion'].map(isListedRole), [
+      true,
+      true,
+      true,
+      false,
+    ]);
+    const groups = new Map([['api', ig('api', 'APIServer')]]);
+    const labelled = { ...bare, labels: { 'kops.k8s.io/instancegroup': 'api' } };
+    assert.deepEqual(groupAndRoleByLabels(labelled, groups), { ig: groups.get('api'), role: 'apiserver' });
+    assert.deepEqual(groupAndRoleByLabels({ ...bare, labels: cpLabel }, groups), {
+      ig: undefined,
+      role: 'control-plane',
+    });
+    assert.deepEqual(
+      groupAndRoleByLabels({ ...bare, labels: { 'kops.k8s.io/instancegroup': 'gone' } }, groups),
+      {
+        ig: undefined,
+        role: 'node',
+      },
+    );
+  });
+
+  test('pods: a critical pod in trouble, the group its failure names, the component it stands for', () => {
+    const critical = (phase: string, notReadyContainers: string[] = []): PodInfo => ({
+      namespace: 'kube-system',
+      name: 'p',
+      nodeName: 'n',
+      priorityClassName: 'system-node-critical',
+      phase,
+      labels: { 'k8s-app': 'kube-scheduler' },
+      notReadyContainers,
+    });
+    assert.deepEqual(
+      [
+        critical('Pending'),
+        critical('Unknown'),
+        critical('Running', ['c']),
+        critical('Running'),
+        critical('Succeeded', ['c']),
+      ].map(criticalPodTrouble),
+      ['pod-pending', 'pod-unknown-phase', 'pod-not-ready', undefined, undefined],
+    );
+    assert.equal(criticalPodTrouble({ ...critical('Pending'), priorityClassName: 'high' }), undefined);
+    assert.equal(podInstanceGroup(critical('Pending'), 'nodes'), 'nodes');
+    assert.equal(
+      podInstanceGroup({ ...critical('Pending'), priorityClassName: 'system-cluster-critical' }, 'nodes'),
+      undefined,
+    );
+    assert.deepEqual(runningComponentOf(critical('Pending')), { node: 'n', app: 'kube-scheduler' });
+    assert.equal(runningComponentOf({ ...critical('Running'), namespace: 'default' }), undefined);
+  });
+
+  test('static pods: a ready control-plane node lacks the components not found on it', () => {
+    const cp = { ...bare, labels: cpLabel };
+    assert.deepEqual(missingControlPlaneApps(cp, true, new Set(['kube-scheduler'])), [
+      'kube-apiserver',
+      'kube-controller-manager',
+    ]);
+    assert.deepEqual(missingControlPlaneApps(cp, false, undefined), [], 'a node not ready is judged as such');
+    assert.deepEqual(missingControlPlaneApps(bare, true, undefined), [], 'a worker runs none');
   });
 });

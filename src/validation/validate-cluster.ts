@@ -8,7 +8,7 @@
 import type { V1Node, V1Pod } from '@kubernetes/client-node';
 import { parseAwsProviderID } from '../cloud/aws/providerid.ts';
 import { parseGceProviderID } from '../cloud/gce/resource-names.ts';
-import type { CloudGroup } from '../cloud/types.ts';
+import type { CloudGroup, CloudGroupMember } from '../cloud/types.ts';
 import { NotFoundError } from '../errors.ts';
 import { instanceGroupLabel } from '../nodelabels/build-node-labels.ts';
 import type { InstanceGroup, InstanceGroupRole } from '../statestore/kops-types.ts';
@@ -111,15 +111,81 @@ const controlPlaneApps = ['kube-apiserver', 'kube-controller-manager', 'kube-sch
 const controlPlaneLabel = 'node-role.kubernetes.io/control-plane';
 
 /**
- * Whether an instance without a Node is late. kops excuses only bastions, warm-pool members and
- * detached instances (pkg/validation/validate_cluster.go validateNodes): an instance held by a
- * lifecycle hook in `Terminating:Wait` is expected to have joined, and so is a stopped one outside
- * a warm pool (kops lists stopped EC2 instances, awsup findInstances, and every managed instance of
- * a MIG, gce GetCloudGroups). A warm-pool member counts towards the target size all the same; a
- * terminated one is not a member kops sees.
+ * Whether a member of an instance group's cloud group must have a Node by now. kops excuses only
+ * bastions, warm-pool members and detached instances (pkg/validation/validate_cluster.go
+ * validateNodes): an instance held by a lifecycle hook in `Terminating:Wait` is expected to have
+ * joined, and so is a stopped one outside a warm pool (kops lists stopped EC2 instances, awsup
+ * findInstances, and every managed instance of a MIG, gce GetCloudGroups). A warm-pool member counts
+ * towards the target size all the same; a terminated one is no member at all ({@link isVisibleMember}).
  */
-function expectedToJoin(member: CloudGroup['members'][number]): boolean {
-  return !member.warmPool && member.state !== 'terminated';
+export function expectedToJoin(ig: InstanceGroup, member: CloudGroupMember): boolean {
+  return ig.spec.role !== 'Bastion' && !member.warmPool && isVisibleMember(member);
+}
+
+/**
+ * Whether validation lists a node of this role and fails it when not ready: control-plane, API
+ * server and worker nodes; a bastion's (which runs no kubelet in kops) is neither.
+ */
+export function isListedRole(role: string): boolean {
+  return role === 'control-plane' || role === 'apiserver' || role === 'node';
+}
+
+/**
+ * The instance group and role of a Node no member accounts for: the group its
+ * `kops.k8s.io/instancegroup` label names (when the cluster has it), and that group's role; without
+ * one, a control-plane node by its role label, else a worker.
+ */
+export function groupAndRoleByLabels(
+  node: NodeInfo,
+  groupByName: ReadonlyMap<string, InstanceGroup>,
+): { ig: InstanceGroup | undefined; role: string } {
+  const ig = groupByName.get(node.labels[instanceGroupLabel] ?? '');
+  if (ig) return { ig, role: roleName(ig.spec.role) };
+  return { ig, role: controlPlaneLabel in node.labels ? 'control-plane' : 'node' };
+}
+
+/** Why a critical pod fails validation. */
+export type CriticalPodReason = Extract<FailureReason, 'pod-pending' | 'pod-unknown-phase' | 'pod-not-ready'>;
+
+/**
+ * What is wrong with a pod that must be healthy, if anything: a pod of a critical priority class
+ * that has not succeeded is pending, of unknown phase, or has containers that are not ready.
+ */
+export function criticalPodTrouble(pod: PodInfo): CriticalPodReason | undefined {
+  if (!criticalPriorities.has(pod.priorityClassName ?? '') || pod.phase === 'Succeeded') return undefined;
+  if (pod.phase === 'Pending') return 'pod-pending';
+  if (pod.phase === 'Unknown') return 'pod-unknown-phase';
+  return pod.notReadyContainers.length > 0 ? 'pod-not-ready' : undefined;
+}
+
+/**
+ * The instance group a critical pod's failure names, given its node's: kops names it for
+ * system-node-critical pods only.
+ */
+export function podInstanceGroup<Group>(pod: PodInfo, groupOfItsNode: Group | undefined): Group | undefined {
+  return pod.priorityClassName === 'system-node-critical' ? groupOfItsNode : undefined;
+}
+
+/**
+ * The control-plane component a pod stands for and the node it runs on: a kube-system pod's
+ * `k8s-app` label, whatever its phase (kops only looks for the pod).
+ */
+export function runningComponentOf(pod: PodInfo): { node: string; app: string } | undefined {
+  const app = pod.labels['k8s-app'];
+  return pod.namespace === 'kube-system' && app && pod.nodeName ? { node: pod.nodeName, app } : undefined;
+}
+
+/**
+ * The static pods a node lacks: a ready control-plane node must run each control-plane component;
+ * `running` holds the components found on it.
+ */
+export function missingControlPlaneApps(
+  node: NodeInfo,
+  ready: boolean,
+  running: { has(app: string): boolean } | undefined,
+): string[] {
+  if (!ready || !(controlPlaneLabel in node.labels)) return [];
+  return controlPlaneApps.filter((app) => !running?.has(app));
 }
 
 /** kops' node readiness: Ready is True and the network is not reported unavailable. */
@@ -187,12 +253,17 @@ function selectedGroups(input: ValidationInput): Map<string, InstanceGroup> {
 }
 
 /**
- * The members kops sees: it reads instances in state pending, running, stopping or stopped only
+ * Whether kops sees a member: it reads instances in state pending, running, stopping or stopped only
  * (upup/pkg/fi/cloudup/awsup/aws_cloud.go findInstances), so a terminated one neither counts
  * towards the target size nor is expected to join.
  */
-function visibleMembers(cloudGroup: CloudGroup): CloudGroup['members'] {
-  return cloudGroup.members.filter((member) => member.state !== 'terminated');
+export function isVisibleMember(member: CloudGroupMember): boolean {
+  return member.state !== 'terminated';
+}
+
+/** The members of a cloud group kops sees ({@link isVisibleMember}). */
+export function visibleMembers(cloudGroup: CloudGroup): CloudGroupMember[] {
+  return cloudGroup.members.filter(isVisibleMember);
 }
 
 /** The zone of a node: its zone label (as kops reads it), else the zone its providerID names. */
@@ -229,7 +300,7 @@ function checkNode(run: Validation, node: NodeInfo, ig: InstanceGroup | undefine
   if (ig) run.groupOfNode.set(node.name, ig);
   const ready = isReady(node);
   if (ready) run.readyNodes.add(node.name);
-  if (role !== 'control-plane' && role !== 'apiserver' && role !== 'node') return;
+  if (!isListedRole(role)) return;
   if (!ready && !run.tolerated.has(node.name)) {
     const failure: ValidationFailure = {
       type: 'Node',
@@ -281,11 +352,7 @@ function checkCloudGroup(run: Validation, cloudGroup: CloudGroup, ig: InstanceGr
     const node = run.nodeByProvider.get(member.providerID);
     if (node) {
       checkNode(run, node, ig, roleName(ig.spec.role));
-    } else if (
-      ig.spec.role !== 'Bastion' &&
-      expectedToJoin(member) &&
-      !run.tolerated.has(member.instanceId)
-    ) {
+    } else if (expectedToJoin(ig, member) && !run.tolerated.has(member.instanceId)) {
       run.failures.push({
         type: 'Machine',
         reason: 'machine-not-joined',
@@ -306,11 +373,8 @@ function checkUngroupedNodes(run: Validation, memberNodes: Set<string>): void {
   const filtered = (run.input.instanceGroupFilter ?? []).length > 0;
   for (const node of run.input.nodes) {
     if (memberNodes.has(node.name)) continue;
-    const ig = run.groupByName.get(node.labels[instanceGroupLabel] ?? '');
+    const { ig, role } = groupAndRoleByLabels(node, run.groupByName);
     if (filtered && !(ig && run.selected.has(ig.metadata.name))) continue;
-    let role = 'node';
-    if (ig) role = roleName(ig.spec.role);
-    else if (controlPlaneLabel in node.labels) role = 'control-plane';
     checkNode(run, node, ig, role);
   }
 }
@@ -371,42 +435,43 @@ function toleratedNodes(
 ): Set<string> {
   const unready: string[] = [];
   for (const cloudGroup of input.cloudGroups) {
-    if (groupByName.get(cloudGroup.instanceGroup)?.spec.role !== 'Node') continue;
+    const ig = groupByName.get(cloudGroup.instanceGroup);
+    if (ig?.spec.role !== 'Node') continue;
     for (const member of visibleMembers(cloudGroup)) {
       const node = nodeByProvider.get(member.providerID);
-      if (node ? !isReady(node) : expectedToJoin(member)) unready.push(node?.name ?? member.instanceId);
+      if (node ? !isReady(node) : expectedToJoin(ig, member)) unready.push(node?.name ?? member.instanceId);
     }
   }
   const max = input.maxUnreadyNodes ?? 0;
   return new Set(unready.length > 0 && unready.length <= max ? unready : []);
 }
 
-/** What is wrong with a critical pod, if anything: pending, of unknown phase, or not ready. */
+/** A critical pod's trouble as kops words it. */
 function podProblem(
   pod: PodInfo,
-  what: string,
-): Pick<ValidationFailure, 'reason' | 'message' | 'notReadyContainers'> | undefined {
-  if (pod.phase === 'Pending') return { reason: 'pod-pending', message: `${what} is pending` };
-  if (pod.phase === 'Unknown') return { reason: 'pod-unknown-phase', message: `${what} is unknown phase` };
-  if (pod.notReadyContainers.length === 0) return undefined;
+  reason: CriticalPodReason,
+): Pick<ValidationFailure, 'reason' | 'message' | 'notReadyContainers'> {
+  const what = `${pod.priorityClassName} pod "${pod.name}"`;
+  if (reason === 'pod-pending') return { reason, message: `${what} is pending` };
+  if (reason === 'pod-unknown-phase') return { reason, message: `${what} is unknown phase` };
   return {
-    reason: 'pod-not-ready',
+    reason,
     message: `${what} is not ready (${pod.notReadyContainers.join(',')})`,
     notReadyContainers: [...pod.notReadyContainers],
   };
 }
 
 /** The control-plane apps each Ready control-plane node runs no kube-system pod of. */
-function missingStaticPods(input: ValidationInput, readyNodes: Set<string>): Map<string, Set<string>> {
-  const missing = new Map<string, Set<string>>();
-  for (const node of input.nodes) {
-    if (readyNodes.has(node.name) && controlPlaneLabel in node.labels) {
-      missing.set(node.name, new Set(controlPlaneApps));
-    }
-  }
+function missingStaticPods(input: ValidationInput, readyNodes: Set<string>): Map<string, string[]> {
+  const running = new Map<string, Set<string>>();
   for (const pod of input.pods) {
-    const app = pod.labels['k8s-app'];
-    if (pod.namespace === 'kube-system' && app && pod.nodeName) missing.get(pod.nodeName)?.delete(app);
+    const component = runningComponentOf(pod);
+    if (component) running.set(component.node, (running.get(component.node) ?? new Set()).add(component.app));
+  }
+  const missing = new Map<string, string[]>();
+  for (const node of input.nodes) {
+    const apps = missingControlPlaneApps(node, readyNodes.has(node.name), running.get(node.name));
+    if (apps.length > 0) missing.set(node.name, apps);
   }
   return missing;
 }
@@ -420,16 +485,15 @@ function podFailures(
 ): ValidationFailure[] {
   const failures: ValidationFailure[] = [];
   for (const pod of input.pods) {
-    const priority = pod.priorityClassName ?? '';
-    if (!criticalPriorities.has(priority) || pod.phase === 'Succeeded') continue;
-    if (pod.nodeName && tolerated.has(pod.nodeName)) continue;
-    const problem = podProblem(pod, `${priority} pod "${pod.name}"`);
-    if (!problem) continue;
-    const failure: ValidationFailure = { type: 'Pod', name: `${pod.namespace}/${pod.name}`, ...problem };
+    const reason = criticalPodTrouble(pod);
+    if (!reason || (pod.nodeName && tolerated.has(pod.nodeName))) continue;
+    const failure: ValidationFailure = {
+      type: 'Pod',
+      name: `${pod.namespace}/${pod.name}`,
+      ...podProblem(pod, reason),
+    };
     if (pod.nodeName) failure.node = pod.nodeName;
-    // kops names the instance group of system-node-critical pods only.
-    const group =
-      priority === 'system-node-critical' && pod.nodeName ? groupOfNode.get(pod.nodeName) : undefined;
+    const group = pod.nodeName ? podInstanceGroup(pod, groupOfNode.get(pod.nodeName)) : undefined;
     if (group) failure.instanceGroup = group;
     failures.push(failure);
   }

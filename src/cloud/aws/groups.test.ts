@@ -2,15 +2,18 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Instance as AsgInstance, AutoScalingGroup } from '@aws-sdk/client-auto-scaling';
 import { ConfigError, UnavailableError } from '../../errors.ts';
-import { createLogger } from '../../log.ts';
+import { createLogger, type Logger } from '../../log.ts';
+import { instanceGroupHealth } from '../../metrics/instance-group-health.ts';
 import { validationGaugesOf } from '../../metrics/validation-metrics.ts';
-import { clusterInstances, simInstanceId } from '../../sim/aws/scenario.ts';
+import { clusterInstances, simInstanceId, simLaunchTemplateId } from '../../sim/aws/scenario.ts';
 import { type AwsSimulator, startAwsSimulator } from '../../sim/aws/server.ts';
-import type { Ec2StateName } from '../../sim/aws/world.ts';
+import type { Ec2StateName, SimAutoScalingGroupInput, SimGroupLaunch } from '../../sim/aws/world.ts';
 import type { InstanceGroup } from '../../statestore/kops-types.ts';
 import { type NodeInfo, validateCluster } from '../../validation/validate-cluster.ts';
+import type { CloudGroup } from '../types.ts';
 import { type AwsClients, createAwsClients } from './clients.ts';
 import { AwsCloudGroups, launchedFrom, launchSpecOf, stateOfLifecycle } from './groups.ts';
+import type { SigV4Credentials } from './sigv4.ts';
 
 const cluster = 'groups.example.com';
 
@@ -154,26 +157,14 @@ describe('AwsCloudGroups', () => {
   });
 
   it("a DescribeWarmPool denial (kops' control-plane role lacks it) lists no warm pool, with one warning", async () => {
+    // A role whose policy does not allow the action: AWS answers AccessDenied to every call.
+    const role = sim.sts.addUser('kops-control-plane', { deniedActions: ['autoscaling:DescribeWarmPool'] });
     const strict = await createAwsClients({
       region: sim.region,
       endpoint: sim.endpoint,
-      credentials: sim.credentials,
+      credentials: role,
       maxAttempts: 1,
     });
-    // The simulator denies every DescribeWarmPool call, as AWS does for a role without the action.
-    strict.autoscaling.middlewareStack.add(
-      (next, context) => (args) => {
-        if (context.commandName === 'DescribeWarmPoolCommand') {
-          sim.faults.add({
-            service: 'autoscaling',
-            count: 1,
-            error: { code: 'AccessDenied', status: 403, message: 'not authorized: DescribeWarmPool' },
-          });
-        }
-        return next(args);
-      },
-      { step: 'initialize' },
-    );
     const lines: string[] = [];
     const logger = createLogger({
       level: 'warn',
@@ -191,9 +182,8 @@ describe('AwsCloudGroups', () => {
       const record = JSON.parse(lines[0] ?? '{}') as { level: string; msg: string; err: string };
       assert.equal(record.level, 'warn');
       assert.match(record.msg, /^warm pools are not listed/);
-      assert.match(record.err, /grant autoscaling:DescribeWarmPool/);
+      assert.match(record.err, /AccessDenied.*grant autoscaling:DescribeWarmPool/);
     } finally {
-      sim.faults.reset();
       strict.destroy();
     }
   });
@@ -479,5 +469,141 @@ describe('what a group and its instances launch from (kops findAutoscalingGroupL
       'lt-1:6',
     );
     assert.equal(launchedFrom({} as AsgInstance), undefined);
+  });
+});
+
+// kops' rolling update replaces a member launched from anything but what its group launches now:
+// its launch configuration, else `<template id>:<version number>`, `$Latest`/`$Default` resolved with
+// ec2:DescribeLaunchTemplates (upup/pkg/fi/cloudup/awsup/aws_cloud.go
+// findAutoscalingGroupLaunchConfiguration, findInstanceLaunchConfiguration).
+describe('what groups and members launch from, read through the SDK as kops reads it', () => {
+  const ltCluster = 'lt.example.com';
+  const [nodesLt, spotLt] = [1, 2].map(simLaunchTemplateId) as [string, string];
+  let sim: AwsSimulator;
+  const igOf = (name: string) =>
+    ({
+      apiVersion: 'kops.k8s.io/v1alpha2',
+      kind: 'InstanceGroup',
+      metadata: { name },
+      spec: { role: 'Node' },
+    }) as InstanceGroup;
+  const instanceGroups = ['legacy', 'nodes', 'pinned', 'spot'].map(igOf);
+  const ids = (instanceGroup: string, count: number, firstId: number) => {
+    const instances = clusterInstances({ cluster: ltCluster, instanceGroup, count, firstId });
+    sim.ec2.addInstances(instances);
+    return instances.map((i) => i.id);
+  };
+  const fromTemplate = (id: string, version: string) => ({ launchTemplate: { id, version } });
+
+  before(async () => {
+    sim = await startAwsSimulator();
+    sim.ec2.addLaunchTemplate({ id: nodesLt, name: `nodes.${ltCluster}`, latestVersion: 3 });
+    sim.ec2.addLaunchTemplate({ id: spotLt, name: `spot.${ltCluster}`, latestVersion: 5, defaultVersion: 4 });
+    const group = (
+      instanceGroup: string,
+      launch: SimGroupLaunch,
+      members: SimAutoScalingGroupInput['members'],
+    ) =>
+      sim.autoscaling.addAutoScalingGroup({
+        name: `${instanceGroup}.${ltCluster}`,
+        cluster: ltCluster,
+        instanceGroup,
+        launch,
+        members,
+      });
+    const [n1, n2, n3] = ids('nodes', 3, 1) as [string, string, string];
+    group('nodes', fromTemplate(nodesLt, '$Latest'), [
+      n1,
+      { instanceId: n2, launchedFrom: fromTemplate(nodesLt, '2') },
+      { instanceId: n3, launchedFrom: fromTemplate(nodesLt, '1') },
+    ]);
+    // A mixed-instances policy on `$Default` (4): the member of the newer, not default, 5 is replaced too.
+    const [s1, s2] = ids('spot', 2, 10) as [string, string];
+    group('spot', { mixedInstancesPolicy: { launchTemplate: { id: spotLt, version: '$Default' } } }, [
+      s1,
+      { instanceId: s2, launchedFrom: fromTemplate(spotLt, '5') },
+    ]);
+    const [l1, l2] = ids('legacy', 2, 20) as [string, string];
+    group('legacy', { launchConfigurationName: 'legacy-lc-2' }, [
+      l1,
+      { instanceId: l2, launchedFrom: { launchConfigurationName: 'legacy-lc-1' } },
+    ]);
+    // Pinned back to version 2 of the nodes' template: its member of version 3 is out of date.
+    const [p1] = ids('pinned', 1, 30) as [string];
+    group('pinned', fromTemplate(nodesLt, '2'), [
+      { instanceId: p1, launchedFrom: fromTemplate(nodesLt, '3') },
+    ]);
+  });
+  after(async () => {
+    await sim.close();
+  });
+
+  async function listAs(credentials: SigV4Credentials, logger?: Logger) {
+    const clients = await createAwsClients({
+      region: sim.region,
+      endpoint: sim.endpoint,
+      credentials,
+      maxAttempts: 1,
+    });
+    try {
+      const lister = new AwsCloudGroups({
+        autoscaling: clients.autoscaling,
+        ec2: clients.ec2,
+        ...(logger ? { logger } : {}),
+      });
+      // Twice, as the metrics' refresh lists them every minute.
+      await lister.list(ltCluster);
+      return await lister.list(ltCluster);
+    } finally {
+      clients.destroy();
+    }
+  }
+  const needingUpdate = (cloudGroups: CloudGroup[]) =>
+    Object.fromEntries(
+      instanceGroupHealth({ instanceGroups, cloudGroups, nodes: [] }).map((g) => [
+        g.instanceGroup,
+        g.needingUpdate,
+      ]),
+    );
+
+  it('resolves $Latest and $Default with one DescribeLaunchTemplates call and counts the members launched from older ones', async () => {
+    sim.calls.reset();
+    const groups = await listAs(sim.credentials);
+    assert.equal(sim.calls.count('DescribeLaunchTemplates'), 2, 'one call per listing, for both templates');
+    assert.deepEqual(
+      groups.map((g) => [g.instanceGroup, g.template]),
+      [
+        ['legacy', 'legacy-lc-2'],
+        ['nodes', `${nodesLt}:3`],
+        ['pinned', `${nodesLt}:2`],
+        ['spot', `${spotLt}:4`],
+      ],
+    );
+    assert.deepEqual(
+      groups.find((g) => g.instanceGroup === 'nodes')?.members.map((m) => m.template),
+      [`${nodesLt}:3`, `${nodesLt}:2`, `${nodesLt}:1`],
+      'each member as DescribeAutoScalingGroups names it',
+    );
+    assert.deepEqual(needingUpdate(groups), { legacy: 1, nodes: 2, pinned: 1, spot: 1 });
+  });
+
+  it('a role without ec2:DescribeLaunchTemplates: no count for groups on $Latest/$Default, one warning', async () => {
+    const role = sim.sts.addUser('kops-control-plane', { deniedActions: ['ec2:DescribeLaunchTemplates'] });
+    const lines: string[] = [];
+    const logger = createLogger({
+      level: 'warn',
+      destination: { write: (line: string) => lines.push(line) },
+    });
+    const groups = await listAs(role, logger);
+    assert.deepEqual(
+      needingUpdate(groups),
+      { legacy: 1, nodes: undefined, pinned: 1, spot: undefined },
+      'groups naming a version number or a launch configuration are still judged',
+    );
+    assert.equal(lines.length, 1, 'one warning over two listings');
+    const record = JSON.parse(lines[0] ?? '{}') as { level: string; msg: string; err: string };
+    assert.equal(record.level, 'warn');
+    assert.match(record.msg, /^launch template versions are not known/);
+    assert.match(record.err, /UnauthorizedOperation.*grant ec2:DescribeLaunchTemplates/);
   });
 });

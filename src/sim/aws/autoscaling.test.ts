@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { describeAutoScalingGroups, describeWarmPool } from './autoscaling.ts';
 import { AwsSimError } from './query.ts';
+import { simLaunchTemplateId } from './scenario.ts';
 import { AwsWorld } from './world.ts';
 
 describe('simulated DescribeAutoScalingGroups', () => {
@@ -123,5 +124,62 @@ describe('simulated DescribeWarmPool', () => {
         ),
       AwsSimError,
     );
+  });
+});
+
+describe('what simulated groups and members launch from, as DescribeAutoScalingGroups renders it', () => {
+  const world = new AwsWorld('111122223333', 'us-east-1');
+  const id = simLaunchTemplateId(1);
+  world.addLaunchTemplate({ id, name: 'nodes.c', latestVersion: 3 });
+  const render = (name: string) =>
+    describeAutoScalingGroups(world, new Map([['AutoScalingGroupNames.member.1', name]]));
+
+  it('a launch template by id, name and version as the group names it; members with the number they used', () => {
+    world.addAutoScalingGroup({
+      name: 'lt',
+      launch: { launchTemplate: { id, version: '$Latest' } },
+      members: [
+        'i-00000001',
+        { instanceId: 'i-00000002', launchedFrom: { launchTemplate: { id, version: '2' } } },
+      ],
+    });
+    const xml = render('lt');
+    const spec = (version: string) =>
+      `<LaunchTemplate><LaunchTemplateId>${id}</LaunchTemplateId><LaunchTemplateName>nodes.c</LaunchTemplateName><Version>${version}</Version></LaunchTemplate>`;
+    assert.ok(
+      xml.includes(`<AutoScalingGroupARN>`) && xml.includes(`</AutoScalingGroupARN>${spec('$Latest')}`),
+    );
+    assert.ok(xml.includes(`<HealthStatus>Healthy</HealthStatus>${spec('3')}`), 'i-00000001 from version 3');
+    assert.ok(xml.includes(`<HealthStatus>Healthy</HealthStatus>${spec('2')}`), 'i-00000002 from version 2');
+  });
+
+  it('a mixed-instances policy with its template and overrides; a launch configuration by name', () => {
+    world.addAutoScalingGroup({
+      name: 'spot',
+      launch: { mixedInstancesPolicy: { launchTemplate: { id }, instanceTypes: ['m5.large', 'm6i.large'] } },
+      members: ['i-00000003'],
+    });
+    const spot = render('spot');
+    assert.match(
+      spot,
+      new RegExp(
+        `<MixedInstancesPolicy><LaunchTemplate><LaunchTemplateSpecification><LaunchTemplateId>${id}</LaunchTemplateId><LaunchTemplateName>nodes.c</LaunchTemplateName></LaunchTemplateSpecification><Overrides><member><InstanceType>m5.large</InstanceType></member><member><InstanceType>m6i.large</InstanceType></member></Overrides></LaunchTemplate><InstancesDistribution>`,
+      ),
+    );
+    assert.match(
+      spot,
+      new RegExp(
+        `<LaunchTemplateId>${id}</LaunchTemplateId><LaunchTemplateName>nodes.c</LaunchTemplateName><Version>1</Version>`,
+      ),
+      'the default version',
+    );
+    world.addAutoScalingGroup({
+      name: 'lc',
+      launch: { launchConfigurationName: 'nodes-lc-2' },
+      members: ['i-00000004'],
+    });
+    const lc = render('lc');
+    assert.equal(lc.match(/<LaunchConfigurationName>nodes-lc-2<\/LaunchConfigurationName>/g)?.length, 2);
+    assert.doesNotMatch(lc, /<LaunchTemplate>/);
   });
 });

@@ -1,19 +1,19 @@
 /**
  * The simulated Auto Scaling `DescribeAutoScalingGroups` and `DescribeWarmPool` (awsQuery protocol):
- * group names, tag filters, `MaxRecords`/`NextToken` paging, and groups with their members and warm
- * pools as AWS returns them.
+ * group names, tag filters, `MaxRecords`/`NextToken` paging, and groups with what they launch from,
+ * their members (each with what it was launched from) and warm pools as AWS returns them.
  */
 import { randomUUID } from 'node:crypto';
-import {
-  AwsSimError,
-  filterParams,
-  intParam,
-  listParam,
-  pageToken,
-  type QueryFilter,
-  tagFilterMatches,
-} from './query.ts';
-import type { AwsWorld, SimAsgMember, SimAutoScalingGroup } from './world.ts';
+import { pageOf } from './paging.ts';
+import { AwsSimError, filterParams, listParam, type QueryFilter, tagFilterMatches } from './query.ts';
+import type {
+  AwsWorld,
+  SimAsgMember,
+  SimAutoScalingGroup,
+  SimGroupLaunch,
+  SimLaunchSource,
+  SimLaunchTemplateRef,
+} from './world.ts';
 import { document, el, list, wrap } from './xml.ts';
 
 /** The XML namespace of the Auto Scaling API. */
@@ -27,13 +27,52 @@ function filterMatches(filter: QueryFilter, group: SimAutoScalingGroup): boolean
   return byTag;
 }
 
-function renderInstance(m: SimAsgMember): string {
+/** A `LaunchTemplateSpecification`: the id, the template's name when it exists, and the version as named. */
+function renderTemplateRef(world: AwsWorld, ref: SimLaunchTemplateRef): string {
+  return (
+    el('LaunchTemplateId', ref.id) +
+    el('LaunchTemplateName', world.launchTemplate(ref.id)?.name) +
+    el('Version', ref.version)
+  );
+}
+
+/** A member's or a group's `LaunchConfigurationName` or `LaunchTemplate`. */
+function renderLaunchSource(world: AwsWorld, source: SimLaunchSource | undefined): string {
+  if (!source) return '';
+  if ('launchConfigurationName' in source)
+    return el('LaunchConfigurationName', source.launchConfigurationName);
+  return wrap('LaunchTemplate', renderTemplateRef(world, source.launchTemplate));
+}
+
+/** What a group launches from; a mixed-instances policy carries its template and instance-type overrides. */
+function renderGroupLaunch(world: AwsWorld, launch: SimGroupLaunch | undefined): string {
+  if (!launch || !('mixedInstancesPolicy' in launch)) return renderLaunchSource(world, launch);
+  const { launchTemplate, instanceTypes = [] } = launch.mixedInstancesPolicy;
+  return wrap(
+    'MixedInstancesPolicy',
+    wrap(
+      'LaunchTemplate',
+      wrap('LaunchTemplateSpecification', renderTemplateRef(world, launchTemplate)) +
+        list('Overrides', 'member', instanceTypes, (type) => el('InstanceType', type)),
+    ) +
+      wrap(
+        'InstancesDistribution',
+        el('OnDemandAllocationStrategy', 'prioritized') +
+          el('OnDemandBaseCapacity', 0) +
+          el('OnDemandPercentageAboveBaseCapacity', 0) +
+          el('SpotAllocationStrategy', 'capacity-optimized'),
+      ),
+  );
+}
+
+function renderInstance(world: AwsWorld, m: SimAsgMember): string {
   return (
     el('InstanceId', m.instanceId) +
     el('InstanceType', 't3.medium') +
     el('AvailabilityZone', m.zone) +
     el('LifecycleState', m.lifecycleState) +
     el('HealthStatus', m.healthStatus) +
+    renderLaunchSource(world, m.launchedFrom) +
     el('ProtectedFromScaleIn', false)
   );
 }
@@ -43,6 +82,7 @@ function renderGroup(world: AwsWorld, g: SimAutoScalingGroup): string {
   return (
     el('AutoScalingGroupName', g.name) +
     el('AutoScalingGroupARN', arn) +
+    renderGroupLaunch(world, g.launch) +
     el('MinSize', g.minSize) +
     el('MaxSize', g.maxSize) +
     el('DesiredCapacity', g.desiredCapacity) +
@@ -52,7 +92,7 @@ function renderGroup(world: AwsWorld, g: SimAutoScalingGroup): string {
     '<TargetGroupARNs/>' +
     el('HealthCheckType', 'EC2') +
     el('HealthCheckGracePeriod', 0) +
-    list('Instances', 'member', g.members, renderInstance) +
+    list('Instances', 'member', g.members, (m) => renderInstance(world, m)) +
     el('CreatedTime', g.createdTime.toISOString()) +
     '<SuspendedProcesses/>' +
     '<EnabledMetrics/>' +
@@ -84,16 +124,18 @@ export function describeAutoScalingGroups(world: AwsWorld, params: ReadonlyMap<s
     .autoScalingGroups()
     .filter((g) => names.size === 0 || names.has(g.name))
     .filter((g) => filters.every((f) => filterMatches(f, g)));
-  const maxRecords = intParam(params, 'MaxRecords', { min: 1, max: 100, default: 50 });
-  const offset = pageToken.decode(params.get('NextToken'));
-  const page = matching.slice(offset, offset + maxRecords);
-  const next = offset + page.length < matching.length ? pageToken.encode(offset + page.length) : undefined;
+  const { page, nextToken } = pageOf(matching, params, {
+    param: 'MaxRecords',
+    min: 1,
+    max: 100,
+    default: 50,
+  });
   return document(
     'DescribeAutoScalingGroupsResponse',
     autoScalingNamespace,
     wrap(
       'DescribeAutoScalingGroupsResult',
-      list('AutoScalingGroups', 'member', page, (g) => renderGroup(world, g)) + el('NextToken', next),
+      list('AutoScalingGroups', 'member', page, (g) => renderGroup(world, g)) + el('NextToken', nextToken),
     ) + wrap('ResponseMetadata', el('RequestId', randomUUID())),
   );
 }
@@ -113,11 +155,12 @@ export function describeWarmPool(world: AwsWorld, params: ReadonlyMap<string, st
   const group = world.autoScalingGroup(name);
   if (!group) throw new AwsSimError('ValidationError', `AutoScalingGroup name not found - ${name}`);
   const pool = group.warmPool;
-  const maxRecords = intParam(params, 'MaxRecords', { min: 1, max: 50, default: 50 });
-  const offset = pageToken.decode(params.get('NextToken'));
-  const instances = pool?.instances ?? [];
-  const page = instances.slice(offset, offset + maxRecords);
-  const next = offset + page.length < instances.length ? pageToken.encode(offset + page.length) : undefined;
+  const { page, nextToken } = pageOf(pool?.instances ?? [], params, {
+    param: 'MaxRecords',
+    min: 1,
+    max: 50,
+    default: 50,
+  });
   const configuration =
     pool &&
     wrap(
@@ -131,7 +174,9 @@ export function describeWarmPool(world: AwsWorld, params: ReadonlyMap<string, st
     autoScalingNamespace,
     wrap(
       'DescribeWarmPoolResult',
-      (configuration ?? '') + list('Instances', 'member', page, renderInstance) + el('NextToken', next),
+      (configuration ?? '') +
+        list('Instances', 'member', page, (m) => renderInstance(world, m)) +
+        el('NextToken', nextToken),
     ) + wrap('ResponseMetadata', el('RequestId', randomUUID())),
   );
 }

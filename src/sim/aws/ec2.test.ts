@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { describeInstances, ec2ErrorDocument } from './ec2.ts';
+import { describeInstances, describeLaunchTemplates, ec2ErrorDocument } from './ec2.ts';
 import { AwsSimError } from './query.ts';
+import { simLaunchTemplateId } from './scenario.ts';
 import { AwsWorld } from './world.ts';
 
 function world(): AwsWorld {
@@ -146,6 +147,113 @@ describe('simulated DescribeInstances', () => {
     assert.match(
       ec2ErrorDocument('AuthFailure', 'no'),
       /^<\?xml[^>]*>\n<Response><Errors><Error><Code>AuthFailure<\/Code><Message>no<\/Message><\/Error><\/Errors><RequestID>/,
+    );
+  });
+});
+
+describe('simulated DescribeLaunchTemplates', () => {
+  const w = new AwsWorld('111122223333', 'us-east-1');
+  const [a, b, c] = [1, 2, 3].map(simLaunchTemplateId) as [string, string, string];
+  w.addLaunchTemplate({
+    id: a,
+    name: 'nodes.c',
+    latestVersion: 5,
+    defaultVersion: 3,
+    tags: { KubernetesCluster: 'c' },
+  });
+  w.addLaunchTemplate({ id: b, name: 'control-plane.c', tags: { KubernetesCluster: 'c' } });
+  w.addLaunchTemplate({ id: c, name: 'nodes.d', tags: { KubernetesCluster: 'd' } });
+  const ids = (xml: string) => [...xml.matchAll(/<launchTemplateId>([^<]+)</g)].map((m) => m[1]);
+
+  it('renders the latest and default version numbers in EC2 XML', () => {
+    const xml = describeLaunchTemplates(w, new Map([['LaunchTemplateId.1', a]]));
+    assert.match(
+      xml,
+      /^<\?xml[^>]*>\n<DescribeLaunchTemplatesResponse xmlns="http:\/\/ec2\.amazonaws\.com\/doc\/2016-11-15\/">/,
+    );
+    assert.match(
+      xml,
+      new RegExp(
+        `<launchTemplates><item><createTime>[^<]+</createTime><createdBy>arn:aws:iam::111122223333:root</createdBy><defaultVersionNumber>3</defaultVersionNumber><latestVersionNumber>5</latestVersionNumber><launchTemplateId>${a}</launchTemplateId><launchTemplateName>nodes.c</launchTemplateName>`,
+      ),
+    );
+    assert.match(xml, /<tagSet><item><key>KubernetesCluster<\/key><value>c<\/value><\/item><\/tagSet>/);
+  });
+
+  it('selects by id, name, name filter and tag; pages by MaxResults', () => {
+    assert.deepEqual(ids(describeLaunchTemplates(w, new Map())), [a, b, c]);
+    assert.deepEqual(
+      ids(
+        describeLaunchTemplates(
+          w,
+          new Map([
+            ['LaunchTemplateId.1', c],
+            ['LaunchTemplateName.1', 'nodes.c'],
+          ]),
+        ),
+      ),
+      [c, a],
+    );
+    assert.deepEqual(
+      ids(
+        describeLaunchTemplates(
+          w,
+          new Map([
+            ['Filter.1.Name', 'launch-template-name'],
+            ['Filter.1.Value.1', 'nodes.*'],
+            ['Filter.2.Name', 'tag:KubernetesCluster'],
+            ['Filter.2.Value.1', 'c'],
+          ]),
+        ),
+      ),
+      [a],
+    );
+    const first = describeLaunchTemplates(w, new Map([['MaxResults', '2']]));
+    const token = /<nextToken>([^<]+)<\/nextToken>/.exec(first)?.[1];
+    assert.deepEqual(ids(first), [a, b]);
+    assert.ok(token);
+    assert.deepEqual(
+      ids(
+        describeLaunchTemplates(
+          w,
+          new Map([
+            ['MaxResults', '2'],
+            ['NextToken', token],
+          ]),
+        ),
+      ),
+      [c],
+    );
+  });
+
+  it('refuses unknown and malformed templates, unknown filters and sizes as EC2 does', () => {
+    assert.equal(
+      code(() => describeLaunchTemplates(w, new Map([['LaunchTemplateId.1', simLaunchTemplateId(9)]]))),
+      'InvalidLaunchTemplateId.NotFound',
+    );
+    assert.equal(
+      code(() => describeLaunchTemplates(w, new Map([['LaunchTemplateId.1', 'lt-nope']]))),
+      'InvalidLaunchTemplateId.Malformed',
+    );
+    assert.equal(
+      code(() => describeLaunchTemplates(w, new Map([['LaunchTemplateName.1', 'gone']]))),
+      'InvalidLaunchTemplateName.NotFoundException',
+    );
+    assert.equal(
+      code(() =>
+        describeLaunchTemplates(
+          w,
+          new Map([
+            ['Filter.1.Name', 'bogus'],
+            ['Filter.1.Value.1', 'x'],
+          ]),
+        ),
+      ),
+      'InvalidParameterValue',
+    );
+    assert.equal(
+      code(() => describeLaunchTemplates(w, new Map([['MaxResults', '201']]))),
+      'InvalidParameterValue',
     );
   });
 });

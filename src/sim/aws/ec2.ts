@@ -1,19 +1,26 @@
 /**
- * The simulated EC2 `DescribeInstances`, answering in EC2's own XML: instance ids and filters,
- * `MaxResults`/`NextToken` paging, and `InvalidInstanceID.NotFound` / `.Malformed` as EC2 raises them.
+ * The simulated EC2 `DescribeInstances` and `DescribeLaunchTemplates`, answering in EC2's own XML:
+ * ids, names and filters, `MaxResults`/`NextToken` paging, and the `NotFound` / `Malformed` errors as
+ * EC2 raises them.
  */
 import { randomUUID } from 'node:crypto';
+import { pageOf } from './paging.ts';
 import {
   AwsSimError,
   filterParams,
-  intParam,
   listParam,
-  pageToken,
   type QueryFilter,
   tagFilterMatches,
   wildcardMatch,
 } from './query.ts';
-import { type AwsWorld, ec2StateCodes, isInstanceId, type SimInstance } from './world.ts';
+import {
+  type AwsWorld,
+  ec2StateCodes,
+  isInstanceId,
+  isLaunchTemplateId,
+  type SimInstance,
+  type SimLaunchTemplate,
+} from './world.ts';
 import { document, el, list, wrap } from './xml.ts';
 
 /** The XML namespace of the EC2 API version the SDK speaks. */
@@ -151,10 +158,12 @@ export function describeInstances(world: AwsWorld, params: ReadonlyMap<string, s
     candidates = world.instances();
   }
   const matching = candidates.filter((i) => filters.every((f) => filterMatches(f, i)));
-  const maxResults = intParam(params, 'MaxResults', { min: 5, max: 1000, default: Number.MAX_SAFE_INTEGER });
-  const offset = pageToken.decode(params.get('NextToken'));
-  const page = matching.slice(offset, offset + maxResults);
-  const next = offset + page.length < matching.length ? pageToken.encode(offset + page.length) : undefined;
+  const { page, nextToken } = pageOf(matching, params, {
+    param: 'MaxResults',
+    min: 5,
+    max: 1000,
+    default: Number.MAX_SAFE_INTEGER,
+  });
   const reservations = list(
     'reservationSet',
     'item',
@@ -168,7 +177,69 @@ export function describeInstances(world: AwsWorld, params: ReadonlyMap<string, s
   return document(
     'DescribeInstancesResponse',
     ec2Namespace,
-    el('requestId', randomUUID()) + reservations + el('nextToken', next),
+    el('requestId', randomUUID()) + reservations + el('nextToken', nextToken),
+  );
+}
+
+function launchTemplateFilterMatches(filter: QueryFilter, template: SimLaunchTemplate): boolean {
+  const byTag = tagFilterMatches(filter, template.tags);
+  if (byTag !== undefined) return byTag;
+  if (filter.name !== 'launch-template-name') {
+    throw new AwsSimError('InvalidParameterValue', `The filter '${filter.name}' is invalid`);
+  }
+  return filter.values.some((v) => wildcardMatch(v, template.name));
+}
+
+/** The templates a request names by id or name (all when it names none); EC2 refuses unknown ones. */
+function namedLaunchTemplates(world: AwsWorld, params: ReadonlyMap<string, string>): SimLaunchTemplate[] {
+  const ids = listParam(params, 'LaunchTemplateId');
+  const names = listParam(params, 'LaunchTemplateName');
+  if (ids.length === 0 && names.length === 0) return world.launchTemplates();
+  const malformed = ids.find((id) => !isLaunchTemplateId(id));
+  if (malformed !== undefined) {
+    throw new AwsSimError(
+      'InvalidLaunchTemplateId.Malformed',
+      `The specified ID for the launch template (${malformed}) is malformed`,
+    );
+  }
+  const missing = 'At least one of the launch templates specified in the request does not exist.';
+  const byId = ids.map((id) => world.launchTemplate(id));
+  if (byId.includes(undefined)) throw new AwsSimError('InvalidLaunchTemplateId.NotFound', missing);
+  const byName = names.map((name) => world.launchTemplates().find((t) => t.name === name));
+  if (byName.includes(undefined))
+    throw new AwsSimError('InvalidLaunchTemplateName.NotFoundException', missing);
+  return [...new Set([...byId, ...byName] as SimLaunchTemplate[])];
+}
+
+/** Handles `DescribeLaunchTemplates`; returns the response document. */
+export function describeLaunchTemplates(world: AwsWorld, params: ReadonlyMap<string, string>): string {
+  const filters = filterParams(params, 'ec2');
+  const matching = namedLaunchTemplates(world, params).filter((t) =>
+    filters.every((f) => launchTemplateFilterMatches(f, t)),
+  );
+  const { page, nextToken } = pageOf(matching, params, {
+    param: 'MaxResults',
+    min: 1,
+    max: 200,
+    default: Number.MAX_SAFE_INTEGER,
+  });
+  const templates = list(
+    'launchTemplates',
+    'item',
+    page,
+    (t) =>
+      el('createTime', t.createTime.toISOString()) +
+      el('createdBy', `arn:aws:iam::${world.account}:root`) +
+      el('defaultVersionNumber', t.defaultVersion) +
+      el('latestVersionNumber', t.latestVersion) +
+      el('launchTemplateId', t.id) +
+      el('launchTemplateName', t.name) +
+      list('tagSet', 'item', Object.entries(t.tags), ([k, v]) => el('key', k) + el('value', v)),
+  );
+  return document(
+    'DescribeLaunchTemplatesResponse',
+    ec2Namespace,
+    el('requestId', randomUUID()) + templates + el('nextToken', nextToken),
   );
 }
 

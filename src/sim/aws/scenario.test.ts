@@ -1,13 +1,15 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { awsProviderID, clusterInstances, simInstanceId } from './scenario.ts';
-import { isInstanceId } from './world.ts';
+import { awsProviderID, clusterInstances, simInstanceId, simLaunchTemplateId } from './scenario.ts';
+import { isInstanceId, isLaunchTemplateId } from './world.ts';
 
 describe('AWS scenarios', () => {
   it('generates valid, distinct, deterministic instance ids', () => {
     assert.equal(simInstanceId(1), 'i-00000000000000001');
     assert.equal(simInstanceId(255), 'i-000000000000000ff');
     assert.ok(isInstanceId(simInstanceId(123_456)));
+    assert.equal(simLaunchTemplateId(255), 'lt-000000000000000ff');
+    assert.ok(isLaunchTemplateId(simLaunchTemplateId(123_456)));
   });
 
   it('spreads a group over its zones and tags it for the cluster', () => {

@@ -6,6 +6,11 @@ export function simInstanceId(n: number): string {
   return `i-${n.toString(16).padStart(17, '0')}`;
 }
 
+/** The n-th deterministic launch template id (`lt-` then 17 hex digits). */
+export function simLaunchTemplateId(n: number): string {
+  return `lt-${n.toString(16).padStart(17, '0')}`;
+}
+
 /** What to generate: `count` running instances of one instance group, spread over `zones`. */
 export interface ClusterInstancesSpec {
   cluster: string;

@@ -10,8 +10,9 @@ import { parseSigV4, type SigV4Credentials, SigV4Error } from '../../cloud/aws/s
 import { type Logger, silentLogger } from '../../log.ts';
 import { listenOnLoopback } from '../../net/loopback.ts';
 import { autoScalingNamespace, describeAutoScalingGroups, describeWarmPool } from './autoscaling.ts';
-import { describeInstances, ec2ErrorDocument } from './ec2.ts';
+import { describeInstances, describeLaunchTemplates, ec2ErrorDocument } from './ec2.ts';
 import { AwsFaults, type AwsService } from './faults.ts';
+import { authorize } from './permissions.ts';
 import { AwsSimError, queryErrorDocument, queryParams } from './query.ts';
 import { verifySigV4 } from './sigv4-verify.ts';
 import { getCallerIdentity, stsNamespace } from './sts.ts';
@@ -85,14 +86,21 @@ export class Throttling {
   }
 }
 
-/** Seeding EC2: instances and their states. */
+/** Seeding EC2: instances and their states, launch templates and their versions. */
 export type Ec2Seeding = Pick<
   AwsWorld,
-  'addInstances' | 'setInstanceState' | 'removeInstance' | 'instance' | 'instances'
+  | 'addInstances'
+  | 'setInstanceState'
+  | 'removeInstance'
+  | 'instance'
+  | 'instances'
+  | 'addLaunchTemplate'
+  | 'launchTemplate'
+  | 'launchTemplates'
 >;
 /** Seeding Auto Scaling: groups and their members. */
 export type AutoScalingSeeding = Pick<AwsWorld, 'addAutoScalingGroup' | 'autoScalingGroups'>;
-/** Seeding STS: the credentials it accepts and whom they identify. */
+/** Seeding STS: the credentials it accepts, whom they identify and the actions they may not call. */
 export type StsSeeding = Pick<AwsWorld, 'addUser' | 'addInstanceProfileSession' | 'removeCredentials'>;
 
 /** A running simulator. */
@@ -138,7 +146,7 @@ function readBody(req: IncomingMessage): Promise<Buffer> {
 /** The service a request addresses: the one its signature is scoped to, else the one its action is of. */
 function serviceOf(name: string | undefined, action: string | undefined): Service {
   if (name === 'ec2' || name === 'autoscaling' || name === 'sts') return name;
-  if (action === 'DescribeInstances') return 'ec2';
+  if (action === 'DescribeInstances' || action === 'DescribeLaunchTemplates') return 'ec2';
   if (action === 'DescribeAutoScalingGroups' || action === 'DescribeWarmPool') return 'autoscaling';
   return 'sts';
 }
@@ -232,12 +240,16 @@ export async function startAwsSimulator(options: AwsSimulatorOptions = {}): Prom
     params: ReadonlyMap<string, string>,
     accessKeyId: string,
   ) {
+    // The signature was verified with this key's secret, so STS knows the caller.
+    const caller = world.principal(accessKeyId);
+    if (caller) authorize(caller, service, action);
     if (service === 'ec2' && action === 'DescribeInstances') return describeInstances(world, params);
+    if (service === 'ec2' && action === 'DescribeLaunchTemplates')
+      return describeLaunchTemplates(world, params);
     if (service === 'autoscaling' && action === 'DescribeAutoScalingGroups') {
       return describeAutoScalingGroups(world, params);
     }
     if (service === 'autoscaling' && action === 'DescribeWarmPool') return describeWarmPool(world, params);
-    const caller = world.principal(accessKeyId);
     if (service === 'sts' && action === 'GetCallerIdentity' && caller)
       return getCallerIdentity(caller.identity);
     throw new AwsSimError('InvalidAction', `The action ${action} is not valid for this web service.`);

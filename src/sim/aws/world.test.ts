@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { AwsWorld, isInstanceId, kopsTags } from './world.ts';
+import { simLaunchTemplateId } from './scenario.ts';
+import { AwsWorld, isInstanceId, kopsTags, type SimGroupLaunch } from './world.ts';
 
 describe('AwsWorld', () => {
   it('writes the tags kops puts on a cluster instance', () => {
@@ -83,5 +84,78 @@ describe('AwsWorld', () => {
     );
     world.removeCredentials(session.accessKeyId);
     assert.equal(world.principal(session.accessKeyId), undefined);
+  });
+
+  it('keeps launch templates with their latest and default versions; refuses a malformed id or version', () => {
+    const world = new AwsWorld('1', 'us-east-1');
+    const id = simLaunchTemplateId(1);
+    assert.deepEqual(
+      [world.addLaunchTemplate({ id }).latestVersion, world.launchTemplate(id)?.defaultVersion],
+      [1, 1],
+    );
+    world.addLaunchTemplate({ id, name: 'nodes.c', latestVersion: 3, defaultVersion: 2 });
+    assert.deepEqual(
+      world.launchTemplates().map((t) => [t.id, t.name, t.latestVersion, t.defaultVersion]),
+      [[id, 'nodes.c', 3, 2]],
+      'a new version replaces the template, as CreateLaunchTemplateVersion does',
+    );
+    assert.throws(() => world.addLaunchTemplate({ id: 'lt-1' }), /not a launch template id/);
+    assert.throws(
+      () => world.addLaunchTemplate({ id, latestVersion: 2, defaultVersion: 3 }),
+      /versions 1 to 2/,
+    );
+  });
+
+  it('launches members from the version $Latest or $Default stands for now, unless a member says otherwise', () => {
+    const world = new AwsWorld('1', 'us-east-1');
+    const id = simLaunchTemplateId(2);
+    world.addLaunchTemplate({ id, latestVersion: 4, defaultVersion: 2 });
+    const launchedFrom = (launch: SimGroupLaunch) =>
+      world
+        .addAutoScalingGroup({
+          name: 'g',
+          launch,
+          members: [
+            'i-00000001',
+            { instanceId: 'i-00000002', launchedFrom: { launchConfigurationName: 'old' } },
+          ],
+        })
+        .members.map((m) => m.launchedFrom);
+    const old = { launchConfigurationName: 'old' };
+    assert.deepEqual(launchedFrom({ launchTemplate: { id, version: '$Latest' } }), [
+      { launchTemplate: { id, version: '4' } },
+      old,
+    ]);
+    assert.deepEqual(launchedFrom({ mixedInstancesPolicy: { launchTemplate: { id } } }), [
+      { launchTemplate: { id, version: '2' } },
+      old,
+    ]);
+    assert.deepEqual(launchedFrom({ launchTemplate: { id, version: '3' } }), [
+      { launchTemplate: { id, version: '3' } },
+      old,
+    ]);
+    assert.deepEqual(launchedFrom({ launchConfigurationName: 'lc-2' }), [
+      { launchConfigurationName: 'lc-2' },
+      old,
+    ]);
+    assert.equal(
+      world.addAutoScalingGroup({ name: 'bare', members: ['i-00000003'] }).members[0]?.launchedFrom,
+      undefined,
+    );
+    assert.throws(
+      () => launchedFrom({ launchTemplate: { id: simLaunchTemplateId(9) } }),
+      /names launch template lt-0+9, which does not exist/,
+    );
+  });
+
+  it('records the actions a user may not call', () => {
+    const world = new AwsWorld('1', 'us-east-1');
+    const limited = world.addUser('control-plane', { deniedActions: ['ec2:DescribeLaunchTemplates'] });
+    const full = world.addUser('admin');
+    assert.deepEqual(
+      [...(world.principal(limited.accessKeyId)?.deniedActions ?? [])],
+      ['ec2:DescribeLaunchTemplates'],
+    );
+    assert.equal(world.principal(full.accessKeyId)?.deniedActions.size, 0);
   });
 });

@@ -1,6 +1,7 @@
 /**
- * What the simulated AWS account holds: EC2 instances, Auto Scaling groups and the credentials STS
- * knows. Tests and `kops-controller dev` seed it; the service handlers read it.
+ * What the simulated AWS account holds: EC2 instances and launch templates, Auto Scaling groups and
+ * the credentials STS knows (with the actions each may not call). Tests and `kops-controller dev`
+ * seed it; the service handlers read it.
  */
 import { randomBytes } from 'node:crypto';
 import type { SigV4Credentials } from '../../cloud/aws/sigv4.ts';
@@ -54,12 +55,53 @@ export interface SimInstanceInput extends Partial<Omit<SimInstance, 'id' | 'zone
   instanceGroup?: string;
 }
 
+/**
+ * A launch template as EC2 stores it: its versions are 1 to `latestVersion`, one of which is the
+ * default (what `$Default`, or no version, stands for; `$Latest` stands for the latest).
+ */
+export interface SimLaunchTemplate {
+  id: string;
+  name: string;
+  latestVersion: number;
+  defaultVersion: number;
+  createTime: Date;
+  tags: Record<string, string>;
+}
+
+/** A launch template to seed; versions default to 1. */
+export interface SimLaunchTemplateInput {
+  id: string;
+  name?: string;
+  latestVersion?: number;
+  defaultVersion?: number;
+  tags?: Record<string, string>;
+}
+
+/** A launch template as a group or an instance names it: a version number, `$Latest`, `$Default` or none. */
+export interface SimLaunchTemplateRef {
+  id: string;
+  version?: string;
+}
+
+/** What an instance was launched from: a launch configuration by name, or a launch template version. */
+export type SimLaunchSource = { launchConfigurationName: string } | { launchTemplate: SimLaunchTemplateRef };
+
+/**
+ * What a group launches from: a launch configuration, a launch template, or a launch template through
+ * a mixed-instances policy (how kops writes spot groups), with the instance types it overrides.
+ */
+export type SimGroupLaunch =
+  | SimLaunchSource
+  | { mixedInstancesPolicy: { launchTemplate: SimLaunchTemplateRef; instanceTypes?: string[] } };
+
 /** One member of an Auto Scaling group. */
 export interface SimAsgMember {
   instanceId: string;
   zone: string;
   lifecycleState: string;
   healthStatus: 'Healthy' | 'Unhealthy';
+  /** What it was launched from, as DescribeAutoScalingGroups lists it (a version number, not `$Latest`). */
+  launchedFrom?: SimLaunchSource;
 }
 
 /** An Auto Scaling group as the simulator stores it. */
@@ -73,6 +115,8 @@ export interface SimAutoScalingGroup {
   members: SimAsgMember[];
   /** The group's warm pool, when it has one (what `DescribeWarmPool` returns). */
   warmPool?: SimWarmPool;
+  /** What it launches new instances from. */
+  launch?: SimGroupLaunch;
   createdTime: Date;
 }
 
@@ -94,6 +138,11 @@ export interface SimAutoScalingGroupInput {
   tags?: Record<string, string>;
   cluster?: string;
   instanceGroup?: string;
+  /**
+   * What the group launches from. A member that names nothing was launched from it: from the
+   * version number `$Latest`/`$Default` stands for now, as AWS records it.
+   */
+  launch?: SimGroupLaunch;
   members?: (string | (Partial<SimAsgMember> & { instanceId: string }))[];
   /** A warm pool; its instances default to `Warmed:<poolState>`. */
   warmPool?: {
@@ -114,6 +163,14 @@ export interface SimCallerIdentity {
 export interface SimPrincipal {
   credentials: SigV4Credentials;
   identity: SimCallerIdentity;
+  /** IAM actions (`ec2:DescribeLaunchTemplates`) its policy does not allow; every other one is allowed. */
+  deniedActions: ReadonlySet<string>;
+}
+
+/** What an IAM principal may do: everything but the actions listed. */
+export interface SimPermissions {
+  /** IAM actions refused, as `<service>:<Action>` (`ec2:DescribeLaunchTemplates`). */
+  deniedActions?: readonly string[];
 }
 
 /** The tags kops writes on the resources of a cluster and an instance group. */
@@ -135,6 +192,17 @@ const instanceIdPattern = /^i-(?:[0-9a-f]{8}|[0-9a-f]{17})$/;
 /** Whether a string is a well-formed EC2 instance id (8 or 17 hex digits). */
 export function isInstanceId(id: string): boolean {
   return instanceIdPattern.test(id);
+}
+
+/** Whether a string is a well-formed launch template id (`lt-` and 17 hex digits). */
+export function isLaunchTemplateId(id: string): boolean {
+  return /^lt-[0-9a-f]{17}$/.test(id);
+}
+
+/** The launch template a group launches from, wherever the group names it. */
+function launchTemplateRefOf(launch: SimGroupLaunch | undefined): SimLaunchTemplateRef | undefined {
+  if (!launch || 'launchConfigurationName' in launch) return undefined;
+  return 'launchTemplate' in launch ? launch.launchTemplate : launch.mixedInstancesPolicy.launchTemplate;
 }
 
 function lifecycleStateOf(state: Ec2StateName | undefined): string {
@@ -164,6 +232,7 @@ export class AwsWorld {
   readonly region: string;
   readonly #instances = new Map<string, SimInstance>();
   readonly #groups = new Map<string, SimAutoScalingGroup>();
+  readonly #launchTemplates = new Map<string, SimLaunchTemplate>();
   readonly #principals = new Map<string, SimPrincipal>();
   #nextAddress = 1;
 
@@ -226,18 +295,74 @@ export class AwsWorld {
     return [...this.#instances.values()];
   }
 
+  /**
+   * Adds or replaces a launch template (a new version is the same template with a higher
+   * `latestVersion`, and `defaultVersion` when it is made the default).
+   */
+  addLaunchTemplate(input: SimLaunchTemplateInput): SimLaunchTemplate {
+    if (!isLaunchTemplateId(input.id)) {
+      throw new Error(`simulator: "${input.id}" is not a launch template id (lt- and 17 hex digits)`);
+    }
+    const latestVersion = input.latestVersion ?? 1;
+    const defaultVersion = input.defaultVersion ?? 1;
+    if (!Number.isInteger(latestVersion) || defaultVersion < 1 || defaultVersion > latestVersion) {
+      throw new Error(`simulator: launch template ${input.id} has versions 1 to ${latestVersion}`);
+    }
+    const template: SimLaunchTemplate = {
+      id: input.id,
+      name: input.name ?? input.id,
+      latestVersion,
+      defaultVersion,
+      createTime: new Date('2026-01-01T00:00:00Z'),
+      tags: { ...input.tags },
+    };
+    this.#launchTemplates.set(template.id, template);
+    return template;
+  }
+
+  /** One launch template by id. */
+  launchTemplate(id: string): SimLaunchTemplate | undefined {
+    return this.#launchTemplates.get(id);
+  }
+
+  /** Every launch template, in insertion order. */
+  launchTemplates(): SimLaunchTemplate[] {
+    return [...this.#launchTemplates.values()];
+  }
+
+  /**
+   * What an instance launched by a group now is launched from: its launch configuration, or the
+   * version number its launch template reference stands for. AWS refuses a group whose template does
+   * not exist, and so does the simulator.
+   */
+  #launchedNow(launch: SimGroupLaunch | undefined, group: string): SimLaunchSource | undefined {
+    if (!launch) return undefined;
+    if ('launchConfigurationName' in launch) return launch;
+    const ref = launchTemplateRefOf(launch) as SimLaunchTemplateRef;
+    const template = this.#launchTemplates.get(ref.id);
+    if (!template)
+      throw new Error(`simulator: group ${group} names launch template ${ref.id}, which does not exist`);
+    let version = ref.version ?? '$Default';
+    if (version === '$Latest') version = String(template.latestVersion);
+    else if (version === '$Default') version = String(template.defaultVersion);
+    return { launchTemplate: { id: ref.id, version } };
+  }
+
   /** Adds or replaces an Auto Scaling group. */
   addAutoScalingGroup(input: SimAutoScalingGroupInput): SimAutoScalingGroup {
+    const launchedNow = this.#launchedNow(input.launch, input.name);
     const memberOf =
       (defaultLifecycle?: string) =>
       (m: string | (Partial<SimAsgMember> & { instanceId: string })): SimAsgMember => {
         const member = typeof m === 'string' ? { instanceId: m } : m;
         const instance = this.#instances.get(member.instanceId);
+        const launchedFrom = member.launchedFrom ?? launchedNow;
         return {
           instanceId: member.instanceId,
           zone: member.zone ?? instance?.zone ?? input.zones?.[0] ?? `${this.region}a`,
           lifecycleState: member.lifecycleState ?? defaultLifecycle ?? lifecycleStateOf(instance?.state),
           healthStatus: member.healthStatus ?? 'Healthy',
+          ...(launchedFrom && { launchedFrom }),
         };
       };
     const members = (input.members ?? []).map(memberOf());
@@ -256,6 +381,7 @@ export class AwsWorld {
       tags: { ...kopsTags(input.cluster, input.instanceGroup), ...input.tags },
       members,
       ...(warmPool && { warmPool }),
+      ...(input.launch && { launch: input.launch }),
       createdTime: new Date('2026-01-01T00:00:00Z'),
     };
     this.#groups.set(group.name, group);
@@ -272,8 +398,8 @@ export class AwsWorld {
     return [...this.#groups.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
-  /** Registers a long-term IAM user's access key; returns its credentials. */
-  addUser(userName: string): SigV4Credentials {
+  /** Registers a long-term IAM user's access key, allowed every action but those denied; returns its credentials. */
+  addUser(userName: string, permissions: SimPermissions = {}): SigV4Credentials {
     const credentials = {
       accessKeyId: randomKey('AKIA', 16),
       secretAccessKey: randomBytes(30).toString('base64'),
@@ -285,6 +411,7 @@ export class AwsWorld {
         arn: `arn:aws:iam::${this.account}:user/${userName}`,
         userId: randomKey('AIDA', 17),
       },
+      deniedActions: new Set(permissions.deniedActions),
     });
     return credentials;
   }
@@ -306,6 +433,7 @@ export class AwsWorld {
         arn: `arn:aws:sts::${this.account}:assumed-role/${roleName}/${instanceId}`,
         userId: `${randomKey('AROA', 17)}:${instanceId}`,
       },
+      deniedActions: new Set(),
     });
     return credentials;
   }
