@@ -110,7 +110,14 @@ describe('simulated apiserver HTTP edge', () => {
     const groups = (await raw(sim, { path: '/apis' })).body['groups'] as { name: string }[];
     assert.deepEqual(
       groups.map((g) => g.name),
-      ['coordination.k8s.io', 'certificates.k8s.io', 'authentication.k8s.io', 'authorization.k8s.io'],
+      [
+        'coordination.k8s.io',
+        'certificates.k8s.io',
+        'kops.k8s.io',
+        'cluster.x-k8s.io',
+        'authentication.k8s.io',
+        'authorization.k8s.io',
+      ],
     );
     const certs = await raw(sim, { path: '/apis/certificates.k8s.io/v1' });
     const csr = (certs.body['resources'] as { name: string; shortNames?: string[] }[]).find(
