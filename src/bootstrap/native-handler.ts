@@ -315,7 +315,9 @@ export async function submitCertificates(
     evaluateChain(context.policies, request, { now }),
   );
   const { decision, decidedBy } = chain;
-  context.logger.info(
+  // Debug only: every decision's audit record (info) already carries these fields, and a second
+  // line per join is a synchronous write on the request path.
+  context.logger.debug(
     {
       requestId: request.id,
       claimed: request.claimedNodeName,

@@ -6,22 +6,13 @@
  * but only while that watch is provably current; every other answer comes from a direct read
  * (docs/security.md, "The impersonation guard").
  */
-import type { OutgoingHttpHeaders } from 'node:http';
-import { Agent, type RequestOptions } from 'node:https';
 import type { KubeConfig, V1Node } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
-import {
-  ConflictError,
-  ForbiddenError,
-  RateLimitedError,
-  TimeoutError,
-  UnauthenticatedError,
-  UnavailableError,
-} from '../errors.ts';
+import { ConflictError } from '../errors.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import type { Logger } from '../log.ts';
-import { type HttpsAnswer, httpsRequest, StaleConnectionError } from '../net/https-client.ts';
 import { dependencyFault } from './dependency.ts';
+import { kubeAnswerError, kubeHttps } from './kube-https.ts';
 
 /** Reads what the guard needs of a Node. */
 export type NodeReader = (name: string) => Promise<Pick<V1Node, 'status'> | undefined>;
@@ -29,71 +20,21 @@ export type NodeReader = (name: string) => Promise<Pick<V1Node, 'status'> | unde
 /** A Node is a few kilobytes; its status lists at most 50 images. Anything larger is not one. */
 const maxNodeBytes = 4 * 1024 * 1024;
 
-/** The error for a Node read the API server refused, by status. */
-function readFailure(status: number, name: string, body: string): Error {
-  let message = body.slice(0, 300);
-  try {
-    message = (JSON.parse(body) as { message?: string }).message ?? message;
-  } catch {
-    // Not a Status object: keep the text.
-  }
-  const text = `read node ${name}: HTTP ${status}: ${message}`;
-  if (status === 401) return new UnauthenticatedError(text);
-  if (status === 403) return new ForbiddenError(text);
-  if (status === 429) return new RateLimitedError(text);
-  return new UnavailableError(text);
-}
-
 /**
- * A {@link NodeReader} over plain HTTPS with one keep-alive agent. The guard runs on every bootstrap
- * request, and through client-node each read costs more CPU than the rest of an issuance (a new
- * dispatcher per call, and a full exception for every 404 of a node that is not registered yet).
- * Credentials are applied per request as client-node applies them, so rotated tokens are picked up;
- * the agent's client certificate is fixed for the life of the reader, as with pooled connections.
+ * A {@link NodeReader} over plain HTTPS with one keep-alive agent (kube-https.ts): the guard runs on
+ * every bootstrap request, and through client-node each read cost more CPU than the rest of an
+ * issuance (a new dispatcher per call, and a full exception for every 404 of a node that is not
+ * registered yet).
  */
 export function httpsNodeReader(kubeConfig: KubeConfig, options: { timeoutMs?: number } = {}): NodeReader {
-  const server = (kubeConfig.getCurrentCluster()?.server ?? '').replace(/\/+$/, '');
-  const timeoutMs = options.timeoutMs ?? 10_000;
-  let agent: Agent | undefined;
+  const call = kubeHttps(kubeConfig, { timeoutMs: options.timeoutMs ?? 10_000 });
   return async (name) => {
-    const opts: RequestOptions = { method: 'GET', headers: { accept: 'application/json' } };
-    await kubeConfig.applyToHTTPSOptions(opts);
-    agent ??= new Agent({
-      keepAlive: true,
-      ...(opts.ca ? { ca: opts.ca } : {}),
-      ...(opts.cert ? { cert: opts.cert } : {}),
-      ...(opts.key ? { key: opts.key } : {}),
-      ...(opts.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: opts.rejectUnauthorized }),
-      ...(opts.servername ? { servername: opts.servername } : {}),
-    });
-    const pool = agent;
-    const read = (): Promise<HttpsAnswer> =>
-      httpsRequest({
-        url: new URL(`${server}/api/v1/nodes/${encodeURIComponent(name)}`),
-        headers: opts.headers as OutgoingHttpHeaders,
-        auth: opts.auth ?? undefined,
-        agent: pool,
-        timeoutMs,
-        maxBodyBytes: maxNodeBytes,
-      });
-    let answer: HttpsAnswer | undefined;
-    for (let retries = 0; !answer; retries++) {
-      try {
-        answer = await read();
-      } catch (err) {
-        // A pooled connection the server closed while idle fails on first use; the GET is safe to resend.
-        if (err instanceof StaleConnectionError && retries < 3) continue;
-        const text = `read node ${name}: ${(err as Error).message}`;
-        throw err instanceof TimeoutError
-          ? new TimeoutError(text)
-          : new UnavailableError(text, { cause: err });
-      }
-    }
-    const { status } = answer;
-    const body = answer.body.toString('utf8');
-    if (status === 404) return undefined;
-    if (status !== 200) throw readFailure(status, name, body);
-    return JSON.parse(body) as Pick<V1Node, 'status'>;
+    const action = `read node ${name}`;
+    const path = `/api/v1/nodes/${encodeURIComponent(name)}`;
+    const answer = await call({ action, method: 'GET', path, maxBodyBytes: maxNodeBytes });
+    if (answer.status === 404) return undefined;
+    if (answer.status !== 200) throw kubeAnswerError(answer, action);
+    return JSON.parse(answer.body.toString('utf8')) as Pick<V1Node, 'status'>;
   };
 }
 

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import type { KubeConfig } from '@kubernetes/client-node';
 import { KopsError } from '../errors.ts';
 import { makeClients } from '../kube/client.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
@@ -13,6 +14,17 @@ import {
 } from './replay-guard.ts';
 
 const digest = 'ab'.repeat(32);
+
+/**
+ * The two ways a replica writes its markers: through client-node, and over plain HTTPS (the join
+ * path's); every claim test runs against both.
+ */
+const transports = {
+  'client-node': (kubeConfig: KubeConfig, timeoutMs?: number) =>
+    new ConfigMapReplayGuard({ core: makeClients(kubeConfig).core, timeoutMs }),
+  https: (kubeConfig: KubeConfig, timeoutMs?: number) =>
+    new ConfigMapReplayGuard({ core: makeClients(kubeConfig).core, kubeConfig, timeoutMs }),
+};
 /** The SHA-256 (hex) of the request that spends the proof, and of another request. */
 const request = '01'.repeat(32);
 const otherRequest = '02'.repeat(32);
@@ -26,115 +38,146 @@ function isApiServerFault(err: unknown): boolean {
   return true;
 }
 
-test('ConfigMapReplayGuard: one claim wins across replicas, the rest see a replay; GC drops expired markers', async () => {
-  const sim = await startApiServer();
-  try {
-    const replicaA = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core });
-    const replicaB = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core });
-    const expires = new Date('2026-03-01T12:05:00Z');
-    const results = await Promise.all([
-      replicaA.claim(digest, expires, request),
-      replicaB.claim(digest, expires, otherRequest),
-    ]);
-    assert.deepEqual(results.sort(), [false, true]);
-    assert.equal(await replicaA.claim(digest, expires, '03'.repeat(32)), false);
-    assert.equal(await replicaA.claim('cd'.repeat(32), new Date('2026-03-01T13:00:00Z'), request), true);
+for (const [via, guardOf] of Object.entries(transports)) {
+  test(`${via}: ConfigMapReplayGuard: one claim wins across replicas, the rest see a replay; GC drops expired markers`, async () => {
+    const sim = await startApiServer();
+    try {
+      const replicaA = guardOf(sim.kubeConfig());
+      const replicaB = guardOf(sim.kubeConfig());
+      const expires = new Date('2026-03-01T12:05:00Z');
+      const results = await Promise.all([
+        replicaA.claim(digest, expires, request),
+        replicaB.claim(digest, expires, otherRequest),
+      ]);
+      assert.deepEqual(results.sort(), [false, true]);
+      assert.equal(await replicaA.claim(digest, expires, '03'.repeat(32)), false);
+      assert.equal(await replicaA.claim('cd'.repeat(32), new Date('2026-03-01T13:00:00Z'), request), true);
 
-    const core = makeClients(sim.kubeConfig()).core;
-    const marker = await core.readNamespacedConfigMap({ name: markerName(digest), namespace: 'kube-system' });
-    assert.equal(marker.metadata?.labels?.[replayExpiresLabel], String(expires.getTime() / 1000));
+      const core = makeClients(sim.kubeConfig()).core;
+      const marker = await core.readNamespacedConfigMap({
+        name: markerName(digest),
+        namespace: 'kube-system',
+      });
+      assert.equal(marker.metadata?.labels?.[replayExpiresLabel], String(expires.getTime() / 1000));
 
-    assert.equal(await replicaB.collectGarbage(new Date('2026-03-01T12:30:00Z')), 1);
-    const left = await core.listNamespacedConfigMap({
-      namespace: 'kube-system',
-      labelSelector: replayExpiresLabel,
-    });
-    assert.deepEqual(
-      left.items.map((i) => i.metadata?.name),
-      [markerName('cd'.repeat(32))],
-    );
-  } finally {
-    await sim.close();
-  }
-});
-
-test('ConfigMapReplayGuard: the marker records the request; the same request again is its own retry, another is a replay', async () => {
-  const sim = await startApiServer();
-  try {
-    const guard = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core });
-    const expires = new Date('2026-03-01T12:05:00Z');
-    assert.equal(await guard.claim(digest, expires, request), true);
-    assert.equal(await guard.claim(digest, expires, request), true, 'the same request, retried');
-    assert.equal(await guard.claim(digest, expires, otherRequest), false, 'the proof on another request');
-  } finally {
-    await sim.close();
-  }
-});
-
-test('attack: a marker write committed though the API server answered 503 — the retry passes, a replay does not', async () => {
-  const sim = await startApiServer();
-  try {
-    const guard = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core });
-    const expires = new Date('2026-03-01T12:05:00Z');
-    sim.faults.errors({
-      resource: 'configmaps',
-      verbs: ['create'],
-      count: 1,
-      status: 503,
-      afterCommit: true,
-    });
-    await assert.rejects(guard.claim(digest, expires, request), isApiServerFault);
-    assert.equal(await guard.claim(digest, expires, request), true, 'the node retries the same request');
-    assert.equal(await guard.claim(digest, expires, otherRequest), false, 'someone else replays the proof');
-  } finally {
-    await sim.close();
-  }
-});
-
-test('a marker write answered 503, 429 or not at all in time is a dependency fault, never a replay', async () => {
-  const sim = await startApiServer();
-  try {
-    const guard = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core, timeoutMs: 300 });
-    const expires = new Date('2026-03-01T12:05:00Z');
-    for (const status of [503, 429, 500] as const) {
-      sim.faults.errors({ resource: 'configmaps', verbs: ['create'], count: 1, status });
-      await assert.rejects(guard.claim(digest, expires, request), isApiServerFault, `HTTP ${status}`);
-    }
-    sim.faults.errors({
-      resource: 'configmaps',
-      verbs: ['create'],
-      count: 1,
-      status: 429,
-      retryAfterSeconds: 30,
-    });
-    await assert.rejects(guard.claim(digest, expires, request), (err: unknown) => {
-      assert.ok(isApiServerFault(err));
-      assert.equal(
-        (err as KopsError).details?.['retryAfterSeconds'],
-        30,
-        "the API server's own wait is kept",
+      assert.equal(await replicaB.collectGarbage(new Date('2026-03-01T12:30:00Z')), 1);
+      const left = await core.listNamespacedConfigMap({
+        namespace: 'kube-system',
+        labelSelector: replayExpiresLabel,
+      });
+      assert.deepEqual(
+        left.items.map((i) => i.metadata?.name),
+        [markerName('cd'.repeat(32))],
       );
-      return true;
-    });
-    sim.faults.latency(3_000, { resource: 'configmaps', verbs: ['create'] });
-    await assert.rejects(guard.claim(digest, expires, request), isApiServerFault, 'no answer in time');
-    sim.faults.reset();
-    // Whether or not the slow write landed meanwhile, the same request now passes.
-    assert.equal(await guard.claim(digest, expires, request), true);
-  } finally {
-    await sim.close();
-  }
-});
+    } finally {
+      await sim.close();
+    }
+  });
+}
 
-test('a marker that exists but cannot be read back is a dependency fault', async () => {
+for (const [via, guardOf] of Object.entries(transports)) {
+  test(`${via}: ConfigMapReplayGuard: the marker records the request; the same request again is its own retry, another is a replay`, async () => {
+    const sim = await startApiServer();
+    try {
+      const guard = guardOf(sim.kubeConfig());
+      const expires = new Date('2026-03-01T12:05:00Z');
+      assert.equal(await guard.claim(digest, expires, request), true);
+      assert.equal(await guard.claim(digest, expires, request), true, 'the same request, retried');
+      assert.equal(await guard.claim(digest, expires, otherRequest), false, 'the proof on another request');
+    } finally {
+      await sim.close();
+    }
+  });
+}
+
+for (const [via, guardOf] of Object.entries(transports)) {
+  test(`${via}: attack: a marker write committed though the API server answered 503 — the retry passes, a replay does not`, async () => {
+    const sim = await startApiServer();
+    try {
+      const guard = guardOf(sim.kubeConfig());
+      const expires = new Date('2026-03-01T12:05:00Z');
+      sim.faults.errors({
+        resource: 'configmaps',
+        verbs: ['create'],
+        count: 1,
+        status: 503,
+        afterCommit: true,
+      });
+      await assert.rejects(guard.claim(digest, expires, request), isApiServerFault);
+      assert.equal(await guard.claim(digest, expires, request), true, 'the node retries the same request');
+      assert.equal(await guard.claim(digest, expires, otherRequest), false, 'someone else replays the proof');
+    } finally {
+      await sim.close();
+    }
+  });
+}
+
+for (const [via, guardOf] of Object.entries(transports)) {
+  test(`${via}: a marker write answered 503, 429 or not at all in time is a dependency fault, never a replay`, async () => {
+    const sim = await startApiServer();
+    try {
+      const guard = guardOf(sim.kubeConfig(), 300);
+      const expires = new Date('2026-03-01T12:05:00Z');
+      for (const status of [503, 429, 500] as const) {
+        sim.faults.errors({ resource: 'configmaps', verbs: ['create'], count: 1, status });
+        await assert.rejects(guard.claim(digest, expires, request), isApiServerFault, `HTTP ${status}`);
+      }
+      sim.faults.errors({
+        resource: 'configmaps',
+        verbs: ['create'],
+        count: 1,
+        status: 429,
+        retryAfterSeconds: 30,
+      });
+      await assert.rejects(guard.claim(digest, expires, request), (err: unknown) => {
+        assert.ok(isApiServerFault(err));
+        assert.equal(
+          (err as KopsError).details?.['retryAfterSeconds'],
+          30,
+          "the API server's own wait is kept",
+        );
+        return true;
+      });
+      sim.faults.latency(3_000, { resource: 'configmaps', verbs: ['create'] });
+      await assert.rejects(guard.claim(digest, expires, request), isApiServerFault, 'no answer in time');
+      sim.faults.reset();
+      // Whether or not the slow write landed meanwhile, the same request now passes.
+      assert.equal(await guard.claim(digest, expires, request), true);
+    } finally {
+      await sim.close();
+    }
+  });
+}
+
+for (const [via, guardOf] of Object.entries(transports)) {
+  test(`${via}: a marker that exists but cannot be read back is a dependency fault`, async () => {
+    const sim = await startApiServer();
+    try {
+      const guard = guardOf(sim.kubeConfig());
+      const expires = new Date('2026-03-01T12:05:00Z');
+      assert.equal(await guard.claim(digest, expires, request), true);
+      sim.faults.errors({ resource: 'configmaps', verbs: ['get'], count: 1, status: 503 });
+      await assert.rejects(guard.claim(digest, expires, otherRequest), isApiServerFault);
+      assert.equal(await guard.claim(digest, expires, otherRequest), false);
+    } finally {
+      await sim.close();
+    }
+  });
+}
+
+test('replicas writing markers through client-node and over HTTPS share them: one claim of a proof wins', async () => {
   const sim = await startApiServer();
   try {
-    const guard = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core });
     const expires = new Date('2026-03-01T12:05:00Z');
-    assert.equal(await guard.claim(digest, expires, request), true);
-    sim.faults.errors({ resource: 'configmaps', verbs: ['get'], count: 1, status: 503 });
-    await assert.rejects(guard.claim(digest, expires, otherRequest), isApiServerFault);
-    assert.equal(await guard.claim(digest, expires, otherRequest), false);
+    const replicas = [transports['client-node'](sim.kubeConfig()), transports.https(sim.kubeConfig())];
+    for (let i = 0; i < 20; i++) {
+      const proof = i.toString(16).padStart(2, '0').repeat(32);
+      const results = await Promise.all([
+        replicas[i % 2]?.claim(proof, expires, request),
+        replicas[(i + 1) % 2]?.claim(proof, expires, otherRequest),
+      ]);
+      assert.deepEqual(results.sort(), [false, true], `proof ${i}`);
+    }
   } finally {
     await sim.close();
   }

@@ -17,13 +17,14 @@
  * our own permissions) is a dependency fault: the node is told to retry, never that it was refused.
  */
 import { createHash } from 'node:crypto';
-import type { CoreV1Api, V1ConfigMap } from '@kubernetes/client-node';
+import type { CoreV1Api, KubeConfig, V1ConfigMap } from '@kubernetes/client-node';
 import { describeError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { dependencyFault, withDeadline } from './dependency.ts';
+import { kubeAnswerError, kubeHttps } from './kube-https.ts';
 
 /**
  * Records proofs as used. `claim` is true the first time a digest is seen, and again whenever the
@@ -46,62 +47,112 @@ export const defaultReplayGuardTimeoutMs = 5_000;
 /** Options of {@link ConfigMapReplayGuard}. */
 export interface ConfigMapReplayGuardOptions {
   core: CoreV1Api;
+  /**
+   * When given, markers are created and read over plain HTTPS with one keep-alive agent
+   * (kube-https.ts) instead of through `core`: a marker is written for every aws join, and through
+   * client-node that write cost the server more CPU than the certificate's signature
+   * (docs/performance.md). `core` still collects expired markers (leader only, every few minutes).
+   */
+  kubeConfig?: KubeConfig;
   /** Where markers live (default kube-system, readable only by cluster admins). */
   namespace?: string;
   /** Deadline of each apiserver call of `claim` (default {@link defaultReplayGuardTimeoutMs}). */
   timeoutMs?: number;
 }
 
+/** How `claim` writes and reads markers; every failure but "it exists" is a typed error. */
+interface Markers {
+  /** Creates the marker; false when a marker of that name exists (409). */
+  create(marker: V1ConfigMap, action: string): Promise<boolean>;
+  /** The request annotation of an existing marker. */
+  requestOf(name: string, action: string): Promise<string | undefined>;
+}
+
+/** Markers through client-node. */
+function clientNodeMarkers(core: CoreV1Api, namespace: string, timeoutMs: number): Markers {
+  const call = async <T>(action: string, work: () => Promise<T>): Promise<T> => {
+    try {
+      return await withDeadline(work(), timeoutMs, action);
+    } catch (err) {
+      throw httpStatusOfApiError(err) === 409 ? err : fromApiException(err, action);
+    }
+  };
+  return {
+    async create(body, action) {
+      try {
+        await call(action, () => core.createNamespacedConfigMap({ namespace, body }));
+        return true;
+      } catch (err) {
+        if (httpStatusOfApiError(err) === 409) return false;
+        throw err;
+      }
+    },
+    async requestOf(name, action) {
+      const marker = await call(action, () => core.readNamespacedConfigMap({ name, namespace }));
+      return marker.metadata?.annotations?.[replayRequestAnnotation];
+    },
+  };
+}
+
+/** Markers over plain HTTPS (kube-https.ts): no client-node on the join path. */
+function httpsMarkers(kubeConfig: KubeConfig, namespace: string, timeoutMs: number): Markers {
+  const call = kubeHttps(kubeConfig, { timeoutMs });
+  const collection = `/api/v1/namespaces/${encodeURIComponent(namespace)}/configmaps`;
+  return {
+    async create(marker, action) {
+      const body = JSON.stringify({ apiVersion: 'v1', kind: 'ConfigMap', ...marker });
+      const answer = await call({ action, method: 'POST', path: collection, body, maxBodyBytes: 64 * 1024 });
+      if (answer.status === 409) return false;
+      if (answer.status !== 201 && answer.status !== 200) throw kubeAnswerError(answer, action);
+      return true;
+    },
+    async requestOf(name, action) {
+      const path = `${collection}/${encodeURIComponent(name)}`;
+      const answer = await call({ action, method: 'GET', path, maxBodyBytes: 64 * 1024 });
+      if (answer.status !== 200) throw kubeAnswerError(answer, action);
+      const marker = JSON.parse(answer.body.toString('utf8')) as V1ConfigMap;
+      return marker.metadata?.annotations?.[replayRequestAnnotation];
+    },
+  };
+}
+
 /** A {@link ReplayGuard} shared by all replicas through ConfigMaps in the apiserver. */
 export class ConfigMapReplayGuard implements ReplayGuard {
   readonly #core: CoreV1Api;
   readonly #namespace: string;
-  readonly #timeoutMs: number;
+  readonly #markers: Markers;
 
   constructor(options: ConfigMapReplayGuardOptions) {
     this.#core = options.core;
     this.#namespace = options.namespace ?? 'kube-system';
-    this.#timeoutMs = options.timeoutMs ?? defaultReplayGuardTimeoutMs;
+    const timeoutMs = options.timeoutMs ?? defaultReplayGuardTimeoutMs;
+    this.#markers = options.kubeConfig
+      ? httpsMarkers(options.kubeConfig, this.#namespace, timeoutMs)
+      : clientNodeMarkers(this.#core, this.#namespace, timeoutMs);
   }
 
   /** Creates the marker of `digest` (hex) for `request`; when it exists, whether it is `request`'s. */
   async claim(digest: string, expiresAt: Date, request: string): Promise<boolean> {
     const name = markerName(digest);
+    const marker: V1ConfigMap = {
+      metadata: {
+        name,
+        labels: { [replayExpiresLabel]: String(Math.ceil(expiresAt.getTime() / 1000)) },
+        annotations: { [replayRequestAnnotation]: request },
+      },
+    };
+    let created: boolean;
     try {
-      await this.#call('record a bootstrap proof as used', () =>
-        this.#core.createNamespacedConfigMap({
-          namespace: this.#namespace,
-          body: {
-            metadata: {
-              name,
-              labels: { [replayExpiresLabel]: String(Math.ceil(expiresAt.getTime() / 1000)) },
-              annotations: { [replayRequestAnnotation]: request },
-            },
-          },
-        }),
-      );
-      return true;
+      created = await this.#markers.create(marker, 'record a bootstrap proof as used');
     } catch (err) {
-      if (httpStatusOfApiError(err) !== 409) throw dependencyFault('kubernetes-api', err);
+      throw dependencyFault('kubernetes-api', err);
     }
-    let marker: V1ConfigMap;
+    if (created) return true;
     try {
-      marker = await this.#call(`read ${name}`, () =>
-        this.#core.readNamespacedConfigMap({ name, namespace: this.#namespace }),
-      );
+      return (await this.#markers.requestOf(name, `read ${name}`)) === request;
     } catch (err) {
       // Also a 404: the marker was collected in between, so ask again (the proof has expired by then).
       throw dependencyFault('kubernetes-api', err);
-    }
-    return marker.metadata?.annotations?.[replayRequestAnnotation] === request;
-  }
-
-  /** One apiserver call within the deadline; failures as typed errors, a 409 kept as it came. */
-  async #call<T>(action: string, call: () => Promise<T>): Promise<T> {
-    try {
-      return await withDeadline(call(), this.#timeoutMs, action);
-    } catch (err) {
-      throw httpStatusOfApiError(err) === 409 ? err : fromApiException(err, action);
     }
   }
 

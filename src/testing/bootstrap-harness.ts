@@ -82,7 +82,11 @@ function harnessAwsPolicy(
     region: aws.region,
     nodesRoles: [nodesRole],
     instances: new AwsNodeIdentifier({ ec2, clusterName, batchWindowMs: 1 }),
-    replayGuard: new ConfigMapReplayGuard({ core, timeoutMs: options.replayGuardTimeoutMs }),
+    replayGuard: new ConfigMapReplayGuard({
+      core,
+      kubeConfig: api.kubeConfig(),
+      timeoutMs: options.replayGuardTimeoutMs,
+    }),
     stsEndpoint: aws.endpoint,
     ...options.aws,
   });

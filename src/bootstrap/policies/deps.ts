@@ -72,7 +72,11 @@ export async function policyDepsFromConfig(
     replayGuard:
       options.replayGuard ??
       (core
-        ? new ConfigMapReplayGuard({ core, namespace: config.bootstrap.replayNamespace })
+        ? new ConfigMapReplayGuard({
+            core,
+            ...(options.kubeConfig ? { kubeConfig: options.kubeConfig } : {}),
+            namespace: config.bootstrap.replayNamespace,
+          })
         : new MemoryReplayGuard()),
     logger,
     ...(options.serverUrl === undefined ? {} : { serverUrl: options.serverUrl }),

@@ -115,7 +115,12 @@ export class StsClient {
    * nothing, and the proof is only spent after STS has answered.
    */
   async call(replay: StsReplayRequest['request']): Promise<StsCaller> {
-    const deadline = AbortSignal.timeout(this.#timeoutMs);
+    // A timer cleared with the call, not AbortSignal.timeout: that one cannot be cancelled, so every
+    // replay of a join storm would still fire it seconds later, building an abort event and its
+    // DOMException for a call long answered.
+    const expiry = new AbortController();
+    const timer = setTimeout(() => expiry.abort(), this.#timeoutMs);
+    const deadline = expiry.signal;
     const started = performance.now();
     // The stale connection's attempt is not counted: the replay never reached STS on it.
     const outcome: Outcome = {};
@@ -127,6 +132,7 @@ export class StsClient {
         return await this.#send(replay, deadline, false, outcome);
       }
     } finally {
+      clearTimeout(timer);
       if (outcome.result) {
         this.#calls.request('aws', stsReplayCall, outcome.result);
         this.#calls.duration('aws', stsReplayCall, secondsSince(started));

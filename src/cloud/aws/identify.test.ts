@@ -215,6 +215,43 @@ describe('AwsNodeIdentifier', () => {
     assert.equal(sim.calls.count('DescribeInstances'), 2, '1,500 ids in calls of at most 1,000');
   });
 
+  it('lookupInstance (bootstrap): concurrent lookups share DescribeInstances calls, and each reads EC2 now, never the cache', async () => {
+    const ids = Array.from({ length: 300 }, (_, i) => simInstanceId(i + 1));
+    const identities = await Promise.all(ids.map((id) => identifier.lookupInstance(id)));
+    assert.deepEqual(
+      identities.map((identity) => identity.instanceId),
+      ids,
+    );
+    assert.equal(sim.calls.count('DescribeInstances'), 1, '300 concurrent joins, one call');
+    // The identities are now cached for labelling; a bootstrap lookup still asks EC2, and sees a stop.
+    const id = ids[0] as string;
+    sim.ec2.setInstanceState(id, 'stopped');
+    try {
+      await assert.rejects(identifier.lookupInstance(id), (err: unknown) => {
+        assert.ok(err instanceof ForbiddenError, String(err));
+        assert.equal(err.details?.['reason'], 'not-running');
+        return true;
+      });
+      assert.equal(sim.calls.count('DescribeInstances'), 2, 'read from EC2, not from the cache');
+      // The refusal also dropped the cached identity, so labelling asks EC2 again too.
+      const providerID = awsProviderID({ id, zone: 'us-east-1a' });
+      assert.equal(reasonOf((await identifier.identify([providerID])).get(providerID)), 'not-running');
+      assert.equal(sim.calls.count('DescribeInstances'), 3);
+    } finally {
+      sim.ec2.setInstanceState(id, 'running');
+    }
+    // Batched lookups of which one is refused: the others are answered, the refused one fails alone.
+    sim.ec2.setInstanceState(id, 'terminated');
+    try {
+      const outcomes = await Promise.allSettled(ids.slice(0, 50).map((i) => identifier.lookupInstance(i)));
+      assert.equal(outcomes[0]?.status, 'rejected');
+      assert.ok(outcomes.slice(1).every((o) => o.status === 'fulfilled'));
+      assert.equal(sim.calls.count('DescribeInstances'), 4, '50 lookups, one call');
+    } finally {
+      sim.ec2.setInstanceState(id, 'running');
+    }
+  });
+
   it('answers from the cache without calling EC2 again', async () => {
     const providerIDs = Array.from({ length: 300 }, (_, i) =>
       awsProviderID({ id: simInstanceId(i + 1), zone: 'us-east-1a' }),

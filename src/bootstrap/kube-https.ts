@@ -1,0 +1,99 @@
+/**
+ * The API server calls a bootstrap request makes on its way (the impersonation guard's Node read, the
+ * replay marker's create and read), over plain HTTPS with one keep-alive agent. Through client-node
+ * each such call cost more server CPU than the certificate's signature: a fetch dispatcher chain and
+ * its web streams, the object serializer, middleware, and a full exception for every 404 or 409
+ * (docs/performance.md). Credentials are applied per call as client-node applies them, so rotated
+ * tokens are picked up; the agent's client certificate is fixed for the life of the caller, as with
+ * any pooled connection.
+ */
+import type { OutgoingHttpHeaders } from 'node:http';
+import { Agent, type RequestOptions } from 'node:https';
+import type { KubeConfig } from '@kubernetes/client-node';
+import { errorForHttpStatus, type KopsError, TimeoutError, UnavailableError } from '../errors.ts';
+import { statusMessageOf } from '../kube/api-errors.ts';
+import { type HttpsAnswer, httpsRequest, StaleConnectionError } from '../net/https-client.ts';
+import { retryAfterSeconds } from '../net/retry-after.ts';
+
+/** One call: a method, a path under the cluster's server URL, a JSON body. */
+export interface KubeCall {
+  /** What the call does, for its errors ("read node x"). */
+  action: string;
+  method: 'GET' | 'POST';
+  path: string;
+  body?: string;
+  /** The longest answer read (default 1 MiB). */
+  maxBodyBytes?: number;
+}
+
+/** Sends one call; resolves to the answer whatever its status, rejects with TimeoutError or UnavailableError. */
+export type KubeHttps = (call: KubeCall) => Promise<HttpsAnswer>;
+
+/** How many times a call found on a connection the server had closed while idle is sent again. */
+const staleRetries = 3;
+
+/**
+ * A {@link KubeHttps} for the current context of `kubeConfig`. A call that meets a pooled connection
+ * the server closed while it idled is sent again on another: nothing reached the server, so even a
+ * create is safe to resend.
+ */
+export function kubeHttps(kubeConfig: KubeConfig, options: { timeoutMs: number }): KubeHttps {
+  const server = (kubeConfig.getCurrentCluster()?.server ?? '').replace(/\/+$/, '');
+  let agent: Agent | undefined;
+  return async (call) => {
+    const headers: OutgoingHttpHeaders = { accept: 'application/json' };
+    if (call.body !== undefined) headers['content-type'] = 'application/json';
+    const opts: RequestOptions = { method: call.method, headers };
+    await kubeConfig.applyToHTTPSOptions(opts);
+    agent ??= new Agent({
+      keepAlive: true,
+      ...(opts.ca ? { ca: opts.ca } : {}),
+      ...(opts.cert ? { cert: opts.cert } : {}),
+      ...(opts.key ? { key: opts.key } : {}),
+      ...(opts.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: opts.rejectUnauthorized }),
+      ...(opts.servername ? { servername: opts.servername } : {}),
+    });
+    const send = (): Promise<HttpsAnswer> =>
+      httpsRequest({
+        url: new URL(`${server}${call.path}`),
+        method: call.method,
+        headers: opts.headers as OutgoingHttpHeaders,
+        ...(call.body === undefined ? {} : { body: call.body }),
+        auth: opts.auth ?? undefined,
+        agent,
+        timeoutMs: options.timeoutMs,
+        maxBodyBytes: call.maxBodyBytes ?? 1024 * 1024,
+      });
+    for (let retries = 0; ; retries++) {
+      try {
+        return await send();
+      } catch (err) {
+        if (err instanceof StaleConnectionError && retries < staleRetries) continue;
+        const text = `${call.action}: ${(err as Error).message}`;
+        throw err instanceof TimeoutError
+          ? new TimeoutError(text)
+          : new UnavailableError(text, { cause: err });
+      }
+    }
+  };
+}
+
+/**
+ * The typed error of an answer that is not a success, as client-node's would be mapped
+ * (src/kube/api-errors.ts): the status's kind, the Status message, the status kept as
+ * `upstreamStatus` and the answer's `Retry-After` as `retryAfterSeconds`.
+ */
+export function kubeAnswerError(answer: HttpsAnswer, action: string): KopsError {
+  const { status } = answer;
+  const detail = statusMessageOf(answer.body.toString('utf8'));
+  const retryAfter = answer.headers['retry-after'];
+  return errorForHttpStatus(
+    status,
+    `${action}: HTTP ${status}${detail ? `: ${detail}` : ''}`,
+    {
+      upstreamStatus: status,
+      retryAfterSeconds: retryAfterSeconds(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter),
+    },
+    'unavailable',
+  );
+}
