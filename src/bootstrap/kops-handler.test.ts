@@ -347,3 +347,21 @@ test('a renewal of a Ready node (its policy proved the current key) is not block
   const join = setup({}, [instance.nodeName]);
   assert.equal((await join.call(nodeupRequest(join.ca))).status, 409);
 });
+
+test('kops path: a policy whose proof is the source address refuses a NotReady Node of the name too (409), as kops OpenStack', async () => {
+  const sourceOnly: BootstrapPolicy = {
+    name: 'openstack',
+    async evaluate() {
+      return {
+        verdict: 'approve',
+        facts: { ...instance, firstJoinOnly: true },
+        reasons: ['from its address'],
+      };
+    },
+  };
+  const notReady = async () => ({ status: { conditions: [{ type: 'Ready', status: 'False' }] } });
+  const firstOnly = setup({}, [], { policies: [sourceOnly], readNode: notReady });
+  assert.equal((await firstOnly.call(nodeupRequest(firstOnly.ca))).status, 409);
+  const fresh = setup({}, [], { policies: [sourceOnly] });
+  assert.equal((await fresh.call(nodeupRequest(fresh.ca))).status, 200);
+});

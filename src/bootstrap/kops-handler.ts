@@ -319,7 +319,9 @@ async function guardAgainstRegisteredNode(
 ): Promise<Answer | undefined> {
   if (facts.renewalOf) return undefined;
   try {
-    await assertNodeNotRegistered(context.readNode, facts.nodeName);
+    await assertNodeNotRegistered(context.readNode, facts.nodeName, {
+      anyState: facts.firstJoinOnly === true,
+    });
     return undefined;
   } catch (err) {
     if (err instanceof KopsError && err.kind === 'conflict') {

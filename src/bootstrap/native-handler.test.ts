@@ -155,6 +155,31 @@ test('the queue cannot write the CSR or read it back, or a token cannot be looke
   assert.deepEqual(failures, ['kubernetes-api', 'kubernetes-api', 'kubernetes-api']);
 });
 
+test('a policy whose proof is the source address (OpenStack) is refused for any Node of the name, Ready or not, as kops', async () => {
+  const facts = { nodeName: 'node-a', dnsNames: [], ipAddresses: [], evidence: {} };
+  const policy = (firstJoinOnly: boolean): BootstrapPolicy => ({
+    name: 'openstack',
+    evaluate: async () => ({
+      verdict: 'approve',
+      facts: firstJoinOnly ? { ...facts, firstJoinOnly } : facts,
+      reasons: ['approved'],
+    }),
+  });
+  const context = (policies: BootstrapPolicy[]): BootstrapContext => ({
+    ca: createCa(),
+    policies,
+    readNode: async () => ({ status: { conditions: [{ type: 'Ready', status: 'False' }] } }),
+    apiServer: 'https://api.internal.example.com',
+    logger: silentLogger,
+  });
+  // A NotReady Node of the name: any other proof may bootstrap it again (a machine re-provisioned).
+  assert.equal((await submitCertificates(context([policy(false)]), input(csr))).status, 200);
+  await assert.rejects(
+    submitCertificates(context([policy(true)]), input(csr)),
+    (err) => httpStatusOf(err) === 409,
+  );
+});
+
 test('a renewal of a Ready node is issued (the guard is for first joins); a first join of that name is still 409', async () => {
   const renewal: BootstrapPolicy = {
     name: 'renewal',

@@ -187,7 +187,7 @@ async function issue(
   decidedBy: string,
 ): Promise<Answer> {
   // A renewal is this node, proven with its current key: being registered and Ready is expected.
-  if (!approved.renewalOf) await guard(context, request, approved.nodeName);
+  if (!approved.renewalOf) await guard(context, request, approved.nodeName, approved.firstJoinOnly);
   const facts = await callback(context, options, request, approved, decidedBy);
   if (isAnswer(facts)) return facts;
   const now = context.now?.() ?? new Date();
@@ -256,9 +256,14 @@ async function callback(
 }
 
 /** The impersonation guard, audited when it refuses or cannot read the Node. */
-async function guard(context: BootstrapContext, request: BootstrapRequest, nodeName: string): Promise<void> {
+async function guard(
+  context: BootstrapContext,
+  request: BootstrapRequest,
+  nodeName: string,
+  firstJoinOnly = false,
+): Promise<void> {
   try {
-    await assertNodeNotRegistered(context.readNode, nodeName);
+    await assertNodeNotRegistered(context.readNode, nodeName, { anyState: firstJoinOnly });
   } catch (err) {
     const base = { ...auditOf(request, context.now?.() ?? new Date()), decidedBy: 'node-guard', nodeName };
     if (err instanceof KopsError && err.kind === 'conflict') {
@@ -347,7 +352,7 @@ export async function submitCertificates(
         report(context, { ...base, verdict: 'deny', reasons });
         return denied(reasons);
       }
-      await guard(context, request, queued.nodeName);
+      await guard(context, request, queued.nodeName, queued.firstJoinOnly);
       // A human approves only a node that proved it is at the cloud's address, as an issue would.
       const facts = await callback(context, options, request, queued, decidedBy ?? 'unknown');
       if (isAnswer(facts)) return facts;

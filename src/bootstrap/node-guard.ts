@@ -106,10 +106,20 @@ export function isNodeReady(node: Pick<V1Node, 'status'>): boolean {
  * permission the controller lacks says nothing about the node), so that it is retried, never taken
  * for "not registered" and never for a refusal.
  */
-export async function assertNodeNotRegistered(readNode: NodeReader, name: string): Promise<void> {
+export async function assertNodeNotRegistered(
+  readNode: NodeReader,
+  name: string,
+  options: { anyState?: boolean } = {},
+): Promise<void> {
   const node = await readNode(name).catch((err: unknown) => {
     throw dependencyFault('kubernetes-api', err);
   });
+  if (node && options.anyState) {
+    throw new ConflictError(
+      `node ${name} is already registered; this proof admits a node's first join only (remove the Node to replace the machine)`,
+      { details: { reason: 'node-already-registered' } },
+    );
+  }
   if (node && isNodeReady(node)) {
     throw new ConflictError(
       `node ${name} is already registered and Ready; a running node renews its certificates through the CSR API, and a replaced machine gets a new name`,

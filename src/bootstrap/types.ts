@@ -88,6 +88,12 @@ export interface NodeFacts {
    * node through. No other policy sets it.
    */
   renewalOf?: string;
+  /**
+   * The proof cannot tell a node's first join from anything else at its address (OpenStack: the
+   * source address is the proof), so any Node of the name — Ready or not — refuses the request, as
+   * kops' OpenStack verifier does (`ErrAlreadyExists`).
+   */
+  firstJoinOnly?: boolean;
   /** Evidence for the audit trail: account, role ARN, project, token id, approver, ... (no secrets). */
   evidence: Record<string, string>;
 }

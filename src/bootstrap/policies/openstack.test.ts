@@ -65,6 +65,8 @@ test('a server asking from its own address is approved as kops names it, without
     assert.deepEqual(decision.facts.ipAddresses, ['10.0.0.5', 'fd00::5', '203.0.113.5']);
     // kops' OpenStack nodes run no challenge server (UseChallengeCallback is false for OpenStack).
     assert.equal(decision.facts.challengeEndpoint, undefined);
+    // The source address is the whole proof: a Node of the name in any state refuses it (kops' ErrAlreadyExists).
+    assert.equal(decision.facts.firstJoinOnly, true);
     assert.equal(decision.facts.evidence['serverId'], node);
   }
 });

@@ -19,7 +19,7 @@ import { isServerId, type NovaClient } from '../../cloud/openstack/nova.ts';
 import { identityOfServer, serverAddresses } from '../../cloud/openstack/server.ts';
 import { sourceAddress } from '../../net/hardened-server.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
-import { abstainWithout, checkNodeName, cloudIdToken, deny, denyRejected, readCloud } from './cloud-id.ts';
+import { abstainWithout, cloudIdToken, deny, denyRejected, readCloud, serverFacts } from './cloud-id.ts';
 
 /** Options of the `openstack` policy. */
 export interface OpenStackPolicyOptions {
@@ -79,12 +79,10 @@ async function verifyServer(
   return {
     verdict: 'approve',
     facts: {
-      nodeName: checkNodeName(server.name, `server ${server.id}`),
-      instanceGroup: identity.instanceGroup,
-      instanceId: server.id,
-      dnsNames: [],
       // kops' certificate names: every address of the server.
-      ipAddresses: addresses,
+      ...serverFacts(server, identity.instanceGroup, addresses),
+      // The source address is the whole proof: only a first join, as kops (ErrAlreadyExists).
+      firstJoinOnly: true,
       evidence: {
         proof: 'x-openstack-id',
         serverId: server.id,
