@@ -5,8 +5,11 @@
 import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 
-/** Benchmarks another one already runs and prints: run on their own only when named. */
-const partOf: Record<string, string> = { informer: 'apiserver' };
+/**
+ * Benchmarks another one already runs and prints, and the label storms' shared runner: run on their
+ * own only when named.
+ */
+const partOf: Record<string, string> = { informer: 'apiserver', 'label-storm': 'label-storm-<cloud>' };
 
 const wanted = process.argv.slice(2);
 const benches = readdirSync(new URL('../bench', import.meta.url))

@@ -26,7 +26,7 @@ export interface AwsNodeIdentifierOptions {
   maxBatchSize?: number;
   /** DescribeInstances calls in flight at once (default 4). */
   maxConcurrentCalls?: number;
-  /** Identities kept (default 10,000). */
+  /** Identities kept (default 100,000: enough that a 50,000-node cluster's labelling echoes hit the cache). */
   cacheSize?: number;
   /** How long a cached identity is trusted before EC2 is asked again (default 1 hour, as kops). */
   cacheTtlMs?: number;
@@ -58,7 +58,7 @@ export class AwsNodeIdentifier implements NodeIdentifier {
     this.#clusterName = options.clusterName;
     this.#logger = options.logger ?? silentLogger;
     this.#cache = new LruCache({
-      maxEntries: options.cacheSize ?? 10_000,
+      maxEntries: options.cacheSize ?? 100_000,
       ttlMs: options.cacheTtlMs ?? 60 * 60 * 1000,
       ...(options.now === undefined ? {} : { now: options.now }),
     });
