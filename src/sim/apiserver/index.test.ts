@@ -359,6 +359,27 @@ describe('simulated apiserver through @kubernetes/client-node', () => {
     assert.equal(await watch.done, null);
   });
 
+  test('a running server’s bookmark interval can be changed for the watches opened after', async () => {
+    // Started with the apiserver's one-minute default, as `dev`'s cluster is.
+    const slow = await startApiServer();
+    try {
+      assert.equal(slow.bookmarkIntervalMs, 60_000);
+      slow.bookmarkIntervalMs = 50;
+      assert.equal(slow.bookmarkIntervalMs, 50);
+      const rv = String(slow.store.resourceVersion);
+      const watch = await watchEvents(slow.kubeConfig(), '/api/v1/nodes', {
+        resourceVersion: rv,
+        allowWatchBookmarks: true,
+        timeoutSeconds: 1,
+      });
+      assert.equal(await watch.done, null);
+      assert.ok(watch.events.length >= 1, 'a bookmark within the 1 s watch');
+      assert.ok(watch.events.every((e) => e.type === 'BOOKMARK'));
+    } finally {
+      await slow.close();
+    }
+  });
+
   test('sends the initial state and then an initial-events-end bookmark when asked', async () => {
     const watch = await watchEvents(sim.kubeConfig(), '/api/v1/namespaces', {
       sendInitialEvents: true,

@@ -12,7 +12,7 @@ import { type Logger, silentLogger } from '../../log.ts';
 import { createCertificateAuthority, issueServingCertificate, type SimCertificateAuthority } from '../tls.ts';
 import { Authenticator, type AuthorizationMode, Authorizer, type GrantRule } from './auth.ts';
 import { FaultInjector } from './faults.ts';
-import { createRequestHandler } from './handler.ts';
+import { createRequestHandler, type HandlerContext } from './handler.ts';
 import { ApiServerMetrics } from './metrics.ts';
 import type { SimUser } from './objects.ts';
 import { SimStore } from './store.ts';
@@ -59,6 +59,12 @@ export interface SimApiServer {
   /** Direct, synchronous access for seeding and inspection; writes behave like API writes. */
   store: SimStore;
   faults: FaultInjector;
+  /**
+   * How often watches that asked for bookmarks get one, in ms (the `bookmarkIntervalMs` option); a
+   * change applies to watches opened after it. For a world started by someone else (`dev`'s cluster)
+   * that a benchmark needs to be current sooner than the apiserver's minute.
+   */
+  bookmarkIntervalMs: number;
   /** The server's CA and its key, for tests that mint client certificates: `issueClientCertificate(sim.certificateAuthority, user)`. */
   certificateAuthority: SimCertificateAuthority;
   /** Closes the listener, open watch streams and connections. */
@@ -84,6 +90,16 @@ export async function startApiServer(options: StartApiServerOptions = {}): Promi
   const authenticator = new Authenticator();
   const authorizer = new Authorizer(options.authorization ?? 'rbac-lite');
   let serverAddress = '';
+  const context: HandlerContext = {
+    store,
+    faults,
+    authenticator,
+    authorizer,
+    logger,
+    bookmarkIntervalMs: options.bookmarkIntervalMs ?? 60_000,
+    serverAddress: () => serverAddress,
+    metrics: new ApiServerMetrics(store),
+  };
   const server = createServer(
     {
       key: serving.privateKey,
@@ -92,16 +108,7 @@ export async function startApiServer(options: StartApiServerOptions = {}): Promi
       requestCert: true,
       rejectUnauthorized: false,
     },
-    createRequestHandler({
-      store,
-      faults,
-      authenticator,
-      authorizer,
-      logger,
-      bookmarkIntervalMs: options.bookmarkIntervalMs ?? 60_000,
-      serverAddress: () => serverAddress,
-      metrics: new ApiServerMetrics(store),
-    }),
+    createRequestHandler(context),
   );
   server.on('clientError', (_err, socket) => {
     if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
@@ -164,6 +171,12 @@ export async function startApiServer(options: StartApiServerOptions = {}): Promi
     grant: (rule) => authorizer.grant(rule),
     store,
     faults,
+    get bookmarkIntervalMs() {
+      return context.bookmarkIntervalMs;
+    },
+    set bookmarkIntervalMs(ms: number) {
+      context.bookmarkIntervalMs = ms;
+    },
     async close(): Promise<void> {
       faults.dropWatches();
       await new Promise<void>((resolve) => {
