@@ -23,8 +23,9 @@
  * (verify.ts), cfssl (cfssl.ts), the plain comparison (plain.ts), the run (run.ts), the report
  * (report.ts).
  *
- *   node bench/join-storm.ts [--nodes N] [--concurrency C] [--rounds R (default 3)] [--plain-only]
+ *   node bench/join-storm.ts [--nodes N] [--concurrency C] [--rounds R (default 3)] [--workers W (default: cores)] [--plain-only]
  */
+import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import { formatJoinStorm } from './join-storm/report.ts';
 import { runJoinStorm } from './join-storm/run.ts';
@@ -48,11 +49,13 @@ if (import.meta.main) {
       concurrency: { type: 'string', default: '256' },
       'plain-only': { type: 'boolean', default: false },
       rounds: { type: 'string', default: '3' },
+      workers: { type: 'string', default: String(availableParallelism()) },
     },
   });
   const nodes = positiveInteger('nodes', values.nodes);
   const rounds = positiveInteger('rounds', values.rounds);
   const concurrency = positiveInteger('concurrency', values.concurrency);
-  const result = await runJoinStorm({ nodes, concurrency, rounds, plainOnly: values['plain-only'] });
+  const workers = positiveInteger('workers', values.workers);
+  const result = await runJoinStorm({ nodes, concurrency, rounds, workers, plainOnly: values['plain-only'] });
   process.stdout.write(`${formatJoinStorm(result)}\n`);
 }

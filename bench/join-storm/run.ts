@@ -1,6 +1,6 @@
 /** Every storm of the benchmark, against simulators, server processes and cfssl started here. */
 import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { signAwsStsProof } from '../../src/agent/aws-proof.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../../src/pki/ca.ts';
@@ -22,6 +22,7 @@ interface Storms {
   ca: CertificateAuthority;
   nodes: StormNode[];
   check: StormCheck;
+  /** The server process of `mode`; the plain comparison's serves on `workers` processes. */
   spec(mode: ServerMode): ServerSpec;
   concurrency: number;
 }
@@ -106,6 +107,9 @@ export async function runJoinStorm(options: JoinStormOptions): Promise<JoinStorm
         kubeconfig: api.kubeconfig(),
         aws: { endpoint: aws.endpoint, region: aws.region, credentials: aws.credentials },
         ca: { cert: caPem, key: privateKeyPem(ca.signer.key) },
+        // The aws storms compare EC2 designs on one process (one batcher); the plain comparison, on
+        // every core as cfssl, serves on the workers.
+        workers: mode === 'insecure-always-approve' ? (options.workers ?? availableParallelism()) : 1,
       }),
       concurrency,
     };

@@ -6,18 +6,27 @@
 import { type ChildProcess, execFileSync, fork } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
-import { Registry } from 'prom-client';
+import { Gauge, Registry } from 'prom-client';
 import { type AwsInstanceLookup, awsPolicy } from '../../src/bootstrap/policies/aws.ts';
 import { awsAccountOf } from '../../src/bootstrap/policies/build.ts';
 import { insecureAlwaysApprovePolicy } from '../../src/bootstrap/policies/insecure-always-approve.ts';
 import { ConfigMapReplayGuard } from '../../src/bootstrap/replay-guard.ts';
+import { servingCertificate } from '../../src/bootstrap/server.ts';
 import type { BootstrapPolicy } from '../../src/bootstrap/types.ts';
+import { startServingWorkers } from '../../src/bootstrap/workers.ts';
+import {
+  isServingWorker,
+  runWorker,
+  type WorkerServer,
+  type WorkerServices,
+} from '../../src/bootstrap/workers-child.ts';
 import { type RunningBootstrap, startBootstrapServer } from '../../src/cli/bootstrap-server.ts';
 import { createAwsClients } from '../../src/cloud/aws/clients.ts';
 import { AwsNodeIdentifier } from '../../src/cloud/aws/identify.ts';
 import type { SigV4Credentials } from '../../src/cloud/aws/sigv4.ts';
 import { parseConfig } from '../../src/config/loader.ts';
 import { reuseConnections } from '../../src/kube/connection-reuse.ts';
+import { defaultConnectionLimits } from '../../src/net/hardened-server.ts';
 import { caFromPem } from '../../src/pki/ca.ts';
 import { parsePrivateKeyPem } from '../../src/pki/keys.ts';
 import { describeInstancePerNode } from '../identify.ts';
@@ -36,35 +45,42 @@ export interface ServerSpec {
   kubeconfig: string;
   aws: { endpoint: string; region: string; credentials: SigV4Credentials };
   ca: { cert: string; key: string };
+  /** Processes serving (src/bootstrap/workers.ts); 1 serves in the server process itself. */
+  workers: number;
+  /** The serving certificate every worker presents (made by the server process). */
+  tls?: { key: string; cert: string };
 }
 
 type ToServer = { type: 'start'; spec: ServerSpec } | { type: 'loop' } | { type: 'exit' };
 type FromServer =
-  | { type: 'ready'; url: string }
+  /** `pids`: the processes that serve, the server process's workers or none. */
+  | { type: 'ready'; url: string; pids: number[] }
   | { type: 'failed'; error: string }
   /** The server's event loop so far (`performance.eventLoopUtilization()`), in ms. */
   | { type: 'loop'; idle: number; active: number };
 
 /** The server process: starts the bootstrap server the spec describes and reports its URL. */
 function serveChild(): void {
-  let running: { boot: RunningBootstrap; release(): void } | undefined;
+  let running: RunningServer | undefined;
   // A benchmark that dies (Ctrl-C, a failed assertion) must not leave its server behind.
   process.on('disconnect', () => process.exit(0));
   process.on('message', (message: ToServer) => {
     if (message.type === 'exit') {
-      const close = running ? running.boot.close().then(() => running?.release()) : Promise.resolve();
+      const close = running ? running.close() : Promise.resolve();
       void close.then(() => process.exit(0));
       return;
     }
     if (message.type === 'loop') {
-      const { idle, active } = performance.eventLoopUtilization();
-      process.send?.({ type: 'loop', idle, active } satisfies FromServer);
+      const loop = running?.eventLoop() ?? Promise.resolve(performance.eventLoopUtilization());
+      void loop.then(({ idle, active }) =>
+        process.send?.({ type: 'loop', idle, active } satisfies FromServer),
+      );
       return;
     }
     startServer(message.spec).then(
       (started) => {
         running = started;
-        process.send?.({ type: 'ready', url: started.boot.server.url } satisfies FromServer);
+        process.send?.({ type: 'ready', url: started.url, pids: started.pids } satisfies FromServer);
       },
       (err: Error) =>
         process.send?.({ type: 'failed', error: err.stack ?? err.message } satisfies FromServer),
@@ -91,13 +107,91 @@ async function policiesOf(
     region,
     nodesRoles: [nodesRole],
     instances,
-    replayGuard: new ConfigMapReplayGuard({ core: kubeConfig.makeApiClient(CoreV1Api) }),
+    replayGuard: new ConfigMapReplayGuard({ core: kubeConfig.makeApiClient(CoreV1Api), kubeConfig }),
     stsEndpoint: endpoint,
   });
   return { policies: [aws], release: () => clients.destroy() };
 }
 
-async function startServer(spec: ServerSpec): Promise<{ boot: RunningBootstrap; release(): void }> {
+/** The server of a storm, in this process or on its workers. */
+interface RunningServer {
+  url: string;
+  /** The workers' process ids (none when this process serves). */
+  pids: number[];
+  /** The serving event loops so far, summed over the workers: busy and idle ms. */
+  eventLoop(): Promise<{ idle: number; active: number }>;
+  close(): Promise<void>;
+}
+
+/**
+ * Every simulated node connects from 127.0.0.1, so the per-source limit would throttle the storm and
+ * the per-source connection cap (64) would reset most of its 256 connections: one source may hold
+ * as many as every source together.
+ */
+const stormRateLimit = { burst: 1_000_000, ratePerSecond: 1_000_000 };
+const stormConnectionLimits = { maxConnectionsPerSource: defaultConnectionLimits.maxConnections };
+
+/** The bootstrap server `spec` describes: here, or on `spec.workers` workers sharing its port and limits. */
+async function startServer(spec: ServerSpec): Promise<RunningServer> {
+  if (spec.workers <= 1) {
+    const { boot, release } = await startBootstrap(spec, '127.0.0.1:0');
+    return {
+      url: boot.server.url,
+      pids: [],
+      eventLoop: async () => performance.eventLoopUtilization(),
+      close: () => boot.close().then(release),
+    };
+  }
+  const ca = caFromPem(spec.ca.cert, parsePrivateKeyPem(spec.ca.key));
+  const registry = new Registry();
+  const workers = await startServingWorkers({
+    registry,
+    count: spec.workers,
+    entry: import.meta.url,
+    spec: { ...spec, tls: servingCertificate(ca, { name: 'storm', ipAddresses: ['127.0.0.1'] }) },
+    listen: '127.0.0.1:0',
+    limits: stormConnectionLimits,
+    rateLimit: stormRateLimit,
+  });
+  return {
+    url: workers.url,
+    pids: workers.pids(),
+    eventLoop: async () => {
+      // The workers' loops, summed by the primary's scrape (stormLoopGauges).
+      const text = await registry.metrics();
+      const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1]);
+      return { idle: read('storm_loop_idle_ms'), active: read('storm_loop_active_ms') };
+    },
+    close: () => workers.close(),
+  };
+}
+
+/** A worker's server (the entry src/bootstrap/workers.ts forks): the storm's server on the shared port. */
+async function serveStormWorker(spec: unknown, services: WorkerServices): Promise<WorkerServer> {
+  stormLoopGauges(services.registry);
+  const { boot, release } = await startBootstrap(spec as ServerSpec, services.listen, services);
+  return { address: boot.server.address, close: () => boot.close().then(release) };
+}
+
+/** A worker's event loop so far, as gauges its primary's scrape sums over the workers. */
+function stormLoopGauges(registry: Registry): void {
+  for (const part of ['idle', 'active'] as const) {
+    new Gauge({
+      name: `storm_loop_${part}_ms`,
+      help: `ms the worker's event loop was ${part}`,
+      registers: [registry],
+      collect() {
+        this.set(performance.eventLoopUtilization()[part]);
+      },
+    });
+  }
+}
+
+async function startBootstrap(
+  spec: ServerSpec,
+  listen: string,
+  services?: WorkerServices,
+): Promise<{ boot: RunningBootstrap; release(): void }> {
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromString(spec.kubeconfig);
   reuseConnections(kubeConfig);
@@ -106,11 +200,13 @@ async function startServer(spec: ServerSpec): Promise<{ boot: RunningBootstrap; 
     kubeConfig,
     policies,
     ca: caFromPem(spec.ca.cert, parsePrivateKeyPem(spec.ca.key)),
-    listen: '127.0.0.1:0',
+    listen,
     serverNames: { ipAddresses: ['127.0.0.1'] },
-    // Every simulated node connects from 127.0.0.1, so the per-source limit would throttle the storm.
-    rateLimit: { burst: 1_000_000, ratePerSecond: 1_000_000 },
-    registry: new Registry(),
+    tls: spec.tls,
+    shared: services && { limiter: services.limiter, gate: services.gate, reusePort: services.reusePort },
+    rateLimit: stormRateLimit,
+    connectionLimits: stormConnectionLimits,
+    registry: services?.registry ?? new Registry(),
   });
   // Storms start once the server is ready and its impersonation guard answers from its Node watch,
   // as a server that has run for a minute does (before that, every guard lookup reads the Node).
@@ -184,9 +280,12 @@ export async function startServerProcess(spec: ServerSpec): Promise<ServerProces
       `the server process could not start: ${reply.type === 'failed' ? reply.error : reply.type}`,
     );
   }
+  const pids = [child.pid as number, ...reply.pids];
   return {
     url: reply.url,
-    cpuSeconds: () => cpuSecondsOf(child.pid as number),
+    // The server process and its workers: every process that serves.
+    cpuSeconds: () => pids.reduce((sum, pid) => sum + cpuSecondsOf(pid), 0),
+    // The serving loops: the server process's, or its workers' summed.
     eventLoop: () => eventLoopOf(child),
     stop: async () => {
       child.send({ type: 'exit' } satisfies ToServer);
@@ -195,4 +294,8 @@ export async function startServerProcess(spec: ServerSpec): Promise<ServerProces
   };
 }
 
-if (import.meta.main) serveChild();
+// Forked by the benchmark as its server process, or by that process as one of its serving workers.
+if (import.meta.main) {
+  if (isServingWorker()) runWorker(serveStormWorker);
+  else serveChild();
+}

@@ -47,6 +47,8 @@ export interface JoinStormOptions {
   plainOnly?: boolean;
   /** Rounds of the plain comparison (default 1); the report gives the median of each. */
   rounds?: number;
+  /** Processes serving the plain comparison (default: the number of cores, as cfssl uses them all). */
+  workers?: number;
 }
 
 /** A node of the storm: its name (an instance id), CSR and request body. */

@@ -27,8 +27,16 @@ interface Bucket {
 /** The answer for one request: allowed, or how long to wait before the next one would be. */
 export type RateDecision = { allowed: true } | { allowed: false; retryAfterSeconds: number };
 
+/**
+ * What the server asks before it answers a request. Serving workers ask their primary process, which
+ * holds the one {@link SourceRateLimiter} of them all (src/bootstrap/workers.ts).
+ */
+export interface RequestLimiter {
+  take(source: string): RateDecision | Promise<RateDecision>;
+}
+
 /** Token buckets keyed by source address. */
-export class SourceRateLimiter {
+export class SourceRateLimiter implements RequestLimiter {
   readonly #limit: Required<RateLimit>;
   readonly #now: () => number;
   readonly #buckets = new Map<string, Bucket>();

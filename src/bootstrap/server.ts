@@ -22,6 +22,7 @@ import {
 } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import {
+  type ConnectionGate,
   type ConnectionLimits,
   type HardenedServer,
   sourceAddress,
@@ -42,7 +43,7 @@ import {
   pollRequest,
   submitCertificates,
 } from './native-handler.ts';
-import { defaultRateLimit, type RateLimit, SourceRateLimiter } from './rate-limit.ts';
+import { defaultRateLimit, type RateLimit, type RequestLimiter, SourceRateLimiter } from './rate-limit.ts';
 
 /** A plain node:http handler, e.g. the discovery module's `clusterInfoHandler`. */
 export type RequestHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
@@ -61,6 +62,12 @@ export interface BootstrapServerOptions {
   /** Serves `GET /cluster-info` when given. */
   clusterInfoHandler?: RequestHandler;
   rateLimit?: RateLimit;
+  /** Decides the rate limit instead of a limiter of this server's own (`rateLimit` is then unused). */
+  limiter?: RequestLimiter;
+  /** Decides the connection caps instead of this server alone (serving workers share one). */
+  gate?: ConnectionGate;
+  /** Binds with SO_REUSEPORT (serving workers share the port). */
+  reusePort?: boolean;
   /** Extra `/readyz` conditions: each returns undefined when ready, else why not. */
   readiness?: readonly (() => string | undefined)[];
   /** How long in-flight requests may finish after close() (default 5 s, as kops). */
@@ -105,7 +112,7 @@ export async function serveBootstrap(options: BootstrapServerOptions): Promise<B
   const shutdown = new AbortController();
   const routes: Routes = {
     options,
-    limiter: new SourceRateLimiter(options.rateLimit ?? defaultRateLimit),
+    limiter: options.limiter ?? new SourceRateLimiter(options.rateLimit ?? defaultRateLimit),
     shutdown: shutdown.signal,
   };
   const server = await startHardenedServer({
@@ -114,6 +121,8 @@ export async function serveBootstrap(options: BootstrapServerOptions): Promise<B
     listenSetting: 'server.Listen',
     tls: options.tls,
     limits: options.connectionLimits,
+    gate: options.gate,
+    reusePort: options.reusePort,
     maxHeaderSize: 16 * 1024,
     handler: (req, res) => {
       handle(routes, req, res).catch((err) => answerCrash(logger, res, err));
@@ -136,7 +145,7 @@ export async function serveBootstrap(options: BootstrapServerOptions): Promise<B
 /** What answering a request needs: the server's options, its rate limiter and its shutdown signal. */
 interface Routes {
   options: BootstrapServerOptions;
-  limiter: SourceRateLimiter;
+  limiter: RequestLimiter;
   /** Aborted on close(): releases the long-polls. */
   shutdown: AbortSignal;
 }
@@ -155,7 +164,9 @@ async function handle(routes: Routes, req: IncomingMessage, res: ServerResponse)
   const path = url.pathname;
   if (path === '/healthz') return sendAnswer(res, { status: 200, body: 'ok\n' });
   if (path === '/readyz') return sendAnswer(res, readinessAnswer(routes.options.readiness ?? []));
-  const decision = routes.limiter.take(remoteAddressOf(req));
+  const taken = routes.limiter.take(remoteAddressOf(req));
+  // A limiter shared across workers answers later; a local one at once, without a turn of the loop.
+  const decision = 'allowed' in taken ? taken : await taken;
   if (!decision.allowed) {
     const retryAfter = String(decision.retryAfterSeconds);
     const error = new RateLimitedError(`too many requests from this address; retry in ${retryAfter} s`);

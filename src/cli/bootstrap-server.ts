@@ -4,14 +4,16 @@
  * the provider) and its dependencies, the replay guard shared by the replicas, the token store, the
  * CAs, the queue, the impersonation guard, the expiry ledger, the audit trail and the metrics (the
  * cloud calls' included) — and handed, finished, to the server of src/bootstrap/server.ts. Used by
- * `run` and `dev`; every replica serves, only the leader signs.
+ * `run` and `dev`; every replica serves, only the leader signs. With `workers` above one, the server
+ * is served by that many worker processes on one port (src/bootstrap/workers.ts), each built here again
+ * from the same config by {@link serveBootstrapWorker}; this process keeps the leader-only work.
  *
  * Where a new part plugs in: a dependency of a policy goes into `policyDepsFromConfig`
  * (src/bootstrap/policies/deps.ts); something every request needs goes into the
  * {@link BootstrapContext} built in {@link startBootstrapServer}; leader-only work (a publisher, a
  * cleaner, a signer) joins `components` in {@link startConfiguredBootstrap}.
  */
-import { CertificatesV1Api, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
+import { CertificatesV1Api, CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { type Registry, register } from 'prom-client';
 import { auditSink } from '../bootstrap/audit.ts';
 import { type CallbackChallenger, GrpcCallbackChallenger } from '../bootstrap/challenge-caller.ts';
@@ -28,22 +30,30 @@ import { buildPolicies } from '../bootstrap/policies/build.ts';
 import { policyDepsFromConfig } from '../bootstrap/policies/deps.ts';
 import { CsrQueue } from '../bootstrap/queue.ts';
 import { queueSigner } from '../bootstrap/queue-signer.ts';
-import type { RateLimit } from '../bootstrap/rate-limit.ts';
+import type { RateLimit, RequestLimiter } from '../bootstrap/rate-limit.ts';
 import { ConfigMapReplayGuard, ReplayMarkerCollector } from '../bootstrap/replay-guard.ts';
 import { loadReservedNames } from '../bootstrap/reserved-names.ts';
 import { type BootstrapServer, type RequestHandler, serveBootstrap } from '../bootstrap/server.ts';
 import { apiTokenSource, TokenCleaner, TokenValidator, WatchedTokenSecrets } from '../bootstrap/tokens.ts';
 import type { BootstrapPolicy } from '../bootstrap/types.ts';
+import { startServingWorkers } from '../bootstrap/workers.ts';
+import {
+  isServingWorker,
+  runWorker,
+  type WorkerServer,
+  type WorkerServices,
+} from '../bootstrap/workers-child.ts';
 import type { CloudOverrides } from '../cloud/from-config.ts';
 import { cloudCallMetrics } from '../cloud/metrics.ts';
 import type { Config } from '../config/schema.ts';
-import { ConfigError } from '../errors.ts';
+import { ConfigError, describeError } from '../errors.ts';
 import { reuseConnections } from '../kube/connection-reuse.ts';
 import { entriesOfIssued, LedgerRecorder } from '../ledger/recorder.ts';
 import { ConfigMapLedgerStore } from '../ledger/store.ts';
-import { type Logger, silentLogger } from '../log.ts';
-import type { ConnectionLimits } from '../net/hardened-server.ts';
-import { bundlePem, type CertificateAuthority } from '../pki/ca.ts';
+import { createLogger, type Logger, type LoggerOptions, silentLogger } from '../log.ts';
+import type { ConnectionGate, ConnectionLimits } from '../net/hardened-server.ts';
+import { bundlePem, type CertificateAuthority, caFromPem } from '../pki/ca.ts';
+import { parsePrivateKeyPem, privateKeyPem } from '../pki/keys.ts';
 import type { ReservedNames } from '../pki/reserved-names.ts';
 import { renderClusterInfoKubeconfig } from '../protocol/cluster-info.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
@@ -89,6 +99,12 @@ export interface BootstrapServerDeps {
   rateLimit?: RateLimit;
   /** Connection caps and timeouts other than the product's defaults (`run --bootstrap-max-connections…`). */
   connectionLimits?: Partial<ConnectionLimits>;
+  /** The serving key and certificate; default: `servingTls` (the configured files, or issued here). */
+  tls?: { key: string; cert: string };
+  /** In a serving worker: the primary's shared rate limit, connection caps and the shared port. */
+  shared?: { limiter: RequestLimiter; gate: ConnectionGate; reusePort: true };
+  /** Serves from this many worker processes (src/bootstrap/workers.ts), built from `spec`; one serves here. */
+  workers?: { count: number; spec: Omit<BootstrapWorkerSpec, 'tls'> };
   registry?: Registry;
   logger?: Logger;
 }
@@ -212,9 +228,23 @@ async function serveOrStop(
 ): Promise<{ running: BootstrapServer; tls: { cert: string; key: string } }> {
   const { context, queue, parts, registry } = serving;
   try {
-    const tls = await servingTls(config, context.ca, deps.serverNames);
+    const tls = deps.tls ?? (await servingTls(config, context.ca, deps.serverNames));
+    const listen = deps.listen ?? server.Listen;
+    if (deps.workers && deps.workers.count > 1) {
+      const running = await startServingWorkers({
+        count: deps.workers.count,
+        entry: import.meta.url,
+        spec: { ...deps.workers.spec, tls } satisfies BootstrapWorkerSpec,
+        listen,
+        limits: deps.connectionLimits,
+        rateLimit: deps.rateLimit,
+        registry,
+        logger: context.logger,
+      });
+      return { running, tls };
+    }
     const running = await serveBootstrap({
-      listen: deps.listen ?? server.Listen,
+      listen,
       tls,
       context,
       kops: {
@@ -229,6 +259,7 @@ async function serveOrStop(
       native: { challenger: parts.challenger },
       clusterInfoHandler: deps.clusterInfoHandler,
       rateLimit: deps.rateLimit,
+      ...deps.shared,
       connectionLimits: deps.connectionLimits,
       registry,
       readiness: [() => (queue.hasSynced() ? undefined : 'the CSR queue has not listed yet')],
@@ -331,15 +362,97 @@ export interface ConfiguredBootstrapOptions {
   registry: Registry;
   logger?: Logger;
   /**
-   * The connection caps (`run`'s flags), and overrides for tests: listen address, serving names, CA,
-   * API server URL, cluster-info handler.
+   * The connection caps and worker count (`run`'s flags), and overrides for tests: listen address,
+   * serving names, CA, API server URL, cluster-info handler, rate limit; in a serving worker, its
+   * certificate and what it shares with the other workers.
    */
   server?: Partial<
     Pick<
       BootstrapServerDeps,
-      'listen' | 'serverNames' | 'ca' | 'apiServer' | 'clusterInfoHandler' | 'connectionLimits'
+      | 'listen'
+      | 'serverNames'
+      | 'ca'
+      | 'apiServer'
+      | 'clusterInfoHandler'
+      | 'connectionLimits'
+      | 'rateLimit'
+      | 'tls'
+      | 'shared'
     >
-  >;
+  > & {
+    /** Worker processes that serve (`run --bootstrap-workers`); 1 (the default) serves in this process. */
+    workers?: number;
+  };
+}
+
+/**
+ * What a serving worker builds its server from (sent to it by the primary): the primary's config,
+ * kubeconfig and overrides, and the serving certificate, so that every worker presents the same one.
+ */
+export interface BootstrapWorkerSpec {
+  config: Config;
+  /** The primary's kubeconfig, exported. */
+  kubeconfig: string;
+  /** Without `env`: a worker inherits the primary's environment. */
+  vfsOptions: Omit<VfsOptions, 'env'>;
+  cloud?: CloudOverrides;
+  tls: { key: string; cert: string };
+  /** The signing CA given to the primary (tests, `dev`), as PEM; otherwise the worker loads `server.signingCAs`. */
+  ca?: { name: string; bundle: string; key: string };
+  server: Partial<Pick<BootstrapServerDeps, 'apiServer' | 'connectionLimits' | 'rateLimit'>>;
+  log: Pick<LoggerOptions, 'level'>;
+}
+
+/** The spec of this process's serving workers; a ConfigError when a part of it cannot be sent to another process. */
+function workerSpecOf(options: ConfiguredBootstrapOptions, logger: Logger): Omit<BootstrapWorkerSpec, 'tls'> {
+  const { ca, apiServer, connectionLimits, rateLimit } = options.server ?? {};
+  const { env: _env, ...vfsOptions } = options.vfsOptions;
+  const spec: Omit<BootstrapWorkerSpec, 'tls'> = {
+    config: options.config,
+    kubeconfig: options.kubeConfig.exportConfig(),
+    vfsOptions,
+    cloud: options.cloud,
+    ca: ca && { name: ca.name, bundle: bundlePem(ca), key: privateKeyPem(ca.signer.key) },
+    server: { apiServer, connectionLimits, rateLimit },
+    log: { level: logger.level as LoggerOptions['level'] },
+  };
+  try {
+    structuredClone(spec);
+  } catch (err) {
+    throw new ConfigError(
+      `the bootstrap workers cannot be given this process's settings (${describeError(err)}); serve with one worker (--bootstrap-workers 1)`,
+      { cause: err },
+    );
+  }
+  return spec;
+}
+
+/**
+ * A serving worker's server (this module is the entry src/bootstrap/workers.ts forks): the primary's bootstrap server
+ * rebuilt from `spec`, serving on the shared port with the shared limits. Its leader-only components
+ * are not started: they run in the primary.
+ */
+async function serveBootstrapWorker(spec: unknown, services: WorkerServices): Promise<WorkerServer> {
+  const { config, kubeconfig, vfsOptions, cloud, tls, ca, server, log } = spec as BootstrapWorkerSpec;
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromString(kubeconfig);
+  const running = await startConfiguredBootstrap({
+    config,
+    kubeConfig,
+    vfsOptions,
+    cloud,
+    registry: services.registry,
+    // Each worker's records name it: which process served a request, which one died.
+    logger: createLogger(log).child({ worker: process.pid }),
+    server: {
+      ...server,
+      listen: services.listen,
+      tls,
+      ca: ca && caFromPem(ca.bundle, parsePrivateKeyPem(ca.key), { name: ca.name }),
+      shared: { limiter: services.limiter, gate: services.gate, reusePort: services.reusePort },
+    },
+  });
+  return { address: running.server.address, close: () => running.close() };
 }
 
 /** The running server, and the leader-only components that go with it: the queue signer, the cluster-info publisher, the token and replay-marker cleaners, and the certificate expiry ledger's gauge and renewal recorder. */
@@ -403,11 +516,17 @@ export async function startConfiguredBootstrap(
   const { config, kubeConfig, logger = silentLogger } = options;
   if (!config.server)
     throw new ConfigError('the config has no server section; the bootstrap server needs one');
+  const { workers = 1, ...serverOverrides } = options.server ?? {};
+  const workerPlan = workers > 1 ? { count: workers, spec: workerSpecOf(options, logger) } : undefined;
   // The CAs first: the renewal policy checks node certificates against them.
   const authorities = await signingAuthorities(config.server, options.server?.ca, options.vfsOptions);
   const core = kubeConfig.makeApiClient(CoreV1Api);
   // One guard object serves the policies (claims) and the leader's collector (expiry).
-  const replayGuard = new ConfigMapReplayGuard({ core, namespace: config.bootstrap.replayNamespace });
+  const replayGuard = new ConfigMapReplayGuard({
+    core,
+    kubeConfig,
+    namespace: config.bootstrap.replayNamespace,
+  });
   // One watch of the token Secrets: the policies refuse guesses from it (every replica), the
   // leader's signer and cleaner follow its events instead of polling.
   const tokens = new WatchedTokenSecrets({
@@ -430,7 +549,8 @@ export async function startConfiguredBootstrap(
       registry: options.registry,
       logger,
       clusterInfoHandler: clusterInfoHandler(clusterInfo, logger),
-      ...options.server,
+      ...serverOverrides,
+      workers: workerPlan,
       authorities,
     });
     const publisher = new ClusterInfoPublisher({
@@ -459,3 +579,6 @@ export async function startConfiguredBootstrap(
     throw err;
   }
 }
+
+// Forked as a serving worker of `run` (src/bootstrap/workers.ts).
+if (import.meta.main && isServingWorker()) runWorker(serveBootstrapWorker);

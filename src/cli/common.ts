@@ -64,7 +64,7 @@ export function durationFlag(flag: string, value: string): number {
 }
 
 /** A parser of a flag that takes a count of at least 1. */
-function countOf(flag: string): (value: string) => number {
+export function countOf(flag: string): (value: string) => number {
   return (value) => {
     if (!/^[1-9]\d{0,6}$/.test(value)) {
       throw new InvalidInputError(`${flag} ${value}: expected a whole number from 1 to 9999999`);

@@ -11,6 +11,7 @@ import { createCa } from '../pki/ca.ts';
 import { saveCa } from '../pki/folder.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { openVfs } from '../statestore/open.ts';
+import { defaultBootstrapWorkers } from './run.ts';
 
 const projectRoot = new URL('../..', import.meta.url);
 
@@ -210,4 +211,8 @@ describe('kops-controller run', () => {
       'kops-controller: cannot read config file /nonexistent/config.yaml: no such file; pass --conf FILE',
     ]);
   });
+});
+
+test('the bootstrap server serves from one process per core but one, and from this one on two cores or fewer', () => {
+  assert.deepEqual([1, 2, 3, 8].map(defaultBootstrapWorkers), [1, 1, 2, 7]);
 });

@@ -2,9 +2,12 @@
  * `kops-controller run --conf FILE`: the controller process. Loads the config and the kubeconfig,
  * serves /healthz, /readyz and /metrics, campaigns for the leader lease and runs the leader-only
  * components while it holds it. SIGTERM or SIGINT shuts down cleanly: the components stop, the lease
- * is released so a standby takes over at once, and the process exits 0.
+ * is released so a standby takes over at once, and the process exits 0. The bootstrap server serves
+ * from `--bootstrap-workers` processes (default: one per core but one; src/bootstrap/workers.ts); leader
+ * election and the controllers stay in this one.
  */
 
+import { availableParallelism } from 'node:os';
 import { CoordinationV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { Command, Option } from 'commander';
 import { collectDefaultMetrics, type Registry, register } from 'prom-client';
@@ -21,13 +24,23 @@ import {
   type ConfiguredBootstrapOptions,
   startConfiguredBootstrap,
 } from './bootstrap-server.ts';
-import { commandLogger, type KubeOptions, withConnectionCaps, withKubeOptions } from './common.ts';
+import { commandLogger, countOf, type KubeOptions, withConnectionCaps, withKubeOptions } from './common.ts';
 import { buildLeaderComponents } from './leader-components.ts';
 
 interface RunOptions extends KubeOptions {
   conf: string;
   bootstrapMaxConnections: number;
   bootstrapMaxConnectionsPerSource: number;
+  bootstrapWorkers: number;
+}
+
+/**
+ * Serving processes by default: one per core but one, which the main process keeps for the
+ * controllers, the shared caps and the nodes' traffic to it. On two cores that is one process: two
+ * workers measured slower there than one (docs/performance.md, "Every core serves").
+ */
+export function defaultBootstrapWorkers(cores = availableParallelism()): number {
+  return Math.max(1, cores - 1);
 }
 
 /** Where kops mounts the controller's config file. */
@@ -49,9 +62,16 @@ export function runCommand(): Command {
       .addOption(new Option('--conf <file>', 'controller configuration file').default(defaultConfigPath)),
   );
   // The bootstrap server's caps; the metrics port's are fixed (docs/operations.md).
-  return withConnectionCaps(command, 'bootstrap-', 'the bootstrap server', defaultConnectionLimits).action(
-    run,
-  );
+  return withConnectionCaps(command, 'bootstrap-', 'the bootstrap server', defaultConnectionLimits)
+    .addOption(
+      new Option(
+        '--bootstrap-workers <n>',
+        'processes that serve the bootstrap server, sharing its port, caps and rate limit (1: this process only)',
+      )
+        .argParser(countOf('--bootstrap-workers'))
+        .default(defaultBootstrapWorkers(), 'the number of cores minus one, at least 1'),
+    )
+    .action(run);
 }
 
 async function run(options: RunOptions, command: Command): Promise<void> {
@@ -80,6 +100,7 @@ async function run(options: RunOptions, command: Command): Promise<void> {
         maxConnections: options.bootstrapMaxConnections,
         maxConnectionsPerSource: options.bootstrapMaxConnectionsPerSource,
       },
+      workers: options.bootstrapWorkers,
     },
     registry: register,
     logger,

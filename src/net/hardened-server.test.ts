@@ -10,7 +10,13 @@ import { after, before, describe, test } from 'node:test';
 import { connect } from 'node:tls';
 import { createLogger } from '../log.ts';
 import { createCertificateAuthority, issueServingCertificate, type SimKeyPair } from '../sim/tls.ts';
-import { defaultConnectionLimits, openFileLimit, startHardenedServer } from './hardened-server.ts';
+import {
+  type Admission,
+  type ConnectionGate,
+  defaultConnectionLimits,
+  openFileLimit,
+  startHardenedServer,
+} from './hardened-server.ts';
 import { eventually, idleCrowd } from './testing.ts';
 
 describe('hardened server', () => {
@@ -147,6 +153,54 @@ describe('hardened server', () => {
       });
       assert.equal(answer, 200);
     } finally {
+      await server.close();
+    }
+  });
+
+  test('a gate that answers later: the connection waits unread, is served once admitted, reset when refused, and released when it closes', async () => {
+    const asked: string[] = [];
+    const released: string[] = [];
+    const answers: ((admission: Admission) => void)[] = [];
+    const gate: ConnectionGate = {
+      admit: (source) => {
+        asked.push(source);
+        return new Promise<Admission>((resolve) => answers.push(resolve));
+      },
+      release: (source) => released.push(source),
+    };
+    const server = await startHardenedServer({
+      name: 'test',
+      listen: '127.0.0.1:0',
+      listenSetting: 'test.listen',
+      tls: tls(),
+      gate,
+      handler: (_req, res) => res.end('ok'),
+    });
+    const agent = new Agent({ keepAlive: false });
+    const get = () =>
+      new Promise<string>((resolve) => {
+        const req = request(`${server.url}/`, { agent, ca: caPem }, (res) => {
+          let text = '';
+          res.on('data', (chunk: Buffer) => (text += chunk));
+          res.on('end', () => resolve(text));
+        });
+        req.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
+        req.end();
+      });
+    try {
+      const admitted = get();
+      await eventually(() => answers.length, 1);
+      assert.deepEqual(asked, ['127.0.0.1']);
+      (answers.shift() as (admission: Admission) => void)('admitted');
+      assert.equal(await admitted, 'ok');
+      assert.deepEqual(await eventually(() => released.length, 1), 1, 'released once, when it closed');
+      const refused = get();
+      await eventually(() => answers.length, 1);
+      (answers.shift() as (admission: Admission) => void)('per-source');
+      assert.equal(await refused, 'ECONNRESET');
+      assert.equal(released.length, 1, 'a refused connection was never held, so never released');
+    } finally {
+      agent.destroy();
       await server.close();
     }
   });

@@ -106,6 +106,58 @@ export interface HardenedServerOptions {
   /** Counts open and refused connections here when given. */
   registry?: Registry;
   logger?: Logger;
+  /**
+   * Decides the connection caps instead of this server alone: serving workers share one gate in
+   * their primary process (src/bootstrap/workers.ts), so the caps hold across them.
+   */
+  gate?: ConnectionGate;
+  /** Binds with SO_REUSEPORT, so that serving workers share the port and the kernel spreads connections. */
+  reusePort?: boolean;
+}
+
+/** Whether a new connection from a source may be held: yes, or which cap it is over. */
+export type Admission = 'admitted' | 'total' | 'per-source';
+
+/**
+ * Counts held connections against the caps. Every admitted connection must be released once, when
+ * it closes. A gate may answer later (across processes); the connection waits, unread, until it does.
+ */
+export interface ConnectionGate {
+  admit(source: string): Admission | Promise<Admission>;
+  release(source: string): void;
+}
+
+/** The caps' bookkeeping: connections held in all and per source. */
+export class SourceConnectionCounter implements ConnectionGate {
+  readonly #limits: Pick<ConnectionLimits, 'maxConnections' | 'maxConnectionsPerSource'>;
+  readonly #bySource = new Map<string, number>();
+  #total = 0;
+
+  constructor(limits: Pick<ConnectionLimits, 'maxConnections' | 'maxConnectionsPerSource'>) {
+    this.#limits = limits;
+  }
+
+  admit(source: string): Admission {
+    if (this.#total >= this.#limits.maxConnections) return 'total';
+    const held = this.#bySource.get(source) ?? 0;
+    if (held >= this.#limits.maxConnectionsPerSource) return 'per-source';
+    this.#bySource.set(source, held + 1);
+    this.#total += 1;
+    return 'admitted';
+  }
+
+  release(source: string): void {
+    const held = this.#bySource.get(source);
+    if (held === undefined) return;
+    if (held > 1) this.#bySource.set(source, held - 1);
+    else this.#bySource.delete(source);
+    this.#total -= 1;
+  }
+
+  /** Connections held now. */
+  get total(): number {
+    return this.#total;
+  }
 }
 
 /** A listening server. */
@@ -257,8 +309,8 @@ function startTlsOnFirstBytes(socket: Socket, idleTimeoutMs: number, start: () =
 }
 
 /**
- * Puts the per-source cap in front of Node's own connection handling (the TLS handshake or the HTTP
- * parser): a socket over it is reset without either. Returns the sockets held.
+ * Puts the caps in front of Node's own connection handling (the TLS handshake or the HTTP parser): a
+ * socket over one is reset without either. Returns the sockets held.
  */
 function capPerSource(
   server: Server,
@@ -270,25 +322,20 @@ function capPerSource(
   // not a connection that never sends anything. Node's HTTP layer destroys a socket whose timer fires.
   const awaitFirstRequest = (socket: Socket) => socket.setTimeout(limits.keepAliveTimeout);
   const sockets = new Set<Socket>();
-  const bySource = new Map<string, number>();
+  const gate = options.gate ?? new SourceConnectionCounter(limits);
   const handOver = server.listeners('connection') as ((socket: Socket) => void)[];
   server.removeAllListeners('connection');
-  server.on('connection', (socket: Socket) => {
-    const source = sourceAddress(socket.remoteAddress);
-    if (source === '') return socket.destroy(); // already gone
-    const held = bySource.get(source) ?? 0;
-    if (held >= limits.maxConnectionsPerSource) {
-      refused.refuse('per-source', source);
+  const admitted = (socket: Socket, source: string, admission: Admission) => {
+    if (admission !== 'admitted') {
+      refused.refuse(admission, source);
       return socket.resetAndDestroy();
     }
-    bySource.set(source, held + 1);
+    if (socket.destroyed) return gate.release(source); // gone while the gate decided
     sockets.add(socket);
     refused.opened();
     socket.once('close', () => {
       sockets.delete(socket);
-      const left = (bySource.get(source) ?? 1) - 1;
-      if (left > 0) bySource.set(source, left);
-      else bySource.delete(source);
+      gate.release(source);
       refused.closed();
     });
     const start = () => {
@@ -297,6 +344,22 @@ function capPerSource(
     if (options.tls) return startTlsOnFirstBytes(socket, limits.keepAliveTimeout, start);
     start();
     awaitFirstRequest(socket);
+  };
+  server.on('connection', (socket: Socket) => {
+    const source = sourceAddress(socket.remoteAddress);
+    if (source === '') return socket.destroy(); // already gone
+    const admission = gate.admit(source);
+    if (typeof admission === 'string') return admitted(socket, source, admission);
+    // Until the gate answers, a reset by the client is this code's to absorb.
+    const reset = () => undefined;
+    socket.on('error', reset);
+    admission.then(
+      (answer) => {
+        socket.off('error', reset);
+        admitted(socket, source, answer);
+      },
+      () => socket.destroy(),
+    );
   });
   server.on('secureConnection', awaitFirstRequest);
   return sockets;
@@ -330,7 +393,7 @@ async function listen(server: Server, options: HardenedServerOptions, logger: Lo
         ),
       ),
     );
-    server.listen(port, host, () => {
+    server.listen({ port, host, reusePort: options.reusePort }, () => {
       server.removeAllListeners('error');
       resolve();
     });

@@ -1,0 +1,133 @@
+/**
+ * A serving worker's side (src/bootstrap/workers.ts forks the entry module, which calls
+ * {@link runWorker}): its server is started with services that ask the primary for what the workers
+ * share — the connection caps and the rate limit — and a registry of its own, which the primary
+ * scrapes. It stops when told, and at once when the primary has gone: a worker never outlives it.
+ */
+import type { AddressInfo } from 'node:net';
+import { Registry } from 'prom-client';
+import { describeError, KopsError } from '../errors.ts';
+import type { Admission, ConnectionGate } from '../net/hardened-server.ts';
+import type { RateDecision, RequestLimiter } from './rate-limit.ts';
+import type { FromWorker, ToWorker } from './workers.ts';
+import { batchedSender } from './workers-channel.ts';
+
+/** What a worker's server is started with. */
+export interface WorkerServices {
+  /** The address to serve (a fixed port, shared with the other workers). */
+  listen: string;
+  /** Always true: the workers share the port. */
+  reusePort: true;
+  /** The connection caps of every worker together. */
+  gate: ConnectionGate;
+  /** The per-source rate limit of every worker together. */
+  limiter: RequestLimiter;
+  /** The worker's metrics: the primary serves them summed with the other workers'. */
+  registry: Registry;
+}
+
+/** A server a worker runs: what the entry returns. */
+export interface WorkerServer {
+  address: AddressInfo;
+  close(): Promise<void>;
+}
+
+/** What builds and starts a worker's server from the primary's spec. */
+export type WorkerServe = (spec: unknown, services: WorkerServices) => Promise<WorkerServer>;
+
+const send = batchedSender((messages: FromWorker[]) => process.send?.(messages));
+
+/** Questions sent to the primary, answered by id. */
+function askPrimary() {
+  let nextId = 0;
+  const admissions = new Map<number, (admission: Admission) => void>();
+  const decisions = new Map<number, (decision: RateDecision) => void>();
+  const answer = (message: ToWorker) => {
+    if (message.type === 'admitted') {
+      admissions.get(message.id)?.(message.admission);
+      admissions.delete(message.id);
+    } else if (message.type === 'took') {
+      decisions.get(message.id)?.(message.decision);
+      decisions.delete(message.id);
+    }
+  };
+  const gate: ConnectionGate = {
+    admit: (source) =>
+      new Promise<Admission>((resolve) => {
+        const id = nextId++;
+        admissions.set(id, resolve);
+        send({ type: 'admit', id, source });
+      }),
+    release: (source) => send({ type: 'release', source }),
+  };
+  const limiter: RequestLimiter = {
+    take: (source) =>
+      new Promise<RateDecision>((resolve) => {
+        const id = nextId++;
+        decisions.set(id, resolve);
+        send({ type: 'take', id, source });
+      }),
+  };
+  return { gate, limiter, answer };
+}
+
+/** The argument a worker is forked with: its entry module runs {@link runWorker} instead of its usual main. */
+export const servingWorkerFlag = '--kops-controller-serving-worker';
+
+/** Whether this process was forked as a serving worker. */
+export function isServingWorker(): boolean {
+  return process.argv.includes(servingWorkerFlag);
+}
+
+/** Runs the worker: serves with `serve` once told to start, answers scrapes, stops when told. */
+export function runWorker(serve: WorkerServe): void {
+  const registry = new Registry();
+  const primary = askPrimary();
+  let server: WorkerServer | undefined;
+  // Without its primary, the worker's caps and limits have no one to ask: it ends at once.
+  process.on('disconnect', () => process.exit(0));
+  // Ctrl-C in a terminal reaches the whole process group: the primary decides when its workers stop
+  // (it tells them), so that a worker is not replaced while the primary is shutting down.
+  process.on('SIGINT', () => undefined);
+  process.on('message', (messages: ToWorker[]) => {
+    for (const message of messages) receive(message);
+  });
+  const receive = (message: ToWorker) => {
+    if (message.type === 'start') {
+      start(serve, message, registry, primary).then(
+        (started) => {
+          server = started;
+          send({ type: 'ready', address: started.address });
+        },
+        (err: unknown) => {
+          const failed: FromWorker = {
+            type: 'failed',
+            kind: err instanceof KopsError ? err.kind : 'internal',
+            error: describeError(err),
+          };
+          // Exits once the primary has the reason: it reports it, this process has nothing to serve.
+          process.send?.([failed], undefined, undefined, () => process.exit(1));
+        },
+      );
+    } else if (message.type === 'metrics') {
+      void registry.getMetricsAsJSON().then((metrics) => send({ type: 'metrics', id: message.id, metrics }));
+    } else if (message.type === 'stop') {
+      void (server?.close() ?? Promise.resolve()).finally(() => process.exit(0));
+    } else primary.answer(message);
+  };
+}
+
+function start(
+  serve: WorkerServe,
+  message: Extract<ToWorker, { type: 'start' }>,
+  registry: Registry,
+  primary: ReturnType<typeof askPrimary>,
+): Promise<WorkerServer> {
+  return serve(message.spec, {
+    listen: message.listen,
+    reusePort: true,
+    gate: primary.gate,
+    limiter: primary.limiter,
+    registry,
+  });
+}

@@ -1,0 +1,348 @@
+/**
+ * The bootstrap server on every core: N worker processes each serve the same port (SO_REUSEPORT, so
+ * the kernel spreads connections and no process relays them), terminating TLS and answering requests
+ * themselves. Each worker is a serving replica: it builds its own parts from a spec (src/cli's
+ * `serveBootstrapWorker`), so what is already correct across the controller's replicas — the replay
+ * markers and queued CSRs in the API server — is correct across workers. What a replica keeps in
+ * memory and must hold for the whole process is kept here, in the primary, and the workers ask for it:
+ *
+ * - the connection caps (every source together and per source): a worker asks before it reads a
+ *   byte of a new connection and reports its close;
+ * - the per-source rate limit: a worker asks before it answers a request;
+ * - the metrics: a scrape of the primary's registry sums every worker's (one set of series).
+ *
+ * A worker that dies is replaced, and what it held is released. Leader election and the controllers
+ * stay in the primary.
+ */
+import { type ChildProcess, fork } from 'node:child_process';
+import type { AddressInfo } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import {
+  AggregatorRegistry,
+  type MetricObjectWithValues,
+  type MetricValue,
+  type Registry,
+} from 'prom-client';
+import { ConfigError, describeError } from '../errors.ts';
+import { type Logger, silentLogger } from '../log.ts';
+import {
+  type Admission,
+  type ConnectionLimits,
+  defaultConnectionLimits,
+  type HardenedServer,
+  SourceConnectionCounter,
+} from '../net/hardened-server.ts';
+import { parseListenAddress, urlOf } from '../runtime/listen-address.ts';
+import { defaultRateLimit, type RateDecision, type RateLimit, SourceRateLimiter } from './rate-limit.ts';
+import { batchedSender } from './workers-channel.ts';
+import { servingWorkerFlag } from './workers-child.ts';
+
+/** Messages from the primary to a worker (sent in arrays, src/bootstrap/workers-channel.ts). */
+export type ToWorker =
+  | { type: 'start'; spec: unknown; listen: string }
+  | { type: 'admitted'; id: number; admission: Admission }
+  | { type: 'took'; id: number; decision: RateDecision }
+  | { type: 'metrics'; id: number }
+  | { type: 'stop' };
+
+/** Messages from a worker to the primary (sent in arrays). */
+export type FromWorker =
+  | { type: 'ready'; address: AddressInfo }
+  | { type: 'failed'; kind: string; error: string }
+  | { type: 'admit'; id: number; source: string }
+  | { type: 'release'; source: string }
+  | { type: 'take'; id: number; source: string }
+  | { type: 'metrics'; id: number; metrics: MetricObjectWithValues<MetricValue<string>>[] };
+
+/** Options of {@link startServingWorkers}. */
+export interface ServingWorkersOptions {
+  /** How many workers serve (at least 2; one is today's single process, without this module). */
+  count: number;
+  /**
+   * The worker's main module (a file URL): it calls `runWorker` (src/bootstrap/workers-child.ts) with
+   * the function that builds and starts its server when it runs as a worker (`isServingWorker()`).
+   */
+  entry: string;
+  /** What the entry builds the server from; sent to each worker as JSON. */
+  spec: unknown;
+  /** Listen address; port 0 picks one port that every worker then shares. */
+  listen: string;
+  limits?: Partial<ConnectionLimits>;
+  rateLimit?: RateLimit;
+  /** The primary's registry: a scrape of it includes the workers' metrics, summed. */
+  registry?: Registry;
+  /** Node options of the workers (default: this process's). */
+  execArgv?: string[];
+  logger?: Logger;
+}
+
+/** The workers serving one port: a server, as a single process's would be, and the workers' process ids. */
+export interface ServingWorkers extends HardenedServer {
+  /** The process ids of the workers serving now (a replacement once it serves). */
+  pids(): number[];
+}
+
+/** The primary's view of one worker. */
+interface Worker {
+  child: ChildProcess;
+  /** Whether it has said it serves. */
+  serving: boolean;
+  /** Connections it holds, by source: released if it dies. */
+  held: Map<string, number>;
+  /** Sends to it, batched per turn of the event loop. */
+  send: (message: ToWorker) => void;
+  /** Its metrics requests waiting for an answer. */
+  metricsWaiters: Map<number, (metrics: MetricObjectWithValues<MetricValue<string>>[]) => void>;
+}
+
+/** How long a scrape waits for a worker's metrics before it goes without them. */
+const metricsTimeoutMs = 2_000;
+/** How long a worker may take to stop before it is killed. */
+const stopTimeoutMs = 15_000;
+/** A worker that died is replaced after this, doubled for each replacement that died before serving. */
+const restartDelayMs = 100;
+const maxRestartDelayMs = 10_000;
+
+/** `listen` with its port replaced by `port`, in the same form. */
+function withPort(listen: string, port: number): string {
+  const { host } = parseListenAddress(listen);
+  if (host === undefined) return `:${port}`;
+  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+/** The error a worker reported when it could not start. */
+function startFailure(message: { kind: string; error: string }): Error {
+  return message.kind === 'config' ? new ConfigError(message.error) : new Error(message.error);
+}
+
+/** Starts `count` workers on one port; resolves once every one serves, rejects (and stops them) if one cannot. */
+export async function startServingWorkers(options: ServingWorkersOptions): Promise<ServingWorkers> {
+  const pool = new WorkerPool(options);
+  try {
+    await pool.start();
+  } catch (err) {
+    await pool.close();
+    throw err;
+  }
+  return {
+    url: pool.url,
+    address: pool.address,
+    openConnections: () => pool.connections.total,
+    close: () => pool.close(),
+    pids: () => pool.pids(),
+  };
+}
+
+class WorkerPool {
+  readonly connections: SourceConnectionCounter;
+  readonly #options: ServingWorkersOptions;
+  readonly #limiter: SourceRateLimiter;
+  readonly #logger: Logger;
+  readonly #workers = new Set<Worker>();
+  #listen: string;
+  #address: AddressInfo | undefined;
+  #started = false;
+  #stopping = false;
+  #restartDelay = restartDelayMs;
+  #restartTimer: NodeJS.Timeout | undefined;
+  #nextId = 0;
+  #metrics: WorkerMetrics | undefined;
+
+  constructor(options: ServingWorkersOptions) {
+    this.#options = options;
+    this.connections = new SourceConnectionCounter({ ...defaultConnectionLimits, ...options.limits });
+    this.#limiter = new SourceRateLimiter(options.rateLimit ?? defaultRateLimit);
+    this.#logger = (options.logger ?? silentLogger).child({ component: 'bootstrap-workers' });
+    this.#listen = options.listen;
+  }
+
+  get address(): AddressInfo {
+    if (!this.#address) throw new Error('the workers have not started');
+    return this.#address;
+  }
+
+  get url(): string {
+    return urlOf(this.address, 'https');
+  }
+
+  pids(): number[] {
+    return [...this.#workers].filter((worker) => worker.serving).map((worker) => worker.child.pid as number);
+  }
+
+  /** The first worker binds (and picks the port when it is 0), then the others join its port. */
+  async start(): Promise<void> {
+    this.#address = await this.#spawn();
+    this.#listen = withPort(this.#options.listen, this.#address.port);
+    const others = Array.from({ length: this.#options.count - 1 }, () => this.#spawn());
+    await Promise.all(others);
+    this.#started = true;
+    if (this.#options.registry) {
+      this.#metrics = new WorkerMetrics(this.#options.registry, this);
+      this.#metrics.attach();
+    }
+  }
+
+  /** Forks one worker and resolves with its address once it serves. */
+  #spawn(): Promise<AddressInfo> {
+    const child = fork(fileURLToPath(this.#options.entry), [servingWorkerFlag], {
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      // Structured clone: the config is sent as it is, not as JSON.
+      serialization: 'advanced',
+      // This process's Node options, without a test runner's: a worker serves, it runs no tests.
+      execArgv: this.#options.execArgv ?? process.execArgv.filter((arg) => !arg.startsWith('--test')),
+    });
+    const worker: Worker = {
+      child,
+      serving: false,
+      held: new Map(),
+      metricsWaiters: new Map(),
+      // A worker that is going away asks nothing more; what it held is released when it has gone.
+      send: batchedSender((messages: ToWorker[]) => {
+        if (child.connected) child.send(messages);
+      }),
+    };
+    this.#workers.add(worker);
+    return new Promise((resolve, reject) => {
+      child.on('message', (messages: FromWorker[]) => {
+        for (const message of messages) receive(message);
+      });
+      const receive = (message: FromWorker) => {
+        if (message.type === 'ready') {
+          worker.serving = true;
+          this.#restartDelay = restartDelayMs;
+          resolve(message.address);
+        } else if (message.type === 'failed') {
+          reject(startFailure(message));
+        } else this.#answer(worker, message);
+      };
+      child.once('exit', (code, signal) => {
+        this.#forget(worker);
+        if (!worker.serving)
+          reject(new Error(`a bootstrap worker exited before it served (${signal ?? code})`));
+        // Once the pool serves, a worker that dies, even before it served, is replaced.
+        if (this.#started && !this.#stopping) this.#replace(worker, code, signal);
+      });
+      worker.send({ type: 'start', spec: this.#options.spec, listen: this.#listen });
+    });
+  }
+
+  /** Answers what a worker asks of the state they share. */
+  #answer(worker: Worker, message: FromWorker): void {
+    if (message.type === 'admit') {
+      const admission = this.connections.admit(message.source);
+      if (admission === 'admitted')
+        worker.held.set(message.source, (worker.held.get(message.source) ?? 0) + 1);
+      worker.send({ type: 'admitted', id: message.id, admission });
+    } else if (message.type === 'release') {
+      const held = worker.held.get(message.source) ?? 0;
+      if (held === 0) return;
+      if (held > 1) worker.held.set(message.source, held - 1);
+      else worker.held.delete(message.source);
+      this.connections.release(message.source);
+    } else if (message.type === 'take') {
+      worker.send({ type: 'took', id: message.id, decision: this.#limiter.take(message.source) });
+    } else if (message.type === 'metrics') {
+      worker.metricsWaiters.get(message.id)?.(message.metrics);
+    }
+  }
+
+  /** A worker has gone: what it held is released, its scrapes answered without it. */
+  #forget(worker: Worker): void {
+    this.#workers.delete(worker);
+    for (const [source, count] of worker.held) {
+      for (let i = 0; i < count; i++) this.connections.release(source);
+    }
+    worker.held.clear();
+    for (const waiter of worker.metricsWaiters.values()) waiter([]);
+  }
+
+  /** Forks a replacement for a worker that died; one that dies again before serving waits longer. */
+  #replace(worker: Worker, code: number | null, signal: NodeJS.Signals | null): void {
+    this.#logger.error(
+      { pid: worker.child.pid, code, signal, restartInMs: this.#restartDelay },
+      'a bootstrap worker died; replacing it',
+    );
+    const delay = this.#restartDelay;
+    this.#restartDelay = Math.min(maxRestartDelayMs, this.#restartDelay * 2);
+    this.#restartTimer = setTimeout(() => {
+      this.#restartTimer = undefined;
+      if (this.#stopping) return;
+      this.#spawn().then(
+        () => this.#logger.info({ workers: this.#workers.size }, 'a bootstrap worker was replaced'),
+        (err) => this.#logger.error({ err: describeError(err) }, 'a replacement bootstrap worker failed'),
+      );
+    }, delay);
+  }
+
+  /** Every worker's metrics now; a worker that does not answer in time is left out. */
+  scrape(): Promise<MetricObjectWithValues<MetricValue<string>>[][]> {
+    return Promise.all(
+      [...this.#workers].map(
+        (worker) =>
+          new Promise<MetricObjectWithValues<MetricValue<string>>[]>((resolve) => {
+            const id = this.#nextId++;
+            const done = (metrics: MetricObjectWithValues<MetricValue<string>>[]) => {
+              clearTimeout(timer);
+              worker.metricsWaiters.delete(id);
+              resolve(metrics);
+            };
+            const timer = setTimeout(() => done([]), metricsTimeoutMs);
+            worker.metricsWaiters.set(id, done);
+            worker.send({ type: 'metrics', id });
+          }),
+      ),
+    );
+  }
+
+  /** Stops every worker (each closes its server gracefully), killing any that takes too long. */
+  async close(): Promise<void> {
+    this.#stopping = true;
+    clearTimeout(this.#restartTimer);
+    this.#metrics?.detach();
+    await Promise.all(
+      [...this.#workers].map(({ child, send }) => {
+        if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+        const gone = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+        const kill = setTimeout(() => child.kill('SIGKILL'), stopTimeoutMs);
+        if (child.connected) send({ type: 'stop' });
+        else child.kill('SIGTERM');
+        return gone.finally(() => clearTimeout(kill));
+      }),
+    );
+  }
+}
+
+/**
+ * The workers' metrics in the primary's `/metrics`: the scrape of the primary's registry (what the
+ * operations port serves, `registry.metrics()`) sums each metric over the primary and every worker
+ * (prom-client's cluster aggregation), so each series appears once. The registry itself keeps only the
+ * primary's own metrics: a metric the primary registers later (the operations port's own connection
+ * gauges, which share names with the workers') is registered as usual and summed like the others.
+ */
+class WorkerMetrics {
+  readonly #registry: Registry;
+  readonly #pool: WorkerPool;
+
+  constructor(registry: Registry, pool: WorkerPool) {
+    this.#registry = registry;
+    this.#pool = pool;
+  }
+
+  /** From now on, a scrape of the registry includes the workers'. */
+  attach(): void {
+    const registry = this.#registry;
+    const pool = this.#pool;
+    // An own property in front of the prototype's method; detach() deletes it.
+    registry.metrics = async () => {
+      const [own, workers] = await Promise.all([registry.getMetricsAsJSON(), pool.scrape()]);
+      const summed = AggregatorRegistry.aggregate([own, ...workers]);
+      summed.setContentType(registry.contentType);
+      return summed.metrics();
+    };
+  }
+
+  /** A scrape of the registry is the primary's alone again. */
+  detach(): void {
+    delete (this.#registry as Partial<Pick<Registry, 'metrics'>>).metrics;
+  }
+}
