@@ -90,7 +90,7 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
   after(() => harness.close());
 
   test('the API server answers 503, 429, 500 or nothing in time to the replay-marker write; the same request then passes', async () => {
-    const configMapCreates = { resource: 'configmaps', verbs: ['create'] };
+    const configMapCreates = { resource: 'configmaps', verbs: ['create'], namespace: 'kube-system' };
     for (const status of [503, 429, 500] as const) {
       const node = harness.addNode();
       const attempt = nativeRequest(node, harness);
@@ -116,6 +116,8 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
     harness.api.faults.errors({
       resource: 'configmaps',
       verbs: ['create'],
+      // The replay markers' namespace: the harness keeps its expiry ledger elsewhere.
+      namespace: 'kube-system',
       count: 1,
       status: 503,
       afterCommit: true,
@@ -215,7 +217,13 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
       keypairIDs: {},
     });
     const authorization = signAwsStsProof(body, node.credentials, harness.aws.region, 1);
-    harness.api.faults.errors({ resource: 'configmaps', verbs: ['create'], count: 1, status: 503 });
+    harness.api.faults.errors({
+      resource: 'configmaps',
+      verbs: ['create'],
+      namespace: 'kube-system',
+      count: 1,
+      status: 503,
+    });
     const reply = await send(harness, '/bootstrap', body, authorization);
     assert.equal(reply.status, 503, reply.text);
     assert.match(String(reply.headers['retry-after']), /^\d+$/);
@@ -243,7 +251,13 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
     const node = harness.addNode();
     const before = (await dependencyFailures(harness))['kubernetes-api'] ?? 0;
     const progress: string[] = [];
-    harness.api.faults.errors({ resource: 'configmaps', verbs: ['create'], rate: 1, status: 503 });
+    harness.api.faults.errors({
+      resource: 'configmaps',
+      verbs: ['create'],
+      namespace: 'kube-system',
+      rate: 1,
+      status: 503,
+    });
     const stormEnds = setTimeout(() => harness.api.faults.reset(), 3_000);
     const result = await harness
       .join(node, {

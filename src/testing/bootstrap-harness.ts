@@ -154,7 +154,15 @@ export async function startBootstrapHarness(
   const aws_ = harnessAwsPolicy(api, aws, clients.ec2, options);
   let bootstrap: RunningBootstrap;
   try {
-    bootstrap = await startBootstrapServer(parseConfig({ clusterName, cloud: 'aws', server: {} }), {
+    // The expiry ledger in kube-public, the replay markers in kube-system: a fault aimed at the
+    // markers' ConfigMaps is never spent on a ledger flush.
+    const config = parseConfig({
+      clusterName,
+      cloud: 'aws',
+      server: {},
+      bootstrap: { replayNamespace: 'kube-public' },
+    });
+    bootstrap = await startBootstrapServer(config, {
       kubeConfig: api.kubeConfig(),
       policies: options.policies?.(aws_) ?? [aws_],
       ca,

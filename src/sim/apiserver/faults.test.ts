@@ -16,6 +16,14 @@ describe('FaultInjector', () => {
     assert.equal(faults.plan('nodes', 'list').error, undefined);
   });
 
+  test('a fault scoped to a namespace spares the same requests in other namespaces', () => {
+    const faults = new FaultInjector();
+    faults.errors({ count: 1, resource: 'configmaps', verbs: ['create'], namespace: 'kube-system' });
+    assert.equal(faults.plan('configmaps', 'create', 'kube-public').error, undefined);
+    assert.equal(faults.plan('configmaps', 'create', 'kube-system').error?.kind, 'unavailable');
+    assert.equal(faults.plan('configmaps', 'create', 'kube-system').error, undefined);
+  });
+
   test('draws rate-based failures from a seeded generator, so runs repeat', () => {
     const sample = () => {
       const faults = new FaultInjector();

@@ -12,6 +12,8 @@ export interface FaultScope {
   resource?: string;
   /** API verbs: get, list, watch, create, update, patch, delete, deletecollection. */
   verbs?: string[];
+  /** The namespace the request addresses (namespaced resources only). */
+  namespace?: string;
 }
 
 /** Failed responses to inject. */
@@ -47,8 +49,12 @@ interface ActiveError {
   remaining: number | undefined;
 }
 
-function matches(scope: FaultScope, resource: string, verb: string): boolean {
-  return (!scope.resource || scope.resource === resource) && (!scope.verbs || scope.verbs.includes(verb));
+function matches(scope: FaultScope, resource: string, verb: string, namespace?: string): boolean {
+  return (
+    (!scope.resource || scope.resource === resource) &&
+    (!scope.verbs || scope.verbs.includes(verb)) &&
+    (!scope.namespace || scope.namespace === namespace)
+  );
 }
 
 /** A small seeded PRNG (mulberry32): good enough for failure sampling and fully repeatable. */
@@ -120,12 +126,12 @@ export class FaultInjector {
   }
 
   /** Decides the faults for one request (called by the server). */
-  plan(resource: string, verb: string): FaultPlan {
+  plan(resource: string, verb: string, namespace?: string): FaultPlan {
     const plan: FaultPlan = { latencyMs: 0, expire: false };
     for (const l of this.#latencies)
-      if (matches(l.scope, resource, verb)) plan.latencyMs = Math.max(plan.latencyMs, l.ms);
+      if (matches(l.scope, resource, verb, namespace)) plan.latencyMs = Math.max(plan.latencyMs, l.ms);
     for (const active of this.#errors) {
-      if (!matches(active.fault, resource, verb)) continue;
+      if (!matches(active.fault, resource, verb, namespace)) continue;
       const hit =
         active.remaining !== undefined ? active.remaining > 0 : this.#random() < (active.fault.rate ?? 0);
       if (!hit) continue;

@@ -436,7 +436,7 @@ async function serveResource(call: Call): Promise<void> {
   const { route, verb, ctx } = call;
   if (!verb) throw methodNotAllowed();
   checkScope(route, verb);
-  const plan = ctx.faults.plan(route.type.plural, verb);
+  const plan = ctx.faults.plan(route.type.plural, verb, route.namespace);
   await applyFaults(plan, verb);
   if (plan.error) {
     // An afterCommit fault: the write happens (whatever its own outcome), the client sees the error.
