@@ -12,19 +12,12 @@ import { ConfigError, ForbiddenError, InvalidInputError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { Outcome } from './batcher.ts';
 import { mapConcurrent } from './concurrency.ts';
-import { IdentifyBatches } from './identify-batches.ts';
+import { BatchedNodeIdentifier } from './identify-batches.ts';
 import { LruCache } from './lru.ts';
+import type { CloudCallRecorder } from './metrics.ts';
+import type { CloudRetryPolicy } from './retry.ts';
 import { type GroupedServer, groupsOfServers } from './server-groups.ts';
-import type {
-  CloudGroup,
-  CloudGroups,
-  IdentifyOptions,
-  IdentifyResult,
-  InstanceAddress,
-  InstanceState,
-  NodeIdentifier,
-  NodeIdentity,
-} from './types.ts';
+import type { CloudGroup, CloudGroups, InstanceAddress, InstanceState, NodeIdentity } from './types.ts';
 
 /** One server as the cloud records it, in the terms the identifier needs. */
 export interface CloudServer {
@@ -43,6 +36,46 @@ export interface CloudServer {
   instanceGroup: string | undefined;
   addresses: InstanceAddress[];
   zone?: string;
+}
+
+/** How a cloud's status words read: the state each one is, and those kops' identifier for the cloud accepts. */
+export interface ServerStatuses {
+  states: Readonly<Record<string, InstanceState>>;
+  live: ReadonlySet<string>;
+}
+
+/** The fields of a cloud's server record the identifier reads, whatever the cloud calls them. */
+export interface ServerRecord {
+  id: number;
+  name: string;
+  status: string;
+  clusterName: string | undefined;
+  instanceGroup: string | undefined;
+  privateIps: readonly string[];
+  publicIps: readonly string[];
+  zone: string | undefined;
+}
+
+/**
+ * A server as the identifier sees it. Its addresses in kops' verifiers' order: private ones first
+ * (the first is where the callback challenge is answered), then public ones, then its name.
+ */
+export function cloudServer(statuses: ServerStatuses, record: ServerRecord): CloudServer {
+  return {
+    id: String(record.id),
+    name: record.name,
+    state: statuses.states[record.status] ?? 'unknown',
+    status: record.status,
+    live: statuses.live.has(record.status),
+    clusterName: record.clusterName,
+    instanceGroup: record.instanceGroup,
+    addresses: [
+      ...record.privateIps.map((address): InstanceAddress => ({ type: 'InternalIP', address })),
+      ...record.publicIps.map((address): InstanceAddress => ({ type: 'ExternalIP', address })),
+      { type: 'Hostname', address: record.name },
+    ],
+    ...(record.zone ? { zone: record.zone } : {}),
+  };
 }
 
 /** What a cloud offers the identifier. */
@@ -87,15 +120,16 @@ export interface ClusterServerIdentifierOptions {
 }
 
 /** Resolves providerIDs to instance groups from the cloud's server records, batched and cached. */
-export class ClusterServerIdentifier implements NodeIdentifier {
+export class ClusterServerIdentifier extends BatchedNodeIdentifier {
   readonly #o: ClusterServerIdentifierOptions;
   readonly #logger: Logger;
   readonly #verified: LruCache<string, CloudServer>;
-  readonly #batches: IdentifyBatches;
   /** The cluster's size at the last list, to weigh the next list's pages against single reads. */
   #lastListed = 0;
 
   constructor(options: ClusterServerIdentifierOptions) {
+    // One batch at a time: a second list of the whole cluster while one runs would be wasted calls.
+    super({ windowMs: options.coalesceWindowMs, maxConcurrent: 1 });
     this.#o = options;
     this.#logger = options.logger ?? silentLogger;
     this.#verified = new LruCache({
@@ -103,16 +137,6 @@ export class ClusterServerIdentifier implements NodeIdentifier {
       ttlMs: options.cacheTtlMs ?? 3_600_000,
       ...(options.now ? { now: options.now } : {}),
     });
-    this.#batches = new IdentifyBatches({
-      windowMs: options.coalesceWindowMs,
-      // One batch at a time: a second list of the whole cluster while one runs would be wasted calls.
-      maxConcurrent: 1,
-      fetch: (ids) => this.#identifyBatch(ids),
-    });
-  }
-
-  identify(providerIDs: readonly string[], options?: IdentifyOptions): Promise<Map<string, IdentifyResult>> {
-    return this.#batches.identify(providerIDs, options);
   }
 
   /** The cluster's servers by instance group, read with one list (for validate and the metrics). */
@@ -133,11 +157,11 @@ export class ClusterServerIdentifier implements NodeIdentifier {
     return groupsOfServers(ours);
   }
 
-  async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
+  protected async identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
     const results = new Map<string, Outcome<NodeIdentity>>();
     const toRead = new Map<string, string>();
     for (const providerID of providerIDs) {
-      const maxAgeMs = this.#batches.takeMaxAge(providerID);
+      const maxAgeMs = this.takeMaxAge(providerID);
       let id: string;
       try {
         id = this.#o.providerIds.parse(providerID);
@@ -290,6 +314,17 @@ export function clusterServerProvider(
     identifiesByNodeName: false,
     close,
   };
+}
+
+/** What the provider of every cloud identified by its server records takes, besides where its API is. */
+export interface ClusterServerCloudOptions {
+  clusterName: string;
+  /** Default the cloud's token variable. */
+  token?: string;
+  logger?: Logger;
+  cloudCalls?: CloudCallRecorder;
+  /** Retry and deadline settings of the API client (tests shorten them). */
+  api?: Partial<CloudRetryPolicy> & { timeoutMs?: number };
 }
 
 /** The API token given, else the environment's; ConfigError saying what it must be when neither has one. */

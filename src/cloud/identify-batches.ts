@@ -4,10 +4,12 @@
  * in src/cloud/aws/identify.ts): concurrent `identify` calls coalesce into one batch (batcher.ts), and
  * the strictest `maxAgeMs` any caller asked for a providerID in the window bounds the age of the
  * record its batch may answer from — so a bootstrap policy asking for a fresh read (maxAgeMs 0) is
- * never answered from a cache filled for the label controller.
+ * never answered from a cache filled for the label controller. The identifiers of Hetzner,
+ * DigitalOcean, Linode, Scaleway, OpenStack and Azure extend {@link BatchedNodeIdentifier}; GCE's
+ * holds an {@link IdentifyBatches} of its own identity type.
  */
 import { Batcher, type Outcome } from './batcher.ts';
-import type { IdentifyOptions, NodeIdentity } from './types.ts';
+import type { IdentifyOptions, IdentifyResult, NodeIdentifier, NodeIdentity } from './types.ts';
 
 /** One providerID's answer: an identity of the identifier's own type, or why there is none. */
 export type Identified<I extends NodeIdentity> = { ok: true; identity: I } | { ok: false; error: Error };
@@ -60,4 +62,36 @@ export class IdentifyBatches<I extends NodeIdentity = NodeIdentity> {
     this.#maxAgeMs.delete(providerID);
     return maxAgeMs;
   }
+}
+
+/**
+ * A NodeIdentifier over {@link IdentifyBatches}: the cloud's identifier says only how one batch is
+ * identified ({@link BatchedNodeIdentifier.identifyBatch}), reading each providerID's age bound with
+ * {@link BatchedNodeIdentifier.takeMaxAge}.
+ */
+export abstract class BatchedNodeIdentifier implements NodeIdentifier {
+  readonly #batches: IdentifyBatches;
+
+  /** `windowMs` is the caller's `coalesceWindowMs`; `maxConcurrent` the batches the cloud may run at once. */
+  constructor(batching: { windowMs: number | undefined; maxConcurrent: number }) {
+    this.#batches = new IdentifyBatches({ ...batching, fetch: (ids) => this.identifyBatch(ids) });
+  }
+
+  /** Identifies nodes by providerID; records older than `options.maxAgeMs` are read again. */
+  identify(providerIDs: readonly string[], options?: IdentifyOptions): Promise<Map<string, IdentifyResult>> {
+    return this.#batches.identify(providerIDs, options);
+  }
+
+  /** The age bound asked for `providerID` (undefined: any cached record will do), now spent. */
+  protected takeMaxAge(providerID: string): number | undefined {
+    return this.#batches.takeMaxAge(providerID);
+  }
+
+  /** One outcome per providerID of the batch. */
+  protected abstract identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>>;
+}
+
+/** The outcome of a check that returns its value or the error saying why there is none. */
+export function outcomeOf<V>(checked: V | Error): Outcome<V> {
+  return checked instanceof Error ? { ok: false, error: checked } : { ok: true, value: checked };
 }

@@ -46,6 +46,44 @@ export interface RestJsonClientOptions {
   throttleWait?: (headers: AnswerHeaders) => number | undefined;
 }
 
+/** The retry and deadline settings of a client (tests shorten them). */
+export type RestJsonTuning = Pick<
+  RestJsonClientOptions,
+  'retries' | 'retryDelayMs' | 'maxRetryWaitMs' | 'timeoutMs'
+>;
+
+/** What a provider fixes about its cloud's REST API: its name, where it is, how it answers errors. */
+export interface RestJsonApi
+  extends Pick<RestJsonClientOptions, 'cloud' | 'title' | 'errorMessage' | 'throttleWait'> {
+  /** The public API's base URL. */
+  defaultEndpoint: string;
+  /** The environment variable that replaces it (as the cloud's own CLI reads it). */
+  endpointVariable: string;
+}
+
+/**
+ * The client of `api` at the endpoint given, else the environment's, else the public one; `options.api`
+ * holds the retry and deadline settings (a provider's options, passed whole).
+ */
+export function restJsonClientOf(
+  api: RestJsonApi,
+  options: {
+    endpoint?: string | undefined;
+    token: string;
+    api?: RestJsonTuning | undefined;
+    cloudCalls?: CloudCallRecorder | undefined;
+  },
+): RestJsonClient {
+  const { defaultEndpoint, endpointVariable, ...client } = api;
+  return new RestJsonClient({
+    ...client,
+    endpoint: options.endpoint ?? (process.env[endpointVariable] || defaultEndpoint),
+    token: options.token,
+    ...options.api,
+    ...(options.cloudCalls ? { cloudCalls: options.cloudCalls } : {}),
+  });
+}
+
 /** The headers of an answer. */
 export type AnswerHeaders = Record<string, string | string[] | undefined>;
 

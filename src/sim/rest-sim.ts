@@ -260,3 +260,58 @@ export function intParam(
   const value = Number(raw);
   return value >= 1 && value <= max ? value : undefined;
 }
+
+/**
+ * The metadata service of a cloud whose values are one text file per key (Hetzner, DigitalOcean):
+ * `pattern` names the server (`node`) and the key; `values` is what that server sees, undefined for
+ * none. No token: a server's metadata service answers only that server.
+ */
+export function metadataKeysRoute(
+  pattern: RegExp,
+  values: (node: number) => Record<string, string> | undefined,
+): SimRoute {
+  return {
+    operation: 'metadata',
+    method: 'GET',
+    pattern,
+    auth: false,
+    handle: ({ node, key }) => {
+      const value = key ? values(Number(node))?.[key] : undefined;
+      return value === undefined ? { status: 404, body: 'not found' } : { status: 200, body: value };
+    },
+  };
+}
+
+/** The servers of a simulated account, and how tests add them. */
+export interface SimServerStore<T, Seed> {
+  servers: Map<number, T>;
+  /** Adds the server `seed` describes, under the next id. */
+  add(seed?: Seed): T;
+  /** Adds `count` servers named `<group>-<i>`, each from the seed `seedOf` gives for its name. */
+  addGroup(instanceGroup: string, count: number, seedOf: (name: string) => Seed): T[];
+}
+
+/**
+ * A simulated account's servers by id, numbered from `firstId` on as the cloud numbers them. `create`
+ * builds the server for an id from a seed; `n` counts the servers from 1 (for distinct addresses).
+ */
+export function simServerStore<T, Seed>(
+  firstId: number,
+  create: (id: number, n: number, seed: Seed) => T,
+  emptySeed: Seed,
+): SimServerStore<T, Seed> {
+  const servers = new Map<number, T>();
+  let nextId = firstId;
+  const add = (seed: Seed = emptySeed): T => {
+    const id = nextId++;
+    const server = create(id, id - firstId + 1, seed);
+    servers.set(id, server);
+    return server;
+  };
+  return {
+    servers,
+    add,
+    addGroup: (instanceGroup, count, seedOf) =>
+      Array.from({ length: count }, (_, i) => add(seedOf(`${instanceGroup}-${i}`))),
+  };
+}

@@ -34,14 +34,7 @@ beforeEach(() => {
 });
 
 function client(): AzureClient {
-  return new AzureClient({
-    subscriptionId: sim.world.subscriptionId,
-    resourceGroup: sim.world.resourceGroup,
-    credential: sim.credential,
-    endpoint: sim.armEndpoint,
-    caPem: sim.caPem,
-    maxRetries: 0,
-  });
+  return new AzureClient({ ...sim.clientOptions, maxRetries: 0 });
 }
 
 function policy(overrides: Partial<AzurePolicyOptions> = {}): BootstrapPolicy {

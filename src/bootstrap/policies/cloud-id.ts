@@ -80,6 +80,24 @@ export function checkNodeName(name: string, whose: string): string {
   return name;
 }
 
+/**
+ * The facts of a server its cloud vouched for by its id (OpenStack, Scaleway): the node name is the
+ * server's name (checked), the instance id its id, the certificate names `ipAddresses` and no DNS name.
+ */
+export function serverFacts(
+  server: { id: string; name: string },
+  instanceGroup: string,
+  ipAddresses: string[],
+): Omit<NodeFacts, 'evidence'> {
+  return {
+    nodeName: checkNodeName(server.name, `server ${server.id}`),
+    instanceGroup,
+    instanceId: server.id,
+    dnsNames: [],
+    ipAddresses,
+  };
+}
+
 /** Runs a policy's checks; a {@link ProofRejected} becomes a denial, anything else passes through. */
 export async function denyRejected(
   check: () => Promise<PolicyDecision>,

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, test } from 'node:test';
+import { test } from 'node:test';
 import { createDigitalOceanProvider, type DigitalOceanProvider } from '../../cloud/digitalocean/provider.ts';
+import { useSimulatedCloud } from '../../cloud/simulated-cloud.test-support.ts';
 import { type DigitalOceanSimulator, startDigitalOceanSimulator } from '../../sim/digitalocean/simulator.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import type { BootstrapPolicy, IdentityProof } from '../types.ts';
@@ -8,6 +9,7 @@ import {
   assertAbstainsOnOtherProofs,
   assertDenials,
   assertDependencyFaults,
+  cloudIdProof,
 } from './cloud-id.test-support.ts';
 import { digitalOceanPolicy } from './digitalocean.ts';
 
@@ -16,30 +18,19 @@ let sim: DigitalOceanSimulator;
 let provider: DigitalOceanProvider;
 let policy: BootstrapPolicy;
 
-before(async () => {
-  sim = await startDigitalOceanSimulator();
+useSimulatedCloud(startDigitalOceanSimulator, (started) => {
+  sim = started;
   provider = createDigitalOceanProvider({
     clusterName: cluster,
-    endpoint: sim.endpoint,
-    token: sim.token,
+    endpoint: started.endpoint,
+    token: started.token,
     api: { retries: 1, retryDelayMs: 10, maxRetryWaitMs: 100 },
   });
   policy = digitalOceanPolicy({ identifier: provider.nodeIdentifier, lookupTimeoutMs: 1_000 });
-});
-after(async () => {
-  provider.close();
-  await sim.close();
-});
-beforeEach(() => {
-  sim.clearFaults();
-  sim.clearCalls();
+  return provider;
 });
 
-const dropletId = (token: string): IdentityProof => ({
-  kind: 'cloud-id',
-  scheme: 'x-digitalocean-droplet-id',
-  token,
-});
+const dropletId = (token: string) => cloudIdProof('x-digitalocean-droplet-id', token);
 const evaluate = (proof: IdentityProof) => policy.evaluate(testRequest({ proof }), contextAt());
 
 test('an active droplet of the cluster is approved: named by its private address, challenged there', async () => {

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, test } from 'node:test';
+import { test } from 'node:test';
 import { createHetznerProvider, type HetznerProvider } from '../../cloud/hetzner/provider.ts';
+import { useSimulatedCloud } from '../../cloud/simulated-cloud.test-support.ts';
 import { type HetznerSimulator, startHetznerSimulator } from '../../sim/hetzner/simulator.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import type { BootstrapPolicy, IdentityProof } from '../types.ts';
@@ -8,6 +9,7 @@ import {
   assertAbstainsOnOtherProofs,
   assertDenials,
   assertDependencyFaults,
+  cloudIdProof,
 } from './cloud-id.test-support.ts';
 import { hetznerPolicy } from './hetzner.ts';
 
@@ -16,26 +18,19 @@ let sim: HetznerSimulator;
 let provider: HetznerProvider;
 let policy: BootstrapPolicy;
 
-before(async () => {
-  sim = await startHetznerSimulator();
+useSimulatedCloud(startHetznerSimulator, (started) => {
+  sim = started;
   provider = createHetznerProvider({
     clusterName: cluster,
-    endpoint: sim.endpoint,
-    token: sim.token,
+    endpoint: started.endpoint,
+    token: started.token,
     api: { retries: 1, retryDelayMs: 10 },
   });
   policy = hetznerPolicy({ identifier: provider.nodeIdentifier, lookupTimeoutMs: 2_000 });
-});
-after(async () => {
-  provider.close();
-  await sim.close();
-});
-beforeEach(() => {
-  sim.clearFaults();
-  sim.clearCalls();
+  return provider;
 });
 
-const hetznerId = (token: string): IdentityProof => ({ kind: 'cloud-id', scheme: 'x-hetzner-id', token });
+const hetznerId = (token: string) => cloudIdProof('x-hetzner-id', token);
 const evaluate = (proof: IdentityProof) => policy.evaluate(testRequest({ proof }), contextAt());
 
 function ourServer(overrides: Parameters<HetznerSimulator['addServer']>[0] = {}) {

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, test } from 'node:test';
+import { test } from 'node:test';
 import { createLinodeProvider, type LinodeProvider } from '../../cloud/linode/provider.ts';
+import { useSimulatedCloud } from '../../cloud/simulated-cloud.test-support.ts';
 import { type LinodeSimulator, startLinodeSimulator } from '../../sim/linode/simulator.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import type { BootstrapPolicy, IdentityProof } from '../types.ts';
@@ -8,6 +9,7 @@ import {
   assertAbstainsOnOtherProofs,
   assertDenials,
   assertDependencyFaults,
+  cloudIdProof,
 } from './cloud-id.test-support.ts';
 import { linodePolicy } from './linode.ts';
 
@@ -16,30 +18,19 @@ let sim: LinodeSimulator;
 let provider: LinodeProvider;
 let policy: BootstrapPolicy;
 
-before(async () => {
-  sim = await startLinodeSimulator();
+useSimulatedCloud(startLinodeSimulator, (started) => {
+  sim = started;
   provider = createLinodeProvider({
     clusterName: cluster,
-    origin: sim.origin,
-    token: sim.token,
+    origin: started.origin,
+    token: started.token,
     api: { retries: 1, retryDelayMs: 10, maxRetryWaitMs: 100 },
   });
   policy = linodePolicy({ identifier: provider.nodeIdentifier, lookupTimeoutMs: 1_000 });
-});
-after(async () => {
-  provider.close();
-  await sim.close();
-});
-beforeEach(() => {
-  sim.clearFaults();
-  sim.clearCalls();
+  return provider;
 });
 
-const linodeId = (token: string): IdentityProof => ({
-  kind: 'cloud-id',
-  scheme: 'x-linode-instance-id',
-  token,
-});
+const linodeId = (token: string) => cloudIdProof('x-linode-instance-id', token);
 const evaluate = (proof: IdentityProof) => policy.evaluate(testRequest({ proof }), contextAt());
 
 test('a running instance of the cluster is approved: named by its label, challenged on its private IPv4', async () => {

@@ -22,7 +22,7 @@ import { identityOfServer, isScalewayServerId, scalewayProviderID } from '../../
 import type { InstanceState } from '../../cloud/types.ts';
 import { challengeEndpointOf, defaultChallengePort } from '../../protocol/challenge.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
-import { abstainWithout, checkNodeName, cloudIdToken, deny, denyRejected, readCloud } from './cloud-id.ts';
+import { abstainWithout, cloudIdToken, deny, denyRejected, readCloud, serverFacts } from './cloud-id.ts';
 
 /** Options of the `scaleway` policy. */
 export interface ScalewayPolicyOptions {
@@ -107,12 +107,8 @@ async function verifyServer(serverId: string, options: ScalewayPolicyOptions): P
   return {
     verdict: 'approve',
     facts: {
-      nodeName: checkNodeName(server.name, `server ${server.id}`),
-      instanceGroup: identity.instanceGroup,
-      instanceId: server.id,
-      dnsNames: [],
       // kops' certificate names: the server's IPAM addresses.
-      ipAddresses: addresses,
+      ...serverFacts(server, identity.instanceGroup, addresses),
       challengeEndpoint,
       evidence: { proof: scheme, serverId: server.id, zone, project: server.project },
     },

@@ -12,14 +12,7 @@ before(async () => {
 after(() => sim.close());
 
 function client(endpoint = sim.armEndpoint): AzureClient {
-  return new AzureClient({
-    subscriptionId: sim.world.subscriptionId,
-    resourceGroup: sim.world.resourceGroup,
-    credential: sim.credential,
-    endpoint,
-    caPem: sim.caPem,
-    maxRetries: 0,
-  });
+  return new AzureClient({ ...sim.clientOptions, endpoint, maxRetries: 0 });
 }
 
 test('ARM request URLs are named after their SDK operation, never after a resource', () => {

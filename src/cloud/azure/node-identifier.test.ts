@@ -28,11 +28,7 @@ after(() => sim.close());
 
 function client(registry?: Registry): AzureClient {
   return new AzureClient({
-    subscriptionId: sim.world.subscriptionId,
-    resourceGroup: sim.world.resourceGroup,
-    credential: sim.credential,
-    endpoint: sim.armEndpoint,
-    caPem: sim.caPem,
+    ...sim.clientOptions,
     maxRetries: 0,
     ...(registry ? { cloudCalls: cloudCallMetrics(registry) } : {}),
   });

@@ -14,14 +14,8 @@ import { ForbiddenError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { Outcome } from '../batcher.ts';
 import { mapConcurrent } from '../concurrency.ts';
-import { IdentifyBatches } from '../identify-batches.ts';
-import type {
-  IdentifyOptions,
-  IdentifyResult,
-  InstanceAddress,
-  NodeIdentifier,
-  NodeIdentity,
-} from '../types.ts';
+import { BatchedNodeIdentifier, outcomeOf } from '../identify-batches.ts';
+import type { InstanceAddress, NodeIdentity } from '../types.ts';
 import type { AzureClient, AzureNic, AzureVm } from './client.ts';
 import { type AzureVmRef, formatAzureVmId, parseAzureProviderID, sameAzureName } from './resource-id.ts';
 import { azureClusterTag, azureInstanceGroupTag } from './tags.ts';
@@ -51,7 +45,7 @@ interface Listing {
 }
 
 /** Resolves `azure://` providerIDs to kops instance groups through ARM, batched per scale set. */
-export class AzureNodeIdentifier implements NodeIdentifier {
+export class AzureNodeIdentifier extends BatchedNodeIdentifier {
   readonly #client: AzureNodeIdentifierOptions['client'];
   readonly #clusterName: string;
   readonly #logger: Logger;
@@ -59,35 +53,25 @@ export class AzureNodeIdentifier implements NodeIdentifier {
   readonly #concurrency: number;
   readonly #now: () => number;
   readonly #listings = new Map<string, Promise<Listing>>();
-  readonly #batches: IdentifyBatches;
 
   constructor(options: AzureNodeIdentifierOptions) {
+    super({ windowMs: options.coalesceWindowMs, maxConcurrent: 2 });
     this.#client = options.client;
     this.#clusterName = options.clusterName;
     this.#logger = options.logger ?? silentLogger;
     this.#ttlMs = options.listingTtlMs ?? 60_000;
     this.#concurrency = options.concurrency ?? 4;
     this.#now = options.now ?? Date.now;
-    this.#batches = new IdentifyBatches({
-      windowMs: options.coalesceWindowMs,
-      maxConcurrent: 2,
-      fetch: (ids) => this.#identifyBatch(ids),
-    });
   }
 
-  /** Identifies nodes by providerID; listings older than `options.maxAgeMs` are read again. */
-  identify(providerIDs: readonly string[], options?: IdentifyOptions): Promise<Map<string, IdentifyResult>> {
-    return this.#batches.identify(providerIDs, options);
-  }
-
-  async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
+  protected async identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
     const results = new Map<string, Outcome<NodeIdentity>>();
     const fail = (id: string, error: Error) => results.set(id, { ok: false, error });
     const byScaleSet = new Map<string, { id: string; ref: AzureVmRef }[]>();
     const standalone: { id: string; ref: AzureVmRef }[] = [];
     const maxAge = new Map<string, number>();
     for (const id of providerIDs) {
-      const age = this.#batches.takeMaxAge(id);
+      const age = this.takeMaxAge(id);
       let ref: AzureVmRef;
       try {
         ref = this.#ownRef(id);
@@ -192,7 +176,7 @@ export class AzureNodeIdentifier implements NodeIdentifier {
     nic: AzureNic | undefined,
   ): void {
     const checked = vm ? this.#check(id, vm, nic) : new NotFoundError(`VM ${ref.name} does not exist`);
-    results.set(id, checked instanceof Error ? { ok: false, error: checked } : { ok: true, value: checked });
+    results.set(id, outcomeOf(checked));
   }
 
   /** The identity of a VM of this cluster, or why it is not one. */

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, test } from 'node:test';
+import { test } from 'node:test';
 import { ConfigError, KopsError } from '../../errors.ts';
 import { type DigitalOceanSimulator, startDigitalOceanSimulator } from '../../sim/digitalocean/simulator.ts';
+import { useSimulatedCloud } from '../simulated-cloud.test-support.ts';
 import { doThrottleWait } from './droplets.ts';
 import { createDigitalOceanProvider, type DigitalOceanProvider, doTokenVariable } from './provider.ts';
 
@@ -9,22 +10,15 @@ const cluster = 'prod.example.com';
 let sim: DigitalOceanSimulator;
 let provider: DigitalOceanProvider;
 
-before(async () => {
-  sim = await startDigitalOceanSimulator();
+useSimulatedCloud(startDigitalOceanSimulator, (started) => {
+  sim = started;
   provider = createDigitalOceanProvider({
     clusterName: cluster,
-    endpoint: sim.endpoint,
-    token: sim.token,
+    endpoint: started.endpoint,
+    token: started.token,
     api: { retries: 1, retryDelayMs: 10 },
   });
-});
-after(async () => {
-  provider.close();
-  await sim.close();
-});
-beforeEach(() => {
-  sim.clearCalls();
-  sim.clearFaults();
+  return provider;
 });
 
 function errorOf(result: { ok: boolean } | undefined): KopsError {

@@ -11,7 +11,14 @@
  * so listing a 5,000-droplet cluster costs 25 requests.
  */
 import { NotFoundError } from '../../errors.ts';
-import { type CloudServer, DecimalIds, type ServerDirectory, schemeProviderIds } from '../cluster-servers.ts';
+import {
+  type CloudServer,
+  cloudServer,
+  DecimalIds,
+  type ServerDirectory,
+  type ServerStatuses,
+  schemeProviderIds,
+} from '../cluster-servers.ts';
 import {
   type AnswerHeaders,
   headerValue,
@@ -20,7 +27,6 @@ import {
   retryAfterWait,
 } from '../rest-json.ts';
 import { tagValue } from '../server-groups.ts';
-import type { InstanceAddress, InstanceState } from '../types.ts';
 
 /** The public API. */
 export const defaultDigitalOceanEndpoint = 'https://api.digitalocean.com/v2';
@@ -70,36 +76,26 @@ export function doThrottleWait(headers: AnswerHeaders): number | undefined {
   return Number.isFinite(reset) && reset > 0 ? Math.max(1, Math.ceil(reset - Date.now() / 1000)) : undefined;
 }
 
-const stateByStatus: Record<string, InstanceState> = {
-  new: 'pending',
-  active: 'running',
-  off: 'stopped',
-  archive: 'terminated',
+const doStatuses: ServerStatuses = {
+  states: { new: 'pending', active: 'running', off: 'stopped', archive: 'terminated' },
+  /** The statuses kops' DigitalOcean identifier accepts (pkg/nodeidentity/do/identify.go). */
+  live: new Set(['active', 'new']),
 };
 
-/** The statuses kops' DigitalOcean identifier accepts (pkg/nodeidentity/do/identify.go). */
-const liveStatuses = new Set(['active', 'new']);
-
-/** The droplet as the identifier sees it; private addresses first, as kops' verifier orders them. */
+/** The droplet as the identifier sees it: its tags, and its private and public v4 and v6 addresses. */
 export function doCloudServer(droplet: Droplet): CloudServer {
-  const addresses: InstanceAddress[] = [];
   const nets = [...(droplet.networks?.v4 ?? []), ...(droplet.networks?.v6 ?? [])];
-  for (const net of nets)
-    if (net.type === 'private') addresses.push({ type: 'InternalIP', address: net.ip_address });
-  for (const net of nets)
-    if (net.type === 'public') addresses.push({ type: 'ExternalIP', address: net.ip_address });
-  addresses.push({ type: 'Hostname', address: droplet.name });
-  return {
-    id: String(droplet.id),
+  const ofType = (type: string) => nets.filter((net) => net.type === type).map((net) => net.ip_address);
+  return cloudServer(doStatuses, {
+    id: droplet.id,
     name: droplet.name,
-    state: stateByStatus[droplet.status] ?? 'unknown',
     status: droplet.status,
-    live: liveStatuses.has(droplet.status),
     clusterName: tagValue(droplet.tags, doClusterTagPrefix),
     instanceGroup: tagValue(droplet.tags, doGroupTagPrefix),
-    addresses,
-    ...(droplet.region?.slug ? { zone: droplet.region.slug } : {}),
-  };
+    privateIps: ofType('private'),
+    publicIps: ofType('public'),
+    zone: droplet.region?.slug,
+  });
 }
 
 /** Droplet ids: positive decimal integers (kops parses them with Atoi). */

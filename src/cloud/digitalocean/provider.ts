@@ -1,8 +1,12 @@
 /** Wires the DigitalOcean pieces for one cluster: the API client, node identity and cloud groups. */
-import { type Logger, silentLogger } from '../../log.ts';
-import { type ClusterServerProvider, clusterServerProvider, requiredToken } from '../cluster-servers.ts';
-import type { CloudCallRecorder, CloudName } from '../metrics.ts';
-import { RestJsonClient, type RestJsonClientOptions } from '../rest-json.ts';
+import {
+  type ClusterServerCloudOptions,
+  type ClusterServerProvider,
+  clusterServerProvider,
+  requiredToken,
+} from '../cluster-servers.ts';
+import type { CloudName } from '../metrics.ts';
+import { type RestJsonApi, restJsonClientOf } from '../rest-json.ts';
 import {
   DigitalOceanDroplets,
   defaultDigitalOceanEndpoint,
@@ -21,17 +25,19 @@ export const doEndpointVariable = 'DIGITALOCEAN_API_URL';
 /** The metrics' name of this cloud. */
 export const doCloud: CloudName = 'digitalocean';
 
-/** What the controller needs to talk to DigitalOcean. */
-export interface DigitalOceanProviderOptions {
-  clusterName: string;
+const doApi: RestJsonApi = {
+  cloud: doCloud,
+  title: 'the DigitalOcean API',
+  defaultEndpoint: defaultDigitalOceanEndpoint,
+  endpointVariable: doEndpointVariable,
+  errorMessage: doErrorMessage,
+  throttleWait: doThrottleWait,
+};
+
+/** What the controller needs to talk to DigitalOcean (the token defaults to `DIGITALOCEAN_ACCESS_TOKEN`). */
+export interface DigitalOceanProviderOptions extends ClusterServerCloudOptions {
   /** Default `DIGITALOCEAN_API_URL`, then the public API. */
   endpoint?: string;
-  /** Default `DIGITALOCEAN_ACCESS_TOKEN`. */
-  token?: string;
-  logger?: Logger;
-  cloudCalls?: CloudCallRecorder;
-  /** Retry and deadline settings of the API client (tests shorten them). */
-  api?: Pick<RestJsonClientOptions, 'retries' | 'retryDelayMs' | 'maxRetryWaitMs' | 'timeoutMs'>;
 }
 
 /** The DigitalOcean implementations of the cloud interfaces. */
@@ -42,16 +48,7 @@ export interface DigitalOceanProvider extends ClusterServerProvider {
 /** Builds the DigitalOcean provider; throws ConfigError without a token. */
 export function createDigitalOceanProvider(options: DigitalOceanProviderOptions): DigitalOceanProvider {
   const token = requiredToken(options.token, doTokenVariable, 'DigitalOcean (an API token with read access)');
-  const api = new RestJsonClient({
-    cloud: doCloud,
-    title: 'the DigitalOcean API',
-    endpoint: options.endpoint ?? (process.env[doEndpointVariable] || defaultDigitalOceanEndpoint),
-    token,
-    errorMessage: doErrorMessage,
-    throttleWait: doThrottleWait,
-    ...options.api,
-    ...(options.cloudCalls ? { cloudCalls: options.cloudCalls } : {}),
-  });
+  const api = restJsonClientOf(doApi, { ...options, token });
   const droplets = new DigitalOceanDroplets(api, options.clusterName);
   // The identifier compares the tag's value, which kops spells with dashes for dots.
   const tagClusterName = doSafeClusterName(options.clusterName);
@@ -63,7 +60,7 @@ export function createDigitalOceanProvider(options: DigitalOceanProviderOptions)
     noun: 'droplet',
     clusterMark: `tag ${doClusterTagPrefix}${tagClusterName}`,
     groupMark: `${doGroupTagPrefix}<group> tag`,
-    logger: options.logger ?? silentLogger,
+    logger: options.logger,
     close: () => api.destroy(),
   });
   return { ...provider, droplets };

@@ -1,8 +1,12 @@
 /** Wires the Hetzner Cloud pieces for one cluster: the API client, node identity and cloud groups. */
-import { type Logger, silentLogger } from '../../log.ts';
-import { type ClusterServerProvider, clusterServerProvider, requiredToken } from '../cluster-servers.ts';
-import type { CloudCallRecorder, CloudName } from '../metrics.ts';
-import { RestJsonClient, type RestJsonClientOptions } from '../rest-json.ts';
+import {
+  type ClusterServerCloudOptions,
+  type ClusterServerProvider,
+  clusterServerProvider,
+  requiredToken,
+} from '../cluster-servers.ts';
+import type { CloudName } from '../metrics.ts';
+import { type RestJsonApi, restJsonClientOf } from '../rest-json.ts';
 import {
   defaultHetznerEndpoint,
   HetznerServers,
@@ -20,17 +24,19 @@ export const hetznerEndpointVariable = 'HCLOUD_ENDPOINT';
 /** The metrics' name of this cloud. */
 export const hetznerCloud: CloudName = 'hetzner';
 
-/** What the controller needs to talk to Hetzner Cloud. */
-export interface HetznerProviderOptions {
-  clusterName: string;
+const hetznerApi: RestJsonApi = {
+  cloud: hetznerCloud,
+  title: 'the Hetzner Cloud API',
+  defaultEndpoint: defaultHetznerEndpoint,
+  endpointVariable: hetznerEndpointVariable,
+  errorMessage: hetznerErrorMessage,
+  throttleWait: hetznerThrottleWait,
+};
+
+/** What the controller needs to talk to Hetzner Cloud (the token defaults to `HCLOUD_TOKEN`). */
+export interface HetznerProviderOptions extends ClusterServerCloudOptions {
   /** Default `HCLOUD_ENDPOINT`, then the public API. */
   endpoint?: string;
-  /** Default `HCLOUD_TOKEN`. */
-  token?: string;
-  logger?: Logger;
-  cloudCalls?: CloudCallRecorder;
-  /** Retry and deadline settings of the API client (tests shorten them). */
-  api?: Pick<RestJsonClientOptions, 'retries' | 'retryDelayMs' | 'maxRetryWaitMs' | 'timeoutMs'>;
 }
 
 /** The Hetzner implementations of the cloud interfaces. */
@@ -45,16 +51,7 @@ export function createHetznerProvider(options: HetznerProviderOptions): HetznerP
     hetznerTokenVariable,
     'Hetzner Cloud (an API token with read access)',
   );
-  const api = new RestJsonClient({
-    cloud: hetznerCloud,
-    title: 'the Hetzner Cloud API',
-    endpoint: options.endpoint ?? (process.env[hetznerEndpointVariable] || defaultHetznerEndpoint),
-    token,
-    errorMessage: hetznerErrorMessage,
-    throttleWait: hetznerThrottleWait,
-    ...options.api,
-    ...(options.cloudCalls ? { cloudCalls: options.cloudCalls } : {}),
-  });
+  const api = restJsonClientOf(hetznerApi, { ...options, token });
   const servers = new HetznerServers(api, options.clusterName);
   const provider = clusterServerProvider({
     directory: servers,
@@ -63,7 +60,7 @@ export function createHetznerProvider(options: HetznerProviderOptions): HetznerP
     noun: 'Hetzner server',
     clusterMark: `label ${hetznerClusterLabel}=${options.clusterName}`,
     groupMark: `label ${hetznerGroupLabel}`,
-    logger: options.logger ?? silentLogger,
+    logger: options.logger,
     close: () => api.destroy(),
   });
   return { ...provider, servers };

@@ -10,9 +10,15 @@
  * servers (`per_page` ≤ 50), so listing a 5,000-server cluster costs 100 requests.
  */
 import { NotFoundError } from '../../errors.ts';
-import { type CloudServer, DecimalIds, type ServerDirectory, schemeProviderIds } from '../cluster-servers.ts';
+import {
+  type CloudServer,
+  cloudServer,
+  DecimalIds,
+  type ServerDirectory,
+  type ServerStatuses,
+  schemeProviderIds,
+} from '../cluster-servers.ts';
 import { type AnswerHeaders, type JsonAnswer, type RestJsonClient, retryAfterWait } from '../rest-json.ts';
-import type { InstanceAddress, InstanceState } from '../types.ts';
 
 /** The public API. */
 export const defaultHetznerEndpoint = 'https://api.hetzner.cloud/v1';
@@ -55,41 +61,34 @@ export function hetznerErrorMessage(body: unknown): string | undefined {
   return typeof error.code === 'string' ? `${error.code}: ${error.message}` : error.message;
 }
 
-const stateByStatus: Record<string, InstanceState> = {
-  running: 'running',
-  initializing: 'pending',
-  starting: 'pending',
-  migrating: 'running',
-  rebuilding: 'pending',
-  stopping: 'stopping',
-  off: 'stopped',
-  deleting: 'terminated',
+const hetznerStatuses: ServerStatuses = {
+  states: {
+    running: 'running',
+    initializing: 'pending',
+    starting: 'pending',
+    migrating: 'running',
+    rebuilding: 'pending',
+    stopping: 'stopping',
+    off: 'stopped',
+    deleting: 'terminated',
+  },
+  /** The statuses kops' Hetzner identifier accepts (pkg/nodeidentity/hetzner/identify.go). */
+  live: new Set(['running', 'starting']),
 };
 
-/** The statuses kops' Hetzner identifier accepts (pkg/nodeidentity/hetzner/identify.go). */
-const liveStatuses = new Set(['running', 'starting']);
-
-/** The server as the identifier sees it: name, state, labels, addresses (as kops' verifier lists them). */
+/** The server as the identifier sees it: its labels, its private network addresses and public IPv4. */
 export function hetznerCloudServer(server: HetznerServer): CloudServer {
-  const addresses: InstanceAddress[] = [];
-  // Private networks first: the first private address is where the callback challenge is answered.
-  for (const net of server.private_net ?? [])
-    if (net.ip) addresses.push({ type: 'InternalIP', address: net.ip });
   const publicIp = server.public_net?.ipv4?.ip;
-  if (publicIp) addresses.push({ type: 'ExternalIP', address: publicIp });
-  addresses.push({ type: 'Hostname', address: server.name });
-  const zone = server.datacenter?.location?.name;
-  return {
-    id: String(server.id),
+  return cloudServer(hetznerStatuses, {
+    id: server.id,
     name: server.name,
-    state: stateByStatus[server.status] ?? 'unknown',
     status: server.status,
-    live: liveStatuses.has(server.status),
     clusterName: server.labels?.[hetznerClusterLabel],
     instanceGroup: server.labels?.[hetznerGroupLabel],
-    addresses,
-    ...(zone ? { zone } : {}),
-  };
+    privateIps: (server.private_net ?? []).flatMap((net) => (net.ip ? [net.ip] : [])),
+    publicIps: publicIp ? [publicIp] : [],
+    zone: server.datacenter?.location?.name,
+  });
 }
 
 /** Hetzner server ids: positive decimal integers (kops parses them as int64). */

@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, test } from 'node:test';
+import { test } from 'node:test';
 import { Registry } from 'prom-client';
 import { ConfigError, KopsError } from '../../errors.ts';
 import { type LinodeSimulator, startLinodeSimulator } from '../../sim/linode/simulator.ts';
 import { cloudRequests } from '../../testing/cloud-calls.ts';
 import { cloudCallMetrics } from '../metrics.ts';
+import { useSimulatedCloud } from '../simulated-cloud.test-support.ts';
 import { isPrivateIPv4, linodeProviderIds } from './instances.ts';
 import { createLinodeProvider, type LinodeProvider, linodeTokenVariable } from './provider.ts';
 
@@ -13,23 +14,16 @@ let sim: LinodeSimulator;
 let provider: LinodeProvider;
 const registry = new Registry();
 
-before(async () => {
-  sim = await startLinodeSimulator();
+useSimulatedCloud(startLinodeSimulator, (started) => {
+  sim = started;
   provider = createLinodeProvider({
     clusterName: cluster,
-    origin: sim.origin,
-    token: sim.token,
+    origin: started.origin,
+    token: started.token,
     cloudCalls: cloudCallMetrics(registry),
     api: { retries: 1, retryDelayMs: 10, maxRetryWaitMs: 100 },
   });
-});
-after(async () => {
-  provider.close();
-  await sim.close();
-});
-beforeEach(() => {
-  sim.clearCalls();
-  sim.clearFaults();
+  return provider;
 });
 
 function errorOf(result: { ok: boolean } | undefined): KopsError {

@@ -22,7 +22,14 @@ import { Agent as HttpsAgent } from 'node:https';
 import { isIP } from 'node:net';
 import * as linodeSdk from '@linode/api-v4';
 import { UnavailableError } from '../../errors.ts';
-import { type CloudServer, DecimalIds, type ServerDirectory, schemeProviderIds } from '../cluster-servers.ts';
+import {
+  type CloudServer,
+  cloudServer,
+  DecimalIds,
+  type ServerDirectory,
+  type ServerStatuses,
+  schemeProviderIds,
+} from '../cluster-servers.ts';
 import {
   type CloudCallRecorder,
   type CloudName,
@@ -33,7 +40,6 @@ import {
 import { cloudAnswerError, retryAfterWait } from '../rest-json.ts';
 import { type CloudRetryPolicy, retryCloudCall } from '../retry.ts';
 import { tagValue } from '../server-groups.ts';
-import type { InstanceAddress, InstanceState } from '../types.ts';
 
 /** The public API's origin (the SDK's URLs are `<origin>/v4/...` and `<origin>/v4beta/...`). */
 export const defaultLinodeOrigin = 'https://api.linode.com';
@@ -227,19 +233,20 @@ export class LinodeApi {
   }
 }
 
-/** The statuses kops' Linode identifier accepts (pkg/nodeidentity/linode/identify.go). */
-const liveStatuses = new Set(['running', 'booting', 'provisioning']);
-
-const stateByStatus: Record<string, InstanceState> = {
-  provisioning: 'pending',
-  booting: 'pending',
-  running: 'running',
-  rebooting: 'running',
-  migrating: 'running',
-  shutting_down: 'stopping',
-  offline: 'stopped',
-  stopped: 'stopped',
-  deleting: 'terminated',
+const linodeStatuses: ServerStatuses = {
+  states: {
+    provisioning: 'pending',
+    booting: 'pending',
+    running: 'running',
+    rebooting: 'running',
+    migrating: 'running',
+    shutting_down: 'stopping',
+    offline: 'stopped',
+    stopped: 'stopped',
+    deleting: 'terminated',
+  },
+  /** The statuses kops' Linode identifier accepts (pkg/nodeidentity/linode/identify.go). */
+  live: new Set(['running', 'booting', 'provisioning']),
 };
 
 /**
@@ -253,26 +260,19 @@ export function isPrivateIPv4(address: string): boolean {
   return a === 10 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) || a === 127;
 }
 
-/** The instance as the identifier sees it: its IPv4 addresses, private ones first (as kops challenges them). */
+/** The instance as the identifier sees it: its tags, and its IPv4 addresses split private and public. */
 export function linodeCloudServer(instance: Linode): CloudServer {
   const ipv4 = (instance.ipv4 ?? []).filter((ip) => isIP(ip) === 4);
-  const addresses: InstanceAddress[] = [
-    ...ipv4.filter(isPrivateIPv4).map((address) => ({ type: 'InternalIP' as const, address })),
-    ...ipv4.filter((ip) => !isPrivateIPv4(ip)).map((address) => ({ type: 'ExternalIP' as const, address })),
-    { type: 'Hostname', address: instance.label },
-  ];
-  const tags = instance.tags ?? [];
-  return {
-    id: String(instance.id),
+  return cloudServer(linodeStatuses, {
+    id: instance.id,
     name: instance.label,
-    state: stateByStatus[instance.status] ?? 'unknown',
     status: instance.status,
-    live: liveStatuses.has(instance.status),
-    clusterName: tagValue(tags, linodeClusterTagPrefix),
-    instanceGroup: tagValue(tags, linodeGroupTagPrefix),
-    addresses,
-    ...(instance.region ? { zone: instance.region } : {}),
-  };
+    clusterName: tagValue(instance.tags, linodeClusterTagPrefix),
+    instanceGroup: tagValue(instance.tags, linodeGroupTagPrefix),
+    privateIps: ipv4.filter(isPrivateIPv4),
+    publicIps: ipv4.filter((ip) => !isPrivateIPv4(ip)),
+    zone: instance.region,
+  });
 }
 
 /** Linode instance ids: positive decimal integers that fit the SDK's number (kops parses them with Atoi). */

@@ -1,10 +1,12 @@
 /** Wires the Akamai (Linode) pieces for one cluster: the SDK client, node identity and cloud groups. */
-import { type Logger, silentLogger } from '../../log.ts';
-import { type ClusterServerProvider, clusterServerProvider, requiredToken } from '../cluster-servers.ts';
-import type { CloudCallRecorder } from '../metrics.ts';
+import {
+  type ClusterServerCloudOptions,
+  type ClusterServerProvider,
+  clusterServerProvider,
+  requiredToken,
+} from '../cluster-servers.ts';
 import {
   LinodeApi,
-  type LinodeApiOptions,
   LinodeInstances,
   linodeClusterTagPrefix,
   linodeGroupTagPrefix,
@@ -16,17 +18,10 @@ export const linodeTokenVariable = 'LINODE_TOKEN';
 /** The variable that replaces the API origin, as for linodego (`LINODE_URL`). */
 export const linodeUrlVariable = 'LINODE_URL';
 
-/** What the controller needs to talk to Linode. */
-export interface LinodeProviderOptions {
-  clusterName: string;
+/** What the controller needs to talk to Linode (the token defaults to `LINODE_TOKEN`). */
+export interface LinodeProviderOptions extends ClusterServerCloudOptions {
   /** Default `LINODE_URL`, then the public API. */
   origin?: string;
-  /** Default `LINODE_TOKEN`. */
-  token?: string;
-  logger?: Logger;
-  cloudCalls?: CloudCallRecorder;
-  /** Retry and deadline settings of the API client (tests shorten them). */
-  api?: Pick<LinodeApiOptions, 'retries' | 'retryDelayMs' | 'maxRetryWaitMs' | 'timeoutMs'>;
 }
 
 /** The Linode implementations of the cloud interfaces. */
@@ -56,7 +51,7 @@ export function createLinodeProvider(options: LinodeProviderOptions): LinodeProv
     noun: 'Linode instance',
     clusterMark: `tag ${linodeClusterTagPrefix}${options.clusterName}`,
     groupMark: `${linodeGroupTagPrefix}<group> tag`,
-    logger: options.logger ?? silentLogger,
+    logger: options.logger,
     close: () => api.destroy(),
   });
   return { ...provider, instances };

@@ -19,8 +19,8 @@ import { NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { Outcome } from '../batcher.ts';
 import { mapConcurrent } from '../concurrency.ts';
-import { IdentifyBatches } from '../identify-batches.ts';
-import type { IdentifyOptions, IdentifyResult, NodeIdentifier, NodeIdentity } from '../types.ts';
+import { BatchedNodeIdentifier, outcomeOf } from '../identify-batches.ts';
+import type { NodeIdentity } from '../types.ts';
 import type { NovaClient, NovaServer } from './nova.ts';
 import { identityOfServer, parseOpenStackProviderID } from './server.ts';
 
@@ -47,34 +47,24 @@ interface Snapshot {
 }
 
 /** Resolves `openstack://` providerIDs to kops instance groups through Nova. */
-export class OpenStackNodeIdentifier implements NodeIdentifier {
+export class OpenStackNodeIdentifier extends BatchedNodeIdentifier {
   readonly #options: OpenStackNodeIdentifierOptions;
   readonly #logger: Logger;
   readonly #now: () => number;
-  readonly #batches: IdentifyBatches;
   #snapshot: Snapshot | undefined;
   #listing: Promise<Snapshot> | undefined;
 
   constructor(options: OpenStackNodeIdentifierOptions) {
+    super({ windowMs: options.coalesceWindowMs, maxConcurrent: 2 });
     this.#options = options;
     this.#logger = options.logger ?? silentLogger;
     this.#now = options.now ?? Date.now;
-    this.#batches = new IdentifyBatches({
-      windowMs: options.coalesceWindowMs,
-      maxConcurrent: 2,
-      fetch: (ids) => this.#identifyBatch(ids),
-    });
   }
 
-  /** Identifies nodes by providerID; facts older than `options.maxAgeMs` are read again. */
-  identify(providerIDs: readonly string[], options?: IdentifyOptions): Promise<Map<string, IdentifyResult>> {
-    return this.#batches.identify(providerIDs, options);
-  }
-
-  async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
+  protected async identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
     let maxAgeMs = this.#options.snapshotTtlMs ?? 30_000;
     for (const id of providerIDs) {
-      maxAgeMs = Math.min(maxAgeMs, this.#batches.takeMaxAge(id) ?? maxAgeMs);
+      maxAgeMs = Math.min(maxAgeMs, this.takeMaxAge(id) ?? maxAgeMs);
     }
     const results = new Map<string, Outcome<NodeIdentity>>();
     const serverIds = new Map<string, string>();
@@ -88,14 +78,11 @@ export class OpenStackNodeIdentifier implements NodeIdentifier {
     const found = await this.#servers([...new Set(serverIds.values())], maxAgeMs);
     for (const [providerID, serverId] of serverIds) {
       const server = found.get(serverId) ?? new NotFoundError(`server ${serverId} not found in the project`);
-      if (server instanceof Error) {
-        results.set(providerID, { ok: false, error: server });
-        continue;
-      }
-      const identity = identityOfServer(providerID, server, this.#options.clusterName);
       results.set(
         providerID,
-        identity instanceof Error ? { ok: false, error: identity } : { ok: true, value: identity },
+        outcomeOf(
+          server instanceof Error ? server : identityOfServer(providerID, server, this.#options.clusterName),
+        ),
       );
     }
     this.#logger.debug({ nodes: providerIDs.length }, 'identified OpenStack nodes');

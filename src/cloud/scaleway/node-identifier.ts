@@ -15,9 +15,9 @@ import { NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { Outcome } from '../batcher.ts';
 import { mapConcurrent } from '../concurrency.ts';
-import { IdentifyBatches } from '../identify-batches.ts';
+import { BatchedNodeIdentifier, outcomeOf } from '../identify-batches.ts';
 import { LruCache } from '../lru.ts';
-import type { IdentifyOptions, IdentifyResult, NodeIdentifier, NodeIdentity } from '../types.ts';
+import type { NodeIdentity } from '../types.ts';
 import type { ScalewayClients } from './client.ts';
 import { identityOfServer, parseScalewayProviderID, type ScalewayServerRef } from './server.ts';
 
@@ -44,13 +44,13 @@ export interface ScalewayNodeIdentifierOptions {
 }
 
 /** Resolves `scaleway://` providerIDs to kops instance groups through the Instance API. */
-export class ScalewayNodeIdentifier implements NodeIdentifier {
+export class ScalewayNodeIdentifier extends BatchedNodeIdentifier {
   readonly #options: ScalewayNodeIdentifierOptions;
   readonly #logger: Logger;
   readonly #cache: LruCache<string, Server>;
-  readonly #batches: IdentifyBatches;
 
   constructor(options: ScalewayNodeIdentifierOptions) {
+    super({ windowMs: options.coalesceWindowMs, maxConcurrent: 2 });
     this.#options = options;
     this.#logger = options.logger ?? silentLogger;
     this.#cache = new LruCache({
@@ -58,25 +58,15 @@ export class ScalewayNodeIdentifier implements NodeIdentifier {
       ttlMs: options.cacheTtlMs ?? 60_000,
       ...(options.now ? { now: options.now } : {}),
     });
-    this.#batches = new IdentifyBatches({
-      windowMs: options.coalesceWindowMs,
-      maxConcurrent: 2,
-      fetch: (ids) => this.#identifyBatch(ids),
-    });
   }
 
-  /** Identifies nodes by providerID; server records older than `options.maxAgeMs` are read again. */
-  identify(providerIDs: readonly string[], options?: IdentifyOptions): Promise<Map<string, IdentifyResult>> {
-    return this.#batches.identify(providerIDs, options);
-  }
-
-  async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
+  protected async identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
     const results = new Map<string, Outcome<NodeIdentity>>();
     const refs = new Map<string, ScalewayServerRef>();
     const toRead = new Map<string, Set<string>>();
     const cached = new Map<string, Server>();
     for (const providerID of providerIDs) {
-      const maxAgeMs = this.#batches.takeMaxAge(providerID);
+      const maxAgeMs = this.takeMaxAge(providerID);
       let ref: ScalewayServerRef;
       try {
         ref = parseScalewayProviderID(providerID);
@@ -96,14 +86,11 @@ export class ScalewayNodeIdentifier implements NodeIdentifier {
         cached.get(key) ??
         read.get(key) ??
         new NotFoundError(`server ${ref.id} not found in zone ${ref.zone}`);
-      if (server instanceof Error) {
-        results.set(providerID, { ok: false, error: server });
-        continue;
-      }
-      const identity = identityOfServer(providerID, server, this.#options.clusterName);
       results.set(
         providerID,
-        identity instanceof Error ? { ok: false, error: identity } : { ok: true, value: identity },
+        outcomeOf(
+          server instanceof Error ? server : identityOfServer(providerID, server, this.#options.clusterName),
+        ),
       );
     }
     this.#logger.debug({ nodes: providerIDs.length, read: read.size }, 'identified Scaleway nodes');

@@ -8,6 +8,7 @@
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AccessToken, TokenCredential } from '@azure/identity';
+import type { AzureClientOptions } from '../../cloud/azure/client.ts';
 import { listenOnLoopback } from '../../net/loopback.ts';
 import { TokenBucket } from '../aws/throttle.ts';
 import { applyTransportFault, CallLog, FaultQueue, type FaultVerbs, faultVerbs } from '../cloud-sim.ts';
@@ -45,6 +46,11 @@ export interface AzureSimulator extends Pick<FaultVerbs, 'failNext' | 'delayNext
   imdsUrlOf(vmName: string): string;
   /** A credential that gets managed-identity tokens from the simulated IMDS. */
   credential: TokenCredential;
+  /** How an AzureClient reaches this ARM: the world's subscription and resource group, credential, endpoint, CA. */
+  clientOptions: Pick<
+    AzureClientOptions,
+    'subscriptionId' | 'resourceGroup' | 'credential' | 'endpoint' | 'caPem'
+  >;
   /** The CA hierarchy signing attested documents; its root is what the controller trusts. */
   authority: AttestationAuthority;
   /** The simulated Microsoft PKI repository (serves the issuing CA as `issuing.crt`). */
@@ -200,13 +206,21 @@ export async function startAzureSimulator(options: AzureSimulatorOptions = {}): 
   };
   Object.assign(state, { authority, attestation });
   const { failNext, delayNext, dropNext } = faultVerbs(state.faults);
+  const credential = imdsCredential(imdsListener.url);
   return {
     world,
     armEndpoint: armUrl,
     caPem: arm.caPem,
     imdsEndpoint: imdsListener.url,
     imdsUrlOf: (vmName) => `${imdsListener.url}/vms/${encodeURIComponent(vmName)}`,
-    credential: imdsCredential(imdsListener.url),
+    credential,
+    clientOptions: {
+      subscriptionId: world.subscriptionId,
+      resourceGroup: world.resourceGroup,
+      credential,
+      endpoint: armUrl,
+      caPem: arm.caPem,
+    },
     authority,
     pkiUrl: `${imdsListener.url}${pkiPath}`,
     attestation,

@@ -11,12 +11,14 @@ import type { Droplet } from '../../cloud/digitalocean/droplets.ts';
 import { kopsRoleOf, nthPrivateAddress } from '../cloud-sim.ts';
 import {
   intParam,
+  metadataKeysRoute,
   pageOf,
   type RestSimulator,
   rateLimitHeadersLimit,
   type SimAnswer,
   type SimRateLimit,
   type SimRoute,
+  simServerStore,
   startRestSimulator,
 } from '../rest-sim.ts';
 
@@ -107,16 +109,6 @@ function listDroplets(droplets: Map<number, SimDroplet>, base: string, query: UR
   };
 }
 
-/** One key of the metadata service droplet `node` reads. */
-function metadataValue(droplets: Map<number, SimDroplet>, node: string, key: string | undefined): SimAnswer {
-  const droplet = droplets.get(Number(node));
-  const values: Record<string, string> = droplet
-    ? { id: String(droplet.id), hostname: droplet.name, region: droplet.region }
-    : {};
-  const value = key ? values[key] : undefined;
-  return value === undefined ? { status: 404, body: 'not found' } : { status: 200, body: value };
-}
-
 /** The droplets API and the metadata service; `base` is the simulator's URL, for page links. */
 function digitalOceanRoutes(droplets: Map<number, SimDroplet>, base: () => string): SimRoute[] {
   return [
@@ -140,13 +132,10 @@ function digitalOceanRoutes(droplets: Map<number, SimDroplet>, base: () => strin
       auth: true,
       handle: (_, query) => listDroplets(droplets, base(), query),
     },
-    {
-      operation: 'metadata',
-      method: 'GET',
-      pattern: /^\/_node\/(?<node>\d+)\/metadata\/v1\/(?<key>[\w-]+)$/,
-      auth: false,
-      handle: ({ node = '', key }) => metadataValue(droplets, node, key),
-    },
+    metadataKeysRoute(/^\/_node\/(?<node>\d+)\/metadata\/v1\/(?<key>[\w-]+)$/, (node) => {
+      const droplet = droplets.get(node);
+      return droplet && { id: String(droplet.id), hostname: droplet.name, region: droplet.region };
+    }),
   ];
 }
 
@@ -161,48 +150,43 @@ export async function startDigitalOceanSimulator(
   options: { rateLimit?: SimRateLimit } = {},
 ): Promise<DigitalOceanSimulator> {
   const token = 'sim-do-token';
-  const droplets = new Map<number, SimDroplet>();
-  let nextId = 300_000_001;
-  let base = '';
-  const sim = await startRestSimulator({
-    token,
-    errorBody,
-    rateLimit: options.rateLimit ?? digitalOceanRateLimit(),
-    routes: digitalOceanRoutes(droplets, () => base),
-  });
-  base = sim.url;
-  const addDroplet = (seed: Partial<Omit<SimDroplet, 'id'>> = {}): SimDroplet => {
-    const id = nextId++;
-    const droplet: SimDroplet = {
+  const store = simServerStore<SimDroplet, Partial<Omit<SimDroplet, 'id'>>>(
+    300_000_001,
+    (id, n, seed) => ({
       id,
       name: seed.name ?? `droplet-${id}`,
       status: seed.status ?? 'active',
       tags: seed.tags ?? [],
       region: seed.region ?? 'nyc3',
-      ...seededPrivateIp(seed, id - 300_000_000),
+      ...seededPrivateIp(seed, n),
       ...(seed.publicIp ? { publicIp: seed.publicIp } : {}),
-    };
-    droplets.set(id, droplet);
-    return droplet;
-  };
+    }),
+    {},
+  );
+  let base = '';
+  const sim = await startRestSimulator({
+    token,
+    errorBody,
+    rateLimit: options.rateLimit ?? digitalOceanRateLimit(),
+    routes: digitalOceanRoutes(store.servers, () => base),
+  });
+  base = sim.url;
   const { url, ...controls } = sim;
   return {
     ...controls,
     endpoint: `${url}/v2`,
     token,
-    droplets,
-    addDroplet,
+    droplets: store.servers,
+    addDroplet: store.add,
     addGroup: (clusterName, instanceGroup, count) =>
-      Array.from({ length: count }, (_, i) =>
-        addDroplet({
-          name: `${instanceGroup}-${i}`,
-          tags: [
-            `KubernetesCluster:${clusterName.replaceAll('.', '-')}`,
-            `kops-instancegroup:${instanceGroup}`,
-            `kops-instance-role:${kopsRoleOf(instanceGroup)}`,
-          ],
-        }),
-      ),
+      store.addGroup(instanceGroup, count, (name) => ({
+        name,
+        tags: [
+          `KubernetesCluster:${clusterName.replaceAll('.', '-')}`,
+          `kops-instancegroup:${instanceGroup}`,
+          `kops-instance-role:${kopsRoleOf(instanceGroup)}`,
+        ],
+      })),
     metadataUrl: (id) => `${url}/_node/${id}/metadata/v1`,
   };
 }

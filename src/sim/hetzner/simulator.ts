@@ -9,12 +9,14 @@ import type { HetznerServer } from '../../cloud/hetzner/servers.ts';
 import { kopsRoleOf, nthPrivateAddress } from '../cloud-sim.ts';
 import {
   intParam,
+  metadataKeysRoute,
   pageOf,
   type RestSimulator,
   rateLimitHeadersLimit,
   type SimAnswer,
   type SimRateLimit,
   type SimRoute,
+  simServerStore,
   startRestSimulator,
 } from '../rest-sim.ts';
 
@@ -124,22 +126,13 @@ function listServers(servers: Map<number, SimHetznerServer>, query: URLSearchPar
   return { status: 200, body: { servers: items.map(serverJson), meta: { pagination } } };
 }
 
-/** One key of the metadata service server `node` reads. */
-function metadataValue(
-  servers: Map<number, SimHetznerServer>,
-  node: string,
-  key: string | undefined,
-): SimAnswer {
-  const server = servers.get(Number(node));
-  const values: Record<string, string> = server
-    ? {
-        'instance-id': String(server.id),
-        hostname: server.name,
-        'private-networks': server.privateIps.map((ip) => `- ip: ${ip}\n`).join(''),
-      }
-    : {};
-  const value = key ? values[key] : undefined;
-  return value === undefined ? { status: 404, body: 'not found' } : { status: 200, body: value };
+/** The metadata service's keys as `server` reads them. */
+function metadataValues(server: SimHetznerServer): Record<string, string> {
+  return {
+    'instance-id': String(server.id),
+    hostname: server.name,
+    'private-networks': server.privateIps.map((ip) => `- ip: ${ip}\n`).join(''),
+  };
 }
 
 /** The servers API and the metadata service. */
@@ -164,13 +157,10 @@ function hetznerRoutes(servers: Map<number, SimHetznerServer>): SimRoute[] {
       auth: true,
       handle: (_, query) => listServers(servers, query),
     },
-    {
-      operation: 'metadata',
-      method: 'GET',
-      pattern: /^\/_node\/(?<node>\d+)\/hetzner\/v1\/metadata\/(?<key>[\w-]+)$/,
-      auth: false,
-      handle: ({ node = '', key }) => metadataValue(servers, node, key),
-    },
+    metadataKeysRoute(/^\/_node\/(?<node>\d+)\/hetzner\/v1\/metadata\/(?<key>[\w-]+)$/, (node) => {
+      const server = servers.get(node);
+      return server && metadataValues(server);
+    }),
   ];
 }
 
@@ -179,46 +169,41 @@ export async function startHetznerSimulator(
   options: { rateLimit?: SimRateLimit } = {},
 ): Promise<HetznerSimulator> {
   const token = 'sim-hcloud-token';
-  const servers = new Map<number, SimHetznerServer>();
-  let nextId = 1_000_001;
-  const sim = await startRestSimulator({
-    token,
-    errorBody,
-    rateLimit: options.rateLimit ?? hetznerRateLimit(),
-    routes: hetznerRoutes(servers),
-  });
-  const addServer = (seed: SeedHetznerServer = {}): SimHetznerServer => {
-    const id = nextId++;
-    const server: SimHetznerServer = {
+  const store = simServerStore<SimHetznerServer, SeedHetznerServer>(
+    1_000_001,
+    (id, n, seed) => ({
       id,
       name: seed.name ?? `server-${id}`,
       status: seed.status ?? 'running',
       labels: seed.labels ?? {},
-      privateIps: seed.privateIps ?? [nthPrivateAddress(id - 1_000_000)],
+      privateIps: seed.privateIps ?? [nthPrivateAddress(n)],
       location: seed.location ?? 'fsn1',
       ...(seed.publicIp ? { publicIp: seed.publicIp } : {}),
-    };
-    servers.set(id, server);
-    return server;
-  };
+    }),
+    {},
+  );
+  const sim = await startRestSimulator({
+    token,
+    errorBody,
+    rateLimit: options.rateLimit ?? hetznerRateLimit(),
+    routes: hetznerRoutes(store.servers),
+  });
   const { url, ...controls } = sim;
   return {
     ...controls,
     endpoint: `${url}/v1`,
     token,
-    servers,
-    addServer,
+    servers: store.servers,
+    addServer: store.add,
     addGroup: (clusterName, instanceGroup, count) =>
-      Array.from({ length: count }, (_, i) =>
-        addServer({
-          name: `${instanceGroup}-${i}`,
-          labels: {
-            'kops.k8s.io/cluster': clusterName,
-            'kops.k8s.io/instance-group': instanceGroup,
-            'kops.k8s.io/instance-role': kopsRoleOf(instanceGroup),
-          },
-        }),
-      ),
+      store.addGroup(instanceGroup, count, (name) => ({
+        name,
+        labels: {
+          'kops.k8s.io/cluster': clusterName,
+          'kops.k8s.io/instance-group': instanceGroup,
+          'kops.k8s.io/instance-role': kopsRoleOf(instanceGroup),
+        },
+      })),
     metadataUrl: (id) => `${url}/_node/${id}/hetzner/v1/metadata`,
   };
 }

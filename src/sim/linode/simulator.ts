@@ -17,6 +17,7 @@ import {
   type SimAnswer,
   type SimRateLimit,
   type SimRoute,
+  simServerStore,
   startRestSimulator,
 } from '../rest-sim.ts';
 
@@ -206,18 +207,9 @@ function metadataRoutes(instances: Map<number, SimLinode>): SimRoute[] {
 /** Starts the simulator with Linode's documented limits on. */
 export async function startLinodeSimulator(): Promise<LinodeSimulator> {
   const token = `sim-linode-token-${randomBytes(8).toString('hex')}`;
-  const instances = new Map<number, SimLinode>();
-  let nextId = 50_000_001;
-  const sim = await startRestSimulator({
-    token,
-    errorBody,
-    rateLimit: linodeRateLimit(1600),
-    routes: [...instanceRoutes(instances), ...metadataRoutes(instances)],
-  });
-  const addInstance = (seed: Partial<Omit<SimLinode, 'id'>> = {}): SimLinode => {
-    const id = nextId++;
-    const n = id - 50_000_000;
-    const instance: SimLinode = {
+  const store = simServerStore<SimLinode, Partial<Omit<SimLinode, 'id'>>>(
+    50_000_001,
+    (id, n, seed) => ({
       id,
       label: seed.label ?? `linode${id}`,
       status: seed.status ?? 'running',
@@ -227,28 +219,32 @@ export async function startLinodeSimulator(): Promise<LinodeSimulator> {
         `192.168.${128 + ((n >> 8) & 127)}.${n & 255}`,
       ],
       region: seed.region ?? 'us-ord',
-    };
-    instances.set(id, instance);
-    return instance;
-  };
+    }),
+    {},
+  );
+  const instances = store.servers;
+  const sim = await startRestSimulator({
+    token,
+    errorBody,
+    rateLimit: linodeRateLimit(1600),
+    routes: [...instanceRoutes(instances), ...metadataRoutes(instances)],
+  });
   const { url, ...controls } = sim;
   return {
     ...controls,
     origin: url,
     token,
     instances,
-    addInstance,
+    addInstance: store.add,
     addGroup: (clusterName, instanceGroup, count) =>
-      Array.from({ length: count }, (_, i) =>
-        addInstance({
-          label: `${instanceGroup}-${i}`,
-          tags: [
-            `kops.k8s.io/cluster:${clusterName}`,
-            `kops.k8s.io/instance-group:${instanceGroup}`,
-            `kops.k8s.io/instance-role:${kopsRoleOf(instanceGroup)}`,
-          ],
-        }),
-      ),
+      store.addGroup(instanceGroup, count, (label) => ({
+        label,
+        tags: [
+          `kops.k8s.io/cluster:${clusterName}`,
+          `kops.k8s.io/instance-group:${instanceGroup}`,
+          `kops.k8s.io/instance-role:${kopsRoleOf(instanceGroup)}`,
+        ],
+      })),
     metadataUrl: (id) => `${url}/_node/${id}`,
   };
 }
