@@ -13,24 +13,21 @@
  * runs everything but `dev`.
  */
 import { Command, Option } from 'commander';
+import { supportedClouds } from '../config/schema.ts';
 import { InvalidInputError, UnavailableError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { lockFolder } from '../runtime/folder-lock.ts';
 import { commandLogger } from './common.ts';
 import { controllerBannerLines, startDevController } from './dev-controller.ts';
 
-/** The clouds `dev --cloud` simulates; each is also the name of that cloud's own approval policy. */
-export const devClouds = [
-  'aws',
-  'gce',
-  'hetzner',
-  'digitalocean',
-  'linode',
-  'openstack',
-  'scaleway',
-  'azure',
-] as const;
-export type DevCloud = (typeof devClouds)[number];
+/**
+ * The clouds `dev --cloud` simulates: every cloud but metal, which has no cloud API to simulate; each
+ * is also the name of that cloud's own approval policy.
+ */
+export type DevCloud = Exclude<(typeof supportedClouds)[number], 'metal'>;
+export const devClouds: readonly DevCloud[] = supportedClouds.filter(
+  (cloud): cloud is DevCloud => cloud !== 'metal',
+);
 
 /** The policies `dev --policy` offers; a cloud's own policy needs a cluster on that cloud. */
 export const devPolicies = [...devClouds, 'queue', 'insecure-always-approve'] as const;

@@ -27,6 +27,7 @@ import {
 import { type CurrentCredentials, readCurrentCredentials, renewalProof } from '../agent/renewal.ts';
 import { retryTransient } from '../agent/retry.ts';
 import { scalewayProof } from '../agent/scaleway-proof.ts';
+import { supportedClouds } from '../config/schema.ts';
 import { ConfigError, InvalidInputError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { callbackClouds } from '../protocol/challenge.ts';
@@ -55,18 +56,8 @@ interface JoinCommandOptions {
   output: string;
 }
 
-/** The clouds `--cloud` proves identity with. */
-const joinClouds = [
-  'aws',
-  'gce',
-  'metal',
-  'hetzner',
-  'digitalocean',
-  'linode',
-  'openstack',
-  'scaleway',
-  'azure',
-] as const;
+/** The clouds `--cloud` proves identity with: every cloud the configuration names. */
+const joinClouds = supportedClouds;
 type JoinCloud = (typeof joinClouds)[number];
 
 /**
