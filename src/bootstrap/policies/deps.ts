@@ -89,6 +89,9 @@ export async function policyDepsFromConfig(
           : {}
       : {}),
   };
+  // The cloud identifiers the policies' providers built, by cloud: the renewal policy reuses the
+  // configured cloud's rather than building a second provider.
+  const identifiers: Partial<Record<Config['cloud'], NodeIdentifier>> = {};
   try {
     if (names.has('aws')) {
       const region = config.server?.provider.aws?.Region;
@@ -102,6 +105,7 @@ export async function policyDepsFromConfig(
       closers.push(() => aws.clients.destroy());
       const { account, partition } = await awsAccountOf(aws.clients.sts);
       deps.aws = { account, partition, region: aws.clients.region, instances: aws.nodeIdentifier };
+      identifiers.aws = aws.nodeIdentifier;
     }
     if (names.has('gce')) {
       const gce = await createGceProvider({
@@ -112,12 +116,14 @@ export async function policyDepsFromConfig(
         ...counted,
       });
       deps.gce = { identifier: gce.nodeIdentifier, compute: gce.compute };
+      identifiers.gce = gce.nodeIdentifier;
     }
     const idOnlyCloud = idOnlyClouds.find((name) => names.has(name));
     if (idOnlyCloud) {
       const provider = idOnlyProvider(idOnlyCloud, config, options, logger);
       closers.push(() => provider.close());
       deps.cloudIdentifier = provider.nodeIdentifier;
+      identifiers[idOnlyCloud] = provider.nodeIdentifier;
     }
     if (names.has('openstack')) {
       const openstack = createOpenStackProvider({
@@ -127,6 +133,7 @@ export async function policyDepsFromConfig(
         ...counted,
       });
       deps.openstack = { nova: openstack.nova };
+      identifiers.openstack = openstack.nodeIdentifier;
     }
     if (names.has('scaleway')) {
       const scaleway = await createScalewayProvider({
@@ -136,6 +143,7 @@ export async function policyDepsFromConfig(
         ...counted,
       });
       deps.scaleway = { clients: scaleway.clients };
+      identifiers.scaleway = scaleway.nodeIdentifier;
     }
     if (names.has('azure')) {
       const azure = await createAzureProvider({
@@ -145,6 +153,7 @@ export async function policyDepsFromConfig(
         ...counted,
       });
       deps.azure = { client: azure.client };
+      identifiers.azure = azure.nodeIdentifier;
     }
     if (names.has('pki-tpm')) {
       if (!options.kubeConfig) {
@@ -155,7 +164,7 @@ export async function policyDepsFromConfig(
       deps.hosts = new HostRegistry(options.kubeConfig);
     }
     if (names.has('renewal')) {
-      const renewal = await renewalDeps(config, options, logger);
+      const renewal = await renewalDeps(config, options, logger, identifiers[config.cloud]);
       deps.ca = renewal.ca;
       if (renewal.addresses) {
         closers.push(renewal.close);
@@ -206,13 +215,16 @@ function idOnlyProvider(
 
 /**
  * The renewal policy's CA, and where the addresses of a renewed serving certificate come from: the
- * Node's providerID (from the API server), then the configured cloud's current record of it. Without
- * the API server (or, on metal, the state store) renewals carry no addresses: client certificates only.
+ * Node's providerID (from the API server), then the configured cloud's current record of it — read
+ * through `built`, the identifier a policy's provider already made for this cloud, else a provider
+ * of its own. Without the API server (or, on metal, the state store) renewals carry no addresses:
+ * client certificates only.
  */
 async function renewalDeps(
   config: Config,
   options: PolicyDepsOptions,
   logger: Logger,
+  built: NodeIdentifier | undefined,
 ): Promise<{
   ca: CertificateAuthority;
   addresses?: (nodeName: string) => Promise<NodeAddresses>;
@@ -223,10 +235,22 @@ async function renewalDeps(
   const { core } = options;
   if (!core || (config.cloud === 'metal' && !options.stateStore))
     return { ca: options.ca, close: () => undefined };
-  const cloud = await cloudFromConfig(config, options.stateStore, options.cloud, logger, options.cloudCalls);
+  let identifier = built;
+  let close = (): void => undefined;
+  if (!identifier) {
+    const cloud = await cloudFromConfig(
+      config,
+      options.stateStore,
+      options.cloud,
+      logger,
+      options.cloudCalls,
+    );
+    identifier = cloud.nodeIdentifier;
+    close = () => cloud.close();
+  }
   const addresses = cloudAddresses({
     providerIdOf: async (name) => (await core.readNode({ name })).spec?.providerID,
-    identifier: cloud.nodeIdentifier,
+    identifier,
   });
-  return { ca: options.ca, addresses, close: () => cloud.close() };
+  return { ca: options.ca, addresses, close };
 }
