@@ -30,7 +30,7 @@ import {
 import { type ChallengeListener, startChallengeServer } from './challenge-server.ts';
 import { ensureDirectory, type NodeFileContent, writeNodeFiles } from './node-files.ts';
 import type { ProofProvider } from './proofs.ts';
-import { retryTransient } from './retry.ts';
+import { type RetryOptions, retryTransient } from './retry.ts';
 import { probeApiServer } from './tls-check.ts';
 
 /** What `join` needs: where to ask, whom to trust, how to prove identity, where to write. */
@@ -227,29 +227,13 @@ async function requestAndWrite(options: JoinOptions, request: JoinRequest): Prom
     const body = bodyWith(listener?.createChallenge());
     return client.submit(body, await options.proof(body, options.signal), options.signal);
   };
-  let issued: IssuedAnswer | undefined;
-  let waitedForApproval = false;
+  let issued: IssuedAnswer;
+  let waitedForApproval: boolean;
   try {
-    for (;;) {
-      const attemptStarted = Date.now();
-      const answer = await retryTransient(attempt, retry);
-      if (answer.status === 'issued') {
-        issued = answer;
-        break;
-      }
+    ({ issued, waitedForApproval } = await untilIssued(attempt, retry, started, (answer) => {
       if (!pending) logger.info({ requestId: answer.requestId }, 'bootstrap request queued for approval');
       pending = answer;
-      waitedForApproval = true;
-      const waited = Math.round((Date.now() - started) / 1000);
-      if (Date.now() > retry.deadline) {
-        throw new TimeoutError(`gave up after ${waited}s: the request is still waiting for approval`);
-      }
-      progress(`waiting for approval (${waited}s)${formatReasons(answer)}`);
-      // A server that answered at once did not long-poll: pause rather than spin.
-      if (Date.now() - attemptStarted < minimumPollMs) {
-        await delay(minimumPollMs, undefined, { signal: options.signal });
-      }
-    }
+    }));
   } finally {
     client.close();
   }
@@ -261,6 +245,34 @@ async function requestAndWrite(options: JoinOptions, request: JoinRequest): Prom
   }
   if (!options.apiServer) await checkApiServer(apiServer);
   return writeCredentials(options, issued, apiServer, nodeName, clientKey, serverKey, waitedForApproval);
+}
+
+/**
+ * Attempts until the server issues: a queued answer is reported (`onQueued`), shown as progress and
+ * polled again, at most until the deadline; a server that answered at once is not polled in a spin.
+ */
+async function untilIssued(
+  attempt: () => Promise<BootstrapAnswer>,
+  retry: RetryOptions,
+  started: number,
+  onQueued: (answer: PendingAnswer) => void,
+): Promise<{ issued: IssuedAnswer; waitedForApproval: boolean }> {
+  let waitedForApproval = false;
+  for (;;) {
+    const attemptStarted = Date.now();
+    const answer = await retryTransient(attempt, retry);
+    if (answer.status === 'issued') return { issued: answer, waitedForApproval };
+    onQueued(answer);
+    waitedForApproval = true;
+    const waited = Math.round((Date.now() - started) / 1000);
+    if (Date.now() > retry.deadline) {
+      throw new TimeoutError(`gave up after ${waited}s: the request is still waiting for approval`);
+    }
+    retry.progress?.(`waiting for approval (${waited}s)${formatReasons(answer)}`);
+    if (Date.now() - attemptStarted < minimumPollMs) {
+      await delay(minimumPollMs, undefined, retry.signal ? { signal: retry.signal } : {});
+    }
+  }
 }
 
 async function writeCredentials(
