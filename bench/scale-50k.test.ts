@@ -19,7 +19,11 @@ describe('bench/scale-50k (smoke run)', () => {
     assert.equal(result.size.apiPods, 1200 + (result.size.apiNodes - 120) + 3);
     assert.deepEqual(result.labelled, { nodes: 120, of: 120 });
     assert.equal(result.first.reconciles['labelled'], result.size.apiNodes);
-    assert.ok(result.first.cloud.describeInstances >= 1);
+    assert.ok(result.first.cloud.describeById >= 1, 'the NodeController looked its instances up');
+    assert.equal(
+      result.first.cloud.describeById + result.first.cloud.describeListing,
+      result.first.cloud.describeInstances,
+    );
     assert.equal(result.restart.reconciles['unchanged'], result.size.apiNodes);
     assert.equal(result.restart.reconciles['labelled'] ?? 0, 0, 'a restart relabels nothing');
     assert.equal(result.scrape.apiRequests, 0, 'a scrape makes no API request');

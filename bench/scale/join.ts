@@ -79,6 +79,11 @@ export async function runScaleJoin(options: {
   nodes: number;
   perNodeSample: number;
   concurrency: number;
+  /**
+   * In flight for the per-node design. Its rate is EC2's bucket's whatever this is; with thousands
+   * in flight its lookups outwait their deadline in the SDK's throttle backoff (503s, not certificates).
+   */
+  perNodeConcurrency: number;
 }): Promise<ScaleJoinFigures> {
   const aws = await startAwsSimulator({ throttling: true });
   try {
@@ -111,7 +116,7 @@ export async function runScaleJoin(options: {
       sample,
       check,
       `aws, per-node EC2 (kops'), ${sample.length} nodes`,
-      options.concurrency,
+      options.perNodeConcurrency,
     );
     const rateBound = Math.max(1, sample.length - ec2Burst);
     const perNodeProjectedMs =

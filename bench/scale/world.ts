@@ -50,6 +50,9 @@ export interface WorldReady {
 /** AWS calls since the last reset: DescribeInstances served and refused by the throttle, and every action served. */
 export interface CloudCalls {
   describeInstances: number;
+  /** Of those, the lookups by instance id (the NodeController's) and the listings (the gauges' refresh). */
+  describeById: number;
+  describeListing: number;
   throttled: number;
   all: number;
 }
@@ -215,6 +218,8 @@ async function serveWorld(): Promise<void> {
             type: 'cloud-calls',
             calls: {
               describeInstances: aws.calls.count('DescribeInstances'),
+              describeById: aws.calls.countForm('DescribeInstances by id'),
+              describeListing: aws.calls.countForm('DescribeInstances listing'),
               throttled: aws.calls.throttled('DescribeInstances'),
               all: aws.calls.count(),
             },

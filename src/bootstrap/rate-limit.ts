@@ -5,6 +5,7 @@
  * without bound.
  */
 import { InvalidInputError } from '../errors.ts';
+import { TokenBucket } from '../runtime/token-bucket.ts';
 
 /** Limits of a {@link SourceRateLimiter}. */
 export interface RateLimit {
@@ -18,11 +19,6 @@ export interface RateLimit {
 
 /** The default: generous for a node's join (a few requests plus long-polls), tight for a flood. */
 export const defaultRateLimit: RateLimit = { burst: 20, ratePerSecond: 5, maxSources: 100_000 };
-
-interface Bucket {
-  tokens: number;
-  updatedMs: number;
-}
 
 /** The answer for one request: allowed, or how long to wait before the next one would be. */
 export type RateDecision = { allowed: true } | { allowed: false; retryAfterSeconds: number };
@@ -39,7 +35,7 @@ export interface RequestLimiter {
 export class SourceRateLimiter implements RequestLimiter {
   readonly #limit: Required<RateLimit>;
   readonly #now: () => number;
-  readonly #buckets = new Map<string, Bucket>();
+  readonly #buckets = new Map<string, TokenBucket>();
 
   constructor(limit: RateLimit = defaultRateLimit, now: () => number = Date.now) {
     if (!(limit.burst >= 1 && limit.ratePerSecond > 0)) {
@@ -52,12 +48,9 @@ export class SourceRateLimiter implements RequestLimiter {
   /** Takes one token for `source`, or says how many seconds until one is available. */
   take(source: string): RateDecision {
     const now = this.#now();
-    const bucket = this.#refilled(source, now);
-    if (bucket.tokens >= 1) {
-      bucket.tokens -= 1;
-      return { allowed: true };
-    }
-    return { allowed: false, retryAfterSeconds: Math.ceil((1 - bucket.tokens) / this.#limit.ratePerSecond) };
+    const bucket = this.#bucket(source, now);
+    if (bucket.tryTake(now)) return { allowed: true };
+    return { allowed: false, retryAfterSeconds: Math.ceil(bucket.msUntilToken(now) / 1000) };
   }
 
   /** How many sources are tracked (for tests and metrics). */
@@ -65,25 +58,20 @@ export class SourceRateLimiter implements RequestLimiter {
     return this.#buckets.size;
   }
 
-  #refilled(source: string, now: number): Bucket {
+  #bucket(source: string, now: number): TokenBucket {
     let bucket = this.#buckets.get(source);
     if (!bucket) {
       if (this.#buckets.size >= this.#limit.maxSources) this.#evict(now);
-      bucket = { tokens: this.#limit.burst, updatedMs: now };
+      bucket = new TokenBucket({ burst: this.#limit.burst, perSecond: this.#limit.ratePerSecond }, now);
       this.#buckets.set(source, bucket);
-      return bucket;
     }
-    const elapsed = Math.max(0, now - bucket.updatedMs) / 1000;
-    bucket.tokens = Math.min(this.#limit.burst, bucket.tokens + elapsed * this.#limit.ratePerSecond);
-    bucket.updatedMs = now;
     return bucket;
   }
 
   /** Drops buckets that have refilled completely (their sources are idle); if none, the oldest. */
   #evict(now: number): void {
-    const fullAfterMs = (this.#limit.burst / this.#limit.ratePerSecond) * 1000;
     for (const [source, bucket] of this.#buckets) {
-      if (now - bucket.updatedMs >= fullAfterMs) this.#buckets.delete(source);
+      if (bucket.isFull(now)) this.#buckets.delete(source);
     }
     if (this.#buckets.size >= this.#limit.maxSources) {
       const oldest = this.#buckets.keys().next().value;

@@ -3,8 +3,16 @@
  * the process) share one call, a batch never exceeds the API's limit, only a few batches run at
  * once, and a key already pending or in flight is not asked for twice. This is what lets 5,000 nodes
  * be identified with a handful of cloud calls instead of 5,000.
+ *
+ * A window alone bounds calls by time, not by keys: requests that trickle in (a join storm, where
+ * each node's request reaches the lookup as the server gets to it) would make a small call every
+ * window. With a call budget, a batch that is not full goes only when the budget has a call left;
+ * until then it stays open and keeps collecting keys. A quiet caller never waits for it (the budget is
+ * full), a storm's calls are bounded by burst + perSecond × its duration however the keys arrive, and
+ * a full batch goes at once, since waiting cannot make it carry more.
  */
 import { InternalError } from '../errors.ts';
+import { type BucketLimit, TokenBucket } from '../runtime/token-bucket.ts';
 
 /** The outcome for one key of a batch. */
 export type Outcome<V> = { ok: true; value: V } | { ok: false; error: Error };
@@ -19,6 +27,10 @@ export interface BatcherOptions<K, V> {
   maxConcurrent: number;
   /** Fetches one batch; a key missing from the result is a bug in `fetch`. */
   fetch: (keys: K[]) => Promise<Map<K, Outcome<V>>>;
+  /** The calls batches that are not full may make (above); without it, every window's batch goes. */
+  callBudget?: BucketLimit;
+  /** Milliseconds, for the budget (default `performance.now`). */
+  now?: () => number;
 }
 
 /** A key-coalescing batcher. */
@@ -30,9 +42,13 @@ export class Batcher<K, V> {
   readonly #queue: Map<K, PromiseWithResolvers<V>>[] = [];
   #running = 0;
   #timer: NodeJS.Timeout | undefined;
+  readonly #now: () => number;
+  readonly #budget: TokenBucket | undefined;
 
   constructor(options: BatcherOptions<K, V>) {
     this.#options = options;
+    this.#now = options.now ?? (() => performance.now());
+    this.#budget = options.callBudget && new TokenBucket(options.callBudget, this.#now());
   }
 
   /** The value for one key, fetched with whatever other keys arrive in the same window. */
@@ -42,7 +58,7 @@ export class Batcher<K, V> {
     const deferred = Promise.withResolvers<V>();
     this.#pending.set(key, deferred);
     if (this.#pending.size >= this.#options.maxBatchSize) this.#cut();
-    else this.#timer ??= setTimeout(() => this.#cut(), this.#options.windowMs);
+    else this.#timer ??= setTimeout(() => this.#windowClosed(), this.#options.windowMs);
     return deferred.promise;
   }
 
@@ -61,11 +77,20 @@ export class Batcher<K, V> {
     );
   }
 
+  /** The window is over: the batch goes if the budget allows a call, else it waits for one. */
+  #windowClosed(): void {
+    const waitMs = this.#budget?.msUntilToken(this.#now()) ?? 0;
+    if (waitMs > 0) this.#timer = setTimeout(() => this.#windowClosed(), Math.ceil(waitMs));
+    else this.#cut();
+  }
+
   /** Closes the current window: its keys become a batch queued for fetching. */
   #cut(): void {
     clearTimeout(this.#timer);
     this.#timer = undefined;
     if (this.#pending.size === 0) return;
+    // A full batch goes without a token, but spends one if there is one.
+    this.#budget?.tryTake(this.#now());
     const batch = this.#pending;
     this.#pending = new Map();
     for (const [key, deferred] of batch) this.#inflight.set(key, deferred.promise);

@@ -252,6 +252,31 @@ describe('AwsNodeIdentifier', () => {
     }
   });
 
+  it('lookupInstance in a join storm: lookups that trickle in share calls within the call budget', async () => {
+    // Joins reach the lookup one by one as the server gets to each: 400 over ~0.8 s. With only a
+    // window, each 20 ms would make its own call (about 40); the budget holds them to its bound.
+    const budget = { burst: 2, perSecond: 4 };
+    const storm = new AwsNodeIdentifier({ ec2: clients.ec2, clusterName: cluster, callBudget: budget });
+    const started = performance.now();
+    const lookups: Promise<unknown>[] = [];
+    for (let i = 1; i <= 400; i++) {
+      lookups.push(storm.lookupInstance(simInstanceId(i)));
+      if (i % 10 === 0) await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    const identities = (await Promise.all(lookups)) as { instanceId: string }[];
+    const seconds = (performance.now() - started) / 1000;
+    assert.deepEqual(
+      identities.map((identity) => identity.instanceId),
+      Array.from({ length: 400 }, (_, i) => simInstanceId(i + 1)),
+    );
+    const calls = sim.calls.count('DescribeInstances');
+    assert.ok(
+      calls <= budget.burst + Math.ceil(budget.perSecond * seconds) + 1,
+      `${calls} DescribeInstances calls in ${seconds.toFixed(2)} s`,
+    );
+    assert.equal(sim.calls.throttled('DescribeInstances'), 0);
+  });
+
   it('answers from the cache without calling EC2 again', async () => {
     const providerIDs = Array.from({ length: 300 }, (_, i) =>
       awsProviderID({ id: simInstanceId(i + 1), zone: 'us-east-1a' }),

@@ -1,7 +1,9 @@
 /**
  * Node identity on AWS: a node's providerID names an instance; EC2's record of that instance (not
  * anything the node says) decides its instance group. Lookups are batched — every identify() call
- * arriving within a short window shares DescribeInstances calls of up to 1,000 ids, a few at a time —
+ * arriving within a short window shares DescribeInstances calls of up to 1,000 ids, a few at a time,
+ * and a batch that is not full waits for the call budget, so a join storm's lookups cost a bounded
+ * number of calls however they trickle in —
  * and verified identities are cached per instance id, since an instance's group never changes. Its
  * state does change: a caller deciding trust asks for a short `maxAgeMs`, so it never acts on a state
  * read longer ago than that, while labelling keeps the cache's full benefit.
@@ -9,6 +11,7 @@
 import { DescribeInstancesCommand, type EC2Client, type Instance } from '@aws-sdk/client-ec2';
 import { ForbiddenError, InvalidInputError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import type { BucketLimit } from '../../runtime/token-bucket.ts';
 import { Batcher, type Outcome } from '../batcher.ts';
 import { LruCache } from '../lru.ts';
 import type { IdentifyOptions, NodeIdentifier, NodeIdentity } from '../types.ts';
@@ -26,6 +29,8 @@ export interface AwsNodeIdentifierOptions {
   maxBatchSize?: number;
   /** DescribeInstances calls in flight at once (default 4). */
   maxConcurrentCalls?: number;
+  /** The DescribeInstances calls batches that are not full may make (default {@link defaultDescribeBudget}). */
+  callBudget?: BucketLimit;
   /** Identities kept (default 100,000: enough that a 50,000-node cluster's labelling echoes hit the cache). */
   cacheSize?: number;
   /** How long a cached identity is trusted before EC2 is asked again (default 1 hour, as kops). */
@@ -42,6 +47,15 @@ export type AwsIdentifyResult = { ok: true; identity: AwsNodeIdentity } | { ok: 
 
 /** The most ids one DescribeInstances call takes. */
 export const maxDescribeInstancesIds = 1000;
+
+/**
+ * What batches that are not full may spend of EC2's request bucket, which every caller of the
+ * account's non-mutating actions shares (100 calls, refilled at 20 a second): a burst of 10, so that
+ * a quiet cluster's lookups never wait, then one call every 2 s — a fortieth of the refill — which in
+ * a storm carries every id that arrived meanwhile (a 50,000-node join storm: about 60 calls). A full
+ * batch (1,000 ids) never waits. A join waits at most those 2 s for its lookup.
+ */
+export const defaultDescribeBudget: BucketLimit = { burst: 10, perSecond: 0.5 };
 
 const notFoundCodes = new Set(['InvalidInstanceID.NotFound', 'InvalidInstanceID.Malformed']);
 
@@ -66,6 +80,7 @@ export class AwsNodeIdentifier implements NodeIdentifier {
       windowMs: options.batchWindowMs ?? 20,
       maxBatchSize: Math.min(options.maxBatchSize ?? maxDescribeInstancesIds, maxDescribeInstancesIds),
       maxConcurrent: options.maxConcurrentCalls ?? 4,
+      callBudget: options.callBudget ?? defaultDescribeBudget,
       fetch: (ids) => this.#fetch(ids),
     });
   }

@@ -163,7 +163,12 @@ describe('Cluster API mode on AWS (the real AWS identifier, the AWS simulator)',
       credentials: aws.credentials,
     });
     identifier = new CapiNodeIdentifier(
-      new AwsNodeIdentifier({ ec2: clients.ec2, clusterName: cluster }),
+      new AwsNodeIdentifier({
+        ec2: clients.ec2,
+        clusterName: cluster,
+        // Twenty lookups one after the other: past its burst, the default budget would space them 2 s apart.
+        callBudget: { burst: 100, perSecond: 100 },
+      }),
       index,
     );
     await createMachine('aws-md-a-1', capiNode, {

@@ -36,7 +36,16 @@ before(async () => {
   closeClients = clients.destroy;
   const controller = new IpamController({
     kubeConfig: api.kubeConfig(),
-    source: new AwsPodCidrSource(new AwsNodeIdentifier({ ec2: clients.ec2, clusterName, batchWindowMs: 5 })),
+    source: new AwsPodCidrSource(
+      new AwsNodeIdentifier({
+        ec2: clients.ec2,
+        clusterName,
+        batchWindowMs: 5,
+        // These tests are about EC2's answers and its throttle; the identifier's own call budget
+        // (which would let EC2's bucket refill while a lookup waits) is tested with the identifier.
+        callBudget: { burst: 1_000, perSecond: 1_000 },
+      }),
+    ),
     recheckMs: 60_000,
     waitRetryMs: 100,
     baseRetryDelayMs: 20,

@@ -34,15 +34,26 @@ export interface AwsSimulatorOptions {
 
 type Service = AwsService;
 
-/** Calls per action: those served (whatever their outcome) and those refused by throttling. */
+/**
+ * Calls per action: those served (whatever their outcome) and those refused by throttling; served
+ * `DescribeInstances` calls also by form, since a lookup by id and a listing by filter are different
+ * callers' work.
+ */
 export class CallCounter {
   readonly #served = new Map<string, number>();
   readonly #throttled = new Map<string, number>();
+  readonly #forms = new Map<string, number>();
 
   /** Records a call; `throttled` when the bucket refused it. */
-  record(action: string, throttled = false): void {
+  record(action: string, throttled = false, form?: CallForm): void {
     const map = throttled ? this.#throttled : this.#served;
     map.set(action, (map.get(action) ?? 0) + 1);
+    if (form && !throttled) this.#forms.set(form, (this.#forms.get(form) ?? 0) + 1);
+  }
+
+  /** Served `DescribeInstances` calls that named instance ids, or that listed (no ids). */
+  countForm(form: CallForm): number {
+    return this.#forms.get(form) ?? 0;
   }
 
   /** Calls served for one action, or for all when none is named. */
@@ -59,7 +70,16 @@ export class CallCounter {
   reset(): void {
     this.#served.clear();
     this.#throttled.clear();
+    this.#forms.clear();
   }
+}
+
+/** The two forms of `DescribeInstances`: with `InstanceId.N`, or a listing (by filter or all). */
+export type CallForm = 'DescribeInstances by id' | 'DescribeInstances listing';
+
+function formOf(action: string, params: ReadonlyMap<string, string>): CallForm | undefined {
+  if (action !== 'DescribeInstances') return undefined;
+  return params.has('InstanceId.1') ? 'DescribeInstances by id' : 'DescribeInstances listing';
 }
 
 function sumOf(map: ReadonlyMap<string, number>, key: string | undefined): number {
@@ -216,7 +236,7 @@ export async function startAwsSimulator(options: AwsSimulatorOptions = {}): Prom
         calls.record(action, true);
         throw new AwsSimError('RequestLimitExceeded', 'Request limit exceeded.', 503);
       }
-      calls.record(action);
+      calls.record(action, false, formOf(action, params));
       return { status: 200, xml: dispatch(service, action, params, claims.scope.accessKeyId) };
     } catch (caught) {
       let err: AwsSimError;
