@@ -10,9 +10,9 @@ import type { KubeConfig, V1Node } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { ConflictError } from '../errors.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
+import { kubeAnswerError, kubeHttps } from '../kube/kube-https.ts';
 import type { Logger } from '../log.ts';
 import { dependencyFault } from './dependency.ts';
-import { kubeAnswerError, kubeHttps } from './kube-https.ts';
 
 /** Reads what the guard needs of a Node. */
 export type NodeReader = (name: string) => Promise<Pick<V1Node, 'status'> | undefined>;

@@ -20,11 +20,11 @@ import { createHash } from 'node:crypto';
 import type { CoreV1Api, KubeConfig, V1ConfigMap } from '@kubernetes/client-node';
 import { describeError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
+import { kubeAnswerError, kubeHttps } from '../kube/kube-https.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { dependencyFault, withDeadline } from './dependency.ts';
-import { kubeAnswerError, kubeHttps } from './kube-https.ts';
 
 /**
  * Records proofs as used. `claim` is true the first time a digest is seen, and again whenever the

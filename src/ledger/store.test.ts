@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { Registry } from 'prom-client';
+import { KopsError } from '../errors.ts';
 import { makeClients } from '../kube/client.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { CertificateExpiryGauge } from './expiry-gauge.ts';
@@ -26,150 +27,203 @@ function byInstance(entries: readonly LedgerEntry[]): string[] {
   return entries.map((e) => `${e.kind}/${e.instance}`).sort();
 }
 
-describe('ConfigMapLedgerStore against the simulated API server', () => {
-  let sim: SimApiServer;
-  const store = (namespace: string, shards?: number) =>
-    new ConfigMapLedgerStore({
-      core: makeClients(sim.kubeConfig()).core,
-      namespace,
-      ...(shards ? { shards } : {}),
+// Every behaviour holds whichever way the shards are read and written: through client-node, or over
+// plain HTTPS (`kubeConfig`, as the bootstrap server runs it).
+for (const transport of ['client-node', 'https'] as const)
+  describe(`ConfigMapLedgerStore against the simulated API server (${transport})`, () => {
+    let sim: SimApiServer;
+    const store = (namespace: string, shards?: number) =>
+      new ConfigMapLedgerStore({
+        core: makeClients(sim.kubeConfig()).core,
+        ...(transport === 'https' ? { kubeConfig: sim.kubeConfig() } : {}),
+        namespace,
+        ...(shards ? { shards } : {}),
+      });
+
+    before(async () => {
+      sim = await startApiServer();
+      const core = makeClients(sim.kubeConfig()).core;
+      for (const name of ['restart', 'race', 'storm', 'faults', 'garbage', 'prune']) {
+        await core.createNamespace({ body: { metadata: { name } } });
+      }
+    });
+    after(() => sim.close());
+
+    test('what one controller wrote, a new controller instance (restart, new leader) reads', async () => {
+      await store('restart').add([entry('node-1'), entry('node-1', 'kubelet-server'), entry('node-2')]);
+      assert.deepEqual(byInstance(await store('restart').list()), [
+        'kubelet-server/node-1',
+        'kubelet/node-1',
+        'kubelet/node-2',
+      ]);
     });
 
-  before(async () => {
-    sim = await startApiServer();
-    const core = makeClients(sim.kubeConfig()).core;
-    for (const name of ['restart', 'race', 'storm', 'faults', 'garbage', 'prune']) {
-      await core.createNamespace({ body: { metadata: { name } } });
-    }
-  });
-  after(() => sim.close());
+    test('two replicas writing the same shard at once lose none of each other’s entries', async () => {
+      // One shard: every write of both replicas contends for the same ConfigMap.
+      const [a, b] = [store('race', 1), store('race', 1)];
+      const written = Array.from({ length: 40 }, (_, i) => entry(`node-${i}`));
+      // Each replica writes one batch at a time (as its recorder does), both at once.
+      const replica = async (writer: ConfigMapLedgerStore, mine: LedgerEntry[]) => {
+        for (const e of mine) await writer.add([e]);
+      };
+      await Promise.all([
+        replica(
+          a,
+          written.filter((_, i) => i % 2 === 0),
+        ),
+        replica(
+          b,
+          written.filter((_, i) => i % 2 === 1),
+        ),
+      ]);
+      assert.deepEqual(byInstance(await a.list()), byInstance(written));
+    });
 
-  test('what one controller wrote, a new controller instance (restart, new leader) reads', async () => {
-    await store('restart').add([entry('node-1'), entry('node-1', 'kubelet-server'), entry('node-2')]);
-    assert.deepEqual(byInstance(await store('restart').list()), [
-      'kubelet-server/node-1',
-      'kubelet/node-1',
-      'kubelet/node-2',
-    ]);
-  });
-
-  test('two replicas writing the same shard at once lose none of each other’s entries', async () => {
-    // One shard: every write of both replicas contends for the same ConfigMap.
-    const [a, b] = [store('race', 1), store('race', 1)];
-    const written = Array.from({ length: 40 }, (_, i) => entry(`node-${i}`));
-    // Each replica writes one batch at a time (as its recorder does), both at once.
-    const replica = async (writer: ConfigMapLedgerStore, mine: LedgerEntry[]) => {
-      for (const e of mine) await writer.add([e]);
-    };
-    await Promise.all([
-      replica(
-        a,
-        written.filter((_, i) => i % 2 === 0),
-      ),
-      replica(
-        b,
-        written.filter((_, i) => i % 2 === 1),
-      ),
-    ]);
-    assert.deepEqual(byInstance(await a.list()), byInstance(written));
-  });
-
-  test('a 5,000-node join storm is written in one write per shard, not one per join', async () => {
-    const target = store('storm');
-    let calls = 0;
-    let writes = 0;
-    const recorder = new LedgerRecorder({
-      store: {
-        add: async (entries) => {
-          calls++;
-          const result = await target.add(entries);
-          writes += result.writes;
-          return result;
+    test('a 5,000-node join storm is written in one write per shard, not one per join', async () => {
+      const target = store('storm');
+      let calls = 0;
+      let writes = 0;
+      const recorder = new LedgerRecorder({
+        store: {
+          add: async (entries) => {
+            calls++;
+            const result = await target.add(entries);
+            writes += result.writes;
+            return result;
+          },
         },
-      },
+      });
+      for (let i = 0; i < 5_000; i++)
+        recorder.record([entry(`node-${i}`), entry(`node-${i}`, 'kubelet-server')]);
+      await recorder.stop();
+      assert.equal(calls, 1);
+      assert.ok(writes <= 16, `${writes} writes`);
+      const listed = await target.list();
+      assert.equal(listed.length, 10_000);
+      // Every shard stays well under a ConfigMap's 1 MiB.
+      const core = makeClients(sim.kubeConfig()).core;
+      for (let shard = 0; shard < 16; shard++) {
+        const cm = await core.readNamespacedConfigMap({ name: shardName(shard), namespace: 'storm' });
+        assert.ok(JSON.stringify(cm.data).length < 900_000);
+      }
     });
-    for (let i = 0; i < 5_000; i++)
-      recorder.record([entry(`node-${i}`), entry(`node-${i}`, 'kubelet-server')]);
-    await recorder.stop();
-    assert.equal(calls, 1);
-    assert.ok(writes <= 16, `${writes} writes`);
-    const listed = await target.list();
-    assert.equal(listed.length, 10_000);
-    // Every shard stays well under a ConfigMap's 1 MiB.
-    const core = makeClients(sim.kubeConfig()).core;
-    for (let shard = 0; shard < 16; shard++) {
-      const cm = await core.readNamespacedConfigMap({ name: shardName(shard), namespace: 'storm' });
-      assert.ok(JSON.stringify(cm.data).length < 900_000);
+
+    test('a write the API server refuses stays pending and is written at the next flush', async () => {
+      const recorder = new LedgerRecorder({ store: store('faults') });
+      sim.faults.errors({ resource: 'configmaps', verbs: ['create', 'update'], rate: 1, status: 503 });
+      recorder.record([entry('node-1')]);
+      await recorder.flush();
+      sim.faults.reset();
+      assert.deepEqual(await store('faults').list(), []);
+      await recorder.flush();
+      assert.deepEqual(byInstance(await store('faults').list()), ['kubelet/node-1']);
+    });
+
+    test('the leader removes the certificates of deleted nodes nearing expiry; a failed lookup keeps them', async () => {
+      const target = store('prune');
+      const soon = now + 5 * day;
+      await target.add([
+        entry('alive', 'kubelet', soon),
+        entry('deleted', 'kubelet', soon + 60),
+        entry('deleted', 'kube-proxy', soon + 60),
+        entry('deleted-later', 'kubelet', now + 100 * day),
+        entry('flaky', 'kubelet', soon + 120),
+        { ...entry('kubernetes-ca.1', 'ca', soon), instanceGroup: '', heldUntil: now + 3600 },
+      ]);
+      const looked: string[] = [];
+      const gauge = new CertificateExpiryGauge({
+        store: target,
+        registry: new Registry(),
+        nodeExists: async (name) => {
+          looked.push(name);
+          if (name === 'flaky') throw new Error('API server unreachable');
+          return name === 'alive';
+        },
+      });
+      await gauge.refresh();
+      assert.deepEqual(looked.sort(), ['alive', 'deleted', 'flaky'], 'only node certificates in the window');
+      assert.deepEqual(byInstance(await target.list()), [
+        'ca/kubernetes-ca.1',
+        'kubelet/alive',
+        'kubelet/deleted-later',
+        'kubelet/flaky',
+      ]);
+      assert.deepEqual(
+        gauge.earliest()?.map((e) => `${e.kind}/${e.instanceGroup}/${e.instance}`),
+        ['ca//kubernetes-ca.1', 'kubelet/nodes/alive'],
+      );
+    });
+
+    test('a hand-edited shard: malformed entries are skipped and overwritten, never trusted', async () => {
+      const core = makeClients(sim.kubeConfig()).core;
+      const target = store('garbage', 1);
+      await core.createNamespacedConfigMap({
+        namespace: 'garbage',
+        body: {
+          metadata: { name: shardName(0), labels: { [ledgerLabel]: '0' } },
+          data: { 'entries.json': JSON.stringify([{ kind: 'kubelet', notAfter: 'soon' }, entry('node-1')]) },
+        },
+      });
+      assert.deepEqual(byInstance(await target.list()), ['kubelet/node-1']);
+      await core.replaceNamespacedConfigMap({
+        name: shardName(0),
+        namespace: 'garbage',
+        body: {
+          metadata: { name: shardName(0), labels: { [ledgerLabel]: '0' } },
+          data: { 'entries.json': '{not json' },
+        },
+      });
+      assert.deepEqual(await target.list(), []);
+      await target.add([entry('node-2')]);
+      assert.deepEqual(byInstance(await target.list()), ['kubelet/node-2']);
+    });
+  });
+
+describe('ConfigMapLedgerStore over plain HTTPS', () => {
+  test('with kubeConfig, shard reads and writes never go through client-node; a refused write is a typed error', async () => {
+    const sim = await startApiServer();
+    try {
+      const real = makeClients(sim.kubeConfig()).core;
+      await real.createNamespace({ body: { metadata: { name: 'https-only' } } });
+      // client-node's ConfigMap calls fail: only `list` may use them.
+      const core = new Proxy(real, {
+        get(target, property, receiver) {
+          if (
+            typeof property === 'string' &&
+            /NamespacedConfigMap$/.test(property) &&
+            !property.startsWith('list')
+          ) {
+            return () => Promise.reject(new Error(`client-node ${property} was called`));
+          }
+          return Reflect.get(target, property, receiver);
+        },
+      });
+      const target = new ConfigMapLedgerStore({
+        core,
+        kubeConfig: sim.kubeConfig(),
+        namespace: 'https-only',
+        shards: 2,
+      });
+      await target.add([entry('node-1'), entry('node-2'), entry('node-3')]);
+      await target.add([entry('node-4')]);
+      assert.deepEqual(byInstance(await target.list()), [
+        'kubelet/node-1',
+        'kubelet/node-2',
+        'kubelet/node-3',
+        'kubelet/node-4',
+      ]);
+      sim.faults.errors({ resource: 'configmaps', verbs: ['update'], rate: 1, status: 503 });
+      await assert.rejects(target.add([entry('node-5')]), (err: Error) => {
+        assert.ok(err instanceof KopsError, err.message);
+        assert.equal(err.kind, 'unavailable');
+        assert.match(
+          err.message,
+          /^write the certificate ledger https-only\/kops-controller-certificate-ledger-0\d: HTTP 503/,
+        );
+        return true;
+      });
+    } finally {
+      await sim.close();
     }
-  });
-
-  test('a write the API server refuses stays pending and is written at the next flush', async () => {
-    const recorder = new LedgerRecorder({ store: store('faults') });
-    sim.faults.errors({ resource: 'configmaps', verbs: ['create', 'update'], rate: 1, status: 503 });
-    recorder.record([entry('node-1')]);
-    await recorder.flush();
-    sim.faults.reset();
-    assert.deepEqual(await store('faults').list(), []);
-    await recorder.flush();
-    assert.deepEqual(byInstance(await store('faults').list()), ['kubelet/node-1']);
-  });
-
-  test('the leader removes the certificates of deleted nodes nearing expiry; a failed lookup keeps them', async () => {
-    const target = store('prune');
-    const soon = now + 5 * day;
-    await target.add([
-      entry('alive', 'kubelet', soon),
-      entry('deleted', 'kubelet', soon + 60),
-      entry('deleted', 'kube-proxy', soon + 60),
-      entry('deleted-later', 'kubelet', now + 100 * day),
-      entry('flaky', 'kubelet', soon + 120),
-      { ...entry('kubernetes-ca.1', 'ca', soon), instanceGroup: '', heldUntil: now + 3600 },
-    ]);
-    const looked: string[] = [];
-    const gauge = new CertificateExpiryGauge({
-      store: target,
-      registry: new Registry(),
-      nodeExists: async (name) => {
-        looked.push(name);
-        if (name === 'flaky') throw new Error('API server unreachable');
-        return name === 'alive';
-      },
-    });
-    await gauge.refresh();
-    assert.deepEqual(looked.sort(), ['alive', 'deleted', 'flaky'], 'only node certificates in the window');
-    assert.deepEqual(byInstance(await target.list()), [
-      'ca/kubernetes-ca.1',
-      'kubelet/alive',
-      'kubelet/deleted-later',
-      'kubelet/flaky',
-    ]);
-    assert.deepEqual(
-      gauge.earliest()?.map((e) => `${e.kind}/${e.instanceGroup}/${e.instance}`),
-      ['ca//kubernetes-ca.1', 'kubelet/nodes/alive'],
-    );
-  });
-
-  test('a hand-edited shard: malformed entries are skipped and overwritten, never trusted', async () => {
-    const core = makeClients(sim.kubeConfig()).core;
-    const target = store('garbage', 1);
-    await core.createNamespacedConfigMap({
-      namespace: 'garbage',
-      body: {
-        metadata: { name: shardName(0), labels: { [ledgerLabel]: '0' } },
-        data: { 'entries.json': JSON.stringify([{ kind: 'kubelet', notAfter: 'soon' }, entry('node-1')]) },
-      },
-    });
-    assert.deepEqual(byInstance(await target.list()), ['kubelet/node-1']);
-    await core.replaceNamespacedConfigMap({
-      name: shardName(0),
-      namespace: 'garbage',
-      body: {
-        metadata: { name: shardName(0), labels: { [ledgerLabel]: '0' } },
-        data: { 'entries.json': '{not json' },
-      },
-    });
-    assert.deepEqual(await target.list(), []);
-    await target.add([entry('node-2')]);
-    assert.deepEqual(byInstance(await target.list()), ['kubelet/node-2']);
   });
 });

@@ -6,9 +6,10 @@
  * reads and merges again, so that two replicas writing at once never lose each other's entries.
  */
 import { createHash } from 'node:crypto';
-import type { CoreV1Api, V1ConfigMap } from '@kubernetes/client-node';
+import type { CoreV1Api, KubeConfig, V1ConfigMap } from '@kubernetes/client-node';
 import { KopsError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
+import { kubeAnswerError, kubeHttps } from '../kube/kube-https.ts';
 import { entryKey, epochSeconds, type LedgerEntry, maxEntriesPerShard, mergeEntries } from './ledger.ts';
 
 /** The label every shard carries (value: the shard number), so that one list reads the whole ledger. */
@@ -28,6 +29,16 @@ function backoff(attempt: number): Promise<void> {
 /** Options of {@link ConfigMapLedgerStore}. */
 export interface LedgerStoreOptions {
   core: CoreV1Api;
+  /**
+   * When given, shards are read and written over plain HTTPS with one keep-alive agent
+   * (src/kube/kube-https.ts) instead of through `core`. Every replica flushes every 2 s during a join
+   * storm, and through client-node each flush's read and replace of a shard of up to 900 kB went
+   * through its fetch dispatcher, web streams and object serializer (docs/performance.md). `core`
+   * still lists the ledger (the expiry gauge and `certs`, rarely).
+   */
+  kubeConfig?: KubeConfig;
+  /** Deadline of each shard read or write over `kubeConfig` (default 10 s). */
+  timeoutMs?: number;
   /** Where the shards live (`bootstrap.replayNamespace`, default kube-system). */
   namespace?: string;
   /** How many ConfigMaps the ledger is spread over; every reader and writer must agree (default 16). */
@@ -76,6 +87,71 @@ type ShardChange = (
   entries: readonly LedgerEntry[],
 ) => { json: string; droppedOverCap: number };
 
+/** How the store reads and writes one shard; every failure but a lost race is a typed error. */
+interface Shards {
+  /** The shard, or undefined when it does not exist (404). */
+  read(name: string, action: string): Promise<V1ConfigMap | undefined>;
+  /** Replaces the shard (`exists`) or creates it; false when another replica wrote it first (409). */
+  write(body: V1ConfigMap, exists: boolean, action: string): Promise<boolean>;
+}
+
+/** Shards through client-node. */
+function clientNodeShards(core: CoreV1Api, namespace: string): Shards {
+  return {
+    async read(name, action) {
+      try {
+        return await core.readNamespacedConfigMap({ name, namespace });
+      } catch (err) {
+        if (httpStatusOfApiError(err) === 404) return undefined;
+        throw fromApiException(err, action);
+      }
+    },
+    async write(body, exists, action) {
+      const name = body.metadata?.name ?? '';
+      try {
+        if (exists) await core.replaceNamespacedConfigMap({ name, namespace, body });
+        else await core.createNamespacedConfigMap({ namespace, body });
+        return true;
+      } catch (err) {
+        if (httpStatusOfApiError(err) === 409) return false;
+        throw fromApiException(err, action);
+      }
+    },
+  };
+}
+
+/** The largest shard answer read: a ConfigMap holds at most 1 MiB, metadata included. */
+const maxShardAnswerBytes = 2 * 1024 * 1024;
+
+/** Shards over plain HTTPS (src/kube/kube-https.ts). */
+function httpsShards(kubeConfig: KubeConfig, namespace: string, timeoutMs: number): Shards {
+  const call = kubeHttps(kubeConfig, { timeoutMs });
+  const collection = `/api/v1/namespaces/${encodeURIComponent(namespace)}/configmaps`;
+  return {
+    async read(name, action) {
+      const path = `${collection}/${encodeURIComponent(name)}`;
+      const answer = await call({ action, method: 'GET', path, maxBodyBytes: maxShardAnswerBytes });
+      if (answer.status === 404) return undefined;
+      if (answer.status !== 200) throw kubeAnswerError(answer, action);
+      return JSON.parse(answer.body.toString('utf8')) as V1ConfigMap;
+    },
+    async write(configMap, exists, action) {
+      const body = JSON.stringify({ apiVersion: 'v1', kind: 'ConfigMap', ...configMap });
+      const name = encodeURIComponent(configMap.metadata?.name ?? '');
+      const answer = await call({
+        action,
+        method: exists ? 'PUT' : 'POST',
+        path: exists ? `${collection}/${name}` : collection,
+        body,
+        maxBodyBytes: maxShardAnswerBytes,
+      });
+      if (answer.status === 409) return false;
+      if (answer.status !== 200 && answer.status !== 201) throw kubeAnswerError(answer, action);
+      return true;
+    },
+  };
+}
+
 /** What one {@link ConfigMapLedgerStore.add} or remove did. */
 export interface AddResult {
   /** Shards written. */
@@ -91,10 +167,14 @@ export class ConfigMapLedgerStore {
   readonly #shards: number;
   readonly #cap: number;
   readonly #now: () => Date;
+  readonly #io: Shards;
 
   constructor(options: LedgerStoreOptions) {
     this.#core = options.core;
     this.#namespace = options.namespace ?? 'kube-system';
+    this.#io = options.kubeConfig
+      ? httpsShards(options.kubeConfig, this.#namespace, options.timeoutMs ?? 10_000)
+      : clientNodeShards(this.#core, this.#namespace);
     this.#shards = options.shards ?? 16;
     this.#cap = options.maxEntriesPerShard ?? maxEntriesPerShard;
     this.#now = options.now ?? (() => new Date());
@@ -175,12 +255,7 @@ export class ConfigMapLedgerStore {
     const action = `write the certificate ledger ${this.#namespace}/${name}`;
     for (let attempt = 0; attempt < maxConflicts; attempt++) {
       if (attempt > 0) await backoff(attempt);
-      let current: V1ConfigMap | undefined;
-      try {
-        current = await this.#core.readNamespacedConfigMap({ name, namespace: this.#namespace });
-      } catch (err) {
-        if (httpStatusOfApiError(err) !== 404) throw fromApiException(err, action);
-      }
+      const current = await this.#io.read(name, action);
       const merged = change(entriesOf(current));
       const body: V1ConfigMap = {
         metadata: {
@@ -194,14 +269,8 @@ export class ConfigMapLedgerStore {
         },
         data: { [dataKey]: merged.json },
       };
-      try {
-        if (current) await this.#core.replaceNamespacedConfigMap({ name, namespace: this.#namespace, body });
-        else await this.#core.createNamespacedConfigMap({ namespace: this.#namespace, body });
-        return merged.droppedOverCap;
-      } catch (err) {
-        // 409: another replica wrote (or created) the shard since we read it; merge with theirs.
-        if (httpStatusOfApiError(err) !== 409) throw fromApiException(err, action);
-      }
+      // false (409): another replica wrote (or created) the shard since we read it; merge with theirs.
+      if (await this.#io.write(body, current !== undefined, action)) return merged.droppedOverCap;
     }
     throw new KopsError('conflict', `${action}: still conflicting after ${maxConflicts} attempts`);
   }

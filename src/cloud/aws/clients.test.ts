@@ -1,10 +1,12 @@
 import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
 import { describe, it } from 'node:test';
 import { DescribeAutoScalingGroupsCommand } from '@aws-sdk/client-auto-scaling';
 import { DescribeInstancesCommand } from '@aws-sdk/client-ec2';
 import { GetCallerIdentityCommand } from '@aws-sdk/client-sts';
 import { Registry } from 'prom-client';
 import { ConfigError } from '../../errors.ts';
+import { createLogger } from '../../log.ts';
 import { clusterInstances } from '../../sim/aws/scenario.ts';
 import { startAwsSimulator } from '../../sim/aws/server.ts';
 import { cloudCallsTimed, cloudRequests } from '../../testing/cloud-calls.ts';
@@ -95,6 +97,65 @@ describe('cloud call counting', () => {
       clients.destroy();
       wrongSecret.destroy();
       unreachable.destroy();
+      await sim.close();
+    }
+  });
+});
+
+describe('the SDK logger', () => {
+  it('skips the redaction walk of every answer, and logs a failed call in one debug line without its input', async () => {
+    const sim = await startAwsSimulator();
+    sim.ec2.addInstances(clusterInstances({ cluster: 'c.example.com', instanceGroup: 'nodes', count: 3 }));
+    const lines: string[] = [];
+    const destination = new Writable({
+      write(chunk, _encoding, done) {
+        lines.push(String(chunk));
+        done();
+      },
+    });
+    const clients = await createAwsClients({
+      region: sim.region,
+      endpoint: sim.endpoint,
+      credentials: sim.credentials,
+      logger: createLogger({ level: 'debug', destination }),
+    });
+    // Counts the SDK's redaction of answers for its info log record (schemaLogFilter).
+    let answersRedacted = 0;
+    clients.ec2.middlewareStack.add(
+      (next, context) => (args) => {
+        const filter = context.outputFilterSensitiveLog;
+        context.outputFilterSensitiveLog = (output: unknown) => {
+          answersRedacted += 1;
+          return filter(output);
+        };
+        return next(args);
+      },
+      { step: 'initialize', name: 'countRedactions', priority: 'high' },
+    );
+    try {
+      const answer = await clients.ec2.send(new DescribeInstancesCommand({}));
+      assert.equal(answer.Reservations?.flatMap((r) => r.Instances ?? []).length, 3);
+      assert.equal(answersRedacted, 0, 'no info record built');
+      assert.equal(lines.length, 0, 'a successful call logs nothing');
+      await assert.rejects(
+        clients.ec2.send(new DescribeInstancesCommand({ InstanceIds: ['i-0123456789abcdef0'] })),
+        { name: 'InvalidInstanceID.NotFound' },
+      );
+      assert.equal(lines.length, 1);
+      const record = JSON.parse(lines[0] as string) as Record<string, unknown>;
+      assert.deepEqual(
+        { level: record['level'], msg: record['msg'], command: record['command'], err: record['err'] },
+        {
+          level: 'debug',
+          msg: 'AWS call failed',
+          command: 'DescribeInstancesCommand',
+          err: 'InvalidInstanceID.NotFound',
+        },
+      );
+      assert.equal(record['status'], 400);
+      assert.doesNotMatch(lines[0] as string, /i-0123456789abcdef0/, 'the input is not logged');
+    } finally {
+      clients.destroy();
       await sim.close();
     }
   });

@@ -2,11 +2,13 @@
  * The AWS SDK clients the controller uses, configured once: the region (configured or from IMDS),
  * adaptive retries (the SDK's client-side rate limiter backs off when EC2 answers
  * `RequestLimitExceeded`), an endpoint override for the simulator or a VPC endpoint, and a count of
- * every request each client sends (kops_controller_cloud_requests_total).
+ * every request each client sends (kops_controller_cloud_requests_total), and the SDK's warnings in
+ * the controller's log.
  */
 import { AutoScalingClient } from '@aws-sdk/client-auto-scaling';
-import { EC2Client } from '@aws-sdk/client-ec2';
+import { EC2Client, type EC2ClientConfig } from '@aws-sdk/client-ec2';
 import { STSClient } from '@aws-sdk/client-sts';
+import { type Logger, silentLogger } from '../../log.ts';
 import { type CloudCallRecorder, type CloudCallResult, secondsSince } from '../metrics.ts';
 import { isAwsThrottling } from './errors.ts';
 import { type ImdsOptions, resolveRegion } from './region.ts';
@@ -25,6 +27,8 @@ export interface AwsClientOptions {
   imds?: ImdsOptions;
   /** Where every request and call is counted (default: nowhere). */
   cloudCalls?: CloudCallRecorder;
+  /** Where the SDK's warnings (and, at debug, its failed calls) are logged (default: nowhere). */
+  logger?: Logger;
 }
 
 /** The clients, sharing one configuration. */
@@ -44,6 +48,7 @@ export async function createAwsClients(options: AwsClientOptions = {}): Promise<
     region,
     retryMode: 'adaptive',
     maxAttempts: options.maxAttempts ?? 8,
+    logger: sdkLogger(options.logger ?? silentLogger),
     ...(options.endpoint === undefined ? {} : { endpoint: options.endpoint }),
     ...(options.credentials === undefined ? {} : { credentials: options.credentials }),
   };
@@ -64,6 +69,42 @@ export async function createAwsClients(options: AwsClientOptions = {}): Promise<
       sts.destroy();
     },
   };
+}
+
+/**
+ * The SDK's logger: its warnings in the controller's log, its failed calls at debug level (each
+ * caller maps and reports its own failures once: a batch's routine `InvalidInstanceID.NotFound` or a
+ * refresh denied every minute is no error line each time); no `info`, on purpose.
+ * The SDK's logger middleware builds an info record of every successful call only when its logger
+ * has `info`, and building it walks the whole answer to redact it (every instance of a
+ * DescribeInstances: about a tenth of the SDK's CPU per join in the aws storm, docs/performance.md),
+ * which the SDK's default no-op logger then drops. Its record of a failed call carries the call's
+ * input and the whole error; only the command and the error's name and status are logged.
+ * The SDK's types want every level; it calls each one as `logger.info?.()`.
+ */
+export function sdkLogger(logger: Logger): SdkLogger {
+  const levels = {
+    debug: () => undefined,
+    warn: (...content: unknown[]) => logger.warn({ sdk: content.map(String).join(' ') }, 'AWS SDK warning'),
+    error: (record: unknown) => {
+      const { commandName, error, metadata } = (record ?? {}) as SdkFailure;
+      logger.debug(
+        { command: commandName, err: error?.name ?? String(record), status: metadata?.httpStatusCode },
+        'AWS call failed',
+      );
+    },
+  };
+  return levels as unknown as SdkLogger;
+}
+
+/** The logger an SDK client is configured with. */
+type SdkLogger = NonNullable<EC2ClientConfig['logger']>;
+
+/** What the SDK's logger middleware logs of a failed call (the parts read). */
+interface SdkFailure {
+  commandName?: string;
+  error?: { name?: string };
+  metadata?: { httpStatusCode?: number };
 }
 
 /** What a middleware sees of a command: the SDK names it (`DescribeInstancesCommand`). */

@@ -1,6 +1,7 @@
 /**
  * The API server calls a bootstrap request makes on its way (the impersonation guard's Node read, the
- * replay marker's create and read), over plain HTTPS with one keep-alive agent. Through client-node
+ * replay marker's create and read) and the expiry ledger's shard reads and writes, over plain HTTPS
+ * with one keep-alive agent. Through client-node
  * each such call cost more server CPU than the certificate's signature: a fetch dispatcher chain and
  * its web streams, the object serializer, middleware, and a full exception for every 404 or 409
  * (docs/performance.md). Credentials are applied per call as client-node applies them, so rotated
@@ -11,15 +12,15 @@ import type { OutgoingHttpHeaders } from 'node:http';
 import { Agent, type RequestOptions } from 'node:https';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { errorForHttpStatus, type KopsError, TimeoutError, UnavailableError } from '../errors.ts';
-import { statusMessageOf } from '../kube/api-errors.ts';
 import { type HttpsAnswer, httpsRequest, StaleConnectionError } from '../net/https-client.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
+import { statusMessageOf } from './api-errors.ts';
 
 /** One call: a method, a path under the cluster's server URL, a JSON body. */
 export interface KubeCall {
   /** What the call does, for its errors ("read node x"). */
   action: string;
-  method: 'GET' | 'POST';
+  method: 'GET' | 'POST' | 'PUT';
   path: string;
   body?: string;
   /** The longest answer read (default 1 MiB). */
