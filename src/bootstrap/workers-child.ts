@@ -2,7 +2,9 @@
  * A serving worker's side (src/bootstrap/workers.ts forks the entry module, which calls
  * {@link runWorker}): its server is started with services that ask the primary for what the workers
  * share — the connection caps and the rate limit — and a registry of its own, which the primary
- * scrapes. It stops when told, and at once when the primary has gone: a worker never outlives it.
+ * scrapes and which the worker also reports on a short period, so that what it counted is known to
+ * the primary should it die between scrapes (src/bootstrap/workers-metrics.ts). It stops when told,
+ * and at once when the primary has gone: a worker never outlives it.
  */
 import type { AddressInfo } from 'node:net';
 import { Registry } from 'prom-client';
@@ -79,7 +81,7 @@ export function isServingWorker(): boolean {
   return process.argv.includes(servingWorkerFlag);
 }
 
-/** Runs the worker: serves with `serve` once told to start, answers scrapes, stops when told. */
+/** Runs the worker: serves with `serve` once told to start, answers scrapes and reports, stops when told. */
 export function runWorker(serve: WorkerServe): void {
   const registry = new Registry();
   const primary = askPrimary();
@@ -92,12 +94,15 @@ export function runWorker(serve: WorkerServe): void {
   process.on('message', (messages: ToWorker[]) => {
     for (const message of messages) receive(message);
   });
+  const report = (id?: number) =>
+    void registry.getMetricsAsJSON().then((metrics) => send({ type: 'metrics', id, metrics }));
   const receive = (message: ToWorker) => {
     if (message.type === 'start') {
       start(serve, message, registry, primary).then(
         (started) => {
           server = started;
           send({ type: 'ready', address: started.address });
+          setInterval(report, message.metricsReportMs).unref();
         },
         (err: unknown) => {
           const failed: FromWorker = {
@@ -109,9 +114,8 @@ export function runWorker(serve: WorkerServe): void {
           process.send?.([failed], undefined, undefined, () => process.exit(1));
         },
       );
-    } else if (message.type === 'metrics') {
-      void registry.getMetricsAsJSON().then((metrics) => send({ type: 'metrics', id: message.id, metrics }));
-    } else if (message.type === 'stop') {
+    } else if (message.type === 'metrics') report(message.id);
+    else if (message.type === 'stop') {
       void (server?.close() ?? Promise.resolve()).finally(() => process.exit(0));
     } else primary.answer(message);
   };

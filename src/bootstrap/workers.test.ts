@@ -51,6 +51,25 @@ function call(
   });
 }
 
+/**
+ * Every sample of a counter or histogram in an exposition, by series (`name{labels}`): what
+ * Prometheus expects never to go down while the process serves.
+ */
+function monotonicSamples(exposition: string): Map<string, number> {
+  const monotonic = new Set<string>();
+  const samples = new Map<string, number>();
+  for (const line of exposition.split('\n')) {
+    const type = /^# TYPE (\S+) (counter|histogram)$/.exec(line);
+    if (type) monotonic.add(type[1] as string);
+    const sample = /^(([a-zA-Z_:][\w:]*?)(_bucket|_sum|_count)?(\{.*\})?) (\S+)$/.exec(line);
+    if (!sample) continue;
+    const [, series, base, suffix] = sample as unknown as [string, string, string, string | undefined];
+    if (monotonic.has(suffix ? base : (series.split('{')[0] as string)))
+      samples.set(series, Number(sample[5]));
+  }
+  return samples;
+}
+
 /** A kubelet certificate request for `name`, as the native API takes it. */
 function certificatesBody(name: string): string {
   const csr = buildCsrPem(generateKey(), {
@@ -244,6 +263,88 @@ describe('bootstrap workers', () => {
         ),
       );
     } finally {
+      await workers.close();
+    }
+  });
+
+  test('counters and histograms do not go back when a worker is killed and replaced', async () => {
+    const registry = new Registry();
+    const workers = await start({ registry });
+    try {
+      const [first] = (await connectionPerWorker(workers)).agents as [Agent, Agent];
+      const pid = Number((await call(workers, ca, first, '/cluster-info')).text);
+      for (const name of ['node-k1', 'node-k2']) {
+        const reply = await call(workers, ca, first, '/v1/certificates', {
+          body: certificatesBody(name),
+          authorization: `Bearer ${name}`,
+        });
+        assert.equal(reply.status, 200, reply.text);
+      }
+      const before = monotonicSamples(await registry.metrics());
+      const approved = 'kops_controller_bootstrap_requests_total{policy="test-spend-once",verdict="approve"}';
+      assert.equal(before.get(approved), 2);
+      assert.equal(before.get('kops_controller_bootstrap_issue_seconds_count'), 2);
+      first.destroy();
+      process.kill(pid, 'SIGKILL');
+      await eventually(() => workers.pids().length === 2 && !workers.pids().includes(pid), true, 20_000);
+      assert.equal(workers.pids().length, 2, 'the killed worker was replaced');
+      const after = monotonicSamples(await registry.metrics());
+      const behind = [...before].filter(([series, value]) => (after.get(series) ?? 0) < value);
+      assert.deepEqual(behind, [], 'series lower after the kill than before it');
+      assert.equal(after.get(approved), 2);
+    } finally {
+      await workers.close();
+    }
+  });
+
+  test('a worker killed between scrapes: what it counted reaches /metrics through its periodic report', async () => {
+    const registry = new Registry();
+    const metricsReportMs = 20;
+    const workers = await start({ registry, metricsReportMs });
+    try {
+      const [first] = (await connectionPerWorker(workers)).agents as [Agent, Agent];
+      const pid = Number((await call(workers, ca, first, '/cluster-info')).text);
+      const reply = await call(workers, ca, first, '/v1/certificates', {
+        body: certificatesBody('node-r1'),
+        authorization: 'Bearer node-r1',
+      });
+      assert.equal(reply.status, 200, reply.text);
+      // No scrape: only the worker's own reports (fifty periods) tell the primary what it counted.
+      await new Promise((resolve) => setTimeout(resolve, 50 * metricsReportMs));
+      first.destroy();
+      process.kill(pid, 'SIGKILL');
+      await eventually(() => workers.pids().length === 2 && !workers.pids().includes(pid), true, 20_000);
+      const after = monotonicSamples(await registry.metrics());
+      assert.equal(
+        after.get('kops_controller_bootstrap_requests_total{policy="test-spend-once",verdict="approve"}'),
+        1,
+      );
+      assert.equal(after.get('kops_controller_bootstrap_issue_seconds_count'), 1);
+    } finally {
+      await workers.close();
+    }
+  });
+
+  test('a worker that does not answer a scrape in time counts with its last report', async () => {
+    const registry = new Registry();
+    const workers = await start({ registry });
+    let stopped: number | undefined;
+    try {
+      const [first] = (await connectionPerWorker(workers)).agents as [Agent, Agent];
+      const pid = Number((await call(workers, ca, first, '/cluster-info')).text);
+      const reply = await call(workers, ca, first, '/v1/certificates', {
+        body: certificatesBody('node-s1'),
+        authorization: 'Bearer node-s1',
+      });
+      assert.equal(reply.status, 200, reply.text);
+      const approved = 'kops_controller_bootstrap_requests_total{policy="test-spend-once",verdict="approve"}';
+      assert.equal(monotonicSamples(await registry.metrics()).get(approved), 1);
+      // Stopped, it answers nothing: the scrape waits for it in vain, then uses what it said last.
+      process.kill(pid, 'SIGSTOP');
+      stopped = pid;
+      assert.equal(monotonicSamples(await registry.metrics()).get(approved), 1);
+    } finally {
+      if (stopped) process.kill(stopped, 'SIGCONT');
       await workers.close();
     }
   });

@@ -9,7 +9,8 @@
  * - the connection caps (every source together and per source): a worker asks before it reads a
  *   byte of a new connection and reports its close;
  * - the per-source rate limit: a worker asks before it answers a request;
- * - the metrics: a scrape of the primary's registry sums every worker's (one set of series).
+ * - the metrics: a scrape of the primary's registry sums every worker's (one set of series), and
+ *   what a worker that died had counted stays counted (src/bootstrap/workers-metrics.ts).
  *
  * A worker that dies is replaced, and what it held is released. Leader election and the controllers
  * stay in the primary.
@@ -17,12 +18,7 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import {
-  AggregatorRegistry,
-  type MetricObjectWithValues,
-  type MetricValue,
-  type Registry,
-} from 'prom-client';
+import type { Registry } from 'prom-client';
 import { ConfigError, describeError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import {
@@ -36,10 +32,11 @@ import { parseListenAddress, urlOf } from '../runtime/listen-address.ts';
 import { defaultRateLimit, type RateDecision, type RateLimit, SourceRateLimiter } from './rate-limit.ts';
 import { batchedSender } from './workers-channel.ts';
 import { servingWorkerFlag } from './workers-child.ts';
+import { type MetricsSnapshot, metricsReportMs, WorkerMetrics } from './workers-metrics.ts';
 
 /** Messages from the primary to a worker (sent in arrays, src/bootstrap/workers-channel.ts). */
 export type ToWorker =
-  | { type: 'start'; spec: unknown; listen: string }
+  | { type: 'start'; spec: unknown; listen: string; metricsReportMs: number }
   | { type: 'admitted'; id: number; admission: Admission }
   | { type: 'took'; id: number; decision: RateDecision }
   | { type: 'metrics'; id: number }
@@ -52,7 +49,8 @@ export type FromWorker =
   | { type: 'admit'; id: number; source: string }
   | { type: 'release'; source: string }
   | { type: 'take'; id: number; source: string }
-  | { type: 'metrics'; id: number; metrics: MetricObjectWithValues<MetricValue<string>>[] };
+  /** With `id`: the answer to a scrape; without: the worker's periodic report. */
+  | { type: 'metrics'; id?: number; metrics: MetricsSnapshot };
 
 /** Options of {@link startServingWorkers}. */
 export interface ServingWorkersOptions {
@@ -71,6 +69,8 @@ export interface ServingWorkersOptions {
   rateLimit?: RateLimit;
   /** The primary's registry: a scrape of it includes the workers' metrics, summed. */
   registry?: Registry;
+  /** How often each worker reports its metrics between scrapes (default {@link metricsReportMs}). */
+  metricsReportMs?: number;
   /** Node options of the workers (default: this process's). */
   execArgv?: string[];
   logger?: Logger;
@@ -91,11 +91,11 @@ interface Worker {
   held: Map<string, number>;
   /** Sends to it, batched per turn of the event loop. */
   send: (message: ToWorker) => void;
-  /** Its metrics requests waiting for an answer. */
-  metricsWaiters: Map<number, (metrics: MetricObjectWithValues<MetricValue<string>>[]) => void>;
+  /** Its scrapes waiting for its report. */
+  metricsWaiters: Map<number, () => void>;
 }
 
-/** How long a scrape waits for a worker's metrics before it goes without them. */
+/** How long a scrape waits for a worker's metrics before it uses its last report. */
 const metricsTimeoutMs = 2_000;
 /** How long a worker may take to stop before it is killed. */
 const stopTimeoutMs = 15_000;
@@ -146,7 +146,7 @@ class WorkerPool {
   #restartDelay = restartDelayMs;
   #restartTimer: NodeJS.Timeout | undefined;
   #nextId = 0;
-  #metrics: WorkerMetrics | undefined;
+  readonly #metrics: WorkerMetrics | undefined;
 
   constructor(options: ServingWorkersOptions) {
     this.#options = options;
@@ -154,6 +154,7 @@ class WorkerPool {
     this.#limiter = new SourceRateLimiter(options.rateLimit ?? defaultRateLimit);
     this.#logger = (options.logger ?? silentLogger).child({ component: 'bootstrap-workers' });
     this.#listen = options.listen;
+    if (options.registry) this.#metrics = new WorkerMetrics(options.registry, () => this.#askReports());
   }
 
   get address(): AddressInfo {
@@ -176,10 +177,7 @@ class WorkerPool {
     const others = Array.from({ length: this.#options.count - 1 }, () => this.#spawn());
     await Promise.all(others);
     this.#started = true;
-    if (this.#options.registry) {
-      this.#metrics = new WorkerMetrics(this.#options.registry, this);
-      this.#metrics.attach();
-    }
+    this.#metrics?.attach();
   }
 
   /** Forks one worker and resolves with its address once it serves. */
@@ -213,7 +211,9 @@ class WorkerPool {
           resolve(message.address);
         } else if (message.type === 'failed') {
           reject(startFailure(message));
-        } else this.#answer(worker, message);
+        } else if (this.#workers.has(worker)) this.#answer(worker, message);
+        // Otherwise it has gone (its messages may arrive after its exit): answered, a question
+        // would hold a connection no one releases, and a report would count it twice.
       };
       child.once('exit', (code, signal) => {
         this.#forget(worker);
@@ -222,7 +222,12 @@ class WorkerPool {
         // Once the pool serves, a worker that dies, even before it served, is replaced.
         if (this.#started && !this.#stopping) this.#replace(worker, code, signal);
       });
-      worker.send({ type: 'start', spec: this.#options.spec, listen: this.#listen });
+      worker.send({
+        type: 'start',
+        spec: this.#options.spec,
+        listen: this.#listen,
+        metricsReportMs: this.#options.metricsReportMs ?? metricsReportMs,
+      });
     });
   }
 
@@ -242,18 +247,20 @@ class WorkerPool {
     } else if (message.type === 'take') {
       worker.send({ type: 'took', id: message.id, decision: this.#limiter.take(message.source) });
     } else if (message.type === 'metrics') {
-      worker.metricsWaiters.get(message.id)?.(message.metrics);
+      this.#metrics?.reported(worker, message.metrics);
+      if (message.id !== undefined) worker.metricsWaiters.get(message.id)?.();
     }
   }
 
-  /** A worker has gone: what it held is released, its scrapes answered without it. */
+  /** A worker has gone: what it held is released, what it counted kept, its scrapes answered without it. */
   #forget(worker: Worker): void {
     this.#workers.delete(worker);
     for (const [source, count] of worker.held) {
       for (let i = 0; i < count; i++) this.connections.release(source);
     }
     worker.held.clear();
-    for (const waiter of worker.metricsWaiters.values()) waiter([]);
+    this.#metrics?.retire(worker);
+    for (const waiter of worker.metricsWaiters.values()) waiter();
   }
 
   /** Forks a replacement for a worker that died; one that dies again before serving waits longer. */
@@ -274,19 +281,19 @@ class WorkerPool {
     }, delay);
   }
 
-  /** Every worker's metrics now; a worker that does not answer in time is left out. */
-  scrape(): Promise<MetricObjectWithValues<MetricValue<string>>[][]> {
+  /** Asks every worker to report its metrics now; resolves once each has, or has taken too long. */
+  #askReports(): Promise<unknown> {
     return Promise.all(
       [...this.#workers].map(
         (worker) =>
-          new Promise<MetricObjectWithValues<MetricValue<string>>[]>((resolve) => {
+          new Promise<void>((resolve) => {
             const id = this.#nextId++;
-            const done = (metrics: MetricObjectWithValues<MetricValue<string>>[]) => {
+            const done = () => {
               clearTimeout(timer);
               worker.metricsWaiters.delete(id);
-              resolve(metrics);
+              resolve();
             };
-            const timer = setTimeout(() => done([]), metricsTimeoutMs);
+            const timer = setTimeout(done, metricsTimeoutMs);
             worker.metricsWaiters.set(id, done);
             worker.send({ type: 'metrics', id });
           }),
@@ -309,40 +316,5 @@ class WorkerPool {
         return gone.finally(() => clearTimeout(kill));
       }),
     );
-  }
-}
-
-/**
- * The workers' metrics in the primary's `/metrics`: the scrape of the primary's registry (what the
- * operations port serves, `registry.metrics()`) sums each metric over the primary and every worker
- * (prom-client's cluster aggregation), so each series appears once. The registry itself keeps only the
- * primary's own metrics: a metric the primary registers later (the operations port's own connection
- * gauges, which share names with the workers') is registered as usual and summed like the others.
- */
-class WorkerMetrics {
-  readonly #registry: Registry;
-  readonly #pool: WorkerPool;
-
-  constructor(registry: Registry, pool: WorkerPool) {
-    this.#registry = registry;
-    this.#pool = pool;
-  }
-
-  /** From now on, a scrape of the registry includes the workers'. */
-  attach(): void {
-    const registry = this.#registry;
-    const pool = this.#pool;
-    // An own property in front of the prototype's method; detach() deletes it.
-    registry.metrics = async () => {
-      const [own, workers] = await Promise.all([registry.getMetricsAsJSON(), pool.scrape()]);
-      const summed = AggregatorRegistry.aggregate([own, ...workers]);
-      summed.setContentType(registry.contentType);
-      return summed.metrics();
-    };
-  }
-
-  /** A scrape of the registry is the primary's alone again. */
-  detach(): void {
-    delete (this.#registry as Partial<Pick<Registry, 'metrics'>>).metrics;
   }
 }

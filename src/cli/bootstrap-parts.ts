@@ -122,11 +122,21 @@ export function nodeGuardReads(
   registry: Registry,
   logger: Logger,
 ): NodeGuardReads {
-  const direct = httpsNodeReader(kubeConfig);
-  if (config.bootstrap.nodeGuard !== 'watch') return { direct, readNode: direct };
+  const reads = apiNodeReads(kubeConfig);
+  if (config.bootstrap.nodeGuard !== 'watch') return reads;
+  const { direct } = reads;
   const guardWatch = nodePresenceInformer(kubeConfig, { registry, logger });
   guardWatch.start();
   return { guardWatch, direct, readNode: watchedNodeReader(guardWatch, direct, { onRead }) };
+}
+
+/**
+ * Node reads straight from the API server, without a watch: `nodeGuard: api`, and the main process
+ * of serving workers, whose only reader is the leader's signer (a read per approved request).
+ */
+export function apiNodeReads(kubeConfig: KubeConfig): NodeGuardReads {
+  const direct = httpsNodeReader(kubeConfig);
+  return { direct, readNode: direct };
 }
 
 /** What the rest of `run` may ask the guard's Node watch. */

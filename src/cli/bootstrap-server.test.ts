@@ -1,21 +1,26 @@
 /**
  * The bootstrap server as `run` builds it from a kops config: nodeup's request, signed the way nodeup
  * signs it, goes through the configured `aws` policy (the AWS simulator's STS verifies the signature
- * for real) and is answered as kops-controller answers.
+ * for real) and is answered as kops-controller answers. Served by worker processes
+ * (`run --bootstrap-workers`), the main process opens none of the serving watches and still signs.
  */
 import assert from 'node:assert/strict';
 import { generateKeyPairSync } from 'node:crypto';
 import { request } from 'node:https';
 import { after, before, describe, test } from 'node:test';
+import { CertificatesV1Api } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { parse } from 'yaml';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
 import { kopsApiVersion } from '../bootstrap/kops-handler.ts';
 import type { SigV4Credentials } from '../cloud/aws/sigv4.ts';
 import { parseConfig } from '../config/loader.ts';
+import { eventually } from '../net/testing.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
-import { spkiOf } from '../pki/keys.ts';
+import { buildCsrPem } from '../pki/csr-build.ts';
+import { generateKey, spkiOf } from '../pki/keys.ts';
 import { encodePem } from '../pki/pem.ts';
+import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
@@ -191,6 +196,119 @@ describe('bootstrap server from a kops config', () => {
     } finally {
       stop.abort();
       await publishing;
+    }
+  });
+});
+
+describe('bootstrap server from a kops config, served by worker processes', () => {
+  let kube: SimApiServer;
+  let ca: CertificateAuthority;
+  let boot: ConfiguredBootstrap;
+  const workers = 2;
+  // Per worker: the token Secrets, the guard's Nodes, the queue's CSRs; the main process: the token
+  // Secrets its leader-only cleaner and cluster-info publisher follow.
+  const servingWatches = 3 * workers + 1;
+
+  before(async () => {
+    kube = await startApiServer();
+    ca = createCa();
+    boot = await startConfiguredBootstrap({
+      config: parseConfig({
+        clusterName: cluster,
+        cloud: 'aws',
+        server: { Listen: ':3988', provider: { aws: { nodesRoles: [`nodes.${cluster}`] } } },
+        // The Node watch of the impersonation guard (the default, spelled out: it is what is counted).
+        bootstrap: { policies: [{ name: 'queue' }], nodeGuard: 'watch' },
+      }),
+      kubeConfig: kube.kubeConfig(),
+      vfsOptions: {},
+      registry: new Registry(),
+      server: { listen: '127.0.0.1:0', serverNames: { ipAddresses: ['127.0.0.1'] }, ca, workers },
+    });
+  });
+  after(async () => {
+    await boot?.close();
+    await kube.close();
+  });
+
+  function call(method: 'GET' | 'POST', path: string, body?: string) {
+    return new Promise<{ status: number; text: string }>((resolve, reject) => {
+      const req = request(
+        `${boot.server.url}${path}`,
+        { method, ca: bundlePem(ca), headers: body ? { 'content-type': 'application/json' } : {} },
+        (res) => {
+          let text = '';
+          res.on('data', (c: Buffer) => (text += c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+        },
+      );
+      req.on('error', reject);
+      req.end(body);
+    });
+  }
+
+  test("the main process opens only the leader's watch: the Nodes and CSRs are watched once per worker", async () => {
+    assert.equal(await eventually(() => kube.faults.openWatches, servingWatches), servingWatches);
+    assert.equal(kube.faults.dropWatches({ resource: 'nodes' }), workers);
+    assert.equal(kube.faults.dropWatches({ resource: 'certificatesigningrequests' }), workers);
+    assert.equal(kube.faults.dropWatches({ resource: 'secrets' }), workers + 1);
+  });
+
+  test('a policy the workers cannot build fails the start with its config error, and leaves nothing running', async () => {
+    await assert.rejects(
+      startConfiguredBootstrap({
+        config: parseConfig({
+          clusterName: cluster,
+          cloud: 'aws',
+          server: { Listen: ':3988', provider: { aws: { nodesRoles: [`nodes.${cluster}`] } } },
+          bootstrap: { policies: [{ name: 'metal' }] },
+        }),
+        kubeConfig: kube.kubeConfig(),
+        vfsOptions: {},
+        registry: new Registry(),
+        server: { listen: '127.0.0.1:0', serverNames: { ipAddresses: ['127.0.0.1'] }, ca, workers },
+      }),
+      { name: 'ConfigError', message: /approval policy metal needs the inventory in the state store/ },
+    );
+    // The running server's watches only (the previous test's, re-opened after it dropped them).
+    assert.equal(await eventually(() => kube.faults.openWatches, servingWatches), servingWatches);
+  });
+
+  test('a worker queues the request; the main process, leading, signs it once approved', async () => {
+    const csr = buildCsrPem(generateKey(), {
+      subject: { commonName: 'system:node:node-w', organizations: ['system:nodes'] },
+    });
+    const body = JSON.stringify({
+      apiVersion: nativeApiVersion,
+      certificateSigningRequests: { kubelet: csr },
+    });
+    let queued = await call('POST', '/v1/certificates', body);
+    // A worker serves before its queue has listed the CSRs: it answers 503 until then.
+    for (let i = 0; i < 100 && queued.status === 503; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      queued = await call('POST', '/v1/certificates', body);
+    }
+    assert.equal(queued.status, 202, queued.text);
+    const { requestId, poll } = JSON.parse(queued.text) as { requestId: string; poll: string };
+    const signer = boot.components.find((c) => c.name === 'bootstrap-signer') as LeaderComponent;
+    const leading = new AbortController();
+    const signing = signer.start(leading.signal);
+    try {
+      const certificates = kube.kubeConfig().makeApiClient(CertificatesV1Api);
+      const pending = await certificates.readCertificateSigningRequest({ name: requestId });
+      pending.status = {
+        conditions: [{ type: 'Approved', status: 'True', reason: 'Test', message: 'approved by the test' }],
+      };
+      await certificates.replaceCertificateSigningRequestApproval({ name: requestId, body: pending });
+      const issued = await call('GET', `${poll}?wait=30`);
+      assert.equal(issued.status, 200, issued.text);
+      const kubelet = (JSON.parse(issued.text) as { certificates: Record<string, string> }).certificates[
+        'kubelet'
+      ] as string;
+      assert.match(opensslVerify(bundlePem(ca), kubelet, 'sslclient'), /: OK$/);
+    } finally {
+      leading.abort();
+      await signing;
     }
   });
 });

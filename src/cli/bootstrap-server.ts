@@ -6,7 +6,9 @@
  * cloud calls' included) — and handed, finished, to the server of src/bootstrap/server.ts. Used by
  * `run` and `dev`; every replica serves, only the leader signs. With `workers` above one, the server
  * is served by that many worker processes on one port (src/bootstrap/workers.ts), each built here again
- * from the same config by {@link serveBootstrapWorker}; this process keeps the leader-only work.
+ * from the same config by {@link serveBootstrapWorker}; this process then builds only what signs and
+ * leads ({@link startBootstrapPrimary}): what answers requests — the approval chain, the queue, the
+ * guard's Node watch — is the workers'.
  *
  * Where a new part plugs in: a dependency of a policy goes into `policyDepsFromConfig`
  * (src/bootstrap/policies/deps.ts); something every request needs goes into the
@@ -16,7 +18,7 @@
 import { CertificatesV1Api, CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { type Registry, register } from 'prom-client';
 import { auditSink } from '../bootstrap/audit.ts';
-import { type CallbackChallenger, GrpcCallbackChallenger } from '../bootstrap/challenge-caller.ts';
+import { GrpcCallbackChallenger } from '../bootstrap/challenge-caller.ts';
 import type { AuditSink, BootstrapContext } from '../bootstrap/context.ts';
 import {
   ClusterInfoPublisher,
@@ -26,6 +28,7 @@ import {
 import type { NodeIssueOptions } from '../bootstrap/issue.ts';
 import { defaultKopsCertNames } from '../bootstrap/kops-handler.ts';
 import { type BootstrapMetrics, bootstrapMetrics } from '../bootstrap/metrics.ts';
+import type { NodeReader } from '../bootstrap/node-guard.ts';
 import { buildPolicies } from '../bootstrap/policies/build.ts';
 import { policyDepsFromConfig } from '../bootstrap/policies/deps.ts';
 import { CsrQueue } from '../bootstrap/queue.ts';
@@ -61,6 +64,7 @@ import { parseListenAddress } from '../runtime/listen-address.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
 import { nodeSecretsReader } from '../statestore/secrets.ts';
 import {
+  apiNodeReads,
   type GuardWatchView,
   guardWatchView,
   holdOwnCertificates,
@@ -103,45 +107,53 @@ export interface BootstrapServerDeps {
   tls?: { key: string; cert: string };
   /** In a serving worker: the primary's shared rate limit, connection caps and the shared port. */
   shared?: { limiter: RequestLimiter; gate: ConnectionGate; reusePort: true };
-  /** Serves from this many worker processes (src/bootstrap/workers.ts), built from `spec`; one serves here. */
-  workers?: { count: number; spec: Omit<BootstrapWorkerSpec, 'tls'> };
   registry?: Registry;
   logger?: Logger;
 }
 
-/** The bootstrap server of `run`, its queue, and the leader-only signer to add to the components. */
-export interface RunningBootstrap {
+/** What signing needs of {@link BootstrapServerDeps}: in this process, and in the primary of serving workers. */
+type SigningDeps = Pick<
+  BootstrapServerDeps,
+  'kubeConfig' | 'ca' | 'authorities' | 'apiServer' | 'audit' | 'vfsOptions' | 'registry' | 'logger'
+>;
+
+/**
+ * The bootstrap server and the leader-only signer to add to the components, whether it serves in
+ * this process or from worker processes.
+ */
+export interface BootstrapService {
   server: BootstrapServer;
   /** The signing CA and the API server URL the answers name. */
   ca: CertificateAuthority;
   apiServer: string;
   /** Every API server URL, the first being `apiServer`: what discovery publishes. */
   apiServers: string[];
-  queue: CsrQueue;
   signer: LeaderComponent;
   /** The certificate expiry ledger's leader-only work: its gauge, and the kubelets' renewals recorded. */
   ledgerComponents: LeaderComponent[];
   /** The expiry ledger's writer (every replica records what it issues). */
   ledger: LedgerRecorder;
-  /** The impersonation guard's Node watch (absent with `nodeGuard: api`): whether it is current, what it knows. */
-  guardWatch?: GuardWatchView;
   close(): Promise<void>;
 }
 
-/** The parts built before the server serves, shared by it, its queue and its leader-only signer. */
-interface ServingParts extends SigningAuthorities {
+/** The bootstrap server of `run` served in this process, with its queue. */
+export interface RunningBootstrap extends BootstrapService {
+  queue: CsrQueue;
+  /** The impersonation guard's Node watch (absent with `nodeGuard: api`): whether it is current, what it knows. */
+  guardWatch?: GuardWatchView;
+}
+
+/** What signs, in every process that signs: the CAs and what a certificate is checked and recorded against. */
+interface SigningParts extends SigningAuthorities {
   metrics: BootstrapMetrics;
   /** The pooled kubeconfig every part of the server uses. */
   kubeConfig: KubeConfig;
   certificates: CertificatesV1Api;
   ledgerStore: ConfigMapLedgerStore;
   ledger: LedgerRecorder;
-  guard: NodeGuardReads;
   apiServers: string[];
   reserved: ReservedNames;
   issueOptions: NodeIssueOptions;
-  /** Calls nodes back on the callback clouds, as `kops-controller.<cluster>`. */
-  challenger: CallbackChallenger;
 }
 
 /** The API server URLs nodes are told to use: the override, `bootstrap.apiServers`, or kops' default. */
@@ -150,14 +162,14 @@ function apiServersOf(config: Config, override: string | undefined): string[] {
   return config.bootstrap.apiServers ?? [`https://api.internal.${config.clusterName}`];
 }
 
-/** Builds what the server, its queue and its signer share; starts the guard's Node watch. */
-async function buildServingParts(
+/** Builds what the server, its queue and its signer share (it starts nothing). */
+async function buildSigningParts(
   config: Config,
   server: ServerSection,
-  deps: BootstrapServerDeps,
+  deps: SigningDeps,
   registry: Registry,
   logger: Logger,
-): Promise<ServingParts> {
+): Promise<SigningParts> {
   const { ca, otherSigners } =
     deps.authorities ?? (await signingAuthorities(server, deps.ca, deps.vfsOptions));
   const metrics = bootstrapMetrics(registry);
@@ -166,10 +178,11 @@ async function buildServingParts(
   // Every certificate signed here, by any path (native, kops, queue), goes into the expiry ledger.
   const ledgerStore = new ConfigMapLedgerStore({
     core: kubeConfig.makeApiClient(CoreV1Api),
+    // Its shards over the one HTTPS client: every replica flushes every 2 s during a join storm.
+    kubeConfig,
     namespace: config.bootstrap.replayNamespace,
   });
   const ledger = new LedgerRecorder({ store: ledgerStore, logger });
-  const guard = nodeGuardReads(config, kubeConfig, metrics.guardRead, registry, logger);
   const apiServers = apiServersOf(config, deps.apiServer);
   // The API server's names and addresses, which no node certificate may carry.
   const reserved = await loadReservedNames(config, {
@@ -191,16 +204,14 @@ async function buildServingParts(
     certificates,
     ledgerStore,
     ledger,
-    guard,
     apiServers,
     reserved,
     issueOptions,
-    challenger: new GrpcCallbackChallenger({ ca, clusterName: config.clusterName }),
   };
 }
 
 /** The CSR-API queue the `queue` verdict uses, started (it lists and watches its CSRs). */
-function startQueue(config: Config, parts: ServingParts, registry: Registry, logger: Logger): CsrQueue {
+function startQueue(config: Config, parts: SigningParts, registry: Registry, logger: Logger): CsrQueue {
   const queue = new CsrQueue({
     certificates: parts.certificates,
     kubeConfig: parts.kubeConfig,
@@ -223,28 +234,16 @@ async function serveOrStop(
   config: Config,
   server: ServerSection,
   deps: BootstrapServerDeps,
-  serving: { context: BootstrapContext; queue: CsrQueue; parts: ServingParts; registry: Registry },
+  serving: { context: BootstrapContext; queue: CsrQueue; parts: SigningParts; registry: Registry },
   stop: () => Promise<unknown>,
 ): Promise<{ running: BootstrapServer; tls: { cert: string; key: string } }> {
   const { context, queue, parts, registry } = serving;
+  // Calls nodes back on the callback clouds, as `kops-controller.<cluster>`.
+  const challenger = new GrpcCallbackChallenger({ ca: parts.ca, clusterName: config.clusterName });
   try {
     const tls = deps.tls ?? (await servingTls(config, context.ca, deps.serverNames));
-    const listen = deps.listen ?? server.Listen;
-    if (deps.workers && deps.workers.count > 1) {
-      const running = await startServingWorkers({
-        count: deps.workers.count,
-        entry: import.meta.url,
-        spec: { ...deps.workers.spec, tls } satisfies BootstrapWorkerSpec,
-        listen,
-        limits: deps.connectionLimits,
-        rateLimit: deps.rateLimit,
-        registry,
-        logger: context.logger,
-      });
-      return { running, tls };
-    }
     const running = await serveBootstrap({
-      listen,
+      listen: deps.listen ?? server.Listen,
       tls,
       context,
       kops: {
@@ -254,9 +253,9 @@ async function serveOrStop(
         nodeSecrets: config.secretStore
           ? nodeSecretsReader(openVfs(config.secretStore, deps.vfsOptions))
           : undefined,
-        challenger: parts.challenger,
+        challenger,
       },
-      native: { challenger: parts.challenger },
+      native: { challenger },
       clusterInfoHandler: deps.clusterInfoHandler,
       rateLimit: deps.rateLimit,
       ...deps.shared,
@@ -274,8 +273,9 @@ async function serveOrStop(
 /** The leader-only signer of the queue's approved requests. */
 function signerOf(
   config: Config,
-  deps: BootstrapServerDeps,
-  parts: ServingParts,
+  deps: SigningDeps,
+  parts: SigningParts,
+  readNode: NodeReader,
   registry: Registry,
   logger: Logger,
 ) {
@@ -285,7 +285,7 @@ function signerOf(
     kubeConfig: parts.kubeConfig,
     certificates: parts.certificates,
     ca: parts.ca,
-    readNode: parts.guard.readNode,
+    readNode,
     // Carries the ledger's onIssued to issueForFacts.
     issueOptions: parts.issueOptions,
     pendingTtlMs,
@@ -296,23 +296,72 @@ function signerOf(
   });
 }
 
+/** What {@link bootstrapService} completes: the server serving, and what it was built from. */
+interface Served {
+  parts: SigningParts;
+  guard: NodeGuardReads;
+  running: BootstrapServer;
+  tls: { cert: string };
+  /** What else stops once the server has closed. */
+  stop?: () => Promise<unknown>;
+  registry: Registry;
+  logger: Logger;
+}
+
 /**
- * Starts the bootstrap server for `config.server` (every replica) and builds its leader-only work
- * (the queue signer, the ledger's gauge and renewal recorder), which the caller adds to the components.
+ * The server's leader-only work, once it serves: the signer, the ledger (holding this replica's own
+ * certificates); `close` closes the server, then what `stop` stops and the ledger.
+ */
+function bootstrapService(config: Config, deps: SigningDeps, served: Served): BootstrapService {
+  const { parts, guard, running, registry, logger } = served;
+  const { ca, ledger } = parts;
+  holdOwnCertificates(ledger, [ca, ...parts.otherSigners], served.tls.cert);
+  ledger.start();
+  return {
+    server: running,
+    ca,
+    apiServer: parts.apiServers[0] as string,
+    apiServers: parts.apiServers,
+    ledger,
+    signer: signerOf(config, deps, parts, guard.readNode, registry, logger),
+    ledgerComponents: ledgerComponents({
+      store: parts.ledgerStore,
+      ledger,
+      readNode: guard.direct,
+      kubeConfig: parts.kubeConfig,
+      registry,
+      logger,
+    }),
+    async close() {
+      await running.close();
+      await Promise.all([served.stop?.(), ledger.stop()]);
+    },
+  };
+}
+
+/** The server section, the registry and the logger every bootstrap server starts from. */
+function bootstrapSettings(config: Config, deps: SigningDeps) {
+  const server = config.server;
+  if (!server) throw new ConfigError('the config has no server section; the bootstrap server needs one');
+  const logger = (deps.logger ?? silentLogger).child({ component: 'bootstrap-server' });
+  return { server, registry: deps.registry ?? register, logger };
+}
+
+/**
+ * Starts the bootstrap server for `config.server` in this process (every replica) and builds its
+ * leader-only work (the queue signer, the ledger's gauge and renewal recorder), which the caller
+ * adds to the components.
  */
 export async function startBootstrapServer(
   config: Config,
   deps: BootstrapServerDeps,
 ): Promise<RunningBootstrap> {
-  const server = config.server;
-  if (!server) throw new ConfigError('the config has no server section; the bootstrap server needs one');
-  const logger = (deps.logger ?? silentLogger).child({ component: 'bootstrap-server' });
-  const registry = deps.registry ?? register;
-  const parts = await buildServingParts(config, server, deps, registry, logger);
-  const { ca, ledger, guard } = parts;
+  const { server, registry, logger } = bootstrapSettings(config, deps);
+  const parts = await buildSigningParts(config, server, deps, registry, logger);
+  const guard = nodeGuardReads(config, parts.kubeConfig, parts.metrics.guardRead, registry, logger);
   const queue = startQueue(config, parts, registry, logger);
   const context: BootstrapContext = {
-    ca,
+    ca: parts.ca,
     policies: deps.policies,
     readNode: guard.readNode,
     queue,
@@ -322,34 +371,49 @@ export async function startBootstrapServer(
     metrics: parts.metrics,
     logger,
   };
-  const { running, tls } = await serveOrStop(config, server, deps, { context, queue, parts, registry }, () =>
-    Promise.all([queue.stop(), guard.guardWatch?.stop()]),
+  const stopServing = () => Promise.all([queue.stop(), guard.guardWatch?.stop()]);
+  const { running, tls } = await serveOrStop(
+    config,
+    server,
+    deps,
+    { context, queue, parts, registry },
+    stopServing,
   );
-  holdOwnCertificates(ledger, [ca, ...parts.otherSigners], tls.cert);
-  ledger.start();
-  const kubeConfig = parts.kubeConfig;
   return {
-    server: running,
-    ca,
-    apiServer: context.apiServer,
-    apiServers: parts.apiServers,
+    ...bootstrapService(config, deps, { parts, guard, running, tls, stop: stopServing, registry, logger }),
     queue,
-    ledger,
-    signer: signerOf(config, deps, parts, registry, logger),
-    ledgerComponents: ledgerComponents({
-      store: parts.ledgerStore,
-      ledger,
-      readNode: guard.direct,
-      kubeConfig,
-      registry,
-      logger,
-    }),
     guardWatch: guard.guardWatch ? guardWatchView(guard.guardWatch) : undefined,
-    async close() {
-      await running.close();
-      await Promise.all([queue.stop(), guard.guardWatch?.stop(), ledger.stop()]);
-    },
   };
+}
+
+/** What {@link startBootstrapPrimary} is given: what signs here, and the workers that serve. */
+type BootstrapPrimaryDeps = SigningDeps &
+  Pick<BootstrapServerDeps, 'listen' | 'serverNames' | 'rateLimit' | 'connectionLimits' | 'tls'> & {
+    workers: { count: number; spec: Omit<BootstrapWorkerSpec, 'tls'> };
+  };
+
+/**
+ * Serves the bootstrap server from worker processes (src/bootstrap/workers.ts) and builds, here, only
+ * its leader-only work. No request is answered here, so nothing that only answers requests is built:
+ * each worker opens its own watches, and one more set here would only load the API server. The signer
+ * reads Nodes from the API server (no Node watch here), as `nodeGuard: api` does.
+ */
+async function startBootstrapPrimary(config: Config, deps: BootstrapPrimaryDeps): Promise<BootstrapService> {
+  const { server, registry, logger } = bootstrapSettings(config, deps);
+  const parts = await buildSigningParts(config, server, deps, registry, logger);
+  const tls = deps.tls ?? (await servingTls(config, parts.ca, deps.serverNames));
+  const running = await startServingWorkers({
+    count: deps.workers.count,
+    entry: import.meta.url,
+    spec: { ...deps.workers.spec, tls } satisfies BootstrapWorkerSpec,
+    listen: deps.listen ?? server.Listen,
+    limits: deps.connectionLimits,
+    rateLimit: deps.rateLimit,
+    registry,
+    logger,
+  });
+  const guard = apiNodeReads(parts.kubeConfig);
+  return bootstrapService(config, deps, { parts, guard, running, tls, registry, logger });
 }
 
 /** What {@link startConfiguredBootstrap} is built from. */
@@ -456,7 +520,7 @@ async function serveBootstrapWorker(spec: unknown, services: WorkerServices): Pr
 }
 
 /** The running server, and the leader-only components that go with it: the queue signer, the cluster-info publisher, the token and replay-marker cleaners, and the certificate expiry ledger's gauge and renewal recorder. */
-export interface ConfiguredBootstrap extends RunningBootstrap {
+export interface ConfiguredBootstrap extends BootstrapService {
   components: LeaderComponent[];
 }
 
@@ -518,6 +582,13 @@ export async function startConfiguredBootstrap(
     throw new ConfigError('the config has no server section; the bootstrap server needs one');
   const { workers = 1, ...serverOverrides } = options.server ?? {};
   const workerPlan = workers > 1 ? { count: workers, spec: workerSpecOf(options, logger) } : undefined;
+  const signing = {
+    kubeConfig,
+    audit: auditSink(logger),
+    vfsOptions: options.vfsOptions,
+    registry: options.registry,
+    logger,
+  };
   // The CAs first: the renewal policy checks node certificates against them.
   const authorities = await signingAuthorities(config.server, options.server?.ca, options.vfsOptions);
   const core = kubeConfig.makeApiClient(CoreV1Api);
@@ -538,21 +609,27 @@ export async function startConfiguredBootstrap(
   tokens.start();
   let release = (): void => undefined;
   try {
-    const chain = await approvalChain(options, { core, tokens, replayGuard, ca: authorities.ca }, logger);
-    release = chain.release;
-    const clusterInfo = configMapClusterInfoSource(core, { maxAgeMs: clusterInfoCacheMs });
-    const running = await startBootstrapServer(config, {
-      kubeConfig,
-      policies: chain.policies,
-      audit: auditSink(logger),
-      vfsOptions: options.vfsOptions,
-      registry: options.registry,
-      logger,
-      clusterInfoHandler: clusterInfoHandler(clusterInfo, logger),
-      ...serverOverrides,
-      workers: workerPlan,
-      authorities,
-    });
+    let running: BootstrapService;
+    if (workerPlan) {
+      // The workers build the approval chain and the cluster-info reads: only they answer requests.
+      running = await startBootstrapPrimary(config, {
+        ...signing,
+        ...serverOverrides,
+        authorities,
+        workers: workerPlan,
+      });
+    } else {
+      const chain = await approvalChain(options, { core, tokens, replayGuard, ca: authorities.ca }, logger);
+      release = chain.release;
+      const clusterInfo = configMapClusterInfoSource(core, { maxAgeMs: clusterInfoCacheMs });
+      running = await startBootstrapServer(config, {
+        ...signing,
+        policies: chain.policies,
+        clusterInfoHandler: clusterInfoHandler(clusterInfo, logger),
+        ...serverOverrides,
+        authorities,
+      });
+    }
     const publisher = new ClusterInfoPublisher({
       core,
       source: tokens,

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { CoreV1Api, type KubernetesListObject, type V1Node, type V1Pod } from '@kubernetes/client-node';
-import { Registry } from 'prom-client';
+import { AggregatorRegistry, Registry } from 'prom-client';
 import { ForbiddenError } from '../errors.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
@@ -207,6 +207,25 @@ describe('informer', () => {
       'default/f',
     ]);
     await informer.stop();
+  });
+
+  test('summed over serving workers, the cache gauges read as one cache, not one per process', async () => {
+    // src/bootstrap/workers.ts sums the workers' registries with prom-client's aggregation.
+    const resource = new FakeResource();
+    for (const name of ['a', 'b', 'c']) resource.put(name, 'Pending');
+    const started = [new Registry(), new Registry()].map((registry) => ({
+      registry,
+      ...startInformer(resource, new FakeClock(), registry),
+    }));
+    for (const { informer } of started) await informer.waitForSync();
+    const summed = await AggregatorRegistry.aggregate(
+      await Promise.all(started.map(({ registry }) => registry.getMetricsAsJSON())),
+    ).metrics();
+    assert.match(summed, /^informer_synced\{resource="pods"\} 1$/m);
+    assert.match(summed, /^informer_cached_objects\{resource="pods"\} 3$/m);
+    // Counters still add up: each process listed once.
+    assert.match(summed, /^informer_lists_total\{resource="pods",result="success"\} 2$/m);
+    for (const { informer } of started) await informer.stop();
   });
 
   test('a dropped watch resumes from the last resourceVersion without re-listing; bookmarks advance it', async () => {

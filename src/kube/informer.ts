@@ -142,8 +142,14 @@ function informerMetrics(registry: Registry): InformerMetrics {
   const registers = [registry];
   const counter = (name: string, help: string, labelNames: string[]) =>
     sharedMetric(registry, name, () => new Counter({ name, help, labelNames, registers }));
-  const gauge = (name: string, help: string) =>
-    sharedMetric(registry, name, () => new Gauge({ name, help, labelNames: ['resource'], registers }));
+  // With serving workers the main process sums their registries (src/bootstrap/workers.ts); these
+  // gauges describe one cache per process, so they are combined as the most (or least) of them.
+  const gauge = (name: string, help: string, aggregator: 'max' | 'min') =>
+    sharedMetric(
+      registry,
+      name,
+      () => new Gauge({ name, help, labelNames: ['resource'], registers, aggregator }),
+    );
   return {
     lists: counter('informer_lists_total', 'Full lists of a resource, by result.', ['resource', 'result']),
     restarts: counter('informer_watch_restarts_total', 'Watch streams re-opened, by reason.', [
@@ -151,8 +157,8 @@ function informerMetrics(registry: Registry): InformerMetrics {
       'reason',
     ]),
     events: counter('informer_events_total', 'Watch events received, by type.', ['resource', 'type']),
-    cached: gauge('informer_cached_objects', 'Objects in the informer cache.'),
-    synced: gauge('informer_synced', '1 once the informer has completed its first list.'),
+    cached: gauge('informer_cached_objects', 'Objects in the informer cache.', 'max'),
+    synced: gauge('informer_synced', '1 once the informer has completed its first list.', 'min'),
   };
 }
 
