@@ -8,6 +8,12 @@
  * the real bootstrap server, deploy/openssl.cnf); the clients, the simulated API server and AWS (EC2
  * throttling on, its bucket refilled before each storm) share this process.
  *
+ * The same storms also run against two floors (bench/tls-floor.ts) answering every request with one
+ * of our real answers: a bare `node:https` server with the same TLS settings, serving certificate and
+ * clients (what Node's TLS and HTTP cost), and the product's hardened server (src/net/hardened-server.ts)
+ * with that answer as its handler. Hardened minus bare is what the hardened server costs; plain
+ * issuance minus the hardened floor is the bootstrap handler's cost, signature and CSR check included.
+ *
  * With `--baseline DIR` (another checkout of this repository whose node_modules resolves, e.g.
  * `git archive HEAD | tar -x -C /tmp/old && ln -s $PWD/node_modules /tmp/old/`), the same storms run
  * against that tree's server too, in the same run, alternating which tree goes first each round, so
@@ -22,16 +28,19 @@
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { signAwsStsProof } from '../src/agent/aws-proof.ts';
+import { servingCertificate } from '../src/bootstrap/server.ts';
 import { bundlePem, createCa } from '../src/pki/ca.ts';
 import { privateKeyPem } from '../src/pki/keys.ts';
 import { startApiServer } from '../src/sim/apiserver/index.ts';
 import { type AwsSimulator, startAwsSimulator } from '../src/sim/aws/server.ts';
+import { post } from './join-storm/client.ts';
 import { measureStorm, type StormCheck } from './join-storm/measure.ts';
 import { stormNodes } from './join-storm/nodes.ts';
 import { median } from './join-storm/report.ts';
 import type { ServerMode, ServerSpec } from './join-storm/server-process.ts';
 import type { ServerProcess, StormFigures, StormNode, StormRequest } from './join-storm/types.ts';
 import { bootstrapCertificate } from './join-storm/verify.ts';
+import { floorAnswers, startFloorServer } from './tls-floor.ts';
 
 /** The two approval paths measured. */
 export const policies = ['plain', 'aws'] as const;
@@ -42,10 +51,18 @@ export type Connection = (typeof connections)[number];
 
 const modeOf: Record<Policy, ServerMode> = { plain: 'insecure-always-approve', aws: 'aws-batched' };
 
+/** What a storm measured: a bootstrap server approving by a policy, or the floor (bench/tls-floor.ts). */
+export type Measured = Policy | 'floor';
+/**
+ * The floors' labels in the samples: the bare `node:https` server and src/net/hardened-server.ts
+ * (this tree's), each measured once whatever the trees.
+ */
+export const floors = ['node:https', 'hardened-server'] as const;
+
 /** One measured storm. */
 export interface CostSample {
   tree: string;
-  policy: Policy;
+  policy: Measured;
   connection: Connection;
   round: number;
   figures: StormFigures;
@@ -88,7 +105,7 @@ export async function runIssuanceCost(options: IssuanceCostOptions): Promise<Cos
   const aws = await startAwsSimulator({ throttling: true });
   // Bookmarks every second, so that the guard's watch is current soon after a server starts.
   const api = await startApiServer({ bookmarkIntervalMs: 1000 });
-  const servers: { tree: string; policy: Policy; server: ServerProcess }[] = [];
+  const servers: { tree: string; policy: Measured; server: ServerProcess }[] = [];
   try {
     const ca = createCa();
     const caPem = bundlePem(ca);
@@ -102,14 +119,22 @@ export async function runIssuanceCost(options: IssuanceCostOptions): Promise<Cos
       // One serving process: CPU per certificate, not how many cores serve (bench/join-storm.ts).
       workers: 1,
     });
-    const storm = async (server: ServerProcess, policy: Policy, connection: Connection, name: string) => {
+    let floorCheck: StormCheck | undefined;
+    const storm = async (server: ServerProcess, policy: Measured, connection: Connection, name: string) => {
       aws.throttling.bucket.reset();
       aws.calls.reset();
-      const figures = await measureStorm(name, server, requestsOf(policy, nodes, aws), check, {
-        keepAlive: connection === 'keep-alive',
-        concurrency: options.concurrency,
-      });
-      if (policy === 'plain') return figures;
+      const requests = requestsOf(policy === 'aws' ? 'aws' : 'plain', nodes, aws);
+      const figures = await measureStorm(
+        name,
+        server,
+        requests,
+        policy === 'floor' ? (floorCheck as StormCheck) : check,
+        {
+          keepAlive: connection === 'keep-alive',
+          concurrency: options.concurrency,
+        },
+      );
+      if (policy !== 'aws') return figures;
       const cloud = {
         describeInstances: aws.calls.count('DescribeInstances'),
         throttled: aws.calls.throttled('DescribeInstances'),
@@ -127,6 +152,25 @@ export async function runIssuanceCost(options: IssuanceCostOptions): Promise<Cos
         }
         await storm(server, policy, 'new-tls', 'warm-up');
       }
+    }
+    // The floors answer every request with one real answer of plain issuance, byte for byte.
+    const plain = servers.find((s) => s.policy === 'plain') as { server: ServerProcess };
+    const answer = await post(
+      plain.server.url,
+      { path: '/v1/certificates', body: (nodes[0] as StormNode).body },
+      { caPem },
+      false,
+    );
+    if (answer.status !== 200)
+      throw new Error(`no answer to serve from the floor: HTTP ${answer.status} ${answer.text}`);
+    floorCheck = { ...check, verify: floorAnswers(answer.text) };
+    const tls = servingCertificate(ca, { name: 'floor', ipAddresses: ['127.0.0.1'] });
+    for (const tree of floors) {
+      const floor = await startFloorServer({ tls, body: answer.text, hardened: tree === 'hardened-server' });
+      servers.push({ tree, policy: 'floor', server: floor });
+      for (let i = 0; i < (options.warmUpStorms ?? 4); i++)
+        await storm(floor, 'floor', 'keep-alive', 'warm-up');
+      await storm(floor, 'floor', 'new-tls', 'warm-up');
     }
     const samples: CostSample[] = [];
     for (let round = 1; round <= options.rounds; round++) {
@@ -153,7 +197,7 @@ export function msPerCertificate(figures: StormFigures): number {
 }
 
 /** The median ms/cert of the samples of one tree, policy and connection (NaN when none). */
-function medianOf(samples: readonly CostSample[], tree: string, policy: Policy, connection: Connection) {
+function medianOf(samples: readonly CostSample[], tree: string, policy: Measured, connection: Connection) {
   return median(
     samples
       .filter((s) => s.tree === tree && s.policy === policy && s.connection === connection)
@@ -161,7 +205,10 @@ function medianOf(samples: readonly CostSample[], tree: string, policy: Policy, 
   );
 }
 
-/** The report: a row per storm, then the medians per tree side by side and what the aws checks add. */
+/**
+ * The report: a row per storm, then the medians per tree side by side, what the product's code costs
+ * above the floor and what the aws checks add.
+ */
 export function formatIssuanceCost(samples: readonly CostSample[], options: IssuanceCostOptions): string {
   const trees = options.trees.map((t) => t.label);
   const lines = [
@@ -180,18 +227,21 @@ export function formatIssuanceCost(samples: readonly CostSample[], options: Issu
     if (f.firstFailure) line += `  first failure: ${f.firstFailure}`;
     lines.push(line);
   }
-  lines.push(`medians (ms/cert) ${trees.map((t) => t.padStart(14)).join('')}`);
+  lines.push(`${'medians (ms/cert)'.padEnd(32)}${trees.map((t) => t.padStart(14)).join('')}`);
+  const row = (label: string, cell: (tree: string) => number) =>
+    lines.push(`${label.padEnd(32)}${trees.map((t) => cell(t).toFixed(3).padStart(14)).join('')}`);
   for (const connection of connections) {
-    for (const policy of policies) {
-      const cells = trees.map((t) => medianOf(samples, t, policy, connection).toFixed(3).padStart(14));
-      lines.push(`${`${policy}, ${connection}`.padEnd(18)}${cells.join('')}`);
-    }
-    const added = trees.map((t) =>
-      (medianOf(samples, t, 'aws', connection) - medianOf(samples, t, 'plain', connection))
-        .toFixed(3)
-        .padStart(14),
+    const [bare, hardened] = floors.map((f) => medianOf(samples, f, 'floor', connection)) as [number, number];
+    row(`floor node:https, ${connection}`, () => bare);
+    row(`floor hardened, ${connection}`, () => hardened);
+    row(`hardened − node:https, ${connection}`, () => hardened - bare);
+    for (const policy of policies)
+      row(`${policy}, ${connection}`, (t) => medianOf(samples, t, policy, connection));
+    row(`plain − hardened, ${connection}`, (t) => medianOf(samples, t, 'plain', connection) - hardened);
+    row(
+      `aws − plain, ${connection}`,
+      (t) => medianOf(samples, t, 'aws', connection) - medianOf(samples, t, 'plain', connection),
     );
-    lines.push(`${`aws − plain, ${connection}`.padEnd(18)}${added.join('')}`);
   }
   if (trees.length === 2) {
     const [now, base] = trees as [string, string];

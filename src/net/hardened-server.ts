@@ -80,7 +80,7 @@ const tls12Ciphers = [
 const tls13Ciphers = ['TLS_AES_256_GCM_SHA384', 'TLS_CHACHA20_POLY1305_SHA256', 'TLS_AES_128_GCM_SHA256'];
 
 /** The TLS settings of every server of the product. */
-const tlsServerPolicy = {
+export const tlsServerPolicy = {
   minVersion: 'TLSv1.2',
   ciphers: [...tls13Ciphers, ...tls12Ciphers].join(':'),
   honorCipherOrder: true,
