@@ -13,9 +13,14 @@ describe('bench/idle-connections (smoke run)', () => {
     });
     assert.equal(result.while.connections, 3 * 64);
     assert.equal(result.after.connections, 0);
-    assert.ok(result.while.fds > result.before.fds + 3 * 64 - 1, `${result.while.fds} fds`);
-    // Back to where it started, give or take the few connections the server itself keeps open (its
-    // API-server client, a probe's keep-alive): far below the 192 the crowd held.
+    // The crowd's 192 sockets, give or take the few the server itself opens and closes meanwhile (its
+    // API-server client's keep-alive connections, a probe's): a full run under load measured 219
+    // while against 28 before, a pooled connection having closed in between.
+    assert.ok(
+      result.while.fds >= result.before.fds + 3 * 64 - 8,
+      `${result.while.fds} fds while, ${result.before.fds} before`,
+    );
+    // Back to where it started, give or take those same few connections: far below the 192 the crowd held.
     assert.ok(
       result.after.fds <= result.before.fds + 8,
       `${result.after.fds} fds after, ${result.before.fds} before`,

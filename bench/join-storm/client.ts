@@ -1,6 +1,6 @@
 /** The storm's clients: one HTTPS POST that always settles, a bounded-concurrency storm of them, the warm-up. */
-import { Agent, request } from 'node:https';
-import type { TLSSocket } from 'node:tls';
+import { Agent, type RequestOptions, request } from 'node:https';
+import { type ConnectionOptions, createSecureContext, type SecureContext, type TLSSocket } from 'node:tls';
 import type { Reply, StormRequest } from './types.ts';
 
 /**
@@ -14,6 +14,22 @@ export const classicalGroups = 'X25519:prime256v1:secp384r1';
 export interface ClientTls {
   caPem: string;
   groups?: string;
+}
+
+/**
+ * The clients' TLS settings, built once per set of settings: every simulated node shares this
+ * process's cores with the server, and a context built from the PEM for each connection would be
+ * this process's work, not the server's, slowing the storm without measuring anything (a real node
+ * builds its own on its own machine).
+ */
+const contexts = new WeakMap<ClientTls, SecureContext>();
+function contextOf(tls: ClientTls): SecureContext {
+  let context = contexts.get(tls);
+  if (!context) {
+    context = createSecureContext({ ca: tls.caPem, ...(tls.groups ? { ecdhCurve: tls.groups } : {}) });
+    contexts.set(tls, context);
+  }
+  return context;
 }
 
 function keyExchangeOf(socket: TLSSocket): string {
@@ -31,56 +47,78 @@ export function post(url: string, req: StormRequest, tls: ClientTls, agent: Agen
     const failed = (err: unknown) => resolve({ status: 0, text: (err as Error).message ?? String(err) });
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (req.authorization !== undefined) headers['authorization'] = req.authorization;
-    const outgoing = request(
-      `${url}${req.path}`,
-      { method: 'POST', agent, ca: tls.caPem, ecdhCurve: tls.groups, headers },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('error', failed);
-        try {
-          // Read now: by the end of the answer a keep-alive socket may be back in its agent.
-          const keyExchange = keyExchangeOf(res.socket as TLSSocket);
-          res.on('end', () =>
-            resolve({
-              status: res.statusCode ?? 0,
-              text: Buffer.concat(chunks).toString('utf8'),
-              keyExchange,
-            }),
-          );
-        } catch (err) {
-          res.destroy();
-          failed(err);
-        }
-      },
-    );
+    // Node passes the request's options on to the TLS connection; its types leave this one out.
+    const options: RequestOptions & Pick<ConnectionOptions, 'secureContext'> = {
+      method: 'POST',
+      agent,
+      secureContext: contextOf(tls),
+      headers,
+    };
+    const outgoing = request(`${url}${req.path}`, options, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('error', failed);
+      try {
+        // Read now: by the end of the answer a keep-alive socket may be back in its agent.
+        const keyExchange = keyExchangeOf(res.socket as TLSSocket);
+        const retryAfter = Number(res.headers['retry-after']);
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            text: Buffer.concat(chunks).toString('utf8'),
+            keyExchange,
+            ...(Number.isFinite(retryAfter) ? { retryAfterSeconds: retryAfter } : {}),
+          }),
+        );
+      } catch (err) {
+        res.destroy();
+        failed(err);
+      }
+    });
     outgoing.on('error', failed);
     outgoing.end(req.body);
   });
 }
 
-/** Fires every request, at most `concurrency` in flight; the answers in request order. */
+/** Whether a node would send the request again, as `join` does: the server could not decide it now. */
+function isRetryable(reply: Reply): boolean {
+  return reply.status === 0 || reply.status === 429 || reply.status === 503;
+}
+
+/**
+ * Fires every request, at most `concurrency` in flight; the answers in request order. With
+ * `attempts` above 1, a request answered 503 or 429 (or not at all) is sent again after the answer's
+ * Retry-After (1 s without one), as a joining node does, until it has been sent that many times; its
+ * slot waits meanwhile, as the node's connection would be gone. `retries` counts the requests sent again.
+ */
 export async function fire(
   url: string,
   requests: readonly StormRequest[],
-  options: { tls: ClientTls; keepAlive: boolean; concurrency: number },
-): Promise<{ replies: Reply[]; wallMs: number }> {
+  options: { tls: ClientTls; keepAlive: boolean; concurrency: number; attempts?: number },
+): Promise<{ replies: Reply[]; wallMs: number; retries: number }> {
   // Without keep-alive every request gets an agent of its own: a new TCP connection and a full TLS
   // handshake, as a fleet of separate machines would cost.
   const agent = options.keepAlive ? new Agent({ keepAlive: true, maxSockets: options.concurrency }) : false;
   const replies: Reply[] = new Array(requests.length);
   let next = 0;
+  let retries = 0;
   const worker = async () => {
     while (next < requests.length) {
       const i = next++;
-      replies[i] = await post(url, requests[i] as StormRequest, options.tls, agent);
+      let reply = await post(url, requests[i] as StormRequest, options.tls, agent);
+      for (let attempt = 1; attempt < (options.attempts ?? 1) && isRetryable(reply); attempt++) {
+        retries++;
+        await new Promise((resolve) => setTimeout(resolve, 1000 * (reply.retryAfterSeconds ?? 1)));
+        reply = await post(url, requests[i] as StormRequest, options.tls, agent);
+      }
+      replies[i] = reply;
     }
   };
   const started = performance.now();
   await Promise.all(Array.from({ length: Math.min(options.concurrency, requests.length) }, worker));
   const wallMs = performance.now() - started;
   if (agent) agent.destroy();
-  return { replies, wallMs };
+  return { replies, wallMs, retries };
 }
 
 /**

@@ -63,7 +63,7 @@ export async function measureStorm(
   server: ServerProcess,
   requests: readonly StormRequest[],
   check: StormCheck,
-  options: { keepAlive: boolean; concurrency: number; groups?: string },
+  options: { keepAlive: boolean; concurrency: number; groups?: string; attempts?: number },
 ): Promise<StormFigures> {
   collectGarbage();
   const loopBefore = await server.eventLoop?.();
@@ -72,7 +72,7 @@ export async function measureStorm(
   const { groups, ...rest } = options;
   const tls = { caPem: check.caPem, groups };
   const {
-    result: { replies, wallMs },
+    result: { replies, wallMs, retries },
     gcMs,
   } = await gcPauseDuring(() => fire(server.url, requests, { tls, ...rest }));
   const serverCpuSeconds = server.cpuSeconds() - serverCpu;
@@ -90,6 +90,7 @@ export async function measureStorm(
     clientGcMs: gcMs,
     keyExchange: [...new Set(replies.map((r) => r.keyExchange).filter((k) => k !== undefined))].sort(),
   };
+  if (retries > 0) figures.retries = retries;
   if (loopBusy !== undefined) figures.serverLoopBusy = loopBusy;
   return figures;
 }

@@ -24,6 +24,8 @@ export interface StormFigures {
   /** The plain comparison's connection kind and round (plain storms only). */
   kind?: PlainKind;
   round?: number;
+  /** Requests sent again after a 503, a 429 or no answer (storms fired with retries only). */
+  retries?: number;
   /** Cloud calls the AWS simulator served during the storm (aws storms only). */
   cloud?: { describeInstances: number; throttled: number; sts: number };
 }
@@ -72,6 +74,8 @@ export interface Reply {
   text: string;
   /** The key exchange group of the connection that carried it. */
   keyExchange?: string;
+  /** The answer's Retry-After, when it had one. */
+  retryAfterSeconds?: number;
 }
 
 /** A running server process (ours or cfssl): its URL and its CPU time so far. */

@@ -21,6 +21,9 @@ import { bootstrapCertificate } from '../join-storm/verify.ts';
 /** Instance ids the dev cluster's own Nodes take (its sample instance groups' instances). */
 const devClusterIds = 16;
 
+/** How many times a node sends its request at most (the first and its retries after a 503). */
+const joinAttempts = 5;
+
 /** EC2's non-mutating bucket: what the first calls of a storm ride before the refill rate binds. */
 const ec2Burst = 100;
 
@@ -58,6 +61,8 @@ async function awsStorm(
       {
         keepAlive: false,
         concurrency,
+        // A node the server could not decide now (a dependency's 503) asks again, as `join` does.
+        attempts: joinAttempts,
       },
     );
     return {

@@ -83,7 +83,7 @@ export function formatScale(r: ScaleResult): string {
         figure: `${speedup.toFixed(1)}x faster`,
         target: '≥ 20x',
         ratio: 20 / speedup,
-        note: `batched ${seconds(batched.wallMs)} (${batched.verified}/${batched.nodes} verified, ${((batched.serverCpuSeconds * 1000) / batched.nodes).toFixed(2)} ms server CPU/cert); per-node ${seconds(perNodeSample.wallMs)} for ${perNodeSample.nodes} (${perNodeSample.verified} verified), projected ${seconds(perNodeProjectedMs)} for ${batched.nodes}${
+        note: `batched ${seconds(batched.wallMs)} (${batched.verified}/${batched.nodes} verified, ${batched.retries ?? 0} retries after a 503, ${((batched.serverCpuSeconds * 1000) / batched.verified).toFixed(2)} ms server CPU/cert); per-node ${seconds(perNodeSample.wallMs)} for ${perNodeSample.nodes} (${perNodeSample.verified} verified, ${perNodeSample.retries ?? 0} retries), projected ${seconds(perNodeProjectedMs)} for ${batched.nodes}${
           batched.firstFailure ? `; first failure: ${batched.firstFailure}` : ''
         }`,
       },

@@ -6,10 +6,13 @@ import { test } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
 import { ForbiddenError, RateLimitedError, TimeoutError, UnavailableError } from '../errors.ts';
 import { createCertificateAuthority, issueServingCertificate } from '../sim/tls.ts';
-import { kubeAnswerError, kubeHttps } from './kube-https.ts';
+import { kubeAnswerError, kubeHttps, maxKubeConnections } from './kube-https.ts';
 
 /** An HTTPS server answering with `handler`, and a kubeconfig pointing at it with a bearer token. */
-async function serve(handler: (req: IncomingMessage, body: string, res: ServerResponse) => void) {
+async function serve(
+  handler: (req: IncomingMessage, body: string, res: ServerResponse) => void,
+  options: { trustedCa?: string } = {},
+) {
   const ca = await createCertificateAuthority();
   const serving = await issueServingCertificate(ca);
   const server = createServer({ key: serving.privateKey, cert: serving.certificate }, (req, res) => {
@@ -23,13 +26,14 @@ async function serve(handler: (req: IncomingMessage, body: string, res: ServerRe
     {
       name: 'c',
       server: `https://127.0.0.1:${(server.address() as AddressInfo).port}/`,
-      caData: Buffer.from(ca.certificate).toString('base64'),
+      caData: Buffer.from(options.trustedCa ?? ca.certificate).toString('base64'),
       skipTLSVerify: false,
     },
     { name: 'u', token: 'the-token' },
   );
   return {
     kubeConfig,
+    server,
     close() {
       server.closeAllConnections();
       server.close();
@@ -87,6 +91,51 @@ test('no answer within the deadline is a TimeoutError, a refused connection an U
     assert.match(err.message, /^read y: /);
     return true;
   });
+});
+
+test('calls at once share a bounded pool of connections; every call is answered', async () => {
+  const sockets = new Set<unknown>();
+  const server = await serve((req, _body, res) => {
+    sockets.add(req.socket);
+    setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'), 5);
+  });
+  try {
+    const call = kubeHttps(server.kubeConfig, { timeoutMs: 10_000 });
+    const answers = await Promise.all(
+      Array.from({ length: 4 * maxKubeConnections }, (_, i) =>
+        call({ action: `read ${i}`, method: 'GET', path: `/api/v1/nodes/n${i}` }),
+      ),
+    );
+    assert.deepEqual(new Set(answers.map((answer) => answer.status)), new Set([200]));
+    assert.ok(sockets.size <= maxKubeConnections, `${sockets.size} connections`);
+  } finally {
+    server.close();
+  }
+});
+
+test("a server whose certificate is not from the kubeconfig's CA is refused, though the pool's TLS settings are built once", async () => {
+  const other = await createCertificateAuthority();
+  let reached = 0;
+  const server = await serve(
+    (_req, _body, res) => {
+      reached++;
+      res.writeHead(200).end('{}');
+    },
+    { trustedCa: other.certificate },
+  );
+  try {
+    const call = kubeHttps(server.kubeConfig, { timeoutMs: 5_000 });
+    for (const path of ['/a', '/b']) {
+      await assert.rejects(call({ action: 'read', method: 'GET', path }), (err: unknown) => {
+        assert.ok(err instanceof UnavailableError, String(err));
+        assert.match(err.message, /^read: .*certificate/i);
+        return true;
+      });
+    }
+    assert.equal(reached, 0);
+  } finally {
+    server.close();
+  }
 });
 
 test("kubeAnswerError: the status's kind, the Status message, the status and the API server's Retry-After kept", () => {

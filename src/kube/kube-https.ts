@@ -7,9 +7,16 @@
  * (docs/performance.md). Credentials are applied per call as client-node applies them, so rotated
  * tokens are picked up; the agent's client certificate is fixed for the life of the caller, as with
  * any pooled connection.
+ *
+ * The pool is bounded ({@link maxKubeConnections}) and its TLS settings are built once: in a
+ * 50,000-node join storm an unbounded agent opened a connection for nearly every call in flight
+ * (1,500 at once), each a TLS handshake on both sides and a TLS context built again from the
+ * kubeconfig's PEM (docs/performance.md). client-go multiplexes about as many streams over one
+ * HTTP/2 connection; waiting for a pooled connection counts against the call's deadline.
  */
 import type { OutgoingHttpHeaders } from 'node:http';
 import { Agent, type RequestOptions } from 'node:https';
+import { createSecureContext } from 'node:tls';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { errorForHttpStatus, type KopsError, TimeoutError, UnavailableError } from '../errors.ts';
 import { type HttpsAnswer, httpsRequest, StaleConnectionError } from '../net/https-client.ts';
@@ -33,6 +40,12 @@ export type KubeHttps = (call: KubeCall) => Promise<HttpsAnswer>;
 /** How many times a call found on a connection the server had closed while idle is sent again. */
 const staleRetries = 3;
 
+/** Connections to the API server one caller keeps at most. */
+export const maxKubeConnections = 64;
+
+/** Idle pooled connections are closed after this long. */
+const idleConnectionMs = 30_000;
+
 /**
  * A {@link KubeHttps} for the current context of `kubeConfig`. A call that meets a pooled connection
  * the server closed while it idled is sent again on another: nothing reached the server, so even a
@@ -48,9 +61,15 @@ export function kubeHttps(kubeConfig: KubeConfig, options: { timeoutMs: number }
     await kubeConfig.applyToHTTPSOptions(opts);
     agent ??= new Agent({
       keepAlive: true,
-      ...(opts.ca ? { ca: opts.ca } : {}),
-      ...(opts.cert ? { cert: opts.cert } : {}),
-      ...(opts.key ? { key: opts.key } : {}),
+      maxSockets: maxKubeConnections,
+      // The most recently used connection first, so that the others idle out after a storm.
+      scheduling: 'lifo',
+      timeout: idleConnectionMs,
+      secureContext: createSecureContext({
+        ...(opts.ca ? { ca: opts.ca } : {}),
+        ...(opts.cert ? { cert: opts.cert } : {}),
+        ...(opts.key ? { key: opts.key } : {}),
+      }),
       ...(opts.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: opts.rejectUnauthorized }),
       ...(opts.servername ? { servername: opts.servername } : {}),
     });

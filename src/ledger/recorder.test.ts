@@ -54,7 +54,7 @@ test('held certificates are recorded with a hold that the recorder renews; recor
     store: {
       add: async (entries) => {
         batches.push([...entries]);
-        return { writes: 1, droppedOverCap: 0 };
+        return { writes: 1, droppedOverCap: 0, bytes: 100 };
       },
     },
     holdIntervalMs: 3_600_000,
@@ -78,4 +78,62 @@ test('held certificates are recorded with a hold that the recorder renews; recor
       { ...held, kind: 'kubelet', instance: 'node-1', serial: '02' },
     ],
   ]);
+});
+
+test('flushes keep to the byte budget: after a large write the next waits for it; small writes go every interval', async (t) => {
+  t.mock.timers.enable({ apis: ['setInterval'] });
+  let nowMs = Date.UTC(2030, 0, 1);
+  const tick = async (ms: number) => {
+    nowMs += ms;
+    t.mock.timers.tick(ms);
+    // The flush's store call and what follows it.
+    for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve));
+  };
+  const written: { atMs: number; entries: number }[] = [];
+  let nextBytes = 4 * 1024 * 1024;
+  const recorder = new LedgerRecorder({
+    store: {
+      add: async (entries) => {
+        written.push({ atMs: nowMs, entries: entries.length });
+        return { writes: 16, droppedOverCap: 0, bytes: nextBytes };
+      },
+    },
+    flushIntervalMs: 1_000,
+    writeBytesPerSecond: 1024 * 1024,
+    now: () => new Date(nowMs),
+  });
+  const started = nowMs;
+  const entry = (instance: string): LedgerEntry => ({
+    kind: 'kubelet',
+    instanceGroup: 'nodes',
+    instance,
+    serial: '01',
+    notBefore: 0,
+    notAfter: 2e9,
+  });
+  recorder.start();
+  recorder.record([entry('node-1')]);
+  await tick(1_000);
+  assert.deepEqual(written, [{ atMs: started + 1_000, entries: 1 }]);
+  // 4 MiB written at 1 MiB/s: nothing for 4 s, however many joins arrive meanwhile.
+  nextBytes = 100;
+  for (let i = 2; i <= 4; i++) {
+    recorder.record([entry(`node-${i}`)]);
+    await tick(1_000);
+  }
+  assert.equal(written.length, 1);
+  await tick(1_000);
+  assert.deepEqual(written.at(-1), { atMs: started + 5_000, entries: 3 });
+  // A small write earns no wait beyond the interval.
+  recorder.record([entry('node-5')]);
+  await tick(1_000);
+  assert.deepEqual(written.at(-1), { atMs: started + 6_000, entries: 1 });
+  // Stopping writes what is pending whatever the budget says.
+  nextBytes = 64 * 1024 * 1024;
+  recorder.record([entry('node-6')]);
+  await tick(1_000);
+  recorder.record([entry('node-7')]);
+  await recorder.stop();
+  assert.deepEqual(written.at(-1), { atMs: started + 7_000, entries: 1 });
+  assert.equal(written.length, 5);
 });

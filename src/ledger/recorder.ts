@@ -5,6 +5,14 @@
  * writes per flush, not 5,000. A failed write keeps its entries pending for the next flush; a
  * ledger that cannot be written never fails a join. Certificates the process holds (the CAs, its
  * serving certificate) are re-recorded periodically, so the ledger forgets them once nobody does.
+ *
+ * A flush reads and rewrites every shard it touches whole, and in a storm it touches all of them: its
+ * cost follows the ledger's size, not the joins since the last one. At 50,000 nodes (about 10 MB of
+ * shards) a flush every 2 s rewrote 5 MB a second through the API server (and etcd), a third of the
+ * bootstrap server's CPU in the join storm and the API server's 503s (docs/performance.md). So the
+ * writes keep to a byte budget: after writing B bytes the next flush waits B / `writeBytesPerSecond`
+ * if that is longer than the interval. A small cluster's ledger still flushes every 2 s; the largest
+ * (16 shards of at most 900 kB) every 14 s at the default 1 MiB/s.
  */
 import { X509Certificate } from 'node:crypto';
 import { describeError } from '../errors.ts';
@@ -16,8 +24,10 @@ import type { ConfigMapLedgerStore } from './store.ts';
 /** Options of {@link LedgerRecorder}. */
 export interface LedgerRecorderOptions {
   store: Pick<ConfigMapLedgerStore, 'add'>;
-  /** How often pending entries are written (default 2 s). */
+  /** How often pending entries are written (default 2 s), when the byte budget allows. */
   flushIntervalMs?: number;
+  /** The shard bytes a second the flushes may write, averaged over each flush and the wait after it (default 1 MiB). */
+  writeBytesPerSecond?: number;
   /** How often held certificates are recorded again (default 1 h); they are kept for three intervals. */
   holdIntervalMs?: number;
   /** Entries waiting at most; beyond it new ones are dropped and logged (default 50,000). */
@@ -68,6 +78,8 @@ export class LedgerRecorder {
   #held: HeldCertificate[] = [];
   #flushing: Promise<void> | undefined;
   #timers: NodeJS.Timeout[] = [];
+  /** No timed flush before this (ms since the epoch): the wait the last write's bytes earned. */
+  #quietUntilMs = 0;
 
   constructor(options: LedgerRecorderOptions) {
     this.#options = options;
@@ -109,7 +121,9 @@ export class LedgerRecorder {
 
   /** Starts the timers (unref'd: they never keep the process alive). */
   start(): void {
-    const flush = setInterval(() => void this.flush(), this.#options.flushIntervalMs ?? 2_000);
+    const flush = setInterval(() => {
+      if (this.#now().getTime() >= this.#quietUntilMs) void this.flush();
+    }, this.#options.flushIntervalMs ?? 2_000);
     const hold = setInterval(() => this.#recordHeld(), this.#holdIntervalMs);
     for (const timer of [flush, hold]) timer.unref();
     this.#timers.push(flush, hold);
@@ -129,6 +143,8 @@ export class LedgerRecorder {
     this.#pending = new Map();
     try {
       const result = await this.#options.store.add([...batch.values()]);
+      const perSecond = this.#options.writeBytesPerSecond ?? 1024 * 1024;
+      this.#quietUntilMs = this.#now().getTime() + (1000 * result.bytes) / perSecond;
       if (result.droppedOverCap > 0) {
         this.#logger.warn(
           { dropped: result.droppedOverCap },

@@ -158,6 +158,8 @@ export interface AddResult {
   writes: number;
   /** Entries the per-shard cap dropped (those expiring last). */
   droppedOverCap: number;
+  /** The bytes of the shards written (their entries' JSON): what the write cost, read again as much. */
+  bytes: number;
 }
 
 /** The ledger's shards in the API server. */
@@ -222,14 +224,17 @@ export class ConfigMapLedgerStore {
     const byShard = new Map<number, LedgerEntry[]>();
     for (const entry of entries) {
       const shard = this.shardOf(entry.instance);
-      byShard.set(shard, [...(byShard.get(shard) ?? []), entry]);
+      const some = byShard.get(shard);
+      if (some) some.push(entry);
+      else byShard.set(shard, [entry]);
     }
     const results = await Promise.all(
       [...byShard].map(([shard, some]) => this.#updateShard(shard, (existing) => change(existing, some))),
     );
     return {
       writes: results.length,
-      droppedOverCap: results.reduce((sum, dropped) => sum + dropped, 0),
+      droppedOverCap: results.reduce((sum, result) => sum + result.droppedOverCap, 0),
+      bytes: results.reduce((sum, result) => sum + result.bytes, 0),
     };
   }
 
@@ -250,7 +255,7 @@ export class ConfigMapLedgerStore {
   async #updateShard(
     shard: number,
     change: (existing: LedgerEntry[]) => { json: string; droppedOverCap: number },
-  ): Promise<number> {
+  ): Promise<{ droppedOverCap: number; bytes: number }> {
     const name = shardName(shard);
     const action = `write the certificate ledger ${this.#namespace}/${name}`;
     for (let attempt = 0; attempt < maxConflicts; attempt++) {
@@ -270,7 +275,8 @@ export class ConfigMapLedgerStore {
         data: { [dataKey]: merged.json },
       };
       // false (409): another replica wrote (or created) the shard since we read it; merge with theirs.
-      if (await this.#io.write(body, current !== undefined, action)) return merged.droppedOverCap;
+      if (await this.#io.write(body, current !== undefined, action))
+        return { droppedOverCap: merged.droppedOverCap, bytes: Buffer.byteLength(merged.json) };
     }
     throw new KopsError('conflict', `${action}: still conflicting after ${maxConflicts} attempts`);
   }

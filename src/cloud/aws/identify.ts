@@ -51,11 +51,12 @@ export const maxDescribeInstancesIds = 1000;
 /**
  * What batches that are not full may spend of EC2's request bucket, which every caller of the
  * account's non-mutating actions shares (100 calls, refilled at 20 a second): a burst of 10, so that
- * a quiet cluster's lookups never wait, then one call every 2 s — a fortieth of the refill — which in
- * a storm carries every id that arrived meanwhile (a 50,000-node join storm: about 60 calls). A full
- * batch (1,000 ids) never waits. A join waits at most those 2 s for its lookup.
+ * a quiet cluster's lookups (a few joins, a controller's test of a handful of nodes) do not wait,
+ * then one call every 3 s — a sixtieth of the refill — which in a storm carries every id that arrived
+ * meanwhile. A full batch (1,000 ids) never waits, so a storm's calls are at most 10 + its seconds / 3
+ * + one per 1,000 joins. A join waits at most those 3 s for its lookup (docs/performance.md).
  */
-export const defaultDescribeBudget: BucketLimit = { burst: 10, perSecond: 0.5 };
+export const defaultDescribeBudget: BucketLimit = { burst: 10, perSecond: 1 / 3 };
 
 const notFoundCodes = new Set(['InvalidInstanceID.NotFound', 'InvalidInstanceID.Malformed']);
 
