@@ -23,7 +23,7 @@
  * ten thousand or so requests; a controller serves for days). Each aws storm signs a fresh proof per
  * node just before it starts.
  *
- *   node bench/issuance-cost.ts [--nodes N (2000)] [--rounds R (3)] [--concurrency C (32)] [--baseline DIR]
+ *   node bench/issuance-cost.ts [--nodes N (2000)] [--rounds R (3)] [--concurrency C (200)] [--baseline DIR]
  */
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -265,7 +265,7 @@ if (import.meta.main) {
     options: {
       nodes: { type: 'string', default: '2000' },
       rounds: { type: 'string', default: '3' },
-      concurrency: { type: 'string', default: '32' },
+      concurrency: { type: 'string', default: '200' },
       baseline: { type: 'string' },
     },
   });

@@ -59,7 +59,7 @@ describe('bench/join-storm (smoke run)', () => {
     assert.match(report, /^cfssl [\d.]+, keep-alive #2 +50\/50 /m);
     assert.match(
       report,
-      /^ratio +ours\/cfssl certs\/s: keep-alive [\d.]+, new connection per node [\d.]+ \(target ≥ 1\.0, median of 2 rounds\)/m,
+      /^ratio +ours\/cfssl certs\/s: keep-alive [\d.]+, new connection per node [\d.]+ \(target ≥ 1\.3, median of 2 rounds\)/m,
     );
     assert.match(
       report,

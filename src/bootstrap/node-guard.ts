@@ -21,7 +21,7 @@ export type NodeReader = (name: string) => Promise<Pick<V1Node, 'status'> | unde
 const maxNodeBytes = 4 * 1024 * 1024;
 
 /**
- * A {@link NodeReader} over plain HTTPS with one keep-alive agent (kube-https.ts): the guard runs on
+ * A {@link NodeReader} over plain HTTPS with one keep-alive agent (src/kube/kube-https.ts): the guard runs on
  * every bootstrap request, and through client-node each read cost more CPU than the rest of an
  * issuance (a new dispatcher per call, and a full exception for every 404 of a node that is not
  * registered yet).

@@ -49,7 +49,7 @@ export interface ConfigMapReplayGuardOptions {
   core: CoreV1Api;
   /**
    * When given, markers are created and read over plain HTTPS with one keep-alive agent
-   * (kube-https.ts) instead of through `core`: a marker is written for every aws join, and through
+   * (src/kube/kube-https.ts) instead of through `core`: a marker is written for every aws join, and through
    * client-node that write cost the server more CPU than the certificate's signature
    * (docs/performance.md). `core` still collects expired markers (leader only, every few minutes).
    */
@@ -94,7 +94,7 @@ function clientNodeMarkers(core: CoreV1Api, namespace: string, timeoutMs: number
   };
 }
 
-/** Markers over plain HTTPS (kube-https.ts): no client-node on the join path. */
+/** Markers over plain HTTPS (src/kube/kube-https.ts): no client-node on the join path. */
 function httpsMarkers(kubeConfig: KubeConfig, namespace: string, timeoutMs: number): Markers {
   const call = kubeHttps(kubeConfig, { timeoutMs });
   const collection = `/api/v1/namespaces/${encodeURIComponent(namespace)}/configmaps`;
