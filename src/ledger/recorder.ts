@@ -8,7 +8,7 @@
  *
  * A flush reads and rewrites every shard it touches whole, and in a storm it touches all of them: its
  * cost follows the ledger's size, not the joins since the last one. At 50,000 nodes (about 10 MB of
- * shards) a flush every 2 s rewrote 5 MB a second through the API server (and etcd), a third of the
+ * shards) a flush every 2 s rewrote 5 MB a second through the API server (and etcd), a quarter of the
  * bootstrap server's CPU in the join storm and the API server's 503s (docs/performance.md). So the
  * writes keep to a byte budget: after writing B bytes the next flush waits B / `writeBytesPerSecond`
  * if that is longer than the interval. A small cluster's ledger still flushes every 2 s; the largest
