@@ -6,9 +6,9 @@
  * resident memory (RSS) every 20,000 requests, then every 5 s while it idles 30 s, and after a full
  * collection; and the JavaScript heap it retains (after a full collection) after the first 10,000
  * and at the end. The target: RSS after settling within 50 MiB of RSS after the first 10,000. It runs
- * twice in the same run: with glibc's default malloc arenas, and with `MALLOC_ARENA_MAX=2` (the usual
- * remedy for a multi-threaded process whose RSS grows), to show whether the allocator's arenas are
- * what holds the memory. Then what an idle TLS connection and a request waiting in the approval
+ * twice in the same run: with the malloc settings the image sets (deploy/Containerfile's `ENV
+ * MALLOC_*`, read from that file), and with glibc's defaults, to show what they change. Then what an
+ * idle TLS connection and a request waiting in the approval
  * queue cost. With `--snapshots DIR` it also writes heap snapshots of the server's main thread after
  * 10,000 requests and at the end, and prints the constructors whose objects grew most between them.
  *
@@ -63,8 +63,8 @@ export interface MemoryFigures {
 
 /** One run of the requests against one server process. */
 export interface MemoryRun {
-  /** The server's MALLOC_ARENA_MAX, or undefined for glibc's default. */
-  mallocArenaMax: number | undefined;
+  /** The server's malloc settings. */
+  allocator: Allocator;
   requests: number;
   names: number;
   concurrency: number;
@@ -171,13 +171,27 @@ async function figuresOf(child: ChildProcess, collect = false): Promise<MemoryFi
   return { rssMiB: rssKiB / 1024, heapUsedMiB };
 }
 
+/** The server's malloc settings: those the image sets, or glibc's defaults. */
+export type Allocator = 'image settings' | 'glibc defaults';
+
+/** The `MALLOC_*` variables deploy/Containerfile sets (`ENV NAME=value …` lines). */
+export function imageMallocSettings(): Record<string, string> {
+  const containerfile = readFileSync(new URL('../deploy/Containerfile', import.meta.url), 'utf8');
+  const settings: Record<string, string> = {};
+  for (const line of containerfile.split('\n').filter((l) => l.startsWith('ENV '))) {
+    for (const [, name, value] of line.matchAll(/\b(MALLOC_\w+)=(\S+)/g))
+      settings[name as string] = value as string;
+  }
+  return settings;
+}
+
 async function startServerProcess(
   spec: ServerSpec,
-  mallocArenaMax?: number,
+  allocator: Allocator,
 ): Promise<{ child: ChildProcess; url: string }> {
   const env = { ...process.env };
-  if (mallocArenaMax === undefined) delete env.MALLOC_ARENA_MAX;
-  else env.MALLOC_ARENA_MAX = String(mallocArenaMax);
+  for (const name of Object.keys(env)) if (name.startsWith('MALLOC_')) delete env[name];
+  if (allocator === 'image settings') Object.assign(env, imageMallocSettings());
   const child = fork(new URL(import.meta.url).pathname, ['--serve'], {
     env,
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
@@ -355,7 +369,8 @@ export async function runMemory(options: {
   requests: number;
   names?: number;
   concurrency?: number;
-  mallocArenaMax?: number;
+  /** Default: the image's settings. */
+  allocator?: Allocator;
   snapshots?: string;
   settleMs?: number;
   earlyAt?: number;
@@ -366,10 +381,8 @@ export async function runMemory(options: {
   // Bodies for up to 50,000 names are made before the clock starts; more names reuse them.
   const bodies = Array.from({ length: Math.min(names, 50_000) }, (_, i) => bodyOf(`node-${i}`, bed.key));
   const bodyAt = (i: number) => bodies[(i % names) % bodies.length] as string;
-  const { child, url } = await startServerProcess(
-    bed.spec('insecure-always-approve'),
-    options.mallocArenaMax,
-  );
+  const allocator = options.allocator ?? 'image settings';
+  const { child, url } = await startServerProcess(bed.spec('insecure-always-approve'), allocator);
   const agent = new Agent({ keepAlive: true, maxSockets: concurrency });
   const snapshot = async () =>
     options.snapshots
@@ -403,7 +416,7 @@ export async function runMemory(options: {
     const collected = await figuresOf(child, true);
     const growth = first && last ? growthBetween(first, last) : undefined;
     return {
-      mallocArenaMax: options.mallocArenaMax,
+      allocator,
       requests: options.requests,
       names,
       concurrency,
@@ -432,7 +445,7 @@ export async function connectionCosts(options: {
 }): Promise<ConnectionCosts> {
   const bed = await testbed();
   try {
-    const { child, url } = await startServerProcess(bed.spec('insecure-always-approve'));
+    const { child, url } = await startServerProcess(bed.spec('insecure-always-approve'), 'image settings');
     let idle: Pick<ConnectionCosts, 'idleConnectionKiB' | 'idleConnectionHeapKiB'>;
     try {
       const count = options.idleConnections ?? 1_000;
@@ -471,7 +484,7 @@ async function queuedRequestCost(
   key: ReturnType<typeof generateKey>,
   count: number,
 ): Promise<number> {
-  const { child, url } = await startServerProcess(spec);
+  const { child, url } = await startServerProcess(spec, 'image settings');
   try {
     const bodies = Array.from({ length: count }, (_, i) => bodyOf(`queued-${i}`, key));
     await post(url, bodyOf('warm-up', key), caPem, false);
@@ -495,9 +508,6 @@ async function queuedRequestCost(
   }
 }
 
-const allocatorOf = (run: MemoryRun) =>
-  run.mallocArenaMax === undefined ? 'glibc default arenas' : `MALLOC_ARENA_MAX=${run.mallocArenaMax}`;
-
 export function formatMemoryBench(runs: readonly MemoryRun[], costs?: ConnectionCosts): string {
   const first = runs[0];
   if (!first) return '';
@@ -509,20 +519,20 @@ export function formatMemoryBench(runs: readonly MemoryRun[], costs?: Connection
   for (const run of runs) {
     const kept = run.settled.rssMiB - run.early.rssMiB;
     lines.push(
-      `${allocatorOf(run).padEnd(22)} ${String(run.failures).padStart(6)} ${mib(run.early.rssMiB).padStart(10)} ${mib(run.end.rssMiB)} ${mib(run.settled.rssMiB)} ${mib(run.collected.rssMiB)} ${mib(kept)} ${`${run.earlyRetainedHeapMiB.toFixed(1)} → ${run.collected.heapUsedMiB.toFixed(1)}`.padStart(17)}`,
+      `${run.allocator.padEnd(22)} ${String(run.failures).padStart(6)} ${mib(run.early.rssMiB).padStart(10)} ${mib(run.end.rssMiB)} ${mib(run.settled.rssMiB)} ${mib(run.collected.rssMiB)} ${mib(kept)} ${`${run.earlyRetainedHeapMiB.toFixed(1)} → ${run.collected.heapUsedMiB.toFixed(1)}`.padStart(17)}`,
     );
   }
-  const base = runs.find((r) => r.mallocArenaMax === undefined);
-  const capped = runs.find((r) => r.mallocArenaMax !== undefined);
-  if (base && capped) {
+  const image = runs.find((r) => r.allocator === 'image settings');
+  const glibc = runs.find((r) => r.allocator === 'glibc defaults');
+  if (image && glibc) {
     const kept = (r: MemoryRun) => r.settled.rssMiB - r.early.rssMiB;
     lines.push(
-      `ratio  RSS kept after settling ${kept(base).toFixed(1)} MiB (default) against ${kept(capped).toFixed(1)} MiB (${allocatorOf(capped)}); target ≤ 50 MiB`,
+      `ratio  RSS kept after settling ${kept(image).toFixed(1)} MiB (the image's settings) against ${kept(glibc).toFixed(1)} MiB (glibc's defaults); target ≤ 50 MiB`,
     );
   }
   for (const run of runs) {
     const points = run.samples.map((p) => `${p.requests / 1000}k ${p.rssMiB.toFixed(0)}`).join(', ');
-    lines.push(`RSS every ${sampleEvery / 1000}k requests, ${allocatorOf(run)}: ${points}`);
+    lines.push(`RSS every ${sampleEvery / 1000}k requests, ${run.allocator}: ${points}`);
     lines.push(
       `  then idle, every ${settleStepMs / 1000} s: ${run.settling.map((r) => r.toFixed(0)).join(', ')}`,
     );
@@ -534,7 +544,7 @@ export function formatMemoryBench(runs: readonly MemoryRun[], costs?: Connection
   }
   for (const run of runs) {
     if (!run.growth) continue;
-    lines.push(`heap growth between the snapshots, ${allocatorOf(run)} (constructor, objects, bytes):`);
+    lines.push(`heap growth between the snapshots, ${run.allocator} (constructor, objects, bytes):`);
     for (const g of run.growth) {
       lines.push(
         `  ${g.name.slice(0, 60).padEnd(60)} ${String(g.count).padStart(9)} ${String(g.bytes).padStart(11)}`,
@@ -571,6 +581,6 @@ if (process.argv.includes('--serve')) {
     concurrency,
     ...(values.snapshots ? { snapshots: values.snapshots } : {}),
   };
-  const runs = [await runMemory(common), await runMemory({ ...common, mallocArenaMax: 2 })];
+  const runs = [await runMemory(common), await runMemory({ ...common, allocator: 'glibc defaults' })];
   process.stdout.write(`${formatMemoryBench(runs, await connectionCosts({}))}\n`);
 }
