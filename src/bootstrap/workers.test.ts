@@ -70,6 +70,9 @@ function monotonicSamples(exposition: string): Map<string, number> {
   return samples;
 }
 
+/** The approvals series of the test policy in a scrape. */
+const approvedSeries = 'kops_controller_bootstrap_requests_total{policy="test-spend-once",verdict="approve"}';
+
 /** A kubelet certificate request for `name`, as the native API takes it. */
 function certificatesBody(name: string): string {
   const csr = buildCsrPem(generateKey(), {
@@ -130,6 +133,23 @@ describe('bootstrap workers', () => {
     assert.equal(byPid.size, 2, 'the kernel never gave a connection to the second worker');
     assert.deepEqual([...byPid.keys()].map(Number).sort(), workers.pids().sort());
     return { agents: [...byPid.values()], requests };
+  }
+
+  /**
+   * Certifies `names` on one worker, over one kept-alive connection: that connection and the worker's
+   * pid (its /cluster-info answers with it).
+   */
+  async function certifyOnOneWorker(workers: ServingWorkers, names: readonly string[]) {
+    const [first] = (await connectionPerWorker(workers)).agents as [Agent, Agent];
+    const pid = Number((await call(workers, ca, first, '/cluster-info')).text);
+    for (const name of names) {
+      const reply = await call(workers, ca, first, '/v1/certificates', {
+        body: certificatesBody(name),
+        authorization: `Bearer ${name}`,
+      });
+      assert.equal(reply.status, 200, reply.text);
+    }
+    return { first, pid };
   }
 
   test('a proof replayed to two workers is refused by one of them', async () => {
@@ -271,18 +291,9 @@ describe('bootstrap workers', () => {
     const registry = new Registry();
     const workers = await start({ registry });
     try {
-      const [first] = (await connectionPerWorker(workers)).agents as [Agent, Agent];
-      const pid = Number((await call(workers, ca, first, '/cluster-info')).text);
-      for (const name of ['node-k1', 'node-k2']) {
-        const reply = await call(workers, ca, first, '/v1/certificates', {
-          body: certificatesBody(name),
-          authorization: `Bearer ${name}`,
-        });
-        assert.equal(reply.status, 200, reply.text);
-      }
+      const { first, pid } = await certifyOnOneWorker(workers, ['node-k1', 'node-k2']);
       const before = monotonicSamples(await registry.metrics());
-      const approved = 'kops_controller_bootstrap_requests_total{policy="test-spend-once",verdict="approve"}';
-      assert.equal(before.get(approved), 2);
+      assert.equal(before.get(approvedSeries), 2);
       assert.equal(before.get('kops_controller_bootstrap_issue_seconds_count'), 2);
       first.destroy();
       process.kill(pid, 'SIGKILL');
@@ -291,7 +302,7 @@ describe('bootstrap workers', () => {
       const after = monotonicSamples(await registry.metrics());
       const behind = [...before].filter(([series, value]) => (after.get(series) ?? 0) < value);
       assert.deepEqual(behind, [], 'series lower after the kill than before it');
-      assert.equal(after.get(approved), 2);
+      assert.equal(after.get(approvedSeries), 2);
     } finally {
       await workers.close();
     }
@@ -302,23 +313,14 @@ describe('bootstrap workers', () => {
     const metricsReportMs = 20;
     const workers = await start({ registry, metricsReportMs });
     try {
-      const [first] = (await connectionPerWorker(workers)).agents as [Agent, Agent];
-      const pid = Number((await call(workers, ca, first, '/cluster-info')).text);
-      const reply = await call(workers, ca, first, '/v1/certificates', {
-        body: certificatesBody('node-r1'),
-        authorization: 'Bearer node-r1',
-      });
-      assert.equal(reply.status, 200, reply.text);
+      const { first, pid } = await certifyOnOneWorker(workers, ['node-r1']);
       // No scrape: only the worker's own reports (fifty periods) tell the primary what it counted.
       await new Promise((resolve) => setTimeout(resolve, 50 * metricsReportMs));
       first.destroy();
       process.kill(pid, 'SIGKILL');
       await eventually(() => workers.pids().length === 2 && !workers.pids().includes(pid), true, 20_000);
       const after = monotonicSamples(await registry.metrics());
-      assert.equal(
-        after.get('kops_controller_bootstrap_requests_total{policy="test-spend-once",verdict="approve"}'),
-        1,
-      );
+      assert.equal(after.get(approvedSeries), 1);
       assert.equal(after.get('kops_controller_bootstrap_issue_seconds_count'), 1);
     } finally {
       await workers.close();
@@ -330,19 +332,12 @@ describe('bootstrap workers', () => {
     const workers = await start({ registry });
     let stopped: number | undefined;
     try {
-      const [first] = (await connectionPerWorker(workers)).agents as [Agent, Agent];
-      const pid = Number((await call(workers, ca, first, '/cluster-info')).text);
-      const reply = await call(workers, ca, first, '/v1/certificates', {
-        body: certificatesBody('node-s1'),
-        authorization: 'Bearer node-s1',
-      });
-      assert.equal(reply.status, 200, reply.text);
-      const approved = 'kops_controller_bootstrap_requests_total{policy="test-spend-once",verdict="approve"}';
-      assert.equal(monotonicSamples(await registry.metrics()).get(approved), 1);
+      const { pid } = await certifyOnOneWorker(workers, ['node-s1']);
+      assert.equal(monotonicSamples(await registry.metrics()).get(approvedSeries), 1);
       // Stopped, it answers nothing: the scrape waits for it in vain, then uses what it said last.
       process.kill(pid, 'SIGSTOP');
       stopped = pid;
-      assert.equal(monotonicSamples(await registry.metrics()).get(approved), 1);
+      assert.equal(monotonicSamples(await registry.metrics()).get(approvedSeries), 1);
     } finally {
       if (stopped) process.kill(stopped, 'SIGCONT');
       await workers.close();

@@ -31,6 +31,27 @@ import { type ConfiguredBootstrap, startConfiguredBootstrap } from './bootstrap-
 const cluster = 'minimal.example.com';
 const instanceId = 'i-0123456789abcdef0';
 
+/** One HTTPS request to a bootstrap server trusting `ca`: its status and body. */
+function send(
+  url: string,
+  ca: CertificateAuthority,
+  options: { method: 'GET' | 'POST'; body?: string; headers?: Record<string, string> },
+): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      { method: options.method, ca: bundlePem(ca), headers: options.headers ?? {} },
+      (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+      },
+    );
+    req.on('error', reject);
+    req.end(options.body);
+  });
+}
+
 describe('bootstrap server from a kops config', () => {
   let aws: AwsSimulator;
   let kube: SimApiServer;
@@ -83,18 +104,10 @@ describe('bootstrap server from a kops config', () => {
 
   /** POSTs like nodeup: a fresh STS proof bound to the exact body, per attempt. */
   function nodeup(body: string, authorization = signAwsStsProof(body, nodeCredentials, aws.region, 1)) {
-    return new Promise<{ status: number; text: string }>((resolve, reject) => {
-      const req = request(
-        `${boot.server.url}/bootstrap`,
-        { method: 'POST', ca: bundlePem(ca), headers: { 'content-type': 'application/json', authorization } },
-        (res) => {
-          let text = '';
-          res.on('data', (c: Buffer) => (text += c));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-        },
-      );
-      req.on('error', reject);
-      req.end(body);
+    return send(`${boot.server.url}/bootstrap`, ca, {
+      method: 'POST',
+      body,
+      headers: { 'content-type': 'application/json', authorization },
     });
   }
 
@@ -232,18 +245,9 @@ describe('bootstrap server from a kops config, served by worker processes', () =
   });
 
   function call(method: 'GET' | 'POST', path: string, body?: string) {
-    return new Promise<{ status: number; text: string }>((resolve, reject) => {
-      const req = request(
-        `${boot.server.url}${path}`,
-        { method, ca: bundlePem(ca), headers: body ? { 'content-type': 'application/json' } : {} },
-        (res) => {
-          let text = '';
-          res.on('data', (c: Buffer) => (text += c));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-        },
-      );
-      req.on('error', reject);
-      req.end(body);
+    return send(`${boot.server.url}${path}`, ca, {
+      method,
+      ...(body ? { body, headers: { 'content-type': 'application/json' } } : {}),
     });
   }
 

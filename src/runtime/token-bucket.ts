@@ -41,11 +41,6 @@ export class TokenBucket {
     return this.#tokens >= this.#limit.burst;
   }
 
-  /** When the bucket was last used or refilled. */
-  get updatedMs(): number {
-    return this.#updatedMs;
-  }
-
   #refill(nowMs: number): void {
     const elapsedSeconds = Math.max(0, nowMs - this.#updatedMs) / 1000;
     this.#tokens = Math.min(this.#limit.burst, this.#tokens + elapsedSeconds * this.#limit.perSecond);

@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { Writable } from 'node:stream';
 import { describe, it } from 'node:test';
 import { DescribeAutoScalingGroupsCommand } from '@aws-sdk/client-auto-scaling';
 import { DescribeInstancesCommand } from '@aws-sdk/client-ec2';
@@ -107,12 +106,7 @@ describe('the SDK logger', () => {
     const sim = await startAwsSimulator();
     sim.ec2.addInstances(clusterInstances({ cluster: 'c.example.com', instanceGroup: 'nodes', count: 3 }));
     const lines: string[] = [];
-    const destination = new Writable({
-      write(chunk, _encoding, done) {
-        lines.push(String(chunk));
-        done();
-      },
-    });
+    const destination = { write: (line: string) => lines.push(line) };
     const clients = await createAwsClients({
       region: sim.region,
       endpoint: sim.endpoint,
