@@ -61,5 +61,9 @@ describe('bench/issuance-cost (smoke run)', () => {
     assert.match(report, /^floor node:https, keep-alive +\d+\.\d{3}$/m);
     assert.match(report, /^hardened − node:https, new-tls +-?\d+\.\d{3}$/m);
     assert.match(report, /^plain − hardened, new-tls +-?\d+\.\d{3}$/m);
+    assert.match(
+      report,
+      /^target: aws ≤ 0\.8 ms\/cert \(issue 18\); keep-alive \d+\.\d{3} \(\/target \d+\.\d{2}\); new-tls \d+\.\d{3} \(\/target \d+\.\d{2}\)$/m,
+    );
   });
 });

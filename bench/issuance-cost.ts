@@ -23,7 +23,12 @@
  * ten thousand or so requests; a controller serves for days). Each aws storm signs a fresh proof per
  * node just before it starts.
  *
- *   node bench/issuance-cost.ts [--nodes N (2000)] [--rounds R (3)] [--concurrency C (200)] [--baseline DIR]
+ * The defaults are a storm as a large cluster sees one: 10,000 nodes, 1,000 in flight. Then a batch
+ * of EC2 lookups fills to DescribeInstances' 1,000 ids and goes at once instead of waiting for the
+ * call budget (with fewer in flight, every batch waits up to 3 s and the storm measures the server
+ * idling through those waits), and each keep-alive connection carries ten joins, not one or two.
+ *
+ *   node bench/issuance-cost.ts [--nodes N (10000)] [--rounds R (3)] [--concurrency C (1000)] [--baseline DIR]
  */
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -191,6 +196,9 @@ export async function runIssuanceCost(options: IssuanceCostOptions): Promise<Cos
   }
 }
 
+/** Issue 18's target for the server's CPU per certificate in an aws storm, ms. */
+export const awsTargetMs = 0.8;
+
 /** Server CPU milliseconds per verified certificate. */
 export function msPerCertificate(figures: StormFigures): number {
   return (figures.serverCpuSeconds * 1000) / Math.max(1, figures.verified);
@@ -243,6 +251,12 @@ export function formatIssuanceCost(samples: readonly CostSample[], options: Issu
       (t) => medianOf(samples, t, 'aws', connection) - medianOf(samples, t, 'plain', connection),
     );
   }
+  // Figure / target, as bench/scale-50k.ts prints them: 1.00 or less meets it.
+  const ofTarget = (c: Connection) => {
+    const ms = medianOf(samples, trees[0] as string, 'aws', c);
+    return `; ${c} ${ms.toFixed(3)} (/target ${(ms / awsTargetMs).toFixed(2)})`;
+  };
+  lines.push(`target: aws ≤ ${awsTargetMs} ms/cert (issue 18)${connections.map(ofTarget).join('')}`);
   if (trees.length === 2) {
     const [now, base] = trees as [string, string];
     for (const connection of connections) {
@@ -263,9 +277,9 @@ function positiveInteger(flag: string, value: string): number {
 if (import.meta.main) {
   const { values } = parseArgs({
     options: {
-      nodes: { type: 'string', default: '2000' },
+      nodes: { type: 'string', default: '10000' },
       rounds: { type: 'string', default: '3' },
-      concurrency: { type: 'string', default: '200' },
+      concurrency: { type: 'string', default: '1000' },
       baseline: { type: 'string' },
     },
   });

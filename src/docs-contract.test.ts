@@ -108,6 +108,7 @@ const otherProgramsFlags: Record<string, string> = {
   '--min-semi-space-size': 'node',
   '--initial-old-space-size': 'node',
   '--single-threaded-gc': 'node',
+  '--cpu-prof': 'node',
   '--client-ca-file': 'kubelet',
   '--tls-cert-file': 'kubelet',
   '--discovery-token-ca-cert-hash': 'kubeadm join',
