@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createServer, type Server } from 'node:https';
+import { Agent, createServer, type Server } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { after, before, test } from 'node:test';
 import { InvalidInputError, KopsError, TimeoutError, TooLargeError, UnavailableError } from '../errors.ts';
@@ -114,6 +114,21 @@ test('the method and body are sent as given', async () => {
   const answer = await send('/echo', { method: 'POST', body: 'the body' });
   assert.equal(answer.status, 200);
   assert.equal(answer.body.toString(), 'the body');
+});
+
+test("a body is framed by its length whatever the method: a GET's body does not become the next request on its connection", async () => {
+  // Node's client sends a GET's or a DELETE's body with neither a length nor chunking; on a kept-alive
+  // connection the server would read those bytes as the start of the next request.
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  try {
+    const first = await send('/echo', { method: 'GET', body: 'stray', agent });
+    assert.equal(first.body.toString(), 'stray');
+    const next = await send('/unavailable', { agent });
+    assert.equal(next.status, 503);
+    assert.equal(sockets.get('/unavailable'), sockets.get('/echo'), 'both went over one connection');
+  } finally {
+    agent.destroy();
+  }
 });
 
 test('an answer over the size limit is a TooLargeError at once, and its connection is destroyed', async () => {

@@ -10,6 +10,7 @@
  *   party is buffered without bound.
  * - Any status is an answer, returned, not thrown: what a 404 or a 503 means is the caller's call.
  * - No redirect is followed: a caller that trusts one endpoint never talks to another.
+ * - A body is framed by its length, whatever the method and whatever length the caller's headers say.
  *
  * The messages of the errors say what happened; the caller says to whom.
  */
@@ -92,7 +93,7 @@ function requestOptionsOf(request: HttpsRequest) {
     port: url.port,
     path: request.path ?? `${url.pathname}${url.search}`,
     method: request.method ?? 'GET',
-    headers: request.headers ?? {},
+    headers: framed(request),
     agent: request.agent,
     ca: request.ca,
     rejectUnauthorized: request.rejectUnauthorized,
@@ -100,6 +101,18 @@ function requestOptionsOf(request: HttpsRequest) {
     auth: request.auth,
     signal: request.signal,
   };
+}
+
+/**
+ * The request's headers with a body framed by its length, whatever the method: Node's client sends a
+ * GET's or a DELETE's body with neither a length nor chunking, and on a kept-alive connection the
+ * server would read those bytes as the start of the next request, someone else's.
+ */
+function framed(request: HttpsRequest): OutgoingHttpHeaders {
+  const headers = request.headers ?? {};
+  // No body bytes, nothing to frame (a GET's empty body stays without a length, as Node sends it).
+  if (request.body === undefined || request.body.length === 0) return headers;
+  return { ...headers, 'content-length': Buffer.byteLength(request.body) };
 }
 
 /** Reads an answer's body whole, up to `maxBodyBytes`; `stop` ends the exchange when it is longer. */

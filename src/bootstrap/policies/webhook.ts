@@ -201,7 +201,6 @@ async function post(
       agent,
       headers: {
         'content-type': 'application/json',
-        'content-length': Buffer.byteLength(body),
         accept: 'application/json',
       },
       body,
