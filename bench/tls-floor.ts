@@ -12,13 +12,12 @@
  * server costs per connection and request, and plain issuance minus it is the bootstrap handler's.
  * The server runs in a process of its own, forked from this file, so that its CPU is its own.
  */
-import { fork } from 'node:child_process';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { Registry } from 'prom-client';
 import { defaultConnectionLimits, startHardenedServer, tlsServerPolicy } from '../src/net/hardened-server.ts';
-import { cpuSecondsOf, exited } from './join-storm/server-process.ts';
+import { cpuSecondsOf, exited, forkWithImageOpenssl } from './join-storm/server-process.ts';
 import type { Reply, ServerProcess } from './join-storm/types.ts';
 
 /** What the floor server serves: its key and certificate chain (PEM), and the body of every answer. */
@@ -31,8 +30,6 @@ export interface FloorSpec {
 
 type ToFloor = { type: 'start'; spec: FloorSpec } | { type: 'exit' };
 type FromFloor = { type: 'ready'; url: string };
-
-const opensslConfig = new URL('../deploy/openssl.cnf', import.meta.url).pathname;
 
 /** The floor server process: Node's HTTPS server, the body read, one fixed answer. */
 function serveFloor(): void {
@@ -78,13 +75,7 @@ function serveFloor(): void {
 
 /** Forks the floor server and resolves once it listens. */
 export async function startFloorServer(spec: FloorSpec): Promise<ServerProcess> {
-  const child = fork(new URL(import.meta.url).pathname, [], {
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    execArgv: [
-      ...process.execArgv.filter((arg) => !arg.startsWith('--openssl-config')),
-      `--openssl-config=${opensslConfig}`,
-    ],
-  });
+  const child = forkWithImageOpenssl(import.meta.url);
   const reply = await new Promise<FromFloor>((resolve, reject) => {
     child.once('exit', (code) => reject(new Error(`the floor server exited with ${code}`)));
     child.once('message', resolve);

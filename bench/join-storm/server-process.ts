@@ -259,16 +259,23 @@ function eventLoopOf(child: ChildProcess): Promise<{ idle: number; active: numbe
   });
 }
 
-/** Forks the server process, starts the server `spec` describes in it, and resolves once it serves. */
-export async function startServerProcess(spec: ServerSpec): Promise<ServerProcess> {
-  const child = fork(new URL(import.meta.url).pathname, [], {
+/**
+ * Forks `moduleUrl` as a server process with an IPC channel and the OpenSSL settings the image and
+ * `npm start` run with (deploy/openssl.cnf: no session tickets), whatever this process was given.
+ */
+export function forkWithImageOpenssl(moduleUrl: string): ChildProcess {
+  return fork(new URL(moduleUrl).pathname, [], {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    // The OpenSSL settings the image and `npm start` run with (no session tickets).
     execArgv: [
       ...process.execArgv.filter((arg) => !arg.startsWith('--openssl-config')),
       `--openssl-config=${opensslConfig}`,
     ],
   });
+}
+
+/** Forks the server process, starts the server `spec` describes in it, and resolves once it serves. */
+export async function startServerProcess(spec: ServerSpec): Promise<ServerProcess> {
+  const child = forkWithImageOpenssl(import.meta.url);
   const reply = await new Promise<FromServer>((resolve, reject) => {
     child.once('exit', (code) => reject(new Error(`the server process exited with ${code}`)));
     child.once('message', resolve);
