@@ -1,9 +1,11 @@
 /**
  * Benchmark: does a node get through an API-server 503 storm? A real bootstrap server with the real
- * `aws` policy in front of the simulated API server and AWS (src/sim/bootstrap-harness.ts); the API
- * server answers 503 to every request (`--scope all`, the default) or only to the replay-marker
- * writes (`--scope replay-marker`) for `--storm` seconds (default 30), while the real `join`, with
- * its default retry settings, asks from the storm's first second. Prints each answer the node was
+ * `aws` and `gce` policies in front of the simulated API server and clouds
+ * (src/testing/bootstrap-harness.ts); the API server answers 503 to every request (`--scope all`, the
+ * default; an EC2 instance joins) or only to the replay-marker writes (`--scope replay-marker`; a GCE
+ * instance joins, since an AWS proof covers its body and writes no marker) for `--storm` seconds
+ * (default 30), while the real `join`, with its default retry settings, asks from the storm's first
+ * second. Prints each answer the node was
  * given and when, whether and when the join succeeded (from the storm's start and after its end),
  * and how many requests the server answered 503, by dependency.
  *
@@ -43,7 +45,7 @@ export async function runStorm(options: {
   const scope = options.scope ?? 'all';
   const harness = await startBootstrapHarness();
   try {
-    const node = harness.addNode();
+    const node = scope === 'replay-marker' ? harness.addGceNode() : harness.addNode();
     const progress: StormResult['progress'] = [];
     const started = performance.now();
     const since = () => Math.round(performance.now() - started) / 1000;

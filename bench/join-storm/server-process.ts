@@ -5,12 +5,11 @@
  */
 import { type ChildProcess, execFileSync, fork } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { KubeConfig } from '@kubernetes/client-node';
 import { Gauge, Registry } from 'prom-client';
 import { type AwsInstanceLookup, awsPolicy } from '../../src/bootstrap/policies/aws.ts';
 import { awsAccountOf } from '../../src/bootstrap/policies/build.ts';
 import { insecureAlwaysApprovePolicy } from '../../src/bootstrap/policies/insecure-always-approve.ts';
-import { ConfigMapReplayGuard } from '../../src/bootstrap/replay-guard.ts';
 import { servingCertificate } from '../../src/bootstrap/server.ts';
 import type { BootstrapPolicy } from '../../src/bootstrap/types.ts';
 import { startServingWorkers } from '../../src/bootstrap/workers.ts';
@@ -89,10 +88,7 @@ function serveChild(): void {
 }
 
 /** The approval chain of `spec.mode`, and what releases its cloud clients. */
-async function policiesOf(
-  spec: ServerSpec,
-  kubeConfig: KubeConfig,
-): Promise<{ policies: BootstrapPolicy[]; release(): void }> {
+async function policiesOf(spec: ServerSpec): Promise<{ policies: BootstrapPolicy[]; release(): void }> {
   if (spec.mode === 'insecure-always-approve') {
     return { policies: [insecureAlwaysApprovePolicy()], release: () => undefined };
   }
@@ -107,7 +103,6 @@ async function policiesOf(
     region,
     nodesRoles: [nodesRole],
     instances,
-    replayGuard: new ConfigMapReplayGuard({ core: kubeConfig.makeApiClient(CoreV1Api), kubeConfig }),
     stsEndpoint: endpoint,
   });
   return { policies: [aws], release: () => clients.destroy() };
@@ -195,7 +190,7 @@ async function startBootstrap(
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromString(spec.kubeconfig);
   reuseConnections(kubeConfig);
-  const { policies, release } = await policiesOf(spec, kubeConfig);
+  const { policies, release } = await policiesOf(spec);
   const boot = await startBootstrapServer(config, {
     kubeConfig,
     policies,

@@ -11,6 +11,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { request } from 'node:https';
 import { after, before, describe, test } from 'node:test';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
+import type { SigV4Credentials } from '../cloud/aws/sigv4.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey, spkiOf } from '../pki/keys.ts';
 import { encodePem } from '../pki/pem.ts';
@@ -53,15 +54,21 @@ function send(harness: BootstrapHarness, path: string, body: string, authorizati
 }
 
 /** A native request for `node` with a fresh key, and its proof. */
-function nativeRequest(node: HarnessNode, harness: BootstrapHarness) {
+async function nativeRequest(node: HarnessNode, harness: BootstrapHarness) {
   const subject = { commonName: `system:node:${node.instanceId}`, organizations: ['system:nodes'] };
   const body = JSON.stringify({
     apiVersion: nativeApiVersion,
     nodeName: node.instanceId,
     certificateSigningRequests: { kubelet: buildCsrPem(generateKey('ecdsa-p256'), { subject }) },
   });
-  const authorization = signAwsStsProof(body, node.credentials, harness.aws.region, 2);
+  const authorization = await node.proof(Buffer.from(body));
+  assert.ok(authorization, `a proof for ${node.instanceId}`);
   return { send: () => send(harness, '/v1/certificates', body, authorization), body, authorization };
+}
+
+/** `node` proving itself with other instance profile credentials (another role, a forged key). */
+function stsSigned(harness: BootstrapHarness, node: HarnessNode, credentials: SigV4Credentials): HarnessNode {
+  return { ...node, proof: async (body) => signAwsStsProof(body, credentials, harness.aws.region, 2) };
 }
 
 /** Asserts a 503 with Retry-After whose JSON reason names `dependency`. */
@@ -89,18 +96,18 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
   });
   after(() => harness.close());
 
-  test('the API server answers 503, 429, 500 or nothing in time to the replay-marker write; the same request then passes', async () => {
+  test('the API server answers 503, 429, 500 or nothing in time to the replay-marker write (a GCE identity token); the same request then passes', async () => {
     const configMapCreates = { resource: 'configmaps', verbs: ['create'], namespace: 'kube-system' };
     for (const status of [503, 429, 500] as const) {
-      const node = harness.addNode();
-      const attempt = nativeRequest(node, harness);
+      const node = harness.addGceNode();
+      const attempt = await nativeRequest(node, harness);
       harness.api.faults.errors({ ...configMapCreates, count: 1, status });
       assertRetry(await attempt.send(), 'kubernetes-api', `HTTP ${status}`);
       const retried = await attempt.send();
       assert.equal(retried.status, 200, `after HTTP ${status}: ${retried.text}`);
     }
-    const node = harness.addNode();
-    const attempt = nativeRequest(node, harness);
+    const node = harness.addGceNode();
+    const attempt = await nativeRequest(node, harness);
     harness.api.faults.latency(2_000, configMapCreates);
     try {
       assertRetry(await attempt.send(), 'kubernetes-api', 'no answer in time');
@@ -111,8 +118,8 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
   });
 
   test('attack: a marker write committed though answered 503 — the node’s retry is issued, the proof on other keys is not', async () => {
-    const node = harness.addNode();
-    const attempt = nativeRequest(node, harness);
+    const node = harness.addGceNode();
+    const attempt = await nativeRequest(node, harness);
     harness.api.faults.errors({
       resource: 'configmaps',
       verbs: ['create'],
@@ -125,10 +132,12 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
     assertRetry(await attempt.send(), 'kubernetes-api', 'committed, answered 503');
     const retried = await attempt.send();
     assert.equal(retried.status, 200, retried.text);
-    // The same proof presented with another body (other keys) is refused: it is bound to the first.
-    const other = nativeRequest(node, harness);
+    // The same identity token presented with another body (other keys) is refused: it was spent on the
+    // first (an identity token does not cover the body; the marker is what refuses it).
+    const other = await nativeRequest(node, harness);
     const moved = await send(harness, '/v1/certificates', other.body, attempt.authorization);
     assert.equal(moved.status, 403, moved.text);
+    assert.match(moved.text, /already used/);
   });
 
   test('STS dropping the connection, slow, throttled or failing: 503 naming sts', async () => {
@@ -142,18 +151,22 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
       // Twice: a connection dropped while pooled is retried once on a new one, as it should be.
       harness.aws.faults.add({ service: 'sts', count: 2, ...fault });
       try {
-        assertRetry(await nativeRequest(node, harness).send(), 'sts', what);
+        assertRetry(await (await nativeRequest(node, harness)).send(), 'sts', what);
       } finally {
         harness.aws.faults.reset();
       }
     }
-    assert.equal((await nativeRequest(node, harness).send()).status, 200);
+    assert.equal((await (await nativeRequest(node, harness)).send()).status, 200);
   });
 
   test('STS unreachable: 503 naming sts', async () => {
     const unreachable = await startBootstrapHarness({ aws: { stsEndpoint: 'http://127.0.0.1:1' } });
     try {
-      assertRetry(await nativeRequest(unreachable.addNode(), unreachable).send(), 'sts', 'unreachable');
+      assertRetry(
+        await (await nativeRequest(unreachable.addNode(), unreachable)).send(),
+        'sts',
+        'unreachable',
+      );
     } finally {
       await unreachable.close();
     }
@@ -161,7 +174,7 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
 
   test('EC2 throttled beyond the SDK retries: 503 naming ec2; the same request then passes', async () => {
     const node = harness.addNode();
-    const attempt = nativeRequest(node, harness);
+    const attempt = await nativeRequest(node, harness);
     harness.aws.faults.add({
       service: 'ec2',
       count: 4,
@@ -185,27 +198,28 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
     });
     await waitFor(() => harness.bootstrap.guardWatch?.knows(node.instanceId) === true);
     harness.api.faults.errors({ resource: 'nodes', verbs: ['get'], count: 1, status: 503 });
-    assertRetry(await nativeRequest(node, harness).send(), 'kubernetes-api', 'Node read');
-    assert.equal((await nativeRequest(node, harness).send()).status, 200);
+    assertRetry(await (await nativeRequest(node, harness)).send(), 'kubernetes-api', 'Node read');
+    assert.equal((await (await nativeRequest(node, harness)).send()).status, 200);
   });
 
   test('a decision on verified facts is still a final 403: a role not allowed, a forged signature', async () => {
     const node = harness.addNode();
-    const wrongRole = {
-      ...node,
-      credentials: harness.aws.sts.addInstanceProfileSession('masters.x', node.instanceId),
-    };
-    const denied = await nativeRequest(wrongRole, harness).send();
+    const wrongRole = stsSigned(
+      harness,
+      node,
+      harness.aws.sts.addInstanceProfileSession('masters.x', node.instanceId),
+    );
+    const denied = await (await nativeRequest(wrongRole, harness)).send();
     assert.equal(denied.status, 403, denied.text);
     assert.match(denied.text, /"status":"denied".*not one of the node roles/);
-    const forged = { ...node, credentials: { ...node.credentials, secretAccessKey: 'forged' } };
-    const refused = await nativeRequest(forged, harness).send();
+    const forged = stsSigned(harness, node, { ...node.credentials, secretAccessKey: 'forged' });
+    const refused = await (await nativeRequest(forged, harness)).send();
     assert.equal(refused.status, 403, refused.text);
     assert.match(refused.text, /SignatureDoesNotMatch/);
   });
 
   test("kops' /bootstrap: a replay-marker write that fails is a 503 with Retry-After, not 403 'failed to verify token'", async () => {
-    const node = harness.addNode();
+    const node = harness.addGceNode();
     const body = JSON.stringify({
       apiVersion: kopsApiVersion,
       certs: {
@@ -216,7 +230,8 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
       },
       keypairIDs: {},
     });
-    const authorization = signAwsStsProof(body, node.credentials, harness.aws.region, 1);
+    const authorization = await node.proof(Buffer.from(body));
+    assert.ok(authorization, `a proof for ${node.instanceId}`);
     harness.api.faults.errors({
       resource: 'configmaps',
       verbs: ['create'],
@@ -248,7 +263,7 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
   });
 
   test('join gets its certificates after the API server answered 503 to every replay-marker write for a while', async () => {
-    const node = harness.addNode();
+    const node = harness.addGceNode();
     const before = (await dependencyFailures(harness))['kubernetes-api'] ?? 0;
     const progress: string[] = [];
     harness.api.faults.errors({
@@ -301,7 +316,7 @@ describe('a webhook that cannot be reached is a 503, not a denial', () => {
     });
     try {
       const node = harness.addNode();
-      assertRetry(await nativeRequest(node, harness).send(), 'webhook', 'unreachable');
+      assertRetry(await (await nativeRequest(node, harness)).send(), 'webhook', 'unreachable');
       assert.equal(
         harness.audit.filter((r) => r.issued).length,
         0,

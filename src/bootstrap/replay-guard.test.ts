@@ -193,6 +193,15 @@ test('MemoryReplayGuard forgets a digest only after it expires; the same request
   assert.equal(await guard.claim(digest, new Date(3000), otherRequest), true);
 });
 
+test('MemoryReplayGuard forgets an expired digest between its sweeps too (it sweeps at most once a second)', async () => {
+  let now = 0;
+  const guard = new MemoryReplayGuard(() => now);
+  assert.equal(await guard.claim(digest, new Date(100), request), true);
+  now = 500;
+  assert.equal(await guard.claim(digest, new Date(900), otherRequest), true, 'expired at 100 ms');
+  assert.equal(await guard.claim(digest, new Date(900), request), false, 'now spent on the other request');
+});
+
 test('markerName is a DNS label', () => {
   assert.match(markerName(digest), /^bootstrap-proof-[0-9a-f]{40}$/);
 });

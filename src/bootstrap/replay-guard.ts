@@ -216,6 +216,7 @@ export class ReplayMarkerCollector implements LeaderComponent {
 export class MemoryReplayGuard implements ReplayGuard {
   readonly #used = new Map<string, { expiry: number; request: string }>();
   readonly #now: () => number;
+  #sweptAt = Number.NEGATIVE_INFINITY;
 
   constructor(now: () => number = Date.now) {
     this.#now = now;
@@ -224,9 +225,14 @@ export class MemoryReplayGuard implements ReplayGuard {
   /** Records `digest` for `request`; false when another request recorded it and it has not expired. */
   async claim(digest: string, expiresAt: Date, request: string): Promise<boolean> {
     const now = this.#now();
-    for (const [d, use] of this.#used) if (use.expiry < now) this.#used.delete(d);
+    // Expired entries are dropped at most once a second: walking them all on every claim made a
+    // storm of n claims cost n² steps.
+    if (now - this.#sweptAt >= 1000) {
+      for (const [d, use] of this.#used) if (use.expiry < now) this.#used.delete(d);
+      this.#sweptAt = now;
+    }
     const used = this.#used.get(digest);
-    if (used) return used.request === request;
+    if (used && used.expiry >= now) return used.request === request;
     this.#used.set(digest, { expiry: expiresAt.getTime(), request });
     return true;
   }

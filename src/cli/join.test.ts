@@ -28,7 +28,6 @@ import { bootstrapTokenPolicy } from '../bootstrap/policies/bootstrap-token.ts';
 import { insecureAlwaysApprovePolicy } from '../bootstrap/policies/insecure-always-approve.ts';
 import { queuePolicy } from '../bootstrap/policies/queue.ts';
 import { bootstrapSignerName } from '../bootstrap/queue.ts';
-import { MemoryReplayGuard } from '../bootstrap/replay-guard.ts';
 import { apiTokenSource, newBootstrapToken, TokenValidator, tokenSecretOf } from '../bootstrap/tokens.ts';
 import { createAwsClients } from '../cloud/aws/clients.ts';
 import { AwsNodeIdentifier } from '../cloud/aws/identify.ts';
@@ -522,7 +521,6 @@ describe('kops-controller join --cloud aws', () => {
             region: aws.region,
             nodesRoles: [`nodes.${clusterName}`],
             instances: new AwsNodeIdentifier({ ec2: clients.ec2, clusterName }),
-            replayGuard: new MemoryReplayGuard(),
             stsEndpoint: aws.endpoint,
           }),
         ],

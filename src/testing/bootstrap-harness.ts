@@ -1,9 +1,11 @@
 /**
- * A real bootstrap server on loopback in front of the simulated Kubernetes API and AWS, with the real
- * `aws` policy (STS replay, the replay marker written as a ConfigMap in the simulated API server, EC2
- * lookups) and the real impersonation guard and queue: what the fault tests and the 503-storm
- * benchmark drive. Faults are injected through `api.faults` and `aws.faults`; nodes join with the real
- * `join` and a proof signed with their instance profile session.
+ * A real bootstrap server on loopback in front of the simulated Kubernetes API, AWS and GCE, with the
+ * real `aws` policy (STS replay, EC2 lookups), the real `gce` policy (identity tokens, spent once
+ * through a replay marker written as a ConfigMap in the simulated API server) and the real
+ * impersonation guard and queue: what the fault tests and the 503-storm benchmark drive. Faults are
+ * injected through `api.faults` and `aws.faults`; nodes join with the real `join` and a proof from
+ * their instance: an STS proof signed with their instance profile session (`addNode`), or an
+ * identity token from their metadata server (`addGceNode`).
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -14,35 +16,48 @@ import { signAwsStsProof } from '../agent/aws-proof.ts';
 import { type JoinOptions, type JoinResult, join } from '../agent/join.ts';
 import type { ProofProvider } from '../agent/proofs.ts';
 import { type AwsPolicyOptions, awsPolicy } from '../bootstrap/policies/aws.ts';
+import { gcePolicy } from '../bootstrap/policies/gce.ts';
 import { ConfigMapReplayGuard } from '../bootstrap/replay-guard.ts';
 import type { AuditRecord, BootstrapPolicy } from '../bootstrap/types.ts';
 import { type RunningBootstrap, startBootstrapServer } from '../cli/bootstrap-server.ts';
 import { type AwsClients, createAwsClients } from '../cloud/aws/clients.ts';
 import { AwsNodeIdentifier } from '../cloud/aws/identify.ts';
 import type { SigV4Credentials } from '../cloud/aws/sigv4.ts';
+import { GceIdentityTokenVerifier, JwksKeyStore } from '../cloud/gce/identity-token.ts';
+import { GceNodeIdentifier } from '../cloud/gce/node-identifier.ts';
 import { parseConfig } from '../config/loader.ts';
 import { bundlePem, createCa } from '../pki/ca.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
+import { simulatorCompute } from '../sim/gce/clients.ts';
+import { type GceSimulator, startGceSimulator } from '../sim/gce/simulator.ts';
 
 /** Options of {@link startBootstrapHarness}. */
 export interface BootstrapHarnessOptions {
-  /** The approval chain around the `aws` policy (default: `[aws]`). */
+  /** The approval chain around the `aws` policy (default: `[aws, gce]`). */
   policies?: (aws: BootstrapPolicy) => BootstrapPolicy[];
   /** Overrides of the `aws` policy (e.g. a shorter `stsTimeoutMs`). */
   aws?: Partial<AwsPolicyOptions>;
-  /** Deadline of each replay-marker call (default: the guard's own). */
+  /** Deadline of each replay-marker call of the `gce` policy (default: the guard's own). */
   replayGuardTimeoutMs?: number;
   /** Attempts of each EC2 call, the SDK's retries included (default 2). */
   ec2MaxAttempts?: number;
 }
 
-/** A node of the simulated cluster: its instance id and its instance profile session. */
+/** A node of the simulated cluster: its name and where its proofs come from. */
 export interface HarnessNode {
+  /** The node's name: its EC2 instance id, or its GCE instance name. */
   instanceId: string;
-  credentials: SigV4Credentials;
-  /** Signs a fresh `x-aws-sts-v2` proof for each attempt, as `join --cloud aws` does. */
+  /**
+   * A fresh proof for each attempt, as `join` makes them: an `x-aws-sts-v2` proof signed with the
+   * instance profile session, or an `x-gce-identity` token from the instance's metadata server.
+   */
   proof: ProofProvider;
+}
+
+/** An EC2 instance of the simulated cluster, with its instance profile session. */
+export interface HarnessAwsNode extends HarnessNode {
+  credentials: SigV4Credentials;
 }
 
 /** A running harness. */
@@ -50,6 +65,7 @@ export interface BootstrapHarness {
   clusterName: string;
   api: SimApiServer;
   aws: AwsSimulator;
+  gce: GceSimulator;
   bootstrap: RunningBootstrap;
   /** `https://127.0.0.1:<port>` of the bootstrap server. */
   url: string;
@@ -58,8 +74,10 @@ export interface BootstrapHarness {
   registry: Registry;
   /** Every audit record, in order. */
   audit: AuditRecord[];
-  /** Adds a running instance of the cluster's `nodes` group. */
-  addNode(): HarnessNode;
+  /** Adds a running EC2 instance of the cluster's `nodes` group. */
+  addNode(): HarnessAwsNode;
+  /** Hands out the next of the GCE instances seeded in the cluster's `nodes` group (64 of them). */
+  addGceNode(): HarnessNode;
   /** Runs the real `join` for `node` into a fresh directory (removed afterwards). */
   join(node: HarnessNode, options?: Partial<JoinOptions>): Promise<JoinResult>;
   close(): Promise<void>;
@@ -67,33 +85,56 @@ export interface BootstrapHarness {
 
 const clusterName = 'faults.example.com';
 const nodesRole = `nodes.${clusterName}`;
+const gceZone = 'us-central1-a';
+/** The audience the `gce` policy asks identity tokens to name. */
+const gceAudience = `https://kops-controller.internal.${clusterName}:3988`;
 
-/** The real `aws` policy against the simulators: STS replay, the replay marker in the API server, EC2. */
+/** The real `aws` policy against the simulators: STS replay, EC2. */
 function harnessAwsPolicy(
-  api: SimApiServer,
   aws: AwsSimulator,
   ec2: AwsClients['ec2'],
   options: BootstrapHarnessOptions,
 ): BootstrapPolicy {
-  const core = api.kubeConfig().makeApiClient(CoreV1Api);
   return awsPolicy({
     account: aws.account,
     partition: 'aws',
     region: aws.region,
     nodesRoles: [nodesRole],
     instances: new AwsNodeIdentifier({ ec2, clusterName, batchWindowMs: 1 }),
-    replayGuard: new ConfigMapReplayGuard({
-      core,
-      kubeConfig: api.kubeConfig(),
-      timeoutMs: options.replayGuardTimeoutMs,
-    }),
     stsEndpoint: aws.endpoint,
     ...options.aws,
   });
 }
 
+/** The real `gce` policy against the simulators: identity tokens, the replay marker in the API server. */
+function harnessGcePolicy(api: SimApiServer, gce: GceSimulator, options: BootstrapHarnessOptions) {
+  const compute = simulatorCompute(gce);
+  return gcePolicy({
+    project: gce.world.defaultProject,
+    identifier: new GceNodeIdentifier({ compute, clusterName, coalesceWindowMs: 1 }),
+    tokenVerifier: new GceIdentityTokenVerifier({
+      keys: new JwksKeyStore({ url: gce.jwksUri }),
+      audience: gceAudience,
+    }),
+    replayGuard: new ConfigMapReplayGuard({
+      core: api.kubeConfig().makeApiClient(CoreV1Api),
+      kubeConfig: api.kubeConfig(),
+      timeoutMs: options.replayGuardTimeoutMs,
+    }),
+  });
+}
+
+/** A GCE instance of the `nodes` group, whose proofs are identity tokens from its metadata server. */
+function gceHarnessNode(gce: GceSimulator, name: string): HarnessNode {
+  return {
+    instanceId: name,
+    proof: async () =>
+      `x-gce-identity ${gce.identityToken(gceZone, name, { audience: gceAudience, format: 'full' })}`,
+  };
+}
+
 /** Adds a running instance of the `nodes` group, the `nth` one, with its instance profile session. */
-function addHarnessNode(aws: AwsSimulator, nth: number): HarnessNode {
+function addHarnessNode(aws: AwsSimulator, nth: number): HarnessAwsNode {
   const instanceId = `i-${nth.toString(16).padStart(17, '0')}`;
   aws.ec2.addInstances([
     {
@@ -141,6 +182,10 @@ export async function startBootstrapHarness(
 ): Promise<BootstrapHarness> {
   const api = await startApiServer();
   const aws = await startAwsSimulator({ throttling: false });
+  const gce = await startGceSimulator();
+  const gceNodes = gce
+    .seedInstanceGroup({ zone: gceZone, instanceGroup: 'nodes', count: 64, clusterName })
+    .map((instance) => instance.name);
   const clients = await createAwsClients({
     region: aws.region,
     endpoint: aws.endpoint,
@@ -151,7 +196,8 @@ export async function startBootstrapHarness(
   const ca = createCa();
   const registry = new Registry();
   const audit: AuditRecord[] = [];
-  const aws_ = harnessAwsPolicy(api, aws, clients.ec2, options);
+  const aws_ = harnessAwsPolicy(aws, clients.ec2, options);
+  const gce_ = harnessGcePolicy(api, gce, options);
   let bootstrap: RunningBootstrap;
   try {
     // The expiry ledger in kube-public, the replay markers in kube-system: a fault aimed at the
@@ -164,7 +210,7 @@ export async function startBootstrapHarness(
     });
     bootstrap = await startBootstrapServer(config, {
       kubeConfig: api.kubeConfig(),
-      policies: options.policies?.(aws_) ?? [aws_],
+      policies: options.policies?.(aws_) ?? [aws_, gce_],
       ca,
       listen: '127.0.0.1:0',
       apiServer: api.url,
@@ -176,7 +222,7 @@ export async function startBootstrapHarness(
     });
   } catch (err) {
     clients.destroy();
-    await Promise.all([api.close(), aws.close(), rm(dir, { recursive: true, force: true })]);
+    await Promise.all([api.close(), aws.close(), gce.close(), rm(dir, { recursive: true, force: true })]);
     throw err;
   }
   const caBundlePem = bundlePem(ca);
@@ -185,18 +231,24 @@ export async function startBootstrapHarness(
     clusterName,
     api,
     aws,
+    gce,
     bootstrap,
     url: bootstrap.server.url,
     caBundlePem,
     registry,
     audit,
     addNode: () => addHarnessNode(aws, ++nodes),
+    addGceNode() {
+      const name = gceNodes.shift();
+      if (!name) throw new Error('the harness seeded 64 GCE instances; all are handed out');
+      return gceHarnessNode(gce, name);
+    },
     join: (node, joinOptions = {}) =>
       joinHarnessNode({ url: bootstrap.server.url, caBundlePem, api, dir }, node, joinOptions),
     async close() {
       await bootstrap.close();
       clients.destroy();
-      await Promise.all([api.close(), aws.close()]);
+      await Promise.all([api.close(), aws.close(), gce.close()]);
       await rm(dir, { recursive: true, force: true });
     },
   };

@@ -24,7 +24,7 @@ function decode(token: string): Record<string, unknown> {
   return JSON.parse(Buffer.from(token, 'base64').toString());
 }
 
-test('a v1 proof parses into the POST to replay, with the signed Host and a digest', () => {
+test('a v1 proof parses into the POST to replay, with the signed Host', () => {
   const parsed = parseStsProof(
     1,
     tokenOf(signAwsStsProof(body, credentials, 'us-east-1', 1, { now: at })),
@@ -35,7 +35,6 @@ test('a v1 proof parses into the POST to replay, with the signed Host and a dige
   assert.equal(parsed.request.body, getCallerIdentityBody);
   assert.deepEqual(parsed.request.headers['host'], [host]);
   assert.equal(parsed.request.headers['content-length'], undefined, 'the sender sets the length');
-  assert.match(parsed.digest, /^[0-9a-f]{64}$/);
   assert.ok(parsed.claims.signedHeaders.includes('x-kops-request-sha'));
 });
 

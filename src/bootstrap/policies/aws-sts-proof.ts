@@ -4,7 +4,7 @@
  * that it can only be a regional GetCallerIdentity whose signature covers `X-Kops-Request-Sha`, and
  * that this header is the hash of the body the node sent us. Pure: no clock, no I/O.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { timingSafeEqual } from 'node:crypto';
 import { parseSigV4, type SigV4Claims, type SigV4Request } from '../../cloud/aws/sigv4.ts';
 import { UnauthenticatedError } from '../../errors.ts';
 import { getCallerIdentityBody, kopsRequestSha } from '../../protocol/aws-sts-proof.ts';
@@ -15,8 +15,6 @@ export interface StsReplayRequest {
   /** Method, path+query, headers (lower case, `host` = the regional STS host) and body to send. */
   request: SigV4Request & { body: string; headers: Record<string, string[]> };
   claims: SigV4Claims;
-  /** SHA-256 (hex) of the signature: the proof's one-time-use key. */
-  digest: string;
 }
 
 /** The largest proof accepted; real ones are about 2 KB. */
@@ -131,7 +129,7 @@ export function parseStsProof(
     const request = { method: 'POST', url: '/', headers, body: getCallerIdentityBody };
     const claims = parseSignature(request);
     checkBinding(headers, claims, body);
-    return { version, request, claims, digest: digestOf(claims) };
+    return { version, request, claims };
   }
   if (decoded === null || typeof decoded !== 'object' || Array.isArray(decoded))
     reject('it is not an object');
@@ -169,9 +167,5 @@ export function parseStsProof(
   const claims = parseSignature(request);
   if (!claims.presigned) reject('its url is not presigned');
   checkBinding(headers, claims, body);
-  return { version, request, claims, digest: digestOf(claims) };
-}
-
-function digestOf(claims: SigV4Claims): string {
-  return createHash('sha256').update(`${claims.scope.accessKeyId}\n${claims.signature}`).digest('hex');
+  return { version, request, claims };
 }

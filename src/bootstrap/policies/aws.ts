@@ -1,11 +1,17 @@
 /**
  * `aws`: kops-compatible cloud-attested bootstrap. The node proves it holds its instance profile's
  * credentials with a signed STS GetCallerIdentity bound to the request body (see aws-sts-proof.ts);
- * the controller checks freshness (stricter than STS's 15 minutes), replays it to STS, accepts only
- * an `assumed-role/<node role>/<instance-id>` session of our account, and spends the signature on
- * this request across replicas. Node name, SANs and instance group then come from EC2's record of that
- * instance. STS refusing the signature and EC2's verdict on the instance are denials; STS, EC2 or the
- * apiserver failing, throttling or not answering in time are dependency faults (503, the node retries).
+ * the controller checks freshness (stricter than STS's 15 minutes), replays it to STS, and accepts
+ * only an `assumed-role/<node role>/<instance-id>` session of our account. Node name, SANs and
+ * instance group then come from EC2's record of that instance. STS refusing the signature and EC2's
+ * verdict on the instance are denials; STS or EC2 failing, throttling or not answering in time are
+ * dependency faults (503, the node retries).
+ *
+ * No replay marker is written: the signature covers `X-Kops-Request-Sha`, the hash of this body, and
+ * STS checks the signature, so the proof passes with no other request on any replica. The same
+ * request presented again is answered again, as the marker's retry rule would (it can only certify
+ * the keys in that body). A marker could refuse nothing the binding has not already refused, and it
+ * cost every join an API-server write and a ConfigMap (docs/security.md, "AWS").
  */
 import { isIP } from 'node:net';
 import type { InstanceIdentity } from '../../cloud/aws/instance.ts';
@@ -14,7 +20,6 @@ import type { CloudCallRecorder } from '../../cloud/metrics.ts';
 import { describeError, KopsError } from '../../errors.ts';
 import { stsHost } from '../../protocol/aws-sts-proof.ts';
 import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict, withDeadline } from '../dependency.ts';
-import { type ReplayGuard, requestDigest } from '../replay-guard.ts';
 import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';
 import { parseStsProof, type StsReplayRequest } from './aws-sts-proof.ts';
 import { type StsCaller, StsClient } from './sts-client.ts';
@@ -34,7 +39,6 @@ export interface AwsPolicyOptions {
   nodesRoles: readonly string[];
   useIPBasedNodeNames?: boolean;
   instances: AwsInstanceLookup;
-  replayGuard: ReplayGuard;
   /** Where to replay proofs (default `https://<regional STS host>`; the simulator's endpoint in tests). */
   stsEndpoint?: string;
   /** How old (or how far in the future) a signature may be (default 5 minutes). */
@@ -99,14 +103,6 @@ export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
       }
       const checked = checkCaller(caller, options);
       if (typeof checked !== 'object') return deny(checked);
-      // Spent only once STS vouched for it, so unauthenticated garbage never creates markers; two
-      // concurrent uses of one proof both reach STS, but only one request wins the atomic claim.
-      const fresh = await options.replayGuard
-        .claim(replay.digest, new Date(signedAt.getTime() + maxAgeMs), requestDigest(request.body))
-        .catch((err: unknown) => {
-          throw dependencyFault('kubernetes-api', err);
-        });
-      if (!fresh) return deny('the proof was already used (replayed signature); sign a new one per request');
       let instance: InstanceIdentity;
       try {
         instance = await withDeadline(

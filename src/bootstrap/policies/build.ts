@@ -149,7 +149,6 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
         ...aws,
         nodesRoles: config.server?.provider.aws?.nodesRoles ?? [],
         useIPBasedNodeNames: config.server?.provider.aws?.useIPBasedNodeNames ?? false,
-        replayGuard: deps.replayGuard,
         maxAgeMs: spec.maxProofAge,
         stsTimeoutMs: spec.stsTimeout,
         ...(spec.stsEndpoint === undefined ? {} : { stsEndpoint: spec.stsEndpoint }),
