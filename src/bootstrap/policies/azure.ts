@@ -12,10 +12,11 @@
  *     callback-challenge endpoint `<address>:3987`.
  * Stronger, without breaking a kops node (kops tags its scale sets, hence their VMs, with the
  * cluster): the VM must carry `KubernetesCluster=<cluster>` (a standalone VM of the resource group
- * is no longer enough), must be running, the interface must be attached to that VM, and a document
- * is spent on one request (replay-guard.ts).
+ * is no longer enough), must be running, and the interface must be attached to that VM. No replay
+ * marker is written: the document's signed nonce is this body's hash, so it passes with no other
+ * request body; the same request again (its retry) certifies only that body's keys.
  * A bad proof and ARM's verdict on the VM (not found, not ours) are denials; ARM failing, throttling
- * or not answering in time, and the replay guard's apiserver failing, are dependency faults (503).
+ * or not answering in time are dependency faults (503).
  */
 import type { AttestedDocument, AttestedDocumentVerifier } from '../../cloud/azure/attested-document.ts';
 import type { AzureClient, AzureVm } from '../../cloud/azure/client.ts';
@@ -29,7 +30,6 @@ import { azureClusterTag, azureInstanceGroupTag } from '../../cloud/azure/tags.t
 import { describeError } from '../../errors.ts';
 import { challengeEndpointOf, defaultChallengePort } from '../../protocol/challenge.ts';
 import { type Dependency, dependencyFault, isTransientFailure } from '../dependency.ts';
-import { type ReplayGuard, requestDigest } from '../replay-guard.ts';
 import type { BootstrapPolicy, BootstrapRequest, NodeFacts, PolicyDecision } from '../types.ts';
 import {
   abstainWithout,
@@ -49,8 +49,7 @@ export interface AzurePolicyOptions {
   clusterName: string;
   /** ARM reads scoped to the cluster's subscription and resource group. */
   client: Pick<AzureClient, 'subscriptionId' | 'resourceGroup' | 'getVm' | 'getNic'>;
-  attestation: Pick<AttestedDocumentVerifier, 'verify' | 'acceptedForMs'>;
-  replayGuard: ReplayGuard;
+  attestation: Pick<AttestedDocumentVerifier, 'verify'>;
   /** Deadline of each ARM read (default 10 s). */
   lookupTimeoutMs?: number;
   /** The port of the node's challenge server (default kops' 3987). */
@@ -69,7 +68,7 @@ export function azurePolicy(options: AzurePolicyOptions): BootstrapPolicy {
   };
 }
 
-/** The attested document, spent on this request, and ARM's record of the VM it names. */
+/** The attested document, bound to this request, and ARM's record of the VM it names. */
 async function verifyVm(
   token: string,
   request: BootstrapRequest,
@@ -77,9 +76,6 @@ async function verifyVm(
 ): Promise<PolicyDecision> {
   const { ref, signature } = claimedVm(token, options);
   const document = await attested(signature, request.body, options);
-  if (!(await spend(document, request.body, options))) {
-    throw new ProofRejected('the attested document was already used (replayed); get a new one per request');
-  }
   const facts = await factsFromArm(ref, document, options, evidenceOf(request, ref, document));
   return {
     verdict: 'approve',
@@ -107,14 +103,6 @@ async function attested(
     );
   }
   return document;
-}
-
-/** Spends the document on this request; false when another request already did. */
-function spend(document: AttestedDocument, body: Buffer, options: AzurePolicyOptions): Promise<boolean> {
-  const expires = new Date(document.createdOn.getTime() + options.attestation.acceptedForMs);
-  return options.replayGuard.claim(document.digest, expires, requestDigest(body)).catch((err: unknown) => {
-    throw dependencyFault('kubernetes-api', err);
-  });
 }
 
 /** Node name, group, addresses and challenge endpoint from ARM's records of the VM and its interface. */

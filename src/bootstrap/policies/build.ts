@@ -213,7 +213,6 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
       return renewalPolicy({
         clusterName: config.clusterName,
         ca: need(deps.ca, spec.name, 'the cluster CA'),
-        replayGuard: deps.replayGuard,
         ...(deps.renewalAddresses ? { addressesOf: deps.renewalAddresses } : {}),
         ...(spec.maxSkew === undefined ? {} : { maxSkewMs: spec.maxSkew }),
       });
@@ -241,7 +240,6 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
       return azurePolicy({
         clusterName: config.server?.provider.azure?.clusterName ?? config.clusterName,
         client: azure.client,
-        replayGuard: deps.replayGuard,
         attestation: azureAttestationVerifier({
           ...(rootsPem === undefined ? {} : { rootsPem }),
           ...(intermediatesPem === undefined ? {} : { intermediatesPem }),

@@ -261,6 +261,26 @@ test('attack: a TPM proof signed for another body is denied', async () => {
   assert.match(decision.reasons[0] ?? '', /signed for another request/);
 });
 
+test('a TPM proof is bound to its body, so no marker is written: with another body it is refused, the same request again passes', async () => {
+  const claims: string[] = [];
+  const spy = {
+    claim: async (digest: string) => {
+      claims.push(digest);
+      return true;
+    },
+  };
+  const p = policy({ replayGuard: spy });
+  const request = tpmRequest(node, '{"tpm":"spent"}');
+  assert.equal((await p.evaluate(request, now)).verdict, 'approve');
+  assert.equal((await p.evaluate(request, now)).verdict, 'approve', 'its retry');
+  const moved = await p.evaluate({ ...request, body: Buffer.from('{"tpm":"other keys"}') }, now);
+  assert.equal(moved.verdict, 'deny');
+  assert.match(moved.reasons[0] ?? '', /signed for another request/);
+  assert.deepEqual(claims, [], 'no replay marker for a TPM proof');
+  assert.equal((await p.evaluate(identityRequest(node), now)).verdict, 'approve');
+  assert.equal(claims.length, 1, 'an identity token, which does not cover the body, is spent');
+});
+
 test('attack: a TPM proof signed by another instance key is denied', async () => {
   const request = tpmRequest(otherClusterNode, '{"x":1}');
   const outer = JSON.parse(Buffer.from((request.proof as { token: string }).token, 'base64').toString());

@@ -7,10 +7,12 @@
  *   API, never from the request).
  * Either way the instance group comes only from the cloud: the MIG that lists the instance and its
  * immutable template (GceNodeIdentifier) — the instance's live metadata never decides the group.
- * A proof is spent on one request (replay-guard.ts), keyed by its signature's bytes — not by how they
- * are spelled, since base64url leaves bits of the last character unread and a re-spelled token would
- * otherwise be a fresh one. A bad proof and the cloud's verdict on the instance are denials; Google's
- * keys, the compute API or the apiserver failing are dependency faults (503, the node retries).
+ * An identity token does not cover the request body, so it is spent on one request (replay-guard.ts),
+ * keyed by its signature's bytes — not by how they are spelled, since base64url leaves bits of the
+ * last character unread and a re-spelled token would otherwise be a fresh one. A TPM proof's signed
+ * data carries this body's hash, so it passes with no other body and needs no marker. A bad proof and
+ * the cloud's verdict on the instance are denials; Google's keys, the compute API or the apiserver
+ * failing are dependency faults (503, the node retries).
  */
 import { createHash, createPublicKey, verify } from 'node:crypto';
 import type { ComputeClient } from '../../cloud/gce/compute.ts';
@@ -58,7 +60,8 @@ interface ProvenInstance {
   zone: string;
   name: string;
   issuedAtMs: number;
-  digest: string;
+  /** The key it is spent under; none for a proof whose signature covers this request body. */
+  replayKey?: string;
   evidence: Record<string, string>;
 }
 
@@ -72,9 +75,9 @@ function lookupTimeoutOf(options: GcePolicyOptions): number {
   return options.lookupTimeoutMs ?? defaultCloudLookupTimeoutMs;
 }
 
-/** The replay key of a proof: the SHA-256 of its kind and its signature's bytes. */
-function digestOf(kind: 'identity-token' | 'tpm', signature: Buffer): string {
-  return createHash('sha256').update(`gce-${kind}\n`).update(signature).digest('hex');
+/** The replay key of an identity token: the SHA-256 of its kind and its signature's bytes. */
+function replayKeyOf(signature: Buffer): string {
+  return createHash('sha256').update('gce-identity-token\n').update(signature).digest('hex');
 }
 
 /** The `gce` policy; abstains for requests without a GCE proof. */
@@ -108,11 +111,13 @@ export function gcePolicy(options: GcePolicyOptions): BootstrapPolicy {
           `the proof was made ${Math.round(age / 1000)} s ago; proofs are accepted within ${maxAgeMs / 1000} s (check the node's clock)`,
         );
       }
-      const fresh = await options.replayGuard
-        .claim(proven.digest, new Date(proven.issuedAtMs + maxAgeMs), requestDigest(request.body))
-        .catch((err: unknown) => {
-          throw dependencyFault('kubernetes-api', err);
-        });
+      const fresh =
+        proven.replayKey === undefined ||
+        (await options.replayGuard
+          .claim(proven.replayKey, new Date(proven.issuedAtMs + maxAgeMs), requestDigest(request.body))
+          .catch((err: unknown) => {
+            throw dependencyFault('kubernetes-api', err);
+          }));
       if (!fresh) return deny('the proof was already used (replayed); make a new one per request');
       const providerID = formatGceProviderID(proven);
       const lookup = options.identifier.identify([providerID]);
@@ -157,7 +162,7 @@ async function fromIdentityToken(token: string, options: GcePolicyOptions): Prom
     name: claims.instanceName,
     issuedAtMs: claims.issuedAt * 1000,
     // Verified, so the token is header.payload.signature with a base64url signature.
-    digest: digestOf('identity-token', Buffer.from(token.slice(token.lastIndexOf('.') + 1), 'base64url')),
+    replayKey: replayKeyOf(Buffer.from(token.slice(token.lastIndexOf('.') + 1), 'base64url')),
     evidence: {
       proof: 'identity-token',
       project: claims.projectId,
@@ -246,7 +251,6 @@ async function fromTpmProof(
     zone,
     name,
     issuedAtMs: timestamp * 1000,
-    digest: digestOf('tpm', signature),
     evidence: { proof: 'tpm', project, zone },
   };
 }

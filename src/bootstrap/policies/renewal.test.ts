@@ -9,7 +9,6 @@ import { generateKey } from '../../pki/keys.ts';
 import { issueCertificate, type ProfileName, publicKeyRequest } from '../../pki/profiles.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import { isDependencyFault } from '../dependency.ts';
-import { MemoryReplayGuard } from '../replay-guard.ts';
 import type { BootstrapRequest } from '../types.ts';
 import { cloudAddresses, type RenewalPolicyOptions, renewalPolicy } from './renewal.ts';
 
@@ -71,7 +70,6 @@ function policy(overrides: Partial<RenewalPolicyOptions> = {}) {
   return renewalPolicy({
     clusterName,
     ca,
-    replayGuard: new MemoryReplayGuard(() => now.getTime()),
     addressesOf: async (name) => ({
       dnsNames: [`${name}.internal`],
       ipAddresses: ['10.0.0.9'],
@@ -124,7 +122,7 @@ describe('renewal policy', () => {
     );
   });
 
-  test('a replayed proof with another body is refused; the same request again (a retry) is not', async () => {
+  test('a proof presented again with another body is refused, on any replica; the same request again (a retry) is not', async () => {
     const guarded = policy();
     const first = await renewalRequest();
     assert.equal((await guarded.evaluate(first, contextAt(now))).verdict, 'approve');
@@ -134,9 +132,12 @@ describe('renewal policy', () => {
       'a retry of the same body',
     );
     const replay = { ...first, body: Buffer.from('{"other":"keys"}') };
-    const decision = await guarded.evaluate(replay, contextAt(now));
-    assert.equal(decision.verdict, 'deny');
-    assert.match(decision.reasons.join(), /another request body/);
+    // The replica that answered it and one that never saw it refuse alike: the signature binds the body.
+    for (const replica of [guarded, policy()]) {
+      const decision = await replica.evaluate(replay, contextAt(now));
+      assert.equal(decision.verdict, 'deny');
+      assert.match(decision.reasons.join(), /another request body/);
+    }
   });
 
   test('a body swapped under a valid proof is refused', async () => {

@@ -3,8 +3,9 @@
  * certificate as proof (src/protocol/renewal-proof.ts), so that no node — kops' 455-day ones
  * included — silently expires. The certificate must chain to the cluster CA, be unexpired, be a
  * client certificate of `system:node:<name>` in `system:nodes`; the signature must verify with its
- * key over this exact body's hash, a fresh timestamp and this cluster's audience; and the signature
- * is spent once (a retry of the same body passes, another body does not).
+ * key over this exact body's hash, a fresh timestamp and this cluster's audience. That binding is
+ * what keeps a proof to one request: with another body it does not verify, so no replay marker is
+ * written; the same body again (a retry) passes and certifies only its own keys.
  *
  * The node name is the certificate's; the addresses of a new serving certificate come from the
  * cloud's record of that node (`addressesOf`), never from the old certificate: an address the node
@@ -26,7 +27,6 @@ import {
   renewalSignedText,
 } from '../../protocol/renewal-proof.ts';
 import { dependencyFault, isCloudVerdict } from '../dependency.ts';
-import { type ReplayGuard, requestDigest } from '../replay-guard.ts';
 import type { BootstrapPolicy, BootstrapRequest, NodeFacts, PolicyDecision } from '../types.ts';
 
 /** What the cloud verifies about a node for its serving certificate. */
@@ -36,7 +36,6 @@ export interface RenewalPolicyOptions {
   clusterName: string;
   /** The CA whose certificates (any of its bundle) the kubelet client certificates chain to. */
   ca: CertificateAuthority;
-  replayGuard: ReplayGuard;
   /**
    * The node's current addresses from the cloud; throws NotFoundError (or another cloud verdict)
    * when the cloud does not know the node. Absent: renewals carry no addresses.
@@ -153,15 +152,6 @@ export function renewalPolicy(options: RenewalPolicyOptions): BootstrapPolicy {
       if (request.claimedNodeName !== undefined && request.claimedNodeName !== nodeName) {
         return deny(`the request names ${request.claimedNodeName}, the certificate ${nodeName}`);
       }
-      const expiresAt = new Date(
-        Date.parse(proof.timestamp) + (options.maxSkewMs ?? defaultRenewalMaxSkewMs),
-      );
-      const fresh = await options.replayGuard.claim(
-        requestDigest(proof.signature),
-        expiresAt,
-        requestDigest(request.body),
-      );
-      if (!fresh) return deny('this proof was already used for another request');
       if (!options.addressesOf && request.certificates['kubelet-server']) {
         return deny('this server has no source of verified addresses, so it renews client certificates only');
       }

@@ -44,8 +44,6 @@ export interface AttestedDocument {
   expiresOn?: Date;
   /** The signer's DNS names (for the audit trail). */
   signerNames: string[];
-  /** SHA-256 (hex) of the signature bytes: the document's replay key. */
-  digest: string;
 }
 
 /** Trust anchors and freshness bounds of a verifier. */
@@ -148,14 +146,14 @@ export class AttestedDocumentVerifier {
   /** The verified content of `signature` (base64 PKCS#7) for a request with this body. */
   async verify(signature: string, body: Uint8Array): Promise<AttestedDocument> {
     const signedData = parseSignedData(signature);
-    const { signer, digest } = await verifySignature(signedData);
+    const signer = await verifySignature(signedData);
     const signerNames = dnsNamesOf(signer);
     if (!signerNames.some(isMetadataName)) {
       throw reject(`the signer is not Azure's metadata service (names: ${signerNames.join(', ') || 'none'})`);
     }
     const content = this.#checkContent(signedData, body);
     await this.#checkChain(signer, signedData.certificates ?? []);
-    return { ...content, signerNames, digest };
+    return { ...content, signerNames };
   }
 
   #checkContent(signedData: pkijs.SignedData, body: Uint8Array) {
@@ -250,9 +248,7 @@ function parseSignedData(signature: string): pkijs.SignedData {
   }
 }
 
-async function verifySignature(
-  signedData: pkijs.SignedData,
-): Promise<{ signer: pkijs.Certificate; digest: string }> {
+async function verifySignature(signedData: pkijs.SignedData): Promise<pkijs.Certificate> {
   if (signedData.signerInfos.length !== 1) throw reject('it must have exactly one signer');
   let result: pkijs.SignedDataVerifyResult;
   try {
@@ -262,6 +258,5 @@ async function verifySignature(
   }
   const signer = result.signerCertificate;
   if (!result.signatureVerified || !signer) throw reject('its signature does not verify');
-  const signatureBytes = (signedData.signerInfos[0] as pkijs.SignerInfo).signature.getValue();
-  return { signer, digest: createHash('sha256').update(new Uint8Array(signatureBytes)).digest('hex') };
+  return signer;
 }
