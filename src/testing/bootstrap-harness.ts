@@ -107,7 +107,11 @@ function harnessAwsPolicy(
 }
 
 /** The real `gce` policy against the simulators: identity tokens, the replay marker in the API server. */
-function harnessGcePolicy(api: SimApiServer, gce: GceSimulator, options: BootstrapHarnessOptions) {
+function harnessGcePolicy(
+  api: SimApiServer,
+  gce: GceSimulator,
+  options: BootstrapHarnessOptions,
+): BootstrapPolicy {
   const compute = simulatorCompute(gce);
   return gcePolicy({
     project: gce.world.defaultProject,
