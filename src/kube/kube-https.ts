@@ -1,7 +1,7 @@
 /**
  * The API server calls a bootstrap request makes on its way (the impersonation guard's Node read, the
- * replay marker's create and read) and the expiry ledger's shard reads and writes, over plain HTTPS
- * with one keep-alive agent. Through client-node
+ * replay marker's create and read), the expiry ledger's shard reads and writes and the controllers'
+ * Node patches (src/kube/patch.ts), over plain HTTPS with one keep-alive agent. Through client-node
  * each such call cost more server CPU than the certificate's signature: a fetch dispatcher chain and
  * its web streams, the object serializer, middleware, and a full exception for every 404 or 409
  * (docs/performance.md). Credentials are applied per call as client-node applies them, so rotated
@@ -27,9 +27,11 @@ import { statusMessageOf } from './api-errors.ts';
 export interface KubeCall {
   /** What the call does, for its errors ("read node x"). */
   action: string;
-  method: 'GET' | 'POST' | 'PUT';
+  method: 'GET' | 'POST' | 'PUT' | 'PATCH';
   path: string;
   body?: string;
+  /** The body's media type (default `application/json`; a patch names its kind). */
+  contentType?: string;
   /** The longest answer read (default 1 MiB). */
   maxBodyBytes?: number;
 }
@@ -56,7 +58,7 @@ export function kubeHttps(kubeConfig: KubeConfig, options: { timeoutMs: number }
   let agent: Agent | undefined;
   return async (call) => {
     const headers: OutgoingHttpHeaders = { accept: 'application/json' };
-    if (call.body !== undefined) headers['content-type'] = 'application/json';
+    if (call.body !== undefined) headers['content-type'] = call.contentType ?? 'application/json';
     const opts: RequestOptions = { method: call.method, headers };
     await kubeConfig.applyToHTTPSOptions(opts);
     agent ??= new Agent({

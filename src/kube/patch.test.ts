@@ -1,10 +1,13 @@
 import assert from 'node:assert/strict';
-import { createServer, type IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
+import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { describe, test } from 'node:test';
-import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
-import { NotFoundError } from '../errors.ts';
+import { KubeConfig } from '@kubernetes/client-node';
+import { ConflictError, NotFoundError, UnavailableError } from '../errors.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
+import { createCertificateAuthority, issueServingCertificate } from '../sim/tls.ts';
+import { type KubeHttps, kubeHttps } from './kube-https.ts';
 import { type MapChanges, mapPatch, metadataPatch, patchNode } from './patch.ts';
 
 interface Seen {
@@ -14,10 +17,12 @@ interface Seen {
   body: unknown;
 }
 
-/** A one-route HTTP server that records each request and answers with `reply`. */
+/** A one-route HTTPS server that records each request and answers with `reply`. */
 async function recordingServer(reply: (req: IncomingMessage) => { status: number; body: unknown }) {
   const seen: Seen[] = [];
-  const server = createServer(async (req, res) => {
+  const ca = await createCertificateAuthority();
+  const serving = await issueServingCertificate(ca);
+  const server = createServer({ key: serving.privateKey, cert: serving.certificate }, async (req, res) => {
     let text = '';
     for await (const chunk of req) text += chunk;
     seen.push({
@@ -32,10 +37,23 @@ async function recordingServer(reply: (req: IncomingMessage) => { status: number
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const kc = new KubeConfig();
   kc.loadFromClusterAndUser(
-    { name: 'c', server: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, skipTLSVerify: true },
+    {
+      name: 'c',
+      server: `https://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      caData: Buffer.from(ca.certificate).toString('base64'),
+      skipTLSVerify: false,
+    },
     { name: 'u' },
   );
-  return { seen, core: kc.makeApiClient(CoreV1Api), close: () => new Promise((r) => server.close(r)) };
+  const call = kubeHttps(kc, { timeoutMs: 5_000 });
+  return {
+    seen,
+    call,
+    close: () => {
+      server.closeAllConnections();
+      return new Promise((r) => server.close(r));
+    },
+  };
 }
 
 describe('patch bodies', () => {
@@ -51,8 +69,8 @@ describe('patch bodies', () => {
 });
 
 /** Sets and removes labels of a Node in one strategic-merge patch, as the node controller does. */
-const patchLabels = (core: CoreV1Api, name: string, labels: MapChanges) =>
-  patchNode(core, name, metadataPatch({ labels }), 'strategic-merge');
+const patchLabels = (call: KubeHttps, name: string, labels: MapChanges) =>
+  patchNode(call, name, metadataPatch({ labels }), 'strategic-merge');
 
 describe('patch requests', () => {
   test('a label patch is sent as a strategic-merge patch', async () => {
@@ -61,7 +79,7 @@ describe('patch requests', () => {
       body: { kind: 'Node', metadata: { name: 'n1' } },
     }));
     try {
-      const node = await patchLabels(server.core, 'n1', {
+      const node = await patchLabels(server.call, 'n1', {
         set: { 'kops.k8s.io/instancegroup': 'nodes' },
         remove: ['old'],
       });
@@ -81,23 +99,40 @@ describe('patch requests', () => {
 
   test('merge and JSON patches carry their own content types; failures are typed', async () => {
     let status = 200;
+    const messages: Record<number, string> = {
+      404: 'nodes "n2" not found',
+      409: 'the object has been modified',
+      503: 'etcd leader changed',
+    };
     const server = await recordingServer(() =>
       status === 200
         ? { status, body: { kind: 'Node', metadata: { name: 'n1' } } }
-        : { status, body: { kind: 'Status', code: status, message: 'nodes "n2" not found' } },
+        : { status, body: { kind: 'Status', code: status, message: messages[status] } },
     );
     try {
-      await patchNode(server.core, 'n1', { spec: { podCIDR: '10.0.0.0/24' } }, 'merge');
-      await patchNode(server.core, 'n1', [{ op: 'test', path: '/metadata/name', value: 'n1' }], 'json');
+      await patchNode(server.call, 'n1', { spec: { podCIDR: '10.0.0.0/24' } }, 'merge');
+      await patchNode(server.call, 'n1', [{ op: 'test', path: '/metadata/name', value: 'n1' }], 'json');
       assert.deepEqual(
         server.seen.map((s) => s.contentType),
         ['application/merge-patch+json', 'application/json-patch+json'],
       );
       status = 404;
       await assert.rejects(
-        patchLabels(server.core, 'n2', { set: { a: 'b' } }),
+        patchLabels(server.call, 'n2', { set: { a: 'b' } }),
         (err: unknown) =>
           err instanceof NotFoundError && /patch node n2: HTTP 404: nodes "n2" not found/.test(err.message),
+      );
+      status = 409;
+      await assert.rejects(
+        patchLabels(server.call, 'n2', { set: { a: 'b' } }),
+        (err: unknown) =>
+          err instanceof ConflictError && /HTTP 409: the object has been modified/.test(err.message),
+      );
+      status = 503;
+      await assert.rejects(
+        patchLabels(server.call, 'n2', { set: { a: 'b' } }),
+        (err: unknown) =>
+          err instanceof UnavailableError && /HTTP 503: etcd leader changed/.test(err.message),
       );
     } finally {
       await server.close();
@@ -109,13 +144,13 @@ describe('patches against the simulated API server', () => {
   test('label patches set and remove labels without touching others', async () => {
     const sim = await startApiServer();
     try {
-      const core = sim.kubeConfig().makeApiClient(CoreV1Api);
+      const call = kubeHttps(sim.kubeConfig(), { timeoutMs: 5_000 });
       sim.store.create({
         apiVersion: 'v1',
         kind: 'Node',
         metadata: { name: 'n1', labels: { keep: 'me', old: 'x', 'kops.k8s.io/instancegroup': 'a' } },
       });
-      const patched = await patchLabels(core, 'n1', {
+      const patched = await patchLabels(call, 'n1', {
         set: { 'kops.k8s.io/instancegroup': 'nodes', 'node-role.kubernetes.io/node': '' },
         remove: ['old'],
       });
@@ -124,6 +159,17 @@ describe('patches against the simulated API server', () => {
         'kops.k8s.io/instancegroup': 'nodes',
         'node-role.kubernetes.io/node': '',
       });
+      // A patch made on a stale resourceVersion (as IPAM sends) is refused, and a deleted Node is gone.
+      await assert.rejects(
+        patchNode(
+          call,
+          'n1',
+          { metadata: { resourceVersion: '1' }, spec: { podCIDR: '10.0.0.0/24' } },
+          'merge',
+        ),
+        ConflictError,
+      );
+      await assert.rejects(patchLabels(call, 'gone', { set: { a: 'b' } }), NotFoundError);
     } finally {
       await sim.close();
     }

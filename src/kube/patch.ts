@@ -1,29 +1,31 @@
 /**
- * PATCH helpers that always send the right Content-Type. Without one, client-node 2.0.1 labels every
- * patch `application/json-patch+json`, and a real apiserver rejects a merge-style body sent that way.
+ * Node PATCHes with the right Content-Type, sent over the pooled API-server client (src/kube/kube-https.ts):
+ * in an instance-group edit or a first start every Node of a group is patched at once, and through
+ * client-node each patch cost the controller more CPU than the rest of its reconcile (a fetch
+ * dispatcher, web streams and the object serializer's walk of the whole answered Node;
+ * docs/performance.md). client-node 2.0.1 would also label a patch `application/json-patch+json`
+ * unless told otherwise, which a real apiserver rejects for a merge-style body.
  */
-import {
-  type ConfigurationOptions,
-  type CoreV1Api,
-  PatchStrategy,
-  setHeaderOptions,
-  type V1Node,
-} from '@kubernetes/client-node';
-import { fromApiException } from './api-errors.ts';
+import type { V1Node } from '@kubernetes/client-node';
+import { type KubeHttps, kubeAnswerError } from './kube-https.ts';
 
 /** The patch types the helpers send. */
 export type PatchType = 'strategic-merge' | 'merge' | 'json';
 
 const contentTypes: Record<PatchType, string> = {
-  'strategic-merge': PatchStrategy.StrategicMergePatch,
-  merge: PatchStrategy.MergePatch,
-  json: PatchStrategy.JsonPatch,
+  'strategic-merge': 'application/strategic-merge-patch+json',
+  merge: 'application/merge-patch+json',
+  json: 'application/json-patch+json',
 };
 
-/** Request options that send a patch of `type`; pass them as the second argument of any `patch*` call. */
-export function patchOptions(type: PatchType): ConfigurationOptions {
-  return setHeaderOptions('Content-Type', contentTypes[type]);
-}
+/**
+ * The deadline of one patch, waiting for a pooled connection included; a patch that misses it is
+ * retried by its controller's queue with backoff.
+ */
+export const patchTimeoutMs = 30_000;
+
+/** The largest Node answer read (a Node with many images in its status is tens of KiB; etcd's cap is 1.5 MiB). */
+const maxNodeBytes = 3 * 1024 * 1024;
 
 /** Keys to set (key → value) and keys to remove from a string map such as labels or annotations. */
 export interface MapChanges {
@@ -50,17 +52,28 @@ export function metadataPatch(changes: { labels?: MapChanges; annotations?: MapC
   return { metadata };
 }
 
-/** Patches a Node with a body of the given type; API failures become typed errors. */
+/**
+ * Patches a Node with a body of the given type and returns the Node as the API server answered it (plain
+ * JSON: timestamps stay strings). Failures are typed errors: NotFoundError for a deleted Node,
+ * ConflictError for a stale resourceVersion, UnavailableError or TimeoutError when the API server
+ * cannot be reached.
+ */
 export async function patchNode(
-  core: CoreV1Api,
+  call: KubeHttps,
   name: string,
   body: unknown,
   type: PatchType,
   fieldManager = 'kops-controller',
 ): Promise<V1Node> {
-  try {
-    return await core.patchNode({ name, body, fieldManager }, patchOptions(type));
-  } catch (err) {
-    throw fromApiException(err, `patch node ${name}`);
-  }
+  const action = `patch node ${name}`;
+  const answer = await call({
+    action,
+    method: 'PATCH',
+    path: `/api/v1/nodes/${encodeURIComponent(name)}?fieldManager=${encodeURIComponent(fieldManager)}`,
+    body: JSON.stringify(body),
+    contentType: contentTypes[type],
+    maxBodyBytes: maxNodeBytes,
+  });
+  if (answer.status !== 200) throw kubeAnswerError(answer, action);
+  return JSON.parse(answer.body.toString('utf8')) as V1Node;
 }

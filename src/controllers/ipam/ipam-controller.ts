@@ -24,8 +24,9 @@ import { describeError, InternalError, NotFoundError } from '../../errors.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
 import { type Reconciled, runController } from '../../kube/controller.ts';
 import { Informer, kubeList, kubeWatch } from '../../kube/informer.ts';
+import { type KubeHttps, kubeHttps } from '../../kube/kube-https.ts';
 import { sharedMetric } from '../../kube/metrics.ts';
-import { patchNode } from '../../kube/patch.ts';
+import { patchNode, patchTimeoutMs } from '../../kube/patch.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
 import { assessInstance } from '../csr-approver/checks.ts';
@@ -149,6 +150,8 @@ export class IpamController implements LeaderComponent {
   readonly name = 'ipam-controller';
   readonly #options: IpamControllerOptions;
   readonly #core: CoreV1Api;
+  /** Node patches go over the pooled client: a storm patches thousands at once (src/kube/patch.ts). */
+  readonly #kube: KubeHttps;
   readonly #logger: Logger;
   readonly #registry: Registry;
   readonly #metrics: IpamMetrics;
@@ -156,6 +159,7 @@ export class IpamController implements LeaderComponent {
   constructor(options: IpamControllerOptions) {
     this.#options = options;
     this.#core = reuseConnections(options.kubeConfig).makeApiClient(CoreV1Api);
+    this.#kube = kubeHttps(options.kubeConfig, { timeoutMs: patchTimeoutMs });
     this.#logger = (options.logger ?? silentLogger).child({ controller: 'ipam' });
     this.#registry = options.registry ?? register;
     this.#metrics = ipamMetrics(this.#registry);
@@ -328,7 +332,7 @@ export class IpamController implements LeaderComponent {
     let patched: V1Node;
     try {
       patched = await patchNode(
-        this.#core,
+        this.#kube,
         node.name,
         {
           metadata: { resourceVersion: node.resourceVersion },

@@ -19,8 +19,9 @@ import { describeError, NotFoundError } from '../../errors.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
 import { runController } from '../../kube/controller.ts';
 import { Informer, kubeList, kubeWatch } from '../../kube/informer.ts';
+import { type KubeHttps, kubeHttps } from '../../kube/kube-https.ts';
 import { sharedMetric } from '../../kube/metrics.ts';
-import { metadataPatch, patchNode } from '../../kube/patch.ts';
+import { metadataPatch, patchNode, patchTimeoutMs } from '../../kube/patch.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { buildNodeLabels, type LabelFeatures } from '../../nodelabels/build-node-labels.ts';
 import {
@@ -101,6 +102,8 @@ export class NodeController implements LeaderComponent {
   readonly name = 'node-controller';
   readonly #options: NodeControllerOptions;
   readonly #core: CoreV1Api;
+  /** Node patches go over the pooled client: a storm patches thousands at once (src/kube/patch.ts). */
+  readonly #kube: KubeHttps;
   readonly #logger: Logger;
   readonly #registry: Registry;
   readonly #metrics: NodeControllerMetrics;
@@ -108,6 +111,7 @@ export class NodeController implements LeaderComponent {
   constructor(options: NodeControllerOptions) {
     this.#options = options;
     this.#core = reuseConnections(options.kubeConfig).makeApiClient(CoreV1Api);
+    this.#kube = kubeHttps(options.kubeConfig, { timeoutMs: patchTimeoutMs });
     this.#logger = (options.logger ?? silentLogger).child({ controller: 'node' });
     this.#registry = options.registry ?? register;
     this.#metrics = nodeControllerMetrics(this.#registry);
@@ -259,7 +263,7 @@ export class NodeController implements LeaderComponent {
     if (isEmptyDiff(diff) && node.managedLabels === managed) return 'unchanged';
     try {
       await patchNode(
-        this.#core,
+        this.#kube,
         name,
         metadataPatch({
           labels: { set: diff.set, remove: diff.remove },
