@@ -1,4 +1,5 @@
 /** The scale benchmark's report: every row with its figure, its target and figure / target. */
+import { defaultPollIntervalMs } from '../../src/statestore/cluster-store.ts';
 import type { ScaleResult, StartFigures } from './run.ts';
 
 /** One row: what was measured, the figure, the target, and figure / target (≤ 1 meets an upper bound). */
@@ -70,7 +71,7 @@ export function formatScale(r: ScaleResult): string {
       figure: seconds(r.edit.ms),
       target: '≤ 15 s',
       ratio: r.edit.ms / 15_000,
-      note: `${r.edit.relabelled}/${r.edit.nodes}; from the state-store write; the first relabelled at ${seconds(r.edit.noticedMs)} (the controller polls every 10 s), the rest in ${seconds(r.edit.ms - r.edit.noticedMs)}`,
+      note: `${r.edit.relabelled}/${r.edit.nodes}; from the state-store write; the first relabelled at ${seconds(r.edit.noticedMs)} (the controller polls every ${seconds(defaultPollIntervalMs)}, stateStore.pollInterval's default), the rest in ${seconds(r.edit.ms - r.edit.noticedMs)}`,
     },
   ];
   if (r.join) {

@@ -79,7 +79,6 @@ export async function startDevController(
   cluster: { target: DevTarget },
   options: {
     logger?: Logger;
-    stateStorePollIntervalMs?: number;
     bootstrapPolicy?: DevPolicy;
     /** Who the controller is to the API server; default the simulator's admin. */
     kubeConfig?: KubeConfig;
@@ -94,7 +93,6 @@ export async function startDevController(
     config: policy ? devConfig(config, target, policy) : config,
     kubeConfig: options.kubeConfig ?? api.kubeConfig(),
     ...target.clients,
-    stateStorePollIntervalMs: options.stateStorePollIntervalMs,
     bootstrap: policy
       ? { listen: '127.0.0.1:0', ca, apiServer: api.url, serverNames: { ipAddresses: ['127.0.0.1'] } }
       : false,

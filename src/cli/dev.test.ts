@@ -1,12 +1,16 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { appendFile, mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { parseDocument } from 'yaml';
 import { lockFolder } from '../runtime/folder-lock.ts';
+import { type ResourceType, resourceTypeByName } from '../sim/apiserver/resources.ts';
 import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
 import { devBanner } from '../sim/dev-run.ts';
+import { defaultPollIntervalMs } from '../statestore/cluster-store.ts';
+import { openVfs, vfsOptionsFromEnv } from '../statestore/open.ts';
 import { waitForGroupLabels } from '../testing/kubectl.ts';
 import { parsePort } from './dev.ts';
 import { controllerBannerLines, type DevController, startDevController } from './dev-controller.ts';
@@ -18,6 +22,8 @@ describe('kops-controller dev', () => {
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'dev-cli-'));
     cluster = await startDevCluster({ stateDir: dir });
+    // A poll interval other than the default, to show the setting is the one that polls.
+    await appendFile(cluster.configPath, 'stateStore:\n  pollInterval: 1s\n');
     controller = await startDevController(cluster);
   });
   after(async () => {
@@ -34,6 +40,41 @@ describe('kops-controller dev', () => {
     assert.deepEqual(unlabelled, [], output);
     assert.match(output, /node-role\.kubernetes\.io\/control-plane=/);
     assert.match(output, /node-role\.kubernetes\.io\/node=/);
+  });
+
+  test('an instance-group edit in the state store relabels its nodes, polled every stateStore.pollInterval', async () => {
+    const [group, nodes] = [...cluster.nodesByGroup].find(([, names]) => names.length > 0) ?? [];
+    assert.ok(group && nodes);
+    const ready = await waitForGroupLabels(
+      cluster.api.kubeconfigPath,
+      nodes.map((n) => [n, group] as const),
+    );
+    assert.deepEqual(ready.unlabelled, [], ready.output);
+    // The configured 1 s is what polls: over 3 s, more than one poll's HEADs (one for the cluster spec,
+    // one per instance group), where the default 5 s would make at most one poll.
+    const heads = () => cluster.s3.requestCounts()['HeadObject'] ?? 0;
+    const before = heads();
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    const perPoll = 1 + cluster.nodesByGroup.size;
+    assert.ok(heads() - before > perPoll, `${heads() - before} HEADs in 3 s; one poll makes ${perPoll}`);
+    assert.ok(3_000 < defaultPollIntervalMs);
+    // As `kops edit ig` would: a new node label in the group's spec.nodeLabels.
+    const vfs = openVfs(cluster.configBase, vfsOptionsFromEnv(cluster.env));
+    const path = `instancegroup/${group}`;
+    const doc = parseDocument((await vfs.read(path)).data.toString('utf8'));
+    doc.setIn(['spec', 'nodeLabels', 'example.com/edited'], 'yes');
+    await vfs.write(path, doc.toString());
+    const store = cluster.api.server.store;
+    const nodesType = resourceTypeByName('nodes') as ResourceType;
+    const deadline = Date.now() + 30_000;
+    const relabelled = () =>
+      nodes.filter(
+        (n) => store.entry(nodesType, undefined, n)?.object.metadata.labels?.['example.com/edited'] === 'yes',
+      );
+    while (relabelled().length < nodes.length && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    assert.deepEqual(relabelled(), nodes);
   });
 
   test('serves metrics, and the banner says where', async () => {

@@ -29,8 +29,6 @@ export interface LeaderComponentsOptions {
   vfsOptions: VfsOptions;
   /** Cloud endpoints and credentials other than the defaults (the simulator's, in `dev`). */
   cloud?: CloudOverrides;
-  /** How often instance groups are checked for changes (default: the ClusterStore's 10 s). */
-  stateStorePollIntervalMs?: number;
   registry: Registry;
   logger?: Logger;
 }
@@ -62,9 +60,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
     : undefined;
   machines?.start();
   const identifier = machines ? new CapiNodeIdentifier(cloud.nodeIdentifier, machines) : cloud.nodeIdentifier;
-  // No interval (or 0) is the ClusterStore's own.
-  const pollIntervalMs = options.stateStorePollIntervalMs || undefined;
-  const clusterStore = new ClusterStore(vfs, { pollIntervalMs, logger });
+  const clusterStore = new ClusterStore(vfs, { pollIntervalMs: config.stateStore.pollInterval, logger });
   const nodeController = new NodeController({
     kubeConfig: options.kubeConfig,
     identifier,

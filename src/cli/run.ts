@@ -131,8 +131,6 @@ export interface ControllerOptions {
   vfsOptions: VfsOptions;
   /** Cloud endpoints and credentials other than the defaults (the simulator's, in `dev`). */
   cloud?: CloudOverrides;
-  /** How often instance groups are checked for changes (default: the ClusterStore's). */
-  stateStorePollIntervalMs?: number;
   /**
    * The bootstrap server's connection caps, and `dev`'s listen address, CA and API server URL; `false`
    * serves none even though the config has a server section (which also holds the cloud's settings).

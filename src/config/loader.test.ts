@@ -142,6 +142,18 @@ describe('config loader', () => {
     );
   });
 
+  test('stateStore.pollInterval: 5s by default, a Go duration between 1s and 1h', () => {
+    assert.equal(parseConfig({ clusterName: 'c', cloud: 'aws' }).stateStore.pollInterval, 5_000);
+    const config = parseConfigText('clusterName: c\ncloud: aws\nstateStore:\n  pollInterval: 30s\n');
+    assert.equal(config.stateStore.pollInterval, 30_000);
+    for (const pollInterval of ['500ms', '2h', 0]) {
+      assert.throws(
+        () => parseConfig({ clusterName: 'c', cloud: 'aws', stateStore: { pollInterval } }),
+        configErrorMatching(/stateStore\.pollInterval: must be between 1s and 1h/),
+      );
+    }
+  });
+
   test('parses Go durations in YAML', () => {
     const config = parseConfigText(
       'clusterName: c\ncloud: aws\nleaderElection:\n  leaseDuration: 1m\n  renewDeadline: 40s\n  retryPeriod: 500ms\n',

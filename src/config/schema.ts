@@ -6,6 +6,7 @@
  */
 import { z } from 'zod';
 import { servingSettingsProblems } from '../controllers/csr-approver/serving-policy.ts';
+import { defaultPollIntervalMs } from '../statestore/cluster-store.ts';
 import { parseDuration } from './duration.ts';
 
 /** A duration given as a Go duration string or a number of seconds; parsed to milliseconds. */
@@ -80,6 +81,16 @@ const leaderElection = z.strictObject({
   leaseDuration: duration.default(15_000),
   renewDeadline: duration.default(10_000),
   retryPeriod: duration.default(2_000),
+});
+
+const stateStore = z.strictObject({
+  /**
+   * How often the cluster spec and the instance groups in use are checked for changes: one HEAD (a
+   * stat for file://) per object per poll, so an edited group relabels its nodes within this interval.
+   */
+  pollInterval: duration
+    .refine((ms) => ms >= 1_000 && ms <= 3_600_000, { message: 'must be between 1s and 1h' })
+    .default(defaultPollIntervalMs),
 });
 
 const metrics = z.strictObject({
@@ -335,6 +346,7 @@ export const configSchema = z
     capi: z.strictObject({ enabled: z.boolean().optional() }).optional(),
     // Older kops wrote this for gossip (k8s.local) clusters; refused when enabled (unactionable below).
     discovery: z.strictObject({ enabled: z.boolean().optional() }).optional(),
+    stateStore: stateStore.default(stateStore.parse({})),
     leaderElection: leaderElection.default(leaderElection.parse({})),
     metrics: metrics.default(metrics.parse({})),
     bootstrap: bootstrap.default(bootstrap.parse({})),

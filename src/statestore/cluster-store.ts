@@ -19,8 +19,11 @@ export const clusterPaths = {
   instanceGroup: (name: string) => `instancegroup/${name}`,
 } as const;
 
-/** Default interval between version polls. */
-export const defaultPollIntervalMs = 10_000;
+/**
+ * Default interval between version polls (the config's `stateStore.pollInterval`): an edit reaches
+ * the nodes within it, at one HEAD per object per poll (docs/configuration.md prices it).
+ */
+export const defaultPollIntervalMs = 5_000;
 
 /** A failure to refresh one object; the previous good object stays in use. */
 export interface StoreReadError {
@@ -40,7 +43,7 @@ export interface ClusterStoreEvents {
 
 /** Options of a ClusterStore. */
 export interface ClusterStoreOptions {
-  /** How often `start()` polls object versions (default 10 s). */
+  /** How often `start()` polls object versions (default {@link defaultPollIntervalMs}). */
   pollIntervalMs?: number;
   logger?: Logger;
 }
