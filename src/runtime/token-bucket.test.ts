@@ -10,9 +10,11 @@ describe('TokenBucket', () => {
     assert.equal(bucket.tryTake(0), false, 'the burst is spent');
     assert.equal(bucket.msUntilToken(0), 250);
     assert.equal(bucket.msUntilToken(100), 150);
+    assert.equal(bucket.tokens(125), 0.5, 'half a token back after half the interval');
     assert.equal(bucket.tryTake(250), true);
     assert.equal(bucket.isFull(250), false);
     assert.equal(bucket.isFull(10_000), true);
+    assert.equal(bucket.tokens(10_000), 2);
     assert.equal(bucket.tryTake(10_000), true);
     assert.equal(bucket.tryTake(10_000), true);
     assert.equal(bucket.tryTake(10_000), false, 'a long idle time refills only up to the burst');

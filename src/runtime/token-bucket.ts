@@ -35,6 +35,12 @@ export class TokenBucket {
     return this.#tokens >= 1 ? 0 : ((1 - this.#tokens) / this.#limit.perSecond) * 1000;
   }
 
+  /** The tokens there now (fractional while refilling). */
+  tokens(nowMs: number): number {
+    this.#refill(nowMs);
+    return this.#tokens;
+  }
+
   /** Whether the bucket has refilled completely: its user has been idle long enough to be forgotten. */
   isFull(nowMs: number): boolean {
     this.#refill(nowMs);

@@ -6,6 +6,7 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { listenOnLoopback } from '../net/loopback.ts';
+import { TokenBucket } from '../runtime/token-bucket.ts';
 import { applyTransportFault, CallLog, FaultQueue, type SimFault } from './cloud-sim.ts';
 
 /** One request the simulator served. */
@@ -76,30 +77,18 @@ export function rateLimitHeadersLimit(limit: number, windowMs: number, reset: 'f
   };
 }
 
-/** A token bucket: `limit` requests, refilled at `limit / windowMs`. */
-class TokenBucket {
-  #tokens: number;
-  #at = Date.now();
-
-  constructor(limit: SimRateLimit) {
-    this.#tokens = limit.limit;
-  }
-
-  take(limit: SimRateLimit): RateLimitState {
-    const now = Date.now();
-    const perMs = limit.limit / limit.windowMs;
-    this.#tokens = Math.min(limit.limit, this.#tokens + (now - this.#at) * perMs);
-    this.#at = now;
-    const allowed = this.#tokens >= 1;
-    if (allowed) this.#tokens -= 1;
-    return {
-      allowed,
-      limit: limit.limit,
-      remaining: Math.floor(this.#tokens),
-      fullAtMs: now + Math.ceil((limit.limit - this.#tokens) / perMs),
-      nextAtMs: allowed ? now : now + Math.ceil((1 - this.#tokens) / perMs),
-    };
-  }
+/** Takes one request from `bucket` (of `limit`) and says what the provider's headers report. */
+function takeFrom(bucket: TokenBucket, limit: SimRateLimit): RateLimitState {
+  const now = Date.now();
+  const allowed = bucket.tryTake(now);
+  const tokens = bucket.tokens(now);
+  return {
+    allowed,
+    limit: limit.limit,
+    remaining: Math.floor(tokens),
+    fullAtMs: now + Math.ceil(((limit.limit - tokens) * limit.windowMs) / limit.limit),
+    nextAtMs: allowed ? now : now + Math.ceil(bucket.msUntilToken(now)),
+  };
 }
 
 /** Options of {@link startRestSimulator}. */
@@ -151,9 +140,11 @@ class RateLimits {
   take(route: SimRoute): { allowed: boolean; headers: Record<string, string> } | undefined {
     const limit = this.#on && route.auth ? (route.rateLimit ?? this.#default) : undefined;
     if (!limit) return undefined;
-    const bucket = this.#buckets.get(limit) ?? new TokenBucket(limit);
+    const bucket =
+      this.#buckets.get(limit) ??
+      new TokenBucket({ burst: limit.limit, perSecond: (limit.limit * 1000) / limit.windowMs }, Date.now());
     this.#buckets.set(limit, bucket);
-    const taken = bucket.take(limit);
+    const taken = takeFrom(bucket, limit);
     return { allowed: taken.allowed, headers: limit.headers(taken) };
   }
 

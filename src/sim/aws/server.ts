@@ -16,7 +16,7 @@ import { authorize } from './permissions.ts';
 import { AwsSimError, queryErrorDocument, queryParams } from './query.ts';
 import { verifySigV4 } from './sigv4-verify.ts';
 import { getCallerIdentity, stsNamespace } from './sts.ts';
-import { ec2NonMutatingBucket, TokenBucket } from './throttle.ts';
+import { ec2NonMutatingBucket, ThrottleBucket } from './throttle.ts';
 import { AwsWorld } from './world.ts';
 
 /** How to start the simulator. */
@@ -93,11 +93,11 @@ function sumOf(map: ReadonlyMap<string, number>, key: string | undefined): numbe
 export class Throttling {
   /** Whether EC2 requests draw from the bucket. */
   enabled: boolean;
-  readonly bucket: TokenBucket;
+  readonly bucket: ThrottleBucket;
 
   constructor(enabled: boolean, now?: () => number) {
     this.enabled = enabled;
-    this.bucket = new TokenBucket({ ...ec2NonMutatingBucket, ...(now === undefined ? {} : { now }) });
+    this.bucket = new ThrottleBucket({ ...ec2NonMutatingBucket, ...(now === undefined ? {} : { now }) });
   }
 
   /** Whether a request may proceed now. */

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { ec2NonMutatingBucket, TokenBucket } from './throttle.ts';
+import { ec2NonMutatingBucket, ThrottleBucket } from './throttle.ts';
 
-describe('TokenBucket', () => {
+describe('ThrottleBucket', () => {
   it('allows the capacity at once, then the refill rate', () => {
     let now = 0;
-    const bucket = new TokenBucket({ ...ec2NonMutatingBucket, now: () => now });
+    const bucket = new ThrottleBucket({ ...ec2NonMutatingBucket, now: () => now });
     let taken = 0;
     while (bucket.take()) taken++;
     assert.equal(taken, 100);
@@ -18,7 +18,7 @@ describe('TokenBucket', () => {
   });
 
   it('refills to capacity on reset', () => {
-    const bucket = new TokenBucket({ capacity: 2, refillPerSecond: 1, now: () => 0 });
+    const bucket = new ThrottleBucket({ capacity: 2, refillPerSecond: 1, now: () => 0 });
     assert.ok(bucket.take() && bucket.take());
     assert.equal(bucket.take(), false);
     bucket.reset();

@@ -1,11 +1,14 @@
 /**
  * The token bucket AWS documents for EC2 API request throttling: each request takes a token; an empty
  * bucket means `RequestLimitExceeded`; tokens come back at a fixed rate up to the capacity. For
- * non-mutating actions (Describe*) the bucket holds 100 tokens and refills 20 per second.
+ * non-mutating actions (Describe*) the bucket holds 100 tokens and refills 20 per second. Azure's ARM
+ * simulator throttles reads the same way. The arithmetic is the controller's own bucket
+ * (src/runtime/token-bucket.ts); this adds the simulator's clock and the providers' vocabulary.
  */
+import { TokenBucket } from '../../runtime/token-bucket.ts';
 
 /** Capacity and refill rate of a bucket. */
-export interface TokenBucketOptions {
+export interface ThrottleBucketOptions {
   capacity: number;
   refillPerSecond: number;
   /** Milliseconds clock; tests and the simulator pass their own. */
@@ -15,48 +18,36 @@ export interface TokenBucketOptions {
 /** The documented EC2 bucket for non-mutating actions. */
 export const ec2NonMutatingBucket = { capacity: 100, refillPerSecond: 20 } as const;
 
-/** A token bucket; `take()` says whether a request may proceed. */
-export class TokenBucket {
+/** A provider's request bucket on the simulator's clock; `take()` says whether a request may proceed. */
+export class ThrottleBucket {
   readonly capacity: number;
   readonly refillPerSecond: number;
   readonly #now: () => number;
-  #tokens: number;
-  #updatedAt: number;
+  #bucket: TokenBucket;
 
-  constructor(options: TokenBucketOptions) {
+  constructor(options: ThrottleBucketOptions) {
     this.capacity = options.capacity;
     this.refillPerSecond = options.refillPerSecond;
     this.#now = options.now ?? (() => performance.now());
-    this.#tokens = options.capacity;
-    this.#updatedAt = this.#now();
+    this.#bucket = this.#full();
   }
 
   /** Takes one token if there is one. */
   take(): boolean {
-    this.#refill();
-    if (this.#tokens < 1) return false;
-    this.#tokens -= 1;
-    return true;
+    return this.#bucket.tryTake(this.#now());
   }
 
   /** Tokens available now (fractional while refilling). */
   get tokens(): number {
-    this.#refill();
-    return this.#tokens;
+    return this.#bucket.tokens(this.#now());
   }
 
   /** Fills the bucket to capacity. */
   reset(): void {
-    this.#tokens = this.capacity;
-    this.#updatedAt = this.#now();
+    this.#bucket = this.#full();
   }
 
-  #refill(): void {
-    const now = this.#now();
-    this.#tokens = Math.min(
-      this.capacity,
-      this.#tokens + ((now - this.#updatedAt) / 1000) * this.refillPerSecond,
-    );
-    this.#updatedAt = now;
+  #full(): TokenBucket {
+    return new TokenBucket({ burst: this.capacity, perSecond: this.refillPerSecond }, this.#now());
   }
 }

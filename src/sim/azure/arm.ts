@@ -7,7 +7,7 @@
  * `x-ms-ratelimit-remaining-subscription-reads`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { TokenBucket } from '../aws/throttle.ts';
+import type { ThrottleBucket } from '../aws/throttle.ts';
 import type { AzureWorld, SimScaleSet, SimVm } from './world.ts';
 
 /** One request the simulator served, named after the SDK operation (`virtualMachines.get`, …). */
@@ -41,7 +41,7 @@ export interface ArmContext {
   baseUrl(): string;
   pageSize: number;
   /** The subscription read bucket; undefined: no throttling. */
-  bucket: TokenBucket | undefined;
+  bucket: ThrottleBucket | undefined;
   /** Whether a bearer token was issued by the simulated IMDS. */
   validToken(token: string): boolean;
 }

@@ -10,7 +10,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { AccessToken, TokenCredential } from '@azure/identity';
 import type { AzureClientOptions } from '../../cloud/azure/client.ts';
 import { listenOnLoopback } from '../../net/loopback.ts';
-import { TokenBucket } from '../aws/throttle.ts';
+import { ThrottleBucket } from '../aws/throttle.ts';
 import { applyTransportFault, CallLog, FaultQueue, type FaultVerbs, faultVerbs } from '../cloud-sim.ts';
 import { createCertificateAuthority, issueServingCertificate } from '../tls.ts';
 import { type ArmContext, type AzureCall, armReadBucket, matchArmRoute, serveArm } from './arm.ts';
@@ -62,7 +62,7 @@ export interface AzureSimulator extends Pick<FaultVerbs, 'failNext' | 'delayNext
   count(operation: string): number;
   clearCalls(): void;
   /** The subscription read bucket now in force (undefined: none). */
-  readonly bucket: TokenBucket | undefined;
+  readonly bucket: ThrottleBucket | undefined;
   /** Replaces the read bucket (full); undefined turns throttling off. */
   setReadBucket(limits: { capacity: number; refillPerSecond: number } | undefined): void;
   close(): Promise<void>;
@@ -185,7 +185,7 @@ export async function startAzureSimulator(options: AzureSimulatorOptions = {}): 
     world,
     baseUrl: () => armUrl,
     pageSize: options.pageSize ?? 100,
-    bucket: new TokenBucket(options.readBucket ?? armReadBucket),
+    bucket: new ThrottleBucket(options.readBucket ?? armReadBucket),
     validToken: (token) => state.tokens.valid(token),
   };
   const arm = await startArm(state, armContext);
@@ -234,7 +234,7 @@ export async function startAzureSimulator(options: AzureSimulatorOptions = {}): 
       return armContext.bucket;
     },
     setReadBucket: (limits) => {
-      armContext.bucket = limits ? new TokenBucket(limits) : undefined;
+      armContext.bucket = limits ? new ThrottleBucket(limits) : undefined;
     },
     close: async () => {
       await Promise.all([arm.listener.close(), imdsListener.close()]);
