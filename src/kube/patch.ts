@@ -3,8 +3,7 @@
  * in an instance-group edit or a first start every Node of a group is patched at once, and through
  * client-node each patch cost the controller more CPU than the rest of its reconcile (a fetch
  * dispatcher, web streams and the object serializer's walk of the whole answered Node;
- * docs/performance.md). client-node 2.0.1 would also label a patch `application/json-patch+json`
- * unless told otherwise, which a real apiserver rejects for a merge-style body.
+ * docs/performance.md). Each patch names its kind in its Content-Type, as a real apiserver requires.
  */
 import type { V1Node } from '@kubernetes/client-node';
 import { type KubeHttps, kubeAnswerError } from './kube-https.ts';

@@ -21,7 +21,7 @@ export const clusterPaths = {
 
 /**
  * Default interval between version polls (the config's `stateStore.pollInterval`): an edit reaches
- * the nodes within it, at one HEAD per object per poll (docs/configuration.md prices it).
+ * the nodes within it, at one HEAD per object per poll (docs/state-store.md prices it).
  */
 export const defaultPollIntervalMs = 5_000;
 
