@@ -57,7 +57,10 @@ describe('kops-controller dev', () => {
     await new Promise((resolve) => setTimeout(resolve, 3_000));
     const perPoll = 1 + cluster.nodesByGroup.size;
     assert.ok(heads() - before > perPoll, `${heads() - before} HEADs in 3 s; one poll makes ${perPoll}`);
-    assert.ok(3_000 < defaultPollIntervalMs);
+    assert.ok(
+      3_000 < defaultPollIntervalMs,
+      'the window must be shorter than the default interval to tell them apart',
+    );
     // As `kops edit ig` would: a new node label in the group's spec.nodeLabels.
     const vfs = openVfs(cluster.configBase, vfsOptionsFromEnv(cluster.env));
     const path = `instancegroup/${group}`;
