@@ -10,15 +10,12 @@ import type { KubeConfig, V1Node } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { ConflictError } from '../errors.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
-import { kubeAnswerError, kubeHttps } from '../kube/kube-https.ts';
+import { kubeAnswerError, kubeHttps, kubeJson, maxNodeBytes } from '../kube/kube-https.ts';
 import type { Logger } from '../log.ts';
 import { dependencyFault } from './dependency.ts';
 
 /** Reads what the guard needs of a Node. */
 export type NodeReader = (name: string) => Promise<Pick<V1Node, 'status'> | undefined>;
-
-/** A Node is a few kilobytes; its status lists at most 50 images. Anything larger is not one. */
-const maxNodeBytes = 4 * 1024 * 1024;
 
 /**
  * A {@link NodeReader} over plain HTTPS with one keep-alive agent (src/kube/kube-https.ts): the guard runs on
@@ -34,7 +31,7 @@ export function httpsNodeReader(kubeConfig: KubeConfig, options: { timeoutMs?: n
     const answer = await call({ action, method: 'GET', path, maxBodyBytes: maxNodeBytes });
     if (answer.status === 404) return undefined;
     if (answer.status !== 200) throw kubeAnswerError(answer, action);
-    return JSON.parse(answer.body.toString('utf8')) as Pick<V1Node, 'status'>;
+    return kubeJson<Pick<V1Node, 'status'>>(answer, action);
   };
 }
 

@@ -20,7 +20,7 @@ import { createHash } from 'node:crypto';
 import type { CoreV1Api, KubeConfig, V1ConfigMap } from '@kubernetes/client-node';
 import { describeError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
-import { kubeAnswerError, kubeHttps } from '../kube/kube-https.ts';
+import { kubeAnswerError, kubeHttps, kubeJson } from '../kube/kube-https.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
@@ -49,8 +49,9 @@ export interface ConfigMapReplayGuardOptions {
   core: CoreV1Api;
   /**
    * When given, markers are created and read over plain HTTPS with one keep-alive agent
-   * (src/kube/kube-https.ts) instead of through `core`: a marker is written for every aws join, and through
-   * client-node that write cost the server more CPU than the certificate's signature
+   * (src/kube/kube-https.ts) instead of through `core`: a marker is written for every join whose proof
+   * needs one (a GCE identity token, a kops metal record), and through client-node that write cost
+   * the server more CPU than the certificate's signature
    * (docs/performance.md). `core` still collects expired markers (leader only, every few minutes).
    */
   kubeConfig?: KubeConfig;
@@ -110,7 +111,7 @@ function httpsMarkers(kubeConfig: KubeConfig, namespace: string, timeoutMs: numb
       const path = `${collection}/${encodeURIComponent(name)}`;
       const answer = await call({ action, method: 'GET', path, maxBodyBytes: 64 * 1024 });
       if (answer.status !== 200) throw kubeAnswerError(answer, action);
-      const marker = JSON.parse(answer.body.toString('utf8')) as V1ConfigMap;
+      const marker = kubeJson<V1ConfigMap>(answer, action);
       return marker.metadata?.annotations?.[replayRequestAnnotation];
     },
   };

@@ -146,6 +146,15 @@ describe('config loader', () => {
     assert.equal(parseConfig({ clusterName: 'c', cloud: 'aws' }).stateStore.pollInterval, 5_000);
     const config = parseConfigText('clusterName: c\ncloud: aws\nstateStore:\n  pollInterval: 30s\n');
     assert.equal(config.stateStore.pollInterval, 30_000);
+    for (const [pollInterval, ms] of [
+      ['1s', 1_000],
+      ['1h', 3_600_000],
+    ] as const) {
+      assert.equal(
+        parseConfig({ clusterName: 'c', cloud: 'aws', stateStore: { pollInterval } }).stateStore.pollInterval,
+        ms,
+      );
+    }
     for (const pollInterval of ['500ms', '2h', 0]) {
       assert.throws(
         () => parseConfig({ clusterName: 'c', cloud: 'aws', stateStore: { pollInterval } }),

@@ -86,7 +86,8 @@ const leaderElection = z.strictObject({
 const stateStore = z.strictObject({
   /**
    * How often the cluster spec and the instance groups in use are checked for changes: one HEAD (a
-   * stat for file://) per object per poll, so an edited group relabels its nodes within this interval.
+   * metadata GET on GCS, a stat for file://) per object per poll; an edited group's nodes are
+   * relabelled within this interval plus their patches.
    */
   pollInterval: duration
     .refine((ms) => ms >= 1_000 && ms <= 3_600_000, { message: 'must be between 1s and 1h' })

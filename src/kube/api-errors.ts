@@ -34,8 +34,8 @@ function retryAfterOf(err: unknown): number | undefined {
   return retryAfterSeconds(err instanceof ApiException ? err.headers?.['retry-after'] : undefined);
 }
 
-/** What the operator can do about an answer, after its message. */
-const adviceByStatus: Partial<Record<number, string>> = {
+/** What the operator can do about an answer, after its message (also src/kube/kube-https.ts). */
+export const adviceByStatus: Partial<Record<number, string>> = {
   401: '; check the kubeconfig credentials',
   403: '; grant the permission in RBAC',
 };

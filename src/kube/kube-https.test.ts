@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, connect, type Socket } from 'node:net';
 import { test } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
 import { ForbiddenError, RateLimitedError, TimeoutError, UnavailableError } from '../errors.ts';
 import { createCertificateAuthority, issueServingCertificate } from '../sim/tls.ts';
-import { kubeAnswerError, kubeHttps, maxKubeConnections } from './kube-https.ts';
+import { kubeAnswerError, kubeHttps, kubeJson, maxKubeConnections } from './kube-https.ts';
 
 /** An HTTPS server answering with `handler`, and a kubeconfig pointing at it with a bearer token. */
 async function serve(
@@ -152,7 +152,13 @@ test("kubeAnswerError: the status's kind, the Status message, the status and the
   assert.equal(throttled.message, 'record a proof: HTTP 429: slow down');
   assert.equal(throttled.upstreamStatus, 429);
   assert.equal(throttled.retryAfterSeconds, 7);
-  assert.ok(kubeAnswerError(answer(403, '{"message":"no"}'), 'read') instanceof ForbiddenError);
+  const forbidden = kubeAnswerError(answer(403, '{"message":"no"}'), 'patch node n1');
+  assert.ok(forbidden instanceof ForbiddenError);
+  assert.equal(forbidden.message, 'patch node n1: HTTP 403: no; grant the permission in RBAC');
+  assert.match(
+    kubeAnswerError(answer(401, ''), 'read').message,
+    /HTTP 401; check the kubeconfig credentials$/,
+  );
   const failing = kubeAnswerError(answer(500, 'not json'), 'read');
   assert.ok(failing instanceof UnavailableError);
   assert.equal(failing.message, 'read: HTTP 500: not json');
@@ -160,4 +166,90 @@ test("kubeAnswerError: the status's kind, the Status message, the status and the
     kubeAnswerError(answer(302, ''), 'read') instanceof UnavailableError,
     'a redirect is not followed',
   );
+});
+
+test('kubeJson: an answer that is not JSON is the API server being unusable, named, not a SyntaxError', () => {
+  const ok = { status: 200, headers: {}, body: Buffer.from('{"kind":"Node"}') };
+  assert.deepEqual(kubeJson(ok, 'read node n1'), { kind: 'Node' });
+  const page = { status: 200, headers: {}, body: Buffer.from('<html>proxy error</html>') };
+  assert.throws(
+    () => kubeJson(page, 'read node n1'),
+    (err: unknown) =>
+      err instanceof UnavailableError &&
+      err.message === 'read node n1: HTTP 200 with a body that is not JSON',
+  );
+});
+
+test('every call names the controller as its User-Agent', async () => {
+  let agent: string | undefined;
+  const server = await serve((req, _body, res) => {
+    agent = req.headers['user-agent'];
+    res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+  });
+  try {
+    await kubeHttps(server.kubeConfig, { timeoutMs: 5_000 })({ action: 'read', method: 'GET', path: '/x' });
+    assert.equal(agent, 'kops-controller');
+  } finally {
+    server.close();
+  }
+});
+
+test("a plain-HTTP server (kubectl proxy) and a kubeconfig's proxy-url are honoured, as client-node honours them", async () => {
+  // `kubectl proxy`: plain HTTP on loopback, which client-node accepts only with insecure-skip-tls-verify.
+  const plain = createHttpServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ path: req.url }));
+  });
+  await new Promise<void>((resolve) => plain.listen(0, '127.0.0.1', resolve));
+  const plainConfig = new KubeConfig();
+  plainConfig.loadFromClusterAndUser(
+    { name: 'c', server: `http://127.0.0.1:${(plain.address() as AddressInfo).port}`, skipTLSVerify: true },
+    { name: 'u' },
+  );
+  // A proxy-url: the call must reach the API server through the proxy's CONNECT, not directly.
+  const server = await serve((_req, _body, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' }).end('{"through":"proxy"}');
+  });
+  const tunnels: string[] = [];
+  const proxy = createHttpServer();
+  proxy.on('connect', (req: IncomingMessage, client: Socket, head: Buffer) => {
+    tunnels.push(req.url ?? '');
+    const [host, port] = (req.url ?? '').split(':');
+    const upstream = connect(Number(port), host, () => {
+      client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+      upstream.write(head);
+      upstream.pipe(client);
+      client.pipe(upstream);
+    });
+    upstream.on('error', () => client.destroy());
+    client.on('error', () => upstream.destroy());
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+  const proxied = new KubeConfig();
+  const cluster = server.kubeConfig.getCurrentCluster();
+  assert.ok(cluster);
+  proxied.loadFromClusterAndUser(
+    { ...cluster, proxyUrl: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}` },
+    { name: 'u', token: 'the-token' },
+  );
+  try {
+    const viaPlain = await kubeHttps(plainConfig, { timeoutMs: 5_000 })({
+      action: 'read node n1',
+      method: 'GET',
+      path: '/api/v1/nodes/n1',
+    });
+    assert.equal(viaPlain.status, 200);
+    assert.deepEqual(JSON.parse(viaPlain.body.toString()), { path: '/api/v1/nodes/n1' });
+    const viaProxy = await kubeHttps(proxied, { timeoutMs: 5_000 })({
+      action: 'read',
+      method: 'GET',
+      path: '/x',
+    });
+    assert.equal(viaProxy.body.toString(), '{"through":"proxy"}');
+    assert.deepEqual(tunnels, [new URL(cluster.server).host]);
+  } finally {
+    plain.close();
+    proxy.closeAllConnections();
+    proxy.close();
+    server.close();
+  }
 });

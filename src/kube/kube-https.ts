@@ -21,7 +21,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import { errorForHttpStatus, type KopsError, TimeoutError, UnavailableError } from '../errors.ts';
 import { type HttpsAnswer, httpsRequest, StaleConnectionError } from '../net/https-client.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
-import { statusMessageOf } from './api-errors.ts';
+import { adviceByStatus, statusMessageOf } from './api-errors.ts';
 
 /** One call: a method, a path under the cluster's server URL, a JSON body. */
 export interface KubeCall {
@@ -45,6 +45,9 @@ const staleRetries = 3;
 /** Connections to the API server one caller keeps at most. */
 export const maxKubeConnections = 64;
 
+/** The longest Node answer read: a Node is a few kilobytes, its status lists at most 50 images. */
+export const maxNodeBytes = 4 * 1024 * 1024;
+
 /** Idle pooled connections are closed after this long. */
 const idleConnectionMs = 30_000;
 
@@ -54,27 +57,18 @@ const idleConnectionMs = 30_000;
  * create is safe to resend.
  */
 export function kubeHttps(kubeConfig: KubeConfig, options: { timeoutMs: number }): KubeHttps {
-  const server = (kubeConfig.getCurrentCluster()?.server ?? '').replace(/\/+$/, '');
-  let agent: Agent | undefined;
+  const cluster = kubeConfig.getCurrentCluster();
+  const server = (cluster?.server ?? '').replace(/\/+$/, '');
+  // Through a proxy (the kubeconfig's proxy-url) or to a plain-HTTP server (`kubectl proxy`), the
+  // agent client-node makes for the kubeconfig, which it caches; the pool below is for direct HTTPS.
+  const clientNodeAgent = Boolean(cluster?.proxyUrl) || server.startsWith('http:');
+  let pooled: Agent | undefined;
   return async (call) => {
-    const headers: OutgoingHttpHeaders = { accept: 'application/json' };
+    const headers: OutgoingHttpHeaders = { accept: 'application/json', 'user-agent': 'kops-controller' };
     if (call.body !== undefined) headers['content-type'] = call.contentType ?? 'application/json';
     const opts: RequestOptions = { method: call.method, headers };
     await kubeConfig.applyToHTTPSOptions(opts);
-    agent ??= new Agent({
-      keepAlive: true,
-      maxSockets: maxKubeConnections,
-      // The most recently used connection first, so that the others idle out after a storm.
-      scheduling: 'lifo',
-      timeout: idleConnectionMs,
-      secureContext: createSecureContext({
-        ...(opts.ca ? { ca: opts.ca } : {}),
-        ...(opts.cert ? { cert: opts.cert } : {}),
-        ...(opts.key ? { key: opts.key } : {}),
-      }),
-      ...(opts.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: opts.rejectUnauthorized }),
-      ...(opts.servername ? { servername: opts.servername } : {}),
-    });
+    const agent = clientNodeAgent ? (opts.agent as Agent) : (pooled ??= pooledAgent(opts));
     const send = (): Promise<HttpsAnswer> =>
       httpsRequest({
         url: new URL(`${server}${call.path}`),
@@ -100,6 +94,24 @@ export function kubeHttps(kubeConfig: KubeConfig, options: { timeoutMs: number }
   };
 }
 
+/** The bounded keep-alive pool of a caller, its TLS context built once from the kubeconfig's material. */
+function pooledAgent(opts: RequestOptions): Agent {
+  return new Agent({
+    keepAlive: true,
+    maxSockets: maxKubeConnections,
+    // The most recently used connection first, so that the others idle out after a storm.
+    scheduling: 'lifo',
+    timeout: idleConnectionMs,
+    secureContext: createSecureContext({
+      ...(opts.ca ? { ca: opts.ca } : {}),
+      ...(opts.cert ? { cert: opts.cert } : {}),
+      ...(opts.key ? { key: opts.key } : {}),
+    }),
+    ...(opts.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: opts.rejectUnauthorized }),
+    ...(opts.servername ? { servername: opts.servername } : {}),
+  });
+}
+
 /**
  * The typed error of an answer that is not a success, as client-node's would be mapped
  * (src/kube/api-errors.ts): the status's kind, the Status message, the status kept as
@@ -111,11 +123,25 @@ export function kubeAnswerError(answer: HttpsAnswer, action: string): KopsError 
   const retryAfter = answer.headers['retry-after'];
   return errorForHttpStatus(
     status,
-    `${action}: HTTP ${status}${detail ? `: ${detail}` : ''}`,
+    `${action}: HTTP ${status}${detail ? `: ${detail}` : ''}${adviceByStatus[status] ?? ''}`,
     {
       upstreamStatus: status,
       retryAfterSeconds: retryAfterSeconds(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter),
     },
     'unavailable',
   );
+}
+
+/**
+ * The object of a successful answer. An answer that is not JSON (a proxy's error page sent with 200)
+ * is the API server being unusable, as a 503 would be, not a bug of the caller.
+ */
+export function kubeJson<T>(answer: HttpsAnswer, action: string): T {
+  try {
+    return JSON.parse(answer.body.toString('utf8')) as T;
+  } catch (err) {
+    throw new UnavailableError(`${action}: HTTP ${answer.status} with a body that is not JSON`, {
+      cause: err,
+    });
+  }
 }

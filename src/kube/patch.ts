@@ -1,12 +1,12 @@
 /**
  * Node PATCHes with the right Content-Type, sent over the pooled API-server client (src/kube/kube-https.ts):
- * in an instance-group edit or a first start every Node of a group is patched at once, and through
+ * an instance-group edit or a first start patches every Node of a group, 16 at a time, and through
  * client-node each patch cost the controller more CPU than the rest of its reconcile (a fetch
  * dispatcher, web streams and the object serializer's walk of the whole answered Node;
  * docs/performance.md). Each patch names its kind in its Content-Type, as a real apiserver requires.
  */
 import type { V1Node } from '@kubernetes/client-node';
-import { type KubeHttps, kubeAnswerError } from './kube-https.ts';
+import { type KubeHttps, kubeAnswerError, kubeJson, maxNodeBytes } from './kube-https.ts';
 
 /** The patch types the helpers send. */
 export type PatchType = 'strategic-merge' | 'merge' | 'json';
@@ -22,9 +22,6 @@ const contentTypes: Record<PatchType, string> = {
  * retried by its controller's queue with backoff.
  */
 export const patchTimeoutMs = 30_000;
-
-/** The largest Node answer read (a Node with many images in its status is tens of KiB; etcd's cap is 1.5 MiB). */
-const maxNodeBytes = 3 * 1024 * 1024;
 
 /** Keys to set (key → value) and keys to remove from a string map such as labels or annotations. */
 export interface MapChanges {
@@ -74,5 +71,5 @@ export async function patchNode(
     maxBodyBytes: maxNodeBytes,
   });
   if (answer.status !== 200) throw kubeAnswerError(answer, action);
-  return JSON.parse(answer.body.toString('utf8')) as V1Node;
+  return kubeJson<V1Node>(answer, action);
 }

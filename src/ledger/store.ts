@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import type { CoreV1Api, KubeConfig, V1ConfigMap } from '@kubernetes/client-node';
 import { KopsError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
-import { kubeAnswerError, kubeHttps } from '../kube/kube-https.ts';
+import { kubeAnswerError, kubeHttps, kubeJson } from '../kube/kube-https.ts';
 import { entryKey, epochSeconds, type LedgerEntry, maxEntriesPerShard, mergeEntries } from './ledger.ts';
 
 /** The label every shard carries (value: the shard number), so that one list reads the whole ledger. */
@@ -133,7 +133,7 @@ function httpsShards(kubeConfig: KubeConfig, namespace: string, timeoutMs: numbe
       const answer = await call({ action, method: 'GET', path, maxBodyBytes: maxShardAnswerBytes });
       if (answer.status === 404) return undefined;
       if (answer.status !== 200) throw kubeAnswerError(answer, action);
-      return JSON.parse(answer.body.toString('utf8')) as V1ConfigMap;
+      return kubeJson<V1ConfigMap>(answer, action);
     },
     async write(configMap, exists, action) {
       const body = JSON.stringify({ apiVersion: 'v1', kind: 'ConfigMap', ...configMap });

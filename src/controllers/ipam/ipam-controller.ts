@@ -150,7 +150,7 @@ export class IpamController implements LeaderComponent {
   readonly name = 'ipam-controller';
   readonly #options: IpamControllerOptions;
   readonly #core: CoreV1Api;
-  /** Node patches go over the pooled client: a storm patches thousands at once (src/kube/patch.ts). */
+  /** Node patches go over the pooled client: an edit or a first start patches a whole group (src/kube/patch.ts). */
   readonly #kube: KubeHttps;
   readonly #logger: Logger;
   readonly #registry: Registry;

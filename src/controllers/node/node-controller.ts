@@ -102,7 +102,7 @@ export class NodeController implements LeaderComponent {
   readonly name = 'node-controller';
   readonly #options: NodeControllerOptions;
   readonly #core: CoreV1Api;
-  /** Node patches go over the pooled client: a storm patches thousands at once (src/kube/patch.ts). */
+  /** Node patches go over the pooled client: an edit or a first start patches a whole group (src/kube/patch.ts). */
   readonly #kube: KubeHttps;
   readonly #logger: Logger;
   readonly #registry: Registry;
