@@ -68,7 +68,11 @@ export function kubeHttps(kubeConfig: KubeConfig, options: { timeoutMs: number }
     if (call.body !== undefined) headers['content-type'] = call.contentType ?? 'application/json';
     const opts: RequestOptions = { method: call.method, headers };
     await kubeConfig.applyToHTTPSOptions(opts);
-    const agent = clientNodeAgent ? (opts.agent as Agent) : (pooled ??= pooledAgent(opts));
+    let agent = opts.agent as Agent;
+    if (!clientNodeAgent) {
+      pooled ??= pooledAgent(opts);
+      agent = pooled;
+    }
     const send = (): Promise<HttpsAnswer> =>
       httpsRequest({
         url: new URL(`${server}${call.path}`),
