@@ -16,6 +16,7 @@ import { parseArgs } from 'node:util';
 import { CoreV1Api } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import type { CloudGroup } from '../src/cloud/types.ts';
+import { nodeInformer } from '../src/kube/shared-informer.ts';
 import { IncrementalValidation } from '../src/metrics/incremental-validation.ts';
 import { type InstanceGroupHealth, instanceGroupHealth } from '../src/metrics/instance-group-health.ts';
 import {
@@ -218,6 +219,7 @@ export async function runScrapeBench(options: {
     const metrics = new ValidationMetrics({
       clusterName,
       kubeConfig,
+      nodes: nodeInformer(kubeConfig),
       core: kubeConfig.makeApiClient(CoreV1Api),
       cloudGroups: { list: async () => cloudGroups },
       instanceGroups: async () => instanceGroups,

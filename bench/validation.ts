@@ -16,6 +16,7 @@ import { parseArgs } from 'node:util';
 import { CoreV1Api, type V1Node, type V1Pod } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import type { CloudGroup } from '../src/cloud/types.ts';
+import { nodeInformer } from '../src/kube/shared-informer.ts';
 import {
   type ValidationGauge,
   ValidationMetrics,
@@ -170,6 +171,7 @@ export async function runValidationBench(options: {
     const metrics = new ValidationMetrics({
       clusterName: 'bench.example.com',
       kubeConfig,
+      nodes: nodeInformer(kubeConfig),
       core,
       cloudGroups: { list: async () => cloudGroups },
       instanceGroups: async () => instanceGroups,

@@ -16,8 +16,8 @@ import { loadConfigFile } from '../../src/config/loader.ts';
 import { createLogger } from '../../src/log.ts';
 import type { WorldReady } from './world.ts';
 
-/** The informers whose first list the controller waits for: the NodeController's and the gauges'. */
-export const controllerInformers = ['nodes', 'nodes-validation', 'pods-validation'];
+/** The informers whose first list the controller waits for: the shared Node watch and the gauges' pods. */
+export const controllerInformers = ['nodes', 'pods-validation'];
 
 /** Memory of the controller process, in MiB. */
 export interface ControllerMemory {

@@ -44,7 +44,7 @@ export function formatScale(r: ScaleResult): string {
   const { size } = r;
   const rows: Row[] = [
     {
-      workload: 'informer sync (nodes ×2, pods)',
+      workload: 'informer sync (nodes, pods)',
       figure: seconds(r.first.syncMs),
       target: '-',
       ratio: undefined,

@@ -7,11 +7,10 @@
  * (docs/security.md, "The impersonation guard").
  */
 import type { KubeConfig, V1Node } from '@kubernetes/client-node';
-import type { Registry } from 'prom-client';
 import { ConflictError } from '../errors.ts';
-import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
+import type { InformerCache } from '../kube/informer.ts';
 import { kubeAnswerError, kubeHttps, kubeJson, maxNodeBytes } from '../kube/kube-https.ts';
-import type { Logger } from '../log.ts';
+import type { SharedInformer } from '../kube/shared-informer.ts';
 import { dependencyFault } from './dependency.ts';
 
 /** Reads what the guard needs of a Node. */
@@ -42,7 +41,7 @@ export function httpsNodeReader(kubeConfig: KubeConfig, options: { timeoutMs?: n
 export const maxWatchSilenceMs = 90_000;
 
 /** What {@link watchedNodeReader} needs of a Node informer (whose records only mark presence). */
-export type NodePresence = Pick<Informer<V1Node, true>, 'hasSynced' | 'get' | 'watchSilenceMs'>;
+export type NodePresence = Pick<InformerCache<true>, 'hasSynced' | 'get' | 'watchSilenceMs'>;
 
 /** Where an answer of the guard came from, for the metrics. */
 export type GuardReadSource = 'watch' | 'api';
@@ -76,20 +75,9 @@ export function watchIsCurrent(nodes: NodePresence, maxSilenceMs = maxWatchSilen
   return nodes.hasSynced() && silence !== undefined && silence <= maxSilenceMs;
 }
 
-/** A watch of every Node that keeps only names: what {@link watchedNodeReader} reads. */
-export function nodePresenceInformer(
-  kubeConfig: KubeConfig,
-  options: { registry?: Registry; logger?: Logger } = {},
-): Informer<V1Node, true> {
-  return new Informer<V1Node, true>({
-    // Its own resource label: the NodeController's informer of the same process is named "nodes".
-    name: 'nodes-guard',
-    path: '/api/v1/nodes',
-    list: kubeList<V1Node>(kubeConfig, '/api/v1/nodes'),
-    watch: kubeWatch(kubeConfig),
-    transform: () => true,
-    ...options,
-  });
+/** The guard's view of the process's Node watch: presence only, what {@link watchedNodeReader} reads. */
+export function nodePresenceView(nodes: SharedInformer<V1Node>): InformerCache<true> {
+  return nodes.view('guard', () => true);
 }
 
 /** Whether a Node's Ready condition is True. */

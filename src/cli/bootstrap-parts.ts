@@ -6,7 +6,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
-import type { KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig, V1Node } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import type { KopsOptions } from '../bootstrap/kops-handler.ts';
 import {
@@ -14,13 +14,15 @@ import {
   httpsNodeReader,
   type NodePresence,
   type NodeReader,
-  nodePresenceInformer,
+  nodePresenceView,
   watchedNodeReader,
   watchIsCurrent,
 } from '../bootstrap/node-guard.ts';
 import { servingCertificate } from '../bootstrap/server.ts';
 import type { Config } from '../config/schema.ts';
 import { ConfigError, describeError } from '../errors.ts';
+import type { InformerCache } from '../kube/informer.ts';
+import { nodeInformer, type SharedInformer } from '../kube/shared-informer.ts';
 import { KubeletRenewalRecorder } from '../ledger/csr-renewals.ts';
 import { CertificateExpiryGauge } from '../ledger/expiry-gauge.ts';
 import { caKind, servingKind } from '../ledger/ledger.ts';
@@ -103,8 +105,8 @@ export function nodeConfigReader(
 
 /** How the impersonation guard reads Nodes, and the Node watch behind it when there is one. */
 export interface NodeGuardReads {
-  /** The started Node watch (`nodeGuard: watch` only). */
-  guardWatch?: ReturnType<typeof nodePresenceInformer>;
+  /** The guard's started view of the Node watch (`nodeGuard: watch` only). */
+  guardWatch?: InformerCache<true>;
   /** Reads the API server, always. */
   direct: NodeReader;
   /** What the guard uses: the watch when it is current, the API server otherwise. */
@@ -112,12 +114,14 @@ export interface NodeGuardReads {
 }
 
 /**
- * How the impersonation guard reads Nodes: through a started Node watch with `nodeGuard: watch`,
- * straight from the API server otherwise.
+ * How the impersonation guard reads Nodes: through a view of the process's Node watch (`nodes`, or
+ * one of its own, as a serving worker has) with `nodeGuard: watch`, straight from the API server
+ * otherwise. The view is started here and held until the server stops.
  */
 export function nodeGuardReads(
   config: Config,
   kubeConfig: KubeConfig,
+  nodes: SharedInformer<V1Node> | undefined,
   onRead: (source: GuardReadSource) => void,
   registry: Registry,
   logger: Logger,
@@ -125,7 +129,7 @@ export function nodeGuardReads(
   const reads = apiNodeReads(kubeConfig);
   if (config.bootstrap.nodeGuard !== 'watch') return reads;
   const { direct } = reads;
-  const guardWatch = nodePresenceInformer(kubeConfig, { registry, logger });
+  const guardWatch = nodePresenceView(nodes ?? nodeInformer(kubeConfig, { registry, logger }));
   guardWatch.start();
   return { guardWatch, direct, readNode: watchedNodeReader(guardWatch, direct, { onRead }) };
 }

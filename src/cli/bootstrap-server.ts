@@ -15,7 +15,7 @@
  * {@link BootstrapContext} built in {@link startBootstrapServer}; leader-only work (a publisher, a
  * cleaner, a signer) joins `components` in {@link startConfiguredBootstrap}.
  */
-import { CertificatesV1Api, CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { CertificatesV1Api, CoreV1Api, KubeConfig, type V1Node } from '@kubernetes/client-node';
 import { type Registry, register } from 'prom-client';
 import { auditSink } from '../bootstrap/audit.ts';
 import { GrpcCallbackChallenger } from '../bootstrap/challenge-caller.ts';
@@ -51,6 +51,7 @@ import { cloudCallMetrics } from '../cloud/metrics.ts';
 import type { Config } from '../config/schema.ts';
 import { ConfigError, describeError } from '../errors.ts';
 import { reuseConnections } from '../kube/connection-reuse.ts';
+import type { SharedInformer } from '../kube/shared-informer.ts';
 import { entriesOfIssued, LedgerRecorder } from '../ledger/recorder.ts';
 import { ConfigMapLedgerStore } from '../ledger/store.ts';
 import { createLogger, type Logger, type LoggerOptions, silentLogger } from '../log.ts';
@@ -107,6 +108,11 @@ export interface BootstrapServerDeps {
   tls?: { key: string; cert: string };
   /** In a serving worker: the primary's shared rate limit, connection caps and the shared port. */
   shared?: { limiter: RequestLimiter; gate: ConnectionGate; reusePort: true };
+  /**
+   * The process's Node watch, not started yet, for the impersonation guard's view (`nodeGuard:
+   * watch`); without it the server keeps a Node watch of its own (a serving worker, tests).
+   */
+  nodes?: SharedInformer<V1Node>;
   registry?: Registry;
   logger?: Logger;
 }
@@ -358,7 +364,14 @@ export async function startBootstrapServer(
 ): Promise<RunningBootstrap> {
   const { server, registry, logger } = bootstrapSettings(config, deps);
   const parts = await buildSigningParts(config, server, deps, registry, logger);
-  const guard = nodeGuardReads(config, parts.kubeConfig, parts.metrics.guardRead, registry, logger);
+  const guard = nodeGuardReads(
+    config,
+    parts.kubeConfig,
+    deps.nodes,
+    parts.metrics.guardRead,
+    registry,
+    logger,
+  );
   const queue = startQueue(config, parts, registry, logger);
   const context: BootstrapContext = {
     ca: parts.ca,
@@ -423,6 +436,8 @@ export interface ConfiguredBootstrapOptions {
   vfsOptions: VfsOptions;
   /** Cloud endpoints and credentials other than the defaults (the simulator's, in tests and `dev`). */
   cloud?: CloudOverrides;
+  /** The process's Node watch, not started yet (`run`'s); the guard adds its view when this process serves. */
+  nodes?: SharedInformer<V1Node>;
   registry: Registry;
   logger?: Logger;
   /**
@@ -628,6 +643,7 @@ export async function startConfiguredBootstrap(
         clusterInfoHandler: clusterInfoHandler(clusterInfo, logger),
         ...serverOverrides,
         authorities,
+        ...(options.nodes ? { nodes: options.nodes } : {}),
       });
     }
     const publisher = new ClusterInfoPublisher({

@@ -3,6 +3,7 @@ import { describe, test } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { configSchema } from '../config/schema.ts';
+import { nodeInformer } from '../kube/shared-informer.ts';
 import { buildLeaderComponents } from './leader-components.ts';
 
 const kubeConfig = new KubeConfig();
@@ -17,6 +18,7 @@ function build(config: Record<string, unknown>, registry = new Registry()) {
   return buildLeaderComponents({
     config: configSchema.parse({ clusterName: 'c.example.com', ...config }),
     kubeConfig,
+    nodes: nodeInformer(kubeConfig),
     vfsOptions: { env: {} },
     registry,
   });

@@ -3,7 +3,7 @@
  * NodeController, the kubelet CSR approver and the validation metrics (the `kops_*` gauges),
  * from the config's cloud and state store.
  */
-import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
+import { CoreV1Api, type KubeConfig, type V1Node } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { MachineIndex } from '../cloud/capi/machines.ts';
 import { CapiNodeIdentifier } from '../cloud/capi/node-identifier.ts';
@@ -14,6 +14,7 @@ import { CsrApprover } from '../controllers/csr-approver/csr-approver.ts';
 import { servingPolicyOf } from '../controllers/csr-approver/serving-policy.ts';
 import { ipamControllerFromConfig } from '../controllers/ipam/from-config.ts';
 import { NodeController } from '../controllers/node/node-controller.ts';
+import type { SharedInformer } from '../kube/shared-informer.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { ValidationMetrics } from '../metrics/validation-metrics.ts';
 import { labelFeaturesOf } from '../nodelabels/build-node-labels.ts';
@@ -25,6 +26,8 @@ import { openVfs, type VfsOptions } from '../statestore/open.ts';
 export interface LeaderComponentsOptions {
   config: Config;
   kubeConfig: KubeConfig;
+  /** The process's Node watch, not started yet: the NodeController, IPAM and the gauges add their views. */
+  nodes: SharedInformer<V1Node>;
   /** How the state store is reached; `run` passes `vfsOptionsFromEnv(process.env)`. */
   vfsOptions: VfsOptions;
   /** Cloud endpoints and credentials other than the defaults (the simulator's, in `dev`). */
@@ -63,6 +66,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
   const clusterStore = new ClusterStore(vfs, { pollIntervalMs: config.stateStore.pollInterval, logger });
   const nodeController = new NodeController({
     kubeConfig: options.kubeConfig,
+    nodes: options.nodes,
     identifier,
     clusterStore,
     labelFeatures: labelFeaturesOf(process.env['KOPS_FEATURE_FLAGS']),
@@ -80,6 +84,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
         cloud: config.cloud,
         nodeIdentifier: cloud.nodeIdentifier,
         kubeConfig: options.kubeConfig,
+        nodes: options.nodes,
         registry: options.registry,
         logger,
       }),
@@ -103,6 +108,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
     new ValidationMetrics({
       clusterName: config.clusterName,
       kubeConfig: options.kubeConfig,
+      nodes: options.nodes,
       core: options.kubeConfig.makeApiClient(CoreV1Api),
       cloudGroups: cloud.cloudGroups,
       instanceGroups: () => clusterStore.instanceGroups(),

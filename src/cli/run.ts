@@ -15,6 +15,7 @@ import type { CloudOverrides } from '../cloud/from-config.ts';
 import { loadConfigFile } from '../config/loader.ts';
 import type { Config } from '../config/schema.ts';
 import { loadKubeConfig } from '../kube/client.ts';
+import { nodeInformer } from '../kube/shared-informer.ts';
 import type { Logger } from '../log.ts';
 import { defaultConnectionLimits } from '../net/hardened-server.ts';
 import { ControllerRuntime } from '../runtime/controller-runtime.ts';
@@ -161,12 +162,16 @@ export interface RunningController {
  */
 export async function startController(options: ControllerOptions): Promise<RunningController> {
   const { config, kubeConfig, registry, logger } = options;
-  const leader = await buildLeaderComponents(options);
+  // One Node watch for the process, held for its lifetime: a standby replica keeps it synced, so a
+  // new leader's controllers start from a warm cache instead of listing every Node again.
+  const nodes = nodeInformer(kubeConfig, { registry, logger });
+  const leader = await buildLeaderComponents({ ...options, nodes });
   let bootstrap: ConfiguredBootstrap | undefined;
   try {
     if (config.server && options.bootstrap !== false) {
-      bootstrap = await startConfiguredBootstrap({ ...options, server: options.bootstrap });
+      bootstrap = await startConfiguredBootstrap({ ...options, nodes, server: options.bootstrap });
     }
+    nodes.start();
     const runtime = new ControllerRuntime({
       config,
       leaseClient: kubeConfig.makeApiClient(CoordinationV1Api),
@@ -182,11 +187,13 @@ export async function startController(options: ControllerOptions): Promise<Runni
       stop: async () => {
         await runtime.stop();
         await bootstrap?.close();
+        await nodes.stop();
         leader.close();
       },
     };
   } catch (err) {
     await bootstrap?.close();
+    await nodes.stop();
     leader.close();
     throw err;
   }

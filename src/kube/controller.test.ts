@@ -65,7 +65,7 @@ function controlledReconcile() {
  * Starts a controller over a fake resource listing `initial`, reconciling by hand; `stop` aborts it
  * and resolves when it has stopped.
  */
-async function start(options: Partial<ControllerOptions<Thing, Thing>>, initial: Thing[] = []) {
+async function start(options: Partial<ControllerOptions<Thing>>, initial: Thing[] = []) {
   const resource = fakeResource(initial);
   const r = controlledReconcile();
   const abort = new AbortController();

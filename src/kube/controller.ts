@@ -5,13 +5,12 @@
  * that throws is retried with the queue's per-key backoff; one that asks to be looked at again later
  * is queued after that delay. Other sources of work (a state store, a timer) queue records through the
  * same filter. The runner owns start and stop: on abort it stops those sources, drops what is queued,
- * waits for the reconciles in progress (their signal aborts) and stops the informer.
+ * waits for the reconciles in progress (their signal aborts) and releases the informer.
  */
-import type { KubernetesObject } from '@kubernetes/client-node';
 import type { Counter, Registry } from 'prom-client';
 import type { Logger } from '../log.ts';
 import type { Clock } from '../runtime/clock.ts';
-import type { Informer } from './informer.ts';
+import type { InformerCache } from './informer.ts';
 import { WorkQueue } from './workqueue.ts';
 
 /** How one reconcile ended, when it did not throw. */
@@ -23,11 +22,15 @@ export interface Reconciled {
 }
 
 /** Options of {@link runController}. */
-export interface ControllerOptions<T extends KubernetesObject, R> {
+export interface ControllerOptions<R> {
   /** Names the work queue in the `workqueue_*` metrics and in logs. */
   name: string;
-  /** The cache whose changes queue work; the runner starts and stops it. */
-  informer: Informer<T, R>;
+  /**
+   * The cache whose changes queue work; the runner holds it (start) while it runs and releases it
+   * (stop) after. A cache that is already synced, such as a view of a shared informer another holder
+   * keeps running, is replayed: every record cached is queued as the first list's would be.
+   */
+  informer: InformerCache<R>;
   /** The queue key of a record (its name, for cluster-scoped objects). */
   key: (record: R) => string;
   /** Whether a record needs reconciling; `before` is set for updates. Default: every add and update. */
@@ -53,10 +56,7 @@ export interface ControllerOptions<T extends KubernetesObject, R> {
 }
 
 /** Runs a controller until `signal` aborts; resolves once everything it started has stopped. */
-export async function runController<T extends KubernetesObject, R>(
-  options: ControllerOptions<T, R>,
-  signal: AbortSignal,
-): Promise<void> {
+export async function runController<R>(options: ControllerOptions<R>, signal: AbortSignal): Promise<void> {
   const { informer, key, filter, onQueue, reconciles } = options;
   const queue = new WorkQueue({
     name: options.name,
@@ -72,10 +72,10 @@ export async function runController<T extends KubernetesObject, R>(
     onQueue?.(record);
     queue.add(key(record));
   };
-  const unsubscribe = informer.addHandlers({
-    add: (record) => enqueue(record),
-    update: (before, after) => enqueue(after, before),
-  });
+  const unsubscribe = informer.addHandlers(
+    { add: (record) => enqueue(record), update: (before, after) => enqueue(after, before) },
+    { replay: true },
+  );
   const stopWatching = options.watch?.((record) => enqueue(record));
   informer.start();
   queue.start(async (name, workSignal) => {

@@ -1,137 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { CoreV1Api, type KubernetesListObject, type V1Node, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, type V1Node, type V1Pod } from '@kubernetes/client-node';
 import { AggregatorRegistry, Registry } from 'prom-client';
 import { ForbiddenError } from '../errors.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
-import { FakeClock, settle } from '../testing/fake-clock.ts';
+import { FakeClock } from '../testing/fake-clock.ts';
+import { FakeResource, until } from '../testing/fake-resource.ts';
 import { fromApiException } from './api-errors.ts';
-import {
-  Informer,
-  kubeList,
-  kubeWatch,
-  type ListOptions,
-  objectKey,
-  type WatchEventType,
-  type WatchFn,
-} from './informer.ts';
-
-interface Watcher {
-  onEvent: (type: WatchEventType, object: unknown) => void;
-  onDone: (err?: unknown) => void;
-  closed?: boolean;
-}
-
-/**
- * An in-memory resource with the apiserver's list/watch contract: resourceVersions, paged lists,
- * watches that replay history after a resourceVersion, 410 Gone once history is compacted, and
- * hooks to fail lists, refuse watches and drop streams.
- */
-class FakeResource {
-  objects = new Map<string, V1Pod>();
-  history: { rv: number; type: WatchEventType; object: V1Pod }[] = [];
-  rv = 100;
-  compactedRv = 0;
-  watchers = new Set<Watcher>();
-  listCalls: ListOptions[] = [];
-  watchParams: Record<string, unknown>[] = [];
-  failLists = 0;
-  failWatchConnects = 0;
-
-  put(name: string, phase: string, labels: Record<string, string> = {}): void {
-    const existed = this.objects.has(`default/${name}`);
-    const pod: V1Pod = {
-      metadata: { namespace: 'default', name, resourceVersion: String(++this.rv), labels },
-      spec: { nodeName: 'node-1', containers: [{ name: 'c', image: 'big-image-name:latest' }] },
-      status: { phase },
-    };
-    this.objects.set(`default/${name}`, pod);
-    this.#emit(existed ? 'MODIFIED' : 'ADDED', pod);
-  }
-
-  remove(name: string): void {
-    const pod = this.objects.get(`default/${name}`)!;
-    this.objects.delete(`default/${name}`);
-    this.#emit('DELETED', { ...pod, metadata: { ...pod.metadata, resourceVersion: String(++this.rv) } });
-  }
-
-  #emit(type: WatchEventType, object: V1Pod): void {
-    this.history.push({ rv: this.rv, type, object });
-    for (const w of this.watchers) w.onEvent(type, structuredClone(object));
-  }
-
-  bookmark(): void {
-    for (const w of this.watchers) w.onEvent('BOOKMARK', { metadata: { resourceVersion: String(this.rv) } });
-  }
-
-  /** Ends every open stream, as an apiserver restart or a proxy timeout does. */
-  dropWatches(): void {
-    for (const w of [...this.watchers]) this.close(w);
-  }
-
-  /** Forgets the history so far, as etcd compaction does: older resourceVersions get 410 Gone. */
-  compact(): void {
-    this.compactedRv = this.rv;
-  }
-
-  /** Stops delivering to the open streams without closing them, so the informer misses what follows. */
-  detach(): Watcher[] {
-    const detached = [...this.watchers];
-    this.watchers.clear();
-    return detached;
-  }
-
-  close(w: Watcher, err?: unknown): void {
-    this.watchers.delete(w);
-    if (!w.closed) {
-      w.closed = true;
-      w.onDone(err);
-    }
-  }
-
-  list = async (options: ListOptions): Promise<KubernetesListObject<V1Pod>> => {
-    this.listCalls.push(options);
-    await settle();
-    if (this.failLists > 0) {
-      this.failLists--;
-      throw new TypeError('fetch failed');
-    }
-    const all = [...this.objects.values()];
-    const start = Number(options._continue ?? 0);
-    const end = options.limit ? start + options.limit : all.length;
-    return {
-      metadata: { resourceVersion: String(this.rv), _continue: end < all.length ? String(end) : undefined },
-      items: structuredClone(all.slice(start, end)),
-    };
-  };
-
-  watch: WatchFn = async (_path, params, onEvent, onDone) => {
-    this.watchParams.push(params);
-    await settle();
-    if (this.failWatchConnects > 0) {
-      this.failWatchConnects--;
-      onDone(Object.assign(new Error('Internal Server Error'), { statusCode: 500 }));
-      return { abort() {} };
-    }
-    const from = Number(params['resourceVersion']);
-    if (from < this.compactedRv) {
-      onDone(Object.assign(new Error('Gone'), { statusCode: 410 }));
-      return { abort() {} };
-    }
-    const watcher: Watcher = { onEvent, onDone };
-    this.watchers.add(watcher);
-    for (const h of this.history) if (h.rv > from) onEvent(h.type, structuredClone(h.object));
-    return {
-      abort: () => queueMicrotask(() => this.close(watcher, new DOMException('aborted', 'AbortError'))),
-    };
-  };
-}
-
-/** Lets the event loop turn until `condition` holds (bounded, so a bug fails instead of hanging). */
-async function until(condition: () => boolean): Promise<void> {
-  for (let i = 0; i < 100 && !condition(); i++) await settle();
-  assert.ok(condition(), 'condition never became true');
-}
+import { Informer, kubeList, kubeWatch, objectKey } from './informer.ts';
 
 /** The slim record the tests cache instead of whole pods. */
 interface PodRecord {
@@ -378,6 +254,50 @@ describe('informer', () => {
     const calls = resource.listCalls.length;
     await clock.advance(60_000);
     assert.equal(resource.listCalls.length, calls, 'no retries after stop');
+  });
+
+  test('started again after a stop, it resumes from its resourceVersion; a start during a stop is honoured', async () => {
+    const resource = new FakeResource();
+    resource.put('a', 'Pending');
+    const clock = new FakeClock();
+    const { informer, events } = startInformer(resource, clock);
+    await informer.waitForSync();
+    await until(() => resource.watchers.size === 1);
+    await informer.stop();
+    assert.equal(resource.watchers.size, 0);
+    resource.put('b', 'Pending'); // while stopped
+    assert.equal(informer.get('default/b'), undefined);
+    informer.start();
+    await until(() => resource.watchers.size === 1 && informer.get('default/b') !== undefined);
+    assert.equal(resource.listCalls.length, 1, 'no re-list');
+    assert.ok(events.includes('add default/b Pending'));
+    // A stop and a start in the same turn: the start wins once the stop has ended.
+    const stopping = informer.stop();
+    informer.start();
+    await stopping;
+    await until(() => resource.watchers.size === 1);
+    resource.put('c', 'Pending');
+    assert.ok(events.includes('add default/c Pending'));
+    await informer.stop();
+    assert.equal(resource.watchers.size, 0);
+  });
+
+  test('a handler subscribing with replay gets the cached records as adds first; without, only what follows', async () => {
+    const resource = new FakeResource();
+    for (const name of ['a', 'b']) resource.put(name, 'Pending');
+    const { informer } = startInformer(resource, new FakeClock());
+    await informer.waitForSync();
+    const replayed: string[] = [];
+    const later: string[] = [];
+    informer.addHandlers({ add: (r) => replayed.push(r.key) }, { replay: true });
+    informer.addHandlers({ add: (r) => later.push(r.key) });
+    assert.deepEqual(replayed.sort(), ['default/a', 'default/b']);
+    assert.deepEqual(later, []);
+    await until(() => resource.watchers.size === 1);
+    resource.put('c', 'Pending');
+    assert.deepEqual(later, ['default/c']);
+    assert.equal(replayed.length, 3);
+    await informer.stop();
   });
 });
 

@@ -103,6 +103,33 @@ export interface InformerHandlers<R> {
   delete?: (record: R) => void;
 }
 
+/** How handlers subscribe. */
+export interface SubscribeOptions {
+  /**
+   * Deliver every record already cached as an `add` first, as client-go does for a handler joining a
+   * running shared informer: a consumer that subscribes to a synced cache sees the same adds as one
+   * that was there for the first list. Off by default.
+   */
+  replay?: boolean;
+}
+
+/**
+ * What a consumer reads of a cache and how it follows it: an {@link Informer}, or a view of a
+ * {@link SharedInformer} (src/kube/shared-informer.ts). `start` and `stop` hold and release it.
+ */
+export interface InformerCache<R> {
+  readonly name: string;
+  addHandlers(handlers: InformerHandlers<R>, options?: SubscribeOptions): () => void;
+  start(): void;
+  stop(): Promise<void>;
+  hasSynced(): boolean;
+  waitForSync(signal?: AbortSignal): Promise<boolean>;
+  get(key: string): R | undefined;
+  list(): R[];
+  readonly size: number;
+  watchSilenceMs(): number | undefined;
+}
+
 /** Options of an {@link Informer}. */
 export interface InformerOptions<T extends KubernetesObject, R> {
   /** The resource, for metrics and logs ("nodes", "pods"). */
@@ -168,8 +195,12 @@ type WatchEnd = 'closed' | 'timeout' | 'gone';
 /** A watch that delivered events, or stayed open this long, was healthy: reconnect without backoff. */
 const healthyWatchMs = 1000;
 
-/** A cache of one resource kept current by list+watch. Call {@link Informer.start}, then read or subscribe. */
-export class Informer<T extends KubernetesObject, R = T> {
+/**
+ * A cache of one resource kept current by list+watch. Call {@link Informer.start}, then read or
+ * subscribe. It may be stopped and started again: the cache stays, and the watch resumes from the last
+ * resourceVersion (or re-lists, which turns what changed meanwhile into events).
+ */
+export class Informer<T extends KubernetesObject, R = T> implements InformerCache<R> {
   readonly name: string;
   readonly #options: InformerOptions<T, R>;
   readonly #transform: (object: T) => R;
@@ -182,11 +213,15 @@ export class Informer<T extends KubernetesObject, R = T> {
   #resourceVersion: string | undefined;
   #synced = false;
   #syncWaiters: ((synced: boolean) => void)[] = [];
-  readonly #stop = new AbortController();
+  #stop = new AbortController();
   #currentWatch: { abort(): void } | undefined;
   /** When the open watch stream last delivered an event or bookmark; undefined until it has, or once it ends. */
   #watchHeardAt: number | undefined;
+  /** Runs list+watch rounds while wanted; undefined when not running. */
   #loop: Promise<void> | undefined;
+  /** The round in progress (one run until the stop signal aborts), which stop awaits. */
+  #round: Promise<void> | undefined;
+  #wanted = false;
 
   constructor(options: InformerOptions<T, R>) {
     this.name = options.name;
@@ -202,15 +237,30 @@ export class Informer<T extends KubernetesObject, R = T> {
     this.#metrics?.synced.set({ resource: this.name }, 0);
   }
 
-  /** Subscribes to changes; returns the unsubscribe function. Records already cached are not replayed. */
-  addHandlers(handlers: InformerHandlers<R>): () => void {
+  /** Subscribes to changes; returns the unsubscribe function. */
+  addHandlers(handlers: InformerHandlers<R>, options: SubscribeOptions = {}): () => void {
+    // Synchronous, so no event can fall between the replay and the subscription.
+    if (options.replay && handlers.add) {
+      for (const entry of this.#cache.values()) this.#deliver(handlers, 'add', entry.record);
+    }
     this.#handlers.add(handlers);
     return () => this.#handlers.delete(handlers);
   }
 
   /** Starts listing and watching in the background; failures are retried until {@link Informer.stop}. */
   start(): void {
-    this.#loop ??= this.#run();
+    this.#wanted = true;
+    this.#loop ??= this.#supervise();
+  }
+
+  /** A start that comes while a stop is still ending is honoured once that round has ended. */
+  async #supervise(): Promise<void> {
+    while (this.#wanted) {
+      if (this.#stop.signal.aborted) this.#stop = new AbortController();
+      this.#round = this.#run();
+      await this.#round;
+    }
+    this.#loop = undefined;
   }
 
   /** Whether the first list has completed (stays true across later re-lists, as in client-go). */
@@ -269,10 +319,11 @@ export class Informer<T extends KubernetesObject, R = T> {
 
   /** Stops watching and retrying; resolves when the background loop has ended. The cache stays readable. */
   async stop(): Promise<void> {
+    this.#wanted = false;
     this.#stop.abort();
     this.#currentWatch?.abort();
     this.#resolveSync(false);
-    await this.#loop;
+    await this.#round;
   }
 
   async #run(): Promise<void> {
@@ -439,14 +490,16 @@ export class Informer<T extends KubernetesObject, R = T> {
   }
 
   #notify(kind: 'add' | 'update' | 'delete', record: R, oldRecord?: R): void {
-    for (const handlers of this.#handlers) {
-      try {
-        if (kind === 'add') handlers.add?.(record);
-        else if (kind === 'update') handlers.update?.(oldRecord as R, record);
-        else handlers.delete?.(record);
-      } catch (err) {
-        this.#logger.error({ err: describeError(err), event: kind }, 'informer handler failed');
-      }
+    for (const handlers of this.#handlers) this.#deliver(handlers, kind, record, oldRecord);
+  }
+
+  #deliver(handlers: InformerHandlers<R>, kind: 'add' | 'update' | 'delete', record: R, oldRecord?: R): void {
+    try {
+      if (kind === 'add') handlers.add?.(record);
+      else if (kind === 'update') handlers.update?.(oldRecord as R, record);
+      else handlers.delete?.(record);
+    } catch (err) {
+      this.#logger.error({ err: describeError(err), event: kind }, 'informer handler failed');
     }
   }
 

@@ -7,6 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { Registry } from 'prom-client';
 import { createAwsProvider } from '../cloud/aws/provider.ts';
 import type { SigV4Credentials } from '../cloud/aws/sigv4.ts';
+import { nodeInformer } from '../kube/shared-informer.ts';
 import { createLogger } from '../log.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { clusterInstances, simLaunchTemplateId } from '../sim/aws/scenario.ts';
@@ -87,6 +88,7 @@ describe('instances needing a rolling update, from the simulated AWS account', (
     const metrics = new ValidationMetrics({
       clusterName,
       kubeConfig,
+      nodes: nodeInformer(kubeConfig),
       core: { listComponentStatus: async () => ({ items: [] }) },
       cloudGroups: {
         list: async (name) => {

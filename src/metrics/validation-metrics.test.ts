@@ -9,6 +9,7 @@ import { Registry } from 'prom-client';
 import { createAwsProvider } from '../cloud/aws/provider.ts';
 import type { CloudGroup } from '../cloud/types.ts';
 import { NotFoundError } from '../errors.ts';
+import { nodeInformer } from '../kube/shared-informer.ts';
 import { buildNodeLabels } from '../nodelabels/build-node-labels.ts';
 import { formatManagedLabels, managedLabelsAnnotation } from '../nodelabels/diff-labels.ts';
 import type { KubeObject } from '../sim/apiserver/objects.ts';
@@ -175,6 +176,7 @@ describe('ValidationMetrics against the simulated cluster', () => {
     metrics = new ValidationMetrics({
       clusterName: cluster.clusterName,
       kubeConfig,
+      nodes: nodeInformer(kubeConfig),
       core: kubeConfig.makeApiClient(CoreV1Api),
       cloudGroups: aws.cloudGroups,
       instanceGroups: () => store.instanceGroups(),
@@ -317,6 +319,7 @@ describe('ValidationMetrics against the simulated cluster', () => {
     const flaky = new ValidationMetrics({
       clusterName: cluster.clusterName,
       kubeConfig,
+      nodes: nodeInformer(kubeConfig),
       core: {
         listComponentStatus: async () => {
           throw new Error('componentstatuses is forbidden');
@@ -474,6 +477,7 @@ describe('ValidationMetrics against the simulated cluster', () => {
     const empty = new ValidationMetrics({
       clusterName: cluster.clusterName,
       kubeConfig,
+      nodes: nodeInformer(kubeConfig),
       core: kubeConfig.makeApiClient(CoreV1Api),
       cloudGroups: { list: async () => [] },
       instanceGroups: async () => {

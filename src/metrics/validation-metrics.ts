@@ -10,7 +10,8 @@ import type { CoreV1Api, KubeConfig, V1ComponentStatus, V1Node, V1Pod } from '@k
 import { Gauge, type Registry } from 'prom-client';
 import type { CloudGroup, CloudGroups } from '../cloud/types.ts';
 import { describeError } from '../errors.ts';
-import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
+import { Informer, type InformerCache, kubeList, kubeWatch } from '../kube/informer.ts';
+import type { SharedInformer } from '../kube/shared-informer.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { managedLabelsAnnotation, parseManagedLabels } from '../nodelabels/diff-labels.ts';
 import { sleep, systemClock } from '../runtime/clock.ts';
@@ -135,6 +136,8 @@ export function validationGauges(snapshot: ValidationSnapshot): Record<Validatio
 export interface ValidationMetricsOptions {
   clusterName: string;
   kubeConfig: KubeConfig;
+  /** The process's Node watch (src/kube/shared-informer.ts); the gauges add their view of it. */
+  nodes: SharedInformer<V1Node>;
   core: Pick<CoreV1Api, 'listComponentStatus'>;
   cloudGroups: CloudGroups;
   instanceGroups: () => Promise<InstanceGroup[]>;
@@ -148,7 +151,7 @@ export interface ValidationMetricsOptions {
 
 /** What the gauges read while this replica leads. */
 interface Term {
-  nodes: Informer<V1Node, LabelledNodeInfo>;
+  nodes: InformerCache<LabelledNodeInfo>;
   pods: Informer<V1Pod, PodInfo>;
   /** Kept from the informers' events, so a scrape reads counts instead of validating every record. */
   validation: IncrementalValidation;
@@ -165,6 +168,7 @@ export class ValidationMetrics implements LeaderComponent {
   readonly name = 'validation-metrics';
   readonly #options: ValidationMetricsOptions;
   readonly #logger: Logger;
+  readonly #nodes: InformerCache<LabelledNodeInfo>;
   #term: Term | undefined;
   #slow: Pick<ValidationSnapshot, 'instanceGroups' | 'cloudGroups' | 'components' | 'cluster'> | undefined;
   /** Why the last scrape could not be validated, so it is logged once, not at every scrape. */
@@ -173,6 +177,7 @@ export class ValidationMetrics implements LeaderComponent {
   constructor(options: ValidationMetricsOptions) {
     this.#options = options;
     this.#logger = (options.logger ?? silentLogger).child({ component: this.name });
+    this.#nodes = options.nodes.view('validation', labelledNodeOf);
     const registers = [options.registry];
     // Reading the counts costs the same whatever the cluster's size, so each gauge reads them; a
     // scrape calls every collect() in one turn of the event loop, so no event lands between them.
@@ -253,38 +258,34 @@ export class ValidationMetrics implements LeaderComponent {
   async start(signal: AbortSignal): Promise<void> {
     const { kubeConfig, registry } = this.#options;
     const validation = new IncrementalValidation();
-    const informer = <T extends V1Node | V1Pod, R>(
-      name: string,
-      path: string,
-      transform: (o: T) => R,
+    // Subscribed before the pods' informer starts, so its first list reaches the counts too; the
+    // shared Node cache may already be synced (it outlives a leadership term), so it is replayed.
+    const follow = <R>(
+      cache: InformerCache<R>,
       changed: (before: R | undefined, after: R | undefined) => void,
-    ) => {
-      const created = new Informer<T, R>({
-        name,
-        path,
-        list: kubeList<T>(kubeConfig, path),
-        watch: kubeWatch(kubeConfig),
-        transform,
-        registry,
-        logger: this.#logger,
-      });
-      // Subscribed before the informer starts, so its first list reaches the counts too.
-      created.addHandlers({
-        add: (record) => changed(undefined, record),
-        update: (before, after) => changed(before, after),
-        delete: (record) => changed(record, undefined),
-      });
-      return created;
-    };
-    const term: Term = {
-      validation,
-      nodes: informer<V1Node, LabelledNodeInfo>('nodes-validation', '/api/v1/nodes', labelledNodeOf, (b, a) =>
-        validation.nodeChanged(b, a),
-      ),
-      pods: informer<V1Pod, PodInfo>('pods-validation', '/api/v1/pods', podInfoOf, (b, a) =>
-        validation.podChanged(b, a),
-      ),
-    };
+    ) =>
+      cache.addHandlers(
+        {
+          add: (record) => changed(undefined, record),
+          update: (before, after) => changed(before, after),
+          delete: (record) => changed(record, undefined),
+        },
+        { replay: true },
+      );
+    const pods = new Informer<V1Pod, PodInfo>({
+      name: 'pods-validation',
+      path: '/api/v1/pods',
+      list: kubeList<V1Pod>(kubeConfig, '/api/v1/pods'),
+      watch: kubeWatch(kubeConfig),
+      transform: podInfoOf,
+      registry,
+      logger: this.#logger,
+    });
+    const term: Term = { validation, nodes: this.#nodes, pods };
+    const unfollow = [
+      follow(term.nodes, (b, a) => validation.nodeChanged(b, a)),
+      follow(term.pods, (b, a) => validation.podChanged(b, a)),
+    ];
     this.#term = term;
     term.nodes.start();
     term.pods.start();
@@ -297,6 +298,7 @@ export class ValidationMetrics implements LeaderComponent {
     } finally {
       this.#term = undefined;
       this.#slow = undefined;
+      for (const stop of unfollow) stop();
       await Promise.all([term.nodes.stop(), term.pods.stop()]);
     }
   }
@@ -355,7 +357,7 @@ export class ValidationMetrics implements LeaderComponent {
 }
 
 /** A Node as the gauges read it: validation's view, the managed label keys, kops' needs-update mark. */
-function labelledNodeOf(node: V1Node): LabelledNodeInfo {
+export function labelledNodeOf(node: V1Node): LabelledNodeInfo {
   const annotations = node.metadata?.annotations ?? {};
   return {
     ...nodeInfoOf(node),

@@ -5,6 +5,7 @@ import { KubeConfig } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { AwsNodeIdentifier } from '../../cloud/aws/identify.ts';
 import { ConfigError, InternalError } from '../../errors.ts';
+import { nodeInformer } from '../../kube/shared-informer.ts';
 import { ipamControllerFromConfig } from './from-config.ts';
 import { IpamController } from './ipam-controller.ts';
 
@@ -20,12 +21,22 @@ const aws = new AwsNodeIdentifier({ ec2: {} as EC2Client, clusterName: 'c.exampl
 test('aws, gce and metal have cloud IPAM, as in kops', () => {
   const registry = new Registry();
   assert.ok(
-    ipamControllerFromConfig({ cloud: 'aws', nodeIdentifier: aws, kubeConfig, registry }) instanceof
-      IpamController,
+    ipamControllerFromConfig({
+      cloud: 'aws',
+      nodeIdentifier: aws,
+      kubeConfig,
+      nodes: nodeInformer(kubeConfig),
+      registry,
+    }) instanceof IpamController,
   );
   assert.ok(
-    ipamControllerFromConfig({ cloud: 'metal', nodeIdentifier: aws, kubeConfig, registry }) instanceof
-      IpamController,
+    ipamControllerFromConfig({
+      cloud: 'metal',
+      nodeIdentifier: aws,
+      kubeConfig,
+      nodes: nodeInformer(kubeConfig),
+      registry,
+    }) instanceof IpamController,
   );
 });
 
@@ -36,6 +47,7 @@ test('enableCloudIPAM on another cloud is refused at start-up with a line naming
         cloud: 'hetzner',
         nodeIdentifier: aws,
         kubeConfig,
+        nodes: nodeInformer(kubeConfig),
         registry: new Registry(),
       }),
     (err: unknown) =>
@@ -46,7 +58,13 @@ test('enableCloudIPAM on another cloud is refused at start-up with a line naming
 test("a provider's identifier of another type is a wiring bug, not a silent no-op", () => {
   assert.throws(
     () =>
-      ipamControllerFromConfig({ cloud: 'gce', nodeIdentifier: aws, kubeConfig, registry: new Registry() }),
+      ipamControllerFromConfig({
+        cloud: 'gce',
+        nodeIdentifier: aws,
+        kubeConfig,
+        nodes: nodeInformer(kubeConfig),
+        registry: new Registry(),
+      }),
     InternalError,
   );
 });

@@ -4,12 +4,13 @@
  * and cache with the NodeController), metal through the `Host` records. Any other cloud has no cloud
  * IPAM in kops either, and is refused at start-up rather than silently ignored.
  */
-import type { KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig, V1Node } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { AwsNodeIdentifier } from '../../cloud/aws/identify.ts';
 import { GceNodeIdentifier } from '../../cloud/gce/node-identifier.ts';
 import type { NodeIdentifier } from '../../cloud/types.ts';
 import { ConfigError, InternalError } from '../../errors.ts';
+import type { SharedInformer } from '../../kube/shared-informer.ts';
 import type { Logger } from '../../log.ts';
 import { IpamController } from './ipam-controller.ts';
 import { AwsPodCidrSource, GcePodCidrSource, HostPodCidrSource, type PodCidrSource } from './sources.ts';
@@ -24,6 +25,8 @@ export interface IpamFromConfigOptions {
   /** The cloud provider's own identifier (`cloudFromConfig(...).nodeIdentifier`), not a wrapper of it. */
   nodeIdentifier: NodeIdentifier;
   kubeConfig: KubeConfig;
+  /** The process's Node watch. */
+  nodes: SharedInformer<V1Node>;
   registry: Registry;
   logger?: Logger;
 }
@@ -58,6 +61,7 @@ function sourceOf(options: IpamFromConfigOptions): PodCidrSource {
 export function ipamControllerFromConfig(options: IpamFromConfigOptions): IpamController {
   return new IpamController({
     kubeConfig: options.kubeConfig,
+    nodes: options.nodes,
     source: sourceOf(options),
     registry: options.registry,
     ...(options.logger ? { logger: options.logger } : {}),

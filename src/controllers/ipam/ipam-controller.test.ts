@@ -4,6 +4,7 @@ import { Registry } from 'prom-client';
 import { createAwsClients } from '../../cloud/aws/clients.ts';
 import { AwsNodeIdentifier } from '../../cloud/aws/identify.ts';
 import { cloudCallMetrics } from '../../cloud/metrics.ts';
+import { nodeInformer } from '../../kube/shared-informer.ts';
 import { type KubeObject, type SimApiServer, startApiServer } from '../../sim/apiserver/index.ts';
 import { awsProviderID, simInstanceId, simIpv6Prefix } from '../../sim/aws/scenario.ts';
 import { type AwsSimulator, startAwsSimulator } from '../../sim/aws/server.ts';
@@ -36,6 +37,7 @@ before(async () => {
   closeClients = clients.destroy;
   const controller = new IpamController({
     kubeConfig: api.kubeConfig(),
+    nodes: nodeInformer(api.kubeConfig()),
     source: new AwsPodCidrSource(
       new AwsNodeIdentifier({
         ec2: clients.ec2,

@@ -23,10 +23,11 @@ import type { Outcome } from '../../cloud/batcher.ts';
 import { describeError, InternalError, NotFoundError } from '../../errors.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
 import { type Reconciled, runController } from '../../kube/controller.ts';
-import { Informer, kubeList, kubeWatch } from '../../kube/informer.ts';
+import type { InformerCache } from '../../kube/informer.ts';
 import { type KubeHttps, kubeHttps } from '../../kube/kube-https.ts';
 import { sharedMetric } from '../../kube/metrics.ts';
 import { patchNode, patchTimeoutMs } from '../../kube/patch.ts';
+import type { SharedInformer } from '../../kube/shared-informer.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
 import { assessInstance } from '../csr-approver/checks.ts';
@@ -54,6 +55,8 @@ export type IpamResult =
 /** Options of an {@link IpamController}. */
 export interface IpamControllerOptions {
   kubeConfig: KubeConfig;
+  /** The process's Node watch (src/kube/shared-informer.ts); the controller adds its view of it. */
+  nodes: SharedInformer<V1Node>;
   /** The cloud's record of pod ranges (src/controllers/ipam/sources.ts). */
   source: PodCidrSource;
   /** Nodes reconciled at once (default 16). */
@@ -130,7 +133,7 @@ function ipamMetrics(registry: Registry): IpamMetrics {
 
 /** One leadership term: the node cache, the ranges it holds and what was reported. */
 interface Term {
-  informer: Informer<V1Node, IpamNodeRecord>;
+  informer: InformerCache<IpamNodeRecord>;
   /** The ranges each node holds, as the cache last showed them (or as the patch answered). */
   held: RangeIndex;
   /** The ranges being assigned right now, so that two reconciles never give one range twice. */
@@ -155,9 +158,11 @@ export class IpamController implements LeaderComponent {
   readonly #logger: Logger;
   readonly #registry: Registry;
   readonly #metrics: IpamMetrics;
+  readonly #nodes: InformerCache<IpamNodeRecord>;
 
   constructor(options: IpamControllerOptions) {
     this.#options = options;
+    this.#nodes = options.nodes.view('ipam', ipamRecordOf);
     this.#core = reuseConnections(options.kubeConfig).makeApiClient(CoreV1Api);
     this.#kube = kubeHttps(options.kubeConfig, { timeoutMs: patchTimeoutMs });
     this.#logger = (options.logger ?? silentLogger).child({ controller: 'ipam' });
@@ -165,20 +170,11 @@ export class IpamController implements LeaderComponent {
     this.#metrics = ipamMetrics(this.#registry);
   }
 
-  /** Lists and watches Nodes and assigns their pod ranges until `signal` aborts. */
+  /** Follows the Node cache and assigns pod ranges until `signal` aborts. */
   async start(signal: AbortSignal): Promise<void> {
-    const { kubeConfig, source } = this.#options;
+    const { source } = this.#options;
     const term: Term = {
-      informer: new Informer<V1Node, IpamNodeRecord>({
-        // Its own name, so its metrics do not mix with the NodeController's Node informer.
-        name: 'nodes-ipam',
-        path: '/api/v1/nodes',
-        list: kubeList(kubeConfig, '/api/v1/nodes'),
-        watch: kubeWatch(kubeConfig),
-        transform: ipamRecordOf,
-        logger: this.#logger,
-        registry: this.#registry,
-      }),
+      informer: this.#nodes,
       held: new RangeIndex(),
       claimed: new RangeIndex(),
       prefetched: new Map(),
@@ -186,17 +182,21 @@ export class IpamController implements LeaderComponent {
       conflicts: new Set(),
       waits: new Map(),
     };
-    term.informer.addHandlers({
-      add: (node) => term.held.set(node.name, node.podCIDRs),
-      update: (_, node) => term.held.set(node.name, node.podCIDRs),
-      delete: (node) => {
-        term.held.delete(node.name);
-        term.prefetched.delete(node.name);
-        term.reported.delete(node.name);
-        term.waits.delete(node.name);
-        this.#setConflict(term, node.name, false);
+    // Replayed: the shared cache may have synced before this term, and every range held must be known.
+    const forget = term.informer.addHandlers(
+      {
+        add: (node) => term.held.set(node.name, node.podCIDRs),
+        update: (_, node) => term.held.set(node.name, node.podCIDRs),
+        delete: (node) => {
+          term.held.delete(node.name);
+          term.prefetched.delete(node.name);
+          term.reported.delete(node.name);
+          term.waits.delete(node.name);
+          this.#setConflict(term, node.name, false);
+        },
       },
-    });
+      { replay: true },
+    );
     source.start?.();
     try {
       await runController(
@@ -227,6 +227,7 @@ export class IpamController implements LeaderComponent {
         signal,
       );
     } finally {
+      forget();
       await source.stop?.();
       this.#metrics.inConflict.dec(term.conflicts.size);
     }

@@ -10,6 +10,7 @@ import { createAwsClients } from '../../cloud/aws/clients.ts';
 import { AwsNodeIdentifier } from '../../cloud/aws/identify.ts';
 import { GceNodeIdentifier } from '../../cloud/gce/node-identifier.ts';
 import { hostGroup, hostNamespace, hostVersion } from '../../cloud/metal/hosts.ts';
+import { nodeInformer } from '../../kube/shared-informer.ts';
 import { type KubeObject, type SimApiServer, startApiServer } from '../../sim/apiserver/index.ts';
 import { awsProviderID, simIpv6Prefix } from '../../sim/aws/scenario.ts';
 import { simulatorCompute } from '../../sim/gce/clients.ts';
@@ -23,6 +24,7 @@ function runIpam(api: SimApiServer, source: PodCidrSource): () => Promise<void> 
   const stop = new AbortController();
   const running = new IpamController({
     kubeConfig: api.kubeConfig(),
+    nodes: nodeInformer(api.kubeConfig()),
     source,
     registry: new Registry(),
   }).start(stop.signal);

@@ -3,12 +3,15 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import type { V1Node } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { parseDocument } from 'yaml';
 import { createAwsProvider } from '../../cloud/aws/provider.ts';
 import { createGceProvider, type GceProvider } from '../../cloud/gce/provider.ts';
 import type { NodeIdentifier } from '../../cloud/types.ts';
 import { UnavailableError } from '../../errors.ts';
+import { kubeList, kubeWatch } from '../../kube/informer.ts';
+import { nodeInformer, SharedInformer } from '../../kube/shared-informer.ts';
 import { buildNodeLabels } from '../../nodelabels/build-node-labels.ts';
 import { managedLabelsAnnotation } from '../../nodelabels/diff-labels.ts';
 import type { KubeObject } from '../../sim/apiserver/index.ts';
@@ -107,6 +110,7 @@ describe('NodeController against the simulated cluster', () => {
     cluster.aws.calls.reset();
     const controller = new NodeController({
       kubeConfig: cluster.api.server.kubeConfig(),
+      nodes: nodeInformer(cluster.api.server.kubeConfig()),
       identifier: provider.nodeIdentifier,
       clusterStore,
       registry,
@@ -235,6 +239,7 @@ describe('NodeController when the cloud fails and nodes change', () => {
     store.create(nodeOf(flakyInstance));
     flakyRun = new NodeController({
       kubeConfig: cluster.api.server.kubeConfig(),
+      nodes: nodeInformer(cluster.api.server.kubeConfig()),
       identifier: flaky,
       clusterStore,
       registry: new Registry(),
@@ -314,6 +319,7 @@ describe('NodeController on GCE when the compute API refuses the controller itse
     gce.gce.failNext(1_000_000, 403);
     gceRun = new NodeController({
       kubeConfig: gce.api.server.kubeConfig(),
+      nodes: nodeInformer(gce.api.server.kubeConfig()),
       identifier: gceProvider.nodeIdentifier,
       clusterStore: gceClusterStore,
       registry: gceRegistry,
@@ -346,5 +352,58 @@ describe('NodeController on GCE when the compute API refuses the controller itse
       .list('events', 'default')
       .filter((e) => e['reason'] === identityRejectedReason);
     assert.deepEqual(rejections, [], 'no node was reported as refused by the cloud');
+  });
+});
+
+describe('NodeController over a Node cache its process holds across leadership terms', () => {
+  test('a new term lists no Node again, and looks at every node from the warm cache', async () => {
+    const kubeConfig = cluster.api.server.kubeConfig();
+    const list = kubeList<V1Node>(kubeConfig, '/api/v1/nodes');
+    let lists = 0;
+    const nodes = new SharedInformer<V1Node>({
+      name: 'nodes',
+      path: '/api/v1/nodes',
+      list: (options) => {
+        if (!options._continue) lists++; // a list's first page
+        return list(options);
+      },
+      watch: kubeWatch(kubeConfig),
+    });
+    const looked = new Set<string>();
+    const identifier: NodeIdentifier = {
+      identify: (providerIDs) => {
+        for (const id of providerIDs) looked.add(id);
+        return provider.nodeIdentifier.identify(providerIDs);
+      },
+    };
+    const controller = new NodeController({
+      kubeConfig,
+      nodes,
+      identifier,
+      clusterStore,
+      registry: new Registry(),
+      rejectionRetryMs: 3_600_000,
+    });
+    nodes.start(); // as `run` holds it for the process
+    const all = store
+      .list('nodes')
+      .map((node) => (node['spec'] as { providerID?: string } | undefined)?.providerID)
+      .filter((id): id is string => Boolean(id));
+    const term = async () => {
+      looked.clear();
+      const leading = new AbortController();
+      const run = controller.start(leading.signal);
+      await eventually('every node with a providerID looked at', () => all.every((id) => looked.has(id)));
+      leading.abort();
+      await run;
+    };
+    try {
+      await term();
+      assert.equal(lists, 1);
+      await term();
+      assert.equal(lists, 1, 'the second term started from the cache, without listing');
+    } finally {
+      await nodes.stop();
+    }
   });
 });

@@ -18,10 +18,11 @@ import type { IdentifyResult, NodeIdentifier } from '../../cloud/types.ts';
 import { describeError, NotFoundError } from '../../errors.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
 import { runController } from '../../kube/controller.ts';
-import { Informer, kubeList, kubeWatch } from '../../kube/informer.ts';
+import type { InformerCache } from '../../kube/informer.ts';
 import { type KubeHttps, kubeHttps } from '../../kube/kube-https.ts';
 import { sharedMetric } from '../../kube/metrics.ts';
 import { metadataPatch, patchNode, patchTimeoutMs } from '../../kube/patch.ts';
+import type { SharedInformer } from '../../kube/shared-informer.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { buildNodeLabels, type LabelFeatures } from '../../nodelabels/build-node-labels.ts';
 import {
@@ -46,6 +47,8 @@ export type ReconcileResult = 'labelled' | 'unchanged' | 'rejected' | 'skipped' 
 /** Options of a {@link NodeController}. */
 export interface NodeControllerOptions {
   kubeConfig: KubeConfig;
+  /** The process's Node watch (src/kube/shared-informer.ts); the controller adds its view of it. */
+  nodes: SharedInformer<V1Node>;
   identifier: NodeIdentifier;
   /** The cluster's state store; the controller starts and stops its polling while it leads. */
   clusterStore: ClusterStore;
@@ -86,9 +89,9 @@ function nodeControllerMetrics(registry: Registry): NodeControllerMetrics {
   };
 }
 
-/** One leadership term: the informer and what was learnt about nodes. */
+/** One leadership term: the Node cache and what was learnt about nodes. */
 interface Term {
-  informer: Informer<V1Node, NodeRecord>;
+  informer: InformerCache<NodeRecord>;
   /** Identifications started as events arrived, handed to the reconcile of that node. */
   prefetched: Map<string, { key: string; result: Promise<Map<string, IdentifyResult>> }>;
   /** The instance group each node was last labelled from, to requeue a group's nodes on a change. */
@@ -107,9 +110,11 @@ export class NodeController implements LeaderComponent {
   readonly #logger: Logger;
   readonly #registry: Registry;
   readonly #metrics: NodeControllerMetrics;
+  readonly #nodes: InformerCache<NodeRecord>;
 
   constructor(options: NodeControllerOptions) {
     this.#options = options;
+    this.#nodes = options.nodes.view('node-controller', nodeRecordOf);
     this.#core = reuseConnections(options.kubeConfig).makeApiClient(CoreV1Api);
     this.#kube = kubeHttps(options.kubeConfig, { timeoutMs: patchTimeoutMs });
     this.#logger = (options.logger ?? silentLogger).child({ controller: 'node' });
@@ -117,54 +122,49 @@ export class NodeController implements LeaderComponent {
     this.#metrics = nodeControllerMetrics(this.#registry);
   }
 
-  /** Lists and watches Nodes and labels them until `signal` aborts. */
+  /** Follows the Node cache and labels Nodes until `signal` aborts. */
   async start(signal: AbortSignal): Promise<void> {
-    const { kubeConfig } = this.#options;
     const registry = this.#registry;
     const term: Term = {
-      informer: new Informer<V1Node, NodeRecord>({
-        name: 'nodes',
-        path: '/api/v1/nodes',
-        list: kubeList(kubeConfig, '/api/v1/nodes'),
-        watch: kubeWatch(kubeConfig),
-        transform: nodeRecordOf,
-        logger: this.#logger,
-        registry,
-      }),
+      informer: this.#nodes,
       prefetched: new Map(),
       groupOf: new Map(),
       refusals: new Map(),
     };
-    term.informer.addHandlers({
+    const forget = term.informer.addHandlers({
       delete: (node) => {
         term.prefetched.delete(node.name);
         term.groupOf.delete(node.name);
         term.refusals.delete(node.name);
       },
     });
-    await runController(
-      {
-        name: 'nodes',
-        informer: term.informer,
-        key: (node) => node.name,
-        // A status heartbeat changes nothing the labels depend on.
-        filter: (node, before) => !before || needsReconcile(before, node),
-        onQueue: (node) => this.#prefetch(term, node),
-        reconcile: async (name) => {
-          const outcome = await this.#reconcile(term, name);
-          if (outcome !== 'rejected') return { outcome };
-          return { outcome, requeueAfterMs: this.#options.rejectionRetryMs ?? 300_000 };
+    try {
+      await runController(
+        {
+          name: 'nodes',
+          informer: term.informer,
+          key: (node) => node.name,
+          // A status heartbeat changes nothing the labels depend on.
+          filter: (node, before) => !before || needsReconcile(before, node),
+          onQueue: (node) => this.#prefetch(term, node),
+          reconcile: async (name) => {
+            const outcome = await this.#reconcile(term, name);
+            if (outcome !== 'rejected') return { outcome };
+            return { outcome, requeueAfterMs: this.#options.rejectionRetryMs ?? 300_000 };
+          },
+          watch: (enqueue) => this.#watchClusterStore(term, enqueue),
+          concurrency: this.#options.concurrency ?? 16,
+          baseDelayMs: 500,
+          maxDelayMs: this.#options.maxRetryDelayMs ?? 300_000,
+          reconciles: this.#metrics.reconciles,
+          registry,
+          logger: this.#logger,
         },
-        watch: (enqueue) => this.#watchClusterStore(term, enqueue),
-        concurrency: this.#options.concurrency ?? 16,
-        baseDelayMs: 500,
-        maxDelayMs: this.#options.maxRetryDelayMs ?? 300_000,
-        reconciles: this.#metrics.reconciles,
-        registry,
-        logger: this.#logger,
-      },
-      signal,
-    );
+        signal,
+      );
+    } finally {
+      forget();
+    }
   }
 
   /** Polls the state store while leading, and requeues the nodes an edited group or cluster affects. */
