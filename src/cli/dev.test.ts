@@ -88,6 +88,9 @@ describe('kops-controller dev', () => {
     assert.deepEqual([...nodeInformers], ['nodes']);
     // A guard (or any consumer) with a Node watch of its own would be a second list under that name.
     assert.match(metrics, /^informer_lists_total\{resource="nodes",result="success"\} 1$/m);
+    const ready = await fetch(`${controller.url}/readyz`);
+    assert.equal(ready.status, 200);
+    assert.match(await ready.text(), /^\[\+\]informer-nodes ok$/m, 'ready once the Node cache has synced');
   });
 
   test('serves metrics, and the banner says where', async () => {

@@ -18,7 +18,7 @@ import { loadKubeConfig } from '../kube/client.ts';
 import { nodeInformer } from '../kube/shared-informer.ts';
 import type { Logger } from '../log.ts';
 import { defaultConnectionLimits } from '../net/hardened-server.ts';
-import { ControllerRuntime } from '../runtime/controller-runtime.ts';
+import { ControllerRuntime, informerSynced } from '../runtime/controller-runtime.ts';
 import { type VfsOptions, vfsOptionsFromEnv } from '../statestore/open.ts';
 import {
   type ConfiguredBootstrap,
@@ -176,6 +176,8 @@ export async function startController(options: ControllerOptions): Promise<Runni
       config,
       leaseClient: kubeConfig.makeApiClient(CoordinationV1Api),
       components: [...leader.components, ...(bootstrap?.components ?? [])],
+      // Ready once the Node cache has synced, on standby replicas too: a leader starts from it.
+      readinessChecks: [informerSynced(nodes)],
       registry,
       logger,
     });

@@ -144,17 +144,21 @@ describe('shared informer', () => {
     await shared.stop();
   });
 
-  test('a view added after the start is refused; with no view, start watches nothing', async () => {
+  test('a view added after the start is refused; with no view, start watches nothing and counts as synced', async () => {
     const resource = new FakeResource();
     const idle = sharedOver(resource);
     idle.start();
     await new Promise((resolve) => setImmediate(resolve));
     assert.equal(resource.listCalls.length, 0, 'no view, no list');
+    assert.equal(idle.hasSynced(), true, 'nothing to list: a readiness check on it passes');
     await idle.stop();
 
     const shared = sharedOver(resource);
     const first = shared.view('first', () => 1);
+    assert.equal(shared.hasSynced(), false);
     first.start();
+    await first.waitForSync();
+    assert.equal(shared.hasSynced(), true);
     assert.throws(() => shared.view('late', () => 2), InternalError);
     await first.stop();
   });

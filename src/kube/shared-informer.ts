@@ -62,6 +62,11 @@ export class SharedInformer<T extends KubernetesObject> {
     });
   }
 
+  /** Whether the first list has completed; with no view there is nothing to list, so true. */
+  hasSynced(): boolean {
+    return this.#transforms.length === 0 || this.#informer.hasSynced();
+  }
+
   /** Holds the watch for the process (idempotent), besides whatever views hold it; without views, nothing. */
   start(): void {
     if (this.#selfHeld || this.#transforms.length === 0) return;
