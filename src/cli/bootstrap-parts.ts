@@ -6,7 +6,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
-import type { KubeConfig, V1Node } from '@kubernetes/client-node';
+import type { KubeConfig, V1CertificateSigningRequest, V1Node } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import type { KopsOptions } from '../bootstrap/kops-handler.ts';
 import {
@@ -176,10 +176,12 @@ export function ledgerComponents(parts: {
   /** Reads a Node from the API server (whether one still exists, for the gauge). */
   readNode: NodeReader;
   kubeConfig: KubeConfig;
+  /** The process's CSR watch, for the renewal recorder's view. */
+  csrs?: SharedInformer<V1CertificateSigningRequest>;
   registry: Registry;
   logger: Logger;
 }): LeaderComponent[] {
-  const { store, ledger, readNode, kubeConfig, registry, logger } = parts;
+  const { store, ledger, readNode, kubeConfig, csrs, registry, logger } = parts;
   return [
     new CertificateExpiryGauge({
       store,
@@ -188,6 +190,6 @@ export function ledgerComponents(parts: {
       registry,
       logger,
     }),
-    new KubeletRenewalRecorder({ kubeConfig, ledger, registry, logger }),
+    new KubeletRenewalRecorder({ kubeConfig, ...(csrs ? { csrs } : {}), ledger, registry, logger }),
   ];
 }

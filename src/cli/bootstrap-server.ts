@@ -15,7 +15,13 @@
  * {@link BootstrapContext} built in {@link startBootstrapServer}; leader-only work (a publisher, a
  * cleaner, a signer) joins `components` in {@link startConfiguredBootstrap}.
  */
-import { CertificatesV1Api, CoreV1Api, KubeConfig, type V1Node } from '@kubernetes/client-node';
+import {
+  CertificatesV1Api,
+  CoreV1Api,
+  KubeConfig,
+  type V1CertificateSigningRequest,
+  type V1Node,
+} from '@kubernetes/client-node';
 import { type Registry, register } from 'prom-client';
 import { auditSink } from '../bootstrap/audit.ts';
 import { GrpcCallbackChallenger } from '../bootstrap/challenge-caller.ts';
@@ -113,6 +119,8 @@ export interface BootstrapServerDeps {
    * watch`); without it the server keeps a Node watch of its own (a serving worker, tests).
    */
   nodes?: SharedInformer<V1Node>;
+  /** The process's CSR watch, not started yet, for the expiry ledger's renewal recorder; without it the recorder keeps its own. */
+  csrs?: SharedInformer<V1CertificateSigningRequest>;
   registry?: Registry;
   logger?: Logger;
 }
@@ -120,7 +128,7 @@ export interface BootstrapServerDeps {
 /** What signing needs of {@link BootstrapServerDeps}: in this process, and in the primary of serving workers. */
 type SigningDeps = Pick<
   BootstrapServerDeps,
-  'kubeConfig' | 'ca' | 'authorities' | 'apiServer' | 'audit' | 'vfsOptions' | 'registry' | 'logger'
+  'kubeConfig' | 'ca' | 'authorities' | 'apiServer' | 'audit' | 'vfsOptions' | 'csrs' | 'registry' | 'logger'
 >;
 
 /**
@@ -335,6 +343,7 @@ function bootstrapService(config: Config, deps: SigningDeps, served: Served): Bo
       ledger,
       readNode: guard.direct,
       kubeConfig: parts.kubeConfig,
+      ...(deps.csrs ? { csrs: deps.csrs } : {}),
       registry,
       logger,
     }),
@@ -438,6 +447,8 @@ export interface ConfiguredBootstrapOptions {
   cloud?: CloudOverrides;
   /** The process's Node watch, not started yet (`run`'s); the guard adds its view when this process serves. */
   nodes?: SharedInformer<V1Node>;
+  /** The process's CSR watch, not started yet (`run`'s), for the expiry ledger's renewal recorder. */
+  csrs?: SharedInformer<V1CertificateSigningRequest>;
   registry: Registry;
   logger?: Logger;
   /**
@@ -601,6 +612,7 @@ export async function startConfiguredBootstrap(
     kubeConfig,
     audit: auditSink(logger),
     vfsOptions: options.vfsOptions,
+    ...(options.csrs ? { csrs: options.csrs } : {}),
     registry: options.registry,
     logger,
   };

@@ -80,19 +80,6 @@ describe('kops-controller dev', () => {
     assert.deepEqual(relabelled(), nodes);
   });
 
-  test('one Node watch serves the NodeController, the kops_* gauges and the impersonation guard', async () => {
-    const metrics = await (await fetch(`${controller.url}/metrics`)).text();
-    const nodeInformers = new Set(
-      [...metrics.matchAll(/^informer_\w+\{resource="(nodes[^"]*)"/gm)].map((m) => m[1]),
-    );
-    assert.deepEqual([...nodeInformers], ['nodes']);
-    // A guard (or any consumer) with a Node watch of its own would be a second list under that name.
-    assert.match(metrics, /^informer_lists_total\{resource="nodes",result="success"\} 1$/m);
-    const ready = await fetch(`${controller.url}/readyz`);
-    assert.equal(ready.status, 200);
-    assert.match(await ready.text(), /^\[\+\]informer-nodes ok$/m, 'ready once the Node cache has synced');
-  });
-
   test('serves metrics, and the banner says where', async () => {
     const metrics = await (await fetch(`${controller.url}/metrics`)).text();
     assert.match(metrics, /^node_controller_reconciles_total\{result="labelled"\} \d+$/m);

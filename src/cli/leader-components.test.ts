@@ -3,7 +3,7 @@ import { describe, test } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { configSchema } from '../config/schema.ts';
-import { nodeInformer } from '../kube/shared-informer.ts';
+import { csrInformer, nodeInformer } from '../kube/shared-informer.ts';
 import { buildLeaderComponents } from './leader-components.ts';
 
 const kubeConfig = new KubeConfig();
@@ -19,6 +19,7 @@ function build(config: Record<string, unknown>, registry = new Registry()) {
     config: configSchema.parse({ clusterName: 'c.example.com', ...config }),
     kubeConfig,
     nodes: nodeInformer(kubeConfig),
+    csrs: csrInformer(kubeConfig),
     vfsOptions: { env: {} },
     registry,
   });

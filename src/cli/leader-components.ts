@@ -3,7 +3,12 @@
  * NodeController, the kubelet CSR approver and the validation metrics (the `kops_*` gauges),
  * from the config's cloud and state store.
  */
-import { CoreV1Api, type KubeConfig, type V1Node } from '@kubernetes/client-node';
+import {
+  CoreV1Api,
+  type KubeConfig,
+  type V1CertificateSigningRequest,
+  type V1Node,
+} from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { MachineIndex } from '../cloud/capi/machines.ts';
 import { CapiNodeIdentifier } from '../cloud/capi/node-identifier.ts';
@@ -28,6 +33,8 @@ export interface LeaderComponentsOptions {
   kubeConfig: KubeConfig;
   /** The process's Node watch, not started yet: the NodeController, IPAM and the gauges add their views. */
   nodes: SharedInformer<V1Node>;
+  /** The process's CSR watch, not started yet: the kubelet CSR approver adds its view. */
+  csrs: SharedInformer<V1CertificateSigningRequest>;
   /** How the state store is reached; `run` passes `vfsOptionsFromEnv(process.env)`. */
   vfsOptions: VfsOptions;
   /** Cloud endpoints and credentials other than the defaults (the simulator's, in `dev`). */
@@ -94,6 +101,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
     components.push(
       new CsrApprover({
         kubeConfig: options.kubeConfig,
+        csrs: options.csrs,
         identifier,
         identifyByNodeName: cloud.identifiesByNodeName,
         leaveUnverifiedForHumans: config.csrApprover.leaveUnverifiedForHumans,

@@ -15,7 +15,7 @@ import type { CloudOverrides } from '../cloud/from-config.ts';
 import { loadConfigFile } from '../config/loader.ts';
 import type { Config } from '../config/schema.ts';
 import { loadKubeConfig } from '../kube/client.ts';
-import { nodeInformer } from '../kube/shared-informer.ts';
+import { csrInformer, nodeInformer } from '../kube/shared-informer.ts';
 import type { Logger } from '../log.ts';
 import { defaultConnectionLimits } from '../net/hardened-server.ts';
 import { ControllerRuntime, informerSynced } from '../runtime/controller-runtime.ts';
@@ -164,14 +164,19 @@ export async function startController(options: ControllerOptions): Promise<Runni
   const { config, kubeConfig, registry, logger } = options;
   // One Node watch for the process, held for its lifetime: a standby replica keeps it synced, so a
   // new leader's controllers start from a warm cache instead of listing every Node again.
+  // The same for every CertificateSigningRequest (the kubelet CSR approver, the expiry ledger).
   const nodes = nodeInformer(kubeConfig, { registry, logger });
-  const leader = await buildLeaderComponents({ ...options, nodes });
+  const csrs = csrInformer(kubeConfig, { registry, logger });
+  const stopWatches = () => Promise.all([nodes.stop(), csrs.stop()]);
+  const leader = await buildLeaderComponents({ ...options, nodes, csrs });
   let bootstrap: ConfiguredBootstrap | undefined;
   try {
     if (config.server && options.bootstrap !== false) {
-      bootstrap = await startConfiguredBootstrap({ ...options, nodes, server: options.bootstrap });
+      bootstrap = await startConfiguredBootstrap({ ...options, nodes, csrs, server: options.bootstrap });
     }
+    // After every consumer has added its view.
     nodes.start();
+    csrs.start();
     const runtime = new ControllerRuntime({
       config,
       leaseClient: kubeConfig.makeApiClient(CoordinationV1Api),
@@ -189,13 +194,13 @@ export async function startController(options: ControllerOptions): Promise<Runni
       stop: async () => {
         await runtime.stop();
         await bootstrap?.close();
-        await nodes.stop();
+        await stopWatches();
         leader.close();
       },
     };
   } catch (err) {
     await bootstrap?.close();
-    await nodes.stop();
+    await stopWatches();
     leader.close();
     throw err;
   }

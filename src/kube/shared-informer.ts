@@ -13,7 +13,12 @@
  * hold the whole informer for its lifetime (`run` does, so a standby replica keeps its Node cache warm
  * and a new leader needs no re-list). The watch runs while anyone holds it.
  */
-import type { KubeConfig, KubernetesObject, V1Node } from '@kubernetes/client-node';
+import type {
+  KubeConfig,
+  KubernetesObject,
+  V1CertificateSigningRequest,
+  V1Node,
+} from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { describeError, InternalError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
@@ -196,16 +201,45 @@ class View<R> implements InformerCache<R> {
   }
 }
 
-/** The one watch of Nodes a process keeps, shared by its consumers (named `nodes` in the metrics). */
-export function nodeInformer(
+/** What a process's shared watch of a whole resource is built from. */
+type SharedWatchOptions = { registry?: Registry; logger?: Logger };
+
+function sharedWatch<T extends KubernetesObject>(
   kubeConfig: KubeConfig,
-  options: { registry?: Registry; logger?: Logger } = {},
-): SharedInformer<V1Node> {
-  return new SharedInformer<V1Node>({
-    name: 'nodes',
-    path: '/api/v1/nodes',
-    list: kubeList<V1Node>(kubeConfig, '/api/v1/nodes'),
+  name: string,
+  path: string,
+  options: SharedWatchOptions,
+): SharedInformer<T> {
+  return new SharedInformer<T>({
+    name,
+    path,
+    list: kubeList<T>(kubeConfig, path),
     watch: kubeWatch(kubeConfig),
     ...options,
   });
+}
+
+/** The one watch of Nodes a process keeps, shared by its consumers (named `nodes` in the metrics). */
+export function nodeInformer(
+  kubeConfig: KubeConfig,
+  options: SharedWatchOptions = {},
+): SharedInformer<V1Node> {
+  return sharedWatch<V1Node>(kubeConfig, 'nodes', '/api/v1/nodes', options);
+}
+
+/**
+ * The one watch of every CertificateSigningRequest a process keeps, shared by the kubelet CSR approver
+ * and the expiry ledger's renewal recorder (named `certificatesigningrequests`). The bootstrap
+ * queue's watch is another: it asks the API server for its own signer's requests only.
+ */
+export function csrInformer(
+  kubeConfig: KubeConfig,
+  options: SharedWatchOptions = {},
+): SharedInformer<V1CertificateSigningRequest> {
+  return sharedWatch<V1CertificateSigningRequest>(
+    kubeConfig,
+    'certificatesigningrequests',
+    '/apis/certificates.k8s.io/v1/certificatesigningrequests',
+    options,
+  );
 }

@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1CertificateSigningRequest } from '@kubernetes/client-node';
+import { Registry } from 'prom-client';
 import { makeClients } from '../kube/client.ts';
+import { csrInformer } from '../kube/shared-informer.ts';
 import { createCa } from '../pki/ca.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey } from '../pki/keys.ts';
@@ -99,6 +101,50 @@ test('the leader records the certificates the kubelet signers issued, as they ar
   } finally {
     stop.abort();
     await running;
+    await sim.close();
+  }
+});
+
+test("a new leadership term over the process's CSR watch records what the cache holds, without listing again", async () => {
+  const sim = await startApiServer();
+  const kubeConfig = sim.kubeConfig();
+  const registry = new Registry();
+  const csrs = csrInformer(kubeConfig, { registry });
+  const recorded: LedgerEntry[] = [];
+  const recorder = new KubeletRenewalRecorder({
+    kubeConfig,
+    csrs,
+    ledger: { record: (entries) => recorded.push(...entries) },
+  });
+  csrs.start(); // as `run` holds it for the process
+  try {
+    const certificates = makeClients(kubeConfig).certificates;
+    const { csr, issued } = csrWith('kubernetes.io/kubelet-serving', 'node-3');
+    const created = await certificates.createCertificateSigningRequest({ body: { ...csr, status: {} } });
+    await certificates.replaceCertificateSigningRequestStatus({
+      name: created.metadata?.name as string,
+      body: { ...created, status: { ...csr.status } },
+    });
+    const term = async (until: () => boolean) => {
+      const leading = new AbortController();
+      const running = recorder.start(leading.signal);
+      while (!until()) await new Promise((resolve) => setTimeout(resolve, 20));
+      leading.abort();
+      await running;
+    };
+    await term(() => recorded.length > 0);
+    recorded.length = 0;
+    await term(() => true); // the cached renewal is replayed as the term starts
+    assert.deepEqual(
+      recorded.map((e) => [e.kind, e.instance, e.serial]),
+      [['kubelet-server', 'node-3', issued.serialHex]],
+    );
+    assert.match(
+      await registry.metrics(),
+      /^informer_lists_total\{resource="certificatesigningrequests",result="success"\} 1$/m,
+    );
+  } finally {
+    await csrs.stop();
     await sim.close();
   }
 });

@@ -8,8 +8,9 @@
 import { X509Certificate } from 'node:crypto';
 import type { KubeConfig, V1CertificateSigningRequest } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
-import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
-import { type Logger, silentLogger } from '../log.ts';
+import type { InformerCache } from '../kube/informer.ts';
+import { csrInformer, type SharedInformer } from '../kube/shared-informer.ts';
+import type { Logger } from '../log.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { epochSeconds, type LedgerEntry } from './ledger.ts';
 import type { LedgerRecorder } from './recorder.ts';
@@ -48,6 +49,11 @@ export function entryOfCsr(csr: V1CertificateSigningRequest): LedgerEntry | null
 /** Options of {@link KubeletRenewalRecorder}. */
 export interface KubeletRenewalRecorderOptions {
   kubeConfig: KubeConfig;
+  /**
+   * The process's CSR watch (`csrInformer`), not started yet, for the recorder's view; without it
+   * the recorder keeps a watch of its own (a serving worker builds one it never starts).
+   */
+  csrs?: SharedInformer<V1CertificateSigningRequest>;
   ledger: Pick<LedgerRecorder, 'record'>;
   registry?: Registry;
   logger?: Logger;
@@ -57,33 +63,34 @@ export interface KubeletRenewalRecorderOptions {
 export class KubeletRenewalRecorder implements LeaderComponent {
   readonly name = 'certificate-ledger-renewals';
   readonly #options: KubeletRenewalRecorderOptions;
+  /** Only the small entry of each CSR, not the CSR; null for a CSR that records nothing. */
+  readonly #entries: InformerCache<LedgerEntry | null>;
 
   constructor(options: KubeletRenewalRecorderOptions) {
     this.#options = options;
+    const { kubeConfig, registry, logger } = options;
+    const csrs =
+      options.csrs ??
+      csrInformer(kubeConfig, { ...(registry ? { registry } : {}), ...(logger ? { logger } : {}) });
+    this.#entries = csrs.view('certificate-ledger', entryOfCsr);
   }
 
   async start(signal: AbortSignal): Promise<void> {
-    const { kubeConfig, ledger } = this.#options;
-    const path = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
-    const informer = new Informer<V1CertificateSigningRequest, LedgerEntry | null>({
-      name: 'ledger-kubelet-csrs',
-      path,
-      list: kubeList(kubeConfig, path),
-      watch: kubeWatch(kubeConfig),
-      // Only the small entry is cached, not the CSR.
-      transform: entryOfCsr,
-      ...(this.#options.registry ? { registry: this.#options.registry } : {}),
-      logger: (this.#options.logger ?? silentLogger).child({ component: this.name }),
-    });
+    const { ledger } = this.#options;
     const record = (entry: LedgerEntry | null) => {
       if (entry) ledger.record([entry]);
     };
-    informer.addHandlers({ add: record, update: (_before, entry) => record(entry) });
-    informer.start();
+    // Replayed: the shared cache may have synced before this leadership term.
+    const forget = this.#entries.addHandlers(
+      { add: record, update: (_before, entry) => record(entry) },
+      { replay: true },
+    );
+    this.#entries.start();
     await new Promise<void>((resolve) => {
       if (signal.aborted) resolve();
       else signal.addEventListener('abort', () => resolve(), { once: true });
     });
-    await informer.stop();
+    forget();
+    await this.#entries.stop();
   }
 }

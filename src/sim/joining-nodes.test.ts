@@ -54,3 +54,30 @@ test('machines join with their instance profile, register as themselves and get 
     assert.match(String(lease?.spec?.['renewTime']), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
   }
 });
+
+test('one watch per resource: Nodes for the NodeController, the gauges and the guard; CSRs for the approver and the ledger', async () => {
+  // Runs after the join above, so the guard has answered from its view of the Node watch.
+  const metrics = await (await fetch(`${controller.url}/metrics`)).text();
+  const watched = (prefix: string) =>
+    new Set(
+      [...metrics.matchAll(/^informer_\w+\{resource="([^"]+)"/gm)]
+        .map((m) => m[1])
+        .filter((r) => r?.startsWith(prefix)),
+    );
+  assert.deepEqual([...watched('nodes')], ['nodes']);
+  // A consumer with a watch of its own would be a second list under the shared name.
+  assert.match(metrics, /^informer_lists_total\{resource="nodes",result="success"\} 1$/m);
+  assert.match(metrics, /^kops_controller_bootstrap_node_guard_reads_total\{source="watch"\} [1-9]\d*$/m);
+  assert.deepEqual(
+    [...watched('certificatesigningrequests'), ...watched('ledger')],
+    ['certificatesigningrequests'],
+    'the approver and the expiry ledger share one watch of every CSR',
+  );
+  assert.match(
+    metrics,
+    /^informer_lists_total\{resource="certificatesigningrequests",result="success"\} 1$/m,
+  );
+  const ready = await fetch(`${controller.url}/readyz`);
+  assert.equal(ready.status, 200);
+  assert.match(await ready.text(), /^\[\+\]informer-nodes ok$/m, 'ready once the Node cache has synced');
+});

@@ -12,6 +12,7 @@ import { createAwsProvider } from '../../cloud/aws/provider.ts';
 import { createGceProvider, type GceProvider } from '../../cloud/gce/provider.ts';
 import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
 import { UnavailableError } from '../../errors.ts';
+import { csrInformer } from '../../kube/shared-informer.ts';
 import { buildCsrPem } from '../../pki/csr-build.ts';
 import { generateKey } from '../../pki/keys.ts';
 import { awsProviderID, simInstanceId } from '../../sim/aws/scenario.ts';
@@ -134,8 +135,10 @@ function startApprover(options: {
   resolveName?: (name: string) => Promise<string[]>;
 }) {
   const stop = new AbortController();
+  const kubeConfig = options.kubeConfig ?? cluster.api.server.kubeConfig();
   const approver = new CsrApprover({
-    kubeConfig: options.kubeConfig ?? cluster.api.server.kubeConfig(),
+    kubeConfig,
+    csrs: csrInformer(kubeConfig),
     ...options,
     identifier: options.identifier ?? provider.nodeIdentifier,
   });

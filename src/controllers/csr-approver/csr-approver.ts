@@ -32,8 +32,9 @@ import { fromApiException } from '../../kube/api-errors.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
 import { runController } from '../../kube/controller.ts';
 import { readCsr } from '../../kube/csr.ts';
-import { Informer, kubeList, kubeWatch } from '../../kube/informer.ts';
+import type { InformerCache } from '../../kube/informer.ts';
 import { sharedMetric } from '../../kube/metrics.ts';
+import type { SharedInformer } from '../../kube/shared-informer.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
 import { assessCsr, assessInstance, type InstanceCheck, type Verdict } from './checks.ts';
@@ -43,6 +44,8 @@ import { assessResolution, type ServingPolicy } from './serving-policy.ts';
 /** Options of a {@link CsrApprover}. */
 export interface CsrApproverOptions {
   kubeConfig: KubeConfig;
+  /** The process's CSR watch (`csrInformer`, src/kube/shared-informer.ts); the approver adds its view. */
+  csrs: SharedInformer<V1CertificateSigningRequest>;
   identifier: NodeIdentifier;
   /** Identify nodes without a providerID by name (metal, whose inventory lists host names). */
   identifyByNodeName?: boolean;
@@ -78,8 +81,6 @@ export interface CsrApproverOptions {
  */
 export const defaultMaxInstanceStateAgeMs = 60_000;
 
-const csrPath = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
-
 /** Every address of a name, as the system resolves it. */
 async function systemResolve(name: string): Promise<string[]> {
   return (await lookup(name, { all: true })).map((entry) => entry.address);
@@ -98,9 +99,11 @@ export class CsrApprover implements LeaderComponent {
   readonly #certificates: CertificatesV1Api;
   readonly #logger: Logger;
   readonly #decisions: Counter;
+  readonly #csrs: InformerCache<CsrRecord>;
 
   constructor(options: CsrApproverOptions) {
     this.#options = options;
+    this.#csrs = options.csrs.view('csr-approver', csrRecordOf);
     const kubeConfig = reuseConnections(options.kubeConfig);
     this.#core = kubeConfig.makeApiClient(CoreV1Api);
     this.#certificates = kubeConfig.makeApiClient(CertificatesV1Api);
@@ -119,18 +122,9 @@ export class CsrApprover implements LeaderComponent {
     );
   }
 
-  /** Lists and watches CSRs and decides the kubelet ones until `signal` aborts. */
+  /** Follows the CSR cache and decides the kubelet CSRs until `signal` aborts. */
   async start(signal: AbortSignal): Promise<void> {
-    const { kubeConfig, registry } = this.#options;
-    const informer = new Informer<V1CertificateSigningRequest, CsrRecord>({
-      name: 'certificatesigningrequests',
-      path: csrPath,
-      list: kubeList(kubeConfig, csrPath),
-      watch: kubeWatch(kubeConfig),
-      transform: csrRecordOf,
-      logger: this.#logger,
-      registry,
-    });
+    const informer = this.#csrs;
     await runController(
       {
         name: 'certificatesigningrequests',
@@ -141,7 +135,7 @@ export class CsrApprover implements LeaderComponent {
         concurrency: this.#options.concurrency ?? 8,
         baseDelayMs: 500,
         maxDelayMs: 300_000,
-        registry,
+        registry: this.#options.registry,
         logger: this.#logger,
       },
       signal,
