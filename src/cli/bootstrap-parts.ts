@@ -129,7 +129,11 @@ export function nodeGuardReads(
   const reads = apiNodeReads(kubeConfig);
   if (config.bootstrap.nodeGuard !== 'watch') return reads;
   const { direct } = reads;
-  const guardWatch = nodePresenceView(nodes ?? nodeInformer(kubeConfig, { registry, logger }));
+  // Without the process's watch (a serving worker), one of its own, named apart: the primary sums the
+  // workers' metrics with its own, and its `nodes` watch is another.
+  const guardWatch = nodePresenceView(
+    nodes ?? nodeInformer(kubeConfig, { name: 'nodes-guard', registry, logger }),
+  );
   guardWatch.start();
   return { guardWatch, direct, readNode: watchedNodeReader(guardWatch, direct, { onRead }) };
 }

@@ -326,32 +326,43 @@ interface Served {
  * The server's leader-only work, once it serves: the signer, the ledger (holding this replica's own
  * certificates); `close` closes the server, then what `stop` stops and the ledger.
  */
-function bootstrapService(config: Config, deps: SigningDeps, served: Served): BootstrapService {
+async function bootstrapService(
+  config: Config,
+  deps: SigningDeps,
+  served: Served,
+): Promise<BootstrapService> {
   const { parts, guard, running, registry, logger } = served;
   const { ca, ledger } = parts;
-  holdOwnCertificates(ledger, [ca, ...parts.otherSigners], served.tls.cert);
-  ledger.start();
-  return {
-    server: running,
-    ca,
-    apiServer: parts.apiServers[0] as string,
-    apiServers: parts.apiServers,
-    ledger,
-    signer: signerOf(config, deps, parts, guard.readNode, registry, logger),
-    ledgerComponents: ledgerComponents({
-      store: parts.ledgerStore,
-      ledger,
-      readNode: guard.direct,
-      kubeConfig: parts.kubeConfig,
-      ...(deps.csrs ? { csrs: deps.csrs } : {}),
-      registry,
-      logger,
-    }),
-    async close() {
-      await running.close();
-      await Promise.all([served.stop?.(), ledger.stop()]);
-    },
+  const close = async () => {
+    await running.close();
+    await Promise.all([served.stop?.(), ledger.stop()]);
   };
+  try {
+    holdOwnCertificates(ledger, [ca, ...parts.otherSigners], served.tls.cert);
+    ledger.start();
+    return {
+      server: running,
+      ca,
+      apiServer: parts.apiServers[0] as string,
+      apiServers: parts.apiServers,
+      ledger,
+      signer: signerOf(config, deps, parts, guard.readNode, registry, logger),
+      ledgerComponents: ledgerComponents({
+        store: parts.ledgerStore,
+        ledger,
+        readNode: guard.direct,
+        kubeConfig: parts.kubeConfig,
+        ...(deps.csrs ? { csrs: deps.csrs } : {}),
+        registry,
+        logger,
+      }),
+      close,
+    };
+  } catch (err) {
+    // A server left listening, or a watch left held, would keep the process alive after the error.
+    await close().catch(() => undefined);
+    throw err;
+  }
 }
 
 /** The server section, the registry and the logger every bootstrap server starts from. */
@@ -402,7 +413,15 @@ export async function startBootstrapServer(
     stopServing,
   );
   return {
-    ...bootstrapService(config, deps, { parts, guard, running, tls, stop: stopServing, registry, logger }),
+    ...(await bootstrapService(config, deps, {
+      parts,
+      guard,
+      running,
+      tls,
+      stop: stopServing,
+      registry,
+      logger,
+    })),
     queue,
     guardWatch: guard.guardWatch ? guardWatchView(guard.guardWatch) : undefined,
   };
@@ -435,7 +454,7 @@ async function startBootstrapPrimary(config: Config, deps: BootstrapPrimaryDeps)
     logger,
   });
   const guard = apiNodeReads(parts.kubeConfig);
-  return bootstrapService(config, deps, { parts, guard, running, tls, registry, logger });
+  return await bootstrapService(config, deps, { parts, guard, running, tls, registry, logger });
 }
 
 /** What {@link startConfiguredBootstrap} is built from. */
@@ -635,8 +654,8 @@ export async function startConfiguredBootstrap(
   });
   tokens.start();
   let release = (): void => undefined;
+  let running: BootstrapService | undefined;
   try {
-    let running: BootstrapService;
     if (workerPlan) {
       // The workers build the approval chain and the cluster-info reads: only they answer requests.
       running = await startBootstrapPrimary(config, {
@@ -658,11 +677,12 @@ export async function startConfiguredBootstrap(
         ...(options.nodes ? { nodes: options.nodes } : {}),
       });
     }
+    const served = running;
     const publisher = new ClusterInfoPublisher({
       core,
       source: tokens,
       kubeconfig: () =>
-        renderClusterInfoKubeconfig({ servers: running.apiServers, caBundlePem: bundlePem(running.ca) }),
+        renderClusterInfoKubeconfig({ servers: served.apiServers, caBundlePem: bundlePem(served.ca) }),
       logger,
     });
     const cleaners = [
@@ -670,15 +690,16 @@ export async function startConfiguredBootstrap(
       new ReplayMarkerCollector({ guard: replayGuard, logger }),
     ];
     return {
-      ...running,
-      components: [running.signer, publisher, ...cleaners, ...running.ledgerComponents],
+      ...served,
+      components: [served.signer, publisher, ...cleaners, ...served.ledgerComponents],
       async close() {
-        await running.close();
+        await served.close();
         release();
         await tokens.stop();
       },
     };
   } catch (err) {
+    await running?.close().catch(() => undefined);
     release();
     await tokens.stop();
     throw err;

@@ -167,7 +167,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
   // The same for every CertificateSigningRequest (the kubelet CSR approver, the expiry ledger).
   const nodes = nodeInformer(kubeConfig, { registry, logger });
   const csrs = csrInformer(kubeConfig, { registry, logger });
-  const stopWatches = () => Promise.all([nodes.stop(), csrs.stop()]);
+  const closeWatches = () => Promise.all([nodes.close(), csrs.close()]);
   const leader = await buildLeaderComponents({ ...options, nodes, csrs });
   let bootstrap: ConfiguredBootstrap | undefined;
   try {
@@ -192,15 +192,18 @@ export async function startController(options: ControllerOptions): Promise<Runni
       runtime,
       bootstrap,
       stop: async () => {
-        await runtime.stop();
-        await bootstrap?.close();
-        await stopWatches();
-        leader.close();
+        try {
+          await runtime.stop();
+          await bootstrap?.close();
+        } finally {
+          await closeWatches();
+          leader.close();
+        }
       },
     };
   } catch (err) {
-    await bootstrap?.close();
-    await stopWatches();
+    await bootstrap?.close().catch(() => undefined);
+    await closeWatches();
     leader.close();
     throw err;
   }

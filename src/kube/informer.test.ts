@@ -282,6 +282,38 @@ describe('informer', () => {
     assert.equal(resource.watchers.size, 0);
   });
 
+  test('a start while a stop is still ending: waitForSync resolves true once it syncs, not false', async () => {
+    const resource = new FakeResource();
+    resource.put('a', 'Pending');
+    const { informer } = startInformer(resource, new FakeClock());
+    const stopping = informer.stop(); // before its first list completed
+    informer.start();
+    const synced = informer.waitForSync();
+    await stopping;
+    assert.equal(await synced, true);
+    assert.equal(informer.get('default/a')?.phase, 'Pending');
+    await informer.stop();
+    assert.equal(await informer.waitForSync(), true, 'synced once stays synced');
+  });
+
+  test('built but never started, it publishes no informer_synced sample; started, 0 until synced', async () => {
+    const resource = new FakeResource();
+    const registry = new Registry();
+    const informer = new Informer<V1Pod, PodRecord>({
+      name: 'idle',
+      path: '/api/v1/pods',
+      list: resource.list,
+      watch: resource.watch,
+      transform: slim,
+      registry,
+    });
+    assert.doesNotMatch(await registry.metrics(), /informer_synced\{resource="idle"\}/);
+    resource.failLists = 1;
+    informer.start();
+    assert.match(await registry.metrics(), /^informer_synced\{resource="idle"\} 0$/m);
+    await informer.stop();
+  });
+
   test('a handler subscribing with replay gets the cached records as adds first; without, only what follows', async () => {
     const resource = new FakeResource();
     for (const name of ['a', 'b']) resource.put(name, 'Pending');

@@ -126,6 +126,7 @@ export interface InformerCache<R> {
   waitForSync(signal?: AbortSignal): Promise<boolean>;
   get(key: string): R | undefined;
   list(): R[];
+  /** Objects cached; for a view, those of the shared cache, including any its transform skipped. */
   readonly size: number;
   watchSilenceMs(): number | undefined;
 }
@@ -234,7 +235,6 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
       ...(options.backoff ?? { initialMs: 1000, maxMs: 30_000 }),
       random: options.random ?? Math.random,
     });
-    this.#metrics?.synced.set({ resource: this.name }, 0);
   }
 
   /** Subscribes to changes; returns the unsubscribe function. */
@@ -249,6 +249,9 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
 
   /** Starts listing and watching in the background; failures are retried until {@link Informer.stop}. */
   start(): void {
+    // Set here, not at construction: an informer built but never started (a serving worker's
+    // leader-only parts) is no watch, and must not read as one that has not synced.
+    if (!this.#synced) this.#metrics?.synced.set({ resource: this.name }, 0);
     this.#wanted = true;
     this.#loop ??= this.#supervise();
   }
@@ -271,7 +274,8 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
   /** Resolves true once synced, or false if the informer or `signal` stops first. */
   waitForSync(signal?: AbortSignal): Promise<boolean> {
     if (this.#synced) return Promise.resolve(true);
-    if (this.#stop.signal.aborted || signal?.aborted) return Promise.resolve(false);
+    // Stopped for good (not started again while its last round ends), or the caller gave up.
+    if ((this.#stop.signal.aborted && !this.#wanted) || signal?.aborted) return Promise.resolve(false);
     return new Promise((resolve) => {
       const onAbort = () => resolve(false);
       signal?.addEventListener('abort', onAbort, { once: true });

@@ -128,6 +128,27 @@ describe('shared informer', () => {
     await view.stop();
   });
 
+  test('close stops the watch whoever still holds it; holds and releases after it stay balanced', async () => {
+    const resource = new FakeResource();
+    resource.put('a', 'Pending');
+    const shared = sharedOver(resource);
+    const view = shared.view('phases', (pod) => pod.status?.phase);
+    await view.stop(); // a release before any hold does nothing
+    await shared.stop();
+    shared.start();
+    shared.start(); // the process's hold is one hold
+    view.start(); // a consumer's hold, e.g. the guard's, left behind by a failed start
+    await view.waitForSync();
+    await until(() => resource.watchers.size === 1);
+    await shared.close();
+    assert.equal(resource.watchers.size, 0, 'closed although the view still held it');
+    await view.stop(); // its late release does not go below zero
+    view.start();
+    await until(() => resource.watchers.size === 1);
+    await view.stop();
+    assert.equal(resource.watchers.size, 0);
+  });
+
   test('views replay the cache to a consumer that subscribes after the sync, as a new leader does', async () => {
     const resource = new FakeResource();
     for (const name of ['a', 'b', 'c']) resource.put(name, 'Pending');

@@ -86,13 +86,23 @@ export class SharedInformer<T extends KubernetesObject> {
     await this.#release();
   }
 
+  /**
+   * Stops the watch whoever still holds it: the process is shutting down, or failed to start after
+   * a consumer (the bootstrap server's guard) had taken its hold. Later releases do nothing.
+   */
+  async close(): Promise<void> {
+    this.#selfHeld = false;
+    this.#holders = 0;
+    await this.#informer.stop();
+  }
+
   #hold(): void {
     this.#started = true;
     if (this.#holders++ === 0) this.#informer.start();
   }
 
   async #release(): Promise<void> {
-    if (--this.#holders === 0) await this.#informer.stop();
+    if (this.#holders > 0 && --this.#holders === 0) await this.#informer.stop();
   }
 
   #slots(object: T): Slots {
@@ -219,12 +229,17 @@ function sharedWatch<T extends KubernetesObject>(
   });
 }
 
-/** The one watch of Nodes a process keeps, shared by its consumers (named `nodes` in the metrics). */
+/**
+ * The one watch of Nodes a process keeps, shared by its consumers: named `nodes` in the metrics, or
+ * `name` for a watch that is not the process's (a serving worker's guard, whose metrics the primary
+ * sums with its own).
+ */
 export function nodeInformer(
   kubeConfig: KubeConfig,
-  options: SharedWatchOptions = {},
+  options: SharedWatchOptions & { name?: string } = {},
 ): SharedInformer<V1Node> {
-  return sharedWatch<V1Node>(kubeConfig, 'nodes', '/api/v1/nodes', options);
+  const { name = 'nodes', ...rest } = options;
+  return sharedWatch<V1Node>(kubeConfig, name, '/api/v1/nodes', rest);
 }
 
 /**

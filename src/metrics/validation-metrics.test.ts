@@ -470,6 +470,51 @@ describe('ValidationMetrics against the simulated cluster', () => {
     await until(async () => (await gauge('kops_node_notReady')) === 0);
   });
 
+  test("a new leadership term over the process's Node watch counts every Node once: not zero, not twice", async () => {
+    const own = new Registry();
+    const kubeConfig = cluster.api.server.kubeConfig();
+    const aws = await createAwsProvider({
+      clusterName: cluster.clusterName,
+      region: cluster.region,
+      endpoint: cluster.aws.endpoint,
+      credentials: { ...cluster.aws.credentials },
+    });
+    const nodes = nodeInformer(kubeConfig);
+    const store = new ClusterStore(openVfs(cluster.configBase, vfsOptionsFromEnv(cluster.env)));
+    const gauges = new ValidationMetrics({
+      clusterName: cluster.clusterName,
+      kubeConfig,
+      nodes,
+      core: kubeConfig.makeApiClient(CoreV1Api),
+      cloudGroups: aws.cloudGroups,
+      instanceGroups: () => store.instanceGroups(),
+      registry: own,
+    });
+    const ready = async () =>
+      Number(
+        /^kops_node_ready\{cluster_name="minimal\.example\.com"\} (\d+)$/m.exec(await own.metrics())?.[1] ??
+          NaN,
+      );
+    nodes.start(); // as `run` holds it for the process
+    const term = async () => {
+      const leading = new AbortController();
+      const run = gauges.start(leading.signal);
+      await until(async () => !Number.isNaN(await ready()));
+      const value = await ready();
+      leading.abort();
+      await run;
+      return value;
+    };
+    try {
+      const first = await term();
+      assert.ok(first > 0);
+      assert.equal(await term(), first, 'the second term counted the cached Nodes once');
+    } finally {
+      await nodes.stop();
+      aws.clients.destroy();
+    }
+  });
+
   test('no instance groups in the state store: no values at all, never zeros that read as healthy', async () => {
     const own = new Registry();
     const kubeConfig = cluster.api.server.kubeConfig();

@@ -197,8 +197,8 @@ export class IpamController implements LeaderComponent {
       },
       { replay: true },
     );
-    source.start?.();
     try {
+      source.start?.();
       await runController(
         {
           name: 'ipam',
