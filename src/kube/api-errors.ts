@@ -22,10 +22,12 @@ export function statusMessageOf(body: unknown): string | undefined {
   return undefined;
 }
 
-/** The HTTP status of a failed client-node call: `ApiException.code` or a watch error's `statusCode`. */
+/** The HTTP status of a failed API call: `ApiException.code`, a watch error's `statusCode`, a typed error's `upstreamStatus`. */
 export function httpStatusOfApiError(err: unknown): number | undefined {
   if (err instanceof ApiException) return err.code;
-  const code = (err as { statusCode?: unknown } | null)?.statusCode;
+  // A watch stream's error carries statusCode; a typed error of the pooled client, upstreamStatus.
+  const { statusCode, upstreamStatus } = (err ?? {}) as { statusCode?: unknown; upstreamStatus?: unknown };
+  const code = statusCode ?? upstreamStatus;
   return typeof code === 'number' ? code : undefined;
 }
 

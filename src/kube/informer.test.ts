@@ -2,11 +2,11 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { CoreV1Api, type V1Node, type V1Pod } from '@kubernetes/client-node';
 import { AggregatorRegistry, Registry } from 'prom-client';
-import { ForbiddenError } from '../errors.ts';
+import { ForbiddenError, TimeoutError } from '../errors.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock } from '../testing/fake-clock.ts';
 import { FakeResource, until } from '../testing/fake-resource.ts';
-import { fromApiException } from './api-errors.ts';
+import { httpStatusOfApiError } from './api-errors.ts';
 import { Informer, kubeList, kubeWatch, objectKey } from './informer.ts';
 
 /** The slim record the tests cache instead of whole pods. */
@@ -480,7 +480,7 @@ describe('informer against the simulated API server', () => {
     }
   });
 
-  test('kubeList pages through the raw JSON and reports API errors as client-node does', async () => {
+  test('kubeList pages through the raw JSON; a refused page, or one whose continue token expired, is a typed error', async () => {
     const sim = await startApiServer();
     try {
       for (let i = 0; i < 5; i++) sim.store.create(node(`n${i}`, i % 2 ? 'a' : 'b'));
@@ -503,10 +503,26 @@ describe('informer against the simulated API server', () => {
         'string',
       );
       const stranger = kubeList(sim.kubeConfig({ name: 'stranger', groups: [] }), '/api/v1/nodes');
-      await assert.rejects(stranger({}), (err: unknown) => {
-        const typed = fromApiException(err, 'list nodes');
-        return typed instanceof ForbiddenError && /^list nodes: HTTP 403: /.test(typed.message);
-      });
+      await assert.rejects(
+        stranger({}),
+        (err: unknown) =>
+          err instanceof ForbiddenError &&
+          err.upstreamStatus === 403 &&
+          /^list \/api\/v1\/nodes: HTTP 403: .*; grant the permission in RBAC$/.test(err.message),
+      );
+      // A continue token whose resourceVersion has been compacted away: 410, which makes the informer re-list.
+      const expired = await list({ limit: 2 }).then((page) => page.metadata?._continue);
+      sim.store.create(node('n9', 'a'));
+      sim.store.compact();
+      await assert.rejects(
+        list({ limit: 2, _continue: expired }),
+        (err: unknown) => httpStatusOfApiError(err) === 410,
+      );
+      // An API server that takes the request and does not answer: the page's deadline, then a retry.
+      sim.faults.latency(2_000, { resource: 'nodes', verbs: ['list'] });
+      const impatient = kubeList<V1Node>(sim.kubeConfig(), '/api/v1/nodes', { timeoutMs: 200 });
+      await assert.rejects(impatient({ limit: 2 }), TimeoutError);
+      sim.faults.latency(0, { resource: 'nodes', verbs: ['list'] });
     } finally {
       await sim.close();
     }

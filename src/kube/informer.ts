@@ -12,13 +12,9 @@
  * Pair it with {@link kubeList} and {@link kubeWatch}: both hand over objects in their JSON wire shape.
  */
 import {
-  ApiException,
-  HttpMethod,
-  IsomorphicFetchHttpLibrary,
   type KubeConfig,
   type KubernetesListObject,
   type KubernetesObject,
-  RequestContext,
   Watch,
 } from '@kubernetes/client-node';
 import { Counter, Gauge, type Registry } from 'prom-client';
@@ -27,6 +23,7 @@ import { type Logger, silentLogger } from '../log.ts';
 import { Backoff } from '../runtime/backoff.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
+import { kubeAnswerError, kubeHttps, kubeJson } from './kube-https.ts';
 import { sharedMetric } from './metrics.ts';
 
 /** The list parameters the informer sends; a client-node `list*` request object accepts them. */
@@ -61,31 +58,49 @@ export function kubeWatch(kubeConfig: KubeConfig): WatchFn {
     watch.watch(path, params, (type, object) => onEvent(type as WatchEventType, object), onDone);
 }
 
+/** How long one page of a list may take (a page is at most 500 objects by default). */
+export const listPageTimeoutMs = 60_000;
+
+/** The longest page read: 500 Nodes are about 5 MB; the limit only stops a runaway answer. */
+export const maxListPageBytes = 256 * 1024 * 1024;
+
 /**
- * The {@link ListFn} of a kubeconfig for `path` (e.g. `/api/v1/pods`). It decodes the JSON itself
- * instead of through client-node's model serializer, which lists large collections about five times
- * faster, and it yields objects in their wire shape (timestamps as strings), the same shape the watch
- * events of client-node's `Watch` have, so a transform sees one format whatever delivered the object.
+ * The {@link ListFn} of a kubeconfig for `path` (e.g. `/api/v1/pods`), over the pooled API-server
+ * client (src/kube/kube-https.ts), as the other calls of the process: keep-alive connections whatever
+ * the KubeConfig object (client-node's fetch opens a TLS connection per page unless
+ * src/kube/connection-reuse.ts patched that object), a deadline per page (client-node's list had none,
+ * so an API server that accepted the request and never answered held the informer's first sync
+ * forever), and the body decoded from one buffer instead of web streams and a TextDecoder. It decodes
+ * the JSON itself, so objects come in their wire shape (timestamps as strings), the same shape the
+ * watch events of client-node's `Watch` have: a transform sees one format whatever delivered the
+ * object. A failed page is the typed error of its status (`upstreamStatus` 410 when a continue token
+ * has expired).
  */
-export function kubeList<T extends KubernetesObject>(kubeConfig: KubeConfig, path: string): ListFn<T> {
-  const http = new IsomorphicFetchHttpLibrary();
+export function kubeList<T extends KubernetesObject>(
+  kubeConfig: KubeConfig,
+  path: string,
+  options: { timeoutMs?: number } = {},
+): ListFn<T> {
+  const call = kubeHttps(kubeConfig, { timeoutMs: options.timeoutMs ?? listPageTimeoutMs });
   return async ({ labelSelector, fieldSelector, limit, _continue }) => {
-    const cluster = kubeConfig.getCurrentCluster();
-    if (!cluster) throw new ConfigError('the kubeconfig has no current cluster; set current-context');
-    const url = new URL(cluster.server + path);
-    const query = { labelSelector, fieldSelector, limit, continue: _continue };
-    for (const [key, value] of Object.entries(query)) {
-      if (value !== undefined && value !== '') url.searchParams.set(key, String(value));
+    if (!kubeConfig.getCurrentCluster()) {
+      throw new ConfigError('the kubeconfig has no current cluster; set current-context');
     }
-    const request = new RequestContext(url.toString(), HttpMethod.GET);
-    request.setHeaderParam('Accept', 'application/json');
-    await kubeConfig.applySecurityAuthentication(request);
-    const response = await http.send(request).toPromise();
-    const text = await response.body.text();
-    if (response.httpStatusCode !== 200) {
-      throw new ApiException(response.httpStatusCode, `list ${path}`, text, response.headers);
+    const query = new URLSearchParams();
+    const params = { labelSelector, fieldSelector, limit, continue: _continue };
+    for (const [key, value] of Object.entries(params)) {
+      if (value !== undefined && value !== '') query.set(key, String(value));
     }
-    const list = JSON.parse(text) as KubernetesListObject<T> & { metadata?: { continue?: string } };
+    const action = `list ${path}`;
+    const search = query.size > 0 ? `?${query}` : '';
+    const answer = await call({
+      action,
+      method: 'GET',
+      path: `${path}${search}`,
+      maxBodyBytes: maxListPageBytes,
+    });
+    if (answer.status !== 200) throw kubeAnswerError(answer, action);
+    const list = kubeJson<KubernetesListObject<T> & { metadata?: { continue?: string } }>(answer, action);
     return { ...list, metadata: { ...list.metadata, _continue: list.metadata?.continue } };
   };
 }

@@ -1,7 +1,8 @@
 /**
  * The API server calls a bootstrap request makes on its way (the impersonation guard's Node read, the
- * replay marker's create and read), the expiry ledger's shard reads and writes and the controllers'
- * Node patches (src/kube/patch.ts), over plain HTTPS with one keep-alive agent. Through client-node
+ * replay marker's create and read), the expiry ledger's shard reads and writes, the controllers'
+ * Node patches (src/kube/patch.ts) and the informers' list pages (`kubeList`, src/kube/informer.ts),
+ * over plain HTTPS with one keep-alive agent. Through client-node
  * each such call cost more server CPU than the certificate's signature: a fetch dispatcher chain and
  * its web streams, the object serializer, middleware, and a full exception for every 404 or 409
  * (docs/performance.md). Credentials are applied per call as client-node applies them, so rotated
