@@ -59,10 +59,10 @@ export function kubeWatch(kubeConfig: KubeConfig): WatchFn {
 }
 
 /** How long one page of a list may take (a page is at most 500 objects by default). */
-export const listPageTimeoutMs = 60_000;
+const listPageTimeoutMs = 60_000;
 
 /** The longest page read: 500 Nodes are about 5 MB; the limit only stops a runaway answer. */
-export const maxListPageBytes = 256 * 1024 * 1024;
+const maxListPageBytes = 256 * 1024 * 1024;
 
 /**
  * The {@link ListFn} of a kubeconfig for `path` (e.g. `/api/v1/pods`), over the pooled API-server
