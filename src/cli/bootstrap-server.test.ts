@@ -217,6 +217,7 @@ describe('bootstrap server from a kops config, served by worker processes', () =
   let kube: SimApiServer;
   let ca: CertificateAuthority;
   let boot: ConfiguredBootstrap;
+  const registry = new Registry();
   const workers = 2;
   // Per worker: the token Secrets, the guard's Nodes, the queue's CSRs; the main process: the token
   // Secrets its leader-only cleaner and cluster-info publisher follow.
@@ -235,7 +236,7 @@ describe('bootstrap server from a kops config, served by worker processes', () =
       }),
       kubeConfig: kube.kubeConfig(),
       vfsOptions: {},
-      registry: new Registry(),
+      registry,
       server: { listen: '127.0.0.1:0', serverNames: { ipAddresses: ['127.0.0.1'] }, ca, workers },
     });
   });
@@ -256,6 +257,20 @@ describe('bootstrap server from a kops config, served by worker processes', () =
     assert.equal(kube.faults.dropWatches({ resource: 'nodes' }), workers);
     assert.equal(kube.faults.dropWatches({ resource: 'certificatesigningrequests' }), workers);
     assert.equal(kube.faults.dropWatches({ resource: 'secrets' }), workers + 1);
+  });
+
+  test("the workers' own guard watches are reported apart from the process's Node watch (nodes-guard)", async () => {
+    // Each worker's guard has listed once: the primary's /metrics sums them under their own name.
+    const lists = async () =>
+      Number(
+        /^informer_lists_total\{resource="nodes-guard",result="success"\} (\d+)$/m.exec(
+          await registry.metrics(),
+        )?.[1],
+      );
+    for (let i = 0; i < 250 && !((await lists()) >= workers); i++)
+      await new Promise((r) => setTimeout(r, 20));
+    assert.equal(await lists(), workers);
+    assert.doesNotMatch(await registry.metrics(), /^informer_\w+\{resource="nodes"/m);
   });
 
   test('a policy the workers cannot build fails the start with its config error, and leaves nothing running', async () => {
