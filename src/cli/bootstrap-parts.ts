@@ -194,6 +194,6 @@ export function ledgerComponents(parts: {
       registry,
       logger,
     }),
-    new KubeletRenewalRecorder({ kubeConfig, ...(csrs ? { csrs } : {}), ledger, registry, logger }),
+    new KubeletRenewalRecorder({ kubeConfig, csrs, ledger, registry, logger }),
   ];
 }

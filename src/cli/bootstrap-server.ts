@@ -352,7 +352,7 @@ async function bootstrapService(
         ledger,
         readNode: guard.direct,
         kubeConfig: parts.kubeConfig,
-        ...(deps.csrs ? { csrs: deps.csrs } : {}),
+        csrs: deps.csrs,
         registry,
         logger,
       }),
@@ -631,7 +631,7 @@ export async function startConfiguredBootstrap(
     kubeConfig,
     audit: auditSink(logger),
     vfsOptions: options.vfsOptions,
-    ...(options.csrs ? { csrs: options.csrs } : {}),
+    csrs: options.csrs,
     registry: options.registry,
     logger,
   };
@@ -674,7 +674,7 @@ export async function startConfiguredBootstrap(
         clusterInfoHandler: clusterInfoHandler(clusterInfo, logger),
         ...serverOverrides,
         authorities,
-        ...(options.nodes ? { nodes: options.nodes } : {}),
+        nodes: options.nodes,
       });
     }
     const served = running;

@@ -10,7 +10,7 @@
 import type { Counter, Registry } from 'prom-client';
 import type { Logger } from '../log.ts';
 import type { Clock } from '../runtime/clock.ts';
-import type { InformerCache } from './informer.ts';
+import type { InformerCache, InformerHandlers } from './informer.ts';
 import { WorkQueue } from './workqueue.ts';
 
 /** How one reconcile ended, when it did not throw. */
@@ -33,6 +33,12 @@ export interface ControllerOptions<R> {
   informer: InformerCache<R>;
   /** The queue key of a record (its name, for cluster-scoped objects). */
   key: (record: R) => string;
+  /**
+   * The controller's own bookkeeping of the cache (what it learnt about each object, what it indexes):
+   * subscribed, with the cache replayed, before the queue's handlers, so a reconcile sees it, and
+   * unsubscribed when the controller stops, so a later run starts from a clean slate.
+   */
+  track?: InformerHandlers<R>;
   /** Whether a record needs reconciling; `before` is set for updates. Default: every add and update. */
   filter?: (record: R, before?: R) => boolean;
   /** Called as a record is queued, to start work that queued reconciles share (a batched cloud call). */
@@ -72,6 +78,7 @@ export async function runController<R>(options: ControllerOptions<R>, signal: Ab
     onQueue?.(record);
     queue.add(key(record));
   };
+  const untrack = options.track ? informer.addHandlers(options.track, { replay: true }) : undefined;
   const unsubscribe = informer.addHandlers(
     { add: (record) => enqueue(record), update: (before, after) => enqueue(after, before) },
     { replay: true },
@@ -96,6 +103,7 @@ export async function runController<R>(options: ControllerOptions<R>, signal: Ab
   } finally {
     stopWatching?.();
     unsubscribe();
+    untrack?.();
     await queue.shutdown({ drain: false });
     await informer.stop();
   }

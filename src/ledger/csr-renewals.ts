@@ -69,9 +69,7 @@ export class KubeletRenewalRecorder implements LeaderComponent {
   constructor(options: KubeletRenewalRecorderOptions) {
     this.#options = options;
     const { kubeConfig, registry, logger } = options;
-    const csrs =
-      options.csrs ??
-      csrInformer(kubeConfig, { ...(registry ? { registry } : {}), ...(logger ? { logger } : {}) });
+    const csrs = options.csrs ?? csrInformer(kubeConfig, { registry, logger });
     this.#entries = csrs.view('certificate-ledger', entryOfCsr);
   }
 

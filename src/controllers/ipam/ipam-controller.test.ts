@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Registry } from 'prom-client';
-import { createAwsClients } from '../../cloud/aws/clients.ts';
+import { type AwsClients, createAwsClients } from '../../cloud/aws/clients.ts';
 import { AwsNodeIdentifier } from '../../cloud/aws/identify.ts';
 import { cloudCallMetrics } from '../../cloud/metrics.ts';
 import { nodeInformer } from '../../kube/shared-informer.ts';
@@ -18,6 +18,7 @@ const zone = 'us-east-1a';
 let api: SimApiServer;
 let aws: AwsSimulator;
 let closeClients: () => void;
+let ec2: AwsClients['ec2'];
 const registry = new Registry();
 const stop = new AbortController();
 let running: Promise<void>;
@@ -35,19 +36,11 @@ before(async () => {
     cloudCalls: cloudCallMetrics(registry),
   });
   closeClients = clients.destroy;
+  ec2 = clients.ec2;
   const controller = new IpamController({
     kubeConfig: api.kubeConfig(),
     nodes: nodeInformer(api.kubeConfig()),
-    source: new AwsPodCidrSource(
-      new AwsNodeIdentifier({
-        ec2: clients.ec2,
-        clusterName,
-        batchWindowMs: 5,
-        // These tests are about EC2's answers and its throttle; the identifier's own call budget
-        // (which would let EC2's bucket refill while a lookup waits) is tested with the identifier.
-        callBudget: { burst: 1_000, perSecond: 1_000 },
-      }),
-    ),
+    source: awsSource(),
     recheckMs: 60_000,
     waitRetryMs: 100,
     baseRetryDelayMs: 20,
@@ -63,6 +56,20 @@ after(async () => {
   closeClients();
   await Promise.all([api.close(), aws.close()]);
 });
+
+/** The controller's source of pod ranges: EC2 through the simulator, as the AWS provider builds it. */
+function awsSource(): AwsPodCidrSource {
+  return new AwsPodCidrSource(
+    new AwsNodeIdentifier({
+      ec2,
+      clusterName,
+      batchWindowMs: 5,
+      // These tests are about EC2's answers and its throttle; the identifier's own call budget
+      // (which would let EC2's bucket refill while a lookup waits) is tested with the identifier.
+      callBudget: { burst: 1_000, perSecond: 1_000 },
+    }),
+  );
+}
 
 /** A running instance of the cluster with one ENI and the given prefixes (default: its own /80). */
 function instance(overrides: Partial<SimInstanceInput> = {}): SimInstanceInput {
@@ -313,4 +320,66 @@ test('a node changed between the decision and the patch is not written over (res
     (await metric('ipam_controller_reconciles_total', { result: 'error' })) > errorsBefore,
     'the stale patch was refused (409)',
   );
+});
+
+test('a new leadership term over the held Node cache still refuses a range a cached Node holds; the conflict gauge never goes below 0', async () => {
+  // Its own API server, so that the controller of the other tests does not act on these Nodes.
+  const own = await startApiServer();
+  const ownRegistry = new Registry();
+  const nodes = nodeInformer(own.kubeConfig());
+  const controller = new IpamController({
+    kubeConfig: own.kubeConfig(),
+    nodes,
+    source: awsSource(),
+    recheckMs: 60_000,
+    baseRetryDelayMs: 20,
+    maxRetryDelayMs: 200,
+    registry: ownRegistry,
+  });
+  // The new instance's prefix was delegated before to an instance since terminated, whose Node stays.
+  const reused = instance();
+  const prefix = reused.ipv6Prefixes?.[0] as string;
+  const gone = instance({ ipv6Prefixes: [] });
+  const nodeOf = (input: SimInstanceInput, spec: Record<string, unknown> = {}) =>
+    own.store.create({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: input.id },
+      spec: { providerID: awsProviderID(input), ...spec },
+    } as KubeObject);
+  nodeOf(gone, { podCIDR: prefix, podCIDRs: [prefix] });
+  nodeOf(reused);
+  const inConflict = async () =>
+    (await ownRegistry.getSingleMetric('ipam_controller_nodes_in_conflict')?.get())?.values[0]?.value ?? 0;
+  const podCidrs = () =>
+    (own.store.get('nodes', undefined, reused.id)?.['spec'] as { podCIDRs?: string[] } | undefined)?.podCIDRs;
+  // What the cache holds, to know when it has seen a deletion.
+  const cached = nodes.view('test', (n) => n.metadata?.name);
+  nodes.start(); // as `run` holds it for the process
+  const term = async (what: string, until: () => Promise<boolean>) => {
+    const leading = new AbortController();
+    const run = controller.start(leading.signal);
+    await eventually(what, until);
+    leading.abort();
+    await run;
+  };
+  try {
+    for (const n of [1, 2]) {
+      await term(`term ${n} finds the conflict`, async () => (await inConflict()) === 1);
+      assert.equal(podCidrs(), undefined, `term ${n} gave no range held by another node`);
+      assert.equal(await inConflict(), 0, `after term ${n}`);
+    }
+    // A third term, once the stale Node is gone: the range is free and is assigned.
+    own.store.delete('nodes', undefined, gone.id);
+    await term('the freed range is assigned', async () => podCidrs() !== undefined);
+    assert.deepEqual(podCidrs(), [prefix]);
+    assert.equal(await inConflict(), 0);
+    // A Node of an earlier term's conflicts deleted between terms: no term's handler outlives it.
+    own.store.delete('nodes', undefined, reused.id);
+    await eventually('the cache has seen the deletion', () => cached.get(reused.id) === undefined);
+    assert.equal(await inConflict(), 0);
+  } finally {
+    await nodes.close();
+    await own.close();
+  }
 });

@@ -182,21 +182,6 @@ export class IpamController implements LeaderComponent {
       conflicts: new Set(),
       waits: new Map(),
     };
-    // Replayed: the shared cache may have synced before this term, and every range held must be known.
-    const forget = term.informer.addHandlers(
-      {
-        add: (node) => term.held.set(node.name, node.podCIDRs),
-        update: (_, node) => term.held.set(node.name, node.podCIDRs),
-        delete: (node) => {
-          term.held.delete(node.name);
-          term.prefetched.delete(node.name);
-          term.reported.delete(node.name);
-          term.waits.delete(node.name);
-          this.#setConflict(term, node.name, false);
-        },
-      },
-      { replay: true },
-    );
     try {
       source.start?.();
       await runController(
@@ -204,6 +189,18 @@ export class IpamController implements LeaderComponent {
           name: 'ipam',
           informer: term.informer,
           key: (node) => node.name,
+          // Replayed: the shared cache may have synced before this term, and every range held must be known.
+          track: {
+            add: (node) => term.held.set(node.name, node.podCIDRs),
+            update: (_, node) => term.held.set(node.name, node.podCIDRs),
+            delete: (node) => {
+              term.held.delete(node.name);
+              term.prefetched.delete(node.name);
+              term.reported.delete(node.name);
+              term.waits.delete(node.name);
+              this.#setConflict(term, node.name, false);
+            },
+          },
           filter: (node, before) => !before || needsReconcile(before, node),
           onQueue: (node) => this.#prefetch(term, node),
           reconcile: (name, workSignal) => this.#reconcile(term, name, workSignal),
@@ -227,7 +224,6 @@ export class IpamController implements LeaderComponent {
         signal,
       );
     } finally {
-      forget();
       await source.stop?.();
       this.#metrics.inConflict.dec(term.conflicts.size);
     }

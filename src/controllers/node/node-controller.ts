@@ -131,40 +131,36 @@ export class NodeController implements LeaderComponent {
       groupOf: new Map(),
       refusals: new Map(),
     };
-    const forget = term.informer.addHandlers({
-      delete: (node) => {
-        term.prefetched.delete(node.name);
-        term.groupOf.delete(node.name);
-        term.refusals.delete(node.name);
-      },
-    });
-    try {
-      await runController(
-        {
-          name: 'nodes',
-          informer: term.informer,
-          key: (node) => node.name,
-          // A status heartbeat changes nothing the labels depend on.
-          filter: (node, before) => !before || needsReconcile(before, node),
-          onQueue: (node) => this.#prefetch(term, node),
-          reconcile: async (name) => {
-            const outcome = await this.#reconcile(term, name);
-            if (outcome !== 'rejected') return { outcome };
-            return { outcome, requeueAfterMs: this.#options.rejectionRetryMs ?? 300_000 };
+    await runController(
+      {
+        name: 'nodes',
+        informer: term.informer,
+        key: (node) => node.name,
+        track: {
+          delete: (node) => {
+            term.prefetched.delete(node.name);
+            term.groupOf.delete(node.name);
+            term.refusals.delete(node.name);
           },
-          watch: (enqueue) => this.#watchClusterStore(term, enqueue),
-          concurrency: this.#options.concurrency ?? 16,
-          baseDelayMs: 500,
-          maxDelayMs: this.#options.maxRetryDelayMs ?? 300_000,
-          reconciles: this.#metrics.reconciles,
-          registry,
-          logger: this.#logger,
         },
-        signal,
-      );
-    } finally {
-      forget();
-    }
+        // A status heartbeat changes nothing the labels depend on.
+        filter: (node, before) => !before || needsReconcile(before, node),
+        onQueue: (node) => this.#prefetch(term, node),
+        reconcile: async (name) => {
+          const outcome = await this.#reconcile(term, name);
+          if (outcome !== 'rejected') return { outcome };
+          return { outcome, requeueAfterMs: this.#options.rejectionRetryMs ?? 300_000 };
+        },
+        watch: (enqueue) => this.#watchClusterStore(term, enqueue),
+        concurrency: this.#options.concurrency ?? 16,
+        baseDelayMs: 500,
+        maxDelayMs: this.#options.maxRetryDelayMs ?? 300_000,
+        reconciles: this.#metrics.reconciles,
+        registry,
+        logger: this.#logger,
+      },
+      signal,
+    );
   }
 
   /** Polls the state store while leading, and requeues the nodes an edited group or cluster affects. */
