@@ -7,6 +7,7 @@ import { type ChildProcess, execFileSync, fork } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { KubeConfig } from '@kubernetes/client-node';
 import { Gauge, Registry } from 'prom-client';
+import { nodePresenceView, presenceOf, watchIsCurrent } from '../../src/bootstrap/node-guard.ts';
 import { type AwsInstanceLookup, awsPolicy } from '../../src/bootstrap/policies/aws.ts';
 import { awsAccountOf } from '../../src/bootstrap/policies/build.ts';
 import { insecureAlwaysApprovePolicy } from '../../src/bootstrap/policies/insecure-always-approve.ts';
@@ -25,6 +26,7 @@ import { AwsNodeIdentifier } from '../../src/cloud/aws/identify.ts';
 import type { SigV4Credentials } from '../../src/cloud/aws/sigv4.ts';
 import { parseConfig } from '../../src/config/loader.ts';
 import { reuseConnections } from '../../src/kube/connection-reuse.ts';
+import { nodeInformer } from '../../src/kube/shared-informer.ts';
 import { defaultConnectionLimits } from '../../src/net/hardened-server.ts';
 import { caFromPem } from '../../src/pki/ca.ts';
 import { parsePrivateKeyPem } from '../../src/pki/keys.ts';
@@ -139,6 +141,11 @@ async function startServer(spec: ServerSpec): Promise<RunningServer> {
   }
   const ca = caFromPem(spec.ca.cert, parsePrivateKeyPem(spec.ca.key));
   const registry = new Registry();
+  // The guard's Node watch is the primary's, as in `run`: the workers ask it.
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromString(spec.kubeconfig);
+  const nodes = nodePresenceView(nodeInformer(reuseConnections(kubeConfig), { registry }));
+  nodes.start();
   const workers = await startServingWorkers({
     registry,
     count: spec.workers,
@@ -147,7 +154,9 @@ async function startServer(spec: ServerSpec): Promise<RunningServer> {
     listen: '127.0.0.1:0',
     limits: stormConnectionLimits,
     rateLimit: stormRateLimit,
+    nodePresence: presenceOf(nodes),
   });
+  while (!watchIsCurrent(nodes)) await new Promise((resolve) => setTimeout(resolve, 10));
   return {
     url: workers.url,
     pids: workers.pids(),
@@ -157,7 +166,7 @@ async function startServer(spec: ServerSpec): Promise<RunningServer> {
       const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1]);
       return { idle: read('storm_loop_idle_ms'), active: read('storm_loop_active_ms') };
     },
-    close: () => workers.close(),
+    close: () => workers.close().then(() => nodes.stop()),
   };
 }
 
@@ -198,14 +207,20 @@ async function startBootstrap(
     listen,
     serverNames: { ipAddresses: ['127.0.0.1'] },
     tls: spec.tls,
-    shared: services && { limiter: services.limiter, gate: services.gate, reusePort: services.reusePort },
+    shared: services && {
+      limiter: services.limiter,
+      gate: services.gate,
+      reusePort: services.reusePort,
+      nodePresence: services.nodePresence,
+    },
     rateLimit: stormRateLimit,
     connectionLimits: stormConnectionLimits,
     registry: services?.registry ?? new Registry(),
   });
   // Storms start once the server is ready and its impersonation guard answers from its Node watch,
-  // as a server that has run for a minute does (before that, every guard lookup reads the Node).
-  while (!boot.queue.hasSynced() || !boot.guardWatch?.isCurrent()) {
+  // as a server that has run for a minute does (before that, every guard lookup reads the Node); a
+  // worker's guard asks the primary's watch, which startServer waits for.
+  while (!boot.queue.hasSynced() || !(services || boot.guardWatch?.isCurrent())) {
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
   return { boot, release };

@@ -15,6 +15,7 @@ import {
   maxWatchSilenceMs,
   type NodePresence,
   type NodeReader,
+  presenceOf,
   watchedNodeReader,
 } from './node-guard.ts';
 
@@ -120,7 +121,9 @@ describe('watchedNodeReader', () => {
       return name === 'ready-1' ? readyNode : undefined;
     };
     const sources: GuardReadSource[] = [];
-    const read = watchedNodeReader(presence, direct, { onRead: (source) => sources.push(source) });
+    const read = watchedNodeReader(presenceOf(presence), direct, {
+      onRead: (source) => sources.push(source),
+    });
     return { read, directReads, sources };
   }
 
@@ -160,7 +163,7 @@ describe('watchedNodeReader', () => {
       watchSilenceMs: () => undefined,
       get: () => undefined,
     };
-    const read = watchedNodeReader(presence, async () => {
+    const read = watchedNodeReader(presenceOf(presence), async () => {
       throw new UnavailableError('read node x: connection refused');
     });
     await assert.rejects(read('x'), UnavailableError);

@@ -40,33 +40,54 @@ export function httpsNodeReader(kubeConfig: KubeConfig, options: { timeoutMs?: n
  */
 export const maxWatchSilenceMs = 90_000;
 
-/** What {@link watchedNodeReader} needs of a Node informer (whose records only mark presence). */
+/** What the guard needs of a Node informer (whose records only mark presence). */
 export type NodePresence = Pick<InformerCache<true>, 'hasSynced' | 'get' | 'watchSilenceMs'>;
+
+/** What a Node watch says of one name: whether the watch is current, and whether it holds that Node. */
+export interface WatchedPresence {
+  current: boolean;
+  known: boolean;
+}
+
+/**
+ * Asks a Node watch about one name: in this process (see {@link presenceOf}), or, in a serving
+ * worker, the primary's watch over the workers' channel (src/bootstrap/workers.ts).
+ */
+export type PresenceQuestion = (name: string) => WatchedPresence | Promise<WatchedPresence>;
 
 /** Where an answer of the guard came from, for the metrics. */
 export type GuardReadSource = 'watch' | 'api';
 
 /**
- * A {@link NodeReader} that answers "not registered" from `nodes` when the watch behind it is
- * current: synced, with an open stream that delivered an event or bookmark within `maxSilenceMs`.
+ * A {@link NodeReader} that answers "not registered" from a Node watch when that watch is current:
+ * synced, with an open stream that delivered an event or bookmark within {@link maxWatchSilenceMs}.
  * A Node can only become Ready after its creation was written, and a current watch has delivered
  * that creation, so the cache cannot miss a Ready Node by more than the watch's delivery delay.
- * Otherwise (not synced, reconnecting, silent too long), and whenever the cache knows the Node,
+ * Otherwise (not synced, reconnecting, silent too long), and whenever the watch knows the Node,
  * `direct` reads it: the 409 itself always rests on the API server's answer.
  */
 export function watchedNodeReader(
-  nodes: NodePresence,
+  presence: PresenceQuestion,
   direct: NodeReader,
-  options: { maxSilenceMs?: number; onRead?: (source: GuardReadSource) => void } = {},
+  options: { onRead?: (source: GuardReadSource) => void } = {},
 ): NodeReader {
   return async (name) => {
-    if (watchIsCurrent(nodes, options.maxSilenceMs) && nodes.get(name) === undefined) {
+    const { current, known } = await presence(name);
+    if (current && !known) {
       options.onRead?.('watch');
       return undefined;
     }
     options.onRead?.('api');
     return direct(name);
   };
+}
+
+/** What `nodes` says of one name, as {@link watchedNodeReader} asks it. */
+export function presenceOf(
+  nodes: NodePresence,
+  maxSilenceMs = maxWatchSilenceMs,
+): (name: string) => WatchedPresence {
+  return (name) => ({ current: watchIsCurrent(nodes, maxSilenceMs), known: nodes.get(name) !== undefined });
 }
 
 /** Whether a Node watch is current enough to answer "not registered" (see {@link watchedNodeReader}). */

@@ -1,7 +1,7 @@
 /**
  * A serving worker's side (src/bootstrap/workers.ts forks the entry module, which calls
  * {@link runWorker}): its server is started with services that ask the primary for what the workers
- * share — the connection caps and the rate limit — and a registry of its own, which the primary
+ * share — the connection caps, the rate limit and the guard's Node watch — and a registry of its own, which the primary
  * scrapes and which the worker also reports on a short period, so that what it counted is known to
  * the primary should it die between scrapes (src/bootstrap/workers-metrics.ts). It stops when told,
  * and at once when the primary has gone: a worker never outlives it.
@@ -10,6 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { Registry } from 'prom-client';
 import { describeError, KopsError } from '../errors.ts';
 import type { Admission, ConnectionGate } from '../net/hardened-server.ts';
+import type { PresenceQuestion, WatchedPresence } from './node-guard.ts';
 import type { RateDecision, RequestLimiter } from './rate-limit.ts';
 import type { FromWorker, ToWorker } from './workers.ts';
 import { batchedSender } from './workers-channel.ts';
@@ -24,6 +25,8 @@ export interface WorkerServices {
   gate: ConnectionGate;
   /** The per-source rate limit of every worker together. */
   limiter: RequestLimiter;
+  /** Asks the primary's Node watch about a name, for the impersonation guard. */
+  nodePresence: PresenceQuestion;
   /** The worker's metrics: the primary serves them summed with the other workers'. */
   registry: Registry;
 }
@@ -44,6 +47,7 @@ function askPrimary() {
   let nextId = 0;
   const admissions = new Map<number, (admission: Admission) => void>();
   const decisions = new Map<number, (decision: RateDecision) => void>();
+  const presences = new Map<number, (presence: WatchedPresence) => void>();
   const answer = (message: ToWorker) => {
     if (message.type === 'admitted') {
       admissions.get(message.id)?.(message.admission);
@@ -51,6 +55,9 @@ function askPrimary() {
     } else if (message.type === 'took') {
       decisions.get(message.id)?.(message.decision);
       decisions.delete(message.id);
+    } else if (message.type === 'presence') {
+      presences.get(message.id)?.(message.presence);
+      presences.delete(message.id);
     }
   };
   const gate: ConnectionGate = {
@@ -70,7 +77,13 @@ function askPrimary() {
         send({ type: 'take', id, source });
       }),
   };
-  return { gate, limiter, answer };
+  const nodePresence: PresenceQuestion = (name) =>
+    new Promise<WatchedPresence>((resolve) => {
+      const id = nextId++;
+      presences.set(id, resolve);
+      send({ type: 'presence', id, name });
+    });
+  return { gate, limiter, nodePresence, answer };
 }
 
 /** The argument a worker is forked with: its entry module runs {@link runWorker} instead of its usual main. */
@@ -132,6 +145,7 @@ function start(
     reusePort: true,
     gate: primary.gate,
     limiter: primary.limiter,
+    nodePresence: primary.nodePresence,
     registry,
   });
 }

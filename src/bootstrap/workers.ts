@@ -9,6 +9,10 @@
  * - the connection caps (every source together and per source): a worker asks before it reads a
  *   byte of a new connection and reports its close;
  * - the per-source rate limit: a worker asks before it answers a request;
+ * - the Node watch of the impersonation guard (`nodeGuard: watch`): a worker asks whether it is
+ *   current and knows a node's name, instead of keeping a watch of every Node of its own (at 50,000
+ *   Nodes, each such watch would be another full list on every start and a decode of every Node
+ *   update); it reads the Node from the API server itself when the answer does not settle it;
  * - the metrics: a scrape of the primary's registry sums every worker's (one set of series), and
  *   what a worker that died had counted stays counted (src/bootstrap/workers-metrics.ts).
  *
@@ -29,6 +33,7 @@ import {
   SourceConnectionCounter,
 } from '../net/hardened-server.ts';
 import { parseListenAddress, urlOf } from '../runtime/listen-address.ts';
+import type { WatchedPresence } from './node-guard.ts';
 import { defaultRateLimit, type RateDecision, type RateLimit, SourceRateLimiter } from './rate-limit.ts';
 import { batchedSender } from './workers-channel.ts';
 import { servingWorkerFlag } from './workers-child.ts';
@@ -39,6 +44,7 @@ export type ToWorker =
   | { type: 'start'; spec: unknown; listen: string; metricsReportMs: number }
   | { type: 'admitted'; id: number; admission: Admission }
   | { type: 'took'; id: number; decision: RateDecision }
+  | { type: 'presence'; id: number; presence: WatchedPresence }
   | { type: 'metrics'; id: number }
   | { type: 'stop' };
 
@@ -49,6 +55,7 @@ export type FromWorker =
   | { type: 'admit'; id: number; source: string }
   | { type: 'release'; source: string }
   | { type: 'take'; id: number; source: string }
+  | { type: 'presence'; id: number; name: string }
   /** With `id`: the answer to a scrape; without: the worker's periodic report. */
   | { type: 'metrics'; id?: number; metrics: MetricsSnapshot };
 
@@ -67,6 +74,11 @@ export interface ServingWorkersOptions {
   listen: string;
   limits?: Partial<ConnectionLimits>;
   rateLimit?: RateLimit;
+  /**
+   * What the primary's Node watch says of a name, for the workers' impersonation guard; without it,
+   * every answer is "not current" and the workers read each Node from the API server.
+   */
+  nodePresence?: (name: string) => WatchedPresence;
   /** The primary's registry: a scrape of it includes the workers' metrics, summed. */
   registry?: Registry;
   /** How often each worker reports its metrics between scrapes (default {@link metricsReportMs}). */
@@ -246,6 +258,9 @@ class WorkerPool {
       this.connections.release(message.source);
     } else if (message.type === 'take') {
       worker.send({ type: 'took', id: message.id, decision: this.#limiter.take(message.source) });
+    } else if (message.type === 'presence') {
+      const presence = this.#options.nodePresence?.(message.name) ?? { current: false, known: false };
+      worker.send({ type: 'presence', id: message.id, presence });
     } else if (message.type === 'metrics') {
       this.#metrics?.reported(worker, message.metrics);
       if (message.id !== undefined) worker.metricsWaiters.get(message.id)?.();

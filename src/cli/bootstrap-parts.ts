@@ -15,6 +15,8 @@ import {
   type NodePresence,
   type NodeReader,
   nodePresenceView,
+  type PresenceQuestion,
+  presenceOf,
   watchedNodeReader,
   watchIsCurrent,
 } from '../bootstrap/node-guard.ts';
@@ -113,38 +115,37 @@ export interface NodeGuardReads {
   readNode: NodeReader;
 }
 
+/** The Node watch the impersonation guard answers from (`nodeGuard: watch`). */
+export interface GuardWatchSource {
+  /** The process's Node watch, not started yet; without it (and `askPrimary`), the guard keeps one of its own. */
+  nodes?: SharedInformer<V1Node>;
+  /** In a serving worker: asks the primary's watch instead of keeping one. */
+  askPrimary?: PresenceQuestion;
+}
+
 /**
- * How the impersonation guard reads Nodes: through a view of the process's Node watch (`nodes`, or
- * one of its own, as a serving worker has) with `nodeGuard: watch`, straight from the API server
- * otherwise. The view is started here and held until the server stops.
+ * How the impersonation guard reads Nodes: with `nodeGuard: watch`, from a view of the process's Node
+ * watch (started here and held until the server stops) or, in a serving worker, from the primary's;
+ * straight from the API server otherwise.
  */
 export function nodeGuardReads(
   config: Config,
   kubeConfig: KubeConfig,
-  nodes: SharedInformer<V1Node> | undefined,
+  source: GuardWatchSource,
   onRead: (source: GuardReadSource) => void,
   registry: Registry,
   logger: Logger,
 ): NodeGuardReads {
-  const reads = apiNodeReads(kubeConfig);
-  if (config.bootstrap.nodeGuard !== 'watch') return reads;
-  const { direct } = reads;
-  // Without the process's watch (a serving worker), one of its own, named apart: the primary sums the
-  // workers' metrics with its own, and its `nodes` watch is another.
+  const direct = httpsNodeReader(kubeConfig);
+  if (config.bootstrap.nodeGuard !== 'watch') return { direct, readNode: direct };
+  if (source.askPrimary)
+    return { direct, readNode: watchedNodeReader(source.askPrimary, direct, { onRead }) };
+  // Without the process's watch (tests), one of its own, named apart from the process's `nodes`.
   const guardWatch = nodePresenceView(
-    nodes ?? nodeInformer(kubeConfig, { name: 'nodes-guard', registry, logger }),
+    source.nodes ?? nodeInformer(kubeConfig, { name: 'nodes-guard', registry, logger }),
   );
   guardWatch.start();
-  return { guardWatch, direct, readNode: watchedNodeReader(guardWatch, direct, { onRead }) };
-}
-
-/**
- * Node reads straight from the API server, without a watch: `nodeGuard: api`, and the main process
- * of serving workers, whose only reader is the leader's signer (a read per approved request).
- */
-export function apiNodeReads(kubeConfig: KubeConfig): NodeGuardReads {
-  const direct = httpsNodeReader(kubeConfig);
-  return { direct, readNode: direct };
+  return { guardWatch, direct, readNode: watchedNodeReader(presenceOf(guardWatch), direct, { onRead }) };
 }
 
 /** What the rest of `run` may ask the guard's Node watch. */

@@ -2,7 +2,8 @@
  * The bootstrap server as `run` builds it from a kops config: nodeup's request, signed the way nodeup
  * signs it, goes through the configured `aws` policy (the AWS simulator's STS verifies the signature
  * for real) and is answered as kops-controller answers. Served by worker processes
- * (`run --bootstrap-workers`), the main process opens none of the serving watches and still signs.
+ * (`run --bootstrap-workers`), the main process keeps the one Node watch the workers' guards ask and
+ * still signs.
  */
 import assert from 'node:assert/strict';
 import { generateKeyPairSync } from 'node:crypto';
@@ -24,6 +25,7 @@ import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
+import { kubeletNodeStatus } from '../sim/dev-cluster.ts';
 import { cloudRequests } from '../testing/cloud-calls.ts';
 import { opensslVerify } from '../testing/openssl.ts';
 import { type ConfiguredBootstrap, startConfiguredBootstrap } from './bootstrap-server.ts';
@@ -219,9 +221,9 @@ describe('bootstrap server from a kops config, served by worker processes', () =
   let boot: ConfiguredBootstrap;
   const registry = new Registry();
   const workers = 2;
-  // Per worker: the token Secrets, the guard's Nodes, the queue's CSRs; the main process: the token
-  // Secrets its leader-only cleaner and cluster-info publisher follow.
-  const servingWatches = 3 * workers + 1;
+  // Per worker: the token Secrets, the queue's CSRs; the main process: the token Secrets its
+  // leader-only cleaner and cluster-info publisher follow, and the Nodes the workers' guards ask about.
+  const servingWatches = 2 * workers + 2;
 
   before(async () => {
     kube = await startApiServer();
@@ -252,25 +254,66 @@ describe('bootstrap server from a kops config, served by worker processes', () =
     });
   }
 
-  test("the main process opens only the leader's watch: the Nodes and CSRs are watched once per worker", async () => {
+  test('the workers ask the main process about Nodes: one Node watch, the CSRs watched once per worker', async () => {
     assert.equal(await eventually(() => kube.faults.openWatches, servingWatches), servingWatches);
-    assert.equal(kube.faults.dropWatches({ resource: 'nodes' }), workers);
+    assert.equal(kube.faults.dropWatches({ resource: 'nodes' }), 1);
     assert.equal(kube.faults.dropWatches({ resource: 'certificatesigningrequests' }), workers);
     assert.equal(kube.faults.dropWatches({ resource: 'secrets' }), workers + 1);
   });
 
-  test("the workers' own guard watches are reported apart from the process's Node watch (nodes-guard)", async () => {
-    // Each worker's guard has listed once: the primary's /metrics sums them under their own name.
+  test("the guard's watch is the main process's own (nodes-guard): listed there only", async () => {
     const lists = async () =>
       Number(
         /^informer_lists_total\{resource="nodes-guard",result="success"\} (\d+)$/m.exec(
           await registry.metrics(),
         )?.[1],
       );
-    for (let i = 0; i < 250 && !((await lists()) >= workers); i++)
-      await new Promise((r) => setTimeout(r, 20));
-    assert.equal(await lists(), workers);
+    // Once: a dropped watch resumes from where it was, without a list.
+    assert.equal(await eventually(lists, 1), 1);
     assert.doesNotMatch(await registry.metrics(), /^informer_\w+\{resource="nodes"/m);
+  });
+
+  test("a worker's guard answers from the main process's watch, and refuses a Ready Node's name", async () => {
+    const guardReads = async (source: string) =>
+      Number(
+        new RegExp(
+          `^kops_controller_bootstrap_node_guard_reads_total\\{source="${source}"\\} (\\d+)$`,
+          'm',
+        ).exec(await registry.metrics())?.[1] ?? 0,
+      );
+    kube.store.create({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: 'node-ready' },
+      status: kubeletNodeStatus('node-ready', '10.0.0.7'),
+    });
+    const ask = (name: string) =>
+      call(
+        'POST',
+        '/v1/certificates',
+        JSON.stringify({
+          apiVersion: nativeApiVersion,
+          certificateSigningRequests: {
+            kubelet: buildCsrPem(generateKey(), {
+              subject: { commonName: `system:node:${name}`, organizations: ['system:nodes'] },
+            }),
+          },
+        }),
+      );
+    // Once the main process's watch has the Node: asked about, it sends the worker to the API server.
+    const refused = await eventually(async () => (await ask('node-ready')).status, 409);
+    assert.equal(refused, 409);
+    const [watchBefore, apiBefore] = [await guardReads('watch'), await guardReads('api')];
+    // A name no Node has is settled by the watch: no read of the API server.
+    let queued = await ask('node-new');
+    for (let i = 0; i < 100 && queued.status === 503; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      queued = await ask('node-new');
+    }
+    assert.equal(queued.status, 202, queued.text);
+    await ask('node-ready');
+    assert.equal(await eventually(() => guardReads('watch'), watchBefore + 1), watchBefore + 1);
+    assert.equal(await eventually(() => guardReads('api'), apiBefore + 1), apiBefore + 1);
   });
 
   test('a policy the workers cannot build fails the start with its config error, and leaves nothing running', async () => {

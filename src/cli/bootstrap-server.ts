@@ -34,7 +34,7 @@ import {
 import type { NodeIssueOptions } from '../bootstrap/issue.ts';
 import { defaultKopsCertNames } from '../bootstrap/kops-handler.ts';
 import { type BootstrapMetrics, bootstrapMetrics } from '../bootstrap/metrics.ts';
-import type { NodeReader } from '../bootstrap/node-guard.ts';
+import { type NodeReader, type PresenceQuestion, presenceOf } from '../bootstrap/node-guard.ts';
 import { buildPolicies } from '../bootstrap/policies/build.ts';
 import { policyDepsFromConfig } from '../bootstrap/policies/deps.ts';
 import { CsrQueue } from '../bootstrap/queue.ts';
@@ -45,7 +45,7 @@ import { loadReservedNames } from '../bootstrap/reserved-names.ts';
 import { type BootstrapServer, type RequestHandler, serveBootstrap } from '../bootstrap/server.ts';
 import { apiTokenSource, TokenCleaner, TokenValidator, WatchedTokenSecrets } from '../bootstrap/tokens.ts';
 import type { BootstrapPolicy } from '../bootstrap/types.ts';
-import { startServingWorkers } from '../bootstrap/workers.ts';
+import { type ServingWorkers, startServingWorkers } from '../bootstrap/workers.ts';
 import {
   isServingWorker,
   runWorker,
@@ -71,7 +71,6 @@ import { parseListenAddress } from '../runtime/listen-address.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
 import { nodeSecretsReader } from '../statestore/secrets.ts';
 import {
-  apiNodeReads,
   type GuardWatchView,
   guardWatchView,
   holdOwnCertificates,
@@ -112,8 +111,11 @@ export interface BootstrapServerDeps {
   connectionLimits?: Partial<ConnectionLimits>;
   /** The serving key and certificate; default: `servingTls` (the configured files, or issued here). */
   tls?: { key: string; cert: string };
-  /** In a serving worker: the primary's shared rate limit, connection caps and the shared port. */
-  shared?: { limiter: RequestLimiter; gate: ConnectionGate; reusePort: true };
+  /**
+   * In a serving worker: the primary's shared rate limit, connection caps and the shared port, and
+   * the question its impersonation guard asks the primary's Node watch.
+   */
+  shared?: { limiter: RequestLimiter; gate: ConnectionGate; reusePort: true; nodePresence: PresenceQuestion };
   /**
    * The process's Node watch, not started yet, for the impersonation guard's view (`nodeGuard:
    * watch`); without it the server keeps a Node watch of its own (a serving worker, tests).
@@ -272,7 +274,11 @@ async function serveOrStop(
       native: { challenger },
       clusterInfoHandler: deps.clusterInfoHandler,
       rateLimit: deps.rateLimit,
-      ...deps.shared,
+      ...(deps.shared && {
+        limiter: deps.shared.limiter,
+        gate: deps.shared.gate,
+        reusePort: deps.shared.reusePort,
+      }),
       connectionLimits: deps.connectionLimits,
       registry,
       readiness: [() => (queue.hasSynced() ? undefined : 'the CSR queue has not listed yet')],
@@ -387,7 +393,7 @@ export async function startBootstrapServer(
   const guard = nodeGuardReads(
     config,
     parts.kubeConfig,
-    deps.nodes,
+    { nodes: deps.nodes, askPrimary: deps.shared?.nodePresence },
     parts.metrics.guardRead,
     registry,
     logger,
@@ -429,32 +435,49 @@ export async function startBootstrapServer(
 
 /** What {@link startBootstrapPrimary} is given: what signs here, and the workers that serve. */
 type BootstrapPrimaryDeps = SigningDeps &
-  Pick<BootstrapServerDeps, 'listen' | 'serverNames' | 'rateLimit' | 'connectionLimits' | 'tls'> & {
+  Pick<BootstrapServerDeps, 'listen' | 'serverNames' | 'rateLimit' | 'connectionLimits' | 'tls' | 'nodes'> & {
     workers: { count: number; spec: Omit<BootstrapWorkerSpec, 'tls'> };
   };
 
 /**
- * Serves the bootstrap server from worker processes (src/bootstrap/workers.ts) and builds, here, only
- * its leader-only work. No request is answered here, so nothing that only answers requests is built:
- * each worker opens its own watches, and one more set here would only load the API server. The signer
- * reads Nodes from the API server (no Node watch here), as `nodeGuard: api` does.
+ * Serves the bootstrap server from worker processes (src/bootstrap/workers.ts) and builds, here, its
+ * leader-only work. No request is answered here, so little that only answers requests is built: each
+ * worker opens its own watches of the token Secrets and its queue's CSRs (small: one type of Secret,
+ * one signer's CSRs). The Node watch is the exception: the impersonation guard's view of it is kept
+ * here, and the workers ask it (one Node watch per process, not one per worker); the signer reads
+ * Nodes through it too, as in a single process.
  */
 async function startBootstrapPrimary(config: Config, deps: BootstrapPrimaryDeps): Promise<BootstrapService> {
   const { server, registry, logger } = bootstrapSettings(config, deps);
   const parts = await buildSigningParts(config, server, deps, registry, logger);
   const tls = deps.tls ?? (await servingTls(config, parts.ca, deps.serverNames));
-  const running = await startServingWorkers({
-    count: deps.workers.count,
-    entry: import.meta.url,
-    spec: { ...deps.workers.spec, tls } satisfies BootstrapWorkerSpec,
-    listen: deps.listen ?? server.Listen,
-    limits: deps.connectionLimits,
-    rateLimit: deps.rateLimit,
+  const guard = nodeGuardReads(
+    config,
+    parts.kubeConfig,
+    { nodes: deps.nodes },
+    parts.metrics.guardRead,
     registry,
     logger,
-  });
-  const guard = apiNodeReads(parts.kubeConfig);
-  return await bootstrapService(config, deps, { parts, guard, running, tls, registry, logger });
+  );
+  const stop = async () => guard.guardWatch?.stop();
+  let running: ServingWorkers;
+  try {
+    running = await startServingWorkers({
+      count: deps.workers.count,
+      entry: import.meta.url,
+      spec: { ...deps.workers.spec, tls } satisfies BootstrapWorkerSpec,
+      listen: deps.listen ?? server.Listen,
+      limits: deps.connectionLimits,
+      rateLimit: deps.rateLimit,
+      nodePresence: guard.guardWatch && presenceOf(guard.guardWatch),
+      registry,
+      logger,
+    });
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return await bootstrapService(config, deps, { parts, guard, running, tls, stop, registry, logger });
 }
 
 /** What {@link startConfiguredBootstrap} is built from. */
@@ -558,7 +581,12 @@ async function serveBootstrapWorker(spec: unknown, services: WorkerServices): Pr
       listen: services.listen,
       tls,
       ca: ca && caFromPem(ca.bundle, parsePrivateKeyPem(ca.key), { name: ca.name }),
-      shared: { limiter: services.limiter, gate: services.gate, reusePort: services.reusePort },
+      shared: {
+        limiter: services.limiter,
+        gate: services.gate,
+        reusePort: services.reusePort,
+        nodePresence: services.nodePresence,
+      },
     },
   });
   return { address: running.server.address, close: () => running.close() };
@@ -662,6 +690,7 @@ export async function startConfiguredBootstrap(
         ...signing,
         ...serverOverrides,
         authorities,
+        nodes: options.nodes,
         workers: workerPlan,
       });
     } else {

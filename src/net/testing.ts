@@ -93,11 +93,11 @@ export async function idleCrowd(port: number, count: number, sources: readonly s
 }
 
 /** Waits (bounded) until `read()` returns `expected`, and returns the last value read. */
-export async function eventually<T>(read: () => T, expected: T, timeoutMs = 10_000): Promise<T> {
-  let value = read();
+export async function eventually<T>(read: () => T | Promise<T>, expected: T, timeoutMs = 10_000): Promise<T> {
+  let value = await read();
   for (let waited = 0; waited < timeoutMs && value !== expected; waited += 20) {
     await new Promise((resolve) => setTimeout(resolve, 20));
-    value = read();
+    value = await read();
   }
   return value;
 }
