@@ -38,7 +38,7 @@ export const scalewayStorm: StormCloud = {
         const { server } = await clients.call('instance.getServer', () =>
           clients.instance.getServer({ zone: ref.zone, serverId: ref.id }),
         );
-        const identity = server && identityOfServer(providerID, server, clusterName);
+        const identity = server && identityOfServer(providerID, server, clusterName, clients.projectId);
         return identity && !(identity instanceof Error) ? identity.instanceGroup : undefined;
       },
       groupOf: () => group,

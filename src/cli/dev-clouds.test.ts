@@ -31,10 +31,11 @@ import { controllerBannerLines, type DevController, startDevController } from '.
 const execFileAsync = promisify(execFile);
 
 /**
- * Per cloud: the banner's line; the metadata-service call each joining node makes for its proof; and
- * the cloud API reads of the verifier, which asks the cloud about the server the proof names.
+ * Per cloud: the banner's line; the metadata-service call each joining node makes for its proof; the
+ * cloud API reads of the verifier, which asks the cloud about the server the proof names; and where
+ * the controller's credential is a token the simulator issues, the call that issues it.
  */
-const clouds: Record<ServerCloud, { banner: RegExp; metadata: string; api: string[] }> = {
+const clouds: Record<ServerCloud, { banner: RegExp; metadata: string; api: string[]; token?: string }> = {
   hetzner: {
     banner: /Hetzner Cloud +http:\/\/127\.0\.0\.1:\d+\/v1 /,
     metadata: 'metadata',
@@ -64,6 +65,7 @@ const clouds: Record<ServerCloud, { banner: RegExp; metadata: string; api: strin
     banner: /Azure +https:\/\/127\.0\.0\.1:\d+ /,
     metadata: 'imds.attested',
     api: ['virtualMachineScaleSetVMs.get', 'virtualMachineScaleSetVMs.list'],
+    token: 'imds.token',
   },
 };
 
@@ -116,26 +118,36 @@ for (const [cloud, expectations] of Object.entries(clouds) as [ServerCloud, (typ
       assert.match(serving.subjectAltName ?? '', /IP Address:127\.(?!0\.0\.1\b)\d+\.\d+\.\d+/);
     });
 
-    // Azure is left out: the product reads no environment variable for ARM's endpoint, so only the
-    // in-process controller reaches simulated Azure (docs/simulator.md says so).
-    if (cloud !== 'azure') {
-      test('validate in the environment dev writes reaches only the simulators', async () => {
-        const apiReads = () => expectations.api.reduce((sum, op) => sum + cluster.sim.count(op), 0);
-        const before = apiReads();
-        // A clean environment: only what `.kops-dev/env` sets, and a HOME without cloud credentials.
-        const env = { PATH: process.env['PATH'] ?? '', HOME: dir, ...cluster.env };
-        const bin = new URL('../../bin/kops-controller.js', import.meta.url).pathname;
-        const { stdout } = await execFileAsync(
-          process.execPath,
-          [bin, 'validate', '--conf', cluster.configPath, '-o', 'json'],
-          { env, timeout: 60_000 },
-        );
-        const report = JSON.parse(stdout) as { failures?: unknown[]; nodes: unknown[] };
-        assert.deepEqual(report.failures ?? [], []);
-        assert.ok(report.nodes.length > 0);
-        assert.ok(apiReads() > before, 'the cloud groups came from the simulated cloud API');
-      });
-    }
+    test('validate in the environment dev writes reaches only the simulators', async () => {
+      for (const [name, value] of Object.entries(cluster.env)) {
+        if (/^[a-z]+:\/\//.test(value)) {
+          assert.match(new URL(value).hostname, /^(127\.0\.0\.1|localhost|\[::1\])$/, `${name}=${value}`);
+        }
+      }
+      const apiReads = () => expectations.api.reduce((sum, op) => sum + cluster.sim.count(op), 0);
+      const tokens = () => (expectations.token ? cluster.sim.count(expectations.token) : 0);
+      const before = { api: apiReads(), tokens: tokens() };
+      // A clean environment: only what `.kops-dev/env` sets, a HOME without cloud credentials, and a
+      // proxy that refuses anything not on loopback, so a request to the real cloud would fail.
+      const env = {
+        PATH: process.env['PATH'] ?? '',
+        HOME: dir,
+        HTTPS_PROXY: 'http://127.0.0.1:9',
+        NO_PROXY: '127.0.0.1,localhost',
+        ...cluster.env,
+      };
+      const bin = new URL('../../bin/kops-controller.js', import.meta.url).pathname;
+      const { stdout } = await execFileAsync(
+        process.execPath,
+        [bin, 'validate', '--conf', cluster.configPath, '-o', 'json'],
+        { env, timeout: 60_000 },
+      );
+      const report = JSON.parse(stdout) as { failures?: unknown[]; nodes: unknown[] };
+      assert.deepEqual(report.failures ?? [], []);
+      assert.ok(report.nodes.length > 0);
+      assert.ok(apiReads() > before.api, 'the cloud groups came from the simulated cloud API');
+      if (expectations.token) assert.ok(tokens() > before.tokens, 'the credential came from the simulator');
+    });
 
     test(
       cloud === 'openstack'

@@ -51,7 +51,11 @@ export class Batcher<K, V> {
     this.#budget = options.callBudget && new TokenBucket(options.callBudget, this.#now());
   }
 
-  /** The value for one key, fetched with whatever other keys arrive in the same window. */
+  /**
+   * The value for one key, fetched with whatever other keys arrive in the same window. A key pending
+   * or in flight is answered by that lookup, so a key must name everything its answer depends on
+   * (identify-batches.ts puts the caller's age bound in it).
+   */
   load(key: K): Promise<V> {
     const shared = this.#pending.get(key)?.promise ?? this.#inflight.get(key);
     if (shared) return shared;

@@ -97,6 +97,41 @@ test('servers that are not this cluster’s running members of a group get no id
   }
 });
 
+test("each refusal says why, so the Cluster API fallback overrides only a missing group, never another cluster's or a stopped server", async () => {
+  const foreign = sim.addServer({ labels: { 'kops.k8s.io/cluster': 'other.example.com' } });
+  const groupless = sim.addServer({ labels: { 'kops.k8s.io/cluster': cluster } });
+  // Stopped and without a group: being stopped is what decides (a Machine must not vouch for it).
+  const stoppedGroupless = sim.addServer({ status: 'off', labels: { 'kops.k8s.io/cluster': cluster } });
+  const [member] = sim.addGroup(cluster, 'nodes', 1);
+  assert.ok(member);
+  const p = provider();
+  try {
+    const reasons: Record<string, unknown> = {};
+    for (const [what, server] of Object.entries({ foreign, groupless, stoppedGroupless })) {
+      const id = `hcloud://${server.id}`;
+      const result = (await p.nodeIdentifier.identify([id])).get(id);
+      reasons[what] = result && !result.ok && (result.error as KopsError).details?.['reason'];
+    }
+    // Read from the cluster's list (a crowd): a server the list does not hold is another cluster's.
+    const crowd = [
+      `hcloud://${member.id}`,
+      `hcloud://${foreign.id}`,
+      ...Array.from({ length: 30 }, (_, i) => `hcloud://${900_000 + i}`),
+    ];
+    const listed = await p.nodeIdentifier.identify(crowd);
+    const unlisted = listed.get(`hcloud://${foreign.id}`);
+    reasons['unlisted'] = unlisted && !unlisted.ok && (unlisted.error as KopsError).details?.['reason'];
+    assert.deepEqual(reasons, {
+      foreign: 'foreign-cluster',
+      groupless: 'no-instance-group',
+      stoppedGroupless: 'not-running',
+      unlisted: 'foreign-cluster',
+    });
+  } finally {
+    p.close();
+  }
+});
+
 test('a crowd of nodes is identified with one paginated list, then from the cache', async () => {
   const servers = sim.addGroup(cluster, 'crowd', 120);
   sim.addGroup('other.example.com', 'crowd', 30);
@@ -228,6 +263,85 @@ test('cloud groups list the cluster’s servers by instance group', async () => 
       p.close();
     }
   } finally {
+    await local.close();
+  }
+});
+
+test('a caller asking for a fresh read is not answered by a batch in flight that serves from the cache', async () => {
+  const [stale, slow] = sim.addGroup(cluster, 'in-flight', 2);
+  assert.ok(stale && slow);
+  const staleId = `hcloud://${stale.id}`;
+  const slowId = `hcloud://${slow.id}`;
+  const p = provider();
+  try {
+    assert.ok((await p.nodeIdentifier.identify([staleId])).get(staleId)?.ok);
+    stale.status = 'off';
+    // The label controller's batch answers `stale` from the cache and reads `slow`, slowly.
+    sim.fault({ times: 1, latencyMs: 300, operation: 'servers.get' });
+    const reads = sim.count('servers.get');
+    const labels = p.nodeIdentifier.identify([staleId, slowId]);
+    while (sim.count('servers.get') === reads) await new Promise((r) => setTimeout(r, 5));
+    // While that batch is in flight, two trust decisions ask for a record read now: they share one read.
+    const [first, second] = await Promise.all(
+      [1, 2].map(async () => (await p.nodeIdentifier.identify([staleId], { maxAgeMs: 0 })).get(staleId)),
+    );
+    for (const trusted of [first, second]) {
+      assert.equal(kindOf(trusted), 'forbidden', JSON.stringify(trusted));
+      assert.match((trusted as { error: Error }).error.message, /is off, not running/);
+    }
+    assert.equal(sim.count('servers.get'), reads + 2, 'the slow read, then one read for both');
+    assert.ok((await labels).get(slowId)?.ok);
+  } finally {
+    p.close();
+  }
+});
+
+test('a server read as gone is forgotten: callers without an age bound are not told it runs', async () => {
+  const [server] = sim.addGroup(cluster, 'deleted', 1);
+  assert.ok(server);
+  const id = `hcloud://${server.id}`;
+  const p = provider();
+  try {
+    assert.ok((await p.nodeIdentifier.identify([id])).get(id)?.ok);
+    sim.servers.delete(server.id);
+    assert.equal(kindOf((await p.nodeIdentifier.identify([id], { maxAgeMs: 0 })).get(id)), 'not-found');
+    const reads = sim.count('servers.get');
+    assert.equal(kindOf((await p.nodeIdentifier.identify([id])).get(id)), 'not-found');
+    assert.equal(sim.count('servers.get'), reads + 1, 'read again, not answered from the cache');
+  } finally {
+    p.close();
+  }
+});
+
+test('servers a list of the cluster no longer holds are forgotten, asked for or not', async () => {
+  const local = await startHetznerSimulator();
+  const p = createHetznerProvider({
+    clusterName: 'l.example.com',
+    endpoint: local.endpoint,
+    token: local.token,
+  });
+  try {
+    const [deleted, moved, unasked, kept] = local.addGroup('l.example.com', 'nodes', 4);
+    assert.ok(deleted && moved && unasked && kept);
+    const ids = [deleted, moved, unasked, kept].map((s) => `hcloud://${s.id}`);
+    assert.ok([...(await p.nodeIdentifier.identify(ids)).values()].every((r) => r.ok));
+    assert.equal(local.count('servers.list'), 1);
+    local.servers.delete(deleted.id);
+    moved.labels['kops.k8s.io/cluster'] = 'other.example.com';
+    local.servers.delete(unasked.id);
+    // Two fresh reads are one list: it holds neither the deleted server nor the one now another cluster's.
+    const fresh = await p.nodeIdentifier.identify(ids.slice(0, 2), { maxAgeMs: 0 });
+    assert.equal(local.count('servers.list'), 2);
+    assert.deepEqual([...fresh.values()].map(kindOf), ['forbidden', 'forbidden']);
+    // A caller without an age bound has the three the list lacked read again (one more list), not
+    // answered from the cache; the one it held is.
+    local.clearCalls();
+    const later = await p.nodeIdentifier.identify(ids);
+    assert.deepEqual([...later.values()].map(kindOf), ['forbidden', 'forbidden', 'forbidden', undefined]);
+    assert.ok(later.get(ids[3] as string)?.ok);
+    assert.deepEqual([local.count('servers.list'), local.count('servers.get')], [1, 0]);
+  } finally {
+    p.close();
     await local.close();
   }
 });

@@ -5,10 +5,12 @@
  * few calls as the API allows: a few nodes are read one by one (fresh, as kops does), a crowd of them
  * with one paginated list of the cluster's servers — a 5,000-node storm is 100 Hetzner pages, 25
  * DigitalOcean pages or 10 Linode pages instead of 5,000 GETs. Verified records are cached (as kops
- * caches them for 60 minutes); a caller deciding trust bounds their age with `maxAgeMs`.
+ * caches them for 60 minutes); a caller deciding trust bounds their age with `maxAgeMs`. A read that
+ * says a server is gone or no longer ours — a 404, or a list of the cluster that lacks it — takes it
+ * out of the cache at once, so no caller is told it runs for the rest of the 60 minutes.
  * (Shared by src/cloud/hetzner, src/cloud/digitalocean and src/cloud/linode.)
  */
-import { ConfigError, ForbiddenError, InvalidInputError } from '../errors.ts';
+import { ConfigError, ForbiddenError, InvalidInputError, NotFoundError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { Outcome } from './batcher.ts';
 import { mapConcurrent } from './concurrency.ts';
@@ -123,7 +125,8 @@ export interface ClusterServerIdentifierOptions {
 export class ClusterServerIdentifier extends BatchedNodeIdentifier {
   readonly #o: ClusterServerIdentifierOptions;
   readonly #logger: Logger;
-  readonly #verified: LruCache<string, CloudServer>;
+  /** Live servers of ours, by id; replaced by each list of the cluster (see {@link #listCluster}). */
+  #verified: LruCache<string, CloudServer>;
   /** The cluster's size at the last list, to weigh the next list's pages against single reads. */
   #lastListed = 0;
 
@@ -132,17 +135,37 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
     super({ windowMs: options.coalesceWindowMs, maxConcurrent: 1 });
     this.#o = options;
     this.#logger = options.logger ?? silentLogger;
-    this.#verified = new LruCache({
-      maxEntries: options.cacheSize ?? 20_000,
-      ttlMs: options.cacheTtlMs ?? 3_600_000,
-      ...(options.now ? { now: options.now } : {}),
+    this.#verified = this.#emptyCache();
+  }
+
+  #emptyCache(): LruCache<string, CloudServer> {
+    return new LruCache({
+      maxEntries: this.#o.cacheSize ?? 20_000,
+      ttlMs: this.#o.cacheTtlMs ?? 3_600_000,
+      ...(this.#o.now ? { now: this.#o.now } : {}),
     });
+  }
+
+  /**
+   * Every server carrying the cluster's mark, all pages. The list is the whole truth about the
+   * cluster, so the cache becomes exactly its live members of ours: nodes whose events arrive in later
+   * batches are answered from it instead of costing one read each, and a cached server the list lacks
+   * (deleted, or now another cluster's) is forgotten.
+   */
+  async #listCluster(): Promise<CloudServer[]> {
+    const servers = await this.#o.directory.listCluster();
+    this.#lastListed = servers.length;
+    const verified = this.#emptyCache();
+    for (const server of servers) {
+      if (this.#verdict(this.#o.providerIds.format(server.id), server).ok) verified.set(server.id, server);
+    }
+    this.#verified = verified;
+    return servers;
   }
 
   /** The cluster's servers by instance group, read with one list (for validate and the metrics). */
   async groups(): Promise<CloudGroup[]> {
-    const servers = await this.#o.directory.listCluster();
-    this.#lastListed = servers.length;
+    const servers = await this.#listCluster();
     const ours: GroupedServer[] = [];
     for (const server of servers) {
       if (server.clusterName !== this.#o.clusterName || !server.instanceGroup) continue;
@@ -157,11 +180,14 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
     return groupsOfServers(ours);
   }
 
-  protected async identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
+  protected async identifyBatch(
+    providerIDs: string[],
+    maxAges: ReadonlyMap<string, number>,
+  ): Promise<Map<string, Outcome<NodeIdentity>>> {
     const results = new Map<string, Outcome<NodeIdentity>>();
     const toRead = new Map<string, string>();
     for (const providerID of providerIDs) {
-      const maxAgeMs = this.takeMaxAge(providerID);
+      const maxAgeMs = maxAges.get(providerID);
       let id: string;
       try {
         id = this.#o.providerIds.parse(providerID);
@@ -180,29 +206,26 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
     if (toRead.size > listPages) {
       let listed: Map<string, CloudServer> | Error;
       try {
-        const servers = await this.#o.directory.listCluster();
-        this.#lastListed = servers.length;
-        listed = new Map(servers.map((s) => [s.id, s]));
-        // The whole cluster was read: remember every member, so that nodes whose events arrive in
-        // later batches are answered from the cache instead of costing one read each.
-        for (const server of servers) {
-          if (this.#verdict(this.#o.providerIds.format(server.id), server).ok)
-            this.#verified.set(server.id, server);
-        }
+        listed = new Map((await this.#listCluster()).map((s) => [s.id, s]));
       } catch (err) {
         listed = err as Error;
       }
       for (const [providerID, id] of toRead) {
         if (listed instanceof Error) results.set(providerID, { ok: false, error: listed });
-        else results.set(providerID, this.#read(providerID, listed.get(id) ?? this.#unlisted(id)));
+        else results.set(providerID, this.#verdict(providerID, listed.get(id) ?? this.#unlisted(id)));
       }
     } else {
       await mapConcurrent([...toRead], this.#o.concurrency ?? 8, async ([providerID, id]) => {
+        let server: CloudServer;
         try {
-          results.set(providerID, this.#read(providerID, await this.#o.directory.get(id)));
+          server = await this.#o.directory.get(id);
         } catch (err) {
+          // A server that no longer exists is forgotten; a failed read says nothing about it.
+          if (err instanceof NotFoundError) this.#verified.delete(id);
           results.set(providerID, { ok: false, error: err as Error });
+          return;
         }
+        results.set(providerID, this.#read(providerID, server));
       });
     }
     this.#logger.debug({ nodes: providerIDs.length, read: toRead.size }, `identified ${this.#o.noun}s`);
@@ -211,13 +234,15 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
 
   /** A server the cluster's list does not hold: it is not ours, or does not exist. */
   #unlisted(id: string): ForbiddenError {
-    return new ForbiddenError(`${this.#o.noun} ${id} does not carry the ${this.#o.clusterMark}`);
+    // Final for the Cluster API fallback (src/cloud/capi/node-identifier.ts): a Machine cannot vouch for it.
+    return new ForbiddenError(`${this.#o.noun} ${id} does not carry the ${this.#o.clusterMark}`, {
+      details: { instanceId: id, reason: 'foreign-cluster' },
+    });
   }
 
-  /** The verdict on a server just read from the cloud; a live one of ours is remembered. */
-  #read(providerID: string, server: CloudServer | Error): Outcome<NodeIdentity> {
+  /** The verdict on a server just read by id; a live one of ours is remembered, any other forgotten. */
+  #read(providerID: string, server: CloudServer): Outcome<NodeIdentity> {
     const outcome = this.#verdict(providerID, server);
-    if (server instanceof Error) return outcome;
     if (outcome.ok) this.#verified.set(server.id, server);
     else this.#verified.delete(server.id);
     return outcome;
@@ -240,20 +265,21 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
         ),
       };
     }
-    if (!server.instanceGroup) {
-      return {
-        ok: false,
-        error: new ForbiddenError(
-          `${noun} ${server.id} (${server.name}) has no ${groupMark}, so it names no instance group`,
-        ),
-      };
-    }
     if (!server.live) {
       return {
         ok: false,
         error: new ForbiddenError(
           `${noun} ${server.id} (${server.name}) is ${server.status}, not running; a stopped server gets no identity`,
           { details: { instanceId: server.id, reason: 'not-running' } },
+        ),
+      };
+    }
+    if (!server.instanceGroup) {
+      return {
+        ok: false,
+        error: new ForbiddenError(
+          `${noun} ${server.id} (${server.name}) has no ${groupMark}, so it names no instance group`,
+          { details: { instanceId: server.id, reason: 'no-instance-group' } },
         ),
       };
     }

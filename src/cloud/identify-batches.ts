@@ -4,9 +4,12 @@
  * in src/cloud/aws/identify.ts): concurrent `identify` calls coalesce into one batch (batcher.ts), and
  * the strictest `maxAgeMs` any caller asked for a providerID in the window bounds the age of the
  * record its batch may answer from — so a bootstrap policy asking for a fresh read (maxAgeMs 0) is
- * never answered from a cache filled for the label controller. The identifiers of Hetzner,
- * DigitalOcean, Linode, Scaleway, OpenStack and Azure extend {@link BatchedNodeIdentifier}; GCE's
- * holds an {@link IdentifyBatches} of its own identity type.
+ * never answered from a cache filled for the label controller. That holds for lookups already in
+ * flight too: a lookup is keyed by its providerID and its bound, so callers with the same bound share
+ * one, and a caller with another bound never gets the answer of a batch that may have served an older
+ * record; its lookup goes in the next batch. The identifiers of Hetzner, DigitalOcean, Linode,
+ * Scaleway, OpenStack and Azure extend {@link BatchedNodeIdentifier}; GCE's holds an
+ * {@link IdentifyBatches} of its own identity type.
  */
 import { Batcher, type Outcome } from './batcher.ts';
 import type { IdentifyOptions, IdentifyResult, NodeIdentifier, NodeIdentity } from './types.ts';
@@ -20,22 +23,50 @@ export interface IdentifyBatchesOptions<I extends NodeIdentity = NodeIdentity> {
   windowMs?: number | undefined;
   /** Batches in flight at once. */
   maxConcurrent: number;
-  /** Identifies one batch; {@link IdentifyBatches.takeMaxAge} says how old each record may be. */
-  fetch: (providerIDs: string[]) => Promise<Map<string, Outcome<I>>>;
+  /** Identifies one batch; `maxAges` says how old each providerID's record may be (absent: any age). */
+  fetch: (providerIDs: string[], maxAges: ReadonlyMap<string, number>) => Promise<Map<string, Outcome<I>>>;
+}
+
+/** The batcher's key of a lookup: the age bound (empty for none), a space, the providerID. */
+function lookupKey(providerID: string, maxAgeMs: number | undefined): string {
+  return `${maxAgeMs ?? ''} ${providerID}`;
+}
+
+/** The providerID and age bound of a {@link lookupKey}. */
+function parseLookupKey(key: string): { providerID: string; maxAgeMs: number | undefined } {
+  const space = key.indexOf(' ');
+  const bound = key.slice(0, space);
+  return { providerID: key.slice(space + 1), maxAgeMs: bound === '' ? undefined : Number(bound) };
 }
 
 /** Coalesced identify calls, with the age bound each providerID was asked with. */
 export class IdentifyBatches<I extends NodeIdentity = NodeIdentity> {
   readonly #batcher: Batcher<string, I>;
-  /** The strictest `maxAgeMs` asked for each providerID not yet batched. */
-  readonly #maxAgeMs = new Map<string, number>();
 
   constructor(options: IdentifyBatchesOptions<I>) {
     this.#batcher = new Batcher({
       windowMs: options.windowMs ?? 10,
       maxBatchSize: 10_000,
       maxConcurrent: options.maxConcurrent,
-      fetch: options.fetch,
+      fetch: async (keys) => {
+        // One lookup per providerID, under the strictest bound its keys carry: a fresher record
+        // than a caller asked for serves it as well.
+        const providerIDs = new Set<string>();
+        const strictest = new Map<string, number>();
+        for (const key of keys) {
+          const { providerID, maxAgeMs } = parseLookupKey(key);
+          providerIDs.add(providerID);
+          if (maxAgeMs !== undefined)
+            strictest.set(providerID, Math.min(maxAgeMs, strictest.get(providerID) ?? maxAgeMs));
+        }
+        const outcomes = await options.fetch([...providerIDs], strictest);
+        const byKey = new Map<string, Outcome<I>>();
+        for (const key of keys) {
+          const outcome = outcomes.get(parseLookupKey(key).providerID);
+          if (outcome) byKey.set(key, outcome);
+        }
+        return byKey;
+      },
     });
   }
 
@@ -44,37 +75,31 @@ export class IdentifyBatches<I extends NodeIdentity = NodeIdentity> {
     providerIDs: readonly string[],
     options: IdentifyOptions = {},
   ): Promise<Map<string, Identified<I>>> {
-    const { maxAgeMs } = options;
-    if (maxAgeMs !== undefined) {
-      for (const id of providerIDs)
-        this.#maxAgeMs.set(id, Math.min(maxAgeMs, this.#maxAgeMs.get(id) ?? maxAgeMs));
-    }
+    const unique = [...new Set(providerIDs)];
+    const keys = unique.map((id) => lookupKey(id, options.maxAgeMs));
+    const outcomes = await this.#batcher.loadMany(keys);
     const results = new Map<string, Identified<I>>();
-    for (const [id, outcome] of await this.#batcher.loadMany(providerIDs)) {
+    unique.forEach((id, i) => {
+      const outcome = outcomes.get(keys[i] as string) as Outcome<I>;
       results.set(id, outcome.ok ? { ok: true, identity: outcome.value } : outcome);
-    }
+    });
     return results;
-  }
-
-  /** The age bound asked for `providerID` (undefined: any cached record will do), now spent. */
-  takeMaxAge(providerID: string): number | undefined {
-    const maxAgeMs = this.#maxAgeMs.get(providerID);
-    this.#maxAgeMs.delete(providerID);
-    return maxAgeMs;
   }
 }
 
 /**
  * A NodeIdentifier over {@link IdentifyBatches}: the cloud's identifier says only how one batch is
- * identified ({@link BatchedNodeIdentifier.identifyBatch}), reading each providerID's age bound with
- * {@link BatchedNodeIdentifier.takeMaxAge}.
+ * identified ({@link BatchedNodeIdentifier.identifyBatch}), given each providerID's age bound.
  */
 export abstract class BatchedNodeIdentifier implements NodeIdentifier {
   readonly #batches: IdentifyBatches;
 
   /** `windowMs` is the caller's `coalesceWindowMs`; `maxConcurrent` the batches the cloud may run at once. */
   constructor(batching: { windowMs: number | undefined; maxConcurrent: number }) {
-    this.#batches = new IdentifyBatches({ ...batching, fetch: (ids) => this.identifyBatch(ids) });
+    this.#batches = new IdentifyBatches({
+      ...batching,
+      fetch: (ids, maxAges) => this.identifyBatch(ids, maxAges),
+    });
   }
 
   /** Identifies nodes by providerID; records older than `options.maxAgeMs` are read again. */
@@ -82,13 +107,11 @@ export abstract class BatchedNodeIdentifier implements NodeIdentifier {
     return this.#batches.identify(providerIDs, options);
   }
 
-  /** The age bound asked for `providerID` (undefined: any cached record will do), now spent. */
-  protected takeMaxAge(providerID: string): number | undefined {
-    return this.#batches.takeMaxAge(providerID);
-  }
-
-  /** One outcome per providerID of the batch. */
-  protected abstract identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>>;
+  /** One outcome per providerID of the batch, each from a record no older than its `maxAges` bound. */
+  protected abstract identifyBatch(
+    providerIDs: string[],
+    maxAges: ReadonlyMap<string, number>,
+  ): Promise<Map<string, Outcome<NodeIdentity>>>;
 }
 
 /** The outcome of a check that returns its value or the error saying why there is none. */

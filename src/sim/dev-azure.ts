@@ -4,11 +4,14 @@
  * `<group>.masters.<cluster>`) tagged as kops tags it, its VMs inheriting the tags; a node's proof is
  * the attested document its own IMDS signs for the request body. The controller trusts the
  * simulator's attestation root (written to `<stateDir>/azure-attestation-root.pem`) and fetches the
- * issuing CA from the simulated PKI repository, as it would from Microsoft's.
+ * issuing CA from the simulated PKI repository, as it would from Microsoft's. The environment it
+ * writes points other commands (`validate`) at simulated ARM, trusting its CA
+ * (`<stateDir>/azure-arm-ca.pem`), with the simulator's managed identity as the only credential.
  */
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { azureProof } from '../agent/azure-proof.ts';
+import { azureEndpointVariable } from '../cloud/azure/provider.ts';
 import { startAzureSimulator } from './azure/simulator.ts';
 import type { DevCloudContext, DevCloudSim, DevGroup } from './dev-clouds.ts';
 
@@ -16,8 +19,10 @@ export async function startAzureDevCloud(context: DevCloudContext): Promise<DevC
   const sim = await startAzureSimulator({ location: context.zone });
   const { world } = sim;
   const rootsFile = join(context.stateDir, 'azure-attestation-root.pem');
+  const armCaFile = join(context.stateDir, 'azure-arm-ca.pem');
   try {
     await writeFile(rootsFile, sim.authority.rootPem);
+    await writeFile(armCaFile, sim.caPem);
   } catch (err) {
     await sim.close();
     throw err;
@@ -45,9 +50,21 @@ export async function startAzureDevCloud(context: DevCloudContext): Promise<DevC
       `  subscriptionID: ${world.subscriptionId}`,
       `  resourceGroup: ${world.resourceGroup}`,
     ],
+    // The in-process controller is handed the simulator's managed identity and CA directly.
     overrides: { azure: { endpoint: sim.armEndpoint, caPem: sim.caPem, credential: sim.credential } },
-    // The controller's credential is the simulator's managed identity, handed over in-process.
-    env: {},
+    // Other commands get them through the variables Node and the Azure SDK read: DefaultAzureCredential
+    // narrowed to managed identity, whose IMDS is the simulator's (never 169.254.169.254), with the
+    // variables that would pick another token source (App Service, Cloud Shell, workload identity)
+    // emptied, so no credential of the developer's shell is used or sent to the simulator.
+    env: {
+      [azureEndpointVariable]: sim.armEndpoint,
+      NODE_EXTRA_CA_CERTS: armCaFile,
+      AZURE_TOKEN_CREDENTIALS: 'ManagedIdentityCredential',
+      AZURE_POD_IDENTITY_AUTHORITY_HOST: sim.imdsEndpoint,
+      IDENTITY_ENDPOINT: '',
+      MSI_ENDPOINT: '',
+      AZURE_FEDERATED_TOKEN_FILE: '',
+    },
     policy: { name: 'azure', rootsFile, pkiRepository: sim.pkiUrl },
     callback: true,
     addServer: (group, _index, address) => {

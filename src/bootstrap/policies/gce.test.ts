@@ -255,6 +255,91 @@ test('attack: an instance of another cluster is denied', async () => {
   assert.match(decision.reasons[0] ?? '', /does not vouch/);
 });
 
+test('attack: an identity token minted on the previous incarnation of a name (its MIG recreated the instance) is denied', async () => {
+  const [old] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-reborn',
+    count: 1,
+    clusterName: cluster,
+  });
+  const stale = identityRequest(old!.name);
+  // The MIG deletes and recreates the instance under the same name and created-by: a new numeric id,
+  // and a genuine member of the MIG again, so only the id tells the incarnations apart.
+  const reborn = sim.world.seedInstance({ zone, name: old!.name, metadata: { ...old!.metadata } });
+  assert.notEqual(reborn.id, old!.id);
+  const decision = await policy().evaluate(stale, now);
+  assert.equal(decision.verdict, 'deny', JSON.stringify(decision));
+  assert.match(
+    decision.reasons[0] ?? '',
+    new RegExp(`instance id ${old!.id}.*${reborn.id}.*(recreated|another incarnation)`),
+  );
+  // The new incarnation's own token passes, and the approval names the id it was checked against.
+  const own = await policy().evaluate(identityRequest(reborn.name), now);
+  assert.ok(own.verdict === 'approve', JSON.stringify(own));
+  assert.equal(own.facts.evidence['gceInstanceId'], reborn.id);
+});
+
+test('attack: a TPM proof signed on the previous incarnation of a name is denied: the key is read from the current one', async () => {
+  const [old] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-reborn-tpm',
+    count: 1,
+    clusterName: cluster,
+  });
+  const stale = tpmRequest(old!.name, '{"old":1}');
+  sim.world.seedInstance({ zone, name: old!.name, metadata: { ...old!.metadata } });
+  const decision = await policy().evaluate(stale, now);
+  assert.equal(decision.verdict, 'deny', JSON.stringify(decision));
+  assert.match(decision.reasons[0] ?? '', /not by the Shielded VM signing key/);
+});
+
+test('an identity without the numeric instance id (not the GCE identifier) cannot vouch for a token: denied, fail closed', async () => {
+  const stub = {
+    identify: async (ids: readonly string[]) =>
+      new Map(
+        ids.map((providerID) => [
+          providerID,
+          {
+            ok: true as const,
+            identity: {
+              providerID,
+              instanceId: node,
+              instanceGroup: 'nodes-a',
+              state: 'running' as const,
+              addresses: [],
+            },
+          },
+        ]),
+      ),
+  };
+  const decision = await policy({ identifier: stub }).evaluate(identityRequest(node), now);
+  assert.equal(decision.verdict, 'deny', JSON.stringify(decision));
+  assert.match(decision.reasons[0] ?? '', /numeric instance id/);
+});
+
+test('attack: an instance abandoned from its MIG after an approval is denied: the policy reads MIG membership fresh', async () => {
+  const [member] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-abandon',
+    mig: 'a-nodes-abandon',
+    count: 1,
+    clusterName: cluster,
+  });
+  // One policy, so one identifier and its hour-long cache of verified memberships.
+  const p = policy();
+  const first = await p.evaluate(
+    identityRequest(member!.name, { issuedAt: Math.floor(Date.now() / 1000) - 10 }),
+    now,
+  );
+  assert.equal(first.verdict, 'approve', JSON.stringify(first));
+  // Abandoned: the MIG no longer lists it; it keeps running and keeps its created-by, as on GCE.
+  const mig = sim.world.mig(project, zone, 'a-nodes-abandon');
+  mig.members = mig.members.filter((m) => m.instance !== member!.name);
+  const second = await p.evaluate(identityRequest(member!.name), now);
+  assert.equal(second.verdict, 'deny', JSON.stringify(second));
+  assert.match(second.reasons[0] ?? '', /not managed by MIG a-nodes-abandon/);
+});
+
 test('attack: a TPM proof signed for another body is denied', async () => {
   const decision = await policy().evaluate(tpmRequest(node, '{"evil":1}', { signedBody: '{"good":1}' }), now);
   assert.equal(decision.verdict, 'deny');

@@ -6,7 +6,12 @@
  *   and the kops audience, signed by the instance's Shielded VM signing key (fetched from the compute
  *   API, never from the request).
  * Either way the instance group comes only from the cloud: the MIG that lists the instance and its
- * immutable template (GceNodeIdentifier) — the instance's live metadata never decides the group.
+ * immutable template (GceNodeIdentifier) — the instance's live metadata never decides the group — read
+ * fresh for every request (never from the identifier's cache of verified memberships), so an instance
+ * abandoned from its MIG a moment ago is seen. A MIG recreates an instance under the same name, so an
+ * identity token is also held to the instance's numeric id: its `instance_id` must be the id of the
+ * incarnation the compute API reports now. (A TPM proof needs no id: it verifies only with the Shielded
+ * VM key of the incarnation read now, and a new incarnation has new keys.)
  * An identity token does not cover the request body, so it is spent on one request (replay-guard.ts),
  * keyed by its signature's bytes — not by how they are spelled, since base64url leaves bits of the
  * last character unread and a re-spelled token would otherwise be a fresh one. A TPM proof's signed
@@ -14,18 +19,20 @@
  * the cloud's verdict on the instance are denials; Google's keys, the compute API or the apiserver
  * failing are dependency faults (503, the node retries).
  */
+
 import { createHash, createPublicKey, verify } from 'node:crypto';
 import type { ComputeClient } from '../../cloud/gce/compute.ts';
 import type { GceIdentityTokenVerifier } from '../../cloud/gce/identity-token.ts';
+import type { GceNodeIdentity } from '../../cloud/gce/node-identifier.ts';
 import { formatGceProviderID } from '../../cloud/gce/resource-names.ts';
 import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
+import { withDeadline } from '../../deadline.ts';
 import { describeError, KopsError } from '../../errors.ts';
 import {
   defaultCloudLookupTimeoutMs,
   dependencyFault,
   isCloudVerdict,
   isDependencyFault,
-  withDeadline,
 } from '../dependency.ts';
 import { type ReplayGuard, requestDigest } from '../replay-guard.ts';
 import type { BootstrapPolicy, BootstrapRequest, NodeFacts, PolicyDecision } from '../types.ts';
@@ -41,7 +48,10 @@ export interface GcePolicyOptions {
   project: string;
   /** The cluster's region (`server.provider.gce.region`): a proof for a zone outside it is denied, as kops. */
   region?: string;
-  /** Identifies instances through MIG membership and templates (GceNodeIdentifier). */
+  /**
+   * Identifies instances through MIG membership and templates (GceNodeIdentifier). Its identities must
+   * carry the instance's `numericId` (a GceNodeIdentity): without it no identity token is approved.
+   */
   identifier: NodeIdentifier;
   /** Verifies identity tokens; without it `x-gce-identity` proofs are denied. */
   tokenVerifier?: GceIdentityTokenVerifier;
@@ -60,6 +70,11 @@ interface ProvenInstance {
   zone: string;
   name: string;
   issuedAtMs: number;
+  /**
+   * The numeric id of the incarnation the proof was made on, when the proof names one (an identity
+   * token's `instance_id`); it must be the id of the instance the cloud reports now.
+   */
+  numericId?: string;
   /** The key it is spent under; none for a proof whose signature covers this request body. */
   replayKey?: string;
   evidence: Record<string, string>;
@@ -120,7 +135,9 @@ export function gcePolicy(options: GcePolicyOptions): BootstrapPolicy {
           }));
       if (!fresh) return deny('the proof was already used (replayed); make a new one per request');
       const providerID = formatGceProviderID(proven);
-      const lookup = options.identifier.identify([providerID]);
+      // maxAgeMs 0: the MIG membership is verified now, not taken from the identifier's cache (an hour
+      // by default), so an instance abandoned from its MIG since an earlier lookup is refused.
+      const lookup = options.identifier.identify([providerID], { maxAgeMs: 0 });
       const result = (
         await withDeadline(lookup, lookupTimeoutOf(options), `identify ${providerID}`).catch(
           (err: unknown) => {
@@ -133,6 +150,21 @@ export function gcePolicy(options: GcePolicyOptions): BootstrapPolicy {
         return deny(
           `the cloud does not vouch for ${providerID}: ${result ? describeError(result.error) : 'no answer'}`,
         );
+      }
+      if (proven.numericId !== undefined) {
+        const current = numericIdOf(result.identity);
+        // Fail closed: an identifier that does not say which incarnation it read cannot vouch for a
+        // token bound to one.
+        if (current === undefined) {
+          return deny(
+            `the identity of ${providerID} carries no numeric instance id to compare with the token's instance_id ${proven.numericId}; configure the GCE node identifier`,
+          );
+        }
+        if (current !== proven.numericId) {
+          return deny(
+            `the token was minted on instance id ${proven.numericId}, but instance ${proven.name} is now instance id ${current}: the instance was recreated under the same name (another incarnation); make a new token on the running instance`,
+          );
+        }
       }
       if (result.identity.state !== 'running' && result.identity.state !== 'pending') {
         return deny(`instance ${proven.name} is ${result.identity.state}, not running`);
@@ -161,12 +193,12 @@ async function fromIdentityToken(token: string, options: GcePolicyOptions): Prom
     zone: claims.zone,
     name: claims.instanceName,
     issuedAtMs: claims.issuedAt * 1000,
+    numericId: claims.instanceId,
     // Verified, so the token is header.payload.signature with a base64url signature.
     replayKey: replayKeyOf(Buffer.from(token.slice(token.lastIndexOf('.') + 1), 'base64url')),
     evidence: {
       proof: 'identity-token',
       project: claims.projectId,
-      gceInstanceId: claims.instanceId,
       serviceAccount: claims.serviceAccountEmail ?? claims.serviceAccountId,
     },
   };
@@ -255,6 +287,12 @@ async function fromTpmProof(
   };
 }
 
+/** The numeric instance id a GCE identity carries, if the identifier put one there. */
+function numericIdOf(identity: NodeIdentity): string | undefined {
+  const id = (identity as Partial<GceNodeIdentity>).numericId;
+  return typeof id === 'string' && id !== '' ? id : undefined;
+}
+
 /**
  * Node facts from the cloud's record: name = instance name, SANs = its internal addresses — each
  * interface's `networkIP` and, on IPv6 subnets, its internal `ipv6Address`, as kops puts them.
@@ -266,6 +304,12 @@ function factsOf(identity: NodeIdentity, evidence: Record<string, string>): Node
     instanceId: identity.instanceId,
     dnsNames: [],
     ipAddresses: identity.addresses.filter((a) => a.type === 'InternalIP').map((a) => a.address),
-    evidence: { ...evidence, providerID: identity.providerID, zone: identity.zone ?? '' },
+    evidence: {
+      ...evidence,
+      providerID: identity.providerID,
+      zone: identity.zone ?? '',
+      // The incarnation the cloud reported (for a token, checked equal to its instance_id).
+      gceInstanceId: numericIdOf(identity) ?? '',
+    },
   };
 }

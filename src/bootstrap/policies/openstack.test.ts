@@ -111,6 +111,22 @@ test("attack: a server of another project (another tenant's id) is refused as un
   denied(await decide(foreign, '10.0.0.10'), /Nova does not vouch for server .*could not be found/);
 });
 
+test("attack: another project's server, which the controller's admin token can read, is refused", async () => {
+  const foreign = sim.addServer({
+    name: 'theirs-too',
+    project: 'p3',
+    fixed: ['10.0.0.15'],
+    metadata: metadata(),
+  }).id;
+  sim.setAdmin(true);
+  try {
+    denied(await decide(foreign, '10.0.0.15'), /is in project p3, not this controller's project/);
+    assert.equal((await decide(node)).verdict, 'approve', 'our own servers still join');
+  } finally {
+    sim.setAdmin(false);
+  }
+});
+
 test('stopped, erroring and deleted servers are refused', async () => {
   const stopped = sim.addServer({
     name: 'stopped',

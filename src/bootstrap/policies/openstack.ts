@@ -4,20 +4,22 @@
  * proof is where the request comes from: Nova must list the request's source address among the
  * server's own addresses. Checked as kops does, and more strictly where no kops node is affected:
  * the server's metadata must name this cluster (kops does not check; any server of the project could
- * otherwise join it) and an instance group, and the server must be ACTIVE.
+ * otherwise join it) and an instance group, the server must be ACTIVE, and it must be in the
+ * controller's own project (NovaClient.getServer compares its `tenant_id` with the Keystone token's
+ * project: an admin token is shown any project's server by id).
  *
  * No callback challenge: kops runs none on OpenStack (pkg/apis/kops/model/features.go,
  * `UseChallengeCallback`), so a kops node there has no challenge server to answer it. The source
  * address is the whole proof; docs/security.md says what that trusts.
  *
- * A server Nova does not know, of another cluster, stopped, or reached from another address is a
+ * A server Nova does not know, of another project or cluster, stopped, or reached from another address is a
  * denial; Nova or Keystone failing, throttling or timing out is a dependency fault (503).
  */
 import { BlockList, isIP } from 'node:net';
 import { openstackProviderID } from '../../cloud/openstack/cloud-groups.ts';
 import { isServerId, type NovaClient } from '../../cloud/openstack/nova.ts';
 import { identityOfServer, serverAddresses } from '../../cloud/openstack/server.ts';
-import { sourceAddress } from '../../net/hardened-server.ts';
+import { sourceAddress } from '../../net/source.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
 import { abstainWithout, cloudIdToken, deny, denyRejected, readCloud, serverFacts } from './cloud-id.ts';
 

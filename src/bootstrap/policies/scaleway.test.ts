@@ -107,6 +107,7 @@ test('attack: a server of another project, another zone, or an unknown id is ref
     project: '11111111-1111-4111-8111-111111111111',
     tags: kopsTags(),
   }).id;
+  // A key that may not read the project: GetServer answers 404.
   denied(await decide(otherProject), /does not vouch for server .* not found/);
   const otherZone = sim.addServer({
     name: 'ams',
@@ -117,6 +118,23 @@ test('attack: a server of another project, another zone, or an unknown id is ref
   denied(await decide(otherZone), /does not vouch/);
   denied(await decide('00000000-0000-4000-8000-000000000000'), /does not vouch/);
   denied(await decide('../servers'), /not a server id/);
+});
+
+test("attack: a server of another project that the controller's key can read, tagged for our cluster, is refused", async () => {
+  // An API key whose IAM policy covers several projects reads their servers (and IPAM) by id too.
+  const shared = '44444444-4444-4444-8444-444444444444';
+  sim.grantProject(shared);
+  const theirs = sim.addServer({
+    name: 'nodes-a-9',
+    project: shared,
+    tags: kopsTags(),
+    privateIps: ['172.16.4.30'],
+  }).id;
+  denied(
+    await decide(theirs),
+    new RegExp(`is in project ${shared}, not this cluster's project ${sim.projectId}`),
+  );
+  assert.equal(sim.count('ips.list'), 0);
 });
 
 test('stopped and stopping servers, and servers without a private address, are refused', async () => {

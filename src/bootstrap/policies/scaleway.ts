@@ -5,21 +5,22 @@
  * private addresses from IPAM (as kops), and the handler then calls the node back on the first of
  * them, port 3987, where only the machine that sent the request holds the challenge secret.
  *
- * Checked as kops does, and more strictly where no kops node is affected: the server must carry our
- * cluster's tag (kops does not check; any server of the project could otherwise join) and an
- * instance-group tag, and be running or starting (as kops' identifier requires). The request's
- * source address is not checked, as kops does not: a load balancer in front of the controller hides
- * it, which is why Scaleway uses the callback.
+ * Checked as kops does, and more strictly where no kops node is affected: the server must be in the
+ * controller's project (`SCW_DEFAULT_PROJECT_ID`; kops does not check, and an API key that may read
+ * several projects reads their servers by id too), carry our cluster's tag (kops does not check; any
+ * server of the project could otherwise join) and an instance-group tag, and be running or starting
+ * (as kops' identifier requires). The request's source address is not checked, as kops does not: a
+ * load balancer in front of the controller hides it, which is why Scaleway uses the callback.
  *
- * A server the API does not know, of another cluster, stopped, or with no private address is a
- * denial; the Instance or IPAM API failing, throttling or timing out is a dependency fault (503).
+ * A server the API does not know, of another project or cluster, not running or starting, or with no
+ * private address is a denial; the Instance or IPAM API failing, throttling or timing out (or
+ * refusing the controller's own key) is a dependency fault (503).
  */
 
 import { isIP } from 'node:net';
 import type { Ipamv1 } from '@scaleway/sdk-ipam';
 import type { ScalewayClients } from '../../cloud/scaleway/client.ts';
 import { identityOfServer, isScalewayServerId, scalewayProviderID } from '../../cloud/scaleway/server.ts';
-import type { InstanceState } from '../../cloud/types.ts';
 import { challengeEndpointOf, defaultChallengePort } from '../../protocol/challenge.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
 import { abstainWithout, cloudIdToken, deny, denyRejected, readCloud, serverFacts } from './cloud-id.ts';
@@ -28,8 +29,11 @@ import { abstainWithout, cloudIdToken, deny, denyRejected, readCloud, serverFact
 export interface ScalewayPolicyOptions {
   /** Our kops cluster: the server's `noprefix=kops.k8s.io/cluster=` tag must name it. */
   clusterName: string;
-  /** Clients of the cluster's zone (kops reads the zone from the controller's own metadata). */
-  clients: Pick<ScalewayClients, 'instance' | 'ipam' | 'call' | 'zone' | 'region'>;
+  /**
+   * Clients of the cluster's zone (kops reads the zone from the controller's own metadata); the
+   * server must be in their project.
+   */
+  clients: Pick<ScalewayClients, 'instance' | 'ipam' | 'call' | 'zone' | 'region' | 'projectId'>;
   /** Deadline of the Instance and IPAM lookups together, retries included (default 10 s). */
   lookupTimeoutMs?: number;
   /** The port of the node's challenge server (default kops' 3987). */
@@ -63,24 +67,21 @@ async function lookupServer(serverId: string, options: ScalewayPolicyOptions) {
     clients.instance.getServer({ zone: clients.zone, serverId }),
   );
   if (!server) return undefined;
+  // Our project, our cluster's tag, running or starting, a group: identityOfServer checks them all.
   const identity = identityOfServer(
     scalewayProviderID({ zone: clients.zone, id: server.id }),
     server,
     options.clusterName,
+    clients.projectId,
   );
-  // IPAM only for a server of ours: a stranger's id costs one call, not two.
-  if (identity instanceof Error || !isLive(identity.state)) return { server, identity, ips: [] };
+  // IPAM only for a live server of ours: a stranger's id costs one call, not two.
+  if (identity instanceof Error) return { server, identity, ips: [] };
   const ips = await clients.call('ipam.listIPs', () =>
     clients.ipam
       .listIPs({ region: clients.region, resourceId: server.id, isIpv6: false, zonal: clients.zone })
       .all(),
   );
   return { server, identity, ips };
-}
-
-/** Running or starting, as kops' identifier requires. */
-function isLive(state: InstanceState): boolean {
-  return state === 'running' || state === 'pending';
 }
 
 /** The Instance API's record of a live server of this cluster, with a private address to call back. */
@@ -97,7 +98,6 @@ async function verifyServer(serverId: string, options: ScalewayPolicyOptions): P
   if (!found) return deny(denial);
   const { server, identity, ips } = found;
   if (identity instanceof Error) return deny(identity.message);
-  if (!isLive(identity.state)) return deny(`server ${server.id} is ${server.state}, not running or starting`);
   const addresses = ips.map(addressOf).filter((a): a is string => a !== undefined);
   const [first] = addresses;
   if (first === undefined) {

@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Registry } from 'prom-client';
+import type { KopsError } from '../../errors.ts';
 import { type AzureSimulator, startAzureSimulator } from '../../sim/azure/simulator.ts';
-import type { SimVm } from '../../sim/azure/world.ts';
+import type { SimPowerState, SimVm } from '../../sim/azure/world.ts';
 import { cloudRequests } from '../../testing/cloud-calls.ts';
 import { cloudCallMetrics } from '../metrics.ts';
 import type { IdentifyResult } from '../types.ts';
@@ -90,20 +91,74 @@ test('121 nodes cost one paged listing per scale set; concurrent and repeated ca
   assert.equal(counted['azure virtualMachineScaleSetVMs.list ok'], 4);
 });
 
-test('a caller deciding trust (maxAgeMs) gets a fresh listing; a stopped VM shows as stopped', async () => {
+test('a caller deciding trust (maxAgeMs) gets a fresh listing; a deallocated VM is then refused', async () => {
   const id = identifier();
   const vm = nodes[5] as SimVm;
-  await id.identify([sim.world.providerID(vm)]);
+  const pid = sim.world.providerID(vm);
+  await id.identify([pid]);
   vm.powerState = 'deallocated';
-  assert.equal(
-    ok((await id.identify([sim.world.providerID(vm)])).get(sim.world.providerID(vm))).state,
+  try {
+    assert.equal(ok((await id.identify([pid])).get(pid)).state, 'running');
+    const error = failure((await id.identify([pid], { maxAgeMs: 0 })).get(pid)) as KopsError;
+    assert.equal(error.kind, 'forbidden');
+    assert.equal(error.reasonCode, 'not-running');
+    assert.match(error.message, /is stopped, not running or starting/);
+  } finally {
+    vm.powerState = 'running';
+  }
+});
+
+test('only a running or starting VM has an identity: stopped, deallocated and stopping VMs are refused as not-running', async () => {
+  const states: SimPowerState[] = [
+    'starting',
     'running',
-  );
-  assert.equal(
-    ok((await id.identify([sim.world.providerID(vm)], { maxAgeMs: 0 })).get(sim.world.providerID(vm))).state,
+    'stopping',
     'stopped',
-  );
-  vm.powerState = 'running';
+    'deallocating',
+    'deallocated',
+  ];
+  const vms = states.map((state) => {
+    const vm = sim.world.addScaleSetVm(`nodes.${cluster}`);
+    vm.powerState = state;
+    return vm;
+  });
+  const solo = sim.world.addVm('stopped-solo', {
+    KubernetesCluster: cluster,
+    'kops.k8s.io_instancegroup': 'bastions',
+  });
+  solo.powerState = 'stopped';
+  try {
+    const results = await identifier().identify([...vms, solo].map((vm) => sim.world.providerID(vm)));
+    for (const [i, state] of states.entries()) {
+      const result = results.get(sim.world.providerID(vms[i] as SimVm));
+      if (state === 'starting' || state === 'running') {
+        assert.equal(ok(result).state, state === 'running' ? 'running' : 'pending', state);
+        continue;
+      }
+      const error = failure(result) as KopsError;
+      assert.equal(error.kind, 'forbidden', state);
+      assert.equal(error.reasonCode, 'not-running', state);
+      const mapped = state.startsWith('stop') ? state : state === 'deallocating' ? 'stopping' : 'stopped';
+      assert.match(error.message, new RegExp(`is ${mapped}, not running or starting`), state);
+    }
+    const soloError = failure(results.get(sim.world.providerID(solo))) as KopsError;
+    assert.equal(soloError.reasonCode, 'not-running');
+  } finally {
+    for (const vm of [...vms, solo]) sim.world.deleteVm(vm.name);
+  }
+});
+
+test('a VM whose instance view has no power state yet is refused as not-running', async () => {
+  const vm = sim.world.addScaleSetVm(`nodes.${cluster}`);
+  const pid = sim.world.providerID(vm);
+  // Azure reports only `ProvisioningState/creating` until the VM has a power state.
+  vm.powerState = undefined;
+  try {
+    const error = failure((await identifier().identify([pid])).get(pid)) as KopsError;
+    assert.equal(error.reasonCode, 'not-running');
+  } finally {
+    sim.world.deleteVm(vm.name);
+  }
 });
 
 test("other clusters' scale sets, untagged sets, deleted VMs and foreign ids are refused with typed errors", async () => {

@@ -9,6 +9,10 @@
  * per-operation GET limits, where one GET per node would drain the bucket in seconds.
  * Trust: the instance group is the `kops.k8s.io_instancegroup` tag of the VM (its scale set's), and
  * the VM must be this cluster's: a scale set named `<group>.<cluster>` tagged `KubernetesCluster`.
+ * It must also be live: its instance view (read in the same listing or GET, `$expand=instanceView`,
+ * so no extra call) must say `PowerState/running` or `PowerState/starting`. kops' identifier does not
+ * look; here a stopped or deallocated VM gets no identity (reason `not-running`), so neither labels
+ * nor kubelet certificate renewals are granted for it.
  */
 import { ForbiddenError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
@@ -64,14 +68,17 @@ export class AzureNodeIdentifier extends BatchedNodeIdentifier {
     this.#now = options.now ?? Date.now;
   }
 
-  protected async identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
+  protected async identifyBatch(
+    providerIDs: string[],
+    maxAges: ReadonlyMap<string, number>,
+  ): Promise<Map<string, Outcome<NodeIdentity>>> {
     const results = new Map<string, Outcome<NodeIdentity>>();
     const fail = (id: string, error: Error) => results.set(id, { ok: false, error });
     const byScaleSet = new Map<string, { id: string; ref: AzureVmRef }[]>();
     const standalone: { id: string; ref: AzureVmRef }[] = [];
     const maxAge = new Map<string, number>();
     for (const id of providerIDs) {
-      const age = this.takeMaxAge(id);
+      const age = maxAges.get(id);
       let ref: AzureVmRef;
       try {
         ref = this.#ownRef(id);
@@ -123,6 +130,7 @@ export class AzureNodeIdentifier extends BatchedNodeIdentifier {
     ) {
       throw new ForbiddenError(
         `providerID "${providerID}" is outside this cluster's subscription and resource group ${this.#client.resourceGroup}`,
+        { details: { reason: 'foreign-cluster' } },
       );
     }
     return ref;
@@ -182,16 +190,35 @@ export class AzureNodeIdentifier extends BatchedNodeIdentifier {
   /** The identity of a VM of this cluster, or why it is not one. */
   #check(providerID: string, vm: AzureVm, nic: AzureNic | undefined): NodeIdentity | Error {
     const name = vm.ref.name;
+    // Another cluster's VM is final (reason `foreign-cluster`): not even a Cluster API Machine vouches
+    // for it; only a VM of ours in no kops group (`no-instance-group`) may be a Machine's.
+    const foreign = { details: { instanceId: name, reason: 'foreign-cluster' } };
     if (vm.ref.scaleSet && !vm.ref.scaleSet.endsWith(`.${this.#clusterName}`)) {
-      return new ForbiddenError(`scale set ${vm.ref.scaleSet} is not named <group>.${this.#clusterName}`);
+      return new ForbiddenError(
+        `scale set ${vm.ref.scaleSet} is not named <group>.${this.#clusterName}`,
+        foreign,
+      );
     }
     if (vm.tags[azureClusterTag] !== this.#clusterName) {
       return new ForbiddenError(
         `VM ${name} is tagged ${azureClusterTag}=${vm.tags[azureClusterTag] ?? '(none)'}, not ${this.#clusterName}`,
+        foreign,
+      );
+    }
+    // A stopped, deallocated or stopping VM (or one without a power state yet) is no live node: no
+    // label, no renewal; final (`not-running`), even for a Cluster API Machine.
+    if (vm.state !== 'running' && vm.state !== 'pending') {
+      return new ForbiddenError(
+        `VM ${name} is ${vm.state === 'unknown' ? 'in no known power state' : vm.state}, not running or starting; it gets no identity`,
+        { details: { instanceId: name, reason: 'not-running' } },
       );
     }
     const instanceGroup = vm.tags[azureInstanceGroupTag];
-    if (!instanceGroup) return new ForbiddenError(`VM ${name} has no ${azureInstanceGroupTag} tag`);
+    if (!instanceGroup) {
+      return new ForbiddenError(`VM ${name} has no ${azureInstanceGroupTag} tag`, {
+        details: { instanceId: name, reason: 'no-instance-group' },
+      });
+    }
     const addresses: InstanceAddress[] = (nic?.privateIps ?? []).map((address) => ({
       type: 'InternalIP',
       address,

@@ -2,7 +2,9 @@
  * Wires the Azure pieces for one cluster: the ARM client (scoped, as kops' is, to the subscription
  * and resource group IMDS reports for the controller's own VM unless configured), node identity
  * and cloud groups. Credentials: DefaultAzureCredential (the VM's managed identity on Azure,
- * `AZURE_CLIENT_ID`/`AZURE_TENANT_ID`/`AZURE_CLIENT_SECRET` or workload identity elsewhere).
+ * `AZURE_CLIENT_ID`/`AZURE_TENANT_ID`/`AZURE_CLIENT_SECRET` or workload identity elsewhere, and the
+ * Azure SDK's own variables that move or narrow it). ARM's endpoint: `AZURE_RESOURCE_MANAGER_ENDPOINT`
+ * when set (e.g. the simulator), else the public cloud's.
  */
 import { DefaultAzureCredential, type TokenCredential } from '@azure/identity';
 import { ConfigError, describeError } from '../../errors.ts';
@@ -13,6 +15,9 @@ import { AzureCloudGroups } from './cloud-groups.ts';
 import { imdsInstance } from './imds.ts';
 import { AzureNodeIdentifier } from './node-identifier.ts';
 
+/** The variable that replaces ARM's endpoint, as Azure's tools and operators spell it. */
+export const azureEndpointVariable = 'AZURE_RESOURCE_MANAGER_ENDPOINT';
+
 /** What the controller needs to know to talk to Azure. */
 export interface AzureProviderOptions {
   clusterName: string;
@@ -22,7 +27,7 @@ export interface AzureProviderOptions {
   resourceGroup?: string;
   /** Default: DefaultAzureCredential. */
   credential?: TokenCredential;
-  /** ARM's base URL (default the public cloud's). */
+  /** ARM's base URL (default `AZURE_RESOURCE_MANAGER_ENDPOINT`, then the public cloud's). */
   endpoint?: string;
   /** Extra CA certificates (PEM) trusted for ARM's TLS (a simulator's). */
   caPem?: string;
@@ -57,11 +62,12 @@ export async function createAzureProvider(options: AzureProviderOptions): Promis
     resourceGroup ??= instance.resourceGroupName;
   }
   const logger = options.logger ?? silentLogger;
+  const endpoint = options.endpoint ?? process.env[azureEndpointVariable];
   const client = new AzureClient({
     subscriptionId,
     resourceGroup,
     credential: options.credential ?? new DefaultAzureCredential(),
-    ...(options.endpoint ? { endpoint: options.endpoint } : {}),
+    ...(endpoint ? { endpoint } : {}),
     ...(options.caPem ? { caPem: options.caPem } : {}),
     ...(options.cloudCalls ? { cloudCalls: options.cloudCalls } : {}),
   });

@@ -2,16 +2,23 @@ import assert from 'node:assert/strict';
 import { request as httpsRequest } from 'node:https';
 import { after, before, describe, test } from 'node:test';
 import { CoreV1Api, CustomObjectsApi } from '@kubernetes/client-node';
-import { ForbiddenError, NotFoundError, UnavailableError } from '../../errors.ts';
+import { ForbiddenError, KopsError, NotFoundError, UnavailableError } from '../../errors.ts';
 import { buildNodeLabels } from '../../nodelabels/build-node-labels.ts';
 import { type SimApiServer, startApiServer } from '../../sim/apiserver/index.ts';
 import { type AwsSimulator, startAwsSimulator } from '../../sim/aws/server.ts';
+import { type AzureSimulator, startAzureSimulator } from '../../sim/azure/simulator.ts';
 import { simulatorCompute } from '../../sim/gce/clients.ts';
 import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
+import { type OpenStackSimulator, startOpenStackSimulator } from '../../sim/openstack/simulator.ts';
 import { parseCluster } from '../../statestore/kops-types.ts';
 import { type AwsClients, createAwsClients } from '../aws/clients.ts';
 import { AwsNodeIdentifier } from '../aws/identify.ts';
+import { AzureClient } from '../azure/client.ts';
+import { AzureNodeIdentifier } from '../azure/node-identifier.ts';
 import { GceNodeIdentifier } from '../gce/node-identifier.ts';
+import { KeystoneSession } from '../openstack/keystone.ts';
+import { OpenStackNodeIdentifier } from '../openstack/node-identifier.ts';
+import { NovaClient } from '../openstack/nova.ts';
 import type { IdentifyResult, NodeIdentifier, NodeIdentity } from '../types.ts';
 import { capiInstanceGroup } from './instance-group.ts';
 import { MachineIndex, machineRecordOf } from './machines.ts';
@@ -33,6 +40,13 @@ function identityOf(result: IdentifyResult | undefined): NodeIdentity {
 function errorOf(result: IdentifyResult | undefined): Error {
   assert.ok(result && !result.ok, 'expected no identity');
   return result.error;
+}
+
+/** The controller's own call refused: a fault the caller retries (503), never a verdict nor an identity. */
+function assertFault(result: IdentifyResult | undefined): void {
+  const error = errorOf(result);
+  assert.ok(error instanceof KopsError, String(error));
+  assert.equal(error.kind, 'unavailable', error.message);
 }
 
 /** A Machine as Cluster API writes it: providerID, failure domain, deployment label, phase, addresses. */
@@ -266,6 +280,17 @@ describe('Cluster API mode on GCE (the real GCE identifier, the GCE simulator)',
     assert.match(errorOf(results.get(pid('capg-stopped'))).message, /not RUNNING/);
   });
 
+  test("Compute refusing the controller's own call (403) is a fault to retry, never a Machine's identity", async () => {
+    const id = pid('capg-md-b-3');
+    gce.world.seedInstance({ zone, name: 'capg-md-b-3', labels: { 'capg-role': 'node' } });
+    await createMachine('gce-md-b-3', id, { deployment: 'md-b' });
+    await until(() => index.machinesOf(id).length === 1);
+    gce.failNext(1, 403, 'instances.get');
+    assertFault((await identifier.identify([id])).get(id));
+    // Once Compute answers again, the Machine speaks for the CAPG instance.
+    assert.equal(identityOf((await identifier.identify([id])).get(id)).instanceGroup, 'md-b');
+  });
+
   test('a deleted Machine stops vouching: the cloud has the last word again', async () => {
     const id = pid('capg-md-b-1');
     await deleteMachine('gce-md-b-1');
@@ -273,6 +298,121 @@ describe('Cluster API mode on GCE (the real GCE identifier, the GCE simulator)',
     const error = errorOf((await identifier.identify([id])).get(id));
     assert.ok(error instanceof ForbiddenError);
     assert.match(error.message, /created-by|managed instance group/);
+  });
+});
+
+describe('Cluster API mode on OpenStack (the real OpenStack identifier, the OpenStack simulator)', () => {
+  let os: OpenStackSimulator;
+  let identifier: NodeIdentifier;
+  const pid = (id: string) => `openstack:///${id}`;
+  let capiServer: string;
+  let foreign: string;
+  let untagged: string;
+  let errored: string;
+
+  before(async () => {
+    os = await startOpenStackSimulator();
+    // Cluster API's servers: the cluster's metadata, but no KopsInstanceGroup.
+    capiServer = os.addServer({
+      name: 'capo-md-d-1',
+      fixed: ['10.3.0.4'],
+      metadata: { KubernetesCluster: cluster },
+    }).id;
+    foreign = os.addServer({
+      name: 'theirs',
+      metadata: { KubernetesCluster: 'other.example.com', KopsInstanceGroup: 'nodes' },
+    }).id;
+    untagged = os.addServer({ name: 'no-cluster' }).id;
+    errored = os.addServer({
+      name: 'capo-broken',
+      status: 'ERROR',
+      metadata: { KubernetesCluster: cluster },
+    }).id;
+    identifier = new CapiNodeIdentifier(
+      new OpenStackNodeIdentifier({
+        nova: new NovaClient({
+          session: new KeystoneSession({ auth: os.passwordAuth }),
+          retryDelayMs: 1,
+          retries: 1,
+        }),
+        clusterName: cluster,
+        coalesceWindowMs: 1,
+      }),
+      index,
+    );
+    await createMachine('os-md-d-1', pid(capiServer), { deployment: 'md-d' });
+    await createMachine('os-claims-foreign', pid(foreign), { deployment: 'md-d' });
+    await createMachine('os-claims-untagged', pid(untagged), { deployment: 'md-d' });
+    await createMachine('os-claims-errored', pid(errored), { deployment: 'md-d' });
+    await until(() => index.machinesOf(pid(errored)).length === 1);
+  });
+  after(() => os.close());
+
+  test("a server of the cluster outside kops' groups takes its group from its Machine", async () => {
+    const identity = identityOf((await identifier.identify([pid(capiServer)])).get(pid(capiServer)));
+    assert.equal(identity.instanceGroup, 'md-d');
+    assert.equal(identity.instanceId, capiServer);
+  });
+
+  test("a Machine cannot vouch for another cluster's server, an unmarked one, or one in ERROR", async () => {
+    const results = await identifier.identify([pid(foreign), pid(untagged), pid(errored)]);
+    assert.match(errorOf(results.get(pid(foreign))).message, /belongs to cluster "other\.example\.com"/);
+    assert.match(errorOf(results.get(pid(untagged))).message, /belongs to cluster ""/);
+    assert.match(errorOf(results.get(pid(errored))).message, /is ERROR/);
+  });
+
+  test("Nova refusing the controller's own token (403) is a fault to retry, never a Machine's identity", async () => {
+    os.failNext(1, 403, 'servers.get');
+    assertFault((await identifier.identify([pid(capiServer)])).get(pid(capiServer)));
+  });
+});
+
+describe('Cluster API mode on Azure (the real Azure identifier, the Azure simulator)', () => {
+  let az: AzureSimulator;
+  let identifier: NodeIdentifier;
+  let capiVm: string;
+  let otherCluster: string;
+  let otherGroup: string;
+
+  before(async () => {
+    az = await startAzureSimulator();
+    // Cluster API's VM: the cluster's tag, but no kops.k8s.io_instancegroup tag.
+    capiVm = az.world.providerID(az.world.addVm('capz-md-e-1', { KubernetesCluster: cluster }));
+    const theirs = az.world.seedKopsCluster('other.example.com', [{ name: 'nodes', count: 1 }]).get('nodes');
+    otherCluster = az.world.providerID(theirs?.[0] as NonNullable<typeof theirs>[number]);
+    // The same VM named under a resource group that is not the cluster's.
+    otherGroup = capiVm.replace(`/resourceGroups/${az.world.resourceGroup}/`, '/resourceGroups/other-rg/');
+    identifier = new CapiNodeIdentifier(
+      new AzureNodeIdentifier({
+        client: new AzureClient({ ...az.clientOptions, maxRetries: 0 }),
+        clusterName: cluster,
+        coalesceWindowMs: 1,
+      }),
+      index,
+    );
+    await createMachine('az-md-e-1', capiVm, { deployment: 'md-e' });
+    await createMachine('az-claims-other-cluster', otherCluster, { deployment: 'md-e' });
+    await createMachine('az-claims-other-group', otherGroup, { deployment: 'md-e' });
+    await until(() => index.machinesOf(otherGroup).length === 1);
+  });
+  after(() => az.close());
+
+  test("a VM of the cluster outside kops' groups takes its group from its Machine", async () => {
+    assert.equal(identityOf((await identifier.identify([capiVm])).get(capiVm)).instanceGroup, 'md-e');
+  });
+
+  test("a Machine cannot vouch for another cluster's VM, nor one outside the cluster's resource group", async () => {
+    const results = await identifier.identify([otherCluster, otherGroup]);
+    assert.match(errorOf(results.get(otherCluster)).message, /not named <group>\.capi\.example\.com/);
+    assert.match(
+      errorOf(results.get(otherGroup)).message,
+      /outside this cluster's subscription and resource group/,
+    );
+  });
+
+  test("ARM refusing the controller's own credentials (403) is a fault to retry, never a Machine's identity", async () => {
+    az.failNext(1, 403, 'virtualMachines.get');
+    assertFault((await identifier.identify([capiVm])).get(capiVm));
   });
 });
 

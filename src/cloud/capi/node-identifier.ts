@@ -7,6 +7,12 @@
  * group (as kops' capimanager), its phase, addresses and failure domain the facts. Trusting Machines
  * is trusting whoever may write them (Cluster API's controllers, cluster admins), as kops does.
  * Machines come from a watch (MachineIndex): a lookup costs no API call.
+ *
+ * A Machine answers only in the cloud's stead where the cloud itself gave a verdict, and only the
+ * verdict "in no kops group": the cloud API refusing the controller's own call (HTTP 401/403: a
+ * missing permission, rejected credentials) says nothing about the instance and is a fault the
+ * caller retries, and every refusal that names another reason (another cluster's, not running,
+ * another zone, …) is final.
  */
 import { ForbiddenError, KopsError, UnavailableError } from '../../errors.ts';
 import type { IdentifyOptions, IdentifyResult, NodeIdentifier } from '../types.ts';
@@ -17,16 +23,27 @@ function instanceIdOf(providerID: string): string {
   return providerID.slice(providerID.lastIndexOf('/') + 1);
 }
 
-/**
- * Refusals a Machine must never override: the instance is another cluster's, not running, or not
- * where the providerID says (the `reason` the cloud identifiers attach).
- */
-const finalReasons = new Set(['other-cluster', 'not-running', 'zone-mismatch']);
+/** The reason a cloud identifier gives for "this instance is in no kops instance group". */
+export const noInstanceGroupReason = 'no-instance-group';
 
-/** Whether the cloud's answer is "this instance is refused only for being in no kops instance group". */
+/** Whether `error` is the cloud API refusing the controller's own call (HTTP 401/403), not a verdict. */
+function ownCallRefused(error: Error): error is KopsError {
+  return error instanceof KopsError && (error.upstreamStatus === 401 || error.upstreamStatus === 403);
+}
+
+/**
+ * Whether the cloud's answer is "this instance is refused only for being in no kops instance group",
+ * the one refusal a Machine may answer in its stead. Said explicitly (`no-instance-group`), or by a
+ * refusal that names no reason (those of GCE's MIG check and the server clouds' group check do not);
+ * any other reason is final: `foreign-cluster`/`other-cluster`, `not-running`, `zone-mismatch`, and
+ * whatever reason an identifier adds later. An error the cloud API answered (it carries the upstream
+ * status) is never a verdict on the instance.
+ */
 function notInAKopsGroup(result: IdentifyResult): boolean {
   if (result.ok || !(result.error instanceof KopsError) || result.error.kind !== 'forbidden') return false;
-  return !finalReasons.has(result.error.reasonCode ?? '');
+  if (result.error.upstreamStatus !== undefined) return false;
+  const reason = result.error.reasonCode;
+  return reason === undefined || reason === noInstanceGroupReason;
 }
 
 /** The identity a single Machine gives `providerID`, or why it gives none. */
@@ -77,6 +94,17 @@ export class CapiNodeIdentifier implements NodeIdentifier {
   ): Promise<Map<string, IdentifyResult>> {
     const results = await this.#cloud.identify(providerIDs, options);
     for (const [providerID, result] of results) {
+      if (!result.ok && ownCallRefused(result.error)) {
+        // The controller's own credentials or permissions, not the instance: retried, never decided.
+        results.set(providerID, {
+          ok: false,
+          error: new UnavailableError(
+            `the cloud refused the controller's own call (HTTP ${result.error.upstreamStatus}), so ${providerID} cannot be identified now: ${result.error.message}`,
+            { cause: result.error, upstreamStatus: result.error.upstreamStatus },
+          ),
+        });
+        continue;
+      }
       if (!notInAKopsGroup(result)) continue;
       if (!this.#machines.hasSynced()) {
         // Until the first list, "no Machine" would be a guess: the caller retries.

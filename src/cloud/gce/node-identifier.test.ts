@@ -56,6 +56,7 @@ test('a MIG member is identified with the group its template names, its addresse
   assert.deepEqual(identityOf(results.get(pid(node!.name))), {
     providerID: pid(node!.name),
     instanceId: node!.name,
+    numericId: node!.id,
     instanceGroup: 'nodes-basic',
     state: 'running',
     addresses: [
@@ -219,6 +220,8 @@ test('spoof: a providerID of another project is refused without calling the clou
   const error = errorOf((await identifier().identify([id])).get(id));
   assert.ok(error instanceof ForbiddenError);
   assert.match(error.message, /names project "other-proj", not this cluster's project "kops-prod"/);
+  // Final: the Cluster API fallback must not hand another project's instance a group from a Machine.
+  assert.equal(error.reasonCode, 'foreign-cluster');
   assert.equal(computeCalls(), 0);
 });
 
@@ -233,6 +236,10 @@ test('spoof: a template of another cluster does not identify our nodes', async (
   });
   const error = errorOf((await identifier().identify([pid(node!.name)])).get(pid(node!.name)));
   assert.match(error.message, /belongs to cluster "dev\.example\.com", not "prod\.example\.com"/);
+  // Final: the Cluster API fallback must not hand another cluster's instance a group from a Machine.
+  assert.ok(error instanceof ForbiddenError);
+  assert.equal(error.reasonCode, 'foreign-cluster');
+  assert.equal(error.details?.['reason'], 'foreign-cluster');
 });
 
 test('spoof: created-by naming a MIG of another zone, a missing MIG or no MIG is refused', async () => {
@@ -349,6 +356,22 @@ test('a recreated instance with the same name is verified again, not served from
   sim.world.seedInstance({ zone, name: node!.name, metadata: node!.metadata });
   const error = errorOf((await id.identify([pid(node!.name)])).get(pid(node!.name)));
   assert.match(error.message, /not managed by MIG/);
+});
+
+test('the identity carries the numeric id of the incarnation read now, so a name its MIG reused is told apart', async () => {
+  const [node] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-inc',
+    count: 1,
+    clusterName: cluster,
+  });
+  const id = identifier();
+  assert.equal(identityOf((await id.identify([pid(node!.name)])).get(pid(node!.name))).numericId, node!.id);
+  // The MIG recreates it: same name, same created-by, still its member, a new id.
+  const reborn = sim.world.seedInstance({ zone, name: node!.name, metadata: node!.metadata });
+  const again = identityOf((await id.identify([pid(node!.name)])).get(pid(node!.name)));
+  assert.equal(again.numericId, reborn.id);
+  assert.notEqual(again.numericId, node!.id);
 });
 
 test('a compute outage is a retryable error per node and nothing is cached', async () => {

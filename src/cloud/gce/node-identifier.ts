@@ -74,8 +74,16 @@ export interface GceRoutedRanges {
   externalIpv6Ranges: string[];
 }
 
-/** A verified identity with the ranges routed to the instance. */
-export type GceNodeIdentity = NodeIdentity & { routedRanges: GceRoutedRanges };
+/** A verified identity with the instance's numeric id and the ranges routed to it. */
+export type GceNodeIdentity = NodeIdentity & {
+  /**
+   * The numeric `id` of the incarnation read by this call (`instance_id` in its identity tokens).
+   * `instanceId` is the name, which a MIG reuses when it recreates an instance; the id never is, so a
+   * proof naming an id is checked against this one.
+   */
+  numericId: string;
+  routedRanges: GceRoutedRanges;
+};
 
 /** One providerID's answer: its identity, or the typed error saying why it has none. */
 export type GceIdentifyResult = { ok: true; identity: GceNodeIdentity } | { ok: false; error: Error };
@@ -151,7 +159,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
     this.#batches = new IdentifyBatches({
       windowMs: options.coalesceWindowMs,
       maxConcurrent: 2,
-      fetch: (ids) => this.#identifyBatch(ids),
+      fetch: (ids, maxAges) => this.#identifyBatch(ids, maxAges),
     });
   }
 
@@ -166,8 +174,10 @@ export class GceNodeIdentifier implements NodeIdentifier {
     return this.#batches.identify(providerIDs, options);
   }
 
-  async #identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<GceNodeIdentity>>> {
-    const maxAgeMs = new Map(providerIDs.map((id) => [id, this.#batches.takeMaxAge(id)]));
+  async #identifyBatch(
+    providerIDs: string[],
+    maxAgeMs: ReadonlyMap<string, number>,
+  ): Promise<Map<string, Outcome<GceNodeIdentity>>> {
     const results = new Map<string, Outcome<GceNodeIdentity>>();
     const fail = (id: string, error: Error) => results.set(id, { ok: false, error });
     const refs = this.#parseOwnRefs(providerIDs, fail);
@@ -219,10 +229,13 @@ export class GceNodeIdentifier implements NodeIdentifier {
       try {
         const ref = parseGceProviderID(id);
         if (ref.project !== this.#compute.project) {
+          // `foreign-cluster`, as the other clouds say it: a final refusal that no Cluster API
+          // Machine may override with a group (capi/node-identifier.ts).
           fail(
             id,
             new ForbiddenError(
               `providerID "${id}" names project "${ref.project}", not this cluster's project "${this.#compute.project}"`,
+              { details: { instanceId: ref.name, reason: 'foreign-cluster' } },
             ),
           );
         } else {
@@ -410,8 +423,13 @@ export class GceNodeIdentifier implements NodeIdentifier {
         const reason = `instance template ${name} has no ${instanceGroupMetadataKey} metadata, so it names no kops instance group`;
         out.set(name, { ok: false, error: new ForbiddenError(reason) });
       } else if (facts.clusterName !== this.#clusterName) {
+        // A kops template (it names a group) of another cluster, or of none: the instance is not
+        // ours, finally — `foreign-cluster`, so no Cluster API Machine overrides the refusal.
         const reason = `instance template ${name} belongs to cluster "${facts.clusterName ?? ''}", not "${this.#clusterName}"`;
-        out.set(name, { ok: false, error: new ForbiddenError(reason) });
+        out.set(name, {
+          ok: false,
+          error: new ForbiddenError(reason, { details: { reason: 'foreign-cluster' } }),
+        });
       } else {
         out.set(name, { ok: true, instanceGroup: facts.instanceGroup });
       }
@@ -445,6 +463,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
     return {
       providerID,
       instanceId: instance.name,
+      numericId: instance.id,
       instanceGroup,
       state: stateByStatus[instance.status] ?? 'unknown',
       addresses,

@@ -1,7 +1,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { DependencyFaultError } from '../../bootstrap/dependency.ts';
+import { metalPolicy } from '../../bootstrap/policies/metal.ts';
 import { ConfigError } from '../../errors.ts';
 import { openVfs } from '../../statestore/open.ts';
+import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
+import { silentServer } from '../../testing/silent-server.ts';
 import { InventoryStore, parseInventory } from './inventory.ts';
 
 const fingerprint = `SHA256:${'A'.repeat(43)}`;
@@ -136,4 +140,56 @@ test('the store re-reads the inventory when its version changes and fails closed
     (await store.current()).hosts.map((h) => h.name),
     ['solo'],
   );
+});
+
+test('a state store that accepts the connection and never answers: the metal policy answers 503 at the deadline, and the next request reads again', async () => {
+  const silent = await silentServer();
+  const { endpoint } = silent;
+  const vfs = openVfs('s3://state/cluster', {
+    env: {},
+    s3: {
+      endpoint,
+      region: 'us-test-1',
+      credentials: { accessKeyId: 'a', secretAccessKey: 'b' },
+      timeoutMs: 300,
+    },
+  });
+  const policy = metalPolicy({ inventory: new InventoryStore({ vfs }) });
+  const request = testRequest({ claimedNodeName: 'node-1', remoteAddress: '10.0.1.11' });
+  /** One evaluation: the fault it ended with, within 5 s, or a failure naming the hang. */
+  const evaluation = async (): Promise<unknown> => {
+    let timer: NodeJS.Timeout | undefined;
+    const hang = new Promise<'pending'>((resolve) => {
+      timer = setTimeout(() => resolve('pending'), 5_000);
+    });
+    const started = Date.now();
+    try {
+      const outcome = await Promise.race([
+        policy.evaluate(request, contextAt()).then(
+          (decision) => ({ decision }),
+          (error: unknown) => ({ error }),
+        ),
+        hang,
+      ]);
+      assert.notEqual(outcome, 'pending', 'the metal policy was still waiting 5 s after its 300 ms deadline');
+      assert.ok(Date.now() - started < 2_000, `answered after ${Date.now() - started} ms`);
+      return (outcome as { error?: unknown }).error;
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+  try {
+    const first = await evaluation();
+    assert.ok(first instanceof DependencyFaultError, String(first));
+    assert.equal(first.dependency, 'state-store');
+    assert.equal(first.httpStatus, 503);
+    // The failed check is not kept as the inventory's state, nor shared past its end: the next
+    // request asks the store again and gets its own answer at the deadline.
+    const before = silent.accepted();
+    const second = await evaluation();
+    assert.ok(second instanceof DependencyFaultError, String(second));
+    assert.ok(silent.accepted() > before, 'the next request did not ask the store again');
+  } finally {
+    silent.close();
+  }
 });

@@ -14,6 +14,8 @@ export interface KeystoneToken {
   token: string;
   /** The compute (Nova) endpoint of our region, e.g. `https://nova.example:8774/v2.1`. */
   computeUrl: string;
+  /** The project the token is scoped to (`token.project.id`): our cluster's; undefined if unscoped. */
+  projectId: string | undefined;
   expiresAt: number;
 }
 
@@ -72,7 +74,7 @@ export class KeystoneSession {
       calls: this.#options.calls ?? noCloudCalls,
     });
     const token = answer.headers['x-subject-token'];
-    let parsed: { token?: { expires_at?: string; catalog?: CatalogEntry[] } };
+    let parsed: { token?: { expires_at?: string; catalog?: CatalogEntry[]; project?: { id?: unknown } } };
     try {
       parsed = JSON.parse(answer.body.toString('utf8'));
     } catch {
@@ -83,7 +85,13 @@ export class KeystoneSession {
       throw new UnavailableError('Keystone answered without X-Subject-Token or expires_at');
     }
     const computeUrl = computeEndpointOf(parsed.token?.catalog ?? [], auth.region, auth.endpointInterface);
-    this.#current = { token, computeUrl, expiresAt };
+    const projectId = parsed.token?.project?.id;
+    this.#current = {
+      token,
+      computeUrl,
+      expiresAt,
+      projectId: typeof projectId === 'string' && projectId ? projectId : undefined,
+    };
     return this.#current;
   }
 }

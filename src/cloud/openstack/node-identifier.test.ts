@@ -69,6 +69,65 @@ test('servers of another cluster, without a group, unknown, or malformed ids are
   assert.match(foreign && !foreign.ok ? foreign.error.message : '', /cluster "other.example.com"/);
 });
 
+test("another project's server, which an admin token can read by id, is refused as foreign-cluster", async () => {
+  const theirs = sim.addServer({ ...kopsServer('theirs', 'nodes-a'), project: 'another-project' }).id;
+  sim.setAdmin(true);
+  const admin = new NovaClient({ session: new KeystoneSession({ auth: sim.passwordAuth }), retryDelayMs: 1 });
+  try {
+    // A few ids are read one by one: Nova shows the admin the other project's server.
+    const single = (await identifier({ nova: admin }).identify([`openstack:///${theirs}`])).get(
+      `openstack:///${theirs}`,
+    );
+    assert.equal(sim.count('servers.get'), 1);
+    assert.ok(single && !single.ok, 'identified');
+    assert.equal((single.error as KopsError).kind, 'forbidden');
+    assert.equal((single.error as KopsError).reasonCode, 'foreign-cluster');
+    assert.match(single.error.message, /project another-project/);
+    // Many are answered from the project's listing, which holds only our project's servers.
+    const many = [theirs, ...ids.slice(0, 5)].map((id) => `openstack:///${id}`);
+    const listed = await identifier({ nova: admin }).identify(many);
+    const result = listed.get(`openstack:///${theirs}`);
+    assert.ok(result && !result.ok, 'identified from a listing');
+    assert.ok(many.slice(1).every((pid) => listed.get(pid)?.ok));
+  } finally {
+    sim.setAdmin(false);
+    sim.deleteServer(theirs);
+  }
+});
+
+test('only a live server (ACTIVE, BUILD, rebooting, resizing…) has an identity: ERROR, SHUTOFF and the like are refused', async () => {
+  const byStatus = new Map<string, string>();
+  for (const status of [
+    'ACTIVE',
+    'BUILD',
+    'HARD_REBOOT',
+    'ERROR',
+    'UNKNOWN',
+    'SHUTOFF',
+    'SUSPENDED',
+    'SOFT_DELETED',
+  ]) {
+    byStatus.set(status, sim.addServer({ ...kopsServer(`s-${status.toLowerCase()}`, 'nodes-a'), status }).id);
+  }
+  try {
+    const results = await identifier().identify([...byStatus.values()].map((id) => `openstack:///${id}`));
+    for (const [status, id] of byStatus) {
+      const result = results.get(`openstack:///${id}`);
+      if (['ACTIVE', 'BUILD', 'HARD_REBOOT'].includes(status)) {
+        assert.ok(result?.ok, `${status}: ${result && !result.ok ? result.error.message : 'no result'}`);
+        continue;
+      }
+      assert.ok(result && !result.ok, `${status} was identified`);
+      const error = result.error as KopsError;
+      assert.equal(error.kind, 'forbidden', status);
+      assert.equal(error.reasonCode, 'not-running', status);
+      assert.match(error.message, new RegExp(`is ${status}, not ACTIVE`));
+    }
+  } finally {
+    for (const id of byStatus.values()) sim.deleteServer(id);
+  }
+});
+
 test('a label storm lists the project once and answers every later batch from the snapshot', async () => {
   const ident = identifier();
   // One reconcile per node, all at once, as the node controller does after a restart.
@@ -100,7 +159,7 @@ test('a few nodes are read one by one; a stale snapshot or a new server is read 
   now = 500;
   const strict = await ident.identify([`openstack:///${ids[0]}`], { maxAgeMs: 100 });
   const result = strict.get(`openstack:///${ids[0]}`);
-  assert.equal(result?.ok && result.identity.state, 'stopped');
+  assert.equal(result && !result.ok && (result.error as KopsError).reasonCode, 'not-running');
   sim.setStatus(ids[0] as string, 'ACTIVE');
   // Past its lifetime the snapshot is not used at all.
   now = 2_000;

@@ -8,6 +8,9 @@
  * page), and that listing is kept as a snapshot for `snapshotTtlMs` so the next batches of a label
  * storm cost nothing. A server missing from a snapshot older than the caller allows, or from a
  * cached one (it may be new), makes one fresh listing, shared by every batch waiting for it.
+ * Only servers of the controller's own project are identified: the listing holds no other (Nova
+ * scopes it to the token's project), and a server read by id that Nova shows from another project,
+ * as it does to an admin token, is refused by NovaClient (reason `foreign-cluster`, final).
  *
  * Rate limits: Nova itself enforces none on its API (its `GET /limits` reports an empty `rate`
  * list, https://docs.openstack.org/api-ref/compute/#show-rate-and-absolute-limits; rate limiting was
@@ -61,10 +64,13 @@ export class OpenStackNodeIdentifier extends BatchedNodeIdentifier {
     this.#now = options.now ?? Date.now;
   }
 
-  protected async identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
+  protected async identifyBatch(
+    providerIDs: string[],
+    maxAges: ReadonlyMap<string, number>,
+  ): Promise<Map<string, Outcome<NodeIdentity>>> {
     let maxAgeMs = this.#options.snapshotTtlMs ?? 30_000;
     for (const id of providerIDs) {
-      maxAgeMs = Math.min(maxAgeMs, this.takeMaxAge(id) ?? maxAgeMs);
+      maxAgeMs = Math.min(maxAgeMs, maxAges.get(id) ?? maxAgeMs);
     }
     const results = new Map<string, Outcome<NodeIdentity>>();
     const serverIds = new Map<string, string>();

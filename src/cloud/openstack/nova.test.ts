@@ -58,6 +58,25 @@ test('a server of another project, or none, is NotFoundError', async () => {
   await assert.rejects(client.getServer('../servers/detail'), (err: unknown) => kindOf(err) === 'invalid');
 });
 
+test("an admin token reads another project's server, which the client refuses as foreign-cluster", async () => {
+  sim.setAdmin(true);
+  try {
+    const client = nova();
+    await assert.rejects(client.getServer(foreignId), (err: unknown) => {
+      assert.ok(err instanceof KopsError);
+      assert.equal(err.kind, 'forbidden');
+      assert.equal(err.reasonCode, 'foreign-cluster');
+      assert.match(err.message, /is in project another-project, not this controller's project/);
+      return true;
+    });
+    assert.equal(sim.count('servers.get'), 1, "Nova did answer it: the refusal is the client's");
+    const own = sim.addServer({ name: 'own' });
+    assert.equal((await client.getServer(own.id)).tenant_id, sim.projectId);
+  } finally {
+    sim.setAdmin(false);
+  }
+});
+
 test('wrong credentials are unauthenticated, not retried', async () => {
   const auth = openstackAuthFromEnv({ ...sim.env, OS_PASSWORD: 'wrong' });
   await assert.rejects(nova({}, auth).listServers(), (err: unknown) => kindOf(err) === 'unauthenticated');

@@ -1,14 +1,18 @@
 /**
  * The Nova (compute v2.1) calls node identity, cloud groups and the bootstrap verifier need: one
  * server by id, and every server of the project, paginated with `limit`/`marker` as Nova's
- * `servers_links` say. Reads only, so they are retried: once after a 401 with a new token, and a few
- * times after a 429, 5xx or no answer, as every cloud read is (src/cloud/retry.ts).
+ * `servers_links` say. Both answer only servers of the project the Keystone token is scoped to (the
+ * cluster's): Nova scopes a listing without `all_tenants` itself, but shows a server of any project
+ * by id to a token with the admin role, so `getServer` compares the server's `tenant_id` with the
+ * token's project and refuses another project's server (reason `foreign-cluster`). Reads only, so
+ * they are retried: once after a 401 with a new token, and a few times after a 429, 5xx or no answer,
+ * as every cloud read is (src/cloud/retry.ts).
  */
-import { InvalidInputError, KopsError, UnavailableError } from '../../errors.ts';
+import { ForbiddenError, InvalidInputError, KopsError, UnavailableError } from '../../errors.ts';
 import { type CloudCallRecorder, noCloudCalls } from '../metrics.ts';
 import { retryCloudCall } from '../retry.ts';
 import { openstackRequest } from './http.ts';
-import type { KeystoneSession } from './keystone.ts';
+import type { KeystoneSession, KeystoneToken } from './keystone.ts';
 
 /** One address of a server, as `addresses.<network>[]` lists it. */
 export interface NovaAddress {
@@ -70,12 +74,25 @@ export class NovaClient {
     this.#options = options;
   }
 
-  /** `GET /servers/{id}`: NotFoundError when the project has no such server. */
+  /**
+   * `GET /servers/{id}`: NotFoundError when the project has no such server, ForbiddenError (reason
+   * `foreign-cluster`, final) when Nova shows one of another project, as it does to an admin token.
+   */
   async getServer(id: string): Promise<NovaServer> {
     if (!isServerId(id)) throw new InvalidInputError(`"${id.slice(0, 80)}" is not a Nova server id`);
-    const body = (await this.#get('servers.get', `/servers/${id}`)) as { server?: NovaServer };
-    if (!body.server?.id) throw new UnavailableError(`Nova answered servers.get ${id} without a server`);
-    return body.server;
+    let projectId: string | undefined;
+    const body = (await this.#get('servers.get', `/servers/${id}`, (session) => {
+      projectId = session.projectId;
+    })) as { server?: NovaServer };
+    const server = body.server;
+    if (!server?.id) throw new UnavailableError(`Nova answered servers.get ${id} without a server`);
+    if (!projectId || server.tenant_id !== projectId) {
+      throw new ForbiddenError(
+        `server ${server.id} is in project ${server.tenant_id || '(none)'}, not this controller's project ${projectId ?? '(the Keystone token is scoped to none)'}; it is not this cluster's`,
+        { details: { instanceId: server.id, reason: 'foreign-cluster' } },
+      );
+    }
+    return server;
   }
 
   /** `GET /servers/detail`, every page: all servers of the project. */
@@ -103,8 +120,15 @@ export class NovaClient {
     throw new UnavailableError(`Nova listed more than ${maxPages} pages of servers`);
   }
 
-  /** One read, retried as every cloud read is (retry.ts), on a token renewed once if it expired. */
-  #get(call: string, pathAndQuery: string): Promise<unknown> {
+  /**
+   * One read, retried as every cloud read is (retry.ts), on a token renewed once if it expired;
+   * `answeredWith` learns the token whose request Nova answered.
+   */
+  #get(
+    call: string,
+    pathAndQuery: string,
+    answeredWith?: (session: KeystoneToken) => void,
+  ): Promise<unknown> {
     const policy = {
       retries: this.#options.retries ?? 3,
       retryDelayMs: this.#options.retryDelayMs ?? 500,
@@ -114,7 +138,9 @@ export class NovaClient {
     const attempt = async (): Promise<unknown> => {
       const session = await this.#session.token();
       try {
-        return await this.#send(call, `${session.computeUrl}${pathAndQuery}`, session.token);
+        const body = await this.#send(call, `${session.computeUrl}${pathAndQuery}`, session.token);
+        answeredWith?.(session);
+        return body;
       } catch (err) {
         if (err instanceof KopsError && err.kind === 'unauthenticated' && !reauthenticated) {
           // The token expired or was revoked under us: one new token, then the answer stands.

@@ -62,10 +62,22 @@ export function serverAddresses(server: NovaServer): InstanceAddress[] {
 }
 
 /**
- * The identity of a server of our cluster, or why it is not one: its metadata must name our cluster
- * and an instance group. (kops' identifier checks neither; its verifier reads the group only. A
- * server of another cluster in the same project would otherwise be labelled, or bootstrapped, as
- * ours.)
+ * Whether a server is live: ACTIVE (or rebooting, migrating, resizing, which Nova runs through from
+ * ACTIVE) or BUILD. ERROR, UNKNOWN, stopped, suspended, shelved and deleted servers are not.
+ */
+export function isLiveServer(server: Pick<NovaServer, 'status'>): boolean {
+  const state = stateOfServer(server);
+  return state === 'running' || state === 'pending';
+}
+
+/**
+ * The identity of a live server of our cluster, or why it is not one: its metadata must name our
+ * cluster, it must be live ({@link isLiveServer}: an ERROR or SHUTOFF server gets no identity, so no
+ * renewal is approved for it), and its metadata must name an instance group. (kops' identifier checks
+ * none of these; its verifier reads the group only. A server of another cluster in the same project
+ * would otherwise be labelled, or bootstrapped, as ours.) Another cluster's server is refused with
+ * reason `foreign-cluster`, a dead one with `not-running` — both final, even for a Cluster API
+ * Machine — and one in no group with `no-instance-group`.
  */
 export function identityOfServer(
   providerID: string,
@@ -76,13 +88,20 @@ export function identityOfServer(
   if (cluster !== clusterName) {
     return new ForbiddenError(
       `server ${server.id} belongs to cluster "${cluster ?? ''}" (metadata ${clusterNameKey}), not "${clusterName}"`,
-      { details: { reason: 'foreign-cluster' } },
+      { details: { instanceId: server.id, reason: 'foreign-cluster' } },
+    );
+  }
+  if (!isLiveServer(server)) {
+    return new ForbiddenError(
+      `server ${server.id} (${server.name}) is ${server.status}, not ACTIVE or BUILD; it gets no identity`,
+      { details: { instanceId: server.id, reason: 'not-running' } },
     );
   }
   const instanceGroup = server.metadata?.[instanceGroupKey];
   if (!instanceGroup) {
     return new ForbiddenError(
       `server ${server.id} has no ${instanceGroupKey} metadata, so it names no kops instance group`,
+      { details: { instanceId: server.id, reason: 'no-instance-group' } },
     );
   }
   const zone = server['OS-EXT-AZ:availability_zone'];

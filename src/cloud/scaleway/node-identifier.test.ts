@@ -80,6 +80,33 @@ test('servers of another cluster, without a group tag, unknown, elsewhere, or ma
   assert.deepEqual(kinds, ['forbidden', 'forbidden', 'not-found', 'not-found', 'invalid', 'invalid']);
 });
 
+test('only a running or starting server has an identity: locked, stopping or stopped ones are refused', async () => {
+  const byState = new Map<string, string>();
+  for (const state of ['starting', 'running', 'locked', 'stopping', 'stopped', 'stopped in place']) {
+    byState.set(
+      state,
+      sim.addServer({ name: `s-${state.replace(/ /g, '-')}`, tags: kopsTags('nodes-a'), state }).id,
+    );
+  }
+  try {
+    const results = await identifier().identify([...byState.values()].map((id) => pid(id)));
+    for (const [state, id] of byState) {
+      const result = results.get(pid(id));
+      if (state === 'starting' || state === 'running') {
+        assert.ok(result?.ok, `${state}: ${result && !result.ok ? result.error.message : 'no result'}`);
+        continue;
+      }
+      assert.ok(result && !result.ok, `${state} was identified`);
+      const error = result.error as KopsError;
+      assert.equal(error.kind, 'forbidden', state);
+      assert.equal(error.reasonCode, 'not-running', state);
+      assert.match(error.message, new RegExp(`is ${state}, not running or starting`));
+    }
+  } finally {
+    for (const id of byState.values()) sim.deleteServer(id);
+  }
+});
+
 test('a label storm reads its servers 100 ids a call, and later reconciles come from the cache', async () => {
   const ident = identifier();
   const answers = await Promise.all(ids.map((id) => ident.identify([pid(id)])));
@@ -103,7 +130,7 @@ test('a trust decision bounds the age of cached records; expired records are rea
   const strict = (await ident.identify([pid(ids[0] as string)], { maxAgeMs: 100 })).get(
     pid(ids[0] as string),
   );
-  assert.equal(strict?.ok && strict.identity.state, 'stopped');
+  assert.equal(strict && !strict.ok && (strict.error as KopsError).reasonCode, 'not-running');
   sim.setState(ids[0] as string, 'running');
   now = 5_000;
   sim.clearCalls();

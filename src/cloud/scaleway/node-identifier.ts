@@ -60,13 +60,16 @@ export class ScalewayNodeIdentifier extends BatchedNodeIdentifier {
     });
   }
 
-  protected async identifyBatch(providerIDs: string[]): Promise<Map<string, Outcome<NodeIdentity>>> {
+  protected async identifyBatch(
+    providerIDs: string[],
+    maxAges: ReadonlyMap<string, number>,
+  ): Promise<Map<string, Outcome<NodeIdentity>>> {
     const results = new Map<string, Outcome<NodeIdentity>>();
     const refs = new Map<string, ScalewayServerRef>();
     const toRead = new Map<string, Set<string>>();
     const cached = new Map<string, Server>();
     for (const providerID of providerIDs) {
-      const maxAgeMs = this.takeMaxAge(providerID);
+      const maxAgeMs = maxAges.get(providerID);
       let ref: ScalewayServerRef;
       try {
         ref = parseScalewayProviderID(providerID);
@@ -89,7 +92,14 @@ export class ScalewayNodeIdentifier extends BatchedNodeIdentifier {
       results.set(
         providerID,
         outcomeOf(
-          server instanceof Error ? server : identityOfServer(providerID, server, this.#options.clusterName),
+          server instanceof Error
+            ? server
+            : identityOfServer(
+                providerID,
+                server,
+                this.#options.clusterName,
+                this.#options.clients.projectId,
+              ),
         ),
       );
     }

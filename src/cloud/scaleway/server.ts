@@ -71,34 +71,59 @@ export function serverRecordAddresses(server: Instancev1.Server): InstanceAddres
   return out;
 }
 
+/** Running or starting: the states kops' identifier accepts (pkg/nodeidentity/scaleway). */
+export function isLiveState(state: InstanceState): boolean {
+  return state === 'running' || state === 'pending';
+}
+
 /**
- * The identity of a server of our cluster, or why it is not one: its tags must name our cluster and
- * an instance group. (kops' identifier reads only the role tag, its verifier the group tag: a
- * server of another cluster in the same project would otherwise pass as ours.)
+ * The identity of a live server of our cluster, or why it is not one: it must be in our project
+ * (`SCW_DEFAULT_PROJECT_ID`: an API key may read several projects, and GetServer by zone and id
+ * answers for any of them), its tags must name our cluster, it must be running or starting (as
+ * kops' identifier requires: a locked, stopping or stopped server gets no identity), and it must
+ * carry an instance-group tag. (kops' identifier reads only the role tag, its verifier the group tag:
+ * a server of another cluster would otherwise pass as ours.) Another project's or cluster's server
+ * is refused with reason `foreign-cluster`, a dead one with `not-running` — both final, even for a
+ * Cluster API Machine — and one in no group with `no-instance-group`.
  */
 export function identityOfServer(
   providerID: string,
   server: Instancev1.Server,
   clusterName: string,
+  projectId: string,
 ): NodeIdentity | ForbiddenError {
+  if (server.project !== projectId) {
+    return new ForbiddenError(
+      `server ${server.id} is in project ${server.project || '(none)'}, not this cluster's project ${projectId}`,
+      { details: { instanceId: server.id, reason: 'foreign-cluster' } },
+    );
+  }
   const cluster = tagValue(server.tags, clusterTagPrefix);
   if (cluster !== clusterName) {
     return new ForbiddenError(
       `server ${server.id} belongs to cluster "${cluster ?? ''}" (tag ${clusterTagPrefix}…), not "${clusterName}"`,
-      { details: { reason: 'foreign-cluster' } },
+      { details: { instanceId: server.id, reason: 'foreign-cluster' } },
+    );
+  }
+  const state = stateOfServer(server);
+  if (!isLiveState(state)) {
+    return new ForbiddenError(
+      `server ${server.id} (${server.name}) is ${server.state}, not running or starting; it gets no identity`,
+      { details: { instanceId: server.id, reason: 'not-running' } },
     );
   }
   const instanceGroup = tagValue(server.tags, instanceGroupTagPrefix);
   if (!instanceGroup) {
     return new ForbiddenError(
       `server ${server.id} has no ${instanceGroupTagPrefix}… tag, so it names no kops instance group`,
+      { details: { instanceId: server.id, reason: 'no-instance-group' } },
     );
   }
   return {
     providerID,
     instanceId: server.id,
     instanceGroup,
-    state: stateOfServer(server),
+    state,
     addresses: [...serverRecordAddresses(server), { type: 'Hostname', address: server.name }],
     zone: server.zone,
   };

@@ -48,11 +48,14 @@ export interface ArmContext {
 
 type Handler = (ctx: ArmContext, query: URLSearchParams, names: string[]) => unknown;
 
+/** The instance view's statuses; without a power state (a VM being created) only its provisioning state. */
 const instanceViewOf = (vm: SimVm) => ({
-  statuses: [
-    { code: 'ProvisioningState/succeeded', level: 'Info', displayStatus: 'Provisioning succeeded' },
-    { code: `PowerState/${vm.powerState}`, level: 'Info', displayStatus: `VM ${vm.powerState}` },
-  ],
+  statuses: vm.powerState
+    ? [
+        { code: 'ProvisioningState/succeeded', level: 'Info', displayStatus: 'Provisioning succeeded' },
+        { code: `PowerState/${vm.powerState}`, level: 'Info', displayStatus: `VM ${vm.powerState}` },
+      ]
+    : [{ code: 'ProvisioningState/creating', level: 'Info', displayStatus: 'Creating' }],
 });
 
 function vmJson(ctx: ArmContext, vm: SimVm, expand: string | null) {

@@ -77,9 +77,17 @@ function instanceCompute(world: AzureWorld, vm: SimVm) {
   };
 }
 
+/**
+ * A request path without its trailing slash: IMDS answers both spellings, and the Azure SDK's
+ * managed-identity client (MSAL) asks for `…/oauth2/token/`.
+ */
+function withoutTrailingSlash(path: string): string {
+  return path.replace(/\/$/, '');
+}
+
 /** The IMDS operation a path names (`imds.instance`, …), for call records and faults. */
 export function imdsOperation(path: string): string | undefined {
-  const rest = /^\/vms\/[^/]+(\/metadata\/.*)$/.exec(path)?.[1] ?? path;
+  const rest = withoutTrailingSlash(/^\/vms\/[^/]+(\/metadata\/.*)$/.exec(path)?.[1] ?? path);
   if (rest === '/metadata/instance' || rest === '/metadata/instance/compute') return 'imds.instance';
   if (rest === '/metadata/attested/document') return 'imds.attested';
   if (rest === '/metadata/identity/oauth2/token') return 'imds.token';
@@ -110,7 +118,7 @@ export async function serveImds(
     throw new ImdsError(400, { error: 'Bad request. api-version was not specified in the request.' });
   }
   const match = /^\/vms\/([^/]+)(\/metadata\/.*)$/.exec(url.pathname);
-  const rest = match?.[2] ?? url.pathname;
+  const rest = withoutTrailingSlash(match?.[2] ?? url.pathname);
   if (rest === '/metadata/identity/oauth2/token') return tokens.issue();
   const vm = match ? world.vms.get(decodeURIComponent(match[1] as string).toLowerCase()) : undefined;
   if (!vm) throw new ImdsError(404, { error: 'Not found' });

@@ -79,6 +79,32 @@ test("a missing scale-set VM is Compute's NotFound, a missing VM ARM's ResourceN
   sim.bucket?.reset();
 });
 
+test('the VM listing carries each instance view with $expand=instanceView: its PowerState, none while creating', async () => {
+  sim.bucket?.reset();
+  const [first, second] = sim.world.scaleSetVms('nodes.c.example.com');
+  assert.ok(first && second);
+  first.powerState = 'deallocated';
+  second.powerState = undefined;
+  try {
+    type Listed = { properties: { instanceView?: { statuses: { code: string }[] } } };
+    const path = `${rg()}/virtualMachineScaleSets/nodes.c.example.com/virtualMachines`;
+    const plain = (await arm(`${path}?api-version=2026-04-01`)).body['value'] as Listed[];
+    assert.equal(plain[0]?.properties.instanceView, undefined, 'no instance view without $expand');
+    const expanded = (await arm(`${path}?api-version=2026-04-01&$expand=instanceView`)).body[
+      'value'
+    ] as Listed[];
+    const codes = expanded.map((vm) => vm.properties.instanceView?.statuses.map((s) => s.code));
+    assert.deepEqual(codes, [
+      ['ProvisioningState/succeeded', 'PowerState/deallocated'],
+      ['ProvisioningState/creating'],
+    ]);
+  } finally {
+    first.powerState = 'running';
+    second.powerState = 'running';
+    sim.bucket?.reset();
+  }
+});
+
 test('IMDS refuses requests without Metadata: true, with X-Forwarded-For, or with a nonce over 32 characters', async () => {
   const vm = [...sim.world.vms.values()][0];
   assert.ok(vm);
@@ -102,4 +128,15 @@ test('injected faults answer an ARM error, delay, or drop the connection', async
   sim.dropNext(1, 'virtualMachineScaleSets.list');
   await assert.rejects(arm(`${rg()}/virtualMachineScaleSets?api-version=2026-04-01`));
   assert.equal((await arm(`${rg()}/virtualMachineScaleSets?api-version=2026-04-01`)).status, 200);
+});
+
+test('the managed-identity token endpoint answers the Azure SDK, which asks with a trailing slash', async () => {
+  const before = sim.count('imds.token');
+  for (const path of ['/metadata/identity/oauth2/token', '/metadata/identity/oauth2/token/']) {
+    const url = `${sim.imdsEndpoint}${path}?api-version=2018-02-01&resource=https://management.azure.com`;
+    const answer = await fetch(url, { headers: { Metadata: 'true' } });
+    assert.equal(answer.status, 200, path);
+    assert.equal(((await answer.json()) as { token_type: string }).token_type, 'Bearer');
+  }
+  assert.equal(sim.count('imds.token'), before + 2);
 });

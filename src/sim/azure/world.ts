@@ -19,7 +19,8 @@ export interface SimVm {
   vmId: string;
   computerName: string;
   tags: Record<string, string>;
-  powerState: SimPowerState;
+  /** Undefined: the instance view has no `PowerState/…` status yet, as while Azure creates the VM. */
+  powerState: SimPowerState | undefined;
   privateIp: string;
   latestModelApplied: boolean;
 }

@@ -48,3 +48,42 @@ test('Nova answers as the real API: clamped pages with a next link, fault bodies
   assert.equal(throttled.headers.get('retry-after'), '3');
   assert.ok('overLimit' in ((await throttled.json()) as object));
 });
+
+test("an admin token reads another project's server by id (with its tenant_id); listings stay the token's project", async () => {
+  const theirs = sim.addServer({ name: 'theirs', project: 'another-project' });
+  const issue = async () => {
+    const answer = await fetch(`${sim.authUrl}/auth/tokens`, {
+      method: 'POST',
+      body: JSON.stringify({
+        auth: {
+          identity: {
+            methods: ['application_credential'],
+            application_credential: sim.applicationCredentialAuth.credentials,
+          },
+        },
+      }),
+    });
+    const body = (await answer.json()) as { token: { roles: { name: string }[] } };
+    return { token: answer.headers.get('x-subject-token') ?? '', roles: body.token.roles.map((r) => r.name) };
+  };
+  try {
+    assert.equal((await nova(`/servers/${theirs.id}`)).status, 404, 'a member token: not found');
+    sim.setAdmin(true);
+    const admin = await issue();
+    assert.ok(admin.roles.includes('admin'));
+    const shown = await nova(`/servers/${theirs.id}`, admin.token);
+    assert.equal(shown.status, 200);
+    assert.equal(
+      ((await shown.json()) as { server: { tenant_id: string } }).server.tenant_id,
+      'another-project',
+    );
+    const listed = (await (await nova('/servers/detail?limit=50', admin.token)).json()) as {
+      servers: { id: string; tenant_id: string }[];
+    };
+    assert.ok(listed.servers.every((s) => s.tenant_id === sim.projectId));
+    assert.equal((await nova(`/servers/${theirs.id}`)).status, 404, 'tokens issued before keep their roles');
+  } finally {
+    sim.setAdmin(false);
+    sim.deleteServer(theirs.id);
+  }
+});

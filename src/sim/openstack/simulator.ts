@@ -5,7 +5,10 @@
  *   `X-Subject-Token`, a project-scoped token with its service catalog; 401 in Keystone's error body);
  * - Nova v2.1 `GET /compute/v2.1/servers/{id}` and `GET /compute/v2.1/servers/detail` with
  *   `limit`/`marker` pagination and `servers_links`, clamped to `osapi_max_limit`, Nova's fault
- *   bodies (`itemNotFound`, `badRequest`, `overLimit` with Retry-After) and project isolation;
+ *   bodies (`itemNotFound`, `badRequest`, `overLimit` with Retry-After) and project isolation — which
+ *   an admin token crosses as Nova's default policy lets it: `servers.get` answers any project's
+ *   server (with its `tenant_id`), while `servers/detail` without `all_tenants` stays the token's own
+ *   project's;
  * - the metadata service's `openstack/latest/meta_data.json`, one URL per server (the real service
  *   tells servers apart by source address, which loopback cannot).
  * A world of servers with metadata, addresses and states, and fault injection: errors, throttling,
@@ -51,6 +54,8 @@ export interface OpenStackSimulatorOptions {
   region?: string;
   /** Nova's `osapi_max_limit`: the largest page it answers (default 1,000). */
   maxLimit?: number;
+  /** Tokens carry the `admin` role (default false; see {@link OpenStackSimulator.setAdmin}). */
+  admin?: boolean;
 }
 
 /** A running simulator; its faults answer in Nova's envelope, a 429 with `Retry-After`. */
@@ -73,6 +78,11 @@ export interface OpenStackSimulator extends FaultVerbs {
   metadataUrl(id: string): string;
   /** Revokes every token issued so far: the next Nova call answers 401. */
   revokeTokens(): void;
+  /**
+   * Whether tokens issued from now on carry the `admin` role, with which Nova shows any project's
+   * server by id (tokens already issued keep their roles; {@link revokeTokens} makes clients re-auth).
+   */
+  setAdmin(admin: boolean): void;
   readonly calls: readonly OpenStackCall[];
   count(operation: string): number;
   clearCalls(): void;
@@ -114,7 +124,10 @@ interface OpenStackState {
   appCredential: { id: string; secret: string };
   /** Servers in creation order, as Nova lists them (by created_at). */
   servers: Map<string, SimNovaServer>;
-  tokens: Set<string>;
+  /** Tokens issued, and whether each carries the admin role. */
+  tokens: Map<string, { admin: boolean }>;
+  /** Whether tokens issued now carry the admin role. */
+  admin: boolean;
   log: CallLog<OpenStackCall>;
   faults: FaultQueue;
 }
@@ -142,7 +155,7 @@ function validIdentity(
 }
 
 /** A token's document: its project and a catalog naming the simulated Keystone and Nova. */
-function tokenDocument(state: OpenStackState, method: string | undefined) {
+function tokenDocument(state: OpenStackState, method: string | undefined, admin: boolean) {
   const { base, region } = state;
   const endpoint = (iface: string) => ({
     interface: iface,
@@ -156,6 +169,10 @@ function tokenDocument(state: OpenStackState, method: string | undefined) {
       expires_at: new Date(Date.now() + 3_600_000).toISOString(),
       issued_at: new Date().toISOString(),
       project: { id: state.projectId, name: projectName, domain: { id: 'default', name: userDomain } },
+      roles: (admin ? ['admin', 'member', 'reader'] : ['member', 'reader']).map((name) => ({
+        id: `role-${name}`,
+        name,
+      })),
       catalog: [
         {
           type: 'identity',
@@ -181,8 +198,10 @@ async function authenticate(state: OpenStackState, req: IncomingMessage, res: Se
     return keystoneError(res, 401, 'Unauthorized', 'The request you have made requires authentication.');
   }
   const token = `gAAAAA${randomBytes(24).toString('base64url')}`;
-  state.tokens.add(token);
-  sendJson(res, 201, tokenDocument(state, identity?.methods?.[0]), { 'x-subject-token': token });
+  state.tokens.set(token, { admin: state.admin });
+  sendJson(res, 201, tokenDocument(state, identity?.methods?.[0], state.admin), {
+    'x-subject-token': token,
+  });
 }
 
 function view(server: SimNovaServer): NovaServer {
@@ -279,13 +298,15 @@ async function serveOpenStack(state: OpenStackState, req: IncomingMessage, res: 
   if (operation === 'metadata') return metadataDocument(state, path, res);
   if (operation === 'unknown') return novaFault(res, 404, 'itemNotFound', 'The resource could not be found.');
   const token = req.headers['x-auth-token'];
-  if (typeof token !== 'string' || !state.tokens.has(token)) {
+  const roles = typeof token === 'string' ? state.tokens.get(token) : undefined;
+  if (!roles) {
     return keystoneError(res, 401, 'Unauthorized', 'The request you have made requires authentication.');
   }
   if (operation === 'servers.list') return listServers(state, url, res);
   const id = decodeURIComponent(path.slice('/compute/v2.1/servers/'.length));
   const server = state.servers.get(id);
-  if (!server || server.project !== state.projectId) {
+  // Nova's default `os_compute_api:servers:show` rule: the server's project, or an admin.
+  if (!server || (server.project !== state.projectId && !roles.admin)) {
     return novaFault(res, 404, 'itemNotFound', `Instance ${id} could not be found.`);
   }
   sendJson(res, 200, { server: view(server) });
@@ -360,7 +381,8 @@ export async function startOpenStackSimulator(
     password: randomBytes(12).toString('base64url'),
     appCredential: { id: randomBytes(16).toString('hex'), secret: randomBytes(24).toString('base64url') },
     servers: new Map(),
-    tokens: new Set(),
+    tokens: new Map(),
+    admin: options.admin ?? false,
     log: new CallLog(),
     faults: new FaultQueue(),
   };
@@ -395,6 +417,9 @@ export async function startOpenStackSimulator(
     metadataUrl: (id) => `${state.base}/metadata/${encodeURIComponent(id)}/openstack/latest/meta_data.json`,
     ...faultVerbs(state.faults),
     revokeTokens: () => state.tokens.clear(),
+    setAdmin: (admin) => {
+      state.admin = admin;
+    },
     calls: state.log.calls,
     count: (operation) => state.log.count(operation),
     clearCalls: () => state.log.clear(),

@@ -10,6 +10,9 @@
  * Errors are Scaleway's JSON bodies (`unknown_resource`, `invalid_arguments`,
  * `denied_authentication`, `too_many_requests` with its quota and `reset_seconds`), authentication
  * is the `X-Auth-Token` secret key, and faults can be injected: errors, throttling, latency, drops.
+ * The key reads its own project and any project granted to it (`grantProject`), as a real key whose
+ * IAM policy covers several projects does: GetServer answers for a server of any of them, and
+ * ListServers without a `project` filter lists them all.
  */
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -69,6 +72,8 @@ export interface ScalewaySimulator extends FaultVerbs {
   addServer(seed: SeedScalewayServer): SimServer;
   setState(id: string, state: string): void;
   deleteServer(id: string): void;
+  /** Lets the API key read another project's servers and IPs too (an IAM policy over several projects). */
+  grantProject(projectId: string): void;
   /** The URL the server `id` sees at `http://169.254.42.42/conf?format=json`. */
   metadataUrl(id: string): string;
   readonly calls: readonly ScalewayCall[];
@@ -189,6 +194,8 @@ function intParam(url: URL, name: string, fallback: number): number {
 interface ScalewayState {
   servers: Map<string, SimServer>;
   projectId: string;
+  /** The projects the API key may read: its own and those granted. */
+  readable: Set<string>;
   secretKey: string;
   log: CallLog<ScalewayCall>;
   faults: FaultQueue;
@@ -203,12 +210,12 @@ function listServers(state: ScalewayState, url: URL, res: ServerResponse, inZone
   }
   const tags = url.searchParams.get('tags')?.split(',').filter(Boolean) ?? [];
   const ids = url.searchParams.get('servers')?.split(',').filter(Boolean);
-  const project = url.searchParams.get('project') ?? state.projectId;
+  const project = url.searchParams.get('project');
   const matching = [...state.servers.values()].filter(
     (s) =>
       s.zone === inZone &&
-      s.project === project &&
-      project === state.projectId &&
+      state.readable.has(s.project) &&
+      (project === null || s.project === project) &&
       tags.every((t) => s.tags.includes(t)) &&
       (!ids || ids.includes(s.id)),
   );
@@ -226,7 +233,7 @@ function listIps(state: ScalewayState, url: URL, res: ServerResponse, region: st
   const zonal = url.searchParams.get('zonal');
   const ips: unknown[] = [];
   for (const s of state.servers.values()) {
-    if (s.project !== state.projectId || !s.zone.startsWith(`${region}-`)) continue;
+    if (!state.readable.has(s.project) || !s.zone.startsWith(`${region}-`)) continue;
     if (resourceId !== null && s.id !== resourceId) continue;
     if (zonal !== null && s.zone !== zonal) continue;
     ips.push(...ipamRecords(s, region, url.searchParams.get('is_ipv6')));
@@ -288,7 +295,7 @@ async function serveScaleway(state: ScalewayState, req: IncomingMessage, res: Se
   const inZone = route.servers?.[1] as string;
   if (route.operation === 'servers.list') return listServers(state, url, res, inZone);
   const s = state.servers.get(decodeURIComponent(route.servers?.[2] as string));
-  if (!s || s.zone !== inZone || s.project !== state.projectId) return notFound(res, 'instance_server');
+  if (!s || s.zone !== inZone || !state.readable.has(s.project)) return notFound(res, 'instance_server');
   sendJson(res, 200, { server: serverView(s) });
 }
 
@@ -297,14 +304,16 @@ export async function startScalewaySimulator(
   options: ScalewaySimulatorOptions = {},
 ): Promise<ScalewaySimulator> {
   const zone = options.zone ?? 'fr-par-1';
+  const projectId = randomUUID();
   const state: ScalewayState = {
     servers: new Map(),
-    projectId: randomUUID(),
+    projectId,
+    readable: new Set([projectId]),
     secretKey: randomUUID(),
     log: new CallLog(),
     faults: new FaultQueue(),
   };
-  const { servers, projectId, secretKey } = state;
+  const { servers, secretKey } = state;
   const accessKey = `SCW${randomUUID().replace(/-/g, '').slice(0, 17).toUpperCase()}`;
   const server = createServer((req, res) => {
     serveScaleway(state, req, res).catch((err: unknown) => {
@@ -350,6 +359,9 @@ export async function startScalewaySimulator(
     deleteServer: (id) => {
       existing(id);
       servers.delete(id);
+    },
+    grantProject: (id) => {
+      state.readable.add(id);
     },
     metadataUrl: (id) => `${base}/metadata/${encodeURIComponent(id)}/conf?format=json`,
     ...faultVerbs(state.faults),
