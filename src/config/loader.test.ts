@@ -208,6 +208,62 @@ describe('config loader', () => {
     );
   });
 
+  test('a listen address with a port above 65535 is refused at load, naming the file and the field', async () => {
+    for (const [field, yaml] of [
+      ['metrics.listen', 'metrics:\n  listen: ":99999"\n'],
+      ['server.Listen', 'server:\n  Listen: 127.0.0.1:65536\n  provider:\n    aws: {}\n'],
+    ] as const) {
+      const dir = await mkdtemp(join(tmpdir(), 'kc-config-'));
+      const path = join(dir, 'config.yaml');
+      await writeFile(path, `clusterName: c\ncloud: aws\n${yaml}`);
+      const port = field === 'metrics.listen' ? 99999 : 65536;
+      await assert.rejects(loadConfigFile(path), (err) => {
+        assert.ok(err instanceof ConfigError);
+        assert.equal(err.message, `${path}: ${field}: port ${port} is out of range (0-65535)`);
+        return true;
+      });
+    }
+    for (const listen of [':0', ':65535', '[::1]:3987', '127.0.0.1:3987']) {
+      assert.equal(
+        parseConfig({ clusterName: 'c', cloud: 'aws', metrics: { listen } }).metrics.listen,
+        listen,
+      );
+    }
+  });
+
+  test('a server section whose approval chain would be empty is refused, naming what to add', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'kc-config-'));
+    const path = join(dir, 'config.yaml');
+    await writeFile(path, 'clusterName: c\ncloud: metal\nserver:\n  Listen: ":3988"\n');
+    await assert.rejects(loadConfigFile(path), (err) => {
+      assert.ok(err instanceof ConfigError);
+      assert.equal(
+        err.message,
+        `${path}: server.provider: no approval policy is configured, so the bootstrap server would deny every node ` +
+          '(kops refuses to start: "no verifiers"); set the cloud\'s provider as kops writes it ' +
+          '(server.provider.aws, .gce, .hetzner, .openstack, .do, .scaleway, .azure or .linode), ' +
+          'server.pki for kops metal, or bootstrap.policies (e.g. [{name: queue}] to approve each node by hand)',
+      );
+      return true;
+    });
+    assert.throws(
+      () => parseConfigText('clusterName: c\ncloud: aws\nserver: {}\nbootstrap:\n  policies: []\n'),
+      configErrorMatching(
+        /^config: bootstrap\.policies: an empty chain denies every node; name at least one policy \(always-reject to deny every node on purpose\)$/,
+      ),
+    );
+    // A provider, server.pki or a chain: accepted; without a server section nothing is served.
+    for (const text of [
+      'server:\n  provider:\n    hetzner: {}\n',
+      'server:\n  pki: {}\n',
+      'server: {}\nbootstrap:\n  policies: [{name: queue}]\n',
+      'bootstrap:\n  policies: []\n',
+      '',
+    ]) {
+      assert.equal(parseConfigText(`clusterName: c\ncloud: metal\n${text}`).cloud, 'metal', text);
+    }
+  });
+
   test('rejects leader-election timings that would let two leaders overlap', () => {
     assert.throws(
       () =>
@@ -216,7 +272,18 @@ describe('config loader', () => {
           cloud: 'aws',
           leaderElection: { leaseDuration: '5s', renewDeadline: '10s' },
         }),
-      configErrorMatching(/leaderElection\.renewDeadline: must be shorter than leaseDuration/),
+      configErrorMatching(/leaderElection\.renewDeadline: must be shorter than 0\.9 × leaseDuration/),
+    );
+    // Shorter than leaseDuration but leaving the leader's components no time to stop before a standby
+    // may take the lease: refused too.
+    assert.throws(
+      () =>
+        parseConfig({
+          clusterName: 'c',
+          cloud: 'aws',
+          leaderElection: { leaseDuration: '10s', renewDeadline: '9500ms', retryPeriod: '1s' },
+        }),
+      configErrorMatching(/leaderElection\.renewDeadline: must be shorter than 0\.9 × leaseDuration/),
     );
   });
 
@@ -229,7 +296,14 @@ describe('config loader', () => {
 
   test('rejects a duplicate key and a document that is not a mapping', () => {
     assert.throws(() => parseConfigText('clusterName: a\nclusterName: b\ncloud: aws\n'), ConfigError);
-    assert.throws(() => parseConfigText('- a\n- b\n'), configErrorMatching(/expected a mapping/));
+    assert.throws(
+      () => parseConfigText('- a\n- b\n'),
+      configErrorMatching(/^config: expected a mapping of settings, got a list$/),
+    );
+    assert.throws(
+      () => parseConfigText('just words\n'),
+      configErrorMatching(/^config: expected a mapping of settings, got a string$/),
+    );
     assert.throws(
       () => parseConfigText(''),
       configErrorMatching(/expected a mapping of settings, got nothing/),

@@ -19,13 +19,17 @@ const duration = z.union([z.string(), z.number()]).transform((value, ctx) => {
   }
 });
 
-/** A listen address: ":port", "host:port" or "[v6]:port". */
+/** A listen address: ":port", "host:port" or "[v6]:port", the port 0-65535 (0: any free port). */
 export const listenAddress = z
   .string()
   .regex(
     /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):\d{1,5}$/,
     'expected a listen address such as ":3988" or "127.0.0.1:3988"',
-  );
+  )
+  .superRefine((address, ctx) => {
+    const port = Number(address.slice(address.lastIndexOf(':') + 1));
+    if (port > 65_535) ctx.addIssue({ code: 'custom', message: `port ${port} is out of range (0-65535)` });
+  });
 
 const awsVerifier = z.strictObject({
   nodesRoles: z.array(z.string().min(1)).default([]),
@@ -39,6 +43,15 @@ const gceVerifier = z.strictObject({
   clusterName: z.string().optional(),
   MaxTimeSkew: z.number().int().nonnegative().optional(),
 });
+
+/**
+ * By this share of leaseDuration after its last successful renewal the leader's work must have stopped
+ * (src/kube/leader-election.ts). A standby takes the lease over no earlier than one leaseDuration after
+ * it saw that renewal, on its own clock, so the rest is the margin for clocks that run at different
+ * rates: the guarantee holds while no replica's clock runs more than 1 / 0.9 ≈ 1.11 times as fast as
+ * the leader's.
+ */
+export const stopDeadlineFraction = 0.9;
 
 /** Providers kops knows but this implementation does not verify; accepted so kops configs load. */
 const emptyProvider = z.strictObject({});
@@ -370,11 +383,11 @@ export const configSchema = z
       });
     }
     const le = config.leaderElection;
-    if (le.renewDeadline >= le.leaseDuration) {
+    if (le.renewDeadline >= le.leaseDuration * stopDeadlineFraction) {
       ctx.addIssue({
         code: 'custom',
         path: ['leaderElection', 'renewDeadline'],
-        message: 'must be shorter than leaseDuration, or two leaders could overlap',
+        message: `must be shorter than ${stopDeadlineFraction} × leaseDuration: the leader's components stop in between, before another replica can take the lease`,
       });
     }
     if (le.retryPeriod >= le.renewDeadline) {

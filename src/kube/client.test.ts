@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { ApiException } from '@kubernetes/client-node';
-import { stringify } from 'yaml';
+import { parse, stringify } from 'yaml';
 import {
   ConfigError,
   ConflictError,
@@ -119,6 +119,40 @@ describe('loadKubeConfig', () => {
     assert.throws(
       () => loadKubeConfig({ kubeconfig: file }),
       configErrorMatching(/no usable current context/),
+    );
+  });
+
+  test('a kubeconfig that selects no context says so and how to pick one', async () => {
+    const { dir } = await scratch();
+    for (const current of [undefined, '']) {
+      const file = join(dir, `kc-${current === undefined ? 'absent' : 'empty'}.yaml`);
+      const yaml = { ...(parse(kubeconfigYaml(['prod', 'staging'], 'x')) as Record<string, unknown>) };
+      if (current === undefined) delete yaml['current-context'];
+      else yaml['current-context'] = current;
+      await writeFile(file, stringify(yaml));
+      assert.throws(
+        () => loadKubeConfig({ kubeconfig: file }),
+        (err: unknown) => {
+          assert.ok(err instanceof ConfigError);
+          assert.equal(
+            err.message,
+            `kubeconfig ${file} sets no current-context; pass --context NAME (its contexts: prod, staging) ` +
+              'or select one with `kubectl config use-context NAME`',
+          );
+          return true;
+        },
+      );
+    }
+    const none = join(dir, 'kc-none.yaml');
+    await writeFile(
+      none,
+      stringify({ apiVersion: 'v1', kind: 'Config', clusters: [], contexts: [], users: [] }),
+    );
+    assert.throws(
+      () => loadKubeConfig({ kubeconfig: none }),
+      configErrorMatching(
+        /^kubeconfig \S+ defines no context; pass another --kubeconfig, or add one with `kubectl config set-context`$/,
+      ),
     );
   });
 

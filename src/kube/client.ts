@@ -124,6 +124,15 @@ export function loadKubeConfig(options: KubeConfigOptions = {}): LoadedKubeConfi
     );
   }
   if (options.context) selectContext(kc, options.context, source);
+  if (!kc.getCurrentContext()) {
+    const names = kc.getContexts().map((c) => c.name);
+    throw new ConfigError(
+      names.length === 0
+        ? `kubeconfig ${source} defines no context; pass another --kubeconfig, or add one with \`kubectl config set-context\``
+        : `kubeconfig ${source} sets no current-context; pass --context NAME (its contexts: ${names.join(', ')}) ` +
+            'or select one with `kubectl config use-context NAME`',
+    );
+  }
   if (!kc.getCurrentCluster()) {
     throw new ConfigError(
       `kubeconfig ${source} has no usable current context (current-context "${kc.getCurrentContext()}"); ` +

@@ -90,7 +90,8 @@ export async function runController<R>(options: ControllerOptions<R>, signal: Ab
     try {
       result = await options.reconcile(name, workSignal);
     } catch (err) {
-      reconciles?.inc({ result: 'error' });
+      // A reconcile the shutdown cut short did not fail.
+      if (!workSignal.aborted) reconciles?.inc({ result: 'error' });
       throw err;
     }
     reconciles?.inc({ result: result?.outcome ?? 'success' });

@@ -223,6 +223,13 @@ describe('informer', () => {
       if (inStream)
         stream!.onEvent('ERROR', { kind: 'Status', code: 410, message: 'too old resource version' });
       else resource.close(stream!);
+      if (!inStream) {
+        // The reconnect is gone at once, having served nothing: the re-list waits for the backoff
+        // (1 s), so that a server answering 410 to every watch is not listed in a loop.
+        await until(() => clock.pending > 0 && resource.watchParams.length === 2);
+        assert.equal(resource.listCalls.length, 1, 'not re-listed before the backoff');
+        await clock.advance(1000);
+      }
       await until(() => resource.watchers.size === 1);
       assert.equal(resource.listCalls.length, 2, 're-listed');
       assert.equal(
@@ -437,6 +444,31 @@ describe('informer against the simulated API server', () => {
         await metric(/informer_lists_total\{resource="nodes",result="success"\} 1/),
         'no re-list was needed',
       );
+    } finally {
+      await informer.stop();
+      await sim.close();
+    }
+  });
+
+  test('a server that answers 410 to every watch is re-listed with backoff, not in a loop', async () => {
+    const { sim, informer, registry } = await setup();
+    const lists = async () =>
+      Number(
+        /informer_lists_total\{resource="nodes",result="success"\} (\d+)/.exec(await registry.metrics())?.[1],
+      );
+    try {
+      for (const name of ['a', 'b', 'c']) sim.store.create(node(name, 'nodes'));
+      informer.start();
+      await informer.waitForSync();
+      await eventually(() => sim.faults.openWatches === 1, 'the watch');
+      sim.faults.expireNext(100_000, { resource: 'nodes', verbs: ['watch'] });
+      sim.faults.dropWatches();
+      const before = await lists();
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      const relists = (await lists()) - before;
+      // Backoff from 20 ms doubling to 100 ms allows about a dozen in a second; without it, hundreds.
+      assert.ok(relists >= 2, `re-listed ${relists} times`);
+      assert.ok(relists <= 20, `re-listed ${relists} times in a second`);
     } finally {
       await informer.stop();
       await sim.close();

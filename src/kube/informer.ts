@@ -354,12 +354,17 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
         const startedAt = this.#clock.now();
         const { end, events } = await this.#watchOnce();
         this.#metrics?.restarts.inc({ resource: this.name, reason: end });
+        const healthy = events > 0 || this.#clock.now() - startedAt >= healthyWatchMs;
         if (end === 'gone') {
           this.#logger.info('resourceVersion expired (410 Gone); re-listing');
           this.#resourceVersion = undefined;
+          // After a watch that served, at once; after one that was gone as it opened, with backoff,
+          // so that a server answering 410 to every watch is not listed in a loop.
+          if (healthy) this.#backoff.reset();
+          else await sleep(this.#clock, this.#backoff.next(), stop);
           continue;
         }
-        if (events > 0 || end === 'timeout' || this.#clock.now() - startedAt >= healthyWatchMs) {
+        if (healthy || end === 'timeout') {
           this.#backoff.reset();
           continue;
         }

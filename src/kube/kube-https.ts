@@ -35,6 +35,8 @@ export interface KubeCall {
   contentType?: string;
   /** The longest answer read (default 1 MiB). */
   maxBodyBytes?: number;
+  /** Gives up on the call when it aborts (its caller stopping): the connection is closed, the call rejects with the signal's reason. */
+  signal?: AbortSignal;
 }
 
 /** Sends one call; resolves to the answer whatever its status, rejects with TimeoutError or UnavailableError. */
@@ -67,6 +69,7 @@ export function kubeHttps(kubeConfig: KubeConfig, options: { timeoutMs: number }
   return async (call) => {
     const headers: OutgoingHttpHeaders = { accept: 'application/json', 'user-agent': 'kops-controller' };
     if (call.body !== undefined) headers['content-type'] = call.contentType ?? 'application/json';
+    call.signal?.throwIfAborted();
     const opts: RequestOptions = { method: call.method, headers };
     await kubeConfig.applyToHTTPSOptions(opts);
     let agent = opts.agent as Agent;
@@ -84,11 +87,13 @@ export function kubeHttps(kubeConfig: KubeConfig, options: { timeoutMs: number }
         agent,
         timeoutMs: options.timeoutMs,
         maxBodyBytes: call.maxBodyBytes ?? 1024 * 1024,
+        ...(call.signal ? { signal: call.signal } : {}),
       });
     for (let retries = 0; ; retries++) {
       try {
         return await send();
       } catch (err) {
+        if (call.signal?.aborted) throw call.signal.reason;
         if (err instanceof StaleConnectionError && retries < staleRetries) continue;
         const text = `${call.action}: ${(err as Error).message}`;
         throw err instanceof TimeoutError

@@ -2,6 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
+import { ConfigError } from '../errors.ts';
+import type { Clock } from '../runtime/clock.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock } from '../testing/fake-clock.ts';
 import { FakeLeaseApi } from '../testing/fake-lease-api.ts';
@@ -11,7 +13,7 @@ const timings = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodM
 
 function candidate(
   api: FakeLeaseApi,
-  clock: FakeClock,
+  clock: Clock,
   identity: string,
   network: { down?: boolean; hang?: boolean } = {},
   registry?: Registry,
@@ -134,6 +136,114 @@ describe('leader election', () => {
     b.stop();
     await clock.advance(5_000);
     await Promise.all([a.done, b.done]);
+  });
+
+  test('a standby whose wall clock steps forward does not take a lease that is still valid', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const a = candidate(api, clock, 'a');
+    await clock.advance(10);
+    // b's own wall clock, which an NTP step or `date -s` moves; its monotonic clock and timers do not move.
+    let step = 0;
+    const bClock: Clock = {
+      now: () => clock.now() + step,
+      monotonic: () => clock.monotonic(),
+      setTimer: (fn, ms) => clock.setTimer(fn, ms),
+    };
+    const b = candidate(api, bClock, 'b');
+    await advanceChecking(clock, 5_000, a.elector, b.elector);
+    a.network.hang = true; // a's renewals stall; it still leads until renewDeadline after the last one
+    const stalledAt = clock.now();
+    // b reads the last renewal within one jittered retry, then its wall clock jumps while a still leads.
+    await advanceChecking(clock, 4_000, a.elector, b.elector);
+    step = 14_000;
+    let bTakeOver: number | undefined;
+    for (let t = 0; t < 30_000; t += 50) {
+      await advanceChecking(clock, 50, a.elector, b.elector);
+      if (bTakeOver === undefined && b.elector.isLeader) bTakeOver = clock.now() - stalledAt;
+    }
+    assert.ok(bTakeOver !== undefined, 'b took over once the lease had expired');
+    assert.ok(
+      bTakeOver >= timings.leaseDurationMs - timings.retryPeriodMs,
+      `took over after ${bTakeOver} ms`,
+    );
+    // What b writes into the Lease is its wall time, stepped as it is.
+    assert.equal(leaderRecordOf(api.lease!).holderIdentity, 'b');
+    assert.ok(leaderRecordOf(api.lease!).renewTime! > clock.now() + step - 5_000, 'renewTime is wall time');
+    a.network.hang = false;
+    a.stop();
+    b.stop();
+    await clock.advance(15_000);
+    await Promise.all([a.done, b.done]);
+  });
+
+  test('a wall-clock step does not move leadership; it only dates what is written', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const a = candidate(api, clock, 'a');
+    await clock.advance(10);
+    const b = candidate(api, clock, 'b');
+    await advanceChecking(clock, 5_000, a.elector, b.elector);
+    clock.stepWall(3_600_000); // an hour forward on both machines, while a keeps renewing
+    await advanceChecking(clock, 20_000, a.elector, b.elector);
+    clock.stepWall(-7_200_000); // and two hours back
+    await advanceChecking(clock, 20_000, a.elector, b.elector);
+    assert.equal(a.elector.isLeader, true);
+    assert.equal(b.elector.leader, 'a');
+    assert.deepEqual(a.events, ['leader:a', 'started'], 'a never stepped down');
+    assert.equal(leaderRecordOf(api.lease!).leaseTransitions, 0);
+    const renewTime = leaderRecordOf(api.lease!).renewTime!;
+    assert.ok(clock.now() - renewTime >= 0 && clock.now() - renewTime <= timings.retryPeriodMs, 'wall time');
+    a.stop();
+    b.stop();
+    await clock.advance(5_000);
+    await Promise.all([a.done, b.done]);
+  });
+
+  test('onStoppedLeading is told to stop by 0.9 × leaseDuration after the last renewal', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const network: { hang?: boolean } = {};
+    const deadlines: number[] = [];
+    let renewedAt = 0;
+    const elector = new LeaderElector({
+      client: api.clientFor(network),
+      namespace: 'kube-system',
+      name: 'kops-controller-leader',
+      identity: 'a',
+      ...timings,
+      clock,
+      onStartedLeading: () => {},
+      onStoppedLeading: ({ stopBy }) => void deadlines.push(stopBy - renewedAt),
+    });
+    const abort = new AbortController();
+    const done = elector.run(abort.signal);
+    for (let i = 0; i < 100; i++) await clock.advance(50);
+    network.hang = true;
+    renewedAt = clock.monotonic() - (clock.now() - leaderRecordOf(api.lease!).renewTime!);
+    await clock.advance(timings.renewDeadlineMs);
+    assert.deepEqual(deadlines, [0.9 * timings.leaseDurationMs]);
+    network.hang = false;
+    abort.abort();
+    await clock.advance(timings.renewDeadlineMs);
+    await done;
+  });
+
+  test('refuses timings that leave the leader no time to stop before the lease expires', () => {
+    for (const renewDeadlineMs of [13_500, 14_000, 15_000]) {
+      assert.throws(
+        () =>
+          new LeaderElector({
+            client: new FakeLeaseApi().clientFor(),
+            namespace: 'kube-system',
+            name: 'kops-controller-leader',
+            ...timings,
+            renewDeadlineMs,
+            onStartedLeading: () => {},
+          }),
+        (err: unknown) => err instanceof ConfigError && /0\.9 × leaseDuration \(13500 ms\)/.test(err.message),
+      );
+    }
   });
 
   test('shutdown during acquisition still ends the run and releases the lease', async () => {

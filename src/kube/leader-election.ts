@@ -2,10 +2,15 @@
  * Leader election on a coordination.k8s.io/v1 Lease with client-go's semantics, so this controller can
  * share a lease with Go controllers and behave as operators expect:
  * - a candidate takes the lease when it is absent, released (no holder), already its own, or expired;
- *   expiry is measured from when this candidate last *saw the lease change* on its own clock, never
- *   from the holder's timestamps, so clock skew between machines cannot cause two leaders;
+ *   expiry is measured from when this candidate last *saw the lease change*, on its own monotonic
+ *   clock, never from the holder's timestamps nor on the wall clock, so neither clock offsets between
+ *   machines nor a stepped system clock can cause two leaders (wall time is only written, as the
+ *   Lease's MicroTimes);
  * - the leader renews every retryPeriod; when no renewal has succeeded for renewDeadline it steps
- *   down at once (renewDeadline < leaseDuration gives the others' clocks a safety margin);
+ *   down at once, and its work must have stopped by {@link stopDeadlineFraction} × leaseDuration after
+ *   the last successful renewal, before any other candidate can see the lease expire; the remaining
+ *   tenth is the margin for clocks that run at different rates (client-go's assumption: bounded rate
+ *   skew, not synchronised clocks);
  * - every write is a replace carrying the resourceVersion read, so a 409 means "lost the race; retry";
  * - on shutdown the leader clears the holder, so the next candidate takes over without waiting.
  */
@@ -13,7 +18,8 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { type CoordinationV1Api, type V1Lease, V1MicroTime } from '@kubernetes/client-node';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { describeError } from '../errors.ts';
+import { stopDeadlineFraction } from '../config/schema.ts';
+import { ConfigError, describeError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
@@ -41,10 +47,11 @@ export interface LeaderElectionOptions {
   /** Called on becoming leader; `signal` aborts when leadership ends. Work started here must stop then. */
   onStartedLeading: (signal: AbortSignal) => void;
   /**
-   * Called after leadership ends (lost or shutting down), before the lease is released on shutdown;
-   * throwing means the leader's work did not stop, and the lease is then left to expire instead.
+   * Called after leadership ends (lost or shutting down), before the lease is released on shutdown.
+   * The leader's work must have stopped by `deadline.stopBy`, or another candidate may lead while it
+   * still runs; throwing means it did not stop, and the lease is then left to expire instead.
    */
-  onStoppedLeading?: () => void | Promise<void>;
+  onStoppedLeading?: (deadline: StopDeadline) => void | Promise<void>;
   /** Called whenever the observed holder changes, including to this candidate. */
   onNewLeader?: (identity: string) => void;
   clock?: Clock;
@@ -52,6 +59,15 @@ export interface LeaderElectionOptions {
   registry?: Registry;
   /** Random numbers in [0, 1) for retry jitter. */
   random?: () => number;
+}
+
+/** When a leader's work must have stopped, passed to {@link LeaderElectionOptions.onStoppedLeading}. */
+export interface StopDeadline {
+  /**
+   * On the elector's `clock.monotonic()`: the last successful renewal plus
+   * {@link stopDeadlineFraction} × leaseDuration, before any other candidate can see the lease expire.
+   */
+  stopBy: number;
 }
 
 /** The lease holder's facts, as read from a Lease. */
@@ -148,15 +164,30 @@ export class LeaderElector {
   readonly #logger: Logger;
   readonly #metrics: ElectionMetrics | undefined;
   readonly #random: () => number;
-  /** The last Lease read or written, and when this candidate first saw that version of it. */
+  /**
+   * The last Lease read or written, and when this candidate first saw that version of it (monotonic).
+   * Every instant below is on `clock.monotonic()`; `clock.now()` only dates what is written.
+   */
   #observed: V1Lease | undefined;
   #observedAt = 0;
   #leader = '';
   #attempted = false;
+  /** When the last successful acquire or renewal started. */
+  #renewedAt = 0;
+  /** `#renewedAt` + renewDeadline: this candidate leads until then unless it renews again. */
   #leadingUntil = 0;
   #leading = false;
 
   constructor(options: LeaderElectionOptions) {
+    const { leaseDurationMs, renewDeadlineMs } = options;
+    // As client-go's NewLeaderElector, refuse timings that leave no room to stop before expiry.
+    if (!(renewDeadlineMs < leaseDurationMs * stopDeadlineFraction)) {
+      throw new ConfigError(
+        `leader election: renewDeadline (${renewDeadlineMs} ms) must be shorter than ` +
+          `${stopDeadlineFraction} × leaseDuration (${leaseDurationMs * stopDeadlineFraction} ms): ` +
+          "the leader's work stops in between, before another replica can take the lease",
+      );
+    }
     this.#options = options;
     this.identity = options.identity ?? defaultIdentity();
     this.#clock = options.clock ?? systemClock;
@@ -171,7 +202,7 @@ export class LeaderElector {
 
   /** Whether this candidate leads now: it has renewed within renewDeadline and has not stepped down. */
   get isLeader(): boolean {
-    return this.#leading && this.#clock.now() < this.#leadingUntil;
+    return this.#leading && this.#clock.monotonic() < this.#leadingUntil;
   }
 
   /** The holder last observed on the lease ('' when none). */
@@ -204,9 +235,9 @@ export class LeaderElector {
     const { retryPeriodMs } = this.#options;
     this.#logger.info('trying to acquire the leader lease');
     while (!signal.aborted) {
-      const startedAt = this.#clock.now();
+      const startedAt = this.#clock.monotonic();
       if (await this.#bounded(this.#tryAcquireOrRenew(startedAt), this.#options.renewDeadlineMs)) {
-        this.#leadingUntil = startedAt + this.#options.renewDeadlineMs;
+        this.#renewed(startedAt);
         return true;
       }
       await sleep(this.#clock, retryPeriodMs + this.#random() * jitterFactor * retryPeriodMs, signal);
@@ -214,8 +245,14 @@ export class LeaderElector {
     return false;
   }
 
+  /** Records a successful acquire or renewal that started at `startedAt`. */
+  #renewed(startedAt: number): void {
+    this.#renewedAt = startedAt;
+    this.#leadingUntil = startedAt + this.#options.renewDeadlineMs;
+  }
+
   async #lead(signal: AbortSignal): Promise<void> {
-    const { name, retryPeriodMs, renewDeadlineMs } = this.#options;
+    const { name, retryPeriodMs, renewDeadlineMs, leaseDurationMs } = this.#options;
     const leadership = new AbortController();
     const stop = (reason: string) => {
       if (!leadership.signal.aborted) leadership.abort(new Error(reason));
@@ -226,7 +263,7 @@ export class LeaderElector {
       cancelWatchdog();
       cancelWatchdog = this.#clock.setTimer(
         () => stop(`no successful renewal for ${renewDeadlineMs} ms`),
-        this.#leadingUntil - this.#clock.now(),
+        this.#leadingUntil - this.#clock.monotonic(),
       );
     };
     const onShutdown = () => stop('shutting down');
@@ -245,10 +282,10 @@ export class LeaderElector {
     while (!leadership.signal.aborted) {
       await sleep(this.#clock, retryPeriodMs, leadership.signal);
       if (leadership.signal.aborted) break;
-      const startedAt = this.#clock.now();
+      const startedAt = this.#clock.monotonic();
       const remaining = this.#leadingUntil - startedAt;
       if (await this.#bounded(this.#tryAcquireOrRenew(startedAt), remaining)) {
-        this.#leadingUntil = startedAt + renewDeadlineMs;
+        this.#renewed(startedAt);
         armWatchdog();
       } else {
         this.#metrics?.renewFailures.inc({ name });
@@ -261,10 +298,18 @@ export class LeaderElector {
     this.#leading = false;
     this.#metrics?.leading.set({ name }, 0);
     this.#metrics?.changes.inc({ name, change: 'stopped' });
-    this.#logger.warn({ reason: describeError(leadership.signal.reason) }, 'stopped leading');
+    // Another candidate may take the lease one leaseDuration after it saw the last renewal, on its clock.
+    const stopBy = this.#renewedAt + leaseDurationMs * stopDeadlineFraction;
+    this.#logger.warn(
+      {
+        reason: describeError(leadership.signal.reason),
+        stopWithinMs: Math.max(0, Math.round(stopBy - this.#clock.monotonic())),
+      },
+      'stopped leading',
+    );
     let stoppedCleanly = true;
     try {
-      await this.#options.onStoppedLeading?.();
+      await this.#options.onStoppedLeading?.({ stopBy });
     } catch (err) {
       // The leader's work may still be running: keep the lease until it expires rather than hand it over.
       stoppedCleanly = false;
@@ -288,16 +333,20 @@ export class LeaderElector {
     }
   }
 
-  /** One acquire-or-renew round; true when this candidate holds the lease as of `now`. */
+  /**
+   * One acquire-or-renew round that started at `now` (monotonic); true when this candidate holds the
+   * lease as of then. The Lease's MicroTimes get the wall time.
+   */
   async #tryAcquireOrRenew(now: number): Promise<boolean> {
     const { client, namespace, name } = this.#options;
+    const wallNow = this.#clock.now();
     let current: V1Lease;
     try {
       current = await client.readNamespacedLease({ name, namespace });
     } catch (err) {
       if (httpStatusOfApiError(err) !== 404) return this.#failed('read', err);
       return this.#write('create', () =>
-        client.createNamespacedLease({ namespace, body: this.#desiredLease(undefined, now) }),
+        client.createNamespacedLease({ namespace, body: this.#desiredLease(undefined, wallNow) }),
       );
     }
     this.#observe(current, now);
@@ -308,14 +357,14 @@ export class LeaderElector {
       this.#logger.info({ previous: record.holderIdentity }, 'lease expired; taking over');
     }
     return this.#write('update', () =>
-      client.replaceNamespacedLease({ name, namespace, body: this.#desiredLease(current, now) }),
+      client.replaceNamespacedLease({ name, namespace, body: this.#desiredLease(current, wallNow) }),
     );
   }
 
   async #write(action: string, write: () => Promise<V1Lease>): Promise<boolean> {
     try {
       const written = await write();
-      this.#observe(written, this.#clock.now());
+      this.#observe(written, this.#clock.monotonic());
       return true;
     } catch (err) {
       return this.#failed(action, err);
@@ -341,6 +390,7 @@ export class LeaderElector {
     }
   }
 
+  /** The Lease this candidate writes to hold it; `now` is wall time. */
   #desiredLease(current: V1Lease | undefined, now: number): V1Lease {
     const { namespace, name, leaseDurationMs } = this.#options;
     const record = current ? leaderRecordOf(current) : undefined;

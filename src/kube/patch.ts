@@ -48,19 +48,32 @@ export function metadataPatch(changes: { labels?: MapChanges; annotations?: MapC
   return { metadata };
 }
 
+/** Options of {@link patchNode}. */
+export interface PatchOptions {
+  /** The field manager the API server records (default `kops-controller`). */
+  fieldManager?: string;
+  /**
+   * Gives up on the patch when it aborts (the controller stopping): the call rejects at once with the
+   * signal's reason and its connection is closed; a patch not yet sent is not sent. One already sent
+   * is applied whole or not at all, and whoever reconciles the Node next computes the change again.
+   */
+  signal?: AbortSignal;
+}
+
 /**
  * Patches a Node with a body of the given type and returns the Node as the API server answered it (plain
  * JSON: timestamps stay strings). Failures are typed errors: NotFoundError for a deleted Node,
  * ConflictError for a stale resourceVersion, UnavailableError or TimeoutError when the API server
- * cannot be reached.
+ * cannot be reached; with `signal`, its reason once it aborts.
  */
 export async function patchNode(
   call: KubeHttps,
   name: string,
   body: unknown,
   type: PatchType,
-  fieldManager = 'kops-controller',
+  options: PatchOptions = {},
 ): Promise<V1Node> {
+  const { fieldManager = 'kops-controller', signal } = options;
   const action = `patch node ${name}`;
   const answer = await call({
     action,
@@ -69,6 +82,7 @@ export async function patchNode(
     body: JSON.stringify(body),
     contentType: contentTypes[type],
     maxBodyBytes: maxNodeBytes,
+    ...(signal ? { signal } : {}),
   });
   if (answer.status !== 200) throw kubeAnswerError(answer, action);
   return kubeJson<V1Node>(answer, action);

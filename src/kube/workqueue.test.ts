@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { Registry } from 'prom-client';
+import { type Logger, silentLogger } from '../log.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
 import { WorkQueue } from './workqueue.ts';
 
@@ -168,6 +169,25 @@ describe('work queue', () => {
     assert.deepEqual(h.started, ['a']);
     assert.equal(queue.length, 0);
     assert.equal(queue.inProgress, 0);
+  });
+
+  test('work the shutdown cuts short is no failure: nothing retried, counted or warned about', async () => {
+    const registry = new Registry();
+    const warnings: string[] = [];
+    const logger = {
+      ...silentLogger,
+      warn: (_: unknown, message: string) => warnings.push(message),
+      child: () => logger,
+    } as unknown as Logger;
+    const queue = new WorkQueue({ name: 'cut', clock: new FakeClock(), registry, logger });
+    const h = controlledHandler();
+    queue.start(h.handler);
+    h.failNext.add('a'); // rejects when aborted, as a reconcile whose call was cut off does
+    queue.add('a');
+    await settle();
+    await queue.shutdown({ drain: false });
+    assert.equal(await metricValue(registry, 'workqueue_retries_total', 'cut'), undefined, 'no retry');
+    assert.deepEqual(warnings, []);
   });
 
   test('reports depth, adds, retries, durations and the longest-running key', async () => {

@@ -235,11 +235,16 @@ export class WorkQueue {
     try {
       await handler(key, this.#abort.signal);
     } catch (err) {
-      failed = true;
-      this.#logger.warn(
-        { key, failures: this.numRequeues(key) + 1, err: describeError(err) },
-        'processing failed; retrying with backoff',
-      );
+      // Cut short by the shutdown: no failure to report or retry; the queue is going away.
+      if (this.#abort.signal.aborted) {
+        this.#logger.debug({ key, err: describeError(err) }, 'processing stopped by the shutdown');
+      } else {
+        failed = true;
+        this.#logger.warn(
+          { key, failures: this.numRequeues(key) + 1, err: describeError(err) },
+          'processing failed; retrying with backoff',
+        );
+      }
     }
     this.#metrics?.workDuration.observe({ name: this.name }, (this.#clock.now() - startedAt) / 1000);
     this.#processing.delete(key);

@@ -9,7 +9,8 @@
  * renewal is late.
  */
 import { Gauge, type Registry } from 'prom-client';
-import { describeError } from '../errors.ts';
+import { bounded } from '../deadline.ts';
+import { describeError, TimeoutError } from '../errors.ts';
 import { sharedMetric } from '../kube/metrics.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
@@ -33,6 +34,10 @@ export const lifetimeGaugeName = 'kops_certificate_expiry_earliest_lifetime_seco
 const pruneWindowSeconds = 14 * 86_400;
 /** Node lookups per read at most; the rest wait for the next read. */
 const maxNodeLookups = 200;
+/** Node lookups in flight at once. */
+const nodeLookupConcurrency = 8;
+/** The default deadline of each step of a read (see {@link CertificateExpiryGaugeOptions.readTimeoutMs}). */
+const defaultReadTimeoutMs = 30_000;
 
 /** The component each registry's gauge reads from. */
 const exporters = new WeakMap<Registry, CertificateExpiryGauge>();
@@ -50,6 +55,11 @@ export interface CertificateExpiryGaugeOptions {
   beforeRead?: () => Promise<void>;
   /** How often the ledger is read (default 60 s; the alert windows are days). */
   intervalMs?: number;
+  /**
+   * The deadline of each step of a read (default 30 s): the flush before it, the ledger's list, the
+   * Node lookups together (8 at a time; a Node not looked up in time counts as existing), the removal.
+   */
+  readTimeoutMs?: number;
   clock?: Clock;
   logger?: Logger;
 }
@@ -99,28 +109,42 @@ export class CertificateExpiryGauge implements LeaderComponent {
     return this.#earliest;
   }
 
-  /** Reads the ledger once, without the certificates of deleted nodes; on failure the last values stay. */
-  async refresh(): Promise<void> {
+  /**
+   * Reads the ledger once, without the certificates of deleted nodes; on failure the last values stay.
+   * Each step has a deadline (`readTimeoutMs`), and the read gives up as soon as `signal` aborts
+   * (leadership ended), rejecting with its reason: it then publishes nothing, and removes nothing
+   * once aborted (a removal already sent is written whole or not at all per shard).
+   */
+  async refresh(signal: AbortSignal = new AbortController().signal): Promise<void> {
+    const { beforeRead, store } = this.#options;
     const clock = this.#options.clock ?? systemClock;
-    await this.#options.beforeRead?.();
+    const ms = this.#options.readTimeoutMs ?? defaultReadTimeoutMs;
+    if (beforeRead) await bounded(() => beforeRead(), ms, 'write the pending ledger entries', signal);
     const now = epochSeconds(new Date(clock.now()));
-    let entries = await this.#options.store.list();
-    const stale = await this.#ofDeletedNodes(entries, now);
+    let entries = await bounded(() => store.list(), ms, 'list the certificate ledger', signal);
+    const stale = await this.#ofDeletedNodes(entries, now, ms, signal);
     if (stale.length > 0) {
-      await this.#options.store.remove(stale);
+      await bounded(() => store.remove(stale), ms, 'remove the certificates of deleted nodes', signal);
       const removed = new Set(stale);
       entries = entries.filter((entry) => !removed.has(entry));
     }
+    signal.throwIfAborted();
     this.#earliest = earliestByKindAndGroup(entries, now);
   }
 
   /**
    * The node certificates that would alert (within the window, renewal late) whose Node no longer
    * exists: a deleted node's certificate expiring is no outage. Only those are looked up, a bounded
-   * number per read; a lookup that fails counts as "exists", so a flaky API server never hides a
-   * real expiry.
+   * number per read, a few at a time, all within `ms`; a lookup that fails or has not answered by
+   * then counts as "exists", so a flaky or slow API server never hides a real expiry. Rejects with
+   * `signal`'s reason as soon as it aborts.
    */
-  async #ofDeletedNodes(entries: readonly LedgerEntry[], now: number): Promise<LedgerEntry[]> {
+  async #ofDeletedNodes(
+    entries: readonly LedgerEntry[],
+    now: number,
+    ms: number,
+    signal: AbortSignal,
+  ): Promise<LedgerEntry[]> {
     const { nodeExists } = this.#options;
     if (!nodeExists) return [];
     const candidates = expiringWithin(entries, now, pruneWindowSeconds).filter(
@@ -128,9 +152,25 @@ export class CertificateExpiryGauge implements LeaderComponent {
     );
     const names = [...new Set(candidates.map((entry) => entry.instance))].slice(0, maxNodeLookups);
     const deleted = new Set<string>();
-    for (const name of names) {
-      if (!(await nodeExists(name).catch(() => true))) deleted.add(name);
-    }
+    await bounded(
+      async (cut) => {
+        let next = 0;
+        const lookUp = async () => {
+          while (next < names.length && !cut.aborted) {
+            const name = names[next++] as string;
+            if (!(await nodeExists(name).catch(() => true)) && !cut.aborted) deleted.add(name);
+          }
+        };
+        await Promise.all(Array.from({ length: Math.min(nodeLookupConcurrency, names.length) }, lookUp));
+      },
+      ms,
+      'look up the nodes of expiring certificates',
+      signal,
+    ).catch((err: unknown) => {
+      // Past the deadline the nodes not looked up yet count as existing; an abort ends the read.
+      signal.throwIfAborted();
+      if (!(err instanceof TimeoutError)) throw err;
+    });
     return candidates.filter((entry) => deleted.has(entry.instance));
   }
 
@@ -140,8 +180,9 @@ export class CertificateExpiryGauge implements LeaderComponent {
     try {
       while (!signal.aborted) {
         try {
-          await this.refresh();
+          await this.refresh(signal);
         } catch (err) {
+          if (signal.aborted) break;
           logger.warn(
             { err: describeError(err) },
             'could not read the certificate ledger; the gauge keeps its last values',

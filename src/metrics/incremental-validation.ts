@@ -21,6 +21,7 @@ import {
   type FailureReason,
   groupAndRoleByLabels,
   isListedRole,
+  isMemberNodeBefore,
   isReady,
   missingControlPlaneApps,
   type PodInfo,
@@ -118,8 +119,6 @@ interface NodePart {
 
 interface NodeEntry {
   record: LabelledNodeInfo;
-  /** Arrival order: among Nodes sharing a providerID, validation takes the last one as the member's. */
-  seq: number;
   part: NodePart;
 }
 
@@ -144,7 +143,6 @@ export class IncrementalValidation {
   readonly #nodesByProvider = new Map<string, Set<string>>();
   /** Nodes per providerID carrying kops' needs-update annotation. */
   readonly #annotatedByProvider = new Map<string, number>();
-  #seq = 0;
   readonly #pods = new Map<string, PodPart>();
   /** Running kube-system components per node name, with how many pods run each. */
   readonly #componentsOnNode = new Map<string, Map<string, number>>();
@@ -214,7 +212,7 @@ export class IncrementalValidation {
       this.#nodes.delete(name);
     }
     if (after) {
-      const entry: NodeEntry = { record: after, seq: old?.seq ?? this.#seq++, part: emptyPart };
+      const entry: NodeEntry = { record: after, part: emptyPart };
       this.#nodes.set(name, entry);
       this.#index(after);
       if (after.providerID) touched.add(after.providerID);
@@ -346,14 +344,13 @@ export class IncrementalValidation {
     return this.#plan;
   }
 
-  /** The Node validation takes as the member's for a providerID: the last arrived of those naming it. */
+  /** The Node validation takes as the member's for a providerID (validateCluster's rule). */
   #memberNode(providerID: string): string | undefined {
-    let last: NodeEntry | undefined;
+    let member: string | undefined;
     for (const name of this.#nodesByProvider.get(providerID) ?? []) {
-      const entry = this.#nodes.get(name);
-      if (entry && (!last || entry.seq > last.seq)) last = entry;
+      if (this.#nodes.has(name) && (member === undefined || isMemberNodeBefore(member, name))) member = name;
     }
-    return last?.record.name;
+    return member;
   }
 
   #partOf(node: LabelledNodeInfo): NodePart {

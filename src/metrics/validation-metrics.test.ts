@@ -10,9 +10,12 @@ import { createAwsProvider } from '../cloud/aws/provider.ts';
 import type { CloudGroup } from '../cloud/types.ts';
 import { NotFoundError } from '../errors.ts';
 import { nodeInformer } from '../kube/shared-informer.ts';
+import { createLogger } from '../log.ts';
 import { buildNodeLabels } from '../nodelabels/build-node-labels.ts';
 import { formatManagedLabels, managedLabelsAnnotation } from '../nodelabels/diff-labels.ts';
+import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import type { KubeObject } from '../sim/apiserver/objects.ts';
+import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
 import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
 import { ClusterStore } from '../statestore/cluster-store.ts';
 import type { InstanceGroup } from '../statestore/kops-types.ts';
@@ -540,6 +543,155 @@ describe('ValidationMetrics against the simulated cluster', () => {
     } finally {
       emptyStop.abort();
       await emptyRun;
+    }
+  });
+});
+
+describe('ValidationMetrics when leadership ends during a slow read', () => {
+  let api: SimApiServer;
+  let aws: AwsSimulator;
+
+  before(async () => {
+    [api, aws] = await Promise.all([startApiServer(), startAwsSimulator({ throttling: false })]);
+  });
+  after(async () => {
+    await Promise.all([api.close(), aws.close()]);
+  });
+
+  /** Waits until `check` holds, polling every 20 ms for at most 10 s. */
+  async function until(what: string, check: () => boolean): Promise<void> {
+    for (let i = 0; i < 500 && !check(); i++) await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.ok(check(), `never happened: ${what}`);
+  }
+
+  /**
+   * Runs the gauges with the real AWS provider and API client until their first refresh, makes one
+   * read slow (`slow`), waits until a request of that read has reached the simulator (`arrived`), then
+   * ends the term and returns how long the component took to stop.
+   */
+  async function stopDuringSlowRead(
+    slow: () => void,
+    arrived: () => boolean,
+    options: { refreshIntervalMs?: number } = {},
+  ): Promise<number> {
+    const provider = await createAwsProvider({
+      clusterName: 'slow.example.com',
+      region: aws.region,
+      endpoint: aws.endpoint,
+      credentials: { ...aws.credentials },
+    });
+    const kubeConfig = api.kubeConfig();
+    const nodes = nodeInformer(kubeConfig);
+    const metrics = new ValidationMetrics({
+      clusterName: 'slow.example.com',
+      kubeConfig,
+      nodes,
+      core: kubeConfig.makeApiClient(CoreV1Api),
+      cloudGroups: provider.cloudGroups,
+      instanceGroups: async () => [ig('nodes', 'Node')],
+      registry: new Registry(),
+      refreshIntervalMs: options.refreshIntervalMs ?? 50,
+    });
+    const leading = new AbortController();
+    const run = metrics.start(leading.signal);
+    try {
+      await until('the first refresh', () => metrics.snapshot() !== undefined);
+      slow();
+      await until('the slow read is in flight', arrived);
+      const abortedAt = performance.now();
+      leading.abort();
+      await run;
+      return performance.now() - abortedAt;
+    } finally {
+      leading.abort();
+      await run;
+      provider.clients.destroy();
+      await nodes.stop();
+    }
+  }
+
+  test('the cloud groups answer slowly (the SDK riding out throttling): the component stops within a second', async () => {
+    let arrivals = 0;
+    const plan = aws.faults.plan.bind(aws.faults);
+    aws.faults.plan = (service) => {
+      const fault = plan(service);
+      if (service === 'autoscaling' && fault) arrivals++;
+      return fault;
+    };
+    try {
+      const ms = await stopDuringSlowRead(
+        () => aws.faults.add({ service: 'autoscaling', latencyMs: 5_000 }),
+        () => arrivals > 0,
+      );
+      assert.ok(ms < 1_000, `stopped ${Math.round(ms)} ms after leadership ended`);
+    } finally {
+      aws.faults.plan = plan;
+      aws.faults.reset();
+    }
+  });
+
+  test('the component statuses answer slowly: the component stops within a second', async () => {
+    let arrivals = 0;
+    let slowNow = false;
+    const plan = api.faults.plan.bind(api.faults);
+    api.faults.plan = (resource, verb, namespace) => {
+      if (slowNow && resource === 'componentstatuses') arrivals++;
+      return plan(resource, verb, namespace);
+    };
+    try {
+      const ms = await stopDuringSlowRead(
+        () => {
+          api.faults.latency(5_000, { resource: 'componentstatuses' });
+          slowNow = true;
+        },
+        () => arrivals > 0,
+      );
+      assert.ok(ms < 1_000, `stopped ${Math.round(ms)} ms after leadership ended`);
+    } finally {
+      api.faults.plan = plan;
+      api.faults.reset();
+    }
+  });
+
+  test('a read that never answers costs each refresh its deadline: the other inputs stay current', async () => {
+    const kubeConfig = api.kubeConfig();
+    const nodes = nodeInformer(kubeConfig);
+    let cloudCalls = 0;
+    let refreshes = 0;
+    const lines: string[] = [];
+    const metrics = new ValidationMetrics({
+      clusterName: 'hung.example.com',
+      kubeConfig,
+      nodes,
+      core: {
+        listComponentStatus: async () => {
+          refreshes++;
+          return { items: [] };
+        },
+      },
+      cloudGroups: {
+        list: () => {
+          cloudCalls++;
+          return new Promise<CloudGroup[]>(() => undefined);
+        },
+      },
+      instanceGroups: async () => [ig('nodes', 'Node')],
+      registry: new Registry(),
+      refreshIntervalMs: 20,
+      readTimeoutMs: 100,
+      logger: createLogger({ level: 'warn', destination: { write: (line: string) => lines.push(line) } }),
+    });
+    const leading = new AbortController();
+    const run = metrics.start(leading.signal);
+    try {
+      await until('three refreshes', () => refreshes >= 3);
+      assert.ok(cloudCalls >= 2, 'each refresh asked the cloud again after the deadline');
+      const warning = lines.find((line) => line.includes('cannot refresh the validation inputs'));
+      assert.match(warning ?? '', /no answer within 100 ms/);
+    } finally {
+      leading.abort();
+      await run;
+      await nodes.stop();
     }
   });
 });

@@ -9,7 +9,9 @@
 import type { CoreV1Api, KubeConfig, V1ComponentStatus, V1Node, V1Pod } from '@kubernetes/client-node';
 import { Gauge, type Registry } from 'prom-client';
 import type { CloudGroup, CloudGroups } from '../cloud/types.ts';
+import { bounded } from '../deadline.ts';
 import { describeError } from '../errors.ts';
+import { abortingWith } from '../kube/call-options.ts';
 import { Informer, type InformerCache, kubeList, kubeWatch } from '../kube/informer.ts';
 import type { SharedInformer } from '../kube/shared-informer.ts';
 import { type Logger, silentLogger } from '../log.ts';
@@ -146,8 +148,16 @@ export interface ValidationMetricsOptions {
   registry: Registry;
   /** How often the cloud groups, instance groups and component statuses are read again (default 60 s). */
   refreshIntervalMs?: number;
+  /**
+   * How long each read of a refresh may take, the cloud SDK's retries included (default 30 s); a read
+   * past it fails as an unreachable cloud or API server would, and the next refresh reads again.
+   */
+  readTimeoutMs?: number;
   logger?: Logger;
 }
+
+/** The default deadline of each read of a refresh. */
+const defaultReadTimeoutMs = 30_000;
 
 /** What the gauges read while this replica leads. */
 interface Term {
@@ -292,7 +302,7 @@ export class ValidationMetrics implements LeaderComponent {
     const interval = this.#options.refreshIntervalMs ?? 60_000;
     try {
       while (!signal.aborted) {
-        await this.#refresh(validation);
+        await this.#refresh(validation, signal);
         await sleep(systemClock, interval, signal);
       }
     } finally {
@@ -307,15 +317,28 @@ export class ValidationMetrics implements LeaderComponent {
    * Reads what the watches do not cover. A failure to read the cloud or the instance groups keeps the
    * previous values (logged). ComponentStatus is deprecated and some API servers refuse it, so a
    * failure there only empties the component gauges' inputs; the node and pod gauges carry on.
+   *
+   * Each read has a deadline ({@link ValidationMetricsOptions.readTimeoutMs}), and the refresh returns
+   * as soon as `signal` aborts, whatever the reads are waiting on (an API brownout that costs the lease
+   * slows them too): leadership ended, so it publishes nothing from reads cut short. The component
+   * statuses' request is cancelled; the cloud's and the state store's calls take no signal, so they
+   * run on to their own end and their answers are dropped.
    */
-  async #refresh(validation: IncrementalValidation): Promise<void> {
+  async #refresh(validation: IncrementalValidation, signal: AbortSignal): Promise<void> {
     const { cloudGroups, clusterName, core, instanceGroups, cluster } = this.#options;
+    const ms = this.#options.readTimeoutMs ?? defaultReadTimeoutMs;
     const [groups, igs, statuses, spec] = await Promise.allSettled([
-      cloudGroups.list(clusterName),
-      instanceGroups(),
-      core.listComponentStatus(),
-      cluster ? cluster() : Promise.resolve(undefined),
+      bounded(() => cloudGroups.list(clusterName), ms, 'list the cloud groups', signal),
+      bounded(() => instanceGroups(), ms, 'read the instance groups', signal),
+      bounded(
+        (cut) => core.listComponentStatus({}, abortingWith(cut)),
+        ms,
+        'list the component statuses',
+        signal,
+      ),
+      cluster ? bounded(() => cluster(), ms, 'read the cluster spec', signal) : Promise.resolve(undefined),
     ]);
+    if (signal.aborted) return;
     let components: ValidationSnapshot['components'] = [];
     if (statuses.status === 'fulfilled') {
       components = statuses.value.items.map((c: V1ComponentStatus) => ({

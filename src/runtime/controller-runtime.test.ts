@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
+import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { parseConfig } from '../config/loader.ts';
 import { InternalError } from '../errors.ts';
+import { leaderRecordOf } from '../kube/leader-election.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
 import { FakeLeaseApi } from '../testing/fake-lease-api.ts';
@@ -44,6 +46,25 @@ function testComponent(name: string, behaviour: { failTimes?: number; stubborn?:
       }),
   };
   return { component, log, isRunning: () => running };
+}
+
+/** A component that takes `stopMs` on `clock` to stop after its signal aborts (a slow but honest one). */
+function slowToStop(clock: FakeClock, stopMs: number) {
+  let running = false;
+  const component: LeaderComponent = {
+    name: 'slow',
+    start: (signal) =>
+      new Promise((resolve) => {
+        running = true;
+        signal.addEventListener('abort', () =>
+          clock.setTimer(() => {
+            running = false;
+            resolve();
+          }, stopMs),
+        );
+      }),
+  };
+  return { component, isRunning: () => running };
 }
 
 async function get(url: string): Promise<{ status: number; text: string }> {
@@ -132,10 +153,100 @@ describe('controller runtime', () => {
     assert.equal(flaky.isRunning(), false);
   });
 
-  test('a component that ignores shutdown is fatal and the lease is not released', async () => {
+  test("the old leader's components are gone before a standby can take the lease over", async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const network: { hang?: boolean } = {};
+    const exits: { code: number; at: number }[] = [];
+    // Needs 9.5 s to stop: longer than the lease leaves it once the leader stops at renewDeadline.
+    const slow = slowToStop(clock, 9_500);
+    const a = new ControllerRuntime({
+      config: config(),
+      leaseClient: api.clientFor(network),
+      components: [slow.component],
+      registry: new Registry(),
+      identity: 'a',
+      clock,
+      random: () => 0,
+      exit: (code) => void exits.push({ code, at: clock.now() }),
+    });
+    const probe = testComponent('probe');
+    const b = new ControllerRuntime({
+      config: config(),
+      leaseClient: api.clientFor(),
+      components: [probe.component],
+      registry: new Registry(),
+      identity: 'b',
+      clock,
+      random: () => 0,
+    });
+    await a.start();
+    const aDone = a.done.then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    await clock.advance(100);
+    await b.start();
+    for (let i = 0; i < 120; i++) await clock.advance(50);
+    network.hang = true; // a's renewals stall from now on
+    const lastRenewal = leaderRecordOf(api.lease!).renewTime!;
+    for (let i = 0; i < 600; i++) {
+      await clock.advance(50);
+      const aActs = slow.isRunning() && exits.length === 0; // a process that exited runs nothing
+      assert.ok(
+        !(aActs && probe.isRunning()),
+        `both replicas ran their components ${clock.now() - lastRenewal} ms after a's last renewal`,
+      );
+    }
+    assert.ok(probe.isRunning(), 'b took over');
+    assert.deepEqual(exits, [{ code: 70, at: lastRenewal + 13_500 }], 'a exited at 0.9 × leaseDuration');
+    assert.equal(leaderRecordOf(api.lease!).leaseTransitions, 1);
+    network.hang = false;
+    await Promise.all([a.stop(), b.stop(), clock.advance(15_000)]);
+    assert.ok((await aDone) instanceof InternalError);
+  });
+
+  test('a component that ignores its stop signal ends the process with 70 before the lease can expire', async () => {
     const api = new FakeLeaseApi();
     const clock = new FakeClock();
     const stubborn = testComponent('stubborn', { stubborn: true });
+    const exits: { code: number; at: number }[] = [];
+    const lines: string[] = [];
+    const runtime = new ControllerRuntime({
+      config: config(),
+      leaseClient: api.clientFor(),
+      components: [stubborn.component],
+      registry: new Registry(),
+      identity: 'a',
+      clock,
+      logger: pino({ level: 'error' }, { write: (line: string) => void lines.push(line) }),
+      exit: (code) => void exits.push({ code, at: clock.now() }),
+    });
+    const server = await runtime.start();
+    await clock.advance(10);
+    assert.equal(runtime.isLeader, true);
+    const lastRenewal = leaderRecordOf(api.lease!).renewTime!;
+    const stopping = runtime.stop();
+    await clock.advance(13_000);
+    assert.deepEqual(exits, [], 'still within the stop budget');
+    assert.deepEqual(await get(`${server.url}/healthz`), { status: 200, text: 'ok\n' });
+    await clock.advance(1_000);
+    // 0.9 × leaseDuration after the last renewal: before any standby can consider the lease expired.
+    assert.deepEqual(exits, [{ code: 70, at: lastRenewal + 13_500 }]);
+    assert.match(lines.join(''), /"components":\["stubborn"\].*stubborn did not stop/);
+    await stopping;
+    await assert.rejects(
+      runtime.done,
+      (err: unknown) => err instanceof InternalError && /stubborn/.test(err.message),
+    );
+    assert.equal(api.lease?.spec?.holderIdentity, 'a', 'left to expire, not handed over');
+  });
+
+  test('componentStopTimeoutMs shortens the stop budget; the lease is not released', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const stubborn = testComponent('stubborn', { stubborn: true });
+    const exits: number[] = [];
     const runtime = new ControllerRuntime({
       config: config(),
       leaseClient: api.clientFor(),
@@ -144,12 +255,16 @@ describe('controller runtime', () => {
       identity: 'a',
       clock,
       componentStopTimeoutMs: 5_000,
+      exit: (code) => void exits.push(code),
     });
     const server = await runtime.start();
     await clock.advance(10);
     assert.equal(runtime.isLeader, true);
     const stopping = runtime.stop();
-    await clock.advance(5_000);
+    await clock.advance(4_999);
+    assert.deepEqual(exits, []);
+    await clock.advance(1);
+    assert.deepEqual(exits, [70]);
     await stopping;
     await assert.rejects(
       runtime.done,

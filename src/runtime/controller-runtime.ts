@@ -2,12 +2,14 @@
  * The process runtime of `kops-controller run`: the operations endpoint on every replica, leader
  * election, and the leader-only components, which run only while this replica holds the lease.
  * Components are supervised: one that fails or returns while leading is restarted with backoff; when
- * leadership ends every component must stop before the lease is released, and one that does not stop
- * in time is fatal (the process exits and restarts rather than risk two active controllers).
+ * leadership ends every component must stop before the lease is released, and before another replica
+ * could see the lease expire: by 0.9 × leaseDuration after the last successful renewal. One that has
+ * not stopped by then is fatal: the process exits with code 70 at once, without releasing the lease,
+ * rather than run the controllers next to a new leader.
  */
 import { Gauge, type Registry, register } from 'prom-client';
 import type { Config } from '../config/schema.ts';
-import { describeError, InternalError } from '../errors.ts';
+import { describeError, exitCodeOf, InternalError } from '../errors.ts';
 import { LeaderElector, type LeaseClient } from '../kube/leader-election.ts';
 import { sharedMetric } from '../kube/metrics.ts';
 import { type Logger, silentLogger } from '../log.ts';
@@ -35,13 +37,29 @@ export interface ControllerRuntimeOptions {
   registry?: Registry;
   /** This replica's lease holder identity; defaults to hostname plus a random suffix. */
   identity?: string;
-  /** How long components may take to stop after leadership ends; defaults to renewDeadline. */
+  /**
+   * A shorter limit on how long components may take to stop. With leader election they must stop by
+   * 0.9 × leaseDuration after the last renewal anyway; without it, this defaults to renewDeadline.
+   */
   componentStopTimeoutMs?: number;
   /** Restart delays of a failing component, in ms; default 1 s doubling to 30 s. */
   componentBackoff?: { initialMs: number; maxMs: number };
   clock?: Clock;
   logger?: Logger;
   random?: () => number;
+  /**
+   * Ends the process when a component has not stopped in time (with code 70). The default writes the
+   * `kops-controller: <reason>` line on standard error and calls `process.exit`; only tests pass
+   * another, to observe the exit without dying.
+   */
+  exit?: (code: number) => void;
+}
+
+/** A supervised component's run; `stopped` once it has returned for good. */
+interface ComponentRun {
+  name: string;
+  done: Promise<void>;
+  stopped: boolean;
 }
 
 /** A readiness check that passes once `informer` has completed its first list. */
@@ -62,7 +80,7 @@ export class ControllerRuntime {
   readonly #checks: ReadinessCheck[];
   readonly #stop = new AbortController();
   readonly #running: Gauge;
-  #componentRuns: Promise<void>[] = [];
+  #componentRuns: ComponentRun[] = [];
   #fatal: Error | undefined;
   #server: OpsServer | undefined;
   #starting: Promise<OpsServer> | undefined;
@@ -84,7 +102,7 @@ export class ControllerRuntime {
           renewDeadlineMs: le.renewDeadline,
           retryPeriodMs: le.retryPeriod,
           onStartedLeading: (signal) => this.#startComponents(signal),
-          onStoppedLeading: () => this.#awaitComponents(),
+          onStoppedLeading: ({ stopBy }) => this.#awaitComponents(stopBy),
           onNewLeader: (identity) => this.#logger.info({ leader: identity }, 'leader observed'),
           clock: this.#clock,
           logger: this.#logger,
@@ -137,7 +155,7 @@ export class ControllerRuntime {
         listen: this.#options.config.metrics.listen,
         registry: this.#registry,
         readinessChecks: () => this.#checks,
-        liveness: () => (this.#fatal ? describeError(this.#fatal) : undefined),
+        // No liveness condition: a fatal error ends the process at once instead of failing /healthz.
         logger: this.#logger,
       });
       this.#server = server;
@@ -183,9 +201,13 @@ export class ControllerRuntime {
   }
 
   #startComponents(signal: AbortSignal): void {
-    this.#componentRuns = (this.#options.components ?? []).map((component) =>
-      this.#supervise(component, signal),
-    );
+    this.#componentRuns = (this.#options.components ?? []).map((component) => {
+      const run: ComponentRun = { name: component.name, done: Promise.resolve(), stopped: false };
+      run.done = this.#supervise(component, signal).finally(() => {
+        run.stopped = true;
+      });
+      return run;
+    });
   }
 
   async #supervise(component: LeaderComponent, signal: AbortSignal): Promise<void> {
@@ -209,25 +231,46 @@ export class ControllerRuntime {
     logger.info('stopped');
   }
 
-  /** Waits for the components to stop; one that overruns the timeout makes the runtime fail. */
-  async #awaitComponents(): Promise<void> {
+  /**
+   * Waits for the components to stop, by `stopBy` (monotonic) with leader election. One that has not
+   * stopped by then ends the process at once (exit code 70), without releasing the lease: with leader
+   * election, another replica may take the lease over soon after.
+   */
+  async #awaitComponents(stopBy?: number): Promise<void> {
     const runs = this.#componentRuns;
     this.#componentRuns = [];
-    const timeoutMs =
-      this.#options.componentStopTimeoutMs ?? this.#options.config.leaderElection.renewDeadline;
+    const now = this.#clock.monotonic();
+    const cap = this.#options.componentStopTimeoutMs;
+    let deadline = stopBy ?? now + (cap ?? this.#options.config.leaderElection.renewDeadline);
+    if (cap !== undefined) deadline = Math.min(deadline, now + cap);
+    const budgetMs = Math.max(0, Math.floor(deadline - now));
     let cancel = () => {};
     const timedOut = new Promise<boolean>((resolve) => {
-      cancel = this.#clock.setTimer(() => resolve(true), timeoutMs);
+      cancel = this.#clock.setTimer(() => resolve(true), budgetMs);
     });
-    const overran = await Promise.race([Promise.all(runs).then(() => false), timedOut]);
+    const overran = await Promise.race([Promise.all(runs.map((r) => r.done)).then(() => false), timedOut]);
     cancel();
-    if (overran) {
-      this.#fatal = new InternalError(
-        `a leader-only component did not stop within ${timeoutMs} ms after leadership ended; ` +
-          'exiting without releasing the lease so that no two replicas act as leader',
-      );
-      this.#stop.abort();
-      throw this.#fatal;
-    }
+    const late = runs.filter((r) => !r.stopped).map((r) => r.name);
+    if (!overran || late.length === 0) return;
+    const which = `leader-only component${late.length > 1 ? 's' : ''} ${late.join(', ')}`;
+    this.#fatal = new InternalError(
+      stopBy === undefined
+        ? `${which} did not stop within ${budgetMs} ms after shutdown began; exiting`
+        : `${which} did not stop within ${budgetMs} ms after leadership ended, before another replica ` +
+            'could take the lease over; exiting without releasing the lease so that no two replicas act as leader',
+    );
+    const reason = describeError(this.#fatal);
+    this.#logger.fatal({ components: late, err: reason }, 'exiting');
+    const exit =
+      this.#options.exit ??
+      ((code: number) => {
+        // At once, not after the usual cleanup: the deadline is what keeps two leaders apart.
+        process.stderr.write(`kops-controller: ${reason}\n`);
+        process.exit(code);
+      });
+    exit(exitCodeOf(this.#fatal));
+    // Reached only when `exit` returns (tests): stop campaigning and fail `done`.
+    this.#stop.abort();
+    throw this.#fatal;
   }
 }

@@ -12,18 +12,35 @@ export function settle(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }
 
-/** A fake clock; `advance` fires due timers in time order, letting promise chains run after each. */
+/**
+ * A fake clock; `advance` fires due timers in time order, letting promise chains run after each.
+ * `advance` moves the wall clock and the monotonic clock together; `stepWall` moves the wall clock
+ * alone, as an NTP step does.
+ */
 export class FakeClock implements Clock {
   #now: number;
+  #start: number;
+  #wallStep = 0;
   #seq = 0;
   #timers: PendingTimer[] = [];
 
   constructor(start = Date.UTC(2026, 0, 1)) {
     this.#now = start;
+    this.#start = start;
   }
 
   now(): number {
-    return this.#now;
+    return this.#now + this.#wallStep;
+  }
+
+  /** Milliseconds advanced since this clock was made (a different origin from `now`, as in Node). */
+  monotonic(): number {
+    return this.#now - this.#start;
+  }
+
+  /** Steps the wall clock by `ms` (negative: back); timers and the monotonic clock do not move. */
+  stepWall(ms: number): void {
+    this.#wallStep += ms;
   }
 
   setTimer(fn: () => void, ms: number): () => void {

@@ -394,12 +394,26 @@ function checkGroupsInCloud(run: Validation): void {
   }
 }
 
+/**
+ * Of two Nodes naming one providerID, whether the member's is `b`, not `a`: the last by name, which is
+ * what kops' validation takes from the API server's list (in name order), whatever order the Nodes
+ * come in — so a cache that re-listed, or the gauges' incremental counts, agree with `validate`.
+ */
+export function isMemberNodeBefore(a: string, b: string): boolean {
+  return a < b;
+}
+
 /** Validates the cluster. Throws NotFoundError when there is no instance group to validate. */
 export function validateCluster(input: ValidationInput): ValidationResult {
   const selected = selectedGroups(input);
   const placeholder = placeholderFailure(input);
   if (placeholder) return { failures: [placeholder], nodes: [] };
-  const nodeByProvider = new Map(input.nodes.filter((n) => n.providerID).map((n) => [n.providerID, n]));
+  const nodeByProvider = new Map<string | undefined, NodeInfo>();
+  for (const node of input.nodes) {
+    if (!node.providerID) continue;
+    const seen = nodeByProvider.get(node.providerID);
+    if (!seen || isMemberNodeBefore(seen.name, node.name)) nodeByProvider.set(node.providerID, node);
+  }
   const groupByName = new Map(input.instanceGroups.map((ig) => [ig.metadata.name, ig]));
   const run: Validation = {
     input,

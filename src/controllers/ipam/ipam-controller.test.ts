@@ -383,3 +383,55 @@ test('a new leadership term over the held Node cache still refuses a range a cac
     await own.close();
   }
 });
+
+test('a node deleted while the cloud answers is not left counted in conflict', async () => {
+  const own = await startApiServer();
+  const ownRegistry = new Registry();
+  const nodes = nodeInformer(own.kubeConfig());
+  const controller = new IpamController({
+    kubeConfig: own.kubeConfig(),
+    nodes,
+    source: awsSource(),
+    recheckMs: 200,
+    registry: ownRegistry,
+  });
+  const inConflict = async () =>
+    (await ownRegistry.getSingleMetric('ipam_controller_nodes_in_conflict')?.get())?.values[0]?.value ?? 0;
+  const reconciles = async (result: string) =>
+    (await ownRegistry.getSingleMetric('ipam_controller_reconciles_total')?.get())?.values.find(
+      (v) => v.labels['result'] === result,
+    )?.value ?? 0;
+  // Its ranges differ from the cloud's: a conflict, were it still there when EC2 answers.
+  const input = instance();
+  const name = input.id;
+  // Every EC2 answer slow for now: the file's other controller may send a call first.
+  aws.faults.add({ service: 'ec2', latencyMs: 800 });
+  own.store.create({
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: { name },
+    spec: { providerID: awsProviderID(input), podCIDRs: ['2001:db8:ffff::/64'] },
+  } as KubeObject);
+  const leading = new AbortController();
+  const run = controller.start(leading.signal);
+  try {
+    // Its reconcile is running, waiting for EC2's slow answer.
+    await eventually(
+      'the reconcile is under way',
+      async () =>
+        ((
+          await ownRegistry.getSingleMetric('workqueue_longest_running_processor_seconds')?.get()
+        )?.values.find((v) => v.labels['name'] === 'ipam')?.value ?? 0) > 0,
+    );
+    own.store.delete('nodes', undefined, name);
+    await eventually('the reconcile ends as deleted', async () => (await reconciles('deleted')) > 0);
+    assert.equal(await reconciles('conflict'), 0, 'no conflict decided for a node that is gone');
+    assert.equal(await inConflict(), 0);
+  } finally {
+    leading.abort();
+    await run;
+    aws.faults.reset();
+    await nodes.close();
+    await own.close();
+  }
+});

@@ -193,13 +193,7 @@ export class IpamController implements LeaderComponent {
           track: {
             add: (node) => term.held.set(node.name, node.podCIDRs),
             update: (_, node) => term.held.set(node.name, node.podCIDRs),
-            delete: (node) => {
-              term.held.delete(node.name);
-              term.prefetched.delete(node.name);
-              term.reported.delete(node.name);
-              term.waits.delete(node.name);
-              this.#setConflict(term, node.name, false);
-            },
+            delete: (node) => this.#forget(term, node.name),
           },
           filter: (node, before) => !before || needsReconcile(before, node),
           onQueue: (node) => this.#prefetch(term, node),
@@ -263,14 +257,25 @@ export class IpamController implements LeaderComponent {
   async #reconcile(term: Term, name: string, signal: AbortSignal): Promise<Reconciled> {
     // Every node's ranges must be known before a range is judged free.
     if (!(await term.informer.waitForSync(signal))) return { outcome: 'skipped' };
-    const node = term.informer.get(name);
-    if (!node) return { outcome: 'deleted' };
-    const key = this.#keyOf(node);
+    const queued = term.informer.get(name);
+    if (!queued) {
+      this.#forget(term, name);
+      return { outcome: 'deleted' };
+    }
+    const key = this.#keyOf(queued);
     if (key === undefined) {
       // The update that sets the providerID queues the node again.
       return { outcome: 'skipped' };
     }
     const answer = await this.#lookup(term, name, key, signal);
+    // The node may have gone, or changed, while the cloud answered: decide on what the cache holds now.
+    const node = term.informer.get(name);
+    if (!node) {
+      this.#forget(term, name);
+      return { outcome: 'deleted' };
+    }
+    // A new providerID queued the node again; this answer is about another instance.
+    if (this.#keyOf(node) !== key) return { outcome: 'skipped' };
     const recheckMs = this.#options.recheckMs ?? 300_000;
     if (answer.ok && answer.value.ranges.kind !== 'none') term.waits.delete(name);
     if (!answer.ok) {
@@ -349,6 +354,15 @@ export class IpamController implements LeaderComponent {
     this.#metrics.assigned.inc();
     this.#logger.info({ node: node.name, podCIDRs: cidrs }, 'assigned pod ranges');
     return { outcome: 'assigned' };
+  }
+
+  /** A node gone from the cache: what the term kept about it goes, and it is in conflict no more. */
+  #forget(term: Term, name: string): void {
+    term.held.delete(name);
+    term.prefetched.delete(name);
+    term.reported.delete(name);
+    term.waits.delete(name);
+    this.#setConflict(term, name, false);
   }
 
   /** Reports a conflict once per node and cause: a Warning Event, the counter, a log line. */

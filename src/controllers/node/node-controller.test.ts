@@ -407,3 +407,89 @@ describe('NodeController over a Node cache its process holds across leadership t
     }
   });
 });
+
+describe('NodeController when leadership ends during slow I/O', () => {
+  let next = 95_000;
+
+  /**
+   * Runs a controller on the cluster, adds a new node, makes one call slow (`slow`), waits until a
+   * request of that call has reached a simulator (`arrived`), then ends the term and returns how long
+   * the controller took to stop.
+   */
+  async function stopDuringSlowCall(slow: () => void, arrived: () => boolean): Promise<number> {
+    const kubeConfig = cluster.api.server.kubeConfig();
+    const nodes = nodeInformer(kubeConfig);
+    const controller = new NodeController({
+      kubeConfig,
+      nodes,
+      identifier: provider.nodeIdentifier,
+      clusterStore,
+      registry: new Registry(),
+      rejectionRetryMs: 3_600_000,
+    });
+    nodes.start();
+    const leading = new AbortController();
+    const run = controller.start(leading.signal);
+    try {
+      slow();
+      const instance: SimInstanceInput = {
+        id: simInstanceId(next++),
+        zone: 'us-test-1a',
+        cluster: cluster.clusterName,
+        instanceGroup: 'nodes-us-test-1a',
+      };
+      cluster.aws.ec2.addInstances([instance]);
+      store.create(nodeOf(instance));
+      await eventually('the slow call is in flight', arrived);
+      const abortedAt = performance.now();
+      leading.abort();
+      await run;
+      return performance.now() - abortedAt;
+    } finally {
+      leading.abort();
+      await run;
+      await nodes.stop();
+    }
+  }
+
+  test('a slow Node patch (API server brownout): the controller stops within a second', async () => {
+    const faults = cluster.api.server.faults;
+    let patches = 0;
+    const plan = faults.plan.bind(faults);
+    faults.plan = (resource, verb, namespace) => {
+      if (resource === 'nodes' && verb === 'patch') patches++;
+      return plan(resource, verb, namespace);
+    };
+    try {
+      const ms = await stopDuringSlowCall(
+        () => faults.latency(5_000, { resource: 'nodes', verbs: ['patch'] }),
+        () => patches > 0,
+      );
+      assert.ok(ms < 1_000, `stopped ${Math.round(ms)} ms after leadership ended`);
+    } finally {
+      faults.plan = plan;
+      faults.reset();
+    }
+  });
+
+  test('a slow DescribeInstances (the SDK riding out throttling): the controller stops within a second', async () => {
+    const faults = cluster.aws.faults;
+    let lookups = 0;
+    const plan = faults.plan.bind(faults);
+    faults.plan = (service) => {
+      const fault = plan(service);
+      if (service === 'ec2' && fault) lookups++;
+      return fault;
+    };
+    try {
+      const ms = await stopDuringSlowCall(
+        () => faults.add({ service: 'ec2', latencyMs: 5_000 }),
+        () => lookups > 0,
+      );
+      assert.ok(ms < 1_000, `stopped ${Math.round(ms)} ms after leadership ended`);
+    } finally {
+      faults.plan = plan;
+      faults.reset();
+    }
+  });
+});

@@ -100,6 +100,32 @@ interface Term {
   refusals: Map<string, string>;
 }
 
+/**
+ * `work`, or the signal's reason as soon as it aborts: the calls a reconcile waits on take no signal
+ * (the cloud identifier, the state store, the Event create), so they run on and their results are
+ * dropped; nothing from them is recorded once the reconcile has given up.
+ */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) {
+    work.catch(() => undefined);
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err);
+      },
+    );
+  });
+}
+
 /** The NodeController, run by the controller runtime on the leader only. */
 export class NodeController implements LeaderComponent {
   readonly name = 'node-controller';
@@ -146,8 +172,8 @@ export class NodeController implements LeaderComponent {
         // A status heartbeat changes nothing the labels depend on.
         filter: (node, before) => !before || needsReconcile(before, node),
         onQueue: (node) => this.#prefetch(term, node),
-        reconcile: async (name) => {
-          const outcome = await this.#reconcile(term, name);
+        reconcile: async (name, workSignal) => {
+          const outcome = await this.#reconcile(term, name, workSignal);
           if (outcome !== 'rejected') return { outcome };
           return { outcome, requeueAfterMs: this.#options.rejectionRetryMs ?? 300_000 };
         },
@@ -210,16 +236,28 @@ export class NodeController implements LeaderComponent {
     }
   }
 
-  async #identify(term: Term, name: string, key: string): Promise<IdentifyResult | undefined> {
+  async #identify(
+    term: Term,
+    name: string,
+    key: string,
+    signal: AbortSignal,
+  ): Promise<IdentifyResult | undefined> {
     const prefetched = term.prefetched.get(name);
     term.prefetched.delete(name);
-    const results = await (prefetched?.key === key
-      ? prefetched.result
-      : this.#options.identifier.identify([key]));
+    const results = await untilAborted(
+      prefetched?.key === key ? prefetched.result : this.#options.identifier.identify([key]),
+      signal,
+    );
     return results.get(key);
   }
 
-  async #reconcile(term: Term, name: string): Promise<ReconcileResult> {
+  /**
+   * Labels one node. Every wait gives up as soon as `signal` aborts (the controller stopping when
+   * leadership ends, within the runtime's stop budget, however slow the cloud, the state store or the
+   * API server are): the reconcile then throws before it has changed anything, or with its one patch
+   * sent whole or not at all.
+   */
+  async #reconcile(term: Term, name: string, signal: AbortSignal): Promise<ReconcileResult> {
     const node = term.informer.get(name);
     if (!node) return 'deleted';
     const key = this.#identityKey(node);
@@ -228,28 +266,31 @@ export class NodeController implements LeaderComponent {
       this.#logger.debug({ node: name }, 'no providerID yet; waiting for it');
       return 'skipped';
     }
-    const identified = await this.#identify(term, name, key);
+    const identified = await this.#identify(term, name, key, signal);
     if (!identified) throw new NotFoundError(`the identifier returned nothing for ${key}`);
     if (!identified.ok) {
       // Only the cloud's verdict on the instance rejects the node; anything else, the cloud refusing
       // the controller's own call included, is retried with backoff.
       if (!isCloudVerdict(identified.error)) throw identified.error;
-      await this.#reject(term, node, identified.error);
+      await this.#reject(term, node, identified.error, signal);
       return 'rejected';
     }
     const { identity } = identified;
     const { clusterStore } = this.#options;
-    const [cluster, ig] = await Promise.all([
-      clusterStore.cluster(),
-      clusterStore.instanceGroup(identity.instanceGroup).catch((err: unknown) => {
-        if (
-          err instanceof NotFoundError &&
-          this.#options.capiDeployments?.hasDeployment(identity.instanceGroup)
-        )
-          return capiInstanceGroup(identity.instanceGroup);
-        throw err;
-      }),
-    ]);
+    const [cluster, ig] = await untilAborted(
+      Promise.all([
+        clusterStore.cluster(),
+        clusterStore.instanceGroup(identity.instanceGroup).catch((err: unknown) => {
+          if (
+            err instanceof NotFoundError &&
+            this.#options.capiDeployments?.hasDeployment(identity.instanceGroup)
+          )
+            return capiInstanceGroup(identity.instanceGroup);
+          throw err;
+        }),
+      ]),
+      signal,
+    );
     term.groupOf.set(name, identity.instanceGroup);
     term.refusals.delete(name);
     // The instance group's labels win over what the cloud implies, as its nodeLabels win in kops.
@@ -266,6 +307,7 @@ export class NodeController implements LeaderComponent {
           annotations: { set: { [managedLabelsAnnotation]: managed } },
         }),
         'strategic-merge',
+        { signal },
       );
     } catch (err) {
       if (err instanceof NotFoundError) return 'deleted';
@@ -287,11 +329,14 @@ export class NodeController implements LeaderComponent {
    * rejection delay (the `rejected` outcome requeues it), so a spoofing node cannot make the controller
    * loop on the cloud API.
    */
-  async #reject(term: Term, node: NodeRecord, error: Error): Promise<void> {
+  async #reject(term: Term, node: NodeRecord, error: Error, signal: AbortSignal): Promise<void> {
     const message = `not labelling node: ${describeError(error)}`;
     if (term.refusals.get(node.name) === message) return;
     this.#logger.warn({ node: node.name, providerID: node.providerID, err: message }, 'identity rejected');
-    await createEvent(this.#core, nodeEvent(node, 'Warning', identityRejectedReason, message, new Date()));
+    await untilAborted(
+      createEvent(this.#core, nodeEvent(node, 'Warning', identityRejectedReason, message, new Date())),
+      signal,
+    );
     term.refusals.set(node.name, message);
   }
 }
