@@ -15,6 +15,7 @@ import { parseAllDocuments } from 'yaml';
 import { bootstrapSignerName } from '../src/bootstrap/queue.ts';
 import { ConfigMapReplayGuard } from '../src/bootstrap/replay-guard.ts';
 import { type DevController, startDevController } from '../src/cli/dev-controller.ts';
+import { buildProgram } from '../src/cli/main.ts';
 import { MachineIndex } from '../src/cloud/capi/machines.ts';
 import { HostRegistry } from '../src/cloud/metal/hosts.ts';
 import { parseConfig } from '../src/config/loader.ts';
@@ -149,6 +150,119 @@ describe('deploy/kubernetes/kops-controller.yaml', () => {
     );
     assert.deepEqual(ports, { metrics: 3987, bootstrap: 3988 });
     assert.equal(container.securityContext.allowPrivilegeEscalation, false);
+  });
+
+  // kops' DaemonSet (upupmodels kops-controller.addons.k8s.io/k8s-1.16.yaml.template) and nodeup
+  // (nodeup/pkg/model/kops_controller.go): where a swap-in must do as kops does.
+  const daemonSet = () => only('DaemonSet', 'kube-system').spec;
+  const kopsConfig = () =>
+    parseConfig(
+      (parseAllDocuments(only('ConfigMap', 'kube-system').data?.['config.yaml'] ?? '')[0]?.toJS() ??
+        {}) as object,
+    );
+
+  test("the PKI files nodeup writes on the host are where kops' config (and ours) reads them in the container", () => {
+    const pod = daemonSet().template.spec;
+    const [container] = pod.containers;
+    /** The host path behind a container path, through the container's hostPath mounts. */
+    const hostPathOf = (path: string): string | undefined => {
+      for (const mount of container.volumeMounts as { name: string; mountPath: string }[]) {
+        const volume = (pod.volumes as { name: string; hostPath?: { path: string; type?: string } }[]).find(
+          (v) => v.name === mount.name,
+        );
+        const inside = mount.mountPath.replace(/\/+$/, '');
+        if (!volume?.hostPath || !path.startsWith(`${inside}/`)) continue;
+        return `${volume.hostPath.path.replace(/\/+$/, '')}${path.slice(inside.length)}`;
+      }
+      return undefined;
+    };
+    const server = kopsConfig().server;
+    // kops' KopsControllerConfig writes these container paths; nodeup writes the files to the host folder.
+    assert.equal(server?.caBasePath, '/etc/kubernetes/kops-controller/pki');
+    const nodeupDir = '/etc/kubernetes/kops-controller';
+    for (const [inContainer, file] of [
+      [server?.serverCertificatePath, 'kops-controller.crt'],
+      [server?.serverKeyPath, 'kops-controller.key'],
+      [`${server?.caBasePath}/kubernetes-ca.crt`, 'kubernetes-ca.crt'],
+      [`${server?.caBasePath}/kubernetes-ca.key`, 'kubernetes-ca.key'],
+      [`${server?.caBasePath}/keypair-ids.yaml`, 'keypair-ids.yaml'],
+    ] as const) {
+      assert.equal(hostPathOf(inContainer ?? ''), `${nodeupDir}/${file}`, inContainer);
+    }
+    const pki = (pod.volumes as { name: string; hostPath?: { path: string; type?: string } }[]).find(
+      (v) => v.hostPath,
+    );
+    // nodeup creates the folder on every control-plane node; kops' volume requires it.
+    assert.equal(pki?.hostPath?.type, 'Directory');
+  });
+
+  test("it is scheduled, updated and pointed at the API server as kops' DaemonSet is", () => {
+    const spec = daemonSet();
+    const pod = spec.template.spec;
+    const [container] = pod.containers;
+    // Only control-plane nodes nodeup wrote the PKI for (kops' mandatory control-plane label).
+    assert.equal(pod.nodeSelector, undefined);
+    const terms =
+      pod.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms;
+    assert.deepEqual(terms, [
+      {
+        matchExpressions: [
+          { key: 'node-role.kubernetes.io/control-plane', operator: 'Exists' },
+          { key: 'kops.k8s.io/kops-controller-pki', operator: 'Exists' },
+        ],
+      },
+    ]);
+    const tolerated = (pod.tolerations as { key: string; operator: string }[]).map(
+      (t) => `${t.key} ${t.operator}`,
+    );
+    for (const key of [
+      'node.cloudprovider.kubernetes.io/uninitialized',
+      'node.kubernetes.io/not-ready',
+      'node-role.kubernetes.io/master',
+      'node-role.kubernetes.io/control-plane',
+    ]) {
+      assert.ok(tolerated.includes(`${key} Exists`), key);
+    }
+    // kops replaces the pod with its control-plane node (rolling update of the instance group).
+    assert.deepEqual(spec.updateStrategy, { type: 'OnDelete' });
+    assert.equal(pod.hostNetwork, true);
+    assert.equal(pod.dnsPolicy, 'Default');
+    assert.equal(pod.priorityClassName, 'system-cluster-critical');
+    // The local API server: it runs before (and without) the service network.
+    assert.deepEqual(
+      (container.env as { name: string; value: string }[]).find((e) => e.name === 'KUBERNETES_SERVICE_HOST'),
+      { name: 'KUBERNETES_SERVICE_HOST', value: '127.0.0.1' },
+    );
+    // dns-controller publishes kops-controller.internal.<cluster>, the name nodes bootstrap against.
+    assert.equal(
+      spec.template.metadata.annotations?.['dns.alpha.kubernetes.io/internal'],
+      `kops-controller.internal.${kopsConfig().clusterName}`,
+    );
+    assert.equal(pod.securityContext.runAsUser, 10011);
+    assert.equal(pod.securityContext.runAsNonRoot, true);
+    // No memory limit, as kops: at the scale this controller targets (docs/performance.md) it needs
+    // about 1 GiB, and a limit below that would kill it.
+    assert.equal(container.resources.limits?.memory, undefined);
+  });
+
+  test("its args are kops' (--v=2 --conf=…) after `run`, the image's entrypoint unchanged, and the CLI parses them", async () => {
+    const [container] = daemonSet().template.spec.containers;
+    assert.equal(container.command, undefined);
+    assert.deepEqual(container.args, [
+      'run',
+      '--v=2',
+      '--conf=/etc/kubernetes/kops-controller/config/config.yaml',
+    ]);
+    const program = await buildProgram(['run']);
+    let parsed: { conf?: string } | undefined;
+    program.commands
+      .find((c) => c.name() === 'run')
+      ?.action((options: { conf?: string }) => {
+        parsed = options;
+      });
+    await program.parseAsync(container.args, { from: 'user' });
+    assert.equal(parsed?.conf, '/etc/kubernetes/kops-controller/config/config.yaml');
+    assert.equal(program.opts()['v'], '2');
   });
 
   describe('its RBAC is enough for everything the controller does', () => {

@@ -84,6 +84,14 @@ describe('callback challenge, controller side against the node server (gRPC over
     await assert.rejects(challenger.challenge(node.endpoint, claim), refusedWith(/not found/));
   });
 
+  test('a claim whose certificate cannot be read is refused, not a fault of this server', async () => {
+    const claim = {
+      ...node.createChallenge(),
+      serverCertificatePem: '-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n',
+    };
+    await assert.rejects(challenger.challenge(node.endpoint, claim), refusedWith(/unreadable/));
+  });
+
   test('an unknown challenge id is refused', async () => {
     const claim = { ...node.createChallenge(), challengeId: 'ab'.repeat(16) };
     await assert.rejects(challenger.challenge(node.endpoint, claim), refusedWith(/not found/));

@@ -83,7 +83,15 @@ export class GrpcCallbackChallenger implements CallbackChallenger {
 
   async challenge(endpoint: string, claim: ChallengeClaim): Promise<void> {
     const serverName = challengeServerName(this.#options.clusterName);
-    const pinned = new X509Certificate(decodePem(claim.serverCertificatePem, 'CERTIFICATE')[0] as Buffer);
+    let pinned: X509Certificate;
+    try {
+      pinned = new X509Certificate(decodePem(claim.serverCertificatePem, 'CERTIFICATE')[0] as Buffer);
+    } catch (err) {
+      // The request's own field: refused, never a fault of this server (parseChallengeField reads it first).
+      throw new CallbackRefusedError(
+        `the request's challenge certificate is unreadable (${(err as Error).message})`,
+      );
+    }
     let presentedOther: string | undefined;
     const identity = (host: string, peer: PeerCertificate): Error | undefined => {
       // The chain already ends at the pinned certificate's key; require the certificate itself too.

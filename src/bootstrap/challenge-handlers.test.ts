@@ -8,6 +8,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import { createServer, type Socket } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { type ChallengeListener, startChallengeServer } from '../agent/challenge-server.ts';
+import { InvalidInputError } from '../errors.ts';
 import { silentLogger } from '../log.ts';
 import { bundlePem, createCa } from '../pki/ca.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
@@ -55,6 +56,9 @@ function callbackPolicy(endpoint: () => string): BootstrapPolicy {
     },
   };
 }
+
+/** PEM armour around bytes that are no certificate: it decodes as PEM, and only reading it fails. */
+const garbageCertificatePem = '-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n';
 
 function contextFor(endpoint: () => string, audit: AuditRecord[]): BootstrapContext {
   return {
@@ -118,6 +122,15 @@ describe('kops POST /bootstrap with a callback cloud policy', () => {
     const { answer, audit } = await kops(() => other.endpoint, node.createChallenge());
     assert.deepEqual(answer, { status: 400, body: 'callback failed\n' });
     assert.match(audit.at(-1)?.detail?.[0] ?? '', /certificate/);
+  });
+
+  test('a challenge whose certificate is PEM of garbage: 400 "callback failed", audited, nothing issued', async () => {
+    const claim = { ...node.createChallenge(), serverCertificatePem: garbageCertificatePem };
+    const { answer, audit } = await kops(() => node.endpoint, claim);
+    assert.deepEqual(answer, { status: 400, body: 'callback failed\n' });
+    assert.equal(audit.at(-1)?.decidedBy, 'callback-challenge');
+    assert.equal(audit.at(-1)?.verdict, 'deny');
+    assert.match(audit.at(-1)?.detail?.[0] ?? '', /challenge\.ca is not a readable certificate/);
   });
 
   test('a wrong secret: 400, nothing issued', async () => {
@@ -281,6 +294,24 @@ describe('native POST /v1/certificates with a callback cloud policy', () => {
         { challenger },
       ),
       /challenge must be an object/,
+    );
+  });
+
+  test('a challenge whose certificate is PEM of garbage is a 400, not a server fault', async () => {
+    const claim = { ...node.createChallenge(), serverCertificatePem: garbageCertificatePem };
+    const body = JSON.stringify({
+      apiVersion: nativeApiVersion,
+      certificateSigningRequests: { kubelet: csr },
+      challenge: challengeFieldOf(claim),
+    });
+    await assert.rejects(
+      submitCertificates(
+        contextFor(() => node.endpoint, []),
+        { ...nativeInput(), body: Buffer.from(body) },
+        { challenger },
+      ),
+      (err) =>
+        err instanceof InvalidInputError && /challenge\.ca is not a readable certificate/.test(err.message),
     );
   });
 });

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { withDeadline } from '../deadline.ts';
 import {
   ConfigError,
   ForbiddenError,
@@ -20,7 +21,6 @@ import {
   isDependencyFault,
   isTransientFailure,
   policyOf,
-  withDeadline,
 } from './dependency.ts';
 
 test('a fault names its dependency to the node, keeps its cause for the operator, and asks for 2 to 5 s', () => {

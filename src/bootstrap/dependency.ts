@@ -7,7 +7,7 @@
  * classified once here and mapped once at the HTTP edge (http.ts, kops-handler.ts).
  */
 import { randomInt } from 'node:crypto';
-import { describeError, KopsError, TimeoutError, UnavailableError } from '../errors.ts';
+import { describeError, KopsError, UnavailableError } from '../errors.ts';
 
 /** What the bootstrap server depends on; the `dependency` label of the metric. */
 export type Dependency =
@@ -160,22 +160,6 @@ export function isCloudVerdict(err: unknown): boolean {
   if (!(err instanceof KopsError)) return false;
   if (err.upstreamStatus === 401 || err.upstreamStatus === 403) return false;
   return err.kind === 'not-found' || err.kind === 'forbidden' || err.kind === 'invalid';
-}
-
-/**
- * `work`, or a TimeoutError once `ms` have passed: a dependency that does not answer must not hold
- * the node's request for longer than the node waits. The call itself runs on; its answer is dropped.
- */
-export async function withDeadline<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new TimeoutError(`${what}: no answer within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([work, deadline]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /** How long a policy waits for one cloud lookup (EC2, Compute Engine), retries included (default). */

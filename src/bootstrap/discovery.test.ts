@@ -3,7 +3,7 @@ import { createServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import type { CoreV1Api, V1Secret } from '@kubernetes/client-node';
+import { CoreV1Api, type V1Secret } from '@kubernetes/client-node';
 import { discoverCluster } from '../agent/discovery.ts';
 import { makeClients } from '../kube/client.ts';
 import { createCa } from '../pki/ca.ts';
@@ -16,6 +16,7 @@ import {
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { createCertificateAuthority, issueServingCertificate } from '../sim/tls.ts';
 import { FakeClock } from '../testing/fake-clock.ts';
+import { silentApiServer } from '../testing/silent-server.ts';
 import {
   buildClusterInfo,
   ClusterInfoPublisher,
@@ -275,6 +276,53 @@ describe('publisher against the simulated apiserver', () => {
       await core.deleteNamespacedSecret({ name: `bootstrap-token-${token.id}`, namespace: 'kube-system' });
     } finally {
       await source.stop();
+    }
+  });
+});
+
+/** A GET of `url` within `ms`: its status and Retry-After, or undefined when it is still unanswered. */
+async function getWithin(
+  url: string,
+  ms: number,
+): Promise<{ status: number; retryAfter: string | null } | undefined> {
+  try {
+    const response = await fetch(url, { signal: AbortSignal.timeout(ms) });
+    await response.arrayBuffer();
+    return { status: response.status, retryAfter: response.headers.get('retry-after') };
+  } catch (err) {
+    if ((err as Error).name === 'TimeoutError') return undefined;
+    throw err;
+  }
+}
+
+describe('GET /cluster-info from an API server that accepts the connection and never answers', () => {
+  test('each request is answered 503 with Retry-After at the read deadline, and the next request reads again', async () => {
+    const silent = await silentApiServer();
+    const core = silent.kubeConfig.makeApiClient(CoreV1Api);
+    const server = createServer(clusterInfoHandler(configMapClusterInfoSource(core, { timeoutMs: 200 })));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/cluster-info`;
+    try {
+      // Two at once share the one read, and both get the answer of its deadline.
+      const first = await Promise.all([getWithin(url, 5_000), getWithin(url, 5_000)]);
+      for (const answer of first) {
+        assert.ok(answer, 'GET /cluster-info was still unanswered 5 s after its 200 ms read deadline');
+        assert.equal(answer.status, 503);
+        assert.match(answer.retryAfter ?? '', /^[1-9][0-9]*$/);
+      }
+      assert.equal(silent.accepted(), 1, 'concurrent requests share one read');
+      // The failed read is not kept: the next request is a new read, not a wait on the old one.
+      const second = await getWithin(url, 5_000);
+      assert.equal(second?.status, 503, 'the next GET waited on the wedged read');
+      assert.equal(silent.accepted(), 2);
+      // And each abandoned read closed its connection.
+      const deadline = Date.now() + 2_000;
+      while (silent.open() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(silent.open(), 0, 'an abandoned read still holds its connection');
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      silent.close();
     }
   });
 });

@@ -5,8 +5,10 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { CoreV1Api, V1ConfigMap } from '@kubernetes/client-node';
+import { bounded } from '../deadline.ts';
 import { describeError, MethodNotAllowedError, UnavailableError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
+import { abortingWith } from '../kube/call-options.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import {
   type ClusterInfoDocument,
@@ -21,6 +23,7 @@ import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { sendError, sendJson } from './http.ts';
 import {
   canSign,
+  defaultTokenReadTimeoutMs,
   nextExpiry,
   runOnTokenChanges,
   type StoredToken,
@@ -180,6 +183,8 @@ export function clusterInfoHandler(
 export interface ConfigMapSourceOptions {
   /** How long one read of the ConfigMap serves requests; default 5 s. */
   maxAgeMs?: number;
+  /** Deadline of one read of the ConfigMap (default 5 s, as a token Secret's read). */
+  timeoutMs?: number;
   clock?: Clock;
 }
 
@@ -187,6 +192,9 @@ export interface ConfigMapSourceOptions {
  * A {@link ClusterInfoSource} reading `kube-public/cluster-info` as the leader published it, for the
  * bootstrap server on every replica. One read serves all requests for `maxAgeMs` and concurrent
  * requests share one read, so a join storm costs the apiserver a read every few seconds, not one per node.
+ * A read has a deadline (`timeoutMs`): an API server that accepts the connection and never answers
+ * fails the requests waiting on it (503 with Retry-After) and the read is aborted, and the next request
+ * reads again; a failed read is never shared past its own end, nor cached.
  */
 export function configMapClusterInfoSource(
   core: CoreV1Api,
@@ -194,18 +202,25 @@ export function configMapClusterInfoSource(
 ): ClusterInfoSource {
   const clock = options.clock ?? systemClock;
   const maxAgeMs = options.maxAgeMs ?? 5000;
+  const timeoutMs = options.timeoutMs ?? defaultTokenReadTimeoutMs;
   let cached: { at: number; document: ClusterInfoDocument | undefined } | undefined;
   let reading: Promise<ClusterInfoDocument | undefined> | undefined;
   const read = async (): Promise<ClusterInfoDocument | undefined> => {
+    const action = 'read configmap kube-public/cluster-info';
     let configMap: V1ConfigMap;
     try {
-      configMap = await core.readNamespacedConfigMap({
-        name: clusterInfoName,
-        namespace: clusterInfoNamespace,
-      });
+      configMap = await bounded(
+        (signal) =>
+          core.readNamespacedConfigMap(
+            { name: clusterInfoName, namespace: clusterInfoNamespace },
+            abortingWith(signal),
+          ),
+        timeoutMs,
+        action,
+      );
     } catch (err) {
       if (httpStatusOfApiError(err) === 404) return undefined;
-      throw fromApiException(err, 'read configmap kube-public/cluster-info');
+      throw fromApiException(err, action);
     }
     const data = configMap.data ?? {};
     if (typeof data[kubeconfigKey] !== 'string') return undefined;

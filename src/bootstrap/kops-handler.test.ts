@@ -1,17 +1,20 @@
 import assert from 'node:assert/strict';
-import { generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { generateKeyPairSync, type KeyObject, X509Certificate } from 'node:crypto';
 import { describe, test } from 'node:test';
+import { renewalProof } from '../agent/renewal.ts';
 import { NotFoundError, RateLimitedError, UnavailableError } from '../errors.ts';
 import { silentLogger } from '../log.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
-import { spkiOf } from '../pki/keys.ts';
+import { generateKey, spkiOf } from '../pki/keys.ts';
 import { encodePem } from '../pki/pem.ts';
+import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
 import { MemfsVfs } from '../statestore/memfs-vfs.ts';
 import { nodeSecretsReader } from '../statestore/secrets.ts';
 import { opensslText, opensslVerify } from '../testing/openssl.ts';
 import type { BootstrapContext } from './context.ts';
 import { dependencyFault } from './dependency.ts';
-import { type KopsOptions, kopsApiVersion, kopsBootstrap } from './kops-handler.ts';
+import { type KopsOptions, kopsApiVersion, kopsBootstrap, kopsLifetimeMs } from './kops-handler.ts';
+import { type RenewalPolicyOptions, renewalPolicy } from './policies/renewal.ts';
 import type { AuditRecord, BootstrapPolicy, NodeFacts } from './types.ts';
 
 const instance: NodeFacts = {
@@ -333,21 +336,6 @@ describe('kops nodeSecrets (includeNodeConfig), read from the secret store as ko
   });
 });
 
-test('a renewal of a Ready node (its policy proved the current key) is not blocked by the 409 guard; anything else still is', async () => {
-  const renewing: BootstrapPolicy = {
-    name: 'renewal',
-    async evaluate() {
-      return { verdict: 'approve', facts: { ...instance, renewalOf: '0a1b' }, reasons: ['renewed'] };
-    },
-  };
-  const renewal = setup({}, [instance.nodeName], { policies: [renewing] });
-  const answer = await renewal.call(nodeupRequest(renewal.ca));
-  assert.equal(answer.status, 200, String(answer.body));
-  assert.equal(renewal.audit.at(-1)?.verdict, 'approve');
-  const join = setup({}, [instance.nodeName]);
-  assert.equal((await join.call(nodeupRequest(join.ca))).status, 409);
-});
-
 test('kops path: a policy whose proof is the source address refuses a NotReady Node of the name too (409), as kops OpenStack', async () => {
   const sourceOnly: BootstrapPolicy = {
     name: 'openstack',
@@ -364,4 +352,219 @@ test('kops path: a policy whose proof is the source address refuses a NotReady N
   assert.equal((await firstOnly.call(nodeupRequest(firstOnly.ca))).status, 409);
   const fresh = setup({}, [], { policies: [sourceOnly] });
   assert.equal((await fresh.call(nodeupRequest(fresh.ca))).status, 200);
+});
+
+describe('kops path: renewal (x-kops-renewal) through /bootstrap', () => {
+  const clusterName = 'minimal.example.com';
+  const dayMs = 86_400_000;
+  const cilium = createCa({ name: 'etcd-clients-ca-cilium', commonName: 'etcd-clients-ca-cilium' });
+  const allNames = ['kubelet', 'kubelet-server', 'kube-proxy', 'kube-router', 'etcd-client-cilium'];
+  const fromTheCloud: RenewalPolicyOptions['addressesOf'] = async () => ({
+    dnsNames: instance.dnsNames,
+    ipAddresses: instance.ipAddresses,
+    instanceGroup: instance.instanceGroup as string,
+  });
+
+  /**
+   * The instance's node renews through /bootstrap with its current kubelet client certificate (valid
+   * `presentedLifetimeMs`, or `current`), asking for `names`; its Node is registered and Ready.
+   */
+  async function renew(
+    names: readonly string[],
+    options: {
+      presentedLifetimeMs?: number;
+      addressesOf?: RenewalPolicyOptions['addressesOf'] | null;
+      current?: { ca: CertificateAuthority; certificate: X509Certificate; key: KeyObject };
+      issueOptions?: BootstrapContext['issueOptions'];
+    } = {},
+  ) {
+    const ca = options.current?.ca ?? createCa();
+    const key = options.current?.key ?? generateKey('ecdsa-p256');
+    const identity = { name: instance.nodeName, dnsNames: [], ipAddresses: [] };
+    const lifetimeMs = options.presentedLifetimeMs ?? dayMs;
+    const presented =
+      options.current?.certificate ??
+      new X509Certificate(
+        issueCertificate(ca, 'kubelet', publicKeyRequest(key), identity, { lifetimeMs }).pem,
+      );
+    const addressesOf = options.addressesOf === undefined ? fromTheCloud : options.addressesOf;
+    const policy = renewalPolicy({ clusterName, ca, ...(addressesOf ? { addressesOf } : {}) });
+    const audit: AuditRecord[] = [];
+    const context: BootstrapContext = {
+      ca,
+      policies: [stsPolicy, policy],
+      readNode: async () => ({ status: { conditions: [{ type: 'Ready', status: 'True' }] } }),
+      apiServer: 'https://api.internal.minimal.example.com',
+      audit: (record) => audit.push(record),
+      logger: silentLogger,
+      ...(options.issueOptions ? { issueOptions: options.issueOptions } : {}),
+    };
+    const body = Buffer.from(
+      JSON.stringify({
+        apiVersion: kopsApiVersion,
+        certs: Object.fromEntries(
+          names.map((name, i) => [name, nodeupKey(keys[i % keys.length] as KeyObject)]),
+        ),
+      }),
+    );
+    const current = { nodeName: instance.nodeName, certificate: presented, key };
+    const authorization = (await renewalProof(current, clusterName)(body)) as string;
+    const answer = await kopsBootstrap(
+      context,
+      { certNames: allNames, otherSigners: [cilium] },
+      { body, authorization, remoteAddress: '10.0.0.7', receivedAt: new Date() },
+    );
+    const certs = (answer.body as { Certs?: Record<string, string> }).Certs ?? {};
+    const issued = Object.entries(certs).map(([n, pem]) => [n, new X509Certificate(pem)] as const);
+    return { answer, audit, presented, issued, ca };
+  }
+
+  const validityMs = (c: X509Certificate) => Date.parse(c.validTo) - Date.parse(c.validFrom);
+
+  test('a renewal of a Ready node (the renewal policy proved its current key) is not blocked by the 409 guard; a first join of it still is', async () => {
+    const { answer, audit, issued } = await renew(['kubelet']);
+    assert.equal(answer.status, 200, String(answer.body));
+    assert.equal(audit.at(-1)?.verdict, 'approve');
+    assert.deepEqual(
+      issued.map(([name]) => name),
+      ['kubelet'],
+    );
+    const join = setup({}, [instance.nodeName]);
+    assert.equal((await join.call(nodeupRequest(join.ca))).status, 409);
+  });
+
+  test("attack: a renewal never outlives the certificate it presents: a 1-day kubelet certificate renews into certificates of at most 1 day, not kops' 455", async () => {
+    const { answer, presented, issued } = await renew(['kubelet', 'kubelet-server']);
+    assert.equal(answer.status, 200, String(answer.body));
+    assert.equal(issued.length, 2);
+    for (const [name, certificate] of issued) {
+      assert.ok(
+        validityMs(certificate) <= validityMs(presented),
+        `${name}: valid ${validityMs(certificate) / dayMs} days, the presented certificate ${validityMs(presented) / dayMs}`,
+      );
+    }
+  });
+
+  test('renewing the renewed certificate again keeps its lifetime: it is not shortened by the per-node spread each time', async () => {
+    const first = await renew(['kubelet']);
+    assert.equal(first.answer.status, 200, String(first.answer.body));
+    const renewed = first.issued[0]?.[1] as X509Certificate;
+    const current = { ca: first.ca, certificate: renewed, key: keys[0] as KeyObject };
+    const second = await renew(['kubelet'], { current });
+    assert.equal(second.answer.status, 200, String(second.answer.body));
+    const again = second.issued[0]?.[1] as X509Certificate;
+    assert.ok(validityMs(again) <= validityMs(renewed));
+    assert.ok(
+      validityMs(renewed) - validityMs(again) <= 2_000,
+      `${validityMs(renewed)} then ${validityMs(again)}`,
+    );
+  });
+
+  test('a presented certificate valid for less than the shortest lifetime this server issues is refused (403), not lengthened', async () => {
+    const { answer, audit } = await renew(['kubelet'], {
+      presentedLifetimeMs: 10 * 60_000,
+      issueOptions: { bounds: { minMs: 3_600_000, maxMs: kopsLifetimeMs } },
+    });
+    assert.deepEqual(answer, {
+      status: 403,
+      body: 'failed to issue: the certificate it renews was valid for less than the shortest lifetime this server issues (60 min)\n',
+    });
+    assert.equal(audit.at(-1)?.verdict, 'deny');
+    assert.equal(audit.at(-1)?.decidedBy, 'renewal');
+  });
+
+  test("a kops node's 455-day kubelet certificate renews its kubelet and kubelet-server certificates for 455 days again, the serving one for the cloud's addresses", async () => {
+    const { answer, presented, issued } = await renew(['kubelet', 'kubelet-server'], {
+      presentedLifetimeMs: kopsLifetimeMs,
+    });
+    assert.equal(answer.status, 200, String(answer.body));
+    for (const [name, certificate] of issued) {
+      assert.ok(validityMs(certificate) > 400 * dayMs, `${name}: ${certificate.validTo}`);
+      assert.ok(validityMs(certificate) <= validityMs(presented), name);
+    }
+    const serving = issued.find(([name]) => name === 'kubelet-server')?.[1];
+    assert.equal(serving?.subjectAltName, 'DNS:ip-10-0-0-7.us-test-1.compute.internal, IP Address:10.0.0.7');
+  });
+
+  test('attack: a kubelet certificate does not renew into the certificates of other identities (kube-proxy, kube-router, etcd-client-cilium): 403, audited, nothing issued', async () => {
+    for (const other of ['kube-proxy', 'kube-router', 'etcd-client-cilium']) {
+      const { answer, audit } = await renew(['kubelet', other], { presentedLifetimeMs: kopsLifetimeMs });
+      assert.equal(answer.status, 403, `${other}: ${JSON.stringify(answer)}`);
+      assert.equal(
+        answer.body,
+        `failed to issue "${other}": a renewal renews the node's own certificates (kubelet, kubelet-server) only\n`,
+      );
+      const record = audit.at(-1);
+      assert.equal(record?.verdict, 'deny', other);
+      assert.equal(record?.decidedBy, 'renewal', other);
+      assert.equal(record?.nodeName, instance.nodeName, other);
+      assert.ok(!audit.some((r) => r.issued), `${other}: nothing issued`);
+    }
+  });
+
+  test('a renewal without verified addresses gets no serving certificate on /bootstrap either (403); its client certificate it does', async () => {
+    const serving = await renew(['kubelet', 'kubelet-server'], { addressesOf: null });
+    assert.equal(serving.answer.status, 403, JSON.stringify(serving.answer));
+    assert.match(String(serving.answer.body), /^failed to issue "kubelet-server": /);
+    assert.equal(serving.audit.at(-1)?.verdict, 'deny');
+    const client = await renew(['kubelet'], { addressesOf: null });
+    assert.equal(client.answer.status, 200, String(client.answer.body));
+  });
+
+  test('facts marked as a renewal without the renewal proof of that certificate are a server fault: 500, audited, nothing issued', async () => {
+    const confused: BootstrapPolicy = {
+      name: 'confused',
+      async evaluate() {
+        return { verdict: 'approve', facts: { ...instance, renewalOf: '0a1b' }, reasons: ['renewed?'] };
+      },
+    };
+    const { ca, audit, call } = setup({}, [instance.nodeName], { policies: [confused] });
+    assert.deepEqual(await call(nodeupRequest(ca)), { status: 500, body: 'internal error\n' });
+    assert.equal(audit.at(-1)?.verdict, 'error');
+    assert.ok(!audit.some((r) => r.issued), 'nothing issued');
+  });
+});
+
+test("a server-side fault while signing is not the node's 400: unavailable is a 503 with Retry-After, anything else a 500; a request the profile refuses stays a 400", async () => {
+  const failing = (error: Error) =>
+    setup({}, [], {
+      issueOptions: {
+        onIssued: () => {
+          throw error;
+        },
+      },
+    });
+  const down = failing(new UnavailableError('the crypto pool was closed'));
+  const answer = await down.call(nodeupRequest(down.ca));
+  assert.equal(answer.status, 503, JSON.stringify(answer));
+  assert.match(answer.headers?.['retry-after'] ?? '', /^\d+$/);
+  assert.doesNotMatch(String(answer.body), /crypto pool/, 'the cause is for the operator');
+  assert.equal(down.audit.at(-1)?.verdict, 'error');
+  assert.equal(down.audit.at(-1)?.decidedBy, 'issue');
+  assert.match(down.audit.at(-1)?.detail?.join() ?? '', /crypto pool was closed/);
+
+  const bug = failing(new TypeError('x is undefined'));
+  assert.deepEqual(await bug.call(nodeupRequest(bug.ca)), { status: 500, body: 'internal error\n' });
+  assert.equal(bug.audit.at(-1)?.verdict, 'error');
+  assert.equal(bug.audit.at(-1)?.decidedBy, 'issue');
+
+  // Facts a certificate may not carry: an invalid name (InvalidInputError), the API server's (RequestRejectedError).
+  for (const [dnsName, why] of [
+    ['*.example.com', /"\*\.example\.com" is not a valid DNS name/],
+    ['kubernetes.default.svc', /kubernetes\.default\.svc is a name of the cluster's API server/],
+  ] as const) {
+    const policy: BootstrapPolicy = {
+      name: 'aws',
+      async evaluate() {
+        return { verdict: 'approve', facts: { ...instance, dnsNames: [dnsName] }, reasons: ['verified'] };
+      },
+    };
+    const refused = setup({}, [], { policies: [policy] });
+    const rejected = await refused.call(nodeupRequest(refused.ca));
+    assert.equal(rejected.status, 400, dnsName);
+    assert.match(String(rejected.body), /^failed to issue: /);
+    assert.match(String(rejected.body), why);
+    assert.equal(refused.audit.at(-1)?.verdict, 'deny', dnsName);
+    assert.equal(refused.audit.at(-1)?.decidedBy, 'profile-check', dnsName);
+  }
 });

@@ -8,12 +8,22 @@
  * CA keypair ids; answers use kops' shapes (`Certs`, capital C) and its short plain-text errors, with
  * the details in the log and the audit trail only. A dependency that fails on the way (a policy's
  * cloud or apiserver call, the Node read, the state store) is a 503 with Retry-After, never a 403 or
- * a 500: nodeup retries, and the request is decided once the dependency answers.
+ * a 500: nodeup retries, and the request is decided once the dependency answers. A request the
+ * profiles refuse is kops' 400; the server failing while it signs is not the node's fault: a 503 with
+ * Retry-After when it cannot sign now (the crypto threads unavailable), else a 500.
+ *
+ * A renewal (`x-kops-renewal`) is bounded by the certificate it presents (policies/renewal.ts,
+ * `renewalScope`): a name that is not the node's own certificate (kube-proxy, kube-router,
+ * etcd-client-cilium), or a serving certificate without verified addresses, is refused (403) before
+ * anything else is read; what it is issued is valid no longer than the presented certificate was —
+ * kops' 455 days for a kops node's certificate, never 455 days for a short one.
  */
-import { InvalidInputError, KopsError, type UnavailableError } from '../errors.ts';
+import { describeError, InvalidInputError, KopsError, type UnavailableError } from '../errors.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
+import { RequestRejectedError } from '../pki/csr.ts';
 import { decodePem } from '../pki/pem.ts';
 import {
+  absoluteLifetimeBounds,
   type CertificateRequest,
   type IssuedCertificate,
   type ProfileName,
@@ -27,11 +37,18 @@ import { evaluateChain } from './chain.ts';
 import type { CallbackChallenger } from './challenge-caller.ts';
 import { callbackVerdict } from './challenge-step.ts';
 import { auditDetailOf, type BootstrapContext, newRequestId, report, reportFault } from './context.ts';
-import { dependencyFault, isDependencyFault, isTransientFailure, policyOf } from './dependency.ts';
+import {
+  defaultRetryAfterSeconds,
+  dependencyFault,
+  isDependencyFault,
+  isTransientFailure,
+  policyOf,
+} from './dependency.ts';
 import { retryAfterOf } from './http.ts';
 import { identityOf, issueForFacts, type NodeIssueOptions, pemsOf, serialsOf } from './issue.ts';
 import type { Answer, CertificatesInput } from './native-handler.ts';
 import { assertNodeNotRegistered } from './node-guard.ts';
+import { renewalScope } from './policies/renewal.ts';
 import type { AuditRecord, BootstrapRequest, NodeFacts } from './types.ts';
 
 /** The apiVersion of nodeup's bootstrap requests. */
@@ -165,6 +182,11 @@ interface Trail {
   audit(record: StepRecord): void;
   /** A dependency fault: audited and counted; nodeup is answered 503 with when to ask again. */
   unavailable(fault: UnavailableError, record: Omit<StepRecord, 'verdict' | 'reasons'>): Answer;
+  /**
+   * The server itself failed, not the request: audited `error` with the cause; 503 with when to ask
+   * again when the failure is transient (the crypto threads unavailable), else kops' 500.
+   */
+  serverFault(err: unknown, record: Omit<StepRecord, 'verdict' | 'reasons'>): Answer;
 }
 
 /** The body nodeup sends, once decoded: the keys it wants certified and whether it wants its config. */
@@ -202,6 +224,8 @@ export async function kopsBootstrap(
   if (guarded) return guarded;
   const body = decodeKopsBody(input.body);
   if (isAnswer(body)) return body;
+  const renewal = renewalLimitOrDenial(context, request, approval.facts, body, trail);
+  if (isAnswer(renewal)) return renewal;
   const facts = await callbackOrDenial(options, approval.facts, body, decidedBy ?? 'unknown', trail);
   if (isAnswer(facts)) return facts;
   const factsAudit = factsAuditOf(facts);
@@ -215,15 +239,18 @@ export async function kopsBootstrap(
   if (isAnswer(wanted)) return wanted;
   let issued: Partial<Record<ProfileName, IssuedCertificate>>;
   try {
-    issued = await issueBySigner(wanted, facts, { lifetimeMs: kopsLifetimeMs, ...context.issueOptions });
+    issued = await issueBySigner(wanted, facts, issueOptionsOf(context, renewal.maxLifetimeMs));
   } catch (err) {
+    // Only the request not fitting its profiles is the node's 400; the server failing is not.
+    if (!(err instanceof RequestRejectedError || err instanceof InvalidInputError))
+      return trail.serverFault(err, { decidedBy: 'issue', ...factsAudit });
     trail.audit({
       decidedBy: 'profile-check',
       verdict: 'deny',
-      reasons: [(err as Error).message],
+      reasons: [err.message],
       ...factsAudit,
     });
-    return text(400, `failed to issue: ${(err as Error).message}`);
+    return text(400, `failed to issue: ${err.message}`);
   }
   context.metrics?.issued((now().getTime() - request.receivedAt.getTime()) / 1000);
   trail.audit({
@@ -273,6 +300,30 @@ function trailOf(context: BootstrapContext, request: BootstrapRequest, now: () =
         status: 503,
         body: `${fault.message}\n`,
         headers: { 'retry-after': String(retryAfterOf(fault)) },
+      };
+    },
+    serverFault: (err, record) => {
+      const transient = isTransientFailure(err);
+      const reason = transient
+        ? 'nothing was issued: the server cannot sign now; the node was told to retry'
+        : 'nothing was issued: the server failed';
+      report(context, {
+        ...stamp(),
+        ...record,
+        verdict: 'error',
+        reasons: [reason],
+        detail: [describeError(err)],
+      });
+      context.logger[transient ? 'warn' : 'error'](
+        { requestId: request.id, decidedBy: record.decidedBy, err: describeError(err) },
+        `kops bootstrap: ${reason}`,
+      );
+      if (!transient) return text(500, 'internal error');
+      const seconds = retryAfterOf(err) ?? defaultRetryAfterSeconds();
+      return {
+        status: 503,
+        body: `the server cannot issue certificates now; retry in ${seconds} s\n`,
+        headers: { 'retry-after': String(seconds) },
       };
     },
   };
@@ -336,6 +387,64 @@ async function guardAgainstRegisteredNode(
     if (!isDependencyFault(err)) throw err;
     return trail.unavailable(err, { decidedBy: 'node-guard', ...factsAuditOf(facts) });
   }
+}
+
+/**
+ * A renewal's bounds (policies/renewal.ts, `renewalScope`), checked on the names the body asks for
+ * before anything else is read: a name that is not the node's own certificate, or a serving
+ * certificate without verified addresses, is refused (403, audited); so is a presented certificate
+ * shorter-lived than anything this server issues. Otherwise the longest lifetime it may be issued
+ * (unbounded for a request that renews nothing).
+ */
+function renewalLimitOrDenial(
+  context: BootstrapContext,
+  request: BootstrapRequest,
+  facts: NodeFacts,
+  body: KopsBody,
+  trail: Trail,
+): { maxLifetimeMs: number } | Answer {
+  let scope: ReturnType<typeof renewalScope>;
+  try {
+    scope = renewalScope(request, facts);
+  } catch (err) {
+    return trail.serverFault(err, { decidedBy: 'renewal', ...factsAuditOf(facts) });
+  }
+  if (!scope) return { maxLifetimeMs: Number.POSITIVE_INFINITY };
+  const refuse = (reason: string, answer: string): Answer => {
+    trail.audit({
+      decidedBy: 'renewal',
+      verdict: 'deny',
+      reasons: [`renewal refused: ${reason}`],
+      ...factsAuditOf(facts),
+    });
+    return text(403, answer);
+  };
+  for (const name of Object.keys(body.certs)) {
+    // A name this server does not know is left to kops' own 400 ("unexpected key name").
+    const spec = Object.hasOwn(certNameSpecs, name) ? certNameSpecs[name] : undefined;
+    const refusal = spec && scope.refusal(spec.profile);
+    if (refusal) return refuse(`${name}: ${refusal}`, `failed to issue ${JSON.stringify(name)}: ${refusal}`);
+  }
+  const shortest = context.issueOptions?.bounds?.minMs ?? absoluteLifetimeBounds.minMs;
+  if (scope.maxLifetimeMs < shortest) {
+    const reason = `the certificate it renews was valid for less than the shortest lifetime this server issues (${shortest / 60_000} min)`;
+    return refuse(reason, `failed to issue: ${reason}`);
+  }
+  return { maxLifetimeMs: scope.maxLifetimeMs };
+}
+
+/**
+ * How the certificates are issued: for kops' 455 days (or the configured lifetime), spread per node;
+ * a renewal whose presented certificate was valid for less, for exactly that (not spread again, so
+ * that renewal after renewal does not shorten it).
+ */
+function issueOptionsOf(context: BootstrapContext, maxLifetimeMs: number): NodeIssueOptions {
+  const options = context.issueOptions ?? {};
+  const lifetimeMs = options.lifetimeMs ?? kopsLifetimeMs;
+  const longest = Math.min(lifetimeMs, options.bounds?.maxMs ?? absoluteLifetimeBounds.maxMs);
+  if (maxLifetimeMs >= longest) return { ...options, lifetimeMs };
+  // renewalLimitOrDenial made sure it is no shorter than the shortest this server issues.
+  return { ...options, lifetimeMs: maxLifetimeMs, bounds: { minMs: maxLifetimeMs, maxMs: maxLifetimeMs } };
 }
 
 /** Decodes nodeup's JSON body, parsed only after the proof has been verified. */

@@ -136,6 +136,15 @@ test('the queue cannot write the CSR or read it back, or a token cannot be looke
     submitCertificates({ ...context([held]), queue: fullQueue }, input(csr)),
     (err: unknown) => err === full,
   );
+  // Audited as the denial it is, as is a request the queue refuses because it does not fit.
+  assert.deepEqual([audit.at(-1)?.verdict, audit.at(-1)?.reasons], ['deny', [full.message]]);
+  const misfit = new InvalidInputError('the kubelet CSR asks for a name its facts do not hold');
+  const strictQueue = { submit: async () => Promise.reject(misfit) } as unknown as CsrQueue;
+  await assert.rejects(
+    submitCertificates({ ...context([held]), queue: strictQueue }, input(csr)),
+    (err: unknown) => err === misfit,
+  );
+  assert.deepEqual([audit.at(-1)?.verdict, audit.at(-1)?.reasons], ['deny', [misfit.message]]);
   await assert.rejects(
     pollRequest(context([held]), `kops-bootstrap-${'a'.repeat(40)}`, '0', new AbortController().signal),
     isFault('kubernetes-api'),

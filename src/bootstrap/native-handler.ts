@@ -365,7 +365,9 @@ export async function submitCertificates(
           'kubernetes-api',
         );
       } catch (err) {
-        if (err instanceof KopsError && err.kind === 'conflict') {
+        // The queue's own refusals (the request does not fit, the queue is full, the name is held)
+        // are denials to audit; a fault was reported as one above.
+        if (err instanceof KopsError && !isDependencyFault(err)) {
           report(context, { ...base, verdict: 'deny', reasons: [err.message] });
         }
         throw err;

@@ -16,7 +16,11 @@ import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey, spkiOf } from '../pki/keys.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import { type KubeObject, type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { outcomeWithin, silentApiServer } from '../testing/silent-server.ts';
 import { toolPath } from '../testing/tools.ts';
+import type { BootstrapContext } from './context.ts';
+import { DependencyFaultError } from './dependency.ts';
+import { pollRequest } from './native-handler.ts';
 import { httpsNodeReader } from './node-guard.ts';
 import { queuePolicy } from './policies/queue.ts';
 import {
@@ -28,7 +32,6 @@ import {
   queuedCsrObject,
   readQueuedRequest,
   sealKeyOf,
-  sourceOf,
   stateOf,
 } from './queue.ts';
 import { serveBootstrap, servingCertificate } from './server.ts';
@@ -62,14 +65,6 @@ const request: BootstrapRequest = {
   remoteAddress: '10.1.2.3',
   receivedAt: new Date(),
 };
-
-test('a source is an IPv4 address or an IPv6 /64', () => {
-  assert.equal(sourceOf('10.0.0.9'), '10.0.0.9');
-  assert.equal(sourceOf('::ffff:10.0.0.9'), '10.0.0.9');
-  assert.equal(sourceOf('2001:db8:1:2:aaaa::1'), '2001:db8:1:2::/64');
-  assert.equal(sourceOf('2001:db8:1:2:ffff:ffff:ffff:ffff'), '2001:db8:1:2::/64');
-  assert.notEqual(sourceOf('2001:db8:1:3::1'), sourceOf('2001:db8:1:2::1'));
-});
 
 describe('queued CSR objects', () => {
   const sealKey = sealKeyOf(createCa());
@@ -315,6 +310,29 @@ describe('the queue through the bootstrap server', () => {
     }
   });
 
+  test('a retry whose CSR exists (409) and whose read the API server does not answer in time is a timeout, not a hang', async () => {
+    const kubeConfig = sim.kubeConfig();
+    const options = { certificates: kubeConfig.makeApiClient(CertificatesV1Api), kubeConfig, ca };
+    // The first submission creates the CSR; a replica that has not seen it yet (a cold cache) then
+    // gets 409 for the node's retry and reads the CSR to compare keys.
+    await new CsrQueue(options).submit(request, facts);
+    const cold = new CsrQueue({ ...options, readTimeoutMs: 200 });
+    sim.faults.latency(5_000, { resource: 'certificatesigningrequests', verbs: ['get'] });
+    try {
+      const started = Date.now();
+      await assert.rejects(cold.submit(request, facts), (err: unknown) => {
+        assert.ok(err instanceof KopsError, String(err));
+        assert.equal(err.kind, 'timeout', err.message);
+        assert.match(err.message, /read certificate signing request kops-bootstrap-/);
+        return true;
+      });
+      assert.ok(Date.now() - started < 2_000, `answered after ${Date.now() - started} ms`);
+    } finally {
+      sim.faults.latency(0, { resource: 'certificatesigningrequests', verbs: ['get'] });
+      clearQueue();
+    }
+  });
+
   test('a request for an API-server name, the service IP or a wildcard is refused (400 naming it); nothing is queued', async () => {
     const running = await serve();
     try {
@@ -484,6 +502,46 @@ describe('the queue through the bootstrap server', () => {
       assert.equal((await running.post(nativeBody('node-c6'), '127.0.0.3')).status, 202);
     } finally {
       await running.close();
+    }
+  });
+});
+
+describe('polling a queued request when the API server accepts the connection and never answers', () => {
+  test('a handle not in the cache is read with a deadline: the poll (even wait=0) is a 503 with Retry-After, its connection closed', async () => {
+    const silent = await silentApiServer();
+    // Not started: its cache holds nothing, as on a replica whose informer has not seen the CSR.
+    const queue = new CsrQueue({
+      certificates: silent.kubeConfig.makeApiClient(CertificatesV1Api),
+      kubeConfig: silent.kubeConfig,
+      ca: createCa(),
+      readTimeoutMs: 200,
+    });
+    const handle = `kops-bootstrap-${'0'.repeat(40)}`;
+    try {
+      const lookup = await outcomeWithin(queue.lookup(handle), 5_000);
+      assert.ok(!lookup.pending, 'the lookup was still pending 5 s after its 200 ms deadline');
+      assert.ok(lookup.error instanceof KopsError, String(lookup.error));
+      assert.equal(lookup.error.kind, 'timeout', lookup.error.message);
+
+      const context = { queue, logger: silentLogger } as unknown as BootstrapContext;
+      const started = Date.now();
+      const poll = await outcomeWithin(
+        pollRequest(context, handle, '0', new AbortController().signal),
+        5_000,
+      );
+      assert.ok(!poll.pending, 'GET /v1/requests/<id>?wait=0 was still pending 5 s after the read deadline');
+      assert.ok(Date.now() - started < 2_000, `answered after ${Date.now() - started} ms`);
+      const { error } = poll;
+      assert.ok(error instanceof DependencyFaultError, String(error));
+      assert.equal(error.dependency, 'kubernetes-api');
+      assert.equal(error.httpStatus, 503);
+      assert.ok(error.retryAfterSeconds >= 2, String(error.retryAfterSeconds));
+
+      const deadline = Date.now() + 2_000;
+      while (silent.open() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(silent.open(), 0, 'an abandoned read still holds its connection');
+    } finally {
+      silent.close();
     }
   });
 });

@@ -21,22 +21,22 @@
  *   from one source; beyond, a new request gets 429 with Retry-After. The signer expires undecided
  *   requests after a TTL (queue-signer.ts).
  */
+
 import { createHash, createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
-import { isIP } from 'node:net';
 import type { CertificatesV1Api, KubeConfig, V1CertificateSigningRequest } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
+import { withDeadline } from '../deadline.ts';
 import { ConflictError, describeError, ForbiddenError, NotFoundError, RateLimitedError } from '../errors.ts';
 import { fromApiException } from '../kube/api-errors.ts';
-import { readCsr } from '../kube/csr.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
+import { type KubeHttps, kubeAnswerError, kubeHttps, kubeJson } from '../kube/kube-https.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { sourceOf } from '../net/source.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { type ParsedCsr, parseCsr } from '../pki/csr.ts';
-import { bytesToIp, ipToBytes } from '../pki/ip.ts';
 import { encodePem } from '../pki/pem.ts';
 import { type CertificatePlan, type ProfileName, profiles, subjectText } from '../pki/profiles.ts';
 import { defaultReservedNames, type ReservedNames } from '../pki/reserved-names.ts';
-import { withDeadline } from './dependency.ts';
 import { planForFacts } from './issue.ts';
 import { addressesAreVerified, nameIsVerified } from './policies/queue.ts';
 import type { BootstrapRequest, NodeFacts } from './types.ts';
@@ -90,21 +90,14 @@ export const queueFullRetryAfterSeconds = 60;
 /** How long the node's request waits for the API server to create its CSR (default). */
 const defaultCreateTimeoutMs = 5_000;
 
+/**
+ * How long the node's request waits for the API server to read one CSR (default): a poll of a
+ * request the cache does not hold, and a retry whose CSR exists (409). The same 5 s as the create.
+ */
+const defaultReadTimeoutMs = 5_000;
+
 /** The reasons of the queue's own 429s: the overall cap, and the cap of one source. */
 export const queueFullReasons = { overall: 'queue-full', source: 'source-queue-full' } as const;
-
-/**
- * The source a pending request counts against: its IPv4 address (an IPv4-mapped one as IPv4), or
- * the /64 of an IPv6 address, since one host commonly holds a whole /64.
- */
-export function sourceOf(remoteAddress: string): string {
-  if (!isIP(remoteAddress)) return remoteAddress;
-  const bytes = ipToBytes(remoteAddress);
-  if (bytes.length === 4) return bytesToIp(bytes);
-  const mapped = bytes.subarray(0, 10).every((b) => b === 0) && bytes.readUInt16BE(10) === 0xffff;
-  if (mapped) return bytesToIp(bytes.subarray(12));
-  return `${bytesToIp(Buffer.concat([bytes.subarray(0, 8), Buffer.alloc(8)]))}/64`;
-}
 
 /** The label that lets admins select the queued requests of one node. */
 export const nodeLabel = 'bootstrap.kops.k8s.io/node';
@@ -514,6 +507,11 @@ export interface CsrQueueOptions {
   reserved?: ReservedNames;
   /** How long a submission waits for the API server to create its CSR (default 5 s). */
   createTimeoutMs?: number;
+  /**
+   * How long a read of one CSR past the cache may take (default 5 s): a poll of a request the cache
+   * does not hold, a retry whose CSR exists. Past it the node is told to retry (503).
+   */
+  readTimeoutMs?: number;
   /** Queue depth (pending requests) is reported here, when given. */
   onDepth?: (pending: number) => void;
   registry?: Registry;
@@ -554,9 +552,12 @@ export class CsrQueue {
   readonly #limits: QueueLimits;
   readonly #reserved: ReservedNames;
   readonly #logger: Logger;
+  /** CSR reads past the cache, over the pooled API client, with their deadline. */
+  readonly #reads: KubeHttps;
 
   constructor(options: CsrQueueOptions) {
     this.#options = options;
+    this.#reads = kubeHttps(options.kubeConfig, { timeoutMs: options.readTimeoutMs ?? defaultReadTimeoutMs });
     this.#sealKey = sealKeyOf(options.ca);
     this.#limits = { ...defaultQueueLimits, ...options.limits };
     this.#reserved = options.reserved ?? defaultReservedNames;
@@ -677,7 +678,7 @@ export class CsrQueue {
         throw error;
       }
     }
-    const existing = await readCsr(this.#options.certificates, name);
+    const existing = await this.#read(name);
     this.#observe(name, existing);
     if (!existing)
       throw new ConflictError(`certificate signing request ${name} vanished while being created; retry`);
@@ -694,9 +695,23 @@ export class CsrQueue {
     return stateOf(existing, this.#sealKey);
   }
 
+  /**
+   * The CSR called `name` as the API server has it now, or undefined once it is deleted: read past
+   * the cache, with a deadline (TimeoutError past it; UnavailableError, RateLimitedError… for a
+   * failed read), so an API server that never answers holds no node's request for longer.
+   */
+  async #read(name: string): Promise<V1CertificateSigningRequest | undefined> {
+    const action = `read certificate signing request ${name}`;
+    const path = `/apis/certificates.k8s.io/v1/certificatesigningrequests/${encodeURIComponent(name)}`;
+    const answer = await this.#reads({ action, method: 'GET', path });
+    if (answer.status === 404) return undefined;
+    if (answer.status !== 200) throw kubeAnswerError(answer, action);
+    return kubeJson<V1CertificateSigningRequest>(answer, action);
+  }
+
   /** Where the queued request `name` stands; NotFoundError for unknown names and foreign CSRs. */
   async lookup(name: string): Promise<QueueState> {
-    const csr = this.#informer.get(name) ?? (await readCsr(this.#options.certificates, name));
+    const csr = this.#informer.get(name) ?? (await this.#read(name));
     if (!csr || !hasValidSeal(csr, this.#sealKey)) {
       throw new NotFoundError(`no pending bootstrap request ${name}; it was never made, or was deleted`, {
         reason: 'unknown-request',

@@ -16,15 +16,17 @@
  * Any other failure of the apiserver (5xx, 429, no answer within the deadline, even a refusal of
  * our own permissions) is a dependency fault: the node is told to retry, never that it was refused.
  */
+
 import { createHash } from 'node:crypto';
 import type { CoreV1Api, KubeConfig, V1ConfigMap } from '@kubernetes/client-node';
+import { withDeadline } from '../deadline.ts';
 import { describeError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
 import { kubeAnswerError, kubeHttps, kubeJson } from '../kube/kube-https.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
-import { dependencyFault, withDeadline } from './dependency.ts';
+import { dependencyFault } from './dependency.ts';
 
 /**
  * Records proofs as used. `claim` is true the first time a digest is seen, and again whenever the

@@ -19,6 +19,7 @@ import fc from 'fast-check';
 import { Registry } from 'prom-client';
 import { type RunningBootstrap, startBootstrapServer } from '../cli/bootstrap-server.ts';
 import { parseConfig } from '../config/loader.ts';
+import { silentLogger } from '../log.ts';
 import { assertTlsPolicy, eventually, idleCrowd } from '../net/testing.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
@@ -32,6 +33,7 @@ import { openVfs } from '../statestore/open.ts';
 import { opensslVerify, scratchFile } from '../testing/openssl.ts';
 import { toolPath } from '../testing/tools.ts';
 import { bootstrapSignerName, queuedCsrName } from './queue.ts';
+import { serveBootstrap, servingCertificate } from './server.ts';
 import type { AuditRecord, BootstrapPolicy, NodeFacts } from './types.ts';
 
 const run = promisify(execFile);
@@ -1015,4 +1017,45 @@ describe('bootstrap server with bootstrap.nodeGuard: api', () => {
       await sim.close();
     }
   });
+});
+
+test('the rate limit counts an IPv6 client against its /64, not its own address', async () => {
+  // One host commonly holds a whole /64: keyed by address, it would pass as 2^64 sources.
+  const ca = createCa();
+  const asked: string[] = [];
+  const server = await serveBootstrap({
+    listen: '[::1]:0',
+    tls: servingCertificate(ca, { name: 'kops-controller.internal.c.example.com', ipAddresses: ['::1'] }),
+    context: {
+      ca,
+      policies: [],
+      readNode: async () => undefined,
+      apiServer: 'https://api.internal.c.example.com',
+      logger: silentLogger,
+    },
+    limiter: {
+      take: (source) => {
+        asked.push(source);
+        return { allowed: false, retryAfterSeconds: 7 };
+      },
+    },
+  });
+  try {
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = request(
+        `${server.url}/v1/certificates`,
+        { method: 'POST', ca: bundlePem(ca), agent: false },
+        (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        },
+      );
+      req.on('error', reject);
+      req.end('{}');
+    });
+    assert.equal(status, 429);
+    assert.deepEqual(asked, ['::/64']);
+  } finally {
+    await server.close();
+  }
 });

@@ -25,11 +25,11 @@ import {
   type ConnectionGate,
   type ConnectionLimits,
   type HardenedServer,
-  sourceAddress,
   startHardenedServer,
 } from '../net/hardened-server.ts';
 import { warnIfSessionTicketsOn } from '../net/openssl-config.ts';
 import { readBody } from '../net/read-body.ts';
+import { sourceAddress, sourceOf } from '../net/source.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { generateKey, privateKeyPem } from '../pki/keys.ts';
 import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
@@ -164,7 +164,8 @@ async function handle(routes: Routes, req: IncomingMessage, res: ServerResponse)
   const path = url.pathname;
   if (path === '/healthz') return sendAnswer(res, { status: 200, body: 'ok\n' });
   if (path === '/readyz') return sendAnswer(res, readinessAnswer(routes.options.readiness ?? []));
-  const taken = routes.limiter.take(remoteAddressOf(req));
+  // An IPv6 host counts as its /64 (src/net/source.ts).
+  const taken = routes.limiter.take(sourceOf(req.socket.remoteAddress));
   // A limiter shared across workers answers later; a local one at once, without a turn of the loop.
   const decision = 'allowed' in taken ? taken : await taken;
   if (!decision.allowed) {

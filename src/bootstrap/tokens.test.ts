@@ -1,11 +1,15 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import type { CoreV1Api, V1Secret } from '@kubernetes/client-node';
+import { CoreV1Api, type V1Secret } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { makeClients } from '../kube/client.ts';
 import { parseToken } from '../protocol/bootstrap-token.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { contextAt, testRequest } from '../testing/bootstrap-request.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
+import { outcomeWithin, silentApiServer } from '../testing/silent-server.ts';
+import { DependencyFaultError } from './dependency.ts';
+import { bootstrapTokenPolicy } from './policies/bootstrap-token.ts';
 import {
   apiTokenSource,
   constantTimeEqual,
@@ -521,5 +525,37 @@ describe('token lookups answered from a watch of the token Secrets', () => {
       sim.faults.reset();
     }
     assert.equal(await outcome(token.text), `accepted ${token.id}`);
+  });
+});
+
+describe('an API server that accepts the connection and never answers', () => {
+  test('the token Secret read ends at its deadline: a dependency fault (503 with Retry-After), its connection closed', async () => {
+    const silent = await silentApiServer();
+    try {
+      const core = silent.kubeConfig.makeApiClient(CoreV1Api);
+      const policy = bootstrapTokenPolicy({
+        validator: new TokenValidator(apiTokenSource(core, { timeoutMs: 200 })),
+      });
+      const request = testRequest({
+        claimedNodeName: 'node-a',
+        proof: { kind: 'bootstrap-token', token: 'abcdef.0123456789abcdef' },
+      });
+      const started = Date.now();
+      const outcome = await outcomeWithin(policy.evaluate(request, contextAt()), 5_000);
+      assert.ok(!outcome.pending, 'the token read was still pending 5 s after its 200 ms deadline');
+      assert.ok(Date.now() - started < 2_000, `answered after ${Date.now() - started} ms`);
+      const { error } = outcome;
+      assert.ok(error instanceof DependencyFaultError, String(error));
+      assert.equal(error.dependency, 'kubernetes-api');
+      assert.equal(error.httpStatus, 503);
+      assert.ok(error.retryAfterSeconds >= 2, String(error.retryAfterSeconds));
+      assert.match(String((error.cause as Error).message), /no answer within 200 ms/);
+      // The call was aborted, not left running: the API server sees its connection closed.
+      const deadline = Date.now() + 2_000;
+      while (silent.open() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(silent.open(), 0, 'the abandoned read still holds its connection');
+    } finally {
+      silent.close();
+    }
   });
 });

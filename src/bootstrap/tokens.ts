@@ -12,8 +12,10 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { CoreV1Api, KubeConfig, V1Secret } from '@kubernetes/client-node';
 import { Counter, type Registry } from 'prom-client';
+import { bounded } from '../deadline.ts';
 import { InvalidInputError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
+import { abortingWith } from '../kube/call-options.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import { sharedMetric } from '../kube/metrics.ts';
 import { type Logger, silentLogger } from '../log.ts';
@@ -31,6 +33,11 @@ export const tokenSecretType = 'bootstrap.kubernetes.io/token';
 export const tokenSecretPrefix = 'bootstrap-token-';
 /** kubeadm's default token lifetime. */
 export const defaultTokenTtlMs = 24 * 60 * 60 * 1000;
+/**
+ * How long the read of a token Secret that would be accepted may take before the node is told to
+ * retry (default): the replay marker's and the queue's API calls have the same 5 s.
+ */
+export const defaultTokenReadTimeoutMs = 5_000;
 
 const extraGroupPattern = /^system:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]$/;
 const secretNamePattern = /^bootstrap-token-([a-z0-9]{6})$/;
@@ -339,16 +346,33 @@ export class WatchedTokenSecrets implements TokenSecretSource {
   }
 }
 
-/** A {@link TokenSecretSource} reading the API directly (CLI, or processes without an informer). */
-export function apiTokenSource(core: CoreV1Api): TokenSecretSource {
+/** Options of {@link apiTokenSource}. */
+export interface ApiTokenSourceOptions {
+  /** Deadline of each read of one token Secret (default {@link defaultTokenReadTimeoutMs}). */
+  timeoutMs?: number;
+}
+
+/**
+ * A {@link TokenSecretSource} reading the API directly (CLI, or processes without an informer). A
+ * token read that gets no answer within its deadline is a TimeoutError: a dependency fault for the
+ * bootstrap policies (503 with Retry-After), never a refusal of the token.
+ */
+export function apiTokenSource(core: CoreV1Api, options: ApiTokenSourceOptions = {}): TokenSecretSource {
+  const timeoutMs = options.timeoutMs ?? defaultTokenReadTimeoutMs;
   return {
     async get(id) {
       if (!isTokenId(id)) return undefined;
+      const name = tokenSecretPrefix + id;
+      const action = `read secret ${tokenNamespace}/${name}`;
       try {
-        return await core.readNamespacedSecret({ name: tokenSecretPrefix + id, namespace: tokenNamespace });
+        return await bounded(
+          (signal) => core.readNamespacedSecret({ name, namespace: tokenNamespace }, abortingWith(signal)),
+          timeoutMs,
+          action,
+        );
       } catch (err) {
         if (httpStatusOfApiError(err) === 404) return undefined;
-        throw fromApiException(err, `read secret ${tokenNamespace}/${tokenSecretPrefix}${id}`);
+        throw fromApiException(err, action);
       }
     },
     async list() {

@@ -205,6 +205,44 @@ describe('hardened server', () => {
     }
   });
 
+  test('an IPv6 connection counts against its /64, not its own address', async () => {
+    // One host commonly holds a whole /64: keyed by address, it would pass as 2^64 sources.
+    const asked: string[] = [];
+    const released: string[] = [];
+    const gate: ConnectionGate = {
+      admit: (source) => {
+        asked.push(source);
+        return 'admitted';
+      },
+      release: (source) => released.push(source),
+    };
+    const server = await startHardenedServer({
+      name: 'test',
+      listen: '[::1]:0',
+      listenSetting: 'test.listen',
+      tls: tls(),
+      gate,
+      handler: (_req, res) => res.end('ok'),
+    });
+    try {
+      const text = await new Promise<string>((resolve, reject) => {
+        const req = request(`${server.url}/`, { ca: caPem, agent: false }, (res) => {
+          let body = '';
+          res.on('data', (chunk: Buffer) => (body += chunk));
+          res.on('end', () => resolve(body));
+        });
+        req.on('error', reject);
+        req.end();
+      });
+      assert.equal(text, 'ok');
+      assert.deepEqual(asked, ['::/64']);
+      assert.deepEqual(await eventually(() => released.length, 1), 1);
+      assert.deepEqual(released, ['::/64'], 'released under the key it was admitted under');
+    } finally {
+      await server.close();
+    }
+  });
+
   test('warns at start when the connection cap is not below the open-file limit', async () => {
     const lines: string[] = [];
     const destination = new Writable({

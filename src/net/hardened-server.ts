@@ -28,6 +28,7 @@ import { ConfigError } from '../errors.ts';
 import { sharedMetric } from '../kube/metrics.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { parseListenAddress, urlOf } from '../runtime/listen-address.ts';
+import { sourceOf } from './source.ts';
 
 /** How many connections a server holds, and for how long (times in ms). */
 export interface ConnectionLimits {
@@ -172,12 +173,6 @@ export interface HardenedServer {
    * whatever is left after `graceMs` (default 0) is cut.
    */
   close(graceMs?: number): Promise<void>;
-}
-
-/** The address a connection comes from, IPv4-mapped IPv6 written as IPv4; '' when unknown. */
-export function sourceAddress(remoteAddress: string | undefined): string {
-  const address = remoteAddress ?? '';
-  return address.startsWith('::ffff:') ? address.slice(7) : address;
 }
 
 /** The status line for a request Node's parser refused: too slow, headers too large, or malformed. */
@@ -346,7 +341,8 @@ function capPerSource(
     awaitFirstRequest(socket);
   };
   server.on('connection', (socket: Socket) => {
-    const source = sourceAddress(socket.remoteAddress);
+    // An IPv6 host counts as its /64 (src/net/source.ts).
+    const source = sourceOf(socket.remoteAddress);
     if (source === '') return socket.destroy(); // already gone
     const admission = gate.admit(source);
     if (typeof admission === 'string') return admitted(socket, source, admission);
@@ -442,7 +438,7 @@ export async function startHardenedServer(options: HardenedServerOptions): Promi
   const server = createServer(options, limits);
   const refused = refusals(options, limits, logger);
   server.on('drop', (data?: { remoteAddress?: string }) =>
-    refused.refuse('total', sourceAddress(data?.remoteAddress)),
+    refused.refuse('total', sourceOf(data?.remoteAddress)),
   );
   const sockets = capPerSource(server, options, limits, refused);
   boundRequests(server);

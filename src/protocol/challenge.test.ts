@@ -67,6 +67,15 @@ describe("the callback challenge's wire format (kops' proto/kops/bootstrap/v1/bo
       [{ ...good, endpoint: 7 }, /endpoint/],
       [{ ...good, ca: Buffer.from('no pem').toString('base64') }, /challenge\.ca/],
       [
+        {
+          ...good,
+          ca: Buffer.from('-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n').toString(
+            'base64',
+          ),
+        },
+        /challenge\.ca is not a readable certificate/,
+      ],
+      [
         { ...good, ca: Buffer.from(certificatePem + certificatePem).toString('base64') },
         /exactly one certificate/,
       ],

@@ -7,7 +7,7 @@
  * the cluster CA, and sends a fresh nonce; only the process that made the request knows the secret,
  * so only it answers `sha256(secret || nonce)`. Pure: names, message shapes, the answer.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, timingSafeEqual, X509Certificate } from 'node:crypto';
 import { InvalidInputError } from '../errors.ts';
 import { decodePem } from '../pki/pem.ts';
 
@@ -128,5 +128,11 @@ export function parseChallengeField(value: unknown): ChallengeClaim {
   // One certificate, the node server's own: it is a pin, not a CA bundle to chain through.
   const ders = decodePem(pem, 'CERTIFICATE', 'challenge.ca');
   if (ders.length !== 1) throw new InvalidInputError('challenge.ca must hold exactly one certificate');
+  // Read here, so that a body that is not a certificate is the request's error, not the caller's fault.
+  try {
+    new X509Certificate(ders[0] as Buffer);
+  } catch (err) {
+    throw new InvalidInputError(`challenge.ca is not a readable certificate (${(err as Error).message})`);
+  }
   return { endpoint, serverCertificatePem: pem, challengeId: challengeID, secret };
 }

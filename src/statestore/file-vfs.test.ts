@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { NotFoundError } from '../errors.ts';
+import { ConfigError, NotFoundError } from '../errors.ts';
 import { FileVfs } from './file-vfs.ts';
 
 const dir = await mkdtemp(join(tmpdir(), 'kc-file-vfs-'));
@@ -47,4 +47,30 @@ test('the root URL is a proper file URL that opens the same directory again', as
   await vfs.write('config', 'odd');
   assert.equal(vfs.url, pathToFileURL(odd).href);
   assert.equal((await new FileVfs(fileURLToPath(vfs.url)).read('config')).data.toString(), 'odd');
+});
+
+test('a folder that is a file, or cannot be created, is a configuration error naming the object', async () => {
+  const file = join(dir, 'a-regular-file');
+  await writeFile(file, 'x');
+  await assert.rejects(new FileVfs(file).write('pki/ca.crt', 'c'), (err) => {
+    assert.ok(err instanceof ConfigError, String(err));
+    assert.equal(
+      err.message,
+      `cannot write ${pathToFileURL(file).href}/pki/ca.crt: a parent is not a directory`,
+    );
+    return true;
+  });
+  await assert.rejects(new FileVfs(file).write('ca.crt', 'c'), (err) => {
+    assert.ok(err instanceof ConfigError, String(err));
+    assert.equal(err.message, `cannot write ${pathToFileURL(file).href}/ca.crt: a parent is not a directory`);
+    return true;
+  });
+  await assert.rejects(new FileVfs('/proc/kops-controller-test').write('ca.crt', 'c'), (err) => {
+    assert.ok(err instanceof ConfigError, String(err));
+    assert.equal(
+      err.message,
+      'cannot write file:///proc/kops-controller-test/ca.crt: its directory cannot be created',
+    );
+    return true;
+  });
 });

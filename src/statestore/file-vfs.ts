@@ -7,7 +7,7 @@ import type { Dirent } from 'node:fs';
 import { readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, relative as relativePath, sep } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { NotFoundError, UnavailableError } from '../errors.ts';
+import { ConfigError, NotFoundError, UnavailableError } from '../errors.ts';
 import { makeDirectory } from '../make-directory.ts';
 import { checkListPrefix, checkObjectPath } from './paths.ts';
 import type { StoredObject, Vfs } from './types.ts';
@@ -22,6 +22,30 @@ function versionOf(info: { ino: bigint; mtimeNs: bigint; size: bigint }): string
 function isMissing(err: unknown): boolean {
   const code = (err as NodeJS.ErrnoException).code;
   return code === 'ENOENT' || code === 'ENOTDIR';
+}
+
+/**
+ * Why a write failed, in words, when retrying cannot help: the folder is a file, cannot be created
+ * or is not ours to write — a wrong path (`--dir`, `--to`, `configBase`), so a configuration error.
+ * Anything else (a full disk, an I/O error) is a failing dependency.
+ */
+function unwritableReason(err: unknown): string | undefined {
+  switch ((err as NodeJS.ErrnoException).code) {
+    case 'ENOTDIR':
+    case 'EEXIST': // mkdir of a name a file already has
+      return 'a parent is not a directory';
+    case 'ENOENT': // after the parents were made: the kernel refuses the name (/proc, /sys)
+      return 'its directory cannot be created';
+    case 'EISDIR':
+      return 'is a directory';
+    case 'EACCES':
+    case 'EPERM':
+      return 'permission denied';
+    case 'EROFS':
+      return 'read-only file system';
+    default:
+      return undefined;
+  }
 }
 
 /** A VFS over a directory tree. */
@@ -78,7 +102,12 @@ export class FileVfs implements Vfs {
       await writeFile(temp, data, { mode: options.mode ?? 0o644, flush: true });
       await rename(temp, file);
     } catch (err) {
-      await rm(temp, { force: true });
+      // Best effort: when the folder could not be made there is no temporary file, and removing it
+      // fails too (ENOTDIR under a regular file); the write's own error is the one to report.
+      await rm(temp, { force: true }).catch(() => undefined);
+      const reason = unwritableReason(err);
+      // The reason is the whole story; the system error's text would only repeat it.
+      if (reason) throw new ConfigError(`cannot write ${this.url}/${path}: ${reason}`);
       throw new UnavailableError(`cannot write ${this.url}/${path}: ${(err as Error).message}`, {
         cause: err,
       });

@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { OAuth2Client } from 'google-auth-library';
-import { NotFoundError, UnauthenticatedError, UnavailableError } from '../errors.ts';
+import { KopsError, NotFoundError, UnauthenticatedError, UnavailableError } from '../errors.ts';
 import { startGcsSim } from '../sim/gcs/server.ts';
+import { outcomeWithin, silentServer } from '../testing/silent-server.ts';
 import { GcsVfs } from './gcs-vfs.ts';
 
 const sim = await startGcsSim({ buckets: ['state'], token: 'good-token' });
@@ -66,5 +67,48 @@ describe('GCS backend', () => {
     const before = sim.requestCounts()['objects.get'] ?? 0;
     await vfs().stat('config');
     assert.equal((sim.requestCounts()['objects.get'] ?? 0) - before, 1);
+  });
+});
+
+describe('GCS that accepts the connection and never answers', () => {
+  /** Asserts that `work` ends as a timeout of `what` well within a few seconds of its 300 ms deadline. */
+  async function timesOut(what: string, work: Promise<unknown>): Promise<void> {
+    const started = Date.now();
+    const outcome = await outcomeWithin(work, 5_000);
+    assert.ok(!outcome.pending, `the ${what} was still pending 5 s after its 300 ms deadline`);
+    assert.ok(Date.now() - started < 2_000, `${what} answered after ${Date.now() - started} ms`);
+    const { error } = outcome;
+    assert.ok(error instanceof KopsError, String(error));
+    assert.equal(error.kind, 'timeout', error.message);
+    assert.match(error.message, /no answer within 300 ms/);
+  }
+
+  test('a storage endpoint that never answers: the read ends at the deadline as a timeout', async () => {
+    const silent = await silentServer();
+    const { endpoint } = silent;
+    try {
+      const store = new GcsVfs(new URL('gs://state/c1'), {
+        endpoint,
+        auth: auth('good-token'),
+        timeoutMs: 300,
+      });
+      await timesOut('read', store.read('igconfig/node/nodes/nodeupconfig.yaml'));
+      const deadline = Date.now() + 2_000;
+      while (silent.open() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(silent.open(), 0, 'the abandoned request still holds its connection');
+    } finally {
+      silent.close();
+    }
+  });
+
+  test('credentials that never come (a silent metadata or token endpoint): the read ends at the same deadline', async () => {
+    const stuck = { getRequestHeaders: () => new Promise<Headers>(() => {}) };
+    const store = new GcsVfs(new URL('gs://state/c1'), {
+      endpoint: sim.endpoint,
+      auth: stuck,
+      timeoutMs: 300,
+    });
+    await timesOut('read', store.read('config'));
+    await timesOut('stat', store.stat('config'));
   });
 });

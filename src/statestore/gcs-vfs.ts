@@ -3,6 +3,10 @@
  * google-auth-library for credentials (Application Default Credentials: the node's service account
  * on GCE, `GOOGLE_APPLICATION_CREDENTIALS` elsewhere). Plain HTTPS keeps the dependency small; the
  * endpoint can be pointed at a simulator or an emulator.
+ *
+ * Every request has a deadline ({@link defaultGcsTimeoutMs}) that covers getting its credentials
+ * (the metadata server or a token endpoint) as well as the exchange itself: a store, or a credential
+ * source, that never answers is a TimeoutError, never a hang of the node's request that waits on it.
  */
 import { STATUS_CODES } from 'node:http';
 import { GoogleAuth } from 'google-auth-library';
@@ -10,6 +14,7 @@ import {
   ForbiddenError,
   type KopsError,
   NotFoundError,
+  TimeoutError,
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
@@ -28,9 +33,15 @@ export interface GcsVfsOptions {
   endpoint?: string;
   /** Auth client; default Application Default Credentials with the read-write storage scope. */
   auth?: GcsAuth;
-  /** Per-request timeout in milliseconds (default 30 s). */
+  /** Deadline of each request, its credentials included (default {@link defaultGcsTimeoutMs}). */
   timeoutMs?: number;
 }
+
+/**
+ * How long one request may take, getting its credentials included (default): kops' state files are
+ * kilobytes, so a store slower than this is down; S3's calls have the same 10 s.
+ */
+export const defaultGcsTimeoutMs = 10_000;
 
 const defaultEndpoint = 'https://storage.googleapis.com';
 /** The largest object or listing page read: kops' state files are kilobytes, a page of names less than this. */
@@ -61,7 +72,7 @@ export class GcsVfs implements Vfs {
     ({ bucket: this.#bucket, root: this.#root, url: this.url } = bucketLocation(url, 'gs'));
     this.#endpoint = (options.endpoint ?? defaultEndpoint).replace(/\/+$/, '');
     this.#auth = options.auth ?? new GoogleAuth({ scopes: [storageScope] });
-    this.#timeoutMs = options.timeoutMs ?? 30_000;
+    this.#timeoutMs = options.timeoutMs ?? defaultGcsTimeoutMs;
   }
 
   #objectUrl(path: string, query: string): string {
@@ -75,24 +86,53 @@ export class GcsVfs implements Vfs {
     url: string,
     init: { method?: string; headers?: Record<string, string>; body?: Buffer } = {},
   ): Promise<HttpsAnswer> {
+    const where = `${this.url}/${path}`;
+    const started = Date.now();
     let answer: HttpsAnswer;
     try {
-      const headers = Object.fromEntries(await this.#auth.getRequestHeaders(url));
+      const headers = Object.fromEntries(await this.#credentials(url, action, where));
       answer = await httpsRequest({
         url: new URL(url),
         method: init.method,
         headers: { ...headers, ...init.headers },
         body: init.body,
-        timeoutMs: this.#timeoutMs,
+        // What is left of the deadline once the credentials came.
+        timeoutMs: Math.max(1, this.#timeoutMs - (Date.now() - started)),
         maxBodyBytes: maxAnswerBytes,
       });
     } catch (err) {
-      throw new UnavailableError(`cannot ${action} ${this.url}/${path}: ${(err as Error).message}`, {
+      if (err instanceof TimeoutError) {
+        throw new TimeoutError(`cannot ${action} ${where}: no answer within ${this.#timeoutMs} ms`, {
+          cause: err,
+        });
+      }
+      throw new UnavailableError(`cannot ${action} ${where}: ${(err as Error).message}`, {
         cause: err,
       });
     }
     if (answer.status >= 200 && answer.status <= 299) return answer;
     throw this.#failure(action, path, answer);
+  }
+
+  /**
+   * The headers that authorise a request, within the request's deadline: the auth client may have to
+   * ask the metadata server or a token endpoint first, and neither is bounded by google-auth-library.
+   * Past the deadline its answer is dropped.
+   */
+  async #credentials(url: string, action: string, where: string): Promise<Headers> {
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(new TimeoutError(`cannot ${action} ${where}: no credentials within ${this.#timeoutMs} ms`)),
+        this.#timeoutMs,
+      );
+    });
+    try {
+      return await Promise.race([this.#auth.getRequestHeaders(url), deadline]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   #failure(action: string, path: string, answer: HttpsAnswer): KopsError {

@@ -1,7 +1,14 @@
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import { ForbiddenError, NotFoundError, UnauthenticatedError, UnavailableError } from '../errors.ts';
+import {
+  ForbiddenError,
+  KopsError,
+  NotFoundError,
+  UnauthenticatedError,
+  UnavailableError,
+} from '../errors.ts';
 import { startS3Sim } from '../sim/s3/server.ts';
+import { outcomeWithin, silentServer } from '../testing/silent-server.ts';
 import { S3Vfs, type S3VfsOptions } from './s3-vfs.ts';
 
 const sim = await startS3Sim({ buckets: ['state'] });
@@ -76,5 +83,37 @@ describe('S3 backend', () => {
     const response = await fetch(`${sim.endpoint}/state/c1/config`);
     assert.equal(response.status, 403);
     assert.match(await response.text(), /<Code>AccessDenied<\/Code>/);
+  });
+});
+
+describe('S3 endpoint that accepts the connection and never answers', () => {
+  test('a read or a stat ends at the deadline as a timeout (retryable), its connections closed', async () => {
+    const silent = await silentServer();
+    const store = vfs('s3://state/c1', {
+      endpoint: silent.endpoint,
+      region: 'us-test-1',
+      credentials: { accessKeyId: 'a', secretAccessKey: 'b' },
+      timeoutMs: 300,
+    });
+    try {
+      for (const [what, work] of [
+        ['read', () => store.read('igconfig/node/nodes/nodeupconfig.yaml')],
+        ['stat', () => store.stat('metal/inventory.yaml')],
+      ] as const) {
+        const started = Date.now();
+        const outcome = await outcomeWithin<unknown>(work(), 5_000);
+        assert.ok(!outcome.pending, `the ${what} was still pending 5 s after its 300 ms deadline`);
+        assert.ok(Date.now() - started < 2_000, `${what} answered after ${Date.now() - started} ms`);
+        const { error } = outcome;
+        assert.ok(error instanceof KopsError, String(error));
+        assert.equal(error.kind, 'timeout', error.message);
+        assert.match(error.message, new RegExp(`cannot ${what} s3://state/c1/.*no answer within 300 ms`));
+      }
+      const deadline = Date.now() + 2_000;
+      while (silent.open() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(silent.open(), 0, 'an abandoned request still holds its connection');
+    } finally {
+      silent.close();
+    }
   });
 });

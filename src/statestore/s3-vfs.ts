@@ -1,6 +1,13 @@
 /**
  * `s3://bucket/prefix`: the state store kops uses most, through the AWS SDK v3. An endpoint override
  * with path-style addressing serves S3-compatible stores (MinIO, Ceph, the simulator).
+ *
+ * Every call has a deadline ({@link defaultS3TimeoutMs}, the SDK's retries and the read of the
+ * answer's body included): an endpoint that accepts the connection and never answers is a
+ * TimeoutError, and the request is aborted, its connection closed. Each attempt has half of it (for
+ * the connection, for the answer to begin, and for the connection to stay silent), so that the SDK
+ * can retry once within it. The bootstrap server reads the state store on a node's request (kops'
+ * `includeNodeConfig`, the metal inventory), so a silent store must cost the node a 503, not a hang.
  */
 import {
   DeleteObjectCommand,
@@ -15,6 +22,7 @@ import {
   ForbiddenError,
   KopsError,
   NotFoundError,
+  TimeoutError,
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
@@ -31,7 +39,19 @@ export interface S3VfsOptions {
   forcePathStyle?: boolean;
   /** Static credentials; default is the SDK chain (environment, web identity, instance profile). */
   credentials?: S3ClientConfig['credentials'];
+  /** Deadline of each call, retries and body included (default {@link defaultS3TimeoutMs}). */
+  timeoutMs?: number;
 }
+
+/**
+ * How long one call to the store may take, the SDK's retries included (default): kops' state files
+ * are kilobytes, so a store slower than this is down; the cloud lookups of the bootstrap policies have
+ * the same 10 s.
+ */
+export const defaultS3TimeoutMs = 10_000;
+
+/** The longest an attempt waits for its connection to open (at most half the call's deadline). */
+const maxConnectionTimeoutMs = 5_000;
 
 interface S3ErrorShape {
   name?: string;
@@ -45,9 +65,12 @@ export class S3Vfs implements Vfs {
   readonly #bucket: string;
   readonly #root: string;
   readonly #client: S3Client;
+  readonly #timeoutMs: number;
 
   constructor(url: URL, options: S3VfsOptions = {}) {
     ({ bucket: this.#bucket, root: this.#root, url: this.url } = bucketLocation(url, 's3'));
+    this.#timeoutMs = options.timeoutMs ?? defaultS3TimeoutMs;
+    const attemptMs = Math.max(1, Math.ceil(this.#timeoutMs / 2));
     this.#client = new S3Client({
       region: options.region ?? process.env['AWS_REGION'] ?? process.env['AWS_DEFAULT_REGION'] ?? 'us-east-1',
       endpoint: options.endpoint,
@@ -57,7 +80,42 @@ export class S3Vfs implements Vfs {
       // The newer default checksums are not understood by every S3-compatible store.
       requestChecksumCalculation: 'WHEN_REQUIRED',
       responseChecksumValidation: 'WHEN_REQUIRED',
+      // The SDK's default handler waits forever for a connection, an answer and each byte of it.
+      requestHandler: {
+        connectionTimeout: Math.min(maxConnectionTimeoutMs, attemptMs),
+        requestTimeout: attemptMs,
+        throwOnRequestTimeout: true,
+        socketTimeout: attemptMs,
+      },
     });
+  }
+
+  /**
+   * `work` (one SDK call, and the read of its answer) within the call's deadline: past it, a
+   * TimeoutError, and the call is aborted so that its connection is closed, not left waiting.
+   */
+  async #bounded<T>(
+    action: string,
+    path: string,
+    work: (abortSignal: AbortSignal) => Promise<T>,
+  ): Promise<T> {
+    const abort = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        reject(
+          new TimeoutError(
+            `cannot ${action} ${this.url}/${path}: no answer within ${this.#timeoutMs} ms; check the endpoint and the network`,
+          ),
+        );
+        abort.abort();
+      }, this.#timeoutMs);
+    });
+    try {
+      return await Promise.race([work(abort.signal), deadline]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   #key(path: string): string {
@@ -72,6 +130,9 @@ export class S3Vfs implements Vfs {
     // HEAD responses have no body, so their errors carry only the HTTP status.
     const reason =
       code === '' || code === 'Unknown' ? `HTTP ${status ?? 'error'}` : `${code}: ${(err as Error).message}`;
+    if (code === 'TimeoutError' || code === 'AbortError') {
+      return new TimeoutError(`cannot ${action} ${where}: no answer in time (${reason})`, { cause: err });
+    }
     if (code === 'NoSuchKey' || code === 'NotFound' || (status === 404 && code !== 'NoSuchBucket')) {
       return new NotFoundError(`${where} does not exist`, { cause: err });
     }
@@ -101,11 +162,14 @@ export class S3Vfs implements Vfs {
 
   async read(path: string): Promise<StoredObject> {
     try {
-      const out = await this.#client.send(
-        new GetObjectCommand({ Bucket: this.#bucket, Key: this.#key(path) }),
-      );
-      const data = Buffer.from((await out.Body?.transformToByteArray()) ?? new Uint8Array());
-      return { data, version: out.ETag ?? '' };
+      return await this.#bounded('read', path, async (abortSignal) => {
+        const out = await this.#client.send(
+          new GetObjectCommand({ Bucket: this.#bucket, Key: this.#key(path) }),
+          { abortSignal },
+        );
+        const data = Buffer.from((await out.Body?.transformToByteArray()) ?? new Uint8Array());
+        return { data, version: out.ETag ?? '' };
+      });
     } catch (err) {
       if (err instanceof KopsError) throw err;
       throw this.#failure('read', path, err);
@@ -114,8 +178,10 @@ export class S3Vfs implements Vfs {
 
   async stat(path: string): Promise<string | undefined> {
     try {
-      const out = await this.#client.send(
-        new HeadObjectCommand({ Bucket: this.#bucket, Key: this.#key(path) }),
+      const out = await this.#bounded('stat', path, (abortSignal) =>
+        this.#client.send(new HeadObjectCommand({ Bucket: this.#bucket, Key: this.#key(path) }), {
+          abortSignal,
+        }),
       );
       return out.ETag ?? '';
     } catch (err) {
@@ -128,8 +194,11 @@ export class S3Vfs implements Vfs {
 
   async write(path: string, data: Buffer | string): Promise<void> {
     try {
-      await this.#client.send(
-        new PutObjectCommand({ Bucket: this.#bucket, Key: this.#key(path), Body: Buffer.from(data) }),
+      await this.#bounded('write', path, (abortSignal) =>
+        this.#client.send(
+          new PutObjectCommand({ Bucket: this.#bucket, Key: this.#key(path), Body: Buffer.from(data) }),
+          { abortSignal },
+        ),
       );
     } catch (err) {
       if (err instanceof KopsError) throw err;
@@ -143,13 +212,18 @@ export class S3Vfs implements Vfs {
     let token: string | undefined;
     try {
       do {
-        const out = await this.#client.send(
-          new ListObjectsV2Command({ Bucket: this.#bucket, Prefix: full, ContinuationToken: token }),
+        // Each page has the call's deadline: a long listing is many calls.
+        const out = await this.#bounded('list', prefix, (abortSignal) =>
+          this.#client.send(
+            new ListObjectsV2Command({ Bucket: this.#bucket, Prefix: full, ContinuationToken: token }),
+            { abortSignal },
+          ),
         );
         for (const object of out.Contents ?? []) if (object.Key) keys.push(object.Key.slice(strip));
         token = out.IsTruncated ? out.NextContinuationToken : undefined;
       } while (token);
     } catch (err) {
+      if (err instanceof KopsError) throw err;
       throw this.#failure('list', prefix, err);
     }
     return keys.sort();
@@ -157,7 +231,11 @@ export class S3Vfs implements Vfs {
 
   async delete(path: string): Promise<void> {
     try {
-      await this.#client.send(new DeleteObjectCommand({ Bucket: this.#bucket, Key: this.#key(path) }));
+      await this.#bounded('delete', path, (abortSignal) =>
+        this.#client.send(new DeleteObjectCommand({ Bucket: this.#bucket, Key: this.#key(path) }), {
+          abortSignal,
+        }),
+      );
     } catch (err) {
       if (err instanceof KopsError) throw err;
       throw this.#failure('delete', path, err);

@@ -13,13 +13,15 @@
  * the keys in that body). A marker could refuse nothing the binding has not already refused, and it
  * cost every join an API-server write and a ConfigMap (docs/security.md, "AWS").
  */
+
 import { isIP } from 'node:net';
 import type { InstanceIdentity } from '../../cloud/aws/instance.ts';
 import { parseAmzDate } from '../../cloud/aws/sigv4.ts';
 import type { CloudCallRecorder } from '../../cloud/metrics.ts';
+import { withDeadline } from '../../deadline.ts';
 import { describeError, KopsError } from '../../errors.ts';
 import { stsHost } from '../../protocol/aws-sts-proof.ts';
-import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict, withDeadline } from '../dependency.ts';
+import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict } from '../dependency.ts';
 import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';
 import { parseStsProof, type StsReplayRequest } from './aws-sts-proof.ts';
 import { type StsCaller, StsClient } from './sts-client.ts';

@@ -15,8 +15,10 @@ import { startAwsSimulator } from '../../sim/aws/server.ts';
 import { createCertificateAuthority, issueClientCertificate } from '../../sim/tls.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import { cloudRequests } from '../../testing/cloud-calls.ts';
+import { evaluateChain } from '../chain.ts';
 import { isDependencyFault } from '../dependency.ts';
 import { MemoryReplayGuard } from '../replay-guard.ts';
+import type { CloudIdScheme, IdentityProof } from '../types.ts';
 import { awsAccountOf, buildPolicies, policySpecsOf } from './build.ts';
 
 const base = { clusterName: 'c.example.com', cloud: 'aws' };
@@ -190,4 +192,185 @@ test("the policies' own calls are counted on deps.cloudCalls: Google's token key
     'gce jwks error': 1,
     'webhook BootstrapReview error': 1,
   });
+});
+
+// Every provider kops' config can carry, listed in the reverse of kops' order: the chain's order must
+// not follow the config's key order.
+const everyProvider = {
+  linode: {},
+  azure: { clusterName: 'c.example.com', subscriptionID: 's', resourceGroup: 'g' },
+  scaleway: {},
+  do: {},
+  openstack: {},
+  hetzner: {},
+  gce: { projectID: 'p' },
+  aws: { nodesRoles: ['nodes'] },
+};
+
+/** kops' main.go appends a verifier for each configured provider in this order, then server.pki's. */
+const kopsOrder = [
+  'aws',
+  'gce',
+  'hetzner',
+  'openstack',
+  'digitalocean',
+  'scaleway',
+  'azure',
+  'linode',
+  'pki-tpm',
+];
+
+test('kops default chain: every configured provider’s policy in kops’ order (server.pki last), then renewal', () => {
+  const names = (raw: object) => policySpecsOf(parseConfig({ ...base, ...raw })).map((p) => p.name);
+  // kops' Metal feature flag: server.pki next to a cloud provider.
+  assert.deepEqual(names({ server: { provider: { aws: { nodesRoles: ['nodes'] } }, pki: {} } }), [
+    'aws',
+    'pki-tpm',
+    'renewal',
+  ]);
+  assert.deepEqual(names({ cloud: 'gce', server: { provider: { gce: { projectID: 'p' }, hetzner: {} } } }), [
+    'gce',
+    'hetzner',
+    'renewal',
+  ]);
+  assert.deepEqual(names({ server: { provider: everyProvider, pki: {} } }), [...kopsOrder, 'renewal']);
+});
+
+/** An id-only cloud's identifier that knows every server, in group `<cloud>-nodes`: who answered shows. */
+function fakeIdentifier(cloud: string) {
+  return {
+    identify: async (providerIDs: readonly string[]) =>
+      new Map(
+        providerIDs.map((providerID) => [
+          providerID,
+          {
+            ok: true as const,
+            identity: {
+              providerID,
+              instanceId: '42',
+              instanceGroup: `${cloud}-nodes`,
+              state: 'running' as const,
+              addresses: [
+                { type: 'Hostname' as const, address: `${cloud}-node` },
+                { type: 'InternalIP' as const, address: '10.0.0.5' },
+              ],
+            },
+          },
+        ]),
+      ),
+  };
+}
+
+/** A dependency no policy may touch to decide a malformed proof: touching it fails the test. */
+const untouchable = <T extends object>(what: string): T =>
+  new Proxy({} as T, {
+    get: (_target, key) =>
+      key === 'then' ? undefined : () => assert.fail(`${what}.${String(key)} was called`),
+  });
+
+test('in a chain of every provider each proof reaches its own policy, which decides it; the rest abstain', async () => {
+  const config = parseConfig({ ...base, server: { provider: everyProvider, pki: {} } });
+  const policies = await buildPolicies(config, {
+    ...deps,
+    aws: { account: '111122223333', partition: 'aws', region: 'us-east-1', instances: untouchable('ec2') },
+    gce: { identifier: untouchable('gce identifier'), compute: untouchable('compute') },
+    cloudIdentifiers: {
+      hetzner: fakeIdentifier('hetzner'),
+      digitalocean: fakeIdentifier('digitalocean'),
+      linode: fakeIdentifier('linode'),
+    },
+    openstack: { nova: untouchable('nova') },
+    scaleway: { clients: untouchable('scaleway') },
+    azure: { client: untouchable('azure') },
+    hosts: { get: async () => undefined },
+    ca: createCa(),
+    serverUrl: 'https://kops-controller.internal.c.example.com:3988',
+  });
+  assert.deepEqual(
+    policies.map((p) => p.name),
+    [...kopsOrder, 'renewal'],
+  );
+  const decide = (proof: IdentityProof) => evaluateChain(policies, testRequest({ proof }), contextAt());
+  const cloudId = (scheme: CloudIdScheme, token: string): IdentityProof => ({
+    kind: 'cloud-id',
+    scheme,
+    token,
+  });
+  // Malformed proofs: denied by their own policy, on its own grounds (not a policy failure).
+  const denied: [IdentityProof, string][] = [
+    [{ kind: 'aws-sts', version: 1, token: 'garbage' }, 'aws'],
+    [{ kind: 'aws-sts', version: 2, token: 'garbage' }, 'aws'],
+    [{ kind: 'gce-tpm', token: 'garbage' }, 'gce'],
+    [{ kind: 'gce-identity-token', token: 'garbage' }, 'gce'],
+    [cloudId('x-openstack-id', '../not an id'), 'openstack'],
+    [cloudId('x-scaleway-instance-server-id', '../not an id'), 'scaleway'],
+    [cloudId('x-azure-id', '../not an id'), 'azure'],
+    [cloudId('x-hetzner-id', '../not an id'), 'hetzner'],
+    [cloudId('x-digitalocean-droplet-id', '../not an id'), 'digitalocean'],
+    [cloudId('x-linode-instance-id', '../not an id'), 'linode'],
+    [{ kind: 'pki-tpm', token: 'garbage' }, 'pki-tpm'],
+    [{ kind: 'node-renewal', token: 'garbage' }, 'renewal'],
+  ];
+  for (const [proof, policy] of denied) {
+    const { decision, decidedBy, trail } = await decide(proof);
+    const what = `${JSON.stringify(proof)}: ${JSON.stringify(decision)}`;
+    assert.equal(decidedBy, policy, what);
+    assert.equal(decision.verdict, 'deny', what);
+    assert.doesNotMatch(decision.reasons.join(' '), /policy \S+ failed|was called/, what);
+    // Every policy before it abstained: none denied a proof that is not its own.
+    assert.ok(
+      trail.slice(0, -1).every((entry) => entry.decision.verdict === 'abstain'),
+      what,
+    );
+  }
+  // A valid id of each callback cloud is approved by its policy, with its own cloud's record.
+  for (const [scheme, policy] of [
+    ['x-hetzner-id', 'hetzner'],
+    ['x-digitalocean-droplet-id', 'digitalocean'],
+    ['x-linode-instance-id', 'linode'],
+  ] as const) {
+    const { decision, decidedBy } = await decide(cloudId(scheme, '42'));
+    assert.equal(decidedBy, policy);
+    assert.equal(decision.verdict, 'approve', JSON.stringify(decision));
+    assert.equal(decision.verdict === 'approve' && decision.facts.instanceGroup, `${policy}-nodes`);
+  }
+  // A proof no configured provider owns: every policy abstains, so the chain denies it.
+  for (const proof of [
+    { kind: 'none' },
+    { kind: 'bootstrap-token', token: 'abcdef.0123456789abcdef' },
+  ] as const) {
+    const { decision, decidedBy, trail } = await decide(proof);
+    assert.equal(decidedBy, undefined);
+    assert.equal(decision.verdict, 'deny');
+    assert.equal(trail.length, policies.length);
+  }
+});
+
+test('each callback cloud’s policy asks its own cloud: a chain of two checks each id with its own identifier', async () => {
+  const config = parseConfig({
+    ...base,
+    cloud: 'hetzner',
+    server: { provider: { hetzner: {}, linode: {} } },
+  });
+  // Without Linode's own identifier the chain does not start: a Linode id is never checked against Hetzner.
+  await assert.rejects(
+    buildPolicies(config, {
+      ...deps,
+      ca: createCa(),
+      cloudIdentifiers: { hetzner: fakeIdentifier('hetzner') },
+    }),
+    (err: unknown) =>
+      err instanceof ConfigError && /approval policy linode needs the linode provider/.test(err.message),
+  );
+  const [hetzner, linode] = await buildPolicies(config, {
+    ...deps,
+    ca: createCa(),
+    cloudIdentifiers: { hetzner: fakeIdentifier('hetzner'), linode: fakeIdentifier('linode') },
+  });
+  const decide = (policy: typeof hetzner, scheme: CloudIdScheme) =>
+    policy?.evaluate(testRequest({ proof: { kind: 'cloud-id', scheme, token: '42' } }), contextAt());
+  const viaHetzner = await decide(hetzner, 'x-hetzner-id');
+  const viaLinode = await decide(linode, 'x-linode-instance-id');
+  assert.equal(viaHetzner?.verdict === 'approve' && viaHetzner.facts.instanceGroup, 'hetzner-nodes');
+  assert.equal(viaLinode?.verdict === 'approve' && viaLinode.facts.instanceGroup, 'linode-nodes');
 });

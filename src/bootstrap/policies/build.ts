@@ -1,8 +1,9 @@
 /**
  * Builds the configured approval chain (`bootstrap.policies`) from the configuration and the
  * dependencies the server already has (cloud clients, token store, replay guard). Without an explicit
- * chain the kops default applies: `server.provider.aws` → [aws], `gce` → [gce], `server.pki` → [pki-tpm]
- * (kops metal; the inventory policy `metal` is chosen explicitly).
+ * chain the kops default applies: a policy for every configured `server.provider.<cloud>` and for
+ * `server.pki` (`pki-tpm`, kops metal; the inventory policy `metal` is chosen explicitly), in kops'
+ * order, then `renewal`.
  * A policy whose dependency is missing is a configuration error at start-up, never a silent gap.
  */
 import { readFile } from 'node:fs/promises';
@@ -62,8 +63,11 @@ export interface PolicyDeps {
   ca?: CertificateAuthority;
   /** A node's current addresses from the cloud, for a renewed serving certificate (renewal policy). */
   renewalAddresses?: (nodeName: string) => Promise<NodeAddresses>;
-  /** The node identifier of the id-only callback cloud (hetzner, digitalocean, linode). */
-  cloudIdentifier?: NodeIdentifier;
+  /**
+   * The node identifier of each id-only callback cloud (hetzner, digitalocean, linode) in the chain:
+   * each checks its ids against its own cloud's API, never another's.
+   */
+  cloudIdentifiers?: Partial<Record<'hetzner' | 'digitalocean' | 'linode', NodeIdentifier>>;
   openstack?: { nova: Pick<NovaClient, 'getServer'> };
   scaleway?: { clients: ScalewayClients };
   /** kops metal's `Host` objects (HostRegistry over the API server). */
@@ -76,28 +80,37 @@ export interface PolicyDeps {
 }
 
 /**
- * The chain to run: `bootstrap.policies`, else the kops default for the configured provider followed
- * by `renewal` (so a node can renew before its certificates expire; it abstains on every other proof).
+ * The chain to run: `bootstrap.policies`, else the kops default: one policy per configured provider
+ * (see {@link providerPoliciesOf}) followed by `renewal` (so a node can renew before its certificates
+ * expire). Each of these policies decides only its own proof (Authorization scheme) and abstains on
+ * every other, so the order never lets one provider's policy decide another's proof.
  */
 export function policySpecsOf(config: Config): PolicySpec[] {
   if (config.bootstrap.policies) return config.bootstrap.policies;
-  const provider = providerPolicyOf(config);
-  return provider ? [defaultSpec(provider), defaultSpec('renewal')] : [];
+  const providers = providerPoliciesOf(config);
+  if (providers.length === 0) return [];
+  return [...providers, 'renewal' as const].map((name) => defaultSpec(name));
 }
 
-/** The kops default policy for the configured provider (`server.provider.<cloud>`, or `server.pki`). */
-function providerPolicyOf(config: Config): PolicySpec['name'] | undefined {
+/**
+ * The policies of every configured provider, in the order kops' cmd/kops-controller/main.go appends
+ * their verifiers to its chain: `server.provider.{aws, gce, hetzner, openstack, do, scaleway, azure,
+ * linode}`, then `server.pki` (`pki-tpm`; kops' `Metal` feature flag sets it beside a cloud provider).
+ */
+function providerPoliciesOf(config: Config): PolicySpec['name'][] {
   const provider = config.server?.provider;
-  if (provider?.aws) return 'aws';
-  if (provider?.gce) return 'gce';
-  if (provider?.openstack) return 'openstack';
-  if (provider?.scaleway) return 'scaleway';
-  if (provider?.azure) return 'azure';
-  if (provider?.hetzner) return 'hetzner';
-  if (provider?.do) return 'digitalocean';
-  if (provider?.linode) return 'linode';
-  if (config.server?.pki) return 'pki-tpm';
-  return undefined;
+  const configured: [unknown, PolicySpec['name']][] = [
+    [provider?.aws, 'aws'],
+    [provider?.gce, 'gce'],
+    [provider?.hetzner, 'hetzner'],
+    [provider?.openstack, 'openstack'],
+    [provider?.do, 'digitalocean'],
+    [provider?.scaleway, 'scaleway'],
+    [provider?.azure, 'azure'],
+    [provider?.linode, 'linode'],
+    [config.server?.pki, 'pki-tpm'],
+  ];
+  return configured.filter(([options]) => options !== undefined).map(([, name]) => name);
 }
 
 function need<T>(dep: T | undefined, policy: string, what: string): T {
@@ -220,9 +233,9 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
     case 'digitalocean':
     case 'linode': {
       const identifier = need(
-        deps.cloudIdentifier,
+        deps.cloudIdentifiers?.[spec.name],
         spec.name,
-        `the ${spec.name} provider (cloud: ${spec.name})`,
+        `the ${spec.name} provider (server.provider.${spec.name})`,
       );
       const build = { hetzner: hetznerPolicy, digitalocean: digitalOceanPolicy, linode: linodePolicy }[
         spec.name

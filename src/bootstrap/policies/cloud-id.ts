@@ -17,8 +17,10 @@
  * address is not compared with the server's, as kops does not: behind the API load balancer's TLS
  * passthrough it is the balancer's, and the challenge proves control of the address instead.
  */
+
 import type { ProviderIdFormat } from '../../cloud/cluster-servers.ts';
 import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
+import { withDeadline } from '../../deadline.ts';
 import { isDnsSubdomain } from '../../dns-name.ts';
 import { describeError } from '../../errors.ts';
 import { challengeEndpointOf, defaultChallengePort } from '../../protocol/challenge.ts';
@@ -27,7 +29,6 @@ import {
   defaultCloudLookupTimeoutMs,
   dependencyFault,
   isCloudVerdict,
-  withDeadline,
 } from '../dependency.ts';
 import type {
   BootstrapPolicy,

@@ -3,7 +3,7 @@
  * inventory, the replay guard — and only that: a chain of `[queue]` needs no cloud at all. Used by
  * the controller at start-up and by `explain`.
  */
-import type { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import type { CoreV1Api, KubeConfig, V1Node } from '@kubernetes/client-node';
 import { createAwsProvider } from '../../cloud/aws/provider.ts';
 import { createAzureProvider } from '../../cloud/azure/provider.ts';
 import { createDigitalOceanProvider } from '../../cloud/digitalocean/provider.ts';
@@ -18,10 +18,12 @@ import { createOpenStackProvider } from '../../cloud/openstack/provider.ts';
 import { createScalewayProvider } from '../../cloud/scaleway/provider.ts';
 import type { NodeIdentifier } from '../../cloud/types.ts';
 import type { Config } from '../../config/schema.ts';
-import { ConfigError } from '../../errors.ts';
+import { ConfigError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { CertificateAuthority } from '../../pki/ca.ts';
 import type { Vfs } from '../../statestore/types.ts';
+import { dependencyFault } from '../dependency.ts';
+import { httpsNodeReader } from '../node-guard.ts';
 import { ConfigMapReplayGuard, MemoryReplayGuard, type ReplayGuard } from '../replay-guard.ts';
 import { apiTokenSource, TokenValidator } from '../tokens.ts';
 import type { BootstrapTokenValidator } from '../types.ts';
@@ -35,8 +37,13 @@ export interface PolicyDepsOptions {
   core?: CoreV1Api;
   /** The cluster CA (policy renewal). */
   ca?: CertificateAuthority;
-  /** The API server connection: kops metal's Host objects (policy pki-tpm). */
+  /**
+   * The API server connection: kops metal's Host objects (policy pki-tpm), and the Node a renewal's
+   * addresses are looked up by (policy renewal).
+   */
   kubeConfig?: KubeConfig;
+  /** How long the renewal policy waits for a Node's providerID (default 10 s). */
+  renewalNodeReadTimeoutMs?: number;
   /** Checks bootstrap tokens (the controller passes one over its token watch); default: reads through `core`. */
   tokens?: BootstrapTokenValidator;
   /** Overrides the replay guard (`explain` keeps its own, so a dry run spends nothing in the cluster). */
@@ -118,12 +125,12 @@ export async function policyDepsFromConfig(
       deps.gce = { identifier: gce.nodeIdentifier, compute: gce.compute };
       identifiers.gce = gce.nodeIdentifier;
     }
-    const idOnlyCloud = idOnlyClouds.find((name) => names.has(name));
-    if (idOnlyCloud) {
-      const provider = idOnlyProvider(idOnlyCloud, config, options, logger);
+    // Each callback cloud in the chain checks its ids against its own cloud's API.
+    for (const cloud of idOnlyClouds.filter((name) => names.has(name))) {
+      const provider = idOnlyProvider(cloud, config, options, logger);
       closers.push(() => provider.close());
-      deps.cloudIdentifier = provider.nodeIdentifier;
-      identifiers[idOnlyCloud] = provider.nodeIdentifier;
+      deps.cloudIdentifiers = { ...deps.cloudIdentifiers, [cloud]: provider.nodeIdentifier };
+      identifiers[cloud] = provider.nodeIdentifier;
     }
     if (names.has('openstack')) {
       const openstack = createOpenStackProvider({
@@ -217,8 +224,8 @@ function idOnlyProvider(
  * The renewal policy's CA, and where the addresses of a renewed serving certificate come from: the
  * Node's providerID (from the API server), then the configured cloud's current record of it — read
  * through `built`, the identifier a policy's provider already made for this cloud, else a provider
- * of its own. Without the API server (or, on metal, the state store) renewals carry no addresses:
- * client certificates only.
+ * of its own. Without the API server's connection (`kubeConfig`; on metal, also the state store)
+ * renewals carry no addresses: client certificates only.
  */
 async function renewalDeps(
   config: Config,
@@ -232,8 +239,8 @@ async function renewalDeps(
 }> {
   if (!options.ca)
     throw new ConfigError('approval policy renewal needs the cluster CA, which is not configured');
-  const { core } = options;
-  if (!core || (config.cloud === 'metal' && !options.stateStore))
+  const { kubeConfig } = options;
+  if (!kubeConfig || (config.cloud === 'metal' && !options.stateStore))
     return { ca: options.ca, close: () => undefined };
   let identifier = built;
   let close = (): void => undefined;
@@ -248,9 +255,36 @@ async function renewalDeps(
     identifier = cloud.nodeIdentifier;
     close = () => cloud.close();
   }
-  const addresses = cloudAddresses({
-    providerIdOf: async (name) => (await core.readNode({ name })).spec?.providerID,
-    identifier,
+  const addresses = renewalAddressSource(kubeConfig, identifier, {
+    ...(options.renewalNodeReadTimeoutMs === undefined
+      ? {}
+      : { nodeReadTimeoutMs: options.renewalNodeReadTimeoutMs }),
   });
   return { ca: options.ca, addresses, close };
+}
+
+/**
+ * A renewal's addresses as the controller finds them: the Node's providerID, read through the pooled
+ * Node reader (src/bootstrap/node-guard.ts) within `nodeReadTimeoutMs` (default 10 s), then the
+ * cloud (`cloudAddresses`). A Node that is not registered (404: removed, or never there) is a
+ * NotFoundError — a denial; any failure of the read (a 5xx, a 429, a 403 to the controller, no
+ * answer in time) is a fault of the API server (503), never a verdict on the node.
+ */
+function renewalAddressSource(
+  kubeConfig: KubeConfig,
+  identifier: NodeIdentifier,
+  options: { nodeReadTimeoutMs?: number } = {},
+): (nodeName: string) => Promise<NodeAddresses> {
+  const readNode = httpsNodeReader(kubeConfig, { timeoutMs: options.nodeReadTimeoutMs ?? 10_000 });
+  return cloudAddresses({
+    providerIdOf: async (name) => {
+      // The reader's type names what the guard uses; the object read is the whole Node.
+      const node = (await readNode(name).catch((err: unknown) => {
+        throw dependencyFault('kubernetes-api', err);
+      })) as Pick<V1Node, 'spec'> | undefined;
+      if (!node) throw new NotFoundError(`node ${name} is not registered`);
+      return node.spec?.providerID;
+    },
+    identifier,
+  });
 }

@@ -16,6 +16,7 @@
  * A Host that does not exist, lacks a key or group, or whose key does not verify is a denial; the API
  * server failing or not answering is a dependency fault (503, the node retries).
  */
+
 import { createHash, createPublicKey, type KeyObject, verify } from 'node:crypto';
 import type { HostLookup, HostObject } from '../../cloud/metal/hosts.ts';
 import { hostNamespace } from '../../cloud/metal/hosts.ts';
@@ -26,9 +27,10 @@ import {
   pkiTpmAudience,
   pkiTpmRequestHash,
 } from '../../cloud/metal/pki-tpm-token.ts';
+import { withDeadline } from '../../deadline.ts';
 import { isDnsSubdomain } from '../../dns-name.ts';
 import { describeError } from '../../errors.ts';
-import { defaultCloudLookupTimeoutMs, dependencyFault, withDeadline } from '../dependency.ts';
+import { defaultCloudLookupTimeoutMs, dependencyFault } from '../dependency.ts';
 import type { ReplayGuard } from '../replay-guard.ts';
 import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';
 

@@ -236,7 +236,7 @@ describe("renewal addresses from the cloud (the Node's providerID, then the inst
         { type: 'InternalIP', address: '10.0.0.4' },
         { type: 'ExternalIP', address: '203.0.113.4' },
         { type: 'InternalDNS', address: 'nodes-fsn1-42.internal' },
-        { type: 'Hostname', address: 'whatever-the-node-says' },
+        { type: 'Hostname', address: 'nodes-fsn1-42' },
       ],
     },
   };
@@ -245,7 +245,7 @@ describe("renewal addresses from the cloud (the Node's providerID, then the inst
     const addresses = await cloudAddresses({
       providerIdOf: async () => providerID,
       identifier: identifier(running),
-    })('node-a');
+    })('nodes-fsn1-42.internal');
     assert.deepEqual(addresses, {
       dnsNames: ['nodes-fsn1-42.internal'],
       ipAddresses: ['10.0.0.4', '203.0.113.4'],
@@ -272,5 +272,37 @@ describe("renewal addresses from the cloud (the Node's providerID, then the inst
       assert.equal(decision.verdict, 'deny', JSON.stringify(decision));
       assert.match(decision.reasons.join(), /cloud does not vouch for node node-a/);
     }
+  });
+
+  test("the node's name must be one of its instance's names: the instance id, its DNS names or its hostname", async () => {
+    for (const name of ['42', 'nodes-fsn1-42', 'nodes-fsn1-42.internal']) {
+      const addressesOf = cloudAddresses({
+        providerIdOf: async () => providerID,
+        identifier: identifier(running),
+      });
+      const request = await renewalRequest({ cert: certificate({ name }) });
+      const decision = await policy({ addressesOf }).evaluate(request, contextAt(now));
+      assert.equal(decision.verdict, 'approve', `${name}: ${JSON.stringify(decision)}`);
+      assert.deepEqual(decision.facts.ipAddresses, ['10.0.0.4', '203.0.113.4'], name);
+    }
+  });
+
+  test("attack: a Node registered with another instance's providerID renews into nothing of that instance: refused, its name is none of the instance's", async () => {
+    // node-z holds a valid kubelet client certificate of its own (a bootstrap token's, say) and
+    // registered its Node with the providerID of instance 42, which another node runs as.
+    const addressesOf = cloudAddresses({
+      providerIdOf: async () => providerID,
+      identifier: identifier(running),
+    });
+    const request = {
+      ...(await renewalRequest({ cert: certificate({ name: 'node-z' }) })),
+      certificates: { kubelet: publicKeyRequest(key), 'kubelet-server': publicKeyRequest(key) },
+    };
+    const decision = await policy({ addressesOf }).evaluate(request, contextAt(now));
+    assert.equal(decision.verdict, 'deny', JSON.stringify(decision));
+    assert.match(
+      decision.reasons.join(),
+      /cloud does not vouch for node node-z: node node-z is not a name of instance 42 \(its names: 42, nodes-fsn1-42\.internal, nodes-fsn1-42\)/,
+    );
   });
 });

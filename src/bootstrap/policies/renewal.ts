@@ -9,15 +9,28 @@
  *
  * The node name is the certificate's; the addresses of a new serving certificate come from the
  * cloud's record of that node (`addressesOf`), never from the old certificate: an address the node
- * once had may since belong to another machine. Without an address source the renewal carries no
- * addresses, so only client certificates can be renewed. A node the cloud no longer knows is refused.
- * The facts say which certificate was renewed, so the impersonation guard lets this node (Ready, by
- * definition) through: the caller proved it holds that node's current key.
+ * once had may since belong to another machine. The cloud's record is found through the Node's
+ * providerID, which the kubelet writes itself, so the node's name must be one of that instance's
+ * names (the CSR approver's rule, `assessInstance`): a node cannot point its providerID at another
+ * machine and renew into that machine's addresses. Without an address source the renewal carries no
+ * addresses, so only client certificates can be renewed. A node the cloud no longer knows, or whose
+ * Node is gone, is refused.
+ *
+ * A renewal proves the node's own identity and nothing more, so what it may be issued is bounded by
+ * the certificate it presents (`renewalScope`): the node's own certificates only (its kubelet client
+ * certificate, and a serving certificate when the cloud verified its addresses) — never kube-proxy's,
+ * kube-router's or Cilium's, which are other identities — and none valid for longer than the
+ * presented certificate was. The facts say which certificate was renewed, so the impersonation guard
+ * lets this node (Ready, by definition) through: the caller proved it holds that node's current key.
  */
+
 import { verify, X509Certificate } from 'node:crypto';
 import type { NodeIdentifier } from '../../cloud/types.ts';
-import { describeError, type KopsError, NotFoundError } from '../../errors.ts';
+import { assessInstance } from '../../controllers/csr-approver/checks.ts';
+import { withDeadline } from '../../deadline.ts';
+import { describeError, ForbiddenError, InternalError, type KopsError, NotFoundError } from '../../errors.ts';
 import type { CertificateAuthority } from '../../pki/ca.ts';
+import { backdateMs, type ProfileName } from '../../pki/profiles.ts';
 import { type ParsedCertificate, parseCertificate } from '../../pki/x509.ts';
 import {
   bodyDigest,
@@ -26,7 +39,7 @@ import {
   renewalAudience,
   renewalSignedText,
 } from '../../protocol/renewal-proof.ts';
-import { dependencyFault, isCloudVerdict } from '../dependency.ts';
+import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict } from '../dependency.ts';
 import type { BootstrapPolicy, BootstrapRequest, NodeFacts, PolicyDecision } from '../types.ts';
 
 /** What the cloud verifies about a node for its serving certificate. */
@@ -47,22 +60,34 @@ export interface RenewalPolicyOptions {
 
 /**
  * The renewal policy's address source from the cloud: the providerID the Node registered with (read
- * from the API server by `providerIdOf`), then the cloud's current record of that instance — every
- * IP and DNS name it reports. A Node without a providerID, an instance the cloud does not know or
- * that no longer runs is a NotFoundError (a denial); the cloud failing is its own error (a fault).
+ * from the API server by `providerIdOf`, which throws NotFoundError when the Node is gone), then the
+ * cloud's current record of that instance — every IP and DNS name it reports. A Node without a
+ * providerID, an instance the cloud does not know or that no longer runs, and a node whose name is
+ * none of its instance's names (the kubelet writes its own providerID: the CSR approver's rule,
+ * `assessInstance`) are verdicts (a denial); the cloud failing or not answering within
+ * `timeoutMs` is its own error (a fault).
  */
 export function cloudAddresses(options: {
   providerIdOf: (nodeName: string) => Promise<string | undefined>;
   identifier: NodeIdentifier;
+  timeoutMs?: number;
 }): (nodeName: string) => Promise<NodeAddresses> {
   return async (nodeName) => {
     const providerID = await options.providerIdOf(nodeName);
     if (!providerID) throw new NotFoundError(`node ${nodeName} has no providerID`);
-    const result = (await options.identifier.identify([providerID], { maxAgeMs: 0 })).get(providerID);
+    const timeoutMs = options.timeoutMs ?? defaultCloudLookupTimeoutMs;
+    const results = await withDeadline(
+      options.identifier.identify([providerID], { maxAgeMs: 0 }),
+      timeoutMs,
+      `looking up ${providerID}`,
+    );
+    const result = results.get(providerID);
     if (!result) throw new NotFoundError(`the cloud did not answer for ${providerID}`);
     if (!result.ok) throw result.error;
     const { identity } = result;
     if (identity.state !== 'running') throw new NotFoundError(`${providerID} is ${identity.state}`);
+    const named = assessInstance({ nodeName, serving: false, dnsNames: [], ipAddresses: [] }, identity);
+    if (named.action === 'deny') throw new ForbiddenError(named.message);
     const ips = identity.addresses.filter((a) => a.type === 'InternalIP' || a.type === 'ExternalIP');
     const names = identity.addresses.filter((a) => a.type === 'InternalDNS' || a.type === 'ExternalDNS');
     return {
@@ -180,6 +205,54 @@ export function renewalPolicy(options: RenewalPolicyOptions): BootstrapPolicy {
         facts,
         reasons: [`node ${nodeName} renewed with its current certificate`],
       };
+    },
+  };
+}
+
+/** What a renewal may be issued, bounded by the certificate it presents. */
+export interface RenewalScope {
+  /**
+   * The longest lifetime a renewed certificate may be issued for: the presented certificate's
+   * validity less the new certificate's backdating (and a second for the rounding of certificate
+   * times), so that the new one is valid no longer than it.
+   */
+  maxLifetimeMs: number;
+  /** Why `profile` is not renewed with this proof, or undefined when it is. */
+  refusal(profile: ProfileName): string | undefined;
+}
+
+/** The profiles of the node's own identity, which a kubelet client certificate renews. */
+const renewedProfiles: readonly ProfileName[] = ['kubelet', 'kubelet-server'];
+
+/**
+ * What the renewal approved in `facts` may be issued (undefined when the facts renew nothing): the
+ * node's own certificates — `kubelet`, and `kubelet-server` when the cloud verified addresses for it
+ * — for no longer than the presented certificate was valid. Read from the proof the policy verified,
+ * which must carry the certificate `facts.renewalOf` names: anything else is a bug (InternalError).
+ */
+export function renewalScope(request: BootstrapRequest, facts: NodeFacts): RenewalScope | undefined {
+  if (facts.renewalOf === undefined) return undefined;
+  let certificate: ParsedCertificate | undefined;
+  try {
+    if (request.proof.kind === 'node-renewal')
+      certificate = parseCertificate(decodeRenewalToken(request.proof.token).certificate);
+  } catch {
+    certificate = undefined;
+  }
+  if (certificate?.serialHex !== facts.renewalOf) {
+    throw new InternalError(
+      `the facts renew certificate ${facts.renewalOf}, which the request's proof does not carry`,
+    );
+  }
+  const hasAddresses = facts.dnsNames.length > 0 || facts.ipAddresses.length > 0;
+  return {
+    maxLifetimeMs: certificate.notAfter.getTime() - certificate.notBefore.getTime() - backdateMs - 1000,
+    refusal: (profile) => {
+      if (!renewedProfiles.includes(profile))
+        return `a renewal renews the node's own certificates (${renewedProfiles.join(', ')}) only`;
+      if (profile === 'kubelet-server' && !hasAddresses)
+        return 'no verified address for a serving certificate: this renewal renews the client certificate only';
+      return undefined;
     },
   };
 }

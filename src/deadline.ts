@@ -1,0 +1,49 @@
+/**
+ * Bounding the wait for a dependency: a call that does not answer must not hold whoever waits for it
+ * (a node's request, a component that has to stop) for longer than they can wait.
+ */
+import { TimeoutError } from './errors.ts';
+
+/**
+ * `work`, or a TimeoutError once `ms` have passed. The call itself runs on; its answer is dropped.
+ * Prefer {@link bounded} for calls that take a signal: it also cancels them.
+ */
+export async function withDeadline<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new TimeoutError(`${what}: no answer within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([work, deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Runs `work` with a signal that aborts after `ms` or when `signal` does (its caller stopping), and
+ * rejects as soon as either happens, with a TimeoutError or `signal`'s reason. A call that takes the
+ * signal is cancelled (its connection closed); any other runs on and its answer is dropped. Nothing is
+ * started once `signal` has aborted.
+ */
+export async function bounded<T>(
+  work: (signal: AbortSignal) => Promise<T>,
+  ms: number,
+  what: string,
+  signal?: AbortSignal,
+): Promise<T> {
+  signal?.throwIfAborted();
+  const cut = new AbortController();
+  const onAbort = () => cut.abort(signal?.reason);
+  signal?.addEventListener('abort', onAbort, { once: true });
+  const timer = setTimeout(() => cut.abort(new TimeoutError(`${what}: no answer within ${ms} ms`)), ms);
+  try {
+    return await new Promise<T>((resolve, reject) => {
+      cut.signal.addEventListener('abort', () => reject(cut.signal.reason), { once: true });
+      work(cut.signal).then(resolve, reject);
+    });
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', onAbort);
+  }
+}
