@@ -40,6 +40,8 @@ test('klog verbosity maps onto pino levels', () => {
   assert.equal(levelForVerbosity(2), 'info');
   assert.equal(levelForVerbosity(4), 'debug');
   assert.equal(levelForVerbosity(9), 'trace');
+  // The CLI refuses anything else (src/cli/common.ts); a caller that passes it is a bug, not trace.
+  for (const bad of [Number.NaN, -1, 2.5]) assert.throws(() => levelForVerbosity(bad), RangeError);
 });
 
 test('a component named by its supervisor and by itself is named once, the inner name winning', () => {

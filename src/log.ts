@@ -28,10 +28,13 @@ const redactedPaths = [
 
 /**
  * Maps the klog-style verbosity used by kops (`--v=2`) to a pino level: 0 → warn, 1–3 → info,
- * 4–5 → debug, 6+ → trace.
+ * 4–5 → debug, 6+ → trace. Anything but a whole number of 0 or more is a caller's bug (the CLI refuses it).
  */
 export function levelForVerbosity(verbosity: number): pino.Level {
-  if (verbosity <= 0) return 'warn';
+  if (!Number.isInteger(verbosity) || verbosity < 0) {
+    throw new RangeError(`verbosity must be a whole number of 0 or more, not ${verbosity}`);
+  }
+  if (verbosity === 0) return 'warn';
   if (verbosity < 4) return 'info';
   if (verbosity < 6) return 'debug';
   return 'trace';

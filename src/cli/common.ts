@@ -5,8 +5,12 @@ import { InvalidInputError } from '../errors.ts';
 import { createLogger, type LogFormat, type Logger, levelForVerbosity, logFormats } from '../log.ts';
 
 /** Options every command inherits from the program. */
+/** `-v` when not given: info, as klog's `--v=2` that kops passes. */
+export const defaultVerbosity = '2';
+
 export interface GlobalOptions {
-  v: string;
+  /** Absent when a command runs without the root program (as the tests run some). */
+  v?: string;
   logFormat?: LogFormat;
 }
 
@@ -49,7 +53,7 @@ export function withKubeOptions(command: Command): Command {
 export function commandLogger(command: Command): Logger {
   const { v, logFormat } = command.optsWithGlobals<GlobalOptions>();
   return createLogger({
-    level: levelForVerbosity(Number(v)),
+    level: levelForVerbosity(Number(v ?? defaultVerbosity)),
     format: logFormat ?? (serviceCommands.has(commandPath(command)) ? 'json' : 'text'),
   });
 }
@@ -61,6 +65,19 @@ export function durationFlag(flag: string, value: string): number {
   } catch (err) {
     throw new InvalidInputError(`${flag} ${value}: ${(err as Error).message}`);
   }
+}
+
+/**
+ * `-v`/`--v`: a klog verbosity, a whole number of 0 or more. Anything else is refused rather than read
+ * as some level (Number("abc") is NaN, which no comparison bounds).
+ */
+export function verbosityOf(value: string): string {
+  if (!/^\d{1,9}$/.test(value)) {
+    throw new InvalidInputError(
+      `--v ${value}: expected a whole number of 0 or more (0 warnings, 2 info, 4 debug, 6 trace)`,
+    );
+  }
+  return String(Number(value));
 }
 
 /** A parser of a flag that takes a count of at least 1. */

@@ -166,6 +166,18 @@ test('explain input errors are typed, with the exit code of bad input', async ()
   );
 });
 
+test('explain: a directory given as --request or --csr is one line and exit 66, never an internal error', async () => {
+  const config = conf('dir.json', { bootstrap: { policies: [{ name: 'queue' }] } });
+  const folder = mkdtempSync(join(root, 'a-directory-'));
+  for (const flag of ['--request', '--csr']) {
+    await assert.rejects(explain('--conf', config, flag, folder), (err) => {
+      assert.equal(errorLine(err), `cannot read ${flag} ${folder}: is a directory`);
+      assert.equal(exitCodeOf(err), 66);
+      return true;
+    });
+  }
+});
+
 test('explain --request takes a kops nodeup body and judges it on its proof alone', async () => {
   const config = conf('kops.json', {
     bootstrap: { policies: [{ name: 'insecure-always-approve' }, { name: 'queue' }] },

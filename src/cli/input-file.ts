@@ -1,4 +1,5 @@
 /** Local input files named on the command line (CSRs, PEM bundles, bootstrap request bodies). */
+import type { Stats } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { fileErrorReason, InvalidInputError, type KopsError, NotFoundError } from '../errors.ts';
 
@@ -13,13 +14,21 @@ export async function readInputFile(
   what: string,
   tooLarge: (message: string) => KopsError = (message) => new InvalidInputError(message),
 ): Promise<Buffer> {
-  let size: number;
+  // The reason is the whole story; the system error's own text would only repeat it.
+  const unreadable = (reason: string) => new NotFoundError(`cannot read ${what} ${path}: ${reason}`);
+  let info: Stats;
   try {
-    size = (await stat(path)).size;
+    info = await stat(path);
   } catch (err) {
-    // The reason is the whole story; the system error's own text would only repeat it.
-    throw new NotFoundError(`cannot read ${what} ${path}: ${fileErrorReason(err)}`);
+    throw unreadable(fileErrorReason(err));
   }
-  if (size > limit) throw tooLarge(`${what} ${path}: ${size} bytes exceeds the ${limit}-byte limit`);
-  return readFile(path);
+  // A directory stats fine and fails only when read; say so before reading (a pipe or device is read).
+  if (info.isDirectory()) throw unreadable('is a directory');
+  if (info.size > limit)
+    throw tooLarge(`${what} ${path}: ${info.size} bytes exceeds the ${limit}-byte limit`);
+  try {
+    return await readFile(path);
+  } catch (err) {
+    throw unreadable(fileErrorReason(err));
+  }
 }

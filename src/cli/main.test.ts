@@ -1,19 +1,20 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { CommanderError } from 'commander';
 import { ConfigError, InternalError } from '../errors.ts';
+import { startApiServer } from '../sim/apiserver/index.ts';
 import { commandNames } from './commands.ts';
-import { buildProgram, commandsNeeded, errorLine } from './main.ts';
+import { buildProgram, commandsNeeded, errorLine, implicitRunArgs } from './main.ts';
 
-const cli = (args: string[]) =>
-  spawnSync(process.execPath, ['src/cli/main.ts', ...args], {
-    encoding: 'utf8',
-    cwd: new URL('../..', import.meta.url),
-  });
+const projectRoot = new URL('../..', import.meta.url);
+
+const cli = (args: string[], env: NodeJS.ProcessEnv = process.env) =>
+  spawnSync(process.execPath, ['src/cli/main.ts', ...args], { encoding: 'utf8', cwd: projectRoot, env });
 
 test('--version prints the package version and exits 0', () => {
   const run = cli(['--version']);
@@ -80,6 +81,124 @@ test('commands people type log readable lines, JSON only with --log-format json'
       .map((line) => JSON.parse(line) as Record<string, unknown>);
     assert.ok(records.some((r) => r['level'] === 'info' && r['msg'] === 'created CA'));
     assert.equal(cli(['pki', 'init', '--log-format', 'xml', '--dir', join(dir, 'c')]).status, 2);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("kops' DaemonSet arguments, with no command, run the controller as the Go binary does", async () => {
+  const sim = await startApiServer();
+  const dir = mkdtempSync(join(tmpdir(), 'kops-argv-'));
+  const kubeconfig = join(dir, 'kubeconfig');
+  const conf = join(dir, 'config.yaml');
+  writeFileSync(kubeconfig, sim.kubeconfig());
+  writeFileSync(
+    conf,
+    ['clusterName: argv.example.com', 'cloud: metal', 'metrics:', '  listen: 127.0.0.1:0', ''].join('\n'),
+  );
+  // Exactly what kops' manifest passes (KopsControllerArgv): no `run`; the pod's credentials come
+  // from its service account, here from $KUBECONFIG.
+  const child = spawn(process.execPath, ['src/cli/main.ts', '--v=2', `--conf=${conf}`], {
+    cwd: projectRoot,
+    env: { ...process.env, KUBECONFIG: kubeconfig },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  const stderr: string[] = [];
+  const exit = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  try {
+    const url = await new Promise<string>((resolve, reject) => {
+      createInterface({ input: child.stderr! }).on('line', (line) => {
+        stderr.push(line);
+        try {
+          const record = JSON.parse(line) as { url?: string };
+          if (record.url) resolve(record.url);
+        } catch {
+          // not a log record
+        }
+      });
+      exit.then((code) => reject(new Error(`exited with ${code}: ${stderr.join('\n')}`)));
+    });
+    assert.equal((await fetch(`${url}/healthz`)).status, 200);
+    assert.ok(
+      stderr.some((line) => line.includes('"level":"info"') && line.includes('starting kops-controller')),
+      '--v=2 logs info, as JSON: the format of run',
+    );
+    child.kill('SIGTERM');
+    assert.equal(await exit, 0, stderr.join('\n'));
+  } finally {
+    child.kill('SIGKILL');
+    await sim.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("without a command, the spellings of run's options Go accepts reach run; the rest is unchanged", () => {
+  const missing = '/nonexistent/kops-controller/config.yaml';
+  const runsWith = `kops-controller: cannot read config file ${missing}: no such file; pass --conf FILE\n`;
+  for (const args of [
+    [`--conf=${missing}`],
+    ['--conf', missing, '--v', '0'],
+    ['-v', '2', `--conf=${missing}`],
+    ['-v=2', `--conf=${missing}`],
+    ['-v2', '--log-format', 'text', '--conf', missing],
+    [`-conf=${missing}`, '-v=4'],
+    ['-conf', missing],
+  ]) {
+    const run = cli(args);
+    assert.equal(run.status, 78, `${args.join(' ')}: ${run.stderr}`);
+    assert.equal(run.stderr, runsWith, args.join(' '));
+  }
+  // Help, the version, an unknown option, a command: as before.
+  assert.match(cli(['--help']).stdout, /^Usage: kops-controller \[options\] \[command\]/);
+  assert.equal(cli(['--version']).status, 0);
+  const unknown = cli(['--no-such-option']);
+  assert.equal(unknown.status, 2);
+  assert.match(unknown.stderr, /^error: unknown option '--no-such-option'\n\(run with --help for usage\)\n$/);
+  const typo = cli(['rnu', `--conf=${missing}`]);
+  assert.equal(typo.status, 2);
+  assert.match(typo.stderr, /unknown (command 'rnu'|option '--conf=)/);
+});
+
+test('which command lines are an implicit run', async () => {
+  const program = await buildProgram(['run']);
+  const implicit = (...args: string[]) => implicitRunArgs(program, args);
+  assert.deepEqual(implicit('--v=2', '--conf=/c.yaml'), ['run', '--v=2', '--conf=/c.yaml']);
+  assert.deepEqual(implicit('--conf', '/c.yaml', '-v', '4'), ['run', '--conf', '/c.yaml', '-v', '4']);
+  assert.deepEqual(implicit('-conf=/c.yaml', '-v=2'), ['run', '--conf=/c.yaml', '--v=2']);
+  assert.deepEqual(implicit('-kubeconfig', '/k'), ['run', '--kubeconfig', '/k']);
+  assert.deepEqual(implicit('--v=2'), ['run', '--v=2']);
+  // A run option beside an unknown one: run names the unknown one.
+  assert.deepEqual(implicit('--conf=/c.yaml', '--bogus'), ['run', '--conf=/c.yaml', '--bogus']);
+  for (const args of [
+    [],
+    ['--help'],
+    ['-h'],
+    ['--version'],
+    ['--bogus'],
+    ['run', '--conf', '/c.yaml'],
+    ['pki', 'init'],
+    ['--conf', '/c.yaml', 'pki'],
+    ['--', '--conf'],
+    ['--conf=/c.yaml', '--help'],
+  ]) {
+    assert.equal(implicit(...args), undefined, args.join(' '));
+  }
+});
+
+test('a verbosity that is not a whole number is refused with one line, not read as trace', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kops-verbosity-'));
+  try {
+    for (const v of ['abc', '-1', '2.5', '']) {
+      const run = cli(['--v', v, 'pki', 'init', '--dir', join(dir, 'x')]);
+      assert.equal(run.status, 65, `--v ${v}: ${run.stderr}`);
+      assert.equal(
+        run.stderr,
+        `kops-controller: --v ${v}: expected a whole number of 0 or more (0 warnings, 2 info, 4 debug, 6 trace)\n`,
+      );
+    }
+    const klog = cli(['-v=0', 'pki', 'init', '--dir', join(dir, 'y')]);
+    assert.equal(klog.status, 0, klog.stderr);
+    assert.equal(klog.stderr, '', "-v=0 is klog's spelling of warnings only");
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
 import { describeError, exitCodeOf, KopsError } from '../errors.ts';
 import { commandNames, loadCommands } from './commands.ts';
-import { logFormatOption } from './common.ts';
+import { defaultVerbosity, logFormatOption, verbosityOf } from './common.ts';
 
 const packageJson = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
   version: string;
@@ -19,13 +19,15 @@ export async function buildProgram(names: readonly string[] = commandNames): Pro
   const program = new Command('kops-controller')
     .description(
       'Makes the machines of a self-managed Kubernetes cluster find and trust each other, labels every node ' +
-        'from its instance group, and reports cluster health to Prometheus.',
+        'from its instance group, and reports cluster health to Prometheus. Without a command, options of ' +
+        "`run` run the controller, as the Go kops-controller does: kops' DaemonSet passes " +
+        '`--v=2 --conf=FILE`.',
     )
     .version(packageJson.version, '--version', 'print the version and exit')
     .addOption(
-      new Option('-v, --v <level>', 'log verbosity, as klog: 0 warnings, 2 info, 4 debug, 6 trace').default(
-        '2',
-      ),
+      new Option('-v, --v <level>', 'log verbosity, as klog: 0 warnings, 2 info, 4 debug, 6 trace')
+        .argParser(verbosityOf)
+        .default(defaultVerbosity),
     )
     .addOption(logFormatOption())
     .showHelpAfterError('(run with --help for usage)')
@@ -44,8 +46,10 @@ export async function buildProgram(names: readonly string[] = commandNames): Pro
 /** Runs the program with `argv` (without node and script) and returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
   try {
-    const program = await buildProgram(commandsNeeded(argv));
-    await program.parseAsync([...argv], { from: 'user' });
+    // klog's `-v=2`: Commander would read the value of the short option as "=2".
+    const args = argv.map((arg) => (arg.startsWith('-v=') ? `-${arg}` : arg));
+    const { program, line } = await programFor(args);
+    await program.parseAsync(line, { from: 'user' });
     return 0;
   } catch (err) {
     if (err instanceof CommanderError) {
@@ -60,6 +64,65 @@ export async function main(argv: readonly string[]): Promise<number> {
     setTimeout(() => process.exit(code), 2_000).unref();
     return code;
   }
+}
+
+/**
+ * The program for a command line, and the line to parse. A line that names no command and gives only
+ * options `run` takes is `run`'s: the Go kops-controller has that one mode, and kops' DaemonSet runs
+ * it with `--v=2 --conf=…` and no command, so swapping the image in must keep working.
+ */
+async function programFor(args: readonly string[]): Promise<{ program: Command; line: string[] }> {
+  const names = commandsNeeded(args);
+  if (names === commandNames) {
+    const program = await buildProgram(['run']);
+    const line = implicitRunArgs(program, args);
+    if (line) return { program, line };
+  }
+  return { program: await buildProgram(names), line: [...args] };
+}
+
+/**
+ * `['run', ...args]` when `args` name no command and no help or version, and give options of the
+ * program and of `run` only (at least one of run's when some option is unknown, so that run names
+ * the unknown one); else undefined. Go's flag spellings become Commander's: `-conf=x` and `-conf x`
+ * (one dash before a long name) are `--conf`, `-v=2` is `--v=2`.
+ */
+export function implicitRunArgs(program: Command, args: readonly string[]): string[] | undefined {
+  const run = program.commands.find((command) => command.name() === 'run');
+  if (!run || args.length === 0) return undefined; // no arguments at all: the help, as before
+  const ofProgram = program.options.filter((option) => option.long !== '--version');
+  const known = [...ofProgram, ...run.options];
+  const line: string[] = [];
+  let allKnown = true;
+  let runOption = false;
+  for (let i = 0; i < args.length; i++) {
+    let arg = args[i] as string;
+    if (arg === '--' || arg === '-h' || arg === '--help' || arg === '--version') return undefined;
+    if (!arg.startsWith('-') || arg === '-') return undefined; // a command, a typo or an argument
+    const goLong = /^-([a-z][a-z0-9-]+)(=.*)?$/.exec(arg);
+    if (goLong && known.some((option) => option.long === `--${goLong[1]}`)) arg = `-${arg}`;
+    if (arg.startsWith('-v=')) arg = `-${arg}`;
+    line.push(arg);
+    const long = arg.startsWith('--');
+    const flag = long ? arg.split('=', 1)[0] : arg.slice(0, 2);
+    const option = known.find((o) => (long ? o.long === flag : o.short === flag));
+    if (!option) {
+      allKnown = false;
+      continue;
+    }
+    if (!ofProgram.includes(option)) runOption = true;
+    const inline = long ? arg.includes('=') : arg.length > 2;
+    if (!option.required && !option.optional) {
+      if (inline) return undefined; // `--flag=x` of a switch, or bundled switches: Commander decides
+      continue;
+    }
+    const next = args[i + 1];
+    if (!inline && next !== undefined && (option.required || !next.startsWith('-'))) {
+      line.push(next);
+      i++;
+    }
+  }
+  return allKnown || runOption ? ['run', ...line] : undefined;
 }
 
 /**

@@ -129,6 +129,9 @@ describe('kops-controller run', () => {
             'server:',
             `  Listen: 127.0.0.1:${bootstrap}`,
             `  caBasePath: ${dir}`,
+            // A server must say how nodes are approved; this one denies them all.
+            'bootstrap:',
+            '  policies: [{name: always-reject}]',
             '',
           ].join('\n'),
         );
@@ -173,6 +176,8 @@ describe('kops-controller run', () => {
         'server:',
         '  Listen: 127.0.0.1:0',
         `  caBasePath: ${dir}`,
+        'bootstrap:',
+        '  policies: [{name: always-reject}]',
         '',
       ].join('\n'),
     );
@@ -201,6 +206,22 @@ describe('kops-controller run', () => {
     assert.deepEqual(bad.stderr, [
       'kops-controller: --bootstrap-max-connections 0: expected a whole number from 1 to 9999999',
     ]);
+  });
+
+  test('a server that would deny every node (no provider, server.pki or chain) exits 78 naming the fix', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'run-'));
+    const conf = join(dir, 'config.yaml');
+    await writeFile(conf, 'clusterName: run.example.com\ncloud: metal\nserver:\n  Listen: 127.0.0.1:0\n');
+    const controller = startController(['--conf', conf]);
+    await assert.rejects(controller.url);
+    assert.equal(await controller.exit, 78);
+    assert.equal(controller.stderr.length, 1, controller.stderr.join('\n'));
+    assert.match(
+      controller.stderr[0] ?? '',
+      new RegExp(
+        `^kops-controller: ${conf}: server\\.provider: no approval policy is configured, .*bootstrap\\.policies`,
+      ),
+    );
   });
 
   test('a config error exits 78 with one readable line', async () => {

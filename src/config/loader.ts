@@ -8,9 +8,8 @@ import { type Config, configSchema } from './schema.ts';
 /** Validates an already-parsed configuration object. */
 export function parseConfig(raw: unknown, source = 'config'): Config {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
-    throw new ConfigError(
-      `${source}: expected a mapping of settings, got ${raw === null ? 'nothing' : typeof raw}`,
-    );
+    const got = raw === null ? 'nothing' : Array.isArray(raw) ? 'a list' : `a ${typeof raw}`;
+    throw new ConfigError(`${source}: expected a mapping of settings, got ${got}`);
   }
   const result = configSchema.safeParse(raw);
   if (!result.success) {
@@ -23,12 +22,41 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
   return result.data;
 }
 
-/** Parses YAML or JSON text into a configuration; syntax errors name the line and column. */
+/**
+ * Parses YAML or JSON text into a configuration; syntax errors name the line and column. A file is
+ * the whole configuration, so a `server` section must also say how nodes are approved (see
+ * {@link approvalChainProblem}); {@link parseConfig} leaves that to callers that bring their own chain.
+ */
 export function parseConfigText(text: string, source = 'config'): Config {
   const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
   const problem = yamlSyntaxProblem(doc, source);
   if (problem) throw new ConfigError(problem);
-  return parseConfig(doc.toJS(), source);
+  const config = parseConfig(doc.toJS(), source);
+  const chain = approvalChainProblem(config);
+  if (chain) throw new ConfigError(`${source}: ${chain}`);
+  return config;
+}
+
+/**
+ * Why the bootstrap server of `config` would deny every node, or undefined: a `server` section with no
+ * approval policy — no `server.provider.<cloud>`, no `server.pki` and no `bootstrap.policies` (the
+ * default chain is one policy per provider, src/bootstrap/policies/build.ts) — or an empty
+ * `bootstrap.policies`. kops' kops-controller exits on start-up then ("no verifiers").
+ */
+export function approvalChainProblem(config: Config): string | undefined {
+  if (!config.server) return undefined;
+  const { policies } = config.bootstrap;
+  if (policies?.length === 0) {
+    return 'bootstrap.policies: an empty chain denies every node; name at least one policy (always-reject to deny every node on purpose)';
+  }
+  const providers = Object.values(config.server.provider).filter((options) => options !== undefined);
+  if (policies || providers.length > 0 || config.server.pki) return undefined;
+  return (
+    'server.provider: no approval policy is configured, so the bootstrap server would deny every node ' +
+    '(kops refuses to start: "no verifiers"); set the cloud\'s provider as kops writes it ' +
+    '(server.provider.aws, .gce, .hetzner, .openstack, .do, .scaleway, .azure or .linode), ' +
+    'server.pki for kops metal, or bootstrap.policies (e.g. [{name: queue}] to approve each node by hand)'
+  );
 }
 
 /** Reads and validates a configuration file. */
