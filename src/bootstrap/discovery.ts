@@ -232,10 +232,10 @@ export function configMapClusterInfoSource(
     };
   };
   return () => {
-    if (cached && clock.now() - cached.at < maxAgeMs) return cached.document;
+    if (cached && clock.monotonic() - cached.at < maxAgeMs) return cached.document;
     reading ??= read()
       .then((document) => {
-        cached = { at: clock.now(), document };
+        cached = { at: clock.monotonic(), document };
         return document;
       })
       .finally(() => {

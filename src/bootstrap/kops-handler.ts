@@ -15,7 +15,7 @@
  * A renewal (`x-kops-renewal`) is bounded by the certificate it presents (policies/renewal.ts,
  * `renewalScope`): a name that is not the node's own certificate (kube-proxy, kube-router,
  * etcd-client-cilium), or a serving certificate without verified addresses, is refused (403) before
- * anything else is read; what it is issued is valid no longer than the presented certificate was —
+ * anything is issued; what it is issued is valid no longer than the presented certificate was —
  * kops' 455 days for a kops node's certificate, never 455 days for a short one.
  */
 import { describeError, InvalidInputError, KopsError, type UnavailableError } from '../errors.ts';
@@ -391,7 +391,7 @@ async function guardAgainstRegisteredNode(
 
 /**
  * A renewal's bounds (policies/renewal.ts, `renewalScope`), checked on the names the body asks for
- * before anything else is read: a name that is not the node's own certificate, or a serving
+ * before anything is issued: a name that is not the node's own certificate, or a serving
  * certificate without verified addresses, is refused (403, audited); so is a presented certificate
  * shorter-lived than anything this server issues. Otherwise the longest lifetime it may be issued
  * (unbounded for a request that renews nothing).

@@ -367,7 +367,7 @@ export async function submitCertificates(
       } catch (err) {
         // The queue's own refusals (the request does not fit, the queue is full, the name is held)
         // are denials to audit; a fault was reported as one above.
-        if (err instanceof KopsError && !isDependencyFault(err)) {
+        if (err instanceof KopsError && !isDependencyFault(err) && err.kind !== 'internal') {
           report(context, { ...base, verdict: 'deny', reasons: [err.message] });
         }
         throw err;

@@ -4,10 +4,10 @@ import { parseDuration } from '../config/duration.ts';
 import { InvalidInputError } from '../errors.ts';
 import { createLogger, type LogFormat, type Logger, levelForVerbosity, logFormats } from '../log.ts';
 
-/** Options every command inherits from the program. */
 /** `-v` when not given: info, as klog's `--v=2` that kops passes. */
 export const defaultVerbosity = '2';
 
+/** Options every command inherits from the program. */
 export interface GlobalOptions {
   /** Absent when a command runs without the root program (as the tests run some). */
   v?: string;

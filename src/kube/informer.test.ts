@@ -249,6 +249,21 @@ describe('informer', () => {
     });
   }
 
+  test('a wall-clock step does not change how long the watch has been silent (measured on the monotonic clock)', async () => {
+    const resource = new FakeResource();
+    const clock = new FakeClock();
+    const { informer } = startInformer(resource, clock);
+    await informer.waitForSync();
+    await until(() => resource.watchers.size === 1);
+    resource.put('heard', 'Pending');
+    await clock.advance(100_000);
+    clock.stepWall(-3_600_000);
+    assert.equal(informer.watchSilenceMs(), 100_000, 'silent for 100 s, whatever the wall clock says');
+    clock.stepWall(7_200_000);
+    assert.equal(informer.watchSilenceMs(), 100_000);
+    await informer.stop();
+  });
+
   test('stop ends the loop; waitForSync reports false when never synced', async () => {
     const resource = new FakeResource();
     resource.failLists = 100;

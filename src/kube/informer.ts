@@ -328,7 +328,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
    * a current cache from one that may lag.
    */
   watchSilenceMs(): number | undefined {
-    return this.#watchHeardAt === undefined ? undefined : this.#clock.now() - this.#watchHeardAt;
+    return this.#watchHeardAt === undefined ? undefined : this.#clock.monotonic() - this.#watchHeardAt;
   }
 
   /** The resourceVersion the next watch resumes from, if any. */
@@ -351,10 +351,10 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
       try {
         if (this.#resourceVersion === undefined) await this.#relist();
         if (stop.aborted) break;
-        const startedAt = this.#clock.now();
+        const startedAt = this.#clock.monotonic();
         const { end, events } = await this.#watchOnce();
         this.#metrics?.restarts.inc({ resource: this.name, reason: end });
-        const healthy = events > 0 || this.#clock.now() - startedAt >= healthyWatchMs;
+        const healthy = events > 0 || this.#clock.monotonic() - startedAt >= healthyWatchMs;
         if (end === 'gone') {
           this.#logger.info('resourceVersion expired (410 Gone); re-listing');
           this.#resourceVersion = undefined;
@@ -444,7 +444,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
           return;
         }
         events++;
-        this.#watchHeardAt = this.#clock.now();
+        this.#watchHeardAt = this.#clock.monotonic();
         this.#apply(type, object as T);
       };
       let ended = false;

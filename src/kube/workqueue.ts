@@ -118,7 +118,7 @@ export class WorkQueue {
     if (this.#shuttingDown) return;
     this.#metrics?.adds.inc({ name: this.name });
     if (this.#dirty.has(key)) return;
-    this.#dirty.set(key, this.#clock.now());
+    this.#dirty.set(key, this.#clock.monotonic());
     if (this.#processing.has(key)) return;
     this.#queue.push(key);
     this.#updateDepth();
@@ -132,7 +132,7 @@ export class WorkQueue {
       this.add(key);
       return;
     }
-    const at = this.#clock.now() + delayMs;
+    const at = this.#clock.monotonic() + delayMs;
     const pending = this.#delayed.get(key);
     if (pending && pending.at <= at) return;
     pending?.cancel();
@@ -216,9 +216,9 @@ export class WorkQueue {
         this.#queue.splice(0, this.#head);
         this.#head = 0;
       }
-      const queuedAt = this.#dirty.get(key) ?? this.#clock.now();
+      const queuedAt = this.#dirty.get(key) ?? this.#clock.monotonic();
       this.#dirty.delete(key);
-      const startedAt = this.#clock.now();
+      const startedAt = this.#clock.monotonic();
       this.#processing.set(key, startedAt);
       this.#metrics?.queueDuration.observe({ name: this.name }, (startedAt - queuedAt) / 1000);
       void this.#process(handler, key, startedAt);
@@ -246,7 +246,7 @@ export class WorkQueue {
         );
       }
     }
-    this.#metrics?.workDuration.observe({ name: this.name }, (this.#clock.now() - startedAt) / 1000);
+    this.#metrics?.workDuration.observe({ name: this.name }, (this.#clock.monotonic() - startedAt) / 1000);
     this.#processing.delete(key);
     if (failed) this.addRateLimited(key);
     else this.forget(key);
@@ -262,7 +262,7 @@ export class WorkQueue {
   #registerCollect(metrics: QueueMetrics): void {
     const collectors = collectorsOf(metrics);
     collectors.set(this.name, () => {
-      const now = this.#clock.now();
+      const now = this.#clock.monotonic();
       let longest = 0;
       let total = 0;
       for (const started of this.#processing.values()) {

@@ -112,8 +112,8 @@ export class CertificateExpiryGauge implements LeaderComponent {
   /**
    * Reads the ledger once, without the certificates of deleted nodes; on failure the last values stay.
    * Each step has a deadline (`readTimeoutMs`), and the read gives up as soon as `signal` aborts
-   * (leadership ended), rejecting with its reason: it then publishes nothing, and removes nothing
-   * once aborted (a removal already sent is written whole or not at all per shard).
+   * (leadership ended), rejecting with its reason: it then publishes nothing and starts no removal
+   * (one already under way goes on to its end, each shard written whole or not at all).
    */
   async refresh(signal: AbortSignal = new AbortController().signal): Promise<void> {
     const { beforeRead, store } = this.#options;

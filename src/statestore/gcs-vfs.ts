@@ -10,6 +10,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import { GoogleAuth } from 'google-auth-library';
+import { withDeadline } from '../deadline.ts';
 import {
   ForbiddenError,
   type KopsError,
@@ -119,20 +120,12 @@ export class GcsVfs implements Vfs {
    * ask the metadata server or a token endpoint first, and neither is bounded by google-auth-library.
    * Past the deadline its answer is dropped.
    */
-  async #credentials(url: string, action: string, where: string): Promise<Headers> {
-    let timer: NodeJS.Timeout | undefined;
-    const deadline = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () =>
-          reject(new TimeoutError(`cannot ${action} ${where}: no credentials within ${this.#timeoutMs} ms`)),
-        this.#timeoutMs,
-      );
-    });
-    try {
-      return await Promise.race([this.#auth.getRequestHeaders(url), deadline]);
-    } finally {
-      clearTimeout(timer);
-    }
+  #credentials(url: string, action: string, where: string): Promise<Headers> {
+    return withDeadline(
+      this.#auth.getRequestHeaders(url),
+      this.#timeoutMs,
+      `cannot ${action} ${where}: credentials`,
+    );
   }
 
   #failure(action: string, path: string, answer: HttpsAnswer): KopsError {

@@ -18,6 +18,7 @@ import {
   S3Client,
   type S3ClientConfig,
 } from '@aws-sdk/client-s3';
+import { bounded } from '../deadline.ts';
 import {
   ForbiddenError,
   KopsError,
@@ -94,28 +95,8 @@ export class S3Vfs implements Vfs {
    * `work` (one SDK call, and the read of its answer) within the call's deadline: past it, a
    * TimeoutError, and the call is aborted so that its connection is closed, not left waiting.
    */
-  async #bounded<T>(
-    action: string,
-    path: string,
-    work: (abortSignal: AbortSignal) => Promise<T>,
-  ): Promise<T> {
-    const abort = new AbortController();
-    let timer: NodeJS.Timeout | undefined;
-    const deadline = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        reject(
-          new TimeoutError(
-            `cannot ${action} ${this.url}/${path}: no answer within ${this.#timeoutMs} ms; check the endpoint and the network`,
-          ),
-        );
-        abort.abort();
-      }, this.#timeoutMs);
-    });
-    try {
-      return await Promise.race([work(abort.signal), deadline]);
-    } finally {
-      clearTimeout(timer);
-    }
+  #bounded<T>(action: string, path: string, work: (abortSignal: AbortSignal) => Promise<T>): Promise<T> {
+    return bounded(work, this.#timeoutMs, `cannot ${action} ${this.url}/${path}`);
   }
 
   #key(path: string): string {

@@ -205,6 +205,33 @@ describe('CsrApprover when it cannot verify', () => {
   });
 });
 
+describe('CsrApprover when leadership ends during a slow read', () => {
+  test('EC2 answering slowly (throttled): the approver stops within a second, deciding nothing', async () => {
+    let asked = 0;
+    const slow: NodeIdentifier = {
+      identify: async (ids, options) => {
+        asked++;
+        await new Promise((resolve) => setTimeout(resolve, 5_000));
+        return provider.nodeIdentifier.identify(ids, options);
+      },
+    };
+    const stop = startApprover({ registry: new Registry(), identifier: slow });
+    const name = await createCsr(cluster.api.server.kubeConfig(nodeUser(nodeA)), {
+      commonName: `system:node:${nodeA}`,
+      signerName: kubeletClientSigner,
+      usages: clientUsages,
+    });
+    await eventually('the lookup is under way', async () => asked > 0);
+    const abortedAt = performance.now();
+    await stop();
+    const ms = performance.now() - abortedAt;
+    assert.ok(ms < 1_000, `stopped ${Math.round(ms)} ms after leadership ended`);
+    assert.deepEqual(conditionsOf(name), [], 'nothing decided by a stopped approver');
+    // Left undecided: gone, so that the approvers of the next tests do not find it.
+    store.delete('certificatesigningrequests', undefined, name);
+  });
+});
+
 describe('CsrApprover asks the cloud for recent state', () => {
   test('every lookup carries the configured bound, 60 s by default', async () => {
     const asked: (number | undefined)[] = [];

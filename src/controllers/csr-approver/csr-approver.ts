@@ -27,8 +27,10 @@ import {
 import { Counter, type Registry, register } from 'prom-client';
 import { isCloudVerdict } from '../../bootstrap/dependency.ts';
 import type { NodeIdentifier } from '../../cloud/types.ts';
+import { bounded } from '../../deadline.ts';
 import { describeError, NotFoundError, UnavailableError } from '../../errors.ts';
 import { fromApiException } from '../../kube/api-errors.ts';
+import { abortingWith } from '../../kube/call-options.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
 import { runController } from '../../kube/controller.ts';
 import { readCsr } from '../../kube/csr.ts';
@@ -40,6 +42,11 @@ import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
 import { assessCsr, assessInstance, type InstanceCheck, type Verdict } from './checks.ts';
 import { type CsrRecord, csrRecordOf } from './csr-record.ts';
 import { assessResolution, type ServingPolicy } from './serving-policy.ts';
+
+/** How long the read of a request's Node may take (the API server). */
+const readTimeoutMs = 30_000;
+/** How long the cloud's answer for a request's instance may take, its SDK's retries included. */
+const lookupTimeoutMs = 60_000;
 
 /** Options of a {@link CsrApprover}. */
 export interface CsrApproverOptions {
@@ -131,7 +138,7 @@ export class CsrApprover implements LeaderComponent {
         informer,
         key: (record) => record.name,
         filter: (record) => !record.decided && !record.issued,
-        reconcile: (name) => this.#reconcile(informer.get(name)),
+        reconcile: (name, workSignal) => this.#reconcile(informer.get(name), workSignal),
         concurrency: this.#options.concurrency ?? 8,
         baseDelayMs: 500,
         maxDelayMs: 300_000,
@@ -142,7 +149,7 @@ export class CsrApprover implements LeaderComponent {
     );
   }
 
-  async #reconcile(record: CsrRecord | undefined): Promise<undefined> {
+  async #reconcile(record: CsrRecord | undefined, signal: AbortSignal): Promise<undefined> {
     if (!record) return;
     const assessment = assessCsr(record, this.#options.serving);
     if (assessment.action === 'ignore') {
@@ -150,7 +157,7 @@ export class CsrApprover implements LeaderComponent {
       return;
     }
     let verdict =
-      assessment.action === 'verify-instance' ? await this.#verifyInstance(assessment) : assessment;
+      assessment.action === 'verify-instance' ? await this.#verifyInstance(assessment, signal) : assessment;
     if (assessment.action === 'verify-instance' && verdict.action === 'approve') {
       verdict = (await this.#checkResolution(assessment)) ?? verdict;
     }
@@ -181,12 +188,22 @@ export class CsrApprover implements LeaderComponent {
     return assessResolution(request, resolved, policy);
   }
 
-  /** Checks a request's instance (and names) with the cloud; outages throw (requeue), refusals deny. */
-  async #verifyInstance(request: InstanceCheck): Promise<Verdict> {
+  /**
+   * Checks a request's instance (and names) with the cloud; outages throw (requeue), refusals deny.
+   * Each read is bounded and given up when the controller stops (leadership lost), so a slow cloud
+   * or API server never keeps the approver running past its stop budget.
+   */
+  async #verifyInstance(request: InstanceCheck, signal: AbortSignal): Promise<Verdict> {
     const { nodeName } = request;
     let providerID: string | undefined;
     try {
-      providerID = (await this.#core.readNode({ name: nodeName })).spec?.providerID || undefined;
+      const node = await bounded(
+        (cut) => this.#core.readNode({ name: nodeName }, abortingWith(cut)),
+        readTimeoutMs,
+        `read node ${nodeName}`,
+        signal,
+      );
+      providerID = node.spec?.providerID || undefined;
     } catch (err) {
       const error = fromApiException(err, `read node ${nodeName}`);
       if (!(error instanceof NotFoundError)) throw error;
@@ -201,7 +218,13 @@ export class CsrApprover implements LeaderComponent {
       };
     }
     const maxAgeMs = this.#options.maxInstanceStateAgeMs ?? defaultMaxInstanceStateAgeMs;
-    const result = (await this.#options.identifier.identify([key], { maxAgeMs })).get(key);
+    const results = await bounded(
+      () => this.#options.identifier.identify([key], { maxAgeMs }),
+      lookupTimeoutMs,
+      `look up ${key}`,
+      signal,
+    );
+    const result = results.get(key);
     if (!result) throw new NotFoundError(`the node identifier returned nothing for ${key}`);
     if (!result.ok) {
       // Only the cloud's verdict on the instance denies; a failure to ask is retried.

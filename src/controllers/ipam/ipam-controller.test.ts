@@ -121,6 +121,12 @@ async function metric(name: string, labels: Record<string, string> = {}): Promis
     .reduce((sum, v) => sum + v.value, 0);
 }
 
+/** Whether an IPAM reconcile is in progress (the work queue's longest-running gauge of `registry`). */
+async function reconcileRunning(registry: Registry): Promise<boolean> {
+  const running = await registry.getSingleMetric('workqueue_longest_running_processor_seconds')?.get();
+  return (running?.values.find((v) => v.labels['name'] === 'ipam')?.value ?? 0) > 0;
+}
+
 async function eventually(what: string, check: () => boolean | Promise<boolean>): Promise<void> {
   for (let i = 0; i < 1000; i++) {
     if (await check()) return;
@@ -416,17 +422,49 @@ test('a node deleted while the cloud answers is not left counted in conflict', a
   const run = controller.start(leading.signal);
   try {
     // Its reconcile is running, waiting for EC2's slow answer.
-    await eventually(
-      'the reconcile is under way',
-      async () =>
-        ((
-          await ownRegistry.getSingleMetric('workqueue_longest_running_processor_seconds')?.get()
-        )?.values.find((v) => v.labels['name'] === 'ipam')?.value ?? 0) > 0,
-    );
+    await eventually('the reconcile is under way', () => reconcileRunning(ownRegistry));
     own.store.delete('nodes', undefined, name);
     await eventually('the reconcile ends as deleted', async () => (await reconciles('deleted')) > 0);
     assert.equal(await reconciles('conflict'), 0, 'no conflict decided for a node that is gone');
     assert.equal(await inConflict(), 0);
+  } finally {
+    leading.abort();
+    await run;
+    aws.faults.reset();
+    await nodes.close();
+    await own.close();
+  }
+});
+
+test('leadership ending while EC2 answers slowly (throttled): the controller stops within a second', async () => {
+  const own = await startApiServer();
+  const nodes = nodeInformer(own.kubeConfig());
+  const ownRegistry = new Registry();
+  const controller = new IpamController({
+    kubeConfig: own.kubeConfig(),
+    nodes,
+    source: awsSource(),
+    registry: ownRegistry,
+  });
+  const input = instance();
+  own.store.create({
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: { name: input.id },
+    spec: { providerID: awsProviderID(input) },
+  } as KubeObject);
+  aws.faults.add({ service: 'ec2', latencyMs: 5_000 });
+  const leading = new AbortController();
+  const run = controller.start(leading.signal);
+  try {
+    // The node's reconcile is under way, waiting for the cloud's answer 5 s away.
+    await eventually('the reconcile is under way', () => reconcileRunning(ownRegistry));
+    const abortedAt = performance.now();
+    leading.abort();
+    await run;
+    const ms = performance.now() - abortedAt;
+    assert.ok(ms < 1_000, `stopped ${Math.round(ms)} ms after leadership ended`);
+    assert.equal(own.store.get('nodes', undefined, input.id)?.['spec']?.['podCIDRs' as never], undefined);
   } finally {
     leading.abort();
     await run;

@@ -20,6 +20,7 @@ import { CoreV1Api, type KubeConfig, type V1Node } from '@kubernetes/client-node
 import { Counter, Gauge, type Registry, register } from 'prom-client';
 import { isCloudVerdict } from '../../bootstrap/dependency.ts';
 import type { Outcome } from '../../cloud/batcher.ts';
+import { bounded } from '../../deadline.ts';
 import { describeError, InternalError, NotFoundError } from '../../errors.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
 import { type Reconciled, runController } from '../../kube/controller.ts';
@@ -37,6 +38,9 @@ import { decide, type IpamDecision } from './decide.ts';
 import { type IpamNodeRecord, ipamRecordOf, needsReconcile } from './ipam-record.ts';
 import { RangeIndex } from './range-index.ts';
 import type { CloudAnswer, PodCidrSource } from './sources.ts';
+
+/** How long one lookup of a node's pod ranges may take, the cloud SDK's retries included. */
+const lookupTimeoutMs = 30_000;
 
 /** The Event reason of a node whose pod ranges conflict. */
 export const podCidrConflictReason = 'PodCIDRConflict';
@@ -243,9 +247,14 @@ export class IpamController implements LeaderComponent {
   async #lookup(term: Term, name: string, key: string, signal: AbortSignal) {
     const prefetched = term.prefetched.get(name);
     term.prefetched.delete(name);
-    const answers = await (prefetched?.key === key
-      ? prefetched.answer
-      : this.#options.source.lookup([key], signal));
+    // Bounded, and given up when the term ends: a throttled cloud must not keep IPAM running after
+    // the lease is lost. A lookup past its deadline fails the reconcile, which is retried.
+    const answers = await bounded(
+      (cut) => (prefetched?.key === key ? prefetched.answer : this.#options.source.lookup([key], cut)),
+      lookupTimeoutMs,
+      `look up the pod ranges of ${key}`,
+      signal,
+    );
     return (
       answers.get(key) ?? {
         ok: false,
@@ -314,7 +323,7 @@ export class IpamController implements LeaderComponent {
         await this.#reportConflict(term, node, decision);
         return { outcome: 'conflict', requeueAfterMs: recheckMs };
       case 'assign':
-        return this.#assign(term, node, decision.cidrs);
+        return this.#assign(term, node, decision.cidrs, signal);
     }
   }
 
@@ -329,7 +338,7 @@ export class IpamController implements LeaderComponent {
    * made on: if anything changed the node meanwhile, the API server answers 409 and the node is
    * decided again once the cache has the change — a range set by someone else is never overwritten.
    */
-  async #assign(term: Term, node: IpamNodeRecord, cidrs: string[]): Promise<Reconciled> {
+  async #assign(term: Term, node: IpamNodeRecord, cidrs: string[], signal: AbortSignal): Promise<Reconciled> {
     term.claimed.set(node.name, cidrs);
     let patched: V1Node;
     try {
@@ -341,6 +350,7 @@ export class IpamController implements LeaderComponent {
           spec: { podCIDR: cidrs[0], podCIDRs: cidrs },
         },
         'strategic-merge',
+        { signal },
       );
     } catch (err) {
       if (err instanceof NotFoundError) return { outcome: 'deleted' };

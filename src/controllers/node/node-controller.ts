@@ -103,7 +103,10 @@ interface Term {
 /**
  * `work`, or the signal's reason as soon as it aborts: the calls a reconcile waits on take no signal
  * (the cloud identifier, the state store, the Event create), so they run on and their results are
- * dropped; nothing from them is recorded once the reconcile has given up.
+ * dropped; nothing from them is recorded once the reconcile has given up. No deadline (as
+ * `bounded` of src/deadline.ts would add): in a label storm a node's lookup waits its turn in the
+ * cloud's call budget for as long as the storm needs, and each call bounds itself (SDK retries,
+ * the state store's and the API server's deadlines).
  */
 function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
   if (signal.aborted) {
