@@ -20,6 +20,7 @@ import { spkiOf } from '../pki/keys.ts';
 import { encodePem } from '../pki/pem.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
+import { msToStop } from '../testing/leadership.ts';
 import { CertificateExpiryGauge, expiryGaugeName, lifetimeGaugeName } from './expiry-gauge.ts';
 import { epochSeconds, type LedgerEntry } from './ledger.ts';
 import { ConfigMapLedgerStore } from './store.ts';
@@ -251,10 +252,7 @@ describe('the expiry gauge when leadership ends during a slow read', () => {
     const run = gauge.start(leading.signal);
     try {
       await until('the slow call is in flight', arrived);
-      const abortedAt = performance.now();
-      leading.abort();
-      await run;
-      return performance.now() - abortedAt;
+      return msToStop(leading, run);
     } finally {
       leading.abort();
       await run;

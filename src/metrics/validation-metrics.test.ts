@@ -20,6 +20,7 @@ import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
 import { ClusterStore } from '../statestore/cluster-store.ts';
 import type { InstanceGroup } from '../statestore/kops-types.ts';
 import { openVfs, vfsOptionsFromEnv } from '../statestore/open.ts';
+import { msToStop } from '../testing/leadership.ts';
 import { toolPath } from '../testing/tools.ts';
 import { type NodeInfo, type PodInfo, validateCluster } from '../validation/validate-cluster.ts';
 import {
@@ -598,10 +599,7 @@ describe('ValidationMetrics when leadership ends during a slow read', () => {
       await until('the first refresh', () => metrics.snapshot() !== undefined);
       slow();
       await until('the slow read is in flight', arrived);
-      const abortedAt = performance.now();
-      leading.abort();
-      await run;
-      return performance.now() - abortedAt;
+      return msToStop(leading, run);
     } finally {
       leading.abort();
       await run;

@@ -10,7 +10,8 @@ import { awsProviderID, simInstanceId, simIpv6Prefix } from '../../sim/aws/scena
 import { type AwsSimulator, startAwsSimulator } from '../../sim/aws/server.ts';
 import type { SimInstanceInput } from '../../sim/aws/world.ts';
 import { cloudRequests } from '../../testing/cloud-calls.ts';
-import { IpamController, podCidrConflictReason } from './ipam-controller.ts';
+import { msToStop } from '../../testing/leadership.ts';
+import { IpamController, type IpamControllerOptions, podCidrConflictReason } from './ipam-controller.ts';
 import { AwsPodCidrSource } from './sources.ts';
 
 const clusterName = 'ipv6.example.com';
@@ -119,6 +120,30 @@ async function metric(name: string, labels: Record<string, string> = {}): Promis
   return values
     .filter((v) => Object.entries(labels).every(([k, value]) => v.labels[k] === value))
     .reduce((sum, v) => sum + v.value, 0);
+}
+
+/**
+ * A controller over an API server of its own, so that the file's running controller does not act on
+ * its Nodes; `close` stops its Node watch and the API server.
+ */
+async function isolatedController(options: Partial<IpamControllerOptions> = {}) {
+  const api = await startApiServer();
+  const registry = new Registry();
+  const nodes = nodeInformer(api.kubeConfig());
+  const controller = new IpamController({
+    kubeConfig: api.kubeConfig(),
+    nodes,
+    source: awsSource(),
+    registry,
+    ...options,
+  });
+  const inConflict = async () =>
+    (await registry.getSingleMetric('ipam_controller_nodes_in_conflict')?.get())?.values[0]?.value ?? 0;
+  const close = async () => {
+    await nodes.close();
+    await api.close();
+  };
+  return { api, registry, nodes, controller, inConflict, close };
 }
 
 /** Whether an IPAM reconcile is in progress (the work queue's longest-running gauge of `registry`). */
@@ -329,18 +354,16 @@ test('a node changed between the decision and the patch is not written over (res
 });
 
 test('a new leadership term over the held Node cache still refuses a range a cached Node holds; the conflict gauge never goes below 0', async () => {
-  // Its own API server, so that the controller of the other tests does not act on these Nodes.
-  const own = await startApiServer();
-  const ownRegistry = new Registry();
-  const nodes = nodeInformer(own.kubeConfig());
-  const controller = new IpamController({
-    kubeConfig: own.kubeConfig(),
+  const {
+    api: own,
     nodes,
-    source: awsSource(),
+    controller,
+    inConflict,
+    close,
+  } = await isolatedController({
     recheckMs: 60_000,
     baseRetryDelayMs: 20,
     maxRetryDelayMs: 200,
-    registry: ownRegistry,
   });
   // The new instance's prefix was delegated before to an instance since terminated, whose Node stays.
   const reused = instance();
@@ -355,8 +378,6 @@ test('a new leadership term over the held Node cache still refuses a range a cac
     } as KubeObject);
   nodeOf(gone, { podCIDR: prefix, podCIDRs: [prefix] });
   nodeOf(reused);
-  const inConflict = async () =>
-    (await ownRegistry.getSingleMetric('ipam_controller_nodes_in_conflict')?.get())?.values[0]?.value ?? 0;
   const podCidrs = () =>
     (own.store.get('nodes', undefined, reused.id)?.['spec'] as { podCIDRs?: string[] } | undefined)?.podCIDRs;
   // What the cache holds, to know when it has seen a deletion.
@@ -385,24 +406,18 @@ test('a new leadership term over the held Node cache still refuses a range a cac
     await eventually('the cache has seen the deletion', () => cached.get(reused.id) === undefined);
     assert.equal(await inConflict(), 0);
   } finally {
-    await nodes.close();
-    await own.close();
+    await close();
   }
 });
 
 test('a node deleted while the cloud answers is not left counted in conflict', async () => {
-  const own = await startApiServer();
-  const ownRegistry = new Registry();
-  const nodes = nodeInformer(own.kubeConfig());
-  const controller = new IpamController({
-    kubeConfig: own.kubeConfig(),
-    nodes,
-    source: awsSource(),
-    recheckMs: 200,
+  const {
+    api: own,
     registry: ownRegistry,
-  });
-  const inConflict = async () =>
-    (await ownRegistry.getSingleMetric('ipam_controller_nodes_in_conflict')?.get())?.values[0]?.value ?? 0;
+    controller,
+    inConflict,
+    close,
+  } = await isolatedController({ recheckMs: 200 });
   const reconciles = async (result: string) =>
     (await ownRegistry.getSingleMetric('ipam_controller_reconciles_total')?.get())?.values.find(
       (v) => v.labels['result'] === result,
@@ -431,21 +446,12 @@ test('a node deleted while the cloud answers is not left counted in conflict', a
     leading.abort();
     await run;
     aws.faults.reset();
-    await nodes.close();
-    await own.close();
+    await close();
   }
 });
 
 test('leadership ending while EC2 answers slowly (throttled): the controller stops within a second', async () => {
-  const own = await startApiServer();
-  const nodes = nodeInformer(own.kubeConfig());
-  const ownRegistry = new Registry();
-  const controller = new IpamController({
-    kubeConfig: own.kubeConfig(),
-    nodes,
-    source: awsSource(),
-    registry: ownRegistry,
-  });
+  const { api: own, registry: ownRegistry, controller, close } = await isolatedController();
   const input = instance();
   own.store.create({
     apiVersion: 'v1',
@@ -459,17 +465,13 @@ test('leadership ending while EC2 answers slowly (throttled): the controller sto
   try {
     // The node's reconcile is under way, waiting for the cloud's answer 5 s away.
     await eventually('the reconcile is under way', () => reconcileRunning(ownRegistry));
-    const abortedAt = performance.now();
-    leading.abort();
-    await run;
-    const ms = performance.now() - abortedAt;
+    const ms = await msToStop(leading, run);
     assert.ok(ms < 1_000, `stopped ${Math.round(ms)} ms after leadership ended`);
     assert.equal(own.store.get('nodes', undefined, input.id)?.['spec']?.['podCIDRs' as never], undefined);
   } finally {
     leading.abort();
     await run;
     aws.faults.reset();
-    await nodes.close();
-    await own.close();
+    await close();
   }
 });

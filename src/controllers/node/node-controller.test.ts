@@ -20,6 +20,7 @@ import type { SimInstanceInput } from '../../sim/aws/world.ts';
 import { type GceDevCluster, startDevCluster, startGceDevCluster } from '../../sim/dev-cluster.ts';
 import { ClusterStore } from '../../statestore/cluster-store.ts';
 import { openVfs, vfsOptionsFromEnv } from '../../statestore/open.ts';
+import { msToStop } from '../../testing/leadership.ts';
 import { identityRejectedReason, NodeController } from './node-controller.ts';
 
 const stateDir = await mkdtemp(join(tmpdir(), 'node-controller-'));
@@ -441,10 +442,7 @@ describe('NodeController when leadership ends during slow I/O', () => {
       cluster.aws.ec2.addInstances([instance]);
       store.create(nodeOf(instance));
       await eventually('the slow call is in flight', arrived);
-      const abortedAt = performance.now();
-      leading.abort();
-      await run;
-      return performance.now() - abortedAt;
+      return msToStop(leading, run);
     } finally {
       leading.abort();
       await run;
