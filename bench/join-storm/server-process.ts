@@ -220,7 +220,7 @@ async function startBootstrap(
   // Storms start once the server is ready and its impersonation guard answers from its Node watch,
   // as a server that has run for a minute does (before that, every guard lookup reads the Node); a
   // worker's guard asks the primary's watch, which startServer waits for.
-  while (!boot.queue.hasSynced() || !(services || boot.guardWatch?.isCurrent())) {
+  while (!boot.queue.hasSynced() || !(services || boot.guardPresence?.('any-node').current)) {
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
   return { boot, release };

@@ -196,7 +196,7 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
       metadata: { name: node.instanceId },
       status: { conditions: [] },
     });
-    await waitFor(() => harness.bootstrap.guardWatch?.knows(node.instanceId) === true);
+    await waitFor(() => harness.bootstrap.guardPresence?.(node.instanceId).known === true);
     harness.api.faults.errors({ resource: 'nodes', verbs: ['get'], count: 1, status: 503 });
     assertRetry(await (await nativeRequest(node, harness)).send(), 'kubernetes-api', 'Node read');
     assert.equal((await (await nativeRequest(node, harness)).send()).status, 200);

@@ -281,7 +281,7 @@ describe('bootstrap server', () => {
   });
 
   test('the guard answers "not registered" from its current Node watch, without reading the Node', async () => {
-    await until(() => boot.guardWatch?.isCurrent());
+    await until(() => boot.guardPresence?.('node-a').current);
     const reads = async (source: string) =>
       Number(
         new RegExp(`kops_controller_bootstrap_node_guard_reads_total\\{source="${source}"\\} (\\d+)`).exec(
@@ -296,14 +296,14 @@ describe('bootstrap server', () => {
   });
 
   test('while the Node watch is down, the guard reads every Node: one made Ready meanwhile is still refused', async () => {
-    await until(() => boot.guardWatch?.isCurrent());
+    await until(() => boot.guardPresence?.('node-a').current);
     // The watch drops and cannot come back: every list and watch of Nodes fails until reset.
     sim.faults.errors({ resource: 'nodes', verbs: ['list', 'watch'], status: 500, count: 1_000_000 });
     sim.faults.dropWatches({ resource: 'nodes' });
-    await until(() => boot.guardWatch?.isCurrent() === false);
+    await until(() => boot.guardPresence?.('node-a').current === false);
     createReadyNode(sim, 'node-a');
     try {
-      assert.equal(boot.guardWatch?.knows('node-a'), false, 'the watch never saw the Node');
+      assert.equal(boot.guardPresence?.('node-a').known, false, 'the watch never saw the Node');
       const reply = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-a') }), 'Bearer node-a');
       assert.equal(reply.status, 409, reply.text);
       assert.equal((reply.json()['error'] as { reason: string }).reason, 'node-already-registered');
@@ -312,14 +312,14 @@ describe('bootstrap server', () => {
       sim.store.delete('nodes', undefined, 'node-a');
     }
     // Once the watch is back and current (after the informer's backoff), the guard answers from it again.
-    await until(() => boot.guardWatch?.isCurrent(), 40_000);
+    await until(() => boot.guardPresence?.('node-a').current, 40_000);
   });
 
   test('node name already Ready', async () => {
     createReadyNode(sim, 'node-a');
     try {
       // The watch knowing the Node sends the guard to the API server, whose answer is the 409.
-      await until(() => boot.guardWatch?.knows('node-a'));
+      await until(() => boot.guardPresence?.('node-a').known);
       const reply = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-a') }), 'Bearer node-a');
       assert.equal(reply.status, 409, reply.text);
       assert.equal((reply.json()['error'] as { reason: string }).reason, 'node-already-registered');
@@ -454,7 +454,7 @@ describe('bootstrap server', () => {
     const first = await post(body({ kubelet: kubeletCsr(generateKey(), 'node-late') }));
     const { requestId, poll } = first.json() as { requestId: string; poll: string };
     createReadyNode(sim, 'node-late');
-    await until(() => boot.guardWatch?.knows('node-late'));
+    await until(() => boot.guardPresence?.('node-late').known);
     await kubectl('certificate', 'approve', requestId);
     const reply = await call('GET', `${poll}?wait=30`);
     assert.equal(reply.status, 403, reply.text);
@@ -997,7 +997,7 @@ describe('bootstrap server with bootstrap.nodeGuard: api', () => {
       },
     );
     try {
-      assert.equal(boot.guardWatch, undefined);
+      assert.equal(boot.guardPresence, undefined);
       createReadyNode(sim, 'node-a');
       const status = await new Promise<number>((resolve, reject) => {
         const req = request(

@@ -12,13 +12,11 @@ import type { KopsOptions } from '../bootstrap/kops-handler.ts';
 import {
   type GuardReadSource,
   httpsNodeReader,
-  type NodePresence,
   type NodeReader,
   nodePresenceView,
   type PresenceQuestion,
   presenceOf,
   watchedNodeReader,
-  watchIsCurrent,
 } from '../bootstrap/node-guard.ts';
 import { servingCertificate } from '../bootstrap/server.ts';
 import type { Config } from '../config/schema.ts';
@@ -146,19 +144,6 @@ export function nodeGuardReads(
   );
   guardWatch.start();
   return { guardWatch, direct, readNode: watchedNodeReader(presenceOf(guardWatch), direct, { onRead }) };
-}
-
-/** What the rest of `run` may ask the guard's Node watch. */
-export interface GuardWatchView {
-  isCurrent(): boolean;
-  knows(nodeName: string): boolean;
-}
-
-export function guardWatchView(nodes: NodePresence): GuardWatchView {
-  return {
-    isCurrent: () => watchIsCurrent(nodes),
-    knows: (nodeName: string) => nodes.get(nodeName) !== undefined,
-  };
 }
 
 /** What this replica holds, once it serves: every CA it trusts or signs with, and its serving certificate. */

@@ -34,7 +34,12 @@ import {
 import type { NodeIssueOptions } from '../bootstrap/issue.ts';
 import { defaultKopsCertNames } from '../bootstrap/kops-handler.ts';
 import { type BootstrapMetrics, bootstrapMetrics } from '../bootstrap/metrics.ts';
-import { type NodeReader, type PresenceQuestion, presenceOf } from '../bootstrap/node-guard.ts';
+import {
+  type NodeReader,
+  type PresenceQuestion,
+  presenceOf,
+  type WatchedPresence,
+} from '../bootstrap/node-guard.ts';
 import { buildPolicies } from '../bootstrap/policies/build.ts';
 import { policyDepsFromConfig } from '../bootstrap/policies/deps.ts';
 import { CsrQueue } from '../bootstrap/queue.ts';
@@ -71,8 +76,6 @@ import { parseListenAddress } from '../runtime/listen-address.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
 import { nodeSecretsReader } from '../statestore/secrets.ts';
 import {
-  type GuardWatchView,
-  guardWatchView,
   holdOwnCertificates,
   ledgerComponents,
   type NodeGuardReads,
@@ -155,8 +158,8 @@ export interface BootstrapService {
 /** The bootstrap server of `run` served in this process, with its queue. */
 export interface RunningBootstrap extends BootstrapService {
   queue: CsrQueue;
-  /** The impersonation guard's Node watch (absent with `nodeGuard: api`): whether it is current, what it knows. */
-  guardWatch?: GuardWatchView;
+  /** What the impersonation guard's Node watch says of a name (absent with `nodeGuard: api`). */
+  guardPresence?: (name: string) => WatchedPresence;
 }
 
 /** What signs, in every process that signs: the CAs and what a certificate is checked and recorded against. */
@@ -429,7 +432,7 @@ export async function startBootstrapServer(
       logger,
     })),
     queue,
-    guardWatch: guard.guardWatch ? guardWatchView(guard.guardWatch) : undefined,
+    guardPresence: guard.guardWatch && presenceOf(guard.guardWatch),
   };
 }
 

@@ -5,18 +5,10 @@
  */
 import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { STSClient } from '@aws-sdk/client-sts';
 import { Command, Option } from 'commander';
-import { signAwsStsProof } from '../agent/aws-proof.ts';
-import { azureProof } from '../agent/azure-proof.ts';
-import { digitalOceanProof } from '../agent/digitalocean-proof.ts';
 import { type DiscoveryOptions, discoverCluster } from '../agent/discovery.ts';
-import { hetznerProof } from '../agent/hetzner-proof.ts';
 import { type JoinOptions, type JoinResult, join } from '../agent/join.ts';
-import { linodeProof } from '../agent/linode-proof.ts';
 import { nodeFilePath } from '../agent/node-files.ts';
-import { openstackProof } from '../agent/openstack-proof.ts';
-import { pkiTpmProofFromFile } from '../agent/pki-tpm-proof.ts';
 import {
   gceIdentityProof,
   noProof,
@@ -26,7 +18,6 @@ import {
 } from '../agent/proofs.ts';
 import { type CurrentCredentials, readCurrentCredentials, renewalProof } from '../agent/renewal.ts';
 import { retryTransient } from '../agent/retry.ts';
-import { scalewayProof } from '../agent/scaleway-proof.ts';
 import { supportedClouds } from '../config/schema.ts';
 import { ConfigError, InvalidInputError } from '../errors.ts';
 import type { Logger } from '../log.ts';
@@ -62,15 +53,23 @@ type JoinCloud = (typeof joinClouds)[number];
 
 /**
  * The clouds whose proof is the instance id the node reads from its metadata service, by how each
- * makes it from `--metadata-url` (default: the cloud's link-local service).
+ * makes it from `--metadata-url` (default: the cloud's link-local service). Each cloud's module (some
+ * bring their SDK: Linode's alone is ~440 modules) is imported only when the node is on that cloud.
  */
-const metadataProofs: Partial<Record<JoinCloud, (metadataUrl: string | undefined) => ProofProvider>> = {
-  hetzner: (metadataUrl) => hetznerProof(metadataUrl ? { metadataUrl } : {}),
-  digitalocean: (metadataUrl) => digitalOceanProof(metadataUrl ? { metadataUrl } : {}),
-  linode: (metadataUrl) => linodeProof(metadataUrl ? { metadataUrl } : {}),
-  openstack: (metadataUrl) => openstackProof(metadataUrl ? { metadataUrl } : {}),
-  scaleway: (metadataUrl) => scalewayProof(metadataUrl ? { metadataUrl } : {}),
-  azure: (imdsUrl) => azureProof(imdsUrl ? { imdsUrl } : {}),
+const metadataProofs: Partial<
+  Record<JoinCloud, (metadataUrl: string | undefined) => Promise<ProofProvider>>
+> = {
+  hetzner: async (url) =>
+    (await import('../agent/hetzner-proof.ts')).hetznerProof(url ? { metadataUrl: url } : {}),
+  digitalocean: async (url) =>
+    (await import('../agent/digitalocean-proof.ts')).digitalOceanProof(url ? { metadataUrl: url } : {}),
+  linode: async (url) =>
+    (await import('../agent/linode-proof.ts')).linodeProof(url ? { metadataUrl: url } : {}),
+  openstack: async (url) =>
+    (await import('../agent/openstack-proof.ts')).openstackProof(url ? { metadataUrl: url } : {}),
+  scaleway: async (url) =>
+    (await import('../agent/scaleway-proof.ts')).scalewayProof(url ? { metadataUrl: url } : {}),
+  azure: async (url) => (await import('../agent/azure-proof.ts')).azureProof(url ? { imdsUrl: url } : {}),
 };
 
 /** The environment variable `join` reads the bootstrap token from when `--token` is not given. */
@@ -92,6 +91,7 @@ async function proofFor(
   const fromMetadata = options.cloud === undefined ? undefined : metadataProofs[options.cloud];
   if (fromMetadata) return fromMetadata(options.metadataUrl);
   if (options.cloud === 'metal' && options.machineKey) {
+    const { pkiTpmProofFromFile } = await import('../agent/pki-tpm-proof.ts');
     return pkiTpmProofFromFile(options.machineKey, { hostname: options.nodeName ?? hostname() });
   }
   switch (options.cloud) {
@@ -101,6 +101,10 @@ async function proofFor(
       const version = options.awsProofVersion === '1' ? 1 : 2;
       // The SDK's default chain: on an instance, the instance profile from IMDS. STS itself is never
       // called here; the controller replays the signed request.
+      const [{ STSClient }, { signAwsStsProof }] = await Promise.all([
+        import('@aws-sdk/client-sts'),
+        import('../agent/aws-proof.ts'),
+      ]);
       const credentials = new STSClient({ region }).config.credentials;
       return async (body) => signAwsStsProof(body, await credentials(), region, version);
     }

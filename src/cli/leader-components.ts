@@ -87,7 +87,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
     // The cloud's pod ranges into spec.podCIDRs of new nodes (kops' setupCloudIPAM). The cloud's own
     // identifier, not the Cluster API wrapper: a range is only taken from an instance the cloud vouches for.
     components.push(
-      ipamControllerFromConfig({
+      await ipamControllerFromConfig({
         cloud: config.cloud,
         nodeIdentifier: cloud.nodeIdentifier,
         kubeConfig: options.kubeConfig,

@@ -5,19 +5,12 @@ import { ConfigError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { Vfs } from '../statestore/types.ts';
 import type { AwsClientOptions } from './aws/clients.ts';
-import { createAwsProvider } from './aws/provider.ts';
-import { type AzureProviderOptions, createAzureProvider } from './azure/provider.ts';
-import { createDigitalOceanProvider } from './digitalocean/provider.ts';
-import { createGceProvider } from './gce/provider.ts';
-import { createHetznerProvider } from './hetzner/provider.ts';
-import { createLinodeProvider } from './linode/provider.ts';
+import type { AzureProviderOptions } from './azure/provider.ts';
 import { InventoryStore } from './metal/inventory.ts';
 import { MetalCloudGroups, MetalNodeIdentifier } from './metal/node-identifier.ts';
 import { type CloudCallRecorder, noCloudCalls } from './metrics.ts';
 import type { OpenStackAuthOptions } from './openstack/auth.ts';
-import { createOpenStackProvider } from './openstack/provider.ts';
 import type { ScalewayCredentials } from './scaleway/client.ts';
-import { createScalewayProvider } from './scaleway/provider.ts';
 import type { CloudGroups, NodeIdentifier } from './types.ts';
 
 /** Overrides for the simulator and tests; production leaves them unset and uses the cloud's defaults. */
@@ -65,6 +58,7 @@ export async function cloudFromConfig(
   switch (config.cloud) {
     case 'aws': {
       const region = config.server?.provider.aws?.Region;
+      const { createAwsProvider } = await import('./aws/provider.ts');
       const aws = await createAwsProvider({
         clusterName: config.clusterName,
         ...(region ? { region } : {}),
@@ -80,6 +74,7 @@ export async function cloudFromConfig(
       };
     }
     case 'gce': {
+      const { createGceProvider } = await import('./gce/provider.ts');
       const gce = await createGceProvider({
         project: config.server?.provider.gce?.projectID,
         clusterName: config.server?.provider.gce?.clusterName ?? config.clusterName,
@@ -95,37 +90,42 @@ export async function cloudFromConfig(
       };
     }
     case 'openstack':
-      return createOpenStackProvider({
+      return (await import('./openstack/provider.ts')).createOpenStackProvider({
         clusterName: config.clusterName,
         ...overrides.openstack,
         logger,
         cloudCalls,
       });
     case 'scaleway':
-      return createScalewayProvider({
+      return (await import('./scaleway/provider.ts')).createScalewayProvider({
         clusterName: config.clusterName,
         ...overrides.scaleway,
         logger,
         cloudCalls,
       });
     case 'azure':
-      return createAzureProvider({ ...azureScopeOf(config), ...overrides.azure, logger, cloudCalls });
+      return (await import('./azure/provider.ts')).createAzureProvider({
+        ...azureScopeOf(config),
+        ...overrides.azure,
+        logger,
+        cloudCalls,
+      });
     case 'hetzner':
-      return createHetznerProvider({
+      return (await import('./hetzner/provider.ts')).createHetznerProvider({
         clusterName: config.clusterName,
         ...overrides.hetzner,
         logger,
         cloudCalls,
       });
     case 'digitalocean':
-      return createDigitalOceanProvider({
+      return (await import('./digitalocean/provider.ts')).createDigitalOceanProvider({
         clusterName: config.clusterName,
         ...overrides.digitalocean,
         logger,
         cloudCalls,
       });
     case 'linode':
-      return createLinodeProvider({
+      return (await import('./linode/provider.ts')).createLinodeProvider({
         clusterName: config.clusterName,
         ...overrides.linode,
         logger,

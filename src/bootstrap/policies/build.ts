@@ -9,10 +9,8 @@
 import { readFile } from 'node:fs/promises';
 import { GetCallerIdentityCommand, type STSClient } from '@aws-sdk/client-sts';
 import type { z } from 'zod';
-import { azureAttestationVerifier } from '../../cloud/azure/attestation-trust.ts';
 import type { AzureClient } from '../../cloud/azure/client.ts';
 import type { ComputeClient } from '../../cloud/gce/compute.ts';
-import { GceIdentityTokenVerifier, JwksKeyStore } from '../../cloud/gce/identity-token.ts';
 import type { HostLookup } from '../../cloud/metal/hosts.ts';
 import type { MetalInventory } from '../../cloud/metal/inventory.ts';
 import type { CloudCallRecorder } from '../../cloud/metrics.ts';
@@ -26,21 +24,10 @@ import type { CertificateAuthority } from '../../pki/ca.ts';
 import type { ReplayGuard } from '../replay-guard.ts';
 import type { BootstrapPolicy, BootstrapTokenValidator } from '../types.ts';
 import { alwaysRejectPolicy } from './always-reject.ts';
-import { type AwsInstanceLookup, awsPolicy } from './aws.ts';
-import { azurePolicy } from './azure.ts';
-import { bootstrapTokenPolicy } from './bootstrap-token.ts';
-import { digitalOceanPolicy } from './digitalocean.ts';
-import { gcePolicy } from './gce.ts';
-import { hetznerPolicy } from './hetzner.ts';
+import type { AwsInstanceLookup } from './aws.ts';
 import { insecureAlwaysApprovePolicy, startupWarning } from './insecure-always-approve.ts';
-import { linodePolicy } from './linode.ts';
-import { metalPolicy } from './metal.ts';
-import { openstackPolicy } from './openstack.ts';
-import { pkiTpmPolicy } from './pki-tpm.ts';
 import { queuePolicy } from './queue.ts';
-import { type NodeAddresses, renewalPolicy } from './renewal.ts';
-import { scalewayPolicy } from './scaleway.ts';
-import { webhookPolicy } from './webhook.ts';
+import type { NodeAddresses } from './renewal.ts';
 
 /** One policy's configuration. */
 export type PolicySpec = z.output<typeof bootstrapPolicySpec>;
@@ -142,6 +129,10 @@ export async function buildPolicies(config: Config, deps: PolicyDeps): Promise<B
   return policies;
 }
 
+/**
+ * One policy. Each policy's module (and through it its cloud's SDK) is imported only when the chain
+ * names it: a controller on one cloud does not load the other clouds' clients.
+ */
 async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): Promise<BootstrapPolicy> {
   const counted = deps.cloudCalls ? { cloudCalls: deps.cloudCalls } : {};
   switch (spec.name) {
@@ -151,13 +142,16 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
       return insecureAlwaysApprovePolicy();
     case 'queue':
       return queuePolicy();
-    case 'bootstrap-token':
+    case 'bootstrap-token': {
+      const { bootstrapTokenPolicy } = await import('./bootstrap-token.ts');
       return bootstrapTokenPolicy({
         validator: need(deps.tokens, spec.name, 'the bootstrap token store'),
         ...(spec.nodeNamePattern === undefined ? {} : { nodeNamePattern: new RegExp(spec.nodeNamePattern) }),
       });
+    }
     case 'aws': {
       const aws = need(deps.aws, spec.name, 'the AWS provider (server.provider.aws)');
+      const { awsPolicy } = await import('./aws.ts');
       return awsPolicy({
         ...aws,
         nodesRoles: config.server?.provider.aws?.nodesRoles ?? [],
@@ -178,6 +172,8 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
       const audience = spec.audience ?? deps.serverUrl;
       const skew = config.server?.provider.gce?.MaxTimeSkew;
       const region = config.server?.provider.gce?.region;
+      const { gcePolicy } = await import('./gce.ts');
+      const { GceIdentityTokenVerifier, JwksKeyStore } = await import('../../cloud/gce/identity-token.ts');
       return gcePolicy({
         project,
         ...(region ? { region } : {}),
@@ -198,6 +194,7 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
     }
     case 'pki-tpm': {
       const skew = config.server?.pki?.MaxTimeSkew;
+      const { pkiTpmPolicy } = await import('./pki-tpm.ts');
       return pkiTpmPolicy({
         hosts: need(deps.hosts, spec.name, "the API server's Host objects (kops.k8s.io/v1alpha2)"),
         replayGuard: deps.replayGuard,
@@ -205,25 +202,25 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
       });
     }
     case 'metal':
-      return metalPolicy({
+      return (await import('./metal.ts')).metalPolicy({
         inventory: need(deps.inventory, spec.name, 'the metal inventory'),
         withoutToken: spec.withoutToken,
         ...(deps.tokens === undefined ? {} : { tokens: deps.tokens }),
       });
     case 'openstack':
-      return openstackPolicy({
+      return (await import('./openstack.ts')).openstackPolicy({
         clusterName: config.clusterName,
         nova: need(deps.openstack, spec.name, 'the OpenStack provider (OS_* environment)').nova,
         lookupTimeoutMs: spec.lookupTimeout,
       });
     case 'scaleway':
-      return scalewayPolicy({
+      return (await import('./scaleway.ts')).scalewayPolicy({
         clusterName: config.clusterName,
         clients: need(deps.scaleway, spec.name, 'the Scaleway provider (SCW_* environment)').clients,
         lookupTimeoutMs: spec.lookupTimeout,
       });
     case 'renewal':
-      return renewalPolicy({
+      return (await import('./renewal.ts')).renewalPolicy({
         clusterName: config.clusterName,
         ca: need(deps.ca, spec.name, 'the cluster CA'),
         ...(deps.renewalAddresses ? { addressesOf: deps.renewalAddresses } : {}),
@@ -237,10 +234,12 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
         spec.name,
         `the ${spec.name} provider (server.provider.${spec.name})`,
       );
-      const build = { hetzner: hetznerPolicy, digitalocean: digitalOceanPolicy, linode: linodePolicy }[
-        spec.name
-      ];
-      return build({ identifier, lookupTimeoutMs: spec.lookupTimeout });
+      const build = {
+        hetzner: async () => (await import('./hetzner.ts')).hetznerPolicy,
+        digitalocean: async () => (await import('./digitalocean.ts')).digitalOceanPolicy,
+        linode: async () => (await import('./linode.ts')).linodePolicy,
+      }[spec.name];
+      return (await build())({ identifier, lookupTimeoutMs: spec.lookupTimeout });
     }
     case 'azure': {
       const azure = need(deps.azure, spec.name, 'the Azure provider (server.provider.azure)');
@@ -250,6 +249,8 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
           ? undefined
           : readPem(spec.intermediatesFile, 'azure intermediates file'),
       ]);
+      const { azurePolicy } = await import('./azure.ts');
+      const { azureAttestationVerifier } = await import('../../cloud/azure/attestation-trust.ts');
       return azurePolicy({
         clusterName: config.server?.provider.azure?.clusterName ?? config.clusterName,
         client: azure.client,
@@ -271,6 +272,7 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
               config,
               deps,
             );
+      const { webhookPolicy } = await import('./webhook.ts');
       return webhookPolicy({
         url: spec.url,
         ca: await readPem(spec.caFile, 'webhook CA bundle'),

@@ -4,18 +4,10 @@
  * the controller at start-up and by `explain`.
  */
 import type { CoreV1Api, KubeConfig, V1Node } from '@kubernetes/client-node';
-import { createAwsProvider } from '../../cloud/aws/provider.ts';
-import { createAzureProvider } from '../../cloud/azure/provider.ts';
-import { createDigitalOceanProvider } from '../../cloud/digitalocean/provider.ts';
 import { azureScopeOf, type CloudOverrides, cloudFromConfig } from '../../cloud/from-config.ts';
-import { createGceProvider } from '../../cloud/gce/provider.ts';
-import { createHetznerProvider } from '../../cloud/hetzner/provider.ts';
-import { createLinodeProvider } from '../../cloud/linode/provider.ts';
 import { HostRegistry } from '../../cloud/metal/hosts.ts';
 import { InventoryStore } from '../../cloud/metal/inventory.ts';
 import type { CloudCallRecorder } from '../../cloud/metrics.ts';
-import { createOpenStackProvider } from '../../cloud/openstack/provider.ts';
-import { createScalewayProvider } from '../../cloud/scaleway/provider.ts';
 import type { NodeIdentifier } from '../../cloud/types.ts';
 import type { Config } from '../../config/schema.ts';
 import { ConfigError, NotFoundError } from '../../errors.ts';
@@ -102,6 +94,7 @@ export async function policyDepsFromConfig(
   try {
     if (names.has('aws')) {
       const region = config.server?.provider.aws?.Region;
+      const { createAwsProvider } = await import('../../cloud/aws/provider.ts');
       const aws = await createAwsProvider({
         clusterName: config.clusterName,
         ...(region ? { region } : {}),
@@ -115,6 +108,7 @@ export async function policyDepsFromConfig(
       identifiers.aws = aws.nodeIdentifier;
     }
     if (names.has('gce')) {
+      const { createGceProvider } = await import('../../cloud/gce/provider.ts');
       const gce = await createGceProvider({
         project: config.server?.provider.gce?.projectID,
         clusterName: config.server?.provider.gce?.clusterName ?? config.clusterName,
@@ -127,12 +121,13 @@ export async function policyDepsFromConfig(
     }
     // Each callback cloud in the chain checks its ids against its own cloud's API.
     for (const cloud of idOnlyClouds.filter((name) => names.has(name))) {
-      const provider = idOnlyProvider(cloud, config, options, logger);
+      const provider = await idOnlyProvider(cloud, config, options, logger);
       closers.push(() => provider.close());
       deps.cloudIdentifiers = { ...deps.cloudIdentifiers, [cloud]: provider.nodeIdentifier };
       identifiers[cloud] = provider.nodeIdentifier;
     }
     if (names.has('openstack')) {
+      const { createOpenStackProvider } = await import('../../cloud/openstack/provider.ts');
       const openstack = createOpenStackProvider({
         clusterName: config.clusterName,
         ...options.cloud?.openstack,
@@ -143,6 +138,7 @@ export async function policyDepsFromConfig(
       identifiers.openstack = openstack.nodeIdentifier;
     }
     if (names.has('scaleway')) {
+      const { createScalewayProvider } = await import('../../cloud/scaleway/provider.ts');
       const scaleway = await createScalewayProvider({
         clusterName: config.clusterName,
         ...options.cloud?.scaleway,
@@ -153,6 +149,7 @@ export async function policyDepsFromConfig(
       identifiers.scaleway = scaleway.nodeIdentifier;
     }
     if (names.has('azure')) {
+      const { createAzureProvider } = await import('../../cloud/azure/provider.ts');
       const azure = await createAzureProvider({
         ...azureScopeOf(config),
         ...options.cloud?.azure,
@@ -199,12 +196,12 @@ export async function policyDepsFromConfig(
 /** The callback clouds whose policies need only the cloud's node identifier. */
 const idOnlyClouds = ['hetzner', 'digitalocean', 'linode'] as const;
 
-function idOnlyProvider(
+async function idOnlyProvider(
   cloud: (typeof idOnlyClouds)[number],
   config: Config,
   options: PolicyDepsOptions,
   logger: Logger,
-): { nodeIdentifier: NodeIdentifier; close(): void } {
+): Promise<{ nodeIdentifier: NodeIdentifier; close(): void }> {
   const base = {
     clusterName: config.clusterName,
     logger,
@@ -212,11 +209,20 @@ function idOnlyProvider(
   };
   switch (cloud) {
     case 'hetzner':
-      return createHetznerProvider({ ...base, ...options.cloud?.hetzner });
+      return (await import('../../cloud/hetzner/provider.ts')).createHetznerProvider({
+        ...base,
+        ...options.cloud?.hetzner,
+      });
     case 'digitalocean':
-      return createDigitalOceanProvider({ ...base, ...options.cloud?.digitalocean });
+      return (await import('../../cloud/digitalocean/provider.ts')).createDigitalOceanProvider({
+        ...base,
+        ...options.cloud?.digitalocean,
+      });
     case 'linode':
-      return createLinodeProvider({ ...base, ...options.cloud?.linode });
+      return (await import('../../cloud/linode/provider.ts')).createLinodeProvider({
+        ...base,
+        ...options.cloud?.linode,
+      });
   }
 }
 

@@ -140,7 +140,7 @@ describe('AwsNodeIdentifier', () => {
     it("refuses a providerID naming another cluster's instance", async () => {
       const providerID = 'aws:///us-east-1a/i-0c0000000000000c3';
       const result = (await identifier.identify([providerID])).get(providerID);
-      assert.equal(reasonOf(result), 'other-cluster');
+      assert.equal(reasonOf(result), 'foreign-cluster');
       assert.match(errorOf(result).message, /tagged for cluster other\.example\.com/);
     });
 
@@ -148,8 +148,8 @@ describe('AwsNodeIdentifier', () => {
       const untagged = 'aws:///us-east-1a/i-0c0000000000000c4';
       const conflicting = 'aws:///us-east-1a/i-0c000000000000010';
       const results = await identifier.identify([untagged, conflicting]);
-      assert.equal(reasonOf(results.get(untagged)), 'other-cluster');
-      assert.equal(reasonOf(results.get(conflicting)), 'other-cluster');
+      assert.equal(reasonOf(results.get(untagged)), 'foreign-cluster');
+      assert.equal(reasonOf(results.get(conflicting)), 'foreign-cluster');
     });
 
     it('refuses stopped and terminated instances', async () => {

@@ -98,7 +98,7 @@ describe('EC2 instance facts', () => {
     };
     assert.equal(
       reason(instance({ Tags: [{ Key: 'kops.k8s.io/instancegroup', Value: 'nodes' }] })),
-      'other-cluster',
+      'foreign-cluster',
     );
     assert.equal(reason(instance({ State: { Name: 'stopping' } })), 'not-running');
     assert.equal(reason(instance({ State: undefined })), 'not-running');

@@ -109,7 +109,7 @@ export function identityFromInstance(instance: Instance, clusterName: string): I
     const claimed = tags[legacyClusterTag];
     throw refuse(
       instanceId,
-      'other-cluster',
+      'foreign-cluster',
       `instance ${instanceId} does not belong to cluster ${clusterName}` +
         (claimed === undefined
           ? ' (it has no cluster ownership tag)'

@@ -35,7 +35,7 @@ function ownCallRefused(error: Error): error is KopsError {
  * Whether the cloud's answer is "this instance is refused only for being in no kops instance group",
  * the one refusal a Machine may answer in its stead. Said explicitly (`no-instance-group`), or by a
  * refusal that names no reason (those of GCE's MIG check and the server clouds' group check do not);
- * any other reason is final: `foreign-cluster`/`other-cluster`, `not-running`, `zone-mismatch`, and
+ * any other reason is final: `foreign-cluster`, `not-running`, `zone-mismatch`, and
  * whatever reason an identifier adds later. An error the cloud API answered (it carries the upstream
  * status) is never a verdict on the instance.
  */

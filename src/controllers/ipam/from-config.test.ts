@@ -18,30 +18,30 @@ kubeConfig.loadFromOptions({
 });
 const aws = new AwsNodeIdentifier({ ec2: {} as EC2Client, clusterName: 'c.example.com' });
 
-test('aws, gce and metal have cloud IPAM, as in kops', () => {
+test('aws, gce and metal have cloud IPAM, as in kops', async () => {
   const registry = new Registry();
   assert.ok(
-    ipamControllerFromConfig({
+    (await ipamControllerFromConfig({
       cloud: 'aws',
       nodeIdentifier: aws,
       kubeConfig,
       nodes: nodeInformer(kubeConfig),
       registry,
-    }) instanceof IpamController,
+    })) instanceof IpamController,
   );
   assert.ok(
-    ipamControllerFromConfig({
+    (await ipamControllerFromConfig({
       cloud: 'metal',
       nodeIdentifier: aws,
       kubeConfig,
       nodes: nodeInformer(kubeConfig),
       registry,
-    }) instanceof IpamController,
+    })) instanceof IpamController,
   );
 });
 
-test('enableCloudIPAM on another cloud is refused at start-up with a line naming it', () => {
-  assert.throws(
+test('enableCloudIPAM on another cloud is refused at start-up with a line naming it', async () => {
+  await assert.rejects(
     () =>
       ipamControllerFromConfig({
         cloud: 'hetzner',
@@ -55,8 +55,8 @@ test('enableCloudIPAM on another cloud is refused at start-up with a line naming
   );
 });
 
-test("a provider's identifier of another type is a wiring bug, not a silent no-op", () => {
-  assert.throws(
+test("a provider's identifier of another type is a wiring bug, not a silent no-op", async () => {
+  await assert.rejects(
     () =>
       ipamControllerFromConfig({
         cloud: 'gce',

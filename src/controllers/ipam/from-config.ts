@@ -6,8 +6,6 @@
  */
 import type { KubeConfig, V1Node } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
-import { AwsNodeIdentifier } from '../../cloud/aws/identify.ts';
-import { GceNodeIdentifier } from '../../cloud/gce/node-identifier.ts';
 import type { NodeIdentifier } from '../../cloud/types.ts';
 import { ConfigError, InternalError } from '../../errors.ts';
 import type { SharedInformer } from '../../kube/shared-informer.ts';
@@ -31,19 +29,24 @@ export interface IpamFromConfigOptions {
   logger?: Logger;
 }
 
-function sourceOf(options: IpamFromConfigOptions): PodCidrSource {
+/** The cloud's source of pod ranges; its identifier's class is imported only on that cloud (EC2's SDK is large). */
+async function sourceOf(options: IpamFromConfigOptions): Promise<PodCidrSource> {
   const { cloud, nodeIdentifier } = options;
   const wrong = () =>
     new InternalError(
       `IPAM on ${cloud} needs the ${cloud} node identifier, not ${nodeIdentifier.constructor.name}`,
     );
   switch (cloud) {
-    case 'aws':
+    case 'aws': {
+      const { AwsNodeIdentifier } = await import('../../cloud/aws/identify.ts');
       if (!(nodeIdentifier instanceof AwsNodeIdentifier)) throw wrong();
       return new AwsPodCidrSource(nodeIdentifier);
-    case 'gce':
+    }
+    case 'gce': {
+      const { GceNodeIdentifier } = await import('../../cloud/gce/node-identifier.ts');
       if (!(nodeIdentifier instanceof GceNodeIdentifier)) throw wrong();
       return new GcePodCidrSource(nodeIdentifier);
+    }
     case 'metal':
       return new HostPodCidrSource({
         kubeConfig: options.kubeConfig,
@@ -58,11 +61,11 @@ function sourceOf(options: IpamFromConfigOptions): PodCidrSource {
 }
 
 /** Builds the IPAM controller; ConfigError for a cloud without cloud IPAM. */
-export function ipamControllerFromConfig(options: IpamFromConfigOptions): IpamController {
+export async function ipamControllerFromConfig(options: IpamFromConfigOptions): Promise<IpamController> {
   return new IpamController({
     kubeConfig: options.kubeConfig,
     nodes: options.nodes,
-    source: sourceOf(options),
+    source: await sourceOf(options),
     registry: options.registry,
     ...(options.logger ? { logger: options.logger } : {}),
   });
