@@ -2,7 +2,13 @@ import assert from 'node:assert/strict';
 import { generateKeyPairSync, type KeyObject, X509Certificate } from 'node:crypto';
 import { describe, test } from 'node:test';
 import { renewalProof } from '../agent/renewal.ts';
-import { NotFoundError, RateLimitedError, UnavailableError } from '../errors.ts';
+import {
+  ForbiddenError,
+  NotFoundError,
+  RateLimitedError,
+  UnauthenticatedError,
+  UnavailableError,
+} from '../errors.ts';
 import { silentLogger } from '../log.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { generateKey, spkiOf } from '../pki/keys.ts';
@@ -259,6 +265,26 @@ describe('kops POST /bootstrap', () => {
         'the state store',
         'node-config',
       ],
+      ...(
+        [
+          new UnauthenticatedError(
+            's3 GET igconfig/node/nodes-us-test-1a/nodeupconfig.yaml: InvalidAccessKeyId',
+          ),
+          new ForbiddenError('gs GET igconfig/node/nodes-us-test-1a/nodeupconfig.yaml: HTTP 403'),
+        ] as const
+      ).map(
+        (refusal) =>
+          [
+            `the state store refusing the controller's own credentials (${refusal.kind})`,
+            setup({
+              nodeConfig: async () => {
+                throw refusal;
+              },
+            }),
+            'the state store',
+            'node-config',
+          ] as const,
+      ),
     ] as const;
     for (const [what, { ca, audit, call }, dependency, decidedBy] of cases) {
       const answer = await call(nodeupRequest(ca, { includeNodeConfig: true }));

@@ -440,11 +440,8 @@ function renewalLimitOrDenial(
  */
 function issueOptionsOf(context: BootstrapContext, maxLifetimeMs: number): NodeIssueOptions {
   const options = context.issueOptions ?? {};
-  const lifetimeMs = options.lifetimeMs ?? kopsLifetimeMs;
-  const longest = Math.min(lifetimeMs, options.bounds?.maxMs ?? absoluteLifetimeBounds.maxMs);
-  if (maxLifetimeMs >= longest) return { ...options, lifetimeMs };
   // renewalLimitOrDenial made sure it is no shorter than the shortest this server issues.
-  return { ...options, lifetimeMs: maxLifetimeMs, bounds: { minMs: maxLifetimeMs, maxMs: maxLifetimeMs } };
+  return { ...options, lifetimeMs: options.lifetimeMs ?? kopsLifetimeMs, maxLifetimeMs };
 }
 
 /** Decodes nodeup's JSON body, parsed only after the proof has been verified. */
@@ -515,8 +512,9 @@ async function readNodeConfig(
     // kops omits the map when it is empty.
     return Object.keys(secrets).length ? { ...config, nodeSecrets: secrets } : config;
   } catch (err) {
-    // The state store failing is not the request's fault: the node asks again.
-    if (isTransientFailure(err))
+    // The state store failing, or refusing the controller's own credentials (rotated, or a permission
+    // missing), is not the request's fault: the node asks again while the operator fixes it.
+    if (isTransientFailure(err) || isRefusalOfOwnCredentials(err))
       return trail.unavailable(dependencyFault('state-store', err), {
         decidedBy: 'node-config',
         ...factsAuditOf(facts),
@@ -527,6 +525,10 @@ async function readNodeConfig(
     );
     return text(400, 'failed to build node config');
   }
+}
+
+function isRefusalOfOwnCredentials(err: unknown): boolean {
+  return err instanceof KopsError && (err.kind === 'unauthenticated' || err.kind === 'forbidden');
 }
 
 /** Checks every requested key; the first that fails is a 400 naming it. */

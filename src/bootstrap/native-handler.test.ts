@@ -1,16 +1,20 @@
 import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
 import { test } from 'node:test';
+import { renewalProof } from '../agent/renewal.ts';
 import { httpStatusOf, InvalidInputError, RateLimitedError, UnavailableError } from '../errors.ts';
 import { silentLogger } from '../log.ts';
 import { createCa } from '../pki/ca.ts';
 import { CryptoPool } from '../pki/crypto-pool.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey } from '../pki/keys.ts';
+import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import type { BootstrapContext } from './context.ts';
 import { isDependencyFault } from './dependency.ts';
 import { parseCertificatesRequest, pollRequest, submitCertificates } from './native-handler.ts';
 import { bootstrapTokenPolicy } from './policies/bootstrap-token.ts';
+import { renewalPolicy } from './policies/renewal.ts';
 import type { CsrQueue } from './queue.ts';
 import type { AuditRecord, BootstrapPolicy } from './types.ts';
 
@@ -189,15 +193,44 @@ test('a policy whose proof is the source address (OpenStack) is refused for any 
   );
 });
 
-test('a renewal of a Ready node is issued (the guard is for first joins); a first join of that name is still 409', async () => {
-  const renewal: BootstrapPolicy = {
-    name: 'renewal',
-    evaluate: async () => ({
-      verdict: 'approve',
-      facts: { nodeName: 'node-a', dnsNames: [], ipAddresses: [], renewalOf: '0a1b', evidence: {} },
-      reasons: ['renewed'],
-    }),
+/**
+ * node-a renews on /v1/certificates with its current kubelet client certificate (valid
+ * `presentedLifetimeMs`) through the real renewal policy; its Node is registered and Ready.
+ */
+async function renewNatively(presentedLifetimeMs: number) {
+  const ca = createCa();
+  const key = generateKey('ecdsa-p256');
+  const presented = new X509Certificate(
+    issueCertificate(
+      ca,
+      'kubelet',
+      publicKeyRequest(key),
+      { name: 'node-a' },
+      { lifetimeMs: presentedLifetimeMs },
+    ).pem,
+  );
+  const audit: AuditRecord[] = [];
+  const context: BootstrapContext = {
+    ca,
+    policies: [renewalPolicy({ clusterName: 'c.example.com', ca })],
+    readNode: async () => ({ status: { conditions: [{ type: 'Ready', status: 'True' }] } }),
+    apiServer: 'https://api.internal.example.com',
+    audit: (record) => audit.push(record),
+    logger: silentLogger,
   };
+  const request = input(csr);
+  const current = { nodeName: 'node-a', certificate: presented, key };
+  const authorization = (await renewalProof(current, 'c.example.com')(request.body)) as string;
+  const answer = await submitCertificates(context, { ...request, authorization });
+  const pem = (answer.body as { certificates?: { kubelet?: string } }).certificates?.kubelet;
+  return { answer, audit, presented, issued: pem === undefined ? undefined : new X509Certificate(pem) };
+}
+
+const validityMs = (c: X509Certificate) => Date.parse(c.validTo) - Date.parse(c.validFrom);
+
+test('a renewal of a Ready node is issued (the guard is for first joins); a first join of that name is still 409', async () => {
+  const { answer } = await renewNatively(86_400_000);
+  assert.equal(answer.status, 200, JSON.stringify(answer.body));
   const join: BootstrapPolicy = {
     name: 'insecure-always-approve',
     evaluate: async () => ({
@@ -206,13 +239,31 @@ test('a renewal of a Ready node is issued (the guard is for first joins); a firs
       reasons: ['approved'],
     }),
   };
-  const context = (policy: BootstrapPolicy): BootstrapContext => ({
+  const context: BootstrapContext = {
     ca: createCa(),
-    policies: [policy],
+    policies: [join],
     readNode: async () => ({ status: { conditions: [{ type: 'Ready', status: 'True' }] } }),
     apiServer: 'https://api.internal.example.com',
     logger: silentLogger,
-  });
-  assert.equal((await submitCertificates(context(renewal), input(csr))).status, 200);
-  await assert.rejects(submitCertificates(context(join), input(csr)), (err) => httpStatusOf(err) === 409);
+  };
+  await assert.rejects(submitCertificates(context, input(csr)), (err) => httpStatusOf(err) === 409);
+});
+
+test('attack: a renewal never outlives the certificate it presents: a 2-hour kubelet certificate renews for 2 hours, not the native day', async () => {
+  const { answer, presented, issued } = await renewNatively(2 * 3_600_000);
+  assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  assert.ok(issued);
+  assert.ok(validityMs(issued) <= validityMs(presented), `${validityMs(issued)} > ${validityMs(presented)}`);
+  assert.ok(validityMs(presented) - validityMs(issued) <= 2_000, 'exactly its lifetime, not spread again');
+});
+
+test('a renewal presenting a certificate valid for less than the shortest lifetime issued is denied (403), not lengthened', async () => {
+  const { answer, audit, issued } = await renewNatively(6 * 60_000);
+  assert.equal(answer.status, 403, JSON.stringify(answer.body));
+  assert.equal(issued, undefined);
+  assert.match(
+    JSON.stringify(answer.body),
+    /valid for less than the shortest lifetime this server issues \(10 min\)/,
+  );
+  assert.equal(audit.at(-1)?.verdict, 'deny');
 });

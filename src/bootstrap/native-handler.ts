@@ -30,6 +30,7 @@ import {
 } from './dependency.ts';
 import { assertNoReservedNamesIn, issueForFacts, pemsOf, serialsOf } from './issue.ts';
 import { assertNodeNotRegistered } from './node-guard.ts';
+import { renewalScope } from './policies/renewal.ts';
 import type { QueueState } from './queue.ts';
 import type { AuditRecord, BootstrapRequest, NodeFacts } from './types.ts';
 
@@ -198,9 +199,15 @@ async function issue(
     instanceGroup: facts.instanceGroup,
     evidence: facts.evidence,
   };
+  // A renewal is valid no longer than the certificate it presents (a short-lived kubelet certificate
+  // must not renew into the longer native lifetime).
+  const maxLifetimeMs = renewalScope(request, facts)?.maxLifetimeMs;
   let issued: Awaited<ReturnType<typeof issueForFacts>>;
   try {
-    issued = await issueForFacts(context.ca, request.certificates, facts, context.issueOptions);
+    issued = await issueForFacts(context.ca, request.certificates, facts, {
+      ...context.issueOptions,
+      ...(maxLifetimeMs === undefined ? {} : { maxLifetimeMs }),
+    });
   } catch (err) {
     if (!(err instanceof RequestRejectedError)) throw err;
     const reasons = [`the request does not fit the verified identity: ${err.message}`];

@@ -35,7 +35,8 @@ export type RejectionReason =
   | 'subject' // the subject is not what the profile and identity allow
   | 'san' // a subjectAltName is not allowed or not among the verified facts
   | 'reserved-name' // a name or address of the cluster's API server, or a wildcard (reserved-names.ts)
-  | 'extension'; // a requested extension is not allowed (CA:true, usages, unknown critical)
+  | 'extension' // a requested extension is not allowed (CA:true, usages, unknown critical)
+  | 'lifetime'; // it may be valid for less than the shortest lifetime issued (a short renewal)
 
 /** A certificate request was refused; `reason` says which check failed. */
 export class RequestRejectedError extends KopsError {

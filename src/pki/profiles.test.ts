@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { generateKeyPairSync } from 'node:crypto';
 import { describe, test } from 'node:test';
-import { InvalidInputError } from '../errors.ts';
+import { ConfigError, InvalidInputError } from '../errors.ts';
 import { openssl, opensslText, opensslVerify, scratchFile } from '../testing/openssl.ts';
 import { bundlePem, createCa } from './ca.ts';
 import { parseCsr, RequestRejectedError } from './csr.ts';
@@ -163,6 +163,49 @@ describe('validity', () => {
       { now, lifetimeMs: 400 * 24 * hour },
     );
     assert.equal(issued.notAfter.getTime(), shortCa.signer.certificate.parsed.notAfter.getTime());
+  });
+
+  test('a server still running when its CA expires (or has less than the shortest lifetime left) refuses, never issuing a window that ends before it starts', () => {
+    const shortCa = createCa({ now, lifetimeMs: hour });
+    const issueAt = (at: Date) => () =>
+      issueCertificate(shortCa, 'kubelet', ecKey, { name: 'node-a' }, { now: at });
+    for (const at of [new Date(now.getTime() + 2 * hour), new Date(now.getTime() + hour - 5 * minute)]) {
+      assert.throws(issueAt(at), (err: unknown) => {
+        assert.ok(err instanceof ConfigError, String(err));
+        assert.match(err.message, /^CA certificate ".*" expires on .*: rotate the CA$/);
+        return true;
+      });
+    }
+    const lastIssued = issueAt(new Date(now.getTime() + hour - 11 * minute))();
+    assert.ok(lastIssued.notAfter.getTime() - lastIssued.notBefore.getTime() >= 10 * minute);
+  });
+
+  test('maxLifetimeMs (a renewal: the certificate it presents) shortens the lifetime to exactly it, and below the minimum refuses', () => {
+    const capped = issueCertificate(
+      ecCa,
+      'kubelet',
+      ecKey,
+      { name: 'node-a' },
+      { now, maxLifetimeMs: 2 * hour },
+    );
+    assert.equal(capped.notAfter.getTime() - Math.floor(now.getTime() / 1000) * 1000, 2 * hour);
+    const longer = issueCertificate(
+      ecCa,
+      'kubelet',
+      ecKey,
+      { name: 'node-a' },
+      { now, maxLifetimeMs: 48 * hour },
+    );
+    const usual = issueCertificate(ecCa, 'kubelet', ecKey, { name: 'node-a' }, { now });
+    assert.equal(
+      longer.notAfter.getTime(),
+      usual.notAfter.getTime(),
+      'a cap above the lifetime changes nothing',
+    );
+    assert.throws(
+      () => issueCertificate(ecCa, 'kubelet', ecKey, { name: 'node-a' }, { now, maxLifetimeMs: 5 * minute }),
+      (err: unknown) => err instanceof RequestRejectedError && err.reason === 'lifetime',
+    );
   });
 
   test('configured bounds must stay within 10 minutes and 455 days', () => {

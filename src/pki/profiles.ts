@@ -7,7 +7,7 @@
  */
 import { type KeyObject, sign } from 'node:crypto';
 import { isDnsSubdomain } from '../dns-name.ts';
-import { InvalidInputError } from '../errors.ts';
+import { ConfigError, InvalidInputError } from '../errors.ts';
 import { pooledRandomBytes } from '../random.ts';
 import type { CertificateAuthority } from './ca.ts';
 import { type ParsedCsr, RequestRejectedError } from './csr.ts';
@@ -227,6 +227,12 @@ export interface IssueOptions {
   /** Requested lifetime; clamped to `bounds`. Defaults to the profile's. */
   lifetimeMs?: number;
   bounds?: LifetimeBounds;
+  /**
+   * The longest the certificate may be valid (a renewal's: the certificate it presents). When it is
+   * shorter than the lifetime, the certificate gets exactly it, without the per-node spread, so that
+   * renewal after renewal does not shorten it; below `bounds.minMs` the request is refused.
+   */
+  maxLifetimeMs?: number;
   now?: Date;
   /**
    * The cluster's API-server names and addresses, which certificates of profiles issued to nodes
@@ -445,6 +451,14 @@ export function validityFor(
   const clamped = Math.min(Math.max(lifetimeMs, bounds.minMs), bounds.maxMs);
   const spread = Math.floor((fnv1a(name) / 2 ** 32) * 0.1 * (clamped - bounds.minMs));
   const caCertificate = ca.signer.certificate.parsed;
+  // The CA is checked when it is loaded; a server that runs past its expiry must refuse rather than
+  // issue certificates that end before they start (or within moments).
+  if (caCertificate.notAfter.getTime() - now.getTime() < bounds.minMs) {
+    throw new ConfigError(
+      `CA certificate "${caCertificate.subject.text}" expires on ${caCertificate.notAfter.toISOString()}, ` +
+        `within the shortest lifetime issued (${bounds.minMs / minuteMs} min): rotate the CA`,
+    );
+  }
   const seconds = (ms: number) => Math.floor(ms / 1000) * 1000; // certificates carry whole seconds
   return {
     notBefore: new Date(seconds(Math.max(now.getTime() - backdateMs, caCertificate.notBefore.getTime()))),
@@ -477,6 +491,23 @@ interface PreparedIssuance {
   finish(signature: Buffer): IssuedCertificate;
 }
 
+/** The lifetime and bounds a certificate is issued with, within `options.maxLifetimeMs`. */
+function cappedLifetime(
+  lifetimeMs: number,
+  options: Pick<IssueOptions, 'bounds' | 'maxLifetimeMs'>,
+): { lifetimeMs: number; bounds: LifetimeBounds } {
+  const bounds = options.bounds ? validateLifetimeBounds(options.bounds) : absoluteLifetimeBounds;
+  const cap = options.maxLifetimeMs;
+  if (cap === undefined || cap >= Math.min(lifetimeMs, bounds.maxMs)) return { lifetimeMs, bounds };
+  if (cap < bounds.minMs) {
+    throw new RequestRejectedError(
+      'lifetime',
+      `the certificate it renews was valid for less than the shortest lifetime this server issues (${bounds.minMs / minuteMs} min)`,
+    );
+  }
+  return { lifetimeMs: cap, bounds: { minMs: cap, maxMs: cap } };
+}
+
 /** Everything of {@link issueCertificate} but the signature. */
 function prepareIssuance(
   ca: CertificateAuthority,
@@ -489,10 +520,10 @@ function prepareIssuance(
   const plan = planCertificate(profileName, request, identity);
   assertNodeMayHold(profileName, identity, plan, options.reserved);
   const key = describeRequestKey(request);
-  const bounds = options.bounds ? validateLifetimeBounds(options.bounds) : absoluteLifetimeBounds;
+  const { lifetimeMs, bounds } = cappedLifetime(options.lifetimeMs ?? profile.defaultLifetimeMs, options);
   const { notBefore, notAfter } = validityFor(
     identity.name,
-    options.lifetimeMs ?? profile.defaultLifetimeMs,
+    lifetimeMs,
     bounds,
     options.now ?? new Date(),
     ca,
