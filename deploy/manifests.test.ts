@@ -19,12 +19,15 @@ import { buildProgram } from '../src/cli/main.ts';
 import { MachineIndex } from '../src/cloud/capi/machines.ts';
 import { HostRegistry } from '../src/cloud/metal/hosts.ts';
 import { parseConfig } from '../src/config/loader.ts';
+import { labelsKeySecretName } from '../src/controllers/node/labels-key.ts';
 import { ConfigMapLedgerStore } from '../src/ledger/store.ts';
 import { createLogger } from '../src/log.ts';
+import { managedLabelsSignatureAnnotation } from '../src/nodelabels/signed-managed-labels.ts';
 import { buildCsrPem } from '../src/pki/csr-build.ts';
 import { generateKey } from '../src/pki/keys.ts';
 import { clusterInfoName, clusterInfoNamespace } from '../src/protocol/cluster-info.ts';
 import type { GrantRule } from '../src/sim/apiserver/auth.ts';
+import type { KubeObject } from '../src/sim/apiserver/index.ts';
 import { type DevCluster, startDevCluster } from '../src/sim/dev-cluster.ts';
 import { startJoiningNodes } from '../src/sim/joining-nodes.ts';
 
@@ -288,6 +291,8 @@ describe('deploy/kubernetes/kops-controller.yaml', () => {
         logger: createLogger({ level: 'debug', destination }),
       });
       for (const grant of grantsOfServiceAccount()) cluster.api.server.grant(grant);
+      // The empty key Secret the manifest ships, which the controller fills (it may not create Secrets).
+      cluster.api.server.store.create(only('Secret', 'kube-system') as unknown as KubeObject);
       asController = cluster.api.server.kubeConfig({
         name: serviceAccountUser,
         groups: ['system:serviceaccounts', 'system:serviceaccounts:kube-system'],
@@ -310,9 +315,18 @@ describe('deploy/kubernetes/kops-controller.yaml', () => {
         return Boolean(lease?.spec?.holderIdentity);
       });
       const core = admin.makeApiClient(CoreV1Api);
-      await until('every node is labelled', async () =>
-        (await core.listNode()).items.every((n) => n.metadata?.labels?.['kops.k8s.io/instancegroup']),
+      // Signed: the controller filled the manifest's key Secret under these rules; without it, it
+      // would add labels but sign nothing.
+      await until('every node is labelled, its managed set signed', async () =>
+        (await core.listNode()).items.every(
+          (n) =>
+            n.metadata?.labels?.['kops.k8s.io/instancegroup'] &&
+            n.metadata.annotations?.[managedLabelsSignatureAnnotation],
+        ),
       );
+      const secret = await core.readNamespacedSecret({ name: labelsKeySecretName, namespace: 'kube-system' });
+      assert.equal(Buffer.from(secret.data?.['key'] ?? '', 'base64').length, 32, 'the key Secret was filled');
+      assert.equal(secret.immutable, true);
       await until('the kops_* gauges are exported', async () =>
         /^kops_node_ready\{cluster_name="minimal\.example\.com"\} \d+$/m.test(
           await (await fetch(`${controller.url}/metrics`)).text(),

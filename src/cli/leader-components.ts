@@ -79,6 +79,8 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
     labelFeatures: labelFeaturesOf(process.env['KOPS_FEATURE_FLAGS']),
     ...(machines ? { capiDeployments: machines } : {}),
     identifyByNodeName: cloud.identifiesByNodeName,
+    // The key that signs the managed-labels annotation lives beside the controller's lease.
+    labelsKeyNamespace: config.leaderElection.namespace,
     registry: options.registry,
     logger,
   });

@@ -1,7 +1,9 @@
 /**
  * Turning desired labels into a node update. The controller owns only the labels it applied: it
  * records their keys (the "managed" set) and later removes a label only if it was managed and is no
- * longer desired, so labels set by people or other controllers are never touched.
+ * longer desired, so labels set by people or other controllers are never touched. The set read back
+ * from a Node is node-writable data: it is trusted only with the controller's signature
+ * (signed-managed-labels.ts), which is where the NodeController gets `previouslyManaged` from.
  */
 import { roleLabels } from './build-node-labels.ts';
 
@@ -12,7 +14,10 @@ export const alwaysPrunedLabels: readonly string[] = [
   roleLabels.controlPlane,
 ];
 
-/** The node annotation that records the keys of the labels the controller applied. */
+/**
+ * The node annotation that records the keys of the labels the controller applied; believed only with
+ * its signature (`kops.k8s.io/managed-labels-signature`, signed-managed-labels.ts).
+ */
 export const managedLabelsAnnotation = 'kops.k8s.io/managed-labels';
 
 /** What to change on a node. */
@@ -28,6 +33,7 @@ export interface LabelDiff {
 /**
  * Compares a node's `current` labels with the `desired` ones: labels missing or different are set;
  * labels present, not desired, and either `previouslyManaged` or a kops role label are removed.
+ * `previouslyManaged` is pruned from as given: pass only a set the caller trusts (a verified one).
  */
 export function diffLabels(
   current: Readonly<Record<string, string>>,

@@ -70,6 +70,23 @@ test('the reader refuses what DER forbids or what does not fit', () => {
   assert.throws(() => childrenOf(readRoot(Buffer.from('0500', 'hex'))), /expected a constructed value/);
 });
 
+test('strings decode from every X.500 string type; an odd-length BMPString is malformed DER', () => {
+  const tlv = (tag: number, content: Buffer) => Buffer.concat([Buffer.from([tag, content.length]), content]);
+  assert.equal(readString(readRoot(tlv(Tag.utf8String, Buffer.from('zoë', 'utf8')))), 'zoë');
+  assert.equal(readString(readRoot(tlv(Tag.printableString, Buffer.from('abc')))), 'abc');
+  // BMPString is UTF-16 big-endian: two bytes a character.
+  assert.equal(readString(readRoot(tlv(Tag.bmpString, Buffer.from('0061006200e9', 'hex')))), 'abé');
+  assert.equal(readString(readRoot(tlv(Tag.bmpString, Buffer.alloc(0)))), '');
+  for (const odd of ['61', '616263', '00610062ff']) {
+    assert.throws(
+      () => readString(readRoot(tlv(Tag.bmpString, Buffer.from(odd, 'hex')))),
+      (err: unknown) =>
+        (err as Error).name === 'InvalidInputError' &&
+        /^malformed DER: BMPString of \d+ bytes/.test((err as Error).message),
+    );
+  }
+});
+
 test('the reader never throws anything but an input error on random bytes', () => {
   fc.assert(
     fc.property(fc.uint8Array({ maxLength: 64 }), (bytes) => {
@@ -77,6 +94,7 @@ test('the reader never throws anything but an input error on random bytes', () =
         const node = readNode(Buffer.from(bytes));
         contentOf(node);
         if (node.tag & 0x20) childrenOf(node);
+        else readString(node);
       } catch (err) {
         assert.equal((err as Error).name, 'InvalidInputError');
       }

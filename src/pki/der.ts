@@ -326,6 +326,9 @@ export function readString(node: DerNode): string {
     case Tag.t61String:
       return content.toString('latin1');
     case Tag.bmpString:
+      // UTF-16 big-endian, two bytes a character: an odd length is no BMPString (swap16 would throw a RangeError).
+      if (content.length % 2 !== 0)
+        throw malformed(`BMPString of ${content.length} bytes (not a multiple of 2)`);
       return Buffer.from(content).swap16().toString('utf16le');
     default:
       throw malformed(`unsupported string type 0x${node.tag.toString(16)}`);

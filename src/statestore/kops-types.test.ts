@@ -163,4 +163,26 @@ describe('kops v1alpha2 parsing', () => {
     );
     assert.throws(() => parseInstanceGroup(ig('  role: Node\n  role: Master\n')), InvalidInputError);
   });
+
+  test('an alias bomb or an unresolved alias is invalid input naming the file, not an internal error', () => {
+    // Eleven levels of ten aliases each: 10^11 nodes if expanded; the YAML library refuses to expand
+    // it (its alias-count guard throws a ReferenceError of its own).
+    const levels = ['a0: &a0 [x, x, x, x, x, x, x, x, x, x]'];
+    for (let i = 1; i < 12; i++)
+      levels.push(
+        `a${i}: &a${i} [${Array(10)
+          .fill(`*a${i - 1}`)
+          .join(', ')}]`,
+      );
+    const bomb = ig(`  role: Node\n  x:\n${levels.map((line) => `    ${line}`).join('\n')}\n`);
+    assert.throws(() => parseInstanceGroup(bomb, 'bomb-ig.yaml'), invalid(/^bomb-ig\.yaml: .*alias/i));
+    assert.throws(
+      () => parseKopsObjects(`${ig('  role: Node\n')}---\n${bomb}`, 'two.yaml'),
+      invalid(/^two\.yaml \(document 2\): .*alias/i),
+    );
+    assert.throws(
+      () => parseInstanceGroup(ig('  role: Node\n  x: *nowhere\n'), 'f.yaml'),
+      invalid(/^f\.yaml: .*alias/i),
+    );
+  });
 });

@@ -168,6 +168,22 @@ function validate<T>(schema: z.ZodType<T>, raw: unknown, source: string, documen
   });
 }
 
+/**
+ * A parsed document's value. Expanding it can still fail on the input: the YAML library refuses an
+ * alias that names no anchor, and an alias bomb (aliases of aliases expanding to billions of nodes)
+ * through its alias-count guard, both as a ReferenceError of its own; those are invalid input naming
+ * the file, as a syntax error is.
+ */
+function documentValue(doc: { toJS(): unknown }, document: number, source: string): unknown {
+  try {
+    return doc.toJS();
+  } catch (err) {
+    if (!(err instanceof ReferenceError)) throw err;
+    const where = document > 0 ? `${source} (document ${document + 1})` : source;
+    throw new InvalidInputError(`${where}: ${err.message}`, { cause: err, details: { source } });
+  }
+}
+
 /** Parses YAML text that may hold several `---`-separated kops objects. */
 export function parseKopsObjects(text: string, source = 'input'): KopsObjects {
   const documents = parseAllDocuments(text, { uniqueKeys: true, prettyErrors: true });
@@ -178,7 +194,7 @@ export function parseKopsObjects(text: string, source = 'input'): KopsObjects {
   documents.forEach((doc, index) => {
     const problem = yamlSyntaxProblem(doc, source);
     if (problem) throw new InvalidInputError(problem);
-    const raw: unknown = dropNulls(doc.toJS());
+    const raw: unknown = dropNulls(documentValue(doc, index, source));
     if (raw === null || raw === undefined) return; // an empty document between separators
     if (typeof raw !== 'object' || Array.isArray(raw)) {
       throw new InvalidInputError(`${source}: expected a kops object (a mapping with apiVersion and kind)`);

@@ -6,12 +6,18 @@
  * one strategic-merge patch. Unlike kops it re-reads instance groups: an edited group relabels its nodes
  * within the state store's poll interval.
  *
+ * Trust: the annotation is on the Node, which its kubelet may write, so the recorded set is pruned from
+ * only when its signature (HMAC under a key in a Secret only the controller reads, labels-key.ts) is
+ * the controller's for that node. The key is read once per leadership term; while it cannot be read
+ * the controller still adds labels but prunes nothing but kops' role labels, and remembers what it set
+ * so that it can record (and later prune) it once the key is back.
+ *
  * Scale: the informer keeps slim records; a status heartbeat does not trigger a reconcile; nodes are
  * identified ahead of processing as their events arrive, so the identifier's coalescing turns a
  * cluster-wide resync into a handful of cloud calls.
  */
 import { CoreV1Api, type KubeConfig, type V1Node } from '@kubernetes/client-node';
-import { Counter, type Registry, register } from 'prom-client';
+import { Counter, Gauge, type Registry, register } from 'prom-client';
 import { isCloudVerdict } from '../../bootstrap/dependency.ts';
 import { capiInstanceGroup } from '../../cloud/capi/instance-group.ts';
 import type { IdentifyResult, NodeIdentifier } from '../../cloud/types.ts';
@@ -25,16 +31,11 @@ import { metadataPatch, patchNode, patchTimeoutMs } from '../../kube/patch.ts';
 import type { SharedInformer } from '../../kube/shared-informer.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { buildNodeLabels, type LabelFeatures } from '../../nodelabels/build-node-labels.ts';
-import {
-  diffLabels,
-  formatManagedLabels,
-  isEmptyDiff,
-  managedLabelsAnnotation,
-  parseManagedLabels,
-} from '../../nodelabels/diff-labels.ts';
+import { isEmptyPlan, planNodeLabels } from '../../nodelabels/signed-managed-labels.ts';
 import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
 import type { ClusterStore } from '../../statestore/cluster-store.ts';
 import type { InstanceGroup } from '../../statestore/kops-types.ts';
+import { labelsKeySecretName, loadLabelsKey, TermLabelsKey } from './labels-key.ts';
 import { createEvent, nodeEvent } from './node-event.ts';
 import { type NodeRecord, needsReconcile, nodeRecordOf } from './node-record.ts';
 
@@ -67,6 +68,13 @@ export interface NodeControllerOptions {
   rejectionRetryMs?: number;
   /** The longest retry delay of a failing node, in ms (default 5 min). */
   maxRetryDelayMs?: number;
+  /**
+   * The namespace of the Secret holding the key that signs the managed-labels annotation
+   * (`kops-controller-labels-key`); default `kube-system`. `run` passes `leaderElection.namespace`.
+   */
+  labelsKeyNamespace?: string;
+  /** Delays between failed reads of that Secret, in ms (default 1 s doubling to 5 min). */
+  labelsKeyBackoff?: { initialMs: number; maxMs: number };
   /** Where the controller's, its informer's and its queue's metrics go (default: prom-client's). */
   registry?: Registry;
   logger?: Logger;
@@ -76,6 +84,8 @@ interface NodeControllerMetrics {
   reconciles: Counter;
   labelsSet: Counter;
   labelsRemoved: Counter;
+  untrusted: Counter;
+  keyUnavailable: Gauge;
 }
 
 function nodeControllerMetrics(registry: Registry): NodeControllerMetrics {
@@ -86,6 +96,21 @@ function nodeControllerMetrics(registry: Registry): NodeControllerMetrics {
     reconciles: counter('node_controller_reconciles_total', 'Node reconciles, by result.', ['result']),
     labelsSet: counter('node_controller_labels_applied_total', 'Node labels added or changed.'),
     labelsRemoved: counter('node_controller_labels_removed_total', 'Managed node labels removed.'),
+    untrusted: counter(
+      'node_controller_managed_labels_untrusted_total',
+      'Managed-labels annotations ignored (nothing pruned from them, rewritten signed), by reason: unsigned, invalid.',
+      ['reason'],
+    ),
+    keyUnavailable: sharedMetric(
+      registry,
+      'node_controller_labels_key_unavailable',
+      () =>
+        new Gauge({
+          name: 'node_controller_labels_key_unavailable',
+          help: '1 while the leader labels without its signing key: labels are added, only kops role labels pruned.',
+          registers,
+        }),
+    ),
   };
 }
 
@@ -98,6 +123,15 @@ interface Term {
   groupOf: Map<string, string>;
   /** The refusal last announced per node, so a persisting refusal makes one Event, not one per retry. */
   refusals: Map<string, string>;
+  /** The key that signs the managed-labels annotation, read once for the term. */
+  key: TermLabelsKey;
+  /**
+   * Nodes labelled while the key could not be read, with the keys the controller itself desired on
+   * them then: its own record (never node data) of what to sign, or prune, once the key is back.
+   */
+  unsigned: Map<string, Set<string>>;
+  /** Queues a node (set once the runner starts). */
+  enqueue: (node: NodeRecord) => void;
 }
 
 /**
@@ -153,13 +187,68 @@ export class NodeController implements LeaderComponent {
 
   /** Follows the Node cache and labels Nodes until `signal` aborts. */
   async start(signal: AbortSignal): Promise<void> {
-    const registry = this.#registry;
+    const keyStop = new AbortController();
+    const stopKey = () => keyStop.abort(signal.reason);
+    signal.addEventListener('abort', stopKey, { once: true });
     const term: Term = {
       informer: this.#nodes,
       prefetched: new Map(),
       groupOf: new Map(),
       refusals: new Map(),
+      key: this.#termKey(keyStop.signal, () => term),
+      unsigned: new Map(),
+      enqueue: () => undefined,
     };
+    try {
+      await this.#run(term, signal);
+    } finally {
+      signal.removeEventListener('abort', stopKey);
+      keyStop.abort();
+      await term.key.done;
+      this.#metrics.keyUnavailable.set(0);
+    }
+  }
+
+  /** Reads the signing key for a term, retrying with backoff; a late success re-checks what was labelled without it. */
+  #termKey(signal: AbortSignal, term: () => Term): TermLabelsKey {
+    const namespace = this.#options.labelsKeyNamespace ?? 'kube-system';
+    // Not `secret`: the logger redacts fields of that name.
+    const keySecret = `${namespace}/${labelsKeySecretName}`;
+    return new TermLabelsKey({
+      load: (keySignal) => loadLabelsKey(this.#kube, namespace, keySignal),
+      backoff: this.#options.labelsKeyBackoff ?? { initialMs: 1_000, maxMs: 300_000 },
+      signal,
+      onFailure: (err, retryInMs) => {
+        this.#metrics.keyUnavailable.set(1);
+        this.#logger.warn(
+          { keySecret, err: describeError(err), retryInMs: Math.round(retryInMs) },
+          'cannot read the key that signs managed-labels annotations; adding labels only, pruning none but kops role labels',
+        );
+      },
+      onLoaded: ({ created }, failures) => {
+        this.#metrics.keyUnavailable.set(0);
+        if (created)
+          this.#logger.info({ keySecret }, 'created the key that signs managed-labels annotations');
+        if (failures === 0) return;
+        const { unsigned, informer, enqueue } = term();
+        let requeued = 0;
+        for (const name of unsigned.keys()) {
+          const record = informer.get(name);
+          if (record) {
+            enqueue(record);
+            requeued++;
+          }
+        }
+        this.#logger.info(
+          { keySecret, nodes: requeued },
+          'read the signing key; re-checking nodes labelled without it',
+        );
+      },
+    });
+  }
+
+  async #run(term: Term, signal: AbortSignal): Promise<void> {
+    const registry = this.#registry;
     await runController(
       {
         name: 'nodes',
@@ -170,6 +259,7 @@ export class NodeController implements LeaderComponent {
             term.prefetched.delete(node.name);
             term.groupOf.delete(node.name);
             term.refusals.delete(node.name);
+            term.unsigned.delete(node.name);
           },
         },
         // A status heartbeat changes nothing the labels depend on.
@@ -180,7 +270,10 @@ export class NodeController implements LeaderComponent {
           if (outcome !== 'rejected') return { outcome };
           return { outcome, requeueAfterMs: this.#options.rejectionRetryMs ?? 300_000 };
         },
-        watch: (enqueue) => this.#watchClusterStore(term, enqueue),
+        watch: (enqueue) => {
+          term.enqueue = enqueue;
+          return this.#watchClusterStore(term, enqueue);
+        },
         concurrency: this.#options.concurrency ?? 16,
         baseDelayMs: 500,
         maxDelayMs: this.#options.maxRetryDelayMs ?? 300_000,
@@ -298,16 +391,35 @@ export class NodeController implements LeaderComponent {
     term.refusals.delete(name);
     // The instance group's labels win over what the cloud implies, as its nodeLabels win in kops.
     const desired = { ...identity.cloudLabels, ...buildNodeLabels(cluster, ig, this.#options.labelFeatures) };
-    const diff = diffLabels(node.labels, desired, parseManagedLabels(node.managedLabels));
-    const managed = formatManagedLabels(diff.managed);
-    if (isEmptyDiff(diff) && node.managedLabels === managed) return 'unchanged';
+    // Held for the term once read: no call per reconcile. Undefined while the Secret cannot be read.
+    const signingKey = await untilAborted(term.key.ready(), signal);
+    const recorded = term.unsigned.get(name);
+    const plan = planNodeLabels(node, desired, signingKey, recorded);
+    if (plan.trust === 'unsigned' || plan.trust === 'invalid') {
+      this.#metrics.untrusted.inc({ reason: plan.trust });
+      // The annotation is the node's to write: logged cut short.
+      const fields = { node: name, uid: node.uid, annotation: node.managedLabels?.slice(0, 256) };
+      const message = 'managed-labels annotation not signed by this controller; pruning nothing from it';
+      if (plan.trust === 'invalid') this.#logger.warn(fields, message);
+      else this.#logger.debug(fields, message);
+    }
+    if (signingKey === undefined) {
+      // What the signed set would have held, remembered here until it can be signed.
+      const keys = recorded ?? new Set<string>();
+      for (const label of Object.keys(desired)) keys.add(label);
+      term.unsigned.set(name, keys);
+    }
+    if (isEmptyPlan(plan)) {
+      if (signingKey !== undefined) term.unsigned.delete(name);
+      return 'unchanged';
+    }
     try {
       await patchNode(
         this.#kube,
         name,
         metadataPatch({
-          labels: { set: diff.set, remove: diff.remove },
-          annotations: { set: { [managedLabelsAnnotation]: managed } },
+          labels: { set: plan.set, remove: plan.remove },
+          ...(plan.annotations ? { annotations: { set: plan.annotations } } : {}),
         }),
         'strategic-merge',
         { signal },
@@ -316,11 +428,18 @@ export class NodeController implements LeaderComponent {
       if (err instanceof NotFoundError) return 'deleted';
       throw err;
     }
-    const set = Object.keys(diff.set);
+    if (signingKey !== undefined) term.unsigned.delete(name);
+    const set = Object.keys(plan.set);
     this.#metrics.labelsSet.inc(set.length);
-    this.#metrics.labelsRemoved.inc(diff.remove.length);
+    this.#metrics.labelsRemoved.inc(plan.remove.length);
     this.#logger.info(
-      { node: name, instanceGroup: identity.instanceGroup, set, removed: diff.remove },
+      {
+        node: name,
+        instanceGroup: identity.instanceGroup,
+        set,
+        removed: plan.remove,
+        ...(signingKey === undefined ? { signed: false } : {}),
+      },
       'labelled node',
     );
     return 'labelled';

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { managedLabelsAnnotation } from '../../nodelabels/diff-labels.ts';
+import { managedLabelsSignatureAnnotation } from '../../nodelabels/signed-managed-labels.ts';
 import { type NodeRecord, needsReconcile, nodeRecordOf } from './node-record.ts';
 
 const record: NodeRecord = {
@@ -9,6 +10,7 @@ const record: NodeRecord = {
   providerID: 'aws:///us-east-1a/i-1',
   labels: { a: '1' },
   managedLabels: 'a',
+  managedLabelsSignature: 'v1:sig',
   resourceVersion: '5',
 };
 
@@ -21,7 +23,11 @@ describe('node records', () => {
           uid: 'u1',
           resourceVersion: '5',
           labels: { a: '1' },
-          annotations: { [managedLabelsAnnotation]: 'a', other: 'x' },
+          annotations: {
+            [managedLabelsAnnotation]: 'a',
+            [managedLabelsSignatureAnnotation]: 'v1:sig',
+            other: 'x',
+          },
         },
         spec: { providerID: 'aws:///us-east-1a/i-1', podCIDR: '10.0.0.0/24' },
         status: { conditions: [{ type: 'Ready', status: 'True' }] },
@@ -34,16 +40,19 @@ describe('node records', () => {
       providerID: '',
       labels: {},
       managedLabels: undefined,
+      managedLabelsSignature: undefined,
       resourceVersion: '',
     });
   });
 
-  test('a status-only update needs no reconcile; providerID, labels or managed set do', () => {
+  test('a status-only update needs no reconcile; providerID, labels, managed set or its signature do', () => {
     assert.equal(needsReconcile(record, { ...record, resourceVersion: '6' }), false);
     assert.equal(needsReconcile(record, { ...record, providerID: 'aws:///us-east-1a/i-2' }), true);
     assert.equal(needsReconcile(record, { ...record, labels: { a: '2' } }), true);
     assert.equal(needsReconcile(record, { ...record, labels: { a: '1', b: '' } }), true);
     assert.equal(needsReconcile(record, { ...record, labels: { b: '1' } }), true);
     assert.equal(needsReconcile(record, { ...record, managedLabels: undefined }), true);
+    assert.equal(needsReconcile(record, { ...record, managedLabelsSignature: 'v1:other' }), true);
+    assert.equal(needsReconcile(record, { ...record, managedLabelsSignature: undefined }), true);
   });
 });

@@ -5,6 +5,7 @@
  */
 import type { V1Node } from '@kubernetes/client-node';
 import { managedLabelsAnnotation } from '../../nodelabels/diff-labels.ts';
+import { managedLabelsSignatureAnnotation } from '../../nodelabels/signed-managed-labels.ts';
 
 /** What the NodeController knows about one Node. */
 export interface NodeRecord {
@@ -15,6 +16,8 @@ export interface NodeRecord {
   labels: Readonly<Record<string, string>>;
   /** The managed-labels annotation as found on the node (undefined when absent). */
   managedLabels: string | undefined;
+  /** Its signature annotation as found on the node (undefined when absent). */
+  managedLabelsSignature: string | undefined;
   resourceVersion: string;
 }
 
@@ -26,6 +29,7 @@ export function nodeRecordOf(node: V1Node): NodeRecord {
     providerID: node.spec?.providerID ?? '',
     labels: node.metadata?.labels ?? {},
     managedLabels: node.metadata?.annotations?.[managedLabelsAnnotation],
+    managedLabelsSignature: node.metadata?.annotations?.[managedLabelsSignatureAnnotation],
     resourceVersion: node.metadata?.resourceVersion ?? '',
   };
 }
@@ -36,13 +40,15 @@ function sameLabels(a: Readonly<Record<string, string>>, b: Readonly<Record<stri
 }
 
 /**
- * Whether an update can change what the controller would do: a new providerID, labels or managed set.
+ * Whether an update can change what the controller would do: a new providerID, labels, managed set or
+ * its signature.
  * Status-only updates (kubelet heartbeats, every few seconds per node) are not worth a reconcile.
  */
 export function needsReconcile(before: NodeRecord, after: NodeRecord): boolean {
   return (
     before.providerID !== after.providerID ||
     before.managedLabels !== after.managedLabels ||
+    before.managedLabelsSignature !== after.managedLabelsSignature ||
     !sameLabels(before.labels, after.labels)
   );
 }
