@@ -8,7 +8,6 @@ import { CertificatesV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { createAwsClients } from '../../cloud/aws/clients.ts';
 import { AwsNodeIdentifier } from '../../cloud/aws/identify.ts';
-import { createAwsProvider } from '../../cloud/aws/provider.ts';
 import { createGceProvider, type GceProvider } from '../../cloud/gce/provider.ts';
 import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
 import { UnavailableError } from '../../errors.ts';
@@ -16,26 +15,16 @@ import { csrInformer } from '../../kube/shared-informer.ts';
 import { buildCsrPem } from '../../pki/csr-build.ts';
 import { generateKey } from '../../pki/keys.ts';
 import { awsProviderID, simInstanceId } from '../../sim/aws/scenario.ts';
-import { type GceDevCluster, startDevCluster, startGceDevCluster } from '../../sim/dev-cluster.ts';
+import { type GceDevCluster, startGceDevCluster } from '../../sim/dev-cluster.ts';
+import { startAwsDevCluster } from '../../testing/aws-dev-cluster.ts';
 import { kubeletClientSigner, kubeletServingSigner } from './checks.ts';
 import { CsrApprover } from './csr-approver.ts';
 import { type ServingPolicy, servingPolicyOf } from './serving-policy.ts';
 
-const stateDir = await mkdtemp(join(tmpdir(), 'csr-approver-'));
-const cluster = await startDevCluster({ stateDir, awsThrottling: false });
-const store = cluster.api.server.store;
-const provider = await createAwsProvider({
-  clusterName: cluster.clusterName,
-  region: cluster.region,
-  endpoint: cluster.aws.endpoint,
-  credentials: { ...cluster.aws.credentials },
-});
+const aws = await startAwsDevCluster('csr-approver-', { awsThrottling: false });
+const { cluster, store, provider } = aws;
 
-after(async () => {
-  provider.clients.destroy();
-  await cluster.close();
-  await rm(stateDir, { recursive: true, force: true });
-});
+after(() => aws.close());
 
 const [nodeA, nodeB] =
   cluster.nodesByGroup.get('nodes-us-test-1a') ?? cluster.nodesByGroup.get('nodes') ?? [];

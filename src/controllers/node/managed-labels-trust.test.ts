@@ -5,13 +5,8 @@
  * on the simulated cluster.
  */
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Registry } from 'prom-client';
-import { parseDocument } from 'yaml';
-import { createAwsProvider } from '../../cloud/aws/provider.ts';
 import { nodeInformer } from '../../kube/shared-informer.ts';
 import { managedLabelsAnnotation } from '../../nodelabels/diff-labels.ts';
 import {
@@ -20,25 +15,14 @@ import {
   verifyManagedLabels,
 } from '../../nodelabels/signed-managed-labels.ts';
 import type { KubeObject } from '../../sim/apiserver/index.ts';
-import { awsProviderID, simInstanceId } from '../../sim/aws/scenario.ts';
+import { simInstanceId } from '../../sim/aws/scenario.ts';
 import type { SimInstanceInput } from '../../sim/aws/world.ts';
-import { startDevCluster } from '../../sim/dev-cluster.ts';
-import { ClusterStore } from '../../statestore/cluster-store.ts';
-import { openVfs, vfsOptionsFromEnv } from '../../statestore/open.ts';
+import { eventually, startAwsDevCluster } from '../../testing/aws-dev-cluster.ts';
 import { labelsKeyField, labelsKeySecretName } from './labels-key.ts';
 import { NodeController } from './node-controller.ts';
 
-const stateDir = await mkdtemp(join(tmpdir(), 'managed-labels-trust-'));
-const cluster = await startDevCluster({ stateDir });
-const store = cluster.api.server.store;
-const provider = await createAwsProvider({
-  clusterName: cluster.clusterName,
-  region: cluster.region,
-  endpoint: cluster.aws.endpoint,
-  credentials: { ...cluster.aws.credentials },
-});
-const vfs = openVfs(cluster.configBase, vfsOptionsFromEnv(cluster.env));
-const clusterStore = new ClusterStore(vfs, { pollIntervalMs: 100 });
+const aws = await startAwsDevCluster('managed-labels-trust-');
+const { cluster, store, provider, clusterStore, labelsOf, annotationsOf, editNodeLabels } = aws;
 
 /** The API requests the controller makes that these tests count: key Secret creates, Node patches. */
 const counted = { secretCreates: 0, nodePatches: 0 };
@@ -50,11 +34,7 @@ faults.plan = (resource, verb, namespace) => {
   return plan(resource, verb, namespace);
 };
 
-after(async () => {
-  provider.clients.destroy();
-  await cluster.close();
-  await rm(stateDir, { recursive: true, force: true });
-});
+after(() => aws.close());
 
 const protectedLabel = 'node-restriction.kubernetes.io/dedicated';
 let nextInstance = 77_000;
@@ -71,28 +51,7 @@ function newInstance(): SimInstanceInput {
 }
 
 function nodeOf(instance: SimInstanceInput, annotations: Record<string, string> = {}): KubeObject {
-  return {
-    apiVersion: 'v1',
-    kind: 'Node',
-    metadata: { name: instance.id, labels: { 'kubernetes.io/hostname': instance.id }, annotations },
-    spec: { providerID: awsProviderID(instance) },
-  };
-}
-
-function labelsOf(name: string): Record<string, string> {
-  return (store.get('nodes', undefined, name)?.metadata.labels ?? {}) as Record<string, string>;
-}
-
-function annotationsOf(name: string): Record<string, string> {
-  return (store.get('nodes', undefined, name)?.metadata.annotations ?? {}) as Record<string, string>;
-}
-
-async function eventually(what: string, check: () => boolean | Promise<boolean>): Promise<void> {
-  for (let i = 0; i < 1500; i++) {
-    if (await check()) return;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-  assert.fail(`timed out waiting until ${what}`);
+  return aws.nodeOf(instance, { annotations });
 }
 
 const settle = () => new Promise((resolve) => setTimeout(resolve, 1_000));
@@ -152,16 +111,6 @@ async function metric(registry: Registry, name: string, labels = ''): Promise<nu
   const text = await registry.getSingleMetricAsString(name);
   const escaped = labels.replace(/[{}"]/g, (c) => `\\${c}`);
   return Number(new RegExp(`^${name}${escaped} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
-}
-
-/** Rewrites an instance group's `spec.nodeLabels` in the S3 state store, as `kops edit ig` would. */
-async function editNodeLabels(group: string, edit: (labels: Record<string, string>) => void): Promise<void> {
-  const path = `instancegroup/${group}`;
-  const doc = parseDocument((await vfs.read(path)).data.toString('utf8'));
-  const labels = (doc.getIn(['spec', 'nodeLabels']) as { toJSON(): Record<string, string> }).toJSON();
-  edit(labels);
-  doc.setIn(['spec', 'nodeLabels'], labels);
-  await vfs.write(path, doc.toString());
 }
 
 const group = 'nodes-us-test-1a';

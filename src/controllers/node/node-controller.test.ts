@@ -5,8 +5,6 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { V1Node } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
-import { parseDocument } from 'yaml';
-import { createAwsProvider } from '../../cloud/aws/provider.ts';
 import { createGceProvider, type GceProvider } from '../../cloud/gce/provider.ts';
 import type { NodeIdentifier } from '../../cloud/types.ts';
 import { UnavailableError } from '../../errors.ts';
@@ -17,31 +15,20 @@ import { managedLabelsAnnotation } from '../../nodelabels/diff-labels.ts';
 import type { KubeObject } from '../../sim/apiserver/index.ts';
 import { awsProviderID, simInstanceId } from '../../sim/aws/scenario.ts';
 import type { SimInstanceInput } from '../../sim/aws/world.ts';
-import { type GceDevCluster, startDevCluster, startGceDevCluster } from '../../sim/dev-cluster.ts';
+import { type GceDevCluster, startGceDevCluster } from '../../sim/dev-cluster.ts';
 import { ClusterStore } from '../../statestore/cluster-store.ts';
-import { openVfs, vfsOptionsFromEnv } from '../../statestore/open.ts';
+import { openVfs } from '../../statestore/open.ts';
+import { eventually, startAwsDevCluster } from '../../testing/aws-dev-cluster.ts';
 import { msToStop } from '../../testing/leadership.ts';
 import { identityRejectedReason, NodeController } from './node-controller.ts';
 
-const stateDir = await mkdtemp(join(tmpdir(), 'node-controller-'));
-const cluster = await startDevCluster({ stateDir });
-const store = cluster.api.server.store;
-const vfs = openVfs(cluster.configBase, vfsOptionsFromEnv(cluster.env));
-const provider = await createAwsProvider({
-  clusterName: cluster.clusterName,
-  region: cluster.region,
-  endpoint: cluster.aws.endpoint,
-  credentials: { ...cluster.aws.credentials },
-});
-const clusterStore = new ClusterStore(vfs, { pollIntervalMs: 100 });
+const aws = await startAwsDevCluster('node-controller-');
+const { cluster, store, provider, clusterStore, labelsOf, editNodeLabels } = aws;
 const registry = new Registry();
 const stop = new AbortController();
 let running: Promise<void> | undefined;
 
-after(async () => {
-  provider.clients.destroy();
-  await cluster.close();
-});
+after(() => aws.close());
 
 const manyNodes = 1000;
 const bulk: SimInstanceInput[] = Array.from({ length: manyNodes }, (_, i) => ({
@@ -65,24 +52,7 @@ const stopped: SimInstanceInput = {
 };
 
 function nodeOf(instance: SimInstanceInput, labels: Record<string, string> = {}): KubeObject {
-  return {
-    apiVersion: 'v1',
-    kind: 'Node',
-    metadata: { name: instance.id, labels: { 'kubernetes.io/hostname': instance.id, ...labels } },
-    spec: { providerID: awsProviderID(instance) },
-  };
-}
-
-function labelsOf(name: string): Record<string, string> {
-  return (store.get('nodes', undefined, name)?.metadata.labels ?? {}) as Record<string, string>;
-}
-
-async function eventually(what: string, check: () => boolean | Promise<boolean>): Promise<void> {
-  for (let i = 0; i < 1500; i++) {
-    if (await check()) return;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-  assert.fail(`timed out waiting until ${what}`);
+  return aws.nodeOf(instance, { labels });
 }
 
 async function desiredLabels(group: string): Promise<Record<string, string>> {
@@ -92,16 +62,6 @@ async function desiredLabels(group: string): Promise<Record<string, string>> {
 function hasLabels(name: string, desired: Record<string, string>): boolean {
   const labels = labelsOf(name);
   return Object.entries(desired).every(([k, v]) => labels[k] === v);
-}
-
-/** Rewrites an instance group's `spec.nodeLabels` in the S3 state store, as `kops edit ig` would. */
-async function editNodeLabels(group: string, edit: (labels: Record<string, string>) => void): Promise<void> {
-  const path = `instancegroup/${group}`;
-  const doc = parseDocument((await vfs.read(path)).data.toString('utf8'));
-  const labels = (doc.getIn(['spec', 'nodeLabels']) as { toJSON(): Record<string, string> }).toJSON();
-  edit(labels);
-  doc.setIn(['spec', 'nodeLabels'], labels);
-  await vfs.write(path, doc.toString());
 }
 
 describe('NodeController against the simulated cluster', () => {
