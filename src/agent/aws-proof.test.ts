@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { UnavailableError } from '../errors.ts';
 import { getCallerIdentityBody, kopsRequestSha, stsHost } from '../protocol/aws-sts-proof.ts';
 import { verifySigV4 } from '../sim/aws/sigv4-verify.ts';
-import { signAwsStsProof } from './aws-proof.ts';
+import { awsStsProof, signAwsStsProof } from './aws-proof.ts';
 
 const credentials = { accessKeyId: 'ASIAEXAMPLE', secretAccessKey: 'secret', sessionToken: 'session' };
 const at = new Date('2026-03-01T12:00:00Z');
@@ -59,4 +60,29 @@ test('v2 proof: a presigned https GetCallerIdentity URL that verifies', () => {
   );
   assert.equal(claims.presigned, true);
   assert.deepEqual(claims.signedHeaders, ['host', 'x-kops-request-sha']);
+});
+
+test('instance-profile credentials that cannot be loaded yet are a fault to retry, named in one line', async () => {
+  // What the SDK's chain throws at boot while IMDS does not answer (a CredentialsProviderError).
+  const failing = async () => {
+    throw Object.assign(new Error('Could not load credentials from any providers'), {
+      name: 'CredentialsProviderError',
+    });
+  };
+  await assert.rejects(awsStsProof(failing, 'eu-west-1', 2)(Buffer.from('{}')), (err: unknown) => {
+    assert.ok(err instanceof UnavailableError, String(err));
+    assert.equal(
+      err.message,
+      "cannot load the instance profile's AWS credentials: Could not load credentials from any providers",
+    );
+    return true;
+  });
+});
+
+test('the proof is signed with the credentials loaded for each attempt', async () => {
+  let loads = 0;
+  const proof = awsStsProof(async () => ({ ...credentials, accessKeyId: `ASIA${loads++}` }), 'eu-west-1', 1);
+  assert.match((await proof(Buffer.from('{}'))) ?? '', /^x-aws-sts /);
+  await proof(Buffer.from('{}'));
+  assert.equal(loads, 2);
 });

@@ -4,6 +4,7 @@
  * `X-Kops-Request-Sha` header, produced in the two shapes nodeup sends (`x-aws-sts`, v1: the signed
  * headers; `x-aws-sts-v2`: a presigned URL). The node never calls STS itself; the controller does.
  */
+
 import {
   canonicalRequest,
   computeSignature,
@@ -13,6 +14,7 @@ import {
   sigV4Algorithm,
   uriEncode,
 } from '../cloud/aws/sigv4.ts';
+import { UnavailableError } from '../errors.ts';
 import {
   getCallerIdentityBody,
   kopsRequestSha,
@@ -20,6 +22,8 @@ import {
   stsContentType,
   stsHost,
 } from '../protocol/aws-sts-proof.ts';
+import { printable } from './http-answer.ts';
+import type { ProofProvider } from './proofs.ts';
 
 /** Options of {@link signAwsStsProof}. */
 export interface AwsStsProofOptions {
@@ -95,4 +99,29 @@ export function signAwsStsProof(
     headers: { 'X-Kops-Request-Sha': [sha] },
   };
   return `x-aws-sts-v2 ${Buffer.from(JSON.stringify(token)).toString('base64')}`;
+}
+
+/**
+ * The proof of each attempt, signed with the credentials `credentials` loads at that moment (the
+ * SDK's chain: on an instance, the instance profile's from IMDS). Credentials that cannot be loaded
+ * yet (IMDS not answering at boot, the profile not attached yet) are a fault that may pass:
+ * UnavailableError, retried until --timeout like any other, never an internal error.
+ */
+export function awsStsProof(
+  credentials: () => Promise<SigV4Credentials>,
+  region: string,
+  version: 1 | 2,
+): ProofProvider {
+  return async (body) => {
+    let loaded: SigV4Credentials;
+    try {
+      loaded = await credentials();
+    } catch (err) {
+      throw new UnavailableError(
+        `cannot load the instance profile's AWS credentials: ${printable((err as Error).message)}`,
+        { cause: err },
+      );
+    }
+    return signAwsStsProof(body, loaded, region, version);
+  };
 }

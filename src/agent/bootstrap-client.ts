@@ -14,7 +14,8 @@ import {
   UnavailableError,
 } from '../errors.ts';
 import { type HttpsAnswer, httpsRequest, TlsVerificationError } from '../net/https-client.ts';
-import { answerError, jsonObjectOf } from './http-answer.ts';
+import { endpointBase } from './endpoint-url.ts';
+import { answerError, jsonObjectOf, printable } from './http-answer.ts';
 
 /**
  * The certificates the server issued. Its `caBundle` is not read: the node keeps trusting only the
@@ -39,7 +40,7 @@ export interface PendingAnswer {
 /** The server's answer to a submission or a poll. */
 export type BootstrapAnswer = IssuedAnswer | PendingAnswer;
 
-/** The request was refused; `reasons` are every reason the deciding policy gave. */
+/** The request was refused; `reasons` are every reason the deciding policy gave, as printable text. */
 export class DeniedError extends ForbiddenError {
   readonly reasons: string[];
 
@@ -61,8 +62,9 @@ export class BootstrapClient {
   readonly #agent: Agent;
   readonly #timeoutMs: number;
 
+  /** `server` is the bootstrap endpoint; its path, if any, prefixes every call (endpoint-url.ts). */
   constructor(options: { server: string; caBundlePem: string; timeoutMs?: number }) {
-    this.#base = new URL(options.server);
+    this.#base = endpointBase(new URL(options.server));
     this.#ca = options.caBundlePem;
     this.#agent = new Agent({ keepAlive: true, maxSockets: 1 });
     this.#timeoutMs = options.timeoutMs ?? 30_000;
@@ -72,17 +74,39 @@ export class BootstrapClient {
   submit(body: Buffer, authorization: string | undefined, signal?: AbortSignal): Promise<BootstrapAnswer> {
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (authorization) headers['authorization'] = authorization;
-    return this.#call('POST', '/v1/certificates', headers, body, this.#timeoutMs, signal);
+    const url = new URL('v1/certificates', this.#base);
+    return this.#call('POST', url, headers, body, this.#timeoutMs, signal);
   }
 
   /** Long-polls a pending request's handle (`poll` from the pending answer) for up to `waitSeconds`. */
   poll(poll: string, waitSeconds: number, signal?: AbortSignal): Promise<BootstrapAnswer> {
-    const url = new URL(poll, this.#base);
-    if (url.origin !== this.#base.origin || !url.pathname.startsWith('/v1/requests/')) {
-      throw new InvalidInputError(`the server answered with a foreign poll location "${poll}"`);
+    const url = this.#pollUrl(poll);
+    url.searchParams.set('wait', String(waitSeconds));
+    return this.#call('GET', url, {}, undefined, this.#timeoutMs + waitSeconds * 1000, signal);
+  }
+
+  /**
+   * Where a poll handle is. The server names it from its own root (`/v1/requests/<id>`), which behind
+   * a path prefix is under the base; only a handle of this endpoint is followed, never another host.
+   */
+  #pollUrl(poll: string): URL {
+    let url: URL;
+    try {
+      url = new URL(poll, this.#base);
+    } catch {
+      throw new InvalidInputError(
+        `the server answered with a poll location that is not a URL: "${printable(poll, 80)}"`,
+      );
     }
-    const path = `${url.pathname}?wait=${waitSeconds}`;
-    return this.#call('GET', path, {}, undefined, this.#timeoutMs + waitSeconds * 1000, signal);
+    const folder = [`${this.#base.pathname}v1/requests/`, '/v1/requests/'].find((path) =>
+      url.pathname.startsWith(path),
+    );
+    if (url.origin !== this.#base.origin || !folder) {
+      throw new InvalidInputError(
+        `the server answered with a foreign poll location "${printable(poll, 80)}"`,
+      );
+    }
+    return new URL(`v1/requests/${url.pathname.slice(folder.length)}`, this.#base);
   }
 
   /** Closes kept-alive connections. */
@@ -92,13 +116,12 @@ export class BootstrapClient {
 
   async #call(
     method: string,
-    path: string,
+    url: URL,
     headers: Record<string, string>,
     body: Buffer | undefined,
     timeoutMs: number,
     signal: AbortSignal | undefined,
   ): Promise<BootstrapAnswer> {
-    const url = new URL(path, this.#base);
     let answer: HttpsAnswer;
     try {
       answer = await httpsRequest({
@@ -134,8 +157,11 @@ function transportError(url: URL, err: Error): KopsError {
   });
 }
 
-function stringsOf(value: unknown): string[] {
-  return Array.isArray(value) ? value.filter((v): v is string => typeof v === 'string') : [];
+/** The reasons of a denial or a pending answer, as they may reach a terminal: no control characters. */
+function reasonsOf(value: unknown): string[] {
+  return Array.isArray(value)
+    ? value.filter((v): v is string => typeof v === 'string').map((reason) => printable(reason))
+    : [];
 }
 
 function issuedOf(body: Record<string, unknown>): IssuedAnswer {
@@ -165,7 +191,7 @@ function pendingOf(body: Record<string, unknown>): PendingAnswer {
     status: 'pending',
     requestId: body['requestId'],
     poll: body['poll'],
-    reasons: stringsOf(body['reasons']),
+    reasons: reasonsOf(body['reasons']),
   };
 }
 
@@ -186,7 +212,7 @@ export function answerOf(
       throw new UnavailableError(`${request} answered ${status} with a body that is not a JSON object`);
     return status === 200 ? issuedOf(body) : pendingOf(body);
   }
-  if (status === 403 && body?.['status'] === 'denied') throw new DeniedError(stringsOf(body['reasons']));
+  if (status === 403 && body?.['status'] === 'denied') throw new DeniedError(reasonsOf(body['reasons']));
   const alreadyRegistered =
     status === 409 && (body?.['error'] as { reason?: unknown })?.reason === 'node-already-registered';
   throw answerError(

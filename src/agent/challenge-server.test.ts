@@ -1,11 +1,14 @@
 import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
 import { test } from 'node:test';
+import { GrpcCallbackChallenger } from '../bootstrap/challenge-caller.ts';
 import { ConfigError } from '../errors.ts';
 import { holdPort } from '../net/testing.ts';
 import { bundlePem, createCa } from '../pki/ca.ts';
 import { startChallengeServer } from './challenge-server.ts';
 
-const clusterCaPem = bundlePem(createCa());
+const ca = createCa();
+const clusterCaPem = bundlePem(ca);
 
 test('an address that cannot be bound is a config error naming it and the flag, not a crash', async () => {
   const held = await holdPort();
@@ -36,6 +39,33 @@ test('each challenge is new, carries the server certificate, and the endpoint is
     assert.equal(a.serverCertificatePem, b.serverCertificatePem);
     assert.match(a.serverCertificatePem, /^-----BEGIN CERTIFICATE-----/);
     assert.equal(a.endpoint, listener.endpoint);
+  } finally {
+    await listener.stop();
+  }
+});
+
+test('a challenge made when less than 15 minutes of the certificate remain carries a fresh one, and the node presents it', async () => {
+  // A join that has retried for 50 minutes (the default --timeout is an hour): the certificate made
+  // when it started has expired, and a callback with it would be a denial, not a fault.
+  let now = new Date(Date.now() - 50 * 60_000);
+  const listener = await startChallengeServer({
+    clusterName: 'c.example.com',
+    clusterCaPem,
+    listen: '127.0.0.1:0',
+    now: () => now,
+  });
+  try {
+    const first = listener.createChallenge();
+    now = new Date();
+    const second = listener.createChallenge();
+    assert.notEqual(second.serverCertificatePem, first.serverCertificatePem);
+    const remainingMs = Date.parse(new X509Certificate(second.serverCertificatePem).validTo) - Date.now();
+    assert.ok(remainingMs > 44 * 60_000, `the new certificate is valid for ${remainingMs} ms more`);
+    // The controller accepts only the certificate the request carried: the node must present the new one.
+    const controller = new GrpcCallbackChallenger({ ca, clusterName: 'c.example.com', timeoutMs: 5000 });
+    await controller.challenge(listener.endpoint, second);
+    // Within its lifetime the certificate is kept: every challenge of a short join carries the same.
+    assert.equal(listener.createChallenge().serverCertificatePem, second.serverCertificatePem);
   } finally {
     await listener.stop();
   }

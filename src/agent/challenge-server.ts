@@ -1,12 +1,15 @@
 /**
  * The node's half of kops' callback challenge: a gRPC-over-TLS server that runs only while `join`
  * waits for its certificates. It presents a fresh self-signed `challenge-server.<cluster>`
- * certificate (sent in the request, so the controller accepts no other), requires a client
- * certificate chained to the cluster CA with CN `kops-controller.<cluster>`, and answers each
- * challenge id once: the id is forgotten as soon as it is asked for, so a recorded exchange cannot be
- * replayed and a second caller learns nothing.
+ * certificate (sent in the request, so the controller accepts no other), replaced by another before
+ * it runs out (a join may retry for longer than its hour), requires a client certificate chained to
+ * the cluster CA with CN `kops-controller.<cluster>`, and answers each challenge id once: the id is
+ * forgotten as soon as it is asked for, so a recorded exchange cannot be replayed and a second caller
+ * learns nothing.
  */
+
 import { randomBytes } from 'node:crypto';
+import type { SecureContextOptions } from 'node:tls';
 import { Server, ServerCredentials, type ServerUnaryCall, type sendUnaryData, status } from '@grpc/grpc-js';
 import { ConfigError } from '../errors.ts';
 import type { Logger } from '../log.ts';
@@ -20,7 +23,11 @@ import {
   challengeSecretBytes,
   defaultChallengePort,
 } from '../protocol/challenge.ts';
-import { challengeServerCertificate } from '../protocol/challenge-certificates.ts';
+import {
+  type ChallengeCredential,
+  challengeRenewBeforeMs,
+  challengeServerCertificate,
+} from '../protocol/challenge-certificates.ts';
 import { callbackService } from '../protocol/challenge-grpc.ts';
 
 /**
@@ -36,6 +43,8 @@ export interface ChallengeServerOptions {
   /** `host:port` to listen on (default `[::]:3987`, else `0.0.0.0:3987`; the dev cluster gives each node its own 127.0.0.x). */
   listen?: string;
   logger?: Logger;
+  /** The clock the certificate's lifetime is read on (default the system's); tests move it. */
+  now?: () => Date;
 }
 
 /** A running challenge server. */
@@ -68,6 +77,34 @@ async function bindFirst(server: Server, listens: string[], tls: ServerCredentia
   );
 }
 
+/** The TLS context options that present `own` and verify callers against the cluster CA `ca`. */
+function contextOf(ca: Buffer, own: ChallengeCredential): SecureContextOptions {
+  return { ca, cert: [Buffer.from(own.certificatePem)], key: [Buffer.from(own.keyPem)] };
+}
+
+/**
+ * ServerCredentials.createSsl(ca, [own], true) whose certificate can be replaced while the server
+ * listens: grpc-js passes updated context options to its listening sockets (the mechanism of its own
+ * certificate providers), and every connection made afterwards gets them. The controller opens one
+ * connection per callback, so a challenge made after {@link present} is answered with `own`.
+ */
+class RenewableServerTls extends ServerCredentials {
+  readonly #ca: Buffer;
+
+  constructor(ca: Buffer, own: ChallengeCredential) {
+    super({ requestCert: true, rejectUnauthorized: true }, contextOf(ca, own));
+    this.#ca = ca;
+  }
+
+  present(own: ChallengeCredential): void {
+    this.updateSecureContextOptions(contextOf(this.#ca, own));
+  }
+
+  _equals(other: ServerCredentials): boolean {
+    return other === this;
+  }
+}
+
 type Handler = (
   call: ServerUnaryCall<ChallengeRequestMessage, ChallengeResponseMessage>,
   callback: sendUnaryData<ChallengeResponseMessage>,
@@ -75,7 +112,8 @@ type Handler = (
 
 /** Starts the node's challenge server (see the module comment). */
 export async function startChallengeServer(options: ChallengeServerOptions): Promise<ChallengeListener> {
-  const own = challengeServerCertificate(options.clusterName);
+  const now = options.now ?? (() => new Date());
+  let own = challengeServerCertificate(options.clusterName, now());
   const required = challengeClientName(options.clusterName);
   const secrets = new Map<string, Buffer>();
   const challenge: Handler = (call, callback) => {
@@ -105,15 +143,17 @@ export async function startChallengeServer(options: ChallengeServerOptions): Pro
   };
   const server = new Server();
   server.addService(callbackService().service, { Challenge: challenge });
-  const tls = ServerCredentials.createSsl(
-    Buffer.from(options.clusterCaPem),
-    [{ private_key: Buffer.from(own.keyPem), cert_chain: Buffer.from(own.certificatePem) }],
-    true,
-  );
+  const tls = new RenewableServerTls(Buffer.from(options.clusterCaPem), own);
   const endpoint = await bindFirst(server, options.listen ? [options.listen] : defaultChallengeListens, tls);
   return {
     endpoint,
     createChallenge() {
+      // Replaced before little of it remains, and presented from now on: the challenge carries the
+      // certificate the controller will be shown, the only one it accepts.
+      if (own.notAfter.getTime() - now().getTime() < challengeRenewBeforeMs) {
+        own = challengeServerCertificate(options.clusterName, now());
+        tls.present(own);
+      }
       const challengeId = randomBytes(challengeIdBytes).toString('hex');
       const secret = randomBytes(challengeSecretBytes);
       secrets.set(challengeId, secret);

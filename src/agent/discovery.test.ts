@@ -414,11 +414,21 @@ describe('discoverCluster', () => {
     });
   });
 
-  test('the endpoint URL gets /cluster-info unless it names a path', () => {
+  test('the endpoint URL gets cluster-info under its path, unless it names the document', () => {
     assert.equal(String(clusterInfoUrl('https://h:3988')), 'https://h:3988/cluster-info');
+    assert.equal(String(clusterInfoUrl('https://lb:3988/kops')), 'https://lb:3988/kops/cluster-info');
+    assert.equal(String(clusterInfoUrl('https://lb:3988/kops/')), 'https://lb:3988/kops/cluster-info');
+    assert.equal(String(clusterInfoUrl('https://h:3988/cluster-info')), 'https://h:3988/cluster-info');
     assert.equal(
       String(clusterInfoUrl('https://h/api/v1/namespaces/kube-public/configmaps/cluster-info')),
       'https://h/api/v1/namespaces/kube-public/configmaps/cluster-info',
     );
+  });
+
+  test('an endpoint with a path prefix (a load balancer path): both fetches read cluster-info under it', async () => {
+    const e = await start(clusterCa, () => document);
+    const found = await discoverCluster({ url: `${e.url}/kops`, caPins: [pin] });
+    assert.equal(found.server, 'https://api.example.com');
+    assert.deepEqual(e.requests, ['/kops/cluster-info', '/kops/cluster-info']);
   });
 });

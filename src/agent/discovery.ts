@@ -24,19 +24,22 @@ import { type HttpsAnswer, httpsRequest, TlsVerificationError } from '../net/htt
 import { parsePin } from '../pki/pin.ts';
 import { parseToken } from '../protocol/bootstrap-token.ts';
 import {
-  clusterInfoPath,
   jwsKeyPrefix,
   kubeconfigKey,
   parseClusterInfoDocument,
   parseClusterInfoKubeconfig,
   verifyDetachedJws,
 } from '../protocol/cluster-info.ts';
+import { endpointUrl } from './endpoint-url.ts';
 import { answerError } from './http-answer.ts';
 import { fileAnchor, pinnedBundle, type TrustAnchor } from './pinned-trust.ts';
 
 /** What to discover and how to trust it. */
 export interface DiscoveryOptions {
-  /** The bootstrap endpoint (`https://host:3988`, the path `/cluster-info` is implied) or the document's URL. */
+  /**
+   * The bootstrap endpoint (`https://host:3988`, or with a path prefix `https://lb/kops`: the document
+   * is `cluster-info` under it) or the document's URL (`…/cluster-info`).
+   */
   url: string;
   /** `sha256:` pins of the CAs; every CA certificate in the bundle must match one. */
   caPins?: readonly string[];
@@ -63,7 +66,10 @@ export interface DiscoveredCluster {
 /** cluster-info is a few kilobytes; anything much larger is not one. */
 const maxDocumentBytes = 1024 * 1024;
 
-/** The URL of the document: a bare endpoint gets `/cluster-info`. Only https is accepted. */
+/**
+ * The URL of the document: `cluster-info` under the endpoint's path (src/agent/endpoint-url.ts), or
+ * the URL itself when it names the document. Only https is accepted.
+ */
 export function clusterInfoUrl(endpoint: string): URL {
   let url: URL;
   try {
@@ -74,8 +80,7 @@ export function clusterInfoUrl(endpoint: string): URL {
   if (url.protocol !== 'https:' || url.username || url.password) {
     throw new InvalidInputError(`the discovery URL "${endpoint}" must be https:// without credentials`);
   }
-  if (url.pathname === '/' && !url.search) url.pathname = clusterInfoPath;
-  return url;
+  return endpointUrl(url, 'cluster-info');
 }
 
 /** GETs the document; `ca` undefined means no verification (phase one of pinned discovery). */

@@ -10,15 +10,26 @@ import { promisify } from 'node:util';
 import { parse } from 'yaml';
 import {
   ConflictError,
+  exitCodeOf,
   ForbiddenError,
+  InvalidInputError,
   NotFoundError,
   TimeoutError,
   UnauthenticatedError,
 } from '../errors.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { parseCsr } from '../pki/csr.ts';
+import { unsignedInteger } from '../pki/der.ts';
 import { generateKey } from '../pki/keys.ts';
+import { encodePem } from '../pki/pem.ts';
 import { issueCertificate, type ProfileName, publicKeyRequest } from '../pki/profiles.ts';
+import {
+  basicConstraintsExtension,
+  encodeName,
+  extKeyUsageExtension,
+  keyUsageExtension,
+  signCertificate,
+} from '../pki/x509.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { opensslText, opensslVerify } from '../testing/openssl.ts';
 import { toolPath } from '../testing/tools.ts';
@@ -26,6 +37,7 @@ import { DeniedError } from './bootstrap-client.ts';
 import { type JoinOptions, join } from './join.ts';
 import { nodeFileNames } from './node-files.ts';
 import { tokenProof } from './proofs.ts';
+import { readCurrentCredentials, renewalProof } from './renewal.ts';
 import { startTlsEndpoint } from './tls-proxy.test-support.ts';
 
 /** What the in-test server answers to one call. */
@@ -38,7 +50,9 @@ interface Call {
 }
 type Script = (call: Call, issue: () => Reply) => Reply;
 
-const ca = createCa();
+const dayMs = 86_400_000;
+/** Made a month ago, so that it can sign certificates that have already expired. */
+const ca = createCa({ now: new Date(Date.now() - 30 * dayMs) });
 const otherCa = createCa();
 const caPem = bundlePem(ca);
 /** The API server the answers name: the fake itself, whose certificate is from the CA (join checks it). */
@@ -175,6 +189,62 @@ const pending = {
     reasons: ['waiting for approval'],
   },
 };
+
+/**
+ * An answer that issues, for each profile the last request asked for, a certificate of the profile
+ * `profileFor` names (issued at `now`, for `name`) from the trusted CA: what a broken or compromised
+ * server that passes TLS could return.
+ */
+function issuedAs(
+  profileFor: (requested: string) => ProfileName,
+  options: { now?: Date; name?: string; omit?: string } = {},
+): Reply {
+  const { nodeName, certificateSigningRequests } = fake.lastPost();
+  const certificates = Object.fromEntries(
+    Object.entries(certificateSigningRequests)
+      .filter(([profile]) => profile !== options.omit)
+      .map(([profile, csr]) => [
+        profile,
+        issueCertificate(
+          ca,
+          profileFor(profile),
+          publicKeyRequest(parseCsr(csr).spki),
+          { name: options.name ?? nodeName, ipAddresses: ['10.0.0.5'] },
+          options.now ? { now: options.now } : {},
+        ).pem,
+      ]),
+  );
+  return { status: 200, body: { status: 'issued', nodeName, certificates, apiServer } };
+}
+
+/** A client certificate for `spki` from the trusted CA with exactly `subject`, which no profile makes. */
+function clientCertificateFor(
+  spki: Buffer,
+  subject: { commonName: string; organizations: string[] },
+): string {
+  const der = signCertificate(
+    {
+      serial: unsignedInteger(Buffer.from([0x2a])),
+      issuer: ca.signer.certificate.parsed.subjectDer,
+      subject: encodeName(subject),
+      notBefore: new Date(Date.now() - 60_000),
+      notAfter: new Date(Date.now() + dayMs),
+      spki,
+      extensions: [
+        keyUsageExtension(['digitalSignature']),
+        extKeyUsageExtension(['clientAuth']),
+        basicConstraintsExtension(false),
+        ca.signer.authorityKeyIdentifier,
+      ],
+    },
+    ca.signer.scheme,
+    ca.signer.key,
+  );
+  return encodePem('CERTIFICATE', der);
+}
+
+/** Terminal control: a remote party's text must never move the cursor or forge lines. */
+const controlCharacters = /[\u0000-\u001f\u007f-\u009f]/;
 
 describe('join', () => {
   test('happy path: the keys stay local, the certificates chain to the CA, files are written 0600/0644', async () => {
@@ -473,6 +543,187 @@ describe('join', () => {
   test('a bad node name is refused before anything is sent', async () => {
     await assert.rejects(join(options({ nodeName: 'Not A Name' })), /node name/);
     assert.equal(fake.calls.length, 0);
+  });
+});
+
+describe('join checks what it was issued, and writes nothing it could not use', () => {
+  const refusedWithNothingWritten = async (opts: JoinOptions, message: RegExp) => {
+    await assert.rejects(join(opts), (err: unknown) => {
+      assert.ok(err instanceof UnauthenticatedError, String(err));
+      assert.equal(exitCodeOf(err), 77);
+      assert.match(err.message, message);
+      assert.doesNotMatch(err.message, /\n/);
+      return true;
+    });
+    assert.deepEqual(await filesIn(opts.dir), []);
+  };
+
+  test('an expired certificate from the trusted CA is refused', async () => {
+    fake.script = () => issuedAs((p) => p as ProfileName, { now: new Date(Date.now() - 3 * dayMs) });
+    await refusedWithNothingWritten(
+      options(),
+      /^the kubelet client certificate the server returned expired on \d{4}-\d\d-\d\dT[\d:.]+Z/,
+    );
+  });
+
+  test('a certificate not valid until after the clock skew allowed is refused', async () => {
+    fake.script = () => issuedAs((p) => p as ProfileName, { now: new Date(Date.now() + 30 * dayMs) });
+    await refusedWithNothingWritten(
+      options(),
+      /^the kubelet client certificate the server returned is not valid until \d{4}-.*: check the clocks/,
+    );
+  });
+
+  test('a certificate from a server whose clock is a few minutes ahead is accepted (5 minutes of skew)', async () => {
+    // Issued 8 minutes "from now" and backdated 5 minutes: valid from 3 minutes ahead of this clock.
+    fake.script = () => issuedAs((p) => p as ProfileName, { now: new Date(Date.now() + 8 * 60_000) });
+    const result = await join(options());
+    assert.equal(result.nodeName, 'node-a');
+  });
+
+  test('a client certificate that is not for client authentication is refused', async () => {
+    fake.script = () => issuedAs(() => 'kubelet-server');
+    await refusedWithNothingWritten(
+      options(),
+      /^the kubelet client certificate the server returned is not for client authentication/,
+    );
+  });
+
+  test('a serving certificate that is not for server authentication is refused', async () => {
+    fake.script = () => issuedAs(() => 'kubelet');
+    await refusedWithNothingWritten(
+      options(),
+      /^the kubelet serving certificate the server returned is not for server authentication/,
+    );
+  });
+
+  test('a certificate for the node name outside system:nodes (system:masters) is refused', async () => {
+    fake.script = () => {
+      const { nodeName, certificateSigningRequests } = fake.lastPost();
+      const spki = parseCsr(certificateSigningRequests['kubelet'] as string).spki;
+      const kubelet = clientCertificateFor(spki, {
+        commonName: `system:node:${nodeName}`,
+        organizations: ['system:masters'],
+      });
+      return { status: 200, body: { status: 'issued', nodeName, certificates: { kubelet }, apiServer } };
+    };
+    await refusedWithNothingWritten(
+      options({ servingCertificate: false }),
+      /^the kubelet client certificate names "O=system:masters, CN=system:node:node-a", not system:node:node-a in system:nodes$/,
+    );
+  });
+
+  test('a certificate that does not parse is refused', async () => {
+    fake.script = () => {
+      const { nodeName } = fake.lastPost();
+      const certificates = {
+        kubelet: '-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n',
+      };
+      return { status: 200, body: { status: 'issued', nodeName, certificates, apiServer } };
+    };
+    await refusedWithNothingWritten(
+      options({ servingCertificate: false }),
+      /^the kubelet client certificate the server returned is unreadable$/,
+    );
+  });
+
+  test('a serving certificate asked for but missing from the answer is refused', async () => {
+    fake.script = () => issuedAs((p) => p as ProfileName, { omit: 'kubelet-server' });
+    await refusedWithNothingWritten(
+      options(),
+      /^the server answered "issued" without the kubelet-server certificate it was asked for$/,
+    );
+  });
+
+  test('join --renew: an expired answer is refused, and the current credentials stay in place and renewable', async () => {
+    fake.script = (_call, issue) => issue();
+    const first = options();
+    await join(first);
+    const current = await readCurrentCredentials(first.dir);
+    // A signer whose clock is days behind answers the renewal.
+    fake.script = () => issuedAs((p) => p as ProfileName, { now: new Date(Date.now() - 3 * dayMs) });
+    await assert.rejects(
+      join({ ...first, nodeName: current.nodeName, proof: renewalProof(current, 'c.example.com') }),
+      /expired on/,
+    );
+    const after = await readCurrentCredentials(first.dir);
+    assert.ok(after.certificate.raw.equals(current.certificate.raw), 'the current certificate stays');
+  });
+});
+
+describe('join shows what the server says only as printable text, and reads its locations safely', () => {
+  test('denial reasons reach the error line without terminal escapes or newlines', async () => {
+    fake.script = () => ({
+      status: 403,
+      body: {
+        status: 'denied',
+        reasons: ['\u001b]0;pwned\u0007\u001b[2Jfake: joined OK', 'line one\nline two'],
+      },
+    });
+    await assert.rejects(join(options()), (err: unknown) => {
+      assert.ok(err instanceof DeniedError);
+      assert.doesNotMatch(err.message, controlCharacters);
+      assert.equal(
+        err.message,
+        'the bootstrap request was denied: ]0;pwned [2Jfake: joined OK; line one line two',
+      );
+      assert.ok(err.reasons.every((reason) => !controlCharacters.test(reason)));
+      return true;
+    });
+  });
+
+  test('pending reasons reach the progress line without terminal escapes or newlines', async () => {
+    fake.script = (call, issue) =>
+      call.method === 'POST'
+        ? { status: 202, body: { ...pending.body, reasons: ['a\nsecond line\u001b[31m'] } }
+        : issue();
+    const lines: string[] = [];
+    await join(options({ pollWaitSeconds: 1, progress: (l) => lines.push(l) }));
+    assert.ok(lines.length >= 1);
+    assert.match(lines[0] ?? '', /^waiting for approval \(\d+s\): a second line \[31m$/);
+    assert.ok(lines.every((l) => !controlCharacters.test(l)));
+  });
+
+  test('a poll location that is not a URL ends the join with one readable line (exit 65), nothing written', async () => {
+    fake.script = () => ({ status: 202, body: { ...pending.body, poll: 'https://[bad\u001b[2J' } });
+    const opts = options({ timeoutMs: 3000 });
+    await assert.rejects(join(opts), (err: unknown) => {
+      assert.ok(err instanceof InvalidInputError, String(err));
+      assert.equal(exitCodeOf(err), 65);
+      assert.equal(
+        err.message,
+        'the server answered with a poll location that is not a URL: "https://[bad [2J"',
+      );
+      return true;
+    });
+    assert.equal(fake.calls.length, 1, 'not retried');
+    assert.deepEqual(await filesIn(opts.dir), []);
+  });
+
+  test('a poll location at another origin, or outside /v1/requests/, is refused', async () => {
+    for (const poll of ['https://198.51.100.7:3988/v1/requests/ab12', '/v1/other/ab12']) {
+      fake.script = () => ({ status: 202, body: { ...pending.body, poll } });
+      await assert.rejects(join(options()), (err: unknown) => {
+        assert.ok(err instanceof InvalidInputError, String(err));
+        assert.equal(err.message, `the server answered with a foreign poll location "${poll}"`);
+        return true;
+      });
+    }
+  });
+
+  test('an endpoint with a path prefix (a load balancer path): requests and polls go under it', async () => {
+    let polls = 0;
+    fake.script = (call, issue) => (call.method === 'POST' || polls++ < 1 ? pending : issue());
+    const result = await join(options({ server: `${fake.url}/kops`, pollWaitSeconds: 1 }));
+    assert.equal(result.nodeName, 'node-a');
+    assert.deepEqual(
+      fake.calls.map((c) => `${c.method} ${c.path}`),
+      [
+        'POST /kops/v1/certificates',
+        'GET /kops/v1/requests/ab12?wait=1',
+        'GET /kops/v1/requests/ab12?wait=1',
+      ],
+    );
   });
 });
 

@@ -2,21 +2,21 @@
  * `kops-controller join`, the node side of bootstrap: generate the keys here (they never leave the
  * node), check that the API server presents a certificate from the trusted CA, ask the bootstrap
  * server for certificates with an identity proof, wait while a human or a policy decides, check what
- * came back, and write the kubelet's credentials and a kubeconfig that trusts the same CAs only.
+ * came back (issued-certificates.ts), and write the kubelet's credentials and a kubeconfig that
+ * trusts the same CAs only.
  * Dependency faults (network, timeouts, 408, 429, 5xx) are retried with jittered backoff, or after
  * the Retry-After the server named, until the deadline; a permanent answer (a denial, an
  * already-registered node, 400, 401, 403, 404) ends the join at once with the server's reasons.
  * On a callback cloud the node also answers kops' callback challenge (challenge-server.ts) while it
  * asks: each attempt carries a fresh one-shot challenge, and the server stops when the join ends.
  */
-import { type KeyObject, X509Certificate } from 'node:crypto';
+import type { KeyObject } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
-import { InvalidInputError, NotFoundError, TimeoutError, UnauthenticatedError } from '../errors.ts';
+import { InvalidInputError, NotFoundError, TimeoutError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
-import { generateKey, privateKeyPem, spkiOf } from '../pki/keys.ts';
+import { generateKey, privateKeyPem } from '../pki/keys.ts';
 import { renderClientKubeconfig } from '../pki/kubeconfig.ts';
-import { decodePem } from '../pki/pem.ts';
 import { validateDnsName } from '../pki/profiles.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import { type ChallengeClaim, challengeFieldOf } from '../protocol/challenge.ts';
@@ -28,6 +28,7 @@ import {
   type PendingAnswer,
 } from './bootstrap-client.ts';
 import { type ChallengeListener, startChallengeServer } from './challenge-server.ts';
+import { checkIssuedCertificates } from './issued-certificates.ts';
 import { ensureDirectory, type NodeFileContent, writeNodeFiles } from './node-files.ts';
 import type { ProofProvider } from './proofs.ts';
 import { type RetryOptions, retryTransient } from './retry.ts';
@@ -35,7 +36,10 @@ import { probeApiServer } from './tls-check.ts';
 
 /** What `join` needs: where to ask, whom to trust, how to prove identity, where to write. */
 export interface JoinOptions {
-  /** The bootstrap server, e.g. `https://kops-controller.internal.example.com:3988`. */
+  /**
+   * The bootstrap server, e.g. `https://kops-controller.internal.example.com:3988`; a path
+   * (`https://lb:3988/kops`) prefixes every call (endpoint-url.ts).
+   */
   server: string;
   /**
    * The CAs the node trusts (PEM): the pinned ones discovery returned. The bootstrap server, the API
@@ -85,42 +89,6 @@ export interface JoinResult {
 
 /** A poll answered faster than this did not long-poll; wait before the next one instead of spinning. */
 const minimumPollMs = 1000;
-
-function parseCertificate(pem: string, what: string): X509Certificate {
-  try {
-    return new X509Certificate(pem);
-  } catch (err) {
-    throw new UnauthenticatedError(`the ${what} certificate the server returned is unreadable`, {
-      cause: err,
-    });
-  }
-}
-
-function certificatesOf(bundlePem: string): X509Certificate[] {
-  return decodePem(bundlePem, 'CERTIFICATE', 'CA bundle').map((der) => new X509Certificate(der));
-}
-
-/**
- * Checks an issued certificate before the node relies on it: it certifies our own key, names this
- * node and chains to one of the trusted CAs. A server that passed TLS but returns something else is
- * broken or compromised; writing it would leave a node that cannot register.
- */
-function checkIssued(pem: string, what: string, key: KeyObject, nodeName: string, cas: X509Certificate[]) {
-  const certificate = parseCertificate(pem, what);
-  if (!certificate.publicKey.export({ format: 'der', type: 'spki' }).equals(spkiOf(key))) {
-    throw new UnauthenticatedError(`the ${what} certificate the server returned is for another key`);
-  }
-  if (!certificate.subject.split('\n').includes(`CN=system:node:${nodeName}`)) {
-    throw new UnauthenticatedError(
-      `the ${what} certificate names "${certificate.subject.replace(/\n/g, ', ')}", not system:node:${nodeName}`,
-    );
-  }
-  if (!cas.some((ca) => certificate.checkIssued(ca) && certificate.verify(ca.publicKey))) {
-    throw new UnauthenticatedError(
-      `the ${what} certificate the server returned is not signed by the cluster CA`,
-    );
-  }
-}
 
 function formatReasons(pending: PendingAnswer): string {
   return pending.reasons.length ? `: ${pending.reasons.join('; ')}` : '';
@@ -284,14 +252,14 @@ async function writeCredentials(
   serverKey: KeyObject | undefined,
   waitedForApproval: boolean,
 ): Promise<JoinResult> {
-  const clientPem = issued.certificates['kubelet'];
-  if (!clientPem)
-    throw new UnauthenticatedError('the server answered "issued" without a kubelet certificate');
-  // Only the CA the node trusted for TLS may have signed them, not one the answer itself names.
-  const cas = certificatesOf(options.caBundlePem);
-  checkIssued(clientPem, 'kubelet client', clientKey, nodeName, cas);
-  const serverPem = serverKey ? issued.certificates['kubelet-server'] : undefined;
-  if (serverPem && serverKey) checkIssued(serverPem, 'kubelet serving', serverKey, nodeName, cas);
+  const checked = checkIssuedCertificates(
+    issued.certificates,
+    { kubelet: clientKey, ...(serverKey ? { 'kubelet-server': serverKey } : {}) },
+    nodeName,
+    options.caBundlePem,
+  );
+  const clientPem = checked.kubelet as string;
+  const serverPem = checked['kubelet-server'];
   // The kubeconfig and ca.crt trust what the node pinned, never a CA an answer names.
   const { dir, caBundlePem } = options;
   const clientKeyPem = privateKeyPem(clientKey);

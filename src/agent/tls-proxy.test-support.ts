@@ -43,6 +43,11 @@ export interface TlsProxyOptions {
   rewrite?: (info: ClusterInfo) => ClusterInfo;
   /** Answers a terminated request itself (return undefined to forward it). */
   intercept?: (request: ProxiedRequest) => ProxyReply | undefined;
+  /**
+   * Routes only paths under this prefix (`/kops`), forwarded without it, as a load balancer that
+   * serves the controller under a path; any other path is answered 404.
+   */
+  pathPrefix?: string;
 }
 
 /** A running proxy. */
@@ -106,9 +111,16 @@ export async function startTlsProxy(options: TlsProxyOptions): Promise<TlsProxy>
         res.end(made.body);
         return;
       }
-      forward(proxied.method, proxied.path, req.headers, Buffer.concat(chunks)).then(
+      const prefix = options.pathPrefix ?? '';
+      if (!proxied.path.startsWith(`${prefix}/`)) {
+        res.writeHead(404);
+        res.end();
+        return;
+      }
+      const path = proxied.path.slice(prefix.length);
+      forward(proxied.method, path, req.headers, Buffer.concat(chunks)).then(
         (answer) => {
-          const isDocument = proxied.path === clusterInfoPath && answer.status === 200;
+          const isDocument = path === clusterInfoPath && answer.status === 200;
           const body =
             isDocument && options.rewrite ? rewriteClusterInfo(answer.body, options.rewrite) : answer.body;
           res.writeHead(answer.status, answer.headers);

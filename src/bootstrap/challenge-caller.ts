@@ -27,7 +27,11 @@ import {
   challengeNonceBytes,
   challengeServerName,
 } from '../protocol/challenge.ts';
-import { type ChallengeCredential, challengeClientCertificate } from '../protocol/challenge-certificates.ts';
+import {
+  type ChallengeCredential,
+  challengeClientCertificate,
+  challengeRenewBeforeMs,
+} from '../protocol/challenge-certificates.ts';
 import { callbackService } from '../protocol/challenge-grpc.ts';
 
 /** The node failed the challenge: a denial. The message is for the operator (audit), not the node. */
@@ -51,9 +55,6 @@ export interface GrpcChallengerOptions {
   now?: () => Date;
 }
 
-/** A cached client certificate is replaced when less than this remains of its hour. */
-const renewBeforeMs = 15 * 60_000;
-
 /** gRPC statuses a node's server sends when it refuses or does not know the challenge. */
 const refusals = new Set<number>([
   status.NOT_FOUND,
@@ -75,7 +76,7 @@ export class GrpcCallbackChallenger implements CallbackChallenger {
   /** The client certificate, issued on first use and again before it expires. */
   clientCredential(): ChallengeCredential {
     const now = this.#options.now?.() ?? new Date();
-    if (!this.#credential || this.#credential.notAfter.getTime() - now.getTime() < renewBeforeMs) {
+    if (!this.#credential || this.#credential.notAfter.getTime() - now.getTime() < challengeRenewBeforeMs) {
       this.#credential = challengeClientCertificate(this.#options.ca, this.#options.clusterName, now);
     }
     return this.#credential;

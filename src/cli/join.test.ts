@@ -14,6 +14,7 @@ import { promisify } from 'node:util';
 import { CoreV1Api } from '@kubernetes/client-node';
 import type { Command } from 'commander';
 import { Registry } from 'prom-client';
+import { type FakeImds, startFakeImds } from '../agent/imds.test-support.ts';
 import { nodeFileNames } from '../agent/node-files.ts';
 import {
   type ProxiedRequest,
@@ -239,7 +240,8 @@ describe('kops-controller join against the bootstrap server', () => {
     assert.equal(outcome.code, 66, outcome.stderr);
     assert.equal(
       outcome.stderr,
-      `kops-controller: GET ${boot.server.url}/wrong answered 404 Not Found: no such endpoint /wrong; see ` +
+      `kops-controller: GET ${boot.server.url}/wrong/cluster-info answered 404 Not Found: no such endpoint ` +
+        '/wrong/cluster-info; see ' +
         'docs/bootstrap-api.md (not-found); check the URL given to --server\n',
     );
   });
@@ -463,6 +465,25 @@ describe('kops-controller join: faults are retried, permanent answers end it at 
     });
   }
 
+  test('--server with a path, behind a load balancer that routes that path to the controller: joins', async () => {
+    const proxy = await startTlsProxy({
+      upstream: boot.server.url,
+      certificate: loopbackCertificate(ca),
+      pathPrefix: '/kops',
+    });
+    proxies.push(proxy);
+    const outcome = await cli(
+      ...['join', '--server', `${proxy.url}/kops`, ...pins, '--token', tokenText, '--node-name', 'node-lb'],
+      ...['--dir', join(dir, 'node-lb'), '-o', 'json'],
+    );
+    assert.equal(outcome.code, 0, outcome.stderr);
+    assert.equal(JSON.parse(outcome.stdout).nodeName, 'node-lb');
+    assert.deepEqual(
+      proxy.requests.map((r) => `${r.method} ${r.path}`),
+      ['GET /kops/cluster-info', 'GET /kops/cluster-info', 'POST /kops/v1/certificates'],
+    );
+  });
+
   test('503 with Retry-After on discovery and on the bootstrap API, then success: joins', async () => {
     const unavailable = { error: { reason: 'unavailable', message: 'the API server is not answering' } };
     const faults = new Map([
@@ -491,90 +512,170 @@ describe('kops-controller join: faults are retried, permanent answers end it at 
 });
 
 describe('kops-controller join --cloud aws', () => {
-  test('proves identity with the instance profile: the verified instance id, group and addresses', async () => {
-    const clusterName = 'c.example.com';
-    const instanceId = 'i-0123456789abcdef0';
-    const aws = await startAwsSimulator({ throttling: false });
-    const clients = await createAwsClients({
+  const clusterName = 'c.example.com';
+  const instanceId = 'i-0123456789abcdef0';
+  let aws: Awaited<ReturnType<typeof startAwsSimulator>>;
+  let clients: Awaited<ReturnType<typeof createAwsClients>>;
+  let awsBoot: RunningBootstrap;
+  let session: { accessKeyId: string; secretAccessKey: string; sessionToken?: string };
+  let imds: FakeImds;
+
+  before(async () => {
+    aws = await startAwsSimulator({ throttling: false });
+    clients = await createAwsClients({
       region: aws.region,
       endpoint: aws.endpoint,
       credentials: aws.credentials,
     });
-    let awsBoot: RunningBootstrap | undefined;
-    try {
-      aws.ec2.addInstances([
-        {
-          id: instanceId,
-          zone: `${aws.region}a`,
-          cluster: clusterName,
-          instanceGroup: 'nodes',
-          privateIp: '10.1.2.3',
-        },
-      ]);
-      const session = aws.sts.addInstanceProfileSession(`nodes.${clusterName}`, instanceId);
-      awsBoot = await startBootstrapServer(parseConfig({ clusterName, cloud: 'aws', server: {} }), {
-        kubeConfig: sim.kubeConfig(),
-        policies: [
-          awsPolicy({
-            account: aws.account,
-            partition: 'aws',
-            region: aws.region,
-            nodesRoles: [`nodes.${clusterName}`],
-            instances: new AwsNodeIdentifier({ ec2: clients.ec2, clusterName }),
-            stsEndpoint: aws.endpoint,
-          }),
-        ],
-        ca,
-        listen: '127.0.0.1:0',
-        apiServer: sim.url,
-        serverNames: { ipAddresses: ['127.0.0.1'] },
-        clusterInfoHandler: clusterInfoHandler(() => buildClusterInfo(clusterKubeconfig, [], new Date())),
-        registry: new Registry(),
-      });
-      const nodeDir = join(dir, 'aws-node');
-      // The SDK's credential chain reads the instance profile session from the environment here
-      // (on an instance it comes from IMDS).
-      Object.assign(process.env, {
-        AWS_ACCESS_KEY_ID: session.accessKeyId,
-        AWS_SECRET_ACCESS_KEY: session.secretAccessKey,
-        AWS_SESSION_TOKEN: session.sessionToken ?? '',
-      });
-      const args = ['join', '--server', awsBoot.server.url, '--ca-file', caFile, '--cloud', 'aws'];
-      const outcome = await cli(
-        ...args,
-        ...['--aws-region', aws.region, '--node-name', instanceId, '--dir', nodeDir, '-o', 'json'],
-      );
-      assert.equal(outcome.code, 0, outcome.stderr);
-      const result = JSON.parse(outcome.stdout);
-      assert.equal(result.nodeName, instanceId);
-      assert.equal(result.instanceGroup, 'nodes');
-      const serving = await readFile(join(nodeDir, nodeFileNames.serverCertificate), 'utf8');
-      assert.match(opensslText(serving), /IP Address:10\.1\.2\.3/);
-      assert.match(
-        opensslText(serving),
-        /Subject: O ?= ?system:nodes, CN ?= ?system:node:i-0123456789abcdef0/,
-      );
+    aws.ec2.addInstances([
+      {
+        id: instanceId,
+        zone: `${aws.region}a`,
+        cluster: clusterName,
+        instanceGroup: 'nodes',
+        privateIp: '10.1.2.3',
+      },
+    ]);
+    session = aws.sts.addInstanceProfileSession(`nodes.${clusterName}`, instanceId);
+    imds = await startFakeImds({ instanceId, role: `nodes.${clusterName}`, session });
+    awsBoot = await startBootstrapServer(parseConfig({ clusterName, cloud: 'aws', server: {} }), {
+      kubeConfig: sim.kubeConfig(),
+      policies: [
+        awsPolicy({
+          account: aws.account,
+          partition: 'aws',
+          region: aws.region,
+          nodesRoles: [`nodes.${clusterName}`],
+          instances: new AwsNodeIdentifier({ ec2: clients.ec2, clusterName }),
+          stsEndpoint: aws.endpoint,
+        }),
+      ],
+      ca,
+      listen: '127.0.0.1:0',
+      apiServer: sim.url,
+      serverNames: { ipAddresses: ['127.0.0.1'] },
+      clusterInfoHandler: clusterInfoHandler(() => buildClusterInfo(clusterKubeconfig, [], new Date())),
+      registry: new Registry(),
+    });
+  });
+  after(async () => {
+    await awsBoot.close();
+    await imds.close();
+    clients.destroy();
+    await aws.close();
+  });
 
-      // Another instance's name is refused: the certificate names only what EC2 verified.
-      const other = await cli(
-        ...args,
-        ...[
-          '--aws-region',
-          aws.region,
-          '--node-name',
-          'i-0fffffffffffffff0',
-          '--dir',
-          join(dir, 'aws-other'),
-        ],
-      );
-      assert.equal(other.code, 77, other.stderr);
-      assert.match(other.stderr, /denied/);
+  /**
+   * Runs `join --cloud aws` in this process with only `vars` of the AWS environment set (no shared
+   * config or credentials files), so the machine's own AWS settings decide nothing; IMDS is the
+   * loopback one unless `vars` says otherwise.
+   */
+  const awsJoin = async (vars: Record<string, string>, ...args: string[]): Promise<Outcome> => {
+    const saved = Object.fromEntries(
+      Object.keys(process.env)
+        .filter((k) => k.startsWith('AWS_'))
+        .map((k) => [k, process.env[k]]),
+    );
+    for (const key of Object.keys(saved)) delete process.env[key];
+    Object.assign(process.env, {
+      AWS_CONFIG_FILE: '/nonexistent/aws-config',
+      AWS_SHARED_CREDENTIALS_FILE: '/nonexistent/aws-credentials',
+      AWS_EC2_METADATA_SERVICE_ENDPOINT: imds.url,
+      ...vars,
+    });
+    try {
+      const base = ['join', '--server', awsBoot.server.url, '--ca-file', caFile, '--cloud', 'aws'];
+      return await cli(...base, '--aws-region', aws.region, ...args);
     } finally {
-      for (const key of ['AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'AWS_SESSION_TOKEN'])
-        delete process.env[key];
-      await awsBoot?.close();
-      clients.destroy();
-      await aws.close();
+      for (const key of Object.keys(process.env).filter((k) => k.startsWith('AWS_'))) delete process.env[key];
+      Object.assign(process.env, saved);
+    }
+  };
+
+  test('proves identity with the instance profile: the verified instance id, group and addresses', async () => {
+    const nodeDir = join(dir, 'aws-node');
+    // The SDK's credential chain reads the instance profile session from the environment here.
+    const environment = {
+      AWS_ACCESS_KEY_ID: session.accessKeyId,
+      AWS_SECRET_ACCESS_KEY: session.secretAccessKey,
+      AWS_SESSION_TOKEN: session.sessionToken ?? '',
+    };
+    const outcome = await awsJoin(environment, '--node-name', instanceId, '--dir', nodeDir, '-o', 'json');
+    assert.equal(outcome.code, 0, outcome.stderr);
+    const result = JSON.parse(outcome.stdout);
+    assert.equal(result.nodeName, instanceId);
+    assert.equal(result.instanceGroup, 'nodes');
+    const serving = await readFile(join(nodeDir, nodeFileNames.serverCertificate), 'utf8');
+    assert.match(opensslText(serving), /IP Address:10\.1\.2\.3/);
+    assert.match(opensslText(serving), /Subject: O ?= ?system:nodes, CN ?= ?system:node:i-0123456789abcdef0/);
+
+    // Another instance's name is refused: the certificate names only what EC2 verified.
+    const other = await awsJoin(
+      environment,
+      '--node-name',
+      'i-0fffffffffffffff0',
+      '--dir',
+      join(dir, 'aws-other'),
+    );
+    assert.equal(other.code, 77, other.stderr);
+    assert.match(other.stderr, /denied/);
+  });
+
+  test('without --node-name, as in docs/join.md: the instance id and credentials from IMDS, each retried while IMDS fails', async () => {
+    imds.fail('instance-id', 1);
+    imds.fail('credentials', 1);
+    const outcome = await awsJoin({}, '--dir', join(dir, 'aws-imds'), '-o', 'json');
+    assert.equal(outcome.code, 0, outcome.stderr);
+    assert.equal(JSON.parse(outcome.stdout).nodeName, instanceId);
+    const retries = outcome.stderr.split('\n').filter((l) => l.includes('retrying in'));
+    assert.equal(retries.length, 2, outcome.stderr);
+    assert.match(
+      retries[0] ?? '',
+      /^instance id: retrying in \d+s: the metadata service answered 503 for the EC2 instance id/,
+    );
+    assert.match(
+      retries[1] ?? '',
+      /^bootstrap request: retrying in \d+s: cannot load the instance profile's AWS credentials: /,
+    );
+  });
+
+  test('instance-profile credentials that never become available: retried until --timeout, exit 75 with one line', async () => {
+    imds.fail('credentials', 1_000_000);
+    try {
+      const outcome = await awsJoin(
+        {},
+        '--node-name',
+        instanceId,
+        '--dir',
+        join(dir, 'aws-nocreds'),
+        '--timeout',
+        '3s',
+      );
+      assert.equal(outcome.code, 75, outcome.stderr);
+      const last = outcome.stderr.trimEnd().split('\n').at(-1) ?? '';
+      assert.match(
+        last,
+        /^kops-controller: bootstrap request: gave up after \d+s: cannot load the instance profile's AWS credentials: /,
+      );
+      assert.deepEqual(await filesIn(join(dir, 'aws-nocreds')), []);
+    } finally {
+      imds.fail('credentials', 0);
+    }
+  });
+
+  test('an instance id IMDS never gives: retried until --timeout, exit 75, nothing sent', async () => {
+    imds.fail('instance-id', 1_000_000);
+    try {
+      const outcome = await awsJoin({}, '--dir', join(dir, 'aws-noid'), '--timeout', '3s');
+      assert.equal(outcome.code, 75, outcome.stderr);
+      const last = outcome.stderr.trimEnd().split('\n').at(-1) ?? '';
+      assert.match(
+        last,
+        /^kops-controller: instance id: gave up after \d+s: the metadata service answered 503/,
+      );
+      assert.deepEqual(await filesIn(join(dir, 'aws-noid')), []);
+    } finally {
+      imds.fail('instance-id', 0);
     }
   });
 });

@@ -17,7 +17,7 @@ import {
   validateBootstrapToken,
 } from '../agent/proofs.ts';
 import { type CurrentCredentials, readCurrentCredentials, renewalProof } from '../agent/renewal.ts';
-import { retryTransient } from '../agent/retry.ts';
+import { type RetryOptions, retryTransient } from '../agent/retry.ts';
 import { supportedClouds } from '../config/schema.ts';
 import { ConfigError, InvalidInputError } from '../errors.ts';
 import type { Logger } from '../log.ts';
@@ -101,12 +101,12 @@ async function proofFor(
       const version = options.awsProofVersion === '1' ? 1 : 2;
       // The SDK's default chain: on an instance, the instance profile from IMDS. STS itself is never
       // called here; the controller replays the signed request.
-      const [{ STSClient }, { signAwsStsProof }] = await Promise.all([
+      const [{ STSClient }, { awsStsProof }] = await Promise.all([
         import('@aws-sdk/client-sts'),
         import('../agent/aws-proof.ts'),
       ]);
       const credentials = new STSClient({ region }).config.credentials;
-      return async (body) => signAwsStsProof(body, await credentials(), region, version);
+      return awsStsProof(() => credentials(), region, version);
     }
     case 'gce':
       return gceIdentityProof({
@@ -168,7 +168,12 @@ function addIdentityOptions(command: Command): Command {
         joinClouds,
       ),
     )
-    .addOption(new Option('--node-name <name>', 'node name to ask for (default: the host name)'))
+    .addOption(
+      new Option(
+        '--node-name <name>',
+        'node name to ask for (default: on aws the instance id from IMDS, else the host name)',
+      ),
+    )
     .requiredOption('--dir <dir>', 'where to write the key, certificates and kubelet.kubeconfig')
     .addOption(new Option('--aws-region <region>', 'AWS region of the instance (default: $AWS_REGION)'))
     .addOption(
@@ -223,6 +228,14 @@ export function joinCommand(): Command {
     .action(runJoin);
 }
 
+/** How a step before the request is retried: until the join's deadline, shown and logged. */
+type StepRetry = Omit<RetryOptions, 'what'> & { logger: Logger };
+
+/** How the node's steps wait between faults: 1 s doubling to 30 s, plus up to 50 % at random. */
+function joinBackoff(): Backoff {
+  return new Backoff({ initialMs: 1000, maxMs: 30_000, jitter: 0.5 });
+}
+
 /**
  * Discovery, retried as kubeadm does: a missing signature or an unreachable endpoint is waited for
  * five minutes at most, so a token that cannot sign or an endpoint that is not there does not keep
@@ -241,7 +254,7 @@ function discoverWithRetry(
   if (token) discovery.token = token;
   return retryTransient(() => discoverCluster(discovery), {
     deadline: Math.min(deadline, Date.now() + discoveryTimeoutMs),
-    backoff: new Backoff({ initialMs: 1000, maxMs: 30_000, jitter: 0.5 }),
+    backoff: joinBackoff(),
     what: 'discovery',
     progress,
     logger,
@@ -272,6 +285,18 @@ function clusterNameFor(options: JoinCommandOptions, why: string): string {
 }
 
 /**
+ * The name to ask for: `--node-name`, else on AWS the instance id, the name the `aws` policy issues
+ * unless it is set to IP-based names (then pass `--node-name`), else the host name.
+ */
+async function nodeNameFor(options: JoinCommandOptions, retry: StepRetry): Promise<string> {
+  if (options.nodeName) return options.nodeName;
+  if (options.cloud !== 'aws') return hostname();
+  const { awsInstanceId } = await import('../agent/aws-instance.ts');
+  // IMDS may not answer yet at boot: waited for like any other fault, within the same --timeout.
+  return retryTransient(() => awsInstanceId(), { ...retry, what: 'instance id' });
+}
+
+/**
  * Who the node says it is and how it proves it: the name, the proof, whether a serving certificate
  * is asked for, and the callback challenge on the callback clouds.
  */
@@ -279,7 +304,7 @@ async function identityOf(
   options: JoinCommandOptions,
   token: string | undefined,
   renewing: CurrentCredentials | undefined,
-  logger: Logger,
+  retry: StepRetry,
 ): Promise<Pick<JoinOptions, 'nodeName' | 'proof' | 'servingCertificate' | 'challenge'>> {
   if (renewing) {
     return {
@@ -291,8 +316,8 @@ async function identityOf(
     };
   }
   const identity: Pick<JoinOptions, 'nodeName' | 'proof' | 'servingCertificate' | 'challenge'> = {
-    nodeName: options.nodeName ?? hostname(),
-    proof: await proofFor(options, token, logger),
+    nodeName: await nodeNameFor(options, retry),
+    proof: await proofFor(options, token, retry.logger),
     // Only a cloud or inventory proof verifies addresses; with a token, a human's approval or a
     // metal Host (which records no addresses) the kubelet gets its serving certificate later, from
     // the in-cluster CSR approver.
@@ -319,7 +344,8 @@ async function runJoin(options: JoinCommandOptions, command: Command): Promise<v
   const progress = progressLine(command);
   try {
     const renewing = options.renew ? await readCurrentCredentials(options.dir) : undefined;
-    const identity = await identityOf(options, token, renewing, logger);
+    const retry = { deadline, backoff: joinBackoff(), progress: progress.update, logger };
+    const identity = await identityOf(options, token, renewing, retry);
     const cluster = await discoverWithRetry(options, token, deadline, progress.update, logger);
     const result = await join({
       server: options.server,

@@ -30,6 +30,12 @@ export interface ChallengeCredential {
 
 const hourMs = 3_600_000;
 
+/**
+ * A certificate of the challenge is replaced when less than this remains of it: more than a callback
+ * takes, so neither side ever presents one that expires during the exchange.
+ */
+export const challengeRenewBeforeMs = 15 * 60_000;
+
 /** A positive 128-bit serial. */
 function randomSerial(): Buffer {
   const bytes = pooledRandomBytes(16);

@@ -7,11 +7,14 @@
 export interface BackoffOptions {
   /** The first delay, in milliseconds. */
   initialMs: number;
-  /** The largest delay, in milliseconds. */
+  /** The largest delay before jitter, in milliseconds. */
   maxMs: number;
   /** Growth per failure; defaults to 2. */
   factor?: number;
-  /** Up to this fraction of the delay is added at random, so many clients do not retry in step. */
+  /**
+   * Up to this fraction of the delay is added at random, so many clients do not retry in step. It is
+   * added after the cap (as Kubernetes' wait.Backoff does): a delay can reach `maxMs × (1 + jitter)`.
+   */
   jitter?: number;
   /** Random numbers in [0, 1); tests pass a fixed one. */
   random?: () => number;
@@ -31,7 +34,8 @@ export class Backoff {
     const { initialMs, maxMs, factor, jitter, random } = this.#options;
     const base = Math.min(maxMs, initialMs * factor ** this.#failures);
     this.#failures++;
-    return Math.min(maxMs, base + base * jitter * random());
+    // Jitter after the cap: capping it away would make every client that has failed a while retry in step.
+    return base + base * jitter * random();
   }
 
   /** How many failures in a row have been counted. */
