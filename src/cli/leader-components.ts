@@ -121,6 +121,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
       nodes: options.nodes,
       core: options.kubeConfig.makeApiClient(CoreV1Api),
       cloudGroups: cloud.cloudGroups,
+      identifiesByNodeName: cloud.identifiesByNodeName,
       instanceGroups: () => clusterStore.instanceGroups(),
       cluster: () => clusterStore.cluster(),
       registry: options.registry,

@@ -1,15 +1,19 @@
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { exitCodeOf, InvalidInputError, KopsError, NotFoundError } from '../errors.ts';
-import type { KubeObject } from '../sim/apiserver/index.ts';
+import { type KubeObject, type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { simInstanceId } from '../sim/aws/scenario.ts';
 import { type DevCluster, startDevCluster } from '../sim/dev-cluster.ts';
 import { seedClusterStore } from '../statestore/cluster-store.ts';
+import type { InstanceGroup } from '../statestore/kops-types.ts';
 import { openVfs, vfsOptionsFromEnv } from '../statestore/open.ts';
 import { runCli, runCliResult } from '../testing/cli.ts';
+import { formatValidationTable } from './validate.ts';
 
 describe('kops-controller validate against the simulated cluster', () => {
   let dir: string;
@@ -34,8 +38,13 @@ describe('kops-controller validate against the simulated cluster', () => {
 
   test('a fresh cluster is ready: kops sections, every node listed with its role', async () => {
     const out = await validate();
-    assert.match(out, /^INSTANCE GROUPS\nNAME +ROLE +MACHINETYPE +MIN +MAX +SUBNETS\n/);
-    assert.match(out, /^control-plane-us-test-1a +control-plane +m5\.large +1 +1 +us-test-1a$/m);
+    // cmd/kops/validate_cluster.go: the header, then the instance groups with their spec role.
+    assert.match(
+      out,
+      /^Validating cluster minimal\.example\.com\n\nINSTANCE GROUPS\nNAME +ROLE +MACHINETYPE +MIN +MAX +SUBNETS\n/,
+    );
+    assert.match(out, /^control-plane-us-test-1a +ControlPlane +m5\.large +1 +1 +us-test-1a$/m);
+    assert.match(out, /^nodes-us-test-1a +Node +/m);
     assert.match(out, /^NODE STATUS\nNAME +ROLE +READY\n/m);
     for (const nodes of cluster.nodesByGroup.values()) {
       for (const node of nodes) assert.match(out, new RegExp(`^${node} +(control-plane|node) +True$`, 'm'));
@@ -241,11 +250,96 @@ describe('kops-controller validate against the simulated cluster', () => {
           'm',
         ),
       );
+      assert.equal(out.match(/^Validating cluster /gm)?.length, 1, 'kops prints its header once');
       assert.match(out, /^Your cluster minimal\.example\.com is ready$/m);
     } finally {
       clearTimeout(back);
       if (!store.get('nodes', undefined, node as string)) store.create(removed);
     }
+  });
+
+  test('--wait retries an error it may outlive (kops: "(will retry): unexpected error during validation")', async () => {
+    // cmd/kops/validate_cluster.go RunValidateCluster: with --wait, an error of validator.Validate is
+    // logged and validation tried again after --interval.
+    const faults = cluster.api.server.faults;
+    faults.errors({ resource: 'nodes', verbs: ['list'], status: 503, count: 2 });
+    try {
+      const out = await validate('--wait', '20s', '--interval', '100ms');
+      const retries = out.match(
+        /^validation attempt \d: unexpected error during validation \(will retry\): list \/api\/v1\/nodes: .+; validating again in 100ms$/gm,
+      );
+      assert.equal(retries?.length, 2, out);
+      assert.match(out, /^Your cluster minimal\.example\.com is ready$/m);
+    } finally {
+      faults.reset();
+    }
+  });
+
+  test('--wait gives up on a lasting outage when the time is up, with its error (exit 69)', async () => {
+    // A process of its own: the exit code is the process's, and nothing but the wait may keep it alive.
+    // The API server refuses connections (nothing listens on port 1 of loopback).
+    const kubeconfig = join(dir, 'refused.kubeconfig');
+    await writeFile(
+      kubeconfig,
+      [
+        'apiVersion: v1',
+        'kind: Config',
+        'clusters: [{name: r, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]',
+        'users: [{name: u, user: {token: t}}]',
+        'contexts: [{name: r, context: {cluster: r, user: u}}]',
+        'current-context: r',
+        '',
+      ].join('\n'),
+    );
+    const args = [
+      '--conf',
+      cluster.configPath,
+      '--kubeconfig',
+      kubeconfig,
+      '--wait',
+      '2s',
+      '--interval',
+      '200ms',
+    ];
+    const started = Date.now();
+    const child = spawn(process.execPath, ['src/cli/main.ts', 'validate', ...args], {
+      cwd: new URL('../..', import.meta.url),
+      env: process.env,
+    });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    const [code] = (await once(child, 'exit')) as [number | null];
+    assert.equal(code, 69, stderr);
+    assert.ok(Date.now() - started >= 1_000, 'it waited');
+    const retries = stderr.match(
+      /^validation attempt \d: unexpected error during validation \(will retry\): list \/api\/v1\/(nodes|pods): connect ECONNREFUSED 127\.0\.0\.1:1; validating again in 200ms$/gm,
+    );
+    assert.ok((retries?.length ?? 0) >= 2, stderr);
+    assert.match(
+      stderr,
+      /^kops-controller: list \/api\/v1\/(nodes|pods): connect ECONNREFUSED 127\.0\.0\.1:1$/m,
+    );
+  });
+
+  test('--wait does not retry what waiting cannot mend: an unknown instance group exits 66 at once', async () => {
+    const started = Date.now();
+    const { output, error } = await runCliResult(
+      'validate',
+      '--conf',
+      cluster.configPath,
+      '--instance-group',
+      'workers',
+      '--wait',
+      '20s',
+      '--interval',
+      '100ms',
+    );
+    assert.ok(error instanceof NotFoundError, String(error));
+    assert.equal(exitCodeOf(error), 66);
+    assert.ok(Date.now() - started < 5_000, 'no retries');
+    assert.doesNotMatch(output, /will retry/);
   });
 
   test('a state store without instance groups is refused, never "ready" (kops: "no InstanceGroup objects found")', async () => {
@@ -269,5 +363,134 @@ describe('kops-controller validate against the simulated cluster', () => {
     assert.match(error.message, /^no InstanceGroup objects found/);
     assert.equal(exitCodeOf(error), 66);
     assert.doesNotMatch(output, /is ready/);
+  });
+});
+
+describe('kops-controller validate on metal: hosts are matched to their Nodes by name', () => {
+  // kops' nodeup sets no providerID on metal (AWS and Azure only) and no cloud controller runs there;
+  // the inventory names each host as its Node is named, and kops' metal GetCloudGroups
+  // (upup/pkg/fi/cloudup/metal/cloud.go) matches Nodes by name.
+  let dir: string;
+  let api: SimApiServer;
+  let args: string[];
+  const clusterName = 'metal.example.com';
+
+  /** A Node as kubelet registers it on metal: no providerID. */
+  function hostNode(name: string, controlPlane: boolean): KubeObject {
+    return {
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: {
+        name,
+        labels: controlPlane ? { 'node-role.kubernetes.io/control-plane': '' } : {},
+      },
+      status: { conditions: [{ type: 'Ready', status: 'True' }] },
+    };
+  }
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'validate-metal-'));
+    api = await startApiServer();
+    const configBase = `memfs://validate-metal-${Math.random().toString(36).slice(2)}/${clusterName}`;
+    const vfs = openVfs(configBase.replace(/\/[^/]+$/, ''));
+    const igYaml = (name: string, role: string) =>
+      `apiVersion: kops.k8s.io/v1alpha2\nkind: InstanceGroup\nmetadata:\n  name: ${name}\nspec:\n  role: ${role}\n  minSize: 1\n  maxSize: 2\n`;
+    await seedClusterStore(vfs, clusterName, {
+      cluster: `apiVersion: kops.k8s.io/v1alpha2\nkind: Cluster\nmetadata:\n  name: ${clusterName}\nspec: {}\n`,
+      instanceGroups: [igYaml('control-plane', 'ControlPlane'), igYaml('nodes', 'Node')],
+    });
+    await vfs.write(
+      `${clusterName}/metal/inventory.yaml`,
+      [
+        'hosts:',
+        '  - {name: cp-1, instanceGroup: control-plane, addresses: [10.0.0.10]}',
+        '  - {name: node-1, instanceGroup: nodes, addresses: [10.0.0.11]}',
+        '  - {name: node-2, instanceGroup: nodes, addresses: [10.0.0.12], providerID: "metal://rack4-u12"}',
+        '',
+      ].join('\n'),
+    );
+    for (const [name, controlPlane] of [
+      ['cp-1', true],
+      ['node-1', false],
+      ['node-2', false],
+    ] as const) {
+      api.store.create(hostNode(name, controlPlane));
+    }
+    for (const app of ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler']) {
+      api.store.create({
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { namespace: 'kube-system', name: `${app}-cp-1`, labels: { 'k8s-app': app } },
+        spec: { nodeName: 'cp-1', containers: [{ name: app, image: app }] },
+        status: { phase: 'Running' },
+      });
+    }
+    const conf = join(dir, 'config.yaml');
+    await writeFile(conf, `clusterName: ${clusterName}\ncloud: metal\nconfigBase: ${configBase}\n`);
+    const kubeconfig = join(dir, 'kubeconfig');
+    await writeFile(kubeconfig, api.kubeconfig());
+    args = ['validate', '--conf', conf, '--kubeconfig', kubeconfig];
+  });
+  after(async () => {
+    await api.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('a healthy metal cluster is ready; a host without its Node has not joined; a NotReady Node fails once', async () => {
+    const out = await runCli(...args);
+    assert.match(out, /^cp-1 +control-plane +True$/m);
+    assert.match(out, /^node-2 +node +True$/m);
+    assert.match(out, /^Your cluster metal\.example\.com is ready$/m);
+    const store = api.store;
+    const removed = store.get('nodes', undefined, 'node-1') as KubeObject;
+    store.delete('nodes', undefined, 'node-1');
+    const notReady = structuredClone(store.get('nodes', undefined, 'node-2') as KubeObject);
+    (notReady['status'] as { conditions: { status: string }[] }).conditions[0] = {
+      type: 'Ready',
+      status: 'False',
+    } as { status: string };
+    store.update(notReady);
+    try {
+      const { output, error } = await runCliResult(...args, '-o', 'json');
+      assert.equal(exitCodeOf(error), 69, String(error));
+      const failures = (JSON.parse(output) as { failures: { type: string; name: string; message: string }[] })
+        .failures;
+      assert.deepEqual(
+        failures.map((f) => `${f.type}/${f.name}: ${f.message}`),
+        [
+          'Machine/node-1: machine "node-1" has not yet joined cluster',
+          'Node/node-2: node "node-2" of role "node" is not ready',
+        ],
+      );
+    } finally {
+      store.create(removed);
+    }
+  });
+});
+
+describe('formatValidationTable', () => {
+  test('as kops prints it: the spec role, "-" for an unset size, the verdict after a blank line', () => {
+    // cmd/kops/validate_cluster.go validateClusterOutputTable: ROLE is string(Spec.Role), MIN and MAX
+    // int32PointerToString (cmd/kops/get_instancegroups.go).
+    const ig = (name: string, role: InstanceGroup['spec']['role'], sizes: object) =>
+      ({
+        apiVersion: 'kops.k8s.io/v1alpha2',
+        kind: 'InstanceGroup',
+        metadata: { name },
+        spec: { role, ...sizes },
+      }) as InstanceGroup;
+    const out = formatValidationTable(
+      'c.example.com',
+      [
+        ig('cp', 'ControlPlane', { minSize: 1, maxSize: 1 }),
+        ig('api', 'APIServer', {}),
+        ig('b', 'Bastion', {}),
+      ],
+      { failures: [], nodes: [] },
+    );
+    assert.match(out, /^cp +ControlPlane +1 +1$/m);
+    assert.match(out, /^api +APIServer +- +-$/m);
+    assert.match(out, /^b +Bastion +- +-$/m);
+    assert.match(out, /\n\nYour cluster c\.example\.com is ready\n$/);
   });
 });

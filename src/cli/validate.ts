@@ -4,14 +4,21 @@
  * critical and control-plane pods running. Prints kops' sections (or JSON/YAML) and fails when the
  * cluster is not ready; `--wait` and `--count` wait for it, as kops does.
  */
+import { setTimeout as delay } from 'node:timers/promises';
 import { Command, Option } from 'commander';
 import { loadConfigFile } from '../config/loader.ts';
-import { InvalidInputError, type KopsError, UnavailableError } from '../errors.ts';
+import {
+  describeError,
+  InvalidInputError,
+  isRetryable,
+  type KopsError,
+  UnavailableError,
+} from '../errors.ts';
 import { loadKubeConfig } from '../kube/client.ts';
 import type { InstanceGroup } from '../statestore/kops-types.ts';
 import { vfsOptionsFromEnv } from '../statestore/open.ts';
 import { kopsValidationCluster } from '../validation/kops-output.ts';
-import { roleName, type ValidationResult, validateCluster } from '../validation/validate-cluster.ts';
+import { type ValidationResult, validateCluster } from '../validation/validate-cluster.ts';
 import { gatherValidationInput } from '../validation-io/gather.ts';
 import { commandLogger, durationFlag, type KubeOptions, withKubeOptions } from './common.ts';
 import { formatOutput, outputOption, renderTable, writeOut } from './output.ts';
@@ -31,22 +38,18 @@ function collectNames(value: string, previous: string[] = []): string[] {
   return [...previous, ...value.split(',').map((name) => name.trim())].filter((name) => name !== '');
 }
 
-/** One line for the operator while `--wait` waits: the attempt, the verdict and the first failure. */
-function progressLine(
-  attempt: number,
-  result: ValidationResult,
-  passes: number,
-  count: number,
-  interval: string,
-): string {
-  const failures = result.failures;
-  let verdict = `ready (${passes} of ${count} in a row)`;
-  if (failures.length > 0) {
-    const named = failures.slice(0, 3).map((f) => `${f.type}/${f.name}`);
-    if (failures.length > 3) named.push('…');
-    verdict = `not ready, ${failures.length} failure${failures.length === 1 ? '' : 's'} (${named.join(', ')})`;
-  }
+/** One line for the operator while `--wait` waits: the attempt and its verdict. */
+function progressLine(attempt: number, verdict: string, interval: string): string {
   return `validation attempt ${attempt}: ${verdict}; validating again in ${interval}\n`;
+}
+
+/** An attempt's verdict: ready so many times in a row, or not ready with its first failures. */
+function verdictOf(result: ValidationResult, passes: number, count: number): string {
+  const failures = result.failures;
+  if (failures.length === 0) return `ready (${passes} of ${count} in a row)`;
+  const named = failures.slice(0, 3).map((f) => `${f.type}/${f.name}`);
+  if (failures.length > 3) named.push('…');
+  return `not ready, ${failures.length} failure${failures.length === 1 ? '' : 's'} (${named.join(', ')})`;
 }
 
 function nonNegativeInteger(value: string, flag: string): number {
@@ -54,7 +57,14 @@ function nonNegativeInteger(value: string, flag: string): number {
   return Number(value);
 }
 
-/** kops' table output: instance groups, node status, validation errors, and the verdict. */
+/** A size as kops' table prints it (cmd/kops/get_instancegroups.go int32PointerToString): `-` when unset. */
+const sizeCell = (size: number | undefined) => (size === undefined ? '-' : String(size));
+
+/**
+ * kops' table output (cmd/kops/validate_cluster.go validateClusterOutputTable): instance groups with
+ * their spec role (`ControlPlane`, `Node`, …; the node list has validation's lower-case roles), node
+ * status, validation errors, and the verdict.
+ */
 export function formatValidationTable(
   clusterName: string,
   instanceGroups: readonly InstanceGroup[],
@@ -64,10 +74,10 @@ export function formatValidationTable(
     'INSTANCE GROUPS',
     renderTable(instanceGroups, [
       { header: 'NAME', value: (ig) => ig.metadata.name },
-      { header: 'ROLE', value: (ig) => roleName(ig.spec.role) },
+      { header: 'ROLE', value: (ig) => ig.spec.role },
       { header: 'MACHINETYPE', value: (ig) => ig.spec.machineType ?? '' },
-      { header: 'MIN', value: (ig) => String(ig.spec.minSize ?? '') },
-      { header: 'MAX', value: (ig) => String(ig.spec.maxSize ?? '') },
+      { header: 'MIN', value: (ig) => sizeCell(ig.spec.minSize) },
+      { header: 'MAX', value: (ig) => sizeCell(ig.spec.maxSize) },
       { header: 'SUBNETS', value: (ig) => (ig.spec.subnets ?? []).join(',') },
     ]),
     'NODE STATUS',
@@ -165,20 +175,41 @@ async function runValidate(options: ValidateOptions, command: Command): Promise<
   const deadline = Date.now() + waitMs;
   const writeErr = command.configureOutput().writeErr ?? ((text: string) => process.stderr.write(text));
   const vfsOptions = { ...vfsOptionsFromEnv(process.env), env: process.env };
+  // kops prints this once, before validating, and for the table only (RunValidateCluster).
+  if (options.output === 'table') writeOut(command, `Validating cluster ${config.clusterName}\n\n`);
+  const instanceGroupFilter = options.instanceGroup ?? [];
+  const validateOnce = async () => {
+    const input = await gatherValidationInput({ config, kubeConfig, vfsOptions, logger });
+    return { input, result: validateCluster({ ...input, maxUnreadyNodes, instanceGroupFilter }) };
+  };
+  const outOfTime = () => Date.now() + intervalMs > deadline;
   let passes = 0;
   for (let attempt = 1; ; attempt++) {
-    const input = await gatherValidationInput({ config, kubeConfig, vfsOptions, logger });
-    const instanceGroupFilter = options.instanceGroup ?? [];
-    const result = validateCluster({ ...input, maxUnreadyNodes, instanceGroupFilter });
+    let attempted: Awaited<ReturnType<typeof validateOnce>>;
+    try {
+      attempted = await validateOnce();
+    } catch (err) {
+      // As kops' RunValidateCluster with --wait ("(will retry): unexpected error during validation"):
+      // an outage or a deadline may pass while it waits; an error waiting cannot mend (bad input, no
+      // instance group, no permission) ends it at once. Past the time, the last error is the answer.
+      if (waitMs === 0 || !isRetryable(err) || outOfTime()) throw err;
+      passes = 0;
+      const verdict = `unexpected error during validation (will retry): ${describeError(err)}`;
+      writeErr(progressLine(attempt, verdict, options.interval));
+      // node:timers keeps the process alive while it waits (src/runtime/clock.ts's timers are unref'd).
+      await delay(intervalMs);
+      continue;
+    }
+    const { input, result } = attempted;
     passes = result.failures.length === 0 ? passes + 1 : 0;
-    const done = passes >= count || Date.now() + intervalMs > deadline;
+    const done = passes >= count || outOfTime();
     // While waiting, only the last attempt is printed in full; a line per attempt shows progress.
-    if (!done) writeErr(progressLine(attempt, result, passes, count, options.interval));
+    if (!done) writeErr(progressLine(attempt, verdictOf(result, passes, count), options.interval));
     else if (options.output === 'table') {
       writeOut(command, formatValidationTable(config.clusterName, input.instanceGroups, result));
     } else writeOut(command, formatOutput(options.output, kopsValidationCluster(result)));
     if (passes >= count) return;
     if (done) throw notReadyError(options, count, waitMs, result);
-    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+    await delay(intervalMs);
   }
 }

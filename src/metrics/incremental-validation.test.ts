@@ -54,15 +54,17 @@ const arbInstanceGroup: fc.Arbitrary<InstanceGroup> = fc
       }) as InstanceGroup,
   );
 
+/** Some members are named like a Node (a metal host, a GCE instance), which a cloud may link them by. */
 const arbMember: fc.Arbitrary<CloudGroupMember> = fc
   .record({
     providerID: fc.constantFrom(...providerIDs),
+    nodeName: fc.option(fc.constantFrom(...nodeNames), { nil: undefined }),
     state: fc.constantFrom('pending', 'running', 'running', 'stopping', 'stopped', 'terminated', 'unknown'),
     warmPool: fc.boolean(),
     template: fc.option(fc.constantFrom('t1', 't2'), { nil: undefined }),
   })
-  .map(({ providerID, state, warmPool, template }) => ({
-    instanceId: providerID.slice('aws:///z/'.length),
+  .map(({ providerID, nodeName, state, warmPool, template }) => ({
+    instanceId: nodeName ?? providerID.slice('aws:///z/'.length),
     providerID,
     state,
     healthy: true,
@@ -91,6 +93,7 @@ const arbSlow: fc.Arbitrary<SlowInputs> = fc.record({
   instanceGroups: fc.array(arbInstanceGroup, { maxLength: 4 }),
   cloudGroups: fc.array(arbCloudGroup, { maxLength: 4 }),
   cluster: fc.option(fc.constant(cluster), { nil: undefined }),
+  identifiesByNodeName: fc.boolean(),
 });
 
 const arbNode: fc.Arbitrary<LabelledNodeInfo> = fc
@@ -291,6 +294,80 @@ describe('IncrementalValidation', () => {
       { kind: 'node', node: node('second', { 'node-role.kubernetes.io/control-plane': '' }) },
       { kind: 'node', node: node('first', {}) },
     ]);
+  });
+
+  test('by name on metal: a Node without providerID is the member’s of its name, as its providerID changes', () => {
+    const ig = (name: string, role: InstanceGroup['spec']['role']) =>
+      ({
+        apiVersion: 'kops.k8s.io/v1alpha2',
+        kind: 'InstanceGroup',
+        metadata: { name },
+        spec: { role },
+      }) as InstanceGroup;
+    const host = (name: string, providerID = `metal://${name}`): CloudGroupMember => ({
+      instanceId: name,
+      providerID,
+      state: 'unknown',
+      healthy: true,
+    });
+    const hosts = (instanceGroup: string, members: CloudGroupMember[]): CloudGroup => ({
+      instanceGroup,
+      cloudName: `metal/${instanceGroup}`,
+      minSize: members.length,
+      maxSize: members.length,
+      targetSize: members.length,
+      members,
+    });
+    const node = (name: string, extra: Partial<LabelledNodeInfo> = {}): LabelledNodeInfo => ({
+      name,
+      labels: {},
+      readyStatus: 'True',
+      networkUnavailable: false,
+      ...extra,
+    });
+    const metal: SlowInputs = {
+      instanceGroups: [ig('cp', 'ControlPlane'), ig('nodes', 'Node')],
+      cloudGroups: [hosts('cp', [host('n0')]), hosts('nodes', [host('n1'), host('n2', 'metal://rack4-u12')])],
+      identifiesByNodeName: true,
+    };
+    const steps: Step[] = [
+      { kind: 'node', node: node('n0', { labels: { 'node-role.kubernetes.io/control-plane': '' } }) },
+      { kind: 'node', node: node('n1') },
+      { kind: 'node', node: node('n2', { readyStatus: 'False' }) },
+      // A Node that names another machine is no longer the host's of its name; then the host's again.
+      { kind: 'node', node: node('n1', { providerID: 'metal://elsewhere' }) },
+      { kind: 'node', node: node('n3', { providerID: 'metal://n1' }) },
+      { kind: 'node', node: node('n1') },
+      { kind: 'delete-node', name: 'n3' },
+      // The inventory moves a host to another name, and the refresh says nodes are not named after all.
+      {
+        kind: 'slow',
+        slow: {
+          ...metal,
+          cloudGroups: [hosts('cp', [host('n0')]), hosts('nodes', [host('n4', 'metal://n1')])],
+        },
+      },
+      { kind: 'node', node: node('n4') },
+      { kind: 'slow', slow: { ...metal, identifiesByNodeName: false } },
+      { kind: 'slow', slow: metal },
+      { kind: 'delete-node', name: 'n2' },
+    ];
+    replay(metal, steps);
+    // The healthy metal cluster the audit found failing: no machine "not joined", no doubled node.
+    const incremental = new IncrementalValidation();
+    incremental.setSlowInputs(metal);
+    for (const step of steps.slice(0, 2))
+      if (step.kind === 'node') incremental.nodeChanged(undefined, step.node);
+    incremental.nodeChanged(undefined, node('n2'));
+    assert.deepEqual(incremental.counts(), {
+      nodesReady: 3,
+      nodesNotReady: 0,
+      machinesNotJoined: 0,
+      componentsMissing: 3,
+      podsPending: 0,
+      podsUnknown: 0,
+      containersNotReady: 0,
+    });
   });
 
   test('no instance group: the same refusal as a full validation, until the refresh brings one', () => {

@@ -8,9 +8,10 @@
  * It is {@link validateCluster} with the gauges' inputs (no instance-group filter, no tolerated
  * unready nodes, no DNS check), split by object: each rule (which members are seen and expected to
  * join, which roles are listed, a Node's group and role by its labels, a critical pod's trouble, the
- * static pods a control-plane node lacks) is validateCluster's own exported helper, and only the
- * bookkeeping of counts is here. `incremental-validation.test.ts` holds the two equal on random
- * event sequences after every step.
+ * static pods a control-plane node lacks, which member a Node is: by providerID, or by name where the
+ * cloud identifies nodes by name) is validateCluster's own exported helper, and only the bookkeeping
+ * of counts is here. `incremental-validation.test.ts` holds the two equal on random event sequences
+ * after every step.
  */
 import type { CloudGroup } from '../cloud/types.ts';
 import type { Cluster, InstanceGroup } from '../statestore/kops-types.ts';
@@ -23,6 +24,8 @@ import {
   isListedRole,
   isMemberNodeBefore,
   isReady,
+  memberKeyOf,
+  membersByName,
   missingControlPlaneApps,
   type PodInfo,
   podInstanceGroup,
@@ -49,6 +52,8 @@ export interface SlowInputs {
   instanceGroups: readonly InstanceGroup[];
   cloudGroups: readonly CloudGroup[];
   cluster?: Cluster;
+  /** Whether the cloud identifies nodes by name (metal), as validation's input says it. */
+  identifiesByNodeName?: boolean;
 }
 
 /** The counts the eight node and pod gauges read (the component gauges come from the refresh). */
@@ -120,11 +125,15 @@ interface NodePart {
 interface NodeEntry {
   record: LabelledNodeInfo;
   part: NodePart;
+  /** The providerID of the member the Node may be ({@link memberKeyOf}), under the current plan. */
+  key: string | undefined;
 }
 
 /** The slow inputs, indexed for per-node work. */
 interface Plan {
   groupByName: Map<string, InstanceGroup>;
+  /** The members a Node without providerID is linked to by name ({@link membersByName}). */
+  byName: Map<string, string>;
   /** The groups a providerID's member is checked in, in validation's order (member of a known group). */
   memberChecks: Map<string, InstanceGroup[]>;
   /** Members expected to have joined, by providerID. */
@@ -140,8 +149,12 @@ export class IncrementalValidation {
   /** Why nothing can be validated (no instance group): validateCluster's own error. */
   #refusal: Error | undefined;
   readonly #nodes = new Map<string, NodeEntry>();
-  readonly #nodesByProvider = new Map<string, Set<string>>();
-  /** Nodes per providerID carrying kops' needs-update annotation. */
+  /** The Nodes that may be each member's, by the member's providerID ({@link NodeEntry.key}). */
+  readonly #nodesByMember = new Map<string, Set<string>>();
+  /**
+   * Nodes per providerID carrying kops' needs-update annotation: their own providerID, by which the
+   * per-group health counts place nodes (instance-group-health.ts).
+   */
   readonly #annotatedByProvider = new Map<string, number>();
   readonly #pods = new Map<string, PodPart>();
   /** Running kube-system components per node name, with how many pods run each. */
@@ -182,19 +195,24 @@ export class IncrementalValidation {
     const groupFailures = withoutNodes.filter(
       (f) => f.reason === 'group-too-small' || f.reason === 'group-missing-from-cloud',
     );
-    this.#plan = { groupByName, memberChecks, expected, groupFailures, health: healthPlan(inputs) };
+    const byName = membersByName(inputs);
+    this.#plan = { groupByName, byName, memberChecks, expected, groupFailures, health: healthPlan(inputs) };
     this.#listed = 0;
     this.#listedReady = 0;
-    this.#notJoined = 0;
     this.#missingComponent.clear();
-    for (const [providerID, members] of expected) {
-      if (!this.#nodesByProvider.has(providerID)) this.#notJoined += members.length;
+    // Which member a Node without providerID is depends on the members' names: every Node is indexed
+    // anew, starting from every expected member not joined.
+    this.#notJoined = [...expected.values()].reduce((sum, members) => sum + members.length, 0);
+    this.#nodesByMember.clear();
+    for (const entry of this.#nodes.values()) {
+      entry.key = memberKeyOf(entry.record, byName);
+      this.#index(entry);
     }
     for (const providerID of this.#annotatedByProvider.keys()) {
       countAnnotatedMember(this.#plan.health, providerID, 1);
     }
     for (const entry of this.#nodes.values()) {
-      entry.part = this.#partOf(entry.record);
+      entry.part = this.#partOf(entry);
       this.#count(entry.part, 1);
     }
   }
@@ -207,21 +225,24 @@ export class IncrementalValidation {
     const touched = new Set<string>();
     if (old) {
       this.#count(old.part, -1);
-      this.#unindex(old.record);
-      if (old.record.providerID) touched.add(old.record.providerID);
+      this.#unindex(old);
+      this.#annotate(old.record, -1);
+      if (old.key) touched.add(old.key);
       this.#nodes.delete(name);
     }
     if (after) {
-      const entry: NodeEntry = { record: after, part: emptyPart };
+      const key = memberKeyOf(after, this.#plan?.byName ?? noMembersByName);
+      const entry: NodeEntry = { record: after, part: emptyPart, key };
       this.#nodes.set(name, entry);
-      this.#index(after);
-      if (after.providerID) touched.add(after.providerID);
-      entry.part = this.#partOf(after);
+      this.#index(entry);
+      this.#annotate(after, 1);
+      if (key) touched.add(key);
+      entry.part = this.#partOf(entry);
       this.#count(entry.part, 1);
     }
-    // Which Node is a member's may have changed for the providerIDs involved: recount those Nodes.
-    for (const providerID of touched) {
-      for (const other of this.#nodesByProvider.get(providerID) ?? []) {
+    // Which Node is a member's may have changed for the members involved: recount those Nodes.
+    for (const key of touched) {
+      for (const other of this.#nodesByMember.get(key) ?? []) {
         if (other !== name) this.#recount(other);
       }
     }
@@ -292,7 +313,7 @@ export class IncrementalValidation {
     };
     const failures: FailureKey[] = plan.groupFailures.map(failureKey);
     for (const [providerID, members] of plan.expected) {
-      if (this.#nodesByProvider.has(providerID)) continue;
+      if (this.#nodesByMember.has(providerID)) continue;
       for (const m of members) {
         failures.push({
           reason: 'machine-not-joined',
@@ -347,18 +368,18 @@ export class IncrementalValidation {
   /** The Node validation takes as the member's for a providerID (validateCluster's rule). */
   #memberNode(providerID: string): string | undefined {
     let member: string | undefined;
-    for (const name of this.#nodesByProvider.get(providerID) ?? []) {
+    for (const name of this.#nodesByMember.get(providerID) ?? []) {
       if (this.#nodes.has(name) && (member === undefined || isMemberNodeBefore(member, name))) member = name;
     }
     return member;
   }
 
-  #partOf(node: LabelledNodeInfo): NodePart {
+  #partOf({ record: node, key }: NodeEntry): NodePart {
     const plan = this.#plan;
     if (!plan) return emptyPart;
-    const memberOf = node.providerID ? plan.memberChecks.get(node.providerID) : undefined;
+    const memberOf = key ? plan.memberChecks.get(key) : undefined;
     let checks: Check[];
-    if (memberOf && node.providerID && this.#memberNode(node.providerID) === node.name) {
+    if (memberOf && key && this.#memberNode(key) === node.name) {
       checks = memberOf.map((ig) => ({ ig, role: roleName(ig.spec.role) }));
     } else {
       // Not a member's Node: validateCluster's second pass, by the instance-group label.
@@ -396,7 +417,7 @@ export class IncrementalValidation {
     const entry = this.#nodes.get(name);
     if (!entry) return;
     this.#count(entry.part, -1);
-    entry.part = this.#partOf(entry.record);
+    entry.part = this.#partOf(entry);
     this.#count(entry.part, 1);
   }
 
@@ -412,32 +433,31 @@ export class IncrementalValidation {
     entry.part.missing = missing;
   }
 
-  /** Indexes a Node by providerID; the first Node of a providerID makes its expected members joined. */
-  #index(node: LabelledNodeInfo): void {
-    const providerID = node.providerID;
-    if (!providerID) return;
-    const names = this.#nodesByProvider.get(providerID) ?? new Set<string>();
+  /** Indexes a Node by its member key; the first Node of a key makes its expected members joined. */
+  #index({ record, key }: NodeEntry): void {
+    if (!key) return;
+    const names = this.#nodesByMember.get(key) ?? new Set<string>();
     if (names.size === 0) {
-      this.#nodesByProvider.set(providerID, names);
-      this.#notJoined -= this.#plan?.expected.get(providerID)?.length ?? 0;
+      this.#nodesByMember.set(key, names);
+      this.#notJoined -= this.#plan?.expected.get(key)?.length ?? 0;
     }
-    names.add(node.name);
-    if (node.needsUpdate) this.#annotate(providerID, 1);
+    names.add(record.name);
   }
 
-  #unindex(node: LabelledNodeInfo): void {
-    const providerID = node.providerID;
-    if (!providerID) return;
-    const names = this.#nodesByProvider.get(providerID);
-    names?.delete(node.name);
+  #unindex({ record, key }: NodeEntry): void {
+    if (!key) return;
+    const names = this.#nodesByMember.get(key);
+    names?.delete(record.name);
     if (names?.size === 0) {
-      this.#nodesByProvider.delete(providerID);
-      this.#notJoined += this.#plan?.expected.get(providerID)?.length ?? 0;
+      this.#nodesByMember.delete(key);
+      this.#notJoined += this.#plan?.expected.get(key)?.length ?? 0;
     }
-    if (node.needsUpdate) this.#annotate(providerID, -1);
   }
 
-  #annotate(providerID: string, sign: 1 | -1): void {
+  /** Adds (1) or takes away (-1) a Node's needs-update annotation, under its own providerID. */
+  #annotate(node: LabelledNodeInfo, sign: 1 | -1): void {
+    const providerID = node.providerID;
+    if (!node.needsUpdate || !providerID) return;
     const before = this.#annotatedByProvider.get(providerID) ?? 0;
     const after = before + sign;
     if (after > 0) this.#annotatedByProvider.set(providerID, after);
@@ -449,6 +469,8 @@ export class IncrementalValidation {
 }
 
 const emptyPart: NodePart = { checks: [], ready: false, listed: 0, missing: [], health: undefined };
+/** Before the first refresh no member is known by name: a Node is keyed by its providerID. */
+const noMembersByName: ReadonlyMap<string, string> = new Map();
 
 /** A full validation's failure as {@link FailureKey}. */
 export function failureKey(failure: ValidationFailure): FailureKey {

@@ -7,6 +7,8 @@ import { after, before, describe, test } from 'node:test';
 import { CoreV1Api } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { createAwsProvider } from '../cloud/aws/provider.ts';
+import { InventoryStore } from '../cloud/metal/inventory.ts';
+import { MetalCloudGroups } from '../cloud/metal/node-identifier.ts';
 import type { CloudGroup } from '../cloud/types.ts';
 import { NotFoundError } from '../errors.ts';
 import { nodeInformer } from '../kube/shared-informer.ts';
@@ -686,6 +688,86 @@ describe('ValidationMetrics when leadership ends during a slow read', () => {
       assert.ok(cloudCalls >= 2, 'each refresh asked the cloud again after the deadline');
       const warning = lines.find((line) => line.includes('cannot refresh the validation inputs'));
       assert.match(warning ?? '', /no answer within 100 ms/);
+    } finally {
+      leading.abort();
+      await run;
+      await nodes.stop();
+    }
+  });
+});
+
+describe('ValidationMetrics on metal', () => {
+  let api: SimApiServer;
+
+  before(async () => {
+    api = await startApiServer();
+  });
+  after(async () => {
+    await api.close();
+  });
+
+  test('hosts are matched to their Nodes by name: a healthy host is one ready node, a host without a Node one not ready', async () => {
+    // kops' nodeup sets no providerID on metal, and kops' metal GetCloudGroups matches Nodes by name:
+    // counted by providerID only, each host would be a machine not joined and its Node counted again.
+    const vfs = openVfs(`memfs://metal-gauges-${Math.random().toString(36).slice(2)}/c`);
+    await vfs.write(
+      'metal/inventory.yaml',
+      [
+        'hosts:',
+        '  - {name: cp-1, instanceGroup: cp, addresses: [10.0.0.10]}',
+        '  - {name: node-1, instanceGroup: nodes, addresses: [10.0.0.11], providerID: "metal://rack4-u12"}',
+        '  - {name: node-2, instanceGroup: nodes, addresses: [10.0.0.12]}',
+        '',
+      ].join('\n'),
+    );
+    for (const [name, labels] of [
+      ['cp-1', { [controlPlane]: '' }],
+      ['node-1', {}],
+    ] as const) {
+      api.store.create({
+        apiVersion: 'v1',
+        kind: 'Node',
+        metadata: { name, labels },
+        status: { conditions: [{ type: 'Ready', status: 'True' }] },
+      });
+    }
+    const kubeConfig = api.kubeConfig();
+    const nodes = nodeInformer(kubeConfig);
+    const registry = new Registry();
+    const metrics = new ValidationMetrics({
+      clusterName: 'metal.example.com',
+      kubeConfig,
+      nodes,
+      core: { listComponentStatus: async () => ({ items: [] }) },
+      cloudGroups: new MetalCloudGroups(new InventoryStore({ vfs })),
+      identifiesByNodeName: true,
+      instanceGroups: async () => [ig('cp', 'ControlPlane'), ig('nodes', 'Node')],
+      registry,
+    });
+    const leading = new AbortController();
+    const run = metrics.start(leading.signal);
+    const gauge = async (name: string) =>
+      new RegExp(`^${name}\\{cluster_name="metal\\.example\\.com"\\} (\\d+)$`, 'm').exec(
+        await registry.metrics(),
+      )?.[1];
+    try {
+      for (let i = 0; i < 400 && (await gauge('kops_node_ready')) !== '2'; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+      assert.equal(await gauge('kops_node_ready'), '2');
+      assert.equal(await gauge('kops_node_notReady'), '1', 'node-2 has not joined; no Node counted twice');
+      const snapshot = metrics.snapshot();
+      assert.ok(snapshot);
+      assert.deepEqual(
+        validateCluster(snapshot).failures.map((f) => `${f.reason}/${f.name}`),
+        [
+          'machine-not-joined/node-2',
+          'static-pod-missing/cp-1',
+          'static-pod-missing/cp-1',
+          'static-pod-missing/cp-1',
+        ],
+        'the snapshot validates from scratch as the gauges count',
+      );
     } finally {
       leading.abort();
       await run;

@@ -27,6 +27,7 @@ import {
   type ValidationResult,
   validateCluster,
 } from '../validation/validate-cluster.ts';
+import { validationReadTimeoutMs } from '../validation-io/gather.ts';
 import { IncrementalValidation, type ValidationCounts } from './incremental-validation.ts';
 import {
   type InstanceGroupHealth,
@@ -74,6 +75,8 @@ export interface ValidationSnapshot {
   components: readonly { name: string; healthy: boolean }[];
   /** The cluster spec, for the labels an instance group's nodes should carry (no drift gauge without it). */
   cluster?: Cluster;
+  /** Whether the cloud identifies nodes by name (metal), as validation's input says it. */
+  identifiesByNodeName?: boolean;
 }
 
 /**
@@ -142,6 +145,11 @@ export interface ValidationMetricsOptions {
   nodes: SharedInformer<V1Node>;
   core: Pick<CoreV1Api, 'listComponentStatus'>;
   cloudGroups: CloudGroups;
+  /**
+   * The cloud provider's `identifiesByNodeName`: on metal, whose Nodes carry no providerID, a member
+   * is the Node of its name (default false: by providerID only).
+   */
+  identifiesByNodeName?: boolean;
   instanceGroups: () => Promise<InstanceGroup[]>;
   /** The cluster spec, read with the instance groups; without it the label-drift gauge has no samples. */
   cluster?: () => Promise<Cluster>;
@@ -155,9 +163,6 @@ export interface ValidationMetricsOptions {
   readTimeoutMs?: number;
   logger?: Logger;
 }
-
-/** The default deadline of each read of a refresh. */
-const defaultReadTimeoutMs = 30_000;
 
 /** What the gauges read while this replica leads. */
 interface Term {
@@ -180,7 +185,12 @@ export class ValidationMetrics implements LeaderComponent {
   readonly #logger: Logger;
   readonly #nodes: InformerCache<LabelledNodeInfo>;
   #term: Term | undefined;
-  #slow: Pick<ValidationSnapshot, 'instanceGroups' | 'cloudGroups' | 'components' | 'cluster'> | undefined;
+  #slow:
+    | Pick<
+        ValidationSnapshot,
+        'instanceGroups' | 'cloudGroups' | 'components' | 'cluster' | 'identifiesByNodeName'
+      >
+    | undefined;
   /** Why the last scrape could not be validated, so it is logged once, not at every scrape. */
   #problem: string | undefined;
 
@@ -326,7 +336,7 @@ export class ValidationMetrics implements LeaderComponent {
    */
   async #refresh(validation: IncrementalValidation, signal: AbortSignal): Promise<void> {
     const { cloudGroups, clusterName, core, instanceGroups, cluster } = this.#options;
-    const ms = this.#options.readTimeoutMs ?? defaultReadTimeoutMs;
+    const ms = this.#options.readTimeoutMs ?? validationReadTimeoutMs;
     const [groups, igs, statuses, spec] = await Promise.allSettled([
       bounded(() => cloudGroups.list(clusterName), ms, 'list the cloud groups', signal),
       bounded(() => instanceGroups(), ms, 'read the instance groups', signal),
@@ -374,6 +384,7 @@ export class ValidationMetrics implements LeaderComponent {
       instanceGroups: igs.value,
       components,
       ...(clusterSpec ? { cluster: clusterSpec } : {}),
+      ...(this.#options.identifiesByNodeName ? { identifiesByNodeName: true } : {}),
     };
     validation.setSlowInputs(this.#slow);
   }

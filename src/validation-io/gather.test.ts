@@ -2,9 +2,11 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
 import type { Config } from '../config/schema.ts';
-import { ConfigError, UnavailableError } from '../errors.ts';
+import { ConfigError, exitCodeOf, TimeoutError, UnavailableError } from '../errors.ts';
+import { startApiServer } from '../sim/apiserver/index.ts';
 import { seedClusterStore } from '../statestore/cluster-store.ts';
 import { openVfs } from '../statestore/open.ts';
+import { outcomeWithin, silentServer } from '../testing/silent-server.ts';
 import { apiServerAddresses, gatherValidationInput } from './gather.ts';
 
 test('the API server is resolved when it is a name, not when it is an address', async () => {
@@ -113,5 +115,40 @@ test('gossip and `dns: None` clusters publish no DNS records: the placeholder ch
       name,
     );
     assert.equal(resolved, 0, `${name}: the API name must not be resolved`);
+  }
+});
+
+test('a cloud that never answers fails the gathering at the deadline (timed out, exit 75), its connection closed', async () => {
+  // kops' validate would wait on it forever; `validate` (and `--wait`) must end with a reason.
+  const [api, silent] = await Promise.all([startApiServer(), silentServer()]);
+  try {
+    const config = {
+      clusterName: 'c.example.com',
+      cloud: 'aws',
+      configBase: await storeWith('c.example.com', '  cloudProvider: aws\n'),
+      // A region, so that nothing asks an instance metadata service for one.
+      server: { provider: { aws: { Region: 'us-test-1' } } },
+    } as Config;
+    const gathering = gatherValidationInput({
+      config,
+      kubeConfig: api.kubeConfig(),
+      cloud: {
+        aws: { endpoint: silent.endpoint, credentials: { accessKeyId: 'AKID', secretAccessKey: 's' } },
+      },
+      cloudTimeoutMs: 300,
+    });
+    const outcome = await outcomeWithin(gathering, 5_000);
+    assert.equal(outcome.pending, false, 'the gathering ended');
+    const error = outcome.pending ? undefined : outcome.error;
+    assert.ok(error instanceof TimeoutError, String(error));
+    assert.equal(error.message, 'list the cloud groups: no answer within 300 ms');
+    assert.equal(exitCodeOf(error), 75);
+    assert.ok(silent.accepted() > 0, 'the cloud was asked');
+    for (let i = 0; i < 100 && silent.open() > 0; i++)
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(silent.open(), 0, 'no connection to the cloud is left open');
+  } finally {
+    silent.close();
+    await api.close();
   }
 });

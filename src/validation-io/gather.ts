@@ -9,6 +9,7 @@ import { isIP } from 'node:net';
 import type { KubeConfig, V1Node, V1Pod } from '@kubernetes/client-node';
 import { type CloudOverrides, cloudFromConfig } from '../cloud/from-config.ts';
 import type { Config } from '../config/schema.ts';
+import { bounded } from '../deadline.ts';
 import { ConfigError, UnavailableError } from '../errors.ts';
 import { kubeList } from '../kube/informer.ts';
 import type { Logger } from '../log.ts';
@@ -31,7 +32,19 @@ export interface GatherOptions {
   logger?: Logger;
   /** How the API server's name is resolved; default the system's resolver. */
   resolve?: Resolver;
+  /**
+   * How long listing the cloud's groups may take, its SDK's retries included (default
+   * {@link validationReadTimeoutMs}).
+   */
+  cloudTimeoutMs?: number;
 }
+
+/**
+ * How long a read for validation may take (the cloud's groups, the SDK's retries included), for
+ * `validate` and the `kops_*` gauges alike: a cloud that accepts the connection and never answers
+ * would otherwise hold them forever, as it holds kops' validate. Past it, the read fails as timed out.
+ */
+export const validationReadTimeoutMs = 30_000;
 
 /** Every object of a resource, page by page (500 a page, as the informers list). */
 export async function listAll<T>(kubeConfig: KubeConfig, path: string): Promise<T[]> {
@@ -114,7 +127,12 @@ export async function gatherValidationInput(
   try {
     const [instanceGroups, cloudGroups, nodes, pods] = await Promise.all([
       store.instanceGroups(),
-      cloud.cloudGroups.list(config.clusterName),
+      // The listing takes no signal: at the deadline it is dropped, and closing the cloud below ends it.
+      bounded(
+        () => cloud.cloudGroups.list(config.clusterName),
+        options.cloudTimeoutMs ?? validationReadTimeoutMs,
+        'list the cloud groups',
+      ),
       listAll<V1Node>(options.kubeConfig, '/api/v1/nodes'),
       listAll<V1Pod>(options.kubeConfig, '/api/v1/pods'),
     ]);
@@ -124,6 +142,8 @@ export async function gatherValidationInput(
       cloudGroups,
       nodes: nodes.map(nodeInfoOf),
       pods: pods.map(podInfoOf),
+      // On metal the Nodes carry no providerID: the members are matched to them by name.
+      identifiesByNodeName: cloud.identifiesByNodeName,
     };
   } finally {
     cloud.close();

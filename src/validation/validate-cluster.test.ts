@@ -325,6 +325,91 @@ describe('validateCluster never says ready wrongly', () => {
     );
   });
 
+  /**
+   * A metal cluster as src/cloud/metal's MetalCloudGroups lists it: each inventory host a member named
+   * like its Node, with providerID `metal://<name>` unless the inventory gives another; its Nodes carry
+   * no providerID (kops' nodeup sets one on AWS and Azure only, and no cloud controller runs on metal).
+   */
+  function metal(): Input {
+    const hosts = (instanceGroup: string, names: [string, string?][]): CloudGroup => ({
+      ...group(instanceGroup, []),
+      minSize: names.length,
+      maxSize: names.length,
+      targetSize: names.length,
+      members: names.map(([name, providerID]) => ({
+        instanceId: name,
+        providerID: providerID ?? `metal://${name}`,
+        state: 'unknown',
+        healthy: true,
+      })),
+    });
+    const input = healthy();
+    input.identifiesByNodeName = true;
+    input.cloudGroups = [
+      hosts('control-plane', [['cp-1']]),
+      hosts('nodes', [['node-1'], ['node-2', 'metal://rack4-u12']]),
+      hosts('bastions', [['bastion-1']]),
+    ];
+    const bare = (name: string, options: Partial<NodeInfo> & { controlPlane?: boolean } = {}) => {
+      const { providerID: _none, ...info } = node(name, options);
+      return info;
+    };
+    input.nodes = [bare('cp-1', { controlPlane: true }), bare('node-1'), bare('node-2')];
+    input.pods = staticPods('cp-1');
+    return input;
+  }
+
+  test('on a cloud that identifies nodes by name (metal), a member is the Node of its name without providerID', () => {
+    // kops' metal GetCloudGroups (upup/pkg/fi/cloudup/metal/cloud.go) takes the Nodes themselves, by
+    // name, as the group's instances; the inventory's members are named like their Nodes.
+    const input = metal();
+    const result = validateCluster(input);
+    assert.deepEqual(result.failures, []);
+    assert.deepEqual(
+      result.nodes.map((n) => [n.name, n.role, n.status]),
+      [
+        ['cp-1', 'control-plane', 'True'],
+        ['node-1', 'node', 'True'],
+        ['node-2', 'node', 'True'],
+      ],
+    );
+    // A member's Node that is not Ready fails as the member's, in its group, and is forgiven as one.
+    input.nodes[2] = { ...(input.nodes[2] as NodeInfo), readyStatus: 'False' };
+    const unready = validateCluster(input).failures;
+    assert.deepEqual(
+      unready.map((f) => [f.reason, f.name, f.instanceGroup?.metadata.name]),
+      [['node-not-ready', 'node-2', 'nodes']],
+    );
+    assert.deepEqual(messages({ ...input, maxUnreadyNodes: 1 }), []);
+    // The member whose host has no Node yet has not joined.
+    input.nodes.pop();
+    assert.deepEqual(messages(input), ['Machine/node-2: machine "node-2" has not yet joined cluster']);
+  });
+
+  test('by name only where the cloud identifies nodes by name, and only for a Node without providerID', () => {
+    // Elsewhere (a GCE instance is named like its Node too) the providerID alone links them.
+    const input = metal();
+    assert.deepEqual(messages({ ...input, identifiesByNodeName: false }), [
+      'Machine/cp-1: machine "cp-1" has not yet joined cluster',
+      'Machine/node-1: machine "node-1" has not yet joined cluster',
+      'Machine/node-2: machine "node-2" has not yet joined cluster',
+    ]);
+    // A Node that names another machine by providerID is that machine's, not the host's of its name.
+    input.nodes[1] = { ...(input.nodes[1] as NodeInfo), providerID: 'metal://elsewhere' };
+    assert.deepEqual(messages(input), ['Machine/node-1: machine "node-1" has not yet joined cluster']);
+    // A Node with the member's own providerID is the member's, whatever its name.
+    input.nodes[1] = { ...(input.nodes[1] as NodeInfo), name: 'renamed', providerID: 'metal://node-1' };
+    assert.deepEqual(messages(input), []);
+    assert.deepEqual(
+      validateCluster(input).nodes.map((n) => [n.name, n.role]),
+      [
+        ['cp-1', 'control-plane'],
+        ['renamed', 'node'],
+        ['node-2', 'node'],
+      ],
+    );
+  });
+
   test('a NotReady node of no cloud group (a detached instance, a machine joined outside any group) fails', () => {
     // kops lists and checks the node of every member of a group, detached ones included
     // (pkg/validation/validate_cluster.go validateNodes; Detached in pkg/cloudinstances/cloud_instance.go).

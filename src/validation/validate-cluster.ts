@@ -54,6 +54,11 @@ export interface ValidationInput {
    * their cloud groups, machines and nodes. Critical pods are checked all the same, as in kops.
    */
   instanceGroupFilter?: readonly string[];
+  /**
+   * Whether the cloud identifies nodes by name (metal): a Node without providerID is then the Node of
+   * the member named like it ({@link memberKeyOf}). The provider's `identifiesByNodeName`.
+   */
+  identifiesByNodeName?: boolean;
 }
 
 /** Why a failure was reported: what programs (the `kops_*` gauges) count, never the message text. */
@@ -280,11 +285,41 @@ function zoneOf(node: NodeInfo): string {
   return '';
 }
 
+/**
+ * The members a Node without providerID can be linked to by its name, as name → the member's
+ * providerID: on a cloud that identifies nodes by name only (none elsewhere). On metal, kops' nodeup
+ * sets no providerID and no cloud controller does, and kops' metal GetCloudGroups
+ * (upup/pkg/fi/cloudup/metal/cloud.go) takes the Nodes themselves, by name, as the group's instances;
+ * the inventory names each host as its Node is named. The first member of a name wins, so one order of
+ * the cloud groups gives one answer.
+ */
+export function membersByName(
+  input: Pick<ValidationInput, 'cloudGroups' | 'identifiesByNodeName'>,
+): Map<string, string> {
+  const byName = new Map<string, string>();
+  if (!input.identifiesByNodeName) return byName;
+  for (const cloudGroup of input.cloudGroups) {
+    for (const member of visibleMembers(cloudGroup)) {
+      if (!byName.has(member.instanceId)) byName.set(member.instanceId, member.providerID);
+    }
+  }
+  return byName;
+}
+
+/**
+ * The providerID under which a Node is a member's: its own, else (a Node without one, on a cloud that
+ * identifies nodes by name) that of the member named like it; undefined when it names none.
+ */
+export function memberKeyOf(node: NodeInfo, byName: ReadonlyMap<string, string>): string | undefined {
+  return node.providerID || byName.get(node.name);
+}
+
 /** One validation: what it reads, indexed, and what it has found so far. */
 interface Validation {
   input: ValidationInput;
   /** The instance groups validated (all, or those the filter names). */
   selected: Map<string, InstanceGroup>;
+  /** The Node of each member, by the member's providerID ({@link memberKeyOf}). */
   nodeByProvider: Map<string | undefined, NodeInfo>;
   groupByName: Map<string, InstanceGroup>;
   /** The nodes and machines `maxUnreadyNodes` forgives. */
@@ -395,9 +430,10 @@ function checkGroupsInCloud(run: Validation): void {
 }
 
 /**
- * Of two Nodes naming one providerID, whether the member's is `b`, not `a`: the last by name, which is
- * what kops' validation takes from the API server's list (in name order), whatever order the Nodes
- * come in — so a cache that re-listed, or the gauges' incremental counts, agree with `validate`.
+ * Of two Nodes naming one member (by providerID, or by name: {@link memberKeyOf}), whether the
+ * member's is `b`, not `a`: the last by name, which is what kops' validation takes from the API
+ * server's list (in name order), whatever order the Nodes come in — so a cache that re-listed, or the
+ * gauges' incremental counts, agree with `validate`.
  */
 export function isMemberNodeBefore(a: string, b: string): boolean {
   return a < b;
@@ -409,10 +445,12 @@ export function validateCluster(input: ValidationInput): ValidationResult {
   const placeholder = placeholderFailure(input);
   if (placeholder) return { failures: [placeholder], nodes: [] };
   const nodeByProvider = new Map<string | undefined, NodeInfo>();
+  const byName = membersByName(input);
   for (const node of input.nodes) {
-    if (!node.providerID) continue;
-    const seen = nodeByProvider.get(node.providerID);
-    if (!seen || isMemberNodeBefore(seen.name, node.name)) nodeByProvider.set(node.providerID, node);
+    const key = memberKeyOf(node, byName);
+    if (!key) continue;
+    const seen = nodeByProvider.get(key);
+    if (!seen || isMemberNodeBefore(seen.name, node.name)) nodeByProvider.set(key, node);
   }
   const groupByName = new Map(input.instanceGroups.map((ig) => [ig.metadata.name, ig]));
   const run: Validation = {
