@@ -9,6 +9,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { describeError, exitCodeOf, KopsError } from '../errors.ts';
 import { commandNames, loadCommands } from './commands.ts';
 import { defaultVerbosity, logFormatOption, verbosityOf } from './common.ts';
+import { exitAfterGrace } from './exit-grace.ts';
 
 const packageJson = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
   version: string;
@@ -58,10 +59,8 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     process.stderr.write(`kops-controller: ${errorLine(err)}\n`);
     const code = exitCodeOf(err);
-    // The error is the command's answer: something it left running (a listener, a component that
-    // ignored its stop signal) must not keep the process alive, or a pod would hang instead of being
-    // restarted. Unreferenced, so a process that ends by itself ends at once.
-    setTimeout(() => process.exit(code), 2_000).unref();
+    // The error is the command's answer: what it left running must not keep the process alive.
+    exitAfterGrace(code);
     return code;
   }
 }

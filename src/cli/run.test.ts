@@ -11,12 +11,16 @@ import { createCa } from '../pki/ca.ts';
 import { saveCa } from '../pki/folder.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { openVfs } from '../statestore/open.ts';
+import { silentServer } from '../testing/silent-server.ts';
 import { defaultBootstrapWorkers } from './run.ts';
 
 const projectRoot = new URL('../..', import.meta.url);
 
 /** Starts `kops-controller run` and resolves with the URL it logs once its endpoint listens. */
-function startController(args: string[]): {
+function startController(
+  args: string[],
+  env: NodeJS.ProcessEnv = process.env,
+): {
   child: ChildProcess;
   url: Promise<string>;
   exit: Promise<number | null>;
@@ -24,6 +28,7 @@ function startController(args: string[]): {
 } {
   const child = spawn(process.execPath, ['src/cli/main.ts', 'run', ...args], {
     cwd: projectRoot,
+    env,
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   const stderr: string[] = [];
@@ -41,6 +46,21 @@ function startController(args: string[]): {
     exit.then((code) => reject(new Error(`controller exited with ${code}: ${stderr.join('\n')}`)));
   });
   return { child, url, exit, stderr };
+}
+
+/** The exit code, or 'hung' when the process has not exited within `ms`. */
+function exitWithin(exit: Promise<number | null>, ms: number): Promise<number | null | 'hung'> {
+  return Promise.race([
+    exit,
+    new Promise<'hung'>((resolve) => setTimeout(() => resolve('hung'), ms).unref()),
+  ]);
+}
+
+/** The handles each backstop line of the log names (one line when the backstop ended the process). */
+function heldOpen(stderr: readonly string[]): string[][] {
+  return stderr
+    .filter((line) => line.includes('open handles kept the process alive'))
+    .map((line) => (JSON.parse(line) as { handles: string[] }).handles);
 }
 
 async function poll<T>(read: () => Promise<T>, done: (value: T) => boolean, what: string): Promise<T> {
@@ -101,6 +121,107 @@ describe('kops-controller run', () => {
       await assert.rejects(fetch(`${url}/healthz`), 'the endpoint is closed');
     } finally {
       controller.child.kill('SIGKILL');
+      await sim.close();
+    }
+  });
+
+  test('on SIGTERM exits 0 within seconds while the API server accepts connections and never answers', async () => {
+    const silent = await silentServer();
+    const dir = await mkdtemp(join(tmpdir(), 'run-'));
+    const kubeconfig = join(dir, 'kubeconfig');
+    const conf = join(dir, 'config.yaml');
+    await writeFile(
+      kubeconfig,
+      [
+        'apiVersion: v1',
+        'kind: Config',
+        `clusters: [{name: silent, cluster: {server: '${silent.endpoint}', insecure-skip-tls-verify: true}}]`,
+        'users: [{name: u, user: {token: t}}]',
+        'contexts: [{name: silent, context: {cluster: silent, user: u}}]',
+        'current-context: silent',
+        '',
+      ].join('\n'),
+    );
+    await writeFile(
+      conf,
+      [
+        'clusterName: run.example.com',
+        'cloud: metal',
+        // With a state store the leader's components are built, and their Node and CSR watches list.
+        `configBase: file://${dir}/state`,
+        'metrics:',
+        '  listen: 127.0.0.1:0',
+        'leaderElection:',
+        '  leaseDuration: 2s',
+        '  renewDeadline: 1s',
+        '  retryPeriod: 200ms',
+        '',
+      ].join('\n'),
+    );
+    const controller = startController(['--conf', conf, '--kubeconfig', kubeconfig]);
+    try {
+      await controller.url;
+      // The Node and CSR list pages and the lease read are waiting for answers.
+      assert.equal(await eventually(() => silent.accepted() >= 3, true), true, controller.stderr.join('\n'));
+      controller.child.kill('SIGTERM');
+      // Not the list pages' 60 s deadline, nor the lease read's renewDeadline: the DaemonSet's grace is 30 s.
+      assert.equal(await exitWithin(controller.exit, 10_000), 0, controller.stderr.join('\n'));
+      // The watches gave up their pages and the elector its lease read: nothing outlived the
+      // shutdown, so the backstop did not have to end the process.
+      assert.deepEqual(heldOpen(controller.stderr), [], controller.stderr.join('\n'));
+    } finally {
+      controller.child.kill('SIGKILL');
+      silent.close();
+    }
+  });
+
+  test('on SIGTERM exits 0 within seconds while a cloud call waits on an endpoint that never answers', async () => {
+    const [sim, silent] = await Promise.all([startApiServer(), silentServer()]);
+    const dir = await mkdtemp(join(tmpdir(), 'run-'));
+    const kubeconfig = join(dir, 'kubeconfig');
+    const conf = join(dir, 'config.yaml');
+    await writeFile(kubeconfig, sim.kubeconfig());
+    await writeFile(
+      conf,
+      [
+        'clusterName: run.example.com',
+        'cloud: aws',
+        // The leader's components need a state store; an empty one serves, the cloud is what hangs.
+        `configBase: file://${dir}/state`,
+        'metrics:',
+        '  listen: 127.0.0.1:0',
+        'leaderElection:',
+        '  leaseDuration: 2s',
+        '  renewDeadline: 1s',
+        '  retryPeriod: 200ms',
+        '',
+      ].join('\n'),
+    );
+    // Every AWS call of the child goes to the silent endpoint, with credentials that sign nothing real.
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      AWS_ENDPOINT_URL: silent.endpoint,
+      AWS_REGION: 'us-test-1',
+      AWS_ACCESS_KEY_ID: 'AKIDTEST',
+      AWS_SECRET_ACCESS_KEY: 'secret',
+      AWS_EC2_METADATA_DISABLED: 'true',
+      AWS_CONFIG_FILE: join(dir, 'none'),
+      AWS_SHARED_CREDENTIALS_FILE: join(dir, 'none'),
+    };
+    delete env['AWS_PROFILE'];
+    delete env['AWS_SESSION_TOKEN'];
+    const controller = startController(['--conf', conf, '--kubeconfig', kubeconfig], env);
+    try {
+      await controller.url;
+      // The leader's validation gauges list the Auto Scaling groups at once: that call now waits.
+      assert.equal(await eventually(() => silent.accepted() >= 1, true), true, controller.stderr.join('\n'));
+      controller.child.kill('SIGTERM');
+      assert.equal(await exitWithin(controller.exit, 10_000), 0, controller.stderr.join('\n'));
+      // Destroying the AWS clients gave their calls up: nothing was left for the backstop.
+      assert.deepEqual(heldOpen(controller.stderr), [], controller.stderr.join('\n'));
+    } finally {
+      controller.child.kill('SIGKILL');
+      silent.close();
       await sim.close();
     }
   });

@@ -26,6 +26,7 @@ import {
   startConfiguredBootstrap,
 } from './bootstrap-server.ts';
 import { commandLogger, countOf, type KubeOptions, withConnectionCaps, withKubeOptions } from './common.ts';
+import { exitAfterGrace, exitGraceMs } from './exit-grace.ts';
 import { buildLeaderComponents } from './leader-components.ts';
 
 interface RunOptions extends KubeOptions {
@@ -119,6 +120,13 @@ async function run(options: RunOptions, command: Command): Promise<void> {
     process.off('SIGTERM', shutdown);
     process.off('SIGINT', shutdown);
   }
+  // Stopped cleanly: a call that takes no signal must not hold the process past the pod's grace.
+  exitAfterGrace(undefined, (handles) =>
+    logger.warn(
+      { handles },
+      `stopped, but open handles kept the process alive for ${exitGraceMs} ms; exiting`,
+    ),
+  );
 }
 
 /**

@@ -287,6 +287,50 @@ describe('config loader', () => {
     );
   });
 
+  test('rejects a retryPeriod that would renew the lease in a tight loop, as client-go does', () => {
+    // client-go refuses RetryPeriod < 1; 0 (or 1ns) made the leader write its Lease ~200 times a second.
+    for (const retryPeriod of ['0s', '0', '1ns', '99ms']) {
+      assert.throws(
+        () => parseConfigText(`clusterName: c\ncloud: aws\nleaderElection:\n  retryPeriod: ${retryPeriod}\n`),
+        (err: unknown) =>
+          err instanceof ConfigError &&
+          /leaderElection\.retryPeriod: must be at least 100ms/.test(err.message) &&
+          !err.message.includes('\n'),
+        retryPeriod,
+      );
+    }
+    assert.equal(
+      parseConfigText('clusterName: c\ncloud: aws\nleaderElection:\n  retryPeriod: 100ms\n').leaderElection
+        .retryPeriod,
+      100,
+    );
+    // client-go's NewLeaderElector: renewDeadline must exceed JitterFactor (1.2) × retryPeriod.
+    for (const [renewDeadline, retryPeriod] of [
+      ['10s', '10s'],
+      ['6s', '5s'],
+      ['1200ms', '1s'],
+    ]) {
+      assert.throws(
+        () =>
+          parseConfig({
+            clusterName: 'c',
+            cloud: 'aws',
+            leaderElection: { renewDeadline, retryPeriod },
+          }),
+        configErrorMatching(
+          /leaderElection\.retryPeriod: renewDeadline must be longer than 1\.2 × retryPeriod/,
+        ),
+        `${renewDeadline} / ${retryPeriod}`,
+      );
+    }
+    const config = parseConfig({
+      clusterName: 'c',
+      cloud: 'aws',
+      leaderElection: { renewDeadline: '1201ms', retryPeriod: '1s' },
+    });
+    assert.equal(config.leaderElection.renewDeadline, 1201);
+  });
+
   test('reports YAML syntax errors with a line and column', () => {
     assert.throws(
       () => parseConfigText('clusterName: c\ncloud: [aws\n'),

@@ -53,6 +53,20 @@ const gceVerifier = z.strictObject({
  */
 export const stopDeadlineFraction = 0.9;
 
+/**
+ * The shortest retryPeriod accepted. client-go refuses only a retryPeriod below 1 ns, but with 0 or a
+ * few nanoseconds the leader renews its Lease in a loop (over 200 writes a second against the API
+ * server); 100 ms still allows the fast failovers of tests while bounding the load to 10 writes a second.
+ */
+export const minRetryPeriodMs = 100;
+
+/**
+ * client-go's JitterFactor, which src/kube/leader-election.ts applies to retries too: as client-go's
+ * NewLeaderElector, renewDeadline must exceed this many retryPeriods, so that the leader has a retry
+ * left after one failed renewal.
+ */
+export const retryJitterFactor = 1.2;
+
 /** Providers kops knows but this implementation does not verify; accepted so kops configs load. */
 const emptyProvider = z.strictObject({});
 
@@ -390,11 +404,18 @@ export const configSchema = z
         message: `must be shorter than ${stopDeadlineFraction} × leaseDuration: the leader's components stop in between, before another replica can take the lease`,
       });
     }
-    if (le.retryPeriod >= le.renewDeadline) {
+    if (le.retryPeriod < minRetryPeriodMs) {
       ctx.addIssue({
         code: 'custom',
         path: ['leaderElection', 'retryPeriod'],
-        message: 'must be shorter than renewDeadline, or the leader cannot renew in time',
+        message: `must be at least ${minRetryPeriodMs}ms: the leader renews and candidates retry every retryPeriod, so a shorter one writes the Lease in a loop`,
+      });
+    } else if (le.renewDeadline <= retryJitterFactor * le.retryPeriod) {
+      // Also covers retryPeriod >= renewDeadline, which would leave no renewal attempt in time at all.
+      ctx.addIssue({
+        code: 'custom',
+        path: ['leaderElection', 'retryPeriod'],
+        message: `renewDeadline must be longer than ${retryJitterFactor} × retryPeriod (${Number((retryJitterFactor * le.retryPeriod).toFixed(3))} ms), or the leader cannot retry a failed renewal before it steps down`,
       });
     }
   });

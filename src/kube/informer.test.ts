@@ -6,8 +6,9 @@ import { ForbiddenError, TimeoutError } from '../errors.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock } from '../testing/fake-clock.ts';
 import { FakeResource, until } from '../testing/fake-resource.ts';
+import { outcomeWithin, silentApiServer } from '../testing/silent-server.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
-import { Informer, kubeList, kubeWatch, objectKey } from './informer.ts';
+import { Informer, kubeList, kubeWatch, type ListFn, objectKey } from './informer.ts';
 
 /** The slim record the tests cache instead of whole pods. */
 interface PodRecord {
@@ -318,6 +319,42 @@ describe('informer', () => {
     assert.equal(await informer.waitForSync(), true, 'synced once stays synced');
   });
 
+  test('stop gives up a list page or a watch connect in flight at once, instead of waiting for an answer', async () => {
+    // A page that never comes: only its signal (the informer's stop) ends it.
+    const signals: (AbortSignal | undefined)[] = [];
+    const hangingList: ListFn<V1Pod> = ({ signal }) => {
+      signals.push(signal);
+      return new Promise((_, reject) => signal?.addEventListener('abort', () => reject(signal.reason)));
+    };
+    const listing = new Informer<V1Pod>({
+      name: 'pods',
+      path: '/api/v1/pods',
+      list: hangingList,
+      watch: () => assert.fail('no watch before a list'),
+    });
+    listing.start();
+    await until(() => signals.length === 1);
+    assert.deepEqual(await outcomeWithin(listing.stop(), 1_000), { pending: false, value: undefined });
+    assert.equal(signals[0]?.aborted, true, 'the page was given the stop signal');
+
+    // A watch still connecting: client-node's Watch hands over its handle only once the server answers.
+    const resource = new FakeResource();
+    let connect: ((handle: { abort(): void }) => void) | undefined;
+    let aborted = false;
+    const connecting = new Informer<V1Pod>({
+      name: 'pods',
+      path: '/api/v1/pods',
+      list: resource.list,
+      watch: () => new Promise((resolve) => (connect = resolve)),
+    });
+    connecting.start();
+    await until(() => connect !== undefined);
+    assert.deepEqual(await outcomeWithin(connecting.stop(), 1_000), { pending: false, value: undefined });
+    // When the connect completes after all, the stream is closed at once.
+    connect?.({ abort: () => (aborted = true) });
+    await until(() => aborted);
+  });
+
   test('built but never started, it publishes no informer_synced sample; started, 0 until synced', async () => {
     const resource = new FakeResource();
     const registry = new Registry();
@@ -524,6 +561,25 @@ describe('informer against the simulated API server', () => {
     } finally {
       await informer.stop();
       await sim.close();
+    }
+  });
+
+  test('stop closes the connection of a list page the API server never answers', async () => {
+    const silent = await silentApiServer();
+    const informer = new Informer<V1Node>({
+      name: 'nodes',
+      path: '/api/v1/nodes',
+      list: kubeList(silent.kubeConfig, '/api/v1/nodes'),
+      watch: kubeWatch(silent.kubeConfig),
+    });
+    try {
+      informer.start();
+      await eventually(() => silent.accepted() === 1, 'the list page');
+      // Not the page's 60 s deadline: at once.
+      assert.deepEqual(await outcomeWithin(informer.stop(), 2_000), { pending: false, value: undefined });
+      await eventually(() => silent.open() === 0, 'the page to close its connection');
+    } finally {
+      silent.close();
     }
   });
 

@@ -8,7 +8,9 @@
  * - requests bookmarks, so its resourceVersion stays fresh and a reconnect rarely needs a re-list;
  * - lists in pages and transforms each object into a slim record before caching, so large clusters
  *   fit in little memory (the raw page is dropped as soon as it is transformed);
- * - reports lists, watch restarts, events and cache size as metrics.
+ * - reports lists, watch restarts, events and cache size as metrics;
+ * - on stop, gives up the list page or watch connect in flight at once, so that an API server that
+ *   does not answer cannot hold a shutdown.
  * Pair it with {@link kubeList} and {@link kubeWatch}: both hand over objects in their JSON wire shape.
  */
 import {
@@ -32,6 +34,8 @@ export interface ListOptions {
   fieldSelector?: string;
   limit?: number;
   _continue?: string;
+  /** Gives up on the page when it aborts (the informer stopping): its request is closed, the list rejects. */
+  signal?: AbortSignal;
 }
 
 /** Lists one page of a resource, e.g. `(o) => core.listNode(o)`. */
@@ -82,7 +86,7 @@ export function kubeList<T extends KubernetesObject>(
   options: { timeoutMs?: number } = {},
 ): ListFn<T> {
   const call = kubeHttps(kubeConfig, { timeoutMs: options.timeoutMs ?? listPageTimeoutMs });
-  return async ({ labelSelector, fieldSelector, limit, _continue }) => {
+  return async ({ labelSelector, fieldSelector, limit, _continue, signal }) => {
     if (!kubeConfig.getCurrentCluster()) {
       throw new ConfigError('the kubeconfig has no current cluster; set current-context');
     }
@@ -98,6 +102,7 @@ export function kubeList<T extends KubernetesObject>(
       method: 'GET',
       path: `${path}${search}`,
       maxBodyBytes: maxListPageBytes,
+      ...(signal ? { signal } : {}),
     });
     if (answer.status !== 200) throw kubeAnswerError(answer, action);
     const list = kubeJson<KubernetesListObject<T> & { metadata?: { continue?: string } }>(answer, action);
@@ -230,7 +235,6 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
   #synced = false;
   #syncWaiters: ((synced: boolean) => void)[] = [];
   #stop = new AbortController();
-  #currentWatch: { abort(): void } | undefined;
   /** When the open watch stream last delivered an event or bookmark; undefined until it has, or once it ends. */
   #watchHeardAt: number | undefined;
   /** Runs list+watch rounds while wanted; undefined when not running. */
@@ -339,8 +343,8 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
   /** Stops watching and retrying; resolves when the background loop has ended. The cache stays readable. */
   async stop(): Promise<void> {
     this.#wanted = false;
+    // Also closes the watch stream, or gives up its connect (#watchOnce).
     this.#stop.abort();
-    this.#currentWatch?.abort();
     this.#resolveSync(false);
     await this.#round;
   }
@@ -389,21 +393,24 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     const fresh = new Map<string, Entry<R>>();
     let resourceVersion: string | undefined;
     let cont: string | undefined;
+    // A stop aborts the page in flight: an API server that does not answer must not hold a shutdown
+    // for the page's deadline (60 s, longer than a pod's termination grace).
+    const signal = this.#stop.signal;
     try {
       do {
-        const page = await list({ labelSelector, fieldSelector, limit: pageSize, _continue: cont });
+        const page = await list({ labelSelector, fieldSelector, limit: pageSize, _continue: cont, signal });
         for (const object of page.items) {
           const entry = this.#entryOf(object);
           if (entry) fresh.set(objectKey(object), entry);
         }
         cont = page.metadata?._continue || undefined;
         resourceVersion = page.metadata?.resourceVersion;
-      } while (cont && !this.#stop.signal.aborted);
+      } while (cont && !signal.aborted);
     } catch (err) {
       this.#metrics?.lists.inc({ resource: this.name, result: 'error' });
       throw err;
     }
-    if (this.#stop.signal.aborted) return;
+    if (signal.aborted) return;
     this.#metrics?.lists.inc({ resource: this.name, result: 'success' });
     const old = this.#cache;
     this.#cache = fresh;
@@ -427,12 +434,15 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
   /** Runs one watch stream to its end; throws on failures other than 410 and the inactivity timeout. */
   #watchOnce(): Promise<{ end: WatchEnd; events: number }> {
     const { path, watch, labelSelector, fieldSelector } = this.#options;
+    const stop = this.#stop.signal;
     let events = 0;
     return new Promise((resolve, reject) => {
       let failure: unknown;
       let gone = false;
+      let ended = false;
+      let handle: { abort(): void } | undefined;
       const onEvent = (type: WatchEventType, object: unknown) => {
-        if (failure !== undefined || gone) return;
+        if (ended || failure !== undefined || gone) return;
         if (type === 'ERROR') {
           const status = object as { code?: number; message?: string } | undefined;
           if (status?.code === 410) gone = true;
@@ -440,21 +450,21 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
             failure = Object.assign(new Error(`watch error: ${status?.message ?? 'unknown'}`), {
               statusCode: status?.code,
             });
-          this.#currentWatch?.abort();
+          handle?.abort();
           return;
         }
         events++;
         this.#watchHeardAt = this.#clock.monotonic();
         this.#apply(type, object as T);
       };
-      let ended = false;
       const onDone = (err?: unknown) => {
+        if (ended) return;
         ended = true;
-        this.#currentWatch = undefined;
+        stop.removeEventListener('abort', onStop);
         this.#watchHeardAt = undefined;
         if (gone || httpStatusOfApiError(err) === 410) resolve({ end: 'gone', events });
         else if (failure !== undefined) reject(failure);
-        else if (!err || this.#stop.signal.aborted) resolve({ end: 'closed', events });
+        else if (!err || stop.aborted) resolve({ end: 'closed', events });
         else if ((err as { name?: string }).name === 'TimeoutError') resolve({ end: 'timeout', events });
         else reject(err);
       };
@@ -466,11 +476,18 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
         labelSelector,
         fieldSelector,
       };
+      // client-node's Watch takes no signal and hands over its handle only once the server has
+      // answered (within its 30 s connect timeout): a stop while it connects ends the stream here at
+      // once, and the handle is aborted as soon as it comes.
+      const onStop = () => {
+        handle?.abort();
+        onDone();
+      };
+      stop.addEventListener('abort', onStop, { once: true });
       watch(path, params, onEvent, onDone).then(
-        (handle) => {
-          if (ended) return;
-          this.#currentWatch = handle;
-          if (this.#stop.signal.aborted) handle.abort();
+        (opened) => {
+          if (ended) return opened.abort();
+          handle = opened;
         },
         (err) => onDone(err ?? new Error('watch failed')),
       );

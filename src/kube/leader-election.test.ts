@@ -246,11 +246,35 @@ describe('leader election', () => {
     }
   });
 
-  test('shutdown during acquisition still ends the run and releases the lease', async () => {
+  test('shutdown during acquisition ends the run: a read in flight is given up, writing nothing', async () => {
     const api = new FakeLeaseApi();
     const clock = new FakeClock();
     const a = candidate(api, clock, 'a');
-    a.stop(); // the create request is already on its way
+    a.stop(); // the read is on its way
+    await clock.advance(10);
+    await a.done;
+    assert.equal(a.elector.isLeader, false);
+    assert.equal(api.lease, undefined, 'no lease written');
+    assert.deepEqual(a.events, [], 'nothing was started');
+  });
+
+  test('shutdown while the create is on its way lets it finish, then releases the lease', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const clientFor = api.clientFor.bind(api);
+    let shutDown = () => {};
+    api.clientFor = (network) => {
+      const client = clientFor(network);
+      return {
+        ...client,
+        createNamespacedLease: (...args: Parameters<LeaseClient['createNamespacedLease']>) => {
+          shutDown();
+          return client.createNamespacedLease(...args);
+        },
+      } as LeaseClient;
+    };
+    const a = candidate(api, clock, 'a');
+    shutDown = a.stop;
     await clock.advance(10);
     await a.done;
     assert.equal(a.elector.isLeader, false);

@@ -18,11 +18,12 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { type CoordinationV1Api, type V1Lease, V1MicroTime } from '@kubernetes/client-node';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { stopDeadlineFraction } from '../config/schema.ts';
+import { retryJitterFactor, stopDeadlineFraction } from '../config/schema.ts';
 import { ConfigError, describeError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
+import { abortingWith } from './call-options.ts';
 import { sharedMetric } from './metrics.ts';
 
 /** The Lease calls leader election needs; a CoordinationV1Api has them. */
@@ -32,6 +33,12 @@ export type LeaseClient = Pick<
 >;
 
 /** What a leader election does, and what it calls when leadership changes. */
+/** What one bounded attempt at the lease is cancelled by (see LeaderElector's #bounded). */
+interface AttemptSignals {
+  timedOut: AbortSignal;
+  stopping: AbortSignal;
+}
+
 export interface LeaderElectionOptions {
   client: LeaseClient;
   namespace: string;
@@ -78,9 +85,6 @@ export interface LeaderRecord {
   renewTime: number | undefined;
   leaseTransitions: number;
 }
-
-/** client-go's JitterFactor: retries wait retryPeriod plus up to 1.2 × retryPeriod at random. */
-const jitterFactor = 1.2;
 
 /** `<hostname>_<random>`: unique even when two replicas share a hostname. */
 export function defaultIdentity(): string {
@@ -236,11 +240,17 @@ export class LeaderElector {
     this.#logger.info('trying to acquire the leader lease');
     while (!signal.aborted) {
       const startedAt = this.#clock.monotonic();
-      if (await this.#bounded(this.#tryAcquireOrRenew(startedAt), this.#options.renewDeadlineMs)) {
+      if (
+        await this.#bounded(
+          (signals) => this.#tryAcquireOrRenew(startedAt, signals),
+          this.#options.renewDeadlineMs,
+          signal,
+        )
+      ) {
         this.#renewed(startedAt);
         return true;
       }
-      await sleep(this.#clock, retryPeriodMs + this.#random() * jitterFactor * retryPeriodMs, signal);
+      await sleep(this.#clock, retryPeriodMs + this.#random() * retryJitterFactor * retryPeriodMs, signal);
     }
     return false;
   }
@@ -284,7 +294,13 @@ export class LeaderElector {
       if (leadership.signal.aborted) break;
       const startedAt = this.#clock.monotonic();
       const remaining = this.#leadingUntil - startedAt;
-      if (await this.#bounded(this.#tryAcquireOrRenew(startedAt), remaining)) {
+      if (
+        await this.#bounded(
+          (signals) => this.#tryAcquireOrRenew(startedAt, signals),
+          remaining,
+          leadership.signal,
+        )
+      ) {
         this.#renewed(startedAt);
         armWatchdog();
       } else {
@@ -318,17 +334,29 @@ export class LeaderElector {
     if (signal.aborted && stoppedCleanly) await this.#release();
   }
 
-  /** Races `attempt` against a timeout on the clock; a late answer counts as failure. */
-  async #bounded(attempt: Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  /**
+   * Runs `attempt` until a timeout on the clock (a late answer counts as failure, and its requests are
+   * cancelled). It is given `timedOut`, and `stopping`, which also aborts when `stop` does (shutdown,
+   * or the term ending): an attempt gives up its read on `stopping`, so that a silent API server holds
+   * no stop, and lets a write already sent finish, so that a lease it takes is known, and released.
+   */
+  async #bounded(
+    attempt: (signals: AttemptSignals) => Promise<boolean>,
+    timeoutMs: number,
+    stop?: AbortSignal,
+  ): Promise<boolean> {
     if (timeoutMs <= 0) return false;
-    let cancel = () => {};
-    const timeout = new Promise<boolean>((resolve) => {
-      cancel = this.#clock.setTimer(() => resolve(false), timeoutMs);
-    });
+    const timedOut = new AbortController();
+    const cancelTimer = this.#clock.setTimer(() => timedOut.abort(), timeoutMs);
+    const stopping = stop ? AbortSignal.any([timedOut.signal, stop]) : timedOut.signal;
+    const late = new Promise<boolean>((resolve) =>
+      timedOut.signal.addEventListener('abort', () => resolve(false)),
+    );
     try {
-      return await Promise.race([attempt, timeout]);
+      return await Promise.race([attempt({ timedOut: timedOut.signal, stopping }), late]);
     } finally {
-      cancel();
+      cancelTimer();
+      timedOut.abort();
       this.#attempted = true;
     }
   }
@@ -337,18 +365,21 @@ export class LeaderElector {
    * One acquire-or-renew round that started at `now` (monotonic); true when this candidate holds the
    * lease as of then. The Lease's MicroTimes get the wall time.
    */
-  async #tryAcquireOrRenew(now: number): Promise<boolean> {
+  async #tryAcquireOrRenew(now: number, { timedOut, stopping }: AttemptSignals): Promise<boolean> {
     const { client, namespace, name } = this.#options;
     const wallNow = this.#clock.now();
+    const writing = abortingWith(timedOut);
     let current: V1Lease;
     try {
-      current = await client.readNamespacedLease({ name, namespace });
+      current = await client.readNamespacedLease({ name, namespace }, abortingWith(stopping));
     } catch (err) {
+      if (stopping.aborted) return false;
       if (httpStatusOfApiError(err) !== 404) return this.#failed('read', err);
       return this.#write('create', () =>
-        client.createNamespacedLease({ namespace, body: this.#desiredLease(undefined, wallNow) }),
+        client.createNamespacedLease({ namespace, body: this.#desiredLease(undefined, wallNow) }, writing),
       );
     }
+    if (stopping.aborted) return false;
     this.#observe(current, now);
     const record = leaderRecordOf(current);
     if (record.holderIdentity && record.holderIdentity !== this.identity) {
@@ -357,7 +388,7 @@ export class LeaderElector {
       this.#logger.info({ previous: record.holderIdentity }, 'lease expired; taking over');
     }
     return this.#write('update', () =>
-      client.replaceNamespacedLease({ name, namespace, body: this.#desiredLease(current, wallNow) }),
+      client.replaceNamespacedLease({ name, namespace, body: this.#desiredLease(current, wallNow) }, writing),
     );
   }
 
@@ -429,7 +460,10 @@ export class LeaderElector {
       },
     };
     const ok = await this.#bounded(
-      this.#write('release', () => client.replaceNamespacedLease({ name, namespace, body: released })),
+      ({ timedOut }) =>
+        this.#write('release', () =>
+          client.replaceNamespacedLease({ name, namespace, body: released }, abortingWith(timedOut)),
+        ),
       renewDeadlineMs,
     );
     this.#logger.info(

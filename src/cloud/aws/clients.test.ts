@@ -6,9 +6,11 @@ import { GetCallerIdentityCommand } from '@aws-sdk/client-sts';
 import { Registry } from 'prom-client';
 import { ConfigError } from '../../errors.ts';
 import { createLogger } from '../../log.ts';
+import { eventually } from '../../net/testing.ts';
 import { clusterInstances } from '../../sim/aws/scenario.ts';
 import { startAwsSimulator } from '../../sim/aws/server.ts';
 import { cloudCallsTimed, cloudRequests } from '../../testing/cloud-calls.ts';
+import { outcomeWithin, silentServer } from '../../testing/silent-server.ts';
 import { cloudCallMetrics } from '../metrics.ts';
 import { createAwsClients } from './clients.ts';
 
@@ -36,6 +38,61 @@ describe('createAwsClients', () => {
       createAwsClients({ imds: { endpoint: 'http://127.0.0.1:9', timeoutMs: 200 } }),
       ConfigError,
     );
+  });
+});
+
+describe('an AWS endpoint that accepts the connection and never answers', () => {
+  const credentials = { accessKeyId: 'AKIDTEST', secretAccessKey: 'secret' };
+
+  it('each attempt ends at its request timeout, its connection closed', async () => {
+    const silent = await silentServer();
+    const clients = await createAwsClients({
+      region: 'us-test-1',
+      endpoint: silent.endpoint,
+      credentials,
+      maxAttempts: 1,
+      requestTimeoutMs: 300,
+    });
+    try {
+      const started = Date.now();
+      const outcome = await outcomeWithin(clients.ec2.send(new DescribeInstancesCommand({})), 5_000);
+      assert.ok(!outcome.pending, 'still pending 5 s after its 300 ms timeout');
+      assert.ok(Date.now() - started < 2_000, `failed after ${Date.now() - started} ms`);
+      assert.equal((outcome.error as Error).name, 'TimeoutError', String(outcome.error));
+      assert.equal(await eventually(() => silent.open(), 0), 0, 'the attempt still holds its connection');
+    } finally {
+      clients.destroy();
+      silent.close();
+    }
+  });
+
+  it('destroy gives up the calls in flight at once: their connections closed, no retry reconnecting', async () => {
+    const silent = await silentServer();
+    // The defaults: 8 attempts, each with the 20 s request timeout.
+    const clients = await createAwsClients({ region: 'us-test-1', endpoint: silent.endpoint, credentials });
+    try {
+      const calls: Promise<unknown>[] = [
+        clients.ec2.send(new DescribeInstancesCommand({})),
+        clients.autoscaling.send(new DescribeAutoScalingGroupsCommand({})),
+      ];
+      for (const call of calls) call.catch(() => undefined); // awaited below, unless an assertion fails first
+      assert.equal(await eventually(() => silent.accepted(), 2), 2);
+      const handler = clients.ec2.config.requestHandler as { httpHandlerConfigs(): Record<string, unknown> };
+      assert.deepEqual(
+        [handler.httpHandlerConfigs()['connectionTimeout'], handler.httpHandlerConfigs()['requestTimeout']],
+        [5_000, 20_000],
+      );
+      clients.destroy();
+      for (const call of calls) {
+        const outcome = await outcomeWithin(call, 3_000);
+        assert.ok(!outcome.pending, 'a call was still pending 3 s after destroy');
+        assert.equal((outcome.error as Error).name, 'AbortError', String(outcome.error));
+      }
+      assert.equal(await eventually(() => silent.open(), 0), 0, 'a call still holds its connection');
+      assert.equal(silent.accepted(), 2, 'a retry connected again after destroy');
+    } finally {
+      silent.close();
+    }
   });
 });
 

@@ -3,7 +3,9 @@
  * adaptive retries (the SDK's client-side rate limiter backs off when EC2 answers
  * `RequestLimitExceeded`), an endpoint override for the simulator or a VPC endpoint, and a count of
  * every request each client sends (kops_controller_cloud_requests_total), and the SDK's warnings in
- * the controller's log.
+ * the controller's log. Every attempt has a deadline (the SDK's default handler has none: an endpoint
+ * that accepted the connection and never answered held the call, and the process, forever), and
+ * destroying the clients gives up the calls in flight instead of letting their retries reconnect.
  */
 import { AutoScalingClient } from '@aws-sdk/client-auto-scaling';
 import { EC2Client, type EC2ClientConfig } from '@aws-sdk/client-ec2';
@@ -24,6 +26,8 @@ export interface AwsClientOptions {
   credentials?: SigV4Credentials;
   /** Attempts per call including retries (default 8, so throttling is ridden out, not surfaced). */
   maxAttempts?: number;
+  /** How long one attempt may wait for its answer, and the longest silence while reading it (default 20 s). */
+  requestTimeoutMs?: number;
   imds?: ImdsOptions;
   /** Where every request and call is counted (default: nowhere). */
   cloudCalls?: CloudCallRecorder;
@@ -41,20 +45,44 @@ export interface AwsClients {
   destroy(): void;
 }
 
+/**
+ * How long an attempt may take to connect: AWS's endpoints (and VPC endpoints) connect in
+ * milliseconds, so one that does not within this is down, and the retry tries another address.
+ */
+const connectionTimeoutMs = 5_000;
+
+/**
+ * How long an attempt may wait for its answer (a DescribeInstances of 1,000 instances takes a few
+ * seconds), and the longest silence while its body is read. The callers' own deadlines are shorter
+ * than 8 attempts of it (30 s per validation read, 10 s per bootstrap lookup); this bounds the calls
+ * that have none, and the sockets a hung endpoint would otherwise hold for good.
+ */
+const defaultRequestTimeoutMs = 20_000;
+
 /** Builds the EC2, Auto Scaling and STS clients. */
 export async function createAwsClients(options: AwsClientOptions = {}): Promise<AwsClients> {
   const region = await resolveRegion(options.region, options.imds);
+  const requestTimeout = options.requestTimeoutMs ?? defaultRequestTimeoutMs;
   const config = {
     region,
     retryMode: 'adaptive',
     maxAttempts: options.maxAttempts ?? 8,
     logger: sdkLogger(options.logger ?? silentLogger),
+    requestHandler: {
+      connectionTimeout: Math.min(connectionTimeoutMs, requestTimeout),
+      requestTimeout,
+      // Without it the SDK only logs a warning when requestTimeout passes, and keeps waiting.
+      throwOnRequestTimeout: true,
+      socketTimeout: requestTimeout,
+    },
     ...(options.endpoint === undefined ? {} : { endpoint: options.endpoint }),
     ...(options.credentials === undefined ? {} : { credentials: options.credentials }),
   };
   const ec2 = new EC2Client(config);
   const autoscaling = new AutoScalingClient(config);
   const sts = new STSClient(config);
+  const closed = new AbortController();
+  for (const client of [ec2, autoscaling, sts]) refuseOnceClosed(client, closed.signal);
   // Without a recorder the stacks stay as the SDK builds them (the benchmarks measure those).
   const calls = options.cloudCalls;
   if (calls) for (const client of [ec2, autoscaling, sts]) countCalls(client, calls);
@@ -64,11 +92,32 @@ export async function createAwsClients(options: AwsClientOptions = {}): Promise<
     autoscaling,
     sts,
     destroy() {
+      closed.abort(
+        new DOMException('the AWS clients were closed (the controller is stopping)', 'AbortError'),
+      );
+      // Closes every connection, those of calls in flight included; their retries then meet the guard.
       ec2.destroy();
       autoscaling.destroy();
       sts.destroy();
     },
   };
+}
+
+/**
+ * Fails every attempt once the clients are destroyed. Destroying a client closes its connections, but
+ * the SDK retries a call whose connection closed under it, on a new one: a call in flight against a
+ * hung endpoint would reconnect and keep the process alive after its shutdown. The error is an
+ * `AbortError`, which the SDK does not retry. In the `finalizeRequest` step after the retry
+ * middleware, so every attempt passes it.
+ */
+function refuseOnceClosed(client: MiddlewareHost, closed: AbortSignal): void {
+  client.middlewareStack.add(
+    (next) => async (args) => {
+      closed.throwIfAborted();
+      return next(args);
+    },
+    { step: 'finalizeRequest', name: 'kopsControllerRefuseOnceClosed', priority: 'low' },
+  );
 }
 
 /**
@@ -113,12 +162,13 @@ interface CommandContext {
 }
 /** A middleware that passes the request and the answer through untouched. */
 type PassThrough = <A, R>(next: (args: A) => Promise<R>, context: CommandContext) => (args: A) => Promise<R>;
-type Placement<Step> = { step: Step; name: string; priority: 'high' };
+type Placement<Step> = { step: Step; name: string; priority: 'high' | 'low' };
 
 /** The part of an SDK client's middleware stack {@link countCalls} uses. */
 interface MiddlewareHost {
   middlewareStack: {
     add(middleware: PassThrough, options: Placement<'initialize'>): void;
+    add(middleware: PassThrough, options: Placement<'finalizeRequest'>): void;
     add(middleware: PassThrough, options: Placement<'deserialize'>): void;
   };
 }

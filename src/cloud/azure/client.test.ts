@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { eventually } from '../../net/testing.ts';
 import { type AzureSimulator, startAzureSimulator } from '../../sim/azure/simulator.ts';
+import { outcomeWithin, silentServer } from '../../testing/silent-server.ts';
 import { AzureClient, azureError, azureOperationOf } from './client.ts';
 
 let sim: AzureSimulator;
@@ -69,4 +71,20 @@ test('network interface reads stay inside our resource group, and nextLinks insi
   // Reached as localhost, the simulator's nextLinks (127.0.0.1) are another origin: not followed.
   const elsewhere = client(sim.armEndpoint.replace('127.0.0.1', 'localhost'));
   await assert.rejects(elsewhere.listScaleSetNics('nodes.c.example.com'), /nextLink outside/);
+});
+
+test('an ARM endpoint that accepts the connection and never answers: each request ends at its timeout, its connection closed', async () => {
+  const silent = await silentServer();
+  const endpoint = `https://127.0.0.1:${new URL(silent.endpoint).port}`;
+  const hung = new AzureClient({ ...sim.clientOptions, endpoint, maxRetries: 0, requestTimeoutMs: 300 });
+  try {
+    const started = Date.now();
+    const outcome = await outcomeWithin(hung.listScaleSets(), 5_000);
+    assert.ok(!outcome.pending, 'still pending 5 s after its 300 ms timeout');
+    assert.ok(Date.now() - started < 2_000, `failed after ${Date.now() - started} ms`);
+    assert.equal((outcome.error as Error).name, 'UnavailableError', String(outcome.error));
+    assert.equal(await eventually(() => silent.open(), 0), 0, 'the request still holds its connection');
+  } finally {
+    silent.close();
+  }
 });

@@ -36,6 +36,12 @@ const scaleSetNicApiVersion = '2018-10-01';
 const nicApiVersion = '2024-05-01';
 /** The `cloud` label of every call this client counts. */
 const azure: CloudName = 'azure';
+/**
+ * How long one ARM request may wait for its answer, if its caller set no shorter timeout. The SDK's
+ * default is none: an endpoint that accepted the connection and never answered held the call, and its
+ * socket kept the process alive after its shutdown.
+ */
+const defaultRequestTimeoutMs = 20_000;
 
 /** The SDK's client options (its pipeline's, without naming the transitive pipeline package). */
 type ClientOptions = NonNullable<ConstructorParameters<typeof ComputeManagementClient>[2]>;
@@ -80,6 +86,8 @@ export interface AzureClientOptions {
   caPem?: string;
   /** Retries of the SDK's pipeline for throttling and 5xx (default 3). */
   maxRetries?: number;
+  /** How long one request may wait for its answer (default 20 s). */
+  requestTimeoutMs?: number;
   cloudCalls?: CloudCallRecorder;
 }
 
@@ -185,11 +193,24 @@ export class AzureClient {
     const endpoint = options.endpoint ?? defaultArmEndpoint;
     this.#origin = new URL(endpoint).origin;
     const recorder = this.#cloudCalls;
+    const requestTimeoutMs = options.requestTimeoutMs ?? defaultRequestTimeoutMs;
     const clientOptions: ClientOptions = {
       endpoint,
       retryOptions: { maxRetries: options.maxRetries ?? 3 },
       ...(options.caPem ? { tlsOptions: { ca: options.caPem } } : {}),
       additionalPolicies: [
+        {
+          // Per call: the retry policy sends the same request again, with the same timeout per attempt.
+          position: 'perCall' as const,
+          policy: {
+            name: 'kopsRequestTimeout',
+            sendRequest(request, next) {
+              if (!(request.timeout > 0 && request.timeout <= requestTimeoutMs))
+                request.timeout = requestTimeoutMs;
+              return next(request);
+            },
+          },
+        },
         {
           position: 'perRetry' as const,
           policy: {

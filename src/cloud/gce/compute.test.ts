@@ -13,6 +13,7 @@ import {
 import { simulatorAuth, simulatorCompute } from '../../sim/gce/clients.ts';
 import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
 import { cloudCallsTimed, cloudRequests } from '../../testing/cloud-calls.ts';
+import { outcomeWithin, silentServer } from '../../testing/silent-server.ts';
 import { cloudCallMetrics } from '../metrics.ts';
 import { ComputeClient, lastComponent, metadataValue } from './compute.ts';
 
@@ -109,4 +110,27 @@ test('lastComponent takes the name off a resource URL', () => {
     'us-east4-a',
   );
   assert.equal(lastComponent('plain'), 'plain');
+});
+
+test('an API that accepts the connection and never answers: the call ends at its timeout, as unavailable, its connection closed', async () => {
+  const silent = await silentServer();
+  const hung = new ComputeClient({
+    project: 'p-compute',
+    auth: simulatorAuth(sim),
+    endpoint: silent.endpoint,
+    retries: 0,
+    requestTimeoutMs: 300,
+  });
+  try {
+    const started = Date.now();
+    const outcome = await outcomeWithin(hung.listInstances('us-east4-a'), 5_000);
+    assert.ok(!outcome.pending, 'still pending 5 s after its 300 ms timeout');
+    assert.ok(Date.now() - started < 2_000, `failed after ${Date.now() - started} ms`);
+    assert.equal((outcome.error as Error).name, 'UnavailableError', String(outcome.error));
+    for (let i = 0; i < 100 && silent.open() > 0; i++)
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(silent.open(), 0, 'the request still holds its connection');
+  } finally {
+    silent.close();
+  }
 });

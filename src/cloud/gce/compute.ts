@@ -106,6 +106,12 @@ export interface ComputeClientOptions {
   retries?: number;
   /** First retry delay; later ones back off exponentially. */
   retryDelayMs?: number;
+  /**
+   * How long one attempt may wait for its answer (default 20 s, as the AWS and Azure clients): an API
+   * that accepts the connection and never answers fails the call (unavailable) instead of holding it,
+   * and the process at shutdown, forever.
+   */
+  requestTimeoutMs?: number;
   logger?: Logger;
   /** Where every request and call is counted (default: nowhere). */
   cloudCalls?: CloudCallRecorder;
@@ -137,6 +143,7 @@ export class ComputeClient {
   readonly #base: string;
   readonly #retries: number;
   readonly #retryDelayMs: number;
+  readonly #timeoutMs: number;
   readonly #logger: Logger;
   readonly #calls: CloudCallRecorder;
 
@@ -146,6 +153,7 @@ export class ComputeClient {
     this.#base = `${(options.endpoint ?? defaultComputeEndpoint).replace(/\/$/, '')}/projects/${encodeURIComponent(options.project)}`;
     this.#retries = options.retries ?? 3;
     this.#retryDelayMs = options.retryDelayMs ?? 200;
+    this.#timeoutMs = options.requestTimeoutMs ?? 20_000;
     this.#logger = options.logger ?? silentLogger;
     this.#calls = options.cloudCalls ?? noCloudCalls;
   }
@@ -174,6 +182,7 @@ export class ComputeClient {
         method,
         params,
         responseType: 'json',
+        timeout: this.#timeoutMs,
         retryConfig: {
           retry: this.#retries,
           retryDelay: this.#retryDelayMs,
