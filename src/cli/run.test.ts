@@ -72,6 +72,35 @@ async function poll<T>(read: () => Promise<T>, done: (value: T) => boolean, what
   assert.fail(`timed out waiting for ${what}`);
 }
 
+/**
+ * SIGTERM ends the controller with 0 well within the DaemonSet's 30 s grace, and nothing outlived the
+ * shutdown: the exit-grace backstop did not have to end the process.
+ */
+async function stopsCleanly(controller: ReturnType<typeof startController>): Promise<void> {
+  controller.child.kill('SIGTERM');
+  assert.equal(await exitWithin(controller.exit, 10_000), 0, controller.stderr.join('\n'));
+  assert.deepEqual(heldOpen(controller.stderr), [], controller.stderr.join('\n'));
+}
+
+/** A config on `cloud` with an empty state store in `dir` and a lease that fails over in seconds. */
+function writeFastLeaderConfig(path: string, cloud: string, dir: string): Promise<void> {
+  return writeFile(
+    path,
+    [
+      'clusterName: run.example.com',
+      `cloud: ${cloud}`,
+      `configBase: file://${dir}/state`,
+      'metrics:',
+      '  listen: 127.0.0.1:0',
+      'leaderElection:',
+      '  leaseDuration: 2s',
+      '  renewDeadline: 1s',
+      '  retryPeriod: 200ms',
+      '',
+    ].join('\n'),
+  );
+}
+
 describe('kops-controller run', () => {
   test('serves its endpoints, leads, and on SIGTERM releases the lease and exits 0', async () => {
     const sim = await startApiServer();
@@ -142,33 +171,16 @@ describe('kops-controller run', () => {
         '',
       ].join('\n'),
     );
-    await writeFile(
-      conf,
-      [
-        'clusterName: run.example.com',
-        'cloud: metal',
-        // With a state store the leader's components are built, and their Node and CSR watches list.
-        `configBase: file://${dir}/state`,
-        'metrics:',
-        '  listen: 127.0.0.1:0',
-        'leaderElection:',
-        '  leaseDuration: 2s',
-        '  renewDeadline: 1s',
-        '  retryPeriod: 200ms',
-        '',
-      ].join('\n'),
-    );
+    // With a state store the leader's components are built, and their Node and CSR watches list.
+    await writeFastLeaderConfig(conf, 'metal', dir);
     const controller = startController(['--conf', conf, '--kubeconfig', kubeconfig]);
     try {
       await controller.url;
       // The Node and CSR list pages and the lease read are waiting for answers.
       assert.equal(await eventually(() => silent.accepted() >= 3, true), true, controller.stderr.join('\n'));
-      controller.child.kill('SIGTERM');
-      // Not the list pages' 60 s deadline, nor the lease read's renewDeadline: the DaemonSet's grace is 30 s.
-      assert.equal(await exitWithin(controller.exit, 10_000), 0, controller.stderr.join('\n'));
-      // The watches gave up their pages and the elector its lease read: nothing outlived the
-      // shutdown, so the backstop did not have to end the process.
-      assert.deepEqual(heldOpen(controller.stderr), [], controller.stderr.join('\n'));
+      // Not the list pages' 60 s deadline, nor the lease read's renewDeadline: the watches gave up
+      // their pages and the elector its lease read.
+      await stopsCleanly(controller);
     } finally {
       controller.child.kill('SIGKILL');
       silent.close();
@@ -181,22 +193,8 @@ describe('kops-controller run', () => {
     const kubeconfig = join(dir, 'kubeconfig');
     const conf = join(dir, 'config.yaml');
     await writeFile(kubeconfig, sim.kubeconfig());
-    await writeFile(
-      conf,
-      [
-        'clusterName: run.example.com',
-        'cloud: aws',
-        // The leader's components need a state store; an empty one serves, the cloud is what hangs.
-        `configBase: file://${dir}/state`,
-        'metrics:',
-        '  listen: 127.0.0.1:0',
-        'leaderElection:',
-        '  leaseDuration: 2s',
-        '  renewDeadline: 1s',
-        '  retryPeriod: 200ms',
-        '',
-      ].join('\n'),
-    );
+    // The leader's components need a state store; an empty one serves, the cloud is what hangs.
+    await writeFastLeaderConfig(conf, 'aws', dir);
     // Every AWS call of the child goes to the silent endpoint, with credentials that sign nothing real.
     const env: NodeJS.ProcessEnv = {
       ...process.env,
@@ -215,10 +213,8 @@ describe('kops-controller run', () => {
       await controller.url;
       // The leader's validation gauges list the Auto Scaling groups at once: that call now waits.
       assert.equal(await eventually(() => silent.accepted() >= 1, true), true, controller.stderr.join('\n'));
-      controller.child.kill('SIGTERM');
-      assert.equal(await exitWithin(controller.exit, 10_000), 0, controller.stderr.join('\n'));
-      // Destroying the AWS clients gave their calls up: nothing was left for the backstop.
-      assert.deepEqual(heldOpen(controller.stderr), [], controller.stderr.join('\n'));
+      // Destroying the AWS clients gave their calls up.
+      await stopsCleanly(controller);
     } finally {
       controller.child.kill('SIGKILL');
       silent.close();
