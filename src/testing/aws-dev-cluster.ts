@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { parseDocument } from 'yaml';
 import { type AwsProvider, createAwsProvider } from '../cloud/aws/provider.ts';
 import type { KubeObject } from '../sim/apiserver/index.ts';
-import { awsProviderID } from '../sim/aws/scenario.ts';
+import { awsProviderID, simInstanceId } from '../sim/aws/scenario.ts';
 import type { SimInstanceInput } from '../sim/aws/world.ts';
 import { type DevCluster, type DevClusterOptions, startDevCluster } from '../sim/dev-cluster.ts';
 import { ClusterStore } from '../statestore/cluster-store.ts';
@@ -24,6 +24,8 @@ export interface AwsDevCluster {
   /** The cluster's state store, and a ClusterStore polling it every 100 ms. */
   vfs: Vfs;
   clusterStore: ClusterStore;
+  /** A running EC2 instance of instance group `nodes-us-test-1a`, numbered `number`, added to the cloud. */
+  addNodesInstance(number: number): SimInstanceInput;
   /** A Node for a simulated instance, registered with its providerID. */
   nodeOf(
     instance: SimInstanceInput,
@@ -57,6 +59,16 @@ export async function startAwsDevCluster(
     provider,
     vfs,
     clusterStore: new ClusterStore(vfs, { pollIntervalMs: 100 }),
+    addNodesInstance(number) {
+      const instance: SimInstanceInput = {
+        id: simInstanceId(number),
+        zone: 'us-test-1a',
+        cluster: cluster.clusterName,
+        instanceGroup: 'nodes-us-test-1a',
+      };
+      cluster.aws.ec2.addInstances([instance]);
+      return instance;
+    },
     nodeOf: (instance, metadata = {}) => ({
       apiVersion: 'v1',
       kind: 'Node',

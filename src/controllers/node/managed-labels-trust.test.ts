@@ -15,7 +15,6 @@ import {
   verifyManagedLabels,
 } from '../../nodelabels/signed-managed-labels.ts';
 import type { KubeObject } from '../../sim/apiserver/index.ts';
-import { simInstanceId } from '../../sim/aws/scenario.ts';
 import type { SimInstanceInput } from '../../sim/aws/world.ts';
 import { eventually, startAwsDevCluster } from '../../testing/aws-dev-cluster.ts';
 import { labelsKeyField, labelsKeySecretName } from './labels-key.ts';
@@ -40,14 +39,7 @@ const protectedLabel = 'node-restriction.kubernetes.io/dedicated';
 let nextInstance = 77_000;
 
 function newInstance(): SimInstanceInput {
-  const instance: SimInstanceInput = {
-    id: simInstanceId(nextInstance++),
-    zone: 'us-test-1a',
-    cluster: cluster.clusterName,
-    instanceGroup: 'nodes-us-test-1a',
-  };
-  cluster.aws.ec2.addInstances([instance]);
-  return instance;
+  return aws.addNodesInstance(nextInstance++);
 }
 
 function nodeOf(instance: SimInstanceInput, annotations: Record<string, string> = {}): KubeObject {

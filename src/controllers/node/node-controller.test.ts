@@ -393,13 +393,7 @@ describe('NodeController when leadership ends during slow I/O', () => {
     const run = controller.start(leading.signal);
     try {
       slow();
-      const instance: SimInstanceInput = {
-        id: simInstanceId(next++),
-        zone: 'us-test-1a',
-        cluster: cluster.clusterName,
-        instanceGroup: 'nodes-us-test-1a',
-      };
-      cluster.aws.ec2.addInstances([instance]);
+      const instance = aws.addNodesInstance(next++);
       store.create(nodeOf(instance));
       await eventually('the slow call is in flight', arrived);
       return msToStop(leading, run);
