@@ -86,7 +86,7 @@ export async function cloudFromConfig(
         nodeIdentifier: gce.nodeIdentifier,
         cloudGroups: gce.cloudGroups,
         identifiesByNodeName: false,
-        close: () => undefined,
+        close: () => gce.close(),
       };
     }
     case 'openstack':

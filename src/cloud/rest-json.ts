@@ -111,6 +111,8 @@ export class RestJsonClient {
   readonly #base: string;
   /** Kept-alive connections: a list of 100 pages reuses one TLS session instead of 100 handshakes. */
   readonly #agent: HttpAgent;
+  /** Aborted by {@link destroy}: the calls in flight end, their retries and later calls with them. */
+  readonly #closed = new AbortController();
 
   constructor(options: RestJsonClientOptions) {
     this.#o = {
@@ -128,8 +130,9 @@ export class RestJsonClient {
     this.#agent = new Agent({ keepAlive: true, maxSockets: 8 });
   }
 
-  /** Closes the kept-alive connections. */
+  /** Ends the calls in flight, refuses later ones, and closes the kept-alive connections (shutdown). */
   destroy(): void {
+    this.#closed.abort(new DOMException(`the ${this.#o.title} client was closed`, 'AbortError'));
     this.#agent.destroy();
   }
 
@@ -138,7 +141,7 @@ export class RestJsonClient {
     const { cloud, cloudCalls: calls, title } = this.#o;
     const started = performance.now();
     try {
-      return await retryCloudCall(this.#o, async () => {
+      return await retryCloudCall({ ...this.#o, signal: this.#closed.signal }, async () => {
         let answer: Awaited<ReturnType<typeof httpsRequest>>;
         try {
           answer = await httpsRequest({
@@ -147,6 +150,7 @@ export class RestJsonClient {
             timeoutMs: this.#o.timeoutMs,
             maxBodyBytes: this.#o.maxBodyBytes,
             agent: this.#agent,
+            signal: this.#closed.signal,
           });
         } catch (err) {
           calls.request(cloud, operation, 'error');

@@ -7,6 +7,7 @@
  * bootstrap request is answered 503 with that Retry-After instead of being held (or retried early,
  * against an API that asked to be left alone).
  */
+import { setTimeout as delay } from 'node:timers/promises';
 import { KopsError } from '../errors.ts';
 
 /** How a cloud read is retried. */
@@ -16,9 +17,9 @@ export interface CloudRetryPolicy {
   retryDelayMs: number;
   /** A server-asked wait longer than this fails at once instead. */
   maxRetryWaitMs: number;
+  /** Aborted when the client is closed (the controller stops): no wait and no attempt after it. */
+  signal?: AbortSignal;
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Whether another attempt may succeed: the API throttled, failed or did not answer in time. */
 export function isRetryableCloudError(err: unknown): err is KopsError {
@@ -40,8 +41,10 @@ export async function retryCloudCall<T>(policy: CloudRetryPolicy, attempt: () =>
       if (!isRetryableCloudError(err)) throw err;
       const asked = err.details?.['retryAfterSeconds'];
       const waitMs = typeof asked === 'number' ? asked * 1000 : policy.retryDelayMs * 2 ** n;
-      if (n >= policy.retries || waitMs > policy.maxRetryWaitMs) throw err;
-      await sleep(waitMs);
+      if (n >= policy.retries || waitMs > policy.maxRetryWaitMs || policy.signal?.aborted) throw err;
+      // A close during the wait ends it (the delay rejects) and the last error stands.
+      await delay(waitMs, undefined, { signal: policy.signal }).catch(() => undefined);
+      if (policy.signal?.aborted) throw err;
     }
   }
 }

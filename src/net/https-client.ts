@@ -144,6 +144,11 @@ function readAnswer(
 export function httpsRequest(request: HttpsRequest): Promise<HttpsAnswer> {
   const send = request.url.protocol === 'http:' ? httpRequest : httpsRequestOf;
   return new Promise<HttpsAnswer>((resolve, reject) => {
+    // Node would still open the connection for a request whose signal has already aborted.
+    if (request.signal?.aborted) {
+      reject(new DOMException('The operation was aborted', 'AbortError'));
+      return;
+    }
     // Set before destroying the request, so that whichever error event comes first is read as this.
     let failure: Error | undefined;
     let answered = false;

@@ -88,3 +88,24 @@ test('an ARM endpoint that accepts the connection and never answers: each reques
     silent.close();
   }
 });
+
+test('closing the client ends a call waiting on a silent ARM endpoint at once, and refuses the next without a request', async () => {
+  const silent = await silentServer();
+  const endpoint = `https://127.0.0.1:${new URL(silent.endpoint).port}`;
+  const hung = new AzureClient({ ...sim.clientOptions, endpoint, maxRetries: 3, requestTimeoutMs: 60_000 });
+  try {
+    const waiting = outcomeWithin(hung.listScaleSets(), 5_000);
+    assert.equal(await eventually(() => silent.accepted(), 1), 1, 'the call never reached the endpoint');
+    const closed = Date.now();
+    hung.close();
+    const outcome = await waiting;
+    assert.ok(!outcome.pending, 'still pending 5 s after the client was closed');
+    assert.ok(Date.now() - closed < 1_000, `ended ${Date.now() - closed} ms after close`);
+    assert.equal((outcome.error as Error).name, 'UnavailableError', String(outcome.error));
+    assert.equal(await eventually(() => silent.open(), 0), 0, 'the aborted call still holds its connection');
+    await assert.rejects(hung.listScaleSets(), { name: 'UnavailableError' });
+    assert.equal(silent.accepted(), 1, 'a call after close reached the endpoint (or the first was retried)');
+  } finally {
+    silent.close();
+  }
+});

@@ -185,6 +185,8 @@ export class AzureClient {
   readonly #rest: ComputeManagementContext;
   readonly #cloudCalls: CloudCallRecorder;
   readonly #origin: string;
+  /** Aborted by {@link close}: every call in flight ends, and every later one fails at once. */
+  readonly #closed = new AbortController();
 
   constructor(options: AzureClientOptions) {
     this.subscriptionId = options.subscriptionId;
@@ -194,6 +196,7 @@ export class AzureClient {
     this.#origin = new URL(endpoint).origin;
     const recorder = this.#cloudCalls;
     const requestTimeoutMs = options.requestTimeoutMs ?? defaultRequestTimeoutMs;
+    const closed = this.#closed.signal;
     const clientOptions: ClientOptions = {
       endpoint,
       retryOptions: { maxRetries: options.maxRetries ?? 3 },
@@ -207,6 +210,11 @@ export class AzureClient {
             sendRequest(request, next) {
               if (!(request.timeout > 0 && request.timeout <= requestTimeoutMs))
                 request.timeout = requestTimeoutMs;
+              // Closing the client ends the call; the retry policy does not retry an aborted one.
+              closed.throwIfAborted();
+              request.abortSignal = request.abortSignal
+                ? AbortSignal.any([request.abortSignal as AbortSignal, closed])
+                : closed;
               return next(request);
             },
           },
@@ -236,6 +244,16 @@ export class AzureClient {
     };
     this.#compute = new ComputeManagementClient(options.credential, options.subscriptionId, clientOptions);
     this.#rest = createComputeManagement(options.credential, options.subscriptionId, clientOptions);
+  }
+
+  /**
+   * Ends every call in flight and refuses later ones (the controller is stopping): a call waiting on a
+   * slow ARM endpoint would otherwise hold the process open until its timeout.
+   */
+  close(): void {
+    this.#closed.abort(
+      new DOMException('the Azure client was closed (the controller is stopping)', 'AbortError'),
+    );
   }
 
   /** A VM or scale-set VM with its instance view (hence its power state). */

@@ -76,6 +76,6 @@ export async function createAzureProvider(options: AzureProviderOptions): Promis
     nodeIdentifier: new AzureNodeIdentifier({ client, clusterName: options.clusterName, logger }),
     cloudGroups: new AzureCloudGroups({ client, logger }),
     identifiesByNodeName: false,
-    close: () => undefined,
+    close: () => client.close(),
   };
 }

@@ -134,3 +134,33 @@ test('an API that accepts the connection and never answers: the call ends at its
     silent.close();
   }
 });
+
+test('closing the client ends a call waiting on a silent API at once, and refuses the next without a request', async () => {
+  const silent = await silentServer();
+  const hung = new ComputeClient({
+    project: 'p-compute',
+    auth: simulatorAuth(sim),
+    endpoint: silent.endpoint,
+    retries: 3,
+    requestTimeoutMs: 60_000,
+  });
+  try {
+    const waiting = outcomeWithin(hung.listInstances('us-east4-a'), 5_000);
+    for (let i = 0; i < 100 && silent.accepted() === 0; i++)
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.equal(silent.accepted(), 1, 'the call never reached the API');
+    const closed = Date.now();
+    hung.close();
+    const outcome = await waiting;
+    assert.ok(!outcome.pending, 'still pending 5 s after the client was closed');
+    assert.ok(Date.now() - closed < 1_000, `ended ${Date.now() - closed} ms after close`);
+    assert.equal((outcome.error as Error).name, 'UnavailableError', String(outcome.error));
+    for (let i = 0; i < 100 && silent.open() > 0; i++)
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(silent.open(), 0, 'the aborted call still holds its connection');
+    await assert.rejects(hung.listInstances('us-east4-b'), { name: 'UnavailableError', message: /closed/ });
+    assert.equal(silent.accepted(), 1, 'a call after close reached the API (or the first was retried)');
+  } finally {
+    silent.close();
+  }
+});

@@ -29,6 +29,8 @@ export interface GceProvider {
   compute: ComputeClient;
   nodeIdentifier: GceNodeIdentifier;
   cloudGroups: GceCloudGroups;
+  /** Ends the compute calls in flight and refuses new ones (shutdown). */
+  close(): void;
 }
 
 /** Builds the GCE provider; throws ConfigError when the project is unknown. */
@@ -51,5 +53,6 @@ export async function createGceProvider(options: GceProviderOptions): Promise<Gc
     compute,
     nodeIdentifier: new GceNodeIdentifier({ compute, clusterName: options.clusterName, logger }),
     cloudGroups: new GceCloudGroups({ compute, logger }),
+    close: () => compute.close(),
   };
 }

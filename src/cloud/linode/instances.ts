@@ -109,6 +109,8 @@ interface CallSettings {
   token: string;
   timeoutMs: number;
   agent: HttpAgent;
+  /** Aborted by {@link LinodeApi.destroy}. */
+  closed: AbortController;
 }
 
 const current = new AsyncLocalStorage<CallSettings>();
@@ -131,6 +133,7 @@ function installInterceptor(): void {
       maxContentLength: 32 * 1024 * 1024,
       httpAgent: settings.agent,
       httpsAgent: settings.agent,
+      signal: settings.closed.signal,
     };
   });
 }
@@ -168,8 +171,10 @@ export class LinodeApi {
       token: options.token,
       timeoutMs: options.timeoutMs ?? 10_000,
       agent: new Agent({ keepAlive: true, maxSockets: 8 }),
+      closed: new AbortController(),
     };
     this.#retry = {
+      signal: this.#settings.closed.signal,
       retries: options.retries ?? 3,
       retryDelayMs: options.retryDelayMs ?? 200,
       maxRetryWaitMs: options.maxRetryWaitMs ?? 5_000,
@@ -177,8 +182,9 @@ export class LinodeApi {
     this.#calls = options.cloudCalls ?? noCloudCalls;
   }
 
-  /** Closes the kept-alive connections. */
+  /** Ends the calls in flight, refuses later ones, and closes the kept-alive connections (shutdown). */
   destroy(): void {
+    this.#settings.closed.abort(new DOMException('the Linode client was closed', 'AbortError'));
     this.#settings.agent.destroy();
   }
 

@@ -4,7 +4,7 @@
  * names, with OpenStack's own message (`{"itemNotFound": {"message": …}}` from Nova,
  * `{"error": {"message": …}}` from Keystone) and any `Retry-After` in its details.
  */
-import { errorForHttpStatus, type KopsError } from '../../errors.ts';
+import { describeError, errorForHttpStatus, type KopsError, UnavailableError } from '../../errors.ts';
 import { type HttpsAnswer, httpsRequest } from '../../net/https-client.ts';
 import { retryAfterSeconds } from '../../net/retry-after.ts';
 import { type CloudCallRecorder, httpCallResult, secondsSince } from '../metrics.ts';
@@ -20,6 +20,8 @@ export interface OpenStackRequest {
   timeoutMs: number;
   maxBodyBytes: number;
   calls: CloudCallRecorder;
+  /** Ends the request (the provider was closed); it then fails as unavailable. */
+  signal?: AbortSignal;
 }
 
 /** The message an OpenStack error body carries, whichever service wrote it. */
@@ -66,6 +68,14 @@ export async function openstackRequest(request: OpenStackRequest): Promise<Https
       ...(body === undefined ? {} : { body }),
       timeoutMs: request.timeoutMs,
       maxBodyBytes: request.maxBodyBytes,
+      ...(request.signal ? { signal: request.signal } : {}),
+    }).catch((err: unknown) => {
+      if (request.signal?.aborted) {
+        throw new UnavailableError(`${request.call}: ${describeError(request.signal.reason)}`, {
+          cause: err,
+        });
+      }
+      throw err;
     });
     status = answer.status;
     if (answer.status < 200 || answer.status > 299) throw openstackError(request.call, answer);

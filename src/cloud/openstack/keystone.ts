@@ -28,6 +28,8 @@ export interface KeystoneSessionOptions {
   renewBeforeMs?: number;
   calls?: CloudCallRecorder;
   now?: () => number;
+  /** Aborted when the provider is closed: an authentication in flight ends. */
+  signal?: AbortSignal;
 }
 
 interface CatalogEntry {
@@ -72,6 +74,7 @@ export class KeystoneSession {
       timeoutMs: this.#options.timeoutMs ?? 10_000,
       maxBodyBytes: 4 * 1024 * 1024,
       calls: this.#options.calls ?? noCloudCalls,
+      ...(this.#options.signal ? { signal: this.#options.signal } : {}),
     });
     const token = answer.headers['x-subject-token'];
     let parsed: { token?: { expires_at?: string; catalog?: CatalogEntry[]; project?: { id?: unknown } } };

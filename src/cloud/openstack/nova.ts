@@ -51,6 +51,8 @@ export interface NovaClientOptions {
   /** The longest Retry-After waited out; a longer one fails the call at once (default 10 s). */
   maxRetryWaitMs?: number;
   calls?: CloudCallRecorder;
+  /** Aborted when the provider is closed: the calls in flight end, their retries with them. */
+  signal?: AbortSignal;
 }
 
 /** Server ids are UUIDs; anything else is refused before it is put in a URL. */
@@ -133,6 +135,7 @@ export class NovaClient {
       retries: this.#options.retries ?? 3,
       retryDelayMs: this.#options.retryDelayMs ?? 500,
       maxRetryWaitMs: this.#options.maxRetryWaitMs ?? 10_000,
+      ...(this.#options.signal ? { signal: this.#options.signal } : {}),
     };
     let reauthenticated = false;
     const attempt = async (): Promise<unknown> => {
@@ -162,6 +165,7 @@ export class NovaClient {
       timeoutMs: this.#options.timeoutMs ?? 15_000,
       maxBodyBytes: 64 * 1024 * 1024,
       calls: this.#options.calls ?? noCloudCalls,
+      ...(this.#options.signal ? { signal: this.#options.signal } : {}),
     });
     try {
       return JSON.parse(answer.body.toString('utf8'));

@@ -34,8 +34,9 @@ export interface OpenStackProvider {
 export function createOpenStackProvider(options: OpenStackProviderOptions): OpenStackProvider {
   const auth = options.auth ?? openstackAuthFromEnv();
   const calls = options.cloudCalls ? { calls: options.cloudCalls } : {};
-  const session = new KeystoneSession({ auth, ...calls });
-  const nova = new NovaClient({ session, ...calls });
+  const closed = new AbortController();
+  const session = new KeystoneSession({ auth, ...calls, signal: closed.signal });
+  const nova = new NovaClient({ session, ...calls, signal: closed.signal });
   return {
     nova,
     nodeIdentifier: new OpenStackNodeIdentifier({
@@ -45,6 +46,6 @@ export function createOpenStackProvider(options: OpenStackProviderOptions): Open
     }),
     cloudGroups: new OpenStackCloudGroups(nova),
     identifiesByNodeName: false,
-    close: () => undefined,
+    close: () => closed.abort(new DOMException('the OpenStack provider was closed', 'AbortError')),
   };
 }

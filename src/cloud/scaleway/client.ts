@@ -71,6 +71,8 @@ export interface ScalewayClientOptions {
   /** The longest `reset_seconds` waited out; a longer one fails the call at once (default 10 s). */
   maxRetryWaitMs?: number;
   calls?: CloudCallRecorder;
+  /** Aborted when the provider is closed: the calls in flight end, their retries with them. */
+  signal?: AbortSignal;
 }
 
 /** The SDK APIs, and how to call them. */
@@ -132,7 +134,9 @@ export function createScalewayClients(options: ScalewayClientOptions): ScalewayC
     const started = performance.now();
     let status: number | undefined;
     try {
-      const response = await fetch(request, { signal: AbortSignal.timeout(timeoutMs) });
+      const deadline = AbortSignal.timeout(timeoutMs);
+      const signal = options.signal ? AbortSignal.any([deadline, options.signal]) : deadline;
+      const response = await fetch(request, { signal });
       status = response.status;
       return response;
     } finally {
@@ -161,6 +165,7 @@ export function createScalewayClients(options: ScalewayClientOptions): ScalewayC
     retries: options.retries ?? 3,
     retryDelayMs: options.retryDelayMs ?? 500,
     maxRetryWaitMs: options.maxRetryWaitMs ?? 10_000,
+    ...(options.signal ? { signal: options.signal } : {}),
   };
   const call = <T>(what: string, read: () => Promise<T>): Promise<T> =>
     retryCloudCall(policy, () => read().catch((raw: unknown) => Promise.reject(scalewayError(what, raw))));

@@ -55,8 +55,10 @@ export async function createScalewayProvider(options: ScalewayProviderOptions): 
   const credentials =
     options.credentials ??
     scalewayCredentialsFromEnv(process.env, await zoneOfThisServer(options.metadataUrl));
+  const closed = new AbortController();
   const clients = createScalewayClients({
     credentials,
+    signal: closed.signal,
     ...(options.cloudCalls ? { calls: options.cloudCalls } : {}),
   });
   return {
@@ -68,6 +70,6 @@ export async function createScalewayProvider(options: ScalewayProviderOptions): 
     }),
     cloudGroups: new ScalewayCloudGroups(clients),
     identifiesByNodeName: false,
-    close: () => undefined,
+    close: () => closed.abort(new DOMException('the Scaleway provider was closed', 'AbortError')),
   };
 }
