@@ -124,6 +124,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
       identifiesByNodeName: cloud.identifiesByNodeName,
       instanceGroups: () => clusterStore.instanceGroups(),
       cluster: () => clusterStore.cluster(),
+      labelsKey: () => nodeController.labelsKey,
       registry: options.registry,
       logger,
     }),

@@ -4,6 +4,8 @@ import fc from 'fast-check';
 import type { CloudGroup, CloudGroupMember } from '../cloud/types.ts';
 import { NotFoundError } from '../errors.ts';
 import { instanceGroupLabel, roleLabels } from '../nodelabels/build-node-labels.ts';
+import { formatManagedLabels } from '../nodelabels/diff-labels.ts';
+import { signManagedLabels } from '../nodelabels/signed-managed-labels.ts';
 import { type Cluster, type InstanceGroup, parseCluster } from '../statestore/kops-types.ts';
 import { type PodInfo, validateCluster } from '../validation/validate-cluster.ts';
 import {
@@ -14,6 +16,9 @@ import {
 } from './incremental-validation.ts';
 import { instanceGroupHealth, type LabelledNodeInfo } from './instance-group-health.ts';
 import { countsOf } from './validation-metrics.ts';
+
+/** The NodeController's signing key, when the slow inputs carry it. */
+const labelsKey = new Uint8Array(32).fill(3);
 
 const cluster: Cluster = parseCluster(`apiVersion: kops.k8s.io/v1alpha2
 kind: Cluster
@@ -94,6 +99,7 @@ const arbSlow: fc.Arbitrary<SlowInputs> = fc.record({
   cloudGroups: fc.array(arbCloudGroup, { maxLength: 4 }),
   cluster: fc.option(fc.constant(cluster), { nil: undefined }),
   identifiesByNodeName: fc.boolean(),
+  labelsKey: fc.option(fc.constant(labelsKey), { nil: undefined }),
 });
 
 const arbNode: fc.Arbitrary<LabelledNodeInfo> = fc
@@ -106,7 +112,8 @@ const arbNode: fc.Arbitrary<LabelledNodeInfo> = fc
     team: fc.option(fc.constantFrom('infra', 'web'), { nil: undefined }),
     readyStatus: fc.constantFrom('True', 'True', 'False', 'Unknown'),
     networkUnavailable: fc.boolean(),
-    managed: fc.boolean(),
+    old: fc.boolean(),
+    managed: fc.constantFrom('none', 'signed', 'forged'),
     needsUpdate: fc.boolean(),
   })
   .map((n) => {
@@ -115,13 +122,27 @@ const arbNode: fc.Arbitrary<LabelledNodeInfo> = fc
     if (n.controlPlane) labels['node-role.kubernetes.io/control-plane'] = '';
     if (n.role) labels[n.role] = '';
     if (n.team) labels.team = n.team;
+    // A label no spec asks for: drift only where the controller signed it as its own.
+    if (n.old) labels['old'] = 'x';
+    const keys = [...Object.keys(labels), 'old'];
     return {
       name: n.name,
       ...(n.providerID ? { providerID: n.providerID } : {}),
       labels,
       readyStatus: n.readyStatus,
       networkUnavailable: n.networkUnavailable,
-      managedLabels: n.managed ? Object.keys(labels) : [],
+      uid: `uid-${n.name}`,
+      ...(n.managed === 'none'
+        ? {}
+        : {
+            managedLabels: formatManagedLabels(keys),
+            // A forged set: the node added `old` to the set the controller signed.
+            managedLabelsSignature: signManagedLabels(
+              labelsKey,
+              { name: n.name, uid: `uid-${n.name}` },
+              n.managed === 'forged' ? keys.filter((k) => k !== 'old') : keys,
+            ),
+          }),
       ...(n.needsUpdate ? { needsUpdate: true } : {}),
     };
   });

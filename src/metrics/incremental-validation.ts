@@ -54,6 +54,8 @@ export interface SlowInputs {
   cluster?: Cluster;
   /** Whether the cloud identifies nodes by name (metal), as validation's input says it. */
   identifiesByNodeName?: boolean;
+  /** The NodeController's signing key, for the drift counts (instance-group-health.ts). */
+  labelsKey?: Uint8Array;
 }
 
 /** The counts the eight node and pod gauges read (the component gauges come from the refresh). */

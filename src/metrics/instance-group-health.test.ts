@@ -2,6 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { CloudGroup, InstanceState } from '../cloud/types.ts';
 import { roleLabels } from '../nodelabels/build-node-labels.ts';
+import { formatManagedLabels } from '../nodelabels/diff-labels.ts';
+import { signManagedLabels } from '../nodelabels/signed-managed-labels.ts';
 import { type Cluster, type InstanceGroup, parseCluster } from '../statestore/kops-types.ts';
 import { isReady } from '../validation/validate-cluster.ts';
 import {
@@ -28,6 +30,16 @@ const ig = (name: string, role: InstanceGroup['spec']['role'], spec: Partial<Ins
     metadata: { name },
     spec: { role, ...spec },
   }) as InstanceGroup;
+
+/** The NodeController's signing key in these tests. */
+const labelsKey = new Uint8Array(32).fill(7);
+
+/** A node's managed set as the controller writes it: the keys, signed for the node's name and UID. */
+const signedSet = (name: string, keys: string[]) => ({
+  uid: `uid-${name}`,
+  managedLabels: formatManagedLabels(keys),
+  managedLabelsSignature: signManagedLabels(labelsKey, { name, uid: `uid-${name}` }, keys),
+});
 
 /** The labels the node controller would have applied to a node of `nodes` (a Node group). */
 const labelledNodes = {
@@ -57,13 +69,18 @@ describe('instanceGroupHealth', () => {
     targetSize,
     members: ids.map((id) => member(id)),
   });
-  const node = (id: string, ready: boolean, labels: Record<string, string>, managed: string[] = []) => ({
+  const node = (
+    id: string,
+    ready: boolean,
+    labels: Record<string, string>,
+    managed: string[] = [],
+  ): LabelledNodeInfo => ({
     name: id,
     providerID: `aws:///z/${id}`,
     labels,
     readyStatus: ready ? ('True' as const) : ('False' as const),
     networkUnavailable: false,
-    managedLabels: managed,
+    ...signedSet(id, managed),
   });
 
   test('ready, not ready and missing against the target size; drift against the spec’s labels', () => {
@@ -92,12 +109,42 @@ describe('instanceGroupHealth', () => {
       ],
       nodes,
       cluster,
+      labelsKey,
     };
     assert.deepEqual(instanceGroupHealth(input), [
       // c1 lacks the control-plane labels the spec asks for.
       { instanceGroup: 'cp', ready: 1, notReady: 0, desired: 3, missing: 2, labelDrift: 1 },
       { instanceGroup: 'nodes', ready: 4, notReady: 1, desired: 5, missing: 0, labelDrift: 2 },
     ]);
+  });
+
+  test('drift prunes only from a managed set the controller signed for that node, as the controller does', () => {
+    const managed = Object.keys(labelledNodes);
+    // Each node carries a label `old` that the spec does not ask for.
+    const labels = { ...labelledNodes, old: 'x' };
+    const signed = node('n1', true, labels, [...managed, 'old']);
+    const nodes: LabelledNodeInfo[] = [
+      // Signed with `old`: the controller would remove it, so the node drifts.
+      signed,
+      // The kubelet added `old` to its own set (the signature no longer matches): no drift, the
+      // controller would not remove it either.
+      { ...node('n2', true, labels, managed), managedLabels: formatManagedLabels([...managed, 'old']) },
+      // No signature at all.
+      { ...node('n3', true, labels), managedLabels: formatManagedLabels([...managed, 'old']) },
+      // n1's signed set copied onto n4: bound to n1's name and UID.
+      { ...node('n4', true, labels), ...signedSet('n1', [...managed, 'old']) },
+    ];
+    const input = {
+      instanceGroups: [ig('nodes', 'Node', { nodeLabels: { pool: 'a' } })],
+      cloudGroups: [cloudGroup('nodes', 4, ['n1', 'n2', 'n3', 'n4'])],
+      nodes,
+      cluster,
+    };
+    assert.equal(instanceGroupHealth({ ...input, labelsKey })[0]?.labelDrift, 1, 'only n1');
+    // Without the key no set is believed (the controller then prunes only kops' role labels).
+    assert.equal(instanceGroupHealth(input)[0]?.labelDrift, 0);
+    // Another key (a key Secret replaced): n1's signature no longer verifies.
+    assert.equal(instanceGroupHealth({ ...input, labelsKey: new Uint8Array(32) })[0]?.labelDrift, 0);
   });
 
   test('no cloud group: the spec’s minSize is the desired size, else no desired or missing count', () => {
@@ -187,6 +234,7 @@ describe('instanceGroupHealth', () => {
       const names = [...instanceGroups.map((g) => g.metadata.name), 'unknown'];
       const cloudGroups: CloudGroup[] = [];
       const nodes: LabelledNodeInfo[] = [];
+      const trusted = new Map<LabelledNodeInfo, string[]>();
       let next = 0;
       for (const name of names) {
         if (random() < 0.25) continue;
@@ -204,29 +252,40 @@ describe('instanceGroupHealth', () => {
         if (label) labels['kops.k8s.io/instancegroup'] = label;
         if (random() < 0.5) labels.team = pick(['infra', 'web']);
         if (random() < 0.5) labels[pick(Object.values(roleLabels))] = '';
-        nodes.push({
-          ...node(id, random() < 0.6, labels, random() < 0.5 ? Object.keys(labels) : []),
+        const managed = random() < 0.5 ? [...Object.keys(labels), 'old'] : [];
+        if (random() < 0.5) labels['old'] = 'x';
+        const record: LabelledNodeInfo = {
+          ...node(id, random() < 0.6, labels, managed),
           networkUnavailable: random() < 0.1,
-        });
+        };
+        // A third of the sets are the node's own writing: an annotation without a good signature.
+        const forged = random() < 0.33;
+        if (forged) record.managedLabelsSignature = random() < 0.5 ? 'v1:AAAA' : undefined;
+        else trusted.set(record, managed);
+        nodes.push(record);
       }
-      const input = { instanceGroups, cloudGroups, nodes, cluster };
+      const input = { instanceGroups, cloudGroups, nodes, cluster, labelsKey };
       const actual = instanceGroupHealth(input);
-      assert.deepEqual(actual, straightforwardCount(input), `round ${round}`);
+      assert.deepEqual(actual, straightforwardCount(input, trusted), `round ${round}`);
     }
   });
 });
 
 /**
  * The same counts, the long way: every node is placed by the cloud group listing its instance (unless
- * terminated: kops sees no such member), else by its instance-group label; drift is any desired label absent or different, or a managed or role label
- * present that the spec does not ask for.
+ * terminated: kops sees no such member), else by its instance-group label; drift is any desired label
+ * absent or different, or a role label or a label of the node's `trusted` managed set (the ones the test
+ * signed) present that the spec does not ask for.
  */
-function straightforwardCount(input: {
-  instanceGroups: InstanceGroup[];
-  cloudGroups: CloudGroup[];
-  nodes: LabelledNodeInfo[];
-  cluster: Cluster;
-}): InstanceGroupHealth[] {
+function straightforwardCount(
+  input: {
+    instanceGroups: InstanceGroup[];
+    cloudGroups: CloudGroup[];
+    nodes: LabelledNodeInfo[];
+    cluster: Cluster;
+  },
+  trusted: Map<LabelledNodeInfo, string[]>,
+): InstanceGroupHealth[] {
   const out: InstanceGroupHealth[] = [];
   const sorted = [...input.instanceGroups].sort((a, b) => (a.metadata.name < b.metadata.name ? -1 : 1));
   for (const group of sorted) {
@@ -256,7 +315,7 @@ function straightforwardCount(input: {
       if (of !== name) continue;
       if (isReady(node)) ready++;
       else notReady++;
-      const removable = new Set([...(node.managedLabels ?? []), ...Object.values(roleLabels)]);
+      const removable = new Set([...(trusted.get(node) ?? []), ...Object.values(roleLabels)]);
       const drifted =
         Object.entries(desiredLabels).some(([k, v]) => node.labels[k] !== v) ||
         Object.keys(node.labels).some((k) => removable.has(k) && !(k in desiredLabels));

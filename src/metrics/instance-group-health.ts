@@ -9,13 +9,20 @@
 import type { CloudGroup } from '../cloud/types.ts';
 import { buildNodeLabels, instanceGroupLabel } from '../nodelabels/build-node-labels.ts';
 import { diffLabels, isEmptyDiff } from '../nodelabels/diff-labels.ts';
+import { verifyManagedLabels } from '../nodelabels/signed-managed-labels.ts';
 import type { Cluster, InstanceGroup } from '../statestore/kops-types.ts';
 import { isReady, type NodeInfo, visibleMembers } from '../validation/validate-cluster.ts';
 
 /** A node as the health counts read it: validation's view plus what the controller and kops annotate. */
 export interface LabelledNodeInfo extends NodeInfo {
-  /** Keys of the `kops.k8s.io/managed-labels` annotation (parsed). */
-  managedLabels?: readonly string[];
+  /** The Node's UID, to which the controller's signature of its managed set is bound. */
+  uid?: string;
+  /**
+   * The `kops.k8s.io/managed-labels` annotation and its signature as the Node carries them: node-written
+   * data, believed only when the signature verifies ({@link HealthPlan.labelsKey}).
+   */
+  managedLabels?: string;
+  managedLabelsSignature?: string;
   /** The node carries kops' `kops.k8s.io/needs-update` annotation (a rolling update is asked for). */
   needsUpdate?: boolean;
 }
@@ -30,6 +37,8 @@ export interface InstanceGroupHealthInput {
   nodes: readonly LabelledNodeInfo[];
   /** The cluster spec, for the desired labels; without it drift is not counted. */
   cluster?: Cluster;
+  /** The key the NodeController signs managed sets with, when it holds one ({@link HealthPlan.labelsKey}). */
+  labelsKey?: Uint8Array;
 }
 
 /** The counts of one instance group. */
@@ -60,13 +69,37 @@ export interface InstanceGroupHealth {
  */
 const cloudImpliedLabel = /^node-role\.kubernetes\.io\/[a-z-]+-worker$/;
 
+/** The verified managed keys of a node record under a key: a record is checked once per key. */
+const verifiedKeys = new WeakMap<LabelledNodeInfo, { key: Uint8Array; keys: string[] }>();
+
+/**
+ * The keys of a node's managed set the NodeController would prune from: the annotation's, when its
+ * signature verifies under `key` for this node's name and UID; none otherwise (an unsigned or forged
+ * set, or no key), as the controller then prunes nothing but kops' role labels.
+ */
+function trustedManagedKeys(node: LabelledNodeInfo, key: Uint8Array | undefined): string[] {
+  if (key === undefined || node.uid === undefined || node.managedLabelsSignature === undefined) return [];
+  const known = verifiedKeys.get(node);
+  if (known?.key === key) return known.keys;
+  const { name, uid, managedLabels, managedLabelsSignature } = node;
+  const { keys } = verifyManagedLabels(key, { name, uid }, managedLabels, managedLabelsSignature);
+  verifiedKeys.set(node, { key, keys });
+  return keys;
+}
+
 /**
  * Whether a node's labels drift from its group's spec: the node controller's own diff
- * ({@link diffLabels}) against the labels the spec asks for is not empty, ignoring labels the cloud
- * implies (which the spec neither asks for nor removes).
+ * ({@link diffLabels}) against the labels the spec asks for is not empty, pruning only from the managed
+ * set the controller would believe ({@link trustedManagedKeys}), and ignoring labels the cloud implies
+ * (which the spec neither asks for nor removes). So a node cannot make itself count as drifting, or
+ * not, by writing its own annotation.
  */
-function drifts(node: LabelledNodeInfo, desired: Record<string, string>): boolean {
-  const managed = (node.managedLabels ?? []).filter((key) => !cloudImpliedLabel.test(key));
+function drifts(
+  node: LabelledNodeInfo,
+  desired: Record<string, string>,
+  key: Uint8Array | undefined,
+): boolean {
+  const managed = trustedManagedKeys(node, key).filter((k) => !cloudImpliedLabel.test(k));
   return !isEmptyDiff(diffLabels(node.labels, desired, managed));
 }
 
@@ -97,6 +130,12 @@ export interface HealthPlan {
    * annotated {@link needsUpdateAnnotation} makes them need an update too (kops' AdjustNeedUpdate).
    */
   currentMembers: Map<string, string[]>;
+  /**
+   * The key the NodeController signs managed-labels sets with, once it has read it: drift then counts
+   * the labels the controller would prune from a node's verified set. Without it no node's set is
+   * believed, as the controller believes none.
+   */
+  labelsKey: Uint8Array | undefined;
 }
 
 /**
@@ -109,6 +148,7 @@ export function healthPlan(input: Omit<InstanceGroupHealthInput, 'nodes'>): Heal
     desiredLabels: new Map(),
     groupOfProvider: new Map(),
     currentMembers: new Map(),
+    labelsKey: input.labelsKey,
   };
   for (const ig of input.instanceGroups) {
     if (ig.spec.role === 'Bastion') continue;
@@ -165,7 +205,7 @@ export function nodeHealth(plan: HealthPlan, node: LabelledNodeInfo): NodeHealth
   return {
     instanceGroup: group,
     ready: isReady(node),
-    drift: desired !== undefined && drifts(node, desired),
+    drift: desired !== undefined && drifts(node, desired, plan.labelsKey),
   };
 }
 

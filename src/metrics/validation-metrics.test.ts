@@ -15,6 +15,7 @@ import { nodeInformer } from '../kube/shared-informer.ts';
 import { createLogger } from '../log.ts';
 import { buildNodeLabels } from '../nodelabels/build-node-labels.ts';
 import { formatManagedLabels, managedLabelsAnnotation } from '../nodelabels/diff-labels.ts';
+import { managedLabelsSignatureAnnotation, signManagedLabels } from '../nodelabels/signed-managed-labels.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import type { KubeObject } from '../sim/apiserver/objects.ts';
 import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
@@ -167,6 +168,8 @@ describe('ValidationMetrics against the simulated cluster', () => {
   let running: Promise<void>;
   let metrics: ValidationMetrics;
   let clusterSpec: ClusterStore;
+  /** The NodeController's signing key as the gauges are given it: none until a test sets one. */
+  let heldKey: Uint8Array | undefined;
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'validation-metrics-'));
@@ -187,6 +190,7 @@ describe('ValidationMetrics against the simulated cluster', () => {
       cloudGroups: aws.cloudGroups,
       instanceGroups: () => store.instanceGroups(),
       cluster: () => store.cluster(),
+      labelsKey: () => heldKey,
       registry,
     });
     clusterSpec = store;
@@ -293,6 +297,47 @@ describe('ValidationMetrics against the simulated cluster', () => {
         async () =>
           (await groupGauge('kops_instance_group_nodes_label_drift')).get(group) === names.length - 1,
       );
+      // A label the spec does not ask for, in a managed set the node wrote itself: the controller
+      // would not remove it, so it is no drift; signed by the controller, it is, once the key is held.
+      const drift = async () => (await groupGauge('kops_instance_group_nodes_label_drift')).get(group);
+      const current = store.get('nodes', undefined, victim) as KubeObject;
+      const uid = current.metadata?.uid as string;
+      const keys = [...Object.keys(desired), 'old'];
+      const withOld = (signature: string | undefined) => {
+        const next = structuredClone(store.get('nodes', undefined, victim) as KubeObject);
+        next.metadata = {
+          ...next.metadata,
+          labels: { ...next.metadata?.labels, old: 'x' },
+          annotations: {
+            [managedLabelsAnnotation]: formatManagedLabels(keys),
+            ...(signature ? { [managedLabelsSignatureAnnotation]: signature } : {}),
+          },
+        };
+        store.update(next);
+      };
+      const key = new Uint8Array(32).fill(9);
+      const seen = (signature: string) =>
+        until(
+          async () =>
+            metrics.snapshot()?.nodes.find((n) => n.name === victim)?.managedLabelsSignature === signature,
+        );
+      const forged = signManagedLabels(key, { name: victim, uid }, Object.keys(desired));
+      withOld(forged);
+      heldKey = key;
+      await seen(forged);
+      assert.equal(await drift(), names.length - 1, 'a forged set counted as drift');
+      heldKey = undefined;
+      const signed = signManagedLabels(key, { name: victim, uid }, keys);
+      withOld(signed);
+      await seen(signed);
+      assert.equal(await drift(), names.length - 1, 'a set believed without the key');
+      heldKey = key;
+      assert.equal(
+        await drift(),
+        names.length,
+        'the key held, the signed set is believed at the next scrape',
+      );
+      heldKey = undefined;
       // Its Node going away is a node missing from its group, as the watch sees it at once.
       store.delete('nodes', undefined, victim);
       await until(async () => (await groupGauge('kops_instance_group_nodes')).get(`${group}/missing`) === 1);

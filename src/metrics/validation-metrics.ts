@@ -15,7 +15,8 @@ import { abortingWith } from '../kube/call-options.ts';
 import { Informer, type InformerCache, kubeList, kubeWatch } from '../kube/informer.ts';
 import type { SharedInformer } from '../kube/shared-informer.ts';
 import { type Logger, silentLogger } from '../log.ts';
-import { managedLabelsAnnotation, parseManagedLabels } from '../nodelabels/diff-labels.ts';
+import { managedLabelsAnnotation } from '../nodelabels/diff-labels.ts';
+import { managedLabelsSignatureAnnotation } from '../nodelabels/signed-managed-labels.ts';
 import { sleep, systemClock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import type { Cluster, InstanceGroup } from '../statestore/kops-types.ts';
@@ -77,6 +78,8 @@ export interface ValidationSnapshot {
   cluster?: Cluster;
   /** Whether the cloud identifies nodes by name (metal), as validation's input says it. */
   identifiesByNodeName?: boolean;
+  /** The key the NodeController signs managed-labels sets with, when it holds one (drift gauge). */
+  labelsKey?: Uint8Array;
 }
 
 /**
@@ -153,6 +156,12 @@ export interface ValidationMetricsOptions {
   instanceGroups: () => Promise<InstanceGroup[]>;
   /** The cluster spec, read with the instance groups; without it the label-drift gauge has no samples. */
   cluster?: () => Promise<Cluster>;
+  /**
+   * The key the NodeController signs managed-labels sets with, while it holds one
+   * (NodeController.labelsKey): the drift gauge believes a node's managed set only as the controller
+   * does. Without it (or before the key is read) no node's set is believed.
+   */
+  labelsKey?: () => Uint8Array | undefined;
   registry: Registry;
   /** How often the cloud groups, instance groups and component statuses are read again (default 60 s). */
   refreshIntervalMs?: number;
@@ -188,7 +197,7 @@ export class ValidationMetrics implements LeaderComponent {
   #slow:
     | Pick<
         ValidationSnapshot,
-        'instanceGroups' | 'cloudGroups' | 'components' | 'cluster' | 'identifiesByNodeName'
+        'instanceGroups' | 'cloudGroups' | 'components' | 'cluster' | 'identifiesByNodeName' | 'labelsKey'
       >
     | undefined;
   /** Why the last scrape could not be validated, so it is logged once, not at every scrape. */
@@ -252,6 +261,14 @@ export class ValidationMetrics implements LeaderComponent {
   #reported(): Reported | undefined {
     const term = this.#term;
     if (!term || !this.#slow || !term.nodes.hasSynced() || !term.pods.hasSynced()) return undefined;
+    // The NodeController reads its key as the term starts, in parallel with the first refresh: the
+    // drift counts follow the key as soon as it is held, not a refresh later (one recount a term).
+    const key = this.#options.labelsKey?.();
+    if (key !== this.#slow.labelsKey) {
+      const { labelsKey: _, ...slow } = this.#slow;
+      this.#slow = key ? { ...slow, labelsKey: key } : slow;
+      term.validation.setSlowInputs(this.#slow);
+    }
     try {
       const values = gaugeValues(term.validation.counts(), this.#slow.components);
       this.#problem = undefined;
@@ -379,23 +396,30 @@ export class ValidationMetrics implements LeaderComponent {
       );
     }
     const clusterSpec = spec.status === 'fulfilled' ? spec.value : undefined;
+    const labelsKey = this.#options.labelsKey?.();
     this.#slow = {
       cloudGroups: groups.value,
       instanceGroups: igs.value,
       components,
       ...(clusterSpec ? { cluster: clusterSpec } : {}),
       ...(this.#options.identifiesByNodeName ? { identifiesByNodeName: true } : {}),
+      ...(labelsKey ? { labelsKey } : {}),
     };
     validation.setSlowInputs(this.#slow);
   }
 }
 
-/** A Node as the gauges read it: validation's view, the managed label keys, kops' needs-update mark. */
+/** A Node as the gauges read it: validation's view, its managed set as signed, kops' needs-update mark. */
 export function labelledNodeOf(node: V1Node): LabelledNodeInfo {
   const annotations = node.metadata?.annotations ?? {};
+  const managed = annotations[managedLabelsAnnotation];
+  const signature = annotations[managedLabelsSignatureAnnotation];
+  const uid = node.metadata?.uid;
   return {
     ...nodeInfoOf(node),
-    managedLabels: parseManagedLabels(annotations[managedLabelsAnnotation]),
+    ...(uid ? { uid } : {}),
+    ...(managed !== undefined ? { managedLabels: managed } : {}),
+    ...(signature !== undefined ? { managedLabelsSignature: signature } : {}),
     ...(needsUpdateAnnotation in annotations ? { needsUpdate: true } : {}),
   };
 }

@@ -174,6 +174,7 @@ export class NodeController implements LeaderComponent {
   readonly #registry: Registry;
   readonly #metrics: NodeControllerMetrics;
   readonly #nodes: InformerCache<NodeRecord>;
+  #term: Term | undefined;
 
   constructor(options: NodeControllerOptions) {
     this.#options = options;
@@ -183,6 +184,15 @@ export class NodeController implements LeaderComponent {
     this.#logger = (options.logger ?? silentLogger).child({ controller: 'node' });
     this.#registry = options.registry ?? register;
     this.#metrics = nodeControllerMetrics(this.#registry);
+  }
+
+  /**
+   * The key that signs managed-labels sets while this leader holds it (undefined before it is read,
+   * after a failed read, and between terms): the drift gauge believes a node's set only as this
+   * controller does.
+   */
+  get labelsKey(): Uint8Array | undefined {
+    return this.#term?.key.current;
   }
 
   /** Follows the Node cache and labels Nodes until `signal` aborts. */
@@ -199,9 +209,11 @@ export class NodeController implements LeaderComponent {
       unsigned: new Map(),
       enqueue: () => undefined,
     };
+    this.#term = term;
     try {
       await this.#run(term, signal);
     } finally {
+      this.#term = undefined;
       signal.removeEventListener('abort', stopKey);
       keyStop.abort();
       await term.key.done;
