@@ -340,3 +340,37 @@ test('attack: credentials of an instance terminated since its last bootstrap are
   assert.equal(decision.verdict, 'deny');
   assert.match(decision.reasons[0] ?? '', /terminated/);
 });
+
+test('an instance EC2 does not list yet (its API is eventually consistent): a dependency fault while it may still appear, then approved; denied once the grace has passed', async () => {
+  const id = 'i-0bbbbbbbbbbbbbbbb';
+  sim.ec2.addInstances([{ id, zone: 'us-east-1b', cluster, instanceGroup: 'nodes-us-east-1b' }]);
+  const credentials = sim.sts.addInstanceProfileSession(`nodes.${cluster}`, id);
+  let clock = Date.now();
+  const at: PolicyContext = { now: () => new Date(clock) };
+  const p = policy({ notFoundGraceMs: 120_000 });
+  // STS vouches for the session of instance `id`; EC2 answers NotFound for its next two lookups.
+  sim.ec2.propagate(id, 2);
+  await assert.rejects(p.evaluate(signedRequest('{"k":1}', 1, { credentials }), at), faultOf('ec2'));
+  clock += 30_000;
+  await assert.rejects(p.evaluate(signedRequest('{"k":2}', 1, { credentials }), at), faultOf('ec2'));
+  clock += 30_000;
+  const approved = await p.evaluate(signedRequest('{"k":3}', 1, { credentials }), at);
+  assert.equal(approved.verdict, 'approve', JSON.stringify(approved));
+
+  // An instance EC2 keeps not listing: past the grace, counted from its first NotFound, a denial.
+  const ghost = 'i-0cccccccccccccccc';
+  const ghostCredentials = sim.sts.addInstanceProfileSession(`nodes.${cluster}`, ghost);
+  await assert.rejects(
+    p.evaluate(signedRequest('{"l":1}', 1, { credentials: ghostCredentials }), at),
+    faultOf('ec2'),
+  );
+  clock += 119_000;
+  await assert.rejects(
+    p.evaluate(signedRequest('{"l":2}', 1, { credentials: ghostCredentials }), at),
+    faultOf('ec2'),
+  );
+  clock += 1_000;
+  const denied = await p.evaluate(signedRequest('{"l":3}', 1, { credentials: ghostCredentials }), at);
+  assert.equal(denied.verdict, 'deny');
+  assert.match(denied.reasons[0] ?? '', /EC2 does not vouch for i-0cccccccccccccccc.*no instance/);
+});

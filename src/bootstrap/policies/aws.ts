@@ -19,7 +19,7 @@ import type { InstanceIdentity } from '../../cloud/aws/instance.ts';
 import { parseAmzDate } from '../../cloud/aws/sigv4.ts';
 import type { CloudCallRecorder } from '../../cloud/metrics.ts';
 import { withDeadline } from '../../deadline.ts';
-import { describeError, KopsError } from '../../errors.ts';
+import { describeError, KopsError, UnavailableError } from '../../errors.ts';
 import { stsHost } from '../../protocol/aws-sts-proof.ts';
 import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict } from '../dependency.ts';
 import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';
@@ -51,6 +51,12 @@ export interface AwsPolicyOptions {
   lookupTimeoutMs?: number;
   /** Where the STS replays are counted (default: nowhere). */
   cloudCalls?: CloudCallRecorder;
+  /**
+   * How long after EC2 first answers that it has no instance of a verified session's id that answer is
+   * taken for EC2's eventual consistency (a dependency fault: the node retries) rather than a verdict
+   * (default 5 minutes).
+   */
+  notFoundGraceMs?: number;
 }
 
 /** Default freshness window of a proof. */
@@ -60,11 +66,48 @@ function deny(...reasons: string[]): PolicyDecision {
   return { verdict: 'deny', reasons };
 }
 
+/** Default of {@link AwsPolicyOptions.notFoundGraceMs}: AWS speaks of "up to a few minutes". */
+export const defaultNotFoundGraceMs = 5 * 60 * 1000;
+
+/** Instance ids remembered at most: a bound on what sessions of unknown instances can make it keep. */
+const maxRememberedNotFound = 10_000;
+
+/**
+ * When EC2 first answered that it has no instance of each id a verified session named. EC2's API is
+ * eventually consistent: just after launch it may answer `InvalidInstanceID.NotFound` for an instance
+ * that exists, which kops' nodeup rides out by retrying; a denial here would end the join for good.
+ * Per replica and bounded (the oldest ids go first; an id forgotten only starts its grace again).
+ */
+class FirstNotFound {
+  readonly #since = new Map<string, number>();
+
+  /** Whether a NotFound for `instanceId` at `now` is within `graceMs` of the first one. */
+  withinGrace(instanceId: string, now: number, graceMs: number): boolean {
+    let first = this.#since.get(instanceId);
+    if (first === undefined) {
+      if (this.#since.size >= maxRememberedNotFound) {
+        const oldest = this.#since.keys().next().value;
+        if (oldest !== undefined) this.#since.delete(oldest);
+      }
+      first = now;
+      this.#since.set(instanceId, now);
+    }
+    return now - first < graceMs;
+  }
+
+  /** EC2 lists the instance now. */
+  found(instanceId: string): void {
+    this.#since.delete(instanceId);
+  }
+}
+
 /** The kops `aws` policy; abstains for requests without an AWS proof. */
 export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
   const host = stsHost(options.region);
   const endpoint = options.stsEndpoint ?? `https://${host}`;
   const maxAgeMs = options.maxAgeMs ?? defaultAwsProofMaxAgeMs;
+  const notFoundGraceMs = options.notFoundGraceMs ?? defaultNotFoundGraceMs;
+  const notFound = new FirstNotFound();
   const sts = new StsClient(endpoint, {
     timeoutMs: options.stsTimeoutMs ?? 5_000,
     ...(options.cloudCalls ? { cloudCalls: options.cloudCalls } : {}),
@@ -114,8 +157,25 @@ export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
         );
       } catch (err) {
         if (!isCloudVerdict(err)) throw dependencyFault('ec2', err);
-        return deny(`EC2 does not vouch for ${checked.instanceId}: ${describeError(err)}`);
+        // STS has vouched for a live session of this instance's role named after the instance: a
+        // NotFound soon after is most likely EC2 not listing it yet. Never an approval, only a retry.
+        const { instanceId } = checked;
+        if (
+          err instanceof KopsError &&
+          err.kind === 'not-found' &&
+          notFound.withinGrace(instanceId, now.getTime(), notFoundGraceMs)
+        ) {
+          throw dependencyFault(
+            'ec2',
+            new UnavailableError(
+              `EC2 does not list instance ${instanceId} yet (its API is eventually consistent just after a launch)`,
+              { cause: err, retryAfterSeconds: 10 },
+            ),
+          );
+        }
+        return deny(`EC2 does not vouch for ${instanceId}: ${describeError(err)}`);
       }
+      notFound.found(checked.instanceId);
       const facts = factsOf(instance, options, {
         account: caller.account,
         arn: caller.arn,

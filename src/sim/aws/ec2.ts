@@ -151,7 +151,7 @@ export function describeInstances(world: AwsWorld, params: ReadonlyMap<string, s
   let candidates: SimInstance[];
   if (ids.length > 0) {
     const unique = [...new Set(ids)];
-    const missing = unique.filter((id) => world.instance(id) === undefined);
+    const missing = unique.filter((id) => !world.listsInstance(id));
     if (missing.length > 0) throw notFound(missing);
     candidates = unique.map((id) => world.instance(id) as SimInstance);
   } else {

@@ -112,6 +112,7 @@ export type Ec2Seeding = Pick<
   | 'addInstances'
   | 'setInstanceState'
   | 'removeInstance'
+  | 'propagate'
   | 'instance'
   | 'instances'
   | 'addLaunchTemplate'

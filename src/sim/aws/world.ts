@@ -234,6 +234,8 @@ export class AwsWorld {
   readonly #groups = new Map<string, SimAutoScalingGroup>();
   readonly #launchTemplates = new Map<string, SimLaunchTemplate>();
   readonly #principals = new Map<string, SimPrincipal>();
+  /** Instances EC2's API does not list yet, with the DescribeInstances calls naming them still to miss. */
+  readonly #propagating = new Map<string, number>();
   #nextAddress = 1;
 
   constructor(account: string, region: string) {
@@ -283,6 +285,30 @@ export class AwsWorld {
   /** Removes an instance entirely (as EC2 does about an hour after termination). */
   removeInstance(id: string): void {
     this.#instances.delete(id);
+  }
+
+  /**
+   * Makes an instance unknown to the next `calls` DescribeInstances calls that name it, as EC2's API
+   * is just after RunInstances: eventually consistent, an instance it has launched may be answered
+   * `InvalidInstanceID.NotFound` for a while ("Eventual consistency in the Amazon EC2 API").
+   */
+  propagate(id: string, calls: number): void {
+    if (!this.#instances.has(id)) throw new Error(`simulator: no instance ${id}`);
+    this.#propagating.set(id, calls);
+  }
+
+  /**
+   * Whether a DescribeInstances call naming `id` finds it: the instance exists and has propagated. A
+   * call that misses a propagating instance uses up one of its misses.
+   */
+  listsInstance(id: string): boolean {
+    const misses = this.#propagating.get(id);
+    if (misses !== undefined) {
+      if (misses <= 1) this.#propagating.delete(id);
+      else this.#propagating.set(id, misses - 1);
+      return false;
+    }
+    return this.#instances.has(id);
   }
 
   /** The instance with this id, if any. */
