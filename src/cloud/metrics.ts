@@ -24,7 +24,8 @@ export type CloudName =
 /**
  * How one request ended:
  * - `ok`: answered successfully;
- * - `throttled`: refused for rate or quota (HTTP 429, AWS throttling codes); the callers retry;
+ * - `throttled`: refused for rate or quota (HTTP 429, AWS throttling codes, Compute Engine's quota
+ *   403); the callers retry;
  * - `rejected`: answered with another client error (not found, access denied, a node's bad signature);
  *   the API works, the request or a permission is wrong;
  * - `error`: no usable answer (5xx, unreachable, timed out, malformed).

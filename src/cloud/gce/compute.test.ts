@@ -3,6 +3,7 @@ import { createPublicKey } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { OAuth2Client } from 'google-auth-library';
 import { Registry } from 'prom-client';
+import { isTransientFailure } from '../../bootstrap/dependency.ts';
 import {
   ForbiddenError,
   InvalidInputError,
@@ -102,6 +103,72 @@ test('every request is counted by operation and result, a throttled attempt that
     'gce instances.list ok': 2,
   });
   assert.equal(await cloudCallsTimed(registry, 'gce', 'instanceTemplates.get'), 2);
+});
+
+/** A client counting into its own registry, retrying once (two attempts per call). */
+function countedCompute() {
+  const registry = new Registry();
+  const compute = new ComputeClient({
+    project: 'p-compute',
+    auth: simulatorAuth(sim),
+    endpoint: sim.endpoint,
+    retries: 1,
+    retryDelayMs: 5,
+    cloudCalls: cloudCallMetrics(registry),
+  });
+  return { compute, registry };
+}
+
+// Compute Engine answers an exhausted rate quota with 403 (reason rateLimitExceeded or
+// userRateLimitExceeded, domain usageLimits), not 429: cloud.google.com/compute/api-quota.
+test('a rate-quota 403 is throttling: retried, and counted as throttled, and the call succeeds', async () => {
+  for (const reason of ['rateLimitExceeded', 'userRateLimitExceeded']) {
+    const { compute, registry } = countedCompute();
+    sim.clearCalls();
+    sim.failNext(1, 403, 'instanceTemplates.get', { reason });
+    const template = await compute.getInstanceTemplate('nodes-us-east4-a-tpl');
+    assert.equal(template.name, 'nodes-us-east4-a-tpl', reason);
+    assert.equal(sim.count('instanceTemplates.get'), 2, `${reason}: retried once`);
+    assert.deepEqual(
+      await cloudRequests(registry),
+      { 'gce instanceTemplates.get throttled': 1, 'gce instanceTemplates.get ok': 1 },
+      reason,
+    );
+  }
+});
+
+test('a rate quota exhausted on every attempt fails the call as rate-limited (a transient fault), not as a missing permission', async () => {
+  const { compute, registry } = countedCompute();
+  sim.clearCalls();
+  sim.failNext(2, 403, 'instances.get', { reason: 'rateLimitExceeded' });
+  const name = sim.world.instances('p-compute', 'us-east4-a')[0]?.name as string;
+  await assert.rejects(compute.getInstance('us-east4-a', name), (err: Error) => {
+    assert.ok(err instanceof RateLimitedError, `${err.name}: ${err.message}`);
+    assert.equal(err.kind, 'rate-limited');
+    assert.match(err.message, /compute instances\.get .*: Quota exceeded for quota metric/);
+    assert.match(err.message, /the compute API quota is exhausted, retry later/);
+    assert.doesNotMatch(err.message, /grant the controller's service account/);
+    // What the bootstrap answers 503 with Retry-After for, and the controllers retry.
+    assert.ok(isTransientFailure(err));
+    return true;
+  });
+  assert.equal(sim.count('instances.get'), 2, 'both attempts were made');
+  assert.deepEqual(await cloudRequests(registry), { 'gce instances.get throttled': 2 });
+});
+
+test('a permission 403 (forbidden, insufficientPermissions) stays a ForbiddenError and is not retried', async () => {
+  for (const reason of [undefined, 'forbidden', 'insufficientPermissions']) {
+    const { compute, registry } = countedCompute();
+    sim.clearCalls();
+    sim.failNext(1, 403, 'instanceTemplates.get', reason ? { reason } : {});
+    await assert.rejects(compute.getInstanceTemplate('nodes-us-east4-a-tpl'), (err: Error) => {
+      assert.ok(err instanceof ForbiddenError, `${reason}: ${err.name}`);
+      assert.match(err.message, /grant the controller's service account compute\.instanceTemplates\.get/);
+      return true;
+    });
+    assert.equal(sim.count('instanceTemplates.get'), 1, `${reason}: not retried`);
+    assert.deepEqual(await cloudRequests(registry), { 'gce instanceTemplates.get rejected': 1 }, reason);
+  }
 });
 
 test('lastComponent takes the name off a resource URL', () => {

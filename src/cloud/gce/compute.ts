@@ -15,7 +15,13 @@ import {
   UnavailableError,
 } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
-import { type CloudCallRecorder, httpCallResult, noCloudCalls, secondsSince } from '../metrics.ts';
+import {
+  type CloudCallRecorder,
+  type CloudCallResult,
+  httpCallResult,
+  noCloudCalls,
+  secondsSince,
+} from '../metrics.ts';
 
 /** The public compute v1 endpoint. */
 export const defaultComputeEndpoint = 'https://compute.googleapis.com/compute/v1';
@@ -102,7 +108,7 @@ export interface ComputeClientOptions {
   auth: Pick<AuthClient, 'request'>;
   /** Base URL of the API; the simulator's `endpoint` in tests. */
   endpoint?: string;
-  /** Retries of throttled (429) and failed (5xx, network) reads. */
+  /** Retries of throttled (429, or 403 for an exhausted rate quota) and failed (5xx, network) reads. */
   retries?: number;
   /** First retry delay; later ones back off exponentially. */
   retryDelayMs?: number;
@@ -161,9 +167,9 @@ export class ComputeClient {
   }
 
   /**
-   * One API call. gaxios retries inside `request`; each failed attempt is counted as it is retried
-   * (`onRetryAttempt`) and the last one when the call settles, so throttled attempts show up even
-   * when a retry then succeeds.
+   * One API call. gaxios retries inside `request` (what it retries: {@link shouldRetry}); each failed
+   * attempt is counted as it is retried (`onRetryAttempt`) and the last one when the call settles, so
+   * throttled attempts show up even when a retry then succeeds.
    */
   async #call<T>(
     operation: string,
@@ -173,12 +179,7 @@ export class ComputeClient {
   ) {
     if (this.#closed.signal.aborted) throw computeError(operation, path, this.#closed.signal.reason);
     const started = performance.now();
-    const attemptFailed = (err: unknown) =>
-      this.#calls.request(
-        'gce',
-        operation,
-        httpCallResult(err instanceof gaxios.GaxiosError ? err.response?.status : undefined),
-      );
+    const attemptFailed = (err: unknown) => this.#calls.request('gce', operation, attemptResult(err));
     try {
       const response = await this.#auth.request<T>({
         url: `${this.#base}/${path}`,
@@ -191,12 +192,10 @@ export class ComputeClient {
         retryConfig: {
           retry: this.#retries,
           retryDelay: this.#retryDelayMs,
-          // Every call here is a read, POST listManagedInstances included, so retrying is safe.
-          httpMethodsToRetry: ['GET', 'POST'],
-          statusCodesToRetry: [
-            [429, 429],
-            [500, 599],
-          ],
+          // Replaces gaxios's own decision, which goes by status alone and so cannot tell a quota 403
+          // from a permission 403. Every call here is a read, POST listManagedInstances included, so
+          // the method does not matter: retrying is safe.
+          shouldRetry: (err) => shouldRetry(err, this.#closed.signal),
           onRetryAttempt: (err) => {
             attemptFailed(err);
             this.#logger.debug({ operation, status: err.response?.status }, 'retrying compute API call');
@@ -325,14 +324,75 @@ function scoped<T>(page: Record<string, unknown>, field: string): T[] {
   return Object.values(items).flatMap((scope) => scope[field] ?? []);
 }
 
-/** Maps a failed API call to a typed error naming the call and, for 403, the permission to grant. */
+/** Google's JSON error envelope, as far as it is read here. */
+interface GoogleErrorBody {
+  error?: { message?: string; errors?: Array<{ reason?: string; domain?: string }> };
+}
+
+/**
+ * The `errors[].reason` values with which Compute Engine answers an exhausted rate quota. It does so
+ * with HTTP 403, not 429 (cloud.google.com/compute/api-quota: "If your project exceeds a rate quota,
+ * you receive a 403 error with the reason rateLimitExceeded"); any other 403 (`forbidden`,
+ * `insufficientPermissions`) is a missing permission or scope, which no retry fixes.
+ */
+const rateQuotaReasons: ReadonlySet<string> = new Set(['rateLimitExceeded', 'userRateLimitExceeded']);
+
+function statusOf(err: unknown): number | undefined {
+  return err instanceof gaxios.GaxiosError ? err.response?.status : undefined;
+}
+
+function errorBody(err: unknown): GoogleErrorBody | undefined {
+  const data = err instanceof gaxios.GaxiosError ? err.response?.data : undefined;
+  return typeof data === 'object' && data !== null ? (data as GoogleErrorBody) : undefined;
+}
+
+/**
+ * Whether the API throttled the call: a 429, or a 403 whose reason is a rate quota. The one test the
+ * retry decision, the metrics and the error mapping share, so that a quota 403 is retried, counted
+ * `throttled` and reported as rate-limited alike.
+ */
+function isThrottled(err: unknown): boolean {
+  const status = statusOf(err);
+  if (status === 429) return true;
+  if (status !== 403) return false;
+  const errors = errorBody(err)?.error?.errors;
+  return Array.isArray(errors) && errors.some((e) => rateQuotaReasons.has(String(e?.reason)));
+}
+
+/**
+ * How one failed attempt is counted. httpCallResult goes by status, which would count a quota 403
+ * `rejected` (a wrong request or permission) when it is throttling.
+ */
+function attemptResult(err: unknown): CloudCallResult {
+  return isThrottled(err) ? 'throttled' : httpCallResult(statusOf(err));
+}
+
+/**
+ * Whether gaxios retries a failed attempt: throttling ({@link isThrottled}) and server errors (5xx)
+ * while retries remain, and an attempt with no answer at all (refused, reset, timed out) at most
+ * `noResponseRetries` times, as gaxios does by default; never once the client is closed.
+ */
+function shouldRetry(err: gaxios.GaxiosError, closed: AbortSignal): boolean {
+  const config = err.config?.retryConfig;
+  const attempt = config?.currentRetryAttempt ?? 0;
+  if (closed.aborted || attempt >= (config?.retry ?? 0)) return false;
+  const status = statusOf(err);
+  if (status === undefined) return attempt < (config?.noResponseRetries ?? 2);
+  return (status >= 500 && status <= 599) || isThrottled(err);
+}
+
+/**
+ * Maps a failed API call to a typed error naming the call and, for a permission 403, the permission
+ * to grant. Throttling is checked first: a quota 403 is a wait, not a permission to grant.
+ */
 function computeError(operation: string, path: string, err: unknown): KopsError {
-  const status = err instanceof gaxios.GaxiosError ? err.response?.status : undefined;
-  const data =
-    err instanceof gaxios.GaxiosError ? (err.response?.data as { error?: { message?: string } }) : undefined;
-  const reason = data?.error?.message ?? (err instanceof Error ? err.message : String(err));
+  const status = statusOf(err);
+  const reason = errorBody(err)?.error?.message ?? (err instanceof Error ? err.message : String(err));
   const message = `compute ${operation} ${path}: ${reason}`;
   const options = { cause: err, details: { operation, status } };
+  if (isThrottled(err)) {
+    return new RateLimitedError(`${message}; the compute API quota is exhausted, retry later`, options);
+  }
   switch (status) {
     case 400:
       return new InvalidInputError(message, options);
@@ -345,8 +405,6 @@ function computeError(operation: string, path: string, err: unknown): KopsError 
       );
     case 404:
       return new NotFoundError(message, options);
-    case 429:
-      return new RateLimitedError(`${message}; the compute API quota is exhausted, retry later`, options);
     default:
       return new UnavailableError(message, options);
   }

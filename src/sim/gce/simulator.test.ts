@@ -147,3 +147,43 @@ test('a fault aimed at one operation fails only it, whatever its kind (the ident
   const keys = (await (await fetch(sim.jwksUri)).json()) as { keys: unknown[] };
   assert.ok(keys.keys.length >= 1, 'one failure only');
 });
+
+test('a rate-quota fault answers as Compute Engine does: 403 PERMISSION_DENIED, reason rateLimitExceeded in usageLimits', async () => {
+  type GoogleError = {
+    error: {
+      code: number;
+      message: string;
+      status: string;
+      errors: Array<{ message: string; domain: string; reason: string }>;
+    };
+  };
+  const url = `${sim.endpoint}/projects/sim-p/zones/us-east1-b/instanceGroupManagers`;
+  sim.failNext(1, 403, 'instanceGroupManagers.list', { reason: 'rateLimitExceeded' });
+  const quota = await authed(url);
+  assert.equal(quota.status, 403);
+  const { error } = (await quota.json()) as GoogleError;
+  assert.equal(error.code, 403);
+  assert.equal(error.status, 'PERMISSION_DENIED');
+  assert.match(error.message, /^Quota exceeded for quota metric .* of service 'compute\.googleapis\.com'/);
+  assert.deepEqual(error.errors, [
+    { message: error.message, domain: 'usageLimits', reason: 'rateLimitExceeded' },
+  ]);
+
+  sim.failNext(1, 403, undefined, { reason: 'userRateLimitExceeded' });
+  const user = ((await (await authed(url)).json()) as GoogleError).error.errors[0];
+  assert.deepEqual(user, {
+    message: 'User Rate Limit Exceeded',
+    domain: 'usageLimits',
+    reason: 'userRateLimitExceeded',
+  });
+
+  sim.failNext(1, 403);
+  const denied = ((await (await authed(url)).json()) as GoogleError).error;
+  assert.equal(denied.status, 'PERMISSION_DENIED');
+  assert.deepEqual(
+    denied.errors.map((e) => [e.domain, e.reason]),
+    [['global', 'forbidden']],
+    'a plain 403 is a missing permission',
+  );
+  assert.equal((await authed(url)).status, 200, 'the faults are spent');
+});

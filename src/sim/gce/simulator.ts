@@ -62,8 +62,12 @@ export interface GceSimulator {
   /**
    * Makes the next `times` compute requests fail with this HTTP status (429, 503, …); with
    * `operation`, only requests of that operation (`jwks`, `instances.get`, …), whatever their kind.
+   * `reason` sets `error.errors[0].reason` (default: the status's usual one, e.g. `forbidden` for 403).
+   * Compute Engine's own answer to an exhausted rate quota is not a 429 but
+   * `failNext(n, 403, op, { reason: 'rateLimitExceeded' })` (or `userRateLimitExceeded`): a 403
+   * `PERMISSION_DENIED` whose error names domain `usageLimits` and that reason.
    */
-  failNext(times: number, status: number, operation?: string): void;
+  failNext(times: number, status: number, operation?: string, options?: { reason?: string }): void;
   /** Delays the next `times` compute requests (or those of `operation`) by `ms` before they are served. */
   delayNext(times: number, ms: number, operation?: string): void;
   close(): Promise<void>;
@@ -79,6 +83,24 @@ const reasons: Record<number, [string, string]> = {
   503: ['backendError', 'UNAVAILABLE'],
 };
 
+/**
+ * Error details that depend on the reason rather than the status: the rate-quota reasons Compute
+ * Engine answers with 403 (cloud.google.com/compute/api-quota), in the `usageLimits` domain and with
+ * the messages it sends, and the OAuth scope refusal.
+ */
+const reasonDetails: Record<string, { domain: string; message: (projectNumber: string) => string }> = {
+  rateLimitExceeded: {
+    domain: 'usageLimits',
+    message: (n) =>
+      `Quota exceeded for quota metric 'Read requests' and limit 'Read requests per minute' of service 'compute.googleapis.com' for consumer 'project_number:${n}'.`,
+  },
+  userRateLimitExceeded: { domain: 'usageLimits', message: () => 'User Rate Limit Exceeded' },
+  insufficientPermissions: {
+    domain: 'global',
+    message: () => 'Request had insufficient authentication scopes.',
+  },
+};
+
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);
   res.writeHead(status, {
@@ -88,11 +110,20 @@ function sendJson(res: ServerResponse, status: number, body: unknown): void {
   res.end(text);
 }
 
-/** Google's error envelope: `{ error: { code, message, errors: [{ message, domain, reason }], status } }`. */
-function sendError(res: ServerResponse, status: number, message: string): void {
-  const [reason, code] = reasons[status] ?? ['backendError', 'UNKNOWN'];
+/**
+ * Google's error envelope: `{ error: { code, message, errors: [{ message, domain, reason }], status } }`;
+ * `reason` overrides the status's usual one (a 403 is a missing permission or an exhausted rate quota).
+ */
+function sendError(
+  res: ServerResponse,
+  status: number,
+  message: string,
+  reason?: { reason: string; domain: string },
+): void {
+  const [usual, code] = reasons[status] ?? ['backendError', 'UNKNOWN'];
+  const { reason: why, domain } = reason ?? { reason: usual, domain: 'global' };
   sendJson(res, status, {
-    error: { code: status, message, errors: [{ message, domain: 'global', reason }], status: code },
+    error: { code: status, message, errors: [{ message, domain, reason: why }], status: code },
   });
 }
 
@@ -170,7 +201,10 @@ export async function startGceSimulator(options: GceSimulatorOptions = {}): Prom
   const accessToken = `ya29.sim-${randomBytes(18).toString('base64url')}`;
   const accessTokens = new Set<string>([accessToken]);
   const calls: GceCall[] = [];
-  let faults: { times: number; status: number; operation?: string } = { times: 0, status: 503 };
+  let faults: { times: number; status: number; operation?: string; reason?: string } = {
+    times: 0,
+    status: 503,
+  };
   let delays: { times: number; ms: number; operation?: string } = { times: 0, ms: 0 };
 
   const identityToken = (
@@ -422,7 +456,15 @@ export async function startGceSimulator(options: GceSimulatorOptions = {}): Prom
       }
       if (faults.times > 0 && aimedAt(faults.operation)) {
         faults = { ...faults, times: faults.times - 1 };
-        sendError(res, faults.status, `simulated failure ${faults.status}`);
+        const details = faults.reason === undefined ? undefined : reasonDetails[faults.reason];
+        sendError(
+          res,
+          faults.status,
+          details?.message(world.projectNumber(world.defaultProject)) ?? `simulated failure ${faults.status}`,
+          faults.reason === undefined
+            ? undefined
+            : { reason: faults.reason, domain: details?.domain ?? 'global' },
+        );
         return;
       }
       const params = (route.pattern.exec(url.pathname) ?? []).slice(1).map(decodeURIComponent);
@@ -454,8 +496,13 @@ export async function startGceSimulator(options: GceSimulatorOptions = {}): Prom
     clearCalls: () => {
       calls.length = 0;
     },
-    failNext: (times, status, operation) => {
-      faults = { times, status, ...(operation ? { operation } : {}) };
+    failNext: (times, status, operation, options) => {
+      faults = {
+        times,
+        status,
+        ...(operation ? { operation } : {}),
+        ...(options?.reason ? { reason: options.reason } : {}),
+      };
     },
     delayNext: (times, ms, operation) => {
       delays = { times, ms, ...(operation ? { operation } : {}) };
