@@ -10,6 +10,7 @@ import { type ScalewayPolicyOptions, scalewayPolicy } from './scaleway.ts';
 const cluster = 'prod.example.com';
 let sim: ScalewaySimulator;
 let node: string;
+let nodeNic: string;
 
 function kopsTags(ig = 'nodes-a', name = cluster): string[] {
   return [
@@ -21,18 +22,39 @@ function kopsTags(ig = 'nodes-a', name = cluster): string[] {
 
 before(async () => {
   sim = await startScalewaySimulator();
-  node = sim.addServer({
+  // Another cluster's server, created first: IPAM lists its records before anyone else's.
+  sim.addServer({
+    name: 'theirs-first',
+    tags: kopsTags('nodes', 'other.example.com'),
+    privateIps: ['172.16.4.254'],
+    publicIps: ['51.15.0.254'],
+  });
+  const server = sim.addServer({
     name: 'nodes-a-1',
     tags: kopsTags(),
     privateIps: ['172.16.4.2', 'fd5f:519c:6d46:2728::2'],
     publicIps: ['51.15.0.9'],
-  }).id;
+  });
+  node = server.id;
+  nodeNic = server.privateNics[0]?.id as string;
 });
 after(() => sim.close());
 beforeEach(() => {
   sim.resetFaults();
   sim.clearCalls();
+  sim.ignoreIpamFilters([]);
 });
+
+/** The IPAM queries the policy made, as query parameters. */
+const ipamQueries = () =>
+  sim.calls.filter((c) => c.operation === 'ips.list').map((c) => new URL(c.path, 'http://x').searchParams);
+
+/** The challenge endpoint and certificate addresses of an approval. */
+function approvedAt(decision: PolicyDecision) {
+  assert.equal(decision.verdict, 'approve', JSON.stringify(decision));
+  if (decision.verdict !== 'approve') throw new Error('not approved');
+  return { endpoint: decision.facts.challengeEndpoint, addresses: decision.facts.ipAddresses };
+}
 
 function policy(overrides: Partial<ScalewayPolicyOptions> = {}) {
   const clients = createScalewayClients({
@@ -58,25 +80,116 @@ function denied(decision: PolicyDecision, reason: RegExp): void {
   assert.match(decision.reasons.join(' '), reason);
 }
 
-test('a running server of the cluster is approved, to be called back on its private IPAM address', async () => {
+test('a running server of the cluster is approved, to be called back on its Private-Network address, not its public IP', async () => {
   const decision = await decide(node);
   assert.equal(decision.verdict, 'approve', JSON.stringify(decision));
   if (decision.verdict !== 'approve') return;
   assert.equal(decision.facts.nodeName, 'nodes-a-1');
   assert.equal(decision.facts.instanceGroup, 'nodes-a');
-  // As kops: IPv4 from IPAM only (is_ipv6=false), the first one the callback endpoint.
+  // IPv4 only; the Private NIC's address, not the routed public 51.15.0.9 (kops' zonal query's).
   assert.deepEqual(decision.facts.ipAddresses, ['172.16.4.2']);
   assert.equal(decision.facts.challengeEndpoint, '172.16.4.2:3987');
-  assert.match(
-    sim.calls.find((c) => c.operation === 'ips.list')?.path ?? '',
-    /resource_id=.*is_ipv6=false|is_ipv6=false.*resource_id=/,
-  );
+  assert.equal(decision.facts.evidence['addresses'], 'private-network');
+  // One IPAM call: the addresses of the server's Private NICs, by their ids; never zonal.
+  const queries = ipamQueries();
+  assert.equal(queries.length, 1);
+  assert.equal(queries[0]?.get('resource_type'), 'instance_private_nic');
+  assert.deepEqual(queries[0]?.getAll('resource_ids'), [nodeNic]);
+  assert.equal(queries[0]?.get('is_ipv6'), 'false');
+  assert.equal(queries[0]?.get('zonal'), null);
   // Whatever address the request came from: kops relies on the callback, not the source address.
   const elsewhere = await policy().evaluate(
     testRequest({ ...request(node), remoteAddress: '198.51.100.7' }),
     contextAt(),
   );
   assert.equal(elsewhere.verdict, 'approve');
+});
+
+test('a server with only a routed public IP (as kops creates them) is called back on it; one with only a Private NIC on its Private-Network address', async () => {
+  const publicOnly = sim.addServer({ name: 'public-only', tags: kopsTags(), publicIps: ['51.15.0.10'] }).id;
+  sim.clearCalls();
+  const onPublic = approvedAt(await decide(publicOnly));
+  assert.equal(onPublic.endpoint, '51.15.0.10:3987');
+  assert.deepEqual(onPublic.addresses, ['51.15.0.10']);
+  // No Private NIC: straight to the server's own records, by id and type, not by zone.
+  const [query] = ipamQueries();
+  assert.equal(query?.get('resource_type'), 'instance_server');
+  assert.equal(query?.get('resource_id'), publicOnly);
+  assert.equal(query?.get('zonal'), null);
+  assert.equal(ipamQueries().length, 1);
+  const privateOnly = sim.addServer({
+    name: 'private-only',
+    tags: kopsTags(),
+    privateIps: ['172.16.4.40'],
+  }).id;
+  assert.deepEqual(approvedAt(await decide(privateOnly)), {
+    endpoint: '172.16.4.40:3987',
+    addresses: ['172.16.4.40'],
+  });
+});
+
+test('every Private NIC counts, the first first; a NIC with no IPv4 falls back to the routed public IPs', async () => {
+  const twoNetworks = sim.addServer({
+    name: 'two-networks',
+    tags: kopsTags(),
+    privateIps: ['172.16.4.41'],
+    privateNics: [{ ips: ['10.20.0.5'] }],
+    publicIps: ['51.15.0.11'],
+  });
+  sim.clearCalls();
+  assert.deepEqual(approvedAt(await decide(twoNetworks.id)), {
+    endpoint: '172.16.4.41:3987',
+    addresses: ['172.16.4.41', '10.20.0.5'],
+  });
+  assert.deepEqual(
+    ipamQueries()[0]?.getAll('resource_ids'),
+    twoNetworks.privateNics.map((n) => n.id),
+  );
+  const v6Network = sim.addServer({
+    name: 'v6-network',
+    tags: kopsTags(),
+    privateNics: [{ ips: ['fd5f:519c:6d46:2728::9'] }],
+    publicIps: ['51.15.0.12', '2001:bc8:1::'],
+  }).id;
+  sim.clearCalls();
+  assert.deepEqual(approvedAt(await decide(v6Network)), {
+    endpoint: '51.15.0.12:3987',
+    addresses: ['51.15.0.12'],
+  });
+  assert.deepEqual(
+    ipamQueries().map((q) => q.get('resource_type')),
+    ['instance_private_nic', 'instance_server'],
+  );
+});
+
+test('a server for which IPAM lists no IPv4 address at all is refused', async () => {
+  const none = sim.addServer({ name: 'no-address', tags: kopsTags() }).id;
+  denied(await decide(none), /IPAM lists no IPv4 address for server .*, so it cannot be called back/);
+  const v6Only = sim.addServer({
+    name: 'v6-only',
+    tags: kopsTags(),
+    privateIps: ['fd5f:519c:6d46:2728::10'],
+    publicIps: ['2001:bc8:2::'],
+  }).id;
+  denied(await decide(v6Only), /IPAM lists no IPv4 address/);
+});
+
+test("attack: IPAM answering more than was asked (a filter it ignores) never gives a server another resource's address", async () => {
+  // As an API that does not know the filters: every record of the region comes back, another
+  // cluster's server's first.
+  sim.ignoreIpamFilters(['resource_id', 'resource_ids', 'resource_type', 'resource_types', 'is_ipv6']);
+  assert.deepEqual(approvedAt(await decide(node)), {
+    endpoint: '172.16.4.2:3987',
+    addresses: ['172.16.4.2'],
+  });
+  const publicOnly = sim.addServer({ name: 'public-only-2', tags: kopsTags(), publicIps: ['51.15.0.13'] }).id;
+  assert.deepEqual(approvedAt(await decide(publicOnly)), {
+    endpoint: '51.15.0.13:3987',
+    addresses: ['51.15.0.13'],
+  });
+  // Nothing of its own: refused, though IPAM listed others' addresses.
+  const none = sim.addServer({ name: 'no-address-2', tags: kopsTags() }).id;
+  denied(await decide(none), /IPAM lists no IPv4 address/);
 });
 
 test("other proofs are not this policy's to judge", async () => {
@@ -137,7 +250,7 @@ test("attack: a server of another project that the controller's key can read, ta
   assert.equal(sim.count('ips.list'), 0);
 });
 
-test('stopped and stopping servers, and servers without a private address, are refused', async () => {
+test('stopped and stopping servers are refused', async () => {
   for (const state of ['stopped', 'stopped in place', 'stopping', 'locked']) {
     const id = sim.addServer({
       name: `s-${state.replace(/ /g, '-')}`,
@@ -154,8 +267,6 @@ test('stopped and stopping servers, and servers without a private address, are r
     state: 'starting',
   }).id;
   assert.equal((await decide(starting)).verdict, 'approve');
-  const noIp = sim.addServer({ name: 'public-only', tags: kopsTags(), publicIps: ['51.15.0.10'] }).id;
-  denied(await decide(noIp), /IPAM lists no private IPv4 address/);
   const gone = sim.addServer({ name: 'gone', tags: kopsTags(), privateIps: ['172.16.4.22'] }).id;
   sim.deleteServer(gone);
   denied(await decide(gone), /not found/);

@@ -2,8 +2,22 @@
  * `scaleway`: kops' Scaleway verifier (upup/pkg/fi/cloudup/scaleway/verifier.go). The node sends
  * only its server id (`x-scaleway-instance-server-id <uuid>`, from its metadata service); the proof
  * is the callback challenge: the server is read from the Instance API in the cluster's zone, its
- * private addresses from IPAM (as kops), and the handler then calls the node back on the first of
- * them, port 3987, where only the machine that sent the request holds the challenge secret.
+ * IPv4 addresses from IPAM, and the handler then calls the node back on the first of them, port
+ * 3987, where only the machine that sent the request holds the challenge secret.
+ *
+ * Which addresses, and why not kops' query. kops lists IPAM with `resource_id=<server>` and
+ * `zonal=<zone>`; `zonal` selects public zoned IPs only (IPAM `ListIPsRequest.zonal`: "Only IPs that
+ * are zonal, and in this zone"; CLI: `source.zonal` is "a public zoned IP"), and a Private-Network
+ * address is regional and attached to the server's Private NIC, not to the server (IPAM: a resource
+ * is "e.g. an Instance Private NIC"; Scaleway's cloud controller manager and Terraform provider read
+ * it by `resource_type=instance_private_nic` and the NIC's id). So kops calls every node back on its
+ * routed public IP and denies a server that has only Private-Network addresses. We read the server's
+ * Private NICs from the Instance API and their IPv4 addresses from IPAM; the challenge goes to the
+ * first, and those addresses are the certificate's. A server with no Private-Network IPv4 falls back
+ * to its routed public IPv4s, as kops (kops creates servers with a routed IP and no Private NIC, so
+ * its nodes keep joining): the cloud vouches for them as this server's just as much, and the TLS
+ * challenge proves that whoever answers holds the key of the request. Every record must be attached
+ * to this server or one of its NICs, whatever IPAM's filters did.
  *
  * Checked as kops does, and more strictly where no kops node is affected: the server must be in the
  * controller's project (`SCW_DEFAULT_PROJECT_ID`; kops does not check, and an API key that may read
@@ -13,11 +27,12 @@
  * load balancer in front of the controller hides it, which is why Scaleway uses the callback.
  *
  * A server the API does not know, of another project or cluster, not running or starting, or with no
- * private address is a denial; the Instance or IPAM API failing, throttling or timing out (or
+ * IPv4 address in IPAM is a denial; the Instance or IPAM API failing, throttling or timing out (or
  * refusing the controller's own key) is a dependency fault (503).
  */
 
 import { isIP } from 'node:net';
+import type { Instancev1 } from '@scaleway/sdk-instance';
 import type { Ipamv1 } from '@scaleway/sdk-ipam';
 import type { ScalewayClients } from '../../cloud/scaleway/client.ts';
 import { identityOfServer, isScalewayServerId, scalewayProviderID } from '../../cloud/scaleway/server.ts';
@@ -40,10 +55,60 @@ export interface ScalewayPolicyOptions {
   challengePort?: number;
 }
 
-/** The address of an IPAM record (`10.0.0.5/22` → `10.0.0.5`). */
-function addressOf(ip: Ipamv1.IP): string | undefined {
+/** The IPv4 address of an IPAM record (`10.0.0.5/22` → `10.0.0.5`). */
+function ipv4Of(ip: Ipamv1.IP): string | undefined {
   const address = ip.address.split('/')[0] ?? '';
-  return isIP(address) ? address : undefined;
+  return !ip.isIpv6 && isIP(address) === 4 ? address : undefined;
+}
+
+/** A server's IPv4 addresses in IPAM: on its Private NICs (regional) and its routed public IPs (zonal). */
+interface ServerAddresses {
+  private: string[];
+  public: string[];
+}
+
+/**
+ * The records' IPv4 addresses that belong to `server`: each record must be attached to the server
+ * itself (a routed public IP: zonal, of its zone) or to one of its Private NICs (a Private-Network
+ * address), whatever the query asked: another resource's address is never taken for the server's.
+ */
+function addressesOf(ips: Ipamv1.IP[], server: Instancev1.Server, nics: Instancev1.PrivateNIC[]) {
+  const out: ServerAddresses = { private: [], public: [] };
+  for (const ip of ips) {
+    const address = ipv4Of(ip);
+    const { resource, source } = ip;
+    if (address === undefined || !resource || !source) continue;
+    if (resource.type === 'instance_private_nic') {
+      const nic = nics.find((n) => n.id === resource.id);
+      const privateSource = source.privateNetworkId ?? source.subnetId ?? source.vpcId;
+      if (nic && privateSource) out.private.push(address);
+    } else if (resource.type === 'instance_server' && resource.id === server.id) {
+      if (source.zonal === server.zone) out.public.push(address);
+    }
+  }
+  return out;
+}
+
+/**
+ * The server's IPv4 addresses from IPAM: its Private NICs' first (one call for all of them), then,
+ * only when they have none, its routed public IPs. Never with `zonal` (see the header).
+ */
+async function ipamAddresses(server: Instancev1.Server, clients: ScalewayPolicyOptions['clients']) {
+  const nics = (server.privateNics ?? []).filter((n) => n.serverId === server.id);
+  const list = (what: string, request: Ipamv1.ListIPsRequest) =>
+    clients.call(what, () =>
+      clients.ipam.listIPs({ region: clients.region, isIpv6: false, ...request }).all(),
+    );
+  if (nics.length > 0) {
+    const ips = await list('ipam.listIPs (private NICs)', {
+      resourceType: 'instance_private_nic',
+      resourceIds: nics.map((n) => n.id),
+    });
+    const found = addressesOf(ips, server, nics);
+    if (found.private.length > 0) return found;
+  }
+  const ips = await list('ipam.listIPs (server)', { resourceType: 'instance_server', resourceId: server.id });
+  return addressesOf(ips, server, nics);
 }
 
 /** The `scaleway` policy; abstains for requests without an `x-scaleway-instance-server-id` proof. */
@@ -74,17 +139,12 @@ async function lookupServer(serverId: string, options: ScalewayPolicyOptions) {
     options.clusterName,
     clients.projectId,
   );
-  // IPAM only for a live server of ours: a stranger's id costs one call, not two.
-  if (identity instanceof Error) return { server, identity, ips: [] };
-  const ips = await clients.call('ipam.listIPs', () =>
-    clients.ipam
-      .listIPs({ region: clients.region, resourceId: server.id, isIpv6: false, zonal: clients.zone })
-      .all(),
-  );
-  return { server, identity, ips };
+  // IPAM only for a live server of ours: a stranger's id costs one call, not more.
+  if (identity instanceof Error) return { server, identity, addresses: { private: [], public: [] } };
+  return { server, identity, addresses: await ipamAddresses(server, clients) };
 }
 
-/** The Instance API's record of a live server of this cluster, with a private address to call back. */
+/** The Instance API's record of a live server of this cluster, with an IPv4 address to call back. */
 async function verifyServer(serverId: string, options: ScalewayPolicyOptions): Promise<PolicyDecision> {
   const { zone } = options.clients;
   if (!isScalewayServerId(serverId)) return deny(`the ${scheme} proof is not a server id`);
@@ -96,24 +156,31 @@ async function verifyServer(serverId: string, options: ScalewayPolicyOptions): P
     timeoutMs: options.lookupTimeoutMs,
   });
   if (!found) return deny(denial);
-  const { server, identity, ips } = found;
+  const { server, identity } = found;
   if (identity instanceof Error) return deny(identity.message);
-  const addresses = ips.map(addressOf).filter((a): a is string => a !== undefined);
+  // Its Private-Network addresses, or else its routed public IPs: those used are the certificate's.
+  const kind = found.addresses.private.length > 0 ? 'private-network' : 'public-routed';
+  const addresses = kind === 'private-network' ? found.addresses.private : found.addresses.public;
   const [first] = addresses;
   if (first === undefined) {
-    return deny(`IPAM lists no private IPv4 address for server ${server.id}, so it cannot be called back`);
+    return deny(
+      `IPAM lists no IPv4 address for server ${server.id} (none on its Private NICs, no routed public IP), so it cannot be called back`,
+    );
   }
   const challengeEndpoint = challengeEndpointOf(first, options.challengePort ?? defaultChallengePort);
+  const which =
+    kind === 'private-network'
+      ? 'its Private-Network address'
+      : 'its routed public IP: it has no Private-Network address';
   return {
     verdict: 'approve',
     facts: {
-      // kops' certificate names: the server's IPAM addresses.
       ...serverFacts(server, identity.instanceGroup, addresses),
       challengeEndpoint,
-      evidence: { proof: scheme, serverId: server.id, zone, project: server.project },
+      evidence: { proof: scheme, serverId: server.id, zone, project: server.project, addresses: kind },
     },
     reasons: [
-      `server ${server.name} (${server.id}) of cluster ${options.clusterName} is ${server.state} in ${zone}; its tags say group ${identity.instanceGroup}; it must answer the callback challenge at ${challengeEndpoint}`,
+      `server ${server.name} (${server.id}) of cluster ${options.clusterName} is ${server.state} in ${zone}; its tags say group ${identity.instanceGroup}; it must answer the callback challenge at ${challengeEndpoint} (${which})`,
     ],
   };
 }

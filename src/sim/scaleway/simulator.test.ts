@@ -12,6 +12,20 @@ after(() => sim.close());
 const get = (path: string, key = sim.credentials.secretKey) =>
   fetch(`${sim.apiUrl}${path}`, { headers: { 'x-auth-token': key } });
 
+interface IpamRecord {
+  address: string;
+  is_ipv6: boolean;
+  zone?: string;
+  resource: { type: string; id: string; mac_address?: string };
+  source: { zonal?: string; private_network_id?: string };
+}
+
+async function listIps(query: string): Promise<{ total_count: number; ips: IpamRecord[] }> {
+  const res = await get(`/ipam/v1/regions/fr-par/ips?${query}`);
+  assert.equal(res.status, 200, await res.clone().text());
+  return (await res.json()) as { total_count: number; ips: IpamRecord[] };
+}
+
 test('the Instance and IPAM APIs answer as the real ones: pages, filters, error types', async () => {
   const page = await get(`/instance/v1/zones/${sim.zone}/servers?per_page=2&page=2&tags=t`);
   assert.equal(page.headers.get('x-total-count'), '3');
@@ -26,14 +40,115 @@ test('the Instance and IPAM APIs answer as the real ones: pages, filters, error 
     message: '"instance_server" not found',
   });
   assert.equal((await get(`/instance/v1/zones/${sim.zone}/servers`, 'forged')).status, 401);
-  const ips = (await (await get('/ipam/v1/regions/fr-par/ips?is_ipv6=false')).json()) as {
-    total_count: number;
-    ips: Array<{ address: string }>;
-  };
+  const ips = await listIps('is_ipv6=false');
   assert.equal(ips.total_count, 3);
   assert.match(ips.ips[0]?.address ?? '', /^10\.0\.0\.0\/22$/);
   sim.throttleNext(1, 4);
   const throttled = await get(`/instance/v1/zones/${sim.zone}/servers`);
   assert.equal(throttled.status, 429);
   assert.equal(((await throttled.json()) as { reset_seconds: number }).reset_seconds, 4);
+});
+
+test("IPAM as the real one holds an Instance's addresses: routed public IPs zonal on the server, Private-Network ones regional on its NIC", async () => {
+  const server = sim.addServer({
+    name: 'both',
+    privateIps: ['172.16.8.2', 'fd5f:519c:6d46:2728::2'],
+    publicIps: ['51.15.0.9'],
+  });
+  const nic = server.privateNics[0];
+  assert.ok(nic);
+  // The Instance record names its NIC (and the NIC's network) and its routed IP's IPAM record.
+  const view = (await (await get(`/instance/v1/zones/${sim.zone}/servers/${server.id}`)).json()) as {
+    server: {
+      routed_ip_enabled: boolean;
+      public_ips: Array<{ address: string; ipam_id: string }>;
+      private_nics: Array<{ id: string; server_id: string; private_network_id: string; mac_address: string }>;
+    };
+  };
+  assert.equal(view.server.routed_ip_enabled, true);
+  assert.deepEqual(
+    view.server.private_nics.map((n) => [n.id, n.server_id, n.private_network_id]),
+    [[nic.id, server.id, sim.privateNetworkId]],
+  );
+
+  // By the server's id: only the public IP; a zonal record, with its zone.
+  const byServer = await listIps(`resource_id=${server.id}`);
+  assert.deepEqual(byServer.ips, [
+    { ...byServer.ips[0], address: '51.15.0.9/32', zone: sim.zone, source: { zonal: sim.zone } },
+  ]);
+  assert.deepEqual(byServer.ips[0]?.resource, { type: 'instance_server', id: server.id, name: 'both' });
+  assert.equal(view.server.public_ips[0]?.ipam_id, (byServer.ips[0] as unknown as { id: string }).id);
+
+  // `zonal=<zone>` lists public zoned IPs only: none of the Private Network's.
+  const zonal = await listIps(`zonal=${sim.zone}`);
+  assert.deepEqual(
+    zonal.ips.map((ip) => ip.address),
+    ['51.15.0.9/32'],
+  );
+
+  // The Private-Network addresses are on the NIC: regional (no zone), sourced from the network.
+  const byNic = await listIps(`resource_type=instance_private_nic&resource_ids=${nic.id}&is_ipv6=false`);
+  assert.equal(byNic.total_count, 1);
+  const [record] = byNic.ips;
+  assert.equal(record?.address, '172.16.8.2/22');
+  assert.equal(record && 'zone' in record, false);
+  assert.deepEqual(record?.source, { private_network_id: sim.privateNetworkId });
+  assert.deepEqual(record?.resource, {
+    type: 'instance_private_nic',
+    id: nic.id,
+    name: 'both',
+    mac_address: nic.macAddress,
+  });
+  assert.equal((await listIps(`resource_id=${server.id}&resource_type=instance_private_nic`)).total_count, 0);
+  assert.equal(
+    (await listIps(`resource_ids=${nic.id}&is_ipv6=true`)).ips[0]?.address,
+    'fd5f:519c:6d46:2728::2/64',
+  );
+  // By network: every server's address on it (the three of `before`, then this one's two).
+  assert.equal((await listIps(`private_network_id=${sim.privateNetworkId}`)).total_count, 5);
+  assert.equal(
+    (
+      await listIps(
+        `resource_types=instance_server&resource_types=instance_private_nic&resource_ids=${server.id}&resource_ids=${nic.id}`,
+      )
+    ).total_count,
+    3,
+  );
+  assert.equal((await listIps(`project_id=00000000-0000-4000-8000-000000000000`)).total_count, 0);
+});
+
+test('IPAM refuses what the real one refuses, and says what it does not model', async () => {
+  const refused = async (query: string, status: number) => {
+    const res = await get(`/ipam/v1/regions/fr-par/ips?${query}`);
+    assert.equal(res.status, status, query);
+    return (await res.json()) as { type: string };
+  };
+  // One source at most; UUIDs; known resource types; booleans.
+  assert.equal(
+    (await refused(`zonal=${sim.zone}&private_network_id=${sim.privateNetworkId}`, 400)).type,
+    'invalid_arguments',
+  );
+  await refused('resource_id=not-a-uuid', 400);
+  await refused('resource_type=instance_nic', 400);
+  await refused('is_ipv6=no', 400);
+  await refused('page=0', 400);
+  // A real filter the simulator does not model is loud, never ignored.
+  assert.equal(
+    (await refused('subnet_id=00000000-0000-4000-8000-000000000000', 501)).type,
+    'not_implemented',
+  );
+  await refused('order_by=ip_address_asc', 501);
+});
+
+test('ignoreIpamFilters: IPAM answers as an API that does not know those parameters', async () => {
+  const server = sim.addServer({ name: 'ignored', publicIps: ['51.15.0.20'] });
+  sim.ignoreIpamFilters(['resource_id']);
+  try {
+    const all = await listIps(`resource_id=${server.id}`);
+    assert.ok(all.ips.some((ip) => ip.resource.id !== server.id));
+    assert.equal((await listIps('resource_id=not-a-uuid')).total_count, all.total_count);
+  } finally {
+    sim.ignoreIpamFilters([]);
+  }
+  assert.equal((await listIps(`resource_id=${server.id}`)).total_count, 1);
 });

@@ -3,8 +3,15 @@
  * node make, so the official SDK (`@scaleway/sdk-instance`, `-ipam`) runs against it unchanged:
  * - Instance `GET /instance/v1/zones/{zone}/servers` (`page`, `per_page` ≤ 100, `tags`, `servers`,
  *   `project` filters, `X-Total-Count`) and `GET …/servers/{id}`;
- * - IPAM `GET /ipam/v1/regions/{region}/ips` (`resource_id`, `is_ipv6`, `zonal`, `page`,
- *   `page_size`, `total_count`), addresses written as CIDR as the API does;
+ * - IPAM `GET /ipam/v1/regions/{region}/ips` (`page`, `page_size`, `total_count`; the filters
+ *   `resource_id(s)`, `resource_type(s)`, `is_ipv6`, `project_id`, `attached` and one source of
+ *   `zonal` | `private_network_id`), addresses written as CIDR as the API does. IPAM holds what the
+ *   real one holds for an Instance: a routed public IP is a zonal record (`source.zonal`, `zone`)
+ *   attached to the server (`resource` `instance_server`); a Private-Network address is a regional
+ *   record (`source.private_network_id`, no zone) attached to the server's Private NIC (`resource`
+ *   `instance_private_nic`, the NIC's id: the server's id finds it not). So `zonal=<zone>` lists
+ *   public addresses only (CLI docs: `source.zonal` is "a public zoned IP"). A filter the API has
+ *   that is not simulated answers 501, never silently ignored;
  * - the metadata service's `conf?format=json`, one URL per server (the real one, at 169.254.42.42,
  *   tells servers apart by source address, which loopback cannot).
  * Errors are Scaleway's JSON bodies (`unknown_resource`, `invalid_arguments`,
@@ -43,9 +50,32 @@ export interface SeedScalewayServer {
   /** Default the simulator's project. */
   project?: string;
   tags?: string[];
-  /** Private addresses IPAM lists for the server. */
+  /**
+   * Addresses of the server's Private NIC on the simulator's Private Network: regional IPAM records
+   * attached to the NIC (none: no NIC).
+   */
   privateIps?: string[];
+  /** More Private NICs, each on its Private Network (a new one unless named). */
+  privateNics?: Array<{ privateNetworkId?: string; ips: string[] }>;
+  /** Routed public IPs: on the Instance record and, as the real IPAM does, zonal records attached to the server. */
   publicIps?: string[];
+}
+
+/** A server's Private NIC. */
+interface SimNic {
+  id: string;
+  privateNetworkId: string;
+  macAddress: string;
+}
+
+/** An IPAM record: public (zonal, attached to the server) or private (regional, attached to a NIC). */
+interface SimIpamIp {
+  id: string;
+  /** Without its prefix length. */
+  address: string;
+  isIpv6: boolean;
+  source: { zonal: string } | { private_network_id: string };
+  resource: { type: 'instance_server' | 'instance_private_nic'; id: string; macAddress?: string };
 }
 
 /** The record the simulator keeps for a server. */
@@ -56,8 +86,12 @@ interface SimServer {
   zone: string;
   project: string;
   tags: string[];
+  /** Every address of its Private NICs. */
   privateIps: string[];
   publicIps: string[];
+  privateNics: SimNic[];
+  /** Its IPAM records, in the order they were created (public first: they come with the server). */
+  ipam: SimIpamIp[];
 }
 
 /** A running simulator; `throttleNext`'s wait is the 429's `reset_seconds`. */
@@ -65,6 +99,8 @@ export interface ScalewaySimulator extends FaultVerbs {
   apiUrl: string;
   zone: string;
   projectId: string;
+  /** The Private Network of the `privateIps` of the servers in the simulator's region. */
+  privateNetworkId: string;
   /** Credentials the API accepts, for the simulator's zone. */
   credentials: ScalewayCredentials;
   /** The same as `SCW_*` variables. */
@@ -74,6 +110,11 @@ export interface ScalewaySimulator extends FaultVerbs {
   deleteServer(id: string): void;
   /** Lets the API key read another project's servers and IPs too (an IAM policy over several projects). */
   grantProject(projectId: string): void;
+  /**
+   * IPAM ignores these query parameters from now on (`[]`: none), as a real API ignores one it does
+   * not know: what the caller does with records it did not ask for.
+   */
+  ignoreIpamFilters(names: string[]): void;
   /** The URL the server `id` sees at `http://169.254.42.42/conf?format=json`. */
   metadataUrl(id: string): string;
   readonly calls: readonly ScalewayCall[];
@@ -112,45 +153,94 @@ function serverView(s: SimServer) {
     commercial_type: 'DEV1-M',
     tags: s.tags,
     private_ip: null,
+    routed_ip_enabled: true,
     public_ips: s.publicIps.map((address, i) => ({
       id: `${s.id.slice(0, 8)}-ip-${i}`,
       address,
       dynamic: false,
       family: address.includes(':') ? 'inet6' : 'inet',
-      provisioning_mode: 'dhcp',
+      provisioning_mode: address.includes(':') ? 'slaac' : 'dhcp',
       state: 'attached',
       tags: [],
       gateway: '',
-      netmask: '32',
+      netmask: address.includes(':') ? '64' : '32',
+      ipam_id: s.ipam.find((r) => 'zonal' in r.source && r.address === address)?.id ?? null,
     })),
-    private_nics: [],
+    private_nics: s.privateNics.map((nic) => ({
+      id: nic.id,
+      server_id: s.id,
+      private_network_id: nic.privateNetworkId,
+      mac_address: nic.macAddress,
+      state: 'available',
+      tags: [],
+      creation_date: '2026-01-01T00:00:00Z',
+      zone: s.zone,
+    })),
     volumes: {},
     creation_date: '2026-01-01T00:00:00Z',
   };
 }
 
-/** The IPAM records of a server's private addresses. */
-function ipamRecords(s: SimServer, region: string, isIpv6: string | null): unknown[] {
-  const records: unknown[] = [];
-  s.privateIps.forEach((address, i) => {
-    const v6 = address.includes(':');
-    if (isIpv6 !== null && String(v6) !== isIpv6) return;
-    records.push({
-      id: `${s.id.slice(0, 8)}-ipam-${i}`,
-      address: `${address}/${v6 ? 64 : 22}`,
-      is_ipv6: v6,
-      project_id: s.project,
-      region,
-      zone: s.zone,
-      resource: { type: 'instance_server', id: s.id, name: s.name, mac_address: '02:00:00:00:00:01' },
-      tags: [],
-      reverses: [],
-      source: { private_network_id: randomUUID() },
-      created_at: '2026-01-01T00:00:00Z',
-      updated_at: '2026-01-01T00:00:00Z',
-    });
-  });
+/** The region of a zone (`fr-par-1` → `fr-par`). */
+const regionOf = (zone: string) => zone.replace(/-[1-9]$/, '');
+
+/** The API's form of an IPAM record; a private (regional) one has no `zone`. */
+function ipamView(s: SimServer, ip: SimIpamIp) {
+  const zonal = 'zonal' in ip.source;
+  const length = ip.isIpv6 ? 64 : zonal ? 32 : 22;
+  return {
+    id: ip.id,
+    address: `${ip.address}/${length}`,
+    is_ipv6: ip.isIpv6,
+    project_id: s.project,
+    region: regionOf(s.zone),
+    ...(zonal ? { zone: s.zone } : {}),
+    resource: {
+      type: ip.resource.type,
+      id: ip.resource.id,
+      name: s.name,
+      ...(ip.resource.macAddress ? { mac_address: ip.resource.macAddress } : {}),
+    },
+    tags: [],
+    reverses: [],
+    source: ip.source,
+    created_at: '2026-01-01T00:00:00Z',
+    updated_at: '2026-01-01T00:00:00Z',
+  };
+}
+
+/** A server's records: its routed public IPs (zonal, on the server), then its NICs' addresses. */
+function seedIpam(
+  zone: string,
+  serverId: string,
+  publicIps: string[],
+  nics: Array<SimNic & { ips: string[] }>,
+) {
+  const records: SimIpamIp[] = publicIps.map((address) => ({
+    id: randomUUID(),
+    address,
+    isIpv6: address.includes(':'),
+    source: { zonal: zone },
+    resource: { type: 'instance_server', id: serverId },
+  }));
+  for (const nic of nics) {
+    for (const address of nic.ips) {
+      records.push({
+        id: randomUUID(),
+        address,
+        isIpv6: address.includes(':'),
+        source: { private_network_id: nic.privateNetworkId },
+        resource: { type: 'instance_private_nic', id: nic.id, macAddress: nic.macAddress },
+      });
+    }
+  }
   return records;
+}
+
+/** A locally administered MAC address, as Scaleway gives a Private NIC. */
+function randomMac(): string {
+  const hex = randomUUID().replace(/-/g, '');
+  return ['02', '00', hex.slice(0, 2), hex.slice(2, 4), hex.slice(4, 6), hex.slice(6, 8)].join(':');
 }
 
 /** The metadata service's `conf?format=json` as server `s` reads it. */
@@ -164,7 +254,8 @@ function metadataDocument(s: SimServer) {
     commercial_type: 'DEV1-M',
     tags: s.tags,
     state_detail: 'booted',
-    private_ip: s.privateIps[0] ?? null,
+    // The legacy NAT address, which a server with routed IPs does not have.
+    private_ip: null,
     location: { zone_id: s.zone, platform_id: '14', cluster_id: '1', hypervisor_id: '1', node_id: '1' },
   };
 }
@@ -196,6 +287,8 @@ interface ScalewayState {
   projectId: string;
   /** The projects the API key may read: its own and those granted. */
   readable: Set<string>;
+  /** IPAM query parameters answered as unknown (ignored). */
+  ignoredIpamFilters: Set<string>;
   secretKey: string;
   log: CallLog<ScalewayCall>;
   faults: FaultQueue;
@@ -223,20 +316,126 @@ function listServers(state: ScalewayState, url: URL, res: ServerResponse, inZone
   sendJson(res, 200, { servers: slice.map(serverView) }, { 'x-total-count': String(matching.length) });
 }
 
+const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** IPAM's resource types (`@scaleway/sdk-ipam` `ResourceType`); another answers 400. */
+const ipamResourceTypes = new Set([
+  'unknown_type',
+  'custom',
+  'instance_server',
+  'instance_ip',
+  'instance_private_nic',
+  'lb_server',
+  'fip_ip',
+  'vpc_gateway',
+  'vpc_gateway_network',
+  'k8s_node',
+  'k8s_cluster',
+  'rdb_instance',
+  'redis_cluster',
+  'baremetal_server',
+  'baremetal_private_nic',
+  'llm_deployment',
+  'mgdb_instance',
+  'apple_silicon_server',
+  'apple_silicon_private_nic',
+  'serverless_container',
+  'serverless_function',
+  'vpn_gateway',
+  'ddl_datalab',
+  'kafka_cluster',
+  'bgp_endpoint',
+  'scbl_sedb_cluster',
+]);
+
+/** The IPAM source one-of: at most one may be given. */
+const ipamSources = ['zonal', 'private_network_id', 'subnet_id', 'source_vpc_id'];
+
+/** ListIPs parameters the real API has that the simulator does not model: 501, never ignored. */
+const unsimulatedIpamFilters = [
+  'subnet_id',
+  'source_vpc_id',
+  'vpc_id',
+  'resource_name',
+  'mac_address',
+  'tags',
+  'organization_id',
+  'ip_ids',
+];
+
+/** Why the ListIPs query is refused (400 field and message, or 501), or undefined. */
+function ipamQueryError(get: (n: string) => string | null, getAll: (n: string) => string[]) {
+  const sources = ipamSources.filter((n) => get(n) !== null);
+  if (sources.length > 1) return { field: sources.join(', '), message: 'at most one source may be set' };
+  const unsimulated = unsimulatedIpamFilters.find((n) => get(n) !== null);
+  if (unsimulated) return { status: 501, field: unsimulated, message: 'not simulated' };
+  for (const name of ['resource_id', 'resource_ids', 'project_id', 'private_network_id']) {
+    if (getAll(name).some((v) => !uuidPattern.test(v))) return { field: name, message: 'must be a UUID' };
+  }
+  const types = [...getAll('resource_type'), ...getAll('resource_types')];
+  if (types.some((t) => !ipamResourceTypes.has(t)))
+    return { field: 'resource_type', message: 'unknown type' };
+  for (const name of ['is_ipv6', 'attached']) {
+    const v = get(name);
+    if (v !== null && v !== 'true' && v !== 'false') return { field: name, message: 'must be a boolean' };
+  }
+  const order = get('order_by');
+  if (order !== null && order !== 'created_at_asc')
+    return { status: 501, field: 'order_by', message: 'not simulated' };
+  return undefined;
+}
+
+/** Whether record `ip` of server `s` passes the ListIPs filters. */
+function ipamMatches(
+  s: SimServer,
+  ip: SimIpamIp,
+  get: (n: string) => string | null,
+  getAll: (n: string) => string[],
+) {
+  const ids = getAll('resource_ids');
+  const types = getAll('resource_types');
+  const isIpv6 = get('is_ipv6');
+  const project = get('project_id');
+  const zonal = get('zonal');
+  const network = get('private_network_id');
+  const attached = get('attached');
+  return (
+    (get('resource_id') === null || ip.resource.id === get('resource_id')) &&
+    (ids.length === 0 || ids.includes(ip.resource.id)) &&
+    (get('resource_type') === null || ip.resource.type === get('resource_type')) &&
+    (types.length === 0 || types.includes(ip.resource.type)) &&
+    (isIpv6 === null || String(ip.isIpv6) === isIpv6) &&
+    (project === null || s.project === project) &&
+    (zonal === null || ('zonal' in ip.source && ip.source.zonal === zonal)) &&
+    (network === null || ('private_network_id' in ip.source && ip.source.private_network_id === network)) &&
+    // Every simulated record is attached.
+    (attached === null || attached === 'true')
+  );
+}
+
 function listIps(state: ScalewayState, url: URL, res: ServerResponse, region: string) {
   const page = intParam(url, 'page', 1);
   const pageSize = intParam(url, 'page_size', 50);
+  if (!Number.isInteger(page) || page < 1) return invalid(res, 'page', 'must be a positive integer');
   if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 1000) {
     return invalid(res, 'page_size', 'must be between 1 and 1000');
   }
-  const resourceId = url.searchParams.get('resource_id');
-  const zonal = url.searchParams.get('zonal');
+  // A parameter the API does not know is ignored, not refused.
+  const known = (name: string) => !state.ignoredIpamFilters.has(name);
+  const get = (name: string) => (known(name) ? url.searchParams.get(name) : null);
+  const getAll = (name: string) => (known(name) ? url.searchParams.getAll(name) : []);
+  const refused = ipamQueryError(get, getAll);
+  if (refused?.status === 501) {
+    return sendJson(res, 501, {
+      type: 'not_implemented',
+      message: `the simulator does not model the IPAM filter ${refused.field}`,
+    });
+  }
+  if (refused) return invalid(res, refused.field, refused.message);
   const ips: unknown[] = [];
   for (const s of state.servers.values()) {
-    if (!state.readable.has(s.project) || !s.zone.startsWith(`${region}-`)) continue;
-    if (resourceId !== null && s.id !== resourceId) continue;
-    if (zonal !== null && s.zone !== zonal) continue;
-    ips.push(...ipamRecords(s, region, url.searchParams.get('is_ipv6')));
+    if (!state.readable.has(s.project) || regionOf(s.zone) !== region) continue;
+    for (const ip of s.ipam) if (ipamMatches(s, ip, get, getAll)) ips.push(ipamView(s, ip));
   }
   sendJson(res, 200, { total_count: ips.length, ips: ips.slice((page - 1) * pageSize, page * pageSize) });
 }
@@ -305,10 +504,19 @@ export async function startScalewaySimulator(
 ): Promise<ScalewaySimulator> {
   const zone = options.zone ?? 'fr-par-1';
   const projectId = randomUUID();
+  // A Private Network is regional: one for `privateIps` per region.
+  const networks = new Map<string, string>();
+  const networkOf = (region: string) => {
+    const known = networks.get(region) ?? randomUUID();
+    networks.set(region, known);
+    return known;
+  };
+  const privateNetworkId = networkOf(regionOf(zone));
   const state: ScalewayState = {
     servers: new Map(),
     projectId,
     readable: new Set([projectId]),
+    ignoredIpamFilters: new Set(),
     secretKey: randomUUID(),
     log: new CallLog(),
     faults: new FaultQueue(),
@@ -331,6 +539,7 @@ export async function startScalewaySimulator(
     apiUrl: base,
     zone,
     projectId,
+    privateNetworkId,
     credentials: { accessKey, secretKey, projectId, zone, apiUrl: base },
     env: {
       SCW_ACCESS_KEY: accessKey,
@@ -340,15 +549,35 @@ export async function startScalewaySimulator(
       SCW_API_URL: base,
     },
     addServer: (seed) => {
+      const id = seed.id ?? randomUUID();
+      const serverZone = seed.zone ?? zone;
+      const nics = [
+        ...(seed.privateIps?.length
+          ? [{ privateNetworkId: networkOf(regionOf(serverZone)), ips: seed.privateIps }]
+          : []),
+        ...(seed.privateNics ?? []),
+      ].map((n) => ({
+        id: randomUUID(),
+        privateNetworkId: n.privateNetworkId ?? randomUUID(),
+        macAddress: randomMac(),
+        ips: [...n.ips],
+      }));
+      const publicIps = [...(seed.publicIps ?? [])];
       const record: SimServer = {
-        id: seed.id ?? randomUUID(),
+        id,
         name: seed.name,
         state: seed.state ?? 'running',
-        zone: seed.zone ?? zone,
+        zone: serverZone,
         project: seed.project ?? projectId,
         tags: [...(seed.tags ?? [])],
-        privateIps: [...(seed.privateIps ?? [])],
-        publicIps: [...(seed.publicIps ?? [])],
+        privateIps: nics.flatMap((n) => n.ips),
+        publicIps,
+        privateNics: nics.map(({ id: nicId, privateNetworkId: pn, macAddress }) => ({
+          id: nicId,
+          privateNetworkId: pn,
+          macAddress,
+        })),
+        ipam: seedIpam(serverZone, id, publicIps, nics),
       };
       servers.set(record.id, record);
       return record;
@@ -362,6 +591,9 @@ export async function startScalewaySimulator(
     },
     grantProject: (id) => {
       state.readable.add(id);
+    },
+    ignoreIpamFilters: (names) => {
+      state.ignoredIpamFilters = new Set(names);
     },
     metadataUrl: (id) => `${base}/metadata/${encodeURIComponent(id)}/conf?format=json`,
     ...faultVerbs(state.faults),
