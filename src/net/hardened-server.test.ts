@@ -93,6 +93,115 @@ describe('hardened server', () => {
     }
   });
 
+  for (const secure of [false, true]) {
+    test(`attack (${secure ? 'TLS' : 'plain'}): a client that sends requests and never reads the answers is cut once an answer has waited past the response timeout`, async () => {
+      // Answers far larger than the kernel's socket buffers, so that a client that does not read
+      // stalls the server's writes (a zero TCP window): no read, no idle timer, no finished answer.
+      const body = Buffer.alloc(16 * 1024 * 1024, 'x');
+      const server = await startHardenedServer({
+        name: 'test',
+        listen: '127.0.0.1:0',
+        listenSetting: 'test.listen',
+        ...(secure ? { tls: tls() } : {}),
+        limits: { responseTimeout: 500 },
+        handler: (_req, res) => res.end(body),
+      });
+      const clients: Socket[] = [];
+      try {
+        for (let i = 0; i < 3; i++) {
+          const socket: Socket = secure
+            ? connect({ host: '127.0.0.1', port: server.address.port, ca: caPem })
+            : (await import('node:net')).connect(server.address.port, '127.0.0.1');
+          socket.on('error', () => undefined);
+          // Pipelined requests, then no read at all.
+          socket.write('GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n');
+          socket.pause();
+          clients.push(socket);
+        }
+        assert.equal(await eventually(() => server.openConnections(), 3), 3);
+        const cut = await eventually(() => server.openConnections(), 0, 5_000);
+        assert.equal(cut, 0, 'connections whose answers nobody takes are still held');
+      } finally {
+        for (const socket of clients) socket.destroy();
+        await server.close();
+      }
+    });
+  }
+
+  test('a request answered before its body arrived, whose body then stalls, gets no second (408) answer on its connection', async () => {
+    const server = await startHardenedServer({
+      name: 'test',
+      listen: '127.0.0.1:0',
+      listenSetting: 'test.listen',
+      limits: { requestTimeout: 300, headersTimeout: 300 },
+      handler: (_req, res) => {
+        res.writeHead(405, { 'content-type': 'application/json' });
+        res.end('{"error":"method-not-allowed"}');
+      },
+    });
+    try {
+      const socket = (await import('node:net')).connect(server.address.port, '127.0.0.1');
+      let received = '';
+      socket.on('data', (chunk: Buffer) => (received += chunk));
+      socket.on('error', () => undefined);
+      // A body of 100 bytes announced, 5 sent, then a byte now and then: never complete.
+      socket.write('PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"a":');
+      const drip = setInterval(() => socket.write(' '), 100);
+      await new Promise((resolve) => socket.on('close', resolve));
+      clearInterval(drip);
+      assert.deepEqual(received.match(/HTTP\/1\.1 \d{3}/g), ['HTTP/1.1 405']);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test('headers that stall on a kept-alive connection after an answered request still get their 408', async () => {
+    const server = await startHardenedServer({
+      name: 'test',
+      listen: '127.0.0.1:0',
+      listenSetting: 'test.listen',
+      limits: { requestTimeout: 300, headersTimeout: 300, keepAliveTimeout: 5_000 },
+      handler: (_req, res) => res.end('ok'),
+    });
+    try {
+      const socket = (await import('node:net')).connect(server.address.port, '127.0.0.1');
+      let received = '';
+      socket.on('data', (chunk: Buffer) => (received += chunk));
+      socket.write('GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHo');
+      const drip = setInterval(() => socket.write('o'), 100);
+      await new Promise((resolve) => socket.on('close', resolve));
+      clearInterval(drip);
+      assert.deepEqual(received.match(/HTTP\/1\.1 \d{3}/g), ['HTTP/1.1 200', 'HTTP/1.1 408']);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test('an answer a client takes slowly but wholly within the response timeout is delivered whole', async () => {
+    const body = Buffer.alloc(8 * 1024 * 1024, 'y');
+    const server = await startHardenedServer({
+      name: 'test',
+      listen: '127.0.0.1:0',
+      listenSetting: 'test.listen',
+      limits: { responseTimeout: 5_000 },
+      handler: (_req, res) => res.end(body),
+    });
+    try {
+      const socket = (await import('node:net')).connect(server.address.port, '127.0.0.1');
+      socket.write('GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+      socket.pause();
+      // Not read for a second (the server's writes stall), then read whole.
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      let received = 0;
+      socket.on('data', (chunk: Buffer) => (received += chunk.length));
+      socket.resume();
+      await new Promise((resolve) => socket.on('close', resolve));
+      assert.ok(received > body.length, `received ${received} bytes`);
+    } finally {
+      await server.close();
+    }
+  });
+
   test('close cuts connections waiting for their first bytes and idle kept-alive ones; the count drops to zero', async () => {
     const server = await startHardenedServer({
       name: 'test',

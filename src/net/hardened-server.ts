@@ -48,6 +48,11 @@ export interface ConnectionLimits {
    */
   keepAliveTimeout: number;
   /**
+   * Once an answer is complete, the client must have taken it within this (Node has no write
+   * timeout: a client that stops reading would otherwise hold its connection for ever).
+   */
+  responseTimeout: number;
+  /**
    * How often Node checks the headers and request timeouts. Its default, 30 s, let a client that
    * sends its headers slowly hold a connection for up to 40 s instead of 10.
    */
@@ -62,6 +67,7 @@ export const defaultConnectionLimits: ConnectionLimits = {
   headersTimeout: 10_000,
   requestTimeout: 30_000,
   keepAliveTimeout: 5_000,
+  responseTimeout: 10_000,
   connectionsCheckingInterval: 1_000,
 };
 
@@ -362,11 +368,32 @@ function capPerSource(
 }
 
 /** How the server treats requests in progress and clients that misbehave. */
-function boundRequests(server: Server): void {
-  // A request in progress is bounded by the headers and request timeouts, and may then wait for its
-  // answer as long as its handler takes (a long-poll), so the idle timer stops with its headers.
-  server.on('request', (req: IncomingMessage) => req.socket.setTimeout(0));
-  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+function boundRequests(server: Server, limits: ConnectionLimits): void {
+  /** Each connection's latest request and its answer. */
+  const latest = new WeakMap<Socket, { req: IncomingMessage; res: ServerResponse }>();
+  // Before the handler, which may end its answer at once (and so emit `prefinish`) in its own call.
+  server.prependListener('request', (req: IncomingMessage, res: ServerResponse) => {
+    latest.set(req.socket, { req, res });
+    // A request in progress is bounded by the headers and request timeouts, and may then wait for its
+    // answer as long as its handler takes (a long-poll), so the idle timer stops with its headers.
+    req.socket.setTimeout(0);
+    // Once the handler has ended its answer, the client must take it. A client that stops reading
+    // stalls the server's writes, and then neither the idle timer (no read), nor Node's keep-alive
+    // timer (armed when an answer has gone out) ever starts: a few such clients would hold the caps.
+    res.once('prefinish', () => {
+      const deadline = setTimeout(() => res.socket?.destroy(), limits.responseTimeout);
+      deadline.unref();
+      const clear = () => clearTimeout(deadline);
+      res.once('finish', clear);
+      res.once('close', clear);
+    });
+  });
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+    // A request answered before its body had arrived (405, 413, 429…) whose body then stalls: the
+    // error is that request's, already answered. A status line now would be a second answer to one
+    // request, which a proxy reusing the connection would hand to another client.
+    const current = latest.get(socket);
+    if (current?.res.headersSent && !current.req.complete) return socket.destroy();
     if (socket.writable) socket.end(`HTTP/1.1 ${clientErrorStatus(err)}\r\nConnection: close\r\n\r\n`);
     else socket.destroy();
   });
@@ -441,7 +468,7 @@ export async function startHardenedServer(options: HardenedServerOptions): Promi
     refused.refuse('total', sourceOf(data?.remoteAddress)),
   );
   const sockets = capPerSource(server, options, limits, refused);
-  boundRequests(server);
+  boundRequests(server, limits);
   await listen(server, options, logger);
   warnIfOverFileLimit(options, limits, logger);
   const address = server.address() as AddressInfo;

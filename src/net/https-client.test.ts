@@ -1,7 +1,15 @@
 import assert from 'node:assert/strict';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  createServer as createHttpServer,
+  Agent as HttpAgent,
+  type IncomingMessage,
+  type ServerResponse,
+} from 'node:http';
 import { Agent, createServer, type Server } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { InvalidInputError, KopsError, TimeoutError, TooLargeError, UnavailableError } from '../errors.ts';
 import {
@@ -9,6 +17,7 @@ import {
   issueServingCertificate,
   type SimCertificateAuthority,
 } from '../sim/tls.ts';
+import { openssl } from '../testing/openssl.ts';
 import { type HttpsAnswer, type HttpsRequest, httpsRequest, TlsVerificationError } from './https-client.ts';
 
 let ca: SimCertificateAuthority;
@@ -138,6 +147,31 @@ test('an answer over the size limit is a TooLargeError at once, and its connecti
   assert.equal(await serverSocketCloses('/flood'), true);
 });
 
+test('an answer over the size limit that arrives whole in one read is a TooLargeError too: never resolved, never an uncaught error on a pooled socket', async () => {
+  // Plain HTTP on loopback: a 3,000-byte answer is in the client's first read, headers and all, so
+  // the limit is crossed only as the message ends.
+  const plain = createHttpServer((_req, res) => {
+    res.writeHead(200, { 'content-length': 3000 });
+    res.end(Buffer.alloc(3000, 0x41));
+  });
+  await new Promise<void>((resolve) => plain.listen(0, '127.0.0.1', resolve));
+  const url = new URL(`http://127.0.0.1:${(plain.address() as AddressInfo).port}/`);
+  const pooled = new HttpAgent({ keepAlive: true });
+  try {
+    for (const agent of [false, pooled, undefined] as const) {
+      const outcome = await settledWithin(
+        httpsRequest({ url, agent, timeoutMs: 2_000, maxBodyBytes: 1_000 }),
+      );
+      assert.ok(outcome instanceof TooLargeError, `agent ${String(agent)}: ${String(outcome)}`);
+    }
+    // An error emitted on a pooled socket with no listener would have ended this process by now.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  } finally {
+    pooled.destroy();
+    plain.close();
+  }
+});
+
 test('no answer within the deadline is a TimeoutError and the connection is destroyed', async () => {
   const outcome = await settledWithin(send('/silent', { timeoutMs: 200 }));
   assert.ok(outcome instanceof TimeoutError, `rejected with TimeoutError, not ${String(outcome)}`);
@@ -156,6 +190,106 @@ test('a certificate that does not verify is a TlsVerificationError (final), not 
         err.code,
       ),
   );
+});
+
+test('certificates Node reports as UNSPECIFIED (an unknown critical extension, a CA that may not sign certificates, SHA-1) are TlsVerificationErrors too', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'tls-unspecified-'));
+  const at = (name: string) => join(dir, name);
+  const ca = (name: string, keyUsage: string) =>
+    openssl([
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:P-256',
+      '-nodes',
+      '-keyout',
+      at(`${name}.key`),
+      '-out',
+      at(`${name}.crt`),
+      '-days',
+      '2',
+      '-subj',
+      `/CN=${name}`,
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-addext',
+      `keyUsage=critical,${keyUsage}`,
+    ]);
+  const leaf = (name: string, issuer: string, extensions: string, digest = '-sha256') => {
+    writeFileSync(
+      at(`${name}.ext`),
+      `subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n${extensions}`,
+    );
+    openssl([
+      'req',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:P-256',
+      '-nodes',
+      '-keyout',
+      at(`${name}.key`),
+      '-out',
+      at(`${name}.csr`),
+      '-subj',
+      '/CN=localhost',
+    ]);
+    openssl([
+      'x509',
+      '-req',
+      '-in',
+      at(`${name}.csr`),
+      '-CA',
+      at(`${issuer}.crt`),
+      '-CAkey',
+      at(`${issuer}.key`),
+      '-CAcreateserial',
+      '-out',
+      at(`${name}.crt`),
+      '-days',
+      '1',
+      '-extfile',
+      at(`${name}.ext`),
+      digest,
+    ]);
+  };
+  try {
+    ca('ca', 'keyCertSign,cRLSign');
+    ca('ca-nosign', 'digitalSignature');
+    leaf('critical', 'ca', '1.2.3.4.5.6.7=critical,DER:05:00\n');
+    leaf('nosign', 'ca-nosign', '');
+    leaf('sha1', 'ca', '', '-sha1');
+    for (const [name, issuer] of [
+      ['critical', 'ca'],
+      ['nosign', 'ca-nosign'],
+      ['sha1', 'ca'],
+    ] as const) {
+      const server = createServer(
+        { key: readFileSync(at(`${name}.key`)), cert: readFileSync(at(`${name}.crt`)) },
+        (_req, res) => res.end('ok'),
+      );
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      try {
+        const url = new URL(`https://127.0.0.1:${(server.address() as AddressInfo).port}/`);
+        const outcome = await settledWithin(
+          httpsRequest({
+            url,
+            ca: readFileSync(at(`${issuer}.crt`), 'utf8'),
+            agent: false,
+            timeoutMs: 5_000,
+            maxBodyBytes: 100,
+          }),
+        );
+        assert.ok(outcome instanceof TlsVerificationError, `${name}: ${String(outcome)}`);
+      } finally {
+        server.close();
+      }
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('an aborted signal ends the request with its AbortError', async () => {

@@ -123,14 +123,20 @@ function readAnswer(
 ): void {
   const chunks: Buffer[] = [];
   let size = 0;
+  let over = false;
   res.on('data', (chunk: Buffer) => {
+    if (over) return;
     size += chunk.length;
-    if (size > maxBodyBytes) handlers.stop(new TooLargeError(`the answer exceeds ${maxBodyBytes} bytes`));
-    else chunks.push(chunk);
+    if (size <= maxBodyBytes) return void chunks.push(chunk);
+    over = true;
+    chunks.length = 0;
+    handlers.stop(new TooLargeError(`the answer exceeds ${maxBodyBytes} bytes`));
   });
-  res.on('end', () =>
-    handlers.done({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks, size) }),
-  );
+  // An answer that arrived whole in one read crosses the limit only as it ends: it stays refused.
+  res.on('end', () => {
+    if (!over)
+      handlers.done({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks, size) });
+  });
   res.on('error', handlers.fail);
 }
 
@@ -159,7 +165,11 @@ export function httpsRequest(request: HttpsRequest): Promise<HttpsAnswer> {
     };
     const stop = (err: Error) => {
       failure ??= err;
-      req.destroy(err);
+      clearTimeout(timer);
+      reject(failure);
+      // Without the error: the answer may have ended already and its socket gone back to the agent's
+      // pool, where an error event would find no listener and end the process.
+      req.destroy();
     };
     const done = (answer: HttpsAnswer) => {
       clearTimeout(timer);
