@@ -134,20 +134,33 @@ export interface ConnectionGate {
   release(source: string): void;
 }
 
-/** The caps' bookkeeping: connections held in all and per source. */
+/**
+ * The caps' bookkeeping: connections held in all and per source. `reserved` names sources (this
+ * machine's) for which `maxConnectionsPerSource` more connections are kept beyond the total cap.
+ */
 export class SourceConnectionCounter implements ConnectionGate {
   readonly #limits: Pick<ConnectionLimits, 'maxConnections' | 'maxConnectionsPerSource'>;
+  readonly #reserved: ((source: string) => boolean) | undefined;
   readonly #bySource = new Map<string, number>();
   #total = 0;
 
-  constructor(limits: Pick<ConnectionLimits, 'maxConnections' | 'maxConnectionsPerSource'>) {
+  constructor(
+    limits: Pick<ConnectionLimits, 'maxConnections' | 'maxConnectionsPerSource'>,
+    reserved?: (source: string) => boolean,
+  ) {
     this.#limits = limits;
+    this.#reserved = reserved;
   }
 
   admit(source: string): Admission {
-    if (this.#total >= this.#limits.maxConnections) return 'total';
+    const { maxConnections, maxConnectionsPerSource } = this.#limits;
+    if (
+      this.#total >= maxConnections &&
+      !(this.#total < maxConnections + maxConnectionsPerSource && this.#reserved?.(source))
+    )
+      return 'total';
     const held = this.#bySource.get(source) ?? 0;
-    if (held >= this.#limits.maxConnectionsPerSource) return 'per-source';
+    if (held >= maxConnectionsPerSource) return 'per-source';
     this.#bySource.set(source, held + 1);
     this.#total += 1;
     return 'admitted';
@@ -257,8 +270,9 @@ function createServer(options: HardenedServerOptions, limits: ConnectionLimits):
         options.handler,
       )
     : createHttpServer(httpOptions, options.handler);
-  // Node resets what is over this cap itself, before it makes a socket of it.
-  server.maxConnections = limits.maxConnections;
+  // Node resets what is over this cap itself, before it makes a socket of it; the gate decides below
+  // it, where a gate may keep one source's worth of places for this machine (SourceConnectionCounter).
+  server.maxConnections = limits.maxConnections + limits.maxConnectionsPerSource;
   return server;
 }
 

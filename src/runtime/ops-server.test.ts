@@ -126,25 +126,64 @@ describe('operations server', () => {
     });
     const crowd = await idleCrowd(server.address.port, 1_000, ['127.0.0.3']);
     try {
-      assert.equal(await eventually(() => crowd.open().length, 20), 20);
-      assert.ok(crowd.sockets.every((s) => !s.closedByUs));
-      const health = await new Promise<number>((resolve, reject) => {
-        get(`${server.url}/healthz`, { localAddress: '127.0.0.2', agent: false }, (res) => {
+      try {
+        assert.equal(await eventually(() => crowd.open().length, 20), 20);
+        assert.ok(crowd.sockets.every((s) => !s.closedByUs));
+        const health = await new Promise<number>((resolve, reject) => {
+          get(`${server.url}/healthz`, { localAddress: '127.0.0.2', agent: false }, (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          }).on('error', reject);
+        });
+        assert.equal(health, 200);
+        assert.match(
+          await registry.metrics(),
+          /^kops_controller_connections_refused_total\{server="operations",reason="per-source"\} 980$/m,
+        );
+      } finally {
+        await crowd.release();
+      }
+      assert.equal(await eventually(() => server.openConnections(), 0), 0);
+    } finally {
+      // Closed whatever failed above: an open server would keep the test file from ever ending.
+      await server.close();
+    }
+  });
+
+  test("attack: remote clients filling the cap cannot lock out this machine's own clients (the kubelet's liveness probe)", async () => {
+    const server = await startOpsServer({
+      listen: '127.0.0.1:0',
+      registry: new Registry(),
+      readinessChecks: () => [],
+      connectionLimits: { maxConnections: 40, maxConnectionsPerSource: 10, keepAliveTimeout: 60_000 },
+      // On loopback every address is this machine's: say which one stands for the node's own.
+      fromThisMachine: (source) => source === '127.0.0.9',
+    });
+    const probe = (localAddress: string) =>
+      new Promise<number>((resolve, reject) => {
+        get(`${server.url}/healthz`, { localAddress, agent: false }, (res) => {
           res.resume();
           resolve(res.statusCode ?? 0);
         }).on('error', reject);
       });
-      assert.equal(health, 200);
-      assert.match(
-        await registry.metrics(),
-        /^kops_controller_connections_refused_total\{server="operations",reason="per-source"\} 980$/m,
-      );
-    } finally {
-      await crowd.release();
-    }
+    const crowd = await idleCrowd(server.address.port, 200, [
+      '127.0.3.1',
+      '127.0.3.2',
+      '127.0.3.3',
+      '127.0.3.4',
+      '127.0.3.5',
+    ]);
     try {
+      try {
+        assert.equal(await eventually(() => crowd.open().length, 40), 40);
+        await assert.rejects(probe('127.0.0.2'), 'a remote source beyond the cap is refused');
+        assert.equal(await probe('127.0.0.9'), 200);
+      } finally {
+        await crowd.release();
+      }
       assert.equal(await eventually(() => server.openConnections(), 0), 0);
     } finally {
+      // Closed whatever failed above: an open server would keep the test file from ever ending.
       await server.close();
     }
   });

@@ -7,7 +7,14 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 import { describeError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
-import { type ConnectionLimits, type HardenedServer, startHardenedServer } from '../net/hardened-server.ts';
+import {
+  type ConnectionLimits,
+  defaultConnectionLimits,
+  type HardenedServer,
+  SourceConnectionCounter,
+  startHardenedServer,
+} from '../net/hardened-server.ts';
+import { fromThisMachine } from '../net/this-machine.ts';
 
 /** One named readiness condition; `check` returns undefined when ready, else the reason it is not. */
 export interface ReadinessCheck {
@@ -24,6 +31,8 @@ export interface OpsServerOptions {
   readinessChecks: () => readonly ReadinessCheck[];
   /** Whether the process is healthy; `/healthz` fails with the returned reason otherwise. */
   liveness?: () => string | undefined;
+  /** Which sources are this machine, kept a place beyond the cap (default: loopback and the interfaces' addresses). */
+  fromThisMachine?: (source: string) => boolean;
   /** Overrides of {@link opsConnectionLimits} (tests shorten the timeouts). */
   connectionLimits?: Partial<ConnectionLimits>;
   logger?: Logger;
@@ -88,11 +97,15 @@ export async function startOpsServer(options: OpsServerOptions): Promise<OpsServ
         return send(res, 404, 'text/plain; charset=utf-8', 'not found: try /healthz, /readyz or /metrics\n');
     }
   };
+  const limits = { ...defaultConnectionLimits, ...opsConnectionLimits, ...options.connectionLimits };
   return startHardenedServer({
     name: 'operations',
     listen: options.listen,
     listenSetting: 'metrics.listen',
-    limits: { ...opsConnectionLimits, ...options.connectionLimits },
+    limits,
+    // The kubelet probes a host-network pod from the node's own address: it keeps a place however
+    // many remote clients fill the cap.
+    gate: new SourceConnectionCounter(limits, options.fromThisMachine ?? fromThisMachine()),
     handler: (req, res) => {
       handle(req, res).catch((err) => {
         logger.error({ err: describeError(err), url: req.url }, 'operations endpoint failed');
