@@ -154,6 +154,71 @@ for (const transport of ['client-node', 'https'] as const)
       );
     });
 
+    // A ConfigMap's values may total 1 MiB (core.MaxSecretSize); the simulator answers 422 past it, as
+    // the API server does. The store's guard (900 kB, then a cap in proportion) must keep every write
+    // under it whatever the entries' sizes, or the shard is refused at every flush on every replica.
+    const mib = 1024 * 1024;
+    const shardBytes = async (namespace: string) => {
+      const cm = await makeClients(sim.kubeConfig()).core.readNamespacedConfigMap({
+        name: shardName(0),
+        namespace,
+      });
+      return Buffer.byteLength(cm.data?.['entries.json'] ?? '');
+    };
+    // Legal extremes: a node name is a DNS subdomain (253), an instance group a label value (63).
+    const sized = (i: number, nameLength: number, notAfter: number): LedgerEntry => ({
+      kind: 'kubelet-server',
+      instanceGroup: 'g'.repeat(Math.min(63, nameLength)),
+      instance: `n${i}-${'x'.repeat(nameLength)}`.slice(0, Math.max(nameLength, String(i).length + 2)),
+      serial: (i * 2654435761).toString(16).padStart(40, '0'),
+      notBefore: notAfter - 365 * day,
+      notAfter,
+    });
+
+    test('entries of uneven sizes drive a shard to its size guard: every write is accepted and stays under 1 MiB', async () => {
+      await makeClients(sim.kubeConfig()).core.createNamespace({ body: { metadata: { name: 'uneven' } } });
+      const target = store('uneven', 1);
+      let seed = 7;
+      const random = () => {
+        seed = (seed * 1103515245 + 12345) % 2 ** 31;
+        return seed / 2 ** 31;
+      };
+      let dropped = 0;
+      let largest = 0;
+      // 6 flushes of 700 entries (name lengths 5 to 253, expiry unrelated to size): from the fourth on
+      // the shard is over 900 kB before the guard trims it (to about 900 kB, a little over or under).
+      for (let flush = 0; flush < 6; flush++) {
+        const batch = Array.from({ length: 700 }, (_, j) => {
+          const i = flush * 700 + j;
+          return sized(i, 5 + Math.floor(random() * 249), now + day + Math.floor(random() * 300 * day));
+        });
+        const result = await target.add(batch);
+        dropped += result.droppedOverCap;
+        const bytes = await shardBytes('uneven');
+        largest = Math.max(largest, bytes);
+        assert.ok(bytes <= mib, `flush ${flush}: ${bytes} bytes`);
+      }
+      assert.ok(dropped > 0, 'the size guard never trimmed the shard');
+      assert.ok(largest > 800_000, `the shard reached only ${largest} bytes`);
+    });
+
+    test('the trim measures what it keeps: long-named entries expiring first never push a shard past 1 MiB', async () => {
+      await makeClients(sim.kubeConfig()).core.createNamespace({ body: { metadata: { name: 'skewed' } } });
+      const target = store('skewed', 1);
+      // 2,000 entries with short names expiring in 300 days (334 kB), then 2,000 with the longest
+      // legal names expiring in 10 (471 bytes each): 1.27 MB merged. A cap in proportion to the
+      // average entry (2,825) kept all 2,000 long ones, the earliest expiries: 1.08 MB, refused.
+      const short = Array.from({ length: 2_000 }, (_, i) => sized(10_000 + i, 5, now + 300 * day + i));
+      const long = Array.from({ length: 2_000 }, (_, i) => sized(i, 253, now + 10 * day + i));
+      for (const batch of [short, long]) {
+        await target.add(batch);
+        const bytes = await shardBytes('skewed');
+        assert.ok(bytes <= mib, `${bytes} bytes`);
+      }
+      // Trimmed to what fits, not far below it.
+      assert.ok((await shardBytes('skewed')) > 850_000);
+    });
+
     test('a hand-edited shard: malformed entries are skipped and overwritten, never trusted', async () => {
       const core = makeClients(sim.kubeConfig()).core;
       const target = store('garbage', 1);

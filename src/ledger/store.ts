@@ -244,7 +244,16 @@ export class ConfigMapLedgerStore {
     const merged = mergeEntries(existing, added, now, this.#cap);
     const json = JSON.stringify(merged.entries);
     if (Buffer.byteLength(json) <= maxShardBytes) return { json, droppedOverCap: merged.droppedOverCap };
-    const cap = Math.floor((merged.entries.length * maxShardBytes) / Buffer.byteLength(json));
+    // Keep the entries that expire first while they fit, each measured: a cap in proportion to the
+    // average entry kept too many when those entries were the longest (long node and group names),
+    // and the API server then refused every write of the shard (422, over 1 MiB).
+    let bytes = 2; // the array's brackets
+    let cap = 0;
+    for (const entry of [...merged.entries].sort((a, b) => a.notAfter - b.notAfter)) {
+      bytes += Buffer.byteLength(JSON.stringify(entry)) + (cap > 0 ? 1 : 0);
+      if (bytes > maxShardBytes) break;
+      cap++;
+    }
     const smaller = mergeEntries(merged.entries, [], now, cap);
     return {
       json: JSON.stringify(smaller.entries),

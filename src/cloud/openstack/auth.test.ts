@@ -27,6 +27,19 @@ test('OS_* password variables become a project-scoped password authentication', 
   });
 });
 
+test('without OS_PROJECT_* a password authentication asks for no scope: nothing fails at start-up', () => {
+  // Keystone then issues an unscoped token, with no catalog (provider.test.ts shows what follows).
+  const auth = openstackAuthFromEnv({ ...base, OS_USERNAME: 'kops', OS_PASSWORD: 'secret' });
+  assert.deepEqual(keystoneAuthBody(auth.credentials), {
+    auth: {
+      identity: {
+        methods: ['password'],
+        password: { user: { name: 'kops', domain: { name: 'Default' }, password: 'secret' } },
+      },
+    },
+  });
+});
+
 test('an application credential wins over a password, and needs no scope', () => {
   const auth = openstackAuthFromEnv({
     ...base,

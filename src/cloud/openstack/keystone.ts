@@ -4,7 +4,7 @@
  * reason: the controller runs for longer than a token lives), and the compute endpoint of our region
  * from the token's service catalog. Concurrent callers share one authentication.
  */
-import { ConfigError, UnavailableError } from '../../errors.ts';
+import { ConfigError, KopsError, UnauthenticatedError, UnavailableError } from '../../errors.ts';
 import { type CloudCallRecorder, noCloudCalls } from '../metrics.ts';
 import { keystoneAuthBody, keystoneTokensUrl, type OpenStackAuthOptions } from './auth.ts';
 import { openstackRequest } from './http.ts';
@@ -14,8 +14,8 @@ export interface KeystoneToken {
   token: string;
   /** The compute (Nova) endpoint of our region, e.g. `https://nova.example:8774/v2.1`. */
   computeUrl: string;
-  /** The project the token is scoped to (`token.project.id`): our cluster's; undefined if unscoped. */
-  projectId: string | undefined;
+  /** The project the token is scoped to (`token.project.id`): our cluster's (an unscoped token is refused). */
+  projectId: string;
   expiresAt: number;
 }
 
@@ -75,6 +75,18 @@ export class KeystoneSession {
       maxBodyBytes: 4 * 1024 * 1024,
       calls: this.#options.calls ?? noCloudCalls,
       ...(this.#options.signal ? { signal: this.#options.signal } : {}),
+    }).catch((err: unknown) => {
+      // Keystone's 401 says only "requires authentication", for a wrong password and an unknown
+      // project alike: name what the operator sets.
+      if (err instanceof KopsError && err.kind === 'unauthenticated') {
+        throw new UnauthenticatedError(
+          `${err.message} Keystone refused the controller's credentials for ${scopeOf(auth)}: check ` +
+            'OS_USERNAME and OS_PASSWORD (or the application credential), and OS_PROJECT_NAME with ' +
+            'OS_PROJECT_DOMAIN_NAME, or OS_PROJECT_ID',
+          { cause: err, details: err.details },
+        );
+      }
+      throw err;
     });
     const token = answer.headers['x-subject-token'];
     let parsed: { token?: { expires_at?: string; catalog?: CatalogEntry[]; project?: { id?: unknown } } };
@@ -87,16 +99,30 @@ export class KeystoneSession {
     if (typeof token !== 'string' || !token || Number.isNaN(expiresAt)) {
       throw new UnavailableError('Keystone answered without X-Subject-Token or expires_at');
     }
-    const computeUrl = computeEndpointOf(parsed.token?.catalog ?? [], auth.region, auth.endpointInterface);
     const projectId = parsed.token?.project?.id;
-    this.#current = {
-      token,
-      computeUrl,
-      expiresAt,
-      projectId: typeof projectId === 'string' && projectId ? projectId : undefined,
-    };
+    // Without a project Keystone issues an unscoped token, whose catalog is empty: say why, rather
+    // than that the region has no compute endpoint.
+    if (typeof projectId !== 'string' || !projectId) {
+      throw new ConfigError(
+        'OpenStack: Keystone issued a token scoped to no project (no OS_PROJECT_NAME or OS_PROJECT_ID is set): ' +
+          "set OS_PROJECT_NAME with OS_PROJECT_DOMAIN_NAME, or OS_PROJECT_ID, to the cluster's project",
+      );
+    }
+    const computeUrl = computeEndpointOf(parsed.token?.catalog ?? [], auth.region, auth.endpointInterface);
+    this.#current = { token, computeUrl, expiresAt, projectId };
     return this.#current;
   }
+}
+
+/** The project the credentials ask for, in words: `project kops (domain Default)`. */
+function scopeOf(auth: OpenStackAuthOptions): string {
+  const { credentials } = auth;
+  if (credentials.method === 'application-credential') return "the application credential's project";
+  const project = credentials.project;
+  if (!project) return 'no project';
+  if ('id' in project) return `project id ${project.id}`;
+  const domain = 'id' in project.domain ? `domain id ${project.domain.id}` : `domain ${project.domain.name}`;
+  return `project ${project.name} (${domain})`;
 }
 
 /** The compute endpoint of `region` and `endpointInterface` in a Keystone catalog. */

@@ -200,6 +200,76 @@ describe('simulated apiserver HTTP edge', () => {
     assert.equal((await raw(sim, { path: '/api/v1/nodes' })).status, 200);
   });
 
+  test('answers 422 TooLong for config map or secret data over 1 MiB, on create, update and patch', async () => {
+    const mib = 1024 * 1024;
+    const tooLong = (kind: string, name: string, field: string) => ({
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Failure',
+      message: `${kind} "${name}" is invalid: ${field}: Too long: may not be more than 1048576 bytes`,
+      reason: 'Invalid',
+      details: {
+        name,
+        kind,
+        causes: [
+          { reason: 'FieldValueTooLong', message: 'Too long: may not be more than 1048576 bytes', field },
+        ],
+      },
+      code: 422,
+    });
+    const configMaps = '/api/v1/namespaces/default/configmaps';
+    const created = await raw(sim, {
+      method: 'POST',
+      path: configMaps,
+      ...json({ metadata: { name: 'over' }, data: { a: 'x'.repeat(mib), b: 'y' } }),
+    });
+    assert.equal(created.status, 422);
+    assert.deepEqual(created.body, tooLong('ConfigMap', 'over', '[]'));
+    assert.equal(sim.store.get('configmaps', 'default', 'over'), undefined);
+
+    const full = await raw(sim, {
+      method: 'POST',
+      path: configMaps,
+      ...json({ metadata: { name: 'full' }, data: { a: 'x'.repeat(mib - 1) } }),
+    });
+    assert.equal(full.status, 201);
+    const replaced = await raw(sim, {
+      method: 'PUT',
+      path: `${configMaps}/full`,
+      ...json({ metadata: { name: 'full' }, data: { a: 'x'.repeat(mib - 1) }, binaryData: { b: 'AAA=' } }),
+    });
+    assert.equal(replaced.status, 422);
+    assert.deepEqual(replaced.body, tooLong('ConfigMap', 'full', '[]'));
+    for (const [contentType, patch] of [
+      ['application/merge-patch+json', { data: { b: 'yy' } }],
+      ['application/strategic-merge-patch+json', { data: { b: 'yy' } }],
+      ['application/json-patch+json', [{ op: 'add', path: '/data/b', value: 'yy' }]],
+    ] as const) {
+      const patched = await raw(sim, {
+        method: 'PATCH',
+        path: `${configMaps}/full`,
+        ...json(patch, contentType),
+      });
+      assert.equal(patched.status, 422, contentType);
+      assert.deepEqual(patched.body, tooLong('ConfigMap', 'full', '[]'), contentType);
+    }
+    assert.deepEqual(Object.keys(sim.store.get('configmaps', 'default', 'full')?.['data'] as object), ['a']);
+
+    // A Secret counts data after stringData is folded in, and reports `data`.
+    const secret = await raw(sim, {
+      method: 'POST',
+      path: '/api/v1/namespaces/default/secrets',
+      ...json({
+        metadata: { name: 'over' },
+        data: { a: Buffer.alloc(mib).toString('base64') },
+        stringData: { b: 'y' },
+      }),
+    });
+    assert.equal(secret.status, 422);
+    assert.deepEqual(secret.body, tooLong('Secret', 'over', 'data'));
+  });
+
   test('answers 400 for bad selectors, continue tokens, versions and encodings', async () => {
     const cases: [string, RegExp][] = [
       ['/api/v1/nodes?labelSelector=a%20b', /^unable to parse requirement/],

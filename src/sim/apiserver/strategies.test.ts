@@ -57,6 +57,74 @@ describe('validation', () => {
     assert.deepEqual(fields(validateObject(type('configmaps'), changed, old, 'main')), ['data Forbidden']);
   });
 
+  test('limits config map and secret data to 1 MiB in all, as ValidateConfigMap and ValidateSecret do', () => {
+    const mib = 1024 * 1024;
+    const configMap = (data: Record<string, string>, binaryData?: Record<string, string>): KubeObject => ({
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'c', namespace: 'd' },
+      data,
+      ...(binaryData ? { binaryData } : {}),
+    });
+    const secret = (data: Record<string, string>): KubeObject => ({
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 's', namespace: 'd' },
+      type: 'Opaque',
+      data,
+    });
+    const base64 = (bytes: number) => Buffer.alloc(bytes, 1).toString('base64');
+    // Exactly 1 MiB is allowed; the sum over every key (data and binaryData) counts.
+    assert.deepEqual(
+      validateObject(type('configmaps'), configMap({ a: 'x'.repeat(mib) }), undefined, 'main'),
+      [],
+    );
+    // A ConfigMap reports the whole object (Go's field.NewPath("") prints as "[]"), with no value.
+    assert.deepEqual(
+      validateObject(
+        type('configmaps'),
+        configMap({ a: 'x'.repeat(mib / 2), b: 'x'.repeat(mib / 2 + 1) }),
+        undefined,
+        'main',
+      ),
+      [{ type: 'TooLong', field: '[]', detail: 'may not be more than 1048576 bytes' }],
+    );
+    // Bytes, not characters: 'é' is two bytes in UTF-8.
+    assert.deepEqual(
+      fields(
+        validateObject(type('configmaps'), configMap({ a: 'é'.repeat(mib / 2 + 1) }), undefined, 'main'),
+      ),
+      ['[] TooLong'],
+    );
+    // binaryData counts decoded, not as the base64 on the wire.
+    assert.deepEqual(
+      validateObject(
+        type('configmaps'),
+        configMap({ a: 'x'.repeat(mib / 2) }, { b: base64(mib / 2) }),
+        undefined,
+        'main',
+      ),
+      [],
+    );
+    assert.deepEqual(
+      fields(
+        validateObject(
+          type('configmaps'),
+          configMap({ a: 'x'.repeat(mib / 2) }, { b: base64(mib / 2 + 1) }),
+          undefined,
+          'main',
+        ),
+      ),
+      ['[] TooLong'],
+    );
+    // A Secret reports `data`, its values counted decoded.
+    assert.deepEqual(validateObject(type('secrets'), secret({ a: base64(mib) }), undefined, 'main'), []);
+    assert.deepEqual(
+      validateObject(type('secrets'), secret({ a: base64(mib), b: base64(1) }), undefined, 'main'),
+      [{ type: 'TooLong', field: 'data', detail: 'may not be more than 1048576 bytes' }],
+    );
+  });
+
   test('holds CSR conditions to the API rules per subresource', () => {
     const csr = (conditions: { type: string; status: string }[]): KubeObject => ({
       apiVersion: 'certificates.k8s.io/v1',

@@ -74,7 +74,30 @@ function validateMetadata(type: ResourceType, obj: KubeObject, errors: FieldErro
   validateStringMap(meta.annotations, 'metadata.annotations', false, errors);
 }
 
-function validateConfigData(obj: KubeObject, old: KubeObject | undefined, errors: FieldError[]): void {
+/** core.MaxSecretSize: what a ConfigMap's or a Secret's values may total, in bytes. */
+const maxConfigDataBytes = 1024 * 1024;
+
+/**
+ * The bytes a value counts for in the size limit: what Go's `len` sees after decoding, so base64
+ * fields (`binaryData`, a Secret's `data`) count decoded and strings count as UTF-8.
+ */
+function dataBytes(value: unknown, base64: boolean): number {
+  if (typeof value !== 'string') return 0;
+  return base64 ? Buffer.from(value, 'base64').length : Buffer.byteLength(value, 'utf8');
+}
+
+/**
+ * ConfigMaps and Secrets: key syntax, `immutable`, and the 1 MiB limit on all values together
+ * (ValidateConfigMap / ValidateSecret in kubernetes pkg/apis/core/validation). A ConfigMap over it
+ * reports the whole object (`field.NewPath("")`, printed `[]`), a Secret reports `data`.
+ */
+function validateConfigData(
+  plural: 'configmaps' | 'secrets',
+  obj: KubeObject,
+  old: KubeObject | undefined,
+  errors: FieldError[],
+): void {
+  let totalBytes = 0;
   for (const field of ['data', 'binaryData']) {
     const map = obj[field];
     if (map === undefined) continue;
@@ -82,7 +105,9 @@ function validateConfigData(obj: KubeObject, old: KubeObject | undefined, errors
       errors.push({ type: 'Invalid', field, value: map, detail: 'must be a map of strings' });
       continue;
     }
-    for (const key of Object.keys(map)) {
+    const base64 = field === 'binaryData' || plural === 'secrets';
+    for (const [key, value] of Object.entries(map)) {
+      totalBytes += dataBytes(value, base64);
       if (!configKey.test(key)) {
         errors.push({
           type: 'Invalid',
@@ -93,6 +118,13 @@ function validateConfigData(obj: KubeObject, old: KubeObject | undefined, errors
         });
       }
     }
+  }
+  if (totalBytes > maxConfigDataBytes) {
+    errors.push({
+      type: 'TooLong',
+      field: plural === 'secrets' ? 'data' : '[]',
+      detail: `may not be more than ${maxConfigDataBytes} bytes`,
+    });
   }
   if (old?.['immutable'] === true) {
     if (!jsonEqual(obj['data'], old['data']) || !jsonEqual(obj['binaryData'], old['binaryData'])) {
@@ -377,7 +409,7 @@ export function validateObject(
       break;
     case 'secrets':
     case 'configmaps':
-      validateConfigData(obj, old, errors);
+      validateConfigData(type.plural, obj, old, errors);
       break;
     case 'leases':
       validateLease(obj, errors);

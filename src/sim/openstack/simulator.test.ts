@@ -87,3 +87,67 @@ test("an admin token reads another project's server by id (with its tenant_id); 
     sim.deleteServer(theirs.id);
   }
 });
+
+test('Keystone honours auth.scope: none is an unscoped token without a catalog, an unknown project is 401', async () => {
+  const credentials = sim.passwordAuth.credentials;
+  assert.equal(credentials.method, 'password');
+  const { user, password } = credentials;
+  const issue = (scope?: unknown) =>
+    fetch(`${sim.authUrl}/auth/tokens`, {
+      method: 'POST',
+      body: JSON.stringify({
+        auth: {
+          identity: { methods: ['password'], password: { user: { ...user, password } } },
+          ...(scope === undefined ? {} : { scope }),
+        },
+      }),
+    });
+  type TokenBody = { token: { project?: { id: string }; catalog?: unknown[]; roles?: unknown[] } };
+
+  const unscoped = await issue();
+  assert.equal(unscoped.status, 201);
+  const unscopedToken = (await unscoped.json()) as TokenBody;
+  assert.equal(unscopedToken.token.project, undefined);
+  assert.equal(unscopedToken.token.catalog, undefined);
+  assert.equal(unscopedToken.token.roles, undefined);
+  // The simulated Nova takes project-scoped tokens only.
+  assert.equal((await nova('/servers/detail', unscoped.headers.get('x-subject-token') ?? '')).status, 401);
+
+  for (const project of [
+    { name: 'kops', domain: { name: 'Default' } },
+    { name: 'kops', domain: { id: 'default' } },
+    { id: sim.projectId },
+  ]) {
+    const scoped = await issue({ project });
+    assert.equal(scoped.status, 201, JSON.stringify(project));
+    const body = (await scoped.json()) as TokenBody;
+    assert.equal(body.token.project?.id, sim.projectId);
+    assert.ok(body.token.catalog?.length);
+    assert.equal((await nova('/servers/detail', scoped.headers.get('x-subject-token') ?? '')).status, 200);
+  }
+
+  // Keystone hides why (ProjectNotFound, DomainNotFound, no role on it) behind a plain 401.
+  for (const scope of [
+    { project: { name: 'kpos', domain: { name: 'Default' } } },
+    { project: { name: 'kops', domain: { name: 'Elsewhere' } } },
+    { project: { id: 'not-a-project' } },
+    { domain: { name: 'Default' } },
+  ]) {
+    const refused = await issue(scope);
+    assert.equal(refused.status, 401, JSON.stringify(scope));
+    assert.deepEqual(await refused.json(), {
+      error: {
+        code: 401,
+        title: 'Unauthorized',
+        message: 'The request you have made requires authentication.',
+      },
+    });
+  }
+  // A project name needs its domain (Keystone's ValidationError).
+  const noDomain = await issue({ project: { name: 'kops' } });
+  assert.equal(noDomain.status, 400);
+  assert.match(
+    ((await noDomain.json()) as { error: { message: string } }).error.message,
+    /^Expecting to find domain in project/,
+  );
+});

@@ -2,7 +2,13 @@
  * A simulated OpenStack on loopback HTTP, speaking the real APIs for the calls the controller and a
  * node make, so the production clients run against it unchanged:
  * - Keystone v3 `POST /identity/v3/auth/tokens` (password and application-credential methods,
- *   `X-Subject-Token`, a project-scoped token with its service catalog; 401 in Keystone's error body);
+ *   `X-Subject-Token`; 401 in Keystone's error body). A password authentication gets what its
+ *   `auth.scope` asks for: the simulated project (by id, or by name with its domain) is a
+ *   project-scoped token with its service catalog; no scope is an unscoped token, without project,
+ *   roles or catalog (the user has no `default_project_id`); any other scope (an unknown project or
+ *   domain, a domain scope) is Keystone's plain 401, and a project name without its domain a 400.
+ *   An application credential is always scoped to its project. The simulated Nova answers 401 to
+ *   an unscoped token (the production client never sends one: without a catalog it has no Nova URL);
  * - Nova v2.1 `GET /compute/v2.1/servers/{id}` and `GET /compute/v2.1/servers/detail` with
  *   `limit`/`marker` pagination and `servers_links`, clamped to `osapi_max_limit`, Nova's fault
  *   bodies (`itemNotFound`, `badRequest`, `overLimit` with Retry-After) and project isolation — which
@@ -124,7 +130,7 @@ interface OpenStackState {
   appCredential: { id: string; secret: string };
   /** Servers in creation order, as Nova lists them (by created_at). */
   servers: Map<string, SimNovaServer>;
-  /** Tokens issued, and whether each carries the admin role. */
+  /** Project-scoped tokens issued (the only ones Nova takes), and whether each carries the admin role. */
   tokens: Map<string, { admin: boolean }>;
   /** Whether tokens issued now carry the admin role. */
   admin: boolean;
@@ -154,6 +160,61 @@ function validIdentity(
   return false;
 }
 
+/** A Keystone auth body, as far as the simulator reads it. */
+interface AuthBody {
+  auth?: { identity?: Record<string, unknown> & { methods?: string[] }; scope?: unknown };
+}
+
+/** A domain reference (`{name}` or `{id}`) naming the simulated `Default` domain. */
+function isDefaultDomain(domain: unknown): boolean {
+  const ref = domain as { id?: unknown; name?: unknown } | undefined;
+  return ref?.name === userDomain || ref?.id === 'default';
+}
+
+/**
+ * What a password authentication's `auth.scope` gets, as Keystone v3 answers it: `unscoped` without
+ * a scope, `project` for the simulated project (the only one the user has a role on), and for
+ * anything else Keystone's error: 400 for a malformed project reference (its ValidationError), else
+ * 401 (ProjectNotFound, DomainNotFound and "no access" all become a plain Unauthorized).
+ */
+function scopeOf(
+  state: OpenStackState,
+  scope: unknown,
+): 'unscoped' | 'project' | { status: 400 | 401; message: string } {
+  if (scope === undefined || scope === null) return 'unscoped';
+  const unauthorized = {
+    status: 401,
+    message: 'The request you have made requires authentication.',
+  } as const;
+  const project = (scope as { project?: unknown }).project as
+    | { id?: unknown; name?: unknown; domain?: unknown }
+    | undefined;
+  if (typeof project !== 'object' || project === null) return unauthorized;
+  const invalid = (attribute: string) =>
+    ({
+      status: 400,
+      message: `Expecting to find ${attribute} in project. The server could not comply with the request since it is either malformed or otherwise incorrect. The client is assumed to be in error.`,
+    }) as const;
+  if (project.name) {
+    if (project.domain === undefined) return invalid('domain');
+    return project.name === projectName && isDefaultDomain(project.domain) ? 'project' : unauthorized;
+  }
+  if (project.id) return project.id === state.projectId ? 'project' : unauthorized;
+  return invalid('id or name');
+}
+
+/** An unscoped token's document: who and until when, with no project, roles or catalog. */
+function unscopedTokenDocument(method: string | undefined) {
+  return {
+    token: {
+      methods: [method],
+      user: { id: 'user-kops-controller', name: userName, domain: { id: 'default', name: userDomain } },
+      expires_at: new Date(Date.now() + 3_600_000).toISOString(),
+      issued_at: new Date().toISOString(),
+    },
+  };
+}
+
 /** A token's document: its project and a catalog naming the simulated Keystone and Nova. */
 function tokenDocument(state: OpenStackState, method: string | undefined, admin: boolean) {
   const { base, region } = state;
@@ -166,6 +227,7 @@ function tokenDocument(state: OpenStackState, method: string | undefined, admin:
   return {
     token: {
       methods: [method],
+      user: { id: 'user-kops-controller', name: userName, domain: { id: 'default', name: userDomain } },
       expires_at: new Date(Date.now() + 3_600_000).toISOString(),
       issued_at: new Date().toISOString(),
       project: { id: state.projectId, name: projectName, domain: { id: 'default', name: userDomain } },
@@ -187,7 +249,7 @@ function tokenDocument(state: OpenStackState, method: string | undefined, admin:
 
 /** `POST /identity/v3/auth/tokens`: a token in `X-Subject-Token` for valid credentials. */
 async function authenticate(state: OpenStackState, req: IncomingMessage, res: ServerResponse) {
-  let body: { auth?: { identity?: Record<string, unknown> & { methods?: string[] } } };
+  let body: AuthBody;
   try {
     body = JSON.parse((await readBody(req, 64 * 1024)).toString('utf8'));
   } catch {
@@ -197,11 +259,23 @@ async function authenticate(state: OpenStackState, req: IncomingMessage, res: Se
   if (!validIdentity(state, identity)) {
     return keystoneError(res, 401, 'Unauthorized', 'The request you have made requires authentication.');
   }
+  const method = identity?.methods?.[0];
+  // An application credential carries its project; a password gets the scope it asks for.
+  const scope = method === 'application_credential' ? 'project' : scopeOf(state, body.auth?.scope);
+  if (typeof scope === 'object') {
+    return keystoneError(
+      res,
+      scope.status,
+      scope.status === 400 ? 'Bad Request' : 'Unauthorized',
+      scope.message,
+    );
+  }
   const token = `gAAAAA${randomBytes(24).toString('base64url')}`;
+  if (scope === 'unscoped') {
+    return sendJson(res, 201, unscopedTokenDocument(method), { 'x-subject-token': token });
+  }
   state.tokens.set(token, { admin: state.admin });
-  sendJson(res, 201, tokenDocument(state, identity?.methods?.[0], state.admin), {
-    'x-subject-token': token,
-  });
+  sendJson(res, 201, tokenDocument(state, method, state.admin), { 'x-subject-token': token });
 }
 
 function view(server: SimNovaServer): NovaServer {
