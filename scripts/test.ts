@@ -5,6 +5,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { ensureAllTools } from '../src/testing/tools.ts';
 
 ensureAllTools(['kubectl', 'promtool']);
@@ -33,7 +34,13 @@ const result = spawnSync(
     ...extra,
     ...files,
   ],
-  { stdio: 'inherit' },
+  {
+    stdio: 'inherit',
+    // V8's compiled code of every module, kept across processes (keyed by each file's content): the
+    // suite starts a process per test file and the CLI tests start hundreds more, each compiling the
+    // same modules again; with the cache they start with about a fifth less CPU.
+    env: { NODE_COMPILE_CACHE: resolve('.tools/compile-cache'), ...process.env },
+  },
 );
 const tap = readFileSync(tapFile, 'utf8');
 const count = (name: string) => Number(new RegExp(`^# ${name} (\\d+)$`, 'm').exec(tap)?.[1] ?? 0);

@@ -195,10 +195,10 @@ test('a certificate that does not verify is a TlsVerificationError (final), not 
 test('certificates Node reports as UNSPECIFIED (an unknown critical extension, a CA that may not sign certificates, SHA-1) are TlsVerificationErrors too', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'tls-unspecified-'));
   const at = (name: string) => join(dir, name);
-  const ca = (name: string, keyUsage: string) =>
+  // A new P-256 key in `<name>.key`, and its self-signed certificate or its CSR.
+  const newKey = (name: string, ...rest: string[]) =>
     openssl([
       'req',
-      '-x509',
       '-newkey',
       'ec',
       '-pkeyopt',
@@ -206,6 +206,12 @@ test('certificates Node reports as UNSPECIFIED (an unknown critical extension, a
       '-nodes',
       '-keyout',
       at(`${name}.key`),
+      ...rest,
+    ]);
+  const ca = (name: string, keyUsage: string) =>
+    newKey(
+      name,
+      '-x509',
       '-out',
       at(`${name}.crt`),
       '-days',
@@ -216,36 +222,20 @@ test('certificates Node reports as UNSPECIFIED (an unknown critical extension, a
       'basicConstraints=critical,CA:TRUE',
       '-addext',
       `keyUsage=critical,${keyUsage}`,
-    ]);
+    );
   const leaf = (name: string, issuer: string, extensions: string, digest = '-sha256') => {
     writeFileSync(
       at(`${name}.ext`),
       `subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n${extensions}`,
     );
-    openssl([
-      'req',
-      '-newkey',
-      'ec',
-      '-pkeyopt',
-      'ec_paramgen_curve:P-256',
-      '-nodes',
-      '-keyout',
-      at(`${name}.key`),
-      '-out',
-      at(`${name}.csr`),
-      '-subj',
-      '/CN=localhost',
-    ]);
+    newKey(name, '-out', at(`${name}.csr`), '-subj', '/CN=localhost');
+    const signer = ['-CA', at(`${issuer}.crt`), '-CAkey', at(`${issuer}.key`), '-CAcreateserial'];
     openssl([
       'x509',
       '-req',
       '-in',
       at(`${name}.csr`),
-      '-CA',
-      at(`${issuer}.crt`),
-      '-CAkey',
-      at(`${issuer}.key`),
-      '-CAcreateserial',
+      ...signer,
       '-out',
       at(`${name}.crt`),
       '-days',

@@ -226,10 +226,7 @@ function tokenDocument(state: OpenStackState, method: string | undefined, admin:
   });
   return {
     token: {
-      methods: [method],
-      user: { id: 'user-kops-controller', name: userName, domain: { id: 'default', name: userDomain } },
-      expires_at: new Date(Date.now() + 3_600_000).toISOString(),
-      issued_at: new Date().toISOString(),
+      ...unscopedTokenDocument(method).token,
       project: { id: state.projectId, name: projectName, domain: { id: 'default', name: userDomain } },
       roles: (admin ? ['admin', 'member', 'reader'] : ['member', 'reader']).map((name) => ({
         id: `role-${name}`,
