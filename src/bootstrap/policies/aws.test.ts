@@ -347,7 +347,14 @@ test('an instance EC2 does not list yet (its API is eventually consistent): a de
   const credentials = sim.sts.addInstanceProfileSession(`nodes.${cluster}`, id);
   let clock = Date.now();
   const at: PolicyContext = { now: () => new Date(clock) };
-  const p = policy({ notFoundGraceMs: 120_000 });
+  // An identifier of its own: the file's has spent its call budget, and each lookup would wait 3 s.
+  const instances = new AwsNodeIdentifier({
+    ec2,
+    clusterName: cluster,
+    batchWindowMs: 1,
+    callBudget: { burst: 100, perSecond: 100 },
+  });
+  const p = policy({ notFoundGraceMs: 120_000, instances });
   // STS vouches for the session of instance `id`; EC2 answers NotFound for its next two lookups.
   sim.ec2.propagate(id, 2);
   await assert.rejects(p.evaluate(signedRequest('{"k":1}', 1, { credentials }), at), faultOf('ec2'));
