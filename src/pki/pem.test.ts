@@ -24,3 +24,12 @@ test('the block type is checked and damage is reported', () => {
   assert.throws(() => decodePemBlocks(pem.replace('YWJj', 'Y$Jj')), InvalidInputError);
   assert.throws(() => decodePemBlocks('-----BEGIN A-----\nYWJj\n-----END B-----\n'), /ends with END B/);
 });
+
+test('BEGIN lines that never END are no block, however many; a block after them is read to its own END', () => {
+  const unterminated = '-----BEGIN CERTIFICATE-----\n'.repeat(4_000);
+  assert.throws(() => decodePem(unterminated, 'CERTIFICATE'), /no PEM block found/);
+  const block = encodePem('CERTIFICATE', Buffer.from('der'));
+  // The first BEGIN's body runs to the first END: the lines between are not base64.
+  assert.throws(() => decodePem(`${unterminated}${block}`, 'CERTIFICATE'), /not valid base64/);
+  assert.deepEqual(decodePem(`junk\n${block}trailing`, 'CERTIFICATE'), [Buffer.from('der')]);
+});
