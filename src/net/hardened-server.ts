@@ -120,6 +120,11 @@ export interface HardenedServerOptions {
   gate?: ConnectionGate;
   /** Binds with SO_REUSEPORT, so that serving workers share the port and the kernel spreads connections. */
   reusePort?: boolean;
+  /**
+   * Sources (this machine's) kept `maxConnectionsPerSource` places beyond the total cap, when the
+   * server decides the caps itself ({@link SourceConnectionCounter}).
+   */
+  reserved?: (source: string) => boolean;
 }
 
 /** Whether a new connection from a source may be held: yes, or which cap it is over. */
@@ -337,7 +342,7 @@ function capPerSource(
   // not a connection that never sends anything. Node's HTTP layer destroys a socket whose timer fires.
   const awaitFirstRequest = (socket: Socket) => socket.setTimeout(limits.keepAliveTimeout);
   const sockets = new Set<Socket>();
-  const gate = options.gate ?? new SourceConnectionCounter(limits);
+  const gate = options.gate ?? new SourceConnectionCounter(limits, options.reserved);
   const handOver = server.listeners('connection') as ((socket: Socket) => void)[];
   server.removeAllListeners('connection');
   const admitted = (socket: Socket, source: string, admission: Admission) => {

@@ -7,13 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 import { describeError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
-import {
-  type ConnectionLimits,
-  defaultConnectionLimits,
-  type HardenedServer,
-  SourceConnectionCounter,
-  startHardenedServer,
-} from '../net/hardened-server.ts';
+import { type ConnectionLimits, type HardenedServer, startHardenedServer } from '../net/hardened-server.ts';
 import { fromThisMachine } from '../net/this-machine.ts';
 
 /** One named readiness condition; `check` returns undefined when ready, else the reason it is not. */
@@ -97,15 +91,14 @@ export async function startOpsServer(options: OpsServerOptions): Promise<OpsServ
         return send(res, 404, 'text/plain; charset=utf-8', 'not found: try /healthz, /readyz or /metrics\n');
     }
   };
-  const limits = { ...defaultConnectionLimits, ...opsConnectionLimits, ...options.connectionLimits };
   return startHardenedServer({
     name: 'operations',
     listen: options.listen,
     listenSetting: 'metrics.listen',
-    limits,
+    limits: { ...opsConnectionLimits, ...options.connectionLimits },
     // The kubelet probes a host-network pod from the node's own address: it keeps a place however
     // many remote clients fill the cap.
-    gate: new SourceConnectionCounter(limits, options.fromThisMachine ?? fromThisMachine()),
+    reserved: options.fromThisMachine ?? fromThisMachine(),
     handler: (req, res) => {
       handle(req, res).catch((err) => {
         logger.error({ err: describeError(err), url: req.url }, 'operations endpoint failed');

@@ -73,7 +73,8 @@ test('API errors become typed errors that name the call', async () => {
   await assert.rejects(stale.getInstance('us-east4-a', 'x'), UnauthenticatedError);
 });
 
-test('every request is counted by operation and result, a throttled attempt that a retry follows included', async () => {
+/** A client counting into its own registry, retrying once (two attempts per call). */
+function countedCompute() {
   const registry = new Registry();
   const compute = new ComputeClient({
     project: 'p-compute',
@@ -83,6 +84,11 @@ test('every request is counted by operation and result, a throttled attempt that
     retryDelayMs: 5,
     cloudCalls: cloudCallMetrics(registry),
   });
+  return { compute, registry };
+}
+
+test('every request is counted by operation and result, a throttled attempt that a retry follows included', async () => {
+  const { compute, registry } = countedCompute();
   const name = sim.world.instances('p-compute', 'us-east4-a')[0]?.name as string;
   await compute.getInstance('us-east4-a', name);
   sim.failNext(1, 429);
@@ -104,20 +110,6 @@ test('every request is counted by operation and result, a throttled attempt that
   });
   assert.equal(await cloudCallsTimed(registry, 'gce', 'instanceTemplates.get'), 2);
 });
-
-/** A client counting into its own registry, retrying once (two attempts per call). */
-function countedCompute() {
-  const registry = new Registry();
-  const compute = new ComputeClient({
-    project: 'p-compute',
-    auth: simulatorAuth(sim),
-    endpoint: sim.endpoint,
-    retries: 1,
-    retryDelayMs: 5,
-    cloudCalls: cloudCallMetrics(registry),
-  });
-  return { compute, registry };
-}
 
 // Compute Engine answers an exhausted rate quota with 403 (reason rateLimitExceeded or
 // userRateLimitExceeded, domain usageLimits), not 429: cloud.google.com/compute/api-quota.
