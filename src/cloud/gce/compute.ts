@@ -57,8 +57,6 @@ export interface GceNetworkInterface {
   accessConfigs?: Array<{ natIP?: string }>;
   /** External IPv6: the address and prefix length of the range routed to the instance (a /96). */
   ipv6AccessConfigs?: Array<{ externalIpv6?: string; externalIpv6PrefixLength?: number }>;
-  /** Secondary ranges routed to the instance (the pod range of an IP-alias cluster). */
-  aliasIpRanges?: Array<{ ipCidrRange?: string; subnetworkRangeName?: string }>;
 }
 
 /** The fields of a compute#instanceGroupManager the controller reads. */

@@ -64,13 +64,14 @@ export interface GceNodeIdentifierOptions {
 }
 
 /**
- * The ranges GCE routes to an instance's first network interface, as it reports them: IPAM takes a
- * node's pod range from here (kops: the external IPv6 range; an IP-alias cluster: the alias range).
+ * The ranges GCE routes to an instance, as it reports them: IPAM takes a node's pod range from here
+ * (the external IPv6 range, as kops' gceipam.go).
  */
 export interface GceRoutedRanges {
-  /** `aliasIpRanges[].ipCidrRange`, e.g. `10.4.1.0/24`. */
-  aliasIpRanges: string[];
-  /** `ipv6AccessConfigs[]` as `<externalIpv6>/<externalIpv6PrefixLength>`, e.g. `2600:1900:4000:1::/96`. */
+  /**
+   * Every interface's `ipv6AccessConfigs[]` as `<externalIpv6>/<externalIpv6PrefixLength>`, e.g.
+   * `2600:1900:4000:1::/96`, in the order GCE lists them (kops reads all interfaces too).
+   */
   externalIpv6Ranges: string[];
 }
 
@@ -88,12 +89,13 @@ export type GceNodeIdentity = NodeIdentity & {
 /** One providerID's answer: its identity, or the typed error saying why it has none. */
 export type GceIdentifyResult = { ok: true; identity: GceNodeIdentity } | { ok: false; error: Error };
 
-/** The ranges of a network interface, in the order GCE lists them. */
-export function routedRangesOf(nic: GceNetworkInterface | undefined): GceRoutedRanges {
+/** The ranges routed to an instance's network interfaces, in the order GCE lists them. */
+export function routedRangesOf(nics: readonly GceNetworkInterface[] | undefined): GceRoutedRanges {
   return {
-    aliasIpRanges: (nic?.aliasIpRanges ?? []).flatMap((r) => (r.ipCidrRange ? [r.ipCidrRange] : [])),
-    externalIpv6Ranges: (nic?.ipv6AccessConfigs ?? []).flatMap((c) =>
-      c.externalIpv6 ? [`${c.externalIpv6}/${c.externalIpv6PrefixLength ?? 96}`] : [],
+    externalIpv6Ranges: (nics ?? []).flatMap((nic) =>
+      (nic.ipv6AccessConfigs ?? []).flatMap((c) =>
+        c.externalIpv6 ? [`${c.externalIpv6}/${c.externalIpv6PrefixLength ?? 96}`] : [],
+      ),
     ),
   };
 }
@@ -468,7 +470,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
       state: stateByStatus[instance.status] ?? 'unknown',
       addresses,
       zone: ref.zone,
-      routedRanges: routedRangesOf(instance.networkInterfaces?.[0]),
+      routedRanges: routedRangesOf(instance.networkInterfaces),
     };
   }
 }

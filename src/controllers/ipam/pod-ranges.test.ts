@@ -23,20 +23,15 @@ test('AWS: no ENI or no prefix yet is nothing to assign; two ENIs or two prefixe
   assert.equal(awsPodRanges('i-1', [eni('eni-1', 'not-a-prefix')]).kind, 'unusable');
 });
 
-test('GCE: the alias range and the external IPv6 range, IPv4 first; two of one family are unusable', () => {
-  assert.deepEqual(
-    gcePodRanges('n1', { aliasIpRanges: ['10.4.1.0/24'], externalIpv6Ranges: ['2600:1900:4000:9::/96'] }),
-    { kind: 'ranges', cidrs: ['10.4.1.0/24', '2600:1900:4000:9::/96'] },
-  );
-  assert.deepEqual(gcePodRanges('n1', { aliasIpRanges: [], externalIpv6Ranges: ['2600:1900:4000:9::/96'] }), {
+test('GCE: the one external IPv6 range, as kops; two are unusable', () => {
+  assert.deepEqual(gcePodRanges('n1', { externalIpv6Ranges: ['2600:1900:4000:9::/96'] }), {
     kind: 'ranges',
     cidrs: ['2600:1900:4000:9::/96'],
   });
-  assert.equal(gcePodRanges('n1', { aliasIpRanges: [], externalIpv6Ranges: [] }).kind, 'none');
-  assert.equal(
-    gcePodRanges('n1', { aliasIpRanges: ['10.4.1.0/24', '10.4.2.0/24'], externalIpv6Ranges: [] }).kind,
-    'unusable',
-  );
+  assert.equal(gcePodRanges('n1', { externalIpv6Ranges: [] }).kind, 'none');
+  const two = gcePodRanges('n1', { externalIpv6Ranges: ['2600:1900:4000:9::/96', '2600:1900:4000:a::/96'] });
+  assert.equal(two.kind, 'unusable');
+  assert.match((two as { reason: string }).reason, /2 IPv6 ranges/);
 });
 
 test("metal: the Host's podCIDRs; no Host or an empty list is nothing to assign", () => {

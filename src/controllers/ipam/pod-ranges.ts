@@ -1,8 +1,7 @@
 /**
  * A node's pod ranges as each cloud records them, decided from the cloud's facts alone (pure):
- * AWS — the IPv6 prefix delegated to the instance's one ENI (kops' awsipam.go); GCE — the first
- * interface's alias IP range and external IPv6 range (kops' gceipam.go takes the IPv6 range); metal
- * — the `podCIDRs` of the node's Host. Like kops, IPAM never guesses between candidates: two ENIs,
+ * AWS — the IPv6 prefix delegated to the instance's one ENI (kops' awsipam.go); GCE — the external
+ * IPv6 range of the instance's interfaces (kops' gceipam.go); metal — the `podCIDRs` of the node's Host. Like kops, IPAM never guesses between candidates: two ENIs,
  * two prefixes or two ranges of one family make the answer unusable, and the operator is told why.
  */
 import type { AttachedEni } from '../../cloud/aws/instance.ts';
@@ -69,12 +68,13 @@ export function awsPodRanges(instanceId: string, enis: readonly AttachedEni[]): 
   );
 }
 
-/** GCE: the first interface's alias IP range and external IPv6 range. */
+/**
+ * GCE: the one external IPv6 range of the instance's interfaces, as kops. Not the alias IPv4 range
+ * kops gives IPv6-only clusters on IP-alias or kindnet networking: kops never assigns it, and a node
+ * of an IPv6-only cluster given it would look dual-stack with IPv4 first.
+ */
 export function gcePodRanges(instanceName: string, ranges: GceRoutedRanges): CloudPodRanges {
-  return podRangesOf(
-    [...ranges.aliasIpRanges, ...ranges.externalIpv6Ranges],
-    `the first network interface of instance ${instanceName}`,
-  );
+  return podRangesOf(ranges.externalIpv6Ranges, `the network interfaces of instance ${instanceName}`);
 }
 
 /** Metal: the `spec.podCIDRs` of the node's Host, written by the operator. */
