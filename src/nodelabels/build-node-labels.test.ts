@@ -215,6 +215,65 @@ describe('explainNodeLabels', () => {
   });
 });
 
+describe("cloudLabels kops' identifiers read back from the instance's tags", () => {
+  const cluster = (cloud: string, cloudLabels: string) =>
+    parseCluster(`apiVersion: kops.k8s.io/v1alpha2
+kind: Cluster
+metadata:
+  name: c.example.com
+spec:
+  cloudProvider: ${cloud}
+  cloudLabels:
+${cloudLabels}`);
+  const template = 'k8s.io/cluster-autoscaler/node-template/label/';
+
+  test('AWS and OpenStack: the node-template prefix, the group winning over the cluster, nodeLabels over both', () => {
+    for (const cloud of ['aws', 'openstack']) {
+      const c = cluster(cloud, `    ${template}team: cluster\n    ${template}tier: gold\n    Owner: me\n`);
+      const ig = group(
+        'nodes',
+        'Node',
+        `  cloudLabels:\n    ${template}team: group\n    ${template}zone: a\n  nodeLabels:\n    zone: spec\n`,
+      );
+      const explained = explainNodeLabels(c, ig).filter((l) =>
+        ['team', 'tier', 'zone', 'Owner'].includes(l.key),
+      );
+      assert.deepEqual(explained, [
+        { key: 'team', value: 'group', source: 'cloud labels' },
+        { key: 'tier', value: 'gold', source: 'cloud labels' },
+        { key: 'zone', value: 'spec', source: 'instance group nodeLabels' },
+      ]);
+    }
+  });
+
+  test('Hetzner and Linode read their own tag forms; a tag that is no valid label is left out', () => {
+    const hetzner = cluster(
+      'hetzner',
+      '    node-label.kops.k8s.io.pool: fast\n    node-label.kops.k8s.io.bad: "a b"\n',
+    );
+    assert.equal(buildNodeLabels(hetzner, group('n', 'Node'))['pool'], 'fast');
+    assert.equal(buildNodeLabels(hetzner, group('n', 'Node'))['bad'], undefined);
+    const linode = cluster('linode', '    kops.k8s.io/pool: fast\n    other/pool: x\n');
+    assert.equal(buildNodeLabels(linode, group('n', 'Node'))['kops.k8s.io/pool'], 'fast');
+    assert.equal(buildNodeLabels(linode, group('n', 'Node'))['other/pool'], undefined);
+  });
+
+  test("Azure: the cluster's name, as kops' Azure identifier reads it from the cluster tag", () => {
+    const azure = cluster('azure', `    ${template}team: x\n`);
+    const labels = buildNodeLabels(azure, group('n', 'Node'));
+    assert.equal(labels['kops.k8s.io/cluster'], 'c.example.com');
+    assert.equal(labels['team'], undefined);
+  });
+
+  test('GCE and the other clouds: cloudLabels give no labels (their identifiers read none from tags)', () => {
+    for (const cloud of ['gce', 'digitalocean', 'scaleway']) {
+      const labels = buildNodeLabels(cluster(cloud, `    ${template}team: x\n`), group('n', 'Node'));
+      assert.equal(labels['team'], undefined, cloud);
+      assert.equal(labels['kops.k8s.io/cluster'], undefined, cloud);
+    }
+  });
+});
+
 /** A kops integration fixture (src/nodelabels/testdata, copied with its path and commit in its header). */
 async function kopsFixture(name: string): Promise<{ cluster: Cluster; groups: Map<string, InstanceGroup> }> {
   const text = await readFile(new URL(`./testdata/kops-${name}.yaml`, import.meta.url), 'utf8');

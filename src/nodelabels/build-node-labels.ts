@@ -5,6 +5,7 @@
  * a label kops would not set is not set. Pure: no I/O, no clock.
  */
 import { InvalidInputError } from '../errors.ts';
+import { labelKeyProblem, labelValueProblem } from '../label-syntax.ts';
 import type { Cluster, InstanceGroup } from '../statestore/kops-types.ts';
 
 /** The role labels kops sets. */
@@ -30,6 +31,7 @@ export const gvisorLabel = 'kops.k8s.io/gvisor';
 
 /** Where a desired label comes from, in increasing order of precedence. */
 export type LabelSource =
+  | 'cloud labels'
   | 'cluster kubelet'
   | 'instance group kubelet'
   | 'role'
@@ -95,6 +97,46 @@ function hasGVisor(ig: InstanceGroup): boolean {
   return ig.spec.role === 'Node' && enabled(ig.spec, 'containerd', 'gvisor', 'enabled');
 }
 
+/** The label kops' Azure identifier gives every node: the cluster's name, from the VM's cluster tag. */
+export const clusterNameLabel = 'kops.k8s.io/cluster';
+
+/**
+ * How each cloud's kops identifier turns an instance's tags into node labels (pkg/nodeidentity): a
+ * tag key with this prefix is a label named by the rest of the key. kops writes the cluster's and
+ * the group's `cloudLabels` into those tags, so a `cloudLabels` entry with the prefix is a label kops
+ * applies. (Its own node-template tags carry `nodeLabels`, which layers below already give.)
+ */
+const cloudLabelPrefixes: Readonly<Record<string, (key: string) => string | undefined>> = {
+  aws: (key) => afterPrefix(key, 'k8s.io/cluster-autoscaler/node-template/label/'),
+  openstack: (key) => afterPrefix(key, 'k8s.io/cluster-autoscaler/node-template/label/'),
+  hetzner: (key) => afterPrefix(key, 'node-label.kops.k8s.io.'),
+  // Linode's tags are short: kops' identifier takes kops' own and the role labels as they are.
+  linode: (key) =>
+    key.startsWith('kops.k8s.io/') || key.startsWith('node-role.kubernetes.io/') ? key : undefined,
+};
+
+function afterPrefix(key: string, prefix: string): string | undefined {
+  return key.startsWith(prefix) && key.length > prefix.length ? key.slice(prefix.length) : undefined;
+}
+
+/**
+ * The labels kops' identifier of this cloud reads from the tags kops derives from `cloudLabels`
+ * (the group's winning over the cluster's), and on Azure the cluster-name label. A derived label the
+ * API server would refuse is left out rather than failing the whole node's patch.
+ */
+function cloudTagLabels(cluster: Cluster, ig: InstanceGroup): Record<string, string> {
+  const labels: Record<string, string> = {};
+  const cloud = cluster.spec.cloudProvider ?? '';
+  if (cloud === 'azure') labels[clusterNameLabel] = cluster.metadata.name;
+  const labelOf = cloudLabelPrefixes[cloud];
+  if (labelOf === undefined) return labels;
+  for (const [key, value] of Object.entries({ ...cluster.spec.cloudLabels, ...ig.spec.cloudLabels })) {
+    const label = labelOf(key);
+    if (label !== undefined && !labelKeyProblem(label) && !labelValueProblem(value)) labels[label] = value;
+  }
+  return labels;
+}
+
 /** One desired label and the layer that decided its value. */
 export interface ExplainedLabel {
   key: string;
@@ -123,6 +165,8 @@ function roleLabelsOf(ig: InstanceGroup, features: LabelFeatures): Record<string
 /**
  * The desired labels of a node in `ig` with the layer each comes from, sorted by key. Layers, later
  * winning (kops' order):
+ * 0. labels kops' identifier of the cloud reads from tags that come from `cloudLabels`
+ *    ({@link cloudTagLabels}); kops writes the node-template tags of `nodeLabels` over them;
  * 1. kubelet `nodeLabels`: the cluster's `controlPlaneKubelet` (control plane) or `kubelet` (others),
  *    merged key by key with the instance group's `kubelet`;
  * 2. role labels: ControlPlane → the mandatory control-plane set (plus api-server with the
@@ -140,6 +184,7 @@ export function explainNodeLabels(
   const clusterKubelet =
     ig.spec.role === 'ControlPlane' ? cluster.spec.controlPlaneKubelet : cluster.spec.kubelet;
   const layers: [LabelSource, Readonly<Record<string, string>> | undefined][] = [
+    ['cloud labels', cloudTagLabels(cluster, ig)],
     ['cluster kubelet', clusterKubelet?.nodeLabels],
     ['instance group kubelet', ig.spec.kubelet?.nodeLabels],
     ['role', roleLabelsOf(ig, features)],
