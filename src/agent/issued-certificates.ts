@@ -63,18 +63,22 @@ function checkIssued(
   if (!cas.some((ca) => certificate.checkIssued(ca) && certificate.verify(ca.publicKey))) {
     throw refuse('is not signed by the cluster CA');
   }
-  // Another group (system:masters) on the node's name would give the kubelet powers no node has.
-  const subject = certificate.subject.split('\n');
-  const groups = subject.filter((part) => part.startsWith('O='));
-  if (!subject.includes(`CN=system:node:${nodeName}`) || groups.join() !== 'O=system:nodes') {
-    throw new UnauthenticatedError(
-      `the ${what} certificate names "${subject.join(', ')}", not system:node:${nodeName} in system:nodes`,
-    );
-  }
   // No extended key usage means any, as Go reads it; a list must name this use.
   const usages = certificate.keyUsage as string[] | undefined;
   if (usages && !usages.includes(oid) && !usages.includes(anyExtendedKeyUsage)) {
     throw refuse(`is not for ${usage} authentication`);
+  }
+  // Another group (system:masters) on the node's name would give the kubelet powers no node has.
+  // A serving certificate may also name just the node, as kops issues it.
+  const subject = certificate.subject.split('\n');
+  const groups = subject.filter((part) => part.startsWith('O='));
+  const asNode = subject.includes(`CN=system:node:${nodeName}`) && groups.join() === 'O=system:nodes';
+  const asKopsServer = usage === 'server' && subject.join() === `CN=${nodeName}`;
+  if (!asNode && !asKopsServer) {
+    throw new UnauthenticatedError(
+      `the ${what} certificate names "${subject.join(', ')}", not system:node:${nodeName} in system:nodes` +
+        (usage === 'server' ? ` nor ${nodeName}` : ''),
+    );
   }
   if (certificate.validToDate <= now) throw refuse(`expired on ${certificate.validToDate.toISOString()}`);
   if (certificate.validFromDate.getTime() > now.getTime() + clockSkewMs) {

@@ -613,6 +613,31 @@ describe('join checks what it was issued, and writes nothing it could not use', 
     );
   });
 
+  test("a serving certificate naming another node, in kops' form, is refused", async () => {
+    fake.script = () => {
+      const { nodeName, certificateSigningRequests } = fake.lastPost();
+      const issue = (profile: ProfileName, name: string) =>
+        issueCertificate(
+          ca,
+          profile,
+          publicKeyRequest(parseCsr(certificateSigningRequests[profile] as string).spki),
+          {
+            name,
+            ipAddresses: ['10.0.0.5'],
+          },
+        ).pem;
+      const certificates = {
+        kubelet: issue('kubelet', nodeName),
+        'kubelet-server': issue('kubelet-server', 'node-b'),
+      };
+      return { status: 200, body: { status: 'issued', nodeName, certificates, apiServer } };
+    };
+    await refusedWithNothingWritten(
+      options(),
+      /^the kubelet serving certificate names "CN=node-b", not system:node:node-a in system:nodes nor node-a$/,
+    );
+  });
+
   test('a certificate that does not parse is refused', async () => {
     fake.script = () => {
       const { nodeName } = fake.lastPost();

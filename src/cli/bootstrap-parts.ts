@@ -20,7 +20,7 @@ import {
 } from '../bootstrap/node-guard.ts';
 import { servingCertificate } from '../bootstrap/server.ts';
 import type { Config } from '../config/schema.ts';
-import { ConfigError, describeError } from '../errors.ts';
+import { ConfigError, describeError, NotFoundError } from '../errors.ts';
 import type { InformerCache } from '../kube/informer.ts';
 import { nodeInformer, type SharedInformer } from '../kube/shared-informer.ts';
 import { KubeletRenewalRecorder } from '../ledger/csr-renewals.ts';
@@ -91,16 +91,31 @@ export async function servingTls(
   });
 }
 
-/** Reads `<configBase>/igconfig/node/<ig>/nodeupconfig.yaml` verbatim, as kops-controller does. */
+/**
+ * Reads `<configBase>/igconfig/node/<ig>/nodeupconfig.yaml` verbatim, as kops-controller does on
+ * every cloud. On metal kops' own controller builds the config from kops' model instead (`kops update
+ * cluster` writes no such file there); this one does not, so a missing file on metal says so.
+ */
 export function nodeConfigReader(
   config: Config,
   vfsOptions: VfsOptions | undefined,
 ): KopsOptions['nodeConfig'] {
   if (!config.configBase) return undefined;
   const vfs = openVfs(config.configBase, vfsOptions);
-  return async (instanceGroup) => ({
-    nodeupConfig: (await vfs.read(`igconfig/node/${instanceGroup}/nodeupconfig.yaml`)).data.toString('utf8'),
-  });
+  return async (instanceGroup) => {
+    const path = `igconfig/node/${instanceGroup}/nodeupconfig.yaml`;
+    try {
+      return { nodeupConfig: (await vfs.read(path)).data.toString('utf8') };
+    } catch (err) {
+      if (!(err instanceof NotFoundError) || config.cloud !== 'metal') throw err;
+      throw new NotFoundError(
+        `no ${path} in the state store: on metal the Go kops-controller builds a worker's nodeup config ` +
+          'from kops\' model, which this controller does not; it serves only that file, verbatim ' +
+          '(see docs/clouds.md, "kops metal workers")',
+        { cause: err },
+      );
+    }
+  };
 }
 
 /** How the impersonation guard reads Nodes, and the Node watch behind it when there is one. */

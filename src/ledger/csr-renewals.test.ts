@@ -5,9 +5,10 @@ import { Registry } from 'prom-client';
 import { makeClients } from '../kube/client.ts';
 import { csrInformer } from '../kube/shared-informer.ts';
 import { createCa } from '../pki/ca.ts';
+import { parseCsr } from '../pki/csr.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey } from '../pki/keys.ts';
-import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
+import { issueCertificate } from '../pki/profiles.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { entryOfCsr, KubeletRenewalRecorder } from './csr-renewals.ts';
 import { epochSeconds, type LedgerEntry, mergeEntries } from './ledger.ts';
@@ -15,10 +16,14 @@ import { epochSeconds, type LedgerEntry, mergeEntries } from './ledger.ts';
 const ca = createCa();
 
 function csrWith(signerName: string, node: string, profile: 'kubelet' | 'kubelet-server' = 'kubelet') {
-  const issued = issueCertificate(ca, profile, publicKeyRequest(generateKey()), {
-    name: node,
-    ipAddresses: ['10.0.0.1'],
-  });
+  // As a kubelet asks: its CSR names it system:node:<name> in system:nodes, whichever certificate.
+  const request = parseCsr(
+    buildCsrPem(generateKey(), {
+      subject: { commonName: `system:node:${node}`, organizations: ['system:nodes'] },
+      ...(profile === 'kubelet-server' ? { ipAddresses: ['10.0.0.1'] } : {}),
+    }),
+  );
+  const issued = issueCertificate(ca, profile, request, { name: node, ipAddresses: ['10.0.0.1'] });
   const csr: V1CertificateSigningRequest = {
     metadata: { name: `csr-${node}-${profile}` },
     spec: {

@@ -80,7 +80,8 @@ describe('every profile issues certificates that openssl verifies, with the righ
     );
     assert.match(opensslVerify(bundlePem(ecCa), issued.pem, 'sslserver'), /: OK$/);
     const text = opensslText(issued.pem);
-    assert.match(text, /Subject: O = system:nodes, CN = system:node:node-a\n/);
+    // kops' subject for a serving certificate issued to a bare public key: the node's name.
+    assert.match(text, /Subject: CN = node-a\n/);
     // RSA subject keys also get keyEncipherment (RSA key transport).
     assert.match(text, /X509v3 Key Usage: critical\n\s+Digital Signature, Key Encipherment\n/);
     assert.match(text, /X509v3 Extended Key Usage: \n\s+TLS Web Server Authentication\n/);

@@ -66,9 +66,11 @@ export const profiles = {
   'kubelet-server': {
     description: 'kubelet serving certificate (names from verified facts only)',
     usage: 'server',
+    // kops issues `CN=<node>` (first, so a request by public key gets it); a kubelet's own serving
+    // CSR asks for the system:node form.
     subjects: (name) => [
-      { commonName: `system:node:${name}`, organizations: ['system:nodes'] },
       { commonName: name, organizations: [] },
+      { commonName: `system:node:${name}`, organizations: ['system:nodes'] },
     ],
     altNames: 'verified',
     nameIsDnsName: false,

@@ -80,7 +80,9 @@ test('aws approves a v1 proof: node name, SANs and group from EC2', async () => 
   assert.equal(decision.facts.nodeName, instanceId);
   assert.equal(decision.facts.instanceGroup, 'nodes-us-east-1a');
   assert.deepEqual(decision.facts.ipAddresses, ['10.1.2.3']);
+  // kops' certificate names: the instance id and the private DNS name, whichever names the node.
   assert.ok(decision.facts.dnsNames.includes('ip-10-1-2-3.ec2.internal'));
+  assert.ok(decision.facts.dnsNames.includes(instanceId));
   assert.equal(
     decision.facts.evidence['arn'],
     `arn:aws:sts::${sim.account}:assumed-role/nodes.${cluster}/${instanceId}`,
@@ -93,6 +95,7 @@ test('aws approves a v2 (presigned) proof, with IP-based node names when configu
   assert.ok(decision.verdict === 'approve', JSON.stringify(decision));
   assert.equal(decision.facts.nodeName, 'ip-10-1-2-3.ec2.internal');
   assert.ok(decision.facts.dnsNames.includes(instanceId));
+  assert.ok(decision.facts.dnsNames.includes('ip-10-1-2-3.ec2.internal'));
 });
 
 test('aws abstains on a request without an AWS proof', async () => {

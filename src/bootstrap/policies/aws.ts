@@ -255,7 +255,8 @@ export function factsOf(
     nodeName,
     instanceGroup: instance.instanceGroup,
     instanceId: instance.instanceId,
-    dnsNames: [...names].filter((n) => n !== nodeName),
+    // The instance id and private DNS names whichever is the node's name, as kops' certificate names.
+    dnsNames: [...names],
     ipAddresses: [...ips],
     evidence: { ...evidence, instanceId: instance.instanceId, zone: instance.zone },
   };
