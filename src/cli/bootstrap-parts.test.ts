@@ -9,7 +9,10 @@ const configBase = 'memfs://bootstrap-parts/clusters/c.example.com';
 
 test('nodeConfigReader: the instance group’s nodeupconfig.yaml verbatim, as kops on every cloud', async () => {
   await new MemfsVfs(new URL(configBase)).write('igconfig/node/nodes/nodeupconfig.yaml', 'kubelet: {}\n');
-  const read = nodeConfigReader(parseConfig({ clusterName: 'c.example.com', cloud: 'aws', configBase }), undefined);
+  const read = nodeConfigReader(
+    parseConfig({ clusterName: 'c.example.com', cloud: 'aws', configBase }),
+    undefined,
+  );
   assert.deepEqual(await read?.('nodes'), { nodeupConfig: 'kubelet: {}\n' });
   await assert.rejects(read?.('other') ?? Promise.resolve(), (err) => {
     assert.ok(err instanceof NotFoundError);
@@ -19,7 +22,10 @@ test('nodeConfigReader: the instance group’s nodeupconfig.yaml verbatim, as ko
 });
 
 test('nodeConfigReader on metal: a missing file says that kops builds it there and this controller does not', async () => {
-  const read = nodeConfigReader(parseConfig({ clusterName: 'c.example.com', cloud: 'metal', configBase }), undefined);
+  const read = nodeConfigReader(
+    parseConfig({ clusterName: 'c.example.com', cloud: 'metal', configBase }),
+    undefined,
+  );
   await assert.rejects(read?.('workers') ?? Promise.resolve(), (err) => {
     assert.ok(err instanceof NotFoundError, 'still a missing file: kops’ 400, not a dependency fault');
     assert.match(err.message, /igconfig\/node\/workers\/nodeupconfig\.yaml/);

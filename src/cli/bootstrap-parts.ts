@@ -110,7 +110,7 @@ export function nodeConfigReader(
       if (!(err instanceof NotFoundError) || config.cloud !== 'metal') throw err;
       throw new NotFoundError(
         `no ${path} in the state store: on metal the Go kops-controller builds a worker's nodeup config ` +
-          'from kops\' model, which this controller does not; it serves only that file, verbatim ' +
+          "from kops' model, which this controller does not; it serves only that file, verbatim " +
           '(see docs/clouds.md, "kops metal workers")',
         { cause: err },
       );
