@@ -4,7 +4,7 @@
  * A dependency fault (network error, 408, 429, 5xx) comes back retryable with its Retry-After; any
  * other answer is final (src/agent/http-answer.ts). The caller decides how long to keep trying.
  */
-import { Agent } from 'node:https';
+import type { Agent } from 'node:https';
 import {
   ForbiddenError,
   InvalidInputError,
@@ -13,6 +13,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
+import { egressAgent } from '../net/egress-proxy.ts';
 import { type HttpsAnswer, httpsRequest, TlsVerificationError } from '../net/https-client.ts';
 import { endpointBase } from './endpoint-url.ts';
 import { answerError, jsonObjectOf, printable } from './http-answer.ts';
@@ -66,7 +67,7 @@ export class BootstrapClient {
   constructor(options: { server: string; caBundlePem: string; timeoutMs?: number }) {
     this.#base = endpointBase(new URL(options.server));
     this.#ca = options.caBundlePem;
-    this.#agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    this.#agent = egressAgent('https:', { keepAlive: true, maxSockets: 1 });
     this.#timeoutMs = options.timeoutMs ?? 30_000;
   }
 

@@ -5,9 +5,9 @@
  * to read and how their pages link and how their 429 says when to come back. (The client is shared
  * by src/cloud/hetzner and src/cloud/digitalocean; its error mapping by src/cloud/linode.)
  */
-import { Agent as HttpAgent } from 'node:http';
-import { Agent as HttpsAgent } from 'node:https';
+import type { Agent as HttpAgent } from 'node:http';
 import { errorForHttpStatus, type KopsError, RateLimitedError, UnavailableError } from '../errors.ts';
+import { egressAgent } from '../net/egress-proxy.ts';
 import { httpsRequest } from '../net/https-client.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
 import {
@@ -126,8 +126,10 @@ export class RestJsonClient {
       ...options,
     };
     this.#base = options.endpoint.replace(/\/$/, '');
-    const Agent = this.#base.startsWith('http:') ? HttpAgent : HttpsAgent;
-    this.#agent = new Agent({ keepAlive: true, maxSockets: 8 });
+    this.#agent = egressAgent(this.#base.startsWith('http:') ? 'http:' : 'https:', {
+      keepAlive: true,
+      maxSockets: 8,
+    });
   }
 
   /** Ends the calls in flight, refuses later ones, and closes the kept-alive connections (shutdown). */

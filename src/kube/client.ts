@@ -9,6 +9,7 @@ import { homedir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { CertificatesV1Api, CoordinationV1Api, CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { ConfigError } from '../errors.ts';
+import { proxyFor } from '../net/egress-proxy.ts';
 import { reuseConnections } from './connection-reuse.ts';
 
 /** Where the kubelet mounts a pod's service-account token, CA and namespace. */
@@ -139,8 +140,23 @@ export function loadKubeConfig(options: KubeConfigOptions = {}): LoadedKubeConfi
         'set current-context or pass --context NAME',
     );
   }
+  routeThroughEgressProxy(kc, env);
   // Every API client made from it then reuses pooled connections (see connection-reuse.ts).
   return { kubeConfig: reuseConnections(kc), source };
+}
+
+/**
+ * As client-go: a cluster's `proxy-url` wins; else the egress proxy the environment names for its
+ * server (src/net/egress-proxy.ts, Go's ProxyFromEnvironment: kops' NO_PROXY lists the API server's
+ * names and service address, which it then reaches directly) becomes its proxy, so that every client
+ * of the kubeconfig — client-node's and src/kube/kube-https.ts — goes the same way.
+ */
+function routeThroughEgressProxy(kc: KubeConfig, env: NodeJS.ProcessEnv): void {
+  kc.clusters = kc.clusters.map((cluster) => {
+    if (cluster.proxyUrl || !cluster.server) return cluster;
+    const proxy = proxyFor(new URL(cluster.server), env);
+    return proxy ? { ...cluster, proxyUrl: proxy.href } : cluster;
+  });
 }
 
 function selectContext(kc: KubeConfig, context: string, source: string): void {

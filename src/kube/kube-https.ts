@@ -16,10 +16,11 @@
  * HTTP/2 connection; waiting for a pooled connection counts against the call's deadline.
  */
 import type { OutgoingHttpHeaders } from 'node:http';
-import { Agent, type RequestOptions } from 'node:https';
+import type { Agent, RequestOptions } from 'node:https';
 import { createSecureContext } from 'node:tls';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { errorForHttpStatus, type KopsError, TimeoutError, UnavailableError } from '../errors.ts';
+import { egressAgent } from '../net/egress-proxy.ts';
 import { type HttpsAnswer, httpsRequest, StaleConnectionError } from '../net/https-client.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
 import { adviceByStatus, statusMessageOf } from './api-errors.ts';
@@ -106,7 +107,7 @@ export function kubeHttps(kubeConfig: KubeConfig, options: { timeoutMs: number }
 
 /** The bounded keep-alive pool of a caller, its TLS context built once from the kubeconfig's material. */
 function pooledAgent(opts: RequestOptions): Agent {
-  return new Agent({
+  return egressAgent('https:', {
     keepAlive: true,
     maxSockets: maxKubeConnections,
     // The most recently used connection first, so that the others idle out after a storm.

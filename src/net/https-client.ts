@@ -30,6 +30,7 @@ import {
   TooLargeError,
   UnavailableError,
 } from '../errors.ts';
+import { egressAgent, proxyFor, sharedEgressAgent } from './egress-proxy.ts';
 import { isTlsVerificationFailure } from './tls-verification.ts';
 
 /** One request. */
@@ -50,7 +51,11 @@ export interface HttpsRequest {
   servername?: string;
   /** `user:password` basic credentials, as a kubeconfig may give them. */
   auth?: string;
-  /** A pooled agent, or false for a connection of this request's own; default Node's global agent. */
+  /**
+   * A pooled agent (made with egress-proxy.ts `egressAgent`, so that it honours the egress proxy), or
+   * false for a connection of this request's own; default Node's global agent. A request the egress
+   * proxy carries (egress-proxy.ts `proxyFor`) without an agent of its caller's goes through a tunnel.
+   */
   agent?: HttpAgent | false;
   /** The deadline of the whole exchange. */
   timeoutMs: number;
@@ -94,13 +99,21 @@ function requestOptionsOf(request: HttpsRequest) {
     path: request.path ?? `${url.pathname}${url.search}`,
     method: request.method ?? 'GET',
     headers: framed(request),
-    agent: request.agent,
+    agent: agentOf(request),
     ca: request.ca,
     rejectUnauthorized: request.rejectUnauthorized,
     servername: request.servername,
     auth: request.auth,
     signal: request.signal,
   };
+}
+
+/** The caller's agent; else, when the egress proxy carries the request, a tunnelling one; else Node's. */
+function agentOf(request: HttpsRequest): HttpAgent | false | undefined {
+  if (request.agent || proxyFor(request.url) === undefined) return request.agent;
+  return request.agent === false
+    ? egressAgent(request.url.protocol)
+    : sharedEgressAgent(request.url.protocol);
 }
 
 /**

@@ -10,6 +10,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import { GoogleAuth } from 'google-auth-library';
+import { googleClientOptions } from '../cloud/gce/compute.ts';
 import { withDeadline } from '../deadline.ts';
 import {
   ForbiddenError,
@@ -72,7 +73,8 @@ export class GcsVfs implements Vfs {
   constructor(url: URL, options: GcsVfsOptions = {}) {
     ({ bucket: this.#bucket, root: this.#root, url: this.url } = bucketLocation(url, 'gs'));
     this.#endpoint = (options.endpoint ?? defaultEndpoint).replace(/\/+$/, '');
-    this.#auth = options.auth ?? new GoogleAuth({ scopes: [storageScope] });
+    this.#auth =
+      options.auth ?? new GoogleAuth({ scopes: [storageScope], clientOptions: googleClientOptions() });
     this.#timeoutMs = options.timeoutMs ?? defaultGcsTimeoutMs;
   }
 

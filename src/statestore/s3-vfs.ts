@@ -27,6 +27,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
+import { egressAgent } from '../net/egress-proxy.ts';
 import { bucketLocation, checkObjectPath, joinKey, listScope } from './paths.ts';
 import type { StoredObject, Vfs } from './types.ts';
 
@@ -42,6 +43,19 @@ export interface S3VfsOptions {
   credentials?: S3ClientConfig['credentials'];
   /** Deadline of each call, retries and body included (default {@link defaultS3TimeoutMs}). */
   timeoutMs?: number;
+  /**
+   * Which checksums the SDK adds and checks: `when-required` (default: only where S3 requires them,
+   * as several S3-compatible stores reject the newer default ones) or `sdk-default` (the SDK's own
+   * default, `WHEN_SUPPORTED`, or `AWS_REQUEST_CHECKSUM_CALCULATION` /
+   * `AWS_RESPONSE_CHECKSUM_VALIDATION`), which is what kops' Go SDK uses for `do://`, `hos://` and
+   * `scw://`.
+   */
+  checksums?: 'when-required' | 'sdk-default';
+  /**
+   * What to tell the operator when the store refuses the credentials (default: AWS credentials);
+   * the S3-compatible schemes name `S3_ACCESS_KEY_ID` / `S3_SECRET_ACCESS_KEY`.
+   */
+  credentialsHint?: string;
 }
 
 /**
@@ -67,10 +81,14 @@ export class S3Vfs implements Vfs {
   readonly #root: string;
   readonly #client: S3Client;
   readonly #timeoutMs: number;
+  readonly #credentialsHint: string;
 
+  /** `url` is `s3://…`, or one of the S3-compatible schemes (`do://`, `hos://`, …), kept in messages. */
   constructor(url: URL, options: S3VfsOptions = {}) {
-    ({ bucket: this.#bucket, root: this.#root, url: this.url } = bucketLocation(url, 's3'));
+    const scheme = url.protocol.replace(/:$/, '');
+    ({ bucket: this.#bucket, root: this.#root, url: this.url } = bucketLocation(url, scheme));
     this.#timeoutMs = options.timeoutMs ?? defaultS3TimeoutMs;
+    this.#credentialsHint = options.credentialsHint ?? 'no valid AWS credentials';
     const attemptMs = Math.max(1, Math.ceil(this.#timeoutMs / 2));
     this.#client = new S3Client({
       region: options.region ?? process.env['AWS_REGION'] ?? process.env['AWS_DEFAULT_REGION'] ?? 'us-east-1',
@@ -79,14 +97,18 @@ export class S3Vfs implements Vfs {
       credentials: options.credentials,
       followRegionRedirects: true,
       // The newer default checksums are not understood by every S3-compatible store.
-      requestChecksumCalculation: 'WHEN_REQUIRED',
-      responseChecksumValidation: 'WHEN_REQUIRED',
+      ...(options.checksums === 'sdk-default'
+        ? {}
+        : { requestChecksumCalculation: 'WHEN_REQUIRED', responseChecksumValidation: 'WHEN_REQUIRED' }),
       // The SDK's default handler waits forever for a connection, an answer and each byte of it.
       requestHandler: {
         connectionTimeout: Math.min(maxConnectionTimeoutMs, attemptMs),
         requestTimeout: attemptMs,
         throwOnRequestTimeout: true,
         socketTimeout: attemptMs,
+        // The SDK's own agents' settings, honouring the egress proxy (src/net/egress-proxy.ts).
+        httpAgent: egressAgent('http:', { keepAlive: true, maxSockets: 50 }),
+        httpsAgent: egressAgent('https:', { keepAlive: true, maxSockets: 50 }),
       },
     });
   }
@@ -127,7 +149,7 @@ export class S3Vfs implements Vfs {
       code === 'InvalidAccessKeyId' ||
       code === 'SignatureDoesNotMatch'
     ) {
-      return new UnauthenticatedError(`cannot ${action} ${where}: no valid AWS credentials (${reason})`, {
+      return new UnauthenticatedError(`cannot ${action} ${where}: ${this.#credentialsHint} (${reason})`, {
         cause: err,
       });
     }

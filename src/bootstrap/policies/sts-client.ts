@@ -14,8 +14,7 @@
  * from the controller's own GetCallerIdentity: STS refusing a node's signature is `rejected`, which is
  * the node's fault, not STS failing.
  */
-import { Agent as HttpAgent } from 'node:http';
-import { Agent as HttpsAgent } from 'node:https';
+import type { Agent as HttpAgent } from 'node:http';
 import {
   type CloudCallRecorder,
   type CloudCallResult,
@@ -30,6 +29,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../../errors.ts';
+import { egressAgent } from '../../net/egress-proxy.ts';
 import { type HttpsAnswer, httpsRequest, StaleConnectionError } from '../../net/https-client.ts';
 import { connectionHeaders, type StsReplayRequest } from './aws-sts-proof.ts';
 
@@ -104,7 +104,7 @@ export class StsClient {
       scheduling: 'lifo' as const,
       timeout: idleConnectionMs,
     };
-    this.#agent = this.#base.protocol === 'https:' ? new HttpsAgent(pool) : new HttpAgent(pool);
+    this.#agent = egressAgent(this.#base.protocol, pool);
   }
 
   /**

@@ -10,7 +10,7 @@
  * review sent is counted as call `BootstrapReview` of cloud `webhook` (never by URL: the labels stay
  * bounded).
  */
-import { Agent } from 'node:https';
+import type { Agent } from 'node:https';
 import { z } from 'zod';
 import {
   type CloudCallRecorder,
@@ -20,6 +20,7 @@ import {
   secondsSince,
 } from '../../cloud/metrics.ts';
 import { ConfigError, describeError, TooLargeError } from '../../errors.ts';
+import { egressAgent } from '../../net/egress-proxy.ts';
 import { type HttpsAnswer, httpsRequest } from '../../net/https-client.ts';
 import { dependencyFault, isDependencyFault } from '../dependency.ts';
 import type {
@@ -126,7 +127,7 @@ export function combine(
 export function webhookPolicy(options: WebhookPolicyOptions): BootstrapPolicy {
   const url = new URL(options.url);
   if (url.protocol !== 'https:') throw new ConfigError(`webhook url ${options.url} must be https`);
-  const agent = new Agent({
+  const agent = egressAgent('https:', {
     keepAlive: true,
     ca: options.ca,
     cert: options.cert,

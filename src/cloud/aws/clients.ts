@@ -11,6 +11,7 @@ import { AutoScalingClient } from '@aws-sdk/client-auto-scaling';
 import { EC2Client, type EC2ClientConfig } from '@aws-sdk/client-ec2';
 import { STSClient } from '@aws-sdk/client-sts';
 import { type Logger, silentLogger } from '../../log.ts';
+import { egressAgent } from '../../net/egress-proxy.ts';
 import { type CloudCallRecorder, type CloudCallResult, secondsSince } from '../metrics.ts';
 import { isAwsThrottling } from './errors.ts';
 import { type ImdsOptions, resolveRegion } from './region.ts';
@@ -74,6 +75,9 @@ export async function createAwsClients(options: AwsClientOptions = {}): Promise<
       // Without it the SDK only logs a warning when requestTimeout passes, and keeps waiting.
       throwOnRequestTimeout: true,
       socketTimeout: requestTimeout,
+      // The SDK's own agents' settings, honouring the egress proxy (src/net/egress-proxy.ts).
+      httpAgent: egressAgent('http:', { keepAlive: true, maxSockets: 50 }),
+      httpsAgent: egressAgent('https:', { keepAlive: true, maxSockets: 50 }),
     },
     ...(options.endpoint === undefined ? {} : { endpoint: options.endpoint }),
     ...(options.credentials === undefined ? {} : { credentials: options.credentials }),

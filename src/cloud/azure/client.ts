@@ -18,6 +18,7 @@ import {
   RateLimitedError,
   UnavailableError,
 } from '../../errors.ts';
+import { egressAgent } from '../../net/egress-proxy.ts';
 import {
   type CloudCallRecorder,
   type CloudName,
@@ -200,6 +201,12 @@ export class AzureClient {
     const clientOptions: ClientOptions = {
       endpoint,
       retryOptions: { maxRetries: options.maxRetries ?? 3 },
+      // The egress proxy as every client honours it (src/net/egress-proxy.ts): with an agent of its
+      // own, the pipeline's proxyPolicy (its own reading of the variables, without CIDRs) stands aside.
+      agent: egressAgent(new URL(endpoint).protocol, {
+        keepAlive: true,
+        ...(options.caPem ? { ca: options.caPem } : {}),
+      }),
       ...(options.caPem ? { tlsOptions: { ca: options.caPem } } : {}),
       additionalPolicies: [
         {

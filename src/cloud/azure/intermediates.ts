@@ -16,6 +16,7 @@
 import { X509Certificate } from 'node:crypto';
 import * as pkijs from 'pkijs';
 import { UnavailableError } from '../../errors.ts';
+import { egressFetch } from '../../net/egress-proxy.ts';
 import { LruCache } from '../lru.ts';
 
 /** Where kops fetches Azure's intermediates from. */
@@ -61,7 +62,7 @@ export class AiaIntermediates {
     this.#base = new URL(options.baseUrl ?? defaultMicrosoftPkiUrl);
     this.#basePath = this.#base.pathname.replace(/\/+$/, '');
     if (this.#basePath === '') throw new RangeError('the PKI repository URL needs a path');
-    this.#fetch = options.fetch ?? globalThis.fetch;
+    this.#fetch = options.fetch ?? egressFetch;
     this.#downloaded = new LruCache({
       maxEntries: 256,
       ttlMs: options.ttlMs ?? 86_400_000,

@@ -15,6 +15,7 @@ import {
   UnavailableError,
 } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import { egressAgentFor } from '../../net/egress-proxy.ts';
 import {
   type CloudCallRecorder,
   type CloudCallResult,
@@ -135,9 +136,20 @@ export function lastComponent(url: string): string {
   return url.slice(url.lastIndexOf('/') + 1);
 }
 
+/**
+ * The options that make google-auth-library's clients honour the egress proxy as every other client
+ * does (src/net/egress-proxy.ts), instead of gaxios's own reading of the proxy variables (whose
+ * NO_PROXY matches neither a host nor an address, so that the metadata server would be proxied). The
+ * metadata server is read through gaxios's default instance (gcp-metadata), which this sets once.
+ */
+export function googleClientOptions(): { transporterOptions: { agent: typeof egressAgentFor } } {
+  gaxios.instance.defaults = { ...gaxios.instance.defaults, agent: egressAgentFor };
+  return { transporterOptions: { agent: egressAgentFor } };
+}
+
 /** Builds the production auth client: Application Default Credentials (the metadata server on GCE). */
 export async function defaultAuthClient(): Promise<AuthClient> {
-  return new GoogleAuth({ scopes: [computeReadOnlyScope] }).getClient();
+  return new GoogleAuth({ scopes: [computeReadOnlyScope], clientOptions: googleClientOptions() }).getClient();
 }
 
 /** A read-only compute v1 client for one project; errors are the project's typed errors. */
@@ -185,6 +197,8 @@ export class ComputeClient {
         params,
         responseType: 'json',
         timeout: this.#timeoutMs,
+        // The egress proxy as every client honours it (src/net/egress-proxy.ts), not gaxios's reading.
+        agent: egressAgentFor,
         // gaxios does not retry a call its caller aborted.
         signal: this.#closed.signal,
         retryConfig: {

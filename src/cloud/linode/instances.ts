@@ -17,11 +17,11 @@
  * 5,000-instance cluster costs 10 requests.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { Agent as HttpAgent } from 'node:http';
-import { Agent as HttpsAgent } from 'node:https';
+import type { Agent as HttpAgent } from 'node:http';
 import { isIP } from 'node:net';
 import * as linodeSdk from '@linode/api-v4';
 import { UnavailableError } from '../../errors.ts';
+import { egressAgent } from '../../net/egress-proxy.ts';
 import {
   type CloudServer,
   cloudServer,
@@ -165,12 +165,11 @@ export class LinodeApi {
   constructor(options: LinodeApiOptions) {
     installInterceptor();
     const origin = (options.origin ?? defaultLinodeOrigin).replace(/\/$/, '');
-    const Agent = origin.startsWith('http:') ? HttpAgent : HttpsAgent;
     this.#settings = {
       origin,
       token: options.token,
       timeoutMs: options.timeoutMs ?? 10_000,
-      agent: new Agent({ keepAlive: true, maxSockets: 8 }),
+      agent: egressAgent(origin.startsWith('http:') ? 'http:' : 'https:', { keepAlive: true, maxSockets: 8 }),
       closed: new AbortController(),
     };
     this.#retry = {

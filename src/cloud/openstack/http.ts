@@ -9,6 +9,17 @@ import { type HttpsAnswer, httpsRequest } from '../../net/https-client.ts';
 import { retryAfterSeconds } from '../../net/retry-after.ts';
 import { type CloudCallRecorder, httpCallResult, secondsSince } from '../metrics.ts';
 
+/**
+ * The variable kops sets when the cluster has `spec.cloudProvider.openstack.insecureSkipVerify`: the
+ * OpenStack endpoints' certificates are then not verified (self-signed Keystone and Nova).
+ */
+export const insecureSkipVerifyVariable = 'KOPS_OS_TLS_INSECURE_SKIP_VERIFY';
+
+/** Whether the variable is set to true, as Go's strconv.ParseBool reads it. */
+export function openstackInsecureSkipVerify(env: Readonly<Record<string, string | undefined>> = process.env) {
+  return ['1', 't', 'T', 'true', 'TRUE', 'True'].includes(env[insecureSkipVerifyVariable] ?? '');
+}
+
 /** One call. */
 export interface OpenStackRequest {
   /** The operation's name for the metrics (`servers.get`, `tokens.create`), never an id. */
@@ -68,6 +79,8 @@ export async function openstackRequest(request: OpenStackRequest): Promise<Https
       ...(body === undefined ? {} : { body }),
       timeoutMs: request.timeoutMs,
       maxBodyBytes: request.maxBodyBytes,
+      // Only the OpenStack clients read it; every other client verifies as always.
+      ...(openstackInsecureSkipVerify() ? { rejectUnauthorized: false } : {}),
       ...(request.signal ? { signal: request.signal } : {}),
     }).catch((err: unknown) => {
       if (request.signal?.aborted) {

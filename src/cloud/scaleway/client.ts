@@ -11,6 +11,7 @@ import { createAdvancedClient, type Errors, withHTTPClient, withProfile } from '
 import { Instancev1 } from '@scaleway/sdk-instance';
 import { Ipamv1 } from '@scaleway/sdk-ipam';
 import { ConfigError, errorForHttpStatus, KopsError, TimeoutError, UnavailableError } from '../../errors.ts';
+import { egressFetch } from '../../net/egress-proxy.ts';
 import { type CloudCallRecorder, httpCallResult, noCloudCalls, secondsSince } from '../metrics.ts';
 import { retryCloudCall } from '../retry.ts';
 
@@ -136,7 +137,7 @@ export function createScalewayClients(options: ScalewayClientOptions): ScalewayC
     try {
       const deadline = AbortSignal.timeout(timeoutMs);
       const signal = options.signal ? AbortSignal.any([deadline, options.signal]) : deadline;
-      const response = await fetch(request, { signal });
+      const response = await egressFetch(request, { signal });
       status = response.status;
       return response;
     } finally {

@@ -31,6 +31,8 @@ export interface AzureSimulatorOptions {
   pageSize?: number;
   /** The subscription read bucket (default ARM's: 250, refilling 25/s). */
   readBucket?: { capacity: number; refillPerSecond: number };
+  /** More names ARM's serving certificate carries (tests reaching it through a proxy by name). */
+  serverNames?: string[];
 }
 
 /** A running simulator; its faults answer with an ARM error body (a 429 asking `Retry-After: 1`). */
@@ -44,6 +46,8 @@ export interface AzureSimulator extends Pick<FaultVerbs, 'failNext' | 'delayNext
   imdsEndpoint: string;
   /** The IMDS base URL one VM sees (what replaces `http://169.254.169.254`). */
   imdsUrlOf(vmName: string): string;
+  /** Whether `token` is a managed-identity token this simulator's IMDS issued (Blob Storage's check). */
+  validToken(token: string): boolean;
   /** A credential that gets managed-identity tokens from the simulated IMDS. */
   credential: TokenCredential;
   /** How an AzureClient reaches this ARM: the world's subscription and resource group, credential, endpoint, CA. */
@@ -157,9 +161,9 @@ async function serveImdsOrPki(state: AzureState, req: IncomingMessage, res: Serv
 }
 
 /** ARM on HTTPS with a serving certificate from a fresh CA (the SDK's `tlsOptions.ca`). */
-async function startArm(state: AzureState, armContext: ArmContext) {
+async function startArm(state: AzureState, armContext: ArmContext, serverNames: string[] = []) {
   const ca = await createCertificateAuthority('azure-sim-ca');
-  const serving = await issueServingCertificate(ca);
+  const serving = await issueServingCertificate(ca, serverNames);
   const arm = createHttpsServer({ key: serving.privateKey, cert: serving.certificate }, (req, res) => {
     const url = new URL(req.url ?? '/', 'https://127.0.0.1');
     const route = matchArmRoute(armContext, url.pathname);
@@ -188,7 +192,7 @@ export async function startAzureSimulator(options: AzureSimulatorOptions = {}): 
     bucket: new ThrottleBucket(options.readBucket ?? armReadBucket),
     validToken: (token) => state.tokens.valid(token),
   };
-  const arm = await startArm(state, armContext);
+  const arm = await startArm(state, armContext, options.serverNames);
   armUrl = arm.url;
   const imdsListener = await listenOnLoopback(
     createHttpServer((req, res) => void serveImdsOrPki(state, req, res)),
@@ -213,6 +217,7 @@ export async function startAzureSimulator(options: AzureSimulatorOptions = {}): 
     caPem: arm.caPem,
     imdsEndpoint: imdsListener.url,
     imdsUrlOf: (vmName) => `${imdsListener.url}/vms/${encodeURIComponent(vmName)}`,
+    validToken: (token) => state.tokens.valid(token),
     credential,
     clientOptions: {
       subscriptionId: world.subscriptionId,

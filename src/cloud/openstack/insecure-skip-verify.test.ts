@@ -1,0 +1,96 @@
+/**
+ * KOPS_OS_TLS_INSECURE_SKIP_VERIFY (kops sets it for `spec.cloudProvider.openstack.insecureSkipVerify`):
+ * Keystone on a certificate the controller does not trust is refused without it and reached with it;
+ * no other client is affected.
+ */
+import assert from 'node:assert/strict';
+import { connect, type Socket } from 'node:net';
+import { Writable } from 'node:stream';
+import { after, afterEach, before, test } from 'node:test';
+import { createServer, type Server } from 'node:tls';
+import { ForbiddenError } from '../../errors.ts';
+import { createLogger } from '../../log.ts';
+import { httpsRequest } from '../../net/https-client.ts';
+import { type OpenStackSimulator, startOpenStackSimulator } from '../../sim/openstack/simulator.ts';
+import { createCertificateAuthority, issueServingCertificate } from '../../sim/tls.ts';
+import { KeystoneSession } from './keystone.ts';
+import { createOpenStackProvider } from './provider.ts';
+
+let sim: OpenStackSimulator;
+let front: Server;
+let authUrl: string;
+const sockets = new Set<Socket>();
+
+before(async () => {
+  sim = await startOpenStackSimulator();
+  // Keystone behind TLS on a certificate from a CA nobody trusts (a self-signed installation).
+  const ca = await createCertificateAuthority('self-signed-keystone');
+  const serving = await issueServingCertificate(ca);
+  const simUrl = new URL(sim.authUrl);
+  front = createServer({ key: serving.privateKey, cert: serving.certificate }, (client) => {
+    const upstream = connect(Number(simUrl.port), '127.0.0.1');
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on('close', () => sockets.delete(s));
+      s.on('error', () => s.destroy());
+    }
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
+  const { port } = front.address() as { port: number };
+  authUrl = `https://127.0.0.1:${port}${simUrl.pathname}`;
+});
+after(async () => {
+  for (const s of sockets) s.destroy();
+  await new Promise((resolve) => front.close(resolve));
+  await sim.close();
+});
+afterEach(() => {
+  delete process.env['KOPS_OS_TLS_INSECURE_SKIP_VERIFY'];
+});
+
+const session = () => new KeystoneSession({ auth: { ...sim.passwordAuth, authUrl } });
+
+test('without the variable, Keystone on an untrusted certificate is refused', async () => {
+  await assert.rejects(session().token(), ForbiddenError);
+});
+
+test('with KOPS_OS_TLS_INSECURE_SKIP_VERIFY=true the OpenStack clients skip verification, and only they', async () => {
+  process.env['KOPS_OS_TLS_INSECURE_SKIP_VERIFY'] = 'true';
+  const token = await session().token();
+  assert.ok(token.token.length > 0);
+  // The project's HTTP client, used by every other cloud, still verifies.
+  await assert.rejects(
+    httpsRequest({ url: new URL(authUrl), timeoutMs: 5_000, maxBodyBytes: 1024 }),
+    ForbiddenError,
+  );
+});
+
+test('the provider says so once, loudly, at start-up', () => {
+  process.env['KOPS_OS_TLS_INSECURE_SKIP_VERIFY'] = 'true';
+  const lines: string[] = [];
+  const destination = new Writable({
+    write(chunk, _encoding, done) {
+      lines.push(String(chunk));
+      done();
+    },
+  });
+  const logger = createLogger({ level: 'info', destination });
+  createOpenStackProvider({
+    clusterName: 'c.example.com',
+    auth: { ...sim.passwordAuth, authUrl },
+    logger,
+  }).close();
+  assert.equal(lines.length, 1);
+  const record = JSON.parse(lines[0] as string) as { level: string; msg: string };
+  assert.equal(record.level, 'warn');
+  assert.match(record.msg, /KOPS_OS_TLS_INSECURE_SKIP_VERIFY is set: .*NOT verified/);
+  // Without it, nothing is said.
+  delete process.env['KOPS_OS_TLS_INSECURE_SKIP_VERIFY'];
+  createOpenStackProvider({
+    clusterName: 'c.example.com',
+    auth: { ...sim.passwordAuth, authUrl },
+    logger,
+  }).close();
+  assert.equal(lines.length, 1);
+});
