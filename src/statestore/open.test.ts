@@ -125,8 +125,8 @@ describe('openVfs', () => {
 
   test('unknown schemes and malformed URLs are configuration errors that say what to use', () => {
     assert.throws(
-      () => openVfs('azureblob://container/x'),
-      /scheme must be one of file:\/\/, s3:\/\/, gs:\/\/, memfs:\/\//,
+      () => openVfs('k8s://secrets/x'),
+      /scheme must be one of file:\/\/, s3:\/\/, gs:\/\/, memfs:\/\/, do:\/\/, hos:\/\/, linode:\/\/, scw:\/\/, swift:\/\/, azureblob:\/\//,
     );
     assert.throws(() => openVfs('s3://'), ConfigError);
     assert.throws(() => openVfs('s3://Bad_Bucket!/x'), /is not a bucket name/);

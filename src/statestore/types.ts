@@ -1,13 +1,17 @@
 /**
  * The state store as the controller sees it: a small virtual file system addressed by URL
- * (`file://`, `s3://`, `gs://`, `memfs://`), the layout kops writes into it, and change detection by
- * ETag / generation so that edits reach nodes in seconds.
+ * (`file://`, `s3://`, `gs://`, `memfs://`, the S3-compatible `do://`, `hos://`, `linode://`,
+ * `scw://`, OpenStack's `swift://` and `azureblob://`, as kops writes them), the layout kops writes
+ * into it, and change detection by ETag / generation so that edits reach nodes in seconds.
  */
 
 /** One object read from the store, with the version tag used for change detection. */
 export interface StoredObject {
   data: Buffer;
-  /** ETag (S3), generation (GCS), inode+mtime+size (file) or a counter (memfs): changes when the object does. */
+  /**
+   * ETag (S3 and the S3-compatible stores, Swift, Azure Blob), generation (GCS), inode+mtime+size
+   * (file) or a counter (memfs): changes when the object does.
+   */
   version: string;
 }
 

@@ -16,11 +16,15 @@
  *   server (with its `tenant_id`), while `servers/detail` without `all_tenants` stays the token's own
  *   project's;
  * - the metadata service's `openstack/latest/meta_data.json`, one URL per server (the real service
- *   tells servers apart by source address, which loopback cannot).
+ *   tells servers apart by source address, which loopback cannot);
+ * - Swift's object API (the catalog's `object-store`, `/swift/v1/AUTH_<project>`) for the state
+ *   store: object GET / HEAD / PUT (checking the ETag it is sent) / DELETE and the container's JSON
+ *   listing with `prefix`, `marker` and `limit` (412 above its `container_listing_limit`), each with
+ *   a project-scoped token; 404 for a missing container or object, ETag the MD5 of the content.
  * A world of servers with metadata, addresses and states, and fault injection: errors, throttling,
  * latency, dropped connections, revoked tokens.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { OpenStackAuthOptions } from '../../cloud/openstack/auth.ts';
 import type { NovaAddress, NovaServer } from '../../cloud/openstack/nova.ts';
@@ -62,6 +66,19 @@ export interface OpenStackSimulatorOptions {
   maxLimit?: number;
   /** Tokens carry the `admin` role (default false; see {@link OpenStackSimulator.setAdmin}). */
   admin?: boolean;
+  /** Whether the catalog lists Swift's `object-store` endpoint (default true). */
+  objectStore?: boolean;
+  /** Swift's `container_listing_limit`: the largest listing page (default 10,000). */
+  containerListingLimit?: number;
+}
+
+/** Swift's controls: its endpoint and its containers, for tests to seed and inspect. */
+export interface SwiftControls {
+  /** The `object-store` endpoint of the catalog (`…/swift/v1/AUTH_<project>`). */
+  storageUrl: string;
+  createContainer(name: string): void;
+  putObject(container: string, name: string, data: Buffer | string): void;
+  getObject(container: string, name: string): Buffer | undefined;
 }
 
 /** A running simulator; its faults answer in Nova's envelope, a 429 with `Retry-After`. */
@@ -77,6 +94,8 @@ export interface OpenStackSimulator extends FaultVerbs {
   applicationCredentialAuth: OpenStackAuthOptions;
   /** Auth options with the password credentials. */
   passwordAuth: OpenStackAuthOptions;
+  /** The Swift object store. */
+  swift: SwiftControls;
   addServer(seed: SeedServer): NovaServer;
   setStatus(id: string, status: string): void;
   deleteServer(id: string): void;
@@ -136,6 +155,17 @@ interface OpenStackState {
   admin: boolean;
   log: CallLog<OpenStackCall>;
   faults: FaultQueue;
+  objectStore: boolean;
+  containerListingLimit: number;
+  /** Swift's containers of the project: name → object name → object. */
+  containers: Map<string, Map<string, SwiftObject>>;
+}
+
+/** An object in the simulated Swift. */
+interface SwiftObject {
+  data: Buffer;
+  etag: string;
+  lastModified: Date;
 }
 
 /** Whether a Keystone auth body names credentials the simulator accepts. */
@@ -239,6 +269,20 @@ function tokenDocument(state: OpenStackState, method: string | undefined, admin:
           endpoints: [{ interface: 'public', region, url: `${base}/identity/v3` }],
         },
         { type: 'compute', name: 'nova', endpoints: ['public', 'internal'].map(endpoint) },
+        ...(state.objectStore
+          ? [
+              {
+                type: 'object-store',
+                name: 'swift',
+                endpoints: ['public', 'internal'].map((iface) => ({
+                  interface: iface,
+                  region,
+                  region_id: region,
+                  url: `${base}/swift/v1/AUTH_${state.projectId}`,
+                })),
+              },
+            ]
+          : []),
       ],
     },
   };
@@ -327,9 +371,124 @@ function metadataDocument(state: OpenStackState, path: string, res: ServerRespon
   });
 }
 
+/** Swift's plain error page, as its proxy answers it. */
+function swiftError(res: ServerResponse, status: number, text: string, headers = {}): void {
+  const body = `<html><h1>${text}</h1><p>${text}.</p></html>`;
+  res.writeHead(status, { 'content-type': 'text/html; charset=UTF-8', ...headers });
+  res.end(body);
+}
+
+/** A Swift path `/swift/v1/<account>/<container>[/<object>]`, decoded. */
+function swiftPathOf(path: string): { account: string; container: string; object?: string } | undefined {
+  const match = /^\/swift\/v1\/([^/]+)\/([^/]+)(?:\/(.+))?$/.exec(path);
+  if (!match) return undefined;
+  const [, account, container, object] = match as unknown as [string, string, string, string | undefined];
+  return {
+    account: decodeURIComponent(account),
+    container: decodeURIComponent(container),
+    ...(object === undefined ? {} : { object: object.split('/').map(decodeURIComponent).join('/') }),
+  };
+}
+
+/** The Swift operation a request is, or undefined when it is not Swift's. */
+function swiftOperationOf(method: string | undefined, path: string): string | undefined {
+  const target = swiftPathOf(path);
+  if (!target) return path.startsWith('/swift/') ? 'swift.unknown' : undefined;
+  if (target.object === undefined) return method === 'GET' ? 'swift.container.list' : 'swift.unknown';
+  const verbs: Record<string, string> = {
+    GET: 'swift.object.get',
+    HEAD: 'swift.object.head',
+    PUT: 'swift.object.put',
+    DELETE: 'swift.object.delete',
+  };
+  return verbs[method ?? ''] ?? 'swift.unknown';
+}
+
+/** One Swift request, its token already checked. */
+async function serveSwift(
+  state: OpenStackState,
+  operation: string,
+  url: URL,
+  req: IncomingMessage,
+  res: ServerResponse,
+) {
+  const target = swiftPathOf(url.pathname);
+  if (!target || operation === 'swift.unknown') return swiftError(res, 405, 'Method Not Allowed');
+  if (target.account !== `AUTH_${state.projectId}`) return swiftError(res, 403, 'Forbidden');
+  const container = state.containers.get(target.container);
+  if (operation === 'swift.container.list') {
+    if (!container) return swiftError(res, 404, 'Not Found');
+    const limitParam = url.searchParams.get('limit');
+    const limit = limitParam === null ? state.containerListingLimit : Number(limitParam);
+    if (!Number.isInteger(limit) || limit < 0) return swiftError(res, 412, 'Precondition Failed');
+    if (limit > state.containerListingLimit) {
+      res.writeHead(412, { 'content-type': 'text/plain' });
+      res.end(`Maximum limit is ${state.containerListingLimit}`);
+      return;
+    }
+    const prefix = url.searchParams.get('prefix') ?? '';
+    const marker = url.searchParams.get('marker') ?? '';
+    const names = [...container.keys()]
+      .filter((name) => name.startsWith(prefix) && name > marker)
+      .sort()
+      .slice(0, limit);
+    if (url.searchParams.get('format') !== 'json') {
+      res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' });
+      res.end(names.map((n) => `${n}\n`).join(''));
+      return;
+    }
+    return sendJson(
+      res,
+      200,
+      names.map((name) => {
+        const object = container.get(name) as SwiftObject;
+        return {
+          name,
+          hash: object.etag,
+          bytes: object.data.length,
+          content_type: 'application/octet-stream',
+          last_modified: object.lastModified.toISOString().replace(/Z$/, ''),
+        };
+      }),
+    );
+  }
+  const name = target.object as string;
+  if (operation === 'swift.object.put') {
+    const data = await readBody(req, 64 * 1024 * 1024);
+    if (!container) return swiftError(res, 404, 'Not Found');
+    const etag = createHash('md5').update(data).digest('hex');
+    const sent = req.headers.etag;
+    if (typeof sent === 'string' && sent.replace(/"/g, '').toLowerCase() !== etag) {
+      return swiftError(res, 422, 'Unprocessable Entity');
+    }
+    const object = { data, etag, lastModified: new Date() };
+    container.set(name, object);
+    res.writeHead(201, { etag, 'last-modified': object.lastModified.toUTCString(), 'content-length': 0 });
+    res.end();
+    return;
+  }
+  const object = container?.get(name);
+  if (!object) return swiftError(res, 404, 'Not Found');
+  if (operation === 'swift.object.delete') {
+    container?.delete(name);
+    res.writeHead(204).end();
+    return;
+  }
+  res.writeHead(200, {
+    etag: object.etag,
+    'content-type': 'application/octet-stream',
+    'content-length': object.data.length,
+    'last-modified': object.lastModified.toUTCString(),
+    'accept-ranges': 'bytes',
+  });
+  res.end(operation === 'swift.object.head' ? undefined : object.data);
+}
+
 /** The operation a request is. */
 function operationOf(method: string | undefined, path: string): string {
   if (method === 'POST' && path === '/identity/v3/auth/tokens') return 'tokens.create';
+  const swift = swiftOperationOf(method, path);
+  if (swift) return swift;
   if (method !== 'GET') return 'unknown';
   if (path === '/compute/v2.1/servers/detail') return 'servers.list';
   if (/^\/compute\/v2\.1\/servers\/[^/]+$/.test(path)) return 'servers.get';
@@ -348,6 +507,10 @@ async function answerFault(
   if (await applyTransportFault(fault, req)) return true;
   if (!fault?.status) return false;
   const retry = fault.retryAfterSeconds ? { 'retry-after': String(fault.retryAfterSeconds) } : {};
+  if (operation.startsWith('swift.')) {
+    swiftError(res, fault.status, `simulated fault ${fault.status}`, retry);
+    return true;
+  }
   novaFault(
     res,
     fault.status,
@@ -370,6 +533,11 @@ async function serveOpenStack(state: OpenStackState, req: IncomingMessage, res: 
   if (operation === 'unknown') return novaFault(res, 404, 'itemNotFound', 'The resource could not be found.');
   const token = req.headers['x-auth-token'];
   const roles = typeof token === 'string' ? state.tokens.get(token) : undefined;
+  if (operation.startsWith('swift.')) {
+    // Swift's auth middleware: no valid token, a plain 401 (the body of a PUT unread).
+    if (!roles) return swiftError(res, 401, 'Unauthorized');
+    return serveSwift(state, operation, url, req, res);
+  }
   if (!roles) {
     return keystoneError(res, 401, 'Unauthorized', 'The request you have made requires authentication.');
   }
@@ -456,6 +624,9 @@ export async function startOpenStackSimulator(
     admin: options.admin ?? false,
     log: new CallLog(),
     faults: new FaultQueue(),
+    objectStore: options.objectStore ?? true,
+    containerListingLimit: options.containerListingLimit ?? 10_000,
+    containers: new Map(),
   };
   const server = createServer((req, res) => {
     serveOpenStack(state, req, res).catch((err: unknown) => {
@@ -487,6 +658,22 @@ export async function startOpenStackSimulator(
     },
     metadataUrl: (id) => `${state.base}/metadata/${encodeURIComponent(id)}/openstack/latest/meta_data.json`,
     ...faultVerbs(state.faults),
+    swift: {
+      get storageUrl() {
+        return `${state.base}/swift/v1/AUTH_${state.projectId}`;
+      },
+      createContainer: (name) => {
+        if (!state.containers.has(name)) state.containers.set(name, new Map());
+      },
+      putObject: (container, name, data) => {
+        const objects = state.containers.get(container);
+        if (!objects) throw new Error(`no simulated Swift container ${container}`);
+        const body = Buffer.from(data);
+        const etag = createHash('md5').update(body).digest('hex');
+        objects.set(name, { data: body, etag, lastModified: new Date() });
+      },
+      getObject: (container, name) => state.containers.get(container)?.get(name)?.data,
+    },
     revokeTokens: () => state.tokens.clear(),
     setAdmin: (admin) => {
       state.admin = admin;

@@ -1,0 +1,185 @@
+import assert from 'node:assert/strict';
+import { after, describe, test } from 'node:test';
+import {
+  ConfigError,
+  InvalidInputError,
+  KopsError,
+  NotFoundError,
+  UnauthenticatedError,
+  UnavailableError,
+} from '../errors.ts';
+import { startOpenStackSimulator } from '../sim/openstack/simulator.ts';
+import { openVfs } from './open.ts';
+import { SwiftVfs } from './swift-vfs.ts';
+
+const sim = await startOpenStackSimulator({ containerListingLimit: 100 });
+sim.swift.createContainer('kops-state');
+const noSwift = await startOpenStackSimulator({ objectStore: false });
+after(() => Promise.all([sim.close(), noSwift.close()]));
+
+const open = (
+  url = 'swift://kops-state/cluster.example.com',
+  env: NodeJS.ProcessEnv = sim.env,
+  timeoutMs?: number,
+) => openVfs(url, { env, ...(timeoutMs ? { swift: { timeoutMs } } : {}) });
+
+describe('Swift backend (swift://container/path)', () => {
+  test('reads, stats, lists, writes and deletes through openVfs with the OS_* variables', async () => {
+    const vfs = open('swift://kops-state/cluster.example.com/');
+    assert.ok(vfs instanceof SwiftVfs);
+    assert.equal(vfs.url, 'swift://kops-state/cluster.example.com');
+    await vfs.write('config', 'kind: Cluster\n');
+    assert.equal(
+      sim.swift.getObject('kops-state', 'cluster.example.com/config')?.toString(),
+      'kind: Cluster\n',
+    );
+    const first = await vfs.read('config');
+    assert.equal(first.data.toString(), 'kind: Cluster\n');
+    assert.match(first.version, /^[0-9a-f]{32}$/, 'the version is the ETag');
+    sim.clearCalls();
+    assert.equal(await vfs.stat('config'), first.version);
+    assert.equal(sim.count('swift.object.head'), 1, 'polling is one HEAD');
+    assert.equal(sim.count('tokens.create'), 0, 'the token is kept');
+    await vfs.write('config', 'kind: Cluster\nspec: {}\n');
+    assert.notEqual(await vfs.stat('config'), first.version, 'an edit changes the version');
+    await vfs.write('instancegroup/nodes-b', 'b');
+    await vfs.write('instancegroup/nodes-a', 'a');
+    assert.deepEqual(await vfs.list('instancegroup/'), ['instancegroup/nodes-a', 'instancegroup/nodes-b']);
+    assert.deepEqual(await vfs.list('nothing/'), []);
+    await vfs.delete('instancegroup/nodes-a');
+    await vfs.delete('instancegroup/nodes-a');
+    assert.equal(await vfs.stat('instancegroup/nodes-a'), undefined);
+    await assert.rejects(vfs.read('instancegroup/nodes-a'), NotFoundError);
+    const bytes = Buffer.from([0, 255, 1, 254, 10, 13]);
+    await vfs.write('secrets/blob', bytes);
+    assert.deepEqual((await vfs.read('secrets/blob')).data, bytes);
+    await assert.rejects(vfs.read('../escape'), InvalidInputError);
+  });
+
+  test('object names with spaces and other characters round-trip', async () => {
+    const vfs = open('swift://kops-state/odd names');
+    await vfs.write('pki/a b+c%d', 'odd');
+    assert.equal(sim.swift.getObject('kops-state', 'odd names/pki/a b+c%d')?.toString(), 'odd');
+    assert.deepEqual(await vfs.list('pki/'), ['pki/a b+c%d']);
+  });
+
+  test('lists past one page, paged by marker', async () => {
+    for (let i = 0; i < 250; i++)
+      sim.swift.putObject('kops-state', `paged/issued/${String(i).padStart(3, '0')}`, 'x');
+    const vfs = openVfs('swift://kops-state/paged', { env: sim.env, swift: { pageSize: 100 } });
+    sim.clearCalls();
+    const names = await vfs.list('issued/');
+    assert.equal(names.length, 250);
+    assert.equal(names[249], 'issued/249');
+    assert.equal(sim.count('swift.container.list'), 3);
+  });
+
+  test("a page size above Swift's container_listing_limit (412) falls back to Swift's own pages", async () => {
+    const vfs = openVfs('swift://kops-state/paged', { env: sim.env, swift: { pageSize: 1_000 } });
+    sim.clearCalls();
+    assert.equal((await vfs.list('issued/')).length, 250);
+    // 412, then 100 + 100 + 50 + an empty page.
+    assert.equal(sim.count('swift.container.list'), 5);
+  });
+
+  test('a missing container is NotFound', async () => {
+    const vfs = open('swift://no-such-container/c1');
+    await assert.rejects(vfs.read('config'), NotFoundError);
+    assert.equal(await vfs.stat('config'), undefined);
+    await assert.rejects(vfs.list(''), /container no-such-container does not exist/);
+  });
+
+  test('5xx and throttling are retried, then Unavailable (as the S3 backend)', async () => {
+    const vfs = open();
+    await vfs.write('retry', 'r');
+    sim.failNext(2, 503, 'swift.object.get');
+    assert.equal((await vfs.read('retry')).data.toString(), 'r');
+    sim.failNext(3, 503, 'swift.object.get');
+    await assert.rejects(
+      vfs.read('retry'),
+      (err: unknown) => err instanceof UnavailableError && /HTTP 503/.test(err.message),
+    );
+    sim.failNext(3, 429, 'swift.object.head');
+    await assert.rejects(vfs.stat('retry'), UnavailableError);
+    sim.failNext(3, 500, 'swift.container.list');
+    await assert.rejects(vfs.list(''), UnavailableError);
+    sim.dropNext(1, 'swift.object.put');
+    await vfs.write('retry', 'after a dropped connection');
+    assert.equal((await vfs.read('retry')).data.toString(), 'after a dropped connection');
+  });
+
+  test('a revoked token is renewed once, and the call goes through', async () => {
+    const vfs = open();
+    await vfs.write('token', 't');
+    sim.revokeTokens();
+    sim.clearCalls();
+    assert.equal((await vfs.read('token')).data.toString(), 't');
+    assert.equal(sim.count('tokens.create'), 1);
+  });
+
+  test('a store that does not answer is a timeout within the deadline', async () => {
+    const vfs = open(undefined, sim.env, 300);
+    await vfs.write('slow', 's');
+    sim.delayNext(1, 2_000, 'swift.object.get');
+    const started = Date.now();
+    await assert.rejects(
+      vfs.read('slow'),
+      (err: unknown) => err instanceof KopsError && err.kind === 'timeout',
+    );
+    assert.ok(Date.now() - started < 1_500);
+    sim.resetFaults();
+  });
+});
+
+describe('Swift: what is refused, and how it is said', () => {
+  test('Keystone refusing the credentials names the OS_* variables', async () => {
+    const vfs = open(undefined, { ...sim.env, OS_PASSWORD: 'wrong' });
+    await assert.rejects(
+      vfs.read('config'),
+      (err: unknown) =>
+        err instanceof UnauthenticatedError &&
+        /Keystone .* refused the credentials/.test(err.message) &&
+        /OS_USERNAME and OS_PASSWORD/.test(err.message),
+    );
+  });
+
+  test('missing OS_* variables are a configuration error at open', () => {
+    assert.throws(() => open(undefined, { ...sim.env, OS_AUTH_URL: undefined }), /OS_AUTH_URL is not set/);
+    assert.throws(
+      () => open(undefined, { ...sim.env, OS_REGION_NAME: undefined }),
+      /OS_REGION_NAME is not set/,
+    );
+    assert.throws(() => open(undefined, { ...sim.env, OS_PASSWORD: undefined }), /no credentials/);
+  });
+
+  test('a catalog without an object store in the region is a configuration error', async () => {
+    await assert.rejects(
+      open('swift://kops-state/c1', noSwift.env).read('config'),
+      (err: unknown) =>
+        err instanceof ConfigError && /no public object-store \(Swift\) endpoint in region/.test(err.message),
+    );
+    await assert.rejects(
+      open(undefined, { ...sim.env, OS_REGION_NAME: 'RegionTwo' }).read('config'),
+      (err: unknown) =>
+        err instanceof ConfigError && /region RegionTwo: check OS_REGION_NAME/.test(err.message),
+    );
+  });
+
+  test('a token scoped to no project (no OS_PROJECT_*) says so', async () => {
+    const env = { ...sim.env, OS_PROJECT_NAME: undefined, OS_PROJECT_DOMAIN_NAME: undefined };
+    await assert.rejects(open(undefined, env).read('config'), /scoped to no project/);
+  });
+
+  test('Keystone down is Unavailable', async () => {
+    sim.failNext(3, 503, 'tokens.create');
+    await assert.rejects(
+      open().read('config'),
+      (err: unknown) => err instanceof UnavailableError && /Keystone/.test(err.message),
+    );
+  });
+
+  test('a URL without a container is refused', () => {
+    assert.throws(() => open('swift://'), ConfigError);
+    assert.throws(() => open('swift:///c1'), /no container; use swift:\/\/CONTAINER\/PATH/);
+  });
+});

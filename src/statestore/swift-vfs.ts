@@ -1,0 +1,420 @@
+/**
+ * `swift://container/prefix`: a state store in OpenStack Swift, as kops' `SwiftPath` reads and writes
+ * it. The controller authenticates to Keystone v3 with the `OS_*` variables kops passes to it
+ * (`openstackAuthFromEnv`, the same reading as the OpenStack cloud's), finds the `object-store`
+ * endpoint of `OS_REGION_NAME` (and `OS_INTERFACE`, default `public`) in the token's catalog, and
+ * speaks Swift's object API over the project's HTTP client: GET / HEAD / PUT / DELETE of an object,
+ * and the container's JSON listing with a prefix, paged by marker. An object's version is its ETag.
+ *
+ * Every call has a deadline ({@link defaultSwiftTimeoutMs}) that covers the authentication, its
+ * retries and the answer. A 5xx, a 408 or 429, or a connection that fails is tried again (three
+ * attempts in all, as the S3 backend's SDK does), then reported as unavailable; a 401 renews the
+ * token once (kops sets gophercloud's `AllowReauth`), a 404 is NotFound.
+ */
+import { createHash } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
+import { noCloudCalls } from '../cloud/metrics.ts';
+import {
+  keystoneAuthBody,
+  keystoneTokensUrl,
+  type OpenStackAuthOptions,
+  openstackAuthFromEnv,
+} from '../cloud/openstack/auth.ts';
+import { openstackRequest } from '../cloud/openstack/http.ts';
+import { bounded } from '../deadline.ts';
+import {
+  ConfigError,
+  ForbiddenError,
+  isFaultStatus,
+  KopsError,
+  NotFoundError,
+  UnauthenticatedError,
+  UnavailableError,
+} from '../errors.ts';
+import { type HttpsAnswer, httpsRequest } from '../net/https-client.ts';
+import { retryAfterSeconds } from '../net/retry-after.ts';
+import { checkObjectPath, joinKey, listScope, trimSlashes } from './paths.ts';
+import type { StoredObject, Vfs } from './types.ts';
+
+/** How to reach Swift; everything is optional. */
+export interface SwiftVfsOptions {
+  /** Keystone's URL, the region and the credentials; default `openstackAuthFromEnv(env)`. */
+  auth?: OpenStackAuthOptions;
+  /** Where `auth` is read from when not given (default `process.env`). */
+  env?: NodeJS.ProcessEnv;
+  /** Deadline of each call, authentication and retries included (default {@link defaultSwiftTimeoutMs}). */
+  timeoutMs?: number;
+  /** Attempts of a call that meets a fault (default 3). */
+  attempts?: number;
+  /** Wait before the second attempt; later ones double (default 200 ms). */
+  retryDelayMs?: number;
+  /**
+   * Names per listing page (default 1,000). Swift refuses more than its `container_listing_limit`
+   * (412): the listing then pages by that limit, ending at an empty page.
+   */
+  pageSize?: number;
+}
+
+/** How long one call may take, its authentication and retries included (as S3's and GCS's). */
+export const defaultSwiftTimeoutMs = 10_000;
+
+/** The largest object or listing page read: kops' state files are kilobytes. */
+const maxAnswerBytes = 64 * 1024 * 1024;
+/** Keystone's token documents carry the whole catalog. */
+const maxTokenBytes = 4 * 1024 * 1024;
+/** A token is renewed this long before it expires. */
+const renewBeforeMs = 300_000;
+
+/** A token and the object-store endpoint it is used at. */
+interface SwiftToken {
+  token: string;
+  /** e.g. `https://swift.example:8080/v1/AUTH_<project>`. */
+  storageUrl: string;
+  expiresAt: number;
+}
+
+interface CatalogEntry {
+  type?: string;
+  endpoints?: Array<{ interface?: string; region?: string; region_id?: string; url?: string }>;
+}
+
+/** The object-store endpoint of `region` and `endpointInterface` in a Keystone catalog. */
+export function objectStoreEndpointOf(
+  catalog: CatalogEntry[],
+  region: string,
+  endpointInterface: string,
+): string {
+  for (const service of catalog) {
+    if (service.type !== 'object-store') continue;
+    for (const endpoint of service.endpoints ?? []) {
+      const inRegion = endpoint.region_id === region || endpoint.region === region;
+      if (inRegion && endpoint.interface === endpointInterface && endpoint.url) {
+        return endpoint.url.replace(/\/+$/, '');
+      }
+    }
+  }
+  throw new ConfigError(
+    `OpenStack: the service catalog has no ${endpointInterface} object-store (Swift) endpoint in region ` +
+      `${region}: check OS_REGION_NAME (and OS_INTERFACE), and that the cloud runs Swift`,
+  );
+}
+
+/** The container and key prefix of `swift://container/prefix`, and that URL written canonically. */
+export function swiftLocation(url: URL, raw = url.href): { container: string; root: string; url: string } {
+  const container = decodeURIComponent(url.host);
+  if (container === '' || container.length > 256) {
+    throw new ConfigError(
+      `invalid state store URL "${raw}": ${container === '' ? 'no container' : `"${container}" is not a container name`}; use swift://CONTAINER/PATH`,
+    );
+  }
+  const root = trimSlashes(decodeURIComponent(url.pathname));
+  return { container, root, url: `swift://${container}${root ? `/${root}` : ''}` };
+}
+
+/** One container's objects under a key prefix, in Swift. */
+export class SwiftVfs implements Vfs {
+  readonly url: string;
+  readonly #container: string;
+  readonly #root: string;
+  readonly #auth: OpenStackAuthOptions;
+  readonly #timeoutMs: number;
+  readonly #attempts: number;
+  readonly #retryDelayMs: number;
+  /** Names asked per listing page; undefined once Swift refused it (then its own limit pages). */
+  #pageSize: number | undefined;
+  #current: SwiftToken | undefined;
+  #pending: Promise<SwiftToken> | undefined;
+
+  /** Throws ConfigError for a URL without container or an `OS_*` environment that names no credentials. */
+  constructor(url: URL, options: SwiftVfsOptions = {}) {
+    ({ container: this.#container, root: this.#root, url: this.url } = swiftLocation(url));
+    this.#auth = options.auth ?? openstackAuthFromEnv(options.env ?? process.env);
+    this.#timeoutMs = options.timeoutMs ?? defaultSwiftTimeoutMs;
+    this.#attempts = Math.max(1, options.attempts ?? 3);
+    this.#retryDelayMs = options.retryDelayMs ?? 200;
+    this.#pageSize = options.pageSize ?? 1_000;
+  }
+
+  /** A token valid for a while yet; concurrent callers share one authentication. */
+  #token(): Promise<SwiftToken> {
+    const current = this.#current;
+    if (current && current.expiresAt - renewBeforeMs > Date.now()) return Promise.resolve(current);
+    this.#pending ??= this.#authenticate().finally(() => {
+      this.#pending = undefined;
+    });
+    return this.#pending;
+  }
+
+  async #authenticate(): Promise<SwiftToken> {
+    const auth = this.#auth;
+    const answer = await openstackRequest({
+      call: 'tokens.create',
+      url: keystoneTokensUrl(auth.authUrl),
+      method: 'POST',
+      body: keystoneAuthBody(auth.credentials),
+      timeoutMs: this.#timeoutMs,
+      maxBodyBytes: maxTokenBytes,
+      // The cloud-call metrics count the cloud provider's calls, not the state store's.
+      calls: noCloudCalls,
+    }).catch((err: unknown) => {
+      if (err instanceof KopsError && err.kind === 'unauthenticated') {
+        throw new UnauthenticatedError(
+          `cannot open ${this.url}: Keystone (${auth.authUrl}) refused the credentials: check OS_USERNAME and ` +
+            'OS_PASSWORD (or OS_APPLICATION_CREDENTIAL_ID and OS_APPLICATION_CREDENTIAL_SECRET), and ' +
+            `OS_PROJECT_NAME with OS_PROJECT_DOMAIN_NAME, or OS_PROJECT_ID (${err.message})`,
+          { cause: err },
+        );
+      }
+      if (err instanceof KopsError && (err.kind === 'timeout' || err.kind === 'unavailable')) {
+        throw new UnavailableError(
+          `cannot open ${this.url}: Keystone (${auth.authUrl}) is unavailable: ${err.message}`,
+          { cause: err },
+        );
+      }
+      throw err;
+    });
+    const token = answer.headers['x-subject-token'];
+    let parsed: { token?: { expires_at?: string; catalog?: CatalogEntry[]; project?: { id?: unknown } } };
+    try {
+      parsed = JSON.parse(answer.body.toString('utf8'));
+    } catch {
+      throw new UnavailableError(`cannot open ${this.url}: Keystone answered a token that is not JSON`);
+    }
+    const expiresAt = Date.parse(parsed.token?.expires_at ?? '');
+    if (typeof token !== 'string' || !token || Number.isNaN(expiresAt)) {
+      throw new UnavailableError(
+        `cannot open ${this.url}: Keystone answered without X-Subject-Token or expires_at`,
+      );
+    }
+    if (typeof parsed.token?.project?.id !== 'string' || !parsed.token.project.id) {
+      throw new ConfigError(
+        `cannot open ${this.url}: Keystone issued a token scoped to no project, whose catalog is empty: ` +
+          "set OS_PROJECT_NAME with OS_PROJECT_DOMAIN_NAME, or OS_PROJECT_ID, to the state store's project",
+      );
+    }
+    const storageUrl = objectStoreEndpointOf(parsed.token.catalog ?? [], auth.region, auth.endpointInterface);
+    this.#current = { token, storageUrl, expiresAt };
+    return this.#current;
+  }
+
+  #objectUrl(storageUrl: string, key: string): URL {
+    const path = [this.#container, ...key.split('/')].map(encodeURIComponent).join('/');
+    return new URL(`${storageUrl}/${path}`);
+  }
+
+  /**
+   * One call within the deadline: authenticates, sends, renews a refused token once, and tries a
+   * fault again (with `Retry-After` when it fits). Returns the first answer that is not a fault.
+   */
+  #call(
+    action: string,
+    path: string,
+    request: (storageUrl: string) => {
+      url: URL;
+      method: string;
+      body?: Buffer;
+      headers?: Record<string, string>;
+    },
+  ): Promise<HttpsAnswer> {
+    const where = `${this.url}/${path}`;
+    const deadline = Date.now() + this.#timeoutMs;
+    return bounded(
+      async (signal) => {
+        let renewed = false;
+        let failure: KopsError | undefined;
+        for (let attempt = 1; attempt <= this.#attempts; attempt++) {
+          let session: SwiftToken;
+          try {
+            session = await this.#token();
+          } catch (err) {
+            // Keystone down is a fault like Swift down; refused credentials or a bad catalog are final.
+            if (!(err instanceof UnavailableError)) throw err;
+            failure = err;
+            await this.#pause(attempt, undefined, deadline, signal);
+            continue;
+          }
+          const { url, method, body, headers } = request(session.storageUrl);
+          let answer: HttpsAnswer;
+          try {
+            answer = await httpsRequest({
+              url,
+              method,
+              headers: { 'x-auth-token': session.token, 'user-agent': 'kops-controller', ...headers },
+              ...(body ? { body } : {}),
+              timeoutMs: Math.max(1, deadline - Date.now()),
+              maxBodyBytes: maxAnswerBytes,
+              signal,
+            });
+          } catch (err) {
+            if (signal.aborted) throw signal.reason;
+            if (err instanceof KopsError && err.kind !== 'unavailable') {
+              throw new KopsError(err.kind, `cannot ${action} ${where}: ${err.message}`, { cause: err });
+            }
+            failure = new UnavailableError(`cannot ${action} ${where}: ${(err as Error).message}`, {
+              cause: err,
+            });
+            await this.#pause(attempt, undefined, deadline, signal);
+            continue;
+          }
+          if (answer.status === 401 && !renewed) {
+            // Revoked or expired early: one new token, as gophercloud's AllowReauth does.
+            renewed = true;
+            if (this.#current?.token === session.token) this.#current = undefined;
+            attempt--;
+            continue;
+          }
+          if (!isFaultStatus(answer.status)) return answer;
+          failure = this.#failure(action, path, answer);
+          await this.#pause(attempt, failure.retryAfterSeconds, deadline, signal);
+        }
+        throw failure as KopsError;
+      },
+      this.#timeoutMs,
+      `cannot ${action} ${where}`,
+    );
+  }
+
+  /** Waits before the next attempt, unless there is none or it would not fit in the deadline. */
+  async #pause(attempt: number, retryAfter: number | undefined, deadline: number, signal: AbortSignal) {
+    if (attempt >= this.#attempts) return;
+    const wait = retryAfter !== undefined ? retryAfter * 1000 : this.#retryDelayMs * 2 ** (attempt - 1);
+    if (Date.now() + wait >= deadline) return;
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, wait);
+      signal.addEventListener(
+        'abort',
+        () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        { once: true },
+      );
+    });
+  }
+
+  /** The typed error of an answer that is not a success. */
+  #failure(action: string, path: string, answer: HttpsAnswer): KopsError {
+    const where = `${this.url}/${path}`;
+    const text = answer.body
+      .toString('utf8')
+      .replace(/<[^>]*>/g, ' ')
+      .replace(/\s+/g, ' ')
+      .trim();
+    const reason = `HTTP ${answer.status}: ${text.slice(0, 200) || STATUS_CODES[answer.status] || ''}`;
+    const retryAfter = retryAfterSeconds(answer.headers['retry-after'] as string | undefined);
+    const details = { status: answer.status, ...(retryAfter ? { retryAfterSeconds: retryAfter } : {}) };
+    switch (answer.status) {
+      case 404:
+        return new NotFoundError(`${where} does not exist (${reason})`, { details });
+      case 401:
+        return new UnauthenticatedError(
+          `cannot ${action} ${where}: Swift refused a new Keystone token (${reason})`,
+          { details },
+        );
+      case 403:
+        return new ForbiddenError(
+          `cannot ${action} ${where}: access denied (${reason}); give the controller's OpenStack user a role ` +
+            `on the project that may read container ${this.#container} (see docs/state-store.md)`,
+          { details },
+        );
+      default:
+        return new UnavailableError(`cannot ${action} ${where}: ${reason}`, { details });
+    }
+  }
+
+  #key(path: string): string {
+    return joinKey(this.#root, checkObjectPath(path));
+  }
+
+  async read(path: string): Promise<StoredObject> {
+    const key = this.#key(path);
+    const answer = await this.#call('read', path, (base) => ({
+      url: this.#objectUrl(base, key),
+      method: 'GET',
+    }));
+    if (answer.status !== 200) throw this.#failure('read', path, answer);
+    return { data: answer.body, version: String(answer.headers.etag ?? '') };
+  }
+
+  async stat(path: string): Promise<string | undefined> {
+    const key = this.#key(path);
+    const answer = await this.#call('stat', path, (base) => ({
+      url: this.#objectUrl(base, key),
+      method: 'HEAD',
+    }));
+    if (answer.status === 404) return undefined;
+    if (answer.status < 200 || answer.status > 299) throw this.#failure('stat', path, answer);
+    return String(answer.headers.etag ?? '');
+  }
+
+  async write(path: string, data: Buffer | string): Promise<void> {
+    const key = this.#key(path);
+    const body = Buffer.from(data);
+    // Swift checks the body against the ETag it is sent (422 when they differ).
+    const etag = createHash('md5').update(body).digest('hex');
+    const answer = await this.#call('write', path, (base) => ({
+      url: this.#objectUrl(base, key),
+      method: 'PUT',
+      body,
+      headers: { 'content-type': 'application/octet-stream', etag },
+    }));
+    if (answer.status < 200 || answer.status > 299) throw this.#failure('write', path, answer);
+  }
+
+  async list(prefix: string): Promise<string[]> {
+    const { full, strip } = listScope(this.#root, prefix);
+    const names: string[] = [];
+    let marker: string | undefined;
+    for (;;) {
+      const answer = await this.#call('list', prefix || '(root)', (base) => {
+        const url = new URL(`${base}/${encodeURIComponent(this.#container)}`);
+        url.searchParams.set('format', 'json');
+        if (this.#pageSize !== undefined) url.searchParams.set('limit', String(this.#pageSize));
+        if (full) url.searchParams.set('prefix', full);
+        if (marker !== undefined) url.searchParams.set('marker', marker);
+        return { url, method: 'GET', headers: { accept: 'application/json' } };
+      });
+      if (answer.status === 404) {
+        throw new NotFoundError(
+          `cannot list ${this.url}/${prefix}: container ${this.#container} does not exist`,
+        );
+      }
+      if (answer.status === 412 && this.#pageSize !== undefined) {
+        // "Maximum limit is N": this Swift's container_listing_limit is lower; page by its own.
+        this.#pageSize = undefined;
+        continue;
+      }
+      if (answer.status < 200 || answer.status > 299) throw this.#failure('list', prefix, answer);
+      // Older Swifts answer an empty listing with 204 and no body.
+      let page: { name?: unknown }[] = [];
+      if (answer.status !== 204 && answer.body.length > 0) {
+        try {
+          page = JSON.parse(answer.body.toString('utf8'));
+        } catch (err) {
+          throw new UnavailableError(`cannot list ${this.url}/${prefix}: the listing is not JSON`, {
+            cause: err,
+          });
+        }
+        if (!Array.isArray(page)) {
+          throw new UnavailableError(`cannot list ${this.url}/${prefix}: the listing is not a JSON array`);
+        }
+      }
+      for (const item of page) if (typeof item.name === 'string') names.push(item.name.slice(strip));
+      // Swift refuses a limit above its own, so a short page is the last one; without a limit of
+      // ours, only an empty page is (gophercloud's marker pager).
+      if (page.length === 0 || (this.#pageSize !== undefined && page.length < this.#pageSize)) break;
+      marker = page.at(-1)?.name as string;
+    }
+    return names.sort();
+  }
+
+  async delete(path: string): Promise<void> {
+    const key = this.#key(path);
+    const answer = await this.#call('delete', path, (base) => ({
+      url: this.#objectUrl(base, key),
+      method: 'DELETE',
+    }));
+    if (answer.status === 404) return;
+    if (answer.status < 200 || answer.status > 299) throw this.#failure('delete', path, answer);
+  }
+}
