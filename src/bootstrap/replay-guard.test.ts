@@ -3,8 +3,9 @@ import { test } from 'node:test';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { KopsError } from '../errors.ts';
 import { makeClients } from '../kube/client.ts';
-import { startApiServer } from '../sim/apiserver/index.ts';
+import { type KubeObject, startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
+import { msToStop } from '../testing/leadership.ts';
 import {
   ConfigMapReplayGuard,
   MemoryReplayGuard,
@@ -224,4 +225,59 @@ test('ReplayMarkerCollector sweeps until stopped, surviving a failed sweep', asy
   stop.abort();
   await running;
   assert.deepEqual(sweeps, ['2026-03-01T12:00:00.000Z', '2026-03-01T12:01:00.000Z']);
+});
+
+/** An expired marker as the API server stores it. */
+const expiredMarker = (i: number) =>
+  ({
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: {
+      name: markerName(i.toString(16).padStart(8, '0').padEnd(64, '0')),
+      namespace: 'kube-system',
+      labels: { [replayExpiresLabel]: String(Date.parse('2026-03-01T12:00:00Z') / 1000) },
+    },
+  }) as KubeObject;
+
+test('collectGarbage reads the markers in pages (limit and continue), deleting the expired ones of each', async () => {
+  const sim = await startApiServer();
+  try {
+    let lists = 0;
+    const plan = sim.faults.plan.bind(sim.faults);
+    sim.faults.plan = (resource, verb, namespace) => {
+      if (resource === 'configmaps' && verb === 'list') lists++;
+      return plan(resource, verb, namespace);
+    };
+    for (let i = 0; i < 502; i++) sim.store.create(expiredMarker(i));
+    const guard = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core });
+    assert.equal(await guard.collectGarbage(new Date('2026-03-01T12:30:00Z')), 502);
+    assert.equal(lists, 2, 'a page of 500, then the remaining 2');
+    assert.equal(sim.store.list('configmaps', 'kube-system').length, 0);
+  } finally {
+    await sim.close();
+  }
+});
+
+test('ReplayMarkerCollector stops within a second when leadership ends while the API server is slow to list markers', async () => {
+  const sim = await startApiServer();
+  try {
+    let lists = 0;
+    const plan = sim.faults.plan.bind(sim.faults);
+    sim.faults.plan = (resource, verb, namespace) => {
+      if (resource === 'configmaps' && verb === 'list') lists++;
+      return plan(resource, verb, namespace);
+    };
+    // The brownout that costs the lease: listing takes 10 s.
+    sim.faults.latency(10_000, { resource: 'configmaps', verbs: ['list'] });
+    sim.store.create(expiredMarker(1));
+    const guard = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core });
+    const leading = new AbortController();
+    const run = new ReplayMarkerCollector({ guard }).start(leading.signal);
+    for (let i = 0; i < 500 && lists === 0; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.equal(lists, 1, 'the sweep’s list is in flight');
+    const ms = await msToStop(leading, run);
+    assert.ok(ms < 1_000, `stopped ${Math.round(ms)} ms after leadership ended`);
+  } finally {
+    await sim.close();
+  }
 });

@@ -19,9 +19,10 @@
 
 import { createHash } from 'node:crypto';
 import type { CoreV1Api, KubeConfig, V1ConfigMap } from '@kubernetes/client-node';
-import { withDeadline } from '../deadline.ts';
+import { bounded, withDeadline } from '../deadline.ts';
 import { describeError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
+import { abortingWith } from '../kube/call-options.ts';
 import { kubeAnswerError, kubeHttps, kubeJson } from '../kube/kube-https.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
@@ -45,6 +46,12 @@ export const replayRequestAnnotation = 'kops-controller.k8s.io/replay-guard-requ
 export const replayMarkerPrefix = 'bootstrap-proof-';
 /** How long one apiserver call of `claim` may take before the node is told to retry (default). */
 export const defaultReplayGuardTimeoutMs = 5_000;
+
+/** Markers listed per page by the collector. */
+export const collectPageSize = 500;
+
+/** The deadline of each API call of the collector (a page of the list, one delete). */
+export const collectCallTimeoutMs = 30_000;
 
 /** Options of {@link ConfigMapReplayGuard}. */
 export interface ConfigMapReplayGuardOptions {
@@ -159,25 +166,55 @@ export class ConfigMapReplayGuard implements ReplayGuard {
     }
   }
 
-  /** Deletes the markers that expired before `now`; returns how many. */
-  async collectGarbage(now: Date): Promise<number> {
-    const list = await this.#core
-      .listNamespacedConfigMap({ namespace: this.#namespace, labelSelector: replayExpiresLabel })
-      .catch((err: unknown) => {
+  /**
+   * Deletes the markers that expired before `now`; returns how many. The list is read in pages of
+   * {@link collectPageSize} and every call is bounded ({@link collectCallTimeoutMs}) and given up when
+   * `signal` aborts (leadership lost): the sweep then rejects with the signal's reason, or stops
+   * between deletes, so that an API server slow as the lease is lost cannot hold the collector's stop.
+   */
+  async collectGarbage(now: Date, signal?: AbortSignal): Promise<number> {
+    const namespace = this.#namespace;
+    let deleted = 0;
+    let cont: string | undefined;
+    do {
+      const page = await bounded(
+        (cut) =>
+          this.#core.listNamespacedConfigMap(
+            {
+              namespace,
+              labelSelector: replayExpiresLabel,
+              limit: collectPageSize,
+              ...(cont ? { _continue: cont } : {}),
+            },
+            abortingWith(cut),
+          ),
+        collectCallTimeoutMs,
+        'listing used bootstrap proofs',
+        signal,
+      ).catch((err: unknown) => {
+        if (signal?.aborted) throw err;
         throw fromApiException(err, 'listing used bootstrap proofs');
       });
-    let deleted = 0;
-    for (const item of list.items) {
-      const expires = Number(item.metadata?.labels?.[replayExpiresLabel]);
-      const name = item.metadata?.name;
-      if (!name || !(expires * 1000 < now.getTime())) continue;
-      try {
-        await this.#core.deleteNamespacedConfigMap({ name, namespace: this.#namespace });
-        deleted++;
-      } catch (err) {
-        if (httpStatusOfApiError(err) !== 404) throw fromApiException(err, `deleting ${name}`);
+      for (const item of page.items) {
+        if (signal?.aborted) return deleted;
+        const expires = Number(item.metadata?.labels?.[replayExpiresLabel]);
+        const name = item.metadata?.name;
+        if (!name || !(expires * 1000 < now.getTime())) continue;
+        try {
+          await bounded(
+            (cut) => this.#core.deleteNamespacedConfigMap({ name, namespace }, abortingWith(cut)),
+            collectCallTimeoutMs,
+            `deleting ${name}`,
+            signal,
+          );
+          deleted++;
+        } catch (err) {
+          if (signal?.aborted) return deleted;
+          if (httpStatusOfApiError(err) !== 404) throw fromApiException(err, `deleting ${name}`);
+        }
       }
-    }
+      cont = page.metadata?._continue || undefined;
+    } while (cont && !signal?.aborted);
     return deleted;
   }
 }
@@ -205,9 +242,11 @@ export class ReplayMarkerCollector implements LeaderComponent {
     const logger = (this.#options.logger ?? silentLogger).child({ component: this.name });
     while (!signal.aborted) {
       try {
-        const deleted = await this.#options.guard.collectGarbage(new Date(clock.now()));
+        const deleted = await this.#options.guard.collectGarbage(new Date(clock.now()), signal);
         if (deleted > 0) logger.debug({ deleted }, 'deleted expired bootstrap proof markers');
       } catch (err) {
+        // Given up as the term ended: no failure.
+        if (signal.aborted) break;
         logger.warn({ err: describeError(err) }, 'could not delete expired bootstrap proof markers');
       }
       await sleep(clock, this.#options.intervalMs ?? 10 * 60_000, signal);

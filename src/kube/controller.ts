@@ -2,7 +2,8 @@
  * The controller skeleton every leader-only controller shares, as controller-runtime's: an informer's
  * adds and updates pass a filter and queue the object's key; a rate-limited work queue hands each key
  * to `reconcile`, at most `concurrency` at once and never one key twice at the same time. A reconcile
- * that throws is retried with the queue's per-key backoff; one that asks to be looked at again later
+ * that throws is retried with the queue's per-key backoff (no sooner than the Retry-After its error
+ * carries, up to the longest delay); one that asks to be looked at again later
  * is queued after that delay. Other sources of work (a state store, a timer) queue records through the
  * same filter. The runner owns start and stop: on abort it stops those sources, drops what is queued,
  * waits for the reconciles in progress (their signal aborts) and releases the informer.

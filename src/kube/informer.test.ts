@@ -1,14 +1,16 @@
 import assert from 'node:assert/strict';
+import { createServer, type ServerResponse } from 'node:http';
 import { describe, test } from 'node:test';
-import { CoreV1Api, type V1Node, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, KubeConfig, type V1Node, type V1Pod } from '@kubernetes/client-node';
 import { AggregatorRegistry, Registry } from 'prom-client';
-import { ForbiddenError, TimeoutError } from '../errors.ts';
+import { ForbiddenError, RateLimitedError, TimeoutError } from '../errors.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock } from '../testing/fake-clock.ts';
 import { FakeResource, until } from '../testing/fake-resource.ts';
 import { outcomeWithin, silentApiServer } from '../testing/silent-server.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
-import { Informer, kubeList, kubeWatch, type ListFn, objectKey } from './informer.ts';
+import { Informer, kubeList, kubeWatch, type ListFn, maxWatchLineBytes, objectKey } from './informer.ts';
+import { maxNodeBytes } from './kube-https.ts';
 
 /** The slim record the tests cache instead of whole pods. */
 interface PodRecord {
@@ -175,6 +177,47 @@ describe('informer', () => {
     assert.match(metrics, /informer_synced\{resource="pods"\} 1/);
     assert.match(metrics, /informer_cached_objects\{resource="pods"\} 1/);
     await informer.stop();
+  });
+
+  test('a list answered with Retry-After waits at least that long, capped at the backoff’s longest delay', async () => {
+    const resource = new FakeResource();
+    resource.put('a', 'Pending');
+    // Three 429s asking for 10 s (over the 1 s, 2 s, 4 s backoff), then one asking for 2 hours.
+    const asked = [10, 10, 10, 7200];
+    const clock = new FakeClock();
+    const listTimes: number[] = [];
+    const t0 = clock.now();
+    const informer = new Informer<V1Pod, PodRecord>({
+      name: 'pods',
+      path: '/api/v1/pods',
+      list: async (options) => {
+        listTimes.push(clock.now() - t0);
+        const seconds = asked.shift();
+        if (seconds !== undefined) {
+          throw new RateLimitedError('list pods: HTTP 429', {
+            upstreamStatus: 429,
+            retryAfterSeconds: seconds,
+          });
+        }
+        return resource.list(options);
+      },
+      watch: resource.watch,
+      transform: slim,
+      clock,
+      random: () => 0,
+    });
+    informer.start();
+    try {
+      for (let t = 0; t <= 70_000; t += 500) await clock.advance(500);
+      assert.deepEqual(
+        listTimes,
+        [0, 10_000, 20_000, 30_000, 60_000],
+        '10 s apart as asked, not 1 s, 2 s, 4 s; the 2-hour ask is cut to the 30 s cap',
+      );
+      assert.equal(informer.hasSynced(), true);
+    } finally {
+      await informer.stop();
+    }
   });
 
   test('a refused watch is retried with backoff; success resets it', async () => {
@@ -628,6 +671,143 @@ describe('informer against the simulated API server', () => {
       sim.faults.latency(0, { resource: 'nodes', verbs: ['list'] });
     } finally {
       await sim.close();
+    }
+  });
+});
+
+describe('kubeWatch against a damaged watch stream', () => {
+  /** Polls (in real time) until `condition` holds; fails after 10 s instead of hanging. */
+  async function eventually(condition: () => boolean, what: string): Promise<void> {
+    for (let i = 0; i < 1000; i++) {
+      if (condition()) return;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.fail(`timed out waiting for ${what}`);
+  }
+
+  const node = (name: string, rv: number, v: string) => ({
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: { name, resourceVersion: String(rv), labels: { v } },
+  });
+  type Node = ReturnType<typeof node>;
+  const line = (type: string, object: unknown) => `${JSON.stringify({ type, object })}\n`;
+
+  /**
+   * A plain-HTTP API server on loopback: one list (n1 and n2 at rv 1), and the watch streams `streams`
+   * writes, the n-th for the n-th watch request; it records the resourceVersion each resumed from.
+   */
+  async function fakeApiServer(streams: ((res: ServerResponse) => void)[]) {
+    const resumedFrom: string[] = [];
+    const open = new Set<ServerResponse>();
+    const server = createServer((req, res) => {
+      const url = new URL(req.url ?? '/', 'http://x');
+      if (url.searchParams.get('watch') !== 'true') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(
+          JSON.stringify({
+            kind: 'NodeList',
+            apiVersion: 'v1',
+            metadata: { resourceVersion: '1' },
+            items: [node('n1', 1, 'old'), node('n2', 1, 'old')],
+          }),
+        );
+        return;
+      }
+      resumedFrom.push(url.searchParams.get('resourceVersion') ?? '');
+      open.add(res);
+      res.on('close', () => open.delete(res));
+      res.writeHead(200, { 'content-type': 'application/json' });
+      // Later watches stay open and quiet.
+      streams[resumedFrom.length - 1]?.(res);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const kubeConfig = new KubeConfig();
+    kubeConfig.loadFromOptions({
+      clusters: [
+        {
+          name: 'c',
+          server: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
+          skipTLSVerify: true,
+        },
+      ],
+      users: [{ name: 'u', token: 't' }],
+      contexts: [{ name: 'x', cluster: 'c', user: 'u' }],
+      currentContext: 'x',
+    });
+    const informer = new Informer<Node>({
+      name: 'nodes',
+      path: '/api/v1/nodes',
+      list: kubeList(kubeConfig, '/api/v1/nodes'),
+      watch: kubeWatch(kubeConfig),
+      backoff: { initialMs: 10, maxMs: 50 },
+    });
+    return {
+      informer,
+      resumedFrom,
+      open: () => open.size,
+      async close() {
+        await informer.stop();
+        server.closeAllConnections();
+        await new Promise((resolve) => server.close(resolve));
+      },
+    };
+  }
+
+  test('a damaged watch line (not JSON, or an object without metadata) ends the stream; the watch resumes from the last applied event', async () => {
+    const modified = line('MODIFIED', node('n1', 2, 'new'));
+    const api = await fakeApiServer([
+      // rv 2 with one byte lost, then a bookmark that would move the resourceVersion past it.
+      (res) => {
+        res.write(`${modified.slice(0, 40)}${modified.slice(41)}`);
+        res.write(line('BOOKMARK', { kind: 'Node', apiVersion: 'v1', metadata: { resourceVersion: '4' } }));
+      },
+      // From rv 1 again: rv 2 whole, then rv 3 with a null object, then a bookmark.
+      (res) => {
+        res.write(modified);
+        res.write(line('MODIFIED', null));
+        res.write(line('BOOKMARK', { kind: 'Node', apiVersion: 'v1', metadata: { resourceVersion: '4' } }));
+      },
+      // From rv 2: rv 3 whole.
+      (res) => res.write(line('MODIFIED', node('n2', 3, 'new'))),
+    ]);
+    try {
+      api.informer.start();
+      await eventually(() => api.informer.get('n2')?.metadata.labels.v === 'new', 'n2 at rv 3');
+      assert.deepEqual(
+        api.resumedFrom,
+        ['1', '1', '2'],
+        'each damaged stream resumed from the last good event',
+      );
+      assert.equal(
+        api.informer.get('n1')?.metadata.labels.v,
+        'new',
+        'the change the damaged line carried is not lost',
+      );
+      assert.equal(api.informer.resourceVersion, '3');
+    } finally {
+      await api.close();
+    }
+  });
+
+  test('a watch line over maxWatchLineBytes ends the stream with an error instead of being buffered', async () => {
+    assert.ok(maxWatchLineBytes >= maxNodeBytes, 'a Node of the largest size read still fits in one line');
+    assert.ok(maxWatchLineBytes <= 8 * 1024 * 1024, 'a few MiB, not the hundreds V8 fails at');
+    const api = await fakeApiServer([
+      // A line that never ends: one byte over the cap, in 64 KiB chunks.
+      (res) => {
+        const chunk = Buffer.alloc(64 * 1024, 0x20);
+        for (let sent = 0; sent <= maxWatchLineBytes; sent += chunk.length) res.write(chunk);
+      },
+      (res) => res.write(line('MODIFIED', node('n1', 2, 'new'))),
+    ]);
+    try {
+      api.informer.start();
+      await eventually(() => api.informer.get('n1')?.metadata.labels.v === 'new', 'the next stream’s event');
+      assert.deepEqual(api.resumedFrom, ['1', '1']);
+      await eventually(() => api.open() === 1, 'the oversized stream to be closed by the client');
+    } finally {
+      await api.close();
     }
   });
 });

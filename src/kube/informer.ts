@@ -1,9 +1,11 @@
 /**
- * A list+watch cache for one resource, built directly on client-node's `Watch` rather than its
+ * A list+watch cache for one resource, built on a plain streaming watch (`kubeWatch`) rather than client-node's
  * `ListWatch`, because ListWatch stops for good on the first failed list or non-410 error (and its
  * `start()` even resolves when the list failed), never asks for bookmarks, and keeps whole objects.
  * This informer:
- * - retries every failure (list, watch connect, stream error, network) with capped, jittered backoff;
+ * - retries every failure (list, watch connect, stream error, network) with capped, jittered backoff,
+ *   waiting at least what an answer's `Retry-After` asks (up to the backoff's cap);
+ * - ends a watch stream on a damaged or oversized line and resumes from the last applied event;
  * - re-lists on 410 Gone (on connect or in-stream) and turns the difference into add/update/delete;
  * - requests bookmarks, so its resourceVersion stays fresh and a reconnect rarely needs a re-list;
  * - lists in pages and transforms each object into a slim record before caching, so large clusters
@@ -13,19 +15,23 @@
  *   does not answer cannot hold a shutdown.
  * Pair it with {@link kubeList} and {@link kubeWatch}: both hand over objects in their JSON wire shape.
  */
+
 import {
-  type KubeConfig,
-  type KubernetesListObject,
-  type KubernetesObject,
-  Watch,
-} from '@kubernetes/client-node';
+  request as httpRequest,
+  type IncomingMessage,
+  type OutgoingHttpHeaders,
+  STATUS_CODES,
+} from 'node:http';
+import { request as httpsRequest, type RequestOptions } from 'node:https';
+import type { KubeConfig, KubernetesListObject, KubernetesObject } from '@kubernetes/client-node';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { ConfigError, describeError } from '../errors.ts';
+import { ConfigError, describeError, TimeoutError, TooLargeError, UnavailableError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { retryAfterSeconds } from '../net/retry-after.ts';
 import { Backoff } from '../runtime/backoff.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
-import { kubeAnswerError, kubeHttps, kubeJson } from './kube-https.ts';
+import { kubeAnswerError, kubeHttps, kubeJson, maxNodeBytes } from './kube-https.ts';
 import { sharedMetric } from './metrics.ts';
 
 /** The list parameters the informer sends; a client-node `list*` request object accepts them. */
@@ -55,11 +61,159 @@ export type WatchFn = (
   onDone: (err?: unknown) => void,
 ) => Promise<{ abort(): void }>;
 
-/** The {@link WatchFn} of a kubeconfig, over client-node's `Watch`. */
-export function kubeWatch(kubeConfig: KubeConfig): WatchFn {
-  const watch = new Watch(kubeConfig);
-  return (path, params, onEvent, onDone) =>
-    watch.watch(path, params, (type, object) => onEvent(type as WatchEventType, object), onDone);
+/**
+ * The longest watch line read: one event is one object (a Node at most {@link maxNodeBytes}) in a
+ * small envelope. A longer line is a runaway or hostile answer: the stream ends with a TooLargeError
+ * and the informer resumes from its last resourceVersion, instead of buffering towards V8's string
+ * limit (about 512 MiB), where the line reader throws outside any catch and ends the process.
+ */
+export const maxWatchLineBytes = maxNodeBytes + 64 * 1024;
+
+/** How long a watch may wait for its answer, and then for its next byte, as client-node's `Watch` (30 s). */
+const watchIdleTimeoutMs = 30_000;
+
+const watchEventTypes = new Set<string>(['ADDED', 'MODIFIED', 'DELETED', 'BOOKMARK', 'ERROR']);
+
+/**
+ * One watch line as an event, or the reason it is damaged. A line that does not parse, has an unknown
+ * type, or carries an ADDED/MODIFIED/DELETED/BOOKMARK object without `metadata` is damaged: skipping it
+ * would lose its change for good, since the next event moves the resourceVersion past it.
+ */
+function watchEventOf(line: string): { type: WatchEventType; object: unknown } | { damaged: string } {
+  let event: unknown;
+  try {
+    event = JSON.parse(line);
+  } catch {
+    return { damaged: 'a line that is not JSON' };
+  }
+  const { type, object } = (event ?? {}) as { type?: unknown; object?: unknown };
+  if (typeof type !== 'string' || !watchEventTypes.has(type)) {
+    return { damaged: `an event of unknown type ${JSON.stringify(type)?.slice(0, 64)}` };
+  }
+  const metadata = (object as { metadata?: unknown } | null | undefined)?.metadata;
+  if (type !== 'ERROR' && (metadata === null || typeof metadata !== 'object' || Array.isArray(metadata))) {
+    return { damaged: `a ${type} event whose object has no metadata` };
+  }
+  return { type: type as WatchEventType, object };
+}
+
+/**
+ * The {@link WatchFn} of a kubeconfig: a streaming GET with client-node's credentials and agent
+ * (`applyToHTTPSOptions`: its proxy, its TLS material, a fresh token per watch) and the timeouts of
+ * client-node's `Watch` (30 s for the answer, then 30 s of silence: a `TimeoutError`). It splits the
+ * lines itself rather than through client-node's `Watch`, which dropped a line that did not parse and
+ * buffered a line without bound: a line longer than `maxLineBytes` (default
+ * {@link maxWatchLineBytes}) or a damaged event ends the stream with an error, so the informer
+ * resumes from the last event it applied. A refused watch ends with an error carrying the status as
+ * `statusCode` and the answer's `Retry-After` as `retryAfterSeconds`.
+ */
+export function kubeWatch(
+  kubeConfig: KubeConfig,
+  options: { maxLineBytes?: number; idleTimeoutMs?: number } = {},
+): WatchFn {
+  const maxLineBytes = options.maxLineBytes ?? maxWatchLineBytes;
+  const idleTimeoutMs = options.idleTimeoutMs ?? watchIdleTimeoutMs;
+  return async (path, params, onEvent, onDone) => {
+    const cluster = kubeConfig.getCurrentCluster();
+    if (!cluster) throw new ConfigError('the kubeconfig has no current cluster; set current-context');
+    const url = new URL(`${cluster.server.replace(/\/+$/, '')}${path}`);
+    url.searchParams.set('watch', 'true');
+    for (const [key, value] of Object.entries(params)) {
+      if (value !== undefined) url.searchParams.set(key, String(value));
+    }
+    const headers: OutgoingHttpHeaders = { accept: 'application/json', 'user-agent': 'kops-controller' };
+    const opts: RequestOptions = { method: 'GET', headers };
+    await kubeConfig.applyToHTTPSOptions(opts);
+    let ended = false;
+    let timer: NodeJS.Timeout | undefined;
+    let response: IncomingMessage | undefined;
+    const send = url.protocol === 'http:' ? httpRequest : httpsRequest;
+    const req = send(url, {
+      method: 'GET',
+      headers: opts.headers as OutgoingHttpHeaders,
+      agent: opts.agent,
+      ...(opts.auth ? { auth: opts.auth } : {}),
+    });
+    const finish = (err?: unknown) => {
+      if (ended) return;
+      ended = true;
+      clearTimeout(timer);
+      response?.destroy();
+      req.destroy();
+      onDone(err);
+    };
+    const resetTimer = () => {
+      clearTimeout(timer);
+      timer = setTimeout(
+        () => finish(new TimeoutError(`watch ${path}: nothing received for ${idleTimeoutMs} ms`)),
+        idleTimeoutMs,
+      );
+      timer.unref();
+    };
+    resetTimer();
+    req.on('error', (err) => finish(err));
+    req.on('response', (res) => {
+      response = res;
+      if (res.statusCode !== 200) {
+        const status = res.statusCode ?? 0;
+        const header = res.headers['retry-after'];
+        const error = Object.assign(new Error(STATUS_CODES[status] ?? `HTTP ${status}`), {
+          statusCode: status,
+          retryAfterSeconds: retryAfterSeconds(Array.isArray(header) ? header[0] : header),
+        });
+        finish(error);
+        return;
+      }
+      resetTimer();
+      let pending: Buffer[] = [];
+      let pendingBytes = 0;
+      const line = (bytes: Buffer) => {
+        const text = bytes.toString('utf8').trim();
+        if (text === '') return;
+        const event = watchEventOf(text);
+        if ('damaged' in event) {
+          finish(new UnavailableError(`watch ${path}: the API server sent ${event.damaged}; resuming`));
+          return;
+        }
+        try {
+          onEvent(event.type, event.object);
+        } catch (err) {
+          finish(err);
+        }
+      };
+      res.on('data', (chunk: Buffer) => {
+        if (ended) return;
+        resetTimer();
+        let start = 0;
+        for (let nl = chunk.indexOf(10); nl !== -1 && !ended; nl = chunk.indexOf(10, start)) {
+          const tail = chunk.subarray(start, nl);
+          if (pendingBytes + tail.length > maxLineBytes) break;
+          const bytes = pending.length === 0 ? tail : Buffer.concat([...pending, tail]);
+          pending = [];
+          pendingBytes = 0;
+          start = nl + 1;
+          line(bytes);
+        }
+        if (ended) return;
+        const rest = chunk.subarray(start);
+        if (pendingBytes + rest.length > maxLineBytes) {
+          finish(new TooLargeError(`watch ${path}: an event line over ${maxLineBytes} bytes; resuming`));
+          return;
+        }
+        if (rest.length > 0) {
+          pending.push(rest);
+          pendingBytes += rest.length;
+        }
+      });
+      // A stream cut inside a line: the partial event is dropped, and the informer resumes from the
+      // last event it applied, which gets it again.
+      res.on('end', () => finish());
+      res.on('error', (err) => finish(err));
+      res.on('close', () => finish());
+    });
+    req.end();
+    return { abort: () => finish() };
+  };
 }
 
 /** How long one page of a list may take (a page is at most 500 objects by default). */
@@ -165,7 +319,10 @@ export interface InformerOptions<T extends KubernetesObject, R> {
   fieldSelector?: string;
   /** Objects per list page; defaults to 500. */
   pageSize?: number;
-  /** Retry delays after failures, in ms; default 1 s doubling to 30 s. */
+  /**
+   * Retry delays after failures, in ms; default 1 s doubling to 30 s. A failure whose answer had a
+   * `Retry-After` waits at least that long, up to `maxMs`.
+   */
   backoff?: { initialMs: number; maxMs: number };
   clock?: Clock;
   logger?: Logger;
@@ -229,6 +386,8 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
   readonly #logger: Logger;
   readonly #metrics: InformerMetrics | undefined;
   readonly #backoff: Backoff;
+  /** The longest backoff delay, which also caps a `Retry-After` wait. */
+  readonly #backoffMaxMs: number;
   readonly #handlers = new Set<InformerHandlers<R>>();
   #cache = new Map<string, Entry<R>>();
   #resourceVersion: string | undefined;
@@ -250,6 +409,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     this.#clock = options.clock ?? systemClock;
     this.#logger = (options.logger ?? silentLogger).child({ informer: options.name });
     this.#metrics = options.registry ? informerMetrics(options.registry) : undefined;
+    this.#backoffMaxMs = options.backoff?.maxMs ?? 30_000;
     this.#backoff = new Backoff({
       ...(options.backoff ?? { initialMs: 1000, maxMs: 30_000 }),
       random: options.random ?? Math.random,
@@ -378,7 +538,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
         const gone = httpStatusOfApiError(err) === 410;
         if (gone) this.#resourceVersion = undefined;
         this.#metrics?.restarts.inc({ resource: this.name, reason: gone ? 'gone' : 'error' });
-        const delay = this.#backoff.next();
+        const delay = Math.max(this.#backoff.next(), this.#retryAfterMs(err));
         this.#logger.warn(
           { err: describeError(err), retryInMs: Math.round(delay), failures: this.#backoff.failures },
           'list/watch failed; retrying',
@@ -386,6 +546,17 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
         await sleep(this.#clock, delay, stop);
       }
     }
+  }
+
+  /**
+   * The wait an answer's `Retry-After` asks for (429 or 503 from API Priority and Fairness), as
+   * client-go honours it; capped at the backoff's longest delay, so that a hostile or mistaken value
+   * cannot stall the cache for hours. 0 when the failure carries none.
+   */
+  #retryAfterMs(err: unknown): number {
+    const seconds = (err as { retryAfterSeconds?: unknown } | null)?.retryAfterSeconds;
+    if (typeof seconds !== 'number' || !Number.isFinite(seconds) || seconds <= 0) return 0;
+    return Math.min(seconds * 1000, this.#backoffMaxMs);
   }
 
   async #relist(): Promise<void> {

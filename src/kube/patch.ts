@@ -6,6 +6,7 @@
  * docs/performance.md). Each patch names its kind in its Content-Type, as a real apiserver requires.
  */
 import type { V1Node } from '@kubernetes/client-node';
+import { KopsError } from '../errors.ts';
 import { type KubeHttps, kubeAnswerError, kubeJson, maxNodeBytes } from './kube-https.ts';
 
 /** The patch types the helpers send. */
@@ -37,12 +38,24 @@ export function mapPatch(changes: MapChanges): Record<string, string | null> {
   return patch;
 }
 
-/** A strategic-merge / merge patch body changing `metadata.labels` and `metadata.annotations`. */
-export function metadataPatch(changes: { labels?: MapChanges; annotations?: MapChanges }): {
-  metadata: { labels?: Record<string, string | null>; annotations?: Record<string, string | null> };
+/** The `metadata` of a {@link metadataPatch} body. */
+export interface MetadataPatch {
+  uid?: string;
+  labels?: Record<string, string | null>;
+  annotations?: Record<string, string | null>;
+}
+
+/**
+ * A strategic-merge / merge patch body changing `metadata.labels` and `metadata.annotations`. With
+ * `uid` (the object's, as read when the change was planned), the patch applies to that object only:
+ * the API server refuses it when the name now belongs to another object (deleted and re-created),
+ * with 422 Invalid `metadata.uid: … field is immutable` (see {@link isUidMismatch}).
+ */
+export function metadataPatch(changes: { uid?: string; labels?: MapChanges; annotations?: MapChanges }): {
+  metadata: MetadataPatch;
 } {
-  const metadata: { labels?: Record<string, string | null>; annotations?: Record<string, string | null> } =
-    {};
+  const metadata: MetadataPatch = {};
+  if (changes.uid) metadata.uid = changes.uid;
   if (changes.labels) metadata.labels = mapPatch(changes.labels);
   if (changes.annotations) metadata.annotations = mapPatch(changes.annotations);
   return { metadata };
@@ -86,4 +99,19 @@ export async function patchNode(
   });
   if (answer.status !== 200) throw kubeAnswerError(answer, action);
   return kubeJson<V1Node>(answer, action);
+}
+
+/**
+ * Whether a patch failed because the object it named by `metadata.uid` is gone, its name now another
+ * object's. A PATCH has no preconditions of its own: the API server applies it to whatever holds the
+ * name, and a different `metadata.uid` then fails update validation as an immutable field (422
+ * Invalid, `<Kind> "<name>" is invalid: metadata.uid: Invalid value: "<uid>": field is immutable`;
+ * Kubernetes' own controllers read that 422 the same way, controller_ref_manager.go). A 409 whose
+ * message is the storage precondition's ("Precondition failed: UID in precondition") is accepted too.
+ */
+export function isUidMismatch(err: unknown): boolean {
+  if (!(err instanceof KopsError)) return false;
+  if (err.kind === 'invalid') return /metadata\.uid: Invalid value: .*field is immutable/.test(err.message);
+  if (err.kind === 'conflict') return err.message.includes('Precondition failed: UID in precondition');
+  return false;
 }

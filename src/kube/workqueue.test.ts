@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { Registry } from 'prom-client';
+import { RateLimitedError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
 import { WorkQueue } from './workqueue.ts';
@@ -119,6 +120,37 @@ describe('work queue', () => {
     queue.addRateLimited('y');
     queue.forget('y');
     assert.equal(queue.numRequeues('y'), 0);
+  });
+
+  test('a failure whose answer asked Retry-After is retried no sooner than that, capped at the longest delay', async () => {
+    const clock = new FakeClock();
+    const queue = new WorkQueue({ name: 'retry-after', baseDelayMs: 10, maxDelayMs: 5_000, clock });
+    // A 429 asking for 2 s, then one asking for an hour, then success.
+    const failures = [2, 3_600].map(
+      (seconds) =>
+        new RateLimitedError('patch node x: HTTP 429', { upstreamStatus: 429, retryAfterSeconds: seconds }),
+    );
+    const startedAt: number[] = [];
+    const start = clock.now();
+    queue.start(async () => {
+      startedAt.push(clock.now() - start);
+      const failure = failures.shift();
+      if (failure) throw failure;
+    });
+    queue.add('x');
+    try {
+      await settle();
+      await clock.advance(1_999);
+      assert.equal(startedAt.length, 1, 'not retried on the 10 ms backoff');
+      await clock.advance(1);
+      assert.equal(startedAt.length, 2, 'retried once the 2 s asked for have passed');
+      await clock.advance(4_999);
+      assert.equal(startedAt.length, 2);
+      await clock.advance(1);
+      assert.deepEqual(startedAt, [0, 2_000, 7_000], 'the hour asked for is cut to the 5 s cap');
+    } finally {
+      await queue.shutdown({ drain: false });
+    }
   });
 
   test('addAfter keeps the earliest of several delays', async () => {

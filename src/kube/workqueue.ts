@@ -3,7 +3,8 @@
  * - a key queued while already queued is stored once;
  * - a key added while it is being processed is processed again once the current run ends, and never
  *   by two workers at the same time;
- * - a failed key is retried after a per-key exponential backoff until it succeeds (`forget` resets it);
+ * - a failed key is retried after a per-key exponential backoff until it succeeds (`forget` resets it),
+ *   and not before what the failure's `Retry-After` asked (`retryAfterSeconds`, up to the longest delay);
  * - at most `concurrency` keys are processed at once.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
@@ -143,12 +144,17 @@ export class WorkQueue {
     this.#delayed.set(key, { at, cancel });
   }
 
-  /** Queues `key` after its backoff (base × 2^failures, capped) and counts one more failure. */
-  addRateLimited(key: string): void {
+  /**
+   * Queues `key` after its backoff (base × 2^failures, capped) and counts one more failure. With
+   * `atLeastMs` (what an answer's `Retry-After` asked), it waits at least that long, but never more
+   * than the longest retry delay: a hostile or mistaken `Retry-After` cannot park a key for hours.
+   */
+  addRateLimited(key: string, atLeastMs = 0): void {
     const failures = this.#failures.get(key) ?? 0;
     this.#failures.set(key, failures + 1);
     this.#metrics?.retries.inc({ name: this.name });
-    this.addAfter(key, this.backoffFor(failures));
+    const floor = Math.min(this.#maxDelayMs, Math.max(0, atLeastMs));
+    this.addAfter(key, Math.max(floor, this.backoffFor(failures)));
   }
 
   /** The delay before the retry that follows `failures` earlier failures. */
@@ -232,6 +238,7 @@ export class WorkQueue {
 
   async #process(handler: WorkHandler, key: string, startedAt: number): Promise<void> {
     let failed = false;
+    let retryAfterMs = 0;
     try {
       await handler(key, this.#abort.signal);
     } catch (err) {
@@ -240,6 +247,7 @@ export class WorkQueue {
         this.#logger.debug({ key, err: describeError(err) }, 'processing stopped by the shutdown');
       } else {
         failed = true;
+        retryAfterMs = retryAfterMsOf(err);
         this.#logger.warn(
           { key, failures: this.numRequeues(key) + 1, err: describeError(err) },
           'processing failed; retrying with backoff',
@@ -248,7 +256,7 @@ export class WorkQueue {
     }
     this.#metrics?.workDuration.observe({ name: this.name }, (this.#clock.monotonic() - startedAt) / 1000);
     this.#processing.delete(key);
-    if (failed) this.addRateLimited(key);
+    if (failed) this.addRateLimited(key, retryAfterMs);
     else this.forget(key);
     if (this.#dirty.has(key)) this.#queue.push(key);
     this.#pump();
@@ -273,6 +281,12 @@ export class WorkQueue {
       metrics.unfinishedWork.set({ name: this.name }, total / 1000);
     });
   }
+}
+
+/** The wait a failure's answer asked for (`Retry-After`, as `retryAfterSeconds` of a typed error), in ms. */
+function retryAfterMsOf(err: unknown): number {
+  const seconds = (err as { retryAfterSeconds?: unknown } | null)?.retryAfterSeconds;
+  return typeof seconds === 'number' && Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 0;
 }
 
 /** Per metric family, one collect callback per queue name (prom-client allows one collect per gauge). */

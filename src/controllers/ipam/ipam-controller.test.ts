@@ -475,3 +475,34 @@ test('leadership ending while EC2 answers slowly (throttled): the controller sto
     await close();
   }
 });
+
+test('leadership ending while the API server is slow to take the conflict Event: the controller stops within a second', async () => {
+  const { api: own, controller, close } = await isolatedController();
+  // Event creates take 10 s (the brownout that costs the lease); count the ones sent.
+  let eventCreates = 0;
+  const plan = own.faults.plan.bind(own.faults);
+  own.faults.plan = (resource, verb, namespace) => {
+    if (resource === 'events' && verb === 'create') eventCreates++;
+    return plan(resource, verb, namespace);
+  };
+  own.faults.latency(10_000, { resource: 'events', verbs: ['create'] });
+  const input = instance();
+  // Its podCIDRs differ from the cloud's: a conflict, reported with an Event.
+  own.store.create({
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: { name: input.id },
+    spec: { providerID: awsProviderID(input), podCIDRs: ['2001:db8:ffff::/64'] },
+  } as KubeObject);
+  const leading = new AbortController();
+  const run = controller.start(leading.signal);
+  try {
+    await eventually('the conflict Event create is in flight', () => eventCreates === 1);
+    const ms = await msToStop(leading, run);
+    assert.ok(ms < 1_000, `stopped ${Math.round(ms)} ms after leadership ended`);
+  } finally {
+    leading.abort();
+    await run;
+    await close();
+  }
+});

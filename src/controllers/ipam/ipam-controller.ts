@@ -22,6 +22,7 @@ import { isCloudVerdict } from '../../bootstrap/dependency.ts';
 import type { Outcome } from '../../cloud/batcher.ts';
 import { bounded } from '../../deadline.ts';
 import { describeError, InternalError, NotFoundError } from '../../errors.ts';
+import { abortingWith } from '../../kube/call-options.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
 import { type Reconciled, runController } from '../../kube/controller.ts';
 import type { InformerCache } from '../../kube/informer.ts';
@@ -41,6 +42,9 @@ import type { CloudAnswer, PodCidrSource } from './sources.ts';
 
 /** How long one lookup of a node's pod ranges may take, the cloud SDK's retries included. */
 const lookupTimeoutMs = 30_000;
+
+/** How long the conflict Event's create may take; one that misses it is logged, not retried. */
+const eventTimeoutMs = 30_000;
 
 /** The Event reason of a node whose pod ranges conflict. */
 export const podCidrConflictReason = 'PodCIDRConflict';
@@ -320,7 +324,7 @@ export class IpamController implements LeaderComponent {
         return { outcome: 'waiting', requeueAfterMs: Math.min(delay, recheckMs) };
       }
       case 'conflict':
-        await this.#reportConflict(term, node, decision);
+        await this.#reportConflict(term, node, decision, signal);
         return { outcome: 'conflict', requeueAfterMs: recheckMs };
       case 'assign':
         return this.#assign(term, node, decision.cidrs, signal);
@@ -380,6 +384,7 @@ export class IpamController implements LeaderComponent {
     term: Term,
     node: IpamNodeRecord,
     conflict: Extract<IpamDecision, { action: 'conflict' }>,
+    signal: AbortSignal,
   ): Promise<void> {
     this.#setConflict(term, node.name, true);
     if (!this.#firstReport(term, node.name, conflict.message)) return;
@@ -388,12 +393,18 @@ export class IpamController implements LeaderComponent {
       { node: node.name, reason: conflict.reason, err: conflict.message },
       'pod range conflict',
     );
+    const event = nodeEvent(node, 'Warning', podCidrConflictReason, conflict.message, new Date());
     try {
-      await createEvent(
-        this.#core,
-        nodeEvent(node, 'Warning', podCidrConflictReason, conflict.message, new Date()),
+      // Bounded, and cancelled when the term ends: an API server slow to take Events as the lease
+      // is lost must not keep IPAM running past its stop budget.
+      await bounded(
+        (cut) => createEvent(this.#core, event, abortingWith(cut)),
+        eventTimeoutMs,
+        `create event ${event.metadata.name ?? ''}`,
+        signal,
       );
     } catch (err) {
+      if (signal.aborted) throw err;
       // The conflict is counted and logged already; the Event only repeats it for `kubectl describe`.
       this.#logger.warn(
         { node: node.name, err: describeError(err) },

@@ -445,3 +445,95 @@ describe('NodeController when leadership ends during slow I/O', () => {
     }
   });
 });
+
+describe('NodeController when a Node is re-created under its name during the cloud lookup', () => {
+  test('the patch names the uid it was planned for: the replacement gets its own labels, never the old instance’s', async () => {
+    const own = await startAwsDevCluster('node-controller-recreate-');
+    const oldId = 'aws:///us-test-1a/i-0000000000000old1';
+    const newId = 'aws:///us-test-1a/i-0000000000000new1';
+    let releaseOld: () => void = () => undefined;
+    const oldGate = new Promise<void>((resolve) => {
+      releaseOld = resolve;
+    });
+    let oldAsked = false;
+    const identity = (providerID: string, spot: boolean) => ({
+      ok: true as const,
+      identity: {
+        providerID,
+        instanceId: providerID.split('/').pop() as string,
+        instanceGroup: 'nodes-us-test-1a',
+        state: 'running',
+        addresses: [],
+        // The old machine was a spot instance; its replacement is on-demand.
+        ...(spot ? { cloudLabels: { 'node-role.kubernetes.io/spot-worker': 'true' } } : {}),
+      },
+    });
+    const identifier: NodeIdentifier = {
+      async identify(ids) {
+        const out = new Map();
+        for (const id of ids) {
+          if (id === oldId) {
+            oldAsked = true;
+            await oldGate; // the old instance's lookup is slow (a throttled cloud)
+            out.set(id, identity(id, true));
+          } else out.set(id, identity(id, false));
+        }
+        return out;
+      },
+    };
+    const nodeNamed = (providerID: string): KubeObject =>
+      ({
+        apiVersion: 'v1',
+        kind: 'Node',
+        metadata: { name: 'reused', labels: { 'kubernetes.io/hostname': 'reused' } },
+        spec: { providerID },
+      }) as KubeObject;
+    const nodes = nodeInformer(own.cluster.api.server.kubeConfig());
+    const ownRegistry = new Registry();
+    const controller = new NodeController({
+      kubeConfig: own.cluster.api.server.kubeConfig(),
+      nodes,
+      identifier,
+      clusterStore: own.clusterStore,
+      registry: ownRegistry,
+    });
+    const leading = new AbortController();
+    const run = controller.start(leading.signal);
+    try {
+      await eventually('the signing key is read', () => controller.labelsKey !== undefined);
+      own.store.create(nodeNamed(oldId));
+      await eventually('the old node’s reconcile waits for its lookup', () => oldAsked);
+      own.store.delete('nodes', undefined, 'reused');
+      const newUid = own.store.create(nodeNamed(newId)).metadata.uid;
+      // The old node's plan is ready only now, for a Node that no longer exists; the replacement's
+      // event has queued the name again, to be reconciled once that reconcile ends.
+      releaseOld();
+      const deleted = async () =>
+        (await ownRegistry.getSingleMetric('node_controller_reconciles_total')?.get())?.values.find(
+          (v) => v.labels['result'] === 'deleted',
+        )?.value ?? 0;
+      await eventually(
+        'the old node’s patch is refused as for another Node',
+        async () => (await deleted()) > 0,
+      );
+      const group = (await desiredLabels('nodes-us-test-1a'))['kops.k8s.io/instancegroup'];
+      await eventually(
+        'the replacement is labelled',
+        () => own.labelsOf('reused')['kops.k8s.io/instancegroup'] === group,
+      );
+      const final = own.store.get('nodes', undefined, 'reused');
+      assert.equal(final?.metadata.uid, newUid);
+      assert.equal(
+        final?.metadata.labels?.['node-role.kubernetes.io/spot-worker'],
+        undefined,
+        'the replacement (on-demand) node does not get the old spot instance’s label',
+      );
+    } finally {
+      releaseOld();
+      leading.abort();
+      await run;
+      await nodes.close();
+      await own.close();
+    }
+  });
+});

@@ -27,7 +27,7 @@ import { runController } from '../../kube/controller.ts';
 import type { InformerCache } from '../../kube/informer.ts';
 import { type KubeHttps, kubeHttps } from '../../kube/kube-https.ts';
 import { sharedMetric } from '../../kube/metrics.ts';
-import { metadataPatch, patchNode, patchTimeoutMs } from '../../kube/patch.ts';
+import { isUidMismatch, metadataPatch, patchNode, patchTimeoutMs } from '../../kube/patch.ts';
 import type { SharedInformer } from '../../kube/shared-informer.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { buildNodeLabels, type LabelFeatures } from '../../nodelabels/build-node-labels.ts';
@@ -430,6 +430,9 @@ export class NodeController implements LeaderComponent {
         this.#kube,
         name,
         metadataPatch({
+          // The Node the plan was made for, and no other: one deleted and re-created under its name
+          // during the cloud lookup (another instance) must not get this one's labels and signature.
+          uid: node.uid,
           labels: { set: plan.set, remove: plan.remove },
           ...(plan.annotations ? { annotations: { set: plan.annotations } } : {}),
         }),
@@ -437,7 +440,8 @@ export class NodeController implements LeaderComponent {
         { signal },
       );
     } catch (err) {
-      if (err instanceof NotFoundError) return 'deleted';
+      // Deleted, or re-created under its name: the new Node's own event queues it again.
+      if (err instanceof NotFoundError || isUidMismatch(err)) return 'deleted';
       throw err;
     }
     if (signingKey !== undefined) term.unsigned.delete(name);

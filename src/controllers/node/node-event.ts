@@ -1,6 +1,6 @@
 /** Kubernetes Events about a Node, so `kubectl describe node` shows why the controller acted or refused. */
 import { randomBytes } from 'node:crypto';
-import type { CoreV1Api, CoreV1Event } from '@kubernetes/client-node';
+import type { ConfigurationOptions, CoreV1Api, CoreV1Event } from '@kubernetes/client-node';
 import { fromApiException } from '../../kube/api-errors.ts';
 import type { NodeRecord } from './node-record.ts';
 
@@ -33,10 +33,17 @@ export function nodeEvent(
   };
 }
 
-/** Creates an Event; failures become typed errors. */
-export async function createEvent(core: CoreV1Api, event: CoreV1Event): Promise<void> {
+/**
+ * Creates an Event; failures become typed errors. `options` are client-node's per-call options:
+ * `abortingWith(signal)` (src/kube/call-options.ts) cancels the create when the caller stops.
+ */
+export async function createEvent(
+  core: CoreV1Api,
+  event: CoreV1Event,
+  options?: ConfigurationOptions,
+): Promise<void> {
   try {
-    await core.createNamespacedEvent({ namespace: 'default', body: event });
+    await core.createNamespacedEvent({ namespace: 'default', body: event }, options);
   } catch (err) {
     throw fromApiException(err, `create event ${event.metadata.name ?? ''}`);
   }

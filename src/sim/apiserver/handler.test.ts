@@ -200,6 +200,56 @@ describe('simulated apiserver HTTP edge', () => {
     assert.equal((await raw(sim, { path: '/api/v1/nodes' })).status, 200);
   });
 
+  test('a patch naming another uid in its metadata is refused as the API server does: 422 Invalid, metadata.uid immutable', async () => {
+    const created = sim.store.create({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'reborn' } });
+    const uid = created.metadata.uid as string;
+    const stale = '00000000-0000-4000-8000-000000000001';
+    const patch = (body: unknown, contentType: string) =>
+      raw(sim, { method: 'PATCH', path: '/api/v1/nodes/reborn', ...json(body, contentType) });
+    for (const contentType of ['application/strategic-merge-patch+json', 'application/merge-patch+json']) {
+      const refused = await patch({ metadata: { uid: stale, labels: { a: 'b' } } }, contentType);
+      assert.equal(refused.status, 422, contentType);
+      assert.deepEqual(refused.body, {
+        kind: 'Status',
+        apiVersion: 'v1',
+        metadata: {},
+        status: 'Failure',
+        message: `Node "reborn" is invalid: metadata.uid: Invalid value: "${stale}": field is immutable`,
+        reason: 'Invalid',
+        details: {
+          name: 'reborn',
+          kind: 'Node',
+          causes: [
+            {
+              reason: 'FieldValueInvalid',
+              message: `Invalid value: "${stale}": field is immutable`,
+              field: 'metadata.uid',
+            },
+          ],
+        },
+        code: 422,
+      });
+    }
+    const jsonPatch = await patch(
+      [{ op: 'replace', path: '/metadata/uid', value: stale }],
+      'application/json-patch+json',
+    );
+    assert.equal(jsonPatch.status, 422);
+    assert.equal(
+      sim.store.get('nodes', undefined, 'reborn')?.metadata.labels?.['a'],
+      undefined,
+      'nothing written',
+    );
+    // Its own uid is no change: the patch applies.
+    const applied = await patch(
+      { metadata: { uid, labels: { a: 'b' } } },
+      'application/strategic-merge-patch+json',
+    );
+    assert.equal(applied.status, 200);
+    assert.equal(sim.store.get('nodes', undefined, 'reborn')?.metadata.labels?.['a'], 'b');
+    sim.store.delete('nodes', undefined, 'reborn');
+  });
+
   test('answers 422 TooLong for config map or secret data over 1 MiB, on create, update and patch', async () => {
     const mib = 1024 * 1024;
     const tooLong = (kind: string, name: string, field: string) => ({

@@ -38,6 +38,7 @@ import { type InfoRoute, type ResourceRoute, routeOf } from './routes.ts';
 import {
   badRequest,
   forbidden,
+  invalid,
   methodNotAllowed,
   notFound,
   type Status,
@@ -349,6 +350,29 @@ async function serveUpdate(call: Call): Promise<void> {
 
 const patchTypes = [patchContentTypes.json, patchContentTypes.merge, patchContentTypes.strategic];
 
+/**
+ * A patch that sets `metadata.uid` to another object's: refused as the API server refuses it. A PATCH
+ * carries no preconditions (the patch handler's UpdatedObjectInfo has no object, so no UID
+ * precondition reaches storage); the patched object then fails update validation, the UID being
+ * immutable (ValidateObjectMetaUpdate): 422 Invalid, `Node "n" is invalid: metadata.uid: Invalid
+ * value: "<uid>": field is immutable`. A client that names the uid it read thus never patches an
+ * object re-created under the same name.
+ */
+function checkPatchedUid(
+  type: ResourceType,
+  name: string,
+  original: unknown,
+  patched: Record<string, unknown>,
+) {
+  const before =
+    isRecord(original) && isRecord(original['metadata']) ? original['metadata']['uid'] : undefined;
+  const after = isRecord(patched['metadata']) ? patched['metadata']['uid'] : undefined;
+  if (after === undefined || after === '' || after === before) return;
+  throw invalid(type, name, [
+    { type: 'Invalid', field: 'metadata.uid', value: after, detail: 'field is immutable' },
+  ]);
+}
+
 async function servePatch(call: Call): Promise<void> {
   const { route, ctx, res, url } = call;
   const media = mediaTypeOf(call.req);
@@ -365,6 +389,7 @@ async function servePatch(call: Call): Promise<void> {
   if (!isRecord(patched) || !isRecord(patched['metadata']))
     throw badRequest('the patched object is not a valid object: it must be a JSON object with metadata');
   checkMetadataTypes(patched['metadata']);
+  checkPatchedUid(route.type, route.name as string, original, patched);
   const warnings = checkUnknownFields(call.url, route.type, patched);
   const obj = patched as KubeObject;
   checkIdentity(call, obj);
