@@ -98,19 +98,25 @@ export interface DevCloudContext {
   stateDir: string;
 }
 
-/** One server cloud: its location and how to start its simulator. */
+/** One server cloud: its location, how to start its simulator, and its state store's scheme. */
 interface ServerCloudSpec {
   zone: string;
   start(context: DevCloudContext): Promise<DevCloudSim>;
+  /**
+   * The scheme kops' guide for the cloud gives its state store, when it is S3-compatible (the S3
+   * simulator serves it, through `S3_ENDPOINT`); `s3` where the dev cluster does not simulate the
+   * cloud's own store.
+   */
+  stateScheme: 'hos' | 'do' | 'linode' | 'scw' | 's3';
 }
 
 const cloudSpecs: Record<ServerCloud, ServerCloudSpec> = {
-  hetzner: { zone: 'fsn1', start: startHetznerDevCloud },
-  digitalocean: { zone: 'nyc3', start: startDigitalOceanDevCloud },
-  linode: { zone: 'us-ord', start: startLinodeDevCloud },
-  openstack: { zone: 'nova', start: startOpenStackDevCloud },
-  scaleway: { zone: 'fr-par-1', start: startScalewayDevCloud },
-  azure: { zone: 'eastus', start: startAzureDevCloud },
+  hetzner: { zone: 'fsn1', start: startHetznerDevCloud, stateScheme: 'hos' },
+  digitalocean: { zone: 'nyc3', start: startDigitalOceanDevCloud, stateScheme: 'do' },
+  linode: { zone: 'us-ord', start: startLinodeDevCloud, stateScheme: 'linode' },
+  openstack: { zone: 'nova', start: startOpenStackDevCloud, stateScheme: 's3' },
+  scaleway: { zone: 'fr-par-1', start: startScalewayDevCloud, stateScheme: 'scw' },
+  azure: { zone: 'eastus', start: startAzureDevCloud, stateScheme: 's3' },
 };
 
 /** A running simulated cluster on one of the server clouds. */
@@ -153,7 +159,7 @@ export function sampleServerCluster(cloud: ServerCloud, zone: string) {
     `  name: ${name}`,
     'spec:',
     `  cloudProvider: ${cloud}`,
-    `  configBase: s3://${stateBucket}/${name}`,
+    `  configBase: ${cloudSpecs[cloud].stateScheme}://${stateBucket}/${name}`,
     '  kubernetesVersion: v1.33.0',
     '  networking:',
     '    cni: {}',
@@ -266,7 +272,8 @@ export async function startServerCloudDevCluster(
     closers.push(() => sim.close());
     const launch = serverLauncher(sim);
     const nodesByGroup = seedServers(api, groups, launch);
-    const configBase = `s3://${stateBucket}/${sample.name}`;
+    // The controller reads the store through the cloud's own scheme, as kops writes configBase there.
+    const configBase = `${cloudSpecs[cloud].stateScheme}://${stateBucket}/${sample.name}`;
     const configPath = await writeConfig(options.stateDir, [
       `clusterName: ${sample.name}`,
       `cloud: ${cloud}`,
