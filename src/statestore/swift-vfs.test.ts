@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
 import { after, describe, test } from 'node:test';
 import {
   ConfigError,
@@ -8,6 +9,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
+import { createLogger } from '../log.ts';
 import { startOpenStackSimulator } from '../sim/openstack/simulator.ts';
 import { openVfs } from './open.ts';
 import { SwiftVfs } from './swift-vfs.ts';
@@ -15,7 +17,9 @@ import { SwiftVfs } from './swift-vfs.ts';
 const sim = await startOpenStackSimulator({ containerListingLimit: 100 });
 sim.swift.createContainer('kops-state');
 const noSwift = await startOpenStackSimulator({ objectStore: false });
-after(() => Promise.all([sim.close(), noSwift.close()]));
+const noNova = await startOpenStackSimulator({ compute: false });
+noNova.swift.createContainer('kops-state');
+after(() => Promise.all([sim.close(), noSwift.close(), noNova.close()]));
 
 const open = (
   url = 'swift://kops-state/cluster.example.com',
@@ -138,7 +142,10 @@ describe('Swift: what is refused, and how it is said', () => {
       vfs.read('config'),
       (err: unknown) =>
         err instanceof UnauthenticatedError &&
-        /Keystone .* refused the credentials/.test(err.message) &&
+        // The Keystone session's own message (the Nova client says the same), said of the store.
+        /^cannot open swift:\/\/kops-state\/cluster\.example\.com: .*Keystone refused the controller's credentials for project kops/.test(
+          err.message,
+        ) &&
         /OS_USERNAME and OS_PASSWORD/.test(err.message),
     );
   });
@@ -181,5 +188,45 @@ describe('Swift: what is refused, and how it is said', () => {
   test('a URL without a container is refused', () => {
     assert.throws(() => open('swift://'), ConfigError);
     assert.throws(() => open('swift:///c1'), /no container; use swift:\/\/CONTAINER\/PATH/);
+  });
+});
+
+describe('Swift: the OpenStack around it', () => {
+  test('a catalog without compute (a cloud without Nova) still serves the store', async () => {
+    const vfs = open('swift://kops-state/c1', noNova.env);
+    await vfs.write('config', 'kind: Cluster\n');
+    assert.equal((await vfs.read('config')).data.toString(), 'kind: Cluster\n');
+    assert.equal(noNova.count('tokens.create'), 1);
+  });
+
+  test('with only the Swift store in the process, KOPS_OS_TLS_INSECURE_SKIP_VERIFY is said once', () => {
+    const lines: string[] = [];
+    const logger = createLogger({
+      level: 'info',
+      destination: new Writable({
+        write(chunk, _encoding, done) {
+          lines.push(String(chunk));
+          done();
+        },
+      }),
+    });
+    const swift = (env: NodeJS.ProcessEnv) => openVfs('swift://kops-state/c1', { env, swift: { logger } });
+    swift(sim.env);
+    assert.equal(lines.length, 0, 'nothing without the variable');
+    process.env['KOPS_OS_TLS_INSECURE_SKIP_VERIFY'] = 'true';
+    try {
+      // The controller opens the store more than once (configuration, secrets, PKI): one line.
+      swift(sim.env);
+      swift(sim.env);
+    } finally {
+      delete process.env['KOPS_OS_TLS_INSECURE_SKIP_VERIFY'];
+    }
+    assert.equal(lines.length, 1);
+    const record = JSON.parse(lines[0] as string) as { level: string; msg: string };
+    assert.equal(record.level, 'warn');
+    assert.match(
+      record.msg,
+      /KOPS_OS_TLS_INSECURE_SKIP_VERIFY is set: .*\(Keystone, Nova, Swift\) are NOT verified/,
+    );
   });
 });

@@ -1,10 +1,12 @@
 /**
  * `swift://container/prefix`: a state store in OpenStack Swift, as kops' `SwiftPath` reads and writes
- * it. The controller authenticates to Keystone v3 with the `OS_*` variables kops passes to it
- * (`openstackAuthFromEnv`, the same reading as the OpenStack cloud's), finds the `object-store`
- * endpoint of `OS_REGION_NAME` (and `OS_INTERFACE`, default `public`) in the token's catalog, and
- * speaks Swift's object API over the project's HTTP client: GET / HEAD / PUT / DELETE of an object,
- * and the container's JSON listing with a prefix, paged by marker. An object's version is its ETag.
+ * it. The controller logs in to Keystone v3 with the `OS_*` variables kops passes to it
+ * (`openstackAuthFromEnv`, the same reading as the OpenStack cloud's) through a {@link KeystoneSession}
+ * of its own, takes the `object-store` endpoint of `OS_REGION_NAME` (and `OS_INTERFACE`, default
+ * `public`) from the token's catalog, and speaks Swift's object API over the project's HTTP client:
+ * GET / HEAD / PUT / DELETE of an object, and the container's JSON listing with a prefix, paged by
+ * marker. An object's version is its ETag. `KOPS_OS_TLS_INSECURE_SKIP_VERIFY` skips the verification
+ * of Swift's certificate as it does Keystone's (kops' Swift client honours it too).
  *
  * Every call has a deadline ({@link defaultSwiftTimeoutMs}) that covers the authentication, its
  * retries and the answer. A 5xx, a 408 or 429, or a connection that fails is tried again (three
@@ -13,14 +15,9 @@
  */
 import { createHash } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
-import { noCloudCalls } from '../cloud/metrics.ts';
-import {
-  keystoneAuthBody,
-  keystoneTokensUrl,
-  type OpenStackAuthOptions,
-  openstackAuthFromEnv,
-} from '../cloud/openstack/auth.ts';
-import { openstackRequest } from '../cloud/openstack/http.ts';
+import { type OpenStackAuthOptions, openstackAuthFromEnv } from '../cloud/openstack/auth.ts';
+import { openstackTls, warnIfOpenstackInsecureSkipVerify } from '../cloud/openstack/http.ts';
+import { KeystoneSession, type KeystoneToken } from '../cloud/openstack/keystone.ts';
 import { bounded } from '../deadline.ts';
 import {
   ConfigError,
@@ -31,6 +28,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
+import type { Logger } from '../log.ts';
 import { type HttpsAnswer, httpsRequest } from '../net/https-client.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
 import { checkObjectPath, joinKey, listScope, trimSlashes } from './paths.ts';
@@ -53,6 +51,12 @@ export interface SwiftVfsOptions {
    * (412): the listing then pages by that limit, ending at an empty page.
    */
   pageSize?: number;
+  /**
+   * Where the one warning about `KOPS_OS_TLS_INSECURE_SKIP_VERIFY` goes, if no OpenStack client of
+   * the process said it already (default JSON lines on standard error: the callers of `openVfs` give
+   * the store no logger).
+   */
+  logger?: Logger;
 }
 
 /** How long one call may take, its authentication and retries included (as S3's and GCS's). */
@@ -60,44 +64,6 @@ export const defaultSwiftTimeoutMs = 10_000;
 
 /** The largest object or listing page read: kops' state files are kilobytes. */
 const maxAnswerBytes = 64 * 1024 * 1024;
-/** Keystone's token documents carry the whole catalog. */
-const maxTokenBytes = 4 * 1024 * 1024;
-/** A token is renewed this long before it expires. */
-const renewBeforeMs = 300_000;
-
-/** A token and the object-store endpoint it is used at. */
-interface SwiftToken {
-  token: string;
-  /** e.g. `https://swift.example:8080/v1/AUTH_<project>`. */
-  storageUrl: string;
-  expiresAt: number;
-}
-
-interface CatalogEntry {
-  type?: string;
-  endpoints?: Array<{ interface?: string; region?: string; region_id?: string; url?: string }>;
-}
-
-/** The object-store endpoint of `region` and `endpointInterface` in a Keystone catalog. */
-export function objectStoreEndpointOf(
-  catalog: CatalogEntry[],
-  region: string,
-  endpointInterface: string,
-): string {
-  for (const service of catalog) {
-    if (service.type !== 'object-store') continue;
-    for (const endpoint of service.endpoints ?? []) {
-      const inRegion = endpoint.region_id === region || endpoint.region === region;
-      if (inRegion && endpoint.interface === endpointInterface && endpoint.url) {
-        return endpoint.url.replace(/\/+$/, '');
-      }
-    }
-  }
-  throw new ConfigError(
-    `OpenStack: the service catalog has no ${endpointInterface} object-store (Swift) endpoint in region ` +
-      `${region}: check OS_REGION_NAME (and OS_INTERFACE), and that the cloud runs Swift`,
-  );
-}
 
 /** The container and key prefix of `swift://container/prefix`, and that URL written canonically. */
 export function swiftLocation(url: URL, raw = url.href): { container: string; root: string; url: string } {
@@ -116,85 +82,47 @@ export class SwiftVfs implements Vfs {
   readonly url: string;
   readonly #container: string;
   readonly #root: string;
-  readonly #auth: OpenStackAuthOptions;
+  readonly #session: KeystoneSession;
   readonly #timeoutMs: number;
   readonly #attempts: number;
   readonly #retryDelayMs: number;
   /** Names asked per listing page; undefined once Swift refused it (then its own limit pages). */
   #pageSize: number | undefined;
-  #current: SwiftToken | undefined;
-  #pending: Promise<SwiftToken> | undefined;
 
   /** Throws ConfigError for a URL without container or an `OS_*` environment that names no credentials. */
   constructor(url: URL, options: SwiftVfsOptions = {}) {
     ({ container: this.#container, root: this.#root, url: this.url } = swiftLocation(url));
-    this.#auth = options.auth ?? openstackAuthFromEnv(options.env ?? process.env);
     this.#timeoutMs = options.timeoutMs ?? defaultSwiftTimeoutMs;
+    // The cloud-call metrics count the cloud provider's calls, not the state store's: no recorder.
+    this.#session = new KeystoneSession({
+      auth: options.auth ?? openstackAuthFromEnv(options.env ?? process.env),
+      timeoutMs: this.#timeoutMs,
+    });
     this.#attempts = Math.max(1, options.attempts ?? 3);
     this.#retryDelayMs = options.retryDelayMs ?? 200;
     this.#pageSize = options.pageSize ?? 1_000;
+    warnIfOpenstackInsecureSkipVerify(options.logger);
   }
 
-  /** A token valid for a while yet; concurrent callers share one authentication. */
-  #token(): Promise<SwiftToken> {
-    const current = this.#current;
-    if (current && current.expiresAt - renewBeforeMs > Date.now()) return Promise.resolve(current);
-    this.#pending ??= this.#authenticate().finally(() => {
-      this.#pending = undefined;
-    });
-    return this.#pending;
-  }
-
-  async #authenticate(): Promise<SwiftToken> {
-    const auth = this.#auth;
-    const answer = await openstackRequest({
-      call: 'tokens.create',
-      url: keystoneTokensUrl(auth.authUrl),
-      method: 'POST',
-      body: keystoneAuthBody(auth.credentials),
-      timeoutMs: this.#timeoutMs,
-      maxBodyBytes: maxTokenBytes,
-      // The cloud-call metrics count the cloud provider's calls, not the state store's.
-      calls: noCloudCalls,
-    }).catch((err: unknown) => {
-      if (err instanceof KopsError && err.kind === 'unauthenticated') {
-        throw new UnauthenticatedError(
-          `cannot open ${this.url}: Keystone (${auth.authUrl}) refused the credentials: check OS_USERNAME and ` +
-            'OS_PASSWORD (or OS_APPLICATION_CREDENTIAL_ID and OS_APPLICATION_CREDENTIAL_SECRET), and ' +
-            `OS_PROJECT_NAME with OS_PROJECT_DOMAIN_NAME, or OS_PROJECT_ID (${err.message})`,
-          { cause: err },
-        );
-      }
-      if (err instanceof KopsError && (err.kind === 'timeout' || err.kind === 'unavailable')) {
-        throw new UnavailableError(
-          `cannot open ${this.url}: Keystone (${auth.authUrl}) is unavailable: ${err.message}`,
-          { cause: err },
-        );
-      }
-      throw err;
-    });
-    const token = answer.headers['x-subject-token'];
-    let parsed: { token?: { expires_at?: string; catalog?: CatalogEntry[]; project?: { id?: unknown } } };
-    try {
-      parsed = JSON.parse(answer.body.toString('utf8'));
-    } catch {
-      throw new UnavailableError(`cannot open ${this.url}: Keystone answered a token that is not JSON`);
+  /**
+   * A failure of the Keystone session (or of its catalog), said of this store. Keystone down or slow
+   * is a fault like Swift down, tried again; refused credentials or a bad catalog are final.
+   */
+  #opening(err: unknown): unknown {
+    if (!(err instanceof KopsError)) return err;
+    const message = `cannot open ${this.url}: ${err.message}`;
+    const options = { cause: err, details: err.details };
+    switch (err.kind) {
+      case 'unauthenticated':
+        return new UnauthenticatedError(message, options);
+      case 'config':
+        return new ConfigError(message, options);
+      case 'unavailable':
+      case 'timeout':
+        return new UnavailableError(message, options);
+      default:
+        return err;
     }
-    const expiresAt = Date.parse(parsed.token?.expires_at ?? '');
-    if (typeof token !== 'string' || !token || Number.isNaN(expiresAt)) {
-      throw new UnavailableError(
-        `cannot open ${this.url}: Keystone answered without X-Subject-Token or expires_at`,
-      );
-    }
-    if (typeof parsed.token?.project?.id !== 'string' || !parsed.token.project.id) {
-      throw new ConfigError(
-        `cannot open ${this.url}: Keystone issued a token scoped to no project, whose catalog is empty: ` +
-          "set OS_PROJECT_NAME with OS_PROJECT_DOMAIN_NAME, or OS_PROJECT_ID, to the state store's project",
-      );
-    }
-    const storageUrl = objectStoreEndpointOf(parsed.token.catalog ?? [], auth.region, auth.endpointInterface);
-    this.#current = { token, storageUrl, expiresAt };
-    return this.#current;
   }
 
   #objectUrl(storageUrl: string, key: string): URL {
@@ -220,29 +148,32 @@ export class SwiftVfs implements Vfs {
     const deadline = Date.now() + this.#timeoutMs;
     return bounded(
       async (signal) => {
-        let renewed = false;
+        const tokens = this.#session.forCall();
         let failure: KopsError | undefined;
         for (let attempt = 1; attempt <= this.#attempts; attempt++) {
-          let session: SwiftToken;
+          let token: KeystoneToken;
+          let storageUrl: string;
           try {
-            session = await this.#token();
+            token = await tokens.token();
+            storageUrl = token.endpointOf('object-store');
           } catch (err) {
-            // Keystone down is a fault like Swift down; refused credentials or a bad catalog are final.
-            if (!(err instanceof UnavailableError)) throw err;
-            failure = err;
+            const opening = this.#opening(err);
+            if (!(opening instanceof UnavailableError)) throw opening;
+            failure = opening;
             await this.#pause(attempt, undefined, deadline, signal);
             continue;
           }
-          const { url, method, body, headers } = request(session.storageUrl);
+          const { url, method, body, headers } = request(storageUrl);
           let answer: HttpsAnswer;
           try {
             answer = await httpsRequest({
               url,
               method,
-              headers: { 'x-auth-token': session.token, 'user-agent': 'kops-controller', ...headers },
+              headers: { 'x-auth-token': token.token, 'user-agent': 'kops-controller', ...headers },
               ...(body ? { body } : {}),
               timeoutMs: Math.max(1, deadline - Date.now()),
               maxBodyBytes: maxAnswerBytes,
+              ...openstackTls(),
               signal,
             });
           } catch (err) {
@@ -256,10 +187,8 @@ export class SwiftVfs implements Vfs {
             await this.#pause(attempt, undefined, deadline, signal);
             continue;
           }
-          if (answer.status === 401 && !renewed) {
+          if (answer.status === 401 && tokens.renew(token)) {
             // Revoked or expired early: one new token, as gophercloud's AllowReauth does.
-            renewed = true;
-            if (this.#current?.token === session.token) this.#current = undefined;
             attempt--;
             continue;
           }

@@ -5,6 +5,7 @@
  * `{"error": {"message": …}}` from Keystone) and any `Retry-After` in its details.
  */
 import { describeError, errorForHttpStatus, type KopsError, UnavailableError } from '../../errors.ts';
+import { createLogger, type Logger } from '../../log.ts';
 import { type HttpsAnswer, httpsRequest } from '../../net/https-client.ts';
 import { retryAfterSeconds } from '../../net/retry-after.ts';
 import { type CloudCallRecorder, httpCallResult, secondsSince } from '../metrics.ts';
@@ -18,6 +19,35 @@ export const insecureSkipVerifyVariable = 'KOPS_OS_TLS_INSECURE_SKIP_VERIFY';
 /** Whether the variable is set to true, as Go's strconv.ParseBool reads it. */
 export function openstackInsecureSkipVerify(env: Readonly<Record<string, string | undefined>> = process.env) {
   return ['1', 't', 'T', 'true', 'TRUE', 'True'].includes(env[insecureSkipVerifyVariable] ?? '');
+}
+
+/**
+ * The TLS options of a request to an OpenStack endpoint (Keystone, Nova, Swift): unverified when the
+ * variable is set. Only the OpenStack clients use it; every other client verifies as always.
+ */
+export function openstackTls(): { rejectUnauthorized?: false } {
+  return openstackInsecureSkipVerify() ? { rejectUnauthorized: false } : {};
+}
+
+/** Whether this process has said that the OpenStack certificates are not verified. */
+let insecureSkipVerifyLogged = false;
+
+/**
+ * Says once per process, loudly, that the OpenStack endpoints' certificates are not verified, when
+ * the variable is set: every OpenStack client calls it at start-up (the provider, the Swift state
+ * store), and the first with a logger that writes warnings says it. `logger` defaults to JSON lines on standard error, for a
+ * client opened without the controller's logger (the state store).
+ */
+export function warnIfOpenstackInsecureSkipVerify(logger?: Logger): void {
+  if (insecureSkipVerifyLogged || !openstackInsecureSkipVerify()) return;
+  const to = logger ?? createLogger({ level: 'warn' });
+  // A silent logger (a library default) says nothing, so it leaves the saying to the next client.
+  if (!to.isLevelEnabled('warn')) return;
+  insecureSkipVerifyLogged = true;
+  to.warn(
+    { variable: insecureSkipVerifyVariable },
+    `${insecureSkipVerifyVariable} is set: the certificates of the OpenStack endpoints (Keystone, Nova, Swift) are NOT verified; anyone on the path can impersonate them`,
+  );
 }
 
 /** One call. */
@@ -79,8 +109,7 @@ export async function openstackRequest(request: OpenStackRequest): Promise<Https
       ...(body === undefined ? {} : { body }),
       timeoutMs: request.timeoutMs,
       maxBodyBytes: request.maxBodyBytes,
-      // Only the OpenStack clients read it; every other client verifies as always.
-      ...(openstackInsecureSkipVerify() ? { rejectUnauthorized: false } : {}),
+      ...openstackTls(),
       ...(request.signal ? { signal: request.signal } : {}),
     }).catch((err: unknown) => {
       if (request.signal?.aborted) {

@@ -1,22 +1,25 @@
 /**
  * KOPS_OS_TLS_INSECURE_SKIP_VERIFY (kops sets it for `spec.cloudProvider.openstack.insecureSkipVerify`):
- * Keystone on a certificate the controller does not trust is refused without it and reached with it;
- * no other client is affected.
+ * Keystone, and the Swift state store, on a certificate the controller does not trust are refused
+ * without it and reached with it; no other client is affected.
  */
 import assert from 'node:assert/strict';
 import { connect, type Socket } from 'node:net';
 import { Writable } from 'node:stream';
 import { after, afterEach, before, test } from 'node:test';
 import { createServer, type Server } from 'node:tls';
-import { ForbiddenError } from '../../errors.ts';
+import { ForbiddenError, KopsError } from '../../errors.ts';
 import { createLogger } from '../../log.ts';
 import { httpsRequest } from '../../net/https-client.ts';
 import { type OpenStackSimulator, startOpenStackSimulator } from '../../sim/openstack/simulator.ts';
 import { createCertificateAuthority, issueServingCertificate } from '../../sim/tls.ts';
+import { SwiftVfs } from '../../statestore/swift-vfs.ts';
 import { KeystoneSession } from './keystone.ts';
 import { createOpenStackProvider } from './provider.ts';
 
 let sim: OpenStackSimulator;
+/** The whole OpenStack (Keystone and Swift) on HTTPS, on the same untrusted certificate. */
+let tlsSim: OpenStackSimulator;
 let front: Server;
 let authUrl: string;
 const sockets = new Set<Socket>();
@@ -26,6 +29,8 @@ before(async () => {
   // Keystone behind TLS on a certificate from a CA nobody trusts (a self-signed installation).
   const ca = await createCertificateAuthority('self-signed-keystone');
   const serving = await issueServingCertificate(ca);
+  tlsSim = await startOpenStackSimulator({ tls: { key: serving.privateKey, cert: serving.certificate } });
+  tlsSim.swift.createContainer('kops-state');
   const simUrl = new URL(sim.authUrl);
   front = createServer({ key: serving.privateKey, cert: serving.certificate }, (client) => {
     const upstream = connect(Number(simUrl.port), '127.0.0.1');
@@ -43,13 +48,25 @@ before(async () => {
 after(async () => {
   for (const s of sockets) s.destroy();
   await new Promise((resolve) => front.close(resolve));
-  await sim.close();
+  await Promise.all([sim.close(), tlsSim.close()]);
 });
 afterEach(() => {
   delete process.env['KOPS_OS_TLS_INSECURE_SKIP_VERIFY'];
 });
 
 const session = () => new KeystoneSession({ auth: { ...sim.passwordAuth, authUrl } });
+
+/** Log lines, and a logger that writes them. */
+function captured() {
+  const lines: string[] = [];
+  const destination = new Writable({
+    write(chunk, _encoding, done) {
+      lines.push(String(chunk));
+      done();
+    },
+  });
+  return { lines, logger: createLogger({ level: 'info', destination }) };
+}
 
 test('without the variable, Keystone on an untrusted certificate is refused', async () => {
   await assert.rejects(session().token(), ForbiddenError);
@@ -68,14 +85,7 @@ test('with KOPS_OS_TLS_INSECURE_SKIP_VERIFY=true the OpenStack clients skip veri
 
 test('the provider says so once, loudly, at start-up', () => {
   process.env['KOPS_OS_TLS_INSECURE_SKIP_VERIFY'] = 'true';
-  const lines: string[] = [];
-  const destination = new Writable({
-    write(chunk, _encoding, done) {
-      lines.push(String(chunk));
-      done();
-    },
-  });
-  const logger = createLogger({ level: 'info', destination });
+  const { lines, logger } = captured();
   createOpenStackProvider({
     clusterName: 'c.example.com',
     auth: { ...sim.passwordAuth, authUrl },
@@ -93,4 +103,26 @@ test('the provider says so once, loudly, at start-up', () => {
     logger,
   }).close();
   assert.equal(lines.length, 1);
+});
+
+test('the Swift state store on an untrusted certificate is refused without the variable, and works with it', async () => {
+  const { lines, logger } = captured();
+  const store = () => new SwiftVfs(new URL('swift://kops-state/c1'), { auth: tlsSim.passwordAuth, logger });
+  await assert.rejects(store().read('config'), ForbiddenError);
+  assert.equal(tlsSim.count('swift.object.get'), 0);
+
+  process.env['KOPS_OS_TLS_INSECURE_SKIP_VERIFY'] = 'true';
+  // Keystone and the object requests alike: the token and then every object call over TLS.
+  const vfs = store();
+  await vfs.write('config', 'kind: Cluster\n');
+  assert.equal((await vfs.read('config')).data.toString(), 'kind: Cluster\n');
+  assert.deepEqual(await vfs.list(''), ['config']);
+  assert.equal(tlsSim.count('tokens.create'), 1);
+  // The provider of this process said it already (the test before): the store says it no more.
+  assert.deepEqual(lines, []);
+  // Other clients still verify Swift's certificate.
+  await assert.rejects(
+    httpsRequest({ url: new URL(tlsSim.swift.storageUrl), timeoutMs: 5_000, maxBodyBytes: 1024 }),
+    (err: unknown) => err instanceof KopsError && err.kind === 'forbidden',
+  );
 });

@@ -1,22 +1,57 @@
 /**
  * A Keystone v3 session: one token at a time, got with the controller's credentials, renewed before
- * it expires and again when Nova answers 401 (kops sets gophercloud's `AllowReauth` for the same
- * reason: the controller runs for longer than a token lives), and the compute endpoint of our region
- * from the token's service catalog. Concurrent callers share one authentication.
+ * it expires and once more when an API refuses it (kops sets gophercloud's `AllowReauth` for the same
+ * reason: the controller runs for longer than a token lives), with the token's service catalog, in
+ * which each client looks up its own endpoint when it needs it (Nova `compute`, Swift
+ * `object-store`). Concurrent callers share one authentication. The Nova client and the Swift state
+ * store both use it.
  */
-import { ConfigError, KopsError, UnauthenticatedError, UnavailableError } from '../../errors.ts';
+import {
+  ConfigError,
+  KopsError,
+  TimeoutError,
+  UnauthenticatedError,
+  UnavailableError,
+} from '../../errors.ts';
 import { type CloudCallRecorder, noCloudCalls } from '../metrics.ts';
 import { keystoneAuthBody, keystoneTokensUrl, type OpenStackAuthOptions } from './auth.ts';
 import { openstackRequest } from './http.ts';
 
-/** A token and the endpoint it is used at. */
+/** The catalog services the controller uses, with the names operators know them by. */
+const serviceNames = { compute: 'Nova', 'object-store': 'Swift' } as const;
+
+/** A service type of the catalog: `compute` (Nova) or `object-store` (Swift). */
+export type CatalogService = keyof typeof serviceNames;
+
+/** One service of a Keystone catalog, as far as it is read. */
+export interface CatalogEntry {
+  type?: string;
+  endpoints?: Array<{ interface?: string; region?: string; region_id?: string; url?: string }>;
+}
+
+/** A token, the project it is scoped to, and its service catalog. */
 export interface KeystoneToken {
   token: string;
-  /** The compute (Nova) endpoint of our region, e.g. `https://nova.example:8774/v2.1`. */
-  computeUrl: string;
   /** The project the token is scoped to (`token.project.id`): our cluster's (an unscoped token is refused). */
   projectId: string;
   expiresAt: number;
+  catalog: readonly CatalogEntry[];
+  /**
+   * The URL of `service` in our region (`OS_REGION_NAME`) and interface (`OS_INTERFACE`), e.g.
+   * `https://nova.example:8774/v2.1`; ConfigError when the catalog has none.
+   */
+  endpointOf(service: CatalogService): string;
+}
+
+/**
+ * One call's tokens, however many attempts it makes: `token()` is the session's, and after the API
+ * refused one (401: revoked, or expired early) `renew(token)` drops it so that the next `token()`
+ * authenticates again. Once per call, as gophercloud's reauthentication: the second time it answers
+ * false, and the refusal is the call's answer.
+ */
+export interface TokenRenewal {
+  token(): Promise<KeystoneToken>;
+  renew(refused: KeystoneToken): boolean;
 }
 
 /** Options of {@link KeystoneSession}. */
@@ -30,11 +65,6 @@ export interface KeystoneSessionOptions {
   now?: () => number;
   /** Aborted when the provider is closed: an authentication in flight ends. */
   signal?: AbortSignal;
-}
-
-interface CatalogEntry {
-  type?: string;
-  endpoints?: Array<{ interface?: string; region?: string; region_id?: string; url?: string }>;
 }
 
 /** Tokens for the controller's OpenStack credentials. */
@@ -59,13 +89,22 @@ export class KeystoneSession {
     return this.#pending;
   }
 
-  /** Drops `token` after the API refused it (revoked, expired early); the next call authenticates. */
-  invalidate(token: string): void {
-    if (this.#current?.token === token) this.#current = undefined;
+  /** The tokens of one call: see {@link TokenRenewal}. */
+  forCall(): TokenRenewal {
+    let renewed = false;
+    return {
+      token: () => this.token(),
+      renew: (refused) => {
+        if (renewed) return false;
+        renewed = true;
+        if (this.#current?.token === refused.token) this.#current = undefined;
+        return true;
+      },
+    };
   }
 
   async #authenticate(): Promise<KeystoneToken> {
-    const { auth } = this.#options;
+    const { auth, signal } = this.#options;
     const answer = await openstackRequest({
       call: 'tokens.create',
       url: keystoneTokensUrl(auth.authUrl),
@@ -74,17 +113,25 @@ export class KeystoneSession {
       timeoutMs: this.#options.timeoutMs ?? 10_000,
       maxBodyBytes: 4 * 1024 * 1024,
       calls: this.#options.calls ?? noCloudCalls,
-      ...(this.#options.signal ? { signal: this.#options.signal } : {}),
+      ...(signal ? { signal } : {}),
     }).catch((err: unknown) => {
+      if (!(err instanceof KopsError) || signal?.aborted) throw err;
       // Keystone's 401 says only "requires authentication", for a wrong password and an unknown
       // project alike: name what the operator sets.
-      if (err instanceof KopsError && err.kind === 'unauthenticated') {
+      if (err.kind === 'unauthenticated') {
         throw new UnauthenticatedError(
           `${err.message} Keystone refused the controller's credentials for ${scopeOf(auth)}: check ` +
-            'OS_USERNAME and OS_PASSWORD (or the application credential), and OS_PROJECT_NAME with ' +
-            'OS_PROJECT_DOMAIN_NAME, or OS_PROJECT_ID',
+            'OS_USERNAME and OS_PASSWORD (or OS_APPLICATION_CREDENTIAL_ID and OS_APPLICATION_CREDENTIAL_SECRET), ' +
+            'and OS_PROJECT_NAME with OS_PROJECT_DOMAIN_NAME, or OS_PROJECT_ID',
           { cause: err, details: err.details },
         );
+      }
+      if (err.kind === 'unavailable' || err.kind === 'timeout') {
+        const Fault = err.kind === 'timeout' ? TimeoutError : UnavailableError;
+        throw new Fault(`Keystone (${auth.authUrl}) is unavailable: ${err.message}`, {
+          cause: err,
+          details: err.details,
+        });
       }
       throw err;
     });
@@ -101,15 +148,21 @@ export class KeystoneSession {
     }
     const projectId = parsed.token?.project?.id;
     // Without a project Keystone issues an unscoped token, whose catalog is empty: say why, rather
-    // than that the region has no compute endpoint.
+    // than that the region has no endpoint.
     if (typeof projectId !== 'string' || !projectId) {
       throw new ConfigError(
         'OpenStack: Keystone issued a token scoped to no project (no OS_PROJECT_NAME or OS_PROJECT_ID is set): ' +
           "set OS_PROJECT_NAME with OS_PROJECT_DOMAIN_NAME, or OS_PROJECT_ID, to the cluster's project",
       );
     }
-    const computeUrl = computeEndpointOf(parsed.token?.catalog ?? [], auth.region, auth.endpointInterface);
-    this.#current = { token, computeUrl, expiresAt, projectId };
+    const catalog = Array.isArray(parsed.token?.catalog) ? parsed.token.catalog : [];
+    this.#current = {
+      token,
+      projectId,
+      expiresAt,
+      catalog,
+      endpointOf: (service) => endpointOf(catalog, service, auth.region, auth.endpointInterface),
+    };
     return this.#current;
   }
 }
@@ -125,15 +178,16 @@ function scopeOf(auth: OpenStackAuthOptions): string {
   return `project ${project.name} (${domain})`;
 }
 
-/** The compute endpoint of `region` and `endpointInterface` in a Keystone catalog. */
-export function computeEndpointOf(
-  catalog: CatalogEntry[],
+/** The URL of `service` in `region` and `endpointInterface` in a Keystone catalog, without a trailing slash. */
+export function endpointOf(
+  catalog: readonly CatalogEntry[],
+  service: CatalogService,
   region: string,
   endpointInterface: string,
 ): string {
-  for (const service of catalog) {
-    if (service.type !== 'compute') continue;
-    for (const endpoint of service.endpoints ?? []) {
+  for (const entry of catalog) {
+    if (entry.type !== service) continue;
+    for (const endpoint of entry.endpoints ?? []) {
       const inRegion = endpoint.region_id === region || endpoint.region === region;
       if (inRegion && endpoint.interface === endpointInterface && endpoint.url) {
         return endpoint.url.replace(/\/+$/, '');
@@ -141,6 +195,7 @@ export function computeEndpointOf(
     }
   }
   throw new ConfigError(
-    `OpenStack: the service catalog has no ${endpointInterface} compute endpoint in region ${region} (check OS_REGION_NAME)`,
+    `OpenStack: the service catalog has no ${endpointInterface} ${service} (${serviceNames[service]}) endpoint ` +
+      `in region ${region}: check OS_REGION_NAME (and OS_INTERFACE), and that the cloud runs ${serviceNames[service]}`,
   );
 }

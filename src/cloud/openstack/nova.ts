@@ -83,8 +83,8 @@ export class NovaClient {
   async getServer(id: string): Promise<NovaServer> {
     if (!isServerId(id)) throw new InvalidInputError(`"${id.slice(0, 80)}" is not a Nova server id`);
     let projectId: string | undefined;
-    const body = (await this.#get('servers.get', `/servers/${id}`, (session) => {
-      projectId = session.projectId;
+    const body = (await this.#get('servers.get', `/servers/${id}`, (token) => {
+      projectId = token.projectId;
     })) as { server?: NovaServer };
     const server = body.server;
     if (!server?.id) throw new UnavailableError(`Nova answered servers.get ${id} without a server`);
@@ -126,29 +126,23 @@ export class NovaClient {
    * One read, retried as every cloud read is (retry.ts), on a token renewed once if it expired;
    * `answeredWith` learns the token whose request Nova answered.
    */
-  #get(
-    call: string,
-    pathAndQuery: string,
-    answeredWith?: (session: KeystoneToken) => void,
-  ): Promise<unknown> {
+  #get(call: string, pathAndQuery: string, answeredWith?: (token: KeystoneToken) => void): Promise<unknown> {
     const policy = {
       retries: this.#options.retries ?? 3,
       retryDelayMs: this.#options.retryDelayMs ?? 500,
       maxRetryWaitMs: this.#options.maxRetryWaitMs ?? 10_000,
       ...(this.#options.signal ? { signal: this.#options.signal } : {}),
     };
-    let reauthenticated = false;
+    const tokens = this.#session.forCall();
     const attempt = async (): Promise<unknown> => {
-      const session = await this.#session.token();
+      const token = await tokens.token();
       try {
-        const body = await this.#send(call, `${session.computeUrl}${pathAndQuery}`, session.token);
-        answeredWith?.(session);
+        const body = await this.#send(call, `${token.endpointOf('compute')}${pathAndQuery}`, token.token);
+        answeredWith?.(token);
         return body;
       } catch (err) {
-        if (err instanceof KopsError && err.kind === 'unauthenticated' && !reauthenticated) {
-          // The token expired or was revoked under us: one new token, then the answer stands.
-          reauthenticated = true;
-          this.#session.invalidate(session.token);
+        // The token expired or was revoked under us: one new token, then the answer stands.
+        if (err instanceof KopsError && err.kind === 'unauthenticated' && tokens.renew(token)) {
           return attempt();
         }
         throw err;

@@ -4,7 +4,7 @@ import type { CloudCallRecorder } from '../metrics.ts';
 import type { CloudGroups, NodeIdentifier } from '../types.ts';
 import { type OpenStackAuthOptions, openstackAuthFromEnv } from './auth.ts';
 import { OpenStackCloudGroups } from './cloud-groups.ts';
-import { insecureSkipVerifyVariable, openstackInsecureSkipVerify } from './http.ts';
+import { warnIfOpenstackInsecureSkipVerify } from './http.ts';
 import { KeystoneSession } from './keystone.ts';
 import { OpenStackNodeIdentifier } from './node-identifier.ts';
 import { NovaClient } from './nova.ts';
@@ -36,12 +36,7 @@ export function createOpenStackProvider(options: OpenStackProviderOptions): Open
   const auth = options.auth ?? openstackAuthFromEnv();
   const calls = options.cloudCalls ? { calls: options.cloudCalls } : {};
   const closed = new AbortController();
-  if (openstackInsecureSkipVerify()) {
-    (options.logger ?? silentLogger).warn(
-      { variable: insecureSkipVerifyVariable },
-      `${insecureSkipVerifyVariable} is set: the certificates of the OpenStack endpoints (Keystone, Nova) are NOT verified; anyone on the path can impersonate them`,
-    );
-  }
+  warnIfOpenstackInsecureSkipVerify(options.logger ?? silentLogger);
   const session = new KeystoneSession({ auth, ...calls, signal: closed.signal });
   const nova = new NovaClient({ session, ...calls, signal: closed.signal });
   return {

@@ -22,10 +22,12 @@
  *   listing with `prefix`, `marker` and `limit` (412 above its `container_listing_limit`), each with
  *   a project-scoped token; 404 for a missing container or object, ETag the MD5 of the content.
  * A world of servers with metadata, addresses and states, and fault injection: errors, throttling,
- * latency, dropped connections, revoked tokens.
+ * latency, dropped connections, revoked tokens. Options leave Swift or Nova out of the catalog and
+ * serve HTTPS on a given certificate (a self-signed installation).
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { OpenStackAuthOptions } from '../../cloud/openstack/auth.ts';
 import type { NovaAddress, NovaServer } from '../../cloud/openstack/nova.ts';
 import { listenOnLoopback } from '../../net/loopback.ts';
@@ -68,6 +70,13 @@ export interface OpenStackSimulatorOptions {
   admin?: boolean;
   /** Whether the catalog lists Swift's `object-store` endpoint (default true). */
   objectStore?: boolean;
+  /** Whether the catalog lists Nova's `compute` endpoint (default true; false: a Swift-only cloud). */
+  compute?: boolean;
+  /**
+   * Serves HTTPS with this key pair (PEM) instead of HTTP: Keystone, the catalog's endpoints and
+   * `OS_AUTH_URL` are then `https://` (for a self-signed installation: a CA the client does not trust).
+   */
+  tls?: { key: string; cert: string };
   /** Swift's `container_listing_limit`: the largest listing page (default 10,000). */
   containerListingLimit?: number;
 }
@@ -156,6 +165,7 @@ interface OpenStackState {
   log: CallLog<OpenStackCall>;
   faults: FaultQueue;
   objectStore: boolean;
+  compute: boolean;
   containerListingLimit: number;
   /** Swift's containers of the project: name → object name → object. */
   containers: Map<string, Map<string, SwiftObject>>;
@@ -268,7 +278,9 @@ function tokenDocument(state: OpenStackState, method: string | undefined, admin:
           name: 'keystone',
           endpoints: [{ interface: 'public', region, url: `${base}/identity/v3` }],
         },
-        { type: 'compute', name: 'nova', endpoints: ['public', 'internal'].map(endpoint) },
+        ...(state.compute
+          ? [{ type: 'compute', name: 'nova', endpoints: ['public', 'internal'].map(endpoint) }]
+          : []),
         ...(state.objectStore
           ? [
               {
@@ -625,16 +637,18 @@ export async function startOpenStackSimulator(
     log: new CallLog(),
     faults: new FaultQueue(),
     objectStore: options.objectStore ?? true,
+    compute: options.compute ?? true,
     containerListingLimit: options.containerListingLimit ?? 10_000,
     containers: new Map(),
   };
-  const server = createServer((req, res) => {
+  const serve = (req: IncomingMessage, res: ServerResponse) => {
     serveOpenStack(state, req, res).catch((err: unknown) => {
       if (!res.headersSent) novaFault(res, 500, 'computeFault', (err as Error).message);
     });
-  });
+  };
+  const server = options.tls ? createHttpsServer(options.tls, serve) : createServer(serve);
   const listener = await listenOnLoopback(server);
-  state.base = listener.url;
+  state.base = options.tls ? listener.url.replace('http://', 'https://') : listener.url;
   const existing = (id: string) => {
     const found = state.servers.get(id);
     if (!found) throw new Error(`no simulated server ${id}`);
