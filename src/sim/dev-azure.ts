@@ -6,12 +6,15 @@
  * simulator's attestation root (written to `<stateDir>/azure-attestation-root.pem`) and fetches the
  * issuing CA from the simulated PKI repository, as it would from Microsoft's. The environment it
  * writes points other commands (`validate`) at simulated ARM, trusting its CA
- * (`<stateDir>/azure-arm-ca.pem`), with the simulator's managed identity as the only credential.
+ * and Blob Storage, the state store (both CAs in `<stateDir>/azure-ca.pem`), with the simulator's managed
+ * identity as the only credential.
  */
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { azureProof } from '../agent/azure-proof.ts';
 import { azureEndpointVariable } from '../cloud/azure/provider.ts';
+import { azureBlobEndpointVariable } from '../statestore/azure-blob-vfs.ts';
+import { type BlobStorageSimulator, startBlobStorageSimulator } from './azure/blob.ts';
 import { startAzureSimulator } from './azure/simulator.ts';
 import type { DevCloudContext, DevCloudSim, DevGroup } from './dev-clouds.ts';
 
@@ -19,14 +22,22 @@ export async function startAzureDevCloud(context: DevCloudContext): Promise<DevC
   const sim = await startAzureSimulator({ location: context.zone });
   const { world } = sim;
   const rootsFile = join(context.stateDir, 'azure-attestation-root.pem');
-  const armCaFile = join(context.stateDir, 'azure-arm-ca.pem');
+  const caFile = join(context.stateDir, 'azure-ca.pem');
+  // The state store, kops' azureblob://<account>/<container>: Blob Storage taking the simulator's tokens.
+  const { host: account, pathname } = new URL(context.stateRoot);
+  let blob: BlobStorageSimulator | undefined;
   try {
+    blob = await startBlobStorageSimulator({ validToken: (token) => sim.validToken(token) });
+    blob.createContainer(account, pathname.slice(1));
     await writeFile(rootsFile, sim.authority.rootPem);
-    await writeFile(armCaFile, sim.caPem);
+    // Other commands trust ARM's and Blob Storage's CAs through NODE_EXTRA_CA_CERTS.
+    await writeFile(caFile, `${sim.caPem.trimEnd()}\n${blob.caPem.trimEnd()}\n`);
   } catch (err) {
+    await blob?.close();
     await sim.close();
     throw err;
   }
+  const blobStore = blob;
   /** The scale set of `ig`, created with kops' name and tags on first use. */
   const scaleSetOf = (ig: DevGroup): string => {
     const name = ig.controlPlane
@@ -58,7 +69,7 @@ export async function startAzureDevCloud(context: DevCloudContext): Promise<DevC
     // emptied, so no credential of the developer's shell is used or sent to the simulator.
     env: {
       [azureEndpointVariable]: sim.armEndpoint,
-      NODE_EXTRA_CA_CERTS: armCaFile,
+      NODE_EXTRA_CA_CERTS: caFile,
       AZURE_TOKEN_CREDENTIALS: 'ManagedIdentityCredential',
       AZURE_POD_IDENTITY_AUTHORITY_HOST: sim.imdsEndpoint,
       IDENTITY_ENDPOINT: '',
@@ -80,6 +91,17 @@ export async function startAzureDevCloud(context: DevCloudContext): Promise<DevC
       };
     },
     count: (operation) => sim.count(operation),
-    close: () => sim.close(),
+    stateStore: {
+      root: context.stateRoot,
+      env: { [azureBlobEndpointVariable]: blobStore.endpoint },
+      vfsOptions: {
+        azureBlob: { endpoint: blobStore.endpoint, caPem: blobStore.caPem, credential: sim.credential },
+      },
+      description: `Blob Storage at ${blobStore.endpoint}`,
+    },
+    close: async () => {
+      await blobStore.close();
+      await sim.close();
+    },
   };
 }

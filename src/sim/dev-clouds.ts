@@ -12,9 +12,10 @@
  * callback; its verifier compares the request's source address with the server's, so a joining
  * OpenStack node's requests leave from its own address ({@link sourceAddressRelay}).
  *
- * The state store is the S3 simulator for every one of these clouds: kops keeps state in an
- * S3-compatible store on Hetzner, DigitalOcean, Linode and Scaleway; Swift (OpenStack) and Azure Blob
- * are not simulated, and the controller reads the store the same way whatever holds it.
+ * The state store is the one kops' guide for the cloud uses, addressed by its scheme: the S3
+ * simulator as Hetzner's, DigitalOcean's, Linode's and Scaleway's S3-compatible stores (`hos://`,
+ * `do://`, `linode://`, `scw://`), the OpenStack simulator's Swift (`swift://`), the Azure
+ * simulator's Blob Storage (`azureblob://`).
  */
 import { randomInt } from 'node:crypto';
 import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
@@ -23,7 +24,7 @@ import type { CloudOverrides } from '../cloud/from-config.ts';
 import { silentLogger } from '../log.ts';
 import { seedClusterStore } from '../statestore/cluster-store.ts';
 import { type InstanceGroup, parseInstanceGroup } from '../statestore/kops-types.ts';
-import { openVfs } from '../statestore/open.ts';
+import { openVfs, type VfsOptions, vfsOptionsFromEnv } from '../statestore/open.ts';
 import type { DevApiServer } from './apiserver/dev.ts';
 import { kopsRoleOf } from './cloud-sim.ts';
 import { startAzureDevCloud } from './dev-azure.ts';
@@ -87,7 +88,21 @@ export interface DevCloudSim {
   addServer(group: DevGroup, index: number, address: string): DevServer;
   /** Requests the simulator served for one operation (what a test checks the controller asked). */
   count(operation: string): number;
+  /** The cloud's own state store, when its simulator serves one (else the S3 simulator is started). */
+  stateStore?: DevStateStore;
   close(): Promise<void>;
+}
+
+/** A state store of the dev cluster, its bucket or container created, as kops' guide for the cloud sets it up. */
+export interface DevStateStore {
+  /** The store's root, e.g. `swift://kops-state`: `configBase` is `<root>/<cluster name>`. */
+  root: string;
+  /** Its clients' variables (`.kops-dev/env`). */
+  env: Record<string, string>;
+  /** How the in-process controller (and the seeding) open it. */
+  vfsOptions: VfsOptions;
+  /** Where it is, for the banner. */
+  description: string;
 }
 
 /** What a cloud's dev simulator is started with. */
@@ -96,27 +111,36 @@ export interface DevCloudContext {
   /** The location the sample cluster's groups run in (the cloud's zone, region or location). */
   zone: string;
   stateDir: string;
+  /** The state store's root (`swift://kops-state`, …), for a simulator that serves the cloud's own store. */
+  stateRoot: string;
 }
 
-/** One server cloud: its location, how to start its simulator, and its state store's scheme. */
+/** One server cloud: its location, how to start its simulator, and its state store's root. */
 interface ServerCloudSpec {
   zone: string;
   start(context: DevCloudContext): Promise<DevCloudSim>;
   /**
-   * The scheme kops' guide for the cloud gives its state store, when it is S3-compatible (the S3
-   * simulator serves it, through `S3_ENDPOINT`); `s3` where the dev cluster does not simulate the
-   * cloud's own store.
+   * The state store's root as kops' guide for the cloud writes it: an S3-compatible scheme (the S3
+   * simulator serves it, through `S3_ENDPOINT`), or the store the cloud's simulator serves.
    */
-  stateScheme: 'hos' | 'do' | 'linode' | 'scw' | 's3';
+  stateRoot: string;
 }
 
+/** The bucket, container or (Azure) account and container the dev cluster keeps its state in. */
+export const devStateBucket = 'kops-state';
+export const devStateAccount = 'kopsstate';
+
 const cloudSpecs: Record<ServerCloud, ServerCloudSpec> = {
-  hetzner: { zone: 'fsn1', start: startHetznerDevCloud, stateScheme: 'hos' },
-  digitalocean: { zone: 'nyc3', start: startDigitalOceanDevCloud, stateScheme: 'do' },
-  linode: { zone: 'us-ord', start: startLinodeDevCloud, stateScheme: 'linode' },
-  openstack: { zone: 'nova', start: startOpenStackDevCloud, stateScheme: 's3' },
-  scaleway: { zone: 'fr-par-1', start: startScalewayDevCloud, stateScheme: 'scw' },
-  azure: { zone: 'eastus', start: startAzureDevCloud, stateScheme: 's3' },
+  hetzner: { zone: 'fsn1', start: startHetznerDevCloud, stateRoot: `hos://${devStateBucket}` },
+  digitalocean: { zone: 'nyc3', start: startDigitalOceanDevCloud, stateRoot: `do://${devStateBucket}` },
+  linode: { zone: 'us-ord', start: startLinodeDevCloud, stateRoot: `linode://${devStateBucket}` },
+  openstack: { zone: 'nova', start: startOpenStackDevCloud, stateRoot: `swift://${devStateBucket}` },
+  scaleway: { zone: 'fr-par-1', start: startScalewayDevCloud, stateRoot: `scw://${devStateBucket}` },
+  azure: {
+    zone: 'eastus',
+    start: startAzureDevCloud,
+    stateRoot: `azureblob://${devStateAccount}/${devStateBucket}`,
+  },
 };
 
 /** A running simulated cluster on one of the server clouds. */
@@ -124,7 +148,8 @@ export interface ServerCloudDevCluster extends DevClusterBase {
   cloud: ServerCloud;
   zone: string;
   sim: DevCloudSim;
-  s3: S3Sim;
+  /** Where the state store is, for the banner. */
+  stateStoreDescription: string;
   /** Launches a new running server of instance group `group`, on the next unused private address. */
   launch(group: string): DevServer;
 }
@@ -159,7 +184,7 @@ export function sampleServerCluster(cloud: ServerCloud, zone: string) {
     `  name: ${name}`,
     'spec:',
     `  cloudProvider: ${cloud}`,
-    `  configBase: ${cloudSpecs[cloud].stateScheme}://${stateBucket}/${name}`,
+    `  configBase: ${cloudSpecs[cloud].stateRoot}/${name}`,
     '  kubernetesVersion: v1.33.0',
     '  networking:',
     '    cni: {}',
@@ -194,17 +219,15 @@ export function sampleServerCluster(cloud: ServerCloud, zone: string) {
   };
 }
 
-const stateBucket = 'kops-state';
-const stateRegion = 'us-east-1';
-
-/** The S3 state store the controller reads, as `S3_*` variables. */
-function stateStoreEnv(s3: S3Sim): Record<string, string> {
-  return {
+/** The S3 simulator as an S3-compatible store at `root` (`hos://kops-state`, …), read through `S3_*` variables. */
+function s3StateStore(s3: S3Sim, root: string): DevStateStore {
+  const env = {
     S3_ENDPOINT: s3.endpoint,
-    S3_REGION: stateRegion,
+    S3_REGION: 'us-east-1',
     S3_ACCESS_KEY_ID: s3.credentials.accessKeyId,
     S3_SECRET_ACCESS_KEY: s3.credentials.secretAccessKey,
   };
+  return { root, env, vfsOptions: { ...vfsOptionsFromEnv(env), env }, description: `S3 at ${s3.endpoint}` };
 }
 
 /**
@@ -259,21 +282,21 @@ export async function startServerCloudDevCluster(
   const groups = sample.instanceGroups.map((text) => parseInstanceGroup(text));
   return startParts<ServerCloudDevCluster>(async (closers) => {
     const api = await startClusterApi(options, logger, closers);
-    const s3 = await startS3Sim({ buckets: [stateBucket] });
-    closers.push(() => s3.close());
-    const s3Options = {
-      region: stateRegion,
-      endpoint: s3.endpoint,
-      forcePathStyle: true,
-      credentials: { ...s3.credentials },
-    };
-    await seedClusterStore(openVfs(`s3://${stateBucket}`, { s3: s3Options }), sample.name, sample);
-    const sim = await cloudSpecs[cloud].start({ clusterName: sample.name, zone, stateDir: options.stateDir });
+    const { stateRoot } = cloudSpecs[cloud];
+    const context = { clusterName: sample.name, zone, stateDir: options.stateDir, stateRoot };
+    const sim = await cloudSpecs[cloud].start(context);
     closers.push(() => sim.close());
+    let store = sim.stateStore;
+    if (store === undefined) {
+      const s3 = await startS3Sim({ buckets: [devStateBucket] });
+      closers.push(() => s3.close());
+      store = s3StateStore(s3, stateRoot);
+    }
+    // The controller reads the store through the cloud's own scheme, as kops writes configBase there.
+    await seedClusterStore(openVfs(store.root, store.vfsOptions), sample.name, sample);
     const launch = serverLauncher(sim);
     const nodesByGroup = seedServers(api, groups, launch);
-    // The controller reads the store through the cloud's own scheme, as kops writes configBase there.
-    const configBase = `${cloudSpecs[cloud].stateScheme}://${stateBucket}/${sample.name}`;
+    const configBase = `${store.root}/${sample.name}`;
     const configPath = await writeConfig(options.stateDir, [
       `clusterName: ${sample.name}`,
       `cloud: ${cloud}`,
@@ -282,7 +305,7 @@ export async function startServerCloudDevCluster(
       '  provider:',
       ...sim.providerConfig.map((line) => `    ${line}`),
     ]);
-    const env = { ...sim.env, ...stateStoreEnv(s3), KUBECONFIG: api.kubeconfigPath };
+    const env = { ...sim.env, ...store.env, KUBECONFIG: api.kubeconfigPath };
     await writeEnv(options.stateDir, env);
     const parts = { clusterName: sample.name, configBase, api, configPath, env, nodesByGroup };
     return {
@@ -290,9 +313,13 @@ export async function startServerCloudDevCluster(
       cloud,
       zone,
       sim,
-      s3,
+      stateStoreDescription: store.description,
       launch,
-      target: devTargetOf(parts, cloud, { cloud: sim.overrides, policy: sim.policy }),
+      target: devTargetOf(parts, cloud, {
+        cloud: sim.overrides,
+        policy: sim.policy,
+        vfsOptions: store.vfsOptions,
+      }),
     };
   });
 }

@@ -7,8 +7,14 @@
 import { openstackProof } from '../agent/openstack-proof.ts';
 import { openstackProviderID } from '../cloud/openstack/cloud-groups.ts';
 import { clusterNameKey, instanceGroupKey } from '../cloud/openstack/server.ts';
-import type { DevCloudContext, DevCloudSim } from './dev-clouds.ts';
-import { startOpenStackSimulator } from './openstack/simulator.ts';
+import type { DevCloudContext, DevCloudSim, DevStateStore } from './dev-clouds.ts';
+import { type OpenStackSimulator, startOpenStackSimulator } from './openstack/simulator.ts';
+
+/** The simulator's Swift as the state store at `root` (`swift://<container>`), read with the `OS_*` variables. */
+function swiftStateStore(sim: OpenStackSimulator, root: string): DevStateStore {
+  sim.swift.createContainer(new URL(root).host);
+  return { root, env: {}, vfsOptions: { env: sim.env }, description: `Swift at ${sim.swift.storageUrl}` };
+}
 
 export async function startOpenStackDevCloud(context: DevCloudContext): Promise<DevCloudSim> {
   const sim = await startOpenStackSimulator();
@@ -35,6 +41,7 @@ export async function startOpenStackDevCloud(context: DevCloudContext): Promise<
       };
     },
     count: (operation) => sim.count(operation),
+    stateStore: swiftStateStore(sim, context.stateRoot),
     close: () => sim.close(),
   };
 }

@@ -42,7 +42,7 @@ function cloudBannerLines(cluster: AnyDevCluster): string[] {
   if (cluster.cloud !== 'gce') {
     return [
       `  ${cloudTitles[cluster.cloud].padEnd(15)} ${cluster.sim.description}`,
-      `  State store     ${cluster.configBase}  (S3 at ${cluster.s3.endpoint})`,
+      `  State store     ${cluster.configBase}  (${cluster.stateStoreDescription})`,
     ];
   }
   return [
