@@ -11,7 +11,6 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { collectDefaultMetrics, Registry } from 'prom-client';
 import { parse } from 'yaml';
 import { startDevController } from '../src/cli/dev-controller.ts';
 import { startDevCluster } from '../src/sim/dev-cluster.ts';
@@ -22,7 +21,7 @@ const prometheusDir = fileURLToPath(new URL('prometheus/', import.meta.url));
 const rulesFile = 'kops-controller.rules.yaml';
 
 interface RuleFile {
-  groups: { rules: { alert: string; expr: string }[] }[];
+  groups: { rules: { alert: string; expr: string; labels?: { severity?: string } }[] }[];
 }
 interface Dashboard {
   panels: { id: number; title: string; targets: { expr: string }[] }[];
@@ -79,10 +78,6 @@ test('every metric they query is exported by the controller', async () => {
       scrape = await (await fetch(`${controller.url}/metrics`)).text();
     }
     const exported = new Set([...scrape.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1] as string));
-    // `run` also exports the process and Node.js metrics (dev shares its process with the simulators).
-    const defaults = new Registry();
-    collectDefaultMetrics({ register: defaults });
-    for (const metric of await defaults.getMetricsAsJSON()) exported.add(metric.name);
     exported.add('up'); // written by Prometheus itself for every scrape target
     const missing = expressions.flatMap(({ where, expr }) =>
       metricsOf(expr)
@@ -95,4 +90,14 @@ test('every metric they query is exported by the controller', async () => {
     await cluster.close();
     await rm(dir, { recursive: true, force: true });
   }
+});
+
+test('docs/deploy.md lists every alert: its table names exactly the rules, with their severities, and its count is theirs', async () => {
+  const doc = await readFile(new URL('../docs/deploy.md', import.meta.url), 'utf8');
+  const alerts = rules.groups.flatMap((g) => g.rules.map((r) => `${r.alert} ${r.labels?.severity}`));
+  const section = doc.slice(doc.indexOf('\n## Alerts'), doc.indexOf('\n## ', doc.indexOf('\n## Alerts') + 1));
+  const table = [...section.matchAll(/^\| `(\w+)` *\| (\w+) +\|/gm)].map((m) => `${m[1]} ${m[2]}`);
+  assert.deepEqual(table.sort(), [...alerts].sort());
+  const counted = /`deploy\/prometheus\/kops-controller\.rules\.yaml` *\| (\d+) alerting rules/.exec(doc);
+  assert.equal(Number(counted?.[1]), alerts.length, 'the count in the table of deployed files');
 });

@@ -9,14 +9,22 @@ export type ProofProvider = (body: Buffer, signal?: AbortSignal) => Promise<stri
 
 const tokenPattern = /^[a-z0-9]{6}\.[a-z0-9]{16}$/;
 
-/** Checks a kubeadm-format bootstrap token (`abcdef.0123456789abcdef`) without echoing it. */
-export function validateBootstrapToken(token: string): string {
+/**
+ * Checks a kubeadm-format bootstrap token (`abcdef.0123456789abcdef`) without echoing it; `source`
+ * (the flag or variable it came from, as `--token`) begins the message when given.
+ */
+export function validateBootstrapToken(token: string, source?: string): string {
   if (!tokenPattern.test(token)) {
     throw new InvalidInputError(
-      'the bootstrap token is not in the kubeadm format <6 lowercase letters or digits>.<16 lowercase letters or digits>',
+      `${source ? `${source}: ` : ''}the bootstrap token is not in the kubeadm format <6 lowercase letters or digits>.<16 lowercase letters or digits>`,
     );
   }
   return token;
+}
+
+/** The argument parser of a `--token` flag: a malformed token is refused naming the flag (exit 65). */
+export function bootstrapTokenFlag(flag: string): (value: string) => string {
+  return (value) => validateBootstrapToken(value, flag);
 }
 
 /** A bootstrap token sent as `Authorization: Bearer <id>.<secret>`. */

@@ -10,6 +10,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
+import { createLogger } from '../log.ts';
 import { Backoff } from '../runtime/backoff.ts';
 import { maxRetryAfterMs, type RetryOptions, retryTransient } from './retry.ts';
 
@@ -49,6 +50,31 @@ const unavailable = (retryAfterSeconds?: number) =>
   });
 
 describe('retryTransient', () => {
+  test('each retry shows one line: the progress line, with its log record at debug, not info', async () => {
+    const { options } = fakeTime();
+    const records: { level: string; msg: string }[] = [];
+    const logger = createLogger({
+      level: 'debug',
+      destination: { write: (line: string) => records.push(JSON.parse(line)) },
+    });
+    const lines: string[] = [];
+    const { attempt } = failing(unavailable(2), unavailable(2));
+    await retryTransient(attempt, { ...options, logger, progress: (line) => lines.push(line) });
+    assert.equal(lines.length, 2);
+    assert.match(lines[0] ?? '', /^bootstrap request: retrying in 2s: /);
+    assert.deepEqual(
+      records.map((r) => `${r.level} ${r.msg}`),
+      ['debug bootstrap request failed; retrying', 'debug bootstrap request failed; retrying'],
+    );
+    // Without a progress line the log record is the only one, at info.
+    records.length = 0;
+    await retryTransient(failing(unavailable(2)).attempt, { ...fakeTime().options, logger });
+    assert.deepEqual(
+      records.map((r) => r.level),
+      ['info'],
+    );
+  });
+
   test('a 503 with Retry-After is waited out exactly as long as it says', async () => {
     const { options, waits } = fakeTime();
     const { attempt, calls } = failing(unavailable(7), unavailable(7), unavailable(2));

@@ -63,10 +63,9 @@ export async function retryTransient<T>(attempt: () => Promise<T>, options: Retr
           cause: err,
         });
       }
-      logger.info(
-        { err: describeError(err), retryInMs: Math.round(wait) },
-        `${options.what} failed; retrying`,
-      );
+      // One line a retry (docs/join.md): where a progress line shows it, the log record is debug.
+      const log = options.progress ? logger.debug.bind(logger) : logger.info.bind(logger);
+      log({ err: describeError(err), retryInMs: Math.round(wait) }, `${options.what} failed; retrying`);
       options.progress?.(`${options.what}: retrying in ${Math.ceil(wait / 1000)}s: ${err.message}`);
       await sleep(wait, options.signal);
     }

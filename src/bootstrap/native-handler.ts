@@ -368,7 +368,7 @@ export async function submitCertificates(
         state = await faultsReported(
           context,
           { ...base, decidedBy: 'queue' },
-          () => queue.submit(request, facts),
+          () => queue.submit(request, facts, decision.reasons),
           'kubernetes-api',
         );
       } catch (err) {

@@ -62,6 +62,12 @@ export const queueAnnotations = {
    * subject and names, and what was verified. Not sealed: a display, never read back.
    */
   summary: 'bootstrap.kops.k8s.io/summary',
+  /**
+   * JSON list of the reasons the deciding policy queued the request with (what is unverified, what
+   * a human must check): the pending answer and the poll repeat them to the node, as the audit
+   * record has them. Names and addresses only, nothing secret. Not sealed: only shown, never decides.
+   */
+  reasons: 'bootstrap.kops.k8s.io/reasons',
 } as const;
 
 /** How many requests may wait for a decision: in all, and from one source. */
@@ -260,15 +266,26 @@ export function stateOf(csr: V1CertificateSigningRequest, sealKey: Buffer): Queu
     };
   }
   const approved = conditionOf(csr, 'Approved');
+  if (approved) return { state: 'pending', ...base, reasons: ['approved; the certificate is being signed'] };
+  const queuedWith = queuedReasonsOf(csr);
   return {
     state: 'pending',
     ...base,
-    reasons: [
-      approved
-        ? 'approved; the certificate is being signed'
-        : `waiting for approval: kubectl certificate approve ${queued.name}`,
-    ],
+    // The audit record's reasons: the policy's, then the name an admin approves.
+    reasons: queuedWith.length
+      ? [...queuedWith, `queued as ${queued.name}`]
+      : [`waiting for approval: kubectl certificate approve ${queued.name}`],
   };
+}
+
+/** The reasons the request was queued with (none for a CSR queued before they were recorded). */
+function queuedReasonsOf(csr: V1CertificateSigningRequest): string[] {
+  try {
+    const value: unknown = JSON.parse(annotationOf(csr, queueAnnotations.reasons) || '[]');
+    return Array.isArray(value) ? value.filter((v): v is string => typeof v === 'string') : [];
+  } catch {
+    return [];
+  }
 }
 
 /** The Failed reason with which the signer expires an undecided request. */
@@ -650,10 +667,17 @@ export class CsrQueue {
   /**
    * Queues a request for a human, or finds the same request queued earlier (a retry). A CSR under the
    * deterministic name that holds another key, or that this controller did not seal, is refused.
+   * `reasons` are the deciding policy's, kept on the CSR for the pending answers and the poll.
    */
-  async submit(request: BootstrapRequest, facts: NodeFacts): Promise<QueueState> {
+  async submit(
+    request: BootstrapRequest,
+    facts: NodeFacts,
+    reasons: readonly string[] = [],
+  ): Promise<QueueState> {
     const object = queuedCsrObject(request, facts, this.#sealKey, this.#reserved);
     const name = object.metadata?.name as string;
+    if (reasons.length)
+      (object.metadata?.annotations ?? {})[queueAnnotations.reasons] = JSON.stringify(reasons);
     // A retry of a request already waiting takes no new slot; a new one is counted before it is
     // created, so that concurrent submissions cannot all pass the caps.
     const retry = this.#pending.has(name);

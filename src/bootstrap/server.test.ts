@@ -406,7 +406,10 @@ describe('bootstrap server', () => {
     const pending = first.json() as { status: string; requestId: string; poll: string; reasons: string[] };
     assert.equal(pending.status, 'pending');
     assert.equal(pending.requestId, queuedCsrName(spkiOf(key), 'node-q'));
-    assert.match(pending.reasons[0] as string, /kubectl certificate approve kops-bootstrap-/);
+    // The reasons the audit trail has (docs/join.md's waiting line): the policy's, and the CSR's name.
+    const reasons = ['node-q is claimed, not verified', `queued as ${pending.requestId}`];
+    assert.deepEqual(pending.reasons, reasons);
+    assert.deepEqual(audit.findLast((r) => r.verdict === 'queue')?.reasons, reasons);
     const retry = await post(body({ kubelet: kubeletCsr(key, 'node-q') }));
     assert.equal(retry.status, 202);
     assert.equal(retry.json()['requestId'], pending.requestId);
@@ -420,6 +423,7 @@ describe('bootstrap server', () => {
     assert.ok(depth >= 1, 'the queued request counts as pending');
     const still = await call('GET', `${pending.poll}?wait=0`);
     assert.equal(still.status, 202);
+    assert.deepEqual(still.json()['reasons'], reasons, 'the poll answers the same reasons');
     const polled = call('GET', `${pending.poll}?wait=30`);
     assert.match(await kubectl('certificate', 'approve', pending.requestId), /approved/);
     const issued = await polled;

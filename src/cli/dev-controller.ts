@@ -20,7 +20,7 @@ import { bundlePem, caFromPem } from '../pki/ca.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
 import type { VfsOptions } from '../statestore/open.ts';
 import { type DevCloud, type DevPolicy, isCloudPolicy } from './dev.ts';
-import { type RunningController, startController } from './run.ts';
+import { collectProcessMetrics, type RunningController, startController } from './run.ts';
 
 /** A simulated cluster as the controller sees it: what `dev` points the product at. */
 export interface DevTarget {
@@ -65,10 +65,17 @@ function policySpecOf(target: DevTarget, policy: DevPolicy): Record<string, unkn
   return target.cloudPolicy;
 }
 
-/** The config the controller runs with: the bootstrap server's policy is the asked-for one. */
-function devConfig(config: Config, target: DevTarget, policy: DevPolicy): Config {
+/**
+ * The config the controller runs with: the chain the cluster's config has (the cloud's policy, then
+ * `renewal`, as every default chain), with the asked-for policy in the cloud's place, so `join --renew`
+ * works on the dev cluster as on a real one. `queue` and `insecure-always-approve` decide every
+ * request, renewals included, so `renewal` goes before them instead of after.
+ */
+export function devConfig(config: Config, target: DevTarget, policy: DevPolicy): Config {
   const spec = bootstrapPolicySpec.parse(policySpecOf(target, policy));
-  return { ...config, bootstrap: { ...config.bootstrap, policies: [spec] } };
+  const renewal = bootstrapPolicySpec.parse({ name: 'renewal' });
+  const policies = isCloudPolicy(policy) ? [spec, renewal] : [renewal, spec];
+  return { ...config, bootstrap: { ...config.bootstrap, policies } };
 }
 
 /**
@@ -89,6 +96,9 @@ export async function startDevController(
   const ca = caFromPem(api.caCertificatePem, createPrivateKey(api.caPrivateKeyPem));
   const config = await loadConfigFile(target.configPath);
   const policy = options.bootstrapPolicy;
+  // The same /metrics as `run`'s: the process metrics too.
+  const registry = new Registry();
+  collectProcessMetrics(registry);
   const controller = await startController({
     config: policy ? devConfig(config, target, policy) : config,
     kubeConfig: options.kubeConfig ?? api.kubeConfig(),
@@ -96,7 +106,7 @@ export async function startDevController(
     bootstrap: policy
       ? { listen: '127.0.0.1:0', ca, apiServer: api.url, serverNames: { ipAddresses: ['127.0.0.1'] } }
       : false,
-    registry: new Registry(),
+    registry,
     logger: options.logger ?? silentLogger,
   });
   const bootstrap = controller.bootstrap

@@ -4,6 +4,7 @@ import { appendFile, mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { collectDefaultMetrics, Registry } from 'prom-client';
 import { parseDocument } from 'yaml';
 import { lockFolder } from '../runtime/folder-lock.ts';
 import { type ResourceType, resourceTypeByName } from '../sim/apiserver/resources.ts';
@@ -80,9 +81,16 @@ describe('kops-controller dev', () => {
     assert.deepEqual(relabelled(), nodes);
   });
 
-  test('serves metrics, and the banner says where', async () => {
+  test('serves metrics, the Node.js process metrics as run does among them, and the banner says where', async () => {
     const metrics = await (await fetch(`${controller.url}/metrics`)).text();
     assert.match(metrics, /^node_controller_reconciles_total\{result="labelled"\} \d+$/m);
+    // docs/operations.md: "Besides the standard Node.js process metrics (process_*, nodejs_*)".
+    const defaults = new Registry();
+    collectDefaultMetrics({ register: defaults });
+    const families = (text: string) =>
+      [...text.matchAll(/^# TYPE ((?:process|nodejs)_\w+) /gm)].map((m) => m[1] as string).sort();
+    assert.deepEqual(families(metrics), families(await defaults.metrics()));
+    assert.match(metrics, /^process_cpu_user_seconds_total \d/m);
     assert.match(
       devBanner(cluster, controllerBannerLines(controller)),
       new RegExp(`Controller +${controller.url}/metrics`),

@@ -125,6 +125,17 @@ test('explain --request with an x-aws-sts proof replays it to STS; the proof sta
   }
 });
 
+test('explain --token refuses a malformed token as input: exit 65, the line names --token, not the value', async () => {
+  const config = conf('token-malformed.json', { bootstrap: { policies: [{ name: 'bootstrap-token' }] } });
+  const { error } = await runCliResult(
+    ...['explain', '--conf', config, '--csr', file('node-m.csr', csr), '--node', 'worker-9'],
+    ...['--token', 'abc'],
+  );
+  assert.equal(exitCodeOf(error), 65, String(error));
+  assert.match(errorLine(error), /^--token: the bootstrap token is not in the kubeadm format /);
+  assert.ok(!errorLine(error).includes('abc'), errorLine(error));
+});
+
 test('explain --token checks a bootstrap token against the cluster', async () => {
   const api = await startApiServer();
   try {

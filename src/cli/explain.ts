@@ -7,6 +7,7 @@
  * cluster's API server (or a wildcard) is refused first, as the server refuses it before any policy.
  */
 import { Command, Option } from 'commander';
+import { bootstrapTokenFlag } from '../agent/proofs.ts';
 import { evaluateChain } from '../bootstrap/chain.ts';
 import { auditDetailOf } from '../bootstrap/context.ts';
 import { assertNoReservedNamesIn } from '../bootstrap/issue.ts';
@@ -140,7 +141,11 @@ export function explainCommand(): Command {
       new Option('--csr <file>', 'a kubelet CSR (PEM) to explain as a native request').conflicts('request'),
     )
     .option('--node <name>', 'with --csr: the node name the request claims')
-    .option('--token <id.secret>', 'a bootstrap token to present (as Authorization: Bearer)')
+    .addOption(
+      new Option('--token <id.secret>', 'a bootstrap token to present (as Authorization: Bearer)').argParser(
+        bootstrapTokenFlag('--token'),
+      ),
+    )
     .option('--remote-address <ip>', 'the address the request is to come from (metal checks it)', '127.0.0.1')
     .addOption(outputOption());
   return withKubeOptions(command).action(runExplain);

@@ -198,7 +198,11 @@ describe('kops-controller join against the bootstrap server', () => {
     await kubectl(adminKubeconfig, 'certificate', 'approve', name);
     const outcome = await joining;
     assert.equal(outcome.code, 0, outcome.stderr);
-    assert.match(outcome.stderr, /waiting for approval/);
+    // The line docs/join.md shows: the queue policy's reason, and the name to approve.
+    assert.match(
+      outcome.stderr,
+      /^waiting for approval \(\d+s\): the node name node-q is claimed, not verified: a human must check that 127\.0\.0\.1 really is node-q before approving; queued as kops-bootstrap-[0-9a-f]{40}$/m,
+    );
     assert.match(outcome.stdout, /^NODE +INSTANCE GROUP +API SERVER +KUBECONFIG\nnode-q /);
     assert.deepEqual(
       (await readdir(join(dir, 'node-q'))).filter((name) => !name.startsWith('..')).sort(),
@@ -209,6 +213,28 @@ describe('kops-controller join against the bootstrap server', () => {
         nodeFileNames.kubeconfig,
       ].sort(),
     );
+  });
+
+  test('a malformed token: exit 65 at once, the line names --token (or the variable it came from), not the value', async () => {
+    const flag = await cli(...joinArgs('node-badtoken', ...pins, '--token', 'abc'));
+    assert.equal(flag.code, 65, flag.stderr);
+    assert.match(
+      flag.stderr,
+      /^kops-controller: --token: the bootstrap token is not in the kubeadm format /m,
+    );
+    process.env['KOPS_CONTROLLER_JOIN_TOKEN'] = 'abcdef.NOT-A-SECRET';
+    try {
+      const variable = await cli(...joinArgs('node-badtoken', ...pins));
+      assert.equal(variable.code, 65, variable.stderr);
+      assert.match(
+        variable.stderr,
+        /^kops-controller: \$KOPS_CONTROLLER_JOIN_TOKEN: the bootstrap token is not in the kubeadm format /m,
+      );
+      assert.ok(!variable.stderr.includes('NOT-A-SECRET'));
+    } finally {
+      delete process.env['KOPS_CONTROLLER_JOIN_TOKEN'];
+    }
+    assert.deepEqual(await filesIn(join(dir, 'node-badtoken')), []);
   });
 
   test('wrong CA pin: refused before anything is sent, exit 77, nothing written', async () => {
@@ -570,7 +596,14 @@ describe('kops-controller join --cloud aws', () => {
    * config or credentials files), so the machine's own AWS settings decide nothing; IMDS is the
    * loopback one unless `vars` says otherwise.
    */
-  const awsJoin = async (vars: Record<string, string>, ...args: string[]): Promise<Outcome> => {
+  const awsJoin = (vars: Record<string, string>, ...args: string[]): Promise<Outcome> =>
+    awsJoinIn(vars, ['--aws-region', aws.region], ...args);
+  /** {@link awsJoin} with `regionArgs` for the region flag (none: the region is the environment's). */
+  const awsJoinIn = async (
+    vars: Record<string, string>,
+    regionArgs: string[],
+    ...args: string[]
+  ): Promise<Outcome> => {
     const saved = Object.fromEntries(
       Object.keys(process.env)
         .filter((k) => k.startsWith('AWS_'))
@@ -585,7 +618,7 @@ describe('kops-controller join --cloud aws', () => {
     });
     try {
       const base = ['join', '--server', awsBoot.server.url, '--ca-file', caFile, '--cloud', 'aws'];
-      return await cli(...base, '--aws-region', aws.region, ...args);
+      return await cli(...base, ...regionArgs, ...args);
     } finally {
       for (const key of Object.keys(process.env).filter((k) => k.startsWith('AWS_'))) delete process.env[key];
       Object.assign(process.env, saved);
@@ -660,6 +693,23 @@ describe('kops-controller join --cloud aws', () => {
       assert.deepEqual(await filesIn(join(dir, 'aws-nocreds')), []);
     } finally {
       imds.fail('credentials', 0);
+    }
+  });
+
+  test('without a region (no --aws-region, no AWS_REGION): exit 78 at once, before IMDS is asked for the instance id', async () => {
+    imds.fail('instance-id', 1_000_000);
+    try {
+      const started = Date.now();
+      const outcome = await awsJoinIn({}, [], '--dir', join(dir, 'aws-noregion'), '--timeout', '20s');
+      assert.equal(outcome.code, 78, outcome.stderr);
+      assert.equal(
+        outcome.stderr,
+        'kops-controller: --cloud aws needs the region: pass --aws-region or set AWS_REGION\n',
+      );
+      assert.ok(Date.now() - started < 5_000, `took ${Date.now() - started} ms`);
+      assert.deepEqual(await filesIn(join(dir, 'aws-noregion')), []);
+    } finally {
+      imds.fail('instance-id', 0);
     }
   });
 

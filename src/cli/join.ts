@@ -10,6 +10,7 @@ import { type DiscoveryOptions, discoverCluster } from '../agent/discovery.ts';
 import { type JoinOptions, type JoinResult, join } from '../agent/join.ts';
 import { nodeFilePath } from '../agent/node-files.ts';
 import {
+  bootstrapTokenFlag,
   gceIdentityProof,
   noProof,
   type ProofProvider,
@@ -156,7 +157,7 @@ function addTrustOptions(command: Command): Command {
       new Option(
         '--token <id.secret>',
         `bootstrap token (kubeadm format); also read from $${tokenEnvironmentVariable}`,
-      ),
+      ).argParser(bootstrapTokenFlag('--token')),
     );
 }
 
@@ -315,9 +316,12 @@ async function identityOf(
         options.servingCertificate && existsSync(nodeFilePath(options.dir, 'serverCertificate')),
     };
   }
+  // The proof first: it checks what the flags and environment lack (`--cloud aws` without a region)
+  // before the name may wait on the metadata service.
+  const proof = await proofFor(options, token, retry.logger);
   const identity: Pick<JoinOptions, 'nodeName' | 'proof' | 'servingCertificate' | 'challenge'> = {
     nodeName: await nodeNameFor(options, retry),
-    proof: await proofFor(options, token, retry.logger),
+    proof,
     // Only a cloud or inventory proof verifies addresses; with a token, a human's approval or a
     // metal Host (which records no addresses) the kubelet gets its serving certificate later, from
     // the in-cluster CSR approver.
@@ -338,8 +342,11 @@ async function runJoin(options: JoinCommandOptions, command: Command): Promise<v
       'pass --ca-pin sha256:... or --ca-file FILE: join never trusts an unknown CA',
     );
   }
-  const rawToken = options.token ?? process.env[tokenEnvironmentVariable];
-  const token = rawToken ? validateBootstrapToken(rawToken) : undefined;
+  // `--token` was checked as it was parsed; the variable is checked here, each named in the line.
+  const fromEnvironment = process.env[tokenEnvironmentVariable];
+  const token =
+    options.token ??
+    (fromEnvironment ? validateBootstrapToken(fromEnvironment, `$${tokenEnvironmentVariable}`) : undefined);
   const deadline = Date.now() + durationFlag('--timeout', options.timeout);
   const progress = progressLine(command);
   try {

@@ -44,6 +44,25 @@ test('typed errors become one line; unexpected ones are labelled as bugs', () =>
   assert.match(errorLine(new TypeError('x is undefined')), /^internal error: x is undefined/);
 });
 
+test('a usage error of any command, at any depth, prints the message and the --help hint', async () => {
+  const program = await buildProgram();
+  // Every command that runs something (a group without an action prints its help instead).
+  const walk = (command: typeof program, path: string[]): void => {
+    for (const sub of command.commands) walk(sub, [...path, sub.name()]);
+    if (command.commands.length > 0) return;
+    let printed = '';
+    command.configureOutput({ writeErr: (text) => (printed += text) });
+    assert.throws(() => command.parse(['--definitely-not-an-option'], { from: 'user' }), CommanderError);
+    assert.match(
+      printed,
+      // The unknown option, or a required option missing, whichever Commander checks first.
+      /^error: (unknown option '--definitely-not-an-option'|required option .* not specified)\n\(run with --help for usage\)\n$/,
+      path.join(' '),
+    );
+  };
+  walk(program, []);
+});
+
 test('usage errors in nested subcommands are reported, not thrown out of the process', async () => {
   const program = await buildProgram();
   for (const command of program.commands) {

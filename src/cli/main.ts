@@ -15,6 +15,9 @@ const packageJson = JSON.parse(readFileSync(new URL('../../package.json', import
   version: string;
 };
 
+/** What a usage error prints after its message, for every command (docs/operations.md, exit 2). */
+const usageHint = '(run with --help for usage)';
+
 /** Builds the program with the named subcommands (default: all of them). */
 export async function buildProgram(names: readonly string[] = commandNames): Promise<Command> {
   const program = new Command('kops-controller')
@@ -31,13 +34,13 @@ export async function buildProgram(names: readonly string[] = commandNames): Pro
         .default(defaultVerbosity),
     )
     .addOption(logFormatOption())
-    .showHelpAfterError('(run with --help for usage)')
     .configureHelp({ sortSubcommands: true })
     .exitOverride();
   for (const command of await loadCommands(names)) program.addCommand(command);
-  // Usage errors anywhere in the tree must reach main()'s handler instead of exiting the process.
+  // Usage errors anywhere in the tree must reach main()'s handler instead of exiting the process,
+  // and print the same hint as the program's (added commands inherit neither setting).
   const overrideExits = (command: Command): void => {
-    command.exitOverride();
+    command.exitOverride().showHelpAfterError(usageHint);
     for (const sub of command.commands) overrideExits(sub);
   };
   overrideExits(program);

@@ -534,8 +534,9 @@ export function pkiCommand(): Command {
     inspectCommand(),
     applyCommand(),
   ]) {
-    // Added commands do not inherit the program's settings: errors must reach main(), not exit.
-    pki.addCommand(sub.exitOverride().showHelpAfterError('(run with --help for usage)'));
+    // Added commands do not inherit the program's settings: errors must reach main(), not exit (the
+    // program sets exitOverride and the usage hint on every command again, src/cli/main.ts).
+    pki.addCommand(sub.exitOverride());
   }
   return pki;
 }

@@ -48,8 +48,11 @@ export function defaultBootstrapWorkers(cores = availableParallelism()): number 
 /** Where kops mounts the controller's config file. */
 export const defaultConfigPath = '/etc/kubernetes/kops-controller/config.yaml';
 
-/** Adds the process metrics (CPU, memory, event-loop lag, ...) to `registry` once. */
-function collectProcessMetrics(registry: Registry): void {
+/**
+ * Adds the standard Node.js process metrics (`process_*`, `nodejs_*`: CPU, memory, event-loop lag,
+ * ...) to `registry` once: `run` on its registry, `dev` on its controller's (src/cli/dev-controller.ts).
+ */
+export function collectProcessMetrics(registry: Registry): void {
   if (!registry.getSingleMetric('process_cpu_user_seconds_total'))
     collectDefaultMetrics({ register: registry });
 }

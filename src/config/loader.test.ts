@@ -208,6 +208,30 @@ describe('config loader', () => {
     );
   });
 
+  test('one line names every bad field of csrApprover.serving, even when one of them is of the wrong type', () => {
+    const text = [
+      'clusterName: c',
+      'cloud: aws',
+      'csrApprover:',
+      '  serving:',
+      '    dnsNamePattern: "["',
+      '    ipPrefixes: [foo]',
+      '    maxExpiration: banana',
+    ].join('\n');
+    assert.throws(
+      () => parseConfigText(text, 'conf/csr.yaml'),
+      (err: unknown) => {
+        assert.ok(err instanceof ConfigError);
+        assert.doesNotMatch(err.message, /\n/);
+        assert.match(err.message, /^conf\/csr\.yaml: /);
+        assert.match(err.message, /csrApprover\.serving\.dnsNamePattern: "\[" is not a regular expression/);
+        assert.match(err.message, /csrApprover\.serving\.ipPrefixes: "foo" is not an IP range/);
+        assert.match(err.message, /csrApprover\.serving\.maxExpiration: invalid duration "banana"/);
+        return true;
+      },
+    );
+  });
+
   test('a listen address with a port above 65535 is refused at load, naming the file and the field', async () => {
     for (const [field, yaml] of [
       ['metrics.listen', 'metrics:\n  listen: ":99999"\n'],

@@ -5,7 +5,7 @@
  * camelCase style. Unknown keys are errors so that a typo never silently disables a setting.
  */
 import { z } from 'zod';
-import { servingSettingsProblems } from '../controllers/csr-approver/serving-policy.ts';
+import { type ServingSettings, servingSettingsProblems } from '../controllers/csr-approver/serving-policy.ts';
 import { defaultPollIntervalMs } from '../statestore/cluster-store.ts';
 import { parseDuration } from './duration.ts';
 
@@ -286,6 +286,19 @@ const bootstrap = z.strictObject({
     .default({}),
 });
 
+/**
+ * The checks of one `csrApprover.serving` field (servingSettingsProblems), made on the field itself
+ * rather than on the object: zod skips an object's refinement when any of its fields fails to parse,
+ * so one field of the wrong type would hide every other bad one from the error line.
+ */
+function servingCheck<K extends keyof ServingSettings>(field: K) {
+  return (value: ServingSettings[K], ctx: z.RefinementCtx): void => {
+    for (const { message } of servingSettingsProblems({ [field]: value })) {
+      ctx.addIssue({ code: 'custom', message });
+    }
+  };
+}
+
 const csrApprover = z.strictObject({
   /** Approve kubelet client renewals and cloud-verified serving certificates (needs node identity). */
   enabled: z.boolean().default(true),
@@ -297,18 +310,13 @@ const csrApprover = z.strictObject({
   serving: z
     .strictObject({
       /** Every DNS name must match this regular expression in full (case-insensitive). */
-      dnsNamePattern: z.string().min(1).optional(),
+      dnsNamePattern: z.string().min(1).superRefine(servingCheck('dnsNamePattern')).optional(),
       /** Every IP address must be in one of these CIDRs. */
-      ipPrefixes: z.array(z.string()).min(1).optional(),
+      ipPrefixes: z.array(z.string()).min(1).superRefine(servingCheck('ipPrefixes')).optional(),
       /** A longer `spec.expirationSeconds` is denied (not capped: an approver cannot change a request). */
-      maxExpiration: duration.optional(),
+      maxExpiration: duration.superRefine(servingCheck('maxExpiration')).optional(),
       /** Every DNS name must resolve, and only to allowed addresses. */
       namesMustResolve: z.boolean().default(false),
-    })
-    .superRefine((settings, ctx) => {
-      for (const { field, message } of servingSettingsProblems(settings)) {
-        ctx.addIssue({ code: 'custom', path: [field], message });
-      }
     })
     .default({ namesMustResolve: false }),
 });

@@ -4,11 +4,13 @@
  * NodeController labels them from the instance group EC2 records.
  */
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import { nodeFilePath } from '../agent/node-files.ts';
 import { startDevController } from '../cli/dev-controller.ts';
+import { runCliResult } from '../testing/cli.ts';
 import { startDevCluster } from './dev-cluster.ts';
 import { type JoiningStatus, startJoiningNodes } from './joining-nodes.ts';
 
@@ -80,4 +82,28 @@ test('one watch per resource: Nodes for the NodeController, the gauges and the g
   const ready = await fetch(`${controller.url}/readyz`);
   assert.equal(ready.status, 200);
   assert.match(await ready.text(), /^\[\+\]informer-nodes ok$/m, 'ready once the Node cache has synced');
+});
+
+test('the dev chain is the printed config’s, aws then renewal: a joined machine renews with join --renew', async () => {
+  const bootstrap = controller.bootstrap;
+  assert.ok(bootstrap);
+  const joining = startJoiningNodes({
+    cluster,
+    server: bootstrap.url,
+    caPin: bootstrap.caPin,
+    count: 1,
+    proof: 'cloud',
+    dir: join(dir, 'renewing'),
+  });
+  await joining.done;
+  const name = joining.nodes[0] as string;
+  const nodeDir = join(dir, 'renewing', name);
+  const before = await readFile(nodeFilePath(nodeDir, 'clientCertificate'), 'utf8');
+  const { output, error } = await runCliResult(
+    ...['join', '--renew', '--server', bootstrap.url, '--ca-pin', bootstrap.caPin],
+    ...['--cluster-name', cluster.clusterName, '--dir', nodeDir, '-o', 'json'],
+  );
+  assert.equal(error, undefined, `${output}${error instanceof Error ? error.message : ''}`);
+  assert.equal(JSON.parse(output).nodeName, name);
+  assert.notEqual(await readFile(nodeFilePath(nodeDir, 'clientCertificate'), 'utf8'), before);
 });

@@ -1,8 +1,16 @@
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { OAuth2Client } from 'google-auth-library';
-import { KopsError, NotFoundError, UnauthenticatedError, UnavailableError } from '../errors.ts';
+import {
+  ConfigError,
+  exitCodeOf,
+  KopsError,
+  NotFoundError,
+  UnauthenticatedError,
+  UnavailableError,
+} from '../errors.ts';
 import { startGcsSim } from '../sim/gcs/server.ts';
+import { withLocalGoogleCredentials } from '../testing/google-env.ts';
 import { outcomeWithin, silentServer } from '../testing/silent-server.ts';
 import { GcsVfs } from './gcs-vfs.ts';
 
@@ -60,6 +68,30 @@ describe('GCS backend', () => {
     await assert.rejects(
       vfs('gs://state/c1', 'good-token', 'http://127.0.0.1:9').stat('config'),
       UnavailableError,
+    );
+  });
+
+  test('missing credentials are typed as the compute client types them: an unreadable file 78, none at all 69', async () => {
+    const store = () => new GcsVfs(new URL('gs://state/c1'), { endpoint: sim.endpoint, timeoutMs: 5_000 });
+    await withLocalGoogleCredentials({ GOOGLE_APPLICATION_CREDENTIALS: '/nonexistent/key.json' }, () =>
+      assert.rejects(
+        store().read('config'),
+        (err: unknown) =>
+          err instanceof ConfigError &&
+          exitCodeOf(err) === 78 &&
+          /^cannot read gs:\/\/state\/c1\/config: the Google credentials file \/nonexistent\/key\.json/.test(
+            err.message,
+          ),
+      ),
+    );
+    await withLocalGoogleCredentials({}, () =>
+      assert.rejects(
+        store().stat('config'),
+        (err: unknown) =>
+          err instanceof UnavailableError &&
+          exitCodeOf(err) === 69 &&
+          /^cannot stat gs:\/\/state\/c1\/config: no Google credentials/.test(err.message),
+      ),
     );
   });
 

@@ -10,7 +10,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import { GoogleAuth } from 'google-auth-library';
-import { googleClientOptions } from '../cloud/gce/compute.ts';
+import { googleClientOptions, googleCredentialsError } from '../cloud/gce/compute.ts';
 import { withDeadline } from '../deadline.ts';
 import {
   ForbiddenError,
@@ -92,8 +92,9 @@ export class GcsVfs implements Vfs {
     const where = `${this.url}/${path}`;
     const started = Date.now();
     let answer: HttpsAnswer;
+    // Typed by #credentials: a missing credential is not the store's outage.
+    const headers = Object.fromEntries(await this.#credentials(url, action, where));
     try {
-      const headers = Object.fromEntries(await this.#credentials(url, action, where));
       answer = await httpsRequest({
         url: new URL(url),
         method: init.method,
@@ -122,12 +123,23 @@ export class GcsVfs implements Vfs {
    * ask the metadata server or a token endpoint first, and neither is bounded by google-auth-library.
    * Past the deadline its answer is dropped.
    */
-  #credentials(url: string, action: string, where: string): Promise<Headers> {
-    return withDeadline(
-      this.#auth.getRequestHeaders(url),
-      this.#timeoutMs,
-      `cannot ${action} ${where}: credentials`,
-    );
+  async #credentials(url: string, action: string, where: string): Promise<Headers> {
+    try {
+      return await withDeadline(
+        this.#auth.getRequestHeaders(url),
+        this.#timeoutMs,
+        `cannot ${action} ${where}: credentials`,
+      );
+    } catch (err) {
+      if (err instanceof TimeoutError) {
+        throw new TimeoutError(`cannot ${action} ${where}: no answer within ${this.#timeoutMs} ms`, {
+          cause: err,
+        });
+      }
+      // Typed as the compute client types them: an unusable credentials file is the configuration's
+      // fault, no credentials at all a dependency's.
+      throw googleCredentialsError(err, `cannot ${action} ${where}`);
+    }
   }
 
   #failure(action: string, path: string, answer: HttpsAnswer): KopsError {

@@ -5,18 +5,22 @@ import { OAuth2Client } from 'google-auth-library';
 import { Registry } from 'prom-client';
 import { isTransientFailure } from '../../bootstrap/dependency.ts';
 import {
+  ConfigError,
+  exitCodeOf,
   ForbiddenError,
   InvalidInputError,
   NotFoundError,
   RateLimitedError,
   UnauthenticatedError,
+  UnavailableError,
 } from '../../errors.ts';
 import { simulatorAuth, simulatorCompute } from '../../sim/gce/clients.ts';
 import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
 import { cloudCallsTimed, cloudRequests } from '../../testing/cloud-calls.ts';
+import { withLocalGoogleCredentials } from '../../testing/google-env.ts';
 import { outcomeWithin, silentServer } from '../../testing/silent-server.ts';
 import { cloudCallMetrics } from '../metrics.ts';
-import { ComputeClient, lastComponent, metadataValue } from './compute.ts';
+import { ComputeClient, defaultAuthClient, lastComponent, metadataValue } from './compute.ts';
 
 let sim: GceSimulator;
 before(async () => {
@@ -222,4 +226,26 @@ test('closing the client ends a call waiting on a silent API at once, and refuse
   } finally {
     silent.close();
   }
+});
+
+test('missing credentials are typed errors: an unreadable GOOGLE_APPLICATION_CREDENTIALS is the configuration (78), none at all a dependency (69)', async () => {
+  await withLocalGoogleCredentials({ GOOGLE_APPLICATION_CREDENTIALS: '/nonexistent/key.json' }, () =>
+    assert.rejects(
+      defaultAuthClient(),
+      (err: unknown) =>
+        err instanceof ConfigError &&
+        exitCodeOf(err) === 78 &&
+        /GOOGLE_APPLICATION_CREDENTIALS/.test(err.message) &&
+        err.message.includes('/nonexistent/key.json'),
+    ),
+  );
+  await withLocalGoogleCredentials({}, () =>
+    assert.rejects(
+      defaultAuthClient(),
+      (err: unknown) =>
+        err instanceof UnavailableError &&
+        exitCodeOf(err) === 69 &&
+        /no Google credentials/.test(err.message),
+    ),
+  );
 });

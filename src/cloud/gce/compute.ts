@@ -6,9 +6,10 @@
  */
 import { type AuthClient, GoogleAuth, gaxios } from 'google-auth-library';
 import {
+  ConfigError,
   ForbiddenError,
   InvalidInputError,
-  type KopsError,
+  KopsError,
   NotFoundError,
   RateLimitedError,
   UnauthenticatedError,
@@ -149,7 +150,54 @@ export function googleClientOptions(): { transporterOptions: { agent: typeof egr
 
 /** Builds the production auth client: Application Default Credentials (the metadata server on GCE). */
 export async function defaultAuthClient(): Promise<AuthClient> {
-  return new GoogleAuth({ scopes: [computeReadOnlyScope], clientOptions: googleClientOptions() }).getClient();
+  try {
+    return await new GoogleAuth({
+      scopes: [computeReadOnlyScope],
+      clientOptions: googleClientOptions(),
+    }).getClient();
+  } catch (err) {
+    throw googleCredentialsError(err, 'cannot call the Compute Engine API');
+  }
+}
+
+/**
+ * google-auth-library's failure to find Application Default Credentials as a typed error, the one
+ * mapping the compute client and the GCS state store share (`action` says what the credentials were
+ * for). A credentials file that cannot be read or used (`GOOGLE_APPLICATION_CREDENTIALS`, or gcloud's
+ * well-known file) is the configuration's fault: ConfigError (exit 78). No credentials anywhere, which
+ * off GCE means the metadata server did not answer, is a dependency that failed: UnavailableError
+ * (exit 69), as the AWS side treats "could not load credentials". Anything else (a token endpoint's
+ * failure, a network error) is a fault too; a typed error passes through unchanged.
+ */
+export function googleCredentialsError(err: unknown, action: string): KopsError {
+  if (err instanceof KopsError) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  const path = process.env['GOOGLE_APPLICATION_CREDENTIALS'];
+  if (
+    message.startsWith('Unable to read the credential file specified by the GOOGLE_APPLICATION_CREDENTIALS')
+  ) {
+    return new ConfigError(
+      `${action}: the Google credentials file ${path ?? ''} (GOOGLE_APPLICATION_CREDENTIALS) cannot be used: ` +
+        message.replace(
+          /^Unable to read the credential file specified by the GOOGLE_APPLICATION_CREDENTIALS environment variable: /,
+          '',
+        ),
+      { cause: err },
+    );
+  }
+  if (message.startsWith('The file at ')) {
+    return new ConfigError(`${action}: the Google credentials file cannot be used: ${message}`, {
+      cause: err,
+    });
+  }
+  if (message.startsWith('Could not load the default credentials')) {
+    return new UnavailableError(
+      `${action}: no Google credentials: neither GOOGLE_APPLICATION_CREDENTIALS, gcloud's application ` +
+        'default credentials nor a GCE metadata server provided any',
+      { cause: err },
+    );
+  }
+  return new UnavailableError(`${action}: cannot get Google credentials: ${message}`, { cause: err });
 }
 
 /** A read-only compute v1 client for one project; errors are the project's typed errors. */
