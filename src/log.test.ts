@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { createLogger, levelForVerbosity } from './log.ts';
+import { capturedLogger } from './testing/log-capture.ts';
 
 function capture(): { stream: Writable; lines: () => Record<string, unknown>[] } {
   const chunks: string[] = [];
@@ -45,33 +46,14 @@ test('klog verbosity maps onto pino levels', () => {
 });
 
 test('a component named by its supervisor and by itself is named once, the inner name winning', () => {
-  const chunks: string[] = [];
-  const log = createLogger({
-    level: 'info',
-    destination: new Writable({
-      write(chunk, _enc, done) {
-        chunks.push(String(chunk));
-        done();
-      },
-    }),
-  });
+  const { logger: log, lines: chunks } = capturedLogger();
   log.child({ component: 'a' }).child({ component: 'b' }).info('tick');
   assert.equal(chunks.join('').match(/"component"/g)?.length, 1);
   assert.equal((JSON.parse(chunks.join('')) as { component: string }).component, 'b');
 });
 
 test('the text format is one readable line a record, secrets redacted as in JSON', () => {
-  const chunks: string[] = [];
-  const log = createLogger({
-    level: 'info',
-    format: 'text',
-    destination: new Writable({
-      write(chunk, _enc, done) {
-        chunks.push(String(chunk));
-        done();
-      },
-    }),
-  });
+  const { logger: log, lines: chunks } = capturedLogger({ format: 'text' });
   log
     .child({ component: 'x' })
     .warn({ node: 'n-1', token: 'abcdef.0123456789abcdef', why: 'two words' }, 'odd node');

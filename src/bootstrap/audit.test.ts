@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
-import { Writable } from 'node:stream';
 import { test } from 'node:test';
-import { createLogger } from '../log.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
 import { auditSink, redactAuditRecord, redactTokens } from './audit.ts';
 import type { AuditRecord } from './types.ts';
 
@@ -30,16 +29,7 @@ test('redaction keeps the token id and drops the secret everywhere', () => {
 });
 
 test('the audit sink writes one JSON line per record, marked audit: true, without secrets', () => {
-  const lines: string[] = [];
-  const logger = createLogger({
-    level: 'info',
-    destination: new Writable({
-      write(chunk, _encoding, done) {
-        lines.push(String(chunk));
-        done();
-      },
-    }),
-  });
+  const { logger, lines } = capturedLogger();
   const sink = auditSink(logger);
   sink(record);
   sink({ ...record, verdict: 'approve', nodeName: 'worker-1', issued: { kubelet: '0a' } });

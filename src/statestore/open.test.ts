@@ -5,8 +5,12 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { OAuth2Client } from 'google-auth-library';
 import { ConfigError, InvalidInputError, NotFoundError } from '../errors.ts';
+import { startBlobStorageSimulator } from '../sim/azure/blob.ts';
+import { startAzureSimulator } from '../sim/azure/simulator.ts';
 import { startGcsSim } from '../sim/gcs/server.ts';
+import { startOpenStackSimulator } from '../sim/openstack/simulator.ts';
 import { startS3Sim } from '../sim/s3/server.ts';
+import { azureBlobEndpointVariable } from './azure-blob-vfs.ts';
 import { FileVfs } from './file-vfs.ts';
 import { GcsVfs } from './gcs-vfs.ts';
 import { MemfsVfs } from './memfs-vfs.ts';
@@ -23,6 +27,11 @@ function staticGoogleAuth(token: string): OAuth2Client {
 
 const s3 = await startS3Sim({ buckets: ['state'] });
 const gcs = await startGcsSim({ buckets: ['state'], token: 'sim-token' });
+const openstack = await startOpenStackSimulator();
+openstack.swift.createContainer('state');
+const azure = await startAzureSimulator();
+const blob = await startBlobStorageSimulator({ validToken: (token) => azure.validToken(token) });
+blob.createContainer('kopsstate', 'state');
 let tempDir = '';
 
 const backends: { name: string; open: () => Vfs }[] = [
@@ -42,13 +51,41 @@ const backends: { name: string; open: () => Vfs }[] = [
         gcs: { endpoint: gcs.endpoint, auth: staticGoogleAuth('sim-token') },
       }),
   },
+  // kops' S3-compatible schemes share one backend; Linode's is the one with other checksum settings.
+  {
+    name: 'linode',
+    open: () =>
+      openVfs('linode://state/clusters/c1', {
+        env: {
+          S3_ENDPOINT: s3.endpoint,
+          S3_ACCESS_KEY_ID: s3.credentials.accessKeyId,
+          S3_SECRET_ACCESS_KEY: s3.credentials.secretAccessKey,
+        },
+      }),
+  },
+  { name: 'swift', open: () => openVfs('swift://state/clusters/c1', { env: openstack.env }) },
+  {
+    name: 'azureblob',
+    open: () =>
+      openVfs('azureblob://kopsstate/state/clusters/c1', {
+        env: { [azureBlobEndpointVariable]: blob.endpoint },
+        azureBlob: { credential: azure.credential, caPem: blob.caPem },
+      }),
+  },
 ];
 
 before(async () => {
   tempDir = await mkdtemp(join(tmpdir(), 'kc-vfs-'));
 });
 after(async () => {
-  await Promise.all([s3.close(), gcs.close(), rm(tempDir, { recursive: true, force: true })]);
+  await Promise.all([
+    s3.close(),
+    gcs.close(),
+    openstack.close(),
+    azure.close(),
+    blob.close(),
+    rm(tempDir, { recursive: true, force: true }),
+  ]);
 });
 
 for (const backend of backends) {

@@ -2,19 +2,18 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { Registry } from 'prom-client';
 import { createAwsClients } from '../../cloud/aws/clients.ts';
 import { cloudCallMetrics } from '../../cloud/metrics.ts';
 import { parseConfig } from '../../config/loader.ts';
 import { ConfigError } from '../../errors.ts';
-import { createLogger } from '../../log.ts';
 import { createCa } from '../../pki/ca.ts';
 import { startAwsSimulator } from '../../sim/aws/server.ts';
 import { createCertificateAuthority, issueClientCertificate } from '../../sim/tls.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import { cloudRequests } from '../../testing/cloud-calls.ts';
+import { capturedLogger } from '../../testing/log-capture.ts';
 import { evaluateChain } from '../chain.ts';
 import { isDependencyFault } from '../dependency.ts';
 import { MemoryReplayGuard } from '../replay-guard.ts';
@@ -55,16 +54,7 @@ test('kops default chains: the provider’s policy (server.pki → pki-tpm, kops
 });
 
 test('buildPolicies builds the configured chain in order and warns loudly about insecure-always-approve', async () => {
-  const lines: string[] = [];
-  const logger = createLogger({
-    level: 'info',
-    destination: new Writable({
-      write(chunk, _encoding, done) {
-        lines.push(String(chunk));
-        done();
-      },
-    }),
-  });
+  const { logger, lines } = capturedLogger();
   const config = parseConfig({
     ...base,
     bootstrap: {
