@@ -8,7 +8,8 @@ import { bundlePem, createCa } from '../pki/ca.ts';
 import { challengeServerName } from '../protocol/challenge.ts';
 import { challengeClientCertificate } from '../protocol/challenge-certificates.ts';
 import { callbackService } from '../protocol/challenge-grpc.ts';
-import { CallbackRefusedError, GrpcCallbackChallenger } from './challenge-caller.ts';
+import { type EgressProxySim, startEgressProxy } from '../sim/egress-proxy.ts';
+import { CallbackRefusedError, challengeProxy, GrpcCallbackChallenger } from './challenge-caller.ts';
 
 const clusterName = 'minimal.example.com';
 const ca = createCa();
@@ -221,5 +222,96 @@ describe('callback challenge, the node server refuses callers that are not the c
     stub.close();
     assert.ok(err && err.code !== status.OK);
     await new GrpcCallbackChallenger({ ca, clusterName }).challenge(node.endpoint, claim);
+  });
+});
+
+describe('callback challenge and the egress proxy: decided as every other client, tunnelled by this code', () => {
+  const kopsNoProxy = '127.0.0.1,localhost,172.20.0.0/16,2001:db8:1::/48';
+  const names = ['HTTPS_PROXY', 'https_proxy', 'HTTP_PROXY', 'http_proxy', 'NO_PROXY', 'no_proxy'];
+  const saved = Object.fromEntries(names.map((name) => [name, process.env[name]]));
+  let proxy: EgressProxySim;
+  let node: ChallengeListener;
+  let nodeV4Other: ChallengeListener;
+  let nodeV6: ChallengeListener;
+  const challenger = new GrpcCallbackChallenger({ ca, clusterName, timeoutMs: 5000 });
+  const portOf = (listener: ChallengeListener) =>
+    listener.endpoint.slice(listener.endpoint.lastIndexOf(':') + 1);
+
+  before(async () => {
+    proxy = await startEgressProxy();
+    // As kops sets them: both spellings, and a NO_PROXY with the cluster's networks (an IPv6 one too).
+    Object.assign(process.env, {
+      HTTPS_PROXY: proxy.url,
+      https_proxy: proxy.url,
+      HTTP_PROXY: proxy.url,
+      http_proxy: proxy.url,
+      NO_PROXY: kopsNoProxy,
+      no_proxy: kopsNoProxy,
+    });
+    node = await startChallengeServer({ clusterName, clusterCaPem, listen: '127.0.0.1:0' });
+    nodeV4Other = await startChallengeServer({ clusterName, clusterCaPem, listen: '127.0.0.2:0' });
+    nodeV6 = await startChallengeServer({ clusterName, clusterCaPem, listen: '[::1]:0' });
+  });
+  after(async () => {
+    for (const name of names) {
+      if (saved[name] === undefined) delete process.env[name];
+      else process.env[name] = saved[name];
+    }
+    await proxy.close();
+    await node.stop();
+    await nodeV4Other.stop();
+    await nodeV6.stop();
+  });
+
+  test('the decision is proxyFor: IPv4 and IPv6 CIDRs of NO_PROXY and loopback go direct, anything else through the proxy', () => {
+    const env = { HTTPS_PROXY: 'http://proxy.corp:3128', NO_PROXY: kopsNoProxy };
+    assert.equal(challengeProxy('172.20.5.6:3989', env), undefined);
+    assert.equal(challengeProxy('[2001:db8:1::5]:3989', env), undefined);
+    assert.equal(challengeProxy('127.0.0.2:3989', env), undefined);
+    assert.equal(challengeProxy('[::1]:3989', env), undefined);
+    assert.equal(challengeProxy('172.21.0.5:3989', env)?.href, 'http://proxy.corp:3128/');
+    assert.equal(challengeProxy('[2001:db8:2::5]:3989', env)?.href, 'http://proxy.corp:3128/');
+    // Upper case is read too, as Go (grpc-js alone reads only the lower-case names).
+    assert.equal(
+      challengeProxy('172.21.0.5:3989', { HTTPS_PROXY: 'proxy.corp:3128' })?.href,
+      'http://proxy.corp:3128/',
+    );
+  });
+
+  test('a loopback node (IPv4 and IPv6) is challenged directly, the proxy never asked', async () => {
+    proxy.tunnels.length = 0;
+    await challenger.challenge(nodeV4Other.endpoint, nodeV4Other.createChallenge());
+    await challenger.challenge(nodeV6.endpoint, nodeV6.createChallenge());
+    assert.deepEqual(proxy.tunnels, []);
+  });
+
+  test('a node not in NO_PROXY is challenged through a well-formed CONNECT (IPv6 bracketed), end to end', async () => {
+    const port = portOf(node);
+    for (const endpoint of [`172.21.0.5:${port}`, `[2001:db8:2::5]:${port}`]) {
+      proxy.tunnels.length = 0;
+      // The simulated proxy connects every tunnel to 127.0.0.1 on its port: the node's server.
+      await challenger.challenge(endpoint, node.createChallenge());
+      assert.deepEqual(proxy.tunnels, [endpoint]);
+    }
+  });
+
+  test('a proxy that refuses the tunnel is a fault to retry that names the proxy, not a refusal', async () => {
+    proxy.refuse = () => true;
+    try {
+      await assert.rejects(
+        challenger.challenge(`172.21.0.5:${portOf(node)}`, node.createChallenge()),
+        (err: unknown) => {
+          assert.ok(err instanceof KopsError && err.kind === 'unavailable', String(err));
+          assert.ok(!(err instanceof CallbackRefusedError));
+          assert.match(
+            (err as Error).message,
+            /egress proxy http:\/\/127\.0\.0\.1:\d+ did not open a tunnel.*403/,
+          );
+          return true;
+        },
+      );
+    } finally {
+      proxy.refuse = () => false;
+    }
   });
 });

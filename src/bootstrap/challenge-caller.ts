@@ -11,11 +11,21 @@
  * ({@link CallbackRefusedError}: nothing is issued, the request is a denial); a node that could not
  * be reached or did not answer in time is a fault (UnavailableError: the node is told to retry with
  * a fresh challenge), since its listener may not be up yet and no decision about it was made.
+ *
+ * The egress proxy is decided as for every other client (src/net/egress-proxy.ts `proxyFor`, for
+ * `https://<endpoint>`, as grpc-go decides it), not by grpc-js, whose own decision reads only the
+ * lower-case variables, knows IPv4 CIDRs only, does not exempt loopback and writes an IPv6 CONNECT
+ * target without brackets; its `grpc.http_connect_target` would write that same malformed target and
+ * speaks to an `http://` proxy only, and it takes no connection of ours. So a proxied challenge dials a
+ * one-call forwarder on 127.0.0.1 whose connections are this module's CONNECT tunnels (`openTunnel`)
+ * to the node; TLS, with the pinned certificate, still runs end to end with the node.
  */
 import { randomBytes, X509Certificate } from 'node:crypto';
+import { createServer, type Socket } from 'node:net';
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { type Client, credentials, type ServiceError, status } from '@grpc/grpc-js';
 import { ForbiddenError, UnavailableError } from '../errors.ts';
+import { openTunnel, type ProxyEnvironment, proxyFor } from '../net/egress-proxy.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { decodePem } from '../pki/pem.ts';
 import {
@@ -53,6 +63,13 @@ export interface GrpcChallengerOptions {
   /** Dial, handshake and answer, all within this (default 10 s). */
   timeoutMs?: number;
   now?: () => Date;
+  /** The environment the egress-proxy decision reads (default `process.env`). */
+  env?: ProxyEnvironment;
+}
+
+/** The egress proxy a challenge to `endpoint` (`host:port`, `[v6]:port`) goes through, or undefined: direct. */
+export function challengeProxy(endpoint: string, env?: ProxyEnvironment): URL | undefined {
+  return proxyFor(new URL(`https://${endpoint}`), env);
 }
 
 /** gRPC statuses a node's server sends when it refuses or does not know the challenge. */
@@ -104,7 +121,9 @@ export class GrpcCallbackChallenger implements CallbackChallenger {
       if (mismatch) presentedOther = `the node's certificate does not name ${serverName}`;
       return mismatch;
     };
-    const client = this.#client(endpoint, claim, serverName, identity);
+    const proxy = challengeProxy(endpoint, this.#options.env);
+    const forwarder = proxy ? await forwardThrough(proxy, endpoint) : undefined;
+    const client = this.#client(forwarder?.endpoint ?? endpoint, claim, serverName, identity);
     const nonce = randomBytes(challengeNonceBytes);
     const request: ChallengeRequestMessage = { challenge_id: claim.challengeId, challenge_random: nonce };
     const deadline = Date.now() + (this.#options.timeoutMs ?? 10_000);
@@ -116,9 +135,10 @@ export class GrpcCallbackChallenger implements CallbackChallenger {
         );
       });
     } catch (err) {
-      throw classify(err as ServiceError, endpoint, presentedOther);
+      throw classify(err as ServiceError, endpoint, presentedOther, forwarder?.failure());
     } finally {
       client.close();
+      forwarder?.close();
     }
     if (
       !answerMatches(response.challenge_response ?? Buffer.alloc(0), challengeAnswer(claim.secret, nonce))
@@ -144,6 +164,8 @@ export class GrpcCallbackChallenger implements CallbackChallenger {
     return new Service(endpoint, tls, {
       'grpc.ssl_target_name_override': serverName,
       'grpc.default_authority': serverName,
+      // The proxy is decided above (see the module comment), never by grpc-js.
+      'grpc.enable_http_proxy': 0,
       // One call, then closed: no reconnect attempts beyond the deadline.
       'grpc.max_reconnect_backoff_ms': 1000,
     });
@@ -158,9 +180,76 @@ type ChallengeStub = {
   ): void;
 };
 
+/** A listener on 127.0.0.1 whose every connection is a CONNECT tunnel to `endpoint` through `proxy`. */
+interface Forwarder {
+  /** `127.0.0.1:port`, for grpc-js to dial. */
+  endpoint: string;
+  /** Why the last tunnel could not be opened, if it could not. */
+  failure(): Error | undefined;
+  /** Stops listening and closes every connection. */
+  close(): void;
+}
+
+async function forwardThrough(proxy: URL, endpoint: string): Promise<Forwarder> {
+  const target = new URL(`https://${endpoint}`);
+  const host = target.hostname.replace(/^\[(.*)\]$/, '$1');
+  const port = target.port || '443';
+  const open = new Set<Socket>();
+  let failure: Error | undefined;
+  const server = createServer((client) => {
+    open.add(client);
+    const ended = new AbortController();
+    client.on('error', () => client.destroy());
+    client.on('close', () => {
+      open.delete(client);
+      ended.abort();
+    });
+    openTunnel(proxy, host, port, ended.signal).then(
+      (tunnel) => {
+        open.add(tunnel);
+        tunnel.on('error', () => tunnel.destroy());
+        tunnel.on('close', () => {
+          open.delete(tunnel);
+          client.destroy();
+        });
+        client.on('close', () => tunnel.destroy());
+        if (client.destroyed) tunnel.destroy();
+        client.pipe(tunnel).pipe(client);
+      },
+      (err: Error) => {
+        if (!ended.signal.aborted) failure = err;
+        client.destroy();
+      },
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve());
+  });
+  return {
+    endpoint: `127.0.0.1:${(server.address() as { port: number }).port}`,
+    failure: () => failure,
+    close: () => {
+      server.close();
+      for (const socket of open) socket.destroy();
+    },
+  };
+}
+
 /** A refusal when the node (or whatever answered at its address) said or showed something wrong; else a fault. */
-function classify(err: ServiceError, endpoint: string, presentedOther: string | undefined): Error {
+function classify(
+  err: ServiceError,
+  endpoint: string,
+  presentedOther: string | undefined,
+  tunnelFailure: Error | undefined,
+): Error {
   if (presentedOther) return new CallbackRefusedError(`${presentedOther} (${endpoint})`);
+  if (tunnelFailure) {
+    return new UnavailableError(
+      `the node's challenge server at ${endpoint} could not be reached: ${tunnelFailure.message}`,
+      { cause: tunnelFailure },
+    );
+  }
   if (refusals.has(err.code)) {
     return new CallbackRefusedError(`the node at ${endpoint} refused the callback challenge: ${err.details}`);
   }

@@ -1,14 +1,19 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type ServerResponse } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { CoreV1Api, KubeConfig, type V1Node, type V1Pod } from '@kubernetes/client-node';
 import { AggregatorRegistry, Registry } from 'prom-client';
 import { ForbiddenError, RateLimitedError, TimeoutError } from '../errors.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
+import { drained, startStalledProxy } from '../sim/egress-proxy.ts';
 import { FakeClock } from '../testing/fake-clock.ts';
 import { FakeResource, until } from '../testing/fake-resource.ts';
 import { outcomeWithin, silentApiServer } from '../testing/silent-server.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
+import { loadKubeConfig } from './client.ts';
 import { Informer, kubeList, kubeWatch, type ListFn, maxWatchLineBytes, objectKey } from './informer.ts';
 import { maxNodeBytes } from './kube-https.ts';
 
@@ -810,4 +815,64 @@ describe('kubeWatch against a damaged watch stream', () => {
       await api.close();
     }
   });
+});
+
+test('through an egress proxy that does not answer, stop() ends the list page at once and its tunnel with it; an aborted watch closes its tunnel', async () => {
+  const stalled = await startStalledProxy();
+  const waitFor = async (condition: () => boolean) => {
+    for (let i = 0; i < 200 && !condition(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.ok(condition(), 'condition never became true');
+  };
+  const dir = mkdtempSync(join(tmpdir(), 'informer-proxy-'));
+  try {
+    writeFileSync(
+      join(dir, 'config'),
+      [
+        'apiVersion: v1',
+        'kind: Config',
+        'clusters:',
+        '- name: c',
+        '  cluster: {server: "https://api.c.proxied.test:6443"}',
+        'contexts:',
+        '- name: x',
+        '  context: {cluster: c, user: u}',
+        'current-context: x',
+        'users:',
+        '- name: u',
+        '  user: {token: t}',
+        '',
+      ].join('\n'),
+    );
+    // The API server is not in NO_PROXY: the kubeconfig gets the environment's proxy.
+    const { kubeConfig } = loadKubeConfig({
+      kubeconfig: join(dir, 'config'),
+      env: { HTTPS_PROXY: stalled.url, NO_PROXY: '127.0.0.1,localhost' },
+    });
+    const informer = new Informer<V1Node>({
+      name: 'nodes',
+      path: '/api/v1/nodes',
+      list: kubeList(kubeConfig, '/api/v1/nodes', { timeoutMs: 20_000 }),
+      watch: kubeWatch(kubeConfig),
+    });
+    void informer.start();
+    await waitFor(() => stalled.open.size === 1);
+    const started = Date.now();
+    await informer.stop();
+    const took = Date.now() - started;
+    assert.ok(took < 1_000, `stop() took ${took} ms`);
+    await drained(stalled.open, 1_000);
+    // A watch given up on before the proxy answers leaves nothing open at the proxy either.
+    const handle = await kubeWatch(kubeConfig)(
+      '/api/v1/nodes',
+      {},
+      () => undefined,
+      () => undefined,
+    );
+    await waitFor(() => stalled.open.size === 1);
+    handle.abort();
+    await drained(stalled.open, 1_000);
+  } finally {
+    await stalled.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -31,7 +31,7 @@ import { retryAfterSeconds } from '../net/retry-after.ts';
 import { Backoff } from '../runtime/backoff.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
-import { kubeAnswerError, kubeHttps, kubeJson, maxNodeBytes } from './kube-https.ts';
+import { kubeAnswerError, kubeHttps, kubeJson, kubeProxyAgent, maxNodeBytes } from './kube-https.ts';
 import { sharedMetric } from './metrics.ts';
 
 /** The list parameters the informer sends; a client-node `list*` request object accepts them. */
@@ -99,7 +99,8 @@ function watchEventOf(line: string): { type: WatchEventType; object: unknown } |
 
 /**
  * The {@link WatchFn} of a kubeconfig: a streaming GET with client-node's credentials and agent
- * (`applyToHTTPSOptions`: its proxy, its TLS material, a fresh token per watch) and the timeouts of
+ * (`applyToHTTPSOptions`: its proxy, its TLS material, a fresh token per watch; through an HTTP(S)
+ * proxy, the tunnel of src/net/egress-proxy.ts instead, which an abort ends) and the timeouts of
  * client-node's `Watch` (30 s for the answer, then 30 s of silence: a `TimeoutError`). It splits the
  * lines itself rather than through client-node's `Watch`, which dropped a line that did not parse and
  * buffered a line without bound: a line longer than `maxLineBytes` (default
@@ -131,7 +132,7 @@ export function kubeWatch(
     const req = send(url, {
       method: 'GET',
       headers: opts.headers as OutgoingHttpHeaders,
-      agent: opts.agent,
+      agent: kubeProxyAgent(kubeConfig, opts) ?? opts.agent,
       ...(opts.auth ? { auth: opts.auth } : {}),
     });
     const finish = (err?: unknown) => {

@@ -16,11 +16,11 @@
  * HTTP/2 connection; waiting for a pooled connection counts against the call's deadline.
  */
 import type { OutgoingHttpHeaders } from 'node:http';
-import type { Agent, RequestOptions } from 'node:https';
+import type { Agent, AgentOptions, RequestOptions } from 'node:https';
 import { createSecureContext } from 'node:tls';
-import type { KubeConfig } from '@kubernetes/client-node';
+import type { Cluster, KubeConfig } from '@kubernetes/client-node';
 import { errorForHttpStatus, type KopsError, TimeoutError, UnavailableError } from '../errors.ts';
-import { egressAgent } from '../net/egress-proxy.ts';
+import { egressAgent, proxiedAgent } from '../net/egress-proxy.ts';
 import { type HttpsAnswer, httpsRequest, StaleConnectionError } from '../net/https-client.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
 import { adviceByStatus, statusMessageOf } from './api-errors.ts';
@@ -63,9 +63,11 @@ const idleConnectionMs = 30_000;
 export function kubeHttps(kubeConfig: KubeConfig, options: { timeoutMs: number }): KubeHttps {
   const cluster = kubeConfig.getCurrentCluster();
   const server = (cluster?.server ?? '').replace(/\/+$/, '');
-  // Through a proxy (the kubeconfig's proxy-url) or to a plain-HTTP server (`kubectl proxy`), the
-  // agent client-node makes for the kubeconfig, which it caches; the pool below is for direct HTTPS.
-  const clientNodeAgent = Boolean(cluster?.proxyUrl) || server.startsWith('http:');
+  const proxy = httpProxyOf(cluster);
+  // Through a SOCKS proxy (the kubeconfig's proxy-url) or to a plain-HTTP server (`kubectl proxy`),
+  // the agent client-node makes for the kubeconfig, which it caches; the pool below is for HTTPS,
+  // directly or tunnelled through an HTTP(S) proxy-url.
+  const clientNodeAgent = (Boolean(cluster?.proxyUrl) && !proxy) || server.startsWith('http:');
   let pooled: Agent | undefined;
   return async (call) => {
     const headers: OutgoingHttpHeaders = { accept: 'application/json', 'user-agent': 'kops-controller' };
@@ -75,7 +77,7 @@ export function kubeHttps(kubeConfig: KubeConfig, options: { timeoutMs: number }
     await kubeConfig.applyToHTTPSOptions(opts);
     let agent = opts.agent as Agent;
     if (!clientNodeAgent) {
-      pooled ??= pooledAgent(opts);
+      pooled ??= pooledAgent(opts, proxy);
       agent = pooled;
     }
     const send = (): Promise<HttpsAnswer> =>
@@ -106,13 +108,21 @@ export function kubeHttps(kubeConfig: KubeConfig, options: { timeoutMs: number }
 }
 
 /** The bounded keep-alive pool of a caller, its TLS context built once from the kubeconfig's material. */
-function pooledAgent(opts: RequestOptions): Agent {
-  return egressAgent('https:', {
+function pooledAgent(opts: RequestOptions, proxy: URL | undefined): Agent {
+  const options: AgentOptions = {
     keepAlive: true,
     maxSockets: maxKubeConnections,
     // The most recently used connection first, so that the others idle out after a storm.
     scheduling: 'lifo',
     timeout: idleConnectionMs,
+    ...tlsOptionsOf(opts),
+  };
+  return proxy ? proxiedAgent('https:', proxy, options) : egressAgent('https:', options);
+}
+
+/** The TLS material and checks of `opts` (after client-node's `applyToHTTPSOptions`), as one context. */
+function tlsOptionsOf(opts: RequestOptions): AgentOptions {
+  return {
     secureContext: createSecureContext({
       ...(opts.ca ? { ca: opts.ca } : {}),
       ...(opts.cert ? { cert: opts.cert } : {}),
@@ -120,7 +130,32 @@ function pooledAgent(opts: RequestOptions): Agent {
     }),
     ...(opts.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: opts.rejectUnauthorized }),
     ...(opts.servername ? { servername: opts.servername } : {}),
-  });
+  };
+}
+
+/** The cluster's HTTP(S) `proxy-url` for an HTTPS server; undefined without one, or for a SOCKS one. */
+function httpProxyOf(cluster: Cluster | null | undefined): URL | undefined {
+  if (!cluster?.proxyUrl || !cluster.server.startsWith('https:')) return undefined;
+  try {
+    const proxy = new URL(cluster.proxyUrl);
+    return proxy.protocol === 'http:' || proxy.protocol === 'https:' ? proxy : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * For a cluster reached through an HTTP(S) `proxy-url` (set by the kubeconfig, or from the
+ * environment by src/kube/client.ts), an agent of src/net/egress-proxy.ts tunnelling through it with
+ * the kubeconfig's TLS material, in place of the one client-node puts in `opts` (hpagent): hpagent's
+ * CONNECT is not ended by destroying the request, so a call given up on while a stalled proxy has not
+ * answered keeps its connection there, and Node reports the abort only when the proxy answers. One
+ * connection, not pooled (a watch holds its connection for minutes). Undefined for any other cluster:
+ * client-node's agent in `opts` is then the one to use.
+ */
+export function kubeProxyAgent(kubeConfig: KubeConfig, opts: RequestOptions): Agent | undefined {
+  const proxy = httpProxyOf(kubeConfig.getCurrentCluster());
+  return proxy ? proxiedAgent('https:', proxy, tlsOptionsOf(opts)) : undefined;
 }
 
 /**

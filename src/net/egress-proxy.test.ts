@@ -1,14 +1,17 @@
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
+import { request as httpsRequestOf } from 'node:https';
 import { after, before, beforeEach, test } from 'node:test';
-import { UnavailableError } from '../errors.ts';
+import { TimeoutError, UnavailableError } from '../errors.ts';
 import {
+  drained,
   type EgressProxySim,
   proxiedUrl,
   refuseDirectLookups,
   startEgressProxy,
+  startStalledProxy,
 } from '../sim/egress-proxy.ts';
-import { proxyFor } from './egress-proxy.ts';
+import { egressAgent, egressFetch, proxyFor } from './egress-proxy.ts';
 import { httpsRequest } from './https-client.ts';
 import { listenOnLoopback } from './loopback.ts';
 
@@ -149,4 +152,53 @@ test('a proxy that refuses the tunnel is an unavailable dependency naming the pr
   // A proxy that is down is the same kind of failure.
   process.env['HTTP_PROXY'] = 'http://127.0.0.1:1';
   await assert.rejects(get(proxiedUrl(origin.url, 'down')), UnavailableError);
+});
+
+/** How long `promise` took to settle, and its error. */
+async function settle(promise: Promise<unknown>): Promise<{ ms: number; err: unknown }> {
+  const start = Date.now();
+  const err = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  return { ms: Date.now() - start, err };
+}
+
+test('an abort while the tunnel opens rejects at once and closes the connection to the proxy', async () => {
+  const stalled = await startStalledProxy();
+  try {
+    process.env['HTTPS_PROXY'] = stalled.url;
+    const target = 'https://stalled.proxied.test/';
+    // https-client: the caller's signal.
+    const one = await settle(
+      httpsRequest({
+        url: new URL(target),
+        timeoutMs: 60_000,
+        maxBodyBytes: 100,
+        signal: AbortSignal.timeout(100),
+      }),
+    );
+    assert.ok(one.ms < 1_000, `httpsRequest took ${one.ms} ms`);
+    assert.equal((one.err as Error).name, 'AbortError', String(one.err));
+    await drained(stalled.open, 1_000);
+    // https-client: its own deadline.
+    const two = await settle(httpsRequest({ url: new URL(target), timeoutMs: 100, maxBodyBytes: 100 }));
+    assert.ok(two.err instanceof TimeoutError, String(two.err));
+    await drained(stalled.open, 1_000);
+    // egressFetch: the request's signal, with the signal's reason, as fetch.
+    const three = await settle(egressFetch(target, { signal: AbortSignal.timeout(100) }));
+    assert.ok(three.ms < 1_000, `egressFetch took ${three.ms} ms`);
+    assert.equal((three.err as Error).name, 'TimeoutError', String(three.err));
+    await drained(stalled.open, 1_000);
+    // A client that destroys its request itself (as the SDKs do on their timeouts) closes the tunnel too.
+    const req = httpsRequestOf(target, { agent: egressAgent('https:') });
+    req.on('error', () => undefined);
+    req.end();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.equal(stalled.open.size, 1);
+    req.destroy();
+    await drained(stalled.open, 1_000);
+  } finally {
+    await stalled.close();
+  }
 });

@@ -27,6 +27,7 @@
  * the cluster's networks and the API server's service address) are not understood.
  */
 import {
+  type ClientRequest,
   Agent as HttpAgent,
   type AgentOptions as HttpAgentOptions,
   request as httpRequestOf,
@@ -204,12 +205,24 @@ function tunnelError(proxy: URL, target: string, reason: string, cause?: unknown
   return err;
 }
 
-/** Opens a CONNECT tunnel to `host:port` through `proxy`; resolves to the socket carrying it. */
-export function openTunnel(proxy: URL, host: string, port: number | string): Promise<Socket> {
+/**
+ * Opens a CONNECT tunnel to `host:port` through `proxy`; resolves to the socket carrying it. When
+ * `signal` aborts first, the connection to the proxy is closed and the promise rejects with its reason.
+ */
+export function openTunnel(
+  proxy: URL,
+  host: string,
+  port: number | string,
+  signal?: AbortSignal,
+): Promise<Socket> {
   const target = `${isIP(host) === 6 ? `[${host}]` : host}:${port}`;
   const proxyHost = unbracket(proxy.hostname);
   const proxyPort = Number(proxy.port || (proxy.protocol === 'https:' ? 443 : 80));
   return new Promise<Socket>((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
     const socket: Socket =
       proxy.protocol === 'https:'
         ? tlsConnect({
@@ -249,8 +262,11 @@ export function openTunnel(proxy: URL, host: string, port: number | string): Pro
       () => fail(tunnelError(proxy, target, `no answer within ${tunnelTimeoutMs} ms`)),
       tunnelTimeoutMs,
     );
+    const onAbort = () => fail(signal?.reason);
+    signal?.addEventListener('abort', onAbort, { once: true });
     function cleanup() {
       clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
       socket.off('data', onData);
       socket.off('error', onError);
       socket.off('close', onClose);
@@ -270,15 +286,47 @@ export function openTunnel(proxy: URL, host: string, port: number | string): Pro
 
 type Callback = (err: Error | null, socket: Duplex) => void;
 type ConnectionOptions = { host?: string | null; hostname?: string | null; port?: number | string | null };
+/** Which proxy, if any, carries a connection to `target`. */
+type ProxyDecision = (target: ProxyTarget) => URL | undefined;
+/** What an agent's `createSocket` (Node's, undocumented but stable: agent-base overrides it too) receives. */
+type CreateSocket = (req: ClientRequest, options: object, cb: Callback) => void;
 
 /**
- * Opens the agent's connection: directly when {@link proxyFor} says so (returned at once, as the base
+ * Makes the tunnel being opened for `req` end when `req` is destroyed before it has a socket: Node's
+ * request then emits nothing (no 'close', no 'error') until the agent hands it a socket or an error,
+ * so `destroy` itself is the only sign that the caller gave up (its signal, its deadline, an SDK's
+ * timeout). The request then gets the error it was destroyed with, as with a socket.
+ */
+function cancelOnDestroy(req: ClientRequest | undefined): { signal: AbortSignal; settled(): void } {
+  const controller = new AbortController();
+  let pending = req !== undefined;
+  if (req) {
+    const destroy = req.destroy;
+    req.destroy = function (this: ClientRequest, err?: Error) {
+      if (pending) {
+        pending = false;
+        controller.abort(err ?? Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' }));
+      }
+      return destroy.call(this, err);
+    };
+  }
+  return {
+    signal: controller.signal,
+    settled: () => {
+      pending = false;
+    },
+  };
+}
+
+/**
+ * Opens the agent's connection: directly when `decide` names no proxy (returned at once, as the base
  * agent does), else through a tunnel, handed to `callback` when it is open (`wrap` then makes the TLS
- * connection to the target over it).
+ * connection to the target over it). The tunnel ends with `req` if `req` is destroyed first.
  */
 function connectionOf(
   protocol: 'http:' | 'https:',
-  env: ProxyEnvironment,
+  decide: ProxyDecision,
+  req: ClientRequest | undefined,
   options: ConnectionOptions,
   callback: Callback,
   direct: () => Duplex,
@@ -286,10 +334,12 @@ function connectionOf(
 ): Duplex | undefined {
   const host = options.host ?? options.hostname ?? 'localhost';
   const port = options.port ?? (protocol === 'https:' ? 443 : 80);
-  const proxy = proxyFor({ protocol, hostname: host, port }, env);
+  const proxy = decide({ protocol, hostname: host, port });
   if (proxy === undefined) return direct();
-  openTunnel(proxy, unbracket(host), port).then(
+  const cancel = cancelOnDestroy(req);
+  openTunnel(proxy, unbracket(host), port, cancel.signal).then(
     (tunnel) => {
+      cancel.settled();
       let socket: Duplex;
       try {
         socket = wrap(tunnel);
@@ -300,29 +350,62 @@ function connectionOf(
       }
       callback(null, socket);
     },
-    (err: Error) => callback(err, undefined as never),
+    (err: Error) => {
+      cancel.settled();
+      callback(err, undefined as never);
+    },
   );
   return undefined;
 }
 
 class EgressHttpAgent extends HttpAgent {
-  readonly #env: ProxyEnvironment;
-  constructor(options: HttpAgentOptions, env: ProxyEnvironment) {
+  readonly #decide: ProxyDecision;
+  /** The request whose connection `createConnection` is making (it is called within `createSocket`). */
+  #creating: ClientRequest | undefined;
+  constructor(options: HttpAgentOptions, decide: ProxyDecision) {
     super(options);
-    this.#env = env;
+    this.#decide = decide;
+  }
+  createSocket(req: ClientRequest, options: object, cb: Callback): void {
+    this.#creating = req;
+    try {
+      (HttpAgent.prototype as unknown as { createSocket: CreateSocket }).createSocket.call(
+        this,
+        req,
+        options,
+        cb,
+      );
+    } finally {
+      this.#creating = undefined;
+    }
   }
   override createConnection(options: ConnectionOptions, callback?: Callback): Duplex | undefined {
     const cb = callback ?? (() => undefined);
     const direct = () => super.createConnection(options as never, cb) as Duplex;
-    return connectionOf('http:', this.#env, options, cb, direct, (tunnel) => tunnel);
+    return connectionOf('http:', this.#decide, this.#creating, options, cb, direct, (tunnel) => tunnel);
   }
 }
 
 class EgressHttpsAgent extends HttpsAgent {
-  readonly #env: ProxyEnvironment;
-  constructor(options: HttpsAgentOptions, env: ProxyEnvironment) {
+  readonly #decide: ProxyDecision;
+  /** The request whose connection `createConnection` is making (it is called within `createSocket`). */
+  #creating: ClientRequest | undefined;
+  constructor(options: HttpsAgentOptions, decide: ProxyDecision) {
     super(options);
-    this.#env = env;
+    this.#decide = decide;
+  }
+  createSocket(req: ClientRequest, options: object, cb: Callback): void {
+    this.#creating = req;
+    try {
+      (HttpsAgent.prototype as unknown as { createSocket: CreateSocket }).createSocket.call(
+        this,
+        req,
+        options,
+        cb,
+      );
+    } finally {
+      this.#creating = undefined;
+    }
   }
   override createConnection(options: ConnectionOptions, callback?: Callback): Duplex | undefined {
     const cb = callback ?? (() => undefined);
@@ -330,7 +413,7 @@ class EgressHttpsAgent extends HttpsAgent {
     // The base agent's TLS connection (its session cache, servername, CA and verification), over the tunnel.
     const wrap = (tunnel: Socket) =>
       super.createConnection({ ...options, socket: tunnel } as never) as Duplex;
-    return connectionOf('https:', this.#env, options, cb, direct, wrap);
+    return connectionOf('https:', this.#decide, this.#creating, options, cb, direct, wrap);
   }
 }
 
@@ -354,7 +437,24 @@ export function egressAgent(
   options: HttpsAgentOptions = {},
   env: ProxyEnvironment = process.env,
 ): HttpAgent | HttpsAgent {
-  return protocol === 'http:' ? new EgressHttpAgent(options, env) : new EgressHttpsAgent(options, env);
+  const decide: ProxyDecision = (target) => proxyFor(target, env);
+  return protocol === 'http:' ? new EgressHttpAgent(options, decide) : new EgressHttpsAgent(options, decide);
+}
+
+/**
+ * An agent for `protocol` whose every connection is a CONNECT tunnel through `proxy`, whatever the
+ * environment says (a kubeconfig's `proxy-url`, which client-go applies to every request); otherwise
+ * as {@link egressAgent}.
+ */
+export function proxiedAgent(protocol: 'https:', proxy: URL, options?: HttpsAgentOptions): HttpsAgent;
+export function proxiedAgent(protocol: 'http:', proxy: URL, options?: HttpAgentOptions): HttpAgent;
+export function proxiedAgent(
+  protocol: string,
+  proxy: URL,
+  options: HttpsAgentOptions = {},
+): HttpAgent | HttpsAgent {
+  const decide: ProxyDecision = () => proxy;
+  return protocol === 'http:' ? new EgressHttpAgent(options, decide) : new EgressHttpsAgent(options, decide);
 }
 
 const shared = new Map<string, HttpAgent | HttpsAgent>();
@@ -393,16 +493,28 @@ export const egressFetch: typeof fetch = async (input, init) => {
   if (proxyFor(url) === undefined) return fetch(input, init);
   const body = request.body ? Buffer.from(await request.arrayBuffer()) : undefined;
   const send = url.protocol === 'http:' ? httpRequestOf : httpsRequestOf;
+  const { signal } = request;
+  signal.throwIfAborted();
   return new Promise<Response>((resolve, reject) => {
+    // As fetch: an abort rejects at once with the signal's reason, whatever the request is waiting
+    // for (a tunnel still opening emits nothing until the proxy answers), and ends the request.
+    const onAbort = () => {
+      reject(signal.reason);
+      req.destroy();
+    };
     const req = send(
       url,
       {
         method: request.method,
         headers: Object.fromEntries(request.headers),
         agent: sharedEgressAgent(url.protocol),
-        signal: request.signal,
       },
       (res) => {
+        signal.removeEventListener('abort', onAbort);
+        // The body's stream ends with an abort after the answer, as fetch's does.
+        const onBodyAbort = () => res.destroy(signal.reason);
+        signal.addEventListener('abort', onBodyAbort, { once: true });
+        res.once('close', () => signal.removeEventListener('abort', onBodyAbort));
         const headers = new Headers();
         for (const [name, value] of Object.entries(res.headers)) {
           for (const one of Array.isArray(value) ? value : [value ?? '']) headers.append(name, one);
@@ -419,7 +531,11 @@ export const egressFetch: typeof fetch = async (input, init) => {
         );
       },
     );
-    req.on('error', reject);
+    signal.addEventListener('abort', onAbort, { once: true });
+    req.on('error', (err) => {
+      signal.removeEventListener('abort', onAbort);
+      reject(err);
+    });
     req.end(body);
   });
 };

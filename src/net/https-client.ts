@@ -104,7 +104,6 @@ function requestOptionsOf(request: HttpsRequest) {
     rejectUnauthorized: request.rejectUnauthorized,
     servername: request.servername,
     auth: request.auth,
-    signal: request.signal,
   };
 }
 
@@ -157,35 +156,43 @@ function readAnswer(
  * Sends one request and reads its answer. Resolves to the answer for any status; rejects with
  * TimeoutError (deadline), TooLargeError (answer over the limit; the connection is destroyed),
  * TlsVerificationError, StaleConnectionError, UnavailableError (any other network failure),
- * InvalidInputError (Node refuses to send the method, path or headers), or the AbortError of
- * `signal`, unchanged.
+ * InvalidInputError (Node refuses to send the method, path or headers), or, as soon as `signal`
+ * aborts, an AbortError whose cause is the signal's reason (the request is then destroyed).
  */
 export function httpsRequest(request: HttpsRequest): Promise<HttpsAnswer> {
   const send = request.url.protocol === 'http:' ? httpRequest : httpsRequestOf;
   return new Promise<HttpsAnswer>((resolve, reject) => {
+    const { signal } = request;
     // Node would still open the connection for a request whose signal has already aborted.
-    if (request.signal?.aborted) {
-      reject(new DOMException('The operation was aborted', 'AbortError'));
+    if (signal?.aborted) {
+      reject(abortErrorOf(signal));
       return;
     }
     // Set before destroying the request, so that whichever error event comes first is read as this.
     let failure: Error | undefined;
     let answered = false;
     let timer: NodeJS.Timeout | undefined;
-    const fail = (err: NodeJS.ErrnoException) => {
+    // At once, whatever the request waits for: Node reports an abort only once the request has a
+    // socket, and one that waits for a tunnel through the egress proxy has none until the proxy answers.
+    const onAbort = () => stop(abortErrorOf(signal as AbortSignal));
+    const settled = () => {
       clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+    };
+    const fail = (err: NodeJS.ErrnoException) => {
+      settled();
       reject(failure ?? classify(err, request, req.reusedSocket && !answered));
     };
     const stop = (err: Error) => {
       failure ??= err;
-      clearTimeout(timer);
+      settled();
       reject(failure);
       // Without the error: the answer may have ended already and its socket gone back to the agent's
       // pool, where an error event would find no listener and end the process.
       req.destroy();
     };
     const done = (answer: HttpsAnswer) => {
-      clearTimeout(timer);
+      settled();
       resolve(answer);
     };
     let req: ReturnType<typeof send>;
@@ -203,9 +210,18 @@ export function httpsRequest(request: HttpsRequest): Promise<HttpsAnswer> {
       () => stop(new TimeoutError(`no answer within ${request.timeoutMs} ms`)),
       request.timeoutMs,
     );
-    req.on('close', () => clearTimeout(timer));
+    req.on('close', settled);
     req.on('error', fail);
+    signal?.addEventListener('abort', onAbort, { once: true });
     req.end(request.body);
+  });
+}
+
+/** The error an abort of `signal` rejects with: Node's AbortError, its cause the signal's reason. */
+function abortErrorOf(signal: AbortSignal): Error {
+  return Object.assign(new Error('The operation was aborted', { cause: signal.reason }), {
+    name: 'AbortError',
+    code: 'ABORT_ERR',
   });
 }
 

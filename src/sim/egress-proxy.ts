@@ -7,7 +7,7 @@
  */
 import dns from 'node:dns';
 import { createServer, type IncomingMessage } from 'node:http';
-import { connect, type Socket } from 'node:net';
+import { type AddressInfo, connect, createServer as createNetServer, type Socket } from 'node:net';
 import { listenOnLoopback } from '../net/loopback.ts';
 
 /** The names tests give the simulators; none resolves. */
@@ -69,6 +69,46 @@ export async function startEgressProxy(): Promise<EgressProxySim> {
     await listener.close();
   };
   return sim;
+}
+
+/** A proxy on 127.0.0.1 that reads the CONNECT and never answers (stalled or overloaded). */
+export interface StalledProxySim {
+  /** `http://127.0.0.1:port`. */
+  url: string;
+  /** The connections the proxy holds open. */
+  open: Set<Socket>;
+  close(): Promise<void>;
+}
+
+/** Starts a {@link StalledProxySim}. */
+export async function startStalledProxy(): Promise<StalledProxySim> {
+  const open = new Set<Socket>();
+  const server = createNetServer((socket) => {
+    open.add(socket);
+    // It reads (the CONNECT, then the end of the connection), as a proxy does.
+    socket.resume();
+    socket.on('close', () => open.delete(socket));
+    socket.on('error', () => socket.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    open,
+    close: async () => {
+      for (const socket of open) socket.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** Resolves once `open` is empty; rejects after `ms`. */
+export async function drained(open: Set<Socket>, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (open.size > 0) {
+    if (Date.now() > end)
+      throw new Error(`${open.size} connection(s) still open at the proxy after ${ms} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
 }
 
 /**
