@@ -3,11 +3,15 @@
  * names only the simulated proxy knows, so a call reaches them only through a CONNECT tunnel.
  */
 import assert from 'node:assert/strict';
+import dns from 'node:dns';
+import { createServer } from 'node:http';
 import { after, before, beforeEach, test } from 'node:test';
 import { GetCallerIdentityCommand } from '@aws-sdk/client-sts';
 import { OAuth2Client } from 'google-auth-library';
-import { KopsError } from '../errors.ts';
+import { KopsError, UnavailableError } from '../errors.ts';
+import { listenOnLoopback } from '../net/loopback.ts';
 import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
+import { type BlobStorageSimulator, startBlobStorageSimulator } from '../sim/azure/blob.ts';
 import { type AzureSimulator, startAzureSimulator } from '../sim/azure/simulator.ts';
 import {
   type EgressProxySim,
@@ -17,9 +21,11 @@ import {
 } from '../sim/egress-proxy.ts';
 import { type GceSimulator, startGceSimulator } from '../sim/gce/simulator.ts';
 import { type S3Sim, startS3Sim } from '../sim/s3/server.ts';
+import { AzureBlobVfs, azureBlobLocation } from '../statestore/azure-blob-vfs.ts';
 import { S3Vfs } from '../statestore/s3-vfs.ts';
 import { createAwsClients } from './aws/clients.ts';
 import { AzureClient } from './azure/client.ts';
+import { createAzureProvider } from './azure/provider.ts';
 import { ComputeClient, googleClientOptions } from './gce/compute.ts';
 
 let proxy: EgressProxySim;
@@ -28,6 +34,7 @@ let aws: AwsSimulator;
 let s3: S3Sim;
 let gce: GceSimulator;
 let azure: AzureSimulator;
+let blob: BlobStorageSimulator;
 const saved = { ...process.env };
 
 before(async () => {
@@ -37,10 +44,12 @@ before(async () => {
   s3 = await startS3Sim({ buckets: ['state'] });
   gce = await startGceSimulator();
   azure = await startAzureSimulator({ serverNames: ['arm.proxied.test'] });
+  blob = await startBlobStorageSimulator({ validToken: (token) => azure.validToken(token) });
+  blob.createContainer('kopsstate', 'state');
 });
 after(async () => {
   restoreLookups();
-  await Promise.all([proxy.close(), aws.close(), s3.close(), gce.close(), azure.close()]);
+  await Promise.all([proxy.close(), aws.close(), s3.close(), gce.close(), azure.close(), blob.close()]);
 });
 beforeEach(() => {
   for (const name of ['HTTPS_PROXY', 'HTTP_PROXY', 'NO_PROXY']) {
@@ -145,4 +154,145 @@ test('Azure: ARM goes through the proxy (the pipeline with our agent, not its ow
   } finally {
     client.close();
   }
+});
+
+/** A proxy on loopback that records every request (plain or CONNECT) and refuses it. */
+async function startRecordingProxy() {
+  const seen: string[] = [];
+  const server = createServer((req, res) => {
+    seen.push(`${req.method} ${req.url}`);
+    res.writeHead(502, { 'content-length': '0' }).end();
+  });
+  server.on('connect', (req, socket) => {
+    seen.push(`CONNECT ${req.url}`);
+    socket.end('HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n');
+  });
+  const listener = await listenOnLoopback(server);
+  return { url: listener.url, seen, close: () => listener.close() };
+}
+
+/** Sets variables; returns the function that puts them back. */
+function setEnv(variables: Record<string, string>): () => void {
+  const before = Object.fromEntries(Object.keys(variables).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, variables);
+  return () => {
+    for (const [k, v] of Object.entries(before)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  };
+}
+
+/** Makes `name` resolve to 127.0.0.1 in this process (no DNS query); returns the function that undoes it. */
+function resolveToLoopback(name: string): () => void {
+  const original = dns.lookup;
+  const stub = function (this: unknown, hostname: string, ...rest: unknown[]) {
+    if (String(hostname).toLowerCase() !== name) {
+      return (original as (...args: unknown[]) => unknown).call(this, hostname, ...rest);
+    }
+    const callback = rest[rest.length - 1] as (err: null, address: unknown, family?: number) => void;
+    const all = rest.length > 1 && (rest[0] as { all?: boolean } | null)?.all === true;
+    process.nextTick(() =>
+      all ? callback(null, [{ address: '127.0.0.1', family: 4 }]) : callback(null, '127.0.0.1', 4),
+    );
+    return {};
+  };
+  (dns as { lookup: unknown }).lookup = stub;
+  return () => {
+    (dns as { lookup: unknown }).lookup = original;
+  };
+}
+
+test('Azure: the managed-identity token request to a metadata service is never proxied, whatever NO_PROXY says', async () => {
+  const recorder = await startRecordingProxy();
+  // The IMDS simulator named as a metadata service (metadata.google.internal, resolved here to the
+  // simulator on loopback): nothing is sent to 169.254.169.254, and a proxy is never right for it.
+  const imds = new URL(azure.imdsEndpoint);
+  imds.hostname = 'metadata.google.internal';
+  const restoreEnv = setEnv({
+    HTTPS_PROXY: recorder.url,
+    HTTP_PROXY: recorder.url,
+    // kops' NO_PROXY on a cloud other than AWS: no 169.254.169.254.
+    NO_PROXY:
+      '127.0.0.1,localhost,c1.example.com,api.internal.c1.example.com,100.64.0.1,100.64.0.0/10,10.0.0.0/16',
+    AZURE_TOKEN_CREDENTIALS: 'ManagedIdentityCredential',
+    AZURE_POD_IDENTITY_AUTHORITY_HOST: imds.origin,
+    IDENTITY_ENDPOINT: '',
+    MSI_ENDPOINT: '',
+    AZURE_FEDERATED_TOKEN_FILE: '',
+    AZURE_CLIENT_ID: '',
+  });
+  const restoreName = resolveToLoopback('metadata.google.internal');
+  try {
+    const tokens = azure.count('imds.token');
+    // ARM's credential, as the provider makes it.
+    const provider = await createAzureProvider({
+      clusterName: 'c1.example.com',
+      subscriptionId: azure.clientOptions.subscriptionId,
+      resourceGroup: azure.clientOptions.resourceGroup,
+      endpoint: azure.armEndpoint,
+      caPem: azure.caPem,
+    });
+    try {
+      assert.deepEqual(await provider.client.listScaleSets(), []);
+    } finally {
+      provider.close();
+    }
+    // The state store's, as it makes it.
+    const store = new AzureBlobVfs(azureBlobLocation(new URL('azureblob://kopsstate/state/c1')), {
+      endpoint: blob.endpoint,
+      caPem: blob.caPem,
+      maxTries: 1,
+    });
+    await store.write('config', 'via managed identity');
+    assert.equal((await store.read('config')).data.toString(), 'via managed identity');
+    assert.ok(azure.count('imds.token') >= tokens + 2, 'both tokens came from the simulated IMDS');
+    assert.deepEqual(recorder.seen, []);
+  } finally {
+    restoreName();
+    restoreEnv();
+    await recorder.close();
+  }
+});
+
+/** The Azure Blob store at `endpoint` (path-style), with the simulated IMDS's credential. */
+const blobStoreAt = (endpoint: string) =>
+  new AzureBlobVfs(azureBlobLocation(new URL('azureblob://kopsstate/state/c1')), {
+    endpoint,
+    credential: azure.credential,
+    caPem: blob.caPem,
+    maxTries: 1,
+    timeoutMs: 5_000,
+  });
+
+test('Azure Blob state store: NO_PROXY as Go reads it (a bare name covers its subdomains; a CIDR covers an address)', async () => {
+  const port = new URL(blob.endpoint).port;
+  const named = `https://blob.proxied.test:${port}`;
+  // Without NO_PROXY the store asks the proxy for a tunnel.
+  await blobStoreAt(named)
+    .read('config')
+    .catch(() => undefined);
+  assert.ok(proxy.tunnels.includes(`blob.proxied.test:${port}`), String(proxy.tunnels));
+  proxy.tunnels.length = 0;
+  process.env['NO_PROXY'] = 'proxied.test,0.0.0.0/8';
+  // Direct: the name does not resolve (refuseDirectLookups), so the store cannot be reached.
+  const err = await blobStoreAt(named)
+    .read('config')
+    .catch((e: unknown) => e);
+  assert.ok(err instanceof KopsError && err.kind === 'unavailable', String(err));
+  // Direct: 0.0.0.0 is this machine (the simulator's certificate does not name it, which is fine here).
+  await blobStoreAt(`https://0.0.0.0:${port}`)
+    .read('config')
+    .catch(() => undefined);
+  assert.deepEqual(proxy.tunnels, []);
+});
+
+test('Azure Blob state store: a proxy refusing the tunnel is an unavailable dependency, not a denial', async () => {
+  proxy.refuse = () => true;
+  const err = await blobStoreAt(`https://blob.proxied.test:${new URL(blob.endpoint).port}`)
+    .read('config')
+    .catch((e: unknown) => e);
+  assert.ok(err instanceof UnavailableError, String(err));
+  assert.match((err as Error).message, /did not open a tunnel to blob\.proxied\.test:\d+: .*403/);
+  assert.doesNotMatch((err as Error).message, /grant the controller's identity/);
 });

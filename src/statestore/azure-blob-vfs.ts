@@ -1,7 +1,8 @@
 /**
  * `azureblob://account/container/prefix`: a state store in Azure Blob Storage, as kops' `AzureBlobPath`
  * reads and writes it, through the maintained SDK (`@azure/storage-blob`) with the credential kops
- * uses, DefaultAzureCredential (the VM's managed identity on Azure; `AZURE_CLIENT_ID` /
+ * uses, DefaultAzureCredential (its requests, as the store's, through the egress proxy as every client's:
+ * src/cloud/azure/egress.ts; the VM's managed identity on Azure; `AZURE_CLIENT_ID` /
  * `AZURE_TENANT_ID` / `AZURE_CLIENT_SECRET` or workload identity elsewhere, and the SDK's variables
  * that narrow it, e.g. `AZURE_TOKEN_CREDENTIALS`).
  *
@@ -13,9 +14,10 @@
  * SDK's retries (three attempts for a 500, a 503 or a connection failure, as the S3 backend's SDK)
  * and the read of the answer; past it the call is aborted. The version of a blob is its ETag.
  */
+import type { Agent as HttpsAgent } from 'node:https';
 import type { TokenCredential } from '@azure/identity';
-import { DefaultAzureCredential } from '@azure/identity';
 import { ContainerClient, type StoragePipelineOptions } from '@azure/storage-blob';
+import { azureCredential } from '../cloud/azure/egress.ts';
 import { bounded } from '../deadline.ts';
 import {
   ConfigError,
@@ -26,6 +28,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
+import { egressAgent, sharedEgressAgent } from '../net/egress-proxy.ts';
 import { checkObjectPath, joinKey, listScope, trimSlashes } from './paths.ts';
 import type { StoredObject, Vfs } from './types.ts';
 
@@ -147,18 +150,23 @@ export class AzureBlobVfs implements Vfs {
     this.#pageSize = options.pageSize ?? 5_000;
     const env = options.env ?? process.env;
     const endpoint = options.endpoint ?? (env[azureBlobEndpointVariable] || undefined);
-    const pipeline: StoragePipelineOptions & { tlsOptions?: { ca: string } } = {
+    const pipeline: StoragePipelineOptions & { agent?: HttpsAgent } = {
       retryOptions: {
         maxTries: options.maxTries ?? 3,
         retryDelayInMs: options.retryDelayMs ?? 200,
         maxRetryDelayInMs: 2_000,
       },
-      // The storage pipeline passes its core options on: the simulator's CA, as the ARM client's.
-      ...(options.caPem ? { tlsOptions: { ca: options.caPem } } : {}),
+      // The storage pipeline passes its core options on. The egress proxy as every client honours it
+      // (src/net/egress-proxy.ts): with an agent of its own (the endpoint is always https://), the
+      // pipeline's proxyPolicy (its own reading of the variables, without CIDRs) stands aside. The
+      // agent carries the simulator's CA (the pipeline's TLS options apply only to its own agents).
+      agent: options.caPem
+        ? egressAgent('https:', { keepAlive: true, ca: options.caPem })
+        : sharedEgressAgent('https:'),
     };
     this.#client = new ContainerClient(
       containerUrlOf(location, endpoint),
-      options.credential ?? new DefaultAzureCredential(),
+      options.credential ?? azureCredential(),
       pipeline,
     );
   }
@@ -196,6 +204,10 @@ export class AzureBlobVfs implements Vfs {
         options,
       );
     }
+    // The egress proxy refused the tunnel or could not be reached: a dependency fault, whatever status
+    // the proxy answered (a 403 there is not Storage's verdict on the identity).
+    if (code === 'ERR_PROXY_TUNNEL')
+      return new UnavailableError(`cannot ${action} ${where}: ${reason}`, options);
     if (status === 404 && code === 'ContainerNotFound') {
       return new NotFoundError(
         `cannot ${action} ${where}: container ${this.#location.container} does not exist in storage account ${this.#location.account}`,

@@ -6,12 +6,13 @@
  * Azure SDK's own variables that move or narrow it). ARM's endpoint: `AZURE_RESOURCE_MANAGER_ENDPOINT`
  * when set (e.g. the simulator), else the public cloud's.
  */
-import { DefaultAzureCredential, type TokenCredential } from '@azure/identity';
+import type { TokenCredential } from '@azure/identity';
 import { ConfigError, describeError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { CloudCallRecorder } from '../metrics.ts';
 import { AzureClient } from './client.ts';
 import { AzureCloudGroups } from './cloud-groups.ts';
+import { azureCredential } from './egress.ts';
 import { imdsInstance } from './imds.ts';
 import { AzureNodeIdentifier } from './node-identifier.ts';
 
@@ -25,7 +26,7 @@ export interface AzureProviderOptions {
   subscriptionId?: string;
   /** Default: IMDS's `resourceGroupName` for the controller's VM. */
   resourceGroup?: string;
-  /** Default: DefaultAzureCredential. */
+  /** Default: DefaultAzureCredential, its requests through the egress proxy (./egress.ts). */
   credential?: TokenCredential;
   /** ARM's base URL (default `AZURE_RESOURCE_MANAGER_ENDPOINT`, then the public cloud's). */
   endpoint?: string;
@@ -66,7 +67,7 @@ export async function createAzureProvider(options: AzureProviderOptions): Promis
   const client = new AzureClient({
     subscriptionId,
     resourceGroup,
-    credential: options.credential ?? new DefaultAzureCredential(),
+    credential: options.credential ?? azureCredential(),
     ...(endpoint ? { endpoint } : {}),
     ...(options.caPem ? { caPem: options.caPem } : {}),
     ...(options.cloudCalls ? { cloudCalls: options.cloudCalls } : {}),
