@@ -358,64 +358,48 @@ function connectionOf(
   return undefined;
 }
 
-class EgressHttpAgent extends HttpAgent {
-  readonly #decide: ProxyDecision;
-  /** The request whose connection `createConnection` is making (it is called within `createSocket`). */
-  #creating: ClientRequest | undefined;
-  constructor(options: HttpAgentOptions, decide: ProxyDecision) {
-    super(options);
-    this.#decide = decide;
-  }
-  createSocket(req: ClientRequest, options: object, cb: Callback): void {
-    this.#creating = req;
-    try {
-      (HttpAgent.prototype as unknown as { createSocket: CreateSocket }).createSocket.call(
-        this,
-        req,
-        options,
-        cb,
-      );
-    } finally {
-      this.#creating = undefined;
+/** Node's agent with a `createSocket` to override (undocumented but stable: agent-base overrides it too). */
+type AgentClass = new (
+  options: HttpsAgentOptions,
+) => HttpAgent & {
+  createConnection(options: object, callback?: Callback): Duplex | undefined;
+};
+
+/**
+ * `Base` (Node's http or https agent) whose connections {@link connectionOf} opens: direct, or
+ * through a tunnel that ends with its request. For https the base agent's TLS connection (its
+ * session cache, servername, CA and verification) runs over the tunnel.
+ */
+function egressAgentClass(Base: AgentClass, protocol: 'http:' | 'https:') {
+  const baseCreateSocket = (Base.prototype as unknown as { createSocket: CreateSocket }).createSocket;
+  return class EgressAgent extends Base {
+    readonly #decide: ProxyDecision;
+    /** The request whose connection `createConnection` is making (it is called within `createSocket`). */
+    #creating: ClientRequest | undefined;
+    constructor(options: HttpsAgentOptions, decide: ProxyDecision) {
+      super(options);
+      this.#decide = decide;
     }
-  }
-  override createConnection(options: ConnectionOptions, callback?: Callback): Duplex | undefined {
-    const cb = callback ?? (() => undefined);
-    const direct = () => super.createConnection(options as never, cb) as Duplex;
-    return connectionOf('http:', this.#decide, this.#creating, options, cb, direct, (tunnel) => tunnel);
-  }
+    createSocket(req: ClientRequest, options: object, cb: Callback): void {
+      this.#creating = req;
+      try {
+        baseCreateSocket.call(this, req, options, cb);
+      } finally {
+        this.#creating = undefined;
+      }
+    }
+    override createConnection(options: ConnectionOptions, callback?: Callback): Duplex | undefined {
+      const cb = callback ?? (() => undefined);
+      const direct = () => super.createConnection(options, cb) as Duplex;
+      const wrap = (tunnel: Socket) =>
+        protocol === 'https:' ? (super.createConnection({ ...options, socket: tunnel }) as Duplex) : tunnel;
+      return connectionOf(protocol, this.#decide, this.#creating, options, cb, direct, wrap);
+    }
+  };
 }
 
-class EgressHttpsAgent extends HttpsAgent {
-  readonly #decide: ProxyDecision;
-  /** The request whose connection `createConnection` is making (it is called within `createSocket`). */
-  #creating: ClientRequest | undefined;
-  constructor(options: HttpsAgentOptions, decide: ProxyDecision) {
-    super(options);
-    this.#decide = decide;
-  }
-  createSocket(req: ClientRequest, options: object, cb: Callback): void {
-    this.#creating = req;
-    try {
-      (HttpsAgent.prototype as unknown as { createSocket: CreateSocket }).createSocket.call(
-        this,
-        req,
-        options,
-        cb,
-      );
-    } finally {
-      this.#creating = undefined;
-    }
-  }
-  override createConnection(options: ConnectionOptions, callback?: Callback): Duplex | undefined {
-    const cb = callback ?? (() => undefined);
-    const direct = () => super.createConnection(options as never, cb) as Duplex;
-    // The base agent's TLS connection (its session cache, servername, CA and verification), over the tunnel.
-    const wrap = (tunnel: Socket) =>
-      super.createConnection({ ...options, socket: tunnel } as never) as Duplex;
-    return connectionOf('https:', this.#decide, this.#creating, options, cb, direct, wrap);
-  }
-}
+const EgressHttpAgent = egressAgentClass(HttpAgent as unknown as AgentClass, 'http:');
+const EgressHttpsAgent = egressAgentClass(HttpsAgent as unknown as AgentClass, 'https:');
 
 /**
  * An agent for `protocol` that honours the egress proxy ({@link proxyFor}) for each connection it
