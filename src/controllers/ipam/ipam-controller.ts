@@ -22,7 +22,6 @@ import { isCloudVerdict } from '../../bootstrap/dependency.ts';
 import type { Outcome } from '../../cloud/batcher.ts';
 import { bounded } from '../../deadline.ts';
 import { describeError, InternalError, NotFoundError } from '../../errors.ts';
-import { abortingWith } from '../../kube/call-options.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
 import { type Reconciled, runController } from '../../kube/controller.ts';
 import type { InformerCache } from '../../kube/informer.ts';
@@ -33,7 +32,7 @@ import type { SharedInformer } from '../../kube/shared-informer.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
 import { assessInstance } from '../csr-approver/checks.ts';
-import { createEvent, nodeEvent } from '../node/node-event.ts';
+import { nodeEvent, recordEvent } from '../node/node-event.ts';
 import { parseCidr } from './cidr.ts';
 import { decide, type IpamDecision } from './decide.ts';
 import { type IpamNodeRecord, ipamRecordOf, needsReconcile } from './ipam-record.ts';
@@ -42,9 +41,6 @@ import type { CloudAnswer, PodCidrSource } from './sources.ts';
 
 /** How long one lookup of a node's pod ranges may take, the cloud SDK's retries included. */
 const lookupTimeoutMs = 30_000;
-
-/** How long the conflict Event's create may take; one that misses it is logged, not retried. */
-const eventTimeoutMs = 30_000;
 
 /** The Event reason of a node whose pod ranges conflict. */
 export const podCidrConflictReason = 'PodCIDRConflict';
@@ -397,12 +393,7 @@ export class IpamController implements LeaderComponent {
     try {
       // Bounded, and cancelled when the term ends: an API server slow to take Events as the lease
       // is lost must not keep IPAM running past its stop budget.
-      await bounded(
-        (cut) => createEvent(this.#core, event, abortingWith(cut)),
-        eventTimeoutMs,
-        `create event ${event.metadata.name ?? ''}`,
-        signal,
-      );
+      await recordEvent(this.#core, event, signal);
     } catch (err) {
       if (signal.aborted) throw err;
       // The conflict is counted and logged already; the Event only repeats it for `kubectl describe`.

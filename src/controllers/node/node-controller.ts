@@ -36,7 +36,7 @@ import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
 import type { ClusterStore } from '../../statestore/cluster-store.ts';
 import type { InstanceGroup } from '../../statestore/kops-types.ts';
 import { labelsKeySecretName, loadLabelsKey, TermLabelsKey } from './labels-key.ts';
-import { createEvent, nodeEvent } from './node-event.ts';
+import { nodeEvent, recordEvent } from './node-event.ts';
 import { type NodeRecord, needsReconcile, nodeRecordOf } from './node-record.ts';
 
 /** The Event reason of a node whose identity the cloud refused (another cluster's or a stopped instance). */
@@ -471,8 +471,9 @@ export class NodeController implements LeaderComponent {
     const message = `not labelling node: ${describeError(error)}`;
     if (term.refusals.get(node.name) === message) return;
     this.#logger.warn({ node: node.name, providerID: node.providerID, err: message }, 'identity rejected');
-    await untilAborted(
-      createEvent(this.#core, nodeEvent(node, 'Warning', identityRejectedReason, message, new Date())),
+    await recordEvent(
+      this.#core,
+      nodeEvent(node, 'Warning', identityRejectedReason, message, new Date()),
       signal,
     );
     term.refusals.set(node.name, message);

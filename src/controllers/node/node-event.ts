@@ -1,7 +1,9 @@
 /** Kubernetes Events about a Node, so `kubectl describe node` shows why the controller acted or refused. */
 import { randomBytes } from 'node:crypto';
 import type { ConfigurationOptions, CoreV1Api, CoreV1Event } from '@kubernetes/client-node';
+import { bounded } from '../../deadline.ts';
 import { fromApiException } from '../../kube/api-errors.ts';
+import { abortingWith } from '../../kube/call-options.ts';
 import type { NodeRecord } from './node-record.ts';
 
 /** The component name Events carry as their source. */
@@ -47,4 +49,20 @@ export async function createEvent(
   } catch (err) {
     throw fromApiException(err, `create event ${event.metadata.name ?? ''}`);
   }
+}
+
+/** How long creating one Event may take: an API server slow to take Events must not hold a worker. */
+export const eventTimeoutMs = 30_000;
+
+/**
+ * Creates an Event within {@link eventTimeoutMs}, cancelled when `signal` aborts (a term ending):
+ * how a controller records what it did, whatever the API server is doing.
+ */
+export function recordEvent(core: CoreV1Api, event: CoreV1Event, signal: AbortSignal): Promise<void> {
+  return bounded(
+    (cut) => createEvent(core, event, abortingWith(cut)),
+    eventTimeoutMs,
+    `create event ${event.metadata.name ?? ''}`,
+    signal,
+  );
 }
