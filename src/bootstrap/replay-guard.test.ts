@@ -239,19 +239,25 @@ const expiredMarker = (i: number) =>
     },
   }) as KubeObject;
 
+/** How many times the API server was asked to list ConfigMaps (the markers), from now on. */
+function countMarkerLists(sim: Awaited<ReturnType<typeof startApiServer>>): () => number {
+  let lists = 0;
+  const plan = sim.faults.plan.bind(sim.faults);
+  sim.faults.plan = (resource, verb, namespace) => {
+    if (resource === 'configmaps' && verb === 'list') lists++;
+    return plan(resource, verb, namespace);
+  };
+  return () => lists;
+}
+
 test('collectGarbage reads the markers in pages (limit and continue), deleting the expired ones of each', async () => {
   const sim = await startApiServer();
   try {
-    let lists = 0;
-    const plan = sim.faults.plan.bind(sim.faults);
-    sim.faults.plan = (resource, verb, namespace) => {
-      if (resource === 'configmaps' && verb === 'list') lists++;
-      return plan(resource, verb, namespace);
-    };
+    const lists = countMarkerLists(sim);
     for (let i = 0; i < 502; i++) sim.store.create(expiredMarker(i));
     const guard = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core });
     assert.equal(await guard.collectGarbage(new Date('2026-03-01T12:30:00Z')), 502);
-    assert.equal(lists, 2, 'a page of 500, then the remaining 2');
+    assert.equal(lists(), 2, 'a page of 500, then the remaining 2');
     assert.equal(sim.store.list('configmaps', 'kube-system').length, 0);
   } finally {
     await sim.close();
@@ -261,20 +267,15 @@ test('collectGarbage reads the markers in pages (limit and continue), deleting t
 test('ReplayMarkerCollector stops within a second when leadership ends while the API server is slow to list markers', async () => {
   const sim = await startApiServer();
   try {
-    let lists = 0;
-    const plan = sim.faults.plan.bind(sim.faults);
-    sim.faults.plan = (resource, verb, namespace) => {
-      if (resource === 'configmaps' && verb === 'list') lists++;
-      return plan(resource, verb, namespace);
-    };
+    const lists = countMarkerLists(sim);
     // The brownout that costs the lease: listing takes 10 s.
     sim.faults.latency(10_000, { resource: 'configmaps', verbs: ['list'] });
     sim.store.create(expiredMarker(1));
     const guard = new ConfigMapReplayGuard({ core: makeClients(sim.kubeConfig()).core });
     const leading = new AbortController();
     const run = new ReplayMarkerCollector({ guard }).start(leading.signal);
-    for (let i = 0; i < 500 && lists === 0; i++) await new Promise((resolve) => setTimeout(resolve, 10));
-    assert.equal(lists, 1, 'the sweep’s list is in flight');
+    for (let i = 0; i < 500 && lists() === 0; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.equal(lists(), 1, 'the sweep’s list is in flight');
     const ms = await msToStop(leading, run);
     assert.ok(ms < 1_000, `stopped ${Math.round(ms)} ms after leadership ended`);
   } finally {

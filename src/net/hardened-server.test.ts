@@ -5,11 +5,10 @@ import { Agent, request } from 'node:https';
 import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { connect } from 'node:tls';
-import { createLogger } from '../log.ts';
 import { createCertificateAuthority, issueServingCertificate, type SimKeyPair } from '../sim/tls.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
 import {
   type Admission,
   type ConnectionGate,
@@ -353,20 +352,14 @@ describe('hardened server', () => {
   });
 
   test('warns at start when the connection cap is not below the open-file limit', async () => {
-    const lines: string[] = [];
-    const destination = new Writable({
-      write(chunk, _encoding, done) {
-        lines.push(String(chunk));
-        done();
-      },
-    });
+    const { logger, lines } = capturedLogger({ level: 'warn' });
     const server = await startHardenedServer({
       name: 'test',
       listen: '127.0.0.1:0',
       listenSetting: 'test.listen',
       limits: { maxConnections: 100_000_000 },
       handler: (_req, res) => res.end('ok'),
-      logger: createLogger({ level: 'warn', destination }),
+      logger,
     });
     await server.close();
     const limit = openFileLimit();

@@ -5,15 +5,14 @@
  */
 import assert from 'node:assert/strict';
 import { connect, type Socket } from 'node:net';
-import { Writable } from 'node:stream';
 import { after, afterEach, before, test } from 'node:test';
 import { createServer, type Server } from 'node:tls';
 import { ForbiddenError, KopsError } from '../../errors.ts';
-import { createLogger } from '../../log.ts';
 import { httpsRequest } from '../../net/https-client.ts';
 import { type OpenStackSimulator, startOpenStackSimulator } from '../../sim/openstack/simulator.ts';
 import { createCertificateAuthority, issueServingCertificate } from '../../sim/tls.ts';
 import { SwiftVfs } from '../../statestore/swift-vfs.ts';
+import { capturedLogger } from '../../testing/log-capture.ts';
 import { KeystoneSession } from './keystone.ts';
 import { createOpenStackProvider } from './provider.ts';
 
@@ -57,17 +56,6 @@ afterEach(() => {
 const session = () => new KeystoneSession({ auth: { ...sim.passwordAuth, authUrl } });
 
 /** Log lines, and a logger that writes them. */
-function captured() {
-  const lines: string[] = [];
-  const destination = new Writable({
-    write(chunk, _encoding, done) {
-      lines.push(String(chunk));
-      done();
-    },
-  });
-  return { lines, logger: createLogger({ level: 'info', destination }) };
-}
-
 test('without the variable, Keystone on an untrusted certificate is refused', async () => {
   await assert.rejects(session().token(), ForbiddenError);
 });
@@ -85,7 +73,7 @@ test('with KOPS_OS_TLS_INSECURE_SKIP_VERIFY=true the OpenStack clients skip veri
 
 test('the provider says so once, loudly, at start-up', () => {
   process.env['KOPS_OS_TLS_INSECURE_SKIP_VERIFY'] = 'true';
-  const { lines, logger } = captured();
+  const { lines, logger } = capturedLogger();
   createOpenStackProvider({
     clusterName: 'c.example.com',
     auth: { ...sim.passwordAuth, authUrl },
@@ -106,7 +94,7 @@ test('the provider says so once, loudly, at start-up', () => {
 });
 
 test('the Swift state store on an untrusted certificate is refused without the variable, and works with it', async () => {
-  const { lines, logger } = captured();
+  const { lines, logger } = capturedLogger();
   const store = () => new SwiftVfs(new URL('swift://kops-state/c1'), { auth: tlsSim.passwordAuth, logger });
   await assert.rejects(store().read('config'), ForbiddenError);
   assert.equal(tlsSim.count('swift.object.get'), 0);
