@@ -21,9 +21,6 @@ import { parsePrivateKeyPem, spkiOf } from '../pki/keys.ts';
 import { encodePem } from '../pki/pem.ts';
 import type { ProofProvider } from './proofs.ts';
 
-/** Where nodeup keeps the machine key. */
-export const defaultMachineKeyPath = '/etc/kubernetes/kops/pki/machine/private.pem';
-
 /** Options of {@link pkiTpmProof}. */
 export interface PkiTpmProofOptions {
   /** The machine's private key, PEM (SEC 1 or PKCS#8). */
