@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { ApiException } from '@kubernetes/client-node';
 import {
+  describeError,
   errorForHttpStatus,
   httpStatusOf,
   InvalidInputError,
@@ -12,6 +14,7 @@ import {
   UnavailableError,
   UnsupportedMediaTypeError,
 } from './errors.ts';
+import { fromApiException } from './kube/api-errors.ts';
 
 test('errorForHttpStatus: named statuses keep their kind, faults are unavailable, the rest is the caller’s', () => {
   const named: [number, string][] = [
@@ -90,4 +93,29 @@ test('the status an error maps to: its kind’s, or the more precise 405 and 415
     [415, 'unsupported-media-type', 'invalid'],
   );
   assert.equal(httpStatusOf(new Error('bug')), 500);
+});
+
+test('describeError joins the causes, but not the whole answer of an API client exception a typed error already summarises', () => {
+  const answer = new ApiException(
+    403,
+    'Unknown API Status Code!',
+    JSON.stringify({
+      kind: 'Status',
+      message: 'secrets is forbidden: User "x" cannot list resource "secrets"',
+    }),
+    { date: new Date().toUTCString(), 'audit-id': crypto.randomUUID() },
+  );
+  const line = describeError(fromApiException(answer, 'list bootstrap token secrets in kube-system'));
+  assert.equal(
+    line,
+    'list bootstrap token secrets in kube-system: HTTP 403: secrets is forbidden: User "x" cannot list resource "secrets"; grant the permission in RBAC',
+  );
+  assert.equal(
+    describeError(
+      new Error('read the instance groups', { cause: new Error('connect ECONNREFUSED 127.0.0.1:9') }),
+    ),
+    'read the instance groups: connect ECONNREFUSED 127.0.0.1:9',
+  );
+  // Alone, the exception is all there is to say.
+  assert.match(describeError(answer), /^HTTP-Code: 403/);
 });

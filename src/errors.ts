@@ -310,11 +310,27 @@ export function fileErrorReason(err: unknown): string {
   }
 }
 
+/**
+ * Whether an error is a generated API client's answer exception (client-node's `ApiException`: a
+ * numeric `code`, the raw `body` and the `headers`), whose message is the whole answer, dates and
+ * audit ids included. Wrapped by a typed error, it adds nothing the wrapper's message (status and
+ * the server's own message) does not say, and would make every line of the same failure differ.
+ */
+function isAnswerException(err: unknown): boolean {
+  return (
+    err instanceof Error &&
+    typeof (err as { code?: unknown }).code === 'number' &&
+    'body' in err &&
+    'headers' in err
+  );
+}
+
 /** A one-line description of an error, its causes joined, for logs and the CLI. */
 export function describeError(err: unknown): string {
   const parts: string[] = [];
   let current: unknown = err;
   for (let depth = 0; current !== undefined && depth < 5; depth++) {
+    if (depth > 0 && isAnswerException(current)) break;
     const message = current instanceof Error ? current.message : String(current);
     if (message && !parts.some((p) => p.includes(message))) parts.push(message);
     current = current instanceof Error ? current.cause : undefined;

@@ -4,6 +4,7 @@
  * pass facts (names, ids, fingerprints), never key material or tokens.
  */
 import { type Logger, pino } from 'pino';
+import { describeError } from './errors.ts';
 
 export type { Logger } from 'pino';
 
@@ -95,3 +96,77 @@ export function createLogger(options: LoggerOptions = {}): Logger {
 
 /** A logger that drops everything, for tests and library defaults. */
 export const silentLogger: Logger = pino({ level: 'silent' });
+
+/** Options of {@link RecurringFailureLog}. */
+export interface RecurringFailureLogOptions {
+  /** The message of each failure's line. */
+  message: string;
+  /** The message of the line that ends a run of failures; none when not given. */
+  recoveredMessage?: string;
+  /** Level of the lines that are written (default `warn`); the others go out at `debug`. */
+  level?: 'warn' | 'error';
+  /** How long the same failure stays quiet after its line (default 10 minutes). */
+  quietMs?: number;
+  /** Milliseconds, monotonic or not; default `performance.now`. */
+  now?: () => number;
+}
+
+/**
+ * The log of something retried for as long as it fails (a watch, a periodic write, a supervised
+ * component). The first failure, a failure that differs from the last one written, and the same one
+ * again once `quietMs` has passed are written at the chosen level, each with how many failures there
+ * were in a row and how many were held back since the last line (`repeated`); the rest go out at
+ * `debug`. So a condition that lasts (a permission RBAC does not grant, a dependency down for a day)
+ * shows in the log every ten minutes, not every backoff, while every new kind of failure still shows
+ * at once. The metrics of the caller count every failure.
+ */
+export class RecurringFailureLog {
+  readonly #logger: Logger;
+  readonly #options: RecurringFailureLogOptions;
+  readonly #now: () => number;
+  #failures = 0;
+  #held = 0;
+  #lastWritten: { summary: string; at: number } | undefined;
+
+  constructor(logger: Logger, options: RecurringFailureLogOptions) {
+    this.#logger = logger;
+    this.#options = options;
+    this.#now = options.now ?? (() => performance.now());
+  }
+
+  /** Failures in a row so far. */
+  get failures(): number {
+    return this.#failures;
+  }
+
+  /** One more failure; `fields` go on its line. */
+  failed(err: unknown, fields: Record<string, unknown> = {}): void {
+    this.#failures++;
+    const summary = describeError(err);
+    const now = this.#now();
+    const last = this.#lastWritten;
+    const record = { ...fields, err: summary, failures: this.#failures };
+    if (last?.summary === summary && now - last.at < (this.#options.quietMs ?? 600_000)) {
+      this.#held++;
+      this.#logger.debug(record, this.#options.message);
+      return;
+    }
+    this.#logger[this.#options.level ?? 'warn'](
+      this.#held > 0 ? { ...record, repeated: this.#held } : record,
+      this.#options.message,
+    );
+    this.#lastWritten = { summary, at: now };
+    this.#held = 0;
+  }
+
+  /** The thing worked again: ends a run of failures, with one line if a message was given. */
+  succeeded(): void {
+    if (this.#failures === 0) return;
+    if (this.#options.recoveredMessage !== undefined) {
+      this.#logger.info({ failures: this.#failures }, this.#options.recoveredMessage);
+    }
+    this.#failures = 0;
+    this.#held = 0;
+    this.#lastWritten = undefined;
+  }
+}

@@ -7,10 +7,12 @@ import { describe, test } from 'node:test';
 import { CoreV1Api, KubeConfig, type V1Node, type V1Pod } from '@kubernetes/client-node';
 import { AggregatorRegistry, Registry } from 'prom-client';
 import { ForbiddenError, RateLimitedError, TimeoutError } from '../errors.ts';
+import type { Logger } from '../log.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { drained, startStalledProxy } from '../sim/egress-proxy.ts';
 import { FakeClock } from '../testing/fake-clock.ts';
 import { FakeResource, until } from '../testing/fake-resource.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
 import { outcomeWithin, silentApiServer } from '../testing/silent-server.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
 import { loadKubeConfig } from './client.ts';
@@ -29,7 +31,13 @@ const slim = (pod: V1Pod): PodRecord => ({
   nodeName: pod.spec?.nodeName,
 });
 
-function startInformer(resource: FakeResource, clock: FakeClock, registry?: Registry, pageSize?: number) {
+function startInformer(
+  resource: FakeResource,
+  clock: FakeClock,
+  registry?: Registry,
+  pageSize?: number,
+  logger?: Logger,
+) {
   const events: string[] = [];
   const informer = new Informer<V1Pod, PodRecord>({
     name: 'pods',
@@ -41,6 +49,7 @@ function startInformer(resource: FakeResource, clock: FakeClock, registry?: Regi
     pageSize,
     clock,
     registry,
+    logger,
     random: () => 0,
   });
   informer.addHandlers({
@@ -181,6 +190,27 @@ describe('informer', () => {
     assert.match(metrics, /informer_lists_total\{resource="pods",result="success"\} 1/);
     assert.match(metrics, /informer_synced\{resource="pods"\} 1/);
     assert.match(metrics, /informer_cached_objects\{resource="pods"\} 1/);
+    await informer.stop();
+  });
+
+  test('a failure that lasts is logged when it starts and every ten minutes with the count held back; its end once', async () => {
+    const resource = new FakeResource();
+    resource.put('a', 'Pending');
+    resource.failLists = 40; // 1, 2, 4, 8, 16 s, then 30 s apart: about 19 minutes
+    const clock = new FakeClock();
+    const { logger, lines } = capturedLogger();
+    const { informer } = startInformer(resource, clock, undefined, undefined, logger);
+    while (!informer.hasSynced()) await clock.advance(1000);
+    const records = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+    assert.deepEqual(
+      records.map((r) => [r['level'], r['msg'], r['failures'], r['repeated']]),
+      [
+        ['warn', 'list/watch failed; retrying', 1, undefined],
+        ['warn', 'list/watch failed; retrying', 25, 23], // at 601 s
+        ['info', 'list/watch works again', 40, undefined],
+      ],
+    );
+    assert.equal(records[0]?.['informer'], 'pods');
     await informer.stop();
   });
 

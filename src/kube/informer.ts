@@ -26,7 +26,7 @@ import { request as httpsRequest, type RequestOptions } from 'node:https';
 import type { KubeConfig, KubernetesListObject, KubernetesObject } from '@kubernetes/client-node';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { ConfigError, describeError, TimeoutError, TooLargeError, UnavailableError } from '../errors.ts';
-import { type Logger, silentLogger } from '../log.ts';
+import { type Logger, RecurringFailureLog, silentLogger } from '../log.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
 import { Backoff } from '../runtime/backoff.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
@@ -387,6 +387,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
   readonly #logger: Logger;
   readonly #metrics: InformerMetrics | undefined;
   readonly #backoff: Backoff;
+  readonly #failureLog: RecurringFailureLog;
   /** The longest backoff delay, which also caps a `Retry-After` wait. */
   readonly #backoffMaxMs: number;
   readonly #handlers = new Set<InformerHandlers<R>>();
@@ -414,6 +415,11 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     this.#backoff = new Backoff({
       ...(options.backoff ?? { initialMs: 1000, maxMs: 30_000 }),
       random: options.random ?? Math.random,
+    });
+    this.#failureLog = new RecurringFailureLog(this.#logger, {
+      message: 'list/watch failed; retrying',
+      recoveredMessage: 'list/watch works again',
+      now: () => this.#clock.monotonic(),
     });
   }
 
@@ -529,6 +535,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
           else await sleep(this.#clock, this.#backoff.next(), stop);
           continue;
         }
+        if (healthy) this.#failureLog.succeeded();
         if (healthy || end === 'timeout') {
           this.#backoff.reset();
           continue;
@@ -540,10 +547,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
         if (gone) this.#resourceVersion = undefined;
         this.#metrics?.restarts.inc({ resource: this.name, reason: gone ? 'gone' : 'error' });
         const delay = Math.max(this.#backoff.next(), this.#retryAfterMs(err));
-        this.#logger.warn(
-          { err: describeError(err), retryInMs: Math.round(delay), failures: this.#backoff.failures },
-          'list/watch failed; retrying',
-        );
+        this.#failureLog.failed(err, { retryInMs: Math.round(delay) });
         await sleep(this.#clock, delay, stop);
       }
     }
@@ -596,6 +600,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     }
     this.#metrics?.cached.set({ resource: this.name }, fresh.size);
     this.#logger.debug({ objects: fresh.size, resourceVersion }, 'listed');
+    this.#failureLog.succeeded();
     if (!this.#synced) {
       this.#synced = true;
       this.#metrics?.synced.set({ resource: this.name }, 1);

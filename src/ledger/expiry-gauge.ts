@@ -10,9 +10,9 @@
  */
 import { Gauge, type Registry } from 'prom-client';
 import { bounded } from '../deadline.ts';
-import { describeError, TimeoutError } from '../errors.ts';
+import { TimeoutError } from '../errors.ts';
 import { sharedMetric } from '../kube/metrics.ts';
-import { type Logger, silentLogger } from '../log.ts';
+import { type Logger, RecurringFailureLog, silentLogger } from '../log.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import {
@@ -177,16 +177,18 @@ export class CertificateExpiryGauge implements LeaderComponent {
   async start(signal: AbortSignal): Promise<void> {
     const clock = this.#options.clock ?? systemClock;
     const logger = (this.#options.logger ?? silentLogger).child({ component: this.name });
+    const failures = new RecurringFailureLog(logger, {
+      message: 'could not read the certificate ledger; the gauge keeps its last values',
+      now: () => clock.monotonic(),
+    });
     try {
       while (!signal.aborted) {
         try {
           await this.refresh(signal);
+          failures.succeeded();
         } catch (err) {
           if (signal.aborted) break;
-          logger.warn(
-            { err: describeError(err) },
-            'could not read the certificate ledger; the gauge keeps its last values',
-          );
+          failures.failed(err);
         }
         await sleep(clock, this.#options.intervalMs ?? 60_000, signal);
       }

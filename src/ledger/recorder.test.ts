@@ -5,6 +5,7 @@ import type { NodeFacts } from '../bootstrap/types.ts';
 import { createCa } from '../pki/ca.ts';
 import { generateKey } from '../pki/keys.ts';
 import { publicKeyRequest } from '../pki/profiles.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
 import { epochSeconds, type LedgerEntry } from './ledger.ts';
 import { entriesOfIssued, entryOfPem, LedgerRecorder } from './recorder.ts';
 
@@ -136,4 +137,76 @@ test('flushes keep to the byte budget: after a large write the next waits for it
   await recorder.stop();
   assert.deepEqual(written.at(-1), { atMs: started + 7_000, entries: 1 });
   assert.equal(written.length, 5);
+});
+
+test('a refused write waits longer before the next, up to a minute, and is logged when it starts, every ten minutes and when it ends', async (t) => {
+  t.mock.timers.enable({ apis: ['setInterval'] });
+  let nowMs = Date.UTC(2030, 0, 1);
+  const tick = async (ms: number) => {
+    nowMs += ms;
+    t.mock.timers.tick(ms);
+    for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve));
+  };
+  const attempts: number[] = [];
+  let refuse = true;
+  const { logger, lines } = capturedLogger();
+  const recorder = new LedgerRecorder({
+    store: {
+      add: async (entries) => {
+        attempts.push(nowMs);
+        if (refuse)
+          throw new Error('HTTP 403: configmaps "kops-controller-certificate-ledger-01" is forbidden');
+        return { writes: 1, droppedOverCap: 0, bytes: entries.length * 100 };
+      },
+    },
+    flushIntervalMs: 1_000,
+    now: () => new Date(nowMs),
+    logger,
+  });
+  const started = nowMs;
+  recorder.start();
+  recorder.record([
+    {
+      kind: 'kubelet',
+      instanceGroup: 'nodes',
+      instance: 'node-1',
+      serial: '01',
+      notBefore: 0,
+      notAfter: 2e9,
+    },
+  ]);
+  for (let s = 0; s < 25 * 60; s++) await tick(1_000);
+  const gaps = attempts.slice(1).map((at, i) => (at - (attempts[i] as number)) / 1000);
+  // Jitter adds up to a fifth, and a flush waits for the next 1 s tick: 2 s doubling to 60 s.
+  assert.deepEqual(
+    gaps
+      .slice(0, 6)
+      .map((g) => [2, 4, 8, 16, 32, 60].findIndex((base) => g >= base && g <= Math.ceil(base * 1.2) + 1)),
+    [0, 1, 2, 3, 4, 5],
+    `gaps ${gaps.slice(0, 12).join(', ')}`,
+  );
+  assert.ok(
+    gaps.slice(5).every((g) => g >= 60 && g <= 73),
+    `gaps ${gaps.slice(0, 12).join(', ')}`,
+  );
+  assert.ok(
+    attempts.length < 30,
+    `${attempts.length} attempts in 25 minutes (one every flush would be 1,500)`,
+  );
+  refuse = false;
+  for (let s = 0; s < 80; s++) await tick(1_000);
+  await recorder.stop();
+  const records = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+  assert.deepEqual(
+    records.map((r) => [r['level'], r['msg']]),
+    [
+      ['warn', 'certificate ledger not written; retrying'],
+      ['warn', 'certificate ledger not written; retrying'],
+      ['warn', 'certificate ledger not written; retrying'],
+      ['info', 'certificate ledger written again'],
+    ],
+    `${attempts.length} attempts; lines at ${records.map((r) => r['time']).join(', ')} since ${new Date(started).toISOString()}`,
+  );
+  assert.equal(records[0]?.['pending'], 1);
+  assert.ok((records[1]?.['repeated'] as number) > 0);
 });

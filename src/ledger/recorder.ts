@@ -13,11 +13,15 @@
  * writes keep to a byte budget: after writing B bytes the next flush waits B / `writeBytesPerSecond`
  * if that is longer than the interval. A small cluster's ledger still flushes every 2 s; the largest
  * (16 shards of at most 900 kB) every 14 s at the default 1 MiB/s.
+ *
+ * A failed write waits longer before the next, 2 s doubling to a minute: a ledger the API server
+ * refuses for good (RBAC without the shards' rules, as kops' own manifest) costs a request a minute
+ * and a log line every ten, not a request and a line every flush.
  */
 import { X509Certificate } from 'node:crypto';
-import { describeError } from '../errors.ts';
-import { type Logger, silentLogger } from '../log.ts';
+import { type Logger, RecurringFailureLog, silentLogger } from '../log.ts';
 import type { IssuedCertificate } from '../pki/profiles.ts';
+import { Backoff } from '../runtime/backoff.ts';
 import { entryKey, epochSeconds, type LedgerEntry } from './ledger.ts';
 import type { ConfigMapLedgerStore } from './store.ts';
 
@@ -78,14 +82,21 @@ export class LedgerRecorder {
   #held: HeldCertificate[] = [];
   #flushing: Promise<void> | undefined;
   #timers: NodeJS.Timeout[] = [];
-  /** No timed flush before this (ms since the epoch): the wait the last write's bytes earned. */
+  /** No timed flush before this (ms since the epoch): the wait the last write's bytes, or its failure, earned. */
   #quietUntilMs = 0;
+  readonly #failureBackoff = new Backoff({ initialMs: 2_000, maxMs: 60_000 });
+  readonly #failureLog: RecurringFailureLog;
 
   constructor(options: LedgerRecorderOptions) {
     this.#options = options;
     this.#logger = options.logger ?? silentLogger;
     this.#now = options.now ?? (() => new Date());
     this.#holdIntervalMs = options.holdIntervalMs ?? 3_600_000;
+    this.#failureLog = new RecurringFailureLog(this.#logger, {
+      message: 'certificate ledger not written; retrying',
+      recoveredMessage: 'certificate ledger written again',
+      now: () => this.#now().getTime(),
+    });
   }
 
   /** Queues entries for the next flush; never throws, never waits. */
@@ -145,6 +156,8 @@ export class LedgerRecorder {
       const result = await this.#options.store.add([...batch.values()]);
       const perSecond = this.#options.writeBytesPerSecond ?? 1024 * 1024;
       this.#quietUntilMs = this.#now().getTime() + (1000 * result.bytes) / perSecond;
+      this.#failureBackoff.reset();
+      this.#failureLog.succeeded();
       if (result.droppedOverCap > 0) {
         this.#logger.warn(
           { dropped: result.droppedOverCap },
@@ -154,10 +167,9 @@ export class LedgerRecorder {
     } catch (err) {
       // Kept for the next flush, unless something newer for the same certificate arrived meanwhile.
       for (const [key, entry] of batch) if (!this.#pending.has(key)) this.#pending.set(key, entry);
-      this.#logger.warn(
-        { err: describeError(err), pending: this.#pending.size },
-        'certificate ledger not written; retrying at the next flush',
-      );
+      const waitMs = this.#failureBackoff.next();
+      this.#quietUntilMs = this.#now().getTime() + waitMs;
+      this.#failureLog.failed(err, { pending: this.#pending.size, retryInMs: Math.round(waitMs) });
     }
   }
 

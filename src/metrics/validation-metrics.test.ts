@@ -733,6 +733,11 @@ describe('ValidationMetrics when leadership ends during a slow read', () => {
       assert.ok(cloudCalls >= 2, 'each refresh asked the cloud again after the deadline');
       const warning = lines.find((line) => line.includes('cannot refresh the validation inputs'));
       assert.match(warning ?? '', /no answer within 100 ms/);
+      assert.equal(
+        lines.filter((line) => line.includes('cannot refresh the validation inputs')).length,
+        1,
+        'the same failure is written once in ten minutes, not at every refresh',
+      );
     } finally {
       leading.abort();
       await run;

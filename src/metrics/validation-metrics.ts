@@ -14,7 +14,7 @@ import { describeError } from '../errors.ts';
 import { abortingWith } from '../kube/call-options.ts';
 import { Informer, type InformerCache, kubeList, kubeWatch } from '../kube/informer.ts';
 import type { SharedInformer } from '../kube/shared-informer.ts';
-import { type Logger, silentLogger } from '../log.ts';
+import { type Logger, RecurringFailureLog, silentLogger } from '../log.ts';
 import { managedLabelsAnnotation } from '../nodelabels/diff-labels.ts';
 import { managedLabelsSignatureAnnotation } from '../nodelabels/signed-managed-labels.ts';
 import { sleep, systemClock } from '../runtime/clock.ts';
@@ -202,10 +202,18 @@ export class ValidationMetrics implements LeaderComponent {
     | undefined;
   /** Why the last scrape could not be validated, so it is logged once, not at every scrape. */
   #problem: string | undefined;
+  /** The refresh's reads, each failing every minute for as long as it lasts (a refused ComponentStatus: for good). */
+  readonly #failures: Record<'components' | 'inputs' | 'spec', RecurringFailureLog>;
 
   constructor(options: ValidationMetricsOptions) {
     this.#options = options;
     this.#logger = (options.logger ?? silentLogger).child({ component: this.name });
+    const failureLog = (message: string) => new RecurringFailureLog(this.#logger, { message });
+    this.#failures = {
+      components: failureLog('cannot list component statuses; reporting none'),
+      inputs: failureLog('cannot refresh the validation inputs; keeping the last'),
+      spec: failureLog('cannot read the cluster spec; no label-drift values'),
+    };
     this.#nodes = options.nodes.view('validation', labelledNodeOf);
     const registers = [options.registry];
     // Reading the counts costs the same whatever the cluster's size, so each gauge reads them; a
@@ -372,29 +380,22 @@ export class ValidationMetrics implements LeaderComponent {
         name: c.metadata?.name ?? '',
         healthy: (c.conditions ?? []).every((condition) => condition.status === 'True'),
       }));
+      this.#failures.components.succeeded();
     } else {
-      this.#logger.warn(
-        { err: describeError(statuses.reason) },
-        'cannot list component statuses; reporting none',
-      );
+      this.#failures.components.failed(statuses.reason);
     }
     if (groups.status === 'rejected' || igs.status === 'rejected') {
-      const reason = groups.status === 'rejected' ? groups.reason : (igs as PromiseRejectedResult).reason;
-      this.#logger.warn(
-        { err: describeError(reason) },
-        'cannot refresh the validation inputs; keeping the last',
+      this.#failures.inputs.failed(
+        groups.status === 'rejected' ? groups.reason : (igs as PromiseRejectedResult).reason,
       );
       if (this.#slow) this.#slow = { ...this.#slow, components };
       return;
     }
+    this.#failures.inputs.succeeded();
     // Without the cluster spec there is no desired label to compare with: the drift gauge goes absent
     // (logged) rather than keeping a count computed against an older spec.
-    if (spec.status === 'rejected') {
-      this.#logger.warn(
-        { err: describeError(spec.reason) },
-        'cannot read the cluster spec; no label-drift values',
-      );
-    }
+    if (spec.status === 'rejected') this.#failures.spec.failed(spec.reason);
+    else this.#failures.spec.succeeded();
     const clusterSpec = spec.status === 'fulfilled' ? spec.value : undefined;
     const labelsKey = this.#options.labelsKey?.();
     this.#slow = {

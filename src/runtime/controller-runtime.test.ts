@@ -9,6 +9,7 @@ import { leaderRecordOf } from '../kube/leader-election.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
 import { FakeLeaseApi } from '../testing/fake-lease-api.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
 import { ControllerRuntime, informerSynced, type LeaderComponent } from './controller-runtime.ts';
 
 const config = (leaderElection: Record<string, unknown> = {}) =>
@@ -151,6 +152,40 @@ describe('controller runtime', () => {
     assert.equal(flaky.isRunning(), true);
     await runtime.stop();
     assert.equal(flaky.isRunning(), false);
+  });
+
+  test('a component that keeps failing is logged when it starts failing and every ten minutes, not at every restart', async (t) => {
+    const clock = new FakeClock();
+    const broken = testComponent('broken', { failTimes: 1_000 });
+    const { logger, lines } = capturedLogger({ level: 'info' });
+    const runtime = new ControllerRuntime({
+      config: config(),
+      leaseClient: new FakeLeaseApi().clientFor(),
+      components: [broken.component],
+      registry: new Registry(),
+      clock,
+      logger,
+      random: () => 0,
+    });
+    await runtime.start();
+    t.after(() => runtime.stop());
+    for (let s = 0; s < 25 * 60; s++) await clock.advance(1000);
+    const restarts = broken.log.filter((entry) => entry === 'fail').length;
+    assert.ok(restarts > 40, `${restarts} restarts in 25 minutes (30 s apart at most)`);
+    const failed = lines
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((r) => r['component'] === 'broken' && r['msg'] !== 'stopped');
+    assert.deepEqual(
+      failed.map((r) => [r['level'], r['msg']]),
+      [
+        ['info', 'starting'],
+        ['error', 'failed; restarting'],
+        ['error', 'failed; restarting'],
+        ['error', 'failed; restarting'],
+      ],
+    );
+    assert.equal(failed[1]?.['err'], 'cloud API unreachable');
+    assert.ok((failed[2]?.['repeated'] as number) > 10);
   });
 
   test("the old leader's components are gone before a standby can take the lease over", async () => {

@@ -12,7 +12,7 @@ import type { Config } from '../config/schema.ts';
 import { describeError, exitCodeOf, InternalError } from '../errors.ts';
 import { LeaderElector, type LeaseClient } from '../kube/leader-election.ts';
 import { sharedMetric } from '../kube/metrics.ts';
-import { type Logger, silentLogger } from '../log.ts';
+import { type Logger, RecurringFailureLog, silentLogger } from '../log.ts';
 import { Backoff } from './backoff.ts';
 import { type Clock, sleep, systemClock } from './clock.ts';
 import { type OpsServer, type ReadinessCheck, startOpsServer } from './ops-server.ts';
@@ -216,14 +216,26 @@ export class ControllerRuntime {
       ...(this.#options.componentBackoff ?? { initialMs: 1000, maxMs: 30_000 }),
       random: this.#options.random ?? Math.random,
     });
+    // A component that fails for good (a permission RBAC does not grant) restarts with the backoff
+    // for as long as this replica leads: its line is written when it starts failing and every ten
+    // minutes after, not at every restart.
+    const failures = new RecurringFailureLog(logger, {
+      message: 'failed; restarting',
+      level: 'error',
+      now: () => this.#clock.monotonic(),
+    });
     while (!signal.aborted) {
-      logger.info('starting');
+      if (failures.failures === 0) logger.info('starting');
+      else logger.debug('starting');
       this.#running.set({ component: component.name }, 1);
+      const startedAt = this.#clock.monotonic();
       try {
         await component.start(signal);
         if (!signal.aborted) logger.warn('returned while still leading; restarting');
       } catch (err) {
-        if (!signal.aborted) logger.error({ err: describeError(err) }, 'failed; restarting');
+        // A run that lasted a minute worked: what ends it is a new failure, written at once.
+        if (this.#clock.monotonic() - startedAt >= 60_000) failures.succeeded();
+        if (!signal.aborted) failures.failed(err);
       }
       this.#running.set({ component: component.name }, 0);
       if (!signal.aborted) await sleep(this.#clock, backoff.next(), signal);
