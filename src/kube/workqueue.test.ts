@@ -4,6 +4,7 @@ import { Registry } from 'prom-client';
 import { RateLimitedError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
 import { WorkQueue } from './workqueue.ts';
 
 /** A handler whose runs the test completes by hand, recording what ran and what overlapped. */
@@ -120,6 +121,24 @@ describe('work queue', () => {
     queue.addRateLimited('y');
     queue.forget('y');
     assert.equal(queue.numRequeues('y'), 0);
+  });
+
+  test("a failure's log line names the item (a node, a CSR): the logger's redaction of key fields must not hide it", async () => {
+    const { logger, lines } = capturedLogger();
+    const queue = new WorkQueue({ name: 'nodes', clock: new FakeClock(), logger });
+    const h = controlledHandler();
+    queue.start(h.handler);
+    queue.add('i-0123456789abcdef0');
+    await settle();
+    h.failNext.add('i-0123456789abcdef0');
+    await h.finish('i-0123456789abcdef0');
+    const record = JSON.parse(lines.find((line) => line.includes('processing failed')) ?? '{}') as Record<
+      string,
+      unknown
+    >;
+    assert.equal(record['item'], 'i-0123456789abcdef0');
+    assert.doesNotMatch(lines.join(''), /\[redacted\]/);
+    await queue.shutdown();
   });
 
   test('a failure whose answer asked Retry-After is retried no sooner than that, capped at the longest delay', async () => {

@@ -244,12 +244,13 @@ export class WorkQueue {
     } catch (err) {
       // Cut short by the shutdown: no failure to report or retry; the queue is going away.
       if (this.#abort.signal.aborted) {
-        this.#logger.debug({ key, err: describeError(err) }, 'processing stopped by the shutdown');
+        this.#logger.debug({ item: key, err: describeError(err) }, 'processing stopped by the shutdown');
       } else {
         failed = true;
         retryAfterMs = retryAfterMsOf(err);
+        // `item`, not `key`: the logger redacts fields named key (key material), which hid the name.
         this.#logger.warn(
-          { key, failures: this.numRequeues(key) + 1, err: describeError(err) },
+          { item: key, failures: this.numRequeues(key) + 1, err: describeError(err) },
           'processing failed; retrying with backoff',
         );
       }
