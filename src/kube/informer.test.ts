@@ -169,6 +169,38 @@ describe('informer', () => {
     await informer.stop();
   });
 
+  test('staleMs: time since the cache was last known current, across reconnects; a stream that delivers nothing does not count; the gauge follows', async () => {
+    const resource = new FakeResource();
+    resource.put('a', 'Pending');
+    const clock = new FakeClock();
+    const registry = new Registry();
+    const { informer } = startInformer(resource, clock, registry);
+    const gauge = async () =>
+      /^informer_last_current_timestamp_seconds\{resource="pods"\} ([\d.]+)$/m.exec(
+        await registry.metrics(),
+      )?.[1];
+    assert.equal(informer.staleMs(), undefined, 'not synced');
+    await informer.waitForSync();
+    assert.equal(informer.staleMs(), 0, 'just listed');
+    assert.equal(Number(await gauge()), clock.now() / 1000);
+    await until(() => resource.watchers.size === 1);
+    await clock.advance(40_000);
+    assert.equal(informer.staleMs(), 40_000, 'an open stream that has delivered nothing proves nothing');
+    resource.bookmark();
+    assert.equal(informer.staleMs(), 0);
+    await clock.advance(10_000);
+    resource.dropWatches();
+    await until(() => resource.watchers.size === 1);
+    await clock.advance(5_000);
+    assert.equal(informer.staleMs(), 15_000, 'a reconnect neither resets nor forgets it');
+    resource.put('b', 'Pending');
+    assert.equal(informer.staleMs(), 0, 'an event is a sign of currency too');
+    assert.equal(Number(await gauge()), clock.now() / 1000);
+    await informer.stop();
+    assert.equal(informer.staleMs(), undefined, 'stopped: no claim either way');
+    assert.equal(await gauge(), undefined, 'and no sample');
+  });
+
   test('failed lists are retried with growing backoff until they succeed', async () => {
     const resource = new FakeResource();
     resource.put('a', 'Pending');
@@ -732,7 +764,7 @@ describe('kubeWatch against a damaged watch stream', () => {
    * A plain-HTTP API server on loopback: one list (n1 and n2 at rv 1), and the watch streams `streams`
    * writes, the n-th for the n-th watch request; it records the resourceVersion each resumed from.
    */
-  async function fakeApiServer(streams: ((res: ServerResponse) => void)[]) {
+  async function fakeApiServer(streams: ((res: ServerResponse) => void)[], registry?: Registry) {
     const resumedFrom: string[] = [];
     const open = new Set<ServerResponse>();
     const server = createServer((req, res) => {
@@ -776,6 +808,7 @@ describe('kubeWatch against a damaged watch stream', () => {
       list: kubeList(kubeConfig, '/api/v1/nodes'),
       watch: kubeWatch(kubeConfig),
       backoff: { initialMs: 10, maxMs: 50 },
+      registry,
     });
     return {
       informer,
@@ -820,6 +853,34 @@ describe('kubeWatch against a damaged watch stream', () => {
         'the change the damaged line carried is not lost',
       );
       assert.equal(api.informer.resourceVersion, '3');
+    } finally {
+      await api.close();
+    }
+  });
+
+  test('a connection reset under a stream that served is a dropped watch (reason reset), not an error; a reset before it served is one', async () => {
+    const registry = new Registry();
+    const api = await fakeApiServer(
+      [
+        // Served an event, then the connection is cut (a load balancer or API server going away).
+        (res) => {
+          res.write(line('MODIFIED', node('n1', 2, 'new')), () =>
+            setTimeout(() => res.socket?.resetAndDestroy(), 20),
+          );
+        },
+        // Cut at once, before anything was served.
+        (res) => res.socket?.resetAndDestroy(),
+        (res) => res.write(line('MODIFIED', node('n2', 3, 'new'))),
+      ],
+      registry,
+    );
+    try {
+      api.informer.start();
+      await eventually(() => api.informer.get('n2')?.metadata.labels.v === 'new', 'n2 at rv 3');
+      const metrics = await registry.metrics();
+      assert.match(metrics, /informer_watch_restarts_total\{resource="nodes",reason="reset"\} 1/);
+      assert.match(metrics, /informer_watch_restarts_total\{resource="nodes",reason="error"\} 1/);
+      assert.deepEqual(api.resumedFrom, ['1', '2', '2']);
     } finally {
       await api.close();
     }

@@ -69,8 +69,13 @@ export type WatchFn = (
  */
 export const maxWatchLineBytes = maxNodeBytes + 64 * 1024;
 
-/** How long a watch may wait for its answer, and then for its next byte, as client-node's `Watch` (30 s). */
-const watchIdleTimeoutMs = 30_000;
+/**
+ * How long a watch may wait for its answer, and then for its next byte. The API server sends every
+ * watch that asks for them a bookmark about once a minute (and one just before its timeout), so a
+ * healthy stream is never silent this long; client-node's `Watch` cut it at 30 s, which reconnected
+ * every quiet watch twice a minute before its first bookmark, so a quiet cache was never seen current.
+ */
+const watchIdleTimeoutMs = 90_000;
 
 const watchEventTypes = new Set<string>(['ADDED', 'MODIFIED', 'DELETED', 'BOOKMARK', 'ERROR']);
 
@@ -304,6 +309,11 @@ export interface InformerCache<R> {
   /** Objects cached; for a view, those of the shared cache, including any its transform skipped. */
   readonly size: number;
   watchSilenceMs(): number | undefined;
+  /**
+   * Milliseconds since the cache was last known to be current (its last list, or a watch event or
+   * bookmark), whether or not a stream is open now; undefined until synced and while stopped.
+   */
+  staleMs(): number | undefined;
 }
 
 /** Options of an {@link Informer}. */
@@ -342,6 +352,7 @@ interface InformerMetrics {
   events: Counter;
   cached: Gauge;
   synced: Gauge;
+  live: Set<LiveInformer>;
 }
 
 function informerMetrics(registry: Registry): InformerMetrics {
@@ -365,11 +376,56 @@ function informerMetrics(registry: Registry): InformerMetrics {
     events: counter('informer_events_total', 'Watch events received, by type.', ['resource', 'type']),
     cached: gauge('informer_cached_objects', 'Objects in the informer cache.', 'max'),
     synced: gauge('informer_synced', '1 once the informer has completed its first list.', 'min'),
+    live: liveInformers(registry),
   };
 }
 
+/** What the last-current gauge reads of a running informer. */
+interface LiveInformer {
+  readonly name: string;
+  currentSinceEpochMs(): number | undefined;
+}
+
+/** The running informers of each registry (one `informer_last_current_timestamp_seconds` per registry). */
+const liveByRegistry = new WeakMap<Registry, Set<LiveInformer>>();
+
+/**
+ * The running informers of a registry, whose `informer_last_current_timestamp_seconds` a scrape
+ * reads: computed then, so the watch's hot path only stores a number. A stopped informer (a leader-only
+ * watch on a replica that no longer leads) has no sample, so no stale time lingers there.
+ */
+function liveInformers(registry: Registry): Set<LiveInformer> {
+  let live = liveByRegistry.get(registry);
+  if (live) return live;
+  const informers = new Set<LiveInformer>();
+  new Gauge({
+    name: 'informer_last_current_timestamp_seconds',
+    help: 'When the cache was last known current: its last list, watch event or bookmark (seconds since the epoch).',
+    labelNames: ['resource'],
+    registers: [registry],
+    // Summed over serving workers, the oldest of their caches.
+    aggregator: 'min',
+    collect() {
+      this.reset();
+      for (const informer of informers) {
+        const at = informer.currentSinceEpochMs();
+        if (at !== undefined) this.set({ resource: informer.name }, at / 1000);
+      }
+    },
+  });
+  live = informers;
+  liveByRegistry.set(registry, live);
+  return live;
+}
+
 /** Why a watch stream ended. */
-type WatchEnd = 'closed' | 'timeout' | 'gone';
+type WatchEnd = 'closed' | 'timeout' | 'gone' | 'reset';
+
+/** A connection cut under the stream (reset, socket hang-up, aborted answer), not an answer or a damaged line. */
+function isTransportReset(err: unknown): boolean {
+  const { code, statusCode } = (err ?? {}) as { code?: unknown; statusCode?: unknown };
+  return statusCode === undefined && (code === 'ECONNRESET' || code === 'EPIPE' || code === 'ECONNABORTED');
+}
 
 /** A watch that delivered events, or stayed open this long, was healthy: reconnect without backoff. */
 const healthyWatchMs = 1000;
@@ -398,6 +454,8 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
   #stop = new AbortController();
   /** When the open watch stream last delivered an event or bookmark; undefined until it has, or once it ends. */
   #watchHeardAt: number | undefined;
+  /** When the cache was last known current (monotonic; and the wall time of it, for the gauge). */
+  #currentAt: { monotonic: number; epochMs: number } | undefined;
   /** Runs list+watch rounds while wanted; undefined when not running. */
   #loop: Promise<void> | undefined;
   /** The round in progress (one run until the stop signal aborts), which stop awaits. */
@@ -439,6 +497,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     // leader-only parts) is no watch, and must not read as one that has not synced.
     if (!this.#synced) this.#metrics?.synced.set({ resource: this.name }, 0);
     this.#wanted = true;
+    this.#metrics?.live.add(this);
     this.#loop ??= this.#supervise();
   }
 
@@ -502,6 +561,27 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     return this.#watchHeardAt === undefined ? undefined : this.#clock.monotonic() - this.#watchHeardAt;
   }
 
+  /**
+   * Milliseconds since the cache was last known current: its last list, or the last event or bookmark
+   * of any stream. A reconnected stream that has not delivered yet does not count (a stalled path
+   * answers 200 and then stays silent), so on a healthy watch this stays under about a minute, the
+   * bookmark interval, and grows without bound while the watch fails or stalls. Undefined until
+   * synced and while stopped.
+   */
+  staleMs(): number | undefined {
+    if (!this.#synced || !this.#wanted || this.#currentAt === undefined) return undefined;
+    return this.#clock.monotonic() - this.#currentAt.monotonic;
+  }
+
+  /** The wall time of {@link Informer.staleMs}'s reference, for the gauge. */
+  currentSinceEpochMs(): number | undefined {
+    return this.#synced && this.#wanted ? this.#currentAt?.epochMs : undefined;
+  }
+
+  #markCurrent(): void {
+    this.#currentAt = { monotonic: this.#clock.monotonic(), epochMs: this.#clock.now() };
+  }
+
   /** The resourceVersion the next watch resumes from, if any. */
   get resourceVersion(): string | undefined {
     return this.#resourceVersion;
@@ -510,6 +590,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
   /** Stops watching and retrying; resolves when the background loop has ended. The cache stays readable. */
   async stop(): Promise<void> {
     this.#wanted = false;
+    this.#metrics?.live.delete(this);
     // Also closes the watch stream, or gives up its connect (#watchOnce).
     this.#stop.abort();
     this.#resolveSync(false);
@@ -600,6 +681,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     }
     this.#metrics?.cached.set({ resource: this.name }, fresh.size);
     this.#logger.debug({ objects: fresh.size, resourceVersion }, 'listed');
+    this.#markCurrent();
     this.#failureLog.succeeded();
     if (!this.#synced) {
       this.#synced = true;
@@ -613,6 +695,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     const { path, watch, labelSelector, fieldSelector } = this.#options;
     const stop = this.#stop.signal;
     let events = 0;
+    const openedAt = this.#clock.monotonic();
     return new Promise((resolve, reject) => {
       let failure: unknown;
       let gone = false;
@@ -632,6 +715,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
         }
         events++;
         this.#watchHeardAt = this.#clock.monotonic();
+        this.#markCurrent();
         this.#apply(type, object as T);
       };
       const onDone = (err?: unknown) => {
@@ -643,6 +727,11 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
         else if (failure !== undefined) reject(failure);
         else if (!err || stop.aborted) resolve({ end: 'closed', events });
         else if ((err as { name?: string }).name === 'TimeoutError') resolve({ end: 'timeout', events });
+        // A connection reset under a stream that had served (a network blip, a load balancer or API
+        // server going away) is a dropped watch, reconnected at once as a clean end is; refused or
+        // damaged streams (a status, a bad line) and connects that fail stay errors, with backoff.
+        else if (isTransportReset(err) && (events > 0 || this.#clock.monotonic() - openedAt >= healthyWatchMs))
+          resolve({ end: 'reset', events });
         else reject(err);
       };
       const params = {
@@ -700,7 +789,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
       return { resourceVersion: object.metadata?.resourceVersion ?? '', record: this.#transform(object) };
     } catch (err) {
       this.#logger.warn(
-        { key: objectKey(object), err: describeError(err) },
+        { object: objectKey(object), err: describeError(err) },
         'cannot transform object; skipped',
       );
       return undefined;

@@ -111,7 +111,10 @@ export class SharedInformer<T extends KubernetesObject> {
         return transform(object);
       } catch (err) {
         const key = object.metadata?.name;
-        this.#logger.warn({ view: name, key, err: describeError(err) }, 'cannot transform object; skipped');
+        this.#logger.warn(
+          { view: name, object: key, err: describeError(err) },
+          'cannot transform object; skipped',
+        );
         return undefined;
       }
     });
@@ -208,6 +211,10 @@ class View<R> implements InformerCache<R> {
 
   watchSilenceMs(): number | undefined {
     return this.#informer.watchSilenceMs();
+  }
+
+  staleMs(): number | undefined {
+    return this.#informer.staleMs();
   }
 }
 

@@ -24,6 +24,7 @@ import { ClusterStore } from '../statestore/cluster-store.ts';
 import type { InstanceGroup } from '../statestore/kops-types.ts';
 import { openVfs, vfsOptionsFromEnv } from '../statestore/open.ts';
 import { msToStop } from '../testing/leadership.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
 import { toolPath } from '../testing/tools.ts';
 import { type NodeInfo, type PodInfo, validateCluster } from '../validation/validate-cluster.ts';
 import {
@@ -403,6 +404,83 @@ describe('ValidationMetrics against the simulated cluster', () => {
       flakyStop.abort();
       await flakyRun;
     }
+  });
+
+  test('inputs too old to stand for the cluster: the gauges are withdrawn, the log says which, and come back when current', async () => {
+    const own = new Registry();
+    let cloudFails = false;
+    const kubeConfig = cluster.api.server.kubeConfig();
+    const aws = await createAwsProvider({
+      clusterName: cluster.clusterName,
+      region: cluster.region,
+      endpoint: cluster.aws.endpoint,
+      credentials: { ...cluster.aws.credentials },
+    });
+    const store = new ClusterStore(openVfs(cluster.configBase, vfsOptionsFromEnv(cluster.env)));
+    const { logger, lines } = capturedLogger();
+    const gauges = new ValidationMetrics({
+      clusterName: cluster.clusterName,
+      kubeConfig,
+      nodes: nodeInformer(kubeConfig),
+      core: kubeConfig.makeApiClient(CoreV1Api),
+      cloudGroups: {
+        list: async (name) => {
+          if (cloudFails) throw new Error('RequestLimitExceeded');
+          return aws.cloudGroups.list(name);
+        },
+      },
+      instanceGroups: () => store.instanceGroups(),
+      registry: own,
+      refreshIntervalMs: 50,
+      staleAfterMs: { watch: 1_500, refresh: 500 },
+      logger,
+    });
+    // Bookmarks every 200 ms, as the API server's every minute against the production bounds: a quiet
+    // healthy watch stays current. Re-opened so that the Node watch gets them too.
+    const bookmarks = cluster.api.server.bookmarkIntervalMs;
+    cluster.api.server.bookmarkIntervalMs = 200;
+    cluster.api.server.faults.dropWatches();
+    const leading = new AbortController();
+    const run = gauges.start(leading.signal);
+    const ready = async () =>
+      /^kops_node_ready\{cluster_name="minimal\.example\.com"\} \d+$/m.test(await own.metrics());
+    const withdrawn = (why: RegExp) =>
+      lines.some((line) => line.includes('cannot validate the cluster; no kops_* values') && why.test(line));
+    try {
+      await until(ready);
+      // The cloud fails: the last read is kept for 500 ms, then the gauges go.
+      cloudFails = true;
+      await until(async () => !(await ready()));
+      assert.ok(
+        withdrawn(/cloud groups and the instance groups have not been read for over 1 s/),
+        lines.join(''),
+      );
+      cloudFails = false;
+      await until(ready);
+      // The pods watch is refused (RBAC revoked, a webhook failing): the cache stops being current.
+      cluster.api.server.faults.errors({ resource: 'pods', verbs: ['list', 'watch'], status: 500, rate: 1 });
+      cluster.api.server.faults.dropWatches({ resource: 'pods' });
+      await until(async () => !(await ready()));
+      assert.ok(withdrawn(/the pods-validation watch has not been current for over 2 s/), lines.join(''));
+      assert.match(
+        await own.metrics(),
+        /^informer_last_current_timestamp_seconds\{resource="pods-validation"\} \d+/m,
+      );
+      cluster.api.server.faults.reset();
+      await until(ready);
+      assert.ok(lines.some((line) => line.includes('the cluster validates again')));
+    } finally {
+      cluster.api.server.faults.reset();
+      cluster.api.server.bookmarkIntervalMs = bookmarks;
+      leading.abort();
+      await run;
+      aws.clients.destroy();
+    }
+    assert.doesNotMatch(
+      await own.metrics(),
+      /^informer_last_current_timestamp_seconds\{resource="pods-validation"\}/m,
+      'a watch stopped with the term has no sample',
+    );
   });
 
   test('a scrape reflects a node going away at once, through the watch, with no API call', async () => {

@@ -170,8 +170,22 @@ export interface ValidationMetricsOptions {
    * past it fails as an unreachable cloud or API server would, and the next refresh reads again.
    */
   readTimeoutMs?: number;
+  /**
+   * How old the inputs may be before the gauges have no samples: the Node and pod watches (default
+   * {@link maxWatchStaleMs}) and the last complete refresh (default {@link maxRefreshAgeMs}).
+   */
+  staleAfterMs?: { watch?: number; refresh?: number };
   logger?: Logger;
 }
+
+/**
+ * How long the Node or pod watch may go without a sign of being current (a list, an event, a
+ * bookmark) before the gauges are withdrawn: three of the API server's bookmark intervals.
+ */
+export const maxWatchStaleMs = 180_000;
+
+/** How long the gauges keep the last cloud and state-store read while refreshes fail: ten refreshes. */
+export const maxRefreshAgeMs = 600_000;
 
 /** What the gauges read while this replica leads. */
 interface Term {
@@ -202,6 +216,8 @@ export class ValidationMetrics implements LeaderComponent {
     | undefined;
   /** Why the last scrape could not be validated, so it is logged once, not at every scrape. */
   #problem: string | undefined;
+  /** When the last refresh completed (performance.now), the age of the cloud and state-store inputs. */
+  #refreshedAt: number | undefined;
   /** The refresh's reads, each failing every minute for as long as it lasts (a refused ComponentStatus: for good). */
   readonly #failures: Record<'components' | 'inputs' | 'spec', RecurringFailureLog>;
 
@@ -277,17 +293,42 @@ export class ValidationMetrics implements LeaderComponent {
       this.#slow = key ? { ...slow, labelsKey: key } : slow;
       term.validation.setSlowInputs(this.#slow);
     }
-    try {
-      const values = gaugeValues(term.validation.counts(), this.#slow.components);
-      this.#problem = undefined;
-      return { values, groups: term.validation.groups() };
-    } catch (err) {
-      const problem = describeError(err);
-      if (problem !== this.#problem)
-        this.#logger.warn({ err: problem }, 'cannot validate the cluster; no kops_* values');
-      this.#problem = problem;
-      return undefined;
+    let problem = this.#staleness(term);
+    if (problem === undefined) {
+      try {
+        const values = gaugeValues(term.validation.counts(), this.#slow.components);
+        if (this.#problem !== undefined) this.#logger.info('the cluster validates again; kops_* values back');
+        this.#problem = undefined;
+        return { values, groups: term.validation.groups() };
+      } catch (err) {
+        problem = describeError(err);
+      }
     }
+    if (problem !== this.#problem)
+      this.#logger.warn({ err: problem }, 'cannot validate the cluster; no kops_* values');
+    this.#problem = problem;
+    return undefined;
+  }
+
+  /**
+   * Why the inputs are too old to stand for the cluster now, or undefined. Counts kept from a watch
+   * that no longer delivers would go on reading "all ready" however the cluster changed (kops'
+   * exporter, which listed at every scrape, could not do that): past these bounds the gauges have no
+   * samples, which the absent-validation alert sees, and the log says which input.
+   */
+  #staleness(term: Term): string | undefined {
+    const watchLimit = this.#options.staleAfterMs?.watch ?? maxWatchStaleMs;
+    for (const cache of [term.nodes, term.pods]) {
+      const stale = cache.staleMs();
+      if (stale !== undefined && stale > watchLimit) {
+        return `the ${cache.name} watch has not been current for over ${Math.round(watchLimit / 1000)} s (no list, event or bookmark)`;
+      }
+    }
+    const refreshLimit = this.#options.staleAfterMs?.refresh ?? maxRefreshAgeMs;
+    if (this.#refreshedAt !== undefined && performance.now() - this.#refreshedAt > refreshLimit) {
+      return `the cloud groups and the instance groups have not been read for over ${Math.round(refreshLimit / 1000)} s`;
+    }
+    return undefined;
   }
 
   /**
@@ -343,6 +384,8 @@ export class ValidationMetrics implements LeaderComponent {
     } finally {
       this.#term = undefined;
       this.#slow = undefined;
+      this.#refreshedAt = undefined;
+      this.#problem = undefined;
       for (const stop of unfollow) stop();
       await Promise.all([term.nodes.stop(), term.pods.stop()]);
     }
@@ -407,6 +450,7 @@ export class ValidationMetrics implements LeaderComponent {
       ...(labelsKey ? { labelsKey } : {}),
     };
     validation.setSlowInputs(this.#slow);
+    this.#refreshedAt = performance.now();
   }
 }
 
