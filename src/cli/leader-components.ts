@@ -70,7 +70,11 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
     : undefined;
   machines?.start();
   const identifier = machines ? new CapiNodeIdentifier(cloud.nodeIdentifier, machines) : cloud.nodeIdentifier;
-  const clusterStore = new ClusterStore(vfs, { pollIntervalMs: config.stateStore.pollInterval, logger });
+  const clusterStore = new ClusterStore(vfs, {
+    pollIntervalMs: config.stateStore.pollInterval,
+    registry: options.registry,
+    logger,
+  });
   const nodeController = new NodeController({
     kubeConfig: options.kubeConfig,
     nodes: options.nodes,

@@ -730,7 +730,10 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
         // A connection reset under a stream that had served (a network blip, a load balancer or API
         // server going away) is a dropped watch, reconnected at once as a clean end is; refused or
         // damaged streams (a status, a bad line) and connects that fail stay errors, with backoff.
-        else if (isTransportReset(err) && (events > 0 || this.#clock.monotonic() - openedAt >= healthyWatchMs))
+        else if (
+          isTransportReset(err) &&
+          (events > 0 || this.#clock.monotonic() - openedAt >= healthyWatchMs)
+        )
           resolve({ end: 'reset', events });
         else reject(err);
       };

@@ -2,10 +2,11 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { after, describe, test } from 'node:test';
 import { OAuth2Client } from 'google-auth-library';
+import { Registry } from 'prom-client';
 import { InvalidInputError, NotFoundError } from '../errors.ts';
 import { startGcsSim } from '../sim/gcs/server.ts';
 import { startS3Sim } from '../sim/s3/server.ts';
-import { ClusterStore, type StoreReadError, seedClusterStore } from './cluster-store.ts';
+import { ClusterStore, type StoreReadError, seedClusterStore, staleObjectsMetric } from './cluster-store.ts';
 import { loadSampleCluster } from './fixtures.ts';
 import { clearMemfs } from './memfs-vfs.ts';
 import { openVfs } from './open.ts';
@@ -200,6 +201,41 @@ describe('ClusterStore', () => {
     assert.equal((await store.cluster()).metadata.name, 'minimal.example.com');
     assert.deepEqual(errors.map((e) => e.error instanceof NotFoundError).sort(), [true, true]);
     assert.ok(store.lastError('cluster') instanceof NotFoundError);
+  });
+
+  test('objects served from their last good version are exported while the store polls; a deleted instance group is not one', async () => {
+    const { base } = await seededMemfs();
+    const registry = new Registry();
+    const store = new ClusterStore(base, { pollIntervalMs: 60_000, registry });
+    await store.cluster();
+    await store.instanceGroup('nodes-us-test-1a');
+    await store.instanceGroup('control-plane-us-test-1a');
+    const stale = async () =>
+      (await registry.metrics())
+        .split('\n')
+        .filter((line) => line.startsWith(`${staleObjectsMetric}{`))
+        .sort();
+    store.start();
+    try {
+      assert.deepEqual(await stale(), []);
+      await base.write('instancegroup/nodes-us-test-1a', nodesYaml.replace('role: Node', 'role: [Node'));
+      await base.delete('instancegroup/control-plane-us-test-1a');
+      await store.refresh();
+      assert.deepEqual(await stale(), [`${staleObjectsMetric}{path="instancegroup/nodes-us-test-1a"} 1`]);
+      await base.write('instancegroup/nodes-us-test-1a', nodesYaml);
+      await store.refresh();
+      assert.deepEqual(await stale(), []);
+      await base.write('instancegroup/nodes-us-test-1a', nodesYaml.replace('role: Node', 'role: [Node'));
+      await store.refresh();
+      store.stop();
+      assert.deepEqual(
+        await stale(),
+        [],
+        'a store that does not poll (a replica that does not lead) says nothing',
+      );
+    } finally {
+      store.stop();
+    }
   });
 
   test('start() polls on its own and stop() ends it', async () => {

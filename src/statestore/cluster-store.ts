@@ -6,6 +6,7 @@
  * cache keeps serving it and the failure is reported, so nodes are never labelled from a broken file.
  */
 import { EventEmitter } from 'node:events';
+import { Gauge, type Registry } from 'prom-client';
 import { describeError, InvalidInputError, NotFoundError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Cluster, type InstanceGroup, parseCluster, parseInstanceGroup } from './kops-types.ts';
@@ -45,8 +46,13 @@ export interface ClusterStoreEvents {
 export interface ClusterStoreOptions {
   /** How often `start()` polls object versions (default {@link defaultPollIntervalMs}). */
   pollIntervalMs?: number;
+  /** Where `kops_controller_state_store_stale_objects` is exported, while the store polls. */
+  registry?: Registry;
   logger?: Logger;
 }
+
+/** The gauge's name: the objects served from their last good version. */
+export const staleObjectsMetric = 'kops_controller_state_store_stale_objects';
 
 interface Entry<T> {
   path: string;
@@ -76,6 +82,27 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
     this.vfs = vfs;
     this.#pollIntervalMs = options.pollIntervalMs ?? defaultPollIntervalMs;
     this.#logger = (options.logger ?? silentLogger).child({ component: 'cluster-store', store: vfs.url });
+    if (options.registry && !options.registry.getSingleMetric(staleObjectsMetric)) {
+      // An instance group that is gone was deleted (`kops delete ig`): not a read that failed.
+      const stale = () => [
+        ...(this.#cluster?.error ? [this.#cluster.path] : []),
+        ...[...this.#instanceGroups.values()]
+          .filter((entry) => entry.error && !(entry.error instanceof NotFoundError))
+          .map((entry) => entry.path),
+      ];
+      const polling = () => this.#timer !== undefined;
+      new Gauge({
+        name: staleObjectsMetric,
+        help: 'Objects of the state store served from their last good version, because their changed version could not be read or parsed (1 per object path), while this replica polls the store.',
+        labelNames: ['path'],
+        registers: [options.registry],
+        collect() {
+          this.reset();
+          if (!polling()) return;
+          for (const path of stale()) this.set({ path }, 1);
+        },
+      });
+    }
   }
 
   /** The cluster: cached, loaded on first call. Throws if it was never readable. */
