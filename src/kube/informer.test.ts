@@ -558,6 +558,37 @@ describe('informer against the simulated API server', () => {
     return { sim, informer, events, registry, metric };
   }
 
+  test("a refused watch is logged with the API server's own words and the permission to grant", async () => {
+    const sim = await startApiServer();
+    // May list Nodes but not watch them (a ClusterRole missing one verb).
+    sim.grant({ user: 'lister', verbs: ['list'], resources: ['nodes'] });
+    const kubeConfig = sim.kubeConfig({ name: 'lister', groups: [] });
+    const { logger, lines } = capturedLogger();
+    const informer = new Informer<V1Node>({
+      name: 'nodes',
+      path: '/api/v1/nodes',
+      list: kubeList(kubeConfig, '/api/v1/nodes'),
+      watch: kubeWatch(kubeConfig),
+      backoff: { initialMs: 20, maxMs: 100 },
+      logger,
+    });
+    try {
+      informer.start();
+      assert.equal(await informer.waitForSync(), true);
+      await eventually(() => lines.some((line) => line.includes('list/watch failed')), 'the refusal logged');
+      const record = JSON.parse(lines.find((line) => line.includes('list/watch failed')) ?? '{}') as {
+        err?: string;
+      };
+      assert.match(
+        record.err ?? '',
+        /^watch \/api\/v1\/nodes: HTTP 403: nodes is forbidden: User "lister" cannot watch resource "nodes".*; grant the permission in RBAC$/,
+      );
+    } finally {
+      await informer.stop();
+      await sim.close();
+    }
+  });
+
   test('syncs, follows add/update/delete, caches slim records, honours label selectors, stops', async () => {
     const { sim, informer, events } = await setup({ labelSelector: 'kops.k8s.io/instancegroup=nodes' });
     try {

@@ -16,18 +16,12 @@
  * Pair it with {@link kubeList} and {@link kubeWatch}: both hand over objects in their JSON wire shape.
  */
 
-import {
-  request as httpRequest,
-  type IncomingMessage,
-  type OutgoingHttpHeaders,
-  STATUS_CODES,
-} from 'node:http';
+import { request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders } from 'node:http';
 import { request as httpsRequest, type RequestOptions } from 'node:https';
 import type { KubeConfig, KubernetesListObject, KubernetesObject } from '@kubernetes/client-node';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { ConfigError, describeError, TimeoutError, TooLargeError, UnavailableError } from '../errors.ts';
 import { type Logger, RecurringFailureLog, silentLogger } from '../log.ts';
-import { retryAfterSeconds } from '../net/retry-after.ts';
 import { Backoff } from '../runtime/backoff.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
@@ -68,6 +62,9 @@ export type WatchFn = (
  * limit (about 512 MiB), where the line reader throws outside any catch and ends the process.
  */
 export const maxWatchLineBytes = maxNodeBytes + 64 * 1024;
+
+/** The most of a refused watch's answer read for its Status message. */
+const maxRefusalBytes = 64 * 1024;
 
 /**
  * How long a watch may wait for its answer, and then for its next byte. The API server sends every
@@ -110,8 +107,9 @@ function watchEventOf(line: string): { type: WatchEventType; object: unknown } |
  * lines itself rather than through client-node's `Watch`, which dropped a line that did not parse and
  * buffered a line without bound: a line longer than `maxLineBytes` (default
  * {@link maxWatchLineBytes}) or a damaged event ends the stream with an error, so the informer
- * resumes from the last event it applied. A refused watch ends with an error carrying the status as
- * `statusCode` and the answer's `Retry-After` as `retryAfterSeconds`.
+ * resumes from the last event it applied. A refused watch ends with the typed error of its answer
+ * (src/kube/kube-https.ts `kubeAnswerError`): the API server's Status message, the status as
+ * `upstreamStatus` and the answer's `Retry-After` as `retryAfterSeconds`.
  */
 export function kubeWatch(
   kubeConfig: KubeConfig,
@@ -161,13 +159,21 @@ export function kubeWatch(
     req.on('response', (res) => {
       response = res;
       if (res.statusCode !== 200) {
+        // The refusal with the API server's own words ("pods is forbidden: User … cannot watch …"),
+        // as every other call reports it; the body read is capped, and the idle timer still runs.
         const status = res.statusCode ?? 0;
-        const header = res.headers['retry-after'];
-        const error = Object.assign(new Error(STATUS_CODES[status] ?? `HTTP ${status}`), {
-          statusCode: status,
-          retryAfterSeconds: retryAfterSeconds(Array.isArray(header) ? header[0] : header),
+        const chunks: Buffer[] = [];
+        let bytes = 0;
+        res.on('data', (chunk: Buffer) => {
+          if (bytes < maxRefusalBytes) chunks.push(chunk.subarray(0, maxRefusalBytes - bytes));
+          bytes += chunk.length;
         });
-        finish(error);
+        res.on('end', () =>
+          finish(
+            kubeAnswerError({ status, headers: res.headers, body: Buffer.concat(chunks) }, `watch ${path}`),
+          ),
+        );
+        res.on('error', (err) => finish(err));
         return;
       }
       resetTimer();
