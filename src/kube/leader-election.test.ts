@@ -138,6 +138,35 @@ describe('leader election', () => {
     await Promise.all([a.done, b.done]);
   });
 
+  test('a standby cut off from the API server counts its lease errors; losing to the leader is not one', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const registry = new Registry();
+    const a = candidate(api, clock, 'a');
+    await clock.advance(10);
+    const b = candidate(api, clock, 'b', {}, registry);
+    const errors = async () =>
+      Number(
+        /^leader_election_lease_errors_total\{name="kops-controller-leader"\} (\d+)$/m.exec(
+          await registry.metrics(),
+        )?.[1] ?? 0,
+      );
+    await advanceChecking(clock, 10_000, a.elector, b.elector);
+    assert.equal(await errors(), 0, 'a standby that sees the lease held is healthy');
+    b.network.down = true;
+    await advanceChecking(clock, 10_000, a.elector, b.elector);
+    assert.ok((await errors()) >= 3, `${await errors()} errors in 10 s of retries every 2 s`);
+    assert.doesNotMatch(
+      await registry.metrics(),
+      /^leader_election_renew_failures_total\{[^}]*\} [1-9]/m,
+      'a standby renews nothing, so the renewal counter cannot show it',
+    );
+    a.stop();
+    b.stop();
+    await clock.advance(5_000);
+    await Promise.all([a.done, b.done]);
+  });
+
   test('a standby whose wall clock steps forward does not take a lease that is still valid', async () => {
     const api = new FakeLeaseApi();
     const clock = new FakeClock();

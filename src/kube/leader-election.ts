@@ -118,6 +118,7 @@ interface ElectionMetrics {
   leading: Gauge;
   changes: Counter;
   renewFailures: Counter;
+  errors: Counter;
 }
 
 function electionMetrics(registry: Registry): ElectionMetrics {
@@ -153,6 +154,17 @@ function electionMetrics(registry: Registry): ElectionMetrics {
         new Counter({
           name: 'leader_election_renew_failures_total',
           help: 'Lease renewals that failed (the leader steps down when they fail for renewDeadline).',
+          labelNames,
+          registers,
+        }),
+    ),
+    errors: sharedMetric(
+      registry,
+      'leader_election_lease_errors_total',
+      () =>
+        new Counter({
+          name: 'leader_election_lease_errors_total',
+          help: 'Lease reads and writes that failed or got no answer in time, on the leader and on standbys alike (losing a race to another candidate is not one).',
           labelNames,
           registers,
         }),
@@ -347,7 +359,11 @@ export class LeaderElector {
   ): Promise<boolean> {
     if (timeoutMs <= 0) return false;
     const timedOut = new AbortController();
-    const cancelTimer = this.#clock.setTimer(() => timedOut.abort(), timeoutMs);
+    const cancelTimer = this.#clock.setTimer(() => {
+      // No answer in time: an error of the API server, whether this replica leads or waits.
+      this.#metrics?.errors.inc({ name: this.#options.name });
+      timedOut.abort();
+    }, timeoutMs);
     const stopping = stop ? AbortSignal.any([timedOut.signal, stop]) : timedOut.signal;
     const late = new Promise<boolean>((resolve) =>
       timedOut.signal.addEventListener('abort', () => resolve(false)),
@@ -404,6 +420,7 @@ export class LeaderElector {
 
   #failed(action: string, err: unknown): false {
     const conflict = httpStatusOfApiError(err) === 409;
+    if (!conflict) this.#metrics?.errors.inc({ name: this.#options.name });
     // A conflict is the normal outcome of a race with another candidate; it is not worth a warning.
     this.#logger[conflict ? 'debug' : 'warn']({ err: describeError(err) }, `lease ${action} failed`);
     return false;
