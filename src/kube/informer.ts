@@ -460,8 +460,9 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
   #stop = new AbortController();
   /** When the open watch stream last delivered an event or bookmark; undefined until it has, or once it ends. */
   #watchHeardAt: number | undefined;
-  /** When the cache was last known current (monotonic; and the wall time of it, for the gauge). */
-  #currentAt: { monotonic: number; epochMs: number } | undefined;
+  /** When the cache was last known current (monotonic), and the wall time of it (for the gauge). */
+  #currentAt: number | undefined;
+  #currentAtEpochMs = 0;
   /** Runs list+watch rounds while wanted; undefined when not running. */
   #loop: Promise<void> | undefined;
   /** The round in progress (one run until the stop signal aborts), which stop awaits. */
@@ -576,16 +577,18 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
    */
   staleMs(): number | undefined {
     if (!this.#synced || !this.#wanted || this.#currentAt === undefined) return undefined;
-    return this.#clock.monotonic() - this.#currentAt.monotonic;
+    return this.#clock.monotonic() - this.#currentAt;
   }
 
   /** The wall time of {@link Informer.staleMs}'s reference, for the gauge. */
   currentSinceEpochMs(): number | undefined {
-    return this.#synced && this.#wanted ? this.#currentAt?.epochMs : undefined;
+    return this.#synced && this.#wanted && this.#currentAt !== undefined ? this.#currentAtEpochMs : undefined;
   }
 
   #markCurrent(): void {
-    this.#currentAt = { monotonic: this.#clock.monotonic(), epochMs: this.#clock.now() };
+    // Two numbers, no object: this runs for every event of every watch.
+    this.#currentAt = this.#clock.monotonic();
+    this.#currentAtEpochMs = this.#clock.now();
   }
 
   /** The resourceVersion the next watch resumes from, if any. */
