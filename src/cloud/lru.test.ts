@@ -26,6 +26,21 @@ describe('LruCache', () => {
     assert.equal(cache.size, 0);
   });
 
+  it('lets expired entries nobody asks for go as new ones arrive, not only once the cache is full', () => {
+    let now = 0;
+    const cache = new LruCache<string, number>({ maxEntries: 100_000, ttlMs: 3_600_000, now: () => now });
+    // A thousand nodes identified, then deleted: their instances are never asked about again.
+    for (let i = 0; i < 1_000; i++) cache.set(`i-gone-${i}`, i);
+    now = 3_600_000;
+    cache.set('i-new', 1);
+    assert.equal(cache.size, 1, 'the hour-old entries went with the next store');
+    // Entries within their lifetime stay.
+    cache.set('i-other', 2);
+    now = 3_600_000 + 1_800_000;
+    cache.set('i-third', 3);
+    assert.equal(cache.size, 3, 'nothing expired yet');
+  });
+
   it('returns only entries younger than a maximum age asked for, keeping older ones for others', () => {
     let now = 0;
     const cache = new LruCache<string, number>({ maxEntries: 10, ttlMs: 3_600_000, now: () => now });

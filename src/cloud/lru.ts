@@ -42,10 +42,19 @@ export class LruCache<K, V> {
     return age < maxAgeMs ? entry.value : undefined;
   }
 
-  /** Stores a value, evicting the least recently used entry when full. */
+  /**
+   * Stores a value, evicting the least recently used entry when full. Expired entries at the least
+   * recently used end go first: those of instances nobody asks about any more (nodes long deleted)
+   * would otherwise be held until the cache is full, however old.
+   */
   set(key: K, value: V): void {
+    const now = this.#now();
     this.#entries.delete(key);
-    this.#entries.set(key, { value, storedAt: this.#now() });
+    for (const [oldestKey, oldest] of this.#entries) {
+      if (now - oldest.storedAt < this.#ttlMs) break;
+      this.#entries.delete(oldestKey);
+    }
+    this.#entries.set(key, { value, storedAt: now });
     if (this.#entries.size > this.#maxEntries) {
       const oldest = this.#entries.keys().next();
       if (!oldest.done) this.#entries.delete(oldest.value);

@@ -149,6 +149,31 @@ describe('NodeController against the simulated cluster', () => {
     assert.equal(await rejections(), 2, 'each refused node was reconciled once, not in a loop');
   });
 
+  test('a refused Node deleted while its Event is written is forgotten: one re-created under its name is reported again', async () => {
+    const instance: SimInstanceInput = { ...foreign, id: simInstanceId(90_777) };
+    cluster.aws.ec2.addInstances([instance]);
+    const events = () =>
+      store
+        .list('events', 'default')
+        .filter((e) => (e['involvedObject'] as { name?: string }).name === instance.id).length;
+    cluster.api.server.faults.latency(400, { resource: 'events', verbs: ['create'] });
+    try {
+      store.create(nodeOf(instance));
+      // Deleted while the Event's create waits on the API server.
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      store.delete('nodes', undefined, instance.id);
+      await eventually('the first Event', () => events() === 1);
+    } finally {
+      cluster.api.server.faults.reset();
+    }
+    store.create(nodeOf(instance));
+    await eventually(
+      'the re-created Node is reported too, not taken for the one already reported',
+      () => events() === 2,
+    );
+    store.delete('nodes', undefined, instance.id);
+  });
+
   test('an edited instance group relabels its nodes: new labels set, removed ones pruned, others kept', async () => {
     const [node] = cluster.nodesByGroup.get('high-memory-us-test-1b') as [string];
     await eventually(`${node} is labelled`, () => labelsOf(node)['example.com/workload'] === 'analytics');

@@ -399,12 +399,16 @@ export class NodeController implements LeaderComponent {
       ]),
       signal,
     );
+    // The Node may have been deleted while the cloud and the store answered: its delete handler has
+    // run, so what is remembered of it now would stay for the whole term.
+    if (!this.#stillCached(term, node)) return 'deleted';
     term.groupOf.set(name, identity.instanceGroup);
     term.refusals.delete(name);
     // The instance group's labels win over what the cloud implies, as its nodeLabels win in kops.
     const desired = { ...identity.cloudLabels, ...buildNodeLabels(cluster, ig, this.#options.labelFeatures) };
     // Held for the term once read: no call per reconcile. Undefined while the Secret cannot be read.
     const signingKey = await untilAborted(term.key.ready(), signal);
+    if (!this.#stillCached(term, node)) return 'deleted';
     const recorded = term.unsigned.get(name);
     const plan = planNodeLabels(node, desired, signingKey, recorded);
     if (plan.trust === 'unsigned' || plan.trust === 'invalid') {
@@ -476,6 +480,11 @@ export class NodeController implements LeaderComponent {
       nodeEvent(node, 'Warning', identityRejectedReason, message, new Date()),
       signal,
     );
-    term.refusals.set(node.name, message);
+    if (this.#stillCached(term, node)) term.refusals.set(node.name, message);
+  }
+
+  /** Whether the cache still holds this Node (the same object: a re-created one has another uid). */
+  #stillCached(term: Term, node: NodeRecord): boolean {
+    return term.informer.get(node.name)?.uid === node.uid;
   }
 }
