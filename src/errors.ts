@@ -331,7 +331,9 @@ export function describeError(err: unknown): string {
   let current: unknown = err;
   for (let depth = 0; current !== undefined && depth < 5; depth++) {
     if (depth > 0 && isAnswerException(current)) break;
-    const message = current instanceof Error ? current.message : String(current);
+    let message = current instanceof Error ? current.message : String(current);
+    // Alone, its status, message and body say it; its headers (a date, an audit id) differ each time.
+    if (isAnswerException(current)) message = message.replace(/\nHeaders: [\s\S]*$/, '');
     if (message && !parts.some((p) => p.includes(message))) parts.push(message);
     current = current instanceof Error ? current.cause : undefined;
   }

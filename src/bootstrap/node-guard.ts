@@ -36,7 +36,8 @@ export function httpsNodeReader(kubeConfig: KubeConfig, options: { timeoutMs?: n
 
 /**
  * How long a watch that has gone quiet is still taken to be current: the API server sends a bookmark
- * on every watch about once a minute, so a stream silent for longer than this may be stalled.
+ * about once a minute while the resource changes, so a stream silent for longer is a quiet resource
+ * or a stalled one, and the answer then comes from the API server.
  */
 export const maxWatchSilenceMs = 90_000;
 

@@ -190,7 +190,7 @@ export function ledgerComponents(parts: {
   return [
     new CertificateExpiryGauge({
       store,
-      beforeRead: () => ledger.flush(),
+      beforeRead: () => ledger.flushDue(),
       nodeExists: async (name) => (await readNode(name)) !== undefined,
       registry,
       logger,

@@ -4,6 +4,8 @@ import { createServer, type ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { CoreV1Api, KubeConfig, type V1Node, type V1Pod } from '@kubernetes/client-node';
 import { AggregatorRegistry, Registry } from 'prom-client';
 import { ForbiddenError, RateLimitedError, TimeoutError } from '../errors.ts';
@@ -169,7 +171,7 @@ describe('informer', () => {
     await informer.stop();
   });
 
-  test('staleMs: time since the cache was last known current, across reconnects; a stream that delivers nothing does not count; the gauge follows', async () => {
+  test('staleMs: time since the cache was last known current (a list, a watch the server accepted, an event); a refused watch does not count; the gauge follows', async () => {
     const resource = new FakeResource();
     resource.put('a', 'Pending');
     const clock = new FakeClock();
@@ -181,24 +183,51 @@ describe('informer', () => {
       )?.[1];
     assert.equal(informer.staleMs(), undefined, 'not synced');
     await informer.waitForSync();
-    assert.equal(informer.staleMs(), 0, 'just listed');
-    assert.equal(Number(await gauge()), clock.now() / 1000);
     await until(() => resource.watchers.size === 1);
+    assert.equal(informer.staleMs(), 0, 'listed, and the watch accepted from its resourceVersion');
+    assert.equal(Number(await gauge()), clock.now() / 1000);
     await clock.advance(40_000);
-    assert.equal(informer.staleMs(), 40_000, 'an open stream that has delivered nothing proves nothing');
+    assert.equal(informer.staleMs(), 40_000, 'a quiet stream proves nothing more as time goes by');
     resource.bookmark();
     assert.equal(informer.staleMs(), 0);
-    await clock.advance(10_000);
+    // The watch is refused from now on (RBAC revoked, a failing webhook): nothing is current any more.
+    resource.failWatchConnects = 1_000;
     resource.dropWatches();
+    await clock.advance(60_000);
+    assert.ok((informer.staleMs() ?? 0) >= 60_000, `${informer.staleMs()} ms`);
+    resource.failWatchConnects = 0;
+    await clock.advance(30_000);
     await until(() => resource.watchers.size === 1);
-    await clock.advance(5_000);
-    assert.equal(informer.staleMs(), 15_000, 'a reconnect neither resets nor forgets it');
+    assert.equal(informer.staleMs(), 0, 'accepted again');
     resource.put('b', 'Pending');
-    assert.equal(informer.staleMs(), 0, 'an event is a sign of currency too');
     assert.equal(Number(await gauge()), clock.now() / 1000);
     await informer.stop();
     assert.equal(informer.staleMs(), undefined, 'stopped: no claim either way');
     assert.equal(await gauge(), undefined, 'and no sample');
+  });
+
+  test('a caller of waitForSync that gives up is let go at once, however long the list keeps failing', async () => {
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const resource = new FakeResource();
+    resource.failLists = 1_000;
+    const { informer } = startInformer(resource, new FakeClock());
+    let collected = 0;
+    const registry = new FinalizationRegistry(() => collected++);
+    for (let i = 0; i < 100; i++) {
+      const gaveUp = new AbortController();
+      registry.register(gaveUp.signal, i);
+      const waiting = informer.waitForSync(gaveUp.signal);
+      gaveUp.abort();
+      assert.equal(await waiting, false);
+    }
+    for (let round = 0; round < 10 && collected < 100; round++) {
+      gc();
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.ok(collected >= 95, `${collected} of 100 abandoned waits collected while the list still fails`);
+    assert.equal(informer.hasSynced(), false);
+    await informer.stop();
   });
 
   test('failed lists are retried with growing backoff until they succeed', async () => {
@@ -889,7 +918,7 @@ describe('kubeWatch against a damaged watch stream', () => {
     }
   });
 
-  test('a connection reset under a stream that served is a dropped watch (reason reset), not an error; a reset before it served is one', async () => {
+  test('a connection reset under a stream that served is a dropped watch (reason reset), not an error; a reset before the server answered is one, however late', async () => {
     const registry = new Registry();
     const api = await fakeApiServer(
       [
@@ -899,8 +928,8 @@ describe('kubeWatch against a damaged watch stream', () => {
             setTimeout(() => res.socket?.resetAndDestroy(), 20),
           );
         },
-        // Cut at once, before anything was served.
-        (res) => res.socket?.resetAndDestroy(),
+        // Cut before the server answered (its 200 never sent), after more than a second: still an error.
+        (res) => setTimeout(() => res.socket?.resetAndDestroy(), 1_100),
         (res) => res.write(line('MODIFIED', node('n2', 3, 'new'))),
       ],
       registry,

@@ -26,7 +26,7 @@ import { Backoff } from '../runtime/backoff.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
 import { kubeAnswerError, kubeHttps, kubeJson, kubeProxyAgent, maxNodeBytes } from './kube-https.ts';
-import { sharedMetric } from './metrics.ts';
+import { liveMembers, sharedMetric } from './metrics.ts';
 
 /** The list parameters the informer sends; a client-node `list*` request object accepts them. */
 export interface ListOptions {
@@ -45,14 +45,16 @@ export type ListFn<T extends KubernetesObject> = (options: ListOptions) => Promi
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
 
 /**
- * Opens a watch on `path`: `onEvent` gets each event, `onDone` is called once when the stream ends
- * (no error for a normal close). Resolves with a handle that closes the stream.
+ * Opens a watch on `path`: `onOpen` is called when the server has accepted it (`200`: it will stream
+ * from the given resourceVersion), `onEvent` gets each event, `onDone` is called once when the stream
+ * ends (no error for a normal close). Resolves with a handle that closes the stream.
  */
 export type WatchFn = (
   path: string,
   params: Record<string, string | number | boolean | undefined>,
   onEvent: (type: WatchEventType, object: unknown) => void,
   onDone: (err?: unknown) => void,
+  onOpen?: () => void,
 ) => Promise<{ abort(): void }>;
 
 /**
@@ -67,10 +69,11 @@ export const maxWatchLineBytes = maxNodeBytes + 64 * 1024;
 const maxRefusalBytes = 64 * 1024;
 
 /**
- * How long a watch may wait for its answer, and then for its next byte. The API server sends every
- * watch that asks for them a bookmark about once a minute (and one just before its timeout), so a
- * healthy stream is never silent this long; client-node's `Watch` cut it at 30 s, which reconnected
- * every quiet watch twice a minute before its first bookmark, so a quiet cache was never seen current.
+ * How long a watch may wait for its answer, and then for its next byte. The API server sends a watch
+ * that asks for them a bookmark about once a minute while its resource changes (its watch cache
+ * bookmarks the last change it saw, and only one newer than the watcher's), so a busy stream is never
+ * silent this long, while a quiet one may get nothing and is reconnected after this silence.
+ * client-node's `Watch` cut streams at 30 s, before the first bookmark of a busy one.
  */
 const watchIdleTimeoutMs = 90_000;
 
@@ -117,7 +120,7 @@ export function kubeWatch(
 ): WatchFn {
   const maxLineBytes = options.maxLineBytes ?? maxWatchLineBytes;
   const idleTimeoutMs = options.idleTimeoutMs ?? watchIdleTimeoutMs;
-  return async (path, params, onEvent, onDone) => {
+  return async (path, params, onEvent, onDone, onOpen) => {
     const cluster = kubeConfig.getCurrentCluster();
     if (!cluster) throw new ConfigError('the kubeconfig has no current cluster; set current-context');
     const url = new URL(`${cluster.server.replace(/\/+$/, '')}${path}`);
@@ -177,6 +180,7 @@ export function kubeWatch(
         return;
       }
       resetTimer();
+      onOpen?.();
       let pending: Buffer[] = [];
       let pendingBytes = 0;
       const line = (bytes: Buffer) => {
@@ -316,8 +320,9 @@ export interface InformerCache<R> {
   readonly size: number;
   watchSilenceMs(): number | undefined;
   /**
-   * Milliseconds since the cache was last known to be current (its last list, or a watch event or
-   * bookmark), whether or not a stream is open now; undefined until synced and while stopped.
+   * Milliseconds since the cache was last known to be current (its last list, a watch the API server
+   * accepted, an event or bookmark), whether or not a stream is open now; undefined until synced and
+   * while stopped.
    */
   staleMs(): number | undefined;
 }
@@ -392,45 +397,39 @@ interface LiveInformer {
   currentSinceEpochMs(): number | undefined;
 }
 
-/** The running informers of each registry (one `informer_last_current_timestamp_seconds` per registry). */
-const liveByRegistry = new WeakMap<Registry, Set<LiveInformer>>();
-
 /**
  * The running informers of a registry, whose `informer_last_current_timestamp_seconds` a scrape
- * reads: computed then, so the watch's hot path only stores a number. A stopped informer (a leader-only
- * watch on a replica that no longer leads) has no sample, so no stale time lingers there.
+ * reads. A stopped informer (a leader-only watch on a replica that no longer leads) has no sample, so
+ * no stale time lingers there.
  */
 function liveInformers(registry: Registry): Set<LiveInformer> {
-  let live = liveByRegistry.get(registry);
-  if (live) return live;
-  const informers = new Set<LiveInformer>();
-  new Gauge({
-    name: 'informer_last_current_timestamp_seconds',
-    help: 'When the cache was last known current: its last list, watch event or bookmark (seconds since the epoch).',
-    labelNames: ['resource'],
-    registers: [registry],
-    // Summed over serving workers, the oldest of their caches.
-    aggregator: 'min',
-    collect() {
-      this.reset();
-      for (const informer of informers) {
-        const at = informer.currentSinceEpochMs();
-        if (at !== undefined) this.set({ resource: informer.name }, at / 1000);
-      }
-    },
+  const name = 'informer_last_current_timestamp_seconds';
+  return liveMembers<LiveInformer>(registry, name, (informers) => {
+    new Gauge({
+      name,
+      help: 'When the cache was last known current: its last list, accepted watch, event or bookmark (seconds since the epoch).',
+      labelNames: ['resource'],
+      registers: [registry],
+      // Summed over serving workers, the oldest of their caches.
+      aggregator: 'min',
+      collect() {
+        this.reset();
+        for (const informer of informers) {
+          const at = informer.currentSinceEpochMs();
+          if (at !== undefined) this.set({ resource: informer.name }, at / 1000);
+        }
+      },
+    });
   });
-  live = informers;
-  liveByRegistry.set(registry, live);
-  return live;
 }
 
 /** Why a watch stream ended. */
 type WatchEnd = 'closed' | 'timeout' | 'gone' | 'reset';
 
-/** A connection cut under the stream (reset, socket hang-up, aborted answer), not an answer or a damaged line. */
+/** A connection cut (reset, socket hang-up, aborted answer), not an answer or a damaged line. */
 function isTransportReset(err: unknown): boolean {
-  const { code, statusCode } = (err ?? {}) as { code?: unknown; statusCode?: unknown };
-  return statusCode === undefined && (code === 'ECONNRESET' || code === 'EPIPE' || code === 'ECONNABORTED');
+  const { code } = (err ?? {}) as { code?: unknown };
+  return code === 'ECONNRESET' || code === 'EPIPE' || code === 'ECONNABORTED';
 }
 
 /** A watch that delivered events, or stayed open this long, was healthy: reconnect without backoff. */
@@ -456,7 +455,8 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
   #cache = new Map<string, Entry<R>>();
   #resourceVersion: string | undefined;
   #synced = false;
-  #syncWaiters: ((synced: boolean) => void)[] = [];
+  /** Callers of waitForSync still waiting; one that gives up (its signal aborts) is removed at once. */
+  #syncWaiters = new Set<(synced: boolean) => void>();
   #stop = new AbortController();
   /** When the open watch stream last delivered an event or bookmark; undefined until it has, or once it ends. */
   #watchHeardAt: number | undefined;
@@ -529,12 +529,18 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     // Stopped for good (not started again while its last round ends), or the caller gave up.
     if ((this.#stop.signal.aborted && !this.#wanted) || signal?.aborted) return Promise.resolve(false);
     return new Promise((resolve) => {
-      const onAbort = () => resolve(false);
-      signal?.addEventListener('abort', onAbort, { once: true });
-      this.#syncWaiters.push((synced) => {
+      // A caller that gives up must not stay behind: IPAM's lookups wait with a deadline each, and a
+      // list that keeps failing would otherwise keep every one of them until it succeeds.
+      const onAbort = () => {
+        this.#syncWaiters.delete(waiter);
+        resolve(false);
+      };
+      const waiter = (synced: boolean) => {
         signal?.removeEventListener('abort', onAbort);
         resolve(synced);
-      });
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.#syncWaiters.add(waiter);
     });
   }
 
@@ -569,11 +575,11 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
   }
 
   /**
-   * Milliseconds since the cache was last known current: its last list, or the last event or bookmark
-   * of any stream. A reconnected stream that has not delivered yet does not count (a stalled path
-   * answers 200 and then stays silent), so on a healthy watch this stays under about a minute, the
-   * bookmark interval, and grows without bound while the watch fails or stalls. Undefined until
-   * synced and while stopped.
+   * Milliseconds since the cache was last known current: its last list, the last watch the API server
+   * accepted from its resourceVersion, or the last event or bookmark. On a healthy watch this stays
+   * under the idle timeout (a quiet stream is reopened, and accepted, every 90 s); it grows without
+   * bound while the watch is refused or cannot connect. A stream that is accepted and then fed
+   * nothing cannot be told from a quiet one. Undefined until synced and while stopped.
    */
   staleMs(): number | undefined {
     if (!this.#synced || !this.#wanted || this.#currentAt === undefined) return undefined;
@@ -612,10 +618,8 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
       try {
         if (this.#resourceVersion === undefined) await this.#relist();
         if (stop.aborted) break;
-        const startedAt = this.#clock.monotonic();
-        const { end, events } = await this.#watchOnce();
+        const { end, served: healthy } = await this.#watchOnce();
         this.#metrics?.restarts.inc({ resource: this.name, reason: end });
-        const healthy = events > 0 || this.#clock.monotonic() - startedAt >= healthyWatchMs;
         if (end === 'gone') {
           this.#logger.info('resourceVersion expired (410 Gone); re-listing');
           this.#resourceVersion = undefined;
@@ -700,11 +704,21 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
   }
 
   /** Runs one watch stream to its end; throws on failures other than 410 and the inactivity timeout. */
-  #watchOnce(): Promise<{ end: WatchEnd; events: number }> {
+  #watchOnce(): Promise<{ end: WatchEnd; served: boolean }> {
     const { path, watch, labelSelector, fieldSelector } = this.#options;
     const stop = this.#stop.signal;
     let events = 0;
-    const openedAt = this.#clock.monotonic();
+    /** When the server accepted the watch (its 200); undefined until it has. */
+    let openedAt: number | undefined;
+    // Served: accepted, and then delivered an event or stayed open a while (not cut as it opened).
+    const served = () =>
+      openedAt !== undefined && (events > 0 || this.#clock.monotonic() - openedAt >= healthyWatchMs);
+    const onOpen = () => {
+      openedAt = this.#clock.monotonic();
+      // Accepted from our resourceVersion: the server streams every change after it, so the cache is
+      // current as of now (a quiet resource may get no bookmark for many minutes).
+      this.#markCurrent();
+    };
     return new Promise((resolve, reject) => {
       let failure: unknown;
       let gone = false;
@@ -732,18 +746,15 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
         ended = true;
         stop.removeEventListener('abort', onStop);
         this.#watchHeardAt = undefined;
-        if (gone || httpStatusOfApiError(err) === 410) resolve({ end: 'gone', events });
+        if (gone || httpStatusOfApiError(err) === 410) resolve({ end: 'gone', served: served() });
         else if (failure !== undefined) reject(failure);
-        else if (!err || stop.aborted) resolve({ end: 'closed', events });
-        else if ((err as { name?: string }).name === 'TimeoutError') resolve({ end: 'timeout', events });
+        else if (!err || stop.aborted) resolve({ end: 'closed', served: served() });
+        else if ((err as { name?: string }).name === 'TimeoutError')
+          resolve({ end: 'timeout', served: served() });
         // A connection reset under a stream that had served (a network blip, a load balancer or API
-        // server going away) is a dropped watch, reconnected at once as a clean end is; refused or
-        // damaged streams (a status, a bad line) and connects that fail stay errors, with backoff.
-        else if (
-          isTransportReset(err) &&
-          (events > 0 || this.#clock.monotonic() - openedAt >= healthyWatchMs)
-        )
-          resolve({ end: 'reset', events });
+        // server going away) is a dropped watch, reconnected at once as a clean end is; a refusal, a
+        // damaged line, a connect that fails or a reset before the server accepted stay errors.
+        else if (isTransportReset(err) && served()) resolve({ end: 'reset', served: true });
         else reject(err);
       };
       const params = {
@@ -762,7 +773,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
         onDone();
       };
       stop.addEventListener('abort', onStop, { once: true });
-      watch(path, params, onEvent, onDone).then(
+      watch(path, params, onEvent, onDone, onOpen).then(
         (opened) => {
           if (ended) return opened.abort();
           handle = opened;
@@ -824,7 +835,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
 
   #resolveSync(synced: boolean): void {
     const waiters = this.#syncWaiters;
-    this.#syncWaiters = [];
+    this.#syncWaiters = new Set();
     for (const resolve of waiters) resolve(synced);
   }
 }

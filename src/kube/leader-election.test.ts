@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
+import { ApiException, CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { ConfigError } from '../errors.ts';
 import type { Clock } from '../runtime/clock.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
-import { FakeClock } from '../testing/fake-clock.ts';
+import { FakeClock, settle } from '../testing/fake-clock.ts';
 import { FakeLeaseApi } from '../testing/fake-lease-api.ts';
 import { LeaderElector, type LeaseClient, leaderRecordOf, parseMicroTime } from './leader-election.ts';
 
@@ -161,10 +161,73 @@ describe('leader election', () => {
       /^leader_election_renew_failures_total\{[^}]*\} [1-9]/m,
       'a standby renews nothing, so the renewal counter cannot show it',
     );
+    // Cut off the other way: nothing answers. Each attempt that gets no answer is one error, however
+    // its cut-short request ends.
+    b.network.down = false;
+    b.network.hang = true;
+    const before = await errors();
+    await advanceChecking(clock, 60_000, a.elector, b.elector);
+    const attempts = (await errors()) - before;
+    // One attempt every retry period (2 s, up to 20 % more) after a renewDeadline (10 s) without answer.
+    assert.ok(attempts >= 4 && attempts <= 6, `${attempts} errors for 60 s of attempts that never answer`);
     a.stop();
     b.stop();
-    await clock.advance(5_000);
+    // b's read in flight never answers, even to its abort: its attempt ends at its deadline.
+    await clock.advance(15_000);
     await Promise.all([a.done, b.done]);
+  });
+
+  test('a Lease write the API server never answers is one error, not two (the deadline, then the cut-short request)', async () => {
+    const clock = new FakeClock();
+    const registry = new Registry();
+    /** The signal abortingWith() puts on a request, read back from its middleware. */
+    const signalOf = (options: unknown) => {
+      let signal: AbortSignal | undefined;
+      const middleware = (options as { middleware?: { pre(ctx: unknown): unknown }[] } | undefined)
+        ?.middleware;
+      for (const m of middleware ?? []) m.pre({ setSignal: (s: AbortSignal) => (signal = s) });
+      return signal;
+    };
+    let writes = 0;
+    const client = {
+      readNamespacedLease: async () => {
+        await settle();
+        throw new ApiException(404, 'not found', JSON.stringify({ kind: 'Status', code: 404 }), {});
+      },
+      // Sent, never answered: the request rejects when its signal aborts, as client-node's does.
+      createNamespacedLease: (_params: unknown, options: unknown) => {
+        writes++;
+        const signal = signalOf(options);
+        return new Promise<V1Lease>((_resolve, reject) => {
+          signal?.addEventListener('abort', () => reject(new DOMException('aborted', 'AbortError')));
+        });
+      },
+      replaceNamespacedLease: async () => {
+        throw new Error('unused');
+      },
+    } as unknown as LeaseClient;
+    const abort = new AbortController();
+    const elector = new LeaderElector({
+      client,
+      namespace: 'kube-system',
+      name: 'l',
+      identity: 'a',
+      ...timings,
+      clock,
+      registry,
+      random: () => 0.5,
+      onStartedLeading: () => assert.fail('no write was ever answered'),
+    });
+    const done = elector.run(abort.signal);
+    for (let t = 0; t < 60_000; t += 100) await clock.advance(100);
+    abort.abort();
+    await clock.advance(15_000);
+    await done;
+    const errors = Number(
+      /^leader_election_lease_errors_total\{name="l"\} (\d+)$/m.exec(await registry.metrics())?.[1] ?? 0,
+    );
+    assert.ok(writes >= 4);
+    assert.equal(errors, writes, 'each unanswered write is one error');
   });
 
   test('a standby whose wall clock steps forward does not take a lease that is still valid', async () => {

@@ -360,7 +360,8 @@ export class LeaderElector {
     if (timeoutMs <= 0) return false;
     const timedOut = new AbortController();
     const cancelTimer = this.#clock.setTimer(() => {
-      // No answer in time: an error of the API server, whether this replica leads or waits.
+      // No answer in time: an error of the API server, whether this replica leads or waits; counted
+      // here once, not again where the request it cut short fails.
       this.#metrics?.errors.inc({ name: this.#options.name });
       timedOut.abort();
     }, timeoutMs);
@@ -391,8 +392,11 @@ export class LeaderElector {
     } catch (err) {
       if (stopping.aborted) return false;
       if (httpStatusOfApiError(err) !== 404) return this.#failed('read', err);
-      return this.#write('create', () =>
-        client.createNamespacedLease({ namespace, body: this.#desiredLease(undefined, wallNow) }, writing),
+      return this.#write(
+        'create',
+        () =>
+          client.createNamespacedLease({ namespace, body: this.#desiredLease(undefined, wallNow) }, writing),
+        timedOut,
       );
     }
     if (stopping.aborted) return false;
@@ -403,17 +407,25 @@ export class LeaderElector {
       if (this.#observedAt + validFor > now) return false;
       this.#logger.info({ previous: record.holderIdentity }, 'lease expired; taking over');
     }
-    return this.#write('update', () =>
-      client.replaceNamespacedLease({ name, namespace, body: this.#desiredLease(current, wallNow) }, writing),
+    return this.#write(
+      'update',
+      () =>
+        client.replaceNamespacedLease(
+          { name, namespace, body: this.#desiredLease(current, wallNow) },
+          writing,
+        ),
+      timedOut,
     );
   }
 
-  async #write(action: string, write: () => Promise<V1Lease>): Promise<boolean> {
+  async #write(action: string, write: () => Promise<V1Lease>, timedOut: AbortSignal): Promise<boolean> {
     try {
       const written = await write();
       this.#observe(written, this.#clock.monotonic());
       return true;
     } catch (err) {
+      // Cut short by the attempt's deadline: already counted (and the late answer is no news).
+      if (timedOut.aborted) return false;
       return this.#failed(action, err);
     }
   }
@@ -478,8 +490,10 @@ export class LeaderElector {
     };
     const ok = await this.#bounded(
       ({ timedOut }) =>
-        this.#write('release', () =>
-          client.replaceNamespacedLease({ name, namespace, body: released }, abortingWith(timedOut)),
+        this.#write(
+          'release',
+          () => client.replaceNamespacedLease({ name, namespace, body: released }, abortingWith(timedOut)),
+          timedOut,
         ),
       renewDeadlineMs,
     );

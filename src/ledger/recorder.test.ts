@@ -175,6 +175,14 @@ test('a refused write waits longer before the next, up to a minute, and is logge
       notAfter: 2e9,
     },
   ]);
+  await tick(1_000);
+  assert.equal(attempts.length, 1);
+  await recorder.flushDue();
+  assert.equal(
+    attempts.length,
+    1,
+    'a reader of the ledger (the expiry gauge) does not write through the backoff',
+  );
   for (let s = 0; s < 25 * 60; s++) await tick(1_000);
   const gaps = attempts.slice(1).map((at, i) => (at - (attempts[i] as number)) / 1000);
   // Jitter adds up to a fifth, and a flush waits for the next 1 s tick: 2 s doubling to 60 s.

@@ -132,12 +132,18 @@ export class LedgerRecorder {
 
   /** Starts the timers (unref'd: they never keep the process alive). */
   start(): void {
-    const flush = setInterval(() => {
-      if (this.#now().getTime() >= this.#quietUntilMs) void this.flush();
-    }, this.#options.flushIntervalMs ?? 2_000);
+    const flush = setInterval(() => void this.flushDue(), this.#options.flushIntervalMs ?? 2_000);
     const hold = setInterval(() => this.#recordHeld(), this.#holdIntervalMs);
     for (const timer of [flush, hold]) timer.unref();
     this.#timers.push(flush, hold);
+  }
+
+  /**
+   * Writes what is pending unless the last write's bytes or its failure still ask to wait: what the
+   * timer and a reader of the ledger (the expiry gauge, before it reads) call.
+   */
+  flushDue(): Promise<void> {
+    return this.#now().getTime() >= this.#quietUntilMs ? this.flush() : Promise.resolve();
   }
 
   /** Writes what is pending; at most one write runs at a time. */

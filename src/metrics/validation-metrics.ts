@@ -11,6 +11,7 @@ import { Gauge, type Registry } from 'prom-client';
 import type { CloudGroup, CloudGroups } from '../cloud/types.ts';
 import { bounded } from '../deadline.ts';
 import { describeError } from '../errors.ts';
+import { fromApiException } from '../kube/api-errors.ts';
 import { abortingWith } from '../kube/call-options.ts';
 import { Informer, type InformerCache, kubeList, kubeWatch } from '../kube/informer.ts';
 import type { SharedInformer } from '../kube/shared-informer.ts';
@@ -179,8 +180,9 @@ export interface ValidationMetricsOptions {
 }
 
 /**
- * How long the Node or pod watch may go without a sign of being current (a list, an event, a
- * bookmark) before the gauges are withdrawn: three of the API server's bookmark intervals.
+ * How long the Node or pod watch may go without a sign of being current (a list, a watch the API
+ * server accepted, an event, a bookmark) before the gauges are withdrawn: two of a quiet watch's 90 s
+ * reopenings.
  */
 export const maxWatchStaleMs = 180_000;
 
@@ -216,7 +218,7 @@ export class ValidationMetrics implements LeaderComponent {
     | undefined;
   /** Why the last scrape could not be validated, so it is logged once, not at every scrape. */
   #problem: string | undefined;
-  /** When the last refresh completed (performance.now), the age of the cloud and state-store inputs. */
+  /** When the last refresh completed (monotonic), the age of the cloud and state-store inputs. */
   #refreshedAt: number | undefined;
   /** The refresh's reads, each failing every minute for as long as it lasts (a refused ComponentStatus: for good). */
   readonly #failures: Record<'components' | 'inputs' | 'spec', RecurringFailureLog>;
@@ -321,11 +323,11 @@ export class ValidationMetrics implements LeaderComponent {
     for (const cache of [term.nodes, term.pods]) {
       const stale = cache.staleMs();
       if (stale !== undefined && stale > watchLimit) {
-        return `the ${cache.name} watch has not been current for over ${Math.round(watchLimit / 1000)} s (no list, event or bookmark)`;
+        return `the ${cache.name} watch has not been current for over ${Math.round(watchLimit / 1000)} s (no list, accepted watch or event)`;
       }
     }
     const refreshLimit = this.#options.staleAfterMs?.refresh ?? maxRefreshAgeMs;
-    if (this.#refreshedAt !== undefined && performance.now() - this.#refreshedAt > refreshLimit) {
+    if (this.#refreshedAt !== undefined && systemClock.monotonic() - this.#refreshedAt > refreshLimit) {
       return `the cloud groups and the instance groups have not been read for over ${Math.round(refreshLimit / 1000)} s`;
     }
     return undefined;
@@ -425,7 +427,7 @@ export class ValidationMetrics implements LeaderComponent {
       }));
       this.#failures.components.succeeded();
     } else {
-      this.#failures.components.failed(statuses.reason);
+      this.#failures.components.failed(fromApiException(statuses.reason, 'list the component statuses'));
     }
     if (groups.status === 'rejected' || igs.status === 'rejected') {
       this.#failures.inputs.failed(
@@ -450,7 +452,7 @@ export class ValidationMetrics implements LeaderComponent {
       ...(labelsKey ? { labelsKey } : {}),
     };
     validation.setSlowInputs(this.#slow);
-    this.#refreshedAt = performance.now();
+    this.#refreshedAt = systemClock.monotonic();
   }
 }
 

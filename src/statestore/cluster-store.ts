@@ -8,6 +8,7 @@
 import { EventEmitter } from 'node:events';
 import { Gauge, type Registry } from 'prom-client';
 import { describeError, InvalidInputError, NotFoundError } from '../errors.ts';
+import { liveMembers } from '../kube/metrics.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Cluster, type InstanceGroup, parseCluster, parseInstanceGroup } from './kops-types.ts';
 import { checkObjectPath } from './paths.ts';
@@ -54,6 +55,22 @@ export interface ClusterStoreOptions {
 /** The gauge's name: the objects served from their last good version. */
 export const staleObjectsMetric = 'kops_controller_state_store_stale_objects';
 
+/** The registry's polling stores, read by its stale-objects gauge at each scrape. */
+function pollingStores(registry: Registry): Set<ClusterStore> {
+  return liveMembers<ClusterStore>(registry, staleObjectsMetric, (polling) => {
+    new Gauge({
+      name: staleObjectsMetric,
+      help: 'Objects of the state store served from their last good version, because their changed version could not be read or parsed (1 per object path), while this replica polls the store.',
+      labelNames: ['path'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const store of polling) for (const path of store.staleObjects()) this.set({ path }, 1);
+      },
+    });
+  });
+}
+
 interface Entry<T> {
   path: string;
   version: string;
@@ -74,6 +91,8 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
   readonly #instanceGroups = new Map<string, Entry<InstanceGroup>>();
   readonly #loading = new Map<string, Promise<unknown>>();
   #timer: NodeJS.Timeout | undefined;
+  /** The registry's stores that poll, which this one joins while it does (the stale-objects gauge). */
+  readonly #polling: Set<ClusterStore> | undefined;
   #refreshing: Promise<void> | undefined;
 
   /** `vfs` is rooted at the cluster's configBase. */
@@ -82,27 +101,7 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
     this.vfs = vfs;
     this.#pollIntervalMs = options.pollIntervalMs ?? defaultPollIntervalMs;
     this.#logger = (options.logger ?? silentLogger).child({ component: 'cluster-store', store: vfs.url });
-    if (options.registry && !options.registry.getSingleMetric(staleObjectsMetric)) {
-      // An instance group that is gone was deleted (`kops delete ig`): not a read that failed.
-      const stale = () => [
-        ...(this.#cluster?.error ? [this.#cluster.path] : []),
-        ...[...this.#instanceGroups.values()]
-          .filter((entry) => entry.error && !(entry.error instanceof NotFoundError))
-          .map((entry) => entry.path),
-      ];
-      const polling = () => this.#timer !== undefined;
-      new Gauge({
-        name: staleObjectsMetric,
-        help: 'Objects of the state store served from their last good version, because their changed version could not be read or parsed (1 per object path), while this replica polls the store.',
-        labelNames: ['path'],
-        registers: [options.registry],
-        collect() {
-          this.reset();
-          if (!polling()) return;
-          for (const path of stale()) this.set({ path }, 1);
-        },
-      });
-    }
+    this.#polling = options.registry ? pollingStores(options.registry) : undefined;
   }
 
   /** The cluster: cached, loaded on first call. Throws if it was never readable. */
@@ -144,12 +143,27 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
     if (this.#timer) return;
     this.#timer = setInterval(() => void this.refresh(), this.#pollIntervalMs);
     this.#timer.unref();
+    this.#polling?.add(this);
   }
 
   /** Stops polling. */
   stop(): void {
     clearInterval(this.#timer);
     this.#timer = undefined;
+    this.#polling?.delete(this);
+  }
+
+  /**
+   * The paths served from their last good version because their changed version could not be read
+   * or parsed. An instance group that is gone was deleted (`kops delete ig`): not a read that failed.
+   */
+  staleObjects(): string[] {
+    return [
+      ...(this.#cluster?.error ? [this.#cluster.path] : []),
+      ...[...this.#instanceGroups.values()]
+        .filter((entry) => entry.error && !(entry.error instanceof NotFoundError))
+        .map((entry) => entry.path),
+    ];
   }
 
   /**

@@ -96,7 +96,7 @@ export class FakeResource {
     };
   };
 
-  watch: WatchFn = async (_path, params, onEvent, onDone) => {
+  watch: WatchFn = async (_path, params, onEvent, onDone, onOpen) => {
     this.watchParams.push(params);
     await settle();
     if (this.failWatchConnects > 0) {
@@ -111,6 +111,7 @@ export class FakeResource {
     }
     const watcher: Watcher = { onEvent, onDone };
     this.watchers.add(watcher);
+    onOpen?.();
     for (const h of this.history) if (h.rv > from) onEvent(h.type, structuredClone(h.object));
     return {
       abort: () => queueMicrotask(() => this.close(watcher, new DOMException('aborted', 'AbortError'))),
