@@ -104,6 +104,7 @@ test('a recurring failure is written at once, then once per quiet period with th
   now += 1_000; // another failure is news: written at once
   log.failed(new Error('HTTP 500: etcdserver: request timed out'));
   assert.equal(written().at(-1)?.['err'], 'HTTP 500: etcdserver: request timed out');
+  assert.equal(written().at(-1)?.['repeated'], undefined, "what was held back of the 403 is not this one's");
   assert.equal(log.failures, 8);
 
   log.succeeded();

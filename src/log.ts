@@ -151,10 +151,9 @@ export class RecurringFailureLog {
       this.#logger.debug(record, this.#options.message);
       return;
     }
-    this.#logger[this.#options.level ?? 'warn'](
-      this.#held > 0 ? { ...record, repeated: this.#held } : record,
-      this.#options.message,
-    );
+    // The count held back belongs to the failure written last: on its own line again, not on another's.
+    const repeated = last?.summary === summary && this.#held > 0 ? { repeated: this.#held } : {};
+    this.#logger[this.#options.level ?? 'warn']({ ...record, ...repeated }, this.#options.message);
     this.#lastWritten = { summary, at: now };
     this.#held = 0;
   }

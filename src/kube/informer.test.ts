@@ -206,6 +206,44 @@ describe('informer', () => {
     assert.equal(await gauge(), undefined, 'and no sample');
   });
 
+  test('a watch the API server never answers is a failure (logged, backed off), not a quiet stream', async () => {
+    const resource = new FakeResource();
+    resource.put('a', 'Pending');
+    const registry = new Registry();
+    const { logger, lines } = capturedLogger();
+    let attempts = 0;
+    const informer = new Informer<V1Pod>({
+      name: 'pods',
+      path: '/api/v1/pods',
+      list: resource.list,
+      // The answer never comes: the idle timeout ends the request before the server accepted it.
+      watch: async (path, _params, _onEvent, onDone) => {
+        attempts++;
+        setTimeout(() => onDone(new TimeoutError(`watch ${path}: nothing received for 90000 ms`)), 1);
+        return { abort() {} };
+      },
+      backoff: { initialMs: 50, maxMs: 50 },
+      registry,
+      logger,
+      random: () => 0,
+    });
+    informer.start();
+    try {
+      for (let i = 0; i < 100 && attempts < 3; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+      assert.ok(attempts >= 3, `${attempts} attempts`);
+      assert.match(
+        await registry.metrics(),
+        /informer_watch_restarts_total\{resource="pods",reason="error"\} [2-9]/,
+      );
+      assert.doesNotMatch(await registry.metrics(), /reason="timeout"/);
+      assert.ok(
+        lines.some((line) => line.includes('list/watch failed') && line.includes('nothing received')),
+      );
+    } finally {
+      await informer.stop();
+    }
+  });
+
   test('a caller of waitForSync that gives up is let go at once, however long the list keeps failing', async () => {
     setFlagsFromString('--expose-gc');
     const gc = runInNewContext('gc') as () => void;

@@ -105,8 +105,8 @@ function watchEventOf(line: string): { type: WatchEventType; object: unknown } |
 /**
  * The {@link WatchFn} of a kubeconfig: a streaming GET with client-node's credentials and agent
  * (`applyToHTTPSOptions`: its proxy, its TLS material, a fresh token per watch; through an HTTP(S)
- * proxy, the tunnel of src/net/egress-proxy.ts instead, which an abort ends) and the timeouts of
- * client-node's `Watch` (30 s for the answer, then 30 s of silence: a `TimeoutError`). It splits the
+ * proxy, the tunnel of src/net/egress-proxy.ts instead, which an abort ends), waiting at most
+ * `idleTimeoutMs` (default 90 s) for the answer and then for each byte (a `TimeoutError`). It splits the
  * lines itself rather than through client-node's `Watch`, which dropped a line that did not parse and
  * buffered a line without bound: a line longer than `maxLineBytes` (default
  * {@link maxWatchLineBytes}) or a damaged event ends the stream with an error, so the informer
@@ -749,7 +749,9 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
         if (gone || httpStatusOfApiError(err) === 410) resolve({ end: 'gone', served: served() });
         else if (failure !== undefined) reject(failure);
         else if (!err || stop.aborted) resolve({ end: 'closed', served: served() });
-        else if ((err as { name?: string }).name === 'TimeoutError')
+        // Silence on an accepted stream is a quiet resource or a stalled stream: reopened at once. No
+        // answer at all (or a refusal whose body never ends) is a failure, logged and backed off.
+        else if ((err as { name?: string }).name === 'TimeoutError' && openedAt !== undefined)
           resolve({ end: 'timeout', served: served() });
         // A connection reset under a stream that had served (a network blip, a load balancer or API
         // server going away) is a dropped watch, reconnected at once as a clean end is; a refusal, a
@@ -766,7 +768,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
         fieldSelector,
       };
       // client-node's Watch takes no signal and hands over its handle only once the server has
-      // answered (within its 30 s connect timeout): a stop while it connects ends the stream here at
+      // answered (within its idle timeout): a stop while it connects ends the stream here at
       // once, and the handle is aborted as soon as it comes.
       const onStop = () => {
         handle?.abort();

@@ -229,12 +229,14 @@ export class ControllerRuntime {
       else logger.debug('starting');
       this.#running.set({ component: component.name }, 1);
       const startedAt = this.#clock.monotonic();
+      // A run that lasted a minute worked: what ends it is a new failure, written at once.
+      const ranLong = () => this.#clock.monotonic() - startedAt >= 60_000;
       try {
         await component.start(signal);
+        if (ranLong()) failures.succeeded();
         if (!signal.aborted) logger.warn('returned while still leading; restarting');
       } catch (err) {
-        // A run that lasted a minute worked: what ends it is a new failure, written at once.
-        if (this.#clock.monotonic() - startedAt >= 60_000) failures.succeeded();
+        if (ranLong()) failures.succeeded();
         if (!signal.aborted) failures.failed(err);
       }
       this.#running.set({ component: component.name }, 0);
