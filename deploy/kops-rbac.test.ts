@@ -6,23 +6,19 @@
  * log, while the process stays up and ready. docs/deploy.md "Only the image swapped" lists them.
  */
 import assert from 'node:assert/strict';
-import { generateKeyPairSync } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { request } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { CoordinationV1Api, CoreV1Api } from '@kubernetes/client-node';
 import { signAwsStsProof } from '../src/agent/aws-proof.ts';
-import { kopsApiVersion } from '../src/bootstrap/kops-handler.ts';
 import { type DevController, startDevController } from '../src/cli/dev-controller.ts';
 import { createLogger } from '../src/log.ts';
 import { managedLabelsSignatureAnnotation } from '../src/nodelabels/signed-managed-labels.ts';
-import { spkiOf } from '../src/pki/keys.ts';
-import { encodePem } from '../src/pki/pem.ts';
 import type { GrantRule } from '../src/sim/apiserver/auth.ts';
 import { type DevCluster, startDevCluster } from '../src/sim/dev-cluster.ts';
 import { capturedLogger } from '../src/testing/log-capture.ts';
+import { nodeupBody, postNodeup } from '../src/testing/nodeup.ts';
 
 const user = 'system:serviceaccount:kube-system:kops-controller';
 
@@ -136,39 +132,11 @@ describe("only the image swapped: the controller under kops' own RBAC", () => {
       },
     ]);
     const session = cluster.aws.sts.addInstanceProfileSession(`nodes.${cluster.clusterName}`, instance);
-    const body = JSON.stringify({
-      apiVersion: kopsApiVersion,
-      certs: {
-        kubelet: encodePem(
-          'RSA PUBLIC KEY',
-          spkiOf(generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey),
-        ),
-      },
-      keypairIDs: {},
-    });
+    const body = nodeupBody();
     const bootstrap = controller.bootstrap;
     assert.ok(bootstrap);
-    const answer = await new Promise<{ status: number; text: string }>((resolve, reject) => {
-      const req = request(
-        `${bootstrap.url}/bootstrap`,
-        {
-          method: 'POST',
-          // nodeup trusts the serving certificate through kops' CA; what is tested here is the answer.
-          rejectUnauthorized: false,
-          headers: {
-            'content-type': 'application/json',
-            authorization: signAwsStsProof(body, session, cluster.region, 1),
-          },
-        },
-        (res) => {
-          let text = '';
-          res.on('data', (chunk: Buffer) => (text += chunk));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-        },
-      );
-      req.on('error', reject);
-      req.end(body);
-    });
+    // nodeup trusts the serving certificate through kops' CA; what is tested here is the answer.
+    const answer = await postNodeup(bootstrap.url, body, signAwsStsProof(body, session, cluster.region, 1));
     assert.equal(answer.status, 200, answer.text);
     const certs = (JSON.parse(answer.text) as { Certs: Record<string, string> }).Certs;
     assert.match(certs['kubelet'] ?? '', /^-----BEGIN CERTIFICATE-----/);

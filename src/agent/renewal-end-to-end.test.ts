@@ -8,7 +8,6 @@
 import assert from 'node:assert/strict';
 import { createPrivateKey, generateKeyPairSync, X509Certificate } from 'node:crypto';
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { request } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join as joinPath } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -16,21 +15,20 @@ import { CoreV1Api, KubeConfig, type V1NodeStatus } from '@kubernetes/client-nod
 import type { Command } from 'commander';
 import { Registry } from 'prom-client';
 import { buildClusterInfo, clusterInfoHandler } from '../bootstrap/discovery.ts';
-import { kopsApiVersion } from '../bootstrap/kops-handler.ts';
 import { type ConfiguredBootstrap, startConfiguredBootstrap } from '../cli/bootstrap-server.ts';
 import { buildProgram, errorLine } from '../cli/main.ts';
 import { formatAwsProviderID } from '../cloud/aws/providerid.ts';
 import { parseConfig } from '../config/loader.ts';
 import { exitCodeOf } from '../errors.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
-import { generateKey, privateKeyPem, spkiOf } from '../pki/keys.ts';
-import { encodePem } from '../pki/pem.ts';
+import { generateKey, privateKeyPem } from '../pki/keys.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
 import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
 import { renderClusterInfoKubeconfig } from '../protocol/cluster-info.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
 import { kubeletNodeStatus } from '../sim/dev-cluster.ts';
+import { nodeupBody, postNodeup } from '../testing/nodeup.ts';
 import { opensslText } from '../testing/openssl.ts';
 import { signAwsStsProof } from './aws-proof.ts';
 import { join } from './join.ts';
@@ -412,21 +410,9 @@ describe('join --renew refusals: exit code per docs/operations.md, nothing writt
   });
 });
 
-/** POSTs nodeup's request to `/bootstrap` with `authorization`. */
+/** POSTs nodeup's request to the server's `/bootstrap` with `authorization`. */
 function kopsBootstrap(body: string, authorization: string) {
-  return new Promise<{ status: number; text: string }>((resolve, reject) => {
-    const req = request(
-      `${boot.server.url}/bootstrap`,
-      { method: 'POST', ca: caPem, headers: { 'content-type': 'application/json', authorization } },
-      (res) => {
-        let text = '';
-        res.on('data', (chunk: Buffer) => (text += chunk));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
+  return postNodeup(boot.server.url, body, authorization, caPem);
 }
 
 describe('kops path: POST /bootstrap with x-kops-renewal', () => {
@@ -435,10 +421,7 @@ describe('kops path: POST /bootstrap with x-kops-renewal', () => {
     const dir = await joinedReadyNode(instance);
     const current = await readCurrentCredentials(dir);
     const newKey = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey;
-    const body = JSON.stringify({
-      apiVersion: kopsApiVersion,
-      certs: { kubelet: encodePem('RSA PUBLIC KEY', spkiOf(newKey)) },
-    });
+    const body = nodeupBody(newKey);
     const first = await kopsBootstrap(body, signAwsStsProof(body, instance.session, aws.region, 1));
     assert.equal(first.status, 409, first.text);
 

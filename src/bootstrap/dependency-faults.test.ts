@@ -6,15 +6,13 @@
  * facts stays a 403; and the real `join` gets through an API-server 503 storm.
  */
 import assert from 'node:assert/strict';
-import { generateKeyPairSync } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import { request } from 'node:https';
 import { after, before, describe, test } from 'node:test';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
 import type { SigV4Credentials } from '../cloud/aws/sigv4.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
-import { generateKey, spkiOf } from '../pki/keys.ts';
-import { encodePem } from '../pki/pem.ts';
+import { generateKey } from '../pki/keys.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import { createCertificateAuthority, issueClientCertificate } from '../sim/tls.ts';
 import {
@@ -22,7 +20,7 @@ import {
   type HarnessNode,
   startBootstrapHarness,
 } from '../testing/bootstrap-harness.ts';
-import { kopsApiVersion } from './kops-handler.ts';
+import { nodeupBody } from '../testing/nodeup.ts';
 import { webhookPolicy } from './policies/webhook.ts';
 
 interface Reply {
@@ -220,16 +218,7 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
 
   test("kops' /bootstrap: a replay-marker write that fails is a 503 with Retry-After, not 403 'failed to verify token'", async () => {
     const node = harness.addGceNode();
-    const body = JSON.stringify({
-      apiVersion: kopsApiVersion,
-      certs: {
-        kubelet: encodePem(
-          'RSA PUBLIC KEY',
-          spkiOf(generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey),
-        ),
-      },
-      keypairIDs: {},
-    });
+    const body = nodeupBody();
     const authorization = await node.proof(Buffer.from(body));
     assert.ok(authorization, `a proof for ${node.instanceId}`);
     harness.api.faults.errors({

@@ -6,27 +6,25 @@
  * still signs.
  */
 import assert from 'node:assert/strict';
-import { generateKeyPairSync } from 'node:crypto';
 import { request } from 'node:https';
 import { after, before, describe, test } from 'node:test';
 import { CertificatesV1Api } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { parse } from 'yaml';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
-import { kopsApiVersion } from '../bootstrap/kops-handler.ts';
 import type { SigV4Credentials } from '../cloud/aws/sigv4.ts';
 import { parseConfig } from '../config/loader.ts';
 import { eventually } from '../net/testing.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
-import { generateKey, spkiOf } from '../pki/keys.ts';
-import { encodePem } from '../pki/pem.ts';
+import { generateKey } from '../pki/keys.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
 import { kubeletNodeStatus } from '../sim/dev-cluster.ts';
 import { cloudRequests } from '../testing/cloud-calls.ts';
+import { nodeupBody } from '../testing/nodeup.ts';
 import { opensslVerify } from '../testing/openssl.ts';
 import { type ConfiguredBootstrap, startConfiguredBootstrap } from './bootstrap-server.ts';
 
@@ -112,19 +110,6 @@ describe('bootstrap server from a kops config', () => {
       headers: { 'content-type': 'application/json', authorization },
     });
   }
-
-  /** nodeup's body for a fresh kubelet key (a proof for the same body in the same second is a replay). */
-  const nodeupBody = () =>
-    JSON.stringify({
-      apiVersion: kopsApiVersion,
-      certs: {
-        kubelet: encodePem(
-          'RSA PUBLIC KEY',
-          spkiOf(generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey),
-        ),
-      },
-      keypairIDs: {},
-    });
 
   test('a signed nodeup request gets its kubelet certificate for the EC2 instance; its proof with another body is refused', async () => {
     const body = nodeupBody();
