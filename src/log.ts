@@ -115,7 +115,7 @@ export interface RecurringFailureLogOptions {
  * The log of something retried for as long as it fails (a watch, a periodic write, a supervised
  * component). The first failure, a failure that differs from the last one written, and the same one
  * again once `quietMs` has passed are written at the chosen level, each with how many failures there
- * were in a row and how many were held back since the last line (`repeated`); the rest go out at
+ * were in a row (and, on the same failure's next line, how many were held back: `repeated`); the rest go out at
  * `debug`. So a condition that lasts (a permission RBAC does not grant, a dependency down for a day)
  * shows in the log every ten minutes, not every backoff, while every new kind of failure still shows
  * at once. The metrics of the caller count every failure.
