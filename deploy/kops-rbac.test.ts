@@ -10,13 +10,14 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { CoordinationV1Api, CoreV1Api } from '@kubernetes/client-node';
+import { CoreV1Api } from '@kubernetes/client-node';
 import { signAwsStsProof } from '../src/agent/aws-proof.ts';
 import { type DevController, startDevController } from '../src/cli/dev-controller.ts';
 import { createLogger } from '../src/log.ts';
 import { managedLabelsSignatureAnnotation } from '../src/nodelabels/signed-managed-labels.ts';
 import type { GrantRule } from '../src/sim/apiserver/auth.ts';
 import { type DevCluster, startDevCluster } from '../src/sim/dev-cluster.ts';
+import { leaseHolder } from '../src/testing/leadership.ts';
 import { capturedLogger } from '../src/testing/log-capture.ts';
 import { nodeupBody, postNodeup } from '../src/testing/nodeup.ts';
 
@@ -104,13 +105,7 @@ describe("only the image swapped: the controller under kops' own RBAC", () => {
 
   test('it leads and labels every node, as kops does; it prunes nothing, so it signs nothing', async () => {
     const admin = cluster.api.server.kubeConfig();
-    const leases = admin.makeApiClient(CoordinationV1Api);
-    await until('the lease is held', async () => {
-      const lease = await leases
-        .readNamespacedLease({ name: 'kops-controller-leader', namespace: 'kube-system' })
-        .catch(() => undefined);
-      return Boolean(lease?.spec?.holderIdentity);
-    });
+    await until('the lease is held', async () => (await leaseHolder(admin)) !== undefined);
     const core = admin.makeApiClient(CoreV1Api);
     await until('every node is labelled from its instance group', async () =>
       (await core.listNode()).items.every((n) => n.metadata?.labels?.['kops.k8s.io/instancegroup']),

@@ -10,7 +10,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { CertificatesV1Api, CoordinationV1Api, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
+import { CertificatesV1Api, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { parseAllDocuments } from 'yaml';
 import { bootstrapSignerName } from '../src/bootstrap/queue.ts';
 import { ConfigMapReplayGuard } from '../src/bootstrap/replay-guard.ts';
@@ -30,6 +30,7 @@ import type { GrantRule } from '../src/sim/apiserver/auth.ts';
 import type { KubeObject } from '../src/sim/apiserver/index.ts';
 import { type DevCluster, startDevCluster } from '../src/sim/dev-cluster.ts';
 import { startJoiningNodes } from '../src/sim/joining-nodes.ts';
+import { leaseHolder } from '../src/testing/leadership.ts';
 
 interface Rule {
   apiGroups?: string[];
@@ -307,13 +308,7 @@ describe('deploy/kubernetes/kops-controller.yaml', () => {
 
     test('leads, labels nodes, exports the validation gauges and publishes discovery', async () => {
       const admin = cluster.api.server.kubeConfig();
-      const leases = admin.makeApiClient(CoordinationV1Api);
-      await until('the lease is held', async () => {
-        const lease = await leases
-          .readNamespacedLease({ name: 'kops-controller-leader', namespace: 'kube-system' })
-          .catch(() => undefined);
-        return Boolean(lease?.spec?.holderIdentity);
-      });
+      await until('the lease is held', async () => (await leaseHolder(admin)) !== undefined);
       const core = admin.makeApiClient(CoreV1Api);
       // Signed: the controller filled the manifest's key Secret under these rules; without it, it
       // would add labels but sign nothing.

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { type TestContext, test } from 'node:test';
 import { issueForFacts } from '../bootstrap/issue.ts';
 import type { NodeFacts } from '../bootstrap/types.ts';
 import { createCa } from '../pki/ca.ts';
@@ -81,29 +81,37 @@ test('held certificates are recorded with a hold that the recorder renews; recor
   ]);
 });
 
-test('flushes keep to the byte budget: after a large write the next waits for it; small writes go every interval', async (t) => {
+/** The recorder's interval timer mocked, and a wall clock that moves with it, from 2030-01-01. */
+function mockedTime(t: TestContext) {
   t.mock.timers.enable({ apis: ['setInterval'] });
-  let nowMs = Date.UTC(2030, 0, 1);
-  const tick = async (ms: number) => {
-    nowMs += ms;
-    t.mock.timers.tick(ms);
-    // The flush's store call and what follows it.
-    for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve));
+  let now = Date.UTC(2030, 0, 1);
+  return {
+    nowMs: () => now,
+    async tick(ms: number) {
+      now += ms;
+      t.mock.timers.tick(ms);
+      // The flush's store call and what follows it.
+      for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve));
+    },
   };
+}
+
+test('flushes keep to the byte budget: after a large write the next waits for it; small writes go every interval', async (t) => {
+  const { nowMs, tick } = mockedTime(t);
   const written: { atMs: number; entries: number }[] = [];
   let nextBytes = 4 * 1024 * 1024;
   const recorder = new LedgerRecorder({
     store: {
       add: async (entries) => {
-        written.push({ atMs: nowMs, entries: entries.length });
+        written.push({ atMs: nowMs(), entries: entries.length });
         return { writes: 16, droppedOverCap: 0, bytes: nextBytes };
       },
     },
     flushIntervalMs: 1_000,
     writeBytesPerSecond: 1024 * 1024,
-    now: () => new Date(nowMs),
+    now: () => new Date(nowMs()),
   });
-  const started = nowMs;
+  const started = nowMs();
   const entry = (instance: string): LedgerEntry => ({
     kind: 'kubelet',
     instanceGroup: 'nodes',
@@ -140,30 +148,24 @@ test('flushes keep to the byte budget: after a large write the next waits for it
 });
 
 test('a refused write waits longer before the next, up to a minute, and is logged when it starts, every ten minutes and when it ends', async (t) => {
-  t.mock.timers.enable({ apis: ['setInterval'] });
-  let nowMs = Date.UTC(2030, 0, 1);
-  const tick = async (ms: number) => {
-    nowMs += ms;
-    t.mock.timers.tick(ms);
-    for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve));
-  };
+  const { nowMs, tick } = mockedTime(t);
   const attempts: number[] = [];
   let refuse = true;
   const { logger, lines } = capturedLogger();
   const recorder = new LedgerRecorder({
     store: {
       add: async (entries) => {
-        attempts.push(nowMs);
+        attempts.push(nowMs());
         if (refuse)
           throw new Error('HTTP 403: configmaps "kops-controller-certificate-ledger-01" is forbidden');
         return { writes: 1, droppedOverCap: 0, bytes: entries.length * 100 };
       },
     },
     flushIntervalMs: 1_000,
-    now: () => new Date(nowMs),
+    now: () => new Date(nowMs()),
     logger,
   });
-  const started = nowMs;
+  const started = nowMs();
   recorder.start();
   recorder.record([
     {

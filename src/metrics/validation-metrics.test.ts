@@ -72,6 +72,21 @@ const pod = (name: string, options: Partial<PodInfo>): PodInfo => ({
   ...options,
 });
 
+/** The AWS provider of a simulated cluster, pointed at its simulators. */
+function awsProviderOf(cluster: DevCluster) {
+  return createAwsProvider({
+    clusterName: cluster.clusterName,
+    region: cluster.region,
+    endpoint: cluster.aws.endpoint,
+    credentials: { ...cluster.aws.credentials },
+  });
+}
+
+/** The state store of a simulated cluster. */
+function clusterStoreOf(cluster: DevCluster): ClusterStore {
+  return new ClusterStore(openVfs(cluster.configBase, vfsOptionsFromEnv(cluster.env)));
+}
+
 describe('validationGauges', () => {
   test('counts as kops’ exporter: nodes of the cloud groups, critical pods, containers, missing components', () => {
     const snapshot: ValidationSnapshot = {
@@ -175,13 +190,8 @@ describe('ValidationMetrics against the simulated cluster', () => {
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'validation-metrics-'));
     cluster = await startDevCluster({ stateDir: dir, awsThrottling: false });
-    const aws = await createAwsProvider({
-      clusterName: cluster.clusterName,
-      region: cluster.region,
-      endpoint: cluster.aws.endpoint,
-      credentials: { ...cluster.aws.credentials },
-    });
-    const store = new ClusterStore(openVfs(cluster.configBase, vfsOptionsFromEnv(cluster.env)));
+    const aws = await awsProviderOf(cluster);
+    const store = clusterStoreOf(cluster);
     const kubeConfig = cluster.api.server.kubeConfig();
     metrics = new ValidationMetrics({
       clusterName: cluster.clusterName,
@@ -355,19 +365,14 @@ describe('ValidationMetrics against the simulated cluster', () => {
     let cloudCalls = 0;
     const kubeConfig = cluster.api.server.kubeConfig();
     const groups = await (async () => {
-      const aws = await createAwsProvider({
-        clusterName: cluster.clusterName,
-        region: cluster.region,
-        endpoint: cluster.aws.endpoint,
-        credentials: { ...cluster.aws.credentials },
-      });
+      const aws = await awsProviderOf(cluster);
       try {
         return await aws.cloudGroups.list(cluster.clusterName);
       } finally {
         aws.clients.destroy();
       }
     })();
-    const store = new ClusterStore(openVfs(cluster.configBase, vfsOptionsFromEnv(cluster.env)));
+    const store = clusterStoreOf(cluster);
     const flaky = new ValidationMetrics({
       clusterName: cluster.clusterName,
       kubeConfig,
@@ -410,13 +415,8 @@ describe('ValidationMetrics against the simulated cluster', () => {
     const own = new Registry();
     let cloudFails = false;
     const kubeConfig = cluster.api.server.kubeConfig();
-    const aws = await createAwsProvider({
-      clusterName: cluster.clusterName,
-      region: cluster.region,
-      endpoint: cluster.aws.endpoint,
-      credentials: { ...cluster.aws.credentials },
-    });
-    const store = new ClusterStore(openVfs(cluster.configBase, vfsOptionsFromEnv(cluster.env)));
+    const aws = await awsProviderOf(cluster);
+    const store = clusterStoreOf(cluster);
     const { logger, lines } = capturedLogger();
     const gauges = new ValidationMetrics({
       clusterName: cluster.clusterName,
@@ -602,14 +602,9 @@ describe('ValidationMetrics against the simulated cluster', () => {
   test("a new leadership term over the process's Node watch counts every Node once: not zero, not twice", async () => {
     const own = new Registry();
     const kubeConfig = cluster.api.server.kubeConfig();
-    const aws = await createAwsProvider({
-      clusterName: cluster.clusterName,
-      region: cluster.region,
-      endpoint: cluster.aws.endpoint,
-      credentials: { ...cluster.aws.credentials },
-    });
+    const aws = await awsProviderOf(cluster);
     const nodes = nodeInformer(kubeConfig);
-    const store = new ClusterStore(openVfs(cluster.configBase, vfsOptionsFromEnv(cluster.env)));
+    const store = clusterStoreOf(cluster);
     const gauges = new ValidationMetrics({
       clusterName: cluster.clusterName,
       kubeConfig,
