@@ -108,8 +108,7 @@ function requestsOf(policy: Policy, nodes: readonly StormNode[], aws: AwsSimulat
 /** Runs the storms of every tree and policy, in rounds; the samples in the order they ran. */
 export async function runIssuanceCost(options: IssuanceCostOptions): Promise<CostSample[]> {
   const aws = await startAwsSimulator({ throttling: true });
-  // Bookmarks every second, so that the guard's watch is current soon after a server starts.
-  const api = await startApiServer({ bookmarkIntervalMs: 1000 });
+  const api = await startApiServer();
   const servers: { tree: string; policy: Measured; server: ServerProcess }[] = [];
   try {
     const ca = createCa();

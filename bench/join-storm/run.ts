@@ -90,8 +90,7 @@ async function plainComparison(
 export async function runJoinStorm(options: JoinStormOptions): Promise<JoinStormResult> {
   const concurrency = options.concurrency ?? 256;
   const aws = await startAwsSimulator({ throttling: true });
-  // Bookmarks every second instead of every minute, so the guard's watch is current soon after start.
-  const api = await startApiServer({ bookmarkIntervalMs: 1000 });
+  const api = await startApiServer();
   const dir = await mkdtemp(join(tmpdir(), 'join-storm-'));
   try {
     const ca = createCa();

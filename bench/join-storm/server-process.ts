@@ -217,8 +217,8 @@ async function startBootstrap(
     connectionLimits: stormConnectionLimits,
     registry: services?.registry ?? new Registry(),
   });
-  // Storms start once the server is ready and its impersonation guard answers from its Node watch,
-  // as a server that has run for a minute does (before that, every guard lookup reads the Node); a
+  // Storms start once the server is ready and its impersonation guard answers from its Node watch
+  // (from the moment the API server accepts it; before that, every guard lookup reads the Node); a
   // worker's guard asks the primary's watch, which startServer waits for.
   while (!boot.queue.hasSynced() || !(services || boot.guardPresence?.('any-node').current)) {
     await new Promise((resolve) => setTimeout(resolve, 10));

@@ -185,10 +185,6 @@ async function serveWorld(): Promise<void> {
         // A real apiserver keeps about five minutes of changes (etcd compaction); a label storm of
         // 50,000 patches must not expire the continue tokens of a list in progress.
         server.store.historyLimit = 200_000;
-        // The join storm's bootstrap server serves once its impersonation guard's Node watch is
-        // current (heard from within 90 s); bookmarks every second make it so at once, as in
-        // bench/join-storm, instead of after the apiserver's first one-minute bookmark.
-        server.bookmarkIntervalMs = 1000;
         // Every API request passes the fault plan once: that is where they are counted, all but the
         // leader's lease renewals (every 2 s whatever the controller does).
         const plan = server.faults.plan.bind(server.faults);

@@ -8,7 +8,7 @@
  */
 import type { KubeConfig, V1Node } from '@kubernetes/client-node';
 import { ConflictError } from '../errors.ts';
-import type { InformerCache } from '../kube/informer.ts';
+import { type InformerCache, watchIdleTimeoutMs } from '../kube/informer.ts';
 import { kubeAnswerError, kubeHttps, kubeJson, maxNodeBytes } from '../kube/kube-https.ts';
 import type { SharedInformer } from '../kube/shared-informer.ts';
 import { dependencyFault } from './dependency.ts';
@@ -35,11 +35,12 @@ export function httpsNodeReader(kubeConfig: KubeConfig, options: { timeoutMs?: n
 }
 
 /**
- * How long a watch that has gone quiet is still taken to be current: the API server sends a bookmark
- * about once a minute while the resource changes, so a stream silent for longer is a quiet resource
- * or a stalled one, and the answer then comes from the API server.
+ * How long an open watch stream is taken to be current after the API server accepted it or it last
+ * delivered an event or bookmark. The API server bookmarks a watch only while its resource changes,
+ * so a quiet resource's stream delivers nothing and the informer reopens it after this same silence
+ * (src/kube/informer.ts); a stalled stream is trusted no longer than that.
  */
-export const maxWatchSilenceMs = 90_000;
+export const maxWatchSilenceMs = watchIdleTimeoutMs;
 
 /** What the guard needs of a Node informer (whose records only mark presence). */
 export type NodePresence = Pick<InformerCache<true>, 'hasSynced' | 'get' | 'watchSilenceMs'>;
@@ -61,7 +62,7 @@ export type GuardReadSource = 'watch' | 'api';
 
 /**
  * A {@link NodeReader} that answers "not registered" from a Node watch when that watch is current:
- * synced, with an open stream that delivered an event or bookmark within {@link maxWatchSilenceMs}.
+ * synced, with an open stream accepted or heard from within {@link maxWatchSilenceMs}.
  * A Node can only become Ready after its creation was written, and a current watch has delivered
  * that creation, so the cache cannot miss a Ready Node by more than the watch's delivery delay.
  * Otherwise (not synced, reconnecting, silent too long), and whenever the watch knows the Node,

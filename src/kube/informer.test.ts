@@ -149,7 +149,7 @@ describe('informer', () => {
     await informer.stop();
   });
 
-  test('watchSilenceMs: unknown until the open stream delivers something, then time since it last did', async () => {
+  test('watchSilenceMs: unknown while no stream is open, then time since the open one was accepted or last delivered', async () => {
     const resource = new FakeResource();
     resource.put('a', 'Pending');
     const clock = new FakeClock();
@@ -157,18 +157,24 @@ describe('informer', () => {
     assert.equal(informer.watchSilenceMs(), undefined, 'not even listed');
     await informer.waitForSync();
     await until(() => resource.watchers.size === 1);
-    assert.equal(informer.watchSilenceMs(), undefined, 'an open stream that delivered nothing may still lag');
+    assert.equal(informer.watchSilenceMs(), 0, 'accepted from our resourceVersion: current as of now');
+    await clock.advance(5_000);
+    assert.equal(informer.watchSilenceMs(), 5_000, 'a quiet stream proves nothing more as time goes by');
     resource.bookmark();
     assert.equal(informer.watchSilenceMs(), 0);
     await clock.advance(5_000);
-    assert.equal(informer.watchSilenceMs(), 5_000);
     resource.put('b', 'Pending');
     assert.equal(informer.watchSilenceMs(), 0, 'an event is a sign of life too');
+    resource.failWatchConnects = 1;
     resource.dropWatches();
     assert.equal(informer.watchSilenceMs(), undefined, 'no stream, no claim to be current');
+    await clock.advance(1_000);
+    assert.equal(informer.watchSilenceMs(), undefined, 'a refused watch is no claim either');
+    await clock.advance(30_000);
     await until(() => resource.watchers.size === 1);
-    assert.equal(informer.watchSilenceMs(), undefined, 'the new stream has delivered nothing yet');
+    assert.equal(informer.watchSilenceMs(), 0, 'the new stream was accepted');
     await informer.stop();
+    assert.equal(informer.watchSilenceMs(), undefined, 'stopped');
   });
 
   test('staleMs: time since the cache was last known current (a list, a watch the server accepted, an event); a refused watch does not count; the gauge follows', async () => {

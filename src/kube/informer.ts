@@ -75,7 +75,7 @@ const maxRefusalBytes = 64 * 1024;
  * silent this long, while a quiet one may get nothing and is reconnected after this silence.
  * client-node's `Watch` cut streams at 30 s, before the first bookmark of a busy one.
  */
-const watchIdleTimeoutMs = 90_000;
+export const watchIdleTimeoutMs = 90_000;
 
 const watchEventTypes = new Set<string>(['ADDED', 'MODIFIED', 'DELETED', 'BOOKMARK', 'ERROR']);
 
@@ -458,7 +458,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
   /** Callers of waitForSync still waiting; one that gives up (its signal aborts) is removed at once. */
   #syncWaiters = new Set<(synced: boolean) => void>();
   #stop = new AbortController();
-  /** When the open watch stream last delivered an event or bookmark; undefined until it has, or once it ends. */
+  /** When the open watch stream was accepted or last delivered an event or bookmark; undefined while none is open. */
   #watchHeardAt: number | undefined;
   /** When the cache was last known current (monotonic), and the wall time of it (for the gauge). */
   #currentAt: number | undefined;
@@ -565,10 +565,16 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
   }
 
   /**
-   * Milliseconds since the open watch stream last delivered an event or a bookmark, or undefined when
-   * no stream is open (listing, backing off, stopped) or the open one has delivered nothing yet (its
-   * backlog may still be in flight). A reader that acts on the absence of an object uses it to tell
-   * a current cache from one that may lag.
+   * Milliseconds since the open watch stream was accepted by the API server or last delivered an event
+   * or a bookmark, or undefined when no stream is open (connecting, listing, backing off, stopped). A
+   * reader that acts on the absence of an object uses it to tell a current cache from one that may lag.
+   * The accept counts because the API server bookmarks a watch only while its resource changes (or
+   * etcd reports progress, every 10 minutes by default): a quiet resource's stream delivers nothing,
+   * and is reopened after {@link watchIdleTimeoutMs} of silence. A stream accepted from our
+   * resourceVersion sends what changed since right behind its answer, so what the cache may miss is
+   * that backlog's few milliseconds in flight — the lag of the API server's own informers (its
+   * bootstrap-token authenticator, the node authorizer) — and a stalled stream until the idle timeout,
+   * as before the accept counted.
    */
   watchSilenceMs(): number | undefined {
     return this.#watchHeardAt === undefined ? undefined : this.#clock.monotonic() - this.#watchHeardAt;
@@ -713,17 +719,19 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     // Served: accepted, and then delivered an event or stayed open a while (not cut as it opened).
     const served = () =>
       openedAt !== undefined && (events > 0 || this.#clock.monotonic() - openedAt >= healthyWatchMs);
-    const onOpen = () => {
-      openedAt = this.#clock.monotonic();
-      // Accepted from our resourceVersion: the server streams every change after it, so the cache is
-      // current as of now (a quiet resource may get no bookmark for many minutes).
-      this.#markCurrent();
-    };
     return new Promise((resolve, reject) => {
       let failure: unknown;
       let gone = false;
       let ended = false;
       let handle: { abort(): void } | undefined;
+      const onOpen = () => {
+        if (ended) return;
+        openedAt = this.#clock.monotonic();
+        // Accepted from our resourceVersion: the server streams every change after it, so the cache is
+        // current as of now (a quiet resource may get no bookmark for many minutes).
+        this.#watchHeardAt = openedAt;
+        this.#markCurrent();
+      };
       const onEvent = (type: WatchEventType, object: unknown) => {
         if (ended || failure !== undefined || gone) return;
         if (type === 'ERROR') {

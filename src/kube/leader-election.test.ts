@@ -3,7 +3,7 @@ import { describe, test } from 'node:test';
 import { ApiException, CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { ConfigError } from '../errors.ts';
-import type { Clock } from '../runtime/clock.ts';
+import { type Clock, sleep } from '../runtime/clock.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
 import { FakeLeaseApi } from '../testing/fake-lease-api.ts';
@@ -267,6 +267,59 @@ describe('leader election', () => {
     b.stop();
     await clock.advance(15_000);
     await Promise.all([a.done, b.done]);
+  });
+
+  test('a slow read dates the renewal it returns from its answer, as client-go: no take-over while the holder may still lead', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const holder = candidate(api, clock, 'holder');
+    await clock.advance(10);
+    // The standby's reads sent in the 9.5 s before the holder's last renewal are answered only 100 ms
+    // after it (its API server stalled during a control-plane roll); later reads are fast.
+    const inner = api.clientFor();
+    let lastRenewal = Number.POSITIVE_INFINITY;
+    const slow: LeaseClient = {
+      readNamespacedLease: async (args) => {
+        const sent = clock.monotonic();
+        if (sent >= lastRenewal - 9_500 && sent < lastRenewal) await sleep(clock, lastRenewal + 100 - sent);
+        return inner.readNamespacedLease(args);
+      },
+      createNamespacedLease: (args) => inner.createNamespacedLease(args),
+      replaceNamespacedLease: (args) => inner.replaceNamespacedLease(args),
+    } as LeaseClient;
+    const abort = new AbortController();
+    const standby = new LeaderElector({
+      client: slow,
+      namespace: 'kube-system',
+      name: 'kops-controller-leader',
+      identity: 'standby',
+      ...timings,
+      clock,
+      random: () => 0.5,
+      onStartedLeading: () => undefined,
+    });
+    const standbyDone = standby.run(abort.signal);
+    await advanceChecking(clock, 20_000, holder.elector, standby);
+    // The holder renews for 10 s more (every retry period), then is cut off.
+    lastRenewal = clock.monotonic() + 10_000;
+    await advanceChecking(clock, 10_010, holder.elector, standby);
+    holder.network.down = true;
+    const renewedAt = leaderRecordOf(api.lease!).renewTime!;
+    let takeOver: number | undefined;
+    for (let t = 0; t < 40_000 && takeOver === undefined; t += 50) {
+      await advanceChecking(clock, 50, holder.elector, standby);
+      if (standby.isLeader) takeOver = clock.now() - renewedAt;
+    }
+    assert.ok(takeOver !== undefined, 'the standby took over once the lease had expired');
+    assert.ok(
+      takeOver >= timings.leaseDurationMs,
+      `took over ${takeOver} ms after the last renewal it saw; the lease lasts ${timings.leaseDurationMs} ms`,
+    );
+    holder.network.down = false;
+    holder.stop();
+    abort.abort();
+    await clock.advance(15_000);
+    await Promise.all([holder.done, standbyDone]);
   });
 
   test('a wall-clock step does not move leadership; it only dates what is written', async () => {

@@ -400,7 +400,9 @@ export class LeaderElector {
       );
     }
     if (stopping.aborted) return false;
-    this.#observe(current, now);
+    // Dated when the answer came, as client-go: a read that stalled may return a renewal made long
+    // after the attempt started, and dating it from the start would shorten the holder's lease.
+    this.#observe(current, this.#clock.monotonic());
     const record = leaderRecordOf(current);
     if (record.holderIdentity && record.holderIdentity !== this.identity) {
       const validFor = record.leaseDurationMs ?? this.#options.leaseDurationMs;

@@ -435,8 +435,22 @@ describe('ValidationMetrics against the simulated cluster', () => {
       staleAfterMs: { watch: 1_500, refresh: 500 },
       logger,
     });
-    // Bookmarks every 200 ms, as the API server's every minute against the production bounds: a quiet
-    // healthy watch stays current. Re-opened so that the Node watch gets them too.
+    // A live cluster against the production bounds scaled down: a kubelet renews its Lease and etcd
+    // reports progress every 100 ms, and the API server bookmarks every 200 ms (its minute), so a
+    // quiet healthy watch stays current. Re-opened so that the Node watch gets the bookmarks too.
+    const { store: apiStore } = cluster.api.server;
+    apiStore.create({
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: { name: 'kubelet-heartbeat', namespace: 'kube-node-lease' },
+      spec: { renewTime: new Date().toISOString() },
+    });
+    const progress = setInterval(() => {
+      apiStore.mutate('leases', 'kube-node-lease', 'kubelet-heartbeat', (lease) => {
+        lease['spec'] = { renewTime: new Date().toISOString() };
+      });
+      apiStore.notifyProgress();
+    }, 100);
     const bookmarks = cluster.api.server.bookmarkIntervalMs;
     cluster.api.server.bookmarkIntervalMs = 200;
     cluster.api.server.faults.dropWatches();
@@ -472,6 +486,8 @@ describe('ValidationMetrics against the simulated cluster', () => {
     } finally {
       cluster.api.server.faults.reset();
       cluster.api.server.bookmarkIntervalMs = bookmarks;
+      clearInterval(progress);
+      apiStore.delete('leases', 'kube-node-lease', 'kubelet-heartbeat');
       leading.abort();
       await run;
       aws.clients.destroy();

@@ -346,35 +346,93 @@ describe('simulated apiserver through @kubernetes/client-node', () => {
     assert.match(watch.events[0]?.object.message ?? '', /^too old resource version: \d+ \(\d+\)$/);
   });
 
-  test('sends bookmarks when asked and honours timeoutSeconds', async () => {
+  test('bookmarks a watch only once its resource has moved past the watch’s start, as the cacher does', async () => {
     const rv = (await core.listNode()).metadata?.resourceVersion as string;
     const watch = await watchEvents(sim.kubeConfig(), '/api/v1/nodes', {
       resourceVersion: rv,
       allowWatchBookmarks: true,
       timeoutSeconds: 1,
     });
-    await watch.until(1);
-    assert.equal(watch.events[0]?.type, 'BOOKMARK');
-    assert.equal(watch.events[0]?.object.metadata?.resourceVersion, String(sim.store.resourceVersion));
-    assert.equal(await watch.done, null);
+    // Other resources change; the Node watch cache does not move: six intervals without a bookmark.
+    await core.createNamespacedConfigMap({
+      namespace: 'default',
+      body: { metadata: { name: 'not-a-node' } },
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(watch.events.length, 0, JSON.stringify(watch.events));
+    const node = await core.createNode({ body: { metadata: { name: 'moves-the-cache' } } });
+    await watch.until(3);
+    assert.equal(watch.events[0]?.type, 'ADDED');
+    // The cache's last change, every interval, the same version again while nothing else happens.
+    for (const event of watch.events.slice(1)) {
+      assert.equal(event.type, 'BOOKMARK');
+      assert.equal(event.object.metadata?.resourceVersion, node.metadata?.resourceVersion);
+    }
+    assert.equal(await watch.done, null, 'ended by timeoutSeconds');
   });
 
-  test('a running server’s bookmark interval can be changed for the watches opened after', async () => {
+  test('an etcd progress notification, or a consistent list of the resource, moves a quiet watch cache to now', async () => {
+    const rv = (await core.listNode()).metadata?.resourceVersion as string;
+    const watch = await watchEvents(sim.kubeConfig(), '/api/v1/nodes', {
+      resourceVersion: rv,
+      allowWatchBookmarks: true,
+      timeoutSeconds: 2,
+    });
+    const other = async (name: string) =>
+      (await core.createNamespacedConfigMap({ namespace: 'default', body: { metadata: { name } } })).metadata
+        ?.resourceVersion as string;
+    const first = await other('progress-1');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(watch.events.length, 0, JSON.stringify(watch.events));
+    // A list without a resourceVersion is served from the cache once etcd reported progress to it.
+    await core.listNode();
+    await watch.until(1);
+    assert.equal(watch.events[0]?.type, 'BOOKMARK');
+    assert.equal(watch.events[0]?.object.metadata?.resourceVersion, first);
+    const second = await other('progress-2');
+    // etcd's own notification (every 10 minutes by default) reaches every resource's cache.
+    sim.store.notifyProgress();
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(watch.events.at(-1)?.object.metadata?.resourceVersion, second);
+    assert.ok(watch.events.every((e) => e.type === 'BOOKMARK'));
+    watch.stop();
+  });
+
+  test('a running server’s bookmark interval can be changed for the watches opened after; a bookmark comes 2 s before the timeout', async () => {
     // Started with the apiserver's one-minute default, as `dev`'s cluster is.
     const slow = await startApiServer();
     try {
       assert.equal(slow.bookmarkIntervalMs, 60_000);
+      const core = slow.kubeConfig().makeApiClient(CoreV1Api);
+      const rv = String(slow.store.resourceVersion);
+      const beforeTimeout = await watchEvents(slow.kubeConfig(), '/api/v1/nodes', {
+        resourceVersion: rv,
+        allowWatchBookmarks: true,
+        timeoutSeconds: 3,
+      });
       slow.bookmarkIntervalMs = 50;
       assert.equal(slow.bookmarkIntervalMs, 50);
-      const rv = String(slow.store.resourceVersion);
-      const watch = await watchEvents(slow.kubeConfig(), '/api/v1/nodes', {
+      const frequent = await watchEvents(slow.kubeConfig(), '/api/v1/nodes', {
         resourceVersion: rv,
         allowWatchBookmarks: true,
         timeoutSeconds: 1,
       });
-      assert.equal(await watch.done, null);
-      assert.ok(watch.events.length >= 1, 'a bookmark within the 1 s watch');
-      assert.ok(watch.events.every((e) => e.type === 'BOOKMARK'));
+      const started = performance.now();
+      const node = await core.createNode({ body: { metadata: { name: 'changed' } } });
+      assert.equal(await frequent.done, null);
+      assert.ok(frequent.events.length >= 3, 'the change, then bookmarks every 50 ms within the 1 s watch');
+      assert.ok(frequent.events.slice(1).every((e) => e.type === 'BOOKMARK'));
+      await beforeTimeout.until(2);
+      const at = performance.now() - started;
+      assert.deepEqual(
+        beforeTimeout.events.map((e) => [e.type, e.object.metadata?.resourceVersion]),
+        [
+          ['ADDED', node.metadata?.resourceVersion],
+          ['BOOKMARK', node.metadata?.resourceVersion],
+        ],
+      );
+      assert.ok(at > 500 && at < 2_000, `the pre-timeout bookmark came at ${Math.round(at)} ms, not at 1 s`);
+      assert.equal(await beforeTimeout.done, null);
     } finally {
       await slow.close();
     }

@@ -36,8 +36,16 @@ export interface StartApiServerOptions {
   /** `rbac-lite` (default) or `allow-all`. */
   authorization?: AuthorizationMode;
   logger?: Logger;
-  /** How often watches with allowWatchBookmarks get a BOOKMARK (default 60 s, as the apiserver). */
+  /**
+   * How often watches with allowWatchBookmarks may get a BOOKMARK (default 60 s, as the apiserver);
+   * one is sent only when the watch cache of the resource has moved past the watch's start.
+   */
   bookmarkIntervalMs?: number;
+  /**
+   * How often etcd's progress notification moves every watch cache to the current resourceVersion
+   * (default 10 minutes, etcd's `--experimental-watch-progress-notify-interval`); 0 turns it off.
+   */
+  progressNotifyIntervalMs?: number;
   /** How many changes are kept for watch resumption and paging (default 10,000). */
   historyLimit?: number;
 }
@@ -127,6 +135,9 @@ export async function startApiServer(options: StartApiServerOptions = {}): Promi
   serverAddress = `${hostPart}:${address.port}`;
   const url = `https://${serverAddress}`;
   logger.info({ url }, 'simulated Kubernetes API server listening');
+  const progressEveryMs = options.progressNotifyIntervalMs ?? 600_000;
+  const progress =
+    progressEveryMs > 0 ? setInterval(() => store.notifyProgress(), progressEveryMs).unref() : undefined;
 
   const tokens = new Map<string, string>();
   const tokenFor = (user: SimUser): string => {
@@ -178,6 +189,7 @@ export async function startApiServer(options: StartApiServerOptions = {}): Promi
       context.bookmarkIntervalMs = ms;
     },
     async close(): Promise<void> {
+      clearInterval(progress);
       faults.dropWatches();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -225,6 +225,9 @@ export function listPage(
       limit = 0;
     }
   }
+  // A consistent list (no resourceVersion) is served from the watch cache once it has caught up with
+  // etcd: the API server asks etcd for a progress notification, which that type's watches then bookmark.
+  if (!params.continueToken && !rvParam) store.notifyProgress(type.plural);
   const listRv = atRv ?? store.resourceVersion;
   const { keys, entries, from, to } = store.view(type, namespace, atRv);
   let index = startKey ? lowerBound(keys, startKey, from, to) : from;

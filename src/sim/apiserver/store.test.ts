@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ConflictError, ForbiddenError, GoneError, InvalidInputError, NotFoundError } from '../../errors.ts';
 import type { KubeObject } from './objects.ts';
-import { resourceTypeByName } from './resources.ts';
+import { type ResourceType, resourceTypeByName } from './resources.ts';
 import { type ChangeEvent, SimStore } from './store.ts';
 
 const nodes = resourceTypeByName('nodes')!;
@@ -151,6 +151,58 @@ describe('SimStore', () => {
     assert.equal(store.changesSince(store.resourceVersion - 10).length, 10);
     store.historyLimit = 2;
     assert.throws(() => store.changesSince(store.resourceVersion - 3), GoneError);
+  });
+
+  test("a watch's window is its own resource's: other resources' churn does not expire it, its own does", () => {
+    const store = new SimStore({ historyLimit: 10 });
+    store.create(node('quiet'));
+    const nodesAt = store.resourceVersion;
+    const configMap = (name: string) => ({
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name, namespace: 'default' },
+    });
+    for (let i = 0; i < 30; i++) store.create(configMap(`churn-${i}`));
+    assert.throws(() => store.changesSince(nodesAt), GoneError, 'the global history is gone');
+    assert.deepEqual(store.changesSince(nodesAt, nodes), [], 'no Node change was dropped');
+    store.create(node('moved'));
+    const afterMove = store.changesSince(nodesAt, nodes);
+    assert.deepEqual(
+      afterMove.map((e) => e.entry.object.metadata.name),
+      ['moved'],
+    );
+    for (let i = 0; i < 30; i++) store.create(configMap(`more-${i}`));
+    assert.throws(
+      () => store.changesSince(nodesAt, nodes),
+      GoneError,
+      'the Node change after it was dropped',
+    );
+    assert.deepEqual(store.changesSince(store.resourceVersion - 1, nodes), []);
+    store.compact();
+    assert.throws(
+      () => store.changesSince(store.resourceVersion - 1, nodes),
+      GoneError,
+      'a compaction is global',
+    );
+  });
+
+  test("the watch cache's version: a type's last change, or a later progress notification", () => {
+    const store = new SimStore();
+    const configMaps = resourceTypeByName('configmaps') as ResourceType;
+    store.create(node('a'));
+    const nodeChange = store.resourceVersion;
+    store.create({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'c', namespace: 'default' } });
+    assert.equal(store.watchCacheVersion(nodes), nodeChange);
+    assert.equal(store.watchCacheVersion(configMaps), store.resourceVersion);
+    store.create({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'd', namespace: 'default' } });
+    store.notifyProgress('nodes');
+    assert.equal(store.watchCacheVersion(nodes), store.resourceVersion);
+    store.create({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'e', namespace: 'default' } });
+    store.create(node('b'));
+    assert.equal(store.watchCacheVersion(nodes), store.resourceVersion, 'a change of its own');
+    store.create({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'f', namespace: 'default' } });
+    store.notifyProgress();
+    assert.equal(store.watchCacheVersion(nodes), store.resourceVersion, 'every type');
   });
 
   test('stamps the CSR requester only for API writes and normalizes timestamps', () => {

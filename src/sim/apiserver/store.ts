@@ -97,6 +97,10 @@ interface Table {
   sortedKeys: string[] | undefined;
   /** The resourceVersion of the last change to any object of this type. */
   lastChange: number;
+  /** The resourceVersion of the last etcd progress notification this type's watch cache got. */
+  progress: number;
+  /** The newest change of this type dropped from the history: a watch from before it is 410 Gone. */
+  dropped: number;
   /** The last past state reconstructed for a paged or exact list. */
   past?: { resourceVersion: number; keys: string[]; entries: Map<string, StoredEntry> };
 }
@@ -150,12 +154,20 @@ export class SimStore {
   #historyLimit: number;
   /** Watches and pages from this resourceVersion or newer can be served from history. */
   #oldest = 0;
+  /** Up to where {@link compact} forgot history. */
+  #compacted = 0;
   #rv = 0;
 
   constructor(options: SimStoreOptions = {}) {
     this.#historyLimit = options.historyLimit ?? 10_000;
     for (const type of resourceTypes) {
-      this.#tables.set(type.plural, { entries: new Map(), sortedKeys: [], lastChange: 0 });
+      this.#tables.set(type.plural, {
+        entries: new Map(),
+        sortedKeys: [],
+        lastChange: 0,
+        progress: 0,
+        dropped: 0,
+      });
     }
     for (const name of ['default', 'kube-system', 'kube-public', 'kube-node-lease']) {
       this.create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
@@ -190,6 +202,7 @@ export class SimStore {
     const rv = Math.min(resourceVersion, this.#rv);
     this.#history = this.#history.filter((e) => e.resourceVersion > rv);
     this.#oldest = Math.max(this.#oldest, rv);
+    this.#compacted = Math.max(this.#compacted, rv);
     for (const table of this.#tables.values()) delete table.past;
   }
 
@@ -304,10 +317,14 @@ export class SimStore {
     return out;
   }
 
-  /** The changes after `resourceVersion`, oldest first; 410 Gone when history no longer reaches back. */
-  changesSince(resourceVersion: number): ChangeEvent[] {
-    if (resourceVersion < this.#oldest)
-      throw expired(`too old resource version: ${resourceVersion} (${this.#oldest})`);
+  /**
+   * The changes after `resourceVersion`, oldest first (of one type, if given); 410 Gone when history no
+   * longer reaches back. With a type, only that type's dropped changes count, as the API server's watch
+   * cache of each resource keeps its own window: churn of pods does not expire a quiet Node watch.
+   */
+  changesSince(resourceVersion: number, type?: ResourceType): ChangeEvent[] {
+    const oldest = type ? Math.max(this.#compacted, this.#table(type).dropped) : this.#oldest;
+    if (resourceVersion < oldest) throw expired(`too old resource version: ${resourceVersion} (${oldest})`);
     let low = 0;
     let high = this.#history.length;
     while (low < high) {
@@ -315,7 +332,27 @@ export class SimStore {
       if ((this.#history[mid] as ChangeEvent).resourceVersion <= resourceVersion) low = mid + 1;
       else high = mid;
     }
-    return this.#history.slice(low);
+    const since = this.#history.slice(low);
+    return type ? since.filter((event) => event.type === type) : since;
+  }
+
+  /**
+   * How far the API server's watch cache of a type has got: its last change, or a later etcd progress
+   * notification. Its bookmarks carry this version, and only a watch started before it gets one.
+   */
+  watchCacheVersion(type: ResourceType): number {
+    const table = this.#table(type);
+    return Math.max(table.lastChange, table.progress);
+  }
+
+  /**
+   * An etcd progress notification to the watch caches of one type (or all): they learn the current
+   * resourceVersion without a change of their own. etcd sends one every 10 minutes by default; the API
+   * server also asks for one before it serves a consistent list from its cache.
+   */
+  notifyProgress(resource?: string): void {
+    const tables = resource === undefined ? this.#tables.values() : [this.#table(resolveType(resource))];
+    for (const table of tables) table.progress = this.#rv;
   }
 
   /** Creates an object of a known type. */
@@ -487,6 +524,10 @@ export class SimStore {
     if (this.#history.length <= this.#historyLimit + slack) return;
     const drop = this.#history.length - this.#historyLimit;
     const lastDropped = this.#history[drop - 1] as ChangeEvent;
+    for (let i = 0; i < drop; i++) {
+      const event = this.#history[i] as ChangeEvent;
+      this.#table(event.type).dropped = event.resourceVersion;
+    }
     this.#history = this.#history.slice(drop);
     this.#oldest = Math.max(this.#oldest, lastDropped.resourceVersion);
   }

@@ -84,14 +84,20 @@ export function serveWatch(ctx: WatchContext, res: ServerResponse): void {
   const chunks: string[] = [];
   const fromScratch =
     params.sendInitialEvents || params.resourceVersion === '' || params.resourceVersion === '0';
+  /** The version the watch starts after: a bookmark is only sent once the watch cache is past it. */
+  let startedAt: number;
   try {
     if (fromScratch) {
+      // A watch list without a resourceVersion is a consistent read: the cache catches up first.
+      if (params.sendInitialEvents && params.resourceVersion === '') store.notifyProgress(ctx.type.plural);
+      startedAt = store.watchCacheVersion(ctx.type);
       for (const entry of store.snapshot(ctx.type, ctx.namespace)) {
         if (inScope(ctx, entry)) chunks.push(line('ADDED', ctx.render(entry)));
       }
-      if (params.sendInitialEvents) chunks.push(bookmarkLine(ctx.type, store.resourceVersion, true));
+      if (params.sendInitialEvents) chunks.push(bookmarkLine(ctx.type, startedAt, true));
     } else {
-      for (const event of store.changesSince(parseResourceVersion(params.resourceVersion))) {
+      startedAt = parseResourceVersion(params.resourceVersion);
+      for (const event of store.changesSince(startedAt, ctx.type)) {
         const text = eventLine(ctx, event);
         if (text) chunks.push(text);
       }
@@ -111,12 +117,19 @@ export function serveWatch(ctx: WatchContext, res: ServerResponse): void {
   }, ctx.type.plural);
   const timeoutMs = (params.timeoutSeconds ?? 1800 + Math.random() * 1800) * 1000;
   const timeout = setTimeout(() => finish(), timeoutMs).unref();
+  // As the API server's cacher: a bookmark about every interval and 2 s before the timeout, carrying
+  // the version its watch cache of this type has reached, and only once that is past the watch's
+  // start. A quiet resource's watch therefore gets none until it changes or etcd reports progress.
+  const bookmark = () => {
+    const version = store.watchCacheVersion(ctx.type);
+    if (version > startedAt) res.write(bookmarkLine(ctx.type, version, false));
+  };
   const bookmarks = params.allowWatchBookmarks
-    ? setInterval(
-        () => res.write(bookmarkLine(ctx.type, store.resourceVersion, false)),
-        ctx.bookmarkIntervalMs,
-      ).unref()
-    : undefined;
+    ? [
+        setInterval(bookmark, ctx.bookmarkIntervalMs).unref(),
+        ...(timeoutMs > 2000 ? [setTimeout(bookmark, timeoutMs - 2000).unref()] : []),
+      ]
+    : [];
   const untrack = ctx.faults.trackWatch(ctx.type.plural, () => finish());
   let finished = false;
   // Stops feeding the stream at once (a dropped watch gets no further events), then ends it.
@@ -126,7 +139,7 @@ export function serveWatch(ctx: WatchContext, res: ServerResponse): void {
     unsubscribe();
     untrack();
     clearTimeout(timeout);
-    clearInterval(bookmarks);
+    for (const timer of bookmarks) clearTimeout(timer);
     res.end();
   };
   res.once('close', finish);
