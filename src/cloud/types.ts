@@ -27,6 +27,12 @@ export interface NodeIdentity {
   zone?: string;
   /** Labels the cloud itself implies (e.g. `node-role.kubernetes.io/spot-worker` for spot instances). */
   cloudLabels?: Record<string, string>;
+  /**
+   * The instance carries kops' node-template label `node-role.kubernetes.io/api-server` (AWS tags,
+   * OpenStack metadata): the kops CLI that launched it had the APIServerNodes feature on, which
+   * kops-controller's own environment never has. It counts for control-plane groups only.
+   */
+  apiServerTagged?: boolean;
 }
 
 /** Why one providerID could not be identified; a typed error from src/errors.ts. */

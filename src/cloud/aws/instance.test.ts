@@ -69,6 +69,20 @@ describe('EC2 instance facts', () => {
     assert.deepEqual(identity.cloudLabels, { 'node-role.kubernetes.io/scheduled-worker': 'true' });
   });
 
+  it('notes kops’ api-server node-template tag (the kops CLI’s APIServerNodes)', () => {
+    const tagged = instance({
+      Tags: [
+        ...(instance().Tags ?? []),
+        {
+          Key: 'k8s.io/cluster-autoscaler/node-template/label/node-role.kubernetes.io/api-server',
+          Value: '',
+        },
+      ],
+    });
+    assert.equal(identityFromInstance(tagged, cluster).apiServerTagged, true);
+    assert.equal(identityFromInstance(instance(), cluster).apiServerTagged, undefined);
+  });
+
   it('records each attached ENI with the IPv6 prefixes delegated to it (what IPAM reads)', () => {
     const identity = identityFromInstance(
       instance({

@@ -144,5 +144,10 @@ export function identityFromInstance(instance: Instance, clusterName: string): I
     addresses: addressesOf(instance),
     networkInterfaces: attachedEnisOf(instance),
     ...(lifecycle ? { cloudLabels: { [`node-role.kubernetes.io/${lifecycle}-worker`]: 'true' } } : {}),
+    ...(apiServerTemplateTag in tags ? { apiServerTagged: true } : {}),
   };
 }
+
+/** The node-template tag the kops CLI writes on control-plane instances with APIServerNodes on. */
+const apiServerTemplateTag =
+  'k8s.io/cluster-autoscaler/node-template/label/node-role.kubernetes.io/api-server';

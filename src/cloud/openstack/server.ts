@@ -112,5 +112,10 @@ export function identityOfServer(
     state: stateOfServer(server),
     addresses: [...serverAddresses(server), { type: 'Hostname', address: server.name }],
     ...(zone ? { zone } : {}),
+    ...(server.metadata && apiServerTemplateKey in server.metadata ? { apiServerTagged: true } : {}),
   };
 }
+
+/** kops' node-template label for the api-server role in Nova metadata (`/` written as `_`). */
+const apiServerTemplateKey =
+  'k8s.io_cluster-autoscaler_node-template_label_node-role.kubernetes.io_api-server';

@@ -98,6 +98,40 @@ describe('NodeController against the simulated cluster', () => {
     assert.equal(labelsOf(controlPlane)['node-role.kubernetes.io/control-plane'], '');
   });
 
+  test('kops’ APIServerNodes, read from the tag the kops CLI put on a control-plane instance; a worker’s own such tag is ignored', async () => {
+    // kops-controller's DaemonSet has no KOPS_FEATURE_FLAGS: the CLI that launched the instance had it,
+    // and wrote the label into the instance's node-template tags, which kops' identifier applies.
+    const tags = { 'k8s.io/cluster-autoscaler/node-template/label/node-role.kubernetes.io/api-server': '' };
+    const controlPlane: SimInstanceInput = {
+      id: simInstanceId(90_010),
+      zone: 'us-test-1a',
+      cluster: cluster.clusterName,
+      instanceGroup: 'control-plane-us-test-1a',
+      tags,
+    };
+    // A worker able to tag its own instance (Cilium's ENI mode grants nodes ec2:CreateTags).
+    const worker: SimInstanceInput = {
+      ...controlPlane,
+      id: simInstanceId(90_011),
+      instanceGroup: 'nodes-us-test-1a',
+    };
+    cluster.aws.ec2.addInstances([controlPlane, worker]);
+    for (const instance of [controlPlane, worker]) store.create(nodeOf(instance));
+    const apiServer = 'node-role.kubernetes.io/api-server';
+    await eventually(
+      'the control-plane node has the api-server role',
+      () => labelsOf(controlPlane.id)[apiServer] === '',
+    );
+    assert.equal(labelsOf(controlPlane.id)['node-role.kubernetes.io/control-plane'], '');
+    const desired = await desiredLabels('nodes-us-test-1a');
+    await eventually('the worker is labelled', () => hasLabels(worker.id, desired));
+    assert.equal(labelsOf(worker.id)[apiServer], undefined, 'a worker never gets the api-server role');
+    const managed = store.get('nodes', undefined, controlPlane.id)?.metadata.annotations?.[
+      managedLabelsAnnotation
+    ];
+    assert.ok(managed?.split(',').includes(apiServer), managed);
+  });
+
   test(`labels ${manyNodes} new nodes with a handful of DescribeInstances calls`, async () => {
     const desired = await desiredLabels('nodes-us-test-1a');
     // Labelled nodes stay labelled: each poll resumes where the last one stopped.

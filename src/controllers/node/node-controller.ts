@@ -405,7 +405,13 @@ export class NodeController implements LeaderComponent {
     term.groupOf.set(name, identity.instanceGroup);
     term.refusals.delete(name);
     // The instance group's labels win over what the cloud implies, as its nodeLabels win in kops.
-    const desired = { ...identity.cloudLabels, ...buildNodeLabels(cluster, ig, this.#options.labelFeatures) };
+    // APIServerNodes is the kops CLI's feature: its tag on the instance turns it on for this node,
+    // and buildNodeLabels gives the role to control-plane groups only (kops' identifier would give
+    // it to any instance so tagged, a worker that can tag itself included).
+    const features = identity.apiServerTagged
+      ? { ...this.#options.labelFeatures, apiServerNodes: true }
+      : this.#options.labelFeatures;
+    const desired = { ...identity.cloudLabels, ...buildNodeLabels(cluster, ig, features) };
     // Held for the term once read: no call per reconcile. Undefined while the Secret cannot be read.
     const signingKey = await untilAborted(term.key.ready(), signal);
     if (!this.#stillCached(term, node)) return 'deleted';
