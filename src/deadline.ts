@@ -3,20 +3,21 @@
  * (a node's request, a component that has to stop) for longer than they can wait.
  */
 import { TimeoutError } from './errors.ts';
+import { setLongTimeout } from './runtime/clock.ts';
 
 /**
  * `work`, or a TimeoutError once `ms` have passed. The call itself runs on; its answer is dropped.
  * Prefer {@link bounded} for calls that take a signal: it also cancels them.
  */
 export async function withDeadline<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
+  let cancel = (): void => undefined;
   const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new TimeoutError(`${what}: no answer within ${ms} ms`)), ms);
+    cancel = setLongTimeout(() => reject(new TimeoutError(`${what}: no answer within ${ms} ms`)), ms);
   });
   try {
     return await Promise.race([work, deadline]);
   } finally {
-    clearTimeout(timer);
+    cancel();
   }
 }
 
@@ -36,14 +37,14 @@ export async function bounded<T>(
   const cut = new AbortController();
   const onAbort = () => cut.abort(signal?.reason);
   signal?.addEventListener('abort', onAbort, { once: true });
-  const timer = setTimeout(() => cut.abort(new TimeoutError(`${what}: no answer within ${ms} ms`)), ms);
+  const cancel = setLongTimeout(() => cut.abort(new TimeoutError(`${what}: no answer within ${ms} ms`)), ms);
   try {
     return await new Promise<T>((resolve, reject) => {
       cut.signal.addEventListener('abort', () => reject(cut.signal.reason), { once: true });
       work(cut.signal).then(resolve, reject);
     });
   } finally {
-    clearTimeout(timer);
+    cancel();
     signal?.removeEventListener('abort', onAbort);
   }
 }

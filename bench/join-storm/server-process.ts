@@ -48,8 +48,6 @@ export interface ServerSpec {
   ca: { cert: string; key: string };
   /** Processes serving (src/bootstrap/workers.ts); 1 serves in the server process itself. */
   workers: number;
-  /** The serving certificate every worker presents (made by the server process). */
-  tls?: { key: string; cert: string };
 }
 
 type ToServer = { type: 'start'; spec: ServerSpec } | { type: 'loop' } | { type: 'exit' };
@@ -150,7 +148,9 @@ async function startServer(spec: ServerSpec): Promise<RunningServer> {
     registry,
     count: spec.workers,
     entry: import.meta.url,
-    spec: { ...spec, tls: servingCertificate(ca, { name: 'storm', ipAddresses: ['127.0.0.1'] }) },
+    spec,
+    // The serving certificate every worker presents, made by the server process.
+    tls: servingCertificate(ca, { name: 'storm', ipAddresses: ['127.0.0.1'] }),
     listen: '127.0.0.1:0',
     limits: stormConnectionLimits,
     rateLimit: stormRateLimit,
@@ -174,7 +174,11 @@ async function startServer(spec: ServerSpec): Promise<RunningServer> {
 async function serveStormWorker(spec: unknown, services: WorkerServices): Promise<WorkerServer> {
   stormLoopGauges(services.registry);
   const { boot, release } = await startBootstrap(spec as ServerSpec, services.listen, services);
-  return { address: boot.server.address, close: () => boot.close().then(release) };
+  return {
+    address: boot.server.address,
+    setSecureContext: (tls) => boot.server.setSecureContext(tls),
+    close: () => boot.close().then(release),
+  };
 }
 
 /** A worker's event loop so far, as gauges its primary's scrape sums over the workers. */
@@ -206,7 +210,7 @@ async function startBootstrap(
     ca: caFromPem(spec.ca.cert, parsePrivateKeyPem(spec.ca.key)),
     listen,
     serverNames: { ipAddresses: ['127.0.0.1'] },
-    tls: spec.tls,
+    tls: services?.tls,
     shared: services && {
       limiter: services.limiter,
       gate: services.gate,

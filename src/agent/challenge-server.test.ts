@@ -70,3 +70,33 @@ test('a challenge made when less than 15 minutes of the certificate remain carri
     await listener.stop();
   }
 });
+
+test('a clock stepped back after running ahead (chrony’s first sync at boot) gets a fresh certificate, which the controller accepts', async () => {
+  // The node started its join with a clock two hours ahead: its first certificate starts in the
+  // future on everyone else's clock, for the hour and three quarters it would otherwise be kept.
+  let now = new Date(Date.now() + 2 * 3_600_000);
+  let monotonic = 0;
+  const listener = await startChallengeServer({
+    clusterName: 'c.example.com',
+    clusterCaPem,
+    listen: '127.0.0.1:0',
+    now: () => now,
+    monotonic: () => monotonic,
+  });
+  try {
+    const first = listener.createChallenge();
+    now = new Date();
+    monotonic += 1_000;
+    const second = listener.createChallenge();
+    assert.notEqual(second.serverCertificatePem, first.serverCertificatePem, 'made again after the step');
+    assert.ok(Date.parse(new X509Certificate(second.serverCertificatePem).validFrom) <= Date.now());
+    const controller = new GrpcCallbackChallenger({ ca, clusterName: 'c.example.com', timeoutMs: 5000 });
+    await controller.challenge(listener.endpoint, second);
+    // Thirty minutes later by the monotonic clock, whatever the wall clock says, it is replaced again.
+    monotonic += 30 * 60_000;
+    now = new Date(now.getTime() + 60_000);
+    assert.notEqual(listener.createChallenge().serverCertificatePem, second.serverCertificatePem);
+  } finally {
+    await listener.stop();
+  }
+});

@@ -25,8 +25,9 @@ import {
 } from '../protocol/challenge.ts';
 import {
   type ChallengeCredential,
-  challengeRenewBeforeMs,
+  challengeCertificateDue,
   challengeServerCertificate,
+  type MadeAt,
 } from '../protocol/challenge-certificates.ts';
 import { callbackService } from '../protocol/challenge-grpc.ts';
 
@@ -43,8 +44,10 @@ export interface ChallengeServerOptions {
   /** `host:port` to listen on (default `[::]:3987`, else `0.0.0.0:3987`; the dev cluster gives each node its own 127.0.0.x). */
   listen?: string;
   logger?: Logger;
-  /** The clock the certificate's lifetime is read on (default the system's); tests move it. */
+  /** The wall clock the certificate is dated by (default the system's); tests move it. */
   now?: () => Date;
+  /** Monotonic milliseconds, for the certificate's age (default `performance.now`). */
+  monotonic?: () => number;
 }
 
 /** A running challenge server. */
@@ -112,8 +115,12 @@ type Handler = (
 
 /** Starts the node's challenge server (see the module comment). */
 export async function startChallengeServer(options: ChallengeServerOptions): Promise<ChallengeListener> {
-  const now = options.now ?? (() => new Date());
-  let own = challengeServerCertificate(options.clusterName, now());
+  const clocks = (): MadeAt => ({
+    wallMs: (options.now?.() ?? new Date()).getTime(),
+    monotonicMs: options.monotonic?.() ?? performance.now(),
+  });
+  let madeAt = clocks();
+  let own = challengeServerCertificate(options.clusterName, new Date(madeAt.wallMs));
   const required = challengeClientName(options.clusterName);
   const secrets = new Map<string, Buffer>();
   const challenge: Handler = (call, callback) => {
@@ -148,10 +155,13 @@ export async function startChallengeServer(options: ChallengeServerOptions): Pro
   return {
     endpoint,
     createChallenge() {
-      // Replaced before little of it remains, and presented from now on: the challenge carries the
-      // certificate the controller will be shown, the only one it accepts.
-      if (own.notAfter.getTime() - now().getTime() < challengeRenewBeforeMs) {
-        own = challengeServerCertificate(options.clusterName, now());
+      // Replaced before little of it remains or after a step of the clock (a join at boot, before
+      // chrony's first sync), and presented from now on: the challenge carries the certificate the
+      // controller will be shown, the only one it accepts.
+      const now = clocks();
+      if (challengeCertificateDue(madeAt, own.notAfter, now)) {
+        madeAt = now;
+        own = challengeServerCertificate(options.clusterName, new Date(now.wallMs));
         tls.present(own);
       }
       const challengeId = randomBytes(challengeIdBytes).toString('hex');

@@ -378,6 +378,43 @@ describe('join', () => {
     );
   });
 
+  test('--timeout is measured on the monotonic clock: a step of the wall clock neither ends the retries nor prolongs them', async (t) => {
+    const timeoutMs = 1_500;
+    for (const stepMs of [2 * 3_600_000, -2 * 3_600_000]) {
+      // The wall clock is mocked (and still), and stepped as chrony steps it at boot: after the first answer.
+      t.mock.timers.enable({ apis: ['Date'], now: Date.now() });
+      let stepped = false;
+      fake.script = () => {
+        if (!stepped) t.mock.timers.setTime(Date.now() + stepMs);
+        stepped = true;
+        return { status: 503, body: { error: { reason: 'unavailable', message: 'down' } } };
+      };
+      const started = performance.now();
+      await assert.rejects(
+        join(
+          options({
+            timeoutMs,
+            retry: { initialMs: 50, maxMs: 100 },
+            // A join still retrying long past its timeout: the wall clock's 2 h would hold it.
+            signal: AbortSignal.timeout(4 * timeoutMs),
+          }),
+        ),
+        (err: unknown) => {
+          const waitedMs = performance.now() - started;
+          assert.ok(err instanceof TimeoutError, `step ${stepMs}: ${err}`);
+          assert.ok(waitedMs >= timeoutMs - 150, `step ${stepMs}: gave up after ${waitedMs} ms`);
+          const said = Number(/gave up after (\d+)s/.exec(err.message)?.[1]);
+          assert.ok(
+            Math.abs(said - waitedMs / 1000) <= 1,
+            `step ${stepMs}: ${err.message} after ${waitedMs} ms`,
+          );
+          return true;
+        },
+      );
+      t.mock.timers.reset();
+    }
+  });
+
   test('a bootstrap server whose certificate is not from the trusted CA is refused at once', async () => {
     fake.script = (_call, issue) => issue();
     await assert.rejects(join(options({ caBundlePem: bundlePem(otherCa) })), (err: unknown) => {

@@ -160,7 +160,8 @@ async function requestAndWrite(options: JoinOptions, request: JoinRequest): Prom
     jitter: 0.5,
     random: options.random ?? Math.random,
   });
-  const started = Date.now();
+  // Monotonic, as the retries' deadline (agent/retry.ts).
+  const started = performance.now();
   const retry = {
     deadline: started + (options.timeoutMs ?? 3_600_000),
     backoff,
@@ -227,17 +228,17 @@ async function untilIssued(
 ): Promise<{ issued: IssuedAnswer; waitedForApproval: boolean }> {
   let waitedForApproval = false;
   for (;;) {
-    const attemptStarted = Date.now();
+    const attemptStarted = performance.now();
     const answer = await retryTransient(attempt, retry);
     if (answer.status === 'issued') return { issued: answer, waitedForApproval };
     onQueued(answer);
     waitedForApproval = true;
-    const waited = Math.round((Date.now() - started) / 1000);
-    if (Date.now() > retry.deadline) {
+    const waited = Math.round((performance.now() - started) / 1000);
+    if (performance.now() > retry.deadline) {
       throw new TimeoutError(`gave up after ${waited}s: the request is still waiting for approval`);
     }
     retry.progress?.(`waiting for approval (${waited}s)${formatReasons(answer)}`);
-    if (Date.now() - attemptStarted < minimumPollMs) {
+    if (performance.now() - attemptStarted < minimumPollMs) {
       await delay(minimumPollMs, undefined, retry.signal ? { signal: retry.signal } : {});
     }
   }

@@ -14,7 +14,10 @@ export const maxRetryAfterMs = 5 * 60_000;
 
 /** How long and how patiently to retry. */
 export interface RetryOptions {
-  /** Epoch milliseconds after which no further attempt starts. */
+  /**
+   * When no further attempt starts, on the monotonic clock (`performance.now()`): a node's clock is
+   * stepped when chrony first syncs at boot, and that must neither end the retries nor prolong them.
+   */
   deadline: number;
   backoff: Backoff;
   /** What is being attempted, for messages ("discovery", "bootstrap request"). */
@@ -24,7 +27,7 @@ export interface RetryOptions {
   logger?: Logger;
   /** Waits between attempts (default a real timer); tests pass one that only records. */
   sleep?: (ms: number, signal?: AbortSignal) => Promise<unknown>;
-  /** Epoch milliseconds now (default Date.now). */
+  /** Monotonic milliseconds now, as `deadline` (default `performance.now`). */
   now?: () => number;
 }
 
@@ -42,7 +45,7 @@ function retryAfterMs(err: KopsError): number | undefined {
 /** Runs `attempt` until it succeeds, fails for good, or the deadline passes (TimeoutError). */
 export async function retryTransient<T>(attempt: () => Promise<T>, options: RetryOptions): Promise<T> {
   const logger = options.logger ?? silentLogger;
-  const now = options.now ?? Date.now;
+  const now = options.now ?? (() => performance.now());
   const sleep = options.sleep ?? ((ms: number, signal?: AbortSignal) => delay(ms, undefined, { signal }));
   const started = now();
   for (;;) {

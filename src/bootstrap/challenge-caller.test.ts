@@ -130,6 +130,68 @@ describe('callback challenge, controller side against the node server (gRPC over
     );
   });
 
+  test("a node whose clock is hours behind the controller's accepts its client certificate: it is backdated 48 h, as kops'", async () => {
+    const at = Date.now();
+    const ahead = new GrpcCallbackChallenger({
+      ca,
+      clusterName,
+      timeoutMs: 5000,
+      now: () => new Date(at + 6 * 3_600_000),
+    });
+    const credential = ahead.clientCredential();
+    assert.equal(credential.notAfter.getTime() - at, 7 * 3_600_000, 'one hour from its own clock');
+    await ahead.challenge(node.endpoint, node.createChallenge());
+  });
+
+  test('the client certificate is renewed after a step back of the wall clock, and after 45 minutes of monotonic time whatever the wall clock says', () => {
+    let wall = Date.parse('2026-03-01T13:00:00Z'); // an hour ahead when it is made
+    let monotonic = 0;
+    const challenger = new GrpcCallbackChallenger({
+      ca,
+      clusterName,
+      now: () => new Date(wall),
+      monotonic: () => monotonic,
+    });
+    const first = challenger.clientCredential();
+    wall -= 3_600_000; // NTP steps it back: it was dated by a clock running ahead
+    monotonic += 1_000;
+    const second = challenger.clientCredential();
+    assert.notEqual(second, first, 'made again after the step');
+    assert.equal(challenger.clientCredential(), second, 'kept while the clocks agree');
+    // The wall clock is stepped back by two hours: by it, the certificate has hours left; it is
+    // made again at once, then kept for 45 minutes of monotonic time.
+    wall -= 2 * 3_600_000;
+    const third = challenger.clientCredential();
+    assert.notEqual(third, second);
+    // A wall clock that then stands still (a paused or badly slewed one) does not stretch it either.
+    monotonic += 44 * 60_000;
+    assert.equal(challenger.clientCredential(), third, '44 minutes old: reused');
+    monotonic += 60_000;
+    assert.notEqual(challenger.clientCredential(), third, '45 minutes old: renewed');
+  });
+
+  for (const [skew, pattern] of [
+    [16, /not valid yet by this controller's clock.*node's clock is ahead of this controller's/],
+    [-50, /expired by this controller's clock.*node's clock is behind this controller's/],
+  ] as const) {
+    test(`a node whose clock is ${Math.abs(skew)} minutes ${skew > 0 ? 'ahead' : 'behind'} is refused with a reason that names the clocks`, async () => {
+      const skewed = await startChallengeServer({
+        clusterName,
+        clusterCaPem,
+        listen: '127.0.0.1:0',
+        now: () => new Date(Date.now() + skew * 60_000),
+      });
+      try {
+        await assert.rejects(
+          challenger.challenge(skewed.endpoint, skewed.createChallenge()),
+          refusedWith(pattern),
+        );
+      } finally {
+        await skewed.stop();
+      }
+    });
+  }
+
   test('the client certificate is cached and renewed before its hour runs out', () => {
     let now = new Date('2026-03-01T12:00:00Z');
     const clock = new GrpcCallbackChallenger({ ca, clusterName, now: () => now });

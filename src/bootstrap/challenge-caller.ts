@@ -39,8 +39,9 @@ import {
 } from '../protocol/challenge.ts';
 import {
   type ChallengeCredential,
+  challengeCertificateDue,
   challengeClientCertificate,
-  challengeRenewBeforeMs,
+  type MadeAt,
 } from '../protocol/challenge-certificates.ts';
 import { callbackService } from '../protocol/challenge-grpc.ts';
 
@@ -62,7 +63,10 @@ export interface GrpcChallengerOptions {
   clusterName: string;
   /** Dial, handshake and answer, all within this (default 10 s). */
   timeoutMs?: number;
+  /** The wall clock the client certificate is dated by (default the system's). */
   now?: () => Date;
+  /** Monotonic milliseconds, for the client certificate's age (default `performance.now`). */
+  monotonic?: () => number;
   /** The environment the egress-proxy decision reads (default `process.env`). */
   env?: ProxyEnvironment;
 }
@@ -84,19 +88,30 @@ const refusals = new Set<number>([
 /** The controller's callback client over gRPC (see the module comment). */
 export class GrpcCallbackChallenger implements CallbackChallenger {
   readonly #options: GrpcChallengerOptions;
-  #credential: ChallengeCredential | undefined;
+  #credential: { credential: ChallengeCredential; madeAt: MadeAt } | undefined;
 
   constructor(options: GrpcChallengerOptions) {
     this.#options = options;
   }
 
-  /** The client certificate, issued on first use and again before it expires. */
+  /**
+   * The client certificate, issued on first use and again before it expires: once it has been held
+   * for all but {@link challengeRenewBeforeMs} of its hour on the monotonic clock, which a wall clock
+   * stepped back does not stretch, or earlier when the wall clock (stepped forward) says that little
+   * of it remains.
+   */
   clientCredential(): ChallengeCredential {
-    const now = this.#options.now?.() ?? new Date();
-    if (!this.#credential || this.#credential.notAfter.getTime() - now.getTime() < challengeRenewBeforeMs) {
-      this.#credential = challengeClientCertificate(this.#options.ca, this.#options.clusterName, now);
+    const wall = this.#options.now?.() ?? new Date();
+    const now = { wallMs: wall.getTime(), monotonicMs: this.#options.monotonic?.() ?? performance.now() };
+    let held = this.#credential;
+    if (!held || challengeCertificateDue(held.madeAt, held.credential.notAfter, now)) {
+      held = {
+        credential: challengeClientCertificate(this.#options.ca, this.#options.clusterName, wall),
+        madeAt: now,
+      };
+      this.#credential = held;
     }
-    return this.#credential;
+    return held.credential;
   }
 
   async challenge(endpoint: string, claim: ChallengeClaim): Promise<void> {
@@ -253,6 +268,9 @@ function classify(
   if (refusals.has(err.code)) {
     return new CallbackRefusedError(`the node at ${endpoint} refused the callback challenge: ${err.details}`);
   }
+  const skew = clockSkewOf(err.details);
+  if (skew)
+    return new CallbackRefusedError(`the node at ${endpoint} presented a challenge certificate that ${skew}`);
   if (isCertificateRejection(err.details)) {
     return new CallbackRefusedError(
       `the node at ${endpoint} presented a certificate its request did not carry: ${err.details}`,
@@ -261,6 +279,21 @@ function classify(
   return new UnavailableError(`the node's challenge server at ${endpoint} did not answer: ${err.details}`, {
     cause: err,
   });
+}
+
+/**
+ * Why the node's certificate is out of its validity on this controller's clock, when that is the
+ * handshake's failure: the node made it on its own clock (valid from 15 minutes before for an hour,
+ * and replaced when 15 minutes remain), so this is the clocks disagreeing, not a forgery.
+ */
+function clockSkewOf(details: string): string | undefined {
+  if (/not yet valid|CERT_NOT_YET_VALID/i.test(details)) {
+    return "is not valid yet by this controller's clock: the node's clock is ahead of this controller's by more than 15 minutes (check both clocks)";
+  }
+  if (/has expired|CERT_HAS_EXPIRED/i.test(details)) {
+    return "has expired by this controller's clock: the node's clock is behind this controller's by more than the certificate had left, 15 to 45 minutes (check both clocks)";
+  }
+  return undefined;
 }
 
 /** Whether a transport failure is the TLS handshake rejecting the node's certificate. */

@@ -310,6 +310,29 @@ describe('the queue through the bootstrap server', () => {
     }
   });
 
+  test('a long-poll ends when its wait is up, on the monotonic clock: a wall clock stepped back does not hold it', async (t) => {
+    const kubeConfig = sim.kubeConfig();
+    const queue = new CsrQueue({ certificates: kubeConfig.makeApiClient(CertificatesV1Api), kubeConfig, ca });
+    queue.start();
+    const release = new AbortController();
+    try {
+      while (!queue.hasSynced()) await new Promise((resolve) => setTimeout(resolve, 10));
+      const { name } = await queue.submit(request, facts);
+      // The wall clock is mocked (and still), and stepped back 2 h once the wait has begun.
+      t.mock.timers.enable({ apis: ['Date'], now: Date.now() });
+      const waiting = queue.wait(name, 300, release.signal);
+      t.mock.timers.setTime(Date.now() - 7_200_000);
+      const outcome = await outcomeWithin(waiting, 2_000);
+      assert.ok(!outcome.pending, 'the 300 ms long-poll was still waiting 2 s later');
+      assert.equal(outcome.value?.state, 'pending');
+    } finally {
+      release.abort();
+      t.mock.timers.reset();
+      clearQueue();
+      await queue.stop();
+    }
+  });
+
   test('a retry whose CSR exists (409) and whose read the API server does not answer in time is a timeout, not a hang', async () => {
     const kubeConfig = sim.kubeConfig();
     const options = { certificates: kubeConfig.makeApiClient(CertificatesV1Api), kubeConfig, ca };

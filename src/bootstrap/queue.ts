@@ -749,7 +749,8 @@ export class CsrQueue {
    * signer has yet to sign); resolves with the state then.
    */
   async wait(name: string, waitMs: number, signal?: AbortSignal): Promise<QueueState> {
-    const deadline = Date.now() + waitMs;
+    // Monotonic: a step of the wall clock must neither hold the poll nor end it at once.
+    const deadline = performance.now() + waitMs;
     for (;;) {
       // Subscribed before each look, so a change arriving in between is not missed.
       let wake = () => {};
@@ -762,7 +763,7 @@ export class CsrQueue {
       let timer: NodeJS.Timeout | undefined;
       try {
         const state = await this.lookup(name);
-        const left = deadline - Date.now();
+        const left = deadline - performance.now();
         if (state.state !== 'pending' || left <= 0 || signal?.aborted) return state;
         signal?.addEventListener('abort', wake, { once: true });
         timer = setTimeout(wake, left);

@@ -12,6 +12,7 @@ import {
   markerName,
   ReplayMarkerCollector,
   replayExpiresLabel,
+  replayMarkerMarginMs,
 } from './replay-guard.ts';
 
 const digest = 'ab'.repeat(32);
@@ -75,6 +76,24 @@ for (const [via, guardOf] of Object.entries(transports)) {
     }
   });
 }
+
+test("attack: a replica whose clock lags the leader's by minutes still refuses a replay: the leader collects a marker only once it expired more than the margin ago", async () => {
+  const sim = await startApiServer();
+  try {
+    const core = makeClients(sim.kubeConfig()).core;
+    const leader = new ConfigMapReplayGuard({ core });
+    const lagging = new ConfigMapReplayGuard({ core });
+    // Spent on the lagging replica, whose clock still accepts the proof for three more minutes.
+    const expires = new Date('2026-03-01T12:05:00Z');
+    assert.equal(await lagging.claim(digest, expires, request), true);
+    const leaderNow = new Date(expires.getTime() + 3 * 60_000);
+    assert.equal(await leader.collectGarbage(leaderNow), 0, 'expired on the leader, within the margin');
+    assert.equal(await lagging.claim(digest, expires, otherRequest), false, 'still refused as a replay');
+    assert.equal(await leader.collectGarbage(new Date(expires.getTime() + replayMarkerMarginMs + 1_000)), 1);
+  } finally {
+    await sim.close();
+  }
+});
 
 for (const [via, guardOf] of Object.entries(transports)) {
   test(`${via}: ConfigMapReplayGuard: the marker records the request; the same request again is its own retry, another is a replay`, async () => {
@@ -184,23 +203,48 @@ test('replicas writing markers through client-node and over HTTPS share them: on
   }
 });
 
-test('MemoryReplayGuard forgets a digest only after it expires; the same request again is its retry', async () => {
+test('MemoryReplayGuard forgets a digest only once it expired more than the margin ago; the same request again is its retry', async () => {
   let now = 0;
   const guard = new MemoryReplayGuard(() => now);
   assert.equal(await guard.claim(digest, new Date(1000), request), true);
   assert.equal(await guard.claim(digest, new Date(1000), otherRequest), false);
   assert.equal(await guard.claim(digest, new Date(1000), request), true);
-  now = 2000;
-  assert.equal(await guard.claim(digest, new Date(3000), otherRequest), true);
+  now = 1000 + replayMarkerMarginMs;
+  assert.equal(await guard.claim(digest, new Date(now + 1000), otherRequest), false, 'within the margin');
+  now += 1;
+  assert.equal(await guard.claim(digest, new Date(now + 1000), otherRequest), true);
 });
 
-test('MemoryReplayGuard forgets an expired digest between its sweeps too (it sweeps at most once a second)', async () => {
+test('MemoryReplayGuard forgets an outlived digest between its sweeps too (it sweeps at most once a second)', async () => {
   let now = 0;
-  const guard = new MemoryReplayGuard(() => now);
+  const guard = new MemoryReplayGuard(
+    () => now,
+    () => 0,
+  );
   assert.equal(await guard.claim(digest, new Date(100), request), true);
-  now = 500;
-  assert.equal(await guard.claim(digest, new Date(900), otherRequest), true, 'expired at 100 ms');
-  assert.equal(await guard.claim(digest, new Date(900), request), false, 'now spent on the other request');
+  now = 101 + replayMarkerMarginMs;
+  assert.equal(await guard.claim(digest, new Date(now + 1000), otherRequest), true, 'outlived, not swept');
+  assert.equal(
+    await guard.claim(digest, new Date(now + 1000), request),
+    false,
+    'now spent on the other request',
+  );
+});
+
+test('attack: MemoryReplayGuard: a wall clock stepped ten minutes forward and back does not make a spent proof usable again', async () => {
+  let wall = 0;
+  let monotonic = 0;
+  const guard = new MemoryReplayGuard(
+    () => wall,
+    () => monotonic,
+  );
+  assert.equal(await guard.claim(digest, new Date(300_000), request), true);
+  wall += 600_000; // stepped forward: the record has expired on this clock
+  monotonic += 2_000;
+  assert.equal(await guard.claim('cd'.repeat(32), new Date(wall + 300_000), request), true, 'a sweep ran');
+  wall -= 600_000; // and back: the proof is fresh again
+  monotonic += 2_000;
+  assert.equal(await guard.claim(digest, new Date(300_000), otherRequest), false);
 });
 
 test('markerName is a DNS label', () => {

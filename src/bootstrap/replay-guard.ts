@@ -2,8 +2,9 @@
  * One-time use of a signed proof across every controller replica. A proof's digest is claimed by
  * creating a ConfigMap named after it in the apiserver: creation is atomic, so of two replicas (or two
  * requests) presenting the same signature exactly one wins and the other gets 409 AlreadyExists.
- * Each marker carries its expiry in a label; `collectGarbage` deletes the expired ones, since a
- * proof that old fails the freshness check anyway.
+ * Each marker carries its expiry in a label; `collectGarbage` deletes those expired for longer than
+ * {@link replayMarkerMarginMs}, since a proof that old fails the freshness check on every replica
+ * whose clock is within that margin of the leader's.
  *
  * A proof is spent on one request: the marker records the SHA-256 of the request body that spent
  * it, and the same request presented again with the same proof is that request's retry, not a
@@ -46,6 +47,22 @@ export const replayRequestAnnotation = 'kops-controller.k8s.io/replay-guard-requ
 export const replayMarkerPrefix = 'bootstrap-proof-';
 /** How long one apiserver call of `claim` may take before the node is told to retry (default). */
 export const defaultReplayGuardTimeoutMs = 5_000;
+
+/**
+ * How long past its expiry a marker is kept. Every replica checks a proof's freshness on its own
+ * clock, and the leader collects on its clock: a leader running d ahead of a replica would delete a
+ * marker up to d before that replica stops accepting its proof, which could then be spent again. So
+ * markers are kept this much longer, which covers clocks up to 15 minutes apart (three default
+ * freshness windows, far beyond what NTP lets drift) and a leader's clock stepped forward by as much
+ * and back. The cost is only that: markers are written for identity tokens and kops metal proofs,
+ * and each stays 15 minutes longer.
+ */
+export const replayMarkerMarginMs = 15 * 60_000;
+
+/** Whether a marker (or record) that expires at `expiresMs` may be forgotten at `nowMs`. */
+function outlived(expiresMs: number, nowMs: number): boolean {
+  return expiresMs + replayMarkerMarginMs < nowMs;
+}
 
 /** Markers listed per page by the collector. */
 export const collectPageSize = 500;
@@ -167,10 +184,11 @@ export class ConfigMapReplayGuard implements ReplayGuard {
   }
 
   /**
-   * Deletes the markers that expired before `now`; returns how many. The list is read in pages of
-   * {@link collectPageSize} and every call is bounded ({@link collectCallTimeoutMs}) and given up when
-   * `signal` aborts (leadership lost): the sweep then rejects with the signal's reason, or stops
-   * between deletes, so that an API server slow as the lease is lost cannot hold the collector's stop.
+   * Deletes the markers that expired more than {@link replayMarkerMarginMs} before `now`; returns how
+   * many. The list is read in pages of {@link collectPageSize} and every call is bounded
+   * ({@link collectCallTimeoutMs}) and given up when `signal` aborts (leadership lost): the sweep then
+   * rejects with the signal's reason, or stops between deletes, so that an API server slow as the
+   * lease is lost cannot hold the collector's stop.
    */
   async collectGarbage(now: Date, signal?: AbortSignal): Promise<number> {
     const namespace = this.#namespace;
@@ -199,7 +217,7 @@ export class ConfigMapReplayGuard implements ReplayGuard {
         if (signal?.aborted) return deleted;
         const expires = Number(item.metadata?.labels?.[replayExpiresLabel]);
         const name = item.metadata?.name;
-        if (!name || !(expires * 1000 < now.getTime())) continue;
+        if (!name || !outlived(expires * 1000, now.getTime())) continue;
         try {
           await bounded(
             (cut) => this.#core.deleteNamespacedConfigMap({ name, namespace }, abortingWith(cut)),
@@ -222,7 +240,7 @@ export class ConfigMapReplayGuard implements ReplayGuard {
 /** Options of a {@link ReplayMarkerCollector}. */
 export interface ReplayMarkerCollectorOptions {
   guard: Pick<ConfigMapReplayGuard, 'collectGarbage'>;
-  /** How often to sweep (default 10 minutes; markers live about as long as the freshness window). */
+  /** How often to sweep (default 10 minutes; markers live their freshness window and the margin). */
   intervalMs?: number;
   clock?: Clock;
   logger?: Logger;
@@ -254,27 +272,35 @@ export class ReplayMarkerCollector implements LeaderComponent {
   }
 }
 
-/** A {@link ReplayGuard} for one process (tests, `explain`, a single replica without an apiserver). */
+/**
+ * A {@link ReplayGuard} for one process (tests, `explain`, a single replica without an apiserver).
+ * A record is kept {@link replayMarkerMarginMs} past its expiry, as markers are, so that a clock
+ * stepped forward and back again cannot make a spent proof fresh and forgotten.
+ */
 export class MemoryReplayGuard implements ReplayGuard {
   readonly #used = new Map<string, { expiry: number; request: string }>();
   readonly #now: () => number;
+  readonly #monotonic: () => number;
   #sweptAt = Number.NEGATIVE_INFINITY;
 
-  constructor(now: () => number = Date.now) {
+  /** `now`: the wall clock expiries are compared with; `monotonic`: the clock of the sweep's interval. */
+  constructor(now: () => number = Date.now, monotonic: () => number = () => performance.now()) {
     this.#now = now;
+    this.#monotonic = monotonic;
   }
 
-  /** Records `digest` for `request`; false when another request recorded it and it has not expired. */
+  /** Records `digest` for `request`; false when another request recorded it and it is not yet forgotten. */
   async claim(digest: string, expiresAt: Date, request: string): Promise<boolean> {
     const now = this.#now();
-    // Expired entries are dropped at most once a second: walking them all on every claim made a
+    // Forgotten records are dropped at most once a second: walking them all on every claim made a
     // storm of n claims cost n² steps.
-    if (now - this.#sweptAt >= 1000) {
-      for (const [d, use] of this.#used) if (use.expiry < now) this.#used.delete(d);
-      this.#sweptAt = now;
+    const sweep = this.#monotonic();
+    if (sweep - this.#sweptAt >= 1000) {
+      for (const [d, use] of this.#used) if (outlived(use.expiry, now)) this.#used.delete(d);
+      this.#sweptAt = sweep;
     }
     const used = this.#used.get(digest);
-    if (used && used.expiry >= now) return used.request === request;
+    if (used && !outlived(used.expiry, now)) return used.request === request;
     this.#used.set(digest, { expiry: expiresAt.getTime(), request });
     return true;
   }

@@ -12,13 +12,15 @@ import { describeError, KopsError } from '../errors.ts';
 import type { Admission, ConnectionGate } from '../net/hardened-server.ts';
 import type { PresenceQuestion, WatchedPresence } from './node-guard.ts';
 import type { RateDecision, RequestLimiter } from './rate-limit.ts';
-import type { FromWorker, ToWorker } from './workers.ts';
+import type { FromWorker, ToWorker, WorkerTls } from './workers.ts';
 import { batchedSender } from './workers-channel.ts';
 
 /** What a worker's server is started with. */
 export interface WorkerServices {
   /** The address to serve (a fixed port, shared with the other workers). */
   listen: string;
+  /** What to serve, until the primary sends another (the server's `setSecureContext`). */
+  tls: WorkerTls;
   /** Always true: the workers share the port. */
   reusePort: true;
   /** The connection caps of every worker together. */
@@ -34,6 +36,7 @@ export interface WorkerServices {
 /** A server a worker runs: what the entry returns. */
 export interface WorkerServer {
   address: AddressInfo;
+  setSecureContext(tls: WorkerTls): void;
   close(): Promise<void>;
 }
 
@@ -99,6 +102,8 @@ export function runWorker(serve: WorkerServe): void {
   const registry = new Registry();
   const primary = askPrimary();
   let server: WorkerServer | undefined;
+  // What the primary sent last: one that arrives while the server starts is applied once it serves.
+  let tls: WorkerTls | undefined;
   // Without its primary, the worker's caps and limits have no one to ask: it ends at once.
   process.on('disconnect', () => process.exit(0));
   // Ctrl-C in a terminal reaches the whole process group: the primary decides when its workers stop
@@ -111,9 +116,12 @@ export function runWorker(serve: WorkerServe): void {
     void registry.getMetricsAsJSON().then((metrics) => send({ type: 'metrics', id, metrics }));
   const receive = (message: ToWorker) => {
     if (message.type === 'start') {
+      tls = message.tls;
       start(serve, message, registry, primary).then(
         (started) => {
           server = started;
+          const latest = tls;
+          if (latest && latest !== message.tls) started.setSecureContext(latest);
           send({ type: 'ready', address: started.address });
           setInterval(report, message.metricsReportMs).unref();
         },
@@ -127,6 +135,9 @@ export function runWorker(serve: WorkerServe): void {
           process.send?.([failed], undefined, undefined, () => process.exit(1));
         },
       );
+    } else if (message.type === 'tls') {
+      tls = message.tls;
+      server?.setSecureContext(tls);
     } else if (message.type === 'metrics') report(message.id);
     else if (message.type === 'stop') {
       void (server?.close() ?? Promise.resolve()).finally(() => process.exit(0));
@@ -142,6 +153,7 @@ function start(
 ): Promise<WorkerServer> {
   return serve(message.spec, {
     listen: message.listen,
+    tls: message.tls,
     reusePort: true,
     gate: primary.gate,
     limiter: primary.limiter,

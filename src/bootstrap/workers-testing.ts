@@ -21,7 +21,6 @@ import { runWorker, type WorkerServer, type WorkerServices } from './workers-chi
 export interface TestWorkerSpec {
   kubeconfig: string;
   ca: { bundle: string; key: string };
-  tls: { key: string; cert: string };
   limits?: Partial<ConnectionLimits>;
 }
 
@@ -53,7 +52,7 @@ function spendOncePolicy(guard: ConfigMapReplayGuard): BootstrapPolicy {
 
 /** The entry: serves on the shared port with the shared caps and limit. */
 async function serveTestWorker(spec: unknown, services: WorkerServices): Promise<WorkerServer> {
-  const { kubeconfig, ca: caPem, tls, limits } = spec as TestWorkerSpec;
+  const { kubeconfig, ca: caPem, limits } = spec as TestWorkerSpec;
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromString(kubeconfig);
   const guard = new ConfigMapReplayGuard({ core: kubeConfig.makeApiClient(CoreV1Api), kubeConfig });
@@ -63,7 +62,7 @@ async function serveTestWorker(spec: unknown, services: WorkerServices): Promise
   queue.start();
   const server = await serveBootstrap({
     listen: services.listen,
-    tls,
+    tls: services.tls,
     context: {
       ca,
       queue,
@@ -82,7 +81,11 @@ async function serveTestWorker(spec: unknown, services: WorkerServices): Promise
     connectionLimits: limits,
     registry: services.registry,
   });
-  return { address: server.address, close: () => server.close().then(() => queue.stop()) };
+  return {
+    address: server.address,
+    setSecureContext: (tls) => server.setSecureContext(tls),
+    close: () => server.close().then(() => queue.stop()),
+  };
 }
 
 if (import.meta.main) runWorker(serveTestWorker);

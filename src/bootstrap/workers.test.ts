@@ -99,13 +99,13 @@ describe('bootstrap workers', () => {
     const spec: TestWorkerSpec = {
       kubeconfig: sim.kubeconfig(),
       ca: { bundle: bundlePem(ca), key: privateKeyPem(ca.signer.key) },
-      tls: servingCertificate(ca, { name: 'kops-controller', ipAddresses: ['127.0.0.1'] }),
       ...overrides.spec,
     };
     return startServingWorkers({
       count: 2,
       entry: new URL('./workers-testing.ts', import.meta.url).href,
       listen: '127.0.0.1:0',
+      tls: servingCertificate(ca, { name: 'kops-controller', ipAddresses: ['127.0.0.1'] }),
       rateLimit: { burst: 1_000, ratePerSecond: 1_000 },
       ...overrides,
       spec,

@@ -41,7 +41,8 @@ import { type MetricsSnapshot, metricsReportMs, WorkerMetrics } from './workers-
 
 /** Messages from the primary to a worker (sent in arrays, src/bootstrap/workers-channel.ts). */
 export type ToWorker =
-  | { type: 'start'; spec: unknown; listen: string; metricsReportMs: number }
+  | { type: 'start'; spec: unknown; listen: string; tls: WorkerTls; metricsReportMs: number }
+  | { type: 'tls'; tls: WorkerTls }
   | { type: 'admitted'; id: number; admission: Admission }
   | { type: 'took'; id: number; decision: RateDecision }
   | { type: 'presence'; id: number; presence: WatchedPresence }
@@ -59,6 +60,9 @@ export type FromWorker =
   /** With `id`: the answer to a scrape; without: the worker's periodic report. */
   | { type: 'metrics'; id?: number; metrics: MetricsSnapshot };
 
+/** The serving key and certificate chain (PEM) every worker presents. */
+export type WorkerTls = { key: string; cert: string };
+
 /** Options of {@link startServingWorkers}. */
 export interface ServingWorkersOptions {
   /** How many workers serve (at least 2; one is today's single process, without this module). */
@@ -70,6 +74,8 @@ export interface ServingWorkersOptions {
   entry: string;
   /** What the entry builds the server from; sent to each worker as JSON. */
   spec: unknown;
+  /** What every worker serves, until `setSecureContext` replaces it in each one and in those started after. */
+  tls: WorkerTls;
   /** Listen address; port 0 picks one port that every worker then shares. */
   listen: string;
   limits?: Partial<ConnectionLimits>;
@@ -140,6 +146,7 @@ export async function startServingWorkers(options: ServingWorkersOptions): Promi
     url: pool.url,
     address: pool.address,
     openConnections: () => pool.connections.total,
+    setSecureContext: (tls) => pool.setSecureContext(tls),
     close: () => pool.close(),
     pids: () => pool.pids(),
   };
@@ -152,6 +159,7 @@ class WorkerPool {
   readonly #logger: Logger;
   readonly #workers = new Set<Worker>();
   #listen: string;
+  #tls: WorkerTls;
   #address: AddressInfo | undefined;
   #started = false;
   #stopping = false;
@@ -166,6 +174,7 @@ class WorkerPool {
     this.#limiter = new SourceRateLimiter(options.rateLimit ?? defaultRateLimit);
     this.#logger = (options.logger ?? silentLogger).child({ component: 'bootstrap-workers' });
     this.#listen = options.listen;
+    this.#tls = options.tls;
     if (options.registry) this.#metrics = new WorkerMetrics(options.registry, () => this.#askReports());
   }
 
@@ -180,6 +189,12 @@ class WorkerPool {
 
   pids(): number[] {
     return [...this.#workers].filter((worker) => worker.serving).map((worker) => worker.child.pid as number);
+  }
+
+  /** Every worker serves new connections with `tls`, and so does every worker started after. */
+  setSecureContext(tls: WorkerTls): void {
+    this.#tls = tls;
+    for (const worker of this.#workers) worker.send({ type: 'tls', tls });
   }
 
   /** The first worker binds (and picks the port when it is 0), then the others join its port. */
@@ -238,6 +253,7 @@ class WorkerPool {
         type: 'start',
         spec: this.#options.spec,
         listen: this.#listen,
+        tls: this.#tls,
         metricsReportMs: this.#options.metricsReportMs ?? metricsReportMs,
       });
     });

@@ -4,8 +4,10 @@
  * reads and the certificate expiry ledger. src/cli/bootstrap-server.ts assembles them; the server
  * itself (src/bootstrap/server.ts) builds none of them.
  */
+import { X509Certificate } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
+import { createSecureContext } from 'node:tls';
 import type { KubeConfig, V1CertificateSigningRequest, V1Node } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import type { KopsOptions } from '../bootstrap/kops-handler.ts';
@@ -28,9 +30,10 @@ import { CertificateExpiryGauge } from '../ledger/expiry-gauge.ts';
 import { caKind, servingKind } from '../ledger/ledger.ts';
 import { entryOfPem, type LedgerRecorder } from '../ledger/recorder.ts';
 import type { ConfigMapLedgerStore } from '../ledger/store.ts';
-import type { Logger } from '../log.ts';
+import { type Logger, RecurringFailureLog } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { loadCa } from '../pki/folder.ts';
+import { type Clock, systemClock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
 
@@ -61,6 +64,16 @@ export async function signingAuthorities(
   return { ca, otherSigners };
 }
 
+/** A TLS key and certificate chain (PEM). */
+type TlsPair = { key: string; cert: string };
+
+/** The server's TLS key and certificate, and how to get them again: issued here, or read from their files. */
+export interface ServingTls {
+  tls: TlsPair;
+  reissue?: () => TlsPair;
+  reread?: () => Promise<TlsPair>;
+}
+
 /**
  * The server's TLS key and certificate: the configured files, or one issued from the cluster CA for
  * `kops-controller.internal.<clusterName>` and `names`.
@@ -69,14 +82,15 @@ export async function servingTls(
   config: Config,
   ca: CertificateAuthority,
   names: { dnsNames?: string[]; ipAddresses?: string[] } | undefined,
-): Promise<{ key: string; cert: string }> {
+): Promise<ServingTls> {
   const { serverCertificatePath, serverKeyPath } = config.server ?? {};
   if (serverCertificatePath && serverKeyPath) {
+    const reread = async () => ({
+      cert: await readFile(serverCertificatePath, 'utf8'),
+      key: await readFile(serverKeyPath, 'utf8'),
+    });
     try {
-      return {
-        cert: await readFile(serverCertificatePath, 'utf8'),
-        key: await readFile(serverKeyPath, 'utf8'),
-      };
+      return { tls: await reread(), reread };
     } catch (err) {
       throw new ConfigError(
         `cannot read the server certificate or key (${describeError(err)}); fix server.serverCertificatePath/serverKeyPath`,
@@ -84,11 +98,96 @@ export async function servingTls(
       );
     }
   }
-  return servingCertificate(ca, {
-    name: `kops-controller.internal.${config.clusterName}`,
-    dnsNames: names?.dnsNames ?? [],
-    ipAddresses: names?.ipAddresses ?? [],
-  });
+  const reissue = () =>
+    servingCertificate(ca, {
+      name: `kops-controller.internal.${config.clusterName}`,
+      dnsNames: names?.dnsNames ?? [],
+      ipAddresses: names?.ipAddresses ?? [],
+    });
+  return { tls: reissue(), reissue };
+}
+
+/** The share of its lifetime after which a self-issued serving certificate is issued again. */
+const servingRenewalFraction = 2 / 3;
+/** How long after a failed re-issue the next is tried. */
+const servingRetryMs = 10 * 60_000;
+/** How often the configured files are read again. */
+const servingFilesPollMs = 60_000;
+
+/**
+ * Keeps the serving certificate valid while the server runs, handing each new one to `apply`, which
+ * serves it. A self-issued one is issued again after two thirds of its lifetime (about every 19
+ * days): without this, a server up for four weeks served an expired certificate and every join failed
+ * its handshake. Configured files are read again every minute and served once they change and their
+ * key matches their certificate (a rotation half written is not). The timers are monotonic, so a step
+ * of the wall clock neither hastens nor delays a renewal. Returns what stops it.
+ */
+export function keepServingTlsCurrent(
+  serving: ServingTls,
+  apply: (tls: TlsPair) => void,
+  options: { clock?: Clock | undefined; logger: Logger },
+): () => void {
+  const { reissue, reread } = serving;
+  const clock = options.clock ?? systemClock;
+  const { logger } = options;
+  let stopped = false;
+  let cancel = (): void => undefined;
+  /** Runs `step` after `firstMs`, then again after each wait it returns, until stopped. */
+  const every = (step: () => Promise<number>, firstMs: number) => {
+    const run = () =>
+      void step().then((ms) => {
+        if (!stopped) cancel = clock.setTimer(run, ms);
+      });
+    cancel = clock.setTimer(run, firstMs);
+  };
+  // From the certificate alone: just issued, so its validity is its lifetime (backdate included).
+  const renewalDelay = (cert: string) => {
+    const { validFromDate, validToDate } = new X509Certificate(cert);
+    return servingRenewalFraction * (validToDate.getTime() - validFromDate.getTime());
+  };
+  if (reissue) {
+    every(async () => {
+      try {
+        const tls = reissue();
+        apply(tls);
+        const delayMs = renewalDelay(tls.cert);
+        logger.info({ renewInMs: Math.round(delayMs) }, 'serving certificate issued again');
+        return delayMs;
+      } catch (err) {
+        logger.error(
+          { err: describeError(err), retryInMs: servingRetryMs },
+          'cannot issue the serving certificate again; the one served expires unless this succeeds',
+        );
+        return servingRetryMs;
+      }
+    }, renewalDelay(serving.tls.cert));
+  } else if (reread) {
+    let current = serving.tls;
+    const failures = new RecurringFailureLog(logger, {
+      message: 'cannot serve the server certificate files; still serving the last ones read',
+      recoveredMessage: 'server certificate files read again',
+    });
+    every(async () => {
+      try {
+        const tls = await reread();
+        if (tls.cert !== current.cert || tls.key !== current.key) {
+          // Throws when the key does not match the certificate: a rotation half written.
+          createSecureContext(tls);
+          apply(tls);
+          current = tls;
+          logger.info('server certificate files changed; serving them');
+        }
+        failures.succeeded();
+      } catch (err) {
+        failures.failed(err);
+      }
+      return servingFilesPollMs;
+    }, servingFilesPollMs);
+  }
+  return () => {
+    stopped = true;
+    cancel();
+  };
 }
 
 /**

@@ -6,15 +6,22 @@
  * still signs.
  */
 import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { request } from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { CertificatesV1Api } from '@kubernetes/client-node';
+import { CertificatesV1Api, CoreV1Api } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
 import { parse } from 'yaml';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
+import type { ServingWorkers } from '../bootstrap/workers.ts';
 import type { SigV4Credentials } from '../cloud/aws/sigv4.ts';
 import { parseConfig } from '../config/loader.ts';
-import { eventually } from '../net/testing.ts';
+import { servingKind } from '../ledger/ledger.ts';
+import { ConfigMapLedgerStore } from '../ledger/store.ts';
+import { assertTlsPolicy, eventually, sClient } from '../net/testing.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey } from '../pki/keys.ts';
@@ -24,6 +31,7 @@ import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
 import { kubeletNodeStatus } from '../sim/dev-cluster.ts';
 import { cloudRequests } from '../testing/cloud-calls.ts';
+import { FakeClock } from '../testing/fake-clock.ts';
 import { nodeupBody } from '../testing/nodeup.ts';
 import { opensslVerify } from '../testing/openssl.ts';
 import { type ConfiguredBootstrap, startConfiguredBootstrap } from './bootstrap-server.ts';
@@ -52,6 +60,44 @@ function send(
   });
 }
 
+/** A file holding `ca`'s bundle, for `openssl s_client -CAfile`. */
+function caFileOf(ca: CertificateAuthority): string {
+  const file = join(mkdtempSync(join(tmpdir(), 'bootstrap-server-ca-')), 'ca.pem');
+  writeFileSync(file, bundlePem(ca));
+  return file;
+}
+
+/** The certificate a new connection to `url` is served, as `openssl s_client` receives and verifies it. */
+async function servedCertificate(url: string, caFile: string): Promise<X509Certificate> {
+  const { output } = await sClient(Number(new URL(url).port), caFile, []);
+  assert.match(output, /Verify return code: 0 \(ok\)/);
+  const pem = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/.exec(output)?.[0];
+  assert.ok(pem, output);
+  return new X509Certificate(pem);
+}
+
+/**
+ * Moves `clock` to two thirds of the served certificate's lifetime, checking that it is still served
+ * a minute before; resolves with the certificate served then, once it is another.
+ */
+async function renewedCertificate(url: string, caFile: string, clock: FakeClock): Promise<X509Certificate> {
+  const first = await servedCertificate(url, caFile);
+  const lifetimeMs = first.validToDate.getTime() - first.validFromDate.getTime();
+  await clock.advance((2 / 3) * lifetimeMs - 60_000);
+  assert.equal((await servedCertificate(url, caFile)).serialNumber, first.serialNumber);
+  await clock.advance(60_000);
+  let renewed = await servedCertificate(url, caFile);
+  for (let i = 0; i < 100 && renewed.serialNumber === first.serialNumber; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    renewed = await servedCertificate(url, caFile);
+  }
+  assert.notEqual(renewed.serialNumber, first.serialNumber);
+  assert.ok(renewed.validToDate >= first.validToDate);
+  assert.equal(renewed.subject, first.subject);
+  assert.equal(renewed.subjectAltName, first.subjectAltName);
+  return renewed;
+}
+
 describe('bootstrap server from a kops config', () => {
   let aws: AwsSimulator;
   let kube: SimApiServer;
@@ -59,6 +105,7 @@ describe('bootstrap server from a kops config', () => {
   let boot: ConfiguredBootstrap;
   let nodeCredentials: SigV4Credentials;
   const registry = new Registry();
+  const clock = new FakeClock();
 
   before(async () => {
     aws = await startAwsSimulator({ throttling: false });
@@ -93,13 +140,27 @@ describe('bootstrap server from a kops config', () => {
       vfsOptions: {},
       cloud: { aws: { endpoint: aws.endpoint, credentials: aws.credentials } },
       registry,
-      server: { listen: '127.0.0.1:0', serverNames: { ipAddresses: ['127.0.0.1'] }, ca },
+      server: { listen: '127.0.0.1:0', serverNames: { ipAddresses: ['127.0.0.1'] }, ca, clock },
     });
   });
   after(async () => {
     await boot.close();
     await kube.close();
     await aws.close();
+  });
+
+  test('the self-issued serving certificate is issued again at two thirds of its lifetime and served at once, under the same TLS policy', async () => {
+    const caFile = caFileOf(ca);
+    const renewed = await renewedCertificate(boot.server.url, caFile, clock);
+    await assertTlsPolicy(Number(new URL(boot.server.url).port), caFile);
+    // The ledger holds the certificate served now, not the one it replaced.
+    await boot.ledger.flush();
+    const ledger = new ConfigMapLedgerStore({ core: kube.kubeConfig().makeApiClient(CoreV1Api) });
+    const serving = (await ledger.list()).filter((entry) => entry.kind === servingKind);
+    assert.deepEqual(
+      serving.map((entry) => entry.serial),
+      [renewed.serialNumber.toLowerCase().replace(/^(00)+(?=.)/, '')],
+    );
   });
 
   /** POSTs like nodeup: a fresh STS proof bound to the exact body, per attempt. */
@@ -205,6 +266,7 @@ describe('bootstrap server from a kops config, served by worker processes', () =
   let ca: CertificateAuthority;
   let boot: ConfiguredBootstrap;
   const registry = new Registry();
+  const clock = new FakeClock();
   const workers = 2;
   // Per worker: the token Secrets, the queue's CSRs; the main process: the token Secrets its
   // leader-only cleaner and cluster-info publisher follow, and the Nodes the workers' guards ask about.
@@ -224,7 +286,7 @@ describe('bootstrap server from a kops config, served by worker processes', () =
       kubeConfig: kube.kubeConfig(),
       vfsOptions: {},
       registry,
-      server: { listen: '127.0.0.1:0', serverNames: { ipAddresses: ['127.0.0.1'] }, ca, workers },
+      server: { listen: '127.0.0.1:0', serverNames: { ipAddresses: ['127.0.0.1'] }, ca, workers, clock },
     });
   });
   after(async () => {
@@ -357,5 +419,28 @@ describe('bootstrap server from a kops config, served by worker processes', () =
       leading.abort();
       await signing;
     }
+  });
+  test('the main process issues its serving certificate again; every worker serves it, and so does a replacement', async () => {
+    const caFile = caFileOf(ca);
+    const renewed = await renewedCertificate(boot.server.url, caFile, clock);
+    // Sixteen connections: the kernel spreads them over both workers.
+    const served = async () =>
+      [
+        ...new Set(
+          await Promise.all(
+            Array.from(
+              { length: 16 },
+              async () => (await servedCertificate(boot.server.url, caFile)).serialNumber,
+            ),
+          ),
+        ),
+      ].join();
+    assert.equal(await eventually(served, renewed.serialNumber), renewed.serialNumber);
+    const pool = boot.server as ServingWorkers;
+    const [dying] = pool.pids();
+    process.kill(dying as number, 'SIGKILL');
+    const replaced = () => pool.pids().length === workers && !pool.pids().includes(dying as number);
+    assert.ok(await eventually(replaced, true), `workers ${pool.pids()}`);
+    assert.equal(await served(), renewed.serialNumber);
   });
 });

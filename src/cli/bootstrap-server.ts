@@ -71,17 +71,20 @@ import { bundlePem, type CertificateAuthority, caFromPem } from '../pki/ca.ts';
 import { parsePrivateKeyPem, privateKeyPem } from '../pki/keys.ts';
 import type { ReservedNames } from '../pki/reserved-names.ts';
 import { renderClusterInfoKubeconfig } from '../protocol/cluster-info.ts';
+import type { Clock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { parseListenAddress } from '../runtime/listen-address.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
 import { nodeSecretsReader } from '../statestore/secrets.ts';
 import {
   holdOwnCertificates,
+  keepServingTlsCurrent,
   ledgerComponents,
   type NodeGuardReads,
   nodeConfigReader,
   nodeGuardReads,
   type ServerSection,
+  type ServingTls,
   type SigningAuthorities,
   servingTls,
   signingAuthorities,
@@ -112,8 +115,10 @@ export interface BootstrapServerDeps {
   rateLimit?: RateLimit;
   /** Connection caps and timeouts other than the product's defaults (`run --bootstrap-max-connections…`). */
   connectionLimits?: Partial<ConnectionLimits>;
-  /** The serving key and certificate; default: `servingTls` (the configured files, or issued here). */
+  /** The serving key and certificate, served as given; default: `servingTls` (the configured files, or issued here and renewed). */
   tls?: { key: string; cert: string };
+  /** The clock of the self-issued serving certificate's renewal (default the system's). */
+  clock?: Clock;
   /**
    * In a serving worker: the primary's shared rate limit, connection caps and the shared port, and
    * the question its impersonation guard asks the primary's Node watch.
@@ -133,7 +138,16 @@ export interface BootstrapServerDeps {
 /** What signing needs of {@link BootstrapServerDeps}: in this process, and in the primary of serving workers. */
 type SigningDeps = Pick<
   BootstrapServerDeps,
-  'kubeConfig' | 'ca' | 'authorities' | 'apiServer' | 'audit' | 'vfsOptions' | 'csrs' | 'registry' | 'logger'
+  | 'kubeConfig'
+  | 'ca'
+  | 'authorities'
+  | 'apiServer'
+  | 'audit'
+  | 'vfsOptions'
+  | 'csrs'
+  | 'clock'
+  | 'registry'
+  | 'logger'
 >;
 
 /**
@@ -255,15 +269,15 @@ async function serveOrStop(
   deps: BootstrapServerDeps,
   serving: { context: BootstrapContext; queue: CsrQueue; parts: SigningParts; registry: Registry },
   stop: () => Promise<unknown>,
-): Promise<{ running: BootstrapServer; tls: { cert: string; key: string } }> {
+): Promise<{ running: BootstrapServer; serving: ServingTls }> {
   const { context, queue, parts, registry } = serving;
   // Calls nodes back on the callback clouds, as `kops-controller.<cluster>`.
   const challenger = new GrpcCallbackChallenger({ ca: parts.ca, clusterName: config.clusterName });
   try {
-    const tls = deps.tls ?? (await servingTls(config, context.ca, deps.serverNames));
+    const source = deps.tls ? { tls: deps.tls } : await servingTls(config, context.ca, deps.serverNames);
     const running = await serveBootstrap({
       listen: deps.listen ?? server.Listen,
-      tls,
+      tls: source.tls,
       context,
       kops: {
         certNames: server.certNames ?? defaultKopsCertNames,
@@ -286,7 +300,7 @@ async function serveOrStop(
       registry,
       readiness: [() => (queue.hasSynced() ? undefined : 'the CSR queue has not listed yet')],
     });
-    return { running, tls };
+    return { running, serving: source };
   } catch (err) {
     await stop();
     throw err;
@@ -324,7 +338,7 @@ interface Served {
   parts: SigningParts;
   guard: NodeGuardReads;
   running: BootstrapServer;
-  tls: { cert: string };
+  serving: ServingTls;
   /** What else stops once the server has closed. */
   stop?: () => Promise<unknown>;
   registry: Registry;
@@ -333,7 +347,8 @@ interface Served {
 
 /**
  * The server's leader-only work, once it serves: the signer, the ledger (holding this replica's own
- * certificates); `close` closes the server, then what `stop` stops and the ledger.
+ * certificates), the renewal of a self-issued serving certificate; `close` closes the server, then
+ * what `stop` stops and the ledger.
  */
 async function bootstrapService(
   config: Config,
@@ -342,13 +357,25 @@ async function bootstrapService(
 ): Promise<BootstrapService> {
   const { parts, guard, running, registry, logger } = served;
   const { ca, ledger } = parts;
+  const hold = (servingCertificate: string) =>
+    holdOwnCertificates(ledger, [ca, ...parts.otherSigners], servingCertificate);
+  let stopRenewal = (): void => undefined;
   const close = async () => {
+    stopRenewal();
     await running.close();
     await Promise.all([served.stop?.(), ledger.stop()]);
   };
   try {
-    holdOwnCertificates(ledger, [ca, ...parts.otherSigners], served.tls.cert);
+    hold(served.serving.tls.cert);
     ledger.start();
+    stopRenewal = keepServingTlsCurrent(
+      served.serving,
+      (tls) => {
+        running.setSecureContext(tls);
+        hold(tls.cert);
+      },
+      { clock: deps.clock, logger },
+    );
     return {
       server: running,
       ca,
@@ -414,7 +441,7 @@ export async function startBootstrapServer(
     logger,
   };
   const stopServing = () => Promise.all([queue.stop(), guard.guardWatch?.stop()]);
-  const { running, tls } = await serveOrStop(
+  const { running, serving } = await serveOrStop(
     config,
     server,
     deps,
@@ -426,7 +453,7 @@ export async function startBootstrapServer(
       parts,
       guard,
       running,
-      tls,
+      serving,
       stop: stopServing,
       registry,
       logger,
@@ -439,7 +466,7 @@ export async function startBootstrapServer(
 /** What {@link startBootstrapPrimary} is given: what signs here, and the workers that serve. */
 type BootstrapPrimaryDeps = SigningDeps &
   Pick<BootstrapServerDeps, 'listen' | 'serverNames' | 'rateLimit' | 'connectionLimits' | 'tls' | 'nodes'> & {
-    workers: { count: number; spec: Omit<BootstrapWorkerSpec, 'tls'> };
+    workers: { count: number; spec: BootstrapWorkerSpec };
   };
 
 /**
@@ -453,7 +480,7 @@ type BootstrapPrimaryDeps = SigningDeps &
 async function startBootstrapPrimary(config: Config, deps: BootstrapPrimaryDeps): Promise<BootstrapService> {
   const { server, registry, logger } = bootstrapSettings(config, deps);
   const parts = await buildSigningParts(config, server, deps, registry, logger);
-  const tls = deps.tls ?? (await servingTls(config, parts.ca, deps.serverNames));
+  const serving = deps.tls ? { tls: deps.tls } : await servingTls(config, parts.ca, deps.serverNames);
   const guard = nodeGuardReads(
     config,
     parts.kubeConfig,
@@ -468,7 +495,8 @@ async function startBootstrapPrimary(config: Config, deps: BootstrapPrimaryDeps)
     running = await startServingWorkers({
       count: deps.workers.count,
       entry: import.meta.url,
-      spec: { ...deps.workers.spec, tls } satisfies BootstrapWorkerSpec,
+      spec: deps.workers.spec,
+      tls: serving.tls,
       listen: deps.listen ?? server.Listen,
       limits: deps.connectionLimits,
       rateLimit: deps.rateLimit,
@@ -480,7 +508,7 @@ async function startBootstrapPrimary(config: Config, deps: BootstrapPrimaryDeps)
     await stop();
     throw err;
   }
-  return await bootstrapService(config, deps, { parts, guard, running, tls, stop, registry, logger });
+  return await bootstrapService(config, deps, { parts, guard, running, serving, stop, registry, logger });
 }
 
 /** What {@link startConfiguredBootstrap} is built from. */
@@ -512,6 +540,7 @@ export interface ConfiguredBootstrapOptions {
       | 'connectionLimits'
       | 'rateLimit'
       | 'tls'
+      | 'clock'
       | 'shared'
     >
   > & {
@@ -522,7 +551,8 @@ export interface ConfiguredBootstrapOptions {
 
 /**
  * What a serving worker builds its server from (sent to it by the primary): the primary's config,
- * kubeconfig and overrides, and the serving certificate, so that every worker presents the same one.
+ * kubeconfig and overrides. The serving certificate comes with the worker's services, so that every
+ * worker presents the same one, renewed or not.
  */
 export interface BootstrapWorkerSpec {
   config: Config;
@@ -531,7 +561,6 @@ export interface BootstrapWorkerSpec {
   /** Without `env`: a worker inherits the primary's environment. */
   vfsOptions: Omit<VfsOptions, 'env'>;
   cloud?: CloudOverrides;
-  tls: { key: string; cert: string };
   /** The signing CA given to the primary (tests, `dev`), as PEM; otherwise the worker loads `server.signingCAs`. */
   ca?: { name: string; bundle: string; key: string };
   server: Partial<Pick<BootstrapServerDeps, 'apiServer' | 'connectionLimits' | 'rateLimit'>>;
@@ -539,10 +568,10 @@ export interface BootstrapWorkerSpec {
 }
 
 /** The spec of this process's serving workers; a ConfigError when a part of it cannot be sent to another process. */
-function workerSpecOf(options: ConfiguredBootstrapOptions, logger: Logger): Omit<BootstrapWorkerSpec, 'tls'> {
+function workerSpecOf(options: ConfiguredBootstrapOptions, logger: Logger): BootstrapWorkerSpec {
   const { ca, apiServer, connectionLimits, rateLimit } = options.server ?? {};
   const { env: _env, ...vfsOptions } = options.vfsOptions;
-  const spec: Omit<BootstrapWorkerSpec, 'tls'> = {
+  const spec: BootstrapWorkerSpec = {
     config: options.config,
     kubeconfig: options.kubeConfig.exportConfig(),
     vfsOptions,
@@ -568,7 +597,7 @@ function workerSpecOf(options: ConfiguredBootstrapOptions, logger: Logger): Omit
  * are not started: they run in the primary.
  */
 async function serveBootstrapWorker(spec: unknown, services: WorkerServices): Promise<WorkerServer> {
-  const { config, kubeconfig, vfsOptions, cloud, tls, ca, server, log } = spec as BootstrapWorkerSpec;
+  const { config, kubeconfig, vfsOptions, cloud, ca, server, log } = spec as BootstrapWorkerSpec;
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromString(kubeconfig);
   const running = await startConfiguredBootstrap({
@@ -582,7 +611,7 @@ async function serveBootstrapWorker(spec: unknown, services: WorkerServices): Pr
     server: {
       ...server,
       listen: services.listen,
-      tls,
+      tls: services.tls,
       ca: ca && caFromPem(ca.bundle, parsePrivateKeyPem(ca.key), { name: ca.name }),
       shared: {
         limiter: services.limiter,
@@ -592,7 +621,11 @@ async function serveBootstrapWorker(spec: unknown, services: WorkerServices): Pr
       },
     },
   });
-  return { address: running.server.address, close: () => running.close() };
+  return {
+    address: running.server.address,
+    setSecureContext: (tls) => running.server.setSecureContext(tls),
+    close: () => running.close(),
+  };
 }
 
 /** The running server, and the leader-only components that go with it: the queue signer, the cluster-info publisher, the token and replay-marker cleaners, and the certificate expiry ledger's gauge and renewal recorder. */

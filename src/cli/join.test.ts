@@ -491,6 +491,32 @@ describe('kops-controller join: faults are retried, permanent answers end it at 
     });
   }
 
+  test('--timeout is measured on the monotonic clock: a wall clock stepped 2 h ahead ends nothing early, and "gave up after" tells the time waited', async (t) => {
+    // The wall clock is mocked (and still), and stepped as chrony steps it at boot: after discovery.
+    t.mock.timers.enable({ apis: ['Date'], now: Date.now() });
+    let stepped = false;
+    const proxy = await balancer((request) => {
+      if (request.path !== '/v1/certificates') return undefined;
+      if (!stepped) t.mock.timers.setTime(Date.now() + 2 * 3_600_000);
+      stepped = true;
+      const unavailable = { error: { reason: 'unavailable', message: 'the signer is down' } };
+      return {
+        status: 503,
+        body: JSON.stringify(unavailable),
+        headers: { 'content-type': 'application/json' },
+      };
+    });
+    const started = performance.now();
+    const outcome = await joinVia(proxy, 'node-stepped', '3s');
+    const waitedMs = performance.now() - started;
+    assert.equal(outcome.code, 75, outcome.stderr);
+    // Retried after 1-1.5 s (then 2-3 s would pass the 3 s): not given up at once, "after 7200s".
+    assert.match(outcome.stderr, /^bootstrap request: retrying in [12]s: /m);
+    const last = outcome.stderr.trimEnd().split('\n').at(-1) ?? '';
+    const said = Number(/^kops-controller: bootstrap request: gave up after (\d+)s: /.exec(last)?.[1]);
+    assert.ok(Math.abs(said - waitedMs / 1000) <= 1, `${last} after ${waitedMs} ms`);
+  });
+
   test('--server with a path, behind a load balancer that routes that path to the controller: joins', async () => {
     const proxy = await startTlsProxy({
       upstream: boot.server.url,

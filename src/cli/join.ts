@@ -254,7 +254,7 @@ function discoverWithRetry(
   if (options.caFile) discovery.caFile = options.caFile;
   if (token) discovery.token = token;
   return retryTransient(() => discoverCluster(discovery), {
-    deadline: Math.min(deadline, Date.now() + discoveryTimeoutMs),
+    deadline: Math.min(deadline, performance.now() + discoveryTimeoutMs),
     backoff: joinBackoff(),
     what: 'discovery',
     progress,
@@ -347,7 +347,8 @@ async function runJoin(options: JoinCommandOptions, command: Command): Promise<v
   const token =
     options.token ??
     (fromEnvironment ? validateBootstrapToken(fromEnvironment, `$${tokenEnvironmentVariable}`) : undefined);
-  const deadline = Date.now() + durationFlag('--timeout', options.timeout);
+  // Monotonic (agent/retry.ts): chrony's first step of the clock at boot must not move it.
+  const deadline = performance.now() + durationFlag('--timeout', options.timeout);
   const progress = progressLine(command);
   try {
     const renewing = options.renew ? await readCurrentCredentials(options.dir) : undefined;
@@ -361,7 +362,7 @@ async function runJoin(options: JoinCommandOptions, command: Command): Promise<v
       dir: options.dir,
       ...identity,
       progress: progress.update,
-      timeoutMs: Math.max(0, deadline - Date.now()),
+      timeoutMs: Math.max(0, deadline - performance.now()),
       logger,
     });
     progress.end();

@@ -124,6 +124,30 @@ describe('kops-controller validate against the simulated cluster', () => {
     }
   });
 
+  test('--wait is measured on the monotonic clock: a wall clock stepped ahead does not end it early', async (t) => {
+    const [node] = cluster.nodesByGroup.get('nodes-us-test-1a') as string[];
+    const store = cluster.api.server.store;
+    const removed = store.get('nodes', undefined, node as string) as KubeObject;
+    store.delete('nodes', undefined, node as string);
+    // The wall clock is mocked (and still), and stepped once the first validation has begun: by
+    // 10 minutes, which the simulated S3 still accepts in the signatures made before the step.
+    t.mock.timers.enable({ apis: ['Date'], now: Date.now() });
+    const step = setTimeout(() => t.mock.timers.setTime(Date.now() + 600_000), 50);
+    try {
+      const started = performance.now();
+      const waited = await runCliResult(
+        ...['validate', '--conf', cluster.configPath, '--wait', '1500ms', '--interval', '100ms'],
+      );
+      const waitedMs = performance.now() - started;
+      assert.match(String((waited.error as Error).message), /not ready 1 time\(s\) in a row within 1500ms$/);
+      assert.ok(waitedMs >= 1_400, `gave up after ${waitedMs} ms`);
+    } finally {
+      clearTimeout(step);
+      t.mock.timers.reset();
+      store.create(removed);
+    }
+  });
+
   test('--count above 1 needs --wait; bad numbers and durations are input errors', async () => {
     for (const args of [
       ['--count', '2'],

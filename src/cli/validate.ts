@@ -172,7 +172,8 @@ async function runValidate(options: ValidateOptions, command: Command): Promise<
   const { maxUnreadyNodes, count, waitMs, intervalMs } = repetitionOf(options);
   const config = await loadConfigFile(options.conf);
   const { kubeConfig } = loadKubeConfig({ kubeconfig: options.kubeconfig, context: options.context });
-  const deadline = Date.now() + waitMs;
+  // Monotonic: a step of the wall clock must neither end the wait early nor prolong it.
+  const deadline = performance.now() + waitMs;
   const writeErr = command.configureOutput().writeErr ?? ((text: string) => process.stderr.write(text));
   const vfsOptions = { ...vfsOptionsFromEnv(process.env), env: process.env };
   // kops prints this once, before validating, and for the table only (RunValidateCluster).
@@ -182,7 +183,7 @@ async function runValidate(options: ValidateOptions, command: Command): Promise<
     const input = await gatherValidationInput({ config, kubeConfig, vfsOptions, logger });
     return { input, result: validateCluster({ ...input, maxUnreadyNodes, instanceGroupFilter }) };
   };
-  const outOfTime = () => Date.now() + intervalMs > deadline;
+  const outOfTime = () => performance.now() + intervalMs > deadline;
   let passes = 0;
   for (let attempt = 1; ; attempt++) {
     let attempted: Awaited<ReturnType<typeof validateOnce>>;

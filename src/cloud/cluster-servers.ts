@@ -118,6 +118,7 @@ export interface ClusterServerIdentifierOptions {
   coalesceWindowMs?: number;
   /** Parallel single reads at most (default 8). */
   concurrency?: number;
+  /** The clock the cache's ages are read from (default monotonic, see src/cloud/age.ts). */
   now?: () => number;
 }
 

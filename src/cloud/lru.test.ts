@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
+import { describe, it, mock } from 'node:test';
 import { LruCache } from './lru.ts';
 
 describe('LruCache', () => {
@@ -51,6 +51,31 @@ describe('LruCache', () => {
     assert.equal(cache.get('a', 60_000), undefined);
     assert.equal(cache.get('a'), 1, 'still within the cache lifetime');
     assert.equal(cache.get('a', 0), undefined, 'a maximum age of 0 always misses');
+  });
+
+  it('measures ages on the monotonic clock: a wall clock stepped back after running ahead does not make an entry fresh', () => {
+    let wall = Date.now() + 3_600_000; // an hour ahead, e.g. a VM restored with a wrong clock
+    const dateNow = mock.method(Date, 'now', () => wall);
+    try {
+      const cache = new LruCache<string, string>({ maxEntries: 10, ttlMs: 3_600_000 });
+      cache.set('i-1', 'running');
+      wall -= 3_600_000; // NTP steps it back to the true time
+      assert.equal(cache.get('i-1', 0), undefined, 'a maximum age of 0 is read now, never from the cache');
+      assert.equal(cache.get('i-1', 60_000), 'running', 'younger than a minute on the monotonic clock');
+    } finally {
+      dateNow.mock.restore();
+    }
+  });
+
+  it('fails closed on a negative age (an injected clock that went back): the entry is expired for every caller', () => {
+    let now = 3_600_000;
+    const cache = new LruCache<string, number>({ maxEntries: 10, ttlMs: 3_600_000, now: () => now });
+    cache.set('a', 1);
+    now = 0;
+    assert.equal(cache.get('a', 0), undefined);
+    assert.equal(cache.get('a', 60_000), undefined);
+    assert.equal(cache.get('a'), undefined, 'nor for callers content with the cache lifetime');
+    assert.equal(cache.size, 0);
   });
 
   it('deletes on request and rejects a nonsensical capacity', () => {

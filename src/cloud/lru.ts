@@ -2,12 +2,14 @@
  * A bounded least-recently-used map with an optional time to live: the identity caches use it so
  * memory stays bounded however many nodes come and go.
  */
+import { monotonicMs, youngerThan } from './age.ts';
 
 /** Capacity, entry lifetime and clock of a cache. */
 export interface LruOptions {
   maxEntries: number;
   /** Entries older than this are treated as absent; default: no expiry. */
   ttlMs?: number;
+  /** Milliseconds on a clock that only the ages are read from (default monotonic: {@link monotonicMs}). */
   now?: () => number;
 }
 
@@ -24,7 +26,7 @@ export class LruCache<K, V> {
     }
     this.#maxEntries = options.maxEntries;
     this.#ttlMs = options.ttlMs ?? Number.POSITIVE_INFINITY;
-    this.#now = options.now ?? Date.now;
+    this.#now = options.now ?? monotonicMs;
   }
 
   /**
@@ -36,10 +38,10 @@ export class LruCache<K, V> {
     const entry = this.#entries.get(key);
     if (entry === undefined) return undefined;
     this.#entries.delete(key);
-    const age = this.#now() - entry.storedAt;
-    if (age >= this.#ttlMs) return undefined;
+    const now = this.#now();
+    if (!youngerThan(entry.storedAt, now, this.#ttlMs)) return undefined;
     this.#entries.set(key, entry);
-    return age < maxAgeMs ? entry.value : undefined;
+    return youngerThan(entry.storedAt, now, maxAgeMs) ? entry.value : undefined;
   }
 
   /**
@@ -51,7 +53,7 @@ export class LruCache<K, V> {
     const now = this.#now();
     this.#entries.delete(key);
     for (const [oldestKey, oldest] of this.#entries) {
-      if (now - oldest.storedAt < this.#ttlMs) break;
+      if (youngerThan(oldest.storedAt, now, this.#ttlMs)) break;
       this.#entries.delete(oldestKey);
     }
     this.#entries.set(key, { value, storedAt: now });

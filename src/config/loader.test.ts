@@ -355,6 +355,41 @@ describe('config loader', () => {
     assert.equal(config.leaderElection.renewDeadline, 1201);
   });
 
+  test('bounds the leader-election timings and the deadlines of request-path calls, naming the key', () => {
+    // Beyond 2^31-1 ms (24.8 days) Node fires a timer at once: 600h retryPeriods wrote the Lease in a loop.
+    assert.throws(
+      () =>
+        parseConfig({
+          clusterName: 'c',
+          cloud: 'aws',
+          leaderElection: { leaseDuration: '3000h', renewDeadline: '2000h', retryPeriod: '600h' },
+        }),
+      configErrorMatching(
+        /leaderElection\.leaseDuration: must be at most 1h; leaderElection\.renewDeadline: must be at most 1h; leaderElection\.retryPeriod: must be at most 1h/,
+      ),
+    );
+    const policies = [
+      { name: 'aws', stsTimeout: '720h' },
+      { name: 'hetzner', lookupTimeout: '5m1s' },
+      { name: 'webhook', url: 'https://w', caFile: 'ca', certFile: 'c', keyFile: 'k', timeout: '720h' },
+    ];
+    for (const policy of policies) {
+      const key = Object.keys(policy).find((k) => /[tT]imeout$/.test(k)) as string;
+      assert.throws(
+        () => parseConfig({ clusterName: 'c', cloud: 'aws', bootstrap: { policies: [policy] } }),
+        configErrorMatching(new RegExp(`bootstrap\\.policies\\[0\\]\\.${key}: must be at most 5m`)),
+        policy.name,
+      );
+    }
+    const bounds = parseConfig({
+      clusterName: 'c',
+      cloud: 'aws',
+      leaderElection: { leaseDuration: '1h', renewDeadline: '50m', retryPeriod: '10m' },
+      bootstrap: { policies: [{ name: 'aws', stsTimeout: '5m' }] },
+    });
+    assert.equal(bounds.leaderElection.leaseDuration, 3_600_000);
+  });
+
   test('reports YAML syntax errors with a line and column', () => {
     assert.throws(
       () => parseConfigText('clusterName: c\ncloud: [aws\n'),

@@ -19,6 +19,20 @@ const duration = z.union([z.string(), z.number()]).transform((value, ctx) => {
   }
 });
 
+/**
+ * A {@link duration} of at most `max` (a duration string, parsed once). The bounds keep each setting
+ * sane (a standby that waits days to take over, a node's request held for hours) and well below
+ * 2^31-1 ms, past which Node fires a timer at once.
+ */
+function durationAtMost(max: string) {
+  const maxMs = parseDuration(max);
+  return duration.refine((ms) => ms <= maxMs, { message: `must be at most ${max}` });
+}
+/** Leader election's timings: client-go's are seconds; an hour is far beyond any failover worth waiting for. */
+const leaderElectionDuration = durationAtMost('1h');
+/** The deadline of a call a node's request waits for: its client gives up long before. */
+const requestCallTimeout = durationAtMost('5m');
+
 /** A listen address: ":port", "host:port" or "[v6]:port", the port 0-65535 (0: any free port). */
 export const listenAddress = z
   .string()
@@ -105,9 +119,9 @@ const leaderElection = z.strictObject({
   enabled: z.boolean().default(true),
   namespace: z.string().min(1).default('kube-system'),
   name: z.string().min(1).default('kops-controller-leader'),
-  leaseDuration: duration.default(15_000),
-  renewDeadline: duration.default(10_000),
-  retryPeriod: duration.default(2_000),
+  leaseDuration: leaderElectionDuration.default(15_000),
+  renewDeadline: leaderElectionDuration.default(10_000),
+  retryPeriod: leaderElectionDuration.default(2_000),
 });
 
 const stateStore = z.strictObject({
@@ -155,7 +169,7 @@ export const bootstrapPolicySpec = z.discriminatedUnion('name', [
     maxProofAge: duration.default(300_000),
     /** Where proofs are replayed (default: the regional STS endpoint). */
     stsEndpoint: z.url().optional(),
-    stsTimeout: duration.default(5_000),
+    stsTimeout: requestCallTimeout.default(5_000),
   }),
   z.strictObject({
     name: z.literal('gce'),
@@ -191,29 +205,29 @@ export const bootstrapPolicySpec = z.discriminatedUnion('name', [
     /** kops Hetzner: `x-hetzner-id`, checked with the Cloud API, then the callback. */
     name: z.literal('hetzner'),
     /** Deadline of the cloud lookup, retries included. */
-    lookupTimeout: duration.default(10_000),
+    lookupTimeout: requestCallTimeout.default(10_000),
   }),
   z.strictObject({
     /** kops DigitalOcean: `x-digitalocean-droplet-id`, checked with the API, then the callback. */
     name: z.literal('digitalocean'),
-    lookupTimeout: duration.default(10_000),
+    lookupTimeout: requestCallTimeout.default(10_000),
   }),
   z.strictObject({
     /** kops Linode: `x-linode-instance-id`, checked with the API, then the callback. */
     name: z.literal('linode'),
-    lookupTimeout: duration.default(10_000),
+    lookupTimeout: requestCallTimeout.default(10_000),
   }),
   z.strictObject({
     /** kops OpenStack: `x-openstack-id`, checked with Nova and the request's source address. */
     name: z.literal('openstack'),
     /** Deadline of the Nova lookup, retries included. */
-    lookupTimeout: duration.default(10_000),
+    lookupTimeout: requestCallTimeout.default(10_000),
   }),
   z.strictObject({
     /** kops Scaleway: `x-scaleway-instance-server-id`, checked with the Instance API and IPAM, then the callback. */
     name: z.literal('scaleway'),
     /** Deadline of the Instance API and IPAM lookups, retries included. */
-    lookupTimeout: duration.default(10_000),
+    lookupTimeout: requestCallTimeout.default(10_000),
   }),
   z.strictObject({
     /** kops Azure: `x-azure-id` with IMDS's attested document, checked against ARM, then the callback. */
@@ -234,7 +248,7 @@ export const bootstrapPolicySpec = z.discriminatedUnion('name', [
     caFile: z.string().min(1),
     certFile: z.string().min(1),
     keyFile: z.string().min(1),
-    timeout: duration.default(5_000),
+    timeout: requestCallTimeout.default(5_000),
     /** The policy whose verified facts the webhook reviews. */
     verifiedBy: z
       .enum([

@@ -28,11 +28,21 @@ test('mergeEntries keeps per kind and node only the newest certificate', () => {
 });
 
 test('mergeEntries drops expired certificates and held ones nobody holds any more', () => {
-  const expired = entry('node-1', now - 1);
+  // A day past their expiry or hold: a replica whose clock runs ahead keeps what is still valid (next test).
+  const expired = entry('node-1', now - day - 1);
   const live = entry('node-2', now + day);
-  const unheld = entry('kubernetes-ca.1', now + 300 * day, { kind: 'ca', heldUntil: now - 1 });
+  const unheld = entry('kubernetes-ca.1', now + 300 * day, { kind: 'ca', heldUntil: now - day - 1 });
   const held = entry('kubernetes-ca.2', now + 300 * day, { kind: 'ca', heldUntil: now + 3600 });
   assert.deepEqual(mergeEntries([expired, live, unheld, held], [], now).entries, [held, live]);
+});
+
+test('a replica whose clock runs ahead keeps the certificates that expire within its lead', () => {
+  // Two hours ahead (an RTC kept in local time, before NTP): a kubelet certificate whose renewal is
+  // late has an hour left on the true clock, and a CA's hold was renewed an hour ago.
+  const ahead = now + 2 * 3600;
+  const late = entry('node-1', now + 3600, { notBefore: now + 3600 - day });
+  const held = entry('kubernetes-ca.1', now + 300 * day, { kind: 'ca', heldUntil: now + 3600 });
+  assert.deepEqual(mergeEntries([late, held], [], ahead).entries, [held, late]);
 });
 
 test('mergeEntries caps the size, dropping the certificates that expire last', () => {
@@ -43,6 +53,13 @@ test('mergeEntries caps the size, dropping the certificates that expire last', (
     merged.entries.map((e) => e.instance),
     ['node-0', 'node-1', 'node-2', 'node-3'],
   );
+  // What only the margin keeps goes first.
+  const expired = entry('node-x', now - 3600);
+  assert.deepEqual(
+    mergeEntries([expired], entries, now, 4).entries.map((e) => e.instance),
+    ['node-0', 'node-1', 'node-2', 'node-3'],
+  );
+  assert.deepEqual(mergeEntries([expired], entries.slice(0, 3), now, 4).entries.at(-1), expired);
 });
 
 test('earliestByKindAndGroup gives the earliest current expiry per kind and instance group', () => {

@@ -50,6 +50,23 @@ export function isCurrent(entry: LedgerEntry, now: number): boolean {
   return entry.notAfter > now && (entry.heldUntil === undefined || entry.heldUntil > now);
 }
 
+/**
+ * How long past its expiry, or its hold, an entry stays in the ledger: a day. A write drops entries by
+ * the writer's clock, and what it drops never comes back: a replica whose clock runs ahead (an RTC
+ * kept in local time is up to 14 h off until NTP steps it) would otherwise remove for good the
+ * certificates expiring within its lead, the late renewals the alerts exist for. The gauge and the
+ * listings still judge by {@link isCurrent}, without the margin.
+ */
+export const keptPastExpirySeconds = 86_400;
+
+/**
+ * The order in which entries survive a cap: the current ones at `now`, earliest expiry first (the
+ * ledger exists for those), then the ones only the margin keeps.
+ */
+export function keptFirst(now: number): (a: LedgerEntry, b: LedgerEntry) => number {
+  return (a, b) => Number(!isCurrent(a, now)) - Number(!isCurrent(b, now)) || a.notAfter - b.notAfter;
+}
+
 /** What the caller learns from {@link mergeEntries}: the ledger and how many entries the cap dropped. */
 export interface Merged {
   entries: LedgerEntry[];
@@ -57,9 +74,10 @@ export interface Merged {
 }
 
 /**
- * Merges `added` into `existing`: per kind and instance the newer wins, expired and no-longer-held
- * entries go, and above `cap` the entries expiring LAST are dropped — the ledger exists for the
- * earliest expiries, so those are the ones it must never lose. Sorted by key, for stable writes.
+ * Merges `added` into `existing`: per kind and instance the newer wins, entries expired or no longer
+ * held for more than {@link keptPastExpirySeconds} go, and above `cap` the entries expiring LAST
+ * are dropped ({@link keptFirst}) — the ledger exists for the earliest expiries, so those are the
+ * ones it must never lose. Sorted by key, for stable writes.
  */
 export function mergeEntries(
   existing: readonly LedgerEntry[],
@@ -69,7 +87,7 @@ export function mergeEntries(
 ): Merged {
   const byKey = new Map<string, LedgerEntry>();
   for (const entry of [...existing, ...added]) {
-    if (!isCurrent(entry, now)) continue;
+    if (!isCurrent(entry, now - keptPastExpirySeconds)) continue;
     const key = entryKey(entry);
     const held = byKey.get(key);
     if (!held) {
@@ -87,7 +105,7 @@ export function mergeEntries(
   }
   let entries = [...byKey.values()];
   const droppedOverCap = Math.max(0, entries.length - cap);
-  if (droppedOverCap > 0) entries = entries.sort((a, b) => a.notAfter - b.notAfter).slice(0, cap);
+  if (droppedOverCap > 0) entries = entries.sort(keptFirst(now)).slice(0, cap);
   entries.sort((a, b) => (entryKey(a) < entryKey(b) ? -1 : entryKey(a) > entryKey(b) ? 1 : 0));
   return { entries, droppedOverCap };
 }

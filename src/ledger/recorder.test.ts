@@ -5,6 +5,7 @@ import type { NodeFacts } from '../bootstrap/types.ts';
 import { createCa } from '../pki/ca.ts';
 import { generateKey } from '../pki/keys.ts';
 import { publicKeyRequest } from '../pki/profiles.ts';
+import { FakeClock } from '../testing/fake-clock.ts';
 import { capturedLogger } from '../testing/log-capture.ts';
 import { epochSeconds, type LedgerEntry } from './ledger.ts';
 import { entriesOfIssued, entryOfPem, LedgerRecorder } from './recorder.ts';
@@ -81,7 +82,7 @@ test('held certificates are recorded with a hold that the recorder renews; recor
   ]);
 });
 
-/** The recorder's interval timer mocked, and a wall clock that moves with it, from 2030-01-01. */
+/** The recorder's interval timer mocked, and a clock (wall and monotonic) that moves with it, from 2030-01-01. */
 function mockedTime(t: TestContext) {
   t.mock.timers.enable({ apis: ['setInterval'] });
   let now = Date.UTC(2030, 0, 1);
@@ -110,6 +111,7 @@ test('flushes keep to the byte budget: after a large write the next waits for it
     flushIntervalMs: 1_000,
     writeBytesPerSecond: 1024 * 1024,
     now: () => new Date(nowMs()),
+    monotonic: nowMs,
   });
   const started = nowMs();
   const entry = (instance: string): LedgerEntry => ({
@@ -163,6 +165,7 @@ test('a refused write waits longer before the next, up to a minute, and is logge
     },
     flushIntervalMs: 1_000,
     now: () => new Date(nowMs()),
+    monotonic: nowMs,
     logger,
   });
   const started = nowMs();
@@ -219,4 +222,35 @@ test('a refused write waits longer before the next, up to a minute, and is logge
   );
   assert.equal(records[0]?.['pending'], 1);
   assert.ok((records[1]?.['repeated'] as number) > 0);
+});
+
+test('a step of the wall clock does not hold the timed flushes: the byte budget is measured on the monotonic clock', async () => {
+  // The wall clock ran an hour ahead at the last write; NTP then steps it back.
+  const clock = new FakeClock();
+  let writes = 0;
+  const recorder = new LedgerRecorder({
+    store: {
+      add: async () => {
+        writes++;
+        return { writes: 1, droppedOverCap: 0, bytes: 2048 };
+      },
+    },
+    now: () => new Date(clock.now()),
+    monotonic: () => clock.monotonic(),
+  });
+  const entry = (instance: string): LedgerEntry => ({
+    kind: 'kubelet',
+    instanceGroup: 'nodes',
+    instance,
+    serial: '01',
+    notBefore: 0,
+    notAfter: 2e9,
+  });
+  recorder.record([entry('node-0')]);
+  await recorder.flushDue();
+  clock.stepWall(-3_600_000);
+  await clock.advance(1_000);
+  recorder.record([entry('node-1')]);
+  await recorder.flushDue();
+  assert.equal(writes, 2, 'the write a second after the step is not held for the hour the clock went back');
 });

@@ -36,7 +36,10 @@ export interface LedgerRecorderOptions {
   holdIntervalMs?: number;
   /** Entries waiting at most; beyond it new ones are dropped and logged (default 50,000). */
   maxPending?: number;
+  /** Wall-clock time: dates the holds, which other replicas read (default `new Date()`). */
   now?: () => Date;
+  /** Monotonic milliseconds: the waits between writes, which a step of the wall clock must not stretch (default `performance.now`). */
+  monotonic?: () => number;
   logger?: Logger;
 }
 
@@ -77,12 +80,13 @@ export class LedgerRecorder {
   readonly #options: LedgerRecorderOptions;
   readonly #logger: Logger;
   readonly #now: () => Date;
+  readonly #monotonic: () => number;
   readonly #holdIntervalMs: number;
   #pending = new Map<string, LedgerEntry>();
   #held: HeldCertificate[] = [];
   #flushing: Promise<void> | undefined;
   #timers: NodeJS.Timeout[] = [];
-  /** No timed flush before this (ms since the epoch): the wait the last write's bytes, or its failure, earned. */
+  /** No timed flush before this (monotonic ms): the wait the last write's bytes, or its failure, earned. */
   #quietUntilMs = 0;
   readonly #failureBackoff = new Backoff({ initialMs: 2_000, maxMs: 60_000 });
   readonly #failureLog: RecurringFailureLog;
@@ -91,11 +95,12 @@ export class LedgerRecorder {
     this.#options = options;
     this.#logger = options.logger ?? silentLogger;
     this.#now = options.now ?? (() => new Date());
+    this.#monotonic = options.monotonic ?? (() => performance.now());
     this.#holdIntervalMs = options.holdIntervalMs ?? 3_600_000;
     this.#failureLog = new RecurringFailureLog(this.#logger, {
       message: 'certificate ledger not written; retrying',
       recoveredMessage: 'certificate ledger written again',
-      now: () => this.#now().getTime(),
+      now: this.#monotonic,
     });
   }
 
@@ -143,7 +148,7 @@ export class LedgerRecorder {
    * timer and a reader of the ledger (the expiry gauge, before it reads) call.
    */
   flushDue(): Promise<void> {
-    return this.#now().getTime() >= this.#quietUntilMs ? this.flush() : Promise.resolve();
+    return this.#monotonic() >= this.#quietUntilMs ? this.flush() : Promise.resolve();
   }
 
   /** Writes what is pending; at most one write runs at a time. */
@@ -161,7 +166,7 @@ export class LedgerRecorder {
     try {
       const result = await this.#options.store.add([...batch.values()]);
       const perSecond = this.#options.writeBytesPerSecond ?? 1024 * 1024;
-      this.#quietUntilMs = this.#now().getTime() + (1000 * result.bytes) / perSecond;
+      this.#quietUntilMs = this.#monotonic() + (1000 * result.bytes) / perSecond;
       this.#failureBackoff.reset();
       this.#failureLog.succeeded();
       if (result.droppedOverCap > 0) {
@@ -174,7 +179,7 @@ export class LedgerRecorder {
       // Kept for the next flush, unless something newer for the same certificate arrived meanwhile.
       for (const [key, entry] of batch) if (!this.#pending.has(key)) this.#pending.set(key, entry);
       const waitMs = this.#failureBackoff.next();
-      this.#quietUntilMs = this.#now().getTime() + waitMs;
+      this.#quietUntilMs = this.#monotonic() + waitMs;
       this.#failureLog.failed(err, { pending: this.#pending.size, retryInMs: Math.round(waitMs) });
     }
   }

@@ -10,7 +10,14 @@ import type { CoreV1Api, KubeConfig, V1ConfigMap } from '@kubernetes/client-node
 import { KopsError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
 import { kubeAnswerError, kubeHttps, kubeJson } from '../kube/kube-https.ts';
-import { entryKey, epochSeconds, type LedgerEntry, maxEntriesPerShard, mergeEntries } from './ledger.ts';
+import {
+  entryKey,
+  epochSeconds,
+  keptFirst,
+  type LedgerEntry,
+  maxEntriesPerShard,
+  mergeEntries,
+} from './ledger.ts';
 
 /** The label every shard carries (value: the shard number), so that one list reads the whole ledger. */
 export const ledgerLabel = 'kops.k8s.io/certificate-ledger';
@@ -249,7 +256,7 @@ export class ConfigMapLedgerStore {
     // and the API server then refused every write of the shard (422, over 1 MiB).
     let bytes = 2; // the array's brackets
     let cap = 0;
-    for (const entry of [...merged.entries].sort((a, b) => a.notAfter - b.notAfter)) {
+    for (const entry of [...merged.entries].sort(keptFirst(now))) {
       bytes += Buffer.byteLength(JSON.stringify(entry)) + (cap > 0 ? 1 : 0);
       if (bytes > maxShardBytes) break;
       cap++;

@@ -5,7 +5,7 @@ import { Agent, request } from 'node:https';
 import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe, mock, test } from 'node:test';
 import { connect } from 'node:tls';
 import { createCertificateAuthority, issueServingCertificate, type SimKeyPair } from '../sim/tls.ts';
 import { capturedLogger } from '../testing/log-capture.ts';
@@ -349,6 +349,47 @@ describe('hardened server', () => {
     } finally {
       await server.close();
     }
+  });
+
+  test('the refusal warning, at most once a minute, is timed on the monotonic clock: a wall clock stepped back does not silence it', async () => {
+    const { logger, lines } = capturedLogger({ level: 'warn' });
+    const server = await startHardenedServer({
+      name: 'test',
+      listen: '127.0.0.1:0',
+      listenSetting: 'test.listen',
+      tls: tls(),
+      gate: { admit: () => 'per-source', release: () => {} },
+      handler: (_req, res) => res.end('ok'),
+      logger,
+    });
+    const realDate = Date.now;
+    const realMonotonic = performance.now.bind(performance);
+    let wallOffset = 3_600_000; // an hour ahead at the first refusal
+    let monotonicOffset = 0;
+    const wall = mock.method(Date, 'now', () => realDate() + wallOffset);
+    const monotonic = mock.method(performance, 'now', () => realMonotonic() + monotonicOffset);
+    const refused = () =>
+      new Promise<void>((resolve) => {
+        request(`${server.url}/`, { agent: false, ca: caPem }, () => resolve())
+          .on('error', () => resolve())
+          .end();
+      });
+    try {
+      await refused();
+      assert.equal(await eventually(() => lines.length, 1), 1);
+      wallOffset = 0; // NTP steps the clock back; a minute and a second pass
+      monotonicOffset = 61_000;
+      await refused();
+      assert.equal(await eventually(() => lines.length, 2), 2, 'warned again a minute later');
+    } finally {
+      wall.mock.restore();
+      monotonic.mock.restore();
+      await server.close();
+    }
+    assert.match(
+      String((JSON.parse(lines[1] as string) as Record<string, unknown>)['msg']),
+      /refusing connections/,
+    );
   });
 
   test('warns at start when the connection cap is not below the open-file limit', async () => {

@@ -21,7 +21,7 @@ import {
   type Server,
   type ServerResponse,
 } from 'node:http';
-import { createServer as createHttpsServer } from 'node:https';
+import { createServer as createHttpsServer, Server as HttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { ConfigError } from '../errors.ts';
@@ -193,6 +193,11 @@ export interface HardenedServer {
   /** Connections open now, from their accept to their close. */
   openConnections(): number;
   /**
+   * Serves new connections with this key and certificate chain (PEM), under the same TLS policy; the
+   * connections open keep theirs. A server of plain HTTP has no certificate: it throws.
+   */
+  setSecureContext(tls: { key: string; cert: string }): void;
+  /**
    * Stops accepting. Idle connections close at once, busy ones as their answers go out, and
    * whatever is left after `graceMs` (default 0) is cut.
    */
@@ -286,11 +291,12 @@ function refusals(options: HardenedServerOptions, limits: ConnectionLimits, logg
   const metrics = options.registry ? connectionMetrics(options.registry) : undefined;
   const labels = { server: options.name };
   metrics?.open.set(labels, 0);
-  let lastWarningMs = 0;
+  let lastWarningMs = Number.NEGATIVE_INFINITY;
   const refuse = (reason: 'total' | 'per-source', source: string) => {
     metrics?.refused.inc({ ...labels, reason });
-    // Once a minute at most: a flood must not become a flood of log lines.
-    const now = Date.now();
+    // Once a minute at most: a flood must not become a flood of log lines. Monotonic: a wall clock
+    // stepped back would silence the warning for as long as it had been ahead.
+    const now = performance.now();
     if (now - lastWarningMs < 60_000) return;
     lastWarningMs = now;
     const cap =
@@ -495,6 +501,12 @@ export async function startHardenedServer(options: HardenedServerOptions): Promi
     url: urlOf(address, options.tls ? 'https' : 'http'),
     address,
     openConnections: () => sockets.size,
+    setSecureContext(tls) {
+      if (!(server instanceof HttpsServer))
+        throw new TypeError(`the ${options.name} server serves plain HTTP`);
+      // Node rebuilds the whole context from what it is given: without the policy, its defaults.
+      server.setSecureContext({ ...tlsServerPolicy, ...tls });
+    },
     close: (graceMs = 0) => closeGracefully(server, sockets, graceMs),
   };
 }

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { mock, test } from 'node:test';
 import { SourceConnectionCounter } from './hardened-server.ts';
 import { sourceOf } from './source.ts';
 import { fromThisMachine } from './this-machine.ts';
@@ -31,6 +31,28 @@ test("loopback and the interfaces' addresses are this machine; the interfaces ar
   now = 10_000;
   assert.equal(own('10.0.0.6'), true);
   assert.equal(own('10.0.0.5'), false);
+});
+
+test('the interfaces are read again after 10 s of monotonic time, even when the wall clock was stepped back meanwhile', () => {
+  const realDate = Date.now;
+  const realMonotonic = performance.now.bind(performance);
+  let wallOffset = 3_600_000; // an hour ahead when the interfaces are first read
+  let monotonicOffset = 0;
+  const wall = mock.method(Date, 'now', () => realDate() + wallOffset);
+  const monotonic = mock.method(performance, 'now', () => realMonotonic() + monotonicOffset);
+  try {
+    let addresses = [iface('10.0.0.5', 'IPv4')];
+    const own = fromThisMachine(() => ({ eth0: addresses }) as never);
+    assert.equal(own('10.0.0.5'), true);
+    addresses = [iface('10.0.0.6', 'IPv4')]; // DHCP gave the machine another address
+    wallOffset = 0;
+    monotonicOffset = 10_000;
+    assert.equal(own('10.0.0.6'), true);
+    assert.equal(own('10.0.0.5'), false);
+  } finally {
+    wall.mock.restore();
+    monotonic.mock.restore();
+  }
 });
 
 test("this machine's sources get one source's worth of places beyond the total cap, and no more", () => {

@@ -12,10 +12,13 @@ import { sourceOf } from './source.ts';
 /** How long the interfaces' addresses are trusted before they are read again (DHCP may change them). */
 const rereadMs = 10_000;
 
-/** A predicate over sources ({@link sourceOf}) that says whether each is this machine. */
+/**
+ * A predicate over sources ({@link sourceOf}) that says whether each is this machine. `now` is
+ * monotonic: on the wall clock, a step back would keep stale addresses for as long as it had been ahead.
+ */
 export function fromThisMachine(
   interfaces: () => ReturnType<typeof osInterfaces> = osInterfaces,
-  now: () => number = Date.now,
+  now: () => number = () => performance.now(),
 ): (source: string) => boolean {
   let own = new Set<string>();
   let readAt = Number.NEGATIVE_INFINITY;

@@ -2,7 +2,8 @@
  * The two short-lived certificates of the callback challenge: the node server's self-signed one
  * (`challenge-server.<cluster>`, kops: valid from 15 minutes ago for one hour, sent in the request
  * as the only certificate the controller may accept) and the controller's client certificate from
- * the cluster CA (`kops-controller.<cluster>`, one hour), the only caller a node answers.
+ * the cluster CA (`kops-controller.<cluster>`, valid from 48 hours ago until an hour from now, as
+ * kops issues it), the only caller a node answers.
  */
 import type { KeyObject } from 'node:crypto';
 import type { CertificateAuthority } from '../pki/ca.ts';
@@ -35,6 +36,28 @@ const hourMs = 3_600_000;
  * takes, so neither side ever presents one that expires during the exchange.
  */
 export const challengeRenewBeforeMs = 15 * 60_000;
+
+/** When a challenge certificate was made, on the wall clock and on the monotonic clock. */
+export interface MadeAt {
+  wallMs: number;
+  monotonicMs: number;
+}
+
+/**
+ * Whether a challenge certificate made at `made`, valid until `notAfter`, is to be replaced `now`:
+ * when less than {@link challengeRenewBeforeMs} of it remains by the wall clock; when it has been held
+ * that long short of what it had left by the monotonic clock (a wall clock stepped back does not
+ * stretch it); or when the wall clock went back since it was made (it was dated by a clock running
+ * ahead, so the other side may find it not valid yet).
+ */
+export function challengeCertificateDue(made: MadeAt, notAfter: Date, now: MadeAt): boolean {
+  const validFor = notAfter.getTime() - made.wallMs;
+  return (
+    notAfter.getTime() - now.wallMs < challengeRenewBeforeMs ||
+    now.monotonicMs - made.monotonicMs >= validFor - challengeRenewBeforeMs ||
+    now.wallMs < made.wallMs
+  );
+}
 
 /** A positive 128-bit serial. */
 function randomSerial(): Buffer {
@@ -78,7 +101,18 @@ export function challengeServerCertificate(clusterName: string, now = new Date()
   return credential(der, key, notAfter);
 }
 
-/** The controller's client certificate for `clusterName`, signed by `ca`, valid one hour. */
+/**
+ * How far the controller's client certificate is backdated: kops issues it through `pki.IssueCert`,
+ * whose `signNewCertificate` starts every certificate 48 hours in the past. The node checks it on its
+ * own clock, so a smaller backdate would turn a node whose clock is behind into a node that never
+ * answers (the controller sees only the connection fail).
+ */
+const challengeClientBackdateMs = 48 * hourMs;
+
+/** The controller's client certificate is valid until this long after it is made. */
+export const challengeClientLifetimeMs = hourMs;
+
+/** The controller's client certificate for `clusterName`, signed by `ca`, valid until an hour from `now`. */
 export function challengeClientCertificate(
   ca: CertificateAuthority,
   clusterName: string,
@@ -86,9 +120,8 @@ export function challengeClientCertificate(
 ): ChallengeCredential {
   const key = generateKey('ecdsa-p256');
   const spki = spkiOf(key);
-  // Backdated a little, like every leaf of this CA, for nodes whose clock is behind.
-  const notBefore = new Date(now.getTime() - 5 * 60_000);
-  const notAfter = new Date(now.getTime() + hourMs);
+  const notBefore = new Date(now.getTime() - challengeClientBackdateMs);
+  const notAfter = new Date(now.getTime() + challengeClientLifetimeMs);
   const der = signCertificate(
     {
       serial: randomSerial(),

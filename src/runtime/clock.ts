@@ -21,16 +21,29 @@ export interface Clock {
   setTimer(fn: () => void, ms: number): () => void;
 }
 
+/** The longest delay Node's timers take: a longer one fires after 1 ms (TimeoutOverflowWarning). */
+export const maxTimerMs = 2 ** 31 - 1;
+
+/**
+ * `setTimeout` for a delay of any length: one longer than {@link maxTimerMs} (24.8 days) is waited
+ * in chunks of it, so that it ends when due instead of at once. Returns what cancels it.
+ */
+export function setLongTimeout(fn: () => void, ms: number, options: { unref?: boolean } = {}): () => void {
+  let timer: NodeJS.Timeout;
+  const arm = (left: number) => {
+    timer = setTimeout(() => (left > maxTimerMs ? arm(left - maxTimerMs) : fn()), Math.min(left, maxTimerMs));
+    if (options.unref) timer.unref();
+  };
+  arm(Math.max(0, ms));
+  return () => clearTimeout(timer);
+}
+
 /** The real clock. Timers are unref'd: a pending retry alone never keeps the process alive. */
 export const systemClock: Clock = {
   now: () => Date.now(),
   // CLOCK_MONOTONIC, as Node's own timers use.
   monotonic: () => performance.now(),
-  setTimer(fn, ms) {
-    const timer = setTimeout(fn, Math.max(0, ms));
-    timer.unref();
-    return () => clearTimeout(timer);
-  },
+  setTimer: (fn, ms) => setLongTimeout(fn, ms, { unref: true }),
 };
 
 /** Waits `ms` on `clock`; resolves early (never rejects) when `signal` aborts. */

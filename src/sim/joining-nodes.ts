@@ -208,7 +208,7 @@ async function joinMachine(
     const discovered = await retryTransient(
       () => discoverCluster({ url: options.server, caPins: [options.caPin] }),
       {
-        deadline: Date.now() + 60_000,
+        deadline: performance.now() + 60_000,
         backoff: new Backoff({ initialMs: 200, maxMs: 2000 }),
         what: 'discovery',
         signal,

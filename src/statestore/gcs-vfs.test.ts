@@ -133,6 +133,29 @@ describe('GCS that accepts the connection and never answers', () => {
     }
   });
 
+  test('the deadline is on the monotonic clock: a wall clock stepped back while the credentials come does not prolong it', async (t) => {
+    const silent = await silentServer();
+    // The wall clock is mocked (and still), and stepped back 2 h as the credentials arrive.
+    t.mock.timers.enable({ apis: ['Date'], now: Date.now() });
+    try {
+      const stepping = {
+        getRequestHeaders: async () => {
+          t.mock.timers.setTime(Date.now() - 7_200_000);
+          return new Headers({ authorization: 'Bearer good-token' });
+        },
+      };
+      const store = new GcsVfs(new URL('gs://state/c1'), {
+        endpoint: silent.endpoint,
+        auth: stepping,
+        timeoutMs: 300,
+      });
+      await timesOut('read', store.read('config'));
+    } finally {
+      t.mock.timers.reset();
+      silent.close();
+    }
+  });
+
   test('credentials that never come (a silent metadata or token endpoint): the read ends at the same deadline', async () => {
     const stuck = { getRequestHeaders: () => new Promise<Headers>(() => {}) };
     const store = new GcsVfs(new URL('gs://state/c1'), {

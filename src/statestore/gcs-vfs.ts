@@ -90,7 +90,8 @@ export class GcsVfs implements Vfs {
     init: { method?: string; headers?: Record<string, string>; body?: Buffer } = {},
   ): Promise<HttpsAnswer> {
     const where = `${this.url}/${path}`;
-    const started = Date.now();
+    // Monotonic: a step of the wall clock while the credentials come must not cut or stretch the rest.
+    const started = performance.now();
     let answer: HttpsAnswer;
     // Typed by #credentials: a missing credential is not the store's outage.
     const headers = Object.fromEntries(await this.#credentials(url, action, where));
@@ -101,7 +102,7 @@ export class GcsVfs implements Vfs {
         headers: { ...headers, ...init.headers },
         body: init.body,
         // What is left of the deadline once the credentials came.
-        timeoutMs: Math.max(1, this.#timeoutMs - (Date.now() - started)),
+        timeoutMs: Math.max(1, this.#timeoutMs - (performance.now() - started)),
         maxBodyBytes: maxAnswerBytes,
       });
     } catch (err) {

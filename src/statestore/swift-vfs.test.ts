@@ -111,6 +111,24 @@ describe('Swift backend (swift://container/path)', () => {
     assert.ok(Date.now() - started < 1_500);
     sim.resetFaults();
   });
+
+  test('the deadline is on the monotonic clock: a wall clock stepped ahead while Keystone answers leaves the call its time', async (t) => {
+    sim.swift.putObject('kops-state', 'cluster.example.com/stepped', 's');
+    // The wall clock is mocked (and still), and stepped 2 h ahead while Keystone makes the token.
+    t.mock.timers.enable({ apis: ['Date'], now: Date.now() });
+    const step = setTimeout(() => t.mock.timers.setTime(Date.now() + 7_200_000), 100);
+    try {
+      // A new store: its first call asks Keystone for a token.
+      const vfs = open(undefined, sim.env, 2_000);
+      sim.delayNext(1, 200, 'tokens.create');
+      sim.delayNext(1, 100, 'swift.object.get');
+      assert.equal((await vfs.read('stepped')).data.toString(), 's');
+    } finally {
+      clearTimeout(step);
+      t.mock.timers.reset();
+      sim.resetFaults();
+    }
+  });
 });
 
 describe('Swift: what is refused, and how it is said', () => {

@@ -145,7 +145,8 @@ export class SwiftVfs implements Vfs {
     },
   ): Promise<HttpsAnswer> {
     const where = `${this.url}/${path}`;
-    const deadline = Date.now() + this.#timeoutMs;
+    // Monotonic: a step of the wall clock must not leave the attempts 1 ms each, nor more than the call's time.
+    const deadline = performance.now() + this.#timeoutMs;
     return bounded(
       async (signal) => {
         const tokens = this.#session.forCall();
@@ -171,7 +172,7 @@ export class SwiftVfs implements Vfs {
               method,
               headers: { 'x-auth-token': token.token, 'user-agent': 'kops-controller', ...headers },
               ...(body ? { body } : {}),
-              timeoutMs: Math.max(1, deadline - Date.now()),
+              timeoutMs: Math.max(1, deadline - performance.now()),
               maxBodyBytes: maxAnswerBytes,
               ...openstackTls(),
               signal,
@@ -203,11 +204,11 @@ export class SwiftVfs implements Vfs {
     );
   }
 
-  /** Waits before the next attempt, unless there is none or it would not fit in the deadline. */
+  /** Waits before the next attempt, unless there is none or it would not fit in the (monotonic) deadline. */
   async #pause(attempt: number, retryAfter: number | undefined, deadline: number, signal: AbortSignal) {
     if (attempt >= this.#attempts) return;
     const wait = retryAfter !== undefined ? retryAfter * 1000 : this.#retryDelayMs * 2 ** (attempt - 1);
-    if (Date.now() + wait >= deadline) return;
+    if (performance.now() + wait >= deadline) return;
     await new Promise<void>((resolve) => {
       const timer = setTimeout(resolve, wait);
       signal.addEventListener(

@@ -238,7 +238,22 @@ test('attack: stale signature (older than the window, still within STS skew) is 
   const at = new Date(Date.now() - 10 * 60 * 1000);
   const decision = await policy().evaluate(signedRequest('{"d":4}', 1, { at }), now);
   assert.equal(decision.verdict, 'deny');
-  assert.match(decision.reasons[0] ?? '', /accepted within 300 s/);
+  assert.match(
+    decision.reasons[0] ?? '',
+    /, 60\d s ago; proofs are accepted within 300 s .*check the node's clock/,
+  );
+});
+
+test('a signature dated beyond the window in the future is denied, saying how far ahead the node is', async () => {
+  const at = new Date(Date.now() + 330 * 1000);
+  const decision = await policy().evaluate(signedRequest('{"d":5}', 1, { at }), {
+    now: () => new Date(at.getTime() - 330_000),
+  });
+  assert.equal(decision.verdict, 'deny');
+  assert.match(
+    decision.reasons[0] ?? '',
+    /, 3[23]\d s in the future; proofs are accepted within 300 s .*check the node's clock/,
+  );
 });
 
 test('attack: wrong account is denied', async () => {
@@ -357,7 +372,7 @@ test('an instance EC2 does not list yet (its API is eventually consistent): a de
     batchWindowMs: 1,
     callBudget: { burst: 100, perSecond: 100 },
   });
-  const p = policy({ notFoundGraceMs: 120_000, instances });
+  const p = policy({ notFoundGraceMs: 120_000, instances, monotonic: () => clock });
   // STS vouches for the session of instance `id`; EC2 answers NotFound for its next two lookups.
   sim.ec2.propagate(id, 2);
   await assert.rejects(p.evaluate(signedRequest('{"k":1}', 1, { credentials }), at), faultOf('ec2'));
@@ -383,4 +398,30 @@ test('an instance EC2 does not list yet (its API is eventually consistent): a de
   const denied = await p.evaluate(signedRequest('{"l":3}', 1, { credentials: ghostCredentials }), at);
   assert.equal(denied.verdict, 'deny');
   assert.match(denied.reasons[0] ?? '', /EC2 does not vouch for i-0cccccccccccccccc.*no instance/);
+});
+
+test('the grace for an instance EC2 does not list yet is timed on the monotonic clock: a wall clock stepped forward does not end it, nor one stepped back prolong it', async () => {
+  const id = 'i-0dddddddddddddddd';
+  const credentials = sim.sts.addInstanceProfileSession(`nodes.${cluster}`, id);
+  const real = Date.now();
+  let wall = real;
+  let monotonic = 0;
+  const at: PolicyContext = { now: () => new Date(wall) };
+  const instances = new AwsNodeIdentifier({
+    ec2,
+    clusterName: cluster,
+    batchWindowMs: 1,
+    callBudget: { burst: 100, perSecond: 100 },
+  });
+  const p = policy({ notFoundGraceMs: 120_000, instances, monotonic: () => monotonic });
+  // Signed on the node's (true) clock, which STS checks too.
+  const signed = (n: number) => signedRequest(`{"m":${n}}`, 1, { credentials });
+  await assert.rejects(p.evaluate(signed(1), at), faultOf('ec2'));
+  wall += 4 * 60_000; // NTP steps the clock four minutes forward (past the grace); ten seconds pass
+  monotonic += 10_000;
+  await assert.rejects(p.evaluate(signed(2), at), faultOf('ec2'), 'still within the grace');
+  wall = real; // and back; the grace runs out
+  monotonic += 110_000;
+  const denied = await p.evaluate(signed(3), at);
+  assert.equal(denied.verdict, 'deny', JSON.stringify(denied));
 });

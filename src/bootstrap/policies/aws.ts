@@ -24,6 +24,7 @@ import { stsHost } from '../../protocol/aws-sts-proof.ts';
 import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict } from '../dependency.ts';
 import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';
 import { parseStsProof, type StsReplayRequest } from './aws-sts-proof.ts';
+import { describeAge } from './proof-age.ts';
 import { type StsCaller, StsClient } from './sts-client.ts';
 
 /** Looks an instance up by id in EC2 (AwsNodeIdentifier.lookupInstance); throws a typed error. */
@@ -57,6 +58,8 @@ export interface AwsPolicyOptions {
    * (default 5 minutes).
    */
   notFoundGraceMs?: number;
+  /** Monotonic milliseconds, the clock of that grace (default `performance.now`). */
+  monotonic?: () => number;
 }
 
 /** Default freshness window of a proof. */
@@ -108,6 +111,9 @@ export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
   const maxAgeMs = options.maxAgeMs ?? defaultAwsProofMaxAgeMs;
   const notFoundGraceMs = options.notFoundGraceMs ?? defaultNotFoundGraceMs;
   const notFound = new FirstNotFound();
+  // A grace is a duration: on the wall clock, a step forward would end it early (a denial of an
+  // instance that is just launching) and a step back would stretch it.
+  const monotonic = options.monotonic ?? (() => performance.now());
   const sts = new StsClient(endpoint, {
     timeoutMs: options.stsTimeoutMs ?? 5_000,
     ...(options.cloudCalls ? { cloudCalls: options.cloudCalls } : {}),
@@ -130,8 +136,8 @@ export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
       const age = now.getTime() - signedAt.getTime();
       if (Math.abs(age) > maxAgeMs) {
         return deny(
-          `the proof was signed at ${signedAt.toISOString()}, ${Math.round(age / 1000)} s from now; ` +
-            `proofs are accepted within ${maxAgeMs / 1000} s (check the node's clock)`,
+          `the proof was signed at ${signedAt.toISOString()}, ${describeAge(age)}; ` +
+            `proofs are accepted within ${maxAgeMs / 1000} s of this controller's clock (check the node's clock)`,
         );
       }
       if (replay.claims.scope.region !== options.region) {
@@ -163,7 +169,7 @@ export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
         if (
           err instanceof KopsError &&
           err.kind === 'not-found' &&
-          notFound.withinGrace(instanceId, now.getTime(), notFoundGraceMs)
+          notFound.withinGrace(instanceId, monotonic(), notFoundGraceMs)
         ) {
           throw dependencyFault(
             'ec2',

@@ -5,11 +5,14 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { Registry } from 'prom-client';
 import { createAwsClients } from '../../cloud/aws/clients.ts';
+import { GceNodeIdentifier } from '../../cloud/gce/node-identifier.ts';
 import { cloudCallMetrics } from '../../cloud/metrics.ts';
 import { parseConfig } from '../../config/loader.ts';
 import { ConfigError } from '../../errors.ts';
 import { createCa } from '../../pki/ca.ts';
 import { startAwsSimulator } from '../../sim/aws/server.ts';
+import { simulatorCompute } from '../../sim/gce/clients.ts';
+import { startGceSimulator } from '../../sim/gce/simulator.ts';
 import { createCertificateAuthority, issueClientCertificate } from '../../sim/tls.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import { cloudRequests } from '../../testing/cloud-calls.ts';
@@ -122,6 +125,49 @@ test("pki-tpm takes its clock skew from kops' server.pki.MaxTimeSkew", async () 
   assert.match(decision?.reasons.join(' ') ?? '', /at most 30 s/);
 });
 
+test("gce: a token Google issued minutes ahead of this controller's clock is accepted within maxProofAge, as a late one; server.provider.gce.MaxTimeSkew 0 means the default, as server.pki's", async () => {
+  const sim = await startGceSimulator({ project: 'kops-prod' });
+  try {
+    const zone = 'us-central1-a';
+    const audience = 'https://kops-controller.internal.c.example.com:3988';
+    const [node] = sim.world.seedInstanceGroup({
+      zone,
+      instanceGroup: 'nodes',
+      count: 1,
+      clusterName: base.clusterName,
+    });
+    const compute = simulatorCompute(sim);
+    const identifier = new GceNodeIdentifier({ compute, clusterName: base.clusterName, coalesceWindowMs: 1 });
+    for (const skew of [{}, { MaxTimeSkew: 0 }]) {
+      const config = parseConfig({
+        clusterName: base.clusterName,
+        cloud: 'gce',
+        server: { provider: { gce: { projectID: 'kops-prod', ...skew } } },
+        bootstrap: { policies: [{ name: 'gce', jwksUrl: sim.jwksUri }] },
+      });
+      const [gce] = await buildPolicies(config, {
+        replayGuard: new MemoryReplayGuard(),
+        serverUrl: audience,
+        gce: { identifier, compute },
+      });
+      const decide = (aheadSeconds: number) => {
+        const issuedAt = Math.floor(Date.now() / 1000) + aheadSeconds;
+        const token = sim.identityToken(zone, node?.name ?? '', { audience, format: 'full', issuedAt });
+        return gce?.evaluate(testRequest({ proof: { kind: 'gce-identity-token', token } }), {
+          now: () => new Date(),
+        });
+      };
+      const ahead = await decide(240);
+      assert.equal(ahead?.verdict, 'approve', `${JSON.stringify(skew)}: ${JSON.stringify(ahead)}`);
+      const tooFar = await decide(360);
+      assert.equal(tooFar?.verdict, 'deny');
+      assert.match(tooFar?.reasons.join(' ') ?? '', /in the future.*check this controller's clock/);
+    }
+  } finally {
+    await sim.close();
+  }
+});
+
 test('awsAccountOf learns the account and partition from STS', async () => {
   const sim = await startAwsSimulator({ throttling: false });
   const clients = await createAwsClients({
@@ -159,7 +205,7 @@ test("the policies' own calls are counted on deps.cloudCalls: Google's token key
           caFile: join(dir, 'ca.pem'),
           certFile: join(dir, 'cert.pem'),
           keyFile: join(dir, 'key.pem'),
-          timeout: 1_000,
+          timeout: '1s',
         },
       ],
     },

@@ -172,15 +172,18 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
       const audience = spec.audience ?? deps.serverUrl;
       const skew = config.server?.provider.gce?.MaxTimeSkew;
       const region = config.server?.provider.gce?.region;
-      const { gcePolicy } = await import('./gce.ts');
+      const { defaultGceProofMaxAgeMs, gcePolicy } = await import('./gce.ts');
       const { GceIdentityTokenVerifier, JwksKeyStore } = await import('../../cloud/gce/identity-token.ts');
+      // 0, like an absent MaxTimeSkew, is the default, as server.pki.MaxTimeSkew is (kops writes 300;
+      // taken literally, 0 would refuse every proof).
+      const maxAgeMs = spec.maxProofAge ?? (skew ? skew * 1000 : defaultGceProofMaxAgeMs);
       return gcePolicy({
         project,
         ...(region ? { region } : {}),
         identifier: gce.identifier,
         compute: gce.compute,
         replayGuard: deps.replayGuard,
-        maxAgeMs: spec.maxProofAge ?? (skew === undefined ? undefined : skew * 1000),
+        maxAgeMs,
         ...(audience === undefined
           ? {}
           : {
@@ -188,6 +191,8 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
                 keys: new JwksKeyStore({ ...(spec.jwksUrl ? { url: spec.jwksUrl } : {}), ...counted }),
                 audience,
                 projectIds: [project],
+                // A token dated ahead of this clock by Google's is as fresh as one that late: one window.
+                maxSkewSeconds: Math.ceil(maxAgeMs / 1000),
               }),
             }),
       });

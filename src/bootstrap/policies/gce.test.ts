@@ -246,7 +246,12 @@ test('attack: a stale identity token is denied', async () => {
     now,
   );
   assert.equal(decision.verdict, 'deny');
-  assert.match(decision.reasons[0] ?? '', /accepted within 300 s/);
+  // iat is Google's: only this controller's clock can be wrong.
+  assert.match(
+    decision.reasons[0] ?? '',
+    /issued by Google 90\d s ago; .*accepted within 300 s .*check this controller's clock/,
+  );
+  assert.doesNotMatch(decision.reasons[0] ?? '', /node's clock/);
 });
 
 test('attack: an instance of another cluster is denied', async () => {
@@ -340,6 +345,36 @@ test('attack: an instance abandoned from its MIG after an approval is denied: th
   assert.match(second.reasons[0] ?? '', /not managed by MIG a-nodes-abandon/);
 });
 
+test("attack: an instance abandoned from its MIG is denied after the controller's clock ran an hour ahead and was stepped back: the cached membership is not fresh", async () => {
+  const [member] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-abandon-step',
+    mig: 'a-nodes-abandon-step',
+    count: 1,
+    clusterName: cluster,
+  });
+  // The clock the identifier's cache reads: an hour ahead while a routine reconcile fills it.
+  let clock = 3_600_000;
+  const compute = simulatorCompute(sim);
+  const identifier = new GceNodeIdentifier({
+    compute,
+    clusterName: cluster,
+    coalesceWindowMs: 1,
+    now: () => clock,
+  });
+  const providerID = `gce://${project}/${zone}/${member!.name}`;
+  assert.ok((await identifier.identify([providerID])).get(providerID)?.ok);
+  const mig = sim.world.mig(project, zone, 'a-nodes-abandon-step');
+  mig.members = mig.members.filter((m) => m.instance !== member!.name);
+  clock = 1_000; // corrected
+  const decision = await policy({ identifier, compute }).evaluate(
+    tpmRequest(member!.name, '{"step":1}'),
+    now,
+  );
+  assert.equal(decision.verdict, 'deny', JSON.stringify(decision));
+  assert.match(decision.reasons[0] ?? '', /not managed by MIG a-nodes-abandon-step/);
+});
+
 test('attack: a TPM proof signed for another body is denied', async () => {
   const decision = await policy().evaluate(tpmRequest(node, '{"evil":1}', { signedBody: '{"good":1}' }), now);
   assert.equal(decision.verdict, 'deny');
@@ -388,7 +423,7 @@ test('attack: a TPM proof for another project or stale timestamp is denied', asy
     tpmRequest(node, '{}', { timestamp: Math.floor(Date.now() / 1000) - 3600 }),
     now,
   );
-  assert.match(stale.reasons[0] ?? '', /accepted within/);
+  assert.match(stale.reasons[0] ?? '', /made 360\d s ago; .*accepted within 300 s .*check the node's clock/);
 });
 
 test('attack: a proof for a zone outside the configured region (server.provider.gce.region) is denied, as kops', async () => {

@@ -36,6 +36,7 @@ import {
 } from '../dependency.ts';
 import { type ReplayGuard, requestDigest } from '../replay-guard.ts';
 import type { BootstrapPolicy, BootstrapRequest, NodeFacts, PolicyDecision } from '../types.ts';
+import { describeAge } from './proof-age.ts';
 
 /** The audience kops nodes put in TPM-signed data. */
 export const kopsGceTpmAudience = 'kops.k8s.io/node-bootstrap';
@@ -122,8 +123,12 @@ export function gcePolicy(options: GcePolicyOptions): BootstrapPolicy {
       }
       const age = context.now().getTime() - proven.issuedAtMs;
       if (Math.abs(age) > maxAgeMs) {
+        const window = `proofs are accepted within ${maxAgeMs / 1000} s of this controller's clock`;
         return deny(
-          `the proof was made ${Math.round(age / 1000)} s ago; proofs are accepted within ${maxAgeMs / 1000} s (check the node's clock)`,
+          request.proof.kind === 'gce-identity-token'
+            ? // Google's clock set iat, not the node's.
+              `the identity token was issued by Google ${describeAge(age)}; ${window} (if it was just minted, check this controller's clock)`
+            : `the proof was made ${describeAge(age)}; ${window} (check the node's clock)`,
         );
       }
       const fresh =

@@ -41,6 +41,7 @@ import {
 } from '../../protocol/renewal-proof.ts';
 import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict } from '../dependency.ts';
 import type { BootstrapPolicy, BootstrapRequest, NodeFacts, PolicyDecision } from '../types.ts';
+import { describeAge } from './proof-age.ts';
 
 /** What the cloud verifies about a node for its serving certificate. */
 export type NodeAddresses = Pick<NodeFacts, 'dnsNames' | 'ipAddresses' | 'instanceGroup' | 'instanceId'>;
@@ -140,8 +141,10 @@ function bindingProblem(
     return `the audience is ${JSON.stringify(proof.audience)}`;
   const signedAt = Date.parse(proof.timestamp);
   const skew = options.maxSkewMs ?? defaultRenewalMaxSkewMs;
-  if (!Number.isFinite(signedAt) || Math.abs(now.getTime() - signedAt) > skew) {
-    return `the timestamp ${JSON.stringify(proof.timestamp)} is more than ${skew / 1000} s from now`;
+  if (!Number.isFinite(signedAt)) return `the timestamp ${JSON.stringify(proof.timestamp)} is not a time`;
+  const age = now.getTime() - signedAt;
+  if (Math.abs(age) > skew) {
+    return `the proof was signed at ${proof.timestamp}, ${describeAge(age)}; proofs are accepted within ${skew / 1000} s of this controller's clock (check the node's clock)`;
   }
   if (proof.bodySha256 !== bodyDigest(request.body)) return 'the proof was made for another request body';
   const signed = renewalSignedText(proof);

@@ -317,6 +317,25 @@ describe('AwsNodeIdentifier', () => {
     }
   });
 
+  it('a clock stepped back after running ahead: maxAgeMs 0 still reads EC2, so a terminated instance is not vouched for from the cache', async () => {
+    let now = 3_600_000; // an hour ahead when the node controller cached the identity
+    const identifier = new AwsNodeIdentifier({ ec2: clients.ec2, clusterName: cluster, now: () => now });
+    const id = 'i-0c000000000000011';
+    const providerID = `aws:///us-east-1a/${id}`;
+    identityOf((await identifier.identify([providerID])).get(providerID));
+    sim.ec2.setInstanceState(id, 'terminated');
+    try {
+      now = 1_000; // corrected, a second later
+      assert.equal(
+        reasonOf((await identifier.identify([providerID], { maxAgeMs: 0 })).get(providerID)),
+        'not-running',
+      );
+      assert.equal(sim.calls.count('DescribeInstances'), 2);
+    } finally {
+      sim.ec2.setInstanceState(id, 'pending');
+    }
+  });
+
   it('with maxAgeMs, reads a state older than the bound again, while callers without one keep the cache', async () => {
     let now = 0;
     const bounded = new AwsNodeIdentifier({ ec2: clients.ec2, clusterName: cluster, now: () => now });

@@ -35,6 +35,7 @@ export interface AwsNodeIdentifierOptions {
   cacheSize?: number;
   /** How long a cached identity is trusted before EC2 is asked again (default 1 hour, as kops). */
   cacheTtlMs?: number;
+  /** The clock the cache's ages are read from (default monotonic, see src/cloud/age.ts). */
   now?: () => number;
   logger?: Logger;
 }

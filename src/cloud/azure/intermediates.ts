@@ -33,6 +33,7 @@ export interface AiaIntermediatesOptions {
   ttlMs?: number;
   /** How long a failed fetch is remembered (default 5 minutes). */
   negativeTtlMs?: number;
+  /** The clock the cache's ages are read from (default monotonic, see src/cloud/age.ts). */
   now?: () => number;
 }
 

@@ -108,6 +108,22 @@ test('a caller deciding trust (maxAgeMs) gets a fresh listing; a deallocated VM 
   }
 });
 
+test('a clock stepped back after running ahead: maxAgeMs 0 still gets a fresh listing, so a deallocated VM is refused', async () => {
+  let clock = 3_600_000; // an hour ahead when the listing was read
+  const id = identifier({ now: () => clock });
+  const vm = nodes[6] as SimVm;
+  const pid = sim.world.providerID(vm);
+  ok((await id.identify([pid])).get(pid));
+  vm.powerState = 'deallocated';
+  try {
+    clock = 1_000; // corrected
+    const error = failure((await id.identify([pid], { maxAgeMs: 0 })).get(pid)) as KopsError;
+    assert.equal(error.reasonCode, 'not-running');
+  } finally {
+    vm.powerState = 'running';
+  }
+});
+
 test('only a running or starting VM has an identity: stopped, deallocated and stopping VMs are refused as not-running', async () => {
   const states: SimPowerState[] = [
     'starting',

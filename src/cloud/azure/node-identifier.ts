@@ -16,6 +16,7 @@
  */
 import { ForbiddenError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import { monotonicMs, youngerThan } from '../age.ts';
 import type { Outcome } from '../batcher.ts';
 import { mapConcurrent } from '../concurrency.ts';
 import { BatchedNodeIdentifier, outcomeOf } from '../identify-batches.ts';
@@ -38,6 +39,7 @@ export interface AzureNodeIdentifierOptions {
   coalesceWindowMs?: number;
   /** Scale sets listed at once (default 4). */
   concurrency?: number;
+  /** The clock the listings' ages are read from (default monotonic: {@link monotonicMs}). */
   now?: () => number;
 }
 
@@ -65,7 +67,7 @@ export class AzureNodeIdentifier extends BatchedNodeIdentifier {
     this.#logger = options.logger ?? silentLogger;
     this.#ttlMs = options.listingTtlMs ?? 60_000;
     this.#concurrency = options.concurrency ?? 4;
-    this.#now = options.now ?? Date.now;
+    this.#now = options.now ?? monotonicMs;
   }
 
   protected async identifyBatch(
@@ -141,7 +143,7 @@ export class AzureNodeIdentifier extends BatchedNodeIdentifier {
     const key = scaleSet.toLowerCase();
     const cached = this.#listings.get(key);
     const listing = await cached?.catch(() => undefined);
-    if (listing && this.#now() - listing.at < Math.min(this.#ttlMs, maxAgeMs)) return listing;
+    if (listing && youngerThan(listing.at, this.#now(), Math.min(this.#ttlMs, maxAgeMs))) return listing;
     // Stale or failed: unless a caller meanwhile started reading again, read it now.
     const current = this.#listings.get(key);
     if (current && current !== cached) return current;

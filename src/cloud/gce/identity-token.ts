@@ -9,6 +9,7 @@ import { z } from 'zod';
 import { UnauthenticatedError, UnavailableError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { httpsRequest } from '../../net/https-client.ts';
+import { monotonicMs, youngerThan } from '../age.ts';
 import {
   type CloudCallRecorder,
   type CloudCallResult,
@@ -34,6 +35,7 @@ export interface JwksKeyStoreOptions {
   /** Keys are re-fetched when older than this, unless the response's Cache-Control max-age says less. */
   maxAgeMs?: number;
   timeoutMs?: number;
+  /** The clock the refresh interval and the keys' age are read from (default monotonic, see src/cloud/age.ts). */
   now?: () => number;
   logger?: Logger;
   /** Where each fetch of the keys is counted, as call `jwks` of cloud `gce` (default: nowhere). */
@@ -55,7 +57,9 @@ export class JwksKeyStore {
   readonly #calls: CloudCallRecorder;
   #keys = new Map<string, KeyObject>();
   #fetchedAt = Number.NEGATIVE_INFINITY;
-  #expiresAt = Number.NEGATIVE_INFINITY;
+  /** When the keys held were read, and how long they may be used from then. */
+  #loadedAt = Number.NEGATIVE_INFINITY;
+  #lifetimeMs = 0;
   #inFlight: Promise<void> | undefined;
   /** The last refresh's failure, re-thrown until the next refresh is allowed: an outage is not a denial. */
   #failure: Error | undefined;
@@ -65,7 +69,7 @@ export class JwksKeyStore {
     this.#minRefreshIntervalMs = options.minRefreshIntervalMs ?? 30_000;
     this.#maxAgeMs = options.maxAgeMs ?? 3_600_000;
     this.#timeoutMs = options.timeoutMs ?? 10_000;
-    this.#now = options.now ?? Date.now;
+    this.#now = options.now ?? monotonicMs;
     this.#logger = options.logger ?? silentLogger;
     this.#calls = options.cloudCalls ?? noCloudCalls;
   }
@@ -73,9 +77,9 @@ export class JwksKeyStore {
   /** The RSA public key with this `kid`, or undefined if the issuer does not publish it. */
   async key(kid: string): Promise<KeyObject | undefined> {
     const now = this.#now();
-    const stale = now >= this.#expiresAt;
+    const stale = !youngerThan(this.#loadedAt, now, this.#lifetimeMs);
     const unknown = !this.#keys.has(kid);
-    if ((stale || unknown) && now - this.#fetchedAt >= this.#minRefreshIntervalMs) {
+    if ((stale || unknown) && !youngerThan(this.#fetchedAt, now, this.#minRefreshIntervalMs)) {
       this.#inFlight ??= this.#refresh().finally(() => {
         this.#inFlight = undefined;
       });
@@ -132,7 +136,8 @@ export class JwksKeyStore {
       }
     }
     this.#keys = keys;
-    this.#expiresAt = this.#now() + maxAge;
+    this.#loadedAt = this.#now();
+    this.#lifetimeMs = maxAge;
     this.#logger.debug({ url: this.url, keys: keys.size }, 'refreshed identity-token keys');
   }
 }
@@ -161,10 +166,14 @@ export interface GceIdentityTokenVerifierOptions {
   audience: string;
   /** If set, the instance's project must be one of these. */
   projectIds?: readonly string[];
-  /** Clock skew tolerated on `iat` and `exp` (default 60 s). */
+  /**
+   * How far this controller's clock may be behind Google's, which dates the token: tolerated on `iat`
+   * and `exp` (default 60 s; the `gce` policy passes its `maxProofAge`).
+   */
   maxSkewSeconds?: number;
   /** Longest accepted `exp - iat`; Google's tokens live one hour (default 3,600 s). */
   maxLifetimeSeconds?: number;
+  /** The wall clock, milliseconds since the epoch, that `iat` and `exp` are compared with (default `Date.now`). */
   now?: () => number;
 }
 
@@ -286,7 +295,11 @@ export class GceIdentityTokenVerifier {
     }
     const now = Math.floor((this.#options.now ?? Date.now)() / 1000);
     if (claims.exp + skew <= now) throw new UnauthenticatedError('identity token has expired');
-    if (claims.iat - skew > now) throw new UnauthenticatedError('identity token is issued in the future');
+    if (claims.iat - skew > now) {
+      throw new UnauthenticatedError(
+        `identity token is issued ${claims.iat - now} s in the future by this controller's clock; at most ${skew} s is tolerated (Google's clock dates it: check this controller's clock)`,
+      );
+    }
     if (claims.exp - claims.iat > maxLifetime) {
       throw new UnauthenticatedError(`identity token lifetime exceeds ${maxLifetime} s`);
     }

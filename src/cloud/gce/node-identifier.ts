@@ -59,7 +59,7 @@ export interface GceNodeIdentifierOptions {
   coalesceWindowMs?: number;
   /** Parallel compute calls at most (default 16). */
   concurrency?: number;
-  /** The clock of the verified-id cache (default Date.now). */
+  /** The clock of the verified-id cache's ages (default monotonic, see src/cloud/age.ts). */
   now?: () => number;
 }
 

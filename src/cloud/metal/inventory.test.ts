@@ -113,6 +113,23 @@ test('asked for a maximum age shorter than its poll interval, the store checks t
   assert.equal((await store.current(1_000)).hosts.length, 1, 'a check as old as the maximum age is redone');
 });
 
+test('a clock stepped back after running ahead: a maximum age of 0 still checks the inventory, so a removed host is gone', async () => {
+  const vfs = openVfs('memfs://metal-inventory-step/cluster');
+  let clock = 3_600_000; // an hour ahead when the inventory was last checked
+  const store = new InventoryStore({ vfs, now: () => clock });
+  await vfs.write('metal/inventory.yaml', sample);
+  assert.equal((await store.current(0)).hosts.length, 2);
+  await vfs.write(
+    'metal/inventory.yaml',
+    'hosts: [{ name: solo, instanceGroup: nodes, addresses: [10.1.1.1] }]',
+  );
+  clock = 600_000; // corrected; ten minutes later
+  assert.deepEqual(
+    (await store.current(0)).hosts.map((h) => h.name),
+    ['solo'],
+  );
+});
+
 test('the store re-reads the inventory when its version changes and fails closed when it breaks', async () => {
   const vfs = openVfs('memfs://metal-inventory-store/cluster');
   let clock = 0;

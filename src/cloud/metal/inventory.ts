@@ -13,6 +13,7 @@ import { ConfigError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { describeIssue, yamlSyntaxProblem } from '../../parse-problems.ts';
 import type { Vfs } from '../../statestore/types.ts';
+import { monotonicMs, youngerThan } from '../age.ts';
 
 /** Where the inventory lives, relative to the cluster's configBase. */
 export const inventoryPath = 'metal/inventory.yaml';
@@ -141,6 +142,7 @@ export interface InventoryStoreOptions {
   path?: string;
   /** How often the store is asked whether the inventory changed (default 5 s). */
   pollIntervalMs?: number;
+  /** The clock the poll's age is read from (default monotonic: {@link monotonicMs}). */
   now?: () => number;
   logger?: Logger;
 }
@@ -164,7 +166,7 @@ export class InventoryStore {
     this.#vfs = options.vfs;
     this.#path = options.path ?? inventoryPath;
     this.#pollIntervalMs = options.pollIntervalMs ?? 5_000;
-    this.#now = options.now ?? Date.now;
+    this.#now = options.now ?? monotonicMs;
     this.#logger = options.logger ?? silentLogger;
   }
 
@@ -178,7 +180,7 @@ export class InventoryStore {
    * changes when the last check is older than the poll interval, or than `maxAgeMs` if shorter.
    */
   async current(maxAgeMs = Number.POSITIVE_INFINITY): Promise<MetalInventory> {
-    if (this.#now() - this.#checkedAt >= Math.min(this.#pollIntervalMs, maxAgeMs)) {
+    if (!youngerThan(this.#checkedAt, this.#now(), Math.min(this.#pollIntervalMs, maxAgeMs))) {
       this.#inFlight ??= this.#refresh().finally(() => {
         this.#inFlight = undefined;
       });

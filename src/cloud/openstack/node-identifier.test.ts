@@ -55,6 +55,20 @@ test('a node is identified from its server metadata, in both providerID spelling
   }
 });
 
+test('kops’ api-server node-template metadata (the kops CLI’s APIServerNodes) is noted on the identity', async () => {
+  const tagged = sim.addServer(
+    kopsServer('control-plane-0', 'control-plane-a', {
+      'k8s.io_cluster-autoscaler_node-template_label_node-role.kubernetes.io_api-server': '',
+    }),
+  ).id;
+  const results = await identifier().identify([`openstack:///${tagged}`, `openstack:///${ids[0]}`]);
+  sim.deleteServer(tagged);
+  const [server, plain] = [...results.values()];
+  assert.ok(server?.ok && plain?.ok);
+  assert.equal(server.identity.apiServerTagged, true);
+  assert.equal(plain.identity.apiServerTagged, undefined);
+});
+
 test('servers of another cluster, without a group, unknown, or malformed ids are refused', async () => {
   const results = await identifier().identify([
     `openstack:///${foreignCluster}`,
@@ -166,6 +180,23 @@ test('a few nodes are read one by one; a stale snapshot or a new server is read 
   sim.clearCalls();
   await ident.identify(ids.slice(0, 10).map((id) => `openstack:///${id}`));
   assert.equal(sim.count('servers.list'), 3);
+});
+
+test('a clock stepped back after running ahead: maxAgeMs 0 does not take the snapshot, so a stopped server is refused', async () => {
+  let clock = 3_600_000; // an hour ahead when the project was listed
+  const ident = identifier({ now: () => clock });
+  await ident.identify(ids.slice(0, 10).map((id) => `openstack:///${id}`));
+  assert.equal(sim.count('servers.list'), 3);
+  sim.setStatus(ids[1] as string, 'SHUTOFF');
+  try {
+    clock = 1_000; // corrected
+    const result = (await ident.identify([`openstack:///${ids[1]}`], { maxAgeMs: 0 })).get(
+      `openstack:///${ids[1]}`,
+    );
+    assert.equal(result && !result.ok && (result.error as KopsError).reasonCode, 'not-running');
+  } finally {
+    sim.setStatus(ids[1] as string, 'ACTIVE');
+  }
 });
 
 test("Nova failing is each node's error (a fault, retried by the caller), never an identity", async () => {

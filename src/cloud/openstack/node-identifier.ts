@@ -20,6 +20,7 @@
  */
 import { NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import { monotonicMs, youngerThan } from '../age.ts';
 import type { Outcome } from '../batcher.ts';
 import { mapConcurrent } from '../concurrency.ts';
 import { BatchedNodeIdentifier, outcomeOf } from '../identify-batches.ts';
@@ -41,6 +42,7 @@ export interface OpenStackNodeIdentifierOptions {
   coalesceWindowMs?: number;
   /** Parallel `servers.get` calls at most (default 8). */
   concurrency?: number;
+  /** The clock the snapshot's age is read from (default monotonic: {@link monotonicMs}). */
   now?: () => number;
 }
 
@@ -61,7 +63,7 @@ export class OpenStackNodeIdentifier extends BatchedNodeIdentifier {
     super({ windowMs: options.coalesceWindowMs, maxConcurrent: 2 });
     this.#options = options;
     this.#logger = options.logger ?? silentLogger;
-    this.#now = options.now ?? Date.now;
+    this.#now = options.now ?? monotonicMs;
   }
 
   protected async identifyBatch(
@@ -99,7 +101,7 @@ export class OpenStackNodeIdentifier extends BatchedNodeIdentifier {
   async #servers(ids: string[], maxAgeMs: number): Promise<Map<string, NovaServer | Error>> {
     const out = new Map<string, NovaServer | Error>();
     const snapshot = this.#snapshot;
-    const fresh = snapshot && this.#now() - snapshot.at < maxAgeMs ? snapshot : undefined;
+    const fresh = snapshot && youngerThan(snapshot.at, this.#now(), maxAgeMs) ? snapshot : undefined;
     const missing = fresh ? ids.filter((id) => !fresh.servers.has(id)) : ids;
     for (const id of ids) {
       const server = fresh?.servers.get(id);

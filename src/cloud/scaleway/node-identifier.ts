@@ -40,6 +40,7 @@ export interface ScalewayNodeIdentifierOptions {
   coalesceWindowMs?: number;
   /** ListServers calls in flight at most (default 4). */
   concurrency?: number;
+  /** The clock the cache's ages are read from (default monotonic, see src/cloud/age.ts). */
   now?: () => number;
 }
 
