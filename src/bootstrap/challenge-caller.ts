@@ -95,10 +95,8 @@ export class GrpcCallbackChallenger implements CallbackChallenger {
   }
 
   /**
-   * The client certificate, issued on first use and again before it expires: once it has been held
-   * for all but {@link challengeRenewBeforeMs} of its hour on the monotonic clock, which a wall clock
-   * stepped back does not stretch, or earlier when the wall clock (stepped forward) says that little
-   * of it remains.
+   * The client certificate, issued on first use and again when {@link challengeCertificateDue} says
+   * (before it expires by either clock, or after a step back of the wall clock).
    */
   clientCredential(): ChallengeCredential {
     const wall = this.#options.now?.() ?? new Date();

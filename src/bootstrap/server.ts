@@ -26,6 +26,7 @@ import {
   type ConnectionLimits,
   type HardenedServer,
   startHardenedServer,
+  type TlsKeyPair,
 } from '../net/hardened-server.ts';
 import { warnIfSessionTicketsOn } from '../net/openssl-config.ts';
 import { readBody } from '../net/read-body.ts';
@@ -53,7 +54,7 @@ export interface BootstrapServerOptions {
   /** Listen address, e.g. ":3988" or "127.0.0.1:0". */
   listen: string;
   /** The serving key and certificate chain (PEM). */
-  tls: { key: string; cert: string };
+  tls: TlsKeyPair;
   context: BootstrapContext;
   /** Mounts kops' `POST /bootstrap` when given. */
   kops?: KopsOptions;

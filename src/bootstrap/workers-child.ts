@@ -9,10 +9,10 @@
 import type { AddressInfo } from 'node:net';
 import { Registry } from 'prom-client';
 import { describeError, KopsError } from '../errors.ts';
-import type { Admission, ConnectionGate } from '../net/hardened-server.ts';
+import type { Admission, ConnectionGate, TlsKeyPair } from '../net/hardened-server.ts';
 import type { PresenceQuestion, WatchedPresence } from './node-guard.ts';
 import type { RateDecision, RequestLimiter } from './rate-limit.ts';
-import type { FromWorker, ToWorker, WorkerTls } from './workers.ts';
+import type { FromWorker, ToWorker } from './workers.ts';
 import { batchedSender } from './workers-channel.ts';
 
 /** What a worker's server is started with. */
@@ -20,7 +20,7 @@ export interface WorkerServices {
   /** The address to serve (a fixed port, shared with the other workers). */
   listen: string;
   /** What to serve, until the primary sends another (the server's `setSecureContext`). */
-  tls: WorkerTls;
+  tls: TlsKeyPair;
   /** Always true: the workers share the port. */
   reusePort: true;
   /** The connection caps of every worker together. */
@@ -36,7 +36,7 @@ export interface WorkerServices {
 /** A server a worker runs: what the entry returns. */
 export interface WorkerServer {
   address: AddressInfo;
-  setSecureContext(tls: WorkerTls): void;
+  setSecureContext(tls: TlsKeyPair): void;
   close(): Promise<void>;
 }
 
@@ -103,7 +103,7 @@ export function runWorker(serve: WorkerServe): void {
   const primary = askPrimary();
   let server: WorkerServer | undefined;
   // What the primary sent last: one that arrives while the server starts is applied once it serves.
-  let tls: WorkerTls | undefined;
+  let tls: TlsKeyPair | undefined;
   // Without its primary, the worker's caps and limits have no one to ask: it ends at once.
   process.on('disconnect', () => process.exit(0));
   // Ctrl-C in a terminal reaches the whole process group: the primary decides when its workers stop

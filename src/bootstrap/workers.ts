@@ -31,6 +31,7 @@ import {
   defaultConnectionLimits,
   type HardenedServer,
   SourceConnectionCounter,
+  type TlsKeyPair,
 } from '../net/hardened-server.ts';
 import { parseListenAddress, urlOf } from '../runtime/listen-address.ts';
 import type { WatchedPresence } from './node-guard.ts';
@@ -41,8 +42,8 @@ import { type MetricsSnapshot, metricsReportMs, WorkerMetrics } from './workers-
 
 /** Messages from the primary to a worker (sent in arrays, src/bootstrap/workers-channel.ts). */
 export type ToWorker =
-  | { type: 'start'; spec: unknown; listen: string; tls: WorkerTls; metricsReportMs: number }
-  | { type: 'tls'; tls: WorkerTls }
+  | { type: 'start'; spec: unknown; listen: string; tls: TlsKeyPair; metricsReportMs: number }
+  | { type: 'tls'; tls: TlsKeyPair }
   | { type: 'admitted'; id: number; admission: Admission }
   | { type: 'took'; id: number; decision: RateDecision }
   | { type: 'presence'; id: number; presence: WatchedPresence }
@@ -60,9 +61,6 @@ export type FromWorker =
   /** With `id`: the answer to a scrape; without: the worker's periodic report. */
   | { type: 'metrics'; id?: number; metrics: MetricsSnapshot };
 
-/** The serving key and certificate chain (PEM) every worker presents. */
-export type WorkerTls = { key: string; cert: string };
-
 /** Options of {@link startServingWorkers}. */
 export interface ServingWorkersOptions {
   /** How many workers serve (at least 2; one is today's single process, without this module). */
@@ -75,7 +73,7 @@ export interface ServingWorkersOptions {
   /** What the entry builds the server from; sent to each worker as JSON. */
   spec: unknown;
   /** What every worker serves, until `setSecureContext` replaces it in each one and in those started after. */
-  tls: WorkerTls;
+  tls: TlsKeyPair;
   /** Listen address; port 0 picks one port that every worker then shares. */
   listen: string;
   limits?: Partial<ConnectionLimits>;
@@ -159,7 +157,7 @@ class WorkerPool {
   readonly #logger: Logger;
   readonly #workers = new Set<Worker>();
   #listen: string;
-  #tls: WorkerTls;
+  #tls: TlsKeyPair;
   #address: AddressInfo | undefined;
   #started = false;
   #stopping = false;
@@ -192,7 +190,7 @@ class WorkerPool {
   }
 
   /** Every worker serves new connections with `tls`, and so does every worker started after. */
-  setSecureContext(tls: WorkerTls): void {
+  setSecureContext(tls: TlsKeyPair): void {
     this.#tls = tls;
     for (const worker of this.#workers) worker.send({ type: 'tls', tls });
   }

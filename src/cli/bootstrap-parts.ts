@@ -31,6 +31,7 @@ import { caKind, servingKind } from '../ledger/ledger.ts';
 import { entryOfPem, type LedgerRecorder } from '../ledger/recorder.ts';
 import type { ConfigMapLedgerStore } from '../ledger/store.ts';
 import { type Logger, RecurringFailureLog } from '../log.ts';
+import type { TlsKeyPair } from '../net/hardened-server.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { loadCa } from '../pki/folder.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
@@ -64,14 +65,11 @@ export async function signingAuthorities(
   return { ca, otherSigners };
 }
 
-/** A TLS key and certificate chain (PEM). */
-type TlsPair = { key: string; cert: string };
-
 /** The server's TLS key and certificate, and how to get them again: issued here, or read from their files. */
 export interface ServingTls {
-  tls: TlsPair;
-  reissue?: () => TlsPair;
-  reread?: () => Promise<TlsPair>;
+  tls: TlsKeyPair;
+  reissue?: () => TlsKeyPair;
+  reread?: () => Promise<TlsKeyPair>;
 }
 
 /**
@@ -124,7 +122,7 @@ const servingFilesPollMs = 60_000;
  */
 export function keepServingTlsCurrent(
   serving: ServingTls,
-  apply: (tls: TlsPair) => void,
+  apply: (tls: TlsKeyPair) => void,
   options: { clock?: Clock | undefined; logger: Logger },
 ): () => void {
   const { reissue, reread } = serving;
@@ -170,6 +168,8 @@ export function keepServingTlsCurrent(
     every(async () => {
       try {
         const tls = await reread();
+        // Closed while the files were read: the server (and the ledger) may be gone.
+        if (stopped) return servingFilesPollMs;
         if (tls.cert !== current.cert || tls.key !== current.key) {
           // Throws when the key does not match the certificate: a rotation half written.
           createSecureContext(tls);

@@ -66,7 +66,7 @@ import type { SharedInformer } from '../kube/shared-informer.ts';
 import { entriesOfIssued, LedgerRecorder } from '../ledger/recorder.ts';
 import { ConfigMapLedgerStore } from '../ledger/store.ts';
 import { createLogger, type Logger, type LoggerOptions, silentLogger } from '../log.ts';
-import type { ConnectionGate, ConnectionLimits } from '../net/hardened-server.ts';
+import type { ConnectionGate, ConnectionLimits, TlsKeyPair } from '../net/hardened-server.ts';
 import { bundlePem, type CertificateAuthority, caFromPem } from '../pki/ca.ts';
 import { parsePrivateKeyPem, privateKeyPem } from '../pki/keys.ts';
 import type { ReservedNames } from '../pki/reserved-names.ts';
@@ -116,7 +116,7 @@ export interface BootstrapServerDeps {
   /** Connection caps and timeouts other than the product's defaults (`run --bootstrap-max-connections…`). */
   connectionLimits?: Partial<ConnectionLimits>;
   /** The serving key and certificate, served as given; default: `servingTls` (the configured files, or issued here and renewed). */
-  tls?: { key: string; cert: string };
+  tls?: TlsKeyPair;
   /** The clock of the self-issued serving certificate's renewal (default the system's). */
   clock?: Clock;
   /**
@@ -346,9 +346,9 @@ interface Served {
 }
 
 /**
- * The server's leader-only work, once it serves: the signer, the ledger (holding this replica's own
- * certificates), the renewal of a self-issued serving certificate; `close` closes the server, then
- * what `stop` stops and the ledger.
+ * What runs beside the server once it serves: its leader-only work (the signer, the ledger holding
+ * this replica's own certificates) and, on every replica, the renewal of its serving certificate;
+ * `close` closes the server, then what `stop` stops and the ledger.
  */
 async function bootstrapService(
   config: Config,

@@ -390,6 +390,35 @@ describe('config loader', () => {
     assert.equal(bounds.leaderElection.leaseDuration, 3_600_000);
   });
 
+  test('bounds how old a proof may be, and kops’ MaxTimeSkew, at 15 minutes (a GCE token’s dates must stay inside its hour)', () => {
+    for (const policy of [
+      { name: 'aws', maxProofAge: '16m' },
+      { name: 'gce', maxProofAge: '2h' },
+      { name: 'azure', maxProofAge: '1h' },
+    ]) {
+      assert.throws(
+        () => parseConfig({ clusterName: 'c', cloud: 'aws', bootstrap: { policies: [policy] } }),
+        configErrorMatching(/bootstrap\.policies\[0\]\.maxProofAge: must be at most 15m/),
+        policy.name,
+      );
+    }
+    assert.throws(
+      () =>
+        parseConfig({
+          clusterName: 'c',
+          cloud: 'gce',
+          server: { provider: { gce: { projectID: 'p', MaxTimeSkew: 3600 } } },
+        }),
+      configErrorMatching(/server\.provider\.gce\.MaxTimeSkew: must be at most 900/),
+    );
+    const bounds = parseConfig({
+      clusterName: 'c',
+      cloud: 'aws',
+      bootstrap: { policies: [{ name: 'gce', maxProofAge: '15m' }] },
+    });
+    assert.deepEqual(bounds.bootstrap.policies?.[0], { name: 'gce', maxProofAge: 900_000 });
+  });
+
   test('reports YAML syntax errors with a line and column', () => {
     assert.throws(
       () => parseConfigText('clusterName: c\ncloud: [aws\n'),

@@ -32,6 +32,14 @@ function durationAtMost(max: string) {
 const leaderElectionDuration = durationAtMost('1h');
 /** The deadline of a call a node's request waits for: its client gives up long before. */
 const requestCallTimeout = durationAtMost('5m');
+/**
+ * How old a proof may be: STS honours a signature for 15 minutes, and a proof older than that is a
+ * replay waiting to happen, not a slow node. It is also the clock skew tolerated on a GCE token's
+ * dates, which must stay well inside the token's hour.
+ */
+const proofAge = durationAtMost('15m');
+/** kops' `MaxTimeSkew` (seconds), bounded as {@link proofAge}. */
+const maxTimeSkew = z.number().int().nonnegative().max(900, { message: 'must be at most 900 (15 minutes)' });
 
 /** A listen address: ":port", "host:port" or "[v6]:port", the port 0-65535 (0: any free port). */
 export const listenAddress = z
@@ -55,7 +63,7 @@ const gceVerifier = z.strictObject({
   projectID: z.string().min(1),
   region: z.string().optional(),
   clusterName: z.string().optional(),
-  MaxTimeSkew: z.number().int().nonnegative().optional(),
+  MaxTimeSkew: maxTimeSkew.optional(),
 });
 
 /**
@@ -105,7 +113,7 @@ const serverProviders = z.strictObject({
 const serverOptions = z.strictObject({
   Listen: listenAddress.default(':3988'),
   provider: serverProviders.default({}),
-  pki: z.strictObject({ MaxTimeSkew: z.number().int().nonnegative().optional() }).optional(),
+  pki: z.strictObject({ MaxTimeSkew: maxTimeSkew.optional() }).optional(),
   serverKeyPath: z.string().optional(),
   serverCertificatePath: z.string().optional(),
   caBasePath: z.string().optional(),
@@ -166,7 +174,7 @@ export const bootstrapPolicySpec = z.discriminatedUnion('name', [
   z.strictObject({
     name: z.literal('aws'),
     /** How old a signed STS proof may be. */
-    maxProofAge: duration.default(300_000),
+    maxProofAge: proofAge.default(300_000),
     /** Where proofs are replayed (default: the regional STS endpoint). */
     stsEndpoint: z.url().optional(),
     stsTimeout: requestCallTimeout.default(5_000),
@@ -176,7 +184,7 @@ export const bootstrapPolicySpec = z.discriminatedUnion('name', [
     /** The audience identity tokens must carry (default: the bootstrap server URL). */
     audience: z.string().min(1).optional(),
     /** How old an identity token or TPM proof may be (default: server.provider.gce.MaxTimeSkew, else 5m). */
-    maxProofAge: duration.optional(),
+    maxProofAge: proofAge.optional(),
     /** Where Google's token keys are published (default Google's JWKS). */
     jwksUrl: z.url().optional(),
   }),
@@ -233,7 +241,7 @@ export const bootstrapPolicySpec = z.discriminatedUnion('name', [
     /** kops Azure: `x-azure-id` with IMDS's attested document, checked against ARM, then the callback. */
     name: z.literal('azure'),
     /** How old an attested document may be (its `createdOn`). */
-    maxProofAge: duration.default(300_000),
+    maxProofAge: proofAge.default(300_000),
     /** PEM roots the document's signer must chain to (default: Node's public roots). */
     rootsFile: z.string().min(1).optional(),
     /** PEM intermediates to use before fetching them from the PKI repository. */

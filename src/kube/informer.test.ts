@@ -157,8 +157,14 @@ describe('informer', () => {
     assert.equal(informer.watchSilenceMs(), undefined, 'not even listed');
     await informer.waitForSync();
     await until(() => resource.watchers.size === 1);
-    assert.equal(informer.watchSilenceMs(), 0, 'accepted from our resourceVersion: current as of now');
-    await clock.advance(5_000);
+    assert.equal(informer.watchSilenceMs(), undefined, 'just accepted: its first line may still be an error');
+    await clock.advance(1_000);
+    assert.equal(
+      informer.watchSilenceMs(),
+      1_000,
+      'open a second since the accept: current as of the accept',
+    );
+    await clock.advance(4_000);
     assert.equal(informer.watchSilenceMs(), 5_000, 'a quiet stream proves nothing more as time goes by');
     resource.bookmark();
     assert.equal(informer.watchSilenceMs(), 0);
@@ -172,9 +178,27 @@ describe('informer', () => {
     assert.equal(informer.watchSilenceMs(), undefined, 'a refused watch is no claim either');
     await clock.advance(30_000);
     await until(() => resource.watchers.size === 1);
-    assert.equal(informer.watchSilenceMs(), 0, 'the new stream was accepted');
+    await clock.advance(1_000);
+    assert.equal(informer.watchSilenceMs(), 1_000, 'the new stream was accepted');
     await informer.stop();
     assert.equal(informer.watchSilenceMs(), undefined, 'stopped');
+  });
+
+  test('a stream accepted and then refused in its first line (a too-old resourceVersion: 200, then a 410 ERROR) is never current', async () => {
+    const resource = new FakeResource();
+    resource.put('a', 'Pending');
+    const clock = new FakeClock();
+    const { informer } = startInformer(resource, clock);
+    await informer.waitForSync();
+    await until(() => resource.watchers.size === 1);
+    await clock.advance(50);
+    assert.equal(informer.watchSilenceMs(), undefined, 'accepted 50 ms ago, nothing delivered yet');
+    const [stream] = resource.watchers;
+    resource.failLists = 1; // the re-list the 410 calls for fails once: no stream for a while
+    stream?.onEvent('ERROR', { code: 410, message: 'too old resource version: 1 (5)' });
+    await clock.advance(1_000);
+    assert.equal(informer.watchSilenceMs(), undefined, 'the accept of a refused stream never counts');
+    await informer.stop();
   });
 
   test('staleMs: time since the cache was last known current (a list, a watch the server accepted, an event); a refused watch does not count; the gauge follows', async () => {
@@ -204,7 +228,13 @@ describe('informer', () => {
     resource.failWatchConnects = 0;
     await clock.advance(30_000);
     await until(() => resource.watchers.size === 1);
-    assert.equal(informer.staleMs(), 0, 'accepted again');
+    assert.ok((informer.staleMs() ?? 0) >= 90_000, 'accepted again, not confirmed yet');
+    await clock.advance(1_000);
+    assert.equal(
+      informer.staleMs(),
+      1_000,
+      'accepted a second ago, and still open: current as of the accept',
+    );
     resource.put('b', 'Pending');
     assert.equal(Number(await gauge()), clock.now() / 1000);
     await informer.stop();

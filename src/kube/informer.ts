@@ -566,15 +566,15 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
 
   /**
    * Milliseconds since the open watch stream was accepted by the API server or last delivered an event
-   * or a bookmark, or undefined when no stream is open (connecting, listing, backing off, stopped). A
-   * reader that acts on the absence of an object uses it to tell a current cache from one that may lag.
-   * The accept counts because the API server bookmarks a watch only while its resource changes (or
-   * etcd reports progress, every 10 minutes by default): a quiet resource's stream delivers nothing,
-   * and is reopened after {@link watchIdleTimeoutMs} of silence. A stream accepted from our
-   * resourceVersion sends what changed since right behind its answer, so what the cache may miss is
-   * that backlog's few milliseconds in flight — the lag of the API server's own informers (its
-   * bootstrap-token authenticator, the node authorizer) — and a stalled stream until the idle timeout,
-   * as before the accept counted.
+   * or a bookmark, or undefined when no stream is open (connecting, listing, backing off, stopped) or
+   * the open one was accepted less than a second ago and has delivered nothing yet. A reader that acts
+   * on the absence of an object uses it to tell a current cache from one that may lag. The accept
+   * counts because the API server bookmarks a watch only while its resource changes (or etcd reports
+   * progress, every 10 minutes by default): a quiet resource's stream delivers nothing, and is reopened
+   * after {@link watchIdleTimeoutMs} of silence. It counts only after the stream stayed open a second
+   * without an error (a too-old resourceVersion is accepted, then refused in the stream), dated at
+   * the accept: the changes since our resourceVersion follow it at once. What may still be missed is a
+   * stream that stalls, until the idle timeout.
    */
   watchSilenceMs(): number | undefined {
     return this.#watchHeardAt === undefined ? undefined : this.#clock.monotonic() - this.#watchHeardAt;
@@ -597,10 +597,12 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     return this.#synced && this.#wanted && this.#currentAt !== undefined ? this.#currentAtEpochMs : undefined;
   }
 
-  #markCurrent(): void {
+  /** The cache was current at `at` (monotonic; now by default), unless known current later already. */
+  #markCurrent(at = this.#clock.monotonic(), atEpochMs = this.#clock.now()): void {
     // Two numbers, no object: this runs for every event of every watch.
-    this.#currentAt = this.#clock.monotonic();
-    this.#currentAtEpochMs = this.#clock.now();
+    if (this.#currentAt !== undefined && this.#currentAt > at) return;
+    this.#currentAt = at;
+    this.#currentAtEpochMs = atEpochMs;
   }
 
   /** The resourceVersion the next watch resumes from, if any. */
@@ -724,13 +726,22 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
       let gone = false;
       let ended = false;
       let handle: { abort(): void } | undefined;
+      let unconfirm = (): void => undefined;
       const onOpen = () => {
         if (ended) return;
-        openedAt = this.#clock.monotonic();
-        // Accepted from our resourceVersion: the server streams every change after it, so the cache is
-        // current as of now (a quiet resource may get no bookmark for many minutes).
-        this.#watchHeardAt = openedAt;
-        this.#markCurrent();
+        const at = this.#clock.monotonic();
+        const atEpochMs = this.#clock.now();
+        openedAt = at;
+        // Accepted from our resourceVersion: the server streams every change after it, so the cache
+        // was current as of the accept (a quiet resource may get no bookmark for many minutes). But
+        // the answer comes before the stream's first line, which may still be an error (a too-old
+        // resourceVersion is a 200, then a 410 ERROR) or the backlog: the accept counts once the
+        // stream has stayed open a moment without failing, dated when it came.
+        unconfirm = this.#clock.setTimer(() => {
+          if (ended || failure !== undefined || gone) return;
+          this.#watchHeardAt = Math.max(this.#watchHeardAt ?? at, at);
+          this.#markCurrent(at, atEpochMs);
+        }, healthyWatchMs);
       };
       const onEvent = (type: WatchEventType, object: unknown) => {
         if (ended || failure !== undefined || gone) return;
@@ -752,6 +763,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
       const onDone = (err?: unknown) => {
         if (ended) return;
         ended = true;
+        unconfirm();
         stop.removeEventListener('abort', onStop);
         this.#watchHeardAt = undefined;
         if (gone || httpStatusOfApiError(err) === 410) resolve({ end: 'gone', served: served() });

@@ -53,12 +53,15 @@ test('mergeEntries caps the size, dropping the certificates that expire last', (
     merged.entries.map((e) => e.instance),
     ['node-0', 'node-1', 'node-2', 'node-3'],
   );
-  // What only the margin keeps goes first.
+  // What only the margin keeps goes first, and is not counted: it is no loss worth a warning.
   const expired = entry('node-x', now - 3600);
+  const withExpired = mergeEntries([expired], entries, now, 4);
   assert.deepEqual(
-    mergeEntries([expired], entries, now, 4).entries.map((e) => e.instance),
+    withExpired.entries.map((e) => e.instance),
     ['node-0', 'node-1', 'node-2', 'node-3'],
   );
+  assert.equal(withExpired.droppedOverCap, 6);
+  assert.equal(mergeEntries([expired], entries.slice(0, 4), now, 4).droppedOverCap, 0);
   assert.deepEqual(mergeEntries([expired], entries.slice(0, 3), now, 4).entries.at(-1), expired);
 });
 

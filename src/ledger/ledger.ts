@@ -57,7 +57,7 @@ export function isCurrent(entry: LedgerEntry, now: number): boolean {
  * certificates expiring within its lead, the late renewals the alerts exist for. The gauge and the
  * listings still judge by {@link isCurrent}, without the margin.
  */
-export const keptPastExpirySeconds = 86_400;
+const keptPastExpirySeconds = 86_400;
 
 /**
  * The order in which entries survive a cap: the current ones at `now`, earliest expiry first (the
@@ -67,7 +67,10 @@ export function keptFirst(now: number): (a: LedgerEntry, b: LedgerEntry) => numb
   return (a, b) => Number(!isCurrent(a, now)) - Number(!isCurrent(b, now)) || a.notAfter - b.notAfter;
 }
 
-/** What the caller learns from {@link mergeEntries}: the ledger and how many entries the cap dropped. */
+/**
+ * What the caller learns from {@link mergeEntries}: the ledger, and how many current entries the cap
+ * dropped (entries only the margin keeps go first, and say nothing worth a warning).
+ */
 export interface Merged {
   entries: LedgerEntry[];
   droppedOverCap: number;
@@ -104,8 +107,12 @@ export function mergeEntries(
     );
   }
   let entries = [...byKey.values()];
-  const droppedOverCap = Math.max(0, entries.length - cap);
-  if (droppedOverCap > 0) entries = entries.sort(keptFirst(now)).slice(0, cap);
+  let droppedOverCap = 0;
+  if (entries.length > cap) {
+    entries.sort(keptFirst(now));
+    droppedOverCap = entries.slice(cap).filter((entry) => isCurrent(entry, now)).length;
+    entries = entries.slice(0, cap);
+  }
   entries.sort((a, b) => (entryKey(a) < entryKey(b) ? -1 : entryKey(a) > entryKey(b) ? 1 : 0));
   return { entries, droppedOverCap };
 }

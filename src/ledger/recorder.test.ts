@@ -82,6 +82,11 @@ test('held certificates are recorded with a hold that the recorder renews; recor
   ]);
 });
 
+/** A kubelet certificate's entry for `instance`, expiring in 2033. */
+function entry(instance: string): LedgerEntry {
+  return { kind: 'kubelet', instanceGroup: 'nodes', instance, serial: '01', notBefore: 0, notAfter: 2e9 };
+}
+
 /** The recorder's interval timer mocked, and a clock (wall and monotonic) that moves with it, from 2030-01-01. */
 function mockedTime(t: TestContext) {
   t.mock.timers.enable({ apis: ['setInterval'] });
@@ -114,14 +119,6 @@ test('flushes keep to the byte budget: after a large write the next waits for it
     monotonic: nowMs,
   });
   const started = nowMs();
-  const entry = (instance: string): LedgerEntry => ({
-    kind: 'kubelet',
-    instanceGroup: 'nodes',
-    instance,
-    serial: '01',
-    notBefore: 0,
-    notAfter: 2e9,
-  });
   recorder.start();
   recorder.record([entry('node-1')]);
   await tick(1_000);
@@ -237,14 +234,6 @@ test('a step of the wall clock does not hold the timed flushes: the byte budget 
     },
     now: () => new Date(clock.now()),
     monotonic: () => clock.monotonic(),
-  });
-  const entry = (instance: string): LedgerEntry => ({
-    kind: 'kubelet',
-    instanceGroup: 'nodes',
-    instance,
-    serial: '01',
-    notBefore: 0,
-    notAfter: 2e9,
   });
   recorder.record([entry('node-0')]);
   await recorder.flushDue();

@@ -97,6 +97,9 @@ export const tlsServerPolicy = {
 } as const;
 
 /** Options of {@link startHardenedServer}. */
+/** A TLS private key and its certificate chain, PEM. */
+export type TlsKeyPair = { key: string; cert: string };
+
 export interface HardenedServerOptions {
   /** Names the server in metrics (label `server`) and logs, e.g. `bootstrap`. */
   name: string;
@@ -105,7 +108,7 @@ export interface HardenedServerOptions {
   /** Where an operator chooses the address (`server.Listen`, `--listen`), named when it cannot be bound. */
   listenSetting: string;
   /** Serves HTTPS with this key and certificate chain (PEM); plain HTTP without. */
-  tls?: { key: string; cert: string };
+  tls?: TlsKeyPair;
   limits?: Partial<ConnectionLimits>;
   /** The largest request head accepted, in bytes (default Node's 16 KiB). */
   maxHeaderSize?: number;
@@ -196,7 +199,7 @@ export interface HardenedServer {
    * Serves new connections with this key and certificate chain (PEM), under the same TLS policy; the
    * connections open keep theirs. A server of plain HTTP has no certificate: it throws.
    */
-  setSecureContext(tls: { key: string; cert: string }): void;
+  setSecureContext(tls: TlsKeyPair): void;
   /**
    * Stops accepting. Idle connections close at once, busy ones as their answers go out, and
    * whatever is left after `graceMs` (default 0) is cut.

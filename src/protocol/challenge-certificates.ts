@@ -35,7 +35,7 @@ const hourMs = 3_600_000;
  * A certificate of the challenge is replaced when less than this remains of it: more than a callback
  * takes, so neither side ever presents one that expires during the exchange.
  */
-export const challengeRenewBeforeMs = 15 * 60_000;
+const challengeRenewBeforeMs = 15 * 60_000;
 
 /** When a challenge certificate was made, on the wall clock and on the monotonic clock. */
 export interface MadeAt {
@@ -110,7 +110,7 @@ export function challengeServerCertificate(clusterName: string, now = new Date()
 const challengeClientBackdateMs = 48 * hourMs;
 
 /** The controller's client certificate is valid until this long after it is made. */
-export const challengeClientLifetimeMs = hourMs;
+const challengeClientLifetimeMs = hourMs;
 
 /** The controller's client certificate for `clusterName`, signed by `ca`, valid until an hour from `now`. */
 export function challengeClientCertificate(
