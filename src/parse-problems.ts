@@ -36,3 +36,21 @@ export function yamlSyntaxProblem(doc: Pick<Document, 'errors'>, source: string)
   const where = pos ? `line ${pos.line}, column ${pos.col}` : 'unknown position';
   return `${source}: ${where}: ${first.message.split(' at line')[0]?.split('\n')[0]}`;
 }
+
+/**
+ * What a step of the yaml library (parsing text, expanding a document) returns, or why it failed
+ * where it throws rather than reports: an alias that names no anchor or more than its 100 alias
+ * expansions (its `maxAliasCount`, which stops alias bombs), a ReferenceError; nesting deep enough
+ * to overflow the stack (its parser's or its expansion's), a RangeError. The caller names its source
+ * and its error type; anything else `step` throws is rethrown.
+ */
+export function yamlAttempt<T>(step: () => T): { value: T } | { problem: string; cause: Error } {
+  try {
+    return { value: step() };
+  } catch (err) {
+    if (err instanceof RangeError)
+      return { problem: `collections nested too deeply (${err.message})`, cause: err };
+    if (err instanceof ReferenceError) return { problem: err.message, cause: err };
+    throw err;
+  }
+}

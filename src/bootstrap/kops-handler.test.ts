@@ -11,6 +11,7 @@ import {
 } from '../errors.ts';
 import { silentLogger } from '../log.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
+import { bytesOf, childrenOf, octetString, readRoot, sequence } from '../pki/der.ts';
 import { generateKey, spkiOf } from '../pki/keys.ts';
 import { encodePem } from '../pki/pem.ts';
 import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
@@ -177,6 +178,37 @@ describe('kops POST /bootstrap', () => {
     const weakAnswer = await only({ kubelet: nodeupKey(weak) });
     assert.equal(weakAnswer.status, 400);
     assert.match(String(weakAnswer.body), /too weak/);
+  });
+
+  test('attack: a public key OpenSSL cannot read (a point off its curve, extra fields) is a 400 naming the key, nothing is signed, and a readable one is certified as OpenSSL writes it', async () => {
+    const { ca, audit, call } = setup();
+    // Reproducers of the fuzzing campaign (tmp/fuzz-s11): a P-256 point off its curve, and an
+    // ECDSA P-384 SPKI with a third element.
+    for (const hex of [
+      '3059301306072a8648ce3d020106082a8648ce3d0301070342000449353fab114a0c9fdbe1e3e4d0991f571e8e9d69b13a316dead89282c4d00bb5751eb2e3c3ae87f9af4e58ab393cf606ed58049c564970d6de1f89d86bc226a5',
+      '3081da301006072a8648ce3d020106052b8104002203620004537d0b01648cf0c54fd2219b8098dc69938304644065383892733271b38320e84b3b025b398c4cb643716c14d82dcb9943f51b0a17740ff089f734122b957bb751eb1dd80bc7d0038c0e5c9fefd6f66399c9738794f3074ea4445c605aee956603620004537d0b01648cf0c54fd2219b8098dc69938304644065383892733271b38320e84b3b025b398c4cb643716c14d82dcb9943f51b0a17740ff089f734122b957bb751eb1dd80bc7d0038c0e5c9fefd6f66399c9738794f3074ea4445c605aee9566',
+    ]) {
+      const answer = await call({
+        ...nodeupRequest(ca),
+        certs: { kubelet: encodePem('RSA PUBLIC KEY', Buffer.from(hex, 'hex')) },
+      });
+      assert.equal(answer.status, 400, String(answer.body));
+      assert.match(String(answer.body), /^failed to issue "kubelet": unreadable public key/);
+    }
+    assert.ok(!audit.some((record) => record.issued), 'nothing signed');
+    // RSA parameters OpenSSL ignores (Go refuses them): the certificate carries the key as OpenSSL writes it.
+    const [algorithm, keyBits] = childrenOf(readRoot(spkiOf(keys[0] as KeyObject))).map(bytesOf) as [
+      Buffer,
+      Buffer,
+    ];
+    const [rsaEncryption] = childrenOf(readRoot(algorithm)).map(bytesOf) as [Buffer];
+    const odd = sequence(sequence(rsaEncryption, octetString(Buffer.of(1))), keyBits);
+    const answer = await call({ ...nodeupRequest(ca), certs: { kubelet: encodePem('RSA PUBLIC KEY', odd) } });
+    assert.equal(answer.status, 200, String(answer.body));
+    const kubelet = new X509Certificate(
+      (answer.body as { Certs: Record<string, string> }).Certs['kubelet'] as string,
+    );
+    assert.deepEqual(kubelet.publicKey.export({ format: 'der', type: 'spki' }), spkiOf(keys[0] as KeyObject));
   });
 
   test('kube-router from kubernetes-ca, and etcd-client-cilium from its own CA, each with its keypair id', async () => {

@@ -442,6 +442,23 @@ describe('config loader', () => {
     );
   });
 
+  test('what the YAML library throws rather than reports is a ConfigError naming the file: an alias bomb, an alias to no anchor, collections nested thousands deep', () => {
+    // The fuzzing campaign's reproducers (tmp/fuzz-s11), in kind.
+    const bomb =
+      'a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\n';
+    for (const [text, message] of [
+      [bomb, /^c\.yaml: Excessive alias count/],
+      ['clusterName: *.example.com\ncloud: metal\n', /^c\.yaml: Unresolved alias/],
+      // The yaml library reports some overflows of its stack itself, as a syntax error.
+      [
+        `clusterName: c\n${'- '.repeat(3_000)}\nbootstrap: {}\n`,
+        /^c\.yaml: (?:collections nested too deeply|line \d+, column \d+: Maximum call stack size exceeded)/,
+      ],
+    ] as const) {
+      assert.throws(() => parseConfigText(text, 'c.yaml'), configErrorMatching(message));
+    }
+  });
+
   test('a missing file says which file and how to point at another', async () => {
     await assert.rejects(
       loadConfigFile('/nonexistent/config.yaml'),

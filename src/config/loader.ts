@@ -2,7 +2,7 @@
 import { readFile } from 'node:fs/promises';
 import { parseDocument } from 'yaml';
 import { ConfigError, fileErrorReason } from '../errors.ts';
-import { describeIssue, formatIssuePath, yamlSyntaxProblem } from '../parse-problems.ts';
+import { describeIssue, formatIssuePath, yamlAttempt, yamlSyntaxProblem } from '../parse-problems.ts';
 import { type Config, configSchema } from './schema.ts';
 
 /** Validates an already-parsed configuration object. */
@@ -23,15 +23,28 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
 }
 
 /**
+ * The plain value of YAML or JSON text an operator wrote (this file, the metal inventory); every
+ * failure a ConfigError naming `source`: a syntax error with its line and column, or what the yaml library
+ * throws ({@link yamlAttempt}).
+ */
+export function parseYamlText(text: string, source: string): unknown {
+  const result = yamlAttempt((): unknown => {
+    const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+    const problem = yamlSyntaxProblem(doc, source);
+    if (problem) throw new ConfigError(problem);
+    return doc.toJS();
+  });
+  if ('problem' in result) throw new ConfigError(`${source}: ${result.problem}`, { cause: result.cause });
+  return result.value;
+}
+
+/**
  * Parses YAML or JSON text into a configuration; syntax errors name the line and column. A file is
  * the whole configuration, so a `server` section must also say how nodes are approved (see
  * {@link approvalChainProblem}); {@link parseConfig} leaves that to callers that bring their own chain.
  */
 export function parseConfigText(text: string, source = 'config'): Config {
-  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-  const problem = yamlSyntaxProblem(doc, source);
-  if (problem) throw new ConfigError(problem);
-  const config = parseConfig(doc.toJS(), source);
+  const config = parseConfig(parseYamlText(text, source), source);
   const chain = approvalChainProblem(config);
   if (chain) throw new ConfigError(`${source}: ${chain}`);
   return config;

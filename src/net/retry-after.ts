@@ -3,11 +3,17 @@
  * delta-seconds or an HTTP date (RFC 9110 §10.2.3). One parser, so every client waits alike.
  */
 
-/** Retry-After in whole seconds from now; undefined when absent, malformed or already past. */
+/**
+ * Retry-After in whole seconds from now; undefined when absent, malformed, already past, or more
+ * digits than a safe integer holds (Number rounds them, or makes them Infinity).
+ */
 export function retryAfterSeconds(header: string | undefined, now = Date.now()): number | undefined {
   const value = header?.trim();
   if (!value) return undefined;
-  if (/^\d+$/.test(value)) return Number(value) > 0 ? Number(value) : undefined;
+  if (/^\d+$/.test(value)) {
+    const seconds = Number(value);
+    return seconds > 0 && Number.isSafeInteger(seconds) ? seconds : undefined;
+  }
   const at = Date.parse(value);
   if (Number.isNaN(at) || at <= now) return undefined;
   return Math.ceil((at - now) / 1000);

@@ -9,7 +9,7 @@ import { parseDocument } from 'yaml';
 import { z } from 'zod';
 import { parseDuration } from '../config/duration.ts';
 import { InvalidInputError } from '../errors.ts';
-import { describeIssue, yamlSyntaxProblem } from '../parse-problems.ts';
+import { describeIssue, yamlAttempt, yamlSyntaxProblem } from '../parse-problems.ts';
 import { nodeFilePath } from './folder.ts';
 import { validateServerUrl } from './kubeconfig.ts';
 import {
@@ -134,10 +134,15 @@ export interface WantedEntry {
 
 /** Parses and validates the text of an apply file (YAML or JSON); `source` names it in errors. */
 export function parseApplySpec(text: string, source: string): ApplySpec {
-  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-  const problem = yamlSyntaxProblem(doc, source);
-  if (problem) throw new InvalidInputError(problem);
-  const result = applySchema.safeParse(doc.toJS() ?? {});
+  const parsed = yamlAttempt((): unknown => {
+    const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+    const problem = yamlSyntaxProblem(doc, source);
+    if (problem) throw new InvalidInputError(problem);
+    return doc.toJS();
+  });
+  if ('problem' in parsed)
+    throw new InvalidInputError(`${source}: ${parsed.problem}`, { cause: parsed.cause });
+  const result = applySchema.safeParse(parsed.value ?? {});
   if (!result.success) {
     throw new InvalidInputError(`${source}: ${result.error.issues.map(describeIssue).join('; ')}`);
   }

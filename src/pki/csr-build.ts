@@ -25,10 +25,17 @@ function attributesOf(content: CsrContent): Buffer {
   return tlv(0xa0, sequence(oid(extensionRequestOid), set(extensions)));
 }
 
+/**
+ * The DER request made of an encoded certificationRequestInfo signed with `key`; the tests build
+ * requests with unusual contents through it.
+ */
+export function signRequestInfo(key: KeyObject, info: Buffer): Buffer {
+  const scheme = signatureSchemeFor(key);
+  return sequence(info, scheme.algorithmIdentifier, bitString(sign(scheme.hash, info, key)));
+}
+
 /** A signed PKCS#10 request for `content` with `key` (the private key), as PEM. */
 export function buildCsrPem(key: KeyObject, content: CsrContent): string {
-  const scheme = signatureSchemeFor(key);
   const info = sequence(smallInteger(0), encodeName(content.subject), spkiOf(key), attributesOf(content));
-  const signature = sign(scheme.hash, info, key);
-  return encodePem('CERTIFICATE REQUEST', sequence(info, scheme.algorithmIdentifier, bitString(signature)));
+  return encodePem('CERTIFICATE REQUEST', signRequestInfo(key, info));
 }

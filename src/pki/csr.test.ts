@@ -2,7 +2,24 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { openssl, scratchFile } from '../testing/openssl.ts';
 import { maxCsrBytes, parseCsr, parseCsrAsync, RequestRejectedError } from './csr.ts';
+import { signRequestInfo } from './csr-build.ts';
+import {
+  boolean,
+  bytesOf,
+  childrenOf,
+  nullValue,
+  octetString,
+  oid,
+  readRoot,
+  sequence,
+  set,
+  smallInteger,
+  Tag,
+  tlv,
+} from './der.ts';
+import { generateKey, spkiOf } from './keys.ts';
 import { decodePem, encodePem } from './pem.ts';
+import { encodeName } from './x509.ts';
 
 function opensslCsr(
   keyArgs: string[],
@@ -117,6 +134,106 @@ describe('bad requests are rejected with a precise reason', () => {
     );
   });
 
+  test("attack: the outer signature algorithm's parameters, which the signature does not cover, are absent for ECDSA and Ed25519 and exactly NULL for RSA: a copy with other bytes is refused", async () => {
+    const edCsr = opensslCsr(['-newkey', 'ed25519']);
+    /** The request `pem` with its outer signature AlgorithmIdentifier made of `algorithm`'s OID and `rest`. */
+    const withAlgorithm = (pem: string, rest: Buffer[]) => {
+      const [info, algorithm, signature] = childrenOf(
+        readRoot(decodePem(pem, 'CERTIFICATE REQUEST')[0] as Buffer),
+      ).map(bytesOf) as [Buffer, Buffer, Buffer];
+      const [algorithmOid] = childrenOf(readRoot(algorithm)).map(bytesOf) as [Buffer];
+      return sequence(info, sequence(algorithmOid, ...rest), signature);
+    };
+    // As sent, they are accepted: the tests below change nothing else.
+    for (const [pem, rest] of [
+      [rsaCsr, [nullValue]],
+      [ecCsr, []],
+      [edCsr, []],
+    ] as const) {
+      parseCsr(withAlgorithm(pem, [...rest]));
+    }
+    for (const [what, pem, rest] of [
+      // The fuzzing campaign's reproducer (tmp/fuzz-s11): NULL with a content byte.
+      ['RSA, a NULL with content', rsaCsr, [tlv(Tag.null, Buffer.of(0))]],
+      ['RSA, an OCTET STRING', rsaCsr, [octetString(Buffer.from('deadbe', 'hex'))]],
+      ['RSA, no parameters', rsaCsr, []],
+      ['RSA, NULL and more', rsaCsr, [nullValue, nullValue]],
+      ['ECDSA, NULL', ecCsr, [nullValue]],
+      ['Ed25519, NULL', edCsr, [nullValue]],
+    ] as const) {
+      await rejected(withAlgorithm(pem, [...rest]), 'signature', /signature algorithm parameters/).catch(
+        (err: Error) => {
+          throw new Error(`${what}: ${err.message}`, { cause: err });
+        },
+      );
+    }
+  });
+
+  test('non-DER inside the signed request is malformed: a BOOLEAN other than 00/FF, a non-minimal OID, an extension of four parts, a field after the attributes, a second extensionRequest', async () => {
+    const key = generateKey();
+    const clientAuth = octetString(sequence(oid('1.3.6.1.5.5.7.3.2')));
+    const extendedKeyUsage = oid('2.5.29.37');
+    /** A request of `key` with these extensionRequest attributes' extensions, and `more` fields after them. */
+    const request = (extensionSets: Buffer[][], more: Buffer[] = []) =>
+      signRequestInfo(
+        key,
+        sequence(
+          smallInteger(0),
+          encodeName({ commonName: 'system:node:node-a', organizations: ['system:nodes'] }),
+          spkiOf(key),
+          tlv(
+            0xa0,
+            Buffer.concat(
+              extensionSets.map((extensions) =>
+                sequence(oid('1.2.840.113549.1.9.14'), set(sequence(...extensions))),
+              ),
+            ),
+          ),
+          ...more,
+        ),
+      );
+    // The well-formed request is accepted: each case below changes one thing.
+    assert.deepEqual(
+      parseCsr(request([[sequence(extendedKeyUsage, boolean(true), clientAuth)]])).extensions.critical,
+      ['2.5.29.37'],
+    );
+    // The fuzzing campaign's reproducers (tmp/fuzz-s11) were of these kinds.
+    for (const [what, der, message] of [
+      [
+        'critical 01',
+        request([[sequence(extendedKeyUsage, tlv(Tag.boolean, Buffer.of(1)), clientAuth)]]),
+        /boolean must be 00 or FF/,
+      ],
+      [
+        'an OID sub-identifier starting 0x80',
+        request([[sequence(tlv(Tag.oid, Buffer.from('55801d25', 'hex')), clientAuth)]]),
+        /non-minimal object identifier/,
+      ],
+      [
+        'an extension of four parts',
+        request([[sequence(extendedKeyUsage, boolean(true), nullValue, clientAuth)]]),
+        /extension has 1 fields too many/,
+      ],
+      [
+        'a field after the attributes',
+        request([[]], [nullValue]),
+        /certificationRequestInfo has 1 fields too many/,
+      ],
+      [
+        'two extensionRequest attributes',
+        request([
+          [sequence(extendedKeyUsage, clientAuth)],
+          [sequence(extendedKeyUsage, boolean(true), clientAuth)],
+        ]),
+        /more than one extensionRequest/,
+      ],
+    ] as const) {
+      await rejected(der, 'malformed', message).catch((err: Error) => {
+        throw new Error(`${what}: ${err.message}`, { cause: err });
+      });
+    }
+  });
+
   test('a PEM block of the wrong type', async () => {
     const certificate = openssl([
       'req',
@@ -139,6 +256,25 @@ describe('bad requests are rejected with a precise reason', () => {
       'malformed',
       /not a valid certificate request/,
     );
+  });
+
+  test('PEM armour that does not decode is malformed: BEGIN and END of different types, a body that is not base64', async () => {
+    const [begin, ...rest] = ecCsr.split('\n');
+    const body = rest.join('\n');
+    await rejected(
+      ecCsr.replace('-----BEGIN CERTIFICATE REQUEST-----', '-----BEGIN NEW CERTIFICATE REQUEST-----'),
+      'malformed',
+      /PEM block BEGIN NEW CERTIFICATE REQUEST ends with END CERTIFICATE REQUEST/,
+    );
+    await rejected(
+      `${begin}\n*${body}`,
+      'malformed',
+      /the CERTIFICATE REQUEST PEM block is not valid base64/,
+    );
+  });
+
+  test('text around the one PEM block is ignored, as OpenSSL ignores it', () => {
+    assert.deepEqual(parseCsr(`junk before\n${ecCsr}and after`), parseCsr(ecCsr));
   });
 
   test('truncated DER', async () => {

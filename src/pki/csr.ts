@@ -11,6 +11,8 @@ import {
   contentOf,
   type DerNode,
   expectTag,
+  fieldsOf,
+  nullValue,
   readBitStringBytes,
   readOid,
   readRoot,
@@ -23,7 +25,7 @@ import {
   keyPolicyViolation,
   verifyWithSpki,
 } from './keys.ts';
-import { decodePemBlocks } from './pem.ts';
+import { decodePemBlocks, type PemBlock } from './pem.ts';
 import { type ParsedExtensions, type ParsedName, parseExtensions, parseName } from './x509.ts';
 
 /** Why a certificate request was refused. */
@@ -68,7 +70,13 @@ const extensionRequestOid = '1.2.840.113549.1.9.14';
 function toDer(input: string | Buffer): Buffer {
   const text = typeof input === 'string' ? input : undefined;
   if (text === undefined && (input as Buffer)[0] === Tag.sequence) return input as Buffer;
-  const blocks = decodePemBlocks(text ?? (input as Buffer).toString('latin1'), 'certificate request');
+  let blocks: PemBlock[];
+  try {
+    // Text around the one block is ignored, as OpenSSL ignores it: it is never signed or stored.
+    blocks = decodePemBlocks(text ?? (input as Buffer).toString('latin1'), 'certificate request');
+  } catch (err) {
+    throw new RequestRejectedError('malformed', (err as Error).message, { cause: err });
+  }
   if (blocks.length === 0)
     throw new RequestRejectedError('malformed', 'no PEM block found; expected a CERTIFICATE REQUEST');
   if (blocks.length > 1)
@@ -76,7 +84,7 @@ function toDer(input: string | Buffer): Buffer {
       'malformed',
       `expected one CERTIFICATE REQUEST, found ${blocks.length} PEM blocks`,
     );
-  const [block] = blocks as [{ type: string; der: Buffer }];
+  const [block] = blocks as [PemBlock];
   if (block.type !== 'CERTIFICATE REQUEST' && block.type !== 'NEW CERTIFICATE REQUEST') {
     throw new RequestRejectedError(
       'malformed',
@@ -87,17 +95,18 @@ function toDer(input: string | Buffer): Buffer {
 }
 
 function requestedExtensions(attributes: DerNode | undefined): ParsedExtensions {
-  const none: ParsedExtensions = { other: [], critical: [] };
-  if (!attributes) return none;
-  for (const attribute of childrenOf(attributes)) {
+  let requested: ParsedExtensions | undefined;
+  for (const attribute of attributes ? childrenOf(attributes) : []) {
     const [type, values] = childrenOf(expectTag(attribute, Tag.sequence, 'attribute'));
     if (readOid(expectTag(type, Tag.oid, 'attribute type')) !== extensionRequestOid) continue;
+    // One request, one set of extensions: a second one would be read by some and not by others.
+    if (requested) throw new RequestRejectedError('malformed', 'more than one extensionRequest attribute');
     const [extensions, extra] = childrenOf(expectTag(values, Tag.set, 'attribute values'));
     if (!extensions || extra)
       throw new RequestRejectedError('malformed', 'extensionRequest must hold exactly one value');
-    return parseExtensions(extensions);
+    requested = parseExtensions(extensions);
   }
-  return none;
+  return requested ?? { other: [], critical: [] };
 }
 
 function parseStructure(der: Buffer) {
@@ -105,8 +114,10 @@ function parseStructure(der: Buffer) {
     expectTag(readRoot(der), Tag.sequence, 'certification request'),
   );
   if (extra) throw new RequestRejectedError('malformed', 'certification request has extra fields');
-  const [version, subject, spki, attributes] = childrenOf(
+  const [version, subject, spki, attributes] = fieldsOf(
     expectTag(info, Tag.sequence, 'certificationRequestInfo'),
+    4,
+    'certificationRequestInfo',
   );
   const versionBytes = contentOf(expectTag(version, Tag.integer, 'version'));
   if (versionBytes.length !== 1 || versionBytes[0] !== 0) {
@@ -115,13 +126,16 @@ function parseStructure(der: Buffer) {
       'unsupported certification request version; expected version 1 (0)',
     );
   }
-  const [algorithmOid] = childrenOf(expectTag(algorithm, Tag.sequence, 'signature algorithm'));
+  const [algorithmOid, ...algorithmParameters] = childrenOf(
+    expectTag(algorithm, Tag.sequence, 'signature algorithm'),
+  );
   return {
     info: bytesOf(info as DerNode),
     subject: parseName(expectTag(subject, Tag.sequence, 'subject')),
     spki: Buffer.from(bytesOf(expectTag(spki, Tag.sequence, 'subjectPublicKeyInfo'))),
     extensions: requestedExtensions(attributes && expectTag(attributes, 0xa0, 'attributes')),
     algorithm: readOid(expectTag(algorithmOid, Tag.oid, 'signature algorithm')),
+    algorithmParameters: algorithmParameters.map(bytesOf),
     signature: readBitStringBytes(expectTag(signature, Tag.bitString, 'signature')),
   };
 }
@@ -206,6 +220,19 @@ function inspectCsr(input: string | Buffer): InspectedCsr {
     throw new RequestRejectedError(
       'signature',
       `signature algorithm ${algorithm.name} does not match the ${key.text} key`,
+    );
+  }
+  // The outer AlgorithmIdentifier is not covered by the signature: each algorithm has one spelling
+  // of its parameters (NULL for RSA PKCS#1 v1.5 as RFC 4055 writes them, none for ECDSA and Ed25519:
+  // RFC 5758, RFC 8410), so that no one can make byte-different copies of a request that still verify.
+  const parameters = algorithm.keyType === 'rsa' ? [nullValue] : [];
+  if (
+    structure.algorithmParameters.length !== parameters.length ||
+    structure.algorithmParameters.some((p, i) => !p.equals(parameters[i] as Buffer))
+  ) {
+    throw new RequestRejectedError(
+      'signature',
+      `the signature algorithm parameters of ${algorithm.name} must be ${parameters.length ? 'NULL' : 'absent'}`,
     );
   }
   // Extensions are checked before the signature, the costliest check, as the key policy is.

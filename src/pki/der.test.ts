@@ -16,6 +16,7 @@ import {
   smallInteger,
   Tag,
   time,
+  tlv,
   unsignedInteger,
   utf8String,
 } from './der.ts';
@@ -48,6 +49,19 @@ test('times use UTCTime through 2049 and GeneralizedTime after', () => {
   assert.equal(time(y2050)[0], Tag.generalizedTime);
   assert.equal(readTime(readRoot(time(y2049))).getTime(), y2049.getTime());
   assert.equal(readTime(readRoot(time(y2050))).getTime(), y2050.getTime());
+});
+
+test('times out of range are malformed, not rolled over into the next month or day', () => {
+  for (const [tag, text] of [
+    [Tag.utcTime, '261301000000Z'],
+    [Tag.utcTime, '260230000000Z'],
+    [Tag.utcTime, '260101240000Z'],
+    [Tag.generalizedTime, '20260101006000Z'],
+    [Tag.generalizedTime, '20260101000060Z'],
+  ] as const) {
+    assert.throws(() => readTime(readRoot(tlv(tag, Buffer.from(text)))), /malformed DER: invalid time/, text);
+  }
+  assert.throws(() => readTime(undefined, 'notAfter'), /malformed DER: notAfter is missing/);
 });
 
 test('long lengths encode and decode', () => {

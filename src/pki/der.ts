@@ -245,6 +245,23 @@ export function childrenOf(node: DerNode): DerNode[] {
   return out;
 }
 
+/**
+ * The children of a constructed node that has at most `most` fields: DER fixes a structure's fields,
+ * so any more are malformed, never ignored (bytes nobody reads would travel into what is signed).
+ */
+export function fieldsOf(node: DerNode, most: number, what: string): DerNode[] {
+  const children = childrenOf(node);
+  if (children.length > most) throw malformed(`${what} has ${children.length - most} fields too many`);
+  return children;
+}
+
+/** Checks that a node is NULL; `what` names the field for the error message. */
+export function expectNull(node: DerNode | undefined, what: string): DerNode {
+  const checked = expectTag(node, Tag.null, what);
+  if (checked.end !== checked.contentStart) throw malformed(`${what}: NULL with content`);
+  return checked;
+}
+
 /** The content bytes of a node (without tag and length). */
 export function contentOf(node: DerNode): Buffer {
   return node.buffer.subarray(node.contentStart, node.end);
@@ -273,6 +290,8 @@ export function readOid(node: DerNode): string {
   let dotted = '';
   let value = 0;
   for (const byte of bytes) {
+    // A subidentifier's first byte is never 0x80 (a leading zero group): one OID, one encoding.
+    if (value === 0 && byte === 0x80) throw malformed('non-minimal object identifier');
     value = value * 128 + (byte & 0x7f);
     if (value > Number.MAX_SAFE_INTEGER) throw malformed('object identifier arc too large');
     if ((byte & 0x80) !== 0) continue;
@@ -312,7 +331,9 @@ export function readNamedBits(node: DerNode): number[] {
 export function readBoolean(node: DerNode): boolean {
   const content = contentOf(expectTag(node, Tag.boolean, 'boolean'));
   if (content.length !== 1) throw malformed('boolean must be one byte');
-  return content[0] !== 0;
+  // BER reads any non-zero byte as TRUE; DER allows FF alone, so that one value has one encoding.
+  if (content[0] !== 0 && content[0] !== 0xff) throw malformed('boolean must be 00 or FF');
+  return content[0] === 0xff;
 }
 
 /** Decodes a string node of any of the X.500 string types to text. */
@@ -335,8 +356,9 @@ export function readString(node: DerNode): string {
   }
 }
 
-/** Decodes a UTCTime or GeneralizedTime node. */
-export function readTime(node: DerNode): Date {
+/** Decodes a UTCTime or GeneralizedTime node; `what` names the field for the error message. */
+export function readTime(node: DerNode | undefined, what = 'time'): Date {
+  if (!node) throw malformed(`${what} is missing`);
   const text = contentOf(node).toString('ascii');
   const match =
     node.tag === Tag.utcTime
@@ -344,9 +366,20 @@ export function readTime(node: DerNode): Date {
       : node.tag === Tag.generalizedTime
         ? /^(\d{4})(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})Z$/.exec(text)
         : null;
-  if (!match) throw malformed(`invalid time "${text}"`);
+  if (!match) throw malformed(`invalid ${what} "${text}"`);
   const [, y, mo, d, h, mi, s] = match.map(Number) as number[];
   const year =
     node.tag === Tag.utcTime ? ((y as number) < 50 ? 2000 + (y as number) : 1900 + (y as number)) : y;
-  return new Date(Date.UTC(year as number, (mo as number) - 1, d, h, mi, s));
+  const date = new Date(Date.UTC(year as number, (mo as number) - 1, d, h, mi, s));
+  // Date.UTC rolls fields over (month 13 is next January, 24:00 the next day): such a time is malformed.
+  const read = [mo, d, h, mi, s];
+  const fields = [
+    date.getUTCMonth() + 1,
+    date.getUTCDate(),
+    date.getUTCHours(),
+    date.getUTCMinutes(),
+    date.getUTCSeconds(),
+  ];
+  if (fields.some((field, i) => field !== read[i])) throw malformed(`invalid ${what} "${text}"`);
+  return date;
 }

@@ -12,10 +12,11 @@ import {
 } from 'node:crypto';
 import { InvalidInputError } from '../errors.ts';
 import {
-  childrenOf,
   contentOf,
   type DerNode,
+  expectNull,
   expectTag,
+  fieldsOf,
   nullValue,
   oid,
   readBitStringBytes,
@@ -147,18 +148,34 @@ function bitLength(bytes: Buffer): number {
 
 /**
  * Describes a DER SubjectPublicKeyInfo by reading it directly: much cheaper than building a key
- * object (OpenSSL 3 key decoding costs several signatures' worth of time), so issuance from a bare
- * public key stays close to the cost of its signature. Structure is checked; the EC point is not
- * (a key off its curve only yields a certificate nobody can use).
+ * object (OpenSSL 3 key decoding costs several signatures' worth of time), so issuance for a key
+ * object stays close to the cost of its signature. Structure is checked, strictly: no extra
+ * fields, RSA's parameters exactly NULL and Ed25519's absent (Go's x509 refuses a certificate
+ * otherwise, kubelet included), since a CSR's key is copied into the certificate as it came. The EC
+ * point is not checked: OpenSSL checks it when it decodes the key (a CSR's signature check; a bare
+ * key is decoded when its request is made, `publicKeyRequest`).
  */
 export function describeSpki(spki: Buffer): KeyDescription {
-  const [algorithm, keyBits] = childrenOf(expectTag(readRoot(spki), Tag.sequence, 'subjectPublicKeyInfo'));
-  const [algorithmOid, parameters] = childrenOf(expectTag(algorithm, Tag.sequence, 'key algorithm'));
+  const [algorithm, keyBits] = fieldsOf(
+    expectTag(readRoot(spki), Tag.sequence, 'subjectPublicKeyInfo'),
+    2,
+    'subjectPublicKeyInfo',
+  );
+  const [algorithmOid, parameters] = fieldsOf(
+    expectTag(algorithm, Tag.sequence, 'key algorithm'),
+    2,
+    'key algorithm',
+  );
   const type = readOid(expectTag(algorithmOid, Tag.oid, 'key algorithm'));
   const key = readBitStringBytes(expectTag(keyBits, Tag.bitString, 'public key'));
   const keyIdentifier = hash('sha1', key, 'buffer');
   if (type === '1.2.840.113549.1.1.1') {
-    const [modulus, exponent] = childrenOf(expectTag(readRoot(key), Tag.sequence, 'RSA public key'));
+    expectNull(parameters, 'RSA key parameters');
+    const [modulus, exponent] = fieldsOf(
+      expectTag(readRoot(key), Tag.sequence, 'RSA public key'),
+      2,
+      'RSA public key',
+    );
     const bits = bitLength(unsignedBytes(expectTag(modulus, Tag.integer, 'RSA modulus')));
     const exponentBytes = unsignedBytes(expectTag(exponent, Tag.integer, 'RSA exponent'));
     return {
@@ -183,6 +200,7 @@ export function describeSpki(spki: Buffer): KeyDescription {
     return { type: 'ecdsa', bits: curve.bits, curve: curve.name, text: `ECDSA ${curve.name}`, keyIdentifier };
   }
   if (type === '1.3.101.112') {
+    if (parameters) throw new InvalidInputError('malformed DER: Ed25519 key parameters must be absent');
     if (key.length !== 32) throw new InvalidInputError('malformed Ed25519 public key');
     return { type: 'ed25519', bits: 256, text: 'Ed25519', keyIdentifier };
   }

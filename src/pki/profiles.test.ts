@@ -5,7 +5,8 @@ import { ConfigError, InvalidInputError } from '../errors.ts';
 import { openssl, opensslText, opensslVerify, scratchFile } from '../testing/openssl.ts';
 import { bundlePem, createCa } from './ca.ts';
 import { parseCsr, RequestRejectedError } from './csr.ts';
-import { generateKey } from './keys.ts';
+import { bytesOf, childrenOf, octetString, oid, readRoot, sequence } from './der.ts';
+import { generateKey, spkiOf } from './keys.ts';
 import {
   absoluteLifetimeBounds,
   backdateMs,
@@ -334,6 +335,28 @@ describe('requests are re-validated against the profile and the verified identit
       'key',
       /1024 bits is too weak/,
     );
+  });
+
+  test('attack: a bare public key OpenSSL cannot read is refused (key) and never signed, and one it reads is signed as OpenSSL writes it', () => {
+    // Reproducers of the fuzzing campaign (tmp/fuzz-s11): an RSA AlgorithmIdentifier of three
+    // elements, and a P-256 point off its curve, which only OpenSSL's decoding catches.
+    for (const hex of [
+      '3082012d301806092a864886f70d01010106092a864886f70d01010105000382010f003082010a02820101009c76d38a1b6f26cd96fc601e68f9307185a9f0f0e246bc0e26f618ddcdce1367d1a1fd186f40f656057232940093ebb0cb6d0b8e62de795e6974203cc5f1b7170f1f5c79d725483fc71a254e3588399596be3feccb7d534662d2f93b18d06f4601177fcc885568fdac20462b41c13719790488681d6b40b5599ed785c6459fcbdb7f274bb7caef368c64a9c8d3aafd5098e736a15c22503e219f43f9efe718a14254f5295397725ac76875e1912b971af24f245ce1a71c263c04c72c2afe05f0f36f6a947f7143da9cc71ff7ed866edb41afd4d8b1f5e1017e6615fc843f4016bcefce336c62803f57c5c3123cec42c56f745805a314805c9131710f998cfe050203010001',
+      '3059301306072a8648ce3d020106082a8648ce3d0301070342000449353fab114a0c9fdbe1e3e4d0991f571e8e9d69b13a316dead89282c4d00bb5751eb2e3c3ae87f9af4e58ab393cf606ed58049c564970d6de1f89d86bc226a5',
+    ]) {
+      rejection(
+        () =>
+          issueCertificate(ecCa, 'kubelet', publicKeyRequest(Buffer.from(hex, 'hex')), { name: 'node-a' }),
+        'key',
+        /unreadable public key/,
+      );
+    }
+    // An RSA key whose parameters OpenSSL ignores but Go refuses: certified as OpenSSL writes it.
+    const key = generateKey('rsa-2048');
+    const [, keyBits] = childrenOf(readRoot(spkiOf(key))).map(bytesOf) as [Buffer, Buffer];
+    const odd = sequence(sequence(oid('1.2.840.113549.1.1.1'), octetString(Buffer.of(1))), keyBits);
+    const issued = issueCertificate(ecCa, 'kubelet', publicKeyRequest(odd), { name: 'node-a' }, { now });
+    assert.deepEqual(parseCertificate(issued.der).spki, spkiOf(key));
   });
 
   test('unknown profiles are input errors naming the known ones', () => {

@@ -13,7 +13,7 @@ import type { CertificateAuthority } from './ca.ts';
 import { type ParsedCsr, RequestRejectedError } from './csr.ts';
 import { unsignedInteger } from './der.ts';
 import { canonicalIp } from './ip.ts';
-import { describeSpki, type KeyDescription, keyPolicyViolation, spkiOf } from './keys.ts';
+import { describeSpki, type KeyDescription, keyPolicyViolation, publicKeyFromSpki, spkiOf } from './keys.ts';
 import { encodePem } from './pem.ts';
 import { assertNoReservedNames, defaultReservedNames, type ReservedNames } from './reserved-names.ts';
 import {
@@ -185,9 +185,20 @@ export interface VerifiedIdentity {
 /** What is certified: a CSR, or a bare public key as DER SubjectPublicKeyInfo (kops' bootstrap sends those). */
 export type CertificateRequest = ParsedCsr | { kind: 'public-key'; spki: Buffer };
 
-/** A request for a bare public key, given as a key object or DER SubjectPublicKeyInfo. */
+/**
+ * A request for a bare public key, given as a key object or DER SubjectPublicKeyInfo. Bytes from
+ * elsewhere (a node's) are decoded by OpenSSL and certified as OpenSSL writes them again, never as
+ * sent: nothing checks a bare key as a CSR's signature check does, and the CA must not sign bytes no
+ * client can read (extra fields, a point off its curve) or that only some can. RequestRejectedError
+ * `key` when OpenSSL cannot read them. A key object's SPKI is OpenSSL's own, so it costs nothing more.
+ */
 export function publicKeyRequest(key: KeyObject | Buffer): CertificateRequest {
-  return { kind: 'public-key', spki: Buffer.isBuffer(key) ? key : spkiOf(key) };
+  if (!Buffer.isBuffer(key)) return { kind: 'public-key', spki: spkiOf(key) };
+  try {
+    return { kind: 'public-key', spki: spkiOf(publicKeyFromSpki(key)) };
+  } catch (err) {
+    throw new RequestRejectedError('key', (err as Error).message, { cause: err });
+  }
 }
 
 function describeRequestKey(request: CertificateRequest): KeyDescription {

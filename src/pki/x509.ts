@@ -15,10 +15,12 @@ import {
   type DerNode,
   expectTag,
   explicit,
+  fieldsOf,
   implicitPrimitive,
   namedBits,
   octetString,
   oid,
+  readBitStringBytes,
   readBoolean,
   readNamedBits,
   readNode,
@@ -91,7 +93,11 @@ export function parseName(node: DerNode): ParsedName {
   const attributes: { type: string; value: string }[] = [];
   for (const rdn of childrenOf(expectTag(node, Tag.sequence, 'name'))) {
     for (const attribute of childrenOf(expectTag(rdn, Tag.set, 'relative distinguished name'))) {
-      const [typeNode, valueNode] = childrenOf(expectTag(attribute, Tag.sequence, 'name attribute'));
+      const [typeNode, valueNode] = fieldsOf(
+        expectTag(attribute, Tag.sequence, 'name attribute'),
+        2,
+        'name attribute',
+      );
       const typeOid = readOid(expectTag(typeNode, Tag.oid, 'attribute type'));
       if (!valueNode) throw new InvalidInputError('malformed DER: name attribute without a value');
       attributes.push({ type: attributeNames[typeOid] ?? typeOid, value: readString(valueNode) });
@@ -238,7 +244,7 @@ export function parseExtensions(node: DerNode): ParsedExtensions {
   const out: ParsedExtensions = { other: [], critical: [] };
   const seen = new Set<string>();
   for (const extensionNode of childrenOf(expectTag(node, Tag.sequence, 'extensions'))) {
-    const parts = childrenOf(expectTag(extensionNode, Tag.sequence, 'extension'));
+    const parts = fieldsOf(expectTag(extensionNode, Tag.sequence, 'extension'), 3, 'extension');
     const type = readOid(expectTag(parts[0], Tag.oid, 'extension id'));
     if (seen.has(type)) throw new InvalidInputError(`malformed DER: extension ${type} appears twice`);
     seen.add(type);
@@ -375,13 +381,24 @@ export interface ParsedCertificate {
 
 /** Decodes a DER certificate; throws InvalidInputError with the reason if it is malformed. */
 export function parseCertificate(der: Buffer): ParsedCertificate {
-  const [tbsNode, algorithmNode] = childrenOf(expectTag(readRoot(der), Tag.sequence, 'certificate'));
+  const [tbsNode, algorithmNode, signatureNode] = fieldsOf(
+    expectTag(readRoot(der), Tag.sequence, 'certificate'),
+    3,
+    'certificate',
+  );
+  // Not verified here (the caller checks the issuer), but a certificate without it is none: OpenSSL
+  // would refuse it later, out of the reach of a typed error.
+  readBitStringBytes(expectTag(signatureNode, Tag.bitString, 'signature'));
   const tbs = childrenOf(expectTag(tbsNode, Tag.sequence, 'tbsCertificate'));
   let index = tbs[0]?.tag === 0xa0 ? 1 : 0;
   const serialNode = expectTag(tbs[index++], Tag.integer, 'serial number');
   index++; // the inner signature AlgorithmIdentifier repeats the outer one
   const issuerNode = expectTag(tbs[index++], Tag.sequence, 'issuer');
-  const [notBeforeNode, notAfterNode] = childrenOf(expectTag(tbs[index++], Tag.sequence, 'validity'));
+  const [notBeforeNode, notAfterNode] = fieldsOf(
+    expectTag(tbs[index++], Tag.sequence, 'validity'),
+    2,
+    'validity',
+  );
   const subjectNode = expectTag(tbs[index++], Tag.sequence, 'subject');
   const spkiNode = expectTag(tbs[index++], Tag.sequence, 'subjectPublicKeyInfo');
   const extensionsNode = tbs.slice(index).find((n) => n.tag === 0xa3);
@@ -395,8 +412,8 @@ export function parseCertificate(der: Buffer): ParsedCertificate {
     issuer: parseName(issuerNode),
     subject: parseName(subjectNode),
     subjectDer: Buffer.from(bytesOf(subjectNode)),
-    notBefore: readTime(notBeforeNode as DerNode),
-    notAfter: readTime(notAfterNode as DerNode),
+    notBefore: readTime(notBeforeNode, 'notBefore'),
+    notAfter: readTime(notAfterNode, 'notAfter'),
     spki,
     publicKey: publicKeyFromSpki(spki),
     signatureAlgorithm: readOid(algorithmOid as DerNode),

@@ -164,6 +164,16 @@ describe('kops v1alpha2 parsing', () => {
     assert.throws(() => parseInstanceGroup(ig('  role: Node\n  role: Master\n')), InvalidInputError);
   });
 
+  test('collections nested thousands deep are invalid input naming the file, not a stack overflow', () => {
+    // The fuzzing campaign's shape (tmp/fuzz-s11): a line of block sequences under a sequence's
+    // mapping overflows the yaml library's parser, which throws instead of reporting.
+    const deep = `kind: InstanceGroup\nspec:\n  - name: a\n    role: Node\n${'- '.repeat(3_000)}x\n    other: 1\n`;
+    assert.throws(
+      () => parseInstanceGroup(deep, 'deep.yaml'),
+      invalid(/^deep\.yaml: collections nested too deeply/),
+    );
+  });
+
   test('an alias bomb or an unresolved alias is invalid input naming the file, not an internal error', () => {
     // Eleven levels of ten aliases each: 10^11 nodes if expanded; the YAML library refuses to expand
     // it (its alias-count guard throws a ReferenceError of its own).

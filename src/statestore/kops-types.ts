@@ -6,11 +6,11 @@
  * `masterKubelet` becomes `controlPlaneKubelet`, and v1alpha3's object `cloudProvider` and
  * `networking.subnets` are accepted.
  */
-import { parseAllDocuments } from 'yaml';
+import { type Document, parseAllDocuments } from 'yaml';
 import { z } from 'zod';
 import { InvalidInputError } from '../errors.ts';
 import { labelKeyProblem, labelValueProblem } from '../label-syntax.ts';
-import { formatIssuePath, yamlSyntaxProblem } from '../parse-problems.ts';
+import { formatIssuePath, yamlAttempt, yamlSyntaxProblem } from '../parse-problems.ts';
 
 /** The kops API versions accepted. */
 export const kopsApiVersions = ['kops.k8s.io/v1alpha2', 'kops.k8s.io/v1alpha3'] as const;
@@ -169,24 +169,23 @@ function validate<T>(schema: z.ZodType<T>, raw: unknown, source: string, documen
 }
 
 /**
- * A parsed document's value. Expanding it can still fail on the input: the YAML library refuses an
- * alias that names no anchor, and an alias bomb (aliases of aliases expanding to billions of nodes)
- * through its alias-count guard, both as a ReferenceError of its own; those are invalid input naming
- * the file, as a syntax error is.
+ * A parsed document's value; what stops its expansion ({@link yamlAttempt}: an alias to no anchor, an
+ * alias bomb, nesting that overflows the stack) is invalid input naming the file, as a syntax error is.
  */
-function documentValue(doc: { toJS(): unknown }, document: number, source: string): unknown {
-  try {
-    return doc.toJS();
-  } catch (err) {
-    if (!(err instanceof ReferenceError)) throw err;
-    const where = document > 0 ? `${source} (document ${document + 1})` : source;
-    throw new InvalidInputError(`${where}: ${err.message}`, { cause: err, details: { source } });
-  }
+function documentValue(doc: Pick<Document, 'toJS'>, document: number, source: string): unknown {
+  const result = yamlAttempt((): unknown => doc.toJS());
+  if ('value' in result) return result.value;
+  const where = document > 0 ? `${source} (document ${document + 1})` : source;
+  throw new InvalidInputError(`${where}: ${result.problem}`, { cause: result.cause, details: { source } });
 }
 
 /** Parses YAML text that may hold several `---`-separated kops objects. */
 export function parseKopsObjects(text: string, source = 'input'): KopsObjects {
-  const documents = parseAllDocuments(text, { uniqueKeys: true, prettyErrors: true });
+  const parsed = yamlAttempt(() => parseAllDocuments(text, { uniqueKeys: true, prettyErrors: true }));
+  if ('problem' in parsed) {
+    throw new InvalidInputError(`${source}: ${parsed.problem}`, { cause: parsed.cause, details: { source } });
+  }
+  const documents = parsed.value;
   if (!Array.isArray(documents)) {
     throw new InvalidInputError(`${source}: not a YAML document stream`);
   }

@@ -5,8 +5,10 @@ import { renewalProof } from '../../agent/renewal.ts';
 import type { IdentifyResult, NodeIdentifier } from '../../cloud/types.ts';
 import { NotFoundError, UnavailableError } from '../../errors.ts';
 import { type CertificateAuthority, createCa } from '../../pki/ca.ts';
+import { bytesOf, childrenOf, readRoot, sequence } from '../../pki/der.ts';
 import { generateKey } from '../../pki/keys.ts';
 import { issueCertificate, type ProfileName, publicKeyRequest } from '../../pki/profiles.ts';
+import { bodyDigest, encodeRenewalToken, renewalAudience } from '../../protocol/renewal-proof.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import { isDependencyFault } from '../dependency.ts';
 import type { BootstrapRequest } from '../types.ts';
@@ -189,6 +191,36 @@ describe('renewal policy', () => {
       await refusal(testRequest({ proof: { kind: 'node-renewal', token: junk } })),
       /renewal refused/,
     );
+  });
+
+  test("a proof whose certificate has no signature or an empty validity is refused with the parser's reason, not OpenSSL's or a TypeError's", async () => {
+    const [tbs, algorithm, signature] = childrenOf(readRoot(Buffer.from(certificate().raw))).map(bytesOf) as [
+      Buffer,
+      Buffer,
+      Buffer,
+    ];
+    // The validity is the fifth field of a v3 tbsCertificate.
+    const tbsFields = childrenOf(readRoot(tbs)).map(bytesOf);
+    const emptyValidity = sequence(
+      sequence(...tbsFields.map((field, i) => (i === 4 ? sequence() : field))),
+      algorithm,
+      signature,
+    );
+    // The fuzzing campaign's reproducers (tmp/fuzz-s11) were of these two kinds.
+    for (const [bad, reason] of [
+      [sequence(tbs, algorithm), /^renewal refused: malformed DER: signature is missing$/],
+      [emptyValidity, /^renewal refused: malformed DER: notBefore is missing$/],
+    ] as const) {
+      const body = Buffer.from('{}');
+      const token = encodeRenewalToken({
+        certificate: bad,
+        timestamp: now.toISOString(),
+        audience: renewalAudience(clusterName),
+        bodySha256: bodyDigest(body),
+        signature: Buffer.alloc(64),
+      });
+      assert.match(await refusal(testRequest({ body, proof: { kind: 'node-renewal', token } })), reason);
+    }
   });
 
   test('a node the cloud no longer knows is refused; a cloud that fails is a fault (503), not a refusal', async () => {

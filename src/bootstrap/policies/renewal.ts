@@ -28,7 +28,7 @@ import { verify, X509Certificate } from 'node:crypto';
 import type { NodeIdentifier } from '../../cloud/types.ts';
 import { assessInstance } from '../../controllers/csr-approver/checks.ts';
 import { withDeadline } from '../../deadline.ts';
-import { describeError, ForbiddenError, InternalError, type KopsError, NotFoundError } from '../../errors.ts';
+import { describeError, ForbiddenError, InternalError, KopsError, NotFoundError } from '../../errors.ts';
 import type { CertificateAuthority } from '../../pki/ca.ts';
 import { backdateMs, type ProfileName } from '../../pki/profiles.ts';
 import { type ParsedCertificate, parseCertificate } from '../../pki/x509.ts';
@@ -112,10 +112,10 @@ function deny(reason: string): PolicyDecision {
 /** The reason `certificate` cannot vouch for a node now, or undefined (then `nodeName` is its node). */
 function certificateProblem(
   certificate: ParsedCertificate,
+  x509: X509Certificate,
   ca: CertificateAuthority,
   now: Date,
 ): string | undefined {
-  const x509 = new X509Certificate(certificate.der);
   const issuer = ca.certificates.find((c) => x509.checkIssued(new X509Certificate(c.parsed.der)));
   if (!issuer || !x509.verify(issuer.parsed.publicKey)) return 'the certificate is not from the cluster CA';
   if (certificate.notAfter <= now) return `the certificate expired on ${certificate.notAfter.toISOString()}`;
@@ -166,14 +166,18 @@ export function renewalPolicy(options: RenewalPolicyOptions): BootstrapPolicy {
       const now = context.now();
       let proof: RenewalProof;
       let certificate: ParsedCertificate;
+      let x509: X509Certificate;
       try {
         proof = decodeRenewalToken(request.proof.token);
         certificate = parseCertificate(proof.certificate);
+        x509 = new X509Certificate(certificate.der);
       } catch (err) {
-        return deny(describeError(err));
+        // The parsers' errors name what is wrong; OpenSSL's name its internals ("PEM routines::no
+        // start line" for DER it cannot read).
+        return deny(err instanceof KopsError ? describeError(err) : 'the certificate is unreadable');
       }
       const problem =
-        certificateProblem(certificate, options.ca, now) ??
+        certificateProblem(certificate, x509, options.ca, now) ??
         bindingProblem(proof, certificate, request, options, now);
       if (problem) return deny(problem);
       const nodeName = (certificate.subject.commonName as string).slice(nodePrefix.length);

@@ -94,3 +94,29 @@ test('content without vmId, subscription or createdOn, or with incoherent times,
 test('every rejection is an UnauthenticatedError (a bad proof, never a fault)', async () => {
   await assert.rejects(verifier().verify('', body), { name: 'UnauthenticatedError' });
 });
+
+test('attack: bytes after the ContentInfo are rejected, not ignored: a proof has one spelling', async () => {
+  const document = Buffer.from(await signAttestedContent(content(), authority.signer), 'base64');
+  await verifier().verify(document.toString('base64'), body);
+  // The fuzzing campaign's reproducer (tmp/fuzz-s11) appended four bytes.
+  const padded = Buffer.concat([document, Buffer.from('00000000', 'hex')]).toString('base64');
+  await assert.rejects(verifier().verify(padded, body), {
+    name: 'UnauthenticatedError',
+    message: /not a PKCS#7 SignedData: 4 bytes after it/,
+  });
+});
+
+test('a signer certificate pkijs reads but OpenSSL does not is a rejection naming it, not an OpenSSL error', async () => {
+  const document = Buffer.from(await signAttestedContent(content(), authority.signer), 'base64');
+  // The certificate's own signature algorithm, followed by its signature (a BIT STRING): its NULL
+  // parameters made an empty BOOLEAN, as in the fuzzing campaign's reproducer (tmp/fuzz-s11). The
+  // document's signature does not cover the certificate, so it still verifies.
+  const algorithm = Buffer.from('300d06092a864886f70d01010b050003', 'hex');
+  const at = document.indexOf(algorithm);
+  assert.ok(at > 0);
+  document[at + algorithm.length - 3] = 0x01;
+  await assert.rejects(verifier().verify(document.toString('base64'), body), {
+    name: 'UnauthenticatedError',
+    message: /attested document rejected: the signer certificate is unreadable/,
+  });
+});

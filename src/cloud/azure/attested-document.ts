@@ -109,7 +109,13 @@ export function formatAttestedTime(date: Date): string {
 
 /** The DNS names of a certificate's subjectAltName. */
 function dnsNamesOf(certificate: pkijs.Certificate): string[] {
-  const san = new X509Certificate(Buffer.from(certificate.toSchema().toBER(false))).subjectAltName ?? '';
+  let san: string;
+  try {
+    san = new X509Certificate(Buffer.from(certificate.toSchema().toBER(false))).subjectAltName ?? '';
+  } catch (err) {
+    // pkijs reads some certificates OpenSSL does not (an empty BOOLEAN for NULL parameters).
+    throw reject('the signer certificate is unreadable', err);
+  }
   return san
     .split(', ')
     .filter((entry) => entry.startsWith('DNS:'))
@@ -240,6 +246,8 @@ function parseSignedData(signature: string): pkijs.SignedData {
   try {
     const asn = asn1js.fromBER(new Uint8Array(der));
     if (asn.offset === -1) throw new Error(asn.result.error);
+    // fromBER stops after the first value: bytes after it would give one proof many spellings.
+    if (asn.offset !== der.length) throw new Error(`${der.length - asn.offset} bytes after it`);
     const info = new pkijs.ContentInfo({ schema: asn.result });
     if (info.contentType !== signedDataOid) throw new Error(`content type ${info.contentType}`);
     return new pkijs.SignedData({ schema: info.content });

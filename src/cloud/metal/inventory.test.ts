@@ -97,6 +97,26 @@ test('a YAML syntax error names its position once, as the config and kops files 
   });
 });
 
+test('what the YAML library throws rather than reports is a ConfigError naming the source: an alias bomb, an alias to no anchor, collections nested thousands deep', () => {
+  // The fuzzing campaign's reproducers (tmp/fuzz-s11), in kind.
+  const bomb = `hosts:\n  - &a [x,x,x,x,x,x,x,x,x,x]\n  - &b [${'*a,'.repeat(9)}*a]\n  - &c [${'*b,'.repeat(9)}*b]\n  - [${'*c,'.repeat(9)}*c]\n`;
+  for (const [text, message] of [
+    [bomb, /^inventory\.yaml: Excessive alias count/],
+    ['hosts:\n  - name: host-1\n    instanceGroup: *odes\n', /^inventory\.yaml: Unresolved alias/],
+    // The yaml library reports some overflows of its stack itself, as a syntax error.
+    [
+      `hosts:\n  - name: host-1\n    instanceGroup: nodes\n${'- '.repeat(3_000)}\n    addresses: []\n`,
+      /^inventory\.yaml: (?:collections nested too deeply|line \d+, column \d+: Maximum call stack size exceeded)/,
+    ],
+  ] as const) {
+    assert.throws(
+      () => parseInventory(text, 'inventory.yaml'),
+      (err: Error) => err instanceof ConfigError && message.test(err.message),
+      text.slice(0, 40),
+    );
+  }
+});
+
 test('asked for a maximum age shorter than its poll interval, the store checks the inventory sooner', async () => {
   const vfs = openVfs('memfs://metal-inventory-fresh/cluster');
   let clock = 0;

@@ -6,12 +6,12 @@
  * re-read when its version in the store changes.
  */
 import { isIP } from 'node:net';
-import { parseDocument } from 'yaml';
 import { z } from 'zod';
+import { parseYamlText } from '../../config/loader.ts';
 import { isDnsName } from '../../dns-name.ts';
 import { ConfigError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
-import { describeIssue, yamlSyntaxProblem } from '../../parse-problems.ts';
+import { describeIssue } from '../../parse-problems.ts';
 import type { Vfs } from '../../statestore/types.ts';
 import { monotonicMs, youngerThan } from '../age.ts';
 
@@ -118,10 +118,7 @@ export class MetalInventory {
 
 /** Parses and validates inventory YAML; errors name the source, the field path and what to write. */
 export function parseInventory(text: string, source: string): MetalInventory {
-  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-  const problem = yamlSyntaxProblem(doc, source);
-  if (problem) throw new ConfigError(problem);
-  const raw = doc.toJS() as unknown;
+  const raw = parseYamlText(text, source);
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new ConfigError(`${source}: expected a mapping with a "hosts" list`);
   }
