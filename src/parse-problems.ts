@@ -3,7 +3,7 @@
  * reads (its configuration, the kops objects of the state store, the metal inventory): a YAML syntax
  * error as a line and column, a schema issue as the field path a user writes.
  */
-import type { Document } from 'yaml';
+import { type Document, parseDocument } from 'yaml';
 import type { z } from 'zod';
 
 /** Renders a zod issue path the way a user writes it: `server.provider.aws.nodesRoles[0]`. */
@@ -53,4 +53,23 @@ export function yamlAttempt<T>(step: () => T): { value: T } | { problem: string;
     if (err instanceof ReferenceError) return { problem: err.message, cause: err };
     throw err;
   }
+}
+
+/**
+ * The plain value of YAML or JSON text a person wrote; a syntax error (with its line and column) or
+ * what the yaml library throws ({@link yamlAttempt}) is `fail`'s error, its message naming `source`.
+ */
+export function yamlTextValue(
+  text: string,
+  source: string,
+  fail: (message: string, cause?: Error) => Error,
+): unknown {
+  const result = yamlAttempt((): unknown => {
+    const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+    const problem = yamlSyntaxProblem(doc, source);
+    if (problem) throw fail(problem);
+    return doc.toJS();
+  });
+  if ('problem' in result) throw fail(`${source}: ${result.problem}`, result.cause);
+  return result.value;
 }

@@ -1,8 +1,7 @@
 /** Loads and validates the configuration file (YAML or JSON; kops writes JSON into a ConfigMap). */
 import { readFile } from 'node:fs/promises';
-import { parseDocument } from 'yaml';
 import { ConfigError, fileErrorReason } from '../errors.ts';
-import { describeIssue, formatIssuePath, yamlAttempt, yamlSyntaxProblem } from '../parse-problems.ts';
+import { describeIssue, formatIssuePath, yamlTextValue } from '../parse-problems.ts';
 import { type Config, configSchema } from './schema.ts';
 
 /** Validates an already-parsed configuration object. */
@@ -25,17 +24,10 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
 /**
  * The plain value of YAML or JSON text an operator wrote (this file, the metal inventory); every
  * failure a ConfigError naming `source`: a syntax error with its line and column, or what the yaml library
- * throws ({@link yamlAttempt}).
+ * throws (src/parse-problems.ts `yamlAttempt`).
  */
 export function parseYamlText(text: string, source: string): unknown {
-  const result = yamlAttempt((): unknown => {
-    const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-    const problem = yamlSyntaxProblem(doc, source);
-    if (problem) throw new ConfigError(problem);
-    return doc.toJS();
-  });
-  if ('problem' in result) throw new ConfigError(`${source}: ${result.problem}`, { cause: result.cause });
-  return result.value;
+  return yamlTextValue(text, source, (message, cause) => new ConfigError(message, { cause }));
 }
 
 /**

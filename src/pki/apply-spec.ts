@@ -5,11 +5,10 @@
  * the certificate is a client's. Pure: parsing and validation only, nothing is read or issued here.
  */
 import { isIP } from 'node:net';
-import { parseDocument } from 'yaml';
 import { z } from 'zod';
 import { parseDuration } from '../config/duration.ts';
 import { InvalidInputError } from '../errors.ts';
-import { describeIssue, yamlAttempt, yamlSyntaxProblem } from '../parse-problems.ts';
+import { describeIssue, yamlTextValue } from '../parse-problems.ts';
 import { nodeFilePath } from './folder.ts';
 import { validateServerUrl } from './kubeconfig.ts';
 import {
@@ -134,15 +133,8 @@ export interface WantedEntry {
 
 /** Parses and validates the text of an apply file (YAML or JSON); `source` names it in errors. */
 export function parseApplySpec(text: string, source: string): ApplySpec {
-  const parsed = yamlAttempt((): unknown => {
-    const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-    const problem = yamlSyntaxProblem(doc, source);
-    if (problem) throw new InvalidInputError(problem);
-    return doc.toJS();
-  });
-  if ('problem' in parsed)
-    throw new InvalidInputError(`${source}: ${parsed.problem}`, { cause: parsed.cause });
-  const result = applySchema.safeParse(parsed.value ?? {});
+  const value = yamlTextValue(text, source, (message, cause) => new InvalidInputError(message, { cause }));
+  const result = applySchema.safeParse(value ?? {});
   if (!result.success) {
     throw new InvalidInputError(`${source}: ${result.error.issues.map(describeIssue).join('; ')}`);
   }
