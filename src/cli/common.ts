@@ -58,13 +58,26 @@ export function commandLogger(command: Command): Logger {
   });
 }
 
-/** Parses the Go duration `value` of `flag`; an error names the flag. */
-export function durationFlag(flag: string, value: string): number {
+/**
+ * `parse(value)` for the option `flag`; a refusal names the flag and the value, so the one line on
+ * standard error says what to fix.
+ */
+export function flagValue<T>(flag: string, value: string, parse: (value: string) => T): T {
   try {
-    return parseDuration(value);
+    return parse(value);
   } catch (err) {
     throw new InvalidInputError(`${flag} ${value}: ${(err as Error).message}`);
   }
+}
+
+/** Parses the Go duration `value` of `flag`; an error names the flag. */
+export function durationFlag(flag: string, value: string): number {
+  return flagValue(flag, value, parseDuration);
+}
+
+/** A repeatable option's values, in the order given. */
+export function collect(value: string, previous: string[] = []): string[] {
+  return [...previous, value];
 }
 
 /**

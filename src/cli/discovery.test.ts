@@ -365,5 +365,9 @@ describe('kops-controller discovery', () => {
       ['serve', '--from', join(root, 'missing.json'), '--plain-http', '--listen', '127.0.0.1:0'],
       /missing/,
     );
+    await fails(
+      ['serve', '--from', join(root, 'cluster-info.json'), '--plain-http', '--listen', 'foo'],
+      /^--listen foo: invalid listen address "foo"/,
+    );
   });
 });

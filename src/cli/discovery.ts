@@ -26,8 +26,10 @@ import { parseListenAddress } from '../runtime/listen-address.ts';
 import { openVfs, vfsOptionsFromEnv } from '../statestore/open.ts';
 import type { Vfs } from '../statestore/types.ts';
 import {
+  collect,
   commandLogger,
   durationFlag,
+  flagValue,
   type KubeOptions,
   withConnectionCaps,
   withKubeOptions,
@@ -72,8 +74,6 @@ async function readText(path: string, flag: string): Promise<string> {
     throw new NotFoundError(`cannot read ${flag} ${path}: ${(err as Error).message}`, { cause: err });
   }
 }
-
-const collect = (value: string, previous: string[] = []) => [...previous, value];
 
 function publishCommand(): Command {
   return withKubeOptions(new Command('publish'))
@@ -162,7 +162,7 @@ function serveCommand(): Command {
             'or --plain-http when a load balancer terminates TLS',
         );
       }
-      parseListenAddress(options.listen); // a malformed address fails before the document is read
+      flagValue('--listen', options.listen, parseListenAddress); // a malformed address fails before the document is read
       const refreshMs = durationFlag('--refresh', options.refresh);
       const source = locate(options.from);
       const load = async () =>

@@ -215,6 +215,15 @@ describe('kops-controller join against the bootstrap server', () => {
     );
   });
 
+  test('a malformed --ca-pin: exit 65 at once, the line names the flag and the value', async () => {
+    const outcome = await cli(...joinArgs('node-badpin', '--ca-pin', 'sha256:zz'));
+    assert.equal(outcome.code, 65, outcome.stderr);
+    assert.match(
+      outcome.stderr,
+      /^kops-controller: --ca-pin sha256:zz: invalid CA pin "sha256:zz": expected /m,
+    );
+  });
+
   test('a malformed token: exit 65 at once, the line names --token (or the variable it came from), not the value', async () => {
     const flag = await cli(...joinArgs('node-badtoken', ...pins, '--token', 'abc'));
     assert.equal(flag.code, 65, flag.stderr);

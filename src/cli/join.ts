@@ -22,9 +22,10 @@ import { type RetryOptions, retryTransient } from '../agent/retry.ts';
 import { supportedClouds } from '../config/schema.ts';
 import { ConfigError, InvalidInputError } from '../errors.ts';
 import type { Logger } from '../log.ts';
+import { parsePin } from '../pki/pin.ts';
 import { callbackClouds } from '../protocol/challenge.ts';
 import { Backoff } from '../runtime/backoff.ts';
-import { commandLogger, durationFlag } from './common.ts';
+import { collect, commandLogger, durationFlag, flagValue } from './common.ts';
 import { formatOutput, outputOption, writeOut } from './output.ts';
 
 interface JoinCommandOptions {
@@ -78,10 +79,6 @@ export const tokenEnvironmentVariable = 'KOPS_CONTROLLER_JOIN_TOKEN';
 
 /** How long discovery is retried (kubeadm's default discovery timeout). */
 const discoveryTimeoutMs = 5 * 60_000;
-
-function collect(value: string, previous: string[] = []): string[] {
-  return [...previous, value];
-}
 
 /** The proof for `--cloud` (or the token, or none), made fresh for each attempt. */
 async function proofFor(
@@ -150,7 +147,10 @@ function addTrustOptions(command: Command): Command {
       new Option(
         '--ca-pin <sha256:hex>',
         'pin of the cluster CA (`kops-controller pki pin`); repeatable',
-      ).argParser(collect),
+      ).argParser((value: string, previous?: string[]) => {
+        flagValue('--ca-pin', value, parsePin); // a malformed pin is refused before anything is fetched
+        return collect(value, previous);
+      }),
     )
     .addOption(new Option('--ca-file <file>', 'trust this PEM CA bundle instead of pinning'))
     .addOption(

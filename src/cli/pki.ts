@@ -38,7 +38,7 @@ import {
 } from '../pki/profiles.ts';
 import { openVfs } from '../statestore/open.ts';
 import type { Vfs } from '../statestore/types.ts';
-import { commandLogger, durationFlag } from './common.ts';
+import { collect, commandLogger, durationFlag } from './common.ts';
 import { readInputFile } from './input-file.ts';
 import { formatOutput, outputOption } from './output.ts';
 
@@ -54,8 +54,6 @@ interface IdentityOptions {
   dns: string[];
   lifetime?: string;
 }
-
-const collect = (value: string, previous: string[]) => [...previous, value];
 
 function withFolder(command: Command, required = true): Command {
   const dir = new Option('--dir <dir>', 'the PKI folder: a directory, file://, s3://, gs:// or memfs:// URL');
