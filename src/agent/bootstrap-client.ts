@@ -17,6 +17,7 @@ import { egressAgent } from '../net/egress-proxy.ts';
 import { type HttpsAnswer, httpsRequest, TlsVerificationError } from '../net/https-client.ts';
 import { endpointBase } from './endpoint-url.ts';
 import { answerError, jsonObjectOf, printable } from './http-answer.ts';
+import { clockOffsetNote, clockValidityFault, serverClockOffsetMs } from './node-clock.ts';
 
 /**
  * The certificates the server issued. Its `caBundle` is not read: the node keeps trusting only the
@@ -28,6 +29,11 @@ export interface IssuedAnswer {
   instanceGroup?: string;
   certificates: Record<string, string>;
   apiServer?: string;
+  /**
+   * How far the server's clock was ahead of this machine's (negative: behind) when it answered, from
+   * its `Date` header, so that a certificate refused for its dates can say which clock is off.
+   */
+  serverClockOffsetMs?: number;
 }
 
 /** The request waits for a human (or a policy) to decide. */
@@ -41,14 +47,20 @@ export interface PendingAnswer {
 /** The server's answer to a submission or a poll. */
 export type BootstrapAnswer = IssuedAnswer | PendingAnswer;
 
-/** The request was refused; `reasons` are every reason the deciding policy gave, as printable text. */
+/**
+ * The request was refused; `reasons` are every reason the deciding policy gave, as printable text.
+ * `clockNote` (node-clock.ts) follows them when this machine's clock and the server's disagree: a
+ * proof dated by a wrong clock, or a callback certificate out of its dates on the controller's clock,
+ * is denied for it, and the server's reason does not always say so (`the callback challenge failed`).
+ */
 export class DeniedError extends ForbiddenError {
   readonly reasons: string[];
 
-  constructor(reasons: string[]) {
-    super(`the bootstrap request was denied: ${reasons.length ? reasons.join('; ') : 'no reason given'}`, {
-      details: { reasons },
-    });
+  constructor(reasons: string[], clockNote?: string) {
+    super(
+      `the bootstrap request was denied: ${reasons.length ? reasons.join('; ') : 'no reason given'}${clockNote ? `; ${clockNote}` : ''}`,
+      { details: { reasons } },
+    );
     this.reasons = reasons;
   }
 }
@@ -137,15 +149,42 @@ export class BootstrapClient {
         signal,
       });
     } catch (err) {
-      throw transportError(url, err as Error);
+      throw await transportError(url, err as Error, this.#ca);
     }
-    return answerOf(`${method} ${url}`, answer.status, answer.body, answer.headers['retry-after']);
+    // The server's clock, read as the answer arrives: its Retry-After date is on that clock, and a
+    // denial or a certificate refused for its dates may be this machine's clock being off.
+    const date = answer.headers['date'];
+    const offsetMs = serverClockOffsetMs(date);
+    try {
+      const result = answerOf(
+        `${method} ${url}`,
+        answer.status,
+        answer.body,
+        answer.headers['retry-after'],
+        date,
+      );
+      return result.status === 'issued' && offsetMs !== undefined
+        ? { ...result, serverClockOffsetMs: offsetMs }
+        : result;
+    } catch (err) {
+      const note = clockOffsetNote(offsetMs);
+      if (err instanceof DeniedError && note) throw new DeniedError(err.reasons, note);
+      throw err;
+    }
   }
 }
 
-function transportError(url: URL, err: Error): KopsError {
-  // A TLS verification failure will not fix itself: the server is not the one the CA vouches for.
+async function transportError(url: URL, err: Error, caBundlePem: string): Promise<KopsError> {
   if (err instanceof TlsVerificationError) {
+    // Out of its dates by this machine's clock, which chrony may step a moment later: a fault.
+    const dated = await clockValidityFault(err.code, {
+      url,
+      caBundlePem,
+      peer: `the bootstrap server ${url.origin}`,
+      viaProxy: true,
+    });
+    if (dated) return dated;
+    // Any other verification failure will not fix itself: the server is not the one the CA vouches for.
     return new UnauthenticatedError(
       `the bootstrap server ${url.origin} is not trusted by the cluster CA ` +
         `(${err.code}): check --server and the CA pin`,
@@ -198,13 +237,15 @@ function pendingOf(body: Record<string, unknown>): PendingAnswer {
 
 /**
  * Classifies the answer to `request` ("POST https://…/v1/certificates"): the issued or pending
- * answer, or the typed error it means (a denial with every reason the policy gave).
+ * answer, or the typed error it means (a denial with every reason the policy gave). `date` is the
+ * answer's `Date`, the clock a Retry-After date is read on.
  */
 export function answerOf(
   request: string,
   status: number,
   bytes: Buffer,
   retryAfter?: string,
+  date?: string,
 ): BootstrapAnswer {
   const body = jsonObjectOf(bytes);
   if (status === 200 || status === 202) {
@@ -224,5 +265,6 @@ export function answerOf(
     alreadyRegistered
       ? 'a Ready node of this name is registered: delete the Node or choose another --node-name'
       : undefined,
+    date,
   );
 }

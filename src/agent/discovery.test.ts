@@ -5,7 +5,10 @@ import { after, before, describe, test } from 'node:test';
 import { buildClusterInfo } from '../bootstrap/discovery.ts';
 import { newBootstrapToken, storedTokenOf, tokenSecretOf } from '../bootstrap/tokens.ts';
 import { KopsError } from '../errors.ts';
+import { bundlePem, createCa } from '../pki/ca.ts';
+import { generateKey } from '../pki/keys.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
+import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
 import {
   type ClusterInfo,
   type ClusterInfoDocument,
@@ -430,5 +433,70 @@ describe('discoverCluster', () => {
     const found = await discoverCluster({ url: `${e.url}/kops`, caPins: [pin] });
     assert.equal(found.server, 'https://api.example.com');
     assert.deepEqual(e.requests, ['/kops/cluster-info', '/kops/cluster-info']);
+  });
+});
+
+describe('discovery on a machine whose clock is wrong', () => {
+  test('a certificate out of its validity by this machine’s clock is a fault naming the clock (retried until the clock is set), not an impostor', async () => {
+    // The pinned CA's own clock made it a month ago; this machine's clock is an hour behind the
+    // server's, or a day and more ahead of it.
+    const ca = createCa({ now: new Date(Date.now() - 30 * 86_400_000) });
+    const caPem = bundlePem(ca);
+    const kubeconfig = renderClusterInfoKubeconfig({
+      servers: ['https://api.example.com'],
+      caBundlePem: caPem,
+    });
+    const document = buildClusterInfo(kubeconfig, [], new Date());
+    // An impostor's certificate (another CA) that has expired too fails with CERT_HAS_EXPIRED as well:
+    // OpenSSL reports the last problem it found. It stays an impostor.
+    const impostor = createCa({ now: new Date(Date.now() - 30 * 86_400_000) });
+    const cases: [string, Date, number | undefined, RegExp, typeof ca][] = [
+      ['behind', new Date(Date.now() + 3_600_000), undefined, /is not valid yet by this machine's clock/, ca],
+      ['ahead', new Date(Date.now() - 3 * 86_400_000), 86_400_000, /has expired by this machine's clock/, ca],
+      ['impostor', new Date(Date.now() - 3 * 86_400_000), 86_400_000, /someone else/, impostor],
+    ];
+    for (const [what, issuedAt, lifetimeMs, message, issuer] of cases) {
+      const key = generateKey();
+      const serving = issueCertificate(
+        issuer,
+        'kops-controller',
+        publicKeyRequest(key),
+        { name: 'kops-controller.internal', ipAddresses: ['127.0.0.1'] },
+        { now: issuedAt, ...(lifetimeMs ? { lifetimeMs } : {}) },
+      );
+      const server = createServer(
+        { key: key.export({ format: 'pem', type: 'pkcs8' }), cert: serving.pem },
+        (_req, res) => {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify(document));
+        },
+      );
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      try {
+        const url = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+        await assert.rejects(
+          discoverCluster({ url, caPins: [pinOfCertificatePem(caPem)] }),
+          (err: unknown) => {
+            if (issuer === impostor) {
+              failsWith('forbidden', 'tls-verification')(err);
+              assert.match((err as Error).message, message, what);
+              return true;
+            }
+            failsWith('unavailable')(err);
+            assert.match((err as Error).message, message, what);
+            assert.match(
+              (err as Error).message,
+              /\(now \d{4}-[\d-]+T[\d:.]+Z\): check this machine's clock/,
+              what,
+            );
+            assert.doesNotMatch((err as Error).message, /someone else/, what);
+            return true;
+          },
+        );
+      } finally {
+        server.closeAllConnections();
+        server.close();
+      }
+    }
   });
 });

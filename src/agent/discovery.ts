@@ -32,6 +32,7 @@ import {
 } from '../protocol/cluster-info.ts';
 import { endpointUrl } from './endpoint-url.ts';
 import { answerError } from './http-answer.ts';
+import { clockValidityFault } from './node-clock.ts';
 import { fileAnchor, pinnedBundle, type TrustAnchor } from './pinned-trust.ts';
 
 /** What to discover and how to trust it. */
@@ -98,16 +99,40 @@ async function fetchDocument(url: URL, ca: string | undefined, timeoutMs: number
       maxBodyBytes: maxDocumentBytes,
     });
   } catch (err) {
-    throw fetchError(url, err as Error, timeoutMs);
+    throw await fetchError(url, err as Error, timeoutMs, ca);
   }
   if (answer.status !== 200) {
-    throw answerError(`GET ${url}`, answer.status, answer.body, answer.headers['retry-after']);
+    throw answerError(
+      `GET ${url}`,
+      answer.status,
+      answer.body,
+      answer.headers['retry-after'],
+      undefined,
+      answer.headers['date'],
+    );
   }
   return answer.body.toString('utf8');
 }
 
-function fetchError(url: URL, err: Error, timeoutMs: number): KopsError {
+async function fetchError(
+  url: URL,
+  err: Error,
+  timeoutMs: number,
+  ca: string | undefined,
+): Promise<KopsError> {
   if (err instanceof TlsVerificationError) {
+    // Out of its dates by this machine's clock, which chrony may step a moment later: a fault.
+    const dated =
+      ca === undefined
+        ? undefined
+        : await clockValidityFault(err.code, {
+            url,
+            caBundlePem: ca,
+            peer: String(url),
+            viaProxy: true,
+            timeoutMs,
+          });
+    if (dated) return dated;
     return new ForbiddenError(
       `${url} did not present a certificate from the cluster CA (${err.code}): ` +
         'someone else may be answering for the bootstrap endpoint',

@@ -66,6 +66,18 @@ describe('answerError', () => {
     assert.equal(retryAfterSeconds(undefined, now), undefined);
   });
 
+  test('a Retry-After date is read on the clock of the answer’s Date, whatever this machine’s clock says', () => {
+    // The server's clock is a day ahead of this machine's (or this one a day behind).
+    const serverNow = Date.now() + 86_400_000;
+    const retryAfter = new Date(serverNow + 30_000).toUTCString();
+    const date = new Date(serverNow).toUTCString();
+    const err = answerError('GET u', 503, Buffer.alloc(0), retryAfter, undefined, date);
+    assert.equal(err.details?.['retryAfterSeconds'], 30);
+    // Without a Date (or an unreadable one), this machine's clock is all there is.
+    const unread = answerError('GET u', 503, Buffer.alloc(0), retryAfter, undefined, 'yesterday');
+    assert.ok(Number(unread.details?.['retryAfterSeconds']) > 86_000);
+  });
+
   test('printable: control characters go, long text is cut', () => {
     assert.equal(printable('a\u0007b\u009bc'), 'a b c');
     assert.equal(printable('x'.repeat(300)).length, 201);

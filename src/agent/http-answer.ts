@@ -15,6 +15,7 @@ import {
   TooLargeError,
 } from '../errors.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
+import { serverNowOf } from './node-clock.ts';
 
 /** Control characters and terminal escapes from a remote party never reach the operator's terminal. */
 export function printable(text: string, max = 200): string {
@@ -50,6 +51,8 @@ export function jsonObjectOf(bytes: Buffer): Record<string, unknown> | undefined
 /**
  * The typed error for an HTTP answer of `status` to `request` ("GET https://…/cluster-info"): its kind
  * decides whether the node retries and which exit code `join` ends with. `hint` says what to do.
+ * `date` is the answer's `Date` header: a Retry-After date is a time on the server's clock, so it is
+ * read against that clock, not this machine's, which may be off by days before NTP sets it.
  */
 export function answerError(
   request: string,
@@ -57,6 +60,7 @@ export function answerError(
   bytes: Buffer,
   retryAfter: string | undefined,
   hint?: string,
+  date?: string,
 ): KopsError {
   const { message, reason } = reasonOfBody(jsonObjectOf(bytes));
   const said = message ? `: ${message}${reason ? ` (${reason})` : ''}` : reason ? `: ${reason}` : '';
@@ -66,7 +70,9 @@ export function answerError(
     details: {
       httpStatus: status,
       ...(reason ? { reason } : {}),
-      ...(isFaultStatus(status) ? { retryAfterSeconds: retryAfterSeconds(retryAfter) } : {}),
+      ...(isFaultStatus(status)
+        ? { retryAfterSeconds: retryAfterSeconds(retryAfter, serverNowOf(date)) }
+        : {}),
     },
   };
   // 413: the node's request is larger than the server takes; the same request can never succeed.

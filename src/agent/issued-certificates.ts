@@ -11,6 +11,7 @@ import { type KeyObject, X509Certificate } from 'node:crypto';
 import { UnauthenticatedError } from '../errors.ts';
 import { spkiOf } from '../pki/keys.ts';
 import { decodePem } from '../pki/pem.ts';
+import { clockOffsetNote } from './node-clock.ts';
 
 /** What each profile `join` asks for is, as the messages say, and the extended key usage it needs. */
 const profiles = {
@@ -52,6 +53,7 @@ function checkIssued(
   nodeName: string,
   cas: X509Certificate[],
   now: Date,
+  clockNote: string | undefined,
 ): void {
   const { what, usage, oid } = profiles[profile];
   const certificate = parse(pem, what);
@@ -80,17 +82,22 @@ function checkIssued(
         (usage === 'server' ? ` nor ${nodeName}` : ''),
     );
   }
-  if (certificate.validToDate <= now) throw refuse(`expired on ${certificate.validToDate.toISOString()}`);
+  // Dates are judged on this machine's clock, which may be the one that is off: say so, and how far
+  // it is from the server's when its answer said (node-clock.ts).
+  const byThisClock = `by this machine's clock (now ${now.toISOString()})`;
+  const advice = clockNote ? `; ${clockNote}` : ': check the clocks of this machine and of the controller';
+  if (certificate.validToDate <= now) {
+    throw refuse(`expired on ${certificate.validToDate.toISOString()} ${byThisClock}${advice}`);
+  }
   if (certificate.validFromDate.getTime() > now.getTime() + clockSkewMs) {
-    throw refuse(
-      `is not valid until ${certificate.validFromDate.toISOString()}: check the clocks of this machine and of the controller`,
-    );
+    throw refuse(`is not valid until ${certificate.validFromDate.toISOString()} ${byThisClock}${advice}`);
   }
 }
 
 /**
  * The certificates answered for the keys the node asked with (`keys`, by profile), each checked;
  * throws if one is missing or fails a check, so nothing is written unless all of them pass.
+ * `serverClockOffsetMs` is how far the server's clock was ahead of this one as it answered, if known.
  */
 export function checkIssuedCertificates(
   certificates: Record<string, string>,
@@ -98,7 +105,9 @@ export function checkIssuedCertificates(
   nodeName: string,
   caBundlePem: string,
   now = new Date(),
+  serverClockOffsetMs?: number,
 ): Partial<Record<NodeProfile, string>> {
+  const clockNote = clockOffsetNote(serverClockOffsetMs);
   // Only the CA the node trusted for TLS may have signed them, not one the answer itself names.
   const cas = certificatesOf(caBundlePem);
   const checked: Partial<Record<NodeProfile, string>> = {};
@@ -109,7 +118,7 @@ export function checkIssuedCertificates(
         `the server answered "issued" without the ${profile} certificate it was asked for`,
       );
     }
-    checkIssued(pem, profile, key, nodeName, cas, now);
+    checkIssued(pem, profile, key, nodeName, cas, now, clockNote);
     checked[profile] = pem;
   }
   return checked;

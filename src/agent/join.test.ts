@@ -85,31 +85,32 @@ class FakeBootstrapServer {
   server: Server | undefined;
   url = '';
 
+  /** Its own serving certificate and key, as {@link present} takes them back. */
+  tls = { key: '', cert: '' };
+
   async start(): Promise<void> {
     const servingKey = generateKey();
     const cert = issueCertificate(ca, 'kops-controller', publicKeyRequest(servingKey), {
       name: 'kops-controller.internal',
       ipAddresses: ['127.0.0.1'],
     });
-    this.server = createServer(
-      { key: servingKey.export({ format: 'pem', type: 'pkcs8' }), cert: cert.pem + caPem },
-      (req, res) => {
-        const chunks: Buffer[] = [];
-        req.on('data', (c: Buffer) => chunks.push(c));
-        req.on('end', () => {
-          const call = {
-            method: req.method ?? '',
-            path: req.url ?? '',
-            authorization: req.headers.authorization,
-            body: Buffer.concat(chunks).toString('utf8'),
-          };
-          this.calls.push(call);
-          const reply = this.script(call, () => this.issue(call));
-          res.writeHead(reply.status, { 'content-type': 'application/json', ...reply.headers });
-          res.end(typeof reply.body === 'string' ? reply.body : JSON.stringify(reply.body));
-        });
-      },
-    );
+    this.tls = { key: servingKey.export({ format: 'pem', type: 'pkcs8' }) as string, cert: cert.pem + caPem };
+    this.server = createServer(this.tls, (req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const call = {
+          method: req.method ?? '',
+          path: req.url ?? '',
+          authorization: req.headers.authorization,
+          body: Buffer.concat(chunks).toString('utf8'),
+        };
+        this.calls.push(call);
+        const reply = this.script(call, () => this.issue(call));
+        res.writeHead(reply.status, { 'content-type': 'application/json', ...reply.headers });
+        res.end(typeof reply.body === 'string' ? reply.body : JSON.stringify(reply.body));
+      });
+    });
     await new Promise<void>((resolve) => this.server?.listen(0, '127.0.0.1', resolve));
     this.url = `https://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
   }
@@ -144,6 +145,11 @@ class FakeBootstrapServer {
         apiServer: overrides.apiServer ?? apiServer,
       },
     };
+  }
+
+  /** Presents `tls` to the connections made from now on. */
+  present(tls: { key: string; cert: string }): void {
+    this.server?.setSecureContext(tls);
   }
 
   close(): Promise<void> {
@@ -821,5 +827,221 @@ describe('join against the simulated API server', () => {
     } finally {
       await sim.close();
     }
+  });
+});
+
+/** A serving pair for 127.0.0.1 from `issuer` (the trusted CA), issued at `now` (valid from 5 minutes before it). */
+function servingPairAt(
+  now: Date,
+  lifetimeMs?: number,
+  issuer: CertificateAuthority = ca,
+): { cert: string; key: string } {
+  const key = generateKey();
+  const cert = issueCertificate(
+    issuer,
+    'kops-controller',
+    publicKeyRequest(key),
+    { name: 'api', ipAddresses: ['127.0.0.1'] },
+    { now, ...(lifetimeMs ? { lifetimeMs } : {}) },
+  );
+  return { cert: cert.pem, key: key.export({ format: 'pem', type: 'pkcs8' }) as string };
+}
+
+/**
+ * A TLS endpoint that presents `first` until a handshake with it fails, then `then` (when given): as
+ * the node sees a server whose certificate its clock finds out of date until chrony steps the clock.
+ */
+async function steppedEndpoint(
+  first: { cert: string; key: string },
+  then?: { cert: string; key: string },
+): Promise<{ url: string; failedHandshakes: () => number; close(): Promise<void> }> {
+  let failed = 0;
+  const server = createServer(first, (_req, res) => res.end('{}'));
+  server.on('tlsClientError', () => {
+    failed++;
+    if (then) server.setSecureContext(then);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `https://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    failedHandshakes: () => failed,
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+describe('join on a machine whose clock is wrong, or is stepped while it joins', () => {
+  const hourMs = 3_600_000;
+
+  test('an API server certificate not valid yet by this machine’s clock (before chrony’s first step) is waited for, and the join goes on once the clock agrees', async () => {
+    fake.script = (_call, issue) => issue();
+    // This machine's clock an hour behind: the API server's certificate starts 55 minutes ahead of it.
+    const api = await steppedEndpoint(
+      servingPairAt(new Date(Date.now() + hourMs)),
+      servingPairAt(new Date()),
+    );
+    try {
+      const lines: string[] = [];
+      const result = await join(options({ apiServer: api.url, progress: (l) => lines.push(l) }));
+      assert.equal(result.apiServer, api.url);
+      assert.equal(api.failedHandshakes(), 1);
+      assert.equal(lines.length, 1, lines.join('\n'));
+      assert.match(
+        lines[0] ?? '',
+        new RegExp(
+          `^API server check: retrying in \\d+s: the API server ${api.url} presented a certificate that is not valid yet by this machine's clock \\(now \\d{4}-[\\d-]+T[\\d:.]+Z\\)`,
+        ),
+      );
+    } finally {
+      await api.close();
+    }
+  });
+
+  test('an API server certificate that stays expired by this machine’s clock: the timeout names this clock; nothing sent, nothing written', async () => {
+    const expired = servingPairAt(new Date(Date.now() - 3 * dayMs), dayMs);
+    const api = await steppedEndpoint(expired);
+    try {
+      const opts = options({ apiServer: api.url, timeoutMs: 300, retry: { initialMs: 20, maxMs: 20 } });
+      await assert.rejects(join(opts), (err: unknown) => {
+        assert.ok(err instanceof TimeoutError, String(err));
+        assert.match(
+          err.message,
+          /^API server check: gave up after \d+s: the API server \S+ presented a certificate that has expired by this machine's clock \(now [^)]+\): check this machine's clock/,
+        );
+        assert.doesNotMatch(err.message, /someone else|trust it/);
+        return true;
+      });
+      assert.ok(api.failedHandshakes() >= 2, 'retried');
+      assert.equal(fake.calls.length, 0);
+      assert.deepEqual(await filesIn(opts.dir), []);
+    } finally {
+      await api.close();
+    }
+  });
+
+  test('a bootstrap server certificate not valid yet by this machine’s clock is waited for too, not taken for an impostor', async () => {
+    fake.script = (_call, issue) => issue();
+    const ahead = servingPairAt(new Date(Date.now() + hourMs));
+    fake.present({ key: ahead.key, cert: ahead.cert + caPem });
+    fake.server?.once('tlsClientError', () => fake.present(fake.tls));
+    try {
+      const lines: string[] = [];
+      const result = await join(options({ progress: (l) => lines.push(l) }));
+      assert.equal(result.nodeName, 'node-a');
+      assert.equal(lines.length, 1, lines.join('\n'));
+      assert.match(
+        lines[0] ?? '',
+        /^bootstrap request: retrying in \d+s: the bootstrap server https:\/\/127\.0\.0\.1:\d+ presented a certificate that is not valid yet by this machine's clock/,
+      );
+    } finally {
+      fake.present(fake.tls);
+    }
+  });
+
+  test('an impostor whose certificate has expired as well is still refused at once as an impostor, not waited for', async () => {
+    // OpenSSL reports the last problem it found: for this chain, the dates, not the unknown CA.
+    const expiredImpostor = servingPairAt(new Date(Date.now() - 3 * dayMs), dayMs, otherCa);
+    const api = await steppedEndpoint(expiredImpostor);
+    try {
+      await assert.rejects(join(options({ apiServer: api.url, timeoutMs: 5000 })), (err: unknown) => {
+        assert.ok(err instanceof ForbiddenError, String(err));
+        assert.equal(err.details?.['reason'], 'api-server-untrusted');
+        return true;
+      });
+      assert.equal(fake.calls.length, 0);
+    } finally {
+      await api.close();
+    }
+    fake.present({ key: expiredImpostor.key, cert: expiredImpostor.cert });
+    try {
+      await assert.rejects(join(options({ timeoutMs: 5000 })), (err: unknown) => {
+        assert.ok(err instanceof UnauthenticatedError, String(err));
+        assert.match(err.message, /is not trusted by the cluster CA \(CERT_HAS_EXPIRED\)/);
+        return true;
+      });
+      assert.equal(fake.calls.length, 0);
+    } finally {
+      fake.present(fake.tls);
+    }
+  });
+
+  test('a Retry-After date is read against the answer’s own Date, not against this machine’s clock a day behind', async () => {
+    let attempt = 0;
+    // The server's clock a day ahead of this machine's: its "in 2 s" is a day and 2 s away here.
+    const serverNow = Date.now() + dayMs;
+    fake.script = (_call, issue) =>
+      ++attempt === 1
+        ? {
+            status: 503,
+            body: { error: { reason: 'unavailable', message: 'busy' } },
+            headers: {
+              'retry-after': new Date(serverNow + 2000).toUTCString(),
+              date: new Date(serverNow).toUTCString(),
+            },
+          }
+        : issue();
+    const lines: string[] = [];
+    const result = await join(
+      options({ progress: (l) => lines.push(l), signal: AbortSignal.timeout(15_000) }),
+    );
+    assert.equal(result.nodeName, 'node-a');
+    assert.match(lines[0] ?? '', /^bootstrap request: retrying in 2s: /);
+  });
+
+  test('a denial of a node whose clock is an hour ahead of the bootstrap server’s says so; with the clocks agreeing it does not', async () => {
+    const denial = (date: number): Reply => ({
+      status: 403,
+      body: { status: 'denied', reasons: ['the callback challenge failed'] },
+      headers: { date: new Date(date).toUTCString() },
+    });
+    fake.script = () => denial(Date.now() - hourMs);
+    await assert.rejects(join(options()), (err: unknown) => {
+      assert.ok(err instanceof DeniedError, String(err));
+      assert.equal(exitCodeOf(err), 77);
+      assert.deepEqual(err.reasons, ['the callback challenge failed']);
+      assert.match(
+        err.message,
+        /^the bootstrap request was denied: the callback challenge failed; this machine's clock is 36(00|01) s ahead of the bootstrap server's \(check both clocks\)$/,
+      );
+      return true;
+    });
+    fake.script = () => denial(Date.now());
+    await assert.rejects(join(options()), (err: unknown) => {
+      assert.ok(err instanceof DeniedError, String(err));
+      assert.equal(err.message, 'the bootstrap request was denied: the callback challenge failed');
+      return true;
+    });
+  });
+
+  test('an issued certificate refused as not valid yet says how far this machine’s clock is behind the server’s', async () => {
+    const serverNow = Date.now() + 30 * dayMs;
+    fake.script = () => ({
+      ...issuedAs((p) => p as ProfileName, { now: new Date(serverNow) }),
+      headers: { date: new Date(serverNow).toUTCString() },
+    });
+    const opts = options();
+    await assert.rejects(join(opts), (err: unknown) => {
+      assert.ok(err instanceof UnauthenticatedError, String(err));
+      assert.match(
+        err.message,
+        /^the kubelet client certificate the server returned is not valid until \S+ by this machine's clock \(now \S+\); this machine's clock is 259(1999|2000|2001) s behind the bootstrap server's \(check both clocks\)$/,
+      );
+      return true;
+    });
+    assert.deepEqual(await filesIn(opts.dir), []);
+  });
+
+  test('an issued certificate expired by this machine’s clock names that clock', async () => {
+    fake.script = () => issuedAs((p) => p as ProfileName, { now: new Date(Date.now() - 3 * dayMs) });
+    await assert.rejects(join(options()), (err: unknown) => {
+      assert.ok(err instanceof UnauthenticatedError, String(err));
+      assert.match(
+        err.message,
+        /^the kubelet client certificate the server returned expired on \S+ by this machine's clock \(now \S+\): check the clocks of this machine and of the controller$/,
+      );
+      return true;
+    });
   });
 });

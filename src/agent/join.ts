@@ -258,6 +258,8 @@ async function writeCredentials(
     { kubelet: clientKey, ...(serverKey ? { 'kubelet-server': serverKey } : {}) },
     nodeName,
     options.caBundlePem,
+    new Date(),
+    issued.serverClockOffsetMs,
   );
   const clientPem = checked.kubelet as string;
   const serverPem = checked['kubelet-server'];

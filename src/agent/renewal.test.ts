@@ -87,4 +87,32 @@ describe('join --renew: the current credentials', () => {
       return true;
     });
   });
+
+  test('a certificate expired only by this machine’s clock (stepped far ahead) is refused naming this clock and its time', async () => {
+    // Issued now for a day; this machine's clock says it is a year later.
+    const dir = await nodeDir({ lifetimeMs: 86_400_000 });
+    const yearAhead = new Date(Date.now() + 365 * 86_400_000);
+    await assert.rejects(readCurrentCredentials(dir, yearAhead), (err) => {
+      assert.ok(err instanceof UnauthenticatedError, String(err));
+      assert.match(
+        err.message,
+        new RegExp(
+          `expired on \\S+ by this machine's clock \\(now ${yearAhead.toISOString().replace(/[.]/g, '\\.')}; if that is wrong, set the clock and renew\\): an expired node cannot renew`,
+        ),
+      );
+      return true;
+    });
+  });
+
+  test('each attempt is dated by the wall clock of that attempt: a clock stepped between attempts dates the next proof by the new time', async () => {
+    const current = await readCurrentCredentials(await nodeDir());
+    let wall = new Date('2026-03-01T10:00:00.000Z');
+    const proof = renewalProof(current, 'minimal.example.com', () => wall);
+    const timestampOf = async () =>
+      decodeRenewalToken(((await proof(Buffer.from('{}'))) as string).slice('x-kops-renewal '.length))
+        .timestamp;
+    assert.equal(await timestampOf(), '2026-03-01T10:00:00.000Z');
+    wall = new Date('2026-03-01T08:00:00.000Z'); // chrony stepped it back two hours
+    assert.equal(await timestampOf(), '2026-03-01T08:00:00.000Z');
+  });
 });

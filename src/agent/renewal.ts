@@ -48,9 +48,12 @@ export async function readCurrentCredentials(dir: string, now = new Date()): Pro
     throw new ConfigError(`${certificatePath} is not the certificate of ${keyPath}`);
   }
   // Refused as the server would refuse it (exit 77): the credential no longer proves who the node is.
-  if (new Date(certificate.validTo) <= now) {
+  // Judged on this machine's clock, which may be the one that is wrong (stepped ahead, or not set
+  // since boot): the line names it and its time, so that an operator sets the clock rather than
+  // rejoining a node whose certificate is still good.
+  if (certificate.validToDate <= now) {
     throw new UnauthenticatedError(
-      `${certificatePath} expired on ${new Date(certificate.validTo).toISOString()}: an expired node cannot renew; join it again with a cloud proof or token`,
+      `${certificatePath} expired on ${certificate.validToDate.toISOString()} by this machine's clock (now ${now.toISOString()}; if that is wrong, set the clock and renew): an expired node cannot renew; join it again with a cloud proof or token`,
     );
   }
   const commonName = /^CN=system:node:(.+)$/m.exec(certificate.subject)?.[1];
