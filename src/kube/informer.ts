@@ -6,7 +6,12 @@
  * - retries every failure (list, watch connect, stream error, network) with capped, jittered backoff,
  *   waiting at least what an answer's `Retry-After` asks (up to the backoff's cap);
  * - ends a watch stream on a damaged or oversized line and resumes from the last applied event;
- * - re-lists on 410 Gone (on connect or in-stream) and turns the difference into add/update/delete;
+ * - re-lists on 410 Gone (on connect or in-stream) and turns the difference into add/update/delete,
+ *   and on a watch refused (400) for its resourceVersion;
+ * - treats the answers as untrusted: a list item without a usable name or of another kind is skipped
+ *   (logged), a list that is not one or whose continue token comes back is a failed list, such an
+ *   event ends the stream as a damaged line does, a bookmark without a string resourceVersion is
+ *   ignored ({@link objectProblem});
  * - requests bookmarks, so its resourceVersion stays fresh and a reconnect rarely needs a re-list;
  * - lists in pages and transforms each object into a slim record before caching, so large clusters
  *   fit in little memory (the raw page is dropped as soon as it is transformed);
@@ -77,6 +82,9 @@ const maxRefusalBytes = 64 * 1024;
  */
 export const watchIdleTimeoutMs = 90_000;
 
+/** How long past its `timeoutSeconds` a watch stream may stay open before the client ends it. */
+export const watchStreamSlackMs = 60_000;
+
 const watchEventTypes = new Set<string>(['ADDED', 'MODIFIED', 'DELETED', 'BOOKMARK', 'ERROR']);
 
 /**
@@ -116,11 +124,18 @@ function watchEventOf(line: string): { type: WatchEventType; object: unknown } |
  */
 export function kubeWatch(
   kubeConfig: KubeConfig,
-  options: { maxLineBytes?: number; idleTimeoutMs?: number } = {},
+  options: { maxLineBytes?: number; idleTimeoutMs?: number; maxStreamMs?: number } = {},
 ): WatchFn {
   const maxLineBytes = options.maxLineBytes ?? maxWatchLineBytes;
   const idleTimeoutMs = options.idleTimeoutMs ?? watchIdleTimeoutMs;
   return async (path, params, onEvent, onDone, onOpen) => {
+    // The API server ends a stream at its `timeoutSeconds`; one still open well past it (a server
+    // that ignores it and trickles a byte at a time, which the idle timer cannot see, since no line
+    // ever ends) is ended here, as a timeout, and reopened.
+    const timeoutSeconds = params['timeoutSeconds'];
+    const maxStreamMs =
+      options.maxStreamMs ??
+      (typeof timeoutSeconds === 'number' ? timeoutSeconds * 1000 + watchStreamSlackMs : undefined);
     const cluster = kubeConfig.getCurrentCluster();
     if (!cluster) throw new ConfigError('the kubeconfig has no current cluster; set current-context');
     const url = new URL(`${cluster.server.replace(/\/+$/, '')}${path}`);
@@ -133,6 +148,7 @@ export function kubeWatch(
     await kubeConfig.applyToHTTPSOptions(opts);
     let ended = false;
     let timer: NodeJS.Timeout | undefined;
+    let lifetime: NodeJS.Timeout | undefined;
     let response: IncomingMessage | undefined;
     const send = url.protocol === 'http:' ? httpRequest : httpsRequest;
     const req = send(url, {
@@ -145,6 +161,7 @@ export function kubeWatch(
       if (ended) return;
       ended = true;
       clearTimeout(timer);
+      clearTimeout(lifetime);
       response?.destroy();
       req.destroy();
       onDone(err);
@@ -180,6 +197,18 @@ export function kubeWatch(
         return;
       }
       resetTimer();
+      if (maxStreamMs !== undefined) {
+        lifetime = setTimeout(
+          () =>
+            finish(
+              new TimeoutError(
+                `watch ${path}: still open ${maxStreamMs} ms after it was accepted; reopening`,
+              ),
+            ),
+          maxStreamMs,
+        );
+        lifetime.unref();
+      }
       onOpen?.();
       let pending: Buffer[] = [];
       let pendingBytes = 0;
@@ -276,14 +305,67 @@ export function kubeList<T extends KubernetesObject>(
     });
     if (answer.status !== 200) throw kubeAnswerError(answer, action);
     const list = kubeJson<KubernetesListObject<T> & { metadata?: { continue?: string } }>(answer, action);
-    return { ...list, metadata: { ...list.metadata, _continue: list.metadata?.continue } };
+    // Decoded JSON of any shape: `null`, a number or an array is not a list (and would end in a
+    // TypeError below), but an answer to refuse like any other that is not one.
+    if (list === null || typeof list !== 'object' || Array.isArray(list)) {
+      throw new UnavailableError(`${action}: HTTP ${answer.status} with a body that is not a list`);
+    }
+    const metadata = (isPlainObject(list.metadata) ? list.metadata : {}) as { continue?: string };
+    return { ...list, metadata: { ...metadata, _continue: metadata.continue } };
   };
 }
+
+/** An object of JSON (not null, not an array). */
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/** A value of an answer, shown in a log line or an error: JSON, cut short. */
+function shown(value: unknown): string {
+  return (JSON.stringify(value) ?? String(value)).slice(0, 64);
+}
+
+/**
+ * Why an object the API server sent (a list item, a watch event's object) cannot be cached, or
+ * undefined when it can: it must be an object with `metadata`, a non-empty string `metadata.name`,
+ * and a string `namespace` and `resourceVersion` when it has them; with `kind` known, an object that
+ * names another kind (a Pod answered on a Node watch) is refused as client-go's reflector refuses it.
+ * The API server never sends anything else; what does is a broken or hostile answer, and caching it
+ * would hand consumers records keyed by `undefined`, a number or an object, or a Pod as a Node.
+ */
+export function objectProblem(object: unknown, kind?: string): string | undefined {
+  if (!isPlainObject(object)) return `an item that is not an object (${shown(object)})`;
+  if (kind !== undefined && object['kind'] !== undefined && object['kind'] !== kind) {
+    return `an object of kind ${shown(object['kind'])}, not ${kind}`;
+  }
+  const metadata = object['metadata'];
+  if (!isPlainObject(metadata)) return 'an object without metadata';
+  const { name, namespace, resourceVersion } = metadata;
+  if (typeof name !== 'string' || name === '') return `an object whose name is ${shown(name)}`;
+  if (namespace !== undefined && typeof namespace !== 'string') {
+    return `object ${shown(name)} with namespace ${shown(namespace)}`;
+  }
+  if (resourceVersion !== undefined && typeof resourceVersion !== 'string') {
+    return `object ${shown(name)} with resourceVersion ${shown(resourceVersion)}`;
+  }
+  return undefined;
+}
+
+/**
+ * The most pages one list reads: 10 million objects at the default page size. An API server that
+ * hands out a new continue token with every page for ever is not followed for ever.
+ */
+export const maxListPages = 20_000;
 
 /** The cache key of an object: `namespace/name`, or `name` for cluster-scoped objects. */
 export function objectKey(object: KubernetesObject): string {
   const { namespace, name } = object.metadata ?? {};
   return namespace ? `${namespace}/${name ?? ''}` : (name ?? '');
+}
+
+/** An object's key as logged: cut short, so that a name of megabytes is not logged whole. */
+export function shortKey(key: string): string {
+  return key.length > 256 ? `${key.slice(0, 256)}…` : key;
 }
 
 /** Callbacks for cache changes; they receive the transformed records. */
@@ -333,6 +415,11 @@ export interface InformerOptions<T extends KubernetesObject, R> {
   name: string;
   /** The watch path matching `list`, e.g. `/api/v1/nodes`. */
   path: string;
+  /**
+   * The resource's kind (`Node`): a list of another kind (`PodList`) is refused, and an object that
+   * names another kind is skipped in a list and ends a watch stream as a damaged line.
+   */
+  kind?: string;
   list: ListFn<T>;
   watch: WatchFn;
   /** Turns an object into the record to cache; defaults to keeping the object. */
@@ -645,8 +732,13 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
         await sleep(this.#clock, this.#backoff.next(), stop);
       } catch (err) {
         if (stop.aborted) break;
-        const gone = httpStatusOfApiError(err) === 410;
-        if (gone) this.#resourceVersion = undefined;
+        const status = httpStatusOfApiError(err);
+        const gone = status === 410;
+        // 410: the resourceVersion was compacted away. 400: the API server refuses it as a value
+        // (`invalid resource version`, one a broken server listed with, or a bookmark gave): resumed
+        // from again, it would be refused for ever and the cache never current again. Both re-list
+        // (after the backoff), which gives a resourceVersion of the server's own.
+        if (gone || status === 400) this.#resourceVersion = undefined;
         this.#metrics?.restarts.inc({ resource: this.name, reason: gone ? 'gone' : 'error' });
         const delay = Math.max(this.#backoff.next(), this.#retryAfterMs(err));
         this.#failureLog.failed(err, { retryInMs: Math.round(delay) });
@@ -674,21 +766,64 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     // A stop aborts the page in flight: an API server that does not answer must not hold a shutdown
     // for the page's deadline (60 s, longer than a pod's termination grace).
     const signal = this.#stop.signal;
+    const { kind, path } = this.#options;
+    // Continue tokens seen in this list: a token sent again is a paging loop, not progress.
+    const tokens = new Set<string>();
+    let skipped = 0;
+    let example: string | undefined;
     try {
       do {
         const page = await list({ labelSelector, fieldSelector, limit: pageSize, _continue: cont, signal });
-        for (const object of page.items) {
-          const entry = this.#entryOf(object);
-          if (entry) fresh.set(objectKey(object), entry);
+        const items: unknown = (page as { items?: unknown } | null)?.items;
+        if (!Array.isArray(items)) {
+          throw new UnavailableError(
+            `list ${path}: the API server answered a list whose items is not an array`,
+          );
         }
-        cont = page.metadata?._continue || undefined;
-        resourceVersion = page.metadata?.resourceVersion;
+        const pageKind: unknown = (page as { kind?: unknown }).kind;
+        if (kind !== undefined && pageKind !== undefined && pageKind !== `${kind}List`) {
+          throw new UnavailableError(
+            `list ${path}: the API server answered a ${shown(pageKind)}, not a ${kind}List`,
+          );
+        }
+        for (const object of items) {
+          const problem = objectProblem(object, kind);
+          if (problem !== undefined) {
+            skipped++;
+            example ??= problem;
+            continue;
+          }
+          const entry = this.#entryOf(object as T);
+          if (entry) fresh.set(objectKey(object as T), entry);
+        }
+        const metadata: unknown = page.metadata;
+        const next = isPlainObject(metadata) ? metadata['_continue'] : undefined;
+        const version = isPlainObject(metadata) ? metadata['resourceVersion'] : undefined;
+        if (next !== undefined && next !== null && typeof next !== 'string') {
+          throw new UnavailableError(`list ${path}: the API server sent the continue token ${shown(next)}`);
+        }
+        cont = next || undefined;
+        resourceVersion = typeof version === 'string' ? version : undefined;
+        if (cont !== undefined) {
+          if (tokens.has(cont)) {
+            throw new UnavailableError(
+              `list ${path}: the API server sent the continue token ${shown(cont)} a second time; a paging loop`,
+            );
+          }
+          if (tokens.size >= maxListPages) {
+            throw new UnavailableError(`list ${path}: more than ${maxListPages} pages; a paging loop`);
+          }
+          tokens.add(cont);
+        }
       } while (cont && !signal.aborted);
     } catch (err) {
       this.#metrics?.lists.inc({ resource: this.name, result: 'error' });
       throw err;
     }
     if (signal.aborted) return;
+    if (skipped > 0) {
+      this.#logger.warn({ skipped, example }, 'the list held malformed objects; skipped');
+    }
     this.#metrics?.lists.inc({ resource: this.name, result: 'success' });
     const old = this.#cache;
     this.#cache = fresh;
@@ -755,6 +890,16 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
           handle?.abort();
           return;
         }
+        // A damaged object ends the stream as a damaged line does: the informer resumes from the last
+        // event it applied (skipping it would move the resourceVersion past a change it never saw).
+        const problem = type === 'BOOKMARK' ? undefined : objectProblem(object, this.#options.kind);
+        if (problem !== undefined) {
+          failure = new UnavailableError(
+            `watch ${path}: the API server sent a ${type} event with ${problem}; resuming`,
+          );
+          handle?.abort();
+          return;
+        }
         events++;
         this.#watchHeardAt = this.#clock.monotonic();
         this.#markCurrent();
@@ -797,7 +942,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
       stop.addEventListener('abort', onStop, { once: true });
       watch(path, params, onEvent, onDone, onOpen).then(
         (opened) => {
-          if (ended) return opened.abort();
+          if (ended || failure !== undefined || gone) return opened.abort();
           handle = opened;
         },
         (err) => onDone(err ?? new Error('watch failed')),
@@ -809,7 +954,15 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     const resourceVersion = object.metadata?.resourceVersion;
     this.#metrics?.events.inc({ resource: this.name, type: type.toLowerCase() });
     if (type === 'BOOKMARK') {
-      if (resourceVersion) this.#resourceVersion = resourceVersion;
+      // Only a resourceVersion the API server could have sent: a watch resumed from `[object Object]`
+      // would be refused (400), and cost a re-list.
+      if (typeof resourceVersion === 'string' && resourceVersion !== '')
+        this.#resourceVersion = resourceVersion;
+      else
+        this.#logger.debug(
+          { resourceVersion: shown(resourceVersion) },
+          'bookmark without a resourceVersion; ignored',
+        );
       return;
     }
     const key = objectKey(object);
@@ -834,7 +987,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
       return { resourceVersion: object.metadata?.resourceVersion ?? '', record: this.#transform(object) };
     } catch (err) {
       this.#logger.warn(
-        { object: objectKey(object), err: describeError(err) },
+        { object: shortKey(objectKey(object)), err: describeError(err) },
         'cannot transform object; skipped',
       );
       return undefined;

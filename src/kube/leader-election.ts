@@ -102,16 +102,55 @@ export function parseMicroTime(value: unknown): number | undefined {
   return Number.isNaN(ms) ? undefined : ms;
 }
 
-/** The holder facts of a Lease. */
+/** A count the API server could have sent (an int32 ≥ 0, or > 0), else undefined. */
+function countOf(value: unknown, minimum: number): number | undefined {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= minimum ? value : undefined;
+}
+
+/**
+ * The holder facts of a Lease. client-node hands the fields over as the API server's JSON had them,
+ * whatever their type, so each is read for what it can be: a `leaseDurationSeconds` that is not a
+ * positive integer (negative, zero, `"abc"`, an object) is no duration at all, and the candidate's own
+ * applies; read as it came, it made a renewed lease expired at once (NaN or a negative validity), and
+ * a candidate took over from a live holder. A `leaseTransitions` that is not a count is none (written
+ * back, `"x" + 1` was `"x1"`, which the API server refuses: no candidate could take the lease). A
+ * holder that is not a string is someone, not no one.
+ */
 export function leaderRecordOf(lease: V1Lease): LeaderRecord {
-  const spec = lease.spec ?? {};
+  const spec: Record<string, unknown> =
+    lease.spec !== null && typeof lease.spec === 'object' ? (lease.spec as Record<string, unknown>) : {};
+  const holder = spec['holderIdentity'];
+  const seconds = countOf(spec['leaseDurationSeconds'], 1);
   return {
-    holderIdentity: spec.holderIdentity ?? '',
-    leaseDurationMs: spec.leaseDurationSeconds ? spec.leaseDurationSeconds * 1000 : undefined,
-    acquireTime: parseMicroTime(spec.acquireTime),
-    renewTime: parseMicroTime(spec.renewTime),
-    leaseTransitions: spec.leaseTransitions ?? 0,
+    holderIdentity:
+      typeof holder === 'string'
+        ? holder
+        : holder === undefined || holder === null
+          ? ''
+          : JSON.stringify(holder),
+    leaseDurationMs: seconds === undefined ? undefined : seconds * 1000,
+    acquireTime: parseMicroTime(spec['acquireTime']),
+    renewTime: parseMicroTime(spec['renewTime']),
+    leaseTransitions: countOf(spec['leaseTransitions'], 0) ?? 0,
   };
+}
+
+/**
+ * What tells one version of a Lease from another: its resourceVersion and its leader record, as
+ * client-go compares the whole record it read. The resourceVersion alone is not enough from an API
+ * server that leaves it out or does not move it: a holder's renewals would go unseen, its lease would
+ * look expired after leaseDuration, and two candidates would take it from each other for ever.
+ */
+function leaseVersionOf(lease: V1Lease): string {
+  const spec = (lease.spec ?? {}) as Record<string, unknown>;
+  return JSON.stringify([
+    lease.metadata?.resourceVersion,
+    spec['holderIdentity'],
+    spec['leaseDurationSeconds'],
+    spec['acquireTime'],
+    spec['renewTime'],
+    spec['leaseTransitions'],
+  ]);
 }
 
 interface ElectionMetrics {
@@ -185,6 +224,8 @@ export class LeaderElector {
    * Every instant below is on `clock.monotonic()`; `clock.now()` only dates what is written.
    */
   #observed: V1Lease | undefined;
+  /** {@link leaseVersionOf} the observed Lease. */
+  #observedVersion: string | undefined;
   #observedAt = 0;
   #leader = '';
   #attempted = false;
@@ -226,7 +267,11 @@ export class LeaderElector {
     return this.#leader;
   }
 
-  /** Whether at least one attempt has completed, so `isLeader` and `leader` reflect the lease. */
+  /**
+   * Whether the API server has told this candidate the lease's state (read it, or answered that it
+   * does not exist), so `isLeader` and `leader` reflect the lease. A read that failed or got no
+   * answer tells nothing: the state stays unknown (and the replica not ready) until one succeeds.
+   */
   get stateKnown(): boolean {
     return this.#attempted;
   }
@@ -374,7 +419,6 @@ export class LeaderElector {
     } finally {
       cancelTimer();
       timedOut.abort();
-      this.#attempted = true;
     }
   }
 
@@ -392,6 +436,8 @@ export class LeaderElector {
     } catch (err) {
       if (stopping.aborted) return false;
       if (httpStatusOfApiError(err) !== 404) return this.#failed('read', err);
+      // No lease: a state known as well as a lease read.
+      this.#attempted = true;
       return this.#write(
         'create',
         () =>
@@ -441,11 +487,12 @@ export class LeaderElector {
   }
 
   #observe(lease: V1Lease, now: number): void {
-    if (lease.metadata?.resourceVersion !== this.#observed?.metadata?.resourceVersion || !this.#observed) {
-      this.#observedAt = now;
-    }
+    const version = leaseVersionOf(lease);
+    if (version !== this.#observedVersion || !this.#observed) this.#observedAt = now;
     this.#observed = lease;
-    const holder = lease.spec?.holderIdentity ?? '';
+    this.#observedVersion = version;
+    this.#attempted = true;
+    const holder = leaderRecordOf(lease).holderIdentity;
     if (holder !== this.#leader) {
       this.#leader = holder;
       if (holder) this.#options.onNewLeader?.(holder);

@@ -29,7 +29,9 @@ import {
   type InformerOptions,
   kubeList,
   kubeWatch,
+  objectKey,
   type SubscribeOptions,
+  shortKey,
 } from './informer.ts';
 
 /** A record per view; a slot is undefined where that view's transform failed for the object. */
@@ -110,9 +112,8 @@ export class SharedInformer<T extends KubernetesObject> {
       try {
         return transform(object);
       } catch (err) {
-        const key = object.metadata?.name;
         this.#logger.warn(
-          { view: name, object: key, err: describeError(err) },
+          { view: name, object: shortKey(objectKey(object)), err: describeError(err) },
           'cannot transform object; skipped',
         );
         return undefined;
@@ -225,11 +226,13 @@ function sharedWatch<T extends KubernetesObject>(
   kubeConfig: KubeConfig,
   name: string,
   path: string,
+  kind: string,
   options: SharedWatchOptions,
 ): SharedInformer<T> {
   return new SharedInformer<T>({
     name,
     path,
+    kind,
     list: kubeList<T>(kubeConfig, path),
     watch: kubeWatch(kubeConfig),
     ...options,
@@ -246,7 +249,7 @@ export function nodeInformer(
   options: SharedWatchOptions & { name?: string } = {},
 ): SharedInformer<V1Node> {
   const { name = 'nodes', ...rest } = options;
-  return sharedWatch<V1Node>(kubeConfig, name, '/api/v1/nodes', rest);
+  return sharedWatch<V1Node>(kubeConfig, name, '/api/v1/nodes', 'Node', rest);
 }
 
 /**
@@ -262,6 +265,7 @@ export function csrInformer(
     kubeConfig,
     'certificatesigningrequests',
     '/apis/certificates.k8s.io/v1/certificatesigningrequests',
+    'CertificateSigningRequest',
     options,
   );
 }

@@ -363,6 +363,7 @@ export class ValidationMetrics implements LeaderComponent {
     const pods = new Informer<V1Pod, PodInfo>({
       name: 'pods-validation',
       path: '/api/v1/pods',
+      kind: 'Pod',
       list: kubeList<V1Pod>(kubeConfig, '/api/v1/pods'),
       watch: kubeWatch(kubeConfig),
       transform: podInfoOf,
@@ -458,15 +459,21 @@ export class ValidationMetrics implements LeaderComponent {
 
 /** A Node as the gauges read it: validation's view, its managed set as signed, kops' needs-update mark. */
 export function labelledNodeOf(node: V1Node): LabelledNodeInfo {
-  const annotations = node.metadata?.annotations ?? {};
+  // Annotations as the API server sent them: ones that are not a map (`in` would throw on a string,
+  // and the Node would drop out of every count) say nothing, and only string values are believed.
+  const sent: unknown = node.metadata?.annotations;
+  const annotations: Record<string, unknown> =
+    sent !== null && typeof sent === 'object' && !Array.isArray(sent)
+      ? (sent as Record<string, unknown>)
+      : {};
   const managed = annotations[managedLabelsAnnotation];
   const signature = annotations[managedLabelsSignatureAnnotation];
   const uid = node.metadata?.uid;
   return {
     ...nodeInfoOf(node),
-    ...(uid ? { uid } : {}),
-    ...(managed !== undefined ? { managedLabels: managed } : {}),
-    ...(signature !== undefined ? { managedLabelsSignature: signature } : {}),
-    ...(needsUpdateAnnotation in annotations ? { needsUpdate: true } : {}),
+    ...(typeof uid === 'string' && uid ? { uid } : {}),
+    ...(typeof managed === 'string' ? { managedLabels: managed } : {}),
+    ...(typeof signature === 'string' ? { managedLabelsSignature: signature } : {}),
+    ...(Object.hasOwn(annotations, needsUpdateAnnotation) ? { needsUpdate: true } : {}),
   };
 }

@@ -569,28 +569,98 @@ function podFailures(
 
 /** A Node as validation reads it. */
 export function nodeInfoOf(node: V1Node): NodeInfo {
-  const condition = (type: string) => node.status?.conditions?.find((c) => c.type === type)?.status;
+  // The object as the API server sent it, whatever its types: a field that is not what the API
+  // server sends (labels that are not a map of strings, conditions that are not a list of them, a
+  // providerID that is not a string) makes the Node unreadable, and an unreadable Node is not ready
+  // (Unknown), never counted as ready nor left out of the count.
+  const wire = node as unknown as { metadata?: unknown; spec?: unknown; status?: unknown };
+  const metadata = fieldsOf(wire.metadata);
+  const labels = stringMap(metadata['labels'] ?? {});
+  const spec = fieldsOf(wire.spec);
+  const providerID = spec['providerID'];
+  const status = objectOr(wire.status ?? {}, undefined);
+  const conditions = status === undefined ? undefined : (status['conditions'] ?? []);
+  const readable =
+    labels !== undefined &&
+    (providerID === undefined || providerID === null || typeof providerID === 'string') &&
+    Array.isArray(conditions) &&
+    conditions.every((c) => isObject(c) && typeof c['type'] === 'string');
+  const name = typeof metadata['name'] === 'string' ? metadata['name'] : '';
+  if (!readable) {
+    return {
+      name,
+      labels: labels ?? {},
+      readyStatus: 'Unknown',
+      networkUnavailable: false,
+      ...(typeof providerID === 'string' && providerID !== '' ? { providerID } : {}),
+    };
+  }
+  const condition = (type: string) =>
+    (conditions as Record<string, unknown>[]).find((c) => c['type'] === type)?.['status'];
   const ready = condition('Ready');
   const info: NodeInfo = {
-    name: node.metadata?.name ?? '',
-    labels: node.metadata?.labels ?? {},
+    name,
+    labels,
     readyStatus: ready === 'True' || ready === 'False' ? ready : 'Unknown',
     networkUnavailable: condition('NetworkUnavailable') === 'True',
   };
-  if (node.spec?.providerID) info.providerID = node.spec.providerID;
+  if (typeof providerID === 'string' && providerID !== '') info.providerID = providerID;
   return info;
+}
+
+/** An object of JSON (not null, not an array). */
+function isObject(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/** The fields of `value` when it is an object of JSON, else none. */
+function fieldsOf(value: unknown): Record<string, unknown> {
+  return isObject(value) ? value : {};
+}
+
+/** `value` when it is an object of JSON, else `otherwise`. */
+function objectOr<T>(value: unknown, otherwise: T): Record<string, unknown> | T {
+  return isObject(value) ? value : otherwise;
+}
+
+/** A map of strings (labels) as sent, or undefined when it is not one. */
+function stringMap(value: unknown): Record<string, string> | undefined {
+  if (!isObject(value)) return undefined;
+  return Object.values(value).every((v) => typeof v === 'string')
+    ? (value as Record<string, string>)
+    : undefined;
 }
 
 /** A pod as validation reads it. */
 export function podInfoOf(pod: V1Pod): PodInfo {
+  // As for Nodes: a status that cannot be read (not an object, a phase that is not a string,
+  // container statuses that are not a list of them) is the pod's state unknown, phase `Unknown`,
+  // so a critical pod in that state is counted in trouble rather than as healthy or absent.
+  const wire = pod as unknown as { metadata?: unknown; spec?: unknown; status?: unknown };
+  const metadata = fieldsOf(wire.metadata);
+  const spec = fieldsOf(wire.spec);
+  const status = objectOr(wire.status ?? {}, undefined);
+  const phase = status?.['phase'];
+  const statuses = status === undefined ? undefined : (status['containerStatuses'] ?? []);
+  const readable =
+    status !== undefined &&
+    (phase === undefined || phase === null || typeof phase === 'string') &&
+    Array.isArray(statuses) &&
+    statuses.every((c) => isObject(c) && typeof c['name'] === 'string');
+  const text = (value: unknown) => (typeof value === 'string' ? value : '');
   const info: PodInfo = {
-    namespace: pod.metadata?.namespace ?? '',
-    name: pod.metadata?.name ?? '',
-    labels: pod.metadata?.labels ?? {},
-    notReadyContainers: (pod.status?.containerStatuses ?? []).filter((c) => !c.ready).map((c) => c.name),
+    namespace: text(metadata['namespace']),
+    name: text(metadata['name']),
+    labels: stringMap(metadata['labels'] ?? {}) ?? {},
+    notReadyContainers: readable
+      ? (statuses as Record<string, unknown>[])
+          .filter((c) => c['ready'] !== true)
+          .map((c) => c['name'] as string)
+      : [],
   };
-  if (pod.spec?.nodeName) info.nodeName = pod.spec.nodeName;
-  if (pod.spec?.priorityClassName) info.priorityClassName = pod.spec.priorityClassName;
-  if (pod.status?.phase) info.phase = pod.status.phase;
+  if (text(spec['nodeName'])) info.nodeName = text(spec['nodeName']);
+  if (text(spec['priorityClassName'])) info.priorityClassName = text(spec['priorityClassName']);
+  if (!readable) info.phase = 'Unknown';
+  else if (typeof phase === 'string' && phase !== '') info.phase = phase;
   return info;
 }

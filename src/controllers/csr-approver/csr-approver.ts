@@ -17,13 +17,7 @@
  * denials are only logged and counted, leaving the CSR pending for `kubectl certificate`.
  */
 import { lookup } from 'node:dns/promises';
-import {
-  CertificatesV1Api,
-  CoreV1Api,
-  type KubeConfig,
-  type V1CertificateSigningRequest,
-  type V1CertificateSigningRequestCondition,
-} from '@kubernetes/client-node';
+import { CoreV1Api, type KubeConfig, type V1CertificateSigningRequest } from '@kubernetes/client-node';
 import { Counter, type Registry, register } from 'prom-client';
 import { isCloudVerdict } from '../../bootstrap/dependency.ts';
 import type { NodeIdentifier } from '../../cloud/types.ts';
@@ -33,14 +27,15 @@ import { fromApiException } from '../../kube/api-errors.ts';
 import { abortingWith } from '../../kube/call-options.ts';
 import { reuseConnections } from '../../kube/connection-reuse.ts';
 import { runController } from '../../kube/controller.ts';
-import { readCsr } from '../../kube/csr.ts';
+import { csrCollectionPath, readCsrWire } from '../../kube/csr.ts';
 import type { InformerCache } from '../../kube/informer.ts';
+import { type KubeHttps, kubeAnswerError, kubeHttps } from '../../kube/kube-https.ts';
 import { sharedMetric } from '../../kube/metrics.ts';
 import type { SharedInformer } from '../../kube/shared-informer.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
 import { assessCsr, assessInstance, type InstanceCheck, type Verdict } from './checks.ts';
-import { type CsrRecord, csrRecordOf } from './csr-record.ts';
+import { type CsrRecord, csrRecordOf, sameRequest } from './csr-record.ts';
 import { assessResolution, type ServingPolicy } from './serving-policy.ts';
 
 /** How long the read of a request's Node may take (the API server). */
@@ -103,7 +98,8 @@ export class CsrApprover implements LeaderComponent {
   readonly name = 'csr-approver';
   readonly #options: CsrApproverOptions;
   readonly #core: CoreV1Api;
-  readonly #certificates: CertificatesV1Api;
+  /** The CSR's read and decision, over the pooled client, as JSON (src/kube/csr.ts readCsrWire). */
+  readonly #kube: KubeHttps;
   readonly #logger: Logger;
   readonly #decisions: Counter;
   readonly #csrs: InformerCache<CsrRecord>;
@@ -113,7 +109,7 @@ export class CsrApprover implements LeaderComponent {
     this.#csrs = options.csrs.view('csr-approver', csrRecordOf);
     const kubeConfig = reuseConnections(options.kubeConfig);
     this.#core = kubeConfig.makeApiClient(CoreV1Api);
-    this.#certificates = kubeConfig.makeApiClient(CertificatesV1Api);
+    this.#kube = kubeHttps(options.kubeConfig, { timeoutMs: readTimeoutMs });
     this.#logger = (options.logger ?? silentLogger).child({ controller: 'csr-approver' });
     const registry = options.registry ?? register;
     this.#decisions = sharedMetric(
@@ -161,7 +157,7 @@ export class CsrApprover implements LeaderComponent {
     if (assessment.action === 'verify-instance' && verdict.action === 'approve') {
       verdict = (await this.#checkResolution(assessment)) ?? verdict;
     }
-    await this.#decide(record, verdict);
+    await this.#decide(record, verdict, signal);
   }
 
   /**
@@ -238,7 +234,7 @@ export class CsrApprover implements LeaderComponent {
     return assessInstance(request, result.identity);
   }
 
-  async #decide(record: CsrRecord, decision: Verdict): Promise<void> {
+  async #decide(record: CsrRecord, decision: Verdict, signal: AbortSignal): Promise<void> {
     const type = decision.action === 'approve' ? 'Approved' : 'Denied';
     const labels = { signer: record.signerName, reason: decision.reason };
     const log = {
@@ -252,30 +248,49 @@ export class CsrApprover implements LeaderComponent {
       this.#logger.warn(log, 'left for a human: kubectl certificate approve|deny');
       return;
     }
-    const csr = await readCsr(this.#certificates, record.name);
-    if (csr === undefined) return;
-    const conditions = csr.status?.conditions ?? [];
-    // Decided meanwhile (by a human or another approver): theirs stands.
-    if (conditions.some((c) => c.type === 'Approved' || c.type === 'Denied')) return;
-    // The request must be the one assessed; spec is immutable, but a CSR may be deleted and re-created.
-    if (csr.spec.request !== record.request) return;
-    const condition: V1CertificateSigningRequestCondition = {
+    // Read again past the cache, as the API server sent it: decided meanwhile (by a human or another
+    // approver), theirs stands; changed since it was assessed (deleted and re-created, or an answer
+    // that is not what the cache held), it is not the request assessed, and its own event queues it.
+    const wire = await readCsrWire(this.#kube, record.name, signal);
+    if (wire === undefined) return;
+    let current: CsrRecord;
+    try {
+      current = csrRecordOf(wire as unknown as V1CertificateSigningRequest);
+    } catch (err) {
+      this.#logger.warn(
+        { csr: record.name, err: describeError(err) },
+        'the certificate signing request read back is malformed; not deciding it',
+      );
+      return;
+    }
+    if (current.decided) return;
+    if (current.name !== record.name || !sameRequest(current, record)) {
+      this.#logger.info(
+        { csr: record.name },
+        'the certificate signing request read back is not the one assessed; not deciding it',
+      );
+      return;
+    }
+    const condition = {
       type,
       status: 'True',
       reason: decision.reason,
       message: decision.message,
-      lastUpdateTime: new Date(),
+      lastUpdateTime: new Date().toISOString(),
     };
-    try {
-      await this.#certificates.replaceCertificateSigningRequestApproval({
-        name: record.name,
-        body: { ...csr, status: { ...csr.status, conditions: [...conditions, condition] } },
-      });
-    } catch (err) {
-      const error = fromApiException(err, `${type === 'Approved' ? 'approve' : 'deny'} ${record.name}`);
-      if (error instanceof NotFoundError) return;
-      throw error;
-    }
+    // What was read, with the condition added: its resourceVersion makes the write fail (409, retried)
+    // should the CSR change in between.
+    const status = (wire['status'] ?? {}) as Record<string, unknown>;
+    const conditions = (status['conditions'] ?? []) as unknown[];
+    const action = `${type === 'Approved' ? 'approve' : 'deny'} ${record.name}`;
+    const answer = await this.#kube({
+      action,
+      method: 'PUT',
+      path: `${csrCollectionPath}/${encodeURIComponent(record.name)}/approval`,
+      body: JSON.stringify({ ...wire, status: { ...status, conditions: [...conditions, condition] } }),
+    });
+    if (answer.status === 404) return;
+    if (answer.status !== 200 && answer.status !== 201) throw kubeAnswerError(answer, action);
     this.#decisions.inc({ ...labels, decision: type === 'Approved' ? 'approved' : 'denied' });
     if (type === 'Approved') this.#logger.info(log, 'approved kubelet certificate request');
     else this.#logger.warn(log, 'denied kubelet certificate request');

@@ -23,3 +23,17 @@ test('a heartbeat (a new resourceVersion only) queues nothing; a providerID or r
     true,
   );
 });
+
+test('a Node whose ranges, providerID or resourceVersion cannot be read is refused, never read by its characters', () => {
+  const spoilt: unknown[] = [
+    { metadata: { name: 'n1', resourceVersion: '1' }, spec: { podCIDRs: '10.0.0.0/24' } },
+    { metadata: { name: 'n1', resourceVersion: '1' }, spec: { podCIDRs: 5 } },
+    { metadata: { name: 'n1', resourceVersion: '1' }, spec: { podCIDRs: [5] } },
+    { metadata: { name: 'n1', resourceVersion: '1' }, spec: { podCIDR: {} } },
+    { metadata: { name: 'n1', resourceVersion: '1' }, spec: { providerID: 42 } },
+    { metadata: { name: 'n1', resourceVersion: '1' }, spec: 'x' },
+    { metadata: { name: 'n1' }, spec: {} },
+  ];
+  for (const node of spoilt)
+    assert.throws(() => ipamRecordOf(node as never), /not|missing/, JSON.stringify(node));
+});

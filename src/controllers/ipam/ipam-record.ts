@@ -3,6 +3,8 @@
  * heartbeat changes none of them, so it queues no work.
  */
 import type { V1Node } from '@kubernetes/client-node';
+import { InvalidInputError } from '../../errors.ts';
+import { nodeNameOf, stringOf } from '../node/node-record.ts';
 import { sameRanges } from './cidr.ts';
 
 /** What the IPAM controller knows about one Node. */
@@ -17,15 +19,32 @@ export interface IpamNodeRecord {
   resourceVersion: string;
 }
 
-/** The informer transform: a Node in its wire shape to an {@link IpamNodeRecord}. */
+/**
+ * The informer transform: a Node in its wire shape to an {@link IpamNodeRecord}. A Node whose fields
+ * do not have the types the API server gives them is refused (thrown: the informer skips it, logging
+ * why), and so is one without a resourceVersion, which the patch must carry: read as they came,
+ * `podCIDRs: "10.1.0.0/24"` was a node holding the ranges `1`, `0`, `.`… (a conflict reported from
+ * its characters), and `podCIDRs: 5` a node with no range, given one over whatever it held.
+ */
 export function ipamRecordOf(node: V1Node): IpamNodeRecord {
-  const spec = node.spec;
+  const wire = node as unknown as { metadata?: unknown; spec?: unknown };
+  const metadata = (wire.metadata ?? {}) as Record<string, unknown>;
+  const spec = wire.spec === undefined || wire.spec === null ? {} : wire.spec;
+  if (typeof spec !== 'object' || Array.isArray(spec)) throw new InvalidInputError('spec is not an object');
+  const fields = spec as Record<string, unknown>;
+  const podCIDRs = fields['podCIDRs'] ?? [];
+  if (!Array.isArray(podCIDRs) || !podCIDRs.every((c) => typeof c === 'string')) {
+    throw new InvalidInputError('spec.podCIDRs is not a list of strings');
+  }
+  const podCIDR = stringOf(fields['podCIDR'], 'spec.podCIDR');
+  const resourceVersion = stringOf(metadata['resourceVersion'], 'metadata.resourceVersion');
+  if (resourceVersion === '') throw new InvalidInputError('metadata.resourceVersion is missing');
   return {
-    name: node.metadata?.name ?? '',
-    uid: node.metadata?.uid ?? '',
-    providerID: spec?.providerID ?? '',
-    podCIDRs: spec?.podCIDRs?.length ? [...spec.podCIDRs] : spec?.podCIDR ? [spec.podCIDR] : [],
-    resourceVersion: node.metadata?.resourceVersion ?? '',
+    name: nodeNameOf(metadata['name']),
+    uid: stringOf(metadata['uid'], 'metadata.uid'),
+    providerID: stringOf(fields['providerID'], 'spec.providerID'),
+    podCIDRs: podCIDRs.length ? [...(podCIDRs as string[])] : podCIDR ? [podCIDR] : [],
+    resourceVersion,
   };
 }
 

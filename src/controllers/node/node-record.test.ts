@@ -34,15 +34,33 @@ describe('node records', () => {
       }),
       record,
     );
-    assert.deepEqual(nodeRecordOf({}), {
+    assert.deepEqual(nodeRecordOf({ metadata: { uid: 'u0' } }), {
       name: '',
-      uid: '',
+      uid: 'u0',
       providerID: '',
       labels: {},
       managedLabels: undefined,
       managedLabelsSignature: undefined,
       resourceVersion: '',
     });
+  });
+
+  test('a Node without a uid, or whose fields have the wrong JSON types, is refused', () => {
+    const spoilt: unknown[] = [
+      {},
+      { metadata: { uid: 7 } },
+      { metadata: { uid: 'u', labels: 'a=1' } },
+      { metadata: { uid: 'u', labels: ['a'] } },
+      { metadata: { uid: 'u', labels: { a: 1 } } },
+      { metadata: { uid: 'u', annotations: 'x' } },
+      { metadata: { uid: 'u', annotations: { [managedLabelsAnnotation]: ['a'] } } },
+      { metadata: { uid: 'u', resourceVersion: 5 } },
+      { metadata: { uid: 'u' }, spec: { providerID: 42 } },
+      { metadata: { uid: 'u' }, spec: 'aws:///z/i-1' },
+    ];
+    for (const node of spoilt) {
+      assert.throws(() => nodeRecordOf(node as never), /uid|not a|spec/, JSON.stringify(node));
+    }
   });
 
   test('a status-only update needs no reconcile; providerID, labels, managed set or its signature do', () => {

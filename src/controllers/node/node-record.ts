@@ -4,6 +4,7 @@
  * here, and a status heartbeat (most Node updates) changes nothing this record holds.
  */
 import type { V1Node } from '@kubernetes/client-node';
+import { InvalidInputError } from '../../errors.ts';
 import { managedLabelsAnnotation } from '../../nodelabels/diff-labels.ts';
 import { managedLabelsSignatureAnnotation } from '../../nodelabels/signed-managed-labels.ts';
 
@@ -21,16 +22,67 @@ export interface NodeRecord {
   resourceVersion: string;
 }
 
-/** The informer transform: a Node in its wire shape to a {@link NodeRecord}. */
+/** An object of JSON (not null, not an array). */
+function isObject(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/** A map of strings (labels, annotations) as sent; absent is empty; anything else is refused. */
+export function stringMapOf(value: unknown, what: string): Record<string, string> {
+  if (value === undefined || value === null) return {};
+  if (!isObject(value) || !Object.values(value).every((v) => typeof v === 'string')) {
+    throw new InvalidInputError(`${what} is not a map of strings`);
+  }
+  return value as Record<string, string>;
+}
+
+/** A string field as sent; absent is `''`; anything else is refused. */
+export function stringOf(value: unknown, what: string): string {
+  if (value === undefined || value === null) return '';
+  if (typeof value !== 'string') throw new InvalidInputError(`${what} is not a string`);
+  return value;
+}
+
+/** The longest Node name: a DNS subdomain, as the API server validates it. */
+export const maxNodeNameLength = 253;
+
+/**
+ * A Node's name as sent; one longer than any the API server accepts is refused: every call naming it
+ * would fail (a request line of megabytes), retried for ever, each failure logging the name whole.
+ */
+export function nodeNameOf(value: unknown): string {
+  const name = stringOf(value, 'metadata.name');
+  if (name.length > maxNodeNameLength) {
+    throw new InvalidInputError(
+      `metadata.name is ${name.length} characters long; a Node's is ${maxNodeNameLength} at most`,
+    );
+  }
+  return name;
+}
+
+/**
+ * The informer transform: a Node in its wire shape to a {@link NodeRecord}. A Node whose fields do
+ * not have the types the API server gives them is refused (thrown: the informer skips it, logging
+ * why), and so is one without a uid, which its patch must name: read as they came, a providerID `42`
+ * went to the cloud, a label map that was a string was diffed by its characters, and a Node without
+ * a uid was patched without the check that it is still the Node the plan was made for.
+ */
 export function nodeRecordOf(node: V1Node): NodeRecord {
+  const wire = node as unknown as { metadata?: unknown; spec?: unknown };
+  const metadata = isObject(wire.metadata) ? wire.metadata : {};
+  const spec = wire.spec === undefined || wire.spec === null ? {} : wire.spec;
+  if (!isObject(spec)) throw new InvalidInputError('spec is not an object');
+  const uid = stringOf(metadata['uid'], 'metadata.uid');
+  if (uid === '') throw new InvalidInputError('metadata.uid is missing');
+  const annotations = stringMapOf(metadata['annotations'], 'metadata.annotations');
   return {
-    name: node.metadata?.name ?? '',
-    uid: node.metadata?.uid ?? '',
-    providerID: node.spec?.providerID ?? '',
-    labels: node.metadata?.labels ?? {},
-    managedLabels: node.metadata?.annotations?.[managedLabelsAnnotation],
-    managedLabelsSignature: node.metadata?.annotations?.[managedLabelsSignatureAnnotation],
-    resourceVersion: node.metadata?.resourceVersion ?? '',
+    name: nodeNameOf(metadata['name']),
+    uid,
+    providerID: stringOf(spec['providerID'], 'spec.providerID'),
+    labels: stringMapOf(metadata['labels'], 'metadata.labels'),
+    managedLabels: annotations[managedLabelsAnnotation],
+    managedLabelsSignature: annotations[managedLabelsSignatureAnnotation],
+    resourceVersion: stringOf(metadata['resourceVersion'], 'metadata.resourceVersion'),
   };
 }
 
