@@ -137,13 +137,19 @@ describe('informer against a hostile API server: lists', () => {
     ];
     await withInformer(
       (req, res) => (req.watch ? startStream(res) : answer(res, 200, nodeList(items))),
-      async ({ informer, lines, events }) => {
+      async ({ informer, lines, events, registry }) => {
         await eventually(() => informer.hasSynced(), 'the sync despite the malformed items');
         assert.deepEqual(informer.keys(), ['good']);
         assert.deepEqual(events, ['add good']);
         const warning = lines.find((l) => /malformed/.test(l));
         assert.ok(warning, 'the skipped items are logged');
         assert.match(warning, /"skipped":12/);
+        const skipped = await registry.getSingleMetric('informer_skipped_objects_total')?.get();
+        assert.deepEqual(
+          skipped?.values.map((v) => [v.labels, v.value]),
+          [[{ resource: 'nodes' }, 12]],
+          'and counted, so an alert can see them',
+        );
       },
     );
   });

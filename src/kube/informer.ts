@@ -448,6 +448,7 @@ interface InformerMetrics {
   lists: Counter;
   restarts: Counter;
   events: Counter;
+  skipped: Counter;
   cached: Gauge;
   synced: Gauge;
   live: Set<LiveInformer>;
@@ -472,6 +473,11 @@ function informerMetrics(registry: Registry): InformerMetrics {
       'reason',
     ]),
     events: counter('informer_events_total', 'Watch events received, by type.', ['resource', 'type']),
+    skipped: counter(
+      'informer_skipped_objects_total',
+      'Objects the API server listed that were not cached: malformed, of another kind, or not transformable.',
+      ['resource'],
+    ),
     cached: gauge('informer_cached_objects', 'Objects in the informer cache.', 'max'),
     synced: gauge('informer_synced', '1 once the informer has completed its first list.', 'min'),
     live: liveInformers(registry),
@@ -822,6 +828,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     }
     if (signal.aborted) return;
     if (skipped > 0) {
+      this.#metrics?.skipped.inc({ resource: this.name }, skipped);
       this.#logger.warn({ skipped, example }, 'the list held malformed objects; skipped');
     }
     this.#metrics?.lists.inc({ resource: this.name, result: 'success' });
@@ -986,6 +993,7 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
     try {
       return { resourceVersion: object.metadata?.resourceVersion ?? '', record: this.#transform(object) };
     } catch (err) {
+      this.#metrics?.skipped.inc({ resource: this.name });
       this.#logger.warn(
         { object: shortKey(objectKey(object)), err: describeError(err) },
         'cannot transform object; skipped',

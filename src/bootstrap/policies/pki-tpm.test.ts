@@ -32,6 +32,16 @@ const registered: Record<string, HostObject> = {
   'host-b': host('host-b', { publicKey: publicPem(keyB), instanceGroup: 'gpu-nodes' }),
   'no-key': host('no-key', { instanceGroup: 'nodes' }),
   'no-group': host('no-group', { publicKey: publicPem(keyA) }),
+  // Not what the CRD's schema allows: an answer of a broken API server.
+  'group-number': host('group-number', {
+    publicKey: publicPem(keyA),
+    instanceGroup: 5 as unknown as string,
+  }),
+  'group-path': host('group-path', { publicKey: publicPem(keyA), instanceGroup: '../control-plane' }),
+  'key-object': host('key-object', {
+    publicKey: { pem: publicPem(keyA) } as unknown as string,
+    instanceGroup: 'nodes',
+  }),
   'rsa-key': host('rsa-key', {
     publicKey: publicPem(generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey),
     instanceGroup: 'nodes',
@@ -233,6 +243,18 @@ describe('pki-tpm policy', () => {
       /has no spec\.instanceGroup/,
     );
     denied(await evaluate(request(nodeupToken(keyA, { instance: 'rsa-key' }).header)), /ECDSA keys only/);
+    denied(
+      await evaluate(request(nodeupToken(keyA, { instance: 'group-number' }).header)),
+      /has no spec\.instanceGroup/,
+    );
+    denied(
+      await evaluate(request(nodeupToken(keyA, { instance: 'group-path' }).header)),
+      /spec\.instanceGroup "\.\.\/control-plane" is not a valid name/,
+    );
+    denied(
+      await evaluate(request(nodeupToken(keyA, { instance: 'key-object' }).header)),
+      /has no spec\.publicKey/,
+    );
   });
 
   test('malformed proofs are denials with a reason, never crashes', async () => {

@@ -73,10 +73,18 @@ function recordProblem(token: DecodedPkiTpmToken, body: Buffer, nowMs: number, s
 /** The Host's ECDSA key, or why the Host cannot vouch for anyone. */
 function hostKey(host: HostObject): { key: KeyObject; instanceGroup: string } | { problem: string } {
   const where = `host ${hostNamespace}/${host.metadata.name}`;
-  const pem = host.spec?.publicKey;
-  const instanceGroup = host.spec?.instanceGroup;
-  if (!pem) return { problem: `${where} has no spec.publicKey` };
-  if (!instanceGroup) return { problem: `${where} has no spec.instanceGroup` };
+  // Read as the API server sent them: the CRD's schema makes both strings, a broken answer may not.
+  const { publicKey: pem, instanceGroup } = (host.spec ?? {}) as {
+    publicKey?: unknown;
+    instanceGroup?: unknown;
+  };
+  if (typeof pem !== 'string' || !pem) return { problem: `${where} has no spec.publicKey` };
+  if (typeof instanceGroup !== 'string' || !instanceGroup) {
+    return { problem: `${where} has no spec.instanceGroup` };
+  }
+  if (!isDnsSubdomain(instanceGroup)) {
+    return { problem: `${where}: spec.instanceGroup ${JSON.stringify(instanceGroup)} is not a valid name` };
+  }
   let key: KeyObject;
   try {
     key = createPublicKey({ key: pem, format: 'pem' });

@@ -86,6 +86,7 @@ export class MachineIndex {
     this.#informer = new Informer<MachineObject, MachineRecord>({
       name: 'machines',
       path: machinesPath,
+      kind: 'Machine',
       list: kubeList<MachineObject>(options.kubeConfig, machinesPath),
       watch: kubeWatch(options.kubeConfig),
       transform: machineRecordOf,

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { Registry } from 'prom-client';
 import type { AwsIdentifyResult, AwsNodeIdentifier } from '../../cloud/aws/identify.ts';
 import type { Outcome } from '../../cloud/batcher.ts';
 import { GceNodeIdentifier } from '../../cloud/gce/node-identifier.ts';
@@ -121,6 +122,9 @@ describe('metal source (Host records) against the simulated API server', () => {
     for (const [name, podCIDRs] of [
       ['h1', ['10.1.0.0/24']],
       ['h2', undefined],
+      // Not what the CRD's schema allows: an answer of a broken API server.
+      ['h-string', '10.3.0.0/24'],
+      ['h-number', 5],
     ] as const) {
       api.store.create({
         apiVersion: `${hostGroup}/${hostVersion}`,
@@ -153,6 +157,26 @@ describe('metal source (Host records) against the simulated API server', () => {
         kind: 'ranges',
         cidrs: ['10.2.0.0/24'],
       });
+    } finally {
+      await source.stop();
+    }
+  });
+
+  test('a Host whose podCIDRs is not a list of strings is skipped (counted), never read as ranges', async () => {
+    const registry = new Registry();
+    const source = new HostPodCidrSource({ kubeConfig: api.kubeConfig(), registry });
+    source.start();
+    try {
+      const answers = await source.lookup(['h-string', 'h-number', 'h1']);
+      for (const name of ['h-string', 'h-number']) {
+        assert.match((rangesOf(answers.get(name)) as { reason: string }).reason, /no Host record names node/);
+      }
+      assert.deepEqual(rangesOf(answers.get('h1')), { kind: 'ranges', cidrs: ['10.1.0.0/24'] });
+      const skipped = await registry.getSingleMetric('informer_skipped_objects_total')?.get();
+      assert.deepEqual(
+        skipped?.values.map((v) => [v.labels, v.value]),
+        [[{ resource: 'hosts' }, 2]],
+      );
     } finally {
       await source.stop();
     }

@@ -19,7 +19,7 @@ import {
   hostVersion,
 } from '../../cloud/metal/hosts.ts';
 import type { NodeIdentity } from '../../cloud/types.ts';
-import { UnavailableError } from '../../errors.ts';
+import { InvalidInputError, UnavailableError } from '../../errors.ts';
 import { Informer, kubeList, kubeWatch } from '../../kube/informer.ts';
 import type { Logger } from '../../log.ts';
 import { awsPodRanges, type CloudPodRanges, gcePodRanges, hostPodRanges } from './pod-ranges.ts';
@@ -116,6 +116,19 @@ interface HostRecord {
   podCIDRs: string[];
 }
 
+/**
+ * A Host's record; a `spec.podCIDRs` that is not a list of strings (the CRD's schema forbids it, so a
+ * broken answer) is refused, and the informer skips the Host (logged and counted): a node without a
+ * Host gets no range, where the characters of a string or a number would have been read as ranges.
+ */
+function hostRecordOf(host: HostWire): HostRecord {
+  const podCIDRs: unknown = host.spec?.podCIDRs ?? [];
+  if (!Array.isArray(podCIDRs) || !podCIDRs.every((cidr) => typeof cidr === 'string')) {
+    throw new InvalidInputError('spec.podCIDRs is not a list of strings');
+  }
+  return { name: host.metadata?.name ?? '', podCIDRs };
+}
+
 /** Options of {@link HostPodCidrSource}. */
 export interface HostPodCidrSourceOptions {
   kubeConfig: KubeConfig;
@@ -140,9 +153,10 @@ export class HostPodCidrSource implements PodCidrSource {
     this.#informer = new Informer<HostWire, HostRecord>({
       name: 'hosts',
       path: hostsPath,
+      kind: 'Host',
       list: kubeList<HostWire>(kubeConfig, hostsPath),
       watch: kubeWatch(kubeConfig),
-      transform: (host) => ({ name: host.metadata?.name ?? '', podCIDRs: host.spec?.podCIDRs ?? [] }),
+      transform: hostRecordOf,
       ...(registry ? { registry } : {}),
       ...(logger ? { logger } : {}),
     });
