@@ -141,6 +141,21 @@ describe('work queue', () => {
     await queue.shutdown();
   });
 
+  test('a name of megabytes (no API server sends one; a broken answer may) is logged cut short', async () => {
+    const { logger, lines } = capturedLogger();
+    const queue = new WorkQueue({ name: 'csrs', clock: new FakeClock(), logger });
+    const h = controlledHandler();
+    queue.start(h.handler);
+    const huge = `csr-${'x'.repeat(1_000_000)}`;
+    queue.add(huge);
+    await settle();
+    h.failNext.add(huge);
+    await h.finish(huge);
+    const line = lines.find((l) => l.includes('processing failed')) ?? '{}';
+    assert.equal((JSON.parse(line) as { item?: string }).item, `csr-${'x'.repeat(252)}…`);
+    await queue.shutdown();
+  });
+
   test('a failure whose answer asked Retry-After is retried no sooner than that, capped at the longest delay', async () => {
     const clock = new FakeClock();
     const queue = new WorkQueue({ name: 'retry-after', baseDelayMs: 10, maxDelayMs: 5_000, clock });

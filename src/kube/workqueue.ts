@@ -11,6 +11,7 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { describeError, InternalError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
+import { shortKey } from './informer.ts';
 import { sharedMetric } from './metrics.ts';
 
 /** Processes one key; throwing requeues the key with backoff. The signal aborts on `shutdown({drain:false})`. */
@@ -244,13 +245,17 @@ export class WorkQueue {
     } catch (err) {
       // Cut short by the shutdown: no failure to report or retry; the queue is going away.
       if (this.#abort.signal.aborted) {
-        this.#logger.debug({ item: key, err: describeError(err) }, 'processing stopped by the shutdown');
+        this.#logger.debug(
+          { item: shortKey(key), err: describeError(err) },
+          'processing stopped by the shutdown',
+        );
       } else {
         failed = true;
         retryAfterMs = retryAfterMsOf(err);
         // `item`, not `key`: the logger redacts fields named key (key material), which hid the name.
+        // Cut short: a name is the API server's to bound, and one of megabytes is not logged whole.
         this.#logger.warn(
-          { item: key, failures: this.numRequeues(key) + 1, err: describeError(err) },
+          { item: shortKey(key), failures: this.numRequeues(key) + 1, err: describeError(err) },
           'processing failed; retrying with backoff',
         );
       }
