@@ -10,11 +10,19 @@
  * out of the cache at once, so no caller is told it runs for the rest of the 60 minutes.
  * (Shared by src/cloud/hetzner, src/cloud/digitalocean and src/cloud/linode.)
  */
-import { ConfigError, ForbiddenError, InvalidInputError, NotFoundError } from '../errors.ts';
+import {
+  ConfigError,
+  ForbiddenError,
+  InvalidInputError,
+  KopsError,
+  NotFoundError,
+  UnavailableError,
+} from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { Outcome } from './batcher.ts';
 import { mapConcurrent } from './concurrency.ts';
 import { BatchedNodeIdentifier } from './identify-batches.ts';
+import { instanceGroupNameProblem } from './instance-group-name.ts';
 import { LruCache } from './lru.ts';
 import type { CloudCallRecorder } from './metrics.ts';
 import type { CloudRetryPolicy } from './retry.ts';
@@ -58,26 +66,147 @@ export interface ServerRecord {
   zone: string | undefined;
 }
 
+/** The error of an answer the cloud should never give: a dependency fault, never a verdict on a node. */
+export function malformedAnswer(message: string): UnavailableError {
+  return new UnavailableError(message, { details: { reason: 'malformed-answer' } });
+}
+
+/** `value` (or `[]` when absent) when it is a list of strings; a malformed answer otherwise. */
+function stringsOf(value: readonly unknown[] | undefined, what: string): string[] {
+  if (value === undefined || value === null) return [];
+  if (!Array.isArray(value) || value.some((v) => typeof v !== 'string')) {
+    throw malformedAnswer(`${what} is not a list of strings`);
+  }
+  return [...(value as string[])];
+}
+
+/** A field that is absent or a string; a malformed answer otherwise. */
+function optionalString(value: unknown, what: string): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'string')
+    throw malformedAnswer(`${what} is ${JSON.stringify(value)?.slice(0, 40)}, not a string`);
+  return value;
+}
+
 /**
  * A server as the identifier sees it. Its addresses in kops' verifiers' order: private ones first
- * (the first is where the callback challenge is answered), then public ones, then its name.
+ * (the first is where the callback challenge is answered), then public ones, then its name. The
+ * record is checked as it is read: a field of the wrong type (an id that is no positive integer, a
+ * label or tag that is no string) makes the answer malformed ({@link malformedAnswer}), so it can
+ * neither identify a node nor refuse one.
  */
 export function cloudServer(statuses: ServerStatuses, record: ServerRecord): CloudServer {
+  const { id } = record as { id: unknown };
+  if (typeof id !== 'number' || !Number.isSafeInteger(id) || id <= 0) {
+    throw malformedAnswer(
+      `a server record's id ${JSON.stringify(id)?.slice(0, 40)} is not a positive integer`,
+    );
+  }
+  const what = `the record of server ${id}`;
+  const name = optionalString(record.name, `${what}: its name`) ?? '';
+  const status = optionalString(record.status, `${what}: its status`);
+  if (status === undefined) throw malformedAnswer(`${what} has no status`);
+  const privateIps = stringsOf(record.privateIps, `${what}: its private addresses`);
+  const publicIps = stringsOf(record.publicIps, `${what}: its public addresses`);
+  const zone = optionalString(record.zone, `${what}: its location`);
   return {
-    id: String(record.id),
-    name: record.name,
-    state: statuses.states[record.status] ?? 'unknown',
-    status: record.status,
-    live: statuses.live.has(record.status),
-    clusterName: record.clusterName,
-    instanceGroup: record.instanceGroup,
+    id: String(id),
+    name,
+    state: Object.hasOwn(statuses.states, status) ? (statuses.states[status] as InstanceState) : 'unknown',
+    status,
+    live: statuses.live.has(status),
+    clusterName: optionalString(record.clusterName, `${what}: its cluster mark`),
+    instanceGroup: optionalString(record.instanceGroup, `${what}: its instance group mark`),
     addresses: [
-      ...record.privateIps.map((address): InstanceAddress => ({ type: 'InternalIP', address })),
-      ...record.publicIps.map((address): InstanceAddress => ({ type: 'ExternalIP', address })),
-      { type: 'Hostname', address: record.name },
+      ...privateIps.map((address): InstanceAddress => ({ type: 'InternalIP', address })),
+      ...publicIps.map((address): InstanceAddress => ({ type: 'ExternalIP', address })),
+      ...(name ? [{ type: 'Hostname' as const, address: name }] : []),
     ],
-    ...(record.zone ? { zone: record.zone } : {}),
+    ...(zone ? { zone } : {}),
   };
+}
+
+/**
+ * `convert(raw)` for one server record of an answer: a record that is no object, or that `convert`
+ * trips over (a list where an object belongs), is a malformed answer, never a TypeError.
+ */
+export function serverOfAnswer<R>(
+  noun: string,
+  raw: unknown,
+  convert: (record: R) => CloudServer,
+): CloudServer {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    throw malformedAnswer(`the ${noun} record is ${raw === null ? 'null' : typeof raw}, not an object`);
+  }
+  try {
+    return convert(raw as R);
+  } catch (err) {
+    if (err instanceof KopsError) throw err;
+    throw malformedAnswer(`a ${noun} record is malformed: ${(err as Error).message}`);
+  }
+}
+
+/** The list of an answer's page (`field` of `body`), each record converted; malformed when it is none. */
+export function serversOfPage<R>(
+  title: string,
+  body: unknown,
+  field: string,
+  noun: string,
+  convert: (record: R) => CloudServer,
+): CloudServer[] {
+  const list =
+    typeof body === 'object' && body !== null ? (body as Record<string, unknown>)[field] : undefined;
+  if (!Array.isArray(list)) {
+    throw malformedAnswer(`${title} answered a page without a list of ${field} (a 200 carrying an error?)`);
+  }
+  return list.map((raw) => serverOfAnswer(noun, raw, convert));
+}
+
+/** The most servers one listing of a cluster may hold; more is a misbehaving API, not a cluster. */
+export const maxListedServers = 100_000;
+
+/**
+ * Guards one paginated listing against an API whose pages never end: a page that says more follow
+ * must bring servers not seen yet (an empty page, or the same page again under a new number, ends
+ * the listing as a malformed answer), and the listing stops with a fault past
+ * {@link maxListedServers} servers' worth of pages.
+ */
+export class ListingGuard {
+  readonly #title: string;
+  readonly #maxPages: number;
+  readonly #seen = new Set<string>();
+  #pages = 0;
+
+  constructor(title: string, pageSize: number) {
+    this.#title = title;
+    this.#maxPages = Math.ceil(maxListedServers / pageSize) + 1;
+  }
+
+  /** The number of pages a listing may take at most. */
+  get maxPages(): number {
+    return this.#maxPages;
+  }
+
+  /** Records one page; throws when `more` pages are announced after one that brought nothing new. */
+  page(servers: readonly CloudServer[], more: boolean): void {
+    this.#pages++;
+    let fresh = 0;
+    for (const server of servers) {
+      if (!this.#seen.has(server.id)) fresh++;
+      this.#seen.add(server.id);
+    }
+    if (!more) return;
+    if (fresh === 0) {
+      throw malformedAnswer(
+        `${this.#title} announced another page after page ${this.#pages}, which listed no server not listed before; the listing is abandoned`,
+      );
+    }
+    if (this.#pages >= this.#maxPages) {
+      throw malformedAnswer(
+        `${this.#title} announced more than ${this.#pages} pages (over ${maxListedServers} servers); the listing is abandoned`,
+      );
+    }
+  }
 }
 
 /** What a cloud offers the identifier. */
@@ -153,23 +282,42 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
    * batches are answered from it instead of costing one read each, and a cached server the list lacks
    * (deleted, or now another cluster's) is forgotten.
    */
-  async #listCluster(): Promise<CloudServer[]> {
-    const servers = await this.#o.directory.listCluster();
-    this.#lastListed = servers.length;
+  async #listCluster(): Promise<Map<string, CloudServer | Error>> {
+    const listed = new Map<string, CloudServer | Error>();
+    for (const server of await this.#o.directory.listCluster()) {
+      const before = listed.get(server.id);
+      if (before === undefined) listed.set(server.id, server);
+      else if (!(before instanceof Error) && !sameRecord(before, server)) {
+        // The same server twice, with different marks or states: neither record can be believed.
+        this.#logger.warn(
+          { instanceId: server.id, groups: [before.instanceGroup, server.instanceGroup] },
+          `the cluster's list holds ${this.#o.noun} ${server.id} twice with different records; it is not identified until the API agrees with itself`,
+        );
+        listed.set(
+          server.id,
+          malformedAnswer(
+            `the list of the cluster holds ${this.#o.noun} ${server.id} twice, with different records (instance group ${JSON.stringify(before.instanceGroup)} and ${JSON.stringify(server.instanceGroup)})`,
+          ),
+        );
+      }
+    }
+    this.#lastListed = listed.size;
     const verified = this.#emptyCache();
-    for (const server of servers) {
-      if (this.#verdict(this.#o.providerIds.format(server.id), server).ok) verified.set(server.id, server);
+    for (const [id, server] of listed) {
+      if (!(server instanceof Error) && this.#verdict(this.#o.providerIds.format(id), server).ok)
+        verified.set(id, server);
     }
     this.#verified = verified;
-    return servers;
+    return listed;
   }
 
   /** The cluster's servers by instance group, read with one list (for validate and the metrics). */
   async groups(): Promise<CloudGroup[]> {
-    const servers = await this.#listCluster();
     const ours: GroupedServer[] = [];
-    for (const server of servers) {
+    for (const server of (await this.#listCluster()).values()) {
+      if (server instanceof Error) continue;
       if (server.clusterName !== this.#o.clusterName || !server.instanceGroup) continue;
+      if (instanceGroupNameProblem(server.instanceGroup)) continue;
       const member = {
         instanceId: server.id,
         providerID: this.#o.providerIds.format(server.id),
@@ -205,9 +353,9 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
     // A list costs its pages whatever is asked; single reads cost one each. Take the cheaper.
     const listPages = Math.max(1, Math.ceil(this.#lastListed / this.#o.directory.pageSize));
     if (toRead.size > listPages) {
-      let listed: Map<string, CloudServer> | Error;
+      let listed: Map<string, CloudServer | Error> | Error;
       try {
-        listed = new Map((await this.#listCluster()).map((s) => [s.id, s]));
+        listed = await this.#listCluster();
       } catch (err) {
         listed = err as Error;
       }
@@ -224,6 +372,21 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
           // A server that no longer exists is forgotten; a failed read says nothing about it.
           if (err instanceof NotFoundError) this.#verified.delete(id);
           results.set(providerID, { ok: false, error: err as Error });
+          return;
+        }
+        if (server.id !== id) {
+          // Another server than the one asked for (a proxy or API mixing up answers): its record
+          // says nothing about the asked one, and is neither answered nor remembered under its id.
+          this.#logger.warn(
+            { asked: id, answered: server.id },
+            `the API answered a read of ${this.#o.noun} ${id} with ${this.#o.noun} ${server.id}`,
+          );
+          results.set(providerID, {
+            ok: false,
+            error: malformedAnswer(
+              `the read of ${this.#o.noun} ${id} answered ${this.#o.noun} ${server.id}, not the server asked for`,
+            ),
+          });
           return;
         }
         results.set(providerID, this.#read(providerID, server));
@@ -284,6 +447,15 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
         ),
       };
     }
+    const nameProblem = instanceGroupNameProblem(server.instanceGroup);
+    if (nameProblem) {
+      return {
+        ok: false,
+        error: new ForbiddenError(`${noun} ${server.id} (${server.name}): its ${groupMark} ${nameProblem}`, {
+          details: { instanceId: server.id, reason: 'invalid-instance-group' },
+        }),
+      };
+    }
     return {
       ok: true,
       value: {
@@ -296,6 +468,17 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
       },
     };
   }
+}
+
+/** Whether two records of one server say the same about it (an offset page may list one twice). */
+function sameRecord(a: CloudServer, b: CloudServer): boolean {
+  return (
+    a.clusterName === b.clusterName &&
+    a.instanceGroup === b.instanceGroup &&
+    a.status === b.status &&
+    a.name === b.name &&
+    JSON.stringify(a.addresses) === JSON.stringify(b.addresses)
+  );
 }
 
 /** The cloud groups of a cluster, from the identifier's list of its servers. */

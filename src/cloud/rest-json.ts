@@ -161,8 +161,13 @@ export class RestJsonClient {
             details: { operation },
           });
         }
-        calls.request(cloud, operation, httpCallResult(answer.status));
         const parsed = parseJson(answer.body);
+        // A 200 whose body is not JSON (truncated, a proxy's HTML page) is no usable answer.
+        calls.request(
+          cloud,
+          operation,
+          answer.status === 200 && parsed === undefined ? 'error' : httpCallResult(answer.status),
+        );
         if (answer.status === 200 && parsed !== undefined)
           return { body: parsed as T, headers: answer.headers };
         const reason =

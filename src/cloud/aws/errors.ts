@@ -1,5 +1,5 @@
 /** Turns AWS SDK failures into the project's typed errors, saying what to do about each. */
-import { ConfigError, type KopsError, RateLimitedError, UnavailableError } from '../../errors.ts';
+import { ConfigError, KopsError, RateLimitedError, UnavailableError } from '../../errors.ts';
 
 const throttlingCodes = new Set([
   'RequestLimitExceeded',
@@ -33,6 +33,8 @@ export function isAwsThrottling(err: unknown): boolean {
 
 /** A typed error for a failed AWS call; `permission` names the IAM action the call needs. */
 export function awsCallError(err: unknown, operation: string, permission: string): KopsError {
+  // Ours already (an answer found broken while paging, see groups.ts): typed where it was found.
+  if (err instanceof KopsError) return err;
   const code = awsErrorCode(err) ?? 'Error';
   const message = err instanceof Error ? err.message : String(err);
   if (throttlingCodes.has(code)) {

@@ -219,6 +219,35 @@ describe('AwsCloudGroups', () => {
     }
   });
 
+  it('a NextToken Auto Scaling answers again (a broken proxy) fails the listing; it is not followed for ever', async () => {
+    // Every page after the first carries the first page's token again: page 2, for ever.
+    let first: string | undefined;
+    sim.faults.add({
+      service: 'autoscaling',
+      count: 3_000,
+      rewrite: (xml) => {
+        first ??= /<NextToken>([^<]*)<\/NextToken>/.exec(xml)?.[1];
+        return xml.replace(/<NextToken>[^<]*<\/NextToken>/, `<NextToken>${first}</NextToken>`);
+      },
+    });
+    sim.calls.reset();
+    try {
+      await assert.rejects(
+        new AwsCloudGroups({ autoscaling: clients.autoscaling, ec2: clients.ec2 }).list(cluster),
+        (err: Error) =>
+          err instanceof UnavailableError &&
+          /DescribeAutoScalingGroups answered a NextToken it had already answered/.test(err.message) &&
+          (err as UnavailableError).details?.['reason'] === 'malformed-answer',
+      );
+      assert.ok(
+        sim.calls.count('DescribeAutoScalingGroups') <= 3,
+        `${sim.calls.count('DescribeAutoScalingGroups')} calls`,
+      );
+    } finally {
+      sim.faults.reset();
+    }
+  });
+
   it('maps Auto Scaling lifecycle states to instance states', () => {
     assert.equal(stateOfLifecycle('Pending:Proceed'), 'pending');
     assert.equal(stateOfLifecycle('InService'), 'running');

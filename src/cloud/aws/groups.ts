@@ -16,7 +16,7 @@ import {
   type EC2Client,
   paginateDescribeInstances,
 } from '@aws-sdk/client-ec2';
-import { ConfigError } from '../../errors.ts';
+import { ConfigError, UnavailableError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { mapConcurrent } from '../concurrency.ts';
 import type { CloudGroup, CloudGroupMember, CloudGroups, InstanceState } from '../types.ts';
@@ -132,6 +132,33 @@ function tagsOf(group: AutoScalingGroup): Record<string, string> {
   return tags;
 }
 
+/** The most pages one listing follows: far more than any cluster's groups or instances fill. */
+const maxListingPages = 10_000;
+
+/**
+ * The pages of an SDK paginator, refusing a NextToken answered a second time or more pages than
+ * {@link maxListingPages}: the SDK's paginators follow such a token for ever (its `stopOnSameToken`
+ * would end the listing quietly, as if complete, which is worse: a group would look empty).
+ */
+async function* distinctPages<P extends { NextToken?: string | undefined }>(
+  pages: AsyncIterable<P>,
+  operation: string,
+): AsyncGenerator<P> {
+  const tokens = new Set<string>();
+  for await (const page of pages) {
+    yield page;
+    const token = page.NextToken;
+    if (!token) continue;
+    if (tokens.has(token) || tokens.size >= maxListingPages) {
+      throw new UnavailableError(
+        `${operation} answered ${tokens.has(token) ? 'a NextToken it had already answered' : `more than ${maxListingPages} pages`}; the listing is abandoned and retried`,
+        { details: { reason: 'malformed-answer' } },
+      );
+    }
+    tokens.add(token);
+  }
+}
+
 /** Lists a cluster's Auto Scaling groups. */
 export class AwsCloudGroups implements CloudGroups {
   readonly #autoscaling: AutoScalingClient;
@@ -153,9 +180,12 @@ export class AwsCloudGroups implements CloudGroups {
   async list(clusterName: string): Promise<CloudGroup[]> {
     const found: { group: CloudGroup; launch: LaunchSpec | undefined }[] = [];
     try {
-      const pages = paginateDescribeAutoScalingGroups(
-        { client: this.#autoscaling, pageSize: 100 },
-        { Filters: [{ Name: 'tag-key', Values: [clusterTagKey(clusterName)] }] },
+      const pages = distinctPages(
+        paginateDescribeAutoScalingGroups(
+          { client: this.#autoscaling, pageSize: 100 },
+          { Filters: [{ Name: 'tag-key', Values: [clusterTagKey(clusterName)] }] },
+        ),
+        'autoscaling:DescribeAutoScalingGroups',
       );
       for await (const page of pages) {
         for (const group of page.AutoScalingGroups ?? []) {
@@ -261,14 +291,17 @@ export class AwsCloudGroups implements CloudGroups {
     if (!ec2 || groups.every((g) => g.members.length === 0)) return;
     const groupOf = new Map<string, string>();
     try {
-      const pages = paginateDescribeInstances(
-        { client: ec2, pageSize: 1000 },
-        {
-          Filters: [
-            { Name: 'tag-key', Values: [clusterTagKey(clusterName), legacyClusterTag] },
-            { Name: 'instance-state-name', Values: memberEc2States },
-          ],
-        },
+      const pages = distinctPages(
+        paginateDescribeInstances(
+          { client: ec2, pageSize: 1000 },
+          {
+            Filters: [
+              { Name: 'tag-key', Values: [clusterTagKey(clusterName), legacyClusterTag] },
+              { Name: 'instance-state-name', Values: memberEc2States },
+            ],
+          },
+        ),
+        'ec2:DescribeInstances',
       );
       for await (const page of pages) {
         for (const instance of (page.Reservations ?? []).flatMap((r) => r.Instances ?? [])) {
@@ -295,9 +328,12 @@ export class AwsCloudGroups implements CloudGroups {
   async #warmPool(asgName: string): Promise<CloudGroupMember[]> {
     const members: CloudGroupMember[] = [];
     try {
-      const pages = paginateDescribeWarmPool(
-        { client: this.#autoscaling, pageSize: 50 },
-        { AutoScalingGroupName: asgName },
+      const pages = distinctPages(
+        paginateDescribeWarmPool(
+          { client: this.#autoscaling, pageSize: 50 },
+          { AutoScalingGroupName: asgName },
+        ),
+        'autoscaling:DescribeWarmPool',
       );
       for await (const page of pages) {
         members.push(...(page.Instances ?? []).filter(listedByKops).map(memberOf));

@@ -9,7 +9,7 @@
  * read longer ago than that, while labelling keeps the cache's full benefit.
  */
 import { DescribeInstancesCommand, type EC2Client, type Instance } from '@aws-sdk/client-ec2';
-import { ForbiddenError, InvalidInputError, NotFoundError } from '../../errors.ts';
+import { ForbiddenError, InvalidInputError, NotFoundError, UnavailableError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { BucketLimit } from '../../runtime/token-bucket.ts';
 import { Batcher, type Outcome } from '../batcher.ts';
@@ -187,7 +187,14 @@ export class AwsNodeIdentifier implements NodeIdentifier {
       const instances = await this.#describeInstances(ids);
       for (const id of ids) {
         const instance = instances.get(id);
-        outcomes.set(id, instance ? { ok: true, value: instance } : { ok: false, error: missing(id) });
+        outcomes.set(
+          id,
+          instance instanceof Error
+            ? { ok: false, error: instance }
+            : instance
+              ? { ok: true, value: instance }
+              : { ok: false, error: missing(id) },
+        );
       }
       return outcomes;
     } catch (err) {
@@ -210,11 +217,19 @@ export class AwsNodeIdentifier implements NodeIdentifier {
     }
   }
 
-  /** One DescribeInstances call (following NextToken, should EC2 page), instances by id. */
-  async #describeInstances(ids: readonly string[]): Promise<Map<string, Instance>> {
-    const byId = new Map<string, Instance>();
+  /**
+   * One DescribeInstances call (following NextToken, should EC2 page), instances by id. A NextToken
+   * already followed, or more pages than ids, is a broken answer (the call fails unavailable rather
+   * than loop); an instance listed twice with different records is answered by neither.
+   */
+  async #describeInstances(ids: readonly string[]): Promise<Map<string, Instance | Error>> {
+    const byId = new Map<string, Instance | Error>();
+    // The first record listed of each id; compared only when the id comes again (rarely), so the
+    // common page costs no serialisation.
+    const seen = new Map<string, Instance>();
+    const tokens = new Set<string>();
     let nextToken: string | undefined;
-    do {
+    for (let pages = 1; ; pages++) {
       const page = await this.#ec2.send(
         new DescribeInstancesCommand({
           InstanceIds: [...ids],
@@ -223,12 +238,37 @@ export class AwsNodeIdentifier implements NodeIdentifier {
       );
       for (const reservation of page.Reservations ?? []) {
         for (const instance of reservation.Instances ?? []) {
-          if (instance.InstanceId) byId.set(instance.InstanceId, instance);
+          const id = instance.InstanceId;
+          if (!id) continue;
+          const before = seen.get(id);
+          if (before === undefined) {
+            seen.set(id, instance);
+            byId.set(id, instance);
+          } else if (JSON.stringify(before) !== JSON.stringify(instance)) {
+            this.#logger.warn(
+              { instanceId: id },
+              'DescribeInstances listed one instance twice with different records',
+            );
+            byId.set(
+              id,
+              new UnavailableError(
+                `EC2 listed instance ${id} twice with different records (tags or state); it is not identified until EC2 agrees with itself`,
+                { details: { instanceId: id, reason: 'malformed-answer' } },
+              ),
+            );
+          }
         }
       }
       nextToken = page.NextToken;
-    } while (nextToken);
-    return byId;
+      if (!nextToken) return byId;
+      if (tokens.has(nextToken) || pages > ids.length) {
+        throw new UnavailableError(
+          `EC2 DescribeInstances answered ${tokens.has(nextToken) ? 'a NextToken it had already answered' : `more pages than the ${ids.length} ids asked for`}; the call is abandoned`,
+          { details: { reason: 'malformed-answer' } },
+        );
+      }
+      tokens.add(nextToken);
+    }
   }
 }
 

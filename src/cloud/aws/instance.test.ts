@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { Instance } from '@aws-sdk/client-ec2';
-import { ForbiddenError } from '../../errors.ts';
+import { ForbiddenError, UnavailableError } from '../../errors.ts';
 import { addressesOf, identityFromInstance, instanceStateOf, ownedByCluster, tagsOf } from './instance.ts';
 
 const cluster = 'a.example.com';
@@ -115,7 +115,22 @@ describe('EC2 instance facts', () => {
       'foreign-cluster',
     );
     assert.equal(reason(instance({ State: { Name: 'stopping' } })), 'not-running');
-    assert.equal(reason(instance({ State: undefined })), 'not-running');
+    // A record without a state is a broken answer, not a stopped instance: a fault, never a refusal.
+    assert.throws(
+      () => identityFromInstance(instance({ State: undefined }), cluster),
+      (err: unknown) => err instanceof UnavailableError && err.details?.['reason'] === 'malformed-answer',
+    );
+    assert.equal(
+      reason(
+        instance({
+          Tags: [
+            { Key: 'KubernetesCluster', Value: cluster },
+            { Key: 'kops.k8s.io/instancegroup', Value: 'a/../b' },
+          ],
+        }),
+      ),
+      'invalid-instance-group',
+    );
     assert.equal(
       reason(instance({ Tags: [{ Key: 'KubernetesCluster', Value: cluster }] })),
       'no-instance-group',

@@ -5,7 +5,8 @@
  * nodes' IAM roles have no ec2:CreateTags).
  */
 import type { Instance } from '@aws-sdk/client-ec2';
-import { ForbiddenError } from '../../errors.ts';
+import { ForbiddenError, UnavailableError } from '../../errors.ts';
+import { instanceGroupNameProblem } from '../instance-group-name.ts';
 import type { InstanceAddress, InstanceState, NodeIdentity } from '../types.ts';
 
 /** The tag kops sets on every instance to the name of its instance group. */
@@ -118,6 +119,12 @@ export function identityFromInstance(instance: Instance, clusterName: string): I
     );
   }
   const stateName = instance.State?.Name;
+  if (!stateName) {
+    // EC2 always reports a state: a record without one is a broken answer, not a stopped instance.
+    throw new UnavailableError(`EC2 answered instance ${instanceId} without its state`, {
+      details: { instanceId, reason: 'malformed-answer' },
+    });
+  }
   const state = instanceStateOf(stateName);
   if (state !== 'pending' && state !== 'running') {
     throw refuse(
@@ -132,6 +139,14 @@ export function identityFromInstance(instance: Instance, clusterName: string): I
       instanceId,
       'no-instance-group',
       `instance ${instanceId} has no ${instanceGroupTag} tag, so it is not part of a kops instance group`,
+    );
+  }
+  const nameProblem = instanceGroupNameProblem(instanceGroup);
+  if (nameProblem) {
+    throw refuse(
+      instanceId,
+      'invalid-instance-group',
+      `instance ${instanceId}: its ${instanceGroupTag} tag ${nameProblem}`,
     );
   }
   const zone = instance.Placement?.AvailabilityZone ?? '';

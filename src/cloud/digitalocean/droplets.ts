@@ -10,14 +10,16 @@
  * seconds); over it the API answers 429 `too_many_requests`. A list page holds at most 200 droplets,
  * so listing a 5,000-droplet cluster costs 25 requests.
  */
-import { NotFoundError } from '../../errors.ts';
 import {
   type CloudServer,
   cloudServer,
   DecimalIds,
+  ListingGuard,
   type ServerDirectory,
   type ServerStatuses,
   schemeProviderIds,
+  serverOfAnswer,
+  serversOfPage,
 } from '../cluster-servers.ts';
 import {
   type AnswerHeaders,
@@ -120,28 +122,32 @@ export class DigitalOceanDroplets implements ServerDirectory {
     this.#tag = `${doClusterTagPrefix}${doSafeClusterName(clusterName)}`;
   }
 
-  /** GET /droplets/{id}. */
+  /** GET /droplets/{id}; a 200 without a droplet record is a malformed answer (a 404 is not-found). */
   async get(id: string): Promise<CloudServer> {
-    const answer = await this.#api.get<{ droplet?: Droplet }>(
+    const answer = await this.#api.get<{ droplet?: unknown }>(
       'droplets.get',
       `/droplets/${encodeURIComponent(id)}`,
     );
-    if (!answer.body.droplet) throw new NotFoundError(`droplet ${id} not found`);
-    return doCloudServer(answer.body.droplet);
+    return serverOfAnswer('droplet', (answer.body as { droplet?: unknown } | null)?.droplet, doCloudServer);
   }
 
-  /** GET /droplets?tag_name=KubernetesCluster:<cluster>, every page. */
+  /** GET /droplets?tag_name=KubernetesCluster:<cluster>, every page, guarded against pages that never end. */
   async listCluster(): Promise<CloudServer[]> {
     const out: CloudServer[] = [];
+    const title = 'the DigitalOcean API droplets.list';
+    const guard = new ListingGuard(title, this.pageSize);
     const tag = encodeURIComponent(this.#tag);
     for (let page = 1; ; page++) {
       const answer: JsonAnswer<DropletsPage> = await this.#api.get<DropletsPage>(
         'droplets.list',
         `/droplets?tag_name=${tag}&page=${page}&per_page=${this.pageSize}`,
       );
-      for (const droplet of answer.body.droplets ?? []) out.push(doCloudServer(droplet));
+      const droplets = serversOfPage(title, answer.body, 'droplets', 'droplet', doCloudServer);
       // The API links the next page while there is one; its page number is ours plus one.
-      if (!answer.body.links?.pages?.next || (answer.body.droplets ?? []).length === 0) return out;
+      const more = Boolean(answer.body.links?.pages?.next);
+      guard.page(droplets, more);
+      out.push(...droplets);
+      if (!more) return out;
     }
   }
 }

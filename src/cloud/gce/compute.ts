@@ -200,6 +200,9 @@ export function googleCredentialsError(err: unknown, action: string): KopsError 
   return new UnavailableError(`${action}: cannot get Google credentials: ${message}`, { cause: err });
 }
 
+/** Most pages one list call may take (500 items a page: 500,000 items); more is a broken API. */
+const maxListPages = 1_000;
+
 /** A read-only compute v1 client for one project; errors are the project's typed errors. */
 export class ComputeClient {
   readonly project: string;
@@ -282,6 +285,12 @@ export class ComputeClient {
     );
   }
 
+  /**
+   * Every page of a list call. A page token already followed (repeated, or a cycle of them) and
+   * more than {@link maxListPages} pages are a broken API, not a big project: the listing ends with
+   * an UnavailableError instead of looping. (An empty page with a next token is normal here:
+   * filtered aggregated lists answer them.)
+   */
   async #pages<T>(
     operation: string,
     method: 'GET' | 'POST',
@@ -290,22 +299,54 @@ export class ComputeClient {
     collect: (page: Record<string, unknown>) => T[],
   ): Promise<T[]> {
     const out: T[] = [];
+    const followed = new Set<string>();
     let pageToken: string | undefined;
-    do {
+    for (let pages = 1; ; pages++) {
       const page = await this.#call<Record<string, unknown>>(operation, method, path, {
         ...params,
         maxResults: '500',
         ...(pageToken ? { pageToken } : {}),
       });
-      out.push(...collect(page));
-      pageToken = typeof page['nextPageToken'] === 'string' ? page['nextPageToken'] : undefined;
-    } while (pageToken);
-    return out;
+      const items = collect(page ?? {});
+      out.push(...items);
+      const next = typeof page?.['nextPageToken'] === 'string' ? page['nextPageToken'] : undefined;
+      if (!next) return out;
+      const broken =
+        followed.has(next) || next === pageToken
+          ? 'a page token it already answered'
+          : pages >= maxListPages
+            ? `more than ${maxListPages} pages`
+            : undefined;
+      if (broken) {
+        throw new UnavailableError(
+          `the compute API ${operation} ${path} answered ${broken} (page ${pages}); the listing is abandoned`,
+          { details: { operation, reason: 'malformed-answer' } },
+        );
+      }
+      if (pageToken) followed.add(pageToken);
+      followed.add(next);
+      pageToken = next;
+    }
   }
 
-  /** instances.get */
-  getInstance(zone: string, name: string): Promise<GceInstance> {
-    return this.#call('instances.get', 'GET', `zones/${seg(zone)}/instances/${seg(name)}`);
+  /**
+   * instances.get; an answer naming another instance or zone than the one asked for (a proxy
+   * mixing up answers) is an UnavailableError, never that instance under the asked name.
+   */
+  async getInstance(zone: string, name: string): Promise<GceInstance> {
+    const instance = await this.#call<GceInstance>(
+      'instances.get',
+      'GET',
+      `zones/${seg(zone)}/instances/${seg(name)}`,
+    );
+    const answeredZone = typeof instance?.zone === 'string' ? lastComponent(instance.zone) : undefined;
+    if (instance?.name !== name || (answeredZone !== undefined && answeredZone !== zone)) {
+      throw new UnavailableError(
+        `the compute API instances.get ${zone}/${name} answered instance ${JSON.stringify(instance?.name)?.slice(0, 80)} in zone ${answeredZone ?? '(none)'}, not the one asked for`,
+        { details: { operation: 'instances.get', reason: 'malformed-answer' } },
+      );
+    }
+    return instance;
   }
 
   /** instances.list over every page, optionally filtered. */

@@ -9,14 +9,17 @@
  * `RateLimit-Reset`; over it the API answers 429 `rate_limit_exceeded`. A list page holds at most 50
  * servers (`per_page` ≤ 50), so listing a 5,000-server cluster costs 100 requests.
  */
-import { NotFoundError } from '../../errors.ts';
 import {
   type CloudServer,
   cloudServer,
   DecimalIds,
+  ListingGuard,
+  malformedAnswer,
   type ServerDirectory,
   type ServerStatuses,
   schemeProviderIds,
+  serverOfAnswer,
+  serversOfPage,
 } from '../cluster-servers.ts';
 import { type AnswerHeaders, type JsonAnswer, type RestJsonClient, retryAfterWait } from '../rest-json.ts';
 
@@ -78,6 +81,10 @@ const hetznerStatuses: ServerStatuses = {
 
 /** The server as the identifier sees it: its labels, its private network addresses and public IPv4. */
 export function hetznerCloudServer(server: HetznerServer): CloudServer {
+  const labels: unknown = server.labels;
+  if (labels !== undefined && labels !== null && (typeof labels !== 'object' || Array.isArray(labels))) {
+    throw malformedAnswer(`the record of Hetzner server ${server.id}: its labels are not an object`);
+  }
   const publicIp = server.public_net?.ipv4?.ip;
   return cloudServer(hetznerStatuses, {
     id: server.id,
@@ -113,29 +120,45 @@ export class HetznerServers implements ServerDirectory {
     this.#clusterName = clusterName;
   }
 
-  /** GET /servers/{id}. */
+  /** GET /servers/{id}; a 200 without a server record is a malformed answer (a 404 is not-found). */
   async get(id: string): Promise<CloudServer> {
-    const answer = await this.#api.get<{ server?: HetznerServer }>(
+    const answer = await this.#api.get<{ server?: unknown }>(
       'servers.get',
       `/servers/${encodeURIComponent(id)}`,
     );
-    if (!answer.body.server) throw new NotFoundError(`Hetzner server ${id} not found`);
-    return hetznerCloudServer(answer.body.server);
+    return serverOfAnswer(
+      'Hetzner server',
+      (answer.body as { server?: unknown } | null)?.server,
+      hetznerCloudServer,
+    );
   }
 
-  /** GET /servers?label_selector=kops.k8s.io/cluster=<cluster>, every page. */
+  /**
+   * GET /servers?label_selector=kops.k8s.io/cluster=<cluster>, every page. Hetzner numbers pages
+   * 1, 2, 3…; a next page that is not the one after (repeated, behind, skipping some) would loop
+   * or lose servers, so it ends the listing as a malformed answer, as do pages that never end
+   * ({@link ListingGuard}).
+   */
   async listCluster(): Promise<CloudServer[]> {
     const out: CloudServer[] = [];
+    const title = 'the Hetzner Cloud API servers.list';
+    const guard = new ListingGuard(title, this.pageSize);
     const selector = encodeURIComponent(`${hetznerClusterLabel}=${this.#clusterName}`);
     for (let page: number | null = 1; page !== null; ) {
       const answer: JsonAnswer<ServersPage> = await this.#api.get<ServersPage>(
         'servers.list',
         `/servers?label_selector=${selector}&page=${page}&per_page=${this.pageSize}`,
       );
-      for (const server of answer.body.servers ?? []) out.push(hetznerCloudServer(server));
-      const next: number | null = answer.body.meta?.pagination?.next_page ?? null;
-      // A next page that does not advance would loop forever on a broken answer.
-      page = next !== null && next > page ? next : null;
+      const servers = serversOfPage(title, answer.body, 'servers', 'Hetzner server', hetznerCloudServer);
+      const next: unknown = answer.body.meta?.pagination?.next_page ?? null;
+      if (next !== null && next !== page + 1) {
+        throw malformedAnswer(
+          `${title} answered page ${page} with next page ${JSON.stringify(next)?.slice(0, 40)}, not ${page + 1}`,
+        );
+      }
+      guard.page(servers, next !== null);
+      out.push(...servers);
+      page = next as number | null;
     }
     return out;
   }

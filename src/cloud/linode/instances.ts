@@ -26,9 +26,13 @@ import {
   type CloudServer,
   cloudServer,
   DecimalIds,
+  ListingGuard,
+  malformedAnswer,
   type ServerDirectory,
   type ServerStatuses,
   schemeProviderIds,
+  serverOfAnswer,
+  serversOfPage,
 } from '../cluster-servers.ts';
 import {
   type CloudCallRecorder,
@@ -203,10 +207,9 @@ export class LinodeApi {
     const started = performance.now();
     try {
       return await retryCloudCall(this.#retry, async () => {
+        let result: T;
         try {
-          const result = await current.run(this.#settings, send);
-          this.#calls.request(linodeCloud, operation, 'ok');
-          return result;
+          result = await current.run(this.#settings, send);
         } catch (err) {
           const response = isSdkFailure(err) ? err.response : undefined;
           this.#calls.request(linodeCloud, operation, httpCallResult(response?.status));
@@ -231,6 +234,13 @@ export class LinodeApi {
             wait,
           );
         }
+        // The SDK (axios) hands over a 200 whose body is not JSON as its text: no answer at all.
+        if (typeof result !== 'object' || result === null || Array.isArray(result)) {
+          this.#calls.request(linodeCloud, operation, 'error');
+          throw malformedAnswer(`the Linode API ${operation} ${path}: a 200 whose body is not a JSON object`);
+        }
+        this.#calls.request(linodeCloud, operation, 'ok');
+        return result;
       });
     } finally {
       this.#calls.duration(linodeCloud, operation, secondsSince(started));
@@ -304,15 +314,30 @@ export class LinodeInstances implements ServerDirectory {
   }
 
   async get(id: string): Promise<CloudServer> {
-    return linodeCloudServer(await this.#api.getInstance(Number(id)));
+    return serverOfAnswer('Linode instance', await this.#api.getInstance(Number(id)), linodeCloudServer);
   }
 
+  /**
+   * Every page of the cluster's instances, as many as each page's `pages` says: a count that is no
+   * positive integer or more than {@link ListingGuard.maxPages}, and pages that bring nothing new,
+   * end the listing as a malformed answer.
+   */
   async listCluster(): Promise<CloudServer[]> {
     const out: CloudServer[] = [];
+    const title = 'the Linode API linode.instances.list';
+    const guard = new ListingGuard(title, this.pageSize);
     for (let page = 1, pages = 1; page <= pages; page++) {
       const answer = await this.#api.listInstancesByTag(this.#tag, page, this.pageSize);
-      for (const instance of answer.data ?? []) out.push(linodeCloudServer(instance));
-      pages = Number.isInteger(answer.pages) ? answer.pages : page;
+      const instances = serversOfPage(title, answer, 'data', 'Linode instance', linodeCloudServer);
+      const said: unknown = answer.pages;
+      if (typeof said !== 'number' || !Number.isSafeInteger(said) || said < 1 || said > guard.maxPages) {
+        throw malformedAnswer(
+          `${title} answered page ${page} of ${JSON.stringify(said)?.slice(0, 40)} pages`,
+        );
+      }
+      pages = said;
+      guard.page(instances, page < pages);
+      out.push(...instances);
     }
     return out;
   }

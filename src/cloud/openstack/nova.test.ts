@@ -128,3 +128,17 @@ test('calls are counted by operation and result', async () => {
   await assert.rejects(client.getServer('missing'), NotFoundError);
   assert.deepEqual(counted, ['tokens.create:ok', 'servers.get:rejected']);
 });
+
+test('servers.get answered with another server is a fault, never that server under the asked id', async () => {
+  const asked = sim.addServer({ name: 'asked', fixed: ['10.0.9.1'] });
+  const other = sim.addServer({ name: 'other', fixed: ['10.0.9.2'] });
+  sim.answerGetWith(asked.id, other.id);
+  try {
+    await assert.rejects(
+      nova({ retries: 0 }).getServer(asked.id),
+      (err: unknown) => kindOf(err) === 'unavailable',
+    );
+  } finally {
+    sim.answerGetWith(asked.id, undefined);
+  }
+});

@@ -88,6 +88,14 @@ export class NovaClient {
     })) as { server?: NovaServer };
     const server = body.server;
     if (!server?.id) throw new UnavailableError(`Nova answered servers.get ${id} without a server`);
+    if (server.id !== id) {
+      // Another server than the one asked for (a proxy or cache mixing up answers): its record says
+      // nothing about the asked one, and must not be answered under its id.
+      throw new UnavailableError(
+        `Nova answered servers.get ${id} with server ${String(server.id).slice(0, 80)}, not the server asked for`,
+        { details: { reason: 'malformed-answer' } },
+      );
+    }
     if (!projectId || server.tenant_id !== projectId) {
       throw new ForbiddenError(
         `server ${server.id} is in project ${server.tenant_id || '(none)'}, not this controller's project ${projectId ?? '(the Keystone token is scoped to none)'}; it is not this cluster's`,
@@ -102,6 +110,8 @@ export class NovaClient {
     const servers: NovaServer[] = [];
     const limit = this.#options.pageSize ?? 1_000;
     let marker: string | undefined;
+    // Every marker followed: a cycle of them (A, B, A…) ends at once instead of after maxPages pages.
+    const markers = new Set<string>();
     for (let page = 0; page < maxPages; page++) {
       const query = new URLSearchParams({ limit: String(limit), ...(marker ? { marker } : {}) });
       const body = (await this.#get('servers.list', `/servers/detail?${query}`)) as {
@@ -114,9 +124,10 @@ export class NovaClient {
       // Only the marker is taken from the link: the next page is asked of the catalog's endpoint,
       // not of whatever host a proxy wrote into the href.
       const nextMarker = new URL(next, 'http://nova.invalid').searchParams.get('marker') ?? undefined;
-      if (!nextMarker || nextMarker === marker) {
+      if (!nextMarker || nextMarker === marker || markers.has(nextMarker)) {
         throw new UnavailableError('Nova answered a next page link without a new marker');
       }
+      markers.add(nextMarker);
       marker = nextMarker;
     }
     throw new UnavailableError(`Nova listed more than ${maxPages} pages of servers`);

@@ -22,6 +22,12 @@ export interface AwsFault {
   latencyMs?: number;
   /** Close the connection without answering. */
   drop?: boolean;
+  /**
+   * Answer, but rewritten: the XML the simulator would send goes through this first (a page token
+   * that repeats, another instance than asked for, a truncated body), to play a broken API or proxy.
+   * Returning a status too replaces the answer's (a proxy answering a cached 200 page for an error).
+   */
+  rewrite?: AwsRewrite;
 }
 
 /** What happens to one request. */
@@ -29,7 +35,11 @@ export interface AwsFaultPlan {
   latencyMs: number;
   error?: AwsSimError;
   drop: boolean;
+  rewrite?: AwsRewrite;
 }
+
+/** Rewrites an answer's XML, and optionally its status. */
+export type AwsRewrite = (xml: string, status: number) => string | { status: number; xml: string };
 
 interface Active {
   fault: AwsFault;
@@ -56,10 +66,11 @@ export class AwsFaults {
     if (!active) return undefined;
     if (active.remaining !== undefined) active.remaining--;
     this.#active = this.#active.filter((a) => a.remaining === undefined || a.remaining > 0);
-    const { error, latencyMs = 0, drop = false } = active.fault;
+    const { error, latencyMs = 0, drop = false, rewrite } = active.fault;
     return {
       latencyMs,
       drop,
+      ...(rewrite ? { rewrite } : {}),
       ...(error
         ? {
             error: new AwsSimError(

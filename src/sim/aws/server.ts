@@ -291,6 +291,10 @@ export async function startAwsSimulator(options: AwsSimulatorOptions = {}): Prom
       result = fault?.error
         ? { status: fault.error.status, xml: errorDocument(route.service, fault.error) }
         : answer(route);
+      if (fault?.rewrite) {
+        const rewritten = fault.rewrite(result.xml, result.status);
+        result = typeof rewritten === 'string' ? { ...result, xml: rewritten } : rewritten;
+      }
     } catch (err) {
       const tooLarge =
         err instanceof AwsSimError ? err : new AwsSimError('InternalFailure', String(err), 500);

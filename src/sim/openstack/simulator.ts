@@ -88,7 +88,21 @@ export interface SwiftControls {
   createContainer(name: string): void;
   putObject(container: string, name: string, data: Buffer | string): void;
   getObject(container: string, name: string): Buffer | undefined;
+  /**
+   * Answers every authorised Swift request of `operation` (`swift.container.list`,
+   * `swift.object.get`, `swift.object.head`, …) with `answer` instead, until cleared with undefined:
+   * a broken store or proxy, for the tests of what the controller believes. An answer that returns
+   * false lets the simulator answer as usual.
+   */
+  answerWith(operation: string, answer: SwiftSimAnswer | undefined): void;
 }
+
+/** A test's own answer to one Swift request (see {@link SwiftControls.answerWith}); false: as usual. */
+export type SwiftSimAnswer = (
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+) => boolean | undefined | Promise<boolean | undefined>;
 
 /** A running simulator; its faults answer in Nova's envelope, a 429 with `Retry-After`. */
 export interface OpenStackSimulator extends FaultVerbs {
@@ -117,6 +131,11 @@ export interface OpenStackSimulator extends FaultVerbs {
    * server by id (tokens already issued keep their roles; {@link revokeTokens} makes clients re-auth).
    */
   setAdmin(admin: boolean): void;
+  /**
+   * Makes `servers.get` of `askedId` answer the record of `answeredId` (a proxy or cache mixing up
+   * answers); undefined restores it.
+   */
+  answerGetWith(askedId: string, answeredId: string | undefined): void;
   readonly calls: readonly OpenStackCall[];
   count(operation: string): number;
   clearCalls(): void;
@@ -164,11 +183,15 @@ interface OpenStackState {
   admin: boolean;
   log: CallLog<OpenStackCall>;
   faults: FaultQueue;
+  /** `servers.get` of a key answers the server of its value (see answerGetWith). */
+  getAliases: Map<string, string>;
   objectStore: boolean;
   compute: boolean;
   containerListingLimit: number;
   /** Swift's containers of the project: name → object name → object. */
   containers: Map<string, Map<string, SwiftObject>>;
+  /** Swift answers a test put in place (SwiftControls.answerWith), by operation. */
+  swiftAnswers: Map<string, SwiftSimAnswer>;
 }
 
 /** An object in the simulated Swift. */
@@ -548,6 +571,8 @@ async function serveOpenStack(state: OpenStackState, req: IncomingMessage, res: 
   if (operation.startsWith('swift.')) {
     // Swift's auth middleware: no valid token, a plain 401 (the body of a PUT unread).
     if (!roles) return swiftError(res, 401, 'Unauthorized');
+    const answer = state.swiftAnswers.get(operation);
+    if (answer && (await answer(req, res, url)) !== false) return;
     return serveSwift(state, operation, url, req, res);
   }
   if (!roles) {
@@ -555,7 +580,7 @@ async function serveOpenStack(state: OpenStackState, req: IncomingMessage, res: 
   }
   if (operation === 'servers.list') return listServers(state, url, res);
   const id = decodeURIComponent(path.slice('/compute/v2.1/servers/'.length));
-  const server = state.servers.get(id);
+  const server = state.servers.get(state.getAliases.get(id) ?? id);
   // Nova's default `os_compute_api:servers:show` rule: the server's project, or an admin.
   if (!server || (server.project !== state.projectId && !roles.admin)) {
     return novaFault(res, 404, 'itemNotFound', `Instance ${id} could not be found.`);
@@ -636,10 +661,12 @@ export async function startOpenStackSimulator(
     admin: options.admin ?? false,
     log: new CallLog(),
     faults: new FaultQueue(),
+    getAliases: new Map(),
     objectStore: options.objectStore ?? true,
     compute: options.compute ?? true,
     containerListingLimit: options.containerListingLimit ?? 10_000,
     containers: new Map(),
+    swiftAnswers: new Map(),
   };
   const serve = (req: IncomingMessage, res: ServerResponse) => {
     serveOpenStack(state, req, res).catch((err: unknown) => {
@@ -671,6 +698,10 @@ export async function startOpenStackSimulator(
       state.servers.delete(id);
     },
     metadataUrl: (id) => `${state.base}/metadata/${encodeURIComponent(id)}/openstack/latest/meta_data.json`,
+    answerGetWith: (askedId, answeredId) => {
+      if (answeredId === undefined) state.getAliases.delete(askedId);
+      else state.getAliases.set(askedId, answeredId);
+    },
     ...faultVerbs(state.faults),
     swift: {
       get storageUrl() {
@@ -687,6 +718,10 @@ export async function startOpenStackSimulator(
         objects.set(name, { data: body, etag, lastModified: new Date() });
       },
       getObject: (container, name) => state.containers.get(container)?.get(name)?.data,
+      answerWith: (operation, answer) => {
+        if (answer) state.swiftAnswers.set(operation, answer);
+        else state.swiftAnswers.delete(operation);
+      },
     },
     revokeTokens: () => state.tokens.clear(),
     setAdmin: (admin) => {
