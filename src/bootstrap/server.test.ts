@@ -9,6 +9,7 @@ import { generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import type { IncomingHttpHeaders } from 'node:http';
 import { Agent, request } from 'node:https';
+import { connect as netConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -30,6 +31,8 @@ import { encodePem } from '../pki/pem.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { openVfs } from '../statestore/open.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
+import { nodeupBody } from '../testing/nodeup.ts';
 import { opensslVerify, scratchFile } from '../testing/openssl.ts';
 import { toolPath } from '../testing/tools.ts';
 import { bootstrapSignerName, queuedCsrName } from './queue.ts';
@@ -1062,4 +1065,194 @@ test('the rate limit counts an IPv6 client against its /64, not its own address'
   } finally {
     await server.close();
   }
+});
+
+describe('bootstrap server over raw TLS: hostile HTTP', () => {
+  let sim: SimApiServer;
+  let server: { boot: RunningBootstrap; ca: CertificateAuthority };
+  const audit: AuditRecord[] = [];
+  const { logger, lines } = capturedLogger();
+  let joined = 0;
+  /** Approves `Bearer ok` as a fresh node (the claimed name on /v1, a new one on kops' /bootstrap). */
+  const approveOk: BootstrapPolicy = {
+    name: 'test-ok',
+    async evaluate(request) {
+      if (request.proof.kind !== 'bootstrap-token' || request.proof.token !== 'ok')
+        return { verdict: 'deny', reasons: ['not ok'] };
+      const nodeName = request.claimedNodeName ?? `kops-node-${++joined}`;
+      return {
+        verdict: 'approve',
+        facts: { nodeName, instanceGroup: 'nodes', dnsNames: [], ipAddresses: [], evidence: {} },
+        reasons: ['ok'],
+      };
+    },
+  };
+  const issued = () => audit.filter((record) => record.issued).length;
+
+  before(async () => {
+    sim = await startApiServer();
+    server = await standaloneServer(sim.kubeConfig(), {
+      policies: [approveOk],
+      audit: (record) => audit.push(record),
+      logger,
+      rateLimit: { burst: 10_000, ratePerSecond: 10_000 },
+    });
+  });
+  after(async () => {
+    await server.boot.close();
+    await sim.close();
+  });
+
+  /**
+   * Opens a TLS connection, writes `text` (then, with `end`, half-closes or resets it), and resolves
+   * with everything the server sent until the connection closed.
+   */
+  function raw(text: string, end: 'half-close' | 'reset' | 'none' = 'none'): Promise<string> {
+    const { port } = server.boot.server.address;
+    return new Promise((resolve) => {
+      const chunks: Buffer[] = [];
+      // TLS over a TCP socket of its own, which can be reset.
+      const tcp = netConnect(port, '127.0.0.1');
+      tcp.on('error', () => undefined);
+      const socket = connect({ socket: tcp, ca: bundlePem(server.ca), servername: '127.0.0.1' }, () => {
+        socket.write(text);
+        if (end === 'half-close') socket.end();
+        if (end === 'reset') setTimeout(() => tcp.resetAndDestroy(), 100);
+      });
+      socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+      socket.on('error', () => undefined);
+      socket.on('close', () => resolve(Buffer.concat(chunks).toString('latin1')));
+    });
+  }
+
+  const statuses = (answer: string) => answer.match(/HTTP\/1\.1 \d{3}/g) ?? [];
+  const nodeupPost = (target: string, method = 'POST', extra = '') => {
+    const payload = nodeupBody();
+    return (
+      `${method} ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\n${extra}` +
+      `Content-Length: ${Buffer.byteLength(payload)}\r\nConnection: close\r\n\r\n${payload}`
+    );
+  };
+
+  test('attack: a request target that is not a plain path (dot segments, "//", a backslash, encoded dots, a fragment) is refused with 400, not served as the endpoint it resolves to', async () => {
+    const before = issued();
+    for (const target of [
+      '/x/../bootstrap',
+      '/./bootstrap',
+      '/bootstrap/../bootstrap',
+      '//x/bootstrap',
+      '/\\x/bootstrap',
+      '/x/%2e%2e/bootstrap',
+      '/x/%2E%2E/v1/certificates',
+      '//x/v1/certificates',
+      '/v1/requests/../certificates',
+      '/bootstrap#fragment',
+    ]) {
+      const answer = await raw(nodeupPost(target, 'POST', 'Content-Type: application/json\r\n'));
+      assert.deepEqual(statuses(answer), ['HTTP/1.1 400'], `${target}: ${answer}`);
+      const body = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as {
+        error: { reason: string; message: string };
+      };
+      assert.equal(body.error.reason, 'invalid', target);
+      assert.match(body.error.message, /request target/, target);
+    }
+    assert.equal(issued(), before, 'a certificate was issued for a request target that is not a plain path');
+    // What is served: the plain path, with a query, or in absolute form (RFC 9112 §3.2.2).
+    for (const target of [
+      '/bootstrap',
+      '/bootstrap?x=1',
+      'https://kops-controller.internal.c.example.com/bootstrap',
+    ]) {
+      const answer = await raw(nodeupPost(target));
+      assert.deepEqual(statuses(answer), ['HTTP/1.1 200'], `${target}: ${answer}`);
+    }
+  });
+
+  test("attack: kops' /bootstrap with a method other than POST is 405 with Allow: POST, and nothing is issued (a HEAD would issue a certificate whose answer carries no body)", async () => {
+    const before = issued();
+    for (const method of ['GET', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'HEAD']) {
+      const answer = await raw(nodeupPost('/bootstrap', method));
+      assert.deepEqual(statuses(answer), ['HTTP/1.1 405'], `${method}: ${answer}`);
+      assert.match(answer, /^allow: POST\r$/im, method);
+    }
+    assert.equal(issued(), before);
+  });
+
+  test('a client that cuts its body off (reset or half-close) is no server failure: nothing is logged as an error, nothing issued', async () => {
+    const before = issued();
+    const logged = lines.length;
+    const payload = body({ kubelet: kubeletCsr(generateKey(), 'node-cut') });
+    const head = (path: string) =>
+      `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer ok\r\n` +
+      `Content-Length: ${Buffer.byteLength(payload) + 10}\r\n\r\n${payload}`;
+    for (const path of ['/v1/certificates', '/bootstrap']) {
+      assert.deepEqual(statuses(await raw(head(path), 'half-close')), ['HTTP/1.1 400']);
+      assert.equal(await raw(head(path), 'reset'), '');
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const errors = lines.slice(logged).filter((line) => JSON.parse(line).level === 'error');
+    assert.deepEqual(errors, []);
+    assert.equal(issued(), before);
+  });
+
+  test('attack: a request followed on its connection by bytes that are not HTTP gets its own answer (the certificate), then 400 and the close', async () => {
+    const payload = body({ kubelet: kubeletCsr(generateKey(), 'node-piped') });
+    const answer = await raw(
+      'POST /v1/certificates HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer ok\r\n' +
+        `Content-Length: ${Buffer.byteLength(payload)}\r\n\r\n${payload}NOT HTTP\r\n\r\n`,
+    );
+    assert.deepEqual(statuses(answer), ['HTTP/1.1 200', 'HTTP/1.1 400'], answer);
+    assert.match(answer, /"status":"issued"/);
+  });
+
+  test('attack: ambiguous framing (request smuggling) is refused with 400 and the connection closed; a valid request inside it is never decided', async () => {
+    const before = issued();
+    const decided = audit.length;
+    const payload = body({ kubelet: kubeletCsr(generateKey(), 'node-smuggled') });
+    const length = Buffer.byteLength(payload);
+    const chunked = `${length.toString(16)}\r\n${payload}\r\n0\r\n\r\n`;
+    const start = 'POST /v1/certificates HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\n';
+    const json = 'Content-Type: application/json\r\n';
+    for (const [what, text] of [
+      [
+        'Content-Length and Transfer-Encoding',
+        `${start}${json}Content-Length: ${length}\r\nTransfer-Encoding: chunked\r\n\r\n${chunked}`,
+      ],
+      [
+        'Transfer-Encoding and Content-Length',
+        `${start}${json}Transfer-Encoding: chunked\r\nContent-Length: ${length}\r\n\r\n${chunked}`,
+      ],
+      [
+        'two Content-Lengths',
+        `${start}${json}Content-Length: ${length}\r\nContent-Length: 2\r\n\r\n${payload}`,
+      ],
+      ['a Content-Length list', `${start}${json}Content-Length: ${length}, ${length}\r\n\r\n${payload}`],
+      ['a signed Content-Length', `${start}${json}Content-Length: +${length}\r\n\r\n${payload}`],
+      ['chunked not last', `${start}${json}Transfer-Encoding: chunked, identity\r\n\r\n${chunked}`],
+      ['a folded Transfer-Encoding', `${start}${json}Transfer-Encoding:\r\n chunked\r\n\r\n${chunked}`],
+      [
+        'a space before the colon',
+        `${start}${json}Transfer-Encoding : chunked\r\nContent-Length: ${length}\r\n\r\n${chunked}`,
+      ],
+      ['a chunk size that is not hex', `${start}${json}Transfer-Encoding: chunked\r\n\r\nzz${chunked}`],
+      ['a bare CR', `${start}${json}Content-Length: ${length}\rX: y\r\n\r\n${payload}`],
+      ['a NUL in a header', `${start}${json}X: a\0b\r\nContent-Length: ${length}\r\n\r\n${payload}`],
+    ]) {
+      const answer = await raw(text as string);
+      assert.deepEqual(statuses(answer), ['HTTP/1.1 400'], `${what}: ${answer}`);
+    }
+    assert.equal(issued(), before);
+    assert.equal(audit.length, decided, 'a request inside an ambiguous frame was decided');
+    // The same request framed once, either way, is issued.
+    assert.deepEqual(
+      statuses(await raw(`${start}${json}Content-Length: ${length}\r\nConnection: close\r\n\r\n${payload}`)),
+      ['HTTP/1.1 200'],
+    );
+  });
+
+  test('a client that half-closes once its request is sent still gets its certificate', async () => {
+    const answer = await raw(nodeupPost('/bootstrap'), 'half-close');
+    assert.deepEqual(statuses(answer), ['HTTP/1.1 200'], answer);
+    assert.match(answer, /"Certs":\{"kubelet":"-----BEGIN CERTIFICATE-----/);
+  });
 });

@@ -156,11 +156,13 @@ interface Routes {
  * source's tokens); everything else is rate-limited, routed, and its failure sent as a JSON error.
  */
 async function handle(routes: Routes, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  let url: URL;
-  try {
-    url = new URL(req.url ?? '/', 'https://bootstrap');
-  } catch {
-    return sendError(res, new InvalidInputError('malformed request URL'));
+  const url = plainTarget(req.url ?? '');
+  if (!url) {
+    const error = new InvalidInputError(
+      'the request target must be a plain path (no "." or ".." segments, "//", "\\" or fragment), ' +
+        'or an absolute https URL of one',
+    );
+    return sendError(res, error);
   }
   const path = url.pathname;
   if (path === '/healthz') return sendAnswer(res, { status: 200, body: 'ok\n' });
@@ -182,6 +184,27 @@ async function handle(routes: Routes, req: IncomingMessage, res: ServerResponse)
     }
     sendError(res, err);
   }
+}
+
+/**
+ * The request's URL when its target is the path it is routed on, as written: origin-form
+ * (`/path?query`) or absolute-form (`https://host/path?query`, which RFC 9112 §3.2.2 has servers
+ * accept). A target that only resolves to such a path is refused: dot segments (`/x/../bootstrap`,
+ * `/x/%2e%2e/bootstrap`), a `//` or `\` that the URL parser takes for the start of a host
+ * (`//x/bootstrap` is `/bootstrap`), a fragment. A proxy, load balancer or filter in front that reads
+ * the path as written would take it for one endpoint while this server served another (kops' Go
+ * server redirects such paths rather than serving them).
+ */
+function plainTarget(target: string): URL | undefined {
+  let url: URL;
+  try {
+    url = new URL(target, 'https://bootstrap');
+  } catch {
+    return undefined;
+  }
+  const written = target.startsWith('/') ? target : /^https?:\/\/[^/?#\\]*(\/.*)$/i.exec(target)?.[1];
+  if (written === undefined || written.includes('#')) return undefined;
+  return written.split('?')[0] === url.pathname ? url : undefined;
 }
 
 /** `/readyz`: 200, or 503 with every reason an extra readiness condition gives. */
@@ -208,6 +231,9 @@ async function route(routes: Routes, req: IncomingMessage, res: ServerResponse, 
     return sendAnswer(res, await pollUntilReleased(routes, res, url));
   }
   if (path === '/bootstrap' && kops) {
+    // nodeup only ever POSTs. Any other method would be decided and issued like a POST (a HEAD's
+    // certificates then answered with no body), as kops' Go server does.
+    if (req.method !== 'POST') throw new MethodNotAllowedError('POST');
     return sendAnswer(res, await kopsBootstrap(context, kops, await certificatesInputOf(req, context)));
   }
   if (path === '/cluster-info' && clusterInfoHandler) {

@@ -344,6 +344,41 @@ describe('bootstrap workers', () => {
     }
   });
 
+  test('hostile HTTP is answered by a worker as by a single process: bytes after a request do not take its answer, a half-closed client gets its answer, a non-plain path is 400', async () => {
+    const workers = await start();
+    /** Writes `text` on a new TLS connection (then half-closes, with `halfClose`); what came back. */
+    const raw = (text: string, halfClose = false) =>
+      new Promise<string[]>((resolve) => {
+        let received = '';
+        const socket = connect({ host: '127.0.0.1', port: workers.address.port, ca: bundlePem(ca) }, () => {
+          socket.write(text);
+          if (halfClose) socket.end();
+        });
+        socket.on('data', (chunk: Buffer) => (received += chunk.toString('latin1')));
+        socket.on('error', () => undefined);
+        socket.on('close', () => resolve(received.match(/HTTP\/1\.1 \d{3}/g) ?? []));
+      });
+    const request = (target: string, name: string, tail = '', headers = '') => {
+      const payload = certificatesBody(name);
+      return (
+        `POST ${target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer ${name}\r\n` +
+        `${headers}Content-Length: ${Buffer.byteLength(payload)}\r\n\r\n${payload}${tail}`
+      );
+    };
+    try {
+      assert.deepEqual(await raw(request('/v1/certificates', 'node-h1', 'NOT HTTP\r\n\r\n')), [
+        'HTTP/1.1 200',
+        'HTTP/1.1 400',
+      ]);
+      assert.deepEqual(await raw(request('/v1/certificates', 'node-h2'), true), ['HTTP/1.1 200']);
+      const close = 'Connection: close\r\n';
+      assert.deepEqual(await raw(request('//x/v1/certificates', 'node-h3', '', close)), ['HTTP/1.1 400']);
+      assert.equal(await eventually(() => workers.openConnections(), 0), 0);
+    } finally {
+      await workers.close();
+    }
+  });
+
   test('a worker that dies is replaced, and the server keeps serving', async () => {
     const workers = await start();
     try {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { Agent, request } from 'node:https';
-import type { Socket } from 'node:net';
+import { connect as netConnect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, mock, test } from 'node:test';
@@ -153,6 +153,138 @@ describe('hardened server', () => {
       await server.close();
     }
   });
+
+  /**
+   * Opens a connection (TLS or plain), writes `request`, optionally half-closes (FIN after the
+   * request, still reading), and resolves with everything the server sent until it closed.
+   */
+  function rawExchange(
+    port: number,
+    secure: boolean,
+    request: string,
+    halfClose = false,
+  ): Promise<{ received: string; statuses: string[] }> {
+    return new Promise((resolve, reject) => {
+      const onOpen = () => {
+        socket.write(request);
+        if (halfClose) socket.end();
+      };
+      const socket: Socket = secure
+        ? connect({ host: '127.0.0.1', port, ca: caPem }, onOpen)
+        : netConnect(port, '127.0.0.1', onOpen);
+      let received = '';
+      socket.on('data', (chunk: Buffer) => (received += chunk.toString('latin1')));
+      socket.on('error', reject);
+      socket.on('close', () => resolve({ received, statuses: received.match(/HTTP\/1\.1 \d{3}/g) ?? [] }));
+    });
+  }
+
+  for (const secure of [false, true]) {
+    test(`attack (${secure ? 'TLS' : 'plain'}): bytes that are not HTTP after a request whose answer is pending do not take its place: the answer goes out first, then the 400, then the close`, async () => {
+      let answered = 0;
+      const server = await startHardenedServer({
+        name: 'test',
+        listen: '127.0.0.1:0',
+        listenSetting: 'test.listen',
+        ...(secure ? { tls: tls() } : {}),
+        // A request that takes a while to decide, as a policy calling its cloud does.
+        handler: (req, res) => {
+          req.resume();
+          req.on('end', () =>
+            setTimeout(() => {
+              answered += 1;
+              res.end(`answer to ${req.method} ${req.url}`);
+            }, 200),
+          );
+        },
+      });
+      try {
+        // A body longer than its Content-Length: the rest is parsed as the next request, and is not HTTP.
+        const { received, statuses } = await rawExchange(
+          server.address.port,
+          secure,
+          'POST /join HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}GARBAGE\r\n\r\n',
+        );
+        assert.deepEqual(statuses, ['HTTP/1.1 200', 'HTTP/1.1 400'], received);
+        assert.match(received, /answer to POST \/join/);
+        assert.equal(answered, 1);
+        assert.equal(await eventually(() => server.openConnections(), 0), 0);
+      } finally {
+        await server.close();
+      }
+    });
+
+    test(`attack (${secure ? 'TLS' : 'plain'}): a client refused for bytes that are not HTTP, that keeps sending and never closes, cannot hold its connection`, async () => {
+      const server = await startHardenedServer({
+        name: 'test',
+        listen: '127.0.0.1:0',
+        listenSetting: 'test.listen',
+        ...(secure ? { tls: tls() } : {}),
+        limits: { keepAliveTimeout: 60_000 },
+        handler: (req, res) => {
+          req.resume();
+          req.on('end', () => setTimeout(() => res.end('answer'), 200));
+        },
+      });
+      try {
+        for (const text of [
+          'GARBAGE\r\n\r\n',
+          'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}GARBAGE\r\n\r\n',
+        ]) {
+          // Half-open allowed: the client does not close when the server does; only the server can.
+          const tcp = netConnect({ port: server.address.port, host: '127.0.0.1', allowHalfOpen: true });
+          const socket: Socket = secure ? connect({ socket: tcp, host: '127.0.0.1', ca: caPem }) : tcp;
+          socket.on('error', () => undefined);
+          socket.on('data', () => undefined);
+          socket.write(text);
+          // A byte every 50 ms, for ever: the idle timer never fires.
+          const drip = setInterval(() => socket.writable && socket.write('z'), 50);
+          const closed = new Promise((resolve) => socket.once('close', () => resolve(true)));
+          const closedInTime = await Promise.race([
+            closed,
+            new Promise((resolve) => setTimeout(resolve, 2_000, false)),
+          ]);
+          clearInterval(drip);
+          socket.destroy();
+          assert.ok(closedInTime, `the connection of ${JSON.stringify(text)} was still open after 2 s`);
+        }
+        assert.equal(await eventually(() => server.openConnections(), 0), 0);
+      } finally {
+        await server.close();
+      }
+    });
+
+    test(`a client (${secure ? 'TLS' : 'plain'}) that half-closes its connection after its request still gets its answer, then the connection closes`, async () => {
+      const server = await startHardenedServer({
+        name: 'test',
+        listen: '127.0.0.1:0',
+        listenSetting: 'test.listen',
+        ...(secure ? { tls: tls() } : {}),
+        handler: (req, res) => {
+          req.resume();
+          req.on('end', () => setTimeout(() => res.end('late answer'), 200));
+        },
+      });
+      try {
+        const { received, statuses } = await rawExchange(
+          server.address.port,
+          secure,
+          'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}',
+          true,
+        );
+        assert.deepEqual(statuses, ['HTTP/1.1 200'], received);
+        assert.match(received, /late answer$/);
+        // Half-closed while idle, or in the middle of its headers: closed as before.
+        const idle = await rawExchange(server.address.port, secure, '', true);
+        assert.equal(idle.received, '');
+        const partial = await rawExchange(server.address.port, secure, 'GET / HTTP/1.1\r\nHo', true);
+        assert.deepEqual(partial.statuses, ['HTTP/1.1 400']);
+        assert.equal(await eventually(() => server.openConnections(), 0), 0);
+      } finally {
+        await server.close();
+      }
+    });
+  }
 
   test('headers that stall on a kept-alive connection after an answered request still get their 408', async () => {
     const server = await startHardenedServer({

@@ -279,10 +279,24 @@ function createServer(options: HardenedServerOptions, limits: ConnectionLimits):
   if (options.maxHeaderSize) httpOptions.maxHeaderSize = options.maxHeaderSize;
   const server: Server = options.tls
     ? createHttpsServer(
-        { ...httpOptions, ...tlsServerPolicy, ...options.tls, handshakeTimeout: limits.handshakeTimeout },
+        {
+          ...httpOptions,
+          ...tlsServerPolicy,
+          ...options.tls,
+          handshakeTimeout: limits.handshakeTimeout,
+          // As Node's plain HTTP server already has it: a client's end of sending is not the end of
+          // the connection (see httpAllowHalfOpen below).
+          allowHalfOpen: true,
+        },
         options.handler,
       )
     : createHttpServer(httpOptions, options.handler);
+  // A client that half-closes its connection once its request is sent (shutdown(SHUT_WR), as `nc -N`
+  // and some HTTP/1.0 clients do) still reads: its answer goes out, then the connection closes. Node
+  // would close at once, dropping the answer of a request it goes on deciding — a certificate issued
+  // and never delivered. A half-close while idle, or in the middle of a request, still closes at once.
+  // (`httpAllowHalfOpen` is Node's own switch for this, set by its constructors, untyped.)
+  (server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   // Node resets what is over this cap itself, before it makes a socket of it; the gate decides below
   // it, where a gate may keep one source's worth of places for this machine (SourceConnectionCounter).
   server.maxConnections = limits.maxConnections + limits.maxConnectionsPerSource;
@@ -399,6 +413,8 @@ function capPerSource(
 function boundRequests(server: Server, limits: ConnectionLimits): void {
   /** Each connection's latest request and its answer. */
   const latest = new WeakMap<Socket, { req: IncomingMessage; res: ServerResponse }>();
+  /** Connections whose malformed bytes are refused once the answer of the request before them is out. */
+  const awaitingAnswer = new WeakSet<Socket>();
   // Before the handler, which may end its answer at once (and so emit `prefinish`) in its own call.
   server.prependListener('request', (req: IncomingMessage, res: ServerResponse) => {
     latest.set(req.socket, { req, res });
@@ -417,13 +433,35 @@ function boundRequests(server: Server, limits: ConnectionLimits): void {
     });
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+    // Waiting for an answer to go out before its refusal (below): nothing more to decide.
+    if (awaitingAnswer.has(socket)) return;
     // A request answered before its body had arrived (405, 413, 429…) whose body then stalls: the
     // error is that request's, already answered. A status line now would be a second answer to one
     // request, which a proxy reusing the connection would hand to another client.
     const current = latest.get(socket);
     if (current?.res.headersSent && !current.req.complete) return socket.destroy();
-    if (socket.writable) socket.end(`HTTP/1.1 ${clientErrorStatus(err)}\r\nConnection: close\r\n\r\n`);
-    else socket.destroy();
+    // Once refused, the parser reports an error again for anything the client still sends (or its
+    // close): the connection is then destroyed, so a client that keeps sending cannot hold it.
+    const refuse = () => {
+      if (socket.writable) socket.end(`HTTP/1.1 ${clientErrorStatus(err)}\r\nConnection: close\r\n\r\n`);
+      else socket.destroy();
+    };
+    // The bytes after a whole request whose answer is still to come (its handler deciding, or
+    // pipelined behind another) are what is malformed, not that request: a status line now would
+    // arrive first and be taken for its answer, while the request goes on (a certificate issued, its
+    // answer lost). Nothing more is read; the answer goes out, then the status line and the close.
+    if (current?.req.complete && !current.res.writableFinished && !current.res.destroyed) {
+      awaitingAnswer.add(socket);
+      socket.pause();
+      current.res.once('close', () => {
+        awaitingAnswer.delete(socket);
+        refuse();
+        // Reading again, so that the client's close (or anything more it sends) is seen.
+        socket.resume();
+      });
+      return;
+    }
+    refuse();
   });
   // A failed or timed-out handshake is the client's problem, not the server's: close, do not log.
   // Node reports a handshake timeout here without always closing the socket (silent connections
