@@ -9,7 +9,12 @@ import { challengeServerName } from '../protocol/challenge.ts';
 import { challengeClientCertificate } from '../protocol/challenge-certificates.ts';
 import { callbackService } from '../protocol/challenge-grpc.ts';
 import { type EgressProxySim, startEgressProxy } from '../sim/egress-proxy.ts';
-import { CallbackRefusedError, challengeProxy, GrpcCallbackChallenger } from './challenge-caller.ts';
+import {
+  CallbackRefusedError,
+  challengeProxy,
+  GrpcCallbackChallenger,
+  nodeClockReason,
+} from './challenge-caller.ts';
 
 const clusterName = 'minimal.example.com';
 const ca = createCa();
@@ -174,7 +179,7 @@ describe('callback challenge, controller side against the node server (gRPC over
     [16, /not valid yet by this controller's clock.*node's clock is ahead of this controller's/],
     [-50, /expired by this controller's clock.*node's clock is behind this controller's/],
   ] as const) {
-    test(`a node whose clock is ${Math.abs(skew)} minutes ${skew > 0 ? 'ahead' : 'behind'} is refused with a reason that names the clocks`, async () => {
+    test(`a node whose clock is ${Math.abs(skew)} minutes ${skew > 0 ? 'ahead' : 'behind'} is a fault (retried once its clock is set), with a reason that names the clocks`, async () => {
       const skewed = await startChallengeServer({
         clusterName,
         clusterCaPem,
@@ -184,7 +189,12 @@ describe('callback challenge, controller side against the node server (gRPC over
       try {
         await assert.rejects(
           challenger.challenge(skewed.endpoint, skewed.createChallenge()),
-          refusedWith(pattern),
+          (err: unknown) => {
+            assert.ok(err instanceof KopsError && err.kind === 'unavailable', String(err));
+            assert.equal(err.details?.['reason'], nodeClockReason);
+            assert.match(err.message, pattern);
+            return true;
+          },
         );
       } finally {
         await skewed.stop();

@@ -266,9 +266,15 @@ function classify(
   if (refusals.has(err.code)) {
     return new CallbackRefusedError(`the node at ${endpoint} refused the callback challenge: ${err.details}`);
   }
+  // The clocks disagreeing is no verdict on the node: a node joins before its first NTP sync, and its
+  // next attempt, once its clock is set, brings a certificate made on the corrected clock.
   const skew = clockSkewOf(err.details);
-  if (skew)
-    return new CallbackRefusedError(`the node at ${endpoint} presented a challenge certificate that ${skew}`);
+  if (skew) {
+    return new UnavailableError(`the node at ${endpoint} presented a challenge certificate that ${skew}`, {
+      cause: err,
+      details: { reason: nodeClockReason },
+    });
+  }
   if (isCertificateRejection(err.details)) {
     return new CallbackRefusedError(
       `the node at ${endpoint} presented a certificate its request did not carry: ${err.details}`,
@@ -278,6 +284,9 @@ function classify(
     cause: err,
   });
 }
+
+/** The reason of a challenge that failed because the node's clock and this controller's disagree. */
+export const nodeClockReason = 'node-clock';
 
 /**
  * Why the node's certificate is out of its validity on this controller's clock, when that is the

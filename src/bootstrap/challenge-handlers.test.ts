@@ -18,6 +18,7 @@ import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import { type ChallengeClaim, challengeFieldOf } from '../protocol/challenge.ts';
 import { GrpcCallbackChallenger } from './challenge-caller.ts';
 import type { BootstrapContext } from './context.ts';
+import { isDependencyFault } from './dependency.ts';
 import { kopsApiVersion, kopsBootstrap } from './kops-handler.ts';
 import { submitCertificates } from './native-handler.ts';
 import type { AuditRecord, BootstrapPolicy, NodeFacts } from './types.ts';
@@ -253,6 +254,40 @@ describe('native POST /v1/certificates with a callback cloud policy', () => {
     });
     assert.equal(audit.at(-1)?.decidedBy, 'callback-challenge');
     assert.deepEqual(audit.at(-1)?.detail, ['the request carries no callback challenge']);
+  });
+
+  test('a node whose clock is an hour ahead: a fault (503, Retry-After) naming the clocks (it retries once chrony sets it), nothing issued', async () => {
+    const ahead = await startChallengeServer({
+      clusterName,
+      clusterCaPem: bundlePem(ca),
+      listen: '127.0.0.1:0',
+      now: () => new Date(Date.now() + 3_600_000),
+    });
+    const audit: AuditRecord[] = [];
+    try {
+      // Thrown to the server's edge, which answers it 503 with its Retry-After and message.
+      await assert.rejects(
+        submitCertificates(
+          contextFor(() => ahead.endpoint, audit),
+          nativeInput(ahead.createChallenge()),
+          { challenger },
+        ),
+        (err: unknown) => {
+          assert.ok(isDependencyFault(err), String(err));
+          assert.equal(err.dependency, 'node-callback');
+          assert.ok(err.retryAfterSeconds > 0);
+          assert.match(
+            err.message,
+            /^the node at \S+ presented a challenge certificate that is not valid yet by this controller's clock: the node's clock is ahead of this controller's .*; retry in \d+ s$/,
+          );
+          return true;
+        },
+      );
+      assert.equal(audit.at(-1)?.verdict, 'error');
+      assert.equal(audit.at(-1)?.issued, undefined);
+    } finally {
+      await ahead.stop();
+    }
   });
 
   test("another node's server at the endpoint, or a replayed challenge: 403 denied", async () => {

@@ -4,8 +4,10 @@
  * request carried. A request without one, with a malformed one, or whose node answers wrongly is
  * refused; a node that cannot be reached is a dependency fault (503, retry with a fresh challenge).
  */
+
+import { KopsError } from '../errors.ts';
 import type { ChallengeClaim } from '../protocol/challenge.ts';
-import { type CallbackChallenger, CallbackRefusedError } from './challenge-caller.ts';
+import { type CallbackChallenger, CallbackRefusedError, nodeClockReason } from './challenge-caller.ts';
 import { dependencyFault, faultOfPolicy, isTransientFailure } from './dependency.ts';
 import type { NodeFacts } from './types.ts';
 
@@ -42,8 +44,13 @@ export async function callbackVerdict(
     await challenger.challenge(endpoint, decoded);
   } catch (err) {
     if (err instanceof CallbackRefusedError) return { answered: false, detail: err.message };
-    // Unreachable or silent: no decision about the node; it retries with a fresh challenge.
-    if (isTransientFailure(err)) throw faultOfPolicy(policy, dependencyFault('node-callback', err));
+    // Unreachable, silent, or its clock off: no decision about the node; it retries with a fresh
+    // challenge. The clock is the node's own to fix, so it is told what is wrong with it.
+    if (isTransientFailure(err)) {
+      const told =
+        err instanceof KopsError && err.details?.['reason'] === nodeClockReason ? err.message : undefined;
+      throw faultOfPolicy(policy, dependencyFault('node-callback', err, told));
+    }
     throw err;
   }
   return { answered: true, evidence: { callback: `answered at ${endpoint}` } };

@@ -92,15 +92,16 @@ export class DependencyFaultError extends UnavailableError {
 
 /**
  * The fault for a failed call to `dependency`. `cause` is kept for the log and the audit trail; the
- * message the node sees names only the dependency.
+ * message the node sees names only the dependency, or says `told` instead: what the node may know
+ * of the cause because it is the node's own (its clock).
  */
-export function dependencyFault(dependency: Dependency, cause: unknown): DependencyFaultError {
+export function dependencyFault(dependency: Dependency, cause: unknown, told?: string): DependencyFaultError {
   if (isDependencyFault(cause)) return cause;
   const what = described[dependency] ?? `a dependency of policy ${dependency.slice('policy:'.length)}`;
   // Never sooner than the dependency asked, and spread even when it asked for the same second.
   const retryAfterSeconds = Math.max(upstreamRetryAfter(cause), defaultRetryAfterSeconds());
   return new DependencyFaultError(
-    `${what} is unavailable, so the request cannot be decided now; retry in ${retryAfterSeconds} s`,
+    `${told ?? `${what} is unavailable`}, so the request cannot be decided now; retry in ${retryAfterSeconds} s`,
     { dependency, retryAfterSeconds, cause },
   );
 }
