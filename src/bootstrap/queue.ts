@@ -28,6 +28,7 @@ import type { Registry } from 'prom-client';
 import { withDeadline } from '../deadline.ts';
 import { ConflictError, describeError, ForbiddenError, NotFoundError, RateLimitedError } from '../errors.ts';
 import { fromApiException } from '../kube/api-errors.ts';
+import { csrCollectionPath } from '../kube/csr.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import { type KubeHttps, kubeAnswerError, kubeHttps, kubeJson } from '../kube/kube-https.ts';
 import { type Logger, silentLogger } from '../log.ts';
@@ -548,8 +549,9 @@ export function bootstrapCsrInformer(
   const fieldSelector = `spec.signerName=${bootstrapSignerName}`;
   return new Informer<V1CertificateSigningRequest>({
     name: 'bootstrap-csrs',
-    path: '/apis/certificates.k8s.io/v1/certificatesigningrequests',
-    list: kubeList(kubeConfig, '/apis/certificates.k8s.io/v1/certificatesigningrequests'),
+    path: csrCollectionPath,
+    kind: 'CertificateSigningRequest',
+    list: kubeList(kubeConfig, csrCollectionPath),
     watch: kubeWatch(kubeConfig),
     fieldSelector,
     logger: options.logger,

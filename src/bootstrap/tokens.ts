@@ -240,6 +240,7 @@ export function tokenSecretInformer(
   return new Informer<V1Secret>({
     name: 'bootstrap-token-secrets',
     path,
+    kind: 'Secret',
     list: kubeList<V1Secret>(kubeConfig, path),
     watch: kubeWatch(kubeConfig),
     fieldSelector: `type=${tokenSecretType}`,

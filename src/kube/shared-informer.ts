@@ -22,6 +22,7 @@ import type {
 import type { Registry } from 'prom-client';
 import { describeError, InternalError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { csrCollectionPath } from './csr.ts';
 import {
   Informer,
   type InformerCache,
@@ -264,7 +265,7 @@ export function csrInformer(
   return sharedWatch<V1CertificateSigningRequest>(
     kubeConfig,
     'certificatesigningrequests',
-    '/apis/certificates.k8s.io/v1/certificatesigningrequests',
+    csrCollectionPath,
     'CertificateSigningRequest',
     options,
   );
