@@ -25,12 +25,13 @@ import {
   KopsError,
   NotFoundError,
   TimeoutError,
+  TooLargeError,
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
 import { egressAgent, sharedEgressAgent } from '../net/egress-proxy.ts';
-import { checkObjectPath, joinKey, listScope, trimSlashes } from './paths.ts';
-import type { StoredObject, Vfs } from './types.ts';
+import { checkObjectPath, joinKey, ListingPages, listScope, trimSlashes } from './paths.ts';
+import { maxObjectBytes, type StoredObject, type Vfs } from './types.ts';
 
 /**
  * The variable that moves every account's blob endpoint to `<value>/<account>` (path-style), for
@@ -235,10 +236,27 @@ export class AzureBlobVfs implements Vfs {
     const blob = this.#client.getBlobClient(this.#key(path));
     return this.#bounded('read', path, async (abortSignal) => {
       const answer = await blob.download(0, undefined, { abortSignal });
+      const stream = answer.readableStreamBody;
+      // At most maxObjectBytes, announced or as it comes: a larger blob is refused, never held whole.
+      const tooLarge = () => {
+        stream?.destroy();
+        return new TooLargeError(
+          `cannot read ${this.url}/${path}: the blob is larger than ${maxObjectBytes} bytes, which no kops object is`,
+        );
+      };
+      if ((answer.contentLength ?? 0) > maxObjectBytes) throw tooLarge();
       const chunks: Buffer[] = [];
-      for await (const chunk of answer.readableStreamBody ?? [])
+      let size = 0;
+      for await (const chunk of stream ?? []) {
+        size += (chunk as Uint8Array).length;
+        if (size > maxObjectBytes) throw tooLarge();
         chunks.push(Buffer.from(chunk as Uint8Array));
-      return { data: Buffer.concat(chunks), version: answer.etag ?? '' };
+      }
+      return {
+        data: Buffer.concat(chunks, size),
+        version: answer.etag ?? '',
+        ...(answer.lastModified ? { modifiedMs: answer.lastModified.getTime() } : {}),
+      };
     });
   }
 
@@ -270,10 +288,13 @@ export class AzureBlobVfs implements Vfs {
   }
 
   async list(prefix: string): Promise<string[]> {
-    const { full, strip } = listScope(this.#location.root, prefix);
-    const names: string[] = [];
+    const scope = listScope(this.#location.root, prefix);
+    const { full } = scope;
+    const where = `${this.url}/${prefix}`;
+    const pages = new ListingPages(where, scope);
     let continuationToken: string | undefined;
     do {
+      pages.beginPage();
       // Each page has the call's deadline: a long listing is many calls.
       const page = await this.#bounded('list', prefix || '(root)', async (abortSignal) => {
         const pages = this.#client
@@ -281,10 +302,15 @@ export class AzureBlobVfs implements Vfs {
           .byPage({ maxPageSize: this.#pageSize, ...(continuationToken ? { continuationToken } : {}) });
         return (await pages.next()).value;
       });
-      for (const item of page?.segment.blobItems ?? []) names.push(item.name.slice(strip));
-      continuationToken = page?.continuationToken || undefined;
+      // A 200 whose body is not a listing (an `<Error>`, a proxy's page) is not an empty listing.
+      if (!page?.segment || !Array.isArray(page.segment.blobItems)) {
+        throw new UnavailableError(`cannot list ${where}: the store answered what is not a listing`);
+      }
+      const items: { name?: unknown }[] = page.segment.blobItems;
+      pages.add(items.flatMap((item) => (typeof item.name === 'string' ? [item.name] : [])));
+      continuationToken = pages.next(page.continuationToken || undefined);
     } while (continuationToken);
-    return names.sort();
+    return pages.keys();
   }
 
   async delete(path: string): Promise<void> {

@@ -7,12 +7,19 @@
  */
 import { EventEmitter } from 'node:events';
 import { Gauge, type Registry } from 'prom-client';
-import { describeError, InvalidInputError, NotFoundError } from '../errors.ts';
+import { describeError, InvalidInputError, NotFoundError, UnavailableError } from '../errors.ts';
 import { liveMembers } from '../kube/metrics.ts';
 import { type Logger, silentLogger } from '../log.ts';
-import { type Cluster, type InstanceGroup, parseCluster, parseInstanceGroup } from './kops-types.ts';
-import { checkObjectPath } from './paths.ts';
-import type { Vfs } from './types.ts';
+import { type Clock, systemClock } from '../runtime/clock.ts';
+import {
+  type Cluster,
+  type InstanceGroup,
+  kopsText,
+  parseCluster,
+  parseInstanceGroup,
+} from './kops-types.ts';
+import { checkObjectPath, isObjectPath } from './paths.ts';
+import type { StoredObject, Vfs } from './types.ts';
 
 /** Where kops keeps each object under the configBase. */
 export const clusterPaths = {
@@ -50,7 +57,17 @@ export interface ClusterStoreOptions {
   /** Where `kops_controller_state_store_stale_objects` is exported, while the store polls. */
   registry?: Registry;
   logger?: Logger;
+  /** The clock that times how long the store keeps answering an older copy (tests move it). */
+  clock?: Pick<Clock, 'monotonic'>;
 }
+
+/**
+ * How long the store may keep answering a copy older than the one in use before it is believed: a
+ * lagging replica or cache catches up within this; an older copy answered longer is the store's
+ * truth (a file restored with its time kept, a writer whose clock is behind), not to be refused for
+ * ever.
+ */
+export const olderCopyGraceMs = 10 * 60_000;
 
 /** The gauge's name: the objects served from their last good version. */
 export const staleObjectsMetric = 'kops_controller_state_store_stale_objects';
@@ -74,6 +91,8 @@ function pollingStores(registry: Registry): Set<ClusterStore> {
 interface Entry<T> {
   path: string;
   version: string;
+  /** When the store says the object was written ({@link StoredObject.modifiedMs}), if it says. */
+  modifiedMs?: number;
   value: T;
   /** The last refresh failure, cleared by the next success. */
   error?: Error;
@@ -94,6 +113,9 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
   /** The registry's stores that poll, which this one joins while it does (the stale-objects gauge). */
   readonly #polling: Set<ClusterStore> | undefined;
   #refreshing: Promise<void> | undefined;
+  readonly #clock: Pick<Clock, 'monotonic'>;
+  /** By path: the older copy the store answers, and since when (monotonic) it has answered it. */
+  readonly #olderCopies = new Map<string, { version: string; sinceMs: number }>();
 
   /** `vfs` is rooted at the cluster's configBase. */
   constructor(vfs: Vfs, options: ClusterStoreOptions = {}) {
@@ -102,6 +124,7 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
     this.#pollIntervalMs = options.pollIntervalMs ?? defaultPollIntervalMs;
     this.#logger = (options.logger ?? silentLogger).child({ component: 'cluster-store', store: vfs.url });
     this.#polling = options.registry ? pollingStores(options.registry) : undefined;
+    this.#clock = options.clock ?? systemClock;
   }
 
   /** The cluster: cached, loaded on first call. Throws if it was never readable. */
@@ -122,13 +145,29 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
     return entry.value;
   }
 
-  /** Every instance group in the store (listed now; objects come from the cache when unchanged). */
+  /**
+   * Every instance group in the store (listed now; objects come from the cache when unchanged). A group
+   * listed but gone when read was deleted in between (or the listing lags): it is left out.
+   */
   async instanceGroups(): Promise<InstanceGroup[]> {
     const paths = await this.vfs.list('instancegroup/');
-    const names = paths
-      .map((p) => p.slice('instancegroup/'.length))
-      .filter((n) => n !== '' && !n.includes('/'));
-    return Promise.all(names.map((name) => this.instanceGroup(name)));
+    const names = [
+      ...new Set(
+        paths
+          .filter((p) => p.startsWith('instancegroup/') && isObjectPath(p))
+          .map((p) => p.slice('instancegroup/'.length))
+          .filter((n) => n !== '' && !n.includes('/')),
+      ),
+    ];
+    const groups = await Promise.all(
+      names.map((name) =>
+        this.instanceGroup(name).catch((err: unknown) => {
+          if (err instanceof NotFoundError) return undefined;
+          throw err;
+        }),
+      ),
+    );
+    return groups.filter((group) => group !== undefined);
   }
 
   /** The last refresh failure of a cached object (`cluster` or an instance group name), if any. */
@@ -192,11 +231,17 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
     return promise;
   }
 
-  async #readCluster(): Promise<{ path: string; version: string; value: Cluster }> {
+  async #readCluster(): Promise<Entry<Cluster>> {
     for (const path of [clusterPaths.completed, clusterPaths.config]) {
       try {
-        const { data, version } = await this.vfs.read(path);
-        return { path, version, value: parseCluster(data.toString('utf8'), `${this.vfs.url}/${path}`) };
+        const { data, version, modifiedMs } = await this.vfs.read(path);
+        const source = `${this.vfs.url}/${path}`;
+        return {
+          path,
+          version,
+          ...(modifiedMs !== undefined ? { modifiedMs } : {}),
+          value: parseCluster(kopsText(data, source), source),
+        };
       } catch (err) {
         if (!(err instanceof NotFoundError) || path === clusterPaths.config) throw err;
       }
@@ -222,7 +267,7 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
   async #loadInstanceGroup(name: string): Promise<Entry<InstanceGroup>> {
     const path = clusterPaths.instanceGroup(name);
     checkObjectPath(path);
-    const { data, version } = await this.vfs.read(path).catch((err: unknown) => {
+    const { data, version, modifiedMs } = await this.vfs.read(path).catch((err: unknown) => {
       if (err instanceof NotFoundError) {
         throw new NotFoundError(
           `instance group "${name}" does not exist: ${this.vfs.url}/${path} is missing`,
@@ -234,7 +279,7 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
       throw err;
     });
     const value = this.#parseInstanceGroup(name, path, data);
-    const entry = { path, version, value };
+    const entry = { path, version, ...(modifiedMs !== undefined ? { modifiedMs } : {}), value };
     this.#instanceGroups.set(name, entry);
     return entry;
   }
@@ -242,7 +287,7 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
   /** Parses an instance group and checks it is the one its file is named after. */
   #parseInstanceGroup(name: string, path: string, data: Buffer): InstanceGroup {
     const source = `${this.vfs.url}/${path}`;
-    const value = parseInstanceGroup(data.toString('utf8'), source);
+    const value = parseInstanceGroup(kopsText(data, source), source);
     if (value.metadata.name !== name) {
       throw new InvalidInputError(
         `${source}: metadata.name is "${value.metadata.name}", but the file is for instance group "${name}"`,
@@ -261,6 +306,40 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
     this.emit('readError', { path: entry.path, error });
   }
 
+  /**
+   * Refuses a read whose object the store says is older than the one in use: a lagging replica, a
+   * cache or a proxy answering an earlier version (an ETag is not ordered, so a changed one alone
+   * does not say which is newer). An edit gets a newer `Last-Modified` and passes at once. The same
+   * older copy answered for {@link olderCopyGraceMs} is believed after all, with a warning: no replica
+   * lags that long, and a file restored with its time kept must not be refused for ever.
+   */
+  #checkNotOlder(entry: Entry<unknown>, read: Pick<StoredObject, 'modifiedMs' | 'version'>): void {
+    if (
+      entry.modifiedMs === undefined ||
+      read.modifiedMs === undefined ||
+      read.modifiedMs >= entry.modifiedMs
+    ) {
+      this.#olderCopies.delete(entry.path);
+      return;
+    }
+    const now = this.#clock.monotonic();
+    const seen = this.#olderCopies.get(entry.path);
+    const sinceMs = seen?.version === read.version ? seen.sinceMs : now;
+    const described =
+      `${this.vfs.url}/${entry.path}: the store answers a version last modified ` +
+      `${new Date(read.modifiedMs).toISOString()}, older than the one in use (${new Date(entry.modifiedMs).toISOString()})`;
+    if (now - sinceMs >= olderCopyGraceMs) {
+      this.#olderCopies.delete(entry.path);
+      this.#logger.warn(
+        { path: entry.path, version: read.version },
+        `${described}, for ${Math.round((now - sinceMs) / 60_000)} minutes: believed (restored with its time kept, or written by a clock that is behind)`,
+      );
+      return;
+    }
+    this.#olderCopies.set(entry.path, { version: read.version, sinceMs });
+    throw new UnavailableError(`${described}: a lagging replica or cache; keeping the newer one`);
+  }
+
   async #refreshCluster(entry: Entry<Cluster>): Promise<void> {
     try {
       // The completed spec wins when present; `config` is watched only when it is all there is.
@@ -275,6 +354,7 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
         return;
       }
       const read = await this.#readCluster();
+      if (read.path === entry.path) this.#checkNotOlder(entry, read);
       this.#cluster = read;
       this.#logger.info({ path: read.path, version: read.version }, 'cluster changed');
       this.emit('cluster', read.value);
@@ -291,9 +371,16 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
         entry.error = undefined;
         return;
       }
-      const { data, version: readVersion } = await this.vfs.read(entry.path);
+      const read = await this.vfs.read(entry.path);
+      this.#checkNotOlder(entry, read);
+      const { data, version: readVersion, modifiedMs } = read;
       const value = this.#parseInstanceGroup(entry.path.slice('instancegroup/'.length), entry.path, data);
-      const fresh = { path: entry.path, version: readVersion, value };
+      const fresh = {
+        path: entry.path,
+        version: readVersion,
+        ...(modifiedMs !== undefined ? { modifiedMs } : {}),
+        value,
+      };
       this.#instanceGroups.set(entry.path.slice('instancegroup/'.length), fresh);
       this.#logger.info({ path: entry.path, version: readVersion }, 'instance group changed');
       this.emit('instanceGroup', value);

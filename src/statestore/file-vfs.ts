@@ -7,10 +7,10 @@ import type { Dirent } from 'node:fs';
 import { readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, relative as relativePath, sep } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { ConfigError, NotFoundError, UnavailableError } from '../errors.ts';
+import { ConfigError, NotFoundError, TooLargeError, UnavailableError } from '../errors.ts';
 import { makeDirectory } from '../make-directory.ts';
 import { checkListPrefix, checkObjectPath } from './paths.ts';
-import type { StoredObject, Vfs } from './types.ts';
+import { maxObjectBytes, type StoredObject, type Vfs } from './types.ts';
 
 const tempPrefix = '.kops-controller-tmp-';
 
@@ -76,9 +76,14 @@ export class FileVfs implements Vfs {
       // than the version says, so the next poll sees a new version and reads it again.
       const info = await stat(file, { bigint: true });
       if (!info.isFile()) throw new NotFoundError(`${this.url}/${path} is not a file`);
+      if (info.size > BigInt(maxObjectBytes)) {
+        throw new TooLargeError(
+          `cannot read ${this.url}/${path}: the file is larger than ${maxObjectBytes} bytes, which no kops object is`,
+        );
+      }
       return { data: await readFile(file), version: versionOf(info) };
     } catch (err) {
-      if (err instanceof NotFoundError) throw err;
+      if (err instanceof NotFoundError || err instanceof TooLargeError) throw err;
       throw this.#failure('read', path, err);
     }
   }

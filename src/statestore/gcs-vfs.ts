@@ -14,15 +14,15 @@ import { googleClientOptions, googleCredentialsError } from '../cloud/gce/comput
 import { withDeadline } from '../deadline.ts';
 import {
   ForbiddenError,
-  type KopsError,
+  KopsError,
   NotFoundError,
   TimeoutError,
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
 import { type HttpsAnswer, httpsRequest } from '../net/https-client.ts';
-import { bucketLocation, checkObjectPath, joinKey, listScope } from './paths.ts';
-import type { StoredObject, Vfs } from './types.ts';
+import { bucketLocation, checkObjectPath, joinKey, ListingPages, listScope } from './paths.ts';
+import { maxObjectBytes, type StoredObject, type Vfs } from './types.ts';
 
 /** What the GCS backend needs from an auth client: the headers that authorise one request. */
 export interface GcsAuth {
@@ -46,8 +46,6 @@ export interface GcsVfsOptions {
 export const defaultGcsTimeoutMs = 10_000;
 
 const defaultEndpoint = 'https://storage.googleapis.com';
-/** The largest object or listing page read: kops' state files are kilobytes, a page of names less than this. */
-const maxAnswerBytes = 64 * 1024 * 1024;
 const storageScope = 'https://www.googleapis.com/auth/devstorage.read_write';
 
 /** The JSON body of a successful answer; one that is not JSON means the endpoint is not GCS. */
@@ -103,13 +101,18 @@ export class GcsVfs implements Vfs {
         body: init.body,
         // What is left of the deadline once the credentials came.
         timeoutMs: Math.max(1, this.#timeoutMs - (performance.now() - started)),
-        maxBodyBytes: maxAnswerBytes,
+        // The largest object or listing page read: kops' state files are kilobytes.
+        maxBodyBytes: maxObjectBytes,
       });
     } catch (err) {
       if (err instanceof TimeoutError) {
         throw new TimeoutError(`cannot ${action} ${where}: no answer within ${this.#timeoutMs} ms`, {
           cause: err,
         });
+      }
+      // Too large stays too large: not an outage that a retry would end.
+      if (err instanceof KopsError && err.kind === 'too-large') {
+        throw new KopsError(err.kind, `cannot ${action} ${where}: ${err.message}`, { cause: err });
       }
       throw new UnavailableError(`cannot ${action} ${where}: ${(err as Error).message}`, {
         cause: err,
@@ -170,7 +173,12 @@ export class GcsVfs implements Vfs {
 
   async read(path: string): Promise<StoredObject> {
     const answer = await this.#request('read', path, this.#objectUrl(path, '?alt=media'));
-    return { data: answer.body, version: String(answer.headers['x-goog-generation'] ?? '') };
+    const modifiedMs = Date.parse(String(answer.headers['last-modified'] ?? ''));
+    return {
+      data: answer.body,
+      version: String(answer.headers['x-goog-generation'] ?? ''),
+      ...(Number.isNaN(modifiedMs) ? {} : { modifiedMs }),
+    };
   }
 
   async stat(path: string): Promise<string | undefined> {
@@ -196,20 +204,38 @@ export class GcsVfs implements Vfs {
   }
 
   async list(prefix: string): Promise<string[]> {
-    const { full, strip } = listScope(this.#root, prefix);
-    const names: string[] = [];
+    const scope = listScope(this.#root, prefix);
+    const where = `${this.url}/${prefix}`;
+    const pages = new ListingPages(where, scope);
     let pageToken: string | undefined;
     do {
+      pages.beginPage();
       const url =
         `${this.#endpoint}/storage/v1/b/${encodeURIComponent(this.#bucket)}/o` +
-        `?prefix=${encodeURIComponent(full)}&fields=${encodeURIComponent('items(name),nextPageToken')}` +
+        `?prefix=${encodeURIComponent(scope.full)}&fields=${encodeURIComponent('items(name),nextPageToken')}` +
         (pageToken ? `&pageToken=${encodeURIComponent(pageToken)}` : '');
       const answer = await this.#request('list', prefix || '(root)', url);
-      const page = jsonOf(answer) as { items?: { name: string }[]; nextPageToken?: string };
-      for (const item of page.items ?? []) names.push(item.name.slice(strip));
-      pageToken = page.nextPageToken;
+      const page = jsonOf(answer) as { items?: unknown; nextPageToken?: unknown; error?: unknown };
+      // A proxy's (or a broken store's) error in a 200 is not an empty listing.
+      if (
+        page === null ||
+        typeof page !== 'object' ||
+        'error' in page ||
+        (page.items !== undefined && !Array.isArray(page.items)) ||
+        (page.nextPageToken !== undefined && typeof page.nextPageToken !== 'string')
+      ) {
+        throw new UnavailableError(
+          `cannot list ${where}: the storage API answered what is not a listing: ${answer.body.toString('utf8').slice(0, 200)}`,
+        );
+      }
+      pages.add(
+        ((page.items as { name?: unknown }[] | undefined) ?? []).flatMap((item) =>
+          typeof item?.name === 'string' ? [item.name] : [],
+        ),
+      );
+      pageToken = pages.next(page.nextPageToken as string | undefined);
     } while (pageToken);
-    return names.sort();
+    return pages.keys();
   }
 
   async delete(path: string): Promise<void> {

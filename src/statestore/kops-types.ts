@@ -179,6 +179,24 @@ function documentValue(doc: Pick<Document, 'toJS'>, document: number, source: st
   throw new InvalidInputError(`${where}: ${result.problem}`, { cause: result.cause, details: { source } });
 }
 
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * The text of a kops object read from the store: UTF-8, as kops writes it and as kops' YAML decoder
+ * requires (it refuses other bytes). Bytes that are not UTF-8 are refused naming the file, rather than
+ * read with replacement characters.
+ */
+export function kopsText(data: Uint8Array, source: string): string {
+  try {
+    return utf8.decode(data);
+  } catch (err) {
+    throw new InvalidInputError(
+      `${source}: not UTF-8 text; kops objects are UTF-8 YAML (kops itself refuses this file)`,
+      { cause: err, details: { source } },
+    );
+  }
+}
+
 /** Parses YAML text that may hold several `---`-separated kops objects. */
 export function parseKopsObjects(text: string, source = 'input'): KopsObjects {
   const parsed = yamlAttempt(() => parseAllDocuments(text, { uniqueKeys: true, prettyErrors: true }));

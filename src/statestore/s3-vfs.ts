@@ -24,12 +24,13 @@ import {
   KopsError,
   NotFoundError,
   TimeoutError,
+  TooLargeError,
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
 import { egressAgent } from '../net/egress-proxy.ts';
-import { bucketLocation, checkObjectPath, joinKey, listScope } from './paths.ts';
-import type { StoredObject, Vfs } from './types.ts';
+import { bucketLocation, checkObjectPath, joinKey, ListingPages, listScope } from './paths.ts';
+import { maxObjectBytes, type StoredObject, type Vfs } from './types.ts';
 
 /** How to reach S3; everything is optional and falls back to the SDK's defaults. */
 export interface S3VfsOptions {
@@ -170,13 +171,41 @@ export class S3Vfs implements Vfs {
           new GetObjectCommand({ Bucket: this.#bucket, Key: this.#key(path) }),
           { abortSignal },
         );
-        const data = Buffer.from((await out.Body?.transformToByteArray()) ?? new Uint8Array());
-        return { data, version: out.ETag ?? '' };
+        const data = await this.#body(out.Body, out.ContentLength, path);
+        return {
+          data,
+          version: out.ETag ?? '',
+          ...(out.LastModified ? { modifiedMs: out.LastModified.getTime() } : {}),
+        };
       });
     } catch (err) {
       if (err instanceof KopsError) throw err;
       throw this.#failure('read', path, err);
     }
+  }
+
+  /**
+   * The object's bytes, at most {@link maxObjectBytes}: a larger object (announced, or as it comes) is
+   * refused and its connection closed, never held whole (a multi-GB object, a proxy that never ends).
+   */
+  async #body(body: unknown, announced: number | undefined, path: string): Promise<Buffer> {
+    const stream = body as (AsyncIterable<Uint8Array> & { destroy?(): void }) | undefined;
+    const tooLarge = () => {
+      stream?.destroy?.();
+      return new TooLargeError(
+        `cannot read ${this.url}/${path}: the object is larger than ${maxObjectBytes} bytes, which no kops object is`,
+      );
+    };
+    if (!stream) return Buffer.alloc(0);
+    if (announced !== undefined && announced > maxObjectBytes) throw tooLarge();
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of stream) {
+      size += chunk.length;
+      if (size > maxObjectBytes) throw tooLarge();
+      chunks.push(Buffer.from(chunk));
+    }
+    return Buffer.concat(chunks, size);
   }
 
   async stat(path: string): Promise<string | undefined> {
@@ -210,26 +239,34 @@ export class S3Vfs implements Vfs {
   }
 
   async list(prefix: string): Promise<string[]> {
-    const { full, strip } = listScope(this.#root, prefix);
-    const keys: string[] = [];
+    const scope = listScope(this.#root, prefix);
+    const where = `${this.url}/${prefix}`;
+    const pages = new ListingPages(where, scope);
     let token: string | undefined;
     try {
       do {
+        pages.beginPage();
         // Each page has the call's deadline: a long listing is many calls.
         const out = await this.#bounded('list', prefix, (abortSignal) =>
           this.#client.send(
-            new ListObjectsV2Command({ Bucket: this.#bucket, Prefix: full, ContinuationToken: token }),
+            new ListObjectsV2Command({ Bucket: this.#bucket, Prefix: scope.full, ContinuationToken: token }),
             { abortSignal },
           ),
         );
-        for (const object of out.Contents ?? []) if (object.Key) keys.push(object.Key.slice(strip));
-        token = out.IsTruncated ? out.NextContinuationToken : undefined;
+        pages.add((out.Contents ?? []).flatMap((object) => (object.Key ? [object.Key] : [])));
+        if (out.IsTruncated && !out.NextContinuationToken) {
+          // Stopping here would pass a part of the listing off as all of it.
+          throw new UnavailableError(
+            `cannot list ${where}: the store says the listing is truncated but gives no continuation token`,
+          );
+        }
+        token = pages.next(out.IsTruncated ? out.NextContinuationToken : undefined);
       } while (token);
     } catch (err) {
       if (err instanceof KopsError) throw err;
       throw this.#failure('list', prefix, err);
     }
-    return keys.sort();
+    return pages.keys();
   }
 
   async delete(path: string): Promise<void> {

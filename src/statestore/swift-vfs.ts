@@ -31,8 +31,8 @@ import {
 import type { Logger } from '../log.ts';
 import { type HttpsAnswer, httpsRequest } from '../net/https-client.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
-import { checkObjectPath, joinKey, listScope, trimSlashes } from './paths.ts';
-import type { StoredObject, Vfs } from './types.ts';
+import { checkObjectPath, joinKey, ListingPages, listScope, trimSlashes } from './paths.ts';
+import { maxObjectBytes, type StoredObject, type Vfs } from './types.ts';
 
 /** How to reach Swift; everything is optional. */
 export interface SwiftVfsOptions {
@@ -61,9 +61,6 @@ export interface SwiftVfsOptions {
 
 /** How long one call may take, its authentication and retries included (as S3's and GCS's). */
 export const defaultSwiftTimeoutMs = 10_000;
-
-/** The largest object or listing page read: kops' state files are kilobytes. */
-const maxAnswerBytes = 64 * 1024 * 1024;
 
 /** The container and key prefix of `swift://container/prefix`, and that URL written canonically. */
 export function swiftLocation(url: URL, raw = url.href): { container: string; root: string; url: string } {
@@ -173,7 +170,8 @@ export class SwiftVfs implements Vfs {
               headers: { 'x-auth-token': token.token, 'user-agent': 'kops-controller', ...headers },
               ...(body ? { body } : {}),
               timeoutMs: Math.max(1, deadline - performance.now()),
-              maxBodyBytes: maxAnswerBytes,
+              // The largest object or listing page read: kops' state files are kilobytes.
+              maxBodyBytes: maxObjectBytes,
               ...openstackTls(),
               signal,
             });
@@ -263,7 +261,12 @@ export class SwiftVfs implements Vfs {
       method: 'GET',
     }));
     if (answer.status !== 200) throw this.#failure('read', path, answer);
-    return { data: answer.body, version: String(answer.headers.etag ?? '') };
+    const modifiedMs = Date.parse(String(answer.headers['last-modified'] ?? ''));
+    return {
+      data: answer.body,
+      version: String(answer.headers.etag ?? ''),
+      ...(Number.isNaN(modifiedMs) ? {} : { modifiedMs }),
+    };
   }
 
   async stat(path: string): Promise<string | undefined> {
@@ -292,10 +295,12 @@ export class SwiftVfs implements Vfs {
   }
 
   async list(prefix: string): Promise<string[]> {
-    const { full, strip } = listScope(this.#root, prefix);
-    const names: string[] = [];
+    const scope = listScope(this.#root, prefix);
+    const full = scope.full;
+    const pages = new ListingPages(`${this.url}/${prefix}`, scope);
     let marker: string | undefined;
     for (;;) {
+      pages.beginPage();
       const answer = await this.#call('list', prefix || '(root)', (base) => {
         const url = new URL(`${base}/${encodeURIComponent(this.#container)}`);
         url.searchParams.set('format', 'json');
@@ -329,13 +334,20 @@ export class SwiftVfs implements Vfs {
           throw new UnavailableError(`cannot list ${this.url}/${prefix}: the listing is not a JSON array`);
         }
       }
-      for (const item of page) if (typeof item.name === 'string') names.push(item.name.slice(strip));
+      const names = page.flatMap((item) => (typeof item?.name === 'string' ? [item.name] : []));
+      pages.add(names);
       // Swift refuses a limit above its own, so a short page is the last one; without a limit of
       // ours, only an empty page is (gophercloud's marker pager).
       if (page.length === 0 || (this.#pageSize !== undefined && page.length < this.#pageSize)) break;
-      marker = page.at(-1)?.name as string;
+      // A marker seen before (a store that ignores it) would list the same page for ever.
+      marker = pages.next(names.at(-1));
+      if (marker === undefined) {
+        throw new UnavailableError(
+          `cannot list ${this.url}/${prefix}: a full page of the listing names no object to continue after`,
+        );
+      }
     }
-    return names.sort();
+    return pages.keys();
   }
 
   async delete(path: string): Promise<void> {

@@ -13,6 +13,12 @@ export interface StoredObject {
    * (file) or a counter (memfs): changes when the object does.
    */
   version: string;
+  /**
+   * When the store says the object was last written (ms since the epoch; S3, Swift and Azure Blob's
+   * `Last-Modified`), where it says so. A read whose object is older than the one held is a lagging
+   * replica's or a stale cache's answer, not an edit: the ClusterStore keeps the newer one.
+   */
+  modifiedMs?: number;
 }
 
 /** A virtual file system rooted at a URL such as `s3://bucket/prefix` or `file:///srv/state`. */
@@ -30,3 +36,9 @@ export interface Vfs {
   /** Deletes an object; deleting an absent object is not an error. */
   delete(path: string): Promise<void>;
 }
+
+/**
+ * The largest object a backend reads (and the largest listing page): kops' objects are kilobytes, so
+ * anything near this is not one, and a store that sends more is refused rather than held in memory.
+ */
+export const maxObjectBytes = 16 * 1024 * 1024;

@@ -37,11 +37,20 @@ export interface BlobStorageSimulator extends FaultVerbs {
   createContainer(account: string, container: string): void;
   putBlob(account: string, container: string, name: string, data: Buffer | string): void;
   getBlob(account: string, container: string, name: string): Buffer | undefined;
+  /**
+   * Answers every authorised request of `operation` (`blob.list`, `blob.get`, `blob.properties`, …)
+   * with `answer` instead, until cleared with undefined: a broken store or proxy, for the tests of
+   * what the controller believes. An answer that returns false lets the simulator answer as usual.
+   */
+  answerWith(operation: string, answer: BlobSimAnswer | undefined): void;
   readonly calls: readonly BlobCall[];
   count(operation: string): number;
   clearCalls(): void;
   close(): Promise<void>;
 }
+
+/** A test's own answer to one request (see {@link BlobStorageSimulator.answerWith}); false: as usual. */
+export type BlobSimAnswer = (req: IncomingMessage, res: ServerResponse, url: URL) => unknown;
 
 interface Blob {
   data: Buffer;
@@ -58,6 +67,8 @@ interface BlobState {
   log: CallLog<BlobCall>;
   faults: FaultQueue;
   etags: number;
+  /** Answers a test put in place (answerWith), by operation. */
+  answers: Map<string, BlobSimAnswer>;
 }
 
 const apiVersionFallback = '2025-11-05';
@@ -257,6 +268,8 @@ async function serveBlob(state: BlobState, req: IncomingMessage, res: ServerResp
       challenge,
     );
   }
+  const answer = state.answers.get(operation);
+  if (answer && (await answer(req, res, url)) !== false) return;
   if (operation === 'blob.unsupported') {
     return storageError(
       req,
@@ -378,6 +391,7 @@ export async function startBlobStorageSimulator(
     log: new CallLog(),
     faults: new FaultQueue(),
     etags: 0,
+    answers: new Map(),
   };
   const ca = options.ca ?? (await createCertificateAuthority('azure-blob-sim-ca'));
   const serving = await issueServingCertificate(ca);
@@ -409,6 +423,10 @@ export async function startBlobStorageSimulator(
       });
     },
     getBlob: (account, name, blobName) => state.containers.get(`${account}/${name}`)?.get(blobName)?.data,
+    answerWith: (operation, answer) => {
+      if (answer) state.answers.set(operation, answer);
+      else state.answers.delete(operation);
+    },
     ...faultVerbs(state.faults),
     calls: state.log.calls,
     count: (operation) => state.log.count(operation),

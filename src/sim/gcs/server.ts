@@ -35,8 +35,17 @@ export interface GcsSim {
   requestCounts(): Record<string, number>;
   /** Makes the next `count` requests fail with a 503, for failure tests. */
   failNext(count: number): void;
+  /**
+   * Answers every authorised request of `operation` (`objects.list`, `objects.get`, …) with `answer`
+   * instead, until cleared with undefined: a broken store or proxy, for the tests of what the
+   * controller believes. An answer that returns false lets the simulator answer as usual.
+   */
+  answerWith(operation: string, answer: GcsSimAnswer | undefined): void;
   close(): Promise<void>;
 }
+
+/** A test's own answer to one request (see {@link GcsSim.answerWith}); false: answer as usual. */
+export type GcsSimAnswer = (req: IncomingMessage, res: ServerResponse, url: URL) => unknown;
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);
@@ -57,6 +66,7 @@ export async function startGcsSim(options: GcsSimOptions = {}): Promise<GcsSim> 
   for (const name of options.buckets ?? []) buckets.set(name, new Map());
   const counts: Record<string, number> = {};
   let failures = 0;
+  const answers = new Map<string, GcsSimAnswer>();
   // Real generations are microsecond timestamps; a counter from "now" keeps them unique and increasing.
   let lastGeneration = BigInt(Date.now()) * 1000n;
 
@@ -108,6 +118,8 @@ export async function startGcsSim(options: GcsSimOptions = {}): Promise<GcsSim> 
     if (options.token !== undefined && req.headers.authorization !== `Bearer ${options.token}`) {
       return sendError(res, 401, 'Invalid Credentials');
     }
+    const answer = answers.get(operation);
+    if (answer && (await answer(req, res, url)) !== false) return;
     if (!match || operation === 'unknown')
       return sendError(res, 404, `no such API: ${method} ${url.pathname}`);
     const bucket = decodeURIComponent(match[2]!);
@@ -177,6 +189,10 @@ export async function startGcsSim(options: GcsSimOptions = {}): Promise<GcsSim> 
     requestCounts: () => ({ ...counts }),
     failNext: (count) => {
       failures = count;
+    },
+    answerWith: (operation, answer) => {
+      if (answer) answers.set(operation, answer);
+      else answers.delete(operation);
     },
     close: listener.close,
   };

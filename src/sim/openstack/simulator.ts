@@ -98,11 +98,7 @@ export interface SwiftControls {
 }
 
 /** A test's own answer to one Swift request (see {@link SwiftControls.answerWith}); false: as usual. */
-export type SwiftSimAnswer = (
-  req: IncomingMessage,
-  res: ServerResponse,
-  url: URL,
-) => boolean | undefined | Promise<boolean | undefined>;
+export type SwiftSimAnswer = (req: IncomingMessage, res: ServerResponse, url: URL) => unknown;
 
 /** A running simulator; its faults answer in Nova's envelope, a 429 with `Retry-After`. */
 export interface OpenStackSimulator extends FaultVerbs {

@@ -41,8 +41,22 @@ export interface S3Sim {
   requestCounts(): Record<string, number>;
   /** Makes the next `count` requests fail with a 503 SlowDown, for failure tests. */
   failNext(count: number): void;
+  /**
+   * Answers every signed request of `operation` (`ListObjectsV2`, `GetObject`, `HeadObject`, …) with
+   * `answer` instead, until cleared with undefined: a broken S3-compatible store (a listing that never
+   * ends, a short body, an error in a 200) for the tests of what the controller believes. An answer
+   * that returns false lets the simulator answer as usual.
+   */
+  answerWith(operation: string, answer: S3SimAnswer | undefined): void;
   close(): Promise<void>;
 }
+
+/** A test's own answer to one request (see {@link S3Sim.answerWith}); false: answer as usual. */
+export type S3SimAnswer = (
+  req: IncomingMessage,
+  res: ServerResponse,
+  target: { bucket: string; key: string; url: URL },
+) => unknown;
 
 const xmlEscape = (s: string) =>
   s.replace(
@@ -89,6 +103,7 @@ export async function startS3Sim(options: S3SimOptions = {}): Promise<S3Sim> {
   for (const name of options.buckets ?? []) buckets.set(name, new Map());
   const counts: Record<string, number> = {};
   let failures = 0;
+  const answers = new Map<string, S3SimAnswer>();
 
   const store = (bucket: string, key: string, data: Buffer) => {
     const objects = buckets.get(bucket);
@@ -137,6 +152,8 @@ export async function startS3Sim(options: S3SimOptions = {}): Promise<S3Sim> {
         return sendError(res, status, code, err.message, url.pathname);
       }
     }
+    const answer = answers.get(operation);
+    if (answer && (await answer(req, res, { bucket, key, url })) !== false) return;
     const objects = buckets.get(bucket);
     if (!objects) return sendError(res, 404, 'NoSuchBucket', 'The specified bucket does not exist', bucket);
 
@@ -214,6 +231,10 @@ export async function startS3Sim(options: S3SimOptions = {}): Promise<S3Sim> {
     requestCounts: () => ({ ...counts }),
     failNext: (count) => {
       failures = count;
+    },
+    answerWith: (operation, answer) => {
+      if (answer) answers.set(operation, answer);
+      else answers.delete(operation);
     },
     close: listener.close,
   };
