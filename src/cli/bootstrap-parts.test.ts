@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { servingCertificate } from '../bootstrap/server.ts';
 import { parseConfig } from '../config/loader.ts';
-import { NotFoundError } from '../errors.ts';
+import { InvalidInputError, NotFoundError } from '../errors.ts';
 import { eventually } from '../net/testing.ts';
 import { createCa } from '../pki/ca.ts';
 import { MemfsVfs } from '../statestore/memfs-vfs.ts';
@@ -26,6 +26,16 @@ test('nodeConfigReader: the instance group’s nodeupconfig.yaml verbatim, as ko
   await assert.rejects(read?.('other') ?? Promise.resolve(), (err) => {
     assert.ok(err instanceof NotFoundError);
     assert.doesNotMatch(err.message, /metal/);
+    return true;
+  });
+  // Bytes kops never writes (not UTF-8) are refused naming the file, never served with replacements.
+  await new MemfsVfs(new URL(configBase)).write(
+    'igconfig/node/latin/nodeupconfig.yaml',
+    Buffer.from([0x6b, 0x3a, 0x20, 0xe9, 0x0a]),
+  );
+  await assert.rejects(read?.('latin') ?? Promise.resolve(), (err) => {
+    assert.ok(err instanceof InvalidInputError, String(err));
+    assert.match(err.message, /igconfig\/node\/latin\/nodeupconfig\.yaml: not UTF-8 text/);
     return true;
   });
 });

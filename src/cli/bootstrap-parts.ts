@@ -36,6 +36,7 @@ import type { CertificateAuthority } from '../pki/ca.ts';
 import { loadCa } from '../pki/folder.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
+import { kopsText } from '../statestore/kops-types.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
 
 /** The server section of the config: the bootstrap server runs only with one. */
@@ -204,7 +205,8 @@ export function nodeConfigReader(
   return async (instanceGroup) => {
     const path = `igconfig/node/${instanceGroup}/nodeupconfig.yaml`;
     try {
-      return { nodeupConfig: (await vfs.read(path)).data.toString('utf8') };
+      // Verbatim, but as text kops wrote: bytes that are not UTF-8 are refused naming the file.
+      return { nodeupConfig: kopsText((await vfs.read(path)).data, `${vfs.url}/${path}`) };
     } catch (err) {
       if (!(err instanceof NotFoundError) || config.cloud !== 'metal') throw err;
       throw new NotFoundError(
