@@ -14,6 +14,7 @@ import {
   type KopsErrorOptions,
   TooLargeError,
 } from '../errors.ts';
+import { isJsonObject } from '../json-object.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
 import { serverNowOf } from './node-clock.ts';
 
@@ -40,9 +41,7 @@ export function reasonOfBody(body: unknown): { message?: string; reason?: string
 export function jsonObjectOf(bytes: Buffer): Record<string, unknown> | undefined {
   try {
     const value: unknown = JSON.parse(bytes.toString('utf8'));
-    return value && typeof value === 'object' && !Array.isArray(value)
-      ? (value as Record<string, unknown>)
-      : undefined;
+    return isJsonObject(value) ? value : undefined;
   } catch {
     return undefined;
   }

@@ -19,6 +19,7 @@
  * kops' 455 days for a kops node's certificate, never 455 days for a short one.
  */
 import { describeError, InvalidInputError, KopsError, type UnavailableError } from '../errors.ts';
+import { isJsonObject } from '../json-object.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { RequestRejectedError } from '../pki/csr.ts';
 import { decodePem } from '../pki/pem.ts';
@@ -94,10 +95,6 @@ export interface KopsOptions {
 
 function text(status: number, message: string): Answer {
   return { status, body: `${message}\n` };
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
 
 /** One requested key, checked: its profile, the CA that signs it and the certificate request. */
@@ -452,11 +449,11 @@ function decodeKopsBody(raw: Buffer): KopsBody | Answer {
   } catch (err) {
     return text(400, `failed to decode: ${(err as Error).message}`);
   }
-  if (!isRecord(body)) return text(400, 'failed to decode: the request is not a JSON object');
+  if (!isJsonObject(body)) return text(400, 'failed to decode: the request is not a JSON object');
   if (body['apiVersion'] !== kopsApiVersion) return text(400, 'unexpected APIVersion');
   return {
-    certs: isRecord(body['certs']) ? body['certs'] : {},
-    keypairIds: isRecord(body['keypairIDs']) ? body['keypairIDs'] : {},
+    certs: isJsonObject(body['certs']) ? body['certs'] : {},
+    keypairIds: isJsonObject(body['keypairIDs']) ? body['keypairIDs'] : {},
     includeNodeConfig: body['includeNodeConfig'] === true,
     challenge: body['challenge'] ?? undefined,
   };

@@ -11,17 +11,12 @@ import { isIP } from 'node:net';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Config } from '../config/schema.ts';
 import { describeError } from '../errors.ts';
+import { fieldsOf } from '../json-object.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type ClusterApiNames, type ReservedNames, reservedNames } from '../pki/reserved-names.ts';
 import { ClusterStore } from '../statestore/cluster-store.ts';
 import type { Cluster } from '../statestore/kops-types.ts';
 import { openVfs, type VfsOptions } from '../statestore/open.ts';
-
-function record(value: unknown): Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value)
-    ? (value as Record<string, unknown>)
-    : {};
-}
 
 function text(value: unknown): string | undefined {
   return typeof value === 'string' && value ? value : undefined;
@@ -37,9 +32,9 @@ function texts(value: unknown): string[] {
  * `networking.serviceClusterIPRange`, `api.publicName`, `api.additionalSANs`; `clusterDNSDomain` in both.
  */
 export function clusterSpecApiNames(cluster: Cluster): ClusterApiNames {
-  const spec = record(cluster.spec);
-  const api = record(spec['api']);
-  const networking = record(spec['networking']);
+  const spec = fieldsOf(cluster.spec);
+  const api = fieldsOf(spec['api']);
+  const networking = fieldsOf(spec['networking']);
   const range = text(spec['serviceClusterIPRange']) ?? text(networking['serviceClusterIPRange']);
   return {
     clusterName: cluster.metadata.name,

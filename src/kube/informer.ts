@@ -26,6 +26,7 @@ import { request as httpsRequest, type RequestOptions } from 'node:https';
 import type { KubeConfig, KubernetesListObject, KubernetesObject } from '@kubernetes/client-node';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { ConfigError, describeError, TimeoutError, TooLargeError, UnavailableError } from '../errors.ts';
+import { isJsonObject } from '../json-object.ts';
 import { type Logger, RecurringFailureLog, silentLogger } from '../log.ts';
 import { Backoff } from '../runtime/backoff.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
@@ -310,14 +311,9 @@ export function kubeList<T extends KubernetesObject>(
     if (list === null || typeof list !== 'object' || Array.isArray(list)) {
       throw new UnavailableError(`${action}: HTTP ${answer.status} with a body that is not a list`);
     }
-    const metadata = (isPlainObject(list.metadata) ? list.metadata : {}) as { continue?: string };
+    const metadata = (isJsonObject(list.metadata) ? list.metadata : {}) as { continue?: string };
     return { ...list, metadata: { ...metadata, _continue: metadata.continue } };
   };
-}
-
-/** An object of JSON (not null, not an array). */
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
 
 /** A value of an answer, shown in a log line or an error: JSON, cut short. */
@@ -334,12 +330,12 @@ function shown(value: unknown): string {
  * would hand consumers records keyed by `undefined`, a number or an object, or a Pod as a Node.
  */
 export function objectProblem(object: unknown, kind?: string): string | undefined {
-  if (!isPlainObject(object)) return `an item that is not an object (${shown(object)})`;
+  if (!isJsonObject(object)) return `an item that is not an object (${shown(object)})`;
   if (kind !== undefined && object['kind'] !== undefined && object['kind'] !== kind) {
     return `an object of kind ${shown(object['kind'])}, not ${kind}`;
   }
   const metadata = object['metadata'];
-  if (!isPlainObject(metadata)) return 'an object without metadata';
+  if (!isJsonObject(metadata)) return 'an object without metadata';
   const { name, namespace, resourceVersion } = metadata;
   if (typeof name !== 'string' || name === '') return `an object whose name is ${shown(name)}`;
   if (namespace !== undefined && typeof namespace !== 'string') {
@@ -803,8 +799,8 @@ export class Informer<T extends KubernetesObject, R = T> implements InformerCach
           if (entry) fresh.set(objectKey(object as T), entry);
         }
         const metadata: unknown = page.metadata;
-        const next = isPlainObject(metadata) ? metadata['_continue'] : undefined;
-        const version = isPlainObject(metadata) ? metadata['resourceVersion'] : undefined;
+        const next = isJsonObject(metadata) ? metadata['_continue'] : undefined;
+        const version = isJsonObject(metadata) ? metadata['resourceVersion'] : undefined;
         if (next !== undefined && next !== null && typeof next !== 'string') {
           throw new UnavailableError(`list ${path}: the API server sent the continue token ${shown(next)}`);
         }

@@ -11,6 +11,7 @@ import { Gauge, type Registry } from 'prom-client';
 import type { CloudGroup, CloudGroups } from '../cloud/types.ts';
 import { bounded } from '../deadline.ts';
 import { describeError } from '../errors.ts';
+import { fieldsOf } from '../json-object.ts';
 import { fromApiException } from '../kube/api-errors.ts';
 import { abortingWith } from '../kube/call-options.ts';
 import { Informer, type InformerCache, kubeList, kubeWatch } from '../kube/informer.ts';
@@ -461,11 +462,7 @@ export class ValidationMetrics implements LeaderComponent {
 export function labelledNodeOf(node: V1Node): LabelledNodeInfo {
   // Annotations as the API server sent them: ones that are not a map (`in` would throw on a string,
   // and the Node would drop out of every count) say nothing, and only string values are believed.
-  const sent: unknown = node.metadata?.annotations;
-  const annotations: Record<string, unknown> =
-    sent !== null && typeof sent === 'object' && !Array.isArray(sent)
-      ? (sent as Record<string, unknown>)
-      : {};
+  const annotations = fieldsOf(node.metadata?.annotations);
   const managed = annotations[managedLabelsAnnotation];
   const signature = annotations[managedLabelsSignatureAnnotation];
   const uid = node.metadata?.uid;

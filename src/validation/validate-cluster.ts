@@ -10,6 +10,7 @@ import { parseAwsProviderID } from '../cloud/aws/providerid.ts';
 import { parseGceProviderID } from '../cloud/gce/resource-names.ts';
 import type { CloudGroup, CloudGroupMember } from '../cloud/types.ts';
 import { NotFoundError } from '../errors.ts';
+import { fieldsOf, isJsonObject } from '../json-object.ts';
 import { instanceGroupLabel } from '../nodelabels/build-node-labels.ts';
 import type { InstanceGroup, InstanceGroupRole } from '../statestore/kops-types.ts';
 
@@ -584,7 +585,7 @@ export function nodeInfoOf(node: V1Node): NodeInfo {
     labels !== undefined &&
     (providerID === undefined || providerID === null || typeof providerID === 'string') &&
     Array.isArray(conditions) &&
-    conditions.every((c) => isObject(c) && typeof c['type'] === 'string');
+    conditions.every((c) => isJsonObject(c) && typeof c['type'] === 'string');
   const name = typeof metadata['name'] === 'string' ? metadata['name'] : '';
   if (!readable) {
     return {
@@ -608,24 +609,14 @@ export function nodeInfoOf(node: V1Node): NodeInfo {
   return info;
 }
 
-/** An object of JSON (not null, not an array). */
-function isObject(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
-
-/** The fields of `value` when it is an object of JSON, else none. */
-function fieldsOf(value: unknown): Record<string, unknown> {
-  return isObject(value) ? value : {};
-}
-
 /** `value` when it is an object of JSON, else `otherwise`. */
 function objectOr<T>(value: unknown, otherwise: T): Record<string, unknown> | T {
-  return isObject(value) ? value : otherwise;
+  return isJsonObject(value) ? value : otherwise;
 }
 
 /** A map of strings (labels) as sent, or undefined when it is not one. */
 function stringMap(value: unknown): Record<string, string> | undefined {
-  if (!isObject(value)) return undefined;
+  if (!isJsonObject(value)) return undefined;
   return Object.values(value).every((v) => typeof v === 'string')
     ? (value as Record<string, string>)
     : undefined;
@@ -646,7 +637,7 @@ export function podInfoOf(pod: V1Pod): PodInfo {
     status !== undefined &&
     (phase === undefined || phase === null || typeof phase === 'string') &&
     Array.isArray(statuses) &&
-    statuses.every((c) => isObject(c) && typeof c['name'] === 'string');
+    statuses.every((c) => isJsonObject(c) && typeof c['name'] === 'string');
   const text = (value: unknown) => (typeof value === 'string' ? value : '');
   const info: PodInfo = {
     namespace: text(metadata['namespace']),

@@ -4,6 +4,7 @@
  */
 import type { V1CertificateSigningRequest } from '@kubernetes/client-node';
 import { InvalidInputError } from '../../errors.ts';
+import { isJsonObject } from '../../json-object.ts';
 
 /** One CSR, as the approver sees it. */
 export interface CsrRecord {
@@ -30,11 +31,6 @@ export const kubeletServingSigner = 'kubernetes.io/kubelet-serving';
 
 /** The signers whose requests the approver reads; other CSRs are cached without their request. */
 const kubeletSigners = new Set([kubeletClientSigner, kubeletServingSigner]);
-
-/** An object of JSON (not null, not an array). */
-function isObject(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
 
 /** A field that is a string when present. */
 function optionalString(object: Record<string, unknown>, field: string, where: string): string | undefined {
@@ -64,11 +60,14 @@ function optionalStrings(object: Record<string, unknown>, field: string, where: 
 export function csrRecordOf(csr: V1CertificateSigningRequest): CsrRecord {
   const wire = csr as unknown as Record<string, unknown>;
   const spec = wire['spec'];
-  if (!isObject(spec)) throw new InvalidInputError('spec is not an object');
+  if (!isJsonObject(spec)) throw new InvalidInputError('spec is not an object');
   const status = wire['status'] ?? {};
-  if (!isObject(status)) throw new InvalidInputError('status is not an object');
+  if (!isJsonObject(status)) throw new InvalidInputError('status is not an object');
   const conditions = status['conditions'] ?? [];
-  if (!Array.isArray(conditions) || !conditions.every((c) => isObject(c) && typeof c['type'] === 'string')) {
+  if (
+    !Array.isArray(conditions) ||
+    !conditions.every((c) => isJsonObject(c) && typeof c['type'] === 'string')
+  ) {
     throw new InvalidInputError('status.conditions is not a list of conditions with a type');
   }
   const decided = conditions.some((c) => c['type'] === 'Approved' || c['type'] === 'Denied');

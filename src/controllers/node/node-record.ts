@@ -5,6 +5,7 @@
  */
 import type { V1Node } from '@kubernetes/client-node';
 import { InvalidInputError } from '../../errors.ts';
+import { isJsonObject } from '../../json-object.ts';
 import { managedLabelsAnnotation } from '../../nodelabels/diff-labels.ts';
 import { managedLabelsSignatureAnnotation } from '../../nodelabels/signed-managed-labels.ts';
 
@@ -22,15 +23,10 @@ export interface NodeRecord {
   resourceVersion: string;
 }
 
-/** An object of JSON (not null, not an array). */
-function isObject(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
-
 /** A map of strings (labels, annotations) as sent; absent is empty; anything else is refused. */
 export function stringMapOf(value: unknown, what: string): Record<string, string> {
   if (value === undefined || value === null) return {};
-  if (!isObject(value) || !Object.values(value).every((v) => typeof v === 'string')) {
+  if (!isJsonObject(value) || !Object.values(value).every((v) => typeof v === 'string')) {
     throw new InvalidInputError(`${what} is not a map of strings`);
   }
   return value as Record<string, string>;
@@ -69,9 +65,9 @@ export function nodeNameOf(value: unknown): string {
  */
 export function nodeRecordOf(node: V1Node): NodeRecord {
   const wire = node as unknown as { metadata?: unknown; spec?: unknown };
-  const metadata = isObject(wire.metadata) ? wire.metadata : {};
+  const metadata = isJsonObject(wire.metadata) ? wire.metadata : {};
   const spec = wire.spec === undefined || wire.spec === null ? {} : wire.spec;
-  if (!isObject(spec)) throw new InvalidInputError('spec is not an object');
+  if (!isJsonObject(spec)) throw new InvalidInputError('spec is not an object');
   const uid = stringOf(metadata['uid'], 'metadata.uid');
   if (uid === '') throw new InvalidInputError('metadata.uid is missing');
   const annotations = stringMapOf(metadata['annotations'], 'metadata.annotations');
