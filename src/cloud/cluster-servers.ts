@@ -18,6 +18,7 @@ import {
   NotFoundError,
   UnavailableError,
 } from '../errors.ts';
+import { isJsonObject } from '../json-object.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { Outcome } from './batcher.ts';
 import { mapConcurrent } from './concurrency.ts';
@@ -135,7 +136,7 @@ export function serverOfAnswer<R>(
   raw: unknown,
   convert: (record: R) => CloudServer,
 ): CloudServer {
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+  if (!isJsonObject(raw)) {
     throw malformedAnswer(`the ${noun} record is ${raw === null ? 'null' : typeof raw}, not an object`);
   }
   try {

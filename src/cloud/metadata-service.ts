@@ -6,6 +6,7 @@
  * (Shared by the proofs of src/agent and by src/cloud/scaleway and src/cloud/azure.)
  */
 import { InvalidInputError, KopsError, UnavailableError } from '../errors.ts';
+import { isJsonObject } from '../json-object.ts';
 import { httpsRequest } from '../net/https-client.ts';
 
 /** The deadline of one read when the caller gives no signal. */
@@ -95,8 +96,8 @@ export async function readMetadataJson(request: MetadataJsonRequest): Promise<Re
   } catch {
     body = undefined;
   }
-  if (!body || typeof body !== 'object' || Array.isArray(body)) {
+  if (!isJsonObject(body)) {
     throw new UnavailableError(`${service} answered something that is not JSON for ${url.pathname}`);
   }
-  return body as Record<string, unknown>;
+  return body;
 }

@@ -9,6 +9,8 @@
  * `RateLimit-Reset`; over it the API answers 429 `rate_limit_exceeded`. A list page holds at most 50
  * servers (`per_page` ≤ 50), so listing a 5,000-server cluster costs 100 requests.
  */
+
+import { isJsonObject } from '../../json-object.ts';
 import {
   type CloudServer,
   cloudServer,
@@ -82,7 +84,7 @@ const hetznerStatuses: ServerStatuses = {
 /** The server as the identifier sees it: its labels, its private network addresses and public IPv4. */
 export function hetznerCloudServer(server: HetznerServer): CloudServer {
   const labels: unknown = server.labels;
-  if (labels !== undefined && labels !== null && (typeof labels !== 'object' || Array.isArray(labels))) {
+  if (labels !== undefined && labels !== null && !isJsonObject(labels)) {
     throw malformedAnswer(`the record of Hetzner server ${server.id}: its labels are not an object`);
   }
   const publicIp = server.public_net?.ipv4?.ip;

@@ -21,6 +21,7 @@ import type { Agent as HttpAgent } from 'node:http';
 import { isIP } from 'node:net';
 import * as linodeSdk from '@linode/api-v4';
 import { UnavailableError } from '../../errors.ts';
+import { isJsonObject } from '../../json-object.ts';
 import { egressAgent } from '../../net/egress-proxy.ts';
 import {
   type CloudServer,
@@ -235,7 +236,7 @@ export class LinodeApi {
           );
         }
         // The SDK (axios) hands over a 200 whose body is not JSON as its text: no answer at all.
-        if (typeof result !== 'object' || result === null || Array.isArray(result)) {
+        if (!isJsonObject(result)) {
           this.#calls.request(linodeCloud, operation, 'error');
           throw malformedAnswer(`the Linode API ${operation} ${path}: a 200 whose body is not a JSON object`);
         }
