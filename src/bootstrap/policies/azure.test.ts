@@ -201,6 +201,17 @@ test('a scale-set VM without the instance-group tag is denied', async () => {
   );
 });
 
+test('a scale-set VM whose instance-group tag kops never writes (a path) is denied', async () => {
+  sim.world.addScaleSet(`pathy.${cluster}`, {
+    KubernetesCluster: cluster,
+    'kops.k8s.io_instancegroup': '../../config',
+  });
+  assertDenied(
+    await decide(sim.world.addScaleSetVm(`pathy.${cluster}`, 'pathy')),
+    /kops\.k8s\.io_instancegroup tag "\.\.\/\.\.\/config" is not a kops instance group name/,
+  );
+});
+
 test('a VM whose computer name is no node name is denied', async () => {
   const odd = sim.world.addScaleSetVm(`nodes.${cluster}`, 'nodes_');
   assertDenied(await decide(odd), /which is not a valid node name/);

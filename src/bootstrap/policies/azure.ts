@@ -27,6 +27,7 @@ import {
   sameAzureName,
 } from '../../cloud/azure/resource-id.ts';
 import { azureClusterTag, azureInstanceGroupTag } from '../../cloud/azure/tags.ts';
+import { instanceGroupNameProblem } from '../../cloud/instance-group-name.ts';
 import { describeError } from '../../errors.ts';
 import { challengeEndpointOf, defaultChallengePort } from '../../protocol/challenge.ts';
 import { type Dependency, dependencyFault, isTransientFailure } from '../dependency.ts';
@@ -181,6 +182,8 @@ function checkVm(vm: AzureVm, document: AttestedDocument, clusterName: string) {
   }
   const instanceGroup = vm.tags[azureInstanceGroupTag];
   if (!instanceGroup) throw new ProofRejected(`VM ${vm.ref.name} has no ${azureInstanceGroupTag} tag`);
+  const problem = instanceGroupNameProblem(instanceGroup);
+  if (problem) throw new ProofRejected(`VM ${vm.ref.name}: its ${azureInstanceGroupTag} tag ${problem}`);
   if (!vm.computerName) throw new ProofRejected(`VM ${vm.ref.name} has no computer name`);
   return { nodeName: checkNodeName(vm.computerName.toLowerCase(), `VM ${vm.ref.name}`), instanceGroup };
 }

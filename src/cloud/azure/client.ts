@@ -1,13 +1,17 @@
 /**
- * The Azure reads kops-controller makes, through `@azure/arm-compute` (VM and scale-set VM gets,
- * scale-set VM and scale-set listings, paged by the SDK) and, for network interfaces (which the
- * compute SDK does not cover), ARM's REST paths sent through the same authenticated pipeline. Every
- * answer is reduced to the few typed facts the controller uses; every failure becomes a typed error
+ * The Azure reads kops-controller makes: VM and scale-set VM gets, scale-set VM and scale-set
+ * listings, and network interfaces, as ARM's REST paths sent through `@azure/arm-compute`'s
+ * authenticated pipeline (its REST context), and read as raw JSON so that every field is checked as
+ * it is read: an answer that cannot be right (another VM than asked for, a nextLink already followed,
+ * a page without its list, tags that are not strings, a VM without instance view, a body that is not
+ * JSON) is a malformed answer (`malformed-answer`, see docs/clouds.md "When a cloud API answers
+ * wrongly"), never a verdict on a node. Every answer is reduced to the few typed facts the controller
+ * uses; every failure becomes a typed error
  * (404 not-found, 429 rate-limited with ARM's Retry-After, 401/403 forbidden naming the status so it
  * is never taken for a verdict on a node, the rest unavailable). Each HTTP request, retries included,
  * is counted as a cloud call.
  */
-import { ComputeManagementClient } from '@azure/arm-compute';
+import type { ComputeManagementClient } from '@azure/arm-compute';
 import { type ComputeManagementContext, createComputeManagement } from '@azure/arm-compute/api';
 import type { TokenCredential } from '@azure/identity';
 import {
@@ -18,7 +22,10 @@ import {
   RateLimitedError,
   UnavailableError,
 } from '../../errors.ts';
+import { isJsonObject } from '../../json-object.ts';
+import { type Logger, silentLogger } from '../../log.ts';
 import { egressAgent } from '../../net/egress-proxy.ts';
+import { malformedAnswer } from '../cluster-servers.ts';
 import {
   type CloudCallRecorder,
   type CloudName,
@@ -28,9 +35,16 @@ import {
 } from '../metrics.ts';
 import type { InstanceState } from '../types.ts';
 import { type AzureVmRef, formatAzureVmId, parseAzureVmId, sameAzureName } from './resource-id.ts';
+import { azureInstanceGroupTag } from './tags.ts';
 
 /** The public ARM endpoint. */
 export const defaultArmEndpoint = 'https://management.azure.com';
+/** Compute API version of VM, scale-set VM and scale-set reads (the one the SDK speaks). */
+const computeApiVersion = '2026-04-01';
+/** VM reads ask for the instance view, which carries the power state, in the same request. */
+const expandInstanceView = { $expand: 'instanceView' };
+/** Most pages one ARM listing may take (a scale set holds at most 1,000 VMs); more is a broken API. */
+const maxListPages = 1_000;
 /** Network API version of scale-set NIC paths (the one these Microsoft.Compute-scoped paths serve). */
 const scaleSetNicApiVersion = '2018-10-01';
 /** Network API version of standalone NICs. */
@@ -119,16 +133,53 @@ const stateByPower: Record<string, InstanceState> = {
   deallocated: 'stopped',
 };
 
-/** The state an instance view's `PowerState/<x>` status says; unknown without one. */
-function stateOf(statuses: readonly { code?: string }[] | undefined): InstanceState {
-  const power = statuses?.find((s) => s.code?.startsWith('PowerState/'))?.code?.slice('PowerState/'.length);
-  return (power && stateByPower[power.toLowerCase()]) || 'unknown';
+/**
+ * The state an instance view's `PowerState/<x>` status says. A VM being created has only a
+ * `ProvisioningState/…` status: unknown. Asked with `$expand=instanceView`, an answer without an
+ * instance view, without a list of statuses, or with neither status is a malformed answer (not a VM
+ * that is not running).
+ */
+function stateOf(instanceView: unknown, what: string): InstanceState {
+  const view = optionalObject(instanceView, `${what}: its instance view`);
+  const statuses = view?.['statuses'];
+  if (!Array.isArray(statuses)) throw malformedAnswer(`${what} has no instance view statuses`);
+  const codes = statuses.map((s) => {
+    const code = isJsonObject(s) ? s['code'] : undefined;
+    if (typeof code !== 'string') throw malformedAnswer(`${what}: an instance view status without a code`);
+    return code;
+  });
+  const power = codes.find((c) => c.startsWith('PowerState/'))?.slice('PowerState/'.length);
+  if (power === undefined && !codes.some((c) => c.startsWith('ProvisioningState/'))) {
+    throw malformedAnswer(`${what}: its instance view has neither a power nor a provisioning state`);
+  }
+  return (
+    (power && Object.hasOwn(stateByPower, power.toLowerCase()) && stateByPower[power.toLowerCase()]) ||
+    'unknown'
+  );
 }
 
-function tagsOf(tags: Record<string, string | undefined> | undefined): Record<string, string> {
+/** The tags of a record: absent is none; anything but an object of strings is a malformed answer. */
+function tagsOf(tags: unknown, what: string): Record<string, string> {
+  if (tags === undefined || tags === null) return {};
+  if (!isJsonObject(tags)) throw malformedAnswer(`${what}: its tags are not an object`);
   const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(tags ?? {})) if (typeof v === 'string') out[k] = v;
+  for (const [k, v] of Object.entries(tags)) {
+    if (typeof v !== 'string')
+      throw malformedAnswer(`${what}: its tag ${JSON.stringify(k.slice(0, 80))} is not a string`);
+    out[k] = v;
+  }
   return out;
+}
+
+/** Whether an answer's text is JSON (a body not read as text, a stream, is not judged here). */
+function parsesAsJson(text: string | null | undefined): boolean {
+  if (text === undefined || text === null) return true;
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** What ARM answered to a failed request (absent status: no answer at all). */
@@ -182,7 +233,6 @@ export function azureError(err: unknown, what: string): KopsError {
 export class AzureClient {
   readonly subscriptionId: string;
   readonly resourceGroup: string;
-  readonly #compute: ComputeManagementClient;
   readonly #rest: ComputeManagementContext;
   readonly #cloudCalls: CloudCallRecorder;
   readonly #origin: string;
@@ -234,7 +284,9 @@ export class AzureClient {
               const operation = azureOperationOf(request.url);
               try {
                 const response = await next(request);
-                recorder.request(azure, operation, httpCallResult(response.status));
+                // A 200 whose body is not JSON (truncated, a proxy's HTML page) is no usable answer.
+                const unusable = response.status === 200 && !parsesAsJson(response.bodyAsText);
+                recorder.request(azure, operation, unusable ? 'error' : httpCallResult(response.status));
                 return response;
               } catch (err) {
                 recorder.request(
@@ -249,7 +301,6 @@ export class AzureClient {
         },
       ],
     };
-    this.#compute = new ComputeManagementClient(options.credential, options.subscriptionId, clientOptions);
     this.#rest = createComputeManagement(options.credential, options.subscriptionId, clientOptions);
   }
 
@@ -263,47 +314,53 @@ export class AzureClient {
     );
   }
 
-  /** A VM or scale-set VM with its instance view (hence its power state). */
+  /**
+   * A VM or scale-set VM with its instance view (hence its power state). An answer naming another
+   * VM than the one asked for (a proxy or API mixing up answers) is a malformed answer, never that VM.
+   */
   async getVm(ref: AzureVmRef): Promise<AzureVm> {
-    return this.#timed('getVm', `get ${formatAzureVmId(ref)}`, async () => {
-      const raw =
-        ref.kind === 'vm'
-          ? await this.#compute.virtualMachines.get(this.resourceGroup, ref.name, { expand: 'instanceView' })
-          : await this.#compute.virtualMachineScaleSetVMs.get(
-              this.resourceGroup,
-              ref.scaleSet as string,
-              ref.instanceId as string,
-              { expand: 'instanceView' },
-            );
-      return this.#vm(raw as RawVm);
+    const asked = formatAzureVmId(ref);
+    return this.#timed('getVm', `get ${asked}`, async () => {
+      const vm = this.#vm(await this.#get(asked, computeApiVersion, expandInstanceView));
+      if (formatAzureVmId(vm.ref).toLowerCase() !== asked.toLowerCase()) {
+        throw malformedAnswer(`ARM answered the read of VM ${asked} with VM ${formatAzureVmId(vm.ref)}`);
+      }
+      return vm;
     });
   }
 
-  /** Every VM of a scale set, with instance views, following nextLink. */
+  /**
+   * Every VM of a scale set, with instance views, following nextLink. A listing that carries a VM of
+   * another scale set is a malformed answer. (The same VM may come twice: {@link vmsByInstanceId}.)
+   */
   async listScaleSetVms(scaleSet: string): Promise<AzureVm[]> {
+    const path = `${this.#providers}/Microsoft.Compute/virtualMachineScaleSets/${encodeURIComponent(scaleSet)}/virtualMachines`;
+    const title = `the VM listing of scale set ${scaleSet}`;
     return this.#timed('listScaleSetVms', `list the VMs of scale set ${scaleSet}`, async () => {
-      const out: AzureVm[] = [];
-      for await (const raw of this.#compute.virtualMachineScaleSetVMs.list(this.resourceGroup, scaleSet, {
-        expand: 'instanceView',
-      })) {
-        out.push(this.#vm(raw as RawVm));
+      const vms = (await this.#pages(path, computeApiVersion, title, expandInstanceView)).map((raw) =>
+        this.#vm(raw),
+      );
+      for (const vm of vms) {
+        if (vm.ref.kind !== 'vmss-vm' || !sameAzureName(vm.ref.scaleSet ?? '', scaleSet)) {
+          throw malformedAnswer(`${title} carries ${formatAzureVmId(vm.ref)}, which is not one of its VMs`);
+        }
       }
-      return out;
+      return vms;
     });
   }
 
-  /** The scale sets of the resource group. */
+  /** The scale sets of the resource group, following nextLink. */
   async listScaleSets(): Promise<AzureScaleSet[]> {
-    return this.#timed('listScaleSets', 'list scale sets', async () => {
-      const out: AzureScaleSet[] = [];
-      for await (const set of this.#compute.virtualMachineScaleSets.list(this.resourceGroup)) {
-        if (set.name) out.push({ name: set.name, tags: tagsOf(set.tags), capacity: set.sku?.capacity ?? 0 });
-      }
-      return out;
-    });
+    const path = `${this.#providers}/Microsoft.Compute/virtualMachineScaleSets`;
+    return this.#timed('listScaleSets', 'list scale sets', async () =>
+      (await this.#pages(path, computeApiVersion, 'the scale set listing')).map(scaleSetOf),
+    );
   }
 
-  /** A network interface by resource id (it must be in our subscription and resource group). */
+  /**
+   * A network interface by resource id (it must be in our subscription and resource group). An
+   * answer naming another interface is a malformed answer, never that interface's addresses.
+   */
   async getNic(nicId: string): Promise<AzureNic> {
     const path = nicId.split('?')[0] as string;
     const scoped =
@@ -314,42 +371,91 @@ export class AzureClient {
       );
     }
     const apiVersion = /\/virtualmachinescalesets\//i.test(path) ? scaleSetNicApiVersion : nicApiVersion;
-    return this.#timed('getNic', `get network interface ${path}`, async () =>
-      nicOf((await this.#get(path, apiVersion)) as RawNic),
-    );
+    return this.#timed('getNic', `get network interface ${path}`, async () => {
+      const nic = nicOf(await this.#get(path, apiVersion));
+      if (nic.id.toLowerCase() !== path.toLowerCase()) {
+        throw malformedAnswer(`ARM answered the read of network interface ${path} with ${nic.id}`);
+      }
+      return nic;
+    });
   }
 
   /** The network interfaces of every VM of a scale set, following nextLink. */
   async listScaleSetNics(scaleSet: string): Promise<AzureNic[]> {
-    const path = `/subscriptions/${this.subscriptionId}/resourceGroups/${this.resourceGroup}/providers/Microsoft.Compute/virtualMachineScaleSets/${encodeURIComponent(scaleSet)}/networkInterfaces`;
-    return this.#timed(
-      'listScaleSetNics',
-      `list the network interfaces of scale set ${scaleSet}`,
-      async () => {
-        const out: AzureNic[] = [];
-        let next: string | undefined = path;
-        while (next) {
-          const page = (await this.#get(next, scaleSetNicApiVersion)) as {
-            value?: RawNic[];
-            nextLink?: string;
-          };
-          out.push(...(page.value ?? []).map(nicOf));
-          next = page.nextLink;
-          // Our bearer token goes only to the ARM endpoint we were configured with.
-          if (next && new URL(next).origin !== this.#origin) {
-            throw new UnavailableError(`ARM returned a nextLink outside ${this.#origin}`);
-          }
-        }
-        return out;
-      },
+    const path = `${this.#providers}/Microsoft.Compute/virtualMachineScaleSets/${encodeURIComponent(scaleSet)}/networkInterfaces`;
+    return this.#timed('listScaleSetNics', `list the network interfaces of scale set ${scaleSet}`, async () =>
+      (
+        await this.#pages(
+          path,
+          scaleSetNicApiVersion,
+          `the network interface listing of scale set ${scaleSet}`,
+        )
+      ).map(nicOf),
     );
   }
 
-  async #get(pathOrUrl: string, apiVersion: string): Promise<unknown> {
+  /** `/subscriptions/<s>/resourceGroups/<rg>/providers`. */
+  get #providers(): string {
+    return `/subscriptions/${this.subscriptionId}/resourceGroups/${this.resourceGroup}/providers`;
+  }
+
+  /**
+   * Every item of an ARM listing, following nextLink. A page without its `value` list (a 200 carrying
+   * an error), a nextLink already followed (repeated, or a cycle) and more than {@link maxListPages}
+   * pages are malformed answers: the listing ends instead of looping or growing without bound. Our
+   * bearer token goes only to the ARM endpoint we were configured with.
+   */
+  async #pages(
+    path: string,
+    apiVersion: string,
+    title: string,
+    query: Record<string, string> = {},
+  ): Promise<unknown[]> {
+    const items: unknown[] = [];
+    const followed = new Set<string>();
+    let next: string | undefined;
+    for (let pages = 1; ; pages++) {
+      const page = await this.#get(next ?? path, apiVersion, next ? {} : query);
+      const value = isJsonObject(page) ? page['value'] : undefined;
+      if (!Array.isArray(value)) {
+        throw malformedAnswer(
+          `${title}: ARM answered a page without a value list (a 200 carrying an error?)`,
+        );
+      }
+      items.push(...value);
+      const link = isJsonObject(page) ? page['nextLink'] : undefined;
+      if (link === undefined || link === null || link === '') return items;
+      if (typeof link !== 'string' || !URL.canParse(link)) {
+        throw malformedAnswer(`${title}: ARM answered a nextLink that is no URL`);
+      }
+      if (new URL(link).origin !== this.#origin) {
+        throw malformedAnswer(`${title}: ARM returned a nextLink outside ${this.#origin}`);
+      }
+      if (followed.has(link) || pages >= maxListPages) {
+        throw malformedAnswer(
+          `${title}: ARM answered ${followed.has(link) ? 'a nextLink it already answered' : `more than ${maxListPages} pages`} (page ${pages}); the listing is abandoned`,
+        );
+      }
+      followed.add(link);
+      next = link;
+    }
+  }
+
+  /** One GET; a 200 whose body is no JSON object is a malformed answer. */
+  async #get(pathOrUrl: string, apiVersion: string, query: Record<string, string> = {}): Promise<unknown> {
     const absolute = pathOrUrl.startsWith('https://');
-    const response = await this.#rest
-      .pathUnchecked(pathOrUrl)
-      .get(absolute ? {} : { queryParameters: { 'api-version': apiVersion } });
+    const what = `GET ${new URL(pathOrUrl, this.#origin).pathname}`;
+    let response: Awaited<ReturnType<ReturnType<ComputeManagementContext['pathUnchecked']>['get']>>;
+    try {
+      response = await this.#rest
+        .pathUnchecked(pathOrUrl)
+        .get(absolute ? {} : { queryParameters: { 'api-version': apiVersion, ...query } });
+    } catch (err) {
+      if ((err as { code?: unknown })?.code === 'PARSE_ERROR') {
+        throw malformedAnswer(`${what}: ARM answered a body that is not JSON`);
+      }
+      throw err;
+    }
     const status = Number(response.status);
     if (status !== 200) {
       const body = response.body as { error?: { code?: string; message?: string } } | undefined;
@@ -359,8 +465,10 @@ export class AzureClient {
         message: body?.error?.message ?? `HTTP ${status}`,
         retryAfter: response.headers['retry-after'],
       };
-      throw armError(`GET ${new URL(pathOrUrl, this.#origin).pathname}`, failure, undefined);
+      throw armError(what, failure, undefined);
     }
+    if (!isJsonObject(response.body))
+      throw malformedAnswer(`${what}: ARM answered a 200 that is no JSON object`);
     return response.body;
   }
 
@@ -375,59 +483,149 @@ export class AzureClient {
     }
   }
 
-  #vm(raw: RawVm): AzureVm {
-    if (!raw.id || !raw.vmId) throw new UnavailableError(`ARM returned a VM without id or vmId`);
-    const ref = parseAzureVmId(raw.id);
+  /** The VM of an answer, checked as it is read; a record of the wrong shape is a malformed answer. */
+  #vm(raw: unknown): AzureVm {
+    if (!isJsonObject(raw)) throw malformedAnswer('ARM answered a VM record that is no object');
+    const id = raw['id'];
+    const properties = raw['properties'];
+    if (
+      typeof id !== 'string' ||
+      !isJsonObject(properties) ||
+      typeof properties['vmId'] !== 'string' ||
+      !properties['vmId']
+    ) {
+      throw malformedAnswer('ARM answered a VM record without id, properties or vmId');
+    }
+    let ref: AzureVmRef;
+    try {
+      ref = parseAzureVmId(id);
+    } catch (err) {
+      throw malformedAnswer(
+        `ARM answered a VM whose id ${JSON.stringify(id.slice(0, 200))} names no VM: ${(err as Error).message}`,
+      );
+    }
     if (
       !sameAzureName(ref.subscriptionId, this.subscriptionId) ||
       !sameAzureName(ref.resourceGroup, this.resourceGroup)
     ) {
-      throw new UnavailableError(`ARM returned VM ${raw.id} outside resource group ${this.resourceGroup}`);
+      throw new UnavailableError(`ARM returned VM ${id} outside resource group ${this.resourceGroup}`, {
+        details: { reason: 'malformed-answer' },
+      });
     }
-    const nics = raw.networkProfile?.networkInterfaces ?? [];
-    const ordered = [...nics.filter((n) => n.primary), ...nics.filter((n) => !n.primary)];
+    const what = `ARM's record of VM ${id}`;
+    const osProfile = optionalObject(properties['osProfile'], `${what}: its osProfile`);
+    const networkProfile = optionalObject(properties['networkProfile'], `${what}: its networkProfile`);
+    const nics = optionalArray(networkProfile?.['networkInterfaces'], `${what}: its network interfaces`).map(
+      (n) => {
+        if (!isJsonObject(n) || typeof n['id'] !== 'string') {
+          throw malformedAnswer(`${what}: a network interface without an id`);
+        }
+        const nicProperties = optionalObject(n['properties'], `${what}: a network interface's properties`);
+        return { id: n['id'], primary: nicProperties?.['primary'] === true };
+      },
+    );
+    const latestModelApplied = properties['latestModelApplied'];
+    if (
+      latestModelApplied !== undefined &&
+      latestModelApplied !== null &&
+      typeof latestModelApplied !== 'boolean'
+    ) {
+      throw malformedAnswer(`${what}: latestModelApplied is not a boolean`);
+    }
     return {
       ref,
-      vmId: raw.vmId,
-      computerName: raw.osProfile?.computerName,
-      tags: tagsOf(raw.tags),
-      state: stateOf(raw.instanceView?.statuses),
-      nicIds: ordered.flatMap((n) => (n.id ? [n.id] : [])),
-      latestModelApplied: raw.latestModelApplied,
+      vmId: properties['vmId'],
+      computerName: optionalString(osProfile?.['computerName'], `${what}: its computer name`),
+      tags: tagsOf(raw['tags'], what),
+      state: stateOf(properties['instanceView'], what),
+      nicIds: [...nics.filter((n) => n.primary), ...nics.filter((n) => !n.primary)].map((n) => n.id),
+      latestModelApplied: typeof latestModelApplied === 'boolean' ? latestModelApplied : undefined,
     };
   }
 }
 
-/** The fields the SDK's deserialised VM and scale-set VM share (properties are flattened). */
-interface RawVm {
-  id?: string;
-  vmId?: string;
-  tags?: Record<string, string>;
-  osProfile?: { computerName?: string };
-  networkProfile?: { networkInterfaces?: { id?: string; primary?: boolean }[] };
-  instanceView?: { statuses?: { code?: string }[] };
-  latestModelApplied?: boolean;
+/**
+ * A scale set's VMs by instance id. The same VM listed twice with different records (a paging
+ * glitch, a proxy mixing answers) is believed in neither: its entry is a malformed answer. Identical
+ * repeats are one VM.
+ */
+export function vmsByInstanceId(
+  vms: readonly AzureVm[],
+  logger: Logger = silentLogger,
+): Map<string, AzureVm | Error> {
+  const out = new Map<string, AzureVm | Error>();
+  for (const vm of vms) {
+    const key = (vm.ref.instanceId ?? vm.ref.name).toLowerCase();
+    const before = out.get(key);
+    if (before === undefined) out.set(key, vm);
+    else if (!(before instanceof Error) && JSON.stringify(before) !== JSON.stringify(vm)) {
+      logger.warn(
+        { vm: vm.ref.name, groups: [before.tags[azureInstanceGroupTag], vm.tags[azureInstanceGroupTag]] },
+        'the scale set listing holds a VM twice with different records; it is not identified until ARM agrees with itself',
+      );
+      out.set(
+        key,
+        malformedAnswer(
+          `the listing of scale set ${vm.ref.scaleSet} holds VM ${vm.ref.name} twice, with different records (vmId ${before.vmId} and ${vm.vmId}, instance group ${JSON.stringify(before.tags[azureInstanceGroupTag])} and ${JSON.stringify(vm.tags[azureInstanceGroupTag])})`,
+        ),
+      );
+    }
+  }
+  return out;
 }
 
-interface RawNic {
-  id?: string;
-  properties?: {
-    virtualMachine?: { id?: string };
-    ipConfigurations?: { properties?: { privateIPAddress?: string; primary?: boolean } }[];
-  };
+function optionalObject(value: unknown, what: string): Record<string, unknown> | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (!isJsonObject(value)) throw malformedAnswer(`${what} is not an object`);
+  return value;
 }
 
-function nicOf(raw: RawNic): AzureNic {
-  const configs = raw.properties?.ipConfigurations ?? [];
-  const ordered = [
-    ...configs.filter((c) => c.properties?.primary),
-    ...configs.filter((c) => !c.properties?.primary),
-  ];
+function optionalArray(value: unknown, what: string): unknown[] {
+  if (value === undefined || value === null) return [];
+  if (!Array.isArray(value)) throw malformedAnswer(`${what} is not a list`);
+  return value;
+}
+
+function optionalString(value: unknown, what: string): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'string') throw malformedAnswer(`${what} is not a string`);
+  return value;
+}
+
+/** A scale set of a listing. */
+function scaleSetOf(raw: unknown): AzureScaleSet {
+  if (!isJsonObject(raw) || typeof raw['name'] !== 'string' || !raw['name']) {
+    throw malformedAnswer('ARM answered a scale set record without a name');
+  }
+  const what = `ARM's record of scale set ${raw['name']}`;
+  const capacity = optionalObject(raw['sku'], `${what}: its sku`)?.['capacity'] ?? 0;
+  if (typeof capacity !== 'number' || !Number.isSafeInteger(capacity) || capacity < 0) {
+    throw malformedAnswer(`${what}: its capacity is not a count`);
+  }
+  return { name: raw['name'], tags: tagsOf(raw['tags'], what), capacity };
+}
+
+/** A network interface of an answer. */
+function nicOf(raw: unknown): AzureNic {
+  if (!isJsonObject(raw) || typeof raw['id'] !== 'string' || !raw['id']) {
+    throw malformedAnswer('ARM answered a network interface record without an id');
+  }
+  const what = `ARM's record of network interface ${raw['id']}`;
+  const properties = optionalObject(raw['properties'], `${what}: its properties`);
+  const attachedTo = optionalObject(properties?.['virtualMachine'], `${what}: its VM`)?.['id'];
+  const configs = optionalArray(properties?.['ipConfigurations'], `${what}: its IP configurations`).map(
+    (c) => {
+      const config = optionalObject(isJsonObject(c) ? c['properties'] : c, `${what}: an IP configuration`);
+      return {
+        address: optionalString(config?.['privateIPAddress'], `${what}: a private address`),
+        primary: config?.['primary'] === true,
+      };
+    },
+  );
+  const ordered = [...configs.filter((c) => c.primary), ...configs.filter((c) => !c.primary)];
   return {
-    id: raw.id ?? '',
-    attachedTo: raw.properties?.virtualMachine?.id,
-    privateIps: ordered.flatMap((c) =>
-      c.properties?.privateIPAddress ? [c.properties.privateIPAddress] : [],
-    ),
+    id: raw['id'],
+    attachedTo: optionalString(attachedTo, `${what}: its VM's id`),
+    privateIps: ordered.flatMap((c) => (c.address ? [c.address] : [])),
   };
 }

@@ -20,8 +20,9 @@ import { monotonicMs, youngerThan } from '../age.ts';
 import type { Outcome } from '../batcher.ts';
 import { mapConcurrent } from '../concurrency.ts';
 import { BatchedNodeIdentifier, outcomeOf } from '../identify-batches.ts';
+import { instanceGroupNameProblem } from '../instance-group-name.ts';
 import type { InstanceAddress, NodeIdentity } from '../types.ts';
-import type { AzureClient, AzureNic, AzureVm } from './client.ts';
+import { type AzureClient, type AzureNic, type AzureVm, vmsByInstanceId } from './client.ts';
 import { type AzureVmRef, formatAzureVmId, parseAzureProviderID, sameAzureName } from './resource-id.ts';
 import { azureClusterTag, azureInstanceGroupTag } from './tags.ts';
 
@@ -46,7 +47,8 @@ export interface AzureNodeIdentifierOptions {
 /** One scale set as listed: its VMs by instance id and their interfaces by VM resource id. */
 interface Listing {
   at: number;
-  vms: Map<string, AzureVm>;
+  /** A VM listed twice with different records is a malformed answer here (vmsByInstanceId). */
+  vms: Map<string, AzureVm | Error>;
   nics: Map<string, AzureNic>;
 }
 
@@ -105,7 +107,11 @@ export class AzureNodeIdentifier extends BatchedNodeIdentifier {
         return;
       }
       for (const { id, ref } of members) {
-        const vm = listing.vms.get(ref.instanceId as string);
+        const vm = listing.vms.get((ref.instanceId as string).toLowerCase());
+        if (vm instanceof Error) {
+          fail(id, vm);
+          continue;
+        }
         const nic = vm ? listing.nics.get(formatAzureVmId(vm.ref).toLowerCase()) : undefined;
         this.#settle(results, id, ref, vm, nic);
       }
@@ -173,7 +179,7 @@ export class AzureNodeIdentifier extends BatchedNodeIdentifier {
     });
     return {
       at,
-      vms: new Map(vms.map((vm) => [vm.ref.instanceId as string, vm])),
+      vms: vmsByInstanceId(vms, this.#logger),
       nics: new Map(nics.flatMap((nic) => (nic.attachedTo ? [[nic.attachedTo.toLowerCase(), nic]] : []))),
     };
   }
@@ -219,6 +225,12 @@ export class AzureNodeIdentifier extends BatchedNodeIdentifier {
     if (!instanceGroup) {
       return new ForbiddenError(`VM ${name} has no ${azureInstanceGroupTag} tag`, {
         details: { instanceId: name, reason: 'no-instance-group' },
+      });
+    }
+    const nameProblem = instanceGroupNameProblem(instanceGroup);
+    if (nameProblem) {
+      return new ForbiddenError(`VM ${name}: its ${azureInstanceGroupTag} tag ${nameProblem}`, {
+        details: { instanceId: name, reason: 'invalid-instance-group' },
       });
     }
     const addresses: InstanceAddress[] = (nic?.privateIps ?? []).map((address) => ({

@@ -4,8 +4,10 @@
  * (each with the template it runs). kops creates one zonal MIG per instance group and zone, so one
  * instance group may appear as several cloud groups.
  */
+
 import { type Logger, silentLogger } from '../../log.ts';
 import { mapConcurrent } from '../concurrency.ts';
+import { instanceGroupNameProblem } from '../instance-group-name.ts';
 import type { CloudGroup, CloudGroupMember, CloudGroups, InstanceState } from '../types.ts';
 import {
   type ComputeClient,
@@ -86,6 +88,15 @@ export class GceCloudGroups implements CloudGroups {
       // An unreadable template must fail the listing, or validation would silently miss a group.
       if (template instanceof Error) throw template;
       if (template.clusterName !== clusterName || !template.instanceGroup) return [];
+      // A group name kops never writes names no instance group (see instance-group-name.ts).
+      const nameProblem = instanceGroupNameProblem(template.instanceGroup);
+      if (nameProblem) {
+        this.#logger.warn(
+          { mig: mig.name },
+          `the MIG's template: its group metadata ${nameProblem}; skipped`,
+        );
+        return [];
+      }
       return [{ mig, instanceGroup: template.instanceGroup }];
     });
 

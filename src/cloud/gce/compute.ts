@@ -241,6 +241,7 @@ export class ComputeClient {
     if (this.#closed.signal.aborted) throw computeError(operation, path, this.#closed.signal.reason);
     const started = performance.now();
     const attemptFailed = (err: unknown) => this.#calls.request('gce', operation, attemptResult(err));
+    let data: unknown;
     try {
       const response = await this.#auth.request<T>({
         url: `${this.#base}/${path}`,
@@ -265,14 +266,25 @@ export class ComputeClient {
           },
         },
       });
-      this.#calls.request('gce', operation, 'ok');
-      return response.data;
+      data = response.data;
+      // gaxios hands over a 200 whose body is not JSON (truncated, a proxy's HTML page) as its text:
+      // no answer at all, counted as an error, and never read as an empty page.
+      if (typeof data !== 'object' || data === null || Array.isArray(data)) {
+        this.#calls.request('gce', operation, 'error');
+      } else {
+        this.#calls.request('gce', operation, 'ok');
+        return data as T;
+      }
     } catch (err) {
       attemptFailed(err);
       throw computeError(operation, path, err);
     } finally {
       this.#calls.duration('gce', operation, secondsSince(started));
     }
+    throw new UnavailableError(
+      `the compute API ${operation} ${path} answered a 200 whose body is not a JSON object`,
+      { details: { operation, reason: 'malformed-answer' } },
+    );
   }
 
   /**

@@ -15,6 +15,7 @@ import { type Logger, silentLogger } from '../../log.ts';
 import type { Outcome } from '../batcher.ts';
 import { mapConcurrent } from '../concurrency.ts';
 import { IdentifyBatches } from '../identify-batches.ts';
+import { instanceGroupNameProblem } from '../instance-group-name.ts';
 import { LruCache } from '../lru.ts';
 import type {
   IdentifyOptions,
@@ -431,6 +432,12 @@ export class GceNodeIdentifier implements NodeIdentifier {
         out.set(name, {
           ok: false,
           error: new ForbiddenError(reason, { details: { reason: 'foreign-cluster' } }),
+        });
+      } else if (instanceGroupNameProblem(facts.instanceGroup)) {
+        const reason = `instance template ${name}: its ${instanceGroupMetadataKey} metadata ${instanceGroupNameProblem(facts.instanceGroup)}`;
+        out.set(name, {
+          ok: false,
+          error: new ForbiddenError(reason, { details: { reason: 'invalid-instance-group' } }),
         });
       } else {
         out.set(name, { ok: true, instanceGroup: facts.instanceGroup });

@@ -3,6 +3,7 @@
  * finds a group's servers by their metadata (`KopsInstanceGroup` and the cluster name;
  * `osBuildCloudInstanceGroup`). So do we, from one listing of the project's servers (server-groups.ts).
  */
+import { instanceGroupNameProblem } from '../instance-group-name.ts';
 import { type GroupedServer, groupsOfServers } from '../server-groups.ts';
 import type { CloudGroup, CloudGroups } from '../types.ts';
 import type { NovaClient } from './nova.ts';
@@ -26,6 +27,8 @@ export class OpenStackCloudGroups implements CloudGroups {
     for (const server of await this.#nova.listServers()) {
       const instanceGroup = server.metadata?.[instanceGroupKey];
       if (server.metadata?.[clusterNameKey] !== clusterName || !instanceGroup) continue;
+      // A group name kops never writes names no instance group (see instance-group-name.ts).
+      if (instanceGroupNameProblem(instanceGroup)) continue;
       const state = stateOfServer(server);
       ours.push({
         instanceGroup,

@@ -227,3 +227,21 @@ test("cloud groups are the cluster's servers grouped by KopsInstanceGroup", asyn
   assert.ok(a.members.every((m) => m.providerID.startsWith('openstack:///') && m.healthy));
   assert.ok(!groups.some((g) => g.members.some((m) => m.instanceId === foreignCluster)));
 });
+
+test('an instance group metadata value kops never writes is refused with a reason, and no cloud group', async () => {
+  const bad = ['../../config', 'Nodes', 'a'.repeat(64)].map(
+    (group, i) => sim.addServer(kopsServer(`bad-group-${i}`, group)).id,
+  );
+  const results = await identifier().identify(bad.map((id) => `openstack:///${id}`));
+  for (const result of results.values()) {
+    assert.ok(!result.ok, JSON.stringify(result));
+    assert.equal((result.error as KopsError).kind, 'forbidden');
+    assert.equal((result.error as KopsError).reasonCode, 'invalid-instance-group');
+  }
+  const groups = await new OpenStackCloudGroups(nova).list(cluster);
+  assert.deepEqual(
+    groups.map((g) => g.instanceGroup).filter((g) => !['nodes-a', 'nodes-b'].includes(g)),
+    [],
+  );
+  for (const id of bad) sim.deleteServer(id);
+});

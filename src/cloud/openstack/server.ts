@@ -4,7 +4,9 @@
  * `KopsInstanceGroup`; pkg/model/openstackmodel/servergroup.go), the status, and the addresses of
  * every network (`fixed` ones are internal, `floating` ones external). Pure.
  */
+
 import { ForbiddenError, InvalidInputError } from '../../errors.ts';
+import { instanceGroupNameProblem } from '../instance-group-name.ts';
 import type { InstanceAddress, InstanceState, NodeIdentity } from '../types.ts';
 import { isServerId, type NovaServer } from './nova.ts';
 
@@ -77,7 +79,8 @@ export function isLiveServer(server: Pick<NovaServer, 'status'>): boolean {
  * none of these; its verifier reads the group only. A server of another cluster in the same project
  * would otherwise be labelled, or bootstrapped, as ours.) Another cluster's server is refused with
  * reason `foreign-cluster`, a dead one with `not-running` — both final, even for a Cluster API
- * Machine — and one in no group with `no-instance-group`.
+ * Machine — one in no group with `no-instance-group`, and one whose group metadata is no name kops
+ * writes with `invalid-instance-group`.
  */
 export function identityOfServer(
   providerID: string,
@@ -103,6 +106,12 @@ export function identityOfServer(
       `server ${server.id} has no ${instanceGroupKey} metadata, so it names no kops instance group`,
       { details: { instanceId: server.id, reason: 'no-instance-group' } },
     );
+  }
+  const nameProblem = instanceGroupNameProblem(instanceGroup);
+  if (nameProblem) {
+    return new ForbiddenError(`server ${server.id}: its ${instanceGroupKey} metadata ${nameProblem}`, {
+      details: { instanceId: server.id, reason: 'invalid-instance-group' },
+    });
   }
   const zone = server['OS-EXT-AZ:availability_zone'];
   return {

@@ -12,7 +12,14 @@ import { Instancev1 } from '@scaleway/sdk-instance';
 import { Ipamv1 } from '@scaleway/sdk-ipam';
 import { ConfigError, errorForHttpStatus, KopsError, TimeoutError, UnavailableError } from '../../errors.ts';
 import { egressFetch } from '../../net/egress-proxy.ts';
-import { type CloudCallRecorder, httpCallResult, noCloudCalls, secondsSince } from '../metrics.ts';
+import { malformedAnswer } from '../cluster-servers.ts';
+import {
+  type CloudCallRecorder,
+  type CloudCallResult,
+  httpCallResult,
+  noCloudCalls,
+  secondsSince,
+} from '../metrics.ts';
 import { retryCloudCall } from '../retry.ts';
 
 /** The Scaleway public API. */
@@ -123,6 +130,15 @@ export function scalewayError(what: string, err: unknown): KopsError {
   });
 }
 
+function parsesAsJson(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** Builds the SDK clients for one zone. */
 export function createScalewayClients(options: ScalewayClientOptions): ScalewayClients {
   const { credentials } = options;
@@ -133,15 +149,22 @@ export function createScalewayClients(options: ScalewayClientOptions): ScalewayC
     const request = input instanceof Request ? input : new Request(input, init);
     const call = operationOf(request.method, new URL(request.url).pathname);
     const started = performance.now();
-    let status: number | undefined;
+    let result: CloudCallResult | undefined;
     try {
       const deadline = AbortSignal.timeout(timeoutMs);
       const signal = options.signal ? AbortSignal.any([deadline, options.signal]) : deadline;
       const response = await egressFetch(request, { signal });
-      status = response.status;
-      return response;
+      result = httpCallResult(response.status);
+      if (response.status !== 200) return response;
+      // A 200 whose body is not JSON (truncated, a proxy's HTML page) is no answer: an error, not ok.
+      const text = await response.text();
+      if (!parsesAsJson(text)) {
+        result = 'error';
+        throw malformedAnswer(`the Scaleway API ${call}: a 200 whose body is not JSON`);
+      }
+      return new Response(text, { status: 200, statusText: response.statusText, headers: response.headers });
     } finally {
-      calls.request('scaleway', call, httpCallResult(status));
+      calls.request('scaleway', call, result ?? httpCallResult(undefined));
       calls.duration('scaleway', call, secondsSince(started));
     }
   };

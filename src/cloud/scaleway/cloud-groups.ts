@@ -5,6 +5,7 @@
  * server kops tagged `needs-update` (a rolling update must replace it) is reported as launched from
  * something other than the group's current spec. Sizes: server-groups.ts.
  */
+import { instanceGroupNameProblem } from '../instance-group-name.ts';
 import { type GroupedServer, groupsOfServers, tagValue } from '../server-groups.ts';
 import type { CloudGroup, CloudGroups } from '../types.ts';
 import type { ScalewayClients } from './client.ts';
@@ -32,7 +33,9 @@ export class ScalewayCloudGroups implements CloudGroups {
   }
 
   async list(clusterName: string): Promise<CloudGroup[]> {
-    const ours: GroupedServer[] = [];
+    // By server id: a server listed twice with different records (a paging glitch, a proxy mixing
+    // answers) is left out; identical repeats, which page-number paging can give, are one member.
+    const ours = new Map<string, { record: string; grouped: GroupedServer } | 'conflict'>();
     const clients = this.#clients;
     for (let page = 1; page <= maxPages; page++) {
       const answer = await clients.call('instance.listServers', () =>
@@ -48,6 +51,8 @@ export class ScalewayCloudGroups implements CloudGroups {
       for (const server of answer.servers) {
         const instanceGroup = tagValue(server.tags, instanceGroupTagPrefix);
         if (tagValue(server.tags, clusterTagPrefix) !== clusterName || !instanceGroup) continue;
+        // A group tag kops never writes names no instance group (see instance-group-name.ts).
+        if (instanceGroupNameProblem(instanceGroup)) continue;
         const state = stateOfServer(server);
         const member = {
           instanceId: server.id,
@@ -56,10 +61,16 @@ export class ScalewayCloudGroups implements CloudGroups {
           healthy: state === 'running',
           template: server.tags.includes(needsUpdateTag) ? 'needs-update' : currentSpec,
         };
-        ours.push({ instanceGroup, member });
+        const record = JSON.stringify([instanceGroup, member, server.name, server.project]);
+        const before = ours.get(server.id);
+        if (before === undefined) ours.set(server.id, { record, grouped: { instanceGroup, member } });
+        else if (before !== 'conflict' && before.record !== record) ours.set(server.id, 'conflict');
       }
       if (answer.servers.length < maxServersPerCall) break;
     }
-    return groupsOfServers(ours, currentSpec);
+    return groupsOfServers(
+      [...ours.values()].flatMap((s) => (s === 'conflict' ? [] : [s.grouped])),
+      currentSpec,
+    );
   }
 }

@@ -14,6 +14,7 @@
 import { NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { Outcome } from '../batcher.ts';
+import { malformedAnswer } from '../cluster-servers.ts';
 import { mapConcurrent } from '../concurrency.ts';
 import { BatchedNodeIdentifier, outcomeOf } from '../identify-batches.ts';
 import { LruCache } from '../lru.ts';
@@ -130,11 +131,30 @@ export class ScalewayNodeIdentifier extends BatchedNodeIdentifier {
             perPage: maxServersPerCall,
           }),
         );
+        const answered = new Map<string, Server | Error>();
         for (const server of page.servers) {
           // Only what was asked: an API that answered more (a filter ignored) adds nothing.
           if (!ids.includes(server.id) || server.zone !== zone) continue;
-          out.set(`${zone}/${server.id}`, server);
-          this.#cache.set(`${zone}/${server.id}`, server);
+          const before = answered.get(server.id);
+          if (before === undefined) answered.set(server.id, server);
+          else if (!(before instanceof Error) && !sameServer(before, server)) {
+            // The same server twice, with different tags or states: neither record can be believed.
+            this.#logger.warn(
+              { instanceId: server.id, tags: [before.tags, server.tags] },
+              `the Instance API listed server ${server.id} twice with different records; it is not identified until the API agrees with itself`,
+            );
+            answered.set(
+              server.id,
+              malformedAnswer(
+                `the Instance API listed server ${server.id} twice, with different records (tags ${JSON.stringify(before.tags)} and ${JSON.stringify(server.tags)})`,
+              ),
+            );
+          }
+        }
+        for (const [id, server] of answered) {
+          out.set(`${zone}/${id}`, server);
+          if (server instanceof Error) this.#cache.delete(`${zone}/${id}`);
+          else this.#cache.set(`${zone}/${id}`, server);
         }
       } catch (err) {
         for (const id of ids) out.set(`${zone}/${id}`, err as Error);
@@ -142,4 +162,17 @@ export class ScalewayNodeIdentifier extends BatchedNodeIdentifier {
     });
     return out;
   }
+}
+
+/** Whether two records of one server say the same about it (what identity reads from them). */
+function sameServer(a: Server, b: Server): boolean {
+  return (
+    a.project === b.project &&
+    a.state === b.state &&
+    a.name === b.name &&
+    a.privateIp === b.privateIp &&
+    JSON.stringify(a.tags) === JSON.stringify(b.tags) &&
+    JSON.stringify(a.publicIps?.map((ip) => ip.address)) ===
+      JSON.stringify(b.publicIps?.map((ip) => ip.address))
+  );
 }

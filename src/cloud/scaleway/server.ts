@@ -7,6 +7,7 @@
  */
 import type { Instancev1 } from '@scaleway/sdk-instance';
 import { ForbiddenError, InvalidInputError } from '../../errors.ts';
+import { instanceGroupNameProblem } from '../instance-group-name.ts';
 import { tagValue } from '../server-groups.ts';
 import type { InstanceAddress, InstanceState, NodeIdentity } from '../types.ts';
 import { zonePattern } from './client.ts';
@@ -118,6 +119,12 @@ export function identityOfServer(
       `server ${server.id} has no ${instanceGroupTagPrefix}… tag, so it names no kops instance group`,
       { details: { instanceId: server.id, reason: 'no-instance-group' } },
     );
+  }
+  const nameProblem = instanceGroupNameProblem(instanceGroup);
+  if (nameProblem) {
+    return new ForbiddenError(`server ${server.id}: its ${instanceGroupTagPrefix}… tag ${nameProblem}`, {
+      details: { instanceId: server.id, reason: 'invalid-instance-group' },
+    });
   }
   return {
     providerID,

@@ -284,6 +284,17 @@ export function matchArmRoute(
   return undefined;
 }
 
+/**
+ * Rewrites an answer ARM would send (to play a broken API or proxy: a nextLink that repeats, another
+ * VM than asked for, tags of the wrong type, a 200 carrying an error). Return a new `body` (and
+ * optionally `status`), or `raw` text to send as it is (a body that is not JSON).
+ */
+export type ArmRewrite = (answer: { status: number; body: unknown; url: URL }) => {
+  status?: number;
+  body?: unknown;
+  raw?: string;
+};
+
 /** Answers one ARM request (authentication, throttling, routing); faults are applied by the caller. */
 export function serveArm(
   ctx: ArmContext,
@@ -291,8 +302,15 @@ export function serveArm(
   res: ServerResponse,
   url: URL,
   route: ReturnType<typeof matchArmRoute>,
+  rewrite?: ArmRewrite,
 ): void {
   const send = (status: number, body: unknown, headers: Record<string, string> = {}) => {
+    let text = JSON.stringify(body);
+    if (rewrite) {
+      const rewritten = rewrite({ status, body, url });
+      status = rewritten.status ?? status;
+      text = rewritten.raw ?? JSON.stringify(rewritten.body ?? body);
+    }
     res.writeHead(status, {
       'content-type': 'application/json; charset=utf-8',
       'x-ms-request-id': crypto.randomUUID(),
@@ -301,7 +319,7 @@ export function serveArm(
         : {}),
       ...headers,
     });
-    res.end(JSON.stringify(body));
+    res.end(text);
   };
   try {
     const auth = req.headers.authorization ?? '';

@@ -13,7 +13,14 @@ import { listenOnLoopback } from '../../net/loopback.ts';
 import { ThrottleBucket } from '../aws/throttle.ts';
 import { applyTransportFault, CallLog, FaultQueue, type FaultVerbs, faultVerbs } from '../cloud-sim.ts';
 import { createCertificateAuthority, issueServingCertificate } from '../tls.ts';
-import { type ArmContext, type AzureCall, armReadBucket, matchArmRoute, serveArm } from './arm.ts';
+import {
+  type ArmContext,
+  type ArmRewrite,
+  type AzureCall,
+  armReadBucket,
+  matchArmRoute,
+  serveArm,
+} from './arm.ts';
 import {
   type AttestationAuthority,
   createAttestationAuthority,
@@ -67,6 +74,14 @@ export interface AzureSimulator extends Pick<FaultVerbs, 'failNext' | 'delayNext
   clearCalls(): void;
   /** The subscription read bucket now in force (undefined: none). */
   readonly bucket: ThrottleBucket | undefined;
+  /**
+   * The next `times` ARM answers (of `operation`, or any) are rewritten before they are sent: a
+   * broken API or proxy (a nextLink that repeats, another VM than asked for, a 200 with an error
+   * body or no JSON).
+   */
+  rewriteNext(times: number, rewrite: ArmRewrite, operation?: string): void;
+  /** Drops every fault and rewrite still queued. */
+  resetFaults(): void;
   /** Replaces the read bucket (full); undefined turns throttling off. */
   setReadBucket(limits: { capacity: number; refillPerSecond: number } | undefined): void;
   close(): Promise<void>;
@@ -105,6 +120,8 @@ interface AzureState {
   tokens: ImdsTokens;
   log: CallLog<AzureCall>;
   faults: FaultQueue;
+  /** Rewrites queued for the next ARM answers (first matching one spent per answer). */
+  rewrites: { times: number; operation: string | undefined; rewrite: ArmRewrite }[];
   /** Made once IMDS listens: the signer's AIA names the simulated PKI repository's URL. */
   authority?: AttestationAuthority;
   attestation?: AttestationSettings;
@@ -167,8 +184,15 @@ async function startArm(state: AzureState, armContext: ArmContext, serverNames: 
   const arm = createHttpsServer({ key: serving.privateKey, cert: serving.certificate }, (req, res) => {
     const url = new URL(req.url ?? '/', 'https://127.0.0.1');
     const route = matchArmRoute(armContext, url.pathname);
-    void answerFault(state, route?.operation ?? 'unknown', url, req, res).then((answered) => {
-      if (!answered) serveArm(armContext, req, res, url, route);
+    const operation = route?.operation ?? 'unknown';
+    void answerFault(state, operation, url, req, res).then((answered) => {
+      if (answered) return;
+      const queued = state.rewrites.find((r) => r.operation === undefined || r.operation === operation);
+      if (queued) {
+        queued.times--;
+        state.rewrites = state.rewrites.filter((r) => r.times > 0);
+      }
+      serveArm(armContext, req, res, url, route, queued?.rewrite);
     });
   });
   const listener = await listenOnLoopback(arm);
@@ -182,6 +206,7 @@ export async function startAzureSimulator(options: AzureSimulatorOptions = {}): 
     tokens: new ImdsTokens(),
     log: new CallLog(),
     faults: new FaultQueue(),
+    rewrites: [],
   };
   const { world } = state;
   let armUrl = '';
@@ -235,6 +260,13 @@ export async function startAzureSimulator(options: AzureSimulatorOptions = {}): 
     failNext,
     delayNext,
     dropNext,
+    rewriteNext: (times, rewrite, operation) => {
+      state.rewrites.push({ times, operation, rewrite });
+    },
+    resetFaults: () => {
+      state.faults.clear();
+      state.rewrites = [];
+    },
     get bucket() {
       return armContext.bucket;
     },
