@@ -202,6 +202,25 @@ describe('callback challenge, controller side against the node server (gRPC over
     });
   }
 
+  test("attack: another certificate than the request carried, out of its dates too, is still refused (never a 503 naming the node's address)", async () => {
+    // The real node is at the endpoint, its clock an hour ahead (its certificate not valid yet here);
+    // the request carries someone else's certificate, correctly dated.
+    const ahead = await startChallengeServer({
+      clusterName,
+      clusterCaPem,
+      listen: '127.0.0.1:0',
+      now: () => new Date(Date.now() + 3_600_000),
+    });
+    try {
+      await assert.rejects(
+        challenger.challenge(ahead.endpoint, node.createChallenge()),
+        refusedWith(/presented a certificate its request did not carry/),
+      );
+    } finally {
+      await ahead.stop();
+    }
+  });
+
   test('the client certificate is cached and renewed before its hour runs out', () => {
     let now = new Date('2026-03-01T12:00:00Z');
     const clock = new GrpcCallbackChallenger({ ca, clusterName, now: () => now });

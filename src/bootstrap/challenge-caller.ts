@@ -123,6 +123,17 @@ export class GrpcCallbackChallenger implements CallbackChallenger {
         `the request's challenge certificate is unreadable (${(err as Error).message})`,
       );
     }
+    // Out of its dates on this clock, the certificate the request carried could never pass the
+    // handshake: the clocks disagree (no verdict on the node; it retries once its clock is set), said
+    // before dialing and without the node's address, which the requester need not learn. In its dates,
+    // a handshake that fails on dates was shown another certificate: refused (see classify).
+    // On the clock OpenSSL judges the handshake by (the system's), not `now`, which dates our own.
+    const skew = clockSkewOf(pinned, new Date());
+    if (skew) {
+      throw new UnavailableError(`the node's challenge certificate ${skew}`, {
+        details: { reason: nodeClockReason },
+      });
+    }
     let presentedOther: string | undefined;
     const identity = (host: string, peer: PeerCertificate): Error | undefined => {
       // The chain already ends at the pinned certificate's key; require the certificate itself too.
@@ -266,15 +277,8 @@ function classify(
   if (refusals.has(err.code)) {
     return new CallbackRefusedError(`the node at ${endpoint} refused the callback challenge: ${err.details}`);
   }
-  // The clocks disagreeing is no verdict on the node: a node joins before its first NTP sync, and its
-  // next attempt, once its clock is set, brings a certificate made on the corrected clock.
-  const skew = clockSkewOf(err.details);
-  if (skew) {
-    return new UnavailableError(`the node at ${endpoint} presented a challenge certificate that ${skew}`, {
-      cause: err,
-      details: { reason: nodeClockReason },
-    });
-  }
+  // A certificate refused for its dates although the one the request carried is in its dates (checked
+  // before dialing) is another certificate: OpenSSL reports the dates before the pin is compared.
   if (isCertificateRejection(err.details)) {
     return new CallbackRefusedError(
       `the node at ${endpoint} presented a certificate its request did not carry: ${err.details}`,
@@ -289,15 +293,15 @@ function classify(
 export const nodeClockReason = 'node-clock';
 
 /**
- * Why the node's certificate is out of its validity on this controller's clock, when that is the
- * handshake's failure: the node made it on its own clock (valid from 15 minutes before for an hour,
- * and replaced when 15 minutes remain), so this is the clocks disagreeing, not a forgery.
+ * Why the certificate the request carried is out of its validity on this controller's clock, if it
+ * is: the node made it on its own clock (valid from 15 minutes before for an hour, and replaced when
+ * 15 minutes remain), so this is the clocks disagreeing, not a forgery.
  */
-function clockSkewOf(details: string): string | undefined {
-  if (/not yet valid|CERT_NOT_YET_VALID/i.test(details)) {
+function clockSkewOf(certificate: X509Certificate, now: Date): string | undefined {
+  if (certificate.validFromDate > now) {
     return "is not valid yet by this controller's clock: the node's clock is ahead of this controller's by more than 15 minutes (check both clocks)";
   }
-  if (/has expired|CERT_HAS_EXPIRED/i.test(details)) {
+  if (certificate.validToDate < now) {
     return "has expired by this controller's clock: the node's clock is behind this controller's by more than the certificate had left, 15 to 45 minutes (check both clocks)";
   }
   return undefined;

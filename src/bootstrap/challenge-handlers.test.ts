@@ -278,7 +278,7 @@ describe('native POST /v1/certificates with a callback cloud policy', () => {
           assert.ok(err.retryAfterSeconds > 0);
           assert.match(
             err.message,
-            /^the node at \S+ presented a challenge certificate that is not valid yet by this controller's clock: the node's clock is ahead of this controller's .*; retry in \d+ s$/,
+            /^the node's challenge certificate is not valid yet by this controller's clock: the node's clock is ahead of this controller's .*; retry in \d+ s$/,
           );
           return true;
         },
