@@ -513,6 +513,28 @@ describe('bootstrap server', () => {
     assert.equal(statusOf()?.certificate, undefined);
   });
 
+  test('a long-poll whose client hangs up (FIN) is answered at once with the state as it is, not held for its wait', async () => {
+    const { poll } = (await post(body({ kubelet: kubeletCsr(generateKey(), 'node-fin') }))).json() as {
+      poll: string;
+    };
+    const before = boot.server.openConnections();
+    const started = performance.now();
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = connect({ port: boot.server.address.port, host: '127.0.0.1', ca: bundlePem(ca) }, () => {
+        socket.write(`GET ${poll}?wait=60 HTTP/1.1\r\nHost: bootstrap\r\n\r\n`);
+        // The client is done sending and hangs up its side (a killed `join` closes the socket).
+        setTimeout(() => socket.end(), 100);
+      });
+      const chunks: Buffer[] = [];
+      socket.on('data', (c: Buffer) => chunks.push(c));
+      socket.on('close', () => resolve(Buffer.concat(chunks).toString('utf8')));
+      socket.on('error', reject);
+    });
+    assert.ok(performance.now() - started < 5_000, `answered after ${performance.now() - started} ms`);
+    assert.match(answer, /^HTTP\/1\.1 202 /);
+    assert.equal(await eventually(() => boot.server.openConnections(), before), before);
+  });
+
   test('pending requests survive a restart of the controller', async () => {
     const key = generateKey();
     const first = await post(body({ kubelet: kubeletCsr(key, 'node-r') }));

@@ -262,12 +262,18 @@ async function pollUntilReleased(routes: Routes, res: ServerResponse, url: URL):
   const poll = new AbortController();
   const abort = () => poll.abort();
   res.once('close', abort);
+  // The client's end of sending: with half-open connections allowed (src/net/hardened-server.ts) a
+  // client that hangs up no longer closes the answer, so the wait ends here, answered with the state
+  // as it is (a client that only half-closed reads it), instead of holding its place until `wait`.
+  const socket = res.socket;
+  socket?.once('end', abort);
   routes.shutdown.addEventListener('abort', abort, { once: true });
   try {
     // Not percent-decoded: a valid handle has nothing to decode, and a malformed escape is just a bad id.
     const id = url.pathname.slice('/v1/requests/'.length);
     return await pollRequest(routes.options.context, id, url.searchParams.get('wait'), poll.signal);
   } finally {
+    socket?.off('end', abort);
     routes.shutdown.removeEventListener('abort', abort);
   }
 }
