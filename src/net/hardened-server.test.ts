@@ -214,6 +214,40 @@ describe('hardened server', () => {
       }
     });
 
+    test(`attack (${secure ? 'TLS' : 'plain'}): a pipelined request cut off by a half-close after a whole request whose answer is pending: that answer goes out first`, async () => {
+      let answered = 0;
+      const server = await startHardenedServer({
+        name: 'test',
+        listen: '127.0.0.1:0',
+        listenSetting: 'test.listen',
+        ...(secure ? { tls: tls() } : {}),
+        handler: (req, res) => {
+          req.resume();
+          req.on('end', () =>
+            setTimeout(() => {
+              answered += 1;
+              res.end(`answer to ${req.url}`);
+            }, 200),
+          );
+        },
+      });
+      try {
+        const { received, statuses } = await rawExchange(
+          server.address.port,
+          secure,
+          'POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}' +
+            'POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{"x',
+          true,
+        );
+        assert.equal(statuses[0], 'HTTP/1.1 200', received);
+        assert.match(received, /answer to \/a/);
+        assert.equal(answered, 1);
+        assert.equal(await eventually(() => server.openConnections(), 0), 0);
+      } finally {
+        await server.close();
+      }
+    });
+
     test(`attack (${secure ? 'TLS' : 'plain'}): a client refused for bytes that are not HTTP, that keeps sending and never closes, cannot hold its connection`, async () => {
       const server = await startHardenedServer({
         name: 'test',

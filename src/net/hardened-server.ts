@@ -413,11 +413,17 @@ function capPerSource(
 function boundRequests(server: Server, limits: ConnectionLimits): void {
   /** Each connection's latest request and its answer. */
   const latest = new WeakMap<Socket, { req: IncomingMessage; res: ServerResponse }>();
-  /** Connections whose malformed bytes are refused once the answer of the request before them is out. */
+  /** Connections whose malformed bytes are refused once the answers of the requests before them are out. */
   const awaitingAnswer = new WeakSet<Socket>();
+  /** Each connection's answers not yet closed, in the order of their requests (pipelined ones too). */
+  const answers = new WeakMap<Socket, Set<ServerResponse>>();
   // Before the handler, which may end its answer at once (and so emit `prefinish`) in its own call.
   server.prependListener('request', (req: IncomingMessage, res: ServerResponse) => {
     latest.set(req.socket, { req, res });
+    let open = answers.get(req.socket);
+    if (!open) answers.set(req.socket, (open = new Set()));
+    open.add(res);
+    res.once('close', () => open.delete(res));
     // A request in progress is bounded by the headers and request timeouts, and may then wait for its
     // answer as long as its handler takes (a long-poll), so the idle timer stops with its headers.
     req.socket.setTimeout(0);
@@ -446,14 +452,17 @@ function boundRequests(server: Server, limits: ConnectionLimits): void {
       if (socket.writable) socket.end(`HTTP/1.1 ${clientErrorStatus(err)}\r\nConnection: close\r\n\r\n`);
       else socket.destroy();
     };
-    // The bytes after a whole request whose answer is still to come (its handler deciding, or
-    // pipelined behind another) are what is malformed, not that request: a status line now would
-    // arrive first and be taken for its answer, while the request goes on (a certificate issued, its
-    // answer lost). Nothing more is read; the answer goes out, then the status line and the close.
-    if (current?.req.complete && !current.res.writableFinished && !current.res.destroyed) {
+    // The bytes after whole requests whose answers are still to come (a handler deciding, or answers
+    // pipelined behind one) are what is malformed, not those requests: a status line now would arrive
+    // first and be taken for an answer, while the requests go on (a certificate issued, its answer
+    // lost). Nothing more is read; their answers go out, then the status line and the close.
+    const owed = [...(answers.get(socket) ?? [])].filter(
+      (res) => res.req.complete && !res.writableFinished && !res.destroyed,
+    );
+    if (owed.length > 0) {
       awaitingAnswer.add(socket);
       socket.pause();
-      current.res.once('close', () => {
+      void Promise.all(owed.map((res) => new Promise((done) => res.once('close', done)))).then(() => {
         awaitingAnswer.delete(socket);
         refuse();
         // Reading again, so that the client's close (or anything more it sends) is seen.
