@@ -278,6 +278,17 @@ test('Linode: a page count that lies (a billion pages of nothing) ends the listi
   assert.ok(api.served <= 3, `${api.served} pages read`);
 });
 
+test('Linode: a filter that matches nothing is `pages: 0` with no data, as the API answers it: an empty cluster, not a fault', async () => {
+  const { api, provider } = await linodeApi(() => ({ body: { data: [], page: 1, pages: 0, results: 0 } }));
+  assert.deepEqual(await provider.cloudGroups.list(cluster), []);
+  assert.equal(api.served, 1);
+  // `pages: 0` with instances is no answer the API gives.
+  const { provider: lying } = await linodeApi(() => ({
+    body: { data: [{ id: 1, label: 'x', status: 'running', tags: [] }], page: 1, pages: 0, results: 1 },
+  }));
+  await assert.rejects(lying.cloudGroups.list(cluster), (err: KopsError) => err.kind === 'unavailable');
+});
+
 test('Linode: a 200 that is not JSON is a fault and counted as an error, never an empty cluster', async () => {
   const registry = new Registry();
   await linodeApi(() => ({ body: '<html>proxy error</html>', raw: true }), registry).then(

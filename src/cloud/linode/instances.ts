@@ -319,9 +319,10 @@ export class LinodeInstances implements ServerDirectory {
   }
 
   /**
-   * Every page of the cluster's instances, as many as each page's `pages` says: a count that is no
-   * positive integer or more than {@link ListingGuard.maxPages}, and pages that bring nothing new,
-   * end the listing as a malformed answer.
+   * Every page of the cluster's instances, as many as each page's `pages` says (0 for a filter that
+   * matches nothing, with no data): a count that is no whole number, 0 with data, more than
+   * {@link ListingGuard.maxPages}, and pages that bring nothing new, end the listing as a malformed
+   * answer.
    */
   async listCluster(): Promise<CloudServer[]> {
     const out: CloudServer[] = [];
@@ -331,6 +332,8 @@ export class LinodeInstances implements ServerDirectory {
       const answer = await this.#api.listInstancesByTag(this.#tag, page, this.pageSize);
       const instances = serversOfPage(title, answer, 'data', 'Linode instance', linodeCloudServer);
       const said: unknown = answer.pages;
+      const empty = said === 0 && page === 1 && instances.length === 0;
+      if (empty) return out;
       if (typeof said !== 'number' || !Number.isSafeInteger(said) || said < 1 || said > guard.maxPages) {
         throw malformedAnswer(
           `${title} answered page ${page} of ${JSON.stringify(said)?.slice(0, 40)} pages`,

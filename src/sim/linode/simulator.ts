@@ -134,7 +134,9 @@ function listInstances(
   }
   const all = [...instances.values()].filter(matches).sort((a, b) => a.id - b.id);
   const { items, lastPage } = pageOf(all, page, pageSize);
-  return { status: 200, body: { data: items.map(linodeJson), page, pages: lastPage, results: all.length } };
+  // Linode answers a filter that matches nothing with `pages: 0` (linode_api4-python #192).
+  const pages = all.length === 0 ? 0 : lastPage;
+  return { status: 200, body: { data: items.map(linodeJson), page, pages, results: all.length } };
 }
 
 /** The instances API: one by id, and the collection under its own (tighter) limit. */
