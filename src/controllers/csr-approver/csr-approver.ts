@@ -288,6 +288,8 @@ export class CsrApprover implements LeaderComponent {
       method: 'PUT',
       path: `${csrCollectionPath}/${encodeURIComponent(record.name)}/approval`,
       body: JSON.stringify({ ...wire, status: { ...status, conditions: [...conditions, condition] } }),
+      // A replica that stopped leading writes no decision.
+      signal,
     });
     if (answer.status === 404) return;
     if (answer.status !== 200 && answer.status !== 201) throw kubeAnswerError(answer, action);
