@@ -10,6 +10,7 @@
  * is audited as an `error` and answered 503 with Retry-After at the edge: the node retries.
  */
 import { InvalidInputError, KopsError } from '../errors.ts';
+import { isJsonObject } from '../json-object.ts';
 import { bundlePem } from '../pki/ca.ts';
 import { type CryptoPool, sharedCryptoPool } from '../pki/crypto-pool.ts';
 import { type ParsedCsr, parseCsrAsync, RequestRejectedError } from '../pki/csr.ts';
@@ -82,15 +83,14 @@ export async function parseCertificatesRequest(
   } catch (err) {
     throw invalid(`the body is not JSON: ${(err as Error).message}`);
   }
-  if (json === null || typeof json !== 'object' || Array.isArray(json))
-    throw invalid('the body must be a JSON object');
+  if (!isJsonObject(json)) throw invalid('the body must be a JSON object');
   const fields = json as Record<string, unknown>;
   const unknown = Object.keys(fields).filter((k) => !allowedFields.has(k));
   if (unknown.length)
     throw invalid(`unknown fields: ${unknown.map((k) => JSON.stringify(k.slice(0, 64))).join(', ')}`);
   if (fields['apiVersion'] !== nativeApiVersion) throw invalid(`apiVersion must be "${nativeApiVersion}"`);
   const csrs = fields['certificateSigningRequests'];
-  if (csrs === null || typeof csrs !== 'object' || Array.isArray(csrs)) {
+  if (!isJsonObject(csrs)) {
     throw invalid('certificateSigningRequests must be an object of profile name to PEM');
   }
   const certificates: Partial<Record<ProfileName, CertificateRequest>> = {};

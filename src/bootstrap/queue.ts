@@ -27,6 +27,7 @@ import type { CertificatesV1Api, KubeConfig, V1CertificateSigningRequest } from 
 import type { Registry } from 'prom-client';
 import { withDeadline } from '../deadline.ts';
 import { ConflictError, describeError, ForbiddenError, NotFoundError, RateLimitedError } from '../errors.ts';
+import { isJsonObject } from '../json-object.ts';
 import { fromApiException } from '../kube/api-errors.ts';
 import { csrCollectionPath } from '../kube/csr.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
@@ -193,7 +194,7 @@ export function hasValidSeal(csr: V1CertificateSigningRequest, sealKey: Buffer):
 
 function parseJsonRecord(text: string, what: string): Record<string, unknown> {
   const value: unknown = JSON.parse(text || '{}');
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+  if (!isJsonObject(value)) {
     throw new ForbiddenError(`the ${what} annotation is not a JSON object`);
   }
   return value as Record<string, unknown>;
@@ -450,7 +451,7 @@ function factsAnnotationOf(csr: V1CertificateSigningRequest): Partial<NodeFacts>
 }
 
 function stringRecord(value: unknown): Record<string, string> {
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) return {};
+  if (!isJsonObject(value)) return {};
   return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, String(v)]));
 }
 

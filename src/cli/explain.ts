@@ -21,6 +21,7 @@ import type { BootstrapRequest, ChainDecision, PolicyDecision } from '../bootstr
 import { loadConfigFile } from '../config/loader.ts';
 import type { Config } from '../config/schema.ts';
 import { ForbiddenError, InvalidInputError } from '../errors.ts';
+import { isJsonObject } from '../json-object.ts';
 import { loadKubeConfig, makeClients } from '../kube/client.ts';
 import type { Logger } from '../log.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
@@ -59,7 +60,7 @@ export function explainInput(
     } catch (err) {
       throw new InvalidInputError(`--request is not JSON: ${(err as Error).message}`);
     }
-    if (json === null || typeof json !== 'object' || Array.isArray(json)) {
+    if (!isJsonObject(json)) {
       throw new InvalidInputError('--request must be a JSON object (a bootstrap request)');
     }
     const { authorization, ...rest } = json as Record<string, unknown>;

@@ -1,12 +1,13 @@
 /** Loads and validates the configuration file (YAML or JSON; kops writes JSON into a ConfigMap). */
 import { readFile } from 'node:fs/promises';
 import { ConfigError, fileErrorReason } from '../errors.ts';
+import { isJsonObject } from '../json-object.ts';
 import { describeIssue, formatIssuePath, yamlTextValue } from '../parse-problems.ts';
 import { type Config, configSchema } from './schema.ts';
 
 /** Validates an already-parsed configuration object. */
 export function parseConfig(raw: unknown, source = 'config'): Config {
-  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+  if (!isJsonObject(raw)) {
     const got = raw === null ? 'nothing' : Array.isArray(raw) ? 'a list' : `a ${typeof raw}`;
     throw new ConfigError(`${source}: expected a mapping of settings, got ${got}`);
   }

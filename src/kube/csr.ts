@@ -1,6 +1,7 @@
 /** Reading one CertificateSigningRequest from the API server, past any informer's cache. */
 import type { CertificatesV1Api, V1CertificateSigningRequest } from '@kubernetes/client-node';
 import { UnavailableError } from '../errors.ts';
+import { isJsonObject } from '../json-object.ts';
 import { unlessNotFound } from './api-errors.ts';
 import { type KubeHttps, kubeAnswerError, kubeJson } from './kube-https.ts';
 
@@ -38,7 +39,7 @@ export async function readCsrWire(
   if (answer.status === 404) return undefined;
   if (answer.status !== 200) throw kubeAnswerError(answer, action);
   const object = kubeJson<unknown>(answer, action);
-  if (object === null || typeof object !== 'object' || Array.isArray(object)) {
+  if (!isJsonObject(object)) {
     throw new UnavailableError(`${action}: HTTP 200 with a body that is not an object`);
   }
   return object as Record<string, unknown>;

@@ -105,7 +105,7 @@ function watchEventOf(line: string): { type: WatchEventType; object: unknown } |
     return { damaged: `an event of unknown type ${JSON.stringify(type)?.slice(0, 64)}` };
   }
   const metadata = (object as { metadata?: unknown } | null | undefined)?.metadata;
-  if (type !== 'ERROR' && (metadata === null || typeof metadata !== 'object' || Array.isArray(metadata))) {
+  if (type !== 'ERROR' && !isJsonObject(metadata)) {
     return { damaged: `a ${type} event whose object has no metadata` };
   }
   return { type: type as WatchEventType, object };
@@ -308,7 +308,7 @@ export function kubeList<T extends KubernetesObject>(
     const list = kubeJson<KubernetesListObject<T> & { metadata?: { continue?: string } }>(answer, action);
     // Decoded JSON of any shape: `null`, a number or an array is not a list (and would end in a
     // TypeError below), but an answer to refuse like any other that is not one.
-    if (list === null || typeof list !== 'object' || Array.isArray(list)) {
+    if (!isJsonObject(list)) {
       throw new UnavailableError(`${action}: HTTP ${answer.status} with a body that is not a list`);
     }
     const metadata = (isJsonObject(list.metadata) ? list.metadata : {}) as { continue?: string };

@@ -20,6 +20,7 @@ import { type CoordinationV1Api, type V1Lease, V1MicroTime } from '@kubernetes/c
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { retryJitterFactor, stopDeadlineFraction } from '../config/schema.ts';
 import { ConfigError, describeError } from '../errors.ts';
+import { fieldsOf } from '../json-object.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
@@ -117,8 +118,7 @@ function countOf(value: unknown, minimum: number): number | undefined {
  * holder that is not a string is someone, not no one.
  */
 export function leaderRecordOf(lease: V1Lease): LeaderRecord {
-  const spec: Record<string, unknown> =
-    lease.spec !== null && typeof lease.spec === 'object' ? (lease.spec as Record<string, unknown>) : {};
+  const spec = fieldsOf(lease.spec);
   const holder = spec['holderIdentity'];
   const seconds = countOf(spec['leaseDurationSeconds'], 1);
   return {

@@ -9,6 +9,7 @@
  */
 import { createHash, timingSafeEqual, X509Certificate } from 'node:crypto';
 import { InvalidInputError } from '../errors.ts';
+import { isJsonObject } from '../json-object.ts';
 import { decodePem } from '../pki/pem.ts';
 
 /**
@@ -109,7 +110,7 @@ function base64Field(value: unknown, name: string): Buffer {
 
 /** Decodes the `challenge` field; each missing or malformed part is named (kops: "challenge.id not set"). */
 export function parseChallengeField(value: unknown): ChallengeClaim {
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+  if (!isJsonObject(value)) {
     throw new InvalidInputError('challenge must be an object');
   }
   const field = value as Record<string, unknown>;

@@ -9,6 +9,7 @@
  */
 import { createHash } from 'node:crypto';
 import { InvalidInputError } from '../errors.ts';
+import { isJsonObject } from '../json-object.ts';
 
 /** The Authorization scheme of a renewal. */
 export const renewalScheme = 'x-kops-renewal';
@@ -77,7 +78,7 @@ export function decodeRenewalToken(token: string): RenewalProof {
   } catch {
     throw new InvalidInputError('renewal proof: not a JSON document');
   }
-  if (document === null || typeof document !== 'object' || Array.isArray(document)) {
+  if (!isJsonObject(document)) {
     throw new InvalidInputError('renewal proof: not a JSON object');
   }
   const fields = document as Record<string, unknown>;

@@ -7,6 +7,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { parseSigV4, type SigV4Claims, type SigV4Request } from '../../cloud/aws/sigv4.ts';
 import { UnauthenticatedError } from '../../errors.ts';
+import { isJsonObject } from '../../json-object.ts';
 import { getCallerIdentityBody, kopsRequestSha } from '../../protocol/aws-sts-proof.ts';
 
 /** A proof turned into the request to send to STS, with what its signature claims. */
@@ -51,7 +52,7 @@ function decodeJson(token: string): unknown {
 
 /** Lower-cases header names and checks the shape Go's http.Header marshals to. */
 function readHeaders(raw: unknown): Record<string, string[]> {
-  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) reject('its headers are not an object');
+  if (!isJsonObject(raw)) reject('its headers are not an object');
   const headers: Record<string, string[]> = Object.create(null);
   for (const [name, value] of Object.entries(raw as Record<string, unknown>)) {
     const lower = name.toLowerCase();
@@ -131,8 +132,7 @@ export function parseStsProof(
     checkBinding(headers, claims, body);
     return { version, request, claims };
   }
-  if (decoded === null || typeof decoded !== 'object' || Array.isArray(decoded))
-    reject('it is not an object');
+  if (!isJsonObject(decoded)) reject('it is not an object');
   const { url, method, headers: rawHeaders } = decoded as Record<string, unknown>;
   if (typeof url !== 'string' || url.length > 8192) reject('it has no url');
   if (method !== 'GET') reject('its method is not GET');

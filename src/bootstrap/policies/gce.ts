@@ -28,6 +28,7 @@ import { formatGceProviderID } from '../../cloud/gce/resource-names.ts';
 import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
 import { withDeadline } from '../../deadline.ts';
 import { describeError, KopsError } from '../../errors.ts';
+import { isJsonObject } from '../../json-object.ts';
 import {
   defaultCloudLookupTimeoutMs,
   dependencyFault,
@@ -233,8 +234,7 @@ function parseJson(bytes: Buffer, what: string): Record<string, unknown> {
   } catch {
     throw new ProofError(`${what} is not JSON`);
   }
-  if (value === null || typeof value !== 'object' || Array.isArray(value))
-    throw new ProofError(`${what} is not an object`);
+  if (!isJsonObject(value)) throw new ProofError(`${what} is not an object`);
   return value as Record<string, unknown>;
 }
 

@@ -10,6 +10,7 @@ import { z } from 'zod';
 import { parseYamlText } from '../../config/loader.ts';
 import { isDnsName } from '../../dns-name.ts';
 import { ConfigError, NotFoundError } from '../../errors.ts';
+import { isJsonObject } from '../../json-object.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { describeIssue } from '../../parse-problems.ts';
 import type { Vfs } from '../../statestore/types.ts';
@@ -119,7 +120,7 @@ export class MetalInventory {
 /** Parses and validates inventory YAML; errors name the source, the field path and what to write. */
 export function parseInventory(text: string, source: string): MetalInventory {
   const raw = parseYamlText(text, source);
-  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+  if (!isJsonObject(raw)) {
     throw new ConfigError(`${source}: expected a mapping with a "hosts" list`);
   }
   const result = inventorySchema.safeParse(raw);

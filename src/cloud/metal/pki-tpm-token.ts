@@ -7,6 +7,7 @@
  */
 import { createHash } from 'node:crypto';
 import { InvalidInputError } from '../../errors.ts';
+import { isJsonObject } from '../../json-object.ts';
 
 /** The Authorization scheme. */
 export const pkiTpmScheme = 'x-pki-tpm';
@@ -77,7 +78,7 @@ function jsonObject(bytes: Buffer, what: string): Record<string, unknown> {
   } catch {
     throw new InvalidInputError(`${what} is not JSON`);
   }
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+  if (!isJsonObject(value)) {
     throw new InvalidInputError(`${what} is not a JSON object`);
   }
   return value as Record<string, unknown>;

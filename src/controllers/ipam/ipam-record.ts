@@ -4,6 +4,7 @@
  */
 import type { V1Node } from '@kubernetes/client-node';
 import { InvalidInputError } from '../../errors.ts';
+import { isJsonObject } from '../../json-object.ts';
 import { nodeNameOf, stringOf } from '../node/node-record.ts';
 import { sameRanges } from './cidr.ts';
 
@@ -29,9 +30,8 @@ export interface IpamNodeRecord {
 export function ipamRecordOf(node: V1Node): IpamNodeRecord {
   const wire = node as unknown as { metadata?: unknown; spec?: unknown };
   const metadata = (wire.metadata ?? {}) as Record<string, unknown>;
-  const spec = wire.spec === undefined || wire.spec === null ? {} : wire.spec;
-  if (typeof spec !== 'object' || Array.isArray(spec)) throw new InvalidInputError('spec is not an object');
-  const fields = spec as Record<string, unknown>;
+  const fields = wire.spec === undefined || wire.spec === null ? {} : wire.spec;
+  if (!isJsonObject(fields)) throw new InvalidInputError('spec is not an object');
   const podCIDRs = fields['podCIDRs'] ?? [];
   if (!Array.isArray(podCIDRs) || !podCIDRs.every((c) => typeof c === 'string')) {
     throw new InvalidInputError('spec.podCIDRs is not a list of strings');
