@@ -420,8 +420,8 @@ function boundRequests(server: Server, limits: ConnectionLimits): void {
   // Before the handler, which may end its answer at once (and so emit `prefinish`) in its own call.
   server.prependListener('request', (req: IncomingMessage, res: ServerResponse) => {
     latest.set(req.socket, { req, res });
-    let open = answers.get(req.socket);
-    if (!open) answers.set(req.socket, (open = new Set()));
+    const open = answers.get(req.socket) ?? new Set<ServerResponse>();
+    answers.set(req.socket, open);
     open.add(res);
     res.once('close', () => open.delete(res));
     // A request in progress is bounded by the headers and request timeouts, and may then wait for its
