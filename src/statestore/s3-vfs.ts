@@ -75,6 +75,15 @@ interface S3ErrorShape {
   $metadata?: { httpStatusCode?: number };
 }
 
+/**
+ * An object's version: its ETag, or, from an S3-compatible store that sends none, its Last-Modified
+ * and length, so that an edit is still seen (with no version at all every poll would look unchanged).
+ */
+function s3Version(out: { ETag?: string; LastModified?: Date; ContentLength?: number }): string {
+  if (out.ETag) return out.ETag;
+  return out.LastModified ? `modified ${out.LastModified.getTime()} length ${out.ContentLength ?? ''}` : '';
+}
+
 /** A VFS over one bucket and key prefix. */
 export class S3Vfs implements Vfs {
   readonly url: string;
@@ -174,7 +183,7 @@ export class S3Vfs implements Vfs {
         const data = await this.#body(out.Body, out.ContentLength, path);
         return {
           data,
-          version: out.ETag ?? '',
+          version: s3Version(out),
           ...(out.LastModified ? { modifiedMs: out.LastModified.getTime() } : {}),
         };
       });
@@ -215,7 +224,7 @@ export class S3Vfs implements Vfs {
           abortSignal,
         }),
       );
-      return out.ETag ?? '';
+      return s3Version(out);
     } catch (err) {
       if (err instanceof KopsError) throw err;
       const failure = this.#failure('stat', path, err);

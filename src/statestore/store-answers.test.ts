@@ -516,6 +516,32 @@ describe('ClusterStore over a broken S3', () => {
   });
 });
 
+test('an S3-compatible store that sends no ETag: an edit is still seen, by its Last-Modified and length', async () => {
+  const { store } = s3Cluster({ nodes: igYaml('nodes') });
+  let current = { data: igYaml('nodes', '    edited: "one"\n'), at: new Date(Date.now() - 60_000) };
+  const answer = (head: boolean) => (_req: IncomingMessage, res: ServerResponse) => {
+    res.writeHead(200, {
+      'last-modified': current.at.toUTCString(),
+      'content-length': Buffer.byteLength(current.data),
+      'content-type': 'application/octet-stream',
+    });
+    res.end(head ? undefined : current.data);
+  };
+  s3.answerWith('HeadObject', answer(true));
+  s3.answerWith('GetObject', answer(false));
+  try {
+    assert.equal((await store.instanceGroup('nodes')).spec.nodeLabels?.['edited'], 'one');
+    await store.refresh();
+    assert.equal((await store.instanceGroup('nodes')).spec.nodeLabels?.['edited'], 'one');
+    current = { data: igYaml('nodes', '    edited: "two"\n'), at: new Date() };
+    await store.refresh();
+    assert.equal((await store.instanceGroup('nodes')).spec.nodeLabels?.['edited'], 'two');
+  } finally {
+    s3.answerWith('HeadObject', undefined);
+    s3.answerWith('GetObject', undefined);
+  }
+});
+
 test('an older copy the store keeps answering past the grace is believed (a file restored with its time kept), with a warning', async () => {
   let monotonic = 0;
   const { logger, lines } = capturedLogger();
