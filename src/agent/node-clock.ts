@@ -77,7 +77,7 @@ const serverUsages = ['1.3.6.1.5.5.7.3.1', '2.5.29.37.0'];
  * server presents a certificate whose dates are fine by now (the clock was stepped meanwhile, or the
  * server renewed it), that is a yes too: the next attempt verifies it properly.
  */
-export async function vouchedForApartFromDates(handshake: DatedHandshake): Promise<boolean> {
+async function vouchedForApartFromDates(handshake: DatedHandshake): Promise<boolean> {
   const host = handshake.url.hostname.replace(/^\[(.*)\]$/, '$1');
   try {
     const peer = await peerCertificate(handshake, host);

@@ -164,7 +164,7 @@ export function serversOfPage<R>(
 }
 
 /** The most servers one listing of a cluster may hold; more is a misbehaving API, not a cluster. */
-export const maxListedServers = 100_000;
+const maxListedServers = 100_000;
 
 /**
  * Guards one paginated listing against an API whose pages never end: a page that says more follow

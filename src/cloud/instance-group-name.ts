@@ -9,7 +9,7 @@
 import { isDnsSubdomain } from '../dns-name.ts';
 
 /** The longest instance group name (a label value's limit). */
-export const maxInstanceGroupNameLength = 63;
+const maxInstanceGroupNameLength = 63;
 
 /** Why `name` cannot be a kops instance group name, or undefined when it can. */
 export function instanceGroupNameProblem(name: string): string | undefined {

@@ -84,7 +84,7 @@ const maxRefusalBytes = 64 * 1024;
 export const watchIdleTimeoutMs = 90_000;
 
 /** How long past its `timeoutSeconds` a watch stream may stay open before the client ends it. */
-export const watchStreamSlackMs = 60_000;
+const watchStreamSlackMs = 60_000;
 
 const watchEventTypes = new Set<string>(['ADDED', 'MODIFIED', 'DELETED', 'BOOKMARK', 'ERROR']);
 
@@ -329,7 +329,7 @@ function shown(value: unknown): string {
  * The API server never sends anything else; what does is a broken or hostile answer, and caching it
  * would hand consumers records keyed by `undefined`, a number or an object, or a Pod as a Node.
  */
-export function objectProblem(object: unknown, kind?: string): string | undefined {
+function objectProblem(object: unknown, kind?: string): string | undefined {
   if (!isJsonObject(object)) return `an item that is not an object (${shown(object)})`;
   if (kind !== undefined && object['kind'] !== undefined && object['kind'] !== kind) {
     return `an object of kind ${shown(object['kind'])}, not ${kind}`;
@@ -351,7 +351,7 @@ export function objectProblem(object: unknown, kind?: string): string | undefine
  * The most pages one list reads: 10 million objects at the default page size. An API server that
  * hands out a new continue token with every page for ever is not followed for ever.
  */
-export const maxListPages = 20_000;
+const maxListPages = 20_000;
 
 /** The cache key of an object: `namespace/name`, or `name` for cluster-scoped objects. */
 export function objectKey(object: KubernetesObject): string {

@@ -57,7 +57,7 @@ export function listScope(root: string, prefix: string): { full: string; strip: 
  * 1,000 names on S3, GCS and Swift, 5,000 on Azure), so a listing still going after this many pages
  * is a store that never ends it (a buggy S3-compatible store, a proxy), not a state store.
  */
-export const maxListPages = 1_000;
+const maxListPages = 1_000;
 
 /** Whether `path` is a relative object path {@link checkObjectPath} accepts. */
 export function isObjectPath(path: string): boolean {

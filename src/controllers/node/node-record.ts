@@ -24,7 +24,7 @@ export interface NodeRecord {
 }
 
 /** A map of strings (labels, annotations) as sent; absent is empty; anything else is refused. */
-export function stringMapOf(value: unknown, what: string): Record<string, string> {
+function stringMapOf(value: unknown, what: string): Record<string, string> {
   if (value === undefined || value === null) return {};
   if (!isJsonObject(value) || !Object.values(value).every((v) => typeof v === 'string')) {
     throw new InvalidInputError(`${what} is not a map of strings`);
@@ -40,7 +40,7 @@ export function stringOf(value: unknown, what: string): string {
 }
 
 /** The longest Node name: a DNS subdomain, as the API server validates it. */
-export const maxNodeNameLength = 253;
+const maxNodeNameLength = 253;
 
 /**
  * A Node's name as sent; one longer than any the API server accepts is refused: every call naming it
