@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
+import type { ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, createServer as createTcpServer } from 'node:net';
 import { after, before, test } from 'node:test';
 import type { TLSSocket } from 'node:tls';
 import { Registry } from 'prom-client';
 import { cloudCallMetrics } from '../../cloud/metrics.ts';
-import { KopsError } from '../../errors.ts';
+import { KopsError, type UnavailableError } from '../../errors.ts';
 import {
   createCertificateAuthority,
   issueClientCertificate,
@@ -15,7 +16,7 @@ import {
 } from '../../sim/tls.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import { cloudCallsTimed, cloudRequests } from '../../testing/cloud-calls.ts';
-import { dependencyFault } from '../dependency.ts';
+import { dependencyFault, faultDetail } from '../dependency.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
 import { type BootstrapReview, webhookPolicy } from './webhook.ts';
 
@@ -23,8 +24,14 @@ let ca: SimCertificateAuthority;
 let client: SimKeyPair;
 let server: Server;
 let url: string;
-/** What the fake webhook answers next: status and body, or a delay that outlasts the timeout. */
-let reply: { status: number; body: string } | 'hang' = { status: 200, body: '{"verdict":"approve"}' };
+/**
+ * What the fake webhook answers next: status and body (and headers), a delay that outlasts the
+ * timeout, or an answer written by hand.
+ */
+let reply:
+  | { status: number; body: string; headers?: Record<string, string> }
+  | 'hang'
+  | ((res: ServerResponse) => void) = { status: 200, body: '{"verdict":"approve"}' };
 const reviews: BootstrapReview[] = [];
 const peers: string[] = [];
 
@@ -47,7 +54,8 @@ before(async () => {
       req.on('end', () => {
         reviews.push(JSON.parse(Buffer.concat(chunks).toString()));
         if (reply === 'hang') return;
-        res.writeHead(reply.status, { 'content-type': 'application/json' });
+        if (typeof reply === 'function') return reply(res);
+        res.writeHead(reply.status, { 'content-type': 'application/json', ...reply.headers });
         res.end(reply.body);
       });
     },
@@ -204,21 +212,6 @@ test('fail closed, retryable: unreachable, TLS refused, timeout, 5xx or 429 is a
   );
 });
 
-test('fail closed, final: a malformed answer, or a non-200 that is not a failure, denies', async () => {
-  const p = policy({ verifiedBy: verifier, timeoutMs: 300 });
-  for (const answer of [
-    { status: 200, body: 'approve' },
-    { status: 200, body: '{"verdict":"yes"}' },
-    { status: 403, body: '{"verdict":"approve"}' },
-    { status: 204, body: '' },
-    { status: 200, body: `{"verdict":"approve","reasons":["${'x'.repeat(70_000)}"]}` },
-  ]) {
-    const decision = await evaluate(p, answer);
-    assert.equal(decision.verdict, 'deny', JSON.stringify(answer).slice(0, 80));
-    assert.match(decision.reasons[0] ?? '', /webhook .* answered .*, so the request is denied/);
-  }
-});
-
 test("a dependency fault of the verifying policy is the webhook's answer too, and the webhook is not called", async () => {
   reviews.length = 0;
   const failing: BootstrapPolicy = {
@@ -255,7 +248,7 @@ test('each review sent is counted as call BootstrapReview: ok, rejected, throttl
     { status: 200, body: '{"verdict":"yes"}' },
     'hang' as const,
   ]) {
-    // 429, 500 and no answer are faults (thrown); the rest are decisions.
+    // Only a well-formed verdict is a decision; everything else is a fault (thrown).
     await evaluate(p, answer).catch((err: unknown) => assert.ok(isWebhookFault(err)));
   }
   // A webhook the verifying policy's denial spares is not called, so not counted.
@@ -285,4 +278,214 @@ test('webhook refuses a plain-http URL at configuration time', () => {
     () => webhookPolicy({ url: 'http://127.0.0.1:1/', ca: '', cert: '', key: '' }),
     /must be https/,
   );
+});
+
+/** A fault naming the webhook whose cause, for the log and the audit trail, matches `cause`. */
+function webhookFaultFor(cause: RegExp) {
+  return (err: unknown) => {
+    assert.ok(isWebhookFault(err));
+    assert.match(faultDetail(err as UnavailableError), cause);
+    return true;
+  };
+}
+
+test('an answer that is not a well-formed verdict is a fault (503), never an approval nor a denial', async () => {
+  const p = policy({ verifiedBy: verifier, timeoutMs: 1_000 });
+  const malformed: Array<[string, RegExp]> = [
+    ['', /not JSON/],
+    ['approve', /not JSON/],
+    ['<html>502 Bad Gateway</html>', /not JSON/],
+    ['null', /not \{"verdict"/],
+    ['[]', /not \{"verdict"/],
+    ['"approve"', /not \{"verdict"/],
+    ['{"allowed":true}', /not \{"verdict"/],
+    ['{"verdict":"true"}', /not \{"verdict"/],
+    ['{"verdict":true}', /not \{"verdict"/],
+    ['{"verdict":1}', /not \{"verdict"/],
+    ['{"verdict":["approve"]}', /not \{"verdict"/],
+    ['{"verdict":"Approve"}', /not \{"verdict"/],
+    ['{"verdict":"approve","reasons":"in the CMDB"}', /not \{"verdict"/],
+    ['{"verdict":"approve","reasons":[1]}', /not \{"verdict"/],
+    ['{"verdict":"deny","reasons":{"0":"no"}}', /not \{"verdict"/],
+    ['{"__proto__":{"verdict":"approve"}}', /not \{"verdict"/],
+    ['{"verdict":"deny","verdict":"approve"}', /"verdict" twice/],
+    ['{"verdict":"approve","reasons":[],"reasons":["x"]}', /"reasons" twice/],
+    ['{"verd\\u0069ct":"deny","verdict":"approve"}', /"verdict" twice/],
+    ['{"apiVersion":"bootstrap.kops-controller.io/v2","verdict":"approve"}', /apiVersion/],
+    ['{"apiVersion":1,"verdict":"approve"}', /apiVersion/],
+    ['{"kind":"AdmissionReview","verdict":"approve"}', /kind/],
+    [`{"verdict":"approve","reasons":["${'x'.repeat(70_000)}"]}`, /more than 65536 bytes/],
+  ];
+  for (const [body, cause] of malformed) {
+    await assert.rejects(evaluate(p, { status: 200, body }), webhookFaultFor(cause), body.slice(0, 80));
+  }
+  // The same verdict written by a webhook that echoes the review's own apiVersion and kind is well-formed.
+  const echoed = await evaluate(p, {
+    status: 200,
+    body: '{"apiVersion":"bootstrap.kops-controller.io/v1","kind":"BootstrapReview","verdict":"deny","reasons":["no"]}',
+  });
+  assert.deepEqual(echoed, { verdict: 'deny', reasons: ['no'] });
+});
+
+test('a status other than 200 is a fault (503): the webhook refused or moved, it did not decide', async () => {
+  const p = policy({ verifiedBy: verifier, timeoutMs: 1_000 });
+  for (const status of [204, 201, 400, 401, 403, 404, 409]) {
+    await assert.rejects(
+      evaluate(p, { status, body: '{"verdict":"deny"}' }),
+      webhookFaultFor(new RegExp(`HTTP ${status}`)),
+      String(status),
+    );
+  }
+});
+
+test('a redirect is not followed, to another host or at all, and is a fault', async () => {
+  let connections = 0;
+  const elsewhere = createTcpServer((socket) => {
+    connections++;
+    socket.destroy();
+  });
+  await new Promise<void>((resolve) => elsewhere.listen(0, '127.0.0.1', resolve));
+  try {
+    const target = `https://127.0.0.1:${(elsewhere.address() as AddressInfo).port}/review`;
+    const p = policy({ verifiedBy: verifier, timeoutMs: 1_000 });
+    reviews.length = 0;
+    for (const status of [301, 302, 307, 308]) {
+      await assert.rejects(
+        evaluate(p, { status, body: '{"verdict":"approve"}', headers: { location: target } }),
+        webhookFaultFor(new RegExp(`HTTP ${status}`)),
+      );
+    }
+    assert.equal(connections, 0, 'nothing was sent to the host the redirect named');
+    assert.equal(reviews.length, 4, 'one review per decision, to the configured webhook only');
+  } finally {
+    await new Promise((resolve) => elsewhere.close(resolve));
+  }
+});
+
+test('an answer that trickles is cut at the deadline of the whole exchange, not only an idle one', async () => {
+  const p = policy({ verifiedBy: verifier, timeoutMs: 600 });
+  const body = '{"verdict":"approve"}                                                  ';
+  const timers: NodeJS.Timeout[] = [];
+  const started = performance.now();
+  await assert.rejects(
+    evaluate(p, (res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      let i = 0;
+      const tick = setInterval(() => {
+        if (i < body.length) res.write(body[i++]);
+        else {
+          clearInterval(tick);
+          res.end();
+        }
+      }, 50);
+      timers.push(tick);
+      res.on('close', () => clearInterval(tick));
+    }),
+    webhookFaultFor(/no answer within 600 ms/),
+  );
+  for (const t of timers) clearInterval(t);
+  const took = performance.now() - started;
+  assert.ok(took < 1_500, `decided after ${Math.round(took)} ms`);
+});
+
+test('an endless answer is cut off at 64 KiB: a fault, memory bounded, the connection dropped', async () => {
+  const p = policy({ verifiedBy: verifier, timeoutMs: 5_000 });
+  let sent = 0;
+  let closed = false;
+  const chunk = Buffer.alloc(16 * 1024, 0x20);
+  await assert.rejects(
+    evaluate(p, (res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('{"verdict":"approve","reasons":["');
+      const pump = () => {
+        while (!closed && sent < 64 * 1024 * 1024) {
+          sent += chunk.length;
+          if (!res.write(chunk)) return void res.once('drain', pump);
+        }
+      };
+      res.on('close', () => {
+        closed = true;
+      });
+      pump();
+    }),
+    webhookFaultFor(/more than 65536 bytes/),
+  );
+  assert.ok(sent < 8 * 1024 * 1024, `the webhook got to send ${sent} bytes`);
+});
+
+test('429 and 5xx with any Retry-After are faults whose Retry-After stays between 2 and 60 s', async () => {
+  const p = policy({ verifiedBy: verifier, timeoutMs: 1_000 });
+  for (const retryAfter of ['-1', '0', '99999999999', 'soon', 'Wed, 21 Oct 2015 07:28:00 GMT', '1e400', '']) {
+    for (const status of [429, 503]) {
+      await assert.rejects(
+        evaluate(p, { status, body: '{}', headers: { 'retry-after': retryAfter } }),
+        (err: unknown) => {
+          assert.ok(isWebhookFault(err));
+          const seconds = (err as KopsError).retryAfterSeconds ?? Number.NaN;
+          assert.ok(seconds >= 2 && seconds <= 60, `${status} Retry-After ${retryAfter}: ${seconds}`);
+          return true;
+        },
+      );
+    }
+  }
+});
+
+test('an approval never widens what is certified: name, group, SANs and evidence are the verified facts', async () => {
+  const body = JSON.stringify({
+    verdict: 'approve',
+    nodeName: 'kube-apiserver',
+    instanceGroup: 'control-plane',
+    dnsNames: ['kubernetes.default.svc'],
+    ipAddresses: ['10.96.0.1'],
+    addresses: ['10.96.0.1'],
+    groups: ['system:masters'],
+    facts: { nodeName: 'kube-apiserver', instanceGroup: 'control-plane' },
+    evidence: { account: 'other' },
+  });
+  const decision = await evaluate(policy({ verifiedBy: verifier }), { status: 200, body });
+  assert.ok(decision.verdict === 'approve', JSON.stringify(decision));
+  const verified = await verifier.evaluate(testRequest(), contextAt());
+  assert.ok(verified.verdict === 'approve');
+  assert.deepEqual(decision.facts, {
+    ...verified.facts,
+    evidence: { ...verified.facts.evidence, webhook: url },
+  });
+  const bare = await evaluate(policy(), { status: 200, body });
+  assert.ok(bare.verdict === 'approve');
+  assert.deepEqual(
+    [bare.facts.nodeName, bare.facts.instanceGroup, bare.facts.dnsNames, bare.facts.ipAddresses],
+    ['evil-name', undefined, [], []],
+  );
+});
+
+test('a serving certificate that changes is verified again against the configured CA only', async () => {
+  const p = policy({ verifiedBy: verifier, timeoutMs: 1_000 });
+  const ok = await evaluate(p, { status: 200, body: '{"verdict":"approve"}' });
+  assert.equal(ok.verdict, 'approve');
+  const stranger = await createCertificateAuthority('stranger-serving');
+  const other = await issueServingCertificate(stranger);
+  const original = await issueServingCertificate(ca);
+  server.setSecureContext({
+    cert: other.certificate,
+    key: other.privateKey,
+    ca: ca.certificate,
+  });
+  server.closeAllConnections();
+  // The client sees its kept-alive connection closed before it sends again.
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  try {
+    await assert.rejects(
+      evaluate(p, { status: 200, body: '{"verdict":"approve"}' }),
+      webhookFaultFor(/certificate/),
+    );
+  } finally {
+    server.setSecureContext({
+      cert: original.certificate,
+      key: original.privateKey,
+      ca: ca.certificate,
+    });
+    server.closeAllConnections();
+  }
+  const again = await evaluate(p, { status: 200, body: '{"verdict":"approve"}' });
+  assert.equal(again.verdict, 'approve', 'a new certificate from the configured CA is fine');
 });

@@ -4,9 +4,11 @@
  * established) and the webhook answers `{"verdict": "approve"|"deny"|"abstain", "reasons": [...]}`.
  * The webhook can only narrow: it never supplies a node name, SANs or group — an approval issues
  * exactly the verified facts (or, with no verifying policy, the claimed name alone). It fails closed:
- * nothing but a well-formed approval lets a request through. A webhook that cannot be reached, fails
- * TLS, does not answer in time, or answers 5xx or 429 is a dependency fault — the node is answered
- * 503 and retries; a malformed answer, another non-200 status or an explicit deny is a denial. Each
+ * nothing but a well-formed approval lets a request through, and nothing but a well-formed deny is a
+ * denial. A webhook that cannot be reached, fails TLS, does not answer in time, answers any status
+ * but 200 (5xx, 429, a 4xx refusing our call, a redirect, which is never followed) or answers a 200
+ * that is not a well-formed verdict (not JSON, fields of the wrong type, a key given twice, another
+ * apiVersion or kind, over 64 KiB) is a dependency fault — the node is answered 503 and retries. Each
  * review sent is counted as call `BootstrapReview` of cloud `webhook` (never by URL: the labels stay
  * bounded).
  */
@@ -19,10 +21,10 @@ import {
   noCloudCalls,
   secondsSince,
 } from '../../cloud/metrics.ts';
-import { ConfigError, describeError, TooLargeError } from '../../errors.ts';
+import { ConfigError, TooLargeError, UnavailableError } from '../../errors.ts';
 import { egressAgent } from '../../net/egress-proxy.ts';
 import { type HttpsAnswer, httpsRequest } from '../../net/https-client.ts';
-import { dependencyFault, isDependencyFault } from '../dependency.ts';
+import { dependencyFault } from '../dependency.ts';
 import type {
   BootstrapPolicy,
   BootstrapRequest,
@@ -72,7 +74,13 @@ export interface BootstrapReview {
   facts: NodeFacts | null;
 }
 
+/**
+ * The answer: unknown fields are ignored (they never widen anything), but an apiVersion or kind, when
+ * the webhook states one, must be the review's own — another version's `verdict` may mean another thing.
+ */
 const answerSchema = z.object({
+  apiVersion: z.literal(webhookApiVersion).optional(),
+  kind: z.literal('BootstrapReview').optional(),
   verdict: z.enum(['approve', 'deny', 'abstain']),
   reasons: z.array(z.string().max(1024)).max(32).default([]),
 });
@@ -148,12 +156,6 @@ export function webhookPolicy(options: WebhookPolicyOptions): BootstrapPolicy {
       const outcome: { result: CloudCallResult } = { result: 'error' };
       try {
         answer = await post(url, agent, review, timeoutMs, outcome);
-      } catch (err) {
-        if (isDependencyFault(err)) throw err;
-        return {
-          verdict: 'deny',
-          reasons: [`webhook ${options.url} answered ${describeError(err)}, so the request is denied`],
-        };
       } finally {
         calls.request('webhook', webhookReviewCall, outcome.result);
         calls.duration('webhook', webhookReviewCall, secondsSince(started));
@@ -181,10 +183,47 @@ async function verifiedDecision(
   };
 }
 
+/** A webhook answer that is no verdict: a fault of the webhook, never a decision on the node. */
+function malformed(what: string): Error {
+  return dependencyFault(
+    'webhook',
+    new UnavailableError(`the webhook answered ${what}`, { details: { reason: 'malformed-answer' } }),
+  );
+}
+
 /**
- * Sends the review; `outcome.result` stays `error` unless the webhook answers (a status) usably.
- * Rejects with a dependency fault when the webhook failed (no answer in time, transport or TLS
- * error, 5xx, 429), or with an Error saying what was wrong with an answer that is not a verdict.
+ * The first key an object of `text` (valid JSON) gives twice, decoded, or undefined. JSON.parse keeps
+ * the last of them, so `{"verdict":"deny","verdict":"approve"}` would read as an approval: such an
+ * answer says two things and is neither.
+ */
+export function duplicateKeyOf(text: string): string | undefined {
+  const objects: Array<Set<string> | undefined> = [];
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '{') objects.push(new Set());
+    else if (c === '[') objects.push(undefined);
+    else if (c === '}' || c === ']') objects.pop();
+    else if (c === '"') {
+      let end = i + 1;
+      while (text[end] !== '"') end += text[end] === '\\' ? 2 : 1;
+      const keys = objects.at(-1);
+      let next = end + 1;
+      while (/\s/.test(text[next] ?? '')) next++;
+      if (keys && text[next] === ':') {
+        const key = JSON.parse(text.slice(i, end + 1)) as string;
+        if (keys.has(key)) return key;
+        keys.add(key);
+      }
+      i = end;
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Sends the review; `outcome.result` stays `error` unless the webhook answers a well-formed verdict.
+ * Rejects with a dependency fault when the webhook failed: no answer in time, a transport or TLS
+ * error, any status but 200, or a 200 that is not a well-formed verdict (its cause says what).
  */
 async function post(
   url: URL,
@@ -209,27 +248,33 @@ async function post(
       maxBodyBytes: maxAnswerBytes,
     });
   } catch (err) {
-    // Too long to be a verdict: malformed, not a failure.
-    if (err instanceof TooLargeError) throw new Error(`with more than ${maxAnswerBytes} bytes`);
+    if (err instanceof TooLargeError) throw malformed(`with more than ${maxAnswerBytes} bytes`);
     throw dependencyFault('webhook', err);
   }
   const status = answer.status;
   if (status !== 200) {
-    // Another 2xx carries no answer either: the webhook is broken, not refusing.
+    // Only a 200 carries a verdict: a 4xx refuses our call (its client certificate, its path), a
+    // redirect (never followed) says the webhook is elsewhere, another 2xx says nothing. The operator
+    // fixes the webhook or its configuration while the node retries.
     const result = httpCallResult(status);
     outcome.result = result === 'ok' ? 'error' : result;
-    const failed = status >= 500 || status === 429;
-    throw failed ? dependencyFault('webhook', new Error(`HTTP ${status}`)) : new Error(`HTTP ${status}`);
+    throw dependencyFault('webhook', new UnavailableError(`the webhook answered HTTP ${status}`));
   }
+  const text = answer.body.toString('utf8');
   let parsed: unknown;
   try {
-    parsed = JSON.parse(answer.body.toString('utf8'));
+    parsed = JSON.parse(text);
   } catch {
-    throw new Error('with something that is not JSON');
+    throw malformed('a 200 whose body is not JSON');
   }
+  const twice = duplicateKeyOf(text);
+  if (twice !== undefined) throw malformed(`an object with ${JSON.stringify(twice)} twice`);
   const verdict = answerSchema.safeParse(parsed);
   if (!verdict.success) {
-    throw new Error('with something that is not {"verdict": "approve"|"deny"|"abstain", "reasons": [...]}');
+    const wrong = verdict.error.issues.map((issue) => issue.path.join('.') || '(the answer)').join(', ');
+    throw malformed(
+      `something that is not {"verdict": "approve"|"deny"|"abstain", "reasons": [...]} (${wrong.slice(0, 200)})`,
+    );
   }
   outcome.result = 'ok';
   return verdict.data;
