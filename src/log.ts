@@ -169,3 +169,9 @@ export class RecurringFailureLog {
     this.#lastWritten = undefined;
   }
 }
+
+/** Control characters and terminal escapes from a remote party never reach the operator's terminal. */
+export function printable(text: string, max = 200): string {
+  const clean = text.replace(/[\u0000-\u001f\u007f-\u009f]+/g, ' ').trim();
+  return clean.length > max ? `${clean.slice(0, max)}…` : clean;
+}

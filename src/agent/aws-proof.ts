@@ -14,7 +14,9 @@ import {
   sigV4Algorithm,
   uriEncode,
 } from '../cloud/aws/sigv4.ts';
+import { bounded } from '../deadline.ts';
 import { UnavailableError } from '../errors.ts';
+import { printable } from '../log.ts';
 import {
   getCallerIdentityBody,
   kopsRequestSha,
@@ -22,7 +24,6 @@ import {
   stsContentType,
   stsHost,
 } from '../protocol/aws-sts-proof.ts';
-import { printable } from './http-answer.ts';
 import type { ProofProvider } from './proofs.ts';
 
 /** Options of {@link signAwsStsProof}. */
@@ -102,6 +103,13 @@ export function signAwsStsProof(
 }
 
 /**
+ * How long one attempt waits for the credentials. The SDK's IMDS reads have only an idle timeout
+ * (1 s without a byte) and no bound on the body, so an answer that trickles would hold the attempt,
+ * and with it the whole join, for ever; past this the attempt is a fault and is retried.
+ */
+const credentialsTimeoutMs = 30_000;
+
+/**
  * The proof of each attempt, signed with the credentials `credentials` loads at that moment (the
  * SDK's chain: on an instance, the instance profile's from IMDS). Credentials that cannot be loaded
  * yet (IMDS not answering at boot, the profile not attached yet) are a fault that may pass:
@@ -111,11 +119,18 @@ export function awsStsProof(
   credentials: () => Promise<SigV4Credentials>,
   region: string,
   version: 1 | 2,
+  options: { timeoutMs?: number } = {},
 ): ProofProvider {
-  return async (body) => {
+  const timeoutMs = options.timeoutMs ?? credentialsTimeoutMs;
+  return async (body, signal) => {
     let loaded: SigV4Credentials;
     try {
-      loaded = await credentials();
+      loaded = await bounded(
+        () => credentials(),
+        timeoutMs,
+        "the instance profile's AWS credentials",
+        signal,
+      );
     } catch (err) {
       throw new UnavailableError(
         `cannot load the instance profile's AWS credentials: ${printable((err as Error).message)}`,

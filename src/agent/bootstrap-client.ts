@@ -13,10 +13,11 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
+import { printable } from '../log.ts';
 import { egressAgent } from '../net/egress-proxy.ts';
 import { type HttpsAnswer, httpsRequest, TlsVerificationError } from '../net/https-client.ts';
 import { endpointBase } from './endpoint-url.ts';
-import { answerError, jsonObjectOf, printable } from './http-answer.ts';
+import { answerError, jsonObjectOf } from './http-answer.ts';
 import { clockOffsetNote, clockValidityFault, serverClockOffsetMs } from './node-clock.ts';
 
 /**

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { printable } from '../log.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
-import { answerError, printable } from './http-answer.ts';
+import { answerError } from './http-answer.ts';
 import { isTransient } from './retry.ts';
 
 describe('answerError', () => {

@@ -15,14 +15,9 @@ import {
   TooLargeError,
 } from '../errors.ts';
 import { isJsonObject } from '../json-object.ts';
+import { printable } from '../log.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
 import { serverNowOf } from './node-clock.ts';
-
-/** Control characters and terminal escapes from a remote party never reach the operator's terminal. */
-export function printable(text: string, max = 200): string {
-  const clean = text.replace(/[\u0000-\u001f\u007f-\u009f]+/g, ' ').trim();
-  return clean.length > max ? `${clean.slice(0, max)}…` : clean;
-}
 
 /** The body's own words: the bootstrap API's `{"error": {message, reason}}` or a Kubernetes Status. */
 export function reasonOfBody(body: unknown): { message?: string; reason?: string } {

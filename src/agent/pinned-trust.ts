@@ -7,10 +7,10 @@
  * checked DER, so nothing but those certificates ever reaches OpenSSL's PEM reader.
  */
 import { ForbiddenError } from '../errors.ts';
+import { printable } from '../log.ts';
 import { decodePem, encodePem } from '../pki/pem.ts';
 import { pinOfSpki, spkiMatchesPins } from '../pki/pin.ts';
 import { type ParsedCertificate, parseCertificate } from '../pki/x509.ts';
-import { printable } from './http-answer.ts';
 
 /** One source of the operator's trust: the `--ca-pin` list, or the certificates of `--ca-file`. */
 export interface TrustAnchor {

@@ -2,6 +2,7 @@
  * How a joining node proves who it is: the `Authorization` header of docs/bootstrap-api.md, made
  * fresh for each attempt because cloud proofs bind to the exact body and expire.
  */
+import { fetchMetadataText } from '../cloud/metadata-service.ts';
 import { InvalidInputError, UnavailableError } from '../errors.ts';
 
 /** Makes the `Authorization` header value for one request body; undefined sends no proof. */
@@ -48,33 +49,27 @@ export function gceIdentityProof(options: {
   audience: string;
   identityUrl?: string;
   fetch?: typeof globalThis.fetch;
+  /** The deadline of one read of the token (default 10 s). */
+  timeoutMs?: number;
 }): ProofProvider {
-  const fetchFn = options.fetch ?? globalThis.fetch;
   return async (_body, signal) => {
     // Query parameters already in the URL (the simulator's `instance=`) are kept.
     const url = new URL(options.identityUrl ?? defaultGceIdentityUrl);
     url.searchParams.set('audience', options.audience);
     url.searchParams.set('format', 'full');
-    let response: Response;
-    try {
-      response = await fetchFn(url, {
+    // A deadline per read, no redirect followed, a body of 64 KiB at most (a token is 1–2 KiB).
+    const text = (
+      await fetchMetadataText({
+        url,
+        service: 'the GCE metadata server',
+        what: 'the identity token',
         headers: { 'Metadata-Flavor': 'Google' },
-        signal: signal ?? AbortSignal.timeout(10_000),
-      });
-    } catch (err) {
-      throw new UnavailableError(
-        `cannot reach the GCE metadata server at ${url.origin}: ${(err as Error).message}`,
-        {
-          cause: err,
-        },
-      );
-    }
-    const text = (await response.text()).trim();
-    if (!response.ok) {
-      throw new UnavailableError(
-        `the GCE metadata server answered ${response.status} for the identity token: ${text.slice(0, 200)}`,
-      );
-    }
+        maxBytes: 64 * 1024,
+        ...(options.fetch ? { fetch: options.fetch } : {}),
+        ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}),
+        ...(signal ? { signal } : {}),
+      })
+    ).trim();
     if (!/^[\w-]+\.[\w-]+\.[\w-]+$/.test(text)) {
       throw new UnavailableError('the GCE metadata server returned something that is not a JWT');
     }
