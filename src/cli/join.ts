@@ -103,8 +103,9 @@ async function proofFor(
         import('@aws-sdk/client-sts'),
         import('../agent/aws-proof.ts'),
       ]);
-      const credentials = new STSClient({ region }).config.credentials;
-      return awsStsProof(() => credentials(), region, version);
+      // A provider of its own for each attempt: the SDK's shares one pending read of IMDS between
+      // callers, so a read that hangs would hold every later attempt too (each is bounded, 30 s).
+      return awsStsProof(() => new STSClient({ region }).config.credentials(), region, version);
     }
     case 'gce':
       return gceIdentityProof({
