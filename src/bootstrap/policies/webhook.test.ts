@@ -273,6 +273,31 @@ test('each review sent is counted as call BootstrapReview: ok, rejected, throttl
   assert.equal(await cloudCallsTimed(registry, 'webhook', 'BootstrapReview'), 8);
 });
 
+test('a kept-alive connection the webhook closed as the review went out: sent once more on a new one, not a 503', async () => {
+  const p = policy();
+  assert.equal((await evaluate(p, { status: 200, body: '{"verdict":"approve"}' })).verdict, 'approve');
+  const sent = reviews.length;
+  let dropped = 0;
+  const decision = await evaluate(p, (res) => {
+    if (dropped++ === 0) {
+      res.socket?.destroy();
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end('{"verdict":"approve"}');
+  });
+  assert.equal(decision.verdict, 'approve', JSON.stringify(decision));
+  assert.equal(reviews.length - sent, 2, 'once on the dead connection, once on a new one');
+  // A new connection that fails is no stale one: a fault, not sent again.
+  const fresh = policy();
+  const before = reviews.length;
+  await assert.rejects(
+    evaluate(fresh, (res) => res.socket?.destroy()),
+    isWebhookFault,
+  );
+  assert.equal(reviews.length - before, 1);
+});
+
 test('webhook refuses a plain-http URL at configuration time', () => {
   assert.throws(
     () => webhookPolicy({ url: 'http://127.0.0.1:1/', ca: '', cert: '', key: '' }),

@@ -23,7 +23,7 @@ import {
 } from '../../cloud/metrics.ts';
 import { ConfigError, TooLargeError, UnavailableError } from '../../errors.ts';
 import { egressAgent } from '../../net/egress-proxy.ts';
-import { type HttpsAnswer, httpsRequest } from '../../net/https-client.ts';
+import { type HttpsAnswer, httpsRequest, StaleConnectionError } from '../../net/https-client.ts';
 import { dependencyFault } from '../dependency.ts';
 import type {
   BootstrapPolicy,
@@ -233,9 +233,8 @@ async function post(
   outcome: { result: CloudCallResult },
 ): Promise<WebhookAnswer> {
   const body = JSON.stringify(review);
-  let answer: HttpsAnswer;
-  try {
-    answer = await httpsRequest({
+  const send = () =>
+    httpsRequest({
       url,
       method: 'POST',
       agent,
@@ -247,6 +246,16 @@ async function post(
       timeoutMs,
       maxBodyBytes: maxAnswerBytes,
     });
+  let answer: HttpsAnswer;
+  try {
+    try {
+      answer = await send();
+    } catch (err) {
+      // A kept-alive connection the webhook closed as the review went out: the review never reached
+      // it (and changes nothing if it did), so it is sent once more, on a new connection.
+      if (!(err instanceof StaleConnectionError)) throw err;
+      answer = await send();
+    }
   } catch (err) {
     if (err instanceof TooLargeError) throw malformed(`with more than ${maxAnswerBytes} bytes`);
     throw dependencyFault('webhook', err);
