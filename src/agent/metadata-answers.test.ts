@@ -222,3 +222,12 @@ test('an Azure resource id or attested document that is not one never reaches th
     await assert.rejects(azureProof({ imdsUrl: imds.url })(Buffer.alloc(0)), kind('unavailable'));
   }
 });
+
+test('a JSON document that starts with a byte-order mark is read, as fetch reads it', async () => {
+  const bom = await serve((_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from('{"uuid":"x"}')]));
+  });
+  const read = await readMetadataJson({ url: new URL(`${bom.url}/conf`), service: 'a metadata service' });
+  assert.deepEqual(read, { uuid: 'x' });
+});

@@ -36,3 +36,27 @@ test('a process with nothing left running ends at once, without the grace', asyn
   assert.equal(code, 0, 'its own code, not the grace timer’s');
   assert.equal(stdout, '', 'the grace timer never fired');
 });
+
+test('output a slow reader has not taken yet is waited for, not cut off by the grace', async () => {
+  // 4 MiB to a pipe nobody reads for longer than the grace, and a socket that would hold the process.
+  const script = `
+    import { createServer } from 'node:net';
+    import { exitAfterGrace } from ${JSON.stringify(new URL('./exit-grace.ts', import.meta.url).href)};
+    createServer().listen(0, '127.0.0.1');
+    process.stdout.write('x'.repeat(4 * 1024 * 1024));
+    exitAfterGrace(0);
+  `;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  child.stdout.pause();
+  await new Promise((resolve) => setTimeout(resolve, exitGraceMs + 1_000));
+  let received = 0;
+  child.stdout.on('data', (chunk: Buffer) => {
+    received += chunk.length;
+  });
+  child.stdout.resume();
+  const code = await new Promise((resolve) => child.on('close', resolve));
+  assert.equal(code, 0);
+  assert.equal(received, 4 * 1024 * 1024, 'every byte printed reached the reader');
+});

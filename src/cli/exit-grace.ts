@@ -13,8 +13,16 @@ export const exitGraceMs = 2_000;
  * at once.
  */
 export function exitAfterGrace(code?: number, onHeld?: (handles: string[]) => void): void {
-  setTimeout(() => {
+  const end = (): void => {
+    // What the command printed and a slow reader (`| less`) has not taken yet is its answer: waited
+    // for, never cut off.
+    const writing = [process.stdout, process.stderr].find((stream) => stream.writableLength > 0);
+    if (writing) {
+      writing.once('drain', end);
+      return;
+    }
     onHeld?.(process.getActiveResourcesInfo());
     process.exit(code);
-  }, exitGraceMs).unref();
+  };
+  setTimeout(end, exitGraceMs).unref();
 }

@@ -54,6 +54,9 @@ export async function main(argv: readonly string[]): Promise<number> {
     const args = argv.map((arg) => (arg.startsWith('-v=') ? `-${arg}` : arg));
     const { program, line } = await programFor(args);
     await program.parseAsync(line, { from: 'user' });
+    // The command has answered: what it abandoned (an instance-profile read the AWS SDK cannot cancel,
+    // a pooled socket) must not keep the process alive, as after an error below.
+    exitAfterGrace(0);
     return 0;
   } catch (err) {
     if (err instanceof CommanderError) {

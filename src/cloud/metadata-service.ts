@@ -134,7 +134,10 @@ export async function fetchMetadataText(request: {
     if (err instanceof KopsError) throw err;
     throw failed(err);
   }
-  const text = Buffer.concat(chunks).toString('utf8');
+  // As `Response.text()` reads it: UTF-8, a byte-order mark dropped.
+  const text = Buffer.concat(chunks)
+    .toString('utf8')
+    .replace(/^\uFEFF/, '');
   if (response.status !== 200) {
     const location = response.headers.get('location');
     throw new UnavailableError(

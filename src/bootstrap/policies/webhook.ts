@@ -205,7 +205,7 @@ export function duplicateKeyOf(text: string): string | undefined {
     else if (c === '}' || c === ']') objects.pop();
     else if (c === '"') {
       let end = i + 1;
-      while (text[end] !== '"') end += text[end] === '\\' ? 2 : 1;
+      while (end < text.length && text[end] !== '"') end += text[end] === '\\' ? 2 : 1;
       const keys = objects.at(-1);
       let next = end + 1;
       while (/\s/.test(text[next] ?? '')) next++;
