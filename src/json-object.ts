@@ -13,3 +13,13 @@ export function isJsonObject(value: unknown): value is Record<string, unknown> {
 export function fieldsOf(value: unknown): Record<string, unknown> {
   return isJsonObject(value) ? value : {};
 }
+
+/** Whether `value` is an object of JSON whose every value is a string (labels, annotations, tags). */
+export function isStringMap(value: unknown): value is Record<string, string> {
+  return isJsonObject(value) && Object.values(value).every((v) => typeof v === 'string');
+}
+
+/** Whether `value` is a list of strings. */
+export function isStringList(value: unknown): value is string[] {
+  return Array.isArray(value) && value.every((v) => typeof v === 'string');
+}

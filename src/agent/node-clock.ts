@@ -169,6 +169,6 @@ export function clockOffsetNote(offsetMs: number | undefined): string | undefine
  * lacks: a Retry-After is capped (retry.ts) however it is read.
  */
 export function serverNowOf(date: string | undefined): number {
-  const at = date === undefined ? Number.NaN : Date.parse(date);
-  return Number.isNaN(at) ? Date.now() : at;
+  const now = Date.now();
+  return now + (serverClockOffsetMs(date, now) ?? 0);
 }

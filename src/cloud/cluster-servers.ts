@@ -18,7 +18,7 @@ import {
   NotFoundError,
   UnavailableError,
 } from '../errors.ts';
-import { isJsonObject } from '../json-object.ts';
+import { isJsonObject, isStringList } from '../json-object.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { Outcome } from './batcher.ts';
 import { mapConcurrent } from './concurrency.ts';
@@ -75,10 +75,8 @@ export function malformedAnswer(message: string): UnavailableError {
 /** `value` (or `[]` when absent) when it is a list of strings; a malformed answer otherwise. */
 function stringsOf(value: readonly unknown[] | undefined, what: string): string[] {
   if (value === undefined || value === null) return [];
-  if (!Array.isArray(value) || value.some((v) => typeof v !== 'string')) {
-    throw malformedAnswer(`${what} is not a list of strings`);
-  }
-  return [...(value as string[])];
+  if (!isStringList(value)) throw malformedAnswer(`${what} is not a list of strings`);
+  return [...value];
 }
 
 /** A field that is absent or a string; a malformed answer otherwise. */

@@ -83,17 +83,13 @@ const maxMetadataBodyBytes = 1024 * 1024;
  * configured service's or nothing), and a body over `maxBytes` is not read further. A failure to
  * reach or read, a redirect and any other status than 200 are UnavailableError, one printable line.
  */
-export async function fetchMetadataText(request: {
-  url: URL;
-  service: string;
-  /** What is read, for messages (`the identity token`, `/metadata/instance/compute`). */
-  what: string;
-  headers?: Record<string, string>;
-  fetch?: typeof globalThis.fetch;
-  signal?: AbortSignal;
-  timeoutMs?: number;
-  maxBytes?: number;
-}): Promise<string> {
+export async function fetchMetadataText(
+  request: MetadataJsonRequest & {
+    /** What is read, for messages (`the identity token`, `/metadata/instance/compute`). */
+    what: string;
+    maxBytes?: number;
+  },
+): Promise<string> {
   const { url, service, what } = request;
   const deadline = AbortSignal.timeout(request.timeoutMs ?? metadataTimeoutMs);
   const signal = request.signal ? AbortSignal.any([request.signal, deadline]) : deadline;

@@ -10,7 +10,7 @@ import { parseAwsProviderID } from '../cloud/aws/providerid.ts';
 import { parseGceProviderID } from '../cloud/gce/resource-names.ts';
 import type { CloudGroup, CloudGroupMember } from '../cloud/types.ts';
 import { NotFoundError } from '../errors.ts';
-import { fieldsOf, isJsonObject } from '../json-object.ts';
+import { fieldsOf, isJsonObject, isStringMap } from '../json-object.ts';
 import { instanceGroupLabel } from '../nodelabels/build-node-labels.ts';
 import type { InstanceGroup, InstanceGroupRole } from '../statestore/kops-types.ts';
 
@@ -576,7 +576,8 @@ export function nodeInfoOf(node: V1Node): NodeInfo {
   // (Unknown), never counted as ready nor left out of the count.
   const wire = node as unknown as { metadata?: unknown; spec?: unknown; status?: unknown };
   const metadata = fieldsOf(wire.metadata);
-  const labels = stringMap(metadata['labels'] ?? {});
+  const sentLabels = metadata['labels'] ?? {};
+  const labels = isStringMap(sentLabels) ? sentLabels : undefined;
   const spec = fieldsOf(wire.spec);
   const providerID = spec['providerID'];
   const status = objectOr(wire.status ?? {}, undefined);
@@ -614,14 +615,6 @@ function objectOr<T>(value: unknown, otherwise: T): Record<string, unknown> | T 
   return isJsonObject(value) ? value : otherwise;
 }
 
-/** A map of strings (labels) as sent, or undefined when it is not one. */
-function stringMap(value: unknown): Record<string, string> | undefined {
-  if (!isJsonObject(value)) return undefined;
-  return Object.values(value).every((v) => typeof v === 'string')
-    ? (value as Record<string, string>)
-    : undefined;
-}
-
 /** A pod as validation reads it. */
 export function podInfoOf(pod: V1Pod): PodInfo {
   // As for Nodes: a status that cannot be read (not an object, a phase that is not a string,
@@ -642,7 +635,7 @@ export function podInfoOf(pod: V1Pod): PodInfo {
   const info: PodInfo = {
     namespace: text(metadata['namespace']),
     name: text(metadata['name']),
-    labels: stringMap(metadata['labels'] ?? {}) ?? {},
+    labels: isStringMap(metadata['labels']) ? metadata['labels'] : {},
     notReadyContainers: readable
       ? (statuses as Record<string, unknown>[])
           .filter((c) => c['ready'] !== true)

@@ -196,7 +196,7 @@ function malformed(what: string): Error {
  * the last of them, so `{"verdict":"deny","verdict":"approve"}` would read as an approval: such an
  * answer says two things and is neither.
  */
-export function duplicateKeyOf(text: string): string | undefined {
+function duplicateKeyOf(text: string): string | undefined {
   const objects: Array<Set<string> | undefined> = [];
   for (let i = 0; i < text.length; i++) {
     const c = text[i];

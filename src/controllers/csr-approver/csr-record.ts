@@ -4,7 +4,7 @@
  */
 import type { V1CertificateSigningRequest } from '@kubernetes/client-node';
 import { InvalidInputError } from '../../errors.ts';
-import { isJsonObject } from '../../json-object.ts';
+import { isJsonObject, isStringList } from '../../json-object.ts';
 
 /** One CSR, as the approver sees it. */
 export interface CsrRecord {
@@ -44,7 +44,7 @@ function optionalString(object: Record<string, unknown>, field: string, where: s
 function optionalStrings(object: Record<string, unknown>, field: string, where: string): string[] {
   const value = object[field];
   if (value === undefined || value === null) return [];
-  if (!Array.isArray(value) || !value.every((v) => typeof v === 'string')) {
+  if (!isStringList(value)) {
     throw new InvalidInputError(`${where}.${field} is not a list of strings`);
   }
   return [...value];

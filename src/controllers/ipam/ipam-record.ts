@@ -4,7 +4,7 @@
  */
 import type { V1Node } from '@kubernetes/client-node';
 import { InvalidInputError } from '../../errors.ts';
-import { isJsonObject } from '../../json-object.ts';
+import { isJsonObject, isStringList } from '../../json-object.ts';
 import { nodeNameOf, stringOf } from '../node/node-record.ts';
 import { sameRanges } from './cidr.ts';
 
@@ -33,7 +33,7 @@ export function ipamRecordOf(node: V1Node): IpamNodeRecord {
   const fields = wire.spec === undefined || wire.spec === null ? {} : wire.spec;
   if (!isJsonObject(fields)) throw new InvalidInputError('spec is not an object');
   const podCIDRs = fields['podCIDRs'] ?? [];
-  if (!Array.isArray(podCIDRs) || !podCIDRs.every((c) => typeof c === 'string')) {
+  if (!isStringList(podCIDRs)) {
     throw new InvalidInputError('spec.podCIDRs is not a list of strings');
   }
   const podCIDR = stringOf(fields['podCIDR'], 'spec.podCIDR');

@@ -20,6 +20,7 @@ import {
 } from '../../cloud/metal/hosts.ts';
 import type { NodeIdentity } from '../../cloud/types.ts';
 import { InvalidInputError, UnavailableError } from '../../errors.ts';
+import { isStringList } from '../../json-object.ts';
 import { Informer, kubeList, kubeWatch } from '../../kube/informer.ts';
 import type { Logger } from '../../log.ts';
 import { awsPodRanges, type CloudPodRanges, gcePodRanges, hostPodRanges } from './pod-ranges.ts';
@@ -123,9 +124,7 @@ interface HostRecord {
  */
 function hostRecordOf(host: HostWire): HostRecord {
   const podCIDRs: unknown = host.spec?.podCIDRs ?? [];
-  if (!Array.isArray(podCIDRs) || !podCIDRs.every((cidr) => typeof cidr === 'string')) {
-    throw new InvalidInputError('spec.podCIDRs is not a list of strings');
-  }
+  if (!isStringList(podCIDRs)) throw new InvalidInputError('spec.podCIDRs is not a list of strings');
   return { name: host.metadata?.name ?? '', podCIDRs };
 }
 

@@ -5,7 +5,7 @@
  */
 import type { V1Node } from '@kubernetes/client-node';
 import { InvalidInputError } from '../../errors.ts';
-import { isJsonObject } from '../../json-object.ts';
+import { isJsonObject, isStringMap } from '../../json-object.ts';
 import { managedLabelsAnnotation } from '../../nodelabels/diff-labels.ts';
 import { managedLabelsSignatureAnnotation } from '../../nodelabels/signed-managed-labels.ts';
 
@@ -26,10 +26,8 @@ export interface NodeRecord {
 /** A map of strings (labels, annotations) as sent; absent is empty; anything else is refused. */
 function stringMapOf(value: unknown, what: string): Record<string, string> {
   if (value === undefined || value === null) return {};
-  if (!isJsonObject(value) || !Object.values(value).every((v) => typeof v === 'string')) {
-    throw new InvalidInputError(`${what} is not a map of strings`);
-  }
-  return value as Record<string, string>;
+  if (!isStringMap(value)) throw new InvalidInputError(`${what} is not a map of strings`);
+  return value;
 }
 
 /** A string field as sent; absent is `''`; anything else is refused. */
