@@ -16,6 +16,7 @@ import {
   openFileLimit,
   startHardenedServer,
 } from './hardened-server.ts';
+import { readBody } from './read-body.ts';
 import { eventually, idleCrowd } from './testing.ts';
 
 describe('hardened server', () => {
@@ -586,5 +587,176 @@ describe('hardened server', () => {
     );
     assert.equal(openFileLimit(file), 1024);
     assert.equal(openFileLimit(join(dir, 'none')), undefined);
+  });
+
+  describe("the refusals Node's HTTP parser makes carry the JSON error object", () => {
+    /** The JSON body of the one answer in `received`, with its status and headers (lower-cased names). */
+    function parseOne(received: string): { status: number; headers: Record<string, string>; body: unknown } {
+      const [head = '', body = ''] = received.split('\r\n\r\n', 2);
+      const [statusLine = '', ...lines] = head.split('\r\n');
+      const headers: Record<string, string> = {};
+      for (const line of lines) {
+        const colon = line.indexOf(':');
+        headers[line.slice(0, colon).toLowerCase()] = line.slice(colon + 1).trim();
+      }
+      assert.equal(
+        Number(headers['content-length']),
+        Buffer.byteLength(body),
+        'the body is framed by its length',
+      );
+      return { status: Number(statusLine.split(' ')[1]), headers, body: JSON.parse(body) };
+    }
+
+    const cases = [
+      {
+        name: 'ambiguous framing (Content-Length and Transfer-Encoding)',
+        request:
+          'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n',
+        status: 400,
+        reason: 'malformed-request',
+      },
+      {
+        name: 'headers over the size limit',
+        request: `GET / HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
+        status: 431,
+        reason: 'headers-too-large',
+      },
+      {
+        name: 'an HTTP/1.1 request without Host',
+        request: 'GET / HTTP/1.1\r\n\r\n',
+        status: 400,
+        reason: 'missing-host',
+      },
+      {
+        name: 'an expectation other than 100-continue',
+        request: 'POST / HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n{}',
+        status: 417,
+        reason: 'unsupported-expectation',
+      },
+    ];
+    for (const secure of [false, true]) {
+      for (const c of cases) {
+        test(`(${secure ? 'TLS' : 'plain'}) ${c.name}: ${c.status} with reason ${c.reason}, then the close; the handler never runs`, async () => {
+          let handled = 0;
+          const server = await startHardenedServer({
+            name: 'test',
+            listen: '127.0.0.1:0',
+            listenSetting: 'test.listen',
+            ...(secure ? { tls: tls() } : {}),
+            handler: (_req, res) => {
+              handled += 1;
+              res.end('ok');
+            },
+          });
+          try {
+            const { received, statuses } = await rawExchange(server.address.port, secure, c.request);
+            assert.deepEqual(statuses, [`HTTP/1.1 ${c.status}`]);
+            const answer = parseOne(received);
+            assert.equal(answer.status, c.status);
+            assert.equal(answer.headers['content-type'], 'application/json');
+            assert.equal(answer.headers['connection'], 'close');
+            const error = (answer.body as { error: { reason: string; message: string } }).error;
+            assert.equal(error.reason, c.reason);
+            assert.ok(error.message.length > 0);
+            assert.equal(handled, 0);
+          } finally {
+            await server.close();
+          }
+        });
+      }
+    }
+
+    test('a request too slow to send its headers gets 408 with reason request-timeout', async () => {
+      const server = await startHardenedServer({
+        name: 'test',
+        listen: '127.0.0.1:0',
+        listenSetting: 'test.listen',
+        limits: { headersTimeout: 200, requestTimeout: 200 },
+        handler: (_req, res) => res.end('ok'),
+      });
+      try {
+        const { received, statuses } = await rawExchange(server.address.port, false, 'GET / HTTP/1.1\r\nHo');
+        assert.deepEqual(statuses, ['HTTP/1.1 408']);
+        const error = (parseOne(received).body as { error: { reason: string } }).error;
+        assert.equal(error.reason, 'request-timeout');
+      } finally {
+        await server.close();
+      }
+    });
+  });
+
+  describe('Expect: 100-continue', () => {
+    /** A server whose handler refuses PUT on its headers and reads the body of anything else. */
+    async function continueServer() {
+      const bodies: string[] = [];
+      const server = await startHardenedServer({
+        name: 'test',
+        listen: '127.0.0.1:0',
+        listenSetting: 'test.listen',
+        handler: (req, res) => {
+          if (req.method === 'PUT') {
+            res.writeHead(405, { 'content-type': 'application/json', allow: 'POST' });
+            res.end('{"error":{"reason":"method-not-allowed","message":"POST only"}}');
+            return;
+          }
+          readBody(req, 1024).then(
+            (body) => {
+              bodies.push(body.toString());
+              res.end('read');
+            },
+            () => res.destroy(),
+          );
+        },
+      });
+      return { server, bodies };
+    }
+
+    /** Sends the head, waits for the server's first answer line, and reports it; sends the body after a 100. */
+    function expectExchange(port: number, head: string, body: string): Promise<string> {
+      return new Promise((resolve, reject) => {
+        const socket = netConnect(port, '127.0.0.1', () => socket.write(head));
+        let received = '';
+        socket.on('data', (chunk: Buffer) => {
+          const before = received;
+          received += chunk.toString('latin1');
+          if (!before.includes('100 Continue') && received.includes('HTTP/1.1 100 Continue\r\n\r\n'))
+            socket.write(body);
+        });
+        socket.on('error', reject);
+        socket.on('close', () => resolve(received));
+        // A client that got its final answer instead of a 100 sends no body and closes.
+        setTimeout(() => socket.end(), 500).unref();
+      });
+    }
+
+    test('a request its handler refuses on its headers gets its refusal, never 100 Continue, so the client keeps its body', async () => {
+      const { server, bodies } = await continueServer();
+      try {
+        const received = await expectExchange(
+          server.address.port,
+          'PUT / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n',
+          '{}',
+        );
+        assert.deepEqual(received.match(/HTTP\/1\.1 \d{3}/g), ['HTTP/1.1 405']);
+        assert.deepEqual(bodies, []);
+      } finally {
+        await server.close();
+      }
+    });
+
+    test('a request whose handler reads its body gets 100 Continue first, then its answer', async () => {
+      const { server, bodies } = await continueServer();
+      try {
+        const received = await expectExchange(
+          server.address.port,
+          'POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\n',
+          '{}',
+        );
+        assert.deepEqual(received.match(/HTTP\/1\.1 \d{3}/g), ['HTTP/1.1 100', 'HTTP/1.1 200']);
+        assert.deepEqual(bodies, ['{}']);
+      } finally {
+        await server.close();
+      }
+    });
   });
 });

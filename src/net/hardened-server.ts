@@ -20,6 +20,7 @@ import {
   type IncomingMessage,
   type Server,
   type ServerResponse,
+  STATUS_CODES,
 } from 'node:http';
 import { createServer as createHttpsServer, Server as HttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
@@ -207,11 +208,45 @@ export interface HardenedServer {
   close(graceMs?: number): Promise<void>;
 }
 
-/** The status line for a request Node's parser refused: too slow, headers too large, or malformed. */
-function clientErrorStatus(err: NodeJS.ErrnoException): string {
-  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return '408 Request Timeout';
-  if (err.code === 'HPE_HEADER_OVERFLOW') return '431 Request Header Fields Too Large';
-  return '400 Bad Request';
+/** A refusal made before any handler runs, with the JSON error object every answer of the product carries. */
+interface Refusal {
+  status: number;
+  reason: string;
+  message: string;
+}
+
+/** What Node's parser refused: a request too slow, headers too large, or bytes that are not HTTP. */
+function clientErrorRefusal(err: NodeJS.ErrnoException): Refusal {
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT')
+    return { status: 408, reason: 'request-timeout', message: 'the request did not arrive in time' };
+  if (err.code === 'HPE_HEADER_OVERFLOW')
+    return { status: 431, reason: 'headers-too-large', message: 'the request headers are too large' };
+  return { status: 400, reason: 'malformed-request', message: 'the request is not well-formed HTTP/1.1' };
+}
+
+/** The refusal's JSON body; the connection closes after it. */
+function refusalBody({ reason, message }: Refusal): string {
+  return JSON.stringify({ error: { reason, message } });
+}
+
+/** The refusal as raw bytes, for a socket that has no request (and so no response object) to answer. */
+function rawRefusal(refusal: Refusal): string {
+  const body = refusalBody(refusal);
+  return (
+    `HTTP/1.1 ${refusal.status} ${STATUS_CODES[refusal.status]}\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
+  );
+}
+
+/** Answers a request with a refusal and closes the connection after it. */
+function refuseRequest(res: ServerResponse, refusal: Refusal): void {
+  const body = refusalBody(refusal);
+  res.writeHead(refusal.status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+    connection: 'close',
+  });
+  res.end(body);
 }
 
 /** Why a port cannot be bound, in words an operator acts on. */
@@ -275,8 +310,19 @@ function createServer(options: HardenedServerOptions, limits: ConnectionLimits):
     requestTimeout: limits.requestTimeout,
     keepAliveTimeout: limits.keepAliveTimeout,
     connectionsCheckingInterval: limits.connectionsCheckingInterval,
+    // Checked in `handler` below, so that the refusal carries the JSON error object (Node's has no body).
+    requireHostHeader: false,
   };
   if (options.maxHeaderSize) httpOptions.maxHeaderSize = options.maxHeaderSize;
+  const handler = (req: IncomingMessage, res: ServerResponse) => {
+    if (req.httpVersion === '1.1' && req.headers.host === undefined)
+      return refuseRequest(res, {
+        status: 400,
+        reason: 'missing-host',
+        message: 'an HTTP/1.1 request needs a Host header',
+      });
+    options.handler(req, res);
+  };
   const server: Server = options.tls
     ? createHttpsServer(
         {
@@ -288,9 +334,9 @@ function createServer(options: HardenedServerOptions, limits: ConnectionLimits):
           // the connection (see httpAllowHalfOpen below).
           allowHalfOpen: true,
         },
-        options.handler,
+        handler,
       )
-    : createHttpServer(httpOptions, options.handler);
+    : createHttpServer(httpOptions, handler);
   // A client that half-closes its connection once its request is sent (shutdown(SHUT_WR), as `nc -N`
   // and some HTTP/1.0 clients do) still reads: its answer goes out, then the connection closes. Node
   // would close at once, dropping the answer of a request it goes on deciding — a certificate issued
@@ -300,6 +346,26 @@ function createServer(options: HardenedServerOptions, limits: ConnectionLimits):
   // Node resets what is over this cap itself, before it makes a socket of it; the gate decides below
   // it, where a gate may keep one source's worth of places for this machine (SourceConnectionCounter).
   server.maxConnections = limits.maxConnections + limits.maxConnectionsPerSource;
+  // `100 Continue` goes out when the handler starts reading the body, not when the headers arrive (as
+  // Node would send it): a request refused on its headers alone (405, 413, 415, 429) is refused before
+  // the client sends a body the server would only drain. Node then closes the connection after the
+  // answer, since the client may still send the body it held back.
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    const onListener = (event: string | symbol) => {
+      if (event !== 'data' && event !== 'readable') return;
+      req.off('newListener', onListener);
+      if (!res.headersSent) res.writeContinue();
+    };
+    req.on('newListener', onListener);
+    server.emit('request', req, res);
+  });
+  server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) =>
+    refuseRequest(res, {
+      status: 417,
+      reason: 'unsupported-expectation',
+      message: 'the only expectation this server meets is 100-continue',
+    }),
+  );
   return server;
 }
 
@@ -449,7 +515,7 @@ function boundRequests(server: Server, limits: ConnectionLimits): void {
     // Once refused, the parser reports an error again for anything the client still sends (or its
     // close): the connection is then destroyed, so a client that keeps sending cannot hold it.
     const refuse = () => {
-      if (socket.writable) socket.end(`HTTP/1.1 ${clientErrorStatus(err)}\r\nConnection: close\r\n\r\n`);
+      if (socket.writable) socket.end(rawRefusal(clientErrorRefusal(err)));
       else socket.destroy();
     };
     // The bytes after whole requests whose answers are still to come (a handler deciding, or answers
