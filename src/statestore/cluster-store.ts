@@ -7,7 +7,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { Gauge, type Registry } from 'prom-client';
-import { describeError, InvalidInputError, NotFoundError, UnavailableError } from '../errors.ts';
+import { describeError, InvalidInputError, NotFoundError } from '../errors.ts';
 import { liveMembers } from '../kube/metrics.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
@@ -18,6 +18,7 @@ import {
   parseCluster,
   parseInstanceGroup,
 } from './kops-types.ts';
+import { OlderCopyGuard } from './older-copy.ts';
 import { checkObjectPath, isObjectPath } from './paths.ts';
 import type { StoredObject, Vfs } from './types.ts';
 
@@ -60,14 +61,6 @@ export interface ClusterStoreOptions {
   /** The clock that times how long the store keeps answering an older copy (tests move it). */
   clock?: Pick<Clock, 'monotonic'>;
 }
-
-/**
- * How long the store may keep answering a copy older than the one in use before it is believed: a
- * lagging replica or cache catches up within this; an older copy answered longer is the store's
- * truth (a file restored with its time kept, a writer whose clock is behind), not to be refused for
- * ever.
- */
-export const olderCopyGraceMs = 10 * 60_000;
 
 /** The gauge's name: the objects served from their last good version. */
 export const staleObjectsMetric = 'kops_controller_state_store_stale_objects';
@@ -113,9 +106,8 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
   /** The registry's stores that poll, which this one joins while it does (the stale-objects gauge). */
   readonly #polling: Set<ClusterStore> | undefined;
   #refreshing: Promise<void> | undefined;
-  readonly #clock: Pick<Clock, 'monotonic'>;
-  /** By path: the older copy the store answers, and since when (monotonic) it has answered it. */
-  readonly #olderCopies = new Map<string, { version: string; sinceMs: number }>();
+  /** Refuses, for a while, a lagging replica's older copy of an object in use. */
+  readonly #olderCopies: OlderCopyGuard;
 
   /** `vfs` is rooted at the cluster's configBase. */
   constructor(vfs: Vfs, options: ClusterStoreOptions = {}) {
@@ -124,7 +116,8 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
     this.#pollIntervalMs = options.pollIntervalMs ?? defaultPollIntervalMs;
     this.#logger = (options.logger ?? silentLogger).child({ component: 'cluster-store', store: vfs.url });
     this.#polling = options.registry ? pollingStores(options.registry) : undefined;
-    this.#clock = options.clock ?? systemClock;
+    const clock = options.clock ?? systemClock;
+    this.#olderCopies = new OlderCopyGuard(vfs.url, () => clock.monotonic(), this.#logger);
   }
 
   /** The cluster: cached, loaded on first call. Throws if it was never readable. */
@@ -306,40 +299,6 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
     this.emit('readError', { path: entry.path, error });
   }
 
-  /**
-   * Refuses a read whose object the store says is older than the one in use: a lagging replica, a
-   * cache or a proxy answering an earlier version (an ETag is not ordered, so a changed one alone
-   * does not say which is newer). An edit gets a newer `Last-Modified` and passes at once. The same
-   * older copy answered for {@link olderCopyGraceMs} is believed after all, with a warning: no replica
-   * lags that long, and a file restored with its time kept must not be refused for ever.
-   */
-  #checkNotOlder(entry: Entry<unknown>, read: Pick<StoredObject, 'modifiedMs' | 'version'>): void {
-    if (
-      entry.modifiedMs === undefined ||
-      read.modifiedMs === undefined ||
-      read.modifiedMs >= entry.modifiedMs
-    ) {
-      this.#olderCopies.delete(entry.path);
-      return;
-    }
-    const now = this.#clock.monotonic();
-    const seen = this.#olderCopies.get(entry.path);
-    const sinceMs = seen?.version === read.version ? seen.sinceMs : now;
-    const described =
-      `${this.vfs.url}/${entry.path}: the store answers a version last modified ` +
-      `${new Date(read.modifiedMs).toISOString()}, older than the one in use (${new Date(entry.modifiedMs).toISOString()})`;
-    if (now - sinceMs >= olderCopyGraceMs) {
-      this.#olderCopies.delete(entry.path);
-      this.#logger.warn(
-        { path: entry.path, version: read.version },
-        `${described}, for ${Math.round((now - sinceMs) / 60_000)} minutes: believed (restored with its time kept, or written by a clock that is behind)`,
-      );
-      return;
-    }
-    this.#olderCopies.set(entry.path, { version: read.version, sinceMs });
-    throw new UnavailableError(`${described}: a lagging replica or cache; keeping the newer one`);
-  }
-
   async #refreshCluster(entry: Entry<Cluster>): Promise<void> {
     try {
       // The completed spec wins when present; `config` is watched only when it is all there is.
@@ -354,7 +313,7 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
         return;
       }
       const read = await this.#readCluster();
-      if (read.path === entry.path) this.#checkNotOlder(entry, read);
+      if (read.path === entry.path) this.#olderCopies.check(entry.path, entry, read);
       this.#cluster = read;
       this.#logger.info({ path: read.path, version: read.version }, 'cluster changed');
       this.emit('cluster', read.value);
@@ -372,7 +331,7 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
         return;
       }
       const read = await this.vfs.read(entry.path);
-      this.#checkNotOlder(entry, read);
+      this.#olderCopies.check(entry.path, entry, read);
       const { data, version: readVersion, modifiedMs } = read;
       const value = this.#parseInstanceGroup(entry.path.slice('instancegroup/'.length), entry.path, data);
       const fresh = {

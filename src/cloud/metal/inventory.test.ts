@@ -3,8 +3,11 @@ import { test } from 'node:test';
 import { DependencyFaultError } from '../../bootstrap/dependency.ts';
 import { metalPolicy } from '../../bootstrap/policies/metal.ts';
 import { ConfigError } from '../../errors.ts';
+import { olderCopyGraceMs } from '../../statestore/older-copy.ts';
 import { openVfs } from '../../statestore/open.ts';
+import type { Vfs } from '../../statestore/types.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
+import { capturedLogger } from '../../testing/log-capture.ts';
 import { silentServer } from '../../testing/silent-server.ts';
 import { InventoryStore, parseInventory } from './inventory.ts';
 
@@ -177,6 +180,49 @@ test('the store re-reads the inventory when its version changes and fails closed
     (await store.current()).hosts.map((h) => h.name),
     ['solo'],
   );
+});
+
+test('a lagging replica answering an older inventory does not bring back a host removed by an edit, until it has answered it for the whole grace', async () => {
+  const at = Date.parse('2026-11-29T06:00:00Z');
+  const withBoth = { data: Buffer.from(sample), version: '"v1"', modifiedMs: at };
+  const withoutNode1 = {
+    data: Buffer.from(sample.slice(0, sample.indexOf('  - name: node-1'))),
+    version: '"v2"',
+    modifiedMs: at + 60_000,
+  };
+  let answered = withBoth;
+  const vfs: Vfs = {
+    url: 's3://state/cluster',
+    read: async () => answered,
+    stat: async () => answered.version,
+    write: async () => undefined,
+    list: async () => [],
+    delete: async () => undefined,
+  };
+  const { logger, lines } = capturedLogger();
+  let clock = 0;
+  const store = new InventoryStore({ vfs, pollIntervalMs: 1_000, now: () => clock, logger });
+  assert.ok((await store.current()).lookup('metal://rack4-u12'));
+
+  answered = withoutNode1; // the operator removes node-1
+  clock += 1_000;
+  assert.equal((await store.current()).lookup('metal://rack4-u12'), undefined);
+
+  answered = withBoth; // a replica that has not seen the edit
+  clock += 1_000;
+  assert.equal(
+    (await store.current()).lookup('metal://rack4-u12'),
+    undefined,
+    'the older copy brought the removed host back',
+  );
+  assert.ok(lines.some((l) => /older than the one in use.*lagging replica/.test(l)));
+  clock += olderCopyGraceMs - 2_000;
+  assert.equal((await store.current()).lookup('metal://rack4-u12'), undefined);
+
+  // Answered for the whole grace: a file restored with its time kept is the store's truth.
+  clock += 2_000;
+  assert.ok((await store.current()).lookup('metal://rack4-u12'));
+  assert.ok(lines.some((l) => /for 10 minutes: believed/.test(l)));
 });
 
 test('a state store that accepts the connection and never answers: the metal policy answers 503 at the deadline, and the next request reads again', async () => {

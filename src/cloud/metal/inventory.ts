@@ -13,6 +13,7 @@ import { ConfigError, NotFoundError } from '../../errors.ts';
 import { isJsonObject } from '../../json-object.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { describeIssue } from '../../parse-problems.ts';
+import { OlderCopyGuard } from '../../statestore/older-copy.ts';
 import type { Vfs } from '../../statestore/types.ts';
 import { monotonicMs, youngerThan } from '../age.ts';
 
@@ -157,8 +158,9 @@ export class InventoryStore {
   readonly #now: () => number;
   readonly #logger: Logger;
   #checkedAt = Number.NEGATIVE_INFINITY;
-  #state: { version: string | undefined; inventory: MetalInventory | Error } | undefined;
+  #state: { version: string | undefined; modifiedMs?: number; inventory: MetalInventory | Error } | undefined;
   #inFlight: Promise<void> | undefined;
+  readonly #olderCopies: OlderCopyGuard;
 
   constructor(options: InventoryStoreOptions) {
     this.#vfs = options.vfs;
@@ -166,6 +168,7 @@ export class InventoryStore {
     this.#pollIntervalMs = options.pollIntervalMs ?? 5_000;
     this.#now = options.now ?? monotonicMs;
     this.#logger = options.logger ?? silentLogger;
+    this.#olderCopies = new OlderCopyGuard(this.#vfs.url, this.#now, this.#logger);
   }
 
   /** The URL of the inventory, for messages. */
@@ -196,9 +199,24 @@ export class InventoryStore {
     if (this.#state && version !== undefined && version === this.#state.version) return;
     let inventory: MetalInventory | Error;
     let readVersion = version;
+    let modifiedMs: number | undefined;
     try {
       const object = await this.#vfs.read(this.#path);
+      // A lagging replica's older copy would bring back a host an edit removed: the newer inventory
+      // stays in use, and the store is asked again at the next poll.
+      if (this.#state?.inventory instanceof MetalInventory) {
+        try {
+          this.#olderCopies.check(this.#path, this.#state, object);
+        } catch (err) {
+          this.#logger.warn(
+            { source: this.source, err: (err as Error).message },
+            'keeping the newer metal inventory',
+          );
+          return;
+        }
+      }
       readVersion = object.version;
+      modifiedMs = object.modifiedMs;
       inventory = parseInventory(object.data.toString('utf8'), this.source);
       this.#logger.info({ source: this.source, hosts: inventory.hosts.length }, 'loaded the metal inventory');
     } catch (err) {
@@ -214,6 +232,6 @@ export class InventoryStore {
         'the metal inventory is unusable',
       );
     }
-    this.#state = { version: readVersion, inventory };
+    this.#state = { version: readVersion, ...(modifiedMs !== undefined ? { modifiedMs } : {}), inventory };
   }
 }
