@@ -43,7 +43,12 @@ export interface HetznerServer {
   public_net?: { ipv4?: { ip: string } | null; ipv6?: { ip: string } | null };
   private_net?: Array<{ network: number; ip: string; alias_ips?: string[] }>;
   labels?: Record<string, string>;
-  datacenter?: { name: string; location?: { name: string } };
+  /**
+   * Where the server runs (`fsn1`, `nbg1`, ...). The API dropped `datacenter` (and the
+   * `datacenter.location` this was read from) on 2026-07-01; `location` replaced it (hcloud-go
+   * hcloud/schema/server.go, https://docs.hetzner.cloud/changelog#2026-07-01-removing-datacenters).
+   */
+  location?: { name: string };
 }
 
 interface ServersPage {
@@ -96,7 +101,7 @@ export function hetznerCloudServer(server: HetznerServer): CloudServer {
     instanceGroup: server.labels?.[hetznerGroupLabel],
     privateIps: (server.private_net ?? []).flatMap((net) => (net.ip ? [net.ip] : [])),
     publicIps: publicIp ? [publicIp] : [],
-    zone: server.datacenter?.location?.name,
+    zone: server.location?.name,
   });
 }
 

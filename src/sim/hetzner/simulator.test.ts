@@ -53,6 +53,9 @@ test('one server by id, Hetzner’s error envelope, and the token', async () => 
   assert.equal(found.body.server.name, 'x');
   assert.equal(found.body.server.public_net?.ipv4?.ip, '203.0.113.1');
   assert.equal(found.body.server.private_net?.[0]?.ip, server.privateIps[0]);
+  // As the API since 2026-07-01 (hcloud-go hcloud/schema/server.go): `location`, no `datacenter`.
+  assert.equal(found.body.server.location?.name, 'fsn1');
+  assert.ok(!('datacenter' in found.body.server));
   const missing = await get('/servers/1');
   assert.equal(missing.status, 404);
   assert.equal(missing.body.error.code, 'not_found');

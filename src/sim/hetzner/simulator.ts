@@ -79,7 +79,8 @@ function serverJson(s: SimHetznerServer): HetznerServer {
     public_net: { ipv4: s.publicIp ? { ip: s.publicIp } : null, ipv6: null },
     private_net: s.privateIps.map((ip) => ({ network: 1, ip, alias_ips: [] })),
     labels: s.labels,
-    datacenter: { name: `${s.location}-dc1`, location: { name: s.location } },
+    // Since 2026-07-01 the API names the location at the top level; `datacenter` is gone.
+    location: { name: s.location },
   };
 }
 
