@@ -268,6 +268,32 @@ describe('kops POST /bootstrap', () => {
     });
   });
 
+  test('a request for its node config alone (no certs) is answered, audited as issuing nothing, and not counted as an issuance', async () => {
+    const observed: number[] = [];
+    const decisions: string[] = [];
+    const { ca, audit, call } = setup(
+      { nodeConfig: async (group) => ({ nodeupConfig: `instanceGroupName: ${group}\n` }) },
+      [],
+      {
+        metrics: {
+          decision: (policy, verdict) => decisions.push(`${policy}:${verdict}`),
+          issued: (seconds) => observed.push(seconds),
+          queueDepth: () => undefined,
+          dependencyFailure: () => undefined,
+        },
+      },
+    );
+    const answer = await call({ ...nodeupRequest(ca), certs: {}, includeNodeConfig: true });
+    assert.equal(answer.status, 200, String(answer.body));
+    assert.deepEqual((answer.body as { Certs: unknown }).Certs, {});
+    assert.deepEqual(observed, [], 'a request that issued nothing was observed as an issuance');
+    const record = audit.at(-1);
+    assert.equal(record?.verdict, 'approve');
+    assert.equal(record?.issued, undefined);
+    assert.match(String(record?.reasons), /no certificate was asked for/);
+    assert.deepEqual(decisions, ['aws:approve']);
+  });
+
   test("a dependency that fails — a policy's, the Node read, the state store — is a 503 with Retry-After, never a 403 or 500", async () => {
     const failing: BootstrapPolicy = {
       name: 'aws',

@@ -234,6 +234,16 @@ export async function kopsBootstrap(
   }
   const wanted = checkCertificates(body, options, context);
   if (isAnswer(wanted)) return wanted;
+  if (wanted.length === 0) {
+    // kops answers a request for its node config alone; nothing is issued, so nothing is timed.
+    trail.audit({
+      decidedBy,
+      verdict: 'approve',
+      reasons: [`approved by ${decidedBy}; no certificate was asked for`],
+      ...factsAudit,
+    });
+    return certificatesAnswer(wanted, {}, nodeConfig);
+  }
   let issued: Partial<Record<ProfileName, IssuedCertificate>>;
   try {
     issued = await issueBySigner(wanted, facts, issueOptionsOf(context, renewal.maxLifetimeMs));
