@@ -241,7 +241,7 @@ test('each replay that reaches STS is counted once, by how STS answered', async 
   answer(503, '<ErrorResponse><Error><Code>ServiceUnavailable</Code></Error></ErrorResponse>');
   await assert.rejects(sts.call(replay), UnavailableError);
   answer(200, '<Other/>');
-  await assert.rejects(sts.call(replay), UnauthenticatedError);
+  await assert.rejects(sts.call(replay), UnavailableError);
   handler = () => undefined;
   await assert.rejects(sts.call(replay), TimeoutError);
   // A replay Node refuses to send never reaches STS; a dead pooled connection's attempt is not STS's.
@@ -263,5 +263,25 @@ test('each replay that reaches STS is counted once, by how STS answered', async 
 test('parseCallerIdentity decodes entities and refuses other documents', () => {
   const caller = parseCallerIdentity(identityXml.replace('AROA:', 'AROA&amp;'));
   assert.equal(caller.userId, 'AROA&i-0123456789abcdef0');
-  assert.throws(() => parseCallerIdentity('<Other/>'), UnauthenticatedError);
+  assert.throws(() => parseCallerIdentity('<Other/>'), UnavailableError);
+});
+
+test('a 200 STS answer that is no GetCallerIdentityResponse is a fault to retry, not a verdict on the proof', async () => {
+  // STS answers a signature it refuses with a 4xx ErrorResponse (the awsQuery error shape,
+  // client-sts SignatureDoesNotMatch / InvalidClientTokenId): only that is about the node. A 200
+  // whose body is not the documented GetCallerIdentityResponse (Arn, UserId, Account in
+  // GetCallerIdentityResult) comes from STS or a proxy failing: a malformed answer, never a denial.
+  const sts = client();
+  for (const body of [
+    '<html><body>proxy login</body></html>',
+    '<GetCallerIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><ResponseMetadata><RequestId>r</RequestId></ResponseMetadata></GetCallerIdentityResponse>',
+    '',
+  ]) {
+    answer(200, body);
+    await assert.rejects(sts.call(replay), (err: unknown) => {
+      assert.ok(err instanceof UnavailableError, String(err));
+      assert.equal(err.details?.['reason'], 'malformed-answer');
+      return true;
+    });
+  }
 });

@@ -53,12 +53,19 @@ function xmlText(xml: string, tag: string): string | undefined {
     .replace(/&amp;/g, '&');
 }
 
-/** Parses a GetCallerIdentityResponse document; throws UnauthenticatedError when it is not one. */
+/**
+ * Parses a GetCallerIdentityResponse document. A 200 that is not one (a proxy's page, a cut-off body)
+ * is STS (or the way to it) failing, not a verdict on the proof: UnavailableError, `malformed-answer`.
+ */
 export function parseCallerIdentity(xml: string): StsCaller {
   const result = /<GetCallerIdentityResult>([\s\S]*)<\/GetCallerIdentityResult>/.exec(xml)?.[1];
   const account = result && xmlText(result, 'Account');
   const arn = result && xmlText(result, 'Arn');
-  if (!account || !arn) throw new UnauthenticatedError('STS answered without a GetCallerIdentityResult');
+  if (!account || !arn) {
+    throw new UnavailableError('STS answered 200 without a GetCallerIdentityResult (Account and Arn)', {
+      details: { reason: 'malformed-answer' },
+    });
+  }
   return { account, arn, userId: (result && xmlText(result, 'UserId')) ?? '' };
 }
 

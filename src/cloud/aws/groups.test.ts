@@ -636,3 +636,45 @@ describe('what groups and members launch from, read through the SDK as kops read
     assert.match(record.err, /UnauthorizedOperation.*grant ec2:DescribeLaunchTemplates/);
   });
 });
+
+describe('a group being deleted (AutoScalingGroup.Status)', () => {
+  it('is left out, as kops leaves it out: AWS lists it with Status "Delete in progress" until it is gone', async () => {
+    // client-auto-scaling models AutoScalingGroup.Status: "The current state of the Auto Scaling group
+    // when the DeleteAutoScalingGroup operation is in progress"; kops skips every group that has one
+    // (upup/pkg/fi/cloudup/awsup/aws_cloud.go FindAutoscalingGroups: `if asg.Status != nil`).
+    const sim = await startAwsSimulator({ throttling: false });
+    const clients = await createAwsClients({
+      region: sim.region,
+      endpoint: sim.endpoint,
+      credentials: sim.credentials,
+    });
+    try {
+      sim.ec2.addInstances(clusterInstances({ cluster, instanceGroup: 'nodes', count: 2 }));
+      sim.autoscaling.addAutoScalingGroup({
+        name: `nodes.${cluster}`,
+        cluster,
+        instanceGroup: 'nodes',
+        members: [simInstanceId(1)],
+      });
+      sim.autoscaling.addAutoScalingGroup({
+        name: `old-nodes.${cluster}`,
+        cluster,
+        instanceGroup: 'old-nodes',
+        desiredCapacity: 3,
+        members: [simInstanceId(2)],
+        status: 'Delete in progress',
+      });
+      const groups = await new AwsCloudGroups({ autoscaling: clients.autoscaling, ec2: clients.ec2 }).list(
+        cluster,
+      );
+      assert.deepEqual(
+        groups.map((g) => g.cloudName),
+        [`nodes.${cluster}`],
+      );
+      assert.equal(sim.calls.count('DescribeWarmPool'), 1, 'no warm pool read for the group being deleted');
+    } finally {
+      clients.destroy();
+      await sim.close();
+    }
+  });
+});

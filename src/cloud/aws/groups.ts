@@ -198,6 +198,15 @@ export class AwsCloudGroups implements CloudGroups {
             );
             continue;
           }
+          // AWS lists a group with Status `Delete in progress` until DeleteAutoScalingGroup is done;
+          // kops leaves such a group out (awsup FindAutoscalingGroups), and so does this listing.
+          if (group.Status) {
+            this.#logger.debug(
+              { asg: group.AutoScalingGroupName, status: group.Status },
+              'skipping an Auto Scaling group being deleted',
+            );
+            continue;
+          }
           found.push({
             group: {
               instanceGroup,

@@ -95,6 +95,8 @@ function renderGroup(world: AwsWorld, g: SimAutoScalingGroup): string {
     list('Instances', 'member', g.members, (m) => renderInstance(world, m)) +
     el('CreatedTime', g.createdTime.toISOString()) +
     '<SuspendedProcesses/>' +
+    // Only while DeleteAutoScalingGroup runs (client-auto-scaling AutoScalingGroup.Status).
+    el('Status', g.status) +
     '<EnabledMetrics/>' +
     list(
       'Tags',

@@ -118,6 +118,8 @@ export interface SimAutoScalingGroup {
   /** What it launches new instances from. */
   launch?: SimGroupLaunch;
   createdTime: Date;
+  /** Set while `DeleteAutoScalingGroup` runs: AWS lists the group with `Status` `Delete in progress`. */
+  status?: string;
 }
 
 /** A warm pool: pre-initialised instances outside the group's InService members. */
@@ -150,6 +152,8 @@ export interface SimAutoScalingGroupInput {
     minSize?: number;
     instances?: (string | (Partial<SimAsgMember> & { instanceId: string }))[];
   };
+  /** `Delete in progress` for a group being deleted (absent otherwise, as AWS omits it). */
+  status?: string;
 }
 
 /** The identity STS reports for a credential. */
@@ -409,6 +413,7 @@ export class AwsWorld {
       ...(warmPool && { warmPool }),
       ...(input.launch && { launch: input.launch }),
       createdTime: new Date('2026-01-01T00:00:00Z'),
+      ...(input.status !== undefined && { status: input.status }),
     };
     this.#groups.set(group.name, group);
     return group;
