@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { createHash, sign } from 'node:crypto';
+import { constants, createHash, createPublicKey, sign } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { GceIdentityTokenVerifier, JwksKeyStore } from '../../cloud/gce/identity-token.ts';
 import { GceNodeIdentifier } from '../../cloud/gce/node-identifier.ts';
@@ -108,6 +108,40 @@ test('gce approves a kops TPM proof bound to the body', async () => {
   assert.ok(decision.verdict === 'approve', JSON.stringify(decision));
   assert.equal(decision.facts.instanceGroup, 'nodes-a');
   assert.equal(decision.facts.evidence['proof'], 'tpm');
+});
+
+test('gce approves a TPM proof as a Shielded VM makes it: the RSA attestation key the API publishes, PKCS#1 v1.5 over SHA-256', async () => {
+  // instances.getShieldedInstanceIdentity publishes the vTPM's RSA attestation key as a PEM SPKI
+  // `signingKey.ekPub`; kops signs with it (go-tpm-tools GceAttestationKeyRSA, kops
+  // upup/pkg/fi/cloudup/gce/tpm/gcetpmsigner/tpmauthenticator.go) and verifies with
+  // rsa.VerifyPKCS1v15 over SHA-256, refusing any other key type (gcetpmverifier/tpmverifier.go).
+  const identity = await simulatorCompute(sim).getShieldedInstanceIdentity(zone, node);
+  const published = createPublicKey(identity.signingKey?.ekPub ?? '');
+  assert.equal(published.asymmetricKeyType, 'rsa');
+  assert.equal(published.asymmetricKeyDetails?.modulusLength, 2048);
+  const body = '{"tpm":"rsa"}';
+  const data = Buffer.from(
+    JSON.stringify({
+      gcpProjectID: project,
+      zone,
+      instance: node,
+      requestHash: createHash('sha256').update(body).digest('base64'),
+      timestamp: Math.floor(Date.now() / 1000),
+      audience: kopsGceTpmAudience,
+    }),
+  );
+  const signature = sign('sha256', data, {
+    key: sim.world.shieldedKeys(project, zone, node).signing,
+    padding: constants.RSA_PKCS1_PADDING,
+  });
+  const token = Buffer.from(
+    JSON.stringify({ data: data.toString('base64'), signature: signature.toString('base64') }),
+  ).toString('base64');
+  const decision = await policy().evaluate(
+    testRequest({ body: Buffer.from(body), proof: { kind: 'gce-tpm', token } }),
+    now,
+  );
+  assert.ok(decision.verdict === 'approve', JSON.stringify(decision));
 });
 
 test('gce abstains without a GCE proof', async () => {

@@ -75,7 +75,18 @@ export class GceCloudGroups implements CloudGroups {
 
   /** The MIGs whose template names `clusterName` and an instance group, sorted by group then MIG name. */
   async list(clusterName: string): Promise<CloudGroup[]> {
-    const migs = await this.#compute.aggregatedListInstanceGroupManagers();
+    // The aggregated list holds regional MIGs too (scope `regions/<r>`, `region` and no `zone`). kops
+    // creates and lists zonal MIGs only (one per instance group and zone), and a regional one has no
+    // zonal member listing: it is left out, as kops leaves it out, instead of failing the listing.
+    const all = await this.#compute.aggregatedListInstanceGroupManagers();
+    const migs = all.filter((mig): mig is GceInstanceGroupManager & { zone: string } => {
+      if (mig.zone) return true;
+      this.#logger.debug(
+        { mig: mig.name, region: mig.region },
+        'skipping a regional MIG: kops creates zonal ones',
+      );
+      return false;
+    });
     const templateOf = new Map<string, string>();
     for (const mig of migs) {
       const ref = parseTemplateUrl(mig.instanceTemplate ?? mig.versions?.[0]?.instanceTemplate ?? '');
@@ -101,7 +112,7 @@ export class GceCloudGroups implements CloudGroups {
     });
 
     const groups = await mapConcurrent(ours, this.#concurrency, async ({ mig, instanceGroup }) => {
-      const zone = lastComponent(mig.zone ?? '');
+      const zone = lastComponent(mig.zone);
       const members = await this.#compute.listManagedInstances(zone, mig.name);
       const template = currentTemplate(mig);
       return {

@@ -22,12 +22,12 @@ after(async () => {
   for (const close of closers) await close();
 });
 
-async function computeAgainst(script: (r: ScriptedRequest) => ScriptedAnswer) {
+async function computeAgainst(script: (r: ScriptedRequest) => ScriptedAnswer, project = 'p') {
   const api = await startScriptedApi(script);
   closers.push(() => api.close());
   const auth = new OAuth2Client();
   auth.setCredentials({ access_token: 'token', expiry_date: Date.now() + 3_600_000 });
-  return { api, compute: new ComputeClient({ project: 'p', auth, endpoint: api.url, retries: 0 }) };
+  return { api, compute: new ComputeClient({ project, auth, endpoint: api.url, retries: 0 }) };
 }
 
 function instance(name: string, zone = 'us-east4-a') {
@@ -116,4 +116,130 @@ test('compute: an instance group name kops never writes is refused with a reason
   assert.equal((result.error as KopsError).kind, 'forbidden');
   assert.equal((result.error as KopsError).reasonCode, 'invalid-instance-group');
   assert.deepEqual(await new GceCloudGroups({ compute: simulatorCompute(sim) }).list(cluster), []);
+});
+
+/**
+ * An aggregatedList page as Compute Engine answers it (compute v1 discovery, InstanceAggregatedList /
+ * InstanceGroupManagerAggregatedList: `items` keyed by scope, each scope either the resource list or
+ * a `warning` `{code: "NO_RESULTS_ON_PAGE", message, data: [{key: "scope", value}]}` replacing it).
+ * instanceGroupManagers.aggregatedList lists regional MIGs too, under `regions/<region>` with `region`
+ * and no `zone` (gcloud's `instance-groups managed list` lists zones and regions with it alone:
+ * googlecloudsdk surface/compute/instance_groups/managed/list.py, aggregation_service=instanceGroupManagers).
+ */
+function emptyScope(scope: string) {
+  return {
+    warning: {
+      code: 'NO_RESULTS_ON_PAGE',
+      message: `There are no results for scope '${scope}' on this page.`,
+      data: [{ key: 'scope', value: scope }],
+    },
+  };
+}
+
+test('compute: real-shaped aggregated lists: scopes with a warning instead of a list are empty, not malformed', async () => {
+  const { compute } = await computeAgainst((r) => ({
+    body: {
+      kind: 'compute#instanceAggregatedList',
+      id: 'projects/p/aggregated/instances',
+      items: {
+        'zones/us-east4-a': { instances: [instance('a')] },
+        'zones/us-east4-b': emptyScope('zones/us-east4-b'),
+        'zones/us-east4-c': { instances: [instance('c', 'us-east4-c')] },
+      },
+      selfLink: `https://www.googleapis.com/compute/v1${r.path}`,
+    },
+  }));
+  assert.deepEqual(
+    (await compute.aggregatedListInstances()).map((i) => i.name),
+    ['a', 'c'],
+  );
+});
+
+test('cloud groups: a regional MIG in the aggregated MIG list (regions/<r>, no zone) is left out, as kops, and does not fail the listing', async () => {
+  const base = 'https://www.googleapis.com/compute/v1/projects/kops-prod';
+  const template = `${base}/global/instanceTemplates/nodes-tpl`;
+  const zonal = {
+    kind: 'compute#instanceGroupManager',
+    id: '11',
+    name: 'a-nodes-us-east4-a',
+    zone: `${base}/zones/us-east4-a`,
+    instanceTemplate: template,
+    versions: [{ instanceTemplate: template }],
+    targetSize: 1,
+    selfLink: `${base}/zones/us-east4-a/instanceGroupManagers/a-nodes-us-east4-a`,
+  };
+  // Made by hand from the same kops template; kops creates and lists zonal MIGs only.
+  const regional = {
+    kind: 'compute#instanceGroupManager',
+    id: '12',
+    name: 'nodes-regional',
+    region: `${base}/regions/us-east4`,
+    distributionPolicy: { zones: [{ zone: `${base}/zones/us-east4-a` }] },
+    instanceTemplate: template,
+    versions: [{ instanceTemplate: template }],
+    targetSize: 2,
+    selfLink: `${base}/regions/us-east4/instanceGroupManagers/nodes-regional`,
+  };
+  const paths: string[] = [];
+  const { compute } = await computeAgainst((r) => {
+    paths.push(`${r.method} ${r.path}`);
+    if (r.path === '/projects/kops-prod/aggregated/instanceGroupManagers') {
+      return {
+        body: {
+          kind: 'compute#instanceGroupManagerAggregatedList',
+          items: {
+            'regions/us-east4': { instanceGroupManagers: [regional] },
+            'zones/us-east4-a': { instanceGroupManagers: [zonal] },
+            'zones/us-east4-b': emptyScope('zones/us-east4-b'),
+          },
+        },
+      };
+    }
+    if (r.path === '/projects/kops-prod/global/instanceTemplates/nodes-tpl') {
+      return {
+        body: {
+          kind: 'compute#instanceTemplate',
+          id: '21',
+          name: 'nodes-tpl',
+          properties: {
+            metadata: {
+              items: [
+                { key: 'cluster-name', value: 'prod.example.com' },
+                { key: 'kops-k8s-io-instance-group-name', value: 'nodes' },
+              ],
+            },
+          },
+        },
+      };
+    }
+    if (
+      r.path ===
+      '/projects/kops-prod/zones/us-east4-a/instanceGroupManagers/a-nodes-us-east4-a/listManagedInstances'
+    ) {
+      return {
+        body: {
+          managedInstances: [
+            {
+              instance: `${base}/zones/us-east4-a/instances/a-nodes-us-east4-a-x1`,
+              id: '31',
+              instanceStatus: 'RUNNING',
+              currentAction: 'NONE',
+              version: { instanceTemplate: template },
+            },
+          ],
+        },
+      };
+    }
+    const message = `The resource '${r.path}' was not found`;
+    return {
+      status: 404,
+      body: { error: { code: 404, message, errors: [{ message, domain: 'global', reason: 'notFound' }] } },
+    };
+  }, 'kops-prod');
+  const groups = await new GceCloudGroups({ compute }).list('prod.example.com');
+  assert.deepEqual(
+    groups.map((g) => [g.instanceGroup, g.cloudName, g.targetSize, g.members.map((m) => m.providerID)]),
+    [['nodes', 'a-nodes-us-east4-a', 1, ['gce://kops-prod/us-east4-a/a-nodes-us-east4-a-x1']]],
+  );
+  assert.ok(!paths.some((p) => p.includes('nodes-regional')), paths.join('\n'));
 });

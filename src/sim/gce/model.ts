@@ -348,15 +348,19 @@ export class GceWorld {
     return found;
   }
 
-  /** The Shielded VM keys of an instance (created on first use); tests sign TPM-style proofs with them. */
+  /**
+   * The Shielded VM keys of an instance (created on first use); tests sign TPM-style proofs with them.
+   * RSA-2048, as a vTPM's: `getShieldedInstanceIdentity` publishes the RSA attestation key kops signs
+   * with (go-tpm-tools GceAttestationKeyRSA) and kops' verifier refuses any other key type.
+   */
   shieldedKeys(project: string, zone: string, name: string): { signing: KeyObject; encryption: KeyObject } {
     const instance = this.instance(project, zone, name);
     const k = key(project, zone, name, instance.id);
     let keys = this.#shieldedKeys.get(k);
     if (!keys) {
       keys = {
-        signing: generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey,
-        encryption: generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey,
+        signing: generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey,
+        encryption: generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey,
       };
       this.#shieldedKeys.set(k, keys);
     }
