@@ -155,6 +155,39 @@ test('compute: real-shaped aggregated lists: scopes with a warning instead of a 
   );
 });
 
+test('compute: an aggregated list that says a scope was unreachable (unreachables, or a scope warning UNREACHABLE) is a fault, never a listing without that zone', async () => {
+  // compute v1 discovery: aggregated lists carry `unreachables` (with returnPartialSuccess) and the
+  // warning code UNREACHABLE ("A given scope cannot be reached"). The controller never asks for partial
+  // success, but an instance missing from a partial listing would read as not ours: a denial.
+  for (const body of [
+    {
+      kind: 'compute#instanceAggregatedList',
+      items: { 'zones/us-east4-a': { instances: [instance('a')] } },
+      unreachables: ['zones/us-east4-b'],
+    },
+    {
+      kind: 'compute#instanceAggregatedList',
+      items: {
+        'zones/us-east4-a': { instances: [instance('a')] },
+        'zones/us-east4-b': {
+          warning: {
+            code: 'UNREACHABLE',
+            message: 'Scope zones/us-east4-b cannot be reached.',
+            data: [{ key: 'scope', value: 'zones/us-east4-b' }],
+          },
+        },
+      },
+    },
+  ]) {
+    const { compute } = await computeAgainst(() => ({ body }));
+    await assert.rejects(compute.aggregatedListInstances(), (err: KopsError) => {
+      assert.equal(err.kind, 'unavailable');
+      assert.match(err.message, /us-east4-b/);
+      return true;
+    });
+  }
+});
+
 test('cloud groups: a regional MIG in the aggregated MIG list (regions/<r>, no zone) is left out, as kops, and does not fail the listing', async () => {
   const base = 'https://www.googleapis.com/compute/v1/projects/kops-prod';
   const template = `${base}/global/instanceTemplates/nodes-tpl`;

@@ -431,10 +431,29 @@ function filterParam(filter: string | undefined): Record<string, string> {
   return filter ? { filter } : {};
 }
 
-/** Flattens an aggregatedList page: `{ items: { "zones/x": { <field>: [...] } } }`. */
+/**
+ * Flattens an aggregatedList page: `{ items: { "zones/x": { <field>: [...] } } }`. A page that says a
+ * scope could not be reached (`unreachables`, or a scope's warning `UNREACHABLE`) is partial: its
+ * instances would read as not ours, so it is an UnavailableError, never a listing without them.
+ */
 function scoped<T>(page: Record<string, unknown>, field: string): T[] {
-  const items = (page['items'] ?? {}) as Record<string, Record<string, T[] | undefined>>;
-  return Object.values(items).flatMap((scope) => scope[field] ?? []);
+  const items = (page['items'] ?? {}) as Record<string, Record<string, unknown> | undefined>;
+  const unreachable = [
+    ...(Array.isArray(page['unreachables']) ? page['unreachables'].map(String) : []),
+    ...Object.entries(items)
+      .filter(([, scope]) => (scope?.['warning'] as { code?: unknown } | undefined)?.code === 'UNREACHABLE')
+      .map(([name]) => name),
+  ];
+  if (unreachable.length > 0) {
+    throw new UnavailableError(
+      `the compute API could not reach ${unreachable
+        .slice(0, 5)
+        .map((scope) => scope.slice(0, 80))
+        .join(', ')}: the aggregated list is partial`,
+      { details: { reason: 'partial-listing' } },
+    );
+  }
+  return Object.values(items).flatMap((scope) => (scope?.[field] as T[] | undefined) ?? []);
 }
 
 /** Google's JSON error envelope, as far as it is read here. */
