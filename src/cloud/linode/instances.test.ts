@@ -110,6 +110,25 @@ test('a crowd is identified with pages of 500 filtered on the cluster tag', asyn
   }
 });
 
+test('a cluster with no tagged instance lists empty from the real answer (page 0 of 0 pages)', async () => {
+  // A filter that matches nothing is answered `page: 0, pages: 0, results: 0`
+  // (linode/linode_api4-python pull #192); the simulator answers so.
+  const local = await startLinodeSimulator();
+  const p = createLinodeProvider({
+    clusterName: 'empty.example.com',
+    origin: local.origin,
+    token: local.token,
+  });
+  try {
+    local.addGroup('other.example.com', 'nodes', 3);
+    assert.deepEqual(await p.cloudGroups.list('empty.example.com'), []);
+    assert.equal(local.count('linode.instances.list'), 1);
+  } finally {
+    p.close();
+    await local.close();
+  }
+});
+
 test('the API failing, throttling or refusing the token is not a verdict on the instance', async () => {
   const [instance] = sim.addGroup(cluster, 'nodes', 1);
   const id = `linode://${instance?.id}`;

@@ -32,6 +32,15 @@ test('instances are listed with X-Filter on a tag and page/page_size (25 to 500)
   assert.equal((await get('/v4beta/linode/instances', { 'x-filter': '{' })).status, 400);
 });
 
+test('a filter that matches nothing answers page 0 of 0 pages, as the real API does', async () => {
+  // linode/linode_api4-python pull #192: "If a filter is given to a collection that resulted in no
+  // matches, the resulting API response would include "pages": 0, "page": 0, and "results": 0".
+  const none = { 'x-filter': JSON.stringify({ tags: 'kops.k8s.io/cluster:none.example.com' }) };
+  const empty = await get('/v4beta/linode/instances?page=1&page_size=500', none);
+  assert.equal(empty.status, 200);
+  assert.deepEqual(empty.body, { data: [], page: 0, pages: 0, results: 0 });
+});
+
 test('collections have their own limit of 200 a minute, answered 429 with Retry-After', async () => {
   const limitHeaders = (await get('/v4beta/linode/instances')).headers;
   assert.equal(limitHeaders.get('x-ratelimit-limit'), '200');

@@ -134,9 +134,17 @@ function listInstances(
   }
   const all = [...instances.values()].filter(matches).sort((a, b) => a.id - b.id);
   const { items, lastPage } = pageOf(all, page, pageSize);
-  // Linode answers a filter that matches nothing with `pages: 0` (linode_api4-python #192).
-  const pages = all.length === 0 ? 0 : lastPage;
-  return { status: 200, body: { data: items.map(linodeJson), page, pages, results: all.length } };
+  // Linode answers a filter that matches nothing with `page: 0`, `pages: 0` (linode_api4-python #192).
+  const none = all.length === 0;
+  return {
+    status: 200,
+    body: {
+      data: items.map(linodeJson),
+      page: none ? 0 : page,
+      pages: none ? 0 : lastPage,
+      results: all.length,
+    },
+  };
 }
 
 /** The instances API: one by id, and the collection under its own (tighter) limit. */

@@ -15,9 +15,9 @@ const get = (path: string, key = sim.credentials.secretKey) =>
 interface IpamRecord {
   address: string;
   is_ipv6: boolean;
-  zone?: string;
-  resource: { type: string; id: string; mac_address?: string };
-  source: { zonal?: string; private_network_id?: string };
+  zone?: string | null;
+  resource: { type: string; id: string; name?: string | null; mac_address?: string | null };
+  source: { zonal?: string; private_network_id?: string; subnet_id?: string };
 }
 
 async function listIps(query: string): Promise<{ total_count: number; ips: IpamRecord[] }> {
@@ -34,10 +34,16 @@ test('the Instance and IPAM APIs answer as the real ones: pages, filters, error 
   const tooBig = await get(`/instance/v1/zones/${sim.zone}/servers?per_page=101`);
   assert.equal(tooBig.status, 400);
   assert.equal(((await tooBig.json()) as { type: string }).type, 'invalid_arguments');
-  const missing = await get(`/instance/v1/zones/${sim.zone}/servers/00000000-0000-4000-8000-000000000000`);
+  // The Instance API's standard not_found body (scaleway/terraform-provider-scaleway
+  // internal/services/ipam/testdata/ipamip-reverse-dns-basic.cassette.yaml, a GET of a deleted volume).
+  const missingId = '00000000-0000-4000-8000-000000000000';
+  const missing = await get(`/instance/v1/zones/${sim.zone}/servers/${missingId}`);
+  assert.equal(missing.status, 404);
   assert.deepEqual(await missing.json(), {
-    type: 'unknown_resource',
-    message: '"instance_server" not found',
+    type: 'not_found',
+    message: 'resource is not found',
+    resource: 'instance_server',
+    resource_id: missingId,
   });
   assert.equal((await get(`/instance/v1/zones/${sim.zone}/servers`, 'forged')).status, 401);
   const ips = await listIps('is_ipv6=false');
@@ -76,7 +82,14 @@ test("IPAM as the real one holds an Instance's addresses: routed public IPs zona
   assert.deepEqual(byServer.ips, [
     { ...byServer.ips[0], address: '51.15.0.9/32', zone: sim.zone, source: { zonal: sim.zone } },
   ]);
-  assert.deepEqual(byServer.ips[0]?.resource, { type: 'instance_server', id: server.id, name: 'both' });
+  // As the real IPAM lists a routed IP (ipamip-reverse-dns-basic.cassette.yaml, `resource_type=
+  // instance_server`): `source.zonal`, `zone`, and a resource with the server's id and no name or MAC.
+  assert.deepEqual(byServer.ips[0]?.resource, {
+    type: 'instance_server',
+    id: server.id,
+    name: null,
+    mac_address: null,
+  });
   assert.equal(view.server.public_ips[0]?.ipam_id, (byServer.ips[0] as unknown as { id: string }).id);
 
   // `zonal=<zone>` lists public zoned IPs only: none of the Private Network's.
@@ -86,19 +99,27 @@ test("IPAM as the real one holds an Instance's addresses: routed public IPs zona
     ['51.15.0.9/32'],
   );
 
-  // The Private-Network addresses are on the NIC: regional (no zone), sourced from the network.
+  // The Private-Network addresses are on the NIC: regional (`zone: null`), sourced from the
+  // network's subnet, the MAC address in capitals, as the real IPAM answers
+  // (scaleway/terraform-provider-scaleway internal/services/ipam/testdata/
+  // data-source-ipamip-instance.cassette.yaml: `"source":{"subnet_id":…}`, `"zone":null`).
   const byNic = await listIps(`resource_type=instance_private_nic&resource_ids=${nic.id}&is_ipv6=false`);
   assert.equal(byNic.total_count, 1);
   const [record] = byNic.ips;
   assert.equal(record?.address, '172.16.8.2/22');
-  assert.equal(record && 'zone' in record, false);
-  assert.deepEqual(record?.source, { private_network_id: sim.privateNetworkId });
+  assert.equal(record?.zone, null);
+  assert.deepEqual(Object.keys(record?.source ?? {}), ['subnet_id']);
+  assert.match(record?.source.subnet_id ?? '', /^[0-9a-f-]{36}$/);
+  assert.notEqual(record?.source.subnet_id, sim.privateNetworkId);
   assert.deepEqual(record?.resource, {
     type: 'instance_private_nic',
     id: nic.id,
     name: 'both',
-    mac_address: nic.macAddress,
+    mac_address: nic.macAddress.toUpperCase(),
   });
+  // IPv4 and IPv6 come from the network's two subnets.
+  const v6 = (await listIps(`resource_ids=${nic.id}&is_ipv6=true`)).ips[0];
+  assert.ok(v6?.source.subnet_id && v6.source.subnet_id !== record?.source.subnet_id);
   assert.equal((await listIps(`resource_id=${server.id}&resource_type=instance_private_nic`)).total_count, 0);
   assert.equal(
     (await listIps(`resource_ids=${nic.id}&is_ipv6=true`)).ips[0]?.address,

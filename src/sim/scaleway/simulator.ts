@@ -8,13 +8,13 @@
  *   `zonal` | `private_network_id`), addresses written as CIDR as the API does. IPAM holds what the
  *   real one holds for an Instance: a routed public IP is a zonal record (`source.zonal`, `zone`)
  *   attached to the server (`resource` `instance_server`); a Private-Network address is a regional
- *   record (`source.private_network_id`, no zone) attached to the server's Private NIC (`resource`
+ *   record (`source.subnet_id`, the network's subnet; `zone: null`) attached to the server's Private NIC (`resource`
  *   `instance_private_nic`, the NIC's id: the server's id finds it not). So `zonal=<zone>` lists
  *   public addresses only (CLI docs: `source.zonal` is "a public zoned IP"). A filter the API has
  *   that is not simulated answers 501, never silently ignored;
  * - the metadata service's `conf?format=json`, one URL per server (the real one, at 169.254.42.42,
  *   tells servers apart by source address, which loopback cannot).
- * Errors are Scaleway's JSON bodies (`unknown_resource`, `invalid_arguments`,
+ * Errors are Scaleway's JSON bodies (`not_found`, `invalid_arguments`,
  * `denied_authentication`, `too_many_requests` with its quota and `reset_seconds`), authentication
  * is the `X-Auth-Token` secret key, and faults can be injected: errors, throttling, latency, drops.
  * The key reads its own project and any project granted to it (`grantProject`), as a real key whose
@@ -68,13 +68,17 @@ interface SimNic {
   macAddress: string;
 }
 
-/** An IPAM record: public (zonal, attached to the server) or private (regional, attached to a NIC). */
+/**
+ * An IPAM record: public (zonal, attached to the server) or private (regional, attached to a NIC).
+ * A private one is answered with its network's subnet as source (`subnet_id`, one subnet for IPv4
+ * and one for IPv6, as the real IPAM does); the network is kept to filter by `private_network_id`.
+ */
 interface SimIpamIp {
   id: string;
   /** Without its prefix length. */
   address: string;
   isIpv6: boolean;
-  source: { zonal: string } | { private_network_id: string };
+  source: { zonal: string } | { private_network_id: string; subnet_id: string };
   resource: { type: 'instance_server' | 'instance_private_nic'; id: string; macAddress?: string };
 }
 
@@ -128,8 +132,14 @@ export interface ScalewaySimulatorOptions {
   zone?: string;
 }
 
-function notFound(res: ServerResponse, resource: string): void {
-  sendJson(res, 404, { type: 'unknown_resource', message: `"${resource}" not found` });
+/** The Instance API's standard 404 (`type` `not_found`, the resource and its id). */
+function notFound(res: ServerResponse, resource: string, resourceId = ''): void {
+  sendJson(res, 404, {
+    type: 'not_found',
+    message: 'resource is not found',
+    resource,
+    resource_id: resourceId,
+  });
 }
 
 function invalid(res: ServerResponse, field: string, message: string): void {
@@ -184,7 +194,12 @@ function serverView(s: SimServer) {
 /** The region of a zone (`fr-par-1` → `fr-par`). */
 const regionOf = (zone: string) => zone.replace(/-[1-9]$/, '');
 
-/** The API's form of an IPAM record; a private (regional) one has no `zone`. */
+/**
+ * The API's form of an IPAM record. A private (regional) one has `zone: null`, its network's subnet
+ * as `source` and its NIC's MAC address in capitals, as the real IPAM answers
+ * (scaleway/terraform-provider-scaleway internal/services/ipam/testdata/
+ * data-source-ipamip-instance.cassette.yaml).
+ */
 function ipamView(s: SimServer, ip: SimIpamIp) {
   const zonal = 'zonal' in ip.source;
   const length = ip.isIpv6 ? 64 : zonal ? 32 : 22;
@@ -194,20 +209,24 @@ function ipamView(s: SimServer, ip: SimIpamIp) {
     is_ipv6: ip.isIpv6,
     project_id: s.project,
     region: regionOf(s.zone),
-    ...(zonal ? { zone: s.zone } : {}),
+    zone: zonal ? s.zone : null,
+    // A routed IP's resource is the server, with no name or MAC (as the real IPAM lists it).
     resource: {
       type: ip.resource.type,
       id: ip.resource.id,
-      name: s.name,
-      ...(ip.resource.macAddress ? { mac_address: ip.resource.macAddress } : {}),
+      name: zonal ? null : s.name,
+      mac_address: ip.resource.macAddress?.toUpperCase() ?? null,
     },
     tags: [],
     reverses: [],
-    source: ip.source,
+    source: 'zonal' in ip.source ? ip.source : { subnet_id: ip.source.subnet_id },
     created_at: '2026-01-01T00:00:00Z',
     updated_at: '2026-01-01T00:00:00Z',
   };
 }
+
+/** The IPv4 and IPv6 subnets of a Private Network, by the network's id. */
+type SubnetsOf = (privateNetworkId: string) => { v4: string; v6: string };
 
 /** A server's records: its routed public IPs (zonal, on the server), then its NICs' addresses. */
 function seedIpam(
@@ -215,6 +234,7 @@ function seedIpam(
   serverId: string,
   publicIps: string[],
   nics: Array<SimNic & { ips: string[] }>,
+  subnetsOf: SubnetsOf,
 ) {
   const records: SimIpamIp[] = publicIps.map((address) => ({
     id: randomUUID(),
@@ -224,12 +244,14 @@ function seedIpam(
     resource: { type: 'instance_server', id: serverId },
   }));
   for (const nic of nics) {
+    const subnets = subnetsOf(nic.privateNetworkId);
     for (const address of nic.ips) {
+      const isIpv6 = address.includes(':');
       records.push({
         id: randomUUID(),
         address,
-        isIpv6: address.includes(':'),
-        source: { private_network_id: nic.privateNetworkId },
+        isIpv6,
+        source: { private_network_id: nic.privateNetworkId, subnet_id: isIpv6 ? subnets.v6 : subnets.v4 },
         resource: { type: 'instance_private_nic', id: nic.id, macAddress: nic.macAddress },
       });
     }
@@ -493,8 +515,11 @@ async function serveScaleway(state: ScalewayState, req: IncomingMessage, res: Se
   if (route.operation === 'ips.list') return listIps(state, url, res, route.ips?.[1] as string);
   const inZone = route.servers?.[1] as string;
   if (route.operation === 'servers.list') return listServers(state, url, res, inZone);
-  const s = state.servers.get(decodeURIComponent(route.servers?.[2] as string));
-  if (!s || s.zone !== inZone || !state.readable.has(s.project)) return notFound(res, 'instance_server');
+  const serverId = decodeURIComponent(route.servers?.[2] as string);
+  const s = state.servers.get(serverId);
+  if (!s || s.zone !== inZone || !state.readable.has(s.project)) {
+    return notFound(res, 'instance_server', serverId);
+  }
   sendJson(res, 200, { server: serverView(s) });
 }
 
@@ -512,6 +537,12 @@ export async function startScalewaySimulator(
     return known;
   };
   const privateNetworkId = networkOf(regionOf(zone));
+  const subnets = new Map<string, { v4: string; v6: string }>();
+  const subnetsOf: SubnetsOf = (network) => {
+    const known = subnets.get(network) ?? { v4: randomUUID(), v6: randomUUID() };
+    subnets.set(network, known);
+    return known;
+  };
   const state: ScalewayState = {
     servers: new Map(),
     projectId,
@@ -577,7 +608,7 @@ export async function startScalewaySimulator(
           privateNetworkId: pn,
           macAddress,
         })),
-        ipam: seedIpam(serverZone, id, publicIps, nics),
+        ipam: seedIpam(serverZone, id, publicIps, nics, subnetsOf),
       };
       servers.set(record.id, record);
       return record;
