@@ -181,6 +181,21 @@ describe('Swift: what is refused, and how it is said', () => {
     );
   });
 
+  test('Keystone answering 404 (an OS_AUTH_URL of the wrong path) is a configuration error, never a missing object', async () => {
+    // A Keystone (or the web server in front of it) asked at a path it does not serve answers 404
+    // (openstack/keystone keystone/exception.py NotFound): that is no answer about the object.
+    const vfs = open('swift://kops-state/c1', {
+      ...sim.env,
+      OS_AUTH_URL: sim.authUrl.replace('/identity/v3', '/keystone'),
+    });
+    for (const call of [() => vfs.read('config'), () => vfs.stat('config'), () => vfs.list('')]) {
+      await assert.rejects(
+        call(),
+        (err: unknown) => err instanceof ConfigError && /check OS_AUTH_URL/.test(err.message),
+      );
+    }
+  });
+
   test('a URL without a container is refused', () => {
     assert.throws(() => open('swift://'), ConfigError);
     assert.throws(() => open('swift:///c1'), /no container; use swift:\/\/CONTAINER\/PATH/);

@@ -3,6 +3,7 @@ import { after, before, beforeEach, test } from 'node:test';
 import { openstackAuthFromEnv } from '../../cloud/openstack/auth.ts';
 import { KeystoneSession } from '../../cloud/openstack/keystone.ts';
 import { NovaClient } from '../../cloud/openstack/nova.ts';
+import { sendJson } from '../../sim/cloud-sim.ts';
 import { type OpenStackSimulator, startOpenStackSimulator } from '../../sim/openstack/simulator.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import { dependencyOf, isDependencyFault } from '../dependency.ts';
@@ -181,4 +182,54 @@ test("the controller's own credentials being refused is a fault, not a verdict o
     openstackPolicy({ clusterName: cluster, nova }).evaluate(request(node), contextAt()),
     (err: unknown) => isDependencyFault(err),
   );
+});
+
+test('a Nova record Nova never sends (a metadata value that is no string) is a fault (503), never a denial', async () => {
+  // Nova's metadata values are always strings (openstack/nova nova/api/validation/parameter_types.py
+  // `metadata`; gophercloud's Server.Metadata is map[string]string, so kops' verifier fails on any other).
+  const record = sim.addServer({
+    name: 'typed',
+    fixed: ['10.0.0.16'],
+    metadata: metadata(),
+  });
+  for (const metadataValue of [
+    { ...record.metadata, KopsInstanceGroup: 5 },
+    { ...record.metadata, KubernetesCluster: null },
+  ]) {
+    sim.answerWith('servers.get', (_req, res) =>
+      sendJson(res, 200, { server: { ...record, metadata: metadataValue } }),
+    );
+    try {
+      await assert.rejects(decide(record.id, '10.0.0.16'), (err: unknown) => {
+        assert.ok(isDependencyFault(err), String(err));
+        assert.equal(dependencyOf(err), 'policy:openstack');
+        return true;
+      });
+    } finally {
+      sim.answerWith('servers.get', undefined);
+    }
+  }
+});
+
+test('Keystone refusing the login request itself (404 at a wrong OS_AUTH_URL, 400) is a fault, never a verdict', async () => {
+  // A Keystone URL of the wrong path is answered 404 (Keystone's {"error": {"code": 404, "title":
+  // "Not Found"}}, or the web server's page in front of it) and a body it cannot validate 400
+  // (openstack/keystone keystone/exception.py NotFound, ValidationError): the controller's
+  // configuration is wrong, which says nothing about the node.
+  const wrongPath = openstackAuthFromEnv({
+    ...sim.env,
+    OS_AUTH_URL: sim.authUrl.replace('/identity/v3', '/keystone'),
+  });
+  for (const auth of [wrongPath, sim.passwordAuth]) {
+    sim.resetFaults();
+    if (auth === sim.passwordAuth) sim.failNext(1, 400, 'tokens.create');
+    const nova = new NovaClient({ session: new KeystoneSession({ auth }), retries: 0 });
+    await assert.rejects(
+      openstackPolicy({ clusterName: cluster, nova }).evaluate(request(node), contextAt()),
+      (err: unknown) => {
+        assert.ok(isDependencyFault(err), String(err));
+        return true;
+      },
+    );
+  }
 });

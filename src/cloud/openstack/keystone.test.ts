@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { after, before, beforeEach, test } from 'node:test';
-import { ConfigError, UnauthenticatedError, UnavailableError } from '../../errors.ts';
+import { ConfigError, KopsError, UnauthenticatedError, UnavailableError } from '../../errors.ts';
+import { listenOnLoopback } from '../../net/loopback.ts';
 import { type OpenStackSimulator, startOpenStackSimulator } from '../../sim/openstack/simulator.ts';
 import { openstackAuthFromEnv } from './auth.ts';
 import { type CatalogEntry, endpointOf, KeystoneSession } from './keystone.ts';
@@ -120,5 +122,125 @@ test('Keystone down is unavailable, naming Keystone', async () => {
     (err: unknown) =>
       err instanceof UnavailableError &&
       err.message.startsWith(`Keystone (${sim.authUrl}) is unavailable: tokens.create: HTTP 503`),
+  );
+});
+
+/** A Keystone on loopback that answers every `POST /v3/auth/tokens` with `answer`. */
+async function keystoneAnswering(answer: (req: IncomingMessage, res: ServerResponse) => void) {
+  const listener = await listenOnLoopback(createServer(answer));
+  const auth = {
+    authUrl: `${listener.url}/identity/v3`,
+    region: 'RegionOne',
+    endpointInterface: 'public',
+    credentials: { method: 'application-credential', id: 'cred-1', secret: 's' },
+  } as const;
+  return { session: new KeystoneSession({ auth }), close: () => listener.close() };
+}
+
+/**
+ * A project-scoped token as Keystone answers it, with our own values: the fields and nesting of
+ * openstack/keystone api-ref/source/v3/samples/admin/auth-application-credential-response.json
+ * (expires_at with microseconds; endpoints with interface, region, region_id, url and id) and a
+ * compute URL with the project in its path, as auth-password-user-name-unscoped-response-HTTP.txt.
+ */
+const realShapedToken = {
+  token: {
+    application_credential: { id: 'cred-1', name: 'kops', restricted: true },
+    audit_ids: ['aaaaaaaaaaaaaaaaaaaaaa'],
+    catalog: [
+      {
+        endpoints: [
+          {
+            region_id: 'RegionOne',
+            url: 'https://nova.example:8774/v2.1/p1',
+            region: 'RegionOne',
+            interface: 'admin',
+            id: 'e1',
+          },
+          {
+            region_id: 'RegionOne',
+            url: 'https://nova.example:8774/v2.1/p1',
+            region: 'RegionOne',
+            interface: 'public',
+            id: 'e2',
+          },
+        ],
+        type: 'compute',
+        id: 's1',
+        name: 'nova',
+      },
+    ],
+    expires_at: '2030-01-15T22:14:05.123456Z',
+    is_domain: false,
+    issued_at: '2030-01-15T21:14:05.123456Z',
+    methods: ['application_credential'],
+    project: { domain: { id: 'default', name: 'Default' }, id: 'p1', name: 'kops' },
+    roles: [{ id: 'r1', name: 'reader' }],
+    user: { password_expires_at: null, domain: { id: 'default', name: 'Default' }, id: 'u1', name: 'kops' },
+  },
+};
+
+test('a real-shaped Keystone token (201, X-Subject-Token, expires_at with microseconds) is read', async () => {
+  const keystone = await keystoneAnswering((req, res) => {
+    assert.equal(req.url, '/identity/v3/auth/tokens');
+    res.writeHead(201, { 'content-type': 'application/json', 'x-subject-token': 'gAAAAAtoken' });
+    res.end(JSON.stringify(realShapedToken));
+  });
+  try {
+    const token = await keystone.session.token();
+    assert.equal(token.token, 'gAAAAAtoken');
+    assert.equal(token.projectId, 'p1');
+    assert.equal(token.expiresAt, Date.UTC(2030, 0, 15, 22, 14, 5, 123));
+    assert.equal(token.endpointOf('compute'), 'https://nova.example:8774/v2.1/p1');
+  } finally {
+    await keystone.close();
+  }
+});
+
+test('a Keystone token answer that cannot be read is a malformed answer (a fault)', async () => {
+  const answers: Array<{ headers: Record<string, string>; body: string }> = [
+    { headers: {}, body: JSON.stringify(realShapedToken) },
+    { headers: { 'x-subject-token': 't' }, body: '<html>' },
+    {
+      headers: { 'x-subject-token': 't' },
+      body: JSON.stringify({ token: { ...realShapedToken.token, expires_at: 'soon' } }),
+    },
+  ];
+  for (const { headers, body } of answers) {
+    const keystone = await keystoneAnswering((_req, res) => {
+      res.writeHead(201, { 'content-type': 'application/json', ...headers });
+      res.end(body);
+    });
+    try {
+      await assert.rejects(keystone.session.token(), (err: unknown) => {
+        assert.ok(err instanceof KopsError && err.kind === 'unavailable', String(err));
+        assert.equal(err.reasonCode, 'malformed-answer');
+        return true;
+      });
+    } finally {
+      await keystone.close();
+    }
+  }
+});
+
+test('Keystone refusing the login itself (404 at a wrong OS_AUTH_URL, 400) is a configuration error naming OS_AUTH_URL', async () => {
+  // openstack/keystone keystone/exception.py: NotFound 404, ValidationError 400, in its
+  // {"error": {"code", "title", "message"}} envelope.
+  const wrongPath = openstackAuthFromEnv({
+    ...sim.env,
+    OS_AUTH_URL: sim.authUrl.replace('/identity/v3', '/keystone'),
+  });
+  await assert.rejects(
+    new KeystoneSession({ auth: wrongPath }).token(),
+    (err: unknown) =>
+      err instanceof ConfigError &&
+      /Keystone refused the login at .*\/keystone\/v3\/auth\/tokens \(tokens.create: HTTP 404.*check OS_AUTH_URL/.test(
+        err.message,
+      ),
+  );
+  sim.failNext(1, 400, 'tokens.create');
+  await assert.rejects(
+    new KeystoneSession({ auth: sim.passwordAuth }).token(),
+    (err: unknown) => err instanceof ConfigError && /HTTP 400: simulated fault 400/.test(err.message),
   );
 });

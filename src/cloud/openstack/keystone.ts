@@ -13,6 +13,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../../errors.ts';
+import { malformedAnswer } from '../cluster-servers.ts';
 import { type CloudCallRecorder, noCloudCalls } from '../metrics.ts';
 import { keystoneAuthBody, keystoneTokensUrl, type OpenStackAuthOptions } from './auth.ts';
 import { openstackRequest } from './http.ts';
@@ -133,6 +134,18 @@ export class KeystoneSession {
           details: err.details,
         });
       }
+      // Any other 4xx answer to the login (404 at a URL that is not Keystone's, 400 for a body it
+      // cannot validate) is the controller's configuration, never a verdict on a node: a not-found or
+      // invalid answer here must not read as "no such server". (403 and 429 stay what they are, and
+      // are faults already; an error of the connection itself, an untrusted certificate, too.)
+      const status = err.upstreamStatus;
+      if (status !== undefined && status >= 400 && status < 500 && status !== 403 && status !== 429) {
+        throw new ConfigError(
+          `OpenStack: Keystone refused the login at ${keystoneTokensUrl(auth.authUrl).href} (${err.message}): ` +
+            "check OS_AUTH_URL (Keystone's URL, with or without /v3) and the OS_* credentials",
+          { cause: err, details: err.details },
+        );
+      }
       throw err;
     });
     const token = answer.headers['x-subject-token'];
@@ -140,11 +153,11 @@ export class KeystoneSession {
     try {
       parsed = JSON.parse(answer.body.toString('utf8'));
     } catch {
-      throw new UnavailableError('Keystone answered a token that is not JSON');
+      throw malformedAnswer('Keystone answered a token that is not JSON');
     }
     const expiresAt = Date.parse(parsed.token?.expires_at ?? '');
     if (typeof token !== 'string' || !token || Number.isNaN(expiresAt)) {
-      throw new UnavailableError('Keystone answered without X-Subject-Token or expires_at');
+      throw malformedAnswer('Keystone answered without X-Subject-Token or expires_at');
     }
     const projectId = parsed.token?.project?.id;
     // Without a project Keystone issues an unscoped token, whose catalog is empty: say why, rather

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, test } from 'node:test';
 import type { KopsError } from '../../errors.ts';
+import { sendJson } from '../../sim/cloud-sim.ts';
 import { type OpenStackSimulator, startOpenStackSimulator } from '../../sim/openstack/simulator.ts';
 import { OpenStackCloudGroups } from './cloud-groups.ts';
 import { KeystoneSession } from './keystone.ts';
@@ -244,4 +245,36 @@ test('an instance group metadata value kops never writes is refused with a reaso
     [],
   );
   for (const id of bad) sim.deleteServer(id);
+});
+
+test('a listing with a record Nova never sends is a fault for the batch, never a refusal of its nodes', async () => {
+  // Nova's metadata values are strings (openstack/nova nova/api/validation/parameter_types.py
+  // `metadata`); one that is not makes the page unreadable, as it does gophercloud's (map[string]string).
+  const wanted = ids.slice(0, 5);
+  sim.answerWith('servers.list', (_req, res) => {
+    const servers = wanted.map((id, i) => ({
+      id,
+      name: `nodes-${i}`,
+      status: 'ACTIVE',
+      tenant_id: sim.projectId,
+      metadata: { KubernetesCluster: cluster, KopsInstanceGroup: i === 0 ? 5 : 'nodes-a' },
+      addresses: {},
+    }));
+    sendJson(res, 200, { servers });
+  });
+  try {
+    const results = await identifier().identify(wanted.map((id) => `openstack:///${id}`));
+    assert.equal(results.size, wanted.length);
+    for (const result of results.values()) {
+      assert.ok(!result.ok, JSON.stringify(result));
+      assert.equal((result.error as KopsError).kind, 'unavailable');
+      assert.equal((result.error as KopsError).reasonCode, 'malformed-answer');
+    }
+    await assert.rejects(new OpenStackCloudGroups(nova).list(cluster), (err: unknown) => {
+      assert.equal((err as KopsError).reasonCode, 'malformed-answer');
+      return true;
+    });
+  } finally {
+    sim.answerWith('servers.list', undefined);
+  }
 });

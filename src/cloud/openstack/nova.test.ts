@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, test } from 'node:test';
 import { KopsError, NotFoundError } from '../../errors.ts';
+import { sendJson } from '../../sim/cloud-sim.ts';
 import { type OpenStackSimulator, startOpenStackSimulator } from '../../sim/openstack/simulator.ts';
 import type { CloudCallRecorder } from '../metrics.ts';
 import { openstackAuthFromEnv } from './auth.ts';
@@ -140,5 +141,136 @@ test('servers.get answered with another server is a fault, never that server und
     );
   } finally {
     sim.answerGetWith(asked.id, undefined);
+  }
+});
+
+/**
+ * A server record as the real Nova (microversion 2.1, the one the client gets: it sends no
+ * microversion header) answers it, with our own values: every field of
+ * openstack/nova doc/api_samples/servers/server-get-resp.json, and an `addresses` entry with its
+ * `OS-EXT-IPS-MAC:mac_addr` (nova/api/openstack/compute/views/ips.py).
+ */
+function realShapedServer(id: string, tenantId: string, overrides: Record<string, unknown> = {}) {
+  return {
+    accessIPv4: '',
+    accessIPv6: '',
+    addresses: {
+      'kops-net': [
+        {
+          addr: '10.0.7.1',
+          'OS-EXT-IPS-MAC:mac_addr': 'fa:16:3e:00:00:01',
+          'OS-EXT-IPS:type': 'fixed',
+          version: 4,
+        },
+        {
+          addr: '203.0.113.7',
+          'OS-EXT-IPS-MAC:mac_addr': 'fa:16:3e:00:00:01',
+          'OS-EXT-IPS:type': 'floating',
+          version: 4,
+        },
+      ],
+    },
+    created: '2024-05-01T10:00:00Z',
+    flavor: { id: '3', links: [{ href: 'http://nova.invalid/flavors/3', rel: 'bookmark' }] },
+    hostId: 'a'.repeat(56),
+    id,
+    image: { id: 'image-1', links: [{ href: 'http://nova.invalid/images/image-1', rel: 'bookmark' }] },
+    key_name: null,
+    links: [{ href: `http://nova.invalid/v2.1/servers/${id}`, rel: 'self' }],
+    metadata: { KubernetesCluster: 'c.example.com', KopsInstanceGroup: 'nodes', KopsRole: 'Node' },
+    name: 'nodes-1',
+    config_drive: '',
+    'OS-DCF:diskConfig': 'MANUAL',
+    'OS-EXT-AZ:availability_zone': 'nova',
+    'OS-EXT-STS:power_state': 1,
+    'OS-EXT-STS:task_state': null,
+    'OS-EXT-STS:vm_state': 'active',
+    'os-extended-volumes:volumes_attached': [],
+    'OS-SRV-USG:launched_at': '2024-05-01T10:00:30.000000',
+    'OS-SRV-USG:terminated_at': null,
+    progress: 0,
+    security_groups: [{ name: 'default' }],
+    status: 'ACTIVE',
+    tenant_id: tenantId,
+    updated: '2024-05-01T10:00:31Z',
+    user_id: 'user-1',
+    ...overrides,
+  };
+}
+
+/** Whether `err` is a malformed answer: a fault (unavailable), never a verdict on a server. */
+function isMalformed(err: unknown): boolean {
+  return err instanceof KopsError && err.kind === 'unavailable' && err.reasonCode === 'malformed-answer';
+}
+
+test('a real-shaped Nova record (every field of the api-ref sample) is read, on a read and in a listing', async () => {
+  const id = sim.addServer({ name: 'real-shaped' }).id;
+  const record = realShapedServer(id, sim.projectId);
+  sim.answerWith('servers.get', (_req, res) => sendJson(res, 200, { server: record }));
+  sim.answerWith('servers.list', (_req, res) => sendJson(res, 200, { servers: [record] }));
+  try {
+    const client = nova({ retries: 0 });
+    for (const server of [await client.getServer(id), ...(await client.listServers())]) {
+      assert.equal(server.id, id);
+      assert.equal(server.name, 'nodes-1');
+      assert.equal(server.status, 'ACTIVE');
+      assert.equal(server.tenant_id, sim.projectId);
+      assert.deepEqual(server.metadata, record.metadata);
+      assert.deepEqual(
+        server.addresses?.['kops-net']?.map((a) => [a.addr, a['OS-EXT-IPS:type']]),
+        [
+          ['10.0.7.1', 'fixed'],
+          ['203.0.113.7', 'floating'],
+        ],
+      );
+      assert.equal(server['OS-EXT-AZ:availability_zone'], 'nova');
+    }
+  } finally {
+    sim.answerWith('servers.get', undefined);
+    sim.answerWith('servers.list', undefined);
+  }
+});
+
+test('a Nova record of a shape Nova never sends is a malformed answer (a fault), on a read and in a listing', async () => {
+  const id = sim.addServer({ name: 'typed' }).id;
+  const real = realShapedServer(id, sim.projectId);
+  // Nova's metadata values are strings (nova/api/validation/parameter_types.py `metadata`; gophercloud's
+  // Server.Metadata is map[string]string, so kops fails to read any other); id, name, status and
+  // tenant_id are strings and addresses map a network to a list of {addr, version}
+  // (nova/api/openstack/compute/views/servers.py, views/ips.py).
+  const variants: Record<string, unknown>[] = [
+    { metadata: { ...real.metadata, KopsInstanceGroup: 5 } },
+    { metadata: { ...real.metadata, KubernetesCluster: ['c.example.com'] } },
+    { metadata: ['KopsInstanceGroup'] },
+    { status: 1 },
+    { status: undefined },
+    { name: 7 },
+    { tenant_id: 7 },
+    { addresses: { 'kops-net': [{ addr: 10, version: 4 }] } },
+    { addresses: { 'kops-net': 'x' } },
+    { addresses: [] },
+    { 'OS-EXT-AZ:availability_zone': false },
+  ];
+  const client = nova({ retries: 0 });
+  try {
+    for (const fields of variants) {
+      const record = { ...real, ...fields };
+      sim.answerWith('servers.get', (_req, res) => sendJson(res, 200, { server: record }));
+      sim.answerWith('servers.list', (_req, res) => sendJson(res, 200, { servers: [record] }));
+      await assert.rejects(client.getServer(id), isMalformed, JSON.stringify(fields));
+      await assert.rejects(client.listServers(), isMalformed, JSON.stringify(fields));
+    }
+    // A 200 without the record or the list (real Nova always sends them) says nothing about any server.
+    for (const body of [{}, { server: 'x' }, { server: null }]) {
+      sim.answerWith('servers.get', (_req, res) => sendJson(res, 200, body));
+      await assert.rejects(client.getServer(id), isMalformed, JSON.stringify(body));
+    }
+    for (const body of [{}, { servers: {} }, { servers: [null] }, { servers: [], servers_links: {} }]) {
+      sim.answerWith('servers.list', (_req, res) => sendJson(res, 200, body));
+      await assert.rejects(client.listServers(), isMalformed, JSON.stringify(body));
+    }
+  } finally {
+    sim.answerWith('servers.get', undefined);
+    sim.answerWith('servers.list', undefined);
   }
 });

@@ -9,6 +9,8 @@
  * as every cloud read is (src/cloud/retry.ts).
  */
 import { ForbiddenError, InvalidInputError, KopsError, UnavailableError } from '../../errors.ts';
+import { fieldsOf, isJsonObject, isStringMap } from '../../json-object.ts';
+import { malformedAnswer } from '../cluster-servers.ts';
 import { type CloudCallRecorder, noCloudCalls } from '../metrics.ts';
 import { retryCloudCall } from '../retry.ts';
 import { openstackRequest } from './http.ts';
@@ -32,6 +34,75 @@ export interface NovaServer {
   metadata?: Record<string, string>;
   addresses?: Record<string, NovaAddress[]>;
   'OS-EXT-AZ:availability_zone'?: string;
+}
+
+/** A field that is absent (or null) or a string; a malformed answer otherwise. */
+function optionalText(record: Record<string, unknown>, field: string, what: string): string | undefined {
+  const value = record[field];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'string') {
+    throw malformedAnswer(`${what}: its ${field} is ${JSON.stringify(value)?.slice(0, 40)}, not a string`);
+  }
+  return value;
+}
+
+/** The addresses of a server record: `{<network>: [{addr, version, OS-EXT-IPS:type}, ...]}`. */
+function addressesOf(value: unknown, what: string): Record<string, NovaAddress[]> | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (!isJsonObject(value)) throw malformedAnswer(`${what}: its addresses are not an object`);
+  const out: Record<string, NovaAddress[]> = {};
+  for (const [network, list] of Object.entries(value)) {
+    if (!Array.isArray(list)) throw malformedAnswer(`${what}: its addresses on a network are not a list`);
+    out[network] = list.map((entry: unknown): NovaAddress => {
+      const where = `${what}: an address`;
+      if (!isJsonObject(entry) || typeof entry['addr'] !== 'string') {
+        throw malformedAnswer(`${where} without an addr string`);
+      }
+      const { version } = entry;
+      if (version !== undefined && version !== null && typeof version !== 'number') {
+        throw malformedAnswer(`${where}: its version is not a number`);
+      }
+      const type = optionalText(entry, 'OS-EXT-IPS:type', where);
+      return {
+        addr: entry['addr'],
+        ...(typeof version === 'number' ? { version } : {}),
+        ...(type === undefined ? {} : { 'OS-EXT-IPS:type': type }),
+      };
+    });
+  }
+  return out;
+}
+
+/**
+ * The fields the controller reads of one server record, checked as they are read. Nova (2.1, the
+ * microversion the client gets: it sends none) writes id, name, status and tenant_id as strings,
+ * metadata as an object of strings (its API refuses any other value) and addresses as lists of
+ * `{addr, version}` per network; a record of another shape is a malformed answer, a fault, never a
+ * verdict on the server (gophercloud, which kops uses, fails to decode it too).
+ */
+export function novaServerOf(value: unknown, what: string): NovaServer {
+  if (!isJsonObject(value)) throw malformedAnswer(`${what} is not a server record`);
+  const { id } = value;
+  if (typeof id !== 'string' || !id) throw malformedAnswer(`${what} has no server id`);
+  const where = `${what}, server ${id.slice(0, 80)}`;
+  const status = optionalText(value, 'status', where);
+  if (status === undefined) throw malformedAnswer(`${where} has no status`);
+  const { metadata } = value;
+  if (metadata !== undefined && metadata !== null && !isStringMap(metadata)) {
+    throw malformedAnswer(`${where}: its metadata is not an object of strings`);
+  }
+  const tenantId = optionalText(value, 'tenant_id', where);
+  const addresses = addressesOf(value['addresses'], where);
+  const zone = optionalText(value, 'OS-EXT-AZ:availability_zone', where);
+  return {
+    id,
+    name: optionalText(value, 'name', where) ?? '',
+    status,
+    ...(tenantId === undefined ? {} : { tenant_id: tenantId }),
+    ...(isStringMap(metadata) ? { metadata } : {}),
+    ...(addresses ? { addresses } : {}),
+    ...(zone === undefined ? {} : { 'OS-EXT-AZ:availability_zone': zone }),
+  };
 }
 
 /** Options of {@link NovaClient}. */
@@ -83,17 +154,15 @@ export class NovaClient {
   async getServer(id: string): Promise<NovaServer> {
     if (!isServerId(id)) throw new InvalidInputError(`"${id.slice(0, 80)}" is not a Nova server id`);
     let projectId: string | undefined;
-    const body = (await this.#get('servers.get', `/servers/${id}`, (token) => {
+    const body = await this.#get('servers.get', `/servers/${id}`, (token) => {
       projectId = token.projectId;
-    })) as { server?: NovaServer };
-    const server = body.server;
-    if (!server?.id) throw new UnavailableError(`Nova answered servers.get ${id} without a server`);
+    });
+    const server = novaServerOf(fieldsOf(body)['server'], `Nova's answer to servers.get ${id}`);
     if (server.id !== id) {
       // Another server than the one asked for (a proxy or cache mixing up answers): its record says
       // nothing about the asked one, and must not be answered under its id.
-      throw new UnavailableError(
-        `Nova answered servers.get ${id} with server ${String(server.id).slice(0, 80)}, not the server asked for`,
-        { details: { reason: 'malformed-answer' } },
+      throw malformedAnswer(
+        `Nova answered servers.get ${id} with server ${server.id.slice(0, 80)}, not the server asked for`,
       );
     }
     if (!projectId || server.tenant_id !== projectId) {
@@ -114,13 +183,17 @@ export class NovaClient {
     const markers = new Set<string>();
     for (let page = 0; page < maxPages; page++) {
       const query = new URLSearchParams({ limit: String(limit), ...(marker ? { marker } : {}) });
-      const body = (await this.#get('servers.list', `/servers/detail?${query}`)) as {
-        servers?: NovaServer[];
-        servers_links?: Array<{ rel?: string; href?: string }>;
-      };
-      servers.push(...(body.servers ?? []));
-      const next = body.servers_links?.find((link) => link.rel === 'next')?.href;
-      if (!next) return servers;
+      const body = fieldsOf(await this.#get('servers.list', `/servers/detail?${query}`));
+      const what = `Nova's page ${page + 1} of servers.list`;
+      // Nova always answers the list, and a `servers_links` list only when a next page may follow.
+      if (!Array.isArray(body['servers'])) throw malformedAnswer(`${what} has no list of servers`);
+      const links = body['servers_links'] ?? [];
+      if (!Array.isArray(links)) throw malformedAnswer(`${what}: its servers_links are not a list`);
+      servers.push(...body['servers'].map((record: unknown) => novaServerOf(record, what)));
+      const nextLink: unknown = links.find((link: unknown) => fieldsOf(link)['rel'] === 'next');
+      if (nextLink === undefined) return servers;
+      const next = fieldsOf(nextLink)['href'];
+      if (typeof next !== 'string' || !next) throw malformedAnswer(`${what}: its next link has no href`);
       // Only the marker is taken from the link: the next page is asked of the catalog's endpoint,
       // not of whatever host a proxy wrote into the href.
       const nextMarker = new URL(next, 'http://nova.invalid').searchParams.get('marker') ?? undefined;
@@ -175,7 +248,7 @@ export class NovaClient {
     try {
       return JSON.parse(answer.body.toString('utf8'));
     } catch {
-      throw new UnavailableError(`Nova answered ${call} with a body that is not JSON`);
+      throw malformedAnswer(`Nova answered ${call} with a body that is not JSON`);
     }
   }
 }

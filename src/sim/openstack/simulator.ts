@@ -26,7 +26,7 @@
  * serve HTTPS on a given certificate (a self-signed installation).
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type ServerResponse, STATUS_CODES } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { OpenStackAuthOptions } from '../../cloud/openstack/auth.ts';
 import type { NovaAddress, NovaServer } from '../../cloud/openstack/nova.ts';
@@ -97,10 +97,16 @@ export interface SwiftControls {
   answerWith(operation: string, answer: SwiftSimAnswer | undefined): void;
 }
 
-/** A test's own answer to one Swift request (see {@link SwiftControls.answerWith}); false: as usual. */
+/**
+ * A test's own answer to one Swift or Nova request (see {@link SwiftControls.answerWith},
+ * {@link OpenStackSimulator.answerWith}); false: as usual.
+ */
 export type SwiftSimAnswer = (req: IncomingMessage, res: ServerResponse, url: URL) => unknown;
 
-/** A running simulator; its faults answer in Nova's envelope, a 429 with `Retry-After`. */
+/**
+ * A running simulator; its faults answer in the service's envelope (Keystone's `error`, Nova's
+ * `itemNotFound`/`overLimit`/…, Swift's page), a 429 with `Retry-After`.
+ */
 export interface OpenStackSimulator extends FaultVerbs {
   /** `OS_AUTH_URL`. */
   authUrl: string;
@@ -132,6 +138,13 @@ export interface OpenStackSimulator extends FaultVerbs {
    * answers); undefined restores it.
    */
   answerGetWith(askedId: string, answeredId: string | undefined): void;
+  /**
+   * Answers every authorised Nova request of `operation` (`servers.get`, `servers.list`) with
+   * `answer` instead, until cleared with undefined: a record or page the real Nova never sends (a
+   * metadata value that is no string), for the tests of what the controller believes. An answer
+   * that returns false lets the simulator answer as usual.
+   */
+  answerWith(operation: 'servers.get' | 'servers.list', answer: SwiftSimAnswer | undefined): void;
   readonly calls: readonly OpenStackCall[];
   count(operation: string): number;
   clearCalls(): void;
@@ -147,9 +160,15 @@ function novaFault(res: ServerResponse, status: number, name: string, message: s
   sendJson(res, status, { [name]: { code: status, message } }, headers);
 }
 
-/** Keystone's error body. */
-function keystoneError(res: ServerResponse, status: number, title: string, message: string): void {
-  sendJson(res, status, { error: { code: status, title, message } });
+/** Keystone's error body: `{"error": {"code": …, "title": …, "message": …}}`. */
+function keystoneError(
+  res: ServerResponse,
+  status: number,
+  title: string,
+  message: string,
+  headers = {},
+): void {
+  sendJson(res, status, { error: { code: status, title, message } }, headers);
 }
 
 const faultNames: Record<number, string> = {
@@ -188,6 +207,8 @@ interface OpenStackState {
   containers: Map<string, Map<string, SwiftObject>>;
   /** Swift answers a test put in place (SwiftControls.answerWith), by operation. */
   swiftAnswers: Map<string, SwiftSimAnswer>;
+  /** Nova answers a test put in place (OpenStackSimulator.answerWith), by operation. */
+  novaAnswers: Map<string, SwiftSimAnswer>;
 }
 
 /** An object in the simulated Swift. */
@@ -262,14 +283,19 @@ function scopeOf(
   return invalid('id or name');
 }
 
+/** A time as Keystone writes it: microseconds and `Z` (`2015-11-07T02:58:43.578887Z`, its api-ref samples). */
+function keystoneTime(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
+}
+
 /** An unscoped token's document: who and until when, with no project, roles or catalog. */
 function unscopedTokenDocument(method: string | undefined) {
   return {
     token: {
       methods: [method],
       user: { id: 'user-kops-controller', name: userName, domain: { id: 'default', name: userDomain } },
-      expires_at: new Date(Date.now() + 3_600_000).toISOString(),
-      issued_at: new Date().toISOString(),
+      expires_at: keystoneTime(Date.now() + 3_600_000),
+      issued_at: keystoneTime(Date.now()),
     },
   };
 }
@@ -542,6 +568,11 @@ async function answerFault(
     swiftError(res, fault.status, `simulated fault ${fault.status}`, retry);
     return true;
   }
+  if (operation === 'tokens.create') {
+    const title = STATUS_CODES[fault.status] ?? 'Error';
+    keystoneError(res, fault.status, title, `simulated fault ${fault.status}`, retry);
+    return true;
+  }
   novaFault(
     res,
     fault.status,
@@ -574,6 +605,8 @@ async function serveOpenStack(state: OpenStackState, req: IncomingMessage, res: 
   if (!roles) {
     return keystoneError(res, 401, 'Unauthorized', 'The request you have made requires authentication.');
   }
+  const answer = state.novaAnswers.get(operation);
+  if (answer && (await answer(req, res, url)) !== false) return;
   if (operation === 'servers.list') return listServers(state, url, res);
   const id = decodeURIComponent(path.slice('/compute/v2.1/servers/'.length));
   const server = state.servers.get(state.getAliases.get(id) ?? id);
@@ -663,6 +696,7 @@ export async function startOpenStackSimulator(
     containerListingLimit: options.containerListingLimit ?? 10_000,
     containers: new Map(),
     swiftAnswers: new Map(),
+    novaAnswers: new Map(),
   };
   const serve = (req: IncomingMessage, res: ServerResponse) => {
     serveOpenStack(state, req, res).catch((err: unknown) => {
@@ -697,6 +731,10 @@ export async function startOpenStackSimulator(
     answerGetWith: (askedId, answeredId) => {
       if (answeredId === undefined) state.getAliases.delete(askedId);
       else state.getAliases.set(askedId, answeredId);
+    },
+    answerWith: (operation, answer) => {
+      if (answer) state.novaAnswers.set(operation, answer);
+      else state.novaAnswers.delete(operation);
     },
     ...faultVerbs(state.faults),
     swift: {
