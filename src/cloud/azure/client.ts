@@ -8,8 +8,8 @@
  * wrongly"), never a verdict on a node. Every answer is reduced to the few typed facts the controller
  * uses; every failure becomes a typed error
  * (404 not-found, 429 rate-limited with ARM's Retry-After, 401/403 forbidden naming the status so it
- * is never taken for a verdict on a node, the rest unavailable). Each HTTP request, retries included,
- * is counted as a cloud call.
+ * is never taken for a verdict on a node, the rest, 400 included, unavailable). Each HTTP request,
+ * retries included, is counted as a cloud call.
  */
 import type { ComputeManagementClient } from '@azure/arm-compute';
 import { type ComputeManagementContext, createComputeManagement } from '@azure/arm-compute/api';
@@ -135,13 +135,17 @@ const stateByPower: Record<string, InstanceState> = {
 
 /**
  * The state an instance view's `PowerState/<x>` status says. A VM being created has only a
- * `ProvisioningState/…` status: unknown. Asked with `$expand=instanceView`, an answer without an
- * instance view, without a list of statuses, or with neither status is a malformed answer (not a VM
- * that is not running).
+ * `ProvisioningState/…` status: unknown. A VM being deleted comes without instance view even when
+ * asked for one (its `provisioningState` is `Deleting`: kubernetes-sigs/cloud-provider-azure reads
+ * such VMs so): stopping, whatever else the listing holds. Otherwise, asked with
+ * `$expand=instanceView`, an answer without an instance view, without a list of statuses, or with
+ * neither status is a malformed answer (not a VM that is not running).
  */
-function stateOf(instanceView: unknown, what: string): InstanceState {
+function stateOf(instanceView: unknown, provisioningState: unknown, what: string): InstanceState {
   const view = optionalObject(instanceView, `${what}: its instance view`);
   const statuses = view?.['statuses'];
+  const deleting = typeof provisioningState === 'string' && provisioningState.toLowerCase() === 'deleting';
+  if (deleting && (statuses === undefined || statuses === null)) return 'stopping';
   if (!Array.isArray(statuses)) throw malformedAnswer(`${what} has no instance view statuses`);
   const codes = statuses.map((s) => {
     const code = isJsonObject(s) ? s['code'] : undefined;
@@ -204,7 +208,9 @@ function armError(what: string, failure: ArmFailure, cause: unknown): KopsError 
     });
   }
   if (status === 401 || status === 403) return new ForbiddenError(message, { cause, details });
-  if (status === 400) return new InvalidInputError(message, { cause, details });
+  // A 400 refuses the controller's own request, never a node: every id is checked before it is sent,
+  // and ARM answers 400 for an api-version it does not serve in this region or cloud yet
+  // (NoRegisteredProviderFound), or a query it does not take. A fault (retried), not a verdict.
   return new UnavailableError(message, { cause, details });
 }
 
@@ -437,7 +443,12 @@ export class AzureClient {
         );
       }
       followed.add(link);
-      next = link;
+      // A nextLink without api-version gets the listing's, as the SDK's paging does
+      // (@azure/arm-compute static-helpers/pagingHelpers.js addApiVersionToUrl): ARM refuses a
+      // request without one. The link is otherwise sent as ARM wrote it (its skiptoken untouched).
+      next = new URL(link).searchParams.get('api-version')
+        ? link
+        : `${link}${new URL(link).search ? '&' : '?'}api-version=${encodeURIComponent(apiVersion)}`;
     }
   }
 
@@ -537,7 +548,7 @@ export class AzureClient {
       vmId: properties['vmId'],
       computerName: optionalString(osProfile?.['computerName'], `${what}: its computer name`),
       tags: tagsOf(raw['tags'], what),
-      state: stateOf(properties['instanceView'], what),
+      state: stateOf(properties['instanceView'], properties['provisioningState'], what),
       nicIds: [...nics.filter((n) => n.primary), ...nics.filter((n) => !n.primary)].map((n) => n.id),
       latestModelApplied: typeof latestModelApplied === 'boolean' ? latestModelApplied : undefined,
     };

@@ -74,11 +74,14 @@ function vmJson(ctx: ArmContext, vm: SimVm, expand: string | null) {
     ...(vm.scaleSet ? { instanceId: vm.instanceId } : {}),
     properties: {
       vmId: vm.vmId,
-      provisioningState: 'Succeeded',
+      provisioningState: vm.deleting ? 'Deleting' : 'Succeeded',
       ...(vm.scaleSet ? { latestModelApplied: vm.latestModelApplied } : {}),
       osProfile: { computerName: vm.computerName, adminUsername: 'kops' },
       networkProfile: { networkInterfaces: [{ id: nicId, properties: { primary: true } }] },
-      ...(expand?.toLowerCase() === 'instanceview' ? { instanceView: instanceViewOf(vm) } : {}),
+      // A VM being deleted comes without its instance view, even when asked for.
+      ...(expand?.toLowerCase() === 'instanceview' && !vm.deleting
+        ? { instanceView: instanceViewOf(vm) }
+        : {}),
     },
   };
 }

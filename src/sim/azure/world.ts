@@ -23,6 +23,12 @@ export interface SimVm {
   powerState: SimPowerState | undefined;
   privateIp: string;
   latestModelApplied: boolean;
+  /**
+   * Being deleted: ARM lists it with `provisioningState: "Deleting"` and no instance view (as
+   * kubernetes-sigs/cloud-provider-azure reads such VMs: "InstanceView … nil when the VM is under
+   * deleting").
+   */
+  deleting?: boolean;
 }
 
 /** One scale set. */
