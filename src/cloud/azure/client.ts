@@ -134,6 +134,24 @@ const stateByPower: Record<string, InstanceState> = {
 };
 
 /**
+ * A nextLink with every parameter of the listing it lacks added: an `api-version`, as the SDK's paging
+ * adds it (@azure/arm-compute static-helpers/pagingHelpers.js addApiVersionToUrl), since ARM refuses a
+ * request without one; a `$expand`, without which the next page's VMs would come without the
+ * instance views their state is read from. The link is otherwise sent as ARM wrote it (its skiptoken
+ * untouched: appended to, never re-encoded). The names are the listing's own (`api-version`,
+ * `$expand`), written as ARM writes them.
+ */
+function withListingQuery(link: string, query: Record<string, string>): string {
+  const present = new URL(link).searchParams;
+  let out = link;
+  for (const [name, value] of Object.entries(query)) {
+    if (present.has(name)) continue;
+    out += `${out.includes('?') ? '&' : '?'}${name}=${encodeURIComponent(value)}`;
+  }
+  return out;
+}
+
+/**
  * The state an instance view's `PowerState/<x>` status says. A VM being created has only a
  * `ProvisioningState/…` status: unknown. A VM being deleted comes without instance view even when
  * asked for one (its `provisioningState` is `Deleting`: kubernetes-sigs/cloud-provider-azure reads
@@ -443,12 +461,7 @@ export class AzureClient {
         );
       }
       followed.add(link);
-      // A nextLink without api-version gets the listing's, as the SDK's paging does
-      // (@azure/arm-compute static-helpers/pagingHelpers.js addApiVersionToUrl): ARM refuses a
-      // request without one. The link is otherwise sent as ARM wrote it (its skiptoken untouched).
-      next = new URL(link).searchParams.get('api-version')
-        ? link
-        : `${link}${new URL(link).search ? '&' : '?'}api-version=${encodeURIComponent(apiVersion)}`;
+      next = withListingQuery(link, { ...query, 'api-version': apiVersion });
     }
   }
 

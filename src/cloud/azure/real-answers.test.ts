@@ -153,3 +153,28 @@ test('azure (real ARM): a nextLink without api-version is followed with the api-
     sim.resetFaults();
   }
 });
+
+test('azure (real ARM): a nextLink that drops the $expand of the listing is followed with it, so later pages keep their instance views', async () => {
+  const vm = nodes[110] as SimVm; // on the third page of 50
+  sim.rewriteNext(
+    2,
+    ({ body }) => {
+      const page = body as { nextLink?: string };
+      if (!page.nextLink) return {};
+      const next = new URL(page.nextLink);
+      next.searchParams.delete('$expand');
+      return { body: { ...page, nextLink: next.toString() } };
+    },
+    'virtualMachineScaleSetVMs.list',
+  );
+  try {
+    const pid = sim.world.providerID(vm);
+    const result = (await identifier().identify([pid])).get(pid);
+    assert.ok(result?.ok, result && !result.ok ? result.error.message : 'no result');
+    const pages = sim.calls.filter((c) => c.operation === 'virtualMachineScaleSetVMs.list').slice(-3);
+    for (const page of pages) assert.equal(page.query['$expand'], 'instanceView', JSON.stringify(page));
+  } finally {
+    await quiet();
+    sim.resetFaults();
+  }
+});
