@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, test } from 'node:test';
+import { Errors } from '@scaleway/sdk-client';
 import { ConfigError, KopsError } from '../../errors.ts';
 import { type ScalewaySimulator, startScalewaySimulator } from '../../sim/scaleway/simulator.ts';
 import type { CloudCallRecorder } from '../metrics.ts';
@@ -8,6 +9,7 @@ import {
   regionOfZone,
   type ScalewayClientOptions,
   scalewayCredentialsFromEnv,
+  scalewayError,
 } from './client.ts';
 
 let sim: ScalewaySimulator;
@@ -119,4 +121,20 @@ test('each request is counted by API operation and result', async () => {
     ),
   );
   assert.deepEqual(counted, ['instance.listServers:ok', 'ipam.listIPs:ok', 'instance.getServer:throttled']);
+});
+
+test("a 429 whose body the SDK does not recognise (no help_message) still carries the body's reset_seconds", () => {
+  // The SDK makes a TooManyRequestsError, with resetSeconds, only of a body with a help_message; any
+  // other 429 is a plain ScalewayError whose parsed body still says how long to wait.
+  const bare = new Errors.ScalewayError(429, {
+    type: 'too_many_requests',
+    message: 'quota exceeded',
+    reset_seconds: 7,
+  });
+  const err = scalewayError('get server', bare);
+  assert.equal(kindOf(err), 'rate-limited');
+  assert.equal(err.details?.['retryAfterSeconds'], 7);
+  const silent = scalewayError('get server', new Errors.ScalewayError(429, { message: 'slow down' }));
+  assert.equal(kindOf(silent), 'rate-limited');
+  assert.equal(silent.details?.['retryAfterSeconds'], undefined);
 });

@@ -11,6 +11,7 @@ import { createAdvancedClient, type Errors, withHTTPClient, withProfile } from '
 import { Instancev1 } from '@scaleway/sdk-instance';
 import { Ipamv1 } from '@scaleway/sdk-ipam';
 import { ConfigError, errorForHttpStatus, KopsError, TimeoutError, UnavailableError } from '../../errors.ts';
+import { isJsonObject } from '../../json-object.ts';
 import { egressFetch } from '../../net/egress-proxy.ts';
 import { malformedAnswer } from '../cluster-servers.ts';
 import {
@@ -111,13 +112,21 @@ function isScalewayError(err: unknown): err is Errors.ScalewayError {
 export function scalewayError(what: string, err: unknown): KopsError {
   if (err instanceof KopsError) return err;
   if (isScalewayError(err)) {
-    const reset = (err as { resetSeconds?: unknown }).resetSeconds;
+    // The SDK reads `reset_seconds` only of a 429 body that also has a `help_message`; of any other
+    // its parsed body still says how long to wait.
+    const body = isJsonObject(err.body) ? err.body : {};
+    const reset = (err as { resetSeconds?: unknown }).resetSeconds ?? body['reset_seconds'];
     return errorForHttpStatus(
       err.status,
       `${what}: ${err.message}`,
       {
         cause: err,
-        details: { status: err.status, ...(typeof reset === 'number' ? { retryAfterSeconds: reset } : {}) },
+        details: {
+          status: err.status,
+          ...(typeof reset === 'number' && reset >= 0 && Number.isFinite(reset)
+            ? { retryAfterSeconds: reset }
+            : {}),
+        },
       },
       'unavailable',
     );
