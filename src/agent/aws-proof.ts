@@ -18,6 +18,7 @@ import { bounded } from '../deadline.ts';
 import { UnavailableError } from '../errors.ts';
 import { printable } from '../log.ts';
 import {
+  fipsFromEnv,
   getCallerIdentityBody,
   kopsRequestSha,
   presignExpiresSeconds,
@@ -29,6 +30,8 @@ import type { ProofProvider } from './proofs.ts';
 /** Options of {@link signAwsStsProof}. */
 export interface AwsStsProofOptions {
   now?: Date;
+  /** Sign for the region's FIPS STS endpoint (default: as the environment asks, `AWS_USE_FIPS_ENDPOINT`). */
+  fips?: boolean;
 }
 
 /**
@@ -43,7 +46,7 @@ export function signAwsStsProof(
   options: AwsStsProofOptions = {},
 ): string {
   const now = options.now ?? new Date();
-  const host = stsHost(region);
+  const host = stsHost(region, { fips: options.fips ?? fipsFromEnv() });
   const sha = kopsRequestSha(body);
   if (version === 1) {
     const headers = {

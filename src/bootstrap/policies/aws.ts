@@ -20,7 +20,7 @@ import { parseAmzDate } from '../../cloud/aws/sigv4.ts';
 import type { CloudCallRecorder } from '../../cloud/metrics.ts';
 import { withDeadline } from '../../deadline.ts';
 import { describeError, KopsError, UnavailableError } from '../../errors.ts';
-import { stsHost } from '../../protocol/aws-sts-proof.ts';
+import { fipsFromEnv, stsHost } from '../../protocol/aws-sts-proof.ts';
 import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict } from '../dependency.ts';
 import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';
 import { parseStsProof, type StsReplayRequest } from './aws-sts-proof.ts';
@@ -38,6 +38,8 @@ export interface AwsPolicyOptions {
   account: string;
   partition: string;
   region: string;
+  /** Expect proofs for the region's FIPS STS endpoint (default: as the environment asks, `AWS_USE_FIPS_ENDPOINT`). */
+  fips?: boolean;
   /** IAM role names whose instance sessions may bootstrap (`server.provider.aws.nodesRoles`). */
   nodesRoles: readonly string[];
   useIPBasedNodeNames?: boolean;
@@ -106,7 +108,7 @@ class FirstNotFound {
 
 /** The kops `aws` policy; abstains for requests without an AWS proof. */
 export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
-  const host = stsHost(options.region);
+  const host = stsHost(options.region, { fips: options.fips ?? fipsFromEnv() });
   const endpoint = options.stsEndpoint ?? `https://${host}`;
   const maxAgeMs = options.maxAgeMs ?? defaultAwsProofMaxAgeMs;
   const notFoundGraceMs = options.notFoundGraceMs ?? defaultNotFoundGraceMs;
