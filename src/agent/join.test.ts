@@ -31,7 +31,7 @@ import {
   signCertificate,
 } from '../pki/x509.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
-import { opensslText, opensslVerify } from '../testing/openssl.ts';
+import { openssl, opensslText, opensslVerify } from '../testing/openssl.ts';
 import { toolPath } from '../testing/tools.ts';
 import { DeniedError } from './bootstrap-client.ts';
 import { type JoinOptions, join } from './join.ts';
@@ -294,6 +294,43 @@ describe('join', () => {
       Buffer.from(kubeconfig.users[0].user['client-certificate-data'], 'base64').toString(),
       clientPem,
     );
+  });
+
+  test('the credentials as the kubelet reads them: one key block, the key of the certificate, the kubeconfig a 0600 regular file', async () => {
+    fake.script = (_call, issue) => issue();
+    const opts = options();
+    await join(opts);
+    const kubeconfig = parse(await readFile(joinPath(opts.dir, nodeFileNames.kubeconfig), 'utf8'));
+    // clientcmd (k8s.io/client-go/tools/clientcmd/api/v1/types.go) needs these; a context that names a
+    // missing cluster or user, or no current-context, leaves the kubelet without a configuration.
+    assert.equal(kubeconfig.apiVersion, 'v1');
+    assert.equal(kubeconfig.kind, 'Config');
+    const context = kubeconfig.contexts.find(
+      (c: { name: string }) => c.name === kubeconfig['current-context'],
+    );
+    assert.ok(context, 'current-context names a context');
+    assert.ok(kubeconfig.clusters.some((c: { name: string }) => c.name === context.context.cluster));
+    assert.ok(kubeconfig.users.some((u: { name: string }) => u.name === context.context.user));
+    const decoded = (field: string) => Buffer.from(kubeconfig.users[0].user[field], 'base64').toString();
+    const keyPem = decoded('client-key-data');
+    assert.equal(keyPem, await readFile(joinPath(opts.dir, nodeFileNames.clientKey), 'utf8'));
+    // The kubelet's certificate store re-encodes the key with pem.Decode's first block only
+    // (certificate_store.go `Update`), and Go's tls.X509KeyPair reads SEC 1 "EC PRIVATE KEY": no
+    // "EC PARAMETERS" block may come first, as `openssl ecparam -genkey` writes it.
+    assert.deepEqual(keyPem.match(/^-----BEGIN ([A-Z ]+)-----$/gm), ['-----BEGIN EC PRIVATE KEY-----']);
+    const certificatePem = decoded('client-certificate-data');
+    assert.equal(
+      openssl(['pkey', '-pubout'], keyPem),
+      openssl(['x509', '-noout', '-pubkey'], certificatePem),
+      'the key is the certificate’s',
+    );
+    // CIS 4.1.5/4.1.6 as kube-bench reads them: stat without following links.
+    const { stdout } = await promisify(execFile)(
+      'stat',
+      ['-c', '%a %F', joinPath(opts.dir, nodeFileNames.kubeconfig)],
+      { encoding: 'utf8' },
+    );
+    assert.equal(stdout.trim(), '600 regular file');
   });
 
   test('pending then approved: long-polls the handle and reports progress', async () => {

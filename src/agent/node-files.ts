@@ -5,6 +5,11 @@
  * at it (atomic on POSIX file systems); each file of `--dir` is a link through `..data`, so a reader
  * sees the old set or the new set, never a mix. This is how the kubelet's projected volumes publish
  * Secrets. Keys are created 0600 from the first byte, never widened later.
+ *
+ * The kubeconfig is the exception: it is a regular file, replaced by renaming a new one over it after
+ * the set is published. Security scanners read its mode with `stat` without following links (kube-bench,
+ * CIS 4.1.5: `stat -c permissions=%a $kubeletkubeconfig`, which shows any link as 777), and it needs no
+ * link: it embeds its certificate, key and CAs, so the old one or the new one is whole by itself.
  */
 import { randomBytes } from 'node:crypto';
 import { link, lstat, mkdtemp, open, readdir, readlink, rename, rm, symlink } from 'node:fs/promises';
@@ -21,6 +26,12 @@ export const nodeFileNames = {
   caBundle: 'ca.crt',
   kubeconfig: 'kubelet.kubeconfig',
 } as const;
+
+/**
+ * Files published as regular files, each renamed into place after the set's links (see the module
+ * comment): a reader that does not follow links sees their own mode.
+ */
+const regularFiles: ReadonlySet<string> = new Set([nodeFileNames.kubeconfig]);
 
 /** One of the files `join` writes. */
 export type NodeFile = keyof typeof nodeFileNames;
@@ -93,7 +104,7 @@ async function currentVersion(dir: string): Promise<string | undefined> {
   if (typeof data === 'object') return data.link;
   const plain: string[] = [];
   for (const name of Object.values(nodeFileNames)) {
-    if ((await entryOf(join(dir, name))) === 'file') plain.push(name);
+    if (!regularFiles.has(name) && (await entryOf(join(dir, name))) === 'file') plain.push(name);
   }
   if (plain.length === 0) return undefined;
   const version = await mkdtemp(join(dir, versionPrefix));
@@ -109,8 +120,9 @@ async function currentVersion(dir: string): Promise<string | undefined> {
 /**
  * Publishes `files` in `dir` as one set: after a crash at any point `dir` shows either the previous
  * set or this one (files of the previous set that this one does not replace are kept). Files are
- * linked in the order given, so the last one's presence means every other is in place. Returns the
- * paths of `files`.
+ * linked in the order given, then the regular files (the kubeconfig) are renamed into place, so the
+ * last one's presence means every other is in place; a regular file is never newer than the links.
+ * Returns the paths of `files`.
  */
 export async function writeNodeFiles(dir: string, files: readonly NodeFileContent[]): Promise<string[]> {
   let unpublished: string | undefined;
@@ -119,12 +131,17 @@ export async function writeNodeFiles(dir: string, files: readonly NodeFileConten
     const version = await mkdtemp(join(dir, versionPrefix));
     unpublished = version;
     const target = basename(version);
-    const names = new Set<string>(files.map(({ file }) => nodeFileNames[file]));
-    for (const { file, data, mode } of files)
+    const linked = files.filter(({ file }) => !regularFiles.has(nodeFileNames[file]));
+    const names = new Set<string>(linked.map(({ file }) => nodeFileNames[file]));
+    for (const { file, data, mode } of linked)
       await writeNewFile(join(version, nodeFileNames[file]), data, mode);
     if (previous) {
       for (const name of await readdir(join(dir, previous))) {
-        if (!names.has(name)) await link(join(dir, previous, name), join(version, name));
+        // A regular file that is already in place needs no copy; one still reached through `..data`
+        // (an earlier layout) is carried so that its link resolves until the new file replaces it.
+        if (names.has(name) || (regularFiles.has(name) && (await entryOf(join(dir, name))) === 'file'))
+          continue;
+        await link(join(dir, previous, name), join(version, name));
       }
     }
     await syncDirectory(version);
@@ -136,10 +153,19 @@ export async function writeNodeFiles(dir: string, files: readonly NodeFileConten
         await replaceLink(dir, name, join(dataLink, name));
       }
     }
+    for (const { file, data, mode } of files) {
+      if (!regularFiles.has(nodeFileNames[file])) continue;
+      // A hidden name a crash may leave behind: the next write removes it with the stale versions.
+      const temporary = join(dir, `${versionPrefix}file-${randomBytes(6).toString('hex')}`);
+      unpublished = temporary;
+      await writeNewFile(temporary, data, mode);
+      await rename(temporary, join(dir, nodeFileNames[file]));
+      unpublished = undefined;
+    }
     await syncDirectory(dir);
     await removeStaleVersions(dir, target);
   } catch (err) {
-    // A set that failed before it was published leaves nothing behind.
+    // A set or file that failed before it was published leaves nothing behind.
     if (unpublished) await rm(unpublished, { recursive: true, force: true });
     throw err instanceof ConfigError ? err : writeError(dir, err);
   }

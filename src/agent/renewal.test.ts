@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { X509Certificate } from 'node:crypto';
+import { mkdir, mkdtemp, rm, symlink, unlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -114,5 +115,74 @@ describe('join --renew: the current credentials', () => {
     assert.equal(await timestampOf(), '2026-03-01T10:00:00.000Z');
     wall = new Date('2026-03-01T08:00:00.000Z'); // chrony stepped it back two hours
     assert.equal(await timestampOf(), '2026-03-01T08:00:00.000Z');
+  });
+});
+
+/**
+ * The kubelet's own rotated pair, as k8s.io/client-go/util/certificate/certificate_store.go `Update`
+ * writes it into its --cert-dir: `kubelet-client-<2006-01-02-15-04-05>.pem`, 0600, the certificate
+ * then the key in one PEM file, and `kubelet-client-current.pem` a link to its absolute path.
+ */
+async function kubeletRotated(dir: string, options: { lifetimeMs?: number; issuedAt?: Date } = {}) {
+  const key = generateKey();
+  const issued = issueCertificate(
+    ca,
+    'kubelet',
+    publicKeyRequest(key),
+    { name: 'node-a', dnsNames: [], ipAddresses: [] },
+    {
+      ...(options.issuedAt ? { now: options.issuedAt } : {}),
+      ...(options.lifetimeMs ? { lifetimeMs: options.lifetimeMs } : {}),
+    },
+  );
+  const pair = join(dir, 'kubelet-client-2026-01-02-03-04-05.pem');
+  await writeFile(pair, `${issued.pem.trimEnd()}\n${privateKeyPem(key)}`, { mode: 0o600 });
+  await symlink(pair, join(dir, 'kubelet-client-current.pem'));
+  return { pair, serial: new X509Certificate(issued.pem).serialNumber };
+}
+
+describe('join --renew: the pair the kubelet uses now', () => {
+  // The kubelet's certificate store looks first at kubelet-client-current.pem, then at
+  // kubelet-client.crt and .key in its --cert-dir (certificate_store.go `Current`): once the kubelet
+  // has rotated its certificate, the files join wrote are no longer its credentials.
+  const expiredJoinPair = { issuedAt: new Date(Date.now() - 3 * 86_400_000), lifetimeMs: 86_400_000 };
+
+  test('a certificate the kubelet rotated (kubelet-client-current.pem) proves the renewal when join’s own has expired', async () => {
+    const dir = await nodeDir(expiredJoinPair);
+    const { serial } = await kubeletRotated(dir);
+    const current = await readCurrentCredentials(dir);
+    assert.equal(current.nodeName, 'node-a');
+    assert.equal(current.certificate.serialNumber, serial);
+  });
+
+  test('a kubelet-client-current.pem link whose file is gone is skipped, as the kubelet skips it', async () => {
+    const dir = await nodeDir();
+    const { pair } = await kubeletRotated(dir);
+    await unlink(pair);
+    const current = await readCurrentCredentials(dir);
+    assert.equal(current.nodeName, 'node-a');
+  });
+
+  test('an expired kubelet-client-current.pem gives way to join’s pair, as the kubelet falls back to its kubeconfig', async () => {
+    const dir = await nodeDir();
+    await kubeletRotated(dir, expiredJoinPair);
+    const current = await readCurrentCredentials(dir);
+    assert.equal(current.certificate.validToDate > new Date(), true);
+  });
+
+  test('both expired: refused naming the kubelet’s pair; an unreadable one is a config error, as the kubelet fails on it', async () => {
+    const dir = await nodeDir(expiredJoinPair);
+    await kubeletRotated(dir, expiredJoinPair);
+    await assert.rejects(readCurrentCredentials(dir), (err) => {
+      assert.ok(err instanceof UnauthenticatedError, String(err));
+      assert.match(err.message, /kubelet-client-current\.pem expired on /);
+      return true;
+    });
+    const garbled = await nodeDir();
+    await writeFile(join(garbled, 'kubelet-client-current.pem'), 'not a pem\n');
+    await assert.rejects(
+      readCurrentCredentials(garbled),
+      (err) => err instanceof ConfigError && /kubelet-client-current\.pem/.test(err.message),
+    );
   });
 });

@@ -7,8 +7,10 @@
 
 import { type KeyObject, sign, X509Certificate } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { ConfigError, UnauthenticatedError } from '../errors.ts';
 import { parsePrivateKeyPem, spkiOf } from '../pki/keys.ts';
+import { decodePemBlocks, encodePem } from '../pki/pem.ts';
 import {
   bodyDigest,
   encodeRenewalToken,
@@ -27,25 +29,93 @@ export interface CurrentCredentials {
 }
 
 /**
- * Reads the kubelet client certificate and key `join` wrote into `dir`, checking they belong together
- * (a ConfigError otherwise) and that the certificate has not expired (an UnauthenticatedError).
+ * The pair the kubelet rotated itself, when `dir` is its --cert-dir: `kubelet-client-current.pem`, a
+ * link to one PEM file with the certificate (then any intermediates) and the key, in any order, as Go's
+ * tls.X509KeyPair reads it (k8s.io/client-go/util/certificate/certificate_store.go). The kubelet's
+ * store looks there first; a link whose file is gone counts as absent (it checks with stat), one it
+ * cannot read as a pair stops it, and here too.
  */
-export async function readCurrentCredentials(dir: string, now = new Date()): Promise<CurrentCredentials> {
-  const certificatePath = nodeFilePath(dir, 'clientCertificate');
-  const keyPath = nodeFilePath(dir, 'clientKey');
-  let certificate: X509Certificate;
-  let key: KeyObject;
+export const kubeletCurrentPair = 'kubelet-client-current.pem';
+
+interface Pair {
+  certificate: X509Certificate;
+  key: KeyObject;
+  certificatePath: string;
+  keyPath: string;
+}
+
+async function readKubeletRotatedPair(dir: string): Promise<Pair | undefined> {
+  const path = join(dir, kubeletCurrentPair);
   try {
-    certificate = new X509Certificate(await readFile(certificatePath));
-    key = parsePrivateKeyPem(await readFile(keyPath, 'utf8'), keyPath);
+    let text: string;
+    try {
+      text = await readFile(path, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      throw err;
+    }
+    const blocks = decodePemBlocks(text, path);
+    const certificate = blocks.find((block) => block.type === 'CERTIFICATE');
+    const key = blocks.find((block) => block.type === 'PRIVATE KEY' || block.type.endsWith(' PRIVATE KEY'));
+    if (!certificate || !key) throw new Error('it holds no certificate and private key');
+    return {
+      certificate: new X509Certificate(certificate.der),
+      key: parsePrivateKeyPem(encodePem(key.type, key.der), path),
+      certificatePath: path,
+      keyPath: path,
+    };
   } catch (err) {
     throw new ConfigError(
-      `cannot read the current kubelet credentials in ${dir} (${(err as Error).message}); renew needs the --dir of the first join`,
-      { cause: err },
+      `cannot read the kubelet's current credentials ${path} (${(err as Error).message})`,
+      {
+        cause: err,
+      },
     );
   }
+}
+
+/**
+ * Reads the kubelet client certificate and key the kubelet uses now, checking they belong together
+ * (a ConfigError otherwise) and that the certificate has not expired (an UnauthenticatedError). That
+ * is the pair the kubelet rotated itself when `dir` is its --cert-dir and holds an unexpired one
+ * ({@link kubeletCurrentPair}), otherwise the pair `join` wrote (which its kubeconfig embeds, what the
+ * kubelet falls back to when its own has expired).
+ */
+export async function readCurrentCredentials(dir: string, now = new Date()): Promise<CurrentCredentials> {
+  const rotated = await readKubeletRotatedPair(dir);
+  let pair: Pair;
+  if (rotated && rotated.certificate.validToDate > now) {
+    pair = rotated;
+  } else {
+    const certificatePath = nodeFilePath(dir, 'clientCertificate');
+    const keyPath = nodeFilePath(dir, 'clientKey');
+    try {
+      pair = {
+        certificate: new X509Certificate(await readFile(certificatePath)),
+        key: parsePrivateKeyPem(await readFile(keyPath, 'utf8'), keyPath),
+        certificatePath,
+        keyPath,
+      };
+    } catch (err) {
+      if (!rotated) {
+        throw new ConfigError(
+          `cannot read the current kubelet credentials in ${dir} (${(err as Error).message}); renew needs the --dir of the first join`,
+          { cause: err },
+        );
+      }
+      // Only the kubelet's own pair is left, expired: refused below by its name.
+      pair = rotated;
+    }
+    // Both expired: named as the kubelet's first choice, its own pair.
+    if (rotated && pair.certificate.validToDate <= now) pair = rotated;
+  }
+  const { certificate, key, certificatePath, keyPath } = pair;
   if (!certificate.publicKey.export({ format: 'der', type: 'spki' }).equals(spkiOf(key))) {
-    throw new ConfigError(`${certificatePath} is not the certificate of ${keyPath}`);
+    throw new ConfigError(
+      certificatePath === keyPath
+        ? `${certificatePath} holds a certificate and a key that are not one pair`
+        : `${certificatePath} is not the certificate of ${keyPath}`,
+    );
   }
   // Refused as the server would refuse it (exit 77): the credential no longer proves who the node is.
   // Judged on this machine's clock, which may be the one that is wrong (stepped ahead, or not set
