@@ -3,8 +3,9 @@ import { test } from 'node:test';
 import { Hash } from '@smithy/core/serde';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { uriEncode } from '../cloud/aws/sigv4.ts';
+import { stsHost } from '../cloud/aws/sts-host.ts';
 import { UnavailableError } from '../errors.ts';
-import { getCallerIdentityBody, kopsRequestSha, stsHost } from '../protocol/aws-sts-proof.ts';
+import { getCallerIdentityBody, kopsRequestSha } from '../protocol/aws-sts-proof.ts';
 import { verifySigV4 } from '../sim/aws/sigv4-verify.ts';
 import { awsStsProof, signAwsStsProof } from './aws-proof.ts';
 

@@ -14,16 +14,15 @@ import {
   sigV4Algorithm,
   uriEncode,
 } from '../cloud/aws/sigv4.ts';
+import { fipsFromEnv, stsHost } from '../cloud/aws/sts-host.ts';
 import { bounded } from '../deadline.ts';
 import { UnavailableError } from '../errors.ts';
 import { printable } from '../log.ts';
 import {
-  fipsFromEnv,
   getCallerIdentityBody,
   kopsRequestSha,
   presignExpiresSeconds,
   stsContentType,
-  stsHost,
 } from '../protocol/aws-sts-proof.ts';
 import type { ProofProvider } from './proofs.ts';
 

@@ -3,8 +3,9 @@ import { test } from 'node:test';
 import fc from 'fast-check';
 import { signAwsStsProof } from '../../agent/aws-proof.ts';
 import { signSigV4 } from '../../cloud/aws/sigv4.ts';
+import { stsHost } from '../../cloud/aws/sts-host.ts';
 import { UnauthenticatedError } from '../../errors.ts';
-import { getCallerIdentityBody, kopsRequestSha, stsHost } from '../../protocol/aws-sts-proof.ts';
+import { getCallerIdentityBody, kopsRequestSha } from '../../protocol/aws-sts-proof.ts';
 import { parseStsProof } from './aws-sts-proof.ts';
 
 const credentials = { accessKeyId: 'ASIAEXAMPLE', secretAccessKey: 'secret', sessionToken: 'session' };

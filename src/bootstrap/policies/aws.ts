@@ -17,10 +17,10 @@
 import { isIP } from 'node:net';
 import type { InstanceIdentity } from '../../cloud/aws/instance.ts';
 import { parseAmzDate } from '../../cloud/aws/sigv4.ts';
+import { fipsFromEnv, stsHost } from '../../cloud/aws/sts-host.ts';
 import type { CloudCallRecorder } from '../../cloud/metrics.ts';
 import { withDeadline } from '../../deadline.ts';
 import { describeError, KopsError, UnavailableError } from '../../errors.ts';
-import { fipsFromEnv, stsHost } from '../../protocol/aws-sts-proof.ts';
 import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict } from '../dependency.ts';
 import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';
 import { parseStsProof, type StsReplayRequest } from './aws-sts-proof.ts';

@@ -1,0 +1,30 @@
+/**
+ * The STS host an AWS identity proof is signed for and replayed to: the node's signer
+ * (src/agent/aws-proof.ts) and the server's check (src/bootstrap/policies/aws.ts) must name the same.
+ */
+import { STSClient } from '@aws-sdk/client-sts';
+
+const hosts = new Map<string, string>();
+
+/**
+ * The regional STS host a proof is signed for, in the region's partition (`amazonaws.com`, China's
+ * `amazonaws.com.cn`, the ISO and sovereign partitions' own domains) and FIPS when asked: taken from
+ * the STS SDK's own endpoint rules, as the SDKs a node signs with (nodeup's included) resolve it, and
+ * as kops' verifier takes it from a presigned request of its SDK.
+ */
+export function stsHost(region: string, { fips = false }: { fips?: boolean } = {}): string {
+  const key = `${region} ${fips}`;
+  let host = hosts.get(key);
+  if (host === undefined) {
+    const { endpointProvider } = new STSClient({ region }).config;
+    host = endpointProvider({ Region: region, UseFIPS: fips, UseDualStack: false, UseGlobalEndpoint: false })
+      .url.host;
+    hosts.set(key, host);
+  }
+  return host;
+}
+
+/** Whether the environment asks for FIPS endpoints, as the AWS SDKs read it (`AWS_USE_FIPS_ENDPOINT`). */
+export function fipsFromEnv(env: NodeJS.ProcessEnv = process.env): boolean {
+  return env['AWS_USE_FIPS_ENDPOINT']?.toLowerCase() === 'true';
+}
