@@ -111,6 +111,7 @@ const otherProgramsFlags: Record<string, string> = {
   '--cpu-prof': 'node',
   '--client-ca-file': 'kubelet',
   '--tls-cert-file': 'kubelet',
+  '--cert-dir': 'kubelet',
   '--discovery-token-ca-cert-hash': 'kubeadm join',
   '--discovery-token-unsafe-skip-ca-verification': 'kubeadm join',
 };
