@@ -102,7 +102,47 @@ export function decodeObject(
   if (raw['metadata'] === undefined || raw['metadata'] === null) raw['metadata'] = {};
   if (!isRecord(raw['metadata'])) throw badRequest('metadata: expected an object');
   checkMetadataTypes(raw['metadata']);
+  checkMicroTimes(type, raw);
   return { obj: raw as KubeObject, warnings: checkUnknownFields(url, type, raw) };
+}
+
+/** metav1.MicroTime's wire layout (apimachinery pkg/apis/meta/v1/micro_time.go, `RFC3339Micro`). */
+const microTimeLayout = '2006-01-02T15:04:05.000000Z07:00';
+const microTimeText = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})$/;
+
+/** The MicroTime fields of the kinds served, as paths from the object's root. */
+const microTimePaths: Record<string, string[][]> = {
+  Lease: [
+    ['spec', 'acquireTime'],
+    ['spec', 'renewTime'],
+  ],
+  Event: [['eventTime'], ['series', 'lastObservedTime']],
+};
+
+/**
+ * A MicroTime field must have exactly six fractional digits: `MicroTime.UnmarshalJSON` parses with
+ * `time.Parse(RFC3339Micro, …)`, whose `.000000` takes exactly six, so `.123Z` (JavaScript's
+ * `toISOString()`) or whole seconds fail the body's decoding, a 400 before any validation runs
+ * (kubernetes-client/javascript#828 quotes the answer; client-node's `V1MicroTime` exists for it).
+ * `null` is the zero time. Direct store writes stay lenient (normalized) for seeding.
+ */
+export function checkMicroTimes(type: ResourceType, obj: Record<string, unknown>): void {
+  for (const path of microTimePaths[type.kind] ?? []) {
+    let value: unknown = obj;
+    for (const key of path) value = isRecord(value) ? value[key] : undefined;
+    if (value === undefined || value === null) continue;
+    if (typeof value === 'string' && microTimeText.test(value)) continue;
+    const shown = typeof value === 'string' ? value : JSON.stringify(value);
+    const seconds = typeof value === 'string' ? /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}/.exec(value) : null;
+    const why =
+      seconds && typeof value === 'string'
+        ? `cannot parse ${JSON.stringify(value.slice(seconds[0].length))} as ".000000"`
+        : `cannot parse ${JSON.stringify(shown)} as "2006"`;
+    throw badRequest(
+      `${type.kind} in version "${apiVersionOf(type).split('/').at(-1)}" cannot be handled as a ${type.kind}: ` +
+        `parsing time ${JSON.stringify(shown)} as ${JSON.stringify(microTimeLayout)}: ${why}`,
+    );
+  }
 }
 
 const metadataStrings = ['name', 'generateName', 'namespace', 'uid', 'resourceVersion', 'creationTimestamp'];

@@ -37,6 +37,7 @@ import { review } from './reviews.ts';
 import { type InfoRoute, type ResourceRoute, routeOf } from './routes.ts';
 import {
   badRequest,
+  conflict,
   forbidden,
   invalid,
   methodNotAllowed,
@@ -336,10 +337,33 @@ function checkSignerPermission(call: Call, obj: KubeObject): void {
   }
 }
 
+/**
+ * A PUT whose body names a `metadata.uid` is conditional on it: `rest.DefaultUpdatedObjectInfo`
+ * turns the object's UID into a storage precondition (apiserver pkg/registry/rest/update.go,
+ * `Preconditions`), and the store refuses another object's with 409 Conflict, `Operation cannot be
+ * fulfilled on nodes "n": Precondition failed: UID in precondition: <body's>, UID in object meta:
+ * <stored>` (apiserver pkg/storage/etcd3 `checkPreconditions`). An empty UID is filled from storage.
+ */
+function checkUpdatedUid(call: Call, obj: KubeObject): void {
+  const given = obj.metadata.uid;
+  if (typeof given !== 'string' || given === '') return;
+  const { route, ctx } = call;
+  const stored = ctx.store.entry(route.type, route.namespace, route.name as string);
+  const uid = stored?.object.metadata.uid;
+  if (stored && uid !== given) {
+    throw conflict(
+      route.type,
+      route.name as string,
+      `Precondition failed: UID in precondition: ${given}, UID in object meta: ${uid ?? ''}`,
+    );
+  }
+}
+
 async function serveUpdate(call: Call): Promise<void> {
   const { route, ctx, res, url } = call;
   const { obj, warnings } = decodeObject(call.req, call.url, call.route.type, await readBody(call.req));
   checkIdentity(call, obj);
+  checkUpdatedUid(call, obj);
   checkSignerPermission(call, obj);
   const entry = ctx.store.updateEntry(route.type, obj, {
     target: (route.subresource ?? 'main') as WriteTarget,

@@ -629,16 +629,18 @@ describe('simulated apiserver through @kubernetes/client-node', () => {
     );
     assert.match(removed.message, /updates may not remove a condition of type "Approved"/);
 
-    const failing = await certs.readCertificateSigningRequest({ name: 'csr-1' });
-    failing.status?.conditions?.push({ type: 'Failed', status: 'True', reason: 'X', message: 'x' });
-    const viaApproval = await rejectsWith(
-      certs.replaceCertificateSigningRequestApproval({ name: 'csr-1', body: failing }),
+    // Only /approval may add Approved or Denied (validation.go, allowSettingApprovalConditions).
+    const denying = await certs.readCertificateSigningRequest({ name: 'csr-1' });
+    denying.status?.conditions?.push({ type: 'Denied', status: 'True', reason: 'X', message: 'x' });
+    const viaStatus = await rejectsWith(
+      certs.replaceCertificateSigningRequestStatus({ name: 'csr-1', body: denying }),
       422,
     );
-    assert.match(viaApproval.message, /updates may not add a condition of type "Failed"/);
+    assert.match(viaStatus.message, /updates may not add a condition of type "Denied"/);
 
     const signing = await certs.readCertificateSigningRequest({ name: 'csr-1' });
-    const pem = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
+    // A real certificate: the API parses every CERTIFICATE block (validateCertificate).
+    const pem = sim.caCertificate;
     signing.status = { ...signing.status, certificate: Buffer.from(pem).toString('base64') };
     const viaApprovalCert = await certs.replaceCertificateSigningRequestApproval({
       name: 'csr-1',

@@ -175,7 +175,12 @@ const metadataLists: Record<string, ListStrategy> = {
 
 /** The `patchStrategy:"merge"` fields of the served kinds; every other list is replaced whole. */
 const listStrategies: Record<string, Record<string, ListStrategy>> = {
-  Node: { 'status.conditions': { mergeKey: 'type' }, 'status.addresses': { mergeKey: 'type' } },
+  Node: {
+    // NodeSpec.PodCIDRs is `patchStrategy:"merge"` (k8s.io/api core/v1 types.go): a set union.
+    'spec.podCIDRs': 'merge-primitives',
+    'status.conditions': { mergeKey: 'type' },
+    'status.addresses': { mergeKey: 'type' },
+  },
   Pod: {
     'spec.containers': { mergeKey: 'name' },
     'spec.initContainers': { mergeKey: 'name' },

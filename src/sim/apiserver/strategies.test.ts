@@ -198,7 +198,8 @@ describe('create and update resets', () => {
     const main = prepareForUpdate(type('nodes'), next(), old, 'main');
     assert.deepEqual(
       [main.metadata.labels, main['spec'], main['status']],
-      [{ a: '2' }, { podCIDR: 'y' }, { phase: 'Running' }],
+      // podCIDR alone becomes podCIDRs as the v1 → internal conversion makes it.
+      [{ a: '2' }, { podCIDR: 'y', podCIDRs: ['y'] }, { phase: 'Running' }],
     );
     const status = prepareForUpdate(type('nodes'), next(), old, 'status');
     assert.deepEqual(

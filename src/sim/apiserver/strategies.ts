@@ -5,6 +5,8 @@
  * seed any state, but never the validation.
  */
 import 'reflect-metadata';
+import { X509Certificate } from 'node:crypto';
+import { isIP } from 'node:net';
 import { Pkcs10CertificateRequest } from '@peculiar/x509';
 import { isRecord, jsonEqual, type KubeObject, type SimUser, timestamp } from './objects.ts';
 import type { ResourceType } from './resources.ts';
@@ -72,7 +74,24 @@ function validateMetadata(type: ResourceType, obj: KubeObject, errors: FieldErro
   }
   validateStringMap(meta.labels, 'metadata.labels', true, errors);
   validateStringMap(meta.annotations, 'metadata.annotations', false, errors);
+  // ValidateAnnotations (apimachinery pkg/api/validation/objectmeta.go): keys and values together
+  // at most TotalAnnotationSizeLimitB, 256 KiB.
+  if (isRecord(meta.annotations)) {
+    let bytes = 0;
+    for (const [key, value] of Object.entries(meta.annotations))
+      bytes += Buffer.byteLength(key) + (typeof value === 'string' ? Buffer.byteLength(value) : 0);
+    if (bytes > maxAnnotationBytes) {
+      errors.push({
+        type: 'TooLong',
+        field: 'metadata.annotations',
+        detail: `may not be more than ${maxAnnotationBytes} bytes`,
+      });
+    }
+  }
 }
+
+/** TotalAnnotationSizeLimitB. */
+const maxAnnotationBytes = 256 * 1024;
 
 /** core.MaxSecretSize: what a ConfigMap's or a Secret's values may total, in bytes. */
 const maxConfigDataBytes = 1024 * 1024;
@@ -126,6 +145,10 @@ function validateConfigData(
       detail: `may not be more than ${maxConfigDataBytes} bytes`,
     });
   }
+  // ValidateSecretUpdate: a Secret's type never changes (an absent one defaults to Opaque first).
+  if (plural === 'secrets' && old && (obj['type'] ?? 'Opaque') !== (old['type'] ?? 'Opaque')) {
+    errors.push({ type: 'Invalid', field: 'type', value: obj['type'], detail: 'field is immutable' });
+  }
   if (old?.['immutable'] === true) {
     if (!jsonEqual(obj['data'], old['data']) || !jsonEqual(obj['binaryData'], old['binaryData'])) {
       errors.push({ type: 'Forbidden', field: 'data', detail: 'field is immutable when `immutable` is set' });
@@ -155,7 +178,13 @@ function validatePod(obj: KubeObject, errors: FieldError[]): void {
 
 const taintEffects = ['NoSchedule', 'PreferNoSchedule', 'NoExecute'];
 
-function validateNode(obj: KubeObject, errors: FieldError[]): void {
+function validateNode(
+  obj: KubeObject,
+  old: KubeObject | undefined,
+  target: WriteTarget,
+  errors: FieldError[],
+): void {
+  validatePodCidrs(obj, old, target, errors);
   const taints = isRecord(obj['spec']) ? obj['spec']['taints'] : undefined;
   if (!Array.isArray(taints)) return;
   taints.forEach((t, i) => {
@@ -178,6 +207,124 @@ function validateNode(obj: KubeObject, errors: FieldError[]): void {
       });
     }
   });
+}
+
+/** The IP family of a CIDR as Go's net.ParseCIDR reads it (4 or 6), or 0 when it is not one. */
+function cidrFamily(value: unknown): 0 | 4 | 6 {
+  if (typeof value !== 'string') return 0;
+  const slash = value.indexOf('/');
+  if (slash < 0) return 0;
+  const family = isIP(value.slice(0, slash));
+  const bits = value.slice(slash + 1);
+  if (family === 0 || !/^\d{1,3}$/.test(bits) || Number(bits) > (family === 4 ? 32 : 128)) return 0;
+  return family as 4 | 6;
+}
+
+function podCidrsOf(obj: KubeObject | undefined): unknown[] {
+  const spec = obj?.['spec'];
+  const cidrs = isRecord(spec) ? spec['podCIDRs'] : undefined;
+  return Array.isArray(cidrs) ? cidrs : [];
+}
+
+/**
+ * `spec.podCIDRs` as kubernetes pkg/apis/core/validation/validation.go checks it: in ValidateNode,
+ * each a CIDR ("must be valid CIDR"), more than one only as a dual-stack pair, no duplicates; in
+ * ValidateNodeUpdate (also what a /status write runs), once set it never changes: 422 Forbidden
+ * `node updates may not change podCIDR except from "" to valid`.
+ */
+function validatePodCidrs(
+  obj: KubeObject,
+  old: KubeObject | undefined,
+  target: WriteTarget,
+  errors: FieldError[],
+): void {
+  const cidrs = podCidrsOf(obj);
+  const families = cidrs.map(cidrFamily);
+  families.forEach((family, i) => {
+    if (family === 0)
+      errors.push({
+        type: 'Invalid',
+        field: `spec.podCIDRs[${i}]`,
+        value: cidrs,
+        detail: 'must be valid CIDR',
+      });
+  });
+  if (cidrs.length > 1) {
+    const dualStack = families.includes(4) && families.includes(6);
+    if (!dualStack || cidrs.length > 2) {
+      errors.push({
+        type: 'Invalid',
+        field: 'spec.podCIDRs',
+        value: cidrs,
+        detail: 'may specify no more than one CIDR for each IP family',
+      });
+    }
+    cidrs.forEach((cidr, i) => {
+      if (cidrs.indexOf(cidr) < i)
+        errors.push({ type: 'Duplicate', field: `spec.podCIDRs[${i}]`, value: cidr });
+    });
+  }
+  if (!old || target === 'raw') return;
+  const before = podCidrsOf(old);
+  if (before.length > 0 && (before.length !== cidrs.length || before.some((cidr, i) => cidr !== cidrs[i]))) {
+    errors.push({
+      type: 'Forbidden',
+      field: 'spec.podCIDRs',
+      detail: 'node updates may not change podCIDR except from "" to valid',
+    });
+  }
+}
+
+/**
+ * The v1 → internal conversion of a NodeSpec (kubernetes pkg/apis/core/v1/conversion.go): the
+ * internal type has only `podCIDRs`; a non-empty `podCIDRs` wins, else `podCIDR` becomes it, and
+ * `podCIDR` is written back as its first entry. A write whose `podCIDR` disagrees is not refused: its
+ * `podCIDR` is dropped.
+ */
+function convertPodCidrs(obj: KubeObject): void {
+  const spec = obj['spec'];
+  if (!isRecord(spec)) return;
+  const cidrs = spec['podCIDRs'];
+  if (Array.isArray(cidrs) && cidrs.length > 0) spec['podCIDR'] = cidrs[0];
+  else if (typeof spec['podCIDR'] === 'string' && spec['podCIDR'] !== '')
+    spec['podCIDRs'] = [spec['podCIDR']];
+}
+
+/**
+ * A core/v1 Event as `legacyValidateEvent` checks it (kubernetes pkg/apis/core/validation/events.go;
+ * for the v1 API version that is all `ValidateEventCreate` runs): without `eventTime`, an Event about
+ * a cluster-scoped object (no `involvedObject.namespace`) lives in `default`, and one about a
+ * namespaced object in that object's namespace; with `eventTime` (a "new" Event) also
+ * `reportingComponent`, `reportingInstance` and `action` are required.
+ */
+function validateEvent(obj: KubeObject, errors: FieldError[]): void {
+  const involved = isRecord(obj['involvedObject']) ? obj['involvedObject'] : {};
+  const involvedNamespace = typeof involved['namespace'] === 'string' ? involved['namespace'] : '';
+  const namespace = obj.metadata.namespace ?? '';
+  const mismatch = (): void => {
+    errors.push({
+      type: 'Invalid',
+      field: 'involvedObject.namespace',
+      value: involvedNamespace,
+      detail: 'does not match event.namespace',
+    });
+  };
+  const eventTime = obj['eventTime'];
+  if (eventTime === undefined || eventTime === null || eventTime === '') {
+    if (involvedNamespace === '') {
+      if (namespace !== '' && namespace !== 'default') mismatch();
+    } else if (namespace !== involvedNamespace) {
+      mismatch();
+    }
+    return;
+  }
+  if (involvedNamespace === '' && namespace !== 'default' && namespace !== 'kube-system') mismatch();
+  for (const field of ['reportingComponent', 'reportingInstance', 'action']) {
+    const value = obj[field];
+    if (typeof value !== 'string' || value === '') errors.push({ type: 'Required', field });
+    else if (field !== 'reportingComponent' && value.length > 128)
+      errors.push({ type: 'Invalid', field, value: '', detail: 'can have at most 128 characters' });
+  }
 }
 
 function validateLease(obj: KubeObject, errors: FieldError[]): void {
@@ -231,7 +378,12 @@ const keyUsages = [
   'microsoft sgc',
   'netscape sgc',
 ];
-const signerNamePattern = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+\/[^/\s]+$/;
+/**
+ * `ValidateSignerName` (kubernetes pkg/apis/core/validation): one `/`; before it a domain of at least
+ * two DNS-1123 labels, after it a DNS-1123 subdomain, 253 characters at most in all.
+ */
+const signerNamePattern =
+  /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+\/[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const csrConditionTypes = ['Approved', 'Denied', 'Failed'];
 const approvalConditionTypes = ['Approved', 'Denied'];
 
@@ -269,7 +421,14 @@ function validateCsr(
   const signer = spec['signerName'];
   if (!signer) {
     errors.push({ type: 'Required', field: 'spec.signerName' });
-  } else if (typeof signer !== 'string' || !signerNamePattern.test(signer)) {
+  } else if (signer === 'kubernetes.io/legacy-unknown' && !old) {
+    errors.push({
+      type: 'Invalid',
+      field: 'spec.signerName',
+      value: signer,
+      detail: 'the legacy signerName is not allowed via this API version',
+    });
+  } else if (typeof signer !== 'string' || signer.length > 253 || !signerNamePattern.test(signer)) {
     errors.push({
       type: 'Invalid',
       field: 'spec.signerName',
@@ -290,6 +449,7 @@ function validateCsr(
           detail: `supported values: ${keyUsages.map((k) => `"${k}"`).join(', ')}`,
         });
       }
+      if (usages.indexOf(u) < i) errors.push({ type: 'Duplicate', field: `spec.usages[${i}]`, value: u });
     });
   }
   const expiration = spec['expirationSeconds'];
@@ -306,6 +466,10 @@ function validateCsr(
     });
   }
   const seen = new Set<string>();
+  const oldTypes = conditionsOf(old).map((c) => c['type']);
+  // Both Approved and Denied are tolerated only where the stored object has both already.
+  const allowBoth = oldTypes.includes('Approved') && oldTypes.includes('Denied');
+  let approvedOrDenied = '';
   conditionsOf(obj).forEach((c, i) => {
     const field = `status.conditions[${i}]`;
     const type = c['type'];
@@ -313,75 +477,119 @@ function validateCsr(
     if (typeof type === 'string' && seen.has(type))
       errors.push({ type: 'Duplicate', field: `${field}.type`, value: type });
     if (typeof type === 'string') seen.add(type);
-    if (csrConditionTypes.includes(type as string) && c['status'] !== 'True') {
+    const allowed = csrConditionTypes.includes(type as string) ? ['True'] : ['True', 'False', 'Unknown'];
+    const status = c['status'];
+    if (status === undefined || status === null || status === '') {
+      errors.push({ type: 'Required', field: `${field}.status` });
+    } else if (!allowed.includes(status as string)) {
       errors.push({
         type: 'NotSupported',
         field: `${field}.status`,
-        value: c['status'] ?? '',
-        detail: 'supported values: "True"',
+        value: status,
+        detail: `supported values: ${allowed.map((v) => `"${v}"`).join(', ')}`,
       });
     }
+    if (!allowBoth && (type === 'Approved' || type === 'Denied')) {
+      if (approvedOrDenied !== '' && approvedOrDenied !== type) {
+        errors.push({
+          type: 'Invalid',
+          field: `${field}.type`,
+          value: type,
+          detail: 'Approved and Denied conditions are mutually exclusive',
+        });
+      }
+      approvedOrDenied = type;
+    }
   });
-  if (seen.has('Approved') && seen.has('Denied')) {
-    errors.push({
-      type: 'Invalid',
-      field: 'status.conditions',
-      value: 'Approved',
-      detail: 'Approved and Denied conditions are mutually exclusive',
-    });
-  }
   if (old && target !== 'raw') validateCsrConditionChanges(obj, old, target, errors);
   const certificate = isRecord(obj['status']) ? obj['status']['certificate'] : undefined;
-  if (typeof certificate === 'string' && certificate !== '') {
-    const text = Buffer.from(certificate, 'base64').toString('utf8');
-    if (!text.includes('-----BEGIN CERTIFICATE-----')) {
+  const oldCertificate = isRecord(old?.['status']) ? old['status']['certificate'] : undefined;
+  // An update that leaves the certificate as stored is not held to the rules (nor is a stored one
+  // that already breaks them), as getValidationOptions' allowArbitraryCertificate tolerates.
+  const unchanged = old !== undefined && (certificate ?? '') === (oldCertificate ?? '');
+  if (!unchanged && certificateProblem(oldCertificate) === undefined) {
+    const problem = certificateProblem(certificate);
+    if (problem) {
       errors.push({
         type: 'Invalid',
         field: 'status.certificate',
         value: '<certificate data>',
-        detail: 'must contain at least one CERTIFICATE PEM block',
-      });
-    }
-    const oldCertificate = isRecord(old?.['status']) ? old['status']['certificate'] : undefined;
-    if (target !== 'raw' && oldCertificate && oldCertificate !== certificate) {
-      errors.push({
-        type: 'Forbidden',
-        field: 'status.certificate',
-        detail: 'updates may not modify existing certificate content',
+        detail: problem,
       });
     }
   }
+  if (target !== 'raw' && old && (certificate ?? '') !== (oldCertificate ?? '') && oldCertificate) {
+    errors.push({
+      type: 'Forbidden',
+      field: 'status.certificate',
+      detail: 'updates may not modify existing certificate content',
+    });
+  }
 }
 
-/** Approval writes may change only Approved/Denied; status writes may not; neither may remove one. */
+/**
+ * Why `status.certificate` (base64 of PEM) is not acceptable, as `validateCertificate` in kubernetes
+ * pkg/apis/certificates/validation/validation.go decides: every PEM block (text around them is
+ * skipped, as Go's pem.Decode skips it) must be a `CERTIFICATE` without headers holding an X.509
+ * certificate, and there must be at least one. Empty is fine.
+ */
+function certificateProblem(certificate: unknown): string | undefined {
+  if (certificate === undefined || certificate === null || certificate === '') return undefined;
+  if (typeof certificate !== 'string') return 'must contain at least one CERTIFICATE PEM block';
+  const pem = Buffer.from(certificate, 'base64').toString('latin1');
+  const block = /-----BEGIN ([^-\r\n]*)-----\r?\n([\s\S]*?)-----END \1-----/g;
+  let blocks = 0;
+  for (let match = block.exec(pem); match !== null; match = block.exec(pem)) {
+    const [, type, body] = match as unknown as [string, string, string];
+    if (type !== 'CERTIFICATE') return `only CERTIFICATE PEM blocks are allowed, found "${type}"`;
+    if (/^[^\r\n]*:/m.test(body)) return 'no PEM block headers are permitted';
+    blocks++;
+    try {
+      new X509Certificate(Buffer.from(body.replace(/\s+/g, ''), 'base64'));
+    } catch (err) {
+      return `x509: malformed certificate: ${(err as Error).message}`;
+    }
+  }
+  return blocks === 0 ? 'must contain at least one CERTIFICATE PEM block' : undefined;
+}
+
+function conditionsOfType(obj: KubeObject | undefined, type: string): Record<string, unknown>[] {
+  return conditionsOf(obj).filter((c) => c['type'] === type);
+}
+
+/**
+ * What `validateCertificateSigningRequestUpdate` allows each write: none may remove an Approved,
+ * Denied or Failed condition; only `/approval` may add or change Approved or Denied (a `/status` write
+ * that keeps their number has them restored first, see prepareForUpdate); other conditions, such as
+ * Failed, may be added through either subresource.
+ */
 function validateCsrConditionChanges(
   obj: KubeObject,
   old: KubeObject,
   target: WriteTarget,
   errors: FieldError[],
 ): void {
-  const before = new Map(conditionsOf(old).map((c) => [c['type'] as string, c]));
-  const after = new Map(conditionsOf(obj).map((c) => [c['type'] as string, c]));
-  for (const [type] of before) {
-    if (!after.has(type))
+  for (const type of csrConditionTypes) {
+    if (conditionsOfType(obj, type).length < conditionsOfType(old, type).length) {
       errors.push({
         type: 'Forbidden',
         field: 'status.conditions',
         detail: `updates may not remove a condition of type "${type}"`,
       });
+    }
   }
-  for (const [type, condition] of after) {
-    const isApproval = approvalConditionTypes.includes(type);
-    const mayChange = target === 'approval' ? isApproval : target === 'status' ? !isApproval : false;
-    const previous = before.get(type);
-    if (mayChange) continue;
-    if (!previous) {
+  if (target === 'approval') return;
+  for (const type of approvalConditionTypes) {
+    const before = conditionsOfType(old, type);
+    const after = conditionsOfType(obj, type);
+    if (after.length < before.length) continue;
+    if (after.length > before.length) {
       errors.push({
         type: 'Forbidden',
         field: 'status.conditions',
         detail: `updates may not add a condition of type "${type}"`,
       });
-    } else if (previous['status'] !== condition['status']) {
+    } else if (!jsonEqual(before, after)) {
       errors.push({
         type: 'Forbidden',
         field: 'status.conditions',
@@ -405,7 +613,10 @@ export function validateObject(
       validatePod(obj, errors);
       break;
     case 'nodes':
-      validateNode(obj, errors);
+      validateNode(obj, old, target, errors);
+      break;
+    case 'events':
+      validateEvent(obj, errors);
       break;
     case 'secrets':
     case 'configmaps':
@@ -435,6 +646,9 @@ export function prepareForCreate(
     case 'pods':
       if (target !== 'raw' || !isRecord(obj['status'])) obj['status'] = { phase: 'Pending' };
       break;
+    case 'nodes':
+      if (target !== 'raw') convertPodCidrs(obj);
+      break;
     case 'secrets':
       if (!obj['type']) obj['type'] = 'Opaque';
       foldStringData(obj);
@@ -463,8 +677,12 @@ export function prepareForUpdate(
   old: KubeObject,
   target: WriteTarget,
 ): KubeObject {
-  if (type.plural === 'secrets') foldStringData(obj);
+  if (type.plural === 'secrets') {
+    foldStringData(obj);
+    if (!obj['type']) obj['type'] = 'Opaque';
+  }
   if (target === 'raw') return obj;
+  if (type.plural === 'nodes') convertPodCidrs(obj);
   const hasStatus = type.subresources.includes('status');
   if (target === 'main') {
     if (hasStatus) {
@@ -474,18 +692,49 @@ export function prepareForUpdate(
     if (type.plural === 'certificatesigningrequests') obj['spec'] = old['spec'];
     return obj;
   }
-  // Status and approval writes change only the status; metadata and spec stay as stored.
+  if (type.plural === 'certificatesigningrequests') return prepareCsrSubresource(obj, old, target);
+  // Status writes change only the status; metadata and spec stay as stored.
   const result: KubeObject = {
     ...old,
     metadata: { ...old.metadata, resourceVersion: obj.metadata.resourceVersion },
   };
-  const status = isRecord(obj['status']) ? { ...obj['status'] } : {};
+  result['status'] = isRecord(obj['status']) ? { ...obj['status'] } : {};
+  return result;
+}
+
+/**
+ * The CSR subresource strategies (kubernetes pkg/registry/certificates/certificates/strategy.go):
+ * neither resets metadata (labels and annotations written through `/status` or `/approval` are
+ * stored); both keep the spec. `/approval` takes only the conditions, keeping the stored certificate;
+ * `/status` takes the status but puts back the stored Approved and Denied conditions when their
+ * number is unchanged (`preserveConditionInstances`: a changed one is silently restored, an added
+ * one fails validation). Both stamp missing condition times (`populateConditionTimestamps`).
+ */
+function prepareCsrSubresource(obj: KubeObject, old: KubeObject, target: WriteTarget): KubeObject {
+  const result: KubeObject = { ...obj, spec: old['spec'] };
+  const oldStatus = isRecord(old['status']) ? old['status'] : {};
+  const given = isRecord(obj['status']) ? obj['status'] : {};
+  let status: Record<string, unknown>;
   if (target === 'approval') {
-    const oldStatus = isRecord(old['status']) ? old['status'] : {};
-    if (oldStatus['certificate'] === undefined) delete status['certificate'];
-    else status['certificate'] = oldStatus['certificate'];
+    status = { ...oldStatus };
+    if (given['conditions'] === undefined) delete status['conditions'];
+    else status['conditions'] = given['conditions'];
+  } else {
+    status = { ...given };
+    const conditions = Array.isArray(status['conditions']) ? [...status['conditions']] : undefined;
+    if (conditions) {
+      for (const type of approvalConditionTypes) {
+        const before = conditionsOfType(old, type);
+        const indices = conditions.flatMap((c, i) => (isRecord(c) && c['type'] === type ? [i] : []));
+        if (indices.length !== before.length) continue;
+        indices.forEach((index, n) => {
+          conditions[index] = before[n];
+        });
+      }
+      status['conditions'] = conditions;
+    }
   }
-  if (type.plural === 'certificatesigningrequests') stampConditionTimes(status, old);
+  stampConditionTimes(status, old);
   result['status'] = status;
   return result;
 }
