@@ -276,3 +276,27 @@ test('cloud groups: a regional MIG in the aggregated MIG list (regions/<r>, no z
   );
   assert.ok(!paths.some((p) => p.includes('nodes-regional')), paths.join('\n'));
 });
+
+test("compute: a 400 to a listing (its filter is the controller's own, e.g. one the API finds too complex) is a fault, not a verdict on the instances asked for; a 400 to a read by name stays the node's", async () => {
+  const refusal = {
+    status: 400,
+    body: {
+      error: {
+        code: 400,
+        message: 'Invalid value for field filter: the filter expression is too complex.',
+        errors: [{ reason: 'invalid', domain: 'global', message: 'the filter expression is too complex.' }],
+      },
+    },
+  };
+  const { compute } = await computeAgainst(() => refusal);
+  for (const listing of [
+    () => compute.listInstances('us-east4-a', '(name = "a") OR (name = "b")'),
+    () => compute.aggregatedListInstances('(name = "a") OR (name = "b")'),
+  ]) {
+    await assert.rejects(listing(), (err: KopsError) => {
+      assert.equal(err.kind, 'unavailable');
+      return true;
+    });
+  }
+  await assert.rejects(compute.getInstance('us-east4-a', 'a'), (err: KopsError) => err.kind === 'invalid');
+});

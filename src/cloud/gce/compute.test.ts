@@ -8,7 +8,6 @@ import {
   ConfigError,
   exitCodeOf,
   ForbiddenError,
-  InvalidInputError,
   NotFoundError,
   RateLimitedError,
   UnauthenticatedError,
@@ -62,7 +61,8 @@ test('API errors become typed errors that name the call', async () => {
     assert.match(err.message, /compute instances\.get zones\/us-east4-a\/instances\/missing: The resource/);
     return true;
   });
-  await assert.rejects(compute.listInstances('us-east4-a', 'name ='), InvalidInputError);
+  // The filter is the controller's own: the API refusing it is a fault, not the node's input.
+  await assert.rejects(compute.listInstances('us-east4-a', 'name ='), UnavailableError);
   sim.failNext(1, 403);
   await assert.rejects(compute.getInstanceTemplate('x'), (err: Error) => {
     assert.ok(err instanceof ForbiddenError);

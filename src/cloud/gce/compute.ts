@@ -527,6 +527,11 @@ function computeError(operation: string, path: string, err: unknown): KopsError 
   }
   switch (status) {
     case 400:
+      // A listing's parameters (its filter above all) are the controller's own: the API refusing them
+      // says nothing about the instances asked for, so it is a fault, never a verdict on them. A read
+      // by name refused is about the name (and zone) the node's providerID gave.
+      if (operation.endsWith('.list') || operation.endsWith('.aggregatedList'))
+        return new UnavailableError(`${message}; the API refused the controller's own listing`, options);
       return new InvalidInputError(message, options);
     case 401:
       return new UnauthenticatedError(`${message}; check the controller's Google credentials`, options);
