@@ -345,3 +345,20 @@ test('servers a list of the cluster no longer holds are forgotten, asked for or 
     await local.close();
   }
 });
+
+test("the cloud refusing the controller's own listing of the cluster (400 to its label selector, 404 from a wrong endpoint) is a fault for every node of the batch, never a verdict on them", async () => {
+  const servers = sim.addGroup(cluster, 'refused', 40);
+  const crowd = servers.map((s) => `hcloud://${s.id}`);
+  for (const status of [400, 404]) {
+    const p = provider();
+    try {
+      sim.fault({ times: 5, status, operation: 'servers.list' });
+      const results = await p.nodeIdentifier.identify(crowd);
+      const kinds = new Set(crowd.map((id) => kindOf(results.get(id))));
+      assert.deepEqual([...kinds], ['unavailable'], `HTTP ${status}: ${[...kinds].join(', ')}`);
+    } finally {
+      sim.clearFaults();
+      p.close();
+    }
+  }
+});

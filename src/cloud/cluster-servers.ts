@@ -72,6 +72,23 @@ export function malformedAnswer(message: string): UnavailableError {
   return new UnavailableError(message, { details: { reason: 'malformed-answer' } });
 }
 
+/**
+ * The error a failed listing of the cluster gives each node it was to identify. The listing is the
+ * controller's own request: a refusal of it (a 400 to its selector, a 404 from a wrong endpoint) says
+ * nothing about the nodes, so it is a fault, retried, never a verdict (`invalid`, `not-found`,
+ * `forbidden`) on every node of the batch.
+ */
+export function listingFault(err: Error, noun: string): Error {
+  if (!(err instanceof KopsError) || !['invalid', 'not-found', 'forbidden'].includes(err.kind)) return err;
+  return new UnavailableError(
+    `the cloud refused the controller's listing of the cluster's ${noun}s: ${err.message}`,
+    {
+      cause: err,
+      details: { ...err.details, reason: 'listing-refused' },
+    },
+  );
+}
+
 /** `value` (or `[]` when absent) when it is a list of strings; a malformed answer otherwise. */
 function stringsOf(value: readonly unknown[] | undefined, what: string): string[] {
   if (value === undefined || value === null) return [];
@@ -356,7 +373,7 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
       try {
         listed = await this.#listCluster();
       } catch (err) {
-        listed = err as Error;
+        listed = listingFault(err as Error, this.#o.noun);
       }
       for (const [providerID, id] of toRead) {
         if (listed instanceof Error) results.set(providerID, { ok: false, error: listed });

@@ -214,6 +214,17 @@ test("Nova failing is each node's error (a fault, retried by the caller), never 
   sim.failNext(2, 503, 'servers.list');
   const results = await ident.identify(ids.slice(0, 10).map((id) => `openstack:///${id}`));
   assert.ok([...results.values()].every((r) => !r.ok && (r.error as KopsError).kind === 'unavailable'));
+  // Nova refusing the controller's own listing (a 404 from a wrong endpoint, a 400) is a fault too,
+  // never a verdict (`not-found`, `invalid`) on every node of the batch.
+  for (const status of [404, 400]) {
+    sim.failNext(2, status, 'servers.list');
+    const refused = await ident.identify(ids.slice(10, 20).map((id) => `openstack:///${id}`));
+    assert.deepEqual(
+      [...new Set([...refused.values()].map((r) => !r.ok && (r.error as KopsError).kind))],
+      ['unavailable'],
+      `HTTP ${status}`,
+    );
+  }
   sim.throttleNext(2, 1, 'servers.get');
   const one = await ident.identify([`openstack:///${ids[3]}`]);
   assert.equal([...one.values()].map((r) => !r.ok && (r.error as KopsError).kind)[0], 'rate-limited');

@@ -22,6 +22,7 @@ import { NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { monotonicMs, youngerThan } from '../age.ts';
 import type { Outcome } from '../batcher.ts';
+import { listingFault } from '../cluster-servers.ts';
 import { mapConcurrent } from '../concurrency.ts';
 import { BatchedNodeIdentifier, outcomeOf } from '../identify-batches.ts';
 import type { NodeIdentity } from '../types.ts';
@@ -120,7 +121,8 @@ export class OpenStackNodeIdentifier extends BatchedNodeIdentifier {
         out.set(id, listed.servers.get(id) ?? new NotFoundError(`server ${id} not found in the project`));
       }
     } catch (err) {
-      for (const id of missing) out.set(id, err as Error);
+      const fault = listingFault(err as Error, 'server');
+      for (const id of missing) out.set(id, fault);
     }
     return out;
   }
