@@ -319,3 +319,25 @@ test('Linode: a read by id answered with another instance is never the asked nod
   const result = (await provider.nodeIdentifier.identify(['linode://4'], { maxAgeMs: 0 })).get('linode://4');
   assert.equal(errorOf(result).kind, 'unavailable');
 });
+
+test("a 404 or 400 without the API's own error body (a wrong endpoint, a proxy's page) is a fault, never a verdict on the node; the API's own 404 still says the server does not exist", async () => {
+  const page = { body: '<html><body>404 page not found</body></html>', raw: true };
+  const cases = [
+    ['Hetzner', await hetzner(() => ({ status: 404, ...page })), 'hcloud://7'],
+    ['Hetzner 400', await hetzner(() => ({ status: 400, ...page })), 'hcloud://7'],
+    ['DigitalOcean', await digitalocean(() => ({ status: 404, ...page })), 'digitalocean://7'],
+    ['Linode', await linodeApi(() => ({ status: 404, ...page })), 'linode://7'],
+  ] as const;
+  for (const [what, { provider }, id] of cases) {
+    const error = errorOf((await provider.nodeIdentifier.identify([id])).get(id));
+    assert.equal(error.kind, 'unavailable', `${what}: ${error.message}`);
+  }
+  const own = await hetzner(() => ({
+    status: 404,
+    body: { error: { code: 'not_found', message: 'server with ID 7 not found', details: {} } },
+  }));
+  assert.equal(
+    errorOf((await own.provider.nodeIdentifier.identify(['hcloud://7'])).get('hcloud://7')).kind,
+    'not-found',
+  );
+});

@@ -170,8 +170,8 @@ export class RestJsonClient {
         );
         if (answer.status === 200 && parsed !== undefined)
           return { body: parsed as T, headers: answer.headers };
-        const reason =
-          this.#o.errorMessage?.(parsed) ?? (parsed === undefined ? 'an answer that is not JSON' : undefined);
+        // Only the API's own error body gives a reason: without one, a 4xx is not the API's verdict.
+        const reason = this.#o.errorMessage?.(parsed);
         const wait = answer.status === 429 ? this.#o.throttleWait(answer.headers) : undefined;
         throw cloudAnswerError(
           `${title} ${operation} ${path.replace(/\?.*/, '')}`,
@@ -210,6 +210,17 @@ export function cloudAnswerError(
       `${message}; check the controller's API token and its scopes`,
       { details },
       'unavailable',
+    );
+  }
+  // A 4xx is a verdict on what was asked (no such server, an id the API refuses) only in the API's own
+  // error body: the same status with any other body is not the API answering (an endpoint that is not
+  // the API's, a proxy's page), a fault, never a denial of the node.
+  if (status >= 400 && status < 500 && reason === undefined) {
+    return new UnavailableError(
+      `${message}; not the API's error answer (check the API endpoint, and any proxy)`,
+      {
+        details: { ...details, reason: 'not-the-api' },
+      },
     );
   }
   return errorForHttpStatus(status === 200 ? 502 : status, message, { details }, 'unavailable');
