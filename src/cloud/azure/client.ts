@@ -217,6 +217,14 @@ function armError(what: string, failure: ArmFailure, cause: unknown): KopsError 
   const { status, code } = failure;
   const message = `${what}: ${status ? `HTTP ${status} ` : ''}${code ? `${code} ` : ''}${failure.message.slice(0, 300)}`;
   const details = { status, code };
+  // A 404 is a verdict (no such VM) only in ARM's own error body, which names a code: with any other
+  // (an endpoint that is not ARM's, a proxy's page) it is not ARM answering, a fault.
+  if (status === 404 && !code) {
+    return new UnavailableError(`${message}; not ARM's error answer (check the endpoint, and any proxy)`, {
+      cause,
+      details: { ...details, reason: 'not-the-api' },
+    });
+  }
   if (status === 404) return new NotFoundError(message, { cause, details });
   if (status === 429) {
     const retryAfter = Number(failure.retryAfter);

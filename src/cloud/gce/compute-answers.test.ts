@@ -300,3 +300,20 @@ test("compute: a 400 to a listing (its filter is the controller's own, e.g. one 
   }
   await assert.rejects(compute.getInstance('us-east4-a', 'a'), (err: KopsError) => err.kind === 'invalid');
 });
+
+test("compute: a 400 or 404 without Google's error body (an endpoint that is not the API's, a proxy's page) is a fault, never a verdict on the instance", async () => {
+  for (const status of [400, 404]) {
+    const { compute } = await computeAgainst(() => ({ status, body: '<html>Not Found</html>', raw: true }));
+    await assert.rejects(compute.getInstance('us-east4-a', 'a'), (err: KopsError) => {
+      assert.equal(err.kind, 'unavailable', `${status}: ${err.message}`);
+      return true;
+    });
+  }
+  const { compute } = await computeAgainst(() => ({
+    status: 404,
+    body: {
+      error: { code: 404, message: "The resource 'a' was not found", errors: [{ reason: 'notFound' }] },
+    },
+  }));
+  await assert.rejects(compute.getInstance('us-east4-a', 'a'), (err: KopsError) => err.kind === 'not-found');
+});

@@ -519,11 +519,23 @@ function shouldRetry(err: gaxios.GaxiosError, closed: AbortSignal): boolean {
  */
 function computeError(operation: string, path: string, err: unknown): KopsError {
   const status = statusOf(err);
-  const reason = errorBody(err)?.error?.message ?? (err instanceof Error ? err.message : String(err));
+  const apiReason = errorBody(err)?.error?.message;
+  const reason = apiReason ?? (err instanceof Error ? err.message : String(err));
   const message = `compute ${operation} ${path}: ${reason}`;
   const options = { cause: err, details: { operation, status } };
   if (isThrottled(err)) {
     return new RateLimitedError(`${message}; the compute API quota is exhausted, retry later`, options);
+  }
+  // A 400 or 404 is a verdict on what was asked only in Google's own error body: with any other (an
+  // endpoint that is not the API's, a proxy's page) it is not the API answering, a fault.
+  if ((status === 400 || status === 404) && typeof apiReason !== 'string') {
+    return new UnavailableError(
+      `${message}; not the compute API's error answer (check the endpoint, and any proxy)`,
+      {
+        ...options,
+        details: { ...options.details, reason: 'not-the-api' },
+      },
+    );
   }
   switch (status) {
     case 400:

@@ -80,8 +80,17 @@ function openstackMessage(body: Buffer): string | undefined {
 
 /** The typed error of a non-2xx answer. */
 export function openstackError(what: string, answer: HttpsAnswer): KopsError {
-  const message = openstackMessage(answer.body) ?? answer.body.toString('utf8').slice(0, 200);
+  const own = openstackMessage(answer.body);
+  const message = own ?? answer.body.toString('utf8').slice(0, 200);
   const retryAfter = retryAfterSeconds(answer.headers['retry-after'] as string | undefined);
+  // A 400 or 404 is a verdict on what was asked (no such server) only in OpenStack's own error body:
+  // with any other (an endpoint that is not the service's, a proxy's page) it is a fault.
+  if ((answer.status === 400 || answer.status === 404) && own === undefined) {
+    return new UnavailableError(
+      `${what}: HTTP ${answer.status}, not OpenStack's error answer (check the endpoint, and any proxy)`,
+      { details: { status: answer.status, reason: 'not-the-api' } },
+    );
+  }
   return errorForHttpStatus(
     answer.status,
     `${what}: HTTP ${answer.status}${message ? `: ${message}` : ''}`,

@@ -274,3 +274,20 @@ test('a Nova record of a shape Nova never sends is a malformed answer (a fault),
     sim.answerWith('servers.list', undefined);
   }
 });
+
+test("a 404 without OpenStack's error body (an endpoint that is not Nova's, a proxy's page) is a fault; Nova's own 404 still says the server does not exist", async () => {
+  const id = sim.addServer({ name: 'behind-a-proxy' }).id;
+  sim.answerWith('servers.get', (_req, res) => {
+    res.writeHead(404, { 'content-type': 'text/html' });
+    res.end('<html><body>404 Not Found</body></html>');
+  });
+  try {
+    await assert.rejects(nova({ retries: 0 }).getServer(id), (err: KopsError) => {
+      assert.equal(err.kind, 'unavailable', err.message);
+      return true;
+    });
+  } finally {
+    sim.answerWith('servers.get', undefined);
+  }
+  await assert.rejects(nova({ retries: 0 }).getServer('00000000-0000-4000-8000-00000000dead'), NotFoundError);
+});
