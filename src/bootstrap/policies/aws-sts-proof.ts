@@ -36,6 +36,14 @@ export const connectionHeaders = new Set([
   'proxy-connection',
 ]);
 
+/**
+ * Headers that would change the bytes of STS's answer past what the controller reads: a compressed
+ * answer could not be read, and a 200 no one can read is a fault (503), so a node could turn its own
+ * denial into an STS fault at will. No SDK signs them (Go's transport adds Accept-Encoding after
+ * signing, outside the proof). (`Accept` is left: STS's JSON answer is read as its XML one.)
+ */
+const answerEncodingHeaders = new Set(['accept-encoding']);
+
 function reject(message: string): never {
   throw new UnauthenticatedError(`AWS identity proof rejected: ${message}`);
 }
@@ -65,7 +73,8 @@ function readHeaders(raw: unknown): Record<string, string[]> {
     if ((values as string[]).some((v) => /[^\t\x20-\x7e\x80-\xff]/.test(v))) {
       reject(`header ${name} has a line break or another character HTTP does not allow`);
     }
-    if (connectionHeaders.has(lower)) reject(`header ${name} may not be part of the proof`);
+    if (connectionHeaders.has(lower) || answerEncodingHeaders.has(lower))
+      reject(`header ${name} may not be part of the proof`);
     headers[lower] = [...(headers[lower] ?? []), ...(values as string[])];
   }
   return headers;

@@ -29,6 +29,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../../errors.ts';
+import { fieldsOf } from '../../json-object.ts';
 import { egressAgent } from '../../net/egress-proxy.ts';
 import { type HttpsAnswer, httpsRequest, StaleConnectionError } from '../../net/https-client.ts';
 import { connectionHeaders, type StsReplayRequest } from './aws-sts-proof.ts';
@@ -53,20 +54,35 @@ function xmlText(xml: string, tag: string): string | undefined {
     .replace(/&amp;/g, '&');
 }
 
+/** The JSON form STS answers to `Accept: application/json` (which the node may ask for in its proof). */
+function jsonCallerIdentity(text: string): StsCaller | undefined {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  const result = fieldsOf(fieldsOf(fieldsOf(parsed)['GetCallerIdentityResponse'])['GetCallerIdentityResult']);
+  const { Account: account, Arn: arn, UserId: userId } = result;
+  if (typeof account !== 'string' || !account || typeof arn !== 'string' || !arn) return undefined;
+  return { account, arn, userId: typeof userId === 'string' ? userId : '' };
+}
+
 /**
- * Parses a GetCallerIdentityResponse document. A 200 that is not one (a proxy's page, a cut-off body)
- * is STS (or the way to it) failing, not a verdict on the proof: UnavailableError, `malformed-answer`.
+ * Parses a GetCallerIdentityResponse, XML or the JSON STS answers when the proof asked for it. A 200
+ * that is neither (a proxy's page, a cut-off body) is STS (or the way to it) failing, not a verdict
+ * on the proof: UnavailableError, `malformed-answer`.
  */
-export function parseCallerIdentity(xml: string): StsCaller {
-  const result = /<GetCallerIdentityResult>([\s\S]*)<\/GetCallerIdentityResult>/.exec(xml)?.[1];
+export function parseCallerIdentity(text: string): StsCaller {
+  const result = /<GetCallerIdentityResult>([\s\S]*)<\/GetCallerIdentityResult>/.exec(text)?.[1];
   const account = result && xmlText(result, 'Account');
   const arn = result && xmlText(result, 'Arn');
-  if (!account || !arn) {
-    throw new UnavailableError('STS answered 200 without a GetCallerIdentityResult (Account and Arn)', {
-      details: { reason: 'malformed-answer' },
-    });
-  }
-  return { account, arn, userId: (result && xmlText(result, 'UserId')) ?? '' };
+  if (account && arn) return { account, arn, userId: (result && xmlText(result, 'UserId')) ?? '' };
+  const json = jsonCallerIdentity(text);
+  if (json) return json;
+  throw new UnavailableError('STS answered 200 without a GetCallerIdentityResult (Account and Arn)', {
+    details: { reason: 'malformed-answer' },
+  });
 }
 
 /** At most this many connections to one STS endpoint: a join storm queues for them instead of opening hundreds. */
