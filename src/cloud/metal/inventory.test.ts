@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { DependencyFaultError } from '../../bootstrap/dependency.ts';
 import { metalPolicy } from '../../bootstrap/policies/metal.ts';
-import { ConfigError } from '../../errors.ts';
+import { ConfigError, UnavailableError } from '../../errors.ts';
 import { olderCopyGraceMs } from '../../statestore/older-copy.ts';
 import { openVfs } from '../../statestore/open.ts';
 import type { Vfs } from '../../statestore/types.ts';
@@ -223,6 +223,95 @@ test('a lagging replica answering an older inventory does not bring back a host 
   clock += 2_000;
   assert.ok((await store.current()).lookup('metal://rack4-u12'));
   assert.ok(lines.some((l) => /for 10 minutes: believed/.test(l)));
+});
+
+const twoHosts = `hosts:
+  - name: node-0
+    instanceGroup: nodes
+    providerID: metal://rack4-u11
+    addresses: [10.0.0.11]
+  - name: node-1
+    instanceGroup: nodes
+    providerID: metal://rack4-u12
+    addresses: [10.0.0.12]
+`;
+
+test('a read fault between an edit and a lagging replica does not let the older copy bring back a removed host: the lookups keep failing until the store answers the edit (or the grace ends)', async () => {
+  const at = Date.parse('2026-11-29T06:00:00Z');
+  const withBoth = { data: Buffer.from(twoHosts), version: '"v1"', modifiedMs: at };
+  const withoutNode1 = {
+    data: Buffer.from(twoHosts.slice(0, twoHosts.indexOf('  - name: node-1'))),
+    version: '"v2"',
+    modifiedMs: at + 60_000,
+  };
+  let answered: typeof withBoth | Error = withBoth;
+  const vfs: Vfs = {
+    url: 's3://state/cluster',
+    read: async () => {
+      if (answered instanceof Error) throw answered;
+      return answered;
+    },
+    stat: async () => (answered instanceof Error ? '"fault"' : answered.version),
+    write: async () => undefined,
+    list: async () => [],
+    delete: async () => undefined,
+  };
+  let clock = 0;
+  const store = new InventoryStore({ vfs, pollIntervalMs: 1_000, now: () => clock });
+  assert.ok((await store.current()).lookup('metal://rack4-u12'));
+  answered = withoutNode1; // the operator removes node-1
+  clock += 1_000;
+  assert.equal((await store.current()).lookup('metal://rack4-u12'), undefined);
+  answered = new UnavailableError('S3 answered 503 SlowDown'); // one transient fault
+  clock += 1_000;
+  await assert.rejects(store.current());
+  answered = withBoth; // a replica that has not seen the edit
+  clock += 1_000;
+  const host = await store.current().then(
+    (inventory) => inventory.lookup('metal://rack4-u12'),
+    () => undefined,
+  );
+  assert.equal(host, undefined, 'the older copy brought the removed host back right after a transient fault');
+  answered = withoutNode1; // the store catches up
+  clock += 1_000;
+  assert.equal((await store.current()).lookup('metal://rack4-u12'), undefined);
+  assert.ok((await store.current()).lookup('metal://rack4-u11'));
+});
+
+test('after an edit that removed a host and a later broken edit, a lagging replica does not bring the host back', async () => {
+  const at = Date.parse('2026-11-29T06:00:00Z');
+  const withBoth = { data: Buffer.from(twoHosts), version: '"v1"', modifiedMs: at };
+  const withoutNode1 = {
+    data: Buffer.from(twoHosts.slice(0, twoHosts.indexOf('  - name: node-1'))),
+    version: '"v2"',
+    modifiedMs: at + 60_000,
+  };
+  const broken = { data: Buffer.from('hosts: [{'), version: '"v3"', modifiedMs: at + 120_000 };
+  let answered = withBoth;
+  const vfs: Vfs = {
+    url: 's3://state/cluster',
+    read: async () => answered,
+    stat: async () => answered.version,
+    write: async () => undefined,
+    list: async () => [],
+    delete: async () => undefined,
+  };
+  let clock = 0;
+  const store = new InventoryStore({ vfs, pollIntervalMs: 1_000, now: () => clock });
+  assert.ok((await store.current()).lookup('metal://rack4-u12'));
+  answered = withoutNode1;
+  clock += 1_000;
+  assert.equal((await store.current()).lookup('metal://rack4-u12'), undefined);
+  answered = broken; // the operator's next edit breaks the file: fail closed, as documented
+  clock += 1_000;
+  await assert.rejects(store.current());
+  answered = withBoth; // a replica that has seen neither edit
+  clock += 1_000;
+  const host = await store.current().then(
+    (inventory) => inventory.lookup('metal://rack4-u12'),
+    () => undefined,
+  );
+  assert.equal(host, undefined, 'the older copy brought the removed host back after a broken edit');
 });
 
 test('a state store that accepts the connection and never answers: the metal policy answers 503 at the deadline, and the next request reads again', async () => {

@@ -158,7 +158,12 @@ export class InventoryStore {
   readonly #now: () => number;
   readonly #logger: Logger;
   #checkedAt = Number.NEGATIVE_INFINITY;
-  #state: { version: string | undefined; modifiedMs?: number; inventory: MetalInventory | Error } | undefined;
+  #state: { version: string | undefined; inventory: MetalInventory | Error } | undefined;
+  /**
+   * When the newest copy ever read was written, valid or not: an older copy is refused against it
+   * whatever the state in use (a read fault or a broken edit since must not let it back).
+   */
+  #newestModifiedMs: number | undefined;
   #inFlight: Promise<void> | undefined;
   readonly #olderCopies: OlderCopyGuard;
 
@@ -199,24 +204,23 @@ export class InventoryStore {
     if (this.#state && version !== undefined && version === this.#state.version) return;
     let inventory: MetalInventory | Error;
     let readVersion = version;
-    let modifiedMs: number | undefined;
     try {
       const object = await this.#vfs.read(this.#path);
-      // A lagging replica's older copy would bring back a host an edit removed: the newer inventory
-      // stays in use, and the store is asked again at the next poll.
-      if (this.#state?.inventory instanceof MetalInventory) {
-        try {
-          this.#olderCopies.check(this.#path, this.#state, object);
-        } catch (err) {
-          this.#logger.warn(
-            { source: this.source, err: (err as Error).message },
-            'keeping the newer metal inventory',
-          );
-          return;
-        }
+      // A lagging replica's older copy would bring back a host an edit removed: whatever is in use
+      // (the newer inventory, or the error of a fault or a broken edit since) stays, and the store is
+      // asked again at the next poll.
+      try {
+        this.#olderCopies.check(this.#path, { modifiedMs: this.#newestModifiedMs }, object);
+      } catch (err) {
+        this.#logger.warn(
+          { source: this.source, err: (err as Error).message },
+          'keeping the newer metal inventory',
+        );
+        return;
       }
       readVersion = object.version;
-      modifiedMs = object.modifiedMs;
+      if (object.modifiedMs !== undefined)
+        this.#newestModifiedMs = Math.max(object.modifiedMs, this.#newestModifiedMs ?? object.modifiedMs);
       inventory = parseInventory(object.data.toString('utf8'), this.source);
       this.#logger.info({ source: this.source, hosts: inventory.hosts.length }, 'loaded the metal inventory');
     } catch (err) {
@@ -232,6 +236,6 @@ export class InventoryStore {
         'the metal inventory is unusable',
       );
     }
-    this.#state = { version: readVersion, ...(modifiedMs !== undefined ? { modifiedMs } : {}), inventory };
+    this.#state = { version: readVersion, inventory };
   }
 }
