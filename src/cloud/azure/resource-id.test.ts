@@ -38,6 +38,11 @@ test('rejects other resource types, path tricks and malformed names with Invalid
     `subscriptions/${sub}/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/x`,
     `/subscriptions/not a sub/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/x`,
     `${base}/virtualMachines/x/extra`,
+    // Names ARM refuses (a Linux VM or scale set name has at most 64 characters and does not end
+    // with a period or a hyphen): refused here, so that ARM's 400 is only ever about our own request.
+    `${base}/virtualMachines/${'a'.repeat(65)}`,
+    `${base}/virtualMachines/node.`,
+    `${base}/virtualMachineScaleSets/nodes-/virtualMachines/1`,
   ]) {
     assert.throws(() => parseAzureVmId(id), { name: 'InvalidInputError' }, id);
   }

@@ -30,8 +30,10 @@ export const azureProviderIdPrefix = 'azure://';
 const subscriptionPattern = /^[0-9a-fA-F-]{1,64}$/;
 // Resource group names: letters, digits, underscores, hyphens, periods and parentheses (Azure's rule).
 const resourceGroupPattern = /^[-\w.()]{1,90}$/;
-// VM and scale-set names: letters, digits, hyphens, underscores and periods (kops: `<ig>.<cluster>`).
-const vmNamePattern = /^[A-Za-z0-9][-\w.]{0,79}$/;
+// VM and scale-set names: letters, digits, hyphens, underscores and periods (kops: `<ig>.<cluster>`),
+// at most 64 and not ending with a period or a hyphen, as ARM accepts them for Linux: a name ARM would
+// refuse is refused here, so that its 400 is only ever about the controller's own request.
+const vmNamePattern = /^[A-Za-z0-9](?:[-\w.]{0,62}[A-Za-z0-9_])?$/;
 const instanceIdPattern = /^\d{1,10}$/;
 
 function invalid(id: string, why: string): InvalidInputError {
