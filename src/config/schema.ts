@@ -55,7 +55,10 @@ export const listenAddress = z
 
 const awsVerifier = z.strictObject({
   nodesRoles: z.array(z.string().min(1)).default([]),
-  Region: z.string().optional(),
+  Region: z
+    .string()
+    .regex(/^[a-z]{2,}(?:-[a-z0-9]+)+-\d+$/, 'must be an AWS region such as us-east-1')
+    .optional(),
   useIPBasedNodeNames: z.boolean().optional(),
 });
 

@@ -19,3 +19,10 @@ test("stsHost is the region's STS host in every AWS partition, as the SDKs (and 
   // FIPS, when the environment asks for it as the SDKs read it (AWS_USE_FIPS_ENDPOINT).
   assert.equal(stsHost('us-east-1', { fips: true }), 'sts-fips.us-east-1.amazonaws.com');
 });
+
+test('a region that is none is a configuration error, never a host built of it', async () => {
+  const { ConfigError } = await import('../../errors.ts');
+  for (const region of ['', 'us east', 'x/evil', 'US-EAST-1']) {
+    assert.throws(() => stsHost(region), ConfigError, region);
+  }
+});

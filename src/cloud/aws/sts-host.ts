@@ -3,6 +3,10 @@
  * (src/agent/aws-proof.ts) and the server's check (src/bootstrap/policies/aws.ts) must name the same.
  */
 import { STSClient } from '@aws-sdk/client-sts';
+import { ConfigError } from '../../errors.ts';
+
+/** An AWS region's spelling (`us-east-1`, `cn-north-1`, `us-iso-east-1`, `eusc-de-east-1`). */
+const regionPattern = /^[a-z]{2,}(?:-[a-z0-9]+)+-\d+$/;
 
 const hosts = new Map<string, string>();
 
@@ -16,15 +20,32 @@ export function stsHost(region: string, { fips = false }: { fips?: boolean } = {
   const key = `${region} ${fips}`;
   let host = hosts.get(key);
   if (host === undefined) {
-    const { endpointProvider } = new STSClient({ region }).config;
-    host = endpointProvider({ Region: region, UseFIPS: fips, UseDualStack: false, UseGlobalEndpoint: false })
-      .url.host;
+    // The SDK would build a URL of whatever it is given (`x/y` gives host `sts.x`): a region is
+    // checked first, and an SDK refusal is the configuration's error too.
+    if (!regionPattern.test(region))
+      throw new ConfigError(`"${region.slice(0, 64)}" is not an AWS region such as us-east-1`);
+    try {
+      const { endpointProvider } = new STSClient({ region }).config;
+      host = endpointProvider({
+        Region: region,
+        UseFIPS: fips,
+        UseDualStack: false,
+        UseGlobalEndpoint: false,
+      }).url.host;
+    } catch (err) {
+      throw new ConfigError(`no STS endpoint for AWS region ${region}: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
     hosts.set(key, host);
   }
   return host;
 }
 
-/** Whether the environment asks for FIPS endpoints, as the AWS SDKs read it (`AWS_USE_FIPS_ENDPOINT`). */
+/**
+ * Whether the environment asks for FIPS endpoints, as the AWS SDKs read it: `AWS_USE_FIPS_ENDPOINT`
+ * exactly `true`. (The SDKs also read `use_fips_endpoint` from the shared config file; this does not.)
+ */
 export function fipsFromEnv(env: NodeJS.ProcessEnv = process.env): boolean {
-  return env['AWS_USE_FIPS_ENDPOINT']?.toLowerCase() === 'true';
+  return env['AWS_USE_FIPS_ENDPOINT'] === 'true';
 }
