@@ -144,6 +144,11 @@ describe('node files: one set at a time', () => {
     assert.deepEqual([...new Set((await visibleTags(linked)).values())], ['C']);
     const hidden = (await readdir(linked)).filter((name) => name.startsWith('..'));
     assert.equal(hidden.length, 2, `only ..data and the current version remain: ${hidden.join(', ')}`);
+    // The old kubeconfig the earlier layout's link reached is not kept in the current version.
+    assert.ok(
+      !(await readdir(join(linked, '..data'))).includes(nodeFileNames.kubeconfig),
+      'a stale kubeconfig stays in the current version',
+    );
   });
 
   test('files the new set does not name are kept (a renewal without a serving certificate)', async () => {

@@ -161,6 +161,8 @@ export async function writeNodeFiles(dir: string, files: readonly NodeFileConten
       await writeNewFile(temporary, data, mode);
       await rename(temporary, join(dir, nodeFileNames[file]));
       unpublished = undefined;
+      // The copy an earlier layout's link reached, carried until now: no stale key material is kept.
+      await rm(join(version, nodeFileNames[file]), { force: true });
     }
     await syncDirectory(dir);
     await removeStaleVersions(dir, target);

@@ -35,7 +35,7 @@ export interface CurrentCredentials {
  * store looks there first; a link whose file is gone counts as absent (it checks with stat), one it
  * cannot read as a pair stops it, and here too.
  */
-export const kubeletCurrentPair = 'kubelet-client-current.pem';
+const kubeletCurrentPair = 'kubelet-client-current.pem';
 
 interface Pair {
   certificate: X509Certificate;

@@ -80,7 +80,7 @@ function addressesOf(value: unknown, what: string): Record<string, NovaAddress[]
  * `{addr, version}` per network; a record of another shape is a malformed answer, a fault, never a
  * verdict on the server (gophercloud, which kops uses, fails to decode it too).
  */
-export function novaServerOf(value: unknown, what: string): NovaServer {
+function novaServerOf(value: unknown, what: string): NovaServer {
   if (!isJsonObject(value)) throw malformedAnswer(`${what} is not a server record`);
   const { id } = value;
   if (typeof id !== 'string' || !id) throw malformedAnswer(`${what} has no server id`);

@@ -126,7 +126,7 @@ const microTimePaths: Record<string, string[][]> = {
  * (kubernetes-client/javascript#828 quotes the answer; client-node's `V1MicroTime` exists for it).
  * `null` is the zero time. Direct store writes stay lenient (normalized) for seeding.
  */
-export function checkMicroTimes(type: ResourceType, obj: Record<string, unknown>): void {
+function checkMicroTimes(type: ResourceType, obj: Record<string, unknown>): void {
   for (const path of microTimePaths[type.kind] ?? []) {
     let value: unknown = obj;
     for (const key of path) value = isRecord(value) ? value[key] : undefined;
