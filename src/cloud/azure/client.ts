@@ -475,7 +475,8 @@ export class AzureClient {
 
   /** One GET; a 200 whose body is no JSON object is a malformed answer. */
   async #get(pathOrUrl: string, apiVersion: string, query: Record<string, string> = {}): Promise<unknown> {
-    const absolute = pathOrUrl.startsWith('https://');
+    // A followed nextLink is a whole URL and carries its own query (withListingQuery); a path gets ours.
+    const absolute = /^https?:\/\//.test(pathOrUrl);
     const what = `GET ${new URL(pathOrUrl, this.#origin).pathname}`;
     let response: Awaited<ReturnType<ReturnType<ComputeManagementContext['pathUnchecked']>['get']>>;
     try {
