@@ -128,56 +128,36 @@ test('azure (real ARM): an api-version ARM does not serve there (400 NoRegistere
   assert.ok(isDependencyFault(decision), `expected a dependency fault, got ${JSON.stringify(decision)}`);
 });
 
-test('azure (real ARM): a nextLink without api-version is followed with the api-version of the listing', async () => {
-  const vm = nodes[110] as SimVm; // on the third page of 50
-  sim.rewriteNext(
-    2,
-    ({ body }) => {
-      const page = body as { nextLink?: string };
-      if (!page.nextLink) return {};
-      const next = new URL(page.nextLink);
-      next.searchParams.delete('api-version');
-      return { body: { ...page, nextLink: next.toString() } };
-    },
-    'virtualMachineScaleSetVMs.list',
-  );
-  try {
-    const pid = sim.world.providerID(vm);
-    const result = (await identifier().identify([pid])).get(pid);
-    assert.ok(result?.ok, result && !result.ok ? result.error.message : 'no result');
-    assert.equal(result.identity.instanceId, vm.name);
-    const pages = sim.calls.filter((c) => c.operation === 'virtualMachineScaleSetVMs.list').slice(-3);
-    for (const page of pages) assert.equal(page.query['api-version'], '2026-04-01', JSON.stringify(page));
-  } finally {
-    await quiet();
-    sim.resetFaults();
-  }
-});
-
-test('azure (real ARM): a nextLink that drops the $expand of the listing is followed with it, so later pages keep their instance views', async () => {
-  const vm = nodes[110] as SimVm; // on the third page of 50
-  sim.rewriteNext(
-    2,
-    ({ body }) => {
-      const page = body as { nextLink?: string };
-      if (!page.nextLink) return {};
-      const next = new URL(page.nextLink);
-      next.searchParams.delete('$expand');
-      return { body: { ...page, nextLink: next.toString() } };
-    },
-    'virtualMachineScaleSetVMs.list',
-  );
-  try {
-    const pid = sim.world.providerID(vm);
-    const result = (await identifier().identify([pid])).get(pid);
-    assert.ok(result?.ok, result && !result.ok ? result.error.message : 'no result');
-    const pages = sim.calls.filter((c) => c.operation === 'virtualMachineScaleSetVMs.list').slice(-3);
-    for (const page of pages) assert.equal(page.query['$expand'], 'instanceView', JSON.stringify(page));
-  } finally {
-    await quiet();
-    sim.resetFaults();
-  }
-});
+for (const [parameter, value] of [
+  ['api-version', '2026-04-01'],
+  ['$expand', 'instanceView'],
+] as const) {
+  test(`azure (real ARM): a nextLink without the listing's ${parameter} is followed with it (ARM needs the api-version; later pages need their instance views)`, async () => {
+    const vm = nodes[110] as SimVm; // on the third page of 50
+    sim.rewriteNext(
+      2,
+      ({ body }) => {
+        const page = body as { nextLink?: string };
+        if (!page.nextLink) return {};
+        const next = new URL(page.nextLink);
+        next.searchParams.delete(parameter);
+        return { body: { ...page, nextLink: next.toString() } };
+      },
+      'virtualMachineScaleSetVMs.list',
+    );
+    try {
+      const pid = sim.world.providerID(vm);
+      const result = (await identifier().identify([pid])).get(pid);
+      assert.ok(result?.ok, result && !result.ok ? result.error.message : 'no result');
+      assert.equal(result.identity.instanceId, vm.name);
+      const pages = sim.calls.filter((c) => c.operation === 'virtualMachineScaleSetVMs.list').slice(-3);
+      for (const page of pages) assert.equal(page.query[parameter], value, JSON.stringify(page));
+    } finally {
+      await quiet();
+      sim.resetFaults();
+    }
+  });
+}
 
 test("azure: a 404 without ARM's error body (an endpoint that is not ARM's, a proxy's page) is a fault; ARM's own 404 still says the VM does not exist", async () => {
   const vm = nodes[3] as SimVm;

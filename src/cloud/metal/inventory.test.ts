@@ -5,7 +5,7 @@ import { metalPolicy } from '../../bootstrap/policies/metal.ts';
 import { ConfigError, UnavailableError } from '../../errors.ts';
 import { olderCopyGraceMs } from '../../statestore/older-copy.ts';
 import { openVfs } from '../../statestore/open.ts';
-import type { Vfs } from '../../statestore/types.ts';
+import type { StoredObject, Vfs } from '../../statestore/types.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import { capturedLogger } from '../../testing/log-capture.ts';
 import { silentServer } from '../../testing/silent-server.ts';
@@ -182,7 +182,12 @@ test('the store re-reads the inventory when its version changes and fails closed
   );
 });
 
-test('a lagging replica answering an older inventory does not bring back a host removed by an edit, until it has answered it for the whole grace', async () => {
+/**
+ * A state store whose one inventory the test sets (`answer`): a copy with both hosts written at 06:00,
+ * the operator's edit removing node-1 (metal://rack4-u12) a minute later, or a fault; and an
+ * InventoryStore over it, polled every second of the test's clock.
+ */
+function laggingStore() {
   const at = Date.parse('2026-11-29T06:00:00Z');
   const withBoth = { data: Buffer.from(sample), version: '"v1"', modifiedMs: at };
   const withoutNode1 = {
@@ -190,61 +195,7 @@ test('a lagging replica answering an older inventory does not bring back a host 
     version: '"v2"',
     modifiedMs: at + 60_000,
   };
-  let answered = withBoth;
-  const vfs: Vfs = {
-    url: 's3://state/cluster',
-    read: async () => answered,
-    stat: async () => answered.version,
-    write: async () => undefined,
-    list: async () => [],
-    delete: async () => undefined,
-  };
-  const { logger, lines } = capturedLogger();
-  let clock = 0;
-  const store = new InventoryStore({ vfs, pollIntervalMs: 1_000, now: () => clock, logger });
-  assert.ok((await store.current()).lookup('metal://rack4-u12'));
-
-  answered = withoutNode1; // the operator removes node-1
-  clock += 1_000;
-  assert.equal((await store.current()).lookup('metal://rack4-u12'), undefined);
-
-  answered = withBoth; // a replica that has not seen the edit
-  clock += 1_000;
-  assert.equal(
-    (await store.current()).lookup('metal://rack4-u12'),
-    undefined,
-    'the older copy brought the removed host back',
-  );
-  assert.ok(lines.some((l) => /older than the one in use.*lagging replica/.test(l)));
-  clock += olderCopyGraceMs - 2_000;
-  assert.equal((await store.current()).lookup('metal://rack4-u12'), undefined);
-
-  // Answered for the whole grace: a file restored with its time kept is the store's truth.
-  clock += 2_000;
-  assert.ok((await store.current()).lookup('metal://rack4-u12'));
-  assert.ok(lines.some((l) => /for 10 minutes: believed/.test(l)));
-});
-
-const twoHosts = `hosts:
-  - name: node-0
-    instanceGroup: nodes
-    providerID: metal://rack4-u11
-    addresses: [10.0.0.11]
-  - name: node-1
-    instanceGroup: nodes
-    providerID: metal://rack4-u12
-    addresses: [10.0.0.12]
-`;
-
-test('a read fault between an edit and a lagging replica does not let the older copy bring back a removed host: the lookups keep failing until the store answers the edit (or the grace ends)', async () => {
-  const at = Date.parse('2026-11-29T06:00:00Z');
-  const withBoth = { data: Buffer.from(twoHosts), version: '"v1"', modifiedMs: at };
-  const withoutNode1 = {
-    data: Buffer.from(twoHosts.slice(0, twoHosts.indexOf('  - name: node-1'))),
-    version: '"v2"',
-    modifiedMs: at + 60_000,
-  };
-  let answered: typeof withBoth | Error = withBoth;
+  let answered: StoredObject | Error = withBoth;
   const vfs: Vfs = {
     url: 's3://state/cluster',
     read: async () => {
@@ -256,62 +207,72 @@ test('a read fault between an edit and a lagging replica does not let the older 
     list: async () => [],
     delete: async () => undefined,
   };
+  const { logger, lines } = capturedLogger();
   let clock = 0;
-  const store = new InventoryStore({ vfs, pollIntervalMs: 1_000, now: () => clock });
-  assert.ok((await store.current()).lookup('metal://rack4-u12'));
-  answered = withoutNode1; // the operator removes node-1
-  clock += 1_000;
-  assert.equal((await store.current()).lookup('metal://rack4-u12'), undefined);
-  answered = new UnavailableError('S3 answered 503 SlowDown'); // one transient fault
-  clock += 1_000;
-  await assert.rejects(store.current());
-  answered = withBoth; // a replica that has not seen the edit
-  clock += 1_000;
-  const host = await store.current().then(
-    (inventory) => inventory.lookup('metal://rack4-u12'),
-    () => undefined,
-  );
-  assert.equal(host, undefined, 'the older copy brought the removed host back right after a transient fault');
-  answered = withoutNode1; // the store catches up
-  clock += 1_000;
-  assert.equal((await store.current()).lookup('metal://rack4-u12'), undefined);
-  assert.ok((await store.current()).lookup('metal://rack4-u11'));
+  const store = new InventoryStore({ vfs, pollIntervalMs: 1_000, now: () => clock, logger });
+  return {
+    withBoth,
+    withoutNode1,
+    lines,
+    /** Has the store answer `object` from now on, and moves the clock past the poll interval. */
+    answer(object: StoredObject | Error, advanceMs = 1_000) {
+      answered = object;
+      clock += advanceMs;
+    },
+    /** Whether node-1 has an identity now (a failing inventory gives none). */
+    removedHostIdentified: () =>
+      store.current().then(
+        (inventory) => inventory.lookup('metal://rack4-u12') !== undefined,
+        () => false,
+      ),
+    store,
+  };
+}
+
+test('a lagging replica answering an older inventory does not bring back a host removed by an edit, until it has answered it for the whole grace', async () => {
+  const s = laggingStore();
+  assert.equal(await s.removedHostIdentified(), true);
+  s.answer(s.withoutNode1); // the operator removes node-1
+  assert.equal(await s.removedHostIdentified(), false);
+  s.answer(s.withBoth); // a replica that has not seen the edit
+  assert.equal(await s.removedHostIdentified(), false, 'the older copy brought the removed host back');
+  assert.ok(s.lines.some((l) => /older than the one in use.*lagging replica/.test(l)));
+  s.answer(s.withBoth, olderCopyGraceMs - 2_000);
+  assert.equal(await s.removedHostIdentified(), false);
+  // Answered for the whole grace: a file restored with its time kept is the store's truth.
+  s.answer(s.withBoth, 2_000);
+  assert.equal(await s.removedHostIdentified(), true);
+  assert.ok(s.lines.some((l) => /for 10 minutes: believed/.test(l)));
+});
+
+test('a read fault between an edit and a lagging replica does not let the older copy bring back a removed host: the lookups keep failing until the store answers the edit (or the grace ends)', async () => {
+  const s = laggingStore();
+  assert.equal(await s.removedHostIdentified(), true);
+  s.answer(s.withoutNode1);
+  assert.equal(await s.removedHostIdentified(), false);
+  s.answer(new UnavailableError('S3 answered 503 SlowDown')); // one transient fault
+  await assert.rejects(s.store.current());
+  s.answer(s.withBoth); // a replica that has not seen the edit
+  assert.equal(await s.removedHostIdentified(), false, 'the older copy brought the removed host back');
+  s.answer(s.withoutNode1); // the store catches up
+  assert.equal(await s.removedHostIdentified(), false);
+  assert.ok((await s.store.current()).lookup('metal://cp-1'));
 });
 
 test('after an edit that removed a host and a later broken edit, a lagging replica does not bring the host back', async () => {
-  const at = Date.parse('2026-11-29T06:00:00Z');
-  const withBoth = { data: Buffer.from(twoHosts), version: '"v1"', modifiedMs: at };
-  const withoutNode1 = {
-    data: Buffer.from(twoHosts.slice(0, twoHosts.indexOf('  - name: node-1'))),
-    version: '"v2"',
-    modifiedMs: at + 60_000,
-  };
-  const broken = { data: Buffer.from('hosts: [{'), version: '"v3"', modifiedMs: at + 120_000 };
-  let answered = withBoth;
-  const vfs: Vfs = {
-    url: 's3://state/cluster',
-    read: async () => answered,
-    stat: async () => answered.version,
-    write: async () => undefined,
-    list: async () => [],
-    delete: async () => undefined,
-  };
-  let clock = 0;
-  const store = new InventoryStore({ vfs, pollIntervalMs: 1_000, now: () => clock });
-  assert.ok((await store.current()).lookup('metal://rack4-u12'));
-  answered = withoutNode1;
-  clock += 1_000;
-  assert.equal((await store.current()).lookup('metal://rack4-u12'), undefined);
-  answered = broken; // the operator's next edit breaks the file: fail closed, as documented
-  clock += 1_000;
-  await assert.rejects(store.current());
-  answered = withBoth; // a replica that has seen neither edit
-  clock += 1_000;
-  const host = await store.current().then(
-    (inventory) => inventory.lookup('metal://rack4-u12'),
-    () => undefined,
-  );
-  assert.equal(host, undefined, 'the older copy brought the removed host back after a broken edit');
+  const s = laggingStore();
+  assert.equal(await s.removedHostIdentified(), true);
+  s.answer(s.withoutNode1);
+  assert.equal(await s.removedHostIdentified(), false);
+  // The operator's next edit breaks the file: fail closed, as documented.
+  s.answer({
+    data: Buffer.from('hosts: [{'),
+    version: '"v3"',
+    modifiedMs: s.withoutNode1.modifiedMs + 60_000,
+  });
+  await assert.rejects(s.store.current());
+  s.answer(s.withBoth); // a replica that has seen neither edit
+  assert.equal(await s.removedHostIdentified(), false, 'the older copy brought the removed host back');
 });
 
 test('a state store that accepts the connection and never answers: the metal policy answers 503 at the deadline, and the next request reads again', async () => {
