@@ -4,13 +4,14 @@
  * Ends with a plain "N passed, N failed" line read from the TAP record of the run.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { ensureAllTools } from '../src/testing/tools.ts';
 
 ensureAllTools(['kubectl', 'promtool']);
 mkdirSync('.tools', { recursive: true });
-const tapFile = '.tools/last-test-run.tap';
+// One record per run: two runs at once (a whole suite beside one file) must not count each other's.
+const tapFile = `.tools/test-run-${process.pid}.tap`;
 const extra = process.argv.slice(2);
 const files = extra.some((a) => !a.startsWith('-'))
   ? []
@@ -45,6 +46,7 @@ const result = spawnSync(
   },
 );
 const tap = readFileSync(tapFile, 'utf8');
+rmSync(tapFile, { force: true });
 const count = (name: string) => Number(new RegExp(`^# ${name} (\\d+)$`, 'm').exec(tap)?.[1] ?? 0);
 process.stdout.write(`\n${count('pass')} passed, ${count('fail') + count('cancelled')} failed\n`);
 process.exitCode = result.status ?? 1;
