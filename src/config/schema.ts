@@ -5,6 +5,7 @@
  * camelCase style. Unknown keys are errors so that a typo never silently disables a setting.
  */
 import { z } from 'zod';
+import { isAwsRegionName } from '../cloud/aws/region-name.ts';
 import { type ServingSettings, servingSettingsProblems } from '../controllers/csr-approver/serving-policy.ts';
 import { defaultPollIntervalMs } from '../statestore/cluster-store.ts';
 import { parseDuration } from './duration.ts';
@@ -55,10 +56,7 @@ export const listenAddress = z
 
 const awsVerifier = z.strictObject({
   nodesRoles: z.array(z.string().min(1)).default([]),
-  Region: z
-    .string()
-    .regex(/^[a-z]{2,}(?:-[a-z0-9]+)+-\d+$/, 'must be an AWS region such as us-east-1')
-    .optional(),
+  Region: z.string().refine(isAwsRegionName, 'must be an AWS region such as us-east-1').optional(),
   useIPBasedNodeNames: z.boolean().optional(),
 });
 

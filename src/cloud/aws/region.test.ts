@@ -141,3 +141,20 @@ describe('AWS region', () => {
     await assert.rejects(resolveRegion('US East'), ConfigError);
   });
 });
+
+describe('region names', () => {
+  it('every partition spells its regions so, and nothing else passes', async () => {
+    const { isAwsRegionName } = await import('./region-name.ts');
+    for (const name of [
+      'us-east-1',
+      'cn-north-1',
+      'us-gov-west-1',
+      'us-iso-east-1',
+      'us-isob-east-1',
+      'eusc-de-east-1',
+    ])
+      assert.equal(isAwsRegionName(name), true, name);
+    for (const name of ['', 'us east 1', 'x/evil', 'US-EAST-1', 'us-east', 'east-1', 'us-east-1.evil'])
+      assert.equal(isAwsRegionName(name), false, name);
+  });
+});

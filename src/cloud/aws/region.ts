@@ -8,6 +8,7 @@ import type { OutgoingHttpHeaders } from 'node:http';
 import { STSClient } from '@aws-sdk/client-sts';
 import { ConfigError } from '../../errors.ts';
 import { httpsRequest } from '../../net/https-client.ts';
+import { isAwsRegionName } from './region-name.ts';
 
 /** Where IMDS is and how long to wait for it. */
 export interface ImdsOptions {
@@ -16,8 +17,6 @@ export interface ImdsOptions {
   /** Per request; default 1000 ms. */
   timeoutMs?: number;
 }
-
-const regionPattern = /^[a-z]{2}(?:-[a-z]+)+-\d+$/;
 
 /** IMDS answers a token or a region name: anything longer is not IMDS. */
 const maxImdsAnswerBytes = 4096;
@@ -66,7 +65,7 @@ export async function regionFromImds(options: ImdsOptions = {}): Promise<string>
       { cause: err },
     );
   }
-  if (!regionPattern.test(region)) {
+  if (!isAwsRegionName(region)) {
     throw new ConfigError(
       `the instance metadata service reported an invalid region "${region.slice(0, 64)}"`,
     );
@@ -91,7 +90,7 @@ export async function regionFromEnvironment(): Promise<string | undefined> {
 }
 
 function checked(region: string, source: string): string {
-  if (!regionPattern.test(region)) {
+  if (!isAwsRegionName(region)) {
     throw new ConfigError(
       `"${region.slice(0, 64)}" (${source}) is not an AWS region name (such as us-east-1)`,
     );

@@ -4,9 +4,7 @@
  */
 import { STSClient } from '@aws-sdk/client-sts';
 import { ConfigError } from '../../errors.ts';
-
-/** An AWS region's spelling (`us-east-1`, `cn-north-1`, `us-iso-east-1`, `eusc-de-east-1`). */
-const regionPattern = /^[a-z]{2,}(?:-[a-z0-9]+)+-\d+$/;
+import { isAwsRegionName } from './region-name.ts';
 
 const hosts = new Map<string, string>();
 
@@ -22,7 +20,7 @@ export function stsHost(region: string, { fips = false }: { fips?: boolean } = {
   if (host === undefined) {
     // The SDK would build a URL of whatever it is given (`x/y` gives host `sts.x`): a region is
     // checked first, and an SDK refusal is the configuration's error too.
-    if (!regionPattern.test(region))
+    if (!isAwsRegionName(region))
       throw new ConfigError(`"${region.slice(0, 64)}" is not an AWS region such as us-east-1`);
     try {
       const { endpointProvider } = new STSClient({ region }).config;
