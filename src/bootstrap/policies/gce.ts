@@ -24,7 +24,7 @@ import { createHash, createPublicKey, verify } from 'node:crypto';
 import type { ComputeClient } from '../../cloud/gce/compute.ts';
 import type { GceIdentityTokenVerifier } from '../../cloud/gce/identity-token.ts';
 import type { GceNodeIdentity } from '../../cloud/gce/node-identifier.ts';
-import { formatGceProviderID } from '../../cloud/gce/resource-names.ts';
+import { formatGceProviderID, isGceName, isGceZone } from '../../cloud/gce/resource-names.ts';
 import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
 import { withDeadline } from '../../deadline.ts';
 import { describeError, KopsError } from '../../errors.ts';
@@ -270,6 +270,12 @@ async function fromTpmProof(
     // Checked before the compute call so a foreign project costs us nothing.
     throw new ProofError(`the proof is for project ${project}, not ${options.project}`);
   }
+  // Read before the signature is checked and placed in the API's path: a name that is none (`..`)
+  // would reach another path, whose answer says nothing about the proof. Refused here.
+  if (!isGceZone(zone))
+    throw new ProofError(`the proof names zone "${zone.slice(0, 64)}", which is not a GCE zone`);
+  if (!isGceName(name))
+    throw new ProofError(`the proof names instance "${name.slice(0, 64)}", which is not a GCE instance name`);
   const identity = await withDeadline(
     options.compute.getShieldedInstanceIdentity(zone, name),
     lookupTimeoutOf(options),

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { stsHost } from './sts-host.ts';
+import { fipsFromEnv, stsHost } from './sts-host.ts';
 
 test("stsHost is the region's STS host in every AWS partition, as the SDKs (and so nodeup) sign for it", () => {
   const hosts = Object.fromEntries(
@@ -25,4 +25,16 @@ test('a region that is none is a configuration error, never a host built of it',
   for (const region of ['', 'us east', 'x/evil', 'US-EAST-1']) {
     assert.throws(() => stsHost(region), ConfigError, region);
   }
+});
+
+test('AWS_USE_FIPS_ENDPOINT is read as the Go SDK kops nodeup signs with reads it: true in any case', () => {
+  for (const value of ['true', 'TRUE', 'True']) {
+    const fips = fipsFromEnv({ AWS_USE_FIPS_ENDPOINT: value });
+    assert.equal(
+      stsHost('us-east-1', { fips }),
+      'sts-fips.us-east-1.amazonaws.com',
+      `AWS_USE_FIPS_ENDPOINT=${value}: a Go nodeup signs for the FIPS host`,
+    );
+  }
+  assert.equal(fipsFromEnv({ AWS_USE_FIPS_ENDPOINT: 'false' }), false);
 });

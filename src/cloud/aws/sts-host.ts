@@ -41,9 +41,10 @@ export function stsHost(region: string, { fips = false }: { fips?: boolean } = {
 }
 
 /**
- * Whether the environment asks for FIPS endpoints, as the AWS SDKs read it: `AWS_USE_FIPS_ENDPOINT`
- * exactly `true`. (The SDKs also read `use_fips_endpoint` from the shared config file; this does not.)
+ * Whether the environment asks for FIPS endpoints, as the Go SDK kops' nodeup signs with reads it:
+ * `AWS_USE_FIPS_ENDPOINT` `true` in any case (aws-sdk-go-v2 compares with strings.EqualFold). (The
+ * SDKs also read `use_fips_endpoint` from the shared config file; this does not.)
  */
 export function fipsFromEnv(env: NodeJS.ProcessEnv = process.env): boolean {
-  return env['AWS_USE_FIPS_ENDPOINT'] === 'true';
+  return env['AWS_USE_FIPS_ENDPOINT']?.toLowerCase() === 'true';
 }

@@ -425,7 +425,15 @@ export class ComputeClient {
   }
 }
 
-const seg = encodeURIComponent;
+/**
+ * One path segment. `.` and `..` survive encodeURIComponent and would be resolved by the URL parser,
+ * reaching another path of the API, whose answer says nothing about what was asked: refused.
+ */
+function seg(value: string): string {
+  if (value === '' || value === '.' || value === '..')
+    throw new InvalidInputError(`"${value}" cannot name a compute API resource`);
+  return encodeURIComponent(value);
+}
 
 function filterParam(filter: string | undefined): Record<string, string> {
   return filter ? { filter } : {};

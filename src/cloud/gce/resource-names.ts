@@ -11,6 +11,16 @@ const zonePattern = /^[a-z]+-[a-z]+[0-9]+-[a-z]$/;
 /** RFC 1035 labels: instance, MIG and template names. */
 const namePattern = /^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$/;
 
+/** Whether `zone` is spelt as a GCE zone (`us-central1-a`). */
+export function isGceZone(zone: string): boolean {
+  return zonePattern.test(zone);
+}
+
+/** Whether `name` is an RFC 1035 label, as instance, MIG and template names are. */
+export function isGceName(name: string): boolean {
+  return namePattern.test(name);
+}
+
 /** The parts of a `gce://<project>/<zone>/<instance>` providerID. */
 export interface GceInstanceRef {
   project: string;
