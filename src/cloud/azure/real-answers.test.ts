@@ -162,14 +162,20 @@ for (const [parameter, value] of [
 test("azure: a 404 without ARM's error body (an endpoint that is not ARM's, a proxy's page) is a fault; ARM's own 404 still says the VM does not exist", async () => {
   const vm = nodes[3] as SimVm;
   const pid = sim.world.providerID(vm);
-  sim.rewriteNext(2, () => ({ status: 404, raw: '<html><body>404 Not Found</body></html>' }));
-  try {
-    const error = failure((await identifier().identify([pid])).get(pid));
-    assert.equal(isCloudVerdict(error), false, `${error.name}: ${error.message}`);
-    assert.equal(error.kind, 'unavailable', error.message);
-  } finally {
-    await quiet();
-    sim.resetFaults();
+  // A proxy's HTML page, and a gateway's JSON that is not ARM's (no `error.code`).
+  for (const rewrite of [
+    () => ({ status: 404, raw: '<html><body>404 Not Found</body></html>' }),
+    () => ({ status: 404, body: { message: 'no Route matched with those values' } }),
+  ]) {
+    sim.rewriteNext(2, rewrite);
+    try {
+      const error = failure((await identifier().identify([pid])).get(pid));
+      assert.equal(isCloudVerdict(error), false, `${error.name}: ${error.message}`);
+      assert.equal(error.kind, 'unavailable', error.message);
+    } finally {
+      await quiet();
+      sim.resetFaults();
+    }
   }
   const gone = `${pid.slice(0, pid.lastIndexOf('/') + 1)}9999`;
   const error = failure((await identifier().identify([gone])).get(gone));

@@ -341,6 +341,15 @@ export function serveArm(
         'The api-version query parameter (?api-version=) is required for all requests.',
       );
     }
+    // ARM binds a repeated parameter as one comma-joined value, which is no api-version.
+    const versions = url.searchParams.getAll('api-version');
+    if (versions.length > 1) {
+      throw new ArmError(
+        400,
+        'InvalidApiVersionParameter',
+        `The api-version '${versions.join(',')}' is invalid. The supported versions are '${versions[0]}'.`,
+      );
+    }
     if (ctx.bucket && !ctx.bucket.take()) {
       const wait = Math.max(1, Math.ceil(1 / ctx.bucket.refillPerSecond));
       throw new ArmError(
