@@ -362,3 +362,18 @@ test("the cloud refusing the controller's own listing of the cluster (400 to its
     }
   }
 });
+
+test('an id above int64 (which kops cannot read, and which names no server) is refused before any API call', async () => {
+  const p = provider();
+  try {
+    for (const id of ['hcloud://9223372036854775808', 'hcloud://9999999999999999999']) {
+      const result = (await p.nodeIdentifier.identify([id])).get(id);
+      assert.equal(kindOf(result), 'invalid', id);
+    }
+    assert.equal(sim.count('servers.get'), 0);
+    const largest = 'hcloud://9223372036854775807';
+    assert.equal(kindOf((await p.nodeIdentifier.identify([largest])).get(largest)), 'not-found');
+  } finally {
+    p.close();
+  }
+});

@@ -560,20 +560,29 @@ export function requiredToken(given: string | undefined, variable: string, requi
   return token;
 }
 
+/** The largest int64, the bound of the ids kops reads with Go's strconv.ParseInt(…, 10, 64). */
+export const maxInt64 = 2n ** 63n - 1n;
+
 /** A cloud's decimal server ids (kops parses them as integers): a positive number of at most `maxDigits` digits. */
 export class DecimalIds {
   readonly pattern: RegExp;
   readonly #noun: string;
+  readonly #max: bigint | undefined;
 
-  /** `noun` names an id in messages (`Hetzner server id`). */
-  constructor(noun: string, maxDigits: number) {
+  /**
+   * `noun` names an id in messages (`Hetzner server id`); `max`, the largest id the cloud's own tools
+   * read (kops parses Hetzner and DigitalOcean ids as int64): one above it names no server, and is
+   * refused here rather than sent to the API, whose answer to it would say nothing about a node.
+   */
+  constructor(noun: string, maxDigits: number, max?: bigint) {
     this.#noun = noun;
     this.pattern = new RegExp(`^[1-9]\\d{0,${maxDigits - 1}}$`);
+    this.#max = max;
   }
 
   /** `value` when it is an id; InvalidInputError naming `what` otherwise. */
   parse(value: string, what: string): string {
-    if (!this.pattern.test(value)) {
+    if (!this.pattern.test(value) || (this.#max !== undefined && BigInt(value) > this.#max)) {
       throw new InvalidInputError(`${what} "${value.slice(0, 40)}" is not a ${this.#noun}`);
     }
     return value;

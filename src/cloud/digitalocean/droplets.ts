@@ -15,6 +15,7 @@ import {
   cloudServer,
   DecimalIds,
   ListingGuard,
+  maxInt64,
   type ServerDirectory,
   type ServerStatuses,
   schemeProviderIds,
@@ -101,7 +102,7 @@ export function doCloudServer(droplet: Droplet): CloudServer {
 }
 
 /** Droplet ids: positive decimal integers (kops parses them with Atoi). */
-export const dropletIds = new DecimalIds('droplet id', 19);
+export const dropletIds = new DecimalIds('droplet id', 19, maxInt64);
 
 /** `digitalocean://<droplet id>`, as the DigitalOcean cloud controller manager sets it. */
 export const doProviderIds = schemeProviderIds({

@@ -17,6 +17,7 @@ import {
   DecimalIds,
   ListingGuard,
   malformedAnswer,
+  maxInt64,
   type ServerDirectory,
   type ServerStatuses,
   schemeProviderIds,
@@ -106,7 +107,7 @@ export function hetznerCloudServer(server: HetznerServer): CloudServer {
 }
 
 /** Hetzner server ids: positive decimal integers (kops parses them as int64). */
-export const hetznerServerIds = new DecimalIds('Hetzner server id', 19);
+export const hetznerServerIds = new DecimalIds('Hetzner server id', 19, maxInt64);
 
 /** `hcloud://<server id>`, as the Hetzner cloud controller manager sets it. */
 export const hetznerProviderIds = schemeProviderIds({
