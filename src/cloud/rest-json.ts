@@ -10,6 +10,7 @@ import { errorForHttpStatus, type KopsError, RateLimitedError, UnavailableError 
 import { egressAgent } from '../net/egress-proxy.ts';
 import { httpsRequest } from '../net/https-client.ts';
 import { retryAfterSeconds } from '../net/retry-after.ts';
+import { isVerdictStatus } from './api-answer.ts';
 import {
   type CloudCallRecorder,
   type CloudName,
@@ -199,7 +200,7 @@ export function cloudAnswerError(
   reason: string | undefined,
   waitSeconds: number | undefined,
 ): KopsError {
-  const message = `${call}: ${reason ?? `HTTP ${status}`} (HTTP ${status})`;
+  const message = `${call}: ${reason === undefined ? `HTTP ${status}` : `${reason} (HTTP ${status})`}`;
   const details = { operation, status, ...(waitSeconds ? { retryAfterSeconds: waitSeconds } : {}) };
   if (status === 429) {
     return new RateLimitedError(`${message}; the API's rate limit is exhausted, retry later`, { details });
@@ -215,7 +216,7 @@ export function cloudAnswerError(
   // A 4xx is a verdict on what was asked (no such server, an id the API refuses) only in the API's own
   // error body: the same status with any other body is not the API answering (an endpoint that is not
   // the API's, a proxy's page), a fault, never a denial of the node.
-  if (status >= 400 && status < 500 && reason === undefined) {
+  if (isVerdictStatus(status) && reason === undefined) {
     return new UnavailableError(
       `${message}; not the API's error answer (check the API endpoint, and any proxy)`,
       {

@@ -44,6 +44,17 @@ export const connectionHeaders = new Set([
  */
 const answerEncodingHeaders = new Set(['accept-encoding']);
 
+/**
+ * `Accept` is sent to STS only when the node signed it (STS would then refuse the request without
+ * it): the form of STS's answer is the controller's to choose, and STS's JSON is read as its XML.
+ */
+function dropUnsignedAccept(
+  headers: Record<string, string[]>,
+  claims: { signedHeaders: readonly string[] },
+): void {
+  if (!claims.signedHeaders.includes('accept')) delete headers['accept'];
+}
+
 function reject(message: string): never {
   throw new UnauthenticatedError(`AWS identity proof rejected: ${message}`);
 }
@@ -139,6 +150,7 @@ export function parseStsProof(
     const request = { method: 'POST', url: '/', headers, body: getCallerIdentityBody };
     const claims = parseSignature(request);
     checkBinding(headers, claims, body);
+    dropUnsignedAccept(headers, claims);
     return { version, request, claims };
   }
   if (!isJsonObject(decoded)) reject('it is not an object');
@@ -176,5 +188,6 @@ export function parseStsProof(
   const claims = parseSignature(request);
   if (!claims.presigned) reject('its url is not presigned');
   checkBinding(headers, claims, body);
+  dropUnsignedAccept(headers, claims);
   return { version, request, claims };
 }

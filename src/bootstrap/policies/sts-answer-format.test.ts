@@ -75,3 +75,19 @@ test('attack: a proof carrying Accept-Encoding (which would have STS compress it
   const forged = Buffer.from(JSON.stringify(headers)).toString('base64');
   assert.throws(() => parseStsProof(1, forged, body, 'sts.us-east-1.amazonaws.com'), UnauthenticatedError);
 });
+
+test('an Accept header the node did not sign is not sent to STS: the form of the answer is the controller to choose', async () => {
+  const { signAwsStsProof } = await import('../../agent/aws-proof.ts');
+  const { parseStsProof } = await import('./aws-sts-proof.ts');
+  const body = Buffer.from('{}');
+  const token = signAwsStsProof(body, { accessKeyId: 'AKIA', secretAccessKey: 's' }, 'us-east-1', 1);
+  const headers = JSON.parse(Buffer.from(token.slice(token.indexOf(' ') + 1), 'base64').toString()) as Record<
+    string,
+    string[]
+  >;
+  headers['Accept'] = ['application/cbor'];
+  const forged = Buffer.from(JSON.stringify(headers)).toString('base64');
+  const replay = parseStsProof(1, forged, body, 'sts.us-east-1.amazonaws.com');
+  assert.equal(replay.request.headers['accept'], undefined);
+  assert.ok(replay.request.headers['x-kops-request-sha'], 'the signed headers are kept');
+});

@@ -25,6 +25,7 @@ import {
 import { isJsonObject } from '../../json-object.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { egressAgent } from '../../net/egress-proxy.ts';
+import { isVerdictStatus } from '../api-answer.ts';
 import { malformedAnswer } from '../cluster-servers.ts';
 import {
   type CloudCallRecorder,
@@ -218,8 +219,9 @@ function armError(what: string, failure: ArmFailure, cause: unknown): KopsError 
   const message = `${what}: ${status ? `HTTP ${status} ` : ''}${code ? `${code} ` : ''}${failure.message.slice(0, 300)}`;
   const details = { status, code };
   // A 404 is a verdict (no such VM) only in ARM's own error body, which names a code: with any other
-  // (an endpoint that is not ARM's, a proxy's page) it is not ARM answering, a fault.
-  if (status === 404 && !code) {
+  // (an endpoint that is not ARM's, a proxy's page) it is not ARM answering, a fault. (Every other 4xx
+  // but 404 is a fault below anyway.)
+  if (status !== undefined && isVerdictStatus(status) && !code) {
     return new UnavailableError(`${message}; not ARM's error answer (check the endpoint, and any proxy)`, {
       cause,
       details: { ...details, reason: 'not-the-api' },

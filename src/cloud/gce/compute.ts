@@ -17,6 +17,7 @@ import {
 } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { egressAgentFor } from '../../net/egress-proxy.ts';
+import { isVerdictStatus } from '../api-answer.ts';
 import {
   type CloudCallRecorder,
   type CloudCallResult,
@@ -534,9 +535,10 @@ function computeError(operation: string, path: string, err: unknown): KopsError 
   if (isThrottled(err)) {
     return new RateLimitedError(`${message}; the compute API quota is exhausted, retry later`, options);
   }
-  // A 400 or 404 is a verdict on what was asked only in Google's own error body: with any other (an
-  // endpoint that is not the API's, a proxy's page) it is not the API answering, a fault.
-  if ((status === 400 || status === 404) && typeof apiReason !== 'string') {
+  // A 4xx is a verdict on what was asked only in Google's own error body: with any other (an endpoint
+  // that is not the API's, a proxy's page) it is not the API answering, a fault. (401 and 403 are the
+  // controller's own credentials, faults already.)
+  if (status !== undefined && isVerdictStatus(status) && typeof apiReason !== 'string') {
     return new UnavailableError(
       `${message}; not the compute API's error answer (check the endpoint, and any proxy)`,
       {

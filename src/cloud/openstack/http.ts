@@ -8,6 +8,7 @@ import { describeError, errorForHttpStatus, type KopsError, UnavailableError } f
 import { createLogger, type Logger } from '../../log.ts';
 import { type HttpsAnswer, httpsRequest } from '../../net/https-client.ts';
 import { retryAfterSeconds } from '../../net/retry-after.ts';
+import { isVerdictStatus } from '../api-answer.ts';
 import { type CloudCallRecorder, httpCallResult, secondsSince } from '../metrics.ts';
 
 /**
@@ -83,9 +84,9 @@ export function openstackError(what: string, answer: HttpsAnswer): KopsError {
   const own = openstackMessage(answer.body);
   const message = own ?? answer.body.toString('utf8').slice(0, 200);
   const retryAfter = retryAfterSeconds(answer.headers['retry-after'] as string | undefined);
-  // A 400 or 404 is a verdict on what was asked (no such server) only in OpenStack's own error body:
-  // with any other (an endpoint that is not the service's, a proxy's page) it is a fault.
-  if ((answer.status === 400 || answer.status === 404) && own === undefined) {
+  // A 4xx is a verdict on what was asked (no such server) only in OpenStack's own error body: with
+  // any other (an endpoint that is not the service's, a proxy's page) it is a fault.
+  if (isVerdictStatus(answer.status) && own === undefined) {
     return new UnavailableError(
       `${what}: HTTP ${answer.status}, not OpenStack's error answer (check the endpoint, and any proxy)`,
       { details: { status: answer.status, reason: 'not-the-api' } },
