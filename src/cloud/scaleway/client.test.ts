@@ -138,3 +138,17 @@ test("a 429 whose body the SDK does not recognise (no help_message) still carrie
   assert.equal(kindOf(silent), 'rate-limited');
   assert.equal(silent.details?.['retryAfterSeconds'], undefined);
 });
+
+test("a 4xx without Scaleway's own error body (a proxy's page) is a fault; Scaleway's own 404 is not-found", () => {
+  const page = scalewayError('get server', new Errors.ScalewayError(404, '<html>Not Found</html>'));
+  assert.equal(kindOf(page), 'unavailable');
+  const own = scalewayError(
+    'get server',
+    new Errors.ScalewayError(404, {
+      message: 'resource is not found',
+      type: 'not_found',
+      resource: 'instance_server',
+    }),
+  );
+  assert.equal(kindOf(own), 'not-found');
+});

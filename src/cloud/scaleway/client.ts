@@ -13,6 +13,7 @@ import { Ipamv1 } from '@scaleway/sdk-ipam';
 import { ConfigError, errorForHttpStatus, KopsError, TimeoutError, UnavailableError } from '../../errors.ts';
 import { isJsonObject } from '../../json-object.ts';
 import { egressFetch } from '../../net/egress-proxy.ts';
+import { isVerdictStatus } from '../api-answer.ts';
 import { malformedAnswer } from '../cluster-servers.ts';
 import {
   type CloudCallRecorder,
@@ -116,6 +117,21 @@ export function scalewayError(what: string, err: unknown): KopsError {
     // its parsed body still says how long to wait.
     const body = isJsonObject(err.body) ? err.body : {};
     const reset = (err as { resetSeconds?: unknown }).resetSeconds ?? body['reset_seconds'];
+    // A 4xx is a verdict only in Scaleway's own error body (`{message, type}`): with any other it is
+    // not the API answering (src/cloud/api-answer.ts).
+    if (
+      isVerdictStatus(err.status) &&
+      typeof body['message'] !== 'string' &&
+      typeof body['type'] !== 'string'
+    ) {
+      return new UnavailableError(
+        `${what}: ${err.message}; not the Scaleway API's error answer (check the endpoint, and any proxy)`,
+        {
+          cause: err,
+          details: { status: err.status, reason: 'not-the-api' },
+        },
+      );
+    }
     return errorForHttpStatus(
       err.status,
       `${what}: ${err.message}`,
