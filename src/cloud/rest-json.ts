@@ -224,7 +224,13 @@ export function cloudAnswerError(
       },
     );
   }
-  return errorForHttpStatus(status === 200 ? 502 : status, message, { details }, 'unavailable');
+  // A 200 that could not be read is a malformed answer, as every cloud client names one.
+  if (status === 200) {
+    return new UnavailableError(`${message}: not the JSON answer asked for`, {
+      details: { ...details, reason: 'malformed-answer' },
+    });
+  }
+  return errorForHttpStatus(status, message, { details }, 'unavailable');
 }
 
 function parseJson(body: Buffer): unknown {

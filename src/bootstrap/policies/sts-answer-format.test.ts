@@ -1,7 +1,8 @@
-// The node's proof headers are replayed to STS as given, Accept included, and STS answers
-// GetCallerIdentity as JSON when asked with `Accept: application/json` (aws-iam-authenticator asks it
-// so). Such an answer is read as the XML one is: a 200 no one can read is a fault (503), so if the
-// JSON one were, any holder of any AWS credentials would turn its denial into an STS fault at will.
+// STS answers GetCallerIdentity as JSON when asked with `Accept: application/json`
+// (aws-iam-authenticator asks it so). A 200 no one can read is a fault (503), so a node that could
+// choose the answer's form would turn its own denial into an STS fault at will: an Accept it signed
+// is sent (STS needs it for the signature) and its JSON answer read as the XML one; an unsigned Accept
+// is not sent, and Accept-Encoding is refused.
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';

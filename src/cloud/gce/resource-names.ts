@@ -7,7 +7,9 @@ import { InvalidInputError } from '../../errors.ts';
 
 /** Project ids (including legacy domain-scoped `example.com:proj`) and project numbers. */
 const projectPattern = /^(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z0-9][-a-z0-9]{1,61}[a-z0-9]$/;
-const zonePattern = /^[a-z]+-[a-z]+[0-9]+-[a-z]$/;
+// Zones: `<region>-<suffix>`, the region `<area>-<location><n>` (`us-central1`, `u-france-east1` in
+// the S3NS universe), the suffix a letter or an AI zone's `ai1a`; a path-safe label either way.
+const zonePattern = /^[a-z]+(?:-[a-z]+)*[0-9]+-[a-z][a-z0-9]{0,7}$/;
 /** RFC 1035 labels: instance, MIG and template names. */
 const namePattern = /^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$/;
 

@@ -243,4 +243,15 @@ test('Keystone refusing the login itself (404 at a wrong OS_AUTH_URL, 400) is a 
     new KeystoneSession({ auth: sim.passwordAuth }).token(),
     (err: unknown) => err instanceof ConfigError && /HTTP 400: simulated fault 400/.test(err.message),
   );
+  // OS_AUTH_URL at a web server that is not Keystone: its HTML 404 names the same setting.
+  const { startScriptedApi } = await import('../scripted-api.test-support.ts');
+  const web = await startScriptedApi(() => ({ status: 404, raw: true, body: '<html>Not Found</html>' }));
+  try {
+    await assert.rejects(
+      new KeystoneSession({ auth: openstackAuthFromEnv({ ...sim.env, OS_AUTH_URL: web.url }) }).token(),
+      (err: unknown) => err instanceof ConfigError && /check OS_AUTH_URL/.test(err.message),
+    );
+  } finally {
+    await web.close();
+  }
 });

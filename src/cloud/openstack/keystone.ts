@@ -13,6 +13,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../../errors.ts';
+import { isVerdictStatus } from '../api-answer.ts';
 import { malformedAnswer } from '../cluster-servers.ts';
 import { type CloudCallRecorder, noCloudCalls } from '../metrics.ts';
 import { keystoneAuthBody, keystoneTokensUrl, type OpenStackAuthOptions } from './auth.ts';
@@ -127,24 +128,24 @@ export class KeystoneSession {
           { cause: err, details: err.details },
         );
       }
+      // Any 4xx answer to the login but 401 (above), 403 and 429 — Keystone's own 400 for a body it
+      // cannot validate, or a 404 page from a URL that is not Keystone's (not-the-api) — is the
+      // controller's configuration: the login URL is nothing else. Never a verdict on a node (a
+      // not-found must not read as "no such server"), and named as what the operator fixes.
+      const status = err.upstreamStatus;
+      if (status !== undefined && isVerdictStatus(status)) {
+        throw new ConfigError(
+          `OpenStack: Keystone refused the login at ${keystoneTokensUrl(auth.authUrl).href} (${err.message}): ` +
+            "check OS_AUTH_URL (Keystone's URL, with or without /v3) and the OS_* credentials",
+          { cause: err, details: err.details },
+        );
+      }
       if (err.kind === 'unavailable' || err.kind === 'timeout') {
         const Fault = err.kind === 'timeout' ? TimeoutError : UnavailableError;
         throw new Fault(`Keystone (${auth.authUrl}) is unavailable: ${err.message}`, {
           cause: err,
           details: err.details,
         });
-      }
-      // Any other 4xx answer to the login (404 at a URL that is not Keystone's, 400 for a body it
-      // cannot validate) is the controller's configuration, never a verdict on a node: a not-found or
-      // invalid answer here must not read as "no such server". (403 and 429 stay what they are, and
-      // are faults already; an error of the connection itself, an untrusted certificate, too.)
-      const status = err.upstreamStatus;
-      if (status !== undefined && status >= 400 && status < 500 && status !== 403 && status !== 429) {
-        throw new ConfigError(
-          `OpenStack: Keystone refused the login at ${keystoneTokensUrl(auth.authUrl).href} (${err.message}): ` +
-            "check OS_AUTH_URL (Keystone's URL, with or without /v3) and the OS_* credentials",
-          { cause: err, details: err.details },
-        );
       }
       throw err;
     });

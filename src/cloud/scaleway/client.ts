@@ -117,8 +117,9 @@ export function scalewayError(what: string, err: unknown): KopsError {
     // its parsed body still says how long to wait.
     const body = isJsonObject(err.body) ? err.body : {};
     const reset = (err as { resetSeconds?: unknown }).resetSeconds ?? body['reset_seconds'];
-    // A 4xx is a verdict only in Scaleway's own error body (`{message, type}`): with any other it is
-    // not the API answering (src/cloud/api-answer.ts).
+    // A 4xx is a verdict only in Scaleway's own error body, which has a `message` or a `type` (its API
+    // gateway answers an unknown zone `400 {"message": "Unknown zone in path"}` alone): with any other
+    // it is not the API answering (src/cloud/api-answer.ts).
     if (
       isVerdictStatus(err.status) &&
       typeof body['message'] !== 'string' &&

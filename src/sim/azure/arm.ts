@@ -347,7 +347,7 @@ export function serveArm(
       throw new ArmError(
         400,
         'InvalidApiVersionParameter',
-        `The api-version '${versions.join(',')}' is invalid. The supported versions are '${versions[0]}'.`,
+        `The api-version '${versions.join(',')}' is invalid.`,
       );
     }
     if (ctx.bucket && !ctx.bucket.take()) {
