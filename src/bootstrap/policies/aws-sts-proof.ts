@@ -45,14 +45,17 @@ export const connectionHeaders = new Set([
 const answerEncodingHeaders = new Set(['accept-encoding']);
 
 /**
- * `Accept` is sent to STS only when the node signed it (STS would then refuse the request without
- * it): the form of STS's answer is the controller's to choose, and STS's JSON is read as its XML.
+ * Only what the node signed (and its signature) is sent to STS: a header it did not sign cannot
+ * change STS's verdict, but could change the form of STS's answer (`Accept`) past what the
+ * controller reads, and a 200 no one can read is a fault: the node would turn its own denial into one.
  */
-function dropUnsignedAccept(
+function keepSignedHeaders(
   headers: Record<string, string[]>,
   claims: { signedHeaders: readonly string[] },
 ): void {
-  if (!claims.signedHeaders.includes('accept')) delete headers['accept'];
+  for (const name of Object.keys(headers)) {
+    if (name !== 'authorization' && !claims.signedHeaders.includes(name)) delete headers[name];
+  }
 }
 
 function reject(message: string): never {
@@ -150,7 +153,7 @@ export function parseStsProof(
     const request = { method: 'POST', url: '/', headers, body: getCallerIdentityBody };
     const claims = parseSignature(request);
     checkBinding(headers, claims, body);
-    dropUnsignedAccept(headers, claims);
+    keepSignedHeaders(headers, claims);
     return { version, request, claims };
   }
   if (!isJsonObject(decoded)) reject('it is not an object');
@@ -188,6 +191,6 @@ export function parseStsProof(
   const claims = parseSignature(request);
   if (!claims.presigned) reject('its url is not presigned');
   checkBinding(headers, claims, body);
-  dropUnsignedAccept(headers, claims);
+  keepSignedHeaders(headers, claims);
   return { version, request, claims };
 }

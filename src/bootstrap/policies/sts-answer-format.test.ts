@@ -2,7 +2,7 @@
 // (aws-iam-authenticator asks it so). A 200 no one can read is a fault (503), so a node that could
 // choose the answer's form would turn its own denial into an STS fault at will: an Accept it signed
 // is sent (STS needs it for the signature) and its JSON answer read as the XML one; an unsigned Accept
-// is not sent, and Accept-Encoding is refused.
+// is not sent (nor any header it did not sign), and Accept-Encoding is refused.
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
