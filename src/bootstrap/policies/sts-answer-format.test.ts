@@ -87,8 +87,10 @@ test('an Accept header the node did not sign is not sent to STS: the form of the
     string[]
   >;
   headers['Accept'] = ['application/cbor'];
+  headers['X-Amz-Target'] = ['AWSSecurityTokenServiceV20110615.GetCallerIdentity'];
   const forged = Buffer.from(JSON.stringify(headers)).toString('base64');
   const replay = parseStsProof(1, forged, body, 'sts.us-east-1.amazonaws.com');
   assert.equal(replay.request.headers['accept'], undefined);
+  assert.equal(replay.request.headers['x-amz-target'], undefined, 'no header the node did not sign is sent');
   assert.ok(replay.request.headers['x-kops-request-sha'], 'the signed headers are kept');
 });
