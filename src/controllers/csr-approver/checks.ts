@@ -11,9 +11,11 @@
  * bootstrap queue or a human handle them). A request from a node that fails a check is denied with a
  * reason naming the check; nothing unverifiable is ever approved.
  */
+
+import { isIP } from 'node:net';
 import type { NodeIdentity } from '../../cloud/types.ts';
 import { type ParsedCsr, parseCsr } from '../../pki/csr.ts';
-import { canonicalIp } from '../../pki/ip.ts';
+import { bytesToIp, ipToBytes } from '../../pki/ip.ts';
 import { type CsrRecord, kubeletClientSigner, kubeletServingSigner } from './csr-record.ts';
 import { type ServingPolicy, servingPolicyOf, servingPolicyViolation } from './serving-policy.ts';
 
@@ -150,6 +152,23 @@ export function assessCsr(record: CsrRecord, policy: ServingPolicy = defaultServ
   return { action: 'verify-instance', nodeName, serving, dnsNames, ipAddresses };
 }
 
+/**
+ * The address an IP's text names, in one spelling: RFC 5952 for IPv6, and an IPv4-mapped address
+ * (`::ffff:10.0.0.5`) as its IPv4 form, which is how Go writes it into a SAN (4 bytes). Undefined for
+ * text that is no IP (an empty or garbled cloud address), which the kubelet skips too: it vouches for
+ * nothing, and is not a fault that would hold every request of the node.
+ */
+function ipKey(text: string): string | undefined {
+  if (!isIP(text)) return undefined;
+  const bytes = ipToBytes(text);
+  const mapped =
+    bytes.length === 16 &&
+    bytes.subarray(0, 10).every((b) => b === 0) &&
+    bytes[10] === 0xff &&
+    bytes[11] === 0xff;
+  return bytesToIp(mapped ? bytes.subarray(12) : bytes);
+}
+
 const stoppedStates = new Set(['stopping', 'stopped', 'terminated']);
 
 /**
@@ -179,14 +198,17 @@ export function assessInstance(request: InstanceCheck, identity: NodeIdentity): 
       `node ${request.nodeName} is not a name of instance ${instance} (its names: ${[...hostNames].join(', ')}); the node's providerID does not identify it`,
     );
   }
+  // As the kubelet reads the Node's addresses (pkg/kubelet/certificate/kubelet.go
+  // addressesToHostnamesAndIPs): a Hostname that is an IP is asked for as an IP SAN.
   const ips = new Set(
     identity.addresses
-      .filter((a) => a.type === 'InternalIP' || a.type === 'ExternalIP')
-      .map((a) => canonicalIp(a.address)),
+      .filter((a) => a.type === 'InternalIP' || a.type === 'ExternalIP' || a.type === 'Hostname')
+      .map((a) => ipKey(a.address))
+      .filter((key) => key !== undefined),
   );
   const foreign = [
     ...request.dnsNames.filter((d) => !hostNames.has(d.toLowerCase())),
-    ...request.ipAddresses.filter((ip) => !ips.has(canonicalIp(ip))),
+    ...request.ipAddresses.filter((ip) => !ips.has(ipKey(ip) ?? '')),
   ];
   if (foreign.length) {
     return deny(
