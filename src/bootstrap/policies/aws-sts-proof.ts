@@ -39,8 +39,9 @@ export const connectionHeaders = new Set([
 /**
  * Headers that would change the bytes of STS's answer past what the controller reads: a compressed
  * answer could not be read, and a 200 no one can read is a fault (503), so a node could turn its own
- * denial into an STS fault at will. No SDK signs them (Go's transport adds Accept-Encoding after
- * signing, outside the proof). (`Accept` is left: STS's JSON answer is read as its XML one.)
+ * denial into an STS fault at will. Refused even when signed (an unsigned one is dropped anyway, see
+ * keepSignedHeaders); no SDK signs them (Go's transport adds Accept-Encoding after signing, outside
+ * the proof). A signed `Accept` is kept: STS's JSON answer is read as its XML one.
  */
 const answerEncodingHeaders = new Set(['accept-encoding']);
 
