@@ -15,6 +15,7 @@ import { after, test } from 'node:test';
 import { OAuth2Client } from 'google-auth-library';
 import { ComputeClient } from '../../cloud/gce/compute.ts';
 import { type ScriptedRequest, startScriptedApi } from '../../cloud/scripted-api.test-support.ts';
+import { InvalidInputError, NotFoundError } from '../../errors.ts';
 import { testRequest } from '../../testing/bootstrap-request.ts';
 import { MemoryReplayGuard } from '../replay-guard.ts';
 import type { PolicyContext } from '../types.ts';
@@ -95,4 +96,71 @@ test('attack: an unsigned TPM proof naming instance ".." or zone ".." is denied,
       `zone ${zone} instance ${instance}: ${outcome} (paths asked: ${paths.join(', ')})`,
     );
   }
+});
+
+// Each of the two guards on its own: the policy's name check, and the compute client's path segments.
+test('ComputeClient alone: a path segment that is none (., .., empty) is refused before any request', async () => {
+  const asked: string[] = [];
+  const api = await startScriptedApi((r: ScriptedRequest) => {
+    asked.push(r.path);
+    return { status: 404, body: { error: { code: 404, message: 'not found' } } };
+  });
+  closers.push(() => api.close());
+  const auth = new OAuth2Client();
+  auth.setCredentials({ access_token: 'token', expiry_date: Date.now() + 3_600_000 });
+  const compute = new ComputeClient({ project: 'p', auth, endpoint: api.url, retries: 0 });
+  for (const [zone, name] of [
+    ['us-east1-b', '..'],
+    ['..', 'x'],
+    ['us-east1-b', '.'],
+    ['us-east1-b', ''],
+  ] as const) {
+    await assert.rejects(
+      (async () => compute.getShieldedInstanceIdentity(zone, name))(),
+      InvalidInputError,
+      `${zone}/${name}`,
+    );
+    await assert.rejects(compute.getInstance(zone, name), InvalidInputError, `${zone}/${name}`);
+  }
+  assert.deepEqual(asked, []);
+});
+
+test('the TPM policy alone: a zone or instance that is not a GCE name is denied without asking the compute API', async () => {
+  let calls = 0;
+  const compute = {
+    project: 'p',
+    getShieldedInstanceIdentity: async () => {
+      calls++;
+      throw new NotFoundError('no such instance');
+    },
+    getInstance: async () => {
+      calls++;
+      throw new NotFoundError('no such instance');
+    },
+  };
+  const policy = gcePolicy({
+    project: 'p',
+    identifier: {
+      identify: async () => {
+        throw new Error('not reached');
+      },
+    } as never,
+    compute: compute as never,
+    replayGuard: new MemoryReplayGuard(),
+  });
+  const now: PolicyContext = { now: () => new Date() };
+  for (const [zone, instance] of [
+    ['us-east1-b', '..'],
+    ['..', 'x'],
+    ['US-EAST1-B', 'x'],
+    ['us-east1-b', 'A_b'],
+    ['us-east1-b/../x', 'y'],
+  ] as const) {
+    const decision = await policy.evaluate(
+      unsignedTpmProof(zone, instance, `{"z":"${zone}${instance}"}`),
+      now,
+    );
+    assert.equal(decision.verdict, 'deny', `${zone} ${instance}`);
+  }
+  assert.equal(calls, 0, 'the compute API was asked about a name that is none');
 });

@@ -7,7 +7,9 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
-import { KopsError } from '../../errors.ts';
+import { signAwsStsProof } from '../../agent/aws-proof.ts';
+import { KopsError, UnauthenticatedError } from '../../errors.ts';
+import { parseStsProof } from './aws-sts-proof.ts';
 import { StsClient } from './sts-client.ts';
 
 test('attack: a proof asking STS for JSON (Accept header) is read as the XML answer is: a verdict on the caller, not an STS fault', async () => {
@@ -62,34 +64,37 @@ test('attack: a proof asking STS for JSON (Accept header) is read as the XML ans
   }
 });
 
-test('attack: a proof carrying Accept-Encoding (which would have STS compress its answer past our reading) is refused', async () => {
-  const { signAwsStsProof } = await import('../../agent/aws-proof.ts');
-  const { parseStsProof } = await import('./aws-sts-proof.ts');
-  const { UnauthenticatedError } = await import('../../errors.ts');
-  const body = Buffer.from('{}');
-  const token = signAwsStsProof(body, { accessKeyId: 'AKIA', secretAccessKey: 's' }, 'us-east-1', 1);
+const proofBody = Buffer.from('{}');
+
+/** A v1 proof of `proofBody`, signed, with `extra` headers added to it afterwards (unsigned). */
+function v1ProofWith(extra: Record<string, string[]>): string {
+  const token = signAwsStsProof(proofBody, { accessKeyId: 'AKIA', secretAccessKey: 's' }, 'us-east-1', 1);
   const headers = JSON.parse(Buffer.from(token.slice(token.indexOf(' ') + 1), 'base64').toString()) as Record<
     string,
     string[]
   >;
-  headers['Accept-Encoding'] = ['gzip'];
-  const forged = Buffer.from(JSON.stringify(headers)).toString('base64');
-  assert.throws(() => parseStsProof(1, forged, body, 'sts.us-east-1.amazonaws.com'), UnauthenticatedError);
+  return Buffer.from(JSON.stringify({ ...headers, ...extra })).toString('base64');
+}
+
+test('attack: a proof carrying Accept-Encoding (which would have STS compress its answer past our reading) is refused', () => {
+  assert.throws(
+    () =>
+      parseStsProof(
+        1,
+        v1ProofWith({ 'Accept-Encoding': ['gzip'] }),
+        proofBody,
+        'sts.us-east-1.amazonaws.com',
+      ),
+    UnauthenticatedError,
+  );
 });
 
-test('an Accept header the node did not sign is not sent to STS: the form of the answer is the controller to choose', async () => {
-  const { signAwsStsProof } = await import('../../agent/aws-proof.ts');
-  const { parseStsProof } = await import('./aws-sts-proof.ts');
-  const body = Buffer.from('{}');
-  const token = signAwsStsProof(body, { accessKeyId: 'AKIA', secretAccessKey: 's' }, 'us-east-1', 1);
-  const headers = JSON.parse(Buffer.from(token.slice(token.indexOf(' ') + 1), 'base64').toString()) as Record<
-    string,
-    string[]
-  >;
-  headers['Accept'] = ['application/cbor'];
-  headers['X-Amz-Target'] = ['AWSSecurityTokenServiceV20110615.GetCallerIdentity'];
-  const forged = Buffer.from(JSON.stringify(headers)).toString('base64');
-  const replay = parseStsProof(1, forged, body, 'sts.us-east-1.amazonaws.com');
+test('an Accept header the node did not sign is not sent to STS: the form of the answer is the controller to choose', () => {
+  const forged = v1ProofWith({
+    Accept: ['application/cbor'],
+    'X-Amz-Target': ['AWSSecurityTokenServiceV20110615.GetCallerIdentity'],
+  });
+  const replay = parseStsProof(1, forged, proofBody, 'sts.us-east-1.amazonaws.com');
   assert.equal(replay.request.headers['accept'], undefined);
   assert.equal(replay.request.headers['x-amz-target'], undefined, 'no header the node did not sign is sent');
   assert.ok(replay.request.headers['x-kops-request-sha'], 'the signed headers are kept');
