@@ -99,3 +99,40 @@ test('an Accept header the node did not sign is not sent to STS: the form of the
   assert.equal(replay.request.headers['x-amz-target'], undefined, 'no header the node did not sign is sent');
   assert.ok(replay.request.headers['x-kops-request-sha'], 'the signed headers are kept');
 });
+
+test('STS throttling in its JSON form (a node signed Accept: application/json) is throttling, a fault; its JSON refusal is a denial', async () => {
+  const answers = [
+    { status: 400, body: { Error: { Code: 'Throttling', Message: 'Rate exceeded', Type: 'Sender' } } },
+    { status: 403, body: { Error: { Code: 'SignatureDoesNotMatch', Message: 'no', Type: 'Sender' } } },
+  ];
+  const server = createServer((req, res) => {
+    const answer = answers.shift();
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(answer?.status ?? 500, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(answer?.body ?? {}));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    const sts = new StsClient(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    const replay = {
+      method: 'POST',
+      url: '/',
+      headers: { host: ['sts.us-east-1.amazonaws.com'], accept: ['application/json'] },
+      body: 'Action=GetCallerIdentity&Version=2011-06-15',
+    };
+    const kinds: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      await sts.call(replay).then(
+        () => kinds.push('caller'),
+        (err: unknown) => kinds.push(err instanceof KopsError ? `${err.kind}: ${err.message}` : String(err)),
+      );
+    }
+    assert.match(kinds[0] ?? '', /^unavailable: STS failed \(Throttling: Rate exceeded\)/);
+    assert.match(kinds[1] ?? '', /^unauthenticated: SignatureDoesNotMatch: no/);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});

@@ -68,6 +68,21 @@ function jsonCallerIdentity(text: string): StsCaller | undefined {
   return { account, arn, userId: typeof userId === 'string' ? userId : '' };
 }
 
+/** An STS error in the JSON form (`{"Error": {"Code", "Message"}}`) a signed `Accept` asks for. */
+function jsonError(text: string): { code?: string; message?: string } {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return {};
+  }
+  const { Code: code, Message: message } = fieldsOf(fieldsOf(parsed)['Error']);
+  return {
+    ...(typeof code === 'string' ? { code: code.slice(0, 100) } : {}),
+    ...(typeof message === 'string' ? { message: message.slice(0, 300) } : {}),
+  };
+}
+
 /**
  * Parses a GetCallerIdentityResponse, XML or the JSON STS answers when the proof asked for it. A 200
  * that is neither (a proxy's page, a cut-off body) is STS (or the way to it) failing, not a verdict
@@ -231,8 +246,9 @@ function callerOf(answer: HttpsAnswer, outcome: Outcome): StsCaller {
       throw err;
     }
   }
-  const code = xmlText(text, 'Code') ?? `HTTP ${status}`;
-  const message = xmlText(text, 'Message') ?? '';
+  const json = jsonError(text);
+  const code = xmlText(text, 'Code') ?? json.code ?? `HTTP ${status}`;
+  const message = xmlText(text, 'Message') ?? json.message ?? '';
   const what = `${code}${message ? `: ${message}` : ''}`;
   // STS answers Throttling with HTTP 400. Only a refusal (another 4xx) is the proof's fault; the
   // rest (throttling, 5xx, a redirect or another 2xx than 200) is STS failing, and the node retries.
