@@ -11,7 +11,7 @@ import {
   assertDependencyFaults,
   cloudIdProof,
 } from './cloud-id.test-support.ts';
-import { linodePolicy } from './linode.ts';
+import { linodeCloudId, linodePolicy } from './linode.ts';
 
 const cluster = 'prod.example.com';
 let sim: LinodeSimulator;
@@ -96,4 +96,22 @@ test('the API failing, throttling or not answering is a dependency fault (503), 
     },
     'policy:linode',
   );
+});
+
+test("the certificate names only the instance's IPv4 addresses, as kops' verifier, though its identity also carries its IPv6", () => {
+  const facts = linodeCloudId.facts({
+    providerID: 'linode://7',
+    instanceId: '7',
+    instanceGroup: 'nodes',
+    state: 'running',
+    addresses: [
+      { type: 'InternalIP', address: '192.168.130.7' },
+      { type: 'ExternalIP', address: '203.0.113.7' },
+      { type: 'ExternalIP', address: '2600:3c00::f03c:91ff:fe00:7' },
+      { type: 'Hostname', address: 'nodes-7' },
+    ],
+  });
+  assert.deepEqual(facts.ipAddresses, ['203.0.113.7', '192.168.130.7']);
+  assert.equal(facts.challengeAddress, '192.168.130.7');
+  assert.equal(facts.nodeName, 'nodes-7');
 });

@@ -6,6 +6,7 @@
  * of the account: the instance must carry this cluster's `kops.k8s.io/cluster:` tag and a
  * `kops.k8s.io/instance-group:` tag, and be running, booting or provisioning.
  */
+import { isIP } from 'node:net';
 import { linodeIds, linodeProviderIds } from '../../cloud/linode/instances.ts';
 import type { Dependency } from '../dependency.ts';
 import type { BootstrapPolicy } from '../types.ts';
@@ -22,8 +23,10 @@ export const linodeCloudId: CloudIdCloud = {
   parseId: (token) => linodeIds.parse(token, 'the instance id'),
   providerIds: linodeProviderIds,
   facts: (identity) => {
-    const internal = addressesOfType(identity, 'InternalIP');
-    const external = addressesOfType(identity, 'ExternalIP');
+    // IPv4 only, as kops' verifier certifies (the identity also carries the SLAAC IPv6 the cloud
+    // controller manager reports, for the kubelet's own serving CSRs).
+    const internal = addressesOfType(identity, 'InternalIP').filter((ip) => isIP(ip) === 4);
+    const external = addressesOfType(identity, 'ExternalIP').filter((ip) => isIP(ip) === 4);
     const label = addressesOfType(identity, 'Hostname')[0] ?? identity.instanceId;
     return {
       nodeName: label,

@@ -276,9 +276,15 @@ export function isPrivateIPv4(address: string): boolean {
   return a === 10 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) || a === 127;
 }
 
-/** The instance as the identifier sees it: its tags, and its IPv4 addresses split private and public. */
+/**
+ * The instance as the identifier sees it: its tags, its IPv4 addresses split private and public, and
+ * its SLAAC IPv6 address (`ipv6`, `<address>/128`) as a public one, as the Linode cloud controller
+ * manager puts them in the Node's addresses (linode/linode-cloud-controller-manager
+ * cloud/linode/services/instances.go getInstanceAddresses), so in the kubelet's serving CSR.
+ */
 export function linodeCloudServer(instance: Linode): CloudServer {
   const ipv4 = (instance.ipv4 ?? []).filter((ip) => isIP(ip) === 4);
+  const ipv6 = typeof instance.ipv6 === 'string' ? instance.ipv6.replace(/\/128$/, '') : '';
   return cloudServer(linodeStatuses, {
     id: instance.id,
     name: instance.label,
@@ -286,7 +292,7 @@ export function linodeCloudServer(instance: Linode): CloudServer {
     clusterName: tagValue(instance.tags, linodeClusterTagPrefix),
     instanceGroup: tagValue(instance.tags, linodeGroupTagPrefix),
     privateIps: ipv4.filter(isPrivateIPv4),
-    publicIps: ipv4.filter((ip) => !isPrivateIPv4(ip)),
+    publicIps: [...ipv4.filter((ip) => !isPrivateIPv4(ip)), ...(isIP(ipv6) === 6 ? [ipv6] : [])],
     zone: instance.region,
   });
 }

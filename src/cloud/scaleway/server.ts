@@ -5,6 +5,7 @@
  * `noprefix=kops.k8s.io/instance-group=<ig>`; upup/pkg/fi/cloudup/scaleway/cloud.go) and the state.
  * Pure.
  */
+import { isIP } from 'node:net';
 import type { Instancev1 } from '@scaleway/sdk-instance';
 import { ForbiddenError, InvalidInputError } from '../../errors.ts';
 import { instanceGroupNameProblem } from '../instance-group-name.ts';
@@ -61,15 +62,41 @@ export function stateOfServer(server: Pick<Instancev1.Server, 'state'>): Instanc
   return stateByServerState[server.state] ?? 'unknown';
 }
 
-/** The addresses the Instance record itself carries (public IPs, the legacy private IP). */
+/**
+ * The addresses the Instance record itself carries (public IPs, the legacy private IP), and the DNS
+ * names Scaleway gives a server by its id, as the Scaleway cloud controller manager puts them in the
+ * Node's addresses (scaleway/scaleway-cloud-controller-manager scaleway/instances.go
+ * instanceAddresses): `<id>.pub.instances.scw.cloud` (ExternalDNS) with a public IPv4,
+ * `<id>.priv.instances.scw.cloud` (InternalDNS) with the legacy private IP. The kubelet asks for
+ * these in its serving certificate. (The private network IPs the CCM reads from IPAM are not on the
+ * record.)
+ */
 export function serverRecordAddresses(server: Instancev1.Server): InstanceAddress[] {
   const out: InstanceAddress[] = [];
-  if (server.privateIp) out.push({ type: 'InternalIP', address: server.privateIp });
-  for (const ip of server.publicIps ?? []) {
-    if (ip.address && !out.some((a) => a.address === ip.address))
-      out.push({ type: 'ExternalIP', address: ip.address });
+  if (server.privateIp) {
+    out.push({ type: 'InternalIP', address: server.privateIp });
+    out.push({ type: 'InternalDNS', address: `${server.id}.priv.instances.scw.cloud` });
   }
+  let publicIPv4 = false;
+  for (const ip of [...(server.publicIps ?? []), ...(server.publicIp ? [server.publicIp] : [])]) {
+    if (!ip.address || out.some((a) => a.address === ip.address)) continue;
+    out.push({ type: 'ExternalIP', address: ip.address });
+    if (isIP(ip.address) === 4) publicIPv4 = true;
+  }
+  if (publicIPv4) out.push({ type: 'ExternalDNS', address: `${server.id}.pub.instances.scw.cloud` });
   return out;
+}
+
+/**
+ * The server's names: its name (kops' node name) and, when it differs, its host name, which the
+ * Scaleway cloud controller manager reports as the Node's Hostname (instances.go instanceAddresses).
+ */
+export function serverHostnames(server: Instancev1.Server): InstanceAddress[] {
+  const names = [server.name];
+  if (server.hostname && server.hostname.toLowerCase() !== server.name.toLowerCase()) {
+    names.push(server.hostname);
+  }
+  return names.map((address) => ({ type: 'Hostname', address }));
 }
 
 /** Running or starting: the states kops' identifier accepts (pkg/nodeidentity/scaleway). */
@@ -131,7 +158,7 @@ export function identityOfServer(
     instanceId: server.id,
     instanceGroup,
     state,
-    addresses: [...serverRecordAddresses(server), { type: 'Hostname', address: server.name }],
+    addresses: [...serverRecordAddresses(server), ...serverHostnames(server)],
     zone: server.zone,
   };
 }
