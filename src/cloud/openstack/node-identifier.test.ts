@@ -289,3 +289,34 @@ test('a listing with a record Nova never sends is a fault for the batch, never a
     sim.answerWith('servers.list', undefined);
   }
 });
+
+test("a server's access IPs (accessIPv4, accessIPv6) are ExternalIP addresses of its identity, as the OpenStack cloud controller manager gives the Node", async () => {
+  // kubernetes/cloud-provider-openstack pkg/openstack/instances.go nodeAddresses: AccessIPv4 and
+  // AccessIPv6 are ExternalIP; the kubelet then asks for them in its serving certificate.
+  const id = sim.addServer(kopsServer('with-access-ips', 'nodes-a')).id;
+  sim.answerWith('servers.get', (_req, res) =>
+    sendJson(res, 200, {
+      server: {
+        id,
+        name: 'with-access-ips',
+        status: 'ACTIVE',
+        tenant_id: sim.projectId,
+        metadata: kopsServer('with-access-ips', 'nodes-a').metadata,
+        addresses: { private: [{ addr: '10.1.0.9', version: 4, 'OS-EXT-IPS:type': 'fixed' }] },
+        accessIPv4: '198.51.100.9',
+        accessIPv6: '2001:db8::9',
+      },
+    }),
+  );
+  try {
+    const pid = `openstack:///${id}`;
+    const result = (await identifier().identify([pid])).get(pid);
+    assert.ok(result?.ok, JSON.stringify(result));
+    assert.deepEqual(
+      result.identity.addresses.filter((a) => a.type === 'ExternalIP').map((a) => a.address),
+      ['198.51.100.9', '2001:db8::9'],
+    );
+  } finally {
+    sim.answerWith('servers.get', undefined);
+  }
+});

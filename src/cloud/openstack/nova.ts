@@ -33,6 +33,9 @@ export interface NovaServer {
   tenant_id?: string;
   metadata?: Record<string, string>;
   addresses?: Record<string, NovaAddress[]>;
+  /** The addresses the server's owner set for reaching it (`""` or absent when unset). */
+  accessIPv4?: string;
+  accessIPv6?: string;
   'OS-EXT-AZ:availability_zone'?: string;
 }
 
@@ -94,6 +97,8 @@ function novaServerOf(value: unknown, what: string): NovaServer {
   const tenantId = optionalText(value, 'tenant_id', where);
   const addresses = addressesOf(value['addresses'], where);
   const zone = optionalText(value, 'OS-EXT-AZ:availability_zone', where);
+  const accessIPv4 = optionalText(value, 'accessIPv4', where);
+  const accessIPv6 = optionalText(value, 'accessIPv6', where);
   return {
     id,
     name: optionalText(value, 'name', where) ?? '',
@@ -102,6 +107,8 @@ function novaServerOf(value: unknown, what: string): NovaServer {
     ...(isStringMap(metadata) ? { metadata } : {}),
     ...(addresses ? { addresses } : {}),
     ...(zone === undefined ? {} : { 'OS-EXT-AZ:availability_zone': zone }),
+    ...(accessIPv4 ? { accessIPv4 } : {}),
+    ...(accessIPv6 ? { accessIPv6 } : {}),
   };
 }
 

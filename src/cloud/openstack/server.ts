@@ -5,6 +5,7 @@
  * every network (`fixed` ones are internal, `floating` ones external). Pure.
  */
 
+import { isIP } from 'node:net';
 import { ForbiddenError, InvalidInputError } from '../../errors.ts';
 import { instanceGroupNameProblem } from '../instance-group-name.ts';
 import type { InstanceAddress, InstanceState, NodeIdentity } from '../types.ts';
@@ -64,6 +65,19 @@ export function serverAddresses(server: NovaServer): InstanceAddress[] {
 }
 
 /**
+ * The server's access IPs (`accessIPv4`, `accessIPv6`) not already among its addresses: ExternalIP,
+ * as the OpenStack cloud controller manager gives them to the Node (cloud-provider-openstack
+ * pkg/openstack/instances.go nodeAddresses), so the kubelet's serving CSR that names them is
+ * approved. Not a bootstrap certificate's names: those are the addresses Nova lists (kops' rule).
+ */
+function accessAddresses(server: NovaServer): InstanceAddress[] {
+  const listed = new Set(serverAddresses(server).map((a) => a.address));
+  return [server.accessIPv4, server.accessIPv6]
+    .filter((ip): ip is string => typeof ip === 'string' && isIP(ip) !== 0 && !listed.has(ip))
+    .map((address) => ({ type: 'ExternalIP', address }));
+}
+
+/**
  * Whether a server is live: ACTIVE (or rebooting, migrating, resizing, which Nova runs through from
  * ACTIVE) or BUILD. ERROR, UNKNOWN, stopped, suspended, shelved and deleted servers are not.
  */
@@ -119,7 +133,11 @@ export function identityOfServer(
     instanceId: server.id,
     instanceGroup,
     state: stateOfServer(server),
-    addresses: [...serverAddresses(server), { type: 'Hostname', address: server.name }],
+    addresses: [
+      ...serverAddresses(server),
+      ...accessAddresses(server),
+      { type: 'Hostname', address: server.name },
+    ],
     ...(zone ? { zone } : {}),
     ...(server.metadata && apiServerTemplateKey in server.metadata ? { apiServerTagged: true } : {}),
   };
