@@ -10,18 +10,14 @@ import { after, test } from 'node:test';
 import { Registry } from 'prom-client';
 import { KopsError } from '../errors.ts';
 import { cloudRequests } from '../testing/cloud-calls.ts';
-import { createDigitalOceanProvider } from './digitalocean/provider.ts';
-import { createHetznerProvider } from './hetzner/provider.ts';
-import { createLinodeProvider } from './linode/provider.ts';
-import { cloudCallMetrics } from './metrics.ts';
-import { type ScriptedAnswer, type ScriptedRequest, startScriptedApi } from './scripted-api.test-support.ts';
+import { scriptedProviders } from './scripted-providers.test-support.ts';
 
 const cluster = 'c.example.com';
-const fast = { retries: 0, retryDelayMs: 1, maxRetryWaitMs: 10, timeoutMs: 5_000 };
 const closers: Array<() => unknown> = [];
 after(async () => {
   for (const close of closers.reverse()) await close();
 });
+const { hetzner, digitalOcean: digitalocean, linode: linodeApi } = scriptedProviders(cluster, closers);
 
 function hetznerServer(id: number, group: unknown = 'nodes', extra: Record<string, unknown> = {}) {
   return {
@@ -32,22 +28,6 @@ function hetznerServer(id: number, group: unknown = 'nodes', extra: Record<strin
     labels: { 'kops.k8s.io/cluster': cluster, 'kops.k8s.io/instance-group': group },
     ...extra,
   };
-}
-
-async function hetzner(script: (r: ScriptedRequest) => ScriptedAnswer, registry = new Registry()) {
-  const api = await startScriptedApi(script);
-  const provider = createHetznerProvider({
-    clusterName: cluster,
-    endpoint: api.url,
-    token: 't',
-    api: fast,
-    cloudCalls: cloudCallMetrics(registry),
-  });
-  closers.push(
-    () => api.close(),
-    () => provider.close(),
-  );
-  return { api, provider, registry };
 }
 
 function errorOf(result: { ok: boolean; error?: Error } | undefined): KopsError {
@@ -191,21 +171,6 @@ function droplet(id: number, group = 'nodes') {
   };
 }
 
-async function digitalocean(script: (r: ScriptedRequest) => ScriptedAnswer) {
-  const api = await startScriptedApi(script);
-  const provider = createDigitalOceanProvider({
-    clusterName: cluster,
-    endpoint: api.url,
-    token: 't',
-    api: fast,
-  });
-  closers.push(
-    () => api.close(),
-    () => provider.close(),
-  );
-  return { api, provider };
-}
-
 test('DigitalOcean: a next link that never goes away over the same droplets ends with a fault', async () => {
   const { api, provider } = await digitalocean((r) => ({
     body: {
@@ -250,22 +215,6 @@ function linode(id: number, group = 'nodes') {
     tags: [`kops.k8s.io/cluster:${cluster}`, `kops.k8s.io/instance-group:${group}`],
     region: 'us-ord',
   };
-}
-
-async function linodeApi(script: (r: ScriptedRequest) => ScriptedAnswer, registry = new Registry()) {
-  const api = await startScriptedApi(script);
-  const provider = createLinodeProvider({
-    clusterName: cluster,
-    origin: api.url,
-    token: 't',
-    api: fast,
-    cloudCalls: cloudCallMetrics(registry),
-  });
-  closers.push(
-    () => api.close(),
-    () => provider.close(),
-  );
-  return { api, provider };
 }
 
 test('Linode: a page count that lies (a billion pages of nothing) ends the listing with a fault', async () => {

@@ -11,15 +11,19 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { KopsError } from '../../errors.ts';
-import { type ScriptedAnswer, type ScriptedRequest, startScriptedApi } from '../scripted-api.test-support.ts';
+import type { ScriptedAnswer, ScriptedRequest } from '../scripted-api.test-support.ts';
+import { scriptedProviders } from '../scripted-providers.test-support.ts';
 import { doThrottleWait } from './droplets.ts';
-import { createDigitalOceanProvider } from './provider.ts';
 
 const cluster = 'prod.example.com';
 const closers: Array<() => unknown> = [];
 after(async () => {
   for (const close of closers.reverse()) await close();
 });
+const scripted = scriptedProviders(cluster, closers);
+/** The provider against a scripted API answering as `script` says. */
+const digitalOcean = async (script: (r: ScriptedRequest) => ScriptedAnswer) =>
+  (await scripted.digitalOcean(script)).provider;
 
 /** A droplet with the fields and nesting of the OpenAPI droplet model (not all of them). */
 function realDroplet(id: number, overrides: Record<string, unknown> = {}) {
@@ -55,21 +59,6 @@ function realDroplet(id: number, overrides: Record<string, unknown> = {}) {
     vpc_uuid: '760e09ef-dc84-11e8-981e-3cfdfeaae000',
     ...overrides,
   };
-}
-
-async function digitalOcean(script: (r: ScriptedRequest) => ScriptedAnswer) {
-  const api = await startScriptedApi(script);
-  const provider = createDigitalOceanProvider({
-    clusterName: cluster,
-    endpoint: api.url,
-    token: 't',
-    api: { retries: 0, retryDelayMs: 1, maxRetryWaitMs: 10, timeoutMs: 5_000 },
-  });
-  closers.push(
-    () => api.close(),
-    () => provider.close(),
-  );
-  return provider;
 }
 
 test('GET /droplets/{id}: tags, private and public v4 and v6 addresses and the region slug are read', async () => {

@@ -11,14 +11,18 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { KopsError } from '../../errors.ts';
-import { type ScriptedAnswer, type ScriptedRequest, startScriptedApi } from '../scripted-api.test-support.ts';
-import { createHetznerProvider } from './provider.ts';
+import type { ScriptedAnswer, ScriptedRequest } from '../scripted-api.test-support.ts';
+import { scriptedProviders } from '../scripted-providers.test-support.ts';
 
 const cluster = 'prod.example.com';
 const closers: Array<() => unknown> = [];
 after(async () => {
   for (const close of closers.reverse()) await close();
 });
+const scripted = scriptedProviders(cluster, closers);
+/** The provider against a scripted API answering as `script` says. */
+const hetzner = async (script: (r: ScriptedRequest) => ScriptedAnswer) =>
+  (await scripted.hetzner(script)).provider;
 
 /** A server record with the fields and nesting of hcloud-go's schema.Server (not all of them). */
 function realServer(id: number, overrides: Record<string, unknown> = {}) {
@@ -66,21 +70,6 @@ function rateHeaders(remaining: number): Record<string, string> {
     'RateLimit-Remaining': String(remaining),
     'RateLimit-Reset': String(Math.ceil(Date.now() / 1000) + 3600 - remaining),
   };
-}
-
-async function hetzner(script: (r: ScriptedRequest) => ScriptedAnswer) {
-  const api = await startScriptedApi(script);
-  const provider = createHetznerProvider({
-    clusterName: cluster,
-    endpoint: api.url,
-    token: 't',
-    api: { retries: 0, retryDelayMs: 1, maxRetryWaitMs: 10, timeoutMs: 5_000 },
-  });
-  closers.push(
-    () => api.close(),
-    () => provider.close(),
-  );
-  return provider;
 }
 
 test('GET /servers/{id} as the API answers since July 2026: the location is read from `location`', async () => {
