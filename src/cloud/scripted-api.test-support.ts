@@ -3,7 +3,7 @@
  * answers wrongly (pages that never end, another instance than the one asked for, error bodies with
  * 200, bodies that are not JSON). Counts the requests it served, so a test can prove a loop ended.
  */
-import { createServer } from 'node:http';
+import { createServer, type IncomingHttpHeaders } from 'node:http';
 import { listenOnLoopback } from '../net/loopback.ts';
 
 /** One request as the script sees it. */
@@ -11,6 +11,7 @@ export interface ScriptedRequest {
   method: string;
   path: string;
   query: URLSearchParams;
+  headers: IncomingHttpHeaders;
   /** How many requests were served before this one. */
   served: number;
 }
@@ -41,7 +42,13 @@ export async function startScriptedApi(
       const url = new URL(req.url ?? '/', 'http://scripted');
       let answer: ScriptedAnswer;
       try {
-        answer = script({ method: req.method ?? 'GET', path: url.pathname, query: url.searchParams, served });
+        answer = script({
+          method: req.method ?? 'GET',
+          path: url.pathname,
+          query: url.searchParams,
+          headers: req.headers,
+          served,
+        });
       } catch (err) {
         answer = { status: 500, body: { error: String(err) } };
       }

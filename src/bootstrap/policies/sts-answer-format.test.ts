@@ -4,64 +4,64 @@
 // is sent (STS needs it for the signature) and its JSON answer read as the XML one; an unsigned Accept
 // is not sent (nor any header it did not sign), and Accept-Encoding is refused.
 import assert from 'node:assert/strict';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import { signAwsStsProof } from '../../agent/aws-proof.ts';
+import {
+  type ScriptedAnswer,
+  type ScriptedRequest,
+  startScriptedApi,
+} from '../../cloud/scripted-api.test-support.ts';
 import { KopsError, UnauthenticatedError } from '../../errors.ts';
 import { parseStsProof } from './aws-sts-proof.ts';
 import { StsClient } from './sts-client.ts';
 
+const closers: Array<() => unknown> = [];
+after(async () => {
+  for (const close of closers) await close();
+});
+
+/** An StsClient replaying to a loopback STS that answers as `script` says. */
+async function stsAnswering(script: (request: ScriptedRequest) => ScriptedAnswer): Promise<StsClient> {
+  const api = await startScriptedApi(script);
+  closers.push(() => api.close());
+  return new StsClient(api.url);
+}
+
 test('attack: a proof asking STS for JSON (Accept header) is read as the XML answer is: a verdict on the caller, not an STS fault', async () => {
   const accepted: (string | undefined)[] = [];
-  const server = createServer((req, res) => {
-    accepted.push(req.headers.accept);
-    req.resume();
-    req.on('end', () => {
-      if (req.headers.accept === 'application/json') {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(
-          JSON.stringify({
+  const arn = 'arn:aws:iam::999999999999:user/mallory';
+  const sts = await stsAnswering(({ headers }) => {
+    accepted.push(headers.accept);
+    return headers.accept === 'application/json'
+      ? {
+          body: {
             GetCallerIdentityResponse: {
-              GetCallerIdentityResult: {
-                Account: '999999999999',
-                Arn: 'arn:aws:iam::999999999999:user/mallory',
-                UserId: 'AIDA',
-              },
+              GetCallerIdentityResult: { Account: '999999999999', Arn: arn, UserId: 'AIDA' },
             },
-          }),
-        );
-        return;
-      }
-      res.writeHead(200, { 'content-type': 'text/xml' });
-      res.end(
-        '<GetCallerIdentityResponse><GetCallerIdentityResult><Arn>arn:aws:iam::999999999999:user/mallory</Arn><UserId>AIDA</UserId><Account>999999999999</Account></GetCallerIdentityResult></GetCallerIdentityResponse>',
-      );
-    });
+          },
+        }
+      : {
+          raw: true,
+          headers: { 'content-type': 'text/xml' },
+          body: `<GetCallerIdentityResponse><GetCallerIdentityResult><Arn>${arn}</Arn><UserId>AIDA</UserId><Account>999999999999</Account></GetCallerIdentityResult></GetCallerIdentityResponse>`,
+        };
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  try {
-    const sts = new StsClient(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
-    const replay = {
-      method: 'POST',
-      url: '/',
-      headers: {
-        host: ['sts.us-east-1.amazonaws.com'],
-        'x-amz-date': ['20260301T120000Z'],
-        accept: ['application/json'],
-      },
-      body: 'Action=GetCallerIdentity&Version=2011-06-15',
-    };
-    const outcome = await sts.call(replay).then(
-      (caller) => `caller ${caller.arn}`,
-      (err: unknown) => (err instanceof KopsError ? err.kind : String(err)),
-    );
-    assert.equal(accepted[0], 'application/json', 'the node-chosen Accept header reached STS');
-    assert.equal(outcome, 'caller arn:aws:iam::999999999999:user/mallory');
-  } finally {
-    server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
-  }
+  const replay = {
+    method: 'POST',
+    url: '/',
+    headers: {
+      host: ['sts.us-east-1.amazonaws.com'],
+      'x-amz-date': ['20260301T120000Z'],
+      accept: ['application/json'],
+    },
+    body: 'Action=GetCallerIdentity&Version=2011-06-15',
+  };
+  const outcome = await sts.call(replay).then(
+    (caller) => `caller ${caller.arn}`,
+    (err: unknown) => (err instanceof KopsError ? err.kind : String(err)),
+  );
+  assert.equal(accepted[0], 'application/json', 'the node-chosen Accept header reached STS');
+  assert.equal(outcome, `caller ${arn}`);
 });
 
 const proofBody = Buffer.from('{}');
@@ -105,34 +105,23 @@ test('STS throttling in its JSON form (a node signed Accept: application/json) i
     { status: 400, body: { Error: { Code: 'Throttling', Message: 'Rate exceeded', Type: 'Sender' } } },
     { status: 403, body: { Error: { Code: 'SignatureDoesNotMatch', Message: 'no', Type: 'Sender' } } },
   ];
-  const server = createServer((req, res) => {
+  const sts = await stsAnswering(() => {
     const answer = answers.shift();
-    req.resume();
-    req.on('end', () => {
-      res.writeHead(answer?.status ?? 500, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(answer?.body ?? {}));
-    });
+    return { status: answer?.status ?? 500, body: answer?.body ?? {} };
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  try {
-    const sts = new StsClient(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
-    const replay = {
-      method: 'POST',
-      url: '/',
-      headers: { host: ['sts.us-east-1.amazonaws.com'], accept: ['application/json'] },
-      body: 'Action=GetCallerIdentity&Version=2011-06-15',
-    };
-    const kinds: string[] = [];
-    for (let i = 0; i < 2; i++) {
-      await sts.call(replay).then(
-        () => kinds.push('caller'),
-        (err: unknown) => kinds.push(err instanceof KopsError ? `${err.kind}: ${err.message}` : String(err)),
-      );
-    }
-    assert.match(kinds[0] ?? '', /^unavailable: STS failed \(Throttling: Rate exceeded\)/);
-    assert.match(kinds[1] ?? '', /^unauthenticated: SignatureDoesNotMatch: no/);
-  } finally {
-    server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
+  const replay = {
+    method: 'POST',
+    url: '/',
+    headers: { host: ['sts.us-east-1.amazonaws.com'], accept: ['application/json'] },
+    body: 'Action=GetCallerIdentity&Version=2011-06-15',
+  };
+  const kinds: string[] = [];
+  for (let i = 0; i < 2; i++) {
+    await sts.call(replay).then(
+      () => kinds.push('caller'),
+      (err: unknown) => kinds.push(err instanceof KopsError ? `${err.kind}: ${err.message}` : String(err)),
+    );
   }
+  assert.match(kinds[0] ?? '', /^unavailable: STS failed \(Throttling: Rate exceeded\)/);
+  assert.match(kinds[1] ?? '', /^unauthenticated: SignatureDoesNotMatch: no/);
 });
