@@ -8,18 +8,15 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Registry } from 'prom-client';
-import { azureProof } from '../../agent/azure-proof.ts';
 import { isDependencyFault } from '../../bootstrap/dependency.ts';
-import { azurePolicy } from '../../bootstrap/policies/azure.ts';
 import type { KopsError } from '../../errors.ts';
 import type { ArmRewrite } from '../../sim/azure/arm.ts';
 import { type AzureSimulator, startAzureSimulator } from '../../sim/azure/simulator.ts';
 import type { SimVm } from '../../sim/azure/world.ts';
-import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import { cloudRequests } from '../../testing/cloud-calls.ts';
 import { cloudCallMetrics } from '../metrics.ts';
 import type { IdentifyResult } from '../types.ts';
-import { AttestedDocumentVerifier } from './attested-document.ts';
+import { bootstrapWith as bootstrapOf } from './bootstrap-with.test-support.ts';
 import { AzureClient } from './client.ts';
 import { AzureCloudGroups } from './cloud-groups.ts';
 import { AzureNodeIdentifier } from './node-identifier.ts';
@@ -371,28 +368,6 @@ test('azure: an instance view without statuses, or a listing without instance vi
 });
 
 /** The bootstrap `azure` policy's answer for `vm`, with the next answer of `operation` rewritten. */
-async function bootstrapWith(vm: SimVm, operation: string, rewrite: ArmRewrite): Promise<unknown> {
-  const requestBody = '{"node":1}';
-  const authorization = (await azureProof({ imdsUrl: sim.imdsUrlOf(vm.name) })(
-    Buffer.from(requestBody),
-  )) as string;
-  const policy = azurePolicy({
-    clusterName: cluster,
-    client: client(),
-    attestation: new AttestedDocumentVerifier({ roots: [sim.authority.rootPem] }),
-  });
-  sim.rewriteNext(1, rewrite, operation);
-  try {
-    return await policy.evaluate(
-      testRequest({
-        body: Buffer.from(requestBody),
-        proof: { kind: 'cloud-id', scheme: 'x-azure-id', token: authorization.slice('x-azure-id '.length) },
-      }),
-      contextAt(new Date()),
-    );
-  } catch (err) {
-    return err;
-  } finally {
-    sim.resetFaults();
-  }
+function bootstrapWith(vm: SimVm, operation: string, rewrite: ArmRewrite): Promise<unknown> {
+  return bootstrapOf(sim, { clusterName: cluster, client: client() }, vm, operation, rewrite);
 }

@@ -15,16 +15,13 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { azureProof } from '../../agent/azure-proof.ts';
 import { isCloudVerdict, isDependencyFault } from '../../bootstrap/dependency.ts';
-import { azurePolicy } from '../../bootstrap/policies/azure.ts';
 import type { KopsError } from '../../errors.ts';
 import type { ArmRewrite } from '../../sim/azure/arm.ts';
 import { type AzureSimulator, startAzureSimulator } from '../../sim/azure/simulator.ts';
 import type { SimVm } from '../../sim/azure/world.ts';
-import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import type { IdentifyResult } from '../types.ts';
-import { AttestedDocumentVerifier } from './attested-document.ts';
+import { bootstrapWith } from './bootstrap-with.test-support.ts';
 import { AzureClient } from './client.ts';
 import { AzureCloudGroups } from './cloud-groups.ts';
 import { AzureNodeIdentifier } from './node-identifier.ts';
@@ -101,30 +98,13 @@ test('azure (real ARM): an api-version ARM does not serve there (400 NoRegistere
   }
 
   // The bootstrap path: a 503 the node retries, not a denial.
-  const requestBody = '{"node":"real"}';
-  const authorization = (await azureProof({ imdsUrl: sim.imdsUrlOf(vm.name) })(
-    Buffer.from(requestBody),
-  )) as string;
-  const policy = azurePolicy({
-    clusterName: cluster,
-    client: client(),
-    attestation: new AttestedDocumentVerifier({ roots: [sim.authority.rootPem] }),
-  });
-  sim.rewriteNext(1, noRegisteredProvider, 'virtualMachineScaleSetVMs.get');
-  let decision: unknown;
-  try {
-    decision = await policy.evaluate(
-      testRequest({
-        body: Buffer.from(requestBody),
-        proof: { kind: 'cloud-id', scheme: 'x-azure-id', token: authorization.slice('x-azure-id '.length) },
-      }),
-      contextAt(new Date()),
-    );
-  } catch (err) {
-    decision = err;
-  } finally {
-    sim.resetFaults();
-  }
+  const decision = await bootstrapWith(
+    sim,
+    { clusterName: cluster, client: client() },
+    vm,
+    'virtualMachineScaleSetVMs.get',
+    noRegisteredProvider,
+  );
   assert.ok(isDependencyFault(decision), `expected a dependency fault, got ${JSON.stringify(decision)}`);
 });
 
