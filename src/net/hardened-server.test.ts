@@ -13,6 +13,7 @@ import {
   type Admission,
   type ConnectionGate,
   defaultConnectionLimits,
+  type HardenedServerOptions,
   openFileLimit,
   startHardenedServer,
 } from './hardened-server.ts';
@@ -33,6 +34,10 @@ describe('hardened server', () => {
 
   const tls = () => ({ key: serving.privateKey, cert: serving.certificate });
 
+  /** A hardened server on a loopback port, named `test`, with the given handler and settings. */
+  const testServer = (options: Omit<HardenedServerOptions, 'name' | 'listen' | 'listenSetting'>) =>
+    startHardenedServer({ name: 'test', listen: '127.0.0.1:0', listenSetting: 'test.listen', ...options });
+
   test('the defaults are within the bounds the product promises', () => {
     assert.ok(defaultConnectionLimits.handshakeTimeout <= 10_000);
     assert.ok(defaultConnectionLimits.keepAliveTimeout <= 30_000);
@@ -40,10 +45,7 @@ describe('hardened server', () => {
   });
 
   test('a TLS connection that completes its handshake and then sends nothing is closed after the idle timeout', async () => {
-    const server = await startHardenedServer({
-      name: 'test',
-      listen: '127.0.0.1:0',
-      listenSetting: 'test.listen',
+    const server = await testServer({
       tls: tls(),
       limits: { keepAliveTimeout: 300 },
       handler: (_req, res) => res.end('ok'),
@@ -67,10 +69,7 @@ describe('hardened server', () => {
   });
 
   test('a request whose answer takes longer than the idle timeout (a long-poll) is answered', async () => {
-    const server = await startHardenedServer({
-      name: 'test',
-      listen: '127.0.0.1:0',
-      listenSetting: 'test.listen',
+    const server = await testServer({
       tls: tls(),
       limits: { keepAliveTimeout: 200 },
       handler: (_req, res) => {
@@ -98,10 +97,7 @@ describe('hardened server', () => {
       // Answers far larger than the kernel's socket buffers, so that a client that does not read
       // stalls the server's writes (a zero TCP window): no read, no idle timer, no finished answer.
       const body = Buffer.alloc(16 * 1024 * 1024, 'x');
-      const server = await startHardenedServer({
-        name: 'test',
-        listen: '127.0.0.1:0',
-        listenSetting: 'test.listen',
+      const server = await testServer({
         ...(secure ? { tls: tls() } : {}),
         limits: { responseTimeout: 500 },
         handler: (_req, res) => res.end(body),
@@ -129,10 +125,7 @@ describe('hardened server', () => {
   }
 
   test('a request answered before its body arrived, whose body then stalls, gets no second (408) answer on its connection', async () => {
-    const server = await startHardenedServer({
-      name: 'test',
-      listen: '127.0.0.1:0',
-      listenSetting: 'test.listen',
+    const server = await testServer({
       limits: { requestTimeout: 300, headersTimeout: 300 },
       handler: (_req, res) => {
         res.writeHead(405, { 'content-type': 'application/json' });
@@ -183,10 +176,7 @@ describe('hardened server', () => {
   for (const secure of [false, true]) {
     test(`attack (${secure ? 'TLS' : 'plain'}): bytes that are not HTTP after a request whose answer is pending do not take its place: the answer goes out first, then the 400, then the close`, async () => {
       let answered = 0;
-      const server = await startHardenedServer({
-        name: 'test',
-        listen: '127.0.0.1:0',
-        listenSetting: 'test.listen',
+      const server = await testServer({
         ...(secure ? { tls: tls() } : {}),
         // A request that takes a while to decide, as a policy calling its cloud does.
         handler: (req, res) => {
@@ -217,10 +207,7 @@ describe('hardened server', () => {
 
     test(`attack (${secure ? 'TLS' : 'plain'}): a pipelined request cut off by a half-close after a whole request whose answer is pending: that answer goes out first`, async () => {
       let answered = 0;
-      const server = await startHardenedServer({
-        name: 'test',
-        listen: '127.0.0.1:0',
-        listenSetting: 'test.listen',
+      const server = await testServer({
         ...(secure ? { tls: tls() } : {}),
         handler: (req, res) => {
           req.resume();
@@ -250,10 +237,7 @@ describe('hardened server', () => {
     });
 
     test(`attack (${secure ? 'TLS' : 'plain'}): a client refused for bytes that are not HTTP, that keeps sending and never closes, cannot hold its connection`, async () => {
-      const server = await startHardenedServer({
-        name: 'test',
-        listen: '127.0.0.1:0',
-        listenSetting: 'test.listen',
+      const server = await testServer({
         ...(secure ? { tls: tls() } : {}),
         limits: { keepAliveTimeout: 60_000 },
         handler: (req, res) => {
@@ -290,10 +274,7 @@ describe('hardened server', () => {
     });
 
     test(`a client (${secure ? 'TLS' : 'plain'}) that half-closes its connection after its request still gets its answer, then the connection closes`, async () => {
-      const server = await startHardenedServer({
-        name: 'test',
-        listen: '127.0.0.1:0',
-        listenSetting: 'test.listen',
+      const server = await testServer({
         ...(secure ? { tls: tls() } : {}),
         handler: (req, res) => {
           req.resume();
@@ -322,10 +303,7 @@ describe('hardened server', () => {
   }
 
   test('headers that stall on a kept-alive connection after an answered request still get their 408', async () => {
-    const server = await startHardenedServer({
-      name: 'test',
-      listen: '127.0.0.1:0',
-      listenSetting: 'test.listen',
+    const server = await testServer({
       limits: { requestTimeout: 300, headersTimeout: 300, keepAliveTimeout: 5_000 },
       handler: (_req, res) => res.end('ok'),
     });
@@ -345,10 +323,7 @@ describe('hardened server', () => {
 
   test('an answer a client takes slowly but wholly within the response timeout is delivered whole', async () => {
     const body = Buffer.alloc(8 * 1024 * 1024, 'y');
-    const server = await startHardenedServer({
-      name: 'test',
-      listen: '127.0.0.1:0',
-      listenSetting: 'test.listen',
+    const server = await testServer({
       limits: { responseTimeout: 5_000 },
       handler: (_req, res) => res.end(body),
     });
@@ -369,10 +344,7 @@ describe('hardened server', () => {
   });
 
   test('close cuts connections waiting for their first bytes and idle kept-alive ones; the count drops to zero', async () => {
-    const server = await startHardenedServer({
-      name: 'test',
-      listen: '127.0.0.1:0',
-      listenSetting: 'test.listen',
+    const server = await testServer({
       tls: tls(),
       limits: { keepAliveTimeout: 60_000 },
       handler: (_req, res) => res.end('ok'),
@@ -400,10 +372,7 @@ describe('hardened server', () => {
   });
 
   test('clients that reset or close before their first byte leave nothing behind', async () => {
-    const server = await startHardenedServer({
-      name: 'test',
-      listen: '127.0.0.1:0',
-      listenSetting: 'test.listen',
+    const server = await testServer({
       tls: tls(),
       limits: { maxConnectionsPerSource: 1_000 },
       handler: (_req, res) => res.end('ok'),
@@ -443,10 +412,7 @@ describe('hardened server', () => {
       },
       release: (source) => released.push(source),
     };
-    const server = await startHardenedServer({
-      name: 'test',
-      listen: '127.0.0.1:0',
-      listenSetting: 'test.listen',
+    const server = await testServer({
       tls: tls(),
       gate,
       handler: (_req, res) => res.end('ok'),
@@ -520,10 +486,7 @@ describe('hardened server', () => {
 
   test('the refusal warning, at most once a minute, is timed on the monotonic clock: a wall clock stepped back does not silence it', async () => {
     const { logger, lines } = capturedLogger({ level: 'warn' });
-    const server = await startHardenedServer({
-      name: 'test',
-      listen: '127.0.0.1:0',
-      listenSetting: 'test.listen',
+    const server = await testServer({
       tls: tls(),
       gate: { admit: () => 'per-source', release: () => {} },
       handler: (_req, res) => res.end('ok'),
@@ -561,10 +524,7 @@ describe('hardened server', () => {
 
   test('warns at start when the connection cap is not below the open-file limit', async () => {
     const { logger, lines } = capturedLogger({ level: 'warn' });
-    const server = await startHardenedServer({
-      name: 'test',
-      listen: '127.0.0.1:0',
-      listenSetting: 'test.listen',
+    const server = await testServer({
       limits: { maxConnections: 100_000_000 },
       handler: (_req, res) => res.end('ok'),
       logger,
@@ -638,10 +598,7 @@ describe('hardened server', () => {
       for (const c of cases) {
         test(`(${secure ? 'TLS' : 'plain'}) ${c.name}: ${c.status} with reason ${c.reason}, then the close; the handler never runs`, async () => {
           let handled = 0;
-          const server = await startHardenedServer({
-            name: 'test',
-            listen: '127.0.0.1:0',
-            listenSetting: 'test.listen',
+          const server = await testServer({
             ...(secure ? { tls: tls() } : {}),
             handler: (_req, res) => {
               handled += 1;
@@ -667,10 +624,7 @@ describe('hardened server', () => {
     }
 
     test('a request too slow to send its headers gets 408 with reason request-timeout', async () => {
-      const server = await startHardenedServer({
-        name: 'test',
-        listen: '127.0.0.1:0',
-        listenSetting: 'test.listen',
+      const server = await testServer({
         limits: { headersTimeout: 200, requestTimeout: 200 },
         handler: (_req, res) => res.end('ok'),
       });
@@ -689,10 +643,7 @@ describe('hardened server', () => {
     /** A server whose handler refuses PUT on its headers and reads the body of anything else. */
     async function continueServer() {
       const bodies: string[] = [];
-      const server = await startHardenedServer({
-        name: 'test',
-        listen: '127.0.0.1:0',
-        listenSetting: 'test.listen',
+      const server = await testServer({
         handler: (req, res) => {
           if (req.method === 'PUT') {
             res.writeHead(405, { 'content-type': 'application/json', allow: 'POST' });
