@@ -1,12 +1,12 @@
 /** Test support: the bootstrap `azure` policy's decision for a VM of the simulator, with one ARM answer rewritten. */
-import { azureProof } from '../../agent/azure-proof.ts';
-import { azurePolicy } from '../../bootstrap/policies/azure.ts';
-import type { ArmRewrite } from '../../sim/azure/arm.ts';
-import type { AzureSimulator } from '../../sim/azure/simulator.ts';
-import type { SimVm } from '../../sim/azure/world.ts';
-import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
-import { AttestedDocumentVerifier } from './attested-document.ts';
-import type { AzureClient } from './client.ts';
+import { azureProof } from '../agent/azure-proof.ts';
+import { azurePolicy } from '../bootstrap/policies/azure.ts';
+import { AttestedDocumentVerifier } from '../cloud/azure/attested-document.ts';
+import type { AzureClient } from '../cloud/azure/client.ts';
+import type { ArmRewrite } from '../sim/azure/arm.ts';
+import type { AzureSimulator } from '../sim/azure/simulator.ts';
+import type { SimVm } from '../sim/azure/world.ts';
+import { contextAt, testRequest } from './bootstrap-request.ts';
 
 /**
  * The policy's answer (a decision, or the error it threw) for `vm`'s proof, with the next answer of
