@@ -144,11 +144,12 @@ test('a crowd of nodes is identified with one paginated list, then from the cach
     const results = await p.nodeIdentifier.identify(ids);
     assert.equal([...results.values()].filter((r) => r.ok).length, 120);
     assert.equal(kindOf(results.get(`hcloud://${foreign.id}`)), 'forbidden');
-    assert.equal(sim.count('servers.get'), 0);
+    // The list lacks the other cluster's server: it is read by itself, and its record refuses it.
+    assert.equal(sim.count('servers.get'), 1);
     // The cluster's servers (this test's and the earlier ones') fit in a few 50-server pages.
     const pages = sim.count('servers.list');
     assert.ok(pages >= 3 && pages <= 4, `${pages} pages`);
-    for (const call of sim.calls)
+    for (const call of sim.calls.filter((c) => c.operation === 'servers.list'))
       assert.equal(call.query.get('label_selector'), `kops.k8s.io/cluster=${cluster}`);
     sim.clearCalls();
     await p.nodeIdentifier.identify(ids.slice(0, 120));
@@ -329,17 +330,18 @@ test('servers a list of the cluster no longer holds are forgotten, asked for or 
     local.servers.delete(deleted.id);
     moved.labels['kops.k8s.io/cluster'] = 'other.example.com';
     local.servers.delete(unasked.id);
-    // Two fresh reads are one list: it holds neither the deleted server nor the one now another cluster's.
+    // Two fresh reads are one list: it holds neither the deleted server nor the one now another
+    // cluster's, so each is read by itself, and its own record (or its absence) decides.
     const fresh = await p.nodeIdentifier.identify(ids.slice(0, 2), { maxAgeMs: 0 });
     assert.equal(local.count('servers.list'), 2);
-    assert.deepEqual([...fresh.values()].map(kindOf), ['forbidden', 'forbidden']);
-    // A caller without an age bound has the three the list lacked read again (one more list), not
-    // answered from the cache; the one it held is.
+    assert.deepEqual([...fresh.values()].map(kindOf), ['not-found', 'forbidden']);
+    // A caller without an age bound has the three the list lacked read again (one more list, then
+    // each by itself), not answered from the cache; the one it held is.
     local.clearCalls();
     const later = await p.nodeIdentifier.identify(ids);
-    assert.deepEqual([...later.values()].map(kindOf), ['forbidden', 'forbidden', 'forbidden', undefined]);
+    assert.deepEqual([...later.values()].map(kindOf), ['not-found', 'forbidden', 'not-found', undefined]);
     assert.ok(later.get(ids[3] as string)?.ok);
-    assert.deepEqual([local.count('servers.list'), local.count('servers.get')], [1, 0]);
+    assert.deepEqual([local.count('servers.list'), local.count('servers.get')], [1, 3]);
   } finally {
     p.close();
     await local.close();
@@ -375,5 +377,73 @@ test('an id above int64 (which kops cannot read, and which names no server) is r
     assert.equal(kindOf((await p.nodeIdentifier.identify([largest])).get(largest)), 'not-found');
   } finally {
     p.close();
+  }
+});
+
+test('a server that page-numbered listing skips (one before it deleted between pages) is read by itself and identified, not refused', async () => {
+  const local = await startHetznerSimulator();
+  const p = createHetznerProvider({
+    clusterName: 'skip.example.com',
+    endpoint: local.endpoint,
+    token: local.token,
+  });
+  try {
+    const servers = local.addGroup('skip.example.com', 'nodes', 120);
+    const ids = servers.map((s) => `hcloud://${s.id}`);
+    const first = servers[0];
+    assert.ok(first);
+    // Once page 1 has been answered (and before page 2 can be asked), the first server goes away:
+    // page 2 then starts one server later, so the 51st is on no page.
+    const identified = p.nodeIdentifier.identify(ids);
+    while (local.count('servers.list') === 0) await new Promise((resolve) => setImmediate(resolve));
+    local.servers.delete(first.id);
+    const results = await identified;
+    assert.equal(local.count('servers.list'), 3);
+    const skipped = results.get(ids[50] as string);
+    assert.ok(skipped?.ok, JSON.stringify(skipped));
+    assert.equal(skipped.identity.instanceGroup, 'nodes');
+    // The first was on page 1 when it was answered; only the one the list lacked was read by itself.
+    assert.equal([...results.values()].filter((r) => r.ok).length, 120);
+    assert.deepEqual(
+      local.calls.filter((c) => c.operation === 'servers.get').map((c) => c.path),
+      [`/v1/servers/${servers[50]?.id}`],
+    );
+  } finally {
+    p.close();
+    await local.close();
+  }
+});
+
+test('a crowd of ids the list lacks costs a bounded number of reads a batch; the rest are a fault, read in a later batch', async () => {
+  const local = await startHetznerSimulator();
+  const p = createHetznerProvider({
+    clusterName: 'strangers.example.com',
+    endpoint: local.endpoint,
+    token: local.token,
+  });
+  try {
+    const members = local.addGroup('strangers.example.com', 'nodes', 10).map((s) => `hcloud://${s.id}`);
+    const strangers = Array.from({ length: 40 }, (_, i) => `hcloud://${800_000 + i}`);
+    const first = await p.nodeIdentifier.identify([...members, ...strangers]);
+    assert.ok(members.every((id) => first.get(id)?.ok));
+    assert.deepEqual([local.count('servers.list'), local.count('servers.get')], [1, 16]);
+    const kinds = strangers.map((id) => kindOf(first.get(id)));
+    assert.deepEqual(kinds.slice(0, 16), Array(16).fill('not-found'));
+    assert.deepEqual(kinds.slice(16), Array(24).fill('unavailable'));
+    const left = first.get(strangers[16] as string);
+    assert.ok(left && !left.ok);
+    assert.equal((left.error as KopsError).details?.['reason'], 'unlisted');
+    assert.match(left.error.message, /not in the list of the cluster; 40 such servers in one batch, 16 read/);
+    // The next batch (the same crowd asked again) reads 16 more of those it could not read.
+    local.clearCalls();
+    const second = await p.nodeIdentifier.identify(strangers.slice(16));
+    assert.deepEqual([local.count('servers.list'), local.count('servers.get')], [1, 16]);
+    assert.deepEqual(
+      strangers.slice(16).map((id) => kindOf(second.get(id))),
+      [...Array(16).fill('not-found'), ...Array(8).fill('unavailable')],
+    );
+  } finally {
+    p.close();
+    await local.close();
   }
 });

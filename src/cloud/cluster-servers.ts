@@ -7,7 +7,8 @@
  * DigitalOcean pages or 10 Linode pages instead of 5,000 GETs. Verified records are cached (as kops
  * caches them for 60 minutes); a caller deciding trust bounds their age with `maxAgeMs`. A read that
  * says a server is gone or no longer ours — a 404, or a list of the cluster that lacks it — takes it
- * out of the cache at once, so no caller is told it runs for the rest of the 60 minutes.
+ * out of the cache at once, so no caller is told it runs for the rest of the 60 minutes. The list
+ * alone refuses no node: an asked-for server it lacks is read by id (see `identifyBatch`).
  * (Shared by src/cloud/hetzner, src/cloud/digitalocean and src/cloud/linode.)
  */
 import {
@@ -263,6 +264,11 @@ export interface ClusterServerIdentifierOptions {
   coalesceWindowMs?: number;
   /** Parallel single reads at most (default 8). */
   concurrency?: number;
+  /**
+   * Servers a batch's list lacks that are read by themselves, at most (default 16); more are a
+   * fault for that batch (see `identifyBatch`).
+   */
+  maxUnlistedReads?: number;
   /** The clock the cache's ages are read from (default monotonic, see src/cloud/age.ts). */
   now?: () => number;
 }
@@ -368,56 +374,73 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
 
     // A list costs its pages whatever is asked; single reads cost one each. Take the cheaper.
     const listPages = Math.max(1, Math.ceil(this.#lastListed / this.#o.directory.pageSize));
-    if (toRead.size > listPages) {
+    if (toRead.size <= listPages) {
+      await this.#readEach([...toRead], results);
+    } else {
       let listed: Map<string, CloudServer | Error> | Error;
       try {
         listed = await this.#listCluster();
       } catch (err) {
         listed = listingFault(err as Error, this.#o.noun);
       }
+      const unlisted: Array<[string, string]> = [];
       for (const [providerID, id] of toRead) {
-        if (listed instanceof Error) results.set(providerID, { ok: false, error: listed });
-        else results.set(providerID, this.#verdict(providerID, listed.get(id) ?? this.#unlisted(id)));
+        const server = listed instanceof Error ? listed : listed.get(id);
+        if (server === undefined) unlisted.push([providerID, id]);
+        else results.set(providerID, this.#verdict(providerID, server));
       }
-    } else {
-      await mapConcurrent([...toRead], this.#o.concurrency ?? 8, async ([providerID, id]) => {
-        let server: CloudServer;
-        try {
-          server = await this.#o.directory.get(id);
-        } catch (err) {
-          // A server that no longer exists is forgotten; a failed read says nothing about it.
-          if (err instanceof NotFoundError) this.#verified.delete(id);
-          results.set(providerID, { ok: false, error: err as Error });
-          return;
-        }
-        if (server.id !== id) {
-          // Another server than the one asked for (a proxy or API mixing up answers): its record
-          // says nothing about the asked one, and is neither answered nor remembered under its id.
-          this.#logger.warn(
-            { asked: id, answered: server.id },
-            `the API answered a read of ${this.#o.noun} ${id} with ${this.#o.noun} ${server.id}`,
-          );
-          results.set(providerID, {
-            ok: false,
-            error: malformedAnswer(
-              `the read of ${this.#o.noun} ${id} answered ${this.#o.noun} ${server.id}, not the server asked for`,
-            ),
-          });
-          return;
-        }
-        results.set(providerID, this.#read(providerID, server));
-      });
+      // A list lacking a server proves nothing about it: pages read by number skip a server when
+      // one listed before it goes away between pages (every later one moves up a place), and a
+      // server just created may not be listed yet. Each such id is read by itself, a few a batch so
+      // that a crowd of strangers' ids costs a bounded number of calls; the rest are a fault, read
+      // in a later batch, never refused on the list's word alone.
+      const reads = this.#o.maxUnlistedReads ?? 16;
+      await this.#readEach(unlisted.slice(0, reads), results);
+      for (const [providerID, id] of unlisted.slice(reads)) {
+        results.set(providerID, { ok: false, error: this.#unconfirmed(id, unlisted.length, reads) });
+      }
     }
     this.#logger.debug({ nodes: providerIDs.length, read: toRead.size }, `identified ${this.#o.noun}s`);
     return results;
   }
 
-  /** A server the cluster's list does not hold: it is not ours, or does not exist. */
-  #unlisted(id: string): ForbiddenError {
-    // Final for the Cluster API fallback (src/cloud/capi/node-identifier.ts): a Machine cannot vouch for it.
-    return new ForbiddenError(`${this.#o.noun} ${id} does not carry the ${this.#o.clusterMark}`, {
-      details: { instanceId: id, reason: 'foreign-cluster' },
+  /** Reads each of `ids` ([providerID, id]) by itself, `concurrency` at a time, into `results`. */
+  async #readEach(ids: Array<[string, string]>, results: Map<string, Outcome<NodeIdentity>>): Promise<void> {
+    await mapConcurrent(ids, this.#o.concurrency ?? 8, async ([providerID, id]) => {
+      let server: CloudServer;
+      try {
+        server = await this.#o.directory.get(id);
+      } catch (err) {
+        // A server that no longer exists is forgotten; a failed read says nothing about it.
+        if (err instanceof NotFoundError) this.#verified.delete(id);
+        results.set(providerID, { ok: false, error: err as Error });
+        return;
+      }
+      if (server.id !== id) {
+        // Another server than the one asked for (a proxy or API mixing up answers): its record
+        // says nothing about the asked one, and is neither answered nor remembered under its id.
+        this.#logger.warn(
+          { asked: id, answered: server.id },
+          `the API answered a read of ${this.#o.noun} ${id} with ${this.#o.noun} ${server.id}`,
+        );
+        results.set(providerID, {
+          ok: false,
+          error: malformedAnswer(
+            `the read of ${this.#o.noun} ${id} answered ${this.#o.noun} ${server.id}, not the server asked for`,
+          ),
+        });
+        return;
+      }
+      results.set(providerID, this.#read(providerID, server));
     });
+  }
+
+  /** A server the cluster's list lacks, left unread in this batch (see {@link identifyBatch}). */
+  #unconfirmed(id: string, unlisted: number, reads: number): UnavailableError {
+    return new UnavailableError(
+      `${this.#o.noun} ${id} is not in the list of the cluster; ${unlisted} such servers in one batch, ${reads} read by themselves, the rest in a later one`,
+      { details: { instanceId: id, reason: 'unlisted' } },
+    );
   }
 
   /** The verdict on a server just read by id; a live one of ours is remembered, any other forgotten. */
