@@ -1,7 +1,9 @@
 /**
  * Benchmark: the label storm (bench/label-storm.ts) on Scaleway, through the simulated Instance API
  * with the official SDK: batched, this project's ScalewayNodeIdentifier coalescing nodes into
- * ListServers calls filtered by up to 100 server ids; per-node, kops' one GetServer per node.
+ * ListServers calls filtered by up to 100 server ids, each followed by one IPAM listing of those
+ * servers' Private-NIC addresses (a kops cluster on a Private Network); per-node, kops' one
+ * GetServer per node (kops' identifier reads no address).
  *
  *   node bench/label-storm-scaleway.ts [--nodes N]
  */
@@ -17,7 +19,7 @@ const group = 'nodes';
 /** Scaleway: servers tagged with the cluster and one instance group. */
 export const scalewayStorm: StormCloud = {
   name: 'scaleway',
-  through: 'the Scaleway simulator (ListServers by id, 100 a call)',
+  through: 'the Scaleway simulator (ListServers by id, 100 a call, plus one IPAM listing each)',
   start: async (nodes) => {
     const sim = await startScalewaySimulator();
     const tags = [
@@ -26,7 +28,8 @@ export const scalewayStorm: StormCloud = {
     ];
     const providerIDs: string[] = [];
     for (let i = 0; i < nodes; i++) {
-      const server = sim.addServer({ name: `nodes-${i}`, tags });
+      const privateIps = [`172.16.${Math.floor(i / 250)}.${(i % 250) + 2}`];
+      const server = sim.addServer({ name: `nodes-${i}`, tags, privateIps });
       providerIDs.push(`scaleway://instance/${sim.zone}/${server.id}`);
     }
     const clients = createScalewayClients({ credentials: sim.credentials });
@@ -42,7 +45,10 @@ export const scalewayStorm: StormCloud = {
         return identity && !(identity instanceof Error) ? identity.instanceGroup : undefined;
       },
       groupOf: () => group,
-      calls: () => ({ total: sim.count('servers.get') + sim.count('servers.list'), throttled: 0 }),
+      calls: () => ({
+        total: sim.count('servers.get') + sim.count('servers.list') + sim.count('ips.list'),
+        throttled: 0,
+      }),
       close: () => sim.close(),
     };
   },

@@ -96,6 +96,8 @@ test('a running server of the cluster is approved, to be called back on its Priv
   assert.equal(queries[0]?.get('resource_type'), 'instance_private_nic');
   assert.deepEqual(queries[0]?.getAll('resource_ids'), [nodeNic]);
   assert.equal(queries[0]?.get('is_ipv6'), 'false');
+  // In our project, as the cloud controller manager asks (the server's project: ours, checked first).
+  assert.equal(queries[0]?.get('project_id'), sim.projectId);
   assert.equal(queries[0]?.get('zonal'), null);
   // Whatever address the request came from: kops relies on the callback, not the source address.
   const elsewhere = await policy().evaluate(

@@ -31,10 +31,15 @@
  * refusing the controller's own key) is a dependency fault (503).
  */
 
-import { isIP } from 'node:net';
 import type { Instancev1 } from '@scaleway/sdk-instance';
-import type { Ipamv1 } from '@scaleway/sdk-ipam';
 import type { ScalewayClients } from '../../cloud/scaleway/client.ts';
+import {
+  ipamAddressesOf,
+  listIpamIps,
+  privateNetworkAddresses,
+  privateNicsOf,
+  type ServerIpamAddresses,
+} from '../../cloud/scaleway/ipam.ts';
 import { identityOfServer, isScalewayServerId, scalewayProviderID } from '../../cloud/scaleway/server.ts';
 import { challengeEndpointOf, defaultChallengePort } from '../../protocol/challenge.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
@@ -55,60 +60,27 @@ export interface ScalewayPolicyOptions {
   challengePort?: number;
 }
 
-/** The IPv4 address of an IPAM record (`10.0.0.5/22` → `10.0.0.5`). */
-function ipv4Of(ip: Ipamv1.IP): string | undefined {
-  const address = ip.address.split('/')[0] ?? '';
-  return !ip.isIpv6 && isIP(address) === 4 ? address : undefined;
-}
-
-/** A server's IPv4 addresses in IPAM: on its Private NICs (regional) and its routed public IPs (zonal). */
-interface ServerAddresses {
-  private: string[];
-  public: string[];
-}
-
 /**
- * The records' IPv4 addresses that belong to `server`: each record must be attached to the server
- * itself (a routed public IP: zonal, of its zone) or to one of its Private NICs (a Private-Network
- * address), whatever the query asked: another resource's address is never taken for the server's.
+ * The server's IPv4 addresses from IPAM: its Private NICs' first (one listing for all of them, as
+ * the node identity reads them: src/cloud/scaleway/ipam.ts), then, only when they have none, its
+ * routed public IPs. Never with `zonal` (see the header). Each record must be attached to this
+ * server or one of its NICs (`ipamAddressesOf`).
  */
-function addressesOf(ips: Ipamv1.IP[], server: Instancev1.Server, nics: Instancev1.PrivateNIC[]) {
-  const out: ServerAddresses = { private: [], public: [] };
-  for (const ip of ips) {
-    const address = ipv4Of(ip);
-    const { resource, source } = ip;
-    if (address === undefined || !resource || !source) continue;
-    if (resource.type === 'instance_private_nic') {
-      const nic = nics.find((n) => n.id === resource.id);
-      const privateSource = source.privateNetworkId ?? source.subnetId ?? source.vpcId;
-      if (nic && privateSource) out.private.push(address);
-    } else if (resource.type === 'instance_server' && resource.id === server.id) {
-      if (source.zonal === server.zone) out.public.push(address);
-    }
+async function ipamAddresses(
+  server: Instancev1.Server,
+  clients: ScalewayPolicyOptions['clients'],
+): Promise<ServerIpamAddresses> {
+  if (privateNicsOf(server).length > 0) {
+    const found = (await privateNetworkAddresses(clients, clients.region, [server])).get(server.id) ?? [];
+    if (found.length > 0) return { private: found, public: [] };
   }
-  return out;
-}
-
-/**
- * The server's IPv4 addresses from IPAM: its Private NICs' first (one call for all of them), then,
- * only when they have none, its routed public IPs. Never with `zonal` (see the header).
- */
-async function ipamAddresses(server: Instancev1.Server, clients: ScalewayPolicyOptions['clients']) {
-  const nics = (server.privateNics ?? []).filter((n) => n.serverId === server.id);
-  const list = (what: string, request: Ipamv1.ListIPsRequest) =>
-    clients.call(what, () =>
-      clients.ipam.listIPs({ region: clients.region, isIpv6: false, ...request }).all(),
-    );
-  if (nics.length > 0) {
-    const ips = await list('ipam.listIPs (private NICs)', {
-      resourceType: 'instance_private_nic',
-      resourceIds: nics.map((n) => n.id),
-    });
-    const found = addressesOf(ips, server, nics);
-    if (found.private.length > 0) return found;
-  }
-  const ips = await list('ipam.listIPs (server)', { resourceType: 'instance_server', resourceId: server.id });
-  return addressesOf(ips, server, nics);
+  const ips = await listIpamIps(clients, 'ipam.listIPs (server)', {
+    region: clients.region,
+    resourceType: 'instance_server',
+    resourceId: server.id,
+    isIpv6: false,
+  });
+  return ipamAddressesOf(ips, server);
 }
 
 /** The `scaleway` policy; abstains for requests without an `x-scaleway-instance-server-id` proof. */

@@ -88,6 +88,24 @@ test('scaleway: the same server listed twice with different tags is identified a
   );
 });
 
+test('scaleway: the same server listed twice with different Private NICs is identified as neither', async () => {
+  const nic = (id: string) => ({
+    id,
+    server_id: serverId,
+    private_network_id: project,
+    mac_address: '02:00:00:00:00:01',
+  });
+  const first = { ...server('nodes'), private_nics: [nic('0a0b0c0d-1111-4222-8333-000000000001')] };
+  const second = { ...server('nodes'), private_nics: [nic('0a0b0c0d-1111-4222-8333-000000000002')] };
+  const { api, identifier } = await apiAgainst((r) =>
+    r.path.startsWith('/ipam/') ? { body: { total_count: 0, ips: [] } } : page(first, second),
+  );
+  const result = (await identifier.identify([pid])).get(pid);
+  assert.ok(result && !result.ok, JSON.stringify(result));
+  assert.equal((result.error as KopsError).reasonCode, 'malformed-answer');
+  assert.equal(api.served, 1, 'no IPAM listing for a record that cannot be believed');
+});
+
 test('scaleway: cloud groups leave out a server listed twice with different tags', async () => {
   const other = '0a0b0c0d-1111-4222-8333-777777777777';
   const { clients } = await apiAgainst(() =>
@@ -121,4 +139,109 @@ test('scaleway: an instance group tag kops never writes is refused with a reason
     assert.equal((result.error as KopsError).reasonCode, 'invalid-instance-group', group);
     assert.deepEqual(await new ScalewayCloudGroups(clients).list(cluster), [], group);
   }
+});
+
+test('scaleway: an IPAM listing that cannot be right is a fault for the node on a Private Network, never an identity without its address', async () => {
+  const nic = '0a0b0c0d-1111-4222-8333-888888888888';
+  const record = (id: string, address: string) => ({
+    id,
+    address: `${address}/22`,
+    is_ipv6: false,
+    project_id: project,
+    region: 'fr-par',
+    zone: null,
+    resource: { type: 'instance_private_nic', id: nic, name: 'node', mac_address: '02:00:00:00:00:01' },
+    source: { subnet_id: '0a0b0c0d-1111-4222-8333-999999999999' },
+    tags: [],
+    reverses: [],
+  });
+  const onNetwork = {
+    ...server('nodes'),
+    private_ip: null,
+    private_nics: [
+      { id: nic, server_id: serverId, private_network_id: project, mac_address: '02:00:00:00:00:01' },
+    ],
+  };
+  const wrong: Array<[string, (query: URLSearchParams) => unknown, string]> = [
+    ['no total_count', () => ({ ips: [record('r1', '172.16.0.2')] }), 'malformed-answer'],
+    ['no list, though total_count says one', () => ({ total_count: 1 }), 'malformed-answer'],
+    ['an impossible total_count', () => ({ total_count: 1e9, ips: [] }), 'malformed-answer'],
+    [
+      'every page the first one again (the page number ignored)',
+      () => ({ total_count: 150, ips: Array.from({ length: 100 }, (_, i) => record(`a${i}`, '172.16.0.2')) }),
+      'malformed-answer',
+    ],
+    [
+      'a total_count that changes between pages',
+      (q) =>
+        q.get('page') === '1'
+          ? { total_count: 150, ips: Array.from({ length: 100 }, (_, i) => record(`a${i}`, '172.16.0.2')) }
+          : { total_count: 149, ips: [] },
+      'listing-changed',
+    ],
+  ];
+  for (const [what, ipam, reason] of wrong) {
+    const { identifier } = await apiAgainst((r) =>
+      r.path.startsWith('/ipam/') ? { body: ipam(r.query) } : page(onNetwork),
+    );
+    const result = (await identifier.identify([pid])).get(pid);
+    assert.ok(result && !result.ok, `${what}: ${JSON.stringify(result)}`);
+    assert.equal((result.error as KopsError).kind, 'unavailable', what);
+    assert.equal((result.error as KopsError).reasonCode, reason, what);
+  }
+  // The same API answering right: the NIC's record is the node's InternalIP.
+  const { identifier } = await apiAgainst((r) =>
+    r.path.startsWith('/ipam/')
+      ? { body: { total_count: 1, ips: [record('r1', '172.16.0.2')] } }
+      : page(onNetwork),
+  );
+  const result = (await identifier.identify([pid])).get(pid);
+  assert.ok(result?.ok, JSON.stringify(result));
+  assert.deepEqual(
+    result.identity.addresses.filter((a) => a.type === 'InternalIP').map((a) => a.address),
+    ['172.16.0.2'],
+  );
+});
+
+test('scaleway: a 200 without its list of servers is a fault, never "not found" for every node or an empty cluster', async () => {
+  // The SDK reads a missing `servers` as [] (unmarshalArrayOfObject); the Instance API always says
+  // how many match (X-Total-Count, which the SDK's fixLegacyTotalCount copies to total_count).
+  for (const answer of [
+    { body: {} },
+    { body: {}, headers: { 'x-total-count': '1' } },
+    { body: { servers: [] }, headers: { 'x-total-count': '1' } },
+  ] satisfies ScriptedAnswer[]) {
+    const what = JSON.stringify(answer);
+    const { identifier, clients } = await apiAgainst(() => answer);
+    const result = (await identifier.identify([pid])).get(pid);
+    assert.ok(result && !result.ok, what);
+    assert.equal(
+      (result.error as KopsError).reasonCode,
+      'malformed-answer',
+      `${what}: ${result.error.message}`,
+    );
+    await assert.rejects(
+      new ScalewayCloudGroups(clients).list(cluster),
+      { reasonCode: 'malformed-answer' },
+      what,
+    );
+  }
+  // The real shape, with the count in the header only, is read.
+  const { identifier, clients } = await apiAgainst(() => ({
+    body: { servers: [server('nodes')] },
+    headers: { 'x-total-count': '1' },
+  }));
+  assert.ok((await identifier.identify([pid])).get(pid)?.ok);
+  assert.deepEqual(
+    (await new ScalewayCloudGroups(clients).list(cluster)).map((g) => g.instanceGroup),
+    ['nodes'],
+  );
+  // A server that does not exist is still "not found": the list is whole and names none.
+  const { identifier: none } = await apiAgainst(() => ({
+    body: { servers: [] },
+    headers: { 'x-total-count': '0' },
+  }));
+  const missing = (await none.identify([pid])).get(pid);
+  assert.ok(missing && !missing.ok);
+  assert.equal((missing.error as KopsError).kind, 'not-found');
 });

@@ -15,6 +15,7 @@ import {
   instanceGroupTagPrefix,
   needsUpdateTag,
   scalewayProviderID,
+  serversOfPage,
   stateOfServer,
 } from './server.ts';
 
@@ -48,7 +49,8 @@ export class ScalewayCloudGroups implements CloudGroups {
           page,
         }),
       );
-      for (const server of answer.servers) {
+      const servers = serversOfPage(answer, page, maxServersPerCall);
+      for (const server of servers) {
         const instanceGroup = tagValue(server.tags, instanceGroupTagPrefix);
         if (tagValue(server.tags, clusterTagPrefix) !== clusterName || !instanceGroup) continue;
         // A group tag kops never writes names no instance group (see instance-group-name.ts).
@@ -66,7 +68,7 @@ export class ScalewayCloudGroups implements CloudGroups {
         if (before === undefined) ours.set(server.id, { record, grouped: { instanceGroup, member } });
         else if (before !== 'conflict' && before.record !== record) ours.set(server.id, 'conflict');
       }
-      if (answer.servers.length < maxServersPerCall) break;
+      if (servers.length < maxServersPerCall) break;
     }
     return groupsOfServers(
       [...ours.values()].flatMap((s) => (s === 'conflict' ? [] : [s.grouped])),

@@ -8,6 +8,7 @@
 import { isIP } from 'node:net';
 import type { Instancev1 } from '@scaleway/sdk-instance';
 import { ForbiddenError, InvalidInputError } from '../../errors.ts';
+import { malformedAnswer } from '../cluster-servers.ts';
 import { instanceGroupNameProblem } from '../instance-group-name.ts';
 import { tagValue } from '../server-groups.ts';
 import type { InstanceAddress, InstanceState, NodeIdentity } from '../types.ts';
@@ -19,6 +20,31 @@ export const clusterTagPrefix = 'noprefix=kops.k8s.io/cluster=';
 export const instanceGroupTagPrefix = 'noprefix=kops.k8s.io/instance-group=';
 /** The tag kops puts on servers a rolling update must replace. */
 export const needsUpdateTag = 'noprefix=kops.k8s.io/needs-update';
+
+/**
+ * The servers of page `page` of a ListServers answer, `perPage` a page. The SDK reads a missing
+ * `servers` as an empty list (unmarshalArrayOfObject), but the Instance API always says how many
+ * servers match (`X-Total-Count`, copied to `totalCount` by the SDK's fixLegacyTotalCount): a page
+ * without that count, or holding fewer servers than it says this page holds, is an answer we cannot
+ * read (a 200 from a proxy, a body cut short) — a fault, never an empty cluster or a missing server.
+ */
+export function serversOfPage(
+  answer: Pick<Instancev1.ListServersResponse, 'servers' | 'totalCount'>,
+  page: number,
+  perPage: number,
+): Instancev1.Server[] {
+  const total: unknown = answer.totalCount;
+  if (typeof total !== 'number' || !Number.isSafeInteger(total) || total < 0) {
+    throw malformedAnswer(`ListServers answered page ${page} without the number of servers it matches`);
+  }
+  const expected = Math.min(perPage, Math.max(0, total - (page - 1) * perPage));
+  if (answer.servers.length < expected) {
+    throw malformedAnswer(
+      `ListServers answered page ${page} with ${answer.servers.length} servers where its count of ${total} says ${expected}`,
+    );
+  }
+  return answer.servers;
+}
 
 /** A server in one zone. */
 export interface ScalewayServerRef {
@@ -68,8 +94,8 @@ export function stateOfServer(server: Pick<Instancev1.Server, 'state'>): Instanc
  * Node's addresses (scaleway/scaleway-cloud-controller-manager scaleway/instances.go
  * instanceAddresses): `<id>.pub.instances.scw.cloud` (ExternalDNS) with a public IPv4,
  * `<id>.priv.instances.scw.cloud` (InternalDNS) with the legacy private IP. The kubelet asks for
- * these in its serving certificate. (The private network IPs the CCM reads from IPAM are not on the
- * record.)
+ * these in its serving certificate. (The Private-Network IPs the CCM reads from IPAM are not on the
+ * record: see {@link identityOfServer}.)
  */
 export function serverRecordAddresses(server: Instancev1.Server): InstanceAddress[] {
   const out: InstanceAddress[] = [];
@@ -84,6 +110,15 @@ export function serverRecordAddresses(server: Instancev1.Server): InstanceAddres
     if (isIP(ip.address) === 4) publicIPv4 = true;
   }
   if (publicIPv4) out.push({ type: 'ExternalDNS', address: `${server.id}.pub.instances.scw.cloud` });
+  return out;
+}
+
+/** `addresses` and then each of `ips` not among them as InternalIP. */
+function withInternalIPs(addresses: InstanceAddress[], ips: readonly string[]): InstanceAddress[] {
+  const out = [...addresses];
+  for (const address of ips) {
+    if (!out.some((a) => a.address === address)) out.push({ type: 'InternalIP', address });
+  }
   return out;
 }
 
@@ -113,12 +148,18 @@ export function isLiveState(state: InstanceState): boolean {
  * a server of another cluster would otherwise pass as ours.) Another project's or cluster's server
  * is refused with reason `foreign-cluster`, a dead one with `not-running` — both final, even for a
  * Cluster API Machine — and one in no group with `no-instance-group`.
+ *
+ * Its addresses are the record's, its names, and `privateNetworkIps`: the IPv4 addresses IPAM lists
+ * for its Private NICs (ipam.ts), which the Scaleway cloud controller manager gives the Node as
+ * InternalIP (instances.go instanceAddresses, getPrivateNetworkAddresses). On a kops cluster with a
+ * Private Network and routed IPs (no legacy private IP) they are the Node's only InternalIPs.
  */
 export function identityOfServer(
   providerID: string,
   server: Instancev1.Server,
   clusterName: string,
   projectId: string,
+  privateNetworkIps: readonly string[] = [],
 ): NodeIdentity | ForbiddenError {
   if (server.project !== projectId) {
     return new ForbiddenError(
@@ -158,7 +199,10 @@ export function identityOfServer(
     instanceId: server.id,
     instanceGroup,
     state,
-    addresses: [...serverRecordAddresses(server), ...serverHostnames(server)],
+    addresses: [
+      ...withInternalIPs(serverRecordAddresses(server), privateNetworkIps),
+      ...serverHostnames(server),
+    ],
     zone: server.zone,
   };
 }

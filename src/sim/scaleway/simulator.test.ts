@@ -159,6 +159,14 @@ test('IPAM refuses what the real one refuses, and says what it does not model', 
     'not_implemented',
   );
   await refused('order_by=ip_address_asc', 501);
+  // A parameter the real API does not have, which it would ignore: refused, so no caller relies on it.
+  for (const query of [
+    `server_id=${sim.privateNetworkId}`,
+    'resource_ids_in=x',
+    `private_nic_id=${sim.privateNetworkId}`,
+  ]) {
+    assert.equal((await refused(query, 501)).type, 'not_implemented', query);
+  }
 });
 
 test('ignoreIpamFilters: IPAM answers as an API that does not know those parameters', async () => {

@@ -11,7 +11,8 @@
  *   record (`source.subnet_id`, the network's subnet; `zone: null`) attached to the server's Private NIC (`resource`
  *   `instance_private_nic`, the NIC's id: the server's id finds it not). So `zonal=<zone>` lists
  *   public addresses only (CLI docs: `source.zonal` is "a public zoned IP"). A filter the API has
- *   that is not simulated answers 501, never silently ignored;
+ *   that is not simulated answers 501, never silently ignored, and so does a parameter the real API
+ *   does not have (it would ignore it: a caller relying on it would be answered more than it asked);
  * - the metadata service's `conf?format=json`, one URL per server (the real one, at 169.254.42.42,
  *   tells servers apart by source address, which loopback cannot).
  * Errors are Scaleway's JSON bodies (`not_found`, `invalid_arguments`,
@@ -324,7 +325,8 @@ function listServers(state: ScalewayState, url: URL, res: ServerResponse, inZone
     return invalid(res, 'per_page', 'must be between 1 and 100');
   }
   const tags = url.searchParams.get('tags')?.split(',').filter(Boolean) ?? [];
-  const ids = url.searchParams.get('servers')?.split(',').filter(Boolean);
+  const listed = url.searchParams.get('servers');
+  const ids = listed === null ? undefined : new Set(listed.split(',').filter(Boolean));
   const project = url.searchParams.get('project');
   const matching = [...state.servers.values()].filter(
     (s) =>
@@ -332,7 +334,7 @@ function listServers(state: ScalewayState, url: URL, res: ServerResponse, inZone
       state.readable.has(s.project) &&
       (project === null || s.project === project) &&
       tags.every((t) => s.tags.includes(t)) &&
-      (!ids || ids.includes(s.id)),
+      (!ids || ids.has(s.id)),
   );
   const slice = matching.slice((page - 1) * perPage, page * perPage);
   sendJson(res, 200, { servers: slice.map(serverView) }, { 'x-total-count': String(matching.length) });
@@ -385,8 +387,40 @@ const unsimulatedIpamFilters = [
   'ip_ids',
 ];
 
+/**
+ * Every ListIPs query parameter the real API has (`@scaleway/sdk-ipam` 1.5.0 `pageOfListIPs`, the
+ * `urlParams` it sends). The real API ignores any other; the simulator refuses it (501), so a caller
+ * that relies on a filter IPAM does not have is caught here rather than answered more than it asked.
+ */
+const realIpamParameters = new Set([
+  'attached',
+  'ip_ids',
+  'is_ipv6',
+  'mac_address',
+  'order_by',
+  'organization_id',
+  'page',
+  'page_size',
+  'project_id',
+  'resource_id',
+  'resource_ids',
+  'resource_name',
+  'resource_type',
+  'resource_types',
+  'tags',
+  'vpc_id',
+  ...ipamSources,
+]);
+
 /** Why the ListIPs query is refused (400 field and message, or 501), or undefined. */
-function ipamQueryError(get: (n: string) => string | null, getAll: (n: string) => string[]) {
+function ipamQueryError(
+  get: (n: string) => string | null,
+  getAll: (n: string) => string[],
+  names: Iterable<string>,
+) {
+  const unknown = [...names].find((n) => !realIpamParameters.has(n));
+  if (unknown)
+    return { status: 501, field: unknown, message: 'not a parameter of the real API, which would ignore it' };
   const sources = ipamSources.filter((n) => get(n) !== null);
   if (sources.length > 1) return { field: sources.join(', '), message: 'at most one source may be set' };
   const unsimulated = unsimulatedIpamFilters.find((n) => get(n) !== null);
@@ -407,32 +441,31 @@ function ipamQueryError(get: (n: string) => string | null, getAll: (n: string) =
   return undefined;
 }
 
-/** Whether record `ip` of server `s` passes the ListIPs filters. */
-function ipamMatches(
-  s: SimServer,
-  ip: SimIpamIp,
+/** The ListIPs filters of one query, read once: whether record `ip` of server `s` passes them. */
+function ipamFilter(
   get: (n: string) => string | null,
   getAll: (n: string) => string[],
-) {
-  const ids = getAll('resource_ids');
-  const types = getAll('resource_types');
+): (s: SimServer, ip: SimIpamIp) => boolean {
+  const resourceId = get('resource_id');
+  const ids = new Set(getAll('resource_ids'));
+  const type = get('resource_type');
+  const types = new Set(getAll('resource_types'));
   const isIpv6 = get('is_ipv6');
   const project = get('project_id');
   const zonal = get('zonal');
   const network = get('private_network_id');
   const attached = get('attached');
-  return (
-    (get('resource_id') === null || ip.resource.id === get('resource_id')) &&
-    (ids.length === 0 || ids.includes(ip.resource.id)) &&
-    (get('resource_type') === null || ip.resource.type === get('resource_type')) &&
-    (types.length === 0 || types.includes(ip.resource.type)) &&
+  return (s, ip) =>
+    (resourceId === null || ip.resource.id === resourceId) &&
+    (ids.size === 0 || ids.has(ip.resource.id)) &&
+    (type === null || ip.resource.type === type) &&
+    (types.size === 0 || types.has(ip.resource.type)) &&
     (isIpv6 === null || String(ip.isIpv6) === isIpv6) &&
     (project === null || s.project === project) &&
     (zonal === null || ('zonal' in ip.source && ip.source.zonal === zonal)) &&
     (network === null || ('private_network_id' in ip.source && ip.source.private_network_id === network)) &&
     // Every simulated record is attached.
-    (attached === null || attached === 'true')
-  );
+    (attached === null || attached === 'true');
 }
 
 function listIps(state: ScalewayState, url: URL, res: ServerResponse, region: string) {
@@ -446,18 +479,19 @@ function listIps(state: ScalewayState, url: URL, res: ServerResponse, region: st
   const known = (name: string) => !state.ignoredIpamFilters.has(name);
   const get = (name: string) => (known(name) ? url.searchParams.get(name) : null);
   const getAll = (name: string) => (known(name) ? url.searchParams.getAll(name) : []);
-  const refused = ipamQueryError(get, getAll);
+  const refused = ipamQueryError(get, getAll, url.searchParams.keys());
   if (refused?.status === 501) {
     return sendJson(res, 501, {
       type: 'not_implemented',
-      message: `the simulator does not model the IPAM filter ${refused.field}`,
+      message: `the simulator does not model the IPAM filter ${refused.field}: ${refused.message}`,
     });
   }
   if (refused) return invalid(res, refused.field, refused.message);
+  const matches = ipamFilter(get, getAll);
   const ips: unknown[] = [];
   for (const s of state.servers.values()) {
     if (!state.readable.has(s.project) || regionOf(s.zone) !== region) continue;
-    for (const ip of s.ipam) if (ipamMatches(s, ip, get, getAll)) ips.push(ipamView(s, ip));
+    for (const ip of s.ipam) if (matches(s, ip)) ips.push(ipamView(s, ip));
   }
   sendJson(res, 200, { total_count: ips.length, ips: ips.slice((page - 1) * pageSize, page * pageSize) });
 }
