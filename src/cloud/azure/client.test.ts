@@ -36,9 +36,14 @@ test('ARM request URLs are named after their SDK operation, never after a resour
       `${base}/Microsoft.Compute/virtualMachineScaleSets/n.c/networkInterfaces`,
       'networkInterfaces.listVirtualMachineScaleSetNetworkInterfaces',
     ],
+    [
+      `${base}/Microsoft.Compute/virtualMachineScaleSets/n.c/publicipaddresses`,
+      'publicIPAddresses.listVirtualMachineScaleSetPublicIPAddresses',
+    ],
     [`${base}/Microsoft.Compute/virtualMachineScaleSets`, 'virtualMachineScaleSets.list'],
     [`${base}/Microsoft.Compute/virtualMachines/vm1`, 'virtualMachines.get'],
     [`${base}/Microsoft.Network/networkInterfaces/vm1`, 'networkInterfaces.get'],
+    [`${base}/Microsoft.Network/publicIPAddresses`, 'publicIPAddresses.list'],
     [`${base}/Microsoft.Storage/storageAccounts/x`, 'other'],
   ];
   for (const [url, name] of names) assert.equal(azureOperationOf(url), name, url);

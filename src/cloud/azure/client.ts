@@ -1,16 +1,17 @@
 /**
  * The Azure reads kops-controller makes: VM and scale-set VM gets, scale-set VM and scale-set
- * listings, and network interfaces, as ARM's REST paths sent through `@azure/arm-compute`'s
- * authenticated pipeline (its REST context), and read as raw JSON so that every field is checked as
- * it is read: an answer that cannot be right (another VM than asked for, a nextLink already followed,
- * a page without its list, tags that are not strings, a VM without instance view, a body that is not
- * JSON) is a malformed answer (`malformed-answer`, see docs/clouds.md "When a cloud API answers
- * wrongly"), never a verdict on a node. Every answer is reduced to the few typed facts the controller
- * uses; every failure becomes a typed error
- * (404 not-found, 429 rate-limited with ARM's Retry-After, 401/403 forbidden naming the status so it
- * is never taken for a verdict on a node, the rest, 400 included, unavailable). Each HTTP request,
+ * listings, network interfaces and public addresses, as ARM's REST paths sent through
+ * `@azure/arm-compute`'s authenticated pipeline (its REST context), and read as raw JSON so that every
+ * field is checked as it is read: an answer that cannot be right (another VM than asked for, a nextLink
+ * already followed, a page without its list, tags that are not strings, a VM without instance view, a
+ * public address that is no IP, a body that is not JSON) is a malformed answer (`malformed-answer`,
+ * see docs/clouds.md "When a cloud API answers wrongly"), never a verdict on a node. Every answer is
+ * reduced to the few typed facts the controller uses; every failure becomes a typed error (404
+ * not-found, 429 rate-limited with ARM's Retry-After, 401/403 forbidden naming the status so it is
+ * never taken for a verdict on a node, the rest, 400 included, unavailable). Each HTTP request,
  * retries included, is counted as a cloud call.
  */
+import { isIP } from 'node:net';
 import type { ComputeManagementClient } from '@azure/arm-compute';
 import { type ComputeManagementContext, createComputeManagement } from '@azure/arm-compute/api';
 import type { TokenCredential } from '@azure/identity';
@@ -46,10 +47,14 @@ const computeApiVersion = '2026-04-01';
 const expandInstanceView = { $expand: 'instanceView' };
 /** Most pages one ARM listing may take (a scale set holds at most 1,000 VMs); more is a broken API. */
 const maxListPages = 1_000;
-/** Network API version of scale-set NIC paths (the one these Microsoft.Compute-scoped paths serve). */
-const scaleSetNicApiVersion = '2018-10-01';
-/** Network API version of standalone NICs. */
-const nicApiVersion = '2024-05-01';
+/**
+ * Network API version of the scale-set network paths (interfaces, public addresses): the one these
+ * Microsoft.Compute-scoped paths serve, as @azure/arm-network sends it for them (its `apiVersion1`
+ * parameter, a constant) and Azure/azure-sdk-for-js' arm-network-rest samples do.
+ */
+const scaleSetNetworkApiVersion = '2018-10-01';
+/** Network API version of standalone NICs and the resource group's public addresses. */
+const networkApiVersion = '2024-05-01';
 /** The `cloud` label of every call this client counts. */
 const azure: CloudName = 'azure';
 /**
@@ -76,12 +81,35 @@ export interface AzureVm {
   latestModelApplied: boolean | undefined;
 }
 
-/** A network interface: the VM it is attached to and its private addresses. */
+/** An IP configuration of a network interface. */
+export interface AzureIpConfig {
+  /** Its resource id (what a public address's `ipConfiguration.id` names). */
+  id: string | undefined;
+  privateIp: string | undefined;
+  /** Resource id of the public address bound to it, if any. */
+  publicIpId: string | undefined;
+}
+
+/** A network interface: the VM it is attached to and its addresses. */
 export interface AzureNic {
   id: string;
   /** Resource id of the VM it is attached to. */
   attachedTo: string | undefined;
+  /** Whether it is its VM's primary interface (ARM's own `properties.primary`). */
+  primary: boolean;
+  /** Its IP configurations, the primary one first. */
+  ipConfigs: AzureIpConfig[];
+  /** The private addresses of its IP configurations, the primary one's first. */
   privateIps: string[];
+}
+
+/** A public address: the address and the IP configuration it is bound to. */
+export interface AzurePublicIp {
+  id: string;
+  /** Undefined while a dynamic address is not allocated yet. */
+  address: string | undefined;
+  /** Resource id of the IP configuration it is bound to (undefined: bound to none). */
+  ipConfigurationId: string | undefined;
 }
 
 /** A scale set. */
@@ -115,6 +143,8 @@ export function azureOperationOf(url: string): string {
     return 'networkInterfaces.getVirtualMachineScaleSetNetworkInterface';
   if (/^virtualmachinescalesets\/[^/]+\/networkinterfaces$/.test(compute))
     return 'networkInterfaces.listVirtualMachineScaleSetNetworkInterfaces';
+  if (/^virtualmachinescalesets\/[^/]+\/publicipaddresses$/.test(compute))
+    return 'publicIPAddresses.listVirtualMachineScaleSetPublicIPAddresses';
   if (/^virtualmachinescalesets\/[^/]+\/virtualmachines\/[^/]+$/.test(compute))
     return 'virtualMachineScaleSetVMs.get';
   if (/^virtualmachinescalesets\/[^/]+\/virtualmachines$/.test(compute))
@@ -122,6 +152,7 @@ export function azureOperationOf(url: string): string {
   if (/^virtualmachinescalesets$/.test(compute)) return 'virtualMachineScaleSets.list';
   if (/^virtualmachines\/[^/]+$/.test(compute)) return 'virtualMachines.get';
   if (/\/providers\/microsoft\.network\/networkinterfaces\/[^/]+$/.test(path)) return 'networkInterfaces.get';
+  if (/\/providers\/microsoft\.network\/publicipaddresses$/.test(path)) return 'publicIPAddresses.list';
   return 'other';
 }
 
@@ -404,7 +435,9 @@ export class AzureClient {
         `network interface ${nicId} is outside resource group ${this.resourceGroup}`,
       );
     }
-    const apiVersion = /\/virtualmachinescalesets\//i.test(path) ? scaleSetNicApiVersion : nicApiVersion;
+    const apiVersion = /\/virtualmachinescalesets\//i.test(path)
+      ? scaleSetNetworkApiVersion
+      : networkApiVersion;
     return this.#timed('getNic', `get network interface ${path}`, async () => {
       const nic = nicOf(await this.#get(path, apiVersion));
       if (nic.id.toLowerCase() !== path.toLowerCase()) {
@@ -421,10 +454,47 @@ export class AzureClient {
       (
         await this.#pages(
           path,
-          scaleSetNicApiVersion,
+          scaleSetNetworkApiVersion,
           `the network interface listing of scale set ${scaleSet}`,
         )
       ).map(nicOf),
+    );
+  }
+
+  /**
+   * The public addresses of every VM of a scale set, following nextLink: Microsoft.Network's
+   * `PublicIPAddresses_ListVirtualMachineScaleSetPublicIPAddresses` (Azure/azure-rest-api-specs
+   * specification/network/resource-manager/Microsoft.Network/stable/2024-05-01/vmssPublicIpAddress.json,
+   * `GET …/Microsoft.Compute/virtualMachineScaleSets/{vmss}/publicipaddresses`, x-ms-pageable by
+   * nextLink; each item a PublicIPAddress: `properties.ipAddress`, `properties.ipConfiguration.id`, as
+   * examples/VmssPublicIpListAll.json shows). One listing for the whole set, where the
+   * cloud-controller-manager GETs each VM's (pkg/provider/azure_vmss.go `getVMSSPublicIPAddress`).
+   */
+  async listScaleSetPublicIps(scaleSet: string): Promise<AzurePublicIp[]> {
+    const path = `${this.#providers}/Microsoft.Compute/virtualMachineScaleSets/${encodeURIComponent(scaleSet)}/publicipaddresses`;
+    return this.#timed(
+      'listScaleSetPublicIps',
+      `list the public addresses of scale set ${scaleSet}`,
+      async () =>
+        (
+          await this.#pages(
+            path,
+            scaleSetNetworkApiVersion,
+            `the public address listing of scale set ${scaleSet}`,
+          )
+        ).map(publicIpOf),
+    );
+  }
+
+  /**
+   * The public addresses of the resource group, following nextLink (`PublicIPAddresses_List`,
+   * publicIpAddress.json in the same specification): standalone VMs' addresses are resources of the
+   * group, which the cloud-controller-manager reads there too (azure_standard.go `GetIPByNodeName`).
+   */
+  async listPublicIps(): Promise<AzurePublicIp[]> {
+    const path = `${this.#providers}/Microsoft.Network/publicIPAddresses`;
+    return this.#timed('listPublicIps', 'list public addresses', async () =>
+      (await this.#pages(path, networkApiVersion, 'the public address listing')).map(publicIpOf),
     );
   }
 
@@ -651,8 +721,11 @@ function nicOf(raw: unknown): AzureNic {
   const configs = optionalArray(properties?.['ipConfigurations'], `${what}: its IP configurations`).map(
     (c) => {
       const config = optionalObject(isJsonObject(c) ? c['properties'] : c, `${what}: an IP configuration`);
+      const publicIp = optionalObject(config?.['publicIPAddress'], `${what}: a public address reference`);
       return {
-        address: optionalString(config?.['privateIPAddress'], `${what}: a private address`),
+        id: optionalString(isJsonObject(c) ? c['id'] : undefined, `${what}: an IP configuration's id`),
+        privateIp: optionalString(config?.['privateIPAddress'], `${what}: a private address`),
+        publicIpId: optionalString(publicIp?.['id'], `${what}: a public address reference's id`),
         primary: config?.['primary'] === true,
       };
     },
@@ -661,6 +734,31 @@ function nicOf(raw: unknown): AzureNic {
   return {
     id: raw['id'],
     attachedTo: optionalString(attachedTo, `${what}: its VM's id`),
-    privateIps: ordered.flatMap((c) => (c.address ? [c.address] : [])),
+    primary: properties?.['primary'] === true,
+    ipConfigs: ordered.map(({ id, privateIp, publicIpId }) => ({ id, privateIp, publicIpId })),
+    privateIps: ordered.flatMap((c) => (c.privateIp ? [c.privateIp] : [])),
+  };
+}
+
+/**
+ * A public address of a listing. Its address is absent while a dynamic one is not allocated (the
+ * cloud-controller-manager then reports none either); one that is there but is no IP is an answer
+ * that cannot be read, a malformed answer: neither taken for the VM nor silently left out.
+ */
+function publicIpOf(raw: unknown): AzurePublicIp {
+  if (!isJsonObject(raw) || typeof raw['id'] !== 'string' || !raw['id']) {
+    throw malformedAnswer('ARM answered a public address record without an id');
+  }
+  const what = `ARM's record of public address ${raw['id']}`;
+  const properties = optionalObject(raw['properties'], `${what}: its properties`);
+  const address = optionalString(properties?.['ipAddress'], `${what}: its address`);
+  if (address !== undefined && !isIP(address)) {
+    throw malformedAnswer(`${what}: its address ${JSON.stringify(address.slice(0, 60))} is no IP`);
+  }
+  const config = optionalObject(properties?.['ipConfiguration'], `${what}: its IP configuration`);
+  return {
+    id: raw['id'],
+    address,
+    ipConfigurationId: optionalString(config?.['id'], `${what}: its IP configuration's id`),
   };
 }

@@ -1,14 +1,15 @@
 /**
- * The simulated Azure Resource Manager: the compute and network reads kops-controller makes, as
- * ARM's REST API answers them — JSON resources with `properties`, `$expand=instanceView`, paging
- * through `nextLink`, ARM's error body `{ "error": { "code", "message" } }`, a bearer token the
- * simulated IMDS issued, and the subscription read bucket ARM documents (250 tokens, 25 per second
- * refill) answering 429 `SubscriptionRequestsThrottled` with `Retry-After` and
- * `x-ms-ratelimit-remaining-subscription-reads`.
+ * The simulated Azure Resource Manager: the compute and network reads kops-controller makes (VMs,
+ * scale sets, network interfaces, public addresses), as ARM's REST API answers them — JSON resources
+ * with `properties`, `$expand=instanceView`, paging through `nextLink`, ARM's error body
+ * `{ "error": { "code", "message" } }`, a bearer token the simulated IMDS issued, and the subscription
+ * read bucket ARM documents (250 tokens, 25 per second refill) answering 429
+ * `SubscriptionRequestsThrottled` with `Retry-After` and `x-ms-ratelimit-remaining-subscription-reads`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { isIP } from 'node:net';
 import type { ThrottleBucket } from '../aws/throttle.ts';
-import type { AzureWorld, SimScaleSet, SimVm } from './world.ts';
+import type { AzureWorld, SimIpConfig, SimScaleSet, SimVm } from './world.ts';
 
 /** One request the simulator served, named after the SDK operation (`virtualMachines.get`, …). */
 export interface AzureCall {
@@ -58,11 +59,75 @@ const instanceViewOf = (vm: SimVm) => ({
     : [{ code: 'ProvisioningState/creating', level: 'Info', displayStatus: 'Creating' }],
 });
 
+/** One IP configuration of an interface as ARM names it, with the public address bound to it. */
+interface SimIpConfigJson {
+  name: string;
+  id: string;
+  primary: boolean;
+  privateIp: string;
+  publicIp: { id: string; name: string; address: string } | undefined;
+}
+
+/** One network interface of a VM as ARM names it. */
+interface SimNicJson {
+  name: string;
+  id: string;
+  primary: boolean;
+  ipConfigs: SimIpConfigJson[];
+}
+
+/**
+ * A VM's network interfaces, primary first, with ARM's ids: a scale-set VM's are children of the VM
+ * (`…/virtualMachines/<i>/networkInterfaces/<nic>`), and so are their public addresses
+ * (`…/ipConfigurations/<cfg>/publicIPAddresses/<pip>`, kubernetes-sigs/cloud-provider-azure
+ * pkg/provider/azure_vmss.go `vmssPIPConfigurationRE`); a standalone VM's are resources of the
+ * resource group (`Microsoft.Network/networkInterfaces/<nic>`, `Microsoft.Network/publicIPAddresses/<pip>`).
+ */
+function interfacesOf(ctx: ArmContext, vm: SimVm): SimNicJson[] {
+  const group = `/subscriptions/${ctx.world.subscriptionId}/resourceGroups/${ctx.world.resourceGroup}/providers/Microsoft.Network`;
+  const nicIdOf = (name: string) =>
+    vm.scaleSet
+      ? `${ctx.world.resourceId(vm)}/networkInterfaces/${name}`
+      : `${group}/networkInterfaces/${name}`;
+  const config = (nicId: string, nicName: string, n: number, ip: SimIpConfig): SimIpConfigJson => {
+    const name = `ipconfig${n}`;
+    const id = `${nicId}/ipConfigurations/${name}`;
+    const pipName = vm.scaleSet ? 'pub1' : `${nicName}-${name}-pip`;
+    return {
+      name,
+      id,
+      primary: n === 1,
+      privateIp: ip.privateIp,
+      publicIp: ip.publicIp
+        ? {
+            id: vm.scaleSet ? `${id}/publicIPAddresses/${pipName}` : `${group}/publicIPAddresses/${pipName}`,
+            name: pipName,
+            address: ip.publicIp,
+          }
+        : undefined,
+    };
+  };
+  const primaryName = vm.scaleSet ?? vm.name;
+  const primaryId = nicIdOf(primaryName);
+  const configs = [{ privateIp: vm.privateIp, publicIp: vm.publicIp }, ...(vm.moreIpConfigs ?? [])];
+  return [
+    {
+      name: primaryName,
+      id: primaryId,
+      primary: true,
+      ipConfigs: configs.map((ip, i) => config(primaryId, primaryName, i + 1, ip)),
+    },
+    ...(vm.moreNics ?? []).map((nic) => {
+      // A standalone VM's interfaces share the resource group's names: prefixed with the VM's.
+      const name = vm.scaleSet ? nic.name : `${vm.name}-${nic.name}`;
+      const id = nicIdOf(name);
+      return { name, id, primary: false, ipConfigs: [config(id, name, 1, nic)] };
+    }),
+  ];
+}
+
 function vmJson(ctx: ArmContext, vm: SimVm, expand: string | null) {
   const id = ctx.world.resourceId(vm);
-  const nicId = vm.scaleSet
-    ? `${id}/networkInterfaces/${vm.scaleSet}`
-    : `/subscriptions/${ctx.world.subscriptionId}/resourceGroups/${ctx.world.resourceGroup}/providers/Microsoft.Network/networkInterfaces/${vm.name}`;
   return {
     id,
     name: vm.name,
@@ -77,7 +142,12 @@ function vmJson(ctx: ArmContext, vm: SimVm, expand: string | null) {
       provisioningState: vm.deleting ? 'Deleting' : 'Succeeded',
       ...(vm.scaleSet ? { latestModelApplied: vm.latestModelApplied } : {}),
       osProfile: { computerName: vm.computerName, adminUsername: 'kops' },
-      networkProfile: { networkInterfaces: [{ id: nicId, properties: { primary: true } }] },
+      networkProfile: {
+        networkInterfaces: interfacesOf(ctx, vm).map((nic) => ({
+          id: nic.id,
+          properties: { primary: nic.primary },
+        })),
+      },
       // A VM being deleted comes without its instance view, even when asked for.
       ...(expand?.toLowerCase() === 'instanceview' && !vm.deleting
         ? { instanceView: instanceViewOf(vm) }
@@ -86,28 +156,59 @@ function vmJson(ctx: ArmContext, vm: SimVm, expand: string | null) {
   };
 }
 
-function nicJson(ctx: ArmContext, vm: SimVm) {
-  const vmId = ctx.world.resourceId(vm);
-  const id = vm.scaleSet
-    ? `${vmId}/networkInterfaces/${vm.scaleSet}`
-    : `/subscriptions/${ctx.world.subscriptionId}/resourceGroups/${ctx.world.resourceGroup}/providers/Microsoft.Network/networkInterfaces/${vm.name}`;
+/** A network interface as Microsoft.Network answers it (NetworkInterfaceGet.json's shape). */
+function nicJson(ctx: ArmContext, vm: SimVm, nic: SimNicJson) {
   return {
-    id,
-    name: vm.scaleSet ?? vm.name,
+    id: nic.id,
+    name: nic.name,
     type: 'Microsoft.Network/networkInterfaces',
     properties: {
       provisioningState: 'Succeeded',
-      primary: true,
-      virtualMachine: { id: vmId },
-      ipConfigurations: [
-        {
-          name: 'ipconfig1',
-          id: `${id}/ipConfigurations/ipconfig1`,
-          properties: { privateIPAddress: vm.privateIp, privateIPAllocationMethod: 'Dynamic', primary: true },
+      primary: nic.primary,
+      virtualMachine: { id: ctx.world.resourceId(vm) },
+      ipConfigurations: nic.ipConfigs.map((config) => ({
+        name: config.name,
+        id: config.id,
+        properties: {
+          privateIPAddress: config.privateIp,
+          privateIPAllocationMethod: 'Dynamic',
+          privateIPAddressVersion: isIP(config.privateIp) === 6 ? 'IPv6' : 'IPv4',
+          primary: config.primary,
+          ...(config.publicIp ? { publicIPAddress: { id: config.publicIp.id } } : {}),
         },
-      ],
+      })),
     },
   };
+}
+
+/**
+ * The public addresses of a VM's interfaces, as Microsoft.Network lists them (VmssPublicIpListAll.json
+ * and PublicIpAddressList.json in Azure/azure-rest-api-specs): `properties.ipAddress` and
+ * `properties.ipConfiguration.id`, the IP configuration it is bound to.
+ */
+function publicIpsJson(ctx: ArmContext, vm: SimVm) {
+  return interfacesOf(ctx, vm).flatMap((nic) =>
+    nic.ipConfigs.flatMap((config) =>
+      config.publicIp
+        ? [
+            {
+              id: config.publicIp.id,
+              name: config.publicIp.name,
+              type: 'Microsoft.Network/publicIPAddresses',
+              location: ctx.world.location,
+              properties: {
+                provisioningState: 'Succeeded',
+                ipAddress: config.publicIp.address,
+                publicIPAddressVersion: isIP(config.publicIp.address) === 6 ? 'IPv6' : 'IPv4',
+                publicIPAllocationMethod: 'Static',
+                idleTimeoutInMinutes: 4,
+                ipConfiguration: { id: config.id },
+              },
+            },
+          ]
+        : [],
+    ),
+  );
 }
 
 function scaleSetJson(ctx: ArmContext, set: SimScaleSet) {
@@ -182,7 +283,9 @@ const routes: { operation: string; shape: string[]; handler: Handler; listPath?:
     shape: ['microsoft.compute', 'virtualmachinescalesets', '*', 'networkinterfaces'],
     listPath: true,
     handler: (ctx, _query, [set]) =>
-      ctx.world.scaleSetVms(scaleSetOf(ctx, set as string).name).map((vm) => nicJson(ctx, vm)),
+      ctx.world
+        .scaleSetVms(scaleSetOf(ctx, set as string).name)
+        .flatMap((vm) => interfacesOf(ctx, vm).map((nic) => nicJson(ctx, vm, nic))),
   },
   {
     operation: 'networkInterfaces.getVirtualMachineScaleSetNetworkInterface',
@@ -195,13 +298,29 @@ const routes: { operation: string; shape: string[]; handler: Handler; listPath?:
       'networkinterfaces',
       '*',
     ],
-    handler: (ctx, _query, [set, id, nic]) => {
+    handler: (ctx, _query, [set, id, name]) => {
       const vm = scaleSetVmOf(ctx, set as string, id as string);
-      if (nic?.toLowerCase() !== vm.scaleSet?.toLowerCase()) {
-        throw notFound('Microsoft.Network/networkInterfaces', nic as string, ctx.world.resourceGroup);
-      }
-      return nicJson(ctx, vm);
+      const nic = interfacesOf(ctx, vm).find((n) => n.name.toLowerCase() === name?.toLowerCase());
+      if (!nic)
+        throw notFound('Microsoft.Network/networkInterfaces', name as string, ctx.world.resourceGroup);
+      return nicJson(ctx, vm, nic);
     },
+  },
+  {
+    // Microsoft.Network's listing under the Compute path (vmssPublicIpAddress.json in
+    // Azure/azure-rest-api-specs, PublicIPAddresses_ListVirtualMachineScaleSetPublicIPAddresses).
+    operation: 'publicIPAddresses.listVirtualMachineScaleSetPublicIPAddresses',
+    shape: ['microsoft.compute', 'virtualmachinescalesets', '*', 'publicipaddresses'],
+    listPath: true,
+    handler: (ctx, _query, [set]) =>
+      ctx.world.scaleSetVms(scaleSetOf(ctx, set as string).name).flatMap((vm) => publicIpsJson(ctx, vm)),
+  },
+  {
+    operation: 'publicIPAddresses.list',
+    shape: ['microsoft.network', 'publicipaddresses'],
+    listPath: true,
+    handler: (ctx) =>
+      [...ctx.world.vms.values()].filter((vm) => !vm.scaleSet).flatMap((vm) => publicIpsJson(ctx, vm)),
   },
   {
     operation: 'virtualMachines.list',
@@ -226,10 +345,12 @@ const routes: { operation: string; shape: string[]; handler: Handler; listPath?:
     operation: 'networkInterfaces.get',
     shape: ['microsoft.network', 'networkinterfaces', '*'],
     handler: (ctx, _query, [name]) => {
-      const vm = ctx.world.vms.get((name as string).toLowerCase());
-      if (!vm || vm.scaleSet)
-        throw notFound('Microsoft.Network/networkInterfaces', name as string, ctx.world.resourceGroup);
-      return nicJson(ctx, vm);
+      for (const vm of ctx.world.vms.values()) {
+        if (vm.scaleSet) continue;
+        const nic = interfacesOf(ctx, vm).find((n) => n.name.toLowerCase() === name?.toLowerCase());
+        if (nic) return nicJson(ctx, vm, nic);
+      }
+      throw notFound('Microsoft.Network/networkInterfaces', name as string, ctx.world.resourceGroup);
     },
   },
 ];

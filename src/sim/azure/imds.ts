@@ -127,7 +127,9 @@ export async function serveImds(
       return {
         compute: instanceCompute(world, vm),
         network: {
-          interface: [{ ipv4: { ipAddress: [{ privateIpAddress: vm.privateIp, publicIpAddress: '' }] } }],
+          interface: [
+            { ipv4: { ipAddress: [{ privateIpAddress: vm.privateIp, publicIpAddress: vm.publicIp ?? '' }] } },
+          ],
         },
       };
     case '/metadata/instance/compute':

@@ -105,6 +105,45 @@ test('the VM listing carries each instance view with $expand=instanceView: its P
   }
 });
 
+test("a VM's public address is listed per scale set, bound to its IP configuration, which names it back", async () => {
+  sim.bucket?.reset();
+  const [vm] = sim.world.scaleSetVms('nodes.c.example.com');
+  assert.ok(vm);
+  vm.publicIp = sim.world.allocatePublicIp();
+  try {
+    type Config = { id: string; properties: { privateIPAddress: string; publicIPAddress?: { id: string } } };
+    type Nic = { properties: { virtualMachine: { id: string }; ipConfigurations: Config[] } };
+    type PublicIp = { id: string; properties: { ipAddress: string; ipConfiguration: { id: string } } };
+    const set = `${rg()}/virtualMachineScaleSets/nodes.c.example.com`;
+    const nics = (await arm(`${set}/networkInterfaces?api-version=2018-10-01`)).body['value'] as Nic[];
+    const config = nics.find((n) => n.properties.virtualMachine.id === sim.world.resourceId(vm))?.properties
+      .ipConfigurations[0];
+    const listed = await arm(`${set}/publicipaddresses?api-version=2018-10-01`);
+    const [ip, ...others] = listed.body['value'] as PublicIp[];
+    assert.equal(others.length, 0, 'only the one VM with a public address has one');
+    assert.equal(ip?.properties.ipAddress, vm.publicIp);
+    assert.equal(ip?.properties.ipConfiguration.id, config?.id);
+    assert.equal(config?.properties.publicIPAddress?.id, ip?.id);
+    // As ARM names a scale-set VM's public address (cloud-provider-azure's vmssPIPConfigurationRE).
+    assert.match(
+      ip?.id ?? '',
+      /\/virtualMachineScaleSets\/[^/]+\/virtualMachines\/\d+\/networkInterfaces\/[^/]+\/ipConfigurations\/[^/]+\/publicIPAddresses\/[^/]+$/,
+    );
+    const metadata = await fetch(`${sim.imdsUrlOf(vm.name)}/metadata/instance?api-version=2025-04-07`, {
+      headers: { Metadata: 'true' },
+    });
+    const network = ((await metadata.json()) as { network: unknown }).network;
+    assert.deepEqual(network, {
+      interface: [
+        { ipv4: { ipAddress: [{ privateIpAddress: vm.privateIp, publicIpAddress: vm.publicIp }] } },
+      ],
+    });
+  } finally {
+    vm.publicIp = undefined;
+    sim.bucket?.reset();
+  }
+});
+
 test('IMDS refuses requests without Metadata: true, with X-Forwarded-For, or with a nonce over 32 characters', async () => {
   const vm = [...sim.world.vms.values()][0];
   assert.ok(vm);

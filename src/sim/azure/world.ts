@@ -1,7 +1,8 @@
 /**
  * The simulated Azure world: one subscription and resource group holding scale sets, their VMs and
- * standalone VMs, each with a vmId, a computer name, tags, a power state and a private address —
- * what the ARM endpoints and IMDS answer from. `seedKopsCluster` lays it out as kops does: a scale
+ * standalone VMs, each with a vmId, a computer name, tags, a power state, a private address and
+ * optionally a public one (an instance group with `associatePublicIP`), more IP configurations or
+ * more network interfaces — what the ARM endpoints and IMDS answer from. `seedKopsCluster` lays it out as kops does: a scale
  * set `<ig>.<cluster>` (control plane: `<ig>.masters.<cluster>`) tagged `KubernetesCluster`,
  * `kops.k8s.io_instancegroup` and `k8s.io_role_<role>`, whose VMs inherit its tags.
  */
@@ -9,6 +10,12 @@ import { randomUUID } from 'node:crypto';
 
 /** A VM's power state, as the instance view's `PowerState/<state>` code names it. */
 export type SimPowerState = 'starting' | 'running' | 'stopping' | 'stopped' | 'deallocating' | 'deallocated';
+
+/** An IP configuration beyond a VM's primary one: its private address and, if any, its public one. */
+export interface SimIpConfig {
+  privateIp: string;
+  publicIp?: string;
+}
 
 /** One VM, standalone or in a scale set. */
 export interface SimVm {
@@ -21,7 +28,14 @@ export interface SimVm {
   tags: Record<string, string>;
   /** Undefined: the instance view has no `PowerState/…` status yet, as while Azure creates the VM. */
   powerState: SimPowerState | undefined;
+  /** The private address of its primary interface's primary IP configuration. */
   privateIp: string;
+  /** The public address bound to that IP configuration, if any (kops' `associatePublicIP`). */
+  publicIp?: string;
+  /** More IP configurations of its primary interface, after the primary one (dual-stack: IPv6). */
+  moreIpConfigs?: SimIpConfig[];
+  /** More network interfaces, none of them primary, one IP configuration each (listed after it). */
+  moreNics?: (SimIpConfig & { name: string })[];
   latestModelApplied: boolean;
   /**
    * Being deleted: ARM lists it with `provisioningState: "Deleting"` and no instance view (as
@@ -45,6 +59,8 @@ export interface SimInstanceGroup {
   name: string;
   role?: 'control-plane' | 'node';
   count: number;
+  /** Each VM gets a public address on its primary IP configuration, as kops' `associatePublicIP`. */
+  associatePublicIP?: boolean;
 }
 
 /** The state of the simulated subscription. */
@@ -56,6 +72,7 @@ export class AzureWorld {
   /** Every VM by lower-cased Azure name. */
   readonly vms = new Map<string, SimVm>();
   #nextIp = 4;
+  #nextPublicIp = 1;
 
   constructor(options: { subscriptionId?: string; resourceGroup?: string; location?: string } = {}) {
     this.subscriptionId = options.subscriptionId ?? '00000000-1111-2222-3333-444444444444';
@@ -85,7 +102,7 @@ export class AzureWorld {
       computerName: `${prefix}${Number(instanceId).toString(36).padStart(6, '0')}`,
       tags: { ...set.tags },
       powerState: 'running',
-      privateIp: this.#allocateIp(),
+      privateIp: this.allocatePrivateIp(),
       latestModelApplied: true,
     };
     this.vms.set(vm.name.toLowerCase(), vm);
@@ -100,7 +117,7 @@ export class AzureWorld {
       computerName: name,
       tags: { ...tags },
       powerState: 'running',
-      privateIp: this.#allocateIp(),
+      privateIp: this.allocatePrivateIp(),
       latestModelApplied: true,
     };
     this.vms.set(name.toLowerCase(), vm);
@@ -157,13 +174,24 @@ export class AzureWorld {
       this.addScaleSet(setName, tags);
       out.set(
         group.name,
-        Array.from({ length: group.count }, () => this.addScaleSetVm(setName, group.name)),
+        Array.from({ length: group.count }, () => {
+          const vm = this.addScaleSetVm(setName, group.name);
+          if (group.associatePublicIP) vm.publicIp = this.allocatePublicIp();
+          return vm;
+        }),
       );
     }
     return out;
   }
 
-  #allocateIp(): string {
+  /** A fresh public address (from 20.0.0.0/8, distinct from every other one handed out). */
+  allocatePublicIp(): string {
+    const n = this.#nextPublicIp++;
+    return `20.${Math.floor(n / 62_500) % 250}.${Math.floor(n / 250) % 250}.${(n % 250) + 1}`;
+  }
+
+  /** A fresh private address (from 10.0.0.0/16), as the cluster's subnet hands them out. */
+  allocatePrivateIp(): string {
     const n = this.#nextIp++;
     return `10.0.${Math.floor(n / 250)}.${n % 250}`;
   }
