@@ -2,11 +2,12 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, test } from 'node:test';
 import { azureProof } from '../../agent/azure-proof.ts';
 import { AttestedDocumentVerifier } from '../../cloud/azure/attested-document.ts';
-import { AzureClient } from '../../cloud/azure/client.ts';
+import type { AzureClient } from '../../cloud/azure/client.ts';
 import { AiaIntermediates } from '../../cloud/azure/intermediates.ts';
 import { createAttestationAuthority, issueAttestationSigner } from '../../sim/azure/attestation.ts';
 import { type AzureSimulator, startAzureSimulator } from '../../sim/azure/simulator.ts';
 import type { SimVm } from '../../sim/azure/world.ts';
+import { simAzureClient } from '../../testing/azure-client.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import { isDependencyFault } from '../dependency.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
@@ -33,7 +34,7 @@ beforeEach(() => {
 });
 
 function client(): AzureClient {
-  return new AzureClient({ ...sim.clientOptions, maxRetries: 0 });
+  return simAzureClient(sim);
 }
 
 function policy(overrides: Partial<AzurePolicyOptions> = {}): BootstrapPolicy {

@@ -5,6 +5,7 @@
  * a 200 carrying an error or no JSON, an instance view without a state. Each is a fault
  * (`malformed-answer`, 503 on the bootstrap path), never another VM's identity, a denial or a loop.
  */
+
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Registry } from 'prom-client';
@@ -14,10 +15,10 @@ import type { ArmRewrite } from '../../sim/azure/arm.ts';
 import { type AzureSimulator, startAzureSimulator } from '../../sim/azure/simulator.ts';
 import type { SimVm } from '../../sim/azure/world.ts';
 import { bootstrapWith as bootstrapOf } from '../../testing/azure-bootstrap.ts';
+import { simAzureClient } from '../../testing/azure-client.ts';
 import { cloudRequests } from '../../testing/cloud-calls.ts';
-import { cloudCallMetrics } from '../metrics.ts';
 import type { IdentifyResult } from '../types.ts';
-import { AzureClient } from './client.ts';
+import type { AzureClient } from './client.ts';
 import { AzureCloudGroups } from './cloud-groups.ts';
 import { AzureNodeIdentifier } from './node-identifier.ts';
 import { parseAzureVmId } from './resource-id.ts';
@@ -41,11 +42,7 @@ before(async () => {
 after(() => sim.close());
 
 function client(registry?: Registry): AzureClient {
-  return new AzureClient({
-    ...sim.clientOptions,
-    maxRetries: 0,
-    ...(registry ? { cloudCalls: cloudCallMetrics(registry) } : {}),
-  });
+  return simAzureClient(sim, { registry });
 }
 
 function identifier(registry?: Registry) {

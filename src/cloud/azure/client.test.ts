@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { eventually } from '../../net/testing.ts';
 import { type AzureSimulator, startAzureSimulator } from '../../sim/azure/simulator.ts';
+import { simAzureClient } from '../../testing/azure-client.ts';
 import { outcomeWithin, silentServer } from '../../testing/silent-server.ts';
 import { AzureClient, azureError, azureOperationOf } from './client.ts';
 
@@ -14,7 +15,7 @@ before(async () => {
 after(() => sim.close());
 
 function client(endpoint = sim.armEndpoint): AzureClient {
-  return new AzureClient({ ...sim.clientOptions, endpoint, maxRetries: 0 });
+  return simAzureClient(sim, { endpoint });
 }
 
 test('ARM request URLs are named after their SDK operation, never after a resource', () => {

@@ -8,6 +8,7 @@
  * Microsoft.Network lists them, one paged listing per scale set (vmssPublicIpAddress.json in
  * Azure/azure-rest-api-specs), against the simulator speaking that shape over HTTPS.
  */
+
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { CertificatesV1Api } from '@kubernetes/client-node';
@@ -23,10 +24,10 @@ import { type SimApiServer, startApiServer } from '../../sim/apiserver/index.ts'
 import type { ArmRewrite } from '../../sim/azure/arm.ts';
 import { type AzureSimulator, startAzureSimulator } from '../../sim/azure/simulator.ts';
 import type { SimVm } from '../../sim/azure/world.ts';
+import { simAzureClient } from '../../testing/azure-client.ts';
 import { cloudRequests } from '../../testing/cloud-calls.ts';
-import { cloudCallMetrics } from '../metrics.ts';
 import type { IdentifyResult, InstanceAddress, NodeIdentity } from '../types.ts';
-import { AzureClient } from './client.ts';
+import type { AzureClient } from './client.ts';
 import { AzureCloudGroups } from './cloud-groups.ts';
 import { AzureNodeIdentifier } from './node-identifier.ts';
 
@@ -51,11 +52,7 @@ before(async () => {
 after(() => sim.close());
 
 function client(registry?: Registry): AzureClient {
-  return new AzureClient({
-    ...sim.clientOptions,
-    maxRetries: 0,
-    ...(registry ? { cloudCalls: cloudCallMetrics(registry) } : {}),
-  });
+  return simAzureClient(sim, { registry });
 }
 
 function identifier(registry?: Registry): AzureNodeIdentifier {

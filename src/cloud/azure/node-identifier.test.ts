@@ -4,10 +4,10 @@ import { Registry } from 'prom-client';
 import type { KopsError } from '../../errors.ts';
 import { type AzureSimulator, startAzureSimulator } from '../../sim/azure/simulator.ts';
 import type { SimPowerState, SimVm } from '../../sim/azure/world.ts';
+import { simAzureClient } from '../../testing/azure-client.ts';
 import { cloudRequests } from '../../testing/cloud-calls.ts';
-import { cloudCallMetrics } from '../metrics.ts';
 import type { IdentifyResult } from '../types.ts';
-import { AzureClient } from './client.ts';
+import type { AzureClient } from './client.ts';
 import { AzureCloudGroups } from './cloud-groups.ts';
 import { AzureNodeIdentifier } from './node-identifier.ts';
 
@@ -28,11 +28,7 @@ before(async () => {
 after(() => sim.close());
 
 function client(registry?: Registry): AzureClient {
-  return new AzureClient({
-    ...sim.clientOptions,
-    maxRetries: 0,
-    ...(registry ? { cloudCalls: cloudCallMetrics(registry) } : {}),
-  });
+  return simAzureClient(sim, { registry });
 }
 
 function identifier(options: { registry?: Registry; now?: () => number } = {}) {

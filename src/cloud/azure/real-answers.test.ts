@@ -13,6 +13,7 @@
  *   adds its own then (@azure/arm-compute dist/esm/static-helpers/pagingHelpers.js,
  *   `addApiVersionToUrl`), and ARM refuses a request without one (400 MissingApiVersionParameter).
  */
+
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { isCloudVerdict, isDependencyFault } from '../../bootstrap/dependency.ts';
@@ -21,8 +22,8 @@ import type { ArmRewrite } from '../../sim/azure/arm.ts';
 import { type AzureSimulator, startAzureSimulator } from '../../sim/azure/simulator.ts';
 import type { SimVm } from '../../sim/azure/world.ts';
 import { bootstrapWith } from '../../testing/azure-bootstrap.ts';
+import { simAzureClient } from '../../testing/azure-client.ts';
 import type { IdentifyResult } from '../types.ts';
-import { AzureClient } from './client.ts';
 import { AzureCloudGroups } from './cloud-groups.ts';
 import { AzureNodeIdentifier } from './node-identifier.ts';
 
@@ -37,7 +38,7 @@ before(async () => {
 });
 after(() => sim.close());
 
-const client = () => new AzureClient({ ...sim.clientOptions, maxRetries: 0 });
+const client = () => simAzureClient(sim);
 const identifier = () =>
   new AzureNodeIdentifier({ client: client(), clusterName: cluster, coalesceWindowMs: 1 });
 /** Lets a listing pair's other request end before the next test queues its rewrite. */

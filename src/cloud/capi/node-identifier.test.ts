@@ -11,9 +11,9 @@ import { simulatorCompute } from '../../sim/gce/clients.ts';
 import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
 import { type OpenStackSimulator, startOpenStackSimulator } from '../../sim/openstack/simulator.ts';
 import { parseCluster } from '../../statestore/kops-types.ts';
+import { simAzureClient } from '../../testing/azure-client.ts';
 import { type AwsClients, createAwsClients } from '../aws/clients.ts';
 import { AwsNodeIdentifier } from '../aws/identify.ts';
-import { AzureClient } from '../azure/client.ts';
 import { AzureNodeIdentifier } from '../azure/node-identifier.ts';
 import { GceNodeIdentifier } from '../gce/node-identifier.ts';
 import { KeystoneSession } from '../openstack/keystone.ts';
@@ -384,7 +384,7 @@ describe('Cluster API mode on Azure (the real Azure identifier, the Azure simula
     otherGroup = capiVm.replace(`/resourceGroups/${az.world.resourceGroup}/`, '/resourceGroups/other-rg/');
     identifier = new CapiNodeIdentifier(
       new AzureNodeIdentifier({
-        client: new AzureClient({ ...az.clientOptions, maxRetries: 0 }),
+        client: simAzureClient(az),
         clusterName: cluster,
         coalesceWindowMs: 1,
       }),
