@@ -3,6 +3,7 @@ import { after, before, beforeEach, test } from 'node:test';
 import { createScalewayClients } from '../../cloud/scaleway/client.ts';
 import { type ScalewaySimulator, startScalewaySimulator } from '../../sim/scaleway/simulator.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
+import { simScalewayClients } from '../../testing/scaleway-clients.ts';
 import { dependencyOf, isDependencyFault } from '../dependency.ts';
 import type { PolicyDecision } from '../types.ts';
 import { type ScalewayPolicyOptions, scalewayPolicy } from './scaleway.ts';
@@ -57,12 +58,7 @@ function approvedAt(decision: PolicyDecision) {
 }
 
 function policy(overrides: Partial<ScalewayPolicyOptions> = {}) {
-  const clients = createScalewayClients({
-    credentials: sim.credentials,
-    retryDelayMs: 1,
-    maxRetryWaitMs: 5,
-    retries: 1,
-  });
+  const clients = simScalewayClients(sim);
   return scalewayPolicy({ clusterName: cluster, clients, ...overrides });
 }
 

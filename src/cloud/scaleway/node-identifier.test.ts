@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, test } from 'node:test';
 import type { KopsError } from '../../errors.ts';
 import { type ScalewaySimulator, startScalewaySimulator } from '../../sim/scaleway/simulator.ts';
-import { createScalewayClients, type ScalewayClients } from './client.ts';
+import { simScalewayClients } from '../../testing/scaleway-clients.ts';
+import type { ScalewayClients } from './client.ts';
 import { ScalewayCloudGroups } from './cloud-groups.ts';
 import { ScalewayNodeIdentifier, type ScalewayNodeIdentifierOptions } from './node-identifier.ts';
 import { needsUpdateTag } from './server.ts';
@@ -25,12 +26,7 @@ const pid = (id: string, zone = 'fr-par-1') => `scaleway://instance/${zone}/${id
 
 before(async () => {
   sim = await startScalewaySimulator();
-  clients = createScalewayClients({
-    credentials: sim.credentials,
-    retryDelayMs: 1,
-    maxRetryWaitMs: 5,
-    retries: 1,
-  });
+  clients = simScalewayClients(sim);
   for (let i = 0; i < 250; i++) {
     ids.push(
       sim.addServer({

@@ -8,6 +8,7 @@
  * must carry them: read in batches (one IPAM listing per ListServers call), each record checked to be
  * attached to one of the server's own NICs, and IPAM failing is a fault, never fewer addresses.
  */
+
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, test } from 'node:test';
 import { CertificatesV1Api } from '@kubernetes/client-node';
@@ -21,6 +22,7 @@ import { buildCsrPem } from '../../pki/csr-build.ts';
 import { generateKey } from '../../pki/keys.ts';
 import { type SimApiServer, startApiServer } from '../../sim/apiserver/index.ts';
 import { type ScalewaySimulator, startScalewaySimulator } from '../../sim/scaleway/simulator.ts';
+import { simScalewayClients } from '../../testing/scaleway-clients.ts';
 import { createScalewayClients, type ScalewayClients } from './client.ts';
 import { ScalewayNodeIdentifier, type ScalewayNodeIdentifierOptions } from './node-identifier.ts';
 import { scalewayProviderID } from './server.ts';
@@ -36,12 +38,7 @@ let clients: ScalewayClients;
 
 before(async () => {
   sim = await startScalewaySimulator();
-  clients = createScalewayClients({
-    credentials: sim.credentials,
-    retryDelayMs: 1,
-    maxRetryWaitMs: 5,
-    retries: 1,
-  });
+  clients = simScalewayClients(sim);
 });
 after(() => sim.close());
 beforeEach(() => {

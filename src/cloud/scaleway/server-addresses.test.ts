@@ -6,12 +6,14 @@
  * as InternalIP with `<server id>.priv.instances.scw.cloud` as InternalDNS. The kubelet asks for each
  * in its serving certificate, and the CSR approver approves only names and addresses of the identity.
  */
+
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { Instancev1 } from '@scaleway/sdk-instance';
 import { assessInstance } from '../../controllers/csr-approver/checks.ts';
 import { type ScalewaySimulator, startScalewaySimulator } from '../../sim/scaleway/simulator.ts';
-import { createScalewayClients, type ScalewayClients } from './client.ts';
+import { simScalewayClients } from '../../testing/scaleway-clients.ts';
+import type { ScalewayClients } from './client.ts';
 import { ScalewayNodeIdentifier } from './node-identifier.ts';
 import { identityOfServer } from './server.ts';
 
@@ -22,12 +24,7 @@ let clients: ScalewayClients;
 
 before(async () => {
   sim = await startScalewaySimulator();
-  clients = createScalewayClients({
-    credentials: sim.credentials,
-    retryDelayMs: 1,
-    maxRetryWaitMs: 5,
-    retries: 1,
-  });
+  clients = simScalewayClients(sim);
 });
 after(() => sim.close());
 
