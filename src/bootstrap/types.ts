@@ -77,6 +77,12 @@ export interface NodeFacts {
   /** The cloud's id of the instance (`i-…`, GCE instance id, metal host name). */
   instanceId?: string;
   /**
+   * The id of this incarnation of the machine (see `Incarnation` in src/cloud/types.ts), which the
+   * node's certificates carry so that their renewal is bound to this machine; unset where the
+   * authority knows none (a token, a human, a metal host).
+   */
+  incarnationId?: string;
+  /**
    * `host:port` of the node's callback-challenge server on an address the cloud reports for the
    * instance. When set, nothing is issued until the node there proves it holds the challenge secret
    * its request carried (the callback clouds; kops' `UseChallengeCallback`).

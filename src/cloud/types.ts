@@ -33,6 +33,24 @@ export interface NodeIdentity {
    * kops-controller's own environment never has. It counts for control-plane groups only.
    */
   apiServerTagged?: boolean;
+  /**
+   * This incarnation of the instance. A node name can outlive its machine (GCE recreates an instance
+   * under its name, an IP-based name follows its address, a server is re-created under its name), so
+   * node certificates carry `id` (src/pki/incarnation.ts) and a renewal is bound to the machine the
+   * presented certificate was issued to, not to whichever machine bears the name now.
+   */
+  incarnation?: Incarnation;
+}
+
+/**
+ * One machine's life under its name: `id` is one the cloud never gives another machine (an AWS
+ * instance id, a GCE instance's numeric id, an Azure vmId, a server's UUID or never-reused numeric
+ * id); `createdAt`, where the cloud's record says it, when this machine came to be: a certificate
+ * issued before then was issued to an earlier machine.
+ */
+export interface Incarnation {
+  id: string;
+  createdAt?: Date;
 }
 
 /** Why one providerID could not be identified; a typed error from src/errors.ts. */
