@@ -5,7 +5,7 @@
  */
 import type { CoreV1Api, KubeConfig, V1Node } from '@kubernetes/client-node';
 import { azureScopeOf, type CloudOverrides, cloudFromConfig } from '../../cloud/from-config.ts';
-import { HostRegistry } from '../../cloud/metal/hosts.ts';
+import { type HostLookup, HostRegistry } from '../../cloud/metal/hosts.ts';
 import { InventoryStore } from '../../cloud/metal/inventory.ts';
 import type { CloudCallRecorder } from '../../cloud/metrics.ts';
 import type { NodeIdentifier } from '../../cloud/types.ts';
@@ -20,6 +20,7 @@ import { ConfigMapReplayGuard, MemoryReplayGuard, type ReplayGuard } from '../re
 import { apiTokenSource, TokenValidator } from '../tokens.ts';
 import type { BootstrapTokenValidator } from '../types.ts';
 import { awsAccountOf, type PolicyDeps, policySpecsOf } from './build.ts';
+import { type MetalRegistries, metalAddresses } from './metal-addresses.ts';
 import { cloudAddresses, type NodeAddresses } from './renewal.ts';
 
 /** Where the dependencies come from. */
@@ -91,6 +92,8 @@ export async function policyDepsFromConfig(
   // The cloud identifiers the policies' providers built, by cloud: the renewal policy reuses the
   // configured cloud's rather than building a second provider.
   const identifiers: Partial<Record<Config['cloud'], NodeIdentifier>> = {};
+  // The `metal` policy's inventory, which the renewal policy shares (one poll of the state store).
+  let metalInventory: InventoryStore | undefined;
   try {
     if (names.has('aws')) {
       const region = config.server?.provider.aws?.Region;
@@ -167,19 +170,23 @@ export async function policyDepsFromConfig(
       }
       deps.hosts = new HostRegistry(options.kubeConfig);
     }
+    if (names.has('metal')) {
+      if (!options.stateStore) {
+        throw new ConfigError('approval policy metal needs the inventory in the state store: set configBase');
+      }
+      metalInventory = new InventoryStore({ vfs: options.stateStore, logger });
+      deps.inventory = metalInventory;
+    }
     if (names.has('renewal')) {
-      const renewal = await renewalDeps(config, options, logger, identifiers[config.cloud]);
+      const renewal = await renewalDeps(config, options, logger, {
+        built: identifiers[config.cloud],
+        metal: metalRegistriesOf(config, { hosts: deps.hosts, inventory: metalInventory }, options, logger),
+      });
       deps.ca = renewal.ca;
       if (renewal.addresses) {
         closers.push(renewal.close);
         deps.renewalAddresses = renewal.addresses;
       }
-    }
-    if (names.has('metal')) {
-      if (!options.stateStore) {
-        throw new ConfigError('approval policy metal needs the inventory in the state store: set configBase');
-      }
-      deps.inventory = new InventoryStore({ vfs: options.stateStore, logger });
     }
   } catch (err) {
     for (const close of closers) close();
@@ -227,17 +234,41 @@ async function idOnlyProvider(
 }
 
 /**
- * The renewal policy's CA, and where the addresses of a renewed serving certificate come from: the
- * Node's providerID (from the API server), then the configured cloud's current record of it — read
- * through `built`, the identifier a policy's provider already made for this cloud, else a provider
- * of its own. Without the API server's connection (`kubeConfig`; on metal, also the state store)
- * renewals carry no addresses: client certificates only.
+ * The metal registries the configured chain trusts, which a renewal finds a host without a
+ * providerID in (metal-addresses.ts): kops' Host objects when the chain has `pki-tpm` (the same
+ * HostRegistry), and the inventory when the chain has `metal` (the same store; required) or the
+ * cloud is metal with a state store (on `cloud: metal` the CSR approver and the node labeller read it;
+ * optional: kops metal clusters enrol with Hosts and usually have none). Undefined when none is.
+ */
+function metalRegistriesOf(
+  config: Config,
+  built: { hosts: HostLookup | undefined; inventory: InventoryStore | undefined },
+  options: PolicyDepsOptions,
+  logger: Logger,
+): MetalRegistries | undefined {
+  const inventory = built.inventory
+    ? { store: built.inventory, required: true }
+    : config.cloud === 'metal' && options.stateStore
+      ? { store: new InventoryStore({ vfs: options.stateStore, logger }), required: false }
+      : undefined;
+  if (!built.hosts && !inventory) return undefined;
+  return { ...(built.hosts ? { hosts: built.hosts } : {}), ...(inventory ? { inventory } : {}) };
+}
+
+/**
+ * The renewal policy's CA, and where the addresses of a renewed serving certificate come from (see
+ * `renewalAddressSource`): on metal, the metal registries the chain trusts; on a cloud, the
+ * configured cloud's current record of the Node's providerID — read through `sources.built`, the
+ * identifier a policy's provider already made for this cloud, else a provider of its own — and, for
+ * a Node without one, the metal registries (kops' `Metal` feature flag: hosts enrolled with `Host`
+ * objects beside a cloud's instances). Without the API server's connection (`kubeConfig`), or on
+ * metal without any registry, renewals carry no addresses: client certificates only.
  */
 async function renewalDeps(
   config: Config,
   options: PolicyDepsOptions,
   logger: Logger,
-  built: NodeIdentifier | undefined,
+  sources: { built: NodeIdentifier | undefined; metal: MetalRegistries | undefined },
 ): Promise<{
   ca: CertificateAuthority;
   addresses?: (nodeName: string) => Promise<NodeAddresses>;
@@ -246,9 +277,23 @@ async function renewalDeps(
   if (!options.ca)
     throw new ConfigError('approval policy renewal needs the cluster CA, which is not configured');
   const { kubeConfig } = options;
-  if (!kubeConfig || (config.cloud === 'metal' && !options.stateStore))
-    return { ca: options.ca, close: () => undefined };
-  let identifier = built;
+  if (!kubeConfig) return { ca: options.ca, close: () => undefined };
+  const byName = sources.metal && metalAddresses(sources.metal);
+  const readOptions =
+    options.renewalNodeReadTimeoutMs === undefined
+      ? {}
+      : { nodeReadTimeoutMs: options.renewalNodeReadTimeoutMs };
+  if (config.cloud === 'metal') {
+    // The metal "cloud" is the inventory, and it says nothing of a host the Hosts enrol, nor whether
+    // a host runs: a renewal on metal goes by name through the registries only (metal-addresses.ts).
+    if (!byName) return { ca: options.ca, close: () => undefined };
+    return {
+      ca: options.ca,
+      addresses: renewalAddressSource(kubeConfig, { byName }, readOptions),
+      close: () => undefined,
+    };
+  }
+  let identifier = sources.built;
   let close = (): void => undefined;
   if (!identifier) {
     const cloud = await cloudFromConfig(
@@ -261,36 +306,38 @@ async function renewalDeps(
     identifier = cloud.nodeIdentifier;
     close = () => cloud.close();
   }
-  const addresses = renewalAddressSource(kubeConfig, identifier, {
-    ...(options.renewalNodeReadTimeoutMs === undefined
-      ? {}
-      : { nodeReadTimeoutMs: options.renewalNodeReadTimeoutMs }),
-  });
+  const addresses = renewalAddressSource(
+    kubeConfig,
+    { identifier, ...(byName ? { byName } : {}) },
+    readOptions,
+  );
   return { ca: options.ca, addresses, close };
 }
 
 /**
- * A renewal's addresses as the controller finds them: the Node's providerID, read through the pooled
- * Node reader (src/bootstrap/node-guard.ts) within `nodeReadTimeoutMs` (default 10 s), then the
- * cloud (`cloudAddresses`). A Node that is not registered (404: removed, or never there) is a
- * NotFoundError — a denial; any failure of the read (a 5xx, a 429, a 403 to the controller, no
- * answer in time) is a fault of the API server (503), never a verdict on the node.
+ * A renewal's addresses as the controller finds them: the Node, read through the pooled Node reader
+ * (src/bootstrap/node-guard.ts) within `nodeReadTimeoutMs` (default 10 s); then, when it has a
+ * providerID and a cloud `identifier` is given, the cloud (`cloudAddresses`), else the node's name
+ * in the metal registries (`byName`); a Node without a providerID that no registry can look up is
+ * refused (`cloudAddresses`: no providerID). A Node that is not registered (404: removed, or never
+ * there) is a NotFoundError — a denial; any failure of the read (a 5xx, a 429, a 403 to the
+ * controller, no answer in time) is a fault of the API server (503), never a verdict on the node.
  */
 function renewalAddressSource(
   kubeConfig: KubeConfig,
-  identifier: NodeIdentifier,
+  sources: { identifier?: NodeIdentifier; byName?: (nodeName: string) => Promise<NodeAddresses> },
   options: { nodeReadTimeoutMs?: number } = {},
 ): (nodeName: string) => Promise<NodeAddresses> {
   const readNode = httpsNodeReader(kubeConfig, { timeoutMs: options.nodeReadTimeoutMs ?? 10_000 });
-  return cloudAddresses({
-    providerIdOf: async (name) => {
-      // The reader's type names what the guard uses; the object read is the whole Node.
-      const node = (await readNode(name).catch((err: unknown) => {
-        throw dependencyFault('kubernetes-api', err);
-      })) as Pick<V1Node, 'spec'> | undefined;
-      if (!node) throw new NotFoundError(`node ${name} is not registered`);
-      return node.spec?.providerID;
-    },
-    identifier,
-  });
+  return async (nodeName) => {
+    // The reader's type names what the guard uses; the object read is the whole Node.
+    const node = (await readNode(nodeName).catch((err: unknown) => {
+      throw dependencyFault('kubernetes-api', err);
+    })) as Pick<V1Node, 'spec'> | undefined;
+    if (!node) throw new NotFoundError(`node ${nodeName} is not registered`);
+    const providerID = node.spec?.providerID || undefined;
+    if (sources.byName && !(providerID && sources.identifier)) return sources.byName(nodeName);
+    if (!sources.identifier) throw new NotFoundError(`node ${nodeName} has no providerID`);
+    return cloudAddresses({ providerIdOf: async () => providerID, identifier: sources.identifier })(nodeName);
+  };
 }

@@ -61,6 +61,26 @@ export function checkHostPublicKey(pem: string, source = 'the public key'): stri
   return `${pem.trim()}\n`;
 }
 
+/**
+ * The instance group a Host enrols its machine in, or why it enrols none. kops' verifier
+ * (pkg/bootstrap/pkibootstrap/pkiverifier) refuses a Host without `spec.publicKey` or
+ * `spec.instanceGroup`, so such a Host vouches for no machine — at its first join, and at a renewal
+ * alike. Read as the API server sent it: the CRD's schema makes both strings, a broken answer may not.
+ * (Whether the key verifies a proof is the `pki-tpm` policy's check; a renewal does not use it.)
+ */
+export function hostEnrolment(host: HostObject): { instanceGroup: string } | { problem: string } {
+  const where = `host ${hostNamespace}/${host.metadata.name}`;
+  const { publicKey, instanceGroup } = (host.spec ?? {}) as { publicKey?: unknown; instanceGroup?: unknown };
+  if (typeof publicKey !== 'string' || !publicKey) return { problem: `${where} has no spec.publicKey` };
+  if (typeof instanceGroup !== 'string' || !instanceGroup) {
+    return { problem: `${where} has no spec.instanceGroup` };
+  }
+  if (!isDnsSubdomain(instanceGroup)) {
+    return { problem: `${where}: spec.instanceGroup ${JSON.stringify(instanceGroup)} is not a valid name` };
+  }
+  return { instanceGroup };
+}
+
 /** Checks what `host add` is given before anything is written. */
 export function newHostObject(spec: HostSpec): HostObject {
   if (!isDnsSubdomain(spec.name)) {

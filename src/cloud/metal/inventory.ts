@@ -133,6 +133,14 @@ export function parseInventory(text: string, source: string): MetalInventory {
   );
 }
 
+/**
+ * There is no inventory in the state store. A typed error of its own because only the `metal` policy
+ * needs one: on kops metal, whose machines are enrolled with Host objects, its absence is the normal
+ * state (the renewal policy then reads it as "lists no host", src/bootstrap/policies/metal-addresses.ts),
+ * whereas a file that is there but unreadable or invalid is a fault for every reader.
+ */
+export class MissingInventoryError extends ConfigError {}
+
 /** Options of {@link InventoryStore}. */
 export interface InventoryStoreOptions {
   /** The cluster's state store, rooted at its configBase. */
@@ -226,7 +234,7 @@ export class InventoryStore {
     } catch (err) {
       inventory =
         err instanceof NotFoundError
-          ? new ConfigError(
+          ? new MissingInventoryError(
               `no metal inventory at ${this.source}: write one listing every host and its instance group (see docs/clouds.md#metal)`,
               { cause: err },
             )
