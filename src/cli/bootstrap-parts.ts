@@ -48,10 +48,42 @@ export interface SigningAuthorities {
   otherSigners: CertificateAuthority[];
 }
 
+/** Where `server.caBasePath` points when the config says nothing: where kops mounts the CA files. */
+const defaultCaBasePath = '/etc/kubernetes/kops-controller/pki';
+
+/** Where the signing CAs are kept, and a read of them from there. */
+export interface SigningAuthoritiesSource {
+  /** The folder or state-store URL they are read from (`server.caBasePath`). */
+  location: string;
+  /** Reads every CA of `server.signingCAs` again, from the store, each time it is called. */
+  read(): Promise<SigningAuthorities>;
+}
+
+/**
+ * The CAs of `server.signingCAs` (default kubernetes-ca) in `server.caBasePath`, in either layout
+ * `loadCa` reads (PEM files, or a kops keyset in a state store): the first signs everything, the
+ * others only the kops cert names that name them. The store is opened once, so that reading it again
+ * (src/cli/ca-watch.ts) reuses its client.
+ */
+export function signingAuthoritiesSource(
+  server: ServerSection,
+  vfsOptions: VfsOptions | undefined,
+): SigningAuthoritiesSource {
+  const [first = 'kubernetes-ca', ...others] = server.signingCAs ?? [];
+  const pki = openVfs(server.caBasePath ?? defaultCaBasePath, vfsOptions);
+  return {
+    location: pki.url,
+    read: async () => {
+      const ca = await loadCa(pki, first);
+      const otherSigners = await Promise.all(others.map((name) => loadCa(pki, name)));
+      return { ca, otherSigners };
+    },
+  };
+}
+
 /**
  * The CA that signs node certificates, and kops' other signers. With `given` (tests, `dev`) that CA
- * signs everything; otherwise every CA of `server.signingCAs` (default kubernetes-ca) is loaded from
- * `server.caBasePath`: the first signs everything, the others only the kops cert names that name them.
+ * signs everything; otherwise they are read from `server.caBasePath` ({@link signingAuthoritiesSource}).
  */
 export async function signingAuthorities(
   server: ServerSection,
@@ -59,11 +91,30 @@ export async function signingAuthorities(
   vfsOptions: VfsOptions | undefined,
 ): Promise<SigningAuthorities> {
   if (given) return { ca: given, otherSigners: [] };
-  const [first = 'kubernetes-ca', ...others] = server.signingCAs ?? [];
-  const pki = openVfs(server.caBasePath ?? '/etc/kubernetes/kops-controller/pki', vfsOptions);
-  const ca = await loadCa(pki, first);
-  const otherSigners = await Promise.all(others.map((name) => loadCa(pki, name)));
-  return { ca, otherSigners };
+  return signingAuthoritiesSource(server, vfsOptions).read();
+}
+
+/**
+ * Runs `step` after `firstMs`, then again after each wait it returns, until it returns undefined or
+ * the returned function is called. On `clock`'s monotonic timers: a step of the wall clock neither
+ * hastens nor delays a run.
+ */
+export function repeatOnClock(
+  clock: Clock,
+  step: () => Promise<number | undefined>,
+  firstMs: number,
+): () => void {
+  let stopped = false;
+  let cancel = (): void => undefined;
+  const run = () =>
+    void step().then((ms) => {
+      if (!stopped && ms !== undefined) cancel = clock.setTimer(run, ms);
+    });
+  cancel = clock.setTimer(run, firstMs);
+  return () => {
+    stopped = true;
+    cancel();
+  };
 }
 
 /** The server's TLS key and certificate, and how to get them again: issued here, or read from their files. */
@@ -131,59 +182,59 @@ export function keepServingTlsCurrent(
   const { logger } = options;
   let stopped = false;
   let cancel = (): void => undefined;
-  /** Runs `step` after `firstMs`, then again after each wait it returns, until stopped. */
-  const every = (step: () => Promise<number>, firstMs: number) => {
-    const run = () =>
-      void step().then((ms) => {
-        if (!stopped) cancel = clock.setTimer(run, ms);
-      });
-    cancel = clock.setTimer(run, firstMs);
-  };
   // From the certificate alone: just issued, so its validity is its lifetime (backdate included).
   const renewalDelay = (cert: string) => {
     const { validFromDate, validToDate } = new X509Certificate(cert);
     return servingRenewalFraction * (validToDate.getTime() - validFromDate.getTime());
   };
   if (reissue) {
-    every(async () => {
-      try {
-        const tls = reissue();
-        apply(tls);
-        const delayMs = renewalDelay(tls.cert);
-        logger.info({ renewInMs: Math.round(delayMs) }, 'serving certificate issued again');
-        return delayMs;
-      } catch (err) {
-        logger.error(
-          { err: describeError(err), retryInMs: servingRetryMs },
-          'cannot issue the serving certificate again; the one served expires unless this succeeds',
-        );
-        return servingRetryMs;
-      }
-    }, renewalDelay(serving.tls.cert));
+    cancel = repeatOnClock(
+      clock,
+      async () => {
+        try {
+          const tls = reissue();
+          apply(tls);
+          const delayMs = renewalDelay(tls.cert);
+          logger.info({ renewInMs: Math.round(delayMs) }, 'serving certificate issued again');
+          return delayMs;
+        } catch (err) {
+          logger.error(
+            { err: describeError(err), retryInMs: servingRetryMs },
+            'cannot issue the serving certificate again; the one served expires unless this succeeds',
+          );
+          return servingRetryMs;
+        }
+      },
+      renewalDelay(serving.tls.cert),
+    );
   } else if (reread) {
     let current = serving.tls;
     const failures = new RecurringFailureLog(logger, {
       message: 'cannot serve the server certificate files; still serving the last ones read',
       recoveredMessage: 'server certificate files read again',
     });
-    every(async () => {
-      try {
-        const tls = await reread();
-        // Closed while the files were read: the server (and the ledger) may be gone.
-        if (stopped) return servingFilesPollMs;
-        if (tls.cert !== current.cert || tls.key !== current.key) {
-          // Throws when the key does not match the certificate: a rotation half written.
-          createSecureContext(tls);
-          apply(tls);
-          current = tls;
-          logger.info('server certificate files changed; serving them');
+    cancel = repeatOnClock(
+      clock,
+      async () => {
+        try {
+          const tls = await reread();
+          // Closed while the files were read: the server (and the ledger) may be gone.
+          if (stopped) return servingFilesPollMs;
+          if (tls.cert !== current.cert || tls.key !== current.key) {
+            // Throws when the key does not match the certificate: a rotation half written.
+            createSecureContext(tls);
+            apply(tls);
+            current = tls;
+            logger.info('server certificate files changed; serving them');
+          }
+          failures.succeeded();
+        } catch (err) {
+          failures.failed(err);
         }
-        failures.succeeded();
-      } catch (err) {
-        failures.failed(err);
-      }
-      return servingFilesPollMs;
-    }, servingFilesPollMs);
+        return servingFilesPollMs;
+      },
+      servingFilesPollMs,
+    );
   }
   return () => {
     stopped = true;

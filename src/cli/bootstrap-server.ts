@@ -60,7 +60,7 @@ import {
 import type { CloudOverrides } from '../cloud/from-config.ts';
 import { cloudCallMetrics } from '../cloud/metrics.ts';
 import type { Config } from '../config/schema.ts';
-import { ConfigError, describeError } from '../errors.ts';
+import { ConfigError, describeError, type KopsError } from '../errors.ts';
 import { reuseConnections } from '../kube/connection-reuse.ts';
 import type { SharedInformer } from '../kube/shared-informer.ts';
 import { entriesOfIssued, LedgerRecorder } from '../ledger/recorder.ts';
@@ -86,9 +86,12 @@ import {
   type ServerSection,
   type ServingTls,
   type SigningAuthorities,
+  type SigningAuthoritiesSource,
   servingTls,
   signingAuthorities,
+  signingAuthoritiesSource,
 } from './bootstrap-parts.ts';
+import { watchSigningAuthorities } from './ca-watch.ts';
 
 /** What {@link startBootstrapServer} is given besides the config. */
 export interface BootstrapServerDeps {
@@ -631,6 +634,13 @@ async function serveBootstrapWorker(spec: unknown, services: WorkerServices): Pr
 /** The running server, and the leader-only components that go with it: the queue signer, the cluster-info publisher, the token and replay-marker cleaners, and the certificate expiry ledger's gauge and renewal recorder. */
 export interface ConfiguredBootstrap extends BootstrapService {
   components: LeaderComponent[];
+  /**
+   * Settles, with the error the process is to exit with (`gone`, exit 75), once the CAs this server
+   * read from `server.caBasePath` are no longer what is there (src/cli/ca-watch.ts): `run` then shuts
+   * down and its restart loads them. Never when the CA was given (tests, `dev`), nor in a serving
+   * worker, whose primary watches for it.
+   */
+  caReplaced: Promise<KopsError>;
 }
 
 /** How long the served cluster-info may lag behind the ConfigMap; bounds the API reads a flood causes. */
@@ -700,7 +710,13 @@ export async function startConfiguredBootstrap(
     logger,
   };
   // The CAs first: the renewal policy checks node certificates against them.
-  const authorities = await signingAuthorities(config.server, options.server?.ca, options.vfsOptions);
+  let caSource: SigningAuthoritiesSource | undefined;
+  let authorities: SigningAuthorities;
+  if (options.server?.ca) authorities = { ca: options.server.ca, otherSigners: [] };
+  else {
+    caSource = signingAuthoritiesSource(config.server, options.vfsOptions);
+    authorities = await caSource.read();
+  }
   const core = kubeConfig.makeApiClient(CoreV1Api);
   // One guard object serves the policies (claims) and the leader's collector (expiry).
   const replayGuard = new ConfigMapReplayGuard({
@@ -754,10 +770,24 @@ export async function startConfiguredBootstrap(
       new TokenCleaner({ core, source: tokens, logger }),
       new ReplayMarkerCollector({ guard: replayGuard, logger }),
     ];
+    let stopWatch = (): void => undefined;
+    const caReplaced = new Promise<KopsError>((onReplaced) => {
+      // A serving worker loaded the CA itself, but the process that stops and restarts is its primary.
+      if (!caSource || serverOverrides.shared) return;
+      stopWatch = watchSigningAuthorities({
+        loaded: authorities,
+        source: caSource,
+        onReplaced,
+        clock: serverOverrides.clock,
+        logger: logger.child({ component: 'bootstrap-server' }),
+      });
+    });
     return {
       ...served,
       components: [served.signer, publisher, ...cleaners, ...served.ledgerComponents],
+      caReplaced,
       async close() {
+        stopWatch();
         await served.close();
         release();
         await tokens.stop();

@@ -2,7 +2,9 @@
  * `kops-controller run --conf FILE`: the controller process. Loads the config and the kubeconfig,
  * serves /healthz, /readyz and /metrics, campaigns for the leader lease and runs the leader-only
  * components while it holds it. SIGTERM or SIGINT shuts down cleanly: the components stop, the lease
- * is released so a standby takes over at once, and the process exits 0. The bootstrap server serves
+ * is released so a standby takes over at once, and the process exits 0. The same shutdown, ending in
+ * exit 75, follows when the CA the bootstrap server loaded is replaced in its store
+ * (src/cli/ca-watch.ts), so that Kubernetes restarts the process with the new CA. The bootstrap server serves
  * from `--bootstrap-workers` processes (default: one per core but one; src/bootstrap/workers.ts); leader
  * election and the controllers stay in this one.
  */
@@ -14,6 +16,7 @@ import { collectDefaultMetrics, type Registry, register } from 'prom-client';
 import type { CloudOverrides } from '../cloud/from-config.ts';
 import { loadConfigFile } from '../config/loader.ts';
 import type { Config } from '../config/schema.ts';
+import { exitCodeOf, type KopsError } from '../errors.ts';
 import { loadKubeConfig } from '../kube/client.ts';
 import { csrInformer, nodeInformer } from '../kube/shared-informer.ts';
 import type { Logger } from '../log.ts';
@@ -110,10 +113,42 @@ async function run(options: RunOptions, command: Command): Promise<void> {
     registry: register,
     logger,
   });
+  // A restart asked for is thrown from here: main() prints its line and exits with its code.
+  await runUntilStopped(controller, logger);
+  // Stopped cleanly: a call that takes no signal must not hold the process past the pod's grace.
+  exitAfterGrace(undefined, (handles) =>
+    logger.warn(
+      { handles },
+      `stopped, but open handles kept the process alive for ${exitGraceMs} ms; exiting`,
+    ),
+  );
+}
+
+/**
+ * Runs the started controller until SIGTERM or SIGINT, or until its bootstrap server's CA was replaced
+ * in its store; either way through the same graceful shutdown (components stopped, lease released,
+ * bootstrap server closed). A replaced CA is then thrown, with one log line first: main() prints it
+ * and exits 75, and the kubelet starts the container again, which loads the new CA (why a restart and
+ * not a swap: src/cli/ca-watch.ts). A signal that came first wins: the replica was stopping anyway.
+ */
+export async function runUntilStopped(
+  controller: Pick<RunningController, 'runtime' | 'bootstrap' | 'stop'>,
+  logger: Logger,
+): Promise<void> {
+  let stopping = false;
+  let restart: KopsError | undefined;
   const shutdown = (signal: NodeJS.Signals) => {
+    stopping = true;
     logger.info({ signal }, 'shutting down');
     void controller.runtime.stop();
   };
+  void controller.bootstrap?.caReplaced.then((err) => {
+    if (stopping) return;
+    stopping = true;
+    restart = err;
+    logger.warn({ reason: err.reasonCode, exitCode: exitCodeOf(err) }, `shutting down: ${err.message}`);
+    void controller.runtime.stop();
+  });
   process.once('SIGTERM', shutdown);
   process.once('SIGINT', shutdown);
   try {
@@ -123,13 +158,7 @@ async function run(options: RunOptions, command: Command): Promise<void> {
     process.off('SIGTERM', shutdown);
     process.off('SIGINT', shutdown);
   }
-  // Stopped cleanly: a call that takes no signal must not hold the process past the pod's grace.
-  exitAfterGrace(undefined, (handles) =>
-    logger.warn(
-      { handles },
-      `stopped, but open handles kept the process alive for ${exitGraceMs} ms; exiting`,
-    ),
-  );
+  if (restart) throw restart;
 }
 
 /**
