@@ -8,7 +8,7 @@ import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { ensureAllTools } from '../src/testing/tools.ts';
 
-ensureAllTools(['kubectl', 'promtool']);
+ensureAllTools(['kubectl', 'promtool', 'cfssl']);
 mkdirSync('.tools', { recursive: true });
 // One record per run: two runs at once (a whole suite beside one file) must not count each other's.
 const tapFile = `.tools/test-run-${process.pid}.tap`;

@@ -30,9 +30,17 @@ export interface NodeIssueOptions extends IssueOptions {
   onIssued?: (issued: readonly IssuedCertificate[], facts: NodeFacts) => void;
 }
 
-/** The identity a certificate is issued for: the verified facts, never the request's claims. */
+/**
+ * The identity a certificate is issued for: the verified facts, never the request's claims — the
+ * machine's incarnation among them, which the node's own certificates then name (src/pki/incarnation.ts).
+ */
 export function identityOf(facts: NodeFacts): VerifiedIdentity {
-  return { name: facts.nodeName, dnsNames: facts.dnsNames, ipAddresses: facts.ipAddresses };
+  return {
+    name: facts.nodeName,
+    dnsNames: facts.dnsNames,
+    ipAddresses: facts.ipAddresses,
+    ...(facts.incarnationId === undefined ? {} : { incarnationId: facts.incarnationId }),
+  };
 }
 
 /** Profiles in a stable order, so that issuance and answers do not depend on the request's key order. */

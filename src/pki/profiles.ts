@@ -12,6 +12,7 @@ import { pooledRandomBytes } from '../random.ts';
 import type { CertificateAuthority } from './ca.ts';
 import { type ParsedCsr, RequestRejectedError } from './csr.ts';
 import { unsignedInteger } from './der.ts';
+import { incarnationExtension } from './incarnation.ts';
 import { canonicalIp } from './ip.ts';
 import { describeSpki, type KeyDescription, keyPolicyViolation, publicKeyFromSpki, spkiOf } from './keys.ts';
 import { encodePem } from './pem.ts';
@@ -49,6 +50,12 @@ export interface Profile {
    * verified or approved the names (reserved-names.ts).
    */
   issuedToNodes: boolean;
+  /**
+   * Whether it is one node's own identity, which names the machine it was issued to when that is
+   * verified (the incarnation extension, incarnation.ts): a renewal with it is then bound to that
+   * machine, not to whichever machine bears the node's name later.
+   */
+  namesIncarnation: boolean;
   defaultLifetimeMs: number;
 }
 
@@ -61,6 +68,7 @@ export const profiles = {
     altNames: 'none',
     nameIsDnsName: false,
     issuedToNodes: true,
+    namesIncarnation: true,
     defaultLifetimeMs: dayMs,
   },
   'kubelet-server': {
@@ -75,6 +83,7 @@ export const profiles = {
     altNames: 'verified',
     nameIsDnsName: false,
     issuedToNodes: true,
+    namesIncarnation: true,
     defaultLifetimeMs: dayMs,
   },
   'kube-proxy': {
@@ -84,6 +93,7 @@ export const profiles = {
     altNames: 'none',
     nameIsDnsName: false,
     issuedToNodes: true,
+    namesIncarnation: false,
     defaultLifetimeMs: dayMs,
   },
   'kube-router': {
@@ -93,6 +103,7 @@ export const profiles = {
     altNames: 'none',
     nameIsDnsName: false,
     issuedToNodes: true,
+    namesIncarnation: false,
     defaultLifetimeMs: dayMs,
   },
   'etcd-client-cilium': {
@@ -102,6 +113,7 @@ export const profiles = {
     altNames: 'none',
     nameIsDnsName: false,
     issuedToNodes: true,
+    namesIncarnation: false,
     defaultLifetimeMs: dayMs,
   },
   'kops-controller': {
@@ -111,6 +123,7 @@ export const profiles = {
     altNames: 'verified',
     nameIsDnsName: true,
     issuedToNodes: false,
+    namesIncarnation: false,
     defaultLifetimeMs: 30 * dayMs,
   },
   // The control plane's certificates, as kOps' nodeup issues them on control-plane nodes (CA
@@ -124,6 +137,7 @@ export const profiles = {
     altNames: 'verified',
     nameIsDnsName: false,
     issuedToNodes: false,
+    namesIncarnation: false,
     defaultLifetimeMs: 365 * dayMs,
   },
   'kube-controller-manager': {
@@ -133,6 +147,7 @@ export const profiles = {
     altNames: 'none',
     nameIsDnsName: false,
     issuedToNodes: false,
+    namesIncarnation: false,
     defaultLifetimeMs: 365 * dayMs,
   },
   'kube-scheduler': {
@@ -142,6 +157,7 @@ export const profiles = {
     altNames: 'none',
     nameIsDnsName: false,
     issuedToNodes: false,
+    namesIncarnation: false,
     defaultLifetimeMs: 365 * dayMs,
   },
   // An administrator in system:masters, as `kops export kubecfg --admin` makes (CN=kubecfg-<user>)
@@ -155,6 +171,7 @@ export const profiles = {
     altNames: 'none',
     nameIsDnsName: false,
     issuedToNodes: false,
+    namesIncarnation: false,
     defaultLifetimeMs: 18 * hourMs,
   },
 } satisfies Record<string, Profile>;
@@ -180,6 +197,11 @@ export interface VerifiedIdentity {
   name: string;
   dnsNames?: readonly string[];
   ipAddresses?: readonly string[];
+  /**
+   * The id of the machine's incarnation the cloud verified (`NodeFacts.incarnationId`), which the
+   * profiles that name one write into the certificate; none when no authority knows one.
+   */
+  incarnationId?: string;
 }
 
 /** What is certified: a CSR, or a bare public key as DER SubjectPublicKeyInfo (kops' bootstrap sends those). */
@@ -559,6 +581,9 @@ function prepareIssuance(
         subjectKeyIdentifierExtension(key.keyIdentifier),
         ca.signer.authorityKeyIdentifier,
         ...(hasNames ? [subjectAltNameExtension(plan.altNames)] : []),
+        ...(profile.namesIncarnation && identity.incarnationId !== undefined
+          ? [incarnationExtension(identity.incarnationId)]
+          : []),
       ],
     },
     ca.signer.scheme,

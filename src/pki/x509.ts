@@ -35,6 +35,7 @@ import {
   time,
   utf8String,
 } from './der.ts';
+import { incarnationOid, readIncarnationId } from './incarnation.ts';
 import { bytesToIp, ipToBytes } from './ip.ts';
 import { publicKeyFromSpki, type SignatureScheme } from './keys.ts';
 
@@ -214,6 +215,8 @@ export interface ParsedExtensions {
   };
   subjectKeyIdentifier?: Buffer;
   authorityKeyIdentifier?: Buffer;
+  /** The machine a node certificate was issued to (src/pki/incarnation.ts). */
+  incarnationId?: string;
   /** Extensions not decoded here, with their criticality. */
   other: { oid: string; critical: boolean }[];
   /** OIDs of the extensions marked critical. */
@@ -291,6 +294,9 @@ export function parseExtensions(node: DerNode): ParsedExtensions {
         if (keyId) out.authorityKeyIdentifier = Buffer.from(contentOf(keyId));
         break;
       }
+      case incarnationOid:
+        out.incarnationId = readIncarnationId(value);
+        break;
       default:
         out.other.push({ oid: type, critical });
     }

@@ -88,6 +88,8 @@ test('aws approves a v1 proof: node name, SANs and group from EC2', async () => 
     `arn:aws:sts::${sim.account}:assumed-role/nodes.${cluster}/${instanceId}`,
   );
   assert.equal(decision.facts.evidence['account'], sim.account);
+  // Its certificates name the instance (the incarnation extension): a renewal is bound to it.
+  assert.equal(decision.facts.incarnationId, instanceId);
 });
 
 test('aws approves a v2 (presigned) proof, with IP-based node names when configured', async () => {
@@ -96,6 +98,8 @@ test('aws approves a v2 (presigned) proof, with IP-based node names when configu
   assert.equal(decision.facts.nodeName, 'ip-10-1-2-3.ec2.internal');
   assert.ok(decision.facts.dnsNames.includes(instanceId));
   assert.ok(decision.facts.dnsNames.includes('ip-10-1-2-3.ec2.internal'));
+  // The name is the address's, which another instance may hold later: the certificates name this one.
+  assert.equal(decision.facts.incarnationId, instanceId);
 });
 
 test('aws abstains on a request without an AWS proof', async () => {

@@ -263,6 +263,8 @@ export function factsOf(
     nodeName,
     instanceGroup: instance.instanceGroup,
     instanceId: instance.instanceId,
+    // The instance its certificates name, so that an IP-based name's next instance is another machine.
+    ...(instance.incarnation ? { incarnationId: instance.incarnation.id } : {}),
     // The instance id and private DNS names whichever is the node's name, as kops' certificate names.
     dnsNames: [...names],
     ipAddresses: [...ips],

@@ -76,6 +76,8 @@ test('a kops scale-set VM is approved with the facts ARM gives: node name, group
   assert.equal(decision.facts.challengeEndpoint, `${node.privateIp}:3987`);
   assert.equal(decision.facts.instanceId, node.name);
   assert.equal(decision.facts.evidence['vmId'], node.vmId);
+  // The VM's incarnation, checked equal to the attested document's: the certificates carry it.
+  assert.equal(decision.facts.incarnationId, node.vmId);
 });
 
 test('abstains for proofs of other clouds and kinds', async () => {
@@ -300,4 +302,16 @@ test("a document carrying Azure's leaf only is approved through the issuer fetch
     policy({ attestation: attestation() }).evaluate(request(await header(node, body), body), now),
     isDependencyFault,
   );
+});
+
+test("a timeCreated in ARM's record of the VM that is no time is a dependency fault (503), never a denial nor dropped", async () => {
+  const vm = sim.world
+    .seedKopsCluster(cluster, [{ name: 'nodes-bad-time', count: 1 }])
+    .get('nodes-bad-time')?.[0];
+  assert.ok(vm);
+  (vm as { timeCreated: unknown }).timeCreated = 'not a time';
+  await assert.rejects(decide(vm), (err: unknown) => {
+    assert.ok(isDependencyFault(err), String(err));
+    return true;
+  });
 });

@@ -10,6 +10,8 @@
  *     `kops.k8s.io_instancegroup` tag (the instance group);
  *   - its primary network interface gives the private addresses: the certificate names and the
  *     callback-challenge endpoint `<address>:3987`.
+ * The certificates carry the VM's vmId as its incarnation (NodeFacts.incarnationId), so that their
+ * renewal is bound to this VM, not to another created later under its name.
  * Stronger, without breaking a kops node (kops tags its scale sets, hence their VMs, with the
  * cluster): the VM must carry `KubernetesCluster=<cluster>` (a standalone VM of the resource group
  * is no longer enough), must be running, and the interface must be attached to that VM. No replay
@@ -130,6 +132,9 @@ async function factsFromArm(
     nodeName,
     instanceGroup,
     instanceId: ref.name,
+    // The attested vmId (checkVm: ARM's record has it): the certificates carry it, so their renewal
+    // is bound to this VM, not to one re-created under its name later.
+    incarnationId: vm.vmId,
     dnsNames: [],
     ipAddresses: nic.privateIps,
     challengeEndpoint: challengeEndpointOf(ip, options.challengePort ?? defaultChallengePort),

@@ -44,6 +44,8 @@ test('an active droplet of the cluster is approved: named by its private address
   // Only private addresses are certified, as kops; the public one is not.
   assert.deepEqual(decision.facts.ipAddresses, [droplet.privateIp]);
   assert.equal(decision.facts.challengeEndpoint, `${droplet.privateIp}:3987`);
+  // The droplet's incarnation (its never-reused id) goes into its certificates.
+  assert.equal(decision.facts.incarnationId, String(droplet.id));
   assert.equal(sim.count('droplets.get'), 1);
 });
 

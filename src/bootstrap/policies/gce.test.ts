@@ -85,6 +85,9 @@ test('gce approves an identity token: name, group from the MIG template, interna
   assert.equal(decision.facts.instanceGroup, 'nodes-a');
   assert.equal(decision.facts.ipAddresses.length, 1);
   assert.equal(decision.facts.evidence['proof'], 'identity-token');
+  // Its certificates name the instance's numeric id (the incarnation extension), which a MIG
+  // recreating the instance under its name does not keep.
+  assert.equal(decision.facts.incarnationId, sim.world.instance(sim.world.defaultProject, zone, node).id);
 });
 
 test('gce puts the IPv6 address of an IPv6 node in its SANs, as kops: internal addresses only', async () => {
@@ -316,6 +319,7 @@ test('attack: an identity token minted on the previous incarnation of a name (it
   const own = await policy().evaluate(identityRequest(reborn.name), now);
   assert.ok(own.verdict === 'approve', JSON.stringify(own));
   assert.equal(own.facts.evidence['gceInstanceId'], reborn.id);
+  assert.equal(own.facts.incarnationId, reborn.id);
 });
 
 test('attack: a TPM proof signed on the previous incarnation of a name is denied: the key is read from the current one', async () => {

@@ -313,6 +313,8 @@ function factsOf(identity: NodeIdentity, evidence: Record<string, string>): Node
     nodeName: identity.instanceId,
     instanceGroup: identity.instanceGroup,
     instanceId: identity.instanceId,
+    // The numeric id its certificates name: the MIG recreates the instance under its name, never its id.
+    ...(identity.incarnation ? { incarnationId: identity.incarnation.id } : {}),
     dnsNames: [],
     ipAddresses: identity.addresses.filter((a) => a.type === 'InternalIP').map((a) => a.address),
     evidence: {

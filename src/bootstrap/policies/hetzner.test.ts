@@ -4,6 +4,7 @@ import { createHetznerProvider, type HetznerProvider } from '../../cloud/hetzner
 import { useSimulatedCloud } from '../../cloud/simulated-cloud.test-support.ts';
 import { type HetznerSimulator, startHetznerSimulator } from '../../sim/hetzner/simulator.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
+import { dependencyOf, isDependencyFault } from '../dependency.ts';
 import type { BootstrapPolicy, IdentityProof } from '../types.ts';
 import {
   assertAbstainsOnOtherProofs,
@@ -52,6 +53,8 @@ test('a running server of the cluster is approved with kops’ facts and a chall
       nodeName: 'nodes-fsn1-abc',
       instanceGroup: 'nodes-fsn1',
       instanceId: String(server.id),
+      // The server's incarnation goes into its certificates, binding their renewal to this server.
+      incarnationId: String(server.id),
       dnsNames: [],
       ipAddresses: ['203.0.113.9', '10.0.1.5', '10.1.0.5'],
       challengeEndpoint: '10.0.1.5:3987',
@@ -126,4 +129,14 @@ test('a join storm shares cloud reads: concurrent requests are decided from one 
   assert.ok(decisions.every((d) => d.verdict === 'approve'));
   assert.equal(sim.count('servers.get'), 0);
   assert.ok(sim.count('servers.list') <= 2, `${sim.count('servers.list')} list pages for 40 requests`);
+});
+
+test('a creation time in the server record that is no time is a dependency fault (503), never a denial nor dropped', async () => {
+  const server = ourServer({ name: 'nodes-fsn1-bad-time', created: 'not a time' });
+  const failure = await evaluate(hetznerId(String(server.id))).then(
+    (decision) => assert.fail(`decided ${decision.verdict}`),
+    (err: unknown) => err,
+  );
+  assert.ok(isDependencyFault(failure), String(failure));
+  assert.equal(dependencyOf(failure), 'policy:hetzner');
 });

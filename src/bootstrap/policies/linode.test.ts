@@ -43,6 +43,8 @@ test('a running instance of the cluster is approved: named by its label, challen
   assert.equal(decision.facts.instanceGroup, 'nodes-us-ord');
   assert.deepEqual(decision.facts.ipAddresses, [publicIp, privateIp]);
   assert.equal(decision.facts.challengeEndpoint, `${privateIp}:3987`);
+  // The instance's incarnation (its never-reused id) goes into its certificates.
+  assert.equal(decision.facts.incarnationId, String(instance.id));
   assert.equal(sim.count('linode.instances.get'), 1);
 });
 

@@ -69,6 +69,8 @@ test('a server asking from its own address is approved as kops names it, without
     // The source address is the whole proof: a Node of the name in any state refuses it (kops' ErrAlreadyExists).
     assert.equal(decision.facts.firstJoinOnly, true);
     assert.equal(decision.facts.evidence['serverId'], node);
+    // The server's incarnation (its UUID, never another server's): the certificates carry it.
+    assert.equal(decision.facts.incarnationId, node);
   }
 });
 
@@ -232,4 +234,18 @@ test('Keystone refusing the login request itself (404 at a wrong OS_AUTH_URL, 40
       },
     );
   }
+});
+
+test('a `created` in the server record that is no time is a dependency fault (503), never a denial nor dropped', async () => {
+  const server = sim.addServer({
+    name: 'nodes-a-bad-time',
+    fixed: ['10.0.0.6'],
+    metadata: metadata(),
+    created: 'not a time',
+  }).id;
+  await assert.rejects(decide(server, '10.0.0.6'), (err: unknown) => {
+    assert.ok(isDependencyFault(err), String(err));
+    assert.equal(dependencyOf(err), 'policy:openstack');
+    return true;
+  });
 });

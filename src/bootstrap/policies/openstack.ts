@@ -82,7 +82,7 @@ async function verifyServer(
     verdict: 'approve',
     facts: {
       // kops' certificate names: every address of the server.
-      ...serverFacts(server, identity.instanceGroup, addresses),
+      ...serverFacts(server, identity, addresses),
       // The source address is the whole proof: only a first join, as kops (ErrAlreadyExists).
       firstJoinOnly: true,
       evidence: {

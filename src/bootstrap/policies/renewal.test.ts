@@ -5,9 +5,20 @@ import { renewalProof } from '../../agent/renewal.ts';
 import type { IdentifyResult, NodeIdentifier } from '../../cloud/types.ts';
 import { NotFoundError, UnavailableError } from '../../errors.ts';
 import { type CertificateAuthority, createCa } from '../../pki/ca.ts';
-import { bytesOf, childrenOf, readRoot, sequence } from '../../pki/der.ts';
-import { generateKey } from '../../pki/keys.ts';
+import {
+  bytesOf,
+  childrenOf,
+  octetString,
+  oid,
+  readRoot,
+  sequence,
+  unsignedInteger,
+  utf8String,
+} from '../../pki/der.ts';
+import { incarnationOid } from '../../pki/incarnation.ts';
+import { generateKey, spkiOf } from '../../pki/keys.ts';
 import { issueCertificate, type ProfileName, publicKeyRequest } from '../../pki/profiles.ts';
+import { encodeName, extKeyUsageExtension, signCertificate } from '../../pki/x509.ts';
 import { bodyDigest, encodeRenewalToken, renewalAudience } from '../../protocol/renewal-proof.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import { isDependencyFault } from '../dependency.ts';
@@ -27,13 +38,20 @@ function certificate(
     profile?: ProfileName;
     issuedAt?: Date;
     lifetimeMs?: number;
+    /** The machine the certificate names (the incarnation extension). */
+    incarnationId?: string;
   } = {},
 ) {
   const issued = issueCertificate(
     options.issuer ?? ca,
     options.profile ?? 'kubelet',
     publicKeyRequest(key),
-    { name: options.name ?? 'node-a', dnsNames: [], ipAddresses: [] },
+    {
+      name: options.name ?? 'node-a',
+      dnsNames: [],
+      ipAddresses: [],
+      ...(options.incarnationId === undefined ? {} : { incarnationId: options.incarnationId }),
+    },
     {
       now: options.issuedAt ?? new Date('2026-01-01T00:00:00Z'),
       lifetimeMs: options.lifetimeMs ?? 455 * 86_400_000,
@@ -251,6 +269,135 @@ describe('renewal policy', () => {
   });
 });
 
+/**
+ * A kubelet client certificate of node-a from the cluster CA whose incarnation extension holds
+ * `value` (DER) as it stands: what only a forger with the CA key, or a bug, could make.
+ */
+function certificateWithIncarnationValue(value: Buffer): X509Certificate {
+  const der = signCertificate(
+    {
+      serial: unsignedInteger(Buffer.from([0x42])),
+      issuer: ca.signer.certificate.parsed.subjectDer,
+      subject: encodeName({ commonName: 'system:node:node-a', organizations: ['system:nodes'] }),
+      notBefore: new Date('2026-01-01T00:00:00Z'),
+      notAfter: new Date('2027-01-01T00:00:00Z'),
+      spki: spkiOf(key),
+      extensions: [extKeyUsageExtension(['clientAuth']), sequence(oid(incarnationOid), octetString(value))],
+    },
+    ca.signer.scheme,
+    ca.signer.key,
+  );
+  return new X509Certificate(der);
+}
+
+describe('renewal bound to the machine the certificate was issued to (its incarnation)', () => {
+  const createdAt = new Date('2026-02-01T00:00:00Z');
+  const hourMs = 3_600_000;
+  const machine = (incarnation?: { id: string; createdAt?: Date }) =>
+    policy({
+      addressesOf: async () => ({
+        dnsNames: [],
+        ipAddresses: ['10.0.0.9'],
+        instanceGroup: 'nodes',
+        instanceId: 'nodes-a',
+        ...(incarnation ? { incarnation } : {}),
+      }),
+    });
+
+  test('a certificate naming the machine of now renews, and what is renewed names it again', async () => {
+    const cert = certificate({ incarnationId: '4000000000000031676' });
+    const decision = await machine({ id: '4000000000000031676', createdAt }).evaluate(
+      await renewalRequest({ cert }),
+      contextAt(now),
+    );
+    assert.equal(decision.verdict, 'approve', JSON.stringify(decision));
+    assert.equal(decision.facts.incarnationId, '4000000000000031676');
+    assert.equal(decision.facts.evidence['incarnation'], '4000000000000031676');
+    assert.equal('incarnation' in decision.facts, false, 'the cloud record is not copied whole');
+  });
+
+  test("attack: a certificate naming another machine of that name (recreated under its name, an IP-based name's next instance) is refused, naming both", async () => {
+    const cert = certificate({ incarnationId: '4000000000000015838' });
+    const decision = await machine({ id: '4000000000000031676', createdAt }).evaluate(
+      await renewalRequest({ cert }),
+      contextAt(now),
+    );
+    assert.equal(decision.verdict, 'deny', JSON.stringify(decision));
+    assert.equal(
+      decision.reasons.join(),
+      'renewal refused: the certificate was issued to another machine of that name: instance id 4000000000000015838, but node-a is now instance id 4000000000000031676; the machine of now joins with its own cloud proof',
+    );
+  });
+
+  test("a certificate naming no machine (kops', the KCM's) renews unless it starts more than 48 h 5 min before the machine came to be; the renewal then names the machine", async () => {
+    // This CA backdates five minutes: issued 48 h before the machine, it starts 48 h 5 min before.
+    const lastAccepted = certificate({ issuedAt: new Date(createdAt.getTime() - 48 * hourMs) });
+    const accepted = await machine({ id: 'i-0b', createdAt }).evaluate(
+      await renewalRequest({ cert: lastAccepted }),
+      contextAt(now),
+    );
+    assert.equal(accepted.verdict, 'approve', JSON.stringify(accepted));
+    assert.equal(accepted.facts.incarnationId, 'i-0b');
+
+    const earlier = certificate({ issuedAt: new Date(createdAt.getTime() - 48 * hourMs - 1000) });
+    const refused = await machine({ id: 'i-0b', createdAt }).evaluate(
+      await renewalRequest({ cert: earlier }),
+      contextAt(now),
+    );
+    assert.equal(refused.verdict, 'deny', JSON.stringify(refused));
+    assert.equal(
+      refused.reasons.join(),
+      'renewal refused: the certificate was issued before this machine existed: it is valid from 2026-01-29T23:54:59.000Z and instance i-0b was created (or last started) at 2026-02-01T00:00:00.000Z; the machine joins again with its cloud proof',
+    );
+  });
+
+  test("the id is compared before any time: a certificate naming the machine renews even if it starts before the cloud's creation time", async () => {
+    const cert = certificate({ issuedAt: new Date('2026-01-01T00:00:00Z'), incarnationId: 'i-0b' });
+    const decision = await machine({ id: 'i-0b', createdAt }).evaluate(
+      await renewalRequest({ cert }),
+      contextAt(now),
+    );
+    assert.equal(decision.verdict, 'approve', JSON.stringify(decision));
+  });
+
+  test('an incarnation without a creation time: a certificate naming no machine renews (the id is all there is to compare)', async () => {
+    const decision = await machine({ id: '42' }).evaluate(await renewalRequest(), contextAt(now));
+    assert.equal(decision.verdict, 'approve', JSON.stringify(decision));
+    assert.equal(decision.facts.incarnationId, '42');
+  });
+
+  test('no incarnation (metal, a cloud that names none) or no address source: as before, the renewal names no machine', async () => {
+    const cert = certificate({ incarnationId: 'i-0a' });
+    for (const renewal of [machine(), policy({ addressesOf: undefined })]) {
+      for (const presented of [cert, certificate()]) {
+        const decision = await renewal.evaluate(await renewalRequest({ cert: presented }), contextAt(now));
+        assert.equal(decision.verdict, 'approve', JSON.stringify(decision));
+        assert.equal(decision.facts.incarnationId, undefined);
+        assert.equal(decision.facts.evidence['incarnation'], undefined);
+      }
+    }
+  });
+
+  test('a certificate whose incarnation value is malformed is refused with the reason, not a crash', async () => {
+    for (const [value, reason] of [
+      [
+        octetString(Buffer.from('i-0b')),
+        /malformed incarnation extension: the value has tag 0x4, not a UTF8String/,
+      ],
+      [utf8String('i-0b\nx'), /malformed incarnation extension: it has a character other than visible ASCII/],
+      [Buffer.from([0x0c, 0x05, 0x41]), /malformed DER/],
+    ] as const) {
+      const cert = certificateWithIncarnationValue(value);
+      for (const renewal of [machine({ id: 'i-0b', createdAt }), policy({ addressesOf: undefined })]) {
+        const decision = await renewal.evaluate(await renewalRequest({ cert }), contextAt(now));
+        assert.equal(decision.verdict, 'deny', JSON.stringify(decision));
+        assert.match(decision.reasons.join(), /^renewal refused: /);
+        assert.match(decision.reasons.join(), reason);
+      }
+    }
+  });
+});
+
 describe("renewal addresses from the cloud (the Node's providerID, then the instance)", () => {
   const providerID = 'hcloud://42';
   const identifier = (result: IdentifyResult): NodeIdentifier => ({
@@ -287,6 +434,18 @@ describe("renewal addresses from the cloud (the Node's providerID, then the inst
       instanceGroup: 'nodes-fsn1',
       instanceId: '42',
     });
+  });
+
+  test("the instance's incarnation, when the cloud names one, with the addresses", async () => {
+    const incarnation = { id: '42', createdAt: new Date('2026-02-01T00:00:00Z') };
+    const addresses = await cloudAddresses({
+      providerIdOf: async () => providerID,
+      identifier: identifier({
+        ok: true,
+        identity: { ...(running.ok ? running.identity : ({} as never)), incarnation },
+      }),
+    })('nodes-fsn1-42.internal');
+    assert.deepEqual(addresses.incarnation, incarnation);
   });
 
   test('no providerID, a stopped instance or one the cloud does not know: the renewal is refused', async () => {

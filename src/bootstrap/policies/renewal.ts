@@ -16,6 +16,13 @@
  * addresses, so only client certificates can be renewed. A node the cloud no longer knows, or whose
  * Node is gone, is refused.
  *
+ * A node name can outlive its machine (GCE recreates an instance under its name, an IP-based name
+ * follows its address), so the renewal is also bound to the machine the presented certificate was
+ * issued to (`incarnationProblem`): a certificate that names its machine (the incarnation extension,
+ * src/pki/incarnation.ts) renews only while the cloud reports that machine under the name; one that
+ * names none (kops', the kube-controller-manager's) only if it was not issued before the machine now
+ * of that name came to be. What is renewed names the machine of now.
+ *
  * A renewal proves the node's own identity and nothing more, so what it may be issued is bounded by
  * the certificate it presents (`renewalScope`): the node's own certificates only (its kubelet client
  * certificate, and a serving certificate when the cloud verified its addresses) — never kube-proxy's,
@@ -25,7 +32,7 @@
  */
 
 import { verify, X509Certificate } from 'node:crypto';
-import type { NodeIdentifier } from '../../cloud/types.ts';
+import type { Incarnation, NodeIdentifier } from '../../cloud/types.ts';
 import { assessInstance } from '../../controllers/csr-approver/checks.ts';
 import { withDeadline } from '../../deadline.ts';
 import { describeError, ForbiddenError, InternalError, KopsError, NotFoundError } from '../../errors.ts';
@@ -43,8 +50,11 @@ import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict } from '..
 import type { BootstrapPolicy, BootstrapRequest, NodeFacts, PolicyDecision } from '../types.ts';
 import { describeAge } from './proof-age.ts';
 
-/** What the cloud verifies about a node for its serving certificate. */
-export type NodeAddresses = Pick<NodeFacts, 'dnsNames' | 'ipAddresses' | 'instanceGroup' | 'instanceId'>;
+/** What the cloud verifies about a node for its serving certificate, and which machine bears its name. */
+export type NodeAddresses = Pick<NodeFacts, 'dnsNames' | 'ipAddresses' | 'instanceGroup' | 'instanceId'> & {
+  /** The incarnation of the machine that bears the node's name now, when the cloud says it. */
+  incarnation?: Incarnation;
+};
 
 export interface RenewalPolicyOptions {
   clusterName: string;
@@ -96,6 +106,7 @@ export function cloudAddresses(options: {
       ipAddresses: ips.map((a) => a.address),
       instanceGroup: identity.instanceGroup,
       instanceId: identity.instanceId,
+      ...(identity.incarnation ? { incarnation: identity.incarnation } : {}),
     };
   };
 }
@@ -126,6 +137,39 @@ function certificateProblem(
   }
   if (!certificate.extensions.extKeyUsage?.includes('clientAuth'))
     return 'the certificate is not a client certificate';
+  return undefined;
+}
+
+/**
+ * How long before it was issued a certificate that names no incarnation may start, at most: kops
+ * backdates what it issues 48 hours (pkg/pki), the kube-controller-manager's signer and this server
+ * 5 minutes; and 5 minutes more for the clocks of the issuer and of the cloud.
+ */
+const unmarkedBackdateMs = 48 * 3_600_000 + 5 * 60_000;
+
+/**
+ * Why `certificate` was issued to another machine than `incarnation`, the one that bears `nodeName`
+ * now, or undefined. A certificate naming its machine (this server's, since the cloud verified one)
+ * must name this one. One naming none (kops', the kube-controller-manager's, this server's without a
+ * cloud) must not have been issued before this machine came to be: it would be an earlier machine's,
+ * which nothing else tells apart. The id is compared before the times, so a certificate of this
+ * machine renews however its clock and the cloud's differ.
+ */
+function incarnationProblem(
+  certificate: ParsedCertificate,
+  nodeName: string,
+  incarnation: Incarnation | undefined,
+): string | undefined {
+  if (!incarnation) return undefined;
+  const issuedTo = certificate.extensions.incarnationId;
+  if (issuedTo !== undefined) {
+    if (issuedTo === incarnation.id) return undefined;
+    return `the certificate was issued to another machine of that name: instance id ${issuedTo}, but ${nodeName} is now instance id ${incarnation.id}; the machine of now joins with its own cloud proof`;
+  }
+  const { createdAt } = incarnation;
+  if (createdAt && certificate.notBefore.getTime() + unmarkedBackdateMs < createdAt.getTime()) {
+    return `the certificate was issued before this machine existed: it is valid from ${certificate.notBefore.toISOString()} and instance ${incarnation.id} was created (or last started) at ${createdAt.toISOString()}; the machine joins again with its cloud proof`;
+  }
   return undefined;
 }
 
@@ -197,14 +241,20 @@ export function renewalPolicy(options: RenewalPolicyOptions): BootstrapPolicy {
           throw dependencyFault('policy:renewal', err);
         }
       }
+      const { incarnation, ...verified } = addresses;
+      const otherMachine = incarnationProblem(certificate, nodeName, incarnation);
+      if (otherMachine) return deny(otherMachine);
       const facts: NodeFacts = {
         nodeName,
-        ...addresses,
+        ...verified,
+        // What is renewed names the machine of now, whatever the presented certificate named.
+        ...(incarnation ? { incarnationId: incarnation.id } : {}),
         renewalOf: certificate.serialHex,
         evidence: {
           renewedSerial: certificate.serialHex,
           renewedNotAfter: certificate.notAfter.toISOString(),
           addresses: options.addressesOf ? 'from the cloud' : 'none (client certificates only)',
+          ...(incarnation ? { incarnation: incarnation.id } : {}),
         },
       };
       return {

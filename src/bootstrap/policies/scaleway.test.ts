@@ -86,6 +86,8 @@ test('a running server of the cluster is approved, to be called back on its Priv
   assert.deepEqual(decision.facts.ipAddresses, ['172.16.4.2']);
   assert.equal(decision.facts.challengeEndpoint, '172.16.4.2:3987');
   assert.equal(decision.facts.evidence['addresses'], 'private-network');
+  // The server's incarnation (its UUID, never another server's): the certificates carry it.
+  assert.equal(decision.facts.incarnationId, node);
   // One IPAM call: the addresses of the server's Private NICs, by their ids; never zonal.
   const queries = ipamQueries();
   assert.equal(queries.length, 1);
@@ -300,4 +302,18 @@ test("the controller's own key being refused is a fault, not a verdict on the no
     scalewayPolicy({ clusterName: cluster, clients }).evaluate(request(node), contextAt()),
     (err: unknown) => isDependencyFault(err),
   );
+});
+
+test('a creation_date in the server record that is no time is a dependency fault (503), never a denial nor dropped', async () => {
+  const server = sim.addServer({
+    name: 'nodes-a-bad-time',
+    tags: kopsTags(),
+    privateIps: ['172.16.4.9'],
+    creationDate: 'not a time',
+  });
+  await assert.rejects(decide(server.id), (err: unknown) => {
+    assert.ok(isDependencyFault(err), String(err));
+    assert.equal(dependencyOf(err), 'policy:scaleway');
+    return true;
+  });
 });

@@ -147,7 +147,7 @@ async function verifyServer(serverId: string, options: ScalewayPolicyOptions): P
   return {
     verdict: 'approve',
     facts: {
-      ...serverFacts(server, identity.instanceGroup, addresses),
+      ...serverFacts(server, identity, addresses),
       challengeEndpoint,
       evidence: { proof: scheme, serverId: server.id, zone, project: server.project, addresses: kind },
     },

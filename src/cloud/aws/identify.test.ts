@@ -121,6 +121,20 @@ describe('AwsNodeIdentifier', () => {
     assert.equal(identity.cloudLabels, undefined);
   });
 
+  it('names the incarnation from EC2: the instance id and its LaunchTime, which a stop and start moves', async () => {
+    const id = 'i-0c000000000000012';
+    const providerID = `aws:///us-east-1a/${id}`;
+    const launched = new Date('2026-03-04T05:06:07.000Z');
+    sim.ec2.addInstances([{ id, zone: 'us-east-1a', cluster, instanceGroup: 'nodes', launchTime: launched }]);
+    const first = identityOf((await identifier.identify([providerID])).get(providerID));
+    assert.deepEqual(first.incarnation, { id, createdAt: launched });
+    sim.ec2.setInstanceState(id, 'stopped');
+    const started = new Date('2026-03-05T00:00:00.000Z');
+    sim.ec2.startInstance(id, started);
+    const again = identityOf((await identifier.identify([providerID], { maxAgeMs: 0 })).get(providerID));
+    assert.deepEqual(again.incarnation, { id, createdAt: started });
+  });
+
   it('labels spot instances as spot workers', async () => {
     const providerID = 'aws:///us-east-1b/i-0c0000000000000c2';
     const identity = identityOf((await identifier.identify([providerID])).get(providerID));

@@ -43,6 +43,20 @@ describe('EC2 instance facts', () => {
     assert.equal(instanceStateOf(undefined), 'unknown');
   });
 
+  it('names the incarnation: the instance id, created at its LaunchTime (when EC2 says it)', () => {
+    const launched = new Date('2026-05-04T03:02:01Z');
+    assert.deepEqual(identityFromInstance(instance({ LaunchTime: launched }), cluster).incarnation, {
+      id: 'i-0123456789abcdef0',
+      createdAt: launched,
+    });
+    assert.deepEqual(identityFromInstance(instance(), cluster).incarnation, { id: 'i-0123456789abcdef0' });
+    assert.deepEqual(
+      identityFromInstance(instance({ LaunchTime: new Date(Number.NaN) }), cluster).incarnation,
+      { id: 'i-0123456789abcdef0' },
+      'a time that is none is no creation time',
+    );
+  });
+
   it('lists each address once, private first', () => {
     const addresses = addressesOf(
       instance({

@@ -7,7 +7,7 @@
 import type { Instance } from '@aws-sdk/client-ec2';
 import { ForbiddenError, UnavailableError } from '../../errors.ts';
 import { instanceGroupNameProblem } from '../instance-group-name.ts';
-import type { InstanceAddress, InstanceState, NodeIdentity } from '../types.ts';
+import type { Incarnation, InstanceAddress, InstanceState, NodeIdentity } from '../types.ts';
 
 /** The tag kops sets on every instance to the name of its instance group. */
 export const instanceGroupTag = 'kops.k8s.io/instancegroup';
@@ -156,10 +156,26 @@ export function identityFromInstance(instance: Instance, clusterName: string): I
     instanceGroup,
     state,
     zone,
+    ...(instanceId ? { incarnation: incarnationOf(instanceId, instance.LaunchTime) } : {}),
     addresses: addressesOf(instance),
     networkInterfaces: attachedEnisOf(instance),
     ...(lifecycle ? { cloudLabels: { [`node-role.kubernetes.io/${lifecycle}-worker`]: 'true' } } : {}),
     ...(apiServerTemplateTag in tags ? { apiServerTagged: true } : {}),
+  };
+}
+
+/**
+ * The incarnation of an EC2 instance: its id, which EC2 never gives another instance, and its
+ * LaunchTime. LaunchTime is the last start, not the creation: a stopped and started instance reports
+ * the start. That refuses nothing a kops node needs: nodeup bootstraps again at every boot, so its
+ * certificate is issued after the new LaunchTime, and a certificate of this server names the instance
+ * id, which a stop and start keeps; only a certificate naming no instance and issued more than 48
+ * hours before the start is refused (that machine joins again with its cloud proof).
+ */
+function incarnationOf(instanceId: string, launched: Date | undefined): Incarnation {
+  return {
+    id: instanceId,
+    ...(launched instanceof Date && !Number.isNaN(launched.getTime()) ? { createdAt: launched } : {}),
   };
 }
 

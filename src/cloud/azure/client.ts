@@ -27,7 +27,7 @@ import { isJsonObject } from '../../json-object.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { egressAgent } from '../../net/egress-proxy.ts';
 import { isVerdictStatus } from '../api-answer.ts';
-import { malformedAnswer } from '../cluster-servers.ts';
+import { cloudTime, malformedAnswer } from '../cluster-servers.ts';
 import {
   type CloudCallRecorder,
   type CloudName,
@@ -72,6 +72,11 @@ export interface AzureVm {
   ref: AzureVmRef;
   /** Azure's unique id of this VM incarnation (what attested documents name). */
   vmId: string;
+  /**
+   * When the VM resource was created (`properties.timeCreated`, in VMs' and scale-set VMs' records
+   * alike since api-version 2021-11-01); undefined when ARM's record has none.
+   */
+  timeCreated?: Date;
   computerName: string | undefined;
   tags: Record<string, string>;
   state: InstanceState;
@@ -637,9 +642,14 @@ export class AzureClient {
     ) {
       throw malformedAnswer(`${what}: latestModelApplied is not a boolean`);
     }
+    // ARM writes its times in UTC, sometimes without the offset (see CloudTimeFormat).
+    const timeCreated = cloudTime(properties['timeCreated'], `${what}: its timeCreated`, {
+      utcWithoutOffset: true,
+    });
     return {
       ref,
       vmId: properties['vmId'],
+      ...(timeCreated ? { timeCreated } : {}),
       computerName: optionalString(osProfile?.['computerName'], `${what}: its computer name`),
       tags: tagsOf(raw['tags'], what),
       state: stateOf(properties['instanceView'], properties['provisioningState'], what),

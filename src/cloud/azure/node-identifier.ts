@@ -386,6 +386,14 @@ export class AzureNodeIdentifier extends BatchedNodeIdentifier {
     const addresses: InstanceAddress[] = internal.map((address) => ({ type: 'InternalIP', address }));
     if (vm.computerName) addresses.push({ type: 'Hostname', address: vm.computerName.toLowerCase() });
     addresses.push(...external.map((address): InstanceAddress => ({ type: 'ExternalIP', address })));
-    return { providerID, instanceId: name, instanceGroup, state: vm.state, addresses };
+    return {
+      providerID,
+      instanceId: name,
+      instanceGroup,
+      state: vm.state,
+      addresses,
+      // The vmId: a VM deleted and re-created under its name (same providerID) gets another one.
+      incarnation: { id: vm.vmId, ...(vm.timeCreated ? { createdAt: vm.timeCreated } : {}) },
+    };
   }
 }

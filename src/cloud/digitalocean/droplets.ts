@@ -13,6 +13,7 @@
 import {
   type CloudServer,
   cloudServer,
+  cloudTime,
   DecimalIds,
   ListingGuard,
   maxInt64,
@@ -57,6 +58,11 @@ export interface Droplet {
   };
   tags?: string[];
   region?: { slug: string };
+  /**
+   * When the droplet was created, RFC 3339 (`2020-07-21T18:37:44Z`: the API's `created_at`, `format:
+   * date-time`; godo's Droplet keeps it as the string `Created`).
+   */
+  created_at?: string;
 }
 
 interface DropletsPage {
@@ -98,6 +104,7 @@ export function doCloudServer(droplet: Droplet): CloudServer {
     privateIps: ofType('private'),
     publicIps: ofType('public'),
     zone: droplet.region?.slug,
+    createdAt: cloudTime(droplet.created_at, `the record of droplet ${droplet.id}: its creation time`),
   });
 }
 

@@ -78,6 +78,11 @@ test('GET /droplets/{id}: tags, private and public v4 and v6 addresses and the r
     { type: 'ExternalIP', address: '2001:db8::10' },
     { type: 'Hostname', address: 'nodes-nyc3-3164444' },
   ]);
+  // The incarnation: the droplet's id and its `created_at`.
+  assert.deepEqual(result.identity.incarnation, {
+    id: '3164444',
+    createdAt: new Date('2026-08-01T10:00:00Z'),
+  });
 });
 
 test('GET /droplets?tag_name=…: pages linked by links.pages.next, the last one without it, a single one with links: {}', async () => {

@@ -66,6 +66,7 @@ test('a MIG member is identified with the group its template names, its addresse
     ],
     zone,
     routedRanges: { externalIpv6Ranges: [] },
+    incarnation: { id: node!.id, createdAt: node!.creationTimestamp },
   });
 });
 
@@ -364,12 +365,33 @@ test('the identity carries the numeric id of the incarnation read now, so a name
     clusterName: cluster,
   });
   const id = identifier();
-  assert.equal(identityOf((await id.identify([pid(node!.name)])).get(pid(node!.name))).numericId, node!.id);
-  // The MIG recreates it: same name, same created-by, still its member, a new id.
-  const reborn = sim.world.seedInstance({ zone, name: node!.name, metadata: node!.metadata });
+  const first = identityOf((await id.identify([pid(node!.name)])).get(pid(node!.name)));
+  assert.equal(first.numericId, node!.id);
+  assert.deepEqual(first.incarnation, { id: node!.id, createdAt: node!.creationTimestamp });
+  // The MIG recreates it: same name, same created-by, still its member, a new id and creation time.
+  const createdAt = new Date('2026-06-27T10:10:47.431Z');
+  const reborn = sim.world.recreateInstance(zone, node!.name, { creationTimestamp: createdAt });
   const again = identityOf((await id.identify([pid(node!.name)])).get(pid(node!.name)));
   assert.equal(again.numericId, reborn.id);
   assert.notEqual(again.numericId, node!.id);
+  // Read from the API's `2026-06-27T03:10:47.431-07:00`.
+  assert.deepEqual(again.incarnation, { id: reborn.id, createdAt });
+});
+
+test('an instance read whose id cannot be read is a fault for the node (a 503 to a renewal), never an identity without an incarnation', async () => {
+  const [node] = sim.world.seedInstanceGroup({
+    zone,
+    instanceGroup: 'nodes-bad',
+    count: 1,
+    clusterName: cluster,
+  });
+  const real = simulatorCompute(sim);
+  const compute = Object.assign(Object.create(real) as typeof real, {
+    getInstance: async (z: string, name: string) => ({ ...(await real.getInstance(z, name)), id: 'x1' }),
+  });
+  const error = errorOf((await identifier({ compute }).identify([pid(node!.name)])).get(pid(node!.name)));
+  assert.ok(error instanceof UnavailableError, error.message);
+  assert.match(error.message, /the id "x1", not a uint64 in decimal/);
 });
 
 test('a compute outage is a retryable error per node and nothing is cached', async () => {

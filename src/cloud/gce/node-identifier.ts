@@ -19,6 +19,7 @@ import { instanceGroupNameProblem } from '../instance-group-name.ts';
 import { LruCache } from '../lru.ts';
 import type {
   IdentifyOptions,
+  Incarnation,
   InstanceAddress,
   InstanceState,
   NodeIdentifier,
@@ -32,6 +33,7 @@ import {
   lastComponent,
   metadataValue,
 } from './compute.ts';
+import { incarnationOf } from './incarnation.ts';
 import {
   type GceInstanceRef,
   type MigRef,
@@ -113,6 +115,7 @@ interface PendingMember {
   id: string;
   ref: GceInstanceRef;
   instance: GceInstance;
+  incarnation: Incarnation;
   mig: MigRef;
 }
 
@@ -216,7 +219,10 @@ export class GceNodeIdentifier implements NodeIdentifier {
         instanceGroup: verdict.instanceGroup,
         createdBy: metadataValue(p.instance.metadata, 'created-by') ?? '',
       });
-      results.set(p.id, { ok: true, value: this.#identity(p.id, p.ref, p.instance, verdict.instanceGroup) });
+      results.set(p.id, {
+        ok: true,
+        value: this.#identity(p.id, p.ref, p.instance, p.incarnation, verdict.instanceGroup),
+      });
     }
     this.#logger.debug({ nodes: providerIDs.length, migs: members.size }, 'identified GCE nodes');
     return results;
@@ -274,9 +280,12 @@ export class GceNodeIdentifier implements NodeIdentifier {
         { details: { instanceId: ref.name, reason: 'not-running' } },
       );
     }
+    const incarnation = incarnationOf(found);
+    if (incarnation instanceof Error) return incarnation;
     const createdBy = metadataValue(found.metadata, 'created-by') ?? '';
     const cached = this.#verified.get(found.id, maxAgeMs);
-    if (cached && cached.createdBy === createdBy) return this.#identity(id, ref, found, cached.instanceGroup);
+    if (cached && cached.createdBy === createdBy)
+      return this.#identity(id, ref, found, incarnation, cached.instanceGroup);
     const mig = parseCreatedBy(createdBy);
     if (!mig && createdBy) {
       return new ForbiddenError(
@@ -293,7 +302,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
         `instance ${ref.name} in zone ${ref.zone} claims MIG ${mig.name} of zone ${mig.zone}`,
       );
     }
-    return { id, ref, instance: found, mig };
+    return { id, ref, instance: found, incarnation, mig };
   }
 
   /** The members of each MIG the pending instances claim, by {@link migKey}, or why they are unknown. */
@@ -455,6 +464,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
     providerID: string,
     ref: GceInstanceRef,
     instance: GceInstance,
+    incarnation: Incarnation,
     instanceGroup: string,
   ): GceNodeIdentity {
     const addresses: InstanceAddress[] = [];
@@ -477,6 +487,7 @@ export class GceNodeIdentifier implements NodeIdentifier {
       state: stateByStatus[instance.status] ?? 'unknown',
       addresses,
       zone: ref.zone,
+      incarnation,
       routedRanges: routedRangesOf(instance.networkInterfaces),
     };
   }

@@ -88,6 +88,8 @@ test('GET /servers/{id} as the API answers since July 2026: the location is read
     { type: 'ExternalIP', address: '203.0.113.42' },
     { type: 'Hostname', address: 'nodes-fsn1-42' },
   ]);
+  // The incarnation: the server's id and its `created` (hcloud-go schema.Server `Created time.Time`).
+  assert.deepEqual(result.identity.incarnation, { id: '42', createdAt: new Date('2026-08-01T10:00:00Z') });
 });
 
 test('GET /servers?label_selector=…: pages follow meta.pagination.next_page, servers carry `location`', async () => {

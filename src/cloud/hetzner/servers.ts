@@ -14,6 +14,7 @@ import { isJsonObject } from '../../json-object.ts';
 import {
   type CloudServer,
   cloudServer,
+  cloudTime,
   DecimalIds,
   ListingGuard,
   malformedAnswer,
@@ -50,6 +51,8 @@ export interface HetznerServer {
    * hcloud/schema/server.go, https://docs.hetzner.cloud/changelog#2026-07-01-removing-datacenters).
    */
   location?: { name: string };
+  /** When the server was created, RFC 3339 (`2016-01-30T23:55:00+00:00`; hcloud-go schema.Server `Created time.Time`). */
+  created?: string;
 }
 
 interface ServersPage {
@@ -103,6 +106,7 @@ export function hetznerCloudServer(server: HetznerServer): CloudServer {
     privateIps: (server.private_net ?? []).flatMap((net) => (net.ip ? [net.ip] : [])),
     publicIps: publicIp ? [publicIp] : [],
     zone: server.location?.name,
+    createdAt: cloudTime(server.created, `the record of Hetzner server ${server.id}: its creation time`),
   });
 }
 

@@ -26,6 +26,7 @@ import { egressAgent } from '../../net/egress-proxy.ts';
 import {
   type CloudServer,
   cloudServer,
+  cloudTime,
   DecimalIds,
   ListingGuard,
   malformedAnswer,
@@ -66,6 +67,11 @@ export interface Linode {
   ipv6: string | null;
   tags: string[];
   region: string;
+  /**
+   * When the instance was created: UTC without an offset (`2018-01-01T00:01:01`, as the API reference
+   * writes every time; linodego's parseabletime reads RFC 3339 first, then that layout as UTC).
+   */
+  created?: string;
 }
 
 /** One page of a collection, as the SDK returns it. */
@@ -294,6 +300,13 @@ export function linodeCloudServer(instance: Linode): CloudServer {
     privateIps: ipv4.filter(isPrivateIPv4),
     publicIps: [...ipv4.filter((ip) => !isPrivateIPv4(ip)), ...(isIP(ipv6) === 6 ? [ipv6] : [])],
     zone: instance.region,
+    createdAt: cloudTime(
+      instance.created,
+      `the record of Linode instance ${instance.id}: its creation time`,
+      {
+        utcWithoutOffset: true,
+      },
+    ),
   });
 }
 

@@ -10,7 +10,7 @@
  */
 import { ForbiddenError, InvalidInputError, KopsError, UnavailableError } from '../../errors.ts';
 import { fieldsOf, isJsonObject, isStringMap } from '../../json-object.ts';
-import { malformedAnswer } from '../cluster-servers.ts';
+import { cloudTime, malformedAnswer } from '../cluster-servers.ts';
 import { type CloudCallRecorder, noCloudCalls } from '../metrics.ts';
 import { retryCloudCall } from '../retry.ts';
 import { openstackRequest } from './http.ts';
@@ -37,6 +37,11 @@ export interface NovaServer {
   accessIPv4?: string;
   accessIPv6?: string;
   'OS-EXT-AZ:availability_zone'?: string;
+  /**
+   * Its `created`, read as a time: when Nova created the server (the compute API reference: ISO 8601
+   * `CCYY-MM-DDThh:mm:ss±hh:mm`, "the ±hh:mm value, if included"; Nova writes `…Z`).
+   */
+  createdAt?: Date;
 }
 
 /** A field that is absent (or null) or a string; a malformed answer otherwise. */
@@ -99,6 +104,8 @@ function novaServerOf(value: unknown, what: string): NovaServer {
   const zone = optionalText(value, 'OS-EXT-AZ:availability_zone', where);
   const accessIPv4 = optionalText(value, 'accessIPv4', where);
   const accessIPv6 = optionalText(value, 'accessIPv6', where);
+  // Without an offset, UTC: the API reference makes the offset optional, and Nova keeps UTC.
+  const createdAt = cloudTime(value['created'], `${where}: its created`, { utcWithoutOffset: true });
   return {
     id,
     name: optionalText(value, 'name', where) ?? '',
@@ -109,6 +116,7 @@ function novaServerOf(value: unknown, what: string): NovaServer {
     ...(zone === undefined ? {} : { 'OS-EXT-AZ:availability_zone': zone }),
     ...(accessIPv4 ? { accessIPv4 } : {}),
     ...(accessIPv6 ? { accessIPv6 } : {}),
+    ...(createdAt ? { createdAt } : {}),
   };
 }
 

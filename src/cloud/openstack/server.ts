@@ -140,6 +140,8 @@ export function identityOfServer(
     ],
     ...(zone ? { zone } : {}),
     ...(server.metadata && apiServerTemplateKey in server.metadata ? { apiServerTagged: true } : {}),
+    // Its UUID, which Nova never gives another server: one re-created under the name has another.
+    incarnation: { id: server.id, ...(server.createdAt ? { createdAt: server.createdAt } : {}) },
   };
 }
 

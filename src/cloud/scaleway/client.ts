@@ -14,7 +14,7 @@ import { ConfigError, errorForHttpStatus, KopsError, TimeoutError, UnavailableEr
 import { isJsonObject } from '../../json-object.ts';
 import { egressFetch } from '../../net/egress-proxy.ts';
 import { isVerdictStatus } from '../api-answer.ts';
-import { malformedAnswer } from '../cluster-servers.ts';
+import { cloudTime, malformedAnswer } from '../cluster-servers.ts';
 import {
   type CloudCallRecorder,
   type CloudCallResult,
@@ -156,12 +156,30 @@ export function scalewayError(what: string, err: unknown): KopsError {
   });
 }
 
-function parsesAsJson(text: string): boolean {
+/** The JSON of a 200's body; a body that is not JSON (truncated, a proxy's HTML page) is no answer. */
+function jsonOf(call: string, text: string): unknown {
   try {
-    JSON.parse(text);
-    return true;
+    return JSON.parse(text);
   } catch {
-    return false;
+    throw malformedAnswer(`the Scaleway API ${call}: a 200 whose body is not JSON`);
+  }
+}
+
+/**
+ * Checks the `creation_date` of the servers an Instance API answer carries (GetServer's `server`,
+ * ListServers' `servers`; RFC 3339 with an offset, `2025-06-10T15:30:12.563745+00:00`). The SDK reads
+ * one it cannot parse as none (@scaleway/sdk-client unmarshalDate), but a server's creation time
+ * decides which machine a certificate was issued to: one that is there but is no time makes the
+ * answer malformed here, before the SDK could drop it.
+ */
+function checkCreationDates(call: string, body: unknown): void {
+  if (call !== 'instance.getServer' && call !== 'instance.listServers') return;
+  const fields = isJsonObject(body) ? body : {};
+  const listed = call === 'instance.getServer' ? [fields['server']] : fields['servers'];
+  for (const record of Array.isArray(listed) ? listed : []) {
+    if (!isJsonObject(record)) continue;
+    const id = JSON.stringify(record['id'])?.slice(0, 40);
+    cloudTime(record['creation_date'], `the Scaleway API ${call}: server ${id}'s creation_date`);
   }
 }
 
@@ -182,11 +200,14 @@ export function createScalewayClients(options: ScalewayClientOptions): ScalewayC
       const response = await egressFetch(request, { signal });
       result = httpCallResult(response.status);
       if (response.status !== 200) return response;
-      // A 200 whose body is not JSON (truncated, a proxy's HTML page) is no answer: an error, not ok.
+      // A 200 that cannot be read (not JSON, a server's creation time no time) is no answer: an
+      // error, not ok.
       const text = await response.text();
-      if (!parsesAsJson(text)) {
+      try {
+        checkCreationDates(call, jsonOf(call, text));
+      } catch (err) {
         result = 'error';
-        throw malformedAnswer(`the Scaleway API ${call}: a 200 whose body is not JSON`);
+        throw err;
       }
       return new Response(text, { status: 200, statusText: response.statusText, headers: response.headers });
     } finally {

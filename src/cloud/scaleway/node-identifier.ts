@@ -235,6 +235,7 @@ function sameServer(a: Server, b: Server): boolean {
     a.state === b.state &&
     a.name === b.name &&
     a.privateIp === b.privateIp &&
+    a.creationDate?.getTime() === b.creationDate?.getTime() &&
     JSON.stringify(a.tags) === JSON.stringify(b.tags) &&
     JSON.stringify(a.publicIps?.map((ip) => ip.address)) ===
       JSON.stringify(b.publicIps?.map((ip) => ip.address)) &&

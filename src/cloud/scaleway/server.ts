@@ -204,5 +204,8 @@ export function identityOfServer(
       ...serverHostnames(server),
     ],
     zone: server.zone,
+    // Its UUID, which the Instance API never gives another server: one re-created under the name
+    // has another. (`creation_date` was checked as the answer was read: client.ts.)
+    incarnation: { id: server.id, ...(server.creationDate ? { createdAt: server.creationDate } : {}) },
   };
 }

@@ -111,6 +111,7 @@ export type Ec2Seeding = Pick<
   AwsWorld,
   | 'addInstances'
   | 'setInstanceState'
+  | 'startInstance'
   | 'removeInstance'
   | 'propagate'
   | 'instance'

@@ -24,6 +24,28 @@ describe('AwsWorld', () => {
     );
   });
 
+  it('launch times: now by default, kept when a record is re-added, moved by a start; a private IP can go to a new instance', () => {
+    const world = new AwsWorld('111122223333', 'us-east-1');
+    const before = Date.now();
+    const [a] = world.addInstances([{ id: 'i-0000000a', zone: 'us-east-1a', privateIp: '10.0.0.5' }]);
+    assert.ok(a && a.launchTime.getTime() >= before && a.launchTime.getTime() <= Date.now());
+    const launched = a.launchTime;
+    world.addInstances([
+      { id: 'i-0000000a', zone: 'us-east-1a', privateIp: '10.0.0.5', publicIp: '203.0.113.1' },
+    ]);
+    assert.equal(world.instance('i-0000000a')?.launchTime, launched, 'a changed record, not a new launch');
+    world.setInstanceState('i-0000000a', 'stopped');
+    const started = new Date('2026-07-01T00:00:00Z');
+    world.startInstance('i-0000000a', started);
+    assert.equal(world.instance('i-0000000a')?.state, 'running');
+    assert.equal(world.instance('i-0000000a')?.launchTime, started);
+    assert.throws(() => world.startInstance('i-0000000f'), /no instance/);
+    // Terminated, its address goes to the next instance launched in the subnet (and its IP-based name).
+    world.setInstanceState('i-0000000a', 'terminated');
+    const [b] = world.addInstances([{ id: 'i-0000000b', zone: 'us-east-1a', privateIp: '10.0.0.5' }]);
+    assert.equal(b?.privateDnsName, world.instance('i-0000000a')?.privateDnsName);
+  });
+
   it('gives instances addresses and DNS names in the region domain', () => {
     const world = new AwsWorld('111122223333', 'eu-west-1');
     const [a, b] = world.addInstances([

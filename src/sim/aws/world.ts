@@ -264,7 +264,9 @@ export class AwsWorld {
         instanceType: input.instanceType ?? 't3.medium',
         privateIp,
         privateDnsName: input.privateDnsName ?? `ip-${privateIp.replaceAll('.', '-')}.${domain}`,
-        launchTime: input.launchTime ?? new Date('2026-01-01T00:00:00Z'),
+        // EC2's LaunchTime: when the instance was launched — or last started (see `startInstance`).
+        // Re-adding an instance to change its record keeps its launch time.
+        launchTime: input.launchTime ?? this.#instances.get(input.id)?.launchTime ?? new Date(),
         ...(input.publicIp === undefined ? {} : { publicIp: input.publicIp }),
         ...(input.publicDnsName === undefined ? {} : { publicDnsName: input.publicDnsName }),
         ...(input.ipv6 === undefined ? {} : { ipv6: input.ipv6 }),
@@ -284,6 +286,17 @@ export class AwsWorld {
     const instance = this.#instances.get(id);
     if (!instance) throw new Error(`simulator: no instance ${id}`);
     instance.state = state;
+  }
+
+  /**
+   * Starts a stopped instance: it runs again under its id, and EC2 reports the start as its new
+   * LaunchTime (`at`, default now), as it does after every stop and start.
+   */
+  startInstance(id: string, at: Date = new Date()): void {
+    const instance = this.#instances.get(id);
+    if (!instance) throw new Error(`simulator: no instance ${id}`);
+    instance.state = 'running';
+    instance.launchTime = at;
   }
 
   /** Removes an instance entirely (as EC2 does about an hour after termination). */

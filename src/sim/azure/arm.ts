@@ -139,6 +139,7 @@ function vmJson(ctx: ArmContext, vm: SimVm, expand: string | null) {
     ...(vm.scaleSet ? { instanceId: vm.instanceId } : {}),
     properties: {
       vmId: vm.vmId,
+      timeCreated: vm.timeCreated,
       provisioningState: vm.deleting ? 'Deleting' : 'Succeeded',
       ...(vm.scaleSet ? { latestModelApplied: vm.latestModelApplied } : {}),
       osProfile: { computerName: vm.computerName, adminUsername: 'kops' },

@@ -1,12 +1,17 @@
 /**
  * The simulated Azure world: one subscription and resource group holding scale sets, their VMs and
- * standalone VMs, each with a vmId, a computer name, tags, a power state, a private address and
+ * standalone VMs, each with a vmId, a creation time, a computer name, tags, a power state, a private address and
  * optionally a public one (an instance group with `associatePublicIP`), more IP configurations or
  * more network interfaces — what the ARM endpoints and IMDS answer from. `seedKopsCluster` lays it out as kops does: a scale
  * set `<ig>.<cluster>` (control plane: `<ig>.masters.<cluster>`) tagged `KubernetesCluster`,
  * `kops.k8s.io_instancegroup` and `k8s.io_role_<role>`, whose VMs inherit its tags.
  */
 import { randomUUID } from 'node:crypto';
+
+/** A time as ARM writes `timeCreated`: `2021-06-27T01:02:38.3138469+00:00`. */
+export function armTime(date: Date): string {
+  return date.toISOString().replace(/Z$/, '0000+00:00');
+}
 
 /** A VM's power state, as the instance view's `PowerState/<state>` code names it. */
 export type SimPowerState = 'starting' | 'running' | 'stopping' | 'stopped' | 'deallocating' | 'deallocated';
@@ -24,6 +29,12 @@ export interface SimVm {
   scaleSet?: string;
   instanceId?: string;
   vmId: string;
+  /**
+   * When the VM resource was created, as ARM writes `properties.timeCreated` (RFC 3339 with seven
+   * fractional digits and an offset: `2021-06-27T01:02:38.3138469+00:00`, azure-rest-api-specs
+   * VirtualMachineScaleSetVM_List_MaximumSet_Gen.json); a test may put anything here.
+   */
+  timeCreated: string;
   computerName: string;
   tags: Record<string, string>;
   /** Undefined: the instance view has no `PowerState/…` status yet, as while Azure creates the VM. */
@@ -99,6 +110,7 @@ export class AzureWorld {
       scaleSet: set.name,
       instanceId,
       vmId: randomUUID(),
+      timeCreated: armTime(new Date()),
       computerName: `${prefix}${Number(instanceId).toString(36).padStart(6, '0')}`,
       tags: { ...set.tags },
       powerState: 'running',
@@ -114,6 +126,7 @@ export class AzureWorld {
     const vm: SimVm = {
       name,
       vmId: randomUUID(),
+      timeCreated: armTime(new Date()),
       computerName: name,
       tags: { ...tags },
       powerState: 'running',

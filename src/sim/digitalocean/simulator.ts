@@ -31,6 +31,11 @@ export interface SimDroplet {
   privateIp?: string;
   publicIp?: string;
   region: string;
+  /**
+   * When it was created, as the API writes `created_at` (RFC 3339 to the second, `Z`:
+   * `2020-07-21T18:37:44Z`); a test may put anything here.
+   */
+  createdAt: string;
 }
 
 /** A running DigitalOcean simulator. */
@@ -62,11 +67,17 @@ export function digitalOceanRateLimit(limit = 250, windowMs = 60_000): SimRateLi
   return rateLimitHeadersLimit(limit, windowMs, 'next');
 }
 
+/** A time as the DigitalOcean API writes it: `2020-07-21T18:37:44Z`. */
+export function digitalOceanTime(date: Date): string {
+  return date.toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
 function dropletJson(d: SimDroplet): Droplet {
   return {
     id: d.id,
     name: d.name,
     status: d.status,
+    created_at: d.createdAt,
     networks: {
       v4: [
         ...(d.privateIp ? [{ ip_address: d.privateIp, type: 'private' }] : []),
@@ -158,6 +169,7 @@ export async function startDigitalOceanSimulator(
       status: seed.status ?? 'active',
       tags: seed.tags ?? [],
       region: seed.region ?? 'nyc3',
+      createdAt: seed.createdAt ?? digitalOceanTime(new Date()),
       ...seededPrivateIp(seed, n),
       ...(seed.publicIp ? { publicIp: seed.publicIp } : {}),
     }),

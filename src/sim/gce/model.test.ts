@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { NotFoundError } from '../../errors.ts';
-import { GceWorld } from './model.ts';
+import { GceWorld, pacificTimestamp } from './model.ts';
 
 test('seeding an instance group creates a template, a MIG and members pointing at it', () => {
   const world = new GceWorld('p1');
@@ -77,4 +77,32 @@ test('MIG JSON counts current actions and reports stability', () => {
   assert.equal(json.currentActions.none, 1);
   assert.equal(json.currentActions.recreating, 1);
   assert.equal(json.status.isStable, false);
+});
+
+test('recreating an instance keeps its name, metadata and MIG membership; the id, creation time and address are new', () => {
+  const world = new GceWorld('p1');
+  const [a] = world.seedInstanceGroup({
+    zone: 'us-central1-a',
+    instanceGroup: 'nodes',
+    count: 1,
+    clusterName: 'c',
+  });
+  assert.ok(a);
+  const createdAt = new Date('2026-06-27T10:10:47.431Z');
+  const b = world.recreateInstance('us-central1-a', a.name, { creationTimestamp: createdAt });
+  assert.equal(b.name, a.name);
+  assert.notEqual(b.id, a.id);
+  assert.notEqual(b.networkIP, a.networkIP);
+  assert.deepEqual(b.metadata, a.metadata);
+  assert.equal(b.creationTimestamp, createdAt);
+  const mig = world.mig('p1', 'us-central1-a', 'a-nodes-us-central1-a');
+  assert.deepEqual(
+    world.managedInstancesJson(mig).map((m) => m.id),
+    [b.id],
+  );
+  // As the compute API writes them: the id a uint64 in decimal, the time RFC 3339 with an offset.
+  const json = world.instanceJson(b);
+  assert.match(json.id, /^\d{19}$/);
+  assert.equal(json.creationTimestamp, '2026-06-27T03:10:47.431-07:00');
+  assert.equal(pacificTimestamp(new Date('2026-01-01T03:00:00Z')), '2025-12-31T20:00:00.000-07:00');
 });

@@ -38,13 +38,15 @@ export interface InstanceSeed {
   aliasIpRanges?: string[];
   labels?: Record<string, string>;
   tags?: string[];
+  /** When the instance was created (default: now). */
+  creationTimestamp?: Date;
 }
 
 /** The seed fields an instance may lack. */
 type OptionalNetworking = 'natIP' | 'ipv6Address' | 'externalIpv6Range';
 
 /** A seeded instance, with the id and creation time the simulator assigned. */
-export interface SimInstance extends Required<Omit<InstanceSeed, OptionalNetworking>> {
+export interface SimInstance extends Required<Omit<InstanceSeed, OptionalNetworking | 'creationTimestamp'>> {
   natIP: string | undefined;
   ipv6Address: string | undefined;
   externalIpv6Range: string | undefined;
@@ -95,6 +97,16 @@ interface SimTemplate {
 }
 
 const key = (...parts: string[]) => parts.join('/');
+
+/**
+ * A time as the compute API writes `creationTimestamp`: RFC 3339 with milliseconds and the offset
+ * of US Pacific time (`2026-06-27T03:10:47.431-07:00`), never `Z`. Daylight saving time is left
+ * out: a fixed -07:00 is as valid an RFC 3339 time, and clients must read any offset.
+ */
+export function pacificTimestamp(time: Date): string {
+  const shifted = new Date(time.getTime() - 7 * 3_600_000);
+  return `${shifted.toISOString().slice(0, -1)}-07:00`;
+}
 
 function metadataJson(items: Record<string, string>) {
   return {
@@ -194,10 +206,36 @@ export class GceWorld {
       labels: { ...seed.labels },
       tags: [...(seed.tags ?? [])],
       id: this.#id(),
-      creationTimestamp: new Date(),
+      creationTimestamp: seed.creationTimestamp ?? new Date(),
     };
     this.#instances.set(key(project, seed.zone, seed.name), instance);
     return instance;
+  }
+
+  /**
+   * Recreates an instance under its name, as a MIG's `recreateInstances` or autohealing does: the same
+   * name, zone, metadata (its `created-by`), labels and MIG membership, but another machine — a new
+   * numeric id, a new creation time (default now) and a new internal IP (unless `networkIP` is given);
+   * no external addresses carry over.
+   */
+  recreateInstance(
+    zone: string,
+    name: string,
+    options: { creationTimestamp?: Date; networkIP?: string; project?: string } = {},
+  ): SimInstance {
+    const old = this.instance(options.project ?? this.defaultProject, zone, name);
+    return this.seedInstance({
+      project: old.project,
+      zone,
+      name,
+      status: 'RUNNING',
+      metadata: old.metadata,
+      aliasIpRanges: old.aliasIpRanges,
+      labels: old.labels,
+      tags: old.tags,
+      ...(options.networkIP === undefined ? {} : { networkIP: options.networkIP }),
+      ...(options.creationTimestamp === undefined ? {} : { creationTimestamp: options.creationTimestamp }),
+    });
   }
 
   /** Changes an instance in place (status, live metadata, …), as a user or the instance itself could. */
@@ -373,7 +411,7 @@ export class GceWorld {
     return {
       kind: 'compute#instance',
       id: i.id,
-      creationTimestamp: i.creationTimestamp.toISOString(),
+      creationTimestamp: pacificTimestamp(i.creationTimestamp),
       name: i.name,
       zone: zoneUrl,
       machineType: `${zoneUrl}/machineTypes/e2-medium`,

@@ -30,6 +30,11 @@ export interface SimHetznerServer {
   privateIps: string[];
   publicIp?: string;
   location: string;
+  /**
+   * When it was created, as the API writes it (RFC 3339 to the second, `+00:00`:
+   * `2016-01-30T23:55:00+00:00`, docs.hetzner.cloud); a test may put anything here.
+   */
+  created: string;
 }
 
 /** What a seeded server starts as. */
@@ -70,12 +75,18 @@ export function hetznerRateLimit(limit = 3600, windowMs = 3_600_000): SimRateLim
   return rateLimitHeadersLimit(limit, windowMs, 'full');
 }
 
+/** A time as the Hetzner API writes it: `2016-01-30T23:55:00+00:00`. */
+export function hetznerTime(date: Date): string {
+  return date.toISOString().replace(/\.\d{3}Z$/, '+00:00');
+}
+
 /** The API form of a server. */
 function serverJson(s: SimHetznerServer): HetznerServer {
   return {
     id: s.id,
     name: s.name,
     status: s.status,
+    created: s.created,
     public_net: { ipv4: s.publicIp ? { ip: s.publicIp } : null, ipv6: null },
     private_net: s.privateIps.map((ip) => ({ network: 1, ip, alias_ips: [] })),
     labels: s.labels,
@@ -179,6 +190,7 @@ export async function startHetznerSimulator(
       labels: seed.labels ?? {},
       privateIps: seed.privateIps ?? [nthPrivateAddress(n)],
       location: seed.location ?? 'fsn1',
+      created: seed.created ?? hetznerTime(new Date()),
       ...(seed.publicIp ? { publicIp: seed.publicIp } : {}),
     }),
     {},

@@ -30,6 +30,11 @@ export interface SimLinode {
   /** IPv4 addresses, public and private (192.168.128.0/17), as the API lists them. */
   ipv4: string[];
   region: string;
+  /**
+   * When it was created, as the API writes it: UTC to the second, without an offset
+   * (`2018-01-01T00:01:01`); a test may put anything here.
+   */
+  created: string;
 }
 
 /** A running Linode simulator. */
@@ -61,11 +66,17 @@ export function linodeRateLimit(limit: number, windowMs = 60_000): SimRateLimit 
   };
 }
 
+/** A time as the Linode API writes it: `2018-01-01T00:01:01` (UTC). */
+export function linodeTime(date: Date): string {
+  return date.toISOString().replace(/\.\d{3}Z$/, '');
+}
+
 function linodeJson(l: SimLinode): Linode {
   return {
     id: l.id,
     label: l.label,
     status: l.status,
+    created: l.created,
     ipv4: l.ipv4,
     ipv6: null,
     tags: l.tags,
@@ -229,6 +240,7 @@ export async function startLinodeSimulator(): Promise<LinodeSimulator> {
         `192.168.${128 + ((n >> 8) & 127)}.${n & 255}`,
       ],
       region: seed.region ?? 'us-ord',
+      created: seed.created ?? linodeTime(new Date()),
     }),
     {},
   );

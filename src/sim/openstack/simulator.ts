@@ -59,6 +59,8 @@ export interface SeedServer {
   fixed?: string[];
   floating?: string[];
   zone?: string;
+  /** Its `created`, as Nova writes it (default now: `2012-08-20T21:11:09Z`); a test may put anything here. */
+  created?: unknown;
 }
 
 /** Options of {@link startOpenStackSimulator}. */
@@ -121,7 +123,7 @@ export interface OpenStackSimulator extends FaultVerbs {
   passwordAuth: OpenStackAuthOptions;
   /** The Swift object store. */
   swift: SwiftControls;
-  addServer(seed: SeedServer): NovaServer;
+  addServer(seed: SeedServer): SimNovaServerView;
   setStatus(id: string, status: string): void;
   deleteServer(id: string): void;
   /** The metadata-service URL the server `id` sees at `169.254.169.254/openstack/latest/meta_data.json`. */
@@ -179,8 +181,19 @@ const faultNames: Record<number, string> = {
   429: 'overLimit',
 };
 
+/**
+ * A server as Nova answers it: the fields the controller reads, and `created` as Nova writes it
+ * (RFC 3339 to the second, `Z`: `2012-08-20T21:11:09Z`, the compute API reference's examples).
+ */
+export type SimNovaServerView = NovaServer & { created: unknown };
+
 /** A server as the simulator keeps it: Nova's record and the project it belongs to. */
-type SimNovaServer = NovaServer & { project: string };
+type SimNovaServer = SimNovaServerView & { project: string };
+
+/** A time as Nova writes it: `2012-08-20T21:11:09Z`. */
+export function novaTime(date: Date): string {
+  return date.toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
 
 /** What the simulator holds. */
 interface OpenStackState {
@@ -376,7 +389,7 @@ async function authenticate(state: OpenStackState, req: IncomingMessage, res: Se
   sendJson(res, 201, tokenDocument(state, method, state.admin), { 'x-subject-token': token });
 }
 
-function view(server: SimNovaServer): NovaServer {
+function view(server: SimNovaServer): SimNovaServerView {
   const { project, ...rest } = server;
   return { ...rest, tenant_id: project };
 }
@@ -637,6 +650,7 @@ function seededServer(state: OpenStackState, seed: SeedServer): SimNovaServer {
     metadata: { ...seed.metadata },
     addresses,
     'OS-EXT-AZ:availability_zone': seed.zone ?? 'nova',
+    created: 'created' in seed ? seed.created : novaTime(new Date()),
   };
 }
 

@@ -60,6 +60,8 @@ export interface SeedScalewayServer {
   privateNics?: Array<{ privateNetworkId?: string; ips: string[] }>;
   /** Routed public IPs: on the Instance record and, as the real IPAM does, zonal records attached to the server. */
   publicIps?: string[];
+  /** Its `creation_date` as the API writes it (default now, see {@link scalewayTime}). */
+  creationDate?: string;
 }
 
 /** A server's Private NIC. */
@@ -97,6 +99,17 @@ interface SimServer {
   privateNics: SimNic[];
   /** Its IPAM records, in the order they were created (public first: they come with the server). */
   ipam: SimIpamIp[];
+  /** Its `creation_date`, as the API writes it; a test may put anything here. */
+  creationDate: unknown;
+}
+
+/**
+ * A time as the Instance API writes `creation_date`: microseconds and `+00:00`
+ * (`2025-06-10T15:30:12.563745+00:00`, scaleway/terraform-provider-scaleway
+ * internal/services/ipam/testdata/data-source-ipamip-instance.cassette.yaml).
+ */
+export function scalewayTime(date: Date): string {
+  return date.toISOString().replace(/Z$/, '000+00:00');
 }
 
 /** A running simulator; `throttleNext`'s wait is the 429's `reset_seconds`. */
@@ -188,7 +201,7 @@ function serverView(s: SimServer) {
       zone: s.zone,
     })),
     volumes: {},
-    creation_date: '2026-01-01T00:00:00Z',
+    creation_date: s.creationDate,
   };
 }
 
@@ -643,6 +656,7 @@ export async function startScalewaySimulator(
           macAddress,
         })),
         ipam: seedIpam(serverZone, id, publicIps, nics, subnetsOf),
+        creationDate: seed.creationDate ?? scalewayTime(new Date()),
       };
       servers.set(record.id, record);
       return record;
