@@ -22,7 +22,7 @@ import type { ProviderIdFormat } from '../../cloud/cluster-servers.ts';
 import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
 import { withDeadline } from '../../deadline.ts';
 import { isDnsSubdomain } from '../../dns-name.ts';
-import { describeError } from '../../errors.ts';
+import { describeError, RateLimitedError } from '../../errors.ts';
 import { challengeEndpointOf, defaultChallengePort } from '../../protocol/challenge.ts';
 import {
   type Dependency,
@@ -30,6 +30,7 @@ import {
   dependencyFault,
   isCloudVerdict,
 } from '../dependency.ts';
+import { RefusalBudget } from '../refusal-budget.ts';
 import type {
   BootstrapPolicy,
   BootstrapRequest,
@@ -73,6 +74,25 @@ export function readCloud<T>(
   );
 }
 
+/**
+ * Before the cloud read an id-only proof costs (src/bootstrap/refusal-budget.ts): the refusal
+ * remembered for `id` is a ProofRejected (`denial`, then why), an empty budget a dependency fault
+ * (503 with Retry-After) before any call.
+ */
+export function checkRefusalBudget(
+  budget: RefusalBudget,
+  id: string,
+  step: { scheme: string; dependency: Dependency; denial: string },
+): void {
+  const stopped = budget.before(id, step.scheme);
+  if (stopped instanceof RateLimitedError) throw dependencyFault(step.dependency, stopped);
+  if (stopped) {
+    throw new ProofRejected(
+      `${step.denial}: ${describeError(stopped)} (as the cloud answered less than a minute ago)`,
+    );
+  }
+}
+
 /** Rejects a node name the cloud records that Kubernetes would not accept for a node. */
 export function checkNodeName(name: string, whose: string): string {
   if (!isDnsSubdomain(name)) {
@@ -83,17 +103,20 @@ export function checkNodeName(name: string, whose: string): string {
 
 /**
  * The facts of a server its cloud vouched for by its id (OpenStack, Scaleway): the node name is the
- * server's name (checked), the instance id its id, the certificate names `ipAddresses` and no DNS name.
+ * server's name (checked), the instance id its id, the group and incarnation those of its `identity`
+ * (the node identifier's, so the certificates carry the incarnation a renewal is compared with), the
+ * certificate names `ipAddresses` and no DNS name.
  */
 export function serverFacts(
   server: { id: string; name: string },
-  instanceGroup: string,
+  identity: Pick<NodeIdentity, 'instanceGroup' | 'incarnation'>,
   ipAddresses: string[],
 ): Omit<NodeFacts, 'evidence'> {
   return {
     nodeName: checkNodeName(server.name, `server ${server.id}`),
-    instanceGroup,
+    instanceGroup: identity.instanceGroup,
     instanceId: server.id,
+    ...(identity.incarnation ? { incarnationId: identity.incarnation.id } : {}),
     dnsNames: [],
     ipAddresses,
   };
@@ -143,6 +166,8 @@ export interface CloudIdPolicyOptions {
   lookupTimeoutMs?: number;
   /** The port of the node's challenge server (default kops' 3987). */
   challengePort?: number;
+  /** What refused ids may cost the cloud's quota (default {@link RefusalBudget}'s, one per policy). */
+  refusalBudget?: RefusalBudget;
 }
 
 /** The addresses of `identity` of one type, in the cloud's order. */
@@ -152,13 +177,14 @@ export function addressesOfType(identity: NodeIdentity, type: string): string[] 
 
 /** The verifier of one id-only callback cloud; abstains for every other proof. */
 export function cloudIdPolicy(cloud: CloudIdCloud, options: CloudIdPolicyOptions): BootstrapPolicy {
+  const budget = options.refusalBudget ?? new RefusalBudget();
   return {
     name: cloud.name,
     evaluate: (request) => {
       const token = cloudIdToken(request, cloud.scheme);
       if (token === undefined) return Promise.resolve(abstainWithout(cloud.scheme));
       return denyRejected(async () => {
-        const identity = await verifiedServer(cloud, options, token);
+        const identity = await verifiedServer(cloud, options, budget, token);
         const nodeFacts = factsOfServer(cloud, options, identity);
         return {
           verdict: 'approve',
@@ -172,10 +198,15 @@ export function cloudIdPolicy(cloud: CloudIdCloud, options: CloudIdPolicyOptions
   };
 }
 
-/** The cloud's record of the server the token names, read now: it is a live server of this cluster. */
+/**
+ * The cloud's record of the server the token names, read now: it is a live server of this cluster.
+ * The proof is a bare id anyone can send, so the read is paid for from `budget` when the cloud
+ * refuses the id (src/bootstrap/refusal-budget.ts).
+ */
 async function verifiedServer(
   cloud: CloudIdCloud,
   options: CloudIdPolicyOptions,
+  budget: RefusalBudget,
   token: string,
 ): Promise<NodeIdentity> {
   let id: string;
@@ -185,6 +216,11 @@ async function verifiedServer(
     throw new ProofRejected(`${cloud.scheme} proof rejected: ${describeError(err)}`);
   }
   const providerID = cloud.providerIds.format(id);
+  checkRefusalBudget(budget, providerID, {
+    scheme: cloud.scheme,
+    dependency: cloud.dependency,
+    denial: `the cloud does not vouch for ${providerID}`,
+  });
   // maxAgeMs 0: the record is read now, so a server stopped or relabelled a moment ago is seen.
   const lookup = options.identifier.identify([providerID], { maxAgeMs: 0 });
   const result = (
@@ -198,6 +234,7 @@ async function verifiedServer(
   ).get(providerID);
   if (result?.ok) return result.identity;
   if (result && !isCloudVerdict(result.error)) throw dependencyFault(cloud.dependency, result.error);
+  if (result) budget.refused(providerID, result.error);
   throw new ProofRejected(
     `the cloud does not vouch for ${providerID}: ${result ? describeError(result.error) : 'no answer'}`,
   );
@@ -219,6 +256,9 @@ function factsOfServer(
     nodeName: checkNodeName(facts.nodeName, providerID),
     instanceGroup: identity.instanceGroup,
     instanceId: identity.instanceId,
+    // The incarnation the identifier read (the server's never-reused id): the certificates carry it,
+    // so their renewal is bound to this server, not to the next one given its name.
+    ...(identity.incarnation ? { incarnationId: identity.incarnation.id } : {}),
     dnsNames: facts.dnsNames,
     ipAddresses: facts.ipAddresses,
     challengeEndpoint: challengeEndpointOf(
