@@ -35,6 +35,17 @@ test('a certificate summary has what an admin checks, and whether the CA signed 
   assert.equal(other?.type === 'certificate' && other.signedByCa, false);
 });
 
+test('a node certificate issued for a machine names it (the incarnation extension); one without has no such line', () => {
+  const bound = issueCertificate(ca, 'kubelet', publicKeyRequest(generateKey()), {
+    name: 'node-b',
+    incarnationId: '4321098765432109876',
+  });
+  const [summary] = summarise(bound.pem);
+  assert.equal(summary?.type === 'certificate' && summary.incarnation, '4321098765432109876');
+  assert.match(renderSummaries(summarise(bound.pem)), /^incarnation: 4321098765432109876$/m);
+  assert.doesNotMatch(renderSummaries(summarise(leaf.pem)), /incarnation/);
+});
+
 test('a bundle gives one summary per certificate; empty lists are left out of the text', () => {
   const summaries = summarise(bundlePem(ca) + leaf.pem);
   assert.deepEqual(

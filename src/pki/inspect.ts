@@ -24,6 +24,8 @@ export interface CertificateSummary {
   dnsNames: string[];
   ipAddresses: string[];
   pin: string;
+  /** The machine a node certificate was issued to (the incarnation extension); absent when none. */
+  incarnation?: string;
   /** Whether the CA given with --dir signed it; absent without a CA. */
   signedByCa?: boolean;
 }
@@ -70,6 +72,9 @@ function summariseCertificate(der: Buffer, ca: CertificateAuthority | undefined)
     ca: parsed.extensions.basicConstraints?.ca ?? false,
     ...extensionFields(parsed.extensions),
     pin: pinOfSpki(parsed.spki),
+    ...(parsed.extensions.incarnationId === undefined
+      ? {}
+      : { incarnation: parsed.extensions.incarnationId }),
     ...(signedBy === undefined ? {} : { signedByCa: signedBy }),
   };
 }
