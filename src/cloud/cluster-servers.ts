@@ -24,6 +24,7 @@ import {
 } from '../errors.ts';
 import { isJsonObject, isStringList } from '../json-object.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { monotonicMs } from './age.ts';
 import type { Outcome } from './batcher.ts';
 import { mapConcurrent } from './concurrency.ts';
 import { BatchedNodeIdentifier } from './identify-batches.ts';
@@ -35,6 +36,7 @@ import { type GroupedServer, groupsOfServers } from './server-groups.ts';
 import type {
   CloudGroup,
   CloudGroups,
+  IdentifyResult,
   Incarnation,
   InstanceAddress,
   InstanceState,
@@ -342,6 +344,12 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
   #verified: LruCache<string, CloudServer>;
   /** The cluster's size at the last list, to weigh the next list's pages against single reads. */
   #lastListed = 0;
+  /** The last list of the cluster and when it was started (this identifier's clock), for `identifyListed`. */
+  #lastList: { startedAt: number; listed: Map<string, CloudServer | Error> } | undefined;
+  /** The list `identifyListed` started and waits for, shared by every caller meanwhile. */
+  #pacedList: Promise<Map<string, CloudServer | Error>> | undefined;
+  /** When a list `identifyListed` started last failed, and why. */
+  #pacedFailure: { at: number; error: Error } | undefined;
 
   constructor(options: ClusterServerIdentifierOptions) {
     // One batch at a time: a second list of the whole cluster while one runs would be wasted calls.
@@ -366,6 +374,7 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
    * (deleted, or now another cluster's) is forgotten.
    */
   async #listCluster(): Promise<Map<string, CloudServer | Error>> {
+    const startedAt = this.#now();
     const listed = new Map<string, CloudServer | Error>();
     for (const server of await this.#o.directory.listCluster()) {
       const before = listed.get(server.id);
@@ -391,7 +400,75 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
         verified.set(id, server);
     }
     this.#verified = verified;
+    if (!this.#lastList || this.#lastList.startedAt <= startedAt) this.#lastList = { startedAt, listed };
     return listed;
+  }
+
+  #now(): number {
+    return (this.#o.now ?? monotonicMs)();
+  }
+
+  /**
+   * The verdict on `providerID` from a list of the cluster, never from a read of it by id: the last
+   * list when it is recent enough, else one listed now (one at a time, shared by every caller). A
+   * server the list lacks is a fault (`unlisted`), read again with a later list. Lists are paced: a
+   * new one only once the last is {@link pacedListIntervalMs} old, so that whatever a caller asks, this
+   * costs the cloud at most one list per interval. For the bootstrap verifier of id-only proofs, which
+   * anyone can send, once its budget of reads by id is spent (src/bootstrap/policies/cloud-id.ts).
+   */
+  async identifyListed(providerID: string): Promise<IdentifyResult> {
+    let id: string;
+    try {
+      id = this.#o.providerIds.parse(providerID);
+    } catch (err) {
+      return { ok: false, error: err as Error };
+    }
+    let listed: Map<string, CloudServer | Error>;
+    try {
+      listed = await this.#pacedListing();
+    } catch (err) {
+      return { ok: false, error: listingFault(err as Error, this.#o.noun) };
+    }
+    const server = listed.get(id);
+    if (server === undefined) {
+      return {
+        ok: false,
+        error: new UnavailableError(
+          `${this.#o.noun} ${id} is not in the last list of the cluster; it is looked for again in the next one`,
+          { details: { instanceId: id, reason: 'unlisted' } },
+        ),
+      };
+    }
+    const outcome = this.#verdict(providerID, server);
+    return outcome.ok ? { ok: true, identity: outcome.value } : outcome;
+  }
+
+  /**
+   * How long a paced list serves before the next: 15 s, and 4 s per page of the cluster's last list
+   * (a 5,000-server Hetzner cluster, 100 pages, lists every 400 s: a quarter of a call a second).
+   */
+  get pacedListIntervalMs(): number {
+    const pages = Math.max(1, Math.ceil(this.#lastListed / this.#o.directory.pageSize));
+    return Math.max(15_000, pages * 4_000);
+  }
+
+  #pacedListing(): Promise<Map<string, CloudServer | Error>> {
+    const now = this.#now();
+    const last = this.#lastList;
+    if (last && now - last.startedAt < this.pacedListIntervalMs) return Promise.resolve(last.listed);
+    // A list that failed is not tried again sooner than a list that succeeded would be: a throttled or
+    // failing API is not asked once per caller.
+    const failed = this.#pacedFailure;
+    if (failed && now - failed.at < this.pacedListIntervalMs) return Promise.reject(failed.error);
+    this.#pacedList ??= this.#listCluster()
+      .catch((err: unknown) => {
+        this.#pacedFailure = { at: now, error: err as Error };
+        throw err;
+      })
+      .finally(() => {
+        this.#pacedList = undefined;
+      });
+    return this.#pacedList;
   }
 
   /** The cluster's servers by instance group, read with one list (for validate and the metrics). */

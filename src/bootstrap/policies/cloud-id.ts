@@ -18,8 +18,8 @@
  * passthrough it is the balancer's, and the challenge proves control of the address instead.
  */
 
-import type { ProviderIdFormat } from '../../cloud/cluster-servers.ts';
-import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
+import type { ClusterServerIdentifier, ProviderIdFormat } from '../../cloud/cluster-servers.ts';
+import type { IdentifyResult, NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
 import { withDeadline } from '../../deadline.ts';
 import { isDnsSubdomain } from '../../dns-name.ts';
 import { describeError, RateLimitedError } from '../../errors.ts';
@@ -30,7 +30,7 @@ import {
   dependencyFault,
   isCloudVerdict,
 } from '../dependency.ts';
-import { RefusalBudget } from '../refusal-budget.ts';
+import { LookupBudget } from '../lookup-budget.ts';
 import type {
   BootstrapPolicy,
   BootstrapRequest,
@@ -72,25 +72,6 @@ export function readCloud<T>(
       throw dependencyFault(step.dependency, err);
     },
   );
-}
-
-/**
- * Before the cloud read an id-only proof costs (src/bootstrap/refusal-budget.ts): the refusal
- * remembered for `id` is a ProofRejected (`denial`, then why), an empty budget a dependency fault
- * (503 with Retry-After) before any call.
- */
-export function checkRefusalBudget(
-  budget: RefusalBudget,
-  id: string,
-  step: { scheme: string; dependency: Dependency; denial: string },
-): void {
-  const stopped = budget.before(id, step.scheme);
-  if (stopped instanceof RateLimitedError) throw dependencyFault(step.dependency, stopped);
-  if (stopped) {
-    throw new ProofRejected(
-      `${step.denial}: ${describeError(stopped)} (as the cloud answered less than a minute ago)`,
-    );
-  }
 }
 
 /** Rejects a node name the cloud records that Kubernetes would not accept for a node. */
@@ -160,14 +141,18 @@ export interface CloudIdCloud {
 
 /** Options every id-only cloud policy takes. */
 export interface CloudIdPolicyOptions {
-  /** The cloud's NodeIdentifier for this cluster (cluster label/tag, group, state checked). */
-  identifier: NodeIdentifier;
+  /**
+   * The cloud's NodeIdentifier for this cluster (cluster label/tag, group, state checked); with
+   * `identifyListed` (ClusterServerIdentifier), proofs past the lookup budget are answered from a
+   * paced list of the cluster, else they wait (503) until the budget refills.
+   */
+  identifier: NodeIdentifier & Partial<Pick<ClusterServerIdentifier, 'identifyListed'>>;
   /** Deadline of the cloud lookup (default 10 s). */
   lookupTimeoutMs?: number;
   /** The port of the node's challenge server (default kops' 3987). */
   challengePort?: number;
-  /** What refused ids may cost the cloud's quota (default {@link RefusalBudget}'s, one per policy). */
-  refusalBudget?: RefusalBudget;
+  /** What proofs may cost the cloud's quota (src/bootstrap/lookup-budget.ts; default one per policy). */
+  lookupBudget?: LookupBudget;
 }
 
 /** The addresses of `identity` of one type, in the cloud's order. */
@@ -177,7 +162,7 @@ export function addressesOfType(identity: NodeIdentity, type: string): string[] 
 
 /** The verifier of one id-only callback cloud; abstains for every other proof. */
 export function cloudIdPolicy(cloud: CloudIdCloud, options: CloudIdPolicyOptions): BootstrapPolicy {
-  const budget = options.refusalBudget ?? new RefusalBudget();
+  const budget = options.lookupBudget ?? new LookupBudget();
   return {
     name: cloud.name,
     evaluate: (request) => {
@@ -200,13 +185,14 @@ export function cloudIdPolicy(cloud: CloudIdCloud, options: CloudIdPolicyOptions
 
 /**
  * The cloud's record of the server the token names, read now: it is a live server of this cluster.
- * The proof is a bare id anyone can send, so the read is paid for from `budget` when the cloud
- * refuses the id (src/bootstrap/refusal-budget.ts).
+ * The proof is a bare id anyone can send, so what it costs the cloud is bounded by `budget`: a read
+ * by id while the budget lasts, else the answer of a paced list of the cluster
+ * (src/bootstrap/lookup-budget.ts).
  */
 async function verifiedServer(
   cloud: CloudIdCloud,
   options: CloudIdPolicyOptions,
-  budget: RefusalBudget,
+  budget: LookupBudget,
   token: string,
 ): Promise<NodeIdentity> {
   let id: string;
@@ -216,27 +202,40 @@ async function verifiedServer(
     throw new ProofRejected(`${cloud.scheme} proof rejected: ${describeError(err)}`);
   }
   const providerID = cloud.providerIds.format(id);
-  checkRefusalBudget(budget, providerID, {
-    scheme: cloud.scheme,
-    dependency: cloud.dependency,
-    denial: `the cloud does not vouch for ${providerID}`,
+  const remembered = budget.remembered(providerID);
+  if (remembered) {
+    throw new ProofRejected(
+      `the cloud does not vouch for ${providerID}: ${describeError(remembered)} (as it answered less than a minute ago)`,
+    );
+  }
+  const result = await withDeadline(
+    lookup(options, budget, providerID),
+    options.lookupTimeoutMs ?? defaultCloudLookupTimeoutMs,
+    `identify ${providerID}`,
+  ).catch((err: unknown) => {
+    throw dependencyFault(cloud.dependency, err);
   });
-  // maxAgeMs 0: the record is read now, so a server stopped or relabelled a moment ago is seen.
-  const lookup = options.identifier.identify([providerID], { maxAgeMs: 0 });
-  const result = (
-    await withDeadline(
-      lookup,
-      options.lookupTimeoutMs ?? defaultCloudLookupTimeoutMs,
-      `identify ${providerID}`,
-    ).catch((err: unknown) => {
-      throw dependencyFault(cloud.dependency, err);
-    })
-  ).get(providerID);
   if (result?.ok) return result.identity;
   if (result && !isCloudVerdict(result.error)) throw dependencyFault(cloud.dependency, result.error);
   if (result) budget.refused(providerID, result.error);
   throw new ProofRejected(
     `the cloud does not vouch for ${providerID}: ${result ? describeError(result.error) : 'no answer'}`,
+  );
+}
+
+/** One lookup of `providerID`: read now (maxAgeMs 0: a server stopped or relabelled a moment ago is seen) while the budget lasts, else from the paced list. */
+async function lookup(
+  options: CloudIdPolicyOptions,
+  budget: LookupBudget,
+  providerID: string,
+): Promise<IdentifyResult | undefined> {
+  if (budget.tryRead()) {
+    return (await options.identifier.identify([providerID], { maxAgeMs: 0 })).get(providerID);
+  }
+  if (options.identifier.identifyListed) return options.identifier.identifyListed(providerID);
+  throw new RateLimitedError(
+    `the budget of cloud reads for ${providerID.split(':')[0]} proofs is spent; it refills one every 20 s`,
+    { retryAfterSeconds: 20, details: { reason: 'lookup-budget' } },
   );
 }
 

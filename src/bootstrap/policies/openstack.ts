@@ -20,23 +20,11 @@ import { openstackProviderID } from '../../cloud/openstack/cloud-groups.ts';
 import { isServerId, type NovaClient } from '../../cloud/openstack/nova.ts';
 import { identityOfServer, serverAddresses } from '../../cloud/openstack/server.ts';
 import { sourceAddress } from '../../net/source.ts';
-import { RefusalBudget } from '../refusal-budget.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
-import {
-  abstainWithout,
-  checkRefusalBudget,
-  cloudIdToken,
-  deny,
-  denyRejected,
-  ProofRejected,
-  readCloud,
-  serverFacts,
-} from './cloud-id.ts';
+import { abstainWithout, cloudIdToken, deny, denyRejected, readCloud, serverFacts } from './cloud-id.ts';
 
 /** Options of the `openstack` policy. */
 export interface OpenStackPolicyOptions {
-  /** What refused ids may cost the cloud's quota (src/bootstrap/refusal-budget.ts; default one per policy). */
-  refusalBudget?: RefusalBudget;
   /** Our kops cluster: the server's `KubernetesCluster` metadata must name it. */
   clusterName: string;
   nova: Pick<NovaClient, 'getServer'>;
@@ -58,15 +46,12 @@ function addressIn(address: string, addresses: string[]): boolean {
 
 /** The `openstack` policy; abstains for requests without an `x-openstack-id` proof. */
 export function openstackPolicy(options: OpenStackPolicyOptions): BootstrapPolicy {
-  const budget = options.refusalBudget ?? new RefusalBudget();
   return {
     name: 'openstack',
     evaluate: (request) => {
       const serverId = cloudIdToken(request, 'x-openstack-id');
       if (serverId === undefined) return Promise.resolve(abstainWithout('x-openstack-id'));
-      return denyRejected(() =>
-        verifyServer(serverId, sourceAddress(request.remoteAddress), options, budget),
-      );
+      return denyRejected(() => verifyServer(serverId, sourceAddress(request.remoteAddress), options));
     },
   };
 }
@@ -76,36 +61,19 @@ async function verifyServer(
   serverId: string,
   source: string,
   options: OpenStackPolicyOptions,
-  budget: RefusalBudget,
 ): Promise<PolicyDecision> {
   if (!isServerId(serverId)) return deny('the x-openstack-id proof is not a Nova server id');
-  const denial = `Nova does not vouch for server ${serverId}`;
-  const dependency = 'policy:openstack';
-  checkRefusalBudget(budget, serverId, { scheme: 'x-openstack-id', dependency, denial });
   const server = await readCloud(options.nova.getServer(serverId), {
     call: `servers.get ${serverId}`,
-    denial,
-    dependency,
+    denial: `Nova does not vouch for server ${serverId}`,
+    dependency: 'policy:openstack',
     timeoutMs: options.lookupTimeoutMs,
-  }).catch((err: unknown) => {
-    // A read Nova answered with a verdict (not found, refused) was paid for by a refusal.
-    if (err instanceof ProofRejected) budget.refused(serverId, err, false);
-    throw err;
   });
   const identity = identityOfServer(openstackProviderID(server.id), server, options.clusterName);
-  if (identity instanceof Error) {
-    budget.refused(serverId, identity);
-    return deny(identity.message);
-  }
-  if (identity.state !== 'running') {
-    const stopped = `server ${server.id} is ${server.status}, not ACTIVE`;
-    budget.refused(serverId, new Error(stopped));
-    return deny(stopped);
-  }
+  if (identity instanceof Error) return deny(identity.message);
+  if (identity.state !== 'running') return deny(`server ${server.id} is ${server.status}, not ACTIVE`);
   const addresses = serverAddresses(server).map((a) => a.address);
   if (!addressIn(source, addresses)) {
-    // Paid for, not remembered: the server itself may join from its own address a moment later.
-    budget.refused(serverId, new Error('another source'), false);
     return deny(
       `the request comes from ${source || 'an unknown address'}, which is not an address of server ${server.id} (${addresses.join(', ') || 'none'})`,
     );

@@ -42,23 +42,11 @@ import {
 } from '../../cloud/scaleway/ipam.ts';
 import { identityOfServer, isScalewayServerId, scalewayProviderID } from '../../cloud/scaleway/server.ts';
 import { challengeEndpointOf, defaultChallengePort } from '../../protocol/challenge.ts';
-import { RefusalBudget } from '../refusal-budget.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
-import {
-  abstainWithout,
-  checkRefusalBudget,
-  cloudIdToken,
-  deny,
-  denyRejected,
-  ProofRejected,
-  readCloud,
-  serverFacts,
-} from './cloud-id.ts';
+import { abstainWithout, cloudIdToken, deny, denyRejected, readCloud, serverFacts } from './cloud-id.ts';
 
 /** Options of the `scaleway` policy. */
 export interface ScalewayPolicyOptions {
-  /** What refused ids may cost the cloud's quota (src/bootstrap/refusal-budget.ts; default one per policy). */
-  refusalBudget?: RefusalBudget;
   /** Our kops cluster: the server's `noprefix=kops.k8s.io/cluster=` tag must name it. */
   clusterName: string;
   /**
@@ -97,13 +85,12 @@ async function ipamAddresses(
 
 /** The `scaleway` policy; abstains for requests without an `x-scaleway-instance-server-id` proof. */
 export function scalewayPolicy(options: ScalewayPolicyOptions): BootstrapPolicy {
-  const budget = options.refusalBudget ?? new RefusalBudget();
   return {
     name: 'scaleway',
     evaluate: (request) => {
       const serverId = cloudIdToken(request, scheme);
       if (serverId === undefined) return Promise.resolve(abstainWithout(scheme));
-      return denyRejected(() => verifyServer(serverId, options, budget));
+      return denyRejected(() => verifyServer(serverId, options));
     },
   };
 }
@@ -130,35 +117,19 @@ async function lookupServer(serverId: string, options: ScalewayPolicyOptions) {
 }
 
 /** The Instance API's record of a live server of this cluster, with an IPv4 address to call back. */
-async function verifyServer(
-  serverId: string,
-  options: ScalewayPolicyOptions,
-  budget: RefusalBudget,
-): Promise<PolicyDecision> {
+async function verifyServer(serverId: string, options: ScalewayPolicyOptions): Promise<PolicyDecision> {
   const { zone } = options.clients;
   if (!isScalewayServerId(serverId)) return deny(`the ${scheme} proof is not a server id`);
   const denial = `Scaleway does not vouch for server ${serverId} in ${zone}`;
-  const dependency = 'policy:scaleway';
-  checkRefusalBudget(budget, serverId, { scheme, dependency, denial });
   const found = await readCloud(lookupServer(serverId, options), {
     call: `getServer ${serverId}`,
     denial,
-    dependency,
+    dependency: 'policy:scaleway',
     timeoutMs: options.lookupTimeoutMs,
-  }).catch((err: unknown) => {
-    // A read the cloud answered with a verdict (not found, refused) was paid for by a refusal.
-    if (err instanceof ProofRejected) budget.refused(serverId, err, false);
-    throw err;
   });
-  if (!found) {
-    budget.refused(serverId, new Error(denial), false);
-    return deny(denial);
-  }
+  if (!found) return deny(denial);
   const { server, identity } = found;
-  if (identity instanceof Error) {
-    budget.refused(serverId, identity);
-    return deny(identity.message);
-  }
+  if (identity instanceof Error) return deny(identity.message);
   // Its Private-Network addresses, or else its routed public IPs: those used are the certificate's.
   const kind = found.addresses.private.length > 0 ? 'private-network' : 'public-routed';
   const addresses = kind === 'private-network' ? found.addresses.private : found.addresses.public;
