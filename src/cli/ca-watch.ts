@@ -33,7 +33,7 @@ export const caPollMs = 60_000;
 /** How long after a read that found other CAs a second read must find the same before it counts. */
 export const caConfirmMs = 5_000;
 /** The `reason` of the error a replaced CA ends the process with (exit code 75, `gone`). */
-export const caReplacedReason = 'ca-replaced';
+const caReplacedReason = 'ca-replaced';
 
 /** Every CA of the set, the signing one first. */
 function caList(authorities: SigningAuthorities): CertificateAuthority[] {

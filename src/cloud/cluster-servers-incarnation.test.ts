@@ -11,7 +11,7 @@ import { KopsError } from '../errors.ts';
 import { startDigitalOceanSimulator } from '../sim/digitalocean/simulator.ts';
 import { startHetznerSimulator } from '../sim/hetzner/simulator.ts';
 import { startLinodeSimulator } from '../sim/linode/simulator.ts';
-import { cloudTime } from './cluster-servers.ts';
+import { cloudTime } from './cloud-time.ts';
 import { createDigitalOceanProvider } from './digitalocean/provider.ts';
 import { createHetznerProvider } from './hetzner/provider.ts';
 import { createLinodeProvider } from './linode/provider.ts';

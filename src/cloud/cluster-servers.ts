@@ -10,8 +10,8 @@
  * out of the cache at once, so no caller is told it runs for the rest of the 60 minutes. The list
  * alone refuses no node: an asked-for server it lacks is read by id (see `identifyBatch`).
  * Each identity names the server's incarnation: its id, which none of these clouds gives another
- * server, and the creation time its record states ({@link cloudTime}, which the other clouds' readers
- * use too), so a name re-used by a new server is never taken for the server a certificate was issued to.
+ * server, and the creation time its record states (read by cloud-time.ts, as the other clouds'
+ * readers do), so a name re-used by a new server is never taken for the server a certificate was issued to.
  * (Shared by src/cloud/hetzner, src/cloud/digitalocean and src/cloud/linode.)
  */
 import {
@@ -25,6 +25,7 @@ import {
 import { isJsonObject, isStringList } from '../json-object.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { monotonicMs } from './age.ts';
+import { malformedAnswer } from './api-answer.ts';
 import type { Outcome } from './batcher.ts';
 import { mapConcurrent } from './concurrency.ts';
 import { BatchedNodeIdentifier } from './identify-batches.ts';
@@ -80,13 +81,8 @@ export interface ServerRecord {
   privateIps: readonly string[];
   publicIps: readonly string[];
   zone: string | undefined;
-  /** The record's creation time, read with {@link cloudTime} (undefined: the record has none). */
+  /** The record's creation time, read with `cloudTime` (undefined: the record has none). */
   createdAt?: Date | undefined;
-}
-
-/** The error of an answer the cloud should never give: a dependency fault, never a verdict on a node. */
-export function malformedAnswer(message: string): UnavailableError {
-  return new UnavailableError(message, { details: { reason: 'malformed-answer' } });
 }
 
 /**
@@ -104,52 +100,6 @@ export function listingFault(err: Error, noun: string): Error {
       details: { ...err.details, reason: 'listing-refused' },
     },
   );
-}
-
-/** How a cloud writes its times, beyond RFC 3339 with an offset (`Z`, `+00:00`). */
-export interface CloudTimeFormat {
-  /**
-   * A time without an offset is UTC, as the cloud documents it (Linode writes `2018-01-01T00:01:01`;
-   * Azure "reports time in UTC but it doesn't include the 'Z' time zone suffix in some cases", as
-   * Azure/azure-sdk-for-go's generated time_rfc3339.go reads ARM's times). Elsewhere such a time says
-   * nothing of its zone, and is refused.
-   */
-  utcWithoutOffset?: boolean;
-}
-
-/** RFC 3339 date-time: date, `T`, time, an optional fraction and (see {@link CloudTimeFormat}) an offset. */
-const rfc3339 = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|([+-])(\d{2}):(\d{2}))?$/;
-
-/**
- * The time a cloud's record states (a server's creation time), or undefined when the record states
- * none (the field absent or null). A value that is there but is no time — not a string, not RFC 3339,
- * a day or hour out of range (which `Date` would silently carry over: February 30th is March 1st to
- * it), or without an offset where the cloud always writes one — is a malformed answer, never dropped:
- * a server's creation time decides whether a certificate was issued to it or to a machine before it.
- */
-export function cloudTime(value: unknown, what: string, format: CloudTimeFormat = {}): Date | undefined {
-  if (value === undefined || value === null) return undefined;
-  const match = typeof value === 'string' ? rfc3339.exec(value) : null;
-  const time = match ? timeOfMatch(match, format) : undefined;
-  if (time === undefined) {
-    throw malformedAnswer(
-      `${what} is ${JSON.stringify(value)?.slice(0, 60)}, not a time (RFC 3339${format.utcWithoutOffset ? '' : ' with an offset'})`,
-    );
-  }
-  return time;
-}
-
-/** The instant an RFC 3339 match names, or undefined when a field is out of its range. */
-function timeOfMatch(match: RegExpExecArray, format: CloudTimeFormat): Date | undefined {
-  const [, dateTime = '', fraction = '', zone, sign, offsetHours = '0', offsetMinutes = '0'] = match;
-  if (zone === undefined && !format.utcWithoutOffset) return undefined;
-  if (Number(offsetHours) > 23 || Number(offsetMinutes) > 59) return undefined;
-  const utc = new Date(`${dateTime}Z`);
-  // Date carries a field out of its range over (February 30th is March 1st to it, 24:00 the next
-  // day): what does not read back as written is refused instead.
-  if (Number.isNaN(utc.getTime()) || utc.toISOString().slice(0, 19) !== dateTime) return undefined;
-  const offsetMs = (Number(offsetHours) * 60 + Number(offsetMinutes)) * 60_000 * (sign === '-' ? -1 : 1);
-  return new Date(utc.getTime() + Number(fraction.padEnd(3, '0').slice(0, 3)) - offsetMs);
 }
 
 /** `value` (or `[]` when absent) when it is a list of strings; a malformed answer otherwise. */

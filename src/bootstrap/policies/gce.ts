@@ -23,7 +23,6 @@
 import { createHash, createPublicKey, verify } from 'node:crypto';
 import type { ComputeClient } from '../../cloud/gce/compute.ts';
 import type { GceIdentityTokenVerifier } from '../../cloud/gce/identity-token.ts';
-import type { GceNodeIdentity } from '../../cloud/gce/node-identifier.ts';
 import { formatGceProviderID, isGceName, isGceZone } from '../../cloud/gce/resource-names.ts';
 import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
 import { withDeadline } from '../../deadline.ts';
@@ -52,7 +51,7 @@ export interface GcePolicyOptions {
   region?: string;
   /**
    * Identifies instances through MIG membership and templates (GceNodeIdentifier). Its identities must
-   * carry the instance's `numericId` (a GceNodeIdentity): without it no identity token is approved.
+   * carry the instance's numeric id as its `incarnation.id` (the GCE identifier's): without it no identity token is approved.
    */
   identifier: NodeIdentifier;
   /** Verifies identity tokens; without it `x-gce-identity` proofs are denied. */
@@ -300,8 +299,8 @@ async function fromTpmProof(
 
 /** The numeric instance id a GCE identity carries, if the identifier put one there. */
 function numericIdOf(identity: NodeIdentity): string | undefined {
-  const id = (identity as Partial<GceNodeIdentity>).numericId;
-  return typeof id === 'string' && id !== '' ? id : undefined;
+  const id = identity.incarnation?.id;
+  return id !== undefined && id !== '' ? id : undefined;
 }
 
 /**

@@ -26,8 +26,8 @@ import {
 import { isJsonObject } from '../../json-object.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { egressAgent } from '../../net/egress-proxy.ts';
-import { isVerdictStatus } from '../api-answer.ts';
-import { cloudTime, malformedAnswer } from '../cluster-servers.ts';
+import { isVerdictStatus, malformedAnswer } from '../api-answer.ts';
+import { cloudTime } from '../cloud-time.ts';
 import {
   type CloudCallRecorder,
   type CloudName,

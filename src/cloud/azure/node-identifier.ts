@@ -26,8 +26,9 @@
 import { ForbiddenError, NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { monotonicMs, youngerThan } from '../age.ts';
+import { malformedAnswer } from '../api-answer.ts';
 import type { Outcome } from '../batcher.ts';
-import { listingFault, malformedAnswer } from '../cluster-servers.ts';
+import { listingFault } from '../cluster-servers.ts';
 import { mapConcurrent } from '../concurrency.ts';
 import { BatchedNodeIdentifier, outcomeOf } from '../identify-batches.ts';
 import { instanceGroupNameProblem } from '../instance-group-name.ts';

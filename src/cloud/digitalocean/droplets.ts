@@ -10,10 +10,11 @@
  * seconds); over it the API answers 429 `too_many_requests`. A list page holds at most 200 droplets,
  * so listing a 5,000-droplet cluster costs 25 requests.
  */
+
+import { cloudTime } from '../cloud-time.ts';
 import {
   type CloudServer,
   cloudServer,
-  cloudTime,
   DecimalIds,
   ListingGuard,
   maxInt64,

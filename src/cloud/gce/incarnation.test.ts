@@ -28,10 +28,10 @@ test('an answer whose id or creationTimestamp cannot be read is a fault of the a
     [{}, /the id undefined, not a uint64/],
     [
       { id: '7', creationTimestamp: '27/06/2026' },
-      /the creationTimestamp "27\/06\/2026", not an RFC 3339 time/,
+      /creationTimestamp is "27\/06\/2026", not a time \(RFC 3339 with an offset\)/,
     ],
-    [{ id: '7', creationTimestamp: '2026-02-30T00:00:00Z' }, /not an RFC 3339 time/],
-    [{ id: '7', creationTimestamp: 1782554000 }, /not an RFC 3339 time/],
+    [{ id: '7', creationTimestamp: '2026-02-30T00:00:00Z' }, /not a time \(RFC 3339 with an offset\)/],
+    [{ id: '7', creationTimestamp: 1782554000 }, /not a time \(RFC 3339 with an offset\)/],
   ] as const) {
     const result = incarnationOf({ ...instance, ...malformed } as never);
     assert.ok(result instanceof UnavailableError, JSON.stringify(malformed));

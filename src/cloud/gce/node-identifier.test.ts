@@ -56,7 +56,6 @@ test('a MIG member is identified with the group its template names, its addresse
   assert.deepEqual(identityOf(results.get(pid(node!.name))), {
     providerID: pid(node!.name),
     instanceId: node!.name,
-    numericId: node!.id,
     instanceGroup: 'nodes-basic',
     state: 'running',
     addresses: [
@@ -366,14 +365,14 @@ test('the identity carries the numeric id of the incarnation read now, so a name
   });
   const id = identifier();
   const first = identityOf((await id.identify([pid(node!.name)])).get(pid(node!.name)));
-  assert.equal(first.numericId, node!.id);
+  assert.equal(first.incarnation?.id, node!.id);
   assert.deepEqual(first.incarnation, { id: node!.id, createdAt: node!.creationTimestamp });
   // The MIG recreates it: same name, same created-by, still its member, a new id and creation time.
   const createdAt = new Date('2026-06-27T10:10:47.431Z');
   const reborn = sim.world.recreateInstance(zone, node!.name, { creationTimestamp: createdAt });
   const again = identityOf((await id.identify([pid(node!.name)])).get(pid(node!.name)));
-  assert.equal(again.numericId, reborn.id);
-  assert.notEqual(again.numericId, node!.id);
+  assert.equal(again.incarnation?.id, reborn.id);
+  assert.notEqual(again.incarnation?.id, node!.id);
   // Read from the API's `2026-06-27T03:10:47.431-07:00`.
   assert.deepEqual(again.incarnation, { id: reborn.id, createdAt });
 });

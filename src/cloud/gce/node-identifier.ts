@@ -78,14 +78,13 @@ export interface GceRoutedRanges {
   externalIpv6Ranges: string[];
 }
 
-/** A verified identity with the instance's numeric id and the ranges routed to it. */
+/**
+ * A verified identity with the ranges routed to the instance. Its `incarnation.id` is the numeric
+ * `id` of the incarnation read by this call (`instance_id` in its identity tokens): `instanceId` is the
+ * name, which a MIG reuses when it recreates an instance; the id never is, so a proof naming an id is
+ * checked against this one.
+ */
 export type GceNodeIdentity = NodeIdentity & {
-  /**
-   * The numeric `id` of the incarnation read by this call (`instance_id` in its identity tokens).
-   * `instanceId` is the name, which a MIG reuses when it recreates an instance; the id never is, so a
-   * proof naming an id is checked against this one.
-   */
-  numericId: string;
   routedRanges: GceRoutedRanges;
 };
 
@@ -482,7 +481,6 @@ export class GceNodeIdentifier implements NodeIdentifier {
     return {
       providerID,
       instanceId: instance.name,
-      numericId: instance.id,
       instanceGroup,
       state: stateByStatus[instance.status] ?? 'unknown',
       addresses,

@@ -11,13 +11,13 @@
  */
 
 import { isJsonObject } from '../../json-object.ts';
+import { malformedAnswer } from '../api-answer.ts';
+import { cloudTime } from '../cloud-time.ts';
 import {
   type CloudServer,
   cloudServer,
-  cloudTime,
   DecimalIds,
   ListingGuard,
-  malformedAnswer,
   maxInt64,
   type ServerDirectory,
   type ServerStatuses,

@@ -23,13 +23,13 @@ import * as linodeSdk from '@linode/api-v4';
 import { UnavailableError } from '../../errors.ts';
 import { isJsonObject } from '../../json-object.ts';
 import { egressAgent } from '../../net/egress-proxy.ts';
+import { malformedAnswer } from '../api-answer.ts';
+import { cloudTime } from '../cloud-time.ts';
 import {
   type CloudServer,
   cloudServer,
-  cloudTime,
   DecimalIds,
   ListingGuard,
-  malformedAnswer,
   type ServerDirectory,
   type ServerStatuses,
   schemeProviderIds,

@@ -13,8 +13,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../../errors.ts';
-import { isVerdictStatus } from '../api-answer.ts';
-import { malformedAnswer } from '../cluster-servers.ts';
+import { isVerdictStatus, malformedAnswer } from '../api-answer.ts';
 import { type CloudCallRecorder, noCloudCalls } from '../metrics.ts';
 import { keystoneAuthBody, keystoneTokensUrl, type OpenStackAuthOptions } from './auth.ts';
 import { openstackRequest } from './http.ts';

@@ -10,7 +10,8 @@
  */
 import { ForbiddenError, InvalidInputError, KopsError, UnavailableError } from '../../errors.ts';
 import { fieldsOf, isJsonObject, isStringMap } from '../../json-object.ts';
-import { cloudTime, malformedAnswer } from '../cluster-servers.ts';
+import { malformedAnswer } from '../api-answer.ts';
+import { cloudTime } from '../cloud-time.ts';
 import { type CloudCallRecorder, noCloudCalls } from '../metrics.ts';
 import { retryCloudCall } from '../retry.ts';
 import { openstackRequest } from './http.ts';

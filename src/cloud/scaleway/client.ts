@@ -13,8 +13,8 @@ import { Ipamv1 } from '@scaleway/sdk-ipam';
 import { ConfigError, errorForHttpStatus, KopsError, TimeoutError, UnavailableError } from '../../errors.ts';
 import { isJsonObject } from '../../json-object.ts';
 import { egressFetch } from '../../net/egress-proxy.ts';
-import { isVerdictStatus } from '../api-answer.ts';
-import { cloudTime, malformedAnswer } from '../cluster-servers.ts';
+import { isVerdictStatus, malformedAnswer } from '../api-answer.ts';
+import { cloudTime } from '../cloud-time.ts';
 import {
   type CloudCallRecorder,
   type CloudCallResult,

@@ -13,9 +13,9 @@ import { maxServersPerCall } from './node-identifier.ts';
 import {
   clusterTagPrefix,
   instanceGroupTagPrefix,
+  listedServersOfPage,
   needsUpdateTag,
   scalewayProviderID,
-  serversOfPage,
   stateOfServer,
 } from './server.ts';
 
@@ -49,7 +49,7 @@ export class ScalewayCloudGroups implements CloudGroups {
           page,
         }),
       );
-      const servers = serversOfPage(answer, page, maxServersPerCall);
+      const servers = listedServersOfPage(answer, page, maxServersPerCall);
       for (const server of servers) {
         const instanceGroup = tagValue(server.tags, instanceGroupTagPrefix);
         if (tagValue(server.tags, clusterTagPrefix) !== clusterName || !instanceGroup) continue;

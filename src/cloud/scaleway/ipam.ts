@@ -19,7 +19,7 @@ import { isIP } from 'node:net';
 import type { Instancev1 } from '@scaleway/sdk-instance';
 import type { Ipamv1 } from '@scaleway/sdk-ipam';
 import { UnavailableError } from '../../errors.ts';
-import { malformedAnswer } from '../cluster-servers.ts';
+import { malformedAnswer } from '../api-answer.ts';
 import type { ScalewayClients } from './client.ts';
 
 /**
@@ -27,10 +27,10 @@ import type { ScalewayClients } from './client.ts';
  * the IPAM API's own ceiling is not published in its SDK, and a smaller page it might answer is read
  * on (see {@link listIpamIps}).
  */
-export const ipamPageSize = 100;
+const ipamPageSize = 100;
 
 /** Resource ids one listing filters by at most (each a UUID in the query string: about 5 KB for 100). */
-export const maxIdsPerIpamListing = 100;
+const maxIdsPerIpamListing = 100;
 
 /**
  * Most pages one listing takes. A listing of at most 100 resources' IPv4 records fits in one or two;
@@ -43,7 +43,7 @@ const maxIpamPages = 20;
 export type IpamClients = Pick<ScalewayClients, 'ipam' | 'call' | 'projectId'>;
 
 /** The IPv4 address of an IPAM record (`10.0.0.5/22` → `10.0.0.5`). */
-export function ipv4Of(ip: Ipamv1.IP): string | undefined {
+function ipv4Of(ip: Ipamv1.IP): string | undefined {
   const address = ip.address.split('/')[0] ?? '';
   return !ip.isIpv6 && isIP(address) === 4 ? address : undefined;
 }

@@ -20,8 +20,8 @@
  */
 import { NotFoundError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import { malformedAnswer } from '../api-answer.ts';
 import type { Outcome } from '../batcher.ts';
-import { malformedAnswer } from '../cluster-servers.ts';
 import { mapConcurrent } from '../concurrency.ts';
 import { BatchedNodeIdentifier, outcomeOf } from '../identify-batches.ts';
 import { LruCache } from '../lru.ts';
@@ -30,10 +30,10 @@ import { regionOfZone, type ScalewayClients } from './client.ts';
 import { privateNetworkAddresses, privateNicsOf } from './ipam.ts';
 import {
   identityOfServer,
+  listedServersOfPage,
   parseScalewayProviderID,
   type ScalewayServerRef,
   scalewayProviderID,
-  serversOfPage,
 } from './server.ts';
 
 type Server = Awaited<ReturnType<ScalewayClients['instance']['getServer']>>['server'] & {};
@@ -157,7 +157,7 @@ export class ScalewayNodeIdentifier extends BatchedNodeIdentifier {
           }),
         );
         const answered = new Map<string, Server | Error>();
-        for (const server of serversOfPage(page, 1, maxServersPerCall)) {
+        for (const server of listedServersOfPage(page, 1, maxServersPerCall)) {
           // Only what was asked: an API that answered more (a filter ignored) adds nothing.
           if (!ids.includes(server.id) || server.zone !== zone) continue;
           const before = answered.get(server.id);

@@ -8,7 +8,7 @@
 import { isIP } from 'node:net';
 import type { Instancev1 } from '@scaleway/sdk-instance';
 import { ForbiddenError, InvalidInputError } from '../../errors.ts';
-import { malformedAnswer } from '../cluster-servers.ts';
+import { malformedAnswer } from '../api-answer.ts';
 import { instanceGroupNameProblem } from '../instance-group-name.ts';
 import { tagValue } from '../server-groups.ts';
 import type { InstanceAddress, InstanceState, NodeIdentity } from '../types.ts';
@@ -28,7 +28,7 @@ export const needsUpdateTag = 'noprefix=kops.k8s.io/needs-update';
  * without that count, or holding fewer servers than it says this page holds, is an answer we cannot
  * read (a 200 from a proxy, a body cut short) — a fault, never an empty cluster or a missing server.
  */
-export function serversOfPage(
+export function listedServersOfPage(
   answer: Pick<Instancev1.ListServersResponse, 'servers' | 'totalCount'>,
   page: number,
   perPage: number,
