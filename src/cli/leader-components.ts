@@ -14,7 +14,7 @@ import { MachineIndex } from '../cloud/capi/machines.ts';
 import { CapiNodeIdentifier } from '../cloud/capi/node-identifier.ts';
 import { type CloudOverrides, cloudFromConfig } from '../cloud/from-config.ts';
 import { cloudCallMetrics } from '../cloud/metrics.ts';
-import type { Config } from '../config/schema.ts';
+import { type Config, clientRenewalsOf } from '../config/schema.ts';
 import { CsrApprover } from '../controllers/csr-approver/csr-approver.ts';
 import { servingPolicyOf } from '../controllers/csr-approver/serving-policy.ts';
 import { ipamControllerFromConfig } from '../controllers/ipam/from-config.ts';
@@ -104,6 +104,15 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
     );
   }
   if (config.csrApprover.enabled) {
+    logger.info(
+      {
+        clientRenewals: clientRenewalsOf(config),
+        setBy: config.csrApprover.clientRenewals
+          ? 'csrApprover.clientRenewals'
+          : `the default for cloud ${config.cloud}`,
+      },
+      'kubelet CSR approver: what becomes of kubelet client renewals through the CSR API',
+    );
     components.push(
       new CsrApprover({
         kubeConfig: options.kubeConfig,
@@ -111,6 +120,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
         identifier,
         identifyByNodeName: cloud.identifiesByNodeName,
         leaveUnverifiedForHumans: config.csrApprover.leaveUnverifiedForHumans,
+        clientRenewals: clientRenewalsOf(config),
         maxInstanceStateAgeMs: config.csrApprover.maxInstanceStateAge,
         serving: servingPolicyOf(config.csrApprover.serving),
         registry: options.registry,

@@ -322,6 +322,13 @@ function servingCheck<K extends keyof ServingSettings>(field: K) {
   };
 }
 
+/**
+ * The two ways of the CSR approver with kubelet client renewals (src/controllers/csr-approver):
+ * `approve` one whose node's instance runs, or `leave` it pending for a human.
+ */
+export const clientRenewalModes = ['approve', 'leave'] as const;
+export type ClientRenewalMode = (typeof clientRenewalModes)[number];
+
 const csrApprover = z.strictObject({
   /** Approve kubelet client renewals and cloud-verified serving certificates (needs node identity). */
   enabled: z.boolean().default(true),
@@ -329,6 +336,12 @@ const csrApprover = z.strictObject({
   leaveUnverifiedForHumans: z.boolean().default(false),
   /** The oldest cloud answer about a node's instance that a decision may rest on (default 60 s). */
   maxInstanceStateAge: duration.default(60_000),
+  /**
+   * What becomes of a kubelet client renewal (`kube-apiserver-client-kubelet`) from a node: `approve`
+   * it when the node's instance runs, or `leave` it pending for a human. Unset: by cloud, see
+   * {@link clientRenewalsOf}.
+   */
+  clientRenewals: z.enum(clientRenewalModes).optional(),
   /** kubelet-csr-approver's settings for kubelet serving CSRs; one left unset adds no check of its own. */
   serving: z
     .strictObject({
@@ -343,6 +356,32 @@ const csrApprover = z.strictObject({
     })
     .default({ namesMustResolve: false }),
 });
+
+/**
+ * What the CSR approver does with kubelet client renewals: the setting, else by cloud. The approver
+ * cannot tell which machine's certificate authenticated a CSR (src/controllers/csr-approver/csr-approver.ts),
+ * so an approval rests on the node's name and whichever machine bears it now. That is sound only where
+ * a name is never given to another machine: AWS with instance-id node names (this controller's AWS
+ * default; EC2 never reuses an instance id), so `approve` there. Everywhere else a name outlives its
+ * machine — GCE names instances (a MIG recreates one under its name), IP-based AWS names follow the
+ * address, servers and metal hosts are re-created under their names, Cluster API on AWS names nodes by
+ * private DNS name — so `leave`. kops' nodes never renew through the CSR API (nodeup writes the
+ * kubelet a kubeconfig with kops-controller's certificate; the kubelet's `rotateCertificates` is
+ * off unless set, and kops runs no approver for these requests), so leaving them costs a kops
+ * cluster nothing; nodes renew through the bootstrap server (`join --renew`), which is bound to
+ * the machine.
+ */
+export function clientRenewalsOf(config: {
+  cloud: string;
+  capi?: { enabled?: boolean | undefined } | undefined;
+  server?: { provider: { aws?: { useIPBasedNodeNames?: boolean | undefined } | undefined } } | undefined;
+  csrApprover: { clientRenewals?: ClientRenewalMode | undefined };
+}): ClientRenewalMode {
+  if (config.csrApprover.clientRenewals) return config.csrApprover.clientRenewals;
+  const namesNeverReused =
+    config.cloud === 'aws' && !config.capi?.enabled && !config.server?.provider.aws?.useIPBasedNodeNames;
+  return namesNeverReused ? 'approve' : 'leave';
+}
 
 export const supportedClouds = [
   'aws',

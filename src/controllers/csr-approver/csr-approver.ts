@@ -15,6 +15,13 @@
  * is a denial. The cloud refusing the approver's own call (401/403: a missing permission) is an
  * outage like any other: it says nothing about the node. With `leaveUnverifiedForHumans`, would-be
  * denials are only logged and counted, leaving the CSR pending for `kubectl certificate`.
+ *
+ * Client renewals and the machine: the API server records who asked (`system:node:<name>`; since
+ * Kubernetes 1.32 also the SHA-256 of the certificate it authenticated with, a fingerprint nothing here
+ * can map to a machine), so a client renewal is approved for whichever machine bears the name now — a key copied off an earlier machine of that name (a GCE instance recreated
+ * under its name, an IP-based AWS name, a server re-created under its name) would get a fresh
+ * certificate. With `clientRenewals: 'leave'` such requests, once they pass the checks that need no
+ * cloud, are neither approved nor denied: left for a human, logged and counted once per CSR.
  */
 import { lookup } from 'node:dns/promises';
 import { CoreV1Api, type KubeConfig, type V1CertificateSigningRequest } from '@kubernetes/client-node';
@@ -54,6 +61,16 @@ export interface CsrApproverOptions {
   /** Leave requests that fail a check pending for a human instead of denying them (default false). */
   leaveUnverifiedForHumans?: boolean;
   /**
+   * What becomes of a well-formed kubelet client renewal from a node (default `approve`; the
+   * controller passes `csrApprover.clientRenewals`, whose default depends on the cloud):
+   * - `approve`: approved when the cloud says the node's instance runs (checks.ts assessInstance);
+   * - `leave`: neither approved nor denied, and the cloud not asked: left pending for a human, with a
+   *   log line and a `left-pending` count once per CSR. One that fails a check needing no cloud (another
+   *   node's name, a SAN, wrong usages) is still denied, or left under `leaveUnverifiedForHumans`.
+   * Serving requests are decided alike either way.
+   */
+  clientRenewals?: ClientRenewals;
+  /**
    * The oldest instance state a decision may rest on (default {@link defaultMaxInstanceStateAgeMs});
    * older cached answers are read from the cloud again.
    */
@@ -83,6 +100,12 @@ export interface CsrApproverOptions {
  */
 export const defaultMaxInstanceStateAgeMs = 60_000;
 
+/** What the approver does with kubelet client renewals: see {@link CsrApproverOptions.clientRenewals}. */
+export type ClientRenewals = 'approve' | 'leave';
+
+/** The reason a client renewal left for a human is logged and counted with. */
+export const clientRenewalLeftReason = 'ClientRenewalLeftForHuman';
+
 /** Every address of a name, as the system resolves it. */
 async function systemResolve(name: string): Promise<string[]> {
   return (await lookup(name, { all: true })).map((entry) => entry.address);
@@ -103,6 +126,12 @@ export class CsrApprover implements LeaderComponent {
   readonly #logger: Logger;
   readonly #decisions: Counter;
   readonly #csrs: InformerCache<CsrRecord>;
+  /**
+   * The client renewals already reported as left for a human, by CSR name, with the request reported
+   * (a CSR re-created under its name is another request): each is logged and counted once. Dropped
+   * when the CSR is decided or deleted, and at each start.
+   */
+  readonly #leftReported = new Map<string, string>();
 
   constructor(options: CsrApproverOptions) {
     this.#options = options;
@@ -125,14 +154,27 @@ export class CsrApprover implements LeaderComponent {
     );
   }
 
+  /** What this approver does with kubelet client renewals. */
+  get clientRenewals(): ClientRenewals {
+    return this.#options.clientRenewals ?? 'approve';
+  }
+
   /** Follows the CSR cache and decides the kubelet CSRs until `signal` aborts. */
   async start(signal: AbortSignal): Promise<void> {
     const informer = this.#csrs;
+    const reported = this.#leftReported;
+    reported.clear();
     await runController(
       {
         name: 'certificatesigningrequests',
         informer,
         key: (record) => record.name,
+        track: {
+          update: (_before, after) => {
+            if (after.decided || after.issued) reported.delete(after.name);
+          },
+          delete: (record) => reported.delete(record.name),
+        },
         filter: (record) => !record.decided && !record.issued,
         reconcile: (name, workSignal) => this.#reconcile(informer.get(name), workSignal),
         concurrency: this.#options.concurrency ?? 8,
@@ -152,12 +194,44 @@ export class CsrApprover implements LeaderComponent {
       this.#logger.debug({ csr: record.name, why: assessment.why }, 'not a request for this approver');
       return;
     }
+    if (assessment.action === 'verify-instance' && !assessment.serving && this.clientRenewals === 'leave') {
+      this.#leaveClientRenewal(record, assessment.nodeName);
+      return;
+    }
     let verdict =
       assessment.action === 'verify-instance' ? await this.#verifyInstance(assessment, signal) : assessment;
     if (assessment.action === 'verify-instance' && verdict.action === 'approve') {
       verdict = (await this.#checkResolution(assessment)) ?? verdict;
     }
     await this.#decide(record, verdict, signal);
+  }
+
+  /**
+   * Leaves a well-formed client renewal pending for a human (`clientRenewals: 'leave'`), saying why
+   * once per CSR. Nothing is written to the CSR and the cloud is not asked: whatever it answered, the
+   * request would stay for the human.
+   */
+  #leaveClientRenewal(record: CsrRecord, nodeName: string): void {
+    if (this.#leftReported.get(record.name) === record.request) return;
+    this.#leftReported.set(record.name, record.request);
+    this.#decisions.inc({
+      signer: record.signerName,
+      reason: clientRenewalLeftReason,
+      decision: 'left-pending',
+    });
+    this.#logger.warn(
+      {
+        csr: record.name,
+        requester: record.username,
+        reason: clientRenewalLeftReason,
+        message:
+          `kubelet client renewals are left for a human (csrApprover.clientRenewals: leave): the approver cannot see ` +
+          `which certificate authenticated the request, so it cannot tell node ${nodeName}'s current machine from an ` +
+          `earlier machine of that name whose key was copied; approve it only if you know it is the node's own. ` +
+          `Nodes renew through the bootstrap server (kops-controller join --renew), which checks the machine`,
+      },
+      'left for a human: kubectl certificate approve|deny',
+    );
   }
 
   /**
