@@ -496,7 +496,7 @@ describe("renewal addresses from the cloud (the Node's providerID, then the inst
     assert.equal(decision.verdict, 'deny', JSON.stringify(decision));
     assert.match(
       decision.reasons.join(),
-      /cloud does not vouch for node node-z: node node-z is not a name of instance 42 \(its names: 42, nodes-fsn1-42\.internal, nodes-fsn1-42\)/,
+      /cloud does not vouch for node node-z: node node-z is not a name of instance 42 \(its names: 42, 10\.0\.0\.4, nodes-fsn1-42\.internal, nodes-fsn1-42\)/,
     );
   });
 });

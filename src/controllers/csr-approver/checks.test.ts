@@ -191,6 +191,22 @@ describe('assessInstance', () => {
     assert.equal(verdict.reason, 'NodeIsNotItsInstance');
   });
 
+  test("a node named after one of its instance's private addresses (kops' DigitalOcean nodes) is its instance; a public one is not", () => {
+    assert.equal(assessInstance({ ...request, nodeName: '10.0.0.5' }, identity).action, 'approve');
+    const withPublic: NodeIdentity = {
+      ...identity,
+      addresses: [...identity.addresses, { type: 'ExternalIP', address: '203.0.113.5' }],
+    };
+    assert.equal(
+      assessInstance({ ...request, nodeName: '203.0.113.5' }, withPublic).reason,
+      'NodeIsNotItsInstance',
+    );
+    assert.equal(
+      assessInstance({ ...request, nodeName: '10.0.0.6' }, identity).reason,
+      'NodeIsNotItsInstance',
+    );
+  });
+
   test('a stopped or terminated instance is denied', () => {
     for (const state of ['stopped', 'terminated'] as const) {
       assert.equal(assessInstance(request, { ...identity, state }).reason, 'InstanceNotRunning');

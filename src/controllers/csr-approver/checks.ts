@@ -173,8 +173,8 @@ const stoppedStates = new Set(['stopping', 'stopped', 'terminated']);
 
 /**
  * Checks a request against the cloud's record of the node's instance: the instance must not be
- * stopped, the node's name must be one of that instance's own names (so a node cannot point its
- * providerID at another instance), and every requested DNS name and IP address must be one of the
+ * stopped, the node's name must be one of that instance's own names or private addresses (so a
+ * node cannot point its providerID at another instance), and every requested DNS name and IP address must be one of the
  * instance's addresses.
  */
 export function assessInstance(request: InstanceCheck, identity: NodeIdentity): Verdict {
@@ -185,10 +185,18 @@ export function assessInstance(request: InstanceCheck, identity: NodeIdentity): 
       `instance ${instance} of node ${request.nodeName} is ${identity.state}`,
     );
   }
+  // Its names: its id, DNS names and hostname, and its private addresses, which kops names nodes
+  // after on DigitalOcean (do/verifier.go: the first private address, else the droplet's name).
   const hostNames = new Set([
     instance.toLowerCase(),
     ...identity.addresses
-      .filter((a) => a.type === 'InternalDNS' || a.type === 'ExternalDNS' || a.type === 'Hostname')
+      .filter(
+        (a) =>
+          a.type === 'InternalDNS' ||
+          a.type === 'ExternalDNS' ||
+          a.type === 'Hostname' ||
+          a.type === 'InternalIP',
+      )
       .map((a) => a.address.toLowerCase()),
   ]);
   const nodeName = request.nodeName.toLowerCase();
