@@ -41,3 +41,33 @@ test('the audit sink writes one JSON line per record, marked audit: true, withou
   assert.deepEqual(second.record.issued, { kubelet: '0a' });
   assert.ok(!lines.join('').includes(secret));
 });
+
+test("attack: a record's texts are cut to 512 characters with their length, so a reason no call site bounded cannot make a record of kilobytes", () => {
+  // A SigV4 credential scope, say, that a refusal repeats in full (the header allows 16 KiB).
+  const credential = `AKIA/${'x'.repeat(12_000)}`;
+  const refusal = `the credential "${credential}" is not of the form <key>/<YYYYMMDD>/<region>/<service>/aws4_request`;
+  const long: AuditRecord = {
+    ...record,
+    claimedNodeName: 'n'.repeat(2_000),
+    reasons: [refusal],
+    detail: ['d'.repeat(3_000)],
+    evidence: { note: 'e'.repeat(3_000) },
+  };
+  const safe = redactAuditRecord(long);
+  const reason = safe.reasons[0] as string;
+  assert.ok(reason.startsWith('the credential "AKIA/xxx'), 'what was wrong still shows');
+  assert.ok(reason.endsWith(`… (${refusal.length} characters)`), reason.slice(-40));
+  assert.ok(reason.length < 540, String(reason.length));
+  assert.match(safe.detail?.[0] ?? '', /^d{512}… \(3000 characters\)$/);
+  assert.match(safe.claimedNodeName ?? '', /^n{512}… \(2000 characters\)$/);
+  assert.match(safe.evidence?.['note'] ?? '', /^e{512}… \(3000 characters\)$/);
+  assert.ok(JSON.stringify(safe).length < 3_000, String(JSON.stringify(safe).length));
+  // Redacted before it is cut: a token across the cut leaves no part of its secret behind.
+  const straddling = redactAuditRecord({ ...record, reasons: [`${'x'.repeat(500)} abcdef.${secret}`] });
+  assert.ok(!(straddling.reasons[0] as string).includes(secret.slice(0, 4)), straddling.reasons[0]);
+  assert.deepEqual(
+    redactAuditRecord(record).reasons,
+    ['bad token abcdef.[redacted]'],
+    'short texts unchanged',
+  );
+});

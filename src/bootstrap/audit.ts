@@ -3,9 +3,11 @@
  * what was decided, by which policy and why, the verified node, the serials issued); this module
  * writes each to a dedicated logger child marked `audit: true`, so a log pipeline can route the trail
  * apart from operational logs. Secrets never appear: a bootstrap token is recorded by its id alone,
- * and anything shaped like a token in any field is cut to its id before the record is written.
+ * and anything shaped like a token in any field is cut to its id before the record is written. Nor
+ * does its size depend on the caller: every text is cut to {@link maxAuditTextLength} characters.
  */
 import { type Logger, silentLogger } from '../log.ts';
+import { clipped } from '../quote.ts';
 import type { AuditSink } from './context.ts';
 import type { AuditRecord } from './types.ts';
 
@@ -16,18 +18,32 @@ export function redactTokens(text: string): string {
   return text.replace(tokenShape, '$1.[redacted]');
 }
 
-/** The record with every token-shaped string redacted (pure; the input is not changed). */
+/**
+ * The longest text a record keeps (a reason, a detail, a claimed name, an evidence value). Call sites
+ * quote and cut what a request chose (src/quote.ts); this is the bound for the ones that do not, since
+ * a denial's reason can repeat an unverified proof field and the `Authorization` header allows 16 KiB.
+ * Every record is written synchronously on the request path, by whoever asks.
+ */
+const maxAuditTextLength = 512;
+
+/** Redacted first, then cut: a token across the cut would otherwise leave part of its secret. */
+function safeText(text: string): string {
+  return clipped(redactTokens(text), maxAuditTextLength);
+}
+
+/**
+ * The record as written: every token-shaped string redacted, every text at most
+ * {@link maxAuditTextLength} characters (pure; the input is not changed).
+ */
 export function redactAuditRecord(record: AuditRecord): AuditRecord {
   const evidence = record.evidence
-    ? Object.fromEntries(Object.entries(record.evidence).map(([k, v]) => [k, redactTokens(v)]))
+    ? Object.fromEntries(Object.entries(record.evidence).map(([k, v]) => [k, safeText(v)]))
     : undefined;
   return {
     ...record,
-    reasons: record.reasons.map(redactTokens),
-    ...(record.detail === undefined ? {} : { detail: record.detail.map(redactTokens) }),
-    ...(record.claimedNodeName === undefined
-      ? {}
-      : { claimedNodeName: redactTokens(record.claimedNodeName) }),
+    reasons: record.reasons.map(safeText),
+    ...(record.detail === undefined ? {} : { detail: record.detail.map(safeText) }),
+    ...(record.claimedNodeName === undefined ? {} : { claimedNodeName: safeText(record.claimedNodeName) }),
     ...(evidence === undefined ? {} : { evidence }),
   };
 }

@@ -1,6 +1,6 @@
 /**
  * The calls the controller makes to cloud APIs (EC2, Auto Scaling, STS, Compute Engine, Google's
- * identity-token keys, the other clouds' compute APIs) and to approval webhooks, counted where each request is sent: a throttled
+ * identity-token keys, the other clouds' compute APIs, Microsoft's PKI repository for Azure's attestation intermediates) and to approval webhooks, counted where each request is sent: a throttled
  * or failing dependency shows up here before it shows up as slow bootstraps or stale labels.
  *
  * Labels stay bounded: `cloud` and `result` are fixed sets and `call` is an API operation named in

@@ -94,7 +94,7 @@ test('attack: another host, plain http, another path or action, or a second Acti
   const v1 = decode(tokenOf(signAwsStsProof(body, credentials, 'us-east-1', 1, { now: at })));
   assert.throws(
     () => parseStsProof(1, encode({ ...v1, Host: ['evil.example.com'] }), body, host),
-    /names host evil/,
+    /names host "evil\.example\.com", not sts\.us-east-1\.amazonaws\.com/,
   );
   const v2 = decode(tokenOf(signAwsStsProof(body, credentials, 'us-east-1', 2, { now: at })));
   const url = v2['url'] as string;
@@ -145,6 +145,44 @@ test('attack: a v2 proof with a body length (to smuggle a request onto a shared 
   );
   const parsed = parseStsProof(2, encode(withLength('0')), body, host);
   assert.equal(parsed.request.headers['content-length'], undefined, 'the sender sets the length');
+});
+
+test("attack: the proof's unverified fields are quoted and cut in its refusal, never repeated in full", () => {
+  const long = (prefix: string) => `${prefix}${'\u00e9'.repeat(5000)}`;
+  const v1 = decode(tokenOf(signAwsStsProof(body, credentials, 'us-east-1', 1, { now: at })));
+  const v2 = decode(tokenOf(signAwsStsProof(body, credentials, 'us-east-1', 2, { now: at })));
+  // Signed for another service, with the binding STS would otherwise accept.
+  const headers = { host, 'x-kops-request-sha': kopsRequestSha(body) };
+  const signed = signSigV4({ method: 'POST', url: '/', headers, body: getCallerIdentityBody }, credentials, {
+    region: 'us-east-1',
+    service: long('sqs'),
+    now: at,
+  });
+  const otherService = encode({
+    Authorization: [signed['authorization']],
+    'X-Amz-Date': [signed['x-amz-date']],
+    'X-Kops-Request-Sha': [headers['x-kops-request-sha']],
+  });
+  const cases: [1 | 2, string, RegExp][] = [
+    [1, encode({ ...v1, Host: [long('evil')] }), /names host "evilé+"… \(5004 characters\), not sts\./],
+    [
+      2,
+      encode({ ...v2, url: (v2['url'] as string).replace(host, `${'a'.repeat(5000)}.example`) }),
+      /its url names host "a+"… \(5008 characters\), not sts\./,
+    ],
+    [1, encode({ ...v1, [long('X-')]: ['v'] }), /header name "X-é+"… \(5002 characters\) is invalid/],
+    [1, otherService, /signed for service "sqsé+"… \(5003 characters\), not sts/],
+  ];
+  for (const [version, token, message] of cases) {
+    assert.throws(
+      () => parseStsProof(version, token, body, host),
+      (err: Error) => {
+        assert.match(err.message, message);
+        assert.ok(err.message.length < 250, `${err.message.length} characters: ${err.message.slice(0, 200)}`);
+        return true;
+      },
+    );
+  }
 });
 
 test('property: arbitrary and mutated tokens fail only with UnauthenticatedError', () => {

@@ -9,6 +9,7 @@ import { parseSigV4, type SigV4Claims, type SigV4Request } from '../../cloud/aws
 import { UnauthenticatedError } from '../../errors.ts';
 import { isJsonObject } from '../../json-object.ts';
 import { getCallerIdentityBody, kopsRequestSha } from '../../protocol/aws-sts-proof.ts';
+import { quoted } from '../../quote.ts';
 
 /** A proof turned into the request to send to STS, with what its signature claims. */
 export interface StsReplayRequest {
@@ -59,6 +60,10 @@ function keepSignedHeaders(
   }
 }
 
+/**
+ * Nothing in a proof is verified until STS answers, so a refusal shows its fields through `quoted`:
+ * they reach the audit trail, and a 12 KB Host repeated in full made each denial cost the log 24 KB.
+ */
 function reject(message: string): never {
   throw new UnauthenticatedError(`AWS identity proof rejected: ${message}`);
 }
@@ -79,7 +84,7 @@ function readHeaders(raw: unknown): Record<string, string[]> {
   const headers: Record<string, string[]> = Object.create(null);
   for (const [name, value] of Object.entries(raw as Record<string, unknown>)) {
     const lower = name.toLowerCase();
-    if (!/^[a-z0-9-]{1,64}$/.test(lower)) reject(`header name "${name.slice(0, 64)}" is invalid`);
+    if (!/^[a-z0-9-]{1,64}$/.test(lower)) reject(`header name ${quoted(name)} is invalid`);
     const values = typeof value === 'string' ? [value] : value;
     if (!Array.isArray(values) || values.length === 0 || values.some((v) => typeof v !== 'string')) {
       reject(`header ${name} must be a string or a list of strings`);
@@ -115,7 +120,8 @@ function checkBinding(headers: Record<string, string[]>, claims: SigV4Claims, bo
       'X-Kops-Request-Sha is not the SHA-256 of this request body (the proof was signed for another request)',
     );
   }
-  if (claims.scope.service !== 'sts') reject(`it is signed for service ${claims.scope.service}, not sts`);
+  if (claims.scope.service !== 'sts')
+    reject(`it is signed for service ${quoted(claims.scope.service)}, not sts`);
 }
 
 function parseSignature(request: SigV4Request): SigV4Claims {
@@ -140,7 +146,8 @@ export function parseStsProof(
   if (version === 1) {
     const headers = readHeaders(decoded);
     const given = headers['host'];
-    if (given && (given.length !== 1 || given[0] !== host)) reject(`it names host ${given[0]}, not ${host}`);
+    if (given && (given.length !== 1 || given[0] !== host))
+      reject(`it names host ${quoted(String(given[0]))}, not ${host}`);
     headers['host'] = [host];
     const authorization = headers['authorization'];
     if (authorization?.length !== 1 || !authorization[0]?.startsWith('AWS4-HMAC-SHA256 ')) {
@@ -168,7 +175,7 @@ export function parseStsProof(
     return reject('its url is not a URL');
   }
   if (parsed.protocol !== 'https:') reject('its url is not https');
-  if (parsed.host !== host) reject(`its url names host ${parsed.host}, not ${host}`);
+  if (parsed.host !== host) reject(`its url names host ${quoted(parsed.host)}, not ${host}`);
   if (parsed.pathname !== '/' || parsed.username || parsed.password || parsed.hash) {
     reject('its url is not the STS root path');
   }

@@ -21,6 +21,7 @@ import { fipsFromEnv, stsHost } from '../../cloud/aws/sts-host.ts';
 import type { CloudCallRecorder } from '../../cloud/metrics.ts';
 import { withDeadline } from '../../deadline.ts';
 import { describeError, KopsError, UnavailableError } from '../../errors.ts';
+import { quoted } from '../../quote.ts';
 import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict } from '../dependency.ts';
 import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';
 import { parseStsProof, type StsReplayRequest } from './aws-sts-proof.ts';
@@ -134,7 +135,7 @@ export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
       }
       const now = context.now();
       const signedAt = parseAmzDate(replay.claims.amzDate);
-      if (!signedAt) return deny(`the proof's X-Amz-Date ${replay.claims.amzDate} is malformed`);
+      if (!signedAt) return deny(`the proof's X-Amz-Date ${quoted(replay.claims.amzDate)} is malformed`);
       const age = now.getTime() - signedAt.getTime();
       if (Math.abs(age) > maxAgeMs) {
         return deny(
@@ -143,7 +144,9 @@ export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
         );
       }
       if (replay.claims.scope.region !== options.region) {
-        return deny(`the proof is signed for region ${replay.claims.scope.region}, not ${options.region}`);
+        return deny(
+          `the proof is signed for region ${quoted(replay.claims.scope.region)}, not ${options.region}`,
+        );
       }
       let caller: StsCaller;
       try {

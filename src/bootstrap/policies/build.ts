@@ -264,6 +264,7 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
           ...(intermediatesPem === undefined ? {} : { intermediatesPem }),
           ...(spec.pkiRepository === undefined ? {} : { pkiUrl: spec.pkiRepository }),
           maxAgeMs: spec.maxProofAge,
+          ...counted,
         }),
       });
     }

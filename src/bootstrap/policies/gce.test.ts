@@ -456,12 +456,46 @@ test('attack: a TPM proof signed by another instance key is denied', async () =>
 
 test('attack: a TPM proof for another project or stale timestamp is denied', async () => {
   const foreign = await policy().evaluate(tpmRequest(node, '{}', { project: 'other-project' }), now);
-  assert.match(foreign.reasons[0] ?? '', /project other-project/);
+  assert.match(foreign.reasons[0] ?? '', /project "other-project", not /);
   const stale = await policy().evaluate(
     tpmRequest(node, '{}', { timestamp: Math.floor(Date.now() / 1000) - 3600 }),
     now,
   );
   assert.match(stale.reasons[0] ?? '', /made 360\d s ago; .*accepted within 300 s .*check the node's clock/);
+});
+
+test("attack: an unsigned TPM proof's project, zone and instance are quoted and cut in its denial, never repeated in full", async () => {
+  const body = '{"long":1}';
+  const long = 'p'.repeat(5_000);
+  const cases: [Record<string, string>, RegExp][] = [
+    [{ gcpProjectID: long }, /project "p+"… \(5000 characters\), not /],
+    [{ zone: long }, /zone "p+"… \(5000 characters\), which is not a GCE zone/],
+    [{ instance: long }, /instance "p+"… \(5000 characters\), which is not a GCE instance name/],
+  ];
+  for (const [change, message] of cases) {
+    const data = Buffer.from(
+      JSON.stringify({
+        gcpProjectID: project,
+        zone,
+        instance: node,
+        requestHash: createHash('sha256').update(body).digest('base64'),
+        timestamp: Math.floor(Date.now() / 1000),
+        audience: kopsGceTpmAudience,
+        ...change,
+      }),
+    );
+    const token = Buffer.from(
+      JSON.stringify({ data: data.toString('base64'), signature: Buffer.alloc(256).toString('base64') }),
+    ).toString('base64');
+    const decision = await policy().evaluate(
+      testRequest({ body: Buffer.from(body), proof: { kind: 'gce-tpm', token } }),
+      now,
+    );
+    assert.equal(decision.verdict, 'deny');
+    const reason = decision.reasons.join();
+    assert.match(reason, message);
+    assert.ok(reason.length < 250, `${reason.length} characters: ${reason.slice(0, 200)}`);
+  }
 });
 
 test('attack: a proof for a zone outside the configured region (server.provider.gce.region) is denied, as kops', async () => {

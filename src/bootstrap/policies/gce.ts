@@ -28,6 +28,7 @@ import type { NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
 import { withDeadline } from '../../deadline.ts';
 import { describeError, KopsError } from '../../errors.ts';
 import { isJsonObject } from '../../json-object.ts';
+import { quoted } from '../../quote.ts';
 import {
   defaultCloudLookupTimeoutMs,
   dependencyFault,
@@ -265,16 +266,17 @@ async function fromTpmProof(
   if (!decodeBase64(data.requestHash, 'requestHash').equals(bodyHash)) {
     throw new ProofError('requestHash is not the SHA-256 of this request body (signed for another request)');
   }
+  // Nothing of the signed data is verified yet: its fields are quoted and cut (src/quote.ts), since a
+  // denial's reason reaches the audit trail.
   if (project !== options.project) {
     // Checked before the compute call so a foreign project costs us nothing.
-    throw new ProofError(`the proof is for project ${project}, not ${options.project}`);
+    throw new ProofError(`the proof is for project ${quoted(project)}, not ${options.project}`);
   }
   // Read before the signature is checked and placed in the API's path: a name that is none (`..`)
   // would reach another path, whose answer says nothing about the proof. Refused here.
-  if (!isGceZone(zone))
-    throw new ProofError(`the proof names zone "${zone.slice(0, 64)}", which is not a GCE zone`);
+  if (!isGceZone(zone)) throw new ProofError(`the proof names zone ${quoted(zone)}, which is not a GCE zone`);
   if (!isGceName(name))
-    throw new ProofError(`the proof names instance "${name.slice(0, 64)}", which is not a GCE instance name`);
+    throw new ProofError(`the proof names instance ${quoted(name)}, which is not a GCE instance name`);
   const identity = await withDeadline(
     options.compute.getShieldedInstanceIdentity(zone, name),
     lookupTimeoutOf(options),

@@ -30,6 +30,7 @@ import {
 import { withDeadline } from '../../deadline.ts';
 import { isDnsSubdomain } from '../../dns-name.ts';
 import { describeError } from '../../errors.ts';
+import { quoted } from '../../quote.ts';
 import { defaultCloudLookupTimeoutMs, dependencyFault } from '../dependency.ts';
 import type { ReplayGuard } from '../replay-guard.ts';
 import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';
@@ -65,8 +66,7 @@ function recordProblem(token: DecodedPkiTpmToken, body: Buffer, nowMs: number, s
   if (!data.requestHash.equals(pkiTpmRequestHash(body))) {
     return 'requestHash is not the SHA-256 of this request body (signed for another request)';
   }
-  if (!isDnsSubdomain(data.instance))
-    return `the instance ${JSON.stringify(data.instance)} is not a host name`;
+  if (!isDnsSubdomain(data.instance)) return `the instance ${quoted(data.instance)} is not a host name`;
   return undefined;
 }
 

@@ -4,8 +4,10 @@
  * request covers before replaying it to STS (which verifies the signature itself). Verifying
  * signatures the way AWS front-ends do is the simulator's job: src/sim/aws/sigv4-verify.ts.
  */
+
 import { createHash, createHmac } from 'node:crypto';
 import { UnauthenticatedError } from '../../errors.ts';
+import { quoted } from '../../quote.ts';
 
 export const sigV4Algorithm = 'AWS4-HMAC-SHA256';
 
@@ -196,19 +198,19 @@ function parseScope(credential: string): SigV4Scope {
   if (parts.length !== 5 || parts[4] !== 'aws4_request' || parts.some((p) => p === '')) {
     throw new SigV4Error(
       'IncompleteSignature',
-      `the credential "${credential}" is not of the form <key>/<YYYYMMDD>/<region>/<service>/aws4_request`,
+      `the credential ${quoted(credential)} is not of the form <key>/<YYYYMMDD>/<region>/<service>/aws4_request`,
     );
   }
   const [accessKeyId, date, region, service] = parts as [string, string, string, string];
   if (!/^\d{8}$/.test(date))
-    throw new SigV4Error('IncompleteSignature', `the credential date "${date}" is invalid`);
+    throw new SigV4Error('IncompleteSignature', `the credential date ${quoted(date)} is invalid`);
   return { accessKeyId, date, region, service };
 }
 
 function parseSignedHeaders(value: string): string[] {
   const names = value.split(';').map((n) => n.trim().toLowerCase());
   if (names.some((n) => n === '')) {
-    throw new SigV4Error('IncompleteSignature', `SignedHeaders "${value}" lists an empty header name`);
+    throw new SigV4Error('IncompleteSignature', `SignedHeaders ${quoted(value)} lists an empty header name`);
   }
   return names;
 }

@@ -1,7 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { Registry } from 'prom-client';
 import { azureProof } from '../../agent/azure-proof.ts';
 import { type AzureSimulator, startAzureSimulator } from '../../sim/azure/simulator.ts';
+import { cloudRequests } from '../../testing/cloud-calls.ts';
+import { cloudCallMetrics } from '../metrics.ts';
 import { azureAttestationVerifier } from './attestation-trust.ts';
 
 let sim: AzureSimulator;
@@ -38,4 +41,14 @@ test('configured roots are trusted, and the missing issuer is fetched from the c
     pkiUrl: sim.pkiUrl,
   }).verify(document, body);
   assert.equal(sim.count('pki.certificate'), 0, 'configured intermediates need no fetch');
+});
+
+test("the repository's downloads are counted as Azure cloud calls (pki.certificate)", async () => {
+  const registry = new Registry();
+  await azureAttestationVerifier({
+    rootsPem: sim.authority.rootPem,
+    pkiUrl: sim.pkiUrl,
+    cloudCalls: cloudCallMetrics(registry),
+  }).verify(document, body);
+  assert.equal((await cloudRequests(registry))['azure pki.certificate ok'], 1);
 });

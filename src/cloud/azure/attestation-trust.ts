@@ -5,6 +5,7 @@
  * intermediates from the configuration, the missing ones fetched from Microsoft's PKI repository.
  */
 import { rootCertificates } from 'node:tls';
+import type { CloudCallRecorder } from '../metrics.ts';
 import { AttestedDocumentVerifier } from './attested-document.ts';
 import { AiaIntermediates } from './intermediates.ts';
 
@@ -18,6 +19,8 @@ export interface AzureAttestationTrust {
   pkiUrl?: string;
   /** How old a document may be (default 5 minutes, plus 2 minutes of clock skew). */
   maxAgeMs?: number;
+  /** Where the repository's downloads are counted (call `pki.certificate`; default: nowhere). */
+  cloudCalls?: CloudCallRecorder;
 }
 
 /** Builds the verifier. */
@@ -25,7 +28,10 @@ export function azureAttestationVerifier(trust: AzureAttestationTrust = {}): Att
   return new AttestedDocumentVerifier({
     roots: trust.rootsPem ? [trust.rootsPem] : rootCertificates,
     ...(trust.intermediatesPem ? { intermediates: [trust.intermediatesPem] } : {}),
-    fetchIntermediates: new AiaIntermediates(trust.pkiUrl ? { baseUrl: trust.pkiUrl } : {}),
+    fetchIntermediates: new AiaIntermediates({
+      ...(trust.pkiUrl ? { baseUrl: trust.pkiUrl } : {}),
+      ...(trust.cloudCalls ? { cloudCalls: trust.cloudCalls } : {}),
+    }),
     ...(trust.maxAgeMs === undefined ? {} : { maxAgeMs: trust.maxAgeMs }),
   });
 }

@@ -4,6 +4,7 @@ import { before, test } from 'node:test';
 import {
   type AttestationAuthority,
   createAttestationAuthority,
+  issueAttestationSigner,
   signAttestedContent,
 } from '../../sim/azure/attestation.ts';
 import {
@@ -119,4 +120,29 @@ test('a signer certificate pkijs reads but OpenSSL does not is a rejection namin
     name: 'UnauthenticatedError',
     message: /attested document rejected: the signer certificate is unreadable/,
   });
+});
+
+test("attack: a signer of someone else's names is refused naming a few of them, quoted and cut, never all of them", async () => {
+  // A self-made signer may carry a 16 KiB header's worth of names; the refusal reaches the audit trail.
+  const names = Array.from({ length: 60 }, (_, i) => `${i}-${'n'.repeat(200)}.example`);
+  const signer = await issueAttestationSigner(authority.issuing, names);
+  const document = await signAttestedContent(content(), signer, 'leaf');
+  await assert.rejects(verifier().verify(document, body), (err: Error) => {
+    assert.match(
+      err.message,
+      /is not Azure's metadata service \(60 names: "0-n+"… \(210 characters\), "1-n+"… \(210 characters\), "2-n+"… \(210 characters\), …\)/,
+    );
+    assert.ok(err.message.length < 500, `${err.message.length} characters`);
+    return true;
+  });
+  const one = await issueAttestationSigner(authority.issuing, ['vm.example.com']);
+  await assert.rejects(
+    verifier().verify(await signAttestedContent(content(), one, 'leaf'), body),
+    /is not Azure's metadata service \(names: "vm\.example\.com"\)/,
+  );
+  const none = await issueAttestationSigner(authority.issuing, []);
+  await assert.rejects(
+    verifier().verify(await signAttestedContent(content(), none, 'leaf'), body),
+    /is not Azure's metadata service \(names: none\)/,
+  );
 });

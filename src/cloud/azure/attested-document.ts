@@ -17,6 +17,7 @@ import { createHash, X509Certificate } from 'node:crypto';
 import * as asn1js from 'asn1js';
 import * as pkijs from 'pkijs';
 import { describeError, UnauthenticatedError } from '../../errors.ts';
+import { quoted } from '../../quote.ts';
 import type { AiaIntermediates } from './intermediates.ts';
 
 /** kops' nonce length: IMDS takes at most 32 characters, 128 bits of the body's SHA-256. */
@@ -126,6 +127,18 @@ function isMetadataName(name: string): boolean {
   return name === metadataName || (name.endsWith(`.${metadataName}`) && !name.startsWith('*'));
 }
 
+/** Names shown in a refusal: a self-made signer may carry a 16 KiB header's worth of them. */
+const shownNames = 3;
+
+/** The signer's names for a refusal: the first few, quoted and cut, and how many there are. */
+function describeNames(names: readonly string[]): string {
+  if (names.length === 0) return 'names: none';
+  const shown = names.slice(0, shownNames).map((name) => quoted(name));
+  return names.length > shownNames
+    ? `${names.length} names: ${shown.join(', ')}, …`
+    : `names: ${shown.join(', ')}`;
+}
+
 /** Verifies attested documents against configured trust anchors. */
 export class AttestedDocumentVerifier {
   readonly #roots: pkijs.Certificate[];
@@ -155,7 +168,7 @@ export class AttestedDocumentVerifier {
     const signer = await verifySignature(signedData);
     const signerNames = dnsNamesOf(signer);
     if (!signerNames.some(isMetadataName)) {
-      throw reject(`the signer is not Azure's metadata service (names: ${signerNames.join(', ') || 'none'})`);
+      throw reject(`the signer is not Azure's metadata service (${describeNames(signerNames)})`);
     }
     const content = this.#checkContent(signedData, body);
     await this.#checkChain(signer, signedData.certificates ?? []);

@@ -6,7 +6,9 @@
  * names keep their spelling and are compared case-insensitively where Azure does (subscription,
  * resource group).
  */
+
 import { InvalidInputError } from '../../errors.ts';
+import { quoted } from '../../quote.ts';
 
 /** What kind of machine an id names. */
 export type AzureVmKind = 'vm' | 'vmss-vm';
@@ -70,12 +72,12 @@ export function parseAzureVmId(id: string): AzureVmRef {
   if (!resourceGroupPattern.test(resourceGroup)) throw invalid(id, 'malformed resource group');
   if (!vmNamePattern.test(name)) throw invalid(id, 'malformed name');
   if (parts.length === 9) {
-    if (!same(type, 'virtualMachines')) throw invalid(id, `unsupported resource type ${type}`);
+    if (!same(type, 'virtualMachines')) throw invalid(id, `unsupported resource type ${quoted(type)}`);
     return { kind: 'vm', subscriptionId, resourceGroup, name };
   }
   const [child, instanceId] = parts.slice(9) as [string, string];
   if (!same(type, 'virtualMachineScaleSets') || !same(child, 'virtualMachines')) {
-    throw invalid(id, `unsupported resource type ${type}/${child}`);
+    throw invalid(id, `unsupported resource type ${quoted(`${type}/${child}`)}`);
   }
   if (!instanceIdPattern.test(instanceId)) throw invalid(id, 'malformed scale-set instance id');
   return {

@@ -150,12 +150,39 @@ test('tokens without compute claims, of another issuer, too long-lived or of ano
 test('alg none, HMAC and malformed tokens are refused', async () => {
   const segment = (v: unknown) => Buffer.from(JSON.stringify(v)).toString('base64url');
   const none = `${segment({ alg: 'none', kid: own.kid })}.${segment(ownClaims())}.`;
-  await assert.rejects(ownVerifier().verify(none), /algorithm none is not accepted/);
+  await assert.rejects(ownVerifier().verify(none), /algorithm "none" is not accepted/);
   const input = `${segment({ alg: 'HS256', kid: own.kid })}.${segment(ownClaims())}`;
   const hmac = `${input}.${createHmac('sha256', JSON.stringify(own.jwk)).update(input).digest('base64url')}`;
-  await assert.rejects(ownVerifier().verify(hmac), /algorithm HS256 is not accepted/);
+  await assert.rejects(ownVerifier().verify(hmac), /algorithm "HS256" is not accepted/);
   for (const bad of ['', 'a.b', 'not.a.jwt', `${segment({ alg: 'RS256' })}.e30.sig`, 'x'.repeat(10_000)]) {
     await assert.rejects(ownVerifier().verify(bad), UnauthenticatedError, bad.slice(0, 20));
+  }
+});
+
+test("attack: a token's unverified header, and the audience any VM may ask for, are quoted and cut in the refusal", async () => {
+  const segment = (v: unknown) => Buffer.from(JSON.stringify(v)).toString('base64url');
+  const long = 'k'.repeat(5_000);
+  const cases: [string, RegExp][] = [
+    [
+      `${segment({ alg: long, kid: own.kid })}.${segment(ownClaims())}.`,
+      /algorithm "k+"… \(5000 characters\) is not accepted/,
+    ],
+    [
+      signRs256Jwt({ kid: long }, ownClaims(), own.privateKey),
+      /signed with key "k+"… \(5000 characters\), which .* does not publish/,
+    ],
+    // Signed: but the metadata server mints a token for whatever audience the VM asks.
+    [
+      signRs256Jwt({ kid: own.kid }, ownClaims({ aud: long }), own.privateKey),
+      /audience "k+"… \(5000 characters\) is not this controller/,
+    ],
+  ];
+  for (const [token, message] of cases) {
+    await assert.rejects(ownVerifier().verify(token), (err: Error) => {
+      assert.match(err.message, message);
+      assert.ok(err.message.length < 300, `${err.message.length} characters: ${err.message.slice(0, 200)}`);
+      return true;
+    });
   }
 });
 

@@ -9,6 +9,7 @@ import { z } from 'zod';
 import { UnauthenticatedError, UnavailableError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { httpsRequest } from '../../net/https-client.ts';
+import { quoted } from '../../quote.ts';
 import { monotonicMs, youngerThan } from '../age.ts';
 import {
   type CloudCallRecorder,
@@ -251,17 +252,18 @@ export class GceIdentityTokenVerifier {
   async #verifySignature(h: string, p: string, s: string): Promise<void> {
     const header = headerSchema.safeParse(decodeSegment(h, 'header'));
     if (!header.success) throw new UnauthenticatedError('identity token header has no key id (kid)');
-    // Only RS256: never `none`, and never an HMAC that would use a public key as the secret.
+    // Only RS256: never `none`, and never an HMAC that would use a public key as the secret. The
+    // header is not verified yet: its fields are quoted and cut (a refusal reaches the audit trail).
     if (header.data.alg !== 'RS256') {
       throw new UnauthenticatedError(
-        `identity token algorithm ${header.data.alg} is not accepted; expected RS256`,
+        `identity token algorithm ${quoted(header.data.alg)} is not accepted; expected RS256`,
       );
     }
     const { keys } = this.#options;
     const key = await keys.key(header.data.kid);
     if (!key) {
       throw new UnauthenticatedError(
-        `identity token is signed with key ${header.data.kid}, which ${keys.url} does not publish`,
+        `identity token is signed with key ${quoted(header.data.kid)}, which ${keys.url} does not publish`,
       );
     }
     if (
@@ -288,9 +290,10 @@ export class GceIdentityTokenVerifier {
     if (!googleIssuers.includes(claims.iss)) {
       throw new UnauthenticatedError(`identity token issuer ${claims.iss} is not Google`);
     }
+    // Signed, but the metadata server mints a token for whatever audience the VM asks for.
     if (claims.aud !== audience) {
       throw new UnauthenticatedError(
-        `identity token audience "${claims.aud}" is not this controller ("${audience}")`,
+        `identity token audience ${quoted(claims.aud)} is not this controller ("${audience}")`,
       );
     }
     const now = Math.floor((this.#options.now ?? Date.now)() / 1000);
