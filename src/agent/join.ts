@@ -5,8 +5,9 @@
  * came back (issued-certificates.ts), and write the kubelet's credentials and a kubeconfig that
  * trusts the same CAs only.
  * Dependency faults (network, timeouts, 408, 429, 5xx) are retried with jittered backoff, or after
- * the Retry-After the server named, until the deadline; a permanent answer (a denial, an
- * already-registered node, 400, 401, 403, 404) ends the join at once with the server's reasons.
+ * the Retry-After the server named when it is longer, until the deadline; a permanent answer (a
+ * denial, an already-registered node, 400, 401, 403, 404) ends the join at once with the server's
+ * reasons.
  * On a callback cloud the node also answers kops' callback challenge (challenge-server.ts) while it
  * asks: each attempt carries a fresh one-shot challenge, and the server stops when the join ends.
  */

@@ -75,12 +75,21 @@ describe('retryTransient', () => {
     );
   });
 
-  test('a 503 with Retry-After is waited out exactly as long as it says', async () => {
+  test('a 503 with Retry-After is waited out at least as long as it says', async () => {
     const { options, waits } = fakeTime();
     const { attempt, calls } = failing(unavailable(7), unavailable(7), unavailable(2));
     assert.equal(await retryTransient(attempt, options), 'ok');
-    assert.deepEqual(waits, [7000, 7000, 2000]);
+    // The third answer's 2 s is shorter than the backoff has grown to (1, 2, then 4 s).
+    assert.deepEqual(waits, [7000, 7000, 4000]);
     assert.equal(calls(), 4);
+  });
+
+  test('a server that names the same short Retry-After all through an outage does not hold the node to it: the backoff grows past it', async () => {
+    const { options, waits } = fakeTime();
+    const { attempt, calls } = failing(...Array.from({ length: 8 }, () => unavailable(3)));
+    assert.equal(await retryTransient(attempt, options), 'ok');
+    assert.deepEqual(waits, [3000, 3000, 4000, 8000, 16_000, 30_000, 30_000, 30_000]);
+    assert.equal(calls(), 9);
   });
 
   test('Retry-After is capped at five minutes', async () => {

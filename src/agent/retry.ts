@@ -1,8 +1,8 @@
 /**
  * Retrying the node's calls through outages: a dependency fault (network error, timeout, 408, 429,
- * 5xx) is tried again after the Retry-After the server named (capped), or else after a capped,
- * jittered backoff (so a thousand nodes booting at once do not retry in step), until a deadline;
- * anything else is a permanent answer and is thrown at once.
+ * 5xx) is tried again after a capped, jittered backoff (so a thousand nodes booting at once do not
+ * retry in step), or after the Retry-After the server named (capped) when that is longer, until a
+ * deadline; anything else is a permanent answer and is thrown at once.
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import { asKopsError, describeError, type KopsError, TimeoutError } from '../errors.ts';
@@ -57,9 +57,11 @@ export async function retryTransient<T>(attempt: () => Promise<T>, options: Retr
     } catch (thrown) {
       const err = asKopsError(thrown);
       if (options.signal?.aborted || !isTransient(err)) throw err;
-      // The backoff counts every failure, so it keeps growing when a later answer names no Retry-After.
+      // The longer of the two: a server that names a short Retry-After all through an outage (or a
+      // proxy in front of it) must not hold the node to one attempt every few seconds for an hour.
+      // The backoff counts every failure, so it keeps growing whatever the answers name.
       const backoffMs = options.backoff.next();
-      const wait = retryAfterMs(err) ?? backoffMs;
+      const wait = Math.max(retryAfterMs(err) ?? 0, backoffMs);
       if (now() + wait > options.deadline) {
         const seconds = Math.round((now() - started) / 1000);
         throw new TimeoutError(`${options.what}: gave up after ${seconds}s: ${describeError(err)}`, {

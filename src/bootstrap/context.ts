@@ -6,7 +6,13 @@ import type { UnavailableError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { pooledRandomBytes } from '../random.ts';
-import { dependencyOf, faultDetail } from './dependency.ts';
+import {
+  type DependencyOutages,
+  dependencyOf,
+  faultDetail,
+  faultLogMessage,
+  isDependencyFault,
+} from './dependency.ts';
 import type { NodeIssueOptions } from './issue.ts';
 import type { NodeReader } from './node-guard.ts';
 import type { CsrQueue } from './queue.ts';
@@ -42,6 +48,12 @@ export interface BootstrapContext {
   issueOptions?: NodeIssueOptions;
   now?: () => Date;
   logger: Logger;
+  /**
+   * This server's dependency outages (serveBootstrap makes one): a fault's wait grows with its
+   * outage, and its warning is written once per dependency and window. Without it every fault is
+   * written and keeps its own wait.
+   */
+  outages?: DependencyOutages;
 }
 
 /** A fresh request id: 128 random bits, hex (unique, not secret: it names the request in the audit trail). */
@@ -56,20 +68,23 @@ export function auditDetailOf(decision: PolicyDecision): { detail?: string[] } {
 
 /**
  * Records a dependency fault that stopped a request: an audit record with verdict `error` (the reason
- * the node is told, and for the operator only what failed underneath), the metrics, and a warning.
+ * the node is told, and for the operator only what failed underneath), the metrics, and a warning
+ * (once per dependency and window with {@link BootstrapContext.outages}). Returns the fault to answer
+ * with: its wait grown with the outage.
  */
 export function reportFault(
   context: BootstrapContext,
   record: Omit<AuditRecord, 'verdict' | 'reasons' | 'detail'>,
   fault: UnavailableError,
-): void {
+): UnavailableError {
   const dependency = dependencyOf(fault);
   context.metrics?.dependencyFailure(dependency);
-  context.logger.warn(
-    { requestId: record.requestId, dependency, decidedBy: record.decidedBy, err: faultDetail(fault) },
-    'bootstrap request not decided: a dependency failed; the node was told to retry',
-  );
-  report(context, { ...record, verdict: 'error', reasons: [fault.message], detail: [faultDetail(fault)] });
+  const fields = { requestId: record.requestId, decidedBy: record.decidedBy };
+  let told = fault;
+  if (context.outages && isDependencyFault(fault)) told = context.outages.failed(fault, fields);
+  else context.logger.warn({ ...fields, dependency, err: faultDetail(fault) }, faultLogMessage);
+  report(context, { ...record, verdict: 'error', reasons: [told.message], detail: [faultDetail(told)] });
+  return told;
 }
 
 /** Records a decision in the audit trail and the metrics. */

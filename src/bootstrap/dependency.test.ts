@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { describe, test } from 'node:test';
 import { withDeadline } from '../deadline.ts';
 import {
   ConfigError,
@@ -11,7 +11,9 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from '../errors.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
 import {
+  DependencyOutages,
   defaultRetryAfterSeconds,
   dependencyFault,
   dependencyOf,
@@ -20,6 +22,7 @@ import {
   isCloudVerdict,
   isDependencyFault,
   isTransientFailure,
+  outageRetryAfterSeconds,
   policyOf,
 } from './dependency.ts';
 
@@ -86,4 +89,94 @@ test('withDeadline: the answer when it comes in time, else a TimeoutError naming
       err instanceof TimeoutError && /EC2 DescribeInstances i-1: no answer within 20 ms/.test(err.message),
   );
   await assert.rejects(withDeadline(Promise.reject(new NotFoundError('gone')), 1_000, 'x'), NotFoundError);
+});
+
+test('the wait an outage tells grows with its length: 2–5 s at first, a quarter of it later, 30–60 s from four minutes on', () => {
+  const range = (elapsedMs: number) => [
+    outageRetryAfterSeconds(elapsedMs, () => 0),
+    outageRetryAfterSeconds(elapsedMs, (n) => n - 1),
+  ];
+  assert.deepEqual(range(0), [2, 5]);
+  assert.deepEqual(range(20_000), [2, 5]);
+  assert.deepEqual(range(60_000), [7, 15]);
+  assert.deepEqual(range(120_000), [15, 30]);
+  assert.deepEqual(range(240_000), [30, 60]);
+  assert.deepEqual(range(86_400_000), [30, 60], 'capped at 60 s');
+});
+
+test('a grown fault tells the node the same wait in its message as in Retry-After, and is never shortened', () => {
+  const fault = faultOfPolicy('aws', dependencyFault('sts', new Error('x')));
+  const grown = fault.waitingAtLeast(42);
+  assert.equal(grown.retryAfterSeconds, 42);
+  assert.match(
+    grown.message,
+    /^AWS STS is unavailable, so the request cannot be decided now; retry in 42 s$/,
+  );
+  assert.deepEqual([grown.dependency, policyOf(grown), grown.cause], ['sts', 'aws', fault.cause]);
+  assert.equal(fault.waitingAtLeast(1), fault);
+});
+
+describe('DependencyOutages', () => {
+  function outages() {
+    let now = 0;
+    const { logger, lines } = capturedLogger({ level: 'debug' });
+    const tracked = new DependencyOutages({ logger, now: () => now, randomInt: (n) => n - 1 });
+    const warnings = () =>
+      lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((r) => r['level'] === 'warn');
+    return { tracked, warnings, at: (ms: number) => (now = ms) };
+  }
+  const sts = () => dependencyFault('sts', new UnavailableError('STS failed (ServiceUnavailable: down)'));
+
+  test('each dependency has its own outage, and its own line', () => {
+    const { tracked, warnings, at } = outages();
+    for (let t = 0; t <= 300_000; t += 5_000) {
+      at(t);
+      tracked.failed(sts());
+    }
+    assert.equal(tracked.failed(sts()).retryAfterSeconds, 60, 'five minutes into the STS outage');
+    const ec2 = tracked.failed(dependencyFault('ec2', new UnavailableError('HTTP 503')));
+    assert.equal(ec2.retryAfterSeconds, 5, 'the first EC2 fault begins an outage of its own');
+    assert.deepEqual(
+      warnings().map((r) => [r['dependency'], r['err'], r['failures']]),
+      [
+        ['sts', 'AWS STS is unavailable', 1],
+        ['ec2', 'the EC2 API is unavailable', 1],
+      ],
+    );
+  });
+
+  test("a fault about one request keeps its own wait and neither begins nor lengthens an outage: a dependency's Retry-After, a node's callback server", () => {
+    const { tracked, at } = outages();
+    const asked = () =>
+      dependencyFault('ec2', new UnavailableError('EC2 does not list i-1 yet', { retryAfterSeconds: 10 }));
+    const callback = () =>
+      dependencyFault('node-callback', new UnavailableError('no answer'), 'your callback');
+    for (let t = 0; t <= 600_000; t += 5_000) {
+      at(t);
+      assert.equal(tracked.failed(asked()).retryAfterSeconds, 10);
+      assert.ok(tracked.failed(callback()).retryAfterSeconds <= 5);
+    }
+    // EC2 itself failing now is the start of an outage, not ten minutes into one.
+    assert.equal(
+      tracked.failed(dependencyFault('ec2', new UnavailableError('HTTP 503'))).retryAfterSeconds,
+      5,
+    );
+  });
+
+  test('a different cause of the same dependency is the same outage and the same line (causes name nodes)', () => {
+    const { tracked, warnings, at } = outages();
+    for (let i = 0; i < 50; i++) {
+      at(i * 1000);
+      tracked.failed(
+        dependencyFault('kubernetes-api', new UnavailableError(`read node node-${i}: HTTP 503`)),
+        {
+          requestId: `r${i}`,
+        },
+      );
+    }
+    const written = warnings();
+    assert.equal(written.length, 1);
+    assert.equal(written[0]?.['requestId'], 'r0');
+    assert.equal(written[0]?.['detail'], 'read node node-0: HTTP 503');
+  });
 });

@@ -5,6 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { CoreV1Api, type V1Secret } from '@kubernetes/client-node';
 import { discoverCluster } from '../agent/discovery.ts';
+import { UnavailableError } from '../errors.ts';
 import { makeClients } from '../kube/client.ts';
 import { createCa } from '../pki/ca.ts';
 import { pinOfCertificatePem } from '../pki/pin.ts';
@@ -16,6 +17,7 @@ import {
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { createCertificateAuthority, issueServingCertificate } from '../sim/tls.ts';
 import { FakeClock } from '../testing/fake-clock.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
 import { silentApiServer } from '../testing/silent-server.ts';
 import {
   buildClusterInfo,
@@ -101,6 +103,57 @@ describe('GET /cluster-info handler', () => {
     assert.equal(post.status, 405);
     assert.equal(post.headers.get('allow'), 'GET, HEAD');
     assert.equal(((await post.json()) as { error: { reason: string } }).error.reason, 'method-not-allowed');
+  });
+});
+
+describe('GET /cluster-info while the API server is down', () => {
+  test('one warning when reads start failing, then one every ten minutes with the count, and one line when they work again: not one per request', async () => {
+    const clock = new FakeClock();
+    const { logger, lines } = capturedLogger();
+    let down = true;
+    const document = buildClusterInfo('kubeconfig: x', [], new Date());
+    const server = createServer(
+      clusterInfoHandler(
+        () => {
+          if (down) {
+            throw new UnavailableError(
+              'read configmap kube-public/cluster-info: HTTP 503: the server is currently unable to handle the request',
+            );
+          }
+          return document;
+        },
+        logger,
+        clock,
+      ),
+    );
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/cluster-info`;
+    const get = async () => {
+      const response = await fetch(url);
+      await response.arrayBuffer();
+      return response.status;
+    };
+    const written = () =>
+      lines
+        .map((line) => JSON.parse(line) as Record<string, unknown>)
+        .map((r) => [r['level'], r['msg'], r['failures'], r['repeated']]);
+    try {
+      for (let i = 0; i < 30; i++) assert.equal(await get(), 503);
+      assert.deepEqual(written(), [['warn', 'cannot read cluster-info', 1, undefined]]);
+      await clock.advance(600_000);
+      assert.equal(await get(), 503);
+      down = false;
+      assert.equal(await get(), 200);
+      assert.equal(await get(), 200);
+      assert.deepEqual(written(), [
+        ['warn', 'cannot read cluster-info', 1, undefined],
+        ['warn', 'cannot read cluster-info', 31, 29],
+        ['info', 'cluster-info read again', 31, undefined],
+      ]);
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
   });
 });
 

@@ -6,10 +6,10 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { CoreV1Api, V1ConfigMap } from '@kubernetes/client-node';
 import { bounded } from '../deadline.ts';
-import { describeError, MethodNotAllowedError, UnavailableError } from '../errors.ts';
+import { MethodNotAllowedError, UnavailableError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
 import { abortingWith } from '../kube/call-options.ts';
-import { type Logger, silentLogger } from '../log.ts';
+import { type Logger, RecurringFailureLog, silentLogger } from '../log.ts';
 import {
   type ClusterInfoDocument,
   clusterInfoName,
@@ -150,11 +150,20 @@ export type ClusterInfoSource = () =>
  * `GET /cluster-info` for node:http: the document as JSON, the ConfigMap object exactly as the
  * apiserver serves `kube-public/cluster-info`, so one client reads either. HEAD works; other methods get
  * 405, and 503 while there is no document; errors have the bootstrap API's `{"error": {...}}` shape.
+ * A source that fails (the API server down) is logged when it starts failing, then every ten minutes
+ * with how many requests failed, and once when it answers again: not once per request, which during
+ * an outage is once per waiting node every few seconds.
  */
 export function clusterInfoHandler(
   source: ClusterInfoSource,
   logger: Logger = silentLogger,
+  clock: Clock = systemClock,
 ): (req: IncomingMessage, res: ServerResponse) => void {
+  const failures = new RecurringFailureLog(logger, {
+    message: 'cannot read cluster-info',
+    recoveredMessage: 'cluster-info read again',
+    now: () => clock.monotonic(),
+  });
   return (req, res) => {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       sendError(res, new MethodNotAllowedError('GET, HEAD'));
@@ -163,6 +172,7 @@ export function clusterInfoHandler(
     Promise.resolve()
       .then(source)
       .then((document) => {
+        failures.succeeded();
         if (document) sendJson(res, 200, document);
         else
           sendError(
@@ -173,7 +183,7 @@ export function clusterInfoHandler(
           );
       })
       .catch((err: unknown) => {
-        logger.warn({ err: describeError(err) }, 'cannot read cluster-info');
+        failures.failed(err);
         sendError(res, new UnavailableError('cluster-info is unavailable; retry shortly'));
       });
   };

@@ -17,10 +17,13 @@ import { encodePem } from '../pki/pem.ts';
 import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
 import { MemfsVfs } from '../statestore/memfs-vfs.ts';
 import { nodeSecretsReader } from '../statestore/secrets.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
 import { opensslText, opensslVerify } from '../testing/openssl.ts';
+import { auditSink } from './audit.ts';
 import type { BootstrapContext } from './context.ts';
 import { dependencyFault } from './dependency.ts';
 import { type KopsOptions, kopsApiVersion, kopsBootstrap, kopsLifetimeMs } from './kops-handler.ts';
+import { awsPolicy } from './policies/aws.ts';
 import { type RenewalPolicyOptions, renewalPolicy } from './policies/renewal.ts';
 import type { AuditRecord, BootstrapPolicy, NodeFacts } from './types.ts';
 
@@ -651,4 +654,60 @@ test("a server-side fault while signing is not the node's 400: unavailable is a 
     assert.equal(refused.audit.at(-1)?.verdict, 'deny', dnsName);
     assert.equal(refused.audit.at(-1)?.decidedBy, 'profile-check', dnsName);
   }
+});
+
+test("attack: a denial's log costs a few hundred bytes, whatever the unverified proof repeats: one audit line, the second line at debug, the field quoted and cut", async () => {
+  // The worst request of the volume audit (tmp/volume/bootstrap-flood.ts): a v1 proof whose Host is
+  // 5,800 two-byte characters, refused for naming another host; it wrote 23.9 KB of log.
+  const host = `7-${'\u00e9'.repeat(5800)}`;
+  const proof = Buffer.from(JSON.stringify({ host: [host], authorization: ['AWS4-HMAC-SHA256 x'] })).toString(
+    'base64',
+  );
+  const { logger, lines } = capturedLogger();
+  const { ca, call } = setup({}, [], {
+    policies: [
+      awsPolicy({
+        account: '123456789012',
+        partition: 'aws',
+        region: 'us-east-1',
+        nodesRoles: ['nodes.minimal.example.com'],
+        instances: {
+          lookupInstance: async () => {
+            throw new Error('not reached: the proof is refused before any call');
+          },
+        },
+      }),
+    ],
+    audit: auditSink(logger),
+    logger,
+  });
+  assert.deepEqual(await call(nodeupRequest(ca), `x-aws-sts ${proof}`), {
+    status: 403,
+    body: 'failed to verify token\n',
+  });
+  assert.equal(
+    lines.length,
+    1,
+    `one line per denial, the audit record: ${lines.map((l) => l.slice(0, 120))}`,
+  );
+  const [line] = lines as [string];
+  assert.ok(Buffer.byteLength(line) < 700, `${Buffer.byteLength(line)} B: ${line.slice(0, 300)}`);
+  const record = JSON.parse(line).record as AuditRecord;
+  assert.equal(record.verdict, 'deny');
+  // Still says what was wrong: which field, how it starts, how long it was, what was expected.
+  assert.match(
+    record.reasons.join(),
+    /it names host "7-é+"… \(5802 characters\), not sts\.us-east-1\.amazonaws\.com/,
+  );
+  // The second line is still there for whoever asks for debug.
+  const debug = capturedLogger({ level: 'debug' });
+  const again = setup({}, [], { audit: auditSink(debug.logger), logger: debug.logger });
+  await again.call(nodeupRequest(again.ca), 'x-aws-sts forged');
+  assert.deepEqual(
+    debug.lines.map((l) => [JSON.parse(l).level, JSON.parse(l).msg]),
+    [
+      ['info', 'bootstrap deny'],
+      ['debug', 'kops bootstrap: token not verified'],
+    ],
+  );
 });

@@ -302,11 +302,11 @@ function trailOf(context: BootstrapContext, request: BootstrapRequest, now: () =
   return {
     audit: (record) => report(context, { ...stamp(), ...record }),
     unavailable: (fault, record) => {
-      reportFault(context, { ...stamp(), ...record }, fault);
+      const told = reportFault(context, { ...stamp(), ...record }, fault);
       return {
         status: 503,
-        body: `${fault.message}\n`,
-        headers: { 'retry-after': String(retryAfterOf(fault)) },
+        body: `${told.message}\n`,
+        headers: { 'retry-after': String(retryAfterOf(told)) },
       };
     },
     serverFault: (err, record) => {
@@ -362,7 +362,9 @@ async function approvalOrDenial(
     );
   }
   trail.audit({ decidedBy, verdict: 'deny', reasons, ...auditDetailOf(decision) });
-  context.logger.info({ requestId: request.id, decidedBy, reasons }, 'kops bootstrap: token not verified');
+  // Debug only, as the native handler's: the audit record (info) already carries these reasons, and
+  // an unauthenticated caller chooses how many denials, and what they repeat, reach the log.
+  context.logger.debug({ requestId: request.id, decidedBy, reasons }, 'kops bootstrap: token not verified');
   return text(403, 'failed to verify token');
 }
 

@@ -276,7 +276,7 @@ async function guard(
     if (err instanceof KopsError && err.kind === 'conflict') {
       report(context, { ...base, verdict: 'deny', reasons: [err.message] });
     } else if (isDependencyFault(err)) {
-      reportFault(context, base, err);
+      throw reportFault(context, base, err);
     }
     throw err;
   }
@@ -304,8 +304,7 @@ async function faultsReported<T>(
         ? dependencyFault(dependency, err)
         : undefined;
     if (!fault) throw err;
-    reportFault(context, { ...record, decidedBy: record.decidedBy ?? policyOf(fault) }, fault);
-    throw fault;
+    throw reportFault(context, { ...record, decidedBy: record.decidedBy ?? policyOf(fault) }, fault);
   }
 }
 
@@ -438,9 +437,11 @@ export async function pollRequest(
     state = await context.queue.wait(id, Math.min(wait, maxWaitSeconds) * 1000, signal);
   } catch (err) {
     if (!isTransientFailure(err)) throw err;
-    // Not a decision, so no audit record: the node polls again after Retry-After.
+    // Not a decision, so no audit record: the node polls again after Retry-After, which grows with
+    // the outage as a submission's does.
     context.metrics?.dependencyFailure('kubernetes-api');
-    throw dependencyFault('kubernetes-api', err);
+    const fault = dependencyFault('kubernetes-api', err);
+    throw context.outages?.failed(fault, { poll: id }) ?? fault;
   }
   return answerOfQueueState(context, state);
 }

@@ -20,7 +20,8 @@ import fc from 'fast-check';
 import { Registry } from 'prom-client';
 import { type RunningBootstrap, startBootstrapServer } from '../cli/bootstrap-server.ts';
 import { parseConfig } from '../config/loader.ts';
-import { silentLogger } from '../log.ts';
+import { UnavailableError } from '../errors.ts';
+import { type Logger, silentLogger } from '../log.ts';
 import { assertTlsPolicy, eventually, idleCrowd } from '../net/testing.ts';
 import { bundlePem, type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
@@ -35,6 +36,8 @@ import { capturedLogger } from '../testing/log-capture.ts';
 import { nodeupBody } from '../testing/nodeup.ts';
 import { opensslVerify, scratchFile } from '../testing/openssl.ts';
 import { toolPath } from '../testing/tools.ts';
+import { auditSink } from './audit.ts';
+import { DependencyOutages, dependencyFault } from './dependency.ts';
 import { bootstrapSignerName, queuedCsrName } from './queue.ts';
 import { serveBootstrap, servingCertificate } from './server.ts';
 import type { AuditRecord, BootstrapPolicy, NodeFacts } from './types.ts';
@@ -1276,5 +1279,164 @@ describe('bootstrap server over raw TLS: hostile HTTP', () => {
     const answer = await raw(nodeupPost('/bootstrap'), 'half-close');
     assert.deepEqual(statuses(answer), ['HTTP/1.1 200'], answer);
     assert.match(answer, /"Certs":\{"kubelet":"-----BEGIN CERTIFICATE-----/);
+  });
+});
+
+describe('bootstrap server during a dependency outage', () => {
+  const key = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey;
+  /** A policy whose dependency is down: every request is a fault, as with STS answering 503. */
+  const stsDown: BootstrapPolicy = {
+    name: 'aws',
+    async evaluate() {
+      throw dependencyFault(
+        'sts',
+        new UnavailableError('STS failed (ServiceUnavailable: down); retry later'),
+      );
+    },
+  };
+
+  /** A server in front of `stsDown`; `outages` makes the server's outage record (the server's own by default). */
+  async function outageServer(outages?: (logger: Logger) => DependencyOutages) {
+    const ca = createCa();
+    const { logger, lines } = capturedLogger();
+    const audit: AuditRecord[] = [];
+    // The product's audit sink, which writes each record as a line of the same log.
+    const sink = auditSink(logger);
+    const server = await serveBootstrap({
+      listen: '127.0.0.1:0',
+      tls: servingCertificate(ca, {
+        name: 'kops-controller.internal.c.example.com',
+        ipAddresses: ['127.0.0.1'],
+      }),
+      context: {
+        ca,
+        policies: [stsDown],
+        readNode: async () => undefined,
+        apiServer: 'https://api.internal.c.example.com',
+        audit: (record) => {
+          audit.push(record);
+          sink(record);
+        },
+        logger,
+        ...(outages ? { outages: outages(logger) } : {}),
+      },
+      kops: { certNames: ['kubelet'] },
+      rateLimit: { burst: 100_000, ratePerSecond: 100_000 },
+    });
+    /** One native and one kops request: each answer's status, Retry-After and stated wait. */
+    const ask = async () =>
+      Promise.all(
+        [
+          ['/v1/certificates', body({ kubelet: kubeletCsr(generateKey(), 'node-a') }), 'x-aws-sts proof'],
+          ['/bootstrap', nodeupBody(key), 'x-aws-sts proof'],
+        ].map(
+          ([path, payload, authorization]) =>
+            new Promise<{ status: number; retryAfter: number; told: number }>((resolve, reject) => {
+              const req = request(
+                `${server.url}${path}`,
+                {
+                  method: 'POST',
+                  ca: bundlePem(ca),
+                  agent: false,
+                  headers: { 'content-type': 'application/json', authorization },
+                },
+                (res) => {
+                  let text = '';
+                  res.on('data', (chunk: Buffer) => (text += chunk));
+                  res.on('end', () =>
+                    resolve({
+                      status: res.statusCode ?? 0,
+                      retryAfter: Number(res.headers['retry-after']),
+                      told: Number(/retry in (\d+) s/.exec(text)?.[1]),
+                    }),
+                  );
+                },
+              );
+              req.on('error', reject);
+              req.end(payload);
+            }),
+        ),
+      );
+    const records = () => lines.map((line) => JSON.parse(line) as Record<string, unknown>);
+    const faultLines = () =>
+      records().filter(
+        (record) =>
+          record['msg'] === 'bootstrap request not decided: a dependency failed; the node was told to retry',
+      );
+    return { server, audit, ask, records, faultLines };
+  }
+
+  test('every request turned away is audited, but the warning is written once for the outage, not per request', async () => {
+    const { server, audit, ask, records, faultLines } = await outageServer();
+    const started = records().length;
+    try {
+      for (let i = 0; i < 10; i++) {
+        for (const answer of await ask()) assert.equal(answer.status, 503);
+      }
+      assert.equal(audit.length, 20, 'one audit record per request');
+      assert.ok(
+        audit.every((record) => record.verdict === 'error' && record.detail?.[0]?.includes('STS failed')),
+      );
+      const warned = faultLines();
+      assert.equal(warned.length, 1, JSON.stringify(warned));
+      assert.equal(warned[0]?.['level'], 'warn');
+      assert.equal(warned[0]?.['dependency'], 'sts');
+      assert.equal(warned[0]?.['failures'], 1);
+      assert.match(String(warned[0]?.['detail']), /STS failed \(ServiceUnavailable: down\)/);
+      // What each request still writes is its audit record, one line, not the warning again.
+      const written = records().slice(started);
+      assert.equal(written.length, 21);
+      const auditLines = written.filter((record) => record['audit'] === true);
+      assert.equal(auditLines.length, 20);
+      assert.ok(
+        auditLines.every((record) => record['msg'] === 'bootstrap error' && record['level'] === 'info'),
+      );
+    } finally {
+      await server.close();
+    }
+  });
+
+  test('the wait told grows with the outage (2–5 s at first, 30–60 s from four minutes on), the warning comes back every ten minutes with the count, and the next outage starts short again', async () => {
+    let now = 0;
+    const { server, ask, faultLines } = await outageServer(
+      (logger) => new DependencyOutages({ logger, now: () => now }),
+    );
+    try {
+      const waits: number[][] = [];
+      // Two requests every 20 s for eleven minutes: the outage goes on.
+      for (now = 0; now <= 660_000; now += 20_000) {
+        const answers = await ask();
+        for (const answer of answers) {
+          assert.equal(answer.status, 503);
+          assert.equal(answer.told, answer.retryAfter, 'the message tells the wait the header asks');
+        }
+        waits.push(answers.map((answer) => answer.retryAfter));
+      }
+      for (const wait of waits[0] ?? []) assert.ok(wait >= 2 && wait <= 5, `at first: ${wait}`);
+      for (const wait of waits.slice(12).flat())
+        assert.ok(wait >= 30 && wait <= 60, `from 4 min on: ${wait}`);
+      const during = faultLines();
+      assert.deepEqual(
+        during.map((line) => [line['failures'], line['repeated']]),
+        [
+          [1, undefined],
+          // At 600 s, the 61st request: the 59 in between were held back.
+          [61, 59],
+        ],
+      );
+      // No request for longer than the longest wait told (60 s) plus 30 s: that outage is over.
+      now += 91_000;
+      for (const answer of await ask()) {
+        assert.ok(answer.retryAfter >= 2 && answer.retryAfter <= 5, `the next outage: ${answer.retryAfter}`);
+      }
+      const next = faultLines().slice(during.length);
+      assert.deepEqual(
+        next.map((line) => line['failures']),
+        [1],
+        'the next outage is written at once, counted afresh',
+      );
+    } finally {
+      await server.close();
+    }
   });
 });

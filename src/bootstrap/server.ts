@@ -35,6 +35,7 @@ import type { CertificateAuthority } from '../pki/ca.ts';
 import { generateKey, privateKeyPem } from '../pki/keys.ts';
 import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
 import type { BootstrapContext } from './context.ts';
+import { DependencyOutages } from './dependency.ts';
 import { maxBodyBytes, sendError, sendJson } from './http.ts';
 import { type KopsOptions, kopsBootstrap } from './kops-handler.ts';
 import {
@@ -111,8 +112,14 @@ function requireJson(req: IncomingMessage): void {
 export async function serveBootstrap(options: BootstrapServerOptions): Promise<BootstrapServer> {
   const { logger } = options.context;
   const shutdown = new AbortController();
+  // The server's own record of its dependencies' outages, unless it was handed one: the waits it
+  // tells grow with an outage, and each dependency's warning is written once per window.
+  const context: BootstrapContext = {
+    ...options.context,
+    outages: options.context.outages ?? new DependencyOutages({ logger }),
+  };
   const routes: Routes = {
-    options,
+    options: { ...options, context },
     limiter: options.limiter ?? new SourceRateLimiter(options.rateLimit ?? defaultRateLimit),
     shutdown: shutdown.signal,
   };

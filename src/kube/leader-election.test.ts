@@ -7,6 +7,7 @@ import { type Clock, sleep } from '../runtime/clock.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
 import { FakeLeaseApi } from '../testing/fake-lease-api.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
 import { LeaderElector, type LeaseClient, leaderRecordOf, parseMicroTime } from './leader-election.ts';
 
 const timings = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 };
@@ -476,6 +477,67 @@ describe('leader election', () => {
     b.stop();
     await clock.advance(100);
     await b.done;
+  });
+});
+
+describe('leader election logs while the API server is down', () => {
+  test('a failing lease request is written when it starts, every ten minutes, and once when the API server answers again: not at every retry', async () => {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const { logger, lines } = capturedLogger();
+    const network: { down?: boolean } = {};
+    const abort = new AbortController();
+    const elector = new LeaderElector({
+      client: api.clientFor(network),
+      namespace: 'kube-system',
+      name: 'kops-controller-leader',
+      identity: 'a',
+      ...timings,
+      clock,
+      logger,
+      random: () => 0.5,
+      onStartedLeading: () => {},
+    });
+    const done = elector.run(abort.signal);
+    const written = (msg: string) =>
+      lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((r) => r['msg'] === msg);
+    try {
+      await clock.advance(10);
+      assert.equal(elector.isLeader, true);
+      network.down = true;
+      // 25 minutes down: the leader steps down, and both its renewals and its campaign retry every
+      // few seconds, several hundred failed reads in all.
+      for (let t = 0; t < 25 * 60_000; t += 1_000) await clock.advance(1_000);
+      const warnings = lines
+        .map((line) => JSON.parse(line) as Record<string, unknown>)
+        .filter((r) => r['level'] === 'warn' && String(r['msg']).startsWith('lease'));
+      assert.equal(warnings.length, 3, `${warnings.length} lease warnings in 25 minutes`);
+      const failed = written('lease request failed');
+      assert.deepEqual(
+        failed.map((r) => [r['level'], r['action'], r['err']]),
+        [
+          ['warn', 'read', 'fetch failed'],
+          ['warn', 'read', 'fetch failed'],
+          ['warn', 'read', 'fetch failed'],
+        ],
+        'at 0, 10 and 20 minutes',
+      );
+      assert.equal(failed[0]?.['failures'], 1);
+      const total = Number(failed[2]?.['failures']);
+      assert.ok(total > 300, `${total} failed reads in a row`);
+      assert.ok(Number(failed[2]?.['repeated']) > 100, 'the count of those held back');
+      network.down = false;
+      for (let t = 0; t < 5_000; t += 100) await clock.advance(100);
+      const recovered = written('lease requests answered again');
+      assert.equal(recovered.length, 1);
+      assert.equal(recovered[0]?.['level'], 'info');
+      assert.ok(Number(recovered[0]?.['failures']) >= total);
+      assert.equal(elector.isLeader, true, 'leads again');
+    } finally {
+      abort.abort();
+      await clock.advance(1_000);
+      await done;
+    }
   });
 });
 

@@ -19,9 +19,9 @@ import { hostname } from 'node:os';
 import { type CoordinationV1Api, type V1Lease, V1MicroTime } from '@kubernetes/client-node';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { retryJitterFactor, stopDeadlineFraction } from '../config/schema.ts';
-import { ConfigError, describeError } from '../errors.ts';
+import { ConfigError, describeError, TimeoutError } from '../errors.ts';
 import { fieldsOf } from '../json-object.ts';
-import { type Logger, silentLogger } from '../log.ts';
+import { type Logger, RecurringFailureLog, silentLogger } from '../log.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import { httpStatusOfApiError } from './api-errors.ts';
 import { abortingWith } from './call-options.ts';
@@ -220,6 +220,12 @@ export class LeaderElector {
   readonly #metrics: ElectionMetrics | undefined;
   readonly #random: () => number;
   /**
+   * Lease reads and writes that fail: retried every retryPeriod, on every replica, for as long as the
+   * API server is down, so written when they start failing, every ten minutes, and when they work
+   * again (`leader_election_lease_errors_total` counts each).
+   */
+  readonly #failures: RecurringFailureLog;
+  /**
    * The last Lease read or written, and when this candidate first saw that version of it (monotonic).
    * Every instant below is on `clock.monotonic()`; `clock.now()` only dates what is written.
    */
@@ -254,6 +260,11 @@ export class LeaderElector {
     });
     this.#metrics = options.registry ? electionMetrics(options.registry) : undefined;
     this.#random = options.random ?? Math.random;
+    this.#failures = new RecurringFailureLog(this.#logger, {
+      message: 'lease request failed',
+      recoveredMessage: 'lease requests answered again',
+      now: () => this.#clock.monotonic(),
+    });
     this.#metrics?.leading.set({ name: options.name }, 0);
   }
 
@@ -408,6 +419,10 @@ export class LeaderElector {
       // No answer in time: an error of the API server, whether this replica leads or waits; counted
       // here once, not again where the request it cut short fails.
       this.#metrics?.errors.inc({ name: this.#options.name });
+      // One summary whatever the timeout (a leader's shrinks to its deadline), so one line an outage.
+      this.#failures.failed(new TimeoutError('the API server did not answer in time'), {
+        timeoutMs: Math.round(timeoutMs),
+      });
       timedOut.abort();
     }, timeoutMs);
     const stopping = stop ? AbortSignal.any([timedOut.signal, stop]) : timedOut.signal;
@@ -438,6 +453,7 @@ export class LeaderElector {
       if (httpStatusOfApiError(err) !== 404) return this.#failed('read', err);
       // No lease: a state known as well as a lease read.
       this.#attempted = true;
+      this.#failures.succeeded();
       return this.#write(
         'create',
         () =>
@@ -479,14 +495,20 @@ export class LeaderElector {
   }
 
   #failed(action: string, err: unknown): false {
-    const conflict = httpStatusOfApiError(err) === 409;
-    if (!conflict) this.#metrics?.errors.inc({ name: this.#options.name });
-    // A conflict is the normal outcome of a race with another candidate; it is not worth a warning.
-    this.#logger[conflict ? 'debug' : 'warn']({ err: describeError(err) }, `lease ${action} failed`);
+    if (httpStatusOfApiError(err) === 409) {
+      // The normal outcome of a race with another candidate, not worth a warning; and an answer of
+      // the API server, so it ends a run of failures.
+      this.#logger.debug({ err: describeError(err) }, `lease ${action} failed`);
+      this.#failures.succeeded();
+      return false;
+    }
+    this.#metrics?.errors.inc({ name: this.#options.name });
+    this.#failures.failed(err, { action });
     return false;
   }
 
   #observe(lease: V1Lease, now: number): void {
+    this.#failures.succeeded();
     const version = leaseVersionOf(lease);
     if (version !== this.#observedVersion || !this.#observed) this.#observedAt = now;
     this.#observed = lease;
