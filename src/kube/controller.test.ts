@@ -218,6 +218,34 @@ describe('controller runner', () => {
     await controller.stop();
   });
 
+  test('keys back after a re-check or a retry are handed to onQueue as they come due, all at once, though reconciled one by one', async () => {
+    const clock = new FakeClock();
+    const queued: [string, number][] = [];
+    const controller = await start({
+      clock,
+      baseDelayMs: 1_000,
+      onQueue: (thing) => queued.push([thing.metadata?.name ?? '', clock.monotonic()]),
+    });
+    const { resource, r } = controller;
+    for (const name of ['refused-1', 'refused-2', 'flaky']) resource.add(name, { wanted: true, size: 0 });
+    await settle();
+    await r.finish('refused-1', { outcome: 'rejected', requeueAfterMs: 1_000 });
+    await r.finish('refused-2', { outcome: 'rejected', requeueAfterMs: 1_000 });
+    await r.finish('flaky', new Error('the cloud is down'));
+    queued.length = 0;
+    await clock.advance(1_000);
+    assert.deepEqual(queued, [
+      ['refused-1', 1_000],
+      ['refused-2', 1_000],
+      ['flaky', 1_000],
+    ]);
+    assert.deepEqual(r.calls.slice(3), ['refused-1'], 'one reconcile at a time (the default)');
+    await r.finish('refused-1');
+    await r.finish('refused-2');
+    await r.finish('flaky');
+    await controller.stop();
+  });
+
   test('stop aborts the reconciles in progress, waits for them, drops what is queued and stops the informer', async () => {
     // One key at a time (the default): the second waits in the queue.
     const controller = await start({});

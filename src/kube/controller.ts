@@ -4,7 +4,9 @@
  * to `reconcile`, at most `concurrency` at once and never one key twice at the same time. A reconcile
  * that throws is retried with the queue's per-key backoff (no sooner than the Retry-After its error
  * carries, up to the longest delay); one that asks to be looked at again later
- * is queued after that delay. Other sources of work (a state store, a timer) queue records through the
+ * is queued after that delay. Keys back after a delay wait behind keys queued by a change, and are
+ * handed to `onQueue` as they come due, so that retries and re-checks due together share their cloud
+ * calls as the informer's adds do. Other sources of work (a state store, a timer) queue records through the
  * same filter. The runner owns start and stop: on abort it stops those sources, drops what is queued,
  * waits for the reconciles in progress (their signal aborts) and releases the informer.
  */
@@ -42,7 +44,11 @@ export interface ControllerOptions<R> {
   track?: InformerHandlers<R>;
   /** Whether a record needs reconciling; `before` is set for updates. Default: every add and update. */
   filter?: (record: R, before?: R) => boolean;
-  /** Called as a record is queued, to start work that queued reconciles share (a batched cloud call). */
+  /**
+   * Called as a record is queued, to start work that queued reconciles share (a batched cloud call):
+   * by a change, and as its key comes back after a retry's or a requeue's delay (the record the
+   * informer holds under that key then; none when it is gone).
+   */
   onQueue?: (record: R) => void;
   /** Reconciles the object with `key`; throwing retries it with backoff. The signal aborts on stop. */
   reconcile: (key: string, signal: AbortSignal) => Promise<Reconciled | undefined>;
@@ -73,6 +79,16 @@ export async function runController<R>(options: ControllerOptions<R>, signal: Ab
     logger: options.logger,
     registry: options.registry,
     clock: options.clock,
+    // Without it a retry or re-check looked its key up alone, batched only with the reconciles in
+    // flight: thousands of refused nodes re-checked 16 per cloud call, under the call budget.
+    ...(onQueue
+      ? {
+          onRequeue: (name: string) => {
+            const record = informer.get(name);
+            if (record) onQueue(record);
+          },
+        }
+      : {}),
   });
   const enqueue = (record: R, before?: R) => {
     if (filter && !filter(record, before)) return;

@@ -256,6 +256,118 @@ describe('work queue', () => {
     assert.deepEqual(warnings, []);
   });
 
+  test('keys back after a delay (retries, re-checks) wait behind keys added meanwhile; one added again moves ahead', async () => {
+    const clock = new FakeClock();
+    const queue = new WorkQueue({ name: 'lines', concurrency: 1, baseDelayMs: 5, clock });
+    const h = controlledHandler();
+    queue.start(h.handler);
+    queue.add('busy');
+    await settle();
+    queue.addRateLimited('retry');
+    queue.addAfter('recheck', 10);
+    queue.addAfter('promoted', 10);
+    await clock.advance(10);
+    assert.equal(queue.length, 3);
+    queue.add('new');
+    queue.add('promoted');
+    assert.equal(queue.length, 4, 'a key moved ahead is still one key');
+    for (const key of ['busy', 'new', 'promoted', 'retry', 'recheck']) await h.finish(key);
+    assert.deepEqual(h.started, ['busy', 'new', 'promoted', 'retry', 'recheck']);
+    assert.equal(queue.length, 0);
+    await clock.advance(100);
+    assert.equal(h.started.length, 5, 'the key moved ahead is not processed a second time');
+    await queue.shutdown();
+  });
+
+  test('a key back after its delay is announced as it comes due (onRequeue), so the work of keys due together can be shared', async () => {
+    const clock = new FakeClock();
+    const due: [string, number][] = [];
+    const queue = new WorkQueue({
+      name: 'announced',
+      baseDelayMs: 10,
+      clock,
+      onRequeue: (key) => due.push([key, clock.monotonic()]),
+    });
+    queue.addAfter('recheck', 100);
+    queue.addRateLimited('retry');
+    const announcedFirst: boolean[] = [];
+    queue.start(async (key) => {
+      announcedFirst.push(due.some(([announced]) => announced === key));
+    });
+    queue.add('fresh');
+    await clock.advance(99);
+    assert.deepEqual(due, [['retry', 10]]);
+    await clock.advance(1);
+    assert.deepEqual(due, [
+      ['retry', 10],
+      ['recheck', 100],
+    ]);
+    assert.deepEqual(announcedFirst, [false, true, true], 'announced before a worker takes them');
+    await queue.shutdown();
+  });
+
+  test('failures are logged once per cause and ten minutes, with the count held back, not per key and attempt', async () => {
+    const clock = new FakeClock();
+    const { logger, lines } = capturedLogger();
+    const queue = new WorkQueue({
+      name: 'nodes',
+      concurrency: 100,
+      baseDelayMs: 1_000,
+      maxDelayMs: 60_000,
+      clock,
+      logger,
+    });
+    let storeDown = false;
+    queue.start(async (key) => {
+      if (storeDown && key === 'node-7') {
+        storeDown = false;
+        throw new Error('the state store is down');
+      }
+      // The API server's answer names the node: still one cause.
+      throw new Error(`patch node ${key}: HTTP 503: the node ${key} cannot be patched now`);
+    });
+    const failed = () =>
+      lines
+        .filter((l) => l.includes('processing failed'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+    for (let i = 0; i < 100; i++) queue.add(`node-${i}`);
+    await settle();
+    assert.equal(failed().length, 1, '100 nodes failing on one cause: one line');
+    assert.equal(failed()[0]?.['level'], 'warn');
+    assert.equal(failed()[0]?.['item'], 'node-0');
+    assert.equal(failed()[0]?.['err'], 'patch node <item>: HTTP 503: the node <item> cannot be patched now');
+    await clock.advance(120_000);
+    assert.equal(failed().length, 1, 'their retries write nothing more within ten minutes');
+    storeDown = true;
+    await clock.advance(60_000);
+    assert.equal(failed().length, 2, 'another cause is written at once');
+    assert.equal(failed()[1]?.['err'], 'the state store is down');
+    await clock.advance(600_000);
+    const lastLines = failed();
+    assert.equal(lastLines.length, 3, 'the first cause again after ten minutes, once');
+    const again = lastLines[2] ?? {};
+    assert.match(String(again['err']), /^patch node <item>/);
+    assert.ok(Number(again['repeated']) > 500, `the failures held back are counted: ${again['repeated']}`);
+    await queue.shutdown({ drain: false });
+  });
+
+  test('past 32 different causes, the others share one line per ten minutes', async () => {
+    const clock = new FakeClock();
+    const { logger, lines } = capturedLogger();
+    const queue = new WorkQueue({ name: 'csrs', concurrency: 100, baseDelayMs: 60_000, clock, logger });
+    queue.start(async (key) => {
+      throw new Error(`webhook answered request ${key.length * 7919}-${key}x`);
+    });
+    for (let i = 0; i < 100; i++) queue.add(`csr-${i}`);
+    await settle();
+    const failed = lines.filter((l) => l.includes('processing failed'));
+    assert.equal(failed.length, 33);
+    const overflow = JSON.parse(failed[32] ?? '{}') as Record<string, unknown>;
+    assert.equal(overflow['err'], 'failures of more than 32 different causes');
+    assert.match(String(overflow['example']), /^webhook answered request/);
+    await queue.shutdown({ drain: false });
+  });
+
   test('reports depth, adds, retries, durations and the longest-running key', async () => {
     const clock = new FakeClock();
     const registry = new Registry();

@@ -5,12 +5,18 @@
  *   by two workers at the same time;
  * - a failed key is retried after a per-key exponential backoff until it succeeds (`forget` resets it),
  *   and not before what the failure's `Retry-After` asked (`retryAfterSeconds`, up to the longest delay);
- * - at most `concurrency` keys are processed at once.
+ * - at most `concurrency` keys are processed at once;
+ * - keys coming back after a delay (a retry, a re-check) wait behind keys added now (a new object, a
+ *   change): thousands of re-checks never starve a new node, and a key added now while it waits to
+ *   come back is moved ahead;
+ * - failures are logged once per cause and ten minutes (src/kube/failure-causes.ts), not per key and
+ *   attempt: 5,000 nodes retrying through a cloud outage write a line, not 320 a minute.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { describeError, InternalError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
+import { FailureCauses } from './failure-causes.ts';
 import { shortKey } from './informer.ts';
 import { sharedMetric } from './metrics.ts';
 
@@ -29,8 +35,42 @@ export interface WorkQueueOptions {
   maxDelayMs?: number;
   /** Where the `workqueue_*` metrics are registered; none when absent. */
   registry?: Registry;
+  /**
+   * Called as a key comes back after its delay (`addAfter`, `addRateLimited`), to start the work its
+   * processing will share with every other key due then (a batched cloud call), as adds from an
+   * informer start it when they are queued.
+   */
+  onRequeue?: (key: string) => void;
   clock?: Clock;
   logger?: Logger;
+}
+
+/** Which line a waiting key stands in: added now (`fresh`), or back after a delay (`requeued`). */
+type Lane = 'fresh' | 'requeued';
+
+/** Keys in order, taken from the front; the taken part is dropped now and then, not on every take. */
+class KeyLine {
+  #keys: string[] = [];
+  #head = 0;
+
+  push(key: string): void {
+    this.#keys.push(key);
+  }
+
+  shift(): string | undefined {
+    if (this.#head >= this.#keys.length) return undefined;
+    const key = this.#keys[this.#head++] as string;
+    if (this.#head > 1024 && this.#head * 2 > this.#keys.length) {
+      this.#keys.splice(0, this.#head);
+      this.#head = 0;
+    }
+    return key;
+  }
+
+  clear(): void {
+    this.#keys = [];
+    this.#head = 0;
+  }
 }
 
 /** How {@link WorkQueue.shutdown} ends: process what is queued first, or abort work in progress. */
@@ -89,11 +129,18 @@ export class WorkQueue {
   readonly #clock: Clock;
   readonly #logger: Logger;
   readonly #metrics: QueueMetrics | undefined;
-  /** Keys in processing order; never holds a key twice or a key being processed. */
-  readonly #queue: string[] = [];
-  #head = 0;
+  readonly #onRequeue: ((key: string) => void) | undefined;
+  readonly #failureLog: FailureCauses;
+  /**
+   * Keys in processing order, fresh ones first. An entry counts only while the key's `#dirty` lane
+   * is that line's and the key is not being processed: a key moved ahead leaves a stale entry behind,
+   * skipped when reached.
+   */
+  readonly #lines: Record<Lane, KeyLine> = { fresh: new KeyLine(), requeued: new KeyLine() };
+  /** Keys waiting in a line (not being processed). */
+  #waiting = 0;
   /** Keys that need processing: the queued ones plus those re-added while processing. */
-  readonly #dirty = new Map<string, number>();
+  readonly #dirty = new Map<string, { at: number; lane: Lane }>();
   /** Keys in progress, with when they started. */
   readonly #processing = new Map<string, number>();
   readonly #failures = new Map<string, number>();
@@ -113,25 +160,26 @@ export class WorkQueue {
     this.#logger = (options.logger ?? silentLogger).child({ queue: options.name });
     this.#metrics = options.registry ? queueMetrics(options.registry) : undefined;
     if (this.#metrics) this.#registerCollect(this.#metrics);
+    this.#onRequeue = options.onRequeue;
+    this.#failureLog = new FailureCauses(this.#logger, {
+      message: 'processing failed; retrying with backoff',
+      now: () => this.#clock.monotonic(),
+    });
   }
 
-  /** Queues `key` unless it is already waiting; ignored after shutdown. */
+  /** Queues `key` unless it is already waiting (ahead of the keys back after a delay); ignored after shutdown. */
   add(key: string): void {
-    if (this.#shuttingDown) return;
-    this.#metrics?.adds.inc({ name: this.name });
-    if (this.#dirty.has(key)) return;
-    this.#dirty.set(key, this.#clock.monotonic());
-    if (this.#processing.has(key)) return;
-    this.#queue.push(key);
-    this.#updateDepth();
-    this.#pump();
+    this.#enqueue(key, 'fresh');
   }
 
-  /** Queues `key` after `delayMs`; of several pending delays for one key, the earliest wins. */
+  /**
+   * Queues `key` after `delayMs`, behind the keys added meanwhile; of several pending delays for one
+   * key, the earliest wins.
+   */
   addAfter(key: string, delayMs: number): void {
     if (this.#shuttingDown) return;
     if (delayMs <= 0) {
-      this.add(key);
+      this.#requeue(key);
       return;
     }
     const at = this.#clock.monotonic() + delayMs;
@@ -140,22 +188,56 @@ export class WorkQueue {
     pending?.cancel();
     const cancel = this.#clock.setTimer(() => {
       this.#delayed.delete(key);
-      this.add(key);
+      this.#requeue(key);
     }, delayMs);
     this.#delayed.set(key, { at, cancel });
+  }
+
+  /** A key back after its delay: announced so that its work can start, and queued behind fresh keys. */
+  #requeue(key: string): void {
+    if (this.#shuttingDown) return;
+    // Announced first: a free worker takes the key at once, and must find its work started.
+    this.#onRequeue?.(key);
+    this.#enqueue(key, 'requeued');
+  }
+
+  #enqueue(key: string, lane: Lane): void {
+    if (this.#shuttingDown) return;
+    this.#metrics?.adds.inc({ name: this.name });
+    const dirty = this.#dirty.get(key);
+    if (dirty) {
+      // Added now while it waits to come back: it moves ahead, leaving its old entry to be skipped.
+      if (lane === 'fresh' && dirty.lane === 'requeued') {
+        dirty.lane = 'fresh';
+        if (!this.#processing.has(key)) {
+          this.#lines.fresh.push(key);
+          this.#pump();
+        }
+      }
+      return;
+    }
+    this.#dirty.set(key, { at: this.#clock.monotonic(), lane });
+    if (this.#processing.has(key)) return;
+    this.#lines[lane].push(key);
+    this.#waiting++;
+    this.#updateDepth();
+    this.#pump();
   }
 
   /**
    * Queues `key` after its backoff (base × 2^failures, capped) and counts one more failure. With
    * `atLeastMs` (what an answer's `Retry-After` asked), it waits at least that long, but never more
    * than the longest retry delay: a hostile or mistaken `Retry-After` cannot park a key for hours.
+   * Returns the delay.
    */
-  addRateLimited(key: string, atLeastMs = 0): void {
+  addRateLimited(key: string, atLeastMs = 0): number {
     const failures = this.#failures.get(key) ?? 0;
     this.#failures.set(key, failures + 1);
     this.#metrics?.retries.inc({ name: this.name });
     const floor = Math.min(this.#maxDelayMs, Math.max(0, atLeastMs));
-    this.addAfter(key, Math.max(floor, this.backoffFor(failures)));
+    const delayMs = Math.max(floor, this.backoffFor(failures));
+    this.addAfter(key, delayMs);
+    return delayMs;
   }
 
   /** The delay before the retry that follows `failures` earlier failures. */
@@ -175,7 +257,7 @@ export class WorkQueue {
 
   /** How many keys are waiting (not counting those in progress or delayed). */
   get length(): number {
-    return this.#queue.length - this.#head;
+    return this.#waiting;
   }
 
   /** How many keys are being processed right now. */
@@ -201,8 +283,9 @@ export class WorkQueue {
     for (const { cancel } of this.#delayed.values()) cancel();
     this.#delayed.clear();
     if (!this.#draining) {
-      this.#queue.length = 0;
-      this.#head = 0;
+      this.#lines.fresh.clear();
+      this.#lines.requeued.clear();
+      this.#waiting = 0;
       this.#dirty.clear();
       this.#abort.abort(new Error(`work queue ${this.name} shut down`));
     }
@@ -217,13 +300,11 @@ export class WorkQueue {
   #pump(): void {
     const handler = this.#handler;
     if (!handler) return;
-    while (this.#processing.size < this.#concurrency && this.length > 0) {
-      const key = this.#queue[this.#head++] as string;
-      if (this.#head > 1024 && this.#head * 2 > this.#queue.length) {
-        this.#queue.splice(0, this.#head);
-        this.#head = 0;
-      }
-      const queuedAt = this.#dirty.get(key) ?? this.#clock.monotonic();
+    while (this.#processing.size < this.#concurrency && this.#waiting > 0) {
+      const key = this.#next();
+      if (key === undefined) break;
+      this.#waiting--;
+      const queuedAt = this.#dirty.get(key)?.at ?? this.#clock.monotonic();
       this.#dirty.delete(key);
       const startedAt = this.#clock.monotonic();
       this.#processing.set(key, startedAt);
@@ -237,9 +318,19 @@ export class WorkQueue {
     }
   }
 
+  /** The next waiting key: the fresh line's first, else the requeued line's; stale entries skipped. */
+  #next(): string | undefined {
+    for (const lane of ['fresh', 'requeued'] as const) {
+      const line = this.#lines[lane];
+      for (let key = line.shift(); key !== undefined; key = line.shift()) {
+        if (this.#dirty.get(key)?.lane === lane && !this.#processing.has(key)) return key;
+      }
+    }
+    return undefined;
+  }
+
   async #process(handler: WorkHandler, key: string, startedAt: number): Promise<void> {
-    let failed = false;
-    let retryAfterMs = 0;
+    let failure: { err: unknown } | undefined;
     try {
       await handler(key, this.#abort.signal);
     } catch (err) {
@@ -250,21 +341,23 @@ export class WorkQueue {
           'processing stopped by the shutdown',
         );
       } else {
-        failed = true;
-        retryAfterMs = retryAfterMsOf(err);
-        // `item`, not `key`: the logger redacts fields named key (key material), which hid the name.
-        // Cut short: a name is the API server's to bound, and one of megabytes is not logged whole.
-        this.#logger.warn(
-          { item: shortKey(key), failures: this.numRequeues(key) + 1, err: describeError(err) },
-          'processing failed; retrying with backoff',
-        );
+        failure = { err };
       }
     }
     this.#metrics?.workDuration.observe({ name: this.name }, (this.#clock.monotonic() - startedAt) / 1000);
     this.#processing.delete(key);
-    if (failed) this.addRateLimited(key, retryAfterMs);
-    else this.forget(key);
-    if (this.#dirty.has(key)) this.#queue.push(key);
+    if (failure) {
+      const itemFailures = this.numRequeues(key) + 1;
+      const retryInMs = this.addRateLimited(key, retryAfterMsOf(failure.err));
+      // `item`, not `key`: the logger redacts fields named key (key material), which hid the name.
+      // Cut short: a name is the API server's to bound, and one of megabytes is not logged whole.
+      this.#failureLog.failed(failure.err, key, { item: shortKey(key), itemFailures, retryInMs });
+    } else this.forget(key);
+    const dirty = this.#dirty.get(key);
+    if (dirty) {
+      this.#lines[dirty.lane].push(key);
+      this.#waiting++;
+    }
     this.#pump();
   }
 

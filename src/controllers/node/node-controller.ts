@@ -13,8 +13,10 @@
  * so that it can record (and later prune) it once the key is back.
  *
  * Scale: the informer keeps slim records; a status heartbeat does not trigger a reconcile; nodes are
- * identified ahead of processing as their events arrive, so the identifier's coalescing turns a
- * cluster-wide resync into a handful of cloud calls.
+ * identified ahead of processing as their events arrive, and as their retries and re-checks come due,
+ * so the identifier's coalescing turns a cluster-wide resync, or thousands of refused nodes re-checked,
+ * into a handful of cloud calls. Re-checks wait behind new nodes (the work queue's second line), and a
+ * refusal that persists is checked less and less often (5 minutes doubling to an hour).
  */
 import { CoreV1Api, type KubeConfig, type V1Node } from '@kubernetes/client-node';
 import { Counter, Gauge, type Registry, register } from 'prom-client';
@@ -32,6 +34,7 @@ import type { SharedInformer } from '../../kube/shared-informer.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import { buildNodeLabels, type LabelFeatures } from '../../nodelabels/build-node-labels.ts';
 import { isEmptyPlan, planNodeLabels } from '../../nodelabels/signed-managed-labels.ts';
+import type { Clock } from '../../runtime/clock.ts';
 import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
 import type { ClusterStore } from '../../statestore/cluster-store.ts';
 import type { InstanceGroup } from '../../statestore/kops-types.ts';
@@ -64,8 +67,13 @@ export interface NodeControllerOptions {
   capiDeployments?: { hasDeployment(name: string): boolean };
   /** Nodes reconciled at once (default 16). */
   concurrency?: number;
-  /** When a refused node is checked again, in ms (default 5 min: a stopped instance may be started). */
+  /**
+   * When a refused node is checked again, in ms (default 5 min: a stopped instance may be started);
+   * each refusal in a row doubles it, up to `maxRejectionRetryMs`, until the Node changes.
+   */
   rejectionRetryMs?: number;
+  /** The longest wait between checks of a node refused again and again, in ms (default 1 h). */
+  maxRejectionRetryMs?: number;
   /** The longest retry delay of a failing node, in ms (default 5 min). */
   maxRetryDelayMs?: number;
   /**
@@ -77,7 +85,19 @@ export interface NodeControllerOptions {
   labelsKeyBackoff?: { initialMs: number; maxMs: number };
   /** Where the controller's, its informer's and its queue's metrics go (default: prom-client's). */
   registry?: Registry;
+  /** The work queue's clock, for its retry and re-check delays (tests move it). */
+  clock?: Clock;
   logger?: Logger;
+}
+
+/**
+ * The wait before the next check of a node the cloud has refused `refusals` times in a row: `firstMs`
+ * doubling to `maxMs`. A permanent refusal (another cluster's instance, a terminated one) then costs a
+ * lookup an hour, while a stopped instance that is started again is labelled within the hour, or at
+ * once when its Node changes.
+ */
+export function recheckDelayMs(refusals: number, firstMs: number, maxMs: number): number {
+  return Math.min(maxMs, firstMs * 2 ** Math.max(0, refusals - 1));
 }
 
 interface NodeControllerMetrics {
@@ -123,6 +143,8 @@ interface Term {
   groupOf: Map<string, string>;
   /** The refusal last announced per node, so a persisting refusal makes one Event, not one per retry. */
   refusals: Map<string, string>;
+  /** How many times in a row each node was refused since its Node last changed: its re-check backs off. */
+  refusedInARow: Map<string, number>;
   /** The key that signs the managed-labels annotation, read once for the term. */
   key: TermLabelsKey;
   /**
@@ -205,6 +227,7 @@ export class NodeController implements LeaderComponent {
       prefetched: new Map(),
       groupOf: new Map(),
       refusals: new Map(),
+      refusedInARow: new Map(),
       key: this.#termKey(keyStop.signal, () => term),
       unsigned: new Map(),
       enqueue: () => undefined,
@@ -267,10 +290,16 @@ export class NodeController implements LeaderComponent {
         informer: term.informer,
         key: (node) => node.name,
         track: {
+          // A change (a new providerID, edited labels) may be what lifts a refusal: its re-checks
+          // start again from the first delay.
+          update: (before, node) => {
+            if (needsReconcile(before, node)) term.refusedInARow.delete(node.name);
+          },
           delete: (node) => {
             term.prefetched.delete(node.name);
             term.groupOf.delete(node.name);
             term.refusals.delete(node.name);
+            term.refusedInARow.delete(node.name);
             term.unsigned.delete(node.name);
           },
         },
@@ -280,7 +309,12 @@ export class NodeController implements LeaderComponent {
         reconcile: async (name, workSignal) => {
           const outcome = await this.#reconcile(term, name, workSignal);
           if (outcome !== 'rejected') return { outcome };
-          return { outcome, requeueAfterMs: this.#options.rejectionRetryMs ?? 300_000 };
+          const requeueAfterMs = recheckDelayMs(
+            term.refusedInARow.get(name) ?? 1,
+            this.#options.rejectionRetryMs ?? 300_000,
+            this.#options.maxRejectionRetryMs ?? 3_600_000,
+          );
+          return { outcome, requeueAfterMs };
         },
         watch: (enqueue) => {
           term.enqueue = enqueue;
@@ -291,6 +325,7 @@ export class NodeController implements LeaderComponent {
         maxDelayMs: this.#options.maxRetryDelayMs ?? 300_000,
         reconciles: this.#metrics.reconciles,
         registry,
+        ...(this.#options.clock ? { clock: this.#options.clock } : {}),
         logger: this.#logger,
       },
       signal,
@@ -381,6 +416,9 @@ export class NodeController implements LeaderComponent {
       // the controller's own call included, is retried with backoff.
       if (!isCloudVerdict(identified.error)) throw identified.error;
       await this.#reject(term, node, identified.error, signal);
+      if (this.#stillCached(term, node)) {
+        term.refusedInARow.set(name, (term.refusedInARow.get(name) ?? 0) + 1);
+      }
       return 'rejected';
     }
     const { identity } = identified;
@@ -404,6 +442,7 @@ export class NodeController implements LeaderComponent {
     if (!this.#stillCached(term, node)) return 'deleted';
     term.groupOf.set(name, identity.instanceGroup);
     term.refusals.delete(name);
+    term.refusedInARow.delete(name);
     // The instance group's labels win over what the cloud implies, as its nodeLabels win in kops.
     // APIServerNodes is the kops CLI's feature: its tag on the instance turns it on for this node,
     // and buildNodeLabels gives the role to control-plane groups only (kops' identifier would give
