@@ -28,7 +28,6 @@
 
  */
 import assert from 'node:assert/strict';
-import { X509Certificate } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join as joinPath } from 'node:path';
@@ -41,7 +40,7 @@ import { join } from '../agent/join.ts';
 import { linodeProof } from '../agent/linode-proof.ts';
 import { openstackProof } from '../agent/openstack-proof.ts';
 import type { ProofProvider } from '../agent/proofs.ts';
-import { type CurrentCredentials, readCurrentCredentials, renewalProof } from '../agent/renewal.ts';
+import { type CurrentCredentials, readCurrentCredentials } from '../agent/renewal.ts';
 import { scalewayProof } from '../agent/scaleway-proof.ts';
 import { type ConfiguredBootstrap, startConfiguredBootstrap } from '../cli/bootstrap-server.ts';
 import { doProviderIds } from '../cloud/digitalocean/droplets.ts';
@@ -52,10 +51,7 @@ import { openstackProviderID } from '../cloud/openstack/cloud-groups.ts';
 import { clusterNameKey, instanceGroupKey } from '../cloud/openstack/server.ts';
 import { clusterTagPrefix, instanceGroupTagPrefix, scalewayProviderID } from '../cloud/scaleway/server.ts';
 import { parseConfig } from '../config/loader.ts';
-import { exitCodeOf } from '../errors.ts';
 import { bundlePem, createCa } from '../pki/ca.ts';
-import { generateKey } from '../pki/keys.ts';
-import { parseCertificate } from '../pki/x509.ts';
 import { challengeEndpointOf } from '../protocol/challenge.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { startAzureSimulator } from '../sim/azure/simulator.ts';
@@ -67,7 +63,7 @@ import { startLinodeSimulator } from '../sim/linode/simulator.ts';
 import { startOpenStackSimulator } from '../sim/openstack/simulator.ts';
 import { startScalewaySimulator } from '../sim/scaleway/simulator.ts';
 import { capturedLogger } from '../testing/log-capture.ts';
-import { nodeupBody, postNodeup } from '../testing/nodeup.ts';
+import { incarnationIn, kopsKubelet, renewalPaths } from '../testing/renewal-paths.ts';
 
 const ca = createCa();
 const caPem = bundlePem(ca);
@@ -214,50 +210,7 @@ async function joinedReady(cluster: Cluster, machine: Machine): Promise<CurrentC
   return readCurrentCredentials(dir);
 }
 
-/** A renewal with `current` on the native path (the real `join`); resolves with the new credentials. */
-async function renewNative(cluster: Cluster, current: CurrentCredentials): Promise<CurrentCredentials> {
-  const dir = await joinWith(cluster, current.nodeName, renewalProof(current, cluster.name));
-  return readCurrentCredentials(dir);
-}
-
-/** The same renewal refused on the native path: the reason the node was told. */
-async function nativeRefusal(cluster: Cluster, current: CurrentCredentials): Promise<string> {
-  let reason = '';
-  await assert.rejects(renewNative(cluster, current), (err) => {
-    assert.equal(exitCodeOf(err), 77, String(err));
-    reason = String(err);
-    return true;
-  });
-  return reason;
-}
-
-/** A renewal with `current` on kops' `/bootstrap`, as nodeup asks for its kubelet certificate. */
-async function renewKops(cluster: Cluster, current: CurrentCredentials) {
-  const body = nodeupBody(generateKey('ecdsa-p256'));
-  const proof = (await renewalProof(current, cluster.name)(Buffer.from(body))) as string;
-  return postNodeup(cluster.boot.server.url, body, proof, caPem);
-}
-
-/** The same renewal refused on kops' path (403): the reason written to the audit trail. */
-async function kopsRefusal(cluster: Cluster, current: CurrentCredentials): Promise<string> {
-  const before = cluster.lines.length;
-  const answer = await renewKops(cluster, current);
-  assert.equal(answer.status, 403, answer.text);
-  const audit = cluster.lines.slice(before).find((line) => line.includes('renewal refused'));
-  assert.ok(audit, `an audit record of the refusal among ${cluster.lines.slice(before).join('')}`);
-  return audit;
-}
-
-/** The kubelet certificate kops' /bootstrap answered with. */
-function kopsKubelet(answer: { status: number; text: string }): X509Certificate {
-  assert.equal(answer.status, 200, answer.text);
-  return new X509Certificate((JSON.parse(answer.text) as { Certs: { kubelet: string } }).Certs.kubelet);
-}
-
-/** The incarnation id a certificate carries, as this server's parser reads it. */
-function incarnationIn(certificate: X509Certificate): string | undefined {
-  return parseCertificate(Buffer.from(certificate.raw)).extensions.incarnationId;
-}
+const { renewNative, nativeRefusal, renewKops, kopsRefusal } = renewalPaths<Cluster>(caPem, joinWith);
 
 /** `text` matched literally in a RegExp. */
 function literal(text: string): string {

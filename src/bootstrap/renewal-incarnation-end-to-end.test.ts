@@ -15,11 +15,10 @@ import { after, before, describe, test } from 'node:test';
 import { Registry } from 'prom-client';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
 import { join } from '../agent/join.ts';
-import { type CurrentCredentials, readCurrentCredentials, renewalProof } from '../agent/renewal.ts';
+import { type CurrentCredentials, readCurrentCredentials } from '../agent/renewal.ts';
 import { type ConfiguredBootstrap, startConfiguredBootstrap } from '../cli/bootstrap-server.ts';
 import { formatAwsProviderID } from '../cloud/aws/providerid.ts';
 import { parseConfig } from '../config/loader.ts';
-import { exitCodeOf } from '../errors.ts';
 import { bundlePem, createCa } from '../pki/ca.ts';
 import { generateKey } from '../pki/keys.ts';
 import { issueCertificate, publicKeyRequest } from '../pki/profiles.ts';
@@ -29,7 +28,7 @@ import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
 import { simulatorAuth } from '../sim/gce/clients.ts';
 import { type GceSimulator, startGceSimulator } from '../sim/gce/simulator.ts';
 import { capturedLogger } from '../testing/log-capture.ts';
-import { nodeupBody, postNodeup } from '../testing/nodeup.ts';
+import { incarnationIn, kopsKubelet, renewalPaths } from '../testing/renewal-paths.ts';
 import { ipBasedNodeName } from './policies/aws.ts';
 
 const hourMs = 3_600_000;
@@ -116,45 +115,7 @@ function removeNode(cluster: Cluster, name: string): void {
   cluster.sim.store.delete('nodes', undefined, name);
 }
 
-/** A renewal with `current` on the native path (the real `join`); resolves with the new credentials. */
-async function renewNative(cluster: Cluster, current: CurrentCredentials): Promise<CurrentCredentials> {
-  const dir = await joinWith(cluster, current.nodeName, renewalProof(current, cluster.name));
-  return readCurrentCredentials(dir);
-}
-
-/** The same renewal refused on the native path: the reason the node was told. */
-async function nativeRefusal(cluster: Cluster, current: CurrentCredentials): Promise<string> {
-  let reason = '';
-  await assert.rejects(renewNative(cluster, current), (err) => {
-    assert.equal(exitCodeOf(err), 77, String(err));
-    reason = String(err);
-    return true;
-  });
-  return reason;
-}
-
-/** A renewal with `current` on kops' `/bootstrap`, as nodeup asks for its kubelet certificate. */
-async function renewKops(cluster: Cluster, current: CurrentCredentials) {
-  const body = nodeupBody(generateKey('ecdsa-p256'));
-  const proof = (await renewalProof(current, cluster.name)(Buffer.from(body))) as string;
-  return postNodeup(cluster.boot.server.url, body, proof, caPem);
-}
-
-/** The same renewal refused on kops' path (403): the reason written to the audit trail. */
-async function kopsRefusal(cluster: Cluster, current: CurrentCredentials): Promise<string> {
-  const before = cluster.lines.length;
-  const answer = await renewKops(cluster, current);
-  assert.equal(answer.status, 403, answer.text);
-  const audit = cluster.lines.slice(before).find((line) => line.includes('renewal refused'));
-  assert.ok(audit, `an audit record of the refusal among ${cluster.lines.slice(before).join('')}`);
-  return audit;
-}
-
-/** The kubelet certificate kops' /bootstrap answered with. */
-function kopsKubelet(answer: { status: number; text: string }): X509Certificate {
-  assert.equal(answer.status, 200, answer.text);
-  return new X509Certificate((JSON.parse(answer.text) as { Certs: { kubelet: string } }).Certs.kubelet);
-}
+const { renewNative, nativeRefusal, renewKops, kopsRefusal } = renewalPaths<Cluster>(caPem, joinWith);
 
 /**
  * A kubelet client certificate as kops issues it — no incarnation extension, NotBefore 48 hours
@@ -178,11 +139,6 @@ function kopsIssued(nodeName: string, issuedAt: Date): CurrentCredentials {
     Math.floor(issuedAt.getTime() / 1000) * 1000 - 48 * hourMs,
   );
   return { nodeName, certificate, key };
-}
-
-/** The incarnation id a certificate carries, as this server's parser reads it. */
-function incarnationIn(certificate: X509Certificate): string | undefined {
-  return parseCertificate(Buffer.from(certificate.raw)).extensions.incarnationId;
 }
 
 describe('GCE: an instance recreated under its name (MIG recreate, autohealing)', () => {
