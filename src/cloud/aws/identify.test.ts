@@ -9,6 +9,7 @@ import {
 } from '../../errors.ts';
 import { awsProviderID, clusterInstances, simInstanceId } from '../../sim/aws/scenario.ts';
 import { type AwsSimulator, startAwsSimulator } from '../../sim/aws/server.ts';
+import { capturedLogger } from '../../testing/log-capture.ts';
 import type { IdentifyResult, NodeIdentity } from '../types.ts';
 import { type AwsClients, createAwsClients } from './clients.ts';
 import { AwsNodeIdentifier } from './identify.ts';
@@ -410,6 +411,38 @@ describe('AwsNodeIdentifier', () => {
       limited.destroy();
       denied.destroy();
       await drained.close();
+    }
+  });
+});
+
+describe('AwsNodeIdentifier during an EC2 outage', () => {
+  it('logs DescribeInstances failing once per cause, not per failed call', async () => {
+    const denied = await startAwsSimulator();
+    denied.ec2.addInstances(clusterInstances({ cluster, instanceGroup: 'nodes', count: 2 }));
+    const refused = await createAwsClients({
+      region: denied.region,
+      endpoint: denied.endpoint,
+      credentials: { ...denied.credentials, secretAccessKey: 'wrong' },
+      maxAttempts: 1,
+    });
+    const { logger, lines } = capturedLogger();
+    try {
+      const ids = [1, 2].map((n) => awsProviderID({ id: simInstanceId(n), zone: 'us-east-1a' }));
+      const failing = new AwsNodeIdentifier({ ec2: refused.ec2, clusterName: cluster, logger });
+      // Five lookups, within the identifier's burst of calls: each is one failed DescribeInstances.
+      for (let i = 0; i < 5; i++) {
+        const result = (await failing.identify([ids[i % 2] as string], { maxAgeMs: 0 })).get(
+          ids[i % 2] as string,
+        );
+        assert.ok(result && !result.ok);
+      }
+      const warned = lines.filter(
+        (l) => l.includes('DescribeInstances failed') && l.includes('"level":"warn"'),
+      );
+      assert.equal(warned.length, 1, lines.join(''));
+    } finally {
+      refused.destroy();
+      await denied.close();
     }
   });
 });

@@ -10,7 +10,7 @@
  */
 import { DescribeInstancesCommand, type EC2Client, type Instance } from '@aws-sdk/client-ec2';
 import { ForbiddenError, InvalidInputError, NotFoundError, UnavailableError } from '../../errors.ts';
-import { type Logger, silentLogger } from '../../log.ts';
+import { type Logger, RecurringFailureLog, silentLogger } from '../../log.ts';
 import type { BucketLimit } from '../../runtime/token-bucket.ts';
 import { Batcher, type Outcome } from '../batcher.ts';
 import { LruCache } from '../lru.ts';
@@ -68,11 +68,17 @@ export class AwsNodeIdentifier implements NodeIdentifier {
   readonly #cache: LruCache<string, InstanceIdentity>;
   readonly #batcher: Batcher<string, InstanceIdentity>;
   readonly #logger: Logger;
+  readonly #describeFailures: RecurringFailureLog;
 
   constructor(options: AwsNodeIdentifierOptions) {
     this.#ec2 = options.ec2;
     this.#clusterName = options.clusterName;
     this.#logger = options.logger ?? silentLogger;
+    // Once per cause and ten minutes, not per failed call: during an EC2 outage every batch fails.
+    this.#describeFailures = new RecurringFailureLog(this.#logger, {
+      message: 'DescribeInstances failed',
+      recoveredMessage: 'DescribeInstances answered again',
+    });
     this.#cache = new LruCache({
       maxEntries: options.cacheSize ?? 100_000,
       ttlMs: options.cacheTtlMs ?? 60 * 60 * 1000,
@@ -185,6 +191,7 @@ export class AwsNodeIdentifier implements NodeIdentifier {
     const outcomes = new Map<string, Outcome<Instance>>();
     try {
       const instances = await this.#describeInstances(ids);
+      this.#describeFailures.succeeded();
       for (const id of ids) {
         const instance = instances.get(id);
         outcomes.set(
@@ -201,7 +208,7 @@ export class AwsNodeIdentifier implements NodeIdentifier {
       const code = awsErrorCode(err);
       if (code === undefined || !notFoundCodes.has(code)) {
         const error = awsCallError(err, 'ec2:DescribeInstances', 'ec2:DescribeInstances');
-        this.#logger.warn({ ids: ids.length, err: error.message }, 'DescribeInstances failed');
+        this.#describeFailures.failed(error, { ids: ids.length });
         for (const id of ids) outcomes.set(id, { ok: false, error });
         return outcomes;
       }
