@@ -6,6 +6,7 @@ import type { UnavailableError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { pooledRandomBytes } from '../random.ts';
+import { PausedCallError } from './circuit-breaker.ts';
 import {
   type DependencyOutages,
   dependencyOf,
@@ -31,6 +32,8 @@ export interface BootstrapMetricsSink {
   queueDepth(pending: number): void;
   /** One request answered 503 because `dependency` failed (dependency.ts). */
   dependencyFailure(dependency: string): void;
+  /** One of those requests was answered without calling `dependency`: its circuit is open (circuit-breaker.ts). */
+  dependencyPaused(dependency: string): void;
 }
 
 /** The handlers' dependencies. */
@@ -79,6 +82,7 @@ export function reportFault(
 ): UnavailableError {
   const dependency = dependencyOf(fault);
   context.metrics?.dependencyFailure(dependency);
+  if (fault.cause instanceof PausedCallError) context.metrics?.dependencyPaused(dependency);
   const fields = { requestId: record.requestId, decidedBy: record.decidedBy };
   let told = fault;
   if (context.outages && isDependencyFault(fault)) told = context.outages.failed(fault, fields);

@@ -9,8 +9,10 @@ import assert from 'node:assert/strict';
 import type { IncomingHttpHeaders } from 'node:http';
 import { request } from 'node:https';
 import { after, before, describe, test } from 'node:test';
+import { Registry } from 'prom-client';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
 import type { SigV4Credentials } from '../cloud/aws/sigv4.ts';
+import { cloudCallMetrics } from '../cloud/metrics.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey } from '../pki/keys.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
@@ -20,7 +22,11 @@ import {
   type HarnessNode,
   startBootstrapHarness,
 } from '../testing/bootstrap-harness.ts';
+import { cloudRequests } from '../testing/cloud-calls.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
 import { nodeupBody } from '../testing/nodeup.ts';
+import { CircuitBreaker } from './circuit-breaker.ts';
+import { stsReplayCall } from './policies/sts-client.ts';
 import { webhookPolicy } from './policies/webhook.ts';
 
 interface Reply {
@@ -280,6 +286,66 @@ describe('a dependency fault is a 503 with Retry-After, never a final 403', () =
       progress.some((line) => /retrying/.test(line)),
       progress.join('\n'),
     );
+  });
+});
+
+describe('STS failing every replay for a while: replays are paused, not sent once per retry', () => {
+  test('attack: nodes that ignore Retry-After (nodeup retries every ~10 s) cannot make the server hammer a failing STS; the first answer resumes it', async () => {
+    const clock = { now: 0 };
+    const log = capturedLogger();
+    const circuit = new CircuitBreaker({
+      name: 'STS',
+      failuresToOpen: 5,
+      minFailingMs: 1_000,
+      probeIntervalMs: 2_000,
+      logger: log.logger,
+      now: () => clock.now,
+    });
+    const calls = new Registry();
+    const harness = await startBootstrapHarness({ aws: { circuit, cloudCalls: cloudCallMetrics(calls) } });
+    const replays = async () =>
+      Object.entries(await cloudRequests(calls))
+        .filter(([key]) => key.startsWith(`aws ${stsReplayCall} `))
+        .reduce((sum, [, n]) => sum + n, 0);
+    try {
+      const nodes = Array.from({ length: 5 }, () => harness.addNode());
+      harness.aws.faults.add({ service: 'sts', error: { code: 'InternalFailure', status: 500 } });
+      for (const node of nodes) {
+        assertRetry(await (await nativeRequest(node, harness)).send(), 'sts', 'failing');
+        clock.now += 300;
+      }
+      assert.equal(await replays(), 5, 'each of the first failures was a replay');
+      // Every node retries at once, four times, whatever it was told.
+      for (let round = 0; round < 4; round++) {
+        const replies = await Promise.all(
+          nodes.map(async (node) => (await nativeRequest(node, harness)).send()),
+        );
+        for (const reply of replies) assertRetry(reply, 'sts', `paused, round ${round}`);
+      }
+      assert.equal(await replays(), 5, 'no replay reached STS while it was paused');
+      const paused = await harness.registry
+        .getSingleMetric('kops_controller_bootstrap_dependency_paused_total')
+        ?.get();
+      assert.equal(paused?.values.find((v) => v.labels['dependency'] === 'sts')?.value, 20);
+      const failures = await dependencyFailures(harness);
+      assert.equal(failures['sts'], 25, 'a paused request is still a fault, counted as one');
+      harness.aws.faults.reset();
+      clock.now += 2_000;
+      const [first, ...rest] = nodes;
+      const probe = await (await nativeRequest(first as HarnessNode, harness)).send();
+      assert.equal(probe.status, 200, `the probe after the interval: ${probe.text}`);
+      for (const node of rest) assert.equal((await (await nativeRequest(node, harness)).send()).status, 200);
+      assert.equal(await replays(), 5 + nodes.length);
+      assert.deepEqual(
+        log.lines.map((line) => (JSON.parse(line) as { msg: string }).msg),
+        [
+          'dependency failed every call: calls to it paused, one tried at each interval until it answers',
+          'dependency answers again: calls to it resumed',
+        ],
+      );
+    } finally {
+      await harness.close();
+    }
   });
 });
 

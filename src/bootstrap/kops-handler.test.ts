@@ -283,6 +283,7 @@ describe('kops POST /bootstrap', () => {
           issued: (seconds) => observed.push(seconds),
           queueDepth: () => undefined,
           dependencyFailure: () => undefined,
+          dependencyPaused: () => undefined,
         },
       },
     );

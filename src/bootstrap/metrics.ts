@@ -65,8 +65,15 @@ export function bootstrapMetrics(registry: Registry): BootstrapMetrics {
     'Bootstrap requests answered 503 (retry) because a dependency failed, was throttled or did not answer in time, by dependency.',
     ['dependency'],
   );
+  const dependencyPaused = sharedCounter(
+    registry,
+    'kops_controller_bootstrap_dependency_paused_total',
+    'Of those requests, the ones answered 503 without calling the dependency, because it had failed every call for a while (its circuit is open), by dependency.',
+    ['dependency'],
+  );
   return {
     dependencyFailure: (dependency) => dependencyFailures.inc({ dependency }),
+    dependencyPaused: (dependency) => dependencyPaused.inc({ dependency }),
     guardRead: (source) => guardReads.inc({ source }),
     decision: (policy, verdict) => requests.inc({ policy, verdict }),
     issued: (seconds) => issue.observe(seconds),

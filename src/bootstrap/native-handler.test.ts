@@ -116,6 +116,7 @@ test('the queue cannot write the CSR or read it back, or a token cannot be looke
       issued: () => undefined,
       queueDepth: () => undefined,
       dependencyFailure: (dependency) => failures.push(dependency),
+      dependencyPaused: () => undefined,
     },
     logger: silentLogger,
   });

@@ -20,13 +20,16 @@ export function nodeupBody(key?: KeyObject): string {
 
 /**
  * POSTs `body` to `<server>/bootstrap` as nodeup does, with `authorization`; `ca` is the PEM the
- * server's certificate is checked against (none: not checked, for tests about the answer only).
+ * server's certificate is checked against (none: not checked, for tests about the answer only);
+ * `localAddress` is the loopback address the node posts from (many nodes need many sources: the
+ * server caps connections per source).
  */
 export function postNodeup(
   server: string,
   body: string,
   authorization: string,
   ca?: string,
+  localAddress?: string,
 ): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
     const req = request(
@@ -34,6 +37,7 @@ export function postNodeup(
       {
         method: 'POST',
         ...(ca === undefined ? { rejectUnauthorized: false } : { ca }),
+        ...(localAddress === undefined ? {} : { localAddress, agent: false }),
         headers: { 'content-type': 'application/json', authorization },
       },
       (res) => {

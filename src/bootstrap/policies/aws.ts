@@ -21,7 +21,9 @@ import { fipsFromEnv, stsHost } from '../../cloud/aws/sts-host.ts';
 import type { CloudCallRecorder } from '../../cloud/metrics.ts';
 import { withDeadline } from '../../deadline.ts';
 import { describeError, KopsError, UnavailableError } from '../../errors.ts';
+import type { Logger } from '../../log.ts';
 import { quoted } from '../../quote.ts';
+import { type CircuitBreaker, circuitOf } from '../circuit-breaker.ts';
 import { defaultCloudLookupTimeoutMs, dependencyFault, isCloudVerdict } from '../dependency.ts';
 import type { BootstrapPolicy, NodeFacts, PolicyDecision } from '../types.ts';
 import { parseStsProof, type StsReplayRequest } from './aws-sts-proof.ts';
@@ -63,6 +65,10 @@ export interface AwsPolicyOptions {
   notFoundGraceMs?: number;
   /** Monotonic milliseconds, the clock of that grace (default `performance.now`). */
   monotonic?: () => number;
+  /** Where pausing and resuming STS replays is said (circuit-breaker.ts); default nowhere. */
+  logger?: Logger;
+  /** The circuit of STS replays (default: one of the policy's own, with the breaker's defaults). */
+  circuit?: CircuitBreaker;
 }
 
 /** Default freshness window of a proof. */
@@ -120,6 +126,7 @@ export function awsPolicy(options: AwsPolicyOptions): BootstrapPolicy {
   const sts = new StsClient(endpoint, {
     timeoutMs: options.stsTimeoutMs ?? 5_000,
     ...(options.cloudCalls ? { cloudCalls: options.cloudCalls } : {}),
+    circuit: options.circuit ?? circuitOf('STS', options),
   });
   return {
     name: 'aws',

@@ -31,7 +31,9 @@ import {
 import { azureClusterTag, azureInstanceGroupTag } from '../../cloud/azure/tags.ts';
 import { instanceGroupNameProblem } from '../../cloud/instance-group-name.ts';
 import { describeError } from '../../errors.ts';
+import type { Logger } from '../../log.ts';
 import { challengeEndpointOf, defaultChallengePort } from '../../protocol/challenge.ts';
+import { type CircuitBreaker, circuitOf } from '../circuit-breaker.ts';
 import { type Dependency, dependencyFault, isTransientFailure } from '../dependency.ts';
 import type { BootstrapPolicy, BootstrapRequest, NodeFacts, PolicyDecision } from '../types.ts';
 import {
@@ -57,16 +59,24 @@ export interface AzurePolicyOptions {
   lookupTimeoutMs?: number;
   /** The port of the node's challenge server (default kops' 3987). */
   challengePort?: number;
+  /** Where pausing and resuming ARM reads is said (circuit-breaker.ts); default nowhere. */
+  logger?: Logger;
+  /** The circuit of ARM reads (default: one of the policy's own, with the breaker's defaults). */
+  circuit?: CircuitBreaker;
 }
 
 /** The `azure` policy; abstains for every proof but `x-azure-id`. */
 export function azurePolicy(options: AzurePolicyOptions): BootstrapPolicy {
+  const circuit = options.circuit ?? circuitOf('the Azure Resource Manager API', options);
   return {
     name: 'azure',
     evaluate: (request) => {
       const token = cloudIdToken(request, 'x-azure-id');
       if (token === undefined) return Promise.resolve(abstainWithout('x-azure-id'));
-      return denyRejected(() => verifyVm(token, request, options), 'Azure identity proof rejected: ');
+      return denyRejected(
+        () => verifyVm(token, request, options, circuit),
+        'Azure identity proof rejected: ',
+      );
     },
   };
 }
@@ -76,10 +86,11 @@ async function verifyVm(
   token: string,
   request: BootstrapRequest,
   options: AzurePolicyOptions,
+  circuit: CircuitBreaker,
 ): Promise<PolicyDecision> {
   const { ref, signature } = claimedVm(token, options);
   const document = await attested(signature, request.body, options);
-  const facts = await factsFromArm(ref, document, options, evidenceOf(request, ref, document));
+  const facts = await factsFromArm(ref, document, options, circuit, evidenceOf(request, ref, document));
   return {
     verdict: 'approve',
     facts,
@@ -113,16 +124,23 @@ async function factsFromArm(
   ref: AzureVmRef,
   document: AttestedDocument,
   options: AzurePolicyOptions,
+  circuit: CircuitBreaker,
   evidence: Record<string, string>,
 ): Promise<NodeFacts> {
   /** An ARM read: its verdicts (not found, malformed) reject the proof, anything else is a fault. */
-  const read = <T>(work: Promise<T>, what: string): Promise<T> =>
-    readCloud(work, { call: what, denial: what, dependency: azure, timeoutMs: options.lookupTimeoutMs });
-  const vm = await read(options.client.getVm(ref), `VM ${ref.name}`);
+  const read = <T>(work: () => Promise<T>, what: string): Promise<T> =>
+    readCloud(work, {
+      call: what,
+      denial: what,
+      dependency: azure,
+      timeoutMs: options.lookupTimeoutMs,
+      circuit,
+    });
+  const vm = await read(() => options.client.getVm(ref), `VM ${ref.name}`);
   const { nodeName, instanceGroup } = checkVm(vm, document, options.clusterName);
   const nicId = vm.nicIds[0];
   if (!nicId) throw new ProofRejected(`VM ${ref.name} has no network interface`);
-  const nic = await read(options.client.getNic(nicId), `network interface of VM ${ref.name}`);
+  const nic = await read(() => options.client.getNic(nicId), `network interface of VM ${ref.name}`);
   if (!nic.attachedTo || !sameAzureName(nic.attachedTo, formatAzureVmId(ref))) {
     throw new ProofRejected(`network interface ${nicId} is not attached to VM ${ref.name}`);
   }

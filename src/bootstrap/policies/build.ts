@@ -135,6 +135,8 @@ export async function buildPolicies(config: Config, deps: PolicyDeps): Promise<B
  */
 async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): Promise<BootstrapPolicy> {
   const counted = deps.cloudCalls ? { cloudCalls: deps.cloudCalls } : {};
+  // Where the policies that call a dependency once per request say they pause and resume it.
+  const logger = deps.logger ?? silentLogger;
   switch (spec.name) {
     case 'always-reject':
       return alwaysRejectPolicy();
@@ -154,6 +156,7 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
       const { awsPolicy } = await import('./aws.ts');
       return awsPolicy({
         ...aws,
+        logger,
         nodesRoles: config.server?.provider.aws?.nodesRoles ?? [],
         useIPBasedNodeNames: config.server?.provider.aws?.useIPBasedNodeNames ?? false,
         maxAgeMs: spec.maxProofAge,
@@ -216,12 +219,14 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
       return (await import('./openstack.ts')).openstackPolicy({
         clusterName: config.clusterName,
         nova: need(deps.openstack, spec.name, 'the OpenStack provider (OS_* environment)').nova,
+        logger,
         lookupTimeoutMs: spec.lookupTimeout,
       });
     case 'scaleway':
       return (await import('./scaleway.ts')).scalewayPolicy({
         clusterName: config.clusterName,
         clients: need(deps.scaleway, spec.name, 'the Scaleway provider (SCW_* environment)').clients,
+        logger,
         lookupTimeoutMs: spec.lookupTimeout,
       });
     case 'renewal':
@@ -259,6 +264,7 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
       return azurePolicy({
         clusterName: config.server?.provider.azure?.clusterName ?? config.clusterName,
         client: azure.client,
+        logger,
         attestation: azureAttestationVerifier({
           ...(rootsPem === undefined ? {} : { rootsPem }),
           ...(intermediatesPem === undefined ? {} : { intermediatesPem }),
@@ -281,6 +287,7 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
       const { webhookPolicy } = await import('./webhook.ts');
       return webhookPolicy({
         url: spec.url,
+        logger,
         ca: await readPem(spec.caFile, 'webhook CA bundle'),
         cert: await readPem(spec.certFile, 'webhook client certificate'),
         key: await readPem(spec.keyFile, 'webhook client key'),

@@ -24,6 +24,7 @@ import { withDeadline } from '../../deadline.ts';
 import { isDnsSubdomain } from '../../dns-name.ts';
 import { describeError, RateLimitedError } from '../../errors.ts';
 import { challengeEndpointOf, defaultChallengePort } from '../../protocol/challenge.ts';
+import type { CallTicket, CircuitBreaker } from '../circuit-breaker.ts';
 import {
   type Dependency,
   defaultCloudLookupTimeoutMs,
@@ -60,18 +61,35 @@ export class ProofRejected extends Error {}
 /**
  * One cloud read under the lookup deadline. The cloud's verdict on the node (not found, not ours,
  * malformed) rejects the proof as `${denial}: <why>`; the cloud failing, throttling, refusing the
- * controller's own credentials or not answering in time is the dependency's fault (503), never a denial.
+ * controller's own credentials or not answering in time is the dependency's fault (503), never a
+ * denial. With a `circuit`, the read is not even started while the cloud has failed every read for a
+ * while (circuit-breaker.ts): these reads are one per proof, and nodeup retries a fault every 10 s
+ * whatever Retry-After says.
  */
-export function readCloud<T>(
-  work: Promise<T>,
-  step: { call: string; denial: string; dependency: Dependency; timeoutMs: number | undefined },
+export async function readCloud<T>(
+  work: () => Promise<T>,
+  step: {
+    call: string;
+    denial: string;
+    dependency: Dependency;
+    timeoutMs: number | undefined;
+    circuit?: CircuitBreaker;
+  },
 ): Promise<T> {
-  return withDeadline(work, step.timeoutMs ?? defaultCloudLookupTimeoutMs, step.call).catch(
-    (err: unknown) => {
-      if (isCloudVerdict(err)) throw new ProofRejected(`${step.denial}: ${describeError(err)}`);
-      throw dependencyFault(step.dependency, err);
-    },
-  );
+  let ticket: CallTicket | undefined;
+  try {
+    ticket = step.circuit?.admit();
+    const result = await withDeadline(work(), step.timeoutMs ?? defaultCloudLookupTimeoutMs, step.call);
+    ticket?.answered();
+    return result;
+  } catch (err) {
+    if (isCloudVerdict(err)) {
+      ticket?.answered();
+      throw new ProofRejected(`${step.denial}: ${describeError(err)}`);
+    }
+    ticket?.failed();
+    throw dependencyFault(step.dependency, err);
+  }
 }
 
 /** Rejects a node name the cloud records that Kubernetes would not accept for a node. */

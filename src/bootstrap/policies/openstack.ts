@@ -19,7 +19,9 @@ import { BlockList, isIP } from 'node:net';
 import { openstackProviderID } from '../../cloud/openstack/cloud-groups.ts';
 import { isServerId, type NovaClient } from '../../cloud/openstack/nova.ts';
 import { identityOfServer, serverAddresses } from '../../cloud/openstack/server.ts';
+import type { Logger } from '../../log.ts';
 import { sourceAddress } from '../../net/source.ts';
+import { type CircuitBreaker, circuitOf } from '../circuit-breaker.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
 import { abstainWithout, cloudIdToken, deny, denyRejected, readCloud, serverFacts } from './cloud-id.ts';
 
@@ -30,6 +32,10 @@ export interface OpenStackPolicyOptions {
   nova: Pick<NovaClient, 'getServer'>;
   /** Deadline of the Nova lookup, retries included (default 10 s). */
   lookupTimeoutMs?: number;
+  /** Where pausing and resuming Nova reads is said (circuit-breaker.ts); default nowhere. */
+  logger?: Logger;
+  /** The circuit of Nova reads (default: one of the policy's own, with the breaker's defaults). */
+  circuit?: CircuitBreaker;
 }
 
 /** Whether `address` is one of `addresses`, however either is spelled (IPv6 zero compression). */
@@ -46,12 +52,15 @@ function addressIn(address: string, addresses: string[]): boolean {
 
 /** The `openstack` policy; abstains for requests without an `x-openstack-id` proof. */
 export function openstackPolicy(options: OpenStackPolicyOptions): BootstrapPolicy {
+  const circuit = options.circuit ?? circuitOf('the OpenStack compute API', options);
   return {
     name: 'openstack',
     evaluate: (request) => {
       const serverId = cloudIdToken(request, 'x-openstack-id');
       if (serverId === undefined) return Promise.resolve(abstainWithout('x-openstack-id'));
-      return denyRejected(() => verifyServer(serverId, sourceAddress(request.remoteAddress), options));
+      return denyRejected(() =>
+        verifyServer(serverId, sourceAddress(request.remoteAddress), options, circuit),
+      );
     },
   };
 }
@@ -61,13 +70,15 @@ async function verifyServer(
   serverId: string,
   source: string,
   options: OpenStackPolicyOptions,
+  circuit: CircuitBreaker,
 ): Promise<PolicyDecision> {
   if (!isServerId(serverId)) return deny('the x-openstack-id proof is not a Nova server id');
-  const server = await readCloud(options.nova.getServer(serverId), {
+  const server = await readCloud(() => options.nova.getServer(serverId), {
     call: `servers.get ${serverId}`,
     denial: `Nova does not vouch for server ${serverId}`,
     dependency: 'policy:openstack',
     timeoutMs: options.lookupTimeoutMs,
+    circuit,
   });
   const identity = identityOfServer(openstackProviderID(server.id), server, options.clusterName);
   if (identity instanceof Error) return deny(identity.message);

@@ -41,7 +41,9 @@ import {
   type ServerIpamAddresses,
 } from '../../cloud/scaleway/ipam.ts';
 import { identityOfServer, isScalewayServerId, scalewayProviderID } from '../../cloud/scaleway/server.ts';
+import type { Logger } from '../../log.ts';
 import { challengeEndpointOf, defaultChallengePort } from '../../protocol/challenge.ts';
+import { type CircuitBreaker, circuitOf } from '../circuit-breaker.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
 import { abstainWithout, cloudIdToken, deny, denyRejected, readCloud, serverFacts } from './cloud-id.ts';
 
@@ -58,6 +60,10 @@ export interface ScalewayPolicyOptions {
   lookupTimeoutMs?: number;
   /** The port of the node's challenge server (default kops' 3987). */
   challengePort?: number;
+  /** Where pausing and resuming Instance and IPAM reads is said (circuit-breaker.ts); default nowhere. */
+  logger?: Logger;
+  /** The circuit of Instance and IPAM reads (default: one of the policy's own, with the breaker's defaults). */
+  circuit?: CircuitBreaker;
 }
 
 /**
@@ -85,12 +91,13 @@ async function ipamAddresses(
 
 /** The `scaleway` policy; abstains for requests without an `x-scaleway-instance-server-id` proof. */
 export function scalewayPolicy(options: ScalewayPolicyOptions): BootstrapPolicy {
+  const circuit = options.circuit ?? circuitOf('the Scaleway API', options);
   return {
     name: 'scaleway',
     evaluate: (request) => {
       const serverId = cloudIdToken(request, scheme);
       if (serverId === undefined) return Promise.resolve(abstainWithout(scheme));
-      return denyRejected(() => verifyServer(serverId, options));
+      return denyRejected(() => verifyServer(serverId, options, circuit));
     },
   };
 }
@@ -117,15 +124,20 @@ async function lookupServer(serverId: string, options: ScalewayPolicyOptions) {
 }
 
 /** The Instance API's record of a live server of this cluster, with an IPv4 address to call back. */
-async function verifyServer(serverId: string, options: ScalewayPolicyOptions): Promise<PolicyDecision> {
+async function verifyServer(
+  serverId: string,
+  options: ScalewayPolicyOptions,
+  circuit: CircuitBreaker,
+): Promise<PolicyDecision> {
   const { zone } = options.clients;
   if (!isScalewayServerId(serverId)) return deny(`the ${scheme} proof is not a server id`);
   const denial = `Scaleway does not vouch for server ${serverId} in ${zone}`;
-  const found = await readCloud(lookupServer(serverId, options), {
+  const found = await readCloud(() => lookupServer(serverId, options), {
     call: `getServer ${serverId}`,
     denial,
     dependency: 'policy:scaleway',
     timeoutMs: options.lookupTimeoutMs,
+    circuit,
   });
   if (!found) return deny(denial);
   const { server, identity } = found;

@@ -32,6 +32,7 @@ import {
 import { fieldsOf } from '../../json-object.ts';
 import { egressAgent } from '../../net/egress-proxy.ts';
 import { type HttpsAnswer, httpsRequest, StaleConnectionError } from '../../net/https-client.ts';
+import { type CallTicket, CircuitBreaker } from '../circuit-breaker.ts';
 import { connectionHeaders, type StsReplayRequest } from './aws-sts-proof.ts';
 
 /** Who STS says signed the request. */
@@ -122,6 +123,8 @@ export interface StsClientOptions {
   maxConnections?: number;
   /** Where each replay sent is counted (default: nowhere). */
   cloudCalls?: CloudCallRecorder;
+  /** Pauses replays while STS fails every one (default: a breaker of its own, silent). */
+  circuit?: CircuitBreaker;
 }
 
 /** Replays proofs to one STS endpoint (`https://sts.<region>.amazonaws.com` or the simulator) over pooled connections. */
@@ -130,11 +133,13 @@ export class StsClient {
   readonly #agent: HttpAgent;
   readonly #timeoutMs: number;
   readonly #calls: CloudCallRecorder;
+  readonly #circuit: CircuitBreaker;
 
   constructor(endpoint: string, options: StsClientOptions = {}) {
     this.#base = new URL(endpoint);
     this.#timeoutMs = options.timeoutMs ?? 5_000;
     this.#calls = options.cloudCalls ?? noCloudCalls;
+    this.#circuit = options.circuit ?? new CircuitBreaker({ name: 'STS' });
     const pool = {
       keepAlive: true,
       maxSockets: options.maxConnections ?? maxStsConnections,
@@ -150,9 +155,11 @@ export class StsClient {
    * UnauthenticatedError (STS refused the signature), UnavailableError (STS unreachable or failing)
    * or TimeoutError. A pooled connection found closed is retried once on a new connection of its
    * own, not on the next pooled one, which may have idled out with it: GetCallerIdentity changes
-   * nothing, and the proof is only spent after STS has answered.
+   * nothing, and the proof is only spent after STS has answered. While STS has failed every replay
+   * for a while, most replays are not sent: PausedCallError (circuit-breaker.ts).
    */
   async call(replay: StsReplayRequest['request']): Promise<StsCaller> {
+    const ticket = this.#circuit.admit();
     // A timer cleared with the call, not AbortSignal.timeout: that one cannot be cancelled, so every
     // replay of a join storm would still fire it seconds later, building an abort event and its
     // DOMException for a call long answered.
@@ -171,6 +178,7 @@ export class StsClient {
       }
     } finally {
       clearTimeout(timer);
+      settle(ticket, outcome.result);
       if (outcome.result) {
         this.#calls.request('aws', stsReplayCall, outcome.result);
         this.#calls.duration('aws', stsReplayCall, secondsSince(started));
@@ -230,6 +238,13 @@ export class StsClient {
     }
     return new UnavailableError(`cannot reach STS at ${this.#base.origin}: ${err.message}`, { cause: err });
   }
+}
+
+/** Tells the circuit how a replay ended: STS answering, even with a refusal, shows it is up. */
+function settle(ticket: CallTicket, result: CloudCallResult | undefined): void {
+  if (result === undefined) ticket.release();
+  else if (result === 'ok' || result === 'rejected') ticket.answered();
+  else ticket.failed();
 }
 
 /** Reads STS's answer into the caller it names, or the error it means. */

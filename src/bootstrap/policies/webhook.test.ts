@@ -16,7 +16,8 @@ import {
 } from '../../sim/tls.ts';
 import { contextAt, testRequest } from '../../testing/bootstrap-request.ts';
 import { cloudCallsTimed, cloudRequests } from '../../testing/cloud-calls.ts';
-import { dependencyFault, faultDetail } from '../dependency.ts';
+import { CircuitBreaker, PausedCallError } from '../circuit-breaker.ts';
+import { dependencyFault, faultDetail, isDependencyFault } from '../dependency.ts';
 import type { BootstrapPolicy, PolicyDecision } from '../types.ts';
 import { type BootstrapReview, webhookPolicy } from './webhook.ts';
 
@@ -85,7 +86,13 @@ const verifier: BootstrapPolicy = {
 };
 
 function policy(
-  overrides: { verifiedBy?: BootstrapPolicy; cert?: string; key?: string; timeoutMs?: number } = {},
+  overrides: {
+    verifiedBy?: BootstrapPolicy;
+    cert?: string;
+    key?: string;
+    timeoutMs?: number;
+    circuit?: CircuitBreaker;
+  } = {},
 ) {
   return webhookPolicy({
     url,
@@ -513,4 +520,34 @@ test('a serving certificate that changes is verified again against the configure
   }
   const again = await evaluate(p, { status: 200, body: '{"verdict":"approve"}' });
   assert.equal(again.verdict, 'approve', 'a new certificate from the configured CA is fine');
+});
+
+test('a webhook that fails every review for a while is paused: one review per interval, none in between, and the first verdict resumes it', async () => {
+  const clock = { now: 0 };
+  const circuit = new CircuitBreaker({
+    name: 'the approval webhook',
+    failuresToOpen: 3,
+    minFailingMs: 1_000,
+    probeIntervalMs: 5_000,
+    now: () => clock.now,
+  });
+  const p = policy({ verifiedBy: verifier, circuit });
+  reviews.length = 0;
+  // A refusal of our call is the webhook's fault too: it counts towards the pause.
+  for (const status of [500, 403, 503]) {
+    await assert.rejects(evaluate(p, { status, body: '{}' }), isDependencyFault);
+    clock.now += 600;
+  }
+  assert.equal(reviews.length, 3);
+  for (let i = 0; i < 10; i++) {
+    const paused = await evaluate(p, { status: 500, body: '{}' }).catch((err: unknown) => err);
+    assert.ok(isDependencyFault(paused), 'a 503 for the node, never a denial');
+    assert.ok(paused.cause instanceof PausedCallError, faultDetail(paused));
+  }
+  assert.equal(reviews.length, 3, 'no review was sent while paused');
+  clock.now += 5_000;
+  const resumed = await evaluate(p, { status: 200, body: '{"verdict":"approve"}' });
+  assert.equal(resumed.verdict, 'approve');
+  assert.equal(reviews.length, 4);
+  assert.equal(circuit.state, 'closed');
 });

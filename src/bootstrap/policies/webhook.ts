@@ -22,8 +22,10 @@ import {
   secondsSince,
 } from '../../cloud/metrics.ts';
 import { ConfigError, TooLargeError, UnavailableError } from '../../errors.ts';
+import type { Logger } from '../../log.ts';
 import { egressAgent } from '../../net/egress-proxy.ts';
 import { type HttpsAnswer, httpsRequest, StaleConnectionError } from '../../net/https-client.ts';
+import { type CallTicket, type CircuitBreaker, circuitOf } from '../circuit-breaker.ts';
 import { dependencyFault } from '../dependency.ts';
 import type {
   BootstrapPolicy,
@@ -55,6 +57,10 @@ export interface WebhookPolicyOptions {
   verifiedBy?: BootstrapPolicy;
   /** Where each review sent is counted (default: nowhere). */
   cloudCalls?: CloudCallRecorder;
+  /** Where pausing and resuming reviews is said (circuit-breaker.ts); default nowhere. */
+  logger?: Logger;
+  /** The circuit of reviews (default: one of the policy's own, with the breaker's defaults). */
+  circuit?: CircuitBreaker;
 }
 
 /** What the webhook receives (JSON). */
@@ -144,6 +150,8 @@ export function webhookPolicy(options: WebhookPolicyOptions): BootstrapPolicy {
   });
   const timeoutMs = options.timeoutMs ?? 5_000;
   const calls = options.cloudCalls ?? noCloudCalls;
+  // Reviews go out one per request: while the webhook fails every one, most are not sent.
+  const circuit = options.circuit ?? circuitOf('the approval webhook', options);
   return {
     name: 'webhook',
     evaluate: async (request: BootstrapRequest, context: PolicyContext) => {
@@ -154,9 +162,18 @@ export function webhookPolicy(options: WebhookPolicyOptions): BootstrapPolicy {
       let answer: WebhookAnswer;
       const started = performance.now();
       const outcome: { result: CloudCallResult } = { result: 'error' };
+      let ticket: CallTicket;
+      try {
+        ticket = circuit.admit();
+      } catch (err) {
+        throw dependencyFault('webhook', err);
+      }
       try {
         answer = await post(url, agent, review, timeoutMs, outcome);
       } finally {
+        // Only a verdict shows the webhook works: a refusal of our call is its fault too.
+        if (outcome.result === 'ok') ticket.answered();
+        else ticket.failed();
         calls.request('webhook', webhookReviewCall, outcome.result);
         calls.duration('webhook', webhookReviewCall, secondsSince(started));
       }
