@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { NotFoundError, UnavailableError } from '../errors.ts';
+import { NotFoundError, RateLimitedError, UnavailableError } from '../errors.ts';
 import { capturedLogger } from '../testing/log-capture.ts';
 import { CircuitBreaker, PausedCallError } from './circuit-breaker.ts';
 import { isDependencyFault } from './dependency.ts';
@@ -139,6 +139,18 @@ describe('readCloud with a circuit (one read per proof: Scaleway, OpenStack, Azu
     assert.equal(reads, 3, 'no read was started');
     clock.now += 2_000;
     assert.equal(await readCloud(() => Promise.resolve('server x'), step(circuit)), 'server x');
+    assert.equal(circuit.state, 'closed');
+  });
+
+  test('attack: throttling, which anyone can cause by volume, is an answer and never pauses the reads', async () => {
+    const { circuit, clock } = breaker();
+    for (let i = 0; i < 10; i++) {
+      await assert.rejects(
+        readCloud(() => Promise.reject(new RateLimitedError('429 Too Many Requests')), step(circuit)),
+        isDependencyFault,
+      );
+      clock.now += 600;
+    }
     assert.equal(circuit.state, 'closed');
   });
 });

@@ -1,6 +1,6 @@
 /**
  * A circuit breaker for a dependency the bootstrap server calls once per request (STS for every AWS
- * proof, the approval webhook, a cloud's read of one server). While such a dependency is down,
+ * proof, the approval webhook, a cloud's read of one server, the impersonation guard's Node read). While such a dependency is down,
  * telling nodes to wait (Retry-After, dependency.ts) is not enough: kops' nodeup ignores it and
  * retries every ~10 s, so 5,000 nodes waiting to join would still send STS some 500 calls a second,
  * each one waiting out its timeout. That load lands on a service that is failing, on the account's
@@ -9,15 +9,18 @@
  * So once the dependency has failed `failuresToOpen` times in a row over at least `minFailingMs`,
  * the circuit opens. After that, a request is answered with a fault at once, without a call. One call
  * every `probeIntervalMs` still goes through as a probe. The first call that gets any answer from the
- * dependency closes the circuit. A refusal counts as an answer: the dependency is up and judged.
+ * dependency closes the circuit. A refusal or throttling counts as an answer: the dependency is up.
+ * Only what says it is down counts as a failure: no connection, no answer in time, a 5xx.
  *
  * Only the caller knows which outcome is which, so it tells the breaker: {@link CallTicket.answered},
  * {@link CallTicket.failed}, or {@link CallTicket.release} when the call never reached the dependency
  * (a proof that could not even be sent). A request whose call is paused is still a fault, never a
  * denial: the caller turns {@link PausedCallError} into its dependency's fault, as it does any other
- * failure. An attacker cannot hold the circuit open, because only the dependency's own failures open
- * it. Requests that reach nothing (release) cannot close it either. And a probe's answer is the
- * dependency's answer whoever sent the request.
+ * failure. An attacker cannot open the circuit or hold it open: what a request can make the
+ * dependency answer (a refusal, throttling of the signer's account, a webhook's 500 on an odd review)
+ * is an answer, and only the dependency failing to answer opens it. Requests that reach nothing
+ * (release) cannot close it either. And a probe's answer is the dependency's answer whoever sent
+ * the request.
  */
 import { UnavailableError } from '../errors.ts';
 import type { Logger } from '../log.ts';
@@ -91,23 +94,24 @@ export class CircuitBreaker {
   }
 
   /**
+   * Whether a call now would be paused: open, and no probe due. (A caller that must spend something
+   * else before its call, STS for the guard's read, asks this first; the probe stays admit's.)
+   */
+  get pausing(): boolean {
+    const open = this.#open;
+    return open !== undefined && (open.probing || this.#now() < open.nextProbeAt);
+  }
+
+  /**
    * Lets a call through (closed, or open and a probe is due), or throws {@link PausedCallError}.
    */
   admit(): CallTicket {
     const open = this.#open;
     let probe = false;
     if (open) {
-      const now = this.#now();
-      if (open.probing || now < open.nextProbeAt) {
-        open.paused++;
-        throw new PausedCallError(
-          `${this.#name} has failed every call for ${Math.round((now - open.failingSince) / 1000)} s; ` +
-            `calls to it are paused, one is tried every ${this.#probeIntervalMs / 1000} s`,
-          { details: { reason: 'circuit-open' } },
-        );
-      }
+      if (this.pausing) throw this.paused();
       open.probing = true;
-      open.nextProbeAt = now + this.#probeIntervalMs;
+      open.nextProbeAt = this.#now() + this.#probeIntervalMs;
       probe = true;
     }
     let settled = false;
@@ -121,6 +125,18 @@ export class CircuitBreaker {
       failed: () => settle('failed'),
       release: () => settle('released'),
     };
+  }
+
+  /** The error of a call not made now (counted among the calls the circuit spared). */
+  paused(): PausedCallError {
+    const now = this.#now();
+    const open = this.#open;
+    if (open) open.paused++;
+    const failing = open ? Math.round((now - open.failingSince) / 1000) : 0;
+    return new PausedCallError(
+      `${this.#name} has failed every call for ${failing} s; calls to it are paused, one is tried every ${this.#probeIntervalMs / 1000} s`,
+      { details: { reason: 'circuit-open' } },
+    );
   }
 
   #settle(outcome: 'answered' | 'failed' | 'released', probe: boolean): void {

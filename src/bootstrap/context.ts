@@ -8,6 +8,7 @@ import type { CertificateAuthority } from '../pki/ca.ts';
 import { pooledRandomBytes } from '../random.ts';
 import { PausedCallError } from './circuit-breaker.ts';
 import {
+  type DependencyFaultError,
   type DependencyOutages,
   dependencyOf,
   faultDetail,
@@ -17,7 +18,7 @@ import {
 import type { NodeIssueOptions } from './issue.ts';
 import type { NodeReader } from './node-guard.ts';
 import type { CsrQueue } from './queue.ts';
-import type { AuditRecord, BootstrapPolicy, PolicyDecision } from './types.ts';
+import type { AuditRecord, BootstrapPolicy, BootstrapRequest, PolicyDecision } from './types.ts';
 
 /** Receives one audit record per decision; the audit module (src/bootstrap/audit.ts) provides one. */
 export type AuditSink = (record: AuditRecord) => void;
@@ -42,6 +43,11 @@ export interface BootstrapContext {
   ca: CertificateAuthority;
   policies: readonly BootstrapPolicy[];
   readNode: NodeReader;
+  /**
+   * Asked before the policies spend anything on a request (an STS replay, a cloud read): the fault to
+   * answer with when the impersonation guard could not judge it now (node-guard.ts guardPause).
+   */
+  guardPaused?: () => Promise<DependencyFaultError | undefined>;
   /** The CSR-API queue; without it a `queue` verdict is a denial. */
   queue?: CsrQueue;
   /** The API server URL the answers tell nodes to use. */
@@ -89,6 +95,18 @@ export function reportFault(
   else context.logger.warn({ ...fields, dependency, err: faultDetail(fault) }, faultLogMessage);
   report(context, { ...record, verdict: 'error', reasons: [told.message], detail: [faultDetail(told)] });
   return told;
+}
+
+/**
+ * The fault of a request the impersonation guard cannot judge now, asked before its policies run;
+ * none for a renewal, which the guard does not judge (the node is registered by then).
+ */
+export async function pausedGuardFault(
+  context: BootstrapContext,
+  request: BootstrapRequest,
+): Promise<DependencyFaultError | undefined> {
+  if (request.proof.kind === 'node-renewal') return undefined;
+  return context.guardPaused?.();
 }
 
 /** Records a decision in the audit trail and the metrics. */

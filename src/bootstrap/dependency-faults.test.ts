@@ -24,7 +24,7 @@ import {
 } from '../testing/bootstrap-harness.ts';
 import { cloudRequests } from '../testing/cloud-calls.ts';
 import { capturedLogger } from '../testing/log-capture.ts';
-import { nodeupBody } from '../testing/nodeup.ts';
+import { nodeupBody, postNodeup } from '../testing/nodeup.ts';
 import { CircuitBreaker } from './circuit-breaker.ts';
 import { stsReplayCall } from './policies/sts-client.ts';
 import { webhookPolicy } from './policies/webhook.ts';
@@ -343,6 +343,101 @@ describe('STS failing every replay for a while: replays are paused, not sent onc
           'dependency answers again: calls to it resumed',
         ],
       );
+    } finally {
+      await harness.close();
+    }
+  });
+});
+
+describe('STS throttling replays: an answer, not a failure', () => {
+  test("attack: proofs signed with the attacker's own throttled account cannot pause STS for everyone", async () => {
+    const clock = { now: 0 };
+    const circuit = new CircuitBreaker({
+      name: 'STS',
+      failuresToOpen: 5,
+      minFailingMs: 1_000,
+      now: () => clock.now,
+    });
+    const harness = await startBootstrapHarness({ aws: { circuit } });
+    try {
+      const node = harness.addNode();
+      // STS throttles per account, the signer's: here every replay, as a flood from one account sees.
+      harness.aws.faults.add({ service: 'sts', error: { code: 'Throttling', status: 400 } });
+      for (let i = 0; i < 20; i++) {
+        assertRetry(await (await nativeRequest(node, harness)).send(), 'sts', 'throttled');
+        clock.now += 300;
+      }
+      assert.equal(circuit.state, 'closed', 'STS answered every replay: it is up');
+      harness.aws.faults.reset();
+      assert.equal((await (await nativeRequest(node, harness)).send()).status, 200);
+    } finally {
+      await harness.close();
+    }
+  });
+});
+
+describe('the API server failing every read of the impersonation guard: requests are turned away before they cost STS', () => {
+  test('attack: in an API-server outage, nodes that ignore Retry-After cannot make every attempt replay its proof to STS and then fail at the guard', async () => {
+    const calls = new Registry();
+    // Each attempt looks its instance up again: a budget that does not pace them keeps the test short.
+    const harness = await startBootstrapHarness({
+      aws: { cloudCalls: cloudCallMetrics(calls) },
+      ec2CallBudget: { burst: 1_000, perSecond: 1_000 },
+    });
+    const replays = async () =>
+      Object.entries(await cloudRequests(calls))
+        .filter(([key]) => key.startsWith(`aws ${stsReplayCall} `))
+        .reduce((sum, [, n]) => sum + n, 0);
+    try {
+      // The whole API server fails, and the Node watch is cut, so the guard must read each Node.
+      harness.api.faults.errors({ rate: 1, status: 503 });
+      harness.api.faults.dropWatches({ resource: 'nodes' });
+      // The guard's circuit opens after 20 failed reads over at least 5 s (the product's defaults). One
+      // node retries every 200 ms, each attempt a new request with a fresh proof, until an attempt
+      // costs no replay.
+      const node = harness.addNode();
+      const started = performance.now();
+      let attempts = 0;
+      let replayed = 0;
+      let spared = false;
+      while (!spared && attempts < 100) {
+        assertRetry(await (await nativeRequest(node, harness)).send(), 'kubernetes-api', 'outage');
+        attempts++;
+        spared = (await replays()) === replayed;
+        if (!spared) replayed++;
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+      assert.ok(spared, `every one of ${attempts} attempts cost a replay`);
+      assert.ok(replayed >= 20, `at least 20 attempts before it opened each cost a replay (${replayed})`);
+      assert.ok(performance.now() - started >= 5_000, 'not before the failures had lasted 5 s');
+      for (let i = 0; i < 10; i++) {
+        assertRetry(await (await nativeRequest(node, harness)).send(), 'kubernetes-api', `native ${i}`);
+        const body = nodeupBody();
+        const kops = await postNodeup(
+          harness.url,
+          body,
+          (await node.proof(Buffer.from(body))) ?? '',
+          harness.caBundlePem,
+        );
+        assert.equal(kops.status, 503, kops.text);
+      }
+      const before = replayed;
+      assert.equal(await replays(), before, 'no replay while the guard cannot read Nodes');
+      const paused = await harness.registry
+        .getSingleMetric('kops_controller_bootstrap_dependency_paused_total')
+        ?.get();
+      assert.equal(paused?.values.find((v) => v.labels['dependency'] === 'kubernetes-api')?.value, 21);
+      const audited = harness.audit.filter((r) => r.verdict === 'error' && r.decidedBy === 'node-guard');
+      assert.equal(audited.length, attempts + 20, 'each request turned away is audited, naming the guard');
+      // The API server answers again: the next probe (within 2 s) closes the circuit and the node joins.
+      harness.api.faults.reset();
+      const recovered = performance.now();
+      let status = 0;
+      while (status !== 200 && performance.now() - recovered < 10_000) {
+        status = (await (await nativeRequest(node, harness)).send()).status;
+        if (status !== 200) await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+      assert.equal(status, 200, 'joined once the API server answers');
     } finally {
       await harness.close();
     }

@@ -37,7 +37,14 @@ import { parseAuthorization } from './authorization.ts';
 import { evaluateChain } from './chain.ts';
 import type { CallbackChallenger } from './challenge-caller.ts';
 import { callbackVerdict } from './challenge-step.ts';
-import { auditDetailOf, type BootstrapContext, newRequestId, report, reportFault } from './context.ts';
+import {
+  auditDetailOf,
+  type BootstrapContext,
+  newRequestId,
+  pausedGuardFault,
+  report,
+  reportFault,
+} from './context.ts';
 import {
   defaultRetryAfterSeconds,
   dependencyFault,
@@ -214,6 +221,9 @@ export async function kopsBootstrap(
   const request = proofRequestOrDenial(context, input, now);
   if (isAnswer(request)) return request;
   const trail = trailOf(context, request, now);
+  // Before the proof costs STS or a cloud read: a request the guard could not judge now only retries.
+  const paused = await pausedGuardFault(context, request);
+  if (paused) return trail.unavailable(paused, { decidedBy: 'node-guard' });
   const approval = await approvalOrDenial(context, request, trail, now);
   if (isAnswer(approval)) return approval;
   const { decidedBy } = approval;

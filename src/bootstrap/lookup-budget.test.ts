@@ -14,9 +14,10 @@ import { createHetznerProvider, type HetznerProvider } from '../cloud/hetzner/pr
 import { hetznerProviderIds } from '../cloud/hetzner/servers.ts';
 import { useSimulatedCloud } from '../cloud/simulated-cloud.test-support.ts';
 import type { KopsError } from '../errors.ts';
+import { silentLogger } from '../log.ts';
 import { type HetznerSimulator, startHetznerSimulator } from '../sim/hetzner/simulator.ts';
 import { contextAt, testRequest } from '../testing/bootstrap-request.ts';
-import { dependencyOf, isDependencyFault } from './dependency.ts';
+import { DependencyOutages, dependencyOf, isDependencyFault } from './dependency.ts';
 import { LookupBudget, rememberedRefusalTtlMs } from './lookup-budget.ts';
 import { cloudIdProof } from './policies/cloud-id.test-support.ts';
 import { hetznerPolicy } from './policies/hetzner.ts';
@@ -186,6 +187,25 @@ test('the cloud failing is a fault, never a refusal, and not remembered', async 
     sim.fault({ times: 1, status: 503, operation: 'servers.get' });
     assert.match(await outcome(evaluate(policy, ours.id)), /^fault:/);
     assert.equal(await outcome(evaluate(policy, ours.id)), 'approve');
+  } finally {
+    provider.close();
+  }
+});
+
+test('attack: made-up ids past the budget, one every 2 s for 4 minutes, neither begin nor lengthen an outage: each fault waits for the next list, never 30–60 s', async () => {
+  const { clock, provider, policy } = policyWith(0);
+  const outages = new DependencyOutages({ logger: silentLogger, now: () => clock.ms, randomInt: () => 0 });
+  try {
+    const told: number[] = [];
+    for (let t = 0; t <= 240_000; t += 2_000) {
+      clock.ms = t;
+      const fault = await evaluate(policy, 800_000 + t).catch((err: unknown) => err);
+      assert.ok(isDependencyFault(fault), String(fault));
+      told.push(outages.failed(fault).retryAfterSeconds);
+    }
+    // The list is 15 s old at most: the wait is what is left of it, whatever the outage tracker saw.
+    assert.ok(Math.max(...told) <= 15, JSON.stringify(told));
+    assert.ok(Math.min(...told) >= 1);
   } finally {
     provider.close();
   }

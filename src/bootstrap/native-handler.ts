@@ -21,7 +21,14 @@ import { parseAuthorization } from './authorization.ts';
 import { evaluateChain } from './chain.ts';
 import type { CallbackChallenger } from './challenge-caller.ts';
 import { callbackVerdict } from './challenge-step.ts';
-import { auditDetailOf, type BootstrapContext, newRequestId, report, reportFault } from './context.ts';
+import {
+  auditDetailOf,
+  type BootstrapContext,
+  newRequestId,
+  pausedGuardFault,
+  report,
+  reportFault,
+} from './context.ts';
 import {
   type Dependency,
   dependencyFault,
@@ -322,6 +329,9 @@ export async function submitCertificates(
     context.issueOptions?.reserved,
   );
   const now = () => context.now?.() ?? new Date();
+  // Before the proof costs STS or a cloud read: a request the guard could not judge now only retries.
+  const paused = await pausedGuardFault(context, request);
+  if (paused) throw reportFault(context, { ...auditOf(request, now()), decidedBy: 'node-guard' }, paused);
   const chain = await faultsReported(context, auditOf(request, now()), () =>
     evaluateChain(context.policies, request, { now }),
   );

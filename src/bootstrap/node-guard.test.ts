@@ -7,10 +7,13 @@ import { ConflictError, ForbiddenError, UnavailableError } from '../errors.ts';
 import { startApiServer } from '../sim/apiserver/index.ts';
 import { kubeletNodeStatus } from '../sim/dev-cluster.ts';
 import { createCertificateAuthority, issueServingCertificate } from '../sim/tls.ts';
+import { CircuitBreaker, PausedCallError } from './circuit-breaker.ts';
+import { pausedGuardFault } from './context.ts';
 import { isDependencyFault } from './dependency.ts';
 import {
   assertNodeNotRegistered,
   type GuardReadSource,
+  guardPause,
   httpsNodeReader,
   maxWatchSilenceMs,
   type NodePresence,
@@ -167,5 +170,69 @@ describe('watchedNodeReader', () => {
       throw new UnavailableError('read node x: connection refused');
     });
     await assert.rejects(read('x'), UnavailableError);
+  });
+});
+
+describe('guardPause: a request the guard could not judge now is turned away before its policies run', () => {
+  /** A circuit that is open after three failed reads, on a clock the test moves. */
+  function openCircuit() {
+    const clock = { now: 0 };
+    const circuit = new CircuitBreaker({
+      name: 'Node reads',
+      failuresToOpen: 3,
+      minFailingMs: 0,
+      probeIntervalMs: 2_000,
+      now: () => clock.now,
+    });
+    for (let i = 0; i < 3; i++) circuit.admit().failed();
+    return { circuit, clock };
+  }
+  const current = () => ({ current: true, known: false });
+  const stale = () => ({ current: false, known: false });
+
+  test('open and the watch not current: a fault naming the API server, whose cause says the reads are paused', async () => {
+    const { circuit } = openCircuit();
+    const fault = await guardPause(circuit, stale)();
+    assert.ok(fault && isDependencyFault(fault));
+    assert.equal(fault.dependency, 'kubernetes-api');
+    assert.ok(fault.cause instanceof PausedCallError);
+    assert.ok(await guardPause(circuit, undefined)(), 'without a watch (nodeGuard: api) as well');
+  });
+
+  test('the watch current, the circuit closed, or a probe due: the request goes on', async () => {
+    const { circuit, clock } = openCircuit();
+    assert.equal(await guardPause(circuit, current)(), undefined, 'the watch answers unknown names');
+    clock.now += 2_000;
+    assert.equal(await guardPause(circuit, stale)(), undefined, 'its read will be the probe');
+    const closed = new CircuitBreaker({ name: 'Node reads' });
+    assert.equal(await guardPause(closed, stale)(), undefined);
+  });
+
+  test('a renewal, which the guard does not judge, is never turned away by it', async () => {
+    const { circuit } = openCircuit();
+    const context = { guardPaused: guardPause(circuit, stale) };
+    const renewal = { proof: { kind: 'node-renewal', token: 'x' } } as const;
+    const join = { proof: { kind: 'aws-sts', version: 2, token: 'x' } } as const;
+    // Only the fields pausedGuardFault reads.
+    const ask = (request: unknown) =>
+      pausedGuardFault(context as never, request as Parameters<typeof pausedGuardFault>[1]);
+    assert.equal(await ask(renewal), undefined);
+    assert.ok(await ask(join));
+  });
+
+  test('the reader: a 503 or a dropped connection is a failed read, a Node or a 404 an answer', async () => {
+    const api = await startApiServer();
+    try {
+      const circuit = new CircuitBreaker({ name: 'Node reads', failuresToOpen: 2, minFailingMs: 0 });
+      const read = httpsNodeReader(api.kubeConfig(), { circuit, timeoutMs: 2_000 });
+      assert.equal(await read('nobody'), undefined);
+      api.faults.errors({ rate: 1, status: 503 });
+      await assert.rejects(read('nobody'));
+      await assert.rejects(read('nobody'));
+      assert.equal(circuit.state, 'open');
+      await assert.rejects(read('nobody'), PausedCallError);
+    } finally {
+      await api.close();
+    }
   });
 });

@@ -11,7 +11,8 @@ import { ConflictError } from '../errors.ts';
 import { type InformerCache, watchIdleTimeoutMs } from '../kube/informer.ts';
 import { kubeAnswerError, kubeHttps, kubeJson, maxNodeBytes } from '../kube/kube-https.ts';
 import type { SharedInformer } from '../kube/shared-informer.ts';
-import { dependencyFault } from './dependency.ts';
+import type { CircuitBreaker } from './circuit-breaker.ts';
+import { type DependencyFaultError, dependencyFault } from './dependency.ts';
 
 /** Reads what the guard needs of a Node. */
 export type NodeReader = (name: string) => Promise<Pick<V1Node, 'status'> | undefined>;
@@ -22,12 +23,26 @@ export type NodeReader = (name: string) => Promise<Pick<V1Node, 'status'> | unde
  * issuance (a new dispatcher per call, and a full exception for every 404 of a node that is not
  * registered yet).
  */
-export function httpsNodeReader(kubeConfig: KubeConfig, options: { timeoutMs?: number } = {}): NodeReader {
+export function httpsNodeReader(
+  kubeConfig: KubeConfig,
+  options: { timeoutMs?: number; circuit?: CircuitBreaker } = {},
+): NodeReader {
   const call = kubeHttps(kubeConfig, { timeoutMs: options.timeoutMs ?? 10_000 });
   return async (name) => {
     const action = `read node ${name}`;
     const path = `/api/v1/nodes/${encodeURIComponent(name)}`;
-    const answer = await call({ action, method: 'GET', path, maxBodyBytes: maxNodeBytes });
+    const ticket = options.circuit?.admit();
+    let answer: Awaited<ReturnType<typeof call>>;
+    try {
+      answer = await call({ action, method: 'GET', path, maxBodyBytes: maxNodeBytes });
+    } catch (err) {
+      ticket?.failed();
+      throw err;
+    }
+    // The API server failing (5xx) pauses the reads; any other answer, 429 included (what throttles
+    // them is volume anyone can send), shows it is up.
+    if (answer.status >= 500) ticket?.failed();
+    else ticket?.answered();
     if (answer.status === 404) return undefined;
     if (answer.status !== 200) throw kubeAnswerError(answer, action);
     return kubeJson<Pick<V1Node, 'status'>>(answer, action);
@@ -44,6 +59,26 @@ export const maxWatchSilenceMs = watchIdleTimeoutMs;
 
 /** What the guard needs of a Node informer (whose records only mark presence). */
 export type NodePresence = Pick<InformerCache<true>, 'hasSynced' | 'get' | 'watchSilenceMs'>;
+
+/**
+ * The guard's pause, asked before a request spends anything (the policy's STS replay, a cloud read):
+ * the fault to answer with when the guard could only answer it from the API server (no current
+ * watch) and its reads there are paused, because the API server failed every one for a while
+ * (circuit-breaker.ts). Else the request would cost its cloud calls and then fail at the guard: in an
+ * API-server outage, nodeup's retries every ~10 s would spend the account's STS quota that way.
+ * When a probe is due the request goes on, and its read is the probe.
+ */
+export function guardPause(
+  circuit: CircuitBreaker,
+  presence: PresenceQuestion | undefined,
+): () => Promise<DependencyFaultError | undefined> {
+  return async () => {
+    if (!circuit.pausing) return undefined;
+    // Whether the watch is current does not depend on the name asked.
+    if (presence && (await presence('')).current) return undefined;
+    return dependencyFault('kubernetes-api', circuit.paused());
+  };
+}
 
 /** What a Node watch says of one name: whether the watch is current, and whether it holds that Node. */
 export interface WatchedPresence {

@@ -10,9 +10,12 @@ import { hostname } from 'node:os';
 import { createSecureContext } from 'node:tls';
 import type { KubeConfig, V1CertificateSigningRequest, V1Node } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
+import { CircuitBreaker } from '../bootstrap/circuit-breaker.ts';
+import type { DependencyFaultError } from '../bootstrap/dependency.ts';
 import type { KopsOptions } from '../bootstrap/kops-handler.ts';
 import {
   type GuardReadSource,
+  guardPause,
   httpsNodeReader,
   type NodeReader,
   nodePresenceView,
@@ -278,6 +281,8 @@ export interface NodeGuardReads {
   direct: NodeReader;
   /** What the guard uses: the watch when it is current, the API server otherwise. */
   readNode: NodeReader;
+  /** Asked before a request's policies run: the fault when the guard could not judge it now (node-guard.ts guardPause). */
+  paused: () => Promise<DependencyFaultError | undefined>;
 }
 
 /** The Node watch the impersonation guard answers from (`nodeGuard: watch`). */
@@ -301,16 +306,30 @@ export function nodeGuardReads(
   registry: Registry,
   logger: Logger,
 ): NodeGuardReads {
-  const direct = httpsNodeReader(kubeConfig);
-  if (config.bootstrap.nodeGuard !== 'watch') return { direct, readNode: direct };
-  if (source.askPrimary)
-    return { direct, readNode: watchedNodeReader(source.askPrimary, direct, { onRead }) };
+  const circuit = new CircuitBreaker({ name: "the API server's Node reads (impersonation guard)", logger });
+  const direct = httpsNodeReader(kubeConfig, { circuit });
+  if (config.bootstrap.nodeGuard !== 'watch')
+    return { direct, readNode: direct, paused: guardPause(circuit, undefined) };
+  if (source.askPrimary) {
+    const { askPrimary } = source;
+    return {
+      direct,
+      readNode: watchedNodeReader(askPrimary, direct, { onRead }),
+      paused: guardPause(circuit, askPrimary),
+    };
+  }
   // Without the process's watch (tests), one of its own, named apart from the process's `nodes`.
   const guardWatch = nodePresenceView(
     source.nodes ?? nodeInformer(kubeConfig, { name: 'nodes-guard', registry, logger }),
   );
   guardWatch.start();
-  return { guardWatch, direct, readNode: watchedNodeReader(presenceOf(guardWatch), direct, { onRead }) };
+  const presence = presenceOf(guardWatch);
+  return {
+    guardWatch,
+    direct,
+    readNode: watchedNodeReader(presence, direct, { onRead }),
+    paused: guardPause(circuit, presence),
+  };
 }
 
 /** What this replica holds, once it serves: every CA it trusts or signs with, and its serving certificate. */

@@ -436,6 +436,7 @@ export async function startBootstrapServer(
     ca: parts.ca,
     policies: deps.policies,
     readNode: guard.readNode,
+    guardPaused: guard.paused,
     queue,
     apiServer: parts.apiServers[0] as string,
     issueOptions: parts.issueOptions,

@@ -381,11 +381,17 @@ export class ClusterServerIdentifier extends BatchedNodeIdentifier {
     }
     const server = listed.get(id);
     if (server === undefined) {
+      // The wait until the next list, its own: anyone can send ids no list holds, so these faults
+      // must not count as the cloud failing (they would stretch every node's Retry-After, dependency.ts).
+      const nextList = (this.#lastList?.startedAt ?? this.#now()) + this.pacedListIntervalMs;
       return {
         ok: false,
         error: new UnavailableError(
           `${this.#o.noun} ${id} is not in the last list of the cluster; it is looked for again in the next one`,
-          { details: { instanceId: id, reason: 'unlisted' } },
+          {
+            details: { instanceId: id, reason: 'unlisted' },
+            retryAfterSeconds: Math.max(1, Math.ceil((nextList - this.#now()) / 1000)),
+          },
         ),
       };
     }

@@ -27,6 +27,7 @@ import { GceIdentityTokenVerifier, JwksKeyStore } from '../cloud/gce/identity-to
 import { GceNodeIdentifier } from '../cloud/gce/node-identifier.ts';
 import { parseConfig } from '../config/loader.ts';
 import { bundlePem, createCa } from '../pki/ca.ts';
+import type { BucketLimit } from '../runtime/token-bucket.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
 import { simulatorCompute } from '../sim/gce/clients.ts';
@@ -42,6 +43,8 @@ export interface BootstrapHarnessOptions {
   replayGuardTimeoutMs?: number;
   /** Attempts of each EC2 call, the SDK's retries included (default 2). */
   ec2MaxAttempts?: number;
+  /** The DescribeInstances calls lookups of single nodes may make (default the product's: 10, then one per 3 s). */
+  ec2CallBudget?: BucketLimit;
 }
 
 /** A node of the simulated cluster: its name and where its proofs come from. */
@@ -100,7 +103,12 @@ function harnessAwsPolicy(
     partition: 'aws',
     region: aws.region,
     nodesRoles: [nodesRole],
-    instances: new AwsNodeIdentifier({ ec2, clusterName, batchWindowMs: 1 }),
+    instances: new AwsNodeIdentifier({
+      ec2,
+      clusterName,
+      batchWindowMs: 1,
+      ...(options.ec2CallBudget ? { callBudget: options.ec2CallBudget } : {}),
+    }),
     stsEndpoint: aws.endpoint,
     ...options.aws,
   });

@@ -22,7 +22,7 @@ import type { ClusterServerIdentifier, ProviderIdFormat } from '../../cloud/clus
 import type { IdentifyResult, NodeIdentifier, NodeIdentity } from '../../cloud/types.ts';
 import { withDeadline } from '../../deadline.ts';
 import { isDnsSubdomain } from '../../dns-name.ts';
-import { describeError, RateLimitedError } from '../../errors.ts';
+import { describeError, KopsError, RateLimitedError } from '../../errors.ts';
 import { challengeEndpointOf, defaultChallengePort } from '../../protocol/challenge.ts';
 import type { CallTicket, CircuitBreaker } from '../circuit-breaker.ts';
 import {
@@ -87,7 +87,9 @@ export async function readCloud<T>(
       ticket?.answered();
       throw new ProofRejected(`${step.denial}: ${describeError(err)}`);
     }
-    ticket?.failed();
+    // Throttling is an answer too: the cloud is up, and the volume that throttles can be anyone's.
+    if (err instanceof KopsError && err.kind === 'rate-limited') ticket?.answered();
+    else ticket?.failed();
     throw dependencyFault(step.dependency, err);
   }
 }

@@ -240,11 +240,17 @@ export class StsClient {
   }
 }
 
-/** Tells the circuit how a replay ended: STS answering, even with a refusal, shows it is up. */
+/**
+ * Tells the circuit how a replay ended. STS answering, even with a refusal or `Throttling`, shows it
+ * is up: STS throttles per account, and the account is the signer's, so anyone can have their own
+ * replays throttled (tmp/redteam2 attack 1: an attacker's throttled account held the circuit open
+ * for everyone). Only STS failing (5xx, no answer in time, no connection, a 200 that is no answer)
+ * counts towards pausing it.
+ */
 function settle(ticket: CallTicket, result: CloudCallResult | undefined): void {
   if (result === undefined) ticket.release();
-  else if (result === 'ok' || result === 'rejected') ticket.answered();
-  else ticket.failed();
+  else if (result === 'error') ticket.failed();
+  else ticket.answered();
 }
 
 /** Reads STS's answer into the caller it names, or the error it means. */

@@ -522,7 +522,7 @@ test('a serving certificate that changes is verified again against the configure
   assert.equal(again.verdict, 'approve', 'a new certificate from the configured CA is fine');
 });
 
-test('a webhook that fails every review for a while is paused: one review per interval, none in between, and the first verdict resumes it', async () => {
+test('a webhook that cannot be reached for a while is paused: one review per interval, none in between, and the first verdict resumes it', async () => {
   const clock = { now: 0 };
   const circuit = new CircuitBreaker({
     name: 'the approval webhook',
@@ -533,14 +533,15 @@ test('a webhook that fails every review for a while is paused: one review per in
   });
   const p = policy({ verifiedBy: verifier, circuit });
   reviews.length = 0;
-  // A refusal of our call is the webhook's fault too: it counts towards the pause.
-  for (const status of [500, 403, 503]) {
-    await assert.rejects(evaluate(p, { status, body: '{}' }), isDependencyFault);
+  // The webhook takes the review and drops the connection: no answer.
+  const drop = (res: ServerResponse) => res.socket?.destroy();
+  for (let i = 0; i < 3; i++) {
+    await assert.rejects(evaluate(p, drop), isDependencyFault);
     clock.now += 600;
   }
   assert.equal(reviews.length, 3);
   for (let i = 0; i < 10; i++) {
-    const paused = await evaluate(p, { status: 500, body: '{}' }).catch((err: unknown) => err);
+    const paused = await evaluate(p, drop).catch((err: unknown) => err);
     assert.ok(isDependencyFault(paused), 'a 503 for the node, never a denial');
     assert.ok(paused.cause instanceof PausedCallError, faultDetail(paused));
   }
@@ -550,4 +551,17 @@ test('a webhook that fails every review for a while is paused: one review per in
   assert.equal(resumed.verdict, 'approve');
   assert.equal(reviews.length, 4);
   assert.equal(circuit.state, 'closed');
+});
+
+test('attack: reviews the webhook fails on (a 500, a 403, a 200 that is no verdict) do not pause it for everyone', async () => {
+  const circuit = new CircuitBreaker({ name: 'the approval webhook', failuresToOpen: 3, minFailingMs: 0 });
+  const p = policy({ verifiedBy: verifier, circuit });
+  for (const answer of [500, 403, 503, 500, 200].map((status) => ({
+    status,
+    body: status === 200 ? '{}' : 'no',
+  }))) {
+    await assert.rejects(evaluate(p, answer), isDependencyFault);
+  }
+  assert.equal(circuit.state, 'closed');
+  assert.equal((await evaluate(p, { status: 200, body: '{"verdict":"approve"}' })).verdict, 'approve');
 });

@@ -161,7 +161,7 @@ export function webhookPolicy(options: WebhookPolicyOptions): BootstrapPolicy {
       const review = reviewOf(request, options.verifiedBy?.name, verified.facts);
       let answer: WebhookAnswer;
       const started = performance.now();
-      const outcome: { result: CloudCallResult } = { result: 'error' };
+      const outcome: ReviewOutcome = { result: 'error' };
       let ticket: CallTicket;
       try {
         ticket = circuit.admit();
@@ -171,9 +171,11 @@ export function webhookPolicy(options: WebhookPolicyOptions): BootstrapPolicy {
       try {
         answer = await post(url, agent, review, timeoutMs, outcome);
       } finally {
-        // Only a verdict shows the webhook works: a refusal of our call is its fault too.
-        if (outcome.result === 'ok') ticket.answered();
-        else ticket.failed();
+        // Only a webhook that cannot be reached or does not answer in time pauses it. Any HTTP answer
+        // shows it is up, even one that is no verdict: the review is the requester's, and a webhook
+        // that fails on some reviews must not let their senders pause it for everyone.
+        if (outcome.status === undefined) ticket.failed();
+        else ticket.answered();
         calls.request('webhook', webhookReviewCall, outcome.result);
         calls.duration('webhook', webhookReviewCall, secondsSince(started));
       }
@@ -237,6 +239,12 @@ function duplicateKeyOf(text: string): string | undefined {
   return undefined;
 }
 
+/** How a review ended: its call result, and the HTTP status when the webhook answered at all. */
+interface ReviewOutcome {
+  result: CloudCallResult;
+  status?: number;
+}
+
 /**
  * Sends the review; `outcome.result` stays `error` unless the webhook answers a well-formed verdict.
  * Rejects with a dependency fault when the webhook failed: no answer in time, a transport or TLS
@@ -247,7 +255,7 @@ async function post(
   agent: Agent,
   review: BootstrapReview,
   timeoutMs: number,
-  outcome: { result: CloudCallResult },
+  outcome: ReviewOutcome,
 ): Promise<WebhookAnswer> {
   const body = JSON.stringify(review);
   const send = () =>
@@ -278,6 +286,7 @@ async function post(
     throw dependencyFault('webhook', err);
   }
   const status = answer.status;
+  outcome.status = status;
   if (status !== 200) {
     // Only a 200 carries a verdict: a 4xx refuses our call (its client certificate, its path), a
     // redirect (never followed) says the webhook is elsewhere, another 2xx says nothing. The operator
