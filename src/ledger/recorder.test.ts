@@ -243,3 +243,51 @@ test('a step of the wall clock does not hold the timed flushes: the byte budget 
   await recorder.flushDue();
   assert.equal(writes, 2, 'the write a second after the step is not held for the hour the clock went back');
 });
+
+test('entries dropped while too many wait: one warning when dropping starts and one every ten minutes with the count, not one per issuance', async () => {
+  const clock = new FakeClock();
+  let refuse = true;
+  const { logger, lines } = capturedLogger();
+  const recorder = new LedgerRecorder({
+    store: {
+      add: async () => {
+        if (refuse) throw new Error('HTTP 503: the API server is unavailable');
+        return { writes: 1, droppedOverCap: 0, bytes: 100 };
+      },
+    },
+    maxPending: 3,
+    now: () => new Date(clock.now()),
+    monotonic: () => clock.monotonic(),
+    logger,
+  });
+  const dropLines = () =>
+    lines
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((r) => /too many entries waiting/.test(String(r['msg'])));
+  // The ledger cannot be written; 3 entries wait, and every issuance after them is dropped.
+  recorder.record([entry('node-0'), entry('node-1'), entry('node-2')]);
+  await recorder.flush();
+  recorder.record([entry('node-3'), entry('node-4')]);
+  for (let i = 5; i < 1_005; i++) {
+    recorder.record([entry(`node-${i}`)]);
+    await clock.advance(100);
+  }
+  assert.equal(dropLines().length, 1, 'one warning for 1,001 issuances dropping entries within 100 s');
+  assert.equal(dropLines()[0]?.['level'], 'warn');
+  assert.equal(dropLines()[0]?.['dropped'], 2);
+  await clock.advance(600_000);
+  recorder.record([entry('node-late')]);
+  assert.equal(dropLines().length, 2, 'again once ten minutes have passed');
+  assert.equal(
+    dropLines()[1]?.['dropped'],
+    1_003,
+    'with every entry dropped since the ledger was last written',
+  );
+  assert.equal(dropLines()[1]?.['repeated'], 1_000, 'and the warnings held back');
+  // The ledger is written again: the next overflow is a new one, logged at once.
+  refuse = false;
+  await recorder.flush();
+  for (let i = 0; i < 5; i++) recorder.record([entry(`node-again-${i}`)]);
+  assert.equal(dropLines().length, 3);
+  assert.equal(dropLines()[2]?.['dropped'], 1, 'counted from the last write');
+});

@@ -34,7 +34,7 @@ export interface LedgerRecorderOptions {
   writeBytesPerSecond?: number;
   /** How often held certificates are recorded again (default 1 h); they are kept for three intervals. */
   holdIntervalMs?: number;
-  /** Entries waiting at most; beyond it new ones are dropped and logged (default 50,000). */
+  /** Entries waiting at most; beyond it new ones are dropped and logged once per ten minutes (default 50,000). */
   maxPending?: number;
   /** Wall-clock time: dates the holds, which other replicas read (default `new Date()`). */
   now?: () => Date;
@@ -90,6 +90,13 @@ export class LedgerRecorder {
   #quietUntilMs = 0;
   readonly #failureBackoff = new Backoff({ initialMs: 2_000, maxMs: 60_000 });
   readonly #failureLog: RecurringFailureLog;
+  /**
+   * Dropping is logged when it starts and then once per ten minutes, not at every issuance: past the
+   * cap it lasts as long as the ledger cannot be written, and every join of a storm would add a line.
+   */
+  readonly #dropLog: RecurringFailureLog;
+  /** Entries dropped since the ledger was last written, the count each of those lines carries. */
+  #dropped = 0;
 
   constructor(options: LedgerRecorderOptions) {
     this.#options = options;
@@ -100,6 +107,10 @@ export class LedgerRecorder {
     this.#failureLog = new RecurringFailureLog(this.#logger, {
       message: 'certificate ledger not written; retrying',
       recoveredMessage: 'certificate ledger written again',
+      now: this.#monotonic,
+    });
+    this.#dropLog = new RecurringFailureLog(this.#logger, {
+      message: 'certificate ledger: too many entries waiting to be written; some dropped',
       now: this.#monotonic,
     });
   }
@@ -117,10 +128,8 @@ export class LedgerRecorder {
       this.#pending.set(key, entry);
     }
     if (dropped > 0) {
-      this.#logger.warn(
-        { dropped },
-        'certificate ledger: too many entries waiting to be written; some dropped',
-      );
+      this.#dropped += dropped;
+      this.#dropLog.failed(`more than ${max} entries waiting`, { dropped: this.#dropped, pending: max });
     }
   }
 
@@ -169,6 +178,9 @@ export class LedgerRecorder {
       this.#quietUntilMs = this.#monotonic() + (1000 * result.bytes) / perSecond;
       this.#failureBackoff.reset();
       this.#failureLog.succeeded();
+      // Room again: a later overflow is a new one, logged at once.
+      this.#dropLog.succeeded();
+      this.#dropped = 0;
       if (result.droppedOverCap > 0) {
         this.#logger.warn(
           { dropped: result.droppedOverCap },

@@ -14,15 +14,15 @@
  * A cloud that cannot be asked (throttled, failing) fails the reconcile, which the work queue retries
  * with per-node exponential backoff; nothing is patched from a failed or partial answer. A node the
  * cloud does not vouch for (another cluster's instance, a stopped one) gets nothing; the NodeController
- * reports it.
+ * reports it. It is looked at again after `recheckMs`, doubling while the verdict stays the same up to
+ * an hour (the NodeController's `recheckDelayMs`), so thousands of foreign nodes cost few lookups.
  */
-import { CoreV1Api, type KubeConfig, type V1Node } from '@kubernetes/client-node';
+import type { KubeConfig, V1Node } from '@kubernetes/client-node';
 import { Counter, Gauge, type Registry, register } from 'prom-client';
 import { isCloudVerdict } from '../../bootstrap/dependency.ts';
 import type { Outcome } from '../../cloud/batcher.ts';
 import { bounded } from '../../deadline.ts';
 import { describeError, InternalError, NotFoundError } from '../../errors.ts';
-import { reuseConnections } from '../../kube/connection-reuse.ts';
 import { type Reconciled, runController } from '../../kube/controller.ts';
 import type { InformerCache } from '../../kube/informer.ts';
 import { type KubeHttps, kubeHttps } from '../../kube/kube-https.ts';
@@ -30,9 +30,11 @@ import { sharedMetric } from '../../kube/metrics.ts';
 import { patchNode, patchTimeoutMs } from '../../kube/patch.ts';
 import type { SharedInformer } from '../../kube/shared-informer.ts';
 import { type Logger, silentLogger } from '../../log.ts';
+import type { Clock } from '../../runtime/clock.ts';
 import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
 import { assessInstance } from '../csr-approver/checks.ts';
-import { nodeEvent, recordEvent } from '../node/node-event.ts';
+import { recheckDelayMs } from '../node/node-controller.ts';
+import { type NodeEventRecorder, sharedNodeEventRecorder } from '../node/node-event-recorder.ts';
 import { parseCidr } from './cidr.ts';
 import { decide, type IpamDecision } from './decide.ts';
 import { type IpamNodeRecord, ipamRecordOf, needsReconcile } from './ipam-record.ts';
@@ -65,8 +67,14 @@ export interface IpamControllerOptions {
   source: PodCidrSource;
   /** Nodes reconciled at once (default 16). */
   concurrency?: number;
-  /** When a node in conflict or refused by the cloud is looked at again, in ms (default 5 min). */
+  /**
+   * When a node in conflict or refused by the cloud is looked at again, in ms (default 5 min). A
+   * refusal that persists doubles it each time, up to `maxRefusalRecheckMs`, until the Node's
+   * providerID or the cloud's verdict changes.
+   */
   recheckMs?: number;
+  /** The longest wait between looks at a node the cloud refuses again and again, in ms (default 1 h). */
+  maxRefusalRecheckMs?: number;
   /**
    * When a node whose instance has no range yet is first looked at again, in ms (default 30 s); the
    * delay doubles with each look up to `recheckMs`, so nodes that never get a range cost few calls.
@@ -77,6 +85,13 @@ export interface IpamControllerOptions {
   maxRetryDelayMs?: number;
   /** Where the controller's, its informer's and its queue's metrics go (default: prom-client's). */
   registry?: Registry;
+  /** The work queue's clock, for its retry and re-check delays (tests move it). */
+  clock?: Clock;
+  /**
+   * Writes its Events (default: the recorder shared by the controllers built from `kubeConfig`, the
+   * NodeController's included, so that they share one write rate).
+   */
+  events?: NodeEventRecorder;
   logger?: Logger;
 }
 
@@ -150,13 +165,15 @@ interface Term {
   conflicts: Set<string>;
   /** How often each node was found without a range in a row (its next look is later each time). */
   waits: Map<string, number>;
+  /** How often in a row the cloud refused each node with the same verdict (its next look is later each time). */
+  refusals: Map<string, { verdict: string; inARow: number }>;
 }
 
 /** The cloud IPAM controller, run by the controller runtime on the leader only. */
 export class IpamController implements LeaderComponent {
   readonly name = 'ipam-controller';
   readonly #options: IpamControllerOptions;
-  readonly #core: CoreV1Api;
+  readonly #events: NodeEventRecorder;
   /** Node patches go over the pooled client: an edit or a first start patches a whole group (src/kube/patch.ts). */
   readonly #kube: KubeHttps;
   readonly #logger: Logger;
@@ -167,11 +184,16 @@ export class IpamController implements LeaderComponent {
   constructor(options: IpamControllerOptions) {
     this.#options = options;
     this.#nodes = options.nodes.view('ipam', ipamRecordOf);
-    this.#core = reuseConnections(options.kubeConfig).makeApiClient(CoreV1Api);
     this.#kube = kubeHttps(options.kubeConfig, { timeoutMs: patchTimeoutMs });
     this.#logger = (options.logger ?? silentLogger).child({ controller: 'ipam' });
     this.#registry = options.registry ?? register;
     this.#metrics = ipamMetrics(this.#registry);
+    this.#events =
+      options.events ??
+      sharedNodeEventRecorder(options.kubeConfig, {
+        registry: this.#registry,
+        logger: options.logger ?? silentLogger,
+      });
   }
 
   /** Follows the Node cache and assigns pod ranges until `signal` aborts. */
@@ -185,6 +207,7 @@ export class IpamController implements LeaderComponent {
       reported: new Map(),
       conflicts: new Set(),
       waits: new Map(),
+      refusals: new Map(),
     };
     try {
       source.start?.();
@@ -196,7 +219,11 @@ export class IpamController implements LeaderComponent {
           // Replayed: the shared cache may have synced before this term, and every range held must be known.
           track: {
             add: (node) => term.held.set(node.name, node.podCIDRs),
-            update: (_, node) => term.held.set(node.name, node.podCIDRs),
+            update: (before, node) => {
+              term.held.set(node.name, node.podCIDRs);
+              // Another instance (or ranges set by hand): a refusal may no longer hold.
+              if (needsReconcile(before, node)) term.refusals.delete(node.name);
+            },
             delete: (node) => this.#forget(term, node.name),
           },
           filter: (node, before) => !before || needsReconcile(before, node),
@@ -217,6 +244,7 @@ export class IpamController implements LeaderComponent {
           maxDelayMs: this.#options.maxRetryDelayMs ?? 300_000,
           reconciles: this.#metrics.reconciles,
           registry: this.#registry,
+          ...(this.#options.clock ? { clock: this.#options.clock } : {}),
           logger: this.#logger,
         },
         signal,
@@ -292,8 +320,19 @@ export class IpamController implements LeaderComponent {
       const message = `not assigning podCIDRs: the cloud does not vouch for ${key}: ${describeError(answer.error)}`;
       if (this.#firstReport(term, name, message))
         this.#logger.warn({ node: name, err: message }, 'node refused');
-      return { outcome: 'rejected', requeueAfterMs: recheckMs };
+      // Another cluster's instance stays refused: checked less and less often, as the NodeController
+      // does; a new verdict (a stopped instance now terminated) starts again from the first delay.
+      const last = term.refusals.get(name);
+      const inARow = last?.verdict === message ? last.inARow + 1 : 1;
+      term.refusals.set(name, { verdict: message, inARow });
+      const requeueAfterMs = recheckDelayMs(
+        inARow,
+        recheckMs,
+        this.#options.maxRefusalRecheckMs ?? 3_600_000,
+      );
+      return { outcome: 'rejected', requeueAfterMs };
     }
+    term.refusals.delete(name);
     const { ranges, identity } = answer.value;
     // The same rule as the CSR approver's: the node must be its instance, by one of the instance's names.
     const named =
@@ -372,10 +411,16 @@ export class IpamController implements LeaderComponent {
     term.prefetched.delete(name);
     term.reported.delete(name);
     term.waits.delete(name);
+    term.refusals.delete(name);
     this.#setConflict(term, name, false);
   }
 
-  /** Reports a conflict once per node and cause: a Warning Event, the counter, a log line. */
+  /**
+   * Reports a conflict: the counter and a log line once per node and cause and term, and a Warning
+   * Event at every check, which the recorder writes once and refreshes now and then, whichever
+   * leader checks (cancelled when the term ends, so an API server slow to take Events as the lease is
+   * lost does not keep IPAM running past its stop budget; a write that fails is only logged).
+   */
   async #reportConflict(
     term: Term,
     node: IpamNodeRecord,
@@ -383,25 +428,14 @@ export class IpamController implements LeaderComponent {
     signal: AbortSignal,
   ): Promise<void> {
     this.#setConflict(term, node.name, true);
-    if (!this.#firstReport(term, node.name, conflict.message)) return;
-    this.#metrics.conflicts.inc({ reason: conflict.reason });
-    this.#logger.warn(
-      { node: node.name, reason: conflict.reason, err: conflict.message },
-      'pod range conflict',
-    );
-    const event = nodeEvent(node, 'Warning', podCidrConflictReason, conflict.message, new Date());
-    try {
-      // Bounded, and cancelled when the term ends: an API server slow to take Events as the lease
-      // is lost must not keep IPAM running past its stop budget.
-      await recordEvent(this.#core, event, signal);
-    } catch (err) {
-      if (signal.aborted) throw err;
-      // The conflict is counted and logged already; the Event only repeats it for `kubectl describe`.
+    if (this.#firstReport(term, node.name, conflict.message)) {
+      this.#metrics.conflicts.inc({ reason: conflict.reason });
       this.#logger.warn(
-        { node: node.name, err: describeError(err) },
-        'could not record the conflict as an Event',
+        { node: node.name, reason: conflict.reason, err: conflict.message },
+        'pod range conflict',
       );
     }
+    await this.#events.record(node, 'Warning', podCidrConflictReason, conflict.message, signal);
   }
 
   /** Records `message` as reported for `node`; false when it already was. */

@@ -18,13 +18,12 @@
  * into a handful of cloud calls. Re-checks wait behind new nodes (the work queue's second line), and a
  * refusal that persists is checked less and less often (5 minutes doubling to an hour).
  */
-import { CoreV1Api, type KubeConfig, type V1Node } from '@kubernetes/client-node';
+import type { KubeConfig, V1Node } from '@kubernetes/client-node';
 import { Counter, Gauge, type Registry, register } from 'prom-client';
 import { isCloudVerdict } from '../../bootstrap/dependency.ts';
 import { capiInstanceGroup } from '../../cloud/capi/instance-group.ts';
 import type { IdentifyResult, NodeIdentifier } from '../../cloud/types.ts';
 import { describeError, NotFoundError } from '../../errors.ts';
-import { reuseConnections } from '../../kube/connection-reuse.ts';
 import { runController } from '../../kube/controller.ts';
 import type { InformerCache } from '../../kube/informer.ts';
 import { type KubeHttps, kubeHttps } from '../../kube/kube-https.ts';
@@ -39,7 +38,7 @@ import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
 import type { ClusterStore } from '../../statestore/cluster-store.ts';
 import type { InstanceGroup } from '../../statestore/kops-types.ts';
 import { labelsKeySecretName, loadLabelsKey, TermLabelsKey } from './labels-key.ts';
-import { nodeEvent, recordEvent } from './node-event.ts';
+import { type NodeEventRecorder, sharedNodeEventRecorder } from './node-event-recorder.ts';
 import { type NodeRecord, needsReconcile, nodeRecordOf } from './node-record.ts';
 
 /** The Event reason of a node whose identity the cloud refused (another cluster's or a stopped instance). */
@@ -87,6 +86,11 @@ export interface NodeControllerOptions {
   registry?: Registry;
   /** The work queue's clock, for its retry and re-check delays (tests move it). */
   clock?: Clock;
+  /**
+   * Writes its Events (default: the recorder shared by the controllers built from `kubeConfig`, so
+   * that they share one write rate and one memory of what was written).
+   */
+  events?: NodeEventRecorder;
   logger?: Logger;
 }
 
@@ -141,7 +145,7 @@ interface Term {
   prefetched: Map<string, { key: string; result: Promise<Map<string, IdentifyResult>> }>;
   /** The instance group each node was last labelled from, to requeue a group's nodes on a change. */
   groupOf: Map<string, string>;
-  /** The refusal last announced per node, so a persisting refusal makes one Event, not one per retry. */
+  /** The refusal last logged per node, so a persisting refusal makes one line per term, not one per check. */
   refusals: Map<string, string>;
   /** How many times in a row each node was refused since its Node last changed: its re-check backs off. */
   refusedInARow: Map<string, number>;
@@ -158,7 +162,7 @@ interface Term {
 
 /**
  * `work`, or the signal's reason as soon as it aborts: the calls a reconcile waits on take no signal
- * (the cloud identifier, the state store, the Event create), so they run on and their results are
+ * (the cloud identifier, the state store), so they run on and their results are
  * dropped; nothing from them is recorded once the reconcile has given up. No deadline (as
  * `bounded` of src/deadline.ts would add): in a label storm a node's lookup waits its turn in the
  * cloud's call budget for as long as the storm needs, and each call bounds itself (SDK retries,
@@ -189,7 +193,7 @@ function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
 export class NodeController implements LeaderComponent {
   readonly name = 'node-controller';
   readonly #options: NodeControllerOptions;
-  readonly #core: CoreV1Api;
+  readonly #events: NodeEventRecorder;
   /** Node patches go over the pooled client: an edit or a first start patches a whole group (src/kube/patch.ts). */
   readonly #kube: KubeHttps;
   readonly #logger: Logger;
@@ -201,11 +205,16 @@ export class NodeController implements LeaderComponent {
   constructor(options: NodeControllerOptions) {
     this.#options = options;
     this.#nodes = options.nodes.view('node-controller', nodeRecordOf);
-    this.#core = reuseConnections(options.kubeConfig).makeApiClient(CoreV1Api);
     this.#kube = kubeHttps(options.kubeConfig, { timeoutMs: patchTimeoutMs });
     this.#logger = (options.logger ?? silentLogger).child({ controller: 'node' });
     this.#registry = options.registry ?? register;
     this.#metrics = nodeControllerMetrics(this.#registry);
+    this.#events =
+      options.events ??
+      sharedNodeEventRecorder(options.kubeConfig, {
+        registry: this.#registry,
+        logger: options.logger ?? silentLogger,
+      });
   }
 
   /**
@@ -512,20 +521,18 @@ export class NodeController implements LeaderComponent {
 
   /**
    * A node the cloud refuses (another cluster's instance, a stopped one, a bad providerID) gets no
-   * labels; it is reported once as a Warning Event and a log line, and checked again only after the
-   * rejection delay (the `rejected` outcome requeues it), so a spoofing node cannot make the controller
-   * loop on the cloud API.
+   * labels; it is logged once per term and reported at every check as a Warning Event, which the
+   * recorder writes once and refreshes now and then, whichever leader checks, and checked again
+   * only after the rejection delay (the `rejected` outcome requeues it), so a spoofing node cannot
+   * make the controller loop on the cloud API.
    */
   async #reject(term: Term, node: NodeRecord, error: Error, signal: AbortSignal): Promise<void> {
     const message = `not labelling node: ${describeError(error)}`;
-    if (term.refusals.get(node.name) === message) return;
-    this.#logger.warn({ node: node.name, providerID: node.providerID, err: message }, 'identity rejected');
-    await recordEvent(
-      this.#core,
-      nodeEvent(node, 'Warning', identityRejectedReason, message, new Date()),
-      signal,
-    );
-    if (this.#stillCached(term, node)) term.refusals.set(node.name, message);
+    if (term.refusals.get(node.name) !== message) {
+      this.#logger.warn({ node: node.name, providerID: node.providerID, err: message }, 'identity rejected');
+      if (this.#stillCached(term, node)) term.refusals.set(node.name, message);
+    }
+    await this.#events.record(node, 'Warning', identityRejectedReason, message, signal);
   }
 
   /** Whether the cache still holds this Node (the same object: a re-created one has another uid). */
