@@ -137,3 +137,51 @@ test('a recurring failure can be written at error level', () => {
     ['error'],
   );
 });
+
+test('failures that alternate are each written once per quiet period, each with its own count held back', () => {
+  const { logger, lines } = capturedLogger({ level: 'debug' });
+  let now = 0;
+  const log = new RecurringFailureLog(logger, {
+    message: 'renew failed; retrying',
+    quietMs: 60_000,
+    now: () => now,
+  });
+  const unavailable = new Error('HTTP 503: the server is currently unable to handle the request');
+  const timeout = new Error('the API server did not answer within 10000 ms');
+  const written = () =>
+    lines
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((r) => r['level'] !== 'debug')
+      .map((r) => [r['err'], r['failures'], r['repeated']]);
+
+  // 503, timeout, 503, timeout … every 2 s: each is news once, then held back for its quiet period.
+  for (let i = 0; i < 30; i++) {
+    log.failed(i % 2 === 0 ? unavailable : timeout);
+    now += 2_000;
+  }
+  assert.deepEqual(written(), [
+    [unavailable.message, 1, undefined],
+    [timeout.message, 2, undefined],
+  ]);
+  // 60 s after each one's first line, each is written again with what was held back of it alone.
+  log.failed(unavailable); // now = 60 s
+  now += 2_000;
+  log.failed(timeout); // 62 s
+  assert.deepEqual(written().slice(2), [
+    [unavailable.message, 31, 14],
+    [timeout.message, 32, 14],
+  ]);
+  assert.equal(log.failures, 32);
+});
+
+test('a failure remembered among many is forgotten past the bound: written again at once, not held back', () => {
+  const { logger, lines } = capturedLogger({ level: 'debug' });
+  const log = new RecurringFailureLog(logger, { message: 'failed', quietMs: 60_000, now: () => 0 });
+  const written = () => lines.filter((l) => !l.includes('"level":"debug"')).length;
+  for (let i = 0; i < 8; i++) log.failed(new Error(`cause ${i}`));
+  log.failed(new Error('cause 0'));
+  assert.equal(written(), 8, 'the eight most recent causes are remembered');
+  log.failed(new Error('cause 8')); // a ninth: the one seen longest ago (cause 1) is forgotten
+  log.failed(new Error('cause 1'));
+  assert.equal(written(), 10);
+});

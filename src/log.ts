@@ -1,10 +1,12 @@
 /**
  * Structured JSON logging (pino) on standard error, so standard output stays free for command data.
  * Secrets never reach a log line: known secret-bearing fields are redacted at the logger, and callers
- * pass facts (names, ids, fingerprints), never key material or tokens.
+ * pass facts (names, ids, fingerprints), never key material or tokens. A reader of standard error
+ * that does not keep up costs log lines, counted, never the event loop (src/log-sink.ts).
  */
 import { type Logger, pino } from 'pino';
 import { describeError } from './errors.ts';
+import { exitFlushMs, flushStderrSink, stderrLinesDropped, stderrSink } from './log-sink.ts';
 
 export type { Logger } from 'pino';
 
@@ -81,7 +83,7 @@ function finishRecord(format: LogFormat, line: string): string {
 /** Creates the process logger. */
 export function createLogger(options: LoggerOptions = {}): Logger {
   const format = options.format ?? 'json';
-  return pino(
+  const logger = pino(
     {
       level: options.level ?? 'info',
       base: { name: 'kops-controller' },
@@ -90,8 +92,32 @@ export function createLogger(options: LoggerOptions = {}): Logger {
       formatters: { level: (label) => ({ level: label }) },
       hooks: { streamWrite: (line) => finishRecord(format, line) },
     },
-    options.destination ?? pino.destination({ fd: 2, sync: true }),
+    options.destination ?? stderrSink(),
   );
+  if (!options.destination) {
+    // The logger made last is the one the process uses (a command makes one): its format says it.
+    stderrSink().reportDropsWith((dropped) =>
+      logger.warn(
+        { droppedLines: dropped },
+        'standard error was not read fast enough; log lines were dropped',
+      ),
+    );
+  }
+  return logger;
+}
+
+/** Log lines this process dropped because standard error was not read fast enough (or not at all). */
+export function logLinesDropped(): number {
+  return stderrLinesDropped();
+}
+
+/**
+ * Writes out the log lines still waiting for the reader of standard error, waiting for it at most
+ * `timeoutMs`: before a line written there by other means that must come after them. Whether none is
+ * left. Exits do this by themselves.
+ */
+export function flushLog(timeoutMs = exitFlushMs): boolean {
+  return flushStderrSink(timeoutMs);
 }
 
 /** A logger that drops everything, for tests and library defaults. */
@@ -111,22 +137,27 @@ export interface RecurringFailureLogOptions {
   now?: () => number;
 }
 
+/** How many distinct failures {@link RecurringFailureLog} remembers: those seen most recently. */
+const rememberedFailures = 8;
+
 /**
  * The log of something retried for as long as it fails (a watch, a periodic write, a supervised
- * component). The first failure, a failure that differs from the last one written, and the same one
- * again once `quietMs` has passed are written at the chosen level, each with how many failures there
- * were in a row (and, on the same failure's next line, how many were held back: `repeated`); the rest go out at
+ * component). Each distinct failure (by its description) is written at the chosen level the first
+ * time, and again once `quietMs` has passed since its last line, with how many failures there were in
+ * a row (and how many of that one were held back since its last line: `repeated`); the rest go out at
  * `debug`. So a condition that lasts (a permission RBAC does not grant, a dependency down for a day)
- * shows in the log every ten minutes, not every backoff, while every new kind of failure still shows
- * at once. The metrics of the caller count every failure.
+ * shows in the log every ten minutes, not every backoff, and so do failures that alternate (503,
+ * timeout, 503, …), while every new kind of failure still shows at once. The
+ * {@link rememberedFailures} seen most recently are remembered; one forgotten is news again. The
+ * metrics of the caller count every failure.
  */
 export class RecurringFailureLog {
   readonly #logger: Logger;
   readonly #options: RecurringFailureLogOptions;
   readonly #now: () => number;
   #failures = 0;
-  #held = 0;
-  #lastWritten: { summary: string; at: number } | undefined;
+  /** By description, in the order last seen: when its line was written, and how many were held back since. */
+  readonly #recent = new Map<string, { writtenAt: number; held: number }>();
 
   constructor(logger: Logger, options: RecurringFailureLogOptions) {
     this.#logger = logger;
@@ -144,18 +175,22 @@ export class RecurringFailureLog {
     this.#failures++;
     const summary = describeError(err);
     const now = this.#now();
-    const last = this.#lastWritten;
+    const known = this.#recent.get(summary);
     const record = { ...fields, err: summary, failures: this.#failures };
-    if (last?.summary === summary && now - last.at < (this.#options.quietMs ?? 600_000)) {
-      this.#held++;
+    // Seen now: the last to be forgotten.
+    this.#recent.delete(summary);
+    if (known && now - known.writtenAt < (this.#options.quietMs ?? 600_000)) {
+      this.#recent.set(summary, { ...known, held: known.held + 1 });
       this.#logger.debug(record, this.#options.message);
       return;
     }
-    // The count held back belongs to the failure written last: on its own line again, not on another's.
-    const repeated = last?.summary === summary && this.#held > 0 ? { repeated: this.#held } : {};
+    // The count held back is this failure's own: on its line again, never on another's.
+    const repeated = known && known.held > 0 ? { repeated: known.held } : {};
     this.#logger[this.#options.level ?? 'warn']({ ...record, ...repeated }, this.#options.message);
-    this.#lastWritten = { summary, at: now };
-    this.#held = 0;
+    this.#recent.set(summary, { writtenAt: now, held: 0 });
+    if (this.#recent.size > rememberedFailures) {
+      this.#recent.delete(this.#recent.keys().next().value as string);
+    }
   }
 
   /** The thing worked again: ends a run of failures, with one line if a message was given. */
@@ -165,8 +200,7 @@ export class RecurringFailureLog {
       this.#logger.info({ failures: this.#failures }, this.#options.recoveredMessage);
     }
     this.#failures = 0;
-    this.#held = 0;
-    this.#lastWritten = undefined;
+    this.#recent.clear();
   }
 }
 

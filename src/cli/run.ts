@@ -20,6 +20,7 @@ import { exitCodeOf, type KopsError } from '../errors.ts';
 import { loadKubeConfig } from '../kube/client.ts';
 import { csrInformer, nodeInformer } from '../kube/shared-informer.ts';
 import type { Logger } from '../log.ts';
+import { registerLogMetrics } from '../log-metrics.ts';
 import { defaultConnectionLimits } from '../net/hardened-server.ts';
 import { ControllerRuntime, informerSynced } from '../runtime/controller-runtime.ts';
 import { type VfsOptions, vfsOptionsFromEnv } from '../statestore/open.ts';
@@ -53,11 +54,13 @@ export const defaultConfigPath = '/etc/kubernetes/kops-controller/config.yaml';
 
 /**
  * Adds the standard Node.js process metrics (`process_*`, `nodejs_*`: CPU, memory, event-loop lag,
- * ...) to `registry` once: `run` on its registry, `dev` on its controller's (src/cli/dev-controller.ts).
+ * ...) and the log lines dropped to `registry` once: `run` on its registry, `dev` on its
+ * controller's (src/cli/dev-controller.ts).
  */
 export function collectProcessMetrics(registry: Registry): void {
   if (!registry.getSingleMetric('process_cpu_user_seconds_total'))
     collectDefaultMetrics({ register: registry });
+  registerLogMetrics(registry);
 }
 
 /** The `run` command. */

@@ -12,7 +12,7 @@ import type { Config } from '../config/schema.ts';
 import { describeError, exitCodeOf, InternalError } from '../errors.ts';
 import { LeaderElector, type LeaseClient } from '../kube/leader-election.ts';
 import { sharedMetric } from '../kube/metrics.ts';
-import { type Logger, RecurringFailureLog, silentLogger } from '../log.ts';
+import { flushLog, type Logger, RecurringFailureLog, silentLogger } from '../log.ts';
 import { Backoff } from './backoff.ts';
 import { type Clock, sleep, systemClock } from './clock.ts';
 import { type OpsServer, type ReadinessCheck, startOpsServer } from './ops-server.ts';
@@ -278,7 +278,9 @@ export class ControllerRuntime {
     const exit =
       this.#options.exit ??
       ((code: number) => {
-        // At once, not after the usual cleanup: the deadline is what keeps two leaders apart.
+        // At once, not after the usual cleanup: the deadline is what keeps two leaders apart. The
+        // log's waiting lines first (at most 2 s, running nothing else), so the line comes last.
+        flushLog();
         process.stderr.write(`kops-controller: ${reason}\n`);
         process.exit(code);
       });

@@ -1,0 +1,317 @@
+import assert from 'node:assert/strict';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { test } from 'node:test';
+import { LogSink, type SinkOutput } from './log-sink.ts';
+
+const logModule = JSON.stringify(new URL('./log.ts', import.meta.url).href);
+
+/** A Node process running `body` after `import * as log from './log.ts'` (a namespace: an export it lacks is undefined). */
+function child(body: string): ChildProcess {
+  const script = `import * as log from ${logModule};\n${body}`;
+  return spawn(process.execPath, ['--input-type=module', '-e', script], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+}
+
+/** What a child wrote: standard output as it comes, standard error once read, and how it ended. */
+function watch(process_: ChildProcess) {
+  let stdout = '';
+  let stderr = '';
+  const marks: ((text: string) => void)[] = [];
+  process_.stdout?.on('data', (chunk: Buffer) => {
+    stdout += chunk;
+    for (const mark of marks) mark(stdout);
+  });
+  process_.stderr?.on('data', (chunk: Buffer) => {
+    stderr += chunk;
+  });
+  // 'exit' as the process ends; 'close' once its output has been read to the end too.
+  const exited = new Promise<{ code: number | null; at: number }>((resolve) =>
+    process_.on('exit', (code) => resolve({ code, at: performance.now() })),
+  );
+  const ended = new Promise<{ code: number | null }>((resolve) =>
+    process_.on('close', (code) => resolve({ code })),
+  );
+  return {
+    exited,
+    ended,
+    stdout: () => stdout,
+    records: () =>
+      stderr
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line) as Record<string, unknown>),
+    /** Resolves (with the time) once standard output has printed `text`. */
+    printed: (text: string) =>
+      new Promise<number>((resolve) => {
+        const mark = (out: string) => {
+          if (out.includes(text)) resolve(performance.now());
+        };
+        marks.push(mark);
+        mark(stdout);
+      }),
+  };
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * A child that logs a 32 KB line every 5 ms for `runMs` while a 10 ms timer measures its event-loop
+ * gaps, then prints `{worstGapMs, logged, dropped}`. With `blockingAgain`, it first starts a process
+ * that inherits its standard error, which sets the pipe back to blocking writes (as the bootstrap
+ * server's workers do when forked).
+ */
+function bigLineLogger(runMs: number, blockingAgain: boolean): ChildProcess {
+  return child(`
+    import { spawnSync } from 'node:child_process';
+    const logger = log.createLogger({ level: 'info' });
+    if (${blockingAgain}) spawnSync('/bin/sh', ['-c', ':'], { stdio: 'inherit' });
+    const filler = 'x'.repeat(32 * 1024);
+    let last = performance.now();
+    let worstGapMs = 0;
+    const tick = setInterval(() => {
+      const now = performance.now();
+      worstGapMs = Math.max(worstGapMs, now - last);
+      last = now;
+    }, 10);
+    let logged = 0;
+    const writer = setInterval(() => logger.info({ seq: logged++, filler }, 'big line'), 5);
+    process.stdout.write('started\\n');
+    setTimeout(() => {
+      clearInterval(tick);
+      clearInterval(writer);
+      const dropped = log.logLinesDropped?.() ?? 0;
+      process.stdout.write(JSON.stringify({ worstGapMs: Math.round(worstGapMs), logged, dropped }) + '\\n');
+    }, ${runMs});
+  `);
+}
+
+for (const blockingAgain of [false, true]) {
+  test(`a reader of standard error that stops for 2 s stops neither the event loop nor the order of what is logged; what did not fit is dropped, counted and reported${blockingAgain ? ', also after a child process set the pipe blocking again' : ''}`, async () => {
+    const logging = bigLineLogger(4_500, blockingAgain);
+    const seen = watch(logging);
+    await seen.printed('started');
+    await sleep(500);
+    logging.stderr?.pause();
+    await sleep(2_000);
+    logging.stderr?.resume();
+    const { code } = await seen.ended;
+    assert.equal(code, 0);
+    const result = JSON.parse(seen.stdout().split('\n')[1] as string) as {
+      worstGapMs: number;
+      logged: number;
+      dropped: number;
+    };
+    // Synchronous writes stopped the loop for about the whole pause (tmp/volume/log-pipe-stall.out).
+    assert.ok(result.worstGapMs < 1_000, `worst event-loop gap ${result.worstGapMs} ms`);
+    assert.ok(result.dropped > 0, `dropped ${result.dropped} of ${result.logged}`);
+    const records = seen.records();
+    const lines = records.filter((r) => r['msg'] === 'big line').map((r) => r['seq'] as number);
+    assert.deepEqual(
+      lines,
+      [...lines].sort((a, b) => a - b),
+      'what arrives arrives in order',
+    );
+    assert.equal(lines.length + result.dropped, result.logged, 'every line arrived or was counted');
+    const reports = records.filter((r) => r['droppedLines'] !== undefined);
+    assert.ok(reports.length >= 1, 'the drop was reported once the reader read again');
+    assert.equal(
+      reports.reduce((sum, r) => sum + (r['droppedLines'] as number), 0),
+      result.dropped,
+    );
+    assert.ok(reports.every((r) => r['level'] === 'warn'));
+  });
+}
+
+test('with the reader reading, every line logged arrives, in order, and none is dropped', async () => {
+  const logging = child(`
+    const logger = log.createLogger({ level: 'info' });
+    const filler = 'y'.repeat(300);
+    let seq = 0;
+    for (let burst = 0; burst < 40; burst++) {
+      for (let i = 0; i < 500; i++) logger.info({ seq: seq++, filler }, 'line');
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    process.stdout.write(JSON.stringify({ dropped: log.logLinesDropped?.() ?? 0 }) + '\\n');
+  `);
+  const seen = watch(logging);
+  const { code } = await seen.ended;
+  assert.equal(code, 0);
+  assert.deepEqual(JSON.parse(seen.stdout()), { dropped: 0 });
+  const seqs = seen.records().map((r) => r['seq']);
+  assert.deepEqual(
+    seqs,
+    Array.from({ length: 20_000 }, (_, i) => i),
+  );
+});
+
+/** How the children below end once they have logged. */
+const endings = {
+  'process.exit(3)': { code: 3, body: 'process.exit(3);' },
+  'an uncaught error': { code: 1, body: "throw new Error('boom');" },
+  'the end of its event loop': { code: 0, body: '' },
+};
+
+for (const [ending, { code: expected, body }] of Object.entries(endings)) {
+  test(`lines still waiting for a slow reader are written before the process ends by ${ending}`, async () => {
+    // 2 MiB: more than the pipe holds, so most of it waits in the process when it ends.
+    const logging = child(`
+      const logger = log.createLogger({ level: 'info' });
+      const filler = 'z'.repeat(10 * 1024);
+      for (let seq = 0; seq < 200; seq++) logger.info({ seq, filler }, 'line');
+      process.stdout.write('logged\\n');
+      ${body}
+    `);
+    logging.stderr?.pause();
+    const seen = watch(logging);
+    // A child that writes synchronously prints 'logged' only once the reader reads: read after 2 s then.
+    await Promise.race([seen.printed('logged'), sleep(2_000)]);
+    await sleep(300);
+    logging.stderr?.resume();
+    const { code } = await seen.ended;
+    assert.equal(code, expected);
+    assert.deepEqual(
+      seen
+        .records()
+        .filter((r) => r['msg'] === 'line')
+        .map((r) => r['seq']),
+      Array.from({ length: 200 }, (_, i) => i),
+    );
+  });
+}
+
+test('a reader that does not read again holds the exit no longer than the flush bound', async () => {
+  const logging = child(`
+    const logger = log.createLogger({ level: 'info' });
+    process.stdout.write('logging\\n');
+    const filler = 'z'.repeat(10 * 1024);
+    for (let seq = 0; seq < 400; seq++) logger.info({ seq, filler }, 'line');
+    process.exit(0);
+  `);
+  logging.stderr?.pause();
+  const seen = watch(logging);
+  const started = await seen.printed('logging');
+  // Read again only after 15 s, to end a child that writes synchronously.
+  const rescue = setTimeout(() => logging.stderr?.resume(), 15_000);
+  const { code, at } = await seen.exited;
+  clearTimeout(rescue);
+  logging.stderr?.resume();
+  assert.equal(code, 0);
+  // The bound is 2 s; the rest is a generous margin for a loaded machine.
+  assert.ok(at - started < 6_000, `exited ${Math.round(at - started)} ms after it started logging`);
+});
+
+/** A destination that takes `capacity` more bytes (0: a stalled reader), on a clock the test moves. */
+function fakeOutput() {
+  let now = 0;
+  let timers: { at: number; retry: () => void }[] = [];
+  const fake = {
+    capacity: Number.POSITIVE_INFINITY,
+    refuse: undefined as string | undefined,
+    writes: 0,
+    taken: '',
+    advance(ms: number) {
+      const until = now + ms;
+      for (;;) {
+        const due = timers.filter((t) => t.at <= until).sort((a, b) => a.at - b.at)[0];
+        if (!due) break;
+        timers = timers.filter((t) => t !== due);
+        now = Math.max(now, due.at);
+        due.retry();
+      }
+      now = until;
+    },
+    output: {
+      writev(buffers) {
+        fake.writes++;
+        if (fake.refuse) throw Object.assign(new Error(fake.refuse), { code: fake.refuse });
+        const all = Buffer.concat(buffers);
+        const n = Math.min(all.length, fake.capacity);
+        if (n === 0) throw Object.assign(new Error('EAGAIN'), { code: 'EAGAIN' });
+        fake.capacity -= n;
+        fake.taken += all.subarray(0, n).toString();
+        return n;
+      },
+      later(retry, ms) {
+        timers.push({ at: now + ms, retry });
+      },
+      sleep(ms) {
+        now += ms;
+      },
+      now: () => now,
+    } satisfies SinkOutput,
+    get now() {
+      return now;
+    },
+  };
+  return fake;
+}
+
+test('lines a stalled reader does not take wait, in order, up to the bound; the rest are dropped, counted, and reported once it reads again', () => {
+  const fake = fakeOutput();
+  const sink = new LogSink(fake.output, { maxBufferedBytes: 60 });
+  const reports: number[] = [];
+  sink.reportDropsWith((dropped) => {
+    reports.push(dropped);
+    sink.write(`dropped ${dropped}\n`);
+  });
+  fake.capacity = 30; // takes most of the first line, then nothing
+  for (const name of ['one', 'two', 'three', 'four']) sink.write(`${name.padEnd(40, '.')}\n`);
+  assert.equal(fake.taken, 'one'.padEnd(30, '.'));
+  assert.equal(sink.buffered, 11 + 41, 'the rest of the first line and the second wait');
+  assert.equal(sink.dropped, 2, 'the third and fourth did not fit');
+  fake.advance(1_000); // still stalled: tried again, nothing taken, nothing reported
+  assert.deepEqual(reports, []);
+  fake.capacity = Number.POSITIVE_INFINITY;
+  fake.advance(100);
+  assert.equal(fake.taken, `${'one'.padEnd(40, '.')}\n${'two'.padEnd(40, '.')}\ndropped 2\n`);
+  assert.deepEqual(reports, [2]);
+  assert.equal(sink.buffered, 0);
+  sink.write('five\n');
+  assert.ok(
+    fake.taken.endsWith('dropped 2\nfive\n'),
+    'written at once, with no report: nothing new was dropped',
+  );
+  assert.deepEqual(reports, [2]);
+  assert.equal(sink.dropped, 2, 'the count stays: a counter');
+});
+
+test('a flush waits for a stalled reader no longer than its bound, and writes everything once it reads', () => {
+  const fake = fakeOutput();
+  const sink = new LogSink(fake.output);
+  fake.capacity = 0;
+  sink.write('held\n');
+  assert.equal(sink.flushSync(2_000), false);
+  assert.equal(fake.now, 2_000);
+  assert.equal(sink.buffered, 5);
+  fake.capacity = Number.POSITIVE_INFINITY;
+  assert.equal(sink.flushSync(0), true);
+  assert.equal(fake.taken, 'held\n');
+});
+
+test('once the process exits, a line logged is written before the next exit handler runs, within the bound', () => {
+  const fake = fakeOutput();
+  const sink = new LogSink(fake.output);
+  fake.capacity = 0;
+  sink.write('before\n');
+  fake.capacity = 7; // the reader takes the first line while the exit flush waits
+  sink.flushAtExit(2_000);
+  assert.equal(fake.taken, 'before\n');
+  fake.capacity = Number.POSITIVE_INFINITY;
+  sink.write('in an exit handler\n');
+  assert.equal(fake.taken, 'before\nin an exit handler\n', 'no timer runs after exit: written at once');
+});
+
+test('a reader gone for good (EPIPE) costs the lines, counted, and is not written to again', () => {
+  const fake = fakeOutput();
+  const sink = new LogSink(fake.output);
+  const reports: number[] = [];
+  sink.reportDropsWith((dropped) => reports.push(dropped));
+  fake.refuse = 'EPIPE';
+  sink.write('lost\n');
+  sink.write('lost too\n');
+  assert.equal(sink.dropped, 2);
+  assert.equal(fake.writes, 1);
+  assert.equal(sink.flushSync(1_000), true, 'nothing is held for it');
+  assert.deepEqual(reports, [], 'nobody would read the report');
+});
