@@ -9,12 +9,16 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { sharedMetric } from '../kube/metrics.ts';
 import type { BootstrapMetricsSink } from './context.ts';
 import type { GuardReadSource } from './node-guard.ts';
+import type { QueueMissSource } from './queue.ts';
 
 /** Latency buckets from 1 ms (cached cloud facts) to 30 s (throttled cloud, slow STS). */
 const issueBuckets = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
 /** What the handlers report to, and where the impersonation guard's answers came from. */
-export type BootstrapMetrics = BootstrapMetricsSink & { guardRead(source: GuardReadSource): void };
+export type BootstrapMetrics = BootstrapMetricsSink & {
+  guardRead(source: GuardReadSource): void;
+  queueMiss(source: QueueMissSource): void;
+};
 
 /** A counter of `registry`, registered once however many servers report into it. */
 function sharedCounter<L extends string>(registry: Registry, name: string, help: string, labelNames: L[]) {
@@ -65,6 +69,12 @@ export function bootstrapMetrics(registry: Registry): BootstrapMetrics {
     'Bootstrap requests answered 503 (retry) because a dependency failed, was throttled or did not answer in time, by dependency.',
     ['dependency'],
   );
+  const queueMisses = sharedCounter(
+    registry,
+    'kops_controller_bootstrap_queue_misses_total',
+    "Polls of a request id the queue's CSR cache does not hold, by how they were answered: watch (not found, from a current watch), api (read from the API server), refused (503: the read budget is spent).",
+    ['source'],
+  );
   const dependencyPaused = sharedCounter(
     registry,
     'kops_controller_bootstrap_dependency_paused_total',
@@ -75,6 +85,7 @@ export function bootstrapMetrics(registry: Registry): BootstrapMetrics {
     dependencyFailure: (dependency) => dependencyFailures.inc({ dependency }),
     dependencyPaused: (dependency) => dependencyPaused.inc({ dependency }),
     guardRead: (source) => guardReads.inc({ source }),
+    queueMiss: (source) => queueMisses.inc({ source }),
     decision: (policy, verdict) => requests.inc({ policy, verdict }),
     issued: (seconds) => issue.observe(seconds),
     queueDepth: (pending) => queueDepth.set(pending),

@@ -32,23 +32,95 @@ function csr(
   };
 }
 
+/** A key no test CSR here is sealed with. */
+const otherSealKey = sealKeyOf(createCa());
+
 test("an admin's denial is recorded once, as it happens, with the condition's reason and message", () => {
   const denied = csr([{ type: 'Denied', reason: 'KubectlDeny', message: 'not in the inventory' }]);
-  const record = denialRecord(csr([]), denied);
+  const record = denialRecord(csr([]), denied, otherSealKey);
   assert.equal(record?.verdict, 'deny');
   assert.equal(record?.decidedBy, 'admin');
   assert.equal(record?.requestId, 'r-1');
   assert.equal(record?.claimedNodeName, 'node-a');
   assert.equal(record?.remoteAddress, '10.0.0.7');
-  assert.deepEqual(record?.reasons, ['denied by an admin: KubectlDeny: not in the inventory']);
+  assert.equal(record?.reasons[0], 'denied by an admin: KubectlDeny: not in the inventory');
   // Already denied before this update (a relist, a new leader): nothing again.
-  assert.equal(denialRecord(denied, denied), undefined);
+  assert.equal(denialRecord(denied, denied, otherSealKey), undefined);
   // Another signer's CSR, or one that is not denied, is not ours to record.
-  assert.equal(denialRecord(csr([]), csr([{ type: 'Denied' }], 'kubernetes.io/kubelet-serving')), undefined);
-  assert.equal(denialRecord(csr([]), csr([{ type: 'Approved' }])), undefined);
-  assert.deepEqual(denialRecord(csr([]), csr([{ type: 'Denied' }]))?.reasons, [
+  assert.equal(
+    denialRecord(csr([]), csr([{ type: 'Denied' }], 'kubernetes.io/kubelet-serving'), otherSealKey),
+    undefined,
+  );
+  assert.equal(denialRecord(csr([]), csr([{ type: 'Approved' }]), otherSealKey), undefined);
+  assert.equal(
+    denialRecord(csr([]), csr([{ type: 'Denied' }]), otherSealKey)?.reasons[0],
     'denied by an admin: no reason given',
-  ]);
+  );
+});
+
+test("a denial's record says whether the CSR's seal holds, and cuts what its annotations carry to the audit cap", () => {
+  const ca = createCa();
+  const sealKey = sealKeyOf(ca);
+  const request: BootstrapRequest = {
+    id: 'r-sealed',
+    body: Buffer.from('{}'),
+    claimedNodeName: 'node-s',
+    certificates: {
+      kubelet: parseCsr(
+        buildCsrPem(generateKey(), {
+          subject: { commonName: 'system:node:node-s', organizations: ['system:nodes'] },
+        }),
+      ),
+    },
+    proof: { kind: 'none' },
+    remoteAddress: '10.0.0.8',
+    receivedAt: new Date(),
+  };
+  const facts: NodeFacts = {
+    nodeName: 'node-s',
+    dnsNames: [],
+    ipAddresses: [],
+    evidence: { verified: 'false' },
+  };
+  const sealed = queuedCsrObject(request, facts, sealKey);
+  const deniedNow = (object: V1CertificateSigningRequest) => ({
+    ...object,
+    status: {
+      conditions: [{ type: 'Denied', status: 'True', reason: 'KubectlDeny', message: 'x'.repeat(5_000) }],
+    },
+  });
+  const ours = denialRecord(sealed, deniedNow(sealed), sealKey);
+  assert.equal(ours?.requestId, 'r-sealed');
+  assert.equal(ours?.nodeName, 'node-s', 'the sealed facts name the node');
+  assert.match(ours?.reasons.join('\n') ?? '', /its seal verifies/);
+  assert.ok((ours?.reasons[0]?.length ?? 0) < 600, `a reason of ${ours?.reasons[0]?.length} characters`);
+
+  // Anyone who may create CSRs can name our signer, with annotations of any length.
+  const long = 'a'.repeat(12_000);
+  const forged = csr([]);
+  forged.metadata = {
+    name: 'kops-bootstrap-0123',
+    annotations: {
+      [queueAnnotations.requestId]: long,
+      [queueAnnotations.claimedNode]: long,
+      [queueAnnotations.remoteAddress]: long,
+      [queueAnnotations.proof]: long,
+    },
+  };
+  const record = denialRecord(forged, { ...forged, status: deniedNow(forged).status }, sealKey);
+  assert.ok(record);
+  assert.match(record.reasons.join('\n'), /its seal does not verify/);
+  assert.equal(record.nodeName, undefined);
+  for (const [field, value] of Object.entries({
+    requestId: record.requestId,
+    claimedNodeName: record.claimedNodeName,
+    remoteAddress: record.remoteAddress,
+    proof: record.proof,
+  })) {
+    assert.ok(String(value).length < 600, `${field}: ${String(value).length} characters`);
+    assert.match(String(value), /… \(12000 characters\)$/, field);
+  }
+  assert.ok(JSON.stringify(record).length < 4_000, `a record of ${JSON.stringify(record).length} bytes`);
 });
 
 describe('the signer against the simulated API server', () => {

@@ -19,6 +19,7 @@ import { runController } from '../kube/controller.ts';
 import { readCsr } from '../kube/csr.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
+import { clipped } from '../quote.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import { issueForFacts, type NodeIssueOptions, pemsOf, serialsOf } from './issue.ts';
 import { assertNodeNotRegistered, type NodeReader } from './node-guard.ts';
@@ -64,23 +65,36 @@ function has(csr: V1CertificateSigningRequest, type: string): boolean {
 }
 
 /**
+ * The longest text a record takes from a CSR (an annotation, a condition's words): the audit trail's
+ * own bound (maxAuditTextLength in audit.ts), applied here as well since the sink does not cut every
+ * field, and the signer's log lines repeat some.
+ */
+const maxCsrText = 512;
+
+/**
  * What a condition says about the human decision: its reason and message. A CSR never records who
  * approved or denied it; the API server's audit log does.
  */
 function conditionText(csr: V1CertificateSigningRequest, type: string): string {
   const condition = (csr.status?.conditions ?? []).find((c) => c.type === type && c.status === 'True');
-  return [condition?.reason, condition?.message].filter(Boolean).join(': ') || 'no reason given';
+  const text = [condition?.reason, condition?.message].filter(Boolean).join(': ') || 'no reason given';
+  return clipped(text, maxCsrText);
 }
 
-/** The audit fields every record about a queued request carries, from its annotations. */
+/**
+ * The audit fields every record about a queued request carries, from its annotations, each cut to
+ * {@link maxCsrText}. The seal does not cover these four: whoever may update the CSR may rewrite them.
+ */
 function auditBaseOf(csr: V1CertificateSigningRequest) {
   const annotations = csr.metadata?.annotations ?? {};
+  const cut = (text: string) => clipped(text, maxCsrText);
+  const claimed = annotations[queueAnnotations.claimedNode];
   return {
     time: new Date().toISOString(),
-    requestId: annotations[queueAnnotations.requestId] ?? (csr.metadata?.name as string),
-    remoteAddress: annotations[queueAnnotations.remoteAddress] ?? '',
-    claimedNodeName: annotations[queueAnnotations.claimedNode],
-    proof: (annotations[queueAnnotations.proof] ?? 'none') as AuditRecord['proof'],
+    requestId: cut(annotations[queueAnnotations.requestId] ?? (csr.metadata?.name as string)),
+    remoteAddress: cut(annotations[queueAnnotations.remoteAddress] ?? ''),
+    claimedNodeName: claimed === undefined ? undefined : cut(claimed),
+    proof: cut(annotations[queueAnnotations.proof] ?? 'none') as AuditRecord['proof'],
   };
 }
 
@@ -88,20 +102,42 @@ function auditBaseOf(csr: V1CertificateSigningRequest) {
  * The audit record of an admin's denial, when `csr` is one of ours that has just become Denied.
  * Only the transition is recorded, so a restart or a new leader listing old denials repeats none;
  * a denial made while no leader runs goes unrecorded here (the API server's audit log has it).
+ * It says whether the CSR's seal holds: anyone who may create CSRs can name our signer, and what
+ * such a CSR's annotations say is its creator's word; a sealed one names the node of its facts.
  */
 export function denialRecord(
   before: V1CertificateSigningRequest,
   csr: V1CertificateSigningRequest,
+  sealKey: Buffer,
 ): AuditRecord | undefined {
   if (csr.spec?.signerName !== bootstrapSignerName || has(before, 'Denied') || !has(csr, 'Denied')) {
     return undefined;
   }
+  const nodeName = sealedNodeName(csr, sealKey);
   return {
     ...auditBaseOf(csr),
     decidedBy: 'admin',
     verdict: 'deny',
-    reasons: [`denied by an admin: ${conditionText(csr, 'Denied')}`],
+    reasons: [
+      `denied by an admin: ${conditionText(csr, 'Denied')}`,
+      nodeName === undefined
+        ? "its seal does not verify: kops-controller did not queue it (or it was altered since); its request id, address, claimed name and proof are its creator's word"
+        : 'its seal verifies: kops-controller queued it',
+    ],
+    ...(nodeName === undefined ? {} : { nodeName }),
   };
+}
+
+/** The node a CSR's sealed facts name; undefined when its seal does not verify. */
+function sealedNodeName(csr: V1CertificateSigningRequest, sealKey: Buffer): string | undefined {
+  if (!hasValidSeal(csr, sealKey)) return undefined;
+  try {
+    const facts: unknown = JSON.parse(csr.metadata?.annotations?.[queueAnnotations.facts] ?? '');
+    const name = (facts as { nodeName?: unknown } | null)?.nodeName;
+    return typeof name === 'string' ? clipped(name, maxCsrText) : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** When a CSR was created, in ms since the epoch (NaN if unknown). */
@@ -364,7 +400,7 @@ class QueueSigner implements LeaderComponent {
 
   /** Writes an admin's denial of one of ours to the audit trail as it happens. */
   #recordDenial(before: V1CertificateSigningRequest, csr: V1CertificateSigningRequest): void {
-    const record = denialRecord(before, csr);
+    const record = denialRecord(before, csr, this.#sealKey);
     if (!record) return;
     this.#options.audit?.(record);
     this.#logger.info(

@@ -26,11 +26,14 @@ import { queuePolicy } from './policies/queue.ts';
 import {
   bootstrapSignerName,
   CsrQueue,
+  type CsrQueueOptions,
+  defaultQueueReadBudget,
   hasValidSeal,
   type QueueLimits,
   queuedCsrName,
   queuedCsrObject,
   readQueuedRequest,
+  recentlyCreatedMs,
   sealKeyOf,
   stateOf,
 } from './queue.ts';
@@ -566,5 +569,174 @@ describe('polling a queued request when the API server accepts the connection an
     } finally {
       silent.close();
     }
+  });
+});
+
+/**
+ * A poll of a name the cache does not hold (tmp/volume.md, finding 10): each read the API server
+ * once, so anyone could turn polls of made-up ids into CSR reads. While the CSR watch is current, the
+ * watch answers; the reads left (a watch not current, a name this replica has just created) draw on
+ * a small budget.
+ */
+describe('polls of names the cache does not hold', () => {
+  let sim: SimApiServer;
+  const ca = createCa();
+
+  before(async () => {
+    sim = await startApiServer();
+  });
+  after(() => sim.close());
+
+  /** The simulated API server's count of single CSR reads (GET by name), from its /metrics. */
+  async function csrGets(): Promise<number> {
+    const options: { headers?: Record<string, string> } = {};
+    await sim.kubeConfig().applyToHTTPSOptions(options);
+    const text = await new Promise<string>((resolve, reject) => {
+      httpsRequest(new URL('/metrics', sim.url), { ...options, ca: sim.caCertificate }, (res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => (body += c));
+        res.on('end', () => resolve(body));
+      })
+        .on('error', reject)
+        .end();
+    });
+    return text
+      .split('\n')
+      .filter(
+        (l) =>
+          l.startsWith('apiserver_request_total{') && l.includes('resource="certificatesigningrequests"'),
+      )
+      .filter(
+        (l) => l.includes('verb="GET"') && l.includes('scope="resource"') && l.includes('subresource=""'),
+      )
+      .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+  }
+
+  /** A queue over the simulator, its informer listed and its watch stream trusted. */
+  async function currentQueue(options: Partial<CsrQueueOptions> = {}): Promise<CsrQueue> {
+    const kubeConfig = sim.kubeConfig();
+    const queue = new CsrQueue({
+      certificates: kubeConfig.makeApiClient(CertificatesV1Api),
+      kubeConfig,
+      ca,
+      ...options,
+    });
+    queue.start();
+    // The informer trusts an accepted stream once it has stayed open a second.
+    for (let i = 0; i < 500 && !queue.isCurrent(); i++) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(queue.isCurrent(), 'the CSR watch never became current');
+    return queue;
+  }
+
+  const unknownName = (i: number) => `kops-bootstrap-${i.toString(16).padStart(40, '0')}`;
+
+  function clearQueue(): void {
+    for (const csr of sim.store.list('certificatesigningrequests'))
+      sim.store.delete('certificatesigningrequests', undefined, csr.metadata.name as string);
+  }
+
+  test('while the CSR watch is current, polls of unknown ids are 404 from the watch: no read of the API server', async () => {
+    const misses: string[] = [];
+    const queue = await currentQueue({ onMiss: (source) => misses.push(source) });
+    const context = { queue, logger: silentLogger } as unknown as BootstrapContext;
+    try {
+      const before = await csrGets();
+      for (let i = 0; i < 200; i++) {
+        await assert.rejects(
+          pollRequest(context, unknownName(i), '0', new AbortController().signal),
+          (err: unknown) => err instanceof KopsError && err.kind === 'not-found',
+        );
+      }
+      assert.equal((await csrGets()) - before, 0, 'polls of unknown ids read the API server');
+      assert.equal(misses.length, 200);
+      assert.ok(misses.every((source) => source === 'watch'));
+    } finally {
+      await queue.stop();
+    }
+  });
+
+  test("a CSR another replica has just created is found by a long-poll, though this replica's watch has not delivered it yet", async () => {
+    const queue = await currentQueue();
+    try {
+      const before = await csrGets();
+      const object = queuedCsrObject(request, facts, sealKeyOf(ca));
+      const name = object.metadata?.name as string;
+      sim.store.create(object as unknown as KubeObject);
+      // Asked in the same turn as the create: the watch cannot have delivered it. Found, it stays
+      // pending (nobody decides) until the poll's 1 s is up.
+      const waiting = queue.wait(name, 1_000);
+      const outcome = await outcomeWithin(waiting, 5_000);
+      assert.ok(!outcome.pending, 'the 1 s poll was still waiting 5 s later');
+      assert.equal(outcome.error, undefined, String(outcome.error));
+      assert.equal(outcome.value?.state, 'pending');
+      assert.equal((await csrGets()) - before, 0, 'the watch delivered it: no read');
+      // A poll that asked for no wait is answered at once, from the watch.
+      const other = queuedCsrObject({ ...request, claimedNodeName: 'node-q2' }, facts, sealKeyOf(ca));
+      sim.store.create(other as unknown as KubeObject);
+      await assert.rejects(queue.wait(other.metadata?.name as string, 0), { name: 'NotFoundError' });
+    } finally {
+      clearQueue();
+      await queue.stop();
+    }
+  });
+
+  test('a name this replica created is read past a current cache for a few seconds, then answered from the watch', async () => {
+    let now = 1_000_000;
+    const queue = await currentQueue({ now: () => now });
+    try {
+      const { name } = await queue.submit(request, facts);
+      // The CSR goes (a human deleted it) and the watch has told the cache so.
+      for (let i = 0; i < 500 && queue.pendingCount() === 0; i++) await new Promise((r) => setTimeout(r, 10));
+      sim.store.delete('certificatesigningrequests', undefined, name);
+      for (let i = 0; i < 500 && queue.pendingCount() > 0; i++) await new Promise((r) => setTimeout(r, 10));
+      assert.equal(queue.pendingCount(), 0);
+      const before = await csrGets();
+      await assert.rejects(queue.lookup(name), { name: 'NotFoundError' });
+      assert.equal((await csrGets()) - before, 1, 'a name created moments ago is read');
+      now += recentlyCreatedMs + 1;
+      await assert.rejects(queue.lookup(name), { name: 'NotFoundError' });
+      assert.equal((await csrGets()) - before, 1, 'past the window the watch answers');
+    } finally {
+      clearQueue();
+      await queue.stop();
+    }
+  });
+
+  test('while the watch is not current, reads past the cache draw on a budget: beyond it a poll is 503 with Retry-After', async () => {
+    let now = 1_000_000;
+    const misses: string[] = [];
+    const kubeConfig = sim.kubeConfig();
+    // Not started: never synced, as a replica whose CSR list has not completed.
+    const queue = new CsrQueue({
+      certificates: kubeConfig.makeApiClient(CertificatesV1Api),
+      kubeConfig,
+      ca,
+      now: () => now,
+      onMiss: (source) => misses.push(source),
+    });
+    const context = { queue, logger: silentLogger } as unknown as BootstrapContext;
+    const before = await csrGets();
+    const outcomes: string[] = [];
+    for (let i = 0; i < defaultQueueReadBudget.burst + 20; i++) {
+      const error = await pollRequest(context, unknownName(i), '0', new AbortController().signal).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      assert.ok(error instanceof KopsError, String(error));
+      outcomes.push(error.kind);
+      if (error.kind !== 'not-found') {
+        assert.ok(error instanceof DependencyFaultError, String(error));
+        assert.equal(error.httpStatus, 503);
+        assert.ok(error.retryAfterSeconds >= 1, String(error.retryAfterSeconds));
+      }
+    }
+    assert.equal((await csrGets()) - before, defaultQueueReadBudget.burst);
+    assert.equal(outcomes.filter((kind) => kind === 'not-found').length, defaultQueueReadBudget.burst);
+    assert.equal(misses.filter((source) => source === 'api').length, defaultQueueReadBudget.burst);
+    assert.equal(misses.filter((source) => source === 'refused').length, 20);
+    // The budget refills with time.
+    now += 1_000;
+    await assert.rejects(queue.lookup(unknownName(999)), { name: 'NotFoundError' });
+    assert.equal((await csrGets()) - before, defaultQueueReadBudget.burst + 1);
   });
 });

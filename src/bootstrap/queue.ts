@@ -20,6 +20,11 @@
  * - The queue is bounded: at most `maxPending` undecided requests in all and `maxPendingPerSource`
  *   from one source; beyond, a new request gets 429 with Retry-After. The signer expires undecided
  *   requests after a TTL (queue-signer.ts).
+ * - Polls are answered from a watch of the CSRs. While it is current, a name it does not hold is
+ *   not found without asking the API server (a long-poll first gives another replica's create a
+ *   moment to arrive); only a name this replica has just created, or any name while the watch is not
+ *   current, is read, under a small budget: polls of made-up ids cost the API server nothing while
+ *   the watch is current, and at most the budget's reads otherwise.
  */
 
 import { createHash, createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
@@ -39,7 +44,9 @@ import { type ParsedCsr, parseCsr } from '../pki/csr.ts';
 import { encodePem } from '../pki/pem.ts';
 import { type CertificatePlan, type ProfileName, profiles, subjectText } from '../pki/profiles.ts';
 import { defaultReservedNames, type ReservedNames } from '../pki/reserved-names.ts';
+import { type BucketLimit, TokenBucket } from '../runtime/token-bucket.ts';
 import { planForFacts } from './issue.ts';
+import { watchIsCurrent } from './node-guard.ts';
 import { addressesAreVerified, nameIsVerified } from './policies/queue.ts';
 import type { BootstrapRequest, NodeFacts } from './types.ts';
 
@@ -103,6 +110,35 @@ const defaultCreateTimeoutMs = 5_000;
  * request the cache does not hold, and a retry whose CSR exists (409). The same 5 s as the create.
  */
 const defaultReadTimeoutMs = 5_000;
+
+/**
+ * How long after this replica created a CSR a poll of it is read past a current cache: the create's
+ * answer may reach the node (and its poll come back) before the watch delivers the CSR here.
+ */
+export const recentlyCreatedMs = 10_000;
+
+/**
+ * How long a long-poll of a name a current watch does not hold waits for it before it is not found:
+ * another replica or worker created it and answered the node a moment before this watch delivers
+ * it. Not found there, the node would submit its request again (policy, proof and all).
+ */
+export const absentPollGraceMs = 3_000;
+
+/**
+ * Reads of one CSR past the cache that polls may cause, in all (per process): while the watch is
+ * current only names created here in the last seconds are read, so the budget matters when the watch
+ * is not (listing, reconnecting) and anyone's poll of a made-up id would otherwise be a read.
+ */
+export const defaultQueueReadBudget: BucketLimit = { burst: 20, perSecond: 2 };
+
+/** The reason of the 503 a poll gets when the read budget is spent. */
+export const readBudgetReason = 'queue-read-budget';
+
+/**
+ * How a lookup of a name the cache does not hold was answered: by a current watch (not found), by a
+ * read of the API server, or refused because the read budget was spent.
+ */
+export type QueueMissSource = 'watch' | 'api' | 'refused';
 
 /** The reasons of the queue's own 429s: the overall cap, and the cap of one source. */
 export const queueFullReasons = { overall: 'queue-full', source: 'source-queue-full' } as const;
@@ -533,6 +569,12 @@ export interface CsrQueueOptions {
   readTimeoutMs?: number;
   /** Queue depth (pending requests) is reported here, when given. */
   onDepth?: (pending: number) => void;
+  /** Each lookup of a name the cache does not hold is reported here, by how it was answered. */
+  onMiss?: (source: QueueMissSource) => void;
+  /** The reads past the cache that lookups may make (default {@link defaultQueueReadBudget}). */
+  readBudget?: BucketLimit;
+  /** Monotonic milliseconds, for the read budget and what was created recently (tests move it). */
+  now?: () => number;
   registry?: Registry;
   logger?: Logger;
 }
@@ -574,11 +616,18 @@ export class CsrQueue {
   readonly #logger: Logger;
   /** CSR reads past the cache, over the pooled API client, with their deadline. */
   readonly #reads: KubeHttps;
+  /** What lookups may read past the cache. */
+  readonly #readBudget: TokenBucket;
+  readonly #now: () => number;
+  /** Names this queue created, with when, for {@link recentlyCreatedMs}; oldest first. */
+  readonly #created = new Map<string, number>();
 
   constructor(options: CsrQueueOptions) {
     this.#options = options;
     this.#reads = kubeHttps(options.kubeConfig, { timeoutMs: options.readTimeoutMs ?? defaultReadTimeoutMs });
     this.#sealKey = sealKeyOf(options.ca);
+    this.#now = options.now ?? (() => performance.now());
+    this.#readBudget = new TokenBucket(options.readBudget ?? defaultQueueReadBudget, this.#now());
     this.#limits = { ...defaultQueueLimits, ...options.limits };
     this.#reserved = options.reserved ?? defaultReservedNames;
     this.#logger = options.logger ?? silentLogger;
@@ -656,6 +705,19 @@ export class CsrQueue {
     return this.#informer.hasSynced();
   }
 
+  /**
+   * Whether the CSR watch is current, so that a name it does not hold may be answered as not found:
+   * the impersonation guard's rule for the Node watch (synced, a stream open and heard from lately).
+   */
+  isCurrent(): boolean {
+    const informer = this.#informer;
+    return watchIsCurrent({
+      hasSynced: () => informer.hasSynced(),
+      watchSilenceMs: () => informer.watchSilenceMs(),
+      get: () => undefined,
+    });
+  }
+
   /** Stops the informer and releases every long-poll. */
   async stop(): Promise<void> {
     await this.#informer.stop();
@@ -696,6 +758,7 @@ export class CsrQueue {
         this.#options.createTimeoutMs ?? defaultCreateTimeoutMs,
         `create certificate signing request ${name}`,
       );
+      this.#createdNow(name);
       this.#logger.info({ csr: name, node: facts.nodeName }, 'request queued for approval');
       return stateOf(object, this.#sealKey);
     } catch (err) {
@@ -709,6 +772,8 @@ export class CsrQueue {
     this.#observe(name, existing);
     if (!existing)
       throw new ConflictError(`certificate signing request ${name} vanished while being created; retry`);
+    // Found by its create here: the node's next poll may come before the watch delivers it.
+    this.#createdNow(name);
     // spec.request may be the serving request: compare the kubelet client key the seal covers.
     const existingKey = this.#kubeletKeyOf(existing);
     const ourKey = request.certificates.kubelet?.spki as Buffer;
@@ -736,9 +801,49 @@ export class CsrQueue {
     return kubeJson<V1CertificateSigningRequest>(answer, action);
   }
 
-  /** Where the queued request `name` stands; NotFoundError for unknown names and foreign CSRs. */
-  async lookup(name: string): Promise<QueueState> {
-    const csr = this.#informer.get(name) ?? (await this.#read(name));
+  /** Remembers that this queue created `name` now, and forgets what was created long enough ago. */
+  #createdNow(name: string): void {
+    const now = this.#now();
+    this.#created.delete(name);
+    this.#created.set(name, now);
+    for (const [old, at] of this.#created) {
+      if (now - at <= recentlyCreatedMs) break;
+      this.#created.delete(old);
+    }
+  }
+
+  #createdRecently(name: string): boolean {
+    const at = this.#created.get(name);
+    return at !== undefined && this.#now() - at <= recentlyCreatedMs;
+  }
+
+  /**
+   * The CSR called `name`: from the cache; for a name it does not hold, undefined when the watch is
+   * current (`fromWatch`), unless this queue created the name moments ago; otherwise read, if the
+   * read budget allows (RateLimitedError with Retry-After when it does not).
+   */
+  async #find(name: string): Promise<{ csr: V1CertificateSigningRequest | undefined; fromWatch: boolean }> {
+    const cached = this.#informer.get(name);
+    if (cached) return { csr: cached, fromWatch: false };
+    if (this.isCurrent() && !this.#createdRecently(name)) {
+      this.#options.onMiss?.('watch');
+      return { csr: undefined, fromWatch: true };
+    }
+    const now = this.#now();
+    if (!this.#readBudget.tryTake(now)) {
+      this.#options.onMiss?.('refused');
+      const retryAfterSeconds = Math.max(1, Math.ceil(this.#readBudget.msUntilToken(now) / 1000));
+      throw new RateLimitedError(
+        `too many reads of bootstrap requests the CSR watch does not hold; retry in ${retryAfterSeconds} s`,
+        { reason: readBudgetReason, retryAfterSeconds },
+      );
+    }
+    this.#options.onMiss?.('api');
+    return { csr: await this.#read(name), fromWatch: false };
+  }
+
+  /** Where `csr` (found under `name`) stands; NotFoundError when there is none, or it is not ours. */
+  #stateOfFound(name: string, csr: V1CertificateSigningRequest | undefined): QueueState {
     if (!csr || !hasValidSeal(csr, this.#sealKey)) {
       throw new NotFoundError(`no pending bootstrap request ${name}; it was never made, or was deleted`, {
         reason: 'unknown-request',
@@ -748,12 +853,22 @@ export class CsrQueue {
   }
 
   /**
+   * Where the queued request `name` stands; NotFoundError for unknown names and foreign CSRs,
+   * RateLimitedError when it would need a read past the cache and the read budget is spent.
+   */
+  async lookup(name: string): Promise<QueueState> {
+    return this.#stateOfFound(name, (await this.#find(name)).csr);
+  }
+
+  /**
    * Waits up to `waitMs` for `name` to be issued or denied (an approval alone is still pending: the
-   * signer has yet to sign); resolves with the state then.
+   * signer has yet to sign); resolves with the state then. A name a current watch does not hold is
+   * waited for up to {@link absentPollGraceMs} (within `waitMs`) before it is not found.
    */
   async wait(name: string, waitMs: number, signal?: AbortSignal): Promise<QueueState> {
     // Monotonic: a step of the wall clock must neither hold the poll nor end it at once.
     const deadline = performance.now() + waitMs;
+    let graced = false;
     for (;;) {
       // Subscribed before each look, so a change arriving in between is not missed.
       let wake = () => {};
@@ -765,8 +880,17 @@ export class CsrQueue {
       waiters.add(wake);
       let timer: NodeJS.Timeout | undefined;
       try {
-        const state = await this.lookup(name);
+        const found = await this.#find(name);
         const left = deadline - performance.now();
+        if (found.fromWatch && !graced && left > 0 && !signal?.aborted) {
+          // Absent from a current watch: created elsewhere a moment ago, or never. Its add wakes us.
+          graced = true;
+          signal?.addEventListener('abort', wake, { once: true });
+          timer = setTimeout(wake, Math.min(absentPollGraceMs, left));
+          await woken;
+          continue;
+        }
+        const state = this.#stateOfFound(name, found.csr);
         if (state.state !== 'pending' || left <= 0 || signal?.aborted) return state;
         signal?.addEventListener('abort', wake, { once: true });
         timer = setTimeout(wake, left);

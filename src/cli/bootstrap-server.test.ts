@@ -328,12 +328,23 @@ describe('bootstrap server from a kops config, served by worker processes', () =
           'm',
         ).exec(await registry.metrics())?.[1] ?? 0,
       );
+    const nodesAdded = async () =>
+      Number(
+        /^informer_events_total\{resource="nodes-guard",type="added"\} (\d+)$/m.exec(
+          await registry.metrics(),
+        )?.[1] ?? 0,
+      );
     kube.store.create({
       apiVersion: 'v1',
       kind: 'Node',
       metadata: { name: 'node-ready' },
       status: kubeletNodeStatus('node-ready', '10.0.0.7'),
     });
+    // The first test dropped the main process's Node watch: until its new stream delivers the Node
+    // (or has stayed open a second), the watch is not current and the guard reads every name from
+    // the API server, so a 409 alone does not show the watch has the Node. Under load that reconnect
+    // took long enough for 'node-new' below to be read from the API server too.
+    assert.equal(await eventually(nodesAdded, 1), 1);
     const ask = (name: string) =>
       call(
         'POST',

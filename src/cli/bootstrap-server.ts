@@ -66,6 +66,7 @@ import type { SharedInformer } from '../kube/shared-informer.ts';
 import { entriesOfIssued, LedgerRecorder } from '../ledger/recorder.ts';
 import { ConfigMapLedgerStore } from '../ledger/store.ts';
 import { createLogger, type Logger, type LoggerOptions, silentLogger } from '../log.ts';
+import { registerLogMetrics } from '../log-metrics.ts';
 import type { ConnectionGate, ConnectionLimits, TlsKeyPair } from '../net/hardened-server.ts';
 import { bundlePem, type CertificateAuthority, caFromPem } from '../pki/ca.ts';
 import { parsePrivateKeyPem, privateKeyPem } from '../pki/keys.ts';
@@ -255,6 +256,7 @@ function startQueue(config: Config, parts: SigningParts, registry: Registry, log
     limits: config.bootstrap.queue,
     reserved: parts.reserved,
     onDepth: parts.metrics.queueDepth,
+    onMiss: parts.metrics.queueMiss,
     registry,
     logger,
   });
@@ -604,6 +606,8 @@ async function serveBootstrapWorker(spec: unknown, services: WorkerServices): Pr
   const { config, kubeconfig, vfsOptions, cloud, ca, server, log } = spec as BootstrapWorkerSpec;
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromString(kubeconfig);
+  // The workers write most of the log: their dropped lines are summed into the primary's scrape.
+  registerLogMetrics(services.registry);
   const running = await startConfiguredBootstrap({
     config,
     kubeConfig,

@@ -304,6 +304,41 @@ describe('ClusterStore on the cloud backends', async () => {
     },
   ];
 
+  test('s3: a deleted instance group is checked less and less often, not every poll; listed again, it is read again at once', async () => {
+    const options = backends[0]?.options as { s3: { endpoint: string } };
+    const base = `s3://kops-state/deleted-${++storeCounter}`;
+    await seedClusterStore(openVfs(base, options), aws.name, aws);
+    const store = new ClusterStore(openVfs(`${base}/${aws.name}`, options));
+    await store.instanceGroup('nodes-us-test-1a');
+    const deleted = await store.instanceGroup('control-plane-us-test-1a');
+    const key = `deleted-${storeCounter}/${aws.name}/instancegroup/control-plane-us-test-1a`;
+    const controlPlaneYaml = aws.instanceGroups.find((t) => t.includes('name: control-plane-us-test-1a'))!;
+    s3.deleteObject('kops-state', key);
+    const heads = () => s3.requestCounts()['HeadObject'] ?? 0;
+    const before = heads();
+    const passes = 200;
+    for (let i = 0; i < passes; i++) await store.refresh();
+    // One HEAD a pass for the group that exists; the deleted one a handful of times in all.
+    const spent = heads() - before;
+    assert.ok(spent >= passes, `${spent} HEADs`);
+    assert.ok(spent - passes <= 10, `the deleted group cost ${spent - passes} HEADs in ${passes} polls`);
+    assert.equal(
+      await store.instanceGroup('control-plane-us-test-1a'),
+      deleted,
+      'its last good object is kept',
+    );
+    assert.ok(store.lastError({ instanceGroup: 'control-plane-us-test-1a' }) instanceof NotFoundError);
+
+    // `kops create ig` again: the next listing brings it back into every poll.
+    s3.putObject('kops-state', key, controlPlaneYaml.replace('maxSize: 1', 'maxSize: 2'));
+    assert.ok((await store.instanceGroups()).some((g) => g.metadata.name === 'control-plane-us-test-1a'));
+    const changed = once(store, 'instanceGroup');
+    await store.refresh();
+    const [ig] = await changed;
+    assert.equal(ig.spec.maxSize, 2);
+    assert.equal(store.lastError({ instanceGroup: 'control-plane-us-test-1a' }), undefined);
+  });
+
   for (const backend of backends) {
     test(`${backend.name}: reads the seeded layout, detects an edit, survives an outage`, async () => {
       await seedClusterStore(openVfs(backend.url, backend.options), aws.name, aws);

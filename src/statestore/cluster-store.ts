@@ -35,6 +35,14 @@ export const clusterPaths = {
  */
 export const defaultPollIntervalMs = 5_000;
 
+/**
+ * The longest a deleted instance group goes unchecked. Its last good object is still served (its
+ * nodes may run on), but a group that `kops delete ig` removed for good would otherwise cost a HEAD
+ * every poll for as long as the controller runs: it is checked after 1, 2, 4… polls, up to this. A
+ * listing that shows it again ({@link ClusterStore.instanceGroups}) has it checked at the next poll.
+ */
+export const maxDeletedCheckIntervalMs = 10 * 60_000;
+
 /** A failure to refresh one object; the previous good object stays in use. */
 export interface StoreReadError {
   path: string;
@@ -89,6 +97,8 @@ interface Entry<T> {
   value: T;
   /** The last refresh failure, cleared by the next success. */
   error?: Error;
+  /** While the object is deleted: the polls to skip before it is checked again, and the last such wait. */
+  deleted?: { skip: number; wait: number };
 }
 
 /**
@@ -98,6 +108,8 @@ interface Entry<T> {
 export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
   readonly vfs: Vfs;
   readonly #pollIntervalMs: number;
+  /** The most polls a deleted instance group is left unchecked ({@link maxDeletedCheckIntervalMs}). */
+  readonly #maxDeletedWait: number;
   readonly #logger: Logger;
   #cluster: Entry<Cluster> | undefined;
   readonly #instanceGroups = new Map<string, Entry<InstanceGroup>>();
@@ -114,6 +126,7 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
     super();
     this.vfs = vfs;
     this.#pollIntervalMs = options.pollIntervalMs ?? defaultPollIntervalMs;
+    this.#maxDeletedWait = Math.max(1, Math.floor(maxDeletedCheckIntervalMs / this.#pollIntervalMs));
     this.#logger = (options.logger ?? silentLogger).child({ component: 'cluster-store', store: vfs.url });
     this.#polling = options.registry ? pollingStores(options.registry) : undefined;
     const clock = options.clock ?? systemClock;
@@ -140,7 +153,8 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
 
   /**
    * Every instance group in the store (listed now; objects come from the cache when unchanged). A group
-   * listed but gone when read was deleted in between (or the listing lags): it is left out.
+   * listed but gone when read was deleted in between (or the listing lags): it is left out. A group
+   * known deleted that is listed again (created again) is checked at the next poll.
    */
   async instanceGroups(): Promise<InstanceGroup[]> {
     const paths = await this.vfs.list('instancegroup/');
@@ -152,6 +166,10 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
           .filter((n) => n !== '' && !n.includes('/')),
       ),
     ];
+    for (const name of names) {
+      const entry = this.#instanceGroups.get(name);
+      if (entry) entry.deleted = undefined;
+    }
     const groups = await Promise.all(
       names.map((name) =>
         this.instanceGroup(name).catch((err: unknown) => {
@@ -323,9 +341,18 @@ export class ClusterStore extends EventEmitter<ClusterStoreEvents> {
   }
 
   async #refreshInstanceGroup(entry: Entry<InstanceGroup>): Promise<void> {
+    if (entry.deleted && entry.deleted.skip > 0) {
+      entry.deleted.skip--;
+      return;
+    }
     try {
       const version = await this.vfs.stat(entry.path);
-      if (version === undefined) throw new NotFoundError(`${this.vfs.url}/${entry.path} has been deleted`);
+      if (version === undefined) {
+        const wait = entry.deleted ? Math.min(2 * entry.deleted.wait, this.#maxDeletedWait) : 1;
+        entry.deleted = { skip: wait, wait };
+        throw new NotFoundError(`${this.vfs.url}/${entry.path} has been deleted`);
+      }
+      entry.deleted = undefined;
       if (version === entry.version) {
         entry.error = undefined;
         return;
