@@ -94,6 +94,9 @@ export interface NodeControllerOptions {
   logger?: Logger;
 }
 
+/** Refusals logged at warn per leadership term; the rest at debug, after one line that says so. */
+export const maxRefusalLinesPerTerm = 50;
+
 /**
  * The wait before the next check of a node the cloud has refused `refusals` times in a row: `firstMs`
  * doubling to `maxMs`. A permanent refusal (another cluster's instance, a terminated one) then costs a
@@ -147,6 +150,8 @@ interface Term {
   groupOf: Map<string, string>;
   /** The refusal last logged per node, so a persisting refusal makes one line per term, not one per check. */
   refusals: Map<string, string>;
+  /** Refusal lines written at warn this term ({@link maxRefusalLinesPerTerm}). */
+  refusalLines: number;
   /** How many times in a row each node was refused since its Node last changed: its re-check backs off. */
   refusedInARow: Map<string, number>;
   /** The key that signs the managed-labels annotation, read once for the term. */
@@ -236,6 +241,7 @@ export class NodeController implements LeaderComponent {
       prefetched: new Map(),
       groupOf: new Map(),
       refusals: new Map(),
+      refusalLines: 0,
       refusedInARow: new Map(),
       key: this.#termKey(keyStop.signal, () => term),
       unsigned: new Map(),
@@ -529,7 +535,19 @@ export class NodeController implements LeaderComponent {
   async #reject(term: Term, node: NodeRecord, error: Error, signal: AbortSignal): Promise<void> {
     const message = `not labelling node: ${describeError(error)}`;
     if (term.refusals.get(node.name) !== message) {
-      this.#logger.warn({ node: node.name, providerID: node.providerID, err: message }, 'identity rejected');
+      const fields = { node: node.name, providerID: node.providerID, err: message };
+      // A fleet of refused nodes (another cluster's instances, a mass stop) would write a line per
+      // node at every leader change: past the first ones they go to debug, and the Events and
+      // node_controller_reconciles_total{result="rejected"} keep the whole list.
+      term.refusalLines++;
+      if (term.refusalLines <= maxRefusalLinesPerTerm) this.#logger.warn(fields, 'identity rejected');
+      else this.#logger.debug(fields, 'identity rejected');
+      if (term.refusalLines === maxRefusalLinesPerTerm + 1) {
+        this.#logger.warn(
+          { logged: maxRefusalLinesPerTerm },
+          `more than ${maxRefusalLinesPerTerm} nodes refused this leadership term; the rest are logged at debug (kubectl get events -A --field-selector reason=IdentityRejected lists them all)`,
+        );
+      }
       if (this.#stillCached(term, node)) term.refusals.set(node.name, message);
     }
     await this.#events.record(node, 'Warning', identityRejectedReason, message, signal);

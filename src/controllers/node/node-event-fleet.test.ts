@@ -16,12 +16,14 @@ import { Registry } from 'prom-client';
 import type { IdentifyResult, NodeIdentifier } from '../../cloud/types.ts';
 import { ForbiddenError } from '../../errors.ts';
 import { nodeInformer } from '../../kube/shared-informer.ts';
+import type { Logger } from '../../log.ts';
 import { type KubeObject, type SimApiServer, startApiServer } from '../../sim/apiserver/index.ts';
 import { ClusterStore, seedClusterStore } from '../../statestore/cluster-store.ts';
 import { loadSampleCluster } from '../../statestore/fixtures.ts';
 import { openVfs } from '../../statestore/open.ts';
+import { capturedLogger } from '../../testing/log-capture.ts';
 import { toolPath } from '../../testing/tools.ts';
-import { identityRejectedReason, NodeController } from './node-controller.ts';
+import { identityRejectedReason, maxRefusalLinesPerTerm, NodeController } from './node-controller.ts';
 
 const run = promisify(execFile);
 const sample = await loadSampleCluster('aws');
@@ -61,7 +63,7 @@ function createNode(name: string): void {
  * One leadership term of a NodeController in a process of its own (a client configuration of its
  * own, as a new replica or a restarted one has): runs until `n` refusals are counted, then ends.
  */
-async function term(n: number): Promise<void> {
+async function term(n: number, logger?: Logger): Promise<void> {
   const registry = new Registry();
   const kubeConfig = api.kubeConfig();
   const nodes = nodeInformer(kubeConfig);
@@ -71,6 +73,7 @@ async function term(n: number): Promise<void> {
     identifier: refusing,
     clusterStore: new ClusterStore(openVfs(`${root.url}/${sample.name}`), { pollIntervalMs: 60_000 }),
     registry,
+    ...(logger ? { logger } : {}),
   });
   const stop = new AbortController();
   const running = controller.start(stop.signal);
@@ -187,5 +190,22 @@ test('kubectl 1.20 describe node shows the refusal, and get events lists it', as
   } finally {
     api.store.delete('nodes', undefined, name);
     await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('a fleet of refused nodes writes 50 refusal lines a term at warn, then one line saying the rest are at debug', async () => {
+  const names = Array.from({ length: 60 }, (_, i) => `i-0lines${String(i).padStart(9, '0')}`);
+  for (const name of names) createNode(name);
+  try {
+    const { logger, lines } = capturedLogger();
+    await term(names.length, logger);
+    const messages = lines.map((line) => (JSON.parse(line) as { msg: string }).msg);
+    assert.equal(messages.filter((m) => m === 'identity rejected').length, maxRefusalLinesPerTerm);
+    assert.equal(
+      messages.filter((m) => m.startsWith(`more than ${maxRefusalLinesPerTerm} nodes refused`)).length,
+      1,
+    );
+  } finally {
+    for (const name of names) api.store.delete('nodes', undefined, name);
   }
 });
