@@ -10,7 +10,9 @@
  * the circuit opens. After that, a request is answered with a fault at once, without a call. One call
  * every `probeIntervalMs` still goes through as a probe. The first call that gets any answer from the
  * dependency closes the circuit. A refusal or throttling counts as an answer: the dependency is up.
- * Only what says it is down counts as a failure: no connection, no answer in time, a 5xx.
+ * Only what says it is down counts as a failure: no connection, no answer in time, and (from STS, the
+ * API server, a cloud) a 5xx. Any answer of the webhook, a 5xx included, is about the review it was
+ * sent, which the requester chose: only an unreachable or silent webhook is paused.
  *
  * Only the caller knows which outcome is which, so it tells the breaker: {@link CallTicket.answered},
  * {@link CallTicket.failed}, or {@link CallTicket.release} when the call never reached the dependency

@@ -220,12 +220,17 @@ describe('guardPause: a request the guard could not judge now is turned away bef
     assert.ok(await ask(join));
   });
 
-  test('the reader: a 503 or a dropped connection is a failed read, a Node or a 404 an answer', async () => {
+  test('the reader: a 503 is a failed read; a Node, a 404 or a 429 an answer', async () => {
     const api = await startApiServer();
     try {
       const circuit = new CircuitBreaker({ name: 'Node reads', failuresToOpen: 2, minFailingMs: 0 });
       const read = httpsNodeReader(api.kubeConfig(), { circuit, timeoutMs: 2_000 });
       assert.equal(await read('nobody'), undefined);
+      // Throttled: the API server is up, and what throttles the reads is volume anyone can send.
+      api.faults.errors({ rate: 1, status: 429 });
+      for (let i = 0; i < 3; i++) await assert.rejects(read('nobody'));
+      assert.equal(circuit.state, 'closed');
+      api.faults.reset();
       api.faults.errors({ rate: 1, status: 503 });
       await assert.rejects(read('nobody'));
       await assert.rejects(read('nobody'));

@@ -19,6 +19,7 @@ import { CsrApprover } from '../controllers/csr-approver/csr-approver.ts';
 import { servingPolicyOf } from '../controllers/csr-approver/serving-policy.ts';
 import { ipamControllerFromConfig } from '../controllers/ipam/from-config.ts';
 import { NodeController } from '../controllers/node/node-controller.ts';
+import { NodeEventRecorder } from '../controllers/node/node-event-recorder.ts';
 import type { SharedInformer } from '../kube/shared-informer.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { ValidationMetrics } from '../metrics/validation-metrics.ts';
@@ -75,7 +76,15 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
     registry: options.registry,
     logger,
   });
-  const nodeController = new NodeController({
+  // One recorder for the Events of the NodeController and IPAM: one write rate, and names keyed
+  // with what the NodeController reads of the replicas' shared key.
+  let nodeController: NodeController | undefined;
+  const events = new NodeEventRecorder(options.kubeConfig, {
+    registry: options.registry,
+    logger,
+    nameKey: () => nodeController?.eventNameKey,
+  });
+  nodeController = new NodeController({
     kubeConfig: options.kubeConfig,
     nodes: options.nodes,
     identifier,
@@ -85,6 +94,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
     identifyByNodeName: cloud.identifiesByNodeName,
     // The key that signs the managed-labels annotation lives beside the controller's lease.
     labelsKeyNamespace: config.leaderElection.namespace,
+    events,
     registry: options.registry,
     logger,
   });
@@ -98,6 +108,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
         nodeIdentifier: cloud.nodeIdentifier,
         kubeConfig: options.kubeConfig,
         nodes: options.nodes,
+        events,
         registry: options.registry,
         logger,
       }),

@@ -10,6 +10,7 @@ import type { NodeIdentifier } from '../../cloud/types.ts';
 import { ConfigError, InternalError } from '../../errors.ts';
 import type { SharedInformer } from '../../kube/shared-informer.ts';
 import type { Logger } from '../../log.ts';
+import type { NodeEventRecorder } from '../node/node-event-recorder.ts';
 import { IpamController } from './ipam-controller.ts';
 import { AwsPodCidrSource, GcePodCidrSource, HostPodCidrSource, type PodCidrSource } from './sources.ts';
 
@@ -25,6 +26,8 @@ export interface IpamFromConfigOptions {
   kubeConfig: KubeConfig;
   /** The process's Node watch. */
   nodes: SharedInformer<V1Node>;
+  /** Writes its Events (default: the recorder shared by the controllers of `kubeConfig`). */
+  events?: NodeEventRecorder;
   registry: Registry;
   logger?: Logger;
 }
@@ -66,6 +69,7 @@ export async function ipamControllerFromConfig(options: IpamFromConfigOptions): 
     kubeConfig: options.kubeConfig,
     nodes: options.nodes,
     source: await sourceOf(options),
+    ...(options.events ? { events: options.events } : {}),
     registry: options.registry,
     ...(options.logger ? { logger: options.logger } : {}),
   });

@@ -38,6 +38,7 @@ import type { LeaderComponent } from '../../runtime/controller-runtime.ts';
 import type { ClusterStore } from '../../statestore/cluster-store.ts';
 import type { InstanceGroup } from '../../statestore/kops-types.ts';
 import { labelsKeySecretName, loadLabelsKey, TermLabelsKey } from './labels-key.ts';
+import { eventNameKey } from './node-event.ts';
 import { type NodeEventRecorder, sharedNodeEventRecorder } from './node-event-recorder.ts';
 import { type NodeRecord, needsReconcile, nodeRecordOf } from './node-record.ts';
 
@@ -199,6 +200,7 @@ export class NodeController implements LeaderComponent {
   readonly name = 'node-controller';
   readonly #options: NodeControllerOptions;
   readonly #events: NodeEventRecorder;
+  #eventNameKey: { from: Uint8Array; key: Uint8Array } | undefined;
   /** Node patches go over the pooled client: an edit or a first start patches a whole group (src/kube/patch.ts). */
   readonly #kube: KubeHttps;
   readonly #logger: Logger;
@@ -219,6 +221,7 @@ export class NodeController implements LeaderComponent {
       sharedNodeEventRecorder(options.kubeConfig, {
         registry: this.#registry,
         logger: options.logger ?? silentLogger,
+        nameKey: () => this.eventNameKey,
       });
   }
 
@@ -229,6 +232,14 @@ export class NodeController implements LeaderComponent {
    */
   get labelsKey(): Uint8Array | undefined {
     return this.#term?.key.current;
+  }
+
+  /** The key the Events' names are made with, from {@link labelsKey} (node-event.ts eventNameKey). */
+  get eventNameKey(): Uint8Array | undefined {
+    const key = this.labelsKey;
+    if (!key) return undefined;
+    if (this.#eventNameKey?.from !== key) this.#eventNameKey = { from: key, key: eventNameKey(key) };
+    return this.#eventNameKey.key;
   }
 
   /** Follows the Node cache and labels Nodes until `signal` aborts. */
@@ -550,6 +561,9 @@ export class NodeController implements LeaderComponent {
       }
       if (this.#stillCached(term, node)) term.refusals.set(node.name, message);
     }
+    // The Event's name is keyed with the term's key: the first attempt to read it settles first, so
+    // another leader's Event of the same refusal is found, not written again under a random name.
+    await untilAborted(term.key.ready(), signal);
     await this.#events.record(node, 'Warning', identityRejectedReason, message, signal);
   }
 

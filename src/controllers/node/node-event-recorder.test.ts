@@ -5,13 +5,14 @@
  * and failures are counted and logged, never thrown.
  */
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { after, before, beforeEach, test } from 'node:test';
 import { Registry } from 'prom-client';
 import { type KubeObject, type SimApiServer, startApiServer } from '../../sim/apiserver/index.ts';
 import { FakeClock } from '../../testing/fake-clock.ts';
 import { capturedLogger } from '../../testing/log-capture.ts';
 import { outcomeWithin, silentApiServer } from '../../testing/silent-server.ts';
-import { eventName, nodeEvent } from './node-event.ts';
+import { eventName, eventNameKey, nodeEvent } from './node-event.ts';
 import {
   NodeEventRecorder,
   type NodeEventRecorderOptions,
@@ -19,6 +20,8 @@ import {
 } from './node-event-recorder.ts';
 
 const minute = 60_000;
+/** The replicas' key Event names are made with (the test's). */
+const nameKey = eventNameKey(Buffer.alloc(32, 7));
 let api: SimApiServer;
 const running = new AbortController();
 
@@ -36,7 +39,13 @@ function recorder(options: NodeEventRecorderOptions = {}) {
   const clock = new FakeClock();
   const registry = new Registry();
   const { logger, lines } = capturedLogger();
-  const events = new NodeEventRecorder(api.kubeConfig(), { clock, registry, logger, ...options });
+  const events = new NodeEventRecorder(api.kubeConfig(), {
+    clock,
+    registry,
+    logger,
+    nameKey: () => nameKey,
+    ...options,
+  });
   const results = async () =>
     Object.fromEntries(
       ((await registry.getSingleMetric('node_event_reports_total')?.get())?.values ?? []).map((v) => [
@@ -51,7 +60,7 @@ const node = { name: 'i-0123456789abcdef0', uid: 'uid-1' };
 const message = 'not labelling node: instance i-0123456789abcdef0 is tagged for cluster other';
 
 function stored(): KubeObject | undefined {
-  return api.store.get('events', 'default', eventName(node, 'Warning', 'IdentityRejected', message));
+  return api.store.get('events', 'default', eventName(node, 'Warning', 'IdentityRejected', message, nameKey));
 }
 
 /** Waits (in real time, the fake clock still) for writes the backlog started. */
@@ -86,7 +95,15 @@ test('a report seen again is only counted for 30 minutes; the next one patches c
 
 test('an Event another leader or process wrote is left as it is, then refreshed keeping its count', async () => {
   api.store.create({
-    ...nodeEvent(node, 'Warning', 'IdentityRejected', message, new Date(Date.UTC(2025, 11, 31)), 9),
+    ...nodeEvent(
+      eventName(node, 'Warning', 'IdentityRejected', message, nameKey),
+      node,
+      'Warning',
+      'IdentityRejected',
+      message,
+      new Date(Date.UTC(2025, 11, 31)),
+      9,
+    ),
     firstTimestamp: '2025-12-31T00:00:00Z',
     lastTimestamp: '2025-12-31T00:00:00Z',
   } as unknown as KubeObject);
@@ -131,7 +148,9 @@ test('writes past 100 at once wait in the backlog and go at 10 a second, in the 
   await eventually(() => api.store.list('events', 'default').length === 110);
   const written = new Set(api.store.list('events', 'default').map((e) => e.metadata.name));
   assert.ok(
-    nodes.slice(100, 110).every((n) => written.has(eventName(n, 'Warning', 'IdentityRejected', message))),
+    nodes
+      .slice(100, 110)
+      .every((n) => written.has(eventName(n, 'Warning', 'IdentityRejected', message, nameKey))),
     'the first to wait are the first written',
   );
   await clock.advance(4_000);
@@ -200,4 +219,46 @@ test('the controllers built from one client configuration share one recorder: on
   const shared = sharedNodeEventRecorder(kubeConfig, { registry: new Registry() });
   assert.equal(sharedNodeEventRecorder(kubeConfig), shared);
   assert.notEqual(sharedNodeEventRecorder(api.kubeConfig(), { registry: new Registry() }), shared);
+});
+
+test("attack: a refused node creates its refusal's Event first, under a name computed from what it can read, to hide the Warning; the recorder's name is keyed, so its Warning is written and shown", async () => {
+  // Every part of the report is public to the node; only the replicas' key is not.
+  const squatted = [
+    eventName(node, 'Warning', 'IdentityRejected', message, eventNameKey(Buffer.alloc(32, 0))),
+    // The name an unkeyed hash of the report gave (before this fix).
+    `${node.name}.${createHash('sha256')
+      .update(
+        JSON.stringify([node.name, node.uid, 'Warning', 'IdentityRejected', message, 'kops-controller']),
+      )
+      .digest('hex')
+      .slice(0, 16)}`,
+  ];
+  for (const name of squatted) {
+    api.store.create({
+      apiVersion: 'v1',
+      kind: 'Event',
+      metadata: { name, namespace: 'default' },
+      involvedObject: { apiVersion: 'v1', kind: 'Node', name: node.name, uid: node.name },
+      type: 'Normal',
+      reason: 'Nothing',
+      message: 'all good',
+      source: { component: 'kubelet' },
+    } as unknown as KubeObject);
+  }
+  const { events } = recorder();
+  assert.equal(await record(events), 'created');
+  assert.equal(stored()?.['type'], 'Warning');
+  assert.equal(stored()?.['message'], message);
+  assert.ok(!squatted.includes(stored()?.metadata.name ?? ''));
+});
+
+test("two replicas with the key find each other's Event; without a key each names its own at random", async () => {
+  const first = recorder();
+  const second = recorder();
+  assert.equal(await record(first.events), 'created');
+  assert.equal(await record(second.events), 'exists', 'the other leader wrote it: left as it is');
+  const keyless = [recorder({ nameKey: () => undefined }), recorder({ nameKey: () => undefined })];
+  for (const { events } of keyless) assert.equal(await record(events), 'created');
+  const names = api.store.list('events', 'default').map((e) => e.metadata.name);
+  assert.equal(new Set(names).size, 3, JSON.stringify(names));
 });

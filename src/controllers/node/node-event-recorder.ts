@@ -5,9 +5,12 @@
  * random name, cost one Event per node at every failover or rollout (5,000 refused nodes, 5,000 new
  * Events; volume audit finding 7). So:
  *
- * - the Event's name is derived from the report (src/controllers/node/node-event.ts), and a create
- *   the API server answers `AlreadyExists` means another leader or an earlier process wrote it within
- *   the API server's Event TTL (1 h by default), so it is visible: it is left as it is;
+ * - the Event's name is derived from the report, keyed with the replicas' shared secret
+ *   (src/controllers/node/node-event.ts: no node can compute it, so none can create it first or find
+ *   it to patch), and a create the API server answers `AlreadyExists` means another leader or an
+ *   earlier process wrote it within the API server's Event TTL (1 h by default), so it is visible:
+ *   it is left as it is. Until the key is read, names are random: such an Event is found again only
+ *   by the process that wrote it;
  * - a report written less than `refreshMs` ago is not written again, only counted; once that has
  *   passed, the next one patches the Event's `count` and `lastTimestamp` (one that the TTL removed
  *   meanwhile is created again), so a refusal that lasts keeps one Event, current within `refreshMs`;
@@ -29,7 +32,7 @@ import { sharedMetric } from '../../kube/metrics.ts';
 import { type Logger, RecurringFailureLog, silentLogger } from '../../log.ts';
 import { type Clock, systemClock } from '../../runtime/clock.ts';
 import { type BucketLimit, TokenBucket } from '../../runtime/token-bucket.ts';
-import { eventName, eventTimeoutMs, nodeEvent } from './node-event.ts';
+import { eventName, eventTimeoutMs, nodeEvent, reportKey } from './node-event.ts';
 import type { NodeRecord } from './node-record.ts';
 
 /** How one report ended, the `result` label of `node_event_reports_total`. */
@@ -59,6 +62,8 @@ export interface NodeEventRecorderOptions {
   maxBacklog?: number;
   /** Reports whose Event is remembered (default 20,000; the oldest forgotten first). */
   maxRemembered?: number;
+  /** The key Event names are made with ({@link eventNameKey}); undefined while there is none. */
+  nameKey?: () => Uint8Array | undefined;
   /** Time: the Events' timestamps (wall clock) and the refresh and the rate (monotonic). */
   clock?: Clock;
   /** Where `node_event_reports_total` goes (default: prom-client's). */
@@ -68,6 +73,8 @@ export interface NodeEventRecorderOptions {
 
 /** What is known of one Event this process wrote, or found written. */
 interface Remembered {
+  /** Its name: made once, so an Event first written without the key keeps its name. */
+  name: string;
   /** The `count` the Event has; undefined for one found written by someone else. */
   count: number | undefined;
   /** Reports of it since it was last written. */
@@ -103,8 +110,10 @@ export class NodeEventRecorder {
   readonly #maxRemembered: number;
   readonly #limit: BucketLimit;
   readonly #bucket: TokenBucket;
+  readonly #nameKey: () => Uint8Array | undefined;
+  /** By report ({@link reportKey}), the oldest first. */
   readonly #remembered = new Map<string, Remembered>();
-  /** Reports waiting for a token, by Event name, oldest first. */
+  /** Reports waiting for a token, by report, oldest first. */
   readonly #backlog = new Map<string, Waiting>();
   #drainTimer: (() => void) | undefined;
   readonly #inFlight = new Set<string>();
@@ -118,6 +127,7 @@ export class NodeEventRecorder {
     this.#refreshMs = options.refreshMs ?? 30 * 60_000;
     this.#maxBacklog = options.maxBacklog ?? 10_000;
     this.#maxRemembered = options.maxRemembered ?? 20_000;
+    this.#nameKey = options.nameKey ?? (() => undefined);
     this.#limit = options.limit ?? { burst: 100, perSecond: 10 };
     this.#bucket = new TokenBucket(this.#limit, this.#clock.monotonic());
     const registry = options.registry ?? register;
@@ -164,7 +174,7 @@ export class NodeEventRecorder {
     signal: AbortSignal,
   ): Promise<EventWrite> {
     signal.throwIfAborted();
-    const name = eventName(node, type, reason, message);
+    const name = reportKey(node, type, reason, message);
     const now = this.#clock.monotonic();
     const known = this.#remembered.get(name);
     let result: EventWrite;
@@ -225,38 +235,42 @@ export class NodeEventRecorder {
   }
 
   /** Writes a report's Event, a token taken; rejects only with the caller's signal's reason. */
-  async #write(name: string, report: Waiting): Promise<EventWrite> {
-    const { node, type, reason, message, signal } = report;
-    this.#inFlight.add(name);
+  async #write(report: string, waiting: Waiting): Promise<EventWrite> {
+    const { node, type, reason, message, signal } = waiting;
+    this.#inFlight.add(report);
+    const known = this.#remembered.get(report);
+    const name = known?.name ?? eventName(node, type, reason, message, this.#nameKey());
     try {
       const now = this.#clock.monotonic();
       const wall = this.#clock.now();
-      const known = this.#remembered.get(name);
       if (known) {
         const count = known.count === undefined ? undefined : known.count + known.unwritten;
         const patched = await this.#patch(name, wall, count, signal);
         if (patched !== undefined) {
-          this.#remember(name, { count: patched, unwritten: 0, writtenAt: now });
+          this.#remember(report, { name, count: patched, unwritten: 0, writtenAt: now });
           return 'updated';
         }
         // Gone since (the API server's Event TTL): made again, with the count it would have had.
         const recount = count ?? 1;
         const created = await this.#create(
-          nodeEvent(node, type, reason, message, new Date(wall), recount),
+          nodeEvent(name, node, type, reason, message, new Date(wall), recount),
           signal,
         );
-        this.#remember(name, { count: created ? recount : undefined, unwritten: 0, writtenAt: now });
+        this.#remember(report, { name, count: created ? recount : undefined, unwritten: 0, writtenAt: now });
         return created ? 'created' : 'exists';
       }
-      const created = await this.#create(nodeEvent(node, type, reason, message, new Date(wall)), signal);
-      this.#remember(name, { count: created ? 1 : undefined, unwritten: 0, writtenAt: now });
+      const created = await this.#create(
+        nodeEvent(name, node, type, reason, message, new Date(wall)),
+        signal,
+      );
+      this.#remember(report, { name, count: created ? 1 : undefined, unwritten: 0, writtenAt: now });
       return created ? 'created' : 'exists';
     } catch (err) {
       if (signal.aborted) throw signal.reason;
       this.#failures.failed(err, name, { node: node.name, reason, event: name });
       return 'failed';
     } finally {
-      this.#inFlight.delete(name);
+      this.#inFlight.delete(report);
     }
   }
 
@@ -301,9 +315,9 @@ export class NodeEventRecorder {
     return typeof patched.count === 'number' ? patched.count : (count ?? 1);
   }
 
-  #remember(name: string, entry: Remembered): void {
-    this.#remembered.delete(name);
-    this.#remembered.set(name, entry);
+  #remember(report: string, entry: Remembered): void {
+    this.#remembered.delete(report);
+    this.#remembered.set(report, entry);
     while (this.#remembered.size > this.#maxRemembered) {
       const oldest = this.#remembered.keys().next().value;
       if (oldest === undefined) break;

@@ -24,7 +24,7 @@ import {
   CoreV1Api,
   type V1CertificateSigningRequest,
 } from '@kubernetes/client-node';
-import { createEvent, nodeEvent } from '../../controllers/node/node-event.ts';
+import { eventName, nodeEvent } from '../../controllers/node/node-event.ts';
 import { ConflictError, InvalidInputError } from '../../errors.ts';
 import { kubeAnswerError, kubeHttps } from '../../kube/kube-https.ts';
 import { LeaderElector } from '../../kube/leader-election.ts';
@@ -180,8 +180,10 @@ describe('the simulator answers production as the real kube-apiserver does', () 
 
   describe('core/v1 Events (node controller, IPAM)', () => {
     test('the Event production records about a Node is accepted', async () => {
-      const event = nodeEvent({ name: 'n-event', uid: 'u-1' }, 'Warning', 'PodCIDRConflict', 'm', new Date());
-      await createEvent(core, event);
+      const node = { name: 'n-event', uid: 'u-1' };
+      const name = eventName(node, 'Warning', 'PodCIDRConflict', 'm', undefined);
+      const event = nodeEvent(name, node, 'Warning', 'PodCIDRConflict', 'm', new Date());
+      await core.createNamespacedEvent({ namespace: 'default', body: event });
       assert.ok(sim.store.get('events', 'default', event.metadata.name as string));
     });
 
