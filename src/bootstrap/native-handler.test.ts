@@ -15,7 +15,7 @@ import { isDependencyFault } from './dependency.ts';
 import { parseCertificatesRequest, pollRequest, submitCertificates } from './native-handler.ts';
 import { bootstrapTokenPolicy } from './policies/bootstrap-token.ts';
 import { renewalPolicy } from './policies/renewal.ts';
-import type { CsrQueue } from './queue.ts';
+import { type CsrQueue, readBudgetReason } from './queue.ts';
 import type { AuditRecord, BootstrapPolicy } from './types.ts';
 
 function input(kubelet: string, authorization?: string) {
@@ -267,4 +267,50 @@ test('a renewal presenting a certificate valid for less than the shortest lifeti
     /valid for less than the shortest lifetime this server issues \(10 min\)/,
   );
   assert.equal(audit.at(-1)?.verdict, 'deny');
+});
+
+test("a poll refused by the queue's own read budget is its 429 with reason and Retry-After: not an API-server fault, not counted or logged as one", async () => {
+  const failures: string[] = [];
+  const outages: unknown[] = [];
+  const spent = new RateLimitedError('too many reads of bootstrap requests the CSR watch does not hold', {
+    reason: readBudgetReason,
+    retryAfterSeconds: 1,
+  });
+  const throttled = new RateLimitedError('read certificate signing request: HTTP 429', {
+    retryAfterSeconds: 1,
+  });
+  let thrown: Error = spent;
+  const context = {
+    ca: createCa(),
+    policies: [],
+    readNode: async () => undefined,
+    queue: { wait: async () => Promise.reject(thrown) } as unknown as CsrQueue,
+    apiServer: 'https://api.internal.example.com',
+    metrics: { dependencyFailure: (dependency: string) => failures.push(dependency) },
+    outages: {
+      failed: (fault: unknown) => {
+        outages.push(fault);
+        return fault;
+      },
+    },
+    logger: silentLogger,
+  } as unknown as BootstrapContext;
+  const poll = () =>
+    pollRequest(context, `kops-bootstrap-${'b'.repeat(40)}`, '30', new AbortController().signal);
+  await assert.rejects(poll(), (err: unknown) => {
+    assert.equal(err, spent);
+    assert.equal(httpStatusOf(err), 429);
+    return true;
+  });
+  assert.deepEqual(failures, []);
+  assert.deepEqual(outages, []);
+  // The API server's own 429 is still the API server failing.
+  thrown = throttled;
+  await assert.rejects(poll(), (err: unknown) => {
+    assert.ok(isDependencyFault(err), String(err));
+    assert.equal(httpStatusOf(err), 503);
+    return true;
+  });
+  assert.deepEqual(failures, ['kubernetes-api']);
+  assert.equal(outages.length, 1);
 });

@@ -39,7 +39,7 @@ import {
 import { assertNoReservedNamesIn, issueForFacts, pemsOf, serialsOf } from './issue.ts';
 import { assertNodeNotRegistered } from './node-guard.ts';
 import { renewalScope } from './policies/renewal.ts';
-import type { QueueState } from './queue.ts';
+import { type QueueState, readBudgetReason } from './queue.ts';
 import type { AuditRecord, BootstrapRequest, NodeFacts } from './types.ts';
 
 /** Profiles a node may ask for through the native API; `kubelet` is required. */
@@ -446,6 +446,9 @@ export async function pollRequest(
   try {
     state = await context.queue.wait(id, Math.min(wait, maxWaitSeconds) * 1000, signal);
   } catch (err) {
+    // The queue's own limit on reads past its watch, as its caps are (429 with its reason and
+    // Retry-After): the API server has not failed, so it is neither counted nor logged as if it had.
+    if (err instanceof KopsError && err.reasonCode === readBudgetReason) throw err;
     if (!isTransientFailure(err)) throw err;
     // Not a decision, so no audit record: the node polls again after Retry-After, which grows with
     // the outage as a submission's does.

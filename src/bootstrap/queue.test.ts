@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { CertificatesV1Api, type V1CertificateSigningRequest } from '@kubernetes/client-node';
-import { ForbiddenError, KopsError } from '../errors.ts';
+import { ForbiddenError, httpStatusOf, KopsError } from '../errors.ts';
 import { silentLogger } from '../log.ts';
 import { bundlePem, createCa } from '../pki/ca.ts';
 import { parseCsr } from '../pki/csr.ts';
@@ -24,6 +24,7 @@ import { pollRequest } from './native-handler.ts';
 import { httpsNodeReader } from './node-guard.ts';
 import { queuePolicy } from './policies/queue.ts';
 import {
+  absentPollGraceMs,
   bootstrapSignerName,
   CsrQueue,
   type CsrQueueOptions,
@@ -32,6 +33,7 @@ import {
   type QueueLimits,
   queuedCsrName,
   queuedCsrObject,
+  readBudgetReason,
   readQueuedRequest,
   recentlyCreatedMs,
   sealKeyOf,
@@ -574,9 +576,10 @@ describe('polling a queued request when the API server accepts the connection an
 
 /**
  * A poll of a name the cache does not hold (tmp/volume.md, finding 10): each read the API server
- * once, so anyone could turn polls of made-up ids into CSR reads. While the CSR watch is current, the
- * watch answers; the reads left (a watch not current, a name this replica has just created) draw on
- * a small budget.
+ * once, so anyone could turn polls of made-up ids into CSR reads. Those reads now draw on a small
+ * budget, past which a current watch's "not there" stands alone (a watch may lag, so while the
+ * budget lasts it is confirmed by a read) and a watch that is not current cannot answer: the poll
+ * gets the queue's own 429. Names this replica has just created are read past the budget.
  */
 describe('polls of names the cache does not hold', () => {
   let sim: SimApiServer;
@@ -628,6 +631,45 @@ describe('polls of names the cache does not hold', () => {
     return queue;
   }
 
+  /**
+   * Makes the watches opened from now on deliver each change `lagMs` late, as an API server under a
+   * join storm does (the simulator's own watches deliver in the same turn, so no grace would ever
+   * matter); returns the function that stops lagging the watches opened after it.
+   */
+  function lagWatches(lagMs: number): () => void {
+    const store = sim.store;
+    const subscribe = store.subscribe;
+    store.subscribe = (listener, resource) => {
+      const held = new Set<NodeJS.Timeout>();
+      const unsubscribe = subscribe.call(
+        store,
+        (event) => {
+          const timer = setTimeout(() => {
+            held.delete(timer);
+            listener(event);
+          }, lagMs);
+          held.add(timer);
+        },
+        resource,
+      );
+      return () => {
+        for (const timer of held) clearTimeout(timer);
+        held.clear();
+        unsubscribe();
+      };
+    };
+    return () => {
+      store.subscribe = subscribe;
+    };
+  }
+
+  /** A sealed CSR another replica created: in the API server, not (yet) in this queue's cache. */
+  function createdElsewhere(claimedNodeName = 'node-q'): string {
+    const object = queuedCsrObject({ ...request, claimedNodeName }, facts, sealKeyOf(ca));
+    sim.store.create(object as unknown as KubeObject);
+    return object.metadata?.name as string;
+  }
+
   const unknownName = (i: number) => `kops-bootstrap-${i.toString(16).padStart(40, '0')}`;
 
   function clearQueue(): void {
@@ -635,9 +677,10 @@ describe('polls of names the cache does not hold', () => {
       sim.store.delete('certificatesigningrequests', undefined, csr.metadata.name as string);
   }
 
-  test('while the CSR watch is current, polls of unknown ids are 404 from the watch: no read of the API server', async () => {
+  test('while the CSR watch is current, polls of unknown ids are 404: the first ones confirmed by a read under the budget, the rest by the watch alone, never 429', async () => {
     const misses: string[] = [];
-    const queue = await currentQueue({ onMiss: (source) => misses.push(source) });
+    // A clock that stands still: the budget does not refill during the test.
+    const queue = await currentQueue({ now: () => 1_000_000, onMiss: (source) => misses.push(source) });
     const context = { queue, logger: silentLogger } as unknown as BootstrapContext;
     try {
       const before = await csrGets();
@@ -647,9 +690,14 @@ describe('polls of names the cache does not hold', () => {
           (err: unknown) => err instanceof KopsError && err.kind === 'not-found',
         );
       }
-      assert.equal((await csrGets()) - before, 0, 'polls of unknown ids read the API server');
+      assert.equal(
+        (await csrGets()) - before,
+        defaultQueueReadBudget.burst,
+        'polls of unknown ids read the API server past the budget',
+      );
       assert.equal(misses.length, 200);
-      assert.ok(misses.every((source) => source === 'watch'));
+      assert.equal(misses.filter((source) => source === 'api').length, defaultQueueReadBudget.burst);
+      assert.equal(misses.filter((source) => source === 'watch').length, 200 - defaultQueueReadBudget.burst);
     } finally {
       await queue.stop();
     }
@@ -659,9 +707,7 @@ describe('polls of names the cache does not hold', () => {
     const queue = await currentQueue();
     try {
       const before = await csrGets();
-      const object = queuedCsrObject(request, facts, sealKeyOf(ca));
-      const name = object.metadata?.name as string;
-      sim.store.create(object as unknown as KubeObject);
+      const name = createdElsewhere();
       // Asked in the same turn as the create: the watch cannot have delivered it. Found, it stays
       // pending (nobody decides) until the poll's 1 s is up.
       const waiting = queue.wait(name, 1_000);
@@ -670,19 +716,83 @@ describe('polls of names the cache does not hold', () => {
       assert.equal(outcome.error, undefined, String(outcome.error));
       assert.equal(outcome.value?.state, 'pending');
       assert.equal((await csrGets()) - before, 0, 'the watch delivered it: no read');
-      // A poll that asked for no wait is answered at once, from the watch.
-      const other = queuedCsrObject({ ...request, claimedNodeName: 'node-q2' }, facts, sealKeyOf(ca));
-      sim.store.create(other as unknown as KubeObject);
-      await assert.rejects(queue.wait(other.metadata?.name as string, 0), { name: 'NotFoundError' });
     } finally {
       clearQueue();
       await queue.stop();
     }
   });
 
-  test('a name this replica created is read past a current cache for a few seconds, then answered from the watch', async () => {
+  test('a long-poll waits for a watch that delivers the ADDED 1 s late: found from the watch, with no read of the API server', async () => {
+    const restore = lagWatches(1_000);
+    const queue = await currentQueue().finally(restore);
+    const release = new AbortController();
+    try {
+      const before = await csrGets();
+      const name = createdElsewhere();
+      const waiting = queue.wait(name, 30_000, release.signal);
+      assert.ok((await outcomeWithin(waiting, 200)).pending, 'answered before the watch delivered the CSR');
+      for (let i = 0; i < 500 && queue.pendingCount() === 0; i++) await new Promise((r) => setTimeout(r, 10));
+      assert.equal(queue.pendingCount(), 1, 'the lagging watch never delivered the CSR');
+      // Found, the poll would wait for a decision: end it (as a node that hangs up).
+      release.abort();
+      const outcome = await outcomeWithin(waiting, 5_000);
+      assert.ok(!outcome.pending, 'the aborted poll was still waiting 5 s later');
+      assert.equal(outcome.error, undefined, String(outcome.error));
+      assert.equal(outcome.value?.state, 'pending');
+      assert.equal(
+        (await csrGets()) - before,
+        0,
+        'the poll read the API server instead of waiting for the watch',
+      );
+    } finally {
+      release.abort();
+      clearQueue();
+      await queue.stop();
+    }
+  });
+
+  test('a watch lagging past the grace (the ADDED 6 s late): a long-poll reads the CSR once, under the budget, and finds it; it is not told 404', async () => {
+    const restore = lagWatches(6_000);
+    const misses: string[] = [];
+    const queue = await currentQueue({ onMiss: (source) => misses.push(source) }).finally(restore);
+    try {
+      const before = await csrGets();
+      const name = createdElsewhere();
+      const outcome = await outcomeWithin(queue.wait(name, absentPollGraceMs + 500), 10_000);
+      assert.ok(!outcome.pending, 'the poll was still waiting 10 s later');
+      assert.equal(outcome.error, undefined, String(outcome.error));
+      assert.equal(outcome.value?.state, 'pending');
+      assert.equal(queue.pendingCount(), 0, 'the watch had delivered the CSR: the lag did not hold it');
+      assert.equal((await csrGets()) - before, 1, 'one read, after the grace');
+      assert.deepEqual(misses, ['api']);
+    } finally {
+      clearQueue();
+      await queue.stop();
+    }
+  });
+
+  test('a poll with wait=0 of a CSR the lagging watch has not delivered reads it once: found (202), not 404', async () => {
+    const restore = lagWatches(1_000);
+    const queue = await currentQueue().finally(restore);
+    const context = { queue, logger: silentLogger } as unknown as BootstrapContext;
+    try {
+      const before = await csrGets();
+      const name = createdElsewhere();
+      const answer = await pollRequest(context, name, '0', new AbortController().signal);
+      assert.equal(answer.status, 202, JSON.stringify(answer.body));
+      assert.equal((answer.body as { requestId?: string }).requestId, name);
+      assert.equal(queue.pendingCount(), 0, 'the watch had delivered the CSR: the lag did not hold it');
+      assert.equal((await csrGets()) - before, 1);
+    } finally {
+      clearQueue();
+      await queue.stop();
+    }
+  });
+
+  test('a name this replica created is read past a current cache for a few seconds, even with the budget spent; then answered from the watch', async () => {
     let now = 1_000_000;
-    const queue = await currentQueue({ now: () => now });
+    // One read, regained only after 100 s: spent for the whole test.
+    const queue = await currentQueue({ now: () => now, readBudget: { burst: 1, perSecond: 0.01 } });
     try {
       const { name } = await queue.submit(request, facts);
       // The CSR goes (a human deleted it) and the watch has told the cache so.
@@ -691,20 +801,28 @@ describe('polls of names the cache does not hold', () => {
       for (let i = 0; i < 500 && queue.pendingCount() > 0; i++) await new Promise((r) => setTimeout(r, 10));
       assert.equal(queue.pendingCount(), 0);
       const before = await csrGets();
+      await assert.rejects(queue.lookup(unknownName(1)), { name: 'NotFoundError' });
+      assert.equal((await csrGets()) - before, 1, 'the budget allows one read');
       await assert.rejects(queue.lookup(name), { name: 'NotFoundError' });
-      assert.equal((await csrGets()) - before, 1, 'a name created moments ago is read');
+      assert.equal(
+        (await csrGets()) - before,
+        2,
+        'a name created moments ago is read, past the spent budget',
+      );
       now += recentlyCreatedMs + 1;
       await assert.rejects(queue.lookup(name), { name: 'NotFoundError' });
-      assert.equal((await csrGets()) - before, 1, 'past the window the watch answers');
+      assert.equal((await csrGets()) - before, 2, 'past the window (and the budget) the watch answers');
     } finally {
       clearQueue();
       await queue.stop();
     }
   });
 
-  test('while the watch is not current, reads past the cache draw on a budget: beyond it a poll is 503 with Retry-After', async () => {
+  test("while the watch is not current, reads past the cache draw on a budget: beyond it a poll is the queue's own 429 with Retry-After, not an API-server fault; names created here are read past it", async () => {
     let now = 1_000_000;
     const misses: string[] = [];
+    const failures: string[] = [];
+    const outages: unknown[] = [];
     const kubeConfig = sim.kubeConfig();
     // Not started: never synced, as a replica whose CSR list has not completed.
     const queue = new CsrQueue({
@@ -714,29 +832,51 @@ describe('polls of names the cache does not hold', () => {
       now: () => now,
       onMiss: (source) => misses.push(source),
     });
-    const context = { queue, logger: silentLogger } as unknown as BootstrapContext;
-    const before = await csrGets();
-    const outcomes: string[] = [];
-    for (let i = 0; i < defaultQueueReadBudget.burst + 20; i++) {
-      const error = await pollRequest(context, unknownName(i), '0', new AbortController().signal).then(
-        () => undefined,
-        (err: unknown) => err,
-      );
-      assert.ok(error instanceof KopsError, String(error));
-      outcomes.push(error.kind);
-      if (error.kind !== 'not-found') {
-        assert.ok(error instanceof DependencyFaultError, String(error));
-        assert.equal(error.httpStatus, 503);
-        assert.ok(error.retryAfterSeconds >= 1, String(error.retryAfterSeconds));
+    const context = {
+      queue,
+      logger: silentLogger,
+      metrics: { dependencyFailure: (dependency: string) => failures.push(dependency) },
+      outages: {
+        failed: (fault: unknown) => {
+          outages.push(fault);
+          return fault;
+        },
+      },
+    } as unknown as BootstrapContext;
+    try {
+      const { name: created } = await queue.submit(request, facts);
+      const before = await csrGets();
+      const outcomes: string[] = [];
+      for (let i = 0; i < defaultQueueReadBudget.burst + 20; i++) {
+        const error = await pollRequest(context, unknownName(i), '0', new AbortController().signal).then(
+          () => undefined,
+          (err: unknown) => err,
+        );
+        assert.ok(error instanceof KopsError, String(error));
+        outcomes.push(error.kind);
+        if (error.kind !== 'not-found') {
+          assert.ok(!(error instanceof DependencyFaultError), `${error.name}: ${error.message}`);
+          assert.equal(error.kind, 'rate-limited', error.message);
+          assert.equal(httpStatusOf(error), 429);
+          assert.equal(error.reasonCode, readBudgetReason);
+          assert.ok((error.retryAfterSeconds ?? 0) >= 1, String(error.retryAfterSeconds));
+        }
       }
+      assert.equal((await csrGets()) - before, defaultQueueReadBudget.burst);
+      assert.equal(outcomes.filter((kind) => kind === 'not-found').length, defaultQueueReadBudget.burst);
+      assert.equal(misses.filter((source) => source === 'api').length, defaultQueueReadBudget.burst);
+      assert.equal(misses.filter((source) => source === 'refused').length, 20);
+      assert.deepEqual(failures, [], 'counted as the API server failing');
+      assert.equal(outages.length, 0, 'fed to the outage (logged as the API server unavailable)');
+      // The node whose request this replica queued a moment ago is not held back by the spent budget.
+      assert.equal((await queue.lookup(created)).state, 'pending');
+      assert.equal((await csrGets()) - before, defaultQueueReadBudget.burst + 1);
+      // The budget refills with time.
+      now += 1_000;
+      await assert.rejects(queue.lookup(unknownName(999)), { name: 'NotFoundError' });
+      assert.equal((await csrGets()) - before, defaultQueueReadBudget.burst + 2);
+    } finally {
+      clearQueue();
     }
-    assert.equal((await csrGets()) - before, defaultQueueReadBudget.burst);
-    assert.equal(outcomes.filter((kind) => kind === 'not-found').length, defaultQueueReadBudget.burst);
-    assert.equal(misses.filter((source) => source === 'api').length, defaultQueueReadBudget.burst);
-    assert.equal(misses.filter((source) => source === 'refused').length, 20);
-    // The budget refills with time.
-    now += 1_000;
-    await assert.rejects(queue.lookup(unknownName(999)), { name: 'NotFoundError' });
-    assert.equal((await csrGets()) - before, defaultQueueReadBudget.burst + 1);
   });
 });

@@ -20,11 +20,13 @@
  * - The queue is bounded: at most `maxPending` undecided requests in all and `maxPendingPerSource`
  *   from one source; beyond, a new request gets 429 with Retry-After. The signer expires undecided
  *   requests after a TTL (queue-signer.ts).
- * - Polls are answered from a watch of the CSRs. While it is current, a name it does not hold is
- *   not found without asking the API server (a long-poll first gives another replica's create a
- *   moment to arrive); only a name this replica has just created, or any name while the watch is not
- *   current, is read, under a small budget: polls of made-up ids cost the API server nothing while
- *   the watch is current, and at most the budget's reads otherwise.
+ * - Polls are answered from a watch of the CSRs. A name it does not hold is read from the API
+ *   server under a small budget (a long-poll first gives another replica's create a moment to
+ *   arrive through the watch): a watch may lag, so a current one's "not there" is confirmed while the
+ *   budget lasts, and stands alone past it; a watch that is not current cannot answer, so past the
+ *   budget the poll is the queue's own 429. Polls of made-up ids cost the API server at most the
+ *   budget's reads. A name this replica has just created is read past the budget: those reads are
+ *   bounded by the queue's own creations.
  */
 
 import { createHash, createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
@@ -112,31 +114,35 @@ const defaultCreateTimeoutMs = 5_000;
 const defaultReadTimeoutMs = 5_000;
 
 /**
- * How long after this replica created a CSR a poll of it is read past a current cache: the create's
- * answer may reach the node (and its poll come back) before the watch delivers the CSR here.
+ * How long after this replica created a CSR a poll of it is read past a current cache, at once and
+ * whatever is left of the read budget: the create's answer may reach the node (and its poll come
+ * back) before the watch delivers the CSR here.
  */
 export const recentlyCreatedMs = 10_000;
 
 /**
- * How long a long-poll of a name a current watch does not hold waits for it before it is not found:
- * another replica or worker created it and answered the node a moment before this watch delivers
- * it. Not found there, the node would submit its request again (policy, proof and all).
+ * How long a long-poll of a name a current watch does not hold waits for the watch to deliver it
+ * before reading it: another replica or worker created it and answered the node a moment before this
+ * watch delivers it, and the watch usually does within this, at no read.
  */
 export const absentPollGraceMs = 3_000;
 
 /**
- * Reads of one CSR past the cache that polls may cause, in all (per process): while the watch is
- * current only names created here in the last seconds are read, so the budget matters when the watch
- * is not (listing, reconnecting) and anyone's poll of a made-up id would otherwise be a read.
+ * Reads of one CSR past the cache that polls may cause, in all (per process), names created here in
+ * the last seconds aside: anyone's poll of a made-up id would otherwise be a read.
  */
 export const defaultQueueReadBudget: BucketLimit = { burst: 20, perSecond: 2 };
 
-/** The reason of the 503 a poll gets when the read budget is spent. */
+/**
+ * The reason of the 429 a poll gets when the read budget is spent and the watch is not current: the
+ * queue's own limit, as its caps are, not the API server failing.
+ */
 export const readBudgetReason = 'queue-read-budget';
 
 /**
- * How a lookup of a name the cache does not hold was answered: by a current watch (not found), by a
- * read of the API server, or refused because the read budget was spent.
+ * How a lookup of a name the cache does not hold was answered: by a current watch alone (not found;
+ * the read budget was spent), by a read of the API server, or refused because the read budget was
+ * spent and the watch is not current.
  */
 export type QueueMissSource = 'watch' | 'api' | 'refused';
 
@@ -818,19 +824,27 @@ export class CsrQueue {
   }
 
   /**
-   * The CSR called `name`: from the cache; for a name it does not hold, undefined when the watch is
-   * current (`fromWatch`), unless this queue created the name moments ago; otherwise read, if the
-   * read budget allows (RateLimitedError with Retry-After when it does not).
+   * Whether a long-poll of `name` should first wait for the watch: absent from a current one, and not
+   * created here moments ago (that name is read at once, the node having been answered already).
    */
-  async #find(name: string): Promise<{ csr: V1CertificateSigningRequest | undefined; fromWatch: boolean }> {
+  #absentFromCurrentWatch(name: string): boolean {
+    return !this.#informer.get(name) && !this.#createdRecently(name) && this.isCurrent();
+  }
+
+  /**
+   * The CSR called `name`: from the cache; for a name it does not hold, read (a name this queue
+   * created moments ago, always; any other, if the read budget allows). Past the budget, undefined
+   * when the watch is current, whose answer it is; otherwise RateLimitedError with Retry-After.
+   */
+  async #find(name: string): Promise<V1CertificateSigningRequest | undefined> {
     const cached = this.#informer.get(name);
-    if (cached) return { csr: cached, fromWatch: false };
-    if (this.isCurrent() && !this.#createdRecently(name)) {
-      this.#options.onMiss?.('watch');
-      return { csr: undefined, fromWatch: true };
-    }
+    if (cached) return cached;
     const now = this.#now();
-    if (!this.#readBudget.tryTake(now)) {
+    if (!this.#createdRecently(name) && !this.#readBudget.tryTake(now)) {
+      if (this.isCurrent()) {
+        this.#options.onMiss?.('watch');
+        return undefined;
+      }
       this.#options.onMiss?.('refused');
       const retryAfterSeconds = Math.max(1, Math.ceil(this.#readBudget.msUntilToken(now) / 1000));
       throw new RateLimitedError(
@@ -839,7 +853,7 @@ export class CsrQueue {
       );
     }
     this.#options.onMiss?.('api');
-    return { csr: await this.#read(name), fromWatch: false };
+    return this.#read(name);
   }
 
   /** Where `csr` (found under `name`) stands; NotFoundError when there is none, or it is not ours. */
@@ -854,16 +868,17 @@ export class CsrQueue {
 
   /**
    * Where the queued request `name` stands; NotFoundError for unknown names and foreign CSRs,
-   * RateLimitedError when it would need a read past the cache and the read budget is spent.
+   * RateLimitedError when it would need a read past the cache, the read budget is spent and the
+   * watch is not current.
    */
   async lookup(name: string): Promise<QueueState> {
-    return this.#stateOfFound(name, (await this.#find(name)).csr);
+    return this.#stateOfFound(name, await this.#find(name));
   }
 
   /**
    * Waits up to `waitMs` for `name` to be issued or denied (an approval alone is still pending: the
    * signer has yet to sign); resolves with the state then. A name a current watch does not hold is
-   * waited for up to {@link absentPollGraceMs} (within `waitMs`) before it is not found.
+   * waited for up to {@link absentPollGraceMs} (within `waitMs`) before it is read.
    */
   async wait(name: string, waitMs: number, signal?: AbortSignal): Promise<QueueState> {
     // Monotonic: a step of the wall clock must neither hold the poll nor end it at once.
@@ -875,29 +890,38 @@ export class CsrQueue {
       const woken = new Promise<void>((resolve) => {
         wake = resolve;
       });
+      // The poll's own end (its wait is up, or it was given up), as opposed to a change of `name`.
+      let ended = false;
+      const end = () => {
+        ended = true;
+        wake();
+      };
       const waiters = this.#waiters.get(name) ?? new Set();
       this.#waiters.set(name, waiters);
       waiters.add(wake);
       let timer: NodeJS.Timeout | undefined;
       try {
-        const found = await this.#find(name);
         const left = deadline - performance.now();
-        if (found.fromWatch && !graced && left > 0 && !signal?.aborted) {
-          // Absent from a current watch: created elsewhere a moment ago, or never. Its add wakes us.
+        if (!graced && left > 0 && !signal?.aborted && this.#absentFromCurrentWatch(name)) {
+          // Created elsewhere a moment ago, or never: its ADDED wakes us, and no read is needed.
           graced = true;
-          signal?.addEventListener('abort', wake, { once: true });
-          timer = setTimeout(wake, Math.min(absentPollGraceMs, left));
+          signal?.addEventListener('abort', end, { once: true });
+          timer = setTimeout(end, Math.min(absentPollGraceMs, left));
           await woken;
           continue;
         }
-        const state = this.#stateOfFound(name, found.csr);
-        if (state.state !== 'pending' || left <= 0 || signal?.aborted) return state;
-        signal?.addEventListener('abort', wake, { once: true });
-        timer = setTimeout(wake, left);
+        const state = this.#stateOfFound(name, await this.#find(name));
+        const rest = deadline - performance.now();
+        if (state.state !== 'pending' || rest <= 0 || signal?.aborted) return state;
+        signal?.addEventListener('abort', end, { once: true });
+        timer = setTimeout(end, rest);
         await woken;
+        // Nothing has changed `name` since that look: another would only repeat it, or read the
+        // API server again for a name a lagging watch still lacks.
+        if (ended) return state;
       } finally {
         clearTimeout(timer);
-        signal?.removeEventListener('abort', wake);
+        signal?.removeEventListener('abort', end);
         waiters.delete(wake);
         if (waiters.size === 0) this.#waiters.delete(name);
       }
