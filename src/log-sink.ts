@@ -7,7 +7,13 @@
  * So the lines a full pipe does not take wait here, up to {@link maxBufferedLogBytes}, and are
  * written as it drains; lines past that are dropped and counted ({@link LogSink.dropped}), and one
  * line says how many once the pipe has drained. At exit, what still waits is written out
- * synchronously for at most {@link exitFlushMs}.
+ * synchronously for at most {@link exitFlushMs}, the last word of the process
+ * ({@link LogSink.finalLine}) included: one wait, and that line comes last.
+ *
+ * Each write hands the pipe whole lines of at most {@link pipeAtomicBytes} in all: other processes
+ * write to the same pipe (the bootstrap server's workers inherit standard error), and the kernel
+ * takes such a write whole or not at all, never the start of a line with the rest left for later,
+ * when another process's line could land in between.
  *
  * Why not sonic-boom's asynchronous mode: it writes on libuv's thread pool, and a write blocked
  * there holds the process at exit until the reader reads again (the pipe is not always
@@ -29,6 +35,11 @@ const maxRetryMs = 100;
 const flushPollMs = 10;
 /** The most lines handed to one `writev`. */
 const maxBuffersPerWrite = 64;
+/**
+ * PIPE_BUF: a non-blocking write of at most this many bytes to a pipe is taken whole or refused
+ * (`EAGAIN`), never cut (POSIX; Linux's pipe page). Only a single line longer than this can be cut.
+ */
+export const pipeAtomicBytes = 4096;
 
 /** Where a sink writes, and its clock: standard error, or a test's. */
 export interface SinkOutput {
@@ -95,8 +106,22 @@ export class LogSink {
   }
 
   write(line: string): void {
-    const bytes = Buffer.from(line);
-    if (this.#gone || this.#queuedBytes + bytes.length > this.#maxBytes) {
+    this.#add(Buffer.from(line), false);
+  }
+
+  /**
+   * The last word of a process that is ending (a failed command's error, a fatal exit's reason):
+   * after every line held, and after the line reporting drops not reported yet; kept even past the
+   * bound. It waits for nothing: the exit's flush writes it out with the rest, within the exit's one
+   * bound, so it comes last, or not at all when a stalled reader has not taken what came before.
+   */
+  finalLine(line: string): void {
+    this.#reportDrops();
+    this.#add(Buffer.from(line), true);
+  }
+
+  #add(bytes: Buffer, keep: boolean): void {
+    if (this.#gone || (!keep && this.#queuedBytes + bytes.length > this.#maxBytes)) {
       // The newest line goes: what is kept stays in order, and the report marks the gap.
       this.#dropped++;
       this.#unreported++;
@@ -115,22 +140,44 @@ export class LogSink {
 
   /**
    * Writes out everything held, waiting for the destination for at most `timeoutMs` (the thread
-   * blocks meanwhile); whether nothing is left.
+   * blocks meanwhile); whether nothing is left. pino calls it with no timeout after each `fatal`
+   * record: that waits for nothing, since the exit that follows a fatal record waits, once, for
+   * everything held (a wait without a bound would hold the exit for as long as the reader stalls).
    */
-  flushSync(timeoutMs: number): boolean {
+  flushSync(timeoutMs = 0): boolean {
     const deadline = this.#out.now() + timeoutMs;
     for (;;) {
       if (this.#writeOut()) return true;
       const left = deadline - this.#out.now();
-      if (left <= 0) return false;
+      if (!(left > 0)) return false;
       this.#out.sleep(Math.min(flushPollMs, left));
     }
   }
 
-  /** The process is exiting: writes out what is held, and what is logged after, for at most `timeoutMs`. */
+  /**
+   * The process is exiting: writes out what is held, and what is logged after (by a later `exit`
+   * listener), waiting for the destination until `timeoutMs` from now, all of them together.
+   */
   flushAtExit(timeoutMs: number): void {
     this.#exitDeadline = this.#out.now() + timeoutMs;
     this.flushSync(timeoutMs);
+  }
+
+  /**
+   * The next write: the lines at the front whose total is at most {@link pipeAtomicBytes}, or the
+   * first alone when it is longer (such a line was never written whole).
+   */
+  #nextWrite(): Buffer[] {
+    const first = this.#queue[0] as Buffer;
+    let bytes = first.length;
+    let count = 1;
+    while (count < this.#queue.length && count < maxBuffersPerWrite) {
+      const next = (this.#queue[count] as Buffer).length;
+      if (bytes + next > pipeAtomicBytes) break;
+      bytes += next;
+      count++;
+    }
+    return this.#queue.slice(0, count);
   }
 
   /** Writes what the destination takes now; whether nothing is left. */
@@ -138,7 +185,7 @@ export class LogSink {
     while (this.#queue.length > 0) {
       let written: number;
       try {
-        written = this.#out.writev(this.#queue.slice(0, maxBuffersPerWrite));
+        written = this.#out.writev(this.#nextWrite());
       } catch (err) {
         if (isBusy(err)) return false;
         this.#dropped += this.#queue.length;
@@ -150,12 +197,16 @@ export class LogSink {
       if (written === 0) return false;
       this.#taken(written);
     }
-    if (this.#unreported > 0 && !this.#gone) {
-      const dropped = this.#unreported;
-      this.#unreported = 0;
-      this.#report?.(dropped);
-    }
+    this.#reportDrops();
     return true;
+  }
+
+  /** Reports the lines dropped since the last report, if any, and if anyone could read it. */
+  #reportDrops(): void {
+    if (this.#unreported === 0 || this.#gone) return;
+    const dropped = this.#unreported;
+    this.#unreported = 0;
+    this.#report?.(dropped);
   }
 
   /** The destination took `bytes` from the front of the queue. */
@@ -248,11 +299,7 @@ export function stderrLinesDropped(): number {
   return processSink?.dropped ?? 0;
 }
 
-/**
- * Writes out what the process's sink holds, waiting at most `timeoutMs` for a stalled reader; for
- * a line written to standard error by other means that must come after the log (the last line of a
- * failed command). Whether nothing is left.
- */
-export function flushStderrSink(timeoutMs = exitFlushMs): boolean {
-  return processSink?.flushSync(timeoutMs) ?? true;
+/** Writes `line` to standard error as the process's last word: {@link LogSink.finalLine}. */
+export function finalStderrLine(line: string): void {
+  stderrSink().finalLine(line);
 }

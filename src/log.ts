@@ -6,7 +6,7 @@
  */
 import { type Logger, pino } from 'pino';
 import { describeError } from './errors.ts';
-import { exitFlushMs, flushStderrSink, stderrLinesDropped, stderrSink } from './log-sink.ts';
+import { finalStderrLine, stderrLinesDropped, stderrSink } from './log-sink.ts';
 
 export type { Logger } from 'pino';
 
@@ -112,12 +112,13 @@ export function logLinesDropped(): number {
 }
 
 /**
- * Writes out the log lines still waiting for the reader of standard error, waiting for it at most
- * `timeoutMs`: before a line written there by other means that must come after them. Whether none is
- * left. Exits do this by themselves.
+ * Writes `line` (with its newline) on standard error as the last word of a process about to end (a
+ * failed command's error, a fatal exit's reason): after the log lines still waiting for a slow
+ * reader, in the same one wait for it at exit (at most 2 s), so it comes last or, when the reader
+ * has not taken those by then, not at all. It waits for nothing itself.
  */
-export function flushLog(timeoutMs = exitFlushMs): boolean {
-  return flushStderrSink(timeoutMs);
+export function writeLastLine(line: string): void {
+  finalStderrLine(line);
 }
 
 /** A logger that drops everything, for tests and library defaults. */

@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
 import { describeError, exitCodeOf, KopsError } from '../errors.ts';
-import { flushLog } from '../log.ts';
+import { writeLastLine } from '../log.ts';
 import { commandNames, loadCommands } from './commands.ts';
 import { defaultVerbosity, logFormatOption, verbosityOf } from './common.ts';
 import { exitAfterGrace } from './exit-grace.ts';
@@ -64,9 +64,9 @@ export async function main(argv: readonly string[]): Promise<number> {
       // Commander has already printed its message (usage errors, --help, --version).
       return err.exitCode === 1 ? 2 : err.exitCode;
     }
-    // The command's log lines still waiting for a slow reader come before its last word.
-    flushLog();
-    process.stderr.write(`kops-controller: ${errorLine(err)}\n`);
+    // After the command's log lines still waiting for a slow reader, and written out with them
+    // when the process exits (waiting for that reader at most 2 s, never holding the exit longer).
+    writeLastLine(`kops-controller: ${errorLine(err)}\n`);
     const code = exitCodeOf(err);
     // The error is the command's answer: what it left running must not keep the process alive.
     exitAfterGrace(code);

@@ -12,7 +12,7 @@ import type { Config } from '../config/schema.ts';
 import { describeError, exitCodeOf, InternalError } from '../errors.ts';
 import { LeaderElector, type LeaseClient } from '../kube/leader-election.ts';
 import { sharedMetric } from '../kube/metrics.ts';
-import { flushLog, type Logger, RecurringFailureLog, silentLogger } from '../log.ts';
+import { type Logger, RecurringFailureLog, silentLogger, writeLastLine } from '../log.ts';
 import { Backoff } from './backoff.ts';
 import { type Clock, sleep, systemClock } from './clock.ts';
 import { type OpsServer, type ReadinessCheck, startOpsServer } from './ops-server.ts';
@@ -279,9 +279,9 @@ export class ControllerRuntime {
       this.#options.exit ??
       ((code: number) => {
         // At once, not after the usual cleanup: the deadline is what keeps two leaders apart. The
-        // log's waiting lines first (at most 2 s, running nothing else), so the line comes last.
-        flushLog();
-        process.stderr.write(`kops-controller: ${reason}\n`);
+        // exit writes out the log's waiting lines, then this one (at most 2 s in all, running
+        // nothing else), so it comes last.
+        writeLastLine(`kops-controller: ${reason}\n`);
         process.exit(code);
       });
     exit(exitCodeOf(this.#fatal));
