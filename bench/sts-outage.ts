@@ -21,7 +21,7 @@ import { CircuitBreaker } from '../src/bootstrap/circuit-breaker.ts';
 import { stsReplayCall } from '../src/bootstrap/policies/sts-client.ts';
 import { cloudCallMetrics } from '../src/cloud/metrics.ts';
 import { startBootstrapHarness } from '../src/testing/bootstrap-harness.ts';
-import { cloudRequests } from '../src/testing/cloud-calls.ts';
+import { cloudCallsMade } from '../src/testing/cloud-calls.ts';
 import { nodeupBody, postNodeup } from '../src/testing/nodeup.ts';
 
 /** What one design measured. */
@@ -61,10 +61,7 @@ export async function runOutage(
           : {}),
     },
   });
-  const replays = async () =>
-    Object.entries(await cloudRequests(calls))
-      .filter(([key]) => key.startsWith(`aws ${stsReplayCall} `))
-      .reduce((sum, [, n]) => sum + n, 0);
+  const replays = () => cloudCallsMade(calls, 'aws', stsReplayCall);
   try {
     // Each node posts from an address of its own in 127.0.0.0/8: the server caps connections per source.
     const nodes = Array.from({ length: options.nodes }, (_, i) => ({

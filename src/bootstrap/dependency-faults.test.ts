@@ -22,7 +22,7 @@ import {
   type HarnessNode,
   startBootstrapHarness,
 } from '../testing/bootstrap-harness.ts';
-import { cloudRequests } from '../testing/cloud-calls.ts';
+import { cloudCallsMade } from '../testing/cloud-calls.ts';
 import { capturedLogger } from '../testing/log-capture.ts';
 import { nodeupBody, postNodeup } from '../testing/nodeup.ts';
 import { CircuitBreaker } from './circuit-breaker.ts';
@@ -303,10 +303,7 @@ describe('STS failing every replay for a while: replays are paused, not sent onc
     });
     const calls = new Registry();
     const harness = await startBootstrapHarness({ aws: { circuit, cloudCalls: cloudCallMetrics(calls) } });
-    const replays = async () =>
-      Object.entries(await cloudRequests(calls))
-        .filter(([key]) => key.startsWith(`aws ${stsReplayCall} `))
-        .reduce((sum, [, n]) => sum + n, 0);
+    const replays = () => cloudCallsMade(calls, 'aws', stsReplayCall);
     try {
       const nodes = Array.from({ length: 5 }, () => harness.addNode());
       harness.aws.faults.add({ service: 'sts', error: { code: 'InternalFailure', status: 500 } });
@@ -384,10 +381,7 @@ describe('the API server failing every read of the impersonation guard: requests
       aws: { cloudCalls: cloudCallMetrics(calls) },
       ec2CallBudget: { burst: 1_000, perSecond: 1_000 },
     });
-    const replays = async () =>
-      Object.entries(await cloudRequests(calls))
-        .filter(([key]) => key.startsWith(`aws ${stsReplayCall} `))
-        .reduce((sum, [, n]) => sum + n, 0);
+    const replays = () => cloudCallsMade(calls, 'aws', stsReplayCall);
     try {
       // The whole API server fails, and the Node watch is cut, so the guard must read each Node.
       harness.api.faults.errors({ rate: 1, status: 503 });

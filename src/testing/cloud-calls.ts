@@ -14,6 +14,13 @@ export async function cloudRequests(registry: Registry): Promise<Record<string, 
   return out;
 }
 
+/** The calls `call` of `cloud` counted in `kops_controller_cloud_requests_total`, whatever their result. */
+export async function cloudCallsMade(registry: Registry, cloud: string, call: string): Promise<number> {
+  return Object.entries(await cloudRequests(registry))
+    .filter(([key]) => key.startsWith(`${cloud} ${call} `))
+    .reduce((sum, [, n]) => sum + n, 0);
+}
+
 /** How many calls `kops_controller_cloud_request_duration_seconds` observed for `cloud` and `call`. */
 export async function cloudCallsTimed(registry: Registry, cloud: string, call: string): Promise<number> {
   const metric = registry.getSingleMetric('kops_controller_cloud_request_duration_seconds');
