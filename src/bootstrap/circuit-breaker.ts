@@ -1,7 +1,8 @@
 /**
  * A circuit breaker for a dependency the bootstrap server calls once per request (STS for every AWS
- * proof, the approval webhook, a cloud's read of one server, the impersonation guard's Node read). While such a dependency is down,
- * telling nodes to wait (Retry-After, dependency.ts) is not enough: kops' nodeup ignores it and
+ * proof, the approval webhook, a cloud's read of one server, the impersonation guard's Node read).
+ * While such a dependency is down, telling nodes to wait (Retry-After, dependency.ts) is not enough:
+ * kops' nodeup ignores it and
  * retries every ~10 s, so 5,000 nodes waiting to join would still send STS some 500 calls a second,
  * each one waiting out its timeout. That load lands on a service that is failing, on the account's
  * quota, and on this server's sockets.
@@ -48,9 +49,9 @@ export interface CircuitBreakerOptions {
 
 /** A call let through: the caller says how it ended, exactly once. */
 export interface CallTicket {
-  /** The dependency answered (a verdict or a refusal): it is up. */
+  /** The dependency answered (a verdict, a refusal, throttling): it is up. */
   answered(): void;
-  /** The dependency failed, throttled or did not answer in time. */
+  /** The dependency could not be reached, did not answer in time, or answered that it failed. */
   failed(): void;
   /** The call never reached the dependency: it says nothing either way. */
   release(): void;
