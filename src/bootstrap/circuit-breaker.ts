@@ -2,9 +2,8 @@
  * A circuit breaker for a dependency the bootstrap server calls once per request (STS for every AWS
  * proof, the approval webhook, a cloud's read of one server, the impersonation guard's Node read).
  * While such a dependency is down, telling nodes to wait (Retry-After, dependency.ts) is not enough:
- * kops' nodeup ignores it and
- * retries every ~10 s, so 5,000 nodes waiting to join would still send STS some 500 calls a second,
- * each one waiting out its timeout. That load lands on a service that is failing, on the account's
+ * kops' nodeup ignores it and retries every ~10 s, so 5,000 nodes waiting to join would still send
+ * STS some 500 calls a second, each one waiting out its timeout. That load lands on a service that is failing, on the account's
  * quota, and on this server's sockets.
  *
  * So once the dependency has failed `failuresToOpen` times in a row over at least `minFailingMs`,
