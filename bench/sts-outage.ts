@@ -1,19 +1,26 @@
 /**
- * Benchmark: what an STS outage costs STS when the joining nodes ignore Retry-After, as kops' nodeup
+ * Benchmark: what an outage costs STS when the joining nodes ignore Retry-After, as kops' nodeup
  * does (it retries every ~10 s whatever it is told). A real bootstrap server with the real `aws`
  * policy in front of the simulated API server and AWS (src/testing/bootstrap-harness.ts). `--nodes`
  * nodes post kops' `/bootstrap` every `--retry` seconds (each from a random start within the first
- * period) until they get their certificate. STS answers 500 to every replay for `--outage` seconds,
- * then works again. Two designs run in the same process, one after the other:
+ * period) until they get their certificate. For `--outage` seconds, `--of` fails:
  *
- * - **previous**: every request replays its proof to STS (a breaker that never opens);
- * - **paused**: the product's STS circuit (src/bootstrap/circuit-breaker.ts, its defaults).
+ * - `sts` (default): STS answers 500 to every replay;
+ * - `api-server`: the API server answers 503 to every request and the Node watch is cut, so the
+ *   impersonation guard cannot read Nodes (each attempt would replay its proof to STS and then fail
+ *   at the guard).
  *
- * Prints, for each, the replays sent during the outage, the replays per second in its last half
- * (the steady state of a long outage), the requests answered 503, and how long after STS recovered
+ * Then it works again. Two designs run in the same process, one after the other:
+ *
+ * - **previous**: the failing dependency is called by every request (its circuit never opens);
+ * - **paused**: the product's circuit (src/bootstrap/circuit-breaker.ts, its defaults), and for the
+ *   API server the guard's pause asked before the policy.
+ *
+ * Prints, for each, the STS replays sent during the outage, the replays per second in its last half
+ * (the steady state of a long outage), the requests answered 503, and how long after the recovery
  * the last node got its certificate; then the ratio of the steady replay rates.
  *
- *   node bench/sts-outage.ts [--nodes N] [--outage SECONDS] [--retry SECONDS]
+ *   node bench/sts-outage.ts [--of sts|api-server] [--nodes N] [--outage SECONDS] [--retry SECONDS]
  */
 import { parseArgs } from 'node:util';
 import { Registry } from 'prom-client';
@@ -39,27 +46,34 @@ export interface OutageResult {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** What fails in the outage. */
+export type OutageOf = 'sts' | 'api-server';
+
+/** Options of {@link runOutage}. */
+export interface OutageOptions {
+  nodes: number;
+  outageSeconds: number;
+  retrySeconds: number;
+  /** What fails (default `sts`). */
+  of?: OutageOf;
+  /** The paused design's circuit of what fails (default: the product's). */
+  circuit?: CircuitBreaker;
+}
+
+/** A circuit that never opens: the previous design, which called the dependency on every request. */
+const neverOpens = (name: string) => new CircuitBreaker({ name, failuresToOpen: Number.POSITIVE_INFINITY });
+
 /** Runs one design. */
 export async function runOutage(
   design: OutageResult['design'],
-  options: {
-    nodes: number;
-    outageSeconds: number;
-    retrySeconds: number;
-    /** The paused design's circuit (default: the product's, as the aws policy makes it). */
-    circuit?: CircuitBreaker;
-  },
+  options: OutageOptions,
 ): Promise<OutageResult> {
+  const of = options.of ?? 'sts';
+  const circuit = design === 'previous' ? neverOpens(of) : options.circuit;
   const calls = new Registry();
   const harness = await startBootstrapHarness({
-    aws: {
-      cloudCalls: cloudCallMetrics(calls),
-      ...(design === 'previous'
-        ? { circuit: new CircuitBreaker({ name: 'STS', failuresToOpen: Number.POSITIVE_INFINITY }) }
-        : options.circuit
-          ? { circuit: options.circuit }
-          : {}),
-    },
+    aws: { cloudCalls: cloudCallMetrics(calls), ...(of === 'sts' && circuit ? { circuit } : {}) },
+    ...(of === 'api-server' && circuit ? { guardCircuit: circuit } : {}),
   });
   const replays = () => cloudCallsMade(calls, 'aws', stsReplayCall);
   try {
@@ -69,7 +83,12 @@ export async function runOutage(
       body: nodeupBody(),
       source: `127.0.${1 + Math.floor(i / 250)}.${1 + (i % 250)}`,
     }));
-    harness.aws.faults.add({ service: 'sts', error: { code: 'InternalFailure', status: 500 } });
+    if (of === 'sts')
+      harness.aws.faults.add({ service: 'sts', error: { code: 'InternalFailure', status: 500 } });
+    else {
+      harness.api.faults.errors({ rate: 1, status: 503 });
+      harness.api.faults.dropWatches({ resource: 'nodes' });
+    }
     const started = performance.now();
     let recoveredAt = Number.POSITIVE_INFINITY;
     let retried = 0;
@@ -103,6 +122,7 @@ export async function runOutage(
     await sleep((options.outageSeconds * 1000) / 2);
     const atRecovery = await replays();
     harness.aws.faults.reset();
+    harness.api.faults.reset();
     recoveredAt = performance.now();
     await running;
     return {
@@ -119,13 +139,11 @@ export async function runOutage(
 }
 
 /** The report of both designs. */
-export function formatOutage(
-  results: OutageResult[],
-  options: { nodes: number; outageSeconds: number; retrySeconds: number },
-): string {
+export function formatOutage(results: OutageResult[], options: OutageOptions): string {
   const half = options.outageSeconds / 2;
+  const failing = options.of === 'api-server' ? 'the API server' : 'STS';
   const lines = [
-    `STS outage: ${options.nodes} nodes posting /bootstrap every ${options.retrySeconds} s whatever they are told (as nodeup), STS failing for ${options.outageSeconds} s`,
+    `${failing} outage: ${options.nodes} nodes posting /bootstrap every ${options.retrySeconds} s whatever they are told (as nodeup), ${failing} failing for ${options.outageSeconds} s; STS replays counted`,
     'design     replays in outage   replays/s, 2nd half   503 answers   joined   last join after recovery',
   ];
   for (const r of results) {
@@ -146,12 +164,16 @@ export function formatOutage(
 if (import.meta.main) {
   const { values } = parseArgs({
     options: {
+      of: { type: 'string', default: 'sts' },
       nodes: { type: 'string', default: '300' },
       outage: { type: 'string', default: '30' },
       retry: { type: 'string', default: '2' },
     },
   });
-  const options = {
+  if (values.of !== 'sts' && values.of !== 'api-server')
+    throw new Error(`--of ${values.of}: sts or api-server`);
+  const options: OutageOptions = {
+    of: values.of,
     nodes: Number(values.nodes),
     outageSeconds: Number(values.outage),
     retrySeconds: Number(values.retry),

@@ -190,27 +190,79 @@ describe('guardPause: a request the guard could not judge now is turned away bef
   const current = () => ({ current: true, known: false });
   const stale = () => ({ current: false, known: false });
 
-  test('open and the watch not current: a fault naming the API server, whose cause says the reads are paused', async () => {
+  /**
+   * A reader of Nodes through `circuit`, as httpsNodeReader reads them: each read waits for the test
+   * to settle it (`up`: the API server answers; else it fails), and the reads are counted.
+   */
+  function reader(circuit: CircuitBreaker) {
+    const state = { reads: 0, up: false, pending: [] as (() => void)[] };
+    const read: NodeReader = async () => {
+      const ticket = circuit.admit();
+      state.reads++;
+      await new Promise<void>((resolve) => state.pending.push(resolve));
+      if (state.up) {
+        ticket.answered();
+        return undefined;
+      }
+      ticket.failed();
+      throw new UnavailableError('the API server answered 503');
+    };
+    const settle = () => {
+      for (const resolve of state.pending.splice(0)) resolve();
+    };
+    return { read, state, settle };
+  }
+
+  test('open and the watch not current: a fault naming the API server, whose cause says the reads are paused; no read', async () => {
     const { circuit } = openCircuit();
-    const fault = await guardPause(circuit, stale)();
+    const { read, state } = reader(circuit);
+    const fault = await guardPause(circuit, stale, read)();
     assert.ok(fault && isDependencyFault(fault));
     assert.equal(fault.dependency, 'kubernetes-api');
     assert.ok(fault.cause instanceof PausedCallError);
-    assert.ok(await guardPause(circuit, undefined)(), 'without a watch (nodeGuard: api) as well');
+    assert.ok(await guardPause(circuit, undefined, read)(), 'without a watch (nodeGuard: api) as well');
+    assert.equal(state.reads, 0);
   });
 
-  test('the watch current, the circuit closed, or a probe due: the request goes on', async () => {
-    const { circuit, clock } = openCircuit();
-    assert.equal(await guardPause(circuit, current)(), undefined, 'the watch answers unknown names');
-    clock.now += 2_000;
-    assert.equal(await guardPause(circuit, stale)(), undefined, 'its read will be the probe');
+  test('the watch current or the circuit closed: the request goes on, with no read', async () => {
+    const { circuit } = openCircuit();
+    const { read, state } = reader(circuit);
+    assert.equal(await guardPause(circuit, current, read)(), undefined, 'the watch answers unknown names');
     const closed = new CircuitBreaker({ name: 'Node reads' });
-    assert.equal(await guardPause(closed, stale)(), undefined);
+    assert.equal(await guardPause(closed, stale, read)(), undefined);
+    assert.equal(state.reads, 0);
+  });
+
+  test('a probe due: the pause makes it, one read, and only the request that made it goes on once it is answered; the crowd meanwhile is turned away', async () => {
+    const { circuit, clock } = openCircuit();
+    const { read, state, settle } = reader(circuit);
+    const pause = guardPause(circuit, stale, read);
+    clock.now += 2_000;
+    const asked = Array.from({ length: 11 }, () => pause());
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(state.reads, 1, 'one probe, whichever request made it');
+    // The API server still fails: every one of them is turned away, and the next probe waits an interval.
+    settle();
+    const faults = await Promise.all(asked);
+    assert.ok(faults.every((fault) => fault && isDependencyFault(fault)));
+    assert.equal(faults.filter((fault) => fault?.cause instanceof PausedCallError).length, 10);
+    assert.equal(circuit.state, 'open');
+    assert.ok((await pause())?.cause instanceof PausedCallError);
+    assert.equal(state.reads, 1);
+    // It answers again: the next probe closes the circuit, and its request goes on.
+    clock.now += 2_000;
+    state.up = true;
+    const next = pause();
+    await new Promise((resolve) => setImmediate(resolve));
+    settle();
+    assert.equal(await next, undefined);
+    assert.equal(circuit.state, 'closed');
+    assert.equal(state.reads, 2);
   });
 
   test('a renewal, which the guard does not judge, is never turned away by it', async () => {
     const { circuit } = openCircuit();
-    const context = { guardPaused: guardPause(circuit, stale) };
+    const context = { guardPaused: guardPause(circuit, stale, reader(circuit).read) };
     const renewal = { proof: { kind: 'node-renewal', token: 'x' } } as const;
     const join = { proof: { kind: 'aws-sts', version: 2, token: 'x' } } as const;
     // Only the fields pausedGuardFault reads.

@@ -291,6 +291,8 @@ export interface GuardWatchSource {
   nodes?: SharedInformer<V1Node>;
   /** In a serving worker: asks the primary's watch instead of keeping one. */
   askPrimary?: PresenceQuestion;
+  /** The circuit of the reads of the API server (default: one with the breaker's defaults). */
+  circuit?: CircuitBreaker;
 }
 
 /**
@@ -306,16 +308,18 @@ export function nodeGuardReads(
   registry: Registry,
   logger: Logger,
 ): NodeGuardReads {
-  const circuit = new CircuitBreaker({ name: "the API server's Node reads (impersonation guard)", logger });
+  const circuit =
+    source.circuit ??
+    new CircuitBreaker({ name: "the API server's Node reads (impersonation guard)", logger });
   const direct = httpsNodeReader(kubeConfig, { circuit });
   if (config.bootstrap.nodeGuard !== 'watch')
-    return { direct, readNode: direct, paused: guardPause(circuit, undefined) };
+    return { direct, readNode: direct, paused: guardPause(circuit, undefined, direct) };
   if (source.askPrimary) {
     const { askPrimary } = source;
     return {
       direct,
       readNode: watchedNodeReader(askPrimary, direct, { onRead }),
-      paused: guardPause(circuit, askPrimary),
+      paused: guardPause(circuit, askPrimary, direct),
     };
   }
   // Without the process's watch (tests), one of its own, named apart from the process's `nodes`.
@@ -328,7 +332,7 @@ export function nodeGuardReads(
     guardWatch,
     direct,
     readNode: watchedNodeReader(presence, direct, { onRead }),
-    paused: guardPause(circuit, presence),
+    paused: guardPause(circuit, presence, direct),
   };
 }
 

@@ -15,6 +15,7 @@
  * {@link BootstrapContext} built in {@link startBootstrapServer}; leader-only work (a publisher, a
  * cleaner, a signer) joins `components` in {@link startConfiguredBootstrap}.
  */
+
 import {
   CertificatesV1Api,
   CoreV1Api,
@@ -25,6 +26,7 @@ import {
 import { type Registry, register } from 'prom-client';
 import { auditSink } from '../bootstrap/audit.ts';
 import { GrpcCallbackChallenger } from '../bootstrap/challenge-caller.ts';
+import type { CircuitBreaker } from '../bootstrap/circuit-breaker.ts';
 import type { AuditSink, BootstrapContext } from '../bootstrap/context.ts';
 import {
   ClusterInfoPublisher,
@@ -133,6 +135,8 @@ export interface BootstrapServerDeps {
    * watch`); without it the server keeps a Node watch of its own (a serving worker, tests).
    */
   nodes?: SharedInformer<V1Node>;
+  /** The circuit of the impersonation guard's Node reads (default: one with the breaker's defaults). */
+  guardCircuit?: CircuitBreaker;
   /** The process's CSR watch, not started yet, for the expiry ledger's renewal recorder; without it the recorder keeps its own. */
   csrs?: SharedInformer<V1CertificateSigningRequest>;
   registry?: Registry;
@@ -428,7 +432,11 @@ export async function startBootstrapServer(
   const guard = nodeGuardReads(
     config,
     parts.kubeConfig,
-    { nodes: deps.nodes, askPrimary: deps.shared?.nodePresence },
+    {
+      nodes: deps.nodes,
+      askPrimary: deps.shared?.nodePresence,
+      ...(deps.guardCircuit ? { circuit: deps.guardCircuit } : {}),
+    },
     parts.metrics.guardRead,
     registry,
     logger,

@@ -15,6 +15,7 @@ import { Registry } from 'prom-client';
 import { signAwsStsProof } from '../agent/aws-proof.ts';
 import { type JoinOptions, type JoinResult, join } from '../agent/join.ts';
 import type { ProofProvider } from '../agent/proofs.ts';
+import type { CircuitBreaker } from '../bootstrap/circuit-breaker.ts';
 import { type AwsPolicyOptions, awsPolicy } from '../bootstrap/policies/aws.ts';
 import { gcePolicy } from '../bootstrap/policies/gce.ts';
 import { ConfigMapReplayGuard } from '../bootstrap/replay-guard.ts';
@@ -45,6 +46,8 @@ export interface BootstrapHarnessOptions {
   ec2MaxAttempts?: number;
   /** The DescribeInstances calls lookups of single nodes may make (default the product's: 10, then one per 3 s). */
   ec2CallBudget?: BucketLimit;
+  /** The circuit of the impersonation guard's Node reads (default the product's). */
+  guardCircuit?: CircuitBreaker;
 }
 
 /** A node of the simulated cluster: its name and where its proofs come from. */
@@ -231,6 +234,7 @@ export async function startBootstrapHarness(
       // Nodes retrying through a storm must not meet the per-address limit of the shared loopback.
       rateLimit: { burst: 10_000, ratePerSecond: 10_000 },
       registry,
+      ...(options.guardCircuit ? { guardCircuit: options.guardCircuit } : {}),
     });
   } catch (err) {
     clients.destroy();
