@@ -25,8 +25,8 @@
  *   arrive through the watch): a watch may lag, so a current one's "not there" is confirmed while the
  *   budget lasts, and stands alone past it; a watch that is not current cannot answer, so past the
  *   budget the poll is the queue's own 429. Polls of made-up ids cost the API server at most the
- *   budget's reads. A name this replica has just created is read past the budget: those reads are
- *   bounded by the queue's own creations.
+ *   budget's reads. A name this replica has just created is read past the budget once a second at
+ *   most: those reads are bounded by the queue's own creations, not by its requester's polls.
  */
 
 import { createHash, createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
@@ -115,10 +115,13 @@ const defaultReadTimeoutMs = 5_000;
 
 /**
  * How long after this replica created a CSR a poll of it is read past a current cache, at once and
- * whatever is left of the read budget: the create's answer may reach the node (and its poll come
+ * whatever is left of the read budget (once a second at most): the create's answer may reach the node (and its poll come
  * back) before the watch delivers the CSR here.
  */
 export const recentlyCreatedMs = 10_000;
+
+/** Such a name is read outside the budget at most this often (the rest of its polls draw on it). */
+const createdNameReadIntervalMs = 1_000;
 
 /**
  * How long a long-poll of a name a current watch does not hold waits for the watch to deliver it
@@ -625,8 +628,11 @@ export class CsrQueue {
   /** What lookups may read past the cache. */
   readonly #readBudget: TokenBucket;
   readonly #now: () => number;
-  /** Names this queue created, with when, for {@link recentlyCreatedMs}; oldest first. */
-  readonly #created = new Map<string, number>();
+  /**
+   * Names this queue created, with when, for {@link recentlyCreatedMs}, and when one was last read
+   * outside the budget; oldest first.
+   */
+  readonly #created = new Map<string, { at: number; readAt?: number }>();
 
   constructor(options: CsrQueueOptions) {
     this.#options = options;
@@ -811,16 +817,29 @@ export class CsrQueue {
   #createdNow(name: string): void {
     const now = this.#now();
     this.#created.delete(name);
-    this.#created.set(name, now);
-    for (const [old, at] of this.#created) {
+    this.#created.set(name, { at: now });
+    for (const [old, { at }] of this.#created) {
       if (now - at <= recentlyCreatedMs) break;
       this.#created.delete(old);
     }
   }
 
   #createdRecently(name: string): boolean {
-    const at = this.#created.get(name);
-    return at !== undefined && this.#now() - at <= recentlyCreatedMs;
+    const created = this.#created.get(name);
+    return created !== undefined && this.#now() - created.at <= recentlyCreatedMs;
+  }
+
+  /**
+   * Whether a name created here moments ago may be read now outside the budget: once a second at
+   * most, so that its reads are bounded by the queue's creations, not by how often its requester
+   * (who knows its name) polls it.
+   */
+  #takeCreatedRead(name: string, now: number): boolean {
+    const created = this.#created.get(name);
+    if (!created || now - created.at > recentlyCreatedMs) return false;
+    if (created.readAt !== undefined && now - created.readAt < createdNameReadIntervalMs) return false;
+    created.readAt = now;
+    return true;
   }
 
   /**
@@ -840,7 +859,7 @@ export class CsrQueue {
     const cached = this.#informer.get(name);
     if (cached) return cached;
     const now = this.#now();
-    if (!this.#createdRecently(name) && !this.#readBudget.tryTake(now)) {
+    if (!this.#takeCreatedRead(name, now) && !this.#readBudget.tryTake(now)) {
       if (this.isCurrent()) {
         this.#options.onMiss?.('watch');
         return undefined;
