@@ -604,3 +604,53 @@ test('a fatal record waits for a stalled reader no longer than any other line: t
   assert.equal(fake.now, 300);
   assert.match(fake.taken, /^\{"level":30,"msg":"held"\}\n\{"level":60,"msg":"exiting"\}\n$/);
 });
+
+/** An output that refuses every write (a stalled reader) until `opensAt` ms, then takes all. */
+function stalledThenOpen(opensAt: number) {
+  let now = 0;
+  let capacity = 0;
+  const out = {
+    taken: '',
+    output: {
+      writev(buffers) {
+        if (now >= opensAt) capacity = Number.POSITIVE_INFINITY;
+        const all = Buffer.concat(buffers);
+        const n = Math.min(all.length, capacity);
+        if (n === 0) throw Object.assign(new Error('EAGAIN'), { code: 'EAGAIN' });
+        capacity -= n;
+        out.taken += all.subarray(0, n).toString();
+        return n;
+      },
+      later() {},
+      sleep(ms) {
+        now += ms;
+      },
+      now: () => now,
+    } satisfies SinkOutput,
+  };
+  return out;
+}
+
+test('with the sink full, the last line still comes last, and the drops before it are reported before it, with their count', () => {
+  const fake = stalledThenOpen(500);
+  const sink = new LogSink(fake.output, { maxBufferedBytes: 60 });
+  sink.reportDropsWith((dropped) => sink.write(`dropped ${dropped}\n`));
+  sink.write(`${'one'.padEnd(54, '.')}\n`); // 55 bytes held
+  for (let i = 0; i < 5; i++) sink.write(`${'more'.padEnd(20, '.')}\n`); // 5 dropped
+  assert.equal(sink.dropped, 5);
+  sink.finalLine('kops-controller: boom\n');
+  sink.flushAtExit(2_000);
+  const lines = fake.taken.trimEnd().split('\n');
+  assert.equal(lines.at(-1), 'kops-controller: boom', `the last line is not last: ${JSON.stringify(lines)}`);
+  assert.ok(lines.includes('dropped 5'), `the 5 drops are never reported: ${JSON.stringify(lines)}`);
+});
+
+test('a line logged after the last line was given (during the exit grace) is written before it', () => {
+  const fake = stalledThenOpen(100);
+  const sink = new LogSink(fake.output, { maxBufferedBytes: 1_000 });
+  sink.write('first\n');
+  sink.finalLine('kops-controller: boom\n');
+  sink.write('late\n');
+  sink.flushAtExit(2_000);
+  assert.deepEqual(fake.taken.trimEnd().split('\n'), ['first', 'late', 'kops-controller: boom']);
+});

@@ -84,6 +84,12 @@ export class LogSink {
   #gone = false;
   /** Set once the process exits: lines logged later are written at once, until then. */
   #exitDeadline: number | undefined;
+  /** The process's last line ({@link finalLine}), held until everything before it is written. */
+  #final: Buffer | undefined;
+  /** Whether the last line has gone to the queue: no drop report may follow it. */
+  #finalQueued = false;
+  /** Set while the drops are reported before the last line: that report is kept past the bound. */
+  #keeping = false;
 
   constructor(out: SinkOutput, options: LogSinkOptions = {}) {
     this.#out = out;
@@ -106,18 +112,28 @@ export class LogSink {
   }
 
   write(line: string): void {
-    this.#add(Buffer.from(line), false);
+    this.#add(Buffer.from(line), this.#keeping);
   }
 
   /**
    * The last word of a process that is ending (a failed command's error, a fatal exit's reason):
-   * after every line held, and after the line reporting drops not reported yet; kept even past the
-   * bound. It waits for nothing: the exit's flush writes it out with the rest, within the exit's one
-   * bound, so it comes last, or not at all when a stalled reader has not taken what came before.
+   * after every line held, the line reporting the drops not reported yet and any line logged later;
+   * kept even past the bound, as that report is. It waits for nothing: the exit's flush writes it out
+   * with the rest, within the exit's one bound, so it comes last, or not at all when a stalled reader
+   * has not taken what came before. Drops after it are counted, not reported (the report would come
+   * after it).
    */
   finalLine(line: string): void {
-    this.#reportDrops();
-    this.#add(Buffer.from(line), true);
+    // The report is written through `write` (a log line): past the bound too, or it would be dropped
+    // itself and reported as one more drop, after the last line.
+    this.#keeping = true;
+    try {
+      this.#reportDrops();
+    } finally {
+      this.#keeping = false;
+    }
+    this.#final = Buffer.from(line);
+    this.#kick();
   }
 
   #add(bytes: Buffer, keep: boolean): void {
@@ -129,6 +145,11 @@ export class LogSink {
     }
     this.#queue.push(bytes);
     this.#queuedBytes += bytes.length;
+    this.#kick();
+  }
+
+  /** Writes what was just added: at once at exit (within its bound), else what the destination takes now. */
+  #kick(): void {
     if (this.#exitDeadline !== undefined) {
       this.flushSync(Math.max(0, this.#exitDeadline - this.#out.now()));
     } else if (!this.#writeOut()) {
@@ -182,7 +203,15 @@ export class LogSink {
 
   /** Writes what the destination takes now; whether nothing is left. */
   #writeOut(): boolean {
-    while (this.#queue.length > 0) {
+    for (;;) {
+      if (this.#queue.length === 0) {
+        // The last line goes once everything before it has.
+        if (!this.#final) break;
+        this.#queue.push(this.#final);
+        this.#queuedBytes += this.#final.length;
+        this.#final = undefined;
+        this.#finalQueued = true;
+      }
       let written: number;
       try {
         written = this.#out.writev(this.#nextWrite());
@@ -203,7 +232,7 @@ export class LogSink {
 
   /** Reports the lines dropped since the last report, if any, and if anyone could read it. */
   #reportDrops(): void {
-    if (this.#unreported === 0 || this.#gone) return;
+    if (this.#unreported === 0 || this.#gone || this.#finalQueued || this.#final) return;
     const dropped = this.#unreported;
     this.#unreported = 0;
     this.#report?.(dropped);
