@@ -105,6 +105,8 @@ test("a denial's record says whether the CSR's seal holds, and cuts what its ann
       [queueAnnotations.claimedNode]: long,
       [queueAnnotations.remoteAddress]: long,
       [queueAnnotations.proof]: long,
+      // Facts naming a node, without a seal that covers them: never taken for the node it names.
+      [queueAnnotations.facts]: JSON.stringify({ ...facts, nodeName: 'victim' }),
     },
   };
   const record = denialRecord(forged, { ...forged, status: deniedNow(forged).status }, sealKey);

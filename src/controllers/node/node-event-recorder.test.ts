@@ -262,3 +262,27 @@ test("two replicas with the key find each other's Event; without a key each name
   const names = api.store.list('events', 'default').map((e) => e.metadata.name);
   assert.equal(new Set(names).size, 3, JSON.stringify(names));
 });
+
+test('attack: a rewrite of the Event by someone who learnt its name is undone at the next refresh', async () => {
+  const { events, clock } = recorder();
+  assert.equal(await record(events), 'created');
+  const written = stored();
+  assert.ok(written);
+  api.store.update({ ...written, type: 'Normal', reason: 'Nothing', message: 'all good' } as KubeObject);
+  await clock.advance(31 * minute);
+  assert.equal(await record(events), 'updated');
+  assert.equal(stored()?.['type'], 'Warning');
+  assert.equal(stored()?.['reason'], 'IdentityRejected');
+  assert.equal(stored()?.['message'], message);
+});
+
+test('an Event named at random before the key was read is written under its keyed name once there is one', async () => {
+  let key: Uint8Array | undefined;
+  const { events, clock } = recorder({ nameKey: () => key });
+  assert.equal(await record(events), 'created');
+  assert.equal(stored(), undefined, 'not under the keyed name yet');
+  key = nameKey;
+  await clock.advance(31 * minute);
+  assert.equal(await record(events), 'created');
+  assert.equal(stored()?.['message'], message, 'now under the name another leader computes');
+});

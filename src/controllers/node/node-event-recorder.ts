@@ -73,8 +73,9 @@ export interface NodeEventRecorderOptions {
 
 /** What is known of one Event this process wrote, or found written. */
 interface Remembered {
-  /** Its name: made once, so an Event first written without the key keeps its name. */
+  /** Its name, and whether it was made with the key (a random one is made again once there is one). */
   name: string;
+  keyed: boolean;
   /** The `count` the Event has; undefined for one found written by someone else. */
   count: number | undefined;
   /** Reports of it since it was last written. */
@@ -238,16 +239,25 @@ export class NodeEventRecorder {
   async #write(report: string, waiting: Waiting): Promise<EventWrite> {
     const { node, type, reason, message, signal } = waiting;
     this.#inFlight.add(report);
-    const known = this.#remembered.get(report);
-    const name = known?.name ?? eventName(node, type, reason, message, this.#nameKey());
+    const key = this.#nameKey();
+    const keyed = key !== undefined;
+    // An Event named at random (before the key was read) is written again under its keyed name once
+    // there is a key, so that another leader finds it.
+    const remembered = this.#remembered.get(report);
+    const known = remembered && (remembered.keyed || !keyed) ? remembered : undefined;
+    const name = known?.name ?? eventName(node, type, reason, message, key);
     try {
       const now = this.#clock.monotonic();
       const wall = this.#clock.now();
       if (known) {
         const count = known.count === undefined ? undefined : known.count + known.unwritten;
-        const patched = await this.#patch(name, wall, count, signal);
+        const patched = await this.#patch(
+          nodeEvent(name, node, type, reason, message, new Date(wall)),
+          count,
+          signal,
+        );
         if (patched !== undefined) {
-          this.#remember(report, { name, count: patched, unwritten: 0, writtenAt: now });
+          this.#remember(report, { name, keyed: known.keyed, count: patched, unwritten: 0, writtenAt: now });
           return 'updated';
         }
         // Gone since (the API server's Event TTL): made again, with the count it would have had.
@@ -256,14 +266,20 @@ export class NodeEventRecorder {
           nodeEvent(name, node, type, reason, message, new Date(wall), recount),
           signal,
         );
-        this.#remember(report, { name, count: created ? recount : undefined, unwritten: 0, writtenAt: now });
+        this.#remember(report, {
+          name,
+          keyed: known.keyed,
+          count: created ? recount : undefined,
+          unwritten: 0,
+          writtenAt: now,
+        });
         return created ? 'created' : 'exists';
       }
       const created = await this.#create(
         nodeEvent(name, node, type, reason, message, new Date(wall)),
         signal,
       );
-      this.#remember(report, { name, count: created ? 1 : undefined, unwritten: 0, writtenAt: now });
+      this.#remember(report, { name, keyed, count: created ? 1 : undefined, unwritten: 0, writtenAt: now });
       return created ? 'created' : 'exists';
     } catch (err) {
       if (signal.aborted) throw signal.reason;
@@ -291,21 +307,29 @@ export class NodeEventRecorder {
   }
 
   /**
-   * Patches the Event's `lastTimestamp`, and its `count` when known (one found written by someone
-   * else keeps theirs); the count it has now, or undefined when there is no such Event any more.
+   * Patches the Event to say `event` again, at its `lastTimestamp`, with `count` when known (one found
+   * written by someone else keeps theirs); the count it has now, or undefined when there is no such
+   * Event any more.
    */
   async #patch(
-    name: string,
-    wall: number,
+    event: CoreV1Event,
     count: number | undefined,
     signal: AbortSignal,
   ): Promise<number | undefined> {
+    const name = event.metadata.name ?? '';
     const action = `patch event ${name}`;
+    // What it says is written again too: whoever learnt its name and rewrote it is undone.
+    const { type, reason, message, involvedObject, source, reportingComponent } = event;
+    const body = { type, reason, message, involvedObject, source, reportingComponent };
     const answer = await this.#kube({
       action,
       method: 'PATCH',
       path: `${eventsPath}/${encodeURIComponent(name)}`,
-      body: JSON.stringify({ lastTimestamp: timestamp(wall), ...(count === undefined ? {} : { count }) }),
+      body: JSON.stringify({
+        ...body,
+        lastTimestamp: timestamp(event.lastTimestamp?.getTime() ?? this.#clock.now()),
+        ...(count === undefined ? {} : { count }),
+      }),
       contentType: 'application/merge-patch+json',
       signal,
     });
