@@ -82,7 +82,7 @@ export async function buildLeaderComponents(options: LeaderComponentsOptions): P
   const events = new NodeEventRecorder(options.kubeConfig, {
     registry: options.registry,
     logger,
-    nameKey: () => nodeController?.eventNameKey,
+    nameKey: () => nodeController?.eventNameKey(),
   });
   nodeController = new NodeController({
     kubeConfig: options.kubeConfig,

@@ -221,7 +221,7 @@ export class NodeController implements LeaderComponent {
       sharedNodeEventRecorder(options.kubeConfig, {
         registry: this.#registry,
         logger: options.logger ?? silentLogger,
-        nameKey: () => this.eventNameKey,
+        nameKey: () => this.eventNameKey(),
       });
   }
 
@@ -234,9 +234,14 @@ export class NodeController implements LeaderComponent {
     return this.#term?.key.current;
   }
 
-  /** The key the Events' names are made with, from {@link labelsKey} (node-event.ts eventNameKey). */
-  get eventNameKey(): Uint8Array | undefined {
-    const key = this.labelsKey;
+  /**
+   * The key the Events' names are made with, from the term's labels key (node-event.ts
+   * eventNameKey), once its first read has settled: so that a leader finds another's Event of the
+   * same report rather than write one under a random name. Undefined between terms and while the
+   * Secret cannot be read.
+   */
+  async eventNameKey(): Promise<Uint8Array | undefined> {
+    const key = await this.#term?.key.ready();
     if (!key) return undefined;
     if (this.#eventNameKey?.from !== key) this.#eventNameKey = { from: key, key: eventNameKey(key) };
     return this.#eventNameKey.key;
@@ -561,9 +566,6 @@ export class NodeController implements LeaderComponent {
       }
       if (this.#stillCached(term, node)) term.refusals.set(node.name, message);
     }
-    // The Event's name is keyed with the term's key: the first attempt to read it settles first, so
-    // another leader's Event of the same refusal is found, not written again under a random name.
-    await untilAborted(term.key.ready(), signal);
     await this.#events.record(node, 'Warning', identityRejectedReason, message, signal);
   }
 

@@ -286,3 +286,17 @@ test('an Event named at random before the key was read is written under its keye
   assert.equal(await record(events), 'created');
   assert.equal(stored()?.['message'], message, 'now under the name another leader computes');
 });
+
+test("a report waits for the first read of the key to settle (IPAM's as the NodeController's): its Event gets the keyed name", async () => {
+  let settle: (key: Uint8Array | undefined) => void = () => undefined;
+  const ready = new Promise<Uint8Array | undefined>((resolve) => {
+    settle = resolve;
+  });
+  const { events } = recorder({ nameKey: () => ready });
+  const recorded = record(events);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(api.store.list('events', 'default').length, 0, 'nothing written before the key is read');
+  settle(nameKey);
+  assert.equal(await recorded, 'created');
+  assert.equal(stored()?.['message'], message);
+});

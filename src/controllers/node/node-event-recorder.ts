@@ -9,8 +9,9 @@
  *   (src/controllers/node/node-event.ts: no node can compute it, so none can create it first or find
  *   it to patch), and a create the API server answers `AlreadyExists` means another leader or an
  *   earlier process wrote it within the API server's Event TTL (1 h by default), so it is visible:
- *   it is left as it is. Until the key is read, names are random: such an Event is found again only
- *   by the process that wrote it;
+ *   it is left as it is. A report waits for the first read of the key to settle; while the key
+ *   cannot be read, names are random (such an Event is found again only by the process that wrote
+ *   it, and is written under its keyed name at its next refresh once there is a key);
  * - a report written less than `refreshMs` ago is not written again, only counted; once that has
  *   passed, the next one patches the Event's `count` and `lastTimestamp` (one that the TTL removed
  *   meanwhile is created again), so a refusal that lasts keeps one Event, current within `refreshMs`;
@@ -62,8 +63,12 @@ export interface NodeEventRecorderOptions {
   maxBacklog?: number;
   /** Reports whose Event is remembered (default 20,000; the oldest forgotten first). */
   maxRemembered?: number;
-  /** The key Event names are made with ({@link eventNameKey}); undefined while there is none. */
-  nameKey?: () => Uint8Array | undefined;
+  /**
+   * The key Event names are made with ({@link eventNameKey}), once its first read has settled;
+   * undefined while there is none. Asked at each report, so that every controller's Events wait for
+   * the term's key, not only the one that reads it.
+   */
+  nameKey?: () => Uint8Array | undefined | Promise<Uint8Array | undefined>;
   /** Time: the Events' timestamps (wall clock) and the refresh and the rate (monotonic). */
   clock?: Clock;
   /** Where `node_event_reports_total` goes (default: prom-client's). */
@@ -92,6 +97,8 @@ interface Waiting {
   message: string;
   /** Its caller's: once it aborts (the term ended), the report is not written. */
   signal: AbortSignal;
+  /** The key of names when it was reported. */
+  key: Uint8Array | undefined;
 }
 
 const namespace = 'default';
@@ -111,7 +118,7 @@ export class NodeEventRecorder {
   readonly #maxRemembered: number;
   readonly #limit: BucketLimit;
   readonly #bucket: TokenBucket;
-  readonly #nameKey: () => Uint8Array | undefined;
+  readonly #nameKey: () => Uint8Array | undefined | Promise<Uint8Array | undefined>;
   /** By report ({@link reportKey}), the oldest first. */
   readonly #remembered = new Map<string, Remembered>();
   /** Reports waiting for a token, by report, oldest first. */
@@ -175,6 +182,8 @@ export class NodeEventRecorder {
     signal: AbortSignal,
   ): Promise<EventWrite> {
     signal.throwIfAborted();
+    const key = await this.#nameKey();
+    signal.throwIfAborted();
     const name = reportKey(node, type, reason, message);
     const now = this.#clock.monotonic();
     const known = this.#remembered.get(name);
@@ -192,10 +201,10 @@ export class NodeEventRecorder {
     ) {
       result = 'recent';
     } else if (this.#backlog.size === 0 && this.#bucket.tryTake(now)) {
-      result = await this.#write(name, { node, type, reason, message, signal });
+      result = await this.#write(name, { node, type, reason, message, signal, key });
     } else if (this.#backlog.size < this.#maxBacklog) {
       // Behind the reports already waiting: the backlog drains in the order reports came.
-      this.#backlog.set(name, { node, type, reason, message, signal });
+      this.#backlog.set(name, { node, type, reason, message, signal, key });
       this.#scheduleDrain();
       result = 'queued';
     } else {
@@ -237,9 +246,8 @@ export class NodeEventRecorder {
 
   /** Writes a report's Event, a token taken; rejects only with the caller's signal's reason. */
   async #write(report: string, waiting: Waiting): Promise<EventWrite> {
-    const { node, type, reason, message, signal } = waiting;
+    const { node, type, reason, message, signal, key } = waiting;
     this.#inFlight.add(report);
-    const key = this.#nameKey();
     const keyed = key !== undefined;
     // An Event named at random (before the key was read) is written again under its keyed name once
     // there is a key, so that another leader finds it.
