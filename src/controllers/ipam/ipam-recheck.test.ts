@@ -127,3 +127,28 @@ test("a refused node whose providerID changes, or on which the cloud's verdict c
     api.store.delete('nodes', undefined, 'node-b');
   }
 });
+
+test('a refused node given pod ranges by hand is looked at again at once, then from 5 minutes', async () => {
+  const clock = new FakeClock();
+  const cloud = refusingSource(clock, () => 'instance i-0000000000000c001 is tagged for cluster other');
+  createNode('node-c', 'aws:///us-test-1a/i-0000000000000c001');
+  const ipam = await startIpam(cloud.source, clock);
+  try {
+    await ipam.rejected(1);
+    await expectChecksAfter(clock, ipam, cloud.asked, [5, 10, 20]);
+    // Same instance, same verdict: only the edit says the refusal may no longer hold.
+    api.store.mutate('nodes', undefined, 'node-c', (node) => {
+      node['spec'] = {
+        providerID: 'aws:///us-test-1a/i-0000000000000c001',
+        podCIDR: '100.96.9.0/24',
+        podCIDRs: ['100.96.9.0/24'],
+      };
+    });
+    const checks = cloud.asked.length;
+    await ipam.rejected(checks + 1);
+    await expectChecksAfter(clock, ipam, cloud.asked, [5, 10]);
+  } finally {
+    await ipam.stop();
+    api.store.delete('nodes', undefined, 'node-c');
+  }
+});
