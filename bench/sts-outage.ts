@@ -17,7 +17,7 @@
  *   API server the guard's pause asked before the policy.
  *
  * Prints, for each, the STS replays sent during the outage, the replays per second in its last half
- * (the steady state of a long outage), the requests answered 503, and how long after the recovery
+ * (the steady state of a long outage), the attempts retried (not answered 200), and how long after the recovery
  * the last node got its certificate; then the ratio of the steady replay rates.
  *
  *   node bench/sts-outage.ts [--of sts|api-server] [--nodes N] [--outage SECONDS] [--retry SECONDS]
@@ -37,7 +37,7 @@ export interface OutageResult {
   /** Replays sent to STS while it failed, and in the outage's second half. */
   replaysDuringOutage: number;
   replaysInSecondHalf: number;
-  /** Requests answered 503 in all. */
+  /** Attempts not answered 200 (a 503, or a connection that failed), in all. */
   retried: number;
   /** Nodes that got their certificate, and seconds from STS's recovery to the last of them. */
   joined: number;
@@ -144,19 +144,21 @@ export function formatOutage(results: OutageResult[], options: OutageOptions): s
   const failing = options.of === 'api-server' ? 'the API server' : 'STS';
   const lines = [
     `${failing} outage: ${options.nodes} nodes posting /bootstrap every ${options.retrySeconds} s whatever they are told (as nodeup), ${failing} failing for ${options.outageSeconds} s; STS replays counted`,
-    'design     replays in outage   replays/s, 2nd half   503 answers   joined   last join after recovery',
+    'design     replays in outage   replays/s, 2nd half   retries   joined   last join after recovery',
   ];
   for (const r of results) {
     lines.push(
-      `${r.design.padEnd(10)} ${String(r.replaysDuringOutage).padStart(17)}   ${(r.replaysInSecondHalf / half).toFixed(2).padStart(19)}   ${String(r.retried).padStart(11)}   ${`${r.joined}/${options.nodes}`.padStart(6)}   ${r.lastJoinAfterRecoverySeconds.toFixed(1).padStart(6)} s`,
+      `${r.design.padEnd(10)} ${String(r.replaysDuringOutage).padStart(17)}   ${(r.replaysInSecondHalf / half).toFixed(2).padStart(19)}   ${String(r.retried).padStart(7)}   ${`${r.joined}/${options.nodes}`.padStart(6)}   ${r.lastJoinAfterRecoverySeconds.toFixed(1).padStart(6)} s`,
     );
   }
   const [previous, paused] = results;
   if (previous && paused) {
-    const ratio = previous.replaysInSecondHalf / Math.max(1, paused.replaysInSecondHalf);
-    lines.push(
-      `ratio      ${ratio.toFixed(0)}x fewer replays a second once paused; ${(previous.replaysDuringOutage / Math.max(1, paused.replaysDuringOutage)).toFixed(1)}x fewer over the whole outage`,
-    );
+    const steady =
+      paused.replaysInSecondHalf === 0
+        ? `none once paused, against ${(previous.replaysInSecondHalf / half).toFixed(0)} a second`
+        : `${(previous.replaysInSecondHalf / paused.replaysInSecondHalf).toFixed(0)}x fewer replays a second once paused`;
+    const whole = previous.replaysDuringOutage / Math.max(1, paused.replaysDuringOutage);
+    lines.push(`ratio      ${steady}; ${whole.toFixed(1)}x fewer over the whole outage`);
   }
   return lines.join('\n');
 }
