@@ -48,3 +48,31 @@ export async function bounded<T>(
     signal?.removeEventListener('abort', onAbort);
   }
 }
+
+/**
+ * `work`, or the signal's reason as soon as it aborts, for work that takes no signal (the cloud
+ * identifier, the state store, a key being read): it runs on and its result is dropped, so nothing
+ * from it is recorded once the caller has given up. No deadline (as {@link bounded} adds): in a
+ * label storm a node's lookup waits its turn in the cloud's call budget for as long as the storm
+ * needs, and each call bounds itself (SDK retries, the state store's and the API server's deadlines).
+ */
+export function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) {
+    work.catch(() => undefined);
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err);
+      },
+    );
+  });
+}

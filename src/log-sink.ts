@@ -118,9 +118,9 @@ export class LogSink {
   /**
    * The last word of a process that is ending (a failed command's error, a fatal exit's reason):
    * after every line held, the line reporting the drops not reported yet and any line logged later;
-   * kept even past the bound, as that report is. It waits for nothing: the exit's flush writes it out
-   * with the rest, within the exit's one bound, so it comes last, or not at all when a stalled reader
-   * has not taken what came before. Drops after it are counted, not reported (the report would come
+   * kept even past the bound, as that report is. It is held until the process exits, and waits for
+   * nothing: the exit's flush writes it out with the rest, within the exit's one bound, so it comes
+   * last, or not at all when a stalled reader has not taken what came before. Drops after it are counted, not reported (the report would come
    * after it).
    */
   finalLine(line: string): void {
@@ -205,8 +205,9 @@ export class LogSink {
   #writeOut(): boolean {
     for (;;) {
       if (this.#queue.length === 0) {
-        // The last line goes once everything before it has.
-        if (!this.#final) break;
+        // The last line goes once everything before it has, and only at exit: a line logged after
+        // it was given (during main's exit grace, a component stopping) still comes before it.
+        if (!this.#final || this.#exitDeadline === undefined) break;
         this.#queue.push(this.#final);
         this.#queuedBytes += this.#final.length;
         this.#final = undefined;

@@ -15,6 +15,7 @@ import { parseCsr } from '../pki/csr.ts';
 import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey } from '../pki/keys.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { lagWatches } from '../testing/lagging-watches.ts';
 import type { BootstrapContext } from './context.ts';
 import { pollRequest } from './native-handler.ts';
 import { CsrQueue, defaultQueueReadBudget } from './queue.ts';
@@ -106,4 +107,45 @@ test("attack: polling a name created here, in a loop, while the watch lacks it c
     statuses.slice(reads).every((s) => s === 429),
     JSON.stringify(statuses.slice(reads, reads + 5)),
   );
+});
+
+test('a name created here, polled twice within a second while the watch is current but lagging and the budget is spent, is told to wait, never 404', async () => {
+  // The same request as the test before, under another CA: its CSR goes first.
+  for (const csr of sim.store.list('certificatesigningrequests'))
+    sim.store.delete('certificatesigningrequests', undefined, csr.metadata.name as string);
+  const restore = lagWatches(sim, 5_000);
+  const kubeConfig = sim.kubeConfig();
+  const now = 1_000_000;
+  const queue = new CsrQueue({
+    certificates: kubeConfig.makeApiClient(CertificatesV1Api),
+    kubeConfig,
+    ca: createCa(),
+    now: () => now,
+    // One read, regained only after 100 s: spent for the whole test.
+    readBudget: { burst: 1, perSecond: 0.01 },
+  });
+  queue.start();
+  try {
+    for (let i = 0; i < 500 && !queue.isCurrent(); i++) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(queue.isCurrent(), 'the CSR watch never became current');
+    restore();
+    const context = { queue, logger: silentLogger } as unknown as BootstrapContext;
+    const { name } = await queue.submit(request, facts);
+    // Someone else's poll of a made-up id spends the budget.
+    await assert.rejects(queue.lookup(`kops-bootstrap-${'0'.repeat(40)}`), { name: 'NotFoundError' });
+    const poll = () =>
+      pollRequest(context, name, '0', new AbortController().signal).then(
+        (answer) => answer.status,
+        (err: unknown) => (err instanceof KopsError ? `${err.httpStatus} ${err.reasonCode}` : String(err)),
+      );
+    assert.equal(await poll(), 202, 'the first poll reads it outside the budget');
+    // The same node polls again within the second: the watch (current, lagging) does not hold it,
+    // and its "not there" is not taken for a request this replica has just created.
+    assert.equal(await poll(), '429 queue-read-budget');
+  } finally {
+    restore();
+    for (const csr of sim.store.list('certificatesigningrequests'))
+      sim.store.delete('certificatesigningrequests', undefined, csr.metadata.name as string);
+    await queue.stop();
+  }
 });

@@ -16,6 +16,7 @@ import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey, spkiOf } from '../pki/keys.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import { type KubeObject, type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { lagWatches } from '../testing/lagging-watches.ts';
 import { outcomeWithin, silentApiServer } from '../testing/silent-server.ts';
 import { toolPath } from '../testing/tools.ts';
 import type { BootstrapContext } from './context.ts';
@@ -631,38 +632,6 @@ describe('polls of names the cache does not hold', () => {
     return queue;
   }
 
-  /**
-   * Makes the watches opened from now on deliver each change `lagMs` late, as an API server under a
-   * join storm does (the simulator's own watches deliver in the same turn, so no grace would ever
-   * matter); returns the function that stops lagging the watches opened after it.
-   */
-  function lagWatches(lagMs: number): () => void {
-    const store = sim.store;
-    const subscribe = store.subscribe;
-    store.subscribe = (listener, resource) => {
-      const held = new Set<NodeJS.Timeout>();
-      const unsubscribe = subscribe.call(
-        store,
-        (event) => {
-          const timer = setTimeout(() => {
-            held.delete(timer);
-            listener(event);
-          }, lagMs);
-          held.add(timer);
-        },
-        resource,
-      );
-      return () => {
-        for (const timer of held) clearTimeout(timer);
-        held.clear();
-        unsubscribe();
-      };
-    };
-    return () => {
-      store.subscribe = subscribe;
-    };
-  }
-
   /** A sealed CSR another replica created: in the API server, not (yet) in this queue's cache. */
   function createdElsewhere(claimedNodeName = 'node-q'): string {
     const object = queuedCsrObject({ ...request, claimedNodeName }, facts, sealKeyOf(ca));
@@ -723,7 +692,7 @@ describe('polls of names the cache does not hold', () => {
   });
 
   test('a long-poll waits for a watch that delivers the ADDED 1 s late: found from the watch, with no read of the API server', async () => {
-    const restore = lagWatches(1_000);
+    const restore = lagWatches(sim, 1_000);
     const queue = await currentQueue().finally(restore);
     const release = new AbortController();
     try {
@@ -752,7 +721,7 @@ describe('polls of names the cache does not hold', () => {
   });
 
   test('a watch lagging past the grace (the ADDED 6 s late): a long-poll reads the CSR once, under the budget, and finds it; it is not told 404', async () => {
-    const restore = lagWatches(6_000);
+    const restore = lagWatches(sim, 6_000);
     const misses: string[] = [];
     const queue = await currentQueue({ onMiss: (source) => misses.push(source) }).finally(restore);
     try {
@@ -772,7 +741,7 @@ describe('polls of names the cache does not hold', () => {
   });
 
   test('a poll with wait=0 of a CSR the lagging watch has not delivered reads it once: found (202), not 404', async () => {
-    const restore = lagWatches(1_000);
+    const restore = lagWatches(sim, 1_000);
     const queue = await currentQueue().finally(restore);
     const context = { queue, logger: silentLogger } as unknown as BootstrapContext;
     try {

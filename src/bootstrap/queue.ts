@@ -860,7 +860,8 @@ export class CsrQueue {
     if (cached) return cached;
     const now = this.#now();
     if (!this.#takeCreatedRead(name, now) && !this.#readBudget.tryTake(now)) {
-      if (this.isCurrent()) {
+      // A name created here moments ago may not be in the watch yet: never its 404, only a wait.
+      if (this.isCurrent() && !this.#createdRecently(name)) {
         this.#options.onMiss?.('watch');
         return undefined;
       }

@@ -23,6 +23,7 @@ import { Counter, Gauge, type Registry, register } from 'prom-client';
 import { isCloudVerdict } from '../../bootstrap/dependency.ts';
 import { capiInstanceGroup } from '../../cloud/capi/instance-group.ts';
 import type { IdentifyResult, NodeIdentifier } from '../../cloud/types.ts';
+import { untilAborted } from '../../deadline.ts';
 import { describeError, NotFoundError } from '../../errors.ts';
 import { runController } from '../../kube/controller.ts';
 import type { InformerCache } from '../../kube/informer.ts';
@@ -164,35 +165,6 @@ interface Term {
   unsigned: Map<string, Set<string>>;
   /** Queues a node (set once the runner starts). */
   enqueue: (node: NodeRecord) => void;
-}
-
-/**
- * `work`, or the signal's reason as soon as it aborts: the calls a reconcile waits on take no signal
- * (the cloud identifier, the state store), so they run on and their results are
- * dropped; nothing from them is recorded once the reconcile has given up. No deadline (as
- * `bounded` of src/deadline.ts would add): in a label storm a node's lookup waits its turn in the
- * cloud's call budget for as long as the storm needs, and each call bounds itself (SDK retries,
- * the state store's and the API server's deadlines).
- */
-function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) {
-    work.catch(() => undefined);
-    return Promise.reject(signal.reason);
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    work.then(
-      (value) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(value);
-      },
-      (err: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(err);
-      },
-    );
-  });
 }
 
 /** The NodeController, run by the controller runtime on the leader only. */

@@ -268,12 +268,26 @@ test('attack: a rewrite of the Event by someone who learnt its name is undone at
   assert.equal(await record(events), 'created');
   const written = stored();
   assert.ok(written);
-  api.store.update({ ...written, type: 'Normal', reason: 'Nothing', message: 'all good' } as KubeObject);
+  api.store.update({
+    ...written,
+    type: 'Normal',
+    reason: 'Nothing',
+    message: 'all good',
+    involvedObject: { apiVersion: 'v1', kind: 'Node', name: 'another-node', uid: 'another-node' },
+    source: { component: 'kubelet' },
+  } as KubeObject);
   await clock.advance(31 * minute);
   assert.equal(await record(events), 'updated');
   assert.equal(stored()?.['type'], 'Warning');
   assert.equal(stored()?.['reason'], 'IdentityRejected');
   assert.equal(stored()?.['message'], message);
+  assert.deepEqual(stored()?.['involvedObject'], {
+    apiVersion: 'v1',
+    kind: 'Node',
+    name: node.name,
+    uid: node.name,
+  });
+  assert.deepEqual(stored()?.['source'], { component: 'kops-controller' });
 });
 
 test('an Event named at random before the key was read is written under its keyed name once there is one', async () => {
@@ -299,4 +313,18 @@ test("a report waits for the first read of the key to settle (IPAM's as the Node
   settle(nameKey);
   assert.equal(await recorded, 'created');
   assert.equal(stored()?.['message'], message);
+});
+
+test('a report whose key never settles ends when its caller stops', async () => {
+  const { events } = recorder({ nameKey: () => new Promise<Uint8Array | undefined>(() => {}) });
+  const stop = new AbortController();
+  const recorded = events.record(
+    { name: 'n1', uid: 'u1' },
+    'Warning',
+    'IdentityRejected',
+    'refused',
+    stop.signal,
+  );
+  stop.abort(new Error('term ended'));
+  await assert.rejects(recorded, /term ended/);
 });

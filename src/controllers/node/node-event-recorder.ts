@@ -27,6 +27,7 @@
  */
 import type { CoreV1Event, KubeConfig } from '@kubernetes/client-node';
 import { Counter, type Registry, register } from 'prom-client';
+import { untilAborted } from '../../deadline.ts';
 import { FailureCauses } from '../../kube/failure-causes.ts';
 import { type KubeHttps, kubeAnswerError, kubeHttps, kubeJson } from '../../kube/kube-https.ts';
 import { sharedMetric } from '../../kube/metrics.ts';
@@ -182,8 +183,7 @@ export class NodeEventRecorder {
     signal: AbortSignal,
   ): Promise<EventWrite> {
     signal.throwIfAborted();
-    const key = await this.#nameKey();
-    signal.throwIfAborted();
+    const key = await untilAborted(Promise.resolve(this.#nameKey()), signal);
     const name = reportKey(node, type, reason, message);
     const now = this.#clock.monotonic();
     const known = this.#remembered.get(name);
