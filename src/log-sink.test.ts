@@ -656,51 +656,24 @@ test('a line logged after the last line was given (during the exit grace) is wri
 });
 
 test('with a reader that keeps up, the last line is held until the exit: a line logged after it was given still comes before it', () => {
-  let now = 0;
-  let taken = '';
-  const output: SinkOutput = {
-    writev(buffers) {
-      const all = Buffer.concat(buffers);
-      taken += all.toString();
-      return all.length;
-    },
-    later() {},
-    sleep(ms) {
-      now += ms;
-    },
-    now: () => now,
-  };
-  const sink = new LogSink(output, { maxBufferedBytes: 1_000 });
+  const fake = stalledThenOpen(0);
+  const sink = new LogSink(fake.output, { maxBufferedBytes: 1_000 });
   sink.write('first\n');
   sink.finalLine('kops-controller: boom\n');
   sink.write('late\n');
   sink.flushAtExit(2_000);
-  assert.deepEqual(taken.trimEnd().split('\n'), ['first', 'late', 'kops-controller: boom']);
+  assert.deepEqual(fake.taken.trimEnd().split('\n'), ['first', 'late', 'kops-controller: boom']);
 });
 
 test('lines dropped after the last line was given are counted, not reported after it', () => {
-  let now = 0;
-  let taken = '';
-  const output: SinkOutput = {
-    writev(buffers) {
-      if (now < 100) throw Object.assign(new Error('EAGAIN'), { code: 'EAGAIN' });
-      const all = Buffer.concat(buffers);
-      taken += all.toString();
-      return all.length;
-    },
-    later() {},
-    sleep(ms) {
-      now += ms;
-    },
-    now: () => now,
-  };
-  const sink = new LogSink(output, { maxBufferedBytes: 60 });
+  const fake = stalledThenOpen(100);
+  const sink = new LogSink(fake.output, { maxBufferedBytes: 60 });
   sink.reportDropsWith((dropped) => sink.write(`dropped ${dropped}\n`));
   sink.write(`${'one'.padEnd(54, '.')}\n`);
   sink.finalLine('kops-controller: boom\n');
   for (let i = 0; i < 3; i++) sink.write(`${'late'.padEnd(20, '.')}\n`);
   assert.equal(sink.dropped, 3);
   sink.flushAtExit(2_000);
-  const lines = taken.trimEnd().split('\n');
+  const lines = fake.taken.trimEnd().split('\n');
   assert.equal(lines.at(-1), 'kops-controller: boom', JSON.stringify(lines));
 });

@@ -328,8 +328,3 @@ export function stderrSink(): LogSink {
 export function stderrLinesDropped(): number {
   return processSink?.dropped ?? 0;
 }
-
-/** Writes `line` to standard error as the process's last word: {@link LogSink.finalLine}. */
-export function finalStderrLine(line: string): void {
-  stderrSink().finalLine(line);
-}

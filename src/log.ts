@@ -6,7 +6,7 @@
  */
 import { type Logger, pino } from 'pino';
 import { describeError } from './errors.ts';
-import { finalStderrLine, stderrLinesDropped, stderrSink } from './log-sink.ts';
+import { stderrLinesDropped, stderrSink } from './log-sink.ts';
 
 export type { Logger } from 'pino';
 
@@ -118,7 +118,7 @@ export function logLinesDropped(): number {
  * has not taken those by then, not at all. It waits for nothing itself.
  */
 export function writeLastLine(line: string): void {
-  finalStderrLine(line);
+  stderrSink().finalLine(line);
 }
 
 /** A logger that drops everything, for tests and library defaults. */

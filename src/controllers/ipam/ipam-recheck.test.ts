@@ -10,6 +10,7 @@ import { Registry } from 'prom-client';
 import { ForbiddenError } from '../../errors.ts';
 import { nodeInformer } from '../../kube/shared-informer.ts';
 import { type KubeObject, type SimApiServer, startApiServer } from '../../sim/apiserver/index.ts';
+import { countReaches } from '../../testing/count-reaches.ts';
 import { FakeClock } from '../../testing/fake-clock.ts';
 import { IpamController } from './ipam-controller.ts';
 import type { PodCidrSource } from './sources.ts';
@@ -47,13 +48,7 @@ async function startIpam(source: PodCidrSource, clock: FakeClock) {
     )?.value ?? 0;
   return {
     /** Waits (in real time) until `n` refusals have been counted. */
-    async rejected(n: number) {
-      const until = Date.now() + 10_000;
-      while ((await rejections()) < n) {
-        if (Date.now() > until) assert.fail(`${await rejections()} refusals counted, not ${n}`);
-        await new Promise((resolve) => setTimeout(resolve, 5));
-      }
-    },
+    rejected: (n: number) => countReaches(rejections, n, 'refusals'),
     async stop() {
       stop.abort();
       await running;

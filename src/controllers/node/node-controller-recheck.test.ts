@@ -15,6 +15,7 @@ import { nodeInformer } from '../../kube/shared-informer.ts';
 import { ClusterStore, seedClusterStore } from '../../statestore/cluster-store.ts';
 import { loadSampleCluster } from '../../statestore/fixtures.ts';
 import { openVfs } from '../../statestore/open.ts';
+import { countReaches } from '../../testing/count-reaches.ts';
 import { FakeClock } from '../../testing/fake-clock.ts';
 import {
   answer,
@@ -124,13 +125,7 @@ async function startController(api: HostileApiServer, identifier: NodeIdentifier
   return {
     rejections,
     /** Waits (in real time) until `n` refusals have been counted. */
-    async rejected(n: number) {
-      const until = Date.now() + 10_000;
-      while ((await rejections()) < n) {
-        if (Date.now() > until) assert.fail(`${await rejections()} refusals counted, not ${n}`);
-        await new Promise((resolve) => setTimeout(resolve, 5));
-      }
-    },
+    rejected: (n: number) => countReaches(rejections, n, 'refusals'),
     async stop() {
       stop.abort();
       await running;

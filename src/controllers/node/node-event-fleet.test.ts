@@ -21,6 +21,7 @@ import { type KubeObject, type SimApiServer, startApiServer } from '../../sim/ap
 import { ClusterStore, seedClusterStore } from '../../statestore/cluster-store.ts';
 import { loadSampleCluster } from '../../statestore/fixtures.ts';
 import { openVfs } from '../../statestore/open.ts';
+import { countReaches } from '../../testing/count-reaches.ts';
 import { capturedLogger } from '../../testing/log-capture.ts';
 import { toolPath } from '../../testing/tools.ts';
 import { identityRejectedReason, maxRefusalLinesPerTerm, NodeController } from './node-controller.ts';
@@ -82,11 +83,7 @@ async function term(n: number, logger?: Logger): Promise<void> {
       (v) => v.labels['result'] === 'rejected',
     )?.value ?? 0;
   try {
-    const until = Date.now() + 20_000;
-    while ((await rejections()) < n) {
-      if (Date.now() > until) assert.fail(`${await rejections()} refusals counted, not ${n}`);
-      await new Promise((resolve) => setTimeout(resolve, 10));
-    }
+    await countReaches(rejections, n, 'refusals', 20_000);
   } finally {
     stop.abort();
     await running;
