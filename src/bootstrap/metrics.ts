@@ -25,6 +25,21 @@ function sharedCounter<L extends string>(registry: Registry, name: string, help:
   return sharedMetric(registry, name, () => new Counter({ name, help, labelNames, registers: [registry] }));
 }
 
+/**
+ * Counts the renewal policy's verdicts on presented certificates that name no machine where the cloud
+ * names the machine of now: while some are approved, `unmarked: refuse` would send those nodes back
+ * to their cloud proof.
+ */
+export function unmarkedRenewalMetric(registry: Registry): (verdict: 'approve' | 'deny') => void {
+  const renewals = sharedCounter(
+    registry,
+    'kops_controller_bootstrap_unmarked_renewals_total',
+    "Renewals that presented a certificate naming no machine (kops', the kube-controller-manager's, one issued without a cloud) where the cloud names the machine of now, by the renewal policy's verdict.",
+    ['verdict'],
+  );
+  return (verdict) => renewals.inc({ verdict });
+}
+
 /** Registers (once per registry) and returns the bootstrap metrics. */
 export function bootstrapMetrics(registry: Registry): BootstrapMetrics {
   const registers = [registry];

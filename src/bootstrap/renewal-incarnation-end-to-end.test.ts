@@ -43,6 +43,7 @@ interface Cluster {
   boot: ConfiguredBootstrap;
   /** Every line the server logged (the audit trail among them). */
   lines: string[];
+  registry: Registry;
   root: string;
 }
 
@@ -53,12 +54,13 @@ async function startCluster(
 ): Promise<Cluster> {
   const sim = await startApiServer();
   const { logger, lines } = capturedLogger();
+  const registry = new Registry();
   const boot = await startConfiguredBootstrap({
     config: parseConfig({ clusterName: name, ...cloudConfig }),
     kubeConfig: sim.kubeConfig(),
     vfsOptions: {},
     cloud,
-    registry: new Registry(),
+    registry,
     logger,
     server: {
       listen: '127.0.0.1:0',
@@ -68,7 +70,14 @@ async function startCluster(
       rateLimit: { burst: 10_000, ratePerSecond: 10_000 },
     },
   });
-  return { name, sim, boot, lines, root: await mkdtemp(joinPath(tmpdir(), 'kops-incarnation-e2e-')) };
+  return {
+    name,
+    sim,
+    boot,
+    lines,
+    registry,
+    root: await mkdtemp(joinPath(tmpdir(), 'kops-incarnation-e2e-')),
+  };
 }
 
 async function stopCluster(cluster: Cluster): Promise<void> {
@@ -333,5 +342,64 @@ describe('AWS with useIPBasedNodeNames: another instance takes the private IP', 
     );
     const afterStart = kopsIssued(instance.nodeName, new Date(startedAt.getTime() + 1000));
     assert.equal(incarnationIn(kopsKubelet(await renewKops(cluster, afterStart))), instance.id);
+  });
+});
+
+describe('unmarked: refuse ends the allowance for certificates that name no machine', () => {
+  const name = 'incarnation-refuse.example.com';
+  let aws: AwsSimulator;
+  let cluster: Cluster;
+
+  before(async () => {
+    aws = await startAwsSimulator({ throttling: false });
+    cluster = await startCluster(
+      name,
+      {
+        cloud: 'aws',
+        server: { Listen: ':3988', provider: { aws: { nodesRoles: [`nodes.${name}`], Region: aws.region } } },
+        bootstrap: {
+          policies: [
+            { name: 'aws', stsEndpoint: aws.endpoint },
+            { name: 'renewal', unmarked: 'refuse' },
+          ],
+        },
+      },
+      { aws: { endpoint: aws.endpoint, credentials: aws.credentials } },
+    );
+  });
+  after(async () => {
+    await stopCluster(cluster);
+    await aws.close();
+  });
+
+  /** What the unmarked-renewal counter says for `verdict`. */
+  async function unmarkedCount(verdict: string): Promise<number> {
+    const metric = await cluster.registry
+      .getSingleMetric('kops_controller_bootstrap_unmarked_renewals_total')
+      ?.get();
+    return metric?.values.find((v) => v.labels['verdict'] === verdict)?.value ?? 0;
+  }
+
+  test("a kops-issued certificate of the machine of now (no extension, issued after it started) is refused on both paths and counted; the machine's own marked one renews", async () => {
+    const id = 'i-0000000000000f001';
+    const zone = `${aws.region}a`;
+    const startedAt = new Date(Date.now() - 2 * 24 * hourMs);
+    aws.ec2.addInstances([{ id, zone, cluster: name, instanceGroup: 'nodes', launchTime: startedAt }]);
+    const session = aws.sts.addInstanceProfileSession(`nodes.${name}`, id);
+    const dir = await joinWith(cluster, id, async (body) => signAwsStsProof(body, session, aws.region, 2));
+    registerNode(cluster, id, formatAwsProviderID(zone, id));
+    const own = await readCurrentCredentials(dir);
+
+    const kops = kopsIssued(id, new Date(startedAt.getTime() + 60 * 60_000));
+    const told =
+      /renewal refused: the certificate names no machine and this cluster renews only those that do \(unmarked: refuse\); instance i-0000000000000f001 joins again with its cloud proof/;
+    assert.match(await nativeRefusal(cluster, kops), told);
+    assert.match(await kopsRefusal(cluster, kops), told);
+    assert.equal(await unmarkedCount('deny'), 2);
+
+    assert.equal(incarnationIn((await renewNative(cluster, own)).certificate), id);
+    assert.equal(incarnationIn(kopsKubelet(await renewKops(cluster, own))), id);
+    assert.equal(await unmarkedCount('deny'), 2, 'a certificate naming its machine is not counted');
+    assert.equal(await unmarkedCount('approve'), 0);
   });
 });

@@ -35,7 +35,7 @@ import {
 } from '../bootstrap/discovery.ts';
 import type { NodeIssueOptions } from '../bootstrap/issue.ts';
 import { defaultKopsCertNames } from '../bootstrap/kops-handler.ts';
-import { type BootstrapMetrics, bootstrapMetrics } from '../bootstrap/metrics.ts';
+import { type BootstrapMetrics, bootstrapMetrics, unmarkedRenewalMetric } from '../bootstrap/metrics.ts';
 import {
   type NodeReader,
   type PresenceQuestion,
@@ -691,6 +691,7 @@ async function approvalChain(
     cloud: options.cloud,
     logger,
     cloudCalls: cloudCallMetrics(options.registry),
+    countUnmarkedRenewal: unmarkedRenewalMetric(options.registry),
   };
   if (config.configBase) sources.stateStore = openVfs(config.configBase, options.vfsOptions);
   const { deps, close } = await policyDepsFromConfig(sources);

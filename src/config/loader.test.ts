@@ -390,6 +390,21 @@ describe('config loader', () => {
     assert.equal(bounds.leaderElection.leaseDuration, 3_600_000);
   });
 
+  test("renewal's unmarked is allow unless set; refuse is read; any other value is refused at load, naming the key", () => {
+    const renewal = (spec: Record<string, unknown>) =>
+      parseConfig({ clusterName: 'c', cloud: 'aws', bootstrap: { policies: [{ name: 'renewal', ...spec }] } })
+        .bootstrap.policies?.[0];
+    assert.deepEqual(renewal({}), { name: 'renewal', unmarked: 'allow' });
+    assert.deepEqual(renewal({ unmarked: 'refuse' }), { name: 'renewal', unmarked: 'refuse' });
+    for (const unmarked of ['deny', 'Refuse', true, '48h']) {
+      assert.throws(
+        () => renewal({ unmarked }),
+        configErrorMatching(/bootstrap\.policies\[0\]\.unmarked: .*expected one of "allow"\|"refuse"/),
+        String(unmarked),
+      );
+    }
+  });
+
   test('bounds how old a proof may be, and kops’ MaxTimeSkew, at 15 minutes (a GCE token’s dates must stay inside its hour)', () => {
     for (const policy of [
       { name: 'aws', maxProofAge: '16m' },

@@ -209,6 +209,11 @@ export const bootstrapPolicySpec = z.discriminatedUnion('name', [
     name: z.literal('renewal'),
     /** How far the proof's timestamp may be from the controller's clock (default 5m). */
     maxSkew: duration.optional(),
+    /**
+     * A presented certificate that names no machine, where the cloud names the machine of now:
+     * `allow` renews it unless it starts 48 h 5 min before that machine; `refuse` never does.
+     */
+    unmarked: z.enum(['allow', 'refuse']).default('allow'),
   }),
   z.strictObject({
     /** kops Hetzner: `x-hetzner-id`, checked with the Cloud API, then the callback. */

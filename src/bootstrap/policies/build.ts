@@ -50,6 +50,8 @@ export interface PolicyDeps {
   ca?: CertificateAuthority;
   /** A node's current addresses from the cloud, for a renewed serving certificate (renewal policy). */
   renewalAddresses?: (nodeName: string) => Promise<NodeAddresses>;
+  /** Counts the renewal policy's verdicts on certificates that name no machine where the cloud names one. */
+  countUnmarkedRenewal?: (verdict: 'approve' | 'deny') => void;
   /**
    * The node identifier of each id-only callback cloud (hetzner, digitalocean, linode) in the chain:
    * each checks its ids against its own cloud's API, never another's.
@@ -235,6 +237,8 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
         ca: need(deps.ca, spec.name, 'the cluster CA'),
         ...(deps.renewalAddresses ? { addressesOf: deps.renewalAddresses } : {}),
         ...(spec.maxSkew === undefined ? {} : { maxSkewMs: spec.maxSkew }),
+        unmarked: spec.unmarked,
+        ...(deps.countUnmarkedRenewal ? { countUnmarked: deps.countUnmarkedRenewal } : {}),
       });
     case 'hetzner':
     case 'digitalocean':

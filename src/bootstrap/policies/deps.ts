@@ -48,6 +48,8 @@ export interface PolicyDepsOptions {
   logger?: Logger;
   /** Where the cloud clients and the policies count their calls (the controller's metrics; default: nowhere). */
   cloudCalls?: CloudCallRecorder;
+  /** Counts the renewal policy's verdicts on certificates that name no machine (the controller's metrics). */
+  countUnmarkedRenewal?: (verdict: 'approve' | 'deny') => void;
 }
 
 /** The names of the policies the chain uses, including those webhooks verify with. */
@@ -81,6 +83,7 @@ export async function policyDepsFromConfig(
     logger,
     ...(options.serverUrl === undefined ? {} : { serverUrl: options.serverUrl }),
     ...counted,
+    ...(options.countUnmarkedRenewal ? { countUnmarkedRenewal: options.countUnmarkedRenewal } : {}),
     ...(names.has('bootstrap-token') || names.has('metal')
       ? options.tokens
         ? { tokens: options.tokens }

@@ -293,7 +293,10 @@ function certificateWithIncarnationValue(value: Buffer): X509Certificate {
 describe('renewal bound to the machine the certificate was issued to (its incarnation)', () => {
   const createdAt = new Date('2026-02-01T00:00:00Z');
   const hourMs = 3_600_000;
-  const machine = (incarnation?: { id: string; createdAt?: Date }) =>
+  const machine = (
+    incarnation?: { id: string; createdAt?: Date },
+    options: Partial<RenewalPolicyOptions> = {},
+  ) =>
     policy({
       addressesOf: async () => ({
         dnsNames: [],
@@ -302,6 +305,7 @@ describe('renewal bound to the machine the certificate was issued to (its incarn
         instanceId: 'nodes-a',
         ...(incarnation ? { incarnation } : {}),
       }),
+      ...options,
     });
 
   test('a certificate naming the machine of now renews, and what is renewed names it again', async () => {
@@ -376,6 +380,57 @@ describe('renewal bound to the machine the certificate was issued to (its incarn
         assert.equal(decision.facts.evidence['incarnation'], undefined);
       }
     }
+  });
+
+  test('unmarked: refuse: a certificate naming no machine renews no more where the cloud names one, however recent; one naming the machine does, and metal (no incarnation) is as before', async () => {
+    const refusing = (incarnation?: { id: string; createdAt?: Date }) =>
+      machine(incarnation, { unmarked: 'refuse' });
+    const recent = certificate({ issuedAt: new Date(createdAt.getTime() + hourMs) });
+    for (const incarnation of [{ id: 'i-0b', createdAt }, { id: '42' }]) {
+      const refused = await refusing(incarnation).evaluate(
+        await renewalRequest({ cert: recent }),
+        contextAt(now),
+      );
+      assert.equal(refused.verdict, 'deny', JSON.stringify(refused));
+      assert.equal(
+        refused.reasons.join(),
+        `renewal refused: the certificate names no machine and this cluster renews only those that do (unmarked: refuse); instance ${incarnation.id} joins again with its cloud proof`,
+      );
+    }
+    const marked = certificate({ incarnationId: 'i-0b' });
+    const renewed = await refusing({ id: 'i-0b', createdAt }).evaluate(
+      await renewalRequest({ cert: marked }),
+      contextAt(now),
+    );
+    assert.equal(renewed.verdict, 'approve', JSON.stringify(renewed));
+    for (const renewal of [refusing(), policy({ addressesOf: undefined, unmarked: 'refuse' })]) {
+      const decision = await renewal.evaluate(await renewalRequest({ cert: recent }), contextAt(now));
+      assert.equal(decision.verdict, 'approve', JSON.stringify(decision));
+    }
+  });
+
+  test('each verdict on a certificate naming no machine where the cloud names one is counted, and nothing else is', async () => {
+    const counted: string[] = [];
+    const countUnmarked = (verdict: string) => counted.push(verdict);
+    const recent = certificate({ issuedAt: new Date(createdAt.getTime() + hourMs) });
+    const early = certificate({ issuedAt: new Date(createdAt.getTime() - 49 * hourMs) });
+    const cases = [
+      [machine({ id: 'i-0b', createdAt }, { countUnmarked }), recent, 'approve'],
+      [machine({ id: 'i-0b', createdAt }, { countUnmarked }), early, 'deny'],
+      [machine({ id: 'i-0b', createdAt }, { countUnmarked, unmarked: 'refuse' }), recent, 'deny'],
+      [
+        machine({ id: 'i-0b', createdAt }, { countUnmarked }),
+        certificate({ incarnationId: 'i-0b' }),
+        'approve',
+      ],
+      [machine({ id: 'i-0b', createdAt }, { countUnmarked }), certificate({ incarnationId: 'i-0a' }), 'deny'],
+      [machine(undefined, { countUnmarked }), recent, 'approve'],
+    ] as const;
+    for (const [renewal, cert, verdict] of cases) {
+      const decision = await renewal.evaluate(await renewalRequest({ cert }), contextAt(now));
+      assert.equal(decision.verdict, verdict, JSON.stringify(decision));
+    }
+    assert.deepEqual(counted, ['approve', 'deny', 'deny']);
   });
 
   test('a certificate whose incarnation value is malformed is refused with the reason, not a crash', async () => {

@@ -21,7 +21,8 @@
  * issued to (`incarnationProblem`): a certificate that names its machine (the incarnation extension,
  * src/pki/incarnation.ts) renews only while the cloud reports that machine under the name; one that
  * names none (kops', the kube-controller-manager's) only if it was not issued before the machine now
- * of that name came to be. What is renewed names the machine of now.
+ * of that name came to be, and not at all with `unmarked: refuse`. What is renewed names the machine
+ * of now.
  *
  * A renewal proves the node's own identity and nothing more, so what it may be issued is bounded by
  * the certificate it presents (`renewalScope`): the node's own certificates only (its kubelet client
@@ -67,7 +68,18 @@ export interface RenewalPolicyOptions {
   addressesOf?: (nodeName: string) => Promise<NodeAddresses>;
   /** How far the timestamp may be from now (default 5 minutes). */
   maxSkewMs?: number;
+  /**
+   * Whether a certificate that names no machine renews where the cloud names the machine of now
+   * (default `allow`, within {@link unmarkedBackdateMs} of the machine's creation); `refuse` ends that
+   * allowance once every node holds a certificate that names its machine.
+   */
+  unmarked?: UnmarkedRenewals;
+  /** Told the verdict on each such certificate: how an operator sees when `refuse` would cost nothing. */
+  countUnmarked?: (verdict: 'approve' | 'deny') => void;
 }
+
+/** What the renewal policy does with a certificate that names no machine, where the cloud names one. */
+export type UnmarkedRenewals = 'allow' | 'refuse';
 
 /**
  * The renewal policy's address source from the cloud: the providerID the Node registered with (read
@@ -152,19 +164,22 @@ const unmarkedBackdateMs = 48 * 3_600_000 + 5 * 60_000;
  * now, or undefined. A certificate naming its machine (this server's, since the cloud verified one)
  * must name this one. One naming none (kops', the kube-controller-manager's, this server's without a
  * cloud) must not have been issued before this machine came to be: it would be an earlier machine's,
- * which nothing else tells apart. The id is compared before the times, so a certificate of this
- * machine renews however its clock and the cloud's differ.
+ * which nothing else tells apart; with `unmarked: refuse`, none renews. The id is compared before the
+ * times, so a certificate of this machine renews however its clock and the cloud's differ.
  */
 function incarnationProblem(
   certificate: ParsedCertificate,
   nodeName: string,
-  incarnation: Incarnation | undefined,
+  incarnation: Incarnation,
+  unmarked: UnmarkedRenewals,
 ): string | undefined {
-  if (!incarnation) return undefined;
   const issuedTo = certificate.extensions.incarnationId;
   if (issuedTo !== undefined) {
     if (issuedTo === incarnation.id) return undefined;
     return `the certificate was issued to another machine of that name: instance id ${issuedTo}, but ${nodeName} is now instance id ${incarnation.id}; the machine of now joins with its own cloud proof`;
+  }
+  if (unmarked === 'refuse') {
+    return `the certificate names no machine and this cluster renews only those that do (unmarked: refuse); instance ${incarnation.id} joins again with its cloud proof`;
   }
   const { createdAt } = incarnation;
   if (createdAt && certificate.notBefore.getTime() + unmarkedBackdateMs < createdAt.getTime()) {
@@ -242,8 +257,17 @@ export function renewalPolicy(options: RenewalPolicyOptions): BootstrapPolicy {
         }
       }
       const { incarnation, ...verified } = addresses;
-      const otherMachine = incarnationProblem(certificate, nodeName, incarnation);
-      if (otherMachine) return deny(otherMachine);
+      if (incarnation) {
+        const otherMachine = incarnationProblem(
+          certificate,
+          nodeName,
+          incarnation,
+          options.unmarked ?? 'allow',
+        );
+        if (certificate.extensions.incarnationId === undefined)
+          options.countUnmarked?.(otherMachine ? 'deny' : 'approve');
+        if (otherMachine) return deny(otherMachine);
+      }
       const facts: NodeFacts = {
         nodeName,
         ...verified,
