@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { test } from 'node:test';
 import { capturedLogger } from '../testing/log-capture.ts';
 import { auditSink, redactAuditRecord, redactTokens } from './audit.ts';
@@ -26,6 +27,29 @@ test('redaction keeps the token id and drops the secret everywhere', () => {
   assert.ok(!JSON.stringify(safe).includes(secret));
   assert.equal(record.reasons[0], `bad token abcdef.${secret}`, 'the input is not changed');
   assert.equal(redactTokens('node-1'), 'node-1');
+});
+
+test('attack: a token-shaped node name is not anonymous in the trail: redacted, with the SHA-256 of the name as claimed', () => {
+  const names = ['abcdef.0123456789abcdef', 'abcdef.fedcba9876543210'];
+  const written = names.map((name) => redactAuditRecord({ ...record, claimedNodeName: name }));
+  for (const [i, safe] of written.entries()) {
+    assert.equal(safe.claimedNodeName, 'abcdef.[redacted]');
+    assert.equal(
+      safe.claimedNodeNameSha256,
+      createHash('sha256')
+        .update(names[i] as string)
+        .digest('hex'),
+    );
+    assert.ok(!JSON.stringify(safe).includes(names[i] as string), 'the secret-shaped part is not written');
+  }
+  assert.notEqual(
+    written[0]?.claimedNodeNameSha256,
+    written[1]?.claimedNodeNameSha256,
+    'the two names are told apart',
+  );
+  const plain = redactAuditRecord({ ...record, claimedNodeName: 'ip-10-0-0-5.ec2.internal' });
+  assert.equal(plain.claimedNodeName, 'ip-10-0-0-5.ec2.internal');
+  assert.equal('claimedNodeNameSha256' in plain, false, 'a name redaction left alone carries no hash');
 });
 
 test('the audit sink writes one JSON line per record, marked audit: true, without secrets', () => {

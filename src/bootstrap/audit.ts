@@ -6,6 +6,7 @@
  * and anything shaped like a token in any field is cut to its id before the record is written. Nor
  * does its size depend on the caller: every text is cut to {@link maxAuditTextLength} characters.
  */
+import { createHash } from 'node:crypto';
 import { type Logger, silentLogger } from '../log.ts';
 import { clipped } from '../quote.ts';
 import type { AuditSink } from './context.ts';
@@ -32,6 +33,19 @@ function safeText(text: string): string {
 }
 
 /**
+ * The claimed name as written. A name can be token-shaped (`abcdef.0123456789abcdef` is a valid DNS
+ * name), and redacting it would leave every such name reading alike, a prober's way to be anonymous
+ * in the trail; but a token passed where a name goes must not be written either. So a name that
+ * redaction changed also gets its SHA-256: whoever investigates can tell which name was asked for by
+ * hashing the candidates, and a token's 16-character secret cannot be found from the hash.
+ */
+function claimedName(name: string): Pick<AuditRecord, 'claimedNodeName' | 'claimedNodeNameSha256'> {
+  const safe = safeText(name);
+  if (redactTokens(name) === name) return { claimedNodeName: safe };
+  return { claimedNodeName: safe, claimedNodeNameSha256: createHash('sha256').update(name).digest('hex') };
+}
+
+/**
  * The record as written: every token-shaped string redacted, every text at most
  * {@link maxAuditTextLength} characters (pure; the input is not changed).
  */
@@ -43,7 +57,7 @@ export function redactAuditRecord(record: AuditRecord): AuditRecord {
     ...record,
     reasons: record.reasons.map(safeText),
     ...(record.detail === undefined ? {} : { detail: record.detail.map(safeText) }),
-    ...(record.claimedNodeName === undefined ? {} : { claimedNodeName: safeText(record.claimedNodeName) }),
+    ...(record.claimedNodeName === undefined ? {} : claimedName(record.claimedNodeName)),
     ...(evidence === undefined ? {} : { evidence }),
   };
 }

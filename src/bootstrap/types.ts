@@ -165,6 +165,8 @@ export interface AuditRecord {
   requestId: string;
   remoteAddress: string;
   claimedNodeName?: string;
+  /** Set by the audit sink when redaction changed the claimed name: the SHA-256 (hex) of the name as claimed. */
+  claimedNodeNameSha256?: string;
   proof: IdentityProof['kind'];
   verdict: PolicyDecision['verdict'] | 'error';
   decidedBy?: string;
