@@ -87,7 +87,7 @@ export function bootstrapMetrics(registry: Registry): BootstrapMetrics {
   const queueMisses = sharedCounter(
     registry,
     'kops_controller_bootstrap_queue_misses_total',
-    "Polls of a request id the queue's CSR cache does not hold, by how they were answered: api (read from the API server, within the read budget or created here in the last 10 s), watch (not found, from a current watch alone: the budget was spent), refused (429 queue-read-budget: the budget was spent and the watch is not current, or lacks an id created here in the last 10 s).",
+    "Polls of a request id the queue's CSR cache does not hold, by how they were answered: api (read from the API server, within the read budget or created here in the last 10 s), watch (not found, from a current watch alone: the budget was spent; for a long-poll, at the end of its wait), refused (429 queue-read-budget: the budget was spent and the watch is not current, or lacks an id created here in the last 10 s, or a long-poll was released before its wait was up).",
     ['source'],
   );
   const dependencyPaused = sharedCounter(

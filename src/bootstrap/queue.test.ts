@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import { getEventListeners } from 'node:events';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import type { IncomingHttpHeaders } from 'node:http';
 import { request as httpsRequest } from 'node:https';
@@ -754,6 +755,179 @@ describe('polls of names the cache does not hold', () => {
       assert.equal((await csrGets()) - before, 1);
     } finally {
       clearQueue();
+      await queue.stop();
+    }
+  });
+
+  // Red team 3, finding 2: anyone could keep the read budget spent with made-up ids, so that a
+  // lagging replica told a live request's long-poll 404 at the grace's end.
+  test('attack: with the read budget spent on made-up ids, a long-poll of a request another replica created, which the lagging watch delivers after the grace, gets its state from the watch (202), never 404', async () => {
+    const restore = lagWatches(sim, absentPollGraceMs + 1_500);
+    const misses: string[] = [];
+    // A clock that stands still, and one read regained only after 100 s: spent for the whole test.
+    const queue = await currentQueue({
+      now: () => 1_000_000,
+      readBudget: { burst: 1, perSecond: 0.01 },
+      onMiss: (source) => misses.push(source),
+    }).finally(restore);
+    const context = { queue, logger: silentLogger } as unknown as BootstrapContext;
+    const release = new AbortController();
+    try {
+      // Someone's poll of a made-up id spends the budget.
+      await assert.rejects(queue.lookup(unknownName(7)), { name: 'NotFoundError' });
+      const before = await csrGets();
+      const name = createdElsewhere();
+      const polling = pollRequest(context, name, '30', release.signal);
+      const early = await outcomeWithin(polling, absentPollGraceMs + 500);
+      assert.ok(
+        early.pending,
+        `answered before the watch delivered the CSR: ${early.pending ? '' : String(early.error ?? JSON.stringify(early.value))}`,
+      );
+      for (let i = 0; i < 1_000 && queue.pendingCount() === 0; i++)
+        await new Promise((r) => setTimeout(r, 10));
+      assert.equal(queue.pendingCount(), 1, 'the lagging watch never delivered the CSR');
+      // Found, the poll waits for a decision: end it (as a node that hangs up).
+      release.abort();
+      const outcome = await outcomeWithin(polling, 5_000);
+      assert.ok(!outcome.pending, 'the released poll was still waiting 5 s later');
+      assert.equal(outcome.error, undefined, String(outcome.error));
+      assert.equal(outcome.value?.status, 202, JSON.stringify(outcome.value?.body));
+      assert.equal((outcome.value?.body as { requestId?: string } | undefined)?.requestId, name);
+      assert.equal((await csrGets()) - before, 0, 'no read past the spent budget');
+      assert.deepEqual(
+        misses,
+        ['api'],
+        'only the made-up id was a miss: the poll was answered from the watch',
+      );
+    } finally {
+      release.abort();
+      clearQueue();
+      await queue.stop();
+    }
+  });
+
+  test('attack: a long-poll of a made-up id with the read budget spent waits out its whole wait, then is answered 404 from the current watch, with no read', async () => {
+    const misses: string[] = [];
+    const queue = await currentQueue({
+      now: () => 1_000_000,
+      readBudget: { burst: 1, perSecond: 0.01 },
+      onMiss: (source) => misses.push(source),
+    });
+    try {
+      await assert.rejects(queue.lookup(unknownName(8)), { name: 'NotFoundError' });
+      const before = await csrGets();
+      const waitMs = absentPollGraceMs + 3_000;
+      const started = performance.now();
+      const waiting = queue.wait(unknownName(9), waitMs);
+      const early = await outcomeWithin(waiting, absentPollGraceMs + 1_500);
+      assert.ok(
+        early.pending,
+        `answered at the grace's end, before its wait was up: ${early.pending ? '' : String(early.error)}`,
+      );
+      const outcome = await outcomeWithin(waiting, 10_000);
+      assert.ok(!outcome.pending, `the ${waitMs} ms poll was still waiting 10 s later`);
+      assert.ok(outcome.error instanceof KopsError, String(outcome.error ?? JSON.stringify(outcome.value)));
+      assert.equal(outcome.error.kind, 'not-found', outcome.error.message);
+      assert.equal(outcome.error.reasonCode, 'unknown-request');
+      // Generous: the poll ends on its own timer, never before it.
+      const took = performance.now() - started;
+      assert.ok(took >= waitMs - 50, `answered after ${Math.round(took)} ms of its ${waitMs} ms wait`);
+      assert.equal((await csrGets()) - before, 0, 'the made-up id cost a read');
+      assert.deepEqual(misses, ['api', 'watch']);
+    } finally {
+      await queue.stop();
+    }
+  });
+
+  test('a long-poll parked past its grace is read at the end of its wait when the budget has a token again: one read, then 404', async () => {
+    let now = 1_000_000;
+    const misses: string[] = [];
+    const queue = await currentQueue({
+      now: () => now,
+      readBudget: { burst: 1, perSecond: 0.01 },
+      onMiss: (source) => misses.push(source),
+    });
+    try {
+      await assert.rejects(queue.lookup(unknownName(10)), { name: 'NotFoundError' });
+      const before = await csrGets();
+      const waiting = queue.wait(unknownName(11), absentPollGraceMs + 2_000);
+      assert.ok(
+        (await outcomeWithin(waiting, absentPollGraceMs + 1_000)).pending,
+        'answered before its wait was up',
+      );
+      // The budget regains its read while the poll is parked.
+      now += 200_000;
+      const outcome = await outcomeWithin(waiting, 10_000);
+      assert.ok(!outcome.pending, 'the poll was still waiting 10 s later');
+      assert.ok(outcome.error instanceof KopsError, String(outcome.error ?? JSON.stringify(outcome.value)));
+      assert.equal(outcome.error.kind, 'not-found', outcome.error.message);
+      assert.equal((await csrGets()) - before, 1, 'one read at the end of the wait, under the budget');
+      assert.deepEqual(misses, ['api', 'api']);
+    } finally {
+      await queue.stop();
+    }
+  });
+
+  test('parked long-polls cost one timer and one abort listener each; released early (the client gone, the server closing) they are told to poll again (429), never 404; the queue stopping ends the rest', async () => {
+    const queue = await currentQueue({ now: () => 1_000_000, readBudget: { burst: 1, perSecond: 0.01 } });
+    const timers = () => process.getActiveResourcesInfo().filter((resource) => resource === 'Timeout').length;
+    const polls = 500;
+    const releases = Array.from({ length: polls }, () => new AbortController());
+    let settled = 0;
+    try {
+      await assert.rejects(queue.lookup(unknownName(12)), { name: 'NotFoundError' });
+      const baseline = timers();
+      const waiting = releases.map((release, i) => {
+        const poll = queue.wait(unknownName(100 + i), 60_000, release.signal);
+        poll.then(
+          () => settled++,
+          () => settled++,
+        );
+        return poll;
+      });
+      // Past the grace: every one is parked on the watch.
+      await new Promise((r) => setTimeout(r, absentPollGraceMs + 500));
+      assert.equal(settled, 0, 'a parked poll was answered before its wait was up');
+      const parkedTimers = timers() - baseline;
+      assert.ok(parkedTimers <= polls + 5, `${parkedTimers} timers for ${polls} parked polls`);
+      for (const release of releases)
+        assert.equal(getEventListeners(release.signal, 'abort').length, 1, 'abort listeners per parked poll');
+      // Half are released early: their clients hang up, or the server closes.
+      const half = polls / 2;
+      for (const release of releases.slice(0, half)) release.abort();
+      const released = await outcomeWithin(Promise.allSettled(waiting.slice(0, half)), 5_000);
+      assert.ok(!released.pending, 'released polls were still waiting 5 s later');
+      for (const result of released.value ?? []) {
+        assert.equal(result.status, 'rejected');
+        const error = result.status === 'rejected' ? result.reason : undefined;
+        assert.ok(error instanceof KopsError, String(error));
+        assert.equal(error.reasonCode, readBudgetReason, error.message);
+        assert.equal(httpStatusOf(error), 429);
+      }
+      for (const release of releases.slice(0, half))
+        assert.equal(
+          getEventListeners(release.signal, 'abort').length,
+          0,
+          'a released poll left its listener',
+        );
+      // The rest end when the queue stops (its watch then is not current: 429 too).
+      await queue.stop();
+      const stopped = await outcomeWithin(Promise.allSettled(waiting.slice(half)), 5_000);
+      assert.ok(!stopped.pending, 'parked polls were still waiting 5 s after the queue stopped');
+      for (const result of stopped.value ?? []) {
+        const error = result.status === 'rejected' ? result.reason : undefined;
+        assert.ok(error instanceof KopsError, String(error));
+        assert.equal(error.reasonCode, readBudgetReason, error.message);
+      }
+      for (const release of releases.slice(half))
+        assert.equal(
+          getEventListeners(release.signal, 'abort').length,
+          0,
+          'a stopped poll left its listener',
+        );
+      assert.ok(timers() <= baseline + 5, `${timers() - baseline} timers left behind`);
+    } finally {
+      for (const release of releases) release.abort();
       await queue.stop();
     }
   });

@@ -24,9 +24,11 @@
  *   server under a small budget (a long-poll first gives another replica's create a moment to
  *   arrive through the watch): a watch may lag, so a current one's "not there" is confirmed while the
  *   budget lasts, and stands alone past it; a watch that is not current cannot answer, so past the
- *   budget the poll is the queue's own 429. Polls of made-up ids cost the API server at most the
- *   budget's reads. A name this replica has just created is read past the budget once a second at
- *   most: those reads are bounded by the queue's own creations, not by its requester's polls.
+ *   budget the poll is the queue's own 429. Anyone can spend the budget, so past it a long-poll
+ *   waits on the watch for the rest of its wait, and only then is the watch's "not there" its
+ *   answer. Polls of made-up ids cost the API server at most the budget's reads. A name this
+ *   replica has just created is read past the budget once a second at most: those reads are
+ *   bounded by the queue's own creations, not by its requester's polls.
  */
 
 import { createHash, createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
@@ -148,6 +150,9 @@ export const readBudgetReason = 'queue-read-budget';
  * spent and the watch is not current.
  */
 export type QueueMissSource = 'watch' | 'api' | 'refused';
+
+/** What a look past the cache gives when no read is allowed: not an answer yet. */
+const unread = Symbol('unread');
 
 /** The reasons of the queue's own 429s: the overall cap, and the cap of one source. */
 export const queueFullReasons = { overall: 'queue-full', source: 'source-queue-full' } as const;
@@ -852,28 +857,50 @@ export class CsrQueue {
 
   /**
    * The CSR called `name`: from the cache; for a name it does not hold, read (a name this queue
-   * created moments ago, always; any other, if the read budget allows). Past the budget, undefined
-   * when the watch is current, whose answer it is; otherwise RateLimitedError with Retry-After.
+   * created moments ago, once a second; any other, if the read budget allows); {@link unread} when no
+   * read is allowed, the watch's word being all there is.
    */
-  async #find(name: string): Promise<V1CertificateSigningRequest | undefined> {
+  async #look(name: string): Promise<V1CertificateSigningRequest | undefined | typeof unread> {
     const cached = this.#informer.get(name);
     if (cached) return cached;
     const now = this.#now();
-    if (!this.#takeCreatedRead(name, now) && !this.#readBudget.tryTake(now)) {
-      // A name created here moments ago may not be in the watch yet: never its 404, only a wait.
-      if (this.isCurrent() && !this.#createdRecently(name)) {
-        this.#options.onMiss?.('watch');
-        return undefined;
-      }
-      this.#options.onMiss?.('refused');
-      const retryAfterSeconds = Math.max(1, Math.ceil(this.#readBudget.msUntilToken(now) / 1000));
-      throw new RateLimitedError(
-        `too many reads of bootstrap requests the CSR watch does not hold; retry in ${retryAfterSeconds} s`,
-        { reason: readBudgetReason, retryAfterSeconds },
-      );
-    }
+    if (!this.#takeCreatedRead(name, now) && !this.#readBudget.tryTake(now)) return unread;
     this.#options.onMiss?.('api');
     return this.#read(name);
+  }
+
+  /**
+   * Whether a current watch's "not there" may answer for `name`: never for a name created here
+   * moments ago, which it may not have delivered yet.
+   */
+  #watchAnswers(name: string): boolean {
+    return this.isCurrent() && !this.#createdRecently(name);
+  }
+
+  /**
+   * The answer for a name no read may look up: not found (undefined) when the watch may answer and
+   * `byWatch` allows it; otherwise RateLimitedError with Retry-After, the queue's own limit.
+   */
+  #unreadAnswer(name: string, byWatch: boolean): undefined {
+    if (byWatch && this.#watchAnswers(name)) {
+      this.#options.onMiss?.('watch');
+      return undefined;
+    }
+    this.#options.onMiss?.('refused');
+    const retryAfterSeconds = Math.max(1, Math.ceil(this.#readBudget.msUntilToken(this.#now()) / 1000));
+    throw new RateLimitedError(
+      `too many reads of bootstrap requests the CSR watch does not hold; retry in ${retryAfterSeconds} s`,
+      { reason: readBudgetReason, retryAfterSeconds },
+    );
+  }
+
+  /**
+   * The CSR called `name`, as {@link CsrQueue.#look} finds it; past the budget, undefined when the
+   * watch may answer, whose answer it is; otherwise RateLimitedError with Retry-After.
+   */
+  async #find(name: string): Promise<V1CertificateSigningRequest | undefined> {
+    const found = await this.#look(name);
+    return found === unread ? this.#unreadAnswer(name, true) : found;
   }
 
   /** Where `csr` (found under `name`) stands; NotFoundError when there is none, or it is not ours. */
@@ -898,12 +925,17 @@ export class CsrQueue {
   /**
    * Waits up to `waitMs` for `name` to be issued or denied (an approval alone is still pending: the
    * signer has yet to sign); resolves with the state then. A name a current watch does not hold is
-   * waited for up to {@link absentPollGraceMs} (within `waitMs`) before it is read.
+   * waited for up to {@link absentPollGraceMs} (within `waitMs`) before it is read; when no read is
+   * allowed, for the rest of `waitMs`, and only then does the watch's "not there" answer.
    */
   async wait(name: string, waitMs: number, signal?: AbortSignal): Promise<QueueState> {
     // Monotonic: a step of the wall clock must neither hold the poll nor end it at once.
     const deadline = performance.now() + waitMs;
     let graced = false;
+    // Waited on the watch for the rest of the wait, no read being allowed: once at most.
+    let parked = false;
+    // Found once: a "not there" after that is the watch's delete, which answers at once.
+    let found = false;
     for (;;) {
       // Subscribed before each look, so a change arriving in between is not missed.
       let wake = () => {};
@@ -930,8 +962,33 @@ export class CsrQueue {
           await woken;
           continue;
         }
-        const state = this.#stateOfFound(name, await this.#find(name));
+        const looked = await this.#look(name);
         const rest = deadline - performance.now();
+        if (
+          looked === unread &&
+          !found &&
+          !parked &&
+          rest > 0 &&
+          !signal?.aborted &&
+          this.#watchAnswers(name)
+        ) {
+          // Anyone can keep the budget spent with made-up ids: were the watch's "not there" the answer
+          // now, a stranger would decide that a request the watch has yet to deliver (created on
+          // another replica, this watch lagging) is unknown. Its ADDED still wakes us; a made-up id
+          // costs a parked poll, which the connection caps bound, and no read.
+          parked = true;
+          signal?.addEventListener('abort', end, { once: true });
+          timer = setTimeout(end, rest);
+          await woken;
+          continue;
+        }
+        // Released before its wait is up (the client gone, the server closing), a poll is told to come
+        // back rather than that the name is unknown: that is for the end of its wait.
+        const state = this.#stateOfFound(
+          name,
+          looked === unread ? this.#unreadAnswer(name, rest <= 0 || !signal?.aborted) : looked,
+        );
+        found = true;
         if (state.state !== 'pending' || rest <= 0 || signal?.aborted) return state;
         signal?.addEventListener('abort', end, { once: true });
         timer = setTimeout(end, rest);
