@@ -78,6 +78,9 @@ async function serveController(): Promise<void> {
             vfsOptions: message.world.clients.vfsOptions,
             bootstrap: false,
             registry,
+            // Each timed scrape builds its exposition, as a Prometheus scrape every 15 s does; the
+            // ops server's one-second reuse would answer most of 200 back-to-back scrapes from memory.
+            metricsReuseMs: 0,
             // Its warnings (a failed list, a lost lease) explain a slow phase, so they are shown.
             logger: createLogger({ level: 'warn', format: 'text' }),
           });

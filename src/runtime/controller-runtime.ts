@@ -35,6 +35,8 @@ export interface ControllerRuntimeOptions {
   readinessChecks?: readonly ReadinessCheck[];
   /** Served on `/metrics`; defaults to the process-wide prom-client registry. */
   registry?: Registry;
+  /** How long one `/metrics` exposition answers every scrape (default the ops server's, 1 s). */
+  metricsReuseMs?: number;
   /** This replica's lease holder identity; defaults to hostname plus a random suffix. */
   identity?: string;
   /**
@@ -155,6 +157,9 @@ export class ControllerRuntime {
         listen: this.#options.config.metrics.listen,
         registry: this.#registry,
         readinessChecks: () => this.#checks,
+        ...(this.#options.metricsReuseMs === undefined
+          ? {}
+          : { metricsReuseMs: this.#options.metricsReuseMs }),
         // No liveness condition: a fatal error ends the process at once instead of failing /healthz.
         logger: this.#logger,
       });

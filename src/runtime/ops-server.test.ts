@@ -4,7 +4,9 @@ import { describe, test } from 'node:test';
 import { Counter, Registry } from 'prom-client';
 import { ConfigError } from '../errors.ts';
 import { eventually, holdPort, idleCrowd } from '../net/testing.ts';
-import { type ReadinessCheck, startOpsServer } from './ops-server.ts';
+import { FakeClock } from '../testing/fake-clock.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
+import { metricsReuseMs, type ReadinessCheck, startOpsServer } from './ops-server.ts';
 
 describe('operations server', () => {
   test('serves /healthz, /readyz with one line per check, and /metrics', async () => {
@@ -184,6 +186,154 @@ describe('operations server', () => {
       assert.equal(await eventually(() => server.openConnections(), 0), 0);
     } finally {
       // Closed whatever failed above: an open server would keep the test file from ever ending.
+      await server.close();
+    }
+  });
+});
+
+/**
+ * A registry that counts its expositions: each one includes `test_builds_total`, the number of the
+ * build it came from, so a body says which build served it. `failNext` makes the next build throw;
+ * `hold` makes builds wait until the returned function is called.
+ */
+function countingRegistry() {
+  const registry = new Registry();
+  const builds = new Counter({
+    name: 'test_builds_total',
+    help: 'Expositions built.',
+    registers: [registry],
+  });
+  const own = registry.metrics.bind(registry);
+  const state = { builds: 0, failNext: false, gate: Promise.resolve() };
+  registry.metrics = async () => {
+    state.builds++;
+    builds.inc();
+    await state.gate;
+    if (state.failNext) {
+      state.failNext = false;
+      throw new Error('a worker answered garbage');
+    }
+    return own();
+  };
+  const hold = () => {
+    let release = () => {};
+    state.gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    return release;
+  };
+  return { registry, state, hold };
+}
+
+async function scrape(url: string, method = 'GET') {
+  const res = await fetch(`${url}/metrics`, { method });
+  return { status: res.status, headers: res.headers, text: await res.text() };
+}
+
+describe('operations server: /metrics under many callers (red team 3, finding 1)', () => {
+  test('concurrent scrapes share one build: twenty callers, one exposition', async () => {
+    const { registry, state, hold } = countingRegistry();
+    const server = await startOpsServer({
+      listen: '127.0.0.1:0',
+      registry,
+      readinessChecks: () => [],
+      clock: new FakeClock(),
+    });
+    try {
+      const release = hold();
+      const scrapes = Array.from({ length: 20 }, () => scrape(server.url));
+      // The first build waits until every caller is connected: the others arrive while it runs.
+      await eventually(() => server.openConnections() >= 20, true);
+      release();
+      const answers = await Promise.all(scrapes);
+      assert.equal(state.builds, 1, 'one build served every caller');
+      for (const answer of answers) {
+        assert.equal(answer.status, 200);
+        assert.match(answer.headers.get('content-type') ?? '', /^text\/plain; version=0\.0\.4/);
+        assert.match(answer.text, /^test_builds_total 1$/m);
+      }
+    } finally {
+      await server.close();
+    }
+  });
+
+  test('a finished exposition is reused for metricsReuseMs, then built again', async () => {
+    const { registry, state } = countingRegistry();
+    const clock = new FakeClock();
+    const server = await startOpsServer({
+      listen: '127.0.0.1:0',
+      registry,
+      readinessChecks: () => [],
+      clock,
+    });
+    try {
+      assert.match((await scrape(server.url)).text, /^test_builds_total 1$/m);
+      await clock.advance(metricsReuseMs - 1);
+      const again = await scrape(server.url);
+      assert.equal(again.status, 200);
+      assert.match(again.text, /^test_builds_total 1$/m, 'the same exposition, within the interval');
+      assert.equal(state.builds, 1);
+      await clock.advance(1);
+      assert.match((await scrape(server.url)).text, /^test_builds_total 2$/m, 'a new one after it');
+      assert.equal(state.builds, 2);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test('a build that throws answers 500 as before and is not reused: the next scrape builds again', async () => {
+    const { registry, state } = countingRegistry();
+    const { logger, lines } = capturedLogger();
+    const server = await startOpsServer({
+      listen: '127.0.0.1:0',
+      registry,
+      readinessChecks: () => [],
+      clock: new FakeClock(),
+      logger,
+    });
+    try {
+      state.failNext = true;
+      const failed = await scrape(server.url);
+      assert.equal(failed.status, 500);
+      assert.equal(failed.text, 'internal error\n');
+      assert.ok(
+        lines.some(
+          (line) => line.includes('operations endpoint failed') && line.includes('a worker answered garbage'),
+        ),
+        lines.join(''),
+      );
+      // The clock has not moved: a cached failure, or a cached nothing, would answer now.
+      const next = await scrape(server.url);
+      assert.equal(next.status, 200);
+      assert.match(next.text, /^test_builds_total 2$/m);
+      assert.equal(state.builds, 2);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test('HEAD /metrics answers the headers of a scrape and builds nothing', async () => {
+    const { registry, state } = countingRegistry();
+    const server = await startOpsServer({
+      listen: '127.0.0.1:0',
+      registry,
+      readinessChecks: () => [],
+      clock: new FakeClock(),
+    });
+    try {
+      // Nothing is built yet, so no exposition could be reused: a HEAD that built would count.
+      const heads = [];
+      for (let i = 0; i < 50; i++) heads.push(await scrape(server.url, 'HEAD'));
+      assert.equal(state.builds, 0, 'no HEAD built an exposition');
+      const get = await scrape(server.url);
+      for (const head of heads) {
+        assert.equal(head.status, 200);
+        assert.equal(head.text, '');
+        assert.equal(head.headers.get('content-type'), get.headers.get('content-type'));
+        assert.equal(head.headers.get('cache-control'), 'no-store');
+      }
+      assert.equal(state.builds, 1, 'only the GET built');
+    } finally {
       await server.close();
     }
   });

@@ -9,6 +9,8 @@ import { describeError } from '../errors.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { type ConnectionLimits, type HardenedServer, startHardenedServer } from '../net/hardened-server.ts';
 import { fromThisMachine } from '../net/this-machine.ts';
+import { type Clock, systemClock } from './clock.ts';
+import { SharedSnapshot } from './shared-snapshot.ts';
 
 /** One named readiness condition; `check` returns undefined when ready, else the reason it is not. */
 export interface ReadinessCheck {
@@ -29,6 +31,10 @@ export interface OpsServerOptions {
   fromThisMachine?: (source: string) => boolean;
   /** Overrides of {@link opsConnectionLimits} (tests shorten the timeouts). */
   connectionLimits?: Partial<ConnectionLimits>;
+  /** Measures how long an exposition is reused (tests pass a fake one). */
+  clock?: Pick<Clock, 'monotonic'>;
+  /** How long one exposition answers every scrape (default {@link metricsReuseMs}). */
+  metricsReuseMs?: number;
   logger?: Logger;
 }
 
@@ -43,6 +49,15 @@ export const opsConnectionLimits: Partial<ConnectionLimits> = {
   maxConnections: 256,
   maxConnectionsPerSource: 32,
 };
+
+/**
+ * How long one `/metrics` exposition answers every scrape. Anyone who reaches the port may scrape,
+ * and with serving workers a build asks each of them over IPC and sums their answers: sharing one
+ * build per second bounds that cost, however many callers there are. Prometheus scrapes every
+ * 15–60 s, so an exposition up to a second old is as good as a fresh one to it (two Prometheus
+ * replicas scraping within the same second read the same numbers).
+ */
+export const metricsReuseMs = 1_000;
 
 function send(res: ServerResponse, status: number, contentType: string, body: string): void {
   res.writeHead(status, { 'content-type': contentType, 'cache-control': 'no-store' }).end(body);
@@ -67,6 +82,10 @@ function readiness(checks: readonly ReadinessCheck[]): { ok: boolean; body: stri
 /** Starts the operations server; resolves once it listens. */
 export async function startOpsServer(options: OpsServerOptions): Promise<OpsServer> {
   const logger = options.logger ?? silentLogger;
+  const metrics = new SharedSnapshot(() => options.registry.metrics(), {
+    reuseMs: options.metricsReuseMs ?? metricsReuseMs,
+    clock: options.clock ?? systemClock,
+  });
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const path = new URL(req.url ?? '/', 'http://localhost').pathname;
     if (req.method !== 'GET' && req.method !== 'HEAD') {
@@ -86,7 +105,9 @@ export async function startOpsServer(options: OpsServerOptions): Promise<OpsServ
         return send(res, ok ? 200 : 503, 'text/plain; charset=utf-8', body);
       }
       case '/metrics':
-        return send(res, 200, options.registry.contentType, await options.registry.metrics());
+        // HEAD is answered with a scrape's headers (no length: a scrape's is chunked) and builds nothing.
+        if (req.method === 'HEAD') return send(res, 200, options.registry.contentType, '');
+        return send(res, 200, options.registry.contentType, await metrics.get());
       default:
         return send(res, 404, 'text/plain; charset=utf-8', 'not found: try /healthz, /readyz or /metrics\n');
     }
