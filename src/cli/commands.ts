@@ -9,6 +9,7 @@ const loaders: Record<string, () => Promise<Command>> = {
   certs: async () => (await import('./certs.ts')).certsCommand(),
   dev: async () => (await import('./dev.ts')).devCommand(),
   discovery: async () => (await import('./discovery.ts')).discoveryCommand(),
+  events: async () => (await import('./events.ts')).eventsCommand(),
   explain: async () => (await import('./explain.ts')).explainCommand(),
   host: async () => (await import('./host.ts')).hostCommand(),
   join: async () => (await import('./join.ts')).joinCommand(),
