@@ -3,7 +3,7 @@ import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
 import { Registry } from 'prom-client';
 import { toolPath } from '../testing/tools.ts';
-import { bootstrapMetrics } from './metrics.ts';
+import { bootstrapMetrics, unmarkedRenewalMetric } from './metrics.ts';
 
 test('bootstrap metrics: decisions by policy and verdict, issuance latency, queue depth, dependency failures', async () => {
   const registry = new Registry();
@@ -30,4 +30,17 @@ test('promtool accepts the exposition', async () => {
   bootstrapMetrics(registry).dependencyFailure('kubernetes-api');
   const check = spawnSync(toolPath('promtool'), ['check', 'metrics'], { input: await registry.metrics() });
   assert.equal(check.status, 0, String(check.stdout) + String(check.stderr));
+});
+
+test('the unmarked-renewal counter shows both verdicts at 0 from the start, so "flat" is not "absent"', async () => {
+  const registry = new Registry();
+  const count = unmarkedRenewalMetric(registry);
+  const before = await registry.metrics();
+  assert.match(before, /^kops_controller_bootstrap_unmarked_renewals_total\{verdict="approve"\} 0$/m);
+  assert.match(before, /^kops_controller_bootstrap_unmarked_renewals_total\{verdict="deny"\} 0$/m);
+  count('deny');
+  unmarkedRenewalMetric(registry)('deny');
+  const after = await registry.metrics();
+  assert.match(after, /^kops_controller_bootstrap_unmarked_renewals_total\{verdict="deny"\} 2$/m);
+  assert.match(after, /^kops_controller_bootstrap_unmarked_renewals_total\{verdict="approve"\} 0$/m);
 });

@@ -37,6 +37,8 @@ export function unmarkedRenewalMetric(registry: Registry): (verdict: 'approve' |
     "Renewals that presented a certificate naming no machine (kops', the kube-controller-manager's, one issued without a cloud) where the cloud names the machine of now, by the renewal policy's verdict.",
     ['verdict'],
   );
+  // Both series from the start: "stayed flat" must be told from "never scraped" (an absent series).
+  for (const verdict of ['approve', 'deny'] as const) renewals.inc({ verdict }, 0);
   return (verdict) => renewals.inc({ verdict });
 }
 

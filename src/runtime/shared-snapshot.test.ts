@@ -14,6 +14,24 @@ function heldBuild() {
 }
 
 describe('SharedSnapshot', () => {
+  test('a build that never settles is shared for shareMs only: then the next caller builds again, and a late finish replaces no newer value', async () => {
+    const clock = new FakeClock();
+    const { build, calls } = heldBuild();
+    const snapshot = new SharedSnapshot(build, { reuseMs: 1_000, shareMs: 10_000, clock });
+    const stuck = snapshot.get();
+    await clock.advance(9_999);
+    void snapshot.get();
+    assert.equal(calls.length, 1, 'still shared within shareMs');
+    await clock.advance(1);
+    const fresh = snapshot.get();
+    assert.equal(calls.length, 2, 'past shareMs a new build starts');
+    calls[1]?.resolve('fresh');
+    assert.equal(await fresh, 'fresh');
+    calls[0]?.resolve('stale');
+    assert.equal(await stuck, 'stale', 'its own callers still get what it built');
+    assert.equal(await snapshot.get(), 'fresh', 'the late, older build does not replace the newer value');
+  });
+
   test('callers that ask while a build runs share it: one build, one value', async () => {
     const { build, calls } = heldBuild();
     const snapshot = new SharedSnapshot(build, { reuseMs: 1_000, clock: new FakeClock() });
