@@ -52,6 +52,25 @@ test('attack: a token-shaped node name is not anonymous in the trail: redacted, 
   assert.equal('claimedNodeNameSha256' in plain, false, 'a name redaction left alone carries no hash');
 });
 
+test('a token-shaped verified node name is redacted and hashed too, and a token run together with other letters or digits is redacted as well', () => {
+  const token = 'abcdef.0123456789abcdef';
+  for (const name of [token, `n${token}`, `${token}0`, `ip-10-0-0-5x${token}`]) {
+    const safe = redactAuditRecord({
+      ...record,
+      claimedNodeName: name,
+      nodeName: name,
+      reasons: [`node name ${name} refused`],
+    });
+    assert.ok(!JSON.stringify(safe).includes('0123456789abcdef'), name);
+    const hash = createHash('sha256').update(name).digest('hex');
+    assert.equal(safe.claimedNodeNameSha256, hash, name);
+    assert.equal(safe.nodeNameSha256, hash, name);
+  }
+  const plain = redactAuditRecord({ ...record, nodeName: 'worker-1' });
+  assert.equal(plain.nodeName, 'worker-1');
+  assert.equal('nodeNameSha256' in plain, false);
+});
+
 test('the audit sink writes one JSON line per record, marked audit: true, without secrets', () => {
   const { logger, lines } = capturedLogger();
   const sink = auditSink(logger);

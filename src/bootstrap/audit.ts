@@ -12,7 +12,12 @@ import { clipped } from '../quote.ts';
 import type { AuditSink } from './context.ts';
 import type { AuditRecord } from './types.ts';
 
-const tokenShape = /\b([a-z0-9]{6})\.[a-z0-9]{16}\b/g;
+/**
+ * A token's shape anywhere in a text, run together with other letters or digits too (`n<id>.<secret>0`
+ * is a valid DNS name holding a whole token): a text that merely has the shape loses a little of
+ * itself (node names keep their hash, {@link nameField}), a secret is never written.
+ */
+const tokenShape = /([a-z0-9]{6})\.[a-z0-9]{16}/g;
 
 /** Replaces every `<id>.<secret>` in `text` by `<id>.[redacted]`. */
 export function redactTokens(text: string): string {
@@ -33,16 +38,18 @@ function safeText(text: string): string {
 }
 
 /**
- * The claimed name as written. A name can be token-shaped (`abcdef.0123456789abcdef` is a valid DNS
- * name), and redacting it would leave every such name reading alike, a prober's way to be anonymous
- * in the trail; but a token passed where a name goes must not be written either. So a name that
- * redaction changed also gets its SHA-256: whoever investigates can tell which name was asked for by
- * hashing the candidates, and a token's 16-character secret cannot be found from the hash.
+ * A node name as written (`field`, the claimed or the verified one). A name can be token-shaped
+ * (`abcdef.0123456789abcdef` is a valid DNS name), and redacting it would leave every such name
+ * reading alike, a prober's way to be anonymous in the trail; but a token passed where a name goes
+ * must not be written either. So a name that redaction changed also gets its SHA-256 (`<field>Sha256`):
+ * whoever investigates can tell which name was asked for by hashing the candidates, and a token's
+ * 16-character secret cannot be found from the hash.
  */
-function claimedName(name: string): Pick<AuditRecord, 'claimedNodeName' | 'claimedNodeNameSha256'> {
+function nameField(field: 'claimedNodeName' | 'nodeName', name: string | undefined): Partial<AuditRecord> {
+  if (name === undefined) return {};
   const safe = safeText(name);
-  if (redactTokens(name) === name) return { claimedNodeName: safe };
-  return { claimedNodeName: safe, claimedNodeNameSha256: createHash('sha256').update(name).digest('hex') };
+  if (redactTokens(name) === name) return { [field]: safe };
+  return { [field]: safe, [`${field}Sha256`]: createHash('sha256').update(name).digest('hex') };
 }
 
 /**
@@ -57,7 +64,8 @@ export function redactAuditRecord(record: AuditRecord): AuditRecord {
     ...record,
     reasons: record.reasons.map(safeText),
     ...(record.detail === undefined ? {} : { detail: record.detail.map(safeText) }),
-    ...(record.claimedNodeName === undefined ? {} : claimedName(record.claimedNodeName)),
+    ...nameField('claimedNodeName', record.claimedNodeName),
+    ...nameField('nodeName', record.nodeName),
     ...(evidence === undefined ? {} : { evidence }),
   };
 }

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import type { V1CertificateSigningRequest } from '@kubernetes/client-node';
 import { RateLimitedError } from '../errors.ts';
@@ -9,6 +10,8 @@ import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey } from '../pki/keys.ts';
 import { type ReservedNames, reservedNames } from '../pki/reserved-names.ts';
 import { type KubeObject, type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
+import { auditSink, redactAuditRecord } from './audit.ts';
 import { httpsNodeReader } from './node-guard.ts';
 import { bootstrapSignerName, CsrQueue, queueAnnotations, queuedCsrObject, sealKeyOf } from './queue.ts';
 import { denialRecord, type QueueSignerOptions, queueSigner } from './queue-signer.ts';
@@ -56,6 +59,31 @@ test("an admin's denial is recorded once, as it happens, with the condition's re
     denialRecord(csr([]), csr([{ type: 'Denied' }]), otherSealKey)?.reasons[0],
     'denied by an admin: no reason given',
   );
+});
+
+test('a token in an annotation is redacted before anything is cut: no part of its secret is written, and the hash is of the whole claimed name', () => {
+  const token = 'abcdef.0123456789abcdef';
+  // The token starts 490 characters in: a cut at 512 before redacting would keep 15 of its 16.
+  const claimed = `${'x'.repeat(489)}-${token}`;
+  const forged = csr([]);
+  forged.metadata = {
+    name: 'kops-bootstrap-0123',
+    annotations: {
+      [queueAnnotations.requestId]: claimed,
+      [queueAnnotations.claimedNode]: claimed,
+      [queueAnnotations.remoteAddress]: claimed,
+    },
+  };
+  const denied = {
+    ...forged,
+    status: { conditions: [{ type: 'Denied', status: 'True', message: claimed }] },
+  };
+  const { logger, lines } = capturedLogger();
+  auditSink(logger)(denialRecord(forged, denied, otherSealKey) as AuditRecord);
+  const written = lines.join('');
+  assert.ok(!written.includes('0123456789'), written.slice(0, 300));
+  const { record } = JSON.parse(lines[0] as string) as { record: AuditRecord };
+  assert.equal(record.claimedNodeNameSha256, createHash('sha256').update(claimed).digest('hex'));
 });
 
 test("a denial's record says whether the CSR's seal holds, and cuts what its annotations carry to the audit cap", () => {
@@ -109,8 +137,10 @@ test("a denial's record says whether the CSR's seal holds, and cuts what its ann
       [queueAnnotations.facts]: JSON.stringify({ ...facts, nodeName: 'victim' }),
     },
   };
-  const record = denialRecord(forged, { ...forged, status: deniedNow(forged).status }, sealKey);
-  assert.ok(record);
+  const made = denialRecord(forged, { ...forged, status: deniedNow(forged).status }, sealKey);
+  assert.ok(made);
+  // The claimed name reaches the sink whole (it hashes the name as claimed), which cuts it.
+  const record = redactAuditRecord(made);
   assert.match(record.reasons.join('\n'), /its seal does not verify/);
   assert.equal(record.nodeName, undefined);
   for (const [field, value] of Object.entries({

@@ -21,6 +21,7 @@ import { type Logger, silentLogger } from '../log.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { clipped } from '../quote.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
+import { redactTokens } from './audit.ts';
 import { issueForFacts, type NodeIssueOptions, pemsOf, serialsOf } from './issue.ts';
 import { assertNodeNotRegistered, type NodeReader } from './node-guard.ts';
 import {
@@ -78,22 +79,25 @@ const maxCsrText = 512;
 function conditionText(csr: V1CertificateSigningRequest, type: string): string {
   const condition = (csr.status?.conditions ?? []).find((c) => c.type === type && c.status === 'True');
   const text = [condition?.reason, condition?.message].filter(Boolean).join(': ') || 'no reason given';
-  return clipped(text, maxCsrText);
+  // Redacted before it is cut: a token across the cut would keep most of its secret.
+  return clipped(redactTokens(text), maxCsrText);
 }
 
 /**
- * The audit fields every record about a queued request carries, from its annotations, each cut to
- * {@link maxCsrText}. The seal does not cover these four: whoever may update the CSR may rewrite them.
+ * The audit fields every record about a queued request carries, from its annotations, each redacted
+ * and cut to {@link maxCsrText}; the claimed name whole, which the audit sink redacts, hashes as
+ * claimed and cuts. The seal does not cover these four: whoever may update the CSR may rewrite them.
  */
 function auditBaseOf(csr: V1CertificateSigningRequest) {
   const annotations = csr.metadata?.annotations ?? {};
-  const cut = (text: string) => clipped(text, maxCsrText);
+  // Redacted before it is cut: a token across the cut would keep most of its secret.
+  const cut = (text: string) => clipped(redactTokens(text), maxCsrText);
   const claimed = annotations[queueAnnotations.claimedNode];
   return {
     time: new Date().toISOString(),
     requestId: cut(annotations[queueAnnotations.requestId] ?? (csr.metadata?.name as string)),
     remoteAddress: cut(annotations[queueAnnotations.remoteAddress] ?? ''),
-    claimedNodeName: claimed === undefined ? undefined : cut(claimed),
+    claimedNodeName: claimed,
     proof: cut(annotations[queueAnnotations.proof] ?? 'none') as AuditRecord['proof'],
   };
 }

@@ -174,6 +174,8 @@ export interface AuditRecord {
   /** What the deciding policy told only the operator (e.g. why a bootstrap token was refused). */
   detail?: string[];
   nodeName?: string;
+  /** Set by the audit sink when redaction changed the node name: the SHA-256 (hex) of the name. */
+  nodeNameSha256?: string;
   instanceGroup?: string;
   evidence?: Record<string, string>;
   /** Serial numbers (hex) of the certificates issued, by profile. */
