@@ -22,7 +22,14 @@ after(() => rm(root, { recursive: true, force: true }));
 
 /** A --dir holding a client certificate of `profile` for node-a and its key (another key when `mismatched`). */
 async function nodeDir(
-  options: { profile?: ProfileName; lifetimeMs?: number; issuedAt?: Date; mismatched?: boolean } = {},
+  options: {
+    profile?: ProfileName;
+    lifetimeMs?: number;
+    issuedAt?: Date;
+    mismatched?: boolean;
+    name?: string;
+    incarnationId?: string;
+  } = {},
 ) {
   const dir = join(root, `dir-${count++}`);
   await mkdir(dir);
@@ -31,7 +38,12 @@ async function nodeDir(
     ca,
     options.profile ?? 'kubelet',
     publicKeyRequest(key),
-    { name: 'node-a', dnsNames: [], ipAddresses: [] },
+    {
+      name: options.name ?? 'node-a',
+      dnsNames: [],
+      ipAddresses: [],
+      ...(options.incarnationId ? { incarnationId: options.incarnationId } : {}),
+    },
     {
       ...(options.issuedAt ? { now: options.issuedAt } : {}),
       ...(options.lifetimeMs ? { lifetimeMs: options.lifetimeMs } : {}),
@@ -153,6 +165,29 @@ describe('join --renew: the pair the kubelet uses now', () => {
     const current = await readCurrentCredentials(dir);
     assert.equal(current.nodeName, 'node-a');
     assert.equal(current.certificate.serialNumber, serial);
+  });
+
+  test("join's pair that names its machine is presented over the kubelet's rotated one that names none (the KCM's), so unmarked: refuse does not refuse a node that joined with its cloud proof", async () => {
+    const marked = await nodeDir({ incarnationId: 'i-0b' });
+    const { serial } = await kubeletRotated(marked);
+    const current = await readCurrentCredentials(marked);
+    assert.notEqual(current.certificate.serialNumber, serial, "join's marked pair, not the kubelet's");
+    assert.equal(current.nodeName, 'node-a');
+
+    // Otherwise the kubelet's pair, as before: join's names no machine, has expired, or is another node's.
+    for (const options of [
+      {},
+      { incarnationId: 'i-0b', ...expiredJoinPair },
+      { incarnationId: 'i-0b', name: 'node-b' },
+    ]) {
+      const dir = await nodeDir(options);
+      const rotated = await kubeletRotated(dir);
+      assert.equal(
+        (await readCurrentCredentials(dir)).certificate.serialNumber,
+        rotated.serial,
+        JSON.stringify(options),
+      );
+    }
   });
 
   test('a kubelet-client-current.pem link whose file is gone is skipped, as the kubelet skips it', async () => {

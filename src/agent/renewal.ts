@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { ConfigError, UnauthenticatedError } from '../errors.ts';
 import { parsePrivateKeyPem, spkiOf } from '../pki/keys.ts';
 import { decodePemBlocks, encodePem } from '../pki/pem.ts';
+import { parseCertificate } from '../pki/x509.ts';
 import {
   bodyDigest,
   encodeRenewalToken,
@@ -74,40 +75,67 @@ async function readKubeletRotatedPair(dir: string): Promise<Pair | undefined> {
   }
 }
 
+/** The pair `join` wrote, or why it cannot be read. */
+async function readJoinPair(dir: string): Promise<Pair | { unreadable: Error }> {
+  const certificatePath = nodeFilePath(dir, 'clientCertificate');
+  const keyPath = nodeFilePath(dir, 'clientKey');
+  try {
+    return {
+      certificate: new X509Certificate(await readFile(certificatePath)),
+      key: parsePrivateKeyPem(await readFile(keyPath, 'utf8'), keyPath),
+      certificatePath,
+      keyPath,
+    };
+  } catch (err) {
+    return { unreadable: err as Error };
+  }
+}
+
+/** Whether `certificate` names the machine it was issued to (the incarnation extension). */
+function namesItsMachine(certificate: X509Certificate): boolean {
+  try {
+    return parseCertificate(Buffer.from(certificate.raw)).extensions.incarnationId !== undefined;
+  } catch {
+    return false;
+  }
+}
+
 /**
  * Reads the kubelet client certificate and key the kubelet uses now, checking they belong together
  * (a ConfigError otherwise) and that the certificate has not expired (an UnauthenticatedError). That
  * is the pair the kubelet rotated itself when `dir` is its --cert-dir and holds an unexpired one
  * ({@link kubeletCurrentPair}), otherwise the pair `join` wrote (which its kubeconfig embeds, what the
- * kubelet falls back to when its own has expired).
+ * kubelet falls back to when its own has expired). Except: when the kubelet's pair names no machine
+ * (the kube-controller-manager signed it) and `join`'s, unexpired and of the same node, names its
+ * machine, `join`'s is presented. Both prove the node; only one that names its machine still renews
+ * where the server refuses the others (the renewal policy's `unmarked: refuse`).
  */
 export async function readCurrentCredentials(dir: string, now = new Date()): Promise<CurrentCredentials> {
   const rotated = await readKubeletRotatedPair(dir);
+  const joined = await readJoinPair(dir);
+  const valid = (candidate: Pair | { unreadable: Error } | undefined): candidate is Pair =>
+    candidate !== undefined && !('unreadable' in candidate) && candidate.certificate.validToDate > now;
   let pair: Pair;
-  if (rotated && rotated.certificate.validToDate > now) {
+  if (valid(rotated)) {
+    const joinedNamesIt =
+      valid(joined) &&
+      joined.certificate.subject === rotated.certificate.subject &&
+      namesItsMachine(joined.certificate) &&
+      !namesItsMachine(rotated.certificate);
+    pair = joinedNamesIt ? joined : rotated;
+  } else if (valid(joined)) {
+    pair = joined;
+  } else if (rotated) {
+    // Both expired, or only the kubelet's own pair is left, expired: named as the kubelet's first
+    // choice, its own pair, and refused below.
     pair = rotated;
+  } else if ('unreadable' in joined) {
+    throw new ConfigError(
+      `cannot read the current kubelet credentials in ${dir} (${joined.unreadable.message}); renew needs the --dir of the first join`,
+      { cause: joined.unreadable },
+    );
   } else {
-    const certificatePath = nodeFilePath(dir, 'clientCertificate');
-    const keyPath = nodeFilePath(dir, 'clientKey');
-    try {
-      pair = {
-        certificate: new X509Certificate(await readFile(certificatePath)),
-        key: parsePrivateKeyPem(await readFile(keyPath, 'utf8'), keyPath),
-        certificatePath,
-        keyPath,
-      };
-    } catch (err) {
-      if (!rotated) {
-        throw new ConfigError(
-          `cannot read the current kubelet credentials in ${dir} (${(err as Error).message}); renew needs the --dir of the first join`,
-          { cause: err },
-        );
-      }
-      // Only the kubelet's own pair is left, expired: refused below by its name.
-      pair = rotated;
-    }
-    // Both expired: named as the kubelet's first choice, its own pair.
-    if (rotated && pair.certificate.validToDate <= now) pair = rotated;
+    pair = joined;
   }
   const { certificate, key, certificatePath, keyPath } = pair;
   if (!certificate.publicKey.export({ format: 'der', type: 'spki' }).equals(spkiOf(key))) {
