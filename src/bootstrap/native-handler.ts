@@ -431,12 +431,13 @@ export function queuedFacts(request: BootstrapRequest, facts: NodeFacts | undefi
   };
 }
 
-/** `GET /v1/requests/<id>?wait=<seconds>`. */
+/** `GET /v1/requests/<id>?wait=<seconds>`; `source`, the poller's, bounds its long-polls parked on the watch. */
 export async function pollRequest(
   context: BootstrapContext,
   id: string,
   waitParameter: string | null,
   signal: AbortSignal,
+  source?: string,
 ): Promise<Answer> {
   if (!context.queue) throw invalid('this server has no queue; there is nothing to poll');
   if (!/^kops-bootstrap-[0-9a-f]{40}$/.test(id)) throw invalid('the request id is malformed');
@@ -444,7 +445,7 @@ export async function pollRequest(
   if (!Number.isFinite(wait) || wait < 0) throw invalid('wait must be a number of seconds');
   let state: QueueState;
   try {
-    state = await context.queue.wait(id, Math.min(wait, maxWaitSeconds) * 1000, signal);
+    state = await context.queue.wait(id, Math.min(wait, maxWaitSeconds) * 1000, signal, source);
   } catch (err) {
     // The queue's own limit on reads past its watch, as its caps are (429 with its reason and
     // Retry-After): the API server has not failed, so it is neither counted nor logged as if it had.

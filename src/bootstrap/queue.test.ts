@@ -32,6 +32,7 @@ import {
   type CsrQueueOptions,
   defaultQueueReadBudget,
   hasValidSeal,
+  maxParkedPollsPerSource,
   type QueueLimits,
   queuedCsrName,
   queuedCsrObject,
@@ -834,6 +835,33 @@ describe('polls of names the cache does not hold', () => {
       assert.ok(took >= waitMs - 50, `answered after ${Math.round(took)} ms of its ${waitMs} ms wait`);
       assert.equal((await csrGets()) - before, 0, 'the made-up id cost a read');
       assert.deepEqual(misses, ['api', 'watch']);
+    } finally {
+      await queue.stop();
+    }
+  });
+
+  test("attack: one source cannot hold connections with parked long-polls of made-up ids: past its first few, its polls get the watch's 404 at the grace's end; another source still parks", async () => {
+    const queue = await currentQueue({ now: () => 1_000_000, readBudget: { burst: 1, perSecond: 0.01 } });
+    try {
+      await assert.rejects(queue.lookup(unknownName(20)), { name: 'NotFoundError' });
+      const waitMs = absentPollGraceMs + 20_000;
+      const fromOne = Array.from({ length: maxParkedPollsPerSource + 2 }, (_, i) =>
+        queue.wait(unknownName(100 + i), waitMs, undefined, '203.0.113.7'),
+      );
+      const fromAnother = queue.wait(unknownName(200), waitMs, undefined, '198.51.100.9');
+      const outcomes = await Promise.all(
+        fromOne.map((poll) => outcomeWithin(poll, absentPollGraceMs + 1_500)),
+      );
+      assert.equal(
+        outcomes.filter((o) => o.pending).length,
+        maxParkedPollsPerSource,
+        'parked from one source',
+      );
+      for (const outcome of outcomes.filter((o) => !o.pending)) {
+        assert.ok(outcome.error instanceof KopsError, String(outcome.error));
+        assert.equal(outcome.error.reasonCode, 'unknown-request');
+      }
+      assert.ok((await outcomeWithin(fromAnother, 100)).pending, 'another source still parks');
     } finally {
       await queue.stop();
     }

@@ -133,6 +133,14 @@ const createdNameReadIntervalMs = 1_000;
 export const absentPollGraceMs = 3_000;
 
 /**
+ * Long-polls of one source (an address, an IPv6 /64) that may wait on the watch past the read budget
+ * at once. A node polls its one request; a made-up id parked for a whole wait holds a connection, so
+ * past this a source's polls are answered as they were before parking existed (the watch's word) and
+ * cannot fill the per-source connection cap (64) with polls alone.
+ */
+export const maxParkedPollsPerSource = 8;
+
+/**
  * Reads of one CSR past the cache that polls may cause, in all (per process), names created here in
  * the last seconds aside: anyone's poll of a made-up id would otherwise be a read.
  */
@@ -622,6 +630,8 @@ export class CsrQueue {
   readonly #sealKey: Buffer;
   readonly #informer: Informer<V1CertificateSigningRequest>;
   readonly #waiters = new Map<string, Set<() => void>>();
+  /** Long-polls parked past the read budget, by source ({@link maxParkedPollsPerSource}). */
+  readonly #parkedBySource = new Map<string, number>();
   /** The undecided requests this controller sealed, by name, with the source each counts against. */
   readonly #pending = new Map<string, string>();
   readonly #pendingBySource = new Map<string, number>();
@@ -928,7 +938,7 @@ export class CsrQueue {
    * waited for up to {@link absentPollGraceMs} (within `waitMs`) before it is read; when no read is
    * allowed, for the rest of `waitMs`, and only then does the watch's "not there" answer.
    */
-  async wait(name: string, waitMs: number, signal?: AbortSignal): Promise<QueueState> {
+  async wait(name: string, waitMs: number, signal?: AbortSignal, source?: string): Promise<QueueState> {
     // Monotonic: a step of the wall clock must neither hold the poll nor end it at once.
     const deadline = performance.now() + waitMs;
     let graced = false;
@@ -936,6 +946,8 @@ export class CsrQueue {
     let parked = false;
     // Found once: a "not there" after that is the watch's delete, which answers at once.
     let found = false;
+    // Gives this poll's place among its source's parked polls back.
+    let unpark = () => {};
     for (;;) {
       // Subscribed before each look, so a change arriving in between is not missed.
       let wake = () => {};
@@ -970,13 +982,22 @@ export class CsrQueue {
           !parked &&
           rest > 0 &&
           !signal?.aborted &&
-          this.#watchAnswers(name)
+          this.#watchAnswers(name) &&
+          (source === undefined || (this.#parkedBySource.get(source) ?? 0) < maxParkedPollsPerSource)
         ) {
           // Anyone can keep the budget spent with made-up ids: were the watch's "not there" the answer
           // now, a stranger would decide that a request the watch has yet to deliver (created on
           // another replica, this watch lagging) is unknown. Its ADDED still wakes us; a made-up id
           // costs a parked poll, which the connection caps bound, and no read.
           parked = true;
+          if (source !== undefined) {
+            this.#parkedBySource.set(source, (this.#parkedBySource.get(source) ?? 0) + 1);
+            unpark = () => {
+              const left = (this.#parkedBySource.get(source) ?? 1) - 1;
+              if (left > 0) this.#parkedBySource.set(source, left);
+              else this.#parkedBySource.delete(source);
+            };
+          }
           signal?.addEventListener('abort', end, { once: true });
           timer = setTimeout(end, rest);
           await woken;
@@ -997,6 +1018,8 @@ export class CsrQueue {
         // API server again for a name a lagging watch still lacks.
         if (ended) return state;
       } finally {
+        unpark();
+        unpark = () => {};
         clearTimeout(timer);
         signal?.removeEventListener('abort', end);
         waiters.delete(wake);

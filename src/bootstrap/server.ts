@@ -278,7 +278,13 @@ async function pollUntilReleased(routes: Routes, res: ServerResponse, url: URL):
   try {
     // Not percent-decoded: a valid handle has nothing to decode, and a malformed escape is just a bad id.
     const id = url.pathname.slice('/v1/requests/'.length);
-    return await pollRequest(routes.options.context, id, url.searchParams.get('wait'), poll.signal);
+    return await pollRequest(
+      routes.options.context,
+      id,
+      url.searchParams.get('wait'),
+      poll.signal,
+      sourceOf(res.req.socket.remoteAddress),
+    );
   } finally {
     socket?.off('end', abort);
     routes.shutdown.removeEventListener('abort', abort);
