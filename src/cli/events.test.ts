@@ -18,31 +18,11 @@ import { exitCodeOf } from '../errors.ts';
 import { type KubeHttps, kubeHttps } from '../kube/kube-https.ts';
 import { type KubeObject, type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { runCli, runCliResult } from '../testing/cli.ts';
+import type { EventRow, EventsReport } from './events.ts';
 import { errorLine } from './main.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'kops-events-cli-'));
 after(() => rmSync(root, { recursive: true, force: true }));
-
-/** One row of `events -o json`. */
-interface EventRow {
-  namespace: string;
-  name: string;
-  node: string;
-  type: string;
-  reason: string;
-  message: string;
-  count: number | null;
-  firstSeen: string | null;
-  lastSeen: string | null;
-  verdict: 'verified' | 'unverified';
-  why?: string;
-  explanation?: string;
-}
-
-interface EventsReport {
-  events: EventRow[];
-  summary: { events: number; verified: number; unverified: number; unverifiedBy: Record<string, number> };
-}
 
 const refusal = (instance: string) => `not labelling node: instance ${instance} is tagged for cluster other`;
 
