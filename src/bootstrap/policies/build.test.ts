@@ -2,15 +2,16 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { describe, test } from 'node:test';
+import type { STSClient } from '@aws-sdk/client-sts';
 import { Registry } from 'prom-client';
 import { createAwsClients } from '../../cloud/aws/clients.ts';
 import { GceNodeIdentifier } from '../../cloud/gce/node-identifier.ts';
 import { cloudCallMetrics } from '../../cloud/metrics.ts';
 import { parseConfig } from '../../config/loader.ts';
-import { ConfigError } from '../../errors.ts';
+import { ConfigError, exitCodeOf } from '../../errors.ts';
 import { createCa } from '../../pki/ca.ts';
-import { startAwsSimulator } from '../../sim/aws/server.ts';
+import { type AwsSimulator, startAwsSimulator } from '../../sim/aws/server.ts';
 import { simulatorCompute } from '../../sim/gce/clients.ts';
 import { startGceSimulator } from '../../sim/gce/simulator.ts';
 import { createCertificateAuthority, issueClientCertificate } from '../../sim/tls.ts';
@@ -21,7 +22,7 @@ import { evaluateChain } from '../chain.ts';
 import { isDependencyFault } from '../dependency.ts';
 import { MemoryReplayGuard } from '../replay-guard.ts';
 import type { CloudIdScheme, IdentityProof } from '../types.ts';
-import { awsAccountOf, buildPolicies, policySpecsOf } from './build.ts';
+import { awsAccountAtStartup, awsAccountOf, buildPolicies, policySpecsOf } from './build.ts';
 
 const base = { clusterName: 'c.example.com', cloud: 'aws' };
 const deps = { replayGuard: new MemoryReplayGuard() };
@@ -182,6 +183,72 @@ test('awsAccountOf learns the account and partition from STS', async () => {
     clients.destroy();
     await sim.close();
   }
+});
+
+describe('awsAccountAtStartup: STS failing as a replica starts', () => {
+  /** A clock whose timers fire at once, moving its time on by their delay. */
+  function jumpingClock() {
+    let now = 0;
+    return {
+      monotonic: () => now,
+      setTimer: (fn: () => void, ms: number) => {
+        now += ms;
+        setImmediate(fn);
+        return () => {};
+      },
+    };
+  }
+
+  async function withSts(run: (sim: AwsSimulator, sts: STSClient) => Promise<void>) {
+    const sim = await startAwsSimulator({ throttling: false });
+    const clients = await createAwsClients({
+      region: sim.region,
+      endpoint: sim.endpoint,
+      credentials: sim.credentials,
+      maxAttempts: 1,
+    });
+    try {
+      await run(sim, clients.sts);
+    } finally {
+      clients.destroy();
+      await sim.close();
+    }
+  }
+
+  test('a failure that ends within its patience is ridden out, logged once, and the account learnt', async () => {
+    await withSts(async (sim, sts) => {
+      sim.faults.add({ service: 'sts', count: 3, error: { code: 'ServiceUnavailable', status: 503 } });
+      const { logger, lines } = capturedLogger();
+      const learnt = await awsAccountAtStartup(sts, { logger, clock: jumpingClock() });
+      assert.deepEqual(learnt, { account: sim.account, partition: 'aws' });
+      assert.equal(lines.filter((line) => line.includes('retrying before giving up the start-up')).length, 1);
+      assert.ok(
+        lines.some((line) => line.includes('"attempts":4')),
+        lines.join(''),
+      );
+    });
+  });
+
+  test('one that outlasts its patience ends the start-up as before (exit 69), and refused credentials end it at once', async () => {
+    await withSts(async (sim, sts) => {
+      sim.faults.add({ service: 'sts', error: { code: 'ServiceUnavailable', status: 503 } });
+      const clock = jumpingClock();
+      await assert.rejects(awsAccountAtStartup(sts, { clock, patienceMs: 90_000 }), (err) => {
+        assert.equal(exitCodeOf(err), 69);
+        assert.match(String(err), /cannot learn this controller's AWS account from STS/);
+        return true;
+      });
+      assert.ok(
+        clock.monotonic() <= 90_000 && clock.monotonic() > 45_000,
+        `gave up after ${clock.monotonic()} ms`,
+      );
+      sim.faults.reset();
+      sim.faults.add({ service: 'sts', error: { code: 'InvalidClientTokenId', status: 403 } });
+      const refused = jumpingClock();
+      await assert.rejects(awsAccountAtStartup(sts, { clock: refused }), /InvalidClientTokenId/);
+      assert.equal(refused.monotonic(), 0, 'not retried');
+    });
+  });
 });
 
 test("the policies' own calls are counted on deps.cloudCalls: Google's token keys, the webhook", async (t) => {

@@ -9,6 +9,7 @@
 import { readFile } from 'node:fs/promises';
 import { GetCallerIdentityCommand, type STSClient } from '@aws-sdk/client-sts';
 import type { z } from 'zod';
+import { awsCallError } from '../../cloud/aws/errors.ts';
 import type { AzureClient } from '../../cloud/azure/client.ts';
 import type { ComputeClient } from '../../cloud/gce/compute.ts';
 import type { HostLookup } from '../../cloud/metal/hosts.ts';
@@ -18,9 +19,11 @@ import type { NovaClient } from '../../cloud/openstack/nova.ts';
 import type { ScalewayClients } from '../../cloud/scaleway/client.ts';
 import type { NodeIdentifier } from '../../cloud/types.ts';
 import { bootstrapPolicySpec, type Config } from '../../config/schema.ts';
-import { ConfigError, UnavailableError } from '../../errors.ts';
+import { ConfigError, describeError, UnavailableError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../log.ts';
 import type { CertificateAuthority } from '../../pki/ca.ts';
+import { Backoff } from '../../runtime/backoff.ts';
+import { type Clock, systemClock } from '../../runtime/clock.ts';
 import type { ReplayGuard } from '../replay-guard.ts';
 import type { BootstrapPolicy, BootstrapTokenValidator } from '../types.ts';
 import { alwaysRejectPolicy } from './always-reject.ts';
@@ -306,6 +309,43 @@ async function buildPolicy(spec: PolicySpec, config: Config, deps: PolicyDeps): 
 /** A policy with its default options, as if configured as `{name: <name>}`. */
 function defaultSpec(name: PolicySpec['name']): PolicySpec {
   return bootstrapPolicySpec.parse({ name });
+}
+
+/**
+ * {@link awsAccountOf}, patient: STS failing for a moment as a replica starts (a restart during an STS
+ * incident) must not end the start-up at once, or the replica crashes into CrashLoopBackOff, whose
+ * growing waits keep it out long after STS is back, while the running replicas answer the same
+ * failure `503`. So a failure is retried with backoff (1 s doubling to 15 s) for `patienceMs` (default
+ * 90 s, under the deployed liveness probe's 130 s), logged once when it starts; one that outlasts it
+ * still ends the start-up (exit 69), as a missing permission or credentials never heal by waiting.
+ */
+export async function awsAccountAtStartup(
+  sts: STSClient,
+  options: { logger?: Logger; patienceMs?: number; clock?: Pick<Clock, 'monotonic' | 'setTimer'> } = {},
+): Promise<{ account: string; partition: string }> {
+  const { logger = silentLogger, patienceMs = 90_000, clock = systemClock } = options;
+  const giveUpAt = clock.monotonic() + patienceMs;
+  const backoff = new Backoff({ initialMs: 1_000, maxMs: 15_000 });
+  for (;;) {
+    try {
+      const learnt = await awsAccountOf(sts);
+      if (backoff.failures > 0)
+        logger.info({ attempts: backoff.failures + 1 }, "learnt this controller's AWS account from STS");
+      return learnt;
+    } catch (err) {
+      // Credentials AWS refuses do not heal by waiting.
+      if (awsCallError((err as Error).cause, 'GetCallerIdentity', 'none') instanceof ConfigError) throw err;
+      const wait = backoff.next();
+      if (clock.monotonic() + wait > giveUpAt) throw err;
+      if (backoff.failures === 1) {
+        logger.warn(
+          { err: describeError(err), patienceSeconds: patienceMs / 1000 },
+          "cannot learn this controller's AWS account from STS yet; retrying before giving up the start-up",
+        );
+      }
+      await new Promise<void>((resolve) => clock.setTimer(resolve, wait));
+    }
+  }
 }
 
 /** Our AWS account and partition, from the controller's own GetCallerIdentity (as kops does at start-up). */

@@ -19,7 +19,7 @@ import { httpsNodeReader } from '../node-guard.ts';
 import { ConfigMapReplayGuard, MemoryReplayGuard, type ReplayGuard } from '../replay-guard.ts';
 import { apiTokenSource, TokenValidator } from '../tokens.ts';
 import type { BootstrapTokenValidator } from '../types.ts';
-import { awsAccountOf, type PolicyDeps, policySpecsOf } from './build.ts';
+import { awsAccountAtStartup, type PolicyDeps, policySpecsOf } from './build.ts';
 import { type MetalRegistries, metalAddresses } from './metal-addresses.ts';
 import { cloudAddresses, type NodeAddresses } from './renewal.ts';
 
@@ -109,7 +109,7 @@ export async function policyDepsFromConfig(
         ...counted,
       });
       closers.push(() => aws.clients.destroy());
-      const { account, partition } = await awsAccountOf(aws.clients.sts);
+      const { account, partition } = await awsAccountAtStartup(aws.clients.sts, { logger });
       deps.aws = { account, partition, region: aws.clients.region, instances: aws.nodeIdentifier };
       identifiers.aws = aws.nodeIdentifier;
     }
