@@ -136,7 +136,12 @@ export class ClusterInfoPublisher implements LeaderComponent {
   }
 
   async start(signal: AbortSignal): Promise<void> {
-    await runOnTokenChanges(this.#options, this.#clock, () => this.sync(), signal);
+    await runOnTokenChanges(
+      { ...this.#options, logger: this.#logger },
+      this.#clock,
+      () => this.sync(),
+      signal,
+    );
   }
 }
 

@@ -2,11 +2,13 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { CoreV1Api, type V1Secret } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
+import { InvalidInputError, UnavailableError } from '../errors.ts';
 import { makeClients } from '../kube/client.ts';
 import { parseToken } from '../protocol/bootstrap-token.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { contextAt, testRequest } from '../testing/bootstrap-request.ts';
 import { FakeClock, settle } from '../testing/fake-clock.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
 import { outcomeWithin, silentApiServer } from '../testing/silent-server.ts';
 import { DependencyFaultError } from './dependency.ts';
 import { bootstrapTokenPolicy } from './policies/bootstrap-token.ts';
@@ -260,6 +262,46 @@ describe('waiting for token changes', () => {
     run.stop.abort();
     await run.done;
     assert.equal(source.listeners, 0, 'the loop unsubscribes when it ends');
+  });
+
+  test('a pass that fails for a moment (the API server 503) is retried with backoff and logged at warn once, not thrown; any other failure ends the loop', async () => {
+    const clock = new FakeClock();
+    const start = clock.now();
+    const stop = new AbortController();
+    const { logger, lines } = capturedLogger();
+    const passes: number[] = [];
+    const done = runOnTokenChanges(
+      { source: subscribable(), logger },
+      clock,
+      async () => {
+        passes.push(clock.now() - start);
+        if (passes.length <= 3)
+          throw new UnavailableError('read configmap kube-public/cluster-info: HTTP 503');
+        return { nextExpiry: undefined };
+      },
+      stop.signal,
+    );
+    await clock.advance(1_200 + 2_400 + 4_800);
+    assert.equal(passes.length, 4, `passes at ${passes.join(', ')}`);
+    assert.equal(
+      lines.filter((line) => line.includes('"level":"warn"') && line.includes('pass failed; retrying'))
+        .length,
+      1,
+    );
+    assert.equal(lines.filter((line) => line.includes('pass succeeded again')).length, 1);
+    assert.ok(!lines.some((line) => line.includes('"level":"error"')));
+    stop.abort();
+    await done;
+
+    const broken = runOnTokenChanges(
+      { source: subscribable(), logger },
+      new FakeClock(),
+      async () => {
+        throw new InvalidInputError('a token Secret that is not one');
+      },
+      new AbortController().signal,
+    );
+    await assert.rejects(broken, /a token Secret that is not one/);
   });
 
   test('the wait ends at the next expiry, on a change, or on abort', async () => {

@@ -18,10 +18,12 @@ import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
 import { abortingWith } from '../kube/call-options.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import { sharedMetric } from '../kube/metrics.ts';
-import { type Logger, silentLogger } from '../log.ts';
+import { type Logger, RecurringFailureLog, silentLogger } from '../log.ts';
 import { isTokenId, isTokenSecret, parseToken } from '../protocol/bootstrap-token.ts';
+import { Backoff } from '../runtime/backoff.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
+import { isTransientFailure } from './dependency.ts';
 import { maxWatchSilenceMs, watchIsCurrent } from './node-guard.ts';
 import type { BootstrapTokenInfo, BootstrapTokenRejection, BootstrapTokenValidator } from './types.ts';
 
@@ -514,18 +516,38 @@ function tokenResyncMs(source: TokenSecretSource): number {
 /**
  * A leader loop over the token Secrets: runs `pass` until `signal` aborts, waiting between passes for
  * a token change, the next expiry the pass reports, or `resyncMs` (default {@link tokenResyncMs}).
+ * A pass that fails for a moment (the API server unavailable, throttling, a timeout) is retried with
+ * backoff (1 s doubling to 30 s, sooner on a token change), logged at warn when it starts, then every
+ * ten minutes, and once when a pass succeeds again, as the watches do: one API-server blip must not
+ * fail the component into an error line. Any other failure ends the loop (the supervisor restarts it).
  */
 export async function runOnTokenChanges(
-  options: { source: TokenSecretSource; resyncMs?: number | undefined },
+  options: { source: TokenSecretSource; resyncMs?: number | undefined; logger?: Logger | undefined },
   clock: Clock,
   pass: () => Promise<{ nextExpiry: number | undefined }>,
   signal: AbortSignal,
 ): Promise<void> {
   const changes = new TokenChanges(options.source);
+  const failures = new RecurringFailureLog(options.logger ?? silentLogger, {
+    message: 'pass failed; retrying',
+    recoveredMessage: 'pass succeeded again',
+    now: () => clock.monotonic(),
+  });
+  const backoff = new Backoff({ initialMs: 1_000, maxMs: 30_000 });
   try {
     while (!signal.aborted) {
       changes.begin();
-      const { nextExpiry } = await pass();
+      let nextExpiry: number | undefined;
+      try {
+        ({ nextExpiry } = await pass());
+      } catch (err) {
+        if (signal.aborted || !isTransientFailure(err)) throw err;
+        failures.failed(err);
+        await changes.wait(clock, undefined, backoff.next(), signal);
+        continue;
+      }
+      failures.succeeded();
+      backoff.reset();
       const resyncMs = options.resyncMs ?? tokenResyncMs(options.source);
       await changes.wait(clock, nextExpiry, resyncMs, signal);
     }
@@ -583,6 +605,11 @@ export class TokenCleaner implements LeaderComponent {
   }
 
   async start(signal: AbortSignal): Promise<void> {
-    await runOnTokenChanges(this.#options, this.#clock, () => this.sweep(), signal);
+    await runOnTokenChanges(
+      { ...this.#options, logger: this.#logger },
+      this.#clock,
+      () => this.sweep(),
+      signal,
+    );
   }
 }
