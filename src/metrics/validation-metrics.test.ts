@@ -411,6 +411,43 @@ describe('ValidationMetrics against the simulated cluster', () => {
     }
   });
 
+  test('a new term whose first cloud read fails tries again within seconds, not at the next interval: its gauges appear once the cloud answers', async () => {
+    const own = new Registry();
+    let cloudCalls = 0;
+    const kubeConfig = cluster.api.server.kubeConfig();
+    const aws = await awsProviderOf(cluster);
+    const store = clusterStoreOf(cluster);
+    const nodes = nodeInformer(kubeConfig);
+    const metrics = new ValidationMetrics({
+      clusterName: cluster.clusterName,
+      kubeConfig,
+      nodes,
+      core: kubeConfig.makeApiClient(CoreV1Api),
+      // The leader changed during an EC2 fault: its first two reads fail.
+      cloudGroups: {
+        list: async (name) => {
+          if (cloudCalls++ < 2) throw new Error('RequestLimitExceeded');
+          return aws.cloudGroups.list(name);
+        },
+      },
+      instanceGroups: () => store.instanceGroups(),
+      registry: own,
+      refreshIntervalMs: 3_600_000,
+      retryMs: 20,
+    });
+    const stop = new AbortController();
+    const run = metrics.start(stop.signal);
+    try {
+      await until(async () => /^kops_node_ready\{/m.test(await own.metrics()));
+      assert.equal(cloudCalls, 3, 'two failed reads, then the one that answered; no wait for the hour');
+    } finally {
+      stop.abort();
+      await run;
+      aws.clients.destroy();
+      await nodes.stop();
+    }
+  });
+
   test('inputs too old to stand for the cluster: the gauges are withdrawn, the log says which, and come back when current', async () => {
     const own = new Registry();
     let cloudFails = false;

@@ -19,6 +19,7 @@ import type { SharedInformer } from '../kube/shared-informer.ts';
 import { type Logger, RecurringFailureLog, silentLogger } from '../log.ts';
 import { managedLabelsAnnotation } from '../nodelabels/diff-labels.ts';
 import { managedLabelsSignatureAnnotation } from '../nodelabels/signed-managed-labels.ts';
+import { Backoff } from '../runtime/backoff.ts';
 import { sleep, systemClock } from '../runtime/clock.ts';
 import type { LeaderComponent } from '../runtime/controller-runtime.ts';
 import type { Cluster, InstanceGroup } from '../statestore/kops-types.ts';
@@ -167,6 +168,12 @@ export interface ValidationMetricsOptions {
   registry: Registry;
   /** How often the cloud groups, instance groups and component statuses are read again (default 60 s). */
   refreshIntervalMs?: number;
+  /**
+   * How soon a refresh that left nothing to publish (the term's first reads failed) is tried again:
+   * default 5 s, doubling up to the interval, so a new leader's gauges are not absent for a whole
+   * interval after a moment's cloud failure.
+   */
+  retryMs?: number;
   /**
    * How long each read of a refresh may take, the cloud SDK's retries included (default 30 s); a read
    * past it fails as an unreachable cloud or API server would, and the next refresh reads again.
@@ -380,10 +387,15 @@ export class ValidationMetrics implements LeaderComponent {
     term.nodes.start();
     term.pods.start();
     const interval = this.#options.refreshIntervalMs ?? 60_000;
+    const retry = new Backoff({
+      initialMs: Math.min(this.#options.retryMs ?? 5_000, interval),
+      maxMs: interval,
+    });
     try {
       while (!signal.aborted) {
         await this.#refresh(validation, signal);
-        await sleep(systemClock, interval, signal);
+        if (this.#slow) retry.reset();
+        await sleep(systemClock, this.#slow ? interval : Math.min(retry.next(), interval), signal);
       }
     } finally {
       this.#term = undefined;
