@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { ConfigError, exitCodeOf, UnauthenticatedError } from '../errors.ts';
-import { createCa } from '../pki/ca.ts';
+import { type CertificateAuthority, createCa } from '../pki/ca.ts';
 import { generateKey, privateKeyPem } from '../pki/keys.ts';
 import { issueCertificate, type ProfileName, publicKeyRequest } from '../pki/profiles.ts';
 import { decodeRenewalToken } from '../protocol/renewal-proof.ts';
@@ -29,13 +29,14 @@ async function nodeDir(
     mismatched?: boolean;
     name?: string;
     incarnationId?: string;
+    issuer?: CertificateAuthority;
   } = {},
 ) {
   const dir = join(root, `dir-${count++}`);
   await mkdir(dir);
   const key = generateKey();
   const issued = issueCertificate(
-    ca,
+    options.issuer ?? ca,
     options.profile ?? 'kubelet',
     publicKeyRequest(key),
     {
@@ -174,11 +175,15 @@ describe('join --renew: the pair the kubelet uses now', () => {
     assert.notEqual(current.certificate.serialNumber, serial, "join's marked pair, not the kubelet's");
     assert.equal(current.nodeName, 'node-a');
 
-    // Otherwise the kubelet's pair, as before: join's names no machine, has expired, or is another node's.
+    // Otherwise the kubelet's pair, as before: join's names no machine, has expired, is another node's,
+    // is not of its own key, or is another CA's (after a CA rotation the kubelet's may be the only one
+    // the server still trusts; the two CAs bear one name).
     for (const options of [
       {},
       { incarnationId: 'i-0b', ...expiredJoinPair },
       { incarnationId: 'i-0b', name: 'node-b' },
+      { incarnationId: 'i-0b', mismatched: true },
+      { incarnationId: 'i-0b', issuer: createCa() },
     ]) {
       const dir = await nodeDir(options);
       const rotated = await kubeletRotated(dir);

@@ -91,13 +91,39 @@ async function readJoinPair(dir: string): Promise<Pair | { unreadable: Error }> 
   }
 }
 
-/** Whether `certificate` names the machine it was issued to (the incarnation extension). */
-function namesItsMachine(certificate: X509Certificate): boolean {
+/** What the choice between the two pairs reads of a certificate: its machine and its issuer's key. */
+function markOf(certificate: X509Certificate): { machine?: string; issuerKey?: Buffer } {
   try {
-    return parseCertificate(Buffer.from(certificate.raw)).extensions.incarnationId !== undefined;
+    const { incarnationId, authorityKeyIdentifier } = parseCertificate(
+      Buffer.from(certificate.raw),
+    ).extensions;
+    return {
+      ...(incarnationId === undefined ? {} : { machine: incarnationId }),
+      ...(authorityKeyIdentifier === undefined ? {} : { issuerKey: authorityKeyIdentifier }),
+    };
   } catch {
-    return false;
+    return {};
   }
+}
+
+/**
+ * Whether `joined` should prove the renewal instead of the kubelet's `rotated` pair: it names its
+ * machine where the kubelet's names none, and is otherwise as good — the same node, its own key, and
+ * the same CA's (by the issuer's key: after a CA rotation the kubelet's pair may be the only one the
+ * server still trusts, and the two CAs may bear one name).
+ */
+function joinPairIsBetter(joined: Pair, rotated: Pair): boolean {
+  const mine = markOf(joined.certificate);
+  const kubelet = markOf(rotated.certificate);
+  return (
+    mine.machine !== undefined &&
+    kubelet.machine === undefined &&
+    joined.certificate.subject === rotated.certificate.subject &&
+    mine.issuerKey !== undefined &&
+    kubelet.issuerKey !== undefined &&
+    mine.issuerKey.equals(kubelet.issuerKey) &&
+    joined.certificate.publicKey.export({ format: 'der', type: 'spki' }).equals(spkiOf(joined.key))
+  );
 }
 
 /**
@@ -106,9 +132,10 @@ function namesItsMachine(certificate: X509Certificate): boolean {
  * is the pair the kubelet rotated itself when `dir` is its --cert-dir and holds an unexpired one
  * ({@link kubeletCurrentPair}), otherwise the pair `join` wrote (which its kubeconfig embeds, what the
  * kubelet falls back to when its own has expired). Except: when the kubelet's pair names no machine
- * (the kube-controller-manager signed it) and `join`'s, unexpired and of the same node, names its
- * machine, `join`'s is presented. Both prove the node; only one that names its machine still renews
- * where the server refuses the others (the renewal policy's `unmarked: refuse`).
+ * (the kube-controller-manager signed it) and `join`'s, unexpired, of the same node and CA and with
+ * its own key, names its machine, `join`'s is presented ({@link joinPairIsBetter}). Both prove the
+ * node; only one that names its machine still renews where the server refuses the others (the
+ * renewal policy's `unmarked: refuse`).
  */
 export async function readCurrentCredentials(dir: string, now = new Date()): Promise<CurrentCredentials> {
   const rotated = await readKubeletRotatedPair(dir);
@@ -117,12 +144,7 @@ export async function readCurrentCredentials(dir: string, now = new Date()): Pro
     candidate !== undefined && !('unreadable' in candidate) && candidate.certificate.validToDate > now;
   let pair: Pair;
   if (valid(rotated)) {
-    const joinedNamesIt =
-      valid(joined) &&
-      joined.certificate.subject === rotated.certificate.subject &&
-      namesItsMachine(joined.certificate) &&
-      !namesItsMachine(rotated.certificate);
-    pair = joinedNamesIt ? joined : rotated;
+    pair = valid(joined) && joinPairIsBetter(joined, rotated) ? joined : rotated;
   } else if (valid(joined)) {
     pair = joined;
   } else if (rotated) {

@@ -67,6 +67,30 @@ test('with working threads the same request parses, and an altered one is a 400'
   }
 });
 
+test("attack or mix-up: a node name holding the presented token's secret (the token where the name goes) is a 400 before any policy or record sees it, whatever the chain", async () => {
+  const token = 'abcdef.0123456789abcdef';
+  for (const name of [token, `n${token}`, `${token}.nodes.example.com`, 'x0123456789abcdefx']) {
+    const named = buildCsrPem(generateKey('ecdsa-p256'), {
+      subject: { commonName: `system:node:${name}`, organizations: ['system:nodes'] },
+    });
+    await assert.rejects(parseCertificatesRequest(input(named, `Bearer ${token}`)), (err) => {
+      assert.ok(err instanceof InvalidInputError, String(err));
+      assert.equal(httpStatusOf(err), 400);
+      assert.equal(
+        err.message,
+        "the node name holds the bootstrap token's secret: give the token as the token and the machine's own name as the node name",
+      );
+      return true;
+    });
+  }
+  // Another proof, or a name without the secret, parses as before.
+  assert.equal((await parseCertificatesRequest(input(csr, `Bearer ${token}`))).claimedNodeName, 'node-a');
+  const tokenNamed = buildCsrPem(generateKey('ecdsa-p256'), {
+    subject: { commonName: `system:node:${token}`, organizations: ['system:nodes'] },
+  });
+  assert.equal((await parseCertificatesRequest(input(tokenNamed))).claimedNodeName, token);
+});
+
 test('a refused bootstrap token: the node hears one vague reason, the audit trail gets the precise one', async () => {
   const audit: AuditRecord[] = [];
   const context = {

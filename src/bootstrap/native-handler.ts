@@ -16,6 +16,7 @@ import { type CryptoPool, sharedCryptoPool } from '../pki/crypto-pool.ts';
 import { type ParsedCsr, parseCsrAsync, RequestRejectedError } from '../pki/csr.ts';
 import { type CertificateRequest, type ProfileName, validateDnsName } from '../pki/profiles.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
+import { parseToken } from '../protocol/bootstrap-token.ts';
 import { parseChallengeField } from '../protocol/challenge.ts';
 import { parseAuthorization } from './authorization.ts';
 import { evaluateChain } from './chain.ts';
@@ -126,6 +127,15 @@ export async function parseCertificatesRequest(
   const claimed =
     nodeName ?? (commonName.startsWith('system:node:') ? commonName.slice('system:node:'.length) : '');
   validateDnsName(claimed, 'nodeName');
+  // The token where the name goes (a flag mixed up): whatever policy then decides (the bootstrap-token
+  // policy, the queue), the secret would become the name of a CSR, a certificate and a Node, and of
+  // every log line about them. Refused before anything records the name.
+  const secret = proof.kind === 'bootstrap-token' ? parseToken(proof.token)?.secret : undefined;
+  if (secret && claimed.includes(secret)) {
+    throw invalid(
+      "the node name holds the bootstrap token's secret: give the token as the token and the machine's own name as the node name",
+    );
+  }
   const challenge = fields['challenge'] === undefined ? undefined : parseChallengeField(fields['challenge']);
   return {
     id: newRequestId(),

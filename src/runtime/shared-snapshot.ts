@@ -2,11 +2,12 @@
  * A value that is costly to build and asked for by anyone: the operations port's `/metrics`
  * exposition, which with serving workers asks every worker over IPC and aggregates their answers.
  * Callers that ask while a build runs wait for that build, and a finished value answers every caller
- * for `reuseMs` after it finished. However many callers there are, at most one build runs at a time,
- * and builds start at most once per `reuseMs`. A failed build fails the callers that waited on it and
- * is never kept: the next caller builds again. A build still running after `shareMs` is no longer
- * shared: one that never settles (a collect awaiting what never answers) would otherwise hold every
- * later caller for good, where a new build would answer.
+ * for `reuseMs` after it finished. However many callers there are, a build starts at most once per
+ * `reuseMs`, or per `shareMs` while one is still running. A failed build fails the callers that
+ * waited on it and is never kept: the next caller builds again. A build still running after
+ * `shareMs` is no longer shared: one that never settles (a collect awaiting what never answers)
+ * would otherwise hold every later caller for good, where a new build would answer; so stuck builds
+ * can pile up, one per `shareMs` at most, and a late one never replaces a newer value.
  */
 import type { Clock } from './clock.ts';
 

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { type AddressInfo, createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
@@ -227,6 +228,36 @@ describe('awsAccountAtStartup: STS failing as a replica starts', () => {
         lines.join(''),
       );
     });
+  });
+
+  test('an STS that never answers ends the start-up at its patience, not after the SDK has spent its retries', async () => {
+    const sockets = new Set<Socket>();
+    const silent = createServer((socket) => {
+      sockets.add(socket);
+      socket.on('data', () => undefined);
+    });
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const clients = await createAwsClients({
+      region: 'us-test-1',
+      endpoint: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`,
+      credentials: { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'secret' },
+      maxAttempts: 3,
+      requestTimeoutMs: 30_000,
+    });
+    try {
+      const started = performance.now();
+      await assert.rejects(awsAccountAtStartup(clients.sts, { patienceMs: 1_500 }), (err) => {
+        assert.equal(exitCodeOf(err), 69);
+        assert.match(String(err), /cannot learn this controller's AWS account from STS/);
+        return true;
+      });
+      const took = performance.now() - started;
+      assert.ok(took < 5_000, `gave up after ${Math.round(took)} ms for a patience of 1,500 ms`);
+    } finally {
+      clients.destroy();
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
   });
 
   test('one that outlasts its patience ends the start-up as before (exit 69), and refused credentials end it at once', async () => {

@@ -328,7 +328,12 @@ export async function awsAccountAtStartup(
   const backoff = new Backoff({ initialMs: 1_000, maxMs: 15_000 });
   for (;;) {
     try {
-      const learnt = await awsAccountOf(sts);
+      // Each attempt ends with the patience: an STS that never answers would otherwise hold one call
+      // for the SDK's whole retry ladder, past the liveness probe.
+      const learnt = await awsAccountOf(
+        sts,
+        AbortSignal.timeout(Math.max(1, Math.ceil(giveUpAt - clock.monotonic()))),
+      );
       if (backoff.failures > 0)
         logger.info({ attempts: backoff.failures + 1 }, "learnt this controller's AWS account from STS");
       return learnt;
@@ -349,11 +354,17 @@ export async function awsAccountAtStartup(
 }
 
 /** Our AWS account and partition, from the controller's own GetCallerIdentity (as kops does at start-up). */
-export async function awsAccountOf(sts: STSClient): Promise<{ account: string; partition: string }> {
+export async function awsAccountOf(
+  sts: STSClient,
+  abortSignal?: AbortSignal,
+): Promise<{ account: string; partition: string }> {
   let arn: string | undefined;
   let account: string | undefined;
   try {
-    ({ Arn: arn, Account: account } = await sts.send(new GetCallerIdentityCommand({})));
+    ({ Arn: arn, Account: account } = await sts.send(
+      new GetCallerIdentityCommand({}),
+      abortSignal ? { abortSignal } : {},
+    ));
   } catch (err) {
     throw new UnavailableError(
       `cannot learn this controller's AWS account from STS: ${(err as Error).message}`,
