@@ -9,7 +9,8 @@ import type { V1Lease } from '@kubernetes/client-node';
 import { eventually, holdPort, idleCrowd } from '../net/testing.ts';
 import { createCa } from '../pki/ca.ts';
 import { saveCa } from '../pki/folder.ts';
-import { startApiServer } from '../sim/apiserver/index.ts';
+import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
 import { openVfs } from '../statestore/open.ts';
 import { silentServer } from '../testing/silent-server.ts';
 import { defaultBootstrapWorkers } from './run.ts';
@@ -220,6 +221,87 @@ describe('kops-controller run', () => {
       silent.close();
       await sim.close();
     }
+  });
+
+  describe('STS failing as the replica starts (the aws policy learns its account first)', () => {
+    /** A config with the aws policy and a bootstrap server, the child's AWS calls to `aws`. */
+    async function awsReplica(aws: AwsSimulator, sim: SimApiServer) {
+      const dir = await mkdtemp(join(tmpdir(), 'run-'));
+      const kubeconfig = join(dir, 'kubeconfig');
+      const conf = join(dir, 'config.yaml');
+      await writeFile(kubeconfig, sim.kubeconfig());
+      await saveCa(openVfs(dir), createCa(), 'pem');
+      await writeFile(
+        conf,
+        [
+          'clusterName: run.example.com',
+          'cloud: aws',
+          'metrics:',
+          '  listen: 127.0.0.1:0',
+          'server:',
+          '  Listen: 127.0.0.1:0',
+          `  caBasePath: ${dir}`,
+          '  provider:',
+          `    aws: {nodesRoles: [nodes.run.example.com], Region: ${aws.region}}`,
+          '',
+        ].join('\n'),
+      );
+      const env: NodeJS.ProcessEnv = {
+        ...process.env,
+        AWS_ENDPOINT_URL: aws.endpoint,
+        AWS_REGION: aws.region,
+        AWS_ACCESS_KEY_ID: aws.credentials.accessKeyId,
+        AWS_SECRET_ACCESS_KEY: aws.credentials.secretAccessKey,
+        AWS_EC2_METADATA_DISABLED: 'true',
+        AWS_CONFIG_FILE: join(dir, 'none'),
+        AWS_SHARED_CREDENTIALS_FILE: join(dir, 'none'),
+      };
+      delete env['AWS_PROFILE'];
+      delete env['AWS_SESSION_TOKEN'];
+      return startController(['--conf', conf, '--kubeconfig', kubeconfig, '--bootstrap-workers', '1'], env);
+    }
+
+    const waiting = (controller: ReturnType<typeof startController>) =>
+      controller.stderr.some((line) => line.includes('retrying before giving up the start-up'));
+
+    test('it waits, even with the API server failing too (no exit 13 with nothing else holding the process), and starts once STS answers', async () => {
+      const [aws, sim] = await Promise.all([startAwsSimulator({ throttling: false }), startApiServer()]);
+      aws.faults.add({ service: 'sts', error: { code: 'ServiceUnavailable', status: 503 } });
+      sim.faults.errors({ rate: 1, status: 503 });
+      const controller = await awsReplica(aws, sim);
+      controller.url.catch(() => undefined);
+      try {
+        assert.equal(await eventually(() => waiting(controller), true), true, controller.stderr.join('\n'));
+        // Longer than it took to crash before: the first retry waits 1 s, the next 2 s.
+        assert.equal(await exitWithin(controller.exit, 4_000), 'hung', controller.stderr.join('\n'));
+        aws.faults.reset();
+        sim.faults.reset();
+        await controller.url;
+        assert.ok(
+          controller.stderr.some((line) => line.includes("learnt this controller's AWS account from STS")),
+        );
+        await stopsCleanly(controller);
+      } finally {
+        controller.child.kill('SIGKILL');
+        await Promise.all([aws.close(), sim.close()]);
+      }
+    });
+
+    test('SIGTERM while it waits ends it at once with 0', async () => {
+      const [aws, sim] = await Promise.all([startAwsSimulator({ throttling: false }), startApiServer()]);
+      aws.faults.add({ service: 'sts', error: { code: 'ServiceUnavailable', status: 503 } });
+      const controller = await awsReplica(aws, sim);
+      controller.url.catch(() => undefined);
+      try {
+        assert.equal(await eventually(() => waiting(controller), true), true, controller.stderr.join('\n'));
+        controller.child.kill('SIGTERM');
+        assert.equal(await exitWithin(controller.exit, 5_000), 0, controller.stderr.join('\n'));
+        assert.ok(controller.stderr.some((line) => line.includes('shutting down before start-up ended')));
+      } finally {
+        controller.child.kill('SIGKILL');
+        await Promise.all([aws.close(), sim.close()]);
+      }
+    });
   });
 
   test('a taken port, metrics or bootstrap, exits 78 with one line naming it', async () => {

@@ -102,6 +102,12 @@ async function run(options: RunOptions, command: Command): Promise<void> {
     'starting kops-controller',
   );
   collectProcessMetrics(register);
+  // A signal while starting (the STS account lookup may wait up to 90 s): nothing is held yet, no
+  // lease and no answered request, so the process ends at once with 0, as a stop does.
+  const signals = new SignalRelay((signal) => {
+    logger.info({ signal }, 'shutting down before start-up ended');
+    process.exit(0);
+  });
   const controller = await startController({
     config,
     kubeConfig,
@@ -115,9 +121,13 @@ async function run(options: RunOptions, command: Command): Promise<void> {
     },
     registry: register,
     logger,
+  }).catch((err: unknown) => {
+    // Failed to start: main() prints the line and exits with its code, which a signal must not turn to 0.
+    signals.close();
+    throw err;
   });
   // A restart asked for is thrown from here: main() prints its line and exits with its code.
-  await runUntilStopped(controller, logger);
+  await runUntilStopped(controller, logger, signals);
   // Stopped cleanly: a call that takes no signal must not hold the process past the pod's grace.
   exitAfterGrace(undefined, (handles) =>
     logger.warn(
@@ -137,6 +147,7 @@ async function run(options: RunOptions, command: Command): Promise<void> {
 export async function runUntilStopped(
   controller: Pick<RunningController, 'runtime' | 'bootstrap' | 'stop'>,
   logger: Logger,
+  signals?: SignalRelay,
 ): Promise<void> {
   let stopping = false;
   let restart: KopsError | undefined;
@@ -152,16 +163,42 @@ export async function runUntilStopped(
     logger.warn({ reason: err.reasonCode, exitCode: exitCodeOf(err) }, `shutting down: ${err.message}`);
     void controller.runtime.stop();
   });
-  process.once('SIGTERM', shutdown);
-  process.once('SIGINT', shutdown);
+  const relay = signals ?? new SignalRelay(shutdown);
+  relay.handleWith(shutdown);
   try {
     await controller.runtime.done;
   } finally {
     await controller.stop();
-    process.off('SIGTERM', shutdown);
-    process.off('SIGINT', shutdown);
+    relay.close();
   }
   if (restart) throw restart;
+}
+
+/**
+ * SIGTERM and SIGINT, passed to whichever handler the process is at: one listener each for the
+ * process's life. Removing the last listener of a signal and adding another loses a signal that
+ * arrives meanwhile (measured: a SIGTERM sent as start-up ended was never handled), and a lost
+ * SIGTERM leaves a pod to its grace period and SIGKILL.
+ */
+export class SignalRelay {
+  #handle: (signal: NodeJS.Signals) => void;
+  readonly #relay = (signal: NodeJS.Signals) => this.#handle(signal);
+
+  constructor(handle: (signal: NodeJS.Signals) => void) {
+    this.#handle = handle;
+    process.on('SIGTERM', this.#relay);
+    process.on('SIGINT', this.#relay);
+  }
+
+  /** From now on, signals go to `handle`. */
+  handleWith(handle: (signal: NodeJS.Signals) => void): void {
+    this.#handle = handle;
+  }
+
+  close(): void {
+    process.off('SIGTERM', this.#relay);
+    process.off('SIGINT', this.#relay);
+  }
 }
 
 /**

@@ -187,15 +187,14 @@ test('awsAccountOf learns the account and partition from STS', async () => {
 });
 
 describe('awsAccountAtStartup: STS failing as a replica starts', () => {
-  /** A clock whose timers fire at once, moving its time on by their delay. */
+  /** A clock whose waits end at once, moving its time on by their length. */
   function jumpingClock() {
     let now = 0;
     return {
       monotonic: () => now,
-      setTimer: (fn: () => void, ms: number) => {
+      sleep: async (ms: number) => {
         now += ms;
-        setImmediate(fn);
-        return () => {};
+        await new Promise((resolve) => setImmediate(resolve));
       },
     };
   }
@@ -220,7 +219,8 @@ describe('awsAccountAtStartup: STS failing as a replica starts', () => {
     await withSts(async (sim, sts) => {
       sim.faults.add({ service: 'sts', count: 3, error: { code: 'ServiceUnavailable', status: 503 } });
       const { logger, lines } = capturedLogger();
-      const learnt = await awsAccountAtStartup(sts, { logger, clock: jumpingClock() });
+      const clock = jumpingClock();
+      const learnt = await awsAccountAtStartup(sts, { logger, clock, sleep: clock.sleep });
       assert.deepEqual(learnt, { account: sim.account, partition: 'aws' });
       assert.equal(lines.filter((line) => line.includes('retrying before giving up the start-up')).length, 1);
       assert.ok(
@@ -264,11 +264,14 @@ describe('awsAccountAtStartup: STS failing as a replica starts', () => {
     await withSts(async (sim, sts) => {
       sim.faults.add({ service: 'sts', error: { code: 'ServiceUnavailable', status: 503 } });
       const clock = jumpingClock();
-      await assert.rejects(awsAccountAtStartup(sts, { clock, patienceMs: 90_000 }), (err) => {
-        assert.equal(exitCodeOf(err), 69);
-        assert.match(String(err), /cannot learn this controller's AWS account from STS/);
-        return true;
-      });
+      await assert.rejects(
+        awsAccountAtStartup(sts, { clock, sleep: clock.sleep, patienceMs: 90_000 }),
+        (err) => {
+          assert.equal(exitCodeOf(err), 69);
+          assert.match(String(err), /cannot learn this controller's AWS account from STS/);
+          return true;
+        },
+      );
       assert.ok(
         clock.monotonic() <= 90_000 && clock.monotonic() > 45_000,
         `gave up after ${clock.monotonic()} ms`,
@@ -276,7 +279,10 @@ describe('awsAccountAtStartup: STS failing as a replica starts', () => {
       sim.faults.reset();
       sim.faults.add({ service: 'sts', error: { code: 'InvalidClientTokenId', status: 403 } });
       const refused = jumpingClock();
-      await assert.rejects(awsAccountAtStartup(sts, { clock: refused }), /InvalidClientTokenId/);
+      await assert.rejects(
+        awsAccountAtStartup(sts, { clock: refused, sleep: refused.sleep }),
+        /InvalidClientTokenId/,
+      );
       assert.equal(refused.monotonic(), 0, 'not retried');
     });
   });

@@ -321,9 +321,18 @@ function defaultSpec(name: PolicySpec['name']): PolicySpec {
  */
 export async function awsAccountAtStartup(
   sts: STSClient,
-  options: { logger?: Logger; patienceMs?: number; clock?: Pick<Clock, 'monotonic' | 'setTimer'> } = {},
+  options: {
+    logger?: Logger;
+    patienceMs?: number;
+    clock?: Pick<Clock, 'monotonic'>;
+    /** Waits between attempts (default a timer that keeps the process alive: see below). */
+    sleep?: (ms: number) => Promise<void>;
+  } = {},
 ): Promise<{ account: string; partition: string }> {
   const { logger = silentLogger, patienceMs = 90_000, clock = systemClock } = options;
+  // A referenced timer: while the start-up waits, nothing else may hold the process (the API server
+  // refusing the token watch too), and Node would end it with 13, an unsettled top-level await.
+  const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   const giveUpAt = clock.monotonic() + patienceMs;
   const backoff = new Backoff({ initialMs: 1_000, maxMs: 15_000 });
   for (;;) {
@@ -348,7 +357,7 @@ export async function awsAccountAtStartup(
           "cannot learn this controller's AWS account from STS yet; retrying before giving up the start-up",
         );
       }
-      await new Promise<void>((resolve) => clock.setTimer(resolve, wait));
+      await sleep(wait);
     }
   }
 }
