@@ -260,6 +260,18 @@ describe('awsAccountAtStartup: STS failing as a replica starts', () => {
     }
   });
 
+  test('an attempt the patience cuts off is not the last word: the line names what STS last answered', async () => {
+    await withSts(async (sim, sts) => {
+      sim.faults.add({ service: 'sts', count: 1, error: { code: 'Throttling', status: 400 } });
+      sim.faults.add({ service: 'sts', latencyMs: 10_000 });
+      await assert.rejects(awsAccountAtStartup(sts, { patienceMs: 2_500 }), (err) => {
+        assert.match(String(err), /cannot learn this controller's AWS account from STS: .*Throttling/);
+        assert.doesNotMatch(String(err), /abort/i);
+        return true;
+      });
+    });
+  });
+
   test('one that outlasts its patience ends the start-up as before (exit 69), and refused credentials end it at once', async () => {
     await withSts(async (sim, sts) => {
       sim.faults.add({ service: 'sts', error: { code: 'ServiceUnavailable', status: 503 } });

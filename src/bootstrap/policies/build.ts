@@ -335,22 +335,23 @@ export async function awsAccountAtStartup(
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   const giveUpAt = clock.monotonic() + patienceMs;
   const backoff = new Backoff({ initialMs: 1_000, maxMs: 15_000 });
+  // What STS last answered: an attempt the patience cut off says only that it was aborted.
+  let answered: unknown;
   for (;;) {
+    // Each attempt ends with the patience: an STS that never answers would otherwise hold one call
+    // for the SDK's whole retry ladder, past the liveness probe.
+    const patience = AbortSignal.timeout(Math.max(1, Math.ceil(giveUpAt - clock.monotonic())));
     try {
-      // Each attempt ends with the patience: an STS that never answers would otherwise hold one call
-      // for the SDK's whole retry ladder, past the liveness probe.
-      const learnt = await awsAccountOf(
-        sts,
-        AbortSignal.timeout(Math.max(1, Math.ceil(giveUpAt - clock.monotonic()))),
-      );
+      const learnt = await awsAccountOf(sts, patience);
       if (backoff.failures > 0)
         logger.info({ attempts: backoff.failures + 1 }, "learnt this controller's AWS account from STS");
       return learnt;
     } catch (err) {
       // Credentials AWS refuses do not heal by waiting.
       if (awsCallError((err as Error).cause, 'GetCallerIdentity', 'none') instanceof ConfigError) throw err;
+      if (!patience.aborted) answered = err;
       const wait = backoff.next();
-      if (clock.monotonic() + wait > giveUpAt) throw err;
+      if (patience.aborted || clock.monotonic() + wait > giveUpAt) throw answered ?? err;
       if (backoff.failures === 1) {
         logger.warn(
           { err: describeError(err), patienceSeconds: patienceMs / 1000 },
