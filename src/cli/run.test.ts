@@ -83,6 +83,37 @@ async function stopsCleanly(controller: ReturnType<typeof startController>): Pro
   assert.deepEqual(heldOpen(controller.stderr), [], controller.stderr.join('\n'));
 }
 
+/** A fresh folder with `sim`'s kubeconfig and a cluster CA a bootstrap server can load; its paths. */
+async function serverFolder(sim: SimApiServer): Promise<{ dir: string; kubeconfig: string; conf: string }> {
+  const dir = await mkdtemp(join(tmpdir(), 'run-'));
+  const kubeconfig = join(dir, 'kubeconfig');
+  await writeFile(kubeconfig, sim.kubeconfig());
+  await saveCa(openVfs(dir), createCa(), 'pem');
+  return { dir, kubeconfig, conf: join(dir, 'config.yaml') };
+}
+
+/** The child's environment with every AWS call to `endpoint`: no shared config, profile or IMDS in the way. */
+function awsEnvOf(
+  dir: string,
+  endpoint: string,
+  credentials = { accessKeyId: 'AKIDTEST', secretAccessKey: 'secret' },
+  region = 'us-test-1',
+): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    AWS_ENDPOINT_URL: endpoint,
+    AWS_REGION: region,
+    AWS_ACCESS_KEY_ID: credentials.accessKeyId,
+    AWS_SECRET_ACCESS_KEY: credentials.secretAccessKey,
+    AWS_EC2_METADATA_DISABLED: 'true',
+    AWS_CONFIG_FILE: join(dir, 'none'),
+    AWS_SHARED_CREDENTIALS_FILE: join(dir, 'none'),
+  };
+  delete env['AWS_PROFILE'];
+  delete env['AWS_SESSION_TOKEN'];
+  return env;
+}
+
 /** A config on `cloud` with an empty state store in `dir` and a lease that fails over in seconds. */
 function writeFastLeaderConfig(path: string, cloud: string, dir: string): Promise<void> {
   return writeFile(
@@ -197,19 +228,10 @@ describe('kops-controller run', () => {
     // The leader's components need a state store; an empty one serves, the cloud is what hangs.
     await writeFastLeaderConfig(conf, 'aws', dir);
     // Every AWS call of the child goes to the silent endpoint, with credentials that sign nothing real.
-    const env: NodeJS.ProcessEnv = {
-      ...process.env,
-      AWS_ENDPOINT_URL: silent.endpoint,
-      AWS_REGION: 'us-test-1',
-      AWS_ACCESS_KEY_ID: 'AKIDTEST',
-      AWS_SECRET_ACCESS_KEY: 'secret',
-      AWS_EC2_METADATA_DISABLED: 'true',
-      AWS_CONFIG_FILE: join(dir, 'none'),
-      AWS_SHARED_CREDENTIALS_FILE: join(dir, 'none'),
-    };
-    delete env['AWS_PROFILE'];
-    delete env['AWS_SESSION_TOKEN'];
-    const controller = startController(['--conf', conf, '--kubeconfig', kubeconfig], env);
+    const controller = startController(
+      ['--conf', conf, '--kubeconfig', kubeconfig],
+      awsEnvOf(dir, silent.endpoint),
+    );
     try {
       await controller.url;
       // The leader's validation gauges list the Auto Scaling groups at once: that call now waits.
@@ -226,11 +248,7 @@ describe('kops-controller run', () => {
   describe('STS failing as the replica starts (the aws policy learns its account first)', () => {
     /** A config with the aws policy and a bootstrap server, the child's AWS calls to `aws`. */
     async function awsReplica(aws: AwsSimulator, sim: SimApiServer) {
-      const dir = await mkdtemp(join(tmpdir(), 'run-'));
-      const kubeconfig = join(dir, 'kubeconfig');
-      const conf = join(dir, 'config.yaml');
-      await writeFile(kubeconfig, sim.kubeconfig());
-      await saveCa(openVfs(dir), createCa(), 'pem');
+      const { dir, kubeconfig, conf } = await serverFolder(sim);
       await writeFile(
         conf,
         [
@@ -246,19 +264,10 @@ describe('kops-controller run', () => {
           '',
         ].join('\n'),
       );
-      const env: NodeJS.ProcessEnv = {
-        ...process.env,
-        AWS_ENDPOINT_URL: aws.endpoint,
-        AWS_REGION: aws.region,
-        AWS_ACCESS_KEY_ID: aws.credentials.accessKeyId,
-        AWS_SECRET_ACCESS_KEY: aws.credentials.secretAccessKey,
-        AWS_EC2_METADATA_DISABLED: 'true',
-        AWS_CONFIG_FILE: join(dir, 'none'),
-        AWS_SHARED_CREDENTIALS_FILE: join(dir, 'none'),
-      };
-      delete env['AWS_PROFILE'];
-      delete env['AWS_SESSION_TOKEN'];
-      return startController(['--conf', conf, '--kubeconfig', kubeconfig, '--bootstrap-workers', '1'], env);
+      return startController(
+        ['--conf', conf, '--kubeconfig', kubeconfig, '--bootstrap-workers', '1'],
+        awsEnvOf(dir, aws.endpoint, aws.credentials, aws.region),
+      );
     }
 
     const waiting = (controller: ReturnType<typeof startController>) =>
@@ -306,10 +315,7 @@ describe('kops-controller run', () => {
 
   test('a taken port, metrics or bootstrap, exits 78 with one line naming it', async () => {
     const sim = await startApiServer();
-    const dir = await mkdtemp(join(tmpdir(), 'run-'));
-    const kubeconfig = join(dir, 'kubeconfig');
-    await writeFile(kubeconfig, sim.kubeconfig());
-    await saveCa(openVfs(dir), createCa(), 'pem');
+    const { dir, kubeconfig } = await serverFolder(sim);
     const taken = await holdPort();
     const cases = [
       { metrics: taken.port, bootstrap: 0, setting: 'metrics.listen' },
@@ -360,11 +366,7 @@ describe('kops-controller run', () => {
 
   test('the bootstrap server takes its connection caps from the flags; a bad cap exits 65', async () => {
     const sim = await startApiServer();
-    const dir = await mkdtemp(join(tmpdir(), 'run-'));
-    const kubeconfig = join(dir, 'kubeconfig');
-    const conf = join(dir, 'config.yaml');
-    await writeFile(kubeconfig, sim.kubeconfig());
-    await saveCa(openVfs(dir), createCa(), 'pem');
+    const { dir, kubeconfig, conf } = await serverFolder(sim);
     await writeFile(
       conf,
       [

@@ -170,7 +170,8 @@ test("gce: a token Google issued minutes ahead of this controller's clock is acc
   }
 });
 
-test('awsAccountOf learns the account and partition from STS', async () => {
+/** The AWS simulator and an STS client of it (the SDK's retries off). */
+async function withSts(run: (sim: AwsSimulator, sts: STSClient) => Promise<void>) {
   const sim = await startAwsSimulator({ throttling: false });
   const clients = await createAwsClients({
     region: sim.region,
@@ -179,11 +180,17 @@ test('awsAccountOf learns the account and partition from STS', async () => {
     maxAttempts: 1,
   });
   try {
-    assert.deepEqual(await awsAccountOf(clients.sts), { account: sim.account, partition: 'aws' });
+    await run(sim, clients.sts);
   } finally {
     clients.destroy();
     await sim.close();
   }
+}
+
+test('awsAccountOf learns the account and partition from STS', async () => {
+  await withSts(async (sim, sts) => {
+    assert.deepEqual(await awsAccountOf(sts), { account: sim.account, partition: 'aws' });
+  });
 });
 
 describe('awsAccountAtStartup: STS failing as a replica starts', () => {
@@ -197,22 +204,6 @@ describe('awsAccountAtStartup: STS failing as a replica starts', () => {
         await new Promise((resolve) => setImmediate(resolve));
       },
     };
-  }
-
-  async function withSts(run: (sim: AwsSimulator, sts: STSClient) => Promise<void>) {
-    const sim = await startAwsSimulator({ throttling: false });
-    const clients = await createAwsClients({
-      region: sim.region,
-      endpoint: sim.endpoint,
-      credentials: sim.credentials,
-      maxAttempts: 1,
-    });
-    try {
-      await run(sim, clients.sts);
-    } finally {
-      clients.destroy();
-      await sim.close();
-    }
   }
 
   test('a failure that ends within its patience is ridden out, logged once, and the account learnt', async () => {
