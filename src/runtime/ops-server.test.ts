@@ -3,6 +3,7 @@ import { get } from 'node:http';
 import { describe, test } from 'node:test';
 import { Counter, Registry } from 'prom-client';
 import { ConfigError } from '../errors.ts';
+import type { Logger } from '../log.ts';
 import { eventually, holdPort, idleCrowd } from '../net/testing.ts';
 import { FakeClock } from '../testing/fake-clock.ts';
 import { capturedLogger } from '../testing/log-capture.ts';
@@ -230,15 +231,21 @@ async function scrape(url: string, method = 'GET') {
   return { status: res.status, headers: res.headers, text: await res.text() };
 }
 
+/** An operations server over `registry` whose exposition reuse is timed by `clock`. */
+function metricsServer(registry: Registry, clock: FakeClock, logger?: Logger) {
+  return startOpsServer({
+    listen: '127.0.0.1:0',
+    registry,
+    readinessChecks: () => [],
+    clock,
+    ...(logger ? { logger } : {}),
+  });
+}
+
 describe('operations server: /metrics under many callers (red team 3, finding 1)', () => {
   test('concurrent scrapes share one build: twenty callers, one exposition', async () => {
     const { registry, state, hold } = countingRegistry();
-    const server = await startOpsServer({
-      listen: '127.0.0.1:0',
-      registry,
-      readinessChecks: () => [],
-      clock: new FakeClock(),
-    });
+    const server = await metricsServer(registry, new FakeClock());
     try {
       const release = hold();
       const scrapes = Array.from({ length: 20 }, () => scrape(server.url));
@@ -260,12 +267,7 @@ describe('operations server: /metrics under many callers (red team 3, finding 1)
   test('a finished exposition is reused for metricsReuseMs, then built again', async () => {
     const { registry, state } = countingRegistry();
     const clock = new FakeClock();
-    const server = await startOpsServer({
-      listen: '127.0.0.1:0',
-      registry,
-      readinessChecks: () => [],
-      clock,
-    });
+    const server = await metricsServer(registry, clock);
     try {
       assert.match((await scrape(server.url)).text, /^test_builds_total 1$/m);
       await clock.advance(metricsReuseMs - 1);
@@ -284,13 +286,7 @@ describe('operations server: /metrics under many callers (red team 3, finding 1)
   test('a build that throws answers 500 as before and is not reused: the next scrape builds again', async () => {
     const { registry, state } = countingRegistry();
     const { logger, lines } = capturedLogger();
-    const server = await startOpsServer({
-      listen: '127.0.0.1:0',
-      registry,
-      readinessChecks: () => [],
-      clock: new FakeClock(),
-      logger,
-    });
+    const server = await metricsServer(registry, new FakeClock(), logger);
     try {
       state.failNext = true;
       const failed = await scrape(server.url);
@@ -314,12 +310,7 @@ describe('operations server: /metrics under many callers (red team 3, finding 1)
 
   test('HEAD /metrics answers the headers of a scrape and builds nothing', async () => {
     const { registry, state } = countingRegistry();
-    const server = await startOpsServer({
-      listen: '127.0.0.1:0',
-      registry,
-      readinessChecks: () => [],
-      clock: new FakeClock(),
-    });
+    const server = await metricsServer(registry, new FakeClock());
     try {
       // Nothing is built yet, so no exposition could be reused: a HEAD that built would count.
       const heads = [];
