@@ -12,8 +12,9 @@ import { saveCa } from '../pki/folder.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
 import { type AwsSimulator, startAwsSimulator } from '../sim/aws/server.ts';
 import { openVfs } from '../statestore/open.ts';
+import { capturedLogger } from '../testing/log-capture.ts';
 import { silentServer } from '../testing/silent-server.ts';
-import { defaultBootstrapWorkers } from './run.ts';
+import { defaultBootstrapWorkers, runUntilStopped, SignalRelay } from './run.ts';
 
 const projectRoot = new URL('../..', import.meta.url);
 
@@ -437,4 +438,59 @@ describe('kops-controller run', () => {
 
 test('the bootstrap server serves from one process per core but one, and from this one on two cores or fewer', () => {
   assert.deepEqual([1, 2, 3, 8].map(defaultBootstrapWorkers), [1, 1, 2, 7]);
+});
+
+describe('runUntilStopped: SIGTERM and SIGINT through one relay', () => {
+  function stubController(stop: () => Promise<void>) {
+    let stops = 0;
+    let finish!: () => void;
+    const done = new Promise<void>((resolve) => {
+      finish = resolve;
+    });
+    const controller = {
+      runtime: {
+        stop: async () => {
+          stops++;
+          finish();
+        },
+        done,
+      },
+      bootstrap: undefined,
+      stop,
+    } as unknown as Parameters<typeof runUntilStopped>[0];
+    return { controller, stops: () => stops };
+  }
+
+  test('the first signal shuts down and stops the listening, so a second acts as a signal does (a hung stop can be ended)', async () => {
+    const before = process.listenerCount('SIGTERM');
+    const beforeInt = process.listenerCount('SIGINT');
+    const { logger, lines } = capturedLogger();
+    let release!: () => void;
+    const { controller, stops } = stubController(() => new Promise<void>((resolve) => (release = resolve)));
+    const relay = new SignalRelay(() => assert.fail('the start-up handler after start-up'));
+    assert.equal(process.listenerCount('SIGTERM'), before + 1);
+    const running = runUntilStopped(controller, logger, relay);
+    process.emit('SIGINT', 'SIGINT');
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(process.listenerCount('SIGTERM'), before, 'no listener left for a second signal');
+    assert.equal(process.listenerCount('SIGINT'), beforeInt);
+    assert.equal(lines.filter((line) => line.includes('"msg":"shutting down"')).length, 1);
+    assert.equal(stops(), 1);
+    release();
+    await running;
+  });
+
+  test('a stop that fails still closes the relay', async () => {
+    const before = process.listenerCount('SIGTERM');
+    const { controller } = stubController(async () => {
+      throw new Error('the bootstrap server did not close');
+    });
+    const relay = new SignalRelay(() => undefined);
+    const running = runUntilStopped(controller, capturedLogger().logger, relay);
+    // Stopped by something other than a signal (a replaced CA, a component's fatal end): the relay listens until the end.
+    assert.equal(process.listenerCount('SIGTERM'), before + 1);
+    await controller.runtime.stop();
+    await assert.rejects(running, /the bootstrap server did not close/);
+    assert.equal(process.listenerCount('SIGTERM'), before);
+  });
 });

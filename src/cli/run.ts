@@ -102,8 +102,11 @@ async function run(options: RunOptions, command: Command): Promise<void> {
     'starting kops-controller',
   );
   collectProcessMetrics(register);
-  // A signal while starting (the STS account lookup may wait up to 90 s): nothing is held yet, no
-  // lease and no answered request, so the process ends at once with 0, as a stop does.
+  // A signal while starting (the STS account lookup may wait up to 90 s): no lease is held yet, so the
+  // process ends at once with 0, as a stop does. A bootstrap server already serving (with several
+  // workers, the first may serve while the others wait) drops its requests in flight: nodes retry.
+  // A start-up that failed and is still cleaning up when the signal comes exits 0 too (without its
+  // error line): the pod was being stopped anyway.
   const signals = new SignalRelay((signal) => {
     logger.info({ signal }, 'shutting down before start-up ended');
     process.exit(0);
@@ -151,7 +154,11 @@ export async function runUntilStopped(
 ): Promise<void> {
   let stopping = false;
   let restart: KopsError | undefined;
+  const relay = signals ?? new SignalRelay(() => undefined);
   const shutdown = (signal: NodeJS.Signals) => {
+    // Listened for once: a second signal acts as a signal does (an operator's second Ctrl-C or kill
+    // ends a stop that hangs).
+    relay.close();
     stopping = true;
     logger.info({ signal }, 'shutting down');
     void controller.runtime.stop();
@@ -163,13 +170,15 @@ export async function runUntilStopped(
     logger.warn({ reason: err.reasonCode, exitCode: exitCodeOf(err) }, `shutting down: ${err.message}`);
     void controller.runtime.stop();
   });
-  const relay = signals ?? new SignalRelay(shutdown);
   relay.handleWith(shutdown);
   try {
     await controller.runtime.done;
   } finally {
-    await controller.stop();
-    relay.close();
+    try {
+      await controller.stop();
+    } finally {
+      relay.close();
+    }
   }
   if (restart) throw restart;
 }
@@ -195,6 +204,7 @@ export class SignalRelay {
     this.#handle = handle;
   }
 
+  /** Stops listening (again: a no-op); a signal from then on acts as it would without a listener. */
   close(): void {
     process.off('SIGTERM', this.#relay);
     process.off('SIGINT', this.#relay);
