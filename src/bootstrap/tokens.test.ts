@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { CoreV1Api, type V1Secret } from '@kubernetes/client-node';
 import { Registry } from 'prom-client';
-import { InvalidInputError, UnavailableError } from '../errors.ts';
+import { ConflictError, InvalidInputError, UnavailableError } from '../errors.ts';
 import { makeClients } from '../kube/client.ts';
 import { parseToken } from '../protocol/bootstrap-token.ts';
 import { type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
@@ -264,7 +264,7 @@ describe('waiting for token changes', () => {
     assert.equal(source.listeners, 0, 'the loop unsubscribes when it ends');
   });
 
-  test('a pass that fails for a moment (the API server 503) is retried with backoff and logged at warn once, not thrown; any other failure ends the loop', async () => {
+  test('a pass that fails for a moment (the API server 503, a write conflict) is retried with backoff and logged at warn, not thrown; any other failure ends the loop', async () => {
     const clock = new FakeClock();
     const start = clock.now();
     const stop = new AbortController();
@@ -275,8 +275,11 @@ describe('waiting for token changes', () => {
       clock,
       async () => {
         passes.push(clock.now() - start);
-        if (passes.length <= 3)
+        if (passes.length <= 2)
           throw new UnavailableError('read configmap kube-public/cluster-info: HTTP 503');
+        // A concurrent writer replaced the ConfigMap between this pass's read and its write.
+        if (passes.length === 3)
+          throw new ConflictError('write configmap kube-public/cluster-info: HTTP 409');
         return { nextExpiry: undefined };
       },
       stop.signal,
@@ -286,7 +289,8 @@ describe('waiting for token changes', () => {
     assert.equal(
       lines.filter((line) => line.includes('"level":"warn"') && line.includes('pass failed; retrying'))
         .length,
-      1,
+      2,
+      'the 503, then the conflict: each is news',
     );
     assert.equal(lines.filter((line) => line.includes('pass succeeded again')).length, 1);
     assert.ok(!lines.some((line) => line.includes('"level":"error"')));

@@ -13,7 +13,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { CoreV1Api, KubeConfig, V1Secret } from '@kubernetes/client-node';
 import { Counter, type Registry } from 'prom-client';
 import { bounded } from '../deadline.ts';
-import { InvalidInputError } from '../errors.ts';
+import { InvalidInputError, KopsError } from '../errors.ts';
 import { fromApiException, httpStatusOfApiError } from '../kube/api-errors.ts';
 import { abortingWith } from '../kube/call-options.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
@@ -516,10 +516,11 @@ function tokenResyncMs(source: TokenSecretSource): number {
 /**
  * A leader loop over the token Secrets: runs `pass` until `signal` aborts, waiting between passes for
  * a token change, the next expiry the pass reports, or `resyncMs` (default {@link tokenResyncMs}).
- * A pass that fails for a moment (the API server unavailable, throttling, a timeout) is retried with
- * backoff (1 s doubling to 30 s, sooner on a token change), logged at warn when it starts, then every
- * ten minutes, and once when a pass succeeds again, as the watches do: one API-server blip must not
- * fail the component into an error line. Any other failure ends the loop (the supervisor restarts it).
+ * A pass that fails for a moment (the API server unavailable, throttling, a timeout, or a conflict: a
+ * concurrent writer changed what the pass read) is retried with backoff (1 s doubling to 30 s, sooner
+ * on a token change), logged at warn when it starts, then every ten minutes, and once when a pass
+ * succeeds again, as the watches do: one API-server blip must not fail the component into an error
+ * line. Any other failure ends the loop (the supervisor restarts it).
  */
 export async function runOnTokenChanges(
   options: { source: TokenSecretSource; resyncMs?: number | undefined; logger?: Logger | undefined },
@@ -541,7 +542,8 @@ export async function runOnTokenChanges(
       try {
         ({ nextExpiry } = await pass());
       } catch (err) {
-        if (signal.aborted || !isTransientFailure(err)) throw err;
+        const conflict = err instanceof KopsError && err.kind === 'conflict';
+        if (signal.aborted || !(isTransientFailure(err) || conflict)) throw err;
         failures.failed(err);
         await changes.wait(clock, undefined, backoff.next(), signal);
         continue;
