@@ -17,6 +17,7 @@ import { buildCsrPem } from '../pki/csr-build.ts';
 import { generateKey, spkiOf } from '../pki/keys.ts';
 import { nativeApiVersion } from '../protocol/bootstrap-api.ts';
 import { type KubeObject, type SimApiServer, startApiServer } from '../sim/apiserver/index.ts';
+import { apiServerRequests, countOf } from '../testing/apiserver-requests.ts';
 import { lagWatches } from '../testing/lagging-watches.ts';
 import { outcomeWithin, silentApiServer } from '../testing/silent-server.ts';
 import { toolPath } from '../testing/tools.ts';
@@ -595,27 +596,8 @@ describe('polls of names the cache does not hold', () => {
 
   /** The simulated API server's count of single CSR reads (GET by name), from its /metrics. */
   async function csrGets(): Promise<number> {
-    const options: { headers?: Record<string, string> } = {};
-    await sim.kubeConfig().applyToHTTPSOptions(options);
-    const text = await new Promise<string>((resolve, reject) => {
-      httpsRequest(new URL('/metrics', sim.url), { ...options, ca: sim.caCertificate }, (res) => {
-        let body = '';
-        res.on('data', (c: Buffer) => (body += c));
-        res.on('end', () => resolve(body));
-      })
-        .on('error', reject)
-        .end();
-    });
-    return text
-      .split('\n')
-      .filter(
-        (l) =>
-          l.startsWith('apiserver_request_total{') && l.includes('resource="certificatesigningrequests"'),
-      )
-      .filter(
-        (l) => l.includes('verb="GET"') && l.includes('scope="resource"') && l.includes('subresource=""'),
-      )
-      .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+    const csrs = await apiServerRequests(sim, 'certificatesigningrequests');
+    return countOf(csrs, { verb: 'GET', scope: 'resource', subresource: '' });
   }
 
   /** A queue over the simulator, its informer listed and its watch stream trusted. */

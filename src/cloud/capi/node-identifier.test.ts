@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { request as httpsRequest } from 'node:https';
 import { after, before, describe, test } from 'node:test';
 import { CoreV1Api, CustomObjectsApi } from '@kubernetes/client-node';
 import { ForbiddenError, KopsError, NotFoundError, UnavailableError } from '../../errors.ts';
@@ -11,6 +10,7 @@ import { simulatorCompute } from '../../sim/gce/clients.ts';
 import { type GceSimulator, startGceSimulator } from '../../sim/gce/simulator.ts';
 import { type OpenStackSimulator, startOpenStackSimulator } from '../../sim/openstack/simulator.ts';
 import { parseCluster } from '../../statestore/kops-types.ts';
+import { apiServerRequests, countOf } from '../../testing/apiserver-requests.ts';
 import { simAzureClient } from '../../testing/azure-client.ts';
 import { type AwsClients, createAwsClients } from '../aws/clients.ts';
 import { AwsNodeIdentifier } from '../aws/identify.ts';
@@ -86,22 +86,7 @@ async function deleteMachine(name: string): Promise<void> {
 
 /** The simulated API server's request count for machines, by verb (from its /metrics). */
 async function machineRequests(verb: string): Promise<number> {
-  const options: { headers?: Record<string, string>; ca?: string } = {};
-  await api.kubeConfig().applyToHTTPSOptions(options);
-  const text = await new Promise<string>((resolve, reject) => {
-    httpsRequest(new URL('/metrics', api.url), { ...options, ca: api.caCertificate }, (res) => {
-      let body = '';
-      res.on('data', (c) => (body += c));
-      res.on('end', () => resolve(body));
-    })
-      .on('error', reject)
-      .end();
-  });
-  return text
-    .split('\n')
-    .filter((l) => l.startsWith('apiserver_request_total{') && l.includes('resource="machines"'))
-    .filter((l) => l.includes(`verb="${verb}"`))
-    .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+  return countOf(await apiServerRequests(api, 'machines'), { verb });
 }
 
 async function until(check: () => boolean | Promise<boolean>): Promise<void> {

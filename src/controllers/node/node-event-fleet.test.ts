@@ -7,7 +7,6 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { request as httpsRequest } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -21,6 +20,7 @@ import { type KubeObject, type SimApiServer, startApiServer } from '../../sim/ap
 import { ClusterStore, seedClusterStore } from '../../statestore/cluster-store.ts';
 import { loadSampleCluster } from '../../statestore/fixtures.ts';
 import { openVfs } from '../../statestore/open.ts';
+import { apiServerRequests } from '../../testing/apiserver-requests.ts';
 import { countReaches } from '../../testing/count-reaches.ts';
 import { capturedLogger } from '../../testing/log-capture.ts';
 import { toolPath } from '../../testing/tools.ts';
@@ -93,22 +93,10 @@ async function term(n: number, logger?: Logger): Promise<void> {
 
 /** The simulated API server's answered requests on Events, by verb and code (from its /metrics). */
 async function eventRequests(): Promise<Record<string, number>> {
-  const options: { headers?: Record<string, string> } = {};
-  await api.kubeConfig().applyToHTTPSOptions(options);
-  const text = await new Promise<string>((resolve, reject) => {
-    httpsRequest(new URL('/metrics', api.url), { ...options, ca: api.caCertificate }, (res) => {
-      let body = '';
-      res.on('data', (c) => (body += c));
-      res.on('end', () => resolve(body));
-    })
-      .on('error', reject)
-      .end();
-  });
   const counts: Record<string, number> = {};
-  for (const line of text.split('\n')) {
-    if (!line.startsWith('apiserver_request_total{') || !line.includes('resource="events"')) continue;
-    const key = `${/verb="([^"]*)"/.exec(line)?.[1]} ${/code="([^"]*)"/.exec(line)?.[1]}`;
-    counts[key] = (counts[key] ?? 0) + Number(line.slice(line.lastIndexOf(' ') + 1));
+  for (const { labels, count } of await apiServerRequests(api, 'events')) {
+    const key = `${labels['verb']} ${labels['code']}`;
+    counts[key] = (counts[key] ?? 0) + count;
   }
   return counts;
 }
