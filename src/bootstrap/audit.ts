@@ -47,8 +47,10 @@ function safeText(text: string): string {
  */
 function nameField(field: 'claimedNodeName' | 'nodeName', name: string | undefined): Partial<AuditRecord> {
   if (name === undefined) return {};
-  const safe = safeText(name);
-  if (redactTokens(name) === name) return { [field]: safe };
+  // Redacted once, then cut (as safeText does): the regular expression runs once per name and record.
+  const redacted = redactTokens(name);
+  const safe = clipped(redacted, maxAuditTextLength);
+  if (redacted === name) return { [field]: safe };
   return { [field]: safe, [`${field}Sha256`]: createHash('sha256').update(name).digest('hex') };
 }
 
