@@ -42,6 +42,7 @@ import { csrCollectionPath } from '../kube/csr.ts';
 import { Informer, kubeList, kubeWatch } from '../kube/informer.ts';
 import { type KubeHttps, kubeAnswerError, kubeHttps, kubeJson } from '../kube/kube-https.ts';
 import { type Logger, silentLogger } from '../log.ts';
+import { SourceConnectionCounter } from '../net/hardened-server.ts';
 import { sourceOf } from '../net/source.ts';
 import type { CertificateAuthority } from '../pki/ca.ts';
 import { type ParsedCsr, parseCsr } from '../pki/csr.ts';
@@ -631,7 +632,10 @@ export class CsrQueue {
   readonly #informer: Informer<V1CertificateSigningRequest>;
   readonly #waiters = new Map<string, Set<() => void>>();
   /** Long-polls parked past the read budget, by source ({@link maxParkedPollsPerSource}). */
-  readonly #parkedBySource = new Map<string, number>();
+  readonly #parked = new SourceConnectionCounter({
+    maxConnections: Number.POSITIVE_INFINITY,
+    maxConnectionsPerSource: maxParkedPollsPerSource,
+  });
   /** The undecided requests this controller sealed, by name, with the source each counts against. */
   readonly #pending = new Map<string, string>();
   readonly #pendingBySource = new Map<string, number>();
@@ -983,21 +987,14 @@ export class CsrQueue {
           rest > 0 &&
           !signal?.aborted &&
           this.#watchAnswers(name) &&
-          (source === undefined || (this.#parkedBySource.get(source) ?? 0) < maxParkedPollsPerSource)
+          (source === undefined || this.#parked.admit(source) === 'admitted')
         ) {
           // Anyone can keep the budget spent with made-up ids: were the watch's "not there" the answer
           // now, a stranger would decide that a request the watch has yet to deliver (created on
           // another replica, this watch lagging) is unknown. Its ADDED still wakes us; a made-up id
           // costs a parked poll, which the connection caps bound, and no read.
           parked = true;
-          if (source !== undefined) {
-            this.#parkedBySource.set(source, (this.#parkedBySource.get(source) ?? 0) + 1);
-            unpark = () => {
-              const left = (this.#parkedBySource.get(source) ?? 1) - 1;
-              if (left > 0) this.#parkedBySource.set(source, left);
-              else this.#parkedBySource.delete(source);
-            };
-          }
+          if (source !== undefined) unpark = () => this.#parked.release(source);
           signal?.addEventListener('abort', end, { once: true });
           timer = setTimeout(end, rest);
           await woken;
